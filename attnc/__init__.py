@@ -1,0 +1,51 @@
+"""attnc: attention mechanisms in C, driven from Python.
+
+Pass NumPy arrays (float32 or float64, batch first), get NumPy arrays back:
+the context, the alignment matrix and, with ``attnc.vjp``, the gradient of
+every input and parameter. All the work happens in attnc's C core.
+"""
+
+import os as _os
+
+# OpenBLAS must not start its own thread pool: attnc parallelises around it.
+_os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+from . import _core  # noqa: E402
+from .attention import (  # noqa: E402
+    attention,
+    hard_attention,
+    kernel_regression,
+    local_attention,
+    score,
+    softmax,
+)
+from .config import blas_info, get_num_threads, set_num_threads  # noqa: E402
+from .grad import vjp  # noqa: E402
+
+__version__ = "0.1.0"
+
+
+def _default_threads() -> int:
+    env = _os.environ.get("ATTNC_NUM_THREADS")
+    if env:
+        return max(1, int(env))
+    try:
+        return max(1, len(_os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - not Linux
+        return max(1, _os.cpu_count() or 1)
+
+
+set_num_threads(_default_threads())
+
+__all__ = [
+    "attention",
+    "blas_info",
+    "get_num_threads",
+    "hard_attention",
+    "kernel_regression",
+    "local_attention",
+    "score",
+    "set_num_threads",
+    "softmax",
+    "vjp",
+]

@@ -1,0 +1,130 @@
+"""Argument checking shared by every public function.
+
+Everything a user can get wrong is caught here, with a message naming the
+argument, before any C code runs; the C core checks again (it never trusts its
+caller) but its messages are the last line of defence, not the interface.
+"""
+
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def is_constant(x) -> bool:
+    """Python numbers (and NumPy scalars) are constants; arrays are differentiable."""
+    return isinstance(x, (numbers.Number, np.generic)) and not isinstance(x, np.ndarray)
+
+
+def float_array(x, name: str) -> np.ndarray:
+    """x as a float32 or float64 ndarray (any buffer exporter works)."""
+    try:
+        a = np.asarray(x)
+    except Exception as exc:  # pragma: no cover - numpy's own message is kept
+        raise TypeError(f"{name} must be an array of float32 or float64, got {type(x).__name__}") from exc
+    if a.dtype not in FLOAT_DTYPES:
+        raise TypeError(f"{name} has dtype {a.dtype}; attnc takes float32 or float64 arrays")
+    return a
+
+
+def same_dtype(dtype: np.dtype, **arrays) -> None:
+    """Every float array of one call shares one dtype."""
+    for name, a in arrays.items():
+        if a is not None and a.dtype != dtype:
+            raise TypeError(
+                f"{name} has dtype {a.dtype} but the call's dtype is {dtype}; "
+                "every float array of one call must have the same dtype"
+            )
+
+
+def _strides_ok(a: np.ndarray) -> bool:
+    isz = a.itemsize
+    return a.flags.aligned and all(s % isz == 0 for s in a.strides)
+
+
+def elementwise_ready(a: np.ndarray) -> np.ndarray:
+    """An array the C core reads element by element: any stride is fine,
+    as long as it is aligned and counted in whole elements."""
+    return a if a.flags.c_contiguous or _strides_ok(a) else np.ascontiguousarray(a)
+
+
+def blas_ready(a: np.ndarray) -> np.ndarray:
+    """An array the C core can hand to BLAS: a unit stride in one of its last
+    two dims (leading dims may have any stride). Otherwise an explicit copy."""
+    if a.flags.c_contiguous:
+        return a
+    if a.ndim < 2 or not _strides_ok(a):
+        return np.ascontiguousarray(a)
+    isz = a.itemsize
+    rows, cols = a.shape[-2:]
+    if rows == 0 or cols == 0:
+        return a
+    rs = max(cols, 1) * isz if rows == 1 else a.strides[-2]
+    cs = isz if cols == 1 else a.strides[-1]
+    if (cs == isz and rs >= cols * isz) or (rs == isz and cs >= rows * isz):
+        return a
+    return np.ascontiguousarray(a)
+
+
+def shape_str(shape) -> str:
+    return "(" + ", ".join(str(s) for s in shape) + ("," if len(shape) == 1 else "") + ")"
+
+
+def bool_mask(mask, shape: tuple, name: str = "mask") -> np.ndarray:
+    """mask broadcast (without copying) to shape; must be boolean."""
+    m = np.asarray(mask)
+    if m.dtype != np.bool_:
+        raise TypeError(f"{name} must be a boolean array (True = may attend), got dtype {m.dtype}")
+    try:
+        return elementwise_ready(np.broadcast_to(m, shape))
+    except ValueError:
+        raise ValueError(
+            f"{name} with shape {shape_str(m.shape)} does not broadcast to "
+            f"(..., Tq, Tk) = {shape_str(shape)}"
+        ) from None
+
+
+def lengths(key_lengths, batch_shape: tuple) -> np.ndarray:
+    """key_lengths as int64, broadcast to the leading (batch) dims."""
+    kl = np.asarray(key_lengths)
+    if kl.dtype.kind not in "iu":
+        raise TypeError(f"key_lengths must be an integer array, got dtype {kl.dtype}")
+    if kl.size and kl.min() < 0:
+        raise ValueError(f"key_lengths must be >= 0, got {kl.min()}")
+    if kl.dtype.kind == "u" and kl.size and kl.max() > np.iinfo(np.int64).max:
+        raise ValueError("key_lengths does not fit in int64")
+    kl = kl.astype(np.int64, copy=False)
+    try:
+        return elementwise_ready(np.broadcast_to(kl, batch_shape))
+    except ValueError:
+        raise ValueError(
+            f"key_lengths with shape {shape_str(kl.shape)} does not broadcast to the leading "
+            f"dims {shape_str(batch_shape)}"
+        ) from None
+
+
+def mask_spec(mask, key_lengths, causal, batch_shape: tuple, tq: int, tk: int) -> tuple:
+    """The (mask, key_lengths, causal) tuple the C binding takes."""
+    m = None if mask is None else bool_mask(mask, batch_shape + (tq, tk))
+    kl = None if key_lengths is None else lengths(key_lengths, batch_shape)
+    return (m, kl, bool(causal))
+
+
+def unbroadcast(grad: np.ndarray, shape: tuple) -> np.ndarray:
+    """Sum grad over the dims a broadcast to grad.shape added or stretched."""
+    extra = grad.ndim - len(shape)
+    if extra:
+        grad = grad.sum(axis=tuple(range(extra)))
+    stretched = tuple(i for i, n in enumerate(shape) if n == 1 and grad.shape[i] != 1)
+    if stretched:
+        grad = grad.sum(axis=stretched, keepdims=True)
+    return grad.reshape(shape)
+
+
+def choice(value, valid, name: str):
+    if value not in valid:
+        raise ValueError(f"unknown {name} {value!r}; valid choices: {', '.join(map(repr, valid))}")
+    return value

@@ -1,0 +1,11 @@
+"""The classic attention family: scores, masked softmax, soft, hard and local
+attention, and kernel regression as attention."""
+
+from .hard import hard_attention
+from .kernel_regression import kernel_regression
+from .local import local_attention
+from .score import score
+from .soft import attention
+from .softmax import softmax
+
+__all__ = ["attention", "hard_attention", "kernel_regression", "local_attention", "score", "softmax"]

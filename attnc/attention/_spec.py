@@ -1,0 +1,204 @@
+"""What every attention function shares: checking query/keys/values and the
+score parameters, and turning them into the tuples the C binding takes."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .._args import (
+    blas_ready,
+    choice,
+    elementwise_ready,
+    float_array,
+    is_constant,
+    same_dtype,
+    shape_str,
+    unbroadcast,
+)
+
+# Score names and the C enum (attnc_score_kind); "concat" is Luong's name for "additive".
+KINDS = {
+    "dot": 0,
+    "scaled_dot": 1,
+    "general": 2,
+    "additive": 3,
+    "concat": 3,
+    "cosine": 4,
+    "location": 5,
+    "gaussian": 6,
+}
+# kind -> (required parameters, optional parameters)
+PARAMS = {
+    0: ((), ()),
+    1: ((), ("scale",)),
+    2: (("weight",), ()),
+    3: (("w_query", "w_key", "v"), ()),
+    4: ((), ("beta",)),
+    5: (("weight",), ()),
+    6: ((), ("bandwidth",)),
+}
+SAME_SIZE = (0, 1, 4, 6)  # kinds that need dq == dk
+
+
+class Inputs:
+    """query (..., Tq, dq), keys (..., Tk, dk), values (..., Tk, dv), checked.
+
+    values=None means values are the keys (`self.values_is_keys`)."""
+
+    def __init__(self, query, keys, values=None, *, names=("query", "keys", "values")):
+        qn, kn, vn = names
+        self.names = names
+        q = float_array(query, qn)
+        k = float_array(keys, kn)
+        self.dtype = q.dtype
+        same_dtype(self.dtype, **{kn: k})
+        if q.ndim < 2:
+            raise ValueError(f"{qn} must have shape (..., Tq, dq), got {shape_str(q.shape)}")
+        if k.ndim != q.ndim or k.shape[:-2] != q.shape[:-2]:
+            raise ValueError(
+                f"{kn} with shape {shape_str(k.shape)} does not fit {qn} with shape "
+                f"{shape_str(q.shape)}: both need the same leading dims, (..., Tk, dk) vs (..., Tq, dq)"
+            )
+        self.values_is_keys = values is None
+        if values is None:
+            v = k
+        else:
+            v = float_array(values, vn)
+            same_dtype(self.dtype, **{vn: v})
+            if v.ndim != k.ndim or v.shape[:-1] != k.shape[:-1]:
+                raise ValueError(
+                    f"{vn} with shape {shape_str(v.shape)} does not fit {kn} with shape "
+                    f"{shape_str(k.shape)}: values need shape (..., Tk, dv)"
+                )
+        self.batch = q.shape[:-2]
+        self.tq, self.dq = q.shape[-2:]
+        self.tk, self.dk = k.shape[-2:]
+        self.dv = v.shape[-1]
+        self.query, self.keys = blas_ready(q), blas_ready(k)
+        self.values = self.keys if values is None else blas_ready(v)
+        # Shapes of the caller's arrays, for gradients.
+        self.shapes = {qn: q.shape, kn: k.shape}
+        if values is not None:
+            self.shapes[vn] = v.shape
+
+    def grads(self, dq, dk, dv) -> dict:
+        """The gradient dict of query, keys and values; with values=None the
+        keys' gradient covers both of their uses."""
+        qn, kn, vn = self.names
+        if self.values_is_keys:
+            return {qn: dq, kn: dk + dv}
+        return {qn: dq, kn: dk, vn: dv}
+
+    def backward_outputs(self):
+        """Uninitialised gradients of query, keys and values (C writes them)."""
+        return self.empty(self.tq, self.dq), self.empty(self.tk, self.dk), self.empty(self.tk, self.dv)
+
+    def empty(self, *trailing, dtype=None):
+        return np.empty(self.batch + tuple(trailing), dtype=dtype or self.dtype)
+
+
+def _scalar(x, name: str, dtype) -> tuple[float, np.ndarray | None]:
+    """A scalar parameter: (its value, the array if it is differentiable)."""
+    if is_constant(x):
+        return float(x), None
+    a = float_array(x, name)
+    same_dtype(dtype, **{name: a})
+    if a.ndim != 0:
+        raise ValueError(f"{name} must be a float or a 0-d array, got shape {shape_str(a.shape)}")
+    return float(a), a
+
+
+class Score:
+    """A score name and its parameters, checked against the inputs."""
+
+    def __init__(self, score, params: dict, inp: Inputs):
+        name = choice(score, tuple(KINDS), "score")
+        self.name, self.kind = name, KINDS[name]
+        required, optional = PARAMS[self.kind]
+        given = {k: v for k, v in params.items() if v is not None}
+        for p in params:
+            if p not in required + optional:
+                takes = ", ".join(required + optional) or "no parameters"
+                raise TypeError(f"score {name!r} got an unexpected parameter {p!r} (it takes {takes})")
+        for p in required:
+            if p not in given:
+                raise TypeError(f"score {name!r} needs the parameter {p!r}")
+        if self.kind in SAME_SIZE and inp.dq != inp.dk:
+            qn, kn, _ = inp.names
+            raise ValueError(
+                f"score {name!r} needs {qn} and {kn} of the same feature size, got "
+                f"{shape_str(inp.shapes[qn])} and {shape_str(inp.shapes[kn])}"
+            )
+        self.arrays = {}  # differentiable parameter name -> prepared array
+        self.shapes = {}  # ... -> the caller's shape
+        scale, bandwidth, beta_scalar = 1.0, 1.0, 1.0
+        weight = w_query = w_key = v = beta = None
+        dt = inp.dtype
+        if self.kind == 1:
+            scale, arr = _scalar(given.get("scale", 1.0 / math.sqrt(inp.dk) if inp.dk else 1.0), "scale", dt)
+            self._keep("scale", arr)
+        elif self.kind == 6:
+            bandwidth, arr = _scalar(given.get("bandwidth", 1.0), "bandwidth", dt)
+            if not bandwidth > 0:
+                raise ValueError(f"bandwidth must be > 0, got {bandwidth}")
+            self._keep("bandwidth", arr)
+        elif self.kind in (2, 5):
+            want = (inp.dq, inp.dk) if self.kind == 2 else (inp.dq, inp.tk)
+            weight = self._matrix(given["weight"], "weight", want, "(dq, dk)" if self.kind == 2 else "(dq, Tk)", dt)
+        elif self.kind == 3:
+            wq = float_array(given["w_query"], "w_query")
+            same_dtype(dt, w_query=wq)
+            if wq.ndim != 2 or wq.shape[0] != inp.dq:
+                raise ValueError(f"w_query has shape {shape_str(wq.shape)}; score 'additive' needs (dq, da) with dq = {inp.dq}")
+            da = wq.shape[1]
+            w_query = self._matrix(wq, "w_query", (inp.dq, da), "(dq, da)", dt)
+            w_key = self._matrix(given["w_key"], "w_key", (inp.dk, da), "(dk, da)", dt)
+            v = self._matrix(given["v"], "v", (da,), "(da,)", dt, elementwise=True)
+        elif self.kind == 4 and "beta" in given:
+            if is_constant(given["beta"]):
+                beta_scalar = float(given["beta"])
+            else:
+                b = float_array(given["beta"], "beta")
+                same_dtype(dt, beta=b)
+                want = inp.batch + (inp.tq,)
+                try:
+                    beta = elementwise_ready(np.broadcast_to(b, want))
+                except ValueError:
+                    raise ValueError(f"beta with shape {shape_str(b.shape)} does not broadcast to (..., Tq) = {shape_str(want)}") from None
+                self.arrays["beta"], self.shapes["beta"] = beta, b.shape
+        self.c = (self.kind, scale, bandwidth, beta_scalar, weight, w_query, w_key, v, beta)
+
+    def _keep(self, name, arr):
+        if arr is not None:
+            self.arrays[name], self.shapes[name] = arr, arr.shape
+
+    def _matrix(self, x, name, shape, described, dtype, elementwise=False):
+        a = float_array(x, name)
+        same_dtype(dtype, **{name: a})
+        if a.shape != shape:
+            raise ValueError(f"{name} has shape {shape_str(a.shape)}; score {self.name!r} needs {described} = {shape_str(shape)}")
+        a = elementwise_ready(a) if elementwise else blas_ready(a)
+        self.arrays[name], self.shapes[name] = a, a.shape
+        return a
+
+    def grads(self, inp: Inputs):
+        """(the C binding's grads tuple, a function of its scalar results
+        giving the parameters' gradient dict)."""
+        out = {name: np.empty(shape, dtype=inp.dtype) for name, shape in self.shapes.items()
+               if name not in ("beta", "scale", "bandwidth")}
+        dbeta = inp.empty(inp.tq) if "beta" in self.shapes else None
+        spec = (out.get("weight"), out.get("w_query"), out.get("w_key"), out.get("v"), dbeta,
+                "scale" in self.shapes, "bandwidth" in self.shapes)
+
+        def finish(scalars):
+            grads = dict(out)
+            if dbeta is not None:
+                grads["beta"] = unbroadcast(dbeta, self.shapes["beta"])
+            for i, name in enumerate(("scale", "bandwidth")):
+                if name in self.shapes:
+                    grads[name] = np.asarray(scalars[i], dtype=inp.dtype)
+            return grads
+
+        return spec, finish

@@ -1,0 +1,88 @@
+"""attnc.hard_attention: one key per query (argmax, sampled, or Gumbel-max)."""
+
+from __future__ import annotations
+
+import numbers
+import secrets
+
+from .. import _core
+from .._args import choice, mask_spec
+from ..grad import register
+from ._spec import Inputs, Score
+
+MODES = ("argmax", "sample", "gumbel")
+
+
+def _seed(seed) -> int:
+    if seed is None:
+        return secrets.randbits(64)
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
+        raise TypeError(f"seed must be an int or None, got {type(seed).__name__}")
+    return int(seed) % 2**64
+
+
+def _forward(query, keys, values=None, *, mode="argmax", temperature=1.0, seed=None, score="dot",
+             mask=None, key_lengths=None, causal=False, **params):
+    mode = choice(mode, MODES, "mode")
+    temperature = float(temperature)
+    if not temperature > 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}")
+    inp = Inputs(query, keys, values)
+    sc = Score(score, params, inp)
+    ms = mask_spec(mask, key_lengths, causal, inp.batch, inp.tq, inp.tk)
+    opts = (MODES.index(mode), temperature, _seed(seed))
+    context, weights = inp.empty(inp.tq, inp.dv), inp.empty(inp.tq, inp.tk)
+    indices = inp.empty(inp.tq, dtype="int64")
+    _core.hard_attention_forward(sc.c, ms, opts, inp.query, inp.keys, inp.values, context, weights, indices)
+    return (context, weights, indices), (inp, sc, ms, opts, indices)
+
+
+def _backward(saved, cotangents):
+    inp, sc, ms, opts, indices = saved
+    dcontext, dweights, _ = cotangents
+    dq, dk, dv = inp.backward_outputs()
+    spec, finish = sc.grads(inp)
+    scalars = _core.hard_attention_backward(
+        sc.c, spec, ms, opts, dcontext, dweights, inp.query, inp.keys, inp.values, indices, dq, dk, dv
+    )
+    return {**inp.grads(dq, dk, dv), **finish(scalars)}
+
+
+def hard_attention(query, keys, values=None, *, mode="argmax", temperature=1.0, seed=None, score="dot",
+                   mask=None, key_lengths=None, causal=False, **params):
+    """Hard attention: each query reads exactly one key's value.
+
+    Parameters
+    ----------
+    query, keys, values, score, mask, key_lengths, causal, **params
+        As in ``attnc.attention``.
+    mode : ``"argmax"`` (the best allowed key), ``"sample"`` (a draw from the
+        masked softmax of the scores) or ``"gumbel"`` (Gumbel-max: the forward
+        is a one-hot pick; the backward is the gradient of
+        softmax((s + g) / temperature) with the same noise g: straight-through).
+    temperature : float > 0, used by ``"gumbel"``'s backward.
+    seed : int or None. The same seed gives the same picks (whatever the
+        thread count); None draws fresh randomness.
+
+    Returns
+    -------
+    context : array (..., Tq, dv), the picked values
+    weights : array (..., Tq, Tk), one-hot rows (zero rows where nothing may be attended)
+    indices : int64 array (..., Tq), the picked keys (-1 where nothing may be attended)
+
+    Gradients (``attnc.vjp``) reach the values through the one-hot weights in
+    every mode; query, keys and score parameters get gradients only in
+    ``"gumbel"`` mode (the picks are piecewise constant otherwise).
+
+    Example
+    -------
+    >>> q = np.random.rand(4, 8); k = np.random.rand(6, 8)
+    >>> context, weights, idx = attnc.hard_attention(q, k, mode="sample", seed=0)
+    >>> idx.shape, weights.sum(axis=-1)
+    ((4,), array([1., 1., 1., 1.]))
+    """
+    return _forward(query, keys, values, mode=mode, temperature=temperature, seed=seed, score=score,
+                    mask=mask, key_lengths=key_lengths, causal=causal, **params)[0]
+
+
+register(hard_attention, _forward, _backward)

@@ -1,0 +1,64 @@
+"""attnc.score: the score family, raw scores before any softmax."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import _core
+from ..grad import register
+from ._spec import Inputs, Score
+
+
+def _forward(query, keys, *, score="dot", **params):
+    inp = Inputs(query, keys)
+    sc = Score(score, params, inp)
+    out = inp.empty(inp.tq, inp.tk)
+    _core.score_forward(sc.c, inp.query, inp.keys, out)
+    return out, (inp, sc)
+
+
+def _backward(saved, cotangents):
+    inp, sc = saved
+    (ds,) = cotangents
+    if ds is None:
+        ds = inp.empty(inp.tq, inp.tk)
+        ds.fill(0)
+    dq, dk = inp.empty(inp.tq, inp.dq), inp.empty(inp.tk, inp.dk)
+    spec, finish = sc.grads(inp)
+    scalars = _core.score_backward(sc.c, spec, ds, inp.query, inp.keys, dq, dk)
+    return {"query": dq, "keys": dk, **finish(scalars)}
+
+
+def score(query, keys, *, score="dot", **params):
+    """Raw attention scores of every query against every key.
+
+    Parameters
+    ----------
+    query : array (..., Tq, dq), float32 or float64
+    keys : array (..., Tk, dk), same dtype and leading dims
+    score : str
+        ``"dot"``: q.k. ``"scaled_dot"``: q.k * ``scale`` (default 1/sqrt(dk)).
+        ``"general"``: q W k^T, ``weight`` (dq, dk). ``"additive"`` (alias
+        ``"concat"``): v^T tanh(q W_q + k W_k), ``w_query`` (dq, da), ``w_key``
+        (dk, da), ``v`` (da,). ``"cosine"``: beta * q.k / max(|q||k|, 1e-8),
+        ``beta`` a float or an array broadcastable to (..., Tq), default 1.
+        ``"location"``: q W, ``weight`` (dq, Tk); keys only fix Tk.
+        ``"gaussian"``: -|q - k|^2 / (2 bandwidth^2), ``bandwidth`` default 1.
+    **params
+        The score's parameters. Python floats are constants; float arrays
+        (0-d included) are differentiable with ``attnc.vjp``.
+
+    Returns
+    -------
+    scores : array (..., Tq, Tk)
+
+    Example
+    -------
+    >>> q = np.random.rand(2, 3, 8); k = np.random.rand(2, 5, 8)
+    >>> attnc.score(q, k, score="scaled_dot").shape
+    (2, 3, 5)
+    """
+    return _forward(query, keys, score=score, **params)[0]
+
+
+register(score, _forward, _backward)

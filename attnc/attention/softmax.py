@@ -1,0 +1,60 @@
+"""attnc.softmax: the masked, numerically stable softmax over keys."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import _core
+from .._args import elementwise_ready, float_array, mask_spec, shape_str
+from ..grad import register
+
+
+def _forward(scores, *, mask=None, key_lengths=None, causal=False):
+    s = float_array(scores, "scores")
+    if s.ndim < 2:
+        raise ValueError(f"scores must have shape (..., Tq, Tk), got {shape_str(s.shape)}")
+    s = elementwise_ready(s)
+    spec = mask_spec(mask, key_lengths, causal, s.shape[:-2], *s.shape[-2:])
+    w = np.empty(s.shape, dtype=s.dtype)
+    _core.softmax_forward(spec, s, w)
+    return w, w
+
+
+def _backward(w, cotangents):
+    (dw,) = cotangents
+    ds = np.empty_like(w)
+    if dw is None:
+        ds.fill(0)
+    else:
+        _core.softmax_backward(dw, w, ds)
+    return {"scores": ds}
+
+
+def softmax(scores, *, mask=None, key_lengths=None, causal=False):
+    """Softmax over the last axis (keys), restricted to the keys each query may attend to.
+
+    Parameters
+    ----------
+    scores : array (..., Tq, Tk), float32 or float64
+    mask : bool array broadcastable to (..., Tq, Tk), optional. True = may attend.
+    key_lengths : int array broadcastable to the leading dims (...), optional.
+        Keys at index >= length are padding.
+    causal : bool. Query i may not attend to key j > i.
+
+    The three restrictions combine (logical and). Stable for any finite
+    scores (exact for scores of +-1e4); a row with no key it may attend to is
+    all zeros, never NaN.
+
+    Returns
+    -------
+    weights : array (..., Tq, Tk), rows summing to 1 (or 0 when fully masked)
+
+    Example
+    -------
+    >>> attnc.softmax(np.array([[1.0, 2.0, 3.0]]), key_lengths=2)
+    array([[0.26894142, 0.73105858, 0.        ]])
+    """
+    return _forward(scores, mask=mask, key_lengths=key_lengths, causal=causal)[0]
+
+
+register(softmax, _forward, _backward)

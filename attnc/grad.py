@@ -1,0 +1,74 @@
+"""attnc.vjp: gradients from the C backward kernels.
+
+Every differentiable function registers a forward, which runs the C forward
+and keeps what the backward needs, and a backward, which runs the C backward.
+`vjp` calls the forward and hands back a pullback that calls the backward.
+This is not a general autograd engine: one call, one pullback.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._args import blas_ready, shape_str
+
+_RULES: dict = {}
+
+
+def register(fn, forward, backward):
+    """Make fn differentiable: forward(*args, **kwargs) -> (outputs, saved);
+    backward(saved, cotangents) -> {argument name: gradient}."""
+    _RULES[fn] = (forward, backward)
+    return fn
+
+
+def _cotangent(c, out: np.ndarray, index: int):
+    if c is None:
+        return None
+    if out.dtype.kind != "f":
+        raise TypeError(f"output {index} is an integer array ({out.dtype}); its cotangent must be None")
+    c = np.asarray(c)
+    if c.shape != out.shape:
+        raise ValueError(
+            f"cotangent {index} has shape {shape_str(c.shape)}, but output {index} has shape "
+            f"{shape_str(out.shape)}"
+        )
+    if c.dtype != out.dtype:
+        raise TypeError(f"cotangent {index} has dtype {c.dtype}, but output {index} has dtype {out.dtype}")
+    return blas_ready(c)
+
+
+def vjp(fn, *args, **kwargs):
+    """Run ``fn(*args, **kwargs)`` and return ``(outputs, pullback)``.
+
+    ``outputs`` is exactly what ``fn`` returns. ``pullback(*cotangents)`` takes
+    one cotangent per output, each shaped and typed like that output (``None``
+    for an output you do not use; integer outputs such as ``indices`` take
+    ``None``), and returns a dict from the name of every float-array argument
+    of the call (``"query"``, ``"keys"``, ``"values"``, ``"weight"``, ...) to
+    its gradient, with that argument's shape and dtype. Python floats are
+    constants and get no entry. The pullback may be called many times.
+
+    Example
+    -------
+    >>> q, k = np.random.rand(3, 4), np.random.rand(5, 4)
+    >>> (ctx, w), pullback = attnc.vjp(attnc.attention, q, k, score="scaled_dot")
+    >>> grads = pullback(np.ones_like(ctx), None)
+    >>> sorted(grads)
+    ['keys', 'query']
+    """
+    rule = _RULES.get(fn)
+    if rule is None:
+        names = ", ".join(sorted(f.__name__ for f in _RULES))
+        raise TypeError(f"attnc.vjp has no gradient rule for {fn!r}; it differentiates: {names}")
+    forward, backward = rule
+    outputs, saved = forward(*args, **kwargs)
+    outs = outputs if isinstance(outputs, tuple) else (outputs,)
+
+    def pullback(*cotangents):
+        if len(cotangents) != len(outs):
+            raise TypeError(f"pullback takes {len(outs)} cotangent(s), one per output, got {len(cotangents)}")
+        cots = tuple(_cotangent(c, o, i) for i, (c, o) in enumerate(zip(cotangents, outs)))
+        return backward(saved, cots)
+
+    return outputs, pullback

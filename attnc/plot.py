@@ -1,0 +1,211 @@
+"""Plotting helpers for attention weights (optional; needs matplotlib).
+
+Install the extra with ``pip install "attnc[plot]"``. matplotlib is imported
+only when a plotting function is called, so ``import attnc`` never needs it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["alignment"]
+
+_INSTALL_HINT = (
+    'attnc.plot needs matplotlib, which is not installed. '
+    'Install the plotting extra with: pip install "attnc[plot]"'
+)
+
+
+def _import_pyplot():
+    try:
+        import matplotlib.pyplot as plt
+    except ImportError as exc:  # pragma: no cover - exercised via monkeypatch
+        raise ImportError(_INSTALL_HINT) from exc
+    return plt
+
+
+def _as_matrix(weights):
+    """Return ``weights`` as a 2-D float64 array, squeezing leading size-1 dims."""
+    try:
+        arr = np.asarray(weights)
+    except Exception as exc:  # e.g. ragged nested lists
+        raise ValueError(
+            f"weights must be array-like of shape (Tq, Tk); could not convert it: {exc}"
+        ) from exc
+    if arr.dtype == object or not (
+        np.issubdtype(arr.dtype, np.number) or arr.dtype == np.bool_
+    ):
+        raise TypeError(
+            f"weights must hold real numbers, got dtype {arr.dtype} "
+            f"(shape {tuple(arr.shape)})"
+        )
+    if np.iscomplexobj(arr):
+        raise TypeError(f"weights must be real, got dtype {arr.dtype}")
+    shape = tuple(arr.shape)
+    while arr.ndim > 2 and arr.shape[0] == 1:
+        arr = arr[0]
+    if arr.ndim != 2:
+        raise ValueError(
+            "weights must be a 2-D alignment matrix of shape (Tq, Tk) "
+            f"(a leading batch dim of size 1 is allowed), got weights with shape {shape}"
+        )
+    return np.array(arr, dtype=np.float64, copy=True)
+
+
+def _as_tokens(tokens, expected, name, axis_name):
+    """Validate a token list against the matrix size; return a list of str."""
+    if tokens is None:
+        return None
+    if isinstance(tokens, (str, bytes)):
+        raise TypeError(
+            f"{name} must be a sequence of tokens (e.g. a list of str), "
+            f"not a single {type(tokens).__name__}; use {name}=text.split() "
+            f"or {name}=list(text)"
+        )
+    try:
+        labels = [str(t) for t in tokens]
+    except TypeError as exc:
+        raise TypeError(f"{name} must be a sequence of tokens, got {type(tokens).__name__}") from exc
+    if len(labels) != expected:
+        raise ValueError(
+            f"{name} has {len(labels)} tokens but weights has {expected} {axis_name} "
+            f"(weights shape is (Tq, Tk); {name} must have length "
+            f"{'Tk' if axis_name == 'columns' else 'Tq'} = {expected})"
+        )
+    return labels
+
+
+def alignment(
+    weights,
+    source_tokens=None,
+    target_tokens=None,
+    ax=None,
+    *,
+    title=None,
+    cmap="viridis",
+    colorbar=True,
+    annotate=False,
+):
+    """Draw an attention (alignment) matrix as a heatmap.
+
+    Row ``i`` holds the weights query/target token ``i`` gives to every
+    key/source token, so each row of a softmax output sums to 1 (or is all
+    zero when the query could attend to nothing).
+
+    Parameters
+    ----------
+    weights : array-like, shape (Tq, Tk) or (1, Tq, Tk)
+        Attention weights, e.g. the second output of :func:`attnc.attention`.
+        Any array-like works (NumPy array, nested lists, memoryview, CPU
+        tensor). Leading dims of size 1 are squeezed; anything else that is not
+        2-D raises ``ValueError``. The colour scale is fixed to [0, 1] so plots
+        can be compared with each other; values outside that range saturate.
+    source_tokens : sequence, length Tk, optional
+        Labels of the keys (source sequence), drawn on the x axis, one tick per
+        token, rotated so that long words do not overlap.
+    target_tokens : sequence, length Tq, optional
+        Labels of the queries (target sequence), drawn on the y axis, one tick
+        per token. Without tokens, the axes show integer positions.
+    ax : matplotlib.axes.Axes, optional
+        Axes to draw into. By default a new figure sized to the matrix is made.
+    title : str, optional
+        Axes title.
+    cmap : str or matplotlib colormap, default "viridis"
+    colorbar : bool, default True
+        Add a colour bar (0 to 1) next to the axes.
+    annotate : bool, default False
+        Write each weight (two decimals) inside its cell; useful for small
+        matrices.
+
+    Returns
+    -------
+    matplotlib.axes.Axes
+        The axes drawn into; ``ax.figure.savefig("a.png")`` (or ``.svg``)
+        saves it. The heatmap is ``ax.images[0]`` and its colour bar
+        ``ax.images[0].colorbar``.
+
+    Raises
+    ------
+    ValueError
+        ``weights`` is not (Tq, Tk) after squeezing, or a token list's length
+        does not match the matrix.
+    TypeError
+        ``weights`` is not numeric, or a token list is a plain string.
+    ImportError
+        matplotlib is missing (``pip install "attnc[plot]"``).
+
+    Examples
+    --------
+    >>> import numpy as np, attnc
+    >>> import attnc.plot
+    >>> src = "the cat sat on the mat".split()
+    >>> tgt = "le chat est assis".split()
+    >>> rng = np.random.default_rng(0)
+    >>> q = rng.standard_normal((len(tgt), 8))
+    >>> k = rng.standard_normal((len(src), 8))
+    >>> context, w = attnc.attention(q, k, score="scaled_dot")
+    >>> ax = attnc.plot.alignment(w, src, tgt, title="scaled dot")
+    >>> ax.figure.savefig("alignment.png", bbox_inches="tight")
+    """
+    mat = _as_matrix(weights)
+    tq, tk = mat.shape
+    xlabels = _as_tokens(source_tokens, tk, "source_tokens", "columns")
+    ylabels = _as_tokens(target_tokens, tq, "target_tokens", "rows")
+
+    plt = _import_pyplot()
+    from matplotlib.cm import ScalarMappable
+    from matplotlib.colors import Normalize
+    from matplotlib.ticker import MaxNLocator
+
+    if ax is None:
+        # About 0.4 inch per cell, within sane bounds; room for labels.
+        width = min(max(0.4 * tk + 2.5, 3.5), 14.0)
+        height = min(max(0.4 * tq + 1.5, 2.5), 12.0)
+        _, ax = plt.subplots(figsize=(width, height), layout="constrained")
+
+    norm = Normalize(vmin=0.0, vmax=1.0)
+    if mat.size:
+        mappable = ax.imshow(
+            mat, cmap=cmap, norm=norm, aspect="auto", interpolation="nearest",
+            origin="upper",
+        )
+    else:
+        # Nothing to draw (Tq = 0 or Tk = 0); keep the axes and the colour bar.
+        mappable = ScalarMappable(norm=norm, cmap=cmap)
+        ax.set_xlim(-0.5, tk - 0.5 if tk else 0.5)
+        ax.set_ylim(tq - 0.5 if tq else 0.5, -0.5)
+
+    if xlabels is not None:
+        ax.set_xticks(np.arange(tk))
+        ax.set_xticklabels(xlabels, rotation=90)
+    else:
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    if ylabels is not None:
+        ax.set_yticks(np.arange(tq))
+        ax.set_yticklabels(ylabels)
+    else:
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.tick_params(length=0)
+    ax.set_xlabel("source (keys)")
+    ax.set_ylabel("target (queries)")
+    if title is not None:
+        ax.set_title(title)
+
+    if annotate and mat.size:
+        fontsize = 8 if max(tq, tk) <= 12 else 6
+        for i in range(tq):
+            for j in range(tk):
+                value = mat[i, j]
+                if not np.isfinite(value):
+                    text, color = "nan", "red"
+                else:
+                    text = f"{value:.2f}"
+                    # Light text on the dark end of the scale, dark on the light end.
+                    r, g, b, _ = mappable.cmap(norm(value))
+                    color = "black" if 0.299 * r + 0.587 * g + 0.114 * b > 0.5 else "white"
+                ax.text(j, i, text, ha="center", va="center", color=color, fontsize=fontsize)
+
+    if colorbar:
+        cbar = ax.figure.colorbar(mappable, ax=ax, fraction=0.05, pad=0.03)
+        cbar.set_label("attention weight")
+    return ax

@@ -1,0 +1,336 @@
+/* score_impl.h: typed kernels of score.c (see core/real.h). Shapes per
+ * batch element: Q (Tq, dq), K (Tk, dk), S and dS (Tq, Tk). */
+#include "../core/real.h"
+
+static attnc_mat FN(mat)(REAL *p, int64_t rows, int64_t cols) {
+    attnc_mat m = {p, rows, cols, cols, 1};
+    return m;
+}
+
+/* Row i of matrix m as a pointer plus column stride. */
+#define ROW(m, i) ((const REAL *)(m).p + (i) * (m).rs)
+
+static REAL FN(norm)(const REAL *x, int64_t n, int64_t stride) {
+    REAL s = 0;
+    for (int64_t a = 0; a < n; a++) s += x[a * stride] * x[a * stride];
+    return SQRT(s);
+}
+
+/* Beta of row i (cosine score). */
+static REAL FN(beta_at)(const attnc_score_ctx *c, int64_t b, int64_t i) {
+    const attnc_tensor *beta = &c->p->beta;
+    if (!attnc_present(beta)) return (REAL)c->p->beta_scalar;
+    int64_t off = attnc_batch_offset(beta, &c->d->batch, b) + i * beta->strides[beta->ndim - 1];
+    return *(const REAL *)attnc_at(beta, off);
+}
+
+static attnc_mat FN(param)(const attnc_tensor *t) {
+    attnc_mat m = {t->data, t->shape[0], t->ndim > 1 ? t->shape[1] : 1, t->strides[0],
+                   t->ndim > 1 ? t->strides[1] : 1};
+    return m;
+}
+
+void FN(attnc_score_batch)(const attnc_score_ctx *c, int64_t b, REAL *s, REAL *scratch) {
+    const attnc_dims *d = c->d;
+    const attnc_score_params *p = c->p;
+    attnc_mat q = attnc_batch_mat(c->query, &d->batch, b);
+    attnc_mat k = attnc_batch_mat(c->keys, &d->batch, b);
+    attnc_mat sm = FN(mat)(s, d->tq, d->tk);
+    switch (p->kind) {
+    case ATTNC_SCORE_DOT:
+    case ATTNC_SCORE_SCALED_DOT:
+        GEMM(false, true, p->kind == ATTNC_SCORE_DOT ? 1 : (REAL)p->scale, q, k, 0, sm);
+        break;
+    case ATTNC_SCORE_GENERAL: {
+        attnc_mat qw = FN(mat)(scratch, d->tq, d->dk);
+        GEMM(false, false, 1, q, FN(param)(&p->weight), 0, qw);
+        GEMM(false, true, 1, qw, k, 0, sm);
+        break;
+    }
+    case ATTNC_SCORE_LOCATION:
+        GEMM(false, false, 1, q, FN(param)(&p->weight), 0, sm);
+        break;
+    case ATTNC_SCORE_ADDITIVE: {
+        /* S_ij = sum_a v_a tanh(QA_ia + KA_ja), QA = Q Wq, KA = K Wk. */
+        int64_t da = d->da, vs = p->v.strides[0];
+        REAL *qa = scratch, *ka = scratch + d->tq * da;
+        const REAL *v = p->v.data;
+        GEMM(false, false, 1, q, FN(param)(&p->w_query), 0, FN(mat)(qa, d->tq, da));
+        GEMM(false, false, 1, k, FN(param)(&p->w_key), 0, FN(mat)(ka, d->tk, da));
+        for (int64_t i = 0; i < d->tq; i++)
+            for (int64_t j = 0; j < d->tk; j++) {
+                REAL acc = 0;
+                for (int64_t a = 0; a < da; a++) acc += v[a * vs] * TANH(qa[i * da + a] + ka[j * da + a]);
+                s[i * d->tk + j] = acc;
+            }
+        break;
+    }
+    case ATTNC_SCORE_COSINE: {
+        /* S_ij = beta_i q_i.k_j / max(|q_i| |k_j|, eps). */
+        REAL *nk = scratch;
+        GEMM(false, true, 1, q, k, 0, sm);
+        for (int64_t j = 0; j < d->tk; j++) nk[j] = FN(norm)(ROW(k, j), d->dk, k.cs);
+        for (int64_t i = 0; i < d->tq; i++) {
+            REAL nq = FN(norm)(ROW(q, i), d->dq, q.cs), beta = FN(beta_at)(c, b, i);
+            for (int64_t j = 0; j < d->tk; j++) {
+                REAL n = nq * nk[j];
+                if (n < (REAL)ATTNC_COSINE_EPS) n = (REAL)ATTNC_COSINE_EPS;
+                s[i * d->tk + j] = beta * (s[i * d->tk + j] / n);
+            }
+        }
+        break;
+    }
+    case ATTNC_SCORE_GAUSSIAN: {
+        /* Direct differences, not |q|^2 - 2 q.k + |k|^2: no cancellation. */
+        REAL inv = 1 / (2 * (REAL)p->bandwidth * (REAL)p->bandwidth);
+        for (int64_t i = 0; i < d->tq; i++)
+            for (int64_t j = 0; j < d->tk; j++) {
+                const REAL *qi = ROW(q, i), *kj = ROW(k, j);
+                REAL acc = 0;
+                for (int64_t a = 0; a < d->dq; a++) {
+                    REAL diff = qi[a * q.cs] - kj[a * k.cs];
+                    acc += diff * diff;
+                }
+                s[i * d->tk + j] = -acc * inv;
+            }
+        break;
+    }
+    }
+}
+
+/* Zero a contiguous gradient matrix of element b, if wanted. */
+static void FN(zero_grad)(attnc_tensor *t, const attnc_dims *d, int64_t b) {
+    if (!attnc_present(t)) return;
+    attnc_mat m = attnc_batch_mat(t, &d->batch, b);
+    for (int64_t i = 0; i < m.rows * m.cols; i++) ((REAL *)m.p)[i] = 0;
+}
+
+static void FN(cosine_backward)(const attnc_score_ctx *c, int64_t b, const REAL *ds,
+                                REAL *scratch, attnc_mat q, attnc_mat k, attnc_tensor *dquery,
+                                attnc_tensor *dkeys, attnc_score_grads *g) {
+    /* c_ij = D_ij / n_ij, n_ij = max(|q_i||k_j|, eps), S = beta_i c_ij.
+     * With dc = dS beta and G = dc / n:
+     *   dq_i = sum_j G_ij k_j - q_i / |q_i|^2 sum_j [n > eps] dc_ij c_ij
+     *   dk_j = sum_i G_ij q_i - k_j / |k_j|^2 sum_i [n > eps] dc_ij c_ij
+     *   dbeta_i = sum_j dS_ij c_ij */
+    const attnc_dims *d = c->d;
+    int64_t tq = d->tq, tk = d->tk;
+    REAL *gm = scratch, *nq = gm + tq * tk, *nk = nq + tq, *rq = nk + tk, *rk = rq + tq;
+    GEMM(false, true, 1, q, k, 0, FN(mat)(gm, tq, tk));
+    for (int64_t i = 0; i < tq; i++) nq[i] = FN(norm)(ROW(q, i), d->dq, q.cs), rq[i] = 0;
+    for (int64_t j = 0; j < tk; j++) nk[j] = FN(norm)(ROW(k, j), d->dk, k.cs), rk[j] = 0;
+    REAL *dbeta = NULL;
+    if (attnc_present(&g->beta))
+        dbeta = (REAL *)g->beta.data + b * tq;
+    for (int64_t i = 0; i < tq; i++) {
+        REAL beta = FN(beta_at)(c, b, i), db = 0;
+        for (int64_t j = 0; j < tk; j++) {
+            REAL n = nq[i] * nk[j];
+            bool clipped = !(n >= (REAL)ATTNC_COSINE_EPS);
+            if (clipped) n = (REAL)ATTNC_COSINE_EPS;
+            REAL cij = gm[i * tk + j] / n, dsij = ds[i * tk + j], dc = dsij * beta;
+            db += dsij * cij;
+            if (!clipped) {
+                rq[i] += dc * cij;
+                rk[j] += dc * cij;
+            }
+            gm[i * tk + j] = dc / n;
+        }
+        if (dbeta) dbeta[i] = db;
+    }
+    attnc_mat gmat = FN(mat)(gm, tq, tk);
+    if (attnc_present(dquery)) {
+        attnc_mat dq = attnc_batch_mat(dquery, &d->batch, b);
+        GEMM(false, false, 1, gmat, k, 0, dq);
+        for (int64_t i = 0; i < tq; i++) {
+            if (rq[i] == 0) continue;
+            REAL f = rq[i] / (nq[i] * nq[i]);
+            for (int64_t a = 0; a < d->dq; a++) ((REAL *)dq.p)[i * d->dq + a] -= f * ROW(q, i)[a * q.cs];
+        }
+    }
+    if (attnc_present(dkeys)) {
+        attnc_mat dk = attnc_batch_mat(dkeys, &d->batch, b);
+        GEMM(true, false, 1, gmat, q, 0, dk);
+        for (int64_t j = 0; j < tk; j++) {
+            if (rk[j] == 0) continue;
+            REAL f = rk[j] / (nk[j] * nk[j]);
+            for (int64_t a = 0; a < d->dk; a++) ((REAL *)dk.p)[j * d->dk + a] -= f * ROW(k, j)[a * k.cs];
+        }
+    }
+}
+
+static void FN(gaussian_backward)(const attnc_score_ctx *c, int64_t b, const REAL *ds,
+                                  attnc_mat q, attnc_mat k, REAL *stash, attnc_tensor *dquery,
+                                  attnc_tensor *dkeys, attnc_score_grads *g) {
+    /* S_ij = -|q_i - k_j|^2 / (2h^2): dq_i = -sum_j dS_ij (q_i - k_j) / h^2,
+     * dk_j = -dq contributions, dh = sum dS_ij |q_i - k_j|^2 / h^3. */
+    const attnc_dims *d = c->d;
+    REAL h = (REAL)c->p->bandwidth, inv_h2 = 1 / (h * h);
+    REAL *dq = attnc_present(dquery) ? attnc_batch_mat(dquery, &d->batch, b).p : NULL;
+    REAL *dk = attnc_present(dkeys) ? attnc_batch_mat(dkeys, &d->batch, b).p : NULL;
+    FN(zero_grad)(dquery, d, b);
+    FN(zero_grad)(dkeys, d, b);
+    REAL dh = 0;
+    for (int64_t i = 0; i < d->tq; i++)
+        for (int64_t j = 0; j < d->tk; j++) {
+            REAL coef = ds[i * d->tk + j] * inv_h2, dist2 = 0;
+            const REAL *qi = ROW(q, i), *kj = ROW(k, j);
+            for (int64_t a = 0; a < d->dq; a++) {
+                REAL diff = qi[a * q.cs] - kj[a * k.cs];
+                dist2 += diff * diff;
+                if (dq) dq[i * d->dq + a] -= coef * diff;
+                if (dk) dk[j * d->dk + a] += coef * diff;
+            }
+            dh += coef * dist2 / h;
+        }
+    if (g && g->bandwidth) stash[b] = dh;
+}
+
+void FN(attnc_score_batch_backward)(const attnc_score_ctx *c, int64_t b, const REAL *ds,
+                                    REAL *scratch, REAL *stash, attnc_tensor *dquery,
+                                    attnc_tensor *dkeys, attnc_score_grads *g) {
+    const attnc_dims *d = c->d;
+    const attnc_score_params *p = c->p;
+    attnc_mat q = attnc_batch_mat(c->query, &d->batch, b);
+    attnc_mat k = attnc_batch_mat(c->keys, &d->batch, b);
+    attnc_mat dsm = FN(mat)((REAL *)ds, d->tq, d->tk);
+    attnc_mat dq = {0}, dk = {0};
+    bool want_q = attnc_present(dquery), want_k = attnc_present(dkeys);
+    if (want_q) dq = attnc_batch_mat(dquery, &d->batch, b);
+    if (want_k) dk = attnc_batch_mat(dkeys, &d->batch, b);
+    switch (p->kind) {
+    case ATTNC_SCORE_DOT:
+    case ATTNC_SCORE_SCALED_DOT: {
+        REAL alpha = p->kind == ATTNC_SCORE_DOT ? 1 : (REAL)p->scale;
+        if (want_q) GEMM(false, false, alpha, dsm, k, 0, dq);
+        if (want_k) GEMM(true, false, alpha, dsm, q, 0, dk);
+        if (p->kind == ATTNC_SCORE_SCALED_DOT && g && g->scale) {
+            GEMM(false, true, 1, q, k, 0, FN(mat)(scratch, d->tq, d->tk));
+            REAL acc = 0;
+            for (int64_t i = 0; i < d->tq * d->tk; i++) acc += ds[i] * scratch[i];
+            stash[b] = acc;
+        }
+        break;
+    }
+    case ATTNC_SCORE_GENERAL: {
+        /* S = (Q W) K^T: dQW = dS K (stashed for dW), dQ = dQW W^T, dK = dS^T (Q W). */
+        attnc_mat w = FN(param)(&p->weight);
+        attnc_mat qw = FN(mat)(scratch, d->tq, d->dk);
+        attnc_mat dqw = FN(mat)(stash + b * d->tq * d->dk, d->tq, d->dk);
+        GEMM(false, false, 1, dsm, k, 0, dqw);
+        if (want_q) GEMM(false, true, 1, dqw, w, 0, dq);
+        if (want_k) {
+            GEMM(false, false, 1, q, w, 0, qw);
+            GEMM(true, false, 1, dsm, qw, 0, dk);
+        }
+        break;
+    }
+    case ATTNC_SCORE_LOCATION:
+        if (want_q) GEMM(false, true, 1, dsm, FN(param)(&p->weight), 0, dq);
+        FN(zero_grad)(dkeys, d, b);
+        break;
+    case ATTNC_SCORE_ADDITIVE: {
+        int64_t da = d->da, tq = d->tq, tk = d->tk, vs = p->v.strides[0];
+        const REAL *v = p->v.data;
+        REAL *qa = scratch, *ka = scratch + tq * da;
+        REAL *dqa = stash + b * (tq + tk + 1) * da, *dka = dqa + tq * da, *dv = dka + tk * da;
+        GEMM(false, false, 1, q, FN(param)(&p->w_query), 0, FN(mat)(qa, tq, da));
+        GEMM(false, false, 1, k, FN(param)(&p->w_key), 0, FN(mat)(ka, tk, da));
+        for (int64_t x = 0; x < (tq + tk + 1) * da; x++) dqa[x] = 0;
+        for (int64_t i = 0; i < tq; i++)
+            for (int64_t j = 0; j < tk; j++) {
+                REAL dsij = ds[i * tk + j];
+                if (dsij == 0) continue;
+                for (int64_t a = 0; a < da; a++) {
+                    REAL t = TANH(qa[i * da + a] + ka[j * da + a]);
+                    REAL gpre = dsij * v[a * vs] * (1 - t * t);
+                    dqa[i * da + a] += gpre;
+                    dka[j * da + a] += gpre;
+                    dv[a] += dsij * t;
+                }
+            }
+        if (want_q) GEMM(false, true, 1, FN(mat)(dqa, tq, da), FN(param)(&p->w_query), 0, dq);
+        if (want_k) GEMM(false, true, 1, FN(mat)(dka, tk, da), FN(param)(&p->w_key), 0, dk);
+        break;
+    }
+    case ATTNC_SCORE_COSINE:
+        FN(cosine_backward)(c, b, ds, scratch, q, k, dquery, dkeys, g);
+        break;
+    case ATTNC_SCORE_GAUSSIAN:
+        FN(gaussian_backward)(c, b, ds, q, k, stash, dquery, dkeys, g);
+        break;
+    }
+}
+
+/* dW = sum_b X_b^T Y_b over the batch, in batch order. */
+static void FN(sum_xty)(attnc_tensor *dw, const attnc_score_ctx *c, const attnc_tensor *x,
+                        const REAL *y, int64_t rows, int64_t cols) {
+    if (!attnc_present(dw)) return;
+    attnc_mat out = {dw->data, dw->shape[0], dw->ndim > 1 ? dw->shape[1] : 1,
+                     dw->ndim > 1 ? dw->shape[1] : 1, 1};
+    if (c->d->batch.count == 0 || rows == 0) {
+        for (int64_t i = 0; i < out.rows * out.cols; i++) ((REAL *)out.p)[i] = 0;
+        return;
+    }
+    for (int64_t b = 0; b < c->d->batch.count; b++)
+        GEMM(true, false, 1, attnc_batch_mat(x, &c->d->batch, b),
+             FN(mat)((REAL *)y + b * rows * cols, rows, cols), b ? 1 : 0, out);
+}
+
+static double FN(sum_stash)(const REAL *stash, int64_t n) {
+    double acc = 0;
+    for (int64_t b = 0; b < n; b++) acc += stash[b];
+    return acc;
+}
+
+void FN(attnc_score_params_backward)(const attnc_score_ctx *c, const REAL *ds_all,
+                                     const REAL *stash, attnc_score_grads *g) {
+    if (!g) return;
+    const attnc_dims *d = c->d;
+    const attnc_score_params *p = c->p;
+    switch (p->kind) {
+    case ATTNC_SCORE_SCALED_DOT:
+        if (g->scale) *g->scale = FN(sum_stash)(stash, d->batch.count);
+        break;
+    case ATTNC_SCORE_GAUSSIAN:
+        if (g->bandwidth) *g->bandwidth = FN(sum_stash)(stash, d->batch.count);
+        break;
+    case ATTNC_SCORE_GENERAL:
+        FN(sum_xty)(&g->weight, c, c->query, stash, d->tq, d->dk);
+        break;
+    case ATTNC_SCORE_LOCATION:
+        FN(sum_xty)(&g->weight, c, c->query, ds_all, d->tq, d->tk);
+        break;
+    case ATTNC_SCORE_ADDITIVE: {
+        /* The stash holds, per batch element, dQA (Tq, da), dKA (Tk, da), dv (da). */
+        int64_t da = d->da, per = (d->tq + d->tk + 1) * da;
+        attnc_mat dwq = {g->w_query.data, d->dq, da, da, 1};
+        attnc_mat dwk = {g->w_key.data, d->dk, da, da, 1};
+        REAL *dv = attnc_present(&g->v) ? g->v.data : NULL;
+        if (dv)
+            for (int64_t a = 0; a < da; a++) dv[a] = 0;
+        for (int64_t b = 0; b < d->batch.count; b++) {
+            const REAL *dqa = stash + b * per, *dka = dqa + d->tq * da;
+            if (attnc_present(&g->w_query))
+                GEMM(true, false, 1, attnc_batch_mat(c->query, &d->batch, b),
+                     FN(mat)((REAL *)dqa, d->tq, da), b ? 1 : 0, dwq);
+            if (attnc_present(&g->w_key))
+                GEMM(true, false, 1, attnc_batch_mat(c->keys, &d->batch, b),
+                     FN(mat)((REAL *)dka, d->tk, da), b ? 1 : 0, dwk);
+            if (dv)
+                for (int64_t a = 0; a < da; a++) dv[a] += dka[d->tk * da + a];
+        }
+        if (d->batch.count == 0) {
+            for (int64_t x = 0; attnc_present(&g->w_query) && x < d->dq * da; x++) ((REAL *)dwq.p)[x] = 0;
+            for (int64_t x = 0; attnc_present(&g->w_key) && x < d->dk * da; x++) ((REAL *)dwk.p)[x] = 0;
+        }
+        break;
+    }
+    case ATTNC_SCORE_DOT:
+    case ATTNC_SCORE_COSINE:
+        break;
+    }
+}
+
+#undef ROW
+#include "../core/real_end.h"

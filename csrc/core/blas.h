@@ -1,0 +1,17 @@
+/* blas.h: the one place attnc calls BLAS (OpenBLAS from scipy-openblas32).
+ *
+ * C = alpha * op(A) * op(B) + beta * C over strided matrix views:
+ * op(A) is M x K, op(B) is K x N, C is M x N. A and B need a unit stride in
+ * one of their two dims (attnc_check_blas), C a unit column stride. */
+#ifndef ATTNC_BLAS_H
+#define ATTNC_BLAS_H
+#include <stdbool.h>
+
+#include "tensor.h"
+
+void attnc_gemm_f32(bool trans_a, bool trans_b, float alpha, attnc_mat a, attnc_mat b,
+                    float beta, attnc_mat c);
+void attnc_gemm_f64(bool trans_a, bool trans_b, double alpha, attnc_mat a, attnc_mat b,
+                    double beta, attnc_mat c);
+
+#endif

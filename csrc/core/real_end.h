@@ -1,0 +1,10 @@
+/* real_end.h: undo real.h (see there). */
+#undef REAL
+#undef FN
+#undef GEMM
+#undef EXP
+#undef LOG
+#undef TANH
+#undef SQRT
+#undef FABS
+#undef ATTNC_F64

@@ -1,0 +1,125 @@
+/* tensor.c: tensor views, batch offsets and argument checks. */
+#include "tensor.h"
+
+#include <inttypes.h>
+#include <limits.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "status.h"
+
+size_t attnc_dtype_size(attnc_dtype dtype) {
+    switch (dtype) {
+    case ATTNC_FLOAT32: return 4;
+    case ATTNC_FLOAT64: return 8;
+    case ATTNC_BOOL: return 1;
+    case ATTNC_INT64: return 8;
+    }
+    return 0;
+}
+
+const char *attnc_dtype_name(attnc_dtype dtype) {
+    switch (dtype) {
+    case ATTNC_FLOAT32: return "float32";
+    case ATTNC_FLOAT64: return "float64";
+    case ATTNC_BOOL: return "bool";
+    case ATTNC_INT64: return "int64";
+    }
+    return "unknown";
+}
+
+int64_t attnc_numel(const attnc_tensor *t) {
+    int64_t n = 1;
+    for (int d = 0; d < t->ndim; d++) n *= t->shape[d];
+    return n;
+}
+
+bool attnc_is_contiguous(const attnc_tensor *t) {
+    int64_t expect = 1;
+    for (int d = t->ndim - 1; d >= 0; d--) {
+        if (t->shape[d] != 1 && t->strides[d] != expect) return false;
+        expect *= t->shape[d];
+    }
+    return true;
+}
+
+int64_t attnc_batch_offset(const attnc_tensor *t, const attnc_batch *batch, int64_t b) {
+    int64_t off = 0;
+    for (int d = batch->nb - 1; d >= 0; d--) {
+        int64_t n = batch->shape[d];
+        off += (b % n) * t->strides[d];
+        b /= n;
+    }
+    return off;
+}
+
+void *attnc_at(const attnc_tensor *t, int64_t offset) {
+    return (char *)t->data + offset * (int64_t)attnc_dtype_size(t->dtype);
+}
+
+attnc_mat attnc_batch_mat(const attnc_tensor *t, const attnc_batch *batch, int64_t b) {
+    int n = t->ndim;
+    attnc_mat m = {attnc_at(t, attnc_batch_offset(t, batch, b)), t->shape[n - 2],
+                   t->shape[n - 1], t->strides[n - 2], t->strides[n - 1]};
+    return m;
+}
+
+static void format_shape(const attnc_tensor *t, char *buf, size_t size) {
+    size_t used = (size_t)snprintf(buf, size, "(");
+    for (int d = 0; d < t->ndim && used < size; d++)
+        used += (size_t)snprintf(buf + used, size - used, d ? ", %" PRId64 : "%" PRId64,
+                                 t->shape[d]);
+    if (used < size) snprintf(buf + used, size - used, t->ndim == 1 ? ",)" : ")");
+}
+
+attnc_status attnc_check_dtype(const attnc_tensor *t, const char *name, attnc_dtype dtype) {
+    if (t->dtype != dtype)
+        return attnc_fail(ATTNC_ERR_TYPE, "%s has dtype %s, expected %s", name,
+                          attnc_dtype_name(t->dtype), attnc_dtype_name(dtype));
+    if (t->ndim < 0 || t->ndim > ATTNC_MAX_DIMS)
+        return attnc_fail(ATTNC_ERR_VALUE, "%s has %d dims, at most %d are supported", name,
+                          t->ndim, ATTNC_MAX_DIMS);
+    for (int d = 0; d < t->ndim; d++)
+        if (t->shape[d] < 0 || t->shape[d] > INT_MAX)
+            return attnc_fail(ATTNC_ERR_VALUE, "%s has a dim of size %" PRId64
+                              " (sizes must be in [0, %d])", name, t->shape[d], INT_MAX);
+    return ATTNC_OK;
+}
+
+attnc_status attnc_check_shape(const attnc_tensor *t, const char *name,
+                               const attnc_batch *batch, int ntrail, int64_t *trail) {
+    bool ok = t->ndim == batch->nb + ntrail;
+    for (int d = 0; ok && d < batch->nb; d++) ok = t->shape[d] == batch->shape[d];
+    for (int d = 0; ok && d < ntrail; d++)
+        ok = trail[d] < 0 || t->shape[batch->nb + d] == trail[d];
+    if (!ok) {
+        char got[256];
+        format_shape(t, got, sizeof got);
+        return attnc_fail(ATTNC_ERR_VALUE, "%s has shape %s, which does not fit the call",
+                          name, got);
+    }
+    for (int d = 0; d < ntrail; d++)
+        if (trail[d] < 0) trail[d] = t->shape[batch->nb + d];
+    return ATTNC_OK;
+}
+
+attnc_status attnc_check_blas(const attnc_tensor *t, const char *name) {
+    int n = t->ndim;
+    if (n < 2) return ATTNC_OK;
+    int64_t rows = t->shape[n - 2], cols = t->shape[n - 1];
+    int64_t rs = rows == 1 ? (cols > 1 ? cols : 1) : t->strides[n - 2];
+    int64_t cs = cols == 1 ? 1 : t->strides[n - 1];
+    if ((cs == 1 && rs >= (cols > 1 ? cols : 1)) || (rs == 1 && cs >= (rows > 1 ? rows : 1)))
+        return ATTNC_OK;
+    if (rows == 0 || cols == 0) return ATTNC_OK;
+    return attnc_fail(ATTNC_ERR_LAYOUT,
+                      "%s needs a unit stride in one of its last two dims (strides %" PRId64
+                      ", %" PRId64 " elements); pass a contiguous copy",
+                      name, t->strides[n - 2], t->strides[n - 1]);
+}
+
+attnc_status attnc_check_out(const attnc_tensor *t, const char *name) {
+    if (!attnc_is_contiguous(t))
+        return attnc_fail(ATTNC_ERR_LAYOUT, "output %s must be C-contiguous", name);
+    return ATTNC_OK;
+}

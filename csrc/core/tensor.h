@@ -1,0 +1,51 @@
+/* tensor.h: views of tensors as batches of strided matrices. */
+#ifndef ATTNC_TENSOR_H
+#define ATTNC_TENSOR_H
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../include/attnc.h"
+
+/* One matrix of a batch: element (i, j) is at p + i*rs + j*cs (elements). */
+typedef struct {
+    void *p;
+    int64_t rows, cols, rs, cs;
+} attnc_mat;
+
+/* The leading "batch" dims shared by the tensors of one call. */
+typedef struct {
+    int nb;                          /* number of batch dims             */
+    int64_t shape[ATTNC_MAX_DIMS];
+    int64_t count;                   /* product of shape                 */
+} attnc_batch;
+
+static inline bool attnc_present(const attnc_tensor *t) { return t && t->data; }
+
+size_t attnc_dtype_size(attnc_dtype dtype);
+const char *attnc_dtype_name(attnc_dtype dtype);
+int64_t attnc_numel(const attnc_tensor *t);
+bool attnc_is_contiguous(const attnc_tensor *t);
+
+/* Element offset of batch element b (row-major over batch->shape) in t,
+ * whose first batch->nb dims are the batch dims. */
+int64_t attnc_batch_offset(const attnc_tensor *t, const attnc_batch *batch, int64_t b);
+
+/* The matrix made of t's last two dims at batch element b. */
+attnc_mat attnc_batch_mat(const attnc_tensor *t, const attnc_batch *batch, int64_t b);
+
+/* Pointer to element `offset` of t (typed by t's dtype). */
+void *attnc_at(const attnc_tensor *t, int64_t offset);
+
+/* Checks that return ATTNC_OK or fail with a message naming `name`. */
+attnc_status attnc_check_dtype(const attnc_tensor *t, const char *name, attnc_dtype dtype);
+/* t has exactly the shape [batch..., d0, d1, ...] (ndims trailing dims;
+ * a trailing entry of -1 matches any size and is returned through it). */
+attnc_status attnc_check_shape(const attnc_tensor *t, const char *name,
+                               const attnc_batch *batch, int ntrail, int64_t *trail);
+/* A float tensor BLAS can read: unit stride in one of its last two dims. */
+attnc_status attnc_check_blas(const attnc_tensor *t, const char *name);
+/* Output or gradient: C-contiguous. */
+attnc_status attnc_check_out(const attnc_tensor *t, const char *name);
+
+#endif

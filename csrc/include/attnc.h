@@ -1,0 +1,260 @@
+/*
+ * attnc.h: the public C API of attnc.
+ *
+ * Conventions
+ * - Every operation is a pair: attnc_<op>_forward and attnc_<op>_backward.
+ *   Arguments: outputs first, then inputs, then options.
+ * - Tensors are views (attnc_tensor): a data pointer, a dtype, a shape and
+ *   strides counted in ELEMENTS (not bytes). Strides may be zero (broadcast)
+ *   or negative. Float tensors that feed a matrix product must have a unit
+ *   stride in one of their last two dims (BLAS layout); outputs and gradients
+ *   must be C-contiguous. The Python binding guarantees both by copying
+ *   explicitly when an input does not fit.
+ * - "Batch" dims are the leading dims of query/keys/values, identical across
+ *   them; masks and per-row parameters may broadcast over them with zero
+ *   strides.
+ * - Every function returns an attnc_status; on failure attnc_last_error()
+ *   gives a message for the calling thread. No function prints, exits or
+ *   aborts.
+ * - Gradient outputs are overwritten (not accumulated into). A NULL data
+ *   pointer in an optional tensor means "absent" / "not wanted".
+ */
+#ifndef ATTNC_H
+#define ATTNC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define ATTNC_MAX_DIMS 16
+
+typedef enum {
+    ATTNC_OK = 0,
+    ATTNC_ERR_VALUE = 1,  /* a bad shape or value: the Python ValueError   */
+    ATTNC_ERR_TYPE = 2,   /* a bad dtype or missing argument: TypeError     */
+    ATTNC_ERR_NOMEM = 3,  /* an allocation failed: MemoryError              */
+    ATTNC_ERR_LAYOUT = 4  /* strides a kernel cannot use: ValueError        */
+} attnc_status;
+
+typedef enum {
+    ATTNC_FLOAT32 = 0,
+    ATTNC_FLOAT64 = 1,
+    ATTNC_BOOL = 2,   /* one byte, 0 or 1 */
+    ATTNC_INT64 = 3
+} attnc_dtype;
+
+typedef struct {
+    void *data;                       /* NULL: absent                     */
+    attnc_dtype dtype;
+    int ndim;
+    int64_t shape[ATTNC_MAX_DIMS];
+    int64_t strides[ATTNC_MAX_DIMS];  /* in elements                      */
+} attnc_tensor;
+
+/* ---- core ------------------------------------------------------------ */
+
+/* Message of the last failed call on this thread ("" if none). */
+const char *attnc_last_error(void);
+
+/* Threads used by attnc's parallel loops (and nothing else: OpenBLAS is kept
+ * single-threaded inside attnc so the two never oversubscribe the cores).
+ * n >= 1. Results do not depend on it. */
+attnc_status attnc_set_num_threads(int n);
+int attnc_get_num_threads(void);
+
+/* Name of the BLAS attnc calls and its own configuration string. */
+const char *attnc_blas_info(void);
+
+/* ---- masks ------------------------------------------------------------ */
+
+/* Which keys a query may attend to: the logical AND of
+ *   mask[..., i, j] != 0   (BOOL, shape (..., Tq, Tk), broadcast by strides),
+ *   j < key_lengths[...]   (INT64, shape (...), broadcast by strides, >= 0),
+ *   j <= i                 (when causal != 0).
+ * Each part is optional (data == NULL). */
+typedef struct {
+    attnc_tensor mask;
+    attnc_tensor key_lengths;
+    int causal;
+} attnc_mask;
+
+/* ---- scores ----------------------------------------------------------- */
+
+typedef enum {
+    ATTNC_SCORE_DOT = 0,        /* q.k                                      */
+    ATTNC_SCORE_SCALED_DOT = 1, /* q.k * scale                              */
+    ATTNC_SCORE_GENERAL = 2,    /* q W k^T,             weight (dq, dk)     */
+    ATTNC_SCORE_ADDITIVE = 3,   /* v^T tanh(q Wq + k Wk), w_query (dq, da),
+                                   w_key (dk, da), v (da)                   */
+    ATTNC_SCORE_COSINE = 4,     /* beta * q.k / max(|q||k|, 1e-8),
+                                   beta (..., Tq) or beta_scalar            */
+    ATTNC_SCORE_LOCATION = 5,   /* q W,                 weight (dq, Tk)     */
+    ATTNC_SCORE_GAUSSIAN = 6    /* -|q - k|^2 / (2 bandwidth^2)             */
+} attnc_score_kind;
+
+#define ATTNC_COSINE_EPS 1e-8
+
+typedef struct {
+    attnc_score_kind kind;
+    double scale;          /* scaled_dot                                   */
+    double bandwidth;      /* gaussian, > 0                                */
+    double beta_scalar;    /* cosine, used when beta.data == NULL          */
+    attnc_tensor weight;   /* general, location                            */
+    attnc_tensor w_query;  /* additive                                     */
+    attnc_tensor w_key;    /* additive                                     */
+    attnc_tensor v;        /* additive                                     */
+    attnc_tensor beta;     /* cosine, (..., Tq), may broadcast             */
+} attnc_score_params;
+
+/* Gradients of the score parameters. Tensors are contiguous, shaped like the
+ * parameter, except beta: its gradient is the full contiguous (..., Tq) array
+ * (the caller sums it back over broadcast dims). Scalars are written through
+ * the pointers. Any member may be absent / NULL. */
+typedef struct {
+    attnc_tensor weight, w_query, w_key, v, beta;
+    double *scale;
+    double *bandwidth;
+} attnc_score_grads;
+
+/* scores (..., Tq, Tk) <- query (..., Tq, dq), keys (..., Tk, dk). */
+attnc_status attnc_score_forward(attnc_tensor *scores, const attnc_tensor *query,
+                                 const attnc_tensor *keys,
+                                 const attnc_score_params *params);
+/* dquery, dkeys (like query, keys; either may be absent), param grads
+ * <- dscores (..., Tq, Tk), query, keys. */
+attnc_status attnc_score_backward(attnc_tensor *dquery, attnc_tensor *dkeys,
+                                  attnc_score_grads *dparams,
+                                  const attnc_tensor *dscores,
+                                  const attnc_tensor *query,
+                                  const attnc_tensor *keys,
+                                  const attnc_score_params *params);
+
+/* ---- masked softmax --------------------------------------------------- */
+
+/* weights (..., Tq, Tk) <- scores (..., Tq, Tk) under mask. Allowed keys get
+ * exp(s - max) / sum; the rest, and whole rows with nothing allowed (or only
+ * -inf scores), get 0. In place (weights->data == scores->data) is allowed
+ * when both are contiguous. */
+attnc_status attnc_softmax_forward(attnc_tensor *weights, const attnc_tensor *scores,
+                                   const attnc_mask *mask);
+/* dscores <- dweights, weights (the forward's output). Zero where weights
+ * is zero, so masked entries and rows get zero gradient. */
+attnc_status attnc_softmax_backward(attnc_tensor *dscores, const attnc_tensor *dweights,
+                                    const attnc_tensor *weights);
+
+/* ---- soft attention --------------------------------------------------- */
+
+/* context (..., Tq, dv), weights (..., Tq, Tk)
+ *   <- query (..., Tq, dq), keys (..., Tk, dk), values (..., Tk, dv). */
+attnc_status attnc_attention_forward(attnc_tensor *context, attnc_tensor *weights,
+                                     const attnc_tensor *query, const attnc_tensor *keys,
+                                     const attnc_tensor *values,
+                                     const attnc_score_params *params,
+                                     const attnc_mask *mask);
+/* dquery, dkeys, dvalues, param grads <- dcontext (or absent), dweights (or
+ * absent), the inputs and the forward's weights. */
+attnc_status attnc_attention_backward(attnc_tensor *dquery, attnc_tensor *dkeys,
+                                      attnc_tensor *dvalues, attnc_score_grads *dparams,
+                                      const attnc_tensor *dcontext,
+                                      const attnc_tensor *dweights,
+                                      const attnc_tensor *query, const attnc_tensor *keys,
+                                      const attnc_tensor *values,
+                                      const attnc_tensor *weights,
+                                      const attnc_score_params *params);
+
+/* ---- hard attention --------------------------------------------------- */
+
+typedef enum {
+    ATTNC_HARD_ARGMAX = 0,  /* the best allowed key (first NaN wins, as
+                               numpy.argmax)                               */
+    ATTNC_HARD_SAMPLE = 1,  /* a draw from the masked softmax (Gumbel-max)  */
+    ATTNC_HARD_GUMBEL = 2   /* Gumbel-max forward, straight-through backward
+                               via softmax((s + g) / temperature)           */
+} attnc_hard_mode;
+
+typedef struct {
+    attnc_hard_mode mode;
+    double temperature;  /* > 0, gumbel backward only                     */
+    uint64_t seed;       /* noise g[b, i, j] is a pure function of
+                            (seed, b, i, j): any thread count, same bits  */
+} attnc_hard_options;
+
+/* context (..., Tq, dv), weights (..., Tq, Tk) one-hot, indices (..., Tq)
+ * INT64 (-1 for a row with no allowed key) <- query, keys, values. */
+attnc_status attnc_hard_attention_forward(attnc_tensor *context, attnc_tensor *weights,
+                                          attnc_tensor *indices,
+                                          const attnc_tensor *query,
+                                          const attnc_tensor *keys,
+                                          const attnc_tensor *values,
+                                          const attnc_score_params *params,
+                                          const attnc_mask *mask,
+                                          const attnc_hard_options *options);
+/* dvalues = onehot^T dcontext in every mode; for GUMBEL also dquery, dkeys
+ * and param grads through the relaxed softmax (zero for the other modes). */
+attnc_status attnc_hard_attention_backward(attnc_tensor *dquery, attnc_tensor *dkeys,
+                                           attnc_tensor *dvalues,
+                                           attnc_score_grads *dparams,
+                                           const attnc_tensor *dcontext,
+                                           const attnc_tensor *dweights,
+                                           const attnc_tensor *query,
+                                           const attnc_tensor *keys,
+                                           const attnc_tensor *values,
+                                           const attnc_tensor *indices,
+                                           const attnc_score_params *params,
+                                           const attnc_mask *mask,
+                                           const attnc_hard_options *options);
+
+/* ---- local attention (Luong et al. 2015) ------------------------------ */
+
+typedef enum {
+    ATTNC_LOCAL_MONOTONIC = 0,  /* local-m: p_t given (or t)              */
+    ATTNC_LOCAL_PREDICTIVE = 1  /* local-p: p_t = S sigmoid(v_p^T tanh(q_t W_p)) */
+} attnc_local_mode;
+
+typedef struct {
+    attnc_local_mode mode;
+    double window;          /* D: keys with |s - p_t| <= D take part     */
+    attnc_tensor positions; /* monotonic: (..., Tq) FLOAT, may broadcast;
+                               absent: p_t = t                          */
+    attnc_tensor w_p;       /* predictive: (dq, dp)                      */
+    attnc_tensor v_p;       /* predictive: (dp)                          */
+} attnc_local_options;
+
+/* context (..., Tq, dv), weights (..., Tq, Tk), positions_out (..., Tq)
+ * <- query, keys, values. For predictive, the windowed softmax is multiplied
+ * by exp(-(s - p_t)^2 / (2 sigma^2)), sigma = D / 2, not renormalised. */
+attnc_status attnc_local_attention_forward(attnc_tensor *context, attnc_tensor *weights,
+                                           attnc_tensor *positions_out,
+                                           const attnc_tensor *query,
+                                           const attnc_tensor *keys,
+                                           const attnc_tensor *values,
+                                           const attnc_score_params *params,
+                                           const attnc_mask *mask,
+                                           const attnc_local_options *options);
+/* dquery, dkeys, dvalues, param grads, dw_p, dv_p (predictive; absent
+ * otherwise) <- dcontext, dweights, dpositions (predictive; each may be
+ * absent), the inputs and the forward's weights and positions. The window
+ * is a step function of p_t: positions given to local-m get no gradient. */
+attnc_status attnc_local_attention_backward(attnc_tensor *dquery, attnc_tensor *dkeys,
+                                            attnc_tensor *dvalues,
+                                            attnc_score_grads *dparams,
+                                            attnc_tensor *dw_p, attnc_tensor *dv_p,
+                                            const attnc_tensor *dcontext,
+                                            const attnc_tensor *dweights,
+                                            const attnc_tensor *dpositions,
+                                            const attnc_tensor *query,
+                                            const attnc_tensor *keys,
+                                            const attnc_tensor *values,
+                                            const attnc_tensor *weights,
+                                            const attnc_tensor *positions,
+                                            const attnc_score_params *params,
+                                            const attnc_mask *mask,
+                                            const attnc_local_options *options);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* ATTNC_H */

@@ -1,0 +1,34 @@
+/* buffers.h: Python buffers -> attnc tensor views, and C status -> Python
+ * exceptions. The only Python-aware code besides the wrappers. */
+#ifndef ATTNC_PY_BUFFERS_H
+#define ATTNC_PY_BUFFERS_H
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include "../include/attnc.h"
+
+#define ATTNC_MAX_BUFFERS 40
+
+/* The buffers one call holds; release them all with buffers_release. */
+typedef struct {
+    Py_buffer views[ATTNC_MAX_BUFFERS];
+    int count;
+} buffers;
+
+/* t <- a view of obj (None: absent, t->data = NULL). Returns 0 and sets a
+ * Python exception naming `name` on failure. */
+int buffers_get(buffers *held, PyObject *obj, const char *name, int writable, attnc_tensor *t);
+void buffers_release(buffers *held);
+
+/* Set the Python exception for a failed status; returns NULL. */
+PyObject *raise_status(attnc_status status);
+
+/* Run a C call without the GIL. */
+#define ATTNC_NOGIL(status, call) \
+    Py_BEGIN_ALLOW_THREADS(status) = (call);  \
+    Py_END_ALLOW_THREADS
+
+/* The functions of the attention family, for the module table. */
+extern PyMethodDef attnc_attention_methods[];
+
+#endif

@@ -1,0 +1,46 @@
+/* module.c: the attnc._core extension module: the method table of every
+ * family, and the configuration functions. */
+#include "buffers.h"
+
+static PyObject *py_set_num_threads(PyObject *self, PyObject *arg) {
+    (void)self;
+    long n = PyLong_AsLong(arg);
+    if (n == -1 && PyErr_Occurred()) return NULL;
+    attnc_status st;
+    ATTNC_NOGIL(st, attnc_set_num_threads(n < 0 || n > 100000 ? -1 : (int)n));
+    if (st != ATTNC_OK) return raise_status(st);
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_get_num_threads(PyObject *self, PyObject *unused) {
+    (void)self;
+    (void)unused;
+    return PyLong_FromLong(attnc_get_num_threads());
+}
+
+static PyObject *py_blas_info(PyObject *self, PyObject *unused) {
+    (void)self;
+    (void)unused;
+    return PyUnicode_FromString(attnc_blas_info());
+}
+
+static PyMethodDef config_methods[] = {
+    {"set_num_threads", py_set_num_threads, METH_O, NULL},
+    {"get_num_threads", py_get_num_threads, METH_NOARGS, NULL},
+    {"blas_info", py_blas_info, METH_NOARGS, NULL},
+    {NULL, NULL, 0, NULL}};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "attnc._core",
+                                    "attnc's C core (private: use the attnc package).", -1,
+                                    NULL, NULL, NULL, NULL, NULL};
+
+PyMODINIT_FUNC PyInit__core(void) {
+    PyObject *m = PyModule_Create(&module);
+    if (!m) return NULL;
+    if (PyModule_AddFunctions(m, config_methods) != 0 ||
+        PyModule_AddFunctions(m, attnc_attention_methods) != 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

@@ -1,0 +1,54 @@
+"""Build attnc's C extension against OpenBLAS from scipy-openblas32.
+
+The OpenBLAS shared library is copied next to the extension and found at run
+time through an $ORIGIN rpath, so an installed attnc needs no BLAS of the
+system and no scipy-openblas32 at run time (as that package's maintainers
+ask of projects that use it).
+"""
+
+import glob
+import os
+import shutil
+
+import scipy_openblas32 as openblas
+from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+
+SOURCES = sorted(
+    glob.glob("csrc/core/*.c") + glob.glob("csrc/attention/*.c") + glob.glob("csrc/python/*.c")
+)
+
+
+OPENBLAS_LIBRARY = os.path.join(openblas.get_lib_dir(), openblas.get_library(fullname=True))
+
+
+class BuildExtBundlingOpenBLAS(build_ext):
+    """build_ext that also places libscipy_openblas.so beside the extension,
+    in the build tree (wheels) and in the source tree (editable installs)."""
+
+    def build_extension(self, ext):
+        super().build_extension(ext)
+        target_dir = os.path.dirname(os.path.abspath(self.get_ext_fullpath(ext.name)))
+        shutil.copy2(OPENBLAS_LIBRARY, target_dir)
+
+    def copy_extensions_to_source(self):
+        super().copy_extensions_to_source()
+        build_py = self.get_finalized_command("build_py")
+        for ext in self.extensions:
+            package = ".".join(self.get_ext_fullname(ext.name).split(".")[:-1])
+            shutil.copy2(OPENBLAS_LIBRARY, build_py.get_package_dir(package))
+
+
+core = Extension(
+    "attnc._core",
+    sources=SOURCES,
+    include_dirs=["csrc/include", openblas.get_include_dir()],
+    library_dirs=[openblas.get_lib_dir()],
+    libraries=[openblas.get_library()],
+    extra_compile_args=["-std=c11", "-O2", "-Wall", "-Wextra", "-fvisibility=hidden"],
+    extra_link_args=["-Wl,-rpath,$ORIGIN", "-pthread"],
+    define_macros=[("Py_LIMITED_API", "0x030B0000")],
+    py_limited_api=True,
+)
+
+setup(ext_modules=[core], cmdclass={"build_ext": BuildExtBundlingOpenBLAS})
