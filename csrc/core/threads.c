@@ -23,6 +23,7 @@ typedef struct {
     pthread_cond_t done;       /* the last worker left the job               */
     pthread_mutex_t job_lock;  /* held by the thread whose job is running    */
     pthread_t tids[MAX_THREADS];
+    uint64_t born[MAX_THREADS];  /* generation when each worker was started  */
     int started;               /* workers running (threads - 1 at most)      */
     int threads;               /* configured thread count                    */
     int shutdown;              /* workers with index >= this must exit       */
@@ -54,9 +55,9 @@ static void run_blocks(attnc_task_fn fn, void *ctx, int64_t nblocks, int worker)
 
 static void *worker_main(void *arg) {
     int id = (int)(intptr_t)arg; /* 1 .. started */
-    uint64_t seen = 0;
     pthread_mutex_lock(&pool.lock);
-    seen = pool.generation;
+    /* Not pool.generation: a job may have started before this thread ran. */
+    uint64_t seen = pool.born[id];
     for (;;) {
         while (pool.generation == seen && id < pool.shutdown)
             pthread_cond_wait(&pool.wake, &pool.lock);
@@ -95,6 +96,7 @@ static void start_workers(void) {
     pthread_mutex_lock(&pool.lock);
     while (pool.started < pool.threads - 1) {
         int id = pool.started + 1;
+        pool.born[id] = pool.generation;
         if (pthread_create(&pool.tids[id], NULL, worker_main, (void *)(intptr_t)id) != 0)
             break;
         pool.started = id;
