@@ -21,6 +21,8 @@ def is_constant(x) -> bool:
 
 def float_array(x, name: str) -> np.ndarray:
     """x as a float32 or float64 ndarray (any buffer exporter works)."""
+    if type(x) is np.ndarray and x.dtype in FLOAT_DTYPES:
+        return x
     try:
         a = np.asarray(x)
     except Exception as exc:  # pragma: no cover - numpy's own message is kept

@@ -48,40 +48,40 @@ class Inputs:
     values=None means values are the keys (`self.values_is_keys`)."""
 
     def __init__(self, query, keys, values=None, *, names=("query", "keys", "values")):
-        qn, kn, vn = names
-        self.names = names
+        qn, kn, vn = self.names = names
         q = float_array(query, qn)
         k = float_array(keys, kn)
-        self.dtype = q.dtype
-        same_dtype(self.dtype, **{kn: k})
-        if q.ndim < 2:
-            raise ValueError(f"{qn} must have shape (..., Tq, dq), got {shape_str(q.shape)}")
-        if k.ndim != q.ndim or k.shape[:-2] != q.shape[:-2]:
+        self.dtype = dtype = q.dtype
+        if k.dtype != dtype:
+            same_dtype(dtype, **{kn: k})
+        qs, ks = q.shape, k.shape
+        if len(qs) < 2:
+            raise ValueError(f"{qn} must have shape (..., Tq, dq), got {shape_str(qs)}")
+        if len(ks) != len(qs) or ks[:-2] != qs[:-2]:
             raise ValueError(
-                f"{kn} with shape {shape_str(k.shape)} does not fit {qn} with shape "
-                f"{shape_str(q.shape)}: both need the same leading dims, (..., Tk, dk) vs (..., Tq, dq)"
+                f"{kn} with shape {shape_str(ks)} does not fit {qn} with shape "
+                f"{shape_str(qs)}: both need the same leading dims, (..., Tk, dk) vs (..., Tq, dq)"
             )
+        self.shapes = {qn: qs, kn: ks}  # the caller's shapes, for gradients
         self.values_is_keys = values is None
         if values is None:
             v = k
         else:
             v = float_array(values, vn)
-            same_dtype(self.dtype, **{vn: v})
-            if v.ndim != k.ndim or v.shape[:-1] != k.shape[:-1]:
+            if v.dtype != dtype:
+                same_dtype(dtype, **{vn: v})
+            if v.ndim != len(ks) or v.shape[:-1] != ks[:-1]:
                 raise ValueError(
                     f"{vn} with shape {shape_str(v.shape)} does not fit {kn} with shape "
-                    f"{shape_str(k.shape)}: values need shape (..., Tk, dv)"
+                    f"{shape_str(ks)}: values need shape (..., Tk, dv)"
                 )
-        self.batch = q.shape[:-2]
-        self.tq, self.dq = q.shape[-2:]
-        self.tk, self.dk = k.shape[-2:]
+            self.shapes[vn] = v.shape
+        self.batch = qs[:-2]
+        self.tq, self.dq = qs[-2:]
+        self.tk, self.dk = ks[-2:]
         self.dv = v.shape[-1]
         self.query, self.keys = blas_ready(q), blas_ready(k)
         self.values = self.keys if values is None else blas_ready(v)
-        # Shapes of the caller's arrays, for gradients.
-        self.shapes = {qn: q.shape, kn: k.shape}
-        if values is not None:
-            self.shapes[vn] = v.shape
 
     def grads(self, dq, dk, dv) -> dict:
         """The gradient dict of query, keys and values; with values=None the
@@ -114,6 +114,16 @@ class Score:
     """A score name and its parameters, checked against the inputs."""
 
     def __init__(self, score, params: dict, inp: Inputs):
+        self.arrays = {}  # differentiable parameter name -> prepared array
+        self.shapes = {}  # ... -> the caller's shape
+        if not params and (score == "dot" or (score == "scaled_dot" and inp.dq == inp.dk)):
+            # The common case, without the general machinery below.
+            self.name, self.kind = score, KINDS[score]
+            scale = 1.0 / math.sqrt(inp.dk) if self.kind == 1 and inp.dk else 1.0
+            if self.kind == 0 and inp.dq != inp.dk:
+                self._size_error(inp)
+            self.c = (self.kind, scale, 1.0, 1.0, None, None, None, None, None)
+            return
         name = choice(score, tuple(KINDS), "score")
         self.name, self.kind = name, KINDS[name]
         required, optional = PARAMS[self.kind]
@@ -126,13 +136,7 @@ class Score:
             if p not in given:
                 raise TypeError(f"score {name!r} needs the parameter {p!r}")
         if self.kind in SAME_SIZE and inp.dq != inp.dk:
-            qn, kn, _ = inp.names
-            raise ValueError(
-                f"score {name!r} needs {qn} and {kn} of the same feature size, got "
-                f"{shape_str(inp.shapes[qn])} and {shape_str(inp.shapes[kn])}"
-            )
-        self.arrays = {}  # differentiable parameter name -> prepared array
-        self.shapes = {}  # ... -> the caller's shape
+            self._size_error(inp)
         scale, bandwidth, beta_scalar = 1.0, 1.0, 1.0
         weight = w_query = w_key = v = beta = None
         dt = inp.dtype
@@ -169,6 +173,13 @@ class Score:
                     raise ValueError(f"beta with shape {shape_str(b.shape)} does not broadcast to (..., Tq) = {shape_str(want)}") from None
                 self.arrays["beta"], self.shapes["beta"] = beta, b.shape
         self.c = (self.kind, scale, bandwidth, beta_scalar, weight, w_query, w_key, v, beta)
+
+    def _size_error(self, inp: Inputs):
+        qn, kn, _ = inp.names
+        raise ValueError(
+            f"score {self.name!r} needs {qn} and {kn} of the same feature size, got "
+            f"{shape_str(inp.shapes[qn])} and {shape_str(inp.shapes[kn])}"
+        )
 
     def _keep(self, name, arr):
         if arr is not None:

@@ -1,0 +1,421 @@
+/* test_core.c: unit tests of the C core, without Python. Built and run under
+ * AddressSanitizer and UndefinedBehaviorSanitizer by tests/test_c_core.py.
+ * Each test compares with a plain loop written here, or with central finite
+ * differences for gradients. Prints "N passed, M failed" and exits non-zero
+ * on any failure. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../csrc/attention/common.h"
+#include "../../csrc/core/rng.h"
+#include "../../csrc/core/threads.h"
+#include "attnc.h"
+
+static int passed, failed;
+
+#define CHECK(cond, ...)                                              \
+    do {                                                              \
+        if (cond) {                                                   \
+            passed++;                                                 \
+        } else {                                                      \
+            failed++;                                                 \
+            printf("FAIL %s:%d: ", __FILE__, __LINE__);               \
+            printf(__VA_ARGS__);                                      \
+            printf("\n");                                             \
+        }                                                             \
+    } while (0)
+
+/* A contiguous tensor view over data. */
+static attnc_tensor view(void *data, attnc_dtype dtype, int ndim, const int64_t *shape) {
+    attnc_tensor t = {.data = data, .dtype = dtype, .ndim = ndim};
+    int64_t stride = 1;
+    for (int d = ndim - 1; d >= 0; d--) {
+        t.shape[d] = shape[d];
+        t.strides[d] = stride;
+        stride *= shape[d];
+    }
+    return t;
+}
+
+static double *randn(size_t n, uint64_t seed) {
+    double *x = malloc(n * sizeof *x);
+    for (size_t i = 0; i < n; i++) x[i] = 2 * attnc_uniform(seed, 7, i) - 1;
+    return x;
+}
+
+static double max_abs_diff(const double *a, const double *b, size_t n) {
+    double m = 0;
+    for (size_t i = 0; i < n; i++) m = fmax(m, fabs(a[i] - b[i]));
+    return m;
+}
+
+/* ---- core ------------------------------------------------------------- */
+
+static void test_rng(void) {
+    double sum = 0;
+    int in_range = 1;
+    for (uint64_t i = 0; i < 100000; i++) {
+        double u = attnc_uniform(42, 0, i);
+        in_range &= u > 0 && u < 1;
+        sum += u;
+    }
+    CHECK(in_range, "uniform outside (0, 1)");
+    CHECK(fabs(sum / 100000 - 0.5) < 0.005, "uniform mean %g", sum / 100000);
+    CHECK(attnc_uniform(1, 2, 3) == attnc_uniform(1, 2, 3), "not a pure function");
+    CHECK(attnc_uniform(1, 2, 3) != attnc_uniform(2, 2, 3), "seed ignored");
+    CHECK(attnc_uniform(1, 2, 3) != attnc_uniform(1, 3, 3), "stream ignored");
+}
+
+static void count_task(void *ctx, int64_t block, int worker) {
+    int *hits = ctx;
+    (void)worker;
+    __atomic_fetch_add(&hits[block], 1, __ATOMIC_RELAXED);
+}
+
+static void test_threads(void) {
+    for (int n = 1; n <= 4; n++) {
+        CHECK(attnc_set_num_threads(n) == ATTNC_OK, "set_num_threads(%d)", n);
+        CHECK(attnc_get_num_threads() == n, "get_num_threads != %d", n);
+        for (int rep = 0; rep < 50; rep++) {
+            int hits[37] = {0};
+            attnc_parallel_for(37, n, count_task, hits);
+            int ok = 1;
+            for (int b = 0; b < 37; b++) ok &= hits[b] == 1;
+            CHECK(ok, "a block did not run exactly once with %d threads", n);
+        }
+    }
+    CHECK(attnc_set_num_threads(0) == ATTNC_ERR_VALUE, "0 threads accepted");
+    CHECK(strstr(attnc_last_error(), "num_threads") != NULL, "message: %s", attnc_last_error());
+    attnc_set_num_threads(2);
+}
+
+/* ---- softmax ---------------------------------------------------------- */
+
+static void test_softmax(void) {
+    /* 2 rows x 4 keys: row 0 fully masked, row 1 with huge scores. */
+    double s[8] = {1, 2, 3, 4, 1e4, -1e4, 1e4 - 1, 0};
+    uint8_t m[8] = {0, 0, 0, 0, 1, 1, 1, 0};
+    double w[8];
+    int64_t shape[2] = {2, 4};
+    attnc_tensor ts = view(s, ATTNC_FLOAT64, 2, shape), tw = view(w, ATTNC_FLOAT64, 2, shape);
+    attnc_mask mask = {.mask = view(m, ATTNC_BOOL, 2, shape)};
+    CHECK(attnc_softmax_forward(&tw, &ts, &mask) == ATTNC_OK, "%s", attnc_last_error());
+    CHECK(w[0] == 0 && w[1] == 0 && w[2] == 0 && w[3] == 0, "masked row not zero");
+    double e = exp(-1.0);
+    CHECK(fabs(w[4] - 1 / (1 + e)) < 1e-15 && fabs(w[6] - e / (1 + e)) < 1e-15 && w[5] == 0 &&
+              w[7] == 0,
+          "stable softmax wrong: %g %g %g %g", w[4], w[5], w[6], w[7]);
+    /* backward: masked entries and rows get zero gradient, even a NaN one. */
+    double dw[8] = {NAN, 1, 1, 1, 1, 2, 3, NAN}, ds[8];
+    attnc_tensor tdw = view(dw, ATTNC_FLOAT64, 2, shape), tds = view(ds, ATTNC_FLOAT64, 2, shape);
+    CHECK(attnc_softmax_backward(&tds, &tdw, &tw) == ATTNC_OK, "%s", attnc_last_error());
+    double dot = w[4] * 1 + w[6] * 3;
+    CHECK(ds[0] == 0 && ds[7] == 0 && ds[5] == 0, "masked gradient not zero");
+    CHECK(fabs(ds[4] - w[4] * (1 - dot)) < 1e-15, "softmax backward wrong");
+    /* causal with key_lengths. */
+    int64_t len = 2;
+    mask = (attnc_mask){.key_lengths = view(&len, ATTNC_INT64, 0, NULL), .causal = 1};
+    double s2[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    ts = view(s2, ATTNC_FLOAT64, 2, shape);
+    CHECK(attnc_softmax_forward(&tw, &ts, &mask) == ATTNC_OK, "%s", attnc_last_error());
+    CHECK(w[0] == 1 && w[1] == 0 && w[4] == 0.5 && w[5] == 0.5 && w[6] == 0, "causal+lengths");
+    len = -1;
+    CHECK(attnc_softmax_forward(&tw, &ts, &mask) == ATTNC_ERR_VALUE, "negative length accepted");
+}
+
+/* ---- attention: value and finite-difference gradient -------------------- */
+
+/* Attention with the additive score (the most involved), float64, batch 2,
+ * Tq 3, Tk 4, dq 5, dk 3, dv 2, da 4, a mask with a fully masked row. */
+enum { B = 2, TQ = 3, TK = 4, DQ = 5, DK = 3, DV = 2, DA = 4 };
+
+typedef struct {
+    double *q, *k, *v, *wq, *wk, *va;
+    uint8_t mask[B * TQ * TK];
+} problem;
+
+static void setup(problem *p) {
+    p->q = randn(B * TQ * DQ, 1);
+    p->k = randn(B * TK * DK, 2);
+    p->v = randn(B * TK * DV, 3);
+    p->wq = randn(DQ * DA, 4);
+    p->wk = randn(DK * DA, 5);
+    p->va = randn(DA, 6);
+    for (int i = 0; i < B * TQ * TK; i++) p->mask[i] = attnc_uniform(9, 0, i) > 0.3;
+    for (int j = 0; j < TK; j++) p->mask[TQ * TK + j] = 0; /* batch 1, row 0 */
+}
+
+static attnc_status run(problem *p, double *ctx, double *w) {
+    int64_t qs[3] = {B, TQ, DQ}, ks[3] = {B, TK, DK}, vs[3] = {B, TK, DV};
+    int64_t cs[3] = {B, TQ, DV}, wsh[3] = {B, TQ, TK}, wqs[2] = {DQ, DA}, wks[2] = {DK, DA};
+    int64_t vas[1] = {DA};
+    attnc_tensor tq = view(p->q, ATTNC_FLOAT64, 3, qs), tk = view(p->k, ATTNC_FLOAT64, 3, ks);
+    attnc_tensor tv = view(p->v, ATTNC_FLOAT64, 3, vs), tc = view(ctx, ATTNC_FLOAT64, 3, cs);
+    attnc_tensor tw = view(w, ATTNC_FLOAT64, 3, wsh);
+    attnc_score_params sp = {.kind = ATTNC_SCORE_ADDITIVE,
+                             .w_query = view(p->wq, ATTNC_FLOAT64, 2, wqs),
+                             .w_key = view(p->wk, ATTNC_FLOAT64, 2, wks),
+                             .v = view(p->va, ATTNC_FLOAT64, 1, vas)};
+    attnc_mask m = {.mask = view(p->mask, ATTNC_BOOL, 3, wsh)};
+    return attnc_attention_forward(&tc, &tw, &tq, &tk, &tv, &sp, &m);
+}
+
+/* loss = sum(ctx * cot) */
+static double loss(problem *p, const double *cot) {
+    double ctx[B * TQ * DV], w[B * TQ * TK], l = 0;
+    run(p, ctx, w);
+    for (int i = 0; i < B * TQ * DV; i++) l += ctx[i] * cot[i];
+    return l;
+}
+
+static double fd_error(problem *p, double *x, size_t n, const double *grad, const double *cot) {
+    double worst = 0, scale = 1e-12;
+    for (size_t i = 0; i < n; i++) {
+        double old = x[i], h = 1e-6;
+        x[i] = old + h;
+        double lp = loss(p, cot);
+        x[i] = old - h;
+        double lm = loss(p, cot);
+        x[i] = old;
+        double num = (lp - lm) / (2 * h);
+        worst = fmax(worst, fabs(num - grad[i]));
+        scale = fmax(scale, fabs(num));
+    }
+    return worst / scale;
+}
+
+static void test_attention(void) {
+    problem p;
+    setup(&p);
+    double ctx[B * TQ * DV], w[B * TQ * TK];
+    CHECK(run(&p, ctx, w) == ATTNC_OK, "%s", attnc_last_error());
+    /* The reference: plain loops. */
+    double worst = 0;
+    for (int b = 0; b < B; b++)
+        for (int i = 0; i < TQ; i++) {
+            double s[TK], mx = -INFINITY, sum = 0;
+            for (int j = 0; j < TK; j++) {
+                s[j] = 0;
+                for (int a = 0; a < DA; a++) {
+                    double qa = 0, ka = 0;
+                    for (int x = 0; x < DQ; x++) qa += p.q[(b * TQ + i) * DQ + x] * p.wq[x * DA + a];
+                    for (int x = 0; x < DK; x++) ka += p.k[(b * TK + j) * DK + x] * p.wk[x * DA + a];
+                    s[j] += p.va[a] * tanh(qa + ka);
+                }
+                if (p.mask[(b * TQ + i) * TK + j]) mx = fmax(mx, s[j]);
+            }
+            for (int j = 0; j < TK; j++)
+                sum += s[j] = p.mask[(b * TQ + i) * TK + j] ? exp(s[j] - mx) : 0;
+            for (int j = 0; j < TK; j++) {
+                double ref = sum > 0 ? s[j] / sum : 0;
+                worst = fmax(worst, fabs(ref - w[(b * TQ + i) * TK + j]));
+            }
+        }
+    CHECK(worst < 1e-13, "additive attention weights differ by %g", worst);
+    for (int x = 0; x < DV; x++) CHECK(ctx[(1 * TQ + 0) * DV + x] == 0, "masked row context");
+
+    /* Gradients against central differences. */
+    double *cot = randn(B * TQ * DV, 11);
+    double dq[B * TQ * DQ], dk[B * TK * DK], dv[B * TK * DV], dwq[DQ * DA], dwk[DK * DA], dva[DA];
+    int64_t qs[3] = {B, TQ, DQ}, ks[3] = {B, TK, DK}, vs[3] = {B, TK, DV};
+    int64_t cs[3] = {B, TQ, DV}, wsh[3] = {B, TQ, TK}, wqs[2] = {DQ, DA}, wks[2] = {DK, DA};
+    int64_t vas[1] = {DA};
+    attnc_tensor tq = view(p.q, ATTNC_FLOAT64, 3, qs), tk = view(p.k, ATTNC_FLOAT64, 3, ks);
+    attnc_tensor tv = view(p.v, ATTNC_FLOAT64, 3, vs), tw = view(w, ATTNC_FLOAT64, 3, wsh);
+    attnc_tensor tcot = view(cot, ATTNC_FLOAT64, 3, cs);
+    attnc_tensor tdq = view(dq, ATTNC_FLOAT64, 3, qs), tdk = view(dk, ATTNC_FLOAT64, 3, ks);
+    attnc_tensor tdv = view(dv, ATTNC_FLOAT64, 3, vs);
+    attnc_score_params sp = {.kind = ATTNC_SCORE_ADDITIVE,
+                             .w_query = view(p.wq, ATTNC_FLOAT64, 2, wqs),
+                             .w_key = view(p.wk, ATTNC_FLOAT64, 2, wks),
+                             .v = view(p.va, ATTNC_FLOAT64, 1, vas)};
+    attnc_score_grads g = {.w_query = view(dwq, ATTNC_FLOAT64, 2, wqs),
+                           .w_key = view(dwk, ATTNC_FLOAT64, 2, wks),
+                           .v = view(dva, ATTNC_FLOAT64, 1, vas)};
+    CHECK(attnc_attention_backward(&tdq, &tdk, &tdv, &g, &tcot, NULL, &tq, &tk, &tv, &tw, &sp) ==
+              ATTNC_OK,
+          "%s", attnc_last_error());
+    CHECK(fd_error(&p, p.q, B * TQ * DQ, dq, cot) < 1e-7, "dquery");
+    CHECK(fd_error(&p, p.k, B * TK * DK, dk, cot) < 1e-7, "dkeys");
+    CHECK(fd_error(&p, p.v, B * TK * DV, dv, cot) < 1e-7, "dvalues");
+    CHECK(fd_error(&p, p.wq, DQ * DA, dwq, cot) < 1e-7, "dw_query");
+    CHECK(fd_error(&p, p.wk, DK * DA, dwk, cot) < 1e-7, "dw_key");
+    CHECK(fd_error(&p, p.va, DA, dva, cot) < 1e-7, "dv");
+    for (int x = 0; x < DQ; x++) CHECK(dq[(1 * TQ + 0) * DQ + x] == 0, "masked row gradient");
+
+    /* Thread count never changes a bit. */
+    double ctx1[B * TQ * DV], w1[B * TQ * TK];
+    attnc_set_num_threads(1);
+    run(&p, ctx1, w1);
+    attnc_set_num_threads(3);
+    run(&p, ctx, w);
+    CHECK(memcmp(ctx, ctx1, sizeof ctx) == 0 && memcmp(w, w1, sizeof w) == 0,
+          "results depend on the thread count");
+    attnc_set_num_threads(2);
+
+    /* Errors: a bad shape, a dtype mismatch, a missing parameter. */
+    double ctx2[B * TQ * DV];
+    int64_t bad[3] = {B, TK + 1, DV};
+    attnc_tensor tbad = view(p.v, ATTNC_FLOAT64, 3, bad), tc = view(ctx2, ATTNC_FLOAT64, 3, cs);
+    CHECK(attnc_attention_forward(&tc, &tw, &tq, &tk, &tbad, &sp, NULL) == ATTNC_ERR_VALUE,
+          "bad values shape accepted");
+    CHECK(strstr(attnc_last_error(), "values") != NULL, "message: %s", attnc_last_error());
+    attnc_tensor tf32 = tk;
+    tf32.dtype = ATTNC_FLOAT32;
+    CHECK(attnc_attention_forward(&tc, &tw, &tq, &tf32, &tv, &sp, NULL) == ATTNC_ERR_TYPE,
+          "dtype mismatch accepted");
+    attnc_score_params general = {.kind = ATTNC_SCORE_GENERAL};
+    CHECK(attnc_attention_forward(&tc, &tw, &tq, &tk, &tv, &general, NULL) == ATTNC_ERR_TYPE,
+          "missing weight accepted");
+    CHECK(strstr(attnc_last_error(), "weight") != NULL, "message: %s", attnc_last_error());
+    free(cot);
+    free(p.q), free(p.k), free(p.v), free(p.wq), free(p.wk), free(p.va);
+}
+
+/* Transposed (column-major) keys give the same scores as contiguous ones. */
+static void test_strided(void) {
+    double q[3 * 4], k[5 * 4], kt[4 * 5], s1[15], s2[15];
+    for (int i = 0; i < 12; i++) q[i] = attnc_uniform(1, 1, i);
+    for (int j = 0; j < 5; j++)
+        for (int a = 0; a < 4; a++) kt[a * 5 + j] = k[j * 4 + a] = attnc_uniform(2, 2, j * 4 + a);
+    int64_t qs[2] = {3, 4}, ks[2] = {5, 4}, ss[2] = {3, 5};
+    attnc_tensor tq = view(q, ATTNC_FLOAT64, 2, qs), tk = view(k, ATTNC_FLOAT64, 2, ks);
+    attnc_tensor tkt = tk;
+    tkt.data = kt;
+    tkt.strides[0] = 1;
+    tkt.strides[1] = 5;
+    attnc_tensor t1 = view(s1, ATTNC_FLOAT64, 2, ss), t2 = view(s2, ATTNC_FLOAT64, 2, ss);
+    attnc_score_params sp = {.kind = ATTNC_SCORE_COSINE, .beta_scalar = 2};
+    CHECK(attnc_score_forward(&t1, &tq, &tk, &sp) == ATTNC_OK, "%s", attnc_last_error());
+    CHECK(attnc_score_forward(&t2, &tq, &tkt, &sp) == ATTNC_OK, "%s", attnc_last_error());
+    CHECK(max_abs_diff(s1, s2, 15) < 1e-15, "transposed keys differ");
+    /* Neither dim unit-stride: refused, not misread. */
+    tkt.strides[0] = 2;
+    tkt.strides[1] = 10;
+    CHECK(attnc_score_forward(&t2, &tq, &tkt, &sp) == ATTNC_ERR_LAYOUT, "bad layout accepted");
+}
+
+/* Hard attention picks only allowed keys; the same seed, the same picks. */
+static void test_hard(void) {
+    enum { Q = 6, K = 7, D = 3 };
+    double *q = randn(Q * D, 1), *k = randn(K * D, 2), ctx[Q * D], w[Q * K], ctx2[Q * D], w2[Q * K];
+    int64_t idx[Q], idx2[Q];
+    uint8_t m[Q * K];
+    for (int i = 0; i < Q * K; i++) m[i] = (i % 3) != 0;
+    int64_t qs[2] = {Q, D}, ks[2] = {K, D}, ws[2] = {Q, K}, is[1] = {Q};
+    attnc_tensor tq = view(q, ATTNC_FLOAT64, 2, qs), tk = view(k, ATTNC_FLOAT64, 2, ks);
+    attnc_tensor tc = view(ctx, ATTNC_FLOAT64, 2, qs), tw = view(w, ATTNC_FLOAT64, 2, ws);
+    attnc_tensor ti = view(idx, ATTNC_INT64, 1, is);
+    attnc_tensor tc2 = view(ctx2, ATTNC_FLOAT64, 2, qs), tw2 = view(w2, ATTNC_FLOAT64, 2, ws);
+    attnc_tensor ti2 = view(idx2, ATTNC_INT64, 1, is);
+    attnc_score_params sp = {.kind = ATTNC_SCORE_DOT};
+    attnc_mask mask = {.mask = view(m, ATTNC_BOOL, 2, ws)};
+    attnc_hard_options o = {.mode = ATTNC_HARD_SAMPLE, .temperature = 1, .seed = 5};
+    CHECK(attnc_hard_attention_forward(&tc, &tw, &ti, &tq, &tk, &tk, &sp, &mask, &o) == ATTNC_OK,
+          "%s", attnc_last_error());
+    CHECK(attnc_hard_attention_forward(&tc2, &tw2, &ti2, &tq, &tk, &tk, &sp, &mask, &o) ==
+              ATTNC_OK,
+          "%s", attnc_last_error());
+    int ok = 1;
+    for (int i = 0; i < Q; i++) {
+        ok &= idx[i] >= 0 && idx[i] < K && m[i * K + idx[i]] && w[i * K + idx[i]] == 1;
+        for (int a = 0; a < D; a++) ok &= ctx[i * D + a] == k[idx[i] * D + a];
+    }
+    CHECK(ok, "sample picked a masked key or built a wrong context");
+    CHECK(memcmp(idx, idx2, sizeof idx) == 0, "same seed, different picks");
+
+    /* Gumbel straight-through: dquery = (softmax((s + g)/T) backward of
+     * dcontext V^T) / T, times K, with the noise the kernel used. */
+    o.mode = ATTNC_HARD_GUMBEL;
+    o.temperature = 0.7;
+    CHECK(attnc_hard_attention_forward(&tc, &tw, &ti, &tq, &tk, &tk, &sp, &mask, &o) == ATTNC_OK,
+          "%s", attnc_last_error());
+    double *dc = randn(Q * D, 3), dq[Q * D], dv[Q * D * 3], ref[Q * D] = {0};
+    int64_t vs[2] = {K, D};
+    attnc_tensor tdc = view(dc, ATTNC_FLOAT64, 2, qs), tdq = view(dq, ATTNC_FLOAT64, 2, qs);
+    attnc_tensor tdv = view(dv, ATTNC_FLOAT64, 2, vs);
+    CHECK(attnc_hard_attention_backward(&tdq, NULL, &tdv, NULL, &tdc, NULL, &tq, &tk, &tk, &ti,
+                                        &sp, &mask, &o) == ATTNC_OK,
+          "%s", attnc_last_error());
+    for (int i = 0; i < Q; i++) {
+        double y[K], g[K], mx = -INFINITY, sum = 0, dot = 0;
+        for (int j = 0; j < K; j++) {
+            double s = 0;
+            for (int a = 0; a < D; a++) s += q[i * D + a] * k[j * D + a];
+            y[j] = (s + attnc_gumbel(5, 0, (uint64_t)(i * K + j))) / o.temperature;
+            if (m[i * K + j]) mx = fmax(mx, y[j]);
+            g[j] = 0;
+            for (int a = 0; a < D; a++) g[j] += dc[i * D + a] * k[j * D + a];
+        }
+        for (int j = 0; j < K; j++) sum += y[j] = m[i * K + j] ? exp(y[j] - mx) : 0;
+        for (int j = 0; j < K; j++) dot += (y[j] /= sum) * g[j];
+        for (int j = 0; j < K; j++)
+            for (int a = 0; a < D; a++)
+                ref[i * D + a] += y[j] * (g[j] - dot) / o.temperature * k[j * D + a];
+    }
+    CHECK(max_abs_diff(dq, ref, Q * D) < 1e-12, "gumbel straight-through gradient differs by %g",
+          max_abs_diff(dq, ref, Q * D));
+    free(dc);
+    o.temperature = 0;
+    CHECK(attnc_hard_attention_forward(&tc, &tw, &ti, &tq, &tk, &tk, &sp, &mask, &o) ==
+              ATTNC_ERR_VALUE,
+          "temperature 0 accepted");
+    free(q), free(k);
+}
+
+/* Local-m: weights vanish outside |s - p| <= D; empty inputs are fine. */
+static void test_local(void) {
+    enum { Q = 4, K = 9, D = 2 };
+    double *q = randn(Q * D, 1), *k = randn(K * D, 2), ctx[Q * D], w[Q * K], pos[Q];
+    double given[Q] = {0.5, 3, 8.2, 20};
+    int64_t qs[2] = {Q, D}, ks[2] = {K, D}, ws[2] = {Q, K}, ps[1] = {Q};
+    attnc_tensor tq = view(q, ATTNC_FLOAT64, 2, qs), tk = view(k, ATTNC_FLOAT64, 2, ks);
+    attnc_tensor tc = view(ctx, ATTNC_FLOAT64, 2, qs), tw = view(w, ATTNC_FLOAT64, 2, ws);
+    attnc_tensor tp = view(pos, ATTNC_FLOAT64, 1, ps);
+    attnc_score_params sp = {.kind = ATTNC_SCORE_DOT};
+    attnc_local_options o = {.mode = ATTNC_LOCAL_MONOTONIC, .window = 1.5,
+                             .positions = view(given, ATTNC_FLOAT64, 1, ps)};
+    CHECK(attnc_local_attention_forward(&tc, &tw, &tp, &tq, &tk, &tk, &sp, NULL, &o) == ATTNC_OK,
+          "%s", attnc_last_error());
+    int ok = 1;
+    for (int i = 0; i < Q; i++) {
+        double sum = 0;
+        for (int j = 0; j < K; j++) {
+            if (fabs(j - given[i]) > 1.5) ok &= w[i * K + j] == 0;
+            sum += w[i * K + j];
+        }
+        ok &= i == 3 ? sum == 0 : fabs(sum - 1) < 1e-12;
+    }
+    CHECK(ok, "local-m window wrong");
+    /* Tq = 0 and Tk = 0. */
+    int64_t q0[2] = {0, D}, w0[2] = {0, K}, p0[1] = {0}, k0[2] = {0, D}, wk0[2] = {Q, 0};
+    attnc_tensor tq0 = view(q, ATTNC_FLOAT64, 2, q0), tc0 = view(ctx, ATTNC_FLOAT64, 2, q0);
+    attnc_tensor tw0 = view(w, ATTNC_FLOAT64, 2, w0), tp0 = view(pos, ATTNC_FLOAT64, 1, p0);
+    o.positions.data = NULL;
+    CHECK(attnc_local_attention_forward(&tc0, &tw0, &tp0, &tq0, &tk, &tk, &sp, NULL, &o) ==
+              ATTNC_OK,
+          "Tq = 0: %s", attnc_last_error());
+    attnc_tensor tk0 = view(k, ATTNC_FLOAT64, 2, k0), twk0 = view(w, ATTNC_FLOAT64, 2, wk0);
+    for (int i = 0; i < Q * D; i++) ctx[i] = 7;
+    CHECK(attnc_attention_forward(&tc, &twk0, &tq, &tk0, &tk0, &sp, NULL) == ATTNC_OK,
+          "Tk = 0: %s", attnc_last_error());
+    ok = 1;
+    for (int i = 0; i < Q * D; i++) ok &= ctx[i] == 0;
+    CHECK(ok, "Tk = 0 context not zero");
+    free(q), free(k);
+}
+
+int main(void) {
+    test_rng();
+    test_threads();
+    test_softmax();
+    test_attention();
+    test_strided();
+    test_hard();
+    test_local();
+    attnc_set_num_threads(1); /* join the workers before exit */
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed != 0;
+}
