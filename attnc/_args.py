@@ -42,7 +42,14 @@ def same_dtype(dtype: np.dtype, **arrays) -> None:
             )
 
 
+def _copy(a: np.ndarray) -> np.ndarray:
+    """An explicit, aligned, C-contiguous copy (np.ascontiguousarray would
+    return a misaligned contiguous array as it is)."""
+    return np.array(a, order="C", copy=True)
+
+
 def _strides_ok(a: np.ndarray) -> bool:
+    """Aligned, with strides in whole elements (what the C views need)."""
     isz = a.itemsize
     return a.flags.aligned and all(s % isz == 0 for s in a.strides)
 
@@ -50,16 +57,17 @@ def _strides_ok(a: np.ndarray) -> bool:
 def elementwise_ready(a: np.ndarray) -> np.ndarray:
     """An array the C core reads element by element: any stride is fine,
     as long as it is aligned and counted in whole elements."""
-    return a if a.flags.c_contiguous or _strides_ok(a) else np.ascontiguousarray(a)
+    return a if _strides_ok(a) else _copy(a)
 
 
 def blas_ready(a: np.ndarray) -> np.ndarray:
     """An array the C core can hand to BLAS: a unit stride in one of its last
     two dims (leading dims may have any stride). Otherwise an explicit copy."""
-    if a.flags.c_contiguous:
+    flags = a.flags
+    if flags.c_contiguous and flags.aligned:
         return a
     if a.ndim < 2 or not _strides_ok(a):
-        return np.ascontiguousarray(a)
+        return _copy(a)
     isz = a.itemsize
     rows, cols = a.shape[-2:]
     if rows == 0 or cols == 0:
@@ -68,7 +76,7 @@ def blas_ready(a: np.ndarray) -> np.ndarray:
     cs = isz if cols == 1 else a.strides[-1]
     if (cs == isz and rs >= cols * isz) or (rs == isz and cs >= rows * isz):
         return a
-    return np.ascontiguousarray(a)
+    return _copy(a)
 
 
 def shape_str(shape) -> str:

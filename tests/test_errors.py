@@ -14,7 +14,7 @@ def _shape_re(shape):
 
 
 def _q(*shape, dtype=np.float64):
-    return np.ones(shape, dtype=dtype) * 0.5
+    return np.full(shape, 0.5).astype(dtype)
 
 
 Q = _q(2, 3, 4)

@@ -546,3 +546,47 @@ def test_local_float32(rng):
             np.testing.assert_allclose(g32[n], g64[n], rtol=0,
                                        atol=1e-5 * max(np.max(np.abs(g64[n])), 1e-30),
                                        err_msg=n)
+
+
+def test_gumbel_straight_through_reaches_score_parameters(rng):
+    """score="general" with keys = I gives s = q W, the same scores as score="dot" with
+    query q W. With the same seed (same noise) the straight-through pull-back ds is the
+    same, so the general score must give d query = ds W^T and d weight = sum_b q_b^T ds_b."""
+    n, tq, tk = 5, 3, 4
+    q = rng.standard_normal((n, tq, tk))
+    wgen = rng.standard_normal((tk, tk))
+    keys = np.broadcast_to(np.eye(tk), (n, tk, tk)).copy()
+    values = rng.standard_normal((n, tk, 2))
+    kw = dict(mode="gumbel", temperature=0.6, seed=77)
+    (c1, w1, i1), pb1 = attnc.vjp(attnc.hard_attention, q @ wgen, keys, values, **kw)
+    (c2, w2, i2), pb2 = attnc.vjp(attnc.hard_attention, q, keys, values, score="general",
+                                  weight=wgen, **kw)
+    np.testing.assert_array_equal(i1, i2)
+    dc = rng.standard_normal(c1.shape)
+    dw = rng.standard_normal(w1.shape)
+    ds = pb1(dc, dw, None)["query"]            # keys = I: d query = ds
+    g = pb2(dc, dw, None)
+    assert np.any(ds != 0)
+    np.testing.assert_allclose(g["query"], ds @ wgen.T, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(g["weight"], np.einsum("btd,btk->dk", q, ds), rtol=1e-10,
+                               atol=1e-12)
+
+
+def test_local_nan_propagates(rng):
+    q = rng.standard_normal((2, 4, 3))
+    k = rng.standard_normal((2, 6, 3))
+    v = rng.standard_normal((2, 6, 2))
+    q[1, 2, 0] = np.nan
+    ctx, w, p = attnc.local_attention(q, k, v, window=1.5)
+    assert np.all(np.isnan(ctx[1, 2]))
+    ectx, ew, _ = ref.local_attention(q, k, v, window=1.5)
+    keep = np.ones((2, 4), bool)
+    keep[1, 2] = False
+    np.testing.assert_allclose(ctx[keep], ectx[keep], rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(w[keep], ew[keep], rtol=1e-12, atol=1e-14)
+    wp = rng.standard_normal((3, 2))
+    vp = rng.standard_normal(2)
+    ctx, w, p = attnc.local_attention(q, k, v, window=2, mode="predictive", w_p=wp, v_p=vp)
+    assert np.isnan(p[1, 2]) and np.all(np.isnan(ctx[1, 2]))
+    ectx, ew, ep = ref.local_attention(q, k, v, window=2, mode="predictive", w_p=wp, v_p=vp)
+    np.testing.assert_allclose(ctx[keep], ectx[keep], rtol=1e-12, atol=1e-14)

@@ -23,8 +23,7 @@ def _forward(x_query, x_train, y_train, *, bandwidth=1.0):
     if yt.ndim not in (1, 2) or yt.shape[0] != xt.shape[0]:
         raise ValueError(f"y_train has shape {shape_str(yt.shape)}; it needs (n,) or (n, dy) with n = {xt.shape[0]}")
     shapes = {"x_query": xq.shape, "x_train": xt.shape, "y_train": yt.shape}
-    as2d = lambda a: a.reshape(a.shape[0], -1)  # noqa: E731
-    inp = Inputs(as2d(xq), as2d(xt), as2d(yt), names=NAMES)
+    inp = Inputs(*(a if a.ndim == 2 else a[:, None] for a in (xq, xt, yt)), names=NAMES)
     sc = Score("gaussian", {"bandwidth": bandwidth}, inp)
     y, weights = inp.empty(inp.tq, inp.dv), inp.empty(inp.tq, inp.tk)
     _core.attention_forward(sc.c, (None, None, False), inp.query, inp.keys, inp.values, y, weights)
