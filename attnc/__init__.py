@@ -16,6 +16,7 @@ from .attention import (  # noqa: E402
     hard_attention,
     kernel_regression,
     local_attention,
+    scaled_dot_product_attention,
     score,
     softmax,
 )
@@ -44,6 +45,7 @@ __all__ = [
     "hard_attention",
     "kernel_regression",
     "local_attention",
+    "scaled_dot_product_attention",
     "score",
     "set_num_threads",
     "softmax",

@@ -254,6 +254,45 @@ attnc_status attnc_local_attention_backward(attnc_tensor *dquery, attnc_tensor *
                                             const attnc_mask *mask,
                                             const attnc_local_options *options);
 
+/* ---- fused scaled-dot-product attention (FlashAttention-style) --------- */
+
+/* Shapes: query (..., H, L, E), key (..., Hkv, S, E), value (..., Hkv, S, Ev),
+ * output (..., H, L, Ev); H a multiple of Hkv, query head h reads kv head
+ * h / (H / Hkv) (grouped-query attention, nothing copied). The L x S matrix
+ * is never stored: the kernel walks (Bq x Bk) tiles with an online softmax
+ * and saves the log-sum-exp of every row (lse, (..., H, L)) for the backward,
+ * which recomputes the tiles. Work is split into fixed blocks (batch x head x
+ * query block forward and for dQ, batch x kv head x key block for dK/dV), so
+ * results are bitwise identical for any thread count. */
+typedef struct {
+    /* Up to two masks, each BOOL (nonzero = takes part) or FLOAT (added to
+     * the scores), broadcast by strides to (..., H, L, S); absent: unused. */
+    attnc_tensor masks[2];
+    int causal;             /* key j takes part only if j <= i + causal_offset */
+    int64_t causal_offset;  /* 0: top-left aligned; S - L: bottom-right      */
+    double scale;           /* scores = scale * q.k                          */
+    double dropout_p;       /* in [0, 1]; kept probabilities scaled by 1/(1-p) */
+    uint64_t seed;          /* dropout keep[b,h,i,j] is a pure function of
+                               (seed, b, h, i, j)                           */
+} attnc_sdpa_options;
+
+/* output (..., H, L, Ev), lse (..., H, L), weights (..., H, L, S) (optional:
+ * the softmax probabilities before dropout) <- query, key, value. A row with
+ * no key to attend to gets a zero output, zero weights and lse = -inf. */
+attnc_status attnc_sdpa_forward(attnc_tensor *output, attnc_tensor *lse, attnc_tensor *weights,
+                                const attnc_tensor *query, const attnc_tensor *key,
+                                const attnc_tensor *value, const attnc_sdpa_options *options);
+/* dquery, dkey, dvalue (each optional), dmask (optional: the gradient of a
+ * FLOAT masks[0], as a full contiguous (..., H, L, S) array, zero-filled by
+ * the caller) <- doutput, dweights (optional: the cotangent of the returned
+ * weights) and the forward's inputs, output and lse. */
+attnc_status attnc_sdpa_backward(attnc_tensor *dquery, attnc_tensor *dkey, attnc_tensor *dvalue,
+                                 attnc_tensor *dmask, const attnc_tensor *doutput,
+                                 const attnc_tensor *dweights,
+                                 const attnc_tensor *query, const attnc_tensor *key,
+                                 const attnc_tensor *value, const attnc_tensor *output,
+                                 const attnc_tensor *lse, const attnc_sdpa_options *options);
+
 #ifdef __cplusplus
 }
 #endif

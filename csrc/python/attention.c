@@ -296,7 +296,62 @@ static PyObject *py_local_backward(PyObject *self, PyObject *args) {
     return finish(&h, st, &s);
 }
 
+/* sdpa: (mask0, mask1, causal, causal_offset, scale, dropout_p, seed) */
+static int parse_sdpa(buffers *h, PyObject *tup, attnc_sdpa_options *o) {
+    PyObject *m0, *m1;
+    unsigned long long seed;
+    long long offset;
+    if (!PyArg_ParseTuple(tup, "OOpLddK;sdpa spec", &m0, &m1, &o->causal, &offset, &o->scale,
+                          &o->dropout_p, &seed))
+        return 0;
+    o->causal_offset = offset;
+    o->seed = seed;
+    return buffers_get(h, m0, "attn_mask", 0, &o->masks[0]) &&
+           buffers_get(h, m1, "key_padding_mask", 0, &o->masks[1]);
+}
+
+static PyObject *py_sdpa_forward(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *spec, *q, *k, *v, *out, *lse, *w;
+    if (!PyArg_ParseTuple(args, "OOOOOOO", &spec, &q, &k, &v, &out, &lse, &w)) return NULL;
+    buffers h = {.count = 0};
+    attnc_sdpa_options o;
+    attnc_tensor tq, tk, tv, to, tl, tw;
+    attnc_status st = ATTNC_OK;
+    if (!(parse_sdpa(&h, spec, &o) && buffers_get(&h, q, "query", 0, &tq) &&
+          buffers_get(&h, k, "key", 0, &tk) && buffers_get(&h, v, "value", 0, &tv) &&
+          buffers_get(&h, out, "output", 1, &to) && buffers_get(&h, lse, "lse", 1, &tl) &&
+          buffers_get(&h, w, "weights", 1, &tw)))
+        return buffers_release(&h), NULL;
+    ATTNC_NOGIL(st, attnc_sdpa_forward(&to, &tl, &tw, &tq, &tk, &tv, &o));
+    return finish(&h, st, NULL);
+}
+
+static PyObject *py_sdpa_backward(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *spec, *dout, *dw, *q, *k, *v, *out, *lse, *dq, *dk, *dv, *dm;
+    if (!PyArg_ParseTuple(args, "OOOOOOOOOOOO", &spec, &dout, &dw, &q, &k, &v, &out, &lse, &dq,
+                          &dk, &dv, &dm))
+        return NULL;
+    buffers h = {.count = 0};
+    attnc_sdpa_options o;
+    attnc_tensor tdo, tdw, tq, tk, tv, to, tl, tdq, tdk, tdv, tdm;
+    attnc_status st = ATTNC_OK;
+    if (!(parse_sdpa(&h, spec, &o) && buffers_get(&h, dout, "doutput", 0, &tdo) &&
+          buffers_get(&h, dw, "dweights", 0, &tdw) && buffers_get(&h, q, "query", 0, &tq) &&
+          buffers_get(&h, k, "key", 0, &tk) && buffers_get(&h, v, "value", 0, &tv) &&
+          buffers_get(&h, out, "output", 0, &to) && buffers_get(&h, lse, "lse", 0, &tl) &&
+          buffers_get(&h, dq, "dquery", 1, &tdq) && buffers_get(&h, dk, "dkey", 1, &tdk) &&
+          buffers_get(&h, dv, "dvalue", 1, &tdv) && buffers_get(&h, dm, "dmask", 1, &tdm)))
+        return buffers_release(&h), NULL;
+    ATTNC_NOGIL(st, attnc_sdpa_backward(&tdq, &tdk, &tdv, &tdm, &tdo, &tdw, &tq, &tk, &tv, &to,
+                                        &tl, &o));
+    return finish(&h, st, NULL);
+}
+
 PyMethodDef attnc_attention_methods[] = {
+    {"sdpa_forward", py_sdpa_forward, METH_VARARGS, NULL},
+    {"sdpa_backward", py_sdpa_backward, METH_VARARGS, NULL},
     {"score_forward", py_score_forward, METH_VARARGS, NULL},
     {"score_backward", py_score_backward, METH_VARARGS, NULL},
     {"softmax_forward", py_softmax_forward, METH_VARARGS, NULL},

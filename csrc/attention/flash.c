@@ -1,0 +1,195 @@
+/* flash.c: fused scaled-dot-product attention, a tiled kernel with an online
+ * softmax (FlashAttention, Dao et al. 2022), forward and backward.
+ *
+ * Forward: one task per (batch, head, query block) walks the key blocks,
+ * keeping the running max m, sum l and output accumulator of its rows, and
+ * saves lse = m + log(l). Causal attention stops at the diagonal's block.
+ * Backward (three parallel loops, each writing only its own outputs):
+ *   D = rowsum(dO o O)                         per (batch, head)
+ *   dK_j, dV_j over query blocks i             per (batch, kv head, key block)
+ *   dQ_i over key blocks j                     per (batch, head, query block)
+ * recomputing P = exp(S - lse) tile by tile. Splitting dQ from dK/dV costs a
+ * second pass over the scores but keeps every core busy even when
+ * batch x heads is 1, and makes results independent of the thread count. */
+#include <math.h>
+#include <stdlib.h>
+
+#include "../core/blas.h"
+#include "../core/rng.h"
+#include "../core/status.h"
+#include "../core/threads.h"
+#include "common.h"
+
+typedef struct {
+    attnc_batch batch;          /* the dims before the head dim              */
+    int64_t H, hkv, group, L, S, e, ev;
+    int64_t bq, bk, nqb, nkb;   /* tile sizes and block counts               */
+    const attnc_tensor *q, *k, *v, *o, *lse, *dout, *dw;
+    attnc_tensor *out, *lse_out, *weights, *dq, *dk, *dv, *dmask;
+    const attnc_sdpa_options *opt;
+    void *scratch, *dvec;
+    size_t per_worker;
+} flash_ctx;
+
+#define ATTNC_F64 0
+#include "flash_impl.h"
+#define ATTNC_F64 1
+#include "flash_impl.h"
+
+/* Tile sizes: a query block's scores (BQ x BK) and accumulator stay in L2. */
+enum { BQ = 64, BK = 256 };
+
+static attnc_status check_head_tensor(const flash_ctx *c, const attnc_tensor *t, const char *name,
+                                      attnc_dtype dtype, int64_t h, int64_t rows, int64_t cols) {
+    TRY(attnc_check_dtype(t, name, dtype));
+    int64_t trail[3] = {h, rows, cols};
+    return attnc_check_shape(t, name, &c->batch, 3, trail);
+}
+
+/* A gradient the kernel accumulates into with BLAS: unit column stride. */
+static attnc_status check_grad(const flash_ctx *c, const attnc_tensor *t, const char *name,
+                               attnc_dtype dtype, int64_t h, int64_t rows, int64_t cols) {
+    if (!attnc_present(t)) return ATTNC_OK;
+    TRY(check_head_tensor(c, t, name, dtype, h, rows, cols));
+    int n = t->ndim;
+    if (cols > 1 && (t->strides[n - 1] != 1 || t->strides[n - 2] < cols))
+        return attnc_fail(ATTNC_ERR_LAYOUT, "%s needs unit-stride rows", name);
+    return ATTNC_OK;
+}
+
+static attnc_status setup(flash_ctx *c, const attnc_tensor *q, const attnc_tensor *k,
+                          const attnc_tensor *v, const attnc_sdpa_options *opt) {
+    *c = (flash_ctx){.q = q, .k = k, .v = v, .opt = opt};
+    if (!attnc_present(q) || !attnc_present(k) || !attnc_present(v))
+        return attnc_fail(ATTNC_ERR_TYPE, "query, key and value are required");
+    attnc_dtype dt = q->dtype;
+    if (dt != ATTNC_FLOAT32 && dt != ATTNC_FLOAT64)
+        return attnc_fail(ATTNC_ERR_TYPE, "query has dtype %s, expected float32 or float64",
+                          attnc_dtype_name(dt));
+    TRY(attnc_check_dtype(q, "query", dt));
+    if (q->ndim < 3)
+        return attnc_fail(ATTNC_ERR_VALUE, "query must be (..., H, L, E), got %d dims", q->ndim);
+    c->batch.nb = q->ndim - 3;
+    c->batch.count = 1;
+    for (int d = 0; d < c->batch.nb; d++)
+        c->batch.count *= c->batch.shape[d] = q->shape[d];
+    c->H = q->shape[c->batch.nb];
+    c->L = q->shape[c->batch.nb + 1];
+    c->e = q->shape[c->batch.nb + 2];
+    TRY(check_head_tensor(c, k, "key", dt, -1, -1, c->e));
+    c->hkv = k->shape[c->batch.nb];
+    c->S = k->shape[c->batch.nb + 1];
+    TRY(check_head_tensor(c, v, "value", dt, c->hkv, c->S, -1));
+    c->ev = v->shape[v->ndim - 1];
+    if (c->hkv == 0 || c->H % c->hkv != 0)
+        return attnc_fail(ATTNC_ERR_VALUE, "query's %lld heads are not a multiple of key's %lld",
+                          (long long)c->H, (long long)c->hkv);
+    c->group = c->H / c->hkv;
+    TRY(attnc_check_blas(q, "query"));
+    TRY(attnc_check_blas(k, "key"));
+    TRY(attnc_check_blas(v, "value"));
+    for (int m = 0; m < 2; m++) {
+        const attnc_tensor *mk = &opt->masks[m];
+        if (!attnc_present(mk)) continue;
+        TRY(check_head_tensor(c, mk, "attn_mask", mk->dtype == ATTNC_BOOL ? ATTNC_BOOL : dt, c->H,
+                              c->L, c->S));
+    }
+    if (!(opt->dropout_p >= 0 && opt->dropout_p <= 1))
+        return attnc_fail(ATTNC_ERR_VALUE, "dropout_p must be in [0, 1], got %g", opt->dropout_p);
+    c->bq = BQ;
+    c->bk = BK;
+    c->nqb = (c->L + BQ - 1) / BQ;
+    c->nkb = (c->S + BK - 1) / BK;
+    return ATTNC_OK;
+}
+
+static attnc_status run(flash_ctx *c, int64_t tasks, attnc_task_fn f32, attnc_task_fn f64,
+                        size_t per_worker) {
+    int workers = attnc_workers();
+    c->per_worker = per_worker;
+    TRY(attnc_calloc(&c->scratch, per_worker * (size_t)workers,
+                     attnc_dtype_size(c->q->dtype), "attention tiles"));
+    attnc_parallel_for(tasks, workers, c->q->dtype == ATTNC_FLOAT32 ? f32 : f64, c);
+    free(c->scratch);
+    c->scratch = NULL;
+    return ATTNC_OK;
+}
+
+attnc_status attnc_sdpa_forward(attnc_tensor *output, attnc_tensor *lse, attnc_tensor *weights,
+                                const attnc_tensor *query, const attnc_tensor *key,
+                                const attnc_tensor *value, const attnc_sdpa_options *options) {
+    flash_ctx c;
+    TRY(setup(&c, query, key, value, options));
+    attnc_dtype dt = query->dtype;
+    if (!attnc_present(output) || !attnc_present(lse))
+        return attnc_fail(ATTNC_ERR_TYPE, "output and lse are required");
+    TRY(check_head_tensor(&c, output, "output", dt, c.H, c.L, c.ev));
+    TRY(attnc_check_dtype(lse, "lse", dt));
+    int64_t hl[2] = {c.H, c.L};
+    TRY(attnc_check_shape(lse, "lse", &c.batch, 2, hl));
+    TRY(attnc_check_out(lse, "lse"));
+    if (attnc_present(weights)) {
+        TRY(check_head_tensor(&c, weights, "weights", dt, c.H, c.L, c.S));
+        TRY(attnc_check_out(weights, "weights"));
+    }
+    c.out = output;
+    c.lse_out = lse;
+    c.weights = weights;
+    int64_t tasks = c.batch.count * c.H * c.nqb;
+    TRY(run(&c, tasks, forward_task_f32, forward_task_f64,
+            (size_t)(c.bq * c.bk + c.bq * c.ev + 2 * c.bq)));
+    if (attnc_present(weights))
+        TRY(run(&c, tasks, weights_task_f32, weights_task_f64, (size_t)(c.bq * c.bk)));
+    return ATTNC_OK;
+}
+
+attnc_status attnc_sdpa_backward(attnc_tensor *dquery, attnc_tensor *dkey, attnc_tensor *dvalue,
+                                 attnc_tensor *dmask, const attnc_tensor *doutput,
+                                 const attnc_tensor *dweights,
+                                 const attnc_tensor *query, const attnc_tensor *key,
+                                 const attnc_tensor *value, const attnc_tensor *output,
+                                 const attnc_tensor *lse, const attnc_sdpa_options *options) {
+    flash_ctx c;
+    TRY(setup(&c, query, key, value, options));
+    attnc_dtype dt = query->dtype;
+    if (!attnc_present(doutput) || !attnc_present(output) || !attnc_present(lse))
+        return attnc_fail(ATTNC_ERR_TYPE, "doutput, output and lse are required");
+    if (attnc_present(dweights)) TRY(check_head_tensor(&c, dweights, "dweights", dt, c.H, c.L, c.S));
+    TRY(check_head_tensor(&c, doutput, "doutput", dt, c.H, c.L, c.ev));
+    TRY(attnc_check_blas(doutput, "doutput"));
+    TRY(check_head_tensor(&c, output, "output", dt, c.H, c.L, c.ev));
+    TRY(attnc_check_dtype(lse, "lse", dt));
+    int64_t hl[2] = {c.H, c.L};
+    TRY(attnc_check_shape(lse, "lse", &c.batch, 2, hl));
+    if (!attnc_is_contiguous(lse)) return attnc_fail(ATTNC_ERR_LAYOUT, "lse must be contiguous");
+    TRY(check_grad(&c, dquery, "dquery", dt, c.H, c.L, c.e));
+    TRY(check_grad(&c, dkey, "dkey", dt, c.hkv, c.S, c.e));
+    TRY(check_grad(&c, dvalue, "dvalue", dt, c.hkv, c.S, c.ev));
+    if (attnc_present(dmask)) {
+        TRY(check_head_tensor(&c, dmask, "dmask", dt, c.H, c.L, c.S));
+        TRY(attnc_check_out(dmask, "dmask"));
+    }
+    c.o = output;
+    c.lse = lse;
+    c.dout = doutput;
+    c.dw = attnc_present(dweights) ? dweights : NULL;
+    c.dq = dquery;
+    c.dk = dkey;
+    c.dv = dvalue;
+    c.dmask = dmask;
+    size_t size = attnc_dtype_size(dt);
+    TRY(attnc_calloc(&c.dvec, (size_t)(c.batch.count * c.H * c.L), size, "row dots"));
+    attnc_parallel_for(c.batch.count * c.H, attnc_workers(),
+                       dt == ATTNC_FLOAT32 ? rowdot_task_f32 : rowdot_task_f64, &c);
+    size_t per = (size_t)(2 * c.bq * c.bk);
+    attnc_status st = ATTNC_OK;
+    if (c.dw) /* D += rowsum(P o dweights): the weights' own softmax backward */
+        st = run(&c, c.batch.count * c.H * c.nqb, weights_rowdot_task_f32,
+                 weights_rowdot_task_f64, (size_t)(c.bq * c.bk));
+    if (st == ATTNC_OK && (attnc_present(dkey) || attnc_present(dvalue) || attnc_present(dmask)))
+        st = run(&c, c.batch.count * c.hkv * c.nkb, dkv_task_f32, dkv_task_f64, per);
+    if (st == ATTNC_OK && attnc_present(dquery))
+        st = run(&c, c.batch.count * c.H * c.nqb, dq_task_f32, dq_task_f64, per);
+    free(c.dvec);
+    return st;
+}

@@ -1,0 +1,279 @@
+/* flash_impl.h: typed kernels of flash.c (see core/real.h).
+ * Per task, tiles: Q_i (nq, E) rows i0.., K_j and V_j (nk, E / Ev) rows
+ * j0.., scores and probabilities (nq, nk) contiguous in per-worker scratch. */
+#include "../core/real.h"
+
+/* Matrix view of rows [row0, row0 + nrows) of head h of batch element b. */
+static attnc_mat FN(head_rows)(const flash_ctx *c, const attnc_tensor *t, int64_t b, int64_t h,
+                               int64_t row0, int64_t nrows) {
+    int n = t->ndim;
+    int64_t off = attnc_batch_offset(t, &c->batch, b) + h * t->strides[n - 3] +
+                  row0 * t->strides[n - 2];
+    attnc_mat m = {attnc_at(t, off), nrows, t->shape[n - 1], t->strides[n - 2], t->strides[n - 1]};
+    return m;
+}
+
+static attnc_mat FN(tile)(REAL *p, int64_t rows, int64_t cols) {
+    attnc_mat m = {p, rows, cols, cols, 1};
+    return m;
+}
+
+/* s (nq, nk) <- scale * Q_i K_j^T, then the masks: excluded keys -inf,
+ * float masks added. */
+static void FN(scores)(const flash_ctx *c, int64_t b, int64_t h, int64_t i0, int64_t nq,
+                       int64_t j0, int64_t nk, REAL *s) {
+    const attnc_sdpa_options *o = c->opt;
+    GEMM(false, true, (REAL)o->scale, FN(head_rows)(c, c->q, b, h, i0, nq),
+         FN(head_rows)(c, c->k, b, h / c->group, j0, nk), 0, FN(tile)(s, nq, nk));
+    for (int m = 0; m < 2; m++) {
+        const attnc_tensor *mk = &o->masks[m];
+        if (!attnc_present(mk)) continue;
+        int n = mk->ndim;
+        int64_t rs = mk->strides[n - 2], cs = mk->strides[n - 1];
+        int64_t base = attnc_batch_offset(mk, &c->batch, b) + h * mk->strides[n - 3] + i0 * rs +
+                       j0 * cs;
+        if (mk->dtype == ATTNC_BOOL) {
+            const uint8_t *p = (const uint8_t *)mk->data + base;
+            for (int64_t i = 0; i < nq; i++)
+                for (int64_t j = 0; j < nk; j++)
+                    if (!p[i * rs + j * cs]) s[i * nk + j] = -INFINITY;
+        } else {
+            const REAL *p = (const REAL *)mk->data + base;
+            for (int64_t i = 0; i < nq; i++)
+                for (int64_t j = 0; j < nk; j++) s[i * nk + j] += p[i * rs + j * cs];
+        }
+    }
+    if (o->causal && j0 + nk - 1 > i0 + o->causal_offset) /* the tile crosses the diagonal */
+        for (int64_t i = 0; i < nq; i++)
+            for (int64_t j = i0 + i + o->causal_offset + 1 - j0; j < nk; j++)
+                if (j >= 0) s[i * nk + j] = -INFINITY;
+}
+
+/* Multiply probabilities (nq, nk) by the dropout keep mask / (1 - p). */
+static void FN(dropout)(const flash_ctx *c, int64_t b, int64_t h, int64_t i0, int64_t nq,
+                        int64_t j0, int64_t nk, REAL *p) {
+    const attnc_sdpa_options *o = c->opt;
+    if (o->dropout_p <= 0) return;
+    REAL keep_scale = o->dropout_p >= 1 ? 0 : (REAL)(1 / (1 - o->dropout_p));
+    uint64_t stream = (uint64_t)(b * c->H + h);
+    for (int64_t i = 0; i < nq; i++)
+        for (int64_t j = 0; j < nk; j++) {
+            uint64_t index = (uint64_t)((i0 + i) * c->S + j0 + j);
+            bool keep = attnc_uniform(o->seed, stream, index) >= o->dropout_p;
+            p[i * nk + j] *= keep ? keep_scale : 0;
+        }
+}
+
+/* The first key block end a row range may need: keys beyond the causal
+ * bound of the last row never take part. */
+static int64_t FN(key_end)(const flash_ctx *c, int64_t last_row) {
+    if (!c->opt->causal) return c->S;
+    int64_t end = last_row + c->opt->causal_offset + 1;
+    return end < 0 ? 0 : end > c->S ? c->S : end;
+}
+
+/* Forward, one task = (batch, head, query block): online softmax over key
+ * blocks, then output = acc / l and lse = m + log(l). */
+static void FN(forward_task)(void *arg, int64_t task, int worker) {
+    const flash_ctx *c = arg;
+    int64_t qb = task % c->nqb, bh = task / c->nqb, b = bh / c->H, h = bh % c->H;
+    int64_t i0 = qb * c->bq, nq = c->L - i0 < c->bq ? c->L - i0 : c->bq;
+    REAL *s = (REAL *)c->scratch + (size_t)worker * c->per_worker;
+    REAL *acc = s + c->bq * c->bk, *m = acc + c->bq * c->ev, *l = m + c->bq;
+    for (int64_t i = 0; i < nq; i++) m[i] = -INFINITY, l[i] = 0;
+    for (int64_t x = 0; x < nq * c->ev; x++) acc[x] = 0;
+    int64_t kend = FN(key_end)(c, i0 + nq - 1);
+    for (int64_t j0 = 0; j0 < kend; j0 += c->bk) {
+        int64_t nk = kend - j0 < c->bk ? kend - j0 : c->bk;
+        FN(scores)(c, b, h, i0, nq, j0, nk, s);
+        for (int64_t i = 0; i < nq; i++) {
+            REAL *row = s + i * nk, mx = m[i];
+            for (int64_t j = 0; j < nk; j++) mx = row[j] > mx ? row[j] : mx;
+            if (mx == -INFINITY) { /* nothing allowed yet: no contribution */
+                for (int64_t j = 0; j < nk; j++) row[j] = 0;
+                continue;
+            }
+            REAL alpha = EXP(m[i] - mx), sum = 0;
+            for (int64_t j = 0; j < nk; j++) {
+                REAL p = EXP(row[j] - mx);
+                row[j] = p;
+                sum += p;
+            }
+            l[i] = l[i] * alpha + sum;
+            m[i] = mx;
+            if (alpha != 1)
+                for (int64_t e = 0; e < c->ev; e++) acc[i * c->ev + e] *= alpha;
+        }
+        FN(dropout)(c, b, h, i0, nq, j0, nk, s);
+        GEMM(false, false, 1, FN(tile)(s, nq, nk),
+             FN(head_rows)(c, c->v, b, h / c->group, j0, nk), 1, FN(tile)(acc, nq, c->ev));
+    }
+    attnc_mat out = FN(head_rows)(c, c->out, b, h, i0, nq);
+    REAL *lse = (REAL *)c->lse_out->data + bh * c->L + i0;
+    for (int64_t i = 0; i < nq; i++) {
+        bool empty = !(l[i] > 0) && l[i] == l[i]; /* NaN propagates */
+        REAL inv = empty ? 0 : 1 / l[i];
+        for (int64_t e = 0; e < c->ev; e++)
+            ((REAL *)out.p)[i * out.rs + e * out.cs] = acc[i * c->ev + e] * inv;
+        lse[i] = empty ? -INFINITY : m[i] + LOG(l[i]);
+    }
+}
+
+/* P (nq, nk) <- exp(s - lse_i), 0 for rows with nothing allowed. */
+static void FN(probabilities)(const REAL *lse, int64_t nq, int64_t nk, REAL *s) {
+    for (int64_t i = 0; i < nq; i++) {
+        REAL *row = s + i * nk;
+        if (lse[i] == -INFINITY) {
+            for (int64_t j = 0; j < nk; j++) row[j] = 0;
+            continue;
+        }
+        for (int64_t j = 0; j < nk; j++) row[j] = EXP(row[j] - lse[i]);
+    }
+}
+
+/* The weights, one task = (batch, head, query block), from the saved lse. */
+static void FN(weights_task)(void *arg, int64_t task, int worker) {
+    const flash_ctx *c = arg;
+    int64_t qb = task % c->nqb, bh = task / c->nqb, b = bh / c->H, h = bh % c->H;
+    int64_t i0 = qb * c->bq, nq = c->L - i0 < c->bq ? c->L - i0 : c->bq;
+    REAL *s = (REAL *)c->scratch + (size_t)worker * c->per_worker;
+    REAL *w = (REAL *)c->weights->data + (bh * c->L + i0) * c->S;
+    const REAL *lse = (const REAL *)c->lse_out->data + bh * c->L + i0;
+    int64_t kend = FN(key_end)(c, i0 + nq - 1);
+    for (int64_t j0 = 0; j0 < c->S; j0 += c->bk) {
+        int64_t nk = c->S - j0 < c->bk ? c->S - j0 : c->bk;
+        if (j0 >= kend) {
+            for (int64_t i = 0; i < nq; i++)
+                for (int64_t j = 0; j < nk; j++) w[i * c->S + j0 + j] = 0;
+            continue;
+        }
+        FN(scores)(c, b, h, i0, nq, j0, nk, s);
+        FN(probabilities)(lse, nq, nk, s);
+        for (int64_t i = 0; i < nq; i++)
+            for (int64_t j = 0; j < nk; j++) w[i * c->S + j0 + j] = s[i * nk + j];
+    }
+}
+
+/* D[bh, i] = sum_e dO[i, e] O[i, e], one task = (batch, head). */
+static void FN(rowdot_task)(void *arg, int64_t bh, int worker) {
+    (void)worker;
+    const flash_ctx *c = arg;
+    int64_t b = bh / c->H, h = bh % c->H;
+    attnc_mat o = FN(head_rows)(c, c->o, b, h, 0, c->L);
+    attnc_mat g = FN(head_rows)(c, c->dout, b, h, 0, c->L);
+    REAL *d = (REAL *)c->dvec + bh * c->L;
+    for (int64_t i = 0; i < c->L; i++) {
+        REAL acc = 0;
+        for (int64_t e = 0; e < c->ev; e++)
+            acc += ((const REAL *)o.p)[i * o.rs + e * o.cs] * ((const REAL *)g.p)[i * g.rs + e * g.cs];
+        d[i] = acc;
+    }
+}
+
+/* The tile (nq, nk) of the weights' cotangent at rows i0.., keys j0... */
+#define DW_AT(c, b, h, i0, j0, i, j) \
+    (*(const REAL *)attnc_at((c)->dw, attnc_batch_offset((c)->dw, &(c)->batch, b) + \
+        (h) * (c)->dw->strides[(c)->dw->ndim - 3] + ((i0) + (i)) * (c)->dw->strides[(c)->dw->ndim - 2] + \
+        ((j0) + (j)) * (c)->dw->strides[(c)->dw->ndim - 1]))
+
+/* D[bh, i] += sum_j P_ij dW_ij, one task = (batch, head, query block). */
+static void FN(weights_rowdot_task)(void *arg, int64_t task, int worker) {
+    const flash_ctx *c = arg;
+    int64_t qb = task % c->nqb, bh = task / c->nqb, b = bh / c->H, h = bh % c->H;
+    int64_t i0 = qb * c->bq, nq = c->L - i0 < c->bq ? c->L - i0 : c->bq;
+    REAL *s = (REAL *)c->scratch + (size_t)worker * c->per_worker;
+    REAL *d = (REAL *)c->dvec + bh * c->L + i0;
+    int64_t kend = FN(key_end)(c, i0 + nq - 1);
+    for (int64_t j0 = 0; j0 < kend; j0 += c->bk) {
+        int64_t nk = kend - j0 < c->bk ? kend - j0 : c->bk;
+        FN(scores)(c, b, h, i0, nq, j0, nk, s);
+        FN(probabilities)((const REAL *)c->lse->data + bh * c->L + i0, nq, nk, s);
+        for (int64_t i = 0; i < nq; i++)
+            for (int64_t j = 0; j < nk; j++)
+                if (s[i * nk + j] != 0) d[i] += s[i * nk + j] * DW_AT(c, b, h, i0, j0, i, j);
+    }
+}
+
+/* dS (in s) <- P o (dP' + dW - D), where P is in s, dP' = dropout(dO V^T)
+ * in dp, dW the weights' cotangent (if any) and D = rowsum(dO o O) (+
+ * rowsum(P o dW)). */
+static void FN(score_grad)(const flash_ctx *c, int64_t b, int64_t h, int64_t i0, int64_t nq,
+                           int64_t j0, int64_t nk, REAL *s, REAL *dp) {
+    GEMM(false, true, 1, FN(head_rows)(c, c->dout, b, h, i0, nq),
+         FN(head_rows)(c, c->v, b, h / c->group, j0, nk), 0, FN(tile)(dp, nq, nk));
+    FN(dropout)(c, b, h, i0, nq, j0, nk, dp);
+    if (c->dw)
+        for (int64_t i = 0; i < nq; i++)
+            for (int64_t j = 0; j < nk; j++) dp[i * nk + j] += DW_AT(c, b, h, i0, j0, i, j);
+    const REAL *d = (const REAL *)c->dvec + (b * c->H + h) * c->L + i0;
+    for (int64_t i = 0; i < nq; i++)
+        for (int64_t j = 0; j < nk; j++) {
+            REAL p = s[i * nk + j];
+            s[i * nk + j] = p == 0 ? 0 : p * (dp[i * nk + j] - d[i]);
+        }
+}
+
+/* Zero rows [row0, row0 + n) of head h of a contiguous gradient. */
+static void FN(zero_rows)(const flash_ctx *c, attnc_tensor *t, int64_t b, int64_t h,
+                          int64_t row0, int64_t n) {
+    attnc_mat m = FN(head_rows)(c, t, b, h, row0, n);
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t x = 0; x < m.cols; x++) ((REAL *)m.p)[i * m.rs + x] = 0;
+}
+
+/* dK_j, dV_j (and dmask), one task = (batch, kv head, key block): every
+ * query head of the group, every query block that can see the keys. */
+static void FN(dkv_task)(void *arg, int64_t task, int worker) {
+    const flash_ctx *c = arg;
+    int64_t kb = task % c->nkb, bhk = task / c->nkb, b = bhk / c->hkv, hk = bhk % c->hkv;
+    int64_t j0 = kb * c->bk, nk = c->S - j0 < c->bk ? c->S - j0 : c->bk;
+    REAL *s = (REAL *)c->scratch + (size_t)worker * c->per_worker, *dp = s + c->bq * c->bk;
+    bool want_k = attnc_present(c->dk), want_v = attnc_present(c->dv);
+    if (want_k) FN(zero_rows)(c, c->dk, b, hk, j0, nk);
+    if (want_v) FN(zero_rows)(c, c->dv, b, hk, j0, nk);
+    int64_t first = c->opt->causal ? j0 - c->opt->causal_offset : 0; /* first row that sees j0 */
+    if (first < 0) first = 0;
+    for (int64_t h = hk * c->group; h < (hk + 1) * c->group; h++)
+        for (int64_t i0 = (first / c->bq) * c->bq; i0 < c->L; i0 += c->bq) {
+            int64_t nq = c->L - i0 < c->bq ? c->L - i0 : c->bq;
+            FN(scores)(c, b, h, i0, nq, j0, nk, s);
+            FN(probabilities)((const REAL *)c->lse->data + (b * c->H + h) * c->L + i0, nq, nk, s);
+            if (want_v) {
+                for (int64_t x = 0; x < nq * nk; x++) dp[x] = s[x];
+                FN(dropout)(c, b, h, i0, nq, j0, nk, dp);
+                GEMM(true, false, 1, FN(tile)(dp, nq, nk), FN(head_rows)(c, c->dout, b, h, i0, nq),
+                     1, FN(head_rows)(c, c->dv, b, hk, j0, nk));
+            }
+            if (!want_k && !attnc_present(c->dmask)) continue;
+            FN(score_grad)(c, b, h, i0, nq, j0, nk, s, dp);
+            if (attnc_present(c->dmask)) {
+                REAL *dm = (REAL *)c->dmask->data + ((b * c->H + h) * c->L + i0) * c->S + j0;
+                for (int64_t i = 0; i < nq; i++)
+                    for (int64_t j = 0; j < nk; j++) dm[i * c->S + j] = s[i * nk + j];
+            }
+            if (want_k)
+                GEMM(true, false, (REAL)c->opt->scale, FN(tile)(s, nq, nk),
+                     FN(head_rows)(c, c->q, b, h, i0, nq), 1, FN(head_rows)(c, c->dk, b, hk, j0, nk));
+        }
+}
+
+/* dQ_i, one task = (batch, head, query block). */
+static void FN(dq_task)(void *arg, int64_t task, int worker) {
+    const flash_ctx *c = arg;
+    int64_t qb = task % c->nqb, bh = task / c->nqb, b = bh / c->H, h = bh % c->H;
+    int64_t i0 = qb * c->bq, nq = c->L - i0 < c->bq ? c->L - i0 : c->bq;
+    REAL *s = (REAL *)c->scratch + (size_t)worker * c->per_worker, *dp = s + c->bq * c->bk;
+    FN(zero_rows)(c, c->dq, b, h, i0, nq);
+    int64_t kend = FN(key_end)(c, i0 + nq - 1);
+    for (int64_t j0 = 0; j0 < kend; j0 += c->bk) {
+        int64_t nk = kend - j0 < c->bk ? kend - j0 : c->bk;
+        FN(scores)(c, b, h, i0, nq, j0, nk, s);
+        FN(probabilities)((const REAL *)c->lse->data + bh * c->L + i0, nq, nk, s);
+        FN(score_grad)(c, b, h, i0, nq, j0, nk, s, dp);
+        GEMM(false, false, (REAL)c->opt->scale, FN(tile)(s, nq, nk),
+             FN(head_rows)(c, c->k, b, h / c->group, j0, nk), 1, FN(head_rows)(c, c->dq, b, h, i0, nq));
+    }
+}
+
+#undef DW_AT
+#include "../core/real_end.h"
