@@ -45,7 +45,7 @@ core = Extension(
     include_dirs=["csrc/include", openblas.get_include_dir()],
     library_dirs=[openblas.get_lib_dir()],
     libraries=[openblas.get_library()],
-    extra_compile_args=["-std=c11", "-O2", "-Wall", "-Wextra", "-fvisibility=hidden"],
+    extra_compile_args=["-std=c11", "-O3", "-Wall", "-Wextra", "-fvisibility=hidden"],
     extra_link_args=["-Wl,-rpath,$ORIGIN", "-pthread"],
     define_macros=[("Py_LIMITED_API", "0x030B0000")],
     py_limited_api=True,

@@ -16,6 +16,7 @@
 
 #include "../core/blas.h"
 #include "../core/rng.h"
+#include "../core/simd.h"
 #include "../core/status.h"
 #include "../core/threads.h"
 #include "common.h"

@@ -18,6 +18,36 @@ static attnc_mat FN(tile)(REAL *p, int64_t rows, int64_t cols) {
     return m;
 }
 
+/* Row reductions in LANES independent partial results, combined in a fixed
+ * order: the compiler vectorises them, and the result does not depend on
+ * the vector width. */
+#ifndef LANES
+#define LANES 16
+#endif
+
+ATTNC_SIMD static REAL FN(row_max)(const REAL *x, int64_t n, REAL init) {
+    REAL lane[LANES], m = init;
+    for (int k = 0; k < LANES; k++) lane[k] = init;
+    int64_t j = 0;
+    for (; j + LANES <= n; j += LANES)
+        for (int k = 0; k < LANES; k++) lane[k] = x[j + k] > lane[k] ? x[j + k] : lane[k];
+    for (int k = 0; k < LANES; k++) m = lane[k] > m ? lane[k] : m;
+    for (; j < n; j++) m = x[j] > m ? x[j] : m;
+    return m;
+}
+
+/* x[j] <- exp(x[j] - shift); returns the sum. */
+ATTNC_SIMD static REAL FN(row_exp)(REAL *x, int64_t n, REAL shift) {
+    REAL lane[LANES], sum = 0;
+    for (int k = 0; k < LANES; k++) lane[k] = 0;
+    int64_t j = 0;
+    for (; j + LANES <= n; j += LANES)
+        for (int k = 0; k < LANES; k++) lane[k] += x[j + k] = EXPV(x[j + k] - shift);
+    for (int k = 0; k < LANES; k++) sum += lane[k];
+    for (; j < n; j++) sum += x[j] = EXPV(x[j] - shift);
+    return sum;
+}
+
 /* s (nq, nk) <- scale * Q_i K_j^T, then the masks: excluded keys -inf,
  * float masks added. */
 static void FN(scores)(const flash_ctx *c, int64_t b, int64_t h, int64_t i0, int64_t nq,
@@ -87,19 +117,13 @@ static void FN(forward_task)(void *arg, int64_t task, int worker) {
         int64_t nk = kend - j0 < c->bk ? kend - j0 : c->bk;
         FN(scores)(c, b, h, i0, nq, j0, nk, s);
         for (int64_t i = 0; i < nq; i++) {
-            REAL *row = s + i * nk, mx = m[i];
-            for (int64_t j = 0; j < nk; j++) mx = row[j] > mx ? row[j] : mx;
+            REAL *row = s + i * nk, mx = FN(row_max)(row, nk, m[i]);
             if (mx == -INFINITY) { /* nothing allowed yet: no contribution */
                 for (int64_t j = 0; j < nk; j++) row[j] = 0;
                 continue;
             }
-            REAL alpha = EXP(m[i] - mx), sum = 0;
-            for (int64_t j = 0; j < nk; j++) {
-                REAL p = EXP(row[j] - mx);
-                row[j] = p;
-                sum += p;
-            }
-            l[i] = l[i] * alpha + sum;
+            REAL alpha = EXP(m[i] - mx);
+            l[i] = l[i] * alpha + FN(row_exp)(row, nk, mx);
             m[i] = mx;
             if (alpha != 1)
                 for (int64_t e = 0; e < c->ev; e++) acc[i * c->ev + e] *= alpha;
@@ -120,14 +144,14 @@ static void FN(forward_task)(void *arg, int64_t task, int worker) {
 }
 
 /* P (nq, nk) <- exp(s - lse_i), 0 for rows with nothing allowed. */
-static void FN(probabilities)(const REAL *lse, int64_t nq, int64_t nk, REAL *s) {
+ATTNC_SIMD static void FN(probabilities)(const REAL *lse, int64_t nq, int64_t nk, REAL *s) {
     for (int64_t i = 0; i < nq; i++) {
         REAL *row = s + i * nk;
         if (lse[i] == -INFINITY) {
             for (int64_t j = 0; j < nk; j++) row[j] = 0;
             continue;
         }
-        for (int64_t j = 0; j < nk; j++) row[j] = EXP(row[j] - lse[i]);
+        FN(row_exp)(row, nk, lse[i]);
     }
 }
 
@@ -194,6 +218,16 @@ static void FN(weights_rowdot_task)(void *arg, int64_t task, int worker) {
     }
 }
 
+/* s <- s o (dp - d_i) row by row (0 where s is 0). */
+ATTNC_SIMD static void FN(softmax_grad_tile)(REAL *s, const REAL *dp, const REAL *d, int64_t nq,
+                                            int64_t nk) {
+    for (int64_t i = 0; i < nq; i++)
+        for (int64_t j = 0; j < nk; j++) {
+            REAL p = s[i * nk + j];
+            s[i * nk + j] = p == 0 ? 0 : p * (dp[i * nk + j] - d[i]);
+        }
+}
+
 /* dS (in s) <- P o (dP' + dW - D), where P is in s, dP' = dropout(dO V^T)
  * in dp, dW the weights' cotangent (if any) and D = rowsum(dO o O) (+
  * rowsum(P o dW)). */
@@ -205,12 +239,7 @@ static void FN(score_grad)(const flash_ctx *c, int64_t b, int64_t h, int64_t i0,
     if (c->dw)
         for (int64_t i = 0; i < nq; i++)
             for (int64_t j = 0; j < nk; j++) dp[i * nk + j] += DW_AT(c, b, h, i0, j0, i, j);
-    const REAL *d = (const REAL *)c->dvec + (b * c->H + h) * c->L + i0;
-    for (int64_t i = 0; i < nq; i++)
-        for (int64_t j = 0; j < nk; j++) {
-            REAL p = s[i * nk + j];
-            s[i * nk + j] = p == 0 ? 0 : p * (dp[i * nk + j] - d[i]);
-        }
+    FN(softmax_grad_tile)(s, dp, (const REAL *)c->dvec + (b * c->H + h) * c->L + i0, nq, nk);
 }
 
 /* Zero rows [row0, row0 + n) of head h of a contiguous gradient. */
@@ -276,4 +305,5 @@ static void FN(dq_task)(void *arg, int64_t task, int worker) {
 }
 
 #undef DW_AT
+#undef LANES
 #include "../core/real_end.h"

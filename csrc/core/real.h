@@ -10,6 +10,7 @@
 #define FN(name) name##_f64
 #define GEMM attnc_gemm_f64
 #define EXP exp
+#define EXPV exp /* the exp the vectorised tile loops use */
 #define LOG log
 #define TANH tanh
 #define SQRT sqrt
@@ -19,6 +20,7 @@
 #define FN(name) name##_f32
 #define GEMM attnc_gemm_f32
 #define EXP expf
+#define EXPV attnc_expf
 #define LOG logf
 #define TANH tanhf
 #define SQRT sqrtf

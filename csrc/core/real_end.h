@@ -3,6 +3,7 @@
 #undef FN
 #undef GEMM
 #undef EXP
+#undef EXPV
 #undef LOG
 #undef TANH
 #undef SQRT
