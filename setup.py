@@ -15,7 +15,10 @@ from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
 SOURCES = sorted(
-    glob.glob("csrc/core/*.c") + glob.glob("csrc/attention/*.c") + glob.glob("csrc/python/*.c")
+    glob.glob("csrc/core/*.c")
+    + glob.glob("csrc/attention/*.c")
+    + glob.glob("csrc/nn/*.c")
+    + glob.glob("csrc/python/*.c")
 )
 
 

@@ -293,6 +293,18 @@ attnc_status attnc_sdpa_backward(attnc_tensor *dquery, attnc_tensor *dkey, attnc
                                  const attnc_tensor *value, const attnc_tensor *output,
                                  const attnc_tensor *lse, const attnc_sdpa_options *options);
 
+/* ---- nn: linear ------------------------------------------------------- */
+
+/* y (N, out) <- x (N, in) W^T + b; weight (out, in), bias (out) optional.
+ * Rows are split into fixed blocks, so results never depend on threads. */
+attnc_status attnc_linear_forward(attnc_tensor *y, const attnc_tensor *x,
+                                  const attnc_tensor *weight, const attnc_tensor *bias);
+/* dx (N, in), dweight (out, in), dbias (out) (each optional) <- dy (N, out),
+ * x, weight. dweight and dbias are overwritten, not accumulated. */
+attnc_status attnc_linear_backward(attnc_tensor *dx, attnc_tensor *dweight, attnc_tensor *dbias,
+                                   const attnc_tensor *dy, const attnc_tensor *x,
+                                   const attnc_tensor *weight);
+
 #ifdef __cplusplus
 }
 #endif

@@ -28,7 +28,8 @@ PyObject *raise_status(attnc_status status);
     Py_BEGIN_ALLOW_THREADS(status) = (call);  \
     Py_END_ALLOW_THREADS
 
-/* The functions of the attention family, for the module table. */
+/* The functions of each family, for the module table. */
 extern PyMethodDef attnc_attention_methods[];
+extern PyMethodDef attnc_nn_methods[];
 
 #endif

@@ -407,6 +407,123 @@ static void test_local(void) {
     free(q), free(k);
 }
 
+/* Fused attention against plain loops: several query and key tiles, GQA,
+ * a float mask, causal with L < S, and central differences for dK. */
+static void sdpa_reference(const double *q, const double *k, const double *v, const double *mask,
+                           int H, int HKV, int L, int S, int E, int EV, int causal, double scale,
+                           double *out) {
+    double *s = malloc((size_t)S * sizeof *s);
+    for (int h = 0; h < H; h++)
+        for (int i = 0; i < L; i++) {
+            int hk = h / (H / HKV);
+            double mx = -INFINITY, sum = 0;
+            for (int j = 0; j < S; j++) {
+                double x = 0;
+                for (int e = 0; e < E; e++) x += q[(h * L + i) * E + e] * k[(hk * S + j) * E + e];
+                s[j] = x * scale + mask[i * S + j];
+                if (causal && j > i) s[j] = -INFINITY;
+                mx = fmax(mx, s[j]);
+            }
+            for (int j = 0; j < S; j++) sum += s[j] = exp(s[j] - mx);
+            for (int e = 0; e < EV; e++) {
+                double acc = 0;
+                for (int j = 0; j < S; j++) acc += s[j] / sum * v[(hk * S + j) * EV + e];
+                out[(h * L + i) * EV + e] = acc;
+            }
+        }
+    free(s);
+}
+
+static void test_sdpa(void) {
+    enum { H = 4, HKV = 2, L = 70, S = 300, E = 5, EV = 3 };
+    double *q = randn(H * L * E, 21), *k = randn(HKV * S * E, 22), *v = randn(HKV * S * EV, 23);
+    double *mask = randn(L * S, 24), *out = malloc(H * L * EV * sizeof(double));
+    double *ref = malloc(H * L * EV * sizeof(double)), lse[H * L];
+    int64_t qs[3] = {H, L, E}, ks[3] = {HKV, S, E}, vs[3] = {HKV, S, EV}, os[3] = {H, L, EV};
+    int64_t ls[2] = {H, L}, ms[3] = {H, L, S};
+    attnc_tensor tq = view(q, ATTNC_FLOAT64, 3, qs), tk = view(k, ATTNC_FLOAT64, 3, ks);
+    attnc_tensor tv = view(v, ATTNC_FLOAT64, 3, vs), to = view(out, ATTNC_FLOAT64, 3, os);
+    attnc_tensor tl = view(lse, ATTNC_FLOAT64, 2, ls);
+    attnc_tensor tm = view(mask, ATTNC_FLOAT64, 3, ms);
+    tm.strides[0] = 0; /* one (L, S) mask shared by the heads */
+    for (int causal = 0; causal < 2; causal++) {
+        attnc_sdpa_options o = {.masks = {tm}, .causal = causal, .scale = 0.4};
+        CHECK(attnc_sdpa_forward(&to, &tl, NULL, &tq, &tk, &tv, &o) == ATTNC_OK, "%s",
+              attnc_last_error());
+        sdpa_reference(q, k, v, mask, H, HKV, L, S, E, EV, causal, 0.4, ref);
+        CHECK(max_abs_diff(out, ref, H * L * EV) < 1e-12, "sdpa (causal %d) differs by %g", causal,
+              max_abs_diff(out, ref, H * L * EV));
+    }
+    /* dK against central differences of sum(out * cot), causal. */
+    attnc_sdpa_options o = {.masks = {tm}, .causal = 1, .scale = 0.4};
+    double *cot = randn(H * L * EV, 25), *dk = malloc(HKV * S * E * sizeof(double));
+    attnc_tensor tcot = view(cot, ATTNC_FLOAT64, 3, os), tdk = view(dk, ATTNC_FLOAT64, 3, ks);
+    attnc_sdpa_forward(&to, &tl, NULL, &tq, &tk, &tv, &o);
+    CHECK(attnc_sdpa_backward(NULL, &tdk, NULL, NULL, &tcot, NULL, &tq, &tk, &tv, &to, &tl, &o) ==
+              ATTNC_OK,
+          "%s", attnc_last_error());
+    double worst = 0;
+    for (int x = 0; x < HKV * S * E; x += 37) {
+        double old = k[x], lp = 0, lm = 0;
+        k[x] = old + 1e-6;
+        sdpa_reference(q, k, v, mask, H, HKV, L, S, E, EV, 1, 0.4, ref);
+        for (int y = 0; y < H * L * EV; y++) lp += ref[y] * cot[y];
+        k[x] = old - 1e-6;
+        sdpa_reference(q, k, v, mask, H, HKV, L, S, E, EV, 1, 0.4, ref);
+        for (int y = 0; y < H * L * EV; y++) lm += ref[y] * cot[y];
+        k[x] = old;
+        worst = fmax(worst, fabs((lp - lm) / 2e-6 - dk[x]));
+    }
+    CHECK(worst < 1e-6, "sdpa dkey differs from finite differences by %g", worst);
+    /* Bad heads: 3 query heads over 2 kv heads. */
+    int64_t bad[3] = {3, L, E};
+    attnc_tensor tbad = view(q, ATTNC_FLOAT64, 3, bad);
+    CHECK(attnc_sdpa_forward(&to, &tl, NULL, &tbad, &tk, &tv, &o) != ATTNC_OK, "3 / 2 heads accepted");
+    free(q), free(k), free(v), free(mask), free(out), free(ref), free(cot), free(dk);
+}
+
+/* Linear: y = x W^T + b against loops; gradients of W and b. */
+static void test_linear(void) {
+    enum { N = 300, IN = 7, OUT = 5 };
+    double *x = randn(N * IN, 31), *w = randn(OUT * IN, 32), *b = randn(OUT, 33);
+    double *y = malloc(N * OUT * sizeof(double)), *dy = randn(N * OUT, 34);
+    double dw[OUT * IN], db[OUT], *dx = malloc(N * IN * sizeof(double));
+    int64_t xs[2] = {N, IN}, ws[2] = {OUT, IN}, ys[2] = {N, OUT}, bs[1] = {OUT};
+    attnc_tensor tx = view(x, ATTNC_FLOAT64, 2, xs), tw = view(w, ATTNC_FLOAT64, 2, ws);
+    attnc_tensor tb = view(b, ATTNC_FLOAT64, 1, bs), ty = view(y, ATTNC_FLOAT64, 2, ys);
+    attnc_tensor tdy = view(dy, ATTNC_FLOAT64, 2, ys), tdx = view(dx, ATTNC_FLOAT64, 2, xs);
+    attnc_tensor tdw = view(dw, ATTNC_FLOAT64, 2, ws), tdb = view(db, ATTNC_FLOAT64, 1, bs);
+    CHECK(attnc_linear_forward(&ty, &tx, &tw, &tb) == ATTNC_OK, "%s", attnc_last_error());
+    CHECK(attnc_linear_backward(&tdx, &tdw, &tdb, &tdy, &tx, &tw) == ATTNC_OK, "%s",
+          attnc_last_error());
+    double e1 = 0, e2 = 0, e3 = 0, e4 = 0;
+    for (int n = 0; n < N; n++)
+        for (int o = 0; o < OUT; o++) {
+            double acc = b[o];
+            for (int i = 0; i < IN; i++) acc += x[n * IN + i] * w[o * IN + i];
+            e1 = fmax(e1, fabs(acc - y[n * OUT + o]));
+        }
+    for (int o = 0; o < OUT; o++) {
+        double sb = 0;
+        for (int n = 0; n < N; n++) sb += dy[n * OUT + o];
+        e2 = fmax(e2, fabs(sb - db[o]));
+        for (int i = 0; i < IN; i++) {
+            double sw = 0;
+            for (int n = 0; n < N; n++) sw += dy[n * OUT + o] * x[n * IN + i];
+            e3 = fmax(e3, fabs(sw - dw[o * IN + i]));
+        }
+    }
+    for (int n = 0; n < N; n++)
+        for (int i = 0; i < IN; i++) {
+            double sx = 0;
+            for (int o = 0; o < OUT; o++) sx += dy[n * OUT + o] * w[o * IN + i];
+            e4 = fmax(e4, fabs(sx - dx[n * IN + i]));
+        }
+    CHECK(e1 < 1e-12 && e2 < 1e-12 && e3 < 1e-11 && e4 < 1e-12, "linear: %g %g %g %g", e1, e2, e3,
+          e4);
+    free(x), free(w), free(b), free(y), free(dy), free(dx);
+}
+
 int main(void) {
     test_rng();
     test_threads();
@@ -415,6 +532,8 @@ int main(void) {
     test_strided();
     test_hard();
     test_local();
+    test_sdpa();
+    test_linear();
     attnc_set_num_threads(1); /* join the workers before exit */
     printf("%d passed, %d failed\n", passed, failed);
     return failed != 0;

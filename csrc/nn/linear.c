@@ -1,0 +1,107 @@
+/* linear.c: the affine layer y = x W^T + b, forward and backward. */
+#include <stdlib.h>
+
+#include "../core/blas.h"
+#include "../core/status.h"
+#include "../core/tensor.h"
+#include "../core/threads.h"
+
+/* Rows of x (forward, dx) or of W (dW, db) per block. */
+enum { ROWS = 128 };
+
+#define ATTNC_F64 0
+#include "linear_impl.h"
+#define ATTNC_F64 1
+#include "linear_impl.h"
+
+static const attnc_batch NONE = {.nb = 0, .count = 1};
+
+static attnc_mat mat_of(const attnc_tensor *t) {
+    attnc_mat m = {t->data, t->shape[0], t->shape[1], t->strides[0], t->strides[1]};
+    return m;
+}
+
+/* A 2-D float tensor of the call's dtype, shape (rows, cols) (-1: any). */
+static attnc_status check2(const attnc_tensor *t, const char *name, attnc_dtype dt, int64_t *rows,
+                           int64_t *cols, bool output) {
+    TRY(attnc_check_dtype(t, name, dt));
+    int64_t trail[2] = {*rows, *cols};
+    TRY(attnc_check_shape(t, name, &NONE, 2, trail));
+    *rows = trail[0];
+    *cols = trail[1];
+    return output ? attnc_check_out(t, name) : attnc_check_blas(t, name);
+}
+
+static attnc_status check_weight(const attnc_tensor *x, const attnc_tensor *w, int64_t *n,
+                                 int64_t *in, int64_t *out) {
+    if (!attnc_present(x) || !attnc_present(w))
+        return attnc_fail(ATTNC_ERR_TYPE, "input and weight are required");
+    attnc_dtype dt = x->dtype;
+    if (dt != ATTNC_FLOAT32 && dt != ATTNC_FLOAT64)
+        return attnc_fail(ATTNC_ERR_TYPE, "input has dtype %s, expected float32 or float64",
+                          attnc_dtype_name(dt));
+    *n = *in = *out = -1;
+    TRY(check2(x, "input", dt, n, in, false));
+    return check2(w, "weight", dt, out, in, false);
+}
+
+attnc_status attnc_linear_forward(attnc_tensor *y, const attnc_tensor *x,
+                                  const attnc_tensor *weight, const attnc_tensor *bias) {
+    int64_t n, in, out;
+    TRY(check_weight(x, weight, &n, &in, &out));
+    attnc_dtype dt = x->dtype;
+    if (!attnc_present(y)) return attnc_fail(ATTNC_ERR_TYPE, "output is required");
+    TRY(check2(y, "output", dt, &n, &out, true));
+    if (attnc_present(bias)) {
+        TRY(attnc_check_dtype(bias, "bias", dt));
+        TRY(attnc_check_shape(bias, "bias", &NONE, 1, &out));
+    }
+    int64_t blocks = (n + ROWS - 1) / ROWS;
+    if (dt == ATTNC_FLOAT32) {
+        linear_job_f32 j = {.x = mat_of(x), .w = mat_of(weight), .y = mat_of(y),
+                            .bias = attnc_present(bias) ? bias->data : NULL,
+                            .bias_stride = attnc_present(bias) ? bias->strides[0] : 0};
+        attnc_parallel_for(blocks, attnc_workers(), forward_task_f32, &j);
+    } else {
+        linear_job_f64 j = {.x = mat_of(x), .w = mat_of(weight), .y = mat_of(y),
+                            .bias = attnc_present(bias) ? bias->data : NULL,
+                            .bias_stride = attnc_present(bias) ? bias->strides[0] : 0};
+        attnc_parallel_for(blocks, attnc_workers(), forward_task_f64, &j);
+    }
+    return ATTNC_OK;
+}
+
+attnc_status attnc_linear_backward(attnc_tensor *dx, attnc_tensor *dweight, attnc_tensor *dbias,
+                                   const attnc_tensor *dy, const attnc_tensor *x,
+                                   const attnc_tensor *weight) {
+    int64_t n, in, out;
+    TRY(check_weight(x, weight, &n, &in, &out));
+    attnc_dtype dt = x->dtype;
+    if (!attnc_present(dy)) return attnc_fail(ATTNC_ERR_TYPE, "doutput is required");
+    TRY(check2(dy, "doutput", dt, &n, &out, false));
+    if (attnc_present(dx)) TRY(check2(dx, "dinput", dt, &n, &in, true));
+    if (attnc_present(dweight)) TRY(check2(dweight, "dweight", dt, &out, &in, true));
+    if (attnc_present(dbias)) {
+        TRY(attnc_check_dtype(dbias, "dbias", dt));
+        TRY(attnc_check_shape(dbias, "dbias", &NONE, 1, &out));
+        TRY(attnc_check_out(dbias, "dbias"));
+    }
+    attnc_mat none = {0};
+#define RUN(SFX)                                                                              \
+    do {                                                                                      \
+        linear_job_##SFX j = {.x = mat_of(x), .w = mat_of(weight), .dy = mat_of(dy),          \
+                              .dx = attnc_present(dx) ? mat_of(dx) : none,                    \
+                              .dw = attnc_present(dweight) ? mat_of(dweight) : none,          \
+                              .dbias = attnc_present(dbias) ? dbias->data : NULL};            \
+        if (attnc_present(dx))                                                                \
+            attnc_parallel_for((n + ROWS - 1) / ROWS, attnc_workers(), dx_task_##SFX, &j);    \
+        if (attnc_present(dweight) || attnc_present(dbias))                                   \
+            attnc_parallel_for((out + ROWS - 1) / ROWS, attnc_workers(), dw_task_##SFX, &j);  \
+    } while (0)
+    if (dt == ATTNC_FLOAT32)
+        RUN(f32);
+    else
+        RUN(f64);
+#undef RUN
+    return ATTNC_OK;
+}
