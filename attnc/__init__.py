@@ -16,12 +16,14 @@ from .attention import (  # noqa: E402
     hard_attention,
     kernel_regression,
     local_attention,
+    multi_head_attention,
     scaled_dot_product_attention,
     score,
     softmax,
 )
 from .config import blas_info, get_num_threads, set_num_threads  # noqa: E402
 from .grad import vjp  # noqa: E402
+from . import nn  # noqa: E402
 
 __version__ = "0.1.0"
 
@@ -45,6 +47,8 @@ __all__ = [
     "hard_attention",
     "kernel_regression",
     "local_attention",
+    "multi_head_attention",
+    "nn",
     "scaled_dot_product_attention",
     "score",
     "set_num_threads",

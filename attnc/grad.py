@@ -45,7 +45,7 @@ def vjp(fn, *args, **kwargs):
     one cotangent per output, each shaped and typed like that output (``None``
     for an output you do not use; integer outputs such as ``indices`` take
     ``None``), and returns a dict from the name of every float-array argument
-    of the call (``"query"``, ``"keys"``, ``"values"``, ``"weight"``, ...) to
+    of the call (for a module: its inputs and its state_dict() names) (``"query"``, ``"keys"``, ``"values"``, ``"weight"``, ...) to
     its gradient, with that argument's shape and dtype. Python floats are
     constants and get no entry. The pullback may be called many times.
 
@@ -57,7 +57,7 @@ def vjp(fn, *args, **kwargs):
     >>> sorted(grads)
     ['keys', 'query']
     """
-    rule = _RULES.get(fn)
+    rule = _RULES.get(fn) if not hasattr(fn, "_vjp_forward") else (fn._vjp_forward, fn._vjp_backward)
     if rule is None:
         names = ", ".join(sorted(f.__name__ for f in _RULES))
         raise TypeError(f"attnc.vjp has no gradient rule for {fn!r}; it differentiates: {names}")

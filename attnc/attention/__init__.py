@@ -4,9 +4,10 @@ attention, and kernel regression as attention."""
 from .hard import hard_attention
 from .kernel_regression import kernel_regression
 from .local import local_attention
+from .multihead import multi_head_attention
 from .sdpa import scaled_dot_product_attention
 from .score import score
 from .soft import attention
 from .softmax import softmax
 
-__all__ = ["attention", "hard_attention", "kernel_regression", "local_attention", "scaled_dot_product_attention", "score", "softmax"]
+__all__ = ["attention", "hard_attention", "kernel_regression", "local_attention", "multi_head_attention", "scaled_dot_product_attention", "score", "softmax"]

@@ -1,0 +1,258 @@
+"""attnc.multi_head_attention: torch.nn.MultiheadAttention's computation
+(batch first), on the fused kernel: projections and the attention run in C,
+heads are strided views (never copied), and the weights come from the saved
+log-sum-exp when asked for."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .. import _core
+from .._args import blas_ready, elementwise_ready, float_array, same_dtype, shape_str, unbroadcast
+from ..grad import register
+from .hard import _seed
+
+
+def _linear(x2, w, b):
+    y = np.empty((x2.shape[0], w.shape[0]), x2.dtype)
+    _core.linear_forward(y, x2, w, b)
+    return y
+
+
+def _linear_grad(dy2, x2, w, has_bias):
+    dx, dw = np.empty(x2.shape, x2.dtype), np.empty(w.shape, w.dtype)
+    db = np.empty(w.shape[0], w.dtype) if has_bias else None
+    _core.linear_backward(dx, dw, db, blas_ready(dy2), x2, w)
+    return dx, dw, db
+
+
+def _param(x, name, shape, dtype, required=True):
+    if x is None:
+        if required:
+            raise TypeError(f"{name} is required")
+        return None
+    a = float_array(x, name)
+    same_dtype(dtype, **{name: a})
+    if a.shape != shape:
+        raise ValueError(f"{name} has shape {shape_str(a.shape)}, expected {shape_str(shape)}")
+    return blas_ready(a)
+
+
+def _torch_mask(mask, name, shape, dtype):
+    """A torch-style mask (bool True = ignore, or float added) as attnc's
+    kernel takes it (bool True = takes part, or float), broadcast to shape."""
+    m = np.asarray(mask)
+    if m.dtype == np.bool_:
+        kernel = ~m
+    else:
+        m = float_array(m, name)
+        same_dtype(dtype, **{name: m})
+        kernel = m
+    try:
+        return m, np.broadcast_to(kernel, shape)
+    except ValueError:
+        raise ValueError(f"{name} with shape {shape_str(m.shape)} does not fit {shape_str(shape)}") from None
+
+
+def _pad_keys(view, extra):
+    """Append `extra` allowed key columns to a (B, H, L, S) mask view."""
+    if extra == 0:
+        return view
+    pad = np.ones if view.dtype == np.bool_ else np.zeros
+    return np.concatenate([view, pad(view.shape[:-1] + (extra,), view.dtype)], axis=-1)
+
+
+def _forward(query, key, value, num_heads, in_proj_weight, in_proj_bias, out_proj_weight, out_proj_bias, *,
+             key_padding_mask=None, attn_mask=None, need_weights=True, average_attn_weights=True, is_causal=False,
+             q_proj_weight=None, k_proj_weight=None, v_proj_weight=None, bias_k=None, bias_v=None,
+             add_zero_attn=False, dropout_p=0.0, seed=None):
+    q_in, k_in, v_in = (float_array(a, n) for a, n in ((query, "query"), (key, "key"), (value, "value")))
+    dtype = q_in.dtype
+    same_dtype(dtype, key=k_in, value=v_in)
+    batched = q_in.ndim == 3
+    if q_in.ndim not in (2, 3) or k_in.ndim != q_in.ndim or v_in.ndim != q_in.ndim:
+        raise ValueError(f"query {shape_str(q_in.shape)}, key {shape_str(k_in.shape)} and value "
+                         f"{shape_str(v_in.shape)} must all be (B, L, E) (batch first) or all (L, E)")
+    if not batched:
+        q_in, k_in, v_in = q_in[None], k_in[None], v_in[None]
+    B, L, E = q_in.shape
+    S = k_in.shape[1]
+    if k_in.shape[0] != B or v_in.shape[:2] != (B, S):
+        raise ValueError(f"key {shape_str(k_in.shape)} and value {shape_str(v_in.shape)} need query's batch "
+                         f"({B}) and the same length")
+    if not isinstance(num_heads, int) or num_heads < 1 or E % num_heads:
+        raise ValueError(f"embed_dim {E} must be divisible by num_heads ({num_heads!r})")
+    H, hd = num_heads, E // num_heads
+    kdim, vdim = k_in.shape[2], v_in.shape[2]
+    if in_proj_weight is not None:
+        w_in = _param(in_proj_weight, "in_proj_weight", (3 * E, E), dtype)
+        if kdim != E or vdim != E:
+            raise ValueError(f"in_proj_weight needs key and value of width {E}; use q/k/v_proj_weight for "
+                             f"kdim={kdim}, vdim={vdim}")
+        wq, wk, wv = w_in[:E], w_in[E:2 * E], w_in[2 * E:]
+    else:
+        wq = _param(q_proj_weight, "q_proj_weight", (E, E), dtype)
+        wk = _param(k_proj_weight, "k_proj_weight", (E, kdim), dtype)
+        wv = _param(v_proj_weight, "v_proj_weight", (E, vdim), dtype)
+    b_in = _param(in_proj_bias, "in_proj_bias", (3 * E,), dtype, required=False)
+    bq, bk, bv = (None, None, None) if b_in is None else (b_in[:E], b_in[E:2 * E], b_in[2 * E:])
+    wo = _param(out_proj_weight, "out_proj_weight", (E, E), dtype)
+    bo = _param(out_proj_bias, "out_proj_bias", (E,), dtype, required=False)
+    if (bias_k is None) != (bias_v is None):
+        raise ValueError("bias_k and bias_v go together")
+    bias_kv = bias_k is not None
+    if bias_kv:
+        bias_k = _param(bias_k, "bias_k", (1, 1, E), dtype)
+        bias_v = _param(bias_v, "bias_v", (1, 1, E), dtype)
+    if is_causal and attn_mask is None:
+        raise ValueError("is_causal is a hint that attn_mask is the causal mask: pass attn_mask too (as torch)")
+    if not 0 <= dropout_p <= 1:
+        raise ValueError(f"dropout_p must be in [0, 1], got {dropout_p}")
+
+    x = {n: blas_ready(a.reshape(B * a.shape[1], a.shape[2])) for n, a in (("q", q_in), ("k", k_in), ("v", v_in))}
+    q = _linear(x["q"], wq, bq).reshape(B, L, E)
+    k = _linear(x["k"], wk, bk).reshape(B, S, E)
+    v = _linear(x["v"], wv, bv).reshape(B, S, E)
+    extra = int(bias_kv) + int(bool(add_zero_attn))
+    if extra:
+        tail_k = [np.broadcast_to(bias_k, (B, 1, E))] if bias_kv else []
+        tail_v = [np.broadcast_to(bias_v, (B, 1, E))] if bias_kv else []
+        if add_zero_attn:
+            tail_k.append(np.zeros((B, 1, E), dtype))
+            tail_v.append(np.zeros((B, 1, E), dtype))
+        k = np.concatenate([k, *tail_k], axis=1)
+        v = np.concatenate([v, *tail_v], axis=1)
+    S2 = S + extra
+    heads = lambda a: a.reshape(a.shape[0], a.shape[1], H, hd).transpose(0, 2, 1, 3)  # noqa: E731
+
+    masks, mask_args = [None, None], {}
+    if attn_mask is not None:
+        m = np.asarray(attn_mask)
+        if m.ndim == 3 and m.shape[0] == B * H:
+            m = m.reshape(B, H, *m.shape[1:])
+        orig, kernel = _torch_mask(m, "attn_mask", (B, H, L, S), dtype)
+        masks[0], mask_args["attn_mask"] = elementwise_ready(_pad_keys(kernel, extra)), (attn_mask, orig.shape)
+    if key_padding_mask is not None:
+        m = np.asarray(key_padding_mask)
+        m = m[None] if not batched and m.ndim == 1 else m
+        if m.shape != (B, S):
+            raise ValueError(f"key_padding_mask has shape {shape_str(m.shape)}, expected (B, S) = ({B}, {S})")
+        orig, kernel = _torch_mask(m[:, None, None, :], "key_padding_mask", (B, H, L, S), dtype)
+        masks[1], mask_args["key_padding_mask"] = elementwise_ready(_pad_keys(kernel, extra)), (key_padding_mask, orig.shape)
+    spec = (masks[0], masks[1], bool(is_causal), 0, 1.0 / math.sqrt(hd), float(dropout_p),
+            _seed(seed) if dropout_p else 0)
+
+    attn = np.empty((B, L, E), dtype)
+    lse = np.empty((B, H, L), dtype)
+    weights = np.empty((B, H, L, S2), dtype) if need_weights else None
+    qh, kh, vh = heads(q), heads(k), heads(v)
+    _core.sdpa_forward(spec, qh, kh, vh, heads(attn), lse, weights)
+    attn2 = attn.reshape(B * L, E)
+    out = _linear(attn2, wo, bo).reshape(B, L, E)
+    if weights is not None and average_attn_weights:
+        weights = weights.mean(axis=1)
+    unbatch = (lambda a: a) if batched else (lambda a: None if a is None else a[0])
+    saved = dict(spec=spec, x=x, shapes=(query, key, value), B=B, L=L, S=S, E=E, H=H, hd=hd, extra=extra,
+                 bias_kv=bias_kv, add_zero_attn=bool(add_zero_attn), batched=batched, qh=qh, kh=kh, vh=vh,
+                 attn=attn, attn2=attn2, lse=lse, w=(wq, wk, wv, wo), b=(bq, bk, bv, bo), b_in=b_in is not None,
+                 separate=in_proj_weight is None, mask_args=mask_args, dtype=dtype,
+                 need_weights=need_weights, average=average_attn_weights)
+    return (unbatch(out), unbatch(weights)), saved
+
+
+def _backward(s, cotangents):
+    dout, dweights = cotangents
+    B, L, S, E, H, hd, extra, dtype = s["B"], s["L"], s["S"], s["E"], s["H"], s["hd"], s["extra"], s["dtype"]
+    S2 = S + extra
+    if not s["batched"]:
+        dout = None if dout is None else dout[None]
+        dweights = None if dweights is None else dweights[None]
+    wq, wk, wv, wo = s["w"]
+    bq, bk, bv, bo = s["b"]
+    grads = {}
+    dout2 = np.zeros((B * L, E), dtype) if dout is None else dout.reshape(B * L, E)
+    dattn2, grads["out_proj_weight"], dbo = _linear_grad(dout2, s["attn2"], wo, bo is not None)
+    if bo is not None:
+        grads["out_proj_bias"] = dbo
+    if dweights is not None:  # averaged weights: each head's share is 1/H
+        dweights = np.broadcast_to(dweights[:, None] / H, (B, H, L, S2)) if s["average"] else dweights
+        dweights = elementwise_ready(dweights)
+    heads = lambda a: a.reshape(a.shape[0], a.shape[1], H, hd).transpose(0, 2, 1, 3)  # noqa: E731
+    dq, dk, dv = np.empty((B, L, E), dtype), np.empty((B, S2, E), dtype), np.empty((B, S2, E), dtype)
+    float_masks = [n for n, (m, _) in s["mask_args"].items() if np.asarray(m).dtype != np.bool_]
+    dmask = np.zeros((B, H, L, S2), dtype) if float_masks else None
+    _core.sdpa_backward(s["spec"], heads(dattn2.reshape(B, L, E)), dweights, s["qh"], s["kh"], s["vh"],
+                        heads(s["attn"]), s["lse"], heads(dq), heads(dk), heads(dv), dmask)
+    for name in float_masks:
+        orig, shape = s["mask_args"][name]
+        g = dmask[..., :S]
+        if name == "key_padding_mask":
+            g = g.sum(axis=(1, 2))
+        elif np.asarray(orig).ndim == 3 and len(shape) == 4:  # given as (B*H, L, S)
+            g = g.reshape(B * H, L, S)
+        grads[name] = unbroadcast(g, np.shape(orig)) if name == "attn_mask" else (g if s["batched"] else g[0])
+    if s["bias_kv"]:
+        grads["bias_k"] = dk[:, S].sum(axis=0).reshape(1, 1, E)
+        grads["bias_v"] = dv[:, S].sum(axis=0).reshape(1, 1, E)
+    x = s["x"]
+    dxs, dws, dbs = {}, {}, {}
+    for n, d, w, b in (("q", dq, wq, bq), ("k", dk[:, :S], wk, bk), ("v", dv[:, :S], wv, bv)):
+        dxs[n], dws[n], dbs[n] = _linear_grad(d.reshape(-1, E), x[n], w, b is not None)
+    if s["separate"]:
+        grads.update(q_proj_weight=dws["q"], k_proj_weight=dws["k"], v_proj_weight=dws["v"])
+    else:
+        grads["in_proj_weight"] = np.concatenate([dws["q"], dws["k"], dws["v"]])
+    if s["b_in"]:
+        grads["in_proj_bias"] = np.concatenate([dbs["q"], dbs["k"], dbs["v"]])
+    for n, name, given in zip("qkv", ("query", "key", "value"), s["shapes"]):
+        grads[name] = dxs[n].reshape(np.shape(given))
+    return grads
+
+
+def multi_head_attention(query, key, value, num_heads, in_proj_weight, in_proj_bias, out_proj_weight, out_proj_bias,
+                         *, key_padding_mask=None, attn_mask=None, need_weights=True, average_attn_weights=True,
+                         is_causal=False, q_proj_weight=None, k_proj_weight=None, v_proj_weight=None, bias_k=None,
+                         bias_v=None, add_zero_attn=False, dropout_p=0.0, seed=None):
+    """Multi-head attention, as ``torch.nn.MultiheadAttention(batch_first=True)``.
+
+    Parameters
+    ----------
+    query : (B, L, E) or (L, E); key : (B, S, kdim); value : (B, S, vdim)
+    num_heads : int, dividing E
+    in_proj_weight : (3E, E) (query, key, value projections stacked), or None
+        with ``q_proj_weight`` (E, E), ``k_proj_weight`` (E, kdim), ``v_proj_weight`` (E, vdim)
+    in_proj_bias : (3E,) or None; out_proj_weight : (E, E); out_proj_bias : (E,) or None
+    key_padding_mask : (B, S), bool (True = ignore this key) or float (added)
+    attn_mask : (L, S) or (B*num_heads, L, S), bool (True = not allowed) or float (added)
+    need_weights : bool, also return the attention weights (from the fused kernel)
+    average_attn_weights : bool, average the weights over heads: (B, L, S), else (B, H, L, S)
+    is_causal : bool, hint that attn_mask is the causal mask (attn_mask is required, as in torch)
+    bias_k, bias_v : (1, 1, E), extra key/value appended to the sequence; add_zero_attn appends zeros
+    dropout_p, seed : dropout on the attention probabilities, reproducible from seed
+
+    Masks here keep PyTorch's meaning (True = ignore), because the argument
+    names are PyTorch's. The returned weights are the probabilities before
+    dropout (torch returns them after).
+
+    Returns
+    -------
+    (output (B, L, E), weights or None)
+
+    Example
+    -------
+    >>> E, H = 16, 4; x = np.random.rand(2, 5, E).astype(np.float32)
+    >>> w_in = np.random.rand(3 * E, E).astype(np.float32); w_out = np.eye(E, dtype=np.float32)
+    >>> out, w = attnc.multi_head_attention(x, x, x, H, w_in, None, w_out, None)
+    >>> out.shape, w.shape
+    ((2, 5, 16), (2, 5, 5))
+    """
+    return _forward(query, key, value, num_heads, in_proj_weight, in_proj_bias, out_proj_weight, out_proj_bias,
+                    key_padding_mask=key_padding_mask, attn_mask=attn_mask, need_weights=need_weights,
+                    average_attn_weights=average_attn_weights, is_causal=is_causal, q_proj_weight=q_proj_weight,
+                    k_proj_weight=k_proj_weight, v_proj_weight=v_proj_weight, bias_k=bias_k, bias_v=bias_v,
+                    add_zero_attn=add_zero_attn, dropout_p=dropout_p, seed=seed)[0]
+
+
+register(multi_head_attention, _forward, _backward)

@@ -1,0 +1,85 @@
+"""attnc.nn.linear and attnc.nn.Linear: y = x W^T + b, in C."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .. import _core
+from .._args import blas_ready, float_array, same_dtype, shape_str
+from ..grad import register
+from .module import Module
+
+
+def _forward(input, weight, bias=None):
+    x = float_array(input, "input")
+    w = float_array(weight, "weight")
+    same_dtype(x.dtype, weight=w)
+    if w.ndim != 2 or x.ndim < 1 or x.shape[-1] != w.shape[1]:
+        raise ValueError(f"input {shape_str(x.shape)} and weight {shape_str(w.shape)} do not fit: "
+                         "input (..., in), weight (out, in)")
+    b = None
+    if bias is not None:
+        b = float_array(bias, "bias")
+        same_dtype(x.dtype, bias=b)
+        if b.shape != (w.shape[0],):
+            raise ValueError(f"bias has shape {shape_str(b.shape)}, expected ({w.shape[0]},)")
+    x2 = blas_ready(x.reshape(-1, x.shape[-1]))
+    w = blas_ready(w)
+    y = np.empty((x2.shape[0], w.shape[0]), x.dtype)
+    _core.linear_forward(y, x2, w, b)
+    return y.reshape(x.shape[:-1] + (w.shape[0],)), (x.shape, x2, w, b is not None)
+
+
+def _backward(saved, cotangents):
+    shape, x2, w, has_bias = saved
+    (dy,) = cotangents
+    dy2 = np.zeros((x2.shape[0], w.shape[0]), x2.dtype) if dy is None else blas_ready(dy.reshape(-1, w.shape[0]))
+    dx, dw = np.empty(x2.shape, x2.dtype), np.empty(w.shape, w.dtype)
+    db = np.empty(w.shape[0], w.dtype) if has_bias else None
+    _core.linear_backward(dx, dw, db, dy2, x2, w)
+    grads = {"input": dx.reshape(shape), "weight": dw}
+    if has_bias:
+        grads["bias"] = db
+    return grads
+
+
+def linear(input, weight, bias=None):
+    """y = input @ weight^T + bias, as ``torch.nn.functional.linear``.
+
+    input (..., in), weight (out, in), bias (out,) or None -> (..., out).
+
+    Example
+    -------
+    >>> attnc.nn.linear(np.ones((2, 3)), np.ones((4, 3))).shape
+    (2, 4)
+    """
+    return _forward(input, weight, bias)[0]
+
+
+register(linear, _forward, _backward)
+
+
+class Linear(Module):
+    """``torch.nn.Linear``: parameters ``weight`` (out, in) and ``bias`` (out,),
+    initialised as torch does (uniform in +-1/sqrt(in)) from ``seed``."""
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = True, *, dtype=np.float32, seed=None):
+        super().__init__(dtype)
+        self.in_features, self.out_features = in_features, out_features
+        rng = np.random.default_rng(seed)
+        bound = 1 / math.sqrt(in_features) if in_features else 0.0
+        self.register_parameter("weight", rng.uniform(-bound, bound, (out_features, in_features)))
+        self.register_parameter("bias", rng.uniform(-bound, bound, out_features) if bias else None)
+
+    def forward(self, input):
+        return linear(input, self.weight, self.bias)
+
+    def _vjp_forward(self, input):
+        return _forward(input, self.weight, self.bias)
+
+    _vjp_backward = staticmethod(_backward)
+
+    def extra_repr(self):
+        return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"

@@ -1,0 +1,145 @@
+"""attnc.nn.Module: parameters as NumPy arrays, named as in torch's state_dict()."""
+
+from __future__ import annotations
+
+from collections import OrderedDict, namedtuple
+
+import numpy as np
+
+from .._args import FLOAT_DTYPES, shape_str
+
+IncompatibleKeys = namedtuple("IncompatibleKeys", ["missing_keys", "unexpected_keys"])
+
+
+class Module:
+    """Base of attnc's modules.
+
+    Parameters are NumPy arrays registered with ``register_parameter`` (and
+    read and set as attributes); submodules are attributes that are Modules.
+    ``state_dict()`` names them as torch does (``"out_proj.weight"``), so a
+    torch module's state dict loads here and ours loads there. Gradients
+    come from ``attnc.vjp(module, *inputs)``, keyed by the same names.
+    """
+
+    def __init__(self, dtype=np.float32):
+        dtype = np.dtype(dtype)
+        if dtype not in FLOAT_DTYPES:
+            raise TypeError(f"dtype must be float32 or float64, got {dtype}")
+        object.__setattr__(self, "_parameters", OrderedDict())
+        object.__setattr__(self, "_modules", OrderedDict())
+        object.__setattr__(self, "training", True)
+        object.__setattr__(self, "_dtype", dtype)
+
+    # -- attributes -------------------------------------------------------
+    def __getattr__(self, name):
+        params = self.__dict__.get("_parameters", {})
+        if name in params:
+            return params[name]
+        raise AttributeError(f"{type(self).__name__} has no attribute {name!r}")
+
+    def __setattr__(self, name, value):
+        if name in self.__dict__.get("_parameters", {}):
+            self._parameters[name] = self._as_parameter(name, value, self._parameters[name])
+            return
+        if isinstance(value, Module):
+            self._modules[name] = value
+        object.__setattr__(self, name, value)
+
+    def register_parameter(self, name: str, value) -> None:
+        """Add a parameter (None for an absent optional one, such as a bias)."""
+        self._parameters[name] = None if value is None else np.ascontiguousarray(value, dtype=self._dtype)
+
+    def _as_parameter(self, name, value, old):
+        if value is None:
+            return None
+        a = np.ascontiguousarray(value, dtype=self._dtype)
+        if old is not None and a.shape != old.shape:
+            raise ValueError(f"{name} has shape {shape_str(old.shape)}, got {shape_str(a.shape)}")
+        return a
+
+    # -- traversal --------------------------------------------------------
+    def named_parameters(self, prefix: str = ""):
+        """(name, array) for every present parameter, submodules included."""
+        for name, p in self._parameters.items():
+            if p is not None:
+                yield prefix + name, p
+        for mname, m in self._modules.items():
+            yield from m.named_parameters(prefix + mname + ".")
+
+    def parameters(self):
+        return [p for _, p in self.named_parameters()]
+
+    def state_dict(self) -> "OrderedDict[str, np.ndarray]":
+        """Copies of every parameter, named as in torch's state_dict()."""
+        return OrderedDict((name, p.copy()) for name, p in self.named_parameters())
+
+    def load_state_dict(self, state_dict, strict: bool = True) -> IncompatibleKeys:
+        """Load parameters from a dict of arrays (torch tensors work too:
+        anything NumPy can read). Shapes must match; values are cast to the
+        module's dtype. With strict, missing or unexpected keys raise."""
+        own = dict(self.named_parameters())
+        missing = [k for k in own if k not in state_dict]
+        unexpected = [k for k in state_dict if k not in own]
+        if strict and (missing or unexpected):
+            raise KeyError(f"state_dict does not fit {type(self).__name__}: missing keys {missing}, "
+                           f"unexpected keys {unexpected}")
+        for name, value in state_dict.items():
+            if name not in own:
+                continue
+            a = np.asarray(value.detach().cpu().numpy() if hasattr(value, "detach") else value)
+            if a.shape != own[name].shape:
+                raise ValueError(f"state_dict[{name!r}] has shape {shape_str(a.shape)}, "
+                                 f"the module's is {shape_str(own[name].shape)}")
+            self._set_by_name(name, a)
+        return IncompatibleKeys(missing, unexpected)
+
+    def _set_by_name(self, name: str, value) -> None:
+        owner, _, leaf = name.rpartition(".")
+        module = self
+        for part in owner.split(".") if owner else ():
+            module = module._modules[part]
+        module._parameters[leaf] = np.array(value, dtype=module._dtype, order="C")
+
+    # -- modes and dtype -------------------------------------------------------
+    def train(self, mode: bool = True):
+        object.__setattr__(self, "training", bool(mode))
+        for m in self._modules.values():
+            m.train(mode)
+        return self
+
+    def eval(self):
+        return self.train(False)
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self._dtype
+
+    def to(self, dtype):
+        """Cast every parameter to dtype (float32 or float64); returns self."""
+        dtype = np.dtype(dtype)
+        if dtype not in FLOAT_DTYPES:
+            raise TypeError(f"dtype must be float32 or float64, got {dtype}")
+        object.__setattr__(self, "_dtype", dtype)
+        for name, p in list(self._parameters.items()):
+            if p is not None:
+                self._parameters[name] = p.astype(dtype)
+        for m in self._modules.values():
+            m.to(dtype)
+        return self
+
+    # -- calling ------------------------------------------------------------
+    def __call__(self, *args, **kwargs):
+        return self.forward(*args, **kwargs)
+
+    def forward(self, *args, **kwargs):  # pragma: no cover - every module defines it
+        raise NotImplementedError
+
+    # attnc.vjp(module, ...) calls _vjp_forward(*args, **kwargs) -> (outputs,
+    # saved) and _vjp_backward(saved, cotangents) -> {input or state_dict
+    # name: gradient}; modules that support gradients define both.
+
+    def __repr__(self):
+        return f"{type(self).__name__}({self.extra_repr()})"
+
+    def extra_repr(self) -> str:
+        return ""

@@ -1,0 +1,118 @@
+"""attnc.nn.MultiheadAttention: torch.nn.MultiheadAttention (batch first)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..attention import multihead
+from .linear import Linear
+from .module import Module
+
+
+class MultiheadAttention(Module):
+    """``torch.nn.MultiheadAttention(embed_dim, num_heads, ..., batch_first=True)``.
+
+    Parameters (NumPy arrays, torch's state_dict names): ``in_proj_weight``
+    (3E, E) or ``q_proj_weight``/``k_proj_weight``/``v_proj_weight`` when kdim
+    or vdim differ from E, ``in_proj_bias`` (3E,), ``out_proj.weight`` (E, E),
+    ``out_proj.bias`` (E,), and ``bias_k``/``bias_v`` (1, 1, E) with
+    add_bias_kv. Initialised as torch does, from ``seed``. Dropout applies in
+    training mode only; each call draws its dropout seed from the module's
+    generator, so a seeded module replays the same dropout masks.
+
+    ``forward(query, key, value, key_padding_mask=None, need_weights=True,
+    attn_mask=None, average_attn_weights=True, is_causal=False)`` returns
+    ``(output, weights or None)`` with torch's meanings (boolean masks: True =
+    ignore). ``attnc.vjp(module, query, key, value, ...)`` gives the gradients
+    of the inputs and of every parameter, keyed by state_dict name.
+
+    Example
+    -------
+    >>> mha = attnc.nn.MultiheadAttention(16, 4, seed=0)
+    >>> x = np.random.rand(2, 5, 16).astype(np.float32)
+    >>> out, w = mha(x, x, x)
+    >>> out.shape, w.shape
+    ((2, 5, 16), (2, 5, 5))
+    """
+
+    def __init__(self, embed_dim, num_heads, dropout=0.0, bias=True, add_bias_kv=False, add_zero_attn=False,
+                 kdim=None, vdim=None, batch_first=True, *, dtype=np.float32, seed=None):
+        super().__init__(dtype)
+        if not batch_first:
+            raise ValueError("attnc's modules are always batch first (batch_first=True)")
+        if embed_dim % num_heads:
+            raise ValueError(f"embed_dim ({embed_dim}) must be divisible by num_heads ({num_heads})")
+        if not 0 <= dropout <= 1:
+            raise ValueError(f"dropout must be in [0, 1], got {dropout}")
+        self.embed_dim, self.num_heads, self.dropout = embed_dim, num_heads, dropout
+        self.kdim = kdim if kdim is not None else embed_dim
+        self.vdim = vdim if vdim is not None else embed_dim
+        self.add_zero_attn = add_zero_attn
+        self._qkv_same = self.kdim == embed_dim and self.vdim == embed_dim
+        rng = np.random.default_rng(seed)
+        E = embed_dim
+
+        def xavier_uniform(shape):
+            bound = math.sqrt(6.0 / (shape[0] + shape[1]))
+            return rng.uniform(-bound, bound, shape)
+
+        if self._qkv_same:
+            self.register_parameter("in_proj_weight", xavier_uniform((3 * E, E)))
+        else:
+            self.register_parameter("q_proj_weight", xavier_uniform((E, E)))
+            self.register_parameter("k_proj_weight", xavier_uniform((E, self.kdim)))
+            self.register_parameter("v_proj_weight", xavier_uniform((E, self.vdim)))
+        self.register_parameter("in_proj_bias", np.zeros(3 * E) if bias else None)
+        if add_bias_kv:
+            std = math.sqrt(2.0 / (2 * E))  # torch's xavier_normal_ on (1, 1, E)
+            self.register_parameter("bias_k", rng.normal(0, std, (1, 1, E)))
+            self.register_parameter("bias_v", rng.normal(0, std, (1, 1, E)))
+        else:
+            self.register_parameter("bias_k", None)
+            self.register_parameter("bias_v", None)
+        self.out_proj = Linear(E, E, bias=bias, dtype=dtype, seed=rng.integers(2**63))
+        if bias:
+            self.out_proj.bias = np.zeros(E)
+        self._rng = rng
+
+    def _kwargs(self, key_padding_mask, need_weights, attn_mask, average_attn_weights, is_causal):
+        p = self._parameters
+        dropout = self.dropout if self.training else 0.0
+        return dict(
+            key_padding_mask=key_padding_mask, attn_mask=attn_mask, need_weights=need_weights,
+            average_attn_weights=average_attn_weights, is_causal=is_causal,
+            q_proj_weight=p.get("q_proj_weight"), k_proj_weight=p.get("k_proj_weight"),
+            v_proj_weight=p.get("v_proj_weight"), bias_k=p["bias_k"], bias_v=p["bias_v"],
+            add_zero_attn=self.add_zero_attn, dropout_p=dropout,
+            seed=int(self._rng.integers(2**63)) if dropout else None,
+        )
+
+    def _args(self, query, key, value):
+        p = self._parameters
+        return (query, key, value, self.num_heads, p.get("in_proj_weight"), p["in_proj_bias"],
+                self.out_proj.weight, self.out_proj.bias)
+
+    def forward(self, query, key, value, key_padding_mask=None, need_weights=True, attn_mask=None,
+                average_attn_weights=True, is_causal=False):
+        return multihead.multi_head_attention(
+            *self._args(query, key, value),
+            **self._kwargs(key_padding_mask, need_weights, attn_mask, average_attn_weights, is_causal))
+
+    def _vjp_forward(self, query, key, value, key_padding_mask=None, need_weights=True, attn_mask=None,
+                     average_attn_weights=True, is_causal=False):
+        return multihead._forward(
+            *self._args(query, key, value),
+            **self._kwargs(key_padding_mask, need_weights, attn_mask, average_attn_weights, is_causal))
+
+    @staticmethod
+    def _vjp_backward(saved, cotangents):
+        grads = multihead._backward(saved, cotangents)
+        for name in ("weight", "bias"):
+            if f"out_proj_{name}" in grads:
+                grads[f"out_proj.{name}"] = grads.pop(f"out_proj_{name}")
+        return grads
+
+    def extra_repr(self):
+        return f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, dropout={self.dropout}"
