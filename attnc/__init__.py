@@ -12,6 +12,7 @@ _os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 from . import _core  # noqa: E402
 from .attention import (  # noqa: E402
+    KVCache,
     attention,
     hard_attention,
     kernel_regression,
@@ -41,6 +42,7 @@ def _default_threads() -> int:
 set_num_threads(_default_threads())
 
 __all__ = [
+    "KVCache",
     "attention",
     "blas_info",
     "get_num_threads",

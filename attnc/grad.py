@@ -57,9 +57,15 @@ def vjp(fn, *args, **kwargs):
     >>> sorted(grads)
     ['keys', 'query']
     """
-    rule = _RULES.get(fn) if not hasattr(fn, "_vjp_forward") else (fn._vjp_forward, fn._vjp_backward)
+    if hasattr(fn, "_vjp_forward"):  # a module
+        rule = (fn._vjp_forward, fn._vjp_backward)
+    elif hasattr(fn, "__self__") and getattr(fn, "__func__", None) in _RULES:  # a bound method
+        rule = _RULES[fn.__func__]
+        args = (fn.__self__,) + args
+    else:
+        rule = _RULES.get(fn)
     if rule is None:
-        names = ", ".join(sorted(f.__name__ for f in _RULES))
+        names = ", ".join(sorted(f.__qualname__ for f in _RULES))
         raise TypeError(f"attnc.vjp has no gradient rule for {fn!r}; it differentiates: {names}")
     forward, backward = rule
     outputs, saved = forward(*args, **kwargs)

@@ -3,6 +3,7 @@ attention, and kernel regression as attention."""
 
 from .hard import hard_attention
 from .kernel_regression import kernel_regression
+from .kv_cache import KVCache
 from .local import local_attention
 from .multihead import multi_head_attention
 from .sdpa import scaled_dot_product_attention
@@ -10,4 +11,6 @@ from .score import score
 from .soft import attention
 from .softmax import softmax
 
-__all__ = ["attention", "hard_attention", "kernel_regression", "local_attention", "multi_head_attention", "scaled_dot_product_attention", "score", "softmax"]
+__all__ = [
+    "KVCache",
+    "attention", "hard_attention", "kernel_regression", "local_attention", "multi_head_attention", "scaled_dot_product_attention", "score", "softmax"]

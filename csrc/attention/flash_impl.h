@@ -119,7 +119,10 @@ static void FN(forward_task)(void *arg, int64_t task, int worker) {
         for (int64_t i = 0; i < nq; i++) {
             REAL *row = s + i * nk, mx = FN(row_max)(row, nk, m[i]);
             if (mx == -INFINITY) { /* nothing allowed yet: no contribution */
-                for (int64_t j = 0; j < nk; j++) row[j] = 0;
+                for (int64_t j = 0; j < nk; j++) {
+                    if (row[j] != row[j]) l[i] = NAN; /* but a NaN score propagates */
+                    row[j] = 0;
+                }
                 continue;
             }
             REAL alpha = EXP(m[i] - mx);

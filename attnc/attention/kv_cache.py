@@ -1,0 +1,136 @@
+"""attnc.KVCache: keys and values of past tokens for incremental decoding."""
+
+from __future__ import annotations
+
+import math
+import numbers
+
+import numpy as np
+
+from .. import _core
+from .._args import FLOAT_DTYPES, blas_ready, float_array, same_dtype, shape_str
+from ..grad import register
+
+
+class KVCache:
+    """Keys and values of the tokens decoded so far, for attention that grows
+    one step at a time.
+
+    ``KVCache(batch, heads, capacity, head_dim, dtype)`` holds keys and values
+    of shape (batch, heads, capacity, head_dim) (``value_dim`` if values are
+    wider). ``append(key, value)`` adds t new positions, (batch, heads, t,
+    head_dim); ``attend(query)`` runs the fused kernel for t new queries
+    (batch, H, t, head_dim) against everything cached, the new block causal
+    among itself (query i of the block sees cached positions up to
+    length - t + i). H may be a multiple of ``heads`` (grouped-query
+    attention: a cached head serves H / heads query heads, never copied).
+    Decoding T tokens one at a time costs O(T * length * head_dim) and gives
+    the same outputs as causal attention over the whole sequence.
+
+    Example
+    -------
+    >>> cache = attnc.KVCache(1, 2, capacity=16, head_dim=8, dtype=np.float32)
+    >>> for t in range(3):
+    ...     k = v = q = np.random.rand(1, 2, 1, 8).astype(np.float32)
+    ...     cache.append(k, v)
+    ...     out = cache.attend(q)
+    >>> len(cache), out.shape
+    (3, (1, 2, 1, 8))
+    """
+
+    def __init__(self, batch: int, heads: int, capacity: int, head_dim: int, dtype=np.float32, *, value_dim=None):
+        for name, n in (("batch", batch), ("heads", heads), ("capacity", capacity), ("head_dim", head_dim)):
+            if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < (0 if name == "capacity" else 1):
+                raise ValueError(f"{name} must be a positive int, got {n!r}")
+        dtype = np.dtype(dtype)
+        if dtype not in FLOAT_DTYPES:
+            raise TypeError(f"dtype must be float32 or float64, got {dtype}")
+        value_dim = head_dim if value_dim is None else value_dim
+        self._k = np.zeros((batch, heads, capacity, head_dim), dtype)
+        self._v = np.zeros((batch, heads, capacity, value_dim), dtype)
+        self.length = 0
+
+    def __len__(self) -> int:
+        return self.length
+
+    @property
+    def capacity(self) -> int:
+        return self._k.shape[2]
+
+    @property
+    def keys(self) -> np.ndarray:
+        """The cached keys, (batch, heads, length, head_dim) (a read-only view)."""
+        view = self._k[:, :, : self.length]
+        view.flags.writeable = False
+        return view
+
+    @property
+    def values(self) -> np.ndarray:
+        """The cached values, (batch, heads, length, value_dim) (a read-only view)."""
+        view = self._v[:, :, : self.length]
+        view.flags.writeable = False
+        return view
+
+    def reset(self) -> None:
+        """Forget every cached position."""
+        self.length = 0
+
+    def append(self, key, value) -> None:
+        """Cache t new positions: key (batch, heads, t, head_dim), value (batch, heads, t, value_dim)."""
+        k = float_array(key, "key")
+        v = float_array(value, "value")
+        same_dtype(self._k.dtype, key=k, value=v)
+        b, h, _, e = self._k.shape
+        if k.ndim != 4 or k.shape[:2] != (b, h) or k.shape[3] != e:
+            raise ValueError(f"key has shape {shape_str(k.shape)}, expected ({b}, {h}, t, {e})")
+        if v.shape != k.shape[:3] + (self._v.shape[3],):
+            raise ValueError(f"value has shape {shape_str(v.shape)}, expected {shape_str(k.shape[:3] + (self._v.shape[3],))}")
+        t = k.shape[2]
+        if self.length + t > self.capacity:
+            raise ValueError(f"appending {t} positions to {self.length} exceeds the capacity {self.capacity}")
+        self._k[:, :, self.length : self.length + t] = k
+        self._v[:, :, self.length : self.length + t] = v
+        self.length += t
+
+    def attend(self, query, *, scale=None, return_weights=False):
+        """Attention of t new queries (batch, H, t, head_dim) on the cache; the
+        last t cached positions are the queries' own (causal among them).
+        Returns (batch, H, t, value_dim), and the (batch, H, t, length)
+        weights with return_weights."""
+        return _attend_forward(self, query, scale=scale, return_weights=return_weights)[0]
+
+
+def _attend_forward(cache: KVCache, query, *, scale=None, return_weights=False):
+    q = float_array(query, "query")
+    same_dtype(cache._k.dtype, query=q)
+    b, hkv, _, e = cache._k.shape
+    if q.ndim != 4 or q.shape[0] != b or q.shape[3] != e or q.shape[1] % hkv:
+        raise ValueError(f"query has shape {shape_str(q.shape)}, expected ({b}, H, t, {e}) with H a multiple of {hkv}")
+    h, t, length = q.shape[1], q.shape[2], cache.length
+    if t > length:
+        raise ValueError(f"{t} queries but only {length} cached positions: append their keys and values first")
+    scale = 1.0 / math.sqrt(e) if scale is None else float(scale)
+    spec = (None, None, True, length - t, scale, 0.0, 0)
+    q = blas_ready(q)
+    k, v = cache._k[:, :, :length], cache._v[:, :, :length]
+    out = np.empty((b, h, t, v.shape[3]), q.dtype)
+    lse = np.empty((b, h, t), q.dtype)
+    weights = np.empty((b, h, t, length), q.dtype) if return_weights else None
+    _core.sdpa_forward(spec, q, k, v, out, lse, weights)
+    # The pullback must see the cache as it was: keep copies of the keys and values.
+    saved = (spec, q, k.copy(), v.copy(), out, lse)
+    return ((out, weights) if return_weights else out), saved
+
+
+def _attend_backward(saved, cotangents):
+    spec, q, k, v, out, lse = saved
+    dout = cotangents[0]
+    dweights = cotangents[1] if len(cotangents) > 1 else None
+    if dout is None:
+        dout = np.zeros(out.shape, out.dtype)
+    dq, dk, dv = np.empty_like(q), np.empty_like(k), np.empty_like(v)
+    _core.sdpa_backward(spec, blas_ready(dout), dweights, q, k, v, out, lse, dq, dk, dv, None)
+    return {"query": dq, "keys": dk, "values": dv}
+
+
+register(KVCache.attend, _attend_forward, _attend_backward)
