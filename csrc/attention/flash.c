@@ -4,13 +4,16 @@
  * Forward: one task per (batch, head, query block) walks the key blocks,
  * keeping the running max m, sum l and output accumulator of its rows, and
  * saves lse = m + log(l). Causal attention stops at the diagonal's block.
- * Backward (three parallel loops, each writing only its own outputs):
+ * Backward (parallel loops, each writing only its own outputs):
  *   D = rowsum(dO o O)                         per (batch, head)
  *   dK_j, dV_j over query blocks i             per (batch, kv head, key block)
  *   dQ_i over key blocks j                     per (batch, head, query block)
  * recomputing P = exp(S - lse) tile by tile. Splitting dQ from dK/dV costs a
  * second pass over the scores but keeps every core busy even when
- * batch x heads is 1, and makes results independent of the thread count. */
+ * batch x heads is 1. With at least as many (batch, kv head) pairs as
+ * threads, one pass per pair does all three (two fewer products per tile);
+ * both paths make the same calls in the same order for every output, so
+ * the bits do not depend on the thread count. */
 #include <math.h>
 #include <stdlib.h>
 
@@ -187,10 +190,16 @@ attnc_status attnc_sdpa_backward(attnc_tensor *dquery, attnc_tensor *dkey, attnc
     if (c.dw) /* D += rowsum(P o dweights): the weights' own softmax backward */
         st = run(&c, c.batch.count * c.H * c.nqb, weights_rowdot_task_f32,
                  weights_rowdot_task_f64, (size_t)(c.bq * c.bk));
-    if (st == ATTNC_OK && (attnc_present(dkey) || attnc_present(dvalue) || attnc_present(dmask)))
-        st = run(&c, c.batch.count * c.hkv * c.nkb, dkv_task_f32, dkv_task_f64, per);
-    if (st == ATTNC_OK && attnc_present(dquery))
-        st = run(&c, c.batch.count * c.H * c.nqb, dq_task_f32, dq_task_f64, per);
+    int64_t groups = c.batch.count * c.hkv;
+    if (st == ATTNC_OK && attnc_present(dquery) && attnc_present(dkey) && attnc_present(dvalue) &&
+        groups >= attnc_workers()) {
+        st = run(&c, groups, fused_task_f32, fused_task_f64, per);
+    } else {
+        if (st == ATTNC_OK && (attnc_present(dkey) || attnc_present(dvalue) || attnc_present(dmask)))
+            st = run(&c, groups * c.nkb, dkv_task_f32, dkv_task_f64, per);
+        if (st == ATTNC_OK && attnc_present(dquery))
+            st = run(&c, c.batch.count * c.H * c.nqb, dq_task_f32, dq_task_f64, per);
+    }
     free(c.dvec);
     return st;
 }

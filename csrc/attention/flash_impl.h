@@ -253,13 +253,12 @@ static void FN(zero_rows)(const flash_ctx *c, attnc_tensor *t, int64_t b, int64_
         for (int64_t x = 0; x < m.cols; x++) ((REAL *)m.p)[i * m.rs + x] = 0;
 }
 
-/* dK_j, dV_j (and dmask), one task = (batch, kv head, key block): every
- * query head of the group, every query block that can see the keys. */
-static void FN(dkv_task)(void *arg, int64_t task, int worker) {
-    const flash_ctx *c = arg;
-    int64_t kb = task % c->nkb, bhk = task / c->nkb, b = bhk / c->hkv, hk = bhk % c->hkv;
-    int64_t j0 = kb * c->bk, nk = c->S - j0 < c->bk ? c->S - j0 : c->bk;
-    REAL *s = (REAL *)c->scratch + (size_t)worker * c->per_worker, *dp = s + c->bq * c->bk;
+/* Key block j0 of kv head hk: dK_j, dV_j (and dmask) over every query head
+ * of the group and every query block that can see the keys; with `dq`,
+ * also dQ_i += scale dS K_j (the single-pass backward). */
+static void FN(key_block)(const flash_ctx *c, int64_t b, int64_t hk, int64_t j0, REAL *s, bool dq) {
+    int64_t nk = c->S - j0 < c->bk ? c->S - j0 : c->bk;
+    REAL *dp = s + c->bq * c->bk;
     bool want_k = attnc_present(c->dk), want_v = attnc_present(c->dv);
     if (want_k) FN(zero_rows)(c, c->dk, b, hk, j0, nk);
     if (want_v) FN(zero_rows)(c, c->dv, b, hk, j0, nk);
@@ -276,7 +275,7 @@ static void FN(dkv_task)(void *arg, int64_t task, int worker) {
                 GEMM(true, false, 1, FN(tile)(dp, nq, nk), FN(head_rows)(c, c->dout, b, h, i0, nq),
                      1, FN(head_rows)(c, c->dv, b, hk, j0, nk));
             }
-            if (!want_k && !attnc_present(c->dmask)) continue;
+            if (!want_k && !dq && !attnc_present(c->dmask)) continue;
             FN(score_grad)(c, b, h, i0, nq, j0, nk, s, dp);
             if (attnc_present(c->dmask)) {
                 REAL *dm = (REAL *)c->dmask->data + ((b * c->H + h) * c->L + i0) * c->S + j0;
@@ -286,7 +285,30 @@ static void FN(dkv_task)(void *arg, int64_t task, int worker) {
             if (want_k)
                 GEMM(true, false, (REAL)c->opt->scale, FN(tile)(s, nq, nk),
                      FN(head_rows)(c, c->q, b, h, i0, nq), 1, FN(head_rows)(c, c->dk, b, hk, j0, nk));
+            if (dq)
+                GEMM(false, false, (REAL)c->opt->scale, FN(tile)(s, nq, nk),
+                     FN(head_rows)(c, c->k, b, hk, j0, nk), 1, FN(head_rows)(c, c->dq, b, h, i0, nq));
         }
+}
+
+/* dK_j, dV_j (and dmask), one task = (batch, kv head, key block). */
+static void FN(dkv_task)(void *arg, int64_t task, int worker) {
+    const flash_ctx *c = arg;
+    int64_t kb = task % c->nkb, bhk = task / c->nkb;
+    FN(key_block)(c, bhk / c->hkv, bhk % c->hkv, kb * c->bk,
+                  (REAL *)c->scratch + (size_t)worker * c->per_worker, false);
+}
+
+/* Everything of one (batch, kv head) in a single pass over its tiles: used
+ * when there are at least as many of those as threads. dQ_i receives its
+ * key blocks in the same order, through the same calls, as in dq_task, so
+ * both paths give the same bits. */
+static void FN(fused_task)(void *arg, int64_t bhk, int worker) {
+    const flash_ctx *c = arg;
+    int64_t b = bhk / c->hkv, hk = bhk % c->hkv;
+    for (int64_t h = hk * c->group; h < (hk + 1) * c->group; h++) FN(zero_rows)(c, c->dq, b, h, 0, c->L);
+    for (int64_t j0 = 0; j0 < c->S; j0 += c->bk)
+        FN(key_block)(c, b, hk, j0, (REAL *)c->scratch + (size_t)worker * c->per_worker, true);
 }
 
 /* dQ_i, one task = (batch, head, query block). */
