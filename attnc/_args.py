@@ -8,6 +8,7 @@ caller) but its messages are the last line of defence, not the interface.
 from __future__ import annotations
 
 import numbers
+import secrets
 
 import numpy as np
 
@@ -138,3 +139,12 @@ def choice(value, valid, name: str):
     if value not in valid:
         raise ValueError(f"unknown {name} {value!r}; valid choices: {', '.join(map(repr, valid))}")
     return value
+
+
+def seed_bits(seed) -> int:
+    """A user's seed as the 64 bits the C generator takes; None draws fresh ones."""
+    if seed is None:
+        return secrets.randbits(64)
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
+        raise TypeError(f"seed must be an int or None, got {type(seed).__name__}")
+    return int(seed) % 2**64

@@ -2,23 +2,12 @@
 
 from __future__ import annotations
 
-import numbers
-import secrets
-
 from .. import _core
-from .._args import choice, mask_spec
+from .._args import choice, mask_spec, seed_bits
 from ..grad import register
 from ._spec import Inputs, Score
 
 MODES = ("argmax", "sample", "gumbel")
-
-
-def _seed(seed) -> int:
-    if seed is None:
-        return secrets.randbits(64)
-    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
-        raise TypeError(f"seed must be an int or None, got {type(seed).__name__}")
-    return int(seed) % 2**64
 
 
 def _forward(query, keys, values=None, *, mode="argmax", temperature=1.0, seed=None, score="dot",
@@ -30,7 +19,7 @@ def _forward(query, keys, values=None, *, mode="argmax", temperature=1.0, seed=N
     inp = Inputs(query, keys, values)
     sc = Score(score, params, inp)
     ms = mask_spec(mask, key_lengths, causal, inp.batch, inp.tq, inp.tk)
-    opts = (MODES.index(mode), temperature, _seed(seed))
+    opts = (MODES.index(mode), temperature, seed_bits(seed))
     context, weights = inp.empty(inp.tq, inp.dv), inp.empty(inp.tq, inp.tk)
     indices = inp.empty(inp.tq, dtype="int64")
     _core.hard_attention_forward(sc.c, ms, opts, inp.query, inp.keys, inp.values, context, weights, indices)

@@ -10,9 +10,8 @@ import math
 import numpy as np
 
 from .. import _core
-from .._args import blas_ready, elementwise_ready, float_array, same_dtype, shape_str, unbroadcast
+from .._args import blas_ready, elementwise_ready, seed_bits, float_array, same_dtype, shape_str, unbroadcast
 from ..grad import register
-from .hard import _seed
 
 
 def _linear(x2, w, b):
@@ -142,7 +141,7 @@ def _forward(query, key, value, num_heads, in_proj_weight, in_proj_bias, out_pro
         orig, kernel = _torch_mask(m[:, None, None, :], "key_padding_mask", (B, H, L, S), dtype)
         masks[1], mask_args["key_padding_mask"] = elementwise_ready(_pad_keys(kernel, extra)), (key_padding_mask, orig.shape)
     spec = (masks[0], masks[1], bool(is_causal), 0, 1.0 / math.sqrt(hd), float(dropout_p),
-            _seed(seed) if dropout_p else 0)
+            seed_bits(seed) if dropout_p else 0)
 
     attn = np.empty((B, L, E), dtype)
     lse = np.empty((B, H, L), dtype)

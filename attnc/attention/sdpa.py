@@ -9,9 +9,8 @@ import numbers
 import numpy as np
 
 from .. import _core
-from .._args import blas_ready, elementwise_ready, float_array, same_dtype, shape_str, unbroadcast
+from .._args import blas_ready, elementwise_ready, seed_bits, float_array, same_dtype, shape_str, unbroadcast
 from ..grad import register
-from .hard import _seed
 
 
 def _attn_mask(attn_mask, dtype, shape):
@@ -80,7 +79,7 @@ def _forward(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, 
     mask, mask_arg = None, None
     if attn_mask is not None:
         mask_arg, mask = _attn_mask(attn_mask, dtype, batch + (h, L, S))
-    spec = (mask, None, bool(is_causal), 0, float(scale), float(dropout_p), _seed(seed) if dropout_p else 0)
+    spec = (mask, None, bool(is_causal), 0, float(scale), float(dropout_p), seed_bits(seed) if dropout_p else 0)
     q, k, v = blas_ready(q), blas_ready(k), blas_ready(v)
     out = np.empty(batch + (h, L, Ev), dtype)
     lse = np.empty(batch + (h, L), dtype)

@@ -8,7 +8,9 @@
  *   mask:  (mask, key_lengths, causal)
  *   hard:  (mode, temperature, seed)
  *   local: (mode, window, positions, w_p, v_p)
- * Backward wrappers return (dscale, dbandwidth) (0.0 when not wanted). */
+ *   sdpa:  (mask0, mask1, causal, causal_offset, scale, dropout_p, seed)
+ * Backward wrappers of the score family return (dscale, dbandwidth) (0.0
+ * when not wanted). */
 #include "buffers.h"
 
 typedef struct {
@@ -296,7 +298,6 @@ static PyObject *py_local_backward(PyObject *self, PyObject *args) {
     return finish(&h, st, &s);
 }
 
-/* sdpa: (mask0, mask1, causal, causal_offset, scale, dropout_p, seed) */
 static int parse_sdpa(buffers *h, PyObject *tup, attnc_sdpa_options *o) {
     PyObject *m0, *m1;
     unsigned long long seed;
