@@ -24,7 +24,7 @@ from .attention import (  # noqa: E402
 )
 from .config import blas_info, get_num_threads, set_num_threads  # noqa: E402
 from .grad import vjp  # noqa: E402
-from . import nn  # noqa: E402
+from . import nn, plot  # noqa: E402  (plot imports matplotlib only when drawing)
 
 __version__ = "0.1.0"
 
@@ -51,6 +51,7 @@ __all__ = [
     "local_attention",
     "multi_head_attention",
     "nn",
+    "plot",
     "scaled_dot_product_attention",
     "score",
     "set_num_threads",

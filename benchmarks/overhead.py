@@ -286,6 +286,11 @@ def main(argv=None):
         torch.set_num_threads(threads)
 
     dtype = np.dtype(args.dtype)
+    # Timings of microsecond calls are meaningless on a busy machine (with
+    # several threads, torch's parallel regions wait for descheduled threads).
+    load_before = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    ncpu = os.cpu_count() or 1
+    busy = load_before is not None and load_before > 0.5 * ncpu
     rows = []
     t_start = time.perf_counter()
     for batched in (False, True):
@@ -340,6 +345,9 @@ def main(argv=None):
     for r in bad:
         print(f"WARNING: {r['op']} {r['input']}: attnc and torch differ by "
               f"{r['max_abs_diff_vs_torch']:.3g}")
+    if busy:
+        print(f"WARNING: the machine was busy (1-minute load average {load_before:.2f} "
+              f"on {ncpu} CPUs); the timings above are unreliable")
     print(f"({elapsed:.1f} s)")
 
     # ---- json
@@ -359,6 +367,7 @@ def main(argv=None):
             "machine": platform.machine(),
             "processor": platform.processor(),
             "cpu_count": os.cpu_count(),
+            "load_average_1min_before": load_before,
         },
         "results": rows,
     }
