@@ -145,13 +145,12 @@ def _forward(query, key, value, num_heads, in_proj_weight, in_proj_bias, out_pro
 
     attn = np.empty((B, L, E), dtype)
     lse = np.empty((B, H, L), dtype)
-    weights = np.empty((B, H, L, S2), dtype) if need_weights else None
+    average = bool(need_weights and average_attn_weights)
+    weights = np.empty((B, L, S2) if average else (B, H, L, S2), dtype) if need_weights else None
     qh, kh, vh = heads(q), heads(k), heads(v)
-    _core.sdpa_forward(spec, qh, kh, vh, heads(attn), lse, weights)
+    _core.sdpa_forward(spec + (average,), qh, kh, vh, heads(attn), lse, weights)
     attn2 = attn.reshape(B * L, E)
     out = _linear(attn2, wo, bo).reshape(B, L, E)
-    if weights is not None and average_attn_weights:
-        weights = weights.mean(axis=1)
     unbatch = (lambda a: a) if batched else (lambda a: None if a is None else a[0])
     saved = dict(spec=spec, x=x, shapes=(query, key, value), B=B, L=L, S=S, E=E, H=H, hd=hd, extra=extra,
                  bias_kv=bias_kv, add_zero_attn=bool(add_zero_attn), batched=batched, qh=qh, kh=kh, vh=vh,

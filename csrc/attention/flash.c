@@ -133,7 +133,13 @@ attnc_status attnc_sdpa_forward(attnc_tensor *output, attnc_tensor *lse, attnc_t
     TRY(attnc_check_shape(lse, "lse", &c.batch, 2, hl));
     TRY(attnc_check_out(lse, "lse"));
     if (attnc_present(weights)) {
-        TRY(check_head_tensor(&c, weights, "weights", dt, c.H, c.L, c.S));
+        if (options->average_heads) {
+            TRY(attnc_check_dtype(weights, "weights", dt));
+            int64_t ls[2] = {c.L, c.S};
+            TRY(attnc_check_shape(weights, "weights", &c.batch, 2, ls));
+        } else {
+            TRY(check_head_tensor(&c, weights, "weights", dt, c.H, c.L, c.S));
+        }
         TRY(attnc_check_out(weights, "weights"));
     }
     c.out = output;
@@ -143,7 +149,8 @@ attnc_status attnc_sdpa_forward(attnc_tensor *output, attnc_tensor *lse, attnc_t
     TRY(run(&c, tasks, forward_task_f32, forward_task_f64,
             (size_t)(c.bq * c.bk + c.bq * c.ev + 2 * c.bq)));
     if (attnc_present(weights))
-        TRY(run(&c, tasks, weights_task_f32, weights_task_f64, (size_t)(c.bq * c.bk)));
+        TRY(run(&c, options->average_heads ? c.batch.count * c.nqb : tasks, weights_task_f32,
+                weights_task_f64, (size_t)(c.bq * c.bk)));
     return ATTNC_OK;
 }
 

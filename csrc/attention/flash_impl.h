@@ -158,27 +158,49 @@ ATTNC_SIMD static void FN(probabilities)(const REAL *lse, int64_t nq, int64_t nk
     }
 }
 
-/* The weights, one task = (batch, head, query block), from the saved lse. */
-static void FN(weights_task)(void *arg, int64_t task, int worker) {
-    const flash_ctx *c = arg;
-    int64_t qb = task % c->nqb, bh = task / c->nqb, b = bh / c->H, h = bh % c->H;
-    int64_t i0 = qb * c->bq, nq = c->L - i0 < c->bq ? c->L - i0 : c->bq;
-    REAL *s = (REAL *)c->scratch + (size_t)worker * c->per_worker;
-    REAL *w = (REAL *)c->weights->data + (bh * c->L + i0) * c->S;
-    const REAL *lse = (const REAL *)c->lse_out->data + bh * c->L + i0;
+/* The weights of one (batch, head, query block) from the saved lse, written
+ * (or, averaging over heads, added times 1/H) into w, row stride S. */
+static void FN(head_weights)(const flash_ctx *c, int64_t b, int64_t h, int64_t i0, int64_t nq,
+                             REAL *s, REAL *w, bool average) {
+    const REAL *lse = (const REAL *)c->lse_out->data + (b * c->H + h) * c->L + i0;
+    REAL share = (REAL)1 / (REAL)c->H;
     int64_t kend = FN(key_end)(c, i0 + nq - 1);
     for (int64_t j0 = 0; j0 < c->S; j0 += c->bk) {
         int64_t nk = c->S - j0 < c->bk ? c->S - j0 : c->bk;
         if (j0 >= kend) {
-            for (int64_t i = 0; i < nq; i++)
-                for (int64_t j = 0; j < nk; j++) w[i * c->S + j0 + j] = 0;
+            if (!average)
+                for (int64_t i = 0; i < nq; i++)
+                    for (int64_t j = 0; j < nk; j++) w[i * c->S + j0 + j] = 0;
             continue;
         }
         FN(scores)(c, b, h, i0, nq, j0, nk, s);
         FN(probabilities)(lse, nq, nk, s);
         for (int64_t i = 0; i < nq; i++)
-            for (int64_t j = 0; j < nk; j++) w[i * c->S + j0 + j] = s[i * nk + j];
+            for (int64_t j = 0; j < nk; j++) {
+                if (average)
+                    w[i * c->S + j0 + j] += s[i * nk + j] * share;
+                else
+                    w[i * c->S + j0 + j] = s[i * nk + j];
+            }
     }
+}
+
+/* The weights, one task = (batch, head, query block), or with
+ * average_heads (batch, query block) summing the heads in order. */
+static void FN(weights_task)(void *arg, int64_t task, int worker) {
+    const flash_ctx *c = arg;
+    REAL *s = (REAL *)c->scratch + (size_t)worker * c->per_worker;
+    int64_t qb = task % c->nqb, i0 = qb * c->bq, nq = c->L - i0 < c->bq ? c->L - i0 : c->bq;
+    if (!c->opt->average_heads) {
+        int64_t bh = task / c->nqb;
+        FN(head_weights)(c, bh / c->H, bh % c->H, i0, nq, s,
+                         (REAL *)c->weights->data + (bh * c->L + i0) * c->S, false);
+        return;
+    }
+    int64_t b = task / c->nqb;
+    REAL *w = (REAL *)c->weights->data + (b * c->L + i0) * c->S;
+    for (int64_t x = 0; x < nq * c->S; x++) w[x] = 0;
+    for (int64_t h = 0; h < c->H; h++) FN(head_weights)(c, b, h, i0, nq, s, w, true);
 }
 
 /* D[bh, i] = sum_e dO[i, e] O[i, e], one task = (batch, head). */

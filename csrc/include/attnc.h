@@ -274,10 +274,13 @@ typedef struct {
     double dropout_p;       /* in [0, 1]; kept probabilities scaled by 1/(1-p) */
     uint64_t seed;          /* dropout keep[b,h,i,j] is a pure function of
                                (seed, b, h, i, j)                           */
+    int average_heads;      /* forward: weights averaged over the H heads,
+                               shape (..., L, S)                            */
 } attnc_sdpa_options;
 
-/* output (..., H, L, Ev), lse (..., H, L), weights (..., H, L, S) (optional:
- * the softmax probabilities before dropout) <- query, key, value. A row with
+/* output (..., H, L, Ev), lse (..., H, L), weights (..., H, L, S), or
+ * (..., L, S) with average_heads (optional: the softmax probabilities before
+ * dropout) <- query, key, value. A row with
  * no key to attend to gets a zero output, zero weights and lse = -inf. */
 attnc_status attnc_sdpa_forward(attnc_tensor *output, attnc_tensor *lse, attnc_tensor *weights,
                                 const attnc_tensor *query, const attnc_tensor *key,

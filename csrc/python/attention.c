@@ -8,7 +8,8 @@
  *   mask:  (mask, key_lengths, causal)
  *   hard:  (mode, temperature, seed)
  *   local: (mode, window, positions, w_p, v_p)
- *   sdpa:  (mask0, mask1, causal, causal_offset, scale, dropout_p, seed)
+ *   sdpa:  (mask0, mask1, causal, causal_offset, scale, dropout_p, seed
+ *           [, average_heads])
  * Backward wrappers of the score family return (dscale, dbandwidth) (0.0
  * when not wanted). */
 #include "buffers.h"
@@ -302,8 +303,9 @@ static int parse_sdpa(buffers *h, PyObject *tup, attnc_sdpa_options *o) {
     PyObject *m0, *m1;
     unsigned long long seed;
     long long offset;
-    if (!PyArg_ParseTuple(tup, "OOpLddK;sdpa spec", &m0, &m1, &o->causal, &offset, &o->scale,
-                          &o->dropout_p, &seed))
+    o->average_heads = 0;
+    if (!PyArg_ParseTuple(tup, "OOpLddK|p;sdpa spec", &m0, &m1, &o->causal, &offset, &o->scale,
+                          &o->dropout_p, &seed, &o->average_heads))
         return 0;
     o->causal_offset = offset;
     o->seed = seed;
