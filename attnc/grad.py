@@ -25,6 +25,8 @@ def register(fn, forward, backward):
 def _cotangent(c, out: np.ndarray, index: int):
     if c is None:
         return None
+    if out is None:
+        raise TypeError(f"cotangent {index} must be None: output {index} is None (not computed)")
     if out.dtype.kind != "f":
         raise TypeError(f"output {index} is an integer array ({out.dtype}); its cotangent must be None")
     c = np.asarray(c)

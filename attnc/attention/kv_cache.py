@@ -39,13 +39,14 @@ class KVCache:
     """
 
     def __init__(self, batch: int, heads: int, capacity: int, head_dim: int, dtype=np.float32, *, value_dim=None):
-        for name, n in (("batch", batch), ("heads", heads), ("capacity", capacity), ("head_dim", head_dim)):
+        value_dim = head_dim if value_dim is None else value_dim
+        for name, n in (("batch", batch), ("heads", heads), ("capacity", capacity), ("head_dim", head_dim),
+                        ("value_dim", value_dim)):
             if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < (0 if name == "capacity" else 1):
                 raise ValueError(f"{name} must be a positive int, got {n!r}")
         dtype = np.dtype(dtype)
         if dtype not in FLOAT_DTYPES:
             raise TypeError(f"dtype must be float32 or float64, got {dtype}")
-        value_dim = head_dim if value_dim is None else value_dim
         self._k = np.zeros((batch, heads, capacity, head_dim), dtype)
         self._v = np.zeros((batch, heads, capacity, value_dim), dtype)
         self.length = 0

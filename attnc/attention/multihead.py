@@ -6,6 +6,7 @@ log-sum-exp when asked for."""
 from __future__ import annotations
 
 import math
+import numbers
 
 import numpy as np
 
@@ -81,9 +82,11 @@ def _forward(query, key, value, num_heads, in_proj_weight, in_proj_bias, out_pro
     if k_in.shape[0] != B or v_in.shape[:2] != (B, S):
         raise ValueError(f"key {shape_str(k_in.shape)} and value {shape_str(v_in.shape)} need query's batch "
                          f"({B}) and the same length")
-    if not isinstance(num_heads, int) or num_heads < 1 or E % num_heads:
-        raise ValueError(f"embed_dim {E} must be divisible by num_heads ({num_heads!r})")
-    H, hd = num_heads, E // num_heads
+    if isinstance(num_heads, bool) or not isinstance(num_heads, numbers.Integral):
+        raise TypeError(f"num_heads must be an int, got {type(num_heads).__name__}")
+    if num_heads < 1 or E % num_heads:
+        raise ValueError(f"embed_dim {E} must be divisible by num_heads ({int(num_heads)})")
+    H, hd = int(num_heads), E // int(num_heads)
     kdim, vdim = k_in.shape[2], v_in.shape[2]
     if in_proj_weight is not None:
         w_in = _param(in_proj_weight, "in_proj_weight", (3 * E, E), dtype)
@@ -140,7 +143,10 @@ def _forward(query, key, value, num_heads, in_proj_weight, in_proj_bias, out_pro
             raise ValueError(f"key_padding_mask has shape {shape_str(m.shape)}, expected (B, S) = ({B}, {S})")
         orig, kernel = _torch_mask(m[:, None, None, :], "key_padding_mask", (B, H, L, S), dtype)
         masks[1], mask_args["key_padding_mask"] = elementwise_ready(_pad_keys(kernel, extra)), (key_padding_mask, orig.shape)
-    spec = (masks[0], masks[1], bool(is_causal), 0, 1.0 / math.sqrt(hd), float(dropout_p),
+    # is_causal promises that attn_mask is the causal mask: the kernel then also
+    # skips the tiles above the diagonal. Not with appended keys: those stay
+    # visible to every query, as the padded attn_mask says.
+    spec = (masks[0], masks[1], bool(is_causal) and extra == 0, 0, 1.0 / math.sqrt(hd), float(dropout_p),
             seed_bits(seed) if dropout_p else 0)
 
     attn = np.empty((B, L, E), dtype)

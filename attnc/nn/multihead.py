@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import numbers
 
 import numpy as np
 
@@ -42,6 +43,12 @@ class MultiheadAttention(Module):
         super().__init__(dtype)
         if not batch_first:
             raise ValueError("attnc's modules are always batch first (batch_first=True)")
+        for name, n in (("embed_dim", embed_dim), ("num_heads", num_heads)):
+            if isinstance(n, bool) or not isinstance(n, numbers.Integral):
+                raise TypeError(f"{name} must be an int, got {type(n).__name__}")
+            if n < 1:
+                raise ValueError(f"{name} must be >= 1, got {n}")
+        embed_dim, num_heads = int(embed_dim), int(num_heads)
         if embed_dim % num_heads:
             raise ValueError(f"embed_dim ({embed_dim}) must be divisible by num_heads ({num_heads})")
         if not 0 <= dropout <= 1:
