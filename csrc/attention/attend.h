@@ -20,4 +20,16 @@
 ATTNC_DECLARE_ATTEND(float, f32)
 ATTNC_DECLARE_ATTEND(double, f64)
 
+/* A forward's context (..., Tq, dv) and weights (..., Tq, Tk): required,
+ * contiguous. */
+attnc_status attnc_check_outputs(const attnc_dims *d, attnc_tensor *context, attnc_tensor *weights);
+
+/* A backward's cotangents dcontext and dweights (optional inputs), its
+ * gradients dquery, dkeys, dvalues (optional contiguous outputs) and the
+ * score parameters' gradients. */
+attnc_status attnc_check_backward(const attnc_dims *d, const attnc_tensor *dcontext,
+                                  const attnc_tensor *dweights, attnc_tensor *dquery,
+                                  attnc_tensor *dkeys, attnc_tensor *dvalues,
+                                  const attnc_score_params *params, attnc_score_grads *dparams);
+
 #endif

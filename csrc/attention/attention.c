@@ -14,6 +14,25 @@
 #define ATTNC_F64 1
 #include "attend_impl.h"
 
+attnc_status attnc_check_outputs(const attnc_dims *d, attnc_tensor *context, attnc_tensor *weights) {
+    if (!attnc_present(context) || !attnc_present(weights))
+        return attnc_fail(ATTNC_ERR_TYPE, "context and weights are required");
+    TRY(attnc_check_like(d, context, "context", 2, d->tq, d->dv, true));
+    return attnc_check_like(d, weights, "weights", 2, d->tq, d->tk, true);
+}
+
+attnc_status attnc_check_backward(const attnc_dims *d, const attnc_tensor *dcontext,
+                                  const attnc_tensor *dweights, attnc_tensor *dquery,
+                                  attnc_tensor *dkeys, attnc_tensor *dvalues,
+                                  const attnc_score_params *params, attnc_score_grads *dparams) {
+    TRY(attnc_check_like(d, dcontext, "dcontext", 2, d->tq, d->dv, false));
+    TRY(attnc_check_like(d, dweights, "dweights", 2, d->tq, d->tk, false));
+    TRY(attnc_check_like(d, dquery, "dquery", 2, d->tq, d->dq, true));
+    TRY(attnc_check_like(d, dkeys, "dkeys", 2, d->tk, d->dk, true));
+    TRY(attnc_check_like(d, dvalues, "dvalues", 2, d->tk, d->dv, true));
+    return attnc_score_check_grads(d, params, dparams);
+}
+
 attnc_status attnc_attention_forward(attnc_tensor *context, attnc_tensor *weights,
                                      const attnc_tensor *query, const attnc_tensor *keys,
                                      const attnc_tensor *values,
@@ -21,10 +40,7 @@ attnc_status attnc_attention_forward(attnc_tensor *context, attnc_tensor *weight
                                      const attnc_mask *mask) {
     attnc_dims d;
     TRY(attnc_check_inputs(&d, query, keys, values, params, mask));
-    if (!attnc_present(context) || !attnc_present(weights))
-        return attnc_fail(ATTNC_ERR_TYPE, "context and weights are required");
-    TRY(attnc_check_like(&d, context, "context", 2, d.tq, d.dv, true));
-    TRY(attnc_check_like(&d, weights, "weights", 2, d.tq, d.tk, true));
+    TRY(attnc_check_outputs(&d, context, weights));
     int workers = attnc_workers();
     size_t per = attnc_score_scratch(&d, params->kind);
     void *scratch;
@@ -55,12 +71,7 @@ attnc_status attnc_attention_backward(attnc_tensor *dquery, attnc_tensor *dkeys,
     TRY(attnc_check_inputs(&d, query, keys, values, params, NULL));
     if (!attnc_present(weights)) return attnc_fail(ATTNC_ERR_TYPE, "weights is required");
     TRY(attnc_check_like(&d, weights, "weights", 2, d.tq, d.tk, false));
-    TRY(attnc_check_like(&d, dcontext, "dcontext", 2, d.tq, d.dv, false));
-    TRY(attnc_check_like(&d, dweights, "dweights", 2, d.tq, d.tk, false));
-    TRY(attnc_check_like(&d, dquery, "dquery", 2, d.tq, d.dq, true));
-    TRY(attnc_check_like(&d, dkeys, "dkeys", 2, d.tk, d.dk, true));
-    TRY(attnc_check_like(&d, dvalues, "dvalues", 2, d.tk, d.dv, true));
-    TRY(attnc_score_check_grads(&d, params, dparams));
+    TRY(attnc_check_backward(&d, dcontext, dweights, dquery, dkeys, dvalues, params, dparams));
     int workers = attnc_workers();
     size_t size = attnc_dtype_size(d.dtype), per = (size_t)(d.tq * d.tk);
     void *scratch, *g;

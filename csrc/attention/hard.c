@@ -40,10 +40,8 @@ attnc_status attnc_hard_attention_forward(attnc_tensor *context, attnc_tensor *w
     attnc_dims d;
     TRY(check_options(options));
     TRY(attnc_check_inputs(&d, query, keys, values, params, mask));
-    if (!attnc_present(context) || !attnc_present(weights) || !attnc_present(indices))
-        return attnc_fail(ATTNC_ERR_TYPE, "context, weights and indices are required");
-    TRY(attnc_check_like(&d, context, "context", 2, d.tq, d.dv, true));
-    TRY(attnc_check_like(&d, weights, "weights", 2, d.tq, d.tk, true));
+    TRY(attnc_check_outputs(&d, context, weights));
+    if (!attnc_present(indices)) return attnc_fail(ATTNC_ERR_TYPE, "indices is required");
     TRY(check_indices(&d, indices, true));
     int workers = attnc_workers();
     size_t per = attnc_score_scratch(&d, params->kind);
@@ -82,12 +80,7 @@ attnc_status attnc_hard_attention_backward(attnc_tensor *dquery, attnc_tensor *d
     TRY(attnc_check_inputs(&d, query, keys, values, params, mask));
     if (!attnc_present(indices)) return attnc_fail(ATTNC_ERR_TYPE, "indices is required");
     TRY(check_indices(&d, indices, false));
-    TRY(attnc_check_like(&d, dcontext, "dcontext", 2, d.tq, d.dv, false));
-    TRY(attnc_check_like(&d, dweights, "dweights", 2, d.tq, d.tk, false));
-    TRY(attnc_check_like(&d, dquery, "dquery", 2, d.tq, d.dq, true));
-    TRY(attnc_check_like(&d, dkeys, "dkeys", 2, d.tk, d.dk, true));
-    TRY(attnc_check_like(&d, dvalues, "dvalues", 2, d.tk, d.dv, true));
-    TRY(attnc_score_check_grads(&d, params, dparams));
+    TRY(attnc_check_backward(&d, dcontext, dweights, dquery, dkeys, dvalues, params, dparams));
     int workers = attnc_workers();
     size_t size = attnc_dtype_size(d.dtype);
     size_t per = (size_t)(d.tq * d.tk) + attnc_score_scratch(&d, params->kind);

@@ -61,10 +61,8 @@ attnc_status attnc_local_attention_forward(attnc_tensor *context, attnc_tensor *
     attnc_dims d;
     TRY(attnc_check_inputs(&d, query, keys, values, params, mask));
     TRY(check_options(&d, options));
-    if (!attnc_present(context) || !attnc_present(weights) || !attnc_present(positions_out))
-        return attnc_fail(ATTNC_ERR_TYPE, "context, weights and positions are required");
-    TRY(attnc_check_like(&d, context, "context", 2, d.tq, d.dv, true));
-    TRY(attnc_check_like(&d, weights, "weights", 2, d.tq, d.tk, true));
+    TRY(attnc_check_outputs(&d, context, weights));
+    if (!attnc_present(positions_out)) return attnc_fail(ATTNC_ERR_TYPE, "positions is required");
     TRY(attnc_check_like(&d, positions_out, "positions", 1, d.tq, 0, true));
     int workers = attnc_workers();
     size_t per = scratch_size(&d, params, options, false);
@@ -104,12 +102,7 @@ attnc_status attnc_local_attention_backward(
     TRY(attnc_check_like(&d, weights, "weights", 2, d.tq, d.tk, false));
     TRY(attnc_check_like(&d, positions, "positions", 1, d.tq, 0, false));
     TRY(attnc_check_like(&d, dpositions, "dpositions", 1, d.tq, 0, false));
-    TRY(attnc_check_like(&d, dcontext, "dcontext", 2, d.tq, d.dv, false));
-    TRY(attnc_check_like(&d, dweights, "dweights", 2, d.tq, d.tk, false));
-    TRY(attnc_check_like(&d, dquery, "dquery", 2, d.tq, d.dq, true));
-    TRY(attnc_check_like(&d, dkeys, "dkeys", 2, d.tk, d.dk, true));
-    TRY(attnc_check_like(&d, dvalues, "dvalues", 2, d.tk, d.dv, true));
-    TRY(attnc_score_check_grads(&d, params, dparams));
+    TRY(attnc_check_backward(&d, dcontext, dweights, dquery, dkeys, dvalues, params, dparams));
     bool predictive = options->mode == ATTNC_LOCAL_PREDICTIVE;
     int64_t dp = predictive ? options->w_p.shape[1] : 0;
     attnc_dims nobatch = {.dtype = d.dtype, .batch = NO_BATCH};
