@@ -7,11 +7,7 @@ every input and parameter. All the work happens in attnc's C core.
 
 import os as _os
 
-# OpenBLAS must not start its own thread pool: attnc parallelises around it.
-_os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-
-from . import _core  # noqa: E402
-from .attention import (  # noqa: E402
+from .attention import (
     KVCache,
     attention,
     hard_attention,
@@ -22,9 +18,9 @@ from .attention import (  # noqa: E402
     score,
     softmax,
 )
-from .config import blas_info, get_num_threads, set_num_threads  # noqa: E402
-from .grad import vjp  # noqa: E402
-from . import nn, plot  # noqa: E402  (plot imports matplotlib only when drawing)
+from .config import blas_info, get_num_threads, set_num_threads
+from .grad import vjp
+from . import nn, plot  # plot imports matplotlib only when drawing
 
 __version__ = "0.1.0"
 
