@@ -25,21 +25,31 @@ SOURCES = sorted(
 OPENBLAS_LIBRARY = os.path.join(openblas.get_lib_dir(), openblas.get_library(fullname=True))
 
 
+def place(source: str, target_dir: str) -> None:
+    """Copy source into target_dir under a temporary name, then rename it into
+    place: a process that has the old library loaded keeps its (unlinked)
+    file instead of seeing it rewritten under it."""
+    target = os.path.join(target_dir, os.path.basename(source))
+    shutil.copy2(source, target + ".tmp")
+    os.replace(target + ".tmp", target)
+
+
 class BuildExtBundlingOpenBLAS(build_ext):
     """build_ext that also places libscipy_openblas.so beside the extension,
     in the build tree (wheels) and in the source tree (editable installs)."""
 
     def build_extension(self, ext):
         super().build_extension(ext)
-        target_dir = os.path.dirname(os.path.abspath(self.get_ext_fullpath(ext.name)))
-        shutil.copy2(OPENBLAS_LIBRARY, target_dir)
+        place(OPENBLAS_LIBRARY, os.path.dirname(os.path.abspath(self.get_ext_fullpath(ext.name))))
 
     def copy_extensions_to_source(self):
-        super().copy_extensions_to_source()
+        # setuptools' own copy rewrites the extension in place; rename instead.
         build_py = self.get_finalized_command("build_py")
         for ext in self.extensions:
-            package = ".".join(self.get_ext_fullname(ext.name).split(".")[:-1])
-            shutil.copy2(OPENBLAS_LIBRARY, build_py.get_package_dir(package))
+            fullname = self.get_ext_fullname(ext.name)
+            package_dir = build_py.get_package_dir(".".join(fullname.split(".")[:-1]))
+            place(os.path.join(self.build_lib, self.get_ext_filename(fullname)), package_dir)
+            place(OPENBLAS_LIBRARY, package_dir)
 
 
 core = Extension(
