@@ -7,7 +7,27 @@ every input and parameter. All the work happens in attnc's C core.
 
 import os as _os
 
-from .attention import (
+import numpy as _np  # noqa: F401  (first: its own OpenBLAS reads the user's settings)
+
+
+def _load_core():
+    """Load the extension with its bundled OpenBLAS told to start no threads
+    of its own (attnc parallelises around OpenBLAS, which runs one thread
+    inside attnc), then restore the user's environment."""
+    saved = _os.environ.get("OPENBLAS_NUM_THREADS")
+    _os.environ["OPENBLAS_NUM_THREADS"] = "1"
+    try:
+        from . import _core  # noqa: F401
+    finally:
+        if saved is None:
+            del _os.environ["OPENBLAS_NUM_THREADS"]
+        else:
+            _os.environ["OPENBLAS_NUM_THREADS"] = saved
+
+
+_load_core()
+
+from .attention import (  # noqa: E402
     KVCache,
     attention,
     hard_attention,
@@ -18,9 +38,9 @@ from .attention import (
     score,
     softmax,
 )
-from .config import blas_info, get_num_threads, set_num_threads
-from .grad import vjp
-from . import nn, plot  # plot imports matplotlib only when drawing
+from .config import blas_info, get_num_threads, set_num_threads  # noqa: E402
+from .grad import vjp  # noqa: E402
+from . import nn, plot  # noqa: E402  (plot imports matplotlib only when drawing)
 
 __version__ = "0.1.0"
 
