@@ -45,6 +45,21 @@ def torch():
 
 # --------------------------------------------------------------------------- threads
 
+@pytest.fixture(autouse=True, scope="session")
+def _torch_single_thread():
+    """torch's OpenMP pool and attnc's pool share two cores: run torch's reference on one
+    thread (its results do not depend on it; the tests get several times faster)."""
+    try:
+        import torch
+    except ImportError:  # the torch fixture decides between skip and failure
+        yield
+        return
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
 @pytest.fixture
 def restore_threads():
     """Restore attnc's thread count after a test that changes it."""

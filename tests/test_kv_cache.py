@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import attnc
+from helpers import same_bits as _same_bits
 from reference import sdpa_ref as ref
 
 REL = {np.float32: 1e-5, np.float64: 1e-12}
@@ -17,21 +18,6 @@ HEADS = [(2, 2, 8, 8), (4, 2, 8, 8), (4, 2, 6, 3), (3, 1, 5, 7)]
 HEAD_IDS = [f"H{h}kv{k}E{e}Ev{v}" for h, k, e, v in HEADS]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _torch_single_thread():
-    """torch's OpenMP pool and attnc's pool share two cores: run torch's reference on one
-    thread (its results do not depend on it; the tests get several times faster)."""
-    try:
-        import torch
-    except ImportError:   # the torch fixture decides between skip and failure
-        yield
-        return
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 def _close(actual, expected, rel, what=""):
     actual = np.asarray(actual)
     expected = np.asarray(expected, dtype=np.float64)
@@ -40,12 +26,6 @@ def _close(actual, expected, rel, what=""):
     scale = max(1.0, float(np.max(np.abs(expected)))) if expected.size else 1.0
     np.testing.assert_allclose(actual.astype(np.float64), expected, rtol=0, atol=rel * scale,
                                err_msg=what)
-
-
-def _same_bits(a, b, what=""):
-    a, b = np.asarray(a), np.asarray(b)
-    assert a.shape == b.shape and a.dtype == b.dtype, what
-    assert a.tobytes() == b.tobytes(), f"{what}: not bitwise identical"
 
 
 def _seq(rng, B, H, Hkv, T, E, Ev, dtype):

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import attnc
+from helpers import same_bits as _same_bits
 from attnc import nn
 
 DTYPES = [np.float32, np.float64]
@@ -16,20 +17,6 @@ DT_IDS = ["f32", "f64"]
 REL = {np.float32: 1e-5, np.float64: 1e-12}
 GREL = {np.float32: 1e-5, np.float64: 1e-10}
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _torch_single_thread():
-    """torch's OpenMP pool and attnc's pool share two cores: run torch's reference on one
-    thread (its results do not depend on it; the tests get several times faster)."""
-    try:
-        import torch
-    except ImportError:   # the torch fixture decides between skip and failure
-        yield
-        return
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 # (embed_dim, num_heads, keywords) of torch.nn.MultiheadAttention / attnc.nn.MultiheadAttention
 MHA_CONFIGS = {
@@ -52,12 +39,6 @@ def _close(actual, expected, rel, what=""):
     scale = max(1.0, float(np.max(np.abs(expected)))) if expected.size else 1.0
     np.testing.assert_allclose(actual.astype(np.float64), expected, rtol=0, atol=rel * scale,
                                err_msg=what)
-
-
-def _same_bits(a, b, what=""):
-    a, b = np.asarray(a), np.asarray(b)
-    assert a.shape == b.shape and a.dtype == b.dtype, what
-    assert a.tobytes() == b.tobytes(), f"{what}: not bitwise identical"
 
 
 def _inputs(rng, e, kw, dtype, b=2, L=4, S=5):

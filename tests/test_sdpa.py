@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import attnc
+from helpers import same_bits as _same_bits
 from reference import sdpa_ref as ref
 
 REL = {np.float32: 1e-5, np.float64: 1e-12}         # forward, vs torch and reference
@@ -31,12 +32,6 @@ def _close(actual, expected, rel, what=""):
     scale = max(1.0, float(np.max(np.abs(expected))))
     np.testing.assert_allclose(actual.astype(np.float64), expected, rtol=0, atol=rel * scale,
                                err_msg=what)
-
-
-def _same_bits(a, b, what=""):
-    a, b = np.asarray(a), np.asarray(b)
-    assert a.shape == b.shape and a.dtype == b.dtype, what
-    assert a.tobytes() == b.tobytes(), f"{what}: not bitwise identical"
 
 
 def _qkv(rng, lead, h, hkv, L, S, E, Ev, dtype=np.float64):
