@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import attnc
+from helpers import close as _close
 from helpers import same_bits as _same_bits
 from reference import sdpa_ref as ref
 
@@ -16,16 +17,6 @@ DT_IDS = ["f32", "f64"]
 # (query heads H, cached heads Hkv, head_dim E, value_dim Ev)
 HEADS = [(2, 2, 8, 8), (4, 2, 8, 8), (4, 2, 6, 3), (3, 1, 5, 7)]
 HEAD_IDS = [f"H{h}kv{k}E{e}Ev{v}" for h, k, e, v in HEADS]
-
-
-def _close(actual, expected, rel, what=""):
-    actual = np.asarray(actual)
-    expected = np.asarray(expected, dtype=np.float64)
-    assert actual.shape == expected.shape, f"{what}: shape {actual.shape} != {expected.shape}"
-    assert np.isfinite(actual).all(), f"{what}: non-finite values"
-    scale = max(1.0, float(np.max(np.abs(expected)))) if expected.size else 1.0
-    np.testing.assert_allclose(actual.astype(np.float64), expected, rtol=0, atol=rel * scale,
-                               err_msg=what)
 
 
 def _seq(rng, B, H, Hkv, T, E, Ev, dtype):

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import attnc
+from helpers import close as _close
 from helpers import same_bits as _same_bits
 
 REL = {np.float32: 1e-5, np.float64: 1e-12}      # forward vs torch
@@ -43,17 +44,6 @@ B, E, L, S = 2, 12, 5, 7
 
 
 # --------------------------------------------------------------------------- helpers
-
-def _close(actual, expected, rel, what=""):
-    """|actual - expected| <= rel * max(1, max|expected|) elementwise; same shape."""
-    actual = np.asarray(actual)
-    expected = np.asarray(expected, dtype=np.float64)
-    assert actual.shape == expected.shape, f"{what}: shape {actual.shape} != {expected.shape}"
-    assert np.isfinite(actual).all(), f"{what}: non-finite values"
-    scale = max(1.0, float(np.max(np.abs(expected)))) if expected.size else 1.0
-    np.testing.assert_allclose(actual.astype(np.float64), expected, rtol=0, atol=rel * scale,
-                               err_msg=what)
-
 
 def _tdtype(torch, dtype):
     return torch.float64 if dtype == np.float64 else torch.float32

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import attnc
+from helpers import close as _close
 from helpers import same_bits as _same_bits
 from attnc import nn
 
@@ -29,16 +30,6 @@ MHA_CONFIGS = {
     "kdim_vdim_bias_kv_no_bias": (6, 2, {"kdim": 3, "vdim": 7, "add_bias_kv": True, "bias": False}),
     "kdim_vdim_equal_E": (6, 2, {"kdim": 6, "vdim": 6}),
 }
-
-
-def _close(actual, expected, rel, what=""):
-    actual = np.asarray(actual)
-    expected = np.asarray(expected, dtype=np.float64)
-    assert actual.shape == expected.shape, f"{what}: shape {actual.shape} != {expected.shape}"
-    assert np.isfinite(actual).all(), f"{what}: non-finite values"
-    scale = max(1.0, float(np.max(np.abs(expected)))) if expected.size else 1.0
-    np.testing.assert_allclose(actual.astype(np.float64), expected, rtol=0, atol=rel * scale,
-                               err_msg=what)
 
 
 def _inputs(rng, e, kw, dtype, b=2, L=4, S=5):

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import attnc
+from helpers import close as _close
 from helpers import same_bits as _same_bits
 from reference import sdpa_ref as ref
 
@@ -20,19 +21,6 @@ def sdpa(*args, **kwargs):
 
 
 # --------------------------------------------------------------------------- helpers
-
-def _close(actual, expected, rel, what=""):
-    """|actual - expected| <= rel * max(1, max|expected|) elementwise; same shape."""
-    actual = np.asarray(actual)
-    expected = np.asarray(expected, dtype=np.float64)
-    assert actual.shape == expected.shape, f"{what}: shape {actual.shape} != {expected.shape}"
-    if expected.size == 0:
-        return
-    assert np.isfinite(actual).all(), f"{what}: non-finite values"
-    scale = max(1.0, float(np.max(np.abs(expected))))
-    np.testing.assert_allclose(actual.astype(np.float64), expected, rtol=0, atol=rel * scale,
-                               err_msg=what)
-
 
 def _qkv(rng, lead, h, hkv, L, S, E, Ev, dtype=np.float64):
     q = rng.standard_normal(lead + (h, L, E)).astype(dtype)
