@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-CFLAGS = ["-std=c11", "-g", "-O1", "-Wall", "-Wextra", "-Werror", "-fno-omit-frame-pointer",
+CFLAGS = ["-std=c11", "-g", "-O1", "-Wall", "-Wextra", "-Wmissing-prototypes", "-Wshadow", "-Werror",
+          "-fno-omit-frame-pointer",
           "-fsanitize=address,undefined", "-fno-sanitize-recover=all"]
 
 

@@ -4,5 +4,18 @@ named as in torch's state_dict(), with C forward and backward."""
 from .linear import Linear, linear
 from .module import Module
 from .multihead import MultiheadAttention
+from .normalization import LayerNorm, layer_norm
+from .sparse import Embedding, cross_entropy, embedding, sinusoidal_encoding
 
-__all__ = ["Linear", "Module", "MultiheadAttention", "linear"]
+__all__ = [
+    "Embedding",
+    "LayerNorm",
+    "Linear",
+    "Module",
+    "MultiheadAttention",
+    "cross_entropy",
+    "embedding",
+    "layer_norm",
+    "linear",
+    "sinusoidal_encoding",
+]

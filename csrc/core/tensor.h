@@ -47,5 +47,9 @@ attnc_status attnc_check_shape(const attnc_tensor *t, const char *name,
 attnc_status attnc_check_blas(const attnc_tensor *t, const char *name);
 /* Output or gradient: C-contiguous. */
 attnc_status attnc_check_out(const attnc_tensor *t, const char *name);
+/* A tensor of dtype with ndim dims of the given sizes (-1: any, returned
+ * through the array); outputs must be contiguous, float inputs BLAS-readable. */
+attnc_status attnc_check_dims(const attnc_tensor *t, const char *name, attnc_dtype dtype, int ndim,
+                              int64_t *sizes, bool output);
 
 #endif

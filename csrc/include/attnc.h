@@ -308,6 +308,43 @@ attnc_status attnc_linear_backward(attnc_tensor *dx, attnc_tensor *dweight, attn
                                    const attnc_tensor *dy, const attnc_tensor *x,
                                    const attnc_tensor *weight);
 
+/* ---- nn: layer norm, embedding, cross-entropy ---------------------------- */
+
+/* y (N, D) <- (x - mean) / sqrt(var + eps) * weight + bias over each row of
+ * x (N, D); weight, bias (D) optional. mean, rstd (N) are saved for the
+ * backward (contiguous outputs). */
+attnc_status attnc_layer_norm_forward(attnc_tensor *y, attnc_tensor *mean, attnc_tensor *rstd,
+                                      const attnc_tensor *x, const attnc_tensor *weight,
+                                      const attnc_tensor *bias, double eps);
+/* dx (N, D), dweight, dbias (D) (each optional) <- dy, x, weight, mean, rstd. */
+attnc_status attnc_layer_norm_backward(attnc_tensor *dx, attnc_tensor *dweight,
+                                       attnc_tensor *dbias, const attnc_tensor *dy,
+                                       const attnc_tensor *x, const attnc_tensor *weight,
+                                       const attnc_tensor *mean, const attnc_tensor *rstd);
+
+/* y (N, D) <- weight[ids] * scale; ids (N) INT64 in [0, V), weight (V, D). */
+attnc_status attnc_embedding_forward(attnc_tensor *y, const attnc_tensor *ids,
+                                     const attnc_tensor *weight, double scale);
+/* dweight (V, D) <- the sum of scale * dy rows over the tokens of each id;
+ * the row of padding_idx (if >= 0) gets zero. */
+attnc_status attnc_embedding_backward(attnc_tensor *dweight, const attnc_tensor *dy,
+                                      const attnc_tensor *ids, double scale,
+                                      int64_t padding_idx);
+
+/* Cross-entropy of logits (N, C) against targets (N) INT64, with label
+ * smoothing eps (targets (1 - eps) one-hot + eps / C) and ignore_index:
+ * losses (N) (0 where ignored), logsumexp (N) saved for the backward. */
+attnc_status attnc_cross_entropy_forward(attnc_tensor *losses, attnc_tensor *logsumexp,
+                                         const attnc_tensor *logits,
+                                         const attnc_tensor *targets, double label_smoothing,
+                                         int64_t ignore_index);
+/* dlogits (N, C) <- dlosses (N), logits, targets, logsumexp. */
+attnc_status attnc_cross_entropy_backward(attnc_tensor *dlogits, const attnc_tensor *dlosses,
+                                          const attnc_tensor *logits,
+                                          const attnc_tensor *targets,
+                                          const attnc_tensor *logsumexp, double label_smoothing,
+                                          int64_t ignore_index);
+
 #ifdef __cplusplus
 }
 #endif

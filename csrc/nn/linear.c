@@ -14,8 +14,6 @@ enum { ROWS = 128 };
 #define ATTNC_F64 1
 #include "linear_impl.h"
 
-static const attnc_batch NONE = {.nb = 0, .count = 1};
-
 static attnc_mat mat_of(const attnc_tensor *t) {
     attnc_mat m = {t->data, t->shape[0], t->shape[1], t->strides[0], t->strides[1]};
     return m;
@@ -24,12 +22,11 @@ static attnc_mat mat_of(const attnc_tensor *t) {
 /* A 2-D float tensor of the call's dtype, shape (rows, cols) (-1: any). */
 static attnc_status check2(const attnc_tensor *t, const char *name, attnc_dtype dt, int64_t *rows,
                            int64_t *cols, bool output) {
-    TRY(attnc_check_dtype(t, name, dt));
-    int64_t trail[2] = {*rows, *cols};
-    TRY(attnc_check_shape(t, name, &NONE, 2, trail));
-    *rows = trail[0];
-    *cols = trail[1];
-    return output ? attnc_check_out(t, name) : attnc_check_blas(t, name);
+    int64_t sizes[2] = {*rows, *cols};
+    TRY(attnc_check_dims(t, name, dt, 2, sizes, output));
+    *rows = sizes[0];
+    *cols = sizes[1];
+    return ATTNC_OK;
 }
 
 static attnc_status check_weight(const attnc_tensor *x, const attnc_tensor *w, int64_t *n,
@@ -52,10 +49,7 @@ attnc_status attnc_linear_forward(attnc_tensor *y, const attnc_tensor *x,
     attnc_dtype dt = x->dtype;
     if (!attnc_present(y)) return attnc_fail(ATTNC_ERR_TYPE, "output is required");
     TRY(check2(y, "output", dt, &n, &out, true));
-    if (attnc_present(bias)) {
-        TRY(attnc_check_dtype(bias, "bias", dt));
-        TRY(attnc_check_shape(bias, "bias", &NONE, 1, &out));
-    }
+    if (attnc_present(bias)) TRY(attnc_check_dims(bias, "bias", dt, 1, &out, false));
     int64_t blocks = (n + ROWS - 1) / ROWS;
     if (dt == ATTNC_FLOAT32) {
         linear_job_f32 j = {.x = mat_of(x), .w = mat_of(weight), .y = mat_of(y),
@@ -81,11 +75,7 @@ attnc_status attnc_linear_backward(attnc_tensor *dx, attnc_tensor *dweight, attn
     TRY(check2(dy, "doutput", dt, &n, &out, false));
     if (attnc_present(dx)) TRY(check2(dx, "dinput", dt, &n, &in, true));
     if (attnc_present(dweight)) TRY(check2(dweight, "dweight", dt, &out, &in, true));
-    if (attnc_present(dbias)) {
-        TRY(attnc_check_dtype(dbias, "dbias", dt));
-        TRY(attnc_check_shape(dbias, "dbias", &NONE, 1, &out));
-        TRY(attnc_check_out(dbias, "dbias"));
-    }
+    if (attnc_present(dbias)) TRY(attnc_check_dims(dbias, "dbias", dt, 1, &out, true));
     attnc_mat none = {0};
 #define RUN(SFX)                                                                              \
     do {                                                                                      \

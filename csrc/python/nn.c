@@ -37,7 +37,111 @@ static PyObject *py_linear_backward(PyObject *self, PyObject *args) {
     return done(&h, st);
 }
 
+static PyObject *py_layer_norm_forward(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *y, *mean, *rstd, *x, *w, *b;
+    double eps;
+    if (!PyArg_ParseTuple(args, "OOOOOOd", &y, &mean, &rstd, &x, &w, &b, &eps)) return NULL;
+    buffers h = {.count = 0};
+    attnc_tensor ty, tm, tr, tx, tw, tb;
+    attnc_status st = ATTNC_OK;
+    if (!(buffers_get(&h, y, "output", 1, &ty) && buffers_get(&h, mean, "mean", 1, &tm) &&
+          buffers_get(&h, rstd, "rstd", 1, &tr) && buffers_get(&h, x, "input", 0, &tx) &&
+          buffers_get(&h, w, "weight", 0, &tw) && buffers_get(&h, b, "bias", 0, &tb)))
+        return buffers_release(&h), NULL;
+    ATTNC_NOGIL(st, attnc_layer_norm_forward(&ty, &tm, &tr, &tx, &tw, &tb, eps));
+    return done(&h, st);
+}
+
+static PyObject *py_layer_norm_backward(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *dx, *dw, *db, *dy, *x, *w, *mean, *rstd;
+    if (!PyArg_ParseTuple(args, "OOOOOOOO", &dx, &dw, &db, &dy, &x, &w, &mean, &rstd)) return NULL;
+    buffers h = {.count = 0};
+    attnc_tensor tdx, tdw, tdb, tdy, tx, tw, tm, tr;
+    attnc_status st = ATTNC_OK;
+    if (!(buffers_get(&h, dx, "dinput", 1, &tdx) && buffers_get(&h, dw, "dweight", 1, &tdw) &&
+          buffers_get(&h, db, "dbias", 1, &tdb) && buffers_get(&h, dy, "doutput", 0, &tdy) &&
+          buffers_get(&h, x, "input", 0, &tx) && buffers_get(&h, w, "weight", 0, &tw) &&
+          buffers_get(&h, mean, "mean", 0, &tm) && buffers_get(&h, rstd, "rstd", 0, &tr)))
+        return buffers_release(&h), NULL;
+    ATTNC_NOGIL(st, attnc_layer_norm_backward(&tdx, &tdw, &tdb, &tdy, &tx, &tw, &tm, &tr));
+    return done(&h, st);
+}
+
+static PyObject *py_embedding_forward(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *y, *ids, *w;
+    double scale;
+    if (!PyArg_ParseTuple(args, "OOOd", &y, &ids, &w, &scale)) return NULL;
+    buffers h = {.count = 0};
+    attnc_tensor ty, ti, tw;
+    attnc_status st = ATTNC_OK;
+    if (!(buffers_get(&h, y, "output", 1, &ty) && buffers_get(&h, ids, "input", 0, &ti) &&
+          buffers_get(&h, w, "weight", 0, &tw)))
+        return buffers_release(&h), NULL;
+    ATTNC_NOGIL(st, attnc_embedding_forward(&ty, &ti, &tw, scale));
+    return done(&h, st);
+}
+
+static PyObject *py_embedding_backward(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *dw, *dy, *ids;
+    double scale;
+    long long padding_idx;
+    if (!PyArg_ParseTuple(args, "OOOdL", &dw, &dy, &ids, &scale, &padding_idx)) return NULL;
+    buffers h = {.count = 0};
+    attnc_tensor tdw, tdy, ti;
+    attnc_status st = ATTNC_OK;
+    if (!(buffers_get(&h, dw, "dweight", 1, &tdw) && buffers_get(&h, dy, "doutput", 0, &tdy) &&
+          buffers_get(&h, ids, "input", 0, &ti)))
+        return buffers_release(&h), NULL;
+    ATTNC_NOGIL(st, attnc_embedding_backward(&tdw, &tdy, &ti, scale, padding_idx));
+    return done(&h, st);
+}
+
+static PyObject *py_cross_entropy_forward(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *loss, *lse, *logits, *targets;
+    double eps;
+    long long ignore;
+    if (!PyArg_ParseTuple(args, "OOOOdL", &loss, &lse, &logits, &targets, &eps, &ignore))
+        return NULL;
+    buffers h = {.count = 0};
+    attnc_tensor tl, ts, tx, tt;
+    attnc_status st = ATTNC_OK;
+    if (!(buffers_get(&h, loss, "losses", 1, &tl) && buffers_get(&h, lse, "logsumexp", 1, &ts) &&
+          buffers_get(&h, logits, "input", 0, &tx) && buffers_get(&h, targets, "target", 0, &tt)))
+        return buffers_release(&h), NULL;
+    ATTNC_NOGIL(st, attnc_cross_entropy_forward(&tl, &ts, &tx, &tt, eps, ignore));
+    return done(&h, st);
+}
+
+static PyObject *py_cross_entropy_backward(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *dx, *dl, *logits, *targets, *lse;
+    double eps;
+    long long ignore;
+    if (!PyArg_ParseTuple(args, "OOOOOdL", &dx, &dl, &logits, &targets, &lse, &eps, &ignore))
+        return NULL;
+    buffers h = {.count = 0};
+    attnc_tensor tdx, tdl, tx, tt, ts;
+    attnc_status st = ATTNC_OK;
+    if (!(buffers_get(&h, dx, "dinput", 1, &tdx) && buffers_get(&h, dl, "dlosses", 0, &tdl) &&
+          buffers_get(&h, logits, "input", 0, &tx) && buffers_get(&h, targets, "target", 0, &tt) &&
+          buffers_get(&h, lse, "logsumexp", 0, &ts)))
+        return buffers_release(&h), NULL;
+    ATTNC_NOGIL(st, attnc_cross_entropy_backward(&tdx, &tdl, &tx, &tt, &ts, eps, ignore));
+    return done(&h, st);
+}
+
 PyMethodDef attnc_nn_methods[] = {
+    {"layer_norm_forward", py_layer_norm_forward, METH_VARARGS, NULL},
+    {"layer_norm_backward", py_layer_norm_backward, METH_VARARGS, NULL},
+    {"embedding_forward", py_embedding_forward, METH_VARARGS, NULL},
+    {"embedding_backward", py_embedding_backward, METH_VARARGS, NULL},
+    {"cross_entropy_forward", py_cross_entropy_forward, METH_VARARGS, NULL},
+    {"cross_entropy_backward", py_cross_entropy_backward, METH_VARARGS, NULL},
     {"linear_forward", py_linear_forward, METH_VARARGS, NULL},
     {"linear_backward", py_linear_backward, METH_VARARGS, NULL},
     {NULL, NULL, 0, NULL}};

@@ -524,6 +524,59 @@ static void test_linear(void) {
     free(x), free(w), free(b), free(y), free(dy), free(dx);
 }
 
+/* Layer norm, embedding and cross-entropy against loops; bad ids refused. */
+static void test_token_layers(void) {
+    enum { N = 130, D = 6, V = 5 };
+    double *x = randn(N * D, 41), w[D], b[D], y[N * D], mean[N], rstd[N];
+    for (int c = 0; c < D; c++) w[c] = 1 + 0.1 * c, b[c] = 0.01 * c;
+    int64_t xs[2] = {N, D}, ds[1] = {D}, ns[1] = {N};
+    attnc_tensor tx = view(x, ATTNC_FLOAT64, 2, xs), ty = view(y, ATTNC_FLOAT64, 2, xs);
+    attnc_tensor tw = view(w, ATTNC_FLOAT64, 1, ds), tb = view(b, ATTNC_FLOAT64, 1, ds);
+    attnc_tensor tm = view(mean, ATTNC_FLOAT64, 1, ns), tr = view(rstd, ATTNC_FLOAT64, 1, ns);
+    CHECK(attnc_layer_norm_forward(&ty, &tm, &tr, &tx, &tw, &tb, 1e-5) == ATTNC_OK, "%s",
+          attnc_last_error());
+    double worst = 0;
+    for (int r = 0; r < N; r++) {
+        double m = 0, v = 0;
+        for (int c = 0; c < D; c++) m += x[r * D + c] / D;
+        for (int c = 0; c < D; c++) v += (x[r * D + c] - m) * (x[r * D + c] - m) / D;
+        for (int c = 0; c < D; c++)
+            worst = fmax(worst, fabs((x[r * D + c] - m) / sqrt(v + 1e-5) * w[c] + b[c] - y[r * D + c]));
+    }
+    CHECK(worst < 1e-12, "layer norm differs by %g", worst);
+
+    int64_t ids[4] = {0, 4, 4, 2}, is[1] = {4}, es[2] = {4, D}, ws[2] = {V, D};
+    double emb[4 * D], table[V * D], dtable[V * D];
+    for (int i = 0; i < V * D; i++) table[i] = i;
+    attnc_tensor ti = view(ids, ATTNC_INT64, 1, is), te = view(emb, ATTNC_FLOAT64, 2, es);
+    attnc_tensor tt = view(table, ATTNC_FLOAT64, 2, ws), tdt = view(dtable, ATTNC_FLOAT64, 2, ws);
+    CHECK(attnc_embedding_forward(&te, &ti, &tt, 2.0) == ATTNC_OK, "%s", attnc_last_error());
+    CHECK(emb[1 * D + 3] == 2.0 * table[4 * D + 3], "embedding row");
+    double ones[4 * D];
+    for (int i = 0; i < 4 * D; i++) ones[i] = 1;
+    attnc_tensor tones = view(ones, ATTNC_FLOAT64, 2, es);
+    CHECK(attnc_embedding_backward(&tdt, &tones, &ti, 2.0, 2) == ATTNC_OK, "%s", attnc_last_error());
+    CHECK(dtable[4 * D] == 4.0 && dtable[2 * D] == 0 && dtable[1 * D] == 0 && dtable[0] == 2.0,
+          "embedding gradient");
+    ids[2] = 5;
+    CHECK(attnc_embedding_forward(&te, &ti, &tt, 1.0) == ATTNC_ERR_VALUE, "id 5 of 5 accepted");
+    ids[2] = -1;
+    CHECK(attnc_embedding_forward(&te, &ti, &tt, 1.0) == ATTNC_ERR_VALUE, "id -1 accepted");
+
+    /* cross-entropy of uniform logits is log C; an ignored row is 0. */
+    double logits[4 * V] = {0}, loss[4], lse[4];
+    int64_t tg[4] = {1, -100, 3, 0}, ls[2] = {4, V}, fs[1] = {4};
+    attnc_tensor tl = view(logits, ATTNC_FLOAT64, 2, ls), ttg = view(tg, ATTNC_INT64, 1, fs);
+    attnc_tensor tloss = view(loss, ATTNC_FLOAT64, 1, fs), tlse = view(lse, ATTNC_FLOAT64, 1, fs);
+    CHECK(attnc_cross_entropy_forward(&tloss, &tlse, &tl, &ttg, 0.1, -100) == ATTNC_OK, "%s",
+          attnc_last_error());
+    CHECK(fabs(loss[0] - log(V)) < 1e-14 && loss[1] == 0, "cross-entropy %g %g", loss[0], loss[1]);
+    tg[2] = V;
+    CHECK(attnc_cross_entropy_forward(&tloss, &tlse, &tl, &ttg, 0.1, -100) == ATTNC_ERR_VALUE,
+          "target out of range accepted");
+    free(x);
+}
+
 int main(void) {
     test_rng();
     test_threads();
@@ -534,6 +587,7 @@ int main(void) {
     test_local();
     test_sdpa();
     test_linear();
+    test_token_layers();
     attnc_set_num_threads(1); /* join the workers before exit */
     printf("%d passed, %d failed\n", passed, failed);
     return failed != 0;

@@ -1,0 +1,100 @@
+"""attnc.nn.layer_norm and attnc.nn.LayerNorm, in C."""
+
+from __future__ import annotations
+
+import math
+import numbers
+
+import numpy as np
+
+from .. import _core
+from .._args import elementwise_ready, float_array, same_dtype, shape_str
+from ..grad import register
+from .module import Module
+
+
+def _shape(normalized_shape) -> tuple:
+    if isinstance(normalized_shape, numbers.Integral):
+        return (int(normalized_shape),)
+    return tuple(int(n) for n in normalized_shape)
+
+
+def _forward(input, normalized_shape, weight=None, bias=None, eps=1e-5):
+    x = float_array(input, "input")
+    shape = _shape(normalized_shape)
+    k = len(shape)
+    if k == 0 or x.shape[x.ndim - k:] != shape or x.ndim < k:
+        raise ValueError(f"input {shape_str(x.shape)} does not end with normalized_shape {shape_str(shape)}")
+    params = []
+    for name, p in (("weight", weight), ("bias", bias)):
+        if p is not None:
+            p = float_array(p, name)
+            same_dtype(x.dtype, **{name: p})
+            if p.shape != shape:
+                raise ValueError(f"{name} has shape {shape_str(p.shape)}, expected normalized_shape {shape_str(shape)}")
+            p = elementwise_ready(p.reshape(-1))
+        params.append(p)
+    if not eps >= 0:
+        raise ValueError(f"eps must be >= 0, got {eps}")
+    d = math.prod(shape)
+    x2 = elementwise_ready(x.reshape(-1, d))
+    y = np.empty(x2.shape, x.dtype)
+    mean, rstd = np.empty(x2.shape[0], x.dtype), np.empty(x2.shape[0], x.dtype)
+    _core.layer_norm_forward(y, mean, rstd, x2, params[0], params[1], float(eps))
+    return y.reshape(x.shape), (x.shape, shape, x2, params, mean, rstd)
+
+
+def _backward(saved, cotangents):
+    xshape, shape, x2, (w, b), mean, rstd = saved
+    (dy,) = cotangents
+    dy2 = np.zeros(x2.shape, x2.dtype) if dy is None else elementwise_ready(dy.reshape(x2.shape))
+    dx = np.empty(x2.shape, x2.dtype)
+    dw = np.empty(x2.shape[1], x2.dtype) if w is not None else None
+    db = np.empty(x2.shape[1], x2.dtype) if b is not None else None
+    _core.layer_norm_backward(dx, dw, db, dy2, x2, w, mean, rstd)
+    grads = {"input": dx.reshape(xshape)}
+    if w is not None:
+        grads["weight"] = dw.reshape(shape)
+    if b is not None:
+        grads["bias"] = db.reshape(shape)
+    return grads
+
+
+def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
+    """Layer normalisation over the trailing ``normalized_shape`` dims, as
+    ``torch.nn.functional.layer_norm``: (x - mean) / sqrt(var + eps) * weight + bias
+    (biased variance).
+
+    Example
+    -------
+    >>> y = attnc.nn.layer_norm(np.random.rand(2, 5, 8), 8)
+    >>> np.allclose(y.mean(-1), 0)
+    True
+    """
+    return _forward(input, normalized_shape, weight, bias, eps)[0]
+
+
+register(layer_norm, _forward, _backward)
+
+
+class LayerNorm(Module):
+    """``torch.nn.LayerNorm(normalized_shape, eps=1e-5, elementwise_affine=True, bias=True)``:
+    parameters ``weight`` (ones) and ``bias`` (zeros) of shape normalized_shape."""
+
+    def __init__(self, normalized_shape, eps=1e-5, elementwise_affine=True, bias=True, *, dtype=np.float32):
+        super().__init__(dtype)
+        self.normalized_shape, self.eps = _shape(normalized_shape), eps
+        affine = elementwise_affine
+        self.register_parameter("weight", np.ones(self.normalized_shape) if affine else None)
+        self.register_parameter("bias", np.zeros(self.normalized_shape) if affine and bias else None)
+
+    def forward(self, input):
+        return layer_norm(input, self.normalized_shape, self.weight, self.bias, self.eps)
+
+    def _vjp_forward(self, input):
+        return _forward(input, self.normalized_shape, self.weight, self.bias, self.eps)
+
+    _vjp_backward = staticmethod(_backward)
+
+    def extra_repr(self):
+        return f"{self.normalized_shape}, eps={self.eps}"

@@ -1,0 +1,126 @@
+/* embedding.c: token embedding (a row gather) and the cross-entropy loss over
+ * classes, forward and backward: the two layers that meet token ids. */
+#include <inttypes.h>
+#include <math.h>
+
+#include "../core/status.h"
+#include "../core/tensor.h"
+#include "../core/threads.h"
+
+enum { ROWS = 64 }; /* rows (or dweight columns) per block */
+
+#define ATTNC_F64 0
+#include "embedding_impl.h"
+#define ATTNC_F64 1
+#include "embedding_impl.h"
+
+/* ids (n) INT64, each in [0, limit) or equal to *special (if given). */
+static attnc_status check_ids(const attnc_tensor *ids, const char *name, int64_t *n, int64_t limit,
+                              const int64_t *special) {
+    if (!attnc_present(ids)) return attnc_fail(ATTNC_ERR_TYPE, "%s is required", name);
+    *n = -1;
+    TRY(attnc_check_dims(ids, name, ATTNC_INT64, 1, n, false));
+    for (int64_t r = 0; r < *n; r++) {
+        int64_t id = ((const int64_t *)ids->data)[r * ids->strides[0]];
+        if ((id < 0 || id >= limit) && !(special && id == *special))
+            return attnc_fail(ATTNC_ERR_VALUE, "%s[%" PRId64 "] = %" PRId64 " is outside [0, %" PRId64 ")",
+                              name, r, id, limit);
+    }
+    return ATTNC_OK;
+}
+
+static attnc_status float_dims(const attnc_tensor *t, const char *name, int64_t *rows, int64_t *cols) {
+    if (!attnc_present(t)) return attnc_fail(ATTNC_ERR_TYPE, "%s is required", name);
+    if (t->dtype != ATTNC_FLOAT32 && t->dtype != ATTNC_FLOAT64)
+        return attnc_fail(ATTNC_ERR_TYPE, "%s has dtype %s, expected float32 or float64", name,
+                          attnc_dtype_name(t->dtype));
+    int64_t sizes[2] = {*rows, *cols};
+    TRY(attnc_check_dims(t, name, t->dtype, 2, sizes, false));
+    *rows = sizes[0];
+    *cols = sizes[1];
+    return ATTNC_OK;
+}
+
+/* Run task over blocks with a job built from the designated initialisers. */
+#define DISPATCH(dt, blocks, task, ...)                                                   \
+    do {                                                                                   \
+        if ((dt) == ATTNC_FLOAT32) {                                                       \
+            tok_job_f32 j = {__VA_ARGS__};                                                 \
+            attnc_parallel_for(blocks, attnc_workers(), task##_f32, &j);                   \
+        } else {                                                                           \
+            tok_job_f64 j = {__VA_ARGS__};                                                 \
+            attnc_parallel_for(blocks, attnc_workers(), task##_f64, &j);                   \
+        }                                                                                  \
+    } while (0)
+
+attnc_status attnc_embedding_forward(attnc_tensor *y, const attnc_tensor *ids,
+                                     const attnc_tensor *weight, double scale) {
+    int64_t v = -1, d = -1, n;
+    TRY(float_dims(weight, "weight", &v, &d));
+    TRY(check_ids(ids, "input", &n, v, NULL));
+    if (!attnc_present(y)) return attnc_fail(ATTNC_ERR_TYPE, "output is required");
+    int64_t yd[2] = {n, d};
+    TRY(attnc_check_dims(y, "output", weight->dtype, 2, yd, true));
+    DISPATCH(weight->dtype, (n + ROWS - 1) / ROWS, embed_task, .ids = ids, .w = weight, .y = y,
+             .n = n, .d = d, .scale = scale);
+    return ATTNC_OK;
+}
+
+attnc_status attnc_embedding_backward(attnc_tensor *dweight, const attnc_tensor *dy,
+                                      const attnc_tensor *ids, double scale,
+                                      int64_t padding_idx) {
+    int64_t v = -1, d = -1, n = -1;
+    if (!attnc_present(dweight)) return attnc_fail(ATTNC_ERR_TYPE, "dweight is required");
+    TRY(float_dims(dy, "doutput", &n, &d));
+    int64_t wd[2] = {-1, d};
+    TRY(attnc_check_dims(dweight, "dweight", dy->dtype, 2, wd, true));
+    v = wd[0];
+    TRY(check_ids(ids, "input", &n, v, NULL));
+    DISPATCH(dy->dtype, (d + ROWS - 1) / ROWS, embed_grad_task, .ids = ids, .dy = dy,
+             .dw = dweight, .n = n, .d = d, .v = v, .scale = scale, .special = padding_idx);
+    return ATTNC_OK;
+}
+
+attnc_status attnc_cross_entropy_forward(attnc_tensor *losses, attnc_tensor *logsumexp,
+                                         const attnc_tensor *logits, const attnc_tensor *targets,
+                                         double label_smoothing, int64_t ignore_index) {
+    int64_t n = -1, c = -1, nt;
+    TRY(float_dims(logits, "input", &n, &c));
+    TRY(check_ids(targets, "target", &nt, c, &ignore_index));
+    if (nt != n)
+        return attnc_fail(ATTNC_ERR_VALUE, "target has %" PRId64 " entries, input %" PRId64 " rows",
+                          nt, n);
+    if (!(label_smoothing >= 0 && label_smoothing <= 1))
+        return attnc_fail(ATTNC_ERR_VALUE, "label_smoothing must be in [0, 1], got %g",
+                          label_smoothing);
+    if (!attnc_present(losses) || !attnc_present(logsumexp))
+        return attnc_fail(ATTNC_ERR_TYPE, "losses and logsumexp are required");
+    TRY(attnc_check_dims(losses, "losses", logits->dtype, 1, &n, true));
+    TRY(attnc_check_dims(logsumexp, "logsumexp", logits->dtype, 1, &n, true));
+    DISPATCH(logits->dtype, (n + ROWS - 1) / ROWS, ce_forward_task, .ids = targets,
+             .logits = logits, .loss = losses, .lse = logsumexp, .n = n, .v = c,
+             .eps = label_smoothing, .special = ignore_index);
+    return ATTNC_OK;
+}
+
+attnc_status attnc_cross_entropy_backward(attnc_tensor *dlogits, const attnc_tensor *dlosses,
+                                          const attnc_tensor *logits, const attnc_tensor *targets,
+                                          const attnc_tensor *logsumexp, double label_smoothing,
+                                          int64_t ignore_index) {
+    int64_t n = -1, c = -1, nt;
+    TRY(float_dims(logits, "input", &n, &c));
+    TRY(check_ids(targets, "target", &nt, c, &ignore_index));
+    if (nt != n)
+        return attnc_fail(ATTNC_ERR_VALUE, "target has %" PRId64 " entries, input %" PRId64 " rows",
+                          nt, n);
+    if (!attnc_present(dlogits) || !attnc_present(dlosses) || !attnc_present(logsumexp))
+        return attnc_fail(ATTNC_ERR_TYPE, "dinput, dlosses and logsumexp are required");
+    int64_t ld[2] = {n, c};
+    TRY(attnc_check_dims(dlogits, "dinput", logits->dtype, 2, ld, true));
+    TRY(attnc_check_dims(dlosses, "dlosses", logits->dtype, 1, &n, false));
+    TRY(attnc_check_dims(logsumexp, "logsumexp", logits->dtype, 1, &n, false));
+    DISPATCH(logits->dtype, (n + ROWS - 1) / ROWS, ce_backward_task, .ids = targets,
+             .logits = logits, .dloss = dlosses, .lse_in = logsumexp, .dlogits = dlogits, .n = n,
+             .v = c, .eps = label_smoothing, .special = ignore_index);
+    return ATTNC_OK;
+}

@@ -1,0 +1,77 @@
+/* embedding_impl.h and cross-entropy kernels (see core/real.h). */
+#include "../core/real.h"
+
+typedef struct {
+    const attnc_tensor *ids, *w, *dy, *logits, *lse_in, *dloss;
+    attnc_tensor *y, *dw, *loss, *lse, *dlogits;
+    int64_t n, d, v;
+    double scale, eps;
+    int64_t special; /* padding_idx or ignore_index */
+} FN(tok_job);
+
+#define AT(t, i, j) (((REAL *)(t)->data)[(i) * (t)->strides[0] + (j) * (t)->strides[1]])
+#define ID(j, r) (((const int64_t *)(j)->ids->data)[(r) * (j)->ids->strides[0]])
+
+static void FN(embed_task)(void *arg, int64_t block, int worker) {
+    (void)worker;
+    const FN(tok_job) *j = arg;
+    for (int64_t r = block * ROWS; r < j->n && r < (block + 1) * ROWS; r++)
+        for (int64_t c = 0; c < j->d; c++)
+            ((REAL *)j->y->data)[r * j->d + c] = AT(j->w, ID(j, r), c) * (REAL)j->scale;
+}
+
+/* One block of columns of dweight, every token in order. */
+static void FN(embed_grad_task)(void *arg, int64_t block, int worker) {
+    (void)worker;
+    const FN(tok_job) *j = arg;
+    int64_t c0 = block * ROWS, c1 = c0 + ROWS < j->d ? c0 + ROWS : j->d;
+    REAL *dw = j->dw->data;
+    for (int64_t r = 0; r < j->v; r++)
+        for (int64_t c = c0; c < c1; c++) dw[r * j->d + c] = 0;
+    for (int64_t r = 0; r < j->n; r++) {
+        int64_t id = ID(j, r);
+        if (id == j->special) continue;
+        for (int64_t c = c0; c < c1; c++) dw[id * j->d + c] += AT(j->dy, r, c) * (REAL)j->scale;
+    }
+}
+
+/* loss = lse - (1 - eps) x_t - eps / C sum_c x_c; 0 for ignored rows. */
+static void FN(ce_forward_task)(void *arg, int64_t block, int worker) {
+    (void)worker;
+    const FN(tok_job) *j = arg;
+    for (int64_t r = block * ROWS; r < j->n && r < (block + 1) * ROWS; r++) {
+        REAL mx = -INFINITY, sum = 0, total = 0;
+        for (int64_t c = 0; c < j->v; c++) mx = AT(j->logits, r, c) > mx ? AT(j->logits, r, c) : mx;
+        for (int64_t c = 0; c < j->v; c++) {
+            sum += EXP(AT(j->logits, r, c) - mx);
+            total += AT(j->logits, r, c);
+        }
+        REAL lse = mx + LOG(sum);
+        ((REAL *)j->lse->data)[r] = lse;
+        int64_t t = ID(j, r);
+        REAL eps = (REAL)j->eps;
+        ((REAL *)j->loss->data)[r] =
+            t == j->special ? 0 : lse - (1 - eps) * AT(j->logits, r, t) - eps / (REAL)j->v * total;
+    }
+}
+
+/* dlogits = dloss (softmax - ((1 - eps) onehot + eps / C)). */
+static void FN(ce_backward_task)(void *arg, int64_t block, int worker) {
+    (void)worker;
+    const FN(tok_job) *j = arg;
+    REAL eps = (REAL)j->eps;
+    for (int64_t r = block * ROWS; r < j->n && r < (block + 1) * ROWS; r++) {
+        REAL *out = (REAL *)j->dlogits->data + r * j->v;
+        int64_t t = ID(j, r);
+        REAL g = ((const REAL *)j->dloss->data)[r * j->dloss->strides[0]];
+        REAL lse = ((const REAL *)j->lse_in->data)[r * j->lse_in->strides[0]];
+        for (int64_t c = 0; c < j->v; c++) {
+            REAL q = eps / (REAL)j->v + (c == t ? 1 - eps : 0);
+            out[c] = t == j->special ? 0 : g * (EXP(AT(j->logits, r, c) - lse) - q);
+        }
+    }
+}
+
+#undef AT
+#undef ID
+#include "../core/real_end.h"
