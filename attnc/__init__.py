@@ -40,7 +40,8 @@ from .attention import (  # noqa: E402
 )
 from .config import blas_info, get_num_threads, set_num_threads  # noqa: E402
 from .grad import vjp  # noqa: E402
-from . import nn, plot  # noqa: E402  (plot imports matplotlib only when drawing)
+from . import nn, optim, plot  # noqa: E402  (plot imports matplotlib only when drawing)
+from .nn.module import load, save  # noqa: E402
 
 __version__ = "0.1.0"
 
@@ -66,8 +67,11 @@ __all__ = [
     "kernel_regression",
     "local_attention",
     "multi_head_attention",
+    "load",
     "nn",
+    "optim",
     "plot",
+    "save",
     "scaled_dot_product_attention",
     "score",
     "set_num_threads",

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
+import json
 from collections import OrderedDict, namedtuple
 
 import numpy as np
@@ -20,6 +23,30 @@ class Module:
     torch module's state dict loads here and ours loads there. Gradients
     come from ``attnc.vjp(module, *inputs)``, keyed by the same names.
     """
+
+    _registry: dict = {}
+
+    def __init_subclass__(cls, **kwargs):
+        """Record every module class, and the arguments each instance was built
+        with, so that attnc.save / attnc.load can rebuild it."""
+        super().__init_subclass__(**kwargs)
+        Module._registry[f"{cls.__module__}.{cls.__qualname__}"] = cls
+        init = cls.__dict__.get("__init__")
+        if init is None:
+            return
+        signature = inspect.signature(init)
+
+        @functools.wraps(init)
+        def recording_init(self, *args, **kw):
+            bound = signature.bind(self, *args, **kw)
+            bound.apply_defaults()
+            config = {k: v for k, v in list(bound.arguments.items())[1:] if k != "seed"}
+            if "dtype" in config:
+                config["dtype"] = np.dtype(config["dtype"]).name
+            init(self, *args, **kw)
+            object.__setattr__(self, "_config", config)  # the outermost __init__ sets it last
+
+        cls.__init__ = recording_init
 
     def __init__(self, dtype=np.float32):
         dtype = np.dtype(dtype)
@@ -143,3 +170,24 @@ class Module:
 
     def extra_repr(self) -> str:
         return ""
+
+
+def save(path, module: Module) -> None:
+    """Write a module (its class, constructor arguments and parameters) to an .npz file."""
+    config = dict(module._config, dtype=module.dtype.name)  # the current dtype, after any .to()
+    header = json.dumps({"class": f"{type(module).__module__}.{type(module).__qualname__}", "config": config})
+    np.savez(path, __attnc__=np.array(header), **module.state_dict())
+
+
+def load(path) -> Module:
+    """Rebuild a module written by attnc.save (in eval mode)."""
+    with np.load(path, allow_pickle=False) as data:
+        if "__attnc__" not in data:
+            raise ValueError(f"{path} was not written by attnc.save")
+        header = json.loads(str(data["__attnc__"]))
+        cls = Module._registry.get(header["class"])
+        if cls is None:
+            raise ValueError(f"{path} holds an unknown module class {header['class']!r}")
+        module = cls(**header["config"])
+        module.load_state_dict({k: data[k] for k in data.files if k != "__attnc__"})
+    return module.eval()

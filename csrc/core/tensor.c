@@ -129,6 +129,5 @@ attnc_status attnc_check_dims(const attnc_tensor *t, const char *name, attnc_dty
     static const attnc_batch none = {.nb = 0, .count = 1};
     TRY(attnc_check_dtype(t, name, dtype));
     TRY(attnc_check_shape(t, name, &none, ndim, sizes));
-    if (output) return attnc_check_out(t, name);
-    return dtype == ATTNC_FLOAT32 || dtype == ATTNC_FLOAT64 ? attnc_check_blas(t, name) : ATTNC_OK;
+    return output ? attnc_check_out(t, name) : ATTNC_OK;
 }

@@ -48,7 +48,8 @@ attnc_status attnc_check_blas(const attnc_tensor *t, const char *name);
 /* Output or gradient: C-contiguous. */
 attnc_status attnc_check_out(const attnc_tensor *t, const char *name);
 /* A tensor of dtype with ndim dims of the given sizes (-1: any, returned
- * through the array); outputs must be contiguous, float inputs BLAS-readable. */
+ * through the array); outputs must be contiguous, inputs may have any
+ * strides. */
 attnc_status attnc_check_dims(const attnc_tensor *t, const char *name, attnc_dtype dtype, int ndim,
                               int64_t *sizes, bool output);
 

@@ -19,14 +19,15 @@ static attnc_mat mat_of(const attnc_tensor *t) {
     return m;
 }
 
-/* A 2-D float tensor of the call's dtype, shape (rows, cols) (-1: any). */
+/* A 2-D float tensor of the call's dtype, shape (rows, cols) (-1: any); inputs
+ * BLAS can read. */
 static attnc_status check2(const attnc_tensor *t, const char *name, attnc_dtype dt, int64_t *rows,
                            int64_t *cols, bool output) {
     int64_t sizes[2] = {*rows, *cols};
     TRY(attnc_check_dims(t, name, dt, 2, sizes, output));
     *rows = sizes[0];
     *cols = sizes[1];
-    return ATTNC_OK;
+    return output ? ATTNC_OK : attnc_check_blas(t, name);
 }
 
 static attnc_status check_weight(const attnc_tensor *x, const attnc_tensor *w, int64_t *n,

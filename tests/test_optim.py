@@ -1,0 +1,130 @@
+"""attnc.optim against torch.optim on the same gradients, gradient clipping,
+the warm-up schedule, and attnc.save / attnc.load."""
+
+import json
+
+import numpy as np
+import pytest
+
+import attnc
+
+CONFIGS = [
+    ("SGD", dict(lr=0.1)),
+    ("SGD", dict(lr=0.1, momentum=0.9, dampening=0.1, weight_decay=0.01)),
+    ("SGD", dict(lr=0.05, momentum=0.9, weight_decay=0.01, nesterov=True)),
+    ("Adam", dict(lr=0.01)),
+    ("Adam", dict(lr=0.01, betas=(0.8, 0.95), eps=1e-6, weight_decay=0.1)),
+    ("AdamW", dict(lr=0.01)),
+    ("AdamW", dict(lr=0.02, betas=(0.9, 0.98), eps=1e-9, weight_decay=0.3)),
+]
+
+
+@pytest.mark.parametrize("name,kwargs", CONFIGS)
+def test_matches_torch(name, kwargs, rng, torch):
+    model = attnc.nn.MultiheadAttention(8, 2, add_bias_kv=True, dtype=np.float64, seed=0)
+    ref = torch.nn.MultiheadAttention(8, 2, add_bias_kv=True, batch_first=True).double()
+    ref.load_state_dict({k: torch.tensor(v) for k, v in model.state_dict().items()})
+    opt = getattr(attnc.optim, name)(model, **kwargs)
+    ref_opt = getattr(torch.optim, name)(ref.parameters(), **kwargs)
+    for _ in range(6):
+        grads = {k: rng.standard_normal(v.shape) for k, v in model.state_dict().items()}
+        grads["query"] = rng.standard_normal(3)  # not a parameter: ignored
+        opt.step(grads)
+        for k, p in ref.named_parameters():
+            p.grad = torch.tensor(grads[k])
+        ref_opt.step()
+    for k, v in ref.state_dict().items():
+        np.testing.assert_allclose(model.state_dict()[k], v.numpy(), rtol=1e-12, atol=1e-14, err_msg=k)
+
+
+def test_step_with_vjp_grads_reduces_loss(rng):
+    """A real use: fit a Linear layer to a target with vjp gradients and Adam."""
+    lin = attnc.nn.Linear(5, 2, dtype=np.float64, seed=1)
+    x, w_true = rng.standard_normal((64, 5)), rng.standard_normal((2, 5))
+    y = x @ w_true.T
+    opt = attnc.optim.Adam(lin, lr=0.05)
+    losses = []
+    for _ in range(200):
+        out, pullback = attnc.vjp(lin, x)
+        losses.append(float(((out - y) ** 2).mean()))
+        opt.step(pullback(2 * (out - y) / out.size))
+    assert losses[-1] < 1e-3 * losses[0]
+
+
+def test_missing_gradient_leaves_parameter(rng):
+    lin = attnc.nn.Linear(3, 2, dtype=np.float64, seed=0)
+    before = lin.state_dict()
+    attnc.optim.SGD(lin, lr=1.0).step({"weight": np.ones((2, 3))})
+    assert np.array_equal(lin.bias, before["bias"])
+    assert np.allclose(lin.weight, before["weight"] - 1)
+
+
+def test_errors():
+    lin = attnc.nn.Linear(3, 2)
+    with pytest.raises(ValueError, match="weight"):
+        attnc.optim.SGD(lin, lr=0.1).step({"weight": np.ones(3)})
+    with pytest.raises(ValueError, match="lr"):
+        attnc.optim.Adam(lin, lr=-1)
+    with pytest.raises(ValueError, match="nesterov"):
+        attnc.optim.SGD(lin, lr=0.1, nesterov=True)
+    with pytest.raises(TypeError, match="params"):
+        attnc.optim.SGD([1, 2], lr=0.1)
+
+
+@pytest.mark.parametrize("max_norm", [0.5, 100.0])
+def test_clip_grad_norm_matches_torch(max_norm, rng, torch):
+    grads = {"a": rng.standard_normal((3, 4)), "b": rng.standard_normal(5), "input": rng.standard_normal(7)}
+    params = {"a": np.zeros((3, 4)), "b": np.zeros(5)}
+    tgrads = [torch.tensor(grads[k]) for k in params]
+    tparams = [torch.zeros(g.shape, dtype=torch.float64, requires_grad=True) for g in tgrads]
+    for p, g in zip(tparams, tgrads):
+        p.grad = g.clone()
+    expected = float(torch.nn.utils.clip_grad_norm_(tparams, max_norm))
+    total = attnc.optim.clip_grad_norm_(grads, max_norm, params)
+    assert abs(total - expected) < 1e-12
+    for k, p in zip(params, tparams):
+        np.testing.assert_allclose(grads[k], p.grad.numpy(), rtol=1e-14)
+
+
+def test_transformer_lr_and_lambda(torch):
+    d, warmup = 64, 10
+    factor = attnc.optim.transformer_lr(d, warmup)
+    expected = [d**-0.5 * min(s**-0.5, s * warmup**-1.5) for s in range(1, 40)]
+    assert np.allclose([factor(e) for e in range(39)], expected, rtol=1e-14)
+    assert max(range(39), key=factor) == warmup - 1  # the peak is at the end of the warm-up
+    lin = attnc.nn.Linear(2, 2)
+    opt = attnc.optim.SGD(lin, lr=2.0)
+    sched = attnc.optim.LambdaLR(opt, factor)
+    tp = torch.nn.Parameter(torch.zeros(1))
+    topt = torch.optim.SGD([tp], lr=2.0)
+    tsched = torch.optim.lr_scheduler.LambdaLR(topt, factor)
+    for _ in range(15):
+        assert abs(sched.get_last_lr()[0] - tsched.get_last_lr()[0]) < 1e-15
+        topt.step()
+        sched.step()
+        tsched.step()
+
+
+@pytest.mark.parametrize("module", [
+    lambda: attnc.nn.MultiheadAttention(12, 3, add_bias_kv=True, kdim=5, vdim=7, seed=3),
+    lambda: attnc.nn.LayerNorm((4, 6), eps=1e-3, bias=False),
+    lambda: attnc.nn.Embedding(11, 6, padding_idx=2, seed=4),
+    lambda: attnc.nn.Linear(6, 3, bias=False, dtype=np.float64, seed=5),
+])
+def test_save_load_roundtrip(module, tmp_path):
+    m = module()
+    path = tmp_path / "m.npz"
+    attnc.save(path, m)
+    loaded = attnc.load(path)
+    assert type(loaded) is type(m) and loaded.dtype == m.dtype and not loaded.training
+    assert list(loaded.state_dict()) == list(m.state_dict())
+    for k, v in m.state_dict().items():
+        assert loaded.state_dict()[k].tobytes() == v.tobytes(), k
+    assert loaded._config == json.loads(json.dumps(m._config))  # tuples come back as lists
+
+
+def test_load_rejects_foreign_files(tmp_path):
+    path = tmp_path / "x.npz"
+    np.savez(path, weight=np.zeros(3))
+    with pytest.raises(ValueError, match="attnc.save"):
+        attnc.load(path)
