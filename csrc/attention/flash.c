@@ -13,7 +13,9 @@
  * batch x heads is 1. With at least as many (batch, kv head) pairs as
  * threads, one pass per pair does all three (two fewer products per tile);
  * both paths make the same calls in the same order for every output, so
- * the bits do not depend on the thread count. */
+ * the bits do not depend on the thread count. A lone (batch, kv head) pair
+ * takes that single pass in two parts over halves of its key blocks, each
+ * with its own dQ, added at the end (chosen by shape, not threads). */
 #include <math.h>
 #include <stdlib.h>
 
@@ -30,6 +32,8 @@ typedef struct {
     int64_t bq, bk, nqb, nkb;   /* tile sizes and block counts               */
     const attnc_tensor *q, *k, *v, *o, *lse, *dout, *dw;
     attnc_tensor *out, *lse_out, *weights, *dq, *dk, *dv, *dmask;
+    attnc_tensor *dq_part;      /* two-part backward: dQ of the second part  */
+    int64_t split_kb;           /* two-part backward: its first key block    */
     const attnc_sdpa_options *opt;
     void *scratch, *dvec;
     size_t per_worker;
@@ -119,6 +123,47 @@ static attnc_status run(flash_ctx *c, int64_t tasks, attnc_task_fn f32, attnc_ta
     return ATTNC_OK;
 }
 
+/* Query rows that see key block kb (under causal attention, fewer for later blocks). */
+static int64_t rows_seeing(const flash_ctx *c, int64_t kb) {
+    int64_t first = c->opt->causal ? kb * c->bk - c->opt->causal_offset : 0;
+    return c->L - (first < 0 ? 0 : first > c->L ? c->L : first);
+}
+
+/* The first key block of the second part (in [1, nkb - 1]): the split that
+ * best balances the rows the two parts visit. */
+static int64_t balanced_split(const flash_ctx *c) {
+    int64_t total = 0, acc = 0;
+    for (int64_t kb = 0; kb < c->nkb; kb++) total += rows_seeing(c, kb);
+    for (int64_t kb = 0; kb < c->nkb - 1; kb++) {
+        acc += rows_seeing(c, kb);
+        if (2 * acc >= total) return kb + 1;
+    }
+    return c->nkb - 1;
+}
+
+static attnc_status two_parts(flash_ctx *c, size_t per) {
+    const attnc_tensor *dq = c->dq;
+    attnc_tensor part = *dq;
+    int64_t stride = 1;
+    for (int d = part.ndim - 1; d >= 0; d--) {
+        part.strides[d] = stride;
+        stride *= part.shape[d];
+    }
+    TRY(attnc_calloc(&part.data, (size_t)stride, attnc_dtype_size(dq->dtype), "dquery part"));
+    c->dq_part = &part;
+    c->split_kb = balanced_split(c);
+    attnc_status st = run(c, 2, part_task_f32, part_task_f64, per);
+    if (st == ATTNC_OK) {
+        if (dq->dtype == ATTNC_FLOAT32)
+            add_parts_f32(c);
+        else
+            add_parts_f64(c);
+    }
+    free(part.data);
+    c->dq_part = NULL;
+    return st;
+}
+
 attnc_status attnc_sdpa_forward(attnc_tensor *output, attnc_tensor *lse, attnc_tensor *weights,
                                 const attnc_tensor *query, const attnc_tensor *key,
                                 const attnc_tensor *value, const attnc_sdpa_options *options) {
@@ -198,8 +243,10 @@ attnc_status attnc_sdpa_backward(attnc_tensor *dquery, attnc_tensor *dkey, attnc
         st = run(&c, c.batch.count * c.H * c.nqb, weights_rowdot_task_f32,
                  weights_rowdot_task_f64, (size_t)(c.bq * c.bk));
     int64_t groups = c.batch.count * c.hkv;
-    if (st == ATTNC_OK && attnc_present(dquery) && attnc_present(dkey) && attnc_present(dvalue) &&
-        groups >= attnc_workers()) {
+    bool all = attnc_present(dquery) && attnc_present(dkey) && attnc_present(dvalue);
+    if (st == ATTNC_OK && all && groups == 1 && c.nkb >= 2) {
+        st = two_parts(&c, per);
+    } else if (st == ATTNC_OK && all && groups >= attnc_workers()) {
         st = run(&c, groups, fused_task_f32, fused_task_f64, per);
     } else {
         if (st == ATTNC_OK && (attnc_present(dkey) || attnc_present(dvalue) || attnc_present(dmask)))

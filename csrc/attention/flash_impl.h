@@ -276,9 +276,10 @@ static void FN(zero_rows)(const flash_ctx *c, attnc_tensor *t, int64_t b, int64_
 }
 
 /* Key block j0 of kv head hk: dK_j, dV_j (and dmask) over every query head
- * of the group and every query block that can see the keys; with `dq`,
- * also dQ_i += scale dS K_j (the single-pass backward). */
-static void FN(key_block)(const flash_ctx *c, int64_t b, int64_t hk, int64_t j0, REAL *s, bool dq) {
+ * of the group and every query block that can see the keys; with dq (not
+ * NULL), also dQ_i += scale dS K_j into it (the single-pass backward). */
+static void FN(key_block)(const flash_ctx *c, int64_t b, int64_t hk, int64_t j0, REAL *s,
+                          attnc_tensor *dq) {
     int64_t nk = c->S - j0 < c->bk ? c->S - j0 : c->bk;
     REAL *dp = s + c->bq * c->bk;
     bool want_k = attnc_present(c->dk), want_v = attnc_present(c->dv);
@@ -309,7 +310,7 @@ static void FN(key_block)(const flash_ctx *c, int64_t b, int64_t hk, int64_t j0,
                      FN(head_rows)(c, c->q, b, h, i0, nq), 1, FN(head_rows)(c, c->dk, b, hk, j0, nk));
             if (dq)
                 GEMM(false, false, (REAL)c->opt->scale, FN(tile)(s, nq, nk),
-                     FN(head_rows)(c, c->k, b, hk, j0, nk), 1, FN(head_rows)(c, c->dq, b, h, i0, nq));
+                     FN(head_rows)(c, c->k, b, hk, j0, nk), 1, FN(head_rows)(c, dq, b, h, i0, nq));
         }
 }
 
@@ -318,7 +319,7 @@ static void FN(dkv_task)(void *arg, int64_t task, int worker) {
     const flash_ctx *c = arg;
     int64_t kb = task % c->nkb, bhk = task / c->nkb;
     FN(key_block)(c, bhk / c->hkv, bhk % c->hkv, kb * c->bk,
-                  (REAL *)c->scratch + (size_t)worker * c->per_worker, false);
+                  (REAL *)c->scratch + (size_t)worker * c->per_worker, NULL);
 }
 
 /* Everything of one (batch, kv head) in a single pass over its tiles: used
@@ -330,7 +331,30 @@ static void FN(fused_task)(void *arg, int64_t bhk, int worker) {
     int64_t b = bhk / c->hkv, hk = bhk % c->hkv;
     for (int64_t h = hk * c->group; h < (hk + 1) * c->group; h++) FN(zero_rows)(c, c->dq, b, h, 0, c->L);
     for (int64_t j0 = 0; j0 < c->S; j0 += c->bk)
-        FN(key_block)(c, b, hk, j0, (REAL *)c->scratch + (size_t)worker * c->per_worker, true);
+        FN(key_block)(c, b, hk, j0, (REAL *)c->scratch + (size_t)worker * c->per_worker, c->dq);
+}
+
+/* The single-pass backward of a lone (batch, kv head) in two parts, key
+ * blocks [0, split) and [split, nkb), so that two threads share it: part 0
+ * accumulates dQ in dquery, part 1 in dq_part, added afterwards (add_parts).
+ * Chosen by shape alone, so the bits do not depend on the thread count. */
+static void FN(part_task)(void *arg, int64_t part, int worker) {
+    const flash_ctx *c = arg;
+    attnc_tensor *dq = part == 0 ? c->dq : c->dq_part;
+    for (int64_t h = 0; h < c->group; h++) FN(zero_rows)(c, dq, 0, h, 0, c->L);
+    int64_t first = part == 0 ? 0 : c->split_kb, last = part == 0 ? c->split_kb : c->nkb;
+    for (int64_t kb = first; kb < last; kb++)
+        FN(key_block)(c, 0, 0, kb * c->bk, (REAL *)c->scratch + (size_t)worker * c->per_worker, dq);
+}
+
+static void FN(add_parts)(const flash_ctx *c) {
+    for (int64_t h = 0; h < c->group; h++) {
+        attnc_mat to = FN(head_rows)(c, c->dq, 0, h, 0, c->L);
+        attnc_mat from = FN(head_rows)(c, c->dq_part, 0, h, 0, c->L);
+        for (int64_t i = 0; i < c->L; i++)
+            for (int64_t e = 0; e < c->e; e++)
+                ((REAL *)to.p)[i * to.rs + e * to.cs] += ((const REAL *)from.p)[i * from.rs + e];
+    }
 }
 
 /* dQ_i, one task = (batch, head, query block). */
