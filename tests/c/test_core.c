@@ -475,6 +475,41 @@ static void test_sdpa(void) {
         worst = fmax(worst, fabs((lp - lm) / 2e-6 - dk[x]));
     }
     CHECK(worst < 1e-6, "sdpa dkey differs from finite differences by %g", worst);
+    /* One kv head: the two-part backward; dQ against central differences. */
+    {
+        enum { H1 = 2, L1 = 40 };
+        double *q1 = randn(H1 * L1 * E, 26), *o1 = malloc(H1 * L1 * EV * sizeof(double));
+        double *r1 = malloc(H1 * L1 * EV * sizeof(double)), *c1 = randn(H1 * L1 * EV, 27);
+        double *dq1 = malloc(H1 * L1 * E * sizeof(double)), l1[H1 * L1], *m0 = calloc(L1 * S, sizeof(double));
+        int64_t q1s[3] = {H1, L1, E}, k1s[3] = {1, S, E}, v1s[3] = {1, S, EV}, o1s[3] = {H1, L1, EV};
+        int64_t l1s[2] = {H1, L1};
+        attnc_tensor tq1 = view(q1, ATTNC_FLOAT64, 3, q1s), tk1 = view(k, ATTNC_FLOAT64, 3, k1s);
+        attnc_tensor tv1 = view(v, ATTNC_FLOAT64, 3, v1s), to1 = view(o1, ATTNC_FLOAT64, 3, o1s);
+        attnc_tensor tl1 = view(l1, ATTNC_FLOAT64, 2, l1s), tc1 = view(c1, ATTNC_FLOAT64, 3, o1s);
+        attnc_tensor tdq1 = view(dq1, ATTNC_FLOAT64, 3, q1s), tdk1 = view(dk, ATTNC_FLOAT64, 3, k1s);
+        double *dv1 = malloc(S * EV * sizeof(double));
+        attnc_tensor tdv1 = view(dv1, ATTNC_FLOAT64, 3, v1s);
+        attnc_sdpa_options o1o = {.scale = 0.4};
+        CHECK(attnc_sdpa_forward(&to1, &tl1, NULL, &tq1, &tk1, &tv1, &o1o) == ATTNC_OK, "%s",
+              attnc_last_error());
+        CHECK(attnc_sdpa_backward(&tdq1, &tdk1, &tdv1, NULL, &tc1, NULL, &tq1, &tk1, &tv1, &to1, &tl1,
+                                  &o1o) == ATTNC_OK,
+              "%s", attnc_last_error());
+        double worst1 = 0;
+        for (int x = 0; x < H1 * L1 * E; x += 7) {
+            double old = q1[x], lp = 0, lm = 0;
+            q1[x] = old + 1e-6;
+            sdpa_reference(q1, k, v, m0, H1, 1, L1, S, E, EV, 0, 0.4, r1);
+            for (int y = 0; y < H1 * L1 * EV; y++) lp += r1[y] * c1[y];
+            q1[x] = old - 1e-6;
+            sdpa_reference(q1, k, v, m0, H1, 1, L1, S, E, EV, 0, 0.4, r1);
+            for (int y = 0; y < H1 * L1 * EV; y++) lm += r1[y] * c1[y];
+            q1[x] = old;
+            worst1 = fmax(worst1, fabs((lp - lm) / 2e-6 - dq1[x]));
+        }
+        CHECK(worst1 < 1e-6, "two-part dquery differs from finite differences by %g", worst1);
+        free(q1), free(o1), free(r1), free(c1), free(dq1), free(m0), free(dv1);
+    }
     /* Bad heads: 3 query heads over 2 kv heads. */
     int64_t bad[3] = {3, L, E};
     attnc_tensor tbad = view(q, ATTNC_FLOAT64, 3, bad);
