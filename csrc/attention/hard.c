@@ -56,10 +56,7 @@ attnc_status attnc_hard_attention_forward(attnc_tensor *context, attnc_tensor *w
                               .scratch = scratch, .per_worker = per};                      \
         attnc_parallel_for(d.batch.count, workers, hard_forward_task_##SFX, &job);         \
     } while (0)
-    if (d.dtype == ATTNC_FLOAT32)
-        RUN(f32);
-    else
-        RUN(f64);
+    ATTNC_BY_DTYPE(d.dtype, RUN);
 #undef RUN
     free(scratch);
     return ATTNC_OK;
@@ -99,10 +96,7 @@ attnc_status attnc_hard_attention_backward(attnc_tensor *dquery, attnc_tensor *d
                               .per_worker = per};                                          \
         attnc_parallel_for(d.batch.count, workers, hard_backward_task_##SFX, &job);        \
     } while (0)
-        if (d.dtype == ATTNC_FLOAT32)
-            RUN(f32);
-        else
-            RUN(f64);
+        ATTNC_BY_DTYPE(d.dtype, RUN);
 #undef RUN
         st = attnc_score_run_backward(&c, g, dquery, dkeys, dparams);
     }

@@ -77,10 +77,7 @@ attnc_status attnc_local_attention_forward(attnc_tensor *context, attnc_tensor *
                                .values = values, .scratch = scratch, .per_worker = per};   \
         attnc_parallel_for(d.batch.count, workers, local_forward_task_##SFX, &job);        \
     } while (0)
-    if (d.dtype == ATTNC_FLOAT32)
-        RUN(f32);
-    else
-        RUN(f64);
+    ATTNC_BY_DTYPE(d.dtype, RUN);
 #undef RUN
     free(scratch);
     return ATTNC_OK;
@@ -137,10 +134,7 @@ attnc_status attnc_local_attention_backward(
             local_params_##SFX(&job, dw_p, dv_p);                                            \
         }                                                                                    \
     } while (0)
-        if (d.dtype == ATTNC_FLOAT32)
-            RUN(f32);
-        else
-            RUN(f64);
+        ATTNC_BY_DTYPE(d.dtype, RUN);
 #undef RUN
     }
     free(scratch);

@@ -78,10 +78,7 @@ attnc_status attnc_layer_norm_backward(attnc_tensor *dx, attnc_tensor *dweight,
             attnc_parallel_for((d + ROWS - 1) / ROWS, attnc_workers(), ln_dparams_task_##SFX, \
                                &j);                                                           \
     } while (0)
-    if (dt == ATTNC_FLOAT32)
-        RUN(f32);
-    else
-        RUN(f64);
+    ATTNC_BY_DTYPE(dt, RUN);
 #undef RUN
     return ATTNC_OK;
 }

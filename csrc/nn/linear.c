@@ -89,10 +89,7 @@ attnc_status attnc_linear_backward(attnc_tensor *dx, attnc_tensor *dweight, attn
         if (attnc_present(dweight) || attnc_present(dbias))                                   \
             attnc_parallel_for((out + ROWS - 1) / ROWS, attnc_workers(), dw_task_##SFX, &j);  \
     } while (0)
-    if (dt == ATTNC_FLOAT32)
-        RUN(f32);
-    else
-        RUN(f64);
+    ATTNC_BY_DTYPE(dt, RUN);
 #undef RUN
     return ATTNC_OK;
 }
