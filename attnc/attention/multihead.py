@@ -13,19 +13,7 @@ import numpy as np
 from .. import _core
 from .._args import blas_ready, elementwise_ready, seed_bits, float_array, same_dtype, shape_str, unbroadcast
 from ..grad import register
-
-
-def _linear(x2, w, b):
-    y = np.empty((x2.shape[0], w.shape[0]), x2.dtype)
-    _core.linear_forward(y, x2, w, b)
-    return y
-
-
-def _linear_grad(dy2, x2, w, has_bias):
-    dx, dw = np.empty(x2.shape, x2.dtype), np.empty(w.shape, w.dtype)
-    db = np.empty(w.shape[0], w.dtype) if has_bias else None
-    _core.linear_backward(dx, dw, db, blas_ready(dy2), x2, w)
-    return dx, dw, db
+from ..nn.linear import linear_rows, linear_rows_backward
 
 
 def _param(x, name, shape, dtype, required=True):
@@ -114,9 +102,9 @@ def _forward(query, key, value, num_heads, in_proj_weight, in_proj_bias, out_pro
         raise ValueError(f"dropout_p must be in [0, 1], got {dropout_p}")
 
     x = {n: blas_ready(a.reshape(B * a.shape[1], a.shape[2])) for n, a in (("q", q_in), ("k", k_in), ("v", v_in))}
-    q = _linear(x["q"], wq, bq).reshape(B, L, E)
-    k = _linear(x["k"], wk, bk).reshape(B, S, E)
-    v = _linear(x["v"], wv, bv).reshape(B, S, E)
+    q = linear_rows(x["q"], wq, bq).reshape(B, L, E)
+    k = linear_rows(x["k"], wk, bk).reshape(B, S, E)
+    v = linear_rows(x["v"], wv, bv).reshape(B, S, E)
     extra = int(bias_kv) + int(bool(add_zero_attn))
     if extra:
         tail_k = [np.broadcast_to(bias_k, (B, 1, E))] if bias_kv else []
@@ -156,7 +144,7 @@ def _forward(query, key, value, num_heads, in_proj_weight, in_proj_bias, out_pro
     qh, kh, vh = heads(q), heads(k), heads(v)
     _core.sdpa_forward(spec + (average,), qh, kh, vh, heads(attn), lse, weights)
     attn2 = attn.reshape(B * L, E)
-    out = _linear(attn2, wo, bo).reshape(B, L, E)
+    out = linear_rows(attn2, wo, bo).reshape(B, L, E)
     unbatch = (lambda a: a) if batched else (lambda a: None if a is None else a[0])
     saved = dict(spec=spec, x=x, shapes=(query, key, value), B=B, L=L, S=S, E=E, H=H, hd=hd, extra=extra,
                  bias_kv=bias_kv, add_zero_attn=bool(add_zero_attn), batched=batched, qh=qh, kh=kh, vh=vh,
@@ -177,7 +165,7 @@ def _backward(s, cotangents):
     bq, bk, bv, bo = s["b"]
     grads = {}
     dout2 = np.zeros((B * L, E), dtype) if dout is None else dout.reshape(B * L, E)
-    dattn2, grads["out_proj_weight"], dbo = _linear_grad(dout2, s["attn2"], wo, bo is not None)
+    dattn2, grads["out_proj_weight"], dbo = linear_rows_backward(dout2, s["attn2"], wo, bo is not None)
     if bo is not None:
         grads["out_proj_bias"] = dbo
     if dweights is not None:  # averaged weights: each head's share is 1/H
@@ -203,7 +191,7 @@ def _backward(s, cotangents):
     x = s["x"]
     dxs, dws, dbs = {}, {}, {}
     for n, d, w, b in (("q", dq, wq, bq), ("k", dk[:, :S], wk, bk), ("v", dv[:, :S], wv, bv)):
-        dxs[n], dws[n], dbs[n] = _linear_grad(d.reshape(-1, E), x[n], w, b is not None)
+        dxs[n], dws[n], dbs[n] = linear_rows_backward(d.reshape(-1, E), x[n], w, b is not None)
     if s["separate"]:
         grads.update(q_proj_weight=dws["q"], k_proj_weight=dws["k"], v_proj_weight=dws["v"])
     else:

@@ -27,18 +27,30 @@ def _forward(input, weight, bias=None):
             raise ValueError(f"bias has shape {shape_str(b.shape)}, expected ({w.shape[0]},)")
     x2 = blas_ready(x.reshape(-1, x.shape[-1]))
     w = blas_ready(w)
-    y = np.empty((x2.shape[0], w.shape[0]), x.dtype)
-    _core.linear_forward(y, x2, w, b)
+    y = linear_rows(x2, w, b)
     return y.reshape(x.shape[:-1] + (w.shape[0],)), (x.shape, x2, w, b is not None)
+
+
+def linear_rows(x2, w, b):
+    """The C kernel on checked arrays: x2 (N, in) @ w^T + b -> (N, out)."""
+    y = np.empty((x2.shape[0], w.shape[0]), x2.dtype)
+    _core.linear_forward(y, x2, w, b)
+    return y
+
+
+def linear_rows_backward(dy2, x2, w, has_bias):
+    """(dx2, dw, db or None) of linear_rows for the cotangent dy2 (N, out)."""
+    dx, dw = np.empty(x2.shape, x2.dtype), np.empty(w.shape, w.dtype)
+    db = np.empty(w.shape[0], w.dtype) if has_bias else None
+    _core.linear_backward(dx, dw, db, blas_ready(dy2), x2, w)
+    return dx, dw, db
 
 
 def _backward(saved, cotangents):
     shape, x2, w, has_bias = saved
     (dy,) = cotangents
-    dy2 = np.zeros((x2.shape[0], w.shape[0]), x2.dtype) if dy is None else blas_ready(dy.reshape(-1, w.shape[0]))
-    dx, dw = np.empty(x2.shape, x2.dtype), np.empty(w.shape, w.dtype)
-    db = np.empty(w.shape[0], w.dtype) if has_bias else None
-    _core.linear_backward(dx, dw, db, dy2, x2, w)
+    dy2 = np.zeros((x2.shape[0], w.shape[0]), x2.dtype) if dy is None else dy.reshape(-1, w.shape[0])
+    dx, dw, db = linear_rows_backward(dy2, x2, w, has_bias)
     grads = {"input": dx.reshape(shape), "weight": dw}
     if has_bias:
         grads["bias"] = db

@@ -47,15 +47,9 @@ attnc_status attnc_attention_forward(attnc_tensor *context, attnc_tensor *weight
     TRY(attnc_calloc(&scratch, per * (size_t)workers, attnc_dtype_size(d.dtype),
                      "attention scratch"));
     attnc_score_ctx c = {&d, query, keys, params};
-    if (d.dtype == ATTNC_FLOAT32) {
-        attention_job_f32 job = {.c = c, .mask = mask, .context = context, .weights = weights,
-                                 .values = values, .scratch = scratch, .per_worker = per};
-        attnc_parallel_for(d.batch.count, workers, attention_forward_task_f32, &job);
-    } else {
-        attention_job_f64 job = {.c = c, .mask = mask, .context = context, .weights = weights,
-                                 .values = values, .scratch = scratch, .per_worker = per};
-        attnc_parallel_for(d.batch.count, workers, attention_forward_task_f64, &job);
-    }
+    ATTNC_PARALLEL_TYPED(d.dtype, workers, attention_job, attention_forward_task, d.batch.count,
+                         .c = c, .mask = mask, .context = context, .weights = weights,
+                         .values = values, .scratch = scratch, .per_worker = per);
     free(scratch);
     return ATTNC_OK;
 }
@@ -79,19 +73,10 @@ attnc_status attnc_attention_backward(attnc_tensor *dquery, attnc_tensor *dkeys,
     attnc_status st = attnc_calloc(&g, per * (size_t)d.batch.count, size, "score gradient");
     attnc_score_ctx c = {&d, query, keys, params};
     if (st == ATTNC_OK) {
-        if (d.dtype == ATTNC_FLOAT32) {
-            attention_job_f32 job = {.c = c, .dvalues = dvalues, .values = values,
-                                     .dcontext = dcontext, .dweights = dweights,
-                                     .fwd_weights = weights, .scratch = scratch, .g = g,
-                                     .per_worker = per};
-            attnc_parallel_for(d.batch.count, workers, attention_backward_task_f32, &job);
-        } else {
-            attention_job_f64 job = {.c = c, .dvalues = dvalues, .values = values,
-                                     .dcontext = dcontext, .dweights = dweights,
-                                     .fwd_weights = weights, .scratch = scratch, .g = g,
-                                     .per_worker = per};
-            attnc_parallel_for(d.batch.count, workers, attention_backward_task_f64, &job);
-        }
+        ATTNC_PARALLEL_TYPED(d.dtype, workers, attention_job, attention_backward_task,
+                             d.batch.count, .c = c, .dvalues = dvalues, .values = values,
+                             .dcontext = dcontext, .dweights = dweights, .fwd_weights = weights,
+                             .scratch = scratch, .g = g, .per_worker = per);
         st = attnc_score_run_backward(&c, g, dquery, dkeys, dparams);
     }
     free(scratch);

@@ -41,13 +41,8 @@ attnc_status attnc_softmax_forward(attnc_tensor *weights, const attnc_tensor *sc
     if (weights->data == scores->data && !attnc_is_contiguous(scores))
         return attnc_fail(ATTNC_ERR_LAYOUT, "in-place softmax needs contiguous scores");
     TRY(attnc_check_mask(&d, mask));
-    if (d.dtype == ATTNC_FLOAT32) {
-        softmax_job_f32 job = {&d, weights, scores, NULL, mask};
-        attnc_parallel_for(d.batch.count, attnc_workers(), softmax_forward_task_f32, &job);
-    } else {
-        softmax_job_f64 job = {&d, weights, scores, NULL, mask};
-        attnc_parallel_for(d.batch.count, attnc_workers(), softmax_forward_task_f64, &job);
-    }
+    ATTNC_PARALLEL_TYPED(d.dtype, attnc_workers(), softmax_job, softmax_forward_task, d.batch.count,
+                         .d = &d, .out = weights, .in = scores, .mask = mask);
     return ATTNC_OK;
 }
 
@@ -59,12 +54,7 @@ attnc_status attnc_softmax_backward(attnc_tensor *dscores, const attnc_tensor *d
     TRY(attnc_check_like(&d, dscores, "dscores", 2, d.tq, d.tk, true));
     if (!attnc_present(dweights) || !attnc_present(dscores))
         return attnc_fail(ATTNC_ERR_TYPE, "dweights and dscores are required");
-    if (d.dtype == ATTNC_FLOAT32) {
-        softmax_job_f32 job = {&d, dscores, dweights, weights, NULL};
-        attnc_parallel_for(d.batch.count, attnc_workers(), softmax_backward_task_f32, &job);
-    } else {
-        softmax_job_f64 job = {&d, dscores, dweights, weights, NULL};
-        attnc_parallel_for(d.batch.count, attnc_workers(), softmax_backward_task_f64, &job);
-    }
+    ATTNC_PARALLEL_TYPED(d.dtype, attnc_workers(), softmax_job, softmax_backward_task,
+                         d.batch.count, .d = &d, .out = dscores, .in = dweights, .aux = weights);
     return ATTNC_OK;
 }

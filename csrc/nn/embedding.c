@@ -41,18 +41,6 @@ static attnc_status float_dims(const attnc_tensor *t, const char *name, int64_t 
     return ATTNC_OK;
 }
 
-/* Run task over blocks with a job built from the designated initialisers. */
-#define DISPATCH(dt, blocks, task, ...)                                                   \
-    do {                                                                                   \
-        if ((dt) == ATTNC_FLOAT32) {                                                       \
-            tok_job_f32 j = {__VA_ARGS__};                                                 \
-            attnc_parallel_for(blocks, attnc_workers(), task##_f32, &j);                   \
-        } else {                                                                           \
-            tok_job_f64 j = {__VA_ARGS__};                                                 \
-            attnc_parallel_for(blocks, attnc_workers(), task##_f64, &j);                   \
-        }                                                                                  \
-    } while (0)
-
 attnc_status attnc_embedding_forward(attnc_tensor *y, const attnc_tensor *ids,
                                      const attnc_tensor *weight, double scale) {
     int64_t v = -1, d = -1, n;
@@ -61,8 +49,8 @@ attnc_status attnc_embedding_forward(attnc_tensor *y, const attnc_tensor *ids,
     if (!attnc_present(y)) return attnc_fail(ATTNC_ERR_TYPE, "output is required");
     int64_t yd[2] = {n, d};
     TRY(attnc_check_dims(y, "output", weight->dtype, 2, yd, true));
-    DISPATCH(weight->dtype, (n + ROWS - 1) / ROWS, embed_task, .ids = ids, .w = weight, .y = y,
-             .n = n, .d = d, .scale = scale);
+    ATTNC_PARALLEL_TYPED(weight->dtype, attnc_workers(), tok_job, embed_task, (n + ROWS - 1) / ROWS,
+                         .ids = ids, .w = weight, .y = y, .n = n, .d = d, .scale = scale);
     return ATTNC_OK;
 }
 
@@ -76,20 +64,30 @@ attnc_status attnc_embedding_backward(attnc_tensor *dweight, const attnc_tensor 
     TRY(attnc_check_dims(dweight, "dweight", dy->dtype, 2, wd, true));
     v = wd[0];
     TRY(check_ids(ids, "input", &n, v, NULL));
-    DISPATCH(dy->dtype, (d + ROWS - 1) / ROWS, embed_grad_task, .ids = ids, .dy = dy,
-             .dw = dweight, .n = n, .d = d, .v = v, .scale = scale, .special = padding_idx);
+    ATTNC_PARALLEL_TYPED(dy->dtype, attnc_workers(), tok_job, embed_grad_task,
+                         (d + ROWS - 1) / ROWS, .ids = ids, .dy = dy, .dw = dweight, .n = n, .d = d,
+                         .v = v, .scale = scale, .special = padding_idx);
+    return ATTNC_OK;
+}
+
+/* logits (N, C) and targets (N): each in [0, C) or ignore_index. */
+static attnc_status check_logits(const attnc_tensor *logits, const attnc_tensor *targets,
+                                 int64_t ignore_index, int64_t *n, int64_t *c) {
+    int64_t nt;
+    *n = *c = -1;
+    TRY(float_dims(logits, "input", n, c));
+    TRY(check_ids(targets, "target", &nt, *c, &ignore_index));
+    if (nt != *n)
+        return attnc_fail(ATTNC_ERR_VALUE, "target has %" PRId64 " entries, input %" PRId64 " rows",
+                          nt, *n);
     return ATTNC_OK;
 }
 
 attnc_status attnc_cross_entropy_forward(attnc_tensor *losses, attnc_tensor *logsumexp,
                                          const attnc_tensor *logits, const attnc_tensor *targets,
                                          double label_smoothing, int64_t ignore_index) {
-    int64_t n = -1, c = -1, nt;
-    TRY(float_dims(logits, "input", &n, &c));
-    TRY(check_ids(targets, "target", &nt, c, &ignore_index));
-    if (nt != n)
-        return attnc_fail(ATTNC_ERR_VALUE, "target has %" PRId64 " entries, input %" PRId64 " rows",
-                          nt, n);
+    int64_t n, c;
+    TRY(check_logits(logits, targets, ignore_index, &n, &c));
     if (!(label_smoothing >= 0 && label_smoothing <= 1))
         return attnc_fail(ATTNC_ERR_VALUE, "label_smoothing must be in [0, 1], got %g",
                           label_smoothing);
@@ -97,9 +95,10 @@ attnc_status attnc_cross_entropy_forward(attnc_tensor *losses, attnc_tensor *log
         return attnc_fail(ATTNC_ERR_TYPE, "losses and logsumexp are required");
     TRY(attnc_check_dims(losses, "losses", logits->dtype, 1, &n, true));
     TRY(attnc_check_dims(logsumexp, "logsumexp", logits->dtype, 1, &n, true));
-    DISPATCH(logits->dtype, (n + ROWS - 1) / ROWS, ce_forward_task, .ids = targets,
-             .logits = logits, .loss = losses, .lse = logsumexp, .n = n, .v = c,
-             .eps = label_smoothing, .special = ignore_index);
+    ATTNC_PARALLEL_TYPED(logits->dtype, attnc_workers(), tok_job, ce_forward_task,
+                         (n + ROWS - 1) / ROWS, .ids = targets, .logits = logits, .loss = losses,
+                         .lse = logsumexp, .n = n, .v = c, .eps = label_smoothing,
+                         .special = ignore_index);
     return ATTNC_OK;
 }
 
@@ -107,20 +106,17 @@ attnc_status attnc_cross_entropy_backward(attnc_tensor *dlogits, const attnc_ten
                                           const attnc_tensor *logits, const attnc_tensor *targets,
                                           const attnc_tensor *logsumexp, double label_smoothing,
                                           int64_t ignore_index) {
-    int64_t n = -1, c = -1, nt;
-    TRY(float_dims(logits, "input", &n, &c));
-    TRY(check_ids(targets, "target", &nt, c, &ignore_index));
-    if (nt != n)
-        return attnc_fail(ATTNC_ERR_VALUE, "target has %" PRId64 " entries, input %" PRId64 " rows",
-                          nt, n);
+    int64_t n, c;
+    TRY(check_logits(logits, targets, ignore_index, &n, &c));
     if (!attnc_present(dlogits) || !attnc_present(dlosses) || !attnc_present(logsumexp))
         return attnc_fail(ATTNC_ERR_TYPE, "dinput, dlosses and logsumexp are required");
     int64_t ld[2] = {n, c};
     TRY(attnc_check_dims(dlogits, "dinput", logits->dtype, 2, ld, true));
     TRY(attnc_check_dims(dlosses, "dlosses", logits->dtype, 1, &n, false));
     TRY(attnc_check_dims(logsumexp, "logsumexp", logits->dtype, 1, &n, false));
-    DISPATCH(logits->dtype, (n + ROWS - 1) / ROWS, ce_backward_task, .ids = targets,
-             .logits = logits, .dloss = dlosses, .lse_in = logsumexp, .dlogits = dlogits, .n = n,
-             .v = c, .eps = label_smoothing, .special = ignore_index);
+    ATTNC_PARALLEL_TYPED(logits->dtype, attnc_workers(), tok_job, ce_backward_task,
+                         (n + ROWS - 1) / ROWS, .ids = targets, .logits = logits, .dloss = dlosses,
+                         .lse_in = logsumexp, .dlogits = dlogits, .n = n, .v = c,
+                         .eps = label_smoothing, .special = ignore_index);
     return ATTNC_OK;
 }

@@ -40,15 +40,8 @@ attnc_status attnc_layer_norm_forward(attnc_tensor *y, attnc_tensor *mean, attnc
     TRY(attnc_check_dims(mean, "mean", dt, 1, &n, true));
     TRY(attnc_check_dims(rstd, "rstd", dt, 1, &n, true));
     int64_t blocks = (n + ROWS - 1) / ROWS;
-    if (dt == ATTNC_FLOAT32) {
-        ln_job_f32 j = {.x = x, .w = weight, .b = bias, .y = y, .mean = mean, .rstd = rstd,
-                        .n = n, .d = d, .eps = eps};
-        attnc_parallel_for(blocks, attnc_workers(), ln_forward_task_f32, &j);
-    } else {
-        ln_job_f64 j = {.x = x, .w = weight, .b = bias, .y = y, .mean = mean, .rstd = rstd,
-                        .n = n, .d = d, .eps = eps};
-        attnc_parallel_for(blocks, attnc_workers(), ln_forward_task_f64, &j);
-    }
+    ATTNC_PARALLEL_TYPED(dt, attnc_workers(), ln_job, ln_forward_task, blocks, .x = x, .w = weight,
+                         .b = bias, .y = y, .mean = mean, .rstd = rstd, .n = n, .d = d, .eps = eps);
     return ATTNC_OK;
 }
 

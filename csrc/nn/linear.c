@@ -52,17 +52,10 @@ attnc_status attnc_linear_forward(attnc_tensor *y, const attnc_tensor *x,
     TRY(check2(y, "output", dt, &n, &out, true));
     if (attnc_present(bias)) TRY(attnc_check_dims(bias, "bias", dt, 1, &out, false));
     int64_t blocks = (n + ROWS - 1) / ROWS;
-    if (dt == ATTNC_FLOAT32) {
-        linear_job_f32 j = {.x = mat_of(x), .w = mat_of(weight), .y = mat_of(y),
-                            .bias = attnc_present(bias) ? bias->data : NULL,
-                            .bias_stride = attnc_present(bias) ? bias->strides[0] : 0};
-        attnc_parallel_for(blocks, attnc_workers(), forward_task_f32, &j);
-    } else {
-        linear_job_f64 j = {.x = mat_of(x), .w = mat_of(weight), .y = mat_of(y),
-                            .bias = attnc_present(bias) ? bias->data : NULL,
-                            .bias_stride = attnc_present(bias) ? bias->strides[0] : 0};
-        attnc_parallel_for(blocks, attnc_workers(), forward_task_f64, &j);
-    }
+    ATTNC_PARALLEL_TYPED(dt, attnc_workers(), linear_job, forward_task, blocks, .x = mat_of(x),
+                         .w = mat_of(weight), .y = mat_of(y),
+                         .bias = attnc_present(bias) ? bias->data : NULL,
+                         .bias_stride = attnc_present(bias) ? bias->strides[0] : 0);
     return ATTNC_OK;
 }
 

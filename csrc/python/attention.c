@@ -73,10 +73,9 @@ static int parse_local(buffers *h, PyObject *tup, attnc_local_options *o) {
 
 /* Finish a call: release buffers, map the status, build the result. */
 static PyObject *finish(buffers *h, attnc_status st, const scalar_grads *s) {
+    if (!s || st != ATTNC_OK) return buffers_finish(h, st);
     buffers_release(h);
-    if (st != ATTNC_OK) return raise_status(st);
-    if (s) return Py_BuildValue("(dd)", s->scale, s->bandwidth);
-    Py_RETURN_NONE;
+    return Py_BuildValue("(dd)", s->scale, s->bandwidth);
 }
 
 static PyObject *py_score_forward(PyObject *self, PyObject *args) {

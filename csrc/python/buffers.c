@@ -82,3 +82,9 @@ PyObject *raise_status(attnc_status status) {
     PyErr_SetString(type, attnc_last_error());
     return NULL;
 }
+
+PyObject *buffers_finish(buffers *held, attnc_status status) {
+    buffers_release(held);
+    if (status != ATTNC_OK) return raise_status(status);
+    Py_RETURN_NONE;
+}

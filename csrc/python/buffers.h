@@ -23,6 +23,10 @@ void buffers_release(buffers *held);
 /* Set the Python exception for a failed status; returns NULL. */
 PyObject *raise_status(attnc_status status);
 
+/* End a call: release the buffers, then None, or the exception of a failed
+ * status (NULL). */
+PyObject *buffers_finish(buffers *held, attnc_status status);
+
 /* Run a C call without the GIL. */
 #define ATTNC_NOGIL(status, call) \
     Py_BEGIN_ALLOW_THREADS(status) = (call);  \

@@ -2,12 +2,6 @@
  * allocated by Python, views built here, the C call made without the GIL. */
 #include "buffers.h"
 
-static PyObject *done(buffers *h, attnc_status st) {
-    buffers_release(h);
-    if (st != ATTNC_OK) return raise_status(st);
-    Py_RETURN_NONE;
-}
-
 static PyObject *py_linear_forward(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *y, *x, *w, *b;
@@ -19,7 +13,7 @@ static PyObject *py_linear_forward(PyObject *self, PyObject *args) {
           buffers_get(&h, w, "weight", 0, &tw) && buffers_get(&h, b, "bias", 0, &tb)))
         return buffers_release(&h), NULL;
     ATTNC_NOGIL(st, attnc_linear_forward(&ty, &tx, &tw, &tb));
-    return done(&h, st);
+    return buffers_finish(&h, st);
 }
 
 static PyObject *py_linear_backward(PyObject *self, PyObject *args) {
@@ -34,7 +28,7 @@ static PyObject *py_linear_backward(PyObject *self, PyObject *args) {
           buffers_get(&h, x, "input", 0, &tx) && buffers_get(&h, w, "weight", 0, &tw)))
         return buffers_release(&h), NULL;
     ATTNC_NOGIL(st, attnc_linear_backward(&tdx, &tdw, &tdb, &tdy, &tx, &tw));
-    return done(&h, st);
+    return buffers_finish(&h, st);
 }
 
 static PyObject *py_layer_norm_forward(PyObject *self, PyObject *args) {
@@ -50,7 +44,7 @@ static PyObject *py_layer_norm_forward(PyObject *self, PyObject *args) {
           buffers_get(&h, w, "weight", 0, &tw) && buffers_get(&h, b, "bias", 0, &tb)))
         return buffers_release(&h), NULL;
     ATTNC_NOGIL(st, attnc_layer_norm_forward(&ty, &tm, &tr, &tx, &tw, &tb, eps));
-    return done(&h, st);
+    return buffers_finish(&h, st);
 }
 
 static PyObject *py_layer_norm_backward(PyObject *self, PyObject *args) {
@@ -66,7 +60,7 @@ static PyObject *py_layer_norm_backward(PyObject *self, PyObject *args) {
           buffers_get(&h, mean, "mean", 0, &tm) && buffers_get(&h, rstd, "rstd", 0, &tr)))
         return buffers_release(&h), NULL;
     ATTNC_NOGIL(st, attnc_layer_norm_backward(&tdx, &tdw, &tdb, &tdy, &tx, &tw, &tm, &tr));
-    return done(&h, st);
+    return buffers_finish(&h, st);
 }
 
 static PyObject *py_embedding_forward(PyObject *self, PyObject *args) {
@@ -81,7 +75,7 @@ static PyObject *py_embedding_forward(PyObject *self, PyObject *args) {
           buffers_get(&h, w, "weight", 0, &tw)))
         return buffers_release(&h), NULL;
     ATTNC_NOGIL(st, attnc_embedding_forward(&ty, &ti, &tw, scale));
-    return done(&h, st);
+    return buffers_finish(&h, st);
 }
 
 static PyObject *py_embedding_backward(PyObject *self, PyObject *args) {
@@ -97,7 +91,7 @@ static PyObject *py_embedding_backward(PyObject *self, PyObject *args) {
           buffers_get(&h, ids, "input", 0, &ti)))
         return buffers_release(&h), NULL;
     ATTNC_NOGIL(st, attnc_embedding_backward(&tdw, &tdy, &ti, scale, padding_idx));
-    return done(&h, st);
+    return buffers_finish(&h, st);
 }
 
 static PyObject *py_cross_entropy_forward(PyObject *self, PyObject *args) {
@@ -114,7 +108,7 @@ static PyObject *py_cross_entropy_forward(PyObject *self, PyObject *args) {
           buffers_get(&h, logits, "input", 0, &tx) && buffers_get(&h, targets, "target", 0, &tt)))
         return buffers_release(&h), NULL;
     ATTNC_NOGIL(st, attnc_cross_entropy_forward(&tl, &ts, &tx, &tt, eps, ignore));
-    return done(&h, st);
+    return buffers_finish(&h, st);
 }
 
 static PyObject *py_cross_entropy_backward(PyObject *self, PyObject *args) {
@@ -132,7 +126,7 @@ static PyObject *py_cross_entropy_backward(PyObject *self, PyObject *args) {
           buffers_get(&h, lse, "logsumexp", 0, &ts)))
         return buffers_release(&h), NULL;
     ATTNC_NOGIL(st, attnc_cross_entropy_backward(&tdx, &tdl, &tx, &tt, &ts, eps, ignore));
-    return done(&h, st);
+    return buffers_finish(&h, st);
 }
 
 PyMethodDef attnc_nn_methods[] = {
