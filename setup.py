@@ -18,6 +18,7 @@ SOURCES = sorted(
     glob.glob("csrc/core/*.c")
     + glob.glob("csrc/attention/*.c")
     + glob.glob("csrc/nn/*.c")
+    + glob.glob("csrc/transformer/*.c")
     + glob.glob("csrc/python/*.c")
 )
 

@@ -148,3 +148,19 @@ def seed_bits(seed) -> int:
     if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
         raise TypeError(f"seed must be an int or None, got {type(seed).__name__}")
     return int(seed) % 2**64
+
+
+def torch_mask(mask, name, shape, dtype):
+    """A torch-style mask (bool True = ignore, or float added) as attnc's
+    kernel takes it (bool True = takes part, or float), broadcast to shape."""
+    m = np.asarray(mask)
+    if m.dtype == np.bool_:
+        kernel = ~m
+    else:
+        m = float_array(m, name)
+        same_dtype(dtype, **{name: m})
+        kernel = m
+    try:
+        return m, np.broadcast_to(kernel, shape)
+    except ValueError:
+        raise ValueError(f"{name} with shape {shape_str(m.shape)} does not fit {shape_str(shape)}") from None

@@ -11,7 +11,8 @@ import numbers
 import numpy as np
 
 from .. import _core
-from .._args import blas_ready, elementwise_ready, seed_bits, float_array, same_dtype, shape_str, unbroadcast
+from .._args import (blas_ready, elementwise_ready, float_array, same_dtype, seed_bits, shape_str, torch_mask,
+                     unbroadcast)
 from ..grad import register
 from ..nn.linear import linear_rows, linear_rows_backward
 
@@ -26,22 +27,6 @@ def _param(x, name, shape, dtype, required=True):
     if a.shape != shape:
         raise ValueError(f"{name} has shape {shape_str(a.shape)}, expected {shape_str(shape)}")
     return blas_ready(a)
-
-
-def _torch_mask(mask, name, shape, dtype):
-    """A torch-style mask (bool True = ignore, or float added) as attnc's
-    kernel takes it (bool True = takes part, or float), broadcast to shape."""
-    m = np.asarray(mask)
-    if m.dtype == np.bool_:
-        kernel = ~m
-    else:
-        m = float_array(m, name)
-        same_dtype(dtype, **{name: m})
-        kernel = m
-    try:
-        return m, np.broadcast_to(kernel, shape)
-    except ValueError:
-        raise ValueError(f"{name} with shape {shape_str(m.shape)} does not fit {shape_str(shape)}") from None
 
 
 def _pad_keys(view, extra):
@@ -122,14 +107,14 @@ def _forward(query, key, value, num_heads, in_proj_weight, in_proj_bias, out_pro
         m = np.asarray(attn_mask)
         if m.ndim == 3 and m.shape[0] == B * H:
             m = m.reshape(B, H, *m.shape[1:])
-        orig, kernel = _torch_mask(m, "attn_mask", (B, H, L, S), dtype)
+        orig, kernel = torch_mask(m, "attn_mask", (B, H, L, S), dtype)
         masks[0], mask_args["attn_mask"] = elementwise_ready(_pad_keys(kernel, extra)), (attn_mask, orig.shape)
     if key_padding_mask is not None:
         m = np.asarray(key_padding_mask)
         m = m[None] if not batched and m.ndim == 1 else m
         if m.shape != (B, S):
             raise ValueError(f"key_padding_mask has shape {shape_str(m.shape)}, expected (B, S) = ({B}, {S})")
-        orig, kernel = _torch_mask(m[:, None, None, :], "key_padding_mask", (B, H, L, S), dtype)
+        orig, kernel = torch_mask(m[:, None, None, :], "key_padding_mask", (B, H, L, S), dtype)
         masks[1], mask_args["key_padding_mask"] = elementwise_ready(_pad_keys(kernel, extra)), (key_padding_mask, orig.shape)
     # is_causal promises that attn_mask is the causal mask: the kernel then also
     # skips the tiles above the diagonal. Not with appended keys: those stay

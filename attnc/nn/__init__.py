@@ -5,6 +5,13 @@ from .linear import Linear, linear
 from .module import Module
 from .multihead import MultiheadAttention
 from .normalization import LayerNorm, layer_norm
+from .transformer import (
+    Transformer,
+    TransformerDecoder,
+    TransformerDecoderLayer,
+    TransformerEncoder,
+    TransformerEncoderLayer,
+)
 from .sparse import Embedding, cross_entropy, embedding, sinusoidal_encoding
 
 __all__ = [
@@ -13,6 +20,11 @@ __all__ = [
     "Linear",
     "Module",
     "MultiheadAttention",
+    "Transformer",
+    "TransformerDecoder",
+    "TransformerDecoderLayer",
+    "TransformerEncoder",
+    "TransformerEncoderLayer",
     "cross_entropy",
     "embedding",
     "layer_norm",

@@ -12,6 +12,7 @@
 #define EXP exp
 #define EXPV exp /* the exp the vectorised tile loops use */
 #define LOG log
+#define ERF erf
 #define TANH tanh
 #define SQRT sqrt
 #define FABS fabs
@@ -22,6 +23,7 @@
 #define EXP expf
 #define EXPV attnc_expf
 #define LOG logf
+#define ERF erff
 #define TANH tanhf
 #define SQRT sqrtf
 #define FABS fabsf

@@ -5,6 +5,7 @@
 #undef EXP
 #undef EXPV
 #undef LOG
+#undef ERF
 #undef TANH
 #undef SQRT
 #undef FABS

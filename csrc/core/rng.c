@@ -38,6 +38,13 @@ double attnc_uniform(uint64_t seed, uint64_t stream, uint64_t index) {
     return ((double)bits + 0.5) * 0x1.0p-53; /* never 0, never 1 */
 }
 
+void attnc_random_bits4(uint64_t seed, uint64_t stream, uint64_t index, uint32_t out[4]) {
+    uint32_t c[4] = {(uint32_t)index, (uint32_t)(index >> 32), (uint32_t)stream,
+                     (uint32_t)(stream >> 32)};
+    philox4x32_10(c, (uint32_t)seed, (uint32_t)(seed >> 32));
+    for (int i = 0; i < 4; i++) out[i] = c[i];
+}
+
 double attnc_gumbel(uint64_t seed, uint64_t stream, uint64_t index) {
     return -log(-log(attnc_uniform(seed, stream, index)));
 }

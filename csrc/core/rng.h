@@ -10,6 +10,10 @@
 /* Uniform in the open interval (0, 1), 53 random bits. */
 double attnc_uniform(uint64_t seed, uint64_t stream, uint64_t index);
 
+/* 128 random bits (four 32-bit words) for (seed, stream, index): one Philox
+ * call, for kernels that need many cheap draws (dropout masks). */
+void attnc_random_bits4(uint64_t seed, uint64_t stream, uint64_t index, uint32_t out[4]);
+
 /* Standard Gumbel noise: -log(-log(u)), u = attnc_uniform(...). */
 double attnc_gumbel(uint64_t seed, uint64_t stream, uint64_t index);
 

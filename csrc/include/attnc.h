@@ -345,6 +345,91 @@ attnc_status attnc_cross_entropy_backward(attnc_tensor *dlogits, const attnc_ten
                                           const attnc_tensor *logsumexp, double label_smoothing,
                                           int64_t ignore_index);
 
+/* ---- nn: activation, dropout and residual in one pass ------------------ */
+
+typedef enum { ATTNC_ACT_NONE = 0, ATTNC_ACT_RELU = 1, ATTNC_ACT_GELU = 2 /* exact (erf) */ } attnc_activation;
+
+/* y <- residual (optional) + dropout(act(x)); all contiguous, any shape, the
+ * same element count. Dropout keeps element k when Philox word k of
+ * (seed, stream) is >= dropout * 2^32 and scales it by 1 / (1 - dropout). */
+attnc_status attnc_pointwise_forward(attnc_tensor *y, const attnc_tensor *x,
+                                     const attnc_tensor *residual, attnc_activation act,
+                                     double dropout, uint64_t seed, uint64_t stream);
+/* dx <- act'(x) * dropout(dy) with the forward's mask (x may be absent for
+ * ATTNC_ACT_NONE). The residual's gradient is dy itself. */
+attnc_status attnc_pointwise_backward(attnc_tensor *dx, const attnc_tensor *dy,
+                                      const attnc_tensor *x, attnc_activation act, double dropout,
+                                      uint64_t seed, uint64_t stream);
+
+/* ---- transformer layers (Vaswani et al. 2017) ---------------------------- */
+
+/* Multi-head attention parameters, torch's layout: in_weight (3E, E) stacks
+ * the query, key and value projections; in_bias (3E), out_bias (E) optional;
+ * out_weight (E, E). */
+typedef struct {
+    attnc_tensor in_weight, in_bias, out_weight, out_bias;
+} attnc_mha_params;
+
+/* Layer norm parameters: weight and bias (E), each optional. */
+typedef struct {
+    attnc_tensor weight, bias;
+} attnc_norm_params;
+
+/* One layer. An encoder layer has no cross-attention (cross_attn.in_weight
+ * absent); a decoder layer has one, reading the encoder's output (memory).
+ * Sublayers run in the order self-attention, cross-attention, feed-forward
+ * (linear1 (F, E), linear2 (E, F); biases (F), (E) optional), each with its
+ * own norm (torch: encoder norm1, norm2; decoder norm1, norm2, norm3). */
+typedef struct {
+    attnc_mha_params self_attn, cross_attn;
+    attnc_tensor linear1_weight, linear1_bias, linear2_weight, linear2_bias;
+    attnc_norm_params norm_self, norm_cross, norm_ff;
+} attnc_layer_params;
+
+typedef struct {
+    int64_t nhead;
+    attnc_activation activation; /* of the feed-forward block: RELU or GELU   */
+    double eps;                  /* layer norm epsilon                         */
+    int norm_first;              /* pre-norm: x + f(norm(x)); post-norm (the paper's):
+                                    norm(x + f(x))                             */
+    double dropout;              /* on attention probabilities, the feed-forward
+                                    hidden layer and every residual branch     */
+    uint64_t seed;               /* dropout masks are pure functions of seed   */
+} attnc_layer_config;
+
+/* Which keys each query sees in one attention sublayer, as in
+ * attnc_sdpa_options: up to two masks (BOOL nonzero = takes part, or FLOAT
+ * added), broadcast by strides to (B, H, L, S), and a causal flag. */
+typedef struct {
+    attnc_tensor masks[2];
+    int causal;
+} attnc_attn_masks;
+
+/* Elements of the `saved` buffer a layer's forward fills for its backward:
+ * x (B, L, E), memory (B, S, E) (S = 0 for an encoder layer), F, H. */
+int64_t attnc_layer_saved_size(int64_t B, int64_t L, int64_t S, int64_t E, int64_t F, int64_t H,
+                               int decoder);
+
+/* out (B, L, E), weights_self (B, H, L, L), weights_cross (B, H, L, S)
+ * (optional: softmax probabilities before dropout), saved (optional, 1-D,
+ * attnc_layer_saved_size elements: what the backward needs)
+ * <- x (B, L, E), memory (B, S, E) (decoder layers). */
+attnc_status attnc_layer_forward(attnc_tensor *out, attnc_tensor *weights_self,
+                                 attnc_tensor *weights_cross, attnc_tensor *saved,
+                                 const attnc_tensor *x, const attnc_tensor *memory,
+                                 const attnc_layer_params *params, const attnc_layer_config *config,
+                                 const attnc_attn_masks *self_masks,
+                                 const attnc_attn_masks *cross_masks);
+/* dx (B, L, E), dmemory (B, S, E), grads (each present member: the gradient
+ * of that parameter, contiguous, overwritten) <- dout (B, L, E), the
+ * forward's saved buffer and its inputs. */
+attnc_status attnc_layer_backward(attnc_tensor *dx, attnc_tensor *dmemory, attnc_layer_params *grads,
+                                  const attnc_tensor *dout, const attnc_tensor *saved,
+                                  const attnc_tensor *x, const attnc_tensor *memory,
+                                  const attnc_layer_params *params, const attnc_layer_config *config,
+                                  const attnc_attn_masks *self_masks,
+                                  const attnc_attn_masks *cross_masks);
+
 #ifdef __cplusplus
 }
 #endif

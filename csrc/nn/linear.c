@@ -45,7 +45,7 @@ static attnc_status check_weight(const attnc_tensor *x, const attnc_tensor *w, i
 
 attnc_status attnc_linear_forward(attnc_tensor *y, const attnc_tensor *x,
                                   const attnc_tensor *weight, const attnc_tensor *bias) {
-    int64_t n, in, out;
+    int64_t n = 0, in = 0, out = 0;
     TRY(check_weight(x, weight, &n, &in, &out));
     attnc_dtype dt = x->dtype;
     if (!attnc_present(y)) return attnc_fail(ATTNC_ERR_TYPE, "output is required");
@@ -62,7 +62,7 @@ attnc_status attnc_linear_forward(attnc_tensor *y, const attnc_tensor *x,
 attnc_status attnc_linear_backward(attnc_tensor *dx, attnc_tensor *dweight, attnc_tensor *dbias,
                                    const attnc_tensor *dy, const attnc_tensor *x,
                                    const attnc_tensor *weight) {
-    int64_t n, in, out;
+    int64_t n = 0, in = 0, out = 0;
     TRY(check_weight(x, weight, &n, &in, &out));
     attnc_dtype dt = x->dtype;
     if (!attnc_present(dy)) return attnc_fail(ATTNC_ERR_TYPE, "doutput is required");

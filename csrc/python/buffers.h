@@ -7,7 +7,7 @@
 
 #include "../include/attnc.h"
 
-#define ATTNC_MAX_BUFFERS 40
+#define ATTNC_MAX_BUFFERS 64
 
 /* The buffers one call holds; release them all with buffers_release. */
 typedef struct {
@@ -35,5 +35,6 @@ PyObject *buffers_finish(buffers *held, attnc_status status);
 /* The functions of each family, for the module table. */
 extern PyMethodDef attnc_attention_methods[];
 extern PyMethodDef attnc_nn_methods[];
+extern PyMethodDef attnc_transformer_methods[];
 
 #endif

@@ -39,7 +39,8 @@ PyMODINIT_FUNC PyInit__core(void) {
     if (!m) return NULL;
     if (PyModule_AddFunctions(m, config_methods) != 0 ||
         PyModule_AddFunctions(m, attnc_attention_methods) != 0 ||
-        PyModule_AddFunctions(m, attnc_nn_methods) != 0) {
+        PyModule_AddFunctions(m, attnc_nn_methods) != 0 ||
+        PyModule_AddFunctions(m, attnc_transformer_methods) != 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -1,0 +1,628 @@
+"""attnc.nn.Transformer* : torch.nn's transformer modules (always batch first).
+
+Each layer's forward and backward run in C (csrc/transformer/layer.c) in one
+call; the stacks loop over their layers here and add the final norm. The
+parameters are those of the torch modules, named as in their state_dict().
+Masks keep torch's meanings (bool True = not allowed, float added).
+
+A forward asked for ``need_weights=True`` also returns every layer's
+attention weights per head (softmax probabilities before dropout), which
+torch's fused kernels cannot give.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import numbers
+
+import numpy as np
+
+from .. import _core
+from .._args import elementwise_ready, float_array, same_dtype, shape_str, torch_mask
+from .linear import Linear
+from .module import Module
+from .multihead import MultiheadAttention
+from .normalization import LayerNorm, _backward as _norm_backward, _forward as _norm_forward
+
+_ACTIVATIONS = {"relu": 1, "gelu": 2}
+
+
+def _int_arg(name, n, low=1):
+    if isinstance(n, bool) or not isinstance(n, numbers.Integral):
+        raise TypeError(f"{name} must be an int, got {type(n).__name__}")
+    if n < low:
+        raise ValueError(f"{name} must be >= {low}, got {n}")
+    return int(n)
+
+
+def _activation(activation):
+    if callable(activation) and not isinstance(activation, str):
+        name = getattr(activation, "__name__", "").lower()
+        if name in _ACTIVATIONS:
+            return name
+        raise ValueError(f"activation must be 'relu' or 'gelu' (the layers run in C), got {activation!r}")
+    if activation not in _ACTIVATIONS:
+        raise ValueError(f"activation must be 'relu' or 'gelu', got {activation!r}")
+    return activation
+
+
+def _rows(x, name, dtype, d_model):
+    """x as a contiguous (B, T, E) array of the module's dtype, and whether it
+    came unbatched (T, E), as torch accepts."""
+    a = float_array(x, name)
+    same_dtype(dtype, **{name: a})
+    if a.ndim not in (2, 3) or a.shape[-1] != d_model:
+        raise ValueError(f"{name} has shape {shape_str(a.shape)}, expected (B, T, {d_model}) (batch first) "
+                         f"or (T, {d_model})")
+    batched = a.ndim == 3
+    return np.ascontiguousarray(a if batched else a[None]), batched
+
+
+def _is_causal_mask(mask, size):
+    """Whether mask is exactly the causal mask (torch's _detect_is_causal_mask)."""
+    m = np.asarray(mask)
+    if m.shape != (size, size):
+        return False
+    above = np.triu(np.ones((size, size), bool), 1)
+    if m.dtype == np.bool_:
+        return bool(np.array_equal(m, above))
+    return bool(np.all(np.isneginf(m[above])) and np.all(m[~above] == 0))
+
+
+def _masks(attn_mask, key_padding_mask, is_causal, B, H, L, S, dtype, names, batched):
+    """A torch-style attention mask and key padding mask as the kernel's
+    (mask, mask, causal) triple, broadcast to (B, H, L, S)."""
+    m0 = m1 = None
+    if is_causal and attn_mask is None:
+        raise ValueError(f"{names[2]}=True is a hint that {names[0]} is the causal mask: pass {names[0]} too "
+                         "(as torch; Transformer.generate_square_subsequent_mask builds it)")
+    if attn_mask is not None:
+        m = np.asarray(attn_mask)
+        if m.ndim == 3 and m.shape == (B * H, L, S):
+            m = m.reshape(B, H, L, S)
+        elif m.ndim != 2:
+            raise ValueError(f"{names[0]} must be (L, S) or (B * nhead, L, S) = ({B * H}, {L}, {S}), got "
+                             f"{shape_str(m.shape)}")
+        m0 = elementwise_ready(torch_mask(m, names[0], (B, H, L, S), dtype)[1])
+    if key_padding_mask is not None:
+        m = np.asarray(key_padding_mask)
+        m = m[None] if not batched and m.ndim == 1 else m
+        if m.shape != (B, S):
+            raise ValueError(f"{names[1]} has shape {shape_str(np.shape(key_padding_mask))}, expected (B, S) = "
+                             f"({B}, {S})")
+        m1 = elementwise_ready(torch_mask(m[:, None, None, :], names[1], (B, H, L, S), dtype)[1])
+    return (m0, m1, bool(is_causal))
+
+
+class _Layer(Module):
+    """What the encoder and decoder layers share: construction, the C call."""
+
+    _decoder = False
+
+    def _build(self, d_model, nhead, dim_feedforward, dropout, activation, layer_norm_eps, batch_first, norm_first,
+               bias, dtype, seed):
+        d_model, nhead = _int_arg("d_model", d_model), _int_arg("nhead", nhead)
+        dim_feedforward = _int_arg("dim_feedforward", dim_feedforward)
+        if d_model % nhead:
+            raise ValueError(f"d_model ({d_model}) must be divisible by nhead ({nhead})")
+        if not batch_first:
+            raise ValueError("attnc's modules are always batch first (batch_first=True)")
+        if not 0 <= dropout <= 1:
+            raise ValueError(f"dropout must be in [0, 1], got {dropout}")
+        if not layer_norm_eps >= 0:
+            raise ValueError(f"layer_norm_eps must be >= 0, got {layer_norm_eps}")
+        self.d_model, self.nhead, self.dim_feedforward = d_model, nhead, dim_feedforward
+        self.dropout, self.activation = float(dropout), _activation(activation)
+        self.layer_norm_eps, self.norm_first = float(layer_norm_eps), bool(norm_first)
+        rng = np.random.default_rng(seed)
+        sub = lambda: int(rng.integers(2**63))  # noqa: E731
+        self.self_attn = MultiheadAttention(d_model, nhead, dropout, bias=bias, dtype=dtype, seed=sub())
+        if self._decoder:
+            self.multihead_attn = MultiheadAttention(d_model, nhead, dropout, bias=bias, dtype=dtype, seed=sub())
+        self.linear1 = Linear(d_model, dim_feedforward, bias=bias, dtype=dtype, seed=sub())
+        self.linear2 = Linear(dim_feedforward, d_model, bias=bias, dtype=dtype, seed=sub())
+        for i in range(3 if self._decoder else 2):
+            setattr(self, f"norm{i + 1}", LayerNorm(d_model, eps=layer_norm_eps, bias=bias, dtype=dtype))
+        self._rng = rng
+
+    # Parameter slots, in the binding's order (csrc/python/transformer.c).
+    def _slot_names(self):
+        cross = ("multihead_attn.in_proj_weight", "multihead_attn.in_proj_bias", "multihead_attn.out_proj.weight",
+                 "multihead_attn.out_proj.bias") if self._decoder else (None,) * 4
+        norms = ("norm1", "norm2", "norm3") if self._decoder else ("norm1", None, "norm2")
+        names = ["self_attn.in_proj_weight", "self_attn.in_proj_bias", "self_attn.out_proj.weight",
+                 "self_attn.out_proj.bias", *cross, "linear1.weight", "linear1.bias", "linear2.weight", "linear2.bias"]
+        for n in norms:
+            names += [None, None] if n is None else [f"{n}.weight", f"{n}.bias"]
+        return names
+
+    def _params(self):
+        own = dict(self.named_parameters())
+        return tuple(None if n is None else own.get(n) for n in self._slot_names())
+
+    def _layer_config(self, training):
+        dropout = self.dropout if training else 0.0
+        seed = int(self._rng.integers(2**63)) if dropout else 0
+        return (self.nhead, _ACTIVATIONS[self.activation], self.layer_norm_eps, self.norm_first, dropout, seed)
+
+    def _run(self, x, memory, self_masks, cross_masks, need_weights, keep):
+        """One C forward: (out, weights, saved state for _grads)."""
+        B, L, E = x.shape
+        S = memory.shape[1] if memory is not None else 0
+        H = self.nhead
+        params, config = self._params(), self._layer_config(self.training)
+        out = np.empty_like(x)
+        ws = np.empty((B, H, L, L), x.dtype) if need_weights else None
+        wc = np.empty((B, H, L, S), x.dtype) if need_weights and self._decoder else None
+        saved = None
+        if keep:
+            size = _core.layer_saved_size(B, L, S, E, self.dim_feedforward, H, self._decoder)
+            saved = np.empty(size, x.dtype)
+        none = (None, None, False)
+        _core.layer_forward(out, ws, wc, saved, x, memory, params, config, self_masks, cross_masks or none)
+        state = (saved, x, memory, params, config, self_masks, cross_masks or none)
+        return out, (ws, wc), state
+
+    def _grads(self, state, dout):
+        """dx, dmemory and {state_dict name: gradient} from one C backward."""
+        saved, x, memory, params, config, sm, cm = state
+        grads = tuple(None if p is None else np.empty_like(p) for p in params)
+        dx = np.empty_like(x)
+        dmem = np.empty_like(memory) if memory is not None else None
+        dout = np.ascontiguousarray(dout, dtype=x.dtype)
+        _core.layer_backward(dx, dmem, grads, dout, saved, x, memory, params, config, sm, cm)
+        named = {n: g for n, g in zip(self._slot_names(), grads) if n is not None and g is not None}
+        return dx, dmem, named
+
+    def extra_repr(self):
+        return (f"d_model={self.d_model}, nhead={self.nhead}, dim_feedforward={self.dim_feedforward}, "
+                f"dropout={self.dropout}, activation={self.activation!r}, norm_first={self.norm_first}")
+
+
+def _self_masks(layer, x, attn_mask, key_padding_mask, is_causal, batched, names):
+    B, L, _ = x.shape
+    return _masks(attn_mask, key_padding_mask, is_causal, B, layer.nhead, L, L, x.dtype, names, batched)
+
+
+def _cross_masks(layer, x, memory, memory_mask, memory_key_padding_mask, memory_is_causal, batched):
+    B, L, _ = x.shape
+    return _masks(memory_mask, memory_key_padding_mask, memory_is_causal, B, layer.nhead, L, memory.shape[1],
+                  x.dtype, ("memory_mask", "memory_key_padding_mask", "memory_is_causal"), batched)
+
+
+def _unbatch(a, batched):
+    return a if batched or a is None else a[0]
+
+
+class TransformerEncoderLayer(_Layer):
+    """``torch.nn.TransformerEncoderLayer(..., batch_first=True)``: self-attention
+    and a feed-forward block, each with a residual connection, dropout and a
+    layer norm (after, as in the paper, or before with ``norm_first``).
+
+    ``forward(src, src_mask=None, src_key_padding_mask=None, is_causal=False,
+    *, need_weights=False)`` returns the output (B, L, d_model), and with
+    need_weights also the self-attention weights per head (B, nhead, L, L).
+    ``attnc.vjp(layer, src, ...)`` gives the gradients of ``src`` and of every
+    parameter, keyed by state_dict name.
+
+    Example
+    -------
+    >>> layer = attnc.nn.TransformerEncoderLayer(16, 4, dim_feedforward=32, seed=0).eval()
+    >>> out, w = layer(np.random.rand(2, 5, 16).astype(np.float32), need_weights=True)
+    >>> out.shape, w.shape
+    ((2, 5, 16), (2, 4, 5, 5))
+    """
+
+    def __init__(self, d_model, nhead, dim_feedforward=2048, dropout=0.1, activation="relu", layer_norm_eps=1e-5,
+                 batch_first=True, norm_first=False, bias=True, *, dtype=np.float32, seed=None):
+        super().__init__(dtype)
+        self._build(d_model, nhead, dim_feedforward, dropout, activation, layer_norm_eps, batch_first, norm_first,
+                    bias, dtype, seed)
+
+    def _prepare(self, src, src_mask, src_key_padding_mask, is_causal):
+        x, batched = _rows(src, "src", self.dtype, self.d_model)
+        masks = _self_masks(self, x, src_mask, src_key_padding_mask, is_causal, batched,
+                            ("src_mask", "src_key_padding_mask", "is_causal"))
+        return x, masks, batched
+
+    def forward(self, src, src_mask=None, src_key_padding_mask=None, is_causal=False, *, need_weights=False):
+        x, masks, batched = self._prepare(src, src_mask, src_key_padding_mask, is_causal)
+        out, (w, _), _ = self._run(x, None, masks, None, need_weights, keep=False)
+        return (_unbatch(out, batched), _unbatch(w, batched)) if need_weights else _unbatch(out, batched)
+
+    def _vjp_forward(self, src, src_mask=None, src_key_padding_mask=None, is_causal=False, *, need_weights=False):
+        x, masks, batched = self._prepare(src, src_mask, src_key_padding_mask, is_causal)
+        out, (w, _), state = self._run(x, None, masks, None, need_weights, keep=True)
+        outputs = (_unbatch(out, batched), _unbatch(w, batched)) if need_weights else _unbatch(out, batched)
+        return outputs, (self, state, batched, need_weights)
+
+    @staticmethod
+    def _vjp_backward(saved, cotangents):
+        layer, state, batched, need_weights = saved
+        if need_weights and cotangents[1] is not None:
+            raise NotImplementedError("gradients through the returned attention weights of a transformer layer "
+                                      "are not supported; pass None as their cotangent")
+        dout = _cotangent_rows(cotangents[0], state[1])
+        dx, _, grads = layer._grads(state, dout)
+        grads["src"] = _unbatch(dx, batched)
+        return grads
+
+
+def _cotangent_rows(c, x):
+    return np.zeros_like(x) if c is None else np.asarray(c, x.dtype).reshape(x.shape)
+
+
+class TransformerDecoderLayer(_Layer):
+    """``torch.nn.TransformerDecoderLayer(..., batch_first=True)``: masked
+    self-attention, cross-attention on the encoder's output (memory) and a
+    feed-forward block, each with a residual connection, dropout and a norm.
+
+    ``forward(tgt, memory, tgt_mask=None, memory_mask=None,
+    tgt_key_padding_mask=None, memory_key_padding_mask=None,
+    tgt_is_causal=False, memory_is_causal=False, *, need_weights=False)``
+    returns the output (B, T, d_model), and with need_weights also
+    ``(self_weights (B, nhead, T, T), cross_weights (B, nhead, T, S))``.
+    ``attnc.vjp`` gives the gradients of ``tgt``, ``memory`` and every parameter.
+    """
+
+    _decoder = True
+
+    def __init__(self, d_model, nhead, dim_feedforward=2048, dropout=0.1, activation="relu", layer_norm_eps=1e-5,
+                 batch_first=True, norm_first=False, bias=True, *, dtype=np.float32, seed=None):
+        super().__init__(dtype)
+        self._build(d_model, nhead, dim_feedforward, dropout, activation, layer_norm_eps, batch_first, norm_first,
+                    bias, dtype, seed)
+
+    def _prepare(self, tgt, memory, tgt_mask, memory_mask, tgt_key_padding_mask, memory_key_padding_mask,
+                 tgt_is_causal, memory_is_causal):
+        x, batched = _rows(tgt, "tgt", self.dtype, self.d_model)
+        mem, mem_batched = _rows(memory, "memory", self.dtype, self.d_model)
+        if mem_batched != batched or mem.shape[0] != x.shape[0]:
+            raise ValueError(f"tgt {shape_str(np.shape(tgt))} and memory {shape_str(np.shape(memory))} need the "
+                             "same batch size (both batched or both unbatched)")
+        sm = _self_masks(self, x, tgt_mask, tgt_key_padding_mask, tgt_is_causal, batched,
+                         ("tgt_mask", "tgt_key_padding_mask", "tgt_is_causal"))
+        cm = _cross_masks(self, x, mem, memory_mask, memory_key_padding_mask, memory_is_causal, batched)
+        return x, mem, sm, cm, batched
+
+    def forward(self, tgt, memory, tgt_mask=None, memory_mask=None, tgt_key_padding_mask=None,
+                memory_key_padding_mask=None, tgt_is_causal=False, memory_is_causal=False, *, need_weights=False):
+        x, mem, sm, cm, batched = self._prepare(tgt, memory, tgt_mask, memory_mask, tgt_key_padding_mask,
+                                                memory_key_padding_mask, tgt_is_causal, memory_is_causal)
+        out, (ws, wc), _ = self._run(x, mem, sm, cm, need_weights, keep=False)
+        if need_weights:
+            return _unbatch(out, batched), (_unbatch(ws, batched), _unbatch(wc, batched))
+        return _unbatch(out, batched)
+
+    def _vjp_forward(self, tgt, memory, tgt_mask=None, memory_mask=None, tgt_key_padding_mask=None,
+                     memory_key_padding_mask=None, tgt_is_causal=False, memory_is_causal=False, *,
+                     need_weights=False):
+        x, mem, sm, cm, batched = self._prepare(tgt, memory, tgt_mask, memory_mask, tgt_key_padding_mask,
+                                                memory_key_padding_mask, tgt_is_causal, memory_is_causal)
+        out, (ws, wc), state = self._run(x, mem, sm, cm, need_weights, keep=True)
+        if need_weights:
+            outputs = (_unbatch(out, batched), (_unbatch(ws, batched), _unbatch(wc, batched)))
+        else:
+            outputs = _unbatch(out, batched)
+        return outputs, (self, state, batched, need_weights)
+
+    @staticmethod
+    def _vjp_backward(saved, cotangents):
+        layer, state, batched, need_weights = saved
+        if need_weights and cotangents[1] is not None:
+            raise NotImplementedError("gradients through the returned attention weights of a transformer layer "
+                                      "are not supported; pass None as their cotangent")
+        dx, dmem, grads = layer._grads(state, _cotangent_rows(cotangents[0], state[1]))
+        grads["tgt"], grads["memory"] = _unbatch(dx, batched), _unbatch(dmem, batched)
+        return grads
+
+
+def _clones(layer, num_layers):
+    """num_layers deep copies of layer (as torch: identical initial weights),
+    each with its own dropout stream."""
+    num_layers = _int_arg("num_layers", num_layers, low=0)
+    base = int(layer._rng.integers(2**63))
+    clones = []
+    for i in range(num_layers):
+        c = copy.deepcopy(layer)
+        object.__setattr__(c, "_rng", np.random.default_rng([base, i]))
+        clones.append(c)
+    return clones
+
+
+class _Layers(Module):
+    """``layers.0``, ``layers.1``, ...: torch's ModuleList naming."""
+
+    def __init__(self, layers, dtype):
+        super().__init__(dtype)
+        for i, layer in enumerate(layers):
+            setattr(self, str(i), layer)
+
+    def __len__(self):
+        return len(self._modules)
+
+    def __iter__(self):
+        return iter(self._modules.values())
+
+    def __getitem__(self, i):
+        return list(self._modules.values())[i]
+
+
+def _final_norm(norm, x, keep):
+    """The stack's optional final norm: (y, state)."""
+    if norm is None:
+        return x, None
+    y, state = _norm_forward(x, norm.normalized_shape, norm.weight, norm.bias, norm.eps)
+    return y, state if keep else None
+
+
+def _final_norm_backward(norm, state, dy, prefix, grads):
+    if norm is None:
+        return dy
+    g = _norm_backward(state, (dy,))
+    for name in ("weight", "bias"):
+        if name in g:
+            grads[f"{prefix}norm.{name}"] = g[name]
+    return g["input"]
+
+
+class TransformerEncoder(Module):
+    """``torch.nn.TransformerEncoder(encoder_layer, num_layers, norm=None)``:
+    num_layers copies of encoder_layer (``layers.0``, ...) and an optional
+    final norm.
+
+    ``forward(src, mask=None, src_key_padding_mask=None, is_causal=None, *,
+    need_weights=False)`` returns the output, and with need_weights also the
+    list of every layer's self-attention weights (B, nhead, L, L). With
+    is_causal None, a mask equal to the causal mask is detected (as torch)
+    and its masked tiles are skipped.
+    """
+
+    def __init__(self, encoder_layer, num_layers, norm=None, enable_nested_tensor=True, mask_check=True):
+        if not isinstance(encoder_layer, TransformerEncoderLayer):
+            raise TypeError(f"encoder_layer must be an attnc.nn.TransformerEncoderLayer, got "
+                            f"{type(encoder_layer).__name__}")
+        super().__init__(encoder_layer.dtype)
+        self.layers = _Layers(_clones(encoder_layer, num_layers), encoder_layer.dtype)
+        self.num_layers = len(self.layers)
+        if norm is not None:
+            self.norm = norm
+        else:
+            object.__setattr__(self, "norm", None)
+
+    def _forward(self, src, mask, src_key_padding_mask, is_causal, need_weights, keep):
+        first = self.layers[0] if self.num_layers else None
+        d_model = first.d_model if first else np.shape(src)[-1]
+        x, batched = _rows(src, "src", self.dtype, d_model)
+        if is_causal is None:
+            is_causal = mask is not None and _is_causal_mask(mask, x.shape[1])
+        states, weights = [], []
+        if first is not None:
+            masks = _self_masks(first, x, mask, src_key_padding_mask, is_causal, batched,
+                                ("mask", "src_key_padding_mask", "is_causal"))
+            for layer in self.layers:
+                x_in = x
+                x, (w, _), state = layer._run(x_in, None, masks, None, need_weights, keep)
+                states.append(state)
+                weights.append(_unbatch(w, batched))
+        y, norm_state = _final_norm(self.norm, x, keep)
+        out = _unbatch(y, batched)
+        return ((out, weights) if need_weights else out), (states, norm_state, batched, need_weights)
+
+    def forward(self, src, mask=None, src_key_padding_mask=None, is_causal=None, *, need_weights=False):
+        return self._forward(src, mask, src_key_padding_mask, is_causal, need_weights, keep=False)[0]
+
+    def _vjp_forward(self, src, mask=None, src_key_padding_mask=None, is_causal=None, *, need_weights=False):
+        outputs, (states, norm_state, batched, need_weights) = self._forward(
+            src, mask, src_key_padding_mask, is_causal, need_weights, keep=True)
+        x_last = states[-1][1] if states else None
+        return outputs, (self, states, norm_state, batched, need_weights, x_last, np.shape(src))
+
+    @staticmethod
+    def _vjp_backward(saved, cotangents):
+        self, states, norm_state, batched, need_weights, _, src_shape = saved
+        if need_weights and cotangents[1] is not None:
+            raise NotImplementedError("gradients through returned attention weights are not supported; pass None")
+        grads = {}
+        dy = cotangents[0]
+        shape = (1,) + tuple(src_shape) if not batched else tuple(src_shape)
+        dy = np.zeros(shape, self.dtype) if dy is None else np.asarray(dy, self.dtype).reshape(shape)
+        dy = _final_norm_backward(self.norm, norm_state, dy, "", grads)
+        for i in reversed(range(len(states))):
+            dy, _, g = self.layers[i]._grads(states[i], dy)
+            grads.update({f"layers.{i}.{k}": v for k, v in g.items()})
+        grads["src"] = _unbatch(dy, batched)
+        return grads
+
+    def extra_repr(self):
+        return f"num_layers={self.num_layers}"
+
+
+class TransformerDecoder(Module):
+    """``torch.nn.TransformerDecoder(decoder_layer, num_layers, norm=None)``.
+
+    ``forward(tgt, memory, tgt_mask=None, memory_mask=None,
+    tgt_key_padding_mask=None, memory_key_padding_mask=None,
+    tgt_is_causal=None, memory_is_causal=False, *, need_weights=False)``
+    returns the output, and with need_weights also ``{"self": [...],
+    "cross": [...]}``, every layer's weights per head.
+    """
+
+    def __init__(self, decoder_layer, num_layers, norm=None):
+        if not isinstance(decoder_layer, TransformerDecoderLayer):
+            raise TypeError(f"decoder_layer must be an attnc.nn.TransformerDecoderLayer, got "
+                            f"{type(decoder_layer).__name__}")
+        super().__init__(decoder_layer.dtype)
+        self.layers = _Layers(_clones(decoder_layer, num_layers), decoder_layer.dtype)
+        self.num_layers = len(self.layers)
+        if norm is not None:
+            self.norm = norm
+        else:
+            object.__setattr__(self, "norm", None)
+
+    def _forward(self, tgt, memory, tgt_mask, memory_mask, tgt_key_padding_mask, memory_key_padding_mask,
+                 tgt_is_causal, memory_is_causal, need_weights, keep):
+        first = self.layers[0] if self.num_layers else None
+        d_model = first.d_model if first else np.shape(tgt)[-1]
+        x, batched = _rows(tgt, "tgt", self.dtype, d_model)
+        mem, mem_batched = _rows(memory, "memory", self.dtype, d_model)
+        if mem_batched != batched or mem.shape[0] != x.shape[0]:
+            raise ValueError(f"tgt {shape_str(np.shape(tgt))} and memory {shape_str(np.shape(memory))} need the "
+                             "same batch size (both batched or both unbatched)")
+        if tgt_is_causal is None:
+            tgt_is_causal = tgt_mask is not None and _is_causal_mask(tgt_mask, x.shape[1])
+        states, ws, wc = [], [], []
+        if first is not None:
+            sm = _self_masks(first, x, tgt_mask, tgt_key_padding_mask, tgt_is_causal, batched,
+                             ("tgt_mask", "tgt_key_padding_mask", "tgt_is_causal"))
+            cm = _cross_masks(first, x, mem, memory_mask, memory_key_padding_mask, memory_is_causal, batched)
+            for layer in self.layers:
+                x, (w_self, w_cross), state = layer._run(x, mem, sm, cm, need_weights, keep)
+                states.append(state)
+                ws.append(_unbatch(w_self, batched))
+                wc.append(_unbatch(w_cross, batched))
+        y, norm_state = _final_norm(self.norm, x, keep)
+        out = _unbatch(y, batched)
+        outputs = (out, {"self": ws, "cross": wc}) if need_weights else out
+        return outputs, (states, norm_state, batched, need_weights, x.shape, mem)
+
+    def forward(self, tgt, memory, tgt_mask=None, memory_mask=None, tgt_key_padding_mask=None,
+                memory_key_padding_mask=None, tgt_is_causal=None, memory_is_causal=False, *, need_weights=False):
+        return self._forward(tgt, memory, tgt_mask, memory_mask, tgt_key_padding_mask, memory_key_padding_mask,
+                             tgt_is_causal, memory_is_causal, need_weights, keep=False)[0]
+
+    def _vjp_forward(self, tgt, memory, tgt_mask=None, memory_mask=None, tgt_key_padding_mask=None,
+                     memory_key_padding_mask=None, tgt_is_causal=None, memory_is_causal=False, *,
+                     need_weights=False):
+        outputs, state = self._forward(tgt, memory, tgt_mask, memory_mask, tgt_key_padding_mask,
+                                       memory_key_padding_mask, tgt_is_causal, memory_is_causal, need_weights,
+                                       keep=True)
+        return outputs, (self, state)
+
+    @staticmethod
+    def _vjp_backward(saved, cotangents):
+        self, (states, norm_state, batched, need_weights, xshape, mem) = saved
+        if need_weights and cotangents[1] is not None:
+            raise NotImplementedError("gradients through returned attention weights are not supported; pass None")
+        grads = {}
+        dy = cotangents[0]
+        dy = np.zeros(xshape, self.dtype) if dy is None else np.asarray(dy, self.dtype).reshape(xshape)
+        dy = _final_norm_backward(self.norm, norm_state, dy, "", grads)
+        dmem = np.zeros_like(mem)
+        for i in reversed(range(len(states))):
+            dy, dm, g = self.layers[i]._grads(states[i], dy)
+            dmem += dm
+            grads.update({f"layers.{i}.{k}": v for k, v in g.items()})
+        grads["tgt"], grads["memory"] = _unbatch(dy, batched), _unbatch(dmem, batched)
+        return grads
+
+    def extra_repr(self):
+        return f"num_layers={self.num_layers}"
+
+
+class Transformer(Module):
+    """``torch.nn.Transformer(..., batch_first=True)``: an encoder and a decoder
+    stack, each with a final LayerNorm, initialised as torch does (Xavier
+    uniform for every matrix).
+
+    ``forward(src, tgt, src_mask=None, tgt_mask=None, memory_mask=None,
+    src_key_padding_mask=None, tgt_key_padding_mask=None,
+    memory_key_padding_mask=None, src_is_causal=None, tgt_is_causal=None,
+    memory_is_causal=False, *, need_weights=False)`` returns the decoder's
+    output (B, T, d_model), and with need_weights also ``{"encoder": [...],
+    "decoder_self": [...], "decoder_cross": [...]}`` (per layer, per head).
+    ``attnc.vjp(model, src, tgt, ...)`` gives the gradients of src, tgt and
+    every parameter.
+
+    Example
+    -------
+    >>> model = attnc.nn.Transformer(16, 4, 2, 2, dim_feedforward=32, seed=0).eval()
+    >>> src, tgt = np.random.rand(2, 7, 16), np.random.rand(2, 5, 16)
+    >>> model(src.astype(np.float32), tgt.astype(np.float32)).shape
+    (2, 5, 16)
+    """
+
+    def __init__(self, d_model=512, nhead=8, num_encoder_layers=6, num_decoder_layers=6, dim_feedforward=2048,
+                 dropout=0.1, activation="relu", custom_encoder=None, custom_decoder=None, layer_norm_eps=1e-5,
+                 batch_first=True, norm_first=False, bias=True, *, dtype=np.float32, seed=None):
+        super().__init__(dtype)
+        if custom_encoder is not None or custom_decoder is not None:
+            raise ValueError("custom_encoder / custom_decoder are not supported: build the Transformer from "
+                             "TransformerEncoder and TransformerDecoder yourself")
+        rng = np.random.default_rng(seed)
+        sub = lambda: int(rng.integers(2**63))  # noqa: E731
+        kw = dict(dim_feedforward=dim_feedforward, dropout=dropout, activation=activation,
+                  layer_norm_eps=layer_norm_eps, batch_first=batch_first, norm_first=norm_first, bias=bias,
+                  dtype=dtype)
+        enc = TransformerEncoderLayer(d_model, nhead, seed=sub(), **kw)
+        dec = TransformerDecoderLayer(d_model, nhead, seed=sub(), **kw)
+        self.encoder = TransformerEncoder(enc, num_encoder_layers,
+                                          LayerNorm(d_model, eps=layer_norm_eps, bias=bias, dtype=dtype))
+        self.decoder = TransformerDecoder(dec, num_decoder_layers,
+                                          LayerNorm(d_model, eps=layer_norm_eps, bias=bias, dtype=dtype))
+        self.d_model, self.nhead, self.batch_first = enc.d_model, enc.nhead, True
+        for name, p in self.named_parameters():  # torch's _reset_parameters
+            if p.ndim > 1:
+                bound = math.sqrt(6.0 / (p.shape[0] + p.shape[1]))
+                self._set_by_name(name, rng.uniform(-bound, bound, p.shape))
+
+    @staticmethod
+    def generate_square_subsequent_mask(sz, dtype=np.float32):
+        """The causal mask (sz, sz): -inf above the diagonal, 0 elsewhere (float, as torch)."""
+        sz = _int_arg("sz", sz, low=0)
+        return np.triu(np.full((sz, sz), -np.inf, dtype=dtype), 1)
+
+    def _forward(self, src, tgt, src_mask, tgt_mask, memory_mask, src_key_padding_mask, tgt_key_padding_mask,
+                 memory_key_padding_mask, src_is_causal, tgt_is_causal, memory_is_causal, need_weights, keep):
+        s, t = np.shape(src), np.shape(tgt)
+        if len(s) != len(t) or (len(s) == 3 and s[0] != t[0]):
+            raise ValueError(f"src {shape_str(s)} and tgt {shape_str(t)} need the same batch size")
+        enc_out, enc_state = self.encoder._vjp_forward(src, src_mask, src_key_padding_mask, src_is_causal,
+                                                       need_weights=need_weights) if keep else (
+            self.encoder.forward(src, src_mask, src_key_padding_mask, src_is_causal, need_weights=need_weights),
+            None)
+        memory, enc_w = enc_out if need_weights else (enc_out, None)
+        dec_args = (tgt, memory, tgt_mask, memory_mask, tgt_key_padding_mask, memory_key_padding_mask,
+                    tgt_is_causal, memory_is_causal)
+        if keep:
+            dec_out, dec_state = self.decoder._vjp_forward(*dec_args, need_weights=need_weights)
+        else:
+            dec_out, dec_state = self.decoder.forward(*dec_args, need_weights=need_weights), None
+        if not need_weights:
+            return dec_out, (enc_state, dec_state)
+        out, dec_w = dec_out
+        weights = {"encoder": enc_w, "decoder_self": dec_w["self"], "decoder_cross": dec_w["cross"]}
+        return (out, weights), (enc_state, dec_state)
+
+    def forward(self, src, tgt, src_mask=None, tgt_mask=None, memory_mask=None, src_key_padding_mask=None,
+                tgt_key_padding_mask=None, memory_key_padding_mask=None, src_is_causal=None, tgt_is_causal=None,
+                memory_is_causal=False, *, need_weights=False):
+        return self._forward(src, tgt, src_mask, tgt_mask, memory_mask, src_key_padding_mask, tgt_key_padding_mask,
+                             memory_key_padding_mask, src_is_causal, tgt_is_causal, memory_is_causal,
+                             need_weights, keep=False)[0]
+
+    def _vjp_forward(self, src, tgt, src_mask=None, tgt_mask=None, memory_mask=None, src_key_padding_mask=None,
+                     tgt_key_padding_mask=None, memory_key_padding_mask=None, src_is_causal=None,
+                     tgt_is_causal=None, memory_is_causal=False, *, need_weights=False):
+        outputs, states = self._forward(src, tgt, src_mask, tgt_mask, memory_mask, src_key_padding_mask,
+                                        tgt_key_padding_mask, memory_key_padding_mask, src_is_causal,
+                                        tgt_is_causal, memory_is_causal, need_weights, keep=True)
+        return outputs, (self, states, need_weights)
+
+    @staticmethod
+    def _vjp_backward(saved, cotangents):
+        self, (enc_state, dec_state), need_weights = saved
+        if need_weights and cotangents[1] is not None:
+            raise NotImplementedError("gradients through returned attention weights are not supported; pass None")
+        dec_cot = (cotangents[0], None) if need_weights else (cotangents[0],)
+        g_dec = TransformerDecoder._vjp_backward(dec_state, dec_cot)
+        enc_cot = (g_dec.pop("memory"), None) if need_weights else (g_dec.pop("memory"),)
+        g_enc = TransformerEncoder._vjp_backward(enc_state, enc_cot)
+        grads = {"src": g_enc.pop("src"), "tgt": g_dec.pop("tgt")}
+        grads.update({f"encoder.{k}": v for k, v in g_enc.items()})
+        grads.update({f"decoder.{k}": v for k, v in g_dec.items()})
+        return grads
+
+    def extra_repr(self):
+        return f"d_model={self.d_model}, nhead={self.nhead}"
