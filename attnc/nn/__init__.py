@@ -12,6 +12,7 @@ from .transformer import (
     TransformerEncoder,
     TransformerEncoderLayer,
 )
+from .decoding import decode
 from .sparse import Embedding, cross_entropy, embedding, sinusoidal_encoding
 
 __all__ = [
@@ -26,6 +27,7 @@ __all__ = [
     "TransformerEncoder",
     "TransformerEncoderLayer",
     "cross_entropy",
+    "decode",
     "embedding",
     "layer_norm",
     "linear",

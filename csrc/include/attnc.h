@@ -430,6 +430,44 @@ attnc_status attnc_layer_backward(attnc_tensor *dx, attnc_tensor *dmemory, attnc
                                   const attnc_attn_masks *self_masks,
                                   const attnc_attn_masks *cross_masks);
 
+/* ---- transformer decoding: greedy and beam search ------------------------- */
+
+/* A decoder for generation: token embedding (V, E) times embed_scale plus
+ * positions (P, E) (a sinusoidal table or learned embeddings), the layers
+ * (decoder layers reading memory, or encoder-style layers for a decoder-only
+ * model; self-attention is causal either way), an optional final norm, and
+ * the output projection out_weight (Vout, E), out_bias (Vout) optional. */
+typedef struct {
+    const attnc_layer_params *layers;
+    int64_t nlayers;
+    attnc_layer_config config; /* dropout and seed are ignored: decoding is eval */
+    attnc_tensor embedding, positions;
+    double embed_scale;
+    attnc_norm_params final_norm;
+    attnc_tensor out_weight, out_bias;
+} attnc_decoder;
+
+typedef struct {
+    int64_t max_new_tokens;
+    int64_t eos;           /* end token, or -1 for none                        */
+    int64_t beam_size;     /* 1: greedy (lowest id on ties)                      */
+    double length_penalty; /* beam: finished score = sum(log p) / length^alpha  */
+} attnc_decode_options;
+
+/* tokens (B, max_new_tokens) INT64 (after a row's end token: the end token,
+ * or 0 without one), lengths (B) INT64 <- prompt (B, P) INT64 (P >= 1: the
+ * start token, or a decoder-only model's prompt), memory (B, S, E) and
+ * memory_mask (B, S) BOOL (nonzero = takes part; optional) for decoder
+ * layers. Self-attention keys and values are cached, cross-attention keys
+ * and values computed once. Beam search: each step extends every live
+ * hypothesis by every token; one ending in eos is finished (score
+ * sum(log p) / length^alpha) and takes no beam slot; the beam_size best
+ * others by sum(log p) stay live (ties: earlier hypothesis, lower token); a
+ * row stops when no live hypothesis can beat its best finished one. */
+attnc_status attnc_decode(attnc_tensor *tokens, attnc_tensor *lengths, const attnc_decoder *decoder,
+                          const attnc_tensor *prompt, const attnc_tensor *memory,
+                          const attnc_tensor *memory_mask, const attnc_decode_options *options);
+
 #ifdef __cplusplus
 }
 #endif

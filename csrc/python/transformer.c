@@ -107,7 +107,55 @@ static PyObject *py_layer_backward(PyObject *self, PyObject *args) {
     return buffers_finish(&h, st);
 }
 
+
+/* (tokens, lengths, layers (list of parameter tuples), config, embedding,
+ *  embed_scale, positions, norm_weight, norm_bias, out_weight, out_bias,
+ *  prompt, memory, memory_mask, (max_new_tokens, eos, beam_size, length_penalty)) */
+static PyObject *py_decode(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *tokens, *lengths, *layers, *config, *emb, *pos, *nw, *nb, *ow, *ob, *prompt, *mem, *mmask, *opts;
+    double scale;
+    if (!PyArg_ParseTuple(args, "OOO!OOdOOOOOOOOO", &tokens, &lengths, &PyList_Type, &layers, &config, &emb,
+                          &scale, &pos, &nw, &nb, &ow, &ob, &prompt, &mem, &mmask, &opts))
+        return NULL;
+    attnc_decode_options o;
+    long long max_new, eos, beam_size;
+    if (!PyArg_ParseTuple(opts, "LLLd;decode options", &max_new, &eos, &beam_size, &o.length_penalty)) return NULL;
+    o.max_new_tokens = max_new;
+    o.eos = eos;
+    o.beam_size = beam_size;
+    Py_ssize_t n = PyList_Size(layers);
+    attnc_decoder m = {.nlayers = n, .embed_scale = scale};
+    attnc_layer_params *params = PyMem_Calloc((size_t)(n > 0 ? n : 1), sizeof *params);
+    buffers *held = PyMem_Calloc((size_t)(n + 1), sizeof *held); /* one per layer, and the rest */
+    if (!params || !held) {
+        PyMem_Free(params);
+        PyMem_Free(held);
+        return PyErr_NoMemory();
+    }
+    m.layers = params;
+    buffers *h = &held[n];
+    int ok = parse_config(config, &m.config);
+    for (Py_ssize_t l = 0; ok && l < n; l++) ok = parse_params(&held[l], PyList_GetItem(layers, l), &params[l], 0);
+    attnc_tensor tt, tl, tp, tm, tmm;
+    ok = ok && buffers_get(h, tokens, "tokens", 1, &tt) && buffers_get(h, lengths, "lengths", 1, &tl) &&
+         buffers_get(h, emb, "embedding", 0, &m.embedding) && buffers_get(h, pos, "positions", 0, &m.positions) &&
+         buffers_get(h, nw, "norm.weight", 0, &m.final_norm.weight) &&
+         buffers_get(h, nb, "norm.bias", 0, &m.final_norm.bias) &&
+         buffers_get(h, ow, "out_weight", 0, &m.out_weight) && buffers_get(h, ob, "out_bias", 0, &m.out_bias) &&
+         buffers_get(h, prompt, "prompt", 0, &tp) && buffers_get(h, mem, "memory", 0, &tm) &&
+         buffers_get(h, mmask, "memory_mask", 0, &tmm);
+    attnc_status st = ATTNC_OK;
+    if (ok) ATTNC_NOGIL(st, attnc_decode(&tt, &tl, &m, &tp, &tm, &tmm, &o));
+    for (Py_ssize_t l = 0; l < n; l++) buffers_release(&held[l]);
+    PyObject *result = ok ? buffers_finish(h, st) : (buffers_release(h), NULL);
+    PyMem_Free(params);
+    PyMem_Free(held);
+    return result;
+}
+
 PyMethodDef attnc_transformer_methods[] = {
+    {"decode", py_decode, METH_VARARGS, NULL},
     {"layer_saved_size", py_layer_saved_size, METH_VARARGS, NULL},
     {"layer_forward", py_layer_forward, METH_VARARGS, NULL},
     {"layer_backward", py_layer_backward, METH_VARARGS, NULL},

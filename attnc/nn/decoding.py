@@ -1,0 +1,112 @@
+"""attnc.nn.decode: greedy and beam-search generation in C (csrc/transformer/decode.c)."""
+
+from __future__ import annotations
+
+import math
+import numbers
+
+import numpy as np
+
+from .. import _core
+from .._args import float_array, same_dtype, shape_str
+from .normalization import LayerNorm
+from .transformer import TransformerDecoderLayer, TransformerEncoderLayer, _ACTIVATIONS
+
+
+def _int(name, v, low):
+    if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < low:
+        raise ValueError(f"{name} must be an int >= {low}, got {v!r}")
+    return int(v)
+
+
+def decode(layers, embedding, positions, out_weight, prompt, max_new_tokens, *, out_bias=None, embed_scale=1.0,
+           norm=None, memory=None, memory_key_padding_mask=None, eos=None, beam_size=1, length_penalty=0.0):
+    """Generate tokens with a stack of transformer layers, in one C call.
+
+    Parameters
+    ----------
+    layers : list of TransformerDecoderLayer (reading ``memory``), or of
+        TransformerEncoderLayer (a decoder-only model); self-attention is causal.
+        All share one configuration (nhead, activation, norm_first, eps).
+    embedding : (V, E) token embeddings, times ``embed_scale``
+    positions : (P, E) added at each position (sinusoidal table or learned)
+    out_weight : (Vout, E), out_bias (Vout,) or None: the output projection
+    prompt : (B, P0) int, P0 >= 1: the start token, or a prompt
+    max_new_tokens : int; P0 + max_new_tokens - 1 <= P
+    norm : LayerNorm or None, applied before the output projection
+    memory : (B, S, E) the encoder's output, with ``memory_key_padding_mask``
+        (B, S) bool (True = padding, torch's meaning)
+    eos : end token or None; beam_size : 1 for greedy (lowest id on ties);
+    length_penalty : alpha, beam scores are sum(log p) / length ** alpha
+
+    Returns
+    -------
+    int64 (B, L), L <= max_new_tokens the longest row: each row's tokens,
+    ending with eos when it produced one, eos (or 0 without eos) after that.
+
+    The search is defined exactly by attnc.models' reference decoder
+    (``attnc.models.seq2seq._reference_decode``), which tests hold it to.
+    """
+    layers = list(layers)
+    if not layers:
+        raise ValueError("decode needs at least one layer")
+    kinds = {type(layer) for layer in layers}
+    if not kinds <= {TransformerEncoderLayer, TransformerDecoderLayer} or len(kinds) != 1:
+        raise TypeError("layers must all be attnc.nn.TransformerDecoderLayer or all TransformerEncoderLayer")
+    first = layers[0]
+    key = lambda layer: (layer.nhead, layer.activation, layer.layer_norm_eps, layer.norm_first, layer.d_model)  # noqa: E731
+    if any(key(layer) != key(first) for layer in layers):
+        raise ValueError("layers must share nhead, activation, layer_norm_eps, norm_first and d_model")
+    dtype = first.dtype
+    arrays = {}
+    for name, a, required in (("embedding", embedding, True), ("positions", positions, True),
+                              ("out_weight", out_weight, True), ("out_bias", out_bias, False)):
+        if a is None:
+            if required:
+                raise TypeError(f"{name} is required")
+            arrays[name] = None
+            continue
+        a = float_array(a, name)
+        same_dtype(dtype, **{name: a})
+        arrays[name] = np.ascontiguousarray(a)
+    if norm is not None and not isinstance(norm, LayerNorm):
+        raise TypeError(f"norm must be an attnc.nn.LayerNorm or None, got {type(norm).__name__}")
+    if norm is not None and norm.eps != first.layer_norm_eps:
+        raise ValueError(f"norm.eps ({norm.eps}) must equal the layers' layer_norm_eps ({first.layer_norm_eps})")
+    ids = np.asarray(prompt)
+    if ids.dtype.kind not in "iu" or ids.ndim != 2:
+        raise TypeError(f"prompt must be a (B, P) integer array, got {ids.dtype} {shape_str(ids.shape)}")
+    ids = np.ascontiguousarray(ids, dtype=np.int64)
+    max_new_tokens = _int("max_new_tokens", max_new_tokens, 0)
+    beam_size = _int("beam_size", beam_size, 1)
+    if eos is not None:
+        eos = _int("eos", eos, 0)
+    if not math.isfinite(float(length_penalty)):
+        raise ValueError(f"length_penalty must be finite, got {length_penalty}")
+    mem = mask = None
+    if isinstance(first, TransformerDecoderLayer):
+        if memory is None:
+            raise TypeError("memory is required with decoder layers")
+        mem = float_array(memory, "memory")
+        same_dtype(dtype, memory=mem)
+        mem = np.ascontiguousarray(mem)
+        if mem.ndim != 3 or mem.shape[0] != ids.shape[0]:
+            raise ValueError(f"memory {shape_str(mem.shape)} must be (B, S, E) with the prompt's batch "
+                             f"{ids.shape[0]}")
+        if memory_key_padding_mask is not None:
+            m = np.asarray(memory_key_padding_mask)
+            if m.dtype != np.bool_ or m.shape != mem.shape[:2]:
+                raise ValueError(f"memory_key_padding_mask must be bool {shape_str(mem.shape[:2])}, got "
+                                 f"{m.dtype} {shape_str(m.shape)}")
+            mask = np.ascontiguousarray(~m)
+    elif memory is not None:
+        raise ValueError("memory is only read by decoder layers")
+    B = ids.shape[0]
+    tokens = np.empty((B, max_new_tokens), np.int64)
+    lengths = np.empty(B, np.int64)
+    config = (first.nhead, _ACTIVATIONS[first.activation], first.layer_norm_eps, first.norm_first, 0.0, 0)
+    _core.decode(tokens, lengths, [layer._params() for layer in layers], config, arrays["embedding"],
+                 float(embed_scale), arrays["positions"], None if norm is None else norm.weight,
+                 None if norm is None else norm.bias, arrays["out_weight"], arrays["out_bias"], ids, mem, mask,
+                 (max_new_tokens, -1 if eos is None else eos, beam_size, float(length_penalty)))
+    return tokens[:, : int(lengths.max()) if B else 0]

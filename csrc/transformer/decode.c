@@ -1,0 +1,553 @@
+/* decode.c: greedy and beam-search generation with a transformer decoder,
+ * all in C. R = B x beam rows advance together; each step feeds one token
+ * per row (the prompt on the first step), runs the layers over the new
+ * positions only (self-attention keys and values are cached per layer,
+ * cross-attention keys and values computed once from memory), and picks the
+ * next tokens from the log-softmax of the output projection. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../core/status.h"
+#include "../core/tensor.h"
+#include "layer.h"
+
+/* Per-call state: sizes, caches and work buffers (float data of dtype dt). */
+typedef struct {
+    const attnc_decoder *m;
+    attnc_dtype dt;
+    size_t es;
+    int64_t B, K, R, E, F, H, V, S, Tmax, P;
+    bool cross;
+    const attnc_tensor *memory_mask;
+    char **kcache, **vcache; /* per layer (R, Tmax, E)                */
+    char **cross_kv;         /* per layer (B, S, 2E)                   */
+    char *x, *a, *tmp, *qkv, *attn, *ff, *mean, *rstd, *lse, *last, *logits, *gather;
+} decode_run;
+
+static double get(const void *p, attnc_dtype dt, int64_t i) {
+    return dt == ATTNC_FLOAT32 ? (double)((const float *)p)[i] : ((const double *)p)[i];
+}
+
+static void put(void *p, attnc_dtype dt, int64_t i, double v) {
+    if (dt == ATTNC_FLOAT32)
+        ((float *)p)[i] = (float)v;
+    else
+        ((double *)p)[i] = v;
+}
+
+static attnc_tensor mat(const decode_run *d, void *data, int64_t rows, int64_t cols) {
+    int64_t shape[2] = {rows, cols};
+    return attnc_view(data, d->dt, 2, shape);
+}
+
+/* x (n, E) <- norm(x) through the work buffer a. */
+static attnc_status norm_in_place(decode_run *d, int64_t n, const attnc_norm_params *norm) {
+    attnc_tensor x = mat(d, d->x, n, d->E), a = mat(d, d->a, n, d->E);
+    int64_t shape[1] = {n};
+    attnc_tensor mean = attnc_view(d->mean, d->dt, 1, shape), rstd = attnc_view(d->rstd, d->dt, 1, shape);
+    TRY(attnc_norm_rows(&a, &mean, &rstd, &x, norm, d->m->config.eps));
+    memcpy(d->x, d->a, (size_t)(n * d->E) * d->es);
+    return ATTNC_OK;
+}
+
+/* The sublayer's input: norm(x) in a (pre-norm) or x itself (post-norm). */
+static attnc_status sublayer_input(decode_run *d, int64_t n, const attnc_norm_params *norm, attnc_tensor *in) {
+    attnc_tensor x = mat(d, d->x, n, d->E);
+    if (!d->m->config.norm_first) {
+        *in = x;
+        return ATTNC_OK;
+    }
+    *in = mat(d, d->a, n, d->E);
+    int64_t shape[1] = {n};
+    attnc_tensor mean = attnc_view(d->mean, d->dt, 1, shape), rstd = attnc_view(d->rstd, d->dt, 1, shape);
+    return attnc_norm_rows(in, &mean, &rstd, &x, norm, d->m->config.eps);
+}
+
+/* x <- x + branch (tmp), then the norm after it for post-norm. */
+static attnc_status residual(decode_run *d, int64_t n, const attnc_norm_params *norm) {
+    attnc_tensor x = mat(d, d->x, n, d->E), t = mat(d, d->tmp, n, d->E);
+    TRY(attnc_pointwise_forward(&x, &t, &x, ATTNC_ACT_NONE, 0, 0, 0));
+    return d->m->config.norm_first ? ATTNC_OK : norm_in_place(d, n, norm);
+}
+
+/* (R, H, T, E/H) heads over a per-row buffer whose rows hold T positions of
+ * width `stride`, rows `row_stride` elements apart. */
+static attnc_tensor row_heads(const decode_run *d, void *data, int64_t T, int64_t stride, int64_t row_stride) {
+    attnc_tensor t = attnc_heads(data, d->dt, d->R, d->H, T, d->E, stride);
+    t.strides[0] = row_stride;
+    return t;
+}
+
+/* Self-attention over positions [t, t + n) of every row, keys and values
+ * appended to layer l's cache. */
+static attnc_status self_attention(decode_run *d, int64_t l, int64_t t, int64_t n, const attnc_tensor *in) {
+    const attnc_mha_params *p = &d->m->layers[l].self_attn;
+    int64_t E = d->E, rows = d->R * n;
+    attnc_tensor qkv = mat(d, d->qkv, rows, 3 * E);
+    TRY(attnc_linear_forward(&qkv, in, &p->in_weight, &p->in_bias));
+    for (int64_t r = 0; r < d->R; r++)
+        for (int64_t i = 0; i < n; i++) {
+            const char *src = d->qkv + ((r * n + i) * 3 * E + E) * (int64_t)d->es;
+            int64_t at = (r * d->Tmax + t + i) * E * (int64_t)d->es;
+            memcpy(d->kcache[l] + at, src, (size_t)E * d->es);
+            memcpy(d->vcache[l] + at, src + E * (int64_t)d->es, (size_t)E * d->es);
+        }
+    attnc_tensor q = row_heads(d, d->qkv, n, 3 * E, n * 3 * E);
+    attnc_tensor k = row_heads(d, d->kcache[l], t + n, E, d->Tmax * E);
+    attnc_tensor v = row_heads(d, d->vcache[l], t + n, E, d->Tmax * E);
+    attnc_tensor o = row_heads(d, d->attn, n, E, n * E);
+    int64_t hl[3] = {d->R, d->H, n};
+    attnc_tensor lse = attnc_view(d->lse, d->dt, 3, hl);
+    attnc_sdpa_options opt = {.causal = 1, .causal_offset = t, .scale = 1.0 / sqrt((double)(E / d->H))};
+    TRY(attnc_sdpa_forward(&o, &lse, NULL, &q, &k, &v, &opt));
+    attnc_tensor attn = mat(d, d->attn, rows, E), out = mat(d, d->tmp, rows, E);
+    return attnc_linear_forward(&out, &attn, &p->out_weight, &p->out_bias);
+}
+
+/* Cross-attention of n new positions per row on memory: rows are (B, K)
+ * batch dims, the keys and values of batch b shared by its K beams. */
+static attnc_status cross_attention(decode_run *d, int64_t l, int64_t n, const attnc_tensor *in) {
+    const attnc_mha_params *p = &d->m->layers[l].cross_attn;
+    int64_t E = d->E, hd = E / d->H, rows = d->R * n, S = d->S;
+    attnc_tensor wq = attnc_rows(&p->in_weight, 0, E), bq = attnc_rows(&p->in_bias, 0, E);
+    attnc_tensor q2 = mat(d, d->qkv, rows, E);
+    TRY(attnc_linear_forward(&q2, in, &wq, &bq));
+    /* (B, K, H, n, hd) views */
+    attnc_tensor q = {.data = d->qkv, .dtype = d->dt, .ndim = 5,
+                      .shape = {d->B, d->K, d->H, n, hd},
+                      .strides = {d->K * n * E, n * E, hd, E, 1}};
+    attnc_tensor o = q;
+    o.data = d->attn;
+    attnc_tensor k = {.data = d->cross_kv[l], .dtype = d->dt, .ndim = 5,
+                      .shape = {d->B, d->K, d->H, S, hd},
+                      .strides = {S * 2 * E, 0, hd, 2 * E, 1}};
+    attnc_tensor v = k;
+    v.data = d->cross_kv[l] + E * (int64_t)d->es;
+    int64_t hl[4] = {d->B, d->K, d->H, n};
+    attnc_tensor lse = attnc_view(d->lse, d->dt, 4, hl);
+    attnc_sdpa_options opt = {.scale = 1.0 / sqrt((double)hd)};
+    if (attnc_present(d->memory_mask)) {
+        const attnc_tensor *mm = d->memory_mask;
+        opt.masks[0] = (attnc_tensor){.data = mm->data, .dtype = ATTNC_BOOL, .ndim = 5,
+                                      .shape = {d->B, d->K, d->H, n, S},
+                                      .strides = {mm->strides[0], 0, 0, 0, mm->strides[1]}};
+    }
+    TRY(attnc_sdpa_forward(&o, &lse, NULL, &q, &k, &v, &opt));
+    attnc_tensor attn = mat(d, d->attn, rows, E), out = mat(d, d->tmp, rows, E);
+    return attnc_linear_forward(&out, &attn, &p->out_weight, &p->out_bias);
+}
+
+static attnc_status feed_forward(decode_run *d, int64_t l, int64_t rows, const attnc_tensor *in) {
+    const attnc_layer_params *p = &d->m->layers[l];
+    attnc_tensor f = mat(d, d->ff, rows, d->F), out = mat(d, d->tmp, rows, d->E);
+    TRY(attnc_linear_forward(&f, in, &p->linear1_weight, &p->linear1_bias));
+    TRY(attnc_pointwise_forward(&f, &f, NULL, d->m->config.activation, 0, 0, 0));
+    return attnc_linear_forward(&out, &f, &p->linear2_weight, &p->linear2_bias);
+}
+
+/* Feed tokens (R, n) at positions [t, t + n); logits (R, V) of the last. */
+static attnc_status step(decode_run *d, const int64_t *tok, int64_t t, int64_t n) {
+    const attnc_decoder *m = d->m;
+    int64_t E = d->E, rows = d->R * n;
+    const attnc_tensor *emb = &m->embedding, *pos = &m->positions;
+    for (int64_t r = 0; r < rows; r++) {
+        const char *e = (const char *)emb->data + tok[r] * emb->strides[0] * (int64_t)d->es;
+        const char *pe = (const char *)pos->data + (t + r % n) * pos->strides[0] * (int64_t)d->es;
+        for (int64_t c = 0; c < E; c++)
+            put(d->x, d->dt, r * E + c,
+                get(e, d->dt, c * emb->strides[1]) * m->embed_scale + get(pe, d->dt, c * pos->strides[1]));
+    }
+    for (int64_t l = 0; l < m->nlayers; l++) {
+        const attnc_layer_params *p = &m->layers[l];
+        attnc_tensor in;
+        TRY(sublayer_input(d, rows, &p->norm_self, &in));
+        TRY(self_attention(d, l, t, n, &in));
+        TRY(residual(d, rows, &p->norm_self));
+        if (d->cross) {
+            TRY(sublayer_input(d, rows, &p->norm_cross, &in));
+            TRY(cross_attention(d, l, n, &in));
+            TRY(residual(d, rows, &p->norm_cross));
+        }
+        TRY(sublayer_input(d, rows, &p->norm_ff, &in));
+        TRY(feed_forward(d, l, rows, &in));
+        TRY(residual(d, rows, &p->norm_ff));
+    }
+    for (int64_t r = 0; r < d->R; r++)
+        memcpy(d->last + r * E * (int64_t)d->es, d->x + ((r * n + n - 1) * E) * (int64_t)d->es,
+               (size_t)E * d->es);
+    attnc_tensor last = mat(d, d->last, d->R, E), logits = mat(d, d->logits, d->R, d->V);
+    if (attnc_present(&m->final_norm.weight) || attnc_present(&m->final_norm.bias)) {
+        attnc_tensor normed = mat(d, d->a, d->R, E);
+        int64_t shape[1] = {d->R};
+        attnc_tensor mean = attnc_view(d->mean, d->dt, 1, shape), rstd = attnc_view(d->rstd, d->dt, 1, shape);
+        TRY(attnc_norm_rows(&normed, &mean, &rstd, &last, &m->final_norm, m->config.eps));
+        return attnc_linear_forward(&logits, &normed, &m->out_weight, &m->out_bias);
+    }
+    return attnc_linear_forward(&logits, &last, &m->out_weight, &m->out_bias);
+}
+
+/* log-softmax of row r of the logits, in double, into lp (V). */
+static void log_probs(const decode_run *d, int64_t r, double *lp) {
+    double mx = -INFINITY, sum = 0;
+    for (int64_t v = 0; v < d->V; v++) {
+        lp[v] = get(d->logits, d->dt, r * d->V + v);
+        if (lp[v] > mx) mx = lp[v];
+    }
+    for (int64_t v = 0; v < d->V; v++) sum += exp(lp[v] - mx);
+    double lse = mx + log(sum);
+    for (int64_t v = 0; v < d->V; v++) lp[v] -= lse;
+}
+
+/* Rows of every self-attention cache (positions [0, t)) <- rows parent[]. */
+static void reorder_caches(decode_run *d, const int64_t *parent, int64_t t) {
+    size_t row = (size_t)(t * d->E) * d->es, stride = (size_t)(d->Tmax * d->E) * d->es;
+    for (int64_t l = 0; l < d->m->nlayers; l++)
+        for (int c = 0; c < 2; c++) {
+            char *cache = c ? d->vcache[l] : d->kcache[l];
+            for (int64_t r = 0; r < d->R; r++) memcpy(d->gather + r * stride, cache + parent[r] * stride, row);
+            for (int64_t r = 0; r < d->R; r++) memcpy(cache + r * stride, d->gather + r * stride, row);
+        }
+}
+
+/* ---- search ----------------------------------------------------------------- */
+
+typedef struct {
+    int64_t *out, *lengths; /* (B, T), (B)                    */
+    int64_t T, eos;
+    double alpha;
+} search_io;
+
+static attnc_status greedy(decode_run *d, const int64_t *prompt, search_io *io) {
+    int64_t B = d->B, T = io->T;
+    int64_t *tok = NULL;
+    bool *done = NULL;
+    attnc_status st = attnc_calloc((void **)&tok, (size_t)B, sizeof *tok, "tokens");
+    if (st == ATTNC_OK) st = attnc_calloc((void **)&done, (size_t)B, sizeof *done, "flags");
+    int64_t produced = 0;
+    for (int64_t s = 0; s < T && st == ATTNC_OK; s++) {
+        st = s == 0 ? step(d, prompt, 0, d->P) : step(d, tok, d->P + s - 1, 1);
+        if (st != ATTNC_OK) break;
+        bool all = true;
+        for (int64_t b = 0; b < B; b++) {
+            int64_t best = 0;
+            for (int64_t v = 1; v < d->V; v++)
+                if (get(d->logits, d->dt, b * d->V + v) > get(d->logits, d->dt, b * d->V + best)) best = v;
+            if (io->eos >= 0 && done[b]) best = io->eos;
+            tok[b] = best;
+            io->out[b * T + s] = best;
+            if (!done[b]) io->lengths[b] = s + 1;
+            if (io->eos >= 0 && best == io->eos) done[b] = true;
+            all = all && done[b];
+        }
+        produced = s + 1;
+        if (io->eos >= 0 && all) break;
+    }
+    for (int64_t b = 0; b < B && st == ATTNC_OK; b++)
+        for (int64_t s = produced; s < T; s++) io->out[b * T + s] = io->eos >= 0 ? io->eos : 0;
+    free(tok);
+    free(done);
+    return st;
+}
+
+/* One candidate continuation: hypothesis slot i of the row, token v. */
+typedef struct {
+    double score;
+    int64_t index; /* i * V + v: ties go to the lower index */
+} candidate;
+
+/* Insert c into the sorted (score desc, index asc) list top[0..*n) of at most k. */
+static void keep_best(candidate *top, int64_t *n, int64_t k, candidate c) {
+    int64_t at = *n;
+    while (at > 0 && c.score > top[at - 1].score) at--;
+    if (at >= k) return;
+    int64_t end = *n < k ? *n : k - 1;
+    memmove(top + at + 1, top + at, (size_t)(end - at) * sizeof *top);
+    top[at] = c;
+    if (*n < k) (*n)++;
+}
+
+typedef struct {
+    int64_t *hist, *next_hist; /* (R, T) tokens of each live hypothesis */
+    double *score, *next_score; /* (R) sum of log p                   */
+    int64_t *live;              /* (B) live hypotheses per row         */
+    double *best;               /* (B) best finished score            */
+    int64_t *parent, *tok;      /* (R)                                 */
+    double *lp;                 /* (R, V)                              */
+    candidate *top;             /* (K)                                 */
+} beam_state;
+
+/* Record a finished hypothesis (tokens seq[0..len)) of row b if it is the best. */
+static void finish(search_io *io, beam_state *s, int64_t b, const int64_t *seq, int64_t len, int64_t last,
+                   double score) {
+    double v = score / pow((double)len, io->alpha);
+    if (!(v > s->best[b])) return;
+    s->best[b] = v;
+    memcpy(io->out + b * io->T, seq, (size_t)(len - 1) * sizeof *seq);
+    io->out[b * io->T + len - 1] = last;
+    io->lengths[b] = len;
+}
+
+/* Step s's choices for row b; returns the number of live hypotheses left. */
+static int64_t choose(decode_run *d, search_io *io, beam_state *s, int64_t b, int64_t step_index) {
+    int64_t K = d->K, V = d->V, L = step_index + 1, n = 0, T = io->T;
+    for (int64_t i = 0; i < s->live[b]; i++) {
+        int64_t r = b * K + i;
+        const double *lp = s->lp + r * V;
+        if (io->eos >= 0) finish(io, s, b, s->hist + r * T, L, io->eos, s->score[r] + lp[io->eos]);
+        for (int64_t v = 0; v < V; v++) {
+            double c = s->score[r] + lp[v];
+            if (v != io->eos && c > -INFINITY) keep_best(s->top, &n, K, (candidate){c, i * V + v});
+        }
+    }
+    for (int64_t j = 0; j < n; j++) {
+        int64_t r = b * K + j, parent = b * K + s->top[j].index / V, v = s->top[j].index % V;
+        s->parent[r] = parent;
+        s->tok[r] = v;
+        s->next_score[r] = s->top[j].score;
+        memcpy(s->next_hist + r * T, s->hist + parent * T, (size_t)step_index * sizeof *s->hist);
+        s->next_hist[r * T + step_index] = v;
+    }
+    for (int64_t j = n; j < K; j++) { /* dead slots: keep the caches' rows valid */
+        s->parent[b * K + j] = b * K;
+        s->tok[b * K + j] = 0;
+    }
+    if (L == T) {
+        for (int64_t j = 0; j < n; j++)
+            finish(io, s, b, s->next_hist + (b * K + j) * T, L, s->tok[b * K + j], s->top[j].score);
+        return 0;
+    }
+    if (n > 0 && io->lengths[b] > 0) { /* can any live hypothesis still win? */
+        double bound = -INFINITY;
+        for (int64_t j = 0; j < n; j++) {
+            double c = s->top[j].score;
+            double hi = fmax(c / pow((double)(L + 1), io->alpha), c / pow((double)T, io->alpha));
+            bound = fmax(bound, hi);
+        }
+        if (s->best[b] >= bound) return 0;
+    }
+    return n;
+}
+
+static attnc_status beam(decode_run *d, const int64_t *prompt, search_io *io) {
+    int64_t B = d->B, K = d->K, R = d->R, T = io->T, V = d->V;
+    beam_state s = {0};
+    attnc_status st = ATTNC_OK;
+#define ALLOC(field, count) \
+    if (st == ATTNC_OK) st = attnc_calloc((void **)&s.field, (size_t)(count), sizeof *s.field, "beam search")
+    ALLOC(hist, R * T);
+    ALLOC(next_hist, R * T);
+    ALLOC(score, R);
+    ALLOC(next_score, R);
+    ALLOC(live, B);
+    ALLOC(best, B);
+    ALLOC(parent, R);
+    ALLOC(tok, R);
+    ALLOC(lp, R * V);
+    ALLOC(top, K);
+#undef ALLOC
+    int64_t *rows_prompt = NULL;
+    if (st == ATTNC_OK) st = attnc_calloc((void **)&rows_prompt, (size_t)(R * d->P), sizeof *rows_prompt, "prompt");
+    if (st == ATTNC_OK) {
+        for (int64_t r = 0; r < R; r++)
+            memcpy(rows_prompt + r * d->P, prompt + (r / K) * d->P, (size_t)d->P * sizeof *prompt);
+        for (int64_t b = 0; b < B; b++) {
+            s.live[b] = 1;
+            s.best[b] = -INFINITY;
+            io->lengths[b] = 0;
+        }
+    }
+    for (int64_t i = 0; i < T && st == ATTNC_OK; i++) {
+        st = i == 0 ? step(d, rows_prompt, 0, d->P) : step(d, s.tok, d->P + i - 1, 1);
+        if (st != ATTNC_OK) break;
+        bool any = false;
+        for (int64_t r = 0; r < R; r++) log_probs(d, r, s.lp + r * V);
+        for (int64_t b = 0; b < B; b++) {
+            if (s.live[b] == 0) {
+                for (int64_t j = 0; j < K; j++) s.parent[b * K + j] = b * K + j;
+                continue;
+            }
+            s.live[b] = choose(d, io, &s, b, i);
+            any = any || s.live[b] > 0;
+        }
+        if (!any) break;
+        int64_t *h = s.hist;
+        s.hist = s.next_hist;
+        s.next_hist = h;
+        double *sc = s.score;
+        s.score = s.next_score;
+        s.next_score = sc;
+        reorder_caches(d, s.parent, d->P + i);
+    }
+    for (int64_t b = 0; b < B && st == ATTNC_OK; b++)
+        for (int64_t j = io->lengths[b]; j < T; j++) io->out[b * T + j] = io->eos >= 0 ? io->eos : 0;
+    free(rows_prompt);
+    free(s.hist);
+    free(s.next_hist);
+    free(s.score);
+    free(s.next_score);
+    free(s.live);
+    free(s.best);
+    free(s.parent);
+    free(s.tok);
+    free(s.lp);
+    free(s.top);
+    return st;
+}
+
+/* ---- setup ---------------------------------------------------------------- */
+
+static attnc_status check_decoder(decode_run *d, const attnc_decoder *m) {
+    if (!m || !m->layers || m->nlayers < 0) return attnc_fail(ATTNC_ERR_TYPE, "decoder and its layers are required");
+    if (!attnc_present(&m->embedding) || !attnc_present(&m->positions) || !attnc_present(&m->out_weight))
+        return attnc_fail(ATTNC_ERR_TYPE, "embedding, positions and out_weight are required");
+    d->dt = m->embedding.dtype;
+    if (d->dt != ATTNC_FLOAT32 && d->dt != ATTNC_FLOAT64)
+        return attnc_fail(ATTNC_ERR_TYPE, "embedding has dtype %s, expected float32 or float64",
+                          attnc_dtype_name(d->dt));
+    int64_t ve[2] = {-1, -1};
+    TRY(attnc_check_dims(&m->embedding, "embedding", d->dt, 2, ve, false));
+    d->E = ve[1];
+    int64_t pe[2] = {-1, d->E};
+    TRY(attnc_check_dims(&m->positions, "positions", d->dt, 2, pe, false));
+    d->Tmax = pe[0];
+    int64_t ow[2] = {-1, d->E};
+    TRY(attnc_check_dims(&m->out_weight, "out_weight", d->dt, 2, ow, false));
+    TRY(attnc_check_blas(&m->out_weight, "out_weight"));
+    d->V = ow[0];
+    if (d->V > ve[0])
+        return attnc_fail(ATTNC_ERR_VALUE, "out_weight has %lld rows, more than the embedding's %lld tokens",
+                          (long long)d->V, (long long)ve[0]);
+    if (attnc_present(&m->out_bias)) TRY(attnc_check_dims(&m->out_bias, "out_bias", d->dt, 1, &d->V, false));
+    for (int i = 0; i < 2; i++) {
+        const attnc_tensor *t = i ? &m->final_norm.bias : &m->final_norm.weight;
+        if (attnc_present(t)) TRY(attnc_check_dims(t, i ? "norm.bias" : "norm.weight", d->dt, 1, &d->E, false));
+    }
+    d->cross = m->nlayers > 0 && attnc_present(&m->layers[0].cross_attn.in_weight);
+    d->F = 0;
+    for (int64_t l = 0; l < m->nlayers; l++) {
+        int64_t F;
+        if (attnc_present(&m->layers[l].cross_attn.in_weight) != d->cross)
+            return attnc_fail(ATTNC_ERR_VALUE, "layers must all be decoder layers or all encoder-style layers");
+        attnc_status st = attnc_check_layer_params(&m->layers[l], &m->config, d->dt, d->E, d->cross, &F);
+        if (st != ATTNC_OK) return attnc_fail(st, "layer %lld: %s", (long long)l, attnc_last_error());
+        d->F = F > d->F ? F : d->F;
+    }
+    if (m->config.nhead < 1 || d->E % m->config.nhead)
+        return attnc_fail(ATTNC_ERR_VALUE, "d_model (%lld) must be divisible by nhead", (long long)d->E);
+    d->H = m->config.nhead;
+    return ATTNC_OK;
+}
+
+static attnc_status check_ids(const attnc_tensor *t, const char *name, int64_t limit) {
+    int64_t n = attnc_numel(t);
+    const int64_t *p = t->data;
+    for (int64_t i = 0; i < n; i++)
+        if (p[i] < 0 || p[i] >= limit)
+            return attnc_fail(ATTNC_ERR_VALUE, "%s holds token %lld, outside [0, %lld)", name, (long long)p[i],
+                              (long long)limit);
+    return ATTNC_OK;
+}
+
+static attnc_status alloc_run(decode_run *d) {
+    int64_t rows = d->R * d->P, E = d->E, L = d->m->nlayers;
+    TRY(attnc_calloc((void **)&d->kcache, (size_t)L, sizeof *d->kcache, "caches"));
+    TRY(attnc_calloc((void **)&d->vcache, (size_t)L, sizeof *d->vcache, "caches"));
+    TRY(attnc_calloc((void **)&d->cross_kv, (size_t)L, sizeof *d->cross_kv, "caches"));
+    for (int64_t l = 0; l < L; l++) {
+        TRY(attnc_calloc((void **)&d->kcache[l], (size_t)(d->R * d->Tmax * E), d->es, "key cache"));
+        TRY(attnc_calloc((void **)&d->vcache[l], (size_t)(d->R * d->Tmax * E), d->es, "value cache"));
+        if (d->cross) TRY(attnc_calloc((void **)&d->cross_kv[l], (size_t)(d->B * d->S * 2 * E), d->es, "memory keys"));
+    }
+    struct {
+        char **p;
+        int64_t n;
+    } bufs[] = {{&d->x, rows * E},       {&d->a, rows * E},          {&d->tmp, rows * E},
+                {&d->qkv, rows * 3 * E}, {&d->attn, rows * E},       {&d->ff, rows * d->F},
+                {&d->mean, rows},        {&d->rstd, rows},           {&d->lse, rows * d->H},
+                {&d->last, d->R * E},    {&d->logits, d->R * d->V}, {&d->gather, d->R * d->Tmax * E}};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        TRY(attnc_calloc((void **)bufs[i].p, (size_t)bufs[i].n, d->es, "decoding buffers"));
+    return ATTNC_OK;
+}
+
+static void free_run(decode_run *d) {
+    for (int64_t l = 0; l < d->m->nlayers; l++) {
+        if (d->kcache) free(d->kcache[l]);
+        if (d->vcache) free(d->vcache[l]);
+        if (d->cross_kv) free(d->cross_kv[l]);
+    }
+    free(d->kcache);
+    free(d->vcache);
+    free(d->cross_kv);
+    char *bufs[] = {d->x, d->a, d->tmp, d->qkv, d->attn, d->ff, d->mean, d->rstd, d->lse, d->last, d->logits, d->gather};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
+}
+
+/* Cross-attention keys and values of every layer, once: (B S, 2E). */
+static attnc_status memory_keys(decode_run *d, const attnc_tensor *memory) {
+    int64_t rows[2] = {d->B * d->S, d->E};
+    attnc_tensor mem = attnc_view(memory->data, d->dt, 2, rows);
+    for (int64_t l = 0; l < d->m->nlayers; l++) {
+        const attnc_mha_params *p = &d->m->layers[l].cross_attn;
+        attnc_tensor w = attnc_rows(&p->in_weight, d->E, 2 * d->E), b = attnc_rows(&p->in_bias, d->E, 2 * d->E);
+        attnc_tensor kv = mat(d, d->cross_kv[l], d->B * d->S, 2 * d->E);
+        TRY(attnc_linear_forward(&kv, &mem, &w, &b));
+    }
+    return ATTNC_OK;
+}
+
+attnc_status attnc_decode(attnc_tensor *tokens, attnc_tensor *lengths, const attnc_decoder *decoder,
+                          const attnc_tensor *prompt, const attnc_tensor *memory,
+                          const attnc_tensor *memory_mask, const attnc_decode_options *o) {
+    decode_run d = {.m = decoder};
+    TRY(check_decoder(&d, decoder));
+    d.es = attnc_dtype_size(d.dt);
+    if (!o) return attnc_fail(ATTNC_ERR_TYPE, "options are required");
+    if (o->max_new_tokens < 0) return attnc_fail(ATTNC_ERR_VALUE, "max_new_tokens must be >= 0");
+    if (o->beam_size < 1) return attnc_fail(ATTNC_ERR_VALUE, "beam_size must be >= 1");
+    if (o->eos >= d.V) return attnc_fail(ATTNC_ERR_VALUE, "eos %lld is outside the vocabulary", (long long)o->eos);
+    if (!isfinite(o->length_penalty)) return attnc_fail(ATTNC_ERR_VALUE, "length_penalty must be finite");
+    if (!attnc_present(prompt) || !attnc_present(tokens) || !attnc_present(lengths))
+        return attnc_fail(ATTNC_ERR_TYPE, "tokens, lengths and prompt are required");
+    int64_t bp[2] = {-1, -1};
+    TRY(attnc_check_dims(prompt, "prompt", ATTNC_INT64, 2, bp, false));
+    if (!attnc_is_contiguous(prompt)) return attnc_fail(ATTNC_ERR_LAYOUT, "prompt must be contiguous");
+    d.B = bp[0];
+    d.P = bp[1];
+    if (d.P < 1) return attnc_fail(ATTNC_ERR_VALUE, "prompt needs at least one token");
+    TRY(check_ids(prompt, "prompt", decoder->embedding.shape[0]));
+    int64_t bt[2] = {d.B, o->max_new_tokens};
+    TRY(attnc_check_dims(tokens, "tokens", ATTNC_INT64, 2, bt, true));
+    TRY(attnc_check_dims(lengths, "lengths", ATTNC_INT64, 1, &d.B, true));
+    if (o->max_new_tokens > 0 && d.P + o->max_new_tokens - 1 > d.Tmax)
+        return attnc_fail(ATTNC_ERR_VALUE, "prompt (%lld) + max_new_tokens (%lld) - 1 exceeds the %lld positions",
+                          (long long)d.P, (long long)o->max_new_tokens, (long long)d.Tmax);
+    if (d.cross) {
+        if (!attnc_present(memory)) return attnc_fail(ATTNC_ERR_TYPE, "memory is required by decoder layers");
+        int64_t bse[3] = {d.B, -1, d.E};
+        TRY(attnc_check_dims(memory, "memory", d.dt, 3, bse, false));
+        if (!attnc_is_contiguous(memory)) return attnc_fail(ATTNC_ERR_LAYOUT, "memory must be contiguous");
+        d.S = bse[1];
+        if (attnc_present(memory_mask)) {
+            int64_t bs[2] = {d.B, d.S};
+            TRY(attnc_check_dims(memory_mask, "memory_mask", ATTNC_BOOL, 2, bs, false));
+        }
+        d.memory_mask = memory_mask;
+    }
+    if (d.B == 0 || o->max_new_tokens == 0) {
+        int64_t *len = lengths->data;
+        for (int64_t b = 0; b < d.B; b++) len[b] = 0;
+        return ATTNC_OK;
+    }
+    d.K = o->beam_size;
+    d.R = d.B * d.K;
+    d.Tmax = d.P + o->max_new_tokens - 1;
+    attnc_status st = alloc_run(&d);
+    if (st == ATTNC_OK && d.cross) st = memory_keys(&d, memory);
+    search_io io = {.out = tokens->data, .lengths = lengths->data, .T = o->max_new_tokens, .eos = o->eos,
+                    .alpha = o->length_penalty};
+    if (st == ATTNC_OK) st = d.K == 1 ? greedy(&d, prompt->data, &io) : beam(&d, prompt->data, &io);
+    free_run(&d);
+    return st;
+}
