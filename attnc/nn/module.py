@@ -172,10 +172,26 @@ class Module:
         return ""
 
 
+def _describe(module: Module) -> dict:
+    """A module's class and constructor arguments, as JSON: arguments that are
+    modules themselves (a TransformerEncoder's layer) are described in turn."""
+    config = dict(module._config, dtype=module.dtype.name) if "dtype" in module._config else dict(module._config)
+    encoded = {k: {"__module__": _describe(v)} if isinstance(v, Module) else v for k, v in config.items()}
+    return {"class": f"{type(module).__module__}.{type(module).__qualname__}", "config": encoded}
+
+
+def _build(description: dict) -> Module:
+    cls = Module._registry.get(description["class"])
+    if cls is None:
+        raise ValueError(f"unknown module class {description['class']!r}")
+    config = {k: _build(v["__module__"]) if isinstance(v, dict) and "__module__" in v else v
+              for k, v in description["config"].items()}
+    return cls(**config)
+
+
 def save(path, module: Module) -> None:
     """Write a module (its class, constructor arguments and parameters) to an .npz file."""
-    config = dict(module._config, dtype=module.dtype.name)  # the current dtype, after any .to()
-    header = json.dumps({"class": f"{type(module).__module__}.{type(module).__qualname__}", "config": config})
+    header = json.dumps(dict(_describe(module), dtype=module.dtype.name))
     np.savez(path, __attnc__=np.array(header), **module.state_dict())
 
 
@@ -185,9 +201,10 @@ def load(path) -> Module:
         if "__attnc__" not in data:
             raise ValueError(f"{path} was not written by attnc.save")
         header = json.loads(str(data["__attnc__"]))
-        cls = Module._registry.get(header["class"])
-        if cls is None:
-            raise ValueError(f"{path} holds an unknown module class {header['class']!r}")
-        module = cls(**header["config"])
+        try:
+            module = _build(header)
+        except ValueError as e:
+            raise ValueError(f"{path}: {e}") from None
+        module.to(header.get("dtype", module.dtype.name))  # after any .to() (arguments record the original)
         module.load_state_dict({k: data[k] for k in data.files if k != "__attnc__"})
     return module.eval()

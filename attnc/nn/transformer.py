@@ -47,14 +47,14 @@ def _activation(activation):
     return activation
 
 
-def _rows(x, name, dtype, d_model):
+def _rows(x, name, dtype, d_model, length="T"):
     """x as a contiguous (B, T, E) array of the module's dtype, and whether it
     came unbatched (T, E), as torch accepts."""
     a = float_array(x, name)
     same_dtype(dtype, **{name: a})
     if a.ndim not in (2, 3) or a.shape[-1] != d_model:
-        raise ValueError(f"{name} has shape {shape_str(a.shape)}, expected (B, T, {d_model}) (batch first) "
-                         f"or (T, {d_model})")
+        raise ValueError(f"{name} has shape {shape_str(a.shape)}, expected (B, {length}, {d_model}) (batch first) "
+                         f"or ({length}, {d_model})")
     batched = a.ndim == 3
     return np.ascontiguousarray(a if batched else a[None]), batched
 
@@ -277,7 +277,7 @@ class TransformerDecoderLayer(_Layer):
     def _prepare(self, tgt, memory, tgt_mask, memory_mask, tgt_key_padding_mask, memory_key_padding_mask,
                  tgt_is_causal, memory_is_causal):
         x, batched = _rows(tgt, "tgt", self.dtype, self.d_model)
-        mem, mem_batched = _rows(memory, "memory", self.dtype, self.d_model)
+        mem, mem_batched = _rows(memory, "memory", self.dtype, self.d_model, "S")
         if mem_batched != batched or mem.shape[0] != x.shape[0]:
             raise ValueError(f"tgt {shape_str(np.shape(tgt))} and memory {shape_str(np.shape(memory))} need the "
                              "same batch size (both batched or both unbatched)")
@@ -391,7 +391,9 @@ class TransformerEncoder(Module):
         else:
             object.__setattr__(self, "norm", None)
 
-    def _forward(self, src, mask, src_key_padding_mask, is_causal, need_weights, keep):
+    def _forward(self, src, mask, src_key_padding_mask, is_causal, need_weights, keep,
+                 names=("mask", "src_key_padding_mask", "is_causal")):
+        """(outputs, saved for _vjp_backward); names: the caller's argument names, for errors."""
         first = self.layers[0] if self.num_layers else None
         d_model = first.d_model if first else np.shape(src)[-1]
         x, batched = _rows(src, "src", self.dtype, d_model)
@@ -399,8 +401,7 @@ class TransformerEncoder(Module):
             is_causal = mask is not None and _is_causal_mask(mask, x.shape[1])
         states, weights = [], []
         if first is not None:
-            masks = _self_masks(first, x, mask, src_key_padding_mask, is_causal, batched,
-                                ("mask", "src_key_padding_mask", "is_causal"))
+            masks = _self_masks(first, x, mask, src_key_padding_mask, is_causal, batched, names)
             for layer in self.layers:
                 x_in = x
                 x, (w, _), state = layer._run(x_in, None, masks, None, need_weights, keep)
@@ -408,20 +409,18 @@ class TransformerEncoder(Module):
                 weights.append(_unbatch(w, batched))
         y, norm_state = _final_norm(self.norm, x, keep)
         out = _unbatch(y, batched)
-        return ((out, weights) if need_weights else out), (states, norm_state, batched, need_weights)
+        return ((out, weights) if need_weights else out), (self, states, norm_state, batched, need_weights,
+                                                            np.shape(src))
 
     def forward(self, src, mask=None, src_key_padding_mask=None, is_causal=None, *, need_weights=False):
         return self._forward(src, mask, src_key_padding_mask, is_causal, need_weights, keep=False)[0]
 
     def _vjp_forward(self, src, mask=None, src_key_padding_mask=None, is_causal=None, *, need_weights=False):
-        outputs, (states, norm_state, batched, need_weights) = self._forward(
-            src, mask, src_key_padding_mask, is_causal, need_weights, keep=True)
-        x_last = states[-1][1] if states else None
-        return outputs, (self, states, norm_state, batched, need_weights, x_last, np.shape(src))
+        return self._forward(src, mask, src_key_padding_mask, is_causal, need_weights, keep=True)
 
     @staticmethod
     def _vjp_backward(saved, cotangents):
-        self, states, norm_state, batched, need_weights, _, src_shape = saved
+        self, states, norm_state, batched, need_weights, src_shape = saved
         if need_weights and cotangents[1] is not None:
             raise NotImplementedError("gradients through returned attention weights are not supported; pass None")
         grads = {}
@@ -466,7 +465,7 @@ class TransformerDecoder(Module):
         first = self.layers[0] if self.num_layers else None
         d_model = first.d_model if first else np.shape(tgt)[-1]
         x, batched = _rows(tgt, "tgt", self.dtype, d_model)
-        mem, mem_batched = _rows(memory, "memory", self.dtype, d_model)
+        mem, mem_batched = _rows(memory, "memory", self.dtype, d_model, "S")
         if mem_batched != batched or mem.shape[0] != x.shape[0]:
             raise ValueError(f"tgt {shape_str(np.shape(tgt))} and memory {shape_str(np.shape(memory))} need the "
                              "same batch size (both batched or both unbatched)")
@@ -485,7 +484,7 @@ class TransformerDecoder(Module):
         y, norm_state = _final_norm(self.norm, x, keep)
         out = _unbatch(y, batched)
         outputs = (out, {"self": ws, "cross": wc}) if need_weights else out
-        return outputs, (states, norm_state, batched, need_weights, x.shape, mem)
+        return outputs, (self, (states, norm_state, batched, need_weights, x.shape, mem))
 
     def forward(self, tgt, memory, tgt_mask=None, memory_mask=None, tgt_key_padding_mask=None,
                 memory_key_padding_mask=None, tgt_is_causal=None, memory_is_causal=False, *, need_weights=False):
@@ -495,10 +494,8 @@ class TransformerDecoder(Module):
     def _vjp_forward(self, tgt, memory, tgt_mask=None, memory_mask=None, tgt_key_padding_mask=None,
                      memory_key_padding_mask=None, tgt_is_causal=None, memory_is_causal=False, *,
                      need_weights=False):
-        outputs, state = self._forward(tgt, memory, tgt_mask, memory_mask, tgt_key_padding_mask,
-                                       memory_key_padding_mask, tgt_is_causal, memory_is_causal, need_weights,
-                                       keep=True)
-        return outputs, (self, state)
+        return self._forward(tgt, memory, tgt_mask, memory_mask, tgt_key_padding_mask, memory_key_padding_mask,
+                             tgt_is_causal, memory_is_causal, need_weights, keep=True)
 
     @staticmethod
     def _vjp_backward(saved, cotangents):
@@ -547,9 +544,10 @@ class Transformer(Module):
                  dropout=0.1, activation="relu", custom_encoder=None, custom_decoder=None, layer_norm_eps=1e-5,
                  batch_first=True, norm_first=False, bias=True, *, dtype=np.float32, seed=None):
         super().__init__(dtype)
-        if custom_encoder is not None or custom_decoder is not None:
-            raise ValueError("custom_encoder / custom_decoder are not supported: build the Transformer from "
-                             "TransformerEncoder and TransformerDecoder yourself")
+        if custom_encoder is not None and not isinstance(custom_encoder, TransformerEncoder):
+            raise TypeError(f"custom_encoder must be an attnc.nn.TransformerEncoder, got {type(custom_encoder).__name__}")
+        if custom_decoder is not None and not isinstance(custom_decoder, TransformerDecoder):
+            raise TypeError(f"custom_decoder must be an attnc.nn.TransformerDecoder, got {type(custom_decoder).__name__}")
         rng = np.random.default_rng(seed)
         sub = lambda: int(rng.integers(2**63))  # noqa: E731
         kw = dict(dim_feedforward=dim_feedforward, dropout=dropout, activation=activation,
@@ -557,10 +555,10 @@ class Transformer(Module):
                   dtype=dtype)
         enc = TransformerEncoderLayer(d_model, nhead, seed=sub(), **kw)
         dec = TransformerDecoderLayer(d_model, nhead, seed=sub(), **kw)
-        self.encoder = TransformerEncoder(enc, num_encoder_layers,
-                                          LayerNorm(d_model, eps=layer_norm_eps, bias=bias, dtype=dtype))
-        self.decoder = TransformerDecoder(dec, num_decoder_layers,
-                                          LayerNorm(d_model, eps=layer_norm_eps, bias=bias, dtype=dtype))
+        self.encoder = custom_encoder if custom_encoder is not None else TransformerEncoder(
+            enc, num_encoder_layers, LayerNorm(d_model, eps=layer_norm_eps, bias=bias, dtype=dtype))
+        self.decoder = custom_decoder if custom_decoder is not None else TransformerDecoder(
+            dec, num_decoder_layers, LayerNorm(d_model, eps=layer_norm_eps, bias=bias, dtype=dtype))
         self.d_model, self.nhead, self.batch_first = enc.d_model, enc.nhead, True
         for name, p in self.named_parameters():  # torch's _reset_parameters
             if p.ndim > 1:
@@ -578,17 +576,12 @@ class Transformer(Module):
         s, t = np.shape(src), np.shape(tgt)
         if len(s) != len(t) or (len(s) == 3 and s[0] != t[0]):
             raise ValueError(f"src {shape_str(s)} and tgt {shape_str(t)} need the same batch size")
-        enc_out, enc_state = self.encoder._vjp_forward(src, src_mask, src_key_padding_mask, src_is_causal,
-                                                       need_weights=need_weights) if keep else (
-            self.encoder.forward(src, src_mask, src_key_padding_mask, src_is_causal, need_weights=need_weights),
-            None)
+        enc_out, enc_state = self.encoder._forward(src, src_mask, src_key_padding_mask, src_is_causal, need_weights,
+                                                   keep, ("src_mask", "src_key_padding_mask", "src_is_causal"))
         memory, enc_w = enc_out if need_weights else (enc_out, None)
-        dec_args = (tgt, memory, tgt_mask, memory_mask, tgt_key_padding_mask, memory_key_padding_mask,
-                    tgt_is_causal, memory_is_causal)
-        if keep:
-            dec_out, dec_state = self.decoder._vjp_forward(*dec_args, need_weights=need_weights)
-        else:
-            dec_out, dec_state = self.decoder.forward(*dec_args, need_weights=need_weights), None
+        dec_out, dec_state = self.decoder._forward(tgt, memory, tgt_mask, memory_mask, tgt_key_padding_mask,
+                                                   memory_key_padding_mask, tgt_is_causal, memory_is_causal,
+                                                   need_weights, keep)
         if not need_weights:
             return dec_out, (enc_state, dec_state)
         out, dec_w = dec_out

@@ -47,12 +47,14 @@ static void FN(dw_task)(void *arg, int64_t block, int worker) {
     int64_t o0 = block * ROWS, n = j->dy.cols - o0 < ROWS ? j->dy.cols - o0 : ROWS;
     attnc_mat dyc = FN(cols)(j->dy, o0, n);
     if (j->dw.p) GEMM(true, false, 1, dyc, j->x, 0, FN(rows)(j->dw, o0, n));
-    if (j->dbias)
-        for (int64_t o = 0; o < n; o++) {
-            REAL acc = 0;
-            for (int64_t r = 0; r < dyc.rows; r++) acc += ((const REAL *)dyc.p)[r * dyc.rs + o * dyc.cs];
-            j->dbias[o0 + o] = acc;
+    if (j->dbias) { /* row by row, so dy is read along its rows */
+        REAL *db = j->dbias + o0;
+        for (int64_t o = 0; o < n; o++) db[o] = 0;
+        for (int64_t r = 0; r < dyc.rows; r++) {
+            const REAL *row = (const REAL *)dyc.p + r * dyc.rs;
+            for (int64_t o = 0; o < n; o++) db[o] += row[o * dyc.cs];
         }
+    }
 }
 
 #include "../core/real_end.h"
