@@ -1,10 +1,12 @@
 """attnc.nn: PyTorch-compatible modules whose parameters are NumPy arrays
 named as in torch's state_dict(), with C forward and backward."""
 
+from .decoding import decode
 from .linear import Linear, linear
 from .module import Module
 from .multihead import MultiheadAttention
 from .normalization import LayerNorm, layer_norm
+from .sparse import Embedding, cross_entropy, embedding, sinusoidal_encoding
 from .transformer import (
     Transformer,
     TransformerDecoder,
@@ -12,8 +14,6 @@ from .transformer import (
     TransformerEncoder,
     TransformerEncoderLayer,
 )
-from .decoding import decode
-from .sparse import Embedding, cross_entropy, embedding, sinusoidal_encoding
 
 __all__ = [
     "Embedding",

@@ -10,7 +10,7 @@ import numpy as np
 from .. import _core
 from .._args import float_array, same_dtype, shape_str
 from .normalization import LayerNorm
-from .transformer import TransformerDecoderLayer, TransformerEncoderLayer, _ACTIVATIONS
+from .transformer import _ACTIVATIONS, TransformerDecoderLayer, TransformerEncoderLayer
 
 
 def _int(name, v, low):
@@ -54,7 +54,7 @@ def decode(layers, embedding, positions, out_weight, prompt, max_new_tokens, *, 
     if not kinds <= {TransformerEncoderLayer, TransformerDecoderLayer} or len(kinds) != 1:
         raise TypeError("layers must all be attnc.nn.TransformerDecoderLayer or all TransformerEncoderLayer")
     first = layers[0]
-    key = lambda layer: (layer.nhead, layer.activation, layer.layer_norm_eps, layer.norm_first, layer.d_model)  # noqa: E731
+    key = lambda layer: (layer.nhead, layer.activation, layer.layer_norm_eps, layer.norm_first, layer.d_model)
     if any(key(layer) != key(first) for layer in layers):
         raise ValueError("layers must share nhead, activation, layer_norm_eps, norm_first and d_model")
     dtype = first.dtype

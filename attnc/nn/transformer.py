@@ -23,7 +23,9 @@ from .._args import elementwise_ready, float_array, same_dtype, shape_str, torch
 from .linear import Linear
 from .module import Module
 from .multihead import MultiheadAttention
-from .normalization import LayerNorm, _backward as _norm_backward, _forward as _norm_forward
+from .normalization import LayerNorm
+from .normalization import _backward as _norm_backward
+from .normalization import _forward as _norm_forward
 
 _ACTIVATIONS = {"relu": 1, "gelu": 2}
 
@@ -116,7 +118,7 @@ class _Layer(Module):
         self.dropout, self.activation = float(dropout), _activation(activation)
         self.layer_norm_eps, self.norm_first = float(layer_norm_eps), bool(norm_first)
         rng = np.random.default_rng(seed)
-        sub = lambda: int(rng.integers(2**63))  # noqa: E731
+        sub = lambda: int(rng.integers(2**63))
         self.self_attn = MultiheadAttention(d_model, nhead, dropout, bias=bias, dtype=dtype, seed=sub())
         if self._decoder:
             self.multihead_attn = MultiheadAttention(d_model, nhead, dropout, bias=bias, dtype=dtype, seed=sub())
@@ -549,7 +551,7 @@ class Transformer(Module):
         if custom_decoder is not None and not isinstance(custom_decoder, TransformerDecoder):
             raise TypeError(f"custom_decoder must be an attnc.nn.TransformerDecoder, got {type(custom_decoder).__name__}")
         rng = np.random.default_rng(seed)
-        sub = lambda: int(rng.integers(2**63))  # noqa: E731
+        sub = lambda: int(rng.integers(2**63))
         kw = dict(dim_feedforward=dim_feedforward, dropout=dropout, activation=activation,
                   layer_norm_eps=layer_norm_eps, batch_first=batch_first, norm_first=norm_first, bias=bias,
                   dtype=dtype)
