@@ -612,6 +612,169 @@ static void test_token_layers(void) {
     free(x);
 }
 
+
+/* Activation, dropout and residual in one pass: the keep rate, the GELU and
+ * its derivative (finite differences), the residual, and the backward's mask. */
+static void test_pointwise(void) {
+    enum { N = 100003 };
+    double *x = randn(N, 21), *res = randn(N, 22), *y = malloc(N * sizeof *y), *dx = malloc(N * sizeof *dx);
+    double *ones = malloc(N * sizeof *ones);
+    for (int i = 0; i < N; i++) ones[i] = 1;
+    int64_t n = N;
+    attnc_tensor tx = view(x, ATTNC_FLOAT64, 1, &n), tr = view(res, ATTNC_FLOAT64, 1, &n);
+    attnc_tensor ty = view(y, ATTNC_FLOAT64, 1, &n), tdx = view(dx, ATTNC_FLOAT64, 1, &n);
+    attnc_tensor t1 = view(ones, ATTNC_FLOAT64, 1, &n);
+    CHECK(attnc_pointwise_forward(&ty, &tx, &tr, ATTNC_ACT_NONE, 0.3, 7, 1) == ATTNC_OK, "%s", attnc_last_error());
+    int kept = 0, exact = 1;
+    for (int i = 0; i < N; i++) {
+        double v = y[i] - res[i];
+        if (v != 0) kept++;
+        exact = exact && (v == 0 || fabs(v - x[i] / 0.7) < 1e-12);
+    }
+    CHECK(fabs(kept / (double)N - 0.7) < 0.01, "dropout keep rate %g, expected 0.7", kept / (double)N);
+    CHECK(exact, "kept elements not scaled by 1 / (1 - p)");
+    CHECK(attnc_pointwise_backward(&tdx, &t1, NULL, ATTNC_ACT_NONE, 0.3, 7, 1) == ATTNC_OK, "%s", attnc_last_error());
+    int same = 1;
+    for (int i = 0; i < N; i++) same = same && ((dx[i] != 0) == (y[i] - res[i] != 0 || x[i] == 0));
+    CHECK(same, "backward mask differs from the forward's");
+    /* GELU: value and derivative */
+    CHECK(attnc_pointwise_forward(&ty, &tx, NULL, ATTNC_ACT_GELU, 0, 0, 0) == ATTNC_OK, "%s", attnc_last_error());
+    CHECK(attnc_pointwise_backward(&tdx, &t1, &tx, ATTNC_ACT_GELU, 0, 0, 0) == ATTNC_OK, "%s", attnc_last_error());
+    double worst = 0, worst_d = 0;
+    for (int i = 0; i < 1000; i++) {
+        double g = 0.5 * x[i] * (1 + erf(x[i] / sqrt(2.0)));
+        double h = 1e-6, gp = 0.5 * (x[i] + h) * (1 + erf((x[i] + h) / sqrt(2.0)));
+        double gm = 0.5 * (x[i] - h) * (1 + erf((x[i] - h) / sqrt(2.0)));
+        worst = fmax(worst, fabs(y[i] - g));
+        worst_d = fmax(worst_d, fabs(dx[i] - (gp - gm) / (2 * h)));
+    }
+    CHECK(worst < 1e-15 && worst_d < 1e-8, "gelu %g, gelu' %g", worst, worst_d);
+    CHECK(attnc_pointwise_forward(&ty, &tx, NULL, ATTNC_ACT_RELU, 1.5, 0, 0) == ATTNC_ERR_VALUE, "p > 1 accepted");
+    free(x);
+    free(res);
+    free(y);
+    free(dx);
+    free(ones);
+}
+
+/* A tiny decoder layer (post-norm, dropout on) and a decoder-only pre-norm
+ * stack under the sanitizers: the layer's input gradient against central
+ * differences, and greedy and beam decoding running to completion. */
+enum { LB = 2, LL = 3, LS = 4, LE = 4, LF = 6, LH = 2, LV = 5 };
+
+typedef struct {
+    double in_w[3 * LE * LE], in_b[3 * LE], out_w[LE * LE], out_b[LE];
+    double x_in_w[3 * LE * LE], x_in_b[3 * LE], x_out_w[LE * LE], x_out_b[LE];
+    double w1[LF * LE], b1[LF], w2[LE * LF], b2[LE], nw[3][LE], nb[3][LE];
+} layer_data;
+
+static attnc_layer_params layer_params(layer_data *d, int decoder) {
+    int64_t w3[2] = {3 * LE, LE}, b3 = 3 * LE, we[2] = {LE, LE}, be = LE, w1[2] = {LF, LE}, b1 = LF;
+    int64_t w2[2] = {LE, LF};
+    attnc_layer_params p = {
+        .self_attn = {view(d->in_w, ATTNC_FLOAT64, 2, w3), view(d->in_b, ATTNC_FLOAT64, 1, &b3),
+                      view(d->out_w, ATTNC_FLOAT64, 2, we), view(d->out_b, ATTNC_FLOAT64, 1, &be)},
+        .linear1_weight = view(d->w1, ATTNC_FLOAT64, 2, w1), .linear1_bias = view(d->b1, ATTNC_FLOAT64, 1, &b1),
+        .linear2_weight = view(d->w2, ATTNC_FLOAT64, 2, w2), .linear2_bias = view(d->b2, ATTNC_FLOAT64, 1, &be),
+        .norm_self = {view(d->nw[0], ATTNC_FLOAT64, 1, &be), view(d->nb[0], ATTNC_FLOAT64, 1, &be)},
+        .norm_ff = {view(d->nw[2], ATTNC_FLOAT64, 1, &be), view(d->nb[2], ATTNC_FLOAT64, 1, &be)}};
+    if (decoder) {
+        p.cross_attn = (attnc_mha_params){view(d->x_in_w, ATTNC_FLOAT64, 2, w3), view(d->x_in_b, ATTNC_FLOAT64, 1, &b3),
+                                          view(d->x_out_w, ATTNC_FLOAT64, 2, we),
+                                          view(d->x_out_b, ATTNC_FLOAT64, 1, &be)};
+        p.norm_cross = (attnc_norm_params){view(d->nw[1], ATTNC_FLOAT64, 1, &be), view(d->nb[1], ATTNC_FLOAT64, 1, &be)};
+    }
+    return p;
+}
+
+static double layer_loss(const attnc_layer_params *p, const attnc_layer_config *c, double *x, double *mem,
+                         const double *cot) {
+    int64_t bxe[3] = {LB, LL, LE}, bse[3] = {LB, LS, LE};
+    double out[LB * LL * LE];
+    attnc_tensor tx = view(x, ATTNC_FLOAT64, 3, bxe), tm = view(mem, ATTNC_FLOAT64, 3, bse);
+    attnc_tensor to = view(out, ATTNC_FLOAT64, 3, bxe);
+    attnc_attn_masks causal = {.causal = 1};
+    if (attnc_layer_forward(&to, NULL, NULL, NULL, &tx, &tm, p, c, &causal, NULL) != ATTNC_OK) return NAN;
+    double l = 0;
+    for (int i = 0; i < LB * LL * LE; i++) l += out[i] * cot[i];
+    return l;
+}
+
+static void test_transformer_layer(void) {
+    layer_data d;
+    double *r = randn(sizeof(d) / sizeof(double), 31);
+    memcpy(&d, r, sizeof d);
+    free(r);
+    for (size_t i = 0; i < sizeof d / sizeof(double); i++) ((double *)&d)[i] *= 0.5;
+    attnc_layer_params p = layer_params(&d, 1);
+    attnc_layer_config c = {.nhead = LH, .activation = ATTNC_ACT_GELU, .eps = 1e-5, .dropout = 0.2, .seed = 3};
+    double *x = randn(LB * LL * LE, 32), *mem = randn(LB * LS * LE, 33), *cot = randn(LB * LL * LE, 34);
+    int64_t bxe[3] = {LB, LL, LE}, bse[3] = {LB, LS, LE};
+    int64_t nsaved = attnc_layer_saved_size(LB, LL, LS, LE, LF, LH, 1);
+    double *saved = malloc((size_t)nsaved * sizeof *saved), out[LB * LL * LE], dx[LB * LL * LE];
+    double dmem[LB * LS * LE];
+    attnc_tensor tx = view(x, ATTNC_FLOAT64, 3, bxe), tm = view(mem, ATTNC_FLOAT64, 3, bse);
+    attnc_tensor to = view(out, ATTNC_FLOAT64, 3, bxe), ts = view(saved, ATTNC_FLOAT64, 1, &nsaved);
+    attnc_tensor tdx = view(dx, ATTNC_FLOAT64, 3, bxe), tdm = view(dmem, ATTNC_FLOAT64, 3, bse);
+    attnc_tensor tcot = view(cot, ATTNC_FLOAT64, 3, bxe);
+    attnc_attn_masks causal = {.causal = 1};
+    attnc_layer_params none = {0};
+    CHECK(attnc_layer_forward(&to, NULL, NULL, &ts, &tx, &tm, &p, &c, &causal, NULL) == ATTNC_OK, "%s",
+          attnc_last_error());
+    CHECK(attnc_layer_backward(&tdx, &tdm, &none, &tcot, &ts, &tx, &tm, &p, &c, &causal, NULL) == ATTNC_OK, "%s",
+          attnc_last_error());
+    double worst = 0;
+    for (int i = 0; i < LB * LL * LE; i++) {
+        double keep = x[i], h = 1e-6;
+        x[i] = keep + h;
+        double lp = layer_loss(&p, &c, x, mem, cot);
+        x[i] = keep - h;
+        double lm = layer_loss(&p, &c, x, mem, cot);
+        x[i] = keep;
+        worst = fmax(worst, fabs((lp - lm) / (2 * h) - dx[i]));
+    }
+    CHECK(worst < 1e-7, "decoder layer dinput differs from finite differences by %g", worst);
+    c.nhead = 3;
+    CHECK(attnc_layer_forward(&to, NULL, NULL, NULL, &tx, &tm, &p, &c, &causal, NULL) == ATTNC_ERR_VALUE,
+          "nhead not dividing d_model accepted");
+    free(saved);
+    free(x);
+    free(mem);
+    free(cot);
+}
+
+static void test_decode(void) {
+    layer_data d[2];
+    double *r = randn(2 * sizeof(layer_data) / sizeof(double), 41);
+    memcpy(d, r, sizeof(d));
+    free(r);
+    double *emb = randn(LV * LE, 42), *pos = randn(8 * LE, 43), *ow = randn(LV * LE, 44);
+    attnc_layer_params layers[2] = {layer_params(&d[0], 0), layer_params(&d[1], 0)};
+    int64_t ve[2] = {LV, LE}, pe[2] = {8, LE};
+    attnc_decoder m = {.layers = layers, .nlayers = 2,
+                       .config = {.nhead = LH, .activation = ATTNC_ACT_RELU, .eps = 1e-5, .norm_first = 1},
+                       .embedding = view(emb, ATTNC_FLOAT64, 2, ve), .positions = view(pos, ATTNC_FLOAT64, 2, pe),
+                       .embed_scale = 1, .out_weight = view(ow, ATTNC_FLOAT64, 2, ve)};
+    int64_t prompt[LB * 2] = {1, 2, 3, 4}, bp[2] = {LB, 2}, tokens[LB * 8], lengths[LB], bt[2] = {LB, 6}, b = LB;
+    attnc_tensor tp = view(prompt, ATTNC_INT64, 2, bp), tt = view(tokens, ATTNC_INT64, 2, bt);
+    attnc_tensor tl = view(lengths, ATTNC_INT64, 1, &b), none = {0};
+    for (int64_t beam = 1; beam <= 3; beam += 2) {
+        attnc_decode_options o = {.max_new_tokens = 6, .eos = 0, .beam_size = beam, .length_penalty = 0.7};
+        CHECK(attnc_decode(&tt, &tl, &m, &tp, &none, &none, &o) == ATTNC_OK, "%s", attnc_last_error());
+        int valid = 1;
+        for (int i = 0; i < LB * 6; i++) valid = valid && tokens[i] >= 0 && tokens[i] < LV;
+        for (int i = 0; i < LB; i++) valid = valid && lengths[i] >= 1 && lengths[i] <= 6;
+        CHECK(valid, "beam %lld: tokens or lengths out of range", (long long)beam);
+    }
+    attnc_decode_options o = {.max_new_tokens = 8, .eos = -1, .beam_size = 1};
+    bt[1] = 8;
+    attnc_tensor tt8 = view(tokens, ATTNC_INT64, 2, bt);
+    CHECK(attnc_decode(&tt8, &tl, &m, &tp, &none, &none, &o) == ATTNC_ERR_VALUE, "too many tokens accepted");
+    free(emb);
+    free(pos);
+    free(ow);
+}
+
 int main(void) {
     test_rng();
     test_threads();
@@ -623,6 +786,9 @@ int main(void) {
     test_sdpa();
     test_linear();
     test_token_layers();
+    test_pointwise();
+    test_transformer_layer();
+    test_decode();
     attnc_set_num_threads(1); /* join the workers before exit */
     printf("%d passed, %d failed\n", passed, failed);
     return failed != 0;
