@@ -32,7 +32,8 @@ typedef struct {
     void *ctx;
     int64_t nblocks;
     int job_workers;           /* workers (beyond the caller) in this job    */
-    int busy;                  /* workers still inside the job               */
+    int open;                  /* workers may still join the job             */
+    int busy;                  /* workers that joined and have not left      */
     atomic_llong next;         /* next block to claim                        */
 } pool_t;
 
@@ -63,7 +64,9 @@ static void *worker_main(void *arg) {
             pthread_cond_wait(&pool.wake, &pool.lock);
         if (id >= pool.shutdown) break;
         seen = pool.generation;
-        if (id > pool.job_workers) continue; /* not needed for this job */
+        /* Not needed, or woken after the caller ran every block itself. */
+        if (id > pool.job_workers || !pool.open) continue;
+        pool.busy++;
         attnc_task_fn fn = pool.fn;
         void *ctx = pool.ctx;
         int64_t nblocks = pool.nblocks;
@@ -112,6 +115,7 @@ static void atfork_child(void) {
     pthread_cond_init(&pool.done, NULL);
     pool.started = 0;
     pool.busy = 0;
+    pool.open = 0;
     pool.shutdown = MAX_THREADS;
 }
 
@@ -157,7 +161,8 @@ void attnc_parallel_for(int64_t nblocks, int max_workers, attnc_task_fn fn, void
     pool.ctx = ctx;
     pool.nblocks = nblocks;
     pool.job_workers = helpers;
-    pool.busy = helpers;
+    pool.open = 1;
+    pool.busy = 0;
     atomic_store(&pool.next, 0);
     pool.generation++;
     pthread_cond_broadcast(&pool.wake);
@@ -165,7 +170,10 @@ void attnc_parallel_for(int64_t nblocks, int max_workers, attnc_task_fn fn, void
 
     run_blocks(fn, ctx, nblocks, 0);
 
+    /* Wait only for the workers that joined: a small job the caller finished
+     * alone does not wait for a sleeping worker to be scheduled. */
     pthread_mutex_lock(&pool.lock);
+    pool.open = 0;
     while (pool.busy > 0) pthread_cond_wait(&pool.done, &pool.lock);
     pthread_mutex_unlock(&pool.lock);
     pthread_mutex_unlock(&pool.job_lock);
