@@ -541,3 +541,51 @@ def test_thread_count_bitwise(dtype, rng, restore_threads):
     assert len(one) == len(two) == 10
     for i, (a, c) in enumerate(zip(one, two)):
         same_bits(a, c, f"result {i}")
+
+
+# --------------------------------------------------------------------------- log_softmax
+
+def _log_softmax_ref(input, dim=-1):
+    x = np.asarray(input, np.float64)
+    m = x.max(axis=dim, keepdims=True)
+    return x - m - np.log(np.exp(x - m).sum(axis=dim, keepdims=True))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DT_IDS)
+@pytest.mark.parametrize("shape, dim", [((7,), 0), ((3, 5), -1), ((3, 5), 0), ((2, 4, 6), 1)])
+def test_log_softmax_matches_torch(shape, dim, dtype, rng, torch, assert_unchanged):
+    x = (rng.standard_normal(shape) * 3).astype(dtype)
+    y, pull = assert_unchanged(attnc.vjp, nn.log_softmax, x, dim=dim)
+    xt = torch.tensor(x, requires_grad=True)
+    yt = torch.log_softmax(xt, dim)
+    dy = rng.standard_normal(shape).astype(dtype)
+    yt.backward(torch.tensor(dy))
+    tol = 1e-5 if dtype == np.float32 else 1e-12
+    assert y.dtype == dtype and y.shape == shape
+    np.testing.assert_allclose(y, yt.detach().numpy(), rtol=tol, atol=tol)
+    np.testing.assert_allclose(pull(dy)["input"], xt.grad.numpy(), rtol=tol, atol=tol)
+    np.testing.assert_allclose(y, _log_softmax_ref(x, dim), rtol=tol, atol=tol)
+
+
+def test_log_softmax_finite_differences(rng, check_vjp):
+    check_vjp(nn.log_softmax, _log_softmax_ref, {"input": rng.standard_normal((3, 4, 5)), "dim": 1}, rng,
+              positional=("input",))
+
+
+def test_log_softmax_stable_and_minus_inf_rows():
+    y = nn.log_softmax(np.array([[1000.0, 0.0], [-np.inf, -np.inf], [0.0, -np.inf]]))
+    np.testing.assert_allclose(y[0], [0.0, -1000.0])
+    assert np.all(np.isneginf(y[1]))
+    assert y[2, 0] == 0 and np.isneginf(y[2, 1])
+    _, pull = attnc.vjp(nn.log_softmax, np.array([[-np.inf, -np.inf], [0.0, -np.inf]]))
+    g = pull(np.ones((2, 2)))["input"]
+    assert np.all(np.isfinite(g)) and np.all(g[0] == 0)
+
+
+def test_log_softmax_errors():
+    with pytest.raises(ValueError, match="dim"):
+        nn.log_softmax(np.zeros((2, 3)), dim=2)
+    with pytest.raises(ValueError, match="at least one dim"):
+        nn.log_softmax(np.float64(1.0))
+    with pytest.raises(TypeError):
+        nn.log_softmax(np.zeros((2, 3), np.int64))

@@ -6,7 +6,7 @@ from .linear import Linear, linear
 from .module import Module
 from .multihead import MultiheadAttention
 from .normalization import LayerNorm, layer_norm
-from .sparse import Embedding, cross_entropy, embedding, sinusoidal_encoding
+from .sparse import Embedding, cross_entropy, embedding, log_softmax, sinusoidal_encoding
 from .transformer import (
     Transformer,
     TransformerDecoder,
@@ -30,6 +30,7 @@ __all__ = [
     "decode",
     "embedding",
     "layer_norm",
+    "log_softmax",
     "linear",
     "sinusoidal_encoding",
 ]

@@ -164,6 +164,46 @@ def cross_entropy(input, target, ignore_index=-100, reduction="mean", label_smoo
 register(cross_entropy, _cross_entropy_forward, _cross_entropy_backward)
 
 
+def _log_softmax_forward(input, dim=-1):
+    x = float_array(input, "input")
+    if x.ndim == 0:
+        raise ValueError("input must have at least one dim")
+    if isinstance(dim, bool) or not isinstance(dim, numbers.Integral) or not -x.ndim <= dim < x.ndim:
+        raise ValueError(f"dim must be an int in [-{x.ndim}, {x.ndim}), got {dim!r}")
+    moved = np.moveaxis(x, dim, -1)
+    x2 = elementwise_ready(moved.reshape(-1, x.shape[dim]))
+    y2 = np.empty(x2.shape, x.dtype)
+    _core.log_softmax_forward(y2, x2)
+    y = np.moveaxis(y2.reshape(moved.shape), -1, dim)
+    return y, (y2, moved.shape, int(dim))
+
+
+def _log_softmax_backward(saved, cotangents):
+    y2, moved_shape, dim = saved
+    (dy,) = cotangents
+    if dy is None:
+        return {"input": np.zeros(np.moveaxis(y2.reshape(moved_shape), -1, dim).shape, y2.dtype)}
+    dy2 = elementwise_ready(np.moveaxis(dy, dim, -1).reshape(y2.shape))
+    dx2 = np.empty(y2.shape, y2.dtype)
+    _core.log_softmax_backward(dx2, dy2, y2)
+    return {"input": np.ascontiguousarray(np.moveaxis(dx2.reshape(moved_shape), -1, dim))}
+
+
+def log_softmax(input, dim=-1):
+    """``torch.nn.functional.log_softmax(input, dim)``: x - logsumexp(x) along
+    dim, in C (a slice of only -inf gives -inf, not NaN).
+
+    Example
+    -------
+    >>> np.exp(attnc.nn.log_softmax(np.array([0.0, np.log(3.0)]))).round(2)
+    array([0.25, 0.75])
+    """
+    return _log_softmax_forward(input, dim)[0]
+
+
+register(log_softmax, _log_softmax_forward, _log_softmax_backward)
+
+
 def sinusoidal_encoding(length: int, d_model: int, dtype=np.float32) -> np.ndarray:
     """The Transformer's positional encoding (Vaswani et al. 2017), (length, d_model):
     p[t, 2i] = sin(t / 10000^(2i / d_model)), p[t, 2i + 1] = cos(t / 10000^(2i / d_model)).

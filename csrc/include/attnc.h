@@ -338,6 +338,12 @@ attnc_status attnc_cross_entropy_forward(attnc_tensor *losses, attnc_tensor *log
                                          const attnc_tensor *logits,
                                          const attnc_tensor *targets, double label_smoothing,
                                          int64_t ignore_index);
+/* y (N, C) <- log_softmax of each row of x (N, C) (a row of only -inf gives
+ * -inf, not NaN). */
+attnc_status attnc_log_softmax_forward(attnc_tensor *y, const attnc_tensor *x);
+/* dx (N, C) <- dy - exp(y) * rowsum(dy), y the forward's output. */
+attnc_status attnc_log_softmax_backward(attnc_tensor *dx, const attnc_tensor *dy, const attnc_tensor *y);
+
 /* dlogits (N, C) <- dlosses (N), logits, targets, logsumexp. */
 attnc_status attnc_cross_entropy_backward(attnc_tensor *dlogits, const attnc_tensor *dlosses,
                                           const attnc_tensor *logits,

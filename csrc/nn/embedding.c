@@ -2,6 +2,7 @@
  * classes, forward and backward: the two layers that meet token ids. */
 #include <inttypes.h>
 #include <math.h>
+#include <stdbool.h>
 
 #include "../core/status.h"
 #include "../core/tensor.h"
@@ -118,5 +119,43 @@ attnc_status attnc_cross_entropy_backward(attnc_tensor *dlogits, const attnc_ten
                          (n + ROWS - 1) / ROWS, .ids = targets, .logits = logits, .dloss = dlosses,
                          .lse_in = logsumexp, .dlogits = dlogits, .n = n, .v = c,
                          .eps = label_smoothing, .special = ignore_index);
+    return ATTNC_OK;
+}
+
+/* A float (N, C) tensor of rows, any strides; C >= 1. */
+static attnc_status check_rows2(const attnc_tensor *t, const char *name, attnc_dtype dt, int64_t *n, int64_t *c,
+                                bool output) {
+    int64_t sizes[2] = {*n, *c};
+    TRY(attnc_check_dims(t, name, dt, 2, sizes, output));
+    *n = sizes[0];
+    *c = sizes[1];
+    return ATTNC_OK;
+}
+
+attnc_status attnc_log_softmax_forward(attnc_tensor *y, const attnc_tensor *x) {
+    if (!attnc_present(y) || !attnc_present(x)) return attnc_fail(ATTNC_ERR_TYPE, "output and input are required");
+    attnc_dtype dt = x->dtype;
+    if (dt != ATTNC_FLOAT32 && dt != ATTNC_FLOAT64)
+        return attnc_fail(ATTNC_ERR_TYPE, "input has dtype %s, expected float32 or float64", attnc_dtype_name(dt));
+    int64_t n = -1, c = -1;
+    TRY(check_rows2(x, "input", dt, &n, &c, false));
+    TRY(check_rows2(y, "output", dt, &n, &c, true));
+    ATTNC_PARALLEL_TYPED(dt, attnc_workers(), tok_job, log_softmax_task, (n + ROWS - 1) / ROWS, .logits = x,
+                         .y = y, .n = n, .v = c);
+    return ATTNC_OK;
+}
+
+attnc_status attnc_log_softmax_backward(attnc_tensor *dx, const attnc_tensor *dy, const attnc_tensor *y) {
+    if (!attnc_present(dx) || !attnc_present(dy) || !attnc_present(y))
+        return attnc_fail(ATTNC_ERR_TYPE, "dinput, doutput and output are required");
+    attnc_dtype dt = y->dtype;
+    if (dt != ATTNC_FLOAT32 && dt != ATTNC_FLOAT64)
+        return attnc_fail(ATTNC_ERR_TYPE, "output has dtype %s, expected float32 or float64", attnc_dtype_name(dt));
+    int64_t n = -1, c = -1;
+    TRY(check_rows2(y, "output", dt, &n, &c, false));
+    TRY(check_rows2(dy, "doutput", dt, &n, &c, false));
+    TRY(check_rows2(dx, "dinput", dt, &n, &c, true));
+    ATTNC_PARALLEL_TYPED(dt, attnc_workers(), tok_job, log_softmax_grad_task, (n + ROWS - 1) / ROWS, .logits = y,
+                         .dy = dy, .dlogits = dx, .n = n, .v = c);
     return ATTNC_OK;
 }

@@ -72,6 +72,42 @@ static void FN(ce_backward_task)(void *arg, int64_t block, int worker) {
     }
 }
 
+
+/* y = x - logsumexp(x) over each row of logits (N, C); a row of only -inf
+ * gives -inf (and zero gradient) instead of NaN. */
+static void FN(log_softmax_task)(void *arg, int64_t block, int worker) {
+    (void)worker;
+    const FN(tok_job) *j = arg;
+    REAL *y = j->y->data;
+    for (int64_t r = block * ROWS; r < j->n && r < (block + 1) * ROWS; r++) {
+        REAL mx = -INFINITY, sum = 0;
+        for (int64_t c = 0; c < j->v; c++) mx = AT(j->logits, r, c) > mx ? AT(j->logits, r, c) : mx;
+        if (mx == -INFINITY) {
+            for (int64_t c = 0; c < j->v; c++) y[r * j->v + c] = -INFINITY;
+            continue;
+        }
+        for (int64_t c = 0; c < j->v; c++) sum += EXP(AT(j->logits, r, c) - mx);
+        REAL lse = mx + LOG(sum);
+        for (int64_t c = 0; c < j->v; c++) y[r * j->v + c] = AT(j->logits, r, c) - lse;
+    }
+}
+
+/* dx = dy - softmax * sum(dy), softmax = exp(y) from the forward's output. */
+static void FN(log_softmax_grad_task)(void *arg, int64_t block, int worker) {
+    (void)worker;
+    const FN(tok_job) *j = arg;
+    REAL *dx = j->dlogits->data;
+    for (int64_t r = block * ROWS; r < j->n && r < (block + 1) * ROWS; r++) {
+        REAL total = 0;
+        for (int64_t c = 0; c < j->v; c++) total += AT(j->dy, r, c);
+        for (int64_t c = 0; c < j->v; c++) {
+            REAL y = AT(j->logits, r, c);
+            dx[r * j->v + c] = y == -INFINITY ? 0 : AT(j->dy, r, c) - EXP(y) * total;
+        }
+    }
+}
+
 #undef AT
 #undef ID
+
 #include "../core/real_end.h"

@@ -129,7 +129,36 @@ static PyObject *py_cross_entropy_backward(PyObject *self, PyObject *args) {
     return buffers_finish(&h, st);
 }
 
+static PyObject *py_log_softmax_forward(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *y, *x;
+    if (!PyArg_ParseTuple(args, "OO", &y, &x)) return NULL;
+    buffers h = {.count = 0};
+    attnc_tensor ty, tx;
+    attnc_status st = ATTNC_OK;
+    if (!(buffers_get(&h, y, "output", 1, &ty) && buffers_get(&h, x, "input", 0, &tx)))
+        return buffers_release(&h), NULL;
+    ATTNC_NOGIL(st, attnc_log_softmax_forward(&ty, &tx));
+    return buffers_finish(&h, st);
+}
+
+static PyObject *py_log_softmax_backward(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *dx, *dy, *y;
+    if (!PyArg_ParseTuple(args, "OOO", &dx, &dy, &y)) return NULL;
+    buffers h = {.count = 0};
+    attnc_tensor tdx, tdy, ty;
+    attnc_status st = ATTNC_OK;
+    if (!(buffers_get(&h, dx, "dinput", 1, &tdx) && buffers_get(&h, dy, "doutput", 0, &tdy) &&
+          buffers_get(&h, y, "output", 0, &ty)))
+        return buffers_release(&h), NULL;
+    ATTNC_NOGIL(st, attnc_log_softmax_backward(&tdx, &tdy, &ty));
+    return buffers_finish(&h, st);
+}
+
 PyMethodDef attnc_nn_methods[] = {
+    {"log_softmax_forward", py_log_softmax_forward, METH_VARARGS, NULL},
+    {"log_softmax_backward", py_log_softmax_backward, METH_VARARGS, NULL},
     {"layer_norm_forward", py_layer_norm_forward, METH_VARARGS, NULL},
     {"layer_norm_backward", py_layer_norm_backward, METH_VARARGS, NULL},
     {"embedding_forward", py_embedding_forward, METH_VARARGS, NULL},
