@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import importlib
 import inspect
 import json
 from collections import OrderedDict, namedtuple
@@ -181,7 +182,10 @@ def _describe(module: Module) -> dict:
 
 
 def _build(description: dict) -> Module:
-    cls = Module._registry.get(description["class"])
+    name = description["class"]
+    if name not in Module._registry and name.startswith("attnc."):  # e.g. attnc.models, not imported yet
+        importlib.import_module(name.rsplit(".", 1)[0])
+    cls = Module._registry.get(name)
     if cls is None:
         raise ValueError(f"unknown module class {description['class']!r}")
     config = {k: _build(v["__module__"]) if isinstance(v, dict) and "__module__" in v else v

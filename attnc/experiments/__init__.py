@@ -1,0 +1,12 @@
+"""attnc.experiments: training runs that reproduce known results.
+
+Each runs as ``python -m attnc.experiments.NAME [--seed N] [--quick]
+[--threads N] [--save PATH]``, shows a progress bar on stderr and prints one
+JSON object of metrics as the last line of stdout (at least "exact_match"
+and "train_seconds").
+
+- ``transformer_reverse``: an encoder-decoder Transformer reverses digit sequences.
+- ``gpt_sort``: minGPT's demo, a tiny GPT sorts sequences of {0, 1, 2}.
+"""
+
+EXPERIMENTS = ("transformer_reverse", "gpt_sort")

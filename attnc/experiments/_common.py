@@ -1,0 +1,108 @@
+"""What every experiment shares: the command line, threads, the training loop
+with its progress bar (stderr), and the JSON line of metrics (the last line
+of stdout).
+
+    python -m attnc.experiments.NAME [--seed N] [--quick] [--threads N] [--save PATH] [--steps N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+
+import numpy as np
+
+import attnc
+
+
+def parse_args(description: str, argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--seed", type=int, default=0, help="seed of the data, initialisation and dropout")
+    parser.add_argument("--quick", action="store_true", help="a seconds-long run (CI); need not reach the target")
+    parser.add_argument("--threads", type=int, default=None, help="attnc.set_num_threads(N)")
+    parser.add_argument("--save", metavar="PATH", default=None, help="save the trained model with attnc.save")
+    parser.add_argument("--steps", type=int, default=None, help="override the number of training steps")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    args = parser.parse_args(argv)
+    if args.threads is not None:
+        if args.threads < 1:
+            parser.error("--threads must be >= 1")
+        attnc.set_num_threads(args.threads)
+    if args.steps is not None and args.steps < 1:
+        parser.error("--steps must be >= 1")
+    return args
+
+
+def progress(total: int, desc: str, disable: bool = False):
+    """A tqdm progress bar on stderr."""
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=desc, file=sys.stderr, disable=disable, dynamic_ncols=True, mininterval=0.5,
+                leave=False)
+
+
+def warmup_cosine(warmup: int, total: int, final: float = 0.0):
+    """LambdaLR factor: linear warm-up over `warmup` steps to 1, then a cosine
+    decay to `final` at step `total`."""
+
+    def factor(epoch: int) -> float:
+        step = epoch + 1
+        if step <= warmup:
+            return step / warmup
+        t = min(1.0, (step - warmup) / max(1, total - warmup))
+        return final + (1 - final) * 0.5 * (1 + math.cos(math.pi * t))
+
+    return factor
+
+
+def train(model, optimizer, loss_and_grads, batches, steps: int, *, scheduler=None, clip=1.0, desc="train",
+          disable_progress=False) -> dict:
+    """The training loop: for each step, loss, grads = loss_and_grads(batch);
+    clip the global gradient norm; step the optimiser and the scheduler.
+
+    batches(step) -> the step's batch. Returns {"steps", "final_loss" (mean of
+    the last 5% of steps), "first_loss", "losses", "train_seconds"} (the time
+    of the whole loop, data included)."""
+    model.train()
+    losses = []
+    start = time.perf_counter()
+    with progress(steps, desc, disable_progress) as bar:
+        for step in range(steps):
+            batch = batches(step)
+            loss, grads = loss_and_grads(batch)
+            if not math.isfinite(loss):
+                raise FloatingPointError(f"the loss is {loss} at step {step}")
+            if clip:
+                attnc.optim.clip_grad_norm_(grads, clip, model)
+            optimizer.step(grads)
+            if scheduler is not None:
+                scheduler.step()
+            losses.append(loss)
+            bar.update(1)
+            if step % 20 == 0 or step == steps - 1:
+                bar.set_postfix(loss=f"{np.mean(losses[-20:]):.4f}", lr=f"{optimizer.lr:.2e}", refresh=False)
+    seconds = time.perf_counter() - start
+    model.eval()
+    tail = max(1, steps // 20)
+    return {
+        "steps": steps,
+        "first_loss": float(losses[0]) if losses else None,
+        "final_loss": float(np.mean(losses[-tail:])) if losses else None,
+        "losses": losses,
+        "train_seconds": round(seconds, 3),
+    }
+
+
+def emit(metrics: dict) -> None:
+    """Print the metrics as one JSON object: the last line of stdout."""
+    sys.stdout.flush()
+    print(json.dumps(metrics), flush=True)
+
+
+def save_model(path, model) -> None:
+    if path:
+        attnc.save(path, model)
+        print(f"saved the model to {path}", file=sys.stderr)

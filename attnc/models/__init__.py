@@ -1,0 +1,7 @@
+"""attnc.models: whole models built from attnc.nn modules, with gradients
+through attnc.vjp (keyed by state_dict name) and decoding."""
+
+from .gpt import GPT
+from .seq2seq import Seq2SeqTransformer
+
+__all__ = ["GPT", "Seq2SeqTransformer"]

@@ -1,0 +1,166 @@
+"""attnc.models.GPT: a minGPT-like decoder-only Transformer built from attnc.nn
+modules, with gradients through ``attnc.vjp``."""
+
+from __future__ import annotations
+
+import math
+import numbers
+
+import numpy as np
+
+from .. import nn
+from ..grad import vjp
+from .seq2seq import _causal_mask, _check_decoding, _dropout, _EvalMode, _ids, _log_softmax, _reference_decode, _Tape
+
+__all__ = ["GPT"]
+
+
+class GPT(nn.Module):
+    """A small GPT (Radford et al. 2018), as Karpathy's minGPT builds it.
+
+    Submodules (state_dict prefixes): ``wte`` (token Embedding), ``wpe``
+    (learned position Embedding, block_size rows), ``encoder``
+    (attnc.nn.TransformerEncoder of n_layer pre-norm layers:
+    TransformerEncoderLayer(n_embd, n_head, 4 * n_embd, dropout,
+    activation="gelu", norm_first=True), run with a causal mask), ``ln_f``
+    (the final LayerNorm) and ``lm_head`` (Linear(n_embd, vocab_size,
+    bias=False)). Dropout after the embeddings and inside the layers, in
+    training mode only. Initialised as minGPT: matrices N(0, 0.02), the
+    projections into the residual stream (``self_attn.out_proj.weight``,
+    ``linear2.weight``) N(0, 0.02 / sqrt(2 n_layer)), biases 0, LayerNorms 1 and 0.
+
+    ``forward(idx, *, need_weights=False)``: idx (B, T) int, T <= block_size ->
+    logits (B, T, vocab_size), or (logits, [weights (B, H, T, T) per layer]).
+    ``attnc.vjp(model, idx)``: pullback(dlogits) -> gradients by state_dict name.
+
+    Example
+    -------
+    >>> m = GPT(3, 11, seed=0)
+    >>> m(np.zeros((4, 11), np.int64)).shape
+    (4, 11, 3)
+    """
+
+    def __init__(self, vocab_size, block_size, n_layer=3, n_head=3, n_embd=48, dropout=0.1, *,
+                 dtype=np.float32, seed=None):
+        super().__init__(dtype)
+        for name, v in (("vocab_size", vocab_size), ("block_size", block_size), ("n_layer", n_layer),
+                        ("n_embd", n_embd)):
+            if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 1:
+                raise ValueError(f"{name} must be an int >= 1, got {v!r}")
+        if not 0 <= dropout < 1:
+            raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+        rng = np.random.default_rng(seed)
+        self.vocab_size, self.block_size, self.n_layer = int(vocab_size), int(block_size), int(n_layer)
+        self.n_embd, self.dropout = int(n_embd), float(dropout)
+        self.wte = nn.Embedding(vocab_size, n_embd, dtype=dtype, seed=int(rng.integers(2**63)))
+        self.wpe = nn.Embedding(block_size, n_embd, dtype=dtype, seed=int(rng.integers(2**63)))
+        layer = nn.TransformerEncoderLayer(n_embd, n_head, dim_feedforward=4 * n_embd, dropout=dropout,
+                                           activation="gelu", batch_first=True, norm_first=True, dtype=dtype,
+                                           seed=int(rng.integers(2**63)))
+        self.encoder = nn.TransformerEncoder(layer, n_layer, enable_nested_tensor=False)
+        self.ln_f = nn.LayerNorm(n_embd, dtype=dtype)
+        self.lm_head = nn.Linear(n_embd, vocab_size, bias=False, dtype=dtype, seed=int(rng.integers(2**63)))
+        init = {}
+        for name, p in self.named_parameters():
+            leaf = name.rsplit(".", 1)[-1]
+            if "norm" in name or name.startswith("ln_f"):
+                init[name] = np.ones(p.shape) if leaf == "weight" else np.zeros(p.shape)
+            elif p.ndim == 1:
+                init[name] = np.zeros(p.shape)
+            else:
+                std = 0.02
+                if name.endswith(("self_attn.out_proj.weight", "linear2.weight")):
+                    std = 0.02 / math.sqrt(2 * self.n_layer)
+                init[name] = rng.normal(0.0, std, p.shape)
+        self.load_state_dict(init)
+        self._rng = rng
+
+    def _run(self, grad, idx, need_weights=False):
+        idx = _ids(idx, "idx")
+        T = idx.shape[1]
+        if T > self.block_size:
+            raise ValueError(f"idx has length {T}, longer than block_size={self.block_size}")
+        if idx.size and (idx.min() < 0 or idx.max() >= self.vocab_size):
+            raise ValueError(f"idx has token ids outside [0, {self.vocab_size})")
+        tape = _Tape(grad)
+        tok = tape("wte", nn.embedding, idx, self.wte.weight)
+        pos = tape("wpe", nn.embedding, np.arange(T, dtype=np.int64), self.wpe.weight)
+        x, drop = _dropout(tok + pos, self.dropout, self._rng, self.training)
+        h = tape("encoder", self.encoder, x, mask=_causal_mask(T), is_causal=True, need_weights=need_weights)
+        weights = None
+        if need_weights:
+            h, weights = h
+        h = tape("ln_f", self.ln_f, h)
+        logits = tape("lm_head", self.lm_head, h)
+        return ((logits, weights) if need_weights else logits), (tape.pullbacks, drop, need_weights)
+
+    def forward(self, idx, *, need_weights=False):
+        return self._run(False, idx, need_weights)[0]
+
+    def _vjp_forward(self, idx, *, need_weights=False):
+        return self._run(True, idx, need_weights)
+
+    @staticmethod
+    def _vjp_backward(saved, cotangents):
+        pullbacks, drop, need_weights = saved
+        grads = {}
+        g = pullbacks["lm_head"](cotangents[0])
+        grads["lm_head.weight"] = g["weight"]
+        g = pullbacks["ln_f"](g["input"])
+        grads["ln_f.weight"], grads["ln_f.bias"] = g["weight"], g["bias"]
+        g = pullbacks["encoder"](g["input"], None) if need_weights else pullbacks["encoder"](g["input"])
+        dx = g.pop("src")
+        grads.update({f"encoder.{name}": value for name, value in g.items()})
+        if drop is not None:
+            dx = dx * drop
+        grads["wte.weight"] = pullbacks["wte"](dx)["weight"]
+        grads["wpe.weight"] = pullbacks["wpe"](np.ascontiguousarray(dx.sum(axis=0)))["weight"]
+        return grads
+
+    def loss_and_grads(self, idx, targets, *, ignore_index=-100, label_smoothing=0.0):
+        """Mean cross-entropy of the logits against targets (B, T) (ignore_index
+        counts for nothing) and its gradients: (loss, grads by state_dict name)."""
+        logits, pullback = vjp(self, idx)
+        V = logits.shape[-1]
+        loss, ce_pullback = vjp(nn.cross_entropy, logits.reshape(-1, V), np.asarray(targets).reshape(-1),
+                                ignore_index=ignore_index, label_smoothing=label_smoothing)
+        dlogits = ce_pullback(np.ones((), logits.dtype))["input"].reshape(logits.shape)
+        return float(loss), pullback(dlogits)
+
+    # -- decoding --------------------------------------------------------------------
+    def _generate_reference(self, idx, max_new_tokens, eos=None, beam_size=1, length_penalty=0.0):
+        """Pure-Python decoding by re-running the full forward at every step
+        (in eval mode, the context cropped to the last block_size tokens):
+        the oracle for the C decoder. See ``generate``."""
+        idx = _ids(idx, "idx")
+        _check_decoding(max_new_tokens, eos, beam_size, length_penalty, self.vocab_size)
+
+        def next_logprobs(prefixes, rows):
+            ctx = np.concatenate([idx[rows], prefixes], axis=1)[:, -self.block_size:]
+            return _log_softmax(self.forward(ctx)[:, -1])
+
+        with _EvalMode(self):
+            return _reference_decode(next_logprobs, idx.shape[0], max_new_tokens, eos, beam_size, length_penalty)
+
+    def generate(self, idx, max_new_tokens, eos=None, beam_size=1, length_penalty=0.0):
+        """Continue the prompts idx (B, T) int, in eval mode; returns int64
+        (B, L), L <= max_new_tokens: the new tokens only. Rows that produce
+        ``eos`` end with it and are filled with eos after; beam_size=1 is
+        greedy; beam search is scored by sum(log p) / length ** length_penalty
+        (the exact rules: attnc.models.seq2seq._reference_decode). Runs in C
+        (attnc.nn.decode) with cached keys and values; the prompt and the new
+        tokens must fit in block_size."""
+        idx = _ids(idx, "idx")
+        _check_decoding(max_new_tokens, eos, beam_size, length_penalty, self.vocab_size)
+        if idx.shape[1] + max_new_tokens - 1 > self.block_size:
+            raise ValueError(f"prompt length {idx.shape[1]} + max_new_tokens {max_new_tokens} - 1 exceeds "
+                             f"block_size={self.block_size}: the C decoder keeps every position's keys and values "
+                             "and does not crop the context (_generate_reference does)")
+        if idx.size and (idx.min() < 0 or idx.max() >= self.vocab_size):
+            raise ValueError(f"idx has token ids outside [0, {self.vocab_size})")
+        return nn.decode(list(self.encoder.layers), self.wte.weight, self.wpe.weight, self.lm_head.weight, idx,
+                         max_new_tokens, norm=self.ln_f, eos=eos, beam_size=beam_size, length_penalty=length_penalty)
+
+    def extra_repr(self):
+        return (f"vocab_size={self.vocab_size}, block_size={self.block_size}, n_layer={self.n_layer}, "
+                f"n_embd={self.n_embd}, dropout={self.dropout}")

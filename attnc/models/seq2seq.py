@@ -1,0 +1,394 @@
+"""attnc.models.Seq2SeqTransformer: an encoder-decoder Transformer for token
+sequences, built from attnc.nn modules (embeddings, attnc.nn.Transformer, a
+linear generator), with gradients through ``attnc.vjp``.
+
+Also the decoding reference shared by the models: ``_reference_decode``,
+greedy and beam search over any next-token log-probability function, in
+plain Python and NumPy. It re-runs the model's full forward at every step;
+it is the oracle the tests hold the C decoders to.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+
+import numpy as np
+
+from .. import nn
+from ..grad import vjp
+
+__all__ = ["Seq2SeqTransformer"]
+
+
+# --------------------------------------------------------------------------- shared pieces
+
+class _Tape:
+    """Calls functions and modules, through attnc.vjp when gradients are wanted,
+    keeping each call's pullback under a name."""
+
+    def __init__(self, grad: bool):
+        self.grad = grad
+        self.pullbacks: dict = {}
+
+    def __call__(self, name, fn, *args, **kwargs):
+        if not self.grad:
+            return fn(*args, **kwargs)
+        out, pullback = vjp(fn, *args, **kwargs)
+        self.pullbacks[name] = pullback
+        return out
+
+
+def _dropout(x: np.ndarray, p: float, rng, training: bool):
+    """Inverted dropout in NumPy: (x * mask, mask) with mask in {0, 1/(1-p)},
+    or (x, None) outside training or for p = 0."""
+    if not training or p == 0:
+        return x, None
+    if p >= 1:
+        mask = np.zeros(x.shape, x.dtype)
+    else:
+        mask = (rng.random(x.shape) >= p).astype(x.dtype) / x.dtype.type(1 - p)
+    return x * mask, mask
+
+
+def _causal_mask(T: int) -> np.ndarray:
+    """(T, T) bool, True above the diagonal: position i may not attend to j > i (torch's meaning)."""
+    return np.triu(np.ones((T, T), dtype=bool), 1)
+
+
+def _ids(x, name):
+    a = np.asarray(x)
+    if a.dtype.kind not in "iu":
+        raise TypeError(f"{name} must be an integer array of token ids, got dtype {a.dtype}")
+    if a.ndim != 2:
+        raise ValueError(f"{name} must be (batch, length), got shape {a.shape}")
+    return a.astype(np.int64, copy=False)
+
+
+def _padding_mask(mask, shape, name):
+    if mask is None:
+        return None
+    m = np.asarray(mask)
+    if m.dtype != np.bool_:
+        raise TypeError(f"{name} must be a bool array (True = padding), got dtype {m.dtype}")
+    if m.shape != shape:
+        raise ValueError(f"{name} has shape {m.shape}, expected {shape}")
+    return m
+
+
+def _xavier_uniform(rng, shape):
+    bound = math.sqrt(6.0 / (shape[0] + shape[1]))
+    return rng.uniform(-bound, bound, shape)
+
+
+def _log_softmax(logits: np.ndarray) -> np.ndarray:
+    x = np.asarray(logits, dtype=np.float64)
+    x = x - x.max(axis=-1, keepdims=True)
+    return x - np.log(np.exp(x).sum(axis=-1, keepdims=True))
+
+
+def _check_decoding(max_new_tokens, eos, beam_size, length_penalty, vocab):
+    for name, v, low in (("max_new_tokens", max_new_tokens, 0), ("beam_size", beam_size, 1)):
+        if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < low:
+            raise ValueError(f"{name} must be an int >= {low}, got {v!r}")
+    if eos is not None and not 0 <= eos < vocab:
+        raise ValueError(f"eos {eos} is outside the vocabulary [0, {vocab})")
+    if not math.isfinite(float(length_penalty)):
+        raise ValueError(f"length_penalty must be finite, got {length_penalty}")
+
+
+def _reference_decode(next_logprobs, batch: int, max_new_tokens: int, eos=None, beam_size: int = 1,
+                      length_penalty: float = 0.0) -> np.ndarray:
+    """Greedy (beam_size=1) or beam search, one batch of independent rows.
+
+    next_logprobs(prefixes (N, t) int64, rows (N,) int64) -> (N, V) float64
+    log-probabilities of the next token after each prefix of generated tokens
+    (the row says which batch element the prefix belongs to).
+
+    Returns int64 (batch, L), L <= max_new_tokens: the generated tokens. A row
+    that produced ``eos`` ends with it, and every later position holds ``eos``
+    too; L is the longest row (rows stop at eos; with eos=None every row has
+    max_new_tokens tokens).
+
+    Greedy: the most probable token at each step (the lowest id on ties).
+
+    Beam search (beam_size = K > 1): each step extends every live hypothesis
+    by every token. A candidate that ends in eos is finished, with score
+    ``sum(log p) / length ** length_penalty`` (length = its tokens, eos
+    included); finished hypotheses are all kept and take no beam slot. Of the
+    other candidates the K best by ``sum(log p)`` stay live (ties: earlier
+    hypothesis, then lower token id). Live hypotheses reaching max_new_tokens
+    are finished with their length. The answer is the best finished
+    hypothesis (the first found on ties). A row stops early only when no live
+    hypothesis can still beat its best finished one (an exact bound), so with
+    K at least the number of live candidates the search is exhaustive: for
+    max_new_tokens = 2, K = V suffices.
+    """
+    if max_new_tokens == 0:
+        return np.zeros((batch, 0), np.int64)
+    if beam_size == 1:
+        seqs = np.zeros((batch, 0), np.int64)
+        done = np.zeros(batch, bool)
+        rows = np.arange(batch)
+        for _ in range(max_new_tokens):
+            lp = next_logprobs(seqs, rows)
+            tok = lp.argmax(axis=-1).astype(np.int64)
+            if eos is not None:
+                tok[done] = eos
+                done |= tok == eos
+            seqs = np.concatenate([seqs, tok[:, None]], axis=1)
+            if eos is not None and done.all():
+                break
+        return seqs
+
+    K, T, alpha = int(beam_size), int(max_new_tokens), float(length_penalty)
+    live = [[((), 0.0)] for _ in range(batch)]  # per row: (tokens, sum of log p)
+    best = [(-math.inf, None) for _ in range(batch)]
+    for t in range(T):
+        rows = [r for r in range(batch) if live[r]]
+        if not rows:
+            break
+        prefixes = [h[0] for r in rows for h in live[r]]
+        row_ids = np.array([r for r in rows for _ in live[r]], np.int64)
+        lp = next_logprobs(np.array(prefixes, np.int64).reshape(len(prefixes), t), row_ids)
+        V = lp.shape[1]
+        L = t + 1
+        offset = 0
+        for r in rows:
+            hyps = live[r]
+            n = len(hyps)
+            cand = np.array([h[1] for h in hyps], np.float64)[:, None] + lp[offset : offset + n]
+            offset += n
+            if eos is not None:
+                for i in range(n):
+                    score = cand[i, eos] / L**alpha
+                    if score > best[r][0]:
+                        best[r] = (score, hyps[i][0] + (eos,))
+                cand[:, eos] = -math.inf
+            flat = cand.reshape(-1)
+            order = np.argsort(-flat, kind="stable")[:K]
+            new = [(hyps[j // V][0] + (int(j % V),), float(flat[j])) for j in order if flat[j] > -math.inf]
+            if L == T:
+                for tokens, s in new:
+                    score = s / L**alpha
+                    if score > best[r][0]:
+                        best[r] = (score, tokens)
+                new = []
+            elif new and best[r][1] is not None:
+                # the best any extension of a live hypothesis could still score
+                bound = max(max(s / (L + 1) ** alpha, s / T**alpha) for _, s in new)
+                if best[r][0] >= bound:
+                    new = []
+            live[r] = new
+    length = max(len(b[1]) for b in best)
+    fill = eos if eos is not None else 0
+    out = np.full((batch, length), fill, np.int64)
+    for r, (_, tokens) in enumerate(best):
+        out[r, : len(tokens)] = tokens
+    return out
+
+
+class _EvalMode:
+    """Run a block in eval mode, restoring the module's mode after."""
+
+    def __init__(self, module):
+        self.module, self.was = module, module.training
+
+    def __enter__(self):
+        self.module.eval()
+
+    def __exit__(self, *exc):
+        self.module.train(self.was)
+
+
+# --------------------------------------------------------------------------- the model
+
+class Seq2SeqTransformer(nn.Module):
+    """Encoder-decoder Transformer over token ids (Vaswani et al. 2017), batch first.
+
+    Submodules (state_dict prefixes): ``src_embed``, ``tgt_embed``
+    (Embedding, scaled by sqrt(d_model)), ``transformer``
+    (attnc.nn.Transformer), ``generator`` (Linear(d_model, tgt_vocab)).
+    Sinusoidal positional encodings (not parameters) are added to both
+    embeddings, followed by dropout in training mode. Every matrix is
+    initialised Xavier-uniform from ``seed``.
+
+    ``forward(src, tgt_in, src_key_padding_mask=None, tgt_key_padding_mask=None,
+    *, need_weights=False)``: src (B, S) and tgt_in (B, T) int token ids, masks
+    (B, S) / (B, T) bool with True = padding (the source mask also masks the
+    memory in cross-attention); the decoder is causal. Returns logits
+    (B, T, tgt_vocab), or (logits, weights) with need_weights, weights as
+    attnc.nn.Transformer returns them ({"encoder", "decoder_self",
+    "decoder_cross"}).
+
+    ``attnc.vjp(model, src, tgt_in, ...)``: pullback(dlogits) gives the
+    gradient of every parameter, keyed by state_dict name.
+    ``loss_and_grads(...)`` does the cross-entropy and the pullback in one call.
+
+    Example
+    -------
+    >>> m = Seq2SeqTransformer(13, 13, d_model=32, nhead=4, seed=0)
+    >>> m(np.zeros((2, 7), np.int64), np.zeros((2, 5), np.int64)).shape
+    (2, 5, 13)
+    """
+
+    def __init__(self, src_vocab, tgt_vocab, d_model=64, nhead=4, num_encoder_layers=2, num_decoder_layers=2,
+                 dim_feedforward=256, dropout=0.1, max_len=64, norm_first=False, activation="relu", *,
+                 dtype=np.float32, seed=None):
+        super().__init__(dtype)
+        for name, v in (("src_vocab", src_vocab), ("tgt_vocab", tgt_vocab), ("d_model", d_model),
+                        ("max_len", max_len)):
+            if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 1:
+                raise ValueError(f"{name} must be an int >= 1, got {v!r}")
+        if not 0 <= dropout < 1:
+            raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+        rng = np.random.default_rng(seed)
+        self.src_vocab, self.tgt_vocab, self.d_model = int(src_vocab), int(tgt_vocab), int(d_model)
+        self.max_len, self.dropout = int(max_len), float(dropout)
+        self.src_embed = nn.Embedding(src_vocab, d_model, dtype=dtype, seed=int(rng.integers(2**63)))
+        self.tgt_embed = nn.Embedding(tgt_vocab, d_model, dtype=dtype, seed=int(rng.integers(2**63)))
+        self.transformer = nn.Transformer(
+            d_model=d_model, nhead=nhead, num_encoder_layers=num_encoder_layers,
+            num_decoder_layers=num_decoder_layers, dim_feedforward=dim_feedforward, dropout=dropout,
+            activation=activation, batch_first=True, norm_first=norm_first, dtype=dtype,
+            seed=int(rng.integers(2**63)))
+        self.generator = nn.Linear(d_model, tgt_vocab, dtype=dtype, seed=int(rng.integers(2**63)))
+        # Xavier-uniform for every matrix (as PyTorch's translation tutorial does)
+        self.load_state_dict({name: _xavier_uniform(rng, p.shape) for name, p in self.named_parameters()
+                              if p.ndim > 1}, strict=False)
+        self._pe = nn.sinusoidal_encoding(self.max_len, self.d_model, np.float64)
+        self._rng = rng
+
+    # -- the computation -------------------------------------------------------------
+    def _check(self, src, tgt_in, src_key_padding_mask, tgt_key_padding_mask):
+        src, tgt_in = _ids(src, "src"), _ids(tgt_in, "tgt_in")
+        if src.shape[0] != tgt_in.shape[0]:
+            raise ValueError(f"src {src.shape} and tgt_in {tgt_in.shape} have different batch sizes")
+        for name, ids, vocab in (("src", src, self.src_vocab), ("tgt_in", tgt_in, self.tgt_vocab)):
+            if ids.shape[1] > self.max_len:
+                raise ValueError(f"{name} has length {ids.shape[1]}, longer than max_len={self.max_len}")
+            if ids.size and (ids.min() < 0 or ids.max() >= vocab):
+                raise ValueError(f"{name} has token ids outside [0, {vocab})")
+        return (src, tgt_in, _padding_mask(src_key_padding_mask, src.shape, "src_key_padding_mask"),
+                _padding_mask(tgt_key_padding_mask, tgt_in.shape, "tgt_key_padding_mask"))
+
+    def _embed(self, tape, name, ids, weight):
+        x = tape(name, nn.embedding, ids, weight, scale=math.sqrt(self.d_model))
+        x = x + self._pe[: ids.shape[1]].astype(self.dtype)
+        x, mask = _dropout(x, self.dropout, self._rng, self.training)
+        return x, mask
+
+    def _run(self, grad, src, tgt_in, src_key_padding_mask=None, tgt_key_padding_mask=None, need_weights=False):
+        src, tgt_in, src_kpm, tgt_kpm = self._check(src, tgt_in, src_key_padding_mask, tgt_key_padding_mask)
+        tape = _Tape(grad)
+        xs, src_drop = self._embed(tape, "src_embed", src, self.src_embed.weight)
+        xt, tgt_drop = self._embed(tape, "tgt_embed", tgt_in, self.tgt_embed.weight)
+        T = tgt_in.shape[1]
+        out = tape("transformer", self.transformer, xs, xt, tgt_mask=_causal_mask(T),
+                   src_key_padding_mask=src_kpm, tgt_key_padding_mask=tgt_kpm,
+                   memory_key_padding_mask=src_kpm, tgt_is_causal=True, need_weights=need_weights)
+        weights = None
+        if need_weights:
+            out, weights = out
+        logits = tape("generator", self.generator, out)
+        result = (logits, weights) if need_weights else logits
+        return result, (tape.pullbacks, src_drop, tgt_drop, need_weights)
+
+    def forward(self, src, tgt_in, src_key_padding_mask=None, tgt_key_padding_mask=None, *, need_weights=False):
+        return self._run(False, src, tgt_in, src_key_padding_mask, tgt_key_padding_mask, need_weights)[0]
+
+    def _vjp_forward(self, src, tgt_in, src_key_padding_mask=None, tgt_key_padding_mask=None, *,
+                     need_weights=False):
+        return self._run(True, src, tgt_in, src_key_padding_mask, tgt_key_padding_mask, need_weights)
+
+    @staticmethod
+    def _vjp_backward(saved, cotangents):
+        pullbacks, src_drop, tgt_drop, need_weights = saved
+        dlogits = cotangents[0]
+        grads = {}
+        g = pullbacks["generator"](dlogits)
+        grads["generator.weight"] = g["weight"]
+        if "bias" in g:
+            grads["generator.bias"] = g["bias"]
+        g_tr = pullbacks["transformer"](g["input"], None) if need_weights else pullbacks["transformer"](g["input"])
+        d_src, d_tgt = g_tr.pop("src"), g_tr.pop("tgt")
+        for name, value in g_tr.items():
+            if name != "memory":
+                grads[f"transformer.{name}"] = value
+        if src_drop is not None:
+            d_src = d_src * src_drop
+        if tgt_drop is not None:
+            d_tgt = d_tgt * tgt_drop
+        grads["src_embed.weight"] = pullbacks["src_embed"](d_src)["weight"]
+        grads["tgt_embed.weight"] = pullbacks["tgt_embed"](d_tgt)["weight"]
+        return grads
+
+    def loss_and_grads(self, src, tgt_in, tgt_out, src_key_padding_mask=None, tgt_key_padding_mask=None, *,
+                       label_smoothing=0.0, ignore_index=-100):
+        """Mean cross-entropy of the logits against tgt_out (B, T) (targets equal
+        to ignore_index count for nothing) and its gradients: (loss, grads by
+        state_dict name)."""
+        logits, pullback = vjp(self, src, tgt_in, src_key_padding_mask, tgt_key_padding_mask)
+        V = logits.shape[-1]
+        loss, ce_pullback = vjp(nn.cross_entropy, logits.reshape(-1, V), np.asarray(tgt_out).reshape(-1),
+                                ignore_index=ignore_index, label_smoothing=label_smoothing)
+        dlogits = ce_pullback(np.ones((), logits.dtype))["input"].reshape(logits.shape)
+        return float(loss), pullback(dlogits)
+
+    # -- decoding --------------------------------------------------------------------
+    def _generate_reference(self, src, max_new_tokens, bos, eos=None, beam_size=1, length_penalty=0.0, *,
+                            src_key_padding_mask=None):
+        """Pure-Python decoding by re-running the full forward at every step
+        (in eval mode): the oracle for the C decoder. See ``generate``."""
+        src = _ids(src, "src")
+        kpm = _padding_mask(src_key_padding_mask, src.shape, "src_key_padding_mask")
+        _check_decoding(max_new_tokens, eos, beam_size, length_penalty, self.tgt_vocab)
+        if not 0 <= bos < self.tgt_vocab:
+            raise ValueError(f"bos {bos} is outside the vocabulary [0, {self.tgt_vocab})")
+        if max_new_tokens > self.max_len:
+            raise ValueError(f"max_new_tokens {max_new_tokens} exceeds max_len={self.max_len}")
+
+        def next_logprobs(prefixes, rows):
+            tgt_in = np.concatenate([np.full((len(rows), 1), bos, np.int64), prefixes], axis=1)
+            logits = self.forward(src[rows], tgt_in, None if kpm is None else kpm[rows])
+            return _log_softmax(logits[:, -1])
+
+        with _EvalMode(self):
+            return _reference_decode(next_logprobs, src.shape[0], max_new_tokens, eos, beam_size, length_penalty)
+
+    def generate(self, src, max_new_tokens, bos, eos=None, beam_size=1, length_penalty=0.0, *,
+                 src_key_padding_mask=None):
+        """Decode target sequences for src (B, S) int, in eval mode.
+
+        Starts every row from ``bos`` and returns int64 (B, L), L <=
+        max_new_tokens: the generated tokens (bos not included). A row that
+        produces ``eos`` ends with it and is filled with eos after; decoding
+        stops when every row has ended. beam_size=1 is greedy; beam_size > 1 is
+        beam search scored by sum(log p) / length ** length_penalty (see
+        ``_reference_decode`` for the exact rules). src_key_padding_mask (B, S)
+        bool marks source padding (True = padding).
+
+        Runs in C (attnc.nn.decode): the encoder once, then the decoder one
+        token at a time with cached keys and values.
+        """
+        src = _ids(src, "src")
+        kpm = _padding_mask(src_key_padding_mask, src.shape, "src_key_padding_mask")
+        _check_decoding(max_new_tokens, eos, beam_size, length_penalty, self.tgt_vocab)
+        if not 0 <= bos < self.tgt_vocab:
+            raise ValueError(f"bos {bos} is outside the vocabulary [0, {self.tgt_vocab})")
+        if max_new_tokens > self.max_len:
+            raise ValueError(f"max_new_tokens {max_new_tokens} exceeds max_len={self.max_len}")
+        if src.shape[1] > self.max_len:
+            raise ValueError(f"src has length {src.shape[1]}, longer than max_len={self.max_len}")
+        tr = self.transformer
+        with _EvalMode(self):
+            xs, _ = self._embed(_Tape(False), "src_embed", src, self.src_embed.weight)
+            memory = tr.encoder(xs, src_key_padding_mask=kpm)
+        return nn.decode(tr.decoder.layers, self.tgt_embed.weight, self._pe.astype(self.dtype), self.generator.weight,
+                         np.full((src.shape[0], 1), bos, np.int64), max_new_tokens, out_bias=self.generator.bias,
+                         embed_scale=math.sqrt(self.d_model), norm=tr.decoder.norm, memory=memory,
+                         memory_key_padding_mask=kpm, eos=eos, beam_size=beam_size, length_penalty=length_penalty)
+
+    def extra_repr(self):
+        return (f"src_vocab={self.src_vocab}, tgt_vocab={self.tgt_vocab}, d_model={self.d_model}, "
+                f"dropout={self.dropout}, max_len={self.max_len}")

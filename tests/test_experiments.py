@@ -1,0 +1,146 @@
+"""attnc.datasets (the synthetic tasks) and attnc.experiments (each --quick run
+as a subprocess: exit status, the JSON line, reproducibility, --save)."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import attnc
+import attnc.models  # attnc.load finds only the module classes imported so far
+from attnc.datasets import IGNORE_INDEX, pad_sequences, reverse_task, sort_split, sort_task, special_tokens
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TIMING = {"train_seconds", "eval_seconds", "threads"}
+
+
+# --------------------------------------------------------------------------- the reversal task
+
+def test_reverse_task_batches():
+    task = reverse_task(200, vocab=10, min_len=5, max_len=12, seed=3)
+    pad, bos, eos = special_tokens(10)
+    assert (task.pad, task.bos, task.eos, task.num_tokens) == (pad, bos, eos, 13) == (10, 11, 12, 13)
+    assert task.lengths.min() >= 5 and task.lengths.max() <= 12 and len(set(task.lengths.tolist())) == 8
+    b = task.batch(np.arange(10, 42))
+    S = int(task.lengths[10:42].max())
+    assert b.src.shape == (32, S) and b.tgt_in.shape == b.tgt_out.shape == (32, S + 1)
+    for row, i in enumerate(range(10, 42)):
+        n = task.lengths[i]
+        src = task.source(i)
+        assert len(src) == n and src.max() < 10
+        assert np.array_equal(b.src[row, :n], src) and np.all(b.src[row, n:] == pad)
+        assert np.array_equal(b.src_key_padding_mask[row], np.arange(S) >= n)
+        assert b.tgt_in[row, 0] == bos and np.array_equal(b.tgt_in[row, 1 : n + 1], src[::-1])
+        assert np.all(b.tgt_in[row, n + 1 :] == pad)
+        assert np.array_equal(b.tgt_out[row, :n], src[::-1]) and b.tgt_out[row, n] == eos
+        assert np.all(b.tgt_out[row, n + 1 :] == IGNORE_INDEX)
+        assert np.array_equal(b.tgt_key_padding_mask[row], np.arange(S + 1) > n)
+    assert b.num_tokens == int((task.lengths[10:42] + 1).sum())
+    targets = task.targets_padded()
+    assert targets.shape == (200, 13) and targets[0, task.lengths[0]] == eos
+    assert sum(len(x) for x in task.batches(64)) == 200
+    assert [len(x) for x in task.batches(64, drop_last=True)] == [64, 64, 64]
+
+
+def test_reverse_task_reproducible_and_disjoint():
+    heldout = reverse_task(1000, seed=1, unique=True)
+    again = reverse_task(1000, seed=1, unique=True)
+    assert np.array_equal(heldout.sequences, again.sequences) and np.array_equal(heldout.lengths, again.lengths)
+    assert len(set(heldout.keys().tolist())) == 1000
+    # short lengths over a small vocabulary collide often: the exclusion must hold
+    small_heldout = reverse_task(300, vocab=3, min_len=2, max_len=6, seed=4, unique=True)
+    train = reverse_task(20000, vocab=3, min_len=2, max_len=6, seed=5, exclude=small_heldout)
+    assert len(train) == 20000
+    assert not np.isin(train.keys(), small_heldout.keys()).any()
+    unfiltered = reverse_task(20000, vocab=3, min_len=2, max_len=6, seed=5)
+    assert np.isin(unfiltered.keys(), small_heldout.keys()).any()
+    # a smaller set is a prefix of a larger one
+    longer = reverse_task(30000, vocab=3, min_len=2, max_len=6, seed=5, exclude=small_heldout)
+    assert np.array_equal(longer.sequences[:20000], train.sequences)
+    assert np.array_equal(reverse_task(5000, seed=1, unique=True).sequences[:1000], heldout.sequences)
+    other = reverse_task(1000, seed=2, unique=True)
+    assert not np.array_equal(other.sequences, heldout.sequences)
+
+
+def test_pad_sequences():
+    assert pad_sequences([[1, 2], [3]], 9).tolist() == [[1, 2], [3, 9]]
+    assert pad_sequences([[1]], 0, length=3).tolist() == [[1, 0, 0]]
+    with pytest.raises(ValueError):
+        pad_sequences([[1, 2]], 0, length=1)
+
+
+# --------------------------------------------------------------------------- the sorting task (minGPT)
+
+def test_sort_task_is_mingpt_format():
+    task = sort_task(500, length=6, num_digits=3, seed=0)
+    assert task.inputs.shape == task.targets.shape == (500, 11) and task.block_size == 11 and task.vocab_size == 3
+    for i in range(500):
+        seq = task.sequences[i]
+        cat = np.concatenate([seq, np.sort(seq)])
+        assert np.array_equal(task.inputs[i], cat[:-1])
+        assert np.all(task.targets[i, :5] == IGNORE_INDEX) and np.array_equal(task.targets[i, 5:], cat[6:])
+        assert sort_split(seq) == "train"
+    assert np.array_equal(task.solutions, np.sort(task.sequences, axis=1))
+    # minGPT rejects half of the draws with more than length // 2 distinct digits (never the case
+    # for 3 digits): over 10 digits, 6.8% of uniform draws have <= 3 distinct ones, 12.7% after that
+    wide = sort_task(20000, length=6, num_digits=10, seed=0)
+    few = np.mean([len(set(r)) <= 3 for r in wide.sequences.tolist()])
+    assert 0.11 < few < 0.145, few
+    x, y = task.batch([3, 4])
+    assert np.array_equal(x, task.inputs[3:5]) and np.array_equal(y, task.targets[3:5])
+
+
+def test_sort_task_splits_are_disjoint_and_reproducible():
+    train = sort_task(5000, seed=1, split="train")
+    test = sort_task(5000, seed=1, split="test")
+    train_set = set(map(tuple, train.sequences.tolist()))
+    test_set = set(map(tuple, test.sequences.tolist()))
+    assert not train_set & test_set
+    # a quarter of the 729 sequences are test sequences (hash mod 4)
+    assert 120 < len(test_set) < 250 and len(train_set) > 400
+    assert np.array_equal(sort_task(5000, seed=1, split="test").sequences, test.sequences)
+    assert np.array_equal(sort_task(9000, seed=1, split="test").sequences[:5000], test.sequences)
+    with pytest.raises(ValueError):
+        sort_task(1, split="valid")
+
+
+# --------------------------------------------------------------------------- the experiments
+
+def run_experiment(name, *args):
+    env = dict(os.environ)
+    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    proc = subprocess.run([sys.executable, "-m", f"attnc.experiments.{name}", *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stdout.strip().splitlines()
+    assert lines, f"no output; stderr: {proc.stderr[-2000:]}"
+    metrics = json.loads(lines[-1])
+    assert isinstance(metrics, dict)
+    return metrics, proc.stderr
+
+
+@pytest.mark.parametrize("name", ["transformer_reverse", "gpt_sort"])
+def test_quick_run_reproducible(name, tmp_path):
+    path = tmp_path / "model.npz"
+    first, stderr = run_experiment(name, "--quick", "--seed", "3", "--threads", "1", "--save", str(path))
+    assert "it/s" in stderr or "s/it" in stderr  # the tqdm bar is on stderr
+    for key in ("exact_match", "train_seconds", "steps", "final_loss", "heldout_size"):
+        assert key in first, key
+    assert 0 <= first["exact_match"] <= 1 and first["train_seconds"] > 0 and first["quick"] is True
+    assert first["threads"] == 1 and first["seed"] == 3
+    assert np.isfinite(first["final_loss"]) and first["final_loss"] < first["first_loss"]
+    # the same seed gives the same metrics, on any number of threads
+    second, _ = run_experiment(name, "--quick", "--seed", "3", "--threads", "2")
+    assert second["threads"] == 2
+    assert {k: v for k, v in first.items() if k not in TIMING} == {k: v for k, v in second.items() if k not in TIMING}
+    # the saved model loads and decodes
+    model = attnc.load(path)
+    assert not model.training
+    if name == "gpt_sort":
+        assert model.generate(np.zeros((2, 6), np.int64), 6).shape == (2, 6)
+    else:
+        out = model.generate(np.zeros((2, 5), np.int64), 6, bos=11, eos=12)
+        assert out.shape[0] == 2 and out.shape[1] <= 6
