@@ -39,13 +39,13 @@ typedef struct {
     size_t per_worker;
 } flash_ctx;
 
+/* Tile sizes: a query block's scores (BQ x BK) and accumulator stay in L2. */
+enum { BQ = 128, BK = 256 };
+
 #define ATTNC_F64 0
 #include "flash_impl.h"
 #define ATTNC_F64 1
 #include "flash_impl.h"
-
-/* Tile sizes: a query block's scores (BQ x BK) and accumulator stay in L2. */
-enum { BQ = 128, BK = 256 };
 
 static attnc_status check_head_tensor(const flash_ctx *c, const attnc_tensor *t, const char *name,
                                       attnc_dtype dtype, int64_t h, int64_t rows, int64_t cols) {

@@ -85,13 +85,18 @@ static void FN(dropout)(const flash_ctx *c, int64_t b, int64_t h, int64_t i0, in
     const attnc_sdpa_options *o = c->opt;
     if (o->dropout_p <= 0) return;
     REAL keep_scale = o->dropout_p >= 1 ? 0 : (REAL)(1 / (1 - o->dropout_p));
-    uint64_t stream = (uint64_t)(b * c->H + h);
-    for (int64_t i = 0; i < nq; i++)
-        for (int64_t j = 0; j < nk; j++) {
-            uint64_t index = (uint64_t)((i0 + i) * c->S + j0 + j);
-            bool keep = attnc_uniform(o->seed, stream, index) >= o->dropout_p;
-            p[i * nk + j] *= keep ? keep_scale : 0;
-        }
+    double t = o->dropout_p * 4294967296.0;
+    uint32_t threshold = t >= 4294967295.0 ? UINT32_MAX : (uint32_t)t;
+    uint64_t stream = (uint64_t)(b * c->H + h), groups = (uint64_t)(c->S + 3) / 4;
+    /* Key j of row i is kept when word j % 4 of Philox(seed, stream, i * groups
+     * + j / 4) is >= p 2^32. */
+    int64_t g0 = j0 / 4, ng = (j0 + nk + 3) / 4 - g0;
+    uint32_t bits[4 * (BK / 4 + 2)];
+    for (int64_t i = 0; i < nq; i++) {
+        attnc_random_bits(o->seed, stream, (uint64_t)(i0 + i) * groups + (uint64_t)g0, ng, bits);
+        const uint32_t *w = bits + (j0 - 4 * g0);
+        for (int64_t j = 0; j < nk; j++) p[i * nk + j] *= w[j] >= threshold ? keep_scale : 0;
+    }
 }
 
 /* The first key block end a row range may need: keys beyond the causal

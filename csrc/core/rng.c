@@ -45,6 +45,53 @@ void attnc_random_bits4(uint64_t seed, uint64_t stream, uint64_t index, uint32_t
     for (int i = 0; i < 4; i++) out[i] = c[i];
 }
 
+/* Eight counters at once in AVX-512: each 64-bit lane holds one 32-bit
+ * word, so one _mm512_mul_epu32 gives eight full 32 x 32 -> 64 products. */
+#if defined(__GNUC__) && defined(__x86_64__) && !defined(ATTNC_NO_CLONES)
+#include <immintrin.h>
+#define ATTNC_HAVE_AVX512_PHILOX 1
+
+__attribute__((target("avx512f"))) static void random_bits_avx512(uint64_t seed, uint64_t stream, uint64_t first,
+                                                                   int64_t count, uint32_t *out) {
+    const __m512i low = _mm512_set1_epi64(0xFFFFFFFF), m0 = _mm512_set1_epi64(PHILOX_M0),
+                  m1 = _mm512_set1_epi64(PHILOX_M1), lanes = _mm512_set_epi64(7, 6, 5, 4, 3, 2, 1, 0);
+    for (int64_t k0 = 0; k0 < count; k0 += 8) {
+        __m512i index = _mm512_add_epi64(_mm512_set1_epi64((long long)(first + (uint64_t)k0)), lanes);
+        __m512i c0 = _mm512_and_si512(index, low), c1 = _mm512_srli_epi64(index, 32);
+        __m512i c2 = _mm512_set1_epi64((uint32_t)stream), c3 = _mm512_set1_epi64((uint32_t)(stream >> 32));
+        uint32_t key0 = (uint32_t)seed, key1 = (uint32_t)(seed >> 32);
+        for (int round = 0; round < 10; round++) {
+            __m512i p0 = _mm512_mul_epu32(m0, c0), p1 = _mm512_mul_epu32(m1, c2);
+            __m512i k0v = _mm512_set1_epi64(key0), k1v = _mm512_set1_epi64(key1);
+            c0 = _mm512_xor_si512(_mm512_xor_si512(_mm512_srli_epi64(p1, 32), c1), k0v);
+            c1 = _mm512_and_si512(p1, low);
+            c2 = _mm512_xor_si512(_mm512_xor_si512(_mm512_srli_epi64(p0, 32), c3), k1v);
+            c3 = _mm512_and_si512(p0, low);
+            key0 += PHILOX_W0;
+            key1 += PHILOX_W1;
+        }
+        uint64_t w[4][8];
+        _mm512_storeu_si512(w[0], c0);
+        _mm512_storeu_si512(w[1], c1);
+        _mm512_storeu_si512(w[2], c2);
+        _mm512_storeu_si512(w[3], c3);
+        int64_t n = count - k0 < 8 ? count - k0 : 8;
+        for (int64_t l = 0; l < n; l++)
+            for (int i = 0; i < 4; i++) out[4 * (k0 + l) + i] = (uint32_t)w[i][l];
+    }
+}
+#endif
+
+void attnc_random_bits(uint64_t seed, uint64_t stream, uint64_t first, int64_t count, uint32_t *out) {
+#ifdef ATTNC_HAVE_AVX512_PHILOX
+    if (__builtin_cpu_supports("avx512f")) {
+        random_bits_avx512(seed, stream, first, count, out);
+        return;
+    }
+#endif
+    for (int64_t k = 0; k < count; k++) attnc_random_bits4(seed, stream, first + (uint64_t)k, out + 4 * k);
+}
+
 double attnc_gumbel(uint64_t seed, uint64_t stream, uint64_t index) {
     return -log(-log(attnc_uniform(seed, stream, index)));
 }

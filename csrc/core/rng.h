@@ -14,6 +14,10 @@ double attnc_uniform(uint64_t seed, uint64_t stream, uint64_t index);
  * call, for kernels that need many cheap draws (dropout masks). */
 void attnc_random_bits4(uint64_t seed, uint64_t stream, uint64_t index, uint32_t out[4]);
 
+/* out[4 k + w] = word w of attnc_random_bits4(seed, stream, first + k) for
+ * k < count: the same bits, many counters at once (vectorised). */
+void attnc_random_bits(uint64_t seed, uint64_t stream, uint64_t first, int64_t count, uint32_t *out);
+
 /* Standard Gumbel noise: -log(-log(u)), u = attnc_uniform(...). */
 double attnc_gumbel(uint64_t seed, uint64_t stream, uint64_t index);
 

@@ -28,20 +28,23 @@ static REAL FN(act_grad)(attnc_activation act, REAL x) {
     }
 }
 
+/* The keep words of elements [i0, i1) (i0 a multiple of 4), if dropout is on. */
+static void FN(mask_words)(const dropout_mask *m, int64_t i0, int64_t i1, uint32_t *bits) {
+    if (m->active) attnc_random_bits(m->seed, m->stream, (uint64_t)i0 / 4, (i1 - i0 + 3) / 4, bits);
+}
+
 /* y = residual + dropout(act(x)) over elements [block * CHUNK, ...). */
 static void FN(pointwise_forward_task)(void *arg, int64_t block, int worker) {
     (void)worker;
     const FN(pointwise_job) *j = arg;
     int64_t i0 = block * CHUNK, i1 = i0 + CHUNK < j->n ? i0 + CHUNK : j->n;
     REAL scale = (REAL)j->mask.scale;
-    for (int64_t i = i0; i < i1; i += 4) {
-        uint32_t bits[4];
-        if (j->mask.active) attnc_random_bits4(j->mask.seed, j->mask.stream, (uint64_t)i / 4, bits);
-        for (int64_t k = i; k < i + 4 && k < i1; k++) {
-            REAL v = FN(act)(j->act, j->x[k]);
-            if (j->mask.active) v = bits[k - i] >= j->mask.threshold ? v * scale : 0;
-            j->y[k] = j->residual ? j->residual[k] + v : v;
-        }
+    uint32_t bits[CHUNK];
+    FN(mask_words)(&j->mask, i0, i1, bits);
+    for (int64_t k = i0; k < i1; k++) {
+        REAL v = FN(act)(j->act, j->x[k]);
+        if (j->mask.active) v = bits[k - i0] >= j->mask.threshold ? v * scale : 0;
+        j->y[k] = j->residual ? j->residual[k] + v : v;
     }
 }
 
@@ -51,14 +54,12 @@ static void FN(pointwise_backward_task)(void *arg, int64_t block, int worker) {
     const FN(pointwise_job) *j = arg;
     int64_t i0 = block * CHUNK, i1 = i0 + CHUNK < j->n ? i0 + CHUNK : j->n;
     REAL scale = (REAL)j->mask.scale;
-    for (int64_t i = i0; i < i1; i += 4) {
-        uint32_t bits[4];
-        if (j->mask.active) attnc_random_bits4(j->mask.seed, j->mask.stream, (uint64_t)i / 4, bits);
-        for (int64_t k = i; k < i + 4 && k < i1; k++) {
-            REAL g = j->dy[k];
-            if (j->mask.active) g = bits[k - i] >= j->mask.threshold ? g * scale : 0;
-            j->dx[k] = j->x ? g * FN(act_grad)(j->act, j->x[k]) : g;
-        }
+    uint32_t bits[CHUNK];
+    FN(mask_words)(&j->mask, i0, i1, bits);
+    for (int64_t k = i0; k < i1; k++) {
+        REAL g = j->dy[k];
+        if (j->mask.active) g = bits[k - i0] >= j->mask.threshold ? g * scale : 0;
+        j->dx[k] = j->x ? g * FN(act_grad)(j->act, j->x[k]) : g;
     }
 }
 

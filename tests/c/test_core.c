@@ -66,6 +66,17 @@ static void test_rng(void) {
     CHECK(attnc_uniform(1, 2, 3) == attnc_uniform(1, 2, 3), "not a pure function");
     CHECK(attnc_uniform(1, 2, 3) != attnc_uniform(2, 2, 3), "seed ignored");
     CHECK(attnc_uniform(1, 2, 3) != attnc_uniform(1, 3, 3), "stream ignored");
+    /* The vectorised generator gives the scalar one's bits, at any offset and count. */
+    uint32_t many[4 * 37], one[4];
+    int same = 1;
+    for (int64_t count = 1; count <= 37; count += 9) {
+        attnc_random_bits(0x123456789ABCDEFu, 77, (UINT64_C(1) << 32) - 5, count, many);
+        for (int64_t k = 0; k < count; k++) {
+            attnc_random_bits4(0x123456789ABCDEFu, 77, (UINT64_C(1) << 32) - 5 + (uint64_t)k, one);
+            same = same && memcmp(one, many + 4 * k, sizeof one) == 0;
+        }
+    }
+    CHECK(same, "attnc_random_bits differs from attnc_random_bits4");
 }
 
 static void count_task(void *ctx, int64_t block, int worker) {
