@@ -949,3 +949,19 @@ def test_save_load(kind, dtype, rng, tmp_path):
     inputs = make_inputs(rng, kind, dtype)
     call, _ = make_call(kind, "all", rng, dtype)
     same_bits(attnc_forward(loaded, kind, inputs, call), attnc_forward(m, kind, inputs, call), "output")
+
+
+def test_eval_workspace_reuse_and_concurrent_calls(rng):
+    """An eval forward reuses the module's activations buffer between calls;
+    calls from several threads at once still give each its own answer."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    layer = attnc.nn.TransformerEncoderLayer(16, 4, 32, seed=0).eval()
+    xs = [rng.standard_normal((2, 5 + i, 16)).astype(np.float32) for i in range(6)]
+    want = [layer(x) for x in xs]
+    np.testing.assert_array_equal(layer(xs[0]), want[0])  # after a larger call used the buffer
+    with ThreadPoolExecutor(4) as pool:
+        for _ in range(3):
+            got = list(pool.map(layer, xs))
+            for g, w in zip(got, want):
+                np.testing.assert_array_equal(g, w)

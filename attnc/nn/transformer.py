@@ -12,9 +12,11 @@ torch's fused kernels cannot give.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
 import numbers
+import threading
 
 import numpy as np
 
@@ -157,14 +159,41 @@ class _Layer(Module):
         out = np.empty_like(x)
         ws = np.empty((B, H, L, L), x.dtype) if need_weights else None
         wc = np.empty((B, H, L, S), x.dtype) if need_weights and self._decoder else None
-        saved = None
-        if keep:
-            size = _core.layer_saved_size(B, L, S, E, self.dim_feedforward, H, self._decoder)
-            saved = np.empty(size, x.dtype)
+        size = _core.layer_saved_size(B, L, S, E, self.dim_feedforward, H, self._decoder)
         none = (None, None, False)
-        _core.layer_forward(out, ws, wc, saved, x, memory, params, config, self_masks, cross_masks or none)
+        if keep:
+            saved = np.empty(size, x.dtype)
+            _core.layer_forward(out, ws, wc, saved, x, memory, params, config, self_masks, cross_masks or none)
+        else:
+            with self._workspace(size, x.dtype) as work:
+                _core.layer_forward(out, ws, wc, work, x, memory, params, config, self_masks, cross_masks or none)
+            saved = None
         state = (saved, x, memory, params, config, self_masks, cross_masks or none)
         return out, (ws, wc), state
+
+    def __getstate__(self):  # copies and pickles leave the workspace and its lock behind
+        return {k: v for k, v in self.__dict__.items() if k not in ("_work", "_work_lock")}
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+
+    @contextlib.contextmanager
+    def _workspace(self, size, dtype):
+        """The activations buffer of a forward that keeps nothing for a
+        backward, reused from call to call (fresh memory costs page faults).
+        A concurrent call from another thread gets a buffer of its own."""
+        lock = self.__dict__.setdefault("_work_lock", threading.Lock())
+        if not lock.acquire(blocking=False):
+            yield np.empty(size, dtype)
+            return
+        try:
+            work = self.__dict__.get("_work")
+            if work is None or work.dtype != dtype or work.size < size:
+                work = np.empty(size, dtype)
+                object.__setattr__(self, "_work", work)
+            yield work[:size]
+        finally:
+            lock.release()
 
     def _grads(self, state, dout):
         """dx, dmemory and {state_dict name: gradient} from one C backward."""

@@ -7,7 +7,7 @@
 #include "../core/threads.h"
 
 /* Rows of x (forward, dx) or of W (dW, db) per block. */
-enum { ROWS = 128 };
+enum { ROWS = 256 };
 
 #define ATTNC_F64 0
 #include "linear_impl.h"

@@ -3,6 +3,7 @@
  * and every residual connection of a transformer layer are this. */
 #include <math.h>
 #include <stdbool.h>
+#include <string.h>
 
 #include "../core/rng.h"
 #include "../core/status.h"

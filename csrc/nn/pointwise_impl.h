@@ -28,23 +28,40 @@ static REAL FN(act_grad)(attnc_activation act, REAL x) {
     }
 }
 
-/* The keep words of elements [i0, i1) (i0 a multiple of 4), if dropout is on. */
-static void FN(mask_words)(const dropout_mask *m, int64_t i0, int64_t i1, uint32_t *bits) {
-    if (m->active) attnc_random_bits(m->seed, m->stream, (uint64_t)i0 / 4, (i1 - i0 + 3) / 4, bits);
+/* v[0..n) <- act(x[0..n)), a loop per activation so each vectorises. */
+static void FN(act_rows)(attnc_activation act, const REAL *x, REAL *v, int64_t n) {
+    if (act == ATTNC_ACT_RELU)
+        for (int64_t k = 0; k < n; k++) v[k] = x[k] > 0 ? x[k] : 0;
+    else if (act == ATTNC_ACT_GELU)
+        for (int64_t k = 0; k < n; k++) v[k] = FN(act)(ATTNC_ACT_GELU, x[k]);
+    else
+        memcpy(v, x, (size_t)n * sizeof *v);
+}
+
+/* v[0..n) *= keep ? 1 / (1 - p) : 0, the keep words of elements [i0, i0 + n)
+ * (i0 a multiple of 4). */
+static void FN(drop_rows)(const dropout_mask *m, int64_t i0, REAL *v, int64_t n) {
+    if (!m->active) return;
+    uint32_t bits[CHUNK];
+    attnc_random_bits(m->seed, m->stream, (uint64_t)i0 / 4, (n + 3) / 4, bits);
+    REAL scale = (REAL)m->scale;
+    for (int64_t k = 0; k < n; k++) v[k] = bits[k] >= m->threshold ? v[k] * scale : 0;
 }
 
 /* y = residual + dropout(act(x)) over elements [block * CHUNK, ...). */
 static void FN(pointwise_forward_task)(void *arg, int64_t block, int worker) {
     (void)worker;
     const FN(pointwise_job) *j = arg;
-    int64_t i0 = block * CHUNK, i1 = i0 + CHUNK < j->n ? i0 + CHUNK : j->n;
-    REAL scale = (REAL)j->mask.scale;
-    uint32_t bits[CHUNK];
-    FN(mask_words)(&j->mask, i0, i1, bits);
-    for (int64_t k = i0; k < i1; k++) {
-        REAL v = FN(act)(j->act, j->x[k]);
-        if (j->mask.active) v = bits[k - i0] >= j->mask.threshold ? v * scale : 0;
-        j->y[k] = j->residual ? j->residual[k] + v : v;
+    int64_t i0 = block * CHUNK, n = i0 + CHUNK < j->n ? CHUNK : j->n - i0;
+    REAL v[CHUNK];
+    FN(act_rows)(j->act, j->x + i0, v, n);
+    FN(drop_rows)(&j->mask, i0, v, n);
+    REAL *y = j->y + i0;
+    if (j->residual) {
+        const REAL *r = j->residual + i0;
+        for (int64_t k = 0; k < n; k++) y[k] = r[k] + v[k];
+    } else {
+        memcpy(y, v, (size_t)n * sizeof *y);
     }
 }
 
@@ -52,15 +69,18 @@ static void FN(pointwise_forward_task)(void *arg, int64_t block, int worker) {
 static void FN(pointwise_backward_task)(void *arg, int64_t block, int worker) {
     (void)worker;
     const FN(pointwise_job) *j = arg;
-    int64_t i0 = block * CHUNK, i1 = i0 + CHUNK < j->n ? i0 + CHUNK : j->n;
-    REAL scale = (REAL)j->mask.scale;
-    uint32_t bits[CHUNK];
-    FN(mask_words)(&j->mask, i0, i1, bits);
-    for (int64_t k = i0; k < i1; k++) {
-        REAL g = j->dy[k];
-        if (j->mask.active) g = bits[k - i0] >= j->mask.threshold ? g * scale : 0;
-        j->dx[k] = j->x ? g * FN(act_grad)(j->act, j->x[k]) : g;
-    }
+    int64_t i0 = block * CHUNK, n = i0 + CHUNK < j->n ? CHUNK : j->n - i0;
+    REAL g[CHUNK];
+    memcpy(g, j->dy + i0, (size_t)n * sizeof *g);
+    FN(drop_rows)(&j->mask, i0, g, n);
+    REAL *dx = j->dx + i0;
+    const REAL *x = j->x ? j->x + i0 : NULL;
+    if (j->act == ATTNC_ACT_RELU)
+        for (int64_t k = 0; k < n; k++) dx[k] = x[k] > 0 ? g[k] : 0;
+    else if (j->act == ATTNC_ACT_GELU)
+        for (int64_t k = 0; k < n; k++) dx[k] = g[k] * FN(act_grad)(ATTNC_ACT_GELU, x[k]);
+    else
+        memcpy(dx, g, (size_t)n * sizeof *dx);
 }
 
 #include "../core/real_end.h"
