@@ -179,9 +179,9 @@ class _Layer(Module):
 
     @contextlib.contextmanager
     def _workspace(self, size, dtype):
-        """The activations buffer of a forward that keeps nothing for a
-        backward, reused from call to call (fresh memory costs page faults).
-        A concurrent call from another thread gets a buffer of its own."""
+        """Working memory of a forward that keeps nothing for a backward, or
+        of a backward, reused from call to call (fresh memory costs page
+        faults). A concurrent call from another thread gets its own."""
         lock = self.__dict__.setdefault("_work_lock", threading.Lock())
         if not lock.acquire(blocking=False):
             yield np.empty(size, dtype)
@@ -202,7 +202,11 @@ class _Layer(Module):
         dx = np.empty_like(x)
         dmem = np.empty_like(memory) if memory is not None else None
         dout = np.ascontiguousarray(dout, dtype=x.dtype)
-        _core.layer_backward(dx, dmem, grads, dout, saved, x, memory, params, config, sm, cm)
+        B, L, E = x.shape
+        size = _core.layer_scratch_size(B, L, 0 if memory is None else memory.shape[1], E, self.dim_feedforward,
+                                        self._decoder)
+        with self._workspace(size, x.dtype) as work:
+            _core.layer_backward(dx, dmem, grads, work, dout, saved, x, memory, params, config, sm, cm)
         named = {n: g for n, g in zip(self._slot_names(), grads) if n is not None and g is not None}
         return dx, dmem, named
 

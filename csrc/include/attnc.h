@@ -426,11 +426,16 @@ attnc_status attnc_layer_forward(attnc_tensor *out, attnc_tensor *weights_self,
                                  const attnc_layer_params *params, const attnc_layer_config *config,
                                  const attnc_attn_masks *self_masks,
                                  const attnc_attn_masks *cross_masks);
+/* Elements of the backward's scratch buffer. */
+int64_t attnc_layer_scratch_size(int64_t B, int64_t L, int64_t S, int64_t E, int64_t F, int decoder);
+
 /* dx (B, L, E), dmemory (B, S, E), grads (each present member: the gradient
  * of that parameter, contiguous, overwritten) <- dout (B, L, E), the
- * forward's saved buffer and its inputs. */
+ * forward's saved buffer and its inputs. scratch (optional, 1-D,
+ * attnc_layer_scratch_size elements) is working memory; absent, the call
+ * allocates its own. */
 attnc_status attnc_layer_backward(attnc_tensor *dx, attnc_tensor *dmemory, attnc_layer_params *grads,
-                                  const attnc_tensor *dout, const attnc_tensor *saved,
+                                  attnc_tensor *scratch, const attnc_tensor *dout, const attnc_tensor *saved,
                                   const attnc_tensor *x, const attnc_tensor *memory,
                                   const attnc_layer_params *params, const attnc_layer_config *config,
                                   const attnc_attn_masks *self_masks,

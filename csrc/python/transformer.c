@@ -63,6 +63,14 @@ static PyObject *py_layer_saved_size(PyObject *self, PyObject *args) {
 }
 
 /* (out, weights_self, weights_cross, saved, x, memory, params, config, self_masks, cross_masks) */
+static PyObject *py_layer_scratch_size(PyObject *self, PyObject *args) {
+    (void)self;
+    long long B, L, S, E, F;
+    int decoder;
+    if (!PyArg_ParseTuple(args, "LLLLLp", &B, &L, &S, &E, &F, &decoder)) return NULL;
+    return PyLong_FromLongLong(attnc_layer_scratch_size(B, L, S, E, F, decoder));
+}
+
 static PyObject *py_layer_forward(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *out, *ws, *wc, *saved, *x, *mem, *params, *config, *sm, *cm;
@@ -84,26 +92,27 @@ static PyObject *py_layer_forward(PyObject *self, PyObject *args) {
     return buffers_finish(&h, st);
 }
 
-/* (dx, dmemory, grads, dout, saved, x, memory, params, config, self_masks, cross_masks) */
+/* (dx, dmemory, grads, scratch, dout, saved, x, memory, params, config, self_masks, cross_masks) */
 static PyObject *py_layer_backward(PyObject *self, PyObject *args) {
     (void)self;
-    PyObject *dx, *dmem, *grads, *dout, *saved, *x, *mem, *params, *config, *sm, *cm;
-    if (!PyArg_ParseTuple(args, "OOOOOOOOOOO", &dx, &dmem, &grads, &dout, &saved, &x, &mem, &params, &config,
-                          &sm, &cm))
+    PyObject *dx, *dmem, *grads, *work, *dout, *saved, *x, *mem, *params, *config, *sm, *cm;
+    if (!PyArg_ParseTuple(args, "OOOOOOOOOOOO", &dx, &dmem, &grads, &work, &dout, &saved, &x, &mem, &params,
+                          &config, &sm, &cm))
         return NULL;
     buffers h = {.count = 0};
-    attnc_tensor tdx, tdm, tdo, ts, tx, tm;
+    attnc_tensor tdx, tdm, tw, tdo, ts, tx, tm;
     attnc_layer_params p = {0}, g = {0};
     attnc_layer_config c;
     attnc_attn_masks msk[2] = {0};
     attnc_status st = ATTNC_OK;
     if (!(buffers_get(&h, dx, "dinput", 1, &tdx) && buffers_get(&h, dmem, "dmemory", 1, &tdm) &&
-          parse_params(&h, grads, &g, 1) && buffers_get(&h, dout, "doutput", 0, &tdo) &&
+          parse_params(&h, grads, &g, 1) && buffers_get(&h, work, "scratch", 1, &tw) &&
+          buffers_get(&h, dout, "doutput", 0, &tdo) &&
           buffers_get(&h, saved, "saved", 0, &ts) && buffers_get(&h, x, "input", 0, &tx) &&
           buffers_get(&h, mem, "memory", 0, &tm) && parse_params(&h, params, &p, 0) &&
           parse_config(config, &c) && parse_masks(&h, sm, &msk[0]) && parse_masks(&h, cm, &msk[1])))
         return buffers_release(&h), NULL;
-    ATTNC_NOGIL(st, attnc_layer_backward(&tdx, &tdm, &g, &tdo, &ts, &tx, &tm, &p, &c, &msk[0], &msk[1]));
+    ATTNC_NOGIL(st, attnc_layer_backward(&tdx, &tdm, &g, &tw, &tdo, &ts, &tx, &tm, &p, &c, &msk[0], &msk[1]));
     return buffers_finish(&h, st);
 }
 
@@ -157,6 +166,7 @@ static PyObject *py_decode(PyObject *self, PyObject *args) {
 PyMethodDef attnc_transformer_methods[] = {
     {"decode", py_decode, METH_VARARGS, NULL},
     {"layer_saved_size", py_layer_saved_size, METH_VARARGS, NULL},
+    {"layer_scratch_size", py_layer_scratch_size, METH_VARARGS, NULL},
     {"layer_forward", py_layer_forward, METH_VARARGS, NULL},
     {"layer_backward", py_layer_backward, METH_VARARGS, NULL},
     {NULL, NULL, 0, NULL}};

@@ -35,6 +35,7 @@ typedef struct {
     int64_t qkv, attn_self, lse_self;      /* self-attention */
     int64_t q, kv, attn_cross, lse_cross;  /* cross-attention */
     int64_t f1, hidden;                    /* feed-forward: pre-activation, dropout(act(f1)) */
+    int64_t branch;                        /* the forward's scratch: a branch's output */
     int64_t total;
 } layer_layout;
 
@@ -59,6 +60,7 @@ static void layout(layer_layout *lo, const layer_dims *d) {
     }
     TAKE(f1, N * d->F);
     TAKE(hidden, N * d->F);
+    TAKE(branch, N * E);
 #undef TAKE
     lo->total = at;
 }
@@ -444,7 +446,7 @@ attnc_status attnc_layer_forward(attnc_tensor *out, attnc_tensor *weights_self,
     r.weights[SELF] = attnc_present(weights_self) ? weights_self : NULL;
     r.weights[CROSS] = attnc_present(weights_cross) && d->decoder ? weights_cross : NULL;
     size_t es = attnc_dtype_size(d->dt);
-    void *own = NULL, *branch_data = NULL;
+    void *own = NULL;
     if (attnc_present(saved)) {
         TRY(check_saved(&r, saved, true));
         r.saved = saved->data;
@@ -455,8 +457,8 @@ attnc_status attnc_layer_forward(attnc_tensor *out, attnc_tensor *weights_self,
     int64_t mrows[2] = {d->M, d->E};
     attnc_tensor mem2 = d->decoder ? attnc_view(memory->data, d->dt, 2, mrows) : (attnc_tensor){0};
     r.memory = &mem2;
-    attnc_status st = attnc_calloc(&branch_data, (size_t)(d->N * d->E), es, "branch output");
-    attnc_tensor branch = mat_of(branch_data, d->dt, d->N, d->E);
+    attnc_status st = ATTNC_OK;
+    attnc_tensor branch = saved_mat(&r, r.lo.branch, d->N, d->E);
     attnc_tensor x2 = mat_of(x->data, d->dt, d->N, d->E), y2 = mat_of(out->data, d->dt, d->N, d->E);
     for (int k = SELF; st == ATTNC_OK; k = next_sublayer(&r, k)) {
         attnc_tensor in = k == SELF ? x2 : saved_mat(&r, r.lo.in[k], d->N, d->E);
@@ -464,7 +466,6 @@ attnc_status attnc_layer_forward(attnc_tensor *out, attnc_tensor *weights_self,
         st = sublayer_forward(&r, k, &in, &y, &branch);
         if (k == last_sublayer()) break;
     }
-    free(branch_data);
     free(own);
     return st;
 }
@@ -493,28 +494,34 @@ static attnc_status check_grads(const layer_run *r, const attnc_layer_params *g)
     return ATTNC_OK;
 }
 
-static attnc_status alloc_scratch(scratch *s, const layer_dims *d) {
-    size_t es = attnc_dtype_size(d->dt);
-    *s = (scratch){0};
-    attnc_tensor *ne[] = {&s->dmid, &s->dbranch, &s->dx_branch, &s->dattn};
-    for (size_t i = 0; i < sizeof ne / sizeof ne[0]; i++) {
-        TRY(attnc_calloc(&ne[i]->data, (size_t)(d->N * d->E), es, "layer gradients"));
-        *ne[i] = mat_of(ne[i]->data, d->dt, d->N, d->E);
-    }
-    TRY(attnc_calloc(&s->dqkv.data, (size_t)(d->N * 3 * d->E), es, "layer gradients"));
-    TRY(attnc_calloc(&s->dkv.data, (size_t)(d->M * 2 * d->E), es, "layer gradients"));
-    TRY(attnc_calloc(&s->dhidden.data, (size_t)(d->N * d->F), es, "layer gradients"));
-    s->dhidden = mat_of(s->dhidden.data, d->dt, d->N, d->F);
-    return ATTNC_OK;
+/* The backward's scratch, carved from one buffer: six (N, E) buffers (the
+ * last two carry the gradient between sublayers), then dqkv (N, 3E), dkv
+ * (M, 2E) and dhidden (N, F). */
+static int64_t scratch_size(const layer_dims *d) {
+    return 9 * d->N * d->E + 2 * d->M * d->E + d->N * d->F;
 }
 
-static void free_scratch(scratch *s) {
-    attnc_tensor *all[] = {&s->dmid, &s->dbranch, &s->dx_branch, &s->dattn, &s->dqkv, &s->dkv, &s->dhidden};
-    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) free(all[i]->data);
+int64_t attnc_layer_scratch_size(int64_t B, int64_t L, int64_t S, int64_t E, int64_t F, int decoder) {
+    layer_dims d = {.N = B * L, .M = decoder ? B * S : 0, .E = E, .F = F};
+    return scratch_size(&d);
+}
+
+static void carve_scratch(scratch *s, attnc_tensor bufs[2], char *base, const layer_dims *d) {
+    size_t es = attnc_dtype_size(d->dt);
+    int64_t ne = d->N * d->E;
+    attnc_tensor *mats[] = {&s->dmid, &s->dbranch, &s->dx_branch, &s->dattn, &bufs[0], &bufs[1]};
+    for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++)
+        *mats[i] = mat_of(base + (int64_t)i * ne * (int64_t)es, d->dt, d->N, d->E);
+    char *at = base + 6 * ne * (int64_t)es;
+    s->dqkv = mat_of(at, d->dt, d->N, 3 * d->E);
+    at += 3 * ne * (int64_t)es;
+    s->dkv = mat_of(at, d->dt, d->M, 2 * d->E);
+    at += 2 * d->M * d->E * (int64_t)es;
+    s->dhidden = mat_of(at, d->dt, d->N, d->F);
 }
 
 attnc_status attnc_layer_backward(attnc_tensor *dx, attnc_tensor *dmemory, attnc_layer_params *grads,
-                                  const attnc_tensor *dout, const attnc_tensor *saved,
+                                  attnc_tensor *work, const attnc_tensor *dout, const attnc_tensor *saved,
                                   const attnc_tensor *x, const attnc_tensor *memory,
                                   const attnc_layer_params *params, const attnc_layer_config *config,
                                   const attnc_attn_masks *self_masks,
@@ -535,17 +542,24 @@ attnc_status attnc_layer_backward(attnc_tensor *dx, attnc_tensor *dmemory, attnc
     attnc_tensor mem2 = d->decoder ? attnc_view(memory->data, d->dt, 2, mrows) : (attnc_tensor){0};
     attnc_tensor dmem2 = want_dmem ? attnc_view(dmemory->data, d->dt, 2, mrows) : (attnc_tensor){0};
     r.memory = &mem2;
-    size_t es = attnc_dtype_size(d->dt);
     scratch s;
-    void *ping = NULL, *pong = NULL;
-    attnc_status st = alloc_scratch(&s, d);
-    if (st == ATTNC_OK) st = attnc_calloc(&ping, (size_t)(d->N * d->E), es, "layer gradients");
-    if (st == ATTNC_OK) st = attnc_calloc(&pong, (size_t)(d->N * d->E), es, "layer gradients");
+    attnc_tensor bufs[2];
+    void *own = NULL;
+    char *base;
+    if (attnc_present(work)) {
+        int64_t n = scratch_size(d);
+        TRY(attnc_check_dims(work, "scratch", d->dt, 1, &n, true));
+        base = work->data;
+    } else {
+        TRY(attnc_calloc(&own, (size_t)scratch_size(d), attnc_dtype_size(d->dt), "layer gradients"));
+        base = own;
+    }
+    carve_scratch(&s, bufs, base, d);
+    attnc_status st = ATTNC_OK;
     /* The gradient flows back through the sublayers, alternating between
      * two buffers; the first sublayer writes the caller's dx. */
     attnc_tensor dy = mat_of(dout->data, d->dt, d->N, d->E);
     attnc_tensor x2 = mat_of(x->data, d->dt, d->N, d->E);
-    attnc_tensor bufs[2] = {mat_of(ping, d->dt, d->N, d->E), mat_of(pong, d->dt, d->N, d->E)};
     for (int k = last_sublayer(), i = 0; st == ATTNC_OK; k = prev_sublayer(&r, k), i ^= 1) {
         attnc_tensor in = k == SELF ? x2 : saved_mat(&r, r.lo.in[k], d->N, d->E);
         attnc_tensor out = k == SELF && attnc_present(dx) ? mat_of(dx->data, d->dt, d->N, d->E) : bufs[i];
@@ -553,8 +567,6 @@ attnc_status attnc_layer_backward(attnc_tensor *dx, attnc_tensor *dmemory, attnc
         dy = out;
         if (k == SELF) break;
     }
-    free(ping);
-    free(pong);
-    free_scratch(&s);
+    free(own);
     return st;
 }
