@@ -178,3 +178,109 @@ def test_missing_matplotlib_gives_install_hint(monkeypatch):
     monkeypatch.setitem(sys.modules, "matplotlib.pyplot", None)
     with pytest.raises(ImportError, match=r'pip install "attnc\[plot\]"'):
         plot.alignment(_weights())
+
+
+# --------------------------------------------------------------------------- heads: a layer x head grid
+
+def _head_weights(layers=2, heads=3, seed=0):
+    """Per-layer weights (1, heads, Tq, Tk), as the models return them for one example."""
+    return [np.stack([_weights(seed=100 * seed + 10 * l + h) for h in range(heads)])[None]
+            for l in range(layers)]
+
+
+def test_heads_returns_layer_by_head_axes_with_titles_and_tokens():
+    ws = _head_weights(2, 3)
+    axes = plot.heads(ws, SRC, TGT, title="cross-attention")
+    assert isinstance(axes, np.ndarray) and axes.shape == (2, 3)
+    assert all(isinstance(ax, Axes) for ax in axes.flat)
+    fig = axes[0, 0].figure
+    assert all(ax.figure is fig for ax in axes.flat)
+    assert fig.get_suptitle() == "cross-attention"
+    for l in range(2):
+        for h in range(3):
+            ax = axes[l, h]
+            assert ax.get_title() == f"layer {l}, head {h}"
+            assert _labels(ax.get_xticklabels()) == SRC
+            assert _labels(ax.get_yticklabels()) == TGT
+            # axis labels only on the outer panels
+            assert ax.get_xlabel() == ("source (keys)" if l == 1 else "")
+            assert ax.get_ylabel() == ("target (queries)" if h == 0 else "")
+
+
+def test_heads_draws_each_head_on_a_fixed_zero_one_scale():
+    ws = _head_weights(2, 3)
+    ws[1] = ws[1] * 0.2  # a faint layer: the scale must not adapt to it
+    axes = plot.heads(ws, SRC, TGT)
+    for l in range(2):
+        for h in range(3):
+            (im,) = axes[l, h].images
+            np.testing.assert_array_equal(np.asarray(im.get_array()), ws[l][0, h])
+            assert im.get_clim() == (0.0, 1.0)
+            if (l, h) != (0, 0):
+                assert im.colorbar is None  # one shared colour bar, not one per panel
+    fig = axes[0, 0].figure
+    cbar_axes = [ax for ax in fig.axes if ax not in set(axes.flat)]
+    assert len(cbar_axes) == 1
+    assert axes[0, 0].images[0].colorbar.ax is cbar_axes[0]
+    assert tuple(cbar_axes[0].get_ylim()) == (0.0, 1.0)
+
+
+def test_heads_no_colorbar_and_row_label():
+    axes = plot.heads(_head_weights(1, 2), colorbar=False, row_label="block")
+    assert len(axes[0, 0].figure.axes) == 2
+    assert [ax.get_title() for ax in axes.flat] == ["block 0, head 0", "block 0, head 1"]
+
+
+def test_heads_accepts_arrays_of_every_documented_shape():
+    ws = _head_weights(2, 3)
+    stacked = np.concatenate(ws)  # (layers, heads, Tq, Tk)
+    for arg, shape in ((stacked, (2, 3)), (stacked[None], (2, 3)), (stacked[0], (1, 3)),
+                       ([w[0] for w in ws], (2, 3)), ([w.tolist() for w in ws], (2, 3))):
+        axes = plot.heads(arg)
+        assert axes.shape == shape
+        np.testing.assert_array_equal(np.asarray(axes[-1, -1].images[0].get_array()),
+                                      stacked[shape[0] - 1, -1])
+        plt.close("all")
+
+
+def test_heads_draws_into_given_axes():
+    _, grid = plt.subplots(2, 3)
+    axes = plot.heads(_head_weights(2, 3), SRC, TGT, axes=grid)
+    assert axes.shape == (2, 3)
+    assert all(a is b for a, b in zip(axes.flat, grid.flat))
+    # a flat row of axes for a single layer
+    _, row = plt.subplots(1, 3)
+    axes = plot.heads(_head_weights(1, 3), axes=row)
+    assert axes.shape == (1, 3) and axes[0, 2] is row[2]
+    _, wrong = plt.subplots(3, 2)
+    with pytest.raises(ValueError, match="axes"):
+        plot.heads(_head_weights(2, 3), axes=wrong)
+
+
+def test_heads_bad_inputs():
+    ws = _head_weights(2, 3)
+    with pytest.raises(ValueError, match="one example"):  # a batch of two
+        plot.heads([np.concatenate([w, w]) for w in ws])
+    with pytest.raises(ValueError, match="same"):
+        plot.heads([ws[0], _head_weights(1, 2)[0]])
+    with pytest.raises(ValueError, match="empty"):
+        plot.heads([])
+    with pytest.raises(ValueError, match=r"\(7,\)"):
+        plot.heads(np.zeros(7))
+    with pytest.raises(ValueError, match="source_tokens"):
+        plot.heads(ws, SRC[:-1], TGT)
+    with pytest.raises(ValueError, match="target_tokens"):
+        plot.heads(ws, SRC, TGT[:-1])
+    with pytest.raises(TypeError, match="weights"):
+        plot.heads(np.full((1, 2, 2, 2), "x"))
+
+
+def test_heads_input_not_modified_and_saves(tmp_path):
+    ws = _head_weights(2, 2)
+    before = [w.copy() for w in ws]
+    axes = plot.heads(ws, SRC, TGT, annotate=True)
+    for w, b in zip(ws, before):
+        np.testing.assert_array_equal(w, b)
+    path = tmp_path / "heads.png"
+    axes[0, 0].figure.savefig(path)
+    assert path.read_bytes()[:4] == b"\x89PNG"
