@@ -104,10 +104,12 @@ static attnc_status setup(flash_ctx *c, const attnc_tensor *q, const attnc_tenso
     }
     if (!(opt->dropout_p >= 0 && opt->dropout_p <= 1))
         return attnc_fail(ATTNC_ERR_VALUE, "dropout_p must be in [0, 1], got %g", opt->dropout_p);
-    c->bq = BQ;
-    c->bk = BK;
-    c->nqb = (c->L + BQ - 1) / BQ;
-    c->nkb = (c->S + BK - 1) / BK;
+    /* Tiles no larger than the problem (a decoding step has L = 1): the
+     * blocks, and so the results, are the same; the scratch is smaller. */
+    c->bq = c->L < BQ ? (c->L > 0 ? c->L : 1) : BQ;
+    c->bk = c->S < BK ? (c->S > 0 ? c->S : 1) : BK;
+    c->nqb = (c->L + c->bq - 1) / c->bq;
+    c->nkb = (c->S + c->bk - 1) / c->bk;
     return ATTNC_OK;
 }
 
