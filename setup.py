@@ -19,6 +19,7 @@ SOURCES = sorted(
     + glob.glob("csrc/attention/*.c")
     + glob.glob("csrc/nn/*.c")
     + glob.glob("csrc/transformer/*.c")
+    + glob.glob("csrc/rnn/*.c")
     + glob.glob("csrc/python/*.c")
 )
 

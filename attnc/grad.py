@@ -22,9 +22,13 @@ def register(fn, forward, backward):
     return fn
 
 
-def _cotangent(c, out: np.ndarray, index: int):
+def _cotangent(c, out, index):
     if c is None:
         return None
+    if isinstance(out, (tuple, list)):  # a nested output, such as an LSTM's (h_n, c_n)
+        if not isinstance(c, (tuple, list)) or len(c) != len(out):
+            raise TypeError(f"cotangent {index} must be None or a tuple of {len(out)}, like output {index}")
+        return tuple(_cotangent(ci, oi, f"{index}.{i}") for i, (ci, oi) in enumerate(zip(c, out)))
     if out is None:
         raise TypeError(f"cotangent {index} must be None: output {index} is None (not computed)")
     if out.dtype.kind != "f":

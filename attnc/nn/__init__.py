@@ -6,6 +6,7 @@ from .linear import Linear, linear
 from .module import Module
 from .multihead import MultiheadAttention
 from .normalization import LayerNorm, layer_norm
+from .rnn import GRU, LSTM, GRUCell, LSTMCell
 from .sparse import Embedding, cross_entropy, embedding, log_softmax, sinusoidal_encoding
 from .transformer import (
     Transformer,
@@ -16,6 +17,10 @@ from .transformer import (
 )
 
 __all__ = [
+    "GRU",
+    "GRUCell",
+    "LSTM",
+    "LSTMCell",
     "Embedding",
     "LayerNorm",
     "Linear",

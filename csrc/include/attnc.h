@@ -479,6 +479,44 @@ attnc_status attnc_decode(attnc_tensor *tokens, attnc_tensor *lengths, const att
                           const attnc_tensor *prompt, const attnc_tensor *memory,
                           const attnc_tensor *memory_mask, const attnc_decode_options *options);
 
+/* ---- recurrent layers: LSTM and GRU over whole sequences ----------------- */
+
+typedef enum { ATTNC_LSTM = 0, ATTNC_GRU = 1 } attnc_rnn_mode;
+
+/* One layer and direction, torch's layout: weight_ih (G H, in), weight_hh
+ * (G H, H), biases (G H) optional; G = 4 gates i, f, g, o (LSTM) or 3 gates
+ * r, z, n (GRU). */
+typedef struct {
+    attnc_tensor weight_ih, weight_hh, bias_ih, bias_hh;
+} attnc_rnn_weights;
+
+typedef struct {
+    attnc_rnn_mode mode;
+    int64_t hidden_size, num_layers; /* num_layers <= 64                    */
+    int bidirectional;
+    double dropout;                  /* on each layer's output but the last */
+    uint64_t seed;
+} attnc_rnn_config;
+
+/* Elements of the saved buffer for input (B, T, input_size). */
+int64_t attnc_rnn_saved_size(const attnc_rnn_config *config, int64_t B, int64_t T, int64_t input_size);
+
+/* output (B, T, D H) (0 at padded steps), h_n, c_n (L D, B, H) (c_n: LSTM;
+ * each optional), saved (optional, 1-D) <- input (B, T, I), lengths (B)
+ * INT64 in [1, T] (optional; padding is never read), h0, c0 (L D, B, H)
+ * (optional: zeros), weights[l D + d] (d = 1: the reverse direction). */
+attnc_status attnc_rnn_forward(attnc_tensor *output, attnc_tensor *h_n, attnc_tensor *c_n, attnc_tensor *saved,
+                               const attnc_tensor *input, const attnc_tensor *lengths, const attnc_tensor *h0,
+                               const attnc_tensor *c0, const attnc_rnn_weights *weights,
+                               const attnc_rnn_config *config);
+/* dinput, dh0, dc0, grads[l D + d] (each optional, overwritten) <- doutput,
+ * dh_n, dc_n (each optional: zeros), the forward's saved buffer and inputs. */
+attnc_status attnc_rnn_backward(attnc_tensor *dinput, attnc_tensor *dh0, attnc_tensor *dc0,
+                                attnc_rnn_weights *grads, const attnc_tensor *doutput, const attnc_tensor *dh_n,
+                                const attnc_tensor *dc_n, const attnc_tensor *saved, const attnc_tensor *input,
+                                const attnc_tensor *lengths, const attnc_tensor *h0, const attnc_tensor *c0,
+                                const attnc_rnn_weights *weights, const attnc_rnn_config *config);
+
 #ifdef __cplusplus
 }
 #endif

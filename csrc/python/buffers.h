@@ -36,5 +36,6 @@ PyObject *buffers_finish(buffers *held, attnc_status status);
 extern PyMethodDef attnc_attention_methods[];
 extern PyMethodDef attnc_nn_methods[];
 extern PyMethodDef attnc_transformer_methods[];
+extern PyMethodDef attnc_rnn_methods[];
 
 #endif

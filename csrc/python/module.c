@@ -40,7 +40,8 @@ PyMODINIT_FUNC PyInit__core(void) {
     if (PyModule_AddFunctions(m, config_methods) != 0 ||
         PyModule_AddFunctions(m, attnc_attention_methods) != 0 ||
         PyModule_AddFunctions(m, attnc_nn_methods) != 0 ||
-        PyModule_AddFunctions(m, attnc_transformer_methods) != 0) {
+        PyModule_AddFunctions(m, attnc_transformer_methods) != 0 ||
+        PyModule_AddFunctions(m, attnc_rnn_methods) != 0) {
         Py_DECREF(m);
         return NULL;
     }

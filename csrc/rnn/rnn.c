@@ -1,0 +1,396 @@
+/* rnn.c: multi-layer, optionally bidirectional LSTM and GRU over whole
+ * sequences, forward and backward through time, with torch's gate layouts
+ * (LSTM: i, f, g, o; GRU: r, z, n) and variable lengths.
+ *
+ * Per layer and direction: the input projections of every step in one
+ * matrix product, then a loop over time of (batch, H) x (H, gates) products
+ * (split over gate column blocks so every core works) and the gate kernels.
+ * The backward runs the loop in reverse, keeping each step's gate gradients,
+ * and forms the weight gradients with one product each over all steps. */
+#include <math.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../core/blas.h"
+#include "../core/status.h"
+#include "../core/tensor.h"
+#include "../core/threads.h"
+#include "../transformer/layer.h"
+
+enum { ROWS = 16, COLS = 256 }; /* batch rows per gate block; gate columns per product block */
+
+typedef struct {
+    attnc_rnn_mode mode;
+    int64_t B, T, I, H, L, D, ng; /* ng gates: 4 (LSTM) or 3 (GRU) */
+    int64_t d;                    /* the direction being run       */
+    const int64_t *len;           /* (B) or NULL: every row has T  */
+    attnc_dtype dt;
+    double dropout;
+    uint64_t seed;
+} rnn_run;
+
+#define ATTNC_F64 0
+#include "rnn_impl.h"
+#define ATTNC_F64 1
+#include "rnn_impl.h"
+
+/* ---- the saved buffer ------------------------------------------------------ */
+
+/* Per layer: its output (B T, D H) and, with dropout, its dropped input
+ * (layers >= 1); per layer and direction: gates (B T, 4H) and cells (B T, H). */
+typedef struct {
+    int64_t out[64], in[64], gates[128], cells[128], total;
+} rnn_layout;
+
+static void layout(rnn_layout *lo, const rnn_run *r) {
+    int64_t at = 0, bt = r->B * r->T;
+    for (int64_t l = 0; l < r->L; l++) {
+        lo->out[l] = at;
+        at += bt * r->D * r->H;
+        lo->in[l] = -1;
+        if (l > 0 && r->dropout > 0) {
+            lo->in[l] = at;
+            at += bt * r->D * r->H;
+        }
+        for (int64_t d = 0; d < r->D; d++) {
+            lo->gates[l * r->D + d] = at;
+            at += bt * 4 * r->H;
+            lo->cells[l * r->D + d] = at;
+            at += r->mode == ATTNC_LSTM ? bt * r->H : 0;
+        }
+    }
+    lo->total = at;
+}
+
+int64_t attnc_rnn_saved_size(const attnc_rnn_config *cfg, int64_t B, int64_t T, int64_t input_size) {
+    rnn_run r = {.mode = cfg->mode, .B = B, .T = T, .I = input_size, .H = cfg->hidden_size,
+                 .L = cfg->num_layers, .D = cfg->bidirectional ? 2 : 1, .dropout = cfg->dropout};
+    rnn_layout lo;
+    layout(&lo, &r);
+    return lo.total;
+}
+
+/* ---- helpers ---------------------------------------------------------------- */
+
+static attnc_tensor mat(const rnn_run *r, void *data, int64_t rows, int64_t cols) {
+    int64_t shape[2] = {rows, cols};
+    return attnc_view(data, r->dt, 2, shape);
+}
+
+static void *at(const rnn_run *r, void *base, int64_t offset) {
+    return (char *)base + offset * (int64_t)attnc_dtype_size(r->dt);
+}
+
+static attnc_mat as_mat(const attnc_tensor *t) {
+    attnc_mat m = {t->data, t->shape[0], t->shape[1], t->strides[0], t->strides[1]};
+    return m;
+}
+
+/* c (rows, n) <- a (rows, k) op(w): op(w) = w^T for w (n, k), or w (k, n). */
+static void colgemm(const rnn_run *r, const attnc_tensor *a, const attnc_tensor *w, bool trans_w, attnc_tensor *c) {
+    int64_t blocks = (c->shape[1] + COLS - 1) / COLS;
+    ATTNC_PARALLEL_TYPED(r->dt, attnc_workers(), colgemm_job, colgemm_task, blocks, .a = as_mat(a),
+                         .w = as_mat(w), .c = as_mat(c), .trans_w = trans_w);
+}
+
+static void run_rows(const rnn_run *r, attnc_task_fn f32, attnc_task_fn f64, void *job) {
+    attnc_parallel_for((r->B + ROWS - 1) / ROWS, attnc_workers(), r->dt == ATTNC_FLOAT32 ? f32 : f64, job);
+}
+
+/* Slice k (B, H) of a (L D, B, H) state tensor, or NULL. */
+static void *state_of(const rnn_run *r, const attnc_tensor *t, int64_t k) {
+    return attnc_present(t) ? at(r, t->data, k * r->B * r->H) : NULL;
+}
+
+/* ---- forward ---------------------------------------------------------------- */
+
+typedef struct {
+    void *gx, *hh, *h, *c;
+} fwd_scratch;
+
+static attnc_status direction_forward(rnn_run *r, const attnc_tensor *x, const attnc_rnn_weights *w,
+                                      void *saved, const rnn_layout *lo, int64_t l, const attnc_tensor *h0,
+                                      const attnc_tensor *c0, attnc_tensor *h_n, attnc_tensor *c_n,
+                                      fwd_scratch *s) {
+    int64_t B = r->B, H = r->H, G = r->ng * H, k = l * r->D + r->d;
+    size_t es = attnc_dtype_size(r->dt);
+    attnc_tensor gx = mat(r, s->gx, B * r->T, G), hh = mat(r, s->hh, B, G), h = mat(r, s->h, B, H);
+    TRY(attnc_linear_forward(&gx, x, &w->weight_ih, &w->bias_ih));
+    void *h0k = state_of(r, h0, k), *c0k = state_of(r, c0, k);
+    if (h0k) memcpy(s->h, h0k, (size_t)(B * H) * es); else memset(s->h, 0, (size_t)(B * H) * es);
+    if (c0k) memcpy(s->c, c0k, (size_t)(B * H) * es); else memset(s->c, 0, (size_t)(B * H) * es);
+    for (int64_t step = 0; step < r->T; step++) {
+        colgemm(r, &h, &w->weight_hh, true, &hh);
+#define RUN(SFX)                                                                                       \
+    do {                                                                                               \
+        step_job_##SFX j = {.r = r, .s = step, .gx = s->gx, .hh = s->hh,                              \
+                            .b_hh = attnc_present(&w->bias_hh) ? w->bias_hh.data : NULL, .h = s->h,   \
+                            .c = s->c, .gates = at(r, saved, lo->gates[k]),                          \
+                            .cs = at(r, saved, lo->cells[k]), .out = at(r, saved, lo->out[l])};      \
+        run_rows(r, forward_step_task_f32, forward_step_task_f64, &j);                                \
+    } while (0)
+        ATTNC_BY_DTYPE(r->dt, RUN);
+#undef RUN
+    }
+    if (attnc_present(h_n)) memcpy(state_of(r, h_n, k), s->h, (size_t)(B * H) * es);
+    if (attnc_present(c_n) && r->mode == ATTNC_LSTM) memcpy(state_of(r, c_n, k), s->c, (size_t)(B * H) * es);
+    return ATTNC_OK;
+}
+
+/* ---- checks ---------------------------------------------------------------- */
+
+static attnc_status check_weights(const rnn_run *r, const attnc_rnn_weights *w, int64_t l, int64_t in) {
+    const char *suffix = r->d ? "_reverse" : "";
+    int64_t G = r->ng * r->H;
+    char name[48];
+    struct {
+        const attnc_tensor *t;
+        const char *what;
+        int ndim;
+        int64_t d0, d1;
+        bool required;
+    } parts[] = {{&w->weight_ih, "weight_ih", 2, G, in, true}, {&w->weight_hh, "weight_hh", 2, G, r->H, true},
+                 {&w->bias_ih, "bias_ih", 1, G, 0, false}, {&w->bias_hh, "bias_hh", 1, G, 0, false}};
+    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
+        snprintf(name, sizeof name, "%s_l%lld%s", parts[i].what, (long long)l, suffix);
+        if (!attnc_present(parts[i].t)) {
+            if (parts[i].required) return attnc_fail(ATTNC_ERR_TYPE, "%s is required", name);
+            continue;
+        }
+        int64_t sizes[2] = {parts[i].d0, parts[i].d1};
+        TRY(attnc_check_dims(parts[i].t, name, r->dt, parts[i].ndim, sizes, false));
+        if (!attnc_is_contiguous(parts[i].t)) return attnc_fail(ATTNC_ERR_LAYOUT, "%s must be contiguous", name);
+    }
+    return ATTNC_OK;
+}
+
+static attnc_status check_state(const rnn_run *r, const attnc_tensor *t, const char *name, bool output) {
+    if (!attnc_present(t)) return ATTNC_OK;
+    int64_t sizes[3] = {r->L * r->D, r->B, r->H};
+    TRY(attnc_check_dims(t, name, r->dt, 3, sizes, output));
+    if (!attnc_is_contiguous(t)) return attnc_fail(ATTNC_ERR_LAYOUT, "%s must be contiguous", name);
+    return ATTNC_OK;
+}
+
+static attnc_status setup(rnn_run *r, const attnc_rnn_config *cfg, const attnc_tensor *x,
+                          const attnc_tensor *lengths, const attnc_rnn_weights *w, const attnc_tensor *h0,
+                          const attnc_tensor *c0) {
+    *r = (rnn_run){0};
+    if (!cfg || !w) return attnc_fail(ATTNC_ERR_TYPE, "config and weights are required");
+    if (cfg->mode != ATTNC_LSTM && cfg->mode != ATTNC_GRU) return attnc_fail(ATTNC_ERR_VALUE, "unknown rnn mode");
+    if (cfg->hidden_size < 1 || cfg->num_layers < 1 || cfg->num_layers > 64)
+        return attnc_fail(ATTNC_ERR_VALUE, "hidden_size must be >= 1 and num_layers in [1, 64]");
+    if (!(cfg->dropout >= 0 && cfg->dropout <= 1))
+        return attnc_fail(ATTNC_ERR_VALUE, "dropout must be in [0, 1], got %g", cfg->dropout);
+    if (!attnc_present(x)) return attnc_fail(ATTNC_ERR_TYPE, "input is required");
+    r->dt = x->dtype;
+    if (r->dt != ATTNC_FLOAT32 && r->dt != ATTNC_FLOAT64)
+        return attnc_fail(ATTNC_ERR_TYPE, "input has dtype %s, expected float32 or float64", attnc_dtype_name(r->dt));
+    int64_t sizes[3] = {-1, -1, -1};
+    TRY(attnc_check_dims(x, "input", r->dt, 3, sizes, false));
+    if (!attnc_is_contiguous(x)) return attnc_fail(ATTNC_ERR_LAYOUT, "input must be contiguous");
+    r->mode = cfg->mode;
+    r->B = sizes[0];
+    r->T = sizes[1];
+    r->I = sizes[2];
+    r->H = cfg->hidden_size;
+    r->L = cfg->num_layers;
+    r->D = cfg->bidirectional ? 2 : 1;
+    r->ng = cfg->mode == ATTNC_LSTM ? 4 : 3;
+    r->dropout = cfg->dropout;
+    r->seed = cfg->seed;
+    if (attnc_present(lengths)) {
+        TRY(attnc_check_dims(lengths, "lengths", ATTNC_INT64, 1, &r->B, false));
+        if (!attnc_is_contiguous(lengths)) return attnc_fail(ATTNC_ERR_LAYOUT, "lengths must be contiguous");
+        r->len = lengths->data;
+        for (int64_t b = 0; b < r->B; b++)
+            if (r->len[b] < 1 || r->len[b] > r->T)
+                return attnc_fail(ATTNC_ERR_VALUE, "lengths[%lld] = %lld is outside [1, %lld]", (long long)b,
+                                  (long long)r->len[b], (long long)r->T);
+    }
+    for (int64_t l = 0; l < r->L; l++)
+        for (r->d = 0; r->d < r->D; r->d++) TRY(check_weights(r, &w[l * r->D + r->d], l, l ? r->D * r->H : r->I));
+    r->d = 0;
+    TRY(check_state(r, h0, "h0", false));
+    return r->mode == ATTNC_LSTM ? check_state(r, c0, "c0", false) : ATTNC_OK;
+}
+
+/* ---- forward ---------------------------------------------------------------- */
+
+attnc_status attnc_rnn_forward(attnc_tensor *output, attnc_tensor *h_n, attnc_tensor *c_n, attnc_tensor *saved,
+                               const attnc_tensor *input, const attnc_tensor *lengths, const attnc_tensor *h0,
+                               const attnc_tensor *c0, const attnc_rnn_weights *weights,
+                               const attnc_rnn_config *cfg) {
+    rnn_run r;
+    TRY(setup(&r, cfg, input, lengths, weights, h0, c0));
+    int64_t B = r.B, T = r.T, H = r.H, DH = r.D * H, G = r.ng * H;
+    if (!attnc_present(output)) return attnc_fail(ATTNC_ERR_TYPE, "output is required");
+    int64_t osz[3] = {B, T, DH};
+    TRY(attnc_check_dims(output, "output", r.dt, 3, osz, true));
+    TRY(check_state(&r, h_n, "h_n", true));
+    if (r.mode == ATTNC_LSTM) TRY(check_state(&r, c_n, "c_n", true));
+    rnn_layout lo;
+    layout(&lo, &r);
+    size_t es = attnc_dtype_size(r.dt);
+    void *own = NULL;
+    void *base;
+    if (attnc_present(saved)) {
+        TRY(attnc_check_dims(saved, "saved", r.dt, 1, &lo.total, true));
+        base = saved->data;
+    } else {
+        TRY(attnc_calloc(&own, (size_t)lo.total, es, "rnn activations"));
+        base = own;
+    }
+    fwd_scratch s = {0};
+    attnc_status st = attnc_calloc(&s.gx, (size_t)(B * T * G), es, "input projections");
+    if (st == ATTNC_OK) st = attnc_calloc(&s.hh, (size_t)(B * G), es, "rnn state");
+    if (st == ATTNC_OK) st = attnc_calloc(&s.h, (size_t)(B * H), es, "rnn state");
+    if (st == ATTNC_OK) st = attnc_calloc(&s.c, (size_t)(B * H), es, "rnn state");
+    for (int64_t l = 0; l < r.L && st == ATTNC_OK; l++) {
+        memset(at(&r, base, lo.out[l]), 0, (size_t)(B * T * DH) * es); /* padding stays 0 */
+        attnc_tensor x = mat(&r, input->data, B * T, r.I);
+        if (l > 0) {
+            x = mat(&r, at(&r, base, lo.out[l - 1]), B * T, DH);
+            if (lo.in[l] >= 0) { /* dropout on the previous layer's output */
+                attnc_tensor dropped = mat(&r, at(&r, base, lo.in[l]), B * T, DH);
+                st = attnc_pointwise_forward(&dropped, &x, NULL, ATTNC_ACT_NONE, r.dropout, r.seed, (uint64_t)l);
+                x = dropped;
+            }
+        }
+        for (r.d = 0; r.d < r.D && st == ATTNC_OK; r.d++)
+            st = direction_forward(&r, &x, &weights[l * r.D + r.d], base, &lo, l, h0, c0, h_n, c_n, &s);
+    }
+    if (st == ATTNC_OK) memcpy(output->data, at(&r, base, lo.out[r.L - 1]), (size_t)(B * T * DH) * es);
+    free(s.gx);
+    free(s.hh);
+    free(s.h);
+    free(s.c);
+    free(own);
+    return st;
+}
+
+/* ---- backward ---------------------------------------------------------------- */
+
+typedef struct {
+    void *dgx, *dgh, *dstep, *dh, *dc, *drec, *direct, *hprev, *dx_part;
+} bwd_scratch;
+
+/* One direction of layer l: dh0/dc0 slices, weight gradients, and the
+ * layer input's gradient added into dx (B T, in) (overwritten when first). */
+static attnc_status direction_backward(rnn_run *r, const attnc_tensor *x, const attnc_rnn_weights *w,
+                                       attnc_rnn_weights *g, void *saved, const rnn_layout *lo, int64_t l,
+                                       const void *dout, const attnc_tensor *h0, const attnc_tensor *c0,
+                                       const attnc_tensor *dh_n, const attnc_tensor *dc_n, attnc_tensor *dh0,
+                                       attnc_tensor *dc0, attnc_tensor *dx, bool first, bwd_scratch *s) {
+    int64_t B = r->B, T = r->T, H = r->H, G = r->ng * H, k = l * r->D + r->d;
+    size_t es = attnc_dtype_size(r->dt);
+    void *dhk = state_of(r, dh_n, k), *dck = r->mode == ATTNC_LSTM ? state_of(r, dc_n, k) : NULL;
+    if (dhk) memcpy(s->dh, dhk, (size_t)(B * H) * es); else memset(s->dh, 0, (size_t)(B * H) * es);
+    if (dck) memcpy(s->dc, dck, (size_t)(B * H) * es); else memset(s->dc, 0, (size_t)(B * H) * es);
+    memset(s->dgx, 0, (size_t)(B * T * G) * es);
+    memset(s->hprev, 0, (size_t)(B * T * H) * es);
+    void *dgh = r->mode == ATTNC_LSTM ? s->dgx : s->dgh;
+    if (dgh != s->dgx) memset(dgh, 0, (size_t)(B * T * G) * es);
+    attnc_tensor dstep = mat(r, s->dstep, B, G), drec = mat(r, s->drec, B, H);
+    for (int64_t step = T - 1; step >= 0; step--) {
+#define RUN(SFX)                                                                                          \
+    do {                                                                                                  \
+        step_job_##SFX j = {.r = r, .s = step, .hh = s->drec, .gates = at(r, saved, lo->gates[k]),        \
+                            .cs = at(r, saved, lo->cells[k]), .out = at(r, saved, lo->out[l]),            \
+                            .dout = dout, .dh = s->dh, .dc = s->dc, .dgx = s->dgx, .dgh = dgh,           \
+                            .dgh_step = s->dstep, .dh_direct = s->direct, .hprev = s->hprev,             \
+                            .h0 = state_of(r, h0, k), .c0 = state_of(r, c0, k)};                          \
+        run_rows(r, backward_step_task_f32, backward_step_task_f64, &j);                                  \
+        colgemm(r, &dstep, &w->weight_hh, false, &drec);                                                  \
+        run_rows(r, merge_dh_task_f32, merge_dh_task_f64, &j);                                            \
+    } while (0)
+        ATTNC_BY_DTYPE(r->dt, RUN);
+#undef RUN
+    }
+    if (attnc_present(dh0)) memcpy(state_of(r, dh0, k), s->dh, (size_t)(B * H) * es);
+    if (attnc_present(dc0) && r->mode == ATTNC_LSTM) memcpy(state_of(r, dc0, k), s->dc, (size_t)(B * H) * es);
+    attnc_tensor dgx2 = mat(r, s->dgx, B * T, G), dgh2 = mat(r, dgh, B * T, G), hp = mat(r, s->hprev, B * T, H);
+    attnc_tensor part = mat(r, first ? dx->data : s->dx_part, B * T, x->shape[1]);
+    TRY(attnc_linear_backward(&part, &g->weight_ih, &g->bias_ih, &dgx2, x, &w->weight_ih));
+    TRY(attnc_linear_backward(NULL, &g->weight_hh, &g->bias_hh, &dgh2, &hp, &w->weight_hh));
+    if (!first) TRY(attnc_pointwise_forward(dx, &part, dx, ATTNC_ACT_NONE, 0, 0, 0));
+    return ATTNC_OK;
+}
+
+attnc_status attnc_rnn_backward(attnc_tensor *dinput, attnc_tensor *dh0, attnc_tensor *dc0,
+                                attnc_rnn_weights *grads, const attnc_tensor *doutput, const attnc_tensor *dh_n,
+                                const attnc_tensor *dc_n, const attnc_tensor *saved, const attnc_tensor *input,
+                                const attnc_tensor *lengths, const attnc_tensor *h0, const attnc_tensor *c0,
+                                const attnc_rnn_weights *weights, const attnc_rnn_config *cfg) {
+    rnn_run r;
+    TRY(setup(&r, cfg, input, lengths, weights, h0, c0));
+    int64_t B = r.B, T = r.T, H = r.H, DH = r.D * H, G = r.ng * H;
+    if (!attnc_present(saved) || !grads) return attnc_fail(ATTNC_ERR_TYPE, "saved and grads are required");
+    rnn_layout lo;
+    layout(&lo, &r);
+    TRY(attnc_check_dims(saved, "saved", r.dt, 1, &lo.total, false));
+    int64_t osz[3] = {B, T, DH};
+    if (attnc_present(doutput)) {
+        TRY(attnc_check_dims(doutput, "doutput", r.dt, 3, osz, false));
+        if (!attnc_is_contiguous(doutput)) return attnc_fail(ATTNC_ERR_LAYOUT, "doutput must be contiguous");
+    }
+    TRY(check_state(&r, dh_n, "dh_n", false));
+    TRY(check_state(&r, dh0, "dh0", true));
+    if (r.mode == ATTNC_LSTM) {
+        TRY(check_state(&r, dc_n, "dc_n", false));
+        TRY(check_state(&r, dc0, "dc0", true));
+    }
+    if (attnc_present(dinput)) {
+        int64_t isz[3] = {B, T, r.I};
+        TRY(attnc_check_dims(dinput, "dinput", r.dt, 3, isz, true));
+    }
+    for (int64_t l = 0; l < r.L; l++)
+        for (int64_t d = 0; d < r.D; d++) {
+            const attnc_rnn_weights *w = &weights[l * r.D + d];
+            attnc_rnn_weights *g = &grads[l * r.D + d];
+            const attnc_tensor *pairs[4][2] = {{&g->weight_ih, &w->weight_ih}, {&g->weight_hh, &w->weight_hh},
+                                               {&g->bias_ih, &w->bias_ih}, {&g->bias_hh, &w->bias_hh}};
+            for (int i = 0; i < 4; i++) {
+                if (!attnc_present(pairs[i][0])) continue;
+                if (!attnc_present(pairs[i][1]))
+                    return attnc_fail(ATTNC_ERR_VALUE, "a gradient is given for an absent bias");
+                int64_t sizes[2] = {pairs[i][1]->shape[0], pairs[i][1]->ndim > 1 ? pairs[i][1]->shape[1] : 0};
+                TRY(attnc_check_dims(pairs[i][0], "weight gradient", r.dt, pairs[i][1]->ndim, sizes, true));
+            }
+        }
+    size_t es = attnc_dtype_size(r.dt);
+    int64_t widest = r.I > DH ? r.I : DH;
+    bwd_scratch s = {0};
+    void *dcur = NULL, *dnext = NULL, *dx0 = NULL; /* dx0: the input's gradient when not wanted */
+    attnc_status st = ATTNC_OK;
+    struct {
+        void **p;
+        int64_t n;
+    } bufs[] = {{&s.dgx, B * T * G}, {&s.dgh, r.mode == ATTNC_GRU ? B * T * G : 1}, {&s.dstep, B * G},
+                {&s.dh, B * H},      {&s.dc, B * H},   {&s.drec, B * H},   {&s.direct, B * H},
+                {&s.hprev, B * T * H}, {&s.dx_part, B * T * widest}, {&dcur, B * T * DH}, {&dnext, B * T * DH},
+                {&dx0, attnc_present(dinput) ? 1 : B * T * r.I}};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0] && st == ATTNC_OK; i++)
+        st = attnc_calloc(bufs[i].p, (size_t)bufs[i].n, es, "rnn gradients");
+    if (st == ATTNC_OK && attnc_present(doutput)) memcpy(dcur, doutput->data, (size_t)(B * T * DH) * es);
+    for (int64_t l = r.L - 1; l >= 0 && st == ATTNC_OK; l--) {
+        attnc_tensor x = l == 0 ? mat(&r, input->data, B * T, r.I)
+                                : mat(&r, at(&r, saved->data, lo.in[l] >= 0 ? lo.in[l] : lo.out[l - 1]), B * T, DH);
+        attnc_tensor dx = l > 0 ? mat(&r, dnext, B * T, DH)
+                                : mat(&r, attnc_present(dinput) ? dinput->data : dx0, B * T, r.I);
+        for (r.d = 0; r.d < r.D && st == ATTNC_OK; r.d++)
+            st = direction_backward(&r, &x, &weights[l * r.D + r.d], &grads[l * r.D + r.d], saved->data, &lo, l,
+                                    dcur, h0, c0, dh_n, dc_n, dh0, dc0, &dx, r.d == 0, &s);
+        if (st == ATTNC_OK && l > 0) {
+            if (lo.in[l] >= 0) /* through the dropout on the previous layer's output */
+                st = attnc_pointwise_backward(&dx, &dx, NULL, ATTNC_ACT_NONE, r.dropout, r.seed, (uint64_t)l);
+            void *t = dcur;
+            dcur = dnext;
+            dnext = t;
+        }
+    }
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(*bufs[i].p);
+    return st;
+}
