@@ -91,9 +91,10 @@ class _RNNBase(Module):
             if not batched:
                 raise ValueError("lengths needs a batched (B, T, I) input")
             lens = np.asarray(lengths)
-            if lens.dtype.kind not in "iu" or lens.shape != (B,):
-                raise ValueError(f"lengths must be an integer array of shape ({B},), got {lens.dtype} "
-                                 f"{shape_str(lens.shape)}")
+            if lens.dtype.kind not in "iu":
+                raise TypeError(f"lengths must be integers, got dtype {lens.dtype}")
+            if lens.shape != (B,):
+                raise ValueError(f"lengths must have shape ({B},), got {shape_str(lens.shape)}")
             if lens.size and (lens.min() < 1 or lens.max() > T):
                 raise ValueError(f"lengths must be in [1, {T}], got values from {lens.min()} to {lens.max()}")
             lens = np.ascontiguousarray(lens, dtype=np.int64)
@@ -300,7 +301,7 @@ class _CellBase(Module):
 
 def _cell_grads(grads, batched, has_hx, names):
     out = {k.replace("_l0", ""): v for k, v in grads.items() if k not in ("input", "h0", "c0")}
-    out["input"] = grads["input"][:, 0] if batched else grads["input"][0]
+    out["input"] = grads["input"][:, 0] if batched else grads["input"][0, 0]
     if has_hx:
         for n in names:
             out[n] = grads[n][0] if batched else grads[n][0, 0]

@@ -375,8 +375,17 @@ attnc_status attnc_rnn_backward(attnc_tensor *dinput, attnc_tensor *dh0, attnc_t
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0] && st == ATTNC_OK; i++)
         st = attnc_calloc(bufs[i].p, (size_t)bufs[i].n, es, "rnn gradients");
     if (st == ATTNC_OK && attnc_present(doutput)) memcpy(dcur, doutput->data, (size_t)(B * T * DH) * es);
+    /* The first layer's weight gradient sums over every row of the input:
+     * padding must not be read (it may hold anything, NaN included), so it
+     * reads a copy with the padded steps zeroed. */
+    void *x0 = NULL;
+    if (st == ATTNC_OK && r.len) {
+        st = attnc_calloc(&x0, (size_t)(B * T * r.I), es, "rnn input");
+        for (int64_t b = 0; b < B && st == ATTNC_OK; b++)
+            memcpy(at(&r, x0, b * T * r.I), at(&r, input->data, b * T * r.I), (size_t)(r.len[b] * r.I) * es);
+    }
     for (int64_t l = r.L - 1; l >= 0 && st == ATTNC_OK; l--) {
-        attnc_tensor x = l == 0 ? mat(&r, input->data, B * T, r.I)
+        attnc_tensor x = l == 0 ? mat(&r, x0 ? x0 : input->data, B * T, r.I)
                                 : mat(&r, at(&r, saved->data, lo.in[l] >= 0 ? lo.in[l] : lo.out[l - 1]), B * T, DH);
         attnc_tensor dx = l > 0 ? mat(&r, dnext, B * T, DH)
                                 : mat(&r, attnc_present(dinput) ? dinput->data : dx0, B * T, r.I);
@@ -392,5 +401,6 @@ attnc_status attnc_rnn_backward(attnc_tensor *dinput, attnc_tensor *dh0, attnc_t
         }
     }
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(*bufs[i].p);
+    free(x0);
     return st;
 }

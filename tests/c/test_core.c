@@ -786,6 +786,81 @@ static void test_decode(void) {
     free(ow);
 }
 
+enum { RB = 2, RT = 3, RI = 2, RH = 3, RL = 2 };
+
+/* LSTM and GRU under the sanitizers: two bidirectional layers over ragged
+ * rows, forward and backward, and dinput against central differences. */
+static double rnn_loss(attnc_rnn_config *c, attnc_rnn_weights *w, double *x, const attnc_tensor *tl,
+                       const double *cot) {
+    int64_t bti[3] = {RB, RT, RI}, bto[3] = {RB, RT, 2 * RH};
+    double out[RB * RT * 2 * RH];
+    attnc_tensor tx = view(x, ATTNC_FLOAT64, 3, bti), to = view(out, ATTNC_FLOAT64, 3, bto), none = {0};
+    if (attnc_rnn_forward(&to, &none, &none, &none, &tx, tl, &none, &none, w, c) != ATTNC_OK) return NAN;
+    double l = 0;
+    for (int i = 0; i < RB * RT * 2 * RH; i++) l += out[i] * cot[i];
+    return l;
+}
+
+static void test_rnn(void) {
+    for (int mode = 0; mode < 2; mode++) {
+        int64_t G = (mode == 0 ? 4 : 3) * RH;
+        double *params = randn((size_t)(RL * 2 * (G * 2 * RH + G * RH + 2 * G)), 50 + mode);
+        double *grads = malloc((size_t)(RL * 2 * (G * 2 * RH + G * RH + 2 * G)) * sizeof *grads);
+        attnc_rnn_weights w[RL * 2], g[RL * 2];
+        double *p = params, *q = grads;
+        for (int k = 0; k < RL * 2; k++) {
+            int64_t in = k < 2 ? RI : 2 * RH, wi[2] = {G, in}, wh[2] = {G, RH};
+            w[k].weight_ih = view(p, ATTNC_FLOAT64, 2, wi);
+            g[k].weight_ih = view(q, ATTNC_FLOAT64, 2, wi);
+            p += G * in;
+            q += G * in;
+            w[k].weight_hh = view(p, ATTNC_FLOAT64, 2, wh);
+            g[k].weight_hh = view(q, ATTNC_FLOAT64, 2, wh);
+            p += G * RH;
+            q += G * RH;
+            w[k].bias_ih = view(p, ATTNC_FLOAT64, 1, &G);
+            g[k].bias_ih = view(q, ATTNC_FLOAT64, 1, &G);
+            w[k].bias_hh = view(p + G, ATTNC_FLOAT64, 1, &G);
+            g[k].bias_hh = view(q + G, ATTNC_FLOAT64, 1, &G);
+            p += 2 * G;
+            q += 2 * G;
+        }
+        attnc_rnn_config c = {.mode = (attnc_rnn_mode)mode, .hidden_size = RH, .num_layers = RL, .bidirectional = 1,
+                              .dropout = 0.3, .seed = 9};
+        double *x = randn(RB * RT * RI, 60), *cot = randn(RB * RT * 2 * RH, 61);
+        int64_t lens[RB] = {3, 2}, nb = RB, bti[3] = {RB, RT, RI}, bto[3] = {RB, RT, 2 * RH};
+        int64_t nsaved = attnc_rnn_saved_size(&c, RB, RT, RI);
+        double *saved = malloc((size_t)nsaved * sizeof *saved), out[RB * RT * 2 * RH], dx[RB * RT * RI];
+        attnc_tensor tx = view(x, ATTNC_FLOAT64, 3, bti), to = view(out, ATTNC_FLOAT64, 3, bto);
+        attnc_tensor tl = view(lens, ATTNC_INT64, 1, &nb), ts = view(saved, ATTNC_FLOAT64, 1, &nsaved);
+        attnc_tensor tdx = view(dx, ATTNC_FLOAT64, 3, bti), tcot = view(cot, ATTNC_FLOAT64, 3, bto), none = {0};
+        CHECK(attnc_rnn_forward(&to, &none, &none, &ts, &tx, &tl, &none, &none, w, &c) == ATTNC_OK, "%s",
+              attnc_last_error());
+        CHECK(attnc_rnn_backward(&tdx, &none, &none, g, &tcot, &none, &none, &ts, &tx, &tl, &none, &none, w, &c) ==
+                  ATTNC_OK,
+              "%s", attnc_last_error());
+        double worst = 0;
+        for (int i = 0; i < RB * RT * RI; i++) {
+            double keep = x[i], h = 1e-6;
+            x[i] = keep + h;
+            double lp = rnn_loss(&c, w, x, &tl, cot);
+            x[i] = keep - h;
+            double lm = rnn_loss(&c, w, x, &tl, cot);
+            x[i] = keep;
+            worst = fmax(worst, fabs((lp - lm) / (2 * h) - dx[i]));
+        }
+        CHECK(worst < 1e-7, "%s dinput differs from finite differences by %g", mode ? "gru" : "lstm", worst);
+        lens[1] = 4;
+        CHECK(attnc_rnn_forward(&to, &none, &none, &none, &tx, &tl, &none, &none, w, &c) == ATTNC_ERR_VALUE,
+              "a length beyond RT accepted");
+        free(params);
+        free(grads);
+        free(x);
+        free(cot);
+        free(saved);
+    }
+}
+
 int main(void) {
     test_rng();
     test_threads();
@@ -800,6 +875,7 @@ int main(void) {
     test_pointwise();
     test_transformer_layer();
     test_decode();
+    test_rnn();
     attnc_set_num_threads(1); /* join the workers before exit */
     printf("%d passed, %d failed\n", passed, failed);
     return failed != 0;
