@@ -1,5 +1,7 @@
 """attnc.datasets: seeded synthetic tasks for the experiments (NumPy only)."""
 
+from .captions import CaptionBatch, CaptionsTask, caption_of, caption_split, captions
+from .dates import DatesTask, date_split, dates, format_date
 from .sequences import (
     IGNORE_INDEX,
     ReverseTask,
@@ -11,12 +13,26 @@ from .sequences import (
     sort_task,
     special_tokens,
 )
+from .vocab import Padded, TeacherForcing, TextBatch, Vocab
 
 __all__ = [
+    "CaptionBatch",
+    "CaptionsTask",
+    "DatesTask",
     "IGNORE_INDEX",
+    "Padded",
     "ReverseTask",
     "Seq2SeqBatch",
     "SortTask",
+    "TeacherForcing",
+    "TextBatch",
+    "Vocab",
+    "caption_of",
+    "caption_split",
+    "captions",
+    "date_split",
+    "dates",
+    "format_date",
     "pad_sequences",
     "reverse_task",
     "sort_split",

@@ -1,0 +1,304 @@
+"""Human-readable dates to ISO dates (Bahdanau-style character translation),
+seeded NumPy only.
+
+A draw is a uniform day between 1 January of ``years[0]`` and 31 December of
+``years[1]`` (within 1950-2049, so that two-digit years are unambiguous:
+50-99 are 19xx, 00-49 are 20xx) and a uniform format among ``FORMATS``
+(16 formats, lower case, English names; weekdays are computed from the date
+with ``datetime``, never typed in). For 2026-11-22, a Sunday:
+
+====================  ===========================
+name                  source
+====================  ===========================
+weekday_d_month_y     sunday 22 november 2026
+dd/mm/yy              22/11/26
+mon_d,_y              nov 22, 2026
+yyyy.mm.dd            2026.11.22
+d_mon_y               22 nov 2026
+month_dth,_y          november 22nd, 2026
+mm/dd/yyyy            11/22/2026
+dd-mm-yyyy            22-11-2026
+d_month_y             22 november 2026
+wkd,_mon_d,_y         sun, nov 22, 2026
+the_dth_of_month_y    the 22nd of november 2026
+month_d,_y            november 22, 2026
+d.m.yy                22.11.26 (no zero padding: 2.3.26)
+yyyymmdd              20261122
+dth_month_y           22nd november 2026
+yyyy-mm-dd            2026-11-22
+====================  ===========================
+
+Every source has at most ``MAX_INPUT_LEN = 30`` characters and determines its
+date (no string arises from two dates); the target is always the 10
+characters "yyyy-mm-dd".
+
+Splits: a draw belongs to "test" when the stable hash (blake2b) of its source
+string (``split_by="source"``, the default) or of its ISO date
+(``split_by="date"``: held-out dates are never seen in any format) is 0 mod 4
+(``date_split``), else to "train"; only draws of the asked split are kept, so
+the two splits never share a source string.
+
+Vocabularies (``SOURCE_VOCAB``, ``TARGET_VOCAB``, character ``Vocab``s): PAD 0,
+BOS 1, EOS 2, then the characters of ``SOURCE_ALPHABET`` (" ,-./0-9a-z", ids
+3..43, size 44) and ``TARGET_ALPHABET`` ("-0123456789": "-" = 3, digit d =
+4 + d, size 14).
+
+The same arguments give the same strings, bit for bit, on any machine.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+
+import numpy as np
+
+from .sequences import _CHUNK, _check_int
+from .vocab import TextBatch, Vocab, teacher_forcing_arrays
+
+MAX_INPUT_LEN = 30
+TARGET_LEN = 10
+SOURCE_ALPHABET = " ,-./0123456789abcdefghijklmnopqrstuvwxyz"
+TARGET_ALPHABET = "-0123456789"
+SOURCE_VOCAB = Vocab.chars(SOURCE_ALPHABET)
+TARGET_VOCAB = Vocab.chars(TARGET_ALPHABET)
+
+MONTHS = ("january", "february", "march", "april", "may", "june", "july", "august",
+          "september", "october", "november", "december")
+MONTHS_SHORT = tuple(m[:3] for m in MONTHS)
+WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")  # date.weekday()
+WEEKDAYS_SHORT = tuple(w[:3] for w in WEEKDAYS)
+
+
+def ordinal(day: int) -> str:
+    """1st, 2nd, 3rd, 4th, ..., 11th, 12th, 13th, ..., 21st, 22nd, 23rd, ..., 31st."""
+    if 11 <= day % 100 <= 13:
+        return f"{day}th"
+    suffix = {1: "st", 2: "nd", 3: "rd"}.get(day % 10, "th")
+    return f"{day}{suffix}"
+
+
+def _fmt(name):
+    def wrap(fn):
+        _FORMATTERS.append((name, fn))
+        return fn
+    return wrap
+
+
+_FORMATTERS: list = []
+_fmt("weekday_d_month_y")(lambda d: f"{WEEKDAYS[d.weekday()]} {d.day} {MONTHS[d.month - 1]} {d.year}")
+_fmt("dd/mm/yy")(lambda d: f"{d.day:02d}/{d.month:02d}/{d.year % 100:02d}")
+_fmt("mon_d,_y")(lambda d: f"{MONTHS_SHORT[d.month - 1]} {d.day}, {d.year}")
+_fmt("yyyy.mm.dd")(lambda d: f"{d.year}.{d.month:02d}.{d.day:02d}")
+_fmt("d_mon_y")(lambda d: f"{d.day} {MONTHS_SHORT[d.month - 1]} {d.year}")
+_fmt("month_dth,_y")(lambda d: f"{MONTHS[d.month - 1]} {ordinal(d.day)}, {d.year}")
+_fmt("mm/dd/yyyy")(lambda d: f"{d.month:02d}/{d.day:02d}/{d.year}")
+_fmt("dd-mm-yyyy")(lambda d: f"{d.day:02d}-{d.month:02d}-{d.year}")
+_fmt("d_month_y")(lambda d: f"{d.day} {MONTHS[d.month - 1]} {d.year}")
+_fmt("wkd,_mon_d,_y")(lambda d: f"{WEEKDAYS_SHORT[d.weekday()]}, {MONTHS_SHORT[d.month - 1]} {d.day}, {d.year}")
+_fmt("the_dth_of_month_y")(lambda d: f"the {ordinal(d.day)} of {MONTHS[d.month - 1]} {d.year}")
+_fmt("month_d,_y")(lambda d: f"{MONTHS[d.month - 1]} {d.day}, {d.year}")
+_fmt("d.m.yy")(lambda d: f"{d.day}.{d.month}.{d.year % 100:02d}")
+_fmt("yyyymmdd")(lambda d: f"{d.year}{d.month:02d}{d.day:02d}")
+_fmt("dth_month_y")(lambda d: f"{ordinal(d.day)} {MONTHS[d.month - 1]} {d.year}")
+_fmt("yyyy-mm-dd")(lambda d: d.isoformat())
+
+FORMATS: tuple[str, ...] = tuple(name for name, _ in _FORMATTERS)
+_FORMAT_FN = dict(_FORMATTERS)
+
+
+def format_date(date, fmt: str) -> str:
+    """The source string of a ``datetime.date`` (or ISO string) in one format of ``FORMATS``."""
+    if isinstance(date, str):
+        date = datetime.date.fromisoformat(date)
+    elif isinstance(date, np.datetime64):
+        date = date.astype("datetime64[D]").astype(datetime.date)
+    try:
+        fn = _FORMAT_FN[fmt]
+    except KeyError:
+        raise ValueError(f"unknown format {fmt!r}; choices: {', '.join(FORMATS)}") from None
+    return fn(date)
+
+
+def date_split(text: str) -> str:
+    """"test" or "train" for a source string (or ISO date), by a stable hash:
+    blake2b of its UTF-8 bytes, "test" when 0 mod 4."""
+    h = int.from_bytes(hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest(), "little")
+    return "test" if h % 4 == 0 else "train"
+
+
+class DatesTask:
+    """Dates in many formats and their ISO forms (see ``dates``).
+
+    sources        list of n str, the human-readable dates (≤ 30 characters)
+    targets        list of n str, "yyyy-mm-dd"
+    dates          (n,) datetime64[D]
+    formats        (n,) int64, index into ``format_names`` (= ``FORMATS``)
+    input_lengths  (n,) int64, characters of each source (report accuracy by it)
+    src_ids        (n, 30) int64, sources encoded with ``src_vocab``, PAD after
+    tgt_ids        (n, 10) int64, targets encoded with ``tgt_vocab``
+    src_vocab, tgt_vocab   character ``Vocab``s (PAD 0, BOS 1, EOS 2)
+    split          "train" or "test"
+
+    ``batch(indices)`` -> ``TextBatch`` (src padded to the batch's longest
+    source, tgt_in/tgt_out of 11 steps: BOS + 10 characters / 10 characters +
+    EOS); ``batches(batch_size, shuffle=False, seed=None, drop_last=False)``;
+    ``targets_padded()`` (n, 11); ``exact_match(predictions)`` (n,) bool;
+    ``accuracy_by(correct, by="length")`` {input length or format: fraction}.
+    """
+
+    def __init__(self, sources, dates, formats, split):
+        self.sources = list(sources)
+        self.dates = np.asarray(dates, dtype="datetime64[D]")
+        self.targets = [str(d) for d in self.dates]
+        self.formats = np.asarray(formats, dtype=np.int64)
+        self.format_names = FORMATS
+        self.split = split
+        self.src_vocab, self.tgt_vocab = SOURCE_VOCAB, TARGET_VOCAB
+        self.pad, self.bos, self.eos = SOURCE_VOCAB.pad, SOURCE_VOCAB.bos, SOURCE_VOCAB.eos
+        self.input_lengths = np.array([len(s) for s in self.sources], np.int64)
+        self.max_input_len = MAX_INPUT_LEN
+        self.target_len = TARGET_LEN
+        n = len(self.sources)
+        self.src_ids = SOURCE_VOCAB.pad_batch(self.sources, length=MAX_INPUT_LEN).ids if n else \
+            np.zeros((0, MAX_INPUT_LEN), np.int64)
+        self.tgt_ids = TARGET_VOCAB.pad_batch(self.targets, length=TARGET_LEN).ids if n else \
+            np.zeros((0, TARGET_LEN), np.int64)
+
+    def __len__(self):
+        return len(self.sources)
+
+    def __getitem__(self, i):
+        """(source, target) strings of draw i."""
+        return self.sources[i], self.targets[i]
+
+    def keys(self):
+        """The source strings (equal keys = equal inputs)."""
+        return list(self.sources)
+
+    def batch(self, indices) -> TextBatch:
+        idx = np.asarray(indices, dtype=np.int64).reshape(-1)
+        lengths = self.input_lengths[idx]
+        S = int(lengths.max()) if idx.size else 0
+        src = self.src_ids[idx, :S].copy()
+        tf = teacher_forcing_arrays(self.tgt_ids[idx], np.full(idx.size, TARGET_LEN, np.int64))
+        return TextBatch(src, np.arange(S)[None, :] >= lengths[:, None], tf.tgt_in, tf.tgt_out,
+                         tf.key_padding_mask, lengths.copy(), tf.lengths)
+
+    def batches(self, batch_size: int, *, shuffle: bool = False, seed=None, drop_last: bool = False):
+        """Iterate over the task in batches (in order, or shuffled with seed)."""
+        batch_size = _check_int("batch_size", batch_size, 1)
+        order = np.random.default_rng(seed).permutation(len(self)) if shuffle else np.arange(len(self))
+        stop = len(self) - (len(self) % batch_size if drop_last else 0)
+        for start in range(0, stop, batch_size):
+            yield self.batch(order[start : start + batch_size])
+
+    def targets_padded(self, eos: bool = True) -> np.ndarray:
+        """(n, 11) int64: each target's ids followed by EOS (or (n, 10) without)."""
+        if not eos:
+            return self.tgt_ids.copy()
+        return np.concatenate([self.tgt_ids, np.full((len(self), 1), self.eos, np.int64)], axis=1)
+
+    def decode(self, ids) -> list[str]:
+        """Target strings of predicted ids (B, T) (each up to its first EOS)."""
+        return self.tgt_vocab.decode_batch(ids)
+
+    def exact_match(self, predictions) -> np.ndarray:
+        """(n,) bool: prediction i equals target i. predictions: (n, T) ids
+        (decoded up to the first EOS) or n strings."""
+        if isinstance(predictions, np.ndarray) and predictions.dtype.kind in "iu":
+            predictions = self.decode(predictions)
+        predictions = list(predictions)
+        if len(predictions) != len(self):
+            raise ValueError(f"{len(predictions)} predictions for {len(self)} dates")
+        return np.array([p == t for p, t in zip(predictions, self.targets)], dtype=bool)
+
+    def accuracy_by(self, correct, by: str = "length") -> dict:
+        """{input length (by="length") or format name (by="format"): fraction
+        correct}, sorted by key, over the draws of each group."""
+        correct = np.asarray(correct, dtype=bool).reshape(-1)
+        if correct.size != len(self):
+            raise ValueError(f"{correct.size} results for {len(self)} dates")
+        if by == "length":
+            keys = self.input_lengths
+            return {int(k): float(correct[keys == k].mean()) for k in np.unique(keys)}
+        if by == "format":
+            return {FORMATS[k]: float(correct[self.formats == k].mean()) for k in np.unique(self.formats)}
+        raise ValueError(f"by must be 'length' or 'format', got {by!r}")
+
+    def __repr__(self):
+        lo, hi = (int(self.input_lengths.min()), int(self.input_lengths.max())) if len(self) else (0, 0)
+        return (f"DatesTask(n={len(self)}, split={self.split!r}, formats={len(np.unique(self.formats))}, "
+                f"input lengths {lo}-{hi}, src vocab {len(self.src_vocab)}, tgt vocab {len(self.tgt_vocab)})")
+
+
+def dates(n: int, seed=0, *, split: str = "train", formats=None, years=(1950, 2049),
+          split_by: str = "source", unique: bool = False) -> DatesTask:
+    """n human-readable dates and their ISO forms, from one split.
+
+    formats : names from ``FORMATS`` to draw from (default all, uniformly).
+    years : (first, last) year, within 1950-2049.
+    split : "train" or "test" (see the module docstring); ``split_by`` "source"
+        or "date" chooses what the split hashes.
+    unique : no source string twice.
+
+    Draws come in fixed rounds, so the first n are the same for any larger n.
+
+    Example
+    -------
+    >>> task = dates(3, seed=0)
+    >>> len(task.targets[0]), task.batch([0, 1, 2]).tgt_in.shape
+    (10, (3, 11))
+    """
+    n = _check_int("n", n, 0)
+    if split not in ("train", "test"):
+        raise ValueError(f"split must be 'train' or 'test', got {split!r}")
+    if split_by not in ("source", "date"):
+        raise ValueError(f"split_by must be 'source' or 'date', got {split_by!r}")
+    names = FORMATS if formats is None else tuple(formats)
+    if not names:
+        raise ValueError("formats must not be empty")
+    for f in names:
+        if f not in _FORMAT_FN:
+            raise ValueError(f"unknown format {f!r}; choices: {', '.join(FORMATS)}")
+    fmt_index = np.array([FORMATS.index(f) for f in names], np.int64)
+    y0, y1 = years
+    y0, y1 = _check_int("years[0]", y0, 1950), _check_int("years[1]", y1, 1950)
+    if y1 > 2049 or y0 > y1:
+        raise ValueError(f"years must satisfy 1950 <= first <= last <= 2049, got {years!r}")
+    first = datetime.date(y0, 1, 1).toordinal()
+    last = datetime.date(y1, 12, 31).toordinal()
+    fns = [_FORMAT_FN[FORMATS[k]] for k in fmt_index]
+    rng = np.random.default_rng(seed)
+    sources, ords, fmts = [], [], []
+    seen = set() if unique else None
+    split_cache: dict = {}
+    rounds_without = 0
+    while len(sources) < n:
+        days = rng.integers(first, last + 1, size=_CHUNK)
+        picks = rng.integers(0, len(fns), size=_CHUNK)
+        kept = 0
+        for o, p in zip(days.tolist(), picks.tolist()):
+            d = datetime.date.fromordinal(o)
+            s = fns[p](d)
+            key = s if split_by == "source" else d.isoformat()
+            in_split = split_cache.get(key)
+            if in_split is None:
+                in_split = split_cache[key] = date_split(key) == split
+            if not in_split:
+                continue
+            if seen is not None:
+                if s in seen:
+                    continue
+                seen.add(s)
+            sources.append(s)
+            ords.append(o)
+            fmts.append(int(fmt_index[p]))
+            kept += 1
+        rounds_without = 0 if kept else rounds_without + 1
+        if rounds_without >= 8:
+            raise ValueError("cannot draw that many distinct dates from these formats and years")
+    sources, ords, fmts = sources[:n], ords[:n], fmts[:n]
+    epoch = datetime.date(1970, 1, 1).toordinal()
+    days = (np.array(ords, np.int64) - epoch).astype("datetime64[D]")
+    return DatesTask(sources, days, np.array(fmts, np.int64), split)
