@@ -164,3 +164,12 @@ def torch_mask(mask, name, shape, dtype):
         return m, np.broadcast_to(kernel, shape)
     except ValueError:
         raise ValueError(f"{name} with shape {shape_str(m.shape)} does not fit {shape_str(shape)}") from None
+
+
+def int_arg(name, n, low=1):
+    """n as an int >= low, or TypeError / ValueError naming the argument."""
+    if isinstance(n, bool) or not isinstance(n, numbers.Integral):
+        raise TypeError(f"{name} must be an int, got {type(n).__name__}")
+    if n < low:
+        raise ValueError(f"{name} must be >= {low}, got {n}")
+    return int(n)

@@ -10,27 +10,19 @@ import numbers
 import numpy as np
 
 from .. import _core
-from .._args import float_array, same_dtype, shape_str
+from .._args import float_array, int_arg, same_dtype, shape_str
 from .module import Module
 
 _LSTM, _GRU = 0, 1
-
-
-def _int_arg(name, n, low):
-    if isinstance(n, bool) or not isinstance(n, numbers.Integral):
-        raise TypeError(f"{name} must be an int, got {type(n).__name__}")
-    if n < low:
-        raise ValueError(f"{name} must be >= {low}, got {n}")
-    return int(n)
 
 
 class _RNNBase(Module):
     _mode = _LSTM
 
     def _build(self, input_size, hidden_size, num_layers, bias, batch_first, dropout, bidirectional, seed):
-        self.input_size = _int_arg("input_size", input_size, 1)
-        self.hidden_size = _int_arg("hidden_size", hidden_size, 1)
-        self.num_layers = _int_arg("num_layers", num_layers, 1)
+        self.input_size = int_arg("input_size", input_size, 1)
+        self.hidden_size = int_arg("hidden_size", hidden_size, 1)
+        self.num_layers = int_arg("num_layers", num_layers, 1)
         if self.num_layers > 64:
             raise ValueError(f"num_layers must be <= 64, got {num_layers}")
         if not batch_first:

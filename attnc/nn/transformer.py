@@ -15,13 +15,12 @@ from __future__ import annotations
 import contextlib
 import copy
 import math
-import numbers
 import threading
 
 import numpy as np
 
 from .. import _core
-from .._args import elementwise_ready, float_array, same_dtype, shape_str, torch_mask
+from .._args import elementwise_ready, float_array, int_arg, same_dtype, shape_str, torch_mask
 from .linear import Linear
 from .module import Module
 from .multihead import MultiheadAttention
@@ -30,14 +29,6 @@ from .normalization import _backward as _norm_backward
 from .normalization import _forward as _norm_forward
 
 _ACTIVATIONS = {"relu": 1, "gelu": 2}
-
-
-def _int_arg(name, n, low=1):
-    if isinstance(n, bool) or not isinstance(n, numbers.Integral):
-        raise TypeError(f"{name} must be an int, got {type(n).__name__}")
-    if n < low:
-        raise ValueError(f"{name} must be >= {low}, got {n}")
-    return int(n)
 
 
 def _activation(activation):
@@ -106,8 +97,8 @@ class _Layer(Module):
 
     def _build(self, d_model, nhead, dim_feedforward, dropout, activation, layer_norm_eps, batch_first, norm_first,
                bias, dtype, seed):
-        d_model, nhead = _int_arg("d_model", d_model), _int_arg("nhead", nhead)
-        dim_feedforward = _int_arg("dim_feedforward", dim_feedforward)
+        d_model, nhead = int_arg("d_model", d_model), int_arg("nhead", nhead)
+        dim_feedforward = int_arg("dim_feedforward", dim_feedforward)
         if d_model % nhead:
             raise ValueError(f"d_model ({d_model}) must be divisible by nhead ({nhead})")
         if not batch_first:
@@ -356,7 +347,7 @@ class TransformerDecoderLayer(_Layer):
 def _clones(layer, num_layers):
     """num_layers deep copies of layer (as torch: identical initial weights),
     each with its own dropout stream."""
-    num_layers = _int_arg("num_layers", num_layers, low=0)
+    num_layers = int_arg("num_layers", num_layers, low=0)
     base = int(layer._rng.integers(2**63))
     clones = []
     for i in range(num_layers):
@@ -382,6 +373,20 @@ class _Layers(Module):
 
     def __getitem__(self, i):
         return list(self._modules.values())[i]
+
+
+def _stack(stack, layer, cls, num_layers, norm, name):
+    """Set up a TransformerEncoder / TransformerDecoder: num_layers copies of
+    layer as ``layers.0``, ... and the optional final norm."""
+    if not isinstance(layer, cls):
+        raise TypeError(f"{name} must be an attnc.nn.{cls.__name__}, got {type(layer).__name__}")
+    Module.__init__(stack, layer.dtype)
+    stack.layers = _Layers(_clones(layer, num_layers), layer.dtype)
+    stack.num_layers = len(stack.layers)
+    if norm is not None:
+        stack.norm = norm
+    else:
+        object.__setattr__(stack, "norm", None)
 
 
 def _final_norm(norm, x, keep):
@@ -415,16 +420,7 @@ class TransformerEncoder(Module):
     """
 
     def __init__(self, encoder_layer, num_layers, norm=None, enable_nested_tensor=True, mask_check=True):
-        if not isinstance(encoder_layer, TransformerEncoderLayer):
-            raise TypeError(f"encoder_layer must be an attnc.nn.TransformerEncoderLayer, got "
-                            f"{type(encoder_layer).__name__}")
-        super().__init__(encoder_layer.dtype)
-        self.layers = _Layers(_clones(encoder_layer, num_layers), encoder_layer.dtype)
-        self.num_layers = len(self.layers)
-        if norm is not None:
-            self.norm = norm
-        else:
-            object.__setattr__(self, "norm", None)
+        _stack(self, encoder_layer, TransformerEncoderLayer, num_layers, norm, "encoder_layer")
 
     def _forward(self, src, mask, src_key_padding_mask, is_causal, need_weights, keep,
                  names=("mask", "src_key_padding_mask", "is_causal")):
@@ -484,16 +480,7 @@ class TransformerDecoder(Module):
     """
 
     def __init__(self, decoder_layer, num_layers, norm=None):
-        if not isinstance(decoder_layer, TransformerDecoderLayer):
-            raise TypeError(f"decoder_layer must be an attnc.nn.TransformerDecoderLayer, got "
-                            f"{type(decoder_layer).__name__}")
-        super().__init__(decoder_layer.dtype)
-        self.layers = _Layers(_clones(decoder_layer, num_layers), decoder_layer.dtype)
-        self.num_layers = len(self.layers)
-        if norm is not None:
-            self.norm = norm
-        else:
-            object.__setattr__(self, "norm", None)
+        _stack(self, decoder_layer, TransformerDecoderLayer, num_layers, norm, "decoder_layer")
 
     def _forward(self, tgt, memory, tgt_mask, memory_mask, tgt_key_padding_mask, memory_key_padding_mask,
                  tgt_is_causal, memory_is_causal, need_weights, keep):
@@ -603,7 +590,7 @@ class Transformer(Module):
     @staticmethod
     def generate_square_subsequent_mask(sz, dtype=np.float32):
         """The causal mask (sz, sz): -inf above the diagonal, 0 elsewhere (float, as torch)."""
-        sz = _int_arg("sz", sz, low=0)
+        sz = int_arg("sz", sz, low=0)
         return np.triu(np.full((sz, sz), -np.inf, dtype=dtype), 1)
 
     def _forward(self, src, tgt, src_mask, tgt_mask, memory_mask, src_key_padding_mask, tgt_key_padding_mask,

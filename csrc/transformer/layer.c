@@ -483,13 +483,22 @@ static attnc_status check_grads(const layer_run *r, const attnc_layer_params *g)
         {&g->norm_cross.weight, &p->norm_cross.weight}, {&g->norm_cross.bias, &p->norm_cross.bias},
         {&g->norm_ff.weight, &p->norm_ff.weight}, {&g->norm_ff.bias, &p->norm_ff.bias},
     };
+    static const char *names[] = {
+        "self_attn.in_proj_weight", "self_attn.in_proj_bias", "self_attn.out_proj.weight",
+        "self_attn.out_proj.bias", "multihead_attn.in_proj_weight", "multihead_attn.in_proj_bias",
+        "multihead_attn.out_proj.weight", "multihead_attn.out_proj.bias", "linear1.weight", "linear1.bias",
+        "linear2.weight", "linear2.bias", "norm_self.weight", "norm_self.bias", "norm_cross.weight",
+        "norm_cross.bias", "norm_ff.weight", "norm_ff.bias"};
     for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++) {
         const attnc_tensor *gt = pairs[i][0], *pt = pairs[i][1];
         if (!attnc_present(gt)) continue;
-        if (!attnc_present(pt) || (i >= 4 && i < 8 && !r->d.decoder))
-            return attnc_fail(ATTNC_ERR_VALUE, "gradient %zu is given for an absent parameter", i);
+        bool cross = pt == &p->cross_attn.in_weight || pt == &p->cross_attn.in_bias ||
+                     pt == &p->cross_attn.out_weight || pt == &p->cross_attn.out_bias;
+        if (!attnc_present(pt) || (cross && !r->d.decoder))
+            return attnc_fail(ATTNC_ERR_VALUE, "a gradient of %s is asked for, but the layer has no such parameter",
+                              names[i]);
         int64_t sizes[2] = {pt->shape[0], pt->ndim > 1 ? pt->shape[1] : 0};
-        TRY(attnc_check_dims(gt, "parameter gradient", r->d.dt, pt->ndim, sizes, true));
+        TRY(attnc_check_dims(gt, names[i], r->d.dt, pt->ndim, sizes, true));
     }
     return ATTNC_OK;
 }
