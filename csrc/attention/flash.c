@@ -115,7 +115,7 @@ static attnc_status setup(flash_ctx *c, const attnc_tensor *q, const attnc_tenso
 
 static attnc_status run(flash_ctx *c, int64_t tasks, attnc_task_fn f32, attnc_task_fn f64,
                         size_t per_worker) {
-    int workers = attnc_workers();
+    int workers = attnc_workers_for(c->batch.count * c->H * c->L * c->S * (c->e + c->ev));
     c->per_worker = per_worker;
     TRY(attnc_calloc(&c->scratch, per_worker * (size_t)workers,
                      attnc_dtype_size(c->q->dtype), "attention tiles"));

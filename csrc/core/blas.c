@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "../include/attnc.h"
+#include "simd.h"
 
 #define MAX(a, b) ((a) > (b) ? (a) : (b))
 
@@ -30,8 +31,41 @@ static void layout(const attnc_mat *m, bool trans, enum CBLAS_TRANSPOSE *op, bla
 static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
 static void blas_init(void) { scipy_openblas_set_num_threads(1); }
 
+/* c (1, n) = alpha a (1, k) op(b) + beta c, looping along whichever of
+ * op(b)'s dims has the unit stride; compiled for AVX-512 / AVX2 / baseline. */
+#define ROW_TIMES_MATRIX(NAME, REAL)                                                          \
+    ATTNC_SIMD static void NAME(bool trans_a, bool trans_b, REAL alpha, attnc_mat a, attnc_mat b, \
+                                REAL beta, attnc_mat c, int64_t n, int64_t k) {               \
+        const REAL *ap = a.p, *bp = b.p;                                                      \
+        REAL *cp = c.p;                                                                       \
+        int64_t as = trans_a ? a.rs : a.cs; /* along k */                                     \
+        int64_t bk = trans_b ? b.cs : b.rs, bj = trans_b ? b.rs : b.cs;                       \
+        if (bj == 1) { /* rows of op(b) contiguous: c += x row */                             \
+            for (int64_t j = 0; j < n; j++) cp[j] = beta == 0 ? 0 : beta * cp[j];             \
+            for (int64_t q = 0; q < k; q++) {                                                 \
+                REAL x = alpha * ap[q * as];                                                  \
+                const REAL *row = bp + q * bk;                                                \
+                for (int64_t j = 0; j < n; j++) cp[j] += x * row[j];                          \
+            }                                                                                 \
+        } else { /* a dot product per output, four partial sums */                           \
+            for (int64_t j = 0; j < n; j++) {                                                 \
+                const REAL *col = bp + j * bj;                                                \
+                REAL acc[4] = {0, 0, 0, 0};                                                   \
+                int64_t q = 0;                                                                \
+                for (; q + 4 <= k; q += 4)                                                    \
+                    for (int u = 0; u < 4; u++) acc[u] += ap[(q + u) * as] * col[(q + u) * bk]; \
+                for (; q < k; q++) acc[0] += ap[q * as] * col[q * bk];                        \
+                REAL dot = (acc[0] + acc[1]) + (acc[2] + acc[3]);                             \
+                cp[j] = alpha * dot + (beta == 0 ? 0 : beta * cp[j]);                         \
+            }                                                                                 \
+        }                                                                                     \
+    }
+
+ROW_TIMES_MATRIX(row_times_matrix_f32, float)
+ROW_TIMES_MATRIX(row_times_matrix_f64, double)
+
 /* Sizes and the K == 0 case (BLAS may leave C untouched when K is 0). */
-#define GEMM_BODY(REAL, GEMM)                                                        \
+#define GEMM_BODY(REAL, GEMM, ROW)                                                   \
     blasint m = (blasint)c.rows, n = (blasint)c.cols;                              \
     blasint k = (blasint)(trans_a ? a.rows : a.cols);                              \
     if (m == 0 || n == 0) return;                                                  \
@@ -41,6 +75,11 @@ static void blas_init(void) { scipy_openblas_set_num_threads(1); }
             REAL *row = (REAL *)c.p + (int64_t)i * ldc;                            \
             for (blasint j = 0; j < n; j++) row[j] = beta == 0 ? 0 : beta * row[j]; \
         }                                                                          \
+        return;                                                                    \
+    }                                                                              \
+    if (m == 1 && (int64_t)n * k <= 8192) { /* a row times a small matrix (an  \
+        attention tile of a decoding step): packing would cost more than it */   \
+        ROW(trans_a, trans_b, alpha, a, b, beta, c, n, k);                         \
         return;                                                                    \
     }                                                                              \
     pthread_once(&blas_once, blas_init);                                           \
@@ -53,12 +92,12 @@ static void blas_init(void) { scipy_openblas_set_num_threads(1); }
 
 void attnc_gemm_f32(bool trans_a, bool trans_b, float alpha, attnc_mat a, attnc_mat b,
                     float beta, attnc_mat c) {
-    GEMM_BODY(float, scipy_cblas_sgemm)
+    GEMM_BODY(float, scipy_cblas_sgemm, row_times_matrix_f32)
 }
 
 void attnc_gemm_f64(bool trans_a, bool trans_b, double alpha, attnc_mat a, attnc_mat b,
                     double beta, attnc_mat c) {
-    GEMM_BODY(double, scipy_cblas_dgemm)
+    GEMM_BODY(double, scipy_cblas_dgemm, row_times_matrix_f64)
 }
 
 const char *attnc_blas_info(void) { return scipy_openblas_get_config(); }

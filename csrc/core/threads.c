@@ -145,6 +145,11 @@ int attnc_get_num_threads(void) {
 
 int attnc_workers(void) { return attnc_get_num_threads(); }
 
+/* About 20 microseconds of one core's work: less than a worker's wake-up. */
+enum { MIN_PARALLEL_WORK = 1 << 18 };
+
+int attnc_workers_for(int64_t work) { return work < MIN_PARALLEL_WORK ? 1 : attnc_workers(); }
+
 void attnc_parallel_for(int64_t nblocks, int max_workers, attnc_task_fn fn, void *ctx) {
     if (nblocks <= 0) return;
     int want = max_workers < attnc_get_num_threads() ? max_workers : attnc_get_num_threads();

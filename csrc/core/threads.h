@@ -17,6 +17,11 @@ typedef void (*attnc_task_fn)(void *ctx, int64_t block, int worker);
 /* Workers the next parallel_for may use: size per-worker scratch with it. */
 int attnc_workers(void);
 
+/* Workers for a job of about `work` multiply-adds: 1 when waking another
+ * thread would cost more than it saves (a decoding step's tiny products),
+ * else attnc_workers(). Results never depend on it. */
+int attnc_workers_for(int64_t work);
+
 /* Run fn(ctx, block, worker) for block in [0, nblocks) on at most
  * max_workers workers (the caller's thread is one of them). */
 void attnc_parallel_for(int64_t nblocks, int max_workers, attnc_task_fn fn, void *ctx);

@@ -498,7 +498,7 @@ typedef struct {
     uint64_t seed;
 } attnc_rnn_config;
 
-/* Elements of the saved buffer for input (B, T, input_size). */
+/* Elements of the saved buffer for input (B, T, input_size); -1 for a bad config. */
 int64_t attnc_rnn_saved_size(const attnc_rnn_config *config, int64_t B, int64_t T, int64_t input_size);
 
 /* output (B, T, D H) (0 at padded steps), h_n, c_n (L D, B, H) (c_n: LSTM;

@@ -52,7 +52,7 @@ attnc_status attnc_linear_forward(attnc_tensor *y, const attnc_tensor *x,
     TRY(check2(y, "output", dt, &n, &out, true));
     if (attnc_present(bias)) TRY(attnc_check_dims(bias, "bias", dt, 1, &out, false));
     int64_t blocks = (n + ROWS - 1) / ROWS;
-    ATTNC_PARALLEL_TYPED(dt, attnc_workers(), linear_job, forward_task, blocks, .x = mat_of(x),
+    ATTNC_PARALLEL_TYPED(dt, attnc_workers_for(n * in * out), linear_job, forward_task, blocks, .x = mat_of(x),
                          .w = mat_of(weight), .y = mat_of(y),
                          .bias = attnc_present(bias) ? bias->data : NULL,
                          .bias_stride = attnc_present(bias) ? bias->strides[0] : 0);

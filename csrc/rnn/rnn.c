@@ -65,6 +65,7 @@ static void layout(rnn_layout *lo, const rnn_run *r) {
 }
 
 int64_t attnc_rnn_saved_size(const attnc_rnn_config *cfg, int64_t B, int64_t T, int64_t input_size) {
+    if (!cfg || cfg->num_layers < 1 || cfg->num_layers > 64) return -1; /* the layout holds 64 layers */
     rnn_run r = {.mode = cfg->mode, .B = B, .T = T, .I = input_size, .H = cfg->hidden_size,
                  .L = cfg->num_layers, .D = cfg->bidirectional ? 2 : 1, .dropout = cfg->dropout};
     rnn_layout lo;
@@ -91,12 +92,14 @@ static attnc_mat as_mat(const attnc_tensor *t) {
 /* c (rows, n) <- a (rows, k) op(w): op(w) = w^T for w (n, k), or w (k, n). */
 static void colgemm(const rnn_run *r, const attnc_tensor *a, const attnc_tensor *w, bool trans_w, attnc_tensor *c) {
     int64_t blocks = (c->shape[1] + COLS - 1) / COLS;
-    ATTNC_PARALLEL_TYPED(r->dt, attnc_workers(), colgemm_job, colgemm_task, blocks, .a = as_mat(a),
+    int workers = attnc_workers_for(a->shape[0] * a->shape[1] * c->shape[1]);
+    ATTNC_PARALLEL_TYPED(r->dt, workers, colgemm_job, colgemm_task, blocks, .a = as_mat(a),
                          .w = as_mat(w), .c = as_mat(c), .trans_w = trans_w);
 }
 
 static void run_rows(const rnn_run *r, attnc_task_fn f32, attnc_task_fn f64, void *job) {
-    attnc_parallel_for((r->B + ROWS - 1) / ROWS, attnc_workers(), r->dt == ATTNC_FLOAT32 ? f32 : f64, job);
+    int workers = attnc_workers_for(r->B * r->H * 32); /* a gate kernel: tens of operations per element */
+    attnc_parallel_for((r->B + ROWS - 1) / ROWS, workers, r->dt == ATTNC_FLOAT32 ? f32 : f64, job);
 }
 
 /* Slice k (B, H) of a (L D, B, H) state tensor, or NULL. */

@@ -5,6 +5,7 @@
  * cross-attention keys and values computed once from memory), and picks the
  * next tokens from the log-softmax of the output projection. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -430,7 +431,11 @@ static attnc_status check_decoder(decode_run *d, const attnc_decoder *m) {
         if (attnc_present(&m->layers[l].cross_attn.in_weight) != d->cross)
             return attnc_fail(ATTNC_ERR_VALUE, "layers must all be decoder layers or all encoder-style layers");
         attnc_status st = attnc_check_layer_params(&m->layers[l], &m->config, d->dt, d->E, d->cross, &F);
-        if (st != ATTNC_OK) return attnc_fail(st, "layer %lld: %s", (long long)l, attnc_last_error());
+        if (st != ATTNC_OK) { /* name the layer; the message is copied out of the buffer it is rewritten into */
+            char message[256];
+            snprintf(message, sizeof message, "%s", attnc_last_error());
+            return attnc_fail(st, "layer %lld: %s", (long long)l, message);
+        }
         d->F = F > d->F ? F : d->F;
     }
     if (m->config.nhead < 1 || d->E % m->config.nhead)

@@ -1,0 +1,33 @@
+"""Smoke tests of the benchmarks: each runs its --quick mode in a subprocess, to the end.
+
+They check that the script runs and that its correctness checks pass, not the
+speed (the timings of a quick run on a shared machine mean nothing).
+"""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _run(script, *args, timeout=600):
+    return subprocess.run([sys.executable, str(REPO / "benchmarks" / script), *args],
+                          capture_output=True, text=True, timeout=timeout, cwd=REPO, check=False)
+
+
+def test_transformer_benchmark_quick(tmp_path, torch):
+    out = tmp_path / "transformer.json"
+    p = _run("transformer.py", "--quick", "--no-snapshot", "--json", str(out))
+    assert p.returncode == 0, f"stdout:\n{p.stdout}\nstderr:\n{p.stderr}"
+    for title in ("1. encoder layer forward", "2. training step", "3. greedy decoding", "== targets"):
+        assert title in p.stdout
+    data = json.loads(out.read_text())
+    assert data["config"]["quick"] is True
+    assert data["errors"] == [] and data["failed_checks"] == []
+    assert data["encoder_forward"]["check"]["torch_fast_path"] is True
+    assert data["decode"]["check"]["torch_cache_tokens_match_full_argmax"] is True
+    for row in data["train_step"]["rows"] + data["decode"]["rows"]:
+        assert row["impl"]["torch"]["median_s"] > 0
+    assert [r["dropout"] for r in data["train_step"]["rows"]] == [0.1, 0.0]
