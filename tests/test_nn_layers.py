@@ -589,3 +589,20 @@ def test_log_softmax_errors():
         nn.log_softmax(np.float64(1.0))
     with pytest.raises(TypeError):
         nn.log_softmax(np.zeros((2, 3), np.int64))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DT_IDS)
+@pytest.mark.parametrize("k, n", [(1, 1), (5, 3), (16, 64), (64, 128), (200, 41)])
+def test_linear_single_row_small_products(k, n, dtype, rng):
+    """One row times a small matrix takes attnc's own loops instead of BLAS
+    (decoding); both layouts of the weight (rows or columns contiguous)."""
+    x = rng.standard_normal((1, k)).astype(dtype)
+    w = rng.standard_normal((n, k)).astype(dtype)
+    b = rng.standard_normal(n).astype(dtype)
+    want = x.astype(np.float64) @ w.T.astype(np.float64) + b
+    tol = 1e-5 if dtype == np.float32 else 1e-12
+    for weight in (w, np.asfortranarray(w)):
+        np.testing.assert_allclose(nn.linear(x, weight, b), want, rtol=tol, atol=tol * k)
+    y, pull = attnc.vjp(nn.linear, x, w, b)
+    g = pull(np.ones_like(y))
+    np.testing.assert_allclose(g["input"], np.ones((1, n)) @ w.astype(np.float64), rtol=tol, atol=tol * n)
