@@ -36,8 +36,8 @@ static void blas_init(void) { scipy_openblas_set_num_threads(1); }
 #define ROW_TIMES_MATRIX(NAME, REAL)                                                          \
     ATTNC_SIMD static void NAME(bool trans_a, bool trans_b, REAL alpha, attnc_mat a, attnc_mat b, \
                                 REAL beta, attnc_mat c, int64_t n, int64_t k) {               \
-        const REAL *ap = a.p, *bp = b.p;                                                      \
-        REAL *cp = c.p;                                                                       \
+        const REAL *restrict ap = a.p, *restrict bp = b.p;                                    \
+        REAL *restrict cp = c.p;                                                              \
         int64_t as = trans_a ? a.rs : a.cs; /* along k */                                     \
         int64_t bk = trans_b ? b.cs : b.rs, bj = trans_b ? b.rs : b.cs;                       \
         if (bj == 1) { /* rows of op(b) contiguous: c += x row */                             \
@@ -46,6 +46,17 @@ static void blas_init(void) { scipy_openblas_set_num_threads(1); }
                 REAL x = alpha * ap[q * as];                                                  \
                 const REAL *row = bp + q * bk;                                                \
                 for (int64_t j = 0; j < n; j++) cp[j] += x * row[j];                          \
+            }                                                                                 \
+        } else if (as == 1 && bk == 1) { /* contiguous dot products, 16 vector lanes */      \
+            for (int64_t j = 0; j < n; j++) {                                                 \
+                const REAL *col = bp + j * bj;                                                \
+                REAL lane[16] = {0}, dot = 0;                                                 \
+                int64_t q = 0;                                                                \
+                for (; q + 16 <= k; q += 16)                                                  \
+                    for (int u = 0; u < 16; u++) lane[u] += ap[q + u] * col[q + u];           \
+                for (int u = 0; u < 16; u++) dot += lane[u];                                  \
+                for (; q < k; q++) dot += ap[q] * col[q];                                     \
+                cp[j] = alpha * dot + (beta == 0 ? 0 : beta * cp[j]);                         \
             }                                                                                 \
         } else { /* a dot product per output, four partial sums */                           \
             for (int64_t j = 0; j < n; j++) {                                                 \
