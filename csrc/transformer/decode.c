@@ -9,9 +9,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../core/simd.h"
 #include "../core/status.h"
 #include "../core/tensor.h"
 #include "layer.h"
+
+#define ATTNC_F64 0
+#include "decode_impl.h"
+#define ATTNC_F64 1
+#include "decode_impl.h"
 
 /* Per-call state: sizes, caches and work buffers (float data of dtype dt). */
 typedef struct {
@@ -23,7 +29,7 @@ typedef struct {
     const attnc_tensor *memory_mask;
     char **kcache, **vcache; /* per layer (R, Tmax, E)                */
     char **cross_kv;         /* per layer (B, S, 2E)                   */
-    char *x, *a, *tmp, *qkv, *attn, *ff, *mean, *rstd, *lse, *last, *logits, *gather;
+    char *x, *a, *tmp, *qkv, *attn, *ff, *mean, *rstd, *scores, *last, *logits, *gather;
 } decode_run;
 
 static double get(const void *p, attnc_dtype dt, int64_t i) {
@@ -72,12 +78,18 @@ static attnc_status residual(decode_run *d, int64_t n, const attnc_norm_params *
     return d->m->config.norm_first ? ATTNC_OK : norm_in_place(d, n, norm);
 }
 
-/* (R, H, T, E/H) heads over a per-row buffer whose rows hold T positions of
- * width `stride`, rows `row_stride` elements apart. */
-static attnc_tensor row_heads(const decode_run *d, void *data, int64_t T, int64_t stride, int64_t row_stride) {
-    attnc_tensor t = attnc_heads(data, d->dt, d->R, d->H, T, d->E, stride);
-    t.strides[0] = row_stride;
-    return t;
+/* One head of one query row over n cached keys (see decode_impl.h). The
+ * values sit at the keys' stride too. */
+static void attend(const decode_run *d, const char *q, const char *k, const char *v, int64_t kstride, int64_t n,
+                   const uint8_t *allowed, int64_t mstride, char *out) {
+    int64_t hd = d->E / d->H;
+    double scale = 1.0 / sqrt((double)hd);
+    if (d->dt == ATTNC_FLOAT32)
+        attend_one_f32((const float *)q, (const float *)k, (const float *)v, kstride, n, hd, (float)scale, allowed,
+                       mstride, (float *)d->scores, (float *)out);
+    else
+        attend_one_f64((const double *)q, (const double *)k, (const double *)v, kstride, n, hd, scale, allowed,
+                       mstride, (double *)d->scores, (double *)out);
 }
 
 /* Self-attention over positions [t, t + n) of every row, keys and values
@@ -94,14 +106,14 @@ static attnc_status self_attention(decode_run *d, int64_t l, int64_t t, int64_t 
             memcpy(d->kcache[l] + at, src, (size_t)E * d->es);
             memcpy(d->vcache[l] + at, src + E * (int64_t)d->es, (size_t)E * d->es);
         }
-    attnc_tensor q = row_heads(d, d->qkv, n, 3 * E, n * 3 * E);
-    attnc_tensor k = row_heads(d, d->kcache[l], t + n, E, d->Tmax * E);
-    attnc_tensor v = row_heads(d, d->vcache[l], t + n, E, d->Tmax * E);
-    attnc_tensor o = row_heads(d, d->attn, n, E, n * E);
-    int64_t hl[3] = {d->R, d->H, n};
-    attnc_tensor lse = attnc_view(d->lse, d->dt, 3, hl);
-    attnc_sdpa_options opt = {.causal = 1, .causal_offset = t, .scale = 1.0 / sqrt((double)(E / d->H))};
-    TRY(attnc_sdpa_forward(&o, &lse, NULL, &q, &k, &v, &opt));
+    int64_t hd = E / d->H;
+    for (int64_t r = 0; r < d->R; r++)
+        for (int64_t i = 0; i < n; i++) /* causal: position t + i sees keys 0 .. t + i */
+            for (int64_t h = 0; h < d->H; h++)
+                attend(d, d->qkv + ((r * n + i) * 3 * E + h * hd) * (int64_t)d->es,
+                       d->kcache[l] + (r * d->Tmax * E + h * hd) * (int64_t)d->es,
+                       d->vcache[l] + (r * d->Tmax * E + h * hd) * (int64_t)d->es, E, t + i + 1, NULL, 0,
+                       d->attn + ((r * n + i) * E + h * hd) * (int64_t)d->es);
     attnc_tensor attn = mat(d, d->attn, rows, E), out = mat(d, d->tmp, rows, E);
     return attnc_linear_forward(&out, &attn, &p->out_weight, &p->out_bias);
 }
@@ -114,27 +126,17 @@ static attnc_status cross_attention(decode_run *d, int64_t l, int64_t n, const a
     attnc_tensor wq = attnc_rows(&p->in_weight, 0, E), bq = attnc_rows(&p->in_bias, 0, E);
     attnc_tensor q2 = mat(d, d->qkv, rows, E);
     TRY(attnc_linear_forward(&q2, in, &wq, &bq));
-    /* (B, K, H, n, hd) views */
-    attnc_tensor q = {.data = d->qkv, .dtype = d->dt, .ndim = 5,
-                      .shape = {d->B, d->K, d->H, n, hd},
-                      .strides = {d->K * n * E, n * E, hd, E, 1}};
-    attnc_tensor o = q;
-    o.data = d->attn;
-    attnc_tensor k = {.data = d->cross_kv[l], .dtype = d->dt, .ndim = 5,
-                      .shape = {d->B, d->K, d->H, S, hd},
-                      .strides = {S * 2 * E, 0, hd, 2 * E, 1}};
-    attnc_tensor v = k;
-    v.data = d->cross_kv[l] + E * (int64_t)d->es;
-    int64_t hl[4] = {d->B, d->K, d->H, n};
-    attnc_tensor lse = attnc_view(d->lse, d->dt, 4, hl);
-    attnc_sdpa_options opt = {.scale = 1.0 / sqrt((double)hd)};
-    if (attnc_present(d->memory_mask)) {
-        const attnc_tensor *mm = d->memory_mask;
-        opt.masks[0] = (attnc_tensor){.data = mm->data, .dtype = ATTNC_BOOL, .ndim = 5,
-                                      .shape = {d->B, d->K, d->H, n, S},
-                                      .strides = {mm->strides[0], 0, 0, 0, mm->strides[1]}};
+    const attnc_tensor *mm = d->memory_mask;
+    for (int64_t r = 0; r < d->R; r++) {
+        int64_t b = r / d->K; /* the K beams of batch b share its memory */
+        const uint8_t *allowed = attnc_present(mm) ? (const uint8_t *)mm->data + b * mm->strides[0] : NULL;
+        for (int64_t i = 0; i < n; i++)
+            for (int64_t h = 0; h < d->H; h++)
+                attend(d, d->qkv + ((r * n + i) * E + h * hd) * (int64_t)d->es,
+                       d->cross_kv[l] + (b * S * 2 * E + h * hd) * (int64_t)d->es,
+                       d->cross_kv[l] + (b * S * 2 * E + E + h * hd) * (int64_t)d->es, 2 * E, S, allowed,
+                       attnc_present(mm) ? mm->strides[1] : 0, d->attn + ((r * n + i) * E + h * hd) * (int64_t)d->es);
     }
-    TRY(attnc_sdpa_forward(&o, &lse, NULL, &q, &k, &v, &opt));
     attnc_tensor attn = mat(d, d->attn, rows, E), out = mat(d, d->tmp, rows, E);
     return attnc_linear_forward(&out, &attn, &p->out_weight, &p->out_bias);
 }
@@ -469,7 +471,7 @@ static attnc_status alloc_run(decode_run *d) {
         int64_t n;
     } bufs[] = {{&d->x, rows * E},       {&d->a, rows * E},          {&d->tmp, rows * E},
                 {&d->qkv, rows * 3 * E}, {&d->attn, rows * E},       {&d->ff, rows * d->F},
-                {&d->mean, rows},        {&d->rstd, rows},           {&d->lse, rows * d->H},
+                {&d->mean, rows},        {&d->rstd, rows},           {&d->scores, d->Tmax + d->S},
                 {&d->last, d->R * E},    {&d->logits, d->R * d->V}, {&d->gather, d->R * d->Tmax * E}};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         TRY(attnc_calloc((void **)bufs[i].p, (size_t)bufs[i].n, d->es, "decoding buffers"));
@@ -485,7 +487,7 @@ static void free_run(decode_run *d) {
     free(d->kcache);
     free(d->vcache);
     free(d->cross_kv);
-    char *bufs[] = {d->x, d->a, d->tmp, d->qkv, d->attn, d->ff, d->mean, d->rstd, d->lse, d->last, d->logits, d->gather};
+    char *bufs[] = {d->x, d->a, d->tmp, d->qkv, d->attn, d->ff, d->mean, d->rstd, d->scores, d->last, d->logits, d->gather};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
 }
 
