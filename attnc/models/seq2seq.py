@@ -336,10 +336,8 @@ class Seq2SeqTransformer(nn.Module):
         return float(loss), pullback(dlogits)
 
     # -- decoding --------------------------------------------------------------------
-    def _generate_reference(self, src, max_new_tokens, bos, eos=None, beam_size=1, length_penalty=0.0, *,
-                            src_key_padding_mask=None):
-        """Pure-Python decoding by re-running the full forward at every step
-        (in eval mode): the oracle for the C decoder. See ``generate``."""
+    def _decoding_args(self, src, src_key_padding_mask, max_new_tokens, bos, eos, beam_size, length_penalty):
+        """src and its padding mask, checked with the decoding options."""
         src = _ids(src, "src")
         kpm = _padding_mask(src_key_padding_mask, src.shape, "src_key_padding_mask")
         _check_decoding(max_new_tokens, eos, beam_size, length_penalty, self.tgt_vocab)
@@ -347,6 +345,14 @@ class Seq2SeqTransformer(nn.Module):
             raise ValueError(f"bos {bos} is outside the vocabulary [0, {self.tgt_vocab})")
         if max_new_tokens > self.max_len:
             raise ValueError(f"max_new_tokens {max_new_tokens} exceeds max_len={self.max_len}")
+        return src, kpm
+
+    def _generate_reference(self, src, max_new_tokens, bos, eos=None, beam_size=1, length_penalty=0.0, *,
+                            src_key_padding_mask=None):
+        """Pure-Python decoding by re-running the full forward at every step
+        (in eval mode): the oracle for the C decoder. See ``generate``."""
+        src, kpm = self._decoding_args(src, src_key_padding_mask, max_new_tokens, bos, eos, beam_size,
+                                       length_penalty)
 
         def next_logprobs(prefixes, rows):
             tgt_in = np.concatenate([np.full((len(rows), 1), bos, np.int64), prefixes], axis=1)
@@ -371,13 +377,8 @@ class Seq2SeqTransformer(nn.Module):
         Runs in C (attnc.nn.decode): the encoder once, then the decoder one
         token at a time with cached keys and values.
         """
-        src = _ids(src, "src")
-        kpm = _padding_mask(src_key_padding_mask, src.shape, "src_key_padding_mask")
-        _check_decoding(max_new_tokens, eos, beam_size, length_penalty, self.tgt_vocab)
-        if not 0 <= bos < self.tgt_vocab:
-            raise ValueError(f"bos {bos} is outside the vocabulary [0, {self.tgt_vocab})")
-        if max_new_tokens > self.max_len:
-            raise ValueError(f"max_new_tokens {max_new_tokens} exceeds max_len={self.max_len}")
+        src, kpm = self._decoding_args(src, src_key_padding_mask, max_new_tokens, bos, eos, beam_size,
+                                       length_penalty)
         if src.shape[1] > self.max_len:
             raise ValueError(f"src has length {src.shape[1]}, longer than max_len={self.max_len}")
         tr = self.transformer
