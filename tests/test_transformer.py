@@ -965,3 +965,24 @@ def test_eval_workspace_reuse_and_concurrent_calls(rng):
             got = list(pool.map(layer, xs))
             for g, w in zip(got, want):
                 np.testing.assert_array_equal(g, w)
+
+
+def test_saved_activations_reused_only_when_free(rng):
+    """A training forward's activations buffer goes back to the module when
+    its pullback is dropped, never while the pullback can still run."""
+    import gc
+
+    layer = attnc.nn.TransformerEncoderLayer(16, 4, 32, dropout=0.0, seed=0).train()
+    x1, x2, x3 = (rng.standard_normal((2, 5, 16)).astype(np.float32) for _ in range(3))
+    d = rng.standard_normal((2, 5, 16)).astype(np.float32)
+    want = [attnc.vjp(layer, x)[1](d)["src"] for x in (x1, x2, x3)]
+    gc.collect()
+    _, p1 = attnc.vjp(layer, x1)
+    _, p2 = attnc.vjp(layer, x2)  # p1 alive: a buffer of its own
+    np.testing.assert_array_equal(p1(d)["src"], want[0])
+    del p1
+    gc.collect()
+    _, p3 = attnc.vjp(layer, x3)  # may take p1's buffer; p2's is still in use
+    np.testing.assert_array_equal(p2(d)["src"], want[1])
+    np.testing.assert_array_equal(p3(d)["src"], want[2])
+    assert len(layer.__dict__.get("_spare", [])) <= 2

@@ -16,6 +16,7 @@ import contextlib
 import copy
 import math
 import threading
+import weakref
 
 import numpy as np
 
@@ -153,8 +154,9 @@ class _Layer(Module):
         size = _core.layer_saved_size(B, L, S, E, self.dim_feedforward, H, self._decoder)
         none = (None, None, False)
         if keep:
-            saved = np.empty(size, x.dtype)
-            _core.layer_forward(out, ws, wc, saved, x, memory, params, config, self_masks, cross_masks or none)
+            saved = self._activations(size, x.dtype)
+            _core.layer_forward(out, ws, wc, saved.array, x, memory, params, config, self_masks,
+                                cross_masks or none)
         else:
             with self._workspace(size, x.dtype) as work:
                 _core.layer_forward(out, ws, wc, work, x, memory, params, config, self_masks, cross_masks or none)
@@ -162,8 +164,19 @@ class _Layer(Module):
         state = (saved, x, memory, params, config, self_masks, cross_masks or none)
         return out, (ws, wc), state
 
-    def __getstate__(self):  # copies and pickles leave the workspace and its lock behind
-        return {k: v for k, v in self.__dict__.items() if k not in ("_work", "_work_lock")}
+    def __getstate__(self):  # copies and pickles leave the working memory and its lock behind
+        return {k: v for k, v in self.__dict__.items() if k not in ("_work", "_work_lock", "_spare")}
+
+    def _activations(self, size, dtype):
+        """The buffer a training forward saves its activations in. When the
+        last reference to it goes (the pullback is dropped), it is kept for
+        the next forward: a training loop then writes into pages it already
+        has instead of faulting in 100+ MiB of fresh ones every step."""
+        spare = self.__dict__.setdefault("_spare", [])
+        for i, a in enumerate(spare):
+            if a.dtype == dtype and a.size == size:
+                return _Activations(spare.pop(i), spare)
+        return _Activations(np.empty(size, dtype), spare)
 
     def __setstate__(self, state):
         self.__dict__.update(state)
@@ -189,6 +202,7 @@ class _Layer(Module):
     def _grads(self, state, dout):
         """dx, dmemory and {state_dict name: gradient} from one C backward."""
         saved, x, memory, params, config, sm, cm = state
+        saved = saved.array
         grads = tuple(None if p is None else np.empty_like(p) for p in params)
         dx = np.empty_like(x)
         dmem = np.empty_like(memory) if memory is not None else None
@@ -204,6 +218,20 @@ class _Layer(Module):
     def extra_repr(self):
         return (f"d_model={self.d_model}, nhead={self.nhead}, dim_feedforward={self.dim_feedforward}, "
                 f"dropout={self.dropout}, activation={self.activation!r}, norm_first={self.norm_first}")
+
+
+class _Activations:
+    """A layer's saved activations; the array returns to its module's spares
+    (at most two) when this object is freed."""
+
+    def __init__(self, array, spare):
+        self.array = array
+        weakref.finalize(self, _give_back, spare, array)
+
+
+def _give_back(spare, array):
+    if len(spare) < 2:
+        spare.append(array)
 
 
 def _self_masks(layer, x, attn_mask, key_padding_mask, is_causal, batched, names):
