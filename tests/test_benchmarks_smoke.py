@@ -31,3 +31,22 @@ def test_transformer_benchmark_quick(tmp_path, torch):
     for row in data["train_step"]["rows"] + data["decode"]["rows"]:
         assert row["impl"]["torch"]["median_s"] > 0
     assert [r["dropout"] for r in data["train_step"]["rows"]] == [0.1, 0.0]
+
+
+def test_rnn_benchmark_quick(tmp_path, torch):
+    out = tmp_path / "rnn.json"
+    p = _run("rnn.py", "--quick", "--no-snapshot", "--json", str(out))
+    assert p.returncode == 0, f"stdout:\n{p.stdout}\nstderr:\n{p.stderr}"
+    for title in ("1. forward", "2. forward + backward", "== targets"):
+        assert title in p.stdout
+    data = json.loads(out.read_text())
+    assert data["config"]["quick"] is True
+    assert data["errors"] == [] and data["failed_checks"] == []
+    assert len(data["check"]["cases"]) == 6
+    for section in ("forward", "train"):
+        rows = data[section]["rows"]
+        assert [r["case"] for r in rows] == ["LSTM", "LSTM, 2 layers bidir", "LSTM, ragged lengths",
+                                             "GRU", "GRU, 2 layers bidir", "GRU, ragged lengths"]
+        for row in rows:
+            assert row["impl"]["attnc"]["median_s"] > 0 and row["impl"]["torch"]["median_s"] > 0
+            assert row["check_worst"]["rel"] <= 1e-4
