@@ -985,4 +985,4 @@ def test_saved_activations_reused_only_when_free(rng):
     _, p3 = attnc.vjp(layer, x3)  # may take p1's buffer; p2's is still in use
     np.testing.assert_array_equal(p2(d)["src"], want[1])
     np.testing.assert_array_equal(p3(d)["src"], want[2])
-    assert len(layer.__dict__.get("_spare", [])) <= 2
+    assert len(layer.__dict__.get("_spare", [])) <= 1

@@ -167,6 +167,9 @@ class _Layer(Module):
     def __getstate__(self):  # copies and pickles leave the working memory and its lock behind
         return {k: v for k, v in self.__dict__.items() if k not in ("_work", "_work_lock", "_spare")}
 
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+
     def _activations(self, size, dtype):
         """The buffer a training forward saves its activations in. When the
         last reference to it goes (the pullback is dropped), it is kept for
@@ -177,9 +180,6 @@ class _Layer(Module):
             if a.dtype == dtype and a.size == size:
                 return _Activations(spare.pop(i), spare)
         return _Activations(np.empty(size, dtype), spare)
-
-    def __setstate__(self, state):
-        self.__dict__.update(state)
 
     @contextlib.contextmanager
     def _workspace(self, size, dtype):
@@ -221,8 +221,8 @@ class _Layer(Module):
 
 
 class _Activations:
-    """A layer's saved activations; the array returns to its module's spares
-    (at most two) when this object is freed."""
+    """A layer's saved activations; the array returns to its module (which
+    keeps one spare: a training loop needs no more) when this is freed."""
 
     def __init__(self, array, spare):
         self.array = array
@@ -230,7 +230,7 @@ class _Activations:
 
 
 def _give_back(spare, array):
-    if len(spare) < 2:
+    if not spare:
         spare.append(array)
 
 
