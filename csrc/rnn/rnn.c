@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "../core/blas.h"
+#include "../core/simd.h"
 #include "../core/status.h"
 #include "../core/tensor.h"
 #include "../core/threads.h"

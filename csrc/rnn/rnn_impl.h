@@ -22,7 +22,61 @@ typedef struct {
     const REAL *h0, *c0;       /* (B, H) or NULL                                             */
 } FN(step_job);
 
-static REAL FN(sigmoid)(REAL x) { return 1 / (1 + EXP(-x)); }
+/* sigmoid and tanh. In float, from the vectorisable exp (core/simd.h) so the
+ * gate loops vectorise, tanh taking its odd series below 1/16 where
+ * 1 - 2 / (e^2x + 1) would lose relative precision (both within 2e-6
+ * relative); in double, libm's, exact to the last bits. */
+#if ATTNC_F64
+static inline REAL FN(sigmoid)(REAL x) { return 1 / (1 + exp(-x)); }
+static inline REAL FN(tanh_)(REAL x) { return tanh(x); }
+#else
+static inline REAL FN(sigmoid)(REAL x) { return 1 / (1 + attnc_expf(-x)); }
+static inline REAL FN(tanh_)(REAL x) {
+    REAL x2 = x * x, series = x * (1 + x2 * (-(REAL)1 / 3 + x2 * ((REAL)2 / 15)));
+    REAL exact = 1 - 2 / (attnc_expf(2 * x) + 1);
+    return FABS(x) < (REAL)0.0625 ? series : exact;
+}
+#endif
+
+/* One row's LSTM gates: h, c (H) updated; gate (4H), cell (H), o (H) written. */
+ATTNC_SIMD static void FN(lstm_row)(const REAL *restrict gx, const REAL *restrict hh, const REAL *restrict bh,
+                                    REAL *restrict h, REAL *restrict c, REAL *restrict gate, REAL *restrict cell,
+                                    REAL *restrict o, int64_t H) {
+    for (int64_t k = 0; k < H; k++) {
+        REAL b0 = bh ? bh[k] : 0, b1 = bh ? bh[H + k] : 0, b2 = bh ? bh[2 * H + k] : 0, b3 = bh ? bh[3 * H + k] : 0;
+        REAL i = FN(sigmoid)(gx[k] + hh[k] + b0);
+        REAL f = FN(sigmoid)(gx[H + k] + hh[H + k] + b1);
+        REAL g = FN(tanh_)(gx[2 * H + k] + hh[2 * H + k] + b2);
+        REAL og = FN(sigmoid)(gx[3 * H + k] + hh[3 * H + k] + b3);
+        REAL cn = f * c[k] + i * g;
+        gate[k] = i;
+        gate[H + k] = f;
+        gate[2 * H + k] = g;
+        gate[3 * H + k] = og;
+        cell[k] = cn;
+        c[k] = cn;
+        h[k] = og * FN(tanh_)(cn);
+        o[k] = h[k];
+    }
+}
+
+/* One row's GRU gates (torch's r, z, n; hn = W_hn h + b_hn kept for the backward). */
+ATTNC_SIMD static void FN(gru_row)(const REAL *restrict gx, const REAL *restrict hh, const REAL *restrict bh,
+                                   REAL *restrict h, REAL *restrict gate, REAL *restrict o, int64_t H) {
+    for (int64_t k = 0; k < H; k++) {
+        REAL b0 = bh ? bh[k] : 0, b1 = bh ? bh[H + k] : 0, b2 = bh ? bh[2 * H + k] : 0;
+        REAL rg = FN(sigmoid)(gx[k] + hh[k] + b0);
+        REAL z = FN(sigmoid)(gx[H + k] + hh[H + k] + b1);
+        REAL hn = hh[2 * H + k] + b2;
+        REAL n = FN(tanh_)(gx[2 * H + k] + rg * hn);
+        gate[k] = rg;
+        gate[H + k] = z;
+        gate[2 * H + k] = n;
+        gate[3 * H + k] = hn;
+        h[k] = (1 - z) * n + z * h[k];
+        o[k] = h[k];
+    }
+}
 
 /* Row b's time index at step s, or -1 when the row has ended. */
 static int64_t FN(time_of)(const rnn_run *r, int64_t b, int64_t s) {
@@ -42,35 +96,10 @@ static void FN(forward_step_task)(void *arg, int64_t block, int worker) {
         const REAL *gx = j->gx + (b * r->T + t) * G, *hh = j->hh + b * G;
         REAL *gate = j->gates + (b * r->T + t) * 4 * H, *h = j->h + b * H;
         REAL *o = j->out + (b * r->T + t) * r->D * H + r->d * H;
-        for (int64_t k = 0; k < H; k++) {
-            REAL bh[4];
-            for (int q = 0; q < 4; q++) bh[q] = j->b_hh && (r->mode == ATTNC_LSTM || q < 3) ? j->b_hh[q * H + k] : 0;
-            if (r->mode == ATTNC_LSTM) {
-                REAL i = FN(sigmoid)(gx[k] + hh[k] + bh[0]);
-                REAL f = FN(sigmoid)(gx[H + k] + hh[H + k] + bh[1]);
-                REAL g = TANH(gx[2 * H + k] + hh[2 * H + k] + bh[2]);
-                REAL og = FN(sigmoid)(gx[3 * H + k] + hh[3 * H + k] + bh[3]);
-                REAL c = f * j->c[b * H + k] + i * g;
-                gate[k] = i;
-                gate[H + k] = f;
-                gate[2 * H + k] = g;
-                gate[3 * H + k] = og;
-                j->cs[(b * r->T + t) * H + k] = c;
-                j->c[b * H + k] = c;
-                h[k] = og * TANH(c);
-            } else { /* GRU: torch's r, z, n; hn = W_hn h + b_hn is kept for the backward */
-                REAL rg = FN(sigmoid)(gx[k] + hh[k] + bh[0]);
-                REAL z = FN(sigmoid)(gx[H + k] + hh[H + k] + bh[1]);
-                REAL hn = hh[2 * H + k] + bh[2];
-                REAL n = TANH(gx[2 * H + k] + rg * hn);
-                gate[k] = rg;
-                gate[H + k] = z;
-                gate[2 * H + k] = n;
-                gate[3 * H + k] = hn;
-                h[k] = (1 - z) * n + z * h[k];
-            }
-            o[k] = h[k];
-        }
+        if (r->mode == ATTNC_LSTM)
+            FN(lstm_row)(gx, hh, j->b_hh, h, j->c + b * H, gate, j->cs + (b * r->T + t) * H, o, H);
+        else
+            FN(gru_row)(gx, hh, j->b_hh, h, gate, o, H);
     }
 }
 
@@ -101,7 +130,7 @@ static void FN(backward_step_task)(void *arg, int64_t block, int worker) {
                 const REAL *cp = first ? j->c0 : j->cs + (b * r->T + tp) * H;
                 REAL c_prev = cp ? cp[first ? b * H + k : k] : 0;
                 REAL i = gate[k], f = gate[H + k], g = gate[2 * H + k], og = gate[3 * H + k];
-                REAL tc = TANH(j->cs[(b * r->T + t) * H + k]);
+                REAL tc = FN(tanh_)(j->cs[(b * r->T + t) * H + k]);
                 REAL dc = j->dc[b * H + k] + dh * og * (1 - tc * tc);
                 dgx[k] = dc * g * i * (1 - i);
                 dgx[H + k] = dc * c_prev * f * (1 - f);
