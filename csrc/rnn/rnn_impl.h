@@ -38,16 +38,16 @@ static inline REAL FN(tanh_)(REAL x) {
 }
 #endif
 
-/* One row's LSTM gates: h, c (H) updated; gate (4H), cell (H), o (H) written. */
-ATTNC_SIMD static void FN(lstm_row)(const REAL *restrict gx, const REAL *restrict hh, const REAL *restrict bh,
-                                    REAL *restrict h, REAL *restrict c, REAL *restrict gate, REAL *restrict cell,
-                                    REAL *restrict o, int64_t H) {
+/* One row's LSTM gates from gx + hh (hh holds h_prev W_hh^T + b_hh): h, c
+ * (H) updated; gate (4H), cell (H), o (H) written. */
+ATTNC_SIMD static void FN(lstm_row)(const REAL *restrict gx, const REAL *restrict hh, REAL *restrict h,
+                                    REAL *restrict c, REAL *restrict gate, REAL *restrict cell, REAL *restrict o,
+                                    int64_t H) {
     for (int64_t k = 0; k < H; k++) {
-        REAL b0 = bh ? bh[k] : 0, b1 = bh ? bh[H + k] : 0, b2 = bh ? bh[2 * H + k] : 0, b3 = bh ? bh[3 * H + k] : 0;
-        REAL i = FN(sigmoid)(gx[k] + hh[k] + b0);
-        REAL f = FN(sigmoid)(gx[H + k] + hh[H + k] + b1);
-        REAL g = FN(tanh_)(gx[2 * H + k] + hh[2 * H + k] + b2);
-        REAL og = FN(sigmoid)(gx[3 * H + k] + hh[3 * H + k] + b3);
+        REAL i = FN(sigmoid)(gx[k] + hh[k]);
+        REAL f = FN(sigmoid)(gx[H + k] + hh[H + k]);
+        REAL g = FN(tanh_)(gx[2 * H + k] + hh[2 * H + k]);
+        REAL og = FN(sigmoid)(gx[3 * H + k] + hh[3 * H + k]);
         REAL cn = f * c[k] + i * g;
         gate[k] = i;
         gate[H + k] = f;
@@ -61,13 +61,12 @@ ATTNC_SIMD static void FN(lstm_row)(const REAL *restrict gx, const REAL *restric
 }
 
 /* One row's GRU gates (torch's r, z, n; hn = W_hn h + b_hn kept for the backward). */
-ATTNC_SIMD static void FN(gru_row)(const REAL *restrict gx, const REAL *restrict hh, const REAL *restrict bh,
-                                   REAL *restrict h, REAL *restrict gate, REAL *restrict o, int64_t H) {
+ATTNC_SIMD static void FN(gru_row)(const REAL *restrict gx, const REAL *restrict hh, REAL *restrict h,
+                                   REAL *restrict gate, REAL *restrict o, int64_t H) {
     for (int64_t k = 0; k < H; k++) {
-        REAL b0 = bh ? bh[k] : 0, b1 = bh ? bh[H + k] : 0, b2 = bh ? bh[2 * H + k] : 0;
-        REAL rg = FN(sigmoid)(gx[k] + hh[k] + b0);
-        REAL z = FN(sigmoid)(gx[H + k] + hh[H + k] + b1);
-        REAL hn = hh[2 * H + k] + b2;
+        REAL rg = FN(sigmoid)(gx[k] + hh[k]);
+        REAL z = FN(sigmoid)(gx[H + k] + hh[H + k]);
+        REAL hn = hh[2 * H + k];
         REAL n = FN(tanh_)(gx[2 * H + k] + rg * hn);
         gate[k] = rg;
         gate[H + k] = z;
@@ -93,13 +92,16 @@ static void FN(forward_step_task)(void *arg, int64_t block, int worker) {
     for (int64_t b = block * ROWS; b < r->B && b < (block + 1) * ROWS; b++) {
         int64_t t = FN(time_of)(r, b, j->s);
         if (t < 0) continue;
-        const REAL *gx = j->gx + (b * r->T + t) * G, *hh = j->hh + b * G;
+        const REAL *gx = j->gx + (b * r->T + t) * G;
+        REAL *hh = (REAL *)j->hh + b * G; /* this step's scratch: b_hh added in place */
+        if (j->b_hh)
+            for (int64_t k = 0; k < G; k++) hh[k] += j->b_hh[k];
         REAL *gate = j->gates + (b * r->T + t) * 4 * H, *h = j->h + b * H;
         REAL *o = j->out + (b * r->T + t) * r->D * H + r->d * H;
         if (r->mode == ATTNC_LSTM)
-            FN(lstm_row)(gx, hh, j->b_hh, h, j->c + b * H, gate, j->cs + (b * r->T + t) * H, o, H);
+            FN(lstm_row)(gx, hh, h, j->c + b * H, gate, j->cs + (b * r->T + t) * H, o, H);
         else
-            FN(gru_row)(gx, hh, j->b_hh, h, gate, o, H);
+            FN(gru_row)(gx, hh, h, gate, o, H);
     }
 }
 
