@@ -105,6 +105,45 @@ static void FN(forward_step_task)(void *arg, int64_t block, int worker) {
     }
 }
 
+/* One row's LSTM gate gradients: dgx (4H) and dstep (4H, the same values),
+ * dc (H) carried back, from dh = dh_next + dout. */
+ATTNC_SIMD static void FN(lstm_row_back)(const REAL *restrict gate, const REAL *restrict cell,
+                                         const REAL *restrict c_prev, const REAL *restrict dh_next,
+                                         const REAL *restrict dout, REAL *restrict dc, REAL *restrict dgx,
+                                         REAL *restrict dstep, int64_t H) {
+    for (int64_t k = 0; k < H; k++) {
+        REAL dh = dh_next[k] + dout[k];
+        REAL i = gate[k], f = gate[H + k], g = gate[2 * H + k], og = gate[3 * H + k];
+        REAL tc = FN(tanh_)(cell[k]);
+        REAL d = dc[k] + dh * og * (1 - tc * tc);
+        dgx[k] = dstep[k] = d * g * i * (1 - i);
+        dgx[H + k] = dstep[H + k] = d * c_prev[k] * f * (1 - f);
+        dgx[2 * H + k] = dstep[2 * H + k] = d * i * (1 - g * g);
+        dgx[3 * H + k] = dstep[3 * H + k] = dh * tc * og * (1 - og);
+        dc[k] = d * f;
+    }
+}
+
+/* One row's GRU gate gradients: dgx, dgh and dstep (3H), dh z (the part of
+ * dh_prev not through W_hh) into direct. */
+ATTNC_SIMD static void FN(gru_row_back)(const REAL *restrict gate, const REAL *restrict h_prev,
+                                        const REAL *restrict dh_next, const REAL *restrict dout,
+                                        REAL *restrict dgx, REAL *restrict dgh, REAL *restrict dstep,
+                                        REAL *restrict direct, int64_t H) {
+    for (int64_t k = 0; k < H; k++) {
+        REAL dh = dh_next[k] + dout[k];
+        REAL rg = gate[k], z = gate[H + k], n = gate[2 * H + k], hn = gate[3 * H + k];
+        REAL dn = dh * (1 - z) * (1 - n * n);
+        REAL dr = dn * hn * rg * (1 - rg);
+        REAL dz = dh * (h_prev[k] - n) * z * (1 - z);
+        dgx[k] = dgh[k] = dstep[k] = dr;
+        dgx[H + k] = dgh[H + k] = dstep[H + k] = dz;
+        dgx[2 * H + k] = dn;
+        dgh[2 * H + k] = dstep[2 * H + k] = dn * rg;
+        direct[k] = dh * z;
+    }
+}
+
 static void FN(backward_step_task)(void *arg, int64_t block, int worker) {
     (void)worker;
     const FN(step_job) *j = arg;
@@ -117,43 +156,25 @@ static void FN(backward_step_task)(void *arg, int64_t block, int worker) {
             for (int64_t k = 0; k < G; k++) dstep[k] = 0;
             continue;
         }
-        int64_t tp = r->d ? t + 1 : t - 1; /* the step before, in processing order */
+        int64_t tp = r->d ? t + 1 : t - 1, bt = b * r->T + t; /* tp: the step before, in processing order */
         bool first = j->s == 0;
-        const REAL *hp = first ? j->h0 : j->out + (b * r->T + tp) * r->D * H + r->d * H;
-        const REAL *gate = j->gates + (b * r->T + t) * 4 * H;
-        const REAL *dout = j->dout + (b * r->T + t) * r->D * H + r->d * H;
-        REAL *dgx = j->dgx + (b * r->T + t) * G, *dgh = j->dgh + (b * r->T + t) * G;
-        REAL *hprev = j->hprev + (b * r->T + t) * H;
-        for (int64_t k = 0; k < H; k++) {
-            REAL h_prev = hp ? hp[first ? b * H + k : k] : 0;
-            REAL dh = j->dh[b * H + k] + dout[k];
-            hprev[k] = h_prev;
-            if (r->mode == ATTNC_LSTM) {
-                const REAL *cp = first ? j->c0 : j->cs + (b * r->T + tp) * H;
-                REAL c_prev = cp ? cp[first ? b * H + k : k] : 0;
-                REAL i = gate[k], f = gate[H + k], g = gate[2 * H + k], og = gate[3 * H + k];
-                REAL tc = FN(tanh_)(j->cs[(b * r->T + t) * H + k]);
-                REAL dc = j->dc[b * H + k] + dh * og * (1 - tc * tc);
-                dgx[k] = dc * g * i * (1 - i);
-                dgx[H + k] = dc * c_prev * f * (1 - f);
-                dgx[2 * H + k] = dc * i * (1 - g * g);
-                dgx[3 * H + k] = dh * tc * og * (1 - og);
-                for (int q = 0; q < 4; q++) dstep[q * H + k] = dgx[q * H + k];
-                j->dc[b * H + k] = dc * f;
-            } else {
-                REAL rg = gate[k], z = gate[H + k], n = gate[2 * H + k], hn = gate[3 * H + k];
-                REAL dn = dh * (1 - z) * (1 - n * n);
-                REAL dr = dn * hn * rg * (1 - rg);
-                REAL dz = dh * (h_prev - n) * z * (1 - z);
-                dgx[k] = dr;
-                dgx[H + k] = dz;
-                dgx[2 * H + k] = dn;
-                dgh[k] = dr;
-                dgh[H + k] = dz;
-                dgh[2 * H + k] = dn * rg;
-                for (int q = 0; q < 3; q++) dstep[q * H + k] = dgh[q * H + k];
-                j->dh_direct[b * H + k] = dh * z;
-            }
+        /* The previous state (h0 / c0 at the first step, zeros without them),
+         * copied into hprev (kept for dW_hh) and, for an LSTM, into the
+         * row's unused dh_direct. */
+        const REAL *hp = first ? (j->h0 ? j->h0 + b * H : NULL) : j->out + (b * r->T + tp) * r->D * H + r->d * H;
+        REAL *hprev = j->hprev + bt * H;
+        for (int64_t k = 0; k < H; k++) hprev[k] = hp ? hp[k] : 0;
+        const REAL *gate = j->gates + bt * 4 * H;
+        const REAL *dout = j->dout + bt * r->D * H + r->d * H;
+        REAL *dgx = j->dgx + bt * G;
+        if (r->mode == ATTNC_LSTM) {
+            const REAL *cp = first ? (j->c0 ? j->c0 + b * H : NULL) : j->cs + (b * r->T + tp) * H;
+            REAL *c_prev = j->dh_direct + b * H;
+            for (int64_t k = 0; k < H; k++) c_prev[k] = cp ? cp[k] : 0;
+            FN(lstm_row_back)(gate, j->cs + bt * H, c_prev, j->dh + b * H, dout, j->dc + b * H, dgx, dstep, H);
+        } else {
+            FN(gru_row_back)(gate, hprev, j->dh + b * H, dout, dgx, j->dgh + bt * G, dstep, j->dh_direct + b * H,
+                             H);
         }
     }
 }
