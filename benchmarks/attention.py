@@ -601,6 +601,41 @@ def _own_cpu_s():
     return t.user + t.system + t.children_user + t.children_system
 
 
+def _parent_threads():
+    """Threads of this process (forking a multi-threaded process is unsafe: warn)."""
+    try:
+        n = len(os.listdir("/proc/self/task"))
+    except OSError:
+        return None
+    if n != 1:
+        print(f"WARNING: this process runs {n} threads; forking it may be unsafe")
+    return n
+
+
+def _load_start():
+    """What _load_share compares against: the load average and CPU times now."""
+    return {"load_before": os.getloadavg()[0], "busy": _cpu_busy_s(), "own": _own_cpu_s()}
+
+
+def _load_share(start, elapsed):
+    """CPU time of other processes during the run, as a share of the machine (None if unknown)."""
+    busy, own = _cpu_busy_s(), _own_cpu_s()
+    if start["busy"] is None or busy is None:
+        return None
+    return max(0.0, (busy - start["busy"]) - (own - start["own"])) / (elapsed * (os.cpu_count() or 1))
+
+
+def _load_report(start, others):
+    """Print how busy the machine was, and a warning when timings are unreliable."""
+    ncpu = os.cpu_count() or 1
+    if others is not None:
+        print(f"other processes used {100 * others:.0f}% of the {ncpu} CPUs during the run "
+              f"(1-minute load average before it: {start['load_before']:.2f})")
+    if (others > 0.15) if others is not None else (start["load_before"] > 0.5 * ncpu):
+        print("WARNING: the machine was busy: timings are unreliable")
+
+
+
 def _git_rev():
     try:
         rev = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
@@ -682,15 +717,9 @@ def main(argv=None):
 
     _import_libs(snapshot=not args.no_snapshot)
     sdpa_ok = have_sdpa()
-    try:
-        parent_threads = len(os.listdir("/proc/self/task"))
-    except OSError:
-        parent_threads = None
-    if parent_threads not in (None, 1):
-        print(f"WARNING: this process runs {parent_threads} threads; forking it may be unsafe")
+    parent_threads = _parent_threads()
     t_start = time.perf_counter()
-    load_before = os.getloadavg()[0]
-    busy0, own0 = _cpu_busy_s(), _own_cpu_s()
+    load = _load_start()
     grid = QUICK_GRID if args.quick else FULL_GRID
     print(f"attnc {getattr(attnc, '__version__', '?')} (BLAS: {attnc.blas_info()}), "
           f"torch {torch.__version__ if torch is not None else '(not installed)'}, "
@@ -853,19 +882,10 @@ def main(argv=None):
     elapsed = time.perf_counter() - t_start
     phases["mha_s"] = elapsed - sum(phases.values())
     load_after = os.getloadavg()[0]
-    busy1, own1 = _cpu_busy_s(), _own_cpu_s()
-    others = None
-    if busy0 is not None and busy1 is not None:
-        # CPU time of other processes, as a share of the machine during the run
-        others = max(0.0, (busy1 - busy0) - (own1 - own0)) / (elapsed * (os.cpu_count() or 1))
+    others = _load_share(load, elapsed)
     for e in errors:
         print(f"ERROR: {e}")
-    ncpu = os.cpu_count() or 1
-    if others is not None:
-        print(f"other processes used {100 * others:.0f}% of the {ncpu} CPUs during the run "
-              f"(1-minute load average before it: {load_before:.2f})")
-    if (others > 0.15) if others is not None else (load_before > 0.5 * ncpu):
-        print("WARNING: the machine was busy: timings are unreliable")
+    _load_report(load, others)
     print(f"\n({elapsed:.0f} s: " + ", ".join(f"{k[:-2]} {v:.0f} s" for k, v in phases.items()) + ")")
 
     result = {
@@ -892,8 +912,8 @@ def main(argv=None):
             "numpy": np.__version__,
             "python": platform.python_version(),
             "platform": platform.platform(),
-            "cpu_count": ncpu,
-            "load_average_1min_before": load_before,
+            "cpu_count": os.cpu_count() or 1,
+            "load_average_1min_before": load["load_before"],
             "parent_threads_at_fork": parent_threads,
             "load_average_1min_after": load_after,
             "other_processes_cpu_share": others,

@@ -630,9 +630,45 @@ def _status(g):
 
 
 def _verdict(speedup, target):
+    if target is None:
+        return "(no target)"
     if speedup is None:
         return "-"
     return f"{'met' if speedup >= target else 'MISSED'} (target >= {target}x)"
+
+
+def finish(result, summary, quick, errors, failed_checks, load, others, elapsed, environment, json_path,
+           width=30):
+    """The end of a benchmark run (here and in rnn.py): the targets table,
+    errors and failed checks, how busy the machine was, the JSON file. Returns
+    the exit status: 1 when a check failed or a child erred."""
+    print("\n== targets (speed-up = torch median time / attnc median time) ==")
+    if quick:
+        print("(a quick run: sizes far too small for the targets to mean anything)")
+    for name, sp, target in summary:
+        print(f"{name:<{width}} {_f(sp, '{:.2f}x', 7)}  {_verdict(sp, target)}")
+    result["summary"] = [{"case": n, "speedup": sp, "target": t,
+                          "met": None if sp is None or t is None else sp >= t} for n, sp, t in summary]
+    for e in errors:
+        print(f"ERROR: {e}")
+    for c in failed_checks:
+        print(f"CHECK FAILED: {c}")
+    common._load_report(load, others)
+    print(f"({elapsed:.0f} s)")
+    result["environment"] = {
+        "attnc": getattr(attnc, "__version__", None), "attnc_blas": attnc.blas_info(),
+        "attnc_loaded_from": attnc.__file__, "attnc_source": common.SNAPSHOT_SRC, "attnc_git": common._git_rev(),
+        **environment,
+        "torch": torch.__version__ if torch is not None else None, "numpy": np.__version__,
+        "python": platform.python_version(), "platform": platform.platform(), "cpu_count": os.cpu_count() or 1,
+        "load_average_1min_before": load["load_before"], "other_processes_cpu_share": others}
+    result["errors"] = errors
+    result["failed_checks"] = failed_checks
+    result["elapsed_s"] = elapsed
+    json_path.parent.mkdir(parents=True, exist_ok=True)
+    json_path.write_text(json.dumps(result, indent=1) + "\n")
+    print(f"wrote {json_path}")
+    return 1 if (errors or failed_checks) else 0
 
 
 # --------------------------------------------------------------------------- main
@@ -671,17 +707,11 @@ def main(argv=None):
     warmup_s = 0.0 if quick else 0.5
 
     _import_libs(snapshot=not args.no_snapshot)
-    try:
-        parent_threads = len(os.listdir("/proc/self/task"))
-    except OSError:
-        parent_threads = None
-    if parent_threads not in (None, 1):
-        print(f"WARNING: this process runs {parent_threads} threads; forking it may be unsafe")
+    parent_threads = common._parent_threads()
     impls = ["attnc"] + (["torch"] if torch is not None else [])
     errors, failed_checks = [], []
     t_start = time.perf_counter()
-    load_before = os.getloadavg()[0]
-    busy0, own0 = common._cpu_busy_s(), common._own_cpu_s()
+    load = common._load_start()
 
     print(f"attnc {getattr(attnc, '__version__', '?')} (BLAS: {attnc.blas_info()}), "
           f"torch {torch.__version__ if torch is not None else '(not installed)'}, numpy {np.__version__}; "
@@ -872,11 +902,7 @@ def main(argv=None):
 
     # ---- summary
     elapsed = time.perf_counter() - t_start
-    busy1, own1 = common._cpu_busy_s(), common._own_cpu_s()
-    ncpu = os.cpu_count() or 1
-    others = None
-    if busy0 is not None and busy1 is not None:
-        others = max(0.0, (busy1 - busy0) - (own1 - own0)) / (elapsed * ncpu)
+    others = common._load_share(load, elapsed)
     if peak:
         best = max(sgemm.values(), key=lambda s: s["gflops_best"])
         print(f"\nsgemm practical peak: {peak:.1f} GFLOP/s ({best['lib']}.matmul "
@@ -884,40 +910,9 @@ def main(argv=None):
               "shapes (median): " + ", ".join(
                   f"{s['lib']} {'x'.join(map(str, s['shape']))} {s['gflops_median']:.0f}"
                   for s in sgemm.values() if s["shape"] != [sq, sq, sq]))
-    print("\n== targets (speed-up = torch median time / attnc median time) ==")
-    if quick:
-        print("(a quick run: sizes far too small for the targets to mean anything)")
-    for name, sp, target in summary:
-        print(f"{name:<30} {_f(sp, '{:.2f}x', 7)}  {_verdict(sp, target)}")
-    result["summary"] = [{"case": n, "speedup": sp, "target": t, "met": None if sp is None else sp >= t}
-                         for n, sp, t in summary]
-    for e in errors:
-        print(f"ERROR: {e}")
-    for c in failed_checks:
-        print(f"CHECK FAILED: {c}")
-    if others is not None:
-        print(f"other processes used {100 * others:.0f}% of the {ncpu} CPUs during the run "
-              f"(1-minute load average before it: {load_before:.2f})")
-    if (others > 0.15) if others is not None else (load_before > 0.5 * ncpu):
-        print("WARNING: the machine was busy: timings are unreliable")
-    print(f"({elapsed:.0f} s)")
-
-    result["environment"] = {
-        "attnc": getattr(attnc, "__version__", None), "attnc_blas": attnc.blas_info(),
-        "attnc_loaded_from": attnc.__file__, "attnc_source": common.SNAPSHOT_SRC,
-        "attnc_git": common._git_rev(), "attnc_encoder_layer": have_encoder_layer(),
-        "attnc_seq2seq_generate": seq2seq_generate_kind(),
-        "torch": torch.__version__ if torch is not None else None, "numpy": np.__version__,
-        "python": platform.python_version(), "platform": platform.platform(), "cpu_count": ncpu,
-        "load_average_1min_before": load_before, "other_processes_cpu_share": others,
-        "parent_threads_at_fork": parent_threads}
-    result["errors"] = errors
-    result["failed_checks"] = failed_checks
-    result["elapsed_s"] = elapsed
-    json_path.parent.mkdir(parents=True, exist_ok=True)
-    json_path.write_text(json.dumps(result, indent=1) + "\n")
-    print(f"wrote {json_path}")
-    return 1 if (errors or failed_checks) else 0
+    return finish(result, summary, quick, errors, failed_checks, load, others, elapsed,
+                  {"attnc_encoder_layer": have_encoder_layer(), "attnc_seq2seq_generate": seq2seq_generate_kind(),
+                   "parent_threads_at_fork": parent_threads}, json_path)
 
 
 if __name__ == "__main__":

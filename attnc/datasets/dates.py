@@ -53,7 +53,7 @@ import hashlib
 
 import numpy as np
 
-from .sequences import _CHUNK, _check_int
+from .sequences import _CHUNK, _batches, _check_int
 from .vocab import TextBatch, Vocab, teacher_forcing_arrays
 
 MAX_INPUT_LEN = 30
@@ -187,11 +187,7 @@ class DatesTask:
 
     def batches(self, batch_size: int, *, shuffle: bool = False, seed=None, drop_last: bool = False):
         """Iterate over the task in batches (in order, or shuffled with seed)."""
-        batch_size = _check_int("batch_size", batch_size, 1)
-        order = np.random.default_rng(seed).permutation(len(self)) if shuffle else np.arange(len(self))
-        stop = len(self) - (len(self) % batch_size if drop_last else 0)
-        for start in range(0, stop, batch_size):
-            yield self.batch(order[start : start + batch_size])
+        return _batches(self, batch_size, shuffle, seed, drop_last)
 
     def targets_padded(self, eos: bool = True) -> np.ndarray:
         """(n, 11) int64: each target's ids followed by EOS (or (n, 10) without)."""

@@ -37,6 +37,17 @@ def _check_int(name, value, low):
     return int(value)
 
 
+def _batches(task, batch_size, shuffle, seed, drop_last=False):
+    """task.batch(...) over the whole task in batch_size steps (in order, or
+    shuffled with seed; without the last short batch with drop_last)."""
+    batch_size = _check_int("batch_size", batch_size, 1)
+    n = len(task)
+    order = np.random.default_rng(seed).permutation(n) if shuffle else np.arange(n)
+    stop = n - (n % batch_size if drop_last else 0)
+    for start in range(0, stop, batch_size):
+        yield task.batch(order[start : start + batch_size])
+
+
 def _sequence_keys(tokens: np.ndarray, lengths: np.ndarray, vocab: int):
     """One hashable key per row (rows padded after their length): int64 when
     the base-(vocab + 1) number fits, else bytes."""
@@ -140,13 +151,7 @@ class ReverseTask:
 
     def batches(self, batch_size: int, *, shuffle: bool = False, seed=None, drop_last: bool = False):
         """Iterate over the task in batches (in order, or shuffled with seed)."""
-        batch_size = _check_int("batch_size", batch_size, 1)
-        order = np.arange(len(self))
-        if shuffle:
-            order = np.random.default_rng(seed).permutation(len(self))
-        stop = len(self) - (len(self) % batch_size if drop_last else 0)
-        for start in range(0, stop, batch_size):
-            yield self.batch(order[start : start + batch_size])
+        return _batches(self, batch_size, shuffle, seed, drop_last)
 
     def targets_padded(self, eos: bool = True) -> np.ndarray:
         """(n, max_len + 1) int64: each reversal followed by EOS, padded with PAD
@@ -266,10 +271,7 @@ class SortTask:
         return self.inputs[idx], self.targets[idx]
 
     def batches(self, batch_size: int, *, shuffle: bool = False, seed=None):
-        batch_size = _check_int("batch_size", batch_size, 1)
-        order = np.random.default_rng(seed).permutation(len(self)) if shuffle else np.arange(len(self))
-        for start in range(0, len(self), batch_size):
-            yield self.batch(order[start : start + batch_size])
+        return _batches(self, batch_size, shuffle, seed)
 
     def __repr__(self):
         return f"SortTask(n={len(self)}, length={self.length}, num_digits={self.num_digits}, split={self.split!r})"

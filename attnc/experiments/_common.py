@@ -96,6 +96,20 @@ def train(model, optimizer, loss_and_grads, batches, steps: int, *, scheduler=No
     }
 
 
+def report(name, args, model, result, batch_size, eval_seconds, **metrics) -> None:
+    """Save the model if asked, then emit the run's metrics with what every
+    experiment reports (seed, threads, training curve ends, size, timings)."""
+    save_model(args.save, model)
+    emit({
+        "experiment": name, "seed": args.seed, "quick": args.quick, "threads": attnc.get_num_threads(),
+        **metrics,
+        "steps": result["steps"], "batch_size": batch_size,
+        "first_loss": result["first_loss"], "final_loss": result["final_loss"],
+        "parameters": int(sum(p.size for p in model.parameters())),
+        "train_seconds": result["train_seconds"], "eval_seconds": round(eval_seconds, 3),
+    })
+
+
 def emit(metrics: dict) -> None:
     """Print the metrics as one JSON object: the last line of stdout."""
     sys.stdout.flush()

@@ -67,24 +67,8 @@ def main(argv=None):
     em, correct = exact_match(model, test_set)
     train_em, _ = exact_match(model, train_eval)
     eval_seconds = time.perf_counter() - start
-    _common.save_model(args.save, model)
-    _common.emit({
-        "experiment": "gpt_sort",
-        "seed": args.seed,
-        "quick": args.quick,
-        "threads": attnc.get_num_threads(),
-        "exact_match": em,
-        "correct": correct,
-        "heldout_size": len(test_set),
-        "train_exact_match": train_em,
-        "steps": result["steps"],
-        "batch_size": bs,
-        "first_loss": result["first_loss"],
-        "final_loss": result["final_loss"],
-        "parameters": int(sum(p.size for p in model.parameters())),
-        "train_seconds": result["train_seconds"],
-        "eval_seconds": round(eval_seconds, 3),
-    })
+    _common.report("gpt_sort", args, model, result, bs, eval_seconds, exact_match=em, correct=correct,
+                   heldout_size=len(test_set), train_exact_match=train_em)
 
 
 if __name__ == "__main__":

@@ -78,24 +78,8 @@ def main(argv=None):
     start = time.perf_counter()
     em, tok_acc = exact_match(model, heldout)
     eval_seconds = time.perf_counter() - start
-    _common.save_model(args.save, model)
-    _common.emit({
-        "experiment": "transformer_reverse",
-        "seed": args.seed,
-        "quick": args.quick,
-        "threads": attnc.get_num_threads(),
-        "exact_match": em,
-        "token_accuracy": tok_acc,
-        "heldout_size": len(heldout),
-        "steps": result["steps"],
-        "batch_size": bs,
-        "train_sequences": len(train_set),
-        "first_loss": result["first_loss"],
-        "final_loss": result["final_loss"],
-        "parameters": int(sum(p.size for p in model.parameters())),
-        "train_seconds": result["train_seconds"],
-        "eval_seconds": round(eval_seconds, 3),
-    })
+    _common.report("transformer_reverse", args, model, result, bs, eval_seconds, exact_match=em,
+                   token_accuracy=tok_acc, heldout_size=len(heldout), train_sequences=len(train_set))
 
 
 if __name__ == "__main__":

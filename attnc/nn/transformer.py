@@ -55,6 +55,16 @@ def _rows(x, name, dtype, d_model, length="T"):
     return np.ascontiguousarray(a if batched else a[None]), batched
 
 
+def _tgt_and_memory(tgt, memory, dtype, d_model):
+    """tgt (B, T, E) and memory (B, S, E) as _rows gives them, with one batch."""
+    x, batched = _rows(tgt, "tgt", dtype, d_model)
+    mem, mem_batched = _rows(memory, "memory", dtype, d_model, "S")
+    if mem_batched != batched or mem.shape[0] != x.shape[0]:
+        raise ValueError(f"tgt {shape_str(np.shape(tgt))} and memory {shape_str(np.shape(memory))} need the "
+                         "same batch size (both batched or both unbatched)")
+    return x, mem, batched
+
+
 def _is_causal_mask(mask, size):
     """Whether mask is exactly the causal mask (torch's _detect_is_causal_mask)."""
     m = np.asarray(mask)
@@ -280,27 +290,32 @@ class TransformerEncoderLayer(_Layer):
                             ("src_mask", "src_key_padding_mask", "is_causal"))
         return x, masks, batched
 
-    def forward(self, src, src_mask=None, src_key_padding_mask=None, is_causal=False, *, need_weights=False):
+    def _call(self, src, src_mask, src_key_padding_mask, is_causal, need_weights, keep):
         x, masks, batched = self._prepare(src, src_mask, src_key_padding_mask, is_causal)
-        out, (w, _), _ = self._run(x, None, masks, None, need_weights, keep=False)
-        return (_unbatch(out, batched), _unbatch(w, batched)) if need_weights else _unbatch(out, batched)
-
-    def _vjp_forward(self, src, src_mask=None, src_key_padding_mask=None, is_causal=False, *, need_weights=False):
-        x, masks, batched = self._prepare(src, src_mask, src_key_padding_mask, is_causal)
-        out, (w, _), state = self._run(x, None, masks, None, need_weights, keep=True)
+        out, (w, _), state = self._run(x, None, masks, None, need_weights, keep)
         outputs = (_unbatch(out, batched), _unbatch(w, batched)) if need_weights else _unbatch(out, batched)
         return outputs, (self, state, batched, need_weights)
+
+    def forward(self, src, src_mask=None, src_key_padding_mask=None, is_causal=False, *, need_weights=False):
+        return self._call(src, src_mask, src_key_padding_mask, is_causal, need_weights, keep=False)[0]
+
+    def _vjp_forward(self, src, src_mask=None, src_key_padding_mask=None, is_causal=False, *, need_weights=False):
+        return self._call(src, src_mask, src_key_padding_mask, is_causal, need_weights, keep=True)
 
     @staticmethod
     def _vjp_backward(saved, cotangents):
         layer, state, batched, need_weights = saved
-        if need_weights and cotangents[1] is not None:
-            raise NotImplementedError("gradients through the returned attention weights of a transformer layer "
-                                      "are not supported; pass None as their cotangent")
-        dout = _cotangent_rows(cotangents[0], state[1])
-        dx, _, grads = layer._grads(state, dout)
+        _no_weights_cotangent(need_weights, cotangents)
+        dx, _, grads = layer._grads(state, _cotangent_rows(cotangents[0], state[1]))
         grads["src"] = _unbatch(dx, batched)
         return grads
+
+
+def _no_weights_cotangent(need_weights, cotangents):
+    """Gradients do not flow back through returned attention weights."""
+    if need_weights and cotangents[1] is not None:
+        raise NotImplementedError("gradients through the returned attention weights of a transformer are not "
+                                  "supported; pass None as their cotangent")
 
 
 def _cotangent_rows(c, x):
@@ -330,43 +345,38 @@ class TransformerDecoderLayer(_Layer):
 
     def _prepare(self, tgt, memory, tgt_mask, memory_mask, tgt_key_padding_mask, memory_key_padding_mask,
                  tgt_is_causal, memory_is_causal):
-        x, batched = _rows(tgt, "tgt", self.dtype, self.d_model)
-        mem, mem_batched = _rows(memory, "memory", self.dtype, self.d_model, "S")
-        if mem_batched != batched or mem.shape[0] != x.shape[0]:
-            raise ValueError(f"tgt {shape_str(np.shape(tgt))} and memory {shape_str(np.shape(memory))} need the "
-                             "same batch size (both batched or both unbatched)")
+        x, mem, batched = _tgt_and_memory(tgt, memory, self.dtype, self.d_model)
         sm = _self_masks(self, x, tgt_mask, tgt_key_padding_mask, tgt_is_causal, batched,
                          ("tgt_mask", "tgt_key_padding_mask", "tgt_is_causal"))
         cm = _cross_masks(self, x, mem, memory_mask, memory_key_padding_mask, memory_is_causal, batched)
         return x, mem, sm, cm, batched
 
-    def forward(self, tgt, memory, tgt_mask=None, memory_mask=None, tgt_key_padding_mask=None,
-                memory_key_padding_mask=None, tgt_is_causal=False, memory_is_causal=False, *, need_weights=False):
+    def _call(self, tgt, memory, tgt_mask, memory_mask, tgt_key_padding_mask, memory_key_padding_mask,
+              tgt_is_causal, memory_is_causal, need_weights, keep):
         x, mem, sm, cm, batched = self._prepare(tgt, memory, tgt_mask, memory_mask, tgt_key_padding_mask,
                                                 memory_key_padding_mask, tgt_is_causal, memory_is_causal)
-        out, (ws, wc), _ = self._run(x, mem, sm, cm, need_weights, keep=False)
-        if need_weights:
-            return _unbatch(out, batched), (_unbatch(ws, batched), _unbatch(wc, batched))
-        return _unbatch(out, batched)
-
-    def _vjp_forward(self, tgt, memory, tgt_mask=None, memory_mask=None, tgt_key_padding_mask=None,
-                     memory_key_padding_mask=None, tgt_is_causal=False, memory_is_causal=False, *,
-                     need_weights=False):
-        x, mem, sm, cm, batched = self._prepare(tgt, memory, tgt_mask, memory_mask, tgt_key_padding_mask,
-                                                memory_key_padding_mask, tgt_is_causal, memory_is_causal)
-        out, (ws, wc), state = self._run(x, mem, sm, cm, need_weights, keep=True)
+        out, (ws, wc), state = self._run(x, mem, sm, cm, need_weights, keep)
         if need_weights:
             outputs = (_unbatch(out, batched), (_unbatch(ws, batched), _unbatch(wc, batched)))
         else:
             outputs = _unbatch(out, batched)
         return outputs, (self, state, batched, need_weights)
 
+    def forward(self, tgt, memory, tgt_mask=None, memory_mask=None, tgt_key_padding_mask=None,
+                memory_key_padding_mask=None, tgt_is_causal=False, memory_is_causal=False, *, need_weights=False):
+        return self._call(tgt, memory, tgt_mask, memory_mask, tgt_key_padding_mask, memory_key_padding_mask,
+                          tgt_is_causal, memory_is_causal, need_weights, keep=False)[0]
+
+    def _vjp_forward(self, tgt, memory, tgt_mask=None, memory_mask=None, tgt_key_padding_mask=None,
+                     memory_key_padding_mask=None, tgt_is_causal=False, memory_is_causal=False, *,
+                     need_weights=False):
+        return self._call(tgt, memory, tgt_mask, memory_mask, tgt_key_padding_mask, memory_key_padding_mask,
+                          tgt_is_causal, memory_is_causal, need_weights, keep=True)
+
     @staticmethod
     def _vjp_backward(saved, cotangents):
         layer, state, batched, need_weights = saved
-        if need_weights and cotangents[1] is not None:
-            raise NotImplementedError("gradients through the returned attention weights of a transformer layer "
-                                      "are not supported; pass None as their cotangent")
+        _no_weights_cotangent(need_weights, cotangents)
         dx, dmem, grads = layer._grads(state, _cotangent_rows(cotangents[0], state[1]))
         grads["tgt"], grads["memory"] = _unbatch(dx, batched), _unbatch(dmem, batched)
         return grads
@@ -480,8 +490,7 @@ class TransformerEncoder(Module):
     @staticmethod
     def _vjp_backward(saved, cotangents):
         self, states, norm_state, batched, need_weights, src_shape = saved
-        if need_weights and cotangents[1] is not None:
-            raise NotImplementedError("gradients through returned attention weights are not supported; pass None")
+        _no_weights_cotangent(need_weights, cotangents)
         grads = {}
         dy = cotangents[0]
         shape = (1,) + tuple(src_shape) if not batched else tuple(src_shape)
@@ -514,11 +523,7 @@ class TransformerDecoder(Module):
                  tgt_is_causal, memory_is_causal, need_weights, keep):
         first = self.layers[0] if self.num_layers else None
         d_model = first.d_model if first else np.shape(tgt)[-1]
-        x, batched = _rows(tgt, "tgt", self.dtype, d_model)
-        mem, mem_batched = _rows(memory, "memory", self.dtype, d_model, "S")
-        if mem_batched != batched or mem.shape[0] != x.shape[0]:
-            raise ValueError(f"tgt {shape_str(np.shape(tgt))} and memory {shape_str(np.shape(memory))} need the "
-                             "same batch size (both batched or both unbatched)")
+        x, mem, batched = _tgt_and_memory(tgt, memory, self.dtype, d_model)
         if tgt_is_causal is None:
             tgt_is_causal = tgt_mask is not None and _is_causal_mask(tgt_mask, x.shape[1])
         states, ws, wc = [], [], []
@@ -550,8 +555,7 @@ class TransformerDecoder(Module):
     @staticmethod
     def _vjp_backward(saved, cotangents):
         self, (states, norm_state, batched, need_weights, xshape, mem) = saved
-        if need_weights and cotangents[1] is not None:
-            raise NotImplementedError("gradients through returned attention weights are not supported; pass None")
+        _no_weights_cotangent(need_weights, cotangents)
         grads = {}
         dy = cotangents[0]
         dy = np.zeros(xshape, self.dtype) if dy is None else np.asarray(dy, self.dtype).reshape(xshape)
@@ -656,8 +660,7 @@ class Transformer(Module):
     @staticmethod
     def _vjp_backward(saved, cotangents):
         self, (enc_state, dec_state), need_weights = saved
-        if need_weights and cotangents[1] is not None:
-            raise NotImplementedError("gradients through returned attention weights are not supported; pass None")
+        _no_weights_cotangent(need_weights, cotangents)
         dec_cot = (cotangents[0], None) if need_weights else (cotangents[0],)
         g_dec = TransformerDecoder._vjp_backward(dec_state, dec_cot)
         enc_cot = (g_dec.pop("memory"), None) if need_weights else (g_dec.pop("memory"),)

@@ -111,7 +111,7 @@ typedef struct {
     const attnc_layer_params *p;
     const attnc_layer_config *cfg;
     const attnc_attn_masks *masks[NSUB]; /* self, cross */
-    const attnc_tensor *memory;          /* (M, E) */
+    attnc_tensor memory;                 /* (M, E): the memory's rows (decoder) */
     attnc_tensor *weights[NSUB];         /* optional outputs: self, cross */
 } layer_run;
 
@@ -210,7 +210,7 @@ static attnc_status branch_forward(const layer_run *r, int k, const attnc_tensor
         attnc_tensor wkv = attnc_rows(&m->in_weight, d->E, 2 * d->E);
         attnc_tensor bkv = attnc_rows(&m->in_bias, d->E, 2 * d->E);
         TRY(attnc_linear_forward(&q, a, &wq, &bq));
-        TRY(attnc_linear_forward(&kv, r->memory, &wkv, &bkv));
+        TRY(attnc_linear_forward(&kv, &r->memory, &wkv, &bkv));
     }
     attn_views v = attention_views(r, k);
     attnc_sdpa_options o = sdpa_options(r, k);
@@ -269,7 +269,7 @@ static attnc_status branch_backward(const layer_run *r, int k, const attnc_tenso
     attnc_tensor gwkv = attnc_rows(&gm->in_weight, d->E, 2 * d->E);
     attnc_tensor gbkv = attnc_rows(&gm->in_bias, d->E, 2 * d->E);
     TRY(attnc_linear_backward(da, &gwq, &gbq, &dq2, a, &wq));
-    return attnc_linear_backward(dmem, &gwkv, &gbkv, &dkv2, r->memory, &wkv);
+    return attnc_linear_backward(dmem, &gwkv, &gbkv, &dkv2, &r->memory, &wkv);
 }
 
 /* ---- sublayers ------------------------------------------------------------ */
@@ -412,6 +412,8 @@ static attnc_status setup(layer_run *r, const attnc_tensor *x, const attnc_tenso
         d->S = memory->shape[1];
         TRY(check_rows(memory, "memory", dt, d->B, d->S, d->E, false));
         d->M = d->B * d->S;
+        int64_t mrows[2] = {d->M, d->E};
+        r->memory = attnc_view(memory->data, dt, 2, mrows);
     }
     layout(&r->lo, d);
     r->masks[SELF] = self_masks;
@@ -454,9 +456,6 @@ attnc_status attnc_layer_forward(attnc_tensor *out, attnc_tensor *weights_self,
         TRY(attnc_calloc(&own, (size_t)r.lo.total, es, "layer activations"));
         r.saved = own;
     }
-    int64_t mrows[2] = {d->M, d->E};
-    attnc_tensor mem2 = d->decoder ? attnc_view(memory->data, d->dt, 2, mrows) : (attnc_tensor){0};
-    r.memory = &mem2;
     attnc_status st = ATTNC_OK;
     attnc_tensor branch = saved_mat(&r, r.lo.branch, d->N, d->E);
     attnc_tensor x2 = mat_of(x->data, d->dt, d->N, d->E), y2 = mat_of(out->data, d->dt, d->N, d->E);
@@ -548,9 +547,7 @@ attnc_status attnc_layer_backward(attnc_tensor *dx, attnc_tensor *dmemory, attnc
     if (want_dmem) TRY(check_rows(dmemory, "dmemory", d->dt, d->B, d->S, d->E, true));
     r.saved = saved->data;
     int64_t mrows[2] = {d->M, d->E};
-    attnc_tensor mem2 = d->decoder ? attnc_view(memory->data, d->dt, 2, mrows) : (attnc_tensor){0};
     attnc_tensor dmem2 = want_dmem ? attnc_view(dmemory->data, d->dt, 2, mrows) : (attnc_tensor){0};
-    r.memory = &mem2;
     scratch s;
     attnc_tensor bufs[2];
     void *own = NULL;
