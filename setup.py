@@ -20,6 +20,8 @@ SOURCES = sorted(
     + glob.glob("csrc/nn/*.c")
     + glob.glob("csrc/transformer/*.c")
     + glob.glob("csrc/rnn/*.c")
+    + glob.glob("csrc/seq2seq/*.c")
+    + glob.glob("csrc/captioner/*.c")
     + glob.glob("csrc/python/*.c")
 )
 

@@ -27,7 +27,8 @@ def build_and_run(tmp: Path) -> subprocess.CompletedProcess:
         pytest.fail("no C compiler found: the C core's tests need gcc or cc")
     sources = sorted(glob.glob(str(ROOT / "csrc/core/*.c")) + glob.glob(str(ROOT / "csrc/attention/*.c"))
                      + glob.glob(str(ROOT / "csrc/nn/*.c")) + glob.glob(str(ROOT / "csrc/transformer/*.c"))
-                     + glob.glob(str(ROOT / "csrc/rnn/*.c")))
+                     + glob.glob(str(ROOT / "csrc/rnn/*.c")) + glob.glob(str(ROOT / "csrc/seq2seq/*.c"))
+                     + glob.glob(str(ROOT / "csrc/captioner/*.c")))
     exe = tmp / "test_core"
     cmd = [compiler, *CFLAGS, "-I", str(ROOT / "csrc/include"), "-I", openblas.get_include_dir(),
            *sources, str(ROOT / "tests/c/test_core.c"), "-o", str(exe),

@@ -37,5 +37,7 @@ extern PyMethodDef attnc_attention_methods[];
 extern PyMethodDef attnc_nn_methods[];
 extern PyMethodDef attnc_transformer_methods[];
 extern PyMethodDef attnc_rnn_methods[];
+extern PyMethodDef attnc_seq2seq_methods[];
+extern PyMethodDef attnc_captioner_methods[];
 
 #endif

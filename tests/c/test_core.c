@@ -861,6 +861,9 @@ static void test_rnn(void) {
     }
 }
 
+#include "test_seq2seq.h"
+#include "test_captioner.h"
+
 int main(void) {
     test_rng();
     test_threads();
@@ -876,6 +879,8 @@ int main(void) {
     test_transformer_layer();
     test_decode();
     test_rnn();
+    test_seq2seq();
+    test_captioner();
     attnc_set_num_threads(1); /* join the workers before exit */
     printf("%d passed, %d failed\n", passed, failed);
     return failed != 0;
