@@ -2,6 +2,7 @@
 through attnc.vjp (keyed by state_dict name) and decoding."""
 
 from .gpt import GPT
+from .rnn_seq2seq import Seq2Seq
 from .seq2seq import Seq2SeqTransformer
 
-__all__ = ["GPT", "Seq2SeqTransformer"]
+__all__ = ["GPT", "Seq2Seq", "Seq2SeqTransformer"]

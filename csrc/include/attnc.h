@@ -517,6 +517,73 @@ attnc_status attnc_rnn_backward(attnc_tensor *dinput, attnc_tensor *dh0, attnc_t
                                 const attnc_tensor *lengths, const attnc_tensor *h0, const attnc_tensor *c0,
                                 const attnc_rnn_weights *weights, const attnc_rnn_config *config);
 
+/* ---- recurrent attention decoder (attnc.models.Seq2Seq) ------------------ */
+
+/* The decoder of an RNN encoder-decoder: an LSTM cell whose steps attend over
+ * the encoder's output (Bahdanau et al. 2015; Luong et al. 2015). Sizes: B
+ * rows, S source steps, T target steps, He encoder width, H hidden size, E
+ * embedding size, Vt target vocabulary, A attention size. */
+typedef enum {
+    ATTNC_S2S_NONE = 0,      /* feed the encoder's final state at every step          */
+    ATTNC_S2S_BAHDANAU = 1,  /* additive score on h_{t-1}, context fed with the input  */
+    ATTNC_S2S_DOT = 2,       /* Luong: scores on h_t, then h~ = tanh(Wc [ctx; h])      */
+    ATTNC_S2S_GENERAL = 3,
+    ATTNC_S2S_CONCAT = 4,
+    ATTNC_S2S_LOCATION = 5,
+    ATTNC_S2S_LOCAL_M = 6,   /* general score in a window around p_t = t                */
+    ATTNC_S2S_LOCAL_P = 7    /* ... around a predicted p_t, times a Gaussian            */
+} attnc_s2s_attention;
+
+/* Weights (torch layouts, (out, in)); absent when the kind has no use for
+ * them. Fin = He (none, bahdanau) or H (Luong kinds). */
+typedef struct {
+    attnc_tensor embedding;                           /* (Vt, E)                     */
+    attnc_tensor weight_ih, weight_hh, bias_ih, bias_hh; /* (4H, E+Fin), (4H, H), (4H) */
+    attnc_tensor bridge_weight, bridge_bias;          /* (H, He), (H): h_{-1}       */
+    attnc_tensor query_weight, key_weight, v;         /* additive: (A, H), (A, He), (A) */
+    attnc_tensor weight, bias;                        /* general, local: (H, He);
+                                                         location: (Smax, H), (Smax)  */
+    attnc_tensor position_weight, position_v;         /* local-p: (A, H), (A)        */
+    attnc_tensor combine;                             /* Luong: (H, He + H)          */
+    attnc_tensor out_weight, out_bias;                /* (Vt, F), (Vt): sampling and
+                                                         generation only             */
+} attnc_s2s_weights;
+
+typedef struct {
+    attnc_s2s_attention attention;
+    double window;   /* local kinds: D                                           */
+    double sampling; /* scheduled sampling: probability of feeding the argmax     */
+    uint64_t seed;   /* of the sampling decisions                                */
+} attnc_s2s_config;
+
+/* Elements (of the float dtype) of the forward's saved buffer; -1 if the
+ * weights do not describe a decoder. */
+int64_t attnc_s2s_saved_size(const attnc_s2s_config *config, const attnc_s2s_weights *weights, int64_t B,
+                             int64_t S, int64_t T);
+/* features (B, T, F) (F = H none, H + He bahdanau, H Luong), alignments
+ * (B, T, S) (optional), fed (B, T) int64 (the tokens fed: tgt_in, or argmax
+ * under scheduled sampling), saved <- memory (B, S, He) (0 past each row's
+ * length), final (B, He), lengths (B) int64 in [1, S], tgt_in (B, T) int64. */
+attnc_status attnc_s2s_forward(attnc_tensor *features, attnc_tensor *alignments, attnc_tensor *fed,
+                               attnc_tensor *saved, const attnc_tensor *memory, const attnc_tensor *final,
+                               const attnc_tensor *lengths, const attnc_tensor *tgt_in,
+                               const attnc_s2s_weights *weights, const attnc_s2s_config *config);
+/* dmemory, dfinal, grads (each optional, overwritten; out_weight and
+ * out_bias are not touched) <- dfeatures (B, T, F), the forward's saved
+ * buffer, fed and inputs. */
+attnc_status attnc_s2s_backward(attnc_tensor *dmemory, attnc_tensor *dfinal, attnc_s2s_weights *grads,
+                                const attnc_tensor *dfeatures, const attnc_tensor *saved, const attnc_tensor *fed,
+                                const attnc_tensor *memory, const attnc_tensor *final, const attnc_tensor *lengths,
+                                const attnc_s2s_weights *weights, const attnc_s2s_config *config);
+/* Greedy (beam 1) or beam search from bos: tokens (B, Tmax) int64 (eos, or 0
+ * without one, after a row ends), lengths (B) int64, alignments (B, Tmax, S)
+ * (optional) <- memory, final, lengths as above. Beam hypotheses are scored by
+ * sum(log p) / length ** length_penalty; eos < 0: none. */
+attnc_status attnc_s2s_generate(attnc_tensor *tokens, attnc_tensor *out_lengths, attnc_tensor *alignments,
+                                const attnc_tensor *memory, const attnc_tensor *final, const attnc_tensor *lengths,
+                                const attnc_s2s_weights *weights, const attnc_s2s_config *config, int64_t bos,
+                                int64_t eos, int64_t beam, double length_penalty);
+
 #ifdef __cplusplus
 }
 #endif

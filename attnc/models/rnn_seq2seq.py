@@ -1,0 +1,299 @@
+"""attnc.models.Seq2Seq: a recurrent encoder-decoder with attention: none
+(Sutskever et al. / Cho et al.), Bahdanau et al. 2015, and Luong et al.
+2015's global (dot, general, concat, location) and local (local-m, local-p)
+attention.
+
+The encoder is attnc.nn.LSTM; the decoder's loop over time runs in C, forward
+and backward (csrc/seq2seq), and so do greedy and beam decoding. Nothing runs
+per time step in Python.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import _core
+from .._args import choice, int_arg, shape_str
+from ..grad import vjp
+from ..nn import LSTM, Embedding, Linear, LSTMCell, Module, cross_entropy
+
+__all__ = ["Seq2Seq"]
+
+KINDS = ("none", "bahdanau", "luong-dot", "luong-general", "luong-concat", "luong-location", "local-m", "local-p")
+_LUONG = KINDS[2:]
+IGNORE_INDEX = -100
+
+
+class _Position(Module):
+    """local-p's position predictor: p_t = len * sigmoid(v . tanh(W h_t))."""
+
+    def __init__(self, hidden_size, attention_size, *, dtype=np.float32, seed=None):
+        super().__init__(dtype)
+        rng = np.random.default_rng(seed)
+        b = 1 / np.sqrt(hidden_size)
+        self.register_parameter("weight", rng.uniform(-b, b, (attention_size, hidden_size)))
+        self.register_parameter("v", rng.uniform(-1 / np.sqrt(attention_size), 1 / np.sqrt(attention_size),
+                                                 attention_size))
+
+
+class _Attention(Module):
+    """The score's parameters of one attention kind (see Seq2Seq)."""
+
+    def __init__(self, kind, hidden_size, memory_size, attention_size, max_source_len, *, dtype=np.float32,
+                 seed=None):
+        super().__init__(dtype)
+        seeds = _spawn(seed, 3)
+        rng = np.random.default_rng(seeds[0])
+        H, He, A = hidden_size, memory_size, attention_size
+        if kind in ("bahdanau", "luong-concat"):
+            self.query = Linear(H, A, bias=False, dtype=dtype, seed=seeds[1])
+            self.key = Linear(He, A, bias=False, dtype=dtype, seed=seeds[2])
+            self.register_parameter("v", rng.uniform(-1 / np.sqrt(A), 1 / np.sqrt(A), A))
+        elif kind in ("luong-general", "local-m", "local-p"):
+            self.register_parameter("weight", rng.uniform(-1 / np.sqrt(He), 1 / np.sqrt(He), (H, He)))
+        elif kind == "luong-location":
+            b = 1 / np.sqrt(H)
+            self.register_parameter("weight", rng.uniform(-b, b, (max_source_len, H)))
+            self.register_parameter("bias", rng.uniform(-b, b, max_source_len))
+        if kind == "local-p":
+            self.position = _Position(H, A, dtype=dtype, seed=seeds[1])
+
+
+class Seq2Seq(Module):
+    r"""A recurrent encoder-decoder with attention, trained by teacher forcing.
+
+    ``Seq2Seq(src_vocab, tgt_vocab, embed_size=32, hidden_size=64,
+    attention="bahdanau", *, bidirectional=None, attention_size=None,
+    window=5, max_source_len=None, dtype=np.float32, seed=None)``
+
+    attention is one of ``"none"``, ``"bahdanau"``, ``"luong-dot"``,
+    ``"luong-general"``, ``"luong-concat"``, ``"luong-location"``,
+    ``"local-m"``, ``"local-p"``. With E = embed_size, H = hidden_size, the
+    encoder (an LSTM, bidirectional by default only for "bahdanau") gives
+    the memory h̄ (B, S, He), He = H or 2H, and its final states ``final``
+    (B, He) (each direction's state after its last real step). The decoder
+    starts from h = tanh(bridge(final)), c = 0 and, at step t with y_t the
+    embedded input token:
+
+    - ``"none"``: h_t = LSTM([y_t; final], h_{t-1}); output features o_t = h_t;
+    - ``"bahdanau"``: e_s = vᵀ tanh(W_q h_{t-1} + W_k h̄_s), α = softmax(e),
+      c_t = Σ_s α_s h̄_s, h_t = LSTM([y_t; c_t], h_{t-1}), o_t = [h_t; c_t];
+    - Luong (``"luong-*"``, ``"local-*"``): h_t = LSTM([y_t; h̃_{t-1}], h_{t-1})
+      (input feeding, h̃_{-1} = 0), scores on h_t: dot h_tᵀh̄_s, general
+      h_tᵀ W h̄_s, concat vᵀ tanh(W_q h_t + W_k h̄_s), location (W h_t + b)_s;
+      c_t = Σ_s α_s h̄_s, h̃_t = tanh(W_c [c_t; h_t]), o_t = h̃_t.
+      local-m: the general score over the window |s - t| <= window; local-p:
+      over |s - p_t| <= window with p_t = len · sigmoid(v_pᵀ tanh(W_p h_t)),
+      the weights then times exp(-(s - p_t)² / (2 (window/2)²)) (the rules of
+      attnc.local_attention). A step with no allowed position gets zero
+      weights and context.
+
+    Softmaxes run over each row's real source positions (``src_lengths``).
+    logits_t = out(o_t). The loss is the mean cross-entropy over target
+    tokens that are not -100.
+
+    Parameters (``state_dict()``): ``src_embedding.weight``,
+    ``tgt_embedding.weight``, ``encoder.*`` (torch's nn.LSTM names),
+    ``bridge.weight/bias``, ``decoder.weight_ih/weight_hh/bias_ih/bias_hh``
+    (torch's nn.LSTMCell; input [y_t; feed]), the attention's
+    (``attention.query.weight``, ``attention.key.weight``, ``attention.v``;
+    ``attention.weight`` (H, He) for general/local, (max_source_len, H) and
+    ``attention.bias`` for location; ``attention.position.weight/v`` for
+    local-p), ``combine.weight`` (Luong) and ``out.weight/bias``.
+
+    Example
+    -------
+    >>> m = attnc.models.Seq2Seq(20, 12, attention="luong-general", seed=0)
+    >>> src, tgt_in = np.array([[4, 5, 6]]), np.array([[1, 7]])
+    >>> m(src, tgt_in).shape
+    (1, 2, 12)
+    """
+
+    def __init__(self, src_vocab, tgt_vocab, embed_size=32, hidden_size=64, attention="bahdanau", *,
+                 bidirectional=None, attention_size=None, window=5, max_source_len=None, dtype=np.float32,
+                 seed=None):
+        super().__init__(dtype)
+        kind = choice(attention, KINDS, "attention")
+        src_vocab, tgt_vocab = int_arg("src_vocab", src_vocab), int_arg("tgt_vocab", tgt_vocab)
+        E, H = int_arg("embed_size", embed_size), int_arg("hidden_size", hidden_size)
+        bidirectional = kind == "bahdanau" if bidirectional is None else bool(bidirectional)
+        A = H if attention_size is None else int_arg("attention_size", attention_size)
+        He = H * (2 if bidirectional else 1)
+        if kind == "luong-dot" and He != H:
+            raise ValueError("attention='luong-dot' scores h_t . h̄_s: it needs bidirectional=False")
+        if kind == "luong-location":
+            if max_source_len is None:
+                raise TypeError("attention='luong-location' needs max_source_len")
+            max_source_len = int_arg("max_source_len", max_source_len)
+        window = float(window)
+        if kind.startswith("local") and not window >= (1 if kind == "local-p" else 0):
+            raise ValueError(f"window must be >= {1 if kind == 'local-p' else 0} for {kind}, got {window}")
+        self.attention_kind, self.bidirectional, self.window = kind, bidirectional, window
+        self.hidden_size, self.embed_size, self.max_source_len = H, E, max_source_len
+        s = _spawn(seed, 8)
+        luong = kind in _LUONG
+        self.src_embedding = Embedding(src_vocab, E, dtype=dtype, seed=s[0])
+        self.tgt_embedding = Embedding(tgt_vocab, E, dtype=dtype, seed=s[1])
+        self.encoder = LSTM(E, H, bidirectional=bidirectional, dtype=dtype, seed=s[2])
+        self.bridge = Linear(He, H, dtype=dtype, seed=s[3])
+        self.decoder = LSTMCell(E + (H if luong else He), H, dtype=dtype, seed=s[4])
+        if kind != "none":
+            self.attention = _Attention(kind, H, He, A, max_source_len, dtype=dtype, seed=s[5])
+        if luong:
+            self.combine = Linear(He + H, H, bias=False, dtype=dtype, seed=s[6])
+        F = H if luong or kind == "none" else H + He
+        self.out = Linear(F, tgt_vocab, dtype=dtype, seed=s[7])
+
+    # -- the C decoder's arguments ------------------------------------------------------
+    _WEIGHTS = ("tgt_embedding.weight", "decoder.weight_ih", "decoder.weight_hh", "decoder.bias_ih",
+                "decoder.bias_hh", "bridge.weight", "bridge.bias", "attention.query.weight", "attention.key.weight",
+                "attention.v", "attention.weight", "attention.bias", "attention.position.weight",
+                "attention.position.v", "combine.weight", "out.weight", "out.bias")
+
+    def _weights(self):
+        params = dict(self.named_parameters())
+        return tuple(None if params.get(n) is None else np.ascontiguousarray(params[n]) for n in self._WEIGHTS)
+
+    def _decoder_config(self, sampling=0.0, seed=None):
+        seed = 0 if seed is None else int(seed) % 2**64
+        return (KINDS.index(self.attention_kind), self.window, float(sampling), seed)
+
+    def _inputs(self, src, tgt_in, src_lengths):
+        src = _ids(src, "src", self.src_embedding.num_embeddings)
+        B, S = src.shape
+        if S == 0:
+            raise ValueError("src has no source steps")
+        if src_lengths is None:
+            lens = np.full(B, S, np.int64)
+        else:
+            lens = np.asarray(src_lengths)
+            if lens.dtype.kind not in "iu":
+                raise TypeError(f"src_lengths must be integers, got dtype {lens.dtype}")
+            if lens.shape != (B,):
+                raise ValueError(f"src_lengths must have shape ({B},), got {shape_str(lens.shape)}")
+            if B and (lens.min() < 1 or lens.max() > S):
+                raise ValueError(f"src_lengths must be in [1, {S}], got values from {lens.min()} to {lens.max()}")
+            lens = np.ascontiguousarray(lens, np.int64)
+        if self.attention_kind == "luong-location" and S > self.max_source_len:
+            raise ValueError(f"src has {S} steps; this luong-location model scores at most {self.max_source_len}")
+        if tgt_in is not None:
+            tgt_in = _ids(tgt_in, "tgt_in", self.tgt_embedding.num_embeddings)
+            if tgt_in.shape[0] != B:
+                raise ValueError(f"tgt_in has {tgt_in.shape[0]} rows; src has {B}")
+        return src, tgt_in, lens
+
+    # -- encoder ----------------------------------------------------------------------------
+    def _encode(self, src, lens, keep):
+        """memory (B, S, He), final (B, He), and the pullback of both when keep."""
+        if not keep:
+            mem, (h_n, _) = self.encoder(self.src_embedding(src), lengths=lens)
+            return mem, np.ascontiguousarray(np.concatenate(list(h_n), axis=-1)), None
+        x, pull_emb = vjp(self.src_embedding, src)
+        (mem, (h_n, c_n)), pull_enc = vjp(self.encoder, x, lengths=lens)
+        final = np.ascontiguousarray(np.concatenate(list(h_n), axis=-1))
+
+        def pullback(dmem, dfinal):
+            D, H = h_n.shape[0], self.hidden_size
+            dh_n = np.ascontiguousarray(dfinal.reshape(dfinal.shape[0], D, H).transpose(1, 0, 2))
+            g = pull_enc(dmem, (dh_n, None))
+            grads = {f"encoder.{k}": v for k, v in g.items() if k != "input"}
+            grads["src_embedding.weight"] = pull_emb(g["input"])["weight"]
+            return grads
+
+        return mem, final, pullback
+
+    # -- forward -------------------------------------------------------------------------------
+    def _run(self, src, tgt_in, src_lengths, *, sampling=0.0, seed=None, keep=False, alignments=False):
+        sampling = float(sampling)
+        if not 0 <= sampling <= 1:
+            raise ValueError(f"sampling must be in [0, 1], got {sampling}")
+        if sampling and not self.training:
+            raise ValueError("scheduled sampling is for training; call model.train() or pass sampling=0")
+        src, tgt_in, lens = self._inputs(src, tgt_in, src_lengths)
+        mem, final, pull_enc = self._encode(src, lens, keep)
+        weights, config = self._weights(), self._decoder_config(sampling, seed)
+        B, T = tgt_in.shape
+        dt = self.dtype
+        feats = np.empty((B, T, self.out.in_features), dt)
+        align = np.empty((B, T, src.shape[1]), dt) if alignments else None
+        fed = np.empty((B, T), np.int64)
+        saved = np.empty(_core.s2s_saved_size(config, weights, B, src.shape[1], T), dt)
+        _core.s2s_forward(feats, align, fed, saved, mem, final, lens, tgt_in, weights, config)
+        logits, pull_out = vjp(self.out, feats) if keep else (self.out(feats), None)
+        state = (saved, fed, mem, final, lens, weights, config, pull_enc, pull_out) if keep else None
+        return logits, align, state
+
+    def forward(self, src, tgt_in, src_lengths=None, *, sampling=0.0, seed=None, return_alignments=False):
+        """logits (B, T, tgt_vocab) of every target step given src (B, S) int,
+        tgt_in (B, T) int (the decoder's inputs: BOS, then the target) and
+        src_lengths (B,) (default: every row S); with ``return_alignments``
+        also the attention weights (B, T, S) (zero for "none"). ``sampling``
+        (training only): the probability of feeding the previous step's argmax
+        instead of tgt_in (scheduled sampling, seeded by ``seed``)."""
+        logits, align, _ = self._run(src, tgt_in, src_lengths, sampling=sampling, seed=seed,
+                                     alignments=return_alignments)
+        return (logits, align) if return_alignments else logits
+
+    # -- gradients -----------------------------------------------------------------------------
+    def _vjp_forward(self, src, tgt_in, src_lengths=None, *, sampling=0.0, seed=None, return_alignments=False):
+        logits, align, state = self._run(src, tgt_in, src_lengths, sampling=sampling, seed=seed, keep=True,
+                                         alignments=return_alignments)
+        out = (logits, align) if return_alignments else logits
+        return out, (self, state, return_alignments)
+
+    @staticmethod
+    def _vjp_backward(saved, cotangents):
+        self, state, _ = saved
+        return self._backward(state, cotangents[0])  # alignments take no gradient
+
+    def _backward(self, state, dlogits):
+        saved, fed, mem, final, lens, weights, config, pull_enc, pull_out = state
+        if dlogits is None:
+            dlogits = np.zeros((fed.shape[0], fed.shape[1], self.out.out_features), self.dtype)
+        g_out = pull_out(np.ascontiguousarray(dlogits, self.dtype))
+        grads = {"out.weight": g_out["weight"], "out.bias": g_out["bias"]}
+        dfeat = np.ascontiguousarray(g_out["input"])
+        wgrads = tuple(None if w is None or i >= 15 else np.empty_like(w) for i, w in enumerate(weights))
+        dmem, dfinal = np.empty_like(mem), np.empty_like(final)
+        _core.s2s_backward(dmem, dfinal, wgrads, dfeat, saved, fed, mem, final, lens, weights, config)
+        grads.update({n: g for n, g in zip(self._WEIGHTS, wgrads) if g is not None})
+        grads.update(pull_enc(dmem, dfinal))
+        return {k: grads[k] for k, _ in self.named_parameters()}
+
+    def loss_and_grad(self, batch, *, sampling=0.0, seed=None):
+        """(loss, grads) of one batch (``.src``, ``.src_lengths``, ``.tgt_in``,
+        ``.tgt_out``, as attnc.datasets' TextBatch): the mean cross-entropy over
+        target tokens that are not -100, and its gradient for every parameter,
+        keyed like ``state_dict()``."""
+        logits, _, state = self._run(batch.src, batch.tgt_in, batch.src_lengths, sampling=sampling, seed=seed,
+                                     keep=True)
+        B, T, V = logits.shape
+        loss, pull_loss = vjp(cross_entropy, logits.reshape(B * T, V), np.asarray(batch.tgt_out).reshape(B * T))
+        dlogits = pull_loss(np.ones((), self.dtype))["input"].reshape(B, T, V)
+        return float(loss), self._backward(state, dlogits)
+
+    def loss(self, batch) -> float:
+        """The mean cross-entropy of a batch (see loss_and_grad), without gradients."""
+        logits = self.forward(batch.src, batch.tgt_in, batch.src_lengths)
+        B, T, V = logits.shape
+        return float(cross_entropy(logits.reshape(B * T, V), np.asarray(batch.tgt_out).reshape(B * T)))
+
+    def extra_repr(self):
+        return (f"attention={self.attention_kind!r}, hidden_size={self.hidden_size}, "
+                f"bidirectional={self.bidirectional}")
+
+
+def _spawn(seed, n):
+    """n independent seeds from seed (an int, None or a SeedSequence)."""
+    return (seed if isinstance(seed, np.random.SeedSequence) else np.random.SeedSequence(seed)).spawn(n)
+
+
+def _ids(a, name, vocab):
+    x = np.asarray(a)
+    if x.dtype.kind not in "iu":
+        raise TypeError(f"{name} must hold integer token ids, got dtype {x.dtype}")
+    if x.ndim != 2:
+        raise ValueError(f"{name} must be (B, T), got shape {shape_str(x.shape)}")
+    if x.size and (x.min() < 0 or x.max() >= vocab):
+        raise ValueError(f"{name} holds ids from {x.min()} to {x.max()}, outside [0, {vocab})")
+    return np.ascontiguousarray(x, np.int64)
