@@ -16,6 +16,7 @@ from .. import _core
 from .._args import choice, int_arg, shape_str
 from ..grad import vjp
 from ..nn import LSTM, Embedding, Linear, LSTMCell, Module, cross_entropy
+from .seq2seq import _check_decoding, _EvalMode, _log_softmax, _reference_decode
 
 __all__ = ["Seq2Seq"]
 
@@ -277,6 +278,45 @@ class Seq2Seq(Module):
         logits = self.forward(batch.src, batch.tgt_in, batch.src_lengths)
         B, T, V = logits.shape
         return float(cross_entropy(logits.reshape(B * T, V), np.asarray(batch.tgt_out).reshape(B * T)))
+
+    # -- decoding ------------------------------------------------------------------------------
+    def generate(self, src, src_lengths=None, max_len=30, bos=1, eos=2, beam_size=1, length_penalty=0.0):
+        """Decode target sequences for src (B, S) int, in eval mode, in C.
+
+        Returns ``(tokens, alignments)``: tokens int64 (B, L), L <= max_len,
+        the generated tokens (bos not included; a row that produces ``eos``
+        ends with it and is filled with eos after; eos=None: no end token),
+        and alignments (B, L, S), the attention weights of every output step
+        (zero after a row's end, and for attention="none"). beam_size=1 is
+        greedy; beam_size > 1 is beam search scored by sum(log p) / length **
+        length_penalty (the rules of Seq2SeqTransformer.generate).
+        """
+        src, _, lens = self._inputs(src, None, src_lengths)
+        _check_decoding(max_len, eos, beam_size, length_penalty, self.out.out_features)
+        if not 0 <= bos < self.out.out_features:
+            raise ValueError(f"bos {bos} is outside the vocabulary [0, {self.out.out_features})")
+        with _EvalMode(self):
+            mem, final, _ = self._encode(src, lens, keep=False)
+        B, S = src.shape
+        tokens, lengths = np.empty((B, max_len), np.int64), np.empty(B, np.int64)
+        align = np.empty((B, max_len, S), self.dtype)
+        _core.s2s_generate(tokens, lengths, align, mem, final, lens, self._weights(), self._decoder_config(), int(bos),
+                           -1 if eos is None else int(eos), int(beam_size), float(length_penalty))
+        L = int(lengths.max()) if B else 0
+        return tokens[:, :L], align[:, :L]
+
+    def _generate_reference(self, src, src_lengths=None, max_len=30, bos=1, eos=2, beam_size=1, length_penalty=0.0):
+        """Pure-Python decoding by re-running the teacher-forced forward on every
+        prefix (in eval mode): the oracle for the C decoder. Tokens only."""
+        src, _, lens = self._inputs(src, None, src_lengths)
+        _check_decoding(max_len, eos, beam_size, length_penalty, self.out.out_features)
+
+        def next_logprobs(prefixes, rows):
+            tgt_in = np.concatenate([np.full((len(rows), 1), bos, np.int64), prefixes], axis=1)
+            return _log_softmax(self.forward(src[rows], tgt_in, lens[rows])[:, -1])
+
+        with _EvalMode(self):
+            return _reference_decode(next_logprobs, src.shape[0], max_len, eos, beam_size, length_penalty)
 
     def extra_repr(self):
         return (f"attention={self.attention_kind!r}, hidden_size={self.hidden_size}, "

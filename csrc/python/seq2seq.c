@@ -95,7 +95,31 @@ static PyObject *py_s2s_backward(PyObject *self, PyObject *args) {
     return buffers_finish(&h, st);
 }
 
+/* (tokens, out_lengths, alignments, memory, final, lengths, weights, config, bos, eos, beam, length_penalty) */
+static PyObject *py_s2s_generate(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *tok, *olen, *align, *mem, *fin, *len, *weights, *config;
+    long long bos, eos, beam;
+    double penalty;
+    if (!PyArg_ParseTuple(args, "OOOOOOOOLLLd", &tok, &olen, &align, &mem, &fin, &len, &weights, &config, &bos, &eos,
+                          &beam, &penalty))
+        return NULL;
+    attnc_s2s_config c;
+    attnc_s2s_weights w = {0};
+    attnc_tensor tt, tol, ta, tm, tfin, tl;
+    buffers h = {.count = 0};
+    int ok = parse_config(config, &c) && parse_weights(&h, weights, &w, 0) && buffers_get(&h, tok, "tokens", 1, &tt) &&
+             buffers_get(&h, olen, "out_lengths", 1, &tol) && buffers_get(&h, align, "alignments", 1, &ta) &&
+             buffers_get(&h, mem, "memory", 0, &tm) && buffers_get(&h, fin, "final", 0, &tfin) &&
+             buffers_get(&h, len, "lengths", 0, &tl);
+    if (!ok) return buffers_release(&h), NULL;
+    attnc_status st;
+    ATTNC_NOGIL(st, attnc_s2s_generate(&tt, &tol, &ta, &tm, &tfin, &tl, &w, &c, bos, eos, beam, penalty));
+    return buffers_finish(&h, st);
+}
+
 PyMethodDef attnc_seq2seq_methods[] = {
+    {"s2s_generate", py_s2s_generate, METH_VARARGS, NULL},
     {"s2s_saved_size", py_s2s_saved_size, METH_VARARGS, NULL},
     {"s2s_forward", py_s2s_forward, METH_VARARGS, NULL},
     {"s2s_backward", py_s2s_backward, METH_VARARGS, NULL},

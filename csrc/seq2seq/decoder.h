@@ -54,7 +54,7 @@ s2s_slot s2s_slot_at(const s2s_run *x, void *base);
 int64_t s2s_scratch_size(const s2s_run *x);
 
 /* Step t on rows [r0, r0 + n): from slot prev to slot cur, tokens tok[r]
- * (indexed by r), features (row r at feat + r * fstride), scratch. */
+ * of the block (tok[i]: row r0 + i), features (row r at feat + r * fstride), scratch. */
 void s2s_step_forward_f32(const s2s_run *x, const s2s_slot *prev, const s2s_slot *cur, int64_t t, int64_t r0,
                           int64_t n, const int64_t *tok, void *feat, int64_t fstride, void *scratch);
 void s2s_step_forward_f64(const s2s_run *x, const s2s_slot *prev, const s2s_slot *cur, int64_t t, int64_t r0,

@@ -160,7 +160,7 @@ void FN(s2s_step_forward)(const s2s_run *x, const s2s_slot *prev, const s2s_slot
     REAL *u = ROW(cur->u, r0, U);
     for (int64_t i = 0; i < n; i++) {
         int64_t r = r0 + i;
-        memcpy(u + i * U, ROW(x->emb, tok[r], E), (size_t)E * es);
+        memcpy(u + i * U, ROW(x->emb, tok[i], E), (size_t)E * es);
         memcpy(u + i * U + E + x->Fin, ROW(prev->h, r, H), (size_t)H * es);
         if (x->kind == ATTNC_S2S_NONE) memcpy(u + i * U + E, ROW(x->final, FN(src)(x, r), He), (size_t)He * es);
         if (x->luong) memcpy(u + i * U + E, ROW(prev->ht, r, H), (size_t)H * es);

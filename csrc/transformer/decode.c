@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../core/search.h"
 #include "../core/simd.h"
 #include "../core/status.h"
 #include "../core/tensor.h"
@@ -30,6 +31,7 @@ typedef struct {
     char **kcache, **vcache; /* per layer (R, Tmax, E)                */
     char **cross_kv;         /* per layer (B, S, 2E)                   */
     char *x, *a, *tmp, *qkv, *attn, *ff, *mean, *rstd, *scores, *last, *logits, *gather;
+    int64_t *start;          /* (R, P) the prompt of every row         */
 } decode_run;
 
 static double get(const void *p, attnc_dtype dt, int64_t i) {
@@ -190,18 +192,6 @@ static attnc_status step(decode_run *d, const int64_t *tok, int64_t t, int64_t n
     return attnc_linear_forward(&logits, &last, &m->out_weight, &m->out_bias);
 }
 
-/* log-softmax of row r of the logits, in double, into lp (V). */
-static void log_probs(const decode_run *d, int64_t r, double *lp) {
-    double mx = -INFINITY, sum = 0;
-    for (int64_t v = 0; v < d->V; v++) {
-        lp[v] = get(d->logits, d->dt, r * d->V + v);
-        if (lp[v] > mx) mx = lp[v];
-    }
-    for (int64_t v = 0; v < d->V; v++) sum += exp(lp[v] - mx);
-    double lse = mx + log(sum);
-    for (int64_t v = 0; v < d->V; v++) lp[v] -= lse;
-}
-
 /* Rows of every self-attention cache (positions [0, t)) <- rows parent[]. */
 static void reorder_caches(decode_run *d, const int64_t *parent, int64_t t) {
     size_t row = (size_t)(t * d->E) * d->es, stride = (size_t)(d->Tmax * d->E) * d->es;
@@ -213,189 +203,16 @@ static void reorder_caches(decode_run *d, const int64_t *parent, int64_t t) {
         }
 }
 
-/* ---- search ----------------------------------------------------------------- */
+/* ---- the search's callbacks ---------------------------------------------------- */
 
-typedef struct {
-    int64_t *out, *lengths; /* (B, T), (B)                    */
-    int64_t T, eos;
-    double alpha;
-} search_io;
-
-static attnc_status greedy(decode_run *d, const int64_t *prompt, search_io *io) {
-    int64_t B = d->B, T = io->T;
-    int64_t *tok = NULL;
-    bool *done = NULL;
-    attnc_status st = attnc_calloc((void **)&tok, (size_t)B, sizeof *tok, "tokens");
-    if (st == ATTNC_OK) st = attnc_calloc((void **)&done, (size_t)B, sizeof *done, "flags");
-    int64_t produced = 0;
-    for (int64_t s = 0; s < T && st == ATTNC_OK; s++) {
-        st = s == 0 ? step(d, prompt, 0, d->P) : step(d, tok, d->P + s - 1, 1);
-        if (st != ATTNC_OK) break;
-        bool all = true;
-        for (int64_t b = 0; b < B; b++) {
-            int64_t best = 0;
-            for (int64_t v = 1; v < d->V; v++)
-                if (get(d->logits, d->dt, b * d->V + v) > get(d->logits, d->dt, b * d->V + best)) best = v;
-            if (io->eos >= 0 && done[b]) best = io->eos;
-            tok[b] = best;
-            io->out[b * T + s] = best;
-            if (!done[b]) io->lengths[b] = s + 1;
-            if (io->eos >= 0 && best == io->eos) done[b] = true;
-            all = all && done[b];
-        }
-        produced = s + 1;
-        if (io->eos >= 0 && all) break;
-    }
-    for (int64_t b = 0; b < B && st == ATTNC_OK; b++)
-        for (int64_t s = produced; s < T; s++) io->out[b * T + s] = io->eos >= 0 ? io->eos : 0;
-    free(tok);
-    free(done);
-    return st;
+static attnc_status search_step(void *ctx, const int64_t *tok, int64_t s) {
+    decode_run *d = ctx;
+    return s == 0 ? step(d, d->start, 0, d->P) : step(d, tok, d->P + s - 1, 1);
 }
 
-/* One candidate continuation: hypothesis slot i of the row, token v. */
-typedef struct {
-    double score;
-    int64_t index; /* i * V + v: ties go to the lower index */
-} candidate;
-
-/* Insert c into the sorted (score desc, index asc) list top[0..*n) of at most k. */
-static void keep_best(candidate *top, int64_t *n, int64_t k, candidate c) {
-    int64_t at = *n;
-    while (at > 0 && c.score > top[at - 1].score) at--;
-    if (at >= k) return;
-    int64_t end = *n < k ? *n : k - 1;
-    memmove(top + at + 1, top + at, (size_t)(end - at) * sizeof *top);
-    top[at] = c;
-    if (*n < k) (*n)++;
-}
-
-typedef struct {
-    int64_t *hist, *next_hist; /* (R, T) tokens of each live hypothesis */
-    double *score, *next_score; /* (R) sum of log p                   */
-    int64_t *live;              /* (B) live hypotheses per row         */
-    double *best;               /* (B) best finished score            */
-    int64_t *parent, *tok;      /* (R)                                 */
-    double *lp;                 /* (R, V)                              */
-    candidate *top;             /* (K)                                 */
-} beam_state;
-
-/* Record a finished hypothesis (tokens seq[0..len)) of row b if it is the best. */
-static void finish(search_io *io, beam_state *s, int64_t b, const int64_t *seq, int64_t len, int64_t last,
-                   double score) {
-    double v = score / pow((double)len, io->alpha);
-    if (!(v > s->best[b])) return;
-    s->best[b] = v;
-    memcpy(io->out + b * io->T, seq, (size_t)(len - 1) * sizeof *seq);
-    io->out[b * io->T + len - 1] = last;
-    io->lengths[b] = len;
-}
-
-/* Step s's choices for row b; returns the number of live hypotheses left. */
-static int64_t choose(decode_run *d, search_io *io, beam_state *s, int64_t b, int64_t step_index) {
-    int64_t K = d->K, V = d->V, L = step_index + 1, n = 0, T = io->T;
-    for (int64_t i = 0; i < s->live[b]; i++) {
-        int64_t r = b * K + i;
-        const double *lp = s->lp + r * V;
-        if (io->eos >= 0) finish(io, s, b, s->hist + r * T, L, io->eos, s->score[r] + lp[io->eos]);
-        for (int64_t v = 0; v < V; v++) {
-            double c = s->score[r] + lp[v];
-            if (v != io->eos && c > -INFINITY) keep_best(s->top, &n, K, (candidate){c, i * V + v});
-        }
-    }
-    for (int64_t j = 0; j < n; j++) {
-        int64_t r = b * K + j, parent = b * K + s->top[j].index / V, v = s->top[j].index % V;
-        s->parent[r] = parent;
-        s->tok[r] = v;
-        s->next_score[r] = s->top[j].score;
-        memcpy(s->next_hist + r * T, s->hist + parent * T, (size_t)step_index * sizeof *s->hist);
-        s->next_hist[r * T + step_index] = v;
-    }
-    for (int64_t j = n; j < K; j++) { /* dead slots: keep the caches' rows valid */
-        s->parent[b * K + j] = b * K;
-        s->tok[b * K + j] = 0;
-    }
-    if (L == T) {
-        for (int64_t j = 0; j < n; j++)
-            finish(io, s, b, s->next_hist + (b * K + j) * T, L, s->tok[b * K + j], s->top[j].score);
-        return 0;
-    }
-    if (n > 0 && io->lengths[b] > 0) { /* can any live hypothesis still win? */
-        double bound = -INFINITY;
-        for (int64_t j = 0; j < n; j++) {
-            double c = s->top[j].score;
-            double hi = fmax(c / pow((double)(L + 1), io->alpha), c / pow((double)T, io->alpha));
-            bound = fmax(bound, hi);
-        }
-        if (s->best[b] >= bound) return 0;
-    }
-    return n;
-}
-
-static attnc_status beam(decode_run *d, const int64_t *prompt, search_io *io) {
-    int64_t B = d->B, K = d->K, R = d->R, T = io->T, V = d->V;
-    beam_state s = {0};
-    attnc_status st = ATTNC_OK;
-#define ALLOC(field, count) \
-    if (st == ATTNC_OK) st = attnc_calloc((void **)&s.field, (size_t)(count), sizeof *s.field, "beam search")
-    ALLOC(hist, R * T);
-    ALLOC(next_hist, R * T);
-    ALLOC(score, R);
-    ALLOC(next_score, R);
-    ALLOC(live, B);
-    ALLOC(best, B);
-    ALLOC(parent, R);
-    ALLOC(tok, R);
-    ALLOC(lp, R * V);
-    ALLOC(top, K);
-#undef ALLOC
-    int64_t *rows_prompt = NULL;
-    if (st == ATTNC_OK) st = attnc_calloc((void **)&rows_prompt, (size_t)(R * d->P), sizeof *rows_prompt, "prompt");
-    if (st == ATTNC_OK) {
-        for (int64_t r = 0; r < R; r++)
-            memcpy(rows_prompt + r * d->P, prompt + (r / K) * d->P, (size_t)d->P * sizeof *prompt);
-        for (int64_t b = 0; b < B; b++) {
-            s.live[b] = 1;
-            s.best[b] = -INFINITY;
-            io->lengths[b] = 0;
-        }
-    }
-    for (int64_t i = 0; i < T && st == ATTNC_OK; i++) {
-        st = i == 0 ? step(d, rows_prompt, 0, d->P) : step(d, s.tok, d->P + i - 1, 1);
-        if (st != ATTNC_OK) break;
-        bool any = false;
-        for (int64_t r = 0; r < R; r++) log_probs(d, r, s.lp + r * V);
-        for (int64_t b = 0; b < B; b++) {
-            if (s.live[b] == 0) {
-                for (int64_t j = 0; j < K; j++) s.parent[b * K + j] = b * K + j;
-                continue;
-            }
-            s.live[b] = choose(d, io, &s, b, i);
-            any = any || s.live[b] > 0;
-        }
-        if (!any) break;
-        int64_t *h = s.hist;
-        s.hist = s.next_hist;
-        s.next_hist = h;
-        double *sc = s.score;
-        s.score = s.next_score;
-        s.next_score = sc;
-        reorder_caches(d, s.parent, d->P + i);
-    }
-    for (int64_t b = 0; b < B && st == ATTNC_OK; b++)
-        for (int64_t j = io->lengths[b]; j < T; j++) io->out[b * T + j] = io->eos >= 0 ? io->eos : 0;
-    free(rows_prompt);
-    free(s.hist);
-    free(s.next_hist);
-    free(s.score);
-    free(s.next_score);
-    free(s.live);
-    free(s.best);
-    free(s.parent);
-    free(s.tok);
-    free(s.lp);
-    free(s.top);
-    return st;
+static void search_reorder(void *ctx, const int64_t *parent, int64_t s) {
+    decode_run *d = ctx;
+    reorder_caches(d, parent, d->P + s);
 }
 
 /* ---- setup ---------------------------------------------------------------- */
@@ -552,9 +369,17 @@ attnc_status attnc_decode(attnc_tensor *tokens, attnc_tensor *lengths, const att
     d.Tmax = d.P + o->max_new_tokens - 1;
     attnc_status st = alloc_run(&d);
     if (st == ATTNC_OK && d.cross) st = memory_keys(&d, memory);
-    search_io io = {.out = tokens->data, .lengths = lengths->data, .T = o->max_new_tokens, .eos = o->eos,
-                    .alpha = o->length_penalty};
-    if (st == ATTNC_OK) st = d.K == 1 ? greedy(&d, prompt->data, &io) : beam(&d, prompt->data, &io);
+    if (st == ATTNC_OK) st = attnc_calloc((void **)&d.start, (size_t)(d.R * d.P), sizeof *d.start, "prompt");
+    if (st == ATTNC_OK) {
+        const int64_t *p = prompt->data;
+        for (int64_t r = 0; r < d.R; r++) memcpy(d.start + r * d.P, p + (r / d.K) * d.P, (size_t)d.P * sizeof *p);
+        attnc_search_model sm = {.ctx = &d, .B = d.B, .K = d.K, .V = d.V, .logits = d.logits, .dt = d.dt,
+                                 .step = search_step, .reorder = search_reorder};
+        attnc_search_io io = {.out = tokens->data, .lengths = lengths->data, .T = o->max_new_tokens, .eos = o->eos,
+                              .alpha = o->length_penalty};
+        st = attnc_search(&sm, &io);
+    }
+    free(d.start);
     free_run(&d);
     return st;
 }
