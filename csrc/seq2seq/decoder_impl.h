@@ -231,29 +231,63 @@ ATTNC_SIMD static void FN(lstm_row_backward)(const REAL *restrict gates, const R
     }
 }
 
-/* Attention backward of rows [r0, r0 + n) of a step (slot cur): dctx (row i at
- * dctx + i * cs) -> dq (n, H) += ..., dmemory and dkeys of each row's source
- * (row-local: training rows are their own source), per-row sums dv and dvp
- * (R, A), cotangent rows dqw, de, dhp. */
+/* dw_s = dctx . mem_s and dmem_s += w_s dctx over s in [lo, hi); mem and
+ * dmem (S, He) of one source row. */
+ATTNC_SIMD static void FN(context_backward)(const REAL *restrict mem, const REAL *restrict w,
+                                            const REAL *restrict dctx, int64_t lo, int64_t hi, int64_t He,
+                                            REAL *restrict dw, REAL *restrict dmem) {
+    for (int64_t s = lo; s < hi; s++) {
+        REAL acc = 0;
+        for (int64_t k = 0; k < He; k++) {
+            acc += dctx[k] * mem[s * He + k];
+            dmem[s * He + k] += w[s] * dctx[k];
+        }
+        dw[s] = acc;
+    }
+}
+
+/* e_s = v . tanh(qw + k_s): dqw, dk_s (keys (S, A) of one source row) and dv
+ * from de_s (in dw) over s in [lo, hi); dqw is overwritten. */
+ATTNC_SIMD static void FN(additive_backward)(const REAL *restrict keys, const REAL *restrict qw,
+                                             const REAL *restrict v, const REAL *restrict de, int64_t lo,
+                                             int64_t hi, int64_t A, REAL *restrict dqw, REAL *restrict dkeys,
+                                             REAL *restrict dv) {
+    for (int64_t k = 0; k < A; k++) dqw[k] = 0;
+    for (int64_t s = lo; s < hi; s++)
+        for (int64_t k = 0; k < A; k++) {
+            REAL th = FN(tanh_)(qw[k] + keys[s * A + k]), d = de[s] * v[k] * (1 - th * th);
+            dv[k] += de[s] * th;
+            dqw[k] += d;
+            dkeys[s * A + k] += d;
+        }
+}
+
+/* e_s = q . k_s: dq += sum de_s k_s, dk_s += de_s q over s in [lo, hi);
+ * keys, dkeys (S, W) of one source row. */
+ATTNC_SIMD static void FN(dot_backward)(const REAL *restrict keys, const REAL *restrict q, const REAL *restrict de,
+                                        int64_t lo, int64_t hi, int64_t W, REAL *restrict dq,
+                                        REAL *restrict dkeys) {
+    for (int64_t s = lo; s < hi; s++)
+        for (int64_t k = 0; k < W; k++) {
+            dq[k] += de[s] * keys[s * W + k];
+            dkeys[s * W + k] += de[s] * q[k];
+        }
+}
+
+/* Attention backward of rows [r0, r0 + n) of a step (slot cur): dctx (row i
+ * at dctx + i * cs) -> dq (n, H) += ..., dmemory and dkeys of each row's
+ * source (row-local: training rows are their own source), per-row sums dv
+ * and dvp (R, A), cotangent rows dqw, de, dhp. */
 static void FN(attend_backward)(const s2s_run *x, const s2s_slot *cur, int64_t r0, int64_t n,
                                 const REAL *q, int64_t qs, const REAL *dctx, int64_t cs, REAL *dq,
                                 const FN(s2s_cot) *cot, REAL *dmem, REAL *dkeys, REAL *dv, REAL *dvp, REAL *dw) {
-    int64_t S = x->S, He = x->He, A = x->A, H = x->H;
+    int64_t S = x->S, He = x->He, A = x->A, H = x->H, Kw = x->Kw;
     for (int64_t i = 0; i < n; i++) {
         int64_t r = r0 + i, b = FN(src)(x, r), lo, hi;
         REAL p = x->kind == ATTNC_S2S_LOCAL_M || x->kind == ATTNC_S2S_LOCAL_P ? ((REAL *)cur->pos)[r] : 0;
         FN(range)(x, b, p, &lo, &hi);
-        const REAL *w = ROW(cur->alpha, r, S), *dc = dctx + i * cs;
-        /* dw_s = dctx . mem_s; dmem_s += w_s dctx */
-        for (int64_t s = lo; s < hi; s++) {
-            const REAL *mem = ROW(x->memory, b * S + s, He);
-            REAL *dm = dmem + (b * S + s) * He, acc = 0;
-            for (int64_t k = 0; k < He; k++) {
-                acc += dc[k] * mem[k];
-                dm[k] += w[s] * dc[k];
-            }
-            dw[s] = acc;
-        }
+        const REAL *w = ROW(cur->alpha, r, S);
+        FN(context_backward)(ROW(x->memory, b * S, He), w, dctx + i * cs, lo, hi, He, dw, dmem + b * S * He);
         const REAL *a = w;
         if (x->kind == ATTNC_S2S_LOCAL_P) { /* w = a gauss: da = dw gauss; dp = sum dw a gauss (s - p) / sigma^2 */
             a = ROW(cur->a, r, S);
@@ -275,35 +309,16 @@ static void FN(attend_backward)(const s2s_run *x, const s2s_slot *cur, int64_t r
         REAL dot = 0;
         for (int64_t s = lo; s < hi; s++) dot += a[s] * dw[s];
         for (int64_t s = lo; s < hi; s++) dw[s] = a[s] * (dw[s] - dot);
-        REAL *dqi = dq + i * H;
-        const REAL *qi = q + i * qs;
         if (x->additive) {
-            const REAL *qw = ROW(cur->qw, r, A), *v = x->v;
-            REAL *dqw = cot->dqw + r * A, *dvr = dv + r * A;
-            for (int64_t k = 0; k < A; k++) dqw[k] = 0;
-            for (int64_t s = lo; s < hi; s++) {
-                REAL *dk = dkeys + (b * S + s) * x->Kw;
-                const REAL *k_ = ROW(x->keys, b * S + s, x->Kw);
-                for (int64_t k = 0; k < A; k++) {
-                    REAL th = FN(tanh_)(qw[k] + k_[k]), d = dw[s] * v[k] * (1 - th * th);
-                    dvr[k] += dw[s] * th;
-                    dqw[k] += d;
-                    dk[k] += d;
-                }
-            }
+            FN(additive_backward)(ROW(x->keys, b * S, Kw), ROW(cur->qw, r, A), x->v, dw, lo, hi, A, cot->dqw + r * A,
+                                  dkeys + b * S * Kw, dv + r * A);
         } else if (x->kind == ATTNC_S2S_LOCATION) {
             REAL *de = cot->de + r * x->Smax;
             for (int64_t s = 0; s < x->Smax; s++) de[s] = s >= lo && s < hi ? dw[s] : 0;
+        } else if (x->kind == ATTNC_S2S_DOT) { /* the keys are the memory */
+            FN(dot_backward)(ROW(x->memory, b * S, He), q + i * qs, dw, lo, hi, H, dq + i * H, dmem + b * S * He);
         } else {
-            bool dot_kind = x->kind == ATTNC_S2S_DOT;
-            for (int64_t s = lo; s < hi; s++) {
-                const REAL *k_ = dot_kind ? ROW(x->memory, b * S + s, He) : ROW(x->keys, b * S + s, x->Kw);
-                REAL *dk = dot_kind ? dmem + (b * S + s) * He : dkeys + (b * S + s) * x->Kw;
-                for (int64_t k = 0; k < H; k++) {
-                    dqi[k] += dw[s] * k_[k];
-                    dk[k] += dw[s] * qi[k];
-                }
-            }
+            FN(dot_backward)(ROW(x->keys, b * S, Kw), q + i * qs, dw, lo, hi, H, dq + i * H, dkeys + b * S * Kw);
         }
     }
     /* the query's gradient through the parameterised parts */
