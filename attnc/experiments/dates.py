@@ -10,8 +10,11 @@ no held-out date appears in training in any format; the model trains on a
 fixed set of dates from the "train" split, reshuffled every epoch.
 
 Model: attnc.models.Seq2Seq with the spec's defaults (embeddings 32, hidden
-size 64, attention size 64; a bidirectional encoder for Bahdanau), Adam with
-a short warm-up and a cosine decay, gradients clipped to norm 1. Scored by
+size 64, attention size 64, local window 5; a bidirectional encoder for
+Bahdanau only; max_source_len 30 for luong-location). Training: 60,000 dates,
+2 epochs of batches of 64 (1,874 steps), Adam at 3e-3 with 100 warm-up steps
+and a cosine decay to 5%, gradients clipped to norm 1; every kind sees the
+same dates in the same order (the initial weights depend on the kind). Scored by
 greedy decoding (model.generate, 11 steps: the 10 characters and EOS) on the
 held-out dates: exact match of the whole string, overall and by input length.
 
@@ -22,6 +25,14 @@ JSON object with a dict per kind).
 Targets (issue 5): Bahdanau and Luong-general >= 99% exact match on the
 2,000 held-out dates, each trained in under 3 minutes on 2 cores; the model
 without attention measurably worse on the longest inputs.
+
+What the kinds show on this task (input length buckets ≤10, 11-15, 16-20,
+21-30): the model without attention lags most on the short, digit-dense
+formats (dd/mm/yy, mm/dd/yyyy, yyyymmdd: every character carries
+information its final state must hold), not on the long spelled-out ones;
+local-m (p_t = t, window 5) cannot reach the year of the long formats ("the
+22nd of november 2026": the year is 20 characters in) and fails there, while
+local-p learns where to look.
 """
 
 from __future__ import annotations
@@ -44,7 +55,7 @@ HELDOUT = 2000
 MAX_SOURCE_LEN = 30  # attnc.datasets.dates.MAX_INPUT_LEN
 BUCKETS = (("≤10", 0, 10), ("11-15", 11, 15), ("16-20", 16, 20), ("21-30", 21, 30))
 
-FULL = dict(train_size=60000, epochs=3, batch_size=64, lr=3e-3, warmup=100, final_lr=0.05, clip=1.0,
+FULL = dict(train_size=60000, epochs=2, batch_size=64, lr=3e-3, warmup=100, final_lr=0.05, clip=1.0,
             embed_size=32, hidden_size=64, heldout=HELDOUT)
 QUICK = dict(FULL, train_size=1280, epochs=1, batch_size=32, warmup=5, heldout=200)
 
@@ -79,9 +90,11 @@ def evaluate(model, task, batch_size=500):
 
 def run(kind, args, cfg, heldout, train_set, disable_progress):
     """Train one model; returns (model, training result, metrics dict)."""
-    data_seed, model_seed = np.random.SeedSequence([args.seed, KINDS.index(kind)]).generate_state(2)
+    # every kind sees the same dates in the same order; the initial weights depend on the kind
+    order_seed = int(np.random.SeedSequence(args.seed).generate_state(2)[1])
+    model_seed = int(np.random.SeedSequence([args.seed, 1 + KINDS.index(kind)]).generate_state(1)[0])
     model = attnc.models.Seq2Seq(len(train_set.src_vocab), len(train_set.tgt_vocab), cfg["embed_size"],
-                                 cfg["hidden_size"], kind, max_source_len=MAX_SOURCE_LEN, seed=int(model_seed))
+                                 cfg["hidden_size"], kind, max_source_len=MAX_SOURCE_LEN, seed=model_seed)
     bs = cfg["batch_size"]
     per_epoch = len(train_set) // bs
     steps = cfg["steps"] if cfg.get("steps") else per_epoch * cfg["epochs"]
@@ -93,7 +106,7 @@ def run(kind, args, cfg, heldout, train_set, disable_progress):
         epoch, i = divmod(step, per_epoch)
         if epoch not in order:
             order.clear()
-            order[epoch] = np.random.default_rng([int(data_seed), epoch]).permutation(len(train_set))
+            order[epoch] = np.random.default_rng([order_seed, epoch]).permutation(len(train_set))
         return train_set.batch(order[epoch][i * bs:(i + 1) * bs])
 
     result = _common.train(model, opt, model.loss_and_grad, batches, steps, scheduler=sched, clip=cfg["clip"],
@@ -127,7 +140,7 @@ def main(argv=None):
         raise SystemExit("--save needs a single --attention kind")
 
     heldout = make_dates(cfg["heldout"], seed=HELDOUT_SEED, split="test", split_by="date", unique=True)
-    train_set = make_dates(cfg["train_size"], seed=np.random.SeedSequence(args.seed).generate_state(1)[0],
+    train_set = make_dates(cfg["train_size"], seed=int(np.random.SeedSequence(args.seed).generate_state(2)[0]),
                            split="train", split_by="date")
 
     per_kind = {}
