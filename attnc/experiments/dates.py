@@ -28,8 +28,9 @@ without attention measurably worse on the longest inputs.
 
 What the kinds show on this task (input length buckets ≤10, 11-15, 16-20,
 21-30): the model without attention lags most on the short, digit-dense
-formats (dd/mm/yy, mm/dd/yyyy, yyyymmdd: every character carries
-information its final state must hold), not on the long spelled-out ones;
+formats, not on the long spelled-out ones: mostly day and month swapped
+between dd/mm/yy and mm/dd/yyyy (only the year's width, at the end, tells
+them apart) and digits misplaced in yyyymmdd;
 local-m (p_t = t, window 5) cannot reach the year of the long formats ("the
 22nd of november 2026": the year is 20 characters in) and fails there, while
 local-p learns where to look.
