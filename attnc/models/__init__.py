@@ -1,7 +1,8 @@
 """attnc.models: whole models built from attnc.nn modules, with gradients
 through attnc.vjp (keyed by state_dict name) and decoding."""
 
+from .captioner import Captioner
 from .gpt import GPT
 from .seq2seq import Seq2SeqTransformer
 
-__all__ = ["GPT", "Seq2SeqTransformer"]
+__all__ = ["Captioner", "GPT", "Seq2SeqTransformer"]
