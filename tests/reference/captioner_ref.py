@@ -92,7 +92,7 @@ class TorchCaptioner:
         """Gradients of a scalar by state-dict name (and "features" if a tensor is given)."""
         names = list(self.p)
         wrt = [self.p[n] for n in names] + ([features] if features is not None else [])
-        gs = self.torch.autograd.grad(value, wrt, allow_unused=True)
+        gs = self.torch.autograd.grad(value, wrt, allow_unused=True, retain_graph=True)
         out = {n: (np.zeros(self.p[n].shape) if g is None else g.detach().numpy()) for n, g in zip(names, gs)}
         if features is not None:
             out["features"] = gs[-1].detach().numpy()
