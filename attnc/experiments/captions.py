@@ -26,8 +26,12 @@ from . import _common
 
 HELDOUT_SEED = 20240602  # the held-out images are the same for every --seed
 
-FULL = dict(steps=1500, batch_size=64, lr=3e-3, warmup=50, final_lr=0.05, clip=5.0, heldout=600, embed_size=32,
-            hidden_size=128, attention_size=64, doubly_stochastic=0.1)
+# No doubly stochastic penalty: a caption here looks at 1 or 2 of the 9 cells,
+# and λ = 1 (Xu et al.'s value, which asks every cell to get about one unit of
+# attention over the caption) keeps the model from learning the relations
+# (25% exact match after 1,500 steps against 99-100% with λ = 0 or 0.1).
+FULL = dict(steps=1000, batch_size=64, lr=1e-2, warmup=50, final_lr=0.01, clip=5.0, heldout=600, embed_size=64,
+            hidden_size=64, attention_size=32, doubly_stochastic=0.0)
 QUICK = dict(FULL, steps=60, batch_size=32, heldout=64)
 HARD = dict(reinforce=1.0, entropy=0.01)
 
