@@ -102,6 +102,8 @@ def test_hard_estimator_matches_torch(torch, dtype, gate):
     m = small_model(dtype, gate, "hard", doubly_stochastic=0.7, reinforce=1.3, entropy=0.05)
     b = task_batch(dtype=dtype)
     samples = np.random.default_rng(4).integers(0, 9, b.tgt_in.shape)
+    samples[1] = -1  # an image that takes the expected context (Xu et al. sec. 4.1)
+    samples[2, ::2] = -1
     m.baseline = -7.5
     loss, grads = m.loss_and_grad(b, samples=samples)
     ref = TorchCaptioner(torch, m.state_dict(), gate=gate, dtype=dtype)
@@ -115,7 +117,8 @@ def test_hard_estimator_matches_torch(torch, dtype, gate):
     logp = logp - np.log(np.exp(logp).sum(-1, keepdims=True))
     real = b.tgt_out != -100
     logp_y = (np.take_along_axis(logp, np.where(real, b.tgt_out, 0)[..., None], -1)[..., 0] * real).sum(1)
-    assert m.baseline == pytest.approx(0.9 * -7.5 + 0.1 * logp_y.mean(), rel=1e-6)
+    rows = ((samples >= 0) & real).any(axis=1)  # rows that sampled somewhere
+    assert m.baseline == pytest.approx(0.9 * -7.5 + 0.1 * logp_y[rows].mean(), rel=1e-6)
 
 
 def test_hard_eval_mode_uses_argmax_and_no_estimator(torch):
@@ -156,7 +159,7 @@ def test_gradients_match_finite_differences(attention):
     b = task_batch(3, seed=2)
     feats = b.features.copy()
     rng = np.random.default_rng(6)
-    samples = rng.integers(0, 9, b.tgt_in.shape) if attention == "hard" else None
+    samples = rng.integers(-1, 9, b.tgt_in.shape) if attention == "hard" else None  # -1: the expectation
     (logits, alphas), pullback = attnc.vjp(m, feats, b.tgt_in, return_alphas=True, samples=samples)
     cl, ca = rng.standard_normal(logits.shape), rng.standard_normal(alphas.shape)
     grads = pullback(cl, ca)
@@ -183,7 +186,8 @@ def test_gradients_match_finite_differences(attention):
         logp = x - np.log(np.exp(x).sum(-1, keepdims=True))
         ce = -(np.take_along_axis(logp, np.where(real, b.tgt_out, 0)[..., None], -1)[..., 0] * real).sum() / n
         cover = 1 - (al * real[..., None]).sum(1)
-        logp_s = (np.log(np.take_along_axis(al, samples[..., None], -1)[..., 0]) * real).sum(1)
+        logp_s = (np.log(np.take_along_axis(al, np.maximum(samples, 0)[..., None], -1)[..., 0])
+                  * (real & (samples >= 0))).sum(1)
         H = -(al * np.log(al)).sum(-1)
         return float(ce + (cover**2).sum() / len(al) - 0.9 / n * (reward * logp_s).sum() - 0.2 / n * (H * real).sum())
 
@@ -272,8 +276,8 @@ def test_seeds_reproduce_and_sampling_follows_alpha():
     for k, v in a.state_dict().items():
         same_bits(b2.state_dict()[k], v, k)
     assert any(not np.array_equal(v, c.state_dict()[k]) for k, v in a.state_dict().items())
-    h1 = small_model(np.float64, True, "hard", seed=9, scale=1.0)
-    h2 = small_model(np.float64, True, "hard", seed=9, scale=1.0)
+    h1 = small_model(np.float64, True, "hard", seed=9, scale=1.0, expected_context=0.0)
+    h2 = small_model(np.float64, True, "hard", seed=9, scale=1.0, expected_context=0.0)
     batch = captions(4000, seed=6, dtype=np.float64)
     tgt = np.ones((4000, 1), np.int64)
     _, al1, s1 = h1(batch.features, tgt, return_alphas=True, return_samples=True)
@@ -284,6 +288,21 @@ def test_seeds_reproduce_and_sampling_follows_alpha():
     # Categorical(alpha): the location frequencies match the mean weights
     freq = np.bincount(s1.reshape(-1), minlength=9) / s1.size
     assert np.abs(freq - al1.reshape(-1, 9).mean(0)).max() < 0.03
+
+
+def test_expected_context_rows():
+    """expected_context = p: each image takes the soft context (location -1 at every
+    step) with probability p; p = 1 is soft attention exactly."""
+    b = captions(2000, seed=7, dtype=np.float64).batch(np.arange(2000))
+    half = small_model(np.float64, True, "hard", seed=10, expected_context=0.5)
+    _, s = half(b.features, b.tgt_in, return_samples=True)
+    expect = (s == -1).all(axis=1)
+    assert ((s == -1).any(axis=1) == expect).all()  # whole rows
+    assert abs(expect.mean() - 0.5) < 0.04
+    assert ((s[~expect] >= 0) & (s[~expect] < 9)).all()
+    always = small_model(np.float64, True, "hard", seed=10, expected_context=1.0)
+    soft = small_model(np.float64, True, "soft", seed=10)
+    same_bits(always(b.features[:8], b.tgt_in[:8]), soft(b.features[:8], b.tgt_in[:8]))
 
 
 # --------------------------------------------------------------------------- module API
@@ -355,12 +374,14 @@ def test_errors_name_the_argument(assert_unchanged):
         (lambda: Captioner(F, V, hidden_size=0), ValueError, "hidden_size"),
         (lambda: Captioner(F, V, attention="local"), ValueError, "attention"),
         (lambda: Captioner(F, V, doubly_stochastic=-1), ValueError, "doubly_stochastic"),
+        (lambda: Captioner(F, V, expected_context=1.5), ValueError, "expected_context"),
     ]
     for call, exc, word in cases:
         with pytest.raises(exc, match=word):
             call()
     h = Captioner(F, V, 8, 12, 7, attention="hard", seed=0)
-    for bad, word in ((np.full_like(t, 9), "samples"), (np.zeros((2, 2), np.int64), "samples"),
+    for bad, word in ((np.full_like(t, 9), "samples"), (np.full_like(t, -2), "samples"),
+                      (np.zeros((2, 2), np.int64), "samples"),
                       (np.zeros(t.shape, np.float32), "samples")):
         with pytest.raises((ValueError, TypeError), match=word):
             h(f, t, samples=bad)

@@ -106,7 +106,11 @@ class Captioner(nn.Module):
     doubly stochastic penalty is added as in soft attention. The baseline b
     (``model.baseline``) is a moving average: set to the first batch's mean
     log p(y|s), then b ← 0.9 b + 0.1 · mean_b log p(y|s) after each
-    training step (the step's gradient uses the old b). In eval mode (and in
+    training step (the step's gradient uses the old b). As Xu et al. (sec.
+    4.1) do to cut the estimator's variance, each image in training uses the
+    expected context (soft attention's z_t, location −1) instead of samples
+    with probability ``expected_context`` (0.5); such rows get the plain
+    gradient, no score-function term, and do not move the baseline. In eval mode (and in
     ``generate``) hard attention is deterministic: s_t = argmax_i α_ti, the
     most likely location (not the expectation, so the decoder sees the
     single-location contexts it was trained on). ``samples=`` fixes the
@@ -114,7 +118,8 @@ class Captioner(nn.Module):
 
     ``forward(features (B, L, F), tgt_in (B, T) int, *, return_alphas=False,
     samples=None, return_samples=False)`` returns logits (B, T, V), plus the
-    weights α (B, T, L) and, for hard attention, the locations (B, T) int64.
+    weights α (B, T, L) and, for hard attention, the locations (B, T) int64
+    (−1: the expected context).
     ``attnc.vjp(model, features, tgt_in, ...)``: the pullback takes the
     cotangents of logits (and α) and returns the gradients of "features" and
     every parameter (with the locations held fixed in hard mode).
@@ -131,7 +136,7 @@ class Captioner(nn.Module):
 
     def __init__(self, feature_size, vocab_size, embed_size=32, hidden_size=128, attention_size=64, *,
                  attention="soft", doubly_stochastic=1.0, gate=True, reinforce=1.0, entropy=0.01,
-                 dtype=np.float32, seed=None):
+                 expected_context=0.5, dtype=np.float32, seed=None):
         super().__init__(dtype)
         F, V = _size("feature_size", feature_size), _size("vocab_size", vocab_size)
         Ed, H, A = _size("embed_size", embed_size), _size("hidden_size", hidden_size), _size("attention_size",
@@ -142,6 +147,9 @@ class Captioner(nn.Module):
         self.attention_kind, self.gate_enabled = attention, bool(gate)
         self.doubly_stochastic = _nonneg("doubly_stochastic", doubly_stochastic)
         self.reinforce, self.entropy = _nonneg("reinforce", reinforce), _nonneg("entropy", entropy)
+        self.expected_context = _nonneg("expected_context", expected_context)
+        if self.expected_context > 1:
+            raise ValueError(f"expected_context must be a probability in [0, 1], got {expected_context!r}")
         rng = np.random.default_rng(seed)
         sub = lambda: int(rng.integers(2**63))  # noqa: E731
         self.embedding = nn.Embedding(V, Ed, dtype=dtype, seed=sub())
@@ -177,20 +185,23 @@ class Captioner(nn.Module):
             raise ValueError(f"tgt_in has token ids outside [0, {self.vocab_size}): from {t.min()} to {t.max()}")
         return t
 
-    def _mode(self, samples, shape, L):
-        """(mode, seed, samples array) of one call."""
+    def _call_config(self, samples, shape, L):
+        """(C config, samples array) of one call."""
+        gate = self.gate_enabled
         if self.attention_kind == "soft":
             if samples is not None:
                 raise ValueError("samples= needs hard attention")
-            return _SOFT, 0, None
+            return (_SOFT, gate, 0, 0.0), None
         if samples is not None:
             s = _int_ids(samples, "samples", shape)
-            if s.size and (s.min() < 0 or s.max() >= L):
-                raise ValueError(f"samples must be locations in [0, {L}), got values from {s.min()} to {s.max()}")
-            return _HARD_GIVEN, 0, s
+            if s.size and (s.min() < -1 or s.max() >= L):
+                raise ValueError(f"samples must be locations in [0, {L}) or -1 (the expected context), got "
+                                 f"values from {s.min()} to {s.max()}")
+            return (_HARD_GIVEN, gate, 0, 0.0), s
         if self.training:
-            return _HARD_SAMPLE, int(self._rng.integers(2**63)), np.empty(shape, np.int64)
-        return _HARD_ARGMAX, 0, np.empty(shape, np.int64)
+            seed = int(self._rng.integers(2**63))
+            return (_HARD_SAMPLE, gate, seed, self.expected_context), np.empty(shape, np.int64)
+        return (_HARD_ARGMAX, gate, 0, 0.0), np.empty(shape, np.int64)
 
     # -- the C calls ------------------------------------------------------------------------
     def _run(self, features, tgt_in, samples, keep):
@@ -198,8 +209,7 @@ class Captioner(nn.Module):
         t = self._tokens(tgt_in, a.shape[0])
         B, L, F = a.shape
         T = t.shape[1]
-        mode, seed, s = self._mode(samples, (B, T), L)
-        config = (mode, self.gate_enabled, seed)
+        config, s = self._call_config(samples, (B, T), L)
         logits = np.empty((B, T, self.vocab_size), self.dtype)
         alphas = np.empty((B, T, L), self.dtype)
         saved = None
@@ -275,12 +285,15 @@ class Captioner(nn.Module):
         dlogp = None
         if self.attention_kind == "hard" and self.training:
             logp_y = self._row_log_likelihood(logits, tgt_out, real)
-            if self.baseline is None:
-                self.baseline = float(logp_y.mean()) if B else 0.0
-            reward = logp_y - self.baseline
-            dlogp = (-self.reinforce / n) * reward[:, None] * real
+            sampled = real & (s >= 0)  # the score-function term needs a sampled location
+            rows = sampled.any(axis=1)
+            if self.baseline is None and rows.any():
+                self.baseline = float(logp_y[rows].mean())
+            reward = logp_y - (self.baseline or 0.0)
+            dlogp = (-self.reinforce / n) * reward[:, None] * sampled
             dalphas = dalphas + (self.entropy / n) * (np.log(np.maximum(al, 1e-30)) + 1.0) * m
-            self.baseline = 0.9 * self.baseline + 0.1 * (float(logp_y.mean()) if B else 0.0)
+            if rows.any():
+                self.baseline = 0.9 * self.baseline + 0.1 * float(logp_y[rows].mean())
         grads = self._backward_call(state, dlogits, dalphas.astype(self.dtype),
                                     None if dlogp is None else dlogp.astype(self.dtype))
         grads.pop("features")
@@ -321,7 +334,8 @@ class Captioner(nn.Module):
         tokens = np.zeros((B, max_len), np.int64)
         alphas = np.zeros((B, max_len, L), self.dtype)
         mode = _SOFT if self.attention_kind == "soft" else _HARD_ARGMAX
-        steps = _core.captioner_generate(tokens, alphas, a, self._params(), (mode, self.gate_enabled, 0), int(bos),
+        config = (mode, self.gate_enabled, 0, 0.0)
+        steps = _core.captioner_generate(tokens, alphas, a, self._params(), config, int(bos),
                                          -1 if eos is None else int(eos))
         return tokens[:, :steps].copy(), alphas[:, :steps].copy()
 

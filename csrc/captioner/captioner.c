@@ -35,6 +35,7 @@ typedef struct {
     int gate;
     attnc_caption_mode mode;
     uint64_t seed;
+    double expect_prob;
     attnc_dtype dt;
 } cap_run;
 
@@ -156,13 +157,13 @@ static attnc_status check_array(const attnc_tensor *t, const char *name, attnc_d
     return ATTNC_OK;
 }
 
-/* Ids of t (n values, contiguous INT64) all in [0, limit). */
-static attnc_status check_ids(const attnc_tensor *t, const char *name, int64_t n, int64_t limit) {
+/* Ids of t (n values, contiguous INT64) all in [low, limit). */
+static attnc_status check_ids(const attnc_tensor *t, const char *name, int64_t n, int64_t low, int64_t limit) {
     const int64_t *id = t->data;
     for (int64_t i = 0; i < n; i++)
-        if (id[i] < 0 || id[i] >= limit)
+        if (id[i] < low || id[i] >= limit)
             return attnc_fail(ATTNC_ERR_VALUE, "%s has the value %" PRId64 " at flat index %" PRId64
-                              ", outside [0, %" PRId64 ")", name, id[i], i, limit);
+                              ", outside [%" PRId64 ", %" PRId64 ")", name, id[i], i, low, limit);
     return ATTNC_OK;
 }
 
@@ -198,6 +199,9 @@ static attnc_status setup(cap_run *r, const attnc_tensor *features, const attnc_
     r->R = 4 * r->H + r->A + r->gate;
     r->mode = cfg->mode;
     r->seed = cfg->seed;
+    r->expect_prob = cfg->expect_prob;
+    if (!(cfg->expect_prob >= 0 && cfg->expect_prob <= 1))
+        return attnc_fail(ATTNC_ERR_VALUE, "expect_prob must be in [0, 1], got %g", cfg->expect_prob);
     if (r->V < 1 || r->E < 1 || r->H < 1 || r->A < 1)
         return attnc_fail(ATTNC_ERR_VALUE, "vocabulary, embedding, hidden and attention sizes must be >= 1");
     TRY(check_params(r, p, false));
@@ -205,7 +209,7 @@ static attnc_status setup(cap_run *r, const attnc_tensor *features, const attnc_
         int64_t ts[2] = {r->B, -1};
         TRY(check_array(tokens, "tokens", ATTNC_INT64, 2, ts, false));
         r->T = ts[1];
-        TRY(check_ids(tokens, "tokens", r->B * r->T, r->V));
+        TRY(check_ids(tokens, "tokens", r->B * r->T, 0, r->V));
     }
     return ATTNC_OK;
 }
@@ -215,7 +219,7 @@ static attnc_status check_samples(const cap_run *r, const attnc_tensor *samples,
     if (r->mode == ATTNC_CAPTION_SOFT) return ATTNC_OK;
     int64_t ss[2] = {r->B, r->T};
     TRY(check_array(samples, "samples", ATTNC_INT64, 2, ss, output && r->mode != ATTNC_CAPTION_HARD_GIVEN));
-    return r->mode == ATTNC_CAPTION_HARD_GIVEN ? check_ids(samples, "samples", r->B * r->T, r->L) : ATTNC_OK;
+    return r->mode == ATTNC_CAPTION_HARD_GIVEN ? check_ids(samples, "samples", r->B * r->T, -1, r->L) : ATTNC_OK;
 }
 
 /* ---- the saved buffer ---------------------------------------------------------- */
@@ -501,7 +505,7 @@ attnc_status attnc_captioner_backward(attnc_captioner_params *grads, attnc_tenso
     if (attnc_present(dfeatures)) TRY(check_array(dfeatures, "dfeatures", r.dt, 3, fs, true));
     if (r.mode != ATTNC_CAPTION_SOFT) { /* the forward's locations, whatever mode made them */
         TRY(check_array(samples, "samples", ATTNC_INT64, 2, ps, false));
-        TRY(check_ids(samples, "samples", N, L));
+        TRY(check_ids(samples, "samples", N, -1, L));
     }
     void *dq = NULL, *dh_out = NULL, *dz_out = NULL, *drec = NULL, *de = NULL, *dpa = NULL, *dfeat = NULL;
     void *dh = NULL, *dc = NULL, *dzp = NULL, *dmean = NULL, *w_rec = NULL, *b_rec = NULL;

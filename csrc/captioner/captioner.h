@@ -23,15 +23,19 @@
 
 typedef enum {
     ATTNC_CAPTION_SOFT = 0,        /* deterministic soft attention                           */
-    ATTNC_CAPTION_HARD_SAMPLE = 1, /* s_t ~ Categorical(alpha_t), Philox (seed, 0, b T + t) */
+    ATTNC_CAPTION_HARD_SAMPLE = 1, /* s_t ~ Categorical(alpha_t), Philox (seed, 0, b T + t);  */
+                                   /* a row takes the expectation instead (s_t = -1) with     */
+                                   /* probability expect_prob, Philox (seed, 1, b)            */
     ATTNC_CAPTION_HARD_ARGMAX = 2, /* s_t = argmax alpha_t (lowest index on ties)           */
-    ATTNC_CAPTION_HARD_GIVEN = 3   /* s_t read from the samples argument                    */
+    ATTNC_CAPTION_HARD_GIVEN = 3   /* s_t read from samples; -1: the expectation (soft z_t)  */
 } attnc_caption_mode;
 
 typedef struct {
     attnc_caption_mode mode;
     int gate;      /* 1: the gate beta_t (gate_w, gate_b present); 0: beta_t = 1 */
     uint64_t seed; /* for ATTNC_CAPTION_HARD_SAMPLE                             */
+    double expect_prob; /* HARD_SAMPLE: the chance a row uses the expected context
+                         * (Xu et al. 2015, sec. 4.1: halves the estimator's variance) */
 } attnc_captioner_config;
 
 /* The parameters (or, for the backward, their gradients: same shapes). */
@@ -57,7 +61,8 @@ int64_t attnc_captioner_saved_size(int64_t B, int64_t T, int64_t L, int64_t F, i
  * logits (B, T, V), alphas (B, T, L) <- features (B, L, F), tokens (B, T)
  * INT64 in [0, V) (y_{t-1}: BOS then the caption). samples (B, T) INT64:
  * written with the chosen locations in the hard modes (read in
- * ATTNC_CAPTION_HARD_GIVEN, each in [0, L)); may be absent in soft mode.
+ * ATTNC_CAPTION_HARD_GIVEN, each in [-1, L), -1 = the soft context); may be
+ * absent in soft mode.
  * saved (attnc_captioner_saved_size) is optional (absent: no backward). */
 attnc_status attnc_captioner_forward(attnc_tensor *logits, attnc_tensor *alphas, attnc_tensor *samples,
                                      attnc_tensor *saved, const attnc_tensor *features,

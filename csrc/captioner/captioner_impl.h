@@ -41,6 +41,31 @@ typedef struct {
 
 static inline REAL FN(sigmoid)(REAL x) { return 1 / (1 + EXP(-x)); }
 
+/* The hard location of row b at step t from its weights al (L): given,
+ * argmax (lowest index on ties) or sampled; -1 = the expectation. */
+static int64_t FN(location)(const FN(cap_job) *j, int64_t b, const REAL *al) {
+    const cap_run *r = j->r;
+    int64_t L = r->L, bt = b * r->T + j->t;
+    if (r->mode == ATTNC_CAPTION_HARD_GIVEN) return j->samples[bt];
+    int64_t s = 0;
+    if (r->mode == ATTNC_CAPTION_HARD_ARGMAX) {
+        for (int64_t i = 1; i < L; i++) s = al[i] > al[s] ? i : s;
+        return s;
+    }
+    if (r->expect_prob > 0 && attnc_uniform(r->seed, 1, (uint64_t)b) < r->expect_prob) return -1;
+    /* inverse CDF of one uniform keyed by (seed, b T + t), scaled by the
+     * weights' rounded total so the last location is reachable; L - 1 also
+     * when NaN weights make every test fail */
+    double total = 0, acc = 0;
+    for (int64_t i = 0; i < L; i++) total += (double)al[i];
+    double u = attnc_uniform(r->seed, 0, (uint64_t)bt) * total;
+    for (int64_t i = 0; i < L; i++) {
+        acc += (double)al[i];
+        if (u < acc) return i;
+    }
+    return L - 1;
+}
+
 /* Scores, stable softmax, location and context of row b at step t. */
 static void FN(attend_row)(const FN(cap_job) *j, int64_t b) {
     const cap_run *r = j->r;
@@ -64,33 +89,12 @@ static void FN(attend_row)(const FN(cap_job) *j, int64_t b) {
     REAL beta = r->gate ? FN(sigmoid)(ph[A]) : 1;
     j->beta[bt] = beta;
     REAL *zh = j->zhat + bt * F, *z = j->xin + bt * (r->E + F) + r->E;
-    if (r->mode == ATTNC_CAPTION_SOFT) {
-        for (int64_t f = 0; f < F; f++) zh[f] = 0;
+    int64_t s = r->mode == ATTNC_CAPTION_SOFT ? -1 : FN(location)(j, b, al);
+    if (j->samples) j->samples[bt] = s;
+    for (int64_t f = 0; f < F; f++) zh[f] = s < 0 ? 0 : a[s * F + f];
+    if (s < 0) /* soft attention, or the expectation in place of a sample */
         for (int64_t i = 0; i < L; i++)
             for (int64_t f = 0; f < F; f++) zh[f] += al[i] * a[i * F + f];
-    } else {
-        int64_t s = L - 1; /* also the answer when NaN scores make every test fail */
-        if (r->mode == ATTNC_CAPTION_HARD_GIVEN) {
-            s = j->samples[bt];
-        } else if (r->mode == ATTNC_CAPTION_HARD_ARGMAX) {
-            s = 0;
-            for (int64_t i = 1; i < L; i++) s = al[i] > al[s] ? i : s;
-        } else { /* inverse CDF of one uniform keyed by (seed, b T + t), scaled by the
-                  * weights' rounded total so the last location is reachable */
-            double total = 0, acc = 0;
-            for (int64_t i = 0; i < L; i++) total += (double)al[i];
-            double u = attnc_uniform(r->seed, 0, (uint64_t)bt) * total;
-            for (int64_t i = 0; i < L; i++) {
-                acc += (double)al[i];
-                if (u < acc) {
-                    s = i;
-                    break;
-                }
-            }
-        }
-        j->samples[bt] = s;
-        for (int64_t f = 0; f < F; f++) zh[f] = a[s * F + f];
-    }
     for (int64_t f = 0; f < F; f++) j->zs[b * F + f] = z[f] = beta * zh[f];
 }
 

@@ -1,6 +1,6 @@
 /* captioner.c (binding): the show-attend-tell decoder of attnc.models.Captioner.
  * Parameters travel as one tuple of 19 arrays (None for the absent gate), in
- * the order of PARAM_NAMES; the config as (mode, gate, seed). */
+ * the order of PARAM_NAMES; the config as (mode, gate, seed[, expect_prob]). */
 #include "../captioner/captioner.h"
 #include "buffers.h"
 
@@ -15,7 +15,9 @@ static const char *PARAM_NAMES[NPARAMS] = {
 static int parse_config(PyObject *tup, attnc_captioner_config *c) {
     int mode, gate;
     unsigned long long seed;
-    if (!PyArg_ParseTuple(tup, "ipK;captioner config", &mode, &gate, &seed)) return 0;
+    double expect = 0;
+    if (!PyArg_ParseTuple(tup, "ipK|d;captioner config", &mode, &gate, &seed, &expect)) return 0;
+    c->expect_prob = expect;
     c->mode = (attnc_caption_mode)mode;
     c->gate = gate;
     c->seed = seed;

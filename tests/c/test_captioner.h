@@ -48,7 +48,7 @@ static double cap_loss(double *params, double *feat, int64_t *tok, int64_t *samp
     for (int i = 0; i < CB * CT * CV; i++) L += logits[i] * cl[i];
     for (int i = 0; i < CB * CT * CL; i++) L += alphas[i] * ca[i];
     if (cp)
-        for (int i = 0; i < CB * CT; i++) L += cp[i] * log(alphas[i * CL + samples[i]]);
+        for (int i = 0; i < CB * CT; i++) L += samples[i] < 0 ? 0 : cp[i] * log(alphas[i * CL + samples[i]]);
     return L;
 }
 
@@ -58,7 +58,7 @@ static void test_captioner_gradients(attnc_caption_mode mode) {
     double *feat = randn(CB * CL * CF, 102), *cl = randn(CB * CT * CV, 103), *ca = randn(CB * CT * CL, 104);
     double *cp = mode == ATTNC_CAPTION_SOFT ? NULL : randn(CB * CT, 105);
     for (int64_t i = 0; i < n; i++) params[i] *= 1.5; /* reach the nonlinearities */
-    int64_t tok[CB * CT] = {1, 3, 0, 1, 2, 2}, samples[CB * CT] = {0, 2, 1, 1, 1, 0};
+    int64_t tok[CB * CT] = {1, 3, 0, 1, 2, 2}, samples[CB * CT] = {0, 2, -1, 1, 1, 0}; /* -1: expectation */
     attnc_captioner_config c = {.mode = mode, .gate = 1, .seed = 0};
     attnc_captioner_params p, g;
     cap_bind(&p, params);
@@ -202,6 +202,16 @@ static void test_captioner_sampling(void) {
     }
     CHECK(same12 && in_range, "sampled locations not reproducible or out of range");
     CHECK(!same13, "another seed gave the same locations");
+    /* expect_prob = 1: every row takes the expectation (location -1) */
+    attnc_captioner_config all = {.mode = ATTNC_CAPTION_HARD_SAMPLE, .gate = 1, .seed = 7, .expect_prob = 1};
+    attnc_tensor tsm = view(s3, ATTNC_INT64, 2, ts);
+    CHECK(attnc_captioner_forward(&tl, &ta, &tsm, &none, &tf, &tt, &p, &all) == ATTNC_OK, "%s", attnc_last_error());
+    int expected = 1;
+    for (int i = 0; i < CB * CT; i++) expected &= s3[i] == -1;
+    CHECK(expected, "expect_prob = 1 sampled a location");
+    all.expect_prob = 1.5;
+    CHECK(attnc_captioner_forward(&tl, &ta, &tsm, &none, &tf, &tt, &p, &all) == ATTNC_ERR_VALUE,
+          "expect_prob 1.5 accepted");
     free(params);
     free(feat);
 }

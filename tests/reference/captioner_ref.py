@@ -6,7 +6,7 @@ torch autograd. It loads the attnc model's state dict.
     h0 = tanh(W_h mean_i a_i + b_h), c0 = tanh(W_c mean_i a_i + b_c)
     e_ti = v . tanh(W_a a_i + b_a + U_a h_{t-1}), alpha_t = softmax(e_t)
     beta_t = sigmoid(w_b . h_{t-1} + b_b) (or 1)
-    z_t = beta_t sum_i alpha_ti a_i (soft) or beta_t a_{s_t} (hard, s given)
+    z_t = beta_t sum_i alpha_ti a_i (soft, or hard with s_t = -1) or beta_t a_{s_t} (hard, s given)
     h_t, c_t = LSTMCell([E y_{t-1}; z_t], (h_{t-1}, c_{t-1}))
     logits_t = L_o (E y_{t-1} + L_h h_t + L_z z_t) + b_o
 """
@@ -53,8 +53,9 @@ class TorchCaptioner:
             if samples is None:
                 z = beta * (alpha[:, :, None] * a).sum(dim=1)
             else:
-                s = torch.as_tensor(np.asarray(samples)[:, t], dtype=torch.long)
-                z = beta * a[torch.arange(B), s]
+                s = torch.as_tensor(np.asarray(samples)[:, t], dtype=torch.long)  # -1: the expectation
+                soft = (alpha[:, :, None] * a).sum(dim=1)
+                z = beta * torch.where((s >= 0)[:, None], a[torch.arange(B), s.clamp(min=0)], soft)
             h, c = self._cell(torch.cat([emb[:, t], z], dim=1), h, c)
             q = emb[:, t] + h @ p["out_hidden.weight"].T + z @ p["out_context.weight"].T
             logits.append(q @ p["output.weight"].T + p["output.bias"])
@@ -82,7 +83,8 @@ class TorchCaptioner:
             picked = logp.gather(-1, tgt.clamp(min=0)[:, :, None])[:, :, 0]
             logp_y = (picked * real).sum(1)
             s = torch.as_tensor(np.asarray(samples), dtype=torch.long)
-            logp_s = (torch.log(alphas.gather(-1, s[:, :, None])[:, :, 0]) * real).sum(1)
+            sampled = real * (s >= 0).to(self.tdt)  # no score-function term for the expectation
+            logp_s = (torch.log(alphas.gather(-1, s.clamp(min=0)[:, :, None])[:, :, 0]) * sampled).sum(1)
             H = -(alphas * torch.log(alphas)).sum(-1)
             surrogate = (loss - reinforce / n * ((logp_y - baseline).detach() * logp_s).sum()
                          - entropy / n * (H * real).sum())
