@@ -8,8 +8,9 @@ writes "a red circle above a blue square". Trained on fresh draws of the
 train split; scored by greedy decoding (in C) on distinct held-out images of
 the test split (no image content is in both): exact match = the whole
 caption and its end token right. Target (soft attention): >= 95% exact match
-within 3 minutes on 2 cores. Hard attention (REINFORCE, Xu et al. eq. 12)
-decodes with the argmax location.
+within 3 minutes on 2 cores. Hard attention (REINFORCE, Xu et al. eq. 12,
+with the expected context for half of the images) trains for 2,000 steps
+and decodes with the argmax location.
 """
 
 from __future__ import annotations
@@ -33,7 +34,8 @@ HELDOUT_SEED = 20240602  # the held-out images are the same for every --seed
 FULL = dict(steps=1000, batch_size=64, lr=1e-2, warmup=50, final_lr=0.01, clip=5.0, heldout=600, embed_size=64,
             hidden_size=64, attention_size=32, doubly_stochastic=0.0)
 QUICK = dict(FULL, steps=60, batch_size=32, heldout=64)
-HARD = dict(reinforce=1.0, entropy=0.01)
+HARD = dict(reinforce=1.0, entropy=0.01, expected_context=0.5)
+HARD_STEPS = 2000  # REINFORCE learns more slowly: 86-95% exact match after 1,000 steps
 
 
 def exact_match(model, task, batch_size=256):
@@ -64,6 +66,8 @@ def main(argv=None):
     args = _common.parse_args(__doc__.strip().splitlines()[0] + " (--attention soft|hard)", rest)
     args.attention = known.attention
     cfg = dict(QUICK if args.quick else FULL)
+    if args.attention == "hard" and not args.quick:
+        cfg["steps"] = HARD_STEPS
     if args.steps is not None:
         cfg["steps"] = args.steps
     data_seed, model_seed = np.random.SeedSequence(args.seed).generate_state(2)
