@@ -23,6 +23,7 @@
 
 #include "../core/blas.h"
 #include "../core/rng.h"
+#include "../core/simd.h"
 #include "../core/status.h"
 #include "../core/tensor.h"
 #include "../core/threads.h"
@@ -106,7 +107,7 @@ static void tanh_all(const cap_run *r, void *x, int64_t n) {
 
 /* Run a row kernel over fixed blocks of ROWS images. */
 static void rows_parallel(const cap_run *r, attnc_task_fn f32, attnc_task_fn f64, void *job) {
-    int workers = attnc_workers_for(r->B * (r->L * r->A + r->H) * 16);
+    int workers = attnc_workers_for(r->B * (r->L * r->A + 4 * r->H) * 4); /* a few operations per element */
     attnc_parallel_for((r->B + ROWS - 1) / ROWS, workers, r->dt == ATTNC_FLOAT32 ? f32 : f64, job);
 }
 

@@ -39,7 +39,53 @@ typedef struct {
     REAL *dfeat;         /* (B, L, F) accumulated over steps                      */
 } FN(cap_job);
 
-static inline REAL FN(sigmoid)(REAL x) { return 1 / (1 + EXP(-x)); }
+/* sigmoid and tanh. In float, from the vectorisable exp of core/simd.h so
+ * the attention and gate loops vectorise (tanh by its odd series below 1/16,
+ * where 1 - 2 / (e^2x + 1) would lose relative precision; both within 2e-6
+ * relative: libm's tanhf took over half of a forward); in double, libm's. */
+#if ATTNC_F64
+static inline REAL FN(sigmoid)(REAL x) { return 1 / (1 + exp(-x)); }
+static inline REAL FN(tanh_)(REAL x) { return tanh(x); }
+#else
+static inline REAL FN(sigmoid)(REAL x) { return 1 / (1 + attnc_expf(-x)); }
+static inline REAL FN(tanh_)(REAL x) {
+    REAL x2 = x * x, series = x * (1 + x2 * (-(REAL)1 / 3 + x2 * ((REAL)2 / 15)));
+    REAL exact = 1 - 2 / (attnc_expf(2 * x) + 1);
+    return FABS(x) < (REAL)0.0625 ? series : exact;
+}
+#endif
+
+/* th (L, A) <- tanh(pa (L, A) + ph (A)), then e (L) <- th v (A). */
+ATTNC_SIMD static void FN(scores)(const REAL *restrict pa, const REAL *restrict ph, const REAL *restrict v,
+                                  REAL *restrict th, REAL *restrict e, int64_t L, int64_t A) {
+    for (int64_t i = 0; i < L; i++)
+        for (int64_t k = 0; k < A; k++) th[i * A + k] = FN(tanh_)(pa[i * A + k] + ph[k]);
+    for (int64_t i = 0; i < L; i++) {
+        REAL dot = 0;
+        for (int64_t k = 0; k < A; k++) dot += v[k] * th[i * A + k];
+        e[i] = dot;
+    }
+}
+
+/* One row's LSTM cell: gates (4H) and c, h (H) from the pre-activations
+ * gx + zp + hh (4H each); c_run, h_run (H) updated. */
+ATTNC_SIMD static void FN(lstm_row)(const REAL *restrict gx, const REAL *restrict zp, const REAL *restrict hh,
+                                    REAL *restrict gate, REAL *restrict c, REAL *restrict h,
+                                    REAL *restrict c_run, REAL *restrict h_run, int64_t H) {
+    for (int64_t k = 0; k < H; k++) {
+        REAL i = FN(sigmoid)(gx[k] + zp[k] + hh[k]);
+        REAL f = FN(sigmoid)(gx[H + k] + zp[H + k] + hh[H + k]);
+        REAL g = FN(tanh_)(gx[2 * H + k] + zp[2 * H + k] + hh[2 * H + k]);
+        REAL o = FN(sigmoid)(gx[3 * H + k] + zp[3 * H + k] + hh[3 * H + k]);
+        REAL cn = f * c_run[k] + i * g, hn = o * FN(tanh_)(cn);
+        gate[k] = i;
+        gate[H + k] = f;
+        gate[2 * H + k] = g;
+        gate[3 * H + k] = o;
+        c_run[k] = c[k] = cn;
+        h_run[k] = h[k] = hn;
+    }
+}
 
 /* The hard location of row b at step t from its weights al (L): given,
  * argmax (lowest index on ties) or sampled; -1 = the expectation. */
@@ -72,21 +118,13 @@ static void FN(attend_row)(const FN(cap_job) *j, int64_t b) {
     int64_t L = r->L, A = r->A, F = r->F, bt = b * r->T + j->t;
     const REAL *pa = j->pa + b * L * A, *ph = j->rec + b * r->R + 4 * r->H, *a = j->feat + b * L * F;
     REAL *th = j->th + bt * L * A, *al = j->alpha + bt * L;
+    FN(scores)(pa, ph, j->v, th, al, L, A);
     REAL m = -INFINITY;
-    for (int64_t i = 0; i < L; i++) {
-        REAL e = 0;
-        for (int64_t k = 0; k < A; k++) {
-            REAL x = TANH(pa[i * A + k] + ph[k]);
-            th[i * A + k] = x;
-            e += j->v[k] * x;
-        }
-        al[i] = e;
-        m = e > m ? e : m;
-    }
+    for (int64_t i = 0; i < L; i++) m = al[i] > m ? al[i] : m;
     REAL sum = 0;
     for (int64_t i = 0; i < L; i++) sum += al[i] = EXP(al[i] - m);
     for (int64_t i = 0; i < L; i++) al[i] /= sum;
-    REAL beta = r->gate ? FN(sigmoid)(ph[A]) : 1;
+    REAL beta = r->gate ? 1 / (1 + EXP(-ph[A])) : 1;
     j->beta[bt] = beta;
     REAL *zh = j->zhat + bt * F, *z = j->xin + bt * (r->E + F) + r->E;
     int64_t s = r->mode == ATTNC_CAPTION_SOFT ? -1 : FN(location)(j, b, al);
@@ -103,21 +141,10 @@ static void FN(cell_row)(const FN(cap_job) *j, int64_t b) {
     const cap_run *r = j->r;
     int64_t H = r->H, bt = b * r->T + j->t;
     const REAL *gx = j->gxe + bt * 4 * H, *zp = j->zp + b * 4 * H, *hh = j->rec + b * r->R;
-    REAL *gate = j->gates + bt * 4 * H, *hr = j->h_run + b * H, *cr = j->c_run + b * H;
-    for (int64_t k = 0; k < H; k++) {
-        REAL i = FN(sigmoid)(gx[k] + zp[k] + hh[k]);
-        REAL f = FN(sigmoid)(gx[H + k] + zp[H + k] + hh[H + k]);
-        REAL g = TANH(gx[2 * H + k] + zp[2 * H + k] + hh[2 * H + k]);
-        REAL o = FN(sigmoid)(gx[3 * H + k] + zp[3 * H + k] + hh[3 * H + k]);
-        REAL cn = f * cr[k] + i * g, hn = o * TANH(cn);
-        gate[k] = i;
-        gate[H + k] = f;
-        gate[2 * H + k] = g;
-        gate[3 * H + k] = o;
-        cr[k] = j->c[bt * H + k] = cn;
-        hr[k] = j->h[bt * H + k] = hn;
-        if (j->hprev && j->t + 1 < r->T) j->hprev[(bt + 1) * H + k] = hn;
-    }
+    REAL *h = j->h + bt * H;
+    FN(lstm_row)(gx, zp, hh, j->gates + bt * 4 * H, j->c + bt * H, h, j->c_run + b * H, j->h_run + b * H, H);
+    if (j->hprev && j->t + 1 < r->T)
+        for (int64_t k = 0; k < H; k++) j->hprev[(bt + 1) * H + k] = h[k];
 }
 
 /* Gate gradients of row b at step t into drec[:, :4H]; dc <- dc_{t-1}. */
@@ -129,7 +156,7 @@ static void FN(cell_back_row)(const FN(cap_job) *j, int64_t b) {
     REAL *dg = j->drec + bt * r->R, *dc = j->dc + b * H;
     for (int64_t k = 0; k < H; k++) {
         REAL i = gate[k], f = gate[H + k], g = gate[2 * H + k], o = gate[3 * H + k];
-        REAL dh = j->dh[b * H + k] + j->dh_out[bt * H + k], tc = TANH(cn[k]);
+        REAL dh = j->dh[b * H + k] + j->dh_out[bt * H + k], tc = FN(tanh_)(cn[k]);
         REAL dcn = dc[k] + dh * o * (1 - tc * tc);
         dg[k] = dcn * g * i * (1 - i);
         dg[H + k] = dcn * cp[k] * f * (1 - f);
