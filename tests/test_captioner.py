@@ -451,3 +451,11 @@ def test_experiment_quick_run():
         assert metrics["final_loss"] < metrics["first_loss"]
         runs.append(metrics)
     assert sum(r["train_seconds"] for r in runs) < 20
+    # the same seed gives the same run on one thread
+    proc = subprocess.run([sys.executable, "-m", "attnc.experiments.captions", "--quick", "--threads", "1",
+                           "--attention", "hard", "--seed", "1", "--no-progress"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    one = json.loads(proc.stdout.strip().splitlines()[-1])
+    timing = ("train_seconds", "eval_seconds", "threads")
+    assert {k: v for k, v in one.items() if k not in timing} == {k: v for k, v in runs[1].items() if k not in timing}

@@ -30,7 +30,7 @@ HELDOUT_SEED = 20240602  # the held-out images are the same for every --seed
 # No doubly stochastic penalty: a caption here looks at 1 or 2 of the 9 cells,
 # and λ = 1 (Xu et al.'s value, which asks every cell to get about one unit of
 # attention over the caption) keeps the model from learning the relations
-# (25% exact match after 1,500 steps against 99-100% with λ = 0 or 0.1).
+# (after 1,000 steps: 22% exact match with λ = 1, 82% with λ = 0.1, 100% with 0).
 FULL = dict(steps=1000, batch_size=64, lr=1e-2, warmup=50, final_lr=0.01, clip=5.0, heldout=600, embed_size=64,
             hidden_size=64, attention_size=32, doubly_stochastic=0.0)
 QUICK = dict(FULL, steps=60, batch_size=32, heldout=64)
