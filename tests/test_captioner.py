@@ -237,6 +237,20 @@ def test_generate_stops_at_eos_and_matches_torch_greedy(torch):
     np.testing.assert_array_equal(tokens, seqs[:, 1:])
 
 
+def test_empty_batches_and_captions():
+    m = small_model(np.float32)
+    f = captions(3, seed=0).features
+    for feats, tgt in ((f, np.zeros((3, 0), np.int64)), (f[:0], np.zeros((0, 4), np.int64))):
+        (logits, alphas), pullback = attnc.vjp(m, feats, tgt, return_alphas=True)
+        assert logits.shape == tgt.shape + (V,) and alphas.shape == tgt.shape + (9,)
+        grads = pullback(logits, alphas)
+        assert grads["features"].shape == feats.shape
+        for name, g in grads.items():
+            assert np.isfinite(g).all(), name
+            if name != "features" and feats.shape[0] == 0:
+                assert not g.any(), name
+
+
 def test_generate_edge_cases():
     m = small_model()
     feats = captions(3, seed=0, dtype=np.float64).features

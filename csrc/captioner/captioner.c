@@ -474,6 +474,10 @@ static attnc_status backward_weights(const cap_run *r, attnc_captioner_params *g
         col_sums(r, g->gate_b.data, at(r, drec, 4 * H + A), N, 1, R);
     }
     gemm(r, false, false, 1, M(drec, N, 4 * H, R), M(p->w_ih.data, 4 * H, E, E + F), 1, M(dq, N, E, E));
+    if (N == 0) { /* no tokens: nothing to scatter (and no buffer to read) */
+        memset(g->embedding.data, 0, (size_t)(r->V * E) * esize(r));
+        return ATTNC_OK;
+    }
     int64_t ds[2] = {N, E};
     attnc_tensor demb = attnc_view(dq, r->dt, 2, ds), ids = *tokens;
     ids.ndim = 1;
