@@ -476,17 +476,16 @@ def caption_attention(image, words, alphas, *, grid=(3, 3), ax=None, cmap="virid
     height, width = img.shape[:2]
     extent = (0, width, height, 0)
     shown = img[..., 0] if img.ndim == 3 and img.shape[2] == 1 else img
-    mappable = None
     for k, (panel, word) in enumerate(zip(panels, words)):
         panel.imshow(shown, extent=extent, interpolation="nearest", cmap="gray" if shown.ndim == 2 else None)
-        mappable = panel.imshow(weights[k].reshape(rows, cols), extent=extent, cmap=cmap, norm=norm,
-                                alpha=overlay_alpha, interpolation="nearest")
+        panel.imshow(weights[k].reshape(rows, cols), extent=extent, cmap=cmap, norm=norm, alpha=overlay_alpha,
+                     interpolation="nearest")
         panel.set_title(word)
         panel.set_xticks([])
         panel.set_yticks([])
     if colorbar and fig is not None:
-        cbar = fig.colorbar(mappable if mappable is not None else _empty_mappable(cmap), ax=list(panels),
-                            shrink=0.8, pad=0.02)
+        # an opaque mappable on the same scale: the overlays' transparency would wash out the bar
+        cbar = fig.colorbar(_empty_mappable(cmap), ax=list(panels), shrink=0.8, pad=0.02)
         cbar.set_label("attention weight")
     if title is not None and fig is not None:
         fig.suptitle(title)

@@ -37,7 +37,7 @@ class TorchCaptioner:
         torch, p = self.torch, self.p
         a = features if isinstance(features, torch.Tensor) else torch.tensor(np.asarray(features), dtype=self.tdt)
         y = torch.as_tensor(np.asarray(tokens), dtype=torch.long)
-        B, L, F = a.shape
+        B = a.shape[0]
         T = y.shape[1]
         mean = a.mean(dim=1)
         h = torch.tanh(mean @ p["init_h.weight"].T + p["init_h.bias"])
@@ -72,7 +72,7 @@ class TorchCaptioner:
         logits, alphas = self.forward(features, tokens, samples)
         tgt = torch.as_tensor(np.asarray(tgt_out), dtype=torch.long)
         real = (tgt != -100).to(self.tdt)
-        B, T, V = logits.shape
+        B, V = logits.shape[0], logits.shape[2]
         ce = torch.nn.functional.cross_entropy(logits.reshape(-1, V), tgt.reshape(-1), ignore_index=-100)
         cover = 1 - (alphas * real[:, :, None]).sum(dim=1)
         loss = ce + lam * (cover**2).sum() / B
