@@ -237,6 +237,50 @@ def test_generate_stops_at_eos_and_matches_torch_greedy(torch):
     np.testing.assert_array_equal(tokens, seqs[:, 1:])
 
 
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+@pytest.mark.parametrize("attention", ["soft", "hard"])
+@pytest.mark.parametrize("eos,length_penalty", [(None, 0.0), (2, 0.0), (5, 0.7), (2, -0.5)])
+@pytest.mark.parametrize("beam_size", [2, 4])
+def test_beam_search_matches_reference_decoder(dtype, attention, eos, length_penalty, beam_size):
+    m = small_model(dtype, True, attention, scale=1.5, seed=11)
+    feats = captions(12, seed=5, dtype=dtype).features
+    tokens, alphas = m.generate(feats, 6, bos=1, eos=eos, beam_size=beam_size, length_penalty=length_penalty)
+    want_tokens, want_alphas = m._generate_reference(feats, 6, bos=1, eos=eos, beam_size=beam_size,
+                                                     length_penalty=length_penalty)
+    np.testing.assert_array_equal(tokens, want_tokens)
+    close(alphas, want_alphas, REL[dtype], "alphas")
+
+
+def test_beam_search_is_exhaustive_with_a_full_beam():
+    """max_len 2 and a beam as wide as the vocabulary: the answer is the best of
+    every sequence, scored sum(log p) / length ** length_penalty from the
+    teacher-forced forward."""
+    m = small_model(np.float64, True, "soft", scale=1.5, seed=12)
+    feats = captions(5, seed=6, dtype=np.float64).features
+    eos, alpha = 2, 0.6
+    tokens, _ = m.generate(feats, 2, bos=1, eos=eos, beam_size=V, length_penalty=alpha)
+
+    def logp(prefix_tokens):
+        tgt = np.concatenate([np.ones((5, 1), np.int64), prefix_tokens], axis=1)
+        lg = m.eval()(feats, tgt).astype(np.float64)[:, -1]
+        return lg - lg.max(-1, keepdims=True) - np.log(np.exp(lg - lg.max(-1, keepdims=True)).sum(-1, keepdims=True))
+
+    first = logp(np.zeros((5, 0), np.int64))
+    for b in range(5):
+        best, arg = first[b, eos], (eos,)
+        for t1 in range(V):
+            if t1 == eos:
+                continue
+            second = logp(np.full((5, 1), t1))[b]
+            for t2 in range(V):
+                score = (first[b, t1] + second[t2]) / 2**alpha
+                if score > best:
+                    best, arg = score, (t1, t2)
+        got = tuple(int(x) for x in tokens[b][: 1 if tokens[b, 0] == eos else 2])
+        assert got == arg, (b, got, arg)
+    m.train()
+
+
 def test_empty_batches_and_captions():
     m = small_model(np.float32)
     f = captions(3, seed=0).features
@@ -274,6 +318,7 @@ def test_thread_count_independence(restore_threads):
         out["logits"], out["alphas"] = logits, alphas
         out.update({f"g.{k}": v for k, v in pullback(np.ones_like(logits), np.ones_like(alphas)).items()})
         out["tokens"], out["dec_alphas"] = m.generate(b.features, 9, bos=1, eos=2)
+        out["beam"], out["beam_alphas"] = m.generate(b.features[:40], 9, bos=1, eos=2, beam_size=3)
         hard._rng = np.random.default_rng(11)  # the same sampling seed for every thread count
         hard.baseline = None
         loss, grads = hard.loss_and_grad(b)
@@ -383,6 +428,9 @@ def test_errors_name_the_argument(assert_unchanged):
         (lambda: m.generate(f, -1, bos=1), ValueError, "max_len"),
         (lambda: m.generate(f, 5, bos=V), ValueError, "bos"),
         (lambda: m.generate(f, 5, bos=1, eos=-2), ValueError, "eos"),
+        (lambda: m.generate(f, 5, bos=1, beam_size=0), ValueError, "beam_size"),
+        (lambda: m.generate(f, 5, bos=1, beam_size=65), ValueError, "beam_size"),
+        (lambda: m.generate(f, 5, bos=1, beam_size=2, length_penalty=float("nan")), ValueError, "length_penalty"),
         (lambda: m.loss_and_grad(SimpleNamespace(features=f, tgt_in=t, tgt_out=t[:, :2])), ValueError, "tgt_out"),
         (lambda: m.loss_and_grad(SimpleNamespace(features=f, tgt_in=t, tgt_out=t + V)), ValueError, "tgt_out"),
         (lambda: Captioner(F, V, hidden_size=0), ValueError, "hidden_size"),

@@ -14,7 +14,7 @@ import numpy as np
 from .. import _core, nn
 from .._args import float_array, same_dtype, shape_str
 from ..grad import vjp
-from .seq2seq import _EvalMode
+from .seq2seq import _EvalMode, _log_softmax, _reference_decode
 
 __all__ = ["Captioner"]
 
@@ -124,8 +124,9 @@ class Captioner(nn.Module):
     cotangents of logits (and α) and returns the gradients of "features" and
     every parameter (with the locations held fixed in hard mode).
     ``loss_and_grad(batch)`` → (loss, gradients by state_dict name).
-    ``generate(features, max_len, bos, eos=None)`` → (tokens (B, ≤ max_len),
-    α (B, steps, L)): greedy decoding in C.
+    ``generate(features, max_len, bos, eos=None, beam_size=1,
+    length_penalty=0.0)`` → (tokens (B, ≤ max_len), α (B, steps, L)): greedy
+    decoding or beam search in C.
 
     Example
     -------
@@ -311,44 +312,79 @@ class Captioner(nn.Module):
         return (picked * real).sum(axis=1)
 
     # -- decoding -----------------------------------------------------------------------------
-    def _decoding_args(self, features, max_len, bos, eos):
+    def _decoding_args(self, features, max_len, bos, eos, beam_size=1, length_penalty=0.0):
         a = self._features(features)
         max_len = _size("max_len", max_len, 0)
+        beam_size = _size("beam_size", beam_size, 1)
+        if beam_size > 64:
+            raise ValueError(f"beam_size must be <= 64, got {beam_size}")
         for name, v in (("bos", bos), ("eos", eos)):
             if v is None and name == "eos":
                 continue
             if isinstance(v, bool) or not isinstance(v, numbers.Integral) or not 0 <= v < self.vocab_size:
                 raise ValueError(f"{name} must be a token id in [0, {self.vocab_size}), got {v!r}")
-        return a, max_len
+        if isinstance(length_penalty, bool) or not isinstance(length_penalty, numbers.Real) or \
+                not math.isfinite(length_penalty):
+            raise ValueError(f"length_penalty must be a finite number, got {length_penalty!r}")
+        return a, max_len, beam_size
 
-    def generate(self, features, max_len, bos, eos=None):
-        """Greedy captions of features (B, L, F), in C: every row starts from
-        ``bos`` and takes the most probable next token (lowest id on ties).
-        Returns (tokens int64 (B, n), alphas (B, n, L)), n <= max_len steps: a
-        row that emits ``eos`` keeps eos after it, and decoding stops when
-        every row has. alphas[b, t] are the weights the decoder used to emit
-        tokens[b, t] (after a row's eos: those of a decoder fed eos). Hard
-        attention decodes with s_t = argmax α_t."""
-        a, max_len = self._decoding_args(features, max_len, bos, eos)
+    def generate(self, features, max_len, bos, eos=None, beam_size=1, length_penalty=0.0):
+        """Captions of features (B, L, F), decoded in C. Every row starts from
+        ``bos``. Returns (tokens int64 (B, n), alphas (B, n, L)), n <= max_len.
+
+        Greedy (beam_size=1): the most probable next token (lowest id on
+        ties); a row that emits ``eos`` keeps eos after it, and decoding stops
+        when every row has. alphas[b, t] are the weights the decoder used to
+        emit tokens[b, t] (after a row's eos: those of a decoder fed eos).
+
+        Beam search (beam_size=K > 1): the rules of
+        ``attnc.models.seq2seq._reference_decode`` (finished hypotheses scored
+        sum(log p) / length ** length_penalty); each row's best hypothesis,
+        eos after it (0 without eos), its weights (0 after it).
+
+        Hard attention decodes with s_t = argmax α_t."""
+        a, max_len, K = self._decoding_args(features, max_len, bos, eos, beam_size, length_penalty)
         B, L, _ = a.shape
         tokens = np.zeros((B, max_len), np.int64)
         alphas = np.zeros((B, max_len, L), self.dtype)
         mode = _SOFT if self.attention_kind == "soft" else _HARD_ARGMAX
         config = (mode, self.gate_enabled, 0, 0.0)
-        steps = _core.captioner_generate(tokens, alphas, a, self._params(), config, int(bos),
-                                         -1 if eos is None else int(eos))
-        return tokens[:, :steps].copy(), alphas[:, :steps].copy()
+        eos_id = -1 if eos is None else int(eos)
+        if K == 1:
+            n = _core.captioner_generate(tokens, alphas, a, self._params(), config, int(bos), eos_id)
+        else:
+            n = _core.captioner_beam_search(tokens, alphas, a, self._params(), config, int(bos), eos_id, K,
+                                            float(length_penalty))
+        return tokens[:, :n].copy(), alphas[:, :n].copy()
 
-    def _generate_reference(self, features, max_len, bos, eos=None):
-        """Greedy decoding in Python by re-running the teacher-forced forward
-        on every prefix (eval mode): the oracle the C decoder is tested
-        against. Same return values as ``generate``."""
-        a, max_len = self._decoding_args(features, max_len, bos, eos)
+    def _generate_reference(self, features, max_len, bos, eos=None, beam_size=1, length_penalty=0.0):
+        """Decoding in Python by re-running the teacher-forced forward on every
+        prefix (eval mode): the oracle the C decoders are tested against. Greedy
+        here is written out; beam search is ``_reference_decode``'s, and its
+        weights come from one teacher-forced pass over each row's answer (0
+        after the row's end). Same return values as ``generate``."""
+        a, max_len, K = self._decoding_args(features, max_len, bos, eos, beam_size, length_penalty)
         B, L, _ = a.shape
-        seqs = np.zeros((B, 0), np.int64)
-        alphas = np.zeros((B, 0, L), self.dtype)
-        done = np.zeros(B, bool)
         with _EvalMode(self):
+            if K > 1:
+                def next_logprobs(prefixes, rows):
+                    tgt_in = np.concatenate([np.full((len(rows), 1), bos, np.int64), prefixes], axis=1)
+                    return _log_softmax(self.forward(a[rows], tgt_in)[:, -1])
+
+                seqs = _reference_decode(next_logprobs, B, max_len, eos, K, length_penalty)
+                alphas = np.zeros(seqs.shape + (L,), self.dtype)
+                if seqs.shape[1]:
+                    tgt_in = np.concatenate([np.full((B, 1), bos, np.int64), seqs[:, :-1]], axis=1)
+                    _, al = self.forward(a, tgt_in, return_alphas=True)
+                    width = seqs.shape[1]
+                    ends = np.full(B, width) if eos is None else \
+                        np.minimum(np.argmax(np.c_[seqs == eos, np.ones(B, bool)], axis=1) + 1, width)
+                    keep = np.arange(width)[None, :] < ends[:, None]
+                    alphas = np.where(keep[..., None], al, 0).astype(self.dtype)
+                return seqs, alphas
+            seqs = np.zeros((B, 0), np.int64)
+            alphas = np.zeros((B, 0, L), self.dtype)
+            done = np.zeros(B, bool)
             for _ in range(max_len):
                 tgt_in = np.concatenate([np.full((B, 1), bos, np.int64), seqs], axis=1)
                 logits, al = self.forward(a, tgt_in, return_alphas=True)

@@ -648,3 +648,242 @@ attnc_status attnc_captioner_generate(attnc_tensor *tokens, attnc_tensor *alphas
     free(done);
     return st;
 }
+
+/* ---- beam search ------------------------------------------------------------------- */
+
+/* Slot s of the B K hypothesis slots (row s / K): its running state, its
+ * tokens and weights so far, its score; `tmp` holds the next step's slots. */
+typedef struct {
+    int64_t K, max_len, eos;
+    double penalty;
+    void *h, *c, *al_hist, *tmp_h, *tmp_c, *tmp_al, *best_al; /* (BK, H) x2, (BK, max_len, L) ..., (B, max_len, L) */
+    int64_t *tok_hist, *tmp_tok, *best_tok;                   /* (BK, max_len), ..., (B, max_len) */
+    double *score, *tmp_score, *lp, *best_score;              /* (BK), (BK), (BK, V), (B) */
+    int64_t *live, *best_len, *prev;                          /* (B), (B), (BK) */
+} beam_state;
+
+/* lp (n, V) <- log_softmax of logits (n, V) in double (a row of -inf or NaN stays so). */
+static void log_softmax_rows(const cap_run *r, const void *logits, double *lp, int64_t n) {
+    int64_t V = r->V;
+    for (int64_t i = 0; i < n; i++) {
+        double *o = lp + i * V, m = -INFINITY, sum = 0;
+        for (int64_t v = 0; v < V; v++) {
+            o[v] = r->dt == ATTNC_FLOAT32 ? ((const float *)logits)[i * V + v] : ((const double *)logits)[i * V + v];
+            m = o[v] > m ? o[v] : m;
+        }
+        for (int64_t v = 0; v < V; v++) sum += exp(o[v] - m);
+        for (int64_t v = 0; v < V; v++) o[v] = o[v] - m - log(sum);
+    }
+}
+
+/* Row b's best finished hypothesis <- slot `from`'s history plus token v with
+ * weights alpha (L) at step t, if its score beats the best so far. */
+static void offer(const cap_run *r, beam_state *s, int64_t b, int64_t from, int64_t t, int64_t v, const void *alpha,
+                  double score) {
+    if (!(score > s->best_score[b])) return;
+    int64_t L = r->L, T = s->max_len;
+    s->best_score[b] = score;
+    s->best_len[b] = t + 1;
+    copy(s->best_tok + b * T, s->tok_hist + from * T, (size_t)t * sizeof(int64_t));
+    s->best_tok[b * T + t] = v;
+    copy(at(r, s->best_al, b * T * L), at(r, s->al_hist, from * T * L), (size_t)(t * L) * esize(r));
+    copy(at(r, s->best_al, (b * T + t) * L), alpha, (size_t)L * esize(r));
+}
+
+/* The up-to-K best candidates of row b's n live slots (scores + lp, eos
+ * excluded): largest first, ties to the earlier slot, then the lower token;
+ * -inf and NaN never chosen. Returns the count; parents and tokens out. */
+static int64_t select_candidates(const cap_run *r, const beam_state *s, int64_t b, int64_t n, int64_t *parent,
+                                 int64_t *token, double *value) {
+    int64_t count = 0, V = r->V;
+    for (int64_t k = 0; k < s->K; k++) {
+        int64_t best = -1;
+        double bv = -INFINITY;
+        for (int64_t i = 0; i < n; i++)
+            for (int64_t v = 0; v < V; v++) {
+                if (v == s->eos) continue;
+                double x = s->score[b * s->K + i] + s->lp[(b * s->K + i) * V + v];
+                bool taken = false;
+                for (int64_t q = 0; q < count && !taken; q++) taken = parent[q] == i && token[q] == v;
+                if (!taken && x > bv) {
+                    bv = x;
+                    best = i * V + v;
+                }
+            }
+        if (best < 0) break;
+        parent[count] = best / V;
+        token[count] = best % V;
+        value[count++] = bv;
+    }
+    return count;
+}
+
+/* One step t of row b: offer the eos candidates, pick the live ones, finish
+ * them at the last step or stop the row when none can beat its best, and
+ * write the survivors into the tmp slots. */
+static void beam_row(const cap_run *r, beam_state *s, int64_t b, int64_t t, const void *alpha) {
+    int64_t K = s->K, n = s->live[b], T = s->max_len, L = r->L, H = r->H, parent[64], token[64];
+    double value[64], Lc = (double)(t + 1);
+    if (s->eos >= 0)
+        for (int64_t i = 0; i < n; i++) {
+            int64_t slot = b * K + i;
+            offer(r, s, b, slot, t, s->eos, at(r, alpha, slot * L),
+                  (s->score[slot] + s->lp[slot * r->V + s->eos]) / pow(Lc, s->penalty));
+        }
+    int64_t count = select_candidates(r, s, b, n, parent, token, value);
+    if (t + 1 == T) {
+        for (int64_t q = 0; q < count; q++)
+            offer(r, s, b, b * K + parent[q], t, token[q], at(r, alpha, (b * K + parent[q]) * L),
+                  value[q] / pow(Lc, s->penalty));
+        count = 0;
+    } else if (count && s->best_len[b]) { /* the best any extension of a live one could still score */
+        double bound = -INFINITY;
+        for (int64_t q = 0; q < count; q++) {
+            double a1 = value[q] / pow(Lc + 1, s->penalty), a2 = value[q] / pow((double)T, s->penalty);
+            bound = fmax(bound, fmax(a1, a2));
+        }
+        if (s->best_score[b] >= bound) count = 0;
+    }
+    for (int64_t q = 0; q < count; q++) {
+        int64_t from = b * K + parent[q], to = b * K + q;
+        copy(at(r, s->tmp_h, to * H), at(r, s->h, from * H), (size_t)H * esize(r));
+        copy(at(r, s->tmp_c, to * H), at(r, s->c, from * H), (size_t)H * esize(r));
+        copy(s->tmp_tok + to * T, s->tok_hist + from * T, (size_t)t * sizeof(int64_t));
+        s->tmp_tok[to * T + t] = token[q];
+        copy(at(r, s->tmp_al, to * T * L), at(r, s->al_hist, from * T * L), (size_t)(t * L) * esize(r));
+        copy(at(r, s->tmp_al, (to * T + t) * L), at(r, alpha, from * L), (size_t)L * esize(r));
+        s->tmp_score[to] = value[q];
+    }
+    s->live[b] = count;
+}
+
+/* Every live slot <- its tmp slot (the step's survivors, in rank order);
+ * their step-t tokens become the next inputs. */
+static void beam_commit(const cap_run *r, beam_state *s, int64_t B, int64_t t) {
+    int64_t K = s->K, T = s->max_len, L = r->L, H = r->H;
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t q = 0; q < s->live[b]; q++) {
+            int64_t slot = b * K + q;
+            copy(at(r, s->h, slot * H), at(r, s->tmp_h, slot * H), (size_t)H * esize(r));
+            copy(at(r, s->c, slot * H), at(r, s->tmp_c, slot * H), (size_t)H * esize(r));
+            copy(s->tok_hist + slot * T, s->tmp_tok + slot * T, (size_t)T * sizeof(int64_t));
+            copy(at(r, s->al_hist, slot * T * L), at(r, s->tmp_al, slot * T * L), (size_t)(T * L) * esize(r));
+            s->score[slot] = s->tmp_score[slot];
+            s->prev[slot] = s->tok_hist[slot * T + t];
+        }
+}
+
+/* Allocate the beam state for B rows of K slots (h, c are the step scratch's). */
+static attnc_status beam_alloc(const cap_run *r, beam_state *s, int64_t B) {
+    int64_t BK = B * s->K, T = s->max_len, L = r->L, H = r->H;
+    struct {
+        void **p;
+        int64_t n;
+        size_t size;
+    } bufs[] = {{&s->al_hist, BK * T * L, esize(r)}, {&s->tmp_h, BK * H, esize(r)},
+                {&s->tmp_c, BK * H, esize(r)},        {&s->tmp_al, BK * T * L, esize(r)},
+                {&s->best_al, B * T * L, esize(r)},   {(void **)&s->tok_hist, BK * T, sizeof(int64_t)},
+                {(void **)&s->tmp_tok, BK * T, sizeof(int64_t)}, {(void **)&s->best_tok, B * T, sizeof(int64_t)},
+                {(void **)&s->score, BK, sizeof(double)}, {(void **)&s->tmp_score, BK, sizeof(double)},
+                {(void **)&s->lp, BK * r->V, sizeof(double)}, {(void **)&s->best_score, B, sizeof(double)},
+                {(void **)&s->live, B, sizeof(int64_t)}, {(void **)&s->best_len, B, sizeof(int64_t)},
+                {(void **)&s->prev, BK, sizeof(int64_t)}};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        TRY(attnc_calloc(bufs[i].p, (size_t)bufs[i].n, bufs[i].size, "beam search state"));
+    return ATTNC_OK;
+}
+
+static void beam_free(beam_state *s) {
+    void *ps[] = {s->al_hist, s->tmp_h, s->tmp_c, s->tmp_al, s->best_al, s->tok_hist, s->tmp_tok, s->best_tok,
+                  s->score, s->tmp_score, s->lp, s->best_score, s->live, s->best_len, s->prev};
+    for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++) free(ps[i]);
+}
+
+/* The decoding loop over B K slots (rb: the run with B K rows): one step for
+ * every slot, then each row's beam. */
+static void beam_loop(const cap_run *rb, const attnc_captioner_params *p, const void *feat_k, step_scratch *sc,
+                      const step_arrays *arr, void *logits, void *q, beam_state *s, int64_t B) {
+    for (int64_t t = 0; t < s->max_len; t++) {
+        bool any = false;
+        for (int64_t b = 0; b < B; b++) any = any || s->live[b] > 0;
+        if (!any) break;
+        embed(rb, p, s->prev, rb->B, arr->xin, sc->gxe);
+        step_forward(rb, p, feat_k, sc, arr, 0);
+        deep_output(rb, p, rb->B, arr->xin, arr->h, q, logits);
+        log_softmax_rows(rb, logits, s->lp, rb->B);
+        for (int64_t b = 0; b < B; b++)
+            if (s->live[b]) beam_row(rb, s, b, t, arr->alpha);
+        beam_commit(rb, s, B, t);
+    }
+}
+
+attnc_status attnc_captioner_beam_search(attnc_tensor *tokens, attnc_tensor *alphas, int64_t *length,
+                                         const attnc_tensor *features, const attnc_captioner_params *p,
+                                         const attnc_captioner_config *cfg, int64_t bos, int64_t eos,
+                                         int64_t beam_size, double length_penalty) {
+    cap_run r;
+    TRY(setup(&r, features, NULL, p, cfg));
+    if (r.mode != ATTNC_CAPTION_SOFT && r.mode != ATTNC_CAPTION_HARD_ARGMAX)
+        return attnc_fail(ATTNC_ERR_VALUE, "decoding needs the soft or the argmax attention mode");
+    if (!length) return attnc_fail(ATTNC_ERR_TYPE, "length is required");
+    if (beam_size < 1 || beam_size > 64)
+        return attnc_fail(ATTNC_ERR_VALUE, "beam_size must be in [1, 64], got %" PRId64, beam_size);
+    if (!isfinite(length_penalty)) return attnc_fail(ATTNC_ERR_VALUE, "length_penalty must be finite");
+    int64_t B = r.B, L = r.L, F = r.F, K = beam_size, ts[2] = {B, -1};
+    TRY(check_array(tokens, "tokens", ATTNC_INT64, 2, ts, true));
+    int64_t T = ts[1], as[3] = {B, T, L};
+    TRY(check_array(alphas, "alphas", r.dt, 3, as, true));
+    if (bos < 0 || bos >= r.V) return attnc_fail(ATTNC_ERR_VALUE, "bos %" PRId64 " is outside [0, %" PRId64 ")", bos, r.V);
+    if (eos < -1 || eos >= r.V) return attnc_fail(ATTNC_ERR_VALUE, "eos %" PRId64 " is outside [0, %" PRId64 ")", eos, r.V);
+    cap_run rb = r; /* one decoder row per (image, slot) */
+    rb.B = B * K;
+    rb.T = 1;
+    cap_layout lo;
+    layout(&lo, rb.B, 1, L, F, r.E, r.H, r.A);
+    beam_state s = {.K = K, .max_len = T, .eos = eos, .penalty = length_penalty};
+    step_scratch sc = {0};
+    void *base = NULL, *feat_k = NULL, *logits = NULL;
+    attnc_status st = attnc_calloc(&base, (size_t)lo.total, esize(&r), "decoder state");
+    if (st == ATTNC_OK) st = attnc_calloc(&feat_k, (size_t)(rb.B * L * F), esize(&r), "decoder features");
+    if (st == ATTNC_OK) st = attnc_calloc(&logits, (size_t)(rb.B * r.V), esize(&r), "decoder logits");
+    if (st == ATTNC_OK) st = scratch_alloc(&rb, &sc, rb.B);
+    if (st == ATTNC_OK) st = beam_alloc(&r, &s, B);
+    int64_t *hard = NULL;
+    if (st == ATTNC_OK) st = attnc_calloc((void **)&hard, (size_t)rb.B, sizeof *hard, "decoder locations");
+    if (st == ATTNC_OK) {
+        for (int64_t i = 0; i < rb.B; i++) /* every slot sees its image */
+            copy(at(&r, feat_k, i * L * F), at(&r, features->data, (i / K) * L * F), (size_t)(L * F) * esize(&r));
+        prepare(&rb, p, feat_k, at(&r, base, lo.mean), at(&r, base, lo.h0), at(&r, base, lo.c0), at(&r, base, lo.pa));
+        pack_recurrent(&rb, p, sc.w_rec, sc.b_rec);
+        copy(sc.h_run, at(&r, base, lo.h0), (size_t)(rb.B * r.H) * esize(&r));
+        copy(sc.c_run, at(&r, base, lo.c0), (size_t)(rb.B * r.H) * esize(&r));
+        s.h = sc.h_run;
+        s.c = sc.c_run;
+        for (int64_t b = 0; b < B; b++) {
+            s.live[b] = 1; /* one empty hypothesis, score 0 */
+            s.best_score[b] = -INFINITY;
+        }
+        for (int64_t i = 0; i < rb.B; i++) s.prev[i] = bos;
+        step_arrays arr = {.th = at(&r, base, lo.th), .alpha = at(&r, base, lo.alpha), .beta = at(&r, base, lo.beta),
+                           .zhat = at(&r, base, lo.zhat), .xin = at(&r, base, lo.xin),
+                           .gates = at(&r, base, lo.gates), .h = at(&r, base, lo.h), .c = at(&r, base, lo.c),
+                           .hprev = NULL, .pa = at(&r, base, lo.pa), .samples = hard};
+        beam_loop(&rb, p, feat_k, &sc, &arr, logits, at(&r, base, lo.q), &s, B);
+        *length = 0;
+        int64_t *out = tokens->data;
+        for (int64_t b = 0; b < B; b++) {
+            *length = s.best_len[b] > *length ? s.best_len[b] : *length;
+            for (int64_t t = 0; t < T; t++) out[b * T + t] = t < s.best_len[b] ? s.best_tok[b * T + t] : (eos >= 0 ? eos : 0);
+        }
+        memset(alphas->data, 0, (size_t)(B * T * L) * esize(&r));
+        for (int64_t b = 0; b < B; b++)
+            copy(at(&r, alphas->data, b * T * L), at(&r, s.best_al, b * T * L), (size_t)(s.best_len[b] * L) * esize(&r));
+    }
+    scratch_free(&sc);
+    beam_free(&s);
+    free(base);
+    free(feat_k);
+    free(logits);
+    free(hard);
+    return st;
+}

@@ -92,4 +92,19 @@ attnc_status attnc_captioner_generate(attnc_tensor *tokens, attnc_tensor *alphas
                                       const attnc_tensor *features, const attnc_captioner_params *p,
                                       const attnc_captioner_config *cfg, int64_t bos, int64_t eos);
 
+/* Beam search (beam_size K in [1, 64]) with the rules of the reference
+ * decoder in attnc/models/seq2seq.py (_reference_decode): every live
+ * hypothesis is extended by every token; one ending in eos (>= 0; -1: none)
+ * is finished with score sum(log p) / length ** length_penalty (all kept,
+ * no beam slot); the K best others by sum(log p) stay live (ties: earlier
+ * hypothesis, then lower token); hypotheses reaching max_len are finished;
+ * a row stops when no live hypothesis can beat its best finished one.
+ * tokens (B, max_len) <- each row's best (eos after it, or 0 without eos),
+ * alphas (B, max_len, L) <- its weights (0 after it), *length <- the
+ * longest. */
+attnc_status attnc_captioner_beam_search(attnc_tensor *tokens, attnc_tensor *alphas, int64_t *length,
+                                         const attnc_tensor *features, const attnc_captioner_params *p,
+                                         const attnc_captioner_config *cfg, int64_t bos, int64_t eos,
+                                         int64_t beam_size, double length_penalty);
+
 #endif

@@ -147,6 +147,24 @@ static void test_captioner_decode_and_errors(void) {
     }
     CHECK(same, "greedy tokens differ from the argmax of the teacher-forced logits");
     CHECK(max_abs_diff(alphas, dal, CB * ML * CL) < 1e-14, "decoder weights differ from the forward's");
+    /* beam search: tokens in range; a full beam over ML = 1 step picks the argmax */
+    int64_t blen = -1;
+    CHECK(attnc_captioner_beam_search(&to, &ta, &blen, &tf, &p, &c, 1, 2, 3, 0.5) == ATTNC_OK, "%s",
+          attnc_last_error());
+    int in_range = blen >= 1 && blen <= ML;
+    for (int r = 0; r < CB * ML; r++) in_range &= out[r] >= 0 && out[r] < CV;
+    CHECK(in_range, "beam search tokens out of range (length %lld)", (long long)blen);
+    int64_t one[CB], os1[2] = {CB, 1}, oa1[3] = {CB, 1, CL};
+    double al1[CB * CL];
+    attnc_tensor to1 = view(one, ATTNC_INT64, 2, os1), ta1 = view(al1, ATTNC_FLOAT64, 3, oa1);
+    CHECK(attnc_captioner_beam_search(&to1, &ta1, &blen, &tf, &p, &c, 1, -1, CV, 0) == ATTNC_OK && blen == 1 &&
+              one[0] == tok[1] && one[1] == tok[ML + 1], /* tok holds the greedy tokens, shifted */
+          "a full one-step beam is not the greedy token");
+    CHECK(max_abs_diff(al1, alphas, CL) < 1e-14 && max_abs_diff(al1 + CL, alphas + ML * CL, CL) < 1e-14,
+          "beam weights differ from the forward's");
+    CHECK(attnc_captioner_beam_search(&to, &ta, &blen, &tf, &p, &c, 1, 2, 0, 0) == ATTNC_ERR_VALUE &&
+              attnc_captioner_beam_search(&to, &ta, &blen, &tf, &p, &c, 1, 2, 65, 0) == ATTNC_ERR_VALUE,
+          "beam_size outside [1, 64] accepted");
     /* errors */
     tok[3] = CV;
     CHECK(attnc_captioner_forward(&tl, &tal, &none, &none, &tf, &tt, &p, &c) == ATTNC_ERR_VALUE &&
