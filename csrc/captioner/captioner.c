@@ -584,6 +584,22 @@ static void pick_tokens(const cap_run *r, const void *logits, int64_t *next, boo
     }
 }
 
+/* The decoders' outputs tokens (B, T) INT64 and alphas (B, T, L) (T
+ * returned) and their bos, eos (-1: none) ids. */
+static attnc_status check_decoding(const cap_run *r, attnc_tensor *tokens, attnc_tensor *alphas, int64_t bos,
+                                   int64_t eos, int64_t *T) {
+    int64_t ts[2] = {r->B, -1};
+    TRY(check_array(tokens, "tokens", ATTNC_INT64, 2, ts, true));
+    int64_t as[3] = {r->B, ts[1], r->L};
+    TRY(check_array(alphas, "alphas", r->dt, 3, as, true));
+    if (bos < 0 || bos >= r->V)
+        return attnc_fail(ATTNC_ERR_VALUE, "bos %" PRId64 " is outside [0, %" PRId64 ")", bos, r->V);
+    if (eos < -1 || eos >= r->V)
+        return attnc_fail(ATTNC_ERR_VALUE, "eos %" PRId64 " is outside [0, %" PRId64 ")", eos, r->V);
+    *T = ts[1];
+    return ATTNC_OK;
+}
+
 attnc_status attnc_captioner_generate(attnc_tensor *tokens, attnc_tensor *alphas, int64_t *steps,
                                       const attnc_tensor *features, const attnc_captioner_params *p,
                                       const attnc_captioner_config *cfg, int64_t bos, int64_t eos) {
@@ -592,13 +608,8 @@ attnc_status attnc_captioner_generate(attnc_tensor *tokens, attnc_tensor *alphas
     if (r.mode != ATTNC_CAPTION_SOFT && r.mode != ATTNC_CAPTION_HARD_ARGMAX)
         return attnc_fail(ATTNC_ERR_VALUE, "decoding needs the soft or the argmax attention mode");
     if (!steps) return attnc_fail(ATTNC_ERR_TYPE, "steps is required");
-    int64_t B = r.B, L = r.L, F = r.F, E = r.E, H = r.H, A = r.A, V = r.V;
-    int64_t ts[2] = {B, -1};
-    TRY(check_array(tokens, "tokens", ATTNC_INT64, 2, ts, true));
-    int64_t max_len = ts[1], as[3] = {B, max_len, L};
-    TRY(check_array(alphas, "alphas", r.dt, 3, as, true));
-    if (bos < 0 || bos >= V) return attnc_fail(ATTNC_ERR_VALUE, "bos %" PRId64 " is outside [0, %" PRId64 ")", bos, V);
-    if (eos < -1 || eos >= V) return attnc_fail(ATTNC_ERR_VALUE, "eos %" PRId64 " is outside [0, %" PRId64 ")", eos, V);
+    int64_t B = r.B, L = r.L, F = r.F, E = r.E, H = r.H, A = r.A, V = r.V, max_len;
+    TRY(check_decoding(&r, tokens, alphas, bos, eos, &max_len));
     r.T = 1; /* the step arrays hold one step */
     *steps = 0;
     cap_layout lo;
@@ -817,6 +828,25 @@ static void beam_loop(const cap_run *rb, const attnc_captioner_params *p, const 
     }
 }
 
+/* tokens (B, T) <- each row's best (eos, or 0 without eos, after it);
+ * alphas (B, T, L) <- its weights (0 after it). Returns the longest. */
+static int64_t beam_output(const cap_run *r, const beam_state *s, int64_t *tokens, void *alphas) {
+    int64_t T = s->max_len, L = r->L, longest = 0;
+    for (int64_t b = 0; b < r->B; b++) {
+        int64_t n = s->best_len[b];
+        longest = n > longest ? n : longest;
+        for (int64_t t = 0; t < T; t++) tokens[b * T + t] = t < n ? s->best_tok[b * T + t] : (s->eos >= 0 ? s->eos : 0);
+        copy(at(r, alphas, b * T * L), at(r, s->best_al, b * T * L), (size_t)(n * L) * esize(r));
+        for (int64_t i = n * L; i < T * L; i++) {
+            if (r->dt == ATTNC_FLOAT32)
+                ((float *)alphas)[b * T * L + i] = 0;
+            else
+                ((double *)alphas)[b * T * L + i] = 0;
+        }
+    }
+    return longest;
+}
+
 attnc_status attnc_captioner_beam_search(attnc_tensor *tokens, attnc_tensor *alphas, int64_t *length,
                                          const attnc_tensor *features, const attnc_captioner_params *p,
                                          const attnc_captioner_config *cfg, int64_t bos, int64_t eos,
@@ -829,12 +859,8 @@ attnc_status attnc_captioner_beam_search(attnc_tensor *tokens, attnc_tensor *alp
     if (beam_size < 1 || beam_size > 64)
         return attnc_fail(ATTNC_ERR_VALUE, "beam_size must be in [1, 64], got %" PRId64, beam_size);
     if (!isfinite(length_penalty)) return attnc_fail(ATTNC_ERR_VALUE, "length_penalty must be finite");
-    int64_t B = r.B, L = r.L, F = r.F, K = beam_size, ts[2] = {B, -1};
-    TRY(check_array(tokens, "tokens", ATTNC_INT64, 2, ts, true));
-    int64_t T = ts[1], as[3] = {B, T, L};
-    TRY(check_array(alphas, "alphas", r.dt, 3, as, true));
-    if (bos < 0 || bos >= r.V) return attnc_fail(ATTNC_ERR_VALUE, "bos %" PRId64 " is outside [0, %" PRId64 ")", bos, r.V);
-    if (eos < -1 || eos >= r.V) return attnc_fail(ATTNC_ERR_VALUE, "eos %" PRId64 " is outside [0, %" PRId64 ")", eos, r.V);
+    int64_t B = r.B, L = r.L, F = r.F, K = beam_size, T;
+    TRY(check_decoding(&r, tokens, alphas, bos, eos, &T));
     cap_run rb = r; /* one decoder row per (image, slot) */
     rb.B = B * K;
     rb.T = 1;
@@ -869,15 +895,7 @@ attnc_status attnc_captioner_beam_search(attnc_tensor *tokens, attnc_tensor *alp
                            .gates = at(&r, base, lo.gates), .h = at(&r, base, lo.h), .c = at(&r, base, lo.c),
                            .hprev = NULL, .pa = at(&r, base, lo.pa), .samples = hard};
         beam_loop(&rb, p, feat_k, &sc, &arr, logits, at(&r, base, lo.q), &s, B);
-        *length = 0;
-        int64_t *out = tokens->data;
-        for (int64_t b = 0; b < B; b++) {
-            *length = s.best_len[b] > *length ? s.best_len[b] : *length;
-            for (int64_t t = 0; t < T; t++) out[b * T + t] = t < s.best_len[b] ? s.best_tok[b * T + t] : (eos >= 0 ? eos : 0);
-        }
-        memset(alphas->data, 0, (size_t)(B * T * L) * esize(&r));
-        for (int64_t b = 0; b < B; b++)
-            copy(at(&r, alphas->data, b * T * L), at(&r, s.best_al, b * T * L), (size_t)(s.best_len[b] * L) * esize(&r));
+        *length = beam_output(&r, &s, tokens->data, alphas->data);
     }
     scratch_free(&sc);
     beam_free(&s);
