@@ -101,7 +101,8 @@ class Captioner(nn.Module):
 
         ∇ log p(y|s) + λ_r (log p(y|s) − b) ∇ log p(s) + λ_e ∇ H[α]
 
-    with log p(y|s) the row's summed token log-likelihood, log p(s) = Σ_t
+    (λ_r = ``reinforce``, λ_e = ``entropy``), with log p(y|s) the row's
+    summed token log-likelihood, log p(s) = Σ_t
     log α_{t,s_t} and H the entropies of α_t over the real steps; the
     doubly stochastic penalty is added as in soft attention. The baseline b
     (``model.baseline``) is a moving average: set to the first batch's mean
@@ -110,8 +111,8 @@ class Captioner(nn.Module):
     4.1) do to cut the estimator's variance, each image in training uses the
     expected context (soft attention's z_t, location −1) instead of samples
     with probability ``expected_context`` (0.5); such rows get the plain
-    gradient, no score-function term, and do not move the baseline. In eval mode (and in
-    ``generate``) hard attention is deterministic: s_t = argmax_i α_ti, the
+    gradient, no score-function term, and do not move the baseline. In eval
+    mode (and in ``generate``) hard attention is deterministic: s_t = argmax_i α_ti, the
     most likely location (not the expectation, so the decoder sees the
     single-location contexts it was trained on). ``samples=`` fixes the
     locations (the tests use it).
