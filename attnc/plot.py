@@ -399,3 +399,97 @@ def _empty_mappable(cmap):
     from matplotlib.colors import Normalize
 
     return ScalarMappable(norm=Normalize(vmin=0.0, vmax=1.0), cmap=cmap)
+
+
+def caption_attention(image, words, alphas, *, grid=(3, 3), ax=None, cmap="viridis", overlay_alpha=0.6,
+                      ncols=5, colorbar=True, title=None):
+    """Show where a captioner looked for each word (as Xu et al. 2015, Fig. 3).
+
+    The image is drawn once per word with that word's attention weights over
+    the grid cells laid over it (a fixed 0–1 colour scale), the word as the
+    panel's title.
+
+    Parameters
+    ----------
+    image : array-like, (H, W, 3) or (H, W)
+        The picture, e.g. ``attnc.datasets.captions(...).image(i)``.
+    words : sequence of str, length n
+        The caption's words (or tokens), one panel each.
+    alphas : array-like, (n, rows · cols) or (n, rows, cols)
+        The weights of each word's step over the cells, in row-major order
+        (the second output of ``Captioner.generate``, one row of it).
+    grid : (rows, cols), default (3, 3)
+        How the cells tile the image.
+    ax : sequence of at least n matplotlib Axes, optional
+        Axes to draw into (a single Axes when n = 1); by default a new
+        figure with ``ncols`` panels per row.
+    cmap, overlay_alpha : the weights' colour map and opacity.
+    colorbar : bool, default True
+        One colour bar (0 to 1) for all panels.
+    title : str, optional
+        The figure's title.
+
+    Returns
+    -------
+    numpy.ndarray of matplotlib Axes, shape (n,): the panels drawn into.
+
+    Example
+    -------
+    >>> task = attnc.datasets.captions(1)
+    >>> tokens, alphas = model.generate(task.features, 9, bos=task.bos, eos=task.eos)
+    >>> words = task.vocab.decode(tokens[0]).split() + ["<eos>"]
+    >>> attnc.plot.caption_attention(task.image(0), words, alphas[0, :len(words)])
+    """
+    img = np.asarray(image, dtype=np.float64)
+    if img.ndim not in (2, 3) or (img.ndim == 3 and img.shape[2] not in (1, 3, 4)):
+        raise ValueError(f"image must be (H, W) or (H, W, 3), got shape {tuple(img.shape)}")
+    rows, cols = (int(g) for g in grid)
+    if isinstance(words, (str, bytes)):
+        raise TypeError("words must be a sequence of words, not one string")
+    words = [str(w) for w in words]
+    n = len(words)
+    weights = np.asarray(alphas, dtype=np.float64)
+    if weights.ndim == 3:
+        weights = weights.reshape(weights.shape[0], -1)
+    if weights.ndim != 2 or weights.shape != (n, rows * cols):
+        raise ValueError(f"alphas must be (n words = {n}, {rows * cols} cells) for grid {rows} × {cols}, "
+                         f"got shape {tuple(np.shape(alphas))}")
+    plt = _import_pyplot()
+    from matplotlib.colors import Normalize
+
+    if ax is None:
+        per_row = max(1, min(int(ncols), n))
+        lines = max(1, -(-n // per_row))
+        fig, grid_axes = plt.subplots(lines, per_row, figsize=(2.2 * per_row + 0.8, 2.4 * lines), squeeze=False,
+                                      layout="constrained")
+        flat = grid_axes.ravel()
+        for extra in flat[n:]:
+            extra.remove()
+        panels = np.array(list(flat[:n]), dtype=object)
+    else:
+        given = np.ravel(np.asarray(ax, dtype=object))
+        if given.size < n:
+            raise ValueError(f"ax holds {given.size} Axes, {n} words need one each")
+        panels = given[:n]
+        fig = panels[0].figure if n else None
+    norm = Normalize(vmin=0.0, vmax=1.0)
+    height, width = img.shape[:2]
+    extent = (0, width, height, 0)
+    shown = img[..., 0] if img.ndim == 3 and img.shape[2] == 1 else img
+    for k, (panel, word) in enumerate(zip(panels, words)):
+        panel.imshow(shown, extent=extent, interpolation="nearest", cmap="gray" if shown.ndim == 2 else None)
+        panel.imshow(weights[k].reshape(rows, cols), extent=extent, cmap=cmap, norm=norm, alpha=overlay_alpha,
+                     interpolation="nearest")
+        panel.set_title(word)
+        panel.set_xticks([])
+        panel.set_yticks([])
+    if colorbar and fig is not None:
+        # an opaque mappable on the same scale: the overlays' transparency would wash out the bar
+        cbar = fig.colorbar(_empty_mappable(cmap), ax=list(panels), shrink=0.8, pad=0.02)
+        cbar.set_label("attention weight")
+    if title is not None and fig is not None:
+        fig.suptitle(title)
+    return panels
+
+
+__all__.append("caption_attention")

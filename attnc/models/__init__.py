@@ -1,8 +1,9 @@
 """attnc.models: whole models built from attnc.nn modules, with gradients
 through attnc.vjp (keyed by state_dict name) and decoding."""
 
+from .captioner import Captioner
 from .gpt import GPT
 from .rnn_seq2seq import Seq2Seq
 from .seq2seq import Seq2SeqTransformer
 
-__all__ = ["GPT", "Seq2Seq", "Seq2SeqTransformer"]
+__all__ = ["Captioner", "GPT", "Seq2Seq", "Seq2SeqTransformer"]

@@ -1,0 +1,907 @@
+/* captioner.c: show-attend-tell (Xu et al. 2015), forward and backward
+ * through time and greedy decoding (equations in captioner.h).
+ *
+ * What runs once per call: the initial state, the attention's feature
+ * projection W_a a_i + b_a (not once per step), the embedding's share of the
+ * LSTM gates for every step, and the deep output layer over all steps. Per
+ * step: one product h_{t-1} [W_hh; U_a; w_b]^T (the recurrent gates, the
+ * attention's query part and the gate's pre-activation together), the
+ * attention rows, z_t W_ih[:, E:]^T and the cell. The backward mirrors it and
+ * forms every weight gradient with one product over all steps.
+ *
+ * Threads: row kernels run over fixed blocks of ROWS images and products are
+ * cut into fixed blocks of GEMM_ROWS output rows; each block owns its outputs
+ * and every sum runs in a fixed order, so the bits never depend on the
+ * thread count. */
+#include "captioner.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../core/blas.h"
+#include "../core/rng.h"
+#include "../core/simd.h"
+#include "../core/status.h"
+#include "../core/tensor.h"
+#include "../core/threads.h"
+#include "../transformer/layer.h"
+
+enum { ROWS = 16, GEMM_ROWS = 64 }; /* images per row-kernel block; output rows per product block */
+
+typedef struct {
+    int64_t B, T, L, F, E, H, A, V, R; /* R = 4H + A + gate: the recurrent product's width */
+    int gate;
+    attnc_caption_mode mode;
+    uint64_t seed;
+    double expect_prob;
+    attnc_dtype dt;
+} cap_run;
+
+#define ATTNC_F64 0
+#include "captioner_impl.h"
+#define ATTNC_F64 1
+#include "captioner_impl.h"
+
+/* ---- small helpers ------------------------------------------------------------ */
+
+static size_t esize(const cap_run *r) { return attnc_dtype_size(r->dt); }
+
+/* memcpy that accepts the NULL pointers of empty buffers. */
+static void copy(void *dst, const void *src, size_t bytes) {
+    if (bytes) memcpy(dst, src, bytes);
+}
+
+static void *at(const cap_run *r, const void *base, int64_t offset) {
+    return (char *)base + offset * (int64_t)esize(r);
+}
+
+/* A (rows, cols) matrix at p with row stride rs (unit column stride). */
+static attnc_mat M(const void *p, int64_t rows, int64_t cols, int64_t rs) {
+    attnc_mat m = {(void *)p, rows, cols, rs, 1};
+    return m;
+}
+
+/* c (m, n) = alpha op(a) op(b) + beta c over fixed blocks of c's rows. */
+static void gemm(const cap_run *r, bool ta, bool tb, double alpha, attnc_mat a, attnc_mat b, double beta,
+                 attnc_mat c) {
+    int64_t k = ta ? a.rows : a.cols;
+    int workers = attnc_workers_for(c.rows * c.cols * k);
+    int64_t blocks = (c.rows + GEMM_ROWS - 1) / GEMM_ROWS;
+    ATTNC_PARALLEL_TYPED(r->dt, workers, gemm_job, gemm_task, blocks, .ta = ta, .tb = tb, .alpha = alpha,
+                         .beta = beta, .a = a, .b = b, .c = c);
+}
+
+/* Every row of c (rows, n) (row stride rs) <- bias (n): the start of a
+ * product accumulated with beta = 1. */
+static void fill_rows(const cap_run *r, void *c, int64_t rows, int64_t n, int64_t rs, const void *bias) {
+    for (int64_t i = 0; i < rows; i++) copy(at(r, c, i * rs), bias, (size_t)n * esize(r));
+}
+
+/* out (n) <- the sum of the rows of x (rows, n) (row stride rs), in row order. */
+static void col_sums(const cap_run *r, void *out, const void *x, int64_t rows, int64_t n, int64_t rs) {
+    if (r->dt == ATTNC_FLOAT32) {
+        float *o = out;
+        const float *p = x;
+        for (int64_t k = 0; k < n; k++) o[k] = 0;
+        for (int64_t i = 0; i < rows; i++)
+            for (int64_t k = 0; k < n; k++) o[k] += p[i * rs + k];
+    } else {
+        double *o = out;
+        const double *p = x;
+        for (int64_t k = 0; k < n; k++) o[k] = 0;
+        for (int64_t i = 0; i < rows; i++)
+            for (int64_t k = 0; k < n; k++) o[k] += p[i * rs + k];
+    }
+}
+
+/* x (n) <- tanh(x). */
+static void tanh_all(const cap_run *r, void *x, int64_t n) {
+    if (r->dt == ATTNC_FLOAT32)
+        for (int64_t i = 0; i < n; i++) ((float *)x)[i] = tanhf(((float *)x)[i]);
+    else
+        for (int64_t i = 0; i < n; i++) ((double *)x)[i] = tanh(((double *)x)[i]);
+}
+
+/* Run a row kernel over fixed blocks of ROWS images. */
+static void rows_parallel(const cap_run *r, attnc_task_fn f32, attnc_task_fn f64, void *job) {
+    int workers = attnc_workers_for(r->B * (r->L * r->A + 4 * r->H) * 4); /* a few operations per element */
+    attnc_parallel_for((r->B + ROWS - 1) / ROWS, workers, r->dt == ATTNC_FLOAT32 ? f32 : f64, job);
+}
+
+/* ---- checks ------------------------------------------------------------------- */
+
+/* A C-contiguous parameter of the call's dtype and the given shape (n1 = 0: 1-D). */
+static attnc_status check_param(const cap_run *r, const attnc_tensor *t, const char *name, int64_t n0, int64_t n1,
+                                bool output) {
+    if (!attnc_present(t)) return attnc_fail(ATTNC_ERR_TYPE, "parameter %s is required", name);
+    int64_t sizes[2] = {n0, n1};
+    TRY(attnc_check_dims(t, name, r->dt, n1 ? 2 : 1, sizes, output));
+    if (!attnc_is_contiguous(t)) return attnc_fail(ATTNC_ERR_LAYOUT, "parameter %s must be contiguous", name);
+    return ATTNC_OK;
+}
+
+static attnc_status check_params(const cap_run *r, const attnc_captioner_params *p, bool output) {
+    int64_t H = r->H, F = r->F, E = r->E, A = r->A, V = r->V;
+    struct {
+        const attnc_tensor *t;
+        const char *name;
+        int64_t n0, n1;
+    } parts[] = {{&p->embedding, "embedding.weight", V, E},       {&p->init_h_w, "init_h.weight", H, F},
+                 {&p->init_h_b, "init_h.bias", H, 0},             {&p->init_c_w, "init_c.weight", H, F},
+                 {&p->init_c_b, "init_c.bias", H, 0},             {&p->att_feat_w, "attention.feature.weight", A, F},
+                 {&p->att_feat_b, "attention.feature.bias", A, 0}, {&p->att_hidden_w, "attention.hidden.weight", A, H},
+                 {&p->att_score_w, "attention.score.weight", 1, A}, {&p->w_ih, "decoder.weight_ih", 4 * H, E + F},
+                 {&p->w_hh, "decoder.weight_hh", 4 * H, H},       {&p->b_ih, "decoder.bias_ih", 4 * H, 0},
+                 {&p->b_hh, "decoder.bias_hh", 4 * H, 0},         {&p->out_h_w, "out_hidden.weight", E, H},
+                 {&p->out_z_w, "out_context.weight", E, F},       {&p->out_w, "output.weight", V, E},
+                 {&p->out_b, "output.bias", V, 0}};
+    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++)
+        TRY(check_param(r, parts[i].t, parts[i].name, parts[i].n0, parts[i].n1, output));
+    if (r->gate) {
+        TRY(check_param(r, &p->gate_w, "gate.weight", 1, H, output));
+        TRY(check_param(r, &p->gate_b, "gate.bias", 1, 0, output));
+    } else if (attnc_present(&p->gate_w) || attnc_present(&p->gate_b)) {
+        return attnc_fail(ATTNC_ERR_VALUE, "gate parameters given but the config has no gate");
+    }
+    return ATTNC_OK;
+}
+
+/* An input or output of the call's dtype (or INT64) and shape, contiguous. */
+static attnc_status check_array(const attnc_tensor *t, const char *name, attnc_dtype dt, int ndim, int64_t *sizes,
+                                bool output) {
+    if (!attnc_present(t)) return attnc_fail(ATTNC_ERR_TYPE, "%s is required", name);
+    TRY(attnc_check_dims(t, name, dt, ndim, sizes, output));
+    if (!attnc_is_contiguous(t)) return attnc_fail(ATTNC_ERR_LAYOUT, "%s must be contiguous", name);
+    return ATTNC_OK;
+}
+
+/* Ids of t (n values, contiguous INT64) all in [low, limit). */
+static attnc_status check_ids(const attnc_tensor *t, const char *name, int64_t n, int64_t low, int64_t limit) {
+    const int64_t *id = t->data;
+    for (int64_t i = 0; i < n; i++)
+        if (id[i] < low || id[i] >= limit)
+            return attnc_fail(ATTNC_ERR_VALUE, "%s has the value %" PRId64 " at flat index %" PRId64
+                              ", outside [%" PRId64 ", %" PRId64 ")", name, id[i], i, low, limit);
+    return ATTNC_OK;
+}
+
+/* Sizes from features (B, L, F) and the parameters; checks both. T < 0:
+ * no tokens (decoding). */
+static attnc_status setup(cap_run *r, const attnc_tensor *features, const attnc_tensor *tokens,
+                          const attnc_captioner_params *p, const attnc_captioner_config *cfg) {
+    *r = (cap_run){0};
+    if (!cfg || !p) return attnc_fail(ATTNC_ERR_TYPE, "config and parameters are required");
+    if (cfg->mode < ATTNC_CAPTION_SOFT || cfg->mode > ATTNC_CAPTION_HARD_GIVEN)
+        return attnc_fail(ATTNC_ERR_VALUE, "unknown attention mode %d", (int)cfg->mode);
+    if (!attnc_present(features)) return attnc_fail(ATTNC_ERR_TYPE, "features is required");
+    r->dt = features->dtype;
+    if (r->dt != ATTNC_FLOAT32 && r->dt != ATTNC_FLOAT64)
+        return attnc_fail(ATTNC_ERR_TYPE, "features has dtype %s, expected float32 or float64",
+                          attnc_dtype_name(r->dt));
+    int64_t fs[3] = {-1, -1, -1};
+    TRY(check_array(features, "features", r->dt, 3, fs, false));
+    r->B = fs[0];
+    r->L = fs[1];
+    r->F = fs[2];
+    if (r->L < 1 || r->F < 1)
+        return attnc_fail(ATTNC_ERR_VALUE, "features needs at least one location and one feature (L, F >= 1)");
+    if (!attnc_present(&p->embedding) || p->embedding.ndim != 2 || !attnc_present(&p->w_hh) || p->w_hh.ndim != 2 ||
+        !attnc_present(&p->att_feat_w) || p->att_feat_w.ndim != 2)
+        return attnc_fail(ATTNC_ERR_TYPE, "embedding.weight, decoder.weight_hh and attention.feature.weight "
+                                          "are required 2-D parameters");
+    r->V = p->embedding.shape[0];
+    r->E = p->embedding.shape[1];
+    r->H = p->w_hh.shape[1];
+    r->A = p->att_feat_w.shape[0];
+    r->gate = cfg->gate != 0;
+    r->R = 4 * r->H + r->A + r->gate;
+    r->mode = cfg->mode;
+    r->seed = cfg->seed;
+    r->expect_prob = cfg->expect_prob;
+    if (!(cfg->expect_prob >= 0 && cfg->expect_prob <= 1))
+        return attnc_fail(ATTNC_ERR_VALUE, "expect_prob must be in [0, 1], got %g", cfg->expect_prob);
+    if (r->V < 1 || r->E < 1 || r->H < 1 || r->A < 1)
+        return attnc_fail(ATTNC_ERR_VALUE, "vocabulary, embedding, hidden and attention sizes must be >= 1");
+    TRY(check_params(r, p, false));
+    if (tokens) {
+        int64_t ts[2] = {r->B, -1};
+        TRY(check_array(tokens, "tokens", ATTNC_INT64, 2, ts, false));
+        r->T = ts[1];
+        TRY(check_ids(tokens, "tokens", r->B * r->T, 0, r->V));
+    }
+    return ATTNC_OK;
+}
+
+/* samples (B, T): required in the hard modes; read (and checked) when given. */
+static attnc_status check_samples(const cap_run *r, const attnc_tensor *samples, bool output) {
+    if (r->mode == ATTNC_CAPTION_SOFT) return ATTNC_OK;
+    int64_t ss[2] = {r->B, r->T};
+    TRY(check_array(samples, "samples", ATTNC_INT64, 2, ss, output && r->mode != ATTNC_CAPTION_HARD_GIVEN));
+    return r->mode == ATTNC_CAPTION_HARD_GIVEN ? check_ids(samples, "samples", r->B * r->T, -1, r->L) : ATTNC_OK;
+}
+
+/* ---- the saved buffer ---------------------------------------------------------- */
+
+typedef struct {
+    int64_t mean, h0, c0, pa, xin, hprev, h, c, gates, th, alpha, beta, zhat, q, total;
+} cap_layout;
+
+static void layout(cap_layout *lo, int64_t B, int64_t T, int64_t L, int64_t F, int64_t E, int64_t H, int64_t A) {
+    int64_t at = 0, BT = B * T;
+    int64_t *slots[] = {&lo->mean, &lo->h0, &lo->c0, &lo->pa, &lo->xin, &lo->hprev, &lo->h, &lo->c,
+                        &lo->gates, &lo->th, &lo->alpha, &lo->beta, &lo->zhat, &lo->q};
+    int64_t sizes[] = {B * F, B * H, B * H, B * L * A, BT * (E + F), BT * H, BT * H, BT * H,
+                       BT * 4 * H, BT * L * A, BT * L, BT, BT * F, BT * E};
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        *slots[i] = at;
+        at += sizes[i];
+    }
+    lo->total = at;
+}
+
+int64_t attnc_captioner_saved_size(int64_t B, int64_t T, int64_t L, int64_t F, int64_t E, int64_t H, int64_t A) {
+    if (B < 0 || T < 0 || L < 0 || F < 0 || E < 0 || H < 0 || A < 0) return -1;
+    cap_layout lo;
+    layout(&lo, B, T, L, F, E, H, A);
+    return lo.total;
+}
+
+/* ---- pieces shared by the forward and the decoder ------------------------------ */
+
+/* The packed recurrent weight [W_hh; U_a; w_b] (R, H) and its bias [b_hh; 0; b_b]. */
+static void pack_recurrent(const cap_run *r, const attnc_captioner_params *p, void *w_rec, void *b_rec) {
+    int64_t H = r->H, A = r->A;
+    copy(w_rec, p->w_hh.data, (size_t)(4 * H * H) * esize(r));
+    copy(at(r, w_rec, 4 * H * H), p->att_hidden_w.data, (size_t)(A * H) * esize(r));
+    memset(b_rec, 0, (size_t)r->R * esize(r)); /* R >= 5: never empty */
+    copy(b_rec, p->b_hh.data, (size_t)(4 * H) * esize(r));
+    if (r->gate) {
+        copy(at(r, w_rec, (4 * H + A) * H), p->gate_w.data, (size_t)H * esize(r));
+        copy(at(r, b_rec, 4 * H + A), p->gate_b.data, esize(r));
+    }
+}
+
+/* mean (B, F), h0 = tanh(W_h mean + b_h), c0 (B, H), and pa (B L, A) = a W_a^T + b_a. */
+static void prepare(const cap_run *r, const attnc_captioner_params *p, const void *feat, void *mean, void *h0,
+                    void *c0, void *pa) {
+    int64_t B = r->B, L = r->L, F = r->F, H = r->H, A = r->A;
+    for (int64_t b = 0; b < B; b++) { /* sum over locations in order, then divide */
+        if (r->dt == ATTNC_FLOAT32) {
+            float *m = (float *)mean + b * F;
+            for (int64_t f = 0; f < F; f++) m[f] = 0;
+            const float *a = (const float *)feat + b * L * F;
+            for (int64_t i = 0; i < L * F; i++) m[i % F] += a[i];
+            for (int64_t f = 0; f < F; f++) m[f] /= (float)L;
+        } else {
+            double *m = (double *)mean + b * F;
+            for (int64_t f = 0; f < F; f++) m[f] = 0;
+            const double *a = (const double *)feat + b * L * F;
+            for (int64_t i = 0; i < L * F; i++) m[i % F] += a[i];
+            for (int64_t f = 0; f < F; f++) m[f] /= (double)L;
+        }
+    }
+    fill_rows(r, h0, B, H, H, p->init_h_b.data);
+    gemm(r, false, true, 1, M(mean, B, F, F), M(p->init_h_w.data, H, F, F), 1, M(h0, B, H, H));
+    tanh_all(r, h0, B * H);
+    fill_rows(r, c0, B, H, H, p->init_c_b.data);
+    gemm(r, false, true, 1, M(mean, B, F, F), M(p->init_c_w.data, H, F, F), 1, M(c0, B, H, H));
+    tanh_all(r, c0, B * H);
+    fill_rows(r, pa, B * L, A, A, p->att_feat_b.data);
+    gemm(r, false, true, 1, M(feat, B * L, F, F), M(p->att_feat_w.data, A, F, F), 1, M(pa, B * L, A, A));
+}
+
+/* Scratch of one forward pass (contiguous (B, n) rows) . */
+typedef struct {
+    void *w_rec, *b_rec, *rec, *zs, *zp, *h_run, *c_run, *gxe;
+} step_scratch;
+
+static attnc_status scratch_alloc(const cap_run *r, step_scratch *s, int64_t gxe_rows) {
+    int64_t B = r->B, H = r->H;
+    struct {
+        void **p;
+        int64_t n;
+    } bufs[] = {{&s->w_rec, r->R * H}, {&s->b_rec, r->R},   {&s->rec, B * r->R}, {&s->zs, B * r->F},
+                {&s->zp, B * 4 * H},    {&s->h_run, B * H}, {&s->c_run, B * H},  {&s->gxe, gxe_rows * 4 * H}};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        TRY(attnc_calloc(bufs[i].p, (size_t)bufs[i].n, esize(r), "captioner scratch"));
+    return ATTNC_OK;
+}
+
+static void scratch_free(step_scratch *s) {
+    void *ps[] = {s->w_rec, s->b_rec, s->rec, s->zs, s->zp, s->h_run, s->c_run, s->gxe};
+    for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++) free(ps[i]);
+}
+
+/* Pointers of one step's job into (B, T, .) arrays; T and t in r / step. */
+typedef struct {
+    void *th, *alpha, *beta, *zhat, *xin, *gates, *h, *c, *hprev, *pa;
+    int64_t *samples;
+} step_arrays;
+
+/* One decoder step t: the recurrent product, the attention rows, z W_ih[:, E:]^T, the cell. */
+static void step_forward(const cap_run *r, const attnc_captioner_params *p, const void *feat, step_scratch *s,
+                         const step_arrays *arr, int64_t t) {
+    int64_t B = r->B, H = r->H, F = r->F, E = r->E;
+    fill_rows(r, s->rec, B, r->R, r->R, s->b_rec);
+    gemm(r, false, true, 1, M(s->h_run, B, H, H), M(s->w_rec, r->R, H, H), 1, M(s->rec, B, r->R, r->R));
+#define RUN(SFX)                                                                                              \
+    do {                                                                                                      \
+        cap_job_##SFX j = {.r = r, .t = t, .feat = feat, .pa = arr->pa, .v = p->att_score_w.data,            \
+                           .rec = s->rec, .gxe = s->gxe, .zp = s->zp, .th = arr->th, .alpha = arr->alpha,    \
+                           .beta = arr->beta, .zhat = arr->zhat, .xin = arr->xin, .zs = s->zs,                \
+                           .samples = arr->samples, .gates = arr->gates, .h = arr->h, .c = arr->c,            \
+                           .hprev = arr->hprev, .h_run = s->h_run, .c_run = s->c_run};                        \
+        rows_parallel(r, attend_task_##SFX, attend_task_##SFX, &j);                                          \
+        gemm(r, false, true, 1, M(s->zs, B, F, F), M(at(r, p->w_ih.data, E), 4 * H, F, E + F), 0,             \
+             M(s->zp, B, 4 * H, 4 * H));                                                                      \
+        rows_parallel(r, cell_task_##SFX, cell_task_##SFX, &j);                                              \
+    } while (0)
+    ATTNC_BY_DTYPE(r->dt, RUN);
+#undef RUN
+}
+
+/* q (N, E) = x[:, :E] + h L_h^T + z L_z^T and logits (N, V) = q L_o^T + b_o,
+ * for N rows of x = [emb; z] (N, E + F) and h (N, H). */
+static void deep_output(const cap_run *r, const attnc_captioner_params *p, int64_t N, const void *xin,
+                        const void *h, void *q, void *logits) {
+    int64_t E = r->E, F = r->F, H = r->H, V = r->V;
+    for (int64_t i = 0; i < N; i++) copy(at(r, q, i * E), at(r, xin, i * (E + F)), (size_t)E * esize(r));
+    gemm(r, false, true, 1, M(h, N, H, H), M(p->out_h_w.data, E, H, H), 1, M(q, N, E, E));
+    gemm(r, false, true, 1, M(at(r, xin, E), N, F, E + F), M(p->out_z_w.data, E, F, F), 1, M(q, N, E, E));
+    fill_rows(r, logits, N, V, V, p->out_b.data);
+    gemm(r, false, true, 1, M(q, N, E, E), M(p->out_w.data, V, E, E), 1, M(logits, N, V, V));
+}
+
+/* xin[:, :E] (N rows, stride E + F) <- embedding rows of ids (N); gxe (N, 4H)
+ * = emb W_ih[:, :E]^T + b_ih. */
+static void embed(const cap_run *r, const attnc_captioner_params *p, const int64_t *ids, int64_t N, void *xin,
+                  void *gxe) {
+    int64_t E = r->E, F = r->F, H = r->H;
+    for (int64_t i = 0; i < N; i++)
+        copy(at(r, xin, i * (E + F)), at(r, p->embedding.data, ids[i] * E), (size_t)E * esize(r));
+    fill_rows(r, gxe, N, 4 * H, 4 * H, p->b_ih.data);
+    gemm(r, false, true, 1, M(xin, N, E, E + F), M(p->w_ih.data, 4 * H, E, E + F), 1, M(gxe, N, 4 * H, 4 * H));
+}
+
+/* ---- forward -------------------------------------------------------------------- */
+
+attnc_status attnc_captioner_forward(attnc_tensor *logits, attnc_tensor *alphas, attnc_tensor *samples,
+                                     attnc_tensor *saved, const attnc_tensor *features,
+                                     const attnc_tensor *tokens, const attnc_captioner_params *p,
+                                     const attnc_captioner_config *cfg) {
+    cap_run r;
+    if (!tokens) return attnc_fail(ATTNC_ERR_TYPE, "tokens is required");
+    TRY(setup(&r, features, tokens, p, cfg));
+    int64_t B = r.B, T = r.T, L = r.L, F = r.F, E = r.E, H = r.H, A = r.A, V = r.V;
+    int64_t ls[3] = {B, T, V}, as[3] = {B, T, L};
+    TRY(check_array(logits, "logits", r.dt, 3, ls, true));
+    TRY(check_array(alphas, "alphas", r.dt, 3, as, true));
+    TRY(check_samples(&r, samples, true));
+    cap_layout lo;
+    layout(&lo, B, T, L, F, E, H, A);
+    void *own = NULL, *base;
+    if (attnc_present(saved)) {
+        TRY(check_array(saved, "saved", r.dt, 1, &lo.total, true));
+        base = saved->data;
+    } else {
+        TRY(attnc_calloc(&own, (size_t)lo.total, esize(&r), "captioner activations"));
+        base = own;
+    }
+    step_scratch s = {0};
+    attnc_status st = scratch_alloc(&r, &s, B * T);
+    if (st == ATTNC_OK) {
+        void *h0 = at(&r, base, lo.h0), *c0 = at(&r, base, lo.c0);
+        prepare(&r, p, features->data, at(&r, base, lo.mean), h0, c0, at(&r, base, lo.pa));
+        pack_recurrent(&r, p, s.w_rec, s.b_rec);
+        embed(&r, p, tokens->data, B * T, at(&r, base, lo.xin), s.gxe);
+        copy(s.h_run, h0, (size_t)(B * H) * esize(&r));
+        copy(s.c_run, c0, (size_t)(B * H) * esize(&r));
+        for (int64_t b = 0; b < B && T > 0; b++)
+            copy(at(&r, base, lo.hprev + b * T * H), at(&r, h0, b * H), (size_t)H * esize(&r));
+        step_arrays arr = {.th = at(&r, base, lo.th), .alpha = at(&r, base, lo.alpha), .beta = at(&r, base, lo.beta),
+                           .zhat = at(&r, base, lo.zhat), .xin = at(&r, base, lo.xin),
+                           .gates = at(&r, base, lo.gates), .h = at(&r, base, lo.h), .c = at(&r, base, lo.c),
+                           .hprev = at(&r, base, lo.hprev), .pa = at(&r, base, lo.pa),
+                           .samples = r.mode == ATTNC_CAPTION_SOFT ? NULL : samples->data};
+        for (int64_t t = 0; t < T; t++) step_forward(&r, p, features->data, &s, &arr, t);
+        deep_output(&r, p, B * T, arr.xin, arr.h, at(&r, base, lo.q), logits->data);
+        copy(alphas->data, arr.alpha, (size_t)(B * T * L) * esize(&r));
+    }
+    scratch_free(&s);
+    free(own);
+    return st;
+}
+
+/* ---- backward ------------------------------------------------------------------- */
+
+/* Gradients of the attention's feature projection, the initial state and
+ * the score vector, after the loop: dfeat (B, L, F) gets dpa W_a and the
+ * mean's share. dh, dc (B, H) are dL/dh0, dL/dc0 (overwritten as scratch). */
+static void backward_prepare(const cap_run *r, attnc_captioner_params *g, const attnc_captioner_params *p,
+                             const void *feat, const void *base, const cap_layout *lo, void *dpa, void *dh,
+                             void *dc, void *dmean, void *dfeat, const void *de) {
+    int64_t B = r->B, L = r->L, F = r->F, H = r->H, A = r->A, N = B * r->T * L;
+    const void *h0 = at(r, base, lo->h0), *c0 = at(r, base, lo->c0), *mean = at(r, base, lo->mean);
+    gemm(r, true, false, 1, M(dpa, B * L, A, A), M(feat, B * L, F, F), 0, M(g->att_feat_w.data, A, F, F));
+    col_sums(r, g->att_feat_b.data, dpa, B * L, A, A);
+    gemm(r, false, false, 1, M(dpa, B * L, A, A), M(p->att_feat_w.data, A, F, F), 1, M(dfeat, B * L, F, F));
+    gemm(r, true, false, 1, M(de, N, 1, 1), M(at(r, base, lo->th), N, A, A), 0, M(g->att_score_w.data, 1, A, A));
+    /* through tanh: d pre-activation = d state (1 - state^2) */
+    for (int64_t i = 0; i < B * H; i++) {
+        if (r->dt == ATTNC_FLOAT32) {
+            float x = ((const float *)h0)[i], y = ((const float *)c0)[i];
+            ((float *)dh)[i] *= 1 - x * x;
+            ((float *)dc)[i] *= 1 - y * y;
+        } else {
+            double x = ((const double *)h0)[i], y = ((const double *)c0)[i];
+            ((double *)dh)[i] *= 1 - x * x;
+            ((double *)dc)[i] *= 1 - y * y;
+        }
+    }
+    gemm(r, true, false, 1, M(dh, B, H, H), M(mean, B, F, F), 0, M(g->init_h_w.data, H, F, F));
+    col_sums(r, g->init_h_b.data, dh, B, H, H);
+    gemm(r, true, false, 1, M(dc, B, H, H), M(mean, B, F, F), 0, M(g->init_c_w.data, H, F, F));
+    col_sums(r, g->init_c_b.data, dc, B, H, H);
+    gemm(r, false, false, 1, M(dh, B, H, H), M(p->init_h_w.data, H, F, F), 0, M(dmean, B, F, F));
+    gemm(r, false, false, 1, M(dc, B, H, H), M(p->init_c_w.data, H, F, F), 1, M(dmean, B, F, F));
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t i = 0; i < L; i++)
+            for (int64_t f = 0; f < F; f++) {
+                if (r->dt == ATTNC_FLOAT32)
+                    ((float *)dfeat)[(b * L + i) * F + f] += ((float *)dmean)[b * F + f] / (float)L;
+                else
+                    ((double *)dfeat)[(b * L + i) * F + f] += ((double *)dmean)[b * F + f] / (double)L;
+            }
+}
+
+/* The recurrent and input weights' gradients and the embedding's, after the
+ * loop, from drec (B T, R) and dq (B T, E) (dq is overwritten with d emb). */
+static attnc_status backward_weights(const cap_run *r, attnc_captioner_params *g, const attnc_captioner_params *p,
+                                     const attnc_tensor *tokens, const void *base, const cap_layout *lo,
+                                     const void *drec, void *dq) {
+    int64_t N = r->B * r->T, E = r->E, F = r->F, H = r->H, A = r->A, R = r->R;
+    const void *xin = at(r, base, lo->xin), *hprev = at(r, base, lo->hprev);
+    gemm(r, true, false, 1, M(drec, N, 4 * H, R), M(xin, N, E + F, E + F), 0, M(g->w_ih.data, 4 * H, E + F, E + F));
+    col_sums(r, g->b_ih.data, drec, N, 4 * H, R);
+    copy(g->b_hh.data, g->b_ih.data, (size_t)(4 * H) * esize(r));
+    gemm(r, true, false, 1, M(drec, N, 4 * H, R), M(hprev, N, H, H), 0, M(g->w_hh.data, 4 * H, H, H));
+    gemm(r, true, false, 1, M(at(r, drec, 4 * H), N, A, R), M(hprev, N, H, H), 0, M(g->att_hidden_w.data, A, H, H));
+    if (r->gate) {
+        gemm(r, true, false, 1, M(at(r, drec, 4 * H + A), N, 1, R), M(hprev, N, H, H), 0, M(g->gate_w.data, 1, H, H));
+        col_sums(r, g->gate_b.data, at(r, drec, 4 * H + A), N, 1, R);
+    }
+    gemm(r, false, false, 1, M(drec, N, 4 * H, R), M(p->w_ih.data, 4 * H, E, E + F), 1, M(dq, N, E, E));
+    if (N == 0) { /* no tokens: nothing to scatter (and no buffer to read) */
+        memset(g->embedding.data, 0, (size_t)(r->V * E) * esize(r));
+        return ATTNC_OK;
+    }
+    int64_t ds[2] = {N, E};
+    attnc_tensor demb = attnc_view(dq, r->dt, 2, ds), ids = *tokens;
+    ids.ndim = 1;
+    ids.shape[0] = N;
+    ids.strides[0] = 1;
+    return attnc_embedding_backward(&g->embedding, &demb, &ids, 1.0, -1);
+}
+
+attnc_status attnc_captioner_backward(attnc_captioner_params *grads, attnc_tensor *dfeatures,
+                                      const attnc_tensor *dlogits, const attnc_tensor *dalphas,
+                                      const attnc_tensor *dlogp, const attnc_tensor *saved,
+                                      const attnc_tensor *features, const attnc_tensor *tokens,
+                                      const attnc_tensor *samples, const attnc_captioner_params *p,
+                                      const attnc_captioner_config *cfg) {
+    cap_run r;
+    if (!tokens || !grads) return attnc_fail(ATTNC_ERR_TYPE, "tokens and grads are required");
+    TRY(setup(&r, features, tokens, p, cfg));
+    TRY(check_params(&r, grads, true));
+    int64_t B = r.B, T = r.T, L = r.L, F = r.F, E = r.E, H = r.H, A = r.A, V = r.V, R = r.R, N = B * T;
+    cap_layout lo;
+    layout(&lo, B, T, L, F, E, H, A);
+    TRY(check_array(saved, "saved", r.dt, 1, &lo.total, false));
+    int64_t ls[3] = {B, T, V}, as[3] = {B, T, L}, ps[2] = {B, T}, fs[3] = {B, L, F};
+    TRY(check_array(dlogits, "dlogits", r.dt, 3, ls, false));
+    if (attnc_present(dalphas)) TRY(check_array(dalphas, "dalphas", r.dt, 3, as, false));
+    if (attnc_present(dlogp)) {
+        if (r.mode == ATTNC_CAPTION_SOFT) return attnc_fail(ATTNC_ERR_VALUE, "dlogp needs a hard attention mode");
+        TRY(check_array(dlogp, "dlogp", r.dt, 2, ps, false));
+    }
+    if (attnc_present(dfeatures)) TRY(check_array(dfeatures, "dfeatures", r.dt, 3, fs, true));
+    if (r.mode != ATTNC_CAPTION_SOFT) { /* the forward's locations, whatever mode made them */
+        TRY(check_array(samples, "samples", ATTNC_INT64, 2, ps, false));
+        TRY(check_ids(samples, "samples", N, -1, L));
+    }
+    void *dq = NULL, *dh_out = NULL, *dz_out = NULL, *drec = NULL, *de = NULL, *dpa = NULL, *dfeat = NULL;
+    void *dh = NULL, *dc = NULL, *dzp = NULL, *dmean = NULL, *w_rec = NULL, *b_rec = NULL;
+    struct {
+        void **p;
+        int64_t n;
+    } bufs[] = {{&dq, N * E},  {&dh_out, N * H}, {&dz_out, N * F}, {&drec, N * R},  {&de, N * L},
+                {&dpa, B * L * A}, {&dfeat, B * L * F}, {&dh, B * H}, {&dc, B * H}, {&dzp, B * F},
+                {&dmean, B * F}, {&w_rec, R * H}, {&b_rec, R}};
+    attnc_status st = ATTNC_OK;
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0] && st == ATTNC_OK; i++)
+        st = attnc_calloc(bufs[i].p, (size_t)bufs[i].n, esize(&r), "captioner gradients");
+    if (st == ATTNC_OK) {
+        const void *xin = at(&r, saved->data, lo.xin), *h = at(&r, saved->data, lo.h);
+        /* the deep output layer, over every step at once */
+        gemm(&r, false, false, 1, M(dlogits->data, N, V, V), M(p->out_w.data, V, E, E), 0, M(dq, N, E, E));
+        gemm(&r, true, false, 1, M(dlogits->data, N, V, V), M(at(&r, saved->data, lo.q), N, E, E), 0,
+             M(grads->out_w.data, V, E, E));
+        col_sums(&r, grads->out_b.data, dlogits->data, N, V, V);
+        gemm(&r, false, false, 1, M(dq, N, E, E), M(p->out_h_w.data, E, H, H), 0, M(dh_out, N, H, H));
+        gemm(&r, true, false, 1, M(dq, N, E, E), M(h, N, H, H), 0, M(grads->out_h_w.data, E, H, H));
+        gemm(&r, false, false, 1, M(dq, N, E, E), M(p->out_z_w.data, E, F, F), 0, M(dz_out, N, F, F));
+        gemm(&r, true, false, 1, M(dq, N, E, E), M(at(&r, xin, E), N, F, E + F), 0, M(grads->out_z_w.data, E, F, F));
+        pack_recurrent(&r, p, w_rec, b_rec);
+#define RUN(SFX)                                                                                                  \
+    do {                                                                                                          \
+        const void *sv = saved->data;                                                                             \
+        cap_job_##SFX j = {.r = &r, .feat = features->data, .v = p->att_score_w.data,                             \
+                           .th = at(&r, sv, lo.th), .alpha = at(&r, sv, lo.alpha), .beta = at(&r, sv, lo.beta),   \
+                           .zhat = at(&r, sv, lo.zhat), .samples = r.mode ? samples->data : NULL,                 \
+                           .gates = at(&r, sv, lo.gates), .h = at(&r, sv, lo.h), .c = at(&r, sv, lo.c),           \
+                           .c0 = at(&r, sv, lo.c0), .dh_out = dh_out, .dz_out = dz_out,                           \
+                           .dalphas = attnc_present(dalphas) ? dalphas->data : NULL,                              \
+                           .dlogp = attnc_present(dlogp) ? dlogp->data : NULL, .dzp = dzp, .dh = dh, .dc = dc,    \
+                           .drec = drec, .de = de, .dpa = dpa, .dfeat = dfeat};                                   \
+        for (j.t = T - 1; j.t >= 0; j.t--) {                                                                      \
+            rows_parallel(&r, cell_back_task_##SFX, cell_back_task_##SFX, &j);                                    \
+            gemm(&r, false, false, 1, M(at(&r, drec, j.t * R), B, 4 * H, T * R),                                  \
+                 M(at(&r, p->w_ih.data, E), 4 * H, F, E + F), 0, M(dzp, B, F, F));                                \
+            rows_parallel(&r, attend_back_task_##SFX, attend_back_task_##SFX, &j);                                \
+            gemm(&r, false, false, 1, M(at(&r, drec, j.t * R), B, R, T * R), M(w_rec, R, H, H), 0, M(dh, B, H, H)); \
+        }                                                                                                         \
+    } while (0)
+        ATTNC_BY_DTYPE(r.dt, RUN);
+#undef RUN
+        backward_prepare(&r, grads, p, features->data, saved->data, &lo, dpa, dh, dc, dmean, dfeat, de);
+        st = backward_weights(&r, grads, p, tokens, saved->data, &lo, drec, dq);
+        if (st == ATTNC_OK && attnc_present(dfeatures))
+            copy(dfeatures->data, dfeat, (size_t)(B * L * F) * esize(&r));
+    }
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(*bufs[i].p);
+    return st;
+}
+
+/* ---- greedy decoding -------------------------------------------------------------- */
+
+/* The most probable token of each row of logits (B, V) (lowest id on ties;
+ * NaN never wins), eos for rows already done. */
+static void pick_tokens(const cap_run *r, const void *logits, int64_t *next, bool *done, int64_t eos) {
+    for (int64_t b = 0; b < r->B; b++) {
+        int64_t best = 0;
+        for (int64_t k = 1; k < r->V; k++) {
+            bool better = r->dt == ATTNC_FLOAT32 ? ((const float *)logits)[b * r->V + k] >
+                                                       ((const float *)logits)[b * r->V + best]
+                                                 : ((const double *)logits)[b * r->V + k] >
+                                                       ((const double *)logits)[b * r->V + best];
+            best = better ? k : best;
+        }
+        next[b] = done[b] ? eos : best;
+        done[b] = done[b] || (eos >= 0 && best == eos);
+    }
+}
+
+/* The decoders' outputs tokens (B, T) INT64 and alphas (B, T, L) (T
+ * returned) and their bos, eos (-1: none) ids. */
+static attnc_status check_decoding(const cap_run *r, attnc_tensor *tokens, attnc_tensor *alphas, int64_t bos,
+                                   int64_t eos, int64_t *T) {
+    int64_t ts[2] = {r->B, -1};
+    TRY(check_array(tokens, "tokens", ATTNC_INT64, 2, ts, true));
+    int64_t as[3] = {r->B, ts[1], r->L};
+    TRY(check_array(alphas, "alphas", r->dt, 3, as, true));
+    if (bos < 0 || bos >= r->V)
+        return attnc_fail(ATTNC_ERR_VALUE, "bos %" PRId64 " is outside [0, %" PRId64 ")", bos, r->V);
+    if (eos < -1 || eos >= r->V)
+        return attnc_fail(ATTNC_ERR_VALUE, "eos %" PRId64 " is outside [0, %" PRId64 ")", eos, r->V);
+    *T = ts[1];
+    return ATTNC_OK;
+}
+
+attnc_status attnc_captioner_generate(attnc_tensor *tokens, attnc_tensor *alphas, int64_t *steps,
+                                      const attnc_tensor *features, const attnc_captioner_params *p,
+                                      const attnc_captioner_config *cfg, int64_t bos, int64_t eos) {
+    cap_run r;
+    TRY(setup(&r, features, NULL, p, cfg));
+    if (r.mode != ATTNC_CAPTION_SOFT && r.mode != ATTNC_CAPTION_HARD_ARGMAX)
+        return attnc_fail(ATTNC_ERR_VALUE, "decoding needs the soft or the argmax attention mode");
+    if (!steps) return attnc_fail(ATTNC_ERR_TYPE, "steps is required");
+    int64_t B = r.B, L = r.L, F = r.F, E = r.E, H = r.H, A = r.A, V = r.V, max_len;
+    TRY(check_decoding(&r, tokens, alphas, bos, eos, &max_len));
+    r.T = 1; /* the step arrays hold one step */
+    *steps = 0;
+    cap_layout lo;
+    layout(&lo, B, 1, L, F, E, H, A);
+    void *base = NULL, *logits = NULL;
+    int64_t *prev = NULL, *hard = NULL;
+    bool *done = NULL;
+    step_scratch s = {0};
+    attnc_status st = attnc_calloc(&base, (size_t)lo.total, esize(&r), "decoder state");
+    if (st == ATTNC_OK) st = attnc_calloc(&logits, (size_t)(B * V), esize(&r), "decoder logits");
+    if (st == ATTNC_OK) st = attnc_calloc((void **)&prev, (size_t)B, sizeof *prev, "decoder tokens");
+    if (st == ATTNC_OK) st = attnc_calloc((void **)&hard, (size_t)B, sizeof *hard, "decoder locations");
+    if (st == ATTNC_OK) st = attnc_calloc((void **)&done, (size_t)B, sizeof *done, "decoder rows");
+    if (st == ATTNC_OK) st = scratch_alloc(&r, &s, B);
+    if (st == ATTNC_OK) {
+        prepare(&r, p, features->data, at(&r, base, lo.mean), at(&r, base, lo.h0), at(&r, base, lo.c0),
+                at(&r, base, lo.pa));
+        pack_recurrent(&r, p, s.w_rec, s.b_rec);
+        copy(s.h_run, at(&r, base, lo.h0), (size_t)(B * H) * esize(&r));
+        copy(s.c_run, at(&r, base, lo.c0), (size_t)(B * H) * esize(&r));
+        step_arrays arr = {.th = at(&r, base, lo.th), .alpha = at(&r, base, lo.alpha), .beta = at(&r, base, lo.beta),
+                           .zhat = at(&r, base, lo.zhat), .xin = at(&r, base, lo.xin),
+                           .gates = at(&r, base, lo.gates), .h = at(&r, base, lo.h), .c = at(&r, base, lo.c),
+                           .hprev = NULL, .pa = at(&r, base, lo.pa), .samples = hard};
+        for (int64_t b = 0; b < B; b++) prev[b] = bos;
+        int64_t *out = tokens->data;
+        for (int64_t t = 0; t < max_len; t++) {
+            embed(&r, p, prev, B, arr.xin, s.gxe);
+            step_forward(&r, p, features->data, &s, &arr, 0);
+            deep_output(&r, p, B, arr.xin, arr.h, at(&r, base, lo.q), logits);
+            pick_tokens(&r, logits, prev, done, eos);
+            bool all = eos >= 0;
+            for (int64_t b = 0; b < B; b++) {
+                out[b * max_len + t] = prev[b];
+                copy(at(&r, alphas->data, (b * max_len + t) * L), at(&r, arr.alpha, b * L), (size_t)L * esize(&r));
+                all = all && done[b];
+            }
+            *steps = t + 1;
+            if (all) break;
+        }
+    }
+    scratch_free(&s);
+    free(base);
+    free(logits);
+    free(prev);
+    free(hard);
+    free(done);
+    return st;
+}
+
+/* ---- beam search ------------------------------------------------------------------- */
+
+/* Slot s of the B K hypothesis slots (row s / K): its running state, its
+ * tokens and weights so far, its score; `tmp` holds the next step's slots. */
+typedef struct {
+    int64_t K, max_len, eos;
+    double penalty;
+    void *h, *c, *al_hist, *tmp_h, *tmp_c, *tmp_al, *best_al; /* (BK, H) x2, (BK, max_len, L) ..., (B, max_len, L) */
+    int64_t *tok_hist, *tmp_tok, *best_tok;                   /* (BK, max_len), ..., (B, max_len) */
+    double *score, *tmp_score, *lp, *best_score;              /* (BK), (BK), (BK, V), (B) */
+    int64_t *live, *best_len, *prev;                          /* (B), (B), (BK) */
+} beam_state;
+
+/* lp (n, V) <- log_softmax of logits (n, V) in double (a row of -inf or NaN stays so). */
+static void log_softmax_rows(const cap_run *r, const void *logits, double *lp, int64_t n) {
+    int64_t V = r->V;
+    for (int64_t i = 0; i < n; i++) {
+        double *o = lp + i * V, m = -INFINITY, sum = 0;
+        for (int64_t v = 0; v < V; v++) {
+            o[v] = r->dt == ATTNC_FLOAT32 ? ((const float *)logits)[i * V + v] : ((const double *)logits)[i * V + v];
+            m = o[v] > m ? o[v] : m;
+        }
+        for (int64_t v = 0; v < V; v++) sum += exp(o[v] - m);
+        for (int64_t v = 0; v < V; v++) o[v] = o[v] - m - log(sum);
+    }
+}
+
+/* Row b's best finished hypothesis <- slot `from`'s history plus token v with
+ * weights alpha (L) at step t, if its score beats the best so far. */
+static void offer(const cap_run *r, beam_state *s, int64_t b, int64_t from, int64_t t, int64_t v, const void *alpha,
+                  double score) {
+    if (!(score > s->best_score[b])) return;
+    int64_t L = r->L, T = s->max_len;
+    s->best_score[b] = score;
+    s->best_len[b] = t + 1;
+    copy(s->best_tok + b * T, s->tok_hist + from * T, (size_t)t * sizeof(int64_t));
+    s->best_tok[b * T + t] = v;
+    copy(at(r, s->best_al, b * T * L), at(r, s->al_hist, from * T * L), (size_t)(t * L) * esize(r));
+    copy(at(r, s->best_al, (b * T + t) * L), alpha, (size_t)L * esize(r));
+}
+
+/* The up-to-K best candidates of row b's n live slots (scores + lp, eos
+ * excluded): largest first, ties to the earlier slot, then the lower token;
+ * -inf and NaN never chosen. Returns the count; parents and tokens out. */
+static int64_t select_candidates(const cap_run *r, const beam_state *s, int64_t b, int64_t n, int64_t *parent,
+                                 int64_t *token, double *value) {
+    int64_t count = 0, V = r->V;
+    for (int64_t k = 0; k < s->K; k++) {
+        int64_t best = -1;
+        double bv = -INFINITY;
+        for (int64_t i = 0; i < n; i++)
+            for (int64_t v = 0; v < V; v++) {
+                if (v == s->eos) continue;
+                double x = s->score[b * s->K + i] + s->lp[(b * s->K + i) * V + v];
+                bool taken = false;
+                for (int64_t q = 0; q < count && !taken; q++) taken = parent[q] == i && token[q] == v;
+                if (!taken && x > bv) {
+                    bv = x;
+                    best = i * V + v;
+                }
+            }
+        if (best < 0) break;
+        parent[count] = best / V;
+        token[count] = best % V;
+        value[count++] = bv;
+    }
+    return count;
+}
+
+/* One step t of row b: offer the eos candidates, pick the live ones, finish
+ * them at the last step or stop the row when none can beat its best, and
+ * write the survivors into the tmp slots. */
+static void beam_row(const cap_run *r, beam_state *s, int64_t b, int64_t t, const void *alpha) {
+    int64_t K = s->K, n = s->live[b], T = s->max_len, L = r->L, H = r->H, parent[64], token[64];
+    double value[64], Lc = (double)(t + 1);
+    if (s->eos >= 0)
+        for (int64_t i = 0; i < n; i++) {
+            int64_t slot = b * K + i;
+            offer(r, s, b, slot, t, s->eos, at(r, alpha, slot * L),
+                  (s->score[slot] + s->lp[slot * r->V + s->eos]) / pow(Lc, s->penalty));
+        }
+    int64_t count = select_candidates(r, s, b, n, parent, token, value);
+    if (t + 1 == T) {
+        for (int64_t q = 0; q < count; q++)
+            offer(r, s, b, b * K + parent[q], t, token[q], at(r, alpha, (b * K + parent[q]) * L),
+                  value[q] / pow(Lc, s->penalty));
+        count = 0;
+    } else if (count && s->best_len[b]) { /* the best any extension of a live one could still score */
+        double bound = -INFINITY;
+        for (int64_t q = 0; q < count; q++) {
+            double a1 = value[q] / pow(Lc + 1, s->penalty), a2 = value[q] / pow((double)T, s->penalty);
+            bound = fmax(bound, fmax(a1, a2));
+        }
+        if (s->best_score[b] >= bound) count = 0;
+    }
+    for (int64_t q = 0; q < count; q++) {
+        int64_t from = b * K + parent[q], to = b * K + q;
+        copy(at(r, s->tmp_h, to * H), at(r, s->h, from * H), (size_t)H * esize(r));
+        copy(at(r, s->tmp_c, to * H), at(r, s->c, from * H), (size_t)H * esize(r));
+        copy(s->tmp_tok + to * T, s->tok_hist + from * T, (size_t)t * sizeof(int64_t));
+        s->tmp_tok[to * T + t] = token[q];
+        copy(at(r, s->tmp_al, to * T * L), at(r, s->al_hist, from * T * L), (size_t)(t * L) * esize(r));
+        copy(at(r, s->tmp_al, (to * T + t) * L), at(r, alpha, from * L), (size_t)L * esize(r));
+        s->tmp_score[to] = value[q];
+    }
+    s->live[b] = count;
+}
+
+/* Every live slot <- its tmp slot (the step's survivors, in rank order);
+ * their step-t tokens become the next inputs. */
+static void beam_commit(const cap_run *r, beam_state *s, int64_t B, int64_t t) {
+    int64_t K = s->K, T = s->max_len, L = r->L, H = r->H;
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t q = 0; q < s->live[b]; q++) {
+            int64_t slot = b * K + q;
+            copy(at(r, s->h, slot * H), at(r, s->tmp_h, slot * H), (size_t)H * esize(r));
+            copy(at(r, s->c, slot * H), at(r, s->tmp_c, slot * H), (size_t)H * esize(r));
+            copy(s->tok_hist + slot * T, s->tmp_tok + slot * T, (size_t)T * sizeof(int64_t));
+            copy(at(r, s->al_hist, slot * T * L), at(r, s->tmp_al, slot * T * L), (size_t)(T * L) * esize(r));
+            s->score[slot] = s->tmp_score[slot];
+            s->prev[slot] = s->tok_hist[slot * T + t];
+        }
+}
+
+/* Allocate the beam state for B rows of K slots (h, c are the step scratch's). */
+static attnc_status beam_alloc(const cap_run *r, beam_state *s, int64_t B) {
+    int64_t BK = B * s->K, T = s->max_len, L = r->L, H = r->H;
+    struct {
+        void **p;
+        int64_t n;
+        size_t size;
+    } bufs[] = {{&s->al_hist, BK * T * L, esize(r)}, {&s->tmp_h, BK * H, esize(r)},
+                {&s->tmp_c, BK * H, esize(r)},        {&s->tmp_al, BK * T * L, esize(r)},
+                {&s->best_al, B * T * L, esize(r)},   {(void **)&s->tok_hist, BK * T, sizeof(int64_t)},
+                {(void **)&s->tmp_tok, BK * T, sizeof(int64_t)}, {(void **)&s->best_tok, B * T, sizeof(int64_t)},
+                {(void **)&s->score, BK, sizeof(double)}, {(void **)&s->tmp_score, BK, sizeof(double)},
+                {(void **)&s->lp, BK * r->V, sizeof(double)}, {(void **)&s->best_score, B, sizeof(double)},
+                {(void **)&s->live, B, sizeof(int64_t)}, {(void **)&s->best_len, B, sizeof(int64_t)},
+                {(void **)&s->prev, BK, sizeof(int64_t)}};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        TRY(attnc_calloc(bufs[i].p, (size_t)bufs[i].n, bufs[i].size, "beam search state"));
+    return ATTNC_OK;
+}
+
+static void beam_free(beam_state *s) {
+    void *ps[] = {s->al_hist, s->tmp_h, s->tmp_c, s->tmp_al, s->best_al, s->tok_hist, s->tmp_tok, s->best_tok,
+                  s->score, s->tmp_score, s->lp, s->best_score, s->live, s->best_len, s->prev};
+    for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++) free(ps[i]);
+}
+
+/* The decoding loop over B K slots (rb: the run with B K rows): one step for
+ * every slot, then each row's beam. */
+static void beam_loop(const cap_run *rb, const attnc_captioner_params *p, const void *feat_k, step_scratch *sc,
+                      const step_arrays *arr, void *logits, void *q, beam_state *s, int64_t B) {
+    for (int64_t t = 0; t < s->max_len; t++) {
+        bool any = false;
+        for (int64_t b = 0; b < B; b++) any = any || s->live[b] > 0;
+        if (!any) break;
+        embed(rb, p, s->prev, rb->B, arr->xin, sc->gxe);
+        step_forward(rb, p, feat_k, sc, arr, 0);
+        deep_output(rb, p, rb->B, arr->xin, arr->h, q, logits);
+        log_softmax_rows(rb, logits, s->lp, rb->B);
+        for (int64_t b = 0; b < B; b++)
+            if (s->live[b]) beam_row(rb, s, b, t, arr->alpha);
+        beam_commit(rb, s, B, t);
+    }
+}
+
+/* tokens (B, T) <- each row's best (eos, or 0 without eos, after it);
+ * alphas (B, T, L) <- its weights (0 after it). Returns the longest. */
+static int64_t beam_output(const cap_run *r, const beam_state *s, int64_t *tokens, void *alphas) {
+    int64_t T = s->max_len, L = r->L, longest = 0;
+    for (int64_t b = 0; b < r->B; b++) {
+        int64_t n = s->best_len[b];
+        longest = n > longest ? n : longest;
+        for (int64_t t = 0; t < T; t++) tokens[b * T + t] = t < n ? s->best_tok[b * T + t] : (s->eos >= 0 ? s->eos : 0);
+        copy(at(r, alphas, b * T * L), at(r, s->best_al, b * T * L), (size_t)(n * L) * esize(r));
+        for (int64_t i = n * L; i < T * L; i++) {
+            if (r->dt == ATTNC_FLOAT32)
+                ((float *)alphas)[b * T * L + i] = 0;
+            else
+                ((double *)alphas)[b * T * L + i] = 0;
+        }
+    }
+    return longest;
+}
+
+attnc_status attnc_captioner_beam_search(attnc_tensor *tokens, attnc_tensor *alphas, int64_t *length,
+                                         const attnc_tensor *features, const attnc_captioner_params *p,
+                                         const attnc_captioner_config *cfg, int64_t bos, int64_t eos,
+                                         int64_t beam_size, double length_penalty) {
+    cap_run r;
+    TRY(setup(&r, features, NULL, p, cfg));
+    if (r.mode != ATTNC_CAPTION_SOFT && r.mode != ATTNC_CAPTION_HARD_ARGMAX)
+        return attnc_fail(ATTNC_ERR_VALUE, "decoding needs the soft or the argmax attention mode");
+    if (!length) return attnc_fail(ATTNC_ERR_TYPE, "length is required");
+    if (beam_size < 1 || beam_size > 64)
+        return attnc_fail(ATTNC_ERR_VALUE, "beam_size must be in [1, 64], got %" PRId64, beam_size);
+    if (!isfinite(length_penalty)) return attnc_fail(ATTNC_ERR_VALUE, "length_penalty must be finite");
+    int64_t B = r.B, L = r.L, F = r.F, K = beam_size, T;
+    TRY(check_decoding(&r, tokens, alphas, bos, eos, &T));
+    cap_run rb = r; /* one decoder row per (image, slot) */
+    rb.B = B * K;
+    rb.T = 1;
+    cap_layout lo;
+    layout(&lo, rb.B, 1, L, F, r.E, r.H, r.A);
+    beam_state s = {.K = K, .max_len = T, .eos = eos, .penalty = length_penalty};
+    step_scratch sc = {0};
+    void *base = NULL, *feat_k = NULL, *logits = NULL;
+    attnc_status st = attnc_calloc(&base, (size_t)lo.total, esize(&r), "decoder state");
+    if (st == ATTNC_OK) st = attnc_calloc(&feat_k, (size_t)(rb.B * L * F), esize(&r), "decoder features");
+    if (st == ATTNC_OK) st = attnc_calloc(&logits, (size_t)(rb.B * r.V), esize(&r), "decoder logits");
+    if (st == ATTNC_OK) st = scratch_alloc(&rb, &sc, rb.B);
+    if (st == ATTNC_OK) st = beam_alloc(&r, &s, B);
+    int64_t *hard = NULL;
+    if (st == ATTNC_OK) st = attnc_calloc((void **)&hard, (size_t)rb.B, sizeof *hard, "decoder locations");
+    if (st == ATTNC_OK) {
+        for (int64_t i = 0; i < rb.B; i++) /* every slot sees its image */
+            copy(at(&r, feat_k, i * L * F), at(&r, features->data, (i / K) * L * F), (size_t)(L * F) * esize(&r));
+        prepare(&rb, p, feat_k, at(&r, base, lo.mean), at(&r, base, lo.h0), at(&r, base, lo.c0), at(&r, base, lo.pa));
+        pack_recurrent(&rb, p, sc.w_rec, sc.b_rec);
+        copy(sc.h_run, at(&r, base, lo.h0), (size_t)(rb.B * r.H) * esize(&r));
+        copy(sc.c_run, at(&r, base, lo.c0), (size_t)(rb.B * r.H) * esize(&r));
+        s.h = sc.h_run;
+        s.c = sc.c_run;
+        for (int64_t b = 0; b < B; b++) {
+            s.live[b] = 1; /* one empty hypothesis, score 0 */
+            s.best_score[b] = -INFINITY;
+        }
+        for (int64_t i = 0; i < rb.B; i++) s.prev[i] = bos;
+        step_arrays arr = {.th = at(&r, base, lo.th), .alpha = at(&r, base, lo.alpha), .beta = at(&r, base, lo.beta),
+                           .zhat = at(&r, base, lo.zhat), .xin = at(&r, base, lo.xin),
+                           .gates = at(&r, base, lo.gates), .h = at(&r, base, lo.h), .c = at(&r, base, lo.c),
+                           .hprev = NULL, .pa = at(&r, base, lo.pa), .samples = hard};
+        beam_loop(&rb, p, feat_k, &sc, &arr, logits, at(&r, base, lo.q), &s, B);
+        *length = beam_output(&r, &s, tokens->data, alphas->data);
+    }
+    scratch_free(&sc);
+    beam_free(&s);
+    free(base);
+    free(feat_k);
+    free(logits);
+    free(hard);
+    return st;
+}
