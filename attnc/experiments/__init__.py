@@ -7,6 +7,10 @@ and "train_seconds").
 
 - ``transformer_reverse``: an encoder-decoder Transformer reverses digit sequences.
 - ``gpt_sort``: minGPT's demo, a tiny GPT sorts sequences of {0, 1, 2}.
+- ``dates``: a recurrent encoder-decoder (``--attention KIND|all``) turns
+  human-readable dates into ISO dates.
+- ``captions``: show-attend-tell (``--attention soft|hard``) captions images of
+  coloured shapes.
 """
 
-EXPERIMENTS = ("transformer_reverse", "gpt_sort")
+EXPERIMENTS = ("transformer_reverse", "gpt_sort", "dates", "captions")
