@@ -2,9 +2,10 @@
 (tests/reference/captioner_ref.py) loaded with the same state dict: logits, attention
 weights, the loss with its doubly stochastic penalty and every gradient (gate on and
 off, soft and hard attention with fixed locations, the REINFORCE and entropy terms of
-Xu et al.'s eq. 12); central finite differences in float64; greedy decoding in C
-against a decoder built on the teacher-forced forward; thread-count independence;
-seeding; argument errors; the plot; the experiment's --quick run."""
+Xu et al.'s eq. 12); central finite differences in float64; greedy and beam decoding in
+C against a decoder built on the teacher-forced forward (weights 0 after a row's end);
+thread-count independence; seeding; argument errors; the plot; the experiment's --quick
+run."""
 
 import json
 import os
@@ -225,16 +226,18 @@ def test_generate_stops_at_eos_and_matches_torch_greedy(torch):
         assert (row[first:] == 3).all()
     if ended.all():
         assert (tokens[:, -1] == 3).all()
-    # torch, greedily, one full forward per step
+    # torch, greedily, one full forward per step; weights 0 after a row's eos
     ref = TorchCaptioner(torch, m.state_dict(), dtype=np.float64)
     seqs = np.ones((20, 1), np.int64)
     for t in range(tokens.shape[1]):
         lg, al = ref.forward(feats, seqs)
-        nxt = lg[:, -1].detach().numpy().argmax(-1)
-        nxt = np.where((seqs[:, 1:] == 3).any(axis=1), 3, nxt)
-        close(alphas[:, t], al[:, -1].detach().numpy(), 1e-12, f"alphas at step {t}")
+        done = (seqs[:, 1:] == 3).any(axis=1)
+        nxt = np.where(done, 3, lg[:, -1].detach().numpy().argmax(-1))
+        want = np.where(done[:, None], 0, al[:, -1].detach().numpy())
+        close(alphas[:, t], want, 1e-12, f"alphas at step {t}")
         seqs = np.concatenate([seqs, nxt[:, None]], axis=1)
     np.testing.assert_array_equal(tokens, seqs[:, 1:])
+    np.testing.assert_allclose(alphas[~ended].sum(-1), 1, atol=1e-12)  # rows that never end
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])

@@ -1,7 +1,8 @@
 """attnc.models.Captioner: show, attend and tell (Xu et al. 2015), an LSTM
 decoder that attends over a grid of image features while it writes a
 caption. The whole teacher-forced sequence, forward and backward through
-time, and greedy decoding run in C (csrc/captioner/captioner.c).
+time, and decoding (greedy or beam search, through the library's one search
+in csrc/core/search.c) run in C (csrc/captioner/captioner.c).
 """
 
 from __future__ import annotations
@@ -126,8 +127,8 @@ class Captioner(nn.Module):
     every parameter (with the locations held fixed in hard mode).
     ``loss_and_grad(batch)`` → (loss, gradients by state_dict name).
     ``generate(features, max_len, bos, eos=None, beam_size=1,
-    length_penalty=0.0)`` → (tokens (B, ≤ max_len), α (B, steps, L)): greedy
-    decoding or beam search in C.
+    length_penalty=0.0)`` → (tokens (B, ≤ max_len), α (B, steps, L), zero
+    after a row's end): greedy decoding or beam search in C.
 
     Example
     -------
@@ -330,40 +331,37 @@ class Captioner(nn.Module):
         return a, max_len, beam_size
 
     def generate(self, features, max_len, bos, eos=None, beam_size=1, length_penalty=0.0):
-        """Captions of features (B, L, F), decoded in C. Every row starts from
-        ``bos``. Returns (tokens int64 (B, n), alphas (B, n, L)), n <= max_len.
+        """Captions of features (B, L, F), decoded in C (the search of
+        ``attnc.models.Seq2Seq.generate``). Every row starts from ``bos``.
+        Returns (tokens int64 (B, n), alphas (B, n, L)), n <= max_len the
+        longest row: a row that emits ``eos`` ends with it and has eos after
+        it (eos=None: no end token). alphas[b, t] are the weights the decoder
+        used to emit tokens[b, t], zero after the row's end.
 
         Greedy (beam_size=1): the most probable next token (lowest id on
-        ties); a row that emits ``eos`` keeps eos after it, and decoding stops
-        when every row has. alphas[b, t] are the weights the decoder used to
-        emit tokens[b, t] (after a row's eos: those of a decoder fed eos).
+        ties); decoding stops when every row has ended.
 
-        Beam search (beam_size=K > 1): the rules of
+        Beam search (beam_size=K in [2, 64]): the rules of
         ``attnc.models.seq2seq._reference_decode`` (finished hypotheses scored
-        sum(log p) / length ** length_penalty); each row's best hypothesis,
-        eos after it (0 without eos), its weights (0 after it).
+        sum(log p) / length ** length_penalty); each row's best hypothesis.
 
         Hard attention decodes with s_t = argmax α_t."""
         a, max_len, K = self._decoding_args(features, max_len, bos, eos, beam_size, length_penalty)
         B, L, _ = a.shape
-        tokens = np.zeros((B, max_len), np.int64)
-        alphas = np.zeros((B, max_len, L), self.dtype)
+        tokens, lengths = np.empty((B, max_len), np.int64), np.empty(B, np.int64)
+        alphas = np.empty((B, max_len, L), self.dtype)
         mode = _SOFT if self.attention_kind == "soft" else _HARD_ARGMAX
-        config = (mode, self.gate_enabled, 0, 0.0)
-        eos_id = -1 if eos is None else int(eos)
-        if K == 1:
-            n = _core.captioner_generate(tokens, alphas, a, self._params(), config, int(bos), eos_id)
-        else:
-            n = _core.captioner_beam_search(tokens, alphas, a, self._params(), config, int(bos), eos_id, K,
-                                            float(length_penalty))
+        _core.captioner_generate(tokens, lengths, alphas, a, self._params(), (mode, self.gate_enabled, 0, 0.0),
+                                 int(bos), -1 if eos is None else int(eos), K, float(length_penalty))
+        n = int(lengths.max()) if B else 0
         return tokens[:, :n].copy(), alphas[:, :n].copy()
 
     def _generate_reference(self, features, max_len, bos, eos=None, beam_size=1, length_penalty=0.0):
         """Decoding in Python by re-running the teacher-forced forward on every
-        prefix (eval mode): the oracle the C decoders are tested against. Greedy
-        here is written out; beam search is ``_reference_decode``'s, and its
-        weights come from one teacher-forced pass over each row's answer (0
-        after the row's end). Same return values as ``generate``."""
+        prefix (eval mode): the oracle the C decoder is tested against. Greedy
+        here is written out; beam search is ``_reference_decode``'s. The
+        weights come from the teacher-forced passes (0 after a row's end).
+        Same return values as ``generate``."""
         a, max_len, K = self._decoding_args(features, max_len, bos, eos, beam_size, length_penalty)
         B, L, _ = a.shape
         with _EvalMode(self):
@@ -390,11 +388,12 @@ class Captioner(nn.Module):
                 tgt_in = np.concatenate([np.full((B, 1), bos, np.int64), seqs], axis=1)
                 logits, al = self.forward(a, tgt_in, return_alphas=True)
                 tok = logits[:, -1].argmax(axis=-1).astype(np.int64)
+                al = np.where(done[:, None, None], 0, al[:, -1:]).astype(self.dtype)  # 0 after a row's end
                 if eos is not None:
                     tok[done] = eos
                     done |= tok == eos
                 seqs = np.concatenate([seqs, tok[:, None]], axis=1)
-                alphas = np.concatenate([alphas, al[:, -1:]], axis=1)
+                alphas = np.concatenate([alphas, al], axis=1)
                 if eos is not None and done.all():
                     break
         return seqs, alphas

@@ -1,5 +1,6 @@
 /* captioner.c: show-attend-tell (Xu et al. 2015), forward and backward
- * through time and greedy decoding (equations in captioner.h).
+ * through time, and the model side of greedy and beam-search decoding
+ * (core/search.c searches; equations in captioner.h).
  *
  * What runs once per call: the initial state, the attention's feature
  * projection W_a a_i + b_a (not once per step), the embedding's share of the
@@ -23,6 +24,7 @@
 
 #include "../core/blas.h"
 #include "../core/rng.h"
+#include "../core/search.h"
 #include "../core/simd.h"
 #include "../core/status.h"
 #include "../core/tensor.h"
@@ -103,12 +105,6 @@ static void tanh_all(const cap_run *r, void *x, int64_t n) {
         for (int64_t i = 0; i < n; i++) ((float *)x)[i] = tanhf(((float *)x)[i]);
     else
         for (int64_t i = 0; i < n; i++) ((double *)x)[i] = tanh(((double *)x)[i]);
-}
-
-/* Run a row kernel over fixed blocks of ROWS images. */
-static void rows_parallel(const cap_run *r, attnc_task_fn f32, attnc_task_fn f64, void *job) {
-    int workers = attnc_workers_for(r->B * (r->L * r->A + 4 * r->H) * 4); /* a few operations per element */
-    attnc_parallel_for((r->B + ROWS - 1) / ROWS, workers, r->dt == ATTNC_FLOAT32 ? f32 : f64, job);
 }
 
 /* ---- checks ------------------------------------------------------------------- */
@@ -334,10 +330,10 @@ static void step_forward(const cap_run *r, const attnc_captioner_params *p, cons
                            .beta = arr->beta, .zhat = arr->zhat, .xin = arr->xin, .zs = s->zs,                \
                            .samples = arr->samples, .gates = arr->gates, .h = arr->h, .c = arr->c,            \
                            .hprev = arr->hprev, .h_run = s->h_run, .c_run = s->c_run};                        \
-        rows_parallel(r, attend_task_##SFX, attend_task_##SFX, &j);                                          \
+        over_rows_##SFX(&j, attend_row_##SFX);                                                                \
         gemm(r, false, true, 1, M(s->zs, B, F, F), M(at(r, p->w_ih.data, E), 4 * H, F, E + F), 0,             \
              M(s->zp, B, 4 * H, 4 * H));                                                                      \
-        rows_parallel(r, cell_task_##SFX, cell_task_##SFX, &j);                                              \
+        over_rows_##SFX(&j, cell_row_##SFX);                                                                  \
     } while (0)
     ATTNC_BY_DTYPE(r->dt, RUN);
 #undef RUN
@@ -547,10 +543,10 @@ attnc_status attnc_captioner_backward(attnc_captioner_params *grads, attnc_tenso
                            .dlogp = attnc_present(dlogp) ? dlogp->data : NULL, .dzp = dzp, .dh = dh, .dc = dc,    \
                            .drec = drec, .de = de, .dpa = dpa, .dfeat = dfeat};                                   \
         for (j.t = T - 1; j.t >= 0; j.t--) {                                                                      \
-            rows_parallel(&r, cell_back_task_##SFX, cell_back_task_##SFX, &j);                                    \
+            over_rows_##SFX(&j, cell_back_row_##SFX);                                                             \
             gemm(&r, false, false, 1, M(at(&r, drec, j.t * R), B, 4 * H, T * R),                                  \
                  M(at(&r, p->w_ih.data, E), 4 * H, F, E + F), 0, M(dzp, B, F, F));                                \
-            rows_parallel(&r, attend_back_task_##SFX, attend_back_task_##SFX, &j);                                \
+            over_rows_##SFX(&j, attend_back_row_##SFX);                                                           \
             gemm(&r, false, false, 1, M(at(&r, drec, j.t * R), B, R, T * R), M(w_rec, R, H, H), 0, M(dh, B, H, H)); \
         }                                                                                                         \
     } while (0)
@@ -565,343 +561,179 @@ attnc_status attnc_captioner_backward(attnc_captioner_params *grads, attnc_tenso
     return st;
 }
 
-/* ---- greedy decoding -------------------------------------------------------------- */
+/* ---- decoding (the search itself is core/search.c's) -------------------------------- */
 
-/* The most probable token of each row of logits (B, V) (lowest id on ties;
- * NaN never wins), eos for rows already done. */
-static void pick_tokens(const cap_run *r, const void *logits, int64_t *next, bool *done, int64_t eos) {
-    for (int64_t b = 0; b < r->B; b++) {
-        int64_t best = 0;
-        for (int64_t k = 1; k < r->V; k++) {
-            bool better = r->dt == ATTNC_FLOAT32 ? ((const float *)logits)[b * r->V + k] >
-                                                       ((const float *)logits)[b * r->V + best]
-                                                 : ((const double *)logits)[b * r->V + k] >
-                                                       ((const double *)logits)[b * r->V + best];
-            best = better ? k : best;
-        }
-        next[b] = done[b] ? eos : best;
-        done[b] = done[b] || (eos >= 0 && best == eos);
-    }
-}
+/* The model the search drives: rows i = b K + k (beam slot k of image b; K =
+ * 1 for greedy) each see image b. A step embeds the fed tokens and runs the
+ * decoder step and the deep output over all R = B K rows at once; the state
+ * a reorder moves is h_run and c_run, plus each hypothesis's weights. */
+typedef struct {
+    cap_run r;                         /* r.B = R rows; r.T = 1: the step arrays hold one step */
+    const attnc_captioner_params *p;
+    cap_layout lo;                     /* of base                                              */
+    void *base;                        /* (lo.total) one step's activations of the R rows      */
+    const void *feat;                  /* (R, L, F) row i's image: the features when K = 1     */
+    void *feat_k;                      /* (R, L, F) their copy when K > 1                      */
+    void *logits;                      /* (R, V)                                               */
+    void *gather;                      /* (R, H) the reorder's scratch                         */
+    void *hist, *hist2;                /* (R, T, L) each hypothesis's weights (beam, alphas)   */
+    void *alphas;                      /* (B, T, L) the output, or NULL                        */
+    int64_t *start, *hard;             /* (R) bos; (R) the argmax locations                    */
+    int64_t K, T;
+    step_scratch s;
+    step_arrays arr;
+} cap_decoder;
 
-/* The decoders' outputs tokens (B, T) INT64 and alphas (B, T, L) (T
- * returned) and their bos, eos (-1: none) ids. */
-static attnc_status check_decoding(const cap_run *r, attnc_tensor *tokens, attnc_tensor *alphas, int64_t bos,
-                                   int64_t eos, int64_t *T) {
-    int64_t ts[2] = {r->B, -1};
-    TRY(check_array(tokens, "tokens", ATTNC_INT64, 2, ts, true));
-    int64_t as[3] = {r->B, ts[1], r->L};
-    TRY(check_array(alphas, "alphas", r->dt, 3, as, true));
-    if (bos < 0 || bos >= r->V)
-        return attnc_fail(ATTNC_ERR_VALUE, "bos %" PRId64 " is outside [0, %" PRId64 ")", bos, r->V);
-    if (eos < -1 || eos >= r->V)
-        return attnc_fail(ATTNC_ERR_VALUE, "eos %" PRId64 " is outside [0, %" PRId64 ")", eos, r->V);
-    *T = ts[1];
+/* The search's step s: feed tok (R) (NULL: bos), leave the logits (R, V). */
+static attnc_status decoder_step(void *ctx, const int64_t *tok, int64_t s) {
+    (void)s;
+    cap_decoder *d = ctx;
+    const cap_run *r = &d->r;
+    embed(r, d->p, tok ? tok : d->start, r->B, d->arr.xin, d->s.gxe);
+    step_forward(r, d->p, d->feat, &d->s, &d->arr, 0);
+    deep_output(r, d->p, r->B, d->arr.xin, d->arr.h, at(r, d->base, d->lo.q), d->logits);
     return ATTNC_OK;
 }
 
-attnc_status attnc_captioner_generate(attnc_tensor *tokens, attnc_tensor *alphas, int64_t *steps,
-                                      const attnc_tensor *features, const attnc_captioner_params *p,
-                                      const attnc_captioner_config *cfg, int64_t bos, int64_t eos) {
-    cap_run r;
-    TRY(setup(&r, features, NULL, p, cfg));
-    if (r.mode != ATTNC_CAPTION_SOFT && r.mode != ATTNC_CAPTION_HARD_ARGMAX)
-        return attnc_fail(ATTNC_ERR_VALUE, "decoding needs the soft or the argmax attention mode");
-    if (!steps) return attnc_fail(ATTNC_ERR_TYPE, "steps is required");
-    int64_t B = r.B, L = r.L, F = r.F, E = r.E, H = r.H, A = r.A, V = r.V, max_len;
-    TRY(check_decoding(&r, tokens, alphas, bos, eos, &max_len));
-    r.T = 1; /* the step arrays hold one step */
-    *steps = 0;
-    cap_layout lo;
-    layout(&lo, B, 1, L, F, E, H, A);
-    void *base = NULL, *logits = NULL;
-    int64_t *prev = NULL, *hard = NULL;
-    bool *done = NULL;
-    step_scratch s = {0};
-    attnc_status st = attnc_calloc(&base, (size_t)lo.total, esize(&r), "decoder state");
-    if (st == ATTNC_OK) st = attnc_calloc(&logits, (size_t)(B * V), esize(&r), "decoder logits");
-    if (st == ATTNC_OK) st = attnc_calloc((void **)&prev, (size_t)B, sizeof *prev, "decoder tokens");
-    if (st == ATTNC_OK) st = attnc_calloc((void **)&hard, (size_t)B, sizeof *hard, "decoder locations");
-    if (st == ATTNC_OK) st = attnc_calloc((void **)&done, (size_t)B, sizeof *done, "decoder rows");
-    if (st == ATTNC_OK) st = scratch_alloc(&r, &s, B);
-    if (st == ATTNC_OK) {
-        prepare(&r, p, features->data, at(&r, base, lo.mean), at(&r, base, lo.h0), at(&r, base, lo.c0),
-                at(&r, base, lo.pa));
-        pack_recurrent(&r, p, s.w_rec, s.b_rec);
-        copy(s.h_run, at(&r, base, lo.h0), (size_t)(B * H) * esize(&r));
-        copy(s.c_run, at(&r, base, lo.c0), (size_t)(B * H) * esize(&r));
-        step_arrays arr = {.th = at(&r, base, lo.th), .alpha = at(&r, base, lo.alpha), .beta = at(&r, base, lo.beta),
-                           .zhat = at(&r, base, lo.zhat), .xin = at(&r, base, lo.xin),
-                           .gates = at(&r, base, lo.gates), .h = at(&r, base, lo.h), .c = at(&r, base, lo.c),
-                           .hprev = NULL, .pa = at(&r, base, lo.pa), .samples = hard};
-        for (int64_t b = 0; b < B; b++) prev[b] = bos;
-        int64_t *out = tokens->data;
-        for (int64_t t = 0; t < max_len; t++) {
-            embed(&r, p, prev, B, arr.xin, s.gxe);
-            step_forward(&r, p, features->data, &s, &arr, 0);
-            deep_output(&r, p, B, arr.xin, arr.h, at(&r, base, lo.q), logits);
-            pick_tokens(&r, logits, prev, done, eos);
-            bool all = eos >= 0;
-            for (int64_t b = 0; b < B; b++) {
-                out[b * max_len + t] = prev[b];
-                copy(at(&r, alphas->data, (b * max_len + t) * L), at(&r, arr.alpha, b * L), (size_t)L * esize(&r));
-                all = all && done[b];
-            }
-            *steps = t + 1;
-            if (all) break;
-        }
+/* Row i of x (R, H) <- its row parent[i]. */
+static void permute_rows(cap_decoder *d, void *x, const int64_t *parent) {
+    const cap_run *r = &d->r;
+    size_t row = (size_t)r->H * esize(r);
+    for (int64_t i = 0; i < r->B; i++) copy(at(r, d->gather, i * r->H), at(r, x, parent[i] * r->H), row);
+    copy(x, d->gather, (size_t)r->B * row);
+}
+
+/* After beam step s, row i continues row parent[i] (R): its state, and its
+ * weights (steps < s from parent's history, step s the one just run). */
+static void decoder_reorder(void *ctx, const int64_t *parent, int64_t s) {
+    cap_decoder *d = ctx;
+    const cap_run *r = &d->r;
+    permute_rows(d, d->s.h_run, parent);
+    permute_rows(d, d->s.c_run, parent);
+    if (!d->hist) return;
+    int64_t T = d->T, L = r->L;
+    for (int64_t i = 0; i < r->B; i++) {
+        copy(at(r, d->hist2, i * T * L), at(r, d->hist, parent[i] * T * L), (size_t)(s * L) * esize(r));
+        copy(at(r, d->hist2, (i * T + s) * L), at(r, d->arr.alpha, parent[i] * L), (size_t)L * esize(r));
     }
-    scratch_free(&s);
-    free(base);
-    free(logits);
-    free(prev);
-    free(hard);
-    free(done);
-    return st;
+    void *swap = d->hist;
+    d->hist = d->hist2;
+    d->hist2 = swap;
 }
 
-/* ---- beam search ------------------------------------------------------------------- */
-
-/* Slot s of the B K hypothesis slots (row s / K): its running state, its
- * tokens and weights so far, its score; `tmp` holds the next step's slots. */
-typedef struct {
-    int64_t K, max_len, eos;
-    double penalty;
-    void *h, *c, *al_hist, *tmp_h, *tmp_c, *tmp_al, *best_al; /* (BK, H) x2, (BK, max_len, L) ..., (B, max_len, L) */
-    int64_t *tok_hist, *tmp_tok, *best_tok;                   /* (BK, max_len), ..., (B, max_len) */
-    double *score, *tmp_score, *lp, *best_score;              /* (BK), (BK), (BK, V), (B) */
-    int64_t *live, *best_len, *prev;                          /* (B), (B), (BK) */
-} beam_state;
-
-/* lp (n, V) <- log_softmax of logits (n, V) in double (a row of -inf or NaN stays so). */
-static void log_softmax_rows(const cap_run *r, const void *logits, double *lp, int64_t n) {
-    int64_t V = r->V;
-    for (int64_t i = 0; i < n; i++) {
-        double *o = lp + i * V, m = -INFINITY, sum = 0;
-        for (int64_t v = 0; v < V; v++) {
-            o[v] = r->dt == ATTNC_FLOAT32 ? ((const float *)logits)[i * V + v] : ((const double *)logits)[i * V + v];
-            m = o[v] > m ? o[v] : m;
-        }
-        for (int64_t v = 0; v < V; v++) sum += exp(o[v] - m);
-        for (int64_t v = 0; v < V; v++) o[v] = o[v] - m - log(sum);
-    }
+/* Output row b's weights at steps [first, len) <- search row `row`'s: its
+ * history before len - 1, the step just run at len - 1 (greedy: first =
+ * len - 1, no history). */
+static void decoder_record(void *ctx, int64_t b, int64_t row, int64_t first, int64_t len) {
+    cap_decoder *d = ctx;
+    const cap_run *r = &d->r;
+    int64_t T = d->T, L = r->L;
+    if (first < len - 1)
+        copy(at(r, d->alphas, (b * T + first) * L), at(r, d->hist, (row * T + first) * L),
+             (size_t)((len - 1 - first) * L) * esize(r));
+    copy(at(r, d->alphas, (b * T + len - 1) * L), at(r, d->arr.alpha, row * L), (size_t)L * esize(r));
 }
 
-/* Row b's best finished hypothesis <- slot `from`'s history plus token v with
- * weights alpha (L) at step t, if its score beats the best so far. */
-static void offer(const cap_run *r, beam_state *s, int64_t b, int64_t from, int64_t t, int64_t v, const void *alpha,
-                  double score) {
-    if (!(score > s->best_score[b])) return;
-    int64_t L = r->L, T = s->max_len;
-    s->best_score[b] = score;
-    s->best_len[b] = t + 1;
-    copy(s->best_tok + b * T, s->tok_hist + from * T, (size_t)t * sizeof(int64_t));
-    s->best_tok[b * T + t] = v;
-    copy(at(r, s->best_al, b * T * L), at(r, s->al_hist, from * T * L), (size_t)(t * L) * esize(r));
-    copy(at(r, s->best_al, (b * T + t) * L), alpha, (size_t)L * esize(r));
-}
-
-/* The up-to-K best candidates of row b's n live slots (scores + lp, eos
- * excluded): largest first, ties to the earlier slot, then the lower token;
- * -inf and NaN never chosen. Returns the count; parents and tokens out. */
-static int64_t select_candidates(const cap_run *r, const beam_state *s, int64_t b, int64_t n, int64_t *parent,
-                                 int64_t *token, double *value) {
-    int64_t count = 0, V = r->V;
-    for (int64_t k = 0; k < s->K; k++) {
-        int64_t best = -1;
-        double bv = -INFINITY;
-        for (int64_t i = 0; i < n; i++)
-            for (int64_t v = 0; v < V; v++) {
-                if (v == s->eos) continue;
-                double x = s->score[b * s->K + i] + s->lp[(b * s->K + i) * V + v];
-                bool taken = false;
-                for (int64_t q = 0; q < count && !taken; q++) taken = parent[q] == i && token[q] == v;
-                if (!taken && x > bv) {
-                    bv = x;
-                    best = i * V + v;
-                }
-            }
-        if (best < 0) break;
-        parent[count] = best / V;
-        token[count] = best % V;
-        value[count++] = bv;
-    }
-    return count;
-}
-
-/* One step t of row b: offer the eos candidates, pick the live ones, finish
- * them at the last step or stop the row when none can beat its best, and
- * write the survivors into the tmp slots. */
-static void beam_row(const cap_run *r, beam_state *s, int64_t b, int64_t t, const void *alpha) {
-    int64_t K = s->K, n = s->live[b], T = s->max_len, L = r->L, H = r->H, parent[64], token[64];
-    double value[64], Lc = (double)(t + 1);
-    if (s->eos >= 0)
-        for (int64_t i = 0; i < n; i++) {
-            int64_t slot = b * K + i;
-            offer(r, s, b, slot, t, s->eos, at(r, alpha, slot * L),
-                  (s->score[slot] + s->lp[slot * r->V + s->eos]) / pow(Lc, s->penalty));
-        }
-    int64_t count = select_candidates(r, s, b, n, parent, token, value);
-    if (t + 1 == T) {
-        for (int64_t q = 0; q < count; q++)
-            offer(r, s, b, b * K + parent[q], t, token[q], at(r, alpha, (b * K + parent[q]) * L),
-                  value[q] / pow(Lc, s->penalty));
-        count = 0;
-    } else if (count && s->best_len[b]) { /* the best any extension of a live one could still score */
-        double bound = -INFINITY;
-        for (int64_t q = 0; q < count; q++) {
-            double a1 = value[q] / pow(Lc + 1, s->penalty), a2 = value[q] / pow((double)T, s->penalty);
-            bound = fmax(bound, fmax(a1, a2));
-        }
-        if (s->best_score[b] >= bound) count = 0;
-    }
-    for (int64_t q = 0; q < count; q++) {
-        int64_t from = b * K + parent[q], to = b * K + q;
-        copy(at(r, s->tmp_h, to * H), at(r, s->h, from * H), (size_t)H * esize(r));
-        copy(at(r, s->tmp_c, to * H), at(r, s->c, from * H), (size_t)H * esize(r));
-        copy(s->tmp_tok + to * T, s->tok_hist + from * T, (size_t)t * sizeof(int64_t));
-        s->tmp_tok[to * T + t] = token[q];
-        copy(at(r, s->tmp_al, to * T * L), at(r, s->al_hist, from * T * L), (size_t)(t * L) * esize(r));
-        copy(at(r, s->tmp_al, (to * T + t) * L), at(r, alpha, from * L), (size_t)L * esize(r));
-        s->tmp_score[to] = value[q];
-    }
-    s->live[b] = count;
-}
-
-/* Every live slot <- its tmp slot (the step's survivors, in rank order);
- * their step-t tokens become the next inputs. */
-static void beam_commit(const cap_run *r, beam_state *s, int64_t B, int64_t t) {
-    int64_t K = s->K, T = s->max_len, L = r->L, H = r->H;
-    for (int64_t b = 0; b < B; b++)
-        for (int64_t q = 0; q < s->live[b]; q++) {
-            int64_t slot = b * K + q;
-            copy(at(r, s->h, slot * H), at(r, s->tmp_h, slot * H), (size_t)H * esize(r));
-            copy(at(r, s->c, slot * H), at(r, s->tmp_c, slot * H), (size_t)H * esize(r));
-            copy(s->tok_hist + slot * T, s->tmp_tok + slot * T, (size_t)T * sizeof(int64_t));
-            copy(at(r, s->al_hist, slot * T * L), at(r, s->tmp_al, slot * T * L), (size_t)(T * L) * esize(r));
-            s->score[slot] = s->tmp_score[slot];
-            s->prev[slot] = s->tok_hist[slot * T + t];
-        }
-}
-
-/* Allocate the beam state for B rows of K slots (h, c are the step scratch's). */
-static attnc_status beam_alloc(const cap_run *r, beam_state *s, int64_t B) {
-    int64_t BK = B * s->K, T = s->max_len, L = r->L, H = r->H;
+static attnc_status decoder_alloc(cap_decoder *d) {
+    const cap_run *r = &d->r;
+    int64_t R = r->B, beam = d->K > 1, hist = beam && d->alphas ? R * d->T * r->L : 0;
     struct {
         void **p;
         int64_t n;
         size_t size;
-    } bufs[] = {{&s->al_hist, BK * T * L, esize(r)}, {&s->tmp_h, BK * H, esize(r)},
-                {&s->tmp_c, BK * H, esize(r)},        {&s->tmp_al, BK * T * L, esize(r)},
-                {&s->best_al, B * T * L, esize(r)},   {(void **)&s->tok_hist, BK * T, sizeof(int64_t)},
-                {(void **)&s->tmp_tok, BK * T, sizeof(int64_t)}, {(void **)&s->best_tok, B * T, sizeof(int64_t)},
-                {(void **)&s->score, BK, sizeof(double)}, {(void **)&s->tmp_score, BK, sizeof(double)},
-                {(void **)&s->lp, BK * r->V, sizeof(double)}, {(void **)&s->best_score, B, sizeof(double)},
-                {(void **)&s->live, B, sizeof(int64_t)}, {(void **)&s->best_len, B, sizeof(int64_t)},
-                {(void **)&s->prev, BK, sizeof(int64_t)}};
+    } bufs[] = {{&d->base, d->lo.total, esize(r)},     {&d->feat_k, beam ? R * r->L * r->F : 0, esize(r)},
+                {&d->logits, R * r->V, esize(r)},      {&d->gather, R * r->H, esize(r)},
+                {&d->hist, hist, esize(r)},            {&d->hist2, hist, esize(r)},
+                {(void **)&d->start, R, sizeof(int64_t)}, {(void **)&d->hard, R, sizeof(int64_t)}};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
-        TRY(attnc_calloc(bufs[i].p, (size_t)bufs[i].n, bufs[i].size, "beam search state"));
-    return ATTNC_OK;
+        TRY(attnc_calloc(bufs[i].p, (size_t)bufs[i].n, bufs[i].size, "captioner decoding"));
+    return scratch_alloc(r, &d->s, R);
 }
 
-static void beam_free(beam_state *s) {
-    void *ps[] = {s->al_hist, s->tmp_h, s->tmp_c, s->tmp_al, s->best_al, s->tok_hist, s->tmp_tok, s->best_tok,
-                  s->score, s->tmp_score, s->lp, s->best_score, s->live, s->best_len, s->prev};
+static void decoder_free(cap_decoder *d) {
+    void *ps[] = {d->base, d->feat_k, d->logits, d->gather, d->hist, d->hist2, d->start, d->hard};
     for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++) free(ps[i]);
+    scratch_free(&d->s);
 }
 
-/* The decoding loop over B K slots (rb: the run with B K rows): one step for
- * every slot, then each row's beam. */
-static void beam_loop(const cap_run *rb, const attnc_captioner_params *p, const void *feat_k, step_scratch *sc,
-                      const step_arrays *arr, void *logits, void *q, beam_state *s, int64_t B) {
-    for (int64_t t = 0; t < s->max_len; t++) {
-        bool any = false;
-        for (int64_t b = 0; b < B; b++) any = any || s->live[b] > 0;
-        if (!any) break;
-        embed(rb, p, s->prev, rb->B, arr->xin, sc->gxe);
-        step_forward(rb, p, feat_k, sc, arr, 0);
-        deep_output(rb, p, rb->B, arr->xin, arr->h, q, logits);
-        log_softmax_rows(rb, logits, s->lp, rb->B);
-        for (int64_t b = 0; b < B; b++)
-            if (s->live[b]) beam_row(rb, s, b, t, arr->alpha);
-        beam_commit(rb, s, B, t);
+/* Every row's image, initial state and attention projection; bos fed first. */
+static void decoder_prepare(cap_decoder *d, const void *features, int64_t bos) {
+    const cap_run *r = &d->r;
+    const cap_layout *lo = &d->lo;
+    int64_t R = r->B, L = r->L, F = r->F, H = r->H;
+    d->feat = features;
+    if (d->K > 1) {
+        for (int64_t i = 0; i < R; i++)
+            copy(at(r, d->feat_k, i * L * F), at(r, features, (i / d->K) * L * F), (size_t)(L * F) * esize(r));
+        d->feat = d->feat_k;
     }
+    void *base = d->base;
+    prepare(r, d->p, d->feat, at(r, base, lo->mean), at(r, base, lo->h0), at(r, base, lo->c0), at(r, base, lo->pa));
+    pack_recurrent(r, d->p, d->s.w_rec, d->s.b_rec);
+    copy(d->s.h_run, at(r, base, lo->h0), (size_t)(R * H) * esize(r));
+    copy(d->s.c_run, at(r, base, lo->c0), (size_t)(R * H) * esize(r));
+    for (int64_t i = 0; i < R; i++) d->start[i] = bos;
+    d->arr = (step_arrays){.th = at(r, base, lo->th), .alpha = at(r, base, lo->alpha), .beta = at(r, base, lo->beta),
+                           .zhat = at(r, base, lo->zhat), .xin = at(r, base, lo->xin), .gates = at(r, base, lo->gates),
+                           .h = at(r, base, lo->h), .c = at(r, base, lo->c), .hprev = NULL,
+                           .pa = at(r, base, lo->pa), .samples = d->hard};
 }
 
-/* tokens (B, T) <- each row's best (eos, or 0 without eos, after it);
- * alphas (B, T, L) <- its weights (0 after it). Returns the longest. */
-static int64_t beam_output(const cap_run *r, const beam_state *s, int64_t *tokens, void *alphas) {
-    int64_t T = s->max_len, L = r->L, longest = 0;
-    for (int64_t b = 0; b < r->B; b++) {
-        int64_t n = s->best_len[b];
-        longest = n > longest ? n : longest;
-        for (int64_t t = 0; t < T; t++) tokens[b * T + t] = t < n ? s->best_tok[b * T + t] : (s->eos >= 0 ? s->eos : 0);
-        copy(at(r, alphas, b * T * L), at(r, s->best_al, b * T * L), (size_t)(n * L) * esize(r));
-        for (int64_t i = n * L; i < T * L; i++) {
-            if (r->dt == ATTNC_FLOAT32)
-                ((float *)alphas)[b * T * L + i] = 0;
-            else
-                ((double *)alphas)[b * T * L + i] = 0;
-        }
-    }
-    return longest;
-}
-
-attnc_status attnc_captioner_beam_search(attnc_tensor *tokens, attnc_tensor *alphas, int64_t *length,
-                                         const attnc_tensor *features, const attnc_captioner_params *p,
-                                         const attnc_captioner_config *cfg, int64_t bos, int64_t eos,
-                                         int64_t beam_size, double length_penalty) {
-    cap_run r;
-    TRY(setup(&r, features, NULL, p, cfg));
-    if (r.mode != ATTNC_CAPTION_SOFT && r.mode != ATTNC_CAPTION_HARD_ARGMAX)
+/* The decoder's outputs tokens (B, T), lengths (B) INT64 and alphas (B, T, L)
+ * (optional), T returned, and its other arguments. */
+static attnc_status check_decoding(const cap_run *r, attnc_tensor *tokens, attnc_tensor *lengths,
+                                   attnc_tensor *alphas, int64_t bos, int64_t eos, int64_t beam_size,
+                                   double length_penalty, int64_t *T) {
+    if (r->mode != ATTNC_CAPTION_SOFT && r->mode != ATTNC_CAPTION_HARD_ARGMAX)
         return attnc_fail(ATTNC_ERR_VALUE, "decoding needs the soft or the argmax attention mode");
-    if (!length) return attnc_fail(ATTNC_ERR_TYPE, "length is required");
+    int64_t ts[2] = {r->B, -1}, ls[1] = {r->B};
+    TRY(check_array(tokens, "tokens", ATTNC_INT64, 2, ts, true));
+    TRY(check_array(lengths, "lengths", ATTNC_INT64, 1, ls, true));
+    int64_t as[3] = {r->B, ts[1], r->L};
+    if (attnc_present(alphas)) TRY(check_array(alphas, "alphas", r->dt, 3, as, true));
+    if (bos < 0 || bos >= r->V)
+        return attnc_fail(ATTNC_ERR_VALUE, "bos %" PRId64 " is outside [0, %" PRId64 ")", bos, r->V);
+    if (eos < -1 || eos >= r->V)
+        return attnc_fail(ATTNC_ERR_VALUE, "eos %" PRId64 " is outside [0, %" PRId64 ")", eos, r->V);
     if (beam_size < 1 || beam_size > 64)
         return attnc_fail(ATTNC_ERR_VALUE, "beam_size must be in [1, 64], got %" PRId64, beam_size);
     if (!isfinite(length_penalty)) return attnc_fail(ATTNC_ERR_VALUE, "length_penalty must be finite");
-    int64_t B = r.B, L = r.L, F = r.F, K = beam_size, T;
-    TRY(check_decoding(&r, tokens, alphas, bos, eos, &T));
-    cap_run rb = r; /* one decoder row per (image, slot) */
-    rb.B = B * K;
-    rb.T = 1;
-    cap_layout lo;
-    layout(&lo, rb.B, 1, L, F, r.E, r.H, r.A);
-    beam_state s = {.K = K, .max_len = T, .eos = eos, .penalty = length_penalty};
-    step_scratch sc = {0};
-    void *base = NULL, *feat_k = NULL, *logits = NULL;
-    attnc_status st = attnc_calloc(&base, (size_t)lo.total, esize(&r), "decoder state");
-    if (st == ATTNC_OK) st = attnc_calloc(&feat_k, (size_t)(rb.B * L * F), esize(&r), "decoder features");
-    if (st == ATTNC_OK) st = attnc_calloc(&logits, (size_t)(rb.B * r.V), esize(&r), "decoder logits");
-    if (st == ATTNC_OK) st = scratch_alloc(&rb, &sc, rb.B);
-    if (st == ATTNC_OK) st = beam_alloc(&r, &s, B);
-    int64_t *hard = NULL;
-    if (st == ATTNC_OK) st = attnc_calloc((void **)&hard, (size_t)rb.B, sizeof *hard, "decoder locations");
-    if (st == ATTNC_OK) {
-        for (int64_t i = 0; i < rb.B; i++) /* every slot sees its image */
-            copy(at(&r, feat_k, i * L * F), at(&r, features->data, (i / K) * L * F), (size_t)(L * F) * esize(&r));
-        prepare(&rb, p, feat_k, at(&r, base, lo.mean), at(&r, base, lo.h0), at(&r, base, lo.c0), at(&r, base, lo.pa));
-        pack_recurrent(&rb, p, sc.w_rec, sc.b_rec);
-        copy(sc.h_run, at(&r, base, lo.h0), (size_t)(rb.B * r.H) * esize(&r));
-        copy(sc.c_run, at(&r, base, lo.c0), (size_t)(rb.B * r.H) * esize(&r));
-        s.h = sc.h_run;
-        s.c = sc.c_run;
-        for (int64_t b = 0; b < B; b++) {
-            s.live[b] = 1; /* one empty hypothesis, score 0 */
-            s.best_score[b] = -INFINITY;
-        }
-        for (int64_t i = 0; i < rb.B; i++) s.prev[i] = bos;
-        step_arrays arr = {.th = at(&r, base, lo.th), .alpha = at(&r, base, lo.alpha), .beta = at(&r, base, lo.beta),
-                           .zhat = at(&r, base, lo.zhat), .xin = at(&r, base, lo.xin),
-                           .gates = at(&r, base, lo.gates), .h = at(&r, base, lo.h), .c = at(&r, base, lo.c),
-                           .hprev = NULL, .pa = at(&r, base, lo.pa), .samples = hard};
-        beam_loop(&rb, p, feat_k, &sc, &arr, logits, at(&r, base, lo.q), &s, B);
-        *length = beam_output(&r, &s, tokens->data, alphas->data);
+    *T = ts[1];
+    return ATTNC_OK;
+}
+
+attnc_status attnc_captioner_generate(attnc_tensor *tokens, attnc_tensor *lengths, attnc_tensor *alphas,
+                                      const attnc_tensor *features, const attnc_captioner_params *p,
+                                      const attnc_captioner_config *cfg, int64_t bos, int64_t eos,
+                                      int64_t beam_size, double length_penalty) {
+    cap_decoder d = {0};
+    cap_run *r = &d.r;
+    TRY(setup(r, features, NULL, p, cfg));
+    TRY(check_decoding(r, tokens, lengths, alphas, bos, eos, beam_size, length_penalty, &d.T));
+    int64_t B = r->B, T = d.T;
+    if (attnc_present(alphas)) {
+        d.alphas = alphas->data;
+        if (B * T > 0) memset(d.alphas, 0, (size_t)(B * T * r->L) * esize(r)); /* 0 after each row's end */
     }
-    scratch_free(&sc);
-    beam_free(&s);
-    free(base);
-    free(feat_k);
-    free(logits);
-    free(hard);
+    if (B == 0 || T == 0) {
+        if (B > 0) memset(lengths->data, 0, (size_t)B * sizeof(int64_t));
+        return ATTNC_OK;
+    }
+    d.p = p;
+    d.K = beam_size;
+    r->B = B * beam_size;
+    r->T = 1;
+    layout(&d.lo, r->B, 1, r->L, r->F, r->E, r->H, r->A);
+    attnc_status st = decoder_alloc(&d);
+    if (st == ATTNC_OK) {
+        decoder_prepare(&d, features->data, bos);
+        attnc_search_model m = {.ctx = &d, .B = B, .K = beam_size, .V = r->V, .logits = d.logits, .dt = r->dt,
+                                .step = decoder_step, .reorder = decoder_reorder,
+                                .record = d.alphas ? decoder_record : NULL};
+        attnc_search_io io = {.out = tokens->data, .lengths = lengths->data, .T = T, .eos = eos,
+                              .alpha = length_penalty};
+        st = attnc_search(&m, &io);
+    }
+    decoder_free(&d);
     return st;
 }

@@ -82,29 +82,24 @@ attnc_status attnc_captioner_backward(attnc_captioner_params *grads, attnc_tenso
                                       const attnc_tensor *samples, const attnc_captioner_params *p,
                                       const attnc_captioner_config *cfg);
 
-/* Greedy decoding: tokens (B, max_len) INT64 and alphas (B, max_len, L) <-
- * features (B, L, F), starting every row from bos. Each step feeds back the
+/* Greedy (beam_size 1) or beam search (beam_size K in [1, 64]) from bos, by
+ * core/search.c with the rules of attnc_s2s_generate. Greedy feeds back the
  * most probable token (lowest id on ties); a row that emits eos (>= 0; -1:
- * none) keeps being fed eos (its later tokens are eos) and decoding stops
- * when every row has ended. *steps <- the steps run (<= max_len); entries
- * after them are untouched. cfg->mode must be SOFT or HARD_ARGMAX. */
-attnc_status attnc_captioner_generate(attnc_tensor *tokens, attnc_tensor *alphas, int64_t *steps,
+ * none) keeps being fed eos, and decoding stops when every row has ended.
+ * Beam search follows the reference decoder of attnc/models/seq2seq.py
+ * (_reference_decode): every live hypothesis is extended by every token; one
+ * ending in eos is finished with score sum(log p) / length ** length_penalty;
+ * the K best others by sum(log p) stay live (ties: earlier hypothesis, then
+ * lower token); hypotheses reaching max_len are finished; a row stops when
+ * no live hypothesis can beat its best finished one.
+ * tokens (B, max_len) INT64 <- each row's tokens (eos after its end, or 0
+ * without eos), lengths (B) INT64 <- each row's length (its eos included),
+ * alphas (B, max_len, L) (optional) <- the weights of the step that emitted
+ * each token (0 after the row's end) <- features (B, L, F). cfg->mode must
+ * be SOFT or HARD_ARGMAX. */
+attnc_status attnc_captioner_generate(attnc_tensor *tokens, attnc_tensor *lengths, attnc_tensor *alphas,
                                       const attnc_tensor *features, const attnc_captioner_params *p,
-                                      const attnc_captioner_config *cfg, int64_t bos, int64_t eos);
-
-/* Beam search (beam_size K in [1, 64]) with the rules of the reference
- * decoder in attnc/models/seq2seq.py (_reference_decode): every live
- * hypothesis is extended by every token; one ending in eos (>= 0; -1: none)
- * is finished with score sum(log p) / length ** length_penalty (all kept,
- * no beam slot); the K best others by sum(log p) stay live (ties: earlier
- * hypothesis, then lower token); hypotheses reaching max_len are finished;
- * a row stops when no live hypothesis can beat its best finished one.
- * tokens (B, max_len) <- each row's best (eos after it, or 0 without eos),
- * alphas (B, max_len, L) <- its weights (0 after it), *length <- the
- * longest. */
-attnc_status attnc_captioner_beam_search(attnc_tensor *tokens, attnc_tensor *alphas, int64_t *length,
-                                         const attnc_tensor *features, const attnc_captioner_params *p,
-                                         const attnc_captioner_config *cfg, int64_t bos, int64_t eos,
-                                         int64_t beam_size, double length_penalty);
+                                      const attnc_captioner_config *cfg, int64_t bos, int64_t eos,
+                                      int64_t beam_size, double length_penalty);
 
 #endif

@@ -2,12 +2,14 @@
  * decoder step's attention and LSTM cell for a block of rows, forward and
  * backward, and matrix products split into fixed row blocks. */
 #include "../core/real.h"
+#include "../core/sigmoid_impl.h" /* FN(sigmoid), FN(tanh_) of the gates */
 
 /* Row (b, t) of a (B, T, n) array is at (b T + t) n; the step's scratch rows
  * (rec, zs, zp, h_run, c_run, dh, dc, dzp) are (B, n) and contiguous. */
-typedef struct {
+typedef struct FN(cap_job) {
     const cap_run *r;
     int64_t t;
+    void (*row)(const struct FN(cap_job) *j, int64_t b); /* what rows_task runs on each image */
     const REAL *feat;   /* (B, L, F)                                              */
     const REAL *pa;     /* (B, L, A) W_a a_i + b_a                                */
     const REAL *v;      /* (A) the score vector                                   */
@@ -38,22 +40,6 @@ typedef struct {
     REAL *dpa;           /* (B, L, A) accumulated over steps                      */
     REAL *dfeat;         /* (B, L, F) accumulated over steps                      */
 } FN(cap_job);
-
-/* sigmoid and tanh. In float, from the vectorisable exp of core/simd.h so
- * the attention and gate loops vectorise (tanh by its odd series below 1/16,
- * where 1 - 2 / (e^2x + 1) would lose relative precision; both within 2e-6
- * relative: libm's tanhf took over half of a forward); in double, libm's. */
-#if ATTNC_F64
-static inline REAL FN(sigmoid)(REAL x) { return 1 / (1 + exp(-x)); }
-static inline REAL FN(tanh_)(REAL x) { return tanh(x); }
-#else
-static inline REAL FN(sigmoid)(REAL x) { return 1 / (1 + attnc_expf(-x)); }
-static inline REAL FN(tanh_)(REAL x) {
-    REAL x2 = x * x, series = x * (1 + x2 * (-(REAL)1 / 3 + x2 * ((REAL)2 / 15)));
-    REAL exact = 1 - 2 / (attnc_expf(2 * x) + 1);
-    return FABS(x) < (REAL)0.0625 ? series : exact;
-}
-#endif
 
 /* th (L, A) <- tanh(pa (L, A) + ph (A)), then e (L) <- th v (A). */
 ATTNC_SIMD static void FN(scores)(const REAL *restrict pa, const REAL *restrict ph, const REAL *restrict v,
@@ -206,28 +192,20 @@ static void FN(attend_back_row)(const FN(cap_job) *j, int64_t b) {
     if (r->gate) dph[A] = dbeta * beta * (1 - beta);
 }
 
-static void FN(attend_task)(void *arg, int64_t block, int worker) {
+/* j->row on images [block ROWS, ...). */
+static void FN(rows_task)(void *arg, int64_t block, int worker) {
     (void)worker;
     const FN(cap_job) *j = arg;
-    for (int64_t b = block * ROWS; b < j->r->B && b < (block + 1) * ROWS; b++) FN(attend_row)(j, b);
+    for (int64_t b = block * ROWS; b < j->r->B && b < (block + 1) * ROWS; b++) j->row(j, b);
 }
 
-static void FN(cell_task)(void *arg, int64_t block, int worker) {
-    (void)worker;
-    const FN(cap_job) *j = arg;
-    for (int64_t b = block * ROWS; b < j->r->B && b < (block + 1) * ROWS; b++) FN(cell_row)(j, b);
-}
-
-static void FN(cell_back_task)(void *arg, int64_t block, int worker) {
-    (void)worker;
-    const FN(cap_job) *j = arg;
-    for (int64_t b = block * ROWS; b < j->r->B && b < (block + 1) * ROWS; b++) FN(cell_back_row)(j, b);
-}
-
-static void FN(attend_back_task)(void *arg, int64_t block, int worker) {
-    (void)worker;
-    const FN(cap_job) *j = arg;
-    for (int64_t b = block * ROWS; b < j->r->B && b < (block + 1) * ROWS; b++) FN(attend_back_row)(j, b);
+/* row (the attention, the cell or their backward) on every image, over
+ * fixed blocks of ROWS images. */
+static void FN(over_rows)(FN(cap_job) *j, void (*row)(const FN(cap_job) *, int64_t)) {
+    const cap_run *r = j->r;
+    j->row = row;
+    int workers = attnc_workers_for(r->B * (r->L * r->A + 4 * r->H) * 4); /* a few operations per element */
+    attnc_parallel_for((r->B + ROWS - 1) / ROWS, workers, FN(rows_task), j);
 }
 
 typedef struct {

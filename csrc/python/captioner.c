@@ -91,57 +91,30 @@ static PyObject *py_backward(PyObject *self, PyObject *args) {
     return buffers_finish(&h, st);
 }
 
-/* (tokens, alphas, features, params, config, bos, eos) -> steps run */
+/* (tokens, lengths, alphas, features, params, config, bos, eos, beam_size, length_penalty) */
 static PyObject *py_generate(PyObject *self, PyObject *args) {
     (void)self;
-    PyObject *tokens, *alphas, *features, *params, *config;
-    long long bos, eos;
-    if (!PyArg_ParseTuple(args, "OOOOOLL", &tokens, &alphas, &features, &params, &config, &bos, &eos)) return NULL;
-    attnc_captioner_config c;
-    if (!parse_config(config, &c)) return NULL;
-    buffers h = {.count = 0};
-    attnc_captioner_params p;
-    attnc_tensor tt, ta, tf;
-    int ok = parse_params(params, &h, 0, &p) && buffers_get(&h, tokens, "tokens", 1, &tt) &&
-             buffers_get(&h, alphas, "alphas", 1, &ta) && buffers_get(&h, features, "features", 0, &tf);
-    if (!ok) return buffers_release(&h), NULL;
-    attnc_status st;
-    int64_t steps = 0;
-    ATTNC_NOGIL(st, attnc_captioner_generate(&tt, &ta, &steps, &tf, &p, &c, bos, eos));
-    PyObject *none = buffers_finish(&h, st);
-    if (!none) return NULL;
-    Py_DECREF(none);
-    return PyLong_FromLongLong(steps);
-}
-
-/* (tokens, alphas, features, params, config, bos, eos, beam_size, length_penalty) -> length */
-static PyObject *py_beam_search(PyObject *self, PyObject *args) {
-    (void)self;
-    PyObject *tokens, *alphas, *features, *params, *config;
+    PyObject *tokens, *lengths, *alphas, *features, *params, *config;
     long long bos, eos, beam;
     double penalty;
-    if (!PyArg_ParseTuple(args, "OOOOOLLLd", &tokens, &alphas, &features, &params, &config, &bos, &eos, &beam,
-                          &penalty))
+    if (!PyArg_ParseTuple(args, "OOOOOOLLLd", &tokens, &lengths, &alphas, &features, &params, &config, &bos, &eos,
+                          &beam, &penalty))
         return NULL;
     attnc_captioner_config c;
     if (!parse_config(config, &c)) return NULL;
     buffers h = {.count = 0};
     attnc_captioner_params p;
-    attnc_tensor tt, ta, tf;
+    attnc_tensor tt, tl, ta, tf;
     int ok = parse_params(params, &h, 0, &p) && buffers_get(&h, tokens, "tokens", 1, &tt) &&
-             buffers_get(&h, alphas, "alphas", 1, &ta) && buffers_get(&h, features, "features", 0, &tf);
+             buffers_get(&h, lengths, "lengths", 1, &tl) && buffers_get(&h, alphas, "alphas", 1, &ta) &&
+             buffers_get(&h, features, "features", 0, &tf);
     if (!ok) return buffers_release(&h), NULL;
     attnc_status st;
-    int64_t length = 0;
-    ATTNC_NOGIL(st, attnc_captioner_beam_search(&tt, &ta, &length, &tf, &p, &c, bos, eos, beam, penalty));
-    PyObject *none = buffers_finish(&h, st);
-    if (!none) return NULL;
-    Py_DECREF(none);
-    return PyLong_FromLongLong(length);
+    ATTNC_NOGIL(st, attnc_captioner_generate(&tt, &tl, &ta, &tf, &p, &c, bos, eos, beam, penalty));
+    return buffers_finish(&h, st);
 }
 
 PyMethodDef attnc_captioner_methods[] = {
-    {"captioner_beam_search", py_beam_search, METH_VARARGS, NULL},
     {"captioner_saved_size", py_saved_size, METH_VARARGS, NULL},
     {"captioner_forward", py_forward, METH_VARARGS, NULL},
     {"captioner_backward", py_backward, METH_VARARGS, NULL},

@@ -2,8 +2,8 @@
  * A tiny float64 captioner: the backward against central finite differences
  * of L = sum(logits * cl) + sum(alphas * ca) (+ sum(dlogp * log alpha_s) in
  * the hard mode with fixed locations), for every parameter and feature;
- * softmax rows summing to one; decoding against the teacher-forced forward;
- * and errors. */
+ * softmax rows summing to one; greedy and beam decoding against the
+ * teacher-forced forward; and errors. */
 #include "../../csrc/captioner/captioner.h"
 
 enum { CB = 2, CT = 3, CL = 3, CF = 2, CE = 2, CH = 3, CA = 2, CV = 4, CNP = 19 };
@@ -33,23 +33,48 @@ static int64_t cap_total(void) {
     return n;
 }
 
-/* The scalar the test differentiates, by a forward without saving. */
-static double cap_loss(double *params, double *feat, int64_t *tok, int64_t *samples, const attnc_captioner_config *c,
-                       const double *cl, const double *ca, const double *cp) {
+/* The inputs of the scalar the test differentiates (cp: NULL in soft mode). */
+typedef struct {
+    double *params, *feat;
+    int64_t *tok, *samples;
+    const attnc_captioner_config *c;
+    const double *cl, *ca, *cp;
+} cap_case;
+
+/* L = sum(logits * cl) + sum(alphas * ca) (+ sum(cp * log alpha_s)), by a
+ * forward without saving. */
+static double cap_loss(const cap_case *k) {
     attnc_captioner_params p;
-    cap_bind(&p, params);
+    cap_bind(&p, k->params);
     double logits[CB * CT * CV], alphas[CB * CT * CL];
     int64_t fs[3] = {CB, CL, CF}, ts[2] = {CB, CT}, ls[3] = {CB, CT, CV}, as[3] = {CB, CT, CL};
-    attnc_tensor tf = view(feat, ATTNC_FLOAT64, 3, fs), tt = view(tok, ATTNC_INT64, 2, ts);
+    attnc_tensor tf = view(k->feat, ATTNC_FLOAT64, 3, fs), tt = view(k->tok, ATTNC_INT64, 2, ts);
     attnc_tensor tl = view(logits, ATTNC_FLOAT64, 3, ls), ta = view(alphas, ATTNC_FLOAT64, 3, as);
-    attnc_tensor tsm = view(samples, ATTNC_INT64, 2, ts), none = {0};
-    if (attnc_captioner_forward(&tl, &ta, &tsm, &none, &tf, &tt, &p, c) != ATTNC_OK) return NAN;
+    attnc_tensor tsm = view(k->samples, ATTNC_INT64, 2, ts), none = {0};
+    if (attnc_captioner_forward(&tl, &ta, &tsm, &none, &tf, &tt, &p, k->c) != ATTNC_OK) return NAN;
     double L = 0;
-    for (int i = 0; i < CB * CT * CV; i++) L += logits[i] * cl[i];
-    for (int i = 0; i < CB * CT * CL; i++) L += alphas[i] * ca[i];
-    if (cp)
-        for (int i = 0; i < CB * CT; i++) L += samples[i] < 0 ? 0 : cp[i] * log(alphas[i * CL + samples[i]]);
+    for (int i = 0; i < CB * CT * CV; i++) L += logits[i] * k->cl[i];
+    for (int i = 0; i < CB * CT * CL; i++) L += alphas[i] * k->ca[i];
+    if (k->cp)
+        for (int i = 0; i < CB * CT; i++)
+            L += k->samples[i] < 0 ? 0 : k->cp[i] * log(alphas[i * CL + k->samples[i]]);
     return L;
+}
+
+/* The largest gap between g (n) and the central differences of cap_loss in
+ * x (n values of k's parameters or features, each restored). */
+static double cap_fd_gap(const cap_case *k, double *x, const double *g, int64_t n) {
+    double worst = 0, h = 1e-6;
+    for (int64_t i = 0; i < n; i++) {
+        double keep = x[i];
+        x[i] = keep + h;
+        double lp = cap_loss(k);
+        x[i] = keep - h;
+        double lm = cap_loss(k);
+        x[i] = keep;
+        worst = fmax(worst, fabs((lp - lm) / (2 * h) - g[i]));
+    }
+    return worst;
 }
 
 static void test_captioner_gradients(attnc_caption_mode mode) {
@@ -83,28 +108,11 @@ static void test_captioner_gradients(attnc_caption_mode mode) {
     CHECK(worst_row < 1e-14, "attention weights do not sum to 1 (off by %g)", worst_row);
     CHECK(attnc_captioner_backward(&g, &tdf, &tcl, &tca, &tcp, &tsv, &tf, &tt, &tsm, &p, &c) == ATTNC_OK, "%s",
           attnc_last_error());
-    double worst = 0, h = 1e-6;
-    for (int64_t i = 0; i < n; i++) {
-        double keep = params[i];
-        params[i] = keep + h;
-        double lp = cap_loss(params, feat, tok, samples, &c, cl, ca, cp);
-        params[i] = keep - h;
-        double lm = cap_loss(params, feat, tok, samples, &c, cl, ca, cp);
-        params[i] = keep;
-        worst = fmax(worst, fabs((lp - lm) / (2 * h) - grads[i]));
-    }
+    cap_case k = {params, feat, tok, samples, &c, cl, ca, cp};
+    double worst = cap_fd_gap(&k, params, grads, n);
     CHECK(worst < 1e-7, "captioner (mode %d) parameter gradients differ from finite differences by %g", (int)mode,
           worst);
-    worst = 0;
-    for (int64_t i = 0; i < CB * CL * CF; i++) {
-        double keep = feat[i];
-        feat[i] = keep + h;
-        double lp = cap_loss(params, feat, tok, samples, &c, cl, ca, cp);
-        feat[i] = keep - h;
-        double lm = cap_loss(params, feat, tok, samples, &c, cl, ca, cp);
-        feat[i] = keep;
-        worst = fmax(worst, fabs((lp - lm) / (2 * h) - dfeat[i]));
-    }
+    worst = cap_fd_gap(&k, feat, dfeat, CB * CL * CF);
     CHECK(worst < 1e-7, "captioner (mode %d) feature gradients differ from finite differences by %g", (int)mode, worst);
     free(params);
     free(grads);
@@ -115,8 +123,9 @@ static void test_captioner_gradients(attnc_caption_mode mode) {
     free(saved);
 }
 
-/* Greedy decoding equals the teacher-forced forward fed its own tokens;
- * bad arguments fail with a status and a message. */
+/* Greedy decoding equals the teacher-forced forward fed its own tokens, and
+ * after a row's eos its tokens are eos and its weights 0; beam search; bad
+ * arguments fail with a status and a message. */
 static void test_captioner_decode_and_errors(void) {
     int64_t n = cap_total();
     double *params = randn((size_t)n, 201), *feat = randn(CB * CL * CF, 202);
@@ -125,12 +134,13 @@ static void test_captioner_decode_and_errors(void) {
     cap_bind(&p, params);
     attnc_captioner_config c = {.mode = ATTNC_CAPTION_SOFT, .gate = 1, .seed = 0};
     enum { ML = 4 };
-    int64_t out[CB * ML], steps = -1, fs[3] = {CB, CL, CF}, os[2] = {CB, ML}, oa[3] = {CB, ML, CL};
+    int64_t out[CB * ML], len[CB], fs[3] = {CB, CL, CF}, os[2] = {CB, ML}, oa[3] = {CB, ML, CL}, bs[1] = {CB};
     double dal[CB * ML * CL];
     attnc_tensor tf = view(feat, ATTNC_FLOAT64, 3, fs), to = view(out, ATTNC_INT64, 2, os);
-    attnc_tensor ta = view(dal, ATTNC_FLOAT64, 3, oa), none = {0};
-    CHECK(attnc_captioner_generate(&to, &ta, &steps, &tf, &p, &c, 1, -1) == ATTNC_OK, "%s", attnc_last_error());
-    CHECK(steps == ML, "decoding without eos ran %lld steps", (long long)steps);
+    attnc_tensor tn = view(len, ATTNC_INT64, 1, bs), ta = view(dal, ATTNC_FLOAT64, 3, oa), none = {0};
+    CHECK(attnc_captioner_generate(&to, &tn, &ta, &tf, &p, &c, 1, -1, 1, 0) == ATTNC_OK, "%s", attnc_last_error());
+    CHECK(len[0] == ML && len[1] == ML, "decoding without eos gave lengths %lld, %lld", (long long)len[0],
+          (long long)len[1]);
     /* the teacher-forced forward over [bos, out[:, :ML-1]] */
     int64_t tok[CB * ML], ts[2] = {CB, ML}, ls[3] = {CB, ML, CV};
     for (int b = 0; b < CB; b++)
@@ -147,23 +157,44 @@ static void test_captioner_decode_and_errors(void) {
     }
     CHECK(same, "greedy tokens differ from the argmax of the teacher-forced logits");
     CHECK(max_abs_diff(alphas, dal, CB * ML * CL) < 1e-14, "decoder weights differ from the forward's");
-    /* beam search: tokens in range; a full beam over ML = 1 step picks the argmax */
-    int64_t blen = -1;
-    CHECK(attnc_captioner_beam_search(&to, &ta, &blen, &tf, &p, &c, 1, 2, 3, 0.5) == ATTNC_OK, "%s",
+    /* eos = row 0's second token: the same steps up to each row's end, then eos and zero weights */
+    int64_t eos = out[1], ended[CB * ML], elen[CB];
+    double eal[CB * ML * CL];
+    attnc_tensor te = view(ended, ATTNC_INT64, 2, os), ten = view(elen, ATTNC_INT64, 1, bs);
+    attnc_tensor tea = view(eal, ATTNC_FLOAT64, 3, oa);
+    CHECK(attnc_captioner_generate(&te, &ten, &tea, &tf, &p, &c, 1, eos, 1, 0) == ATTNC_OK, "%s",
           attnc_last_error());
-    int in_range = blen >= 1 && blen <= ML;
+    int ends_ok = elen[0] <= 2;
+    for (int b = 0; b < CB; b++)
+        for (int t = 0; t < ML; t++)
+            for (int i = 0; i < CL; i++) {
+                int64_t r = b * ML + t;
+                ends_ok &= t < elen[b] ? ended[r] == out[r] && eal[r * CL + i] == dal[r * CL + i]
+                                       : ended[r] == eos && eal[r * CL + i] == 0;
+            }
+    CHECK(ends_ok, "greedy decoding with eos %lld: wrong tokens or weights around the ends (lengths %lld, %lld)",
+          (long long)eos, (long long)elen[0], (long long)elen[1]);
+    /* beam search: tokens in range; a full beam over ML = 1 step picks the argmax */
+    CHECK(attnc_captioner_generate(&to, &tn, &ta, &tf, &p, &c, 1, 2, 3, 0.5) == ATTNC_OK, "%s",
+          attnc_last_error());
+    int in_range = 1;
+    for (int b = 0; b < CB; b++) in_range &= len[b] >= 1 && len[b] <= ML;
     for (int r = 0; r < CB * ML; r++) in_range &= out[r] >= 0 && out[r] < CV;
-    CHECK(in_range, "beam search tokens out of range (length %lld)", (long long)blen);
+    CHECK(in_range, "beam search tokens or lengths out of range");
     int64_t one[CB], os1[2] = {CB, 1}, oa1[3] = {CB, 1, CL};
     double al1[CB * CL];
     attnc_tensor to1 = view(one, ATTNC_INT64, 2, os1), ta1 = view(al1, ATTNC_FLOAT64, 3, oa1);
-    CHECK(attnc_captioner_beam_search(&to1, &ta1, &blen, &tf, &p, &c, 1, -1, CV, 0) == ATTNC_OK && blen == 1 &&
-              one[0] == tok[1] && one[1] == tok[ML + 1], /* tok holds the greedy tokens, shifted */
+    CHECK(attnc_captioner_generate(&to1, &tn, &ta1, &tf, &p, &c, 1, -1, CV, 0) == ATTNC_OK && len[0] == 1 &&
+              len[1] == 1 && one[0] == tok[1] && one[1] == tok[ML + 1], /* tok holds the greedy tokens, shifted */
           "a full one-step beam is not the greedy token");
     CHECK(max_abs_diff(al1, alphas, CL) < 1e-14 && max_abs_diff(al1 + CL, alphas + ML * CL, CL) < 1e-14,
           "beam weights differ from the forward's");
-    CHECK(attnc_captioner_beam_search(&to, &ta, &blen, &tf, &p, &c, 1, 2, 0, 0) == ATTNC_ERR_VALUE &&
-              attnc_captioner_beam_search(&to, &ta, &blen, &tf, &p, &c, 1, 2, 65, 0) == ATTNC_ERR_VALUE,
+    one[0] = one[1] = -1;
+    CHECK(attnc_captioner_generate(&to1, &tn, &none, &tf, &p, &c, 1, -1, CV, 0) == ATTNC_OK &&
+              one[0] == tok[1] && one[1] == tok[ML + 1],
+          "beam search without the weights output: %s", attnc_last_error());
+    CHECK(attnc_captioner_generate(&to, &tn, &ta, &tf, &p, &c, 1, 2, 0, 0) == ATTNC_ERR_VALUE &&
+              attnc_captioner_generate(&to, &tn, &ta, &tf, &p, &c, 1, 2, 65, 0) == ATTNC_ERR_VALUE,
           "beam_size outside [1, 64] accepted");
     /* errors */
     tok[3] = CV;
@@ -175,9 +206,9 @@ static void test_captioner_decode_and_errors(void) {
     CHECK(attnc_captioner_forward(&tl, &tal, &none, &none, &tf, &tt, &p, &hard) == ATTNC_ERR_TYPE &&
               strstr(attnc_last_error(), "samples") != NULL,
           "hard attention without samples: %s", attnc_last_error());
-    CHECK(attnc_captioner_generate(&to, &ta, &steps, &tf, &p, &hard, 1, -1) == ATTNC_ERR_VALUE,
+    CHECK(attnc_captioner_generate(&to, &tn, &ta, &tf, &p, &hard, 1, -1, 1, 0) == ATTNC_ERR_VALUE,
           "decoding with sampled attention accepted");
-    CHECK(attnc_captioner_generate(&to, &ta, &steps, &tf, &p, &c, CV, -1) == ATTNC_ERR_VALUE &&
+    CHECK(attnc_captioner_generate(&to, &tn, &ta, &tf, &p, &c, CV, -1, 1, 0) == ATTNC_ERR_VALUE &&
               strstr(attnc_last_error(), "bos") != NULL,
           "bos out of range: %s", attnc_last_error());
     attnc_captioner_config nogate = {.mode = ATTNC_CAPTION_SOFT, .gate = 0, .seed = 0};
