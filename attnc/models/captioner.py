@@ -318,8 +318,6 @@ class Captioner(nn.Module):
         a = self._features(features)
         max_len = _size("max_len", max_len, 0)
         beam_size = _size("beam_size", beam_size, 1)
-        if beam_size > 64:
-            raise ValueError(f"beam_size must be <= 64, got {beam_size}")
         for name, v in (("bos", bos), ("eos", eos)):
             if v is None and name == "eos":
                 continue
@@ -341,7 +339,7 @@ class Captioner(nn.Module):
         Greedy (beam_size=1): the most probable next token (lowest id on
         ties); decoding stops when every row has ended.
 
-        Beam search (beam_size=K in [2, 64]): the rules of
+        Beam search (beam_size=K >= 2): the rules of
         ``attnc.models.seq2seq._reference_decode`` (finished hypotheses scored
         sum(log p) / length ** length_penalty); each row's best hypothesis.
 

@@ -566,7 +566,8 @@ attnc_status attnc_captioner_backward(attnc_captioner_params *grads, attnc_tenso
 /* The model the search drives: rows i = b K + k (beam slot k of image b; K =
  * 1 for greedy) each see image b. A step embeds the fed tokens and runs the
  * decoder step and the deep output over all R = B K rows at once; the state
- * a reorder moves is h_run and c_run, plus each hypothesis's weights. */
+ * a reorder moves is h_run and c_run. Each step's weights are the search's
+ * trace, which it keeps per hypothesis. */
 typedef struct {
     cap_run r;                         /* r.B = R rows; r.T = 1: the step arrays hold one step */
     const attnc_captioner_params *p;
@@ -576,8 +577,6 @@ typedef struct {
     void *feat_k;                      /* (R, L, F) their copy when K > 1                      */
     void *logits;                      /* (R, V)                                               */
     void *gather;                      /* (R, H) the reorder's scratch                         */
-    void *hist, *hist2;                /* (R, T, L) each hypothesis's weights (beam, alphas)   */
-    void *alphas;                      /* (B, T, L) the output, or NULL                        */
     int64_t *start, *hard;             /* (R) bos; (R) the argmax locations                    */
     int64_t K, T;
     step_scratch s;
@@ -603,47 +602,23 @@ static void permute_rows(cap_decoder *d, void *x, const int64_t *parent) {
     copy(x, d->gather, (size_t)r->B * row);
 }
 
-/* After beam step s, row i continues row parent[i] (R): its state, and its
- * weights (steps < s from parent's history, step s the one just run). */
+/* After beam step s, row i continues row parent[i] (R). */
 static void decoder_reorder(void *ctx, const int64_t *parent, int64_t s) {
+    (void)s;
     cap_decoder *d = ctx;
-    const cap_run *r = &d->r;
     permute_rows(d, d->s.h_run, parent);
     permute_rows(d, d->s.c_run, parent);
-    if (!d->hist) return;
-    int64_t T = d->T, L = r->L;
-    for (int64_t i = 0; i < r->B; i++) {
-        copy(at(r, d->hist2, i * T * L), at(r, d->hist, parent[i] * T * L), (size_t)(s * L) * esize(r));
-        copy(at(r, d->hist2, (i * T + s) * L), at(r, d->arr.alpha, parent[i] * L), (size_t)L * esize(r));
-    }
-    void *swap = d->hist;
-    d->hist = d->hist2;
-    d->hist2 = swap;
-}
-
-/* Output row b's weights at steps [first, len) <- search row `row`'s: its
- * history before len - 1, the step just run at len - 1 (greedy: first =
- * len - 1, no history). */
-static void decoder_record(void *ctx, int64_t b, int64_t row, int64_t first, int64_t len) {
-    cap_decoder *d = ctx;
-    const cap_run *r = &d->r;
-    int64_t T = d->T, L = r->L;
-    if (first < len - 1)
-        copy(at(r, d->alphas, (b * T + first) * L), at(r, d->hist, (row * T + first) * L),
-             (size_t)((len - 1 - first) * L) * esize(r));
-    copy(at(r, d->alphas, (b * T + len - 1) * L), at(r, d->arr.alpha, row * L), (size_t)L * esize(r));
 }
 
 static attnc_status decoder_alloc(cap_decoder *d) {
     const cap_run *r = &d->r;
-    int64_t R = r->B, beam = d->K > 1, hist = beam && d->alphas ? R * d->T * r->L : 0;
+    int64_t R = r->B, beam = d->K > 1;
     struct {
         void **p;
         int64_t n;
         size_t size;
     } bufs[] = {{&d->base, d->lo.total, esize(r)},     {&d->feat_k, beam ? R * r->L * r->F : 0, esize(r)},
                 {&d->logits, R * r->V, esize(r)},      {&d->gather, R * r->H, esize(r)},
-                {&d->hist, hist, esize(r)},            {&d->hist2, hist, esize(r)},
                 {(void **)&d->start, R, sizeof(int64_t)}, {(void **)&d->hard, R, sizeof(int64_t)}};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         TRY(attnc_calloc(bufs[i].p, (size_t)bufs[i].n, bufs[i].size, "captioner decoding"));
@@ -651,7 +626,7 @@ static attnc_status decoder_alloc(cap_decoder *d) {
 }
 
 static void decoder_free(cap_decoder *d) {
-    void *ps[] = {d->base, d->feat_k, d->logits, d->gather, d->hist, d->hist2, d->start, d->hard};
+    void *ps[] = {d->base, d->feat_k, d->logits, d->gather, d->start, d->hard};
     for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++) free(ps[i]);
     scratch_free(&d->s);
 }
@@ -695,8 +670,7 @@ static attnc_status check_decoding(const cap_run *r, attnc_tensor *tokens, attnc
         return attnc_fail(ATTNC_ERR_VALUE, "bos %" PRId64 " is outside [0, %" PRId64 ")", bos, r->V);
     if (eos < -1 || eos >= r->V)
         return attnc_fail(ATTNC_ERR_VALUE, "eos %" PRId64 " is outside [0, %" PRId64 ")", eos, r->V);
-    if (beam_size < 1 || beam_size > 64)
-        return attnc_fail(ATTNC_ERR_VALUE, "beam_size must be in [1, 64], got %" PRId64, beam_size);
+    if (beam_size < 1) return attnc_fail(ATTNC_ERR_VALUE, "beam_size must be >= 1, got %" PRId64, beam_size);
     if (!isfinite(length_penalty)) return attnc_fail(ATTNC_ERR_VALUE, "length_penalty must be finite");
     *T = ts[1];
     return ATTNC_OK;
@@ -711,10 +685,6 @@ attnc_status attnc_captioner_generate(attnc_tensor *tokens, attnc_tensor *length
     TRY(setup(r, features, NULL, p, cfg));
     TRY(check_decoding(r, tokens, lengths, alphas, bos, eos, beam_size, length_penalty, &d.T));
     int64_t B = r->B, T = d.T;
-    if (attnc_present(alphas)) {
-        d.alphas = alphas->data;
-        if (B * T > 0) memset(d.alphas, 0, (size_t)(B * T * r->L) * esize(r)); /* 0 after each row's end */
-    }
     if (B == 0 || T == 0) {
         if (B > 0) memset(lengths->data, 0, (size_t)B * sizeof(int64_t));
         return ATTNC_OK;
@@ -728,10 +698,10 @@ attnc_status attnc_captioner_generate(attnc_tensor *tokens, attnc_tensor *length
     if (st == ATTNC_OK) {
         decoder_prepare(&d, features->data, bos);
         attnc_search_model m = {.ctx = &d, .B = B, .K = beam_size, .V = r->V, .logits = d.logits, .dt = r->dt,
-                                .step = decoder_step, .reorder = decoder_reorder,
-                                .record = d.alphas ? decoder_record : NULL};
+                                .step = decoder_step, .reorder = decoder_reorder, .trace = d.arr.alpha,
+                                .trace_bytes = r->L * (int64_t)esize(r)};
         attnc_search_io io = {.out = tokens->data, .lengths = lengths->data, .T = T, .eos = eos,
-                              .alpha = length_penalty};
+                              .alpha = length_penalty, .trace = attnc_present(alphas) ? alphas->data : NULL};
         st = attnc_search(&m, &io);
     }
     decoder_free(&d);

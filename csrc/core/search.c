@@ -23,6 +23,11 @@ static void log_probs(const attnc_search_model *m, int64_t r, double *lp) {
     for (int64_t v = 0; v < m->V; v++) lp[v] -= lse;
 }
 
+/* Row i of a (rows, trace_bytes) array. */
+static char *trace_at(const attnc_search_model *m, const void *base, int64_t i) {
+    return (char *)base + i * m->trace_bytes;
+}
+
 static attnc_status greedy(const attnc_search_model *m, attnc_search_io *io) {
     int64_t B = m->B, T = io->T;
     int64_t *tok = NULL;
@@ -43,7 +48,7 @@ static attnc_status greedy(const attnc_search_model *m, attnc_search_io *io) {
             io->out[b * T + s] = best;
             if (!done[b]) {
                 io->lengths[b] = s + 1;
-                if (m->record) m->record(m->ctx, b, b, s, s + 1);
+                if (io->trace) memcpy(trace_at(m, io->trace, b * T + s), trace_at(m, m->trace, b), (size_t)m->trace_bytes);
             }
             if (io->eos >= 0 && best == io->eos) done[b] = true;
             all = all && done[b];
@@ -83,6 +88,7 @@ typedef struct {
     int64_t *parent, *tok;      /* (R)                                 */
     double *lp;                 /* (R, V)                              */
     candidate *top;             /* (K)                                 */
+    char *trace, *next_trace;   /* (R, T, trace_bytes) each live hypothesis's trace */
 } beam_state;
 
 /* Record a finished hypothesis of row b (tokens seq[0..len - 1), then last;
@@ -95,7 +101,21 @@ static void finish(const attnc_search_model *m, attnc_search_io *io, beam_state 
     memcpy(io->out + b * io->T, seq, (size_t)(len - 1) * sizeof *seq);
     io->out[b * io->T + len - 1] = last;
     io->lengths[b] = len;
-    if (m->record) m->record(m->ctx, b, row, 0, len);
+    if (io->trace) { /* steps before the last from the row's history, the last one just run */
+        memcpy(trace_at(m, io->trace, b * io->T), trace_at(m, s->trace, row * io->T), (size_t)((len - 1) * m->trace_bytes));
+        memcpy(trace_at(m, io->trace, b * io->T + len - 1), trace_at(m, m->trace, row), (size_t)m->trace_bytes);
+    }
+}
+
+/* After step i: hypothesis r's trace <- its parent's, then the parent's step i. */
+static void reorder_traces(const attnc_search_model *m, beam_state *s, int64_t R, int64_t T, int64_t i) {
+    for (int64_t r = 0; r < R; r++) {
+        memcpy(trace_at(m, s->next_trace, r * T), trace_at(m, s->trace, s->parent[r] * T), (size_t)(i * m->trace_bytes));
+        memcpy(trace_at(m, s->next_trace, r * T + i), trace_at(m, m->trace, s->parent[r]), (size_t)m->trace_bytes);
+    }
+    char *t = s->trace;
+    s->trace = s->next_trace;
+    s->next_trace = t;
 }
 
 /* Step s's choices for row b; returns the number of live hypotheses left. */
@@ -156,6 +176,8 @@ static attnc_status beam(const attnc_search_model *m, attnc_search_io *io) {
     ALLOC(tok, R);
     ALLOC(lp, R * V);
     ALLOC(top, K);
+    ALLOC(trace, io->trace ? R * T * m->trace_bytes : 0);
+    ALLOC(next_trace, io->trace ? R * T * m->trace_bytes : 0);
 #undef ALLOC
     if (st == ATTNC_OK) {
         for (int64_t b = 0; b < B; b++) {
@@ -184,6 +206,7 @@ static attnc_status beam(const attnc_search_model *m, attnc_search_io *io) {
         double *sc = s.score;
         s.score = s.next_score;
         s.next_score = sc;
+        if (io->trace) reorder_traces(m, &s, R, T, i);
         m->reorder(m->ctx, s.parent, i);
     }
     for (int64_t b = 0; b < B && st == ATTNC_OK; b++)
@@ -198,9 +221,12 @@ static attnc_status beam(const attnc_search_model *m, attnc_search_io *io) {
     free(s.tok);
     free(s.lp);
     free(s.top);
+    free(s.trace);
+    free(s.next_trace);
     return st;
 }
 
 attnc_status attnc_search(const attnc_search_model *m, attnc_search_io *io) {
+    if (io->trace) memset(io->trace, 0, (size_t)(m->B * io->T * m->trace_bytes));
     return m->K == 1 ? greedy(m, io) : beam(m, io);
 }

@@ -21,9 +21,11 @@ typedef struct {
     attnc_status (*step)(void *ctx, const int64_t *tok, int64_t s);
     /* Beam search, after step s: row r continues row parent[r] (R). */
     void (*reorder)(void *ctx, const int64_t *parent, int64_t s);
-    /* Optional: output row b's steps [first, len) are those of row `row`,
-     * step len - 1 being the one just run (before any reorder). */
-    void (*record)(void *ctx, int64_t b, int64_t row, int64_t first, int64_t len);
+    /* Optional: what each row shows of a step (an attention row, say),
+     * trace_bytes per row (R, trace_bytes), filled by step; the search keeps
+     * it per hypothesis and returns the winner's in io->trace. */
+    const void *trace;
+    int64_t trace_bytes;
 } attnc_search_model;
 
 /* out (B, T) tokens (a row ending in eos is filled with eos, or 0 when eos <
@@ -33,6 +35,7 @@ typedef struct {
     int64_t *out, *lengths;
     int64_t T, eos;
     double alpha;
+    void *trace; /* (B, T, trace_bytes) or NULL: each output step's trace, 0 after a row's end */
 } attnc_search_io;
 
 attnc_status attnc_search(const attnc_search_model *m, attnc_search_io *io);

@@ -1,9 +1,9 @@
 /* generate.c: greedy and beam-search decoding with the recurrent attention
  * decoder (core/search.c does the search). Rows r = b K + k (beam slot k of
  * batch row b) read source row b; each step runs the decoder's step kernel
- * on blocks of rows, then the output layer. The attention weights of every
- * step are kept per hypothesis so that each output comes with its alignment
- * matrix. */
+ * on blocks of rows, then the output layer. Each step's attention weights
+ * are the search's trace, which it keeps per hypothesis: every output comes
+ * with its alignment matrix. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,9 +21,8 @@ typedef struct {
     void *slot_mem[2];     /* two slots: the step reads one, writes the other */
     s2s_slot slot[2], *cur;
     void *feat, *logits;   /* (R, F), (R, Vt)                            */
-    void *hist, *hist2;    /* (R, Tmax, S): alignments of each hypothesis (beam) */
+    void *trace;           /* (R, S): this step's alignments (0 for "none") */
     void *gather;          /* (R, H)                                     */
-    void *align;           /* (B, Tmax, S) output or NULL                */
     void *scratch;         /* per worker                                 */
     int workers;
     const int64_t *tok;
@@ -55,6 +54,7 @@ static attnc_status search_step(void *ctx, const int64_t *tok, int64_t s) {
     g->s = s;
     g->cur = &g->slot[(s + 1) % 2];
     attnc_parallel_for((x->R + S2S_ROWS - 1) / S2S_ROWS, g->workers, step_task, g);
+    if (g->cur->alpha) memcpy(g->trace, g->cur->alpha, (size_t)(x->R * x->S) * x->es);
     int64_t fs[2] = {x->R, x->F}, ls[2] = {x->R, x->Vt}, ws[2] = {x->Vt, x->F}, bs[1] = {x->Vt};
     attnc_tensor feat = attnc_view(g->feat, x->dt, 2, fs), logits = attnc_view(g->logits, x->dt, 2, ls);
     attnc_tensor w = attnc_view((void *)x->out_w, x->dt, 2, ws), b = attnc_view((void *)x->out_b, x->dt, 1, bs);
@@ -68,39 +68,13 @@ static void permute(gen_run *g, void *a, int64_t width, const int64_t *parent) {
     memcpy(a, g->gather, (size_t)g->x.R * row);
 }
 
-/* Step s's alignment row of search row r into dst (S). */
-static void current_alignment(const gen_run *g, int64_t r, void *dst) {
-    size_t row = (size_t)g->x.S * g->x.es;
-    if (g->cur->alpha)
-        memcpy(dst, (char *)g->cur->alpha + r * row, row);
-    else
-        memset(dst, 0, row);
-}
-
 static void search_reorder(void *ctx, const int64_t *parent, int64_t s) {
+    (void)s;
     gen_run *g = ctx;
     const s2s_run *x = &g->x;
     permute(g, g->cur->h, x->H, parent);
     permute(g, g->cur->c, x->H, parent);
     if (x->luong) permute(g, g->cur->ht, x->H, parent);
-    if (!g->hist) return;
-    size_t row = (size_t)x->S * x->es, hyp = (size_t)g->Tmax * row;
-    for (int64_t r = 0; r < x->R; r++) {
-        memcpy((char *)g->hist2 + r * hyp, (char *)g->hist + parent[r] * hyp, (size_t)s * row);
-        current_alignment(g, parent[r], (char *)g->hist2 + r * hyp + s * row);
-    }
-    void *t = g->hist;
-    g->hist = g->hist2;
-    g->hist2 = t;
-}
-
-static void search_record(void *ctx, int64_t b, int64_t row, int64_t first, int64_t len) {
-    gen_run *g = ctx;
-    const s2s_run *x = &g->x;
-    size_t srow = (size_t)x->S * x->es, hyp = (size_t)g->Tmax * srow;
-    char *out = (char *)g->align + b * hyp;
-    if (first < len - 1) memcpy(out + first * srow, (char *)g->hist + row * hyp + first * srow, (size_t)(len - 1 - first) * srow);
-    current_alignment(g, row, out + (len - 1) * srow);
 }
 
 static attnc_status alloc_gen(gen_run *g) {
@@ -116,8 +90,7 @@ static attnc_status alloc_gen(gen_run *g) {
                 {&g->slot_mem[1], slot, x->es},
                 {&g->feat, R * x->F, x->es},
                 {&g->logits, R * x->Vt, x->es},
-                {&g->hist, g->K > 1 ? R * g->Tmax * x->S : 0, x->es},
-                {&g->hist2, g->K > 1 ? R * g->Tmax * x->S : 0, x->es},
+                {&g->trace, R * x->S, x->es},
                 {&g->gather, R * x->H, x->es},
                 {&g->scratch, g->workers * s2s_scratch_size(x), x->es}};
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
@@ -132,8 +105,8 @@ static attnc_status alloc_gen(gen_run *g) {
 }
 
 static void free_gen(gen_run *g) {
-    void *own[] = {g->src, g->start, g->slot_mem[0], g->slot_mem[1], g->feat, g->logits, g->hist, g->hist2,
-                   g->gather, g->scratch};
+    void *own[] = {g->src, g->start, g->slot_mem[0], g->slot_mem[1], g->feat, g->logits, g->trace, g->gather,
+                   g->scratch};
     for (size_t i = 0; i < sizeof own / sizeof own[0]; i++) free(own[i]);
 }
 
@@ -159,8 +132,6 @@ attnc_status attnc_s2s_generate(attnc_tensor *tokens, attnc_tensor *out_lengths,
     if (attnc_present(alignments)) {
         int64_t bts[3] = {x->B, g.Tmax, x->S};
         TRY(attnc_check_dims(alignments, "alignments", x->dt, 3, bts, true));
-        memset(alignments->data, 0, (size_t)(x->B * g.Tmax * x->S) * x->es);
-        g.align = alignments->data;
     }
     if (x->B == 0 || g.Tmax == 0) {
         memset(out_lengths->data, 0, (size_t)x->B * sizeof(int64_t));
@@ -174,10 +145,10 @@ attnc_status attnc_s2s_generate(attnc_tensor *tokens, attnc_tensor *out_lengths,
     if (st == ATTNC_OK) st = s2s_prepare(x, weights, NULL);
     if (st == ATTNC_OK) {
         attnc_search_model m = {.ctx = &g, .B = x->B, .K = beam, .V = x->Vt, .logits = g.logits, .dt = x->dt,
-                                .step = search_step, .reorder = search_reorder,
-                                .record = g.align ? search_record : NULL};
+                                .step = search_step, .reorder = search_reorder, .trace = g.trace,
+                                .trace_bytes = x->S * (int64_t)x->es};
         attnc_search_io io = {.out = tokens->data, .lengths = out_lengths->data, .T = g.Tmax, .eos = eos,
-                              .alpha = length_penalty};
+                              .alpha = length_penalty, .trace = attnc_present(alignments) ? alignments->data : NULL};
         st = attnc_search(&m, &io);
         s2s_release(x, true);
     }
