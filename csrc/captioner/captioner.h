@@ -82,7 +82,7 @@ attnc_status attnc_captioner_backward(attnc_captioner_params *grads, attnc_tenso
                                       const attnc_tensor *samples, const attnc_captioner_params *p,
                                       const attnc_captioner_config *cfg);
 
-/* Greedy (beam_size 1) or beam search (beam_size K in [1, 64]) from bos, by
+/* Greedy (beam_size 1) or beam search (beam_size K >= 2) from bos, by
  * core/search.c with the rules of attnc_s2s_generate. Greedy feeds back the
  * most probable token (lowest id on ties); a row that emits eos (>= 0; -1:
  * none) keeps being fed eos, and decoding stops when every row has ended.
