@@ -358,6 +358,37 @@ def test_gradients_match_torch_autograd(kind, cfg, dtype, rng, torch):
         grads_vs_torch(torch, tm, m, kind, x, hx, lengths, dtype, rng, f"{kind}/{scen}")
 
 
+# Hidden sizes the fused float32 kernels of csrc/rnn/rnn_fast.c take (multiples of 8 with AVX2,
+# of 16 with AVX-512; 24 takes the AVX2 kernels on an AVX-512 CPU), batches that are not a
+# multiple of their row tiles, lengths that make rows stop at different steps.
+FUSED_HIDDEN = [16, 24, 48, 64]
+
+
+@pytest.mark.parametrize("hidden", FUSED_HIDDEN)
+@pytest.mark.parametrize("kind", KINDS)
+def test_fused_sizes_match_torch(kind, hidden, rng, torch):
+    b, t, i = 13, 9, 5
+    lengths = np.array([9, 1, 4, 9, 2, 7, 3, 9, 5, 8, 6, 1, 9])
+    for cfg in (dict(num_layers=1, bidirectional=False, bias=True), BIG, dict(num_layers=1, bidirectional=True,
+                                                                               bias=False)):
+        tm = torch_module(torch, kind, cfg, np.float32, seed=hidden, input_size=i, hidden=hidden)
+        m = attnc_module(kind, cfg, np.float32, input_size=i, hidden=hidden)
+        m.load_state_dict(torch_state(tm))
+        for scen in ("plain", "hx_lengths"):
+            x = rng.standard_normal((b, t, i)).astype(np.float32)
+            hx = make_hx(rng, kind, cfg, np.float32, batch=b, hidden=hidden) if "hx" in scen else None
+            ln = lengths if "lengths" in scen else None
+            what = f"{kind} H={hidden} {cfg} {scen}"
+            m.eval()
+            out, states = split(kind, run(m, x, hx, ln), what)
+            tout, tstates, _ = torch_run(torch, tm, kind, x, hx, ln)
+            close(out, tout.detach().numpy(), REL[np.float32], f"{what}: eval output")
+            for a, e in zip(states, tstates):
+                close(a, e.detach().numpy(), REL[np.float32], f"{what}: eval state")
+            m.train()
+            grads_vs_torch(torch, tm, m, kind, x, hx, ln, np.float32, rng, what)
+
+
 @pytest.mark.parametrize("kind", KINDS)
 def test_partial_cotangents(kind, rng, torch):
     """None for the output's or a state's cotangent: the gradient of the remaining terms."""
@@ -934,12 +965,13 @@ def test_inputs_and_parameters_never_modified(kind, rng, assert_unchanged):
 
 # --------------------------------------------------------------------------- threads, layouts
 
+@pytest.mark.parametrize("h", [4, 24, 64])
 @pytest.mark.parametrize("kind", KINDS)
-def test_thread_count_gives_identical_bits(kind, rng, restore_threads):
+def test_thread_count_gives_identical_bits(kind, h, rng, restore_threads):
     """Forward and gradients (training mode, seeded dropout, ragged batch) do not depend on
-    the number of threads."""
+    the number of threads (h 24 and 64: the fused float32 kernels)."""
     dtype = np.float32
-    b, t, i, h = 9, 7, 6, 24
+    b, t, i = 9, 7, 6
     x = rng.standard_normal((b, t, i)).astype(dtype)
     lengths = np.array([7, 1, 3, 7, 2, 5, 6, 4, 7])
     hx = make_hx(rng, kind, BIG, dtype, batch=b, hidden=h)

@@ -9,6 +9,7 @@
  * and forms the weight gradients with one product each over all steps. */
 #include <math.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,18 +20,10 @@
 #include "../core/tensor.h"
 #include "../core/threads.h"
 #include "../transformer/layer.h"
+#include "rnn_internal.h"
 
 enum { ROWS = 16, COLS = 256 }; /* batch rows per gate block; gate columns per product block */
 
-typedef struct {
-    attnc_rnn_mode mode;
-    int64_t B, T, I, H, L, D, ng; /* ng gates: 4 (LSTM) or 3 (GRU) */
-    int64_t d;                    /* the direction being run       */
-    const int64_t *len;           /* (B) or NULL: every row has T  */
-    attnc_dtype dt;
-    double dropout;
-    uint64_t seed;
-} rnn_run;
 
 #define ATTNC_F64 0
 #include "rnn_impl.h"
@@ -40,12 +33,13 @@ typedef struct {
 /* ---- the saved buffer ------------------------------------------------------ */
 
 /* Per layer: its output (B T, D H) and, with dropout, its dropped input
- * (layers >= 1); per layer and direction: gates (B T, 4H) and cells (B T, H). */
+ * (layers >= 1); per layer and direction: gates (B T, 4H) and cells (B T, H),
+ * unless !keep (a forward only the fused kernels run: offsets -1). */
 typedef struct {
     int64_t out[64], in[64], gates[128], cells[128], total;
 } rnn_layout;
 
-static void layout(rnn_layout *lo, const rnn_run *r) {
+static void layout(rnn_layout *lo, const rnn_run *r, bool keep) {
     int64_t at = 0, bt = r->B * r->T;
     for (int64_t l = 0; l < r->L; l++) {
         lo->out[l] = at;
@@ -56,6 +50,8 @@ static void layout(rnn_layout *lo, const rnn_run *r) {
             at += bt * r->D * r->H;
         }
         for (int64_t d = 0; d < r->D; d++) {
+            lo->gates[l * r->D + d] = lo->cells[l * r->D + d] = -1;
+            if (!keep) continue;
             lo->gates[l * r->D + d] = at;
             at += bt * 4 * r->H;
             lo->cells[l * r->D + d] = at;
@@ -70,7 +66,7 @@ int64_t attnc_rnn_saved_size(const attnc_rnn_config *cfg, int64_t B, int64_t T, 
     rnn_run r = {.mode = cfg->mode, .B = B, .T = T, .I = input_size, .H = cfg->hidden_size,
                  .L = cfg->num_layers, .D = cfg->bidirectional ? 2 : 1, .dropout = cfg->dropout};
     rnn_layout lo;
-    layout(&lo, &r);
+    layout(&lo, &r, true);
     return lo.total;
 }
 
@@ -103,6 +99,19 @@ static void run_rows(const rnn_run *r, attnc_task_fn f32, attnc_task_fn f64, voi
     attnc_parallel_for((r->B + ROWS - 1) / ROWS, workers, r->dt == ATTNC_FLOAT32 ? f32 : f64, job);
 }
 
+/* *out <- count elements of size bytes, 64-byte aligned (rows of 16 floats
+ * then start on cache lines: no vector load splits two lines), not cleared:
+ * for buffers every element of which is written before it is read. count 0
+ * gives NULL and OK. */
+static attnc_status rnn_malloc(void **out, size_t count, size_t size, const char *what) {
+    *out = NULL;
+    if (count == 0 || size == 0) return ATTNC_OK;
+    if (count > (SIZE_MAX - 63) / size) return attnc_fail_nomem(what, SIZE_MAX);
+    size_t bytes = (count * size + 63) / 64 * 64;
+    *out = aligned_alloc(64, bytes);
+    return *out ? ATTNC_OK : attnc_fail_nomem(what, bytes);
+}
+
 /* Slice k (B, H) of a (L D, B, H) state tensor, or NULL. */
 static void *state_of(const rnn_run *r, const attnc_tensor *t, int64_t k) {
     return attnc_present(t) ? at(r, t->data, k * r->B * r->H) : NULL;
@@ -125,6 +134,18 @@ static attnc_status direction_forward(rnn_run *r, const attnc_tensor *x, const a
     void *h0k = state_of(r, h0, k), *c0k = state_of(r, c0, k);
     if (h0k) memcpy(s->h, h0k, (size_t)(B * H) * es); else memset(s->h, 0, (size_t)(B * H) * es);
     if (c0k) memcpy(s->c, c0k, (size_t)(B * H) * es); else memset(s->c, 0, (size_t)(B * H) * es);
+    if (attnc_rnn_fast_usable(r)) {
+        bool lstm = r->mode == ATTNC_LSTM;
+        rnn_fast_fwd f = {.r = r, .gx = s->gx, .w_hh = w->weight_hh.data,
+                          .b_hh = attnc_present(&w->bias_hh) ? w->bias_hh.data : NULL, .h0 = h0k,
+                          .c0 = lstm ? c0k : NULL,
+                          .gates = lo->gates[k] >= 0 ? at(r, saved, lo->gates[k]) : NULL,
+                          .cells = lstm && lo->cells[k] >= 0 ? at(r, saved, lo->cells[k]) : NULL,
+                          .out = at(r, saved, lo->out[l]),
+                          .h_n = attnc_present(h_n) ? state_of(r, h_n, k) : NULL,
+                          .c_n = lstm && attnc_present(c_n) ? state_of(r, c_n, k) : NULL};
+        return attnc_rnn_fast_forward(&f);
+    }
     for (int64_t step = 0; step < r->T; step++) {
         colgemm(r, &h, &w->weight_hh, true, &hh);
 #define RUN(SFX)                                                                                       \
@@ -236,7 +257,9 @@ attnc_status attnc_rnn_forward(attnc_tensor *output, attnc_tensor *h_n, attnc_te
     TRY(check_state(&r, h_n, "h_n", true));
     if (r.mode == ATTNC_LSTM) TRY(check_state(&r, c_n, "c_n", true));
     rnn_layout lo;
-    layout(&lo, &r);
+    /* Without a saved buffer (no backward to come) the fused kernels keep
+     * no gates: only the layers' outputs are stored. */
+    layout(&lo, &r, attnc_present(saved) || !attnc_rnn_fast_usable(&r));
     size_t es = attnc_dtype_size(r.dt);
     void *own = NULL;
     void *base;
@@ -244,16 +267,16 @@ attnc_status attnc_rnn_forward(attnc_tensor *output, attnc_tensor *h_n, attnc_te
         TRY(attnc_check_dims(saved, "saved", r.dt, 1, &lo.total, true));
         base = saved->data;
     } else {
-        TRY(attnc_calloc(&own, (size_t)lo.total, es, "rnn activations"));
+        TRY(rnn_malloc(&own, (size_t)lo.total, es, "rnn activations")); /* every part written */
         base = own;
     }
     fwd_scratch s = {0};
-    attnc_status st = attnc_calloc(&s.gx, (size_t)(B * T * G), es, "input projections");
+    attnc_status st = rnn_malloc(&s.gx, (size_t)(B * T * G), es, "input projections");
     if (st == ATTNC_OK) st = attnc_calloc(&s.hh, (size_t)(B * G), es, "rnn state");
     if (st == ATTNC_OK) st = attnc_calloc(&s.h, (size_t)(B * H), es, "rnn state");
     if (st == ATTNC_OK) st = attnc_calloc(&s.c, (size_t)(B * H), es, "rnn state");
     for (int64_t l = 0; l < r.L && st == ATTNC_OK; l++) {
-        memset(at(&r, base, lo.out[l]), 0, (size_t)(B * T * DH) * es); /* padding stays 0 */
+        if (r.len) memset(at(&r, base, lo.out[l]), 0, (size_t)(B * T * DH) * es); /* padding stays 0 */
         attnc_tensor x = mat(&r, input->data, B * T, r.I);
         if (l > 0) {
             x = mat(&r, at(&r, base, lo.out[l - 1]), B * T, DH);
@@ -293,12 +316,23 @@ static attnc_status direction_backward(rnn_run *r, const attnc_tensor *x, const 
     void *dhk = state_of(r, dh_n, k), *dck = r->mode == ATTNC_LSTM ? state_of(r, dc_n, k) : NULL;
     if (dhk) memcpy(s->dh, dhk, (size_t)(B * H) * es); else memset(s->dh, 0, (size_t)(B * H) * es);
     if (dck) memcpy(s->dc, dck, (size_t)(B * H) * es); else memset(s->dc, 0, (size_t)(B * H) * es);
-    memset(s->dgx, 0, (size_t)(B * T * G) * es);
-    memset(s->hprev, 0, (size_t)(B * T * H) * es);
     void *dgh = r->mode == ATTNC_LSTM ? s->dgx : s->dgh;
-    if (dgh != s->dgx) memset(dgh, 0, (size_t)(B * T * G) * es);
+    bool lstm = r->mode == ATTNC_LSTM, fast = attnc_rnn_fast_usable(r);
+    if (fast) {
+        rnn_fast_bwd f = {.r = r, .w_hh = w->weight_hh.data, .gates = at(r, saved, lo->gates[k]),
+                          .cells = lstm ? at(r, saved, lo->cells[k]) : NULL, .out = at(r, saved, lo->out[l]),
+                          .dout = dout, .h0 = state_of(r, h0, k), .c0 = lstm ? state_of(r, c0, k) : NULL,
+                          .dh_n = dhk, .dc_n = dck, .dgx = s->dgx, .dgh = dgh, .hprev = s->hprev,
+                          .dh0 = attnc_present(dh0) ? state_of(r, dh0, k) : NULL,
+                          .dc0 = lstm && attnc_present(dc0) ? state_of(r, dc0, k) : NULL};
+        TRY(attnc_rnn_fast_backward(&f));
+    } else {
+        memset(s->dgx, 0, (size_t)(B * T * G) * es);
+        memset(s->hprev, 0, (size_t)(B * T * H) * es);
+        if (dgh != s->dgx) memset(dgh, 0, (size_t)(B * T * G) * es);
+    }
     attnc_tensor dstep = mat(r, s->dstep, B, G), drec = mat(r, s->drec, B, H);
-    for (int64_t step = T - 1; step >= 0; step--) {
+    for (int64_t step = T - 1; step >= 0 && !fast; step--) {
 #define RUN(SFX)                                                                                          \
     do {                                                                                                  \
         step_job_##SFX j = {.r = r, .s = step, .hh = s->drec, .gates = at(r, saved, lo->gates[k]),        \
@@ -313,8 +347,8 @@ static attnc_status direction_backward(rnn_run *r, const attnc_tensor *x, const 
         ATTNC_BY_DTYPE(r->dt, RUN);
 #undef RUN
     }
-    if (attnc_present(dh0)) memcpy(state_of(r, dh0, k), s->dh, (size_t)(B * H) * es);
-    if (attnc_present(dc0) && r->mode == ATTNC_LSTM) memcpy(state_of(r, dc0, k), s->dc, (size_t)(B * H) * es);
+    if (attnc_present(dh0) && !fast) memcpy(state_of(r, dh0, k), s->dh, (size_t)(B * H) * es);
+    if (attnc_present(dc0) && lstm && !fast) memcpy(state_of(r, dc0, k), s->dc, (size_t)(B * H) * es);
     attnc_tensor dgx2 = mat(r, s->dgx, B * T, G), dgh2 = mat(r, dgh, B * T, G), hp = mat(r, s->hprev, B * T, H);
     attnc_tensor part = mat(r, first ? dx->data : s->dx_part, B * T, x->shape[1]);
     TRY(attnc_linear_backward(&part, &g->weight_ih, &g->bias_ih, &dgx2, x, &w->weight_ih));
@@ -333,7 +367,7 @@ attnc_status attnc_rnn_backward(attnc_tensor *dinput, attnc_tensor *dh0, attnc_t
     int64_t B = r.B, T = r.T, H = r.H, DH = r.D * H, G = r.ng * H;
     if (!attnc_present(saved) || !grads) return attnc_fail(ATTNC_ERR_TYPE, "saved and grads are required");
     rnn_layout lo;
-    layout(&lo, &r);
+    layout(&lo, &r, true);
     TRY(attnc_check_dims(saved, "saved", r.dt, 1, &lo.total, false));
     int64_t osz[3] = {B, T, DH};
     if (attnc_present(doutput)) {
@@ -376,8 +410,9 @@ attnc_status attnc_rnn_backward(attnc_tensor *dinput, attnc_tensor *dh0, attnc_t
                 {&s.dh, B * H},      {&s.dc, B * H},   {&s.drec, B * H},   {&s.direct, B * H},
                 {&s.hprev, B * T * H}, {&s.dx_part, B * T * widest}, {&dcur, B * T * DH}, {&dnext, B * T * DH},
                 {&dx0, attnc_present(dinput) ? 1 : B * T * r.I}};
-    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0] && st == ATTNC_OK; i++)
-        st = attnc_calloc(bufs[i].p, (size_t)bufs[i].n, es, "rnn gradients");
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0] && st == ATTNC_OK; i++) /* dcur: zeros without doutput */
+        st = bufs[i].p == &dcur ? attnc_calloc(bufs[i].p, (size_t)bufs[i].n, es, "rnn gradients")
+                                : rnn_malloc(bufs[i].p, (size_t)bufs[i].n, es, "rnn gradients");
     if (st == ATTNC_OK && attnc_present(doutput)) memcpy(dcur, doutput->data, (size_t)(B * T * DH) * es);
     /* The first layer's weight gradient sums over every row of the input:
      * padding must not be read (it may hold anything, NaN included), so it
