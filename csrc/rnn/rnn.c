@@ -112,6 +112,55 @@ static attnc_status rnn_malloc(void **out, size_t count, size_t size, const char
     return *out ? ATTNC_OK : attnc_fail_nomem(what, bytes);
 }
 
+/* Blocks of the whole-sequence products (OpenBLAS runs single-threaded
+ * inside each): fixed by the sizes, so results do not depend on the thread
+ * count, and few, since each block packs the other operand again: 6 row
+ * blocks (as many per thread for 2, 3 or 6 threads); weight gradients in
+ * blocks of 256 output rows or more (4 for an LSTM of 256 units, 3 for a GRU:
+ * the two matrices together share evenly over 2 threads). */
+enum { SEQ_BLOCKS = 6, SEQ_DW_ROWS = 256 };
+
+static int64_t seq_blocks(int64_t n) { return n < SEQ_BLOCKS ? n : SEQ_BLOCKS; }
+
+/* y (n, G) = x (n, in) w^T (+ bias (G) unless NULL); w (G, in). */
+static void seq_project(const rnn_run *r, const attnc_tensor *x, const attnc_tensor *w, const void *bias,
+                        attnc_tensor *y) {
+    int64_t n = x->shape[0], blocks = seq_blocks(n);
+    ATTNC_PARALLEL_TYPED(r->dt, attnc_workers_for(n * x->shape[1] * w->shape[0]), seq_job, seq_rows_task, blocks,
+                         .x = as_mat(x), .w = as_mat(w), .y = as_mat(y), .bias = bias, .blocks = blocks);
+}
+
+/* dx (n, in) = dy (n, G) w (+ dx when accumulate); w (G, in). */
+static void seq_dx(const rnn_run *r, const attnc_tensor *dy, const attnc_tensor *w, attnc_tensor *dx,
+                   bool accumulate) {
+    int64_t n = dy->shape[0], blocks = seq_blocks(n);
+    ATTNC_PARALLEL_TYPED(r->dt, attnc_workers_for(n * dy->shape[1] * w->shape[1]), seq_job, seq_rows_task, blocks,
+                         .x = as_mat(dy), .w = as_mat(w), .y = as_mat(dx), .dx = true, .accumulate = accumulate,
+                         .blocks = blocks);
+}
+
+static attnc_mat mat_or_none(const attnc_tensor *t) {
+    attnc_mat none = {0};
+    return attnc_present(t) ? as_mat(t) : none;
+}
+
+/* The weight gradients of one direction: dW_ih (G, in) = dgx^T x, dW_hh
+ * (G, H) = dgh^T hprev, and the biases' (column sums), absent ones skipped;
+ * dgx, dgh (B T, G), x (B T, in), hprev (B T, H). */
+static void seq_weight_grads(const rnn_run *r, attnc_rnn_weights *g, const attnc_tensor *dgx,
+                             const attnc_tensor *x, const attnc_tensor *dgh, const attnc_tensor *hprev) {
+    int64_t G = dgx->shape[1], blocks = G / SEQ_DW_ROWS > 1 ? G / SEQ_DW_ROWS : 1, n = dgx->shape[0];
+    bool same = dgx->data == dgh->data && attnc_present(&g->bias_ih) && attnc_present(&g->bias_hh);
+    int workers = attnc_workers_for(n * G * (x->shape[1] + hprev->shape[1]));
+    ATTNC_PARALLEL_TYPED(r->dt, workers, seq_job, seq_dw_task, 2 * blocks, .blocks = blocks,
+                         .dy2 = {as_mat(dgx), as_mat(dgh)}, .x2 = {as_mat(x), as_mat(hprev)},
+                         .dw2 = {mat_or_none(&g->weight_ih), mat_or_none(&g->weight_hh)},
+                         .db2 = {attnc_present(&g->bias_ih) ? g->bias_ih.data : NULL,
+                                 attnc_present(&g->bias_hh) && !same ? g->bias_hh.data : NULL});
+    if (same) /* an LSTM: the two biases' gradients are the same sums */
+        memcpy(g->bias_hh.data, g->bias_ih.data, (size_t)G * attnc_dtype_size(r->dt));
+}
+
 /* Slice k (B, H) of a (L D, B, H) state tensor, or NULL. */
 static void *state_of(const rnn_run *r, const attnc_tensor *t, int64_t k) {
     return attnc_present(t) ? at(r, t->data, k * r->B * r->H) : NULL;
@@ -130,13 +179,15 @@ static attnc_status direction_forward(rnn_run *r, const attnc_tensor *x, const a
     int64_t B = r->B, H = r->H, G = r->ng * H, k = l * r->D + r->d;
     size_t es = attnc_dtype_size(r->dt);
     attnc_tensor gx = mat(r, s->gx, B * r->T, G), hh = mat(r, s->hh, B, G), h = mat(r, s->h, B, H);
-    TRY(attnc_linear_forward(&gx, x, &w->weight_ih, &w->bias_ih));
+    bool fast = attnc_rnn_fast_usable(r);
+    const void *b_ih = attnc_present(&w->bias_ih) ? w->bias_ih.data : NULL;
+    seq_project(r, x, &w->weight_ih, fast ? NULL : b_ih, &gx); /* the fused kernels add b_ih themselves */
     void *h0k = state_of(r, h0, k), *c0k = state_of(r, c0, k);
     if (h0k) memcpy(s->h, h0k, (size_t)(B * H) * es); else memset(s->h, 0, (size_t)(B * H) * es);
     if (c0k) memcpy(s->c, c0k, (size_t)(B * H) * es); else memset(s->c, 0, (size_t)(B * H) * es);
-    if (attnc_rnn_fast_usable(r)) {
+    if (fast) {
         bool lstm = r->mode == ATTNC_LSTM;
-        rnn_fast_fwd f = {.r = r, .gx = s->gx, .w_hh = w->weight_hh.data,
+        rnn_fast_fwd f = {.r = r, .gx = s->gx, .w_hh = w->weight_hh.data, .b_ih = b_ih,
                           .b_hh = attnc_present(&w->bias_hh) ? w->bias_hh.data : NULL, .h0 = h0k,
                           .c0 = lstm ? c0k : NULL,
                           .gates = lo->gates[k] >= 0 ? at(r, saved, lo->gates[k]) : NULL,
@@ -301,7 +352,7 @@ attnc_status attnc_rnn_forward(attnc_tensor *output, attnc_tensor *h_n, attnc_te
 /* ---- backward ---------------------------------------------------------------- */
 
 typedef struct {
-    void *dgx, *dgh, *dstep, *dh, *dc, *drec, *direct, *hprev, *dx_part;
+    void *dgx, *dgh, *dstep, *dh, *dc, *drec, *direct, *hprev;
 } bwd_scratch;
 
 /* One direction of layer l: dh0/dc0 slices, weight gradients, and the
@@ -350,10 +401,8 @@ static attnc_status direction_backward(rnn_run *r, const attnc_tensor *x, const 
     if (attnc_present(dh0) && !fast) memcpy(state_of(r, dh0, k), s->dh, (size_t)(B * H) * es);
     if (attnc_present(dc0) && lstm && !fast) memcpy(state_of(r, dc0, k), s->dc, (size_t)(B * H) * es);
     attnc_tensor dgx2 = mat(r, s->dgx, B * T, G), dgh2 = mat(r, dgh, B * T, G), hp = mat(r, s->hprev, B * T, H);
-    attnc_tensor part = mat(r, first ? dx->data : s->dx_part, B * T, x->shape[1]);
-    TRY(attnc_linear_backward(&part, &g->weight_ih, &g->bias_ih, &dgx2, x, &w->weight_ih));
-    TRY(attnc_linear_backward(NULL, &g->weight_hh, &g->bias_hh, &dgh2, &hp, &w->weight_hh));
-    if (!first) TRY(attnc_pointwise_forward(dx, &part, dx, ATTNC_ACT_NONE, 0, 0, 0));
+    seq_dx(r, &dgx2, &w->weight_ih, dx, !first);
+    seq_weight_grads(r, g, &dgx2, x, &dgh2, &hp);
     return ATTNC_OK;
 }
 
@@ -399,7 +448,6 @@ attnc_status attnc_rnn_backward(attnc_tensor *dinput, attnc_tensor *dh0, attnc_t
             }
         }
     size_t es = attnc_dtype_size(r.dt);
-    int64_t widest = r.I > DH ? r.I : DH;
     bwd_scratch s = {0};
     void *dcur = NULL, *dnext = NULL, *dx0 = NULL; /* dx0: the input's gradient when not wanted */
     attnc_status st = ATTNC_OK;
@@ -408,7 +456,7 @@ attnc_status attnc_rnn_backward(attnc_tensor *dinput, attnc_tensor *dh0, attnc_t
         int64_t n;
     } bufs[] = {{&s.dgx, B * T * G}, {&s.dgh, r.mode == ATTNC_GRU ? B * T * G : 1}, {&s.dstep, B * G},
                 {&s.dh, B * H},      {&s.dc, B * H},   {&s.drec, B * H},   {&s.direct, B * H},
-                {&s.hprev, B * T * H}, {&s.dx_part, B * T * widest}, {&dcur, B * T * DH}, {&dnext, B * T * DH},
+                {&s.hprev, B * T * H}, {&dcur, B * T * DH}, {&dnext, B * T * DH},
                 {&dx0, attnc_present(dinput) ? 1 : B * T * r.I}};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0] && st == ATTNC_OK; i++) /* dcur: zeros without doutput */
         st = bufs[i].p == &dcur ? attnc_calloc(bufs[i].p, (size_t)bufs[i].n, es, "rnn gradients")

@@ -178,6 +178,9 @@ static micro micro_for(int isa, int64_t nv) {
     return isa == ISA_AVX512 ? k512[nv] : k256[nv];
 }
 
+/* Read in place of an absent state or gradient (VW values at most). */
+static const float zeros[MAXVW] = {0};
+
 /* ---- gate functions (the float ones of rnn_impl.h: vectorisable, within 2e-6) ----- */
 
 static inline float sig(float x) { return 1 / (1 + attnc_expf(-x)); }
@@ -247,25 +250,25 @@ typedef struct {
     int isa;
     int64_t vw, nblocks, nchunks;
     const float *pk;  /* (H / vw) panels (H, ng vw) */
-    const float *bhh; /* (G): b_hh or zeros */
+    const float *bias; /* (3, G): b_ih + b_hh, b_ih, b_hh (absent ones 0) */
     float *hbuf;      /* (2, B, H): h_prev of step s at (s & 1) */
     float *c;         /* (B, H) */
     row_plan rows;
 } fwd_job;
 
-/* One tile row's LSTM gates, VW units: acc (4 VW) the product, gx / bhh at
- * the block's units with gates H apart; c (VW) updated; h into hn and o;
+/* One tile row's LSTM gates, VW units: acc (4 VW) the product, gx and bias
+ * (b_ih + b_hh) at the block's units with gates H apart; c (VW) updated; h into hn and o;
  * gates and cells saved when gate is not NULL. */
 #define LSTM_FWD_EPI(VW)                                                                                   \
     static inline __attribute__((always_inline)) void lstm_fwd_epi##VW(                                    \
-        const float *restrict acc, const float *restrict gx, const float *restrict bhh, float *restrict c, \
+        const float *restrict acc, const float *restrict gx, const float *restrict bias, float *restrict c, \
         float *restrict hn, float *restrict o, float *restrict gate, float *restrict cell, int64_t H) {   \
         float gi[VW], gf[VW], gg[VW], go[VW], cn[VW], h[VW];                                              \
-        for (int u = 0; u < VW; u++) {                                                                     \
-            gi[u] = sig(acc[u] + gx[u] + bhh[u]);                                                          \
-            gf[u] = sig(acc[VW + u] + gx[H + u] + bhh[H + u]);                                             \
-            gg[u] = tanh_(acc[2 * VW + u] + gx[2 * H + u] + bhh[2 * H + u]);                               \
-            go[u] = sig(acc[3 * VW + u] + gx[3 * H + u] + bhh[3 * H + u]);                                 \
+        _Pragma("GCC ivdep") for (int u = 0; u < VW; u++) {                                             \
+            gi[u] = sig(acc[u] + gx[u] + bias[u]);                                                          \
+            gf[u] = sig(acc[VW + u] + gx[H + u] + bias[H + u]);                                             \
+            gg[u] = tanh_(acc[2 * VW + u] + gx[2 * H + u] + bias[2 * H + u]);                               \
+            go[u] = sig(acc[3 * VW + u] + gx[3 * H + u] + bias[3 * H + u]);                                 \
             cn[u] = gf[u] * c[u] + gi[u] * gg[u];                                                          \
             h[u] = go[u] * tanh_(cn[u]);                                                                   \
             c[u] = cn[u];                                                                                  \
@@ -273,7 +276,7 @@ typedef struct {
             o[u] = h[u];                                                                                   \
         }                                                                                                  \
         if (gate)                                                                                          \
-            for (int u = 0; u < VW; u++) {                                                                 \
+            _Pragma("GCC ivdep") for (int u = 0; u < VW; u++) {                                         \
                 gate[u] = gi[u];                                                                           \
                 gate[H + u] = gf[u];                                                                       \
                 gate[2 * H + u] = gg[u];                                                                   \
@@ -282,23 +285,25 @@ typedef struct {
             }                                                                                              \
     }
 
-/* The GRU's (torch's r, z, n; hn = W_hn h + b_hn saved for the backward). */
+/* The GRU's (torch's r, z, n; hn = W_hn h + b_hn saved for the backward);
+ * bias (3, G) as in fwd_job, n taking b_in and b_hn apart. */
 #define GRU_FWD_EPI(VW)                                                                                    \
     static inline __attribute__((always_inline)) void gru_fwd_epi##VW(                                     \
-        const float *restrict acc, const float *restrict gx, const float *restrict bhh,                   \
+        const float *restrict acc, const float *restrict gx, const float *restrict bias,                  \
         const float *restrict hp, float *restrict hn, float *restrict o, float *restrict gate, int64_t H) { \
+        const float *restrict bx = bias + 3 * H, *restrict bh = bias + 6 * H; /* b_ih, b_hh (G = 3H) */  \
         float gr[VW], gz[VW], gn[VW], ghn[VW], h[VW];                                                      \
-        for (int u = 0; u < VW; u++) {                                                                     \
-            gr[u] = sig(acc[u] + gx[u] + bhh[u]);                                                          \
-            gz[u] = sig(acc[VW + u] + gx[H + u] + bhh[H + u]);                                             \
-            ghn[u] = acc[2 * VW + u] + bhh[2 * H + u];                                                     \
-            gn[u] = tanh_(gx[2 * H + u] + gr[u] * ghn[u]);                                                 \
+        _Pragma("GCC ivdep") for (int u = 0; u < VW; u++) {                                             \
+            gr[u] = sig(acc[u] + gx[u] + bias[u]);                                                         \
+            gz[u] = sig(acc[VW + u] + gx[H + u] + bias[H + u]);                                            \
+            ghn[u] = acc[2 * VW + u] + bh[2 * H + u];                                                      \
+            gn[u] = tanh_(gx[2 * H + u] + bx[2 * H + u] + gr[u] * ghn[u]);                                 \
             h[u] = (1 - gz[u]) * gn[u] + gz[u] * hp[u];                                                    \
             hn[u] = h[u];                                                                                  \
             o[u] = h[u];                                                                                   \
         }                                                                                                  \
         if (gate)                                                                                          \
-            for (int u = 0; u < VW; u++) {                                                                 \
+            _Pragma("GCC ivdep") for (int u = 0; u < VW; u++) {                                         \
                 gate[u] = gr[u];                                                                           \
                 gate[H + u] = gz[u];                                                                       \
                 gate[2 * H + u] = gn[u];                                                                   \
@@ -356,10 +361,10 @@ GRU_FWD_EPI(8)
                     float *o = f->out + bt * DH + r->d * H + u0;                                         \
                     float *gate = f->gates ? f->gates + bt * 4 * H + u0 : NULL;                          \
                     if (r->mode == ATTNC_LSTM)                                                           \
-                        lstm_fwd_epi##VW(acc, f->gx + bt * G + u0, j->bhh + u0, j->c + b * H + u0,       \
+                        lstm_fwd_epi##VW(acc, f->gx + bt * G + u0, j->bias + u0, j->c + b * H + u0,       \
                                          hn + b * H + u0, o, gate, f->cells ? f->cells + bt * H + u0 : NULL, H); \
                     else                                                                                 \
-                        gru_fwd_epi##VW(acc, f->gx + bt * G + u0, j->bhh + u0, hp + b * H + u0,          \
+                        gru_fwd_epi##VW(acc, f->gx + bt * G + u0, j->bias + u0, hp + b * H + u0,          \
                                         hn + b * H + u0, o, gate, H);                                    \
                 }                                                                                        \
             }                                                                                            \
@@ -379,11 +384,11 @@ attnc_status attnc_rnn_fast_forward(const rnn_fast_fwd *f) {
     j.nblocks = H / j.vw;
     int parts = parts_for(r);
     j.nchunks = chunks_for(j.nblocks, parts);
-    float *pk = NULL, *bz = NULL, *hbuf = NULL, *c = NULL;
+    float *pk = NULL, *bias = NULL, *hbuf = NULL, *c = NULL;
     attnc_status st = alloc_floats(&pk, H * G, "rnn packed weights");
     if (st == ATTNC_OK) st = alloc_floats(&hbuf, 2 * B * H, "rnn state");
     if (st == ATTNC_OK) st = alloc_floats(&c, B * H, "rnn state");
-    if (st == ATTNC_OK && !f->b_hh) st = attnc_calloc((void **)&bz, (size_t)G, sizeof(float), "rnn bias");
+    if (st == ATTNC_OK) st = alloc_floats(&bias, 3 * G, "rnn bias");
     if (st == ATTNC_OK) st = plan_rows(r, &j.rows);
     if (st == ATTNC_OK) {
         /* panel blk: pk[blk][k][g vw + u] = W_hh[g H + blk vw + u][k] */
@@ -395,7 +400,13 @@ attnc_status attnc_rnn_fast_forward(const rnn_fast_fwd *f) {
         if (f->h0) memcpy(hbuf, f->h0, (size_t)(B * H) * sizeof(float)); else memset(hbuf, 0, (size_t)(B * H) * sizeof(float));
         if (f->c0) memcpy(c, f->c0, (size_t)(B * H) * sizeof(float)); else memset(c, 0, (size_t)(B * H) * sizeof(float));
         j.pk = pk;
-        j.bhh = f->b_hh ? f->b_hh : bz;
+        for (int64_t k = 0; k < G; k++) {
+            float bx = f->b_ih ? f->b_ih[k] : 0, bh = f->b_hh ? f->b_hh[k] : 0;
+            bias[k] = bx + bh;
+            bias[G + k] = bx;
+            bias[2 * G + k] = bh;
+        }
+        j.bias = bias;
         j.hbuf = hbuf;
         j.c = c;
         st = team_run(r->T, j.nchunks, parts, j.isa == ISA_AVX512 ? fwd_chunk512 : fwd_chunk256, &j);
@@ -410,7 +421,7 @@ attnc_status attnc_rnn_fast_forward(const rnn_fast_fwd *f) {
     }
     free_plan(&j.rows);
     free(pk);
-    free(bz);
+    free(bias);
     free(hbuf);
     free(c);
     return st;
@@ -430,31 +441,31 @@ typedef struct {
     row_plan rows;
 } bwd_job;
 
-/* One row's LSTM gate gradients for VW units from dh (the recurrent part:
- * rec (VW), or NULL: dh_n / 0 at the row's last step) + dout; the previous
- * state hp / cp (NULL: zeros) copied into hprev. */
+/* One row's LSTM gate gradients for VW units from dh (the recurrent part
+ * rec (VW): the product's, or dh_n / zeros at the row's last step) + dout;
+ * the previous state hp / cp copied into hprev. */
 #define LSTM_BWD_EPI(VW)                                                                                   \
     static inline __attribute__((always_inline)) void lstm_bwd_epi##VW(                                    \
         const float *restrict rec, const float *restrict dout, const float *restrict gate,                \
         const float *restrict cell, const float *restrict cp, const float *restrict hp,                   \
         float *restrict hprev, float *restrict dc, float *restrict dgx, float *restrict dcur, int64_t H) { \
-        float dh[VW], cprev[VW];                                                                           \
-        for (int u = 0; u < VW; u++) {                                                                     \
-            dh[u] = (rec ? rec[u] : 0) + dout[u];                                                          \
-            cprev[u] = cp ? cp[u] : 0;                                                                     \
-            hprev[u] = hp ? hp[u] : 0;                                                                     \
-        }                                                                                                  \
-        for (int u = 0; u < VW; u++) {                                                                     \
-            float i = gate[u], fg = gate[H + u], g = gate[2 * H + u], og = gate[3 * H + u];                \
+        _Pragma("GCC ivdep") for (int u = 0; u < VW; u++) {                                             \
+            float dh = rec[u] + dout[u];                                                                   \
+            float gi = gate[u], gf = gate[H + u], gg = gate[2 * H + u], go = gate[3 * H + u];              \
             float tc = tanh_(cell[u]);                                                                     \
-            float d = dc[u] + dh[u] * og * (1 - tc * tc);                                                  \
-            float di = d * g * i * (1 - i), df = d * cprev[u] * fg * (1 - fg);                             \
-            float dg = d * i * (1 - g * g), dog = dh[u] * tc * og * (1 - og);                              \
-            dgx[u] = dcur[u] = di;                                                                         \
-            dgx[H + u] = dcur[H + u] = df;                                                                 \
-            dgx[2 * H + u] = dcur[2 * H + u] = dg;                                                         \
-            dgx[3 * H + u] = dcur[3 * H + u] = dog;                                                        \
-            dc[u] = d * fg;                                                                                \
+            float d = dc[u] + dh * go * (1 - tc * tc);                                                     \
+            float di = d * gg * gi * (1 - gi), df = d * cp[u] * gf * (1 - gf);                             \
+            float dg = d * gi * (1 - gg * gg), dog = dh * tc * go * (1 - go);                              \
+            hprev[u] = hp[u];                                                                              \
+            dgx[u] = di;                                                                                   \
+            dgx[H + u] = df;                                                                               \
+            dgx[2 * H + u] = dg;                                                                           \
+            dgx[3 * H + u] = dog;                                                                          \
+            dcur[u] = di;                                                                                  \
+            dcur[H + u] = df;                                                                              \
+            dcur[2 * H + u] = dg;                                                                          \
+            dcur[3 * H + u] = dog;                                                                         \
+            dc[u] = d * gf;                                                                                \
         }                                                                                                  \
     }
 
@@ -465,12 +476,12 @@ typedef struct {
         const float *restrict hp, float *restrict hprev, float *restrict direct, float *restrict dgx,     \
         float *restrict dgh, float *restrict dcur, int64_t H) {                                           \
         float dh[VW], h[VW];                                                                               \
-        for (int u = 0; u < VW; u++) {                                                                     \
-            dh[u] = (rec ? rec[u] : 0) + dout[u];                                                          \
-            h[u] = hp ? hp[u] : 0;                                                                         \
+        _Pragma("GCC ivdep") for (int u = 0; u < VW; u++) {                                             \
+            dh[u] = rec[u] + dout[u];                                                                      \
+            h[u] = hp[u];                                                                                  \
             hprev[u] = h[u];                                                                               \
         }                                                                                                  \
-        for (int u = 0; u < VW; u++) {                                                                     \
+        _Pragma("GCC ivdep") for (int u = 0; u < VW; u++) {                                             \
             float rg = gate[u], z = gate[H + u], n = gate[2 * H + u], hn = gate[3 * H + u];                \
             float dn = dh[u] * (1 - z) * (1 - n * n);                                                      \
             float dr = dn * hn * rg * (1 - rg);                                                            \
@@ -497,12 +508,12 @@ GRU_BWD_EPI(8)
         const rnn_fast_bwd *f = j->f;                                                                     \
         const rnn_run *r = j->r;                                                                          \
         int64_t T = r->T, H = r->H, G = r->ng * H, DH = r->D * H;                                        \
-        if (!rec && f->dh_n) rec = f->dh_n + b * H + u0;                                                  \
+        if (!rec) rec = f->dh_n ? f->dh_n + b * H + u0 : zeros;                                          \
         int64_t t = time_at(r, b, s), bt = b * T + t, tp = r->d ? t + 1 : t - 1;                          \
-        const float *hp = s == 0 ? (f->h0 ? f->h0 + b * H + u0 : NULL) : f->out + (b * T + tp) * DH + r->d * H + u0; \
+        const float *hp = s == 0 ? (f->h0 ? f->h0 + b * H + u0 : zeros) : f->out + (b * T + tp) * DH + r->d * H + u0; \
         const float *dout = f->dout + bt * DH + r->d * H + u0, *gate = f->gates + bt * 4 * H + u0;       \
         if (r->mode == ATTNC_LSTM) {                                                                      \
-            const float *cp = s == 0 ? (f->c0 ? f->c0 + b * H + u0 : NULL) : f->cells + (b * T + tp) * H + u0; \
+            const float *cp = s == 0 ? (f->c0 ? f->c0 + b * H + u0 : zeros) : f->cells + (b * T + tp) * H + u0; \
             lstm_bwd_epi##VW(rec, dout, gate, f->cells + bt * H + u0, cp, hp, f->hprev + bt * H + u0,     \
                              j->dc + b * H + u0, f->dgx + bt * G + u0, dcur + b * G + u0, H);             \
         } else {                                                                                          \

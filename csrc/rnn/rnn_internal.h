@@ -19,8 +19,9 @@ typedef struct {
 /* One direction of one layer, forward, float32. G = ng H. */
 typedef struct {
     const rnn_run *r;
-    const float *gx;       /* (B T, G) input projections + b_ih                        */
+    const float *gx;       /* (B T, G) input projections x W_ih^T (without b_ih)      */
     const float *w_hh;     /* (G, H)                                                   */
+    const float *b_ih;     /* (G) or NULL                                              */
     const float *b_hh;     /* (G) or NULL                                              */
     const float *h0, *c0;  /* (B, H) or NULL (zeros)                                   */
     float *gates, *cells;  /* saved (B T, 4H), (B T, H) (LSTM), or NULL (not kept)     */
