@@ -181,13 +181,14 @@ static attnc_status direction_forward(rnn_run *r, const attnc_tensor *x, const a
     attnc_tensor gx = mat(r, s->gx, B * r->T, G), hh = mat(r, s->hh, B, G), h = mat(r, s->h, B, H);
     bool fast = attnc_rnn_fast_usable(r);
     const void *b_ih = attnc_present(&w->bias_ih) ? w->bias_ih.data : NULL;
-    seq_project(r, x, &w->weight_ih, fast ? NULL : b_ih, &gx); /* the fused kernels add b_ih themselves */
+    if (!fast) seq_project(r, x, &w->weight_ih, b_ih, &gx); /* the fused kernels make their own */
     void *h0k = state_of(r, h0, k), *c0k = state_of(r, c0, k);
     if (h0k) memcpy(s->h, h0k, (size_t)(B * H) * es); else memset(s->h, 0, (size_t)(B * H) * es);
     if (c0k) memcpy(s->c, c0k, (size_t)(B * H) * es); else memset(s->c, 0, (size_t)(B * H) * es);
     if (fast) {
         bool lstm = r->mode == ATTNC_LSTM;
-        rnn_fast_fwd f = {.r = r, .gx = s->gx, .w_hh = w->weight_hh.data, .b_ih = b_ih,
+        rnn_fast_fwd f = {.r = r, .x = x->data, .in = x->shape[1], .w_ih = w->weight_ih.data,
+                          .w_hh = w->weight_hh.data, .b_ih = b_ih,
                           .b_hh = attnc_present(&w->bias_hh) ? w->bias_hh.data : NULL, .h0 = h0k,
                           .c0 = lstm ? c0k : NULL,
                           .gates = lo->gates[k] >= 0 ? at(r, saved, lo->gates[k]) : NULL,
@@ -322,7 +323,8 @@ attnc_status attnc_rnn_forward(attnc_tensor *output, attnc_tensor *h_n, attnc_te
         base = own;
     }
     fwd_scratch s = {0};
-    attnc_status st = rnn_malloc(&s.gx, (size_t)(B * T * G), es, "input projections");
+    attnc_status st = attnc_rnn_fast_usable(&r) ? ATTNC_OK /* the fused kernels need no projections */
+                                                : rnn_malloc(&s.gx, (size_t)(B * T * G), es, "input projections");
     if (st == ATTNC_OK) st = attnc_calloc(&s.hh, (size_t)(B * G), es, "rnn state");
     if (st == ATTNC_OK) st = attnc_calloc(&s.h, (size_t)(B * H), es, "rnn state");
     if (st == ATTNC_OK) st = attnc_calloc(&s.c, (size_t)(B * H), es, "rnn state");

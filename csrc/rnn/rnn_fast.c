@@ -249,15 +249,17 @@ typedef struct {
     const rnn_run *r;
     int isa;
     int64_t vw, nblocks, nchunks;
-    const float *pk;  /* (H / vw) panels (H, ng vw) */
+    const float *pk;  /* (H / vw) panels (H, ng vw) of W_hh^T  */
+    const float *pkx; /* (H / vw) panels (in, ng vw) of W_ih^T */
     const float *bias; /* (3, G): b_ih + b_hh, b_ih, b_hh (absent ones 0) */
     float *hbuf;      /* (2, B, H): h_prev of step s at (s & 1) */
     float *c;         /* (B, H) */
     row_plan rows;
 } fwd_job;
 
-/* One tile row's LSTM gates, VW units: acc (4 VW) the product, gx and bias
- * (b_ih + b_hh) at the block's units with gates H apart; c (VW) updated; h into hn and o;
+/* One tile row's LSTM gates, VW units: acc (4 VW) the recurrent product, gx
+ * (4 VW) the input's, bias (b_ih + b_hh) at the block's units with gates H
+ * apart; c (VW) updated; h into hn and o;
  * gates and cells saved when gate is not NULL. */
 #define LSTM_FWD_EPI(VW)                                                                                   \
     static inline __attribute__((always_inline)) void lstm_fwd_epi##VW(                                    \
@@ -265,10 +267,10 @@ typedef struct {
         float *restrict hn, float *restrict o, float *restrict gate, float *restrict cell, int64_t H) {   \
         float gi[VW], gf[VW], gg[VW], go[VW], cn[VW], h[VW];                                              \
         _Pragma("GCC ivdep") for (int u = 0; u < VW; u++) {                                             \
-            gi[u] = sig(acc[u] + gx[u] + bias[u]);                                                          \
-            gf[u] = sig(acc[VW + u] + gx[H + u] + bias[H + u]);                                             \
-            gg[u] = tanh_(acc[2 * VW + u] + gx[2 * H + u] + bias[2 * H + u]);                               \
-            go[u] = sig(acc[3 * VW + u] + gx[3 * H + u] + bias[3 * H + u]);                                 \
+            gi[u] = sig(acc[u] + gx[u] + bias[u]);                                                         \
+            gf[u] = sig(acc[VW + u] + gx[VW + u] + bias[H + u]);                                           \
+            gg[u] = tanh_(acc[2 * VW + u] + gx[2 * VW + u] + bias[2 * H + u]);                             \
+            go[u] = sig(acc[3 * VW + u] + gx[3 * VW + u] + bias[3 * H + u]);                               \
             cn[u] = gf[u] * c[u] + gi[u] * gg[u];                                                          \
             h[u] = go[u] * tanh_(cn[u]);                                                                   \
             c[u] = cn[u];                                                                                  \
@@ -295,9 +297,9 @@ typedef struct {
         float gr[VW], gz[VW], gn[VW], ghn[VW], h[VW];                                                      \
         _Pragma("GCC ivdep") for (int u = 0; u < VW; u++) {                                             \
             gr[u] = sig(acc[u] + gx[u] + bias[u]);                                                         \
-            gz[u] = sig(acc[VW + u] + gx[H + u] + bias[H + u]);                                            \
+            gz[u] = sig(acc[VW + u] + gx[VW + u] + bias[H + u]);                                           \
             ghn[u] = acc[2 * VW + u] + bh[2 * H + u];                                                      \
-            gn[u] = tanh_(gx[2 * H + u] + bx[2 * H + u] + gr[u] * ghn[u]);                                 \
+            gn[u] = tanh_(gx[2 * VW + u] + bx[2 * H + u] + gr[u] * ghn[u]);                                \
             h[u] = (1 - gz[u]) * gn[u] + gz[u] * hp[u];                                                    \
             hn[u] = h[u];                                                                                  \
             o[u] = h[u];                                                                                   \
@@ -317,55 +319,54 @@ GRU_FWD_EPI(16)
 GRU_FWD_EPI(8)
 
 /* Step s, chunk c: the rows running at s, for the chunk's unit blocks:
- * product tiles (MR rows, ng VW) and their gates. */
+ * product tiles (MR rows, ng VW) of the input (x_t W_ih^T) and of the state
+ * (h_prev W_hh^T), then their gates. The input's product is made here, not
+ * as one matrix product before the loop: only the rows still running are
+ * computed, and nothing (B T G) goes through memory. */
 #define FWD_CHUNK(NAME, TARGET, VW)                                                                      \
     TARGET static void NAME(void *arg, int64_t s, int64_t c) {                                          \
         const fwd_job *j = arg;                                                                          \
         const rnn_fast_fwd *f = j->f;                                                                    \
         const rnn_run *r = j->r;                                                                         \
-        int64_t B = r->B, T = r->T, H = r->H, G = r->ng * H, DH = r->D * H, n = j->rows.active[s];      \
+        int64_t B = r->B, T = r->T, H = r->H, DH = r->D * H, in = f->in, n = j->rows.active[s];         \
         const float *hp = j->hbuf + (s & 1) * B * H;                                                     \
         float *hn = j->hbuf + ((s + 1) & 1) * B * H;                                                     \
         micro mk = micro_for(j->isa, r->ng);                                                             \
-        float tile[MAXMR * 4 * MAXVW] __attribute__((aligned(64)));                                                                 \
+        float tile[MAXMR * 4 * MAXVW] __attribute__((aligned(64)));                                      \
+        float xtile[MAXMR * 4 * MAXVW] __attribute__((aligned(64)));                                     \
         for (int64_t blk = c * j->nblocks / j->nchunks; blk < (c + 1) * j->nblocks / j->nchunks; blk++) { \
-            const float *panel = j->pk + blk * H * r->ng * VW;                                          \
+            const float *panel = j->pk + blk * H * r->ng * VW, *xpanel = j->pkx + blk * in * r->ng * VW; \
             int64_t u0 = blk * VW;                                                                       \
             for (int64_t i = 0; i < n; i += mk.mr) {                                                     \
-                const float *a[MAXMR];                                                                   \
-                int64_t rows[MAXMR];                                                                     \
+                const float *a[MAXMR], *ax[MAXMR];                                                       \
+                int64_t rows[MAXMR], bts[MAXMR];                                                         \
                 for (int q = 0; q < mk.mr; q++) {                                                        \
                     rows[q] = j->rows.order[i + q < n ? i + q : n - 1];                                  \
+                    bts[q] = rows[q] * T + time_at(r, rows[q], s);                                       \
                     a[q] = hp + rows[q] * H;                                                             \
+                    ax[q] = f->x + bts[q] * in;                                                          \
                 }                                                                                        \
-                /* The gate kernels' lines (one per gate row and unit block of 16 floats; rows of   \
+                /* The lines the gates write (one per gate row and unit block of 16 floats; rows of \
                  * a step lie T steps apart in memory, beyond the hardware prefetcher's reach): asked \
-                 * for now, used after the product tile, about a microsecond later. */                \
-                for (int q = 0; q < mk.mr && i + q < n; q++) {                                           \
-                    int64_t bt = rows[q] * T + time_at(r, rows[q], s);                                  \
-                    /* gx (computed before the loop, so out of cache by now) a whole step ahead */      \
-                    int64_t bt1 = rows[q] * T + time_at(r, rows[q], s + 1);                             \
-                    for (int64_t g = 0; g < r->ng && i + q < j->rows.active[s + 1]; g++)                \
-                        _mm_prefetch((const char *)(f->gx + bt1 * G + g * H + u0), _MM_HINT_T1);        \
-                    for (int64_t g = 0; g < r->ng; g++) {                                                \
-                        if (f->gates) _mm_prefetch((const char *)(f->gates + bt * 4 * H + g * H + u0), _MM_HINT_T1); \
-                    }                                                                                    \
-                    if (f->gates && r->ng == 3) _mm_prefetch((const char *)(f->gates + bt * 4 * H + 3 * H + u0), _MM_HINT_T1); \
-                    if (f->cells) _mm_prefetch((const char *)(f->cells + bt * H + u0), _MM_HINT_T1);      \
-                    _mm_prefetch((const char *)(f->out + bt * DH + r->d * H + u0), _MM_HINT_T1);         \
+                 * for now, written after the product tiles. */                                        \
+                for (int q = 0; q < mk.mr && i + q < n && f->gates; q++) {                               \
+                    for (int64_t g = 0; g < 4; g++)                                                      \
+                        _mm_prefetch((const char *)(f->gates + bts[q] * 4 * H + g * H + u0), _MM_HINT_T1); \
+                    if (f->cells) _mm_prefetch((const char *)(f->cells + bts[q] * H + u0), _MM_HINT_T1); \
+                    _mm_prefetch((const char *)(f->out + bts[q] * DH + r->d * H + u0), _MM_HINT_T1);     \
                 }                                                                                        \
+                mk.fn(ax, xpanel, in, xtile);                                                            \
                 mk.fn(a, panel, H, tile);                                                                \
                 for (int q = 0; q < mk.mr && i + q < n; q++) {                                           \
-                    int64_t b = rows[q], bt = b * T + time_at(r, b, s);                                 \
-                    const float *acc = tile + q * r->ng * VW;                                            \
+                    int64_t b = rows[q], bt = bts[q];                                                    \
+                    const float *acc = tile + q * r->ng * VW, *gx = xtile + q * r->ng * VW;              \
                     float *o = f->out + bt * DH + r->d * H + u0;                                         \
                     float *gate = f->gates ? f->gates + bt * 4 * H + u0 : NULL;                          \
                     if (r->mode == ATTNC_LSTM)                                                           \
-                        lstm_fwd_epi##VW(acc, f->gx + bt * G + u0, j->bias + u0, j->c + b * H + u0,       \
-                                         hn + b * H + u0, o, gate, f->cells ? f->cells + bt * H + u0 : NULL, H); \
+                        lstm_fwd_epi##VW(acc, gx, j->bias + u0, j->c + b * H + u0, hn + b * H + u0, o,   \
+                                         gate, f->cells ? f->cells + bt * H + u0 : NULL, H);             \
                     else                                                                                 \
-                        gru_fwd_epi##VW(acc, f->gx + bt * G + u0, j->bias + u0, hp + b * H + u0,          \
-                                        hn + b * H + u0, o, gate, H);                                    \
+                        gru_fwd_epi##VW(acc, gx, j->bias + u0, hp + b * H + u0, hn + b * H + u0, o, gate, H); \
                 }                                                                                        \
             }                                                                                            \
         }                                                                                                \
@@ -384,19 +385,23 @@ attnc_status attnc_rnn_fast_forward(const rnn_fast_fwd *f) {
     j.nblocks = H / j.vw;
     int parts = parts_for(r);
     j.nchunks = chunks_for(j.nblocks, parts);
-    float *pk = NULL, *bias = NULL, *hbuf = NULL, *c = NULL;
+    float *pk = NULL, *pkx = NULL, *bias = NULL, *hbuf = NULL, *c = NULL;
     attnc_status st = alloc_floats(&pk, H * G, "rnn packed weights");
+    if (st == ATTNC_OK) st = alloc_floats(&pkx, f->in * G, "rnn packed weights");
     if (st == ATTNC_OK) st = alloc_floats(&hbuf, 2 * B * H, "rnn state");
     if (st == ATTNC_OK) st = alloc_floats(&c, B * H, "rnn state");
     if (st == ATTNC_OK) st = alloc_floats(&bias, 3 * G, "rnn bias");
     if (st == ATTNC_OK) st = plan_rows(r, &j.rows);
     if (st == ATTNC_OK) {
-        /* panel blk: pk[blk][k][g vw + u] = W_hh[g H + blk vw + u][k] */
+        /* panel blk: pk[blk][k][g vw + u] = W_hh[g H + blk vw + u][k], pkx the same of W_ih */
         for (int64_t blk = 0; blk < j.nblocks; blk++)
-            for (int64_t k = 0; k < H; k++)
-                for (int64_t g = 0; g < ng; g++)
-                    for (int64_t u = 0; u < j.vw; u++)
-                        pk[((blk * H + k) * ng + g) * j.vw + u] = f->w_hh[(g * H + blk * j.vw + u) * H + k];
+            for (int64_t g = 0; g < ng; g++)
+                for (int64_t u = 0; u < j.vw; u++) {
+                    const float *wh = f->w_hh + (g * H + blk * j.vw + u) * H;
+                    const float *wx = f->w_ih + (g * H + blk * j.vw + u) * f->in;
+                    for (int64_t k = 0; k < H; k++) pk[((blk * H + k) * ng + g) * j.vw + u] = wh[k];
+                    for (int64_t k = 0; k < f->in; k++) pkx[((blk * f->in + k) * ng + g) * j.vw + u] = wx[k];
+                }
         if (f->h0) memcpy(hbuf, f->h0, (size_t)(B * H) * sizeof(float)); else memset(hbuf, 0, (size_t)(B * H) * sizeof(float));
         if (f->c0) memcpy(c, f->c0, (size_t)(B * H) * sizeof(float)); else memset(c, 0, (size_t)(B * H) * sizeof(float));
         j.pk = pk;
@@ -406,6 +411,7 @@ attnc_status attnc_rnn_fast_forward(const rnn_fast_fwd *f) {
             bias[G + k] = bx;
             bias[2 * G + k] = bh;
         }
+        j.pkx = pkx;
         j.bias = bias;
         j.hbuf = hbuf;
         j.c = c;
@@ -421,6 +427,7 @@ attnc_status attnc_rnn_fast_forward(const rnn_fast_fwd *f) {
     }
     free_plan(&j.rows);
     free(pk);
+    free(pkx);
     free(bias);
     free(hbuf);
     free(c);

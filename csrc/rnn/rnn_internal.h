@@ -19,7 +19,9 @@ typedef struct {
 /* One direction of one layer, forward, float32. G = ng H. */
 typedef struct {
     const rnn_run *r;
-    const float *gx;       /* (B T, G) input projections x W_ih^T (without b_ih)      */
+    const float *x;        /* (B T, in) the layer's input                              */
+    int64_t in;
+    const float *w_ih;     /* (G, in)                                                  */
     const float *w_hh;     /* (G, H)                                                   */
     const float *b_ih;     /* (G) or NULL                                              */
     const float *b_hh;     /* (G) or NULL                                              */
