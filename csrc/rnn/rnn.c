@@ -371,13 +371,16 @@ static attnc_status direction_backward(rnn_run *r, const attnc_tensor *x, const 
     if (dck) memcpy(s->dc, dck, (size_t)(B * H) * es); else memset(s->dc, 0, (size_t)(B * H) * es);
     void *dgh = r->mode == ATTNC_LSTM ? s->dgx : s->dgh;
     bool lstm = r->mode == ATTNC_LSTM, fast = attnc_rnn_fast_usable(r);
+    bool fused_dx = attnc_rnn_fast_fuses_dx(r, x->shape[1]);
     if (fast) {
         rnn_fast_bwd f = {.r = r, .w_hh = w->weight_hh.data, .gates = at(r, saved, lo->gates[k]),
                           .cells = lstm ? at(r, saved, lo->cells[k]) : NULL, .out = at(r, saved, lo->out[l]),
                           .dout = dout, .h0 = state_of(r, h0, k), .c0 = lstm ? state_of(r, c0, k) : NULL,
                           .dh_n = dhk, .dc_n = dck, .dgx = s->dgx, .dgh = dgh, .hprev = s->hprev,
                           .dh0 = attnc_present(dh0) ? state_of(r, dh0, k) : NULL,
-                          .dc0 = lstm && attnc_present(dc0) ? state_of(r, dc0, k) : NULL};
+                          .dc0 = lstm && attnc_present(dc0) ? state_of(r, dc0, k) : NULL,
+                          .dx = fused_dx ? dx->data : NULL, .dx_add = !first, .in = x->shape[1],
+                          .w_ih = w->weight_ih.data};
         TRY(attnc_rnn_fast_backward(&f));
     } else {
         memset(s->dgx, 0, (size_t)(B * T * G) * es);
@@ -403,7 +406,7 @@ static attnc_status direction_backward(rnn_run *r, const attnc_tensor *x, const 
     if (attnc_present(dh0) && !fast) memcpy(state_of(r, dh0, k), s->dh, (size_t)(B * H) * es);
     if (attnc_present(dc0) && lstm && !fast) memcpy(state_of(r, dc0, k), s->dc, (size_t)(B * H) * es);
     attnc_tensor dgx2 = mat(r, s->dgx, B * T, G), dgh2 = mat(r, dgh, B * T, G), hp = mat(r, s->hprev, B * T, H);
-    seq_dx(r, &dgx2, &w->weight_ih, dx, !first);
+    if (!fused_dx) seq_dx(r, &dgx2, &w->weight_ih, dx, !first);
     seq_weight_grads(r, g, &dgx2, x, &dgh2, &hp);
     return ATTNC_OK;
 }

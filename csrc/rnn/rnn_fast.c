@@ -377,6 +377,10 @@ FWD_CHUNK(fwd_chunk256, T256, 8)
 
 bool attnc_rnn_fast_usable(const rnn_run *r) { return r->dt == ATTNC_FLOAT32 && fast_isa(r->H) != ISA_NONE; }
 
+bool attnc_rnn_fast_fuses_dx(const rnn_run *r, int64_t in) {
+    return attnc_rnn_fast_usable(r) && in % (fast_isa(r->H) == ISA_AVX512 ? 16 : 8) == 0;
+}
+
 attnc_status attnc_rnn_fast_forward(const rnn_fast_fwd *f) {
     const rnn_run *r = f->r;
     int64_t B = r->B, H = r->H, G = r->ng * H, ng = r->ng;
@@ -441,7 +445,9 @@ typedef struct {
     const rnn_run *r;
     int isa;
     int64_t vw, nv, nblocks, nchunks; /* blocks of nv vw units */
-    const float *pk;                  /* nblocks panels (G, nv vw) */
+    const float *pk;                  /* nblocks panels (G, nv vw) of W_hh */
+    int64_t nvx, nxblocks, nxchunks;  /* dx: blocks of nvx vw input columns (0 chunks: not fused) */
+    const float *pkx;                 /* nxblocks panels (G, nvx vw) of W_ih */
     float *dbuf;                      /* (2, B, G): the dgates (dgh) of consecutive steps */
     float *dc;                        /* (B, H) LSTM: the cell gradient carried back */
     float *direct;                    /* (B, H) GRU: dh z, the part of dh_prev not through W_hh */
@@ -558,6 +564,45 @@ static void bwd_prefetch(const bwd_job *j, int64_t s, int64_t b, int64_t u0, int
     }
 }
 
+/* Iteration it, dx block chunk c: dx at step s + 1 (s = T - 1 - it) of the
+ * rows that ran then, dgx (rows, G) x W_ih (G, columns), stored or added
+ * (the second direction). Off the recurrence's critical path, but made here
+ * so that both threads share it and dgates is read while in cache. */
+#define DX_CHUNK(VW)                                                                                      \
+    static inline __attribute__((always_inline)) void dx_chunk##VW(const bwd_job *j, int64_t it, int64_t c) { \
+        const rnn_fast_bwd *f = j->f;                                                                     \
+        const rnn_run *r = j->r;                                                                          \
+        int64_t T = r->T, G = r->ng * r->H, s = T - 1 - it, in = f->in, W = j->nvx * VW;                  \
+        if (it == 0) return;                                                                              \
+        int64_t m = j->rows.active[s + 1];                                                                \
+        micro mk = micro_for(j->isa, j->nvx);                                                             \
+        float tile[MAXMR * 4 * MAXVW] __attribute__((aligned(64)));                                       \
+        for (int64_t blk = c * j->nxblocks / j->nxchunks; blk < (c + 1) * j->nxblocks / j->nxchunks; blk++) { \
+            const float *panel = j->pkx + blk * G * W;                                                    \
+            for (int64_t i = 0; i < m; i += mk.mr) {                                                      \
+                const float *a[MAXMR];                                                                    \
+                int64_t rows[MAXMR], bts[MAXMR];                                                          \
+                for (int q = 0; q < mk.mr; q++) {                                                         \
+                    rows[q] = j->rows.order[i + q < m ? i + q : m - 1];                                   \
+                    bts[q] = rows[q] * T + time_at(r, rows[q], s + 1);                                    \
+                    a[q] = f->dgx + bts[q] * G; /* the GRU's dgx is not its dgh (dbuf) */                  \
+                }                                                                                         \
+                mk.fn(a, panel, G, tile);                                                                 \
+                for (int q = 0; q < mk.mr && i + q < m; q++) {                                            \
+                    float *restrict dst = f->dx + bts[q] * in + blk * W;                                  \
+                    const float *restrict src = tile + q * W;                                             \
+                    if (f->dx_add)                                                                        \
+                        for (int64_t w = 0; w < W; w++) dst[w] += src[w];                                 \
+                    else                                                                                  \
+                        for (int64_t w = 0; w < W; w++) dst[w] = src[w];                                  \
+                }                                                                                         \
+            }                                                                                             \
+        }                                                                                                 \
+    }
+
+DX_CHUNK(16)
+DX_CHUNK(8)
+
 /* Iteration it (processing step s = T - 1 - it; it = T: dh0 only), chunk c:
  * dh_rec of the rows that ran at s + 1 from that step's dgates (tiles of
  * the product) and their gate gradients at s, then the gate gradients of
@@ -567,6 +612,11 @@ static void bwd_prefetch(const bwd_job *j, int64_t s, int64_t b, int64_t u0, int
         const bwd_job *j = arg;                                                                           \
         const rnn_run *r = j->r;                                                                          \
         int64_t B = r->B, T = r->T, H = r->H, G = r->ng * H, s = T - 1 - it;                             \
+        if (c >= j->nchunks) { /* a block of dx instead */                                             \
+            dx_chunk##VW(j, it, c - j->nchunks);                                                          \
+            return;                                                                                       \
+        }                                                                                                 \
+        if (it == T && !j->f->dh0) return;                                                                \
         int64_t m = it == 0 ? 0 : j->rows.active[s + 1]; /* rows with a recurrent gradient */            \
         int64_t n = it == T ? 0 : j->rows.active[s];     /* rows running at s */                         \
         const float *dprev = j->dbuf + (it & 1) * B * G;                                                  \
@@ -617,9 +667,16 @@ attnc_status attnc_rnn_fast_backward(const rnn_fast_bwd *f) {
     for (j.nv = 4; j.nv > 1 && (vecs % j.nv || vecs / j.nv < parts); j.nv--) {}
     j.nblocks = vecs / j.nv;
     j.nchunks = chunks_for(j.nblocks, parts);
-    int64_t W = j.nv * j.vw;
-    float *pk = NULL, *dbuf = NULL, *dc = NULL, *direct = NULL;
+    int64_t W = j.nv * j.vw, in = f->in, xvecs = f->dx ? in / j.vw : 0;
+    if (f->dx) {
+        for (j.nvx = 4; j.nvx > 1 && (xvecs % j.nvx || xvecs / j.nvx < parts); j.nvx--) {}
+        j.nxblocks = xvecs / j.nvx;
+        j.nxchunks = chunks_for(j.nxblocks, parts);
+    }
+    int64_t WX = j.nvx * j.vw;
+    float *pk = NULL, *pkx = NULL, *dbuf = NULL, *dc = NULL, *direct = NULL;
     attnc_status st = alloc_floats(&pk, G * H, "rnn packed weights");
+    if (st == ATTNC_OK && f->dx) st = alloc_floats(&pkx, G * in, "rnn packed weights");
     if (st == ATTNC_OK) st = alloc_floats(&dbuf, 2 * B * G, "rnn gradients");
     if (st == ATTNC_OK) st = alloc_floats(&dc, B * H, "rnn gradients");
     if (st == ATTNC_OK) st = alloc_floats(&direct, B * H, "rnn gradients");
@@ -629,6 +686,9 @@ attnc_status attnc_rnn_fast_backward(const rnn_fast_bwd *f) {
         for (int64_t blk = 0; blk < j.nblocks; blk++)
             for (int64_t k = 0; k < G; k++)
                 memcpy(pk + (blk * G + k) * W, f->w_hh + k * H + blk * W, (size_t)W * sizeof(float));
+        for (int64_t blk = 0; blk < j.nxblocks; blk++) /* pkx[blk][k][w] = W_ih[k][blk WX + w] */
+            for (int64_t k = 0; k < G; k++)
+                memcpy(pkx + (blk * G + k) * WX, f->w_ih + k * in + blk * WX, (size_t)WX * sizeof(float));
         if (f->dc_n) memcpy(dc, f->dc_n, (size_t)(B * H) * sizeof(float)); else memset(dc, 0, (size_t)(B * H) * sizeof(float));
         /* Padding steps (t >= len) are never written: zero them for the weight gradients. */
         for (int64_t b = 0; b < B && r->len; b++) {
@@ -636,16 +696,20 @@ attnc_status attnc_rnn_fast_backward(const rnn_fast_bwd *f) {
             memset(f->dgx + (b * T + n) * G, 0, (size_t)((T - n) * G) * sizeof(float));
             if (f->dgh != f->dgx) memset(f->dgh + (b * T + n) * G, 0, (size_t)((T - n) * G) * sizeof(float));
             memset(f->hprev + (b * T + n) * H, 0, (size_t)((T - n) * H) * sizeof(float));
+            if (f->dx && !f->dx_add) memset(f->dx + (b * T + n) * in, 0, (size_t)((T - n) * in) * sizeof(float));
         }
         j.pk = pk;
+        j.pkx = pkx;
         j.dbuf = dbuf;
         j.dc = dc;
         j.direct = direct;
-        st = team_run(f->dh0 ? T + 1 : T, j.nchunks, parts, j.isa == ISA_AVX512 ? bwd_chunk512 : bwd_chunk256, &j);
+        st = team_run(f->dh0 || f->dx ? T + 1 : T, j.nchunks + j.nxchunks, parts,
+                      j.isa == ISA_AVX512 ? bwd_chunk512 : bwd_chunk256, &j);
     }
     if (st == ATTNC_OK && f->dc0 && r->mode == ATTNC_LSTM) memcpy(f->dc0, dc, (size_t)(B * H) * sizeof(float));
     free_plan(&j.rows);
     free(pk);
+    free(pkx);
     free(dbuf);
     free(dc);
     free(direct);
@@ -656,6 +720,11 @@ attnc_status attnc_rnn_fast_backward(const rnn_fast_bwd *f) {
 
 bool attnc_rnn_fast_usable(const rnn_run *r) {
     (void)r;
+    return false;
+}
+bool attnc_rnn_fast_fuses_dx(const rnn_run *r, int64_t in) {
+    (void)r;
+    (void)in;
     return false;
 }
 attnc_status attnc_rnn_fast_forward(const rnn_fast_fwd *f) {

@@ -45,6 +45,11 @@ typedef struct {
     float *dgh;               /* (B T, G) of the recurrent products (GRU; LSTM: dgx)   */
     float *hprev;             /* (B T, H) every step's h_prev, for dW_hh               */
     float *dh0, *dc0;         /* (B, H) or NULL                                        */
+    /* The layer input's gradient, when attnc_rnn_fast_fuses_dx (else dx NULL): */
+    float *dx;                /* (B T, in): dgx W_ih stored, or added when dx_add      */
+    bool dx_add;
+    int64_t in;
+    const float *w_ih;        /* (G, in)                                               */
 } rnn_fast_bwd;
 
 /* Whether the fused kernels take run r (float32, a hidden size the vector
@@ -54,6 +59,10 @@ bool attnc_rnn_fast_usable(const rnn_run *r);
 /* The time loop of one direction (rnn.c does the input projections and the
  * weight gradients around it). Fails only on allocation. */
 attnc_status attnc_rnn_fast_forward(const rnn_fast_fwd *f);
+
+/* Whether the fused backward also makes the input's gradient (in a multiple
+ * of the vector width). */
+bool attnc_rnn_fast_fuses_dx(const rnn_run *r, int64_t in);
 attnc_status attnc_rnn_fast_backward(const rnn_fast_bwd *b);
 
 #endif
