@@ -175,7 +175,7 @@ typedef struct {
 static attnc_status direction_forward(rnn_run *r, const attnc_tensor *x, const attnc_rnn_weights *w,
                                       void *saved, const rnn_layout *lo, int64_t l, const attnc_tensor *h0,
                                       const attnc_tensor *c0, attnc_tensor *h_n, attnc_tensor *c_n,
-                                      fwd_scratch *s) {
+                                      void *out, fwd_scratch *s) {
     int64_t B = r->B, H = r->H, G = r->ng * H, k = l * r->D + r->d;
     size_t es = attnc_dtype_size(r->dt);
     attnc_tensor gx = mat(r, s->gx, B * r->T, G), hh = mat(r, s->hh, B, G), h = mat(r, s->h, B, H);
@@ -193,7 +193,7 @@ static attnc_status direction_forward(rnn_run *r, const attnc_tensor *x, const a
                           .c0 = lstm ? c0k : NULL,
                           .gates = lo->gates[k] >= 0 ? at(r, saved, lo->gates[k]) : NULL,
                           .cells = lstm && lo->cells[k] >= 0 ? at(r, saved, lo->cells[k]) : NULL,
-                          .out = at(r, saved, lo->out[l]),
+                          .out = out,
                           .h_n = attnc_present(h_n) ? state_of(r, h_n, k) : NULL,
                           .c_n = lstm && attnc_present(c_n) ? state_of(r, c_n, k) : NULL};
         return attnc_rnn_fast_forward(&f);
@@ -205,7 +205,7 @@ static attnc_status direction_forward(rnn_run *r, const attnc_tensor *x, const a
         step_job_##SFX j = {.r = r, .s = step, .gx = s->gx, .hh = s->hh,                              \
                             .b_hh = attnc_present(&w->bias_hh) ? w->bias_hh.data : NULL, .h = s->h,   \
                             .c = s->c, .gates = at(r, saved, lo->gates[k]),                          \
-                            .cs = at(r, saved, lo->cells[k]), .out = at(r, saved, lo->out[l])};      \
+                            .cs = at(r, saved, lo->cells[k]), .out = out};                           \
         run_rows(r, forward_step_task_f32, forward_step_task_f64, &j);                                \
     } while (0)
         ATTNC_BY_DTYPE(r->dt, RUN);
@@ -328,8 +328,11 @@ attnc_status attnc_rnn_forward(attnc_tensor *output, attnc_tensor *h_n, attnc_te
     if (st == ATTNC_OK) st = attnc_calloc(&s.hh, (size_t)(B * G), es, "rnn state");
     if (st == ATTNC_OK) st = attnc_calloc(&s.h, (size_t)(B * H), es, "rnn state");
     if (st == ATTNC_OK) st = attnc_calloc(&s.c, (size_t)(B * H), es, "rnn state");
+    /* Without a saved buffer the last layer writes the output in place. */
+    void *last = attnc_present(saved) || !attnc_is_contiguous(output) ? at(&r, base, lo.out[r.L - 1]) : output->data;
     for (int64_t l = 0; l < r.L && st == ATTNC_OK; l++) {
-        if (r.len) memset(at(&r, base, lo.out[l]), 0, (size_t)(B * T * DH) * es); /* padding stays 0 */
+        void *out = l == r.L - 1 ? last : at(&r, base, lo.out[l]);
+        if (r.len) memset(out, 0, (size_t)(B * T * DH) * es); /* padding stays 0 */
         attnc_tensor x = mat(&r, input->data, B * T, r.I);
         if (l > 0) {
             x = mat(&r, at(&r, base, lo.out[l - 1]), B * T, DH);
@@ -340,9 +343,9 @@ attnc_status attnc_rnn_forward(attnc_tensor *output, attnc_tensor *h_n, attnc_te
             }
         }
         for (r.d = 0; r.d < r.D && st == ATTNC_OK; r.d++)
-            st = direction_forward(&r, &x, &weights[l * r.D + r.d], base, &lo, l, h0, c0, h_n, c_n, &s);
+            st = direction_forward(&r, &x, &weights[l * r.D + r.d], base, &lo, l, h0, c0, h_n, c_n, out, &s);
     }
-    if (st == ATTNC_OK) memcpy(output->data, at(&r, base, lo.out[r.L - 1]), (size_t)(B * T * DH) * es);
+    if (st == ATTNC_OK && last != output->data) memcpy(output->data, last, (size_t)(B * T * DH) * es);
     free(s.gx);
     free(s.hh);
     free(s.h);

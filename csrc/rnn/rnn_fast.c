@@ -257,6 +257,21 @@ typedef struct {
     row_plan rows;
 } fwd_job;
 
+/* Panel blk of W_hh^T and of W_ih^T: pk[blk][k][g vw + u] = W_hh[g H + blk vw + u][k].
+ * Made at step 0 by the thread that takes the block's chunk (in its cache;
+ * both threads pack), read from step 1 on by whichever takes it then. */
+static void pack_fwd_block(const fwd_job *j, int64_t blk) {
+    const rnn_fast_fwd *f = j->f;
+    int64_t H = j->r->H, ng = j->r->ng, vw = j->vw, in = f->in;
+    float *pk = (float *)j->pk + blk * H * ng * vw, *pkx = (float *)j->pkx + blk * in * ng * vw;
+    for (int64_t g = 0; g < ng; g++)
+        for (int64_t u = 0; u < vw; u++) {
+            const float *wh = f->w_hh + (g * H + blk * vw + u) * H, *wx = f->w_ih + (g * H + blk * vw + u) * in;
+            for (int64_t k = 0; k < H; k++) pk[(k * ng + g) * vw + u] = wh[k];
+            for (int64_t k = 0; k < in; k++) pkx[(k * ng + g) * vw + u] = wx[k];
+        }
+}
+
 /* One tile row's LSTM gates, VW units: acc (4 VW) the recurrent product, gx
  * (4 VW) the input's, bias (b_ih + b_hh) at the block's units with gates H
  * apart; c (VW) updated; h into hn and o;
@@ -335,6 +350,7 @@ GRU_FWD_EPI(8)
         float tile[MAXMR * 4 * MAXVW] __attribute__((aligned(64)));                                      \
         float xtile[MAXMR * 4 * MAXVW] __attribute__((aligned(64)));                                     \
         for (int64_t blk = c * j->nblocks / j->nchunks; blk < (c + 1) * j->nblocks / j->nchunks; blk++) { \
+            if (s == 0) pack_fwd_block(j, blk);                                                          \
             const float *panel = j->pk + blk * H * r->ng * VW, *xpanel = j->pkx + blk * in * r->ng * VW; \
             int64_t u0 = blk * VW;                                                                       \
             for (int64_t i = 0; i < n; i += mk.mr) {                                                     \
@@ -383,7 +399,7 @@ bool attnc_rnn_fast_fuses_dx(const rnn_run *r, int64_t in) {
 
 attnc_status attnc_rnn_fast_forward(const rnn_fast_fwd *f) {
     const rnn_run *r = f->r;
-    int64_t B = r->B, H = r->H, G = r->ng * H, ng = r->ng;
+    int64_t B = r->B, H = r->H, G = r->ng * H;
     fwd_job j = {.f = f, .r = r, .isa = fast_isa(H)};
     j.vw = j.isa == ISA_AVX512 ? 16 : 8;
     j.nblocks = H / j.vw;
@@ -397,15 +413,6 @@ attnc_status attnc_rnn_fast_forward(const rnn_fast_fwd *f) {
     if (st == ATTNC_OK) st = alloc_floats(&bias, 3 * G, "rnn bias");
     if (st == ATTNC_OK) st = plan_rows(r, &j.rows);
     if (st == ATTNC_OK) {
-        /* panel blk: pk[blk][k][g vw + u] = W_hh[g H + blk vw + u][k], pkx the same of W_ih */
-        for (int64_t blk = 0; blk < j.nblocks; blk++)
-            for (int64_t g = 0; g < ng; g++)
-                for (int64_t u = 0; u < j.vw; u++) {
-                    const float *wh = f->w_hh + (g * H + blk * j.vw + u) * H;
-                    const float *wx = f->w_ih + (g * H + blk * j.vw + u) * f->in;
-                    for (int64_t k = 0; k < H; k++) pk[((blk * H + k) * ng + g) * j.vw + u] = wh[k];
-                    for (int64_t k = 0; k < f->in; k++) pkx[((blk * f->in + k) * ng + g) * j.vw + u] = wx[k];
-                }
         if (f->h0) memcpy(hbuf, f->h0, (size_t)(B * H) * sizeof(float)); else memset(hbuf, 0, (size_t)(B * H) * sizeof(float));
         if (f->c0) memcpy(c, f->c0, (size_t)(B * H) * sizeof(float)); else memset(c, 0, (size_t)(B * H) * sizeof(float));
         j.pk = pk;
@@ -564,6 +571,17 @@ static void bwd_prefetch(const bwd_job *j, int64_t s, int64_t b, int64_t u0, int
     }
 }
 
+/* Panels of W_hh (dh block blk, x false) or W_ih (dx block, x true):
+ * p[blk][k][w] = W[k][blk w_ + w]; made at the first iteration like the
+ * forward's. */
+static void pack_bwd_block(const bwd_job *j, int64_t blk, bool x) {
+    const rnn_fast_bwd *f = j->f;
+    int64_t G = j->r->ng * j->r->H, cols = x ? f->in : j->r->H, W = (x ? j->nvx : j->nv) * j->vw;
+    const float *w = x ? f->w_ih : f->w_hh;
+    float *p = (float *)(x ? j->pkx : j->pk) + blk * G * W;
+    for (int64_t k = 0; k < G; k++) memcpy(p + k * W, w + k * cols + blk * W, (size_t)W * sizeof(float));
+}
+
 /* Iteration it, dx block chunk c: dx at step s + 1 (s = T - 1 - it) of the
  * rows that ran then, dgx (rows, G) x W_ih (G, columns), stored or added
  * (the second direction). Off the recurrence's critical path, but made here
@@ -578,6 +596,7 @@ static void bwd_prefetch(const bwd_job *j, int64_t s, int64_t b, int64_t u0, int
         micro mk = micro_for(j->isa, j->nvx);                                                             \
         float tile[MAXMR * 4 * MAXVW] __attribute__((aligned(64)));                                       \
         for (int64_t blk = c * j->nxblocks / j->nxchunks; blk < (c + 1) * j->nxblocks / j->nxchunks; blk++) { \
+            if (it == 1) pack_bwd_block(j, blk, true); /* the first iteration with dx to make */        \
             const float *panel = j->pkx + blk * G * W;                                                    \
             for (int64_t i = 0; i < m; i += mk.mr) {                                                      \
                 const float *a[MAXMR];                                                                    \
@@ -625,6 +644,7 @@ DX_CHUNK(8)
         int64_t W = j->nv * VW;                                                                           \
         float tile[MAXMR * 4 * MAXVW] __attribute__((aligned(64)));                                                                  \
         for (int64_t blk = c * j->nblocks / j->nchunks; blk < (c + 1) * j->nblocks / j->nchunks; blk++) { \
+            if (it == 0) pack_bwd_block(j, blk, false);                                                   \
             const float *panel = j->pk + blk * G * W;                                                     \
             for (int64_t i = 0; i < m; i += mk.mr) {                                                      \
                 const float *a[MAXMR];                                                                    \
@@ -667,13 +687,12 @@ attnc_status attnc_rnn_fast_backward(const rnn_fast_bwd *f) {
     for (j.nv = 4; j.nv > 1 && (vecs % j.nv || vecs / j.nv < parts); j.nv--) {}
     j.nblocks = vecs / j.nv;
     j.nchunks = chunks_for(j.nblocks, parts);
-    int64_t W = j.nv * j.vw, in = f->in, xvecs = f->dx ? in / j.vw : 0;
+    int64_t in = f->in, xvecs = f->dx ? in / j.vw : 0;
     if (f->dx) {
         for (j.nvx = 4; j.nvx > 1 && (xvecs % j.nvx || xvecs / j.nvx < parts); j.nvx--) {}
         j.nxblocks = xvecs / j.nvx;
         j.nxchunks = chunks_for(j.nxblocks, parts);
     }
-    int64_t WX = j.nvx * j.vw;
     float *pk = NULL, *pkx = NULL, *dbuf = NULL, *dc = NULL, *direct = NULL;
     attnc_status st = alloc_floats(&pk, G * H, "rnn packed weights");
     if (st == ATTNC_OK && f->dx) st = alloc_floats(&pkx, G * in, "rnn packed weights");
@@ -682,13 +701,6 @@ attnc_status attnc_rnn_fast_backward(const rnn_fast_bwd *f) {
     if (st == ATTNC_OK) st = alloc_floats(&direct, B * H, "rnn gradients");
     if (st == ATTNC_OK) st = plan_rows(r, &j.rows);
     if (st == ATTNC_OK) {
-        /* panel blk: pk[blk][k][w] = W_hh[k][blk W + w] */
-        for (int64_t blk = 0; blk < j.nblocks; blk++)
-            for (int64_t k = 0; k < G; k++)
-                memcpy(pk + (blk * G + k) * W, f->w_hh + k * H + blk * W, (size_t)W * sizeof(float));
-        for (int64_t blk = 0; blk < j.nxblocks; blk++) /* pkx[blk][k][w] = W_ih[k][blk WX + w] */
-            for (int64_t k = 0; k < G; k++)
-                memcpy(pkx + (blk * G + k) * WX, f->w_ih + k * in + blk * WX, (size_t)WX * sizeof(float));
         if (f->dc_n) memcpy(dc, f->dc_n, (size_t)(B * H) * sizeof(float)); else memset(dc, 0, (size_t)(B * H) * sizeof(float));
         /* Padding steps (t >= len) are never written: zero them for the weight gradients. */
         for (int64_t b = 0; b < B && r->len; b++) {
