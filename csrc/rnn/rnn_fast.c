@@ -157,6 +157,7 @@ static attnc_status team_run(int64_t steps, int64_t nchunks, int parts, chunk_fn
 /* Rows per tile for NV vectors: about 24 accumulators of AVX-512's 32
  * registers, 12 of AVX2's 16. */
 K512(mk512_4, 6, 4)
+K512(mk512_4s, 4, 4)
 K512(mk512_3, 8, 3)
 K512(mk512_2, 8, 2)
 K512(mk512_1, 8, 1)
@@ -176,6 +177,14 @@ static micro micro_for(int isa, int64_t nv) {
     static const micro k512[5] = {{NULL, 0}, {mk512_1, 8}, {mk512_2, 8}, {mk512_3, 8}, {mk512_4, 6}};
     static const micro k256[5] = {{NULL, 0}, {mk256_1, 8}, {mk256_2, 6}, {mk256_3, 4}, {mk256_4, 3}};
     return isa == ISA_AVX512 ? k512[nv] : k256[nv];
+}
+
+/* The kernel for the tile at rows left: mk, or for the last 4 rows or fewer
+ * of 6-row tiles a 4-row one (64 rows: 10 tiles of 6 and one of 4, instead
+ * of computing 2 rows for nothing). */
+static inline micro micro_tail(micro mk, int64_t left) {
+    if (mk.fn == mk512_4 && left <= 4) return (micro){mk512_4s, 4};
+    return mk;
 }
 
 /* Read in place of an absent state or gradient (VW values at most). */
@@ -353,10 +362,12 @@ GRU_FWD_EPI(8)
             if (s == 0) pack_fwd_block(j, blk);                                                          \
             const float *panel = j->pk + blk * H * r->ng * VW, *xpanel = j->pkx + blk * in * r->ng * VW; \
             int64_t u0 = blk * VW;                                                                       \
-            for (int64_t i = 0; i < n; i += mk.mr) {                                                     \
+            for (int64_t i = 0, mr = 0; i < n; i += mr) {                                                     \
+                micro mt = micro_tail(mk, n - i);                                                             \
+                mr = mt.mr;                                                                                   \
                 const float *a[MAXMR], *ax[MAXMR];                                                       \
                 int64_t rows[MAXMR], bts[MAXMR];                                                         \
-                for (int q = 0; q < mk.mr; q++) {                                                        \
+                for (int q = 0; q < mt.mr; q++) {                                                        \
                     rows[q] = j->rows.order[i + q < n ? i + q : n - 1];                                  \
                     bts[q] = rows[q] * T + time_at(r, rows[q], s);                                       \
                     a[q] = hp + rows[q] * H;                                                             \
@@ -365,15 +376,15 @@ GRU_FWD_EPI(8)
                 /* The lines the gates write (one per gate row and unit block of 16 floats; rows of \
                  * a step lie T steps apart in memory, beyond the hardware prefetcher's reach): asked \
                  * for now, written after the product tiles. */                                        \
-                for (int q = 0; q < mk.mr && i + q < n && f->gates; q++) {                               \
+                for (int q = 0; q < mt.mr && i + q < n && f->gates; q++) {                               \
                     for (int64_t g = 0; g < 4; g++)                                                      \
                         _mm_prefetch((const char *)(f->gates + bts[q] * 4 * H + g * H + u0), _MM_HINT_T1); \
                     if (f->cells) _mm_prefetch((const char *)(f->cells + bts[q] * H + u0), _MM_HINT_T1); \
                     _mm_prefetch((const char *)(f->out + bts[q] * DH + r->d * H + u0), _MM_HINT_T1);     \
                 }                                                                                        \
-                mk.fn(ax, xpanel, in, xtile);                                                            \
-                mk.fn(a, panel, H, tile);                                                                \
-                for (int q = 0; q < mk.mr && i + q < n; q++) {                                           \
+                mt.fn(ax, xpanel, in, xtile);                                                            \
+                mt.fn(a, panel, H, tile);                                                                \
+                for (int q = 0; q < mt.mr && i + q < n; q++) {                                           \
                     int64_t b = rows[q], bt = bts[q];                                                    \
                     const float *acc = tile + q * r->ng * VW, *gx = xtile + q * r->ng * VW;              \
                     float *o = f->out + bt * DH + r->d * H + u0;                                         \
@@ -598,16 +609,18 @@ static void pack_bwd_block(const bwd_job *j, int64_t blk, bool x) {
         for (int64_t blk = c * j->nxblocks / j->nxchunks; blk < (c + 1) * j->nxblocks / j->nxchunks; blk++) { \
             if (it == 1) pack_bwd_block(j, blk, true); /* the first iteration with dx to make */        \
             const float *panel = j->pkx + blk * G * W;                                                    \
-            for (int64_t i = 0; i < m; i += mk.mr) {                                                      \
+            for (int64_t i = 0, mr = 0; i < m; i += mr) {                                                      \
+                micro mt = micro_tail(mk, m - i);                                                              \
+                mr = mt.mr;                                                                                    \
                 const float *a[MAXMR];                                                                    \
                 int64_t rows[MAXMR], bts[MAXMR];                                                          \
-                for (int q = 0; q < mk.mr; q++) {                                                         \
+                for (int q = 0; q < mt.mr; q++) {                                                         \
                     rows[q] = j->rows.order[i + q < m ? i + q : m - 1];                                   \
                     bts[q] = rows[q] * T + time_at(r, rows[q], s + 1);                                    \
                     a[q] = f->dgx + bts[q] * G; /* the GRU's dgx is not its dgh (dbuf) */                  \
                 }                                                                                         \
-                mk.fn(a, panel, G, tile);                                                                 \
-                for (int q = 0; q < mk.mr && i + q < m; q++) {                                            \
+                mt.fn(a, panel, G, tile);                                                                 \
+                for (int q = 0; q < mt.mr && i + q < m; q++) {                                            \
                     float *restrict dst = f->dx + bts[q] * in + blk * W;                                  \
                     const float *restrict src = tile + q * W;                                             \
                     if (f->dx_add)                                                                        \
@@ -646,16 +659,18 @@ DX_CHUNK(8)
         for (int64_t blk = c * j->nblocks / j->nchunks; blk < (c + 1) * j->nblocks / j->nchunks; blk++) { \
             if (it == 0) pack_bwd_block(j, blk, false);                                                   \
             const float *panel = j->pk + blk * G * W;                                                     \
-            for (int64_t i = 0; i < m; i += mk.mr) {                                                      \
+            for (int64_t i = 0, mr = 0; i < m; i += mr) {                                                      \
+                micro mt = micro_tail(mk, m - i);                                                              \
+                mr = mt.mr;                                                                                    \
                 const float *a[MAXMR];                                                                    \
                 int64_t rows[MAXMR];                                                                      \
-                for (int q = 0; q < mk.mr; q++) {                                                         \
+                for (int q = 0; q < mt.mr; q++) {                                                         \
                     rows[q] = j->rows.order[i + q < m ? i + q : m - 1];                                   \
                     a[q] = dprev + rows[q] * G;                                                           \
                 }                                                                                         \
-                for (int q = 0; q < mk.mr && i + q < m && it < T; q++) bwd_prefetch(j, s, rows[q], blk * W, W); \
-                mk.fn(a, panel, G, tile);                                                                 \
-                for (int q = 0; q < mk.mr && i + q < m; q++)                                              \
+                for (int q = 0; q < mt.mr && i + q < m && it < T; q++) bwd_prefetch(j, s, rows[q], blk * W, W); \
+                mt.fn(a, panel, G, tile);                                                                 \
+                for (int q = 0; q < mt.mr && i + q < m; q++)                                              \
                     for (int64_t v = 0; v < j->nv; v++) {                                                 \
                         int64_t b = rows[q], u0 = blk * W + v * VW;                                       \
                         float *rec = tile + q * W + v * VW;                                               \
