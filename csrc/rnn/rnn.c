@@ -118,7 +118,7 @@ static attnc_status rnn_malloc(void **out, size_t count, size_t size, const char
  * blocks (as many per thread for 2, 3 or 6 threads); weight gradients in
  * blocks of 256 output rows or more (4 for an LSTM of 256 units, 3 for a GRU:
  * the two matrices together share evenly over 2 threads). */
-enum { SEQ_BLOCKS = 6, SEQ_DW_ROWS = 256 };
+enum { SEQ_BLOCKS = 6, SEQ_DW_ROWS = 512 };
 
 static int64_t seq_blocks(int64_t n) { return n < SEQ_BLOCKS ? n : SEQ_BLOCKS; }
 
@@ -149,7 +149,7 @@ static attnc_mat mat_or_none(const attnc_tensor *t) {
  * dgx, dgh (B T, G), x (B T, in), hprev (B T, H). */
 static void seq_weight_grads(const rnn_run *r, attnc_rnn_weights *g, const attnc_tensor *dgx,
                              const attnc_tensor *x, const attnc_tensor *dgh, const attnc_tensor *hprev) {
-    int64_t G = dgx->shape[1], blocks = G / SEQ_DW_ROWS > 1 ? G / SEQ_DW_ROWS : 1, n = dgx->shape[0];
+    int64_t G = dgx->shape[1], blocks = (G + SEQ_DW_ROWS - 1) / SEQ_DW_ROWS, n = dgx->shape[0];
     bool same = dgx->data == dgh->data && attnc_present(&g->bias_ih) && attnc_present(&g->bias_hh);
     int workers = attnc_workers_for(n * G * (x->shape[1] + hprev->shape[1]));
     ATTNC_PARALLEL_TYPED(r->dt, workers, seq_job, seq_dw_task, 2 * blocks, .blocks = blocks,
