@@ -2,11 +2,17 @@
  * sequences, forward and backward through time, with torch's gate layouts
  * (LSTM: i, f, g, o; GRU: r, z, n) and variable lengths.
  *
- * Per layer and direction: the input projections of every step in one
- * matrix product, then a loop over time of (batch, H) x (H, gates) products
- * (split over gate column blocks so every core works) and the gate kernels.
- * The backward runs the loop in reverse, keeping each step's gate gradients,
- * and forms the weight gradients with one product each over all steps. */
+ * float32 with a hidden size the vector width divides, on a CPU with AVX2 +
+ * FMA or AVX-512: each direction's time loop runs in rnn_fast.c, products and
+ * gate kernels fused, input products included; here only the weight
+ * gradients, one product each over all steps.
+ *
+ * Otherwise (float64, other sizes, other CPUs), per layer and direction: the
+ * input projections of every step in one matrix product, then a loop over
+ * time of (batch, H) x (H, gates) products (split over gate column blocks so
+ * every core works) and the gate kernels. The backward runs the loop in
+ * reverse, keeping each step's gate gradients, and forms the input's and the
+ * weights' gradients with one product each over all steps. */
 #include <math.h>
 #include <stdbool.h>
 #include <stdint.h>

@@ -7,11 +7,14 @@
  * 1024 in the benchmark) and repeated T times with the same W_hh. Calling
  * BLAS per step repacks W_hh every step, a second pass reads the product
  * back for the gates, and two thread-pool dispatches per step wake a worker
- * through a condition variable. Here W_hh is packed once per call into
- * panels a register-blocked micro-kernel streams, each product tile has its
- * gates computed while it is still in L1, and the threads run the whole
+ * through a condition variable. Here W_hh and W_ih are packed once per call
+ * into panels a register-blocked micro-kernel streams, each product tile has
+ * its gates computed while it is still in L1, and the threads run the whole
  * time loop in one parallel region, meeting once per step on an atomic
- * counter.
+ * counter. The input's products are made in the same loop, step by step
+ * (forward: x_t W_ih^T; backward: dgx_t W_ih): only the rows still running
+ * are computed, and no (B T, G) projection goes through memory. What is left
+ * to rnn.c: the weight gradients, one product each over all steps.
  *
  * Work split: a step's work is cut into chunks of hidden units, the same cut
  * for any thread count; a thread prefers the chunks of its own index (so its
@@ -21,11 +24,12 @@
  * results are bitwise independent of the thread count.
  *
  * Forward panels (per block of VW hidden units, VW = the vector width, 16
- * or 8 floats): for k < H, the ng gates' VW columns of W_hh^T side by side,
- * so one tile row holds i, f, g, o (LSTM) of the same VW units.
- * Backward panels (per block of NV VW hidden units): for k < G, the block's
- * columns of W_hh, so a tile is dh_rec = dgates (rows, G) x W_hh (G, units)
- * and the gate gradients of those units follow at once. */
+ * or 8 floats): for k < H (W_hh) or k < in (W_ih), the ng gates' VW columns
+ * of W^T side by side, so one tile row holds i, f, g, o (LSTM) of the same
+ * VW units. Backward panels (per block of NV VW hidden units or input
+ * columns): for k < G, the block's columns of W_hh (W_ih), so a tile is
+ * dh_rec = dgates (rows, G) x W_hh (G, units) and the gate gradients of
+ * those units follow at once (or a tile of dx). */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
 #include <sched.h>
