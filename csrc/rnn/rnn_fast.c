@@ -248,10 +248,11 @@ static int parts_for(const rnn_run *r) {
     return attnc_workers_for(r->B * r->H * r->ng * r->H);
 }
 
-/* Chunks of nblocks unit blocks: two per planned thread where there are
- * enough blocks (one chunk each would idle a thread whose partner is late). */
+/* Chunks of nblocks unit blocks: four per planned thread where there are
+ * enough blocks (one each would idle a thread whose partner is late: with
+ * more, the early thread takes over part of the late one's work). */
 static int64_t chunks_for(int64_t nblocks, int parts) {
-    int64_t want = 2 * (int64_t)parts;
+    int64_t want = 4 * (int64_t)parts;
     return nblocks < want ? nblocks : want;
 }
 
