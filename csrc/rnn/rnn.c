@@ -145,6 +145,7 @@ static void seq_dx(const rnn_run *r, const attnc_tensor *dy, const attnc_tensor 
                          .blocks = blocks);
 }
 
+/* The matrix view of t, or an empty one (NULL data: skipped) when absent. */
 static attnc_mat mat_or_none(const attnc_tensor *t) {
     attnc_mat none = {0};
     return attnc_present(t) ? as_mat(t) : none;

@@ -177,6 +177,7 @@ typedef struct {
     int mr;
 } micro;
 
+/* The kernel (and its rows per tile) for tiles of nv vectors, nv in 1..4. */
 static micro micro_for(int isa, int64_t nv) {
     static const micro k512[5] = {{NULL, 0}, {mk512_1, 8}, {mk512_2, 8}, {mk512_3, 8}, {mk512_4, 6}};
     static const micro k256[5] = {{NULL, 0}, {mk256_1, 8}, {mk256_2, 6}, {mk256_3, 4}, {mk256_4, 3}};
@@ -210,6 +211,8 @@ typedef struct {
     int64_t *active; /* (T + 1) */
 } row_plan;
 
+/* p <- the row order and counts of run r (lengths or all T); free_plan
+ * frees it, also after a failure. */
 static attnc_status plan_rows(const rnn_run *r, row_plan *p) {
     p->order = NULL;
     p->active = NULL;
@@ -232,6 +235,7 @@ static void free_plan(row_plan *p) {
     free(p->active);
 }
 
+/* Row b's time index at processing step s (s < its length). */
 static inline int64_t time_at(const rnn_run *r, int64_t b, int64_t s) {
     int64_t n = r->len ? r->len[b] : r->T;
     return r->d ? n - 1 - s : s;
@@ -244,6 +248,8 @@ static attnc_status alloc_floats(float **p, int64_t count, const char *what) {
     return *p ? ATTNC_OK : attnc_fail_nomem(what, bytes);
 }
 
+/* Threads a direction's loop plans for: one when a step's products are too
+ * small to share (a decoding-sized batch). */
 static int parts_for(const rnn_run *r) {
     return attnc_workers_for(r->B * r->H * r->ng * r->H);
 }
@@ -561,6 +567,7 @@ GRU_BWD_EPI(8)
 BWD_ROW(16)
 BWD_ROW(8)
 
+/* Ask for the lines of p[0, n) (n floats) into L2. */
 static inline void prefetch_span(const float *p, int64_t n) {
     for (int64_t k = 0; k < n; k += 16) _mm_prefetch((const char *)(p + k), _MM_HINT_T1);
 }
