@@ -58,6 +58,11 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
+# The checkout this file lives in, when it is built, before an installed attnc: an editable
+# install of another checkout (or worktree) would otherwise be the one measured.
+ROOT = HERE.parent
+if any((ROOT / "attnc").glob("_core*")) and str(ROOT) not in sys.path:
+    sys.path.insert(1, str(ROOT))
 
 import transformer as tf  # benchmarks/transformer.py: timing, formatting, weights
 
@@ -307,6 +312,7 @@ def main(argv=None):
           f"torch {torch.__version__ if torch is not None else '(not installed)'}, numpy {np.__version__}; "
           f"float32, {threads} threads for attnc and torch, {repeats} samples per case in {rounds} "
           f"round(s), medians{' (quick)' if quick else ''}")
+    print(f"attnc from {common.SNAPSHOT_SRC or Path(attnc.__file__).parent}")
     print(f"B={sizes['B']} T={sizes['T']} input={sizes['I']} hidden={sizes['H']}, batch first; ragged rows: "
           f"lengths in [{max(1, sizes['T'] // 5)}, {sizes['T']}], mean "
           f"{float(np.mean(lengths(cases[2]))):.1f}")

@@ -2,13 +2,20 @@
  * sequences, forward and backward through time, with torch's gate layouts
  * (LSTM: i, f, g, o; GRU: r, z, n) and variable lengths.
  *
- * Per layer and direction: the input projections of every step in one
- * matrix product, then a loop over time of (batch, H) x (H, gates) products
- * (split over gate column blocks so every core works) and the gate kernels.
- * The backward runs the loop in reverse, keeping each step's gate gradients,
- * and forms the weight gradients with one product each over all steps. */
+ * float32 with a hidden size the vector width divides, on a CPU with AVX2 +
+ * FMA or AVX-512: each direction's time loop runs in rnn_fast.c, products and
+ * gate kernels fused, input products included; here only the weight
+ * gradients, one product each over all steps.
+ *
+ * Otherwise (float64, other sizes, other CPUs), per layer and direction: the
+ * input projections of every step in one matrix product, then a loop over
+ * time of (batch, H) x (H, gates) products (split over gate column blocks so
+ * every core works) and the gate kernels. The backward runs the loop in
+ * reverse, keeping each step's gate gradients, and forms the input's and the
+ * weights' gradients with one product each over all steps. */
 #include <math.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,18 +26,10 @@
 #include "../core/tensor.h"
 #include "../core/threads.h"
 #include "../transformer/layer.h"
+#include "rnn_internal.h"
 
 enum { ROWS = 16, COLS = 256 }; /* batch rows per gate block; gate columns per product block */
 
-typedef struct {
-    attnc_rnn_mode mode;
-    int64_t B, T, I, H, L, D, ng; /* ng gates: 4 (LSTM) or 3 (GRU) */
-    int64_t d;                    /* the direction being run       */
-    const int64_t *len;           /* (B) or NULL: every row has T  */
-    attnc_dtype dt;
-    double dropout;
-    uint64_t seed;
-} rnn_run;
 
 #define ATTNC_F64 0
 #include "rnn_impl.h"
@@ -40,12 +39,13 @@ typedef struct {
 /* ---- the saved buffer ------------------------------------------------------ */
 
 /* Per layer: its output (B T, D H) and, with dropout, its dropped input
- * (layers >= 1); per layer and direction: gates (B T, 4H) and cells (B T, H). */
+ * (layers >= 1); per layer and direction: gates (B T, 4H) and cells (B T, H),
+ * unless !keep (a forward only the fused kernels run: offsets -1). */
 typedef struct {
     int64_t out[64], in[64], gates[128], cells[128], total;
 } rnn_layout;
 
-static void layout(rnn_layout *lo, const rnn_run *r) {
+static void layout(rnn_layout *lo, const rnn_run *r, bool keep) {
     int64_t at = 0, bt = r->B * r->T;
     for (int64_t l = 0; l < r->L; l++) {
         lo->out[l] = at;
@@ -56,6 +56,8 @@ static void layout(rnn_layout *lo, const rnn_run *r) {
             at += bt * r->D * r->H;
         }
         for (int64_t d = 0; d < r->D; d++) {
+            lo->gates[l * r->D + d] = lo->cells[l * r->D + d] = -1;
+            if (!keep) continue;
             lo->gates[l * r->D + d] = at;
             at += bt * 4 * r->H;
             lo->cells[l * r->D + d] = at;
@@ -70,7 +72,7 @@ int64_t attnc_rnn_saved_size(const attnc_rnn_config *cfg, int64_t B, int64_t T, 
     rnn_run r = {.mode = cfg->mode, .B = B, .T = T, .I = input_size, .H = cfg->hidden_size,
                  .L = cfg->num_layers, .D = cfg->bidirectional ? 2 : 1, .dropout = cfg->dropout};
     rnn_layout lo;
-    layout(&lo, &r);
+    layout(&lo, &r, true);
     return lo.total;
 }
 
@@ -103,6 +105,69 @@ static void run_rows(const rnn_run *r, attnc_task_fn f32, attnc_task_fn f64, voi
     attnc_parallel_for((r->B + ROWS - 1) / ROWS, workers, r->dt == ATTNC_FLOAT32 ? f32 : f64, job);
 }
 
+/* *out <- count elements of size bytes, 64-byte aligned (rows of 16 floats
+ * then start on cache lines: no vector load splits two lines), not cleared:
+ * for buffers every element of which is written before it is read. count 0
+ * gives NULL and OK. */
+static attnc_status rnn_malloc(void **out, size_t count, size_t size, const char *what) {
+    *out = NULL;
+    if (count == 0 || size == 0) return ATTNC_OK;
+    if (count > (SIZE_MAX - 63) / size) return attnc_fail_nomem(what, SIZE_MAX);
+    size_t bytes = (count * size + 63) / 64 * 64;
+    *out = aligned_alloc(64, bytes);
+    return *out ? ATTNC_OK : attnc_fail_nomem(what, bytes);
+}
+
+/* Blocks of the whole-sequence products (OpenBLAS runs single-threaded
+ * inside each): fixed by the sizes, so results do not depend on the thread
+ * count, and few, since each block packs the other operand again: 6 row
+ * blocks (as many per thread for 2, 3 or 6 threads); weight gradients in
+ * blocks of 256 output rows or more (4 for an LSTM of 256 units, 3 for a GRU:
+ * the two matrices together share evenly over 2 threads). */
+enum { SEQ_BLOCKS = 6, SEQ_DW_ROWS = 512 };
+
+static int64_t seq_blocks(int64_t n) { return n < SEQ_BLOCKS ? n : SEQ_BLOCKS; }
+
+/* y (n, G) = x (n, in) w^T (+ bias (G) unless NULL); w (G, in). */
+static void seq_project(const rnn_run *r, const attnc_tensor *x, const attnc_tensor *w, const void *bias,
+                        attnc_tensor *y) {
+    int64_t n = x->shape[0], blocks = seq_blocks(n);
+    ATTNC_PARALLEL_TYPED(r->dt, attnc_workers_for(n * x->shape[1] * w->shape[0]), seq_job, seq_rows_task, blocks,
+                         .x = as_mat(x), .w = as_mat(w), .y = as_mat(y), .bias = bias, .blocks = blocks);
+}
+
+/* dx (n, in) = dy (n, G) w (+ dx when accumulate); w (G, in). */
+static void seq_dx(const rnn_run *r, const attnc_tensor *dy, const attnc_tensor *w, attnc_tensor *dx,
+                   bool accumulate) {
+    int64_t n = dy->shape[0], blocks = seq_blocks(n);
+    ATTNC_PARALLEL_TYPED(r->dt, attnc_workers_for(n * dy->shape[1] * w->shape[1]), seq_job, seq_rows_task, blocks,
+                         .x = as_mat(dy), .w = as_mat(w), .y = as_mat(dx), .dx = true, .accumulate = accumulate,
+                         .blocks = blocks);
+}
+
+/* The matrix view of t, or an empty one (NULL data: skipped) when absent. */
+static attnc_mat mat_or_none(const attnc_tensor *t) {
+    attnc_mat none = {0};
+    return attnc_present(t) ? as_mat(t) : none;
+}
+
+/* The weight gradients of one direction: dW_ih (G, in) = dgx^T x, dW_hh
+ * (G, H) = dgh^T hprev, and the biases' (column sums), absent ones skipped;
+ * dgx, dgh (B T, G), x (B T, in), hprev (B T, H). */
+static void seq_weight_grads(const rnn_run *r, attnc_rnn_weights *g, const attnc_tensor *dgx,
+                             const attnc_tensor *x, const attnc_tensor *dgh, const attnc_tensor *hprev) {
+    int64_t G = dgx->shape[1], blocks = (G + SEQ_DW_ROWS - 1) / SEQ_DW_ROWS, n = dgx->shape[0];
+    bool same = dgx->data == dgh->data && attnc_present(&g->bias_ih) && attnc_present(&g->bias_hh);
+    int workers = attnc_workers_for(n * G * (x->shape[1] + hprev->shape[1]));
+    ATTNC_PARALLEL_TYPED(r->dt, workers, seq_job, seq_dw_task, 2 * blocks, .blocks = blocks,
+                         .dy2 = {as_mat(dgx), as_mat(dgh)}, .x2 = {as_mat(x), as_mat(hprev)},
+                         .dw2 = {mat_or_none(&g->weight_ih), mat_or_none(&g->weight_hh)},
+                         .db2 = {attnc_present(&g->bias_ih) ? g->bias_ih.data : NULL,
+                                 attnc_present(&g->bias_hh) && !same ? g->bias_hh.data : NULL});
+    if (same) /* an LSTM: the two biases' gradients are the same sums */
+        memcpy(g->bias_hh.data, g->bias_ih.data, (size_t)G * attnc_dtype_size(r->dt));
+}
+
 /* Slice k (B, H) of a (L D, B, H) state tensor, or NULL. */
 static void *state_of(const rnn_run *r, const attnc_tensor *t, int64_t k) {
     return attnc_present(t) ? at(r, t->data, k * r->B * r->H) : NULL;
@@ -117,14 +182,29 @@ typedef struct {
 static attnc_status direction_forward(rnn_run *r, const attnc_tensor *x, const attnc_rnn_weights *w,
                                       void *saved, const rnn_layout *lo, int64_t l, const attnc_tensor *h0,
                                       const attnc_tensor *c0, attnc_tensor *h_n, attnc_tensor *c_n,
-                                      fwd_scratch *s) {
+                                      void *out, fwd_scratch *s) {
     int64_t B = r->B, H = r->H, G = r->ng * H, k = l * r->D + r->d;
     size_t es = attnc_dtype_size(r->dt);
     attnc_tensor gx = mat(r, s->gx, B * r->T, G), hh = mat(r, s->hh, B, G), h = mat(r, s->h, B, H);
-    TRY(attnc_linear_forward(&gx, x, &w->weight_ih, &w->bias_ih));
+    bool fast = attnc_rnn_fast_usable(r);
+    const void *b_ih = attnc_present(&w->bias_ih) ? w->bias_ih.data : NULL;
+    if (!fast) seq_project(r, x, &w->weight_ih, b_ih, &gx); /* the fused kernels make their own */
     void *h0k = state_of(r, h0, k), *c0k = state_of(r, c0, k);
     if (h0k) memcpy(s->h, h0k, (size_t)(B * H) * es); else memset(s->h, 0, (size_t)(B * H) * es);
     if (c0k) memcpy(s->c, c0k, (size_t)(B * H) * es); else memset(s->c, 0, (size_t)(B * H) * es);
+    if (fast) {
+        bool lstm = r->mode == ATTNC_LSTM;
+        rnn_fast_fwd f = {.r = r, .x = x->data, .in = x->shape[1], .w_ih = w->weight_ih.data,
+                          .w_hh = w->weight_hh.data, .b_ih = b_ih,
+                          .b_hh = attnc_present(&w->bias_hh) ? w->bias_hh.data : NULL, .h0 = h0k,
+                          .c0 = lstm ? c0k : NULL,
+                          .gates = lo->gates[k] >= 0 ? at(r, saved, lo->gates[k]) : NULL,
+                          .cells = lstm && lo->cells[k] >= 0 ? at(r, saved, lo->cells[k]) : NULL,
+                          .out = out,
+                          .h_n = attnc_present(h_n) ? state_of(r, h_n, k) : NULL,
+                          .c_n = lstm && attnc_present(c_n) ? state_of(r, c_n, k) : NULL};
+        return attnc_rnn_fast_forward(&f);
+    }
     for (int64_t step = 0; step < r->T; step++) {
         colgemm(r, &h, &w->weight_hh, true, &hh);
 #define RUN(SFX)                                                                                       \
@@ -132,7 +212,7 @@ static attnc_status direction_forward(rnn_run *r, const attnc_tensor *x, const a
         step_job_##SFX j = {.r = r, .s = step, .gx = s->gx, .hh = s->hh,                              \
                             .b_hh = attnc_present(&w->bias_hh) ? w->bias_hh.data : NULL, .h = s->h,   \
                             .c = s->c, .gates = at(r, saved, lo->gates[k]),                          \
-                            .cs = at(r, saved, lo->cells[k]), .out = at(r, saved, lo->out[l])};      \
+                            .cs = at(r, saved, lo->cells[k]), .out = out};                           \
         run_rows(r, forward_step_task_f32, forward_step_task_f64, &j);                                \
     } while (0)
         ATTNC_BY_DTYPE(r->dt, RUN);
@@ -236,7 +316,9 @@ attnc_status attnc_rnn_forward(attnc_tensor *output, attnc_tensor *h_n, attnc_te
     TRY(check_state(&r, h_n, "h_n", true));
     if (r.mode == ATTNC_LSTM) TRY(check_state(&r, c_n, "c_n", true));
     rnn_layout lo;
-    layout(&lo, &r);
+    /* Without a saved buffer (no backward to come) the fused kernels keep
+     * no gates: only the layers' outputs are stored. */
+    layout(&lo, &r, attnc_present(saved) || !attnc_rnn_fast_usable(&r));
     size_t es = attnc_dtype_size(r.dt);
     void *own = NULL;
     void *base;
@@ -244,16 +326,20 @@ attnc_status attnc_rnn_forward(attnc_tensor *output, attnc_tensor *h_n, attnc_te
         TRY(attnc_check_dims(saved, "saved", r.dt, 1, &lo.total, true));
         base = saved->data;
     } else {
-        TRY(attnc_calloc(&own, (size_t)lo.total, es, "rnn activations"));
+        TRY(rnn_malloc(&own, (size_t)lo.total, es, "rnn activations")); /* every part written */
         base = own;
     }
     fwd_scratch s = {0};
-    attnc_status st = attnc_calloc(&s.gx, (size_t)(B * T * G), es, "input projections");
+    attnc_status st = attnc_rnn_fast_usable(&r) ? ATTNC_OK /* the fused kernels need no projections */
+                                                : rnn_malloc(&s.gx, (size_t)(B * T * G), es, "input projections");
     if (st == ATTNC_OK) st = attnc_calloc(&s.hh, (size_t)(B * G), es, "rnn state");
     if (st == ATTNC_OK) st = attnc_calloc(&s.h, (size_t)(B * H), es, "rnn state");
     if (st == ATTNC_OK) st = attnc_calloc(&s.c, (size_t)(B * H), es, "rnn state");
+    /* Without a saved buffer the last layer writes the output in place. */
+    void *last = attnc_present(saved) || !attnc_is_contiguous(output) ? at(&r, base, lo.out[r.L - 1]) : output->data;
     for (int64_t l = 0; l < r.L && st == ATTNC_OK; l++) {
-        memset(at(&r, base, lo.out[l]), 0, (size_t)(B * T * DH) * es); /* padding stays 0 */
+        void *out = l == r.L - 1 ? last : at(&r, base, lo.out[l]);
+        if (r.len) memset(out, 0, (size_t)(B * T * DH) * es); /* padding stays 0 */
         attnc_tensor x = mat(&r, input->data, B * T, r.I);
         if (l > 0) {
             x = mat(&r, at(&r, base, lo.out[l - 1]), B * T, DH);
@@ -264,9 +350,9 @@ attnc_status attnc_rnn_forward(attnc_tensor *output, attnc_tensor *h_n, attnc_te
             }
         }
         for (r.d = 0; r.d < r.D && st == ATTNC_OK; r.d++)
-            st = direction_forward(&r, &x, &weights[l * r.D + r.d], base, &lo, l, h0, c0, h_n, c_n, &s);
+            st = direction_forward(&r, &x, &weights[l * r.D + r.d], base, &lo, l, h0, c0, h_n, c_n, out, &s);
     }
-    if (st == ATTNC_OK) memcpy(output->data, at(&r, base, lo.out[r.L - 1]), (size_t)(B * T * DH) * es);
+    if (st == ATTNC_OK && last != output->data) memcpy(output->data, last, (size_t)(B * T * DH) * es);
     free(s.gx);
     free(s.hh);
     free(s.h);
@@ -278,7 +364,7 @@ attnc_status attnc_rnn_forward(attnc_tensor *output, attnc_tensor *h_n, attnc_te
 /* ---- backward ---------------------------------------------------------------- */
 
 typedef struct {
-    void *dgx, *dgh, *dstep, *dh, *dc, *drec, *direct, *hprev, *dx_part;
+    void *dgx, *dgh, *dstep, *dh, *dc, *drec, *direct, *hprev;
 } bwd_scratch;
 
 /* One direction of layer l: dh0/dc0 slices, weight gradients, and the
@@ -293,12 +379,26 @@ static attnc_status direction_backward(rnn_run *r, const attnc_tensor *x, const 
     void *dhk = state_of(r, dh_n, k), *dck = r->mode == ATTNC_LSTM ? state_of(r, dc_n, k) : NULL;
     if (dhk) memcpy(s->dh, dhk, (size_t)(B * H) * es); else memset(s->dh, 0, (size_t)(B * H) * es);
     if (dck) memcpy(s->dc, dck, (size_t)(B * H) * es); else memset(s->dc, 0, (size_t)(B * H) * es);
-    memset(s->dgx, 0, (size_t)(B * T * G) * es);
-    memset(s->hprev, 0, (size_t)(B * T * H) * es);
     void *dgh = r->mode == ATTNC_LSTM ? s->dgx : s->dgh;
-    if (dgh != s->dgx) memset(dgh, 0, (size_t)(B * T * G) * es);
+    bool lstm = r->mode == ATTNC_LSTM, fast = attnc_rnn_fast_usable(r);
+    bool fused_dx = attnc_rnn_fast_fuses_dx(r, x->shape[1]);
+    if (fast) {
+        rnn_fast_bwd f = {.r = r, .w_hh = w->weight_hh.data, .gates = at(r, saved, lo->gates[k]),
+                          .cells = lstm ? at(r, saved, lo->cells[k]) : NULL, .out = at(r, saved, lo->out[l]),
+                          .dout = dout, .h0 = state_of(r, h0, k), .c0 = lstm ? state_of(r, c0, k) : NULL,
+                          .dh_n = dhk, .dc_n = dck, .dgx = s->dgx, .dgh = dgh, .hprev = s->hprev,
+                          .dh0 = attnc_present(dh0) ? state_of(r, dh0, k) : NULL,
+                          .dc0 = lstm && attnc_present(dc0) ? state_of(r, dc0, k) : NULL,
+                          .dx = fused_dx ? dx->data : NULL, .dx_add = !first, .in = x->shape[1],
+                          .w_ih = w->weight_ih.data};
+        TRY(attnc_rnn_fast_backward(&f));
+    } else {
+        memset(s->dgx, 0, (size_t)(B * T * G) * es);
+        memset(s->hprev, 0, (size_t)(B * T * H) * es);
+        if (dgh != s->dgx) memset(dgh, 0, (size_t)(B * T * G) * es);
+    }
     attnc_tensor dstep = mat(r, s->dstep, B, G), drec = mat(r, s->drec, B, H);
-    for (int64_t step = T - 1; step >= 0; step--) {
+    for (int64_t step = T - 1; step >= 0 && !fast; step--) {
 #define RUN(SFX)                                                                                          \
     do {                                                                                                  \
         step_job_##SFX j = {.r = r, .s = step, .hh = s->drec, .gates = at(r, saved, lo->gates[k]),        \
@@ -313,13 +413,11 @@ static attnc_status direction_backward(rnn_run *r, const attnc_tensor *x, const 
         ATTNC_BY_DTYPE(r->dt, RUN);
 #undef RUN
     }
-    if (attnc_present(dh0)) memcpy(state_of(r, dh0, k), s->dh, (size_t)(B * H) * es);
-    if (attnc_present(dc0) && r->mode == ATTNC_LSTM) memcpy(state_of(r, dc0, k), s->dc, (size_t)(B * H) * es);
+    if (attnc_present(dh0) && !fast) memcpy(state_of(r, dh0, k), s->dh, (size_t)(B * H) * es);
+    if (attnc_present(dc0) && lstm && !fast) memcpy(state_of(r, dc0, k), s->dc, (size_t)(B * H) * es);
     attnc_tensor dgx2 = mat(r, s->dgx, B * T, G), dgh2 = mat(r, dgh, B * T, G), hp = mat(r, s->hprev, B * T, H);
-    attnc_tensor part = mat(r, first ? dx->data : s->dx_part, B * T, x->shape[1]);
-    TRY(attnc_linear_backward(&part, &g->weight_ih, &g->bias_ih, &dgx2, x, &w->weight_ih));
-    TRY(attnc_linear_backward(NULL, &g->weight_hh, &g->bias_hh, &dgh2, &hp, &w->weight_hh));
-    if (!first) TRY(attnc_pointwise_forward(dx, &part, dx, ATTNC_ACT_NONE, 0, 0, 0));
+    if (!fused_dx) seq_dx(r, &dgx2, &w->weight_ih, dx, !first);
+    seq_weight_grads(r, g, &dgx2, x, &dgh2, &hp);
     return ATTNC_OK;
 }
 
@@ -333,7 +431,7 @@ attnc_status attnc_rnn_backward(attnc_tensor *dinput, attnc_tensor *dh0, attnc_t
     int64_t B = r.B, T = r.T, H = r.H, DH = r.D * H, G = r.ng * H;
     if (!attnc_present(saved) || !grads) return attnc_fail(ATTNC_ERR_TYPE, "saved and grads are required");
     rnn_layout lo;
-    layout(&lo, &r);
+    layout(&lo, &r, true);
     TRY(attnc_check_dims(saved, "saved", r.dt, 1, &lo.total, false));
     int64_t osz[3] = {B, T, DH};
     if (attnc_present(doutput)) {
@@ -365,7 +463,6 @@ attnc_status attnc_rnn_backward(attnc_tensor *dinput, attnc_tensor *dh0, attnc_t
             }
         }
     size_t es = attnc_dtype_size(r.dt);
-    int64_t widest = r.I > DH ? r.I : DH;
     bwd_scratch s = {0};
     void *dcur = NULL, *dnext = NULL, *dx0 = NULL; /* dx0: the input's gradient when not wanted */
     attnc_status st = ATTNC_OK;
@@ -374,10 +471,11 @@ attnc_status attnc_rnn_backward(attnc_tensor *dinput, attnc_tensor *dh0, attnc_t
         int64_t n;
     } bufs[] = {{&s.dgx, B * T * G}, {&s.dgh, r.mode == ATTNC_GRU ? B * T * G : 1}, {&s.dstep, B * G},
                 {&s.dh, B * H},      {&s.dc, B * H},   {&s.drec, B * H},   {&s.direct, B * H},
-                {&s.hprev, B * T * H}, {&s.dx_part, B * T * widest}, {&dcur, B * T * DH}, {&dnext, B * T * DH},
+                {&s.hprev, B * T * H}, {&dcur, B * T * DH}, {&dnext, B * T * DH},
                 {&dx0, attnc_present(dinput) ? 1 : B * T * r.I}};
-    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0] && st == ATTNC_OK; i++)
-        st = attnc_calloc(bufs[i].p, (size_t)bufs[i].n, es, "rnn gradients");
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0] && st == ATTNC_OK; i++) /* dcur: zeros without doutput */
+        st = bufs[i].p == &dcur ? attnc_calloc(bufs[i].p, (size_t)bufs[i].n, es, "rnn gradients")
+                                : rnn_malloc(bufs[i].p, (size_t)bufs[i].n, es, "rnn gradients");
     if (st == ATTNC_OK && attnc_present(doutput)) memcpy(dcur, doutput->data, (size_t)(B * T * DH) * es);
     /* The first layer's weight gradient sums over every row of the input:
      * padding must not be read (it may hold anything, NaN included), so it

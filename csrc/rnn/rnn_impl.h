@@ -214,4 +214,65 @@ static void FN(colgemm_task)(void *arg, int64_t block, int worker) {
     GEMM(false, j->trans_w, 1, j->a, w, 0, c);
 }
 
+
+/* ---- the whole-sequence products, split into blocks fixed by the sizes
+ * (never by the thread count) and balanced over 2, 3, 4 or 6 threads ---- */
+
+typedef struct {
+    attnc_mat x, w, y;  /* forward: y (n, G) = x (n, in) w^T + bias; dx: y (n, in) (+)= x (n, G) w */
+    const REAL *bias;   /* (G) or NULL */
+    bool dx, accumulate;
+    int64_t blocks;
+    /* weight gradients: dw[i] (G, in_i) = dy[i]^T x[i], db[i] = column sums of dy[i] (i < 2) */
+    attnc_mat dy2[2], x2[2], dw2[2];
+    REAL *db2[2];
+} FN(seq_job);
+
+/* Rows [block n / blocks, (block + 1) n / blocks) of the input projection
+ * (or of dx). */
+ATTNC_SIMD static void FN(seq_rows_task)(void *arg, int64_t block, int worker) {
+    (void)worker;
+    const FN(seq_job) *j = arg;
+    int64_t n = j->y.rows, r0 = block * n / j->blocks, r1 = (block + 1) * n / j->blocks;
+    attnc_mat x = j->x, y = j->y;
+    x.p = (REAL *)x.p + r0 * x.rs;
+    x.rows = r1 - r0;
+    y.p = (REAL *)y.p + r0 * y.rs;
+    y.rows = r1 - r0;
+    if (x.rows == 0) return;
+    GEMM(false, !j->dx, 1, x, j->w, j->accumulate ? 1 : 0, y);
+    if (j->bias)
+        for (int64_t i = 0; i < y.rows; i++) {
+            REAL *restrict row = (REAL *)y.p + i * y.rs; /* unit column stride (contiguous buffers) */
+            for (int64_t o = 0; o < y.cols; o++) row[o] += j->bias[o];
+        }
+}
+
+/* Block of output rows of dw[0] (blocks [0, blocks)) or dw[1] (the next
+ * blocks), with the matching bias-gradient entries. */
+ATTNC_SIMD static void FN(seq_dw_task)(void *arg, int64_t block, int worker) {
+    (void)worker;
+    const FN(seq_job) *j = arg;
+    int which = block >= j->blocks;
+    block -= which * j->blocks;
+    attnc_mat dy = j->dy2[which], dw = j->dw2[which];
+    int64_t G = dy.cols, o0 = block * G / j->blocks, o1 = (block + 1) * G / j->blocks;
+    if (o1 == o0) return;
+    dy.p = (REAL *)dy.p + o0; /* contiguous: unit column stride */
+    dy.cols = o1 - o0;
+    if (dw.p) {
+        dw.p = (REAL *)dw.p + o0 * dw.rs;
+        dw.rows = o1 - o0;
+        GEMM(true, false, 1, dy, j->x2[which], 0, dw);
+    }
+    REAL *restrict db = j->db2[which];
+    if (db) { /* row by row, in row order: dy read along its rows */
+        for (int64_t o = o0; o < o1; o++) db[o] = 0;
+        for (int64_t r = 0; r < dy.rows; r++) {
+            const REAL *restrict row = (const REAL *)dy.p + r * dy.rs;
+            for (int64_t o = 0; o < o1 - o0; o++) db[o0 + o] += row[o];
+        }
+    }
+}
+
 #include "../core/real_end.h"

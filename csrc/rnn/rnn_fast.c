@@ -1,0 +1,778 @@
+/* rnn_fast.c: the float32 time loop of an LSTM / GRU direction with the
+ * recurrent product and the gate kernels fused, for CPUs with AVX-512 or
+ * AVX2 + FMA (picked at run time; rnn.c keeps its BLAS path for everything
+ * else).
+ *
+ * Why: per step the recurrent product is small ((B, H) x (H, G), 64 x 256 x
+ * 1024 in the benchmark) and repeated T times with the same W_hh. Calling
+ * BLAS per step repacks W_hh every step, a second pass reads the product
+ * back for the gates, and two thread-pool dispatches per step wake a worker
+ * through a condition variable. Here W_hh and W_ih are packed once per call
+ * into panels a register-blocked micro-kernel streams, each product tile has
+ * its gates computed while it is still in L1, and the threads run the whole
+ * time loop in one parallel region, meeting once per step on an atomic
+ * counter. The input's products are made in the same loop, step by step
+ * (forward: x_t W_ih^T; backward: dgx_t W_ih): only the rows still running
+ * are computed, and no (B T, G) projection goes through memory. What is left
+ * to rnn.c: the weight gradients, one product each over all steps.
+ *
+ * Work split: a step's work is cut into chunks of hidden units, the same cut
+ * for any thread count; a thread prefers the chunks of its own index (so its
+ * W_hh panels stay in its core's L2 across steps) and takes any chunk left
+ * unclaimed (so a late or missing thread never stalls the step). Every
+ * output element is computed by one chunk with a fixed summation order:
+ * results are bitwise independent of the thread count.
+ *
+ * Forward panels (per block of VW hidden units, VW = the vector width, 16
+ * or 8 floats): for k < H (W_hh) or k < in (W_ih), the ng gates' VW columns
+ * of W^T side by side, so one tile row holds i, f, g, o (LSTM) of the same
+ * VW units. Backward panels (per block of NV VW hidden units or input
+ * columns): for k < G, the block's columns of W_hh (W_ih), so a tile is
+ * dh_rec = dgates (rows, G) x W_hh (G, units) and the gate gradients of
+ * those units follow at once (or a tile of dx). */
+#define _POSIX_C_SOURCE 200809L
+#include <math.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../core/simd.h"
+#include "../core/status.h"
+#include "../core/threads.h"
+#include "rnn_internal.h"
+
+#if defined(__GNUC__) && defined(__x86_64__) && !defined(ATTNC_NO_CLONES)
+#define RNN_FAST 1
+#include <immintrin.h>
+#else
+#define RNN_FAST 0
+#endif
+
+#if RNN_FAST
+
+enum { ISA_NONE = 0, ISA_AVX2 = 1, ISA_AVX512 = 2, MAXMR = 8, MAXVW = 16 };
+
+/* The widest kernel set the CPU runs and the hidden size fits (H a multiple
+ * of the vector width), or ISA_NONE. */
+static int fast_isa(int64_t H) {
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f") && H % 16 == 0) return ISA_AVX512;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && H % 8 == 0) return ISA_AVX2;
+    return ISA_NONE;
+}
+
+/* ---- a step-synchronised team over the thread pool ------------------------------ */
+
+typedef void (*chunk_fn)(void *job, int64_t step, int64_t chunk);
+
+typedef struct {
+    int64_t steps, nchunks, parts; /* parts: the participants planned (chunk preference) */
+    atomic_int *claim;             /* (steps, nchunks): 1 once a thread took the chunk  */
+    atomic_int *done;              /* (steps): chunks of the step finished               */
+    chunk_fn run;
+    void *job;
+} team;
+
+static inline void cpu_relax(void) { __builtin_ia32_pause(); }
+
+/* Wait until *a reaches want: spin (a step is tens of microseconds, a futex
+ * wake-up about as long), then yield so a descheduled partner can run. */
+static void wait_for(atomic_int *a, int want) {
+    for (unsigned spins = 0; atomic_load_explicit(a, memory_order_acquire) < want; spins++) {
+        if (spins < 4096)
+            cpu_relax();
+        else
+            sched_yield();
+    }
+}
+
+/* A participant (block = its index): step by step, waits for the previous
+ * step's chunks, runs its own chunks then any unclaimed one. Deadlock-free
+ * whatever the number of threads that actually join: it only ever waits for
+ * chunks another running thread has claimed. */
+static void team_task(void *arg, int64_t block, int worker) {
+    (void)worker;
+    team *tm = arg;
+    int64_t nc = tm->nchunks;
+    for (int64_t s = 0; s < tm->steps; s++) {
+        if (s > 0) wait_for(&tm->done[s - 1], (int)nc);
+        for (int pass = 0; pass < 2; pass++)
+            for (int64_t c = 0; c < nc; c++) {
+                if ((c % tm->parts == block % tm->parts) != (pass == 0)) continue;
+                if (atomic_exchange_explicit(&tm->claim[s * nc + c], 1, memory_order_acq_rel)) continue;
+                tm->run(tm->job, s, c);
+                atomic_fetch_add_explicit(&tm->done[s], 1, memory_order_release);
+            }
+    }
+}
+
+/* Run run(job, step, chunk) for every step in order and every chunk of a
+ * step, chunks of one step in parallel, on up to `parts` threads. */
+static attnc_status team_run(int64_t steps, int64_t nchunks, int parts, chunk_fn run, void *job) {
+    team tm = {.steps = steps, .nchunks = nchunks, .parts = parts, .run = run, .job = job};
+    TRY(attnc_calloc((void **)&tm.claim, (size_t)(steps * nchunks), sizeof(atomic_int), "rnn step flags"));
+    attnc_status st = attnc_calloc((void **)&tm.done, (size_t)steps, sizeof(atomic_int), "rnn step flags");
+    if (st == ATTNC_OK) {
+        for (int64_t i = 0; i < steps * nchunks; i++) atomic_init(&tm.claim[i], 0);
+        for (int64_t i = 0; i < steps; i++) atomic_init(&tm.done[i], 0);
+        attnc_parallel_for(parts, parts, team_task, &tm);
+    }
+    free(tm.claim);
+    free(tm.done);
+    return st;
+}
+
+/* ---- micro-kernels ----------------------------------------------------------------- */
+
+/* out (MR, NV VW) = sum over k < K of a[r][k] p[k][:], p (K, NV VW) packed, the
+ * MR row pointers a[r] each with K values: MR x NV accumulators in registers,
+ * one broadcast per row and NV loads per k. */
+#define MICRO_KERNEL(NAME, TARGET, VT, VW, LOAD, SET1, FMA, ZERO, STORE, MR, NV)          \
+    TARGET static void NAME(const float *const *a, const float *restrict p, int64_t K,   \
+                            float *restrict out) {                                       \
+        VT acc[MR][NV];                                                                  \
+        const float *ar[MR];                                                             \
+        _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++) {                           \
+            ar[r] = a[r];                                                                \
+            _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) acc[r][v] = ZERO();     \
+        }                                                                                \
+        for (int64_t k = 0; k < K; k++, p += NV * VW) {                                  \
+            VT bv[NV];                                                                   \
+            _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) bv[v] = LOAD(p + v * VW); \
+            _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++) {                       \
+                VT x = SET1(ar[r][k]);                                                   \
+                _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) acc[r][v] = FMA(x, bv[v], acc[r][v]); \
+            }                                                                            \
+        }                                                                                \
+        _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++)                             \
+            _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) STORE(out + (r * NV + v) * VW, acc[r][v]); \
+    }
+
+#define T512 __attribute__((target("avx512f")))
+#define T256 __attribute__((target("avx2,fma")))
+#define K512(NAME, MR, NV) \
+    MICRO_KERNEL(NAME, T512, __m512, 16, _mm512_loadu_ps, _mm512_set1_ps, _mm512_fmadd_ps, _mm512_setzero_ps, \
+                 _mm512_storeu_ps, MR, NV)
+#define K256(NAME, MR, NV) \
+    MICRO_KERNEL(NAME, T256, __m256, 8, _mm256_loadu_ps, _mm256_set1_ps, _mm256_fmadd_ps, _mm256_setzero_ps, \
+                 _mm256_storeu_ps, MR, NV)
+
+/* Rows per tile for NV vectors: about 24 accumulators of AVX-512's 32
+ * registers, 12 of AVX2's 16. */
+K512(mk512_4, 6, 4)
+K512(mk512_4s, 4, 4)
+K512(mk512_3, 8, 3)
+K512(mk512_2, 8, 2)
+K512(mk512_1, 8, 1)
+K256(mk256_4, 3, 4)
+K256(mk256_3, 4, 3)
+K256(mk256_2, 6, 2)
+K256(mk256_1, 8, 1)
+
+typedef void (*micro_fn)(const float *const *a, const float *p, int64_t K, float *out);
+
+typedef struct {
+    micro_fn fn;
+    int mr;
+} micro;
+
+/* The kernel (and its rows per tile) for tiles of nv vectors, nv in 1..4. */
+static micro micro_for(int isa, int64_t nv) {
+    static const micro k512[5] = {{NULL, 0}, {mk512_1, 8}, {mk512_2, 8}, {mk512_3, 8}, {mk512_4, 6}};
+    static const micro k256[5] = {{NULL, 0}, {mk256_1, 8}, {mk256_2, 6}, {mk256_3, 4}, {mk256_4, 3}};
+    return isa == ISA_AVX512 ? k512[nv] : k256[nv];
+}
+
+/* The kernel for the tile at rows left: mk, or for the last 4 rows or fewer
+ * of 6-row tiles a 4-row one (64 rows: 10 tiles of 6 and one of 4, instead
+ * of computing 2 rows for nothing). */
+static inline micro micro_tail(micro mk, int64_t left) {
+    if (mk.fn == mk512_4 && left <= 4) return (micro){mk512_4s, 4};
+    return mk;
+}
+
+/* Read in place of an absent state or gradient (VW values at most). */
+static const float zeros[MAXVW] = {0};
+
+/* ---- gate functions (the float ones of rnn_impl.h: vectorisable, within 2e-6) ----- */
+
+static inline float sig(float x) { return 1 / (1 + attnc_expf(-x)); }
+static inline float tanh_(float x) {
+    float x2 = x * x, series = x * (1 + x2 * (-1.0f / 3 + x2 * (2.0f / 15)));
+    float exact = 1 - 2 / (attnc_expf(2 * x) + 1);
+    return fabsf(x) < 0.0625f ? series : exact;
+}
+
+/* ---- shared set-up ----------------------------------------------------------------- */
+
+typedef struct {
+    int64_t *order;  /* (B) rows by decreasing length (stable): the rows running at step s are order[0, active[s]) */
+    int64_t *active; /* (T + 1) */
+} row_plan;
+
+/* p <- the row order and counts of run r (lengths or all T); free_plan
+ * frees it, also after a failure. */
+static attnc_status plan_rows(const rnn_run *r, row_plan *p) {
+    p->order = NULL;
+    p->active = NULL;
+    TRY(attnc_calloc((void **)&p->order, (size_t)r->B, sizeof(int64_t), "rnn row order"));
+    TRY(attnc_calloc((void **)&p->active, (size_t)(r->T + 1), sizeof(int64_t), "rnn row order"));
+    /* Counting sort by length, longest first. */
+    int64_t *at = p->active; /* at[s] counts rows with len > s, by a running sum below */
+    for (int64_t b = 0; b < r->B; b++) at[r->len ? r->len[b] - 1 : r->T - 1]++; /* rows of length s + 1 */
+    for (int64_t s = r->T - 1; s > 0; s--) at[s - 1] += at[s];                 /* rows of length > s   */
+    int64_t k = 0;
+    for (int64_t n = r->T; n >= 1; n--)
+        for (int64_t b = 0; b < r->B; b++)
+            if ((r->len ? r->len[b] : r->T) == n) p->order[k++] = b;
+    at[r->T] = 0;
+    return ATTNC_OK;
+}
+
+static void free_plan(row_plan *p) {
+    free(p->order);
+    free(p->active);
+}
+
+/* Row b's time index at processing step s (s < its length). */
+static inline int64_t time_at(const rnn_run *r, int64_t b, int64_t s) {
+    int64_t n = r->len ? r->len[b] : r->T;
+    return r->d ? n - 1 - s : s;
+}
+
+/* 64-byte aligned, checked; count floats. */
+static attnc_status alloc_floats(float **p, int64_t count, const char *what) {
+    size_t bytes = ((size_t)(count > 0 ? count : 1) * sizeof(float) + 63) / 64 * 64;
+    *p = aligned_alloc(64, bytes);
+    return *p ? ATTNC_OK : attnc_fail_nomem(what, bytes);
+}
+
+/* Threads a direction's loop plans for: one when a step's products are too
+ * small to share (a decoding-sized batch). */
+static int parts_for(const rnn_run *r) {
+    return attnc_workers_for(r->B * r->H * r->ng * r->H);
+}
+
+/* Chunks of nblocks unit blocks: four per planned thread where there are
+ * enough blocks (one each would idle a thread whose partner is late: with
+ * more, the early thread takes over part of the late one's work). */
+static int64_t chunks_for(int64_t nblocks, int parts) {
+    int64_t want = 4 * (int64_t)parts;
+    return nblocks < want ? nblocks : want;
+}
+
+/* ---- forward ------------------------------------------------------------------------ */
+
+typedef struct {
+    const rnn_fast_fwd *f;
+    const rnn_run *r;
+    int isa;
+    int64_t vw, nblocks, nchunks;
+    const float *pk;  /* (H / vw) panels (H, ng vw) of W_hh^T  */
+    const float *pkx; /* (H / vw) panels (in, ng vw) of W_ih^T */
+    const float *bias; /* (3, G): b_ih + b_hh, b_ih, b_hh (absent ones 0) */
+    float *hbuf;      /* (2, B, H): h_prev of step s at (s & 1) */
+    float *c;         /* (B, H) */
+    row_plan rows;
+} fwd_job;
+
+/* Panel blk of W_hh^T and of W_ih^T: pk[blk][k][g vw + u] = W_hh[g H + blk vw + u][k].
+ * Made at step 0 by the thread that takes the block's chunk (in its cache;
+ * both threads pack), read from step 1 on by whichever takes it then. */
+static void pack_fwd_block(const fwd_job *j, int64_t blk) {
+    const rnn_fast_fwd *f = j->f;
+    int64_t H = j->r->H, ng = j->r->ng, vw = j->vw, in = f->in;
+    float *pk = (float *)j->pk + blk * H * ng * vw, *pkx = (float *)j->pkx + blk * in * ng * vw;
+    for (int64_t g = 0; g < ng; g++)
+        for (int64_t u = 0; u < vw; u++) {
+            const float *wh = f->w_hh + (g * H + blk * vw + u) * H, *wx = f->w_ih + (g * H + blk * vw + u) * in;
+            for (int64_t k = 0; k < H; k++) pk[(k * ng + g) * vw + u] = wh[k];
+            for (int64_t k = 0; k < in; k++) pkx[(k * ng + g) * vw + u] = wx[k];
+        }
+}
+
+/* One tile row's LSTM gates, VW units: acc (4 VW) the recurrent product, gx
+ * (4 VW) the input's, bias (b_ih + b_hh) at the block's units with gates H
+ * apart; c (VW) updated; h into hn and o;
+ * gates and cells saved when gate is not NULL. */
+#define LSTM_FWD_EPI(VW)                                                                                   \
+    static inline __attribute__((always_inline)) void lstm_fwd_epi##VW(                                    \
+        const float *restrict acc, const float *restrict gx, const float *restrict bias, float *restrict c, \
+        float *restrict hn, float *restrict o, float *restrict gate, float *restrict cell, int64_t H) {   \
+        float gi[VW], gf[VW], gg[VW], go[VW], cn[VW], h[VW];                                              \
+        _Pragma("GCC ivdep") for (int u = 0; u < VW; u++) {                                             \
+            gi[u] = sig(acc[u] + gx[u] + bias[u]);                                                         \
+            gf[u] = sig(acc[VW + u] + gx[VW + u] + bias[H + u]);                                           \
+            gg[u] = tanh_(acc[2 * VW + u] + gx[2 * VW + u] + bias[2 * H + u]);                             \
+            go[u] = sig(acc[3 * VW + u] + gx[3 * VW + u] + bias[3 * H + u]);                               \
+            cn[u] = gf[u] * c[u] + gi[u] * gg[u];                                                          \
+            h[u] = go[u] * tanh_(cn[u]);                                                                   \
+            c[u] = cn[u];                                                                                  \
+            hn[u] = h[u];                                                                                  \
+            o[u] = h[u];                                                                                   \
+        }                                                                                                  \
+        if (gate)                                                                                          \
+            _Pragma("GCC ivdep") for (int u = 0; u < VW; u++) {                                         \
+                gate[u] = gi[u];                                                                           \
+                gate[H + u] = gf[u];                                                                       \
+                gate[2 * H + u] = gg[u];                                                                   \
+                gate[3 * H + u] = go[u];                                                                   \
+                cell[u] = cn[u];                                                                           \
+            }                                                                                              \
+    }
+
+/* The GRU's (torch's r, z, n; hn = W_hn h + b_hn saved for the backward);
+ * bias (3, G) as in fwd_job, n taking b_in and b_hn apart. */
+#define GRU_FWD_EPI(VW)                                                                                    \
+    static inline __attribute__((always_inline)) void gru_fwd_epi##VW(                                     \
+        const float *restrict acc, const float *restrict gx, const float *restrict bias,                  \
+        const float *restrict hp, float *restrict hn, float *restrict o, float *restrict gate, int64_t H) { \
+        const float *restrict bx = bias + 3 * H, *restrict bh = bias + 6 * H; /* b_ih, b_hh (G = 3H) */  \
+        float gr[VW], gz[VW], gn[VW], ghn[VW], h[VW];                                                      \
+        _Pragma("GCC ivdep") for (int u = 0; u < VW; u++) {                                             \
+            gr[u] = sig(acc[u] + gx[u] + bias[u]);                                                         \
+            gz[u] = sig(acc[VW + u] + gx[VW + u] + bias[H + u]);                                           \
+            ghn[u] = acc[2 * VW + u] + bh[2 * H + u];                                                      \
+            gn[u] = tanh_(gx[2 * VW + u] + bx[2 * H + u] + gr[u] * ghn[u]);                                \
+            h[u] = (1 - gz[u]) * gn[u] + gz[u] * hp[u];                                                    \
+            hn[u] = h[u];                                                                                  \
+            o[u] = h[u];                                                                                   \
+        }                                                                                                  \
+        if (gate)                                                                                          \
+            _Pragma("GCC ivdep") for (int u = 0; u < VW; u++) {                                         \
+                gate[u] = gr[u];                                                                           \
+                gate[H + u] = gz[u];                                                                       \
+                gate[2 * H + u] = gn[u];                                                                   \
+                gate[3 * H + u] = ghn[u];                                                                  \
+            }                                                                                              \
+    }
+
+LSTM_FWD_EPI(16)
+LSTM_FWD_EPI(8)
+GRU_FWD_EPI(16)
+GRU_FWD_EPI(8)
+
+/* Step s, chunk c: the rows running at s, for the chunk's unit blocks:
+ * product tiles (MR rows, ng VW) of the input (x_t W_ih^T) and of the state
+ * (h_prev W_hh^T), then their gates. The input's product is made here, not
+ * as one matrix product before the loop: only the rows still running are
+ * computed, and nothing (B T G) goes through memory. */
+#define FWD_CHUNK(NAME, TARGET, VW)                                                                      \
+    TARGET static void NAME(void *arg, int64_t s, int64_t c) {                                          \
+        const fwd_job *j = arg;                                                                          \
+        const rnn_fast_fwd *f = j->f;                                                                    \
+        const rnn_run *r = j->r;                                                                         \
+        int64_t B = r->B, T = r->T, H = r->H, DH = r->D * H, in = f->in, n = j->rows.active[s];         \
+        const float *hp = j->hbuf + (s & 1) * B * H;                                                     \
+        float *hn = j->hbuf + ((s + 1) & 1) * B * H;                                                     \
+        micro mk = micro_for(j->isa, r->ng);                                                             \
+        float tile[MAXMR * 4 * MAXVW] __attribute__((aligned(64)));                                      \
+        float xtile[MAXMR * 4 * MAXVW] __attribute__((aligned(64)));                                     \
+        for (int64_t blk = c * j->nblocks / j->nchunks; blk < (c + 1) * j->nblocks / j->nchunks; blk++) { \
+            if (s == 0) pack_fwd_block(j, blk);                                                          \
+            const float *panel = j->pk + blk * H * r->ng * VW, *xpanel = j->pkx + blk * in * r->ng * VW; \
+            int64_t u0 = blk * VW;                                                                       \
+            for (int64_t i = 0, mr = 0; i < n; i += mr) {                                                     \
+                micro mt = micro_tail(mk, n - i);                                                             \
+                mr = mt.mr;                                                                                   \
+                const float *a[MAXMR], *ax[MAXMR];                                                       \
+                int64_t rows[MAXMR], bts[MAXMR];                                                         \
+                for (int q = 0; q < mt.mr; q++) {                                                        \
+                    rows[q] = j->rows.order[i + q < n ? i + q : n - 1];                                  \
+                    bts[q] = rows[q] * T + time_at(r, rows[q], s);                                       \
+                    a[q] = hp + rows[q] * H;                                                             \
+                    ax[q] = f->x + bts[q] * in;                                                          \
+                }                                                                                        \
+                /* The lines the gates write (one per gate row and unit block of 16 floats; rows of \
+                 * a step lie T steps apart in memory, beyond the hardware prefetcher's reach): asked \
+                 * for now, written after the product tiles. */                                        \
+                for (int q = 0; q < mt.mr && i + q < n && f->gates; q++) {                               \
+                    for (int64_t g = 0; g < 4; g++)                                                      \
+                        _mm_prefetch((const char *)(f->gates + bts[q] * 4 * H + g * H + u0), _MM_HINT_T1); \
+                    if (f->cells) _mm_prefetch((const char *)(f->cells + bts[q] * H + u0), _MM_HINT_T1); \
+                    _mm_prefetch((const char *)(f->out + bts[q] * DH + r->d * H + u0), _MM_HINT_T1);     \
+                }                                                                                        \
+                mt.fn(ax, xpanel, in, xtile);                                                            \
+                mt.fn(a, panel, H, tile);                                                                \
+                for (int q = 0; q < mt.mr && i + q < n; q++) {                                           \
+                    int64_t b = rows[q], bt = bts[q];                                                    \
+                    const float *acc = tile + q * r->ng * VW, *gx = xtile + q * r->ng * VW;              \
+                    float *o = f->out + bt * DH + r->d * H + u0;                                         \
+                    float *gate = f->gates ? f->gates + bt * 4 * H + u0 : NULL;                          \
+                    if (r->mode == ATTNC_LSTM)                                                           \
+                        lstm_fwd_epi##VW(acc, gx, j->bias + u0, j->c + b * H + u0, hn + b * H + u0, o,   \
+                                         gate, f->cells ? f->cells + bt * H + u0 : NULL, H);             \
+                    else                                                                                 \
+                        gru_fwd_epi##VW(acc, gx, j->bias + u0, hp + b * H + u0, hn + b * H + u0, o, gate, H); \
+                }                                                                                        \
+            }                                                                                            \
+        }                                                                                                \
+    }
+
+FWD_CHUNK(fwd_chunk512, T512, 16)
+FWD_CHUNK(fwd_chunk256, T256, 8)
+
+bool attnc_rnn_fast_usable(const rnn_run *r) { return r->dt == ATTNC_FLOAT32 && fast_isa(r->H) != ISA_NONE; }
+
+bool attnc_rnn_fast_fuses_dx(const rnn_run *r, int64_t in) {
+    return attnc_rnn_fast_usable(r) && in % (fast_isa(r->H) == ISA_AVX512 ? 16 : 8) == 0;
+}
+
+attnc_status attnc_rnn_fast_forward(const rnn_fast_fwd *f) {
+    const rnn_run *r = f->r;
+    int64_t B = r->B, H = r->H, G = r->ng * H;
+    fwd_job j = {.f = f, .r = r, .isa = fast_isa(H)};
+    j.vw = j.isa == ISA_AVX512 ? 16 : 8;
+    j.nblocks = H / j.vw;
+    int parts = parts_for(r);
+    j.nchunks = chunks_for(j.nblocks, parts);
+    float *pk = NULL, *pkx = NULL, *bias = NULL, *hbuf = NULL, *c = NULL;
+    attnc_status st = alloc_floats(&pk, H * G, "rnn packed weights");
+    if (st == ATTNC_OK) st = alloc_floats(&pkx, f->in * G, "rnn packed weights");
+    if (st == ATTNC_OK) st = alloc_floats(&hbuf, 2 * B * H, "rnn state");
+    if (st == ATTNC_OK) st = alloc_floats(&c, B * H, "rnn state");
+    if (st == ATTNC_OK) st = alloc_floats(&bias, 3 * G, "rnn bias");
+    if (st == ATTNC_OK) st = plan_rows(r, &j.rows);
+    if (st == ATTNC_OK) {
+        if (f->h0) memcpy(hbuf, f->h0, (size_t)(B * H) * sizeof(float)); else memset(hbuf, 0, (size_t)(B * H) * sizeof(float));
+        if (f->c0) memcpy(c, f->c0, (size_t)(B * H) * sizeof(float)); else memset(c, 0, (size_t)(B * H) * sizeof(float));
+        j.pk = pk;
+        for (int64_t k = 0; k < G; k++) {
+            float bx = f->b_ih ? f->b_ih[k] : 0, bh = f->b_hh ? f->b_hh[k] : 0;
+            bias[k] = bx + bh;
+            bias[G + k] = bx;
+            bias[2 * G + k] = bh;
+        }
+        j.pkx = pkx;
+        j.bias = bias;
+        j.hbuf = hbuf;
+        j.c = c;
+        st = team_run(r->T, j.nchunks, parts, j.isa == ISA_AVX512 ? fwd_chunk512 : fwd_chunk256, &j);
+    }
+    if (st == ATTNC_OK) {
+        /* Row b's last step wrote its final h into hbuf[len_b & 1]; c is final. */
+        for (int64_t b = 0; b < B && f->h_n; b++) {
+            int64_t n = r->len ? r->len[b] : r->T;
+            memcpy(f->h_n + b * H, hbuf + (n & 1) * B * H + b * H, (size_t)H * sizeof(float));
+        }
+        if (f->c_n && r->mode == ATTNC_LSTM) memcpy(f->c_n, c, (size_t)(B * H) * sizeof(float));
+    }
+    free_plan(&j.rows);
+    free(pk);
+    free(pkx);
+    free(bias);
+    free(hbuf);
+    free(c);
+    return st;
+}
+
+/* ---- backward ----------------------------------------------------------------------- */
+
+typedef struct {
+    const rnn_fast_bwd *f;
+    const rnn_run *r;
+    int isa;
+    int64_t vw, nv, nblocks, nchunks; /* blocks of nv vw units */
+    const float *pk;                  /* nblocks panels (G, nv vw) of W_hh */
+    int64_t nvx, nxblocks, nxchunks;  /* dx: blocks of nvx vw input columns (0 chunks: not fused) */
+    const float *pkx;                 /* nxblocks panels (G, nvx vw) of W_ih */
+    float *dbuf;                      /* (2, B, G): the dgates (dgh) of consecutive steps */
+    float *dc;                        /* (B, H) LSTM: the cell gradient carried back */
+    float *direct;                    /* (B, H) GRU: dh z, the part of dh_prev not through W_hh */
+    row_plan rows;
+} bwd_job;
+
+/* One row's LSTM gate gradients for VW units from dh (the recurrent part
+ * rec (VW): the product's, or dh_n / zeros at the row's last step) + dout;
+ * the previous state hp / cp copied into hprev. */
+#define LSTM_BWD_EPI(VW)                                                                                   \
+    static inline __attribute__((always_inline)) void lstm_bwd_epi##VW(                                    \
+        const float *restrict rec, const float *restrict dout, const float *restrict gate,                \
+        const float *restrict cell, const float *restrict cp, const float *restrict hp,                   \
+        float *restrict hprev, float *restrict dc, float *restrict dgx, float *restrict dcur, int64_t H) { \
+        _Pragma("GCC ivdep") for (int u = 0; u < VW; u++) {                                             \
+            float dh = rec[u] + dout[u];                                                                   \
+            float gi = gate[u], gf = gate[H + u], gg = gate[2 * H + u], go = gate[3 * H + u];              \
+            float tc = tanh_(cell[u]);                                                                     \
+            float d = dc[u] + dh * go * (1 - tc * tc);                                                     \
+            float di = d * gg * gi * (1 - gi), df = d * cp[u] * gf * (1 - gf);                             \
+            float dg = d * gi * (1 - gg * gg), dog = dh * tc * go * (1 - go);                              \
+            hprev[u] = hp[u];                                                                              \
+            dgx[u] = di;                                                                                   \
+            dgx[H + u] = df;                                                                               \
+            dgx[2 * H + u] = dg;                                                                           \
+            dgx[3 * H + u] = dog;                                                                          \
+            dcur[u] = di;                                                                                  \
+            dcur[H + u] = df;                                                                              \
+            dcur[2 * H + u] = dg;                                                                          \
+            dcur[3 * H + u] = dog;                                                                         \
+            dc[u] = d * gf;                                                                                \
+        }                                                                                                  \
+    }
+
+/* The GRU's: rec already holds the direct part; direct (VW) <- dh z. */
+#define GRU_BWD_EPI(VW)                                                                                    \
+    static inline __attribute__((always_inline)) void gru_bwd_epi##VW(                                     \
+        const float *restrict rec, const float *restrict dout, const float *restrict gate,                \
+        const float *restrict hp, float *restrict hprev, float *restrict direct, float *restrict dgx,     \
+        float *restrict dgh, float *restrict dcur, int64_t H) {                                           \
+        float dh[VW], h[VW];                                                                               \
+        _Pragma("GCC ivdep") for (int u = 0; u < VW; u++) {                                             \
+            dh[u] = rec[u] + dout[u];                                                                      \
+            h[u] = hp[u];                                                                                  \
+            hprev[u] = h[u];                                                                               \
+        }                                                                                                  \
+        _Pragma("GCC ivdep") for (int u = 0; u < VW; u++) {                                             \
+            float rg = gate[u], z = gate[H + u], n = gate[2 * H + u], hn = gate[3 * H + u];                \
+            float dn = dh[u] * (1 - z) * (1 - n * n);                                                      \
+            float dr = dn * hn * rg * (1 - rg);                                                            \
+            float dz = dh[u] * (h[u] - n) * z * (1 - z);                                                   \
+            dgx[u] = dgh[u] = dcur[u] = dr;                                                                \
+            dgx[H + u] = dgh[H + u] = dcur[H + u] = dz;                                                    \
+            dgx[2 * H + u] = dn;                                                                           \
+            dgh[2 * H + u] = dcur[2 * H + u] = dn * rg;                                                    \
+            direct[u] = dh[u] * z;                                                                         \
+        }                                                                                                  \
+    }
+
+LSTM_BWD_EPI(16)
+LSTM_BWD_EPI(8)
+GRU_BWD_EPI(16)
+GRU_BWD_EPI(8)
+
+/* Row b's gradients at processing step s for the VW units from u0, rec its
+ * recurrent dh (VW; GRU: the direct part added) or NULL at the row's last
+ * step (dh_n or zeros then). */
+#define BWD_ROW(VW)                                                                                       \
+    static inline __attribute__((always_inline)) void bwd_row##VW(const bwd_job *j, int64_t s, int64_t b, \
+                                                                   int64_t u0, const float *rec, float *dcur) { \
+        const rnn_fast_bwd *f = j->f;                                                                     \
+        const rnn_run *r = j->r;                                                                          \
+        int64_t T = r->T, H = r->H, G = r->ng * H, DH = r->D * H;                                        \
+        if (!rec) rec = f->dh_n ? f->dh_n + b * H + u0 : zeros;                                          \
+        int64_t t = time_at(r, b, s), bt = b * T + t, tp = r->d ? t + 1 : t - 1;                          \
+        const float *hp = s == 0 ? (f->h0 ? f->h0 + b * H + u0 : zeros) : f->out + (b * T + tp) * DH + r->d * H + u0; \
+        const float *dout = f->dout + bt * DH + r->d * H + u0, *gate = f->gates + bt * 4 * H + u0;       \
+        if (r->mode == ATTNC_LSTM) {                                                                      \
+            const float *cp = s == 0 ? (f->c0 ? f->c0 + b * H + u0 : zeros) : f->cells + (b * T + tp) * H + u0; \
+            lstm_bwd_epi##VW(rec, dout, gate, f->cells + bt * H + u0, cp, hp, f->hprev + bt * H + u0,     \
+                             j->dc + b * H + u0, f->dgx + bt * G + u0, dcur + b * G + u0, H);             \
+        } else {                                                                                          \
+            gru_bwd_epi##VW(rec, dout, gate, hp, f->hprev + bt * H + u0, j->direct + b * H + u0,          \
+                            f->dgx + bt * G + u0, f->dgh + bt * G + u0, dcur + b * G + u0, H);            \
+        }                                                                                                 \
+    }
+
+BWD_ROW(16)
+BWD_ROW(8)
+
+/* Ask for the lines of p[0, n) (n floats) into L2. */
+static inline void prefetch_span(const float *p, int64_t n) {
+    for (int64_t k = 0; k < n; k += 16) _mm_prefetch((const char *)(p + k), _MM_HINT_T1);
+}
+
+/* The lines row b's gradients at step s read and write for the W units from
+ * u0: asked for before the product tile that precedes them (rows of a step
+ * lie T steps apart in memory, beyond the hardware prefetcher's reach). */
+static void bwd_prefetch(const bwd_job *j, int64_t s, int64_t b, int64_t u0, int64_t W) {
+    const rnn_fast_bwd *f = j->f;
+    const rnn_run *r = j->r;
+    int64_t T = r->T, H = r->H, G = r->ng * H, DH = r->D * H;
+    int64_t t = time_at(r, b, s), bt = b * T + t, tp = r->d ? t + 1 : t - 1;
+    for (int64_t g = 0; g < 4; g++) prefetch_span(f->gates + bt * 4 * H + g * H + u0, W);
+    for (int64_t g = 0; g < r->ng; g++) {
+        prefetch_span(f->dgx + bt * G + g * H + u0, W);
+        if (f->dgh != f->dgx) prefetch_span(f->dgh + bt * G + g * H + u0, W);
+    }
+    prefetch_span(f->dout + bt * DH + r->d * H + u0, W);
+    prefetch_span(f->hprev + bt * H + u0, W);
+    if (s > 0) prefetch_span(f->out + (b * T + tp) * DH + r->d * H + u0, W);
+    if (r->mode == ATTNC_LSTM) {
+        prefetch_span(f->cells + bt * H + u0, W);
+        if (s > 0) prefetch_span(f->cells + (b * T + tp) * H + u0, W);
+    }
+}
+
+/* Panels of W_hh (dh block blk, x false) or W_ih (dx block, x true):
+ * p[blk][k][w] = W[k][blk w_ + w]; made at the first iteration like the
+ * forward's. */
+static void pack_bwd_block(const bwd_job *j, int64_t blk, bool x) {
+    const rnn_fast_bwd *f = j->f;
+    int64_t G = j->r->ng * j->r->H, cols = x ? f->in : j->r->H, W = (x ? j->nvx : j->nv) * j->vw;
+    const float *w = x ? f->w_ih : f->w_hh;
+    float *p = (float *)(x ? j->pkx : j->pk) + blk * G * W;
+    for (int64_t k = 0; k < G; k++) memcpy(p + k * W, w + k * cols + blk * W, (size_t)W * sizeof(float));
+}
+
+/* Iteration it, dx block chunk c: dx at step s + 1 (s = T - 1 - it) of the
+ * rows that ran then, dgx (rows, G) x W_ih (G, columns), stored or added
+ * (the second direction). Off the recurrence's critical path, but made here
+ * so that both threads share it and dgates is read while in cache. */
+#define DX_CHUNK(VW)                                                                                      \
+    static inline __attribute__((always_inline)) void dx_chunk##VW(const bwd_job *j, int64_t it, int64_t c) { \
+        const rnn_fast_bwd *f = j->f;                                                                     \
+        const rnn_run *r = j->r;                                                                          \
+        int64_t T = r->T, G = r->ng * r->H, s = T - 1 - it, in = f->in, W = j->nvx * VW;                  \
+        if (it == 0) return;                                                                              \
+        int64_t m = j->rows.active[s + 1];                                                                \
+        micro mk = micro_for(j->isa, j->nvx);                                                             \
+        float tile[MAXMR * 4 * MAXVW] __attribute__((aligned(64)));                                       \
+        for (int64_t blk = c * j->nxblocks / j->nxchunks; blk < (c + 1) * j->nxblocks / j->nxchunks; blk++) { \
+            if (it == 1) pack_bwd_block(j, blk, true); /* the first iteration with dx to make */        \
+            const float *panel = j->pkx + blk * G * W;                                                    \
+            for (int64_t i = 0, mr = 0; i < m; i += mr) {                                                      \
+                micro mt = micro_tail(mk, m - i);                                                              \
+                mr = mt.mr;                                                                                    \
+                const float *a[MAXMR];                                                                    \
+                int64_t rows[MAXMR], bts[MAXMR];                                                          \
+                for (int q = 0; q < mt.mr; q++) {                                                         \
+                    rows[q] = j->rows.order[i + q < m ? i + q : m - 1];                                   \
+                    bts[q] = rows[q] * T + time_at(r, rows[q], s + 1);                                    \
+                    a[q] = f->dgx + bts[q] * G; /* the GRU's dgx is not its dgh (dbuf) */                  \
+                }                                                                                         \
+                mt.fn(a, panel, G, tile);                                                                 \
+                for (int q = 0; q < mt.mr && i + q < m; q++) {                                            \
+                    float *restrict dst = f->dx + bts[q] * in + blk * W;                                  \
+                    const float *restrict src = tile + q * W;                                             \
+                    if (f->dx_add)                                                                        \
+                        for (int64_t w = 0; w < W; w++) dst[w] += src[w];                                 \
+                    else                                                                                  \
+                        for (int64_t w = 0; w < W; w++) dst[w] = src[w];                                  \
+                }                                                                                         \
+            }                                                                                             \
+        }                                                                                                 \
+    }
+
+DX_CHUNK(16)
+DX_CHUNK(8)
+
+/* Iteration it (processing step s = T - 1 - it; it = T: dh0 only), chunk c:
+ * dh_rec of the rows that ran at s + 1 from that step's dgates (tiles of
+ * the product) and their gate gradients at s, then the gate gradients of
+ * the rows whose last step is s (no recurrent part). */
+#define BWD_CHUNK(NAME, TARGET, VW)                                                                       \
+    TARGET static void NAME(void *arg, int64_t it, int64_t c) {                                          \
+        const bwd_job *j = arg;                                                                           \
+        const rnn_run *r = j->r;                                                                          \
+        int64_t B = r->B, T = r->T, H = r->H, G = r->ng * H, s = T - 1 - it;                             \
+        if (c >= j->nchunks) { /* a block of dx instead */                                             \
+            dx_chunk##VW(j, it, c - j->nchunks);                                                          \
+            return;                                                                                       \
+        }                                                                                                 \
+        if (it == T && !j->f->dh0) return;                                                                \
+        int64_t m = it == 0 ? 0 : j->rows.active[s + 1]; /* rows with a recurrent gradient */            \
+        int64_t n = it == T ? 0 : j->rows.active[s];     /* rows running at s */                         \
+        const float *dprev = j->dbuf + (it & 1) * B * G;                                                  \
+        float *dcur = j->dbuf + ((it + 1) & 1) * B * G;                                                   \
+        micro mk = micro_for(j->isa, j->nv);                                                              \
+        int64_t W = j->nv * VW;                                                                           \
+        float tile[MAXMR * 4 * MAXVW] __attribute__((aligned(64)));                                                                  \
+        for (int64_t blk = c * j->nblocks / j->nchunks; blk < (c + 1) * j->nblocks / j->nchunks; blk++) { \
+            if (it == 0) pack_bwd_block(j, blk, false);                                                   \
+            const float *panel = j->pk + blk * G * W;                                                     \
+            for (int64_t i = 0, mr = 0; i < m; i += mr) {                                                      \
+                micro mt = micro_tail(mk, m - i);                                                              \
+                mr = mt.mr;                                                                                    \
+                const float *a[MAXMR];                                                                    \
+                int64_t rows[MAXMR];                                                                      \
+                for (int q = 0; q < mt.mr; q++) {                                                         \
+                    rows[q] = j->rows.order[i + q < m ? i + q : m - 1];                                   \
+                    a[q] = dprev + rows[q] * G;                                                           \
+                }                                                                                         \
+                for (int q = 0; q < mt.mr && i + q < m && it < T; q++) bwd_prefetch(j, s, rows[q], blk * W, W); \
+                mt.fn(a, panel, G, tile);                                                                 \
+                for (int q = 0; q < mt.mr && i + q < m; q++)                                              \
+                    for (int64_t v = 0; v < j->nv; v++) {                                                 \
+                        int64_t b = rows[q], u0 = blk * W + v * VW;                                       \
+                        float *rec = tile + q * W + v * VW;                                               \
+                        if (r->mode == ATTNC_GRU)                                                         \
+                            for (int u = 0; u < VW; u++) rec[u] += j->direct[b * H + u0 + u];             \
+                        if (it == T)                                                                      \
+                            memcpy(j->f->dh0 + b * H + u0, rec, VW * sizeof(float));                      \
+                        else                                                                              \
+                            bwd_row##VW(j, s, b, u0, rec, dcur);                                          \
+                    }                                                                                     \
+            }                                                                                             \
+            for (int64_t i = m; i < n; i++)                                                               \
+                for (int64_t v = 0; v < j->nv; v++) bwd_row##VW(j, s, j->rows.order[i], blk * W + v * VW, NULL, dcur); \
+        }                                                                                                 \
+    }
+
+BWD_CHUNK(bwd_chunk512, T512, 16)
+BWD_CHUNK(bwd_chunk256, T256, 8)
+
+attnc_status attnc_rnn_fast_backward(const rnn_fast_bwd *f) {
+    const rnn_run *r = f->r;
+    int64_t B = r->B, T = r->T, H = r->H, G = r->ng * H;
+    bwd_job j = {.f = f, .r = r, .isa = fast_isa(H)};
+    j.vw = j.isa == ISA_AVX512 ? 16 : 8;
+    int64_t vecs = H / j.vw;
+    int parts = parts_for(r);
+    /* The widest block (4 vectors at most) that divides the hidden size and
+     * still leaves a block per planned thread. */
+    for (j.nv = 4; j.nv > 1 && (vecs % j.nv || vecs / j.nv < parts); j.nv--) {}
+    j.nblocks = vecs / j.nv;
+    j.nchunks = chunks_for(j.nblocks, parts);
+    int64_t in = f->in, xvecs = f->dx ? in / j.vw : 0;
+    if (f->dx) {
+        for (j.nvx = 4; j.nvx > 1 && (xvecs % j.nvx || xvecs / j.nvx < parts); j.nvx--) {}
+        j.nxblocks = xvecs / j.nvx;
+        j.nxchunks = chunks_for(j.nxblocks, parts);
+    }
+    float *pk = NULL, *pkx = NULL, *dbuf = NULL, *dc = NULL, *direct = NULL;
+    attnc_status st = alloc_floats(&pk, G * H, "rnn packed weights");
+    if (st == ATTNC_OK && f->dx) st = alloc_floats(&pkx, G * in, "rnn packed weights");
+    if (st == ATTNC_OK) st = alloc_floats(&dbuf, 2 * B * G, "rnn gradients");
+    if (st == ATTNC_OK) st = alloc_floats(&dc, B * H, "rnn gradients");
+    if (st == ATTNC_OK) st = alloc_floats(&direct, B * H, "rnn gradients");
+    if (st == ATTNC_OK) st = plan_rows(r, &j.rows);
+    if (st == ATTNC_OK) {
+        if (f->dc_n) memcpy(dc, f->dc_n, (size_t)(B * H) * sizeof(float)); else memset(dc, 0, (size_t)(B * H) * sizeof(float));
+        /* Padding steps (t >= len) are never written: zero them for the weight gradients. */
+        for (int64_t b = 0; b < B && r->len; b++) {
+            int64_t n = r->len[b];
+            memset(f->dgx + (b * T + n) * G, 0, (size_t)((T - n) * G) * sizeof(float));
+            if (f->dgh != f->dgx) memset(f->dgh + (b * T + n) * G, 0, (size_t)((T - n) * G) * sizeof(float));
+            memset(f->hprev + (b * T + n) * H, 0, (size_t)((T - n) * H) * sizeof(float));
+            if (f->dx && !f->dx_add) memset(f->dx + (b * T + n) * in, 0, (size_t)((T - n) * in) * sizeof(float));
+        }
+        j.pk = pk;
+        j.pkx = pkx;
+        j.dbuf = dbuf;
+        j.dc = dc;
+        j.direct = direct;
+        st = team_run(f->dh0 || f->dx ? T + 1 : T, j.nchunks + j.nxchunks, parts,
+                      j.isa == ISA_AVX512 ? bwd_chunk512 : bwd_chunk256, &j);
+    }
+    if (st == ATTNC_OK && f->dc0 && r->mode == ATTNC_LSTM) memcpy(f->dc0, dc, (size_t)(B * H) * sizeof(float));
+    free_plan(&j.rows);
+    free(pk);
+    free(pkx);
+    free(dbuf);
+    free(dc);
+    free(direct);
+    return st;
+}
+
+#else /* no x86 GCC/clang: rnn.c's BLAS path only */
+
+bool attnc_rnn_fast_usable(const rnn_run *r) {
+    (void)r;
+    return false;
+}
+bool attnc_rnn_fast_fuses_dx(const rnn_run *r, int64_t in) {
+    (void)r;
+    (void)in;
+    return false;
+}
+attnc_status attnc_rnn_fast_forward(const rnn_fast_fwd *f) {
+    (void)f;
+    return attnc_fail(ATTNC_ERR_VALUE, "no fused rnn kernels in this build");
+}
+attnc_status attnc_rnn_fast_backward(const rnn_fast_bwd *b) {
+    (void)b;
+    return attnc_fail(ATTNC_ERR_VALUE, "no fused rnn kernels in this build");
+}
+
+#endif
