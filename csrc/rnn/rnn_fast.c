@@ -195,14 +195,12 @@ static inline micro micro_tail(micro mk, int64_t left) {
 /* Read in place of an absent state or gradient (VW values at most). */
 static const float zeros[MAXVW] = {0};
 
-/* ---- gate functions (the float ones of rnn_impl.h: vectorisable, within 2e-6) ----- */
+/* ---- gate functions: core/sigmoid_impl.h's float ones (vectorisable, within 2e-6) ---- */
 
-static inline float sig(float x) { return 1 / (1 + attnc_expf(-x)); }
-static inline float tanh_(float x) {
-    float x2 = x * x, series = x * (1 + x2 * (-1.0f / 3 + x2 * (2.0f / 15)));
-    float exact = 1 - 2 / (attnc_expf(2 * x) + 1);
-    return fabsf(x) < 0.0625f ? series : exact;
-}
+#define ATTNC_F64 0
+#include "../core/real.h"
+#include "../core/sigmoid_impl.h"
+#include "../core/real_end.h"
 
 /* ---- shared set-up ----------------------------------------------------------------- */
 
@@ -302,12 +300,12 @@ static void pack_fwd_block(const fwd_job *j, int64_t blk) {
         float *restrict hn, float *restrict o, float *restrict gate, float *restrict cell, int64_t H) {   \
         float gi[VW], gf[VW], gg[VW], go[VW], cn[VW], h[VW];                                              \
         _Pragma("GCC ivdep") for (int u = 0; u < VW; u++) {                                             \
-            gi[u] = sig(acc[u] + gx[u] + bias[u]);                                                         \
-            gf[u] = sig(acc[VW + u] + gx[VW + u] + bias[H + u]);                                           \
-            gg[u] = tanh_(acc[2 * VW + u] + gx[2 * VW + u] + bias[2 * H + u]);                             \
-            go[u] = sig(acc[3 * VW + u] + gx[3 * VW + u] + bias[3 * H + u]);                               \
+            gi[u] = sigmoid_f32(acc[u] + gx[u] + bias[u]);                                                         \
+            gf[u] = sigmoid_f32(acc[VW + u] + gx[VW + u] + bias[H + u]);                                           \
+            gg[u] = tanh__f32(acc[2 * VW + u] + gx[2 * VW + u] + bias[2 * H + u]);                             \
+            go[u] = sigmoid_f32(acc[3 * VW + u] + gx[3 * VW + u] + bias[3 * H + u]);                               \
             cn[u] = gf[u] * c[u] + gi[u] * gg[u];                                                          \
-            h[u] = go[u] * tanh_(cn[u]);                                                                   \
+            h[u] = go[u] * tanh__f32(cn[u]);                                                                   \
             c[u] = cn[u];                                                                                  \
             hn[u] = h[u];                                                                                  \
             o[u] = h[u];                                                                                   \
@@ -331,10 +329,10 @@ static void pack_fwd_block(const fwd_job *j, int64_t blk) {
         const float *restrict bx = bias + 3 * H, *restrict bh = bias + 6 * H; /* b_ih, b_hh (G = 3H) */  \
         float gr[VW], gz[VW], gn[VW], ghn[VW], h[VW];                                                      \
         _Pragma("GCC ivdep") for (int u = 0; u < VW; u++) {                                             \
-            gr[u] = sig(acc[u] + gx[u] + bias[u]);                                                         \
-            gz[u] = sig(acc[VW + u] + gx[VW + u] + bias[H + u]);                                           \
+            gr[u] = sigmoid_f32(acc[u] + gx[u] + bias[u]);                                                         \
+            gz[u] = sigmoid_f32(acc[VW + u] + gx[VW + u] + bias[H + u]);                                           \
             ghn[u] = acc[2 * VW + u] + bh[2 * H + u];                                                      \
-            gn[u] = tanh_(gx[2 * VW + u] + bx[2 * H + u] + gr[u] * ghn[u]);                                \
+            gn[u] = tanh__f32(gx[2 * VW + u] + bx[2 * H + u] + gr[u] * ghn[u]);                                \
             h[u] = (1 - gz[u]) * gn[u] + gz[u] * hp[u];                                                    \
             hn[u] = h[u];                                                                                  \
             o[u] = h[u];                                                                                   \
@@ -494,7 +492,7 @@ typedef struct {
         _Pragma("GCC ivdep") for (int u = 0; u < VW; u++) {                                             \
             float dh = rec[u] + dout[u];                                                                   \
             float gi = gate[u], gf = gate[H + u], gg = gate[2 * H + u], go = gate[3 * H + u];              \
-            float tc = tanh_(cell[u]);                                                                     \
+            float tc = tanh__f32(cell[u]);                                                                     \
             float d = dc[u] + dh * go * (1 - tc * tc);                                                     \
             float di = d * gg * gi * (1 - gi), df = d * cp[u] * gf * (1 - gf);                             \
             float dg = d * gi * (1 - gg * gg), dog = dh * tc * go * (1 - go);                              \

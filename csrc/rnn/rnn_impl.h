@@ -22,21 +22,7 @@ typedef struct {
     const REAL *h0, *c0;       /* (B, H) or NULL                                             */
 } FN(step_job);
 
-/* sigmoid and tanh. In float, from the vectorisable exp (core/simd.h) so the
- * gate loops vectorise, tanh taking its odd series below 1/16 where
- * 1 - 2 / (e^2x + 1) would lose relative precision (both within 2e-6
- * relative); in double, libm's, exact to the last bits. */
-#if ATTNC_F64
-static inline REAL FN(sigmoid)(REAL x) { return 1 / (1 + exp(-x)); }
-static inline REAL FN(tanh_)(REAL x) { return tanh(x); }
-#else
-static inline REAL FN(sigmoid)(REAL x) { return 1 / (1 + attnc_expf(-x)); }
-static inline REAL FN(tanh_)(REAL x) {
-    REAL x2 = x * x, series = x * (1 + x2 * (-(REAL)1 / 3 + x2 * ((REAL)2 / 15)));
-    REAL exact = 1 - 2 / (attnc_expf(2 * x) + 1);
-    return FABS(x) < (REAL)0.0625 ? series : exact;
-}
-#endif
+#include "../core/sigmoid_impl.h"
 
 /* One row's LSTM gates from gx + hh (hh holds h_prev W_hh^T + b_hh): h, c
  * (H) updated; gate (4H), cell (H), o (H) written. */

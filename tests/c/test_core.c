@@ -861,6 +861,74 @@ static void test_rnn(void) {
     }
 }
 
+/* The float32 fused path (csrc/rnn/rnn_fast.c, taken when H is a multiple of
+ * the vector width) against the float64 BLAS path, forward and backward,
+ * bidirectional over ragged rows, on two threads. */
+enum { FB = 5, FT = 6, FI = 8, FH = 16 };
+
+static void test_rnn_fused(void) {
+    attnc_set_num_threads(2);
+    for (int mode = 0; mode < 2; mode++) {
+        int64_t G = (mode == 0 ? 4 : 3) * FH, per = G * FI + G * FH + 2 * G, n = 2 * per;
+        double *pd = randn((size_t)n, 70 + mode), *gd = malloc((size_t)n * sizeof *gd);
+        float *pf = malloc((size_t)n * sizeof *pf), *gf = malloc((size_t)n * sizeof *gf);
+        for (int64_t i = 0; i < n; i++) pf[i] = (float)pd[i];
+        attnc_rnn_weights wd[2], wf[2], gwd[2], gwf[2];
+        for (int k = 0; k < 2; k++) {
+            int64_t wi[2] = {G, FI}, wh[2] = {G, FH}, o = k * per;
+            int64_t offs[4] = {o, o + G * FI, o + G * FI + G * FH, o + G * FI + G * FH + G};
+            attnc_rnn_weights *sets[4] = {&wd[k], &wf[k], &gwd[k], &gwf[k]};
+            void *bases[4] = {pd, pf, gd, gf};
+            for (int s = 0; s < 4; s++) {
+                attnc_dtype dt = s % 2 ? ATTNC_FLOAT32 : ATTNC_FLOAT64;
+                size_t es = s % 2 ? sizeof(float) : sizeof(double);
+                char *b = bases[s];
+                sets[s]->weight_ih = view(b + offs[0] * es, dt, 2, wi);
+                sets[s]->weight_hh = view(b + offs[1] * es, dt, 2, wh);
+                sets[s]->bias_ih = view(b + offs[2] * es, dt, 1, &G);
+                sets[s]->bias_hh = view(b + offs[3] * es, dt, 1, &G);
+            }
+        }
+        attnc_rnn_config c = {.mode = (attnc_rnn_mode)mode, .hidden_size = FH, .num_layers = 1, .bidirectional = 1};
+        double *xd = randn(FB * FT * FI, 80), *cd = randn(FB * FT * 2 * FH, 81);
+        float xf[FB * FT * FI], cf[FB * FT * 2 * FH];
+        for (int i = 0; i < FB * FT * FI; i++) xf[i] = (float)xd[i];
+        for (int i = 0; i < FB * FT * 2 * FH; i++) cf[i] = (float)cd[i];
+        int64_t lens[FB] = {6, 2, 5, 1, 4}, nb = FB, bti[3] = {FB, FT, FI}, bto[3] = {FB, FT, 2 * FH};
+        int64_t ns = attnc_rnn_saved_size(&c, FB, FT, FI);
+        double *sd = malloc((size_t)ns * sizeof *sd), od[FB * FT * 2 * FH], dxd[FB * FT * FI];
+        float *sf = malloc((size_t)ns * sizeof *sf), of[FB * FT * 2 * FH], dxf[FB * FT * FI];
+        attnc_tensor tl = view(lens, ATTNC_INT64, 1, &nb), none = {0};
+        attnc_tensor txd = view(xd, ATTNC_FLOAT64, 3, bti), tod = view(od, ATTNC_FLOAT64, 3, bto);
+        attnc_tensor tsd = view(sd, ATTNC_FLOAT64, 1, &ns), tdxd = view(dxd, ATTNC_FLOAT64, 3, bti);
+        attnc_tensor tcd = view(cd, ATTNC_FLOAT64, 3, bto);
+        attnc_tensor txf = view(xf, ATTNC_FLOAT32, 3, bti), tof = view(of, ATTNC_FLOAT32, 3, bto);
+        attnc_tensor tsf = view(sf, ATTNC_FLOAT32, 1, &ns), tdxf = view(dxf, ATTNC_FLOAT32, 3, bti);
+        attnc_tensor tcf = view(cf, ATTNC_FLOAT32, 3, bto);
+        CHECK(attnc_rnn_forward(&tod, &none, &none, &tsd, &txd, &tl, &none, &none, wd, &c) == ATTNC_OK &&
+                  attnc_rnn_forward(&tof, &none, &none, &tsf, &txf, &tl, &none, &none, wf, &c) == ATTNC_OK &&
+                  attnc_rnn_backward(&tdxd, &none, &none, gwd, &tcd, &none, &none, &tsd, &txd, &tl, &none, &none, wd,
+                                     &c) == ATTNC_OK &&
+                  attnc_rnn_backward(&tdxf, &none, &none, gwf, &tcf, &none, &none, &tsf, &txf, &tl, &none, &none, wf,
+                                     &c) == ATTNC_OK,
+              "fused rnn calls: %s", attnc_last_error());
+        double wo = 0, wx = 0, wg = 0;
+        for (int i = 0; i < FB * FT * 2 * FH; i++) wo = fmax(wo, fabs(of[i] - od[i]));
+        for (int i = 0; i < FB * FT * FI; i++) wx = fmax(wx, fabs(dxf[i] - dxd[i]));
+        for (int64_t i = 0; i < n; i++) wg = fmax(wg, fabs(gf[i] - gd[i]) / fmax(1, fabs(gd[i])));
+        CHECK(wo < 1e-5 && wx < 1e-4 && wg < 1e-4, "%s float32 fused path vs float64: output %g, dinput %g, grads %g",
+              mode ? "gru" : "lstm", wo, wx, wg);
+        free(pd);
+        free(gd);
+        free(pf);
+        free(gf);
+        free(xd);
+        free(cd);
+        free(sd);
+        free(sf);
+    }
+}
+
 #include "test_seq2seq.h"
 #include "test_captioner.h"
 
@@ -879,6 +947,7 @@ int main(void) {
     test_transformer_layer();
     test_decode();
     test_rnn();
+    test_rnn_fused();
     test_seq2seq();
     test_captioner();
     attnc_set_num_threads(1); /* join the workers before exit */
