@@ -332,11 +332,10 @@ static void wgrad(const s2s_run *x, void *dw, const void *dy, int64_t out, int64
 
 /* out (width) <- the sum of the rows (rows, width) of a, in order. */
 static void sum_rows(const s2s_run *x, void *out, const void *a, int64_t rows, int64_t width) {
-    for (int64_t k = 0; k < width; k++) {
-        double acc = 0;
-        for (int64_t r = 0; r < rows; r++) acc += s2s_get(a, x->dt, r * width + k);
-        s2s_put(out, x->dt, k, acc);
-    }
+    if (x->dt == ATTNC_FLOAT32)
+        s2s_sum_rows_f32(out, a, rows, width);
+    else
+        s2s_sum_rows_f64(out, a, rows, width);
 }
 
 /* The backward's buffers (float elements of the call's dtype). */
@@ -419,14 +418,10 @@ static void weight_grads(const s2s_run *x, const s2s_bufs *b, attnc_s2s_weights 
     if (attnc_present(&g->bias_ih)) sum_rows(x, g->bias_ih.data, b->dg, TB, G);
     if (attnc_present(&g->bias_hh)) sum_rows(x, g->bias_hh.data, b->dg, TB, G);
     if (attnc_present(&g->embedding)) {
-        memset(g->embedding.data, 0, (size_t)(x->Vt * x->E) * x->es);
-        for (int64_t t = 0; t < x->T; t++) /* in (t, row) order: a fixed summation order */
-            for (int64_t r = 0; r < B; r++)
-                for (int64_t k = 0; k < x->E; k++) {
-                    int64_t at = fed[r * x->T + t] * x->E + k;
-                    s2s_put(g->embedding.data, x->dt, at,
-                        s2s_get(g->embedding.data, x->dt, at) + s2s_get(b->dx, x->dt, (t * B + r) * x->E + k));
-                }
+        if (x->dt == ATTNC_FLOAT32)
+            s2s_embedding_grad_f32(x, g->embedding.data, b->dx, fed);
+        else
+            s2s_embedding_grad_f64(x, g->embedding.data, b->dx, fed);
     }
     if (x->luong && attnc_present(&g->combine))
         wgrad(x, g->combine.data, b->dpc, H, x->He + H, B, x->T, B * H, s0.cat, step, x->He + H);

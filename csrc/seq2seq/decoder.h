@@ -11,7 +11,7 @@
 
 #include "../core/tensor.h"
 
-enum { S2S_ROWS = 16 }; /* rows per block: fixed, so results do not depend on the thread count */
+enum { S2S_ROWS = 32 }; /* rows per block: fixed, so results do not depend on the thread count */
 
 /* Sizes, weights (data pointers of contiguous tensors) and shared buffers. */
 typedef struct {

@@ -503,6 +503,26 @@ static void FN(s2s_wgrad_task)(void *arg, int64_t block, int worker) {
              FN(m)(g->x + t * g->x_step, g->R, g->in, g->x_rs), 1, FN(m)(g->dw + o0 * g->in, m, g->in, g->in));
 }
 
+/* out (width) <- the sum of the rows (rows, width) of a, in row order. */
+static void FN(s2s_sum_rows)(REAL *out, const REAL *a, int64_t rows, int64_t width) {
+    for (int64_t k = 0; k < width; k++) out[k] = 0;
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t k = 0; k < width; k++) out[k] += a[r * width + k];
+}
+
+/* demb (Vt, E) <- the sum of the input cotangents dx (T, B, E) of every fed
+ * token (fed (B, T)), in (step, row) order. */
+static void FN(s2s_embedding_grad)(const s2s_run *x, REAL *demb, const REAL *dx, const int64_t *fed) {
+    int64_t E = x->E;
+    memset(demb, 0, (size_t)(x->Vt * E) * sizeof(REAL));
+    for (int64_t t = 0; t < x->T; t++)
+        for (int64_t r = 0; r < x->B; r++) {
+            REAL *d = demb + fed[r * x->T + t] * E;
+            const REAL *g = dx + (t * x->B + r) * E;
+            for (int64_t k = 0; k < E; k++) d[k] += g[k];
+        }
+}
+
 /* dmem (B S, He) += dkeys (B S, Kw) W, keys = memory W^T. */
 static void FN(s2s_keys_backward)(const s2s_run *x, const REAL *dkeys, REAL *dmem) {
     const void *w = x->additive ? x->wkey : x->watt;
