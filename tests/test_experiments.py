@@ -122,7 +122,7 @@ def run_experiment(name, *args):
     return metrics, proc.stderr
 
 
-@pytest.mark.parametrize("name", ["transformer_reverse", "gpt_sort"])
+@pytest.mark.parametrize("name", ["transformer_reverse", "gpt_sort", "dates"])
 def test_quick_run_reproducible(name, tmp_path):
     path = tmp_path / "model.npz"
     first, stderr = run_experiment(name, "--quick", "--seed", "3", "--threads", "1", "--save", str(path))
@@ -141,6 +141,10 @@ def test_quick_run_reproducible(name, tmp_path):
     assert not model.training
     if name == "gpt_sort":
         assert model.generate(np.zeros((2, 6), np.int64), 6).shape == (2, 6)
+    elif name == "dates":
+        tokens, align = model.generate(np.full((2, 5), 8, np.int64), max_len=11)
+        assert tokens.shape[0] == 2 and tokens.shape[1] <= 11 and align.shape == tokens.shape + (5,)
+        assert first["attention"] == "bahdanau" and set(first["accuracy_by_length"]) == {"≤10", "11-15", "16-20", "21-30"}
     else:
         out = model.generate(np.zeros((2, 5), np.int64), 6, bos=11, eos=12)
         assert out.shape[0] == 2 and out.shape[1] <= 6
