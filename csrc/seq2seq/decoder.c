@@ -315,16 +315,17 @@ attnc_status attnc_s2s_forward(attnc_tensor *features, attnc_tensor *alignments,
 /* ---- backward --------------------------------------------------------------- */
 
 /* dw (out, in) <- sum over steps of dY_t^T X_t (see s2s_wgrad), split over
- * blocks of 64 output rows. */
+ * blocks of output rows (64, or 16 for small outputs: a split by shape). */
 static void wgrad(const s2s_run *x, void *dw, const void *dy, int64_t out, int64_t in, int64_t R, int64_t steps,
                   int64_t dy_step, const void *xs, int64_t x_step, int64_t x_rs) {
     memset(dw, 0, (size_t)(out * in) * x->es);
     int workers = attnc_workers_for(steps * R * out * in);
+    int64_t rows = out >= 256 ? 64 : 16;
 #define RUN(SFX)                                                                                              \
     do {                                                                                                      \
         s2s_wgrad_##SFX g = {.dw = dw, .dy = dy, .x = xs, .out = out, .in = in, .R = R, .steps = steps,       \
-                             .dy_step = dy_step, .x_step = x_step, .x_rs = x_rs};                             \
-        attnc_parallel_for((out + 63) / 64, workers, s2s_wgrad_task_##SFX, &g);                               \
+                             .dy_step = dy_step, .x_step = x_step, .x_rs = x_rs, .rows = rows};               \
+        attnc_parallel_for((out + rows - 1) / rows, workers, s2s_wgrad_task_##SFX, &g);                       \
     } while (0)
     ATTNC_BY_DTYPE(x->dt, RUN);
 #undef RUN
@@ -481,10 +482,10 @@ attnc_status attnc_s2s_backward(attnc_tensor *dmemory, attnc_tensor *dfinal, att
 #undef RUN
         weight_grads(&x, &b, grads, slots, slot_size, fed->data);
         if (x.has_keys) {
-            if (x.dt == ATTNC_FLOAT32)
-                s2s_keys_backward_f32(&x, b.dkeys, b.dmem);
-            else
-                s2s_keys_backward_f64(&x, b.dkeys, b.dmem);
+            int64_t blocks = (x.B * x.S + S2S_KEY_ROWS - 1) / S2S_KEY_ROWS;
+            int kw = attnc_workers_for(x.B * x.S * x.Kw * x.He);
+            ATTNC_PARALLEL_TYPED(x.dt, kw, s2s_keys_job, s2s_keys_task, blocks, .x = &x, .dkeys = b.dkeys,
+                                 .dmem = b.dmem);
         }
     }
     s2s_release(&x, false);

@@ -34,6 +34,31 @@ static void FN(times_w)(const void *a, int64_t ars, const void *w, int64_t out, 
 
 /* ---- attention of one row --------------------------------------------------- */
 
+/* Dot products and the additive score in 16 independent partial sums
+ * combined in a fixed order: the compiler vectorises them inside the
+ * ATTNC_SIMD kernels that inline them, and the result does not depend on the
+ * vector width (S2S_LANES, decoder.h). */
+static inline REAL FN(dot)(const REAL *restrict a, const REAL *restrict b, int64_t n) {
+    REAL lane[S2S_LANES] = {0}, sum = 0;
+    int64_t j = 0;
+    for (; j + S2S_LANES <= n; j += S2S_LANES)
+        for (int k = 0; k < S2S_LANES; k++) lane[k] += a[j + k] * b[j + k];
+    for (int k = 0; k < S2S_LANES; k++) sum += lane[k];
+    for (; j < n; j++) sum += a[j] * b[j];
+    return sum;
+}
+
+/* v . tanh(qw + k) over n. */
+static inline REAL FN(additive)(const REAL *restrict qw, const REAL *restrict k, const REAL *restrict v, int64_t n) {
+    REAL lane[S2S_LANES] = {0}, sum = 0;
+    int64_t j = 0;
+    for (; j + S2S_LANES <= n; j += S2S_LANES)
+        for (int i = 0; i < S2S_LANES; i++) lane[i] += v[j + i] * FN(tanh_)(qw[j + i] + k[j + i]);
+    for (int i = 0; i < S2S_LANES; i++) sum += lane[i];
+    for (; j < n; j++) sum += v[j] * FN(tanh_)(qw[j] + k[j]);
+    return sum;
+}
+
 /* The allowed source positions [lo, hi) of row r with p_t = p. */
 static void FN(range)(const s2s_run *x, int64_t b, REAL p, int64_t *lo, int64_t *hi) {
     *lo = 0;
@@ -46,18 +71,14 @@ static void FN(range)(const s2s_run *x, int64_t b, REAL p, int64_t *lo, int64_t 
 ATTNC_SIMD static void FN(scores)(const s2s_run *x, int64_t b, const REAL *q, const REAL *qw, const REAL *loc,
                                   int64_t lo, int64_t hi, REAL *e) {
     for (int64_t s = lo; s < hi; s++) {
-        REAL acc = 0;
-        if (x->additive) {
-            const REAL *k = ROW(x->keys, b * x->S + s, x->Kw), *v = x->v;
-            for (int64_t a = 0; a < x->A; a++) acc += v[a] * FN(tanh_)(qw[a] + k[a]);
-        } else if (x->kind == ATTNC_S2S_LOCATION) {
-            acc = loc[s];
-        } else {
-            const REAL *k = x->kind == ATTNC_S2S_DOT ? ROW(x->memory, b * x->S + s, x->He)
-                                                     : ROW(x->keys, b * x->S + s, x->Kw);
-            for (int64_t a = 0; a < x->H; a++) acc += q[a] * k[a];
-        }
-        e[s] = acc;
+        if (x->additive)
+            e[s] = FN(additive)(qw, ROW(x->keys, b * x->S + s, x->Kw), x->v, x->A);
+        else if (x->kind == ATTNC_S2S_LOCATION)
+            e[s] = loc[s];
+        else if (x->kind == ATTNC_S2S_DOT)
+            e[s] = FN(dot)(q, ROW(x->memory, b * x->S + s, x->He), x->H);
+        else
+            e[s] = FN(dot)(q, ROW(x->keys, b * x->S + s, x->Kw), x->H);
     }
 }
 
@@ -237,12 +258,8 @@ ATTNC_SIMD static void FN(context_backward)(const REAL *restrict mem, const REAL
                                             const REAL *restrict dctx, int64_t lo, int64_t hi, int64_t He,
                                             REAL *restrict dw, REAL *restrict dmem) {
     for (int64_t s = lo; s < hi; s++) {
-        REAL acc = 0;
-        for (int64_t k = 0; k < He; k++) {
-            acc += dctx[k] * mem[s * He + k];
-            dmem[s * He + k] += w[s] * dctx[k];
-        }
-        dw[s] = acc;
+        dw[s] = FN(dot)(dctx, mem + s * He, He);
+        for (int64_t k = 0; k < He; k++) dmem[s * He + k] += w[s] * dctx[k];
     }
 }
 
@@ -491,13 +508,13 @@ static void FN(s2s_backward_task)(void *arg, int64_t block, int worker) {
 typedef struct {
     REAL *dw;
     const REAL *dy, *x;
-    int64_t out, in, R, steps, dy_step, x_step, x_rs;
+    int64_t out, in, R, steps, dy_step, x_step, x_rs, rows; /* rows: output rows per block */
 } FN(s2s_wgrad);
 
 static void FN(s2s_wgrad_task)(void *arg, int64_t block, int worker) {
     (void)worker;
     const FN(s2s_wgrad) *g = arg;
-    int64_t o0 = block * 64, m = g->out - o0 < 64 ? g->out - o0 : 64;
+    int64_t o0 = block * g->rows, m = g->out - o0 < g->rows ? g->out - o0 : g->rows;
     for (int64_t t = 0; t < g->steps; t++)
         GEMM(true, false, 1, FN(m)(g->dy + t * g->dy_step + o0, g->R, m, g->out),
              FN(m)(g->x + t * g->x_step, g->R, g->in, g->x_rs), 1, FN(m)(g->dw + o0 * g->in, m, g->in, g->in));
@@ -523,10 +540,21 @@ static void FN(s2s_embedding_grad)(const s2s_run *x, REAL *demb, const REAL *dx,
         }
 }
 
-/* dmem (B S, He) += dkeys (B S, Kw) W, keys = memory W^T. */
-static void FN(s2s_keys_backward)(const s2s_run *x, const REAL *dkeys, REAL *dmem) {
-    const void *w = x->additive ? x->wkey : x->watt;
-    FN(times_w)(dkeys, x->Kw, w, x->Kw, x->He, 1, dmem, x->He, x->B * x->S);
+/* dmem (B S, He) += dkeys (B S, Kw) W (keys = memory W^T), in blocks of
+ * S2S_KEY_ROWS rows of B S. */
+typedef struct {
+    const s2s_run *x;
+    const REAL *dkeys;
+    REAL *dmem;
+} FN(s2s_keys_job);
+
+static void FN(s2s_keys_task)(void *arg, int64_t block, int worker) {
+    (void)worker;
+    const FN(s2s_keys_job) *j = arg;
+    const s2s_run *x = j->x;
+    int64_t r0 = block * S2S_KEY_ROWS, n = x->B * x->S - r0 < S2S_KEY_ROWS ? x->B * x->S - r0 : S2S_KEY_ROWS;
+    FN(times_w)(j->dkeys + r0 * x->Kw, x->Kw, x->additive ? x->wkey : x->watt, x->Kw, x->He, 1,
+                j->dmem + r0 * x->He, x->He, n);
 }
 
 #undef ROW
