@@ -44,8 +44,6 @@ not when a target is missed.
 
 from __future__ import annotations
 
-import argparse
-import os
 import sys
 import time
 from pathlib import Path
@@ -208,40 +206,12 @@ def job_check(cases, threads):
     return res
 
 
-def _worst(d):
-    name = max(d, key=d.get)
-    return name, d[name]
-
-
 # --------------------------------------------------------------------------- main
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="tiny sizes, few repeats (seconds)")
-    parser.add_argument("--threads", type=int, default=None,
-                        help="threads for attnc and torch (default: the machine's cores)")
-    parser.add_argument("--repeats", type=int, default=None,
-                        help="timed samples per implementation and case (default 9; 2 with --quick)")
-    parser.add_argument("--rounds", type=int, default=None,
-                        help="alternating rounds the samples are split over (default 3; 1 with --quick)")
-    parser.add_argument("--json", default=None,
-                        help="where to write the results (default benchmarks/results/seq2seq.json, "
-                             "seq2seq-quick.json with --quick)")
-    parser.add_argument("--no-snapshot", action="store_true",
-                        help="import attnc in place instead of from a private copy")
-    args = parser.parse_args(argv)
-    quick = args.quick
-    repeats = args.repeats if args.repeats is not None else (2 if quick else 9)
-    if repeats < 1 or (args.rounds is not None and args.rounds < 1):
-        parser.error("--repeats and --rounds must be >= 1")
-    rounds = min(args.rounds or (1 if quick else 3), repeats)
-    if args.threads is not None and args.threads < 1:
-        parser.error("--threads must be >= 1")
-    threads = args.threads or len(os.sched_getaffinity(0))
-    json_path = Path(args.json) if args.json else HERE / "results" / (
-        "seq2seq-quick.json" if quick else "seq2seq.json")
+    args, st = tf.parse_common("seq2seq", __doc__.split("\n\n")[0], argv)
+    quick, repeats, rounds, threads = st["quick"], st["repeats"], st["rounds"], st["threads"]
+    json_path, min_sample_s, warmup_s = st["json_path"], st["min_sample_s"], st["warmup_s"]
     sizes = QUICK_SIZES if quick else SIZES
-    min_sample_s = 0.01 if quick else 0.1
-    warmup_s = 0.0 if quick else 0.5
 
     _import_libs(snapshot=not args.no_snapshot)
     parent_threads = common._parent_threads()
@@ -288,7 +258,7 @@ def main(argv=None):
             sp = _speedup(got)
             rs = _round_speedups(got)
             rel = check.get("cases", {}).get(case["label"], {}).get("rel")
-            worst = _worst(rel) if rel else None
+            worst = tf.worst(rel) if rel else None
             if worst and not worst[1] <= TOLERANCE:
                 failed_checks.append(f"{case['label']}: attnc and torch differ by {worst[1]:.3g} ({worst[0]})")
             target = TARGETS.get(case["target"]) if case["target"] else None

@@ -672,21 +672,23 @@ def finish(result, summary, quick, errors, failed_checks, load, others, elapsed,
 
 
 # --------------------------------------------------------------------------- main
-def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def parse_common(name, description, argv, rounds_help="default 3; 1 with --quick", skip=None):
+    """The options every benchmark takes (and --skip when `skip` lists its
+    sections); returns (args, settings): quick, repeats, rounds (the default
+    split, before --rounds), threads, json_path, min_sample_s, warmup_s."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--quick", action="store_true", help="tiny sizes, few repeats (seconds)")
     parser.add_argument("--threads", type=int, default=None,
                         help="threads for attnc and torch (default: the machine's cores)")
     parser.add_argument("--repeats", type=int, default=None,
                         help="timed samples per implementation and case (default 9; 2 with --quick)")
     parser.add_argument("--rounds", type=int, default=None,
-                        help="alternating rounds the samples are split over (default 3 for the layer, "
-                             "--repeats for decoding; 1 with --quick)")
+                        help=f"alternating rounds the samples are split over ({rounds_help})")
     parser.add_argument("--json", default=None,
-                        help="where to write the results (default benchmarks/results/transformer.json, "
-                             "transformer-quick.json with --quick)")
-    parser.add_argument("--skip", action="append", default=[],
-                        choices=("encoder_forward", "train_step", "decode"), help="skip a section")
+                        help=f"where to write the results (default benchmarks/results/{name}.json, "
+                             f"{name}-quick.json with --quick)")
+    if skip:
+        parser.add_argument("--skip", action="append", default=[], choices=skip, help="skip a section")
     parser.add_argument("--no-snapshot", action="store_true",
                         help="import attnc in place instead of from a private copy")
     args = parser.parse_args(argv)
@@ -694,17 +696,33 @@ def main(argv=None):
     repeats = args.repeats if args.repeats is not None else (2 if quick else 9)
     if repeats < 1 or (args.rounds is not None and args.rounds < 1):
         parser.error("--repeats and --rounds must be >= 1")
-    rounds = min(args.rounds or (1 if quick else 3), repeats)  # encoder layer
-    dec_rounds = min(args.rounds or (1 if quick else repeats), repeats)  # decoding
     if args.threads is not None and args.threads < 1:
         parser.error("--threads must be >= 1")
-    threads = args.threads or len(os.sched_getaffinity(0))
-    json_path = Path(args.json) if args.json else HERE / "results" / (
-        "transformer-quick.json" if quick else "transformer.json")
+    settings = {
+        "quick": quick, "repeats": repeats, "rounds": min(args.rounds or (1 if quick else 3), repeats),
+        "threads": args.threads or len(os.sched_getaffinity(0)),
+        "json_path": Path(args.json) if args.json else HERE / "results" / (f"{name}-quick.json" if quick
+                                                                          else f"{name}.json"),
+        "min_sample_s": 0.01 if quick else 0.1, "warmup_s": 0.0 if quick else 0.5,
+    }
+    return args, settings
+
+
+def worst(d):
+    """(name, value) of the largest value of a dict."""
+    name = max(d, key=d.get)
+    return name, d[name]
+
+
+def main(argv=None):
+    args, st = parse_common("transformer", __doc__.split("\n\n")[0], argv,
+                            "default 3 for the layer, --repeats for decoding; 1 with --quick",
+                            skip=("encoder_forward", "train_step", "decode"))
+    quick, repeats, rounds, threads = st["quick"], st["repeats"], st["rounds"], st["threads"]  # rounds: the layer's
+    dec_rounds = min(args.rounds or (1 if quick else repeats), repeats)  # decoding
+    json_path, min_sample_s, warmup_s = st["json_path"], st["min_sample_s"], st["warmup_s"]
     enc = QUICK_ENCODER if quick else ENCODER
     dec = QUICK_DECODER if quick else DECODER
-    min_sample_s = 0.01 if quick else 0.1
-    warmup_s = 0.0 if quick else 0.5
 
     _import_libs(snapshot=not args.no_snapshot)
     parent_threads = common._parent_threads()
