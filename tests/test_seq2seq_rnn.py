@@ -116,6 +116,12 @@ def test_scheduled_sampling_is_seeded_and_mixes():
     a = m(src, tgt_in, lens, sampling=0.5, seed=7)
     same_bits(a, m(src, tgt_in, lens, sampling=0.5, seed=7), "same seed")
     assert not np.array_equal(a, m(src, tgt_in, lens, sampling=0.5, seed=8))
+    # without a seed, each call draws its own from the model's generator; a model built with the
+    # same seed replays the same draws
+    first, second = m(src, tgt_in, lens, sampling=0.5), m(src, tgt_in, lens, sampling=0.5)
+    assert not np.array_equal(first, second)
+    again = make("bahdanau")
+    same_bits(again(src, tgt_in, lens, sampling=0.5), first, "replayed draw")
     teacher, free = m(src, tgt_in, lens), m(src, tgt_in, lens, sampling=1.0)
     same_bits(teacher, m(src, tgt_in, lens, sampling=0.0, seed=7), "sampling=0 is teacher forcing")
     # every row's step-1 logits equal either teacher forcing's or free running's
@@ -312,3 +318,16 @@ def test_inputs_are_never_modified():
         same_bits(a, c)
     for name, p in m.state_dict().items():
         same_bits(p, state[name], name)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DT_IDS)
+def test_empty_batches_and_no_target_steps(dtype):
+    m = make("local-p", dtype)
+    for src, tgt_in in ((np.ones((2, S), np.int64), np.zeros((2, 0), np.int64)),
+                        (np.zeros((0, S), np.int64), np.zeros((0, 3), np.int64))):
+        logits, pullback = attnc.vjp(m, src, tgt_in)
+        assert logits.shape == (src.shape[0], tgt_in.shape[1], VT)
+        for name, g in pullback(np.zeros_like(logits)).items():
+            assert g.shape == m.state_dict()[name].shape and not g.any(), name
+    tokens, align = m.generate(np.zeros((0, S), np.int64), max_len=4)
+    assert tokens.shape == (0, 0) and align.shape == (0, 0, S)

@@ -131,7 +131,8 @@ class Seq2Seq(Module):
             raise ValueError(f"window must be >= {1 if kind == 'local-p' else 0} for {kind}, got {window}")
         self.attention_kind, self.bidirectional, self.window = kind, bidirectional, window
         self.hidden_size, self.embed_size, self.max_source_len = H, E, max_source_len
-        s = _spawn(seed, 8)
+        s = _spawn(seed, 9)
+        self._rng = np.random.default_rng(s[8])  # the scheduled-sampling seeds of calls given none
         luong = kind in _LUONG
         self.src_embedding = Embedding(src_vocab, E, dtype=dtype, seed=s[0])
         self.tgt_embedding = Embedding(tgt_vocab, E, dtype=dtype, seed=s[1])
@@ -156,7 +157,9 @@ class Seq2Seq(Module):
         return tuple(None if params.get(n) is None else np.ascontiguousarray(params[n]) for n in self._WEIGHTS)
 
     def _decoder_config(self, sampling=0.0, seed=None):
-        seed = 0 if seed is None else int(seed) % 2**64
+        if seed is None:  # a fresh draw per call from the model's generator (seeded by the constructor)
+            seed = int(self._rng.integers(2**63)) if sampling else 0
+        seed = int(seed) % 2**64
         return (KINDS.index(self.attention_kind), self.window, float(sampling), seed)
 
     def _inputs(self, src, tgt_in, src_lengths):
@@ -230,7 +233,9 @@ class Seq2Seq(Module):
         src_lengths (B,) (default: every row S); with ``return_alignments``
         also the attention weights (B, T, S) (zero for "none"). ``sampling``
         (training only): the probability of feeding the previous step's argmax
-        instead of tgt_in (scheduled sampling, seeded by ``seed``)."""
+        instead of tgt_in (scheduled sampling); ``seed`` fixes its draws, and
+        without one every call draws a new seed from the model's generator
+        (seeded by the constructor's ``seed``, so a seeded run replays)."""
         logits, align, _ = self._run(src, tgt_in, src_lengths, sampling=sampling, seed=seed,
                                      alignments=return_alignments)
         return (logits, align) if return_alignments else logits

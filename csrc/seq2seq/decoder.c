@@ -467,9 +467,9 @@ attnc_status attnc_s2s_backward(attnc_tensor *dmemory, attnc_tensor *dfinal, att
     s2s_bufs b = {0};
     attnc_status st = alloc_bufs(&x, &b, workers, dmemory, dfinal);
     if (st == ATTNC_OK) st = pack_weights(&x, weights);
-    if (st == ATTNC_OK && x.B > 0 && x.T > 0) {
-        char *slots = (char *)saved->data + (size_t)(x.B * x.S * x.Kw) * x.es;
-        int64_t slot_size = s2s_slot_size(&x), scratch = s2s_scratch_size(&x);
+    char *slots = (char *)saved->data + (size_t)(x.B * x.S * x.Kw) * x.es;
+    int64_t slot_size = s2s_slot_size(&x), scratch = s2s_scratch_size(&x);
+    if (st == ATTNC_OK && x.B > 0 && x.T > 0) { /* else every cotangent stays 0 */
 #define RUN(SFX)                                                                                               \
     do {                                                                                                       \
         s2s_job_##SFX j = {.x = &x, .slots = slots, .slot_size = slot_size, .scratch = b.scratch,             \
@@ -480,8 +480,10 @@ attnc_status attnc_s2s_backward(attnc_tensor *dmemory, attnc_tensor *dfinal, att
     } while (0)
         ATTNC_BY_DTYPE(x.dt, RUN);
 #undef RUN
+    }
+    if (st == ATTNC_OK) {
         weight_grads(&x, &b, grads, slots, slot_size, fed->data);
-        if (x.has_keys) {
+        if (x.has_keys && x.B > 0) {
             int64_t blocks = (x.B * x.S + S2S_KEY_ROWS - 1) / S2S_KEY_ROWS;
             int kw = attnc_workers_for(x.B * x.S * x.Kw * x.He);
             ATTNC_PARALLEL_TYPED(x.dt, kw, s2s_keys_job, s2s_keys_task, blocks, .x = &x, .dkeys = b.dkeys,
