@@ -16,7 +16,10 @@ Bahdanau only; max_source_len 30 for luong-location). Training: 60,000 dates,
 and a cosine decay to 5%, gradients clipped to norm 1; every kind sees the
 same dates in the same order (the initial weights depend on the kind). Scored by
 greedy decoding (model.generate, 11 steps: the 10 characters and EOS) on the
-held-out dates: exact match of the whole string, overall and by input length.
+held-out dates: exact match of the whole string, overall and by input length;
+and ("long_inputs") on a second held-out set of 2,000 inputs of 21-30
+characters, enough of the longest inputs to measure differences of a few
+errors per thousand.
 
 --attention: none, bahdanau (default), luong-dot, luong-general,
 luong-concat, luong-location, local-m, local-p, or all (each in turn, one
@@ -46,6 +49,7 @@ import numpy as np
 
 import attnc
 import attnc.models
+from attnc.datasets import DatesTask
 from attnc.datasets import dates as make_dates
 
 from . import _common
@@ -55,10 +59,11 @@ HELDOUT_SEED = 20240605  # the held-out set is the same for every --seed
 HELDOUT = 2000
 MAX_SOURCE_LEN = 30  # attnc.datasets.dates.MAX_INPUT_LEN
 BUCKETS = (("≤10", 0, 10), ("11-15", 11, 15), ("16-20", 16, 20), ("21-30", 21, 30))
+LONG_SEED, LONG_MIN = 20240606, 21  # a second held-out set of long inputs only (the last bucket)
 
 FULL = dict(train_size=60000, epochs=2, batch_size=64, lr=3e-3, warmup=100, final_lr=0.05, clip=1.0,
-            embed_size=32, hidden_size=64, heldout=HELDOUT)
-QUICK = dict(FULL, train_size=1280, epochs=1, batch_size=32, warmup=5, heldout=200)
+            embed_size=32, hidden_size=64, heldout=HELDOUT, long_heldout=2000)
+QUICK = dict(FULL, train_size=1280, epochs=1, batch_size=32, warmup=5, heldout=200, long_heldout=100)
 
 
 def extra_args(argv=None):
@@ -79,6 +84,14 @@ def length_buckets(lengths):
     return {label: (lengths >= lo) & (lengths <= hi) for label, lo, hi in BUCKETS}
 
 
+def long_inputs(n, seed=LONG_SEED):
+    """Up to n held-out dates (test split, distinct inputs) of at least LONG_MIN
+    characters: enough of the longest inputs to measure small differences."""
+    draw = make_dates(14 * n, seed=seed, split="test", split_by="date", unique=True)
+    keep = np.flatnonzero(draw.input_lengths >= LONG_MIN)[:n]
+    return DatesTask([draw.sources[i] for i in keep], draw.dates[keep], draw.formats[keep], "test")
+
+
 def evaluate(model, task, batch_size=500):
     """Greedy decoding of every held-out date: (correct (n,) bool, predictions list)."""
     preds = []
@@ -89,7 +102,7 @@ def evaluate(model, task, batch_size=500):
     return task.exact_match(preds), preds
 
 
-def run(kind, args, cfg, heldout, train_set, disable_progress):
+def run(kind, args, cfg, heldout, train_set, disable_progress, long_set):
     """Train one model; returns (model, training result, metrics dict)."""
     # every kind sees the same dates in the same order; the initial weights depend on the kind
     order_seed = int(np.random.SeedSequence(args.seed).generate_state(2)[1])
@@ -115,6 +128,7 @@ def run(kind, args, cfg, heldout, train_set, disable_progress):
     start = time.perf_counter()
     correct, _ = evaluate(model, heldout)
     eval_seconds = time.perf_counter() - start
+    long_correct, _ = evaluate(model, long_set)
     buckets = length_buckets(heldout.input_lengths)
     metrics = {
         "attention": kind,
@@ -122,6 +136,9 @@ def run(kind, args, cfg, heldout, train_set, disable_progress):
         "accuracy_by_length": {k: float(correct[m].mean()) if m.any() else None for k, m in buckets.items()},
         "length_bucket_sizes": {k: int(m.sum()) for k, m in buckets.items()},
         "accuracy_by_format": heldout.accuracy_by(correct, by="format"),
+        "long_inputs": {"size": len(long_set), "min_length": LONG_MIN,
+                        "exact_match": float(long_correct.mean()) if len(long_set) else None,
+                        "errors": int((~long_correct).sum())},
         "heldout_size": len(heldout), "train_dates": len(train_set),
         "epochs": round(steps / per_epoch, 3),
     }
@@ -141,12 +158,13 @@ def main(argv=None):
         raise SystemExit("--save needs a single --attention kind")
 
     heldout = make_dates(cfg["heldout"], seed=HELDOUT_SEED, split="test", split_by="date", unique=True)
+    long_set = long_inputs(cfg["long_heldout"])
     train_set = make_dates(cfg["train_size"], seed=int(np.random.SeedSequence(args.seed).generate_state(2)[0]),
                            split="train", split_by="date")
 
     per_kind = {}
     for kind in kinds:
-        model, result, metrics, eval_seconds = run(kind, args, cfg, heldout, train_set, args.no_progress)
+        model, result, metrics, eval_seconds = run(kind, args, cfg, heldout, train_set, args.no_progress, long_set)
         if len(kinds) == 1:
             _common.report("dates", args, model, result, cfg["batch_size"], eval_seconds, **metrics)
             return
