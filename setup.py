@@ -22,6 +22,7 @@ SOURCES = sorted(
     + glob.glob("csrc/rnn/*.c")
     + glob.glob("csrc/seq2seq/*.c")
     + glob.glob("csrc/captioner/*.c")
+    + glob.glob("csrc/ntm/*.c")
     + glob.glob("csrc/python/*.c")
 )
 

@@ -39,5 +39,6 @@ extern PyMethodDef attnc_transformer_methods[];
 extern PyMethodDef attnc_rnn_methods[];
 extern PyMethodDef attnc_seq2seq_methods[];
 extern PyMethodDef attnc_captioner_methods[];
+extern PyMethodDef attnc_ntm_methods[];
 
 #endif

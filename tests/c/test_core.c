@@ -931,6 +931,7 @@ static void test_rnn_fused(void) {
 
 #include "test_seq2seq.h"
 #include "test_captioner.h"
+#include "test_ntm.h"
 
 int main(void) {
     test_rng();
@@ -950,6 +951,7 @@ int main(void) {
     test_rnn_fused();
     test_seq2seq();
     test_captioner();
+    test_ntm();
     attnc_set_num_threads(1); /* join the workers before exit */
     printf("%d passed, %d failed\n", passed, failed);
     return failed != 0;
