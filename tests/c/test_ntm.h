@@ -1,2 +1,150 @@
-/* test_ntm.h: C unit tests of csrc/ntm (included by test_core.c). */
-static void test_ntm(void) {}
+/* test_ntm.h: C unit tests of csrc/ntm (included by test_core.c): float64
+ * central finite differences of address and write, and the shift direction. */
+#include "../../csrc/ntm/ntm.h"
+
+/* sum(out * cot) over n entries. */
+static double ntm_dot(const double *a, const double *b, size_t n) {
+    double s = 0;
+    for (size_t i = 0; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+enum { NB = 2, NH = 2, NN = 5, NM = 3, NK = 3 };
+
+/* The address inputs (key, beta, g, s, gamma, w_prev, memory) over flat buffers. */
+static const int64_t ntm_sizes[7] = {NB * NH * NM, NB * NH, NB * NH, NB * NH * NK,
+                                     NB * NH,      NB * NH * NN, NB * NN * NM};
+
+static attnc_ntm_address_args ntm_views(double **p) {
+    const int64_t bhm[] = {NB, NH, NM}, bh[] = {NB, NH}, bhk[] = {NB, NH, NK},
+                  bhn[] = {NB, NH, NN}, bnm[] = {NB, NN, NM};
+    return (attnc_ntm_address_args){
+        view(p[0], ATTNC_FLOAT64, 3, bhm), view(p[1], ATTNC_FLOAT64, 2, bh),
+        view(p[2], ATTNC_FLOAT64, 2, bh),  view(p[3], ATTNC_FLOAT64, 3, bhk),
+        view(p[4], ATTNC_FLOAT64, 2, bh),  view(p[5], ATTNC_FLOAT64, 3, bhn),
+        view(p[6], ATTNC_FLOAT64, 3, bnm)};
+}
+
+/* L = sum(address(p) * cot). */
+static double ntm_address_loss(double **p, const double *cot) {
+    const int64_t bhn[] = {NB, NH, NN};
+    double w[NB * NH * NN], wc[NB * NH * NN], wg[NB * NH * NN], wt[NB * NH * NN];
+    attnc_tensor tw = view(w, ATTNC_FLOAT64, 3, bhn), tc = view(wc, ATTNC_FLOAT64, 3, bhn),
+                 tg = view(wg, ATTNC_FLOAT64, 3, bhn), tt = view(wt, ATTNC_FLOAT64, 3, bhn);
+    attnc_ntm_address_args in = ntm_views(p);
+    if (attnc_ntm_address_forward(&tw, &tc, &tg, &tt, &in) != ATTNC_OK) return NAN;
+    return ntm_dot(w, cot, NB * NH * NN);
+}
+
+static void test_ntm_address(void) {
+    double *p[7], *g[7];
+    for (int i = 0; i < 7; i++) {
+        p[i] = randn((size_t)ntm_sizes[i], 100 + (uint64_t)i);
+        g[i] = calloc((size_t)ntm_sizes[i], sizeof(double));
+    }
+    /* valid ranges: beta >= 0, g in [0,1], s and w_prev positive, gamma >= 1 */
+    for (int i = 0; i < NB * NH; i++) {
+        p[1][i] = 1.5 + p[1][i];
+        p[2][i] = 0.5 + 0.4 * p[2][i];
+        p[4][i] = 2 + 0.5 * p[4][i];
+    }
+    for (int i = 0; i < NB * NH * NK; i++) p[3][i] = 1.2 + p[3][i];
+    for (int i = 0; i < NB * NH * NN; i++) p[5][i] = 1.2 + p[5][i];
+    double *cot = randn(NB * NH * NN, 99);
+    const int64_t bhn[] = {NB, NH, NN};
+    double w[NB * NH * NN], wc[NB * NH * NN], wg[NB * NH * NN], wt[NB * NH * NN];
+    attnc_tensor tw = view(w, ATTNC_FLOAT64, 3, bhn), tc = view(wc, ATTNC_FLOAT64, 3, bhn),
+                 tg = view(wg, ATTNC_FLOAT64, 3, bhn), tt = view(wt, ATTNC_FLOAT64, 3, bhn),
+                 tcot = view(cot, ATTNC_FLOAT64, 3, bhn);
+    attnc_ntm_address_args in = ntm_views(p), gr = ntm_views(g);
+    CHECK(attnc_ntm_address_forward(&tw, &tc, &tg, &tt, &in) == ATTNC_OK, "address forward");
+    attnc_tensor none = {0};
+    CHECK(attnc_ntm_address_backward(&gr, &tcot, &none, &none, &none, &in, &tw, &tc, &tg, &tt) ==
+              ATTNC_OK,
+          "address backward");
+    const double eps = 1e-6;
+    for (int a = 0; a < 7; a++) {
+        double err = 0, scale = 1;
+        for (int64_t i = 0; i < ntm_sizes[a]; i++) {
+            double x = p[a][i];
+            p[a][i] = x + eps;
+            double lp = ntm_address_loss(p, cot);
+            p[a][i] = x - eps;
+            double lm = ntm_address_loss(p, cot);
+            p[a][i] = x;
+            double num = (lp - lm) / (2 * eps);
+            err = fmax(err, fabs(num - g[a][i]));
+            scale = fmax(scale, fabs(num));
+        }
+        CHECK(err <= 1e-6 * scale, "address gradient of input %d: error %g", a, err);
+    }
+    /* bad input: even K, negative beta */
+    p[1][0] = -1;
+    CHECK(attnc_ntm_address_forward(&tw, &tc, &tg, &tt, &in) == ATTNC_ERR_VALUE, "negative beta");
+    for (int i = 0; i < 7; i++) free(p[i]), free(g[i]);
+    free(cot);
+}
+
+static double ntm_write_loss(double **p, const double *cot) {
+    const int64_t bnm[] = {NB, NN, NM}, bhn[] = {NB, NH, NN}, bhm[] = {NB, NH, NM};
+    double out[NB * NN * NM];
+    attnc_tensor to = view(out, ATTNC_FLOAT64, 3, bnm), tm = view(p[0], ATTNC_FLOAT64, 3, bnm),
+                 tw = view(p[1], ATTNC_FLOAT64, 3, bhn), te = view(p[2], ATTNC_FLOAT64, 3, bhm),
+                 ta = view(p[3], ATTNC_FLOAT64, 3, bhm);
+    if (attnc_ntm_write_forward(&to, &tm, &tw, &te, &ta) != ATTNC_OK) return NAN;
+    return ntm_dot(out, cot, NB * NN * NM);
+}
+
+static void test_ntm_write(void) {
+    const int64_t sizes[4] = {NB * NN * NM, NB * NH * NN, NB * NH * NM, NB * NH * NM};
+    const int64_t bnm[] = {NB, NN, NM}, bhn[] = {NB, NH, NN}, bhm[] = {NB, NH, NM};
+    double *p[4], *g[4];
+    for (int i = 0; i < 4; i++) {
+        p[i] = randn((size_t)sizes[i], 200 + (uint64_t)i);
+        g[i] = calloc((size_t)sizes[i], sizeof(double));
+    }
+    double *cot = randn(NB * NN * NM, 98);
+    attnc_tensor tm = view(p[0], ATTNC_FLOAT64, 3, bnm), tw = view(p[1], ATTNC_FLOAT64, 3, bhn),
+                 te = view(p[2], ATTNC_FLOAT64, 3, bhm), ta = view(p[3], ATTNC_FLOAT64, 3, bhm),
+                 tc = view(cot, ATTNC_FLOAT64, 3, bnm);
+    attnc_tensor dm = view(g[0], ATTNC_FLOAT64, 3, bnm), dw = view(g[1], ATTNC_FLOAT64, 3, bhn),
+                 de = view(g[2], ATTNC_FLOAT64, 3, bhm), da = view(g[3], ATTNC_FLOAT64, 3, bhm);
+    CHECK(attnc_ntm_write_backward(&dm, &dw, &de, &da, &tc, &tm, &tw, &te, &ta) == ATTNC_OK,
+          "write backward");
+    const double eps = 1e-6;
+    for (int a = 0; a < 4; a++) {
+        double err = 0, scale = 1;
+        for (int64_t i = 0; i < sizes[a]; i++) {
+            double x = p[a][i];
+            p[a][i] = x + eps;
+            double lp = ntm_write_loss(p, cot);
+            p[a][i] = x - eps;
+            double lm = ntm_write_loss(p, cot);
+            p[a][i] = x;
+            double num = (lp - lm) / (2 * eps);
+            err = fmax(err, fabs(num - g[a][i]));
+            scale = fmax(scale, fabs(num));
+        }
+        CHECK(err <= 1e-6 * scale, "write gradient of input %d: error %g", a, err);
+    }
+    for (int i = 0; i < 4; i++) free(p[i]), free(g[i]);
+    free(cot);
+}
+
+static void test_ntm_shift_direction(void) {
+    const int64_t bhn[] = {1, 1, 4}, bhk[] = {1, 1, 3};
+    double w[4] = {1, 0, 0, 0.5}, s[3] = {0, 0, 1}, out[4], odd[2] = {0.5, 0.5};
+    attnc_tensor tw = view(w, ATTNC_FLOAT64, 3, bhn), ts = view(s, ATTNC_FLOAT64, 3, bhk),
+                 to = view(out, ATTNC_FLOAT64, 3, bhn);
+    CHECK(attnc_ntm_shift_forward(&to, &tw, &ts) == ATTNC_OK, "shift");
+    CHECK(out[0] == 0.5 && out[1] == 1 && out[2] == 0 && out[3] == 0, "shift moves up by one");
+    const int64_t bh2[] = {1, 1, 2};
+    attnc_tensor te = view(odd, ATTNC_FLOAT64, 3, bh2);
+    CHECK(attnc_ntm_shift_forward(&to, &tw, &te) == ATTNC_ERR_VALUE, "even K refused");
+}
+
+static void test_ntm(void) {
+    test_ntm_address();
+    test_ntm_write();
+    test_ntm_shift_direction();
+}
