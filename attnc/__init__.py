@@ -40,8 +40,7 @@ from .attention import (  # noqa: E402
 )
 from .config import blas_info, get_num_threads, set_num_threads  # noqa: E402
 from .grad import vjp  # noqa: E402
-from . import nn, optim, plot  # noqa: E402  (plot imports matplotlib only when drawing)
-from . import ntm  # noqa: E402
+from . import nn, ntm, optim, plot  # noqa: E402  (plot imports matplotlib only when drawing)
 from .nn.module import load, save  # noqa: E402
 
 __version__ = "0.1.0"
@@ -70,6 +69,7 @@ __all__ = [
     "multi_head_attention",
     "load",
     "nn",
+    "ntm",
     "optim",
     "plot",
     "save",
