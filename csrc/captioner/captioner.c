@@ -69,11 +69,7 @@ static attnc_mat M(const void *p, int64_t rows, int64_t cols, int64_t rs) {
 /* c (m, n) = alpha op(a) op(b) + beta c over fixed blocks of c's rows. */
 static void gemm(const cap_run *r, bool ta, bool tb, double alpha, attnc_mat a, attnc_mat b, double beta,
                  attnc_mat c) {
-    int64_t k = ta ? a.rows : a.cols;
-    int workers = attnc_workers_for(c.rows * c.cols * k);
-    int64_t blocks = (c.rows + GEMM_ROWS - 1) / GEMM_ROWS;
-    ATTNC_PARALLEL_TYPED(r->dt, workers, gemm_job, gemm_task, blocks, .ta = ta, .tb = tb, .alpha = alpha,
-                         .beta = beta, .a = a, .b = b, .c = c);
+    attnc_gemm_rows(r->dt, ta, tb, alpha, a, b, beta, c, GEMM_ROWS);
 }
 
 /* Every row of c (rows, n) (row stride rs) <- bias (n): the start of a

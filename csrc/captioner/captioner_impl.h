@@ -208,28 +208,4 @@ static void FN(over_rows)(FN(cap_job) *j, void (*row)(const FN(cap_job) *, int64
     attnc_parallel_for((r->B + ROWS - 1) / ROWS, workers, FN(rows_task), j);
 }
 
-typedef struct {
-    bool ta, tb;
-    REAL alpha, beta;
-    attnc_mat a, b, c;
-} FN(gemm_job);
-
-/* Rows [block GEMM_ROWS, ...) of c = alpha op(a) op(b) + beta c. */
-static void FN(gemm_task)(void *arg, int64_t block, int worker) {
-    (void)worker;
-    const FN(gemm_job) *j = arg;
-    int64_t r0 = block * GEMM_ROWS, n = j->c.rows - r0 < GEMM_ROWS ? j->c.rows - r0 : GEMM_ROWS;
-    attnc_mat a = j->a, c = j->c;
-    if (j->ta) {
-        a.p = (REAL *)a.p + r0 * a.cs;
-        a.cols = n;
-    } else {
-        a.p = (REAL *)a.p + r0 * a.rs;
-        a.rows = n;
-    }
-    c.p = (REAL *)c.p + r0 * c.rs;
-    c.rows = n;
-    GEMM(j->ta, j->tb, j->alpha, a, j->b, j->beta, c);
-}
-
 #include "../core/real_end.h"

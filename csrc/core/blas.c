@@ -7,6 +7,7 @@
 
 #include "../include/attnc.h"
 #include "simd.h"
+#include "threads.h"
 
 #define MAX(a, b) ((a) > (b) ? (a) : (b))
 
@@ -109,6 +110,44 @@ void attnc_gemm_f32(bool trans_a, bool trans_b, float alpha, attnc_mat a, attnc_
 void attnc_gemm_f64(bool trans_a, bool trans_b, double alpha, attnc_mat a, attnc_mat b,
                     double beta, attnc_mat c) {
     GEMM_BODY(double, scipy_cblas_dgemm, row_times_matrix_f64)
+}
+
+typedef struct {
+    attnc_dtype dt;
+    bool ta, tb;
+    double alpha, beta;
+    attnc_mat a, b, c;
+    int64_t rows;
+} rows_job;
+
+/* Rows [block rows, ...) of c = alpha op(a) op(b) + beta c. */
+static void rows_task(void *arg, int64_t block, int worker) {
+    (void)worker;
+    const rows_job *j = arg;
+    int64_t r0 = block * j->rows, n = j->c.rows - r0 < j->rows ? j->c.rows - r0 : j->rows;
+    attnc_mat a = j->a, c = j->c;
+    size_t es = attnc_dtype_size(j->dt);
+    if (j->ta) { /* op(a) = a^T: its rows are a's columns */
+        a.p = (char *)a.p + (size_t)(r0 * a.cs) * es;
+        a.cols = n;
+    } else {
+        a.p = (char *)a.p + (size_t)(r0 * a.rs) * es;
+        a.rows = n;
+    }
+    c.p = (char *)c.p + (size_t)(r0 * c.rs) * es;
+    c.rows = n;
+    if (j->dt == ATTNC_FLOAT32)
+        attnc_gemm_f32(j->ta, j->tb, (float)j->alpha, a, j->b, (float)j->beta, c);
+    else
+        attnc_gemm_f64(j->ta, j->tb, j->alpha, a, j->b, j->beta, c);
+}
+
+void attnc_gemm_rows(attnc_dtype dtype, bool trans_a, bool trans_b, double alpha, attnc_mat a, attnc_mat b,
+                     double beta, attnc_mat c, int64_t block_rows) {
+    int64_t k = trans_a ? a.rows : a.cols;
+    rows_job j = {dtype, trans_a, trans_b, alpha, beta, a, b, c, block_rows};
+    attnc_parallel_for((c.rows + block_rows - 1) / block_rows, attnc_workers_for(c.rows * c.cols * k), rows_task,
+                       &j);
 }
 
 const char *attnc_blas_info(void) { return scipy_openblas_get_config(); }

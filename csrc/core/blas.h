@@ -14,4 +14,10 @@ void attnc_gemm_f32(bool trans_a, bool trans_b, float alpha, attnc_mat a, attnc_
 void attnc_gemm_f64(bool trans_a, bool trans_b, double alpha, attnc_mat a, attnc_mat b,
                     double beta, attnc_mat c);
 
+/* The same over the thread pool: C's rows in fixed blocks of block_rows (a
+ * split by shape, so results do not depend on the thread count), each block
+ * one call of the above. dtype: ATTNC_FLOAT32 or ATTNC_FLOAT64. */
+void attnc_gemm_rows(attnc_dtype dtype, bool trans_a, bool trans_b, double alpha, attnc_mat a, attnc_mat b,
+                     double beta, attnc_mat c, int64_t block_rows);
+
 #endif

@@ -483,11 +483,11 @@ attnc_status attnc_s2s_backward(attnc_tensor *dmemory, attnc_tensor *dfinal, att
     }
     if (st == ATTNC_OK) {
         weight_grads(&x, &b, grads, slots, slot_size, fed->data);
-        if (x.has_keys && x.B > 0) {
-            int64_t blocks = (x.B * x.S + S2S_KEY_ROWS - 1) / S2S_KEY_ROWS;
-            int kw = attnc_workers_for(x.B * x.S * x.Kw * x.He);
-            ATTNC_PARALLEL_TYPED(x.dt, kw, s2s_keys_job, s2s_keys_task, blocks, .x = &x, .dkeys = b.dkeys,
-                                 .dmem = b.dmem);
+        if (x.has_keys && x.B > 0) { /* keys = memory W^T: dmemory += dkeys W */
+            int64_t n = x.B * x.S;
+            attnc_mat dk = {b.dkeys, n, x.Kw, x.Kw, 1}, w = {(void *)(x.additive ? x.wkey : x.watt), x.Kw, x.He, x.He, 1},
+                      dm = {b.dmem, n, x.He, x.He, 1};
+            attnc_gemm_rows(x.dt, false, false, 1, dk, w, 1, dm, S2S_KEY_ROWS);
         }
     }
     s2s_release(&x, false);

@@ -540,22 +540,5 @@ static void FN(s2s_embedding_grad)(const s2s_run *x, REAL *demb, const REAL *dx,
         }
 }
 
-/* dmem (B S, He) += dkeys (B S, Kw) W (keys = memory W^T), in blocks of
- * S2S_KEY_ROWS rows of B S. */
-typedef struct {
-    const s2s_run *x;
-    const REAL *dkeys;
-    REAL *dmem;
-} FN(s2s_keys_job);
-
-static void FN(s2s_keys_task)(void *arg, int64_t block, int worker) {
-    (void)worker;
-    const FN(s2s_keys_job) *j = arg;
-    const s2s_run *x = j->x;
-    int64_t r0 = block * S2S_KEY_ROWS, n = x->B * x->S - r0 < S2S_KEY_ROWS ? x->B * x->S - r0 : S2S_KEY_ROWS;
-    FN(times_w)(j->dkeys + r0 * x->Kw, x->Kw, x->additive ? x->wkey : x->watt, x->Kw, x->He, 1,
-                j->dmem + r0 * x->He, x->He, n);
-}
-
 #undef ROW
 #include "../core/real_end.h"
