@@ -269,18 +269,10 @@ def main(argv=None):
     json_path, min_sample_s, warmup_s = st["json_path"], st["min_sample_s"], st["warmup_s"]
     sizes = QUICK_SIZES if quick else SIZES
 
-    _import_libs(snapshot=not args.no_snapshot)
-    parent_threads = common._parent_threads()
-    impls = ["attnc"] + (["torch"] if torch is not None else [])
     errors, failed_checks = [], []
-    t_start = time.perf_counter()
-    load = common._load_start()
+    impls, parent_threads, load, t_start = tf.begin(_import_libs, not args.no_snapshot, threads, repeats, rounds,
+                                                    quick)
     cases = make_cases(sizes)
-
-    print(f"attnc {getattr(attnc, '__version__', '?')} (BLAS: {attnc.blas_info()}), "
-          f"torch {torch.__version__ if torch is not None else '(not installed)'}, numpy {np.__version__}; "
-          f"float32, {threads} threads for attnc and torch, {repeats} samples per case in {rounds} "
-          f"round(s), medians{' (quick)' if quick else ''}")
     print(f"attnc from {common.SNAPSHOT_SRC or Path(attnc.__file__).parent}")
     print(f"B={sizes['B']} T={sizes['T']} input={sizes['I']} hidden={sizes['H']}, batch first; ragged rows: "
           f"lengths in [{max(1, sizes['T'] // 5)}, {sizes['T']}], mean "
@@ -294,10 +286,7 @@ def main(argv=None):
 
     check = {}
     if torch is not None:
-        chk = common.run_forked(job_check, cases, threads)
-        check = chk["result"] if chk["ok"] else {"error": chk["error"]}
-        if not chk["ok"]:
-            errors.append(f"check: {chk['error']}")
+        check = tf.forked_check(job_check, errors, "check", cases, threads)
     result["check"] = check
 
     sections = (("forward", "1. forward, eval (torch under inference_mode)", "rnn_forward", 1),
@@ -322,10 +311,7 @@ def main(argv=None):
             sp = _speedup(got)
             rs = _round_speedups(got)
             rel = check.get("cases", {}).get(case["label"], {}).get(key)
-            worst = tf.worst(rel) if rel else None
-            if worst and not worst[1] <= TOLERANCE:
-                failed_checks.append(f"{case['label']} {key}: attnc and torch differ by {worst[1]:.3g} "
-                                     f"({worst[0]})")
+            worst = tf.checked_worst(rel, f"{case['label']} {key}", TOLERANCE, failed_checks)
             rows.append({"case": case["label"], "cell": case["cell"], "layers": case["layers"],
                          "bidirectional": case["bidirectional"], "ragged": case["ragged"], "flops": fl,
                          "impl": got, "speedup": sp, "speedup_per_round": rs,

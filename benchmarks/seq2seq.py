@@ -213,18 +213,10 @@ def main(argv=None):
     json_path, min_sample_s, warmup_s = st["json_path"], st["min_sample_s"], st["warmup_s"]
     sizes = QUICK_SIZES if quick else SIZES
 
-    _import_libs(snapshot=not args.no_snapshot)
-    parent_threads = common._parent_threads()
-    impls = ["attnc"] + (["torch"] if torch is not None else [])
     errors, failed_checks = [], []
-    t_start = time.perf_counter()
-    load = common._load_start()
+    impls, parent_threads, load, t_start = tf.begin(_import_libs, not args.no_snapshot, threads, repeats, rounds,
+                                                    quick)
     cases = make_cases(sizes)
-
-    print(f"attnc {getattr(attnc, '__version__', '?')} (BLAS: {attnc.blas_info()}), "
-          f"torch {torch.__version__ if torch is not None else '(not installed)'}, numpy {np.__version__}; "
-          f"float32, {threads} threads for attnc and torch, {repeats} samples per case in {rounds} "
-          f"round(s), medians{' (quick)' if quick else ''}")
     lens = lengths(cases[0])
     print(f"B={sizes['B']} S={sizes['S']} T={sizes['T']} embed={sizes['E']} hidden={sizes['H']} "
           f"attention={sizes['A']} vocab {sizes['Vs']} -> {sizes['Vt']}, batch first; source lengths in "
@@ -238,10 +230,7 @@ def main(argv=None):
 
     check = {}
     if torch is not None:
-        chk = common.run_forked(job_check, cases, threads)
-        check = chk["result"] if chk["ok"] else {"error": chk["error"]}
-        if not chk["ok"]:
-            errors.append(f"check: {chk['error']}")
+        check = tf.forked_check(job_check, errors, "check", cases, threads)
     result["check"] = check
 
     if torch is not None:
@@ -258,9 +247,7 @@ def main(argv=None):
             sp = _speedup(got)
             rs = _round_speedups(got)
             rel = check.get("cases", {}).get(case["label"], {}).get("rel")
-            worst = tf.worst(rel) if rel else None
-            if worst and not worst[1] <= TOLERANCE:
-                failed_checks.append(f"{case['label']}: attnc and torch differ by {worst[1]:.3g} ({worst[0]})")
+            worst = tf.checked_worst(rel, case["label"], TOLERANCE, failed_checks)
             target = TARGETS.get(case["target"]) if case["target"] else None
             rows.append({"case": case["label"], "attention": case["attention"], "impl": got, "speedup": sp,
                          "speedup_per_round": rs,

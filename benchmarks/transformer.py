@@ -708,10 +708,40 @@ def parse_common(name, description, argv, rounds_help="default 3; 1 with --quick
     return args, settings
 
 
-def worst(d):
-    """(name, value) of the largest value of a dict."""
-    name = max(d, key=d.get)
-    return name, d[name]
+def begin(import_libs, snapshot, threads, repeats, rounds, quick, rounds_note=""):
+    """Import the libraries (the calling benchmark's import_libs, which sets
+    this module's too) and print what runs; returns (impls, parent_threads,
+    load, t_start) for the rest of the run and finish()."""
+    import_libs(snapshot)
+    parent_threads = common._parent_threads()
+    impls = ["attnc"] + (["torch"] if torch is not None else [])
+    t_start = time.perf_counter()
+    load = common._load_start()
+    print(f"attnc {getattr(attnc, '__version__', '?')} (BLAS: {attnc.blas_info()}), "
+          f"torch {torch.__version__ if torch is not None else '(not installed)'}, numpy {np.__version__}; "
+          f"float32, {threads} threads for attnc and torch, {repeats} samples per case in {rounds} "
+          f"round(s){rounds_note}, medians{' (quick)' if quick else ''}")
+    return impls, parent_threads, load, t_start
+
+
+def forked_check(job, errors, label, *args):
+    """job(*args) in a forked child: its result, or {"error": ...} (also added to errors)."""
+    chk = common.run_forked(job, *args)
+    if not chk["ok"]:
+        errors.append(f"{label}: {chk['error']}")
+    return chk["result"] if chk["ok"] else {"error": chk["error"]}
+
+
+def checked_worst(rel, label, tolerance, failed_checks):
+    """The worst (name, relative difference) of a case's check, recorded in
+    failed_checks when it exceeds tolerance; None without a check."""
+    if not rel:
+        return None
+    name = max(rel, key=rel.get)
+    w = (name, rel[name])
+    if not w[1] <= tolerance:
+        failed_checks.append(f"{label}: attnc and torch differ by {w[1]:.3g} ({w[0]})")
+    return w
 
 
 def main(argv=None):
@@ -724,17 +754,9 @@ def main(argv=None):
     enc = QUICK_ENCODER if quick else ENCODER
     dec = QUICK_DECODER if quick else DECODER
 
-    _import_libs(snapshot=not args.no_snapshot)
-    parent_threads = common._parent_threads()
-    impls = ["attnc"] + (["torch"] if torch is not None else [])
     errors, failed_checks = [], []
-    t_start = time.perf_counter()
-    load = common._load_start()
-
-    print(f"attnc {getattr(attnc, '__version__', '?')} (BLAS: {attnc.blas_info()}), "
-          f"torch {torch.__version__ if torch is not None else '(not installed)'}, numpy {np.__version__}; "
-          f"float32, {threads} threads for attnc and torch, {repeats} samples per case in {rounds} "
-          f"round(s) ({dec_rounds} for decoding), medians{' (quick)' if quick else ''}")
+    impls, parent_threads, load, t_start = begin(_import_libs, not args.no_snapshot, threads, repeats, rounds,
+                                                 quick, f" ({dec_rounds} for decoding)")
     result = {"benchmark": "transformer layers and greedy decoding, attnc vs torch",
               "config": {"threads": threads, "quick": quick, "repeats": repeats, "rounds": rounds,
                          "decode_rounds": dec_rounds,
@@ -767,10 +789,7 @@ def main(argv=None):
         fl = encoder_flops(enc)
         print(f"\n== 1. encoder layer forward, eval: B={enc['B']} L={enc['L']} d={enc['d']} "
               f"heads={enc['H']} ff={enc['ff']}, {fl / 1e9:.1f} GFLOP ==")
-        chk = common.run_forked(job_check_encoder, enc, threads)
-        check = chk["result"] if chk["ok"] else {"error": chk["error"]}
-        if not chk["ok"]:
-            errors.append(f"encoder check: {chk['error']}")
+        check = forked_check(job_check_encoder, errors, "encoder check", enc, threads)
         got = measure("encoder_forward", (enc,), impls, threads, repeats, rounds, min_sample_s,
                       warmup_s, errors, "encoder forward")
         head = (f"{'impl':<7}{'median ms':>10}{'min ms':>9}{'max ms':>9}{'GFLOP/s':>9}"
@@ -845,8 +864,7 @@ def main(argv=None):
             print("attnc: not available (attnc.nn.TransformerEncoderLayer)")
         check = result.get("encoder_forward", {}).get("check")
         if check is None:  # section 1 skipped
-            chk = common.run_forked(job_check_encoder, enc, threads)
-            check = chk["result"] if chk["ok"] else {"error": chk["error"]}
+            check = forked_check(job_check_encoder, errors, "encoder check", enc, threads)
         if "train_rel_diff" in check:
             rel = check["train_rel_diff"]
             worst = max(rel, key=rel.get)
@@ -866,10 +884,7 @@ def main(argv=None):
         print(f"\n== 3. greedy decoding: encoder-decoder d={dec['d']} heads={dec['H']} "
               f"layers={dec['layers']}+{dec['layers']} ff={dec['ff']} vocab={dec['V']}, source length "
               f"{dec['S']}, {dec['new']} new tokens (tokens/s, median) ==")
-        chk = common.run_forked(job_check_decode, dec, threads)
-        check = chk["result"] if chk["ok"] else {"error": chk["error"]}
-        if not chk["ok"]:
-            errors.append(f"decode check: {chk['error']}")
+        check = forked_check(job_check_decode, errors, "decode check", dec, threads)
         head = (f"{'batch':<6}{'attnc tok/s':>12}{'torch tok/s':>12}{'attnc ms':>9}{'torch ms':>9}"
                 f"{'speed-up':>9}{'per round':>13}  target")
         print(head)
