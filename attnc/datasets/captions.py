@@ -56,7 +56,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .sequences import _CHUNK, IGNORE_INDEX, _batches, _check_int
+from .sequences import _CHUNK, IGNORE_INDEX, _batches, _check_int, _exact_match
 from .vocab import Vocab, teacher_forcing_arrays
 
 GRID = 3
@@ -331,13 +331,8 @@ class CaptionsTask:
 
     def exact_match(self, predictions) -> np.ndarray:
         """(n,) bool: prediction i equals caption i. predictions: (n, T) ids
-        (decoded up to the first EOS) or n strings."""
-        if isinstance(predictions, np.ndarray) and predictions.dtype.kind in "iu":
-            predictions = self.decode(predictions)
-        predictions = list(predictions)
-        if len(predictions) != len(self):
-            raise ValueError(f"{len(predictions)} predictions for {len(self)} images")
-        return np.array([" ".join(p.split()) == t for p, t in zip(predictions, self.captions)], dtype=bool)
+        (decoded up to the first EOS) or n strings, compared word by word."""
+        return _exact_match(self, predictions, self.captions, "images", lambda p: " ".join(p.split()))
 
     def __repr__(self):
         two = int((self.num_objects == 2).sum())

@@ -53,7 +53,7 @@ import hashlib
 
 import numpy as np
 
-from .sequences import _CHUNK, _batches, _check_int
+from .sequences import _CHUNK, _batches, _check_int, _exact_match
 from .vocab import TextBatch, Vocab, teacher_forcing_arrays
 
 MAX_INPUT_LEN = 30
@@ -202,12 +202,7 @@ class DatesTask:
     def exact_match(self, predictions) -> np.ndarray:
         """(n,) bool: prediction i equals target i. predictions: (n, T) ids
         (decoded up to the first EOS) or n strings."""
-        if isinstance(predictions, np.ndarray) and predictions.dtype.kind in "iu":
-            predictions = self.decode(predictions)
-        predictions = list(predictions)
-        if len(predictions) != len(self):
-            raise ValueError(f"{len(predictions)} predictions for {len(self)} dates")
-        return np.array([p == t for p, t in zip(predictions, self.targets)], dtype=bool)
+        return _exact_match(self, predictions, self.targets, "dates")
 
     def accuracy_by(self, correct, by: str = "length") -> dict:
         """{input length (by="length") or format name (by="format"): fraction

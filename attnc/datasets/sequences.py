@@ -48,6 +48,17 @@ def _batches(task, batch_size, shuffle, seed, drop_last=False):
         yield task.batch(order[start : start + batch_size])
 
 
+def _exact_match(task, predictions, references, what, normalise=lambda p: p):
+    """(n,) bool: prediction i (normalised) equals references[i]. predictions:
+    (n, T) ids (decoded by task.decode, up to the first EOS) or n strings."""
+    if isinstance(predictions, np.ndarray) and predictions.dtype.kind in "iu":
+        predictions = task.decode(predictions)
+    predictions = list(predictions)
+    if len(predictions) != len(task):
+        raise ValueError(f"{len(predictions)} predictions for {len(task)} {what}")
+    return np.array([normalise(p) == t for p, t in zip(predictions, references)], dtype=bool)
+
+
 def _sequence_keys(tokens: np.ndarray, lengths: np.ndarray, vocab: int):
     """One hashable key per row (rows padded after their length): int64 when
     the base-(vocab + 1) number fits, else bytes."""

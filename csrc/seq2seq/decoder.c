@@ -68,6 +68,27 @@ static attnc_status need(const attnc_tensor *t, const char *name, attnc_dtype dt
     return ATTNC_OK;
 }
 
+/* What follows from the kind and the sizes H, He and E: the Luong and
+ * additive flags, the feed Fin, the LSTM input U, the features F. */
+static void kind_sizes(s2s_run *x) {
+    x->luong = x->kind >= ATTNC_S2S_DOT;
+    x->additive = x->kind == ATTNC_S2S_BAHDANAU || x->kind == ATTNC_S2S_CONCAT;
+    x->Fin = x->luong ? x->H : x->He;
+    x->U = x->E + x->Fin + x->H;
+    x->F = x->luong || x->kind == ATTNC_S2S_NONE ? x->H : x->H + x->He;
+}
+
+/* The width of the projected keys: A (additive), H (general, local), 0. */
+static int64_t key_width(const s2s_run *x) {
+    bool general = x->kind == ATTNC_S2S_GENERAL || x->kind == ATTNC_S2S_LOCAL_M || x->kind == ATTNC_S2S_LOCAL_P;
+    return x->additive ? x->A : general ? x->H : 0;
+}
+
+/* Elements of the saved buffer: the keys, then slots -1 .. T - 1. */
+static int64_t saved_elements(const s2s_run *x, int64_t T) {
+    return x->B * x->S * x->Kw + (T + 1) * s2s_slot_size(x);
+}
+
 static attnc_status check_attention(s2s_run *x, const attnc_s2s_weights *w) {
     attnc_dtype dt = x->dt;
     if (x->additive) {
@@ -75,7 +96,6 @@ static attnc_status check_attention(s2s_run *x, const attnc_s2s_weights *w) {
         x->A = w->query_weight.shape[0];
         TRY(need(&w->key_weight, "key_weight", dt, 2, x->A, x->He));
         TRY(need(&w->v, "v", dt, 1, x->A, 0));
-        x->Kw = x->A;
     } else if (x->kind == ATTNC_S2S_DOT) {
         if (x->He != x->H)
             return attnc_fail(ATTNC_ERR_VALUE, "luong-dot needs the memory width (%lld) to equal the hidden size (%lld)",
@@ -89,7 +109,6 @@ static attnc_status check_attention(s2s_run *x, const attnc_s2s_weights *w) {
                               (long long)x->Smax, (long long)x->S);
     } else if (x->kind != ATTNC_S2S_NONE) { /* general, local-m, local-p */
         TRY(need(&w->weight, "weight", dt, 2, x->H, x->He));
-        x->Kw = x->H;
     }
     if (x->kind == ATTNC_S2S_LOCAL_P) {
         TRY(need(&w->position_weight, "position_weight", dt, 2, -1, x->H));
@@ -107,8 +126,6 @@ attnc_status s2s_setup(s2s_run *x, const attnc_s2s_weights *w, const attnc_s2s_c
     if (cfg->attention < ATTNC_S2S_NONE || cfg->attention > ATTNC_S2S_LOCAL_P)
         return attnc_fail(ATTNC_ERR_VALUE, "unknown attention kind %d", (int)cfg->attention);
     x->kind = cfg->attention;
-    x->luong = x->kind >= ATTNC_S2S_DOT;
-    x->additive = x->kind == ATTNC_S2S_BAHDANAU || x->kind == ATTNC_S2S_CONCAT;
     x->window = cfg->window;
     bool local = x->kind == ATTNC_S2S_LOCAL_M || x->kind == ATTNC_S2S_LOCAL_P;
     if (local && !(cfg->window >= (x->kind == ATTNC_S2S_LOCAL_P ? 1 : 0)))
@@ -141,9 +158,7 @@ attnc_status s2s_setup(s2s_run *x, const attnc_s2s_weights *w, const attnc_s2s_c
     if (w->weight_hh.shape[0] != 4 * x->H)
         return attnc_fail(ATTNC_ERR_VALUE, "weight_hh has shape (%lld, %lld); it needs (4 H, H)",
                           (long long)w->weight_hh.shape[0], (long long)x->H);
-    x->Fin = x->luong ? x->H : x->He;
-    x->U = x->E + x->Fin + x->H;
-    x->F = x->luong || x->kind == ATTNC_S2S_NONE ? x->H : x->H + x->He;
+    kind_sizes(x);
     TRY(need(&w->weight_ih, "weight_ih", x->dt, 2, 4 * x->H, x->E + x->Fin));
     TRY(need(&w->bias_ih, "bias_ih", x->dt, 1, 4 * x->H, 0));
     TRY(need(&w->bias_hh, "bias_hh", x->dt, 1, 4 * x->H, 0));
@@ -151,6 +166,7 @@ attnc_status s2s_setup(s2s_run *x, const attnc_s2s_weights *w, const attnc_s2s_c
     TRY(need(&w->bridge_bias, "bridge_bias", x->dt, 1, x->H, 0));
     x->Smax = x->S;
     TRY(check_attention(x, w));
+    x->Kw = key_width(x);
     if (attnc_present(&w->out_weight)) {
         TRY(need(&w->out_weight, "out_weight", x->dt, 2, x->Vt, x->F));
         TRY(need(&w->out_bias, "out_bias", x->dt, 1, x->Vt, 0));
@@ -170,23 +186,11 @@ attnc_status s2s_setup(s2s_run *x, const attnc_s2s_weights *w, const attnc_s2s_c
     x->out_b = w->out_bias.data;
     x->memory = memory->data;
     x->final = final->data;
-    x->has_keys = x->Kw > 0;
     x->R = x->B;
     return ATTNC_OK;
 }
 
 /* ---- shared buffers --------------------------------------------------------- */
-
-double s2s_get(const void *p, attnc_dtype dt, int64_t i) {
-    return dt == ATTNC_FLOAT32 ? (double)((const float *)p)[i] : ((const double *)p)[i];
-}
-
-void s2s_put(void *p, attnc_dtype dt, int64_t i, double v) {
-    if (dt == ATTNC_FLOAT32)
-        ((float *)p)[i] = (float)v;
-    else
-        ((double *)p)[i] = v;
-}
 
 /* x->wcat = [W_ih | W_hh] (4H, U) and x->bsum = b_ih + b_hh (4H). */
 static attnc_status pack_weights(s2s_run *x, const attnc_s2s_weights *w) {
@@ -198,18 +202,21 @@ static attnc_status pack_weights(s2s_run *x, const attnc_s2s_weights *w) {
                (size_t)in * x->es);
         memcpy((char *)x->wcat + (size_t)(g * x->U + in) * x->es,
                (const char *)w->weight_hh.data + (size_t)(g * x->H) * x->es, (size_t)x->H * x->es);
-        s2s_put(x->bsum, x->dt, g, s2s_get(w->bias_ih.data, x->dt, g) + s2s_get(w->bias_hh.data, x->dt, g));
+        if (x->dt == ATTNC_FLOAT32)
+            ((float *)x->bsum)[g] = ((const float *)w->bias_ih.data)[g] + ((const float *)w->bias_hh.data)[g];
+        else
+            ((double *)x->bsum)[g] = ((const double *)w->bias_ih.data)[g] + ((const double *)w->bias_hh.data)[g];
     }
     return ATTNC_OK;
 }
 
 attnc_status s2s_prepare(s2s_run *x, const attnc_s2s_weights *w, void *keys_buf) {
     attnc_status st = pack_weights(x, w);
-    if (st == ATTNC_OK && x->has_keys) {
+    if (st == ATTNC_OK && x->Kw > 0) {
         x->keys = keys_buf;
         if (!keys_buf) st = attnc_calloc(&x->keys, (size_t)(x->B * x->S * x->Kw), x->es, "attention keys");
     }
-    if (st == ATTNC_OK && x->has_keys) { /* keys (B S, Kw) = memory (B S, He) W^T */
+    if (st == ATTNC_OK && x->Kw > 0) { /* keys (B S, Kw) = memory (B S, He) W^T */
         int64_t shape[2] = {x->B * x->S, x->He}, kshape[2] = {x->B * x->S, x->Kw};
         attnc_tensor mem = attnc_view((void *)x->memory, x->dt, 2, shape), keys = attnc_view(x->keys, x->dt, 2, kshape);
         st = attnc_linear_forward(&keys, &mem, x->additive ? &w->key_weight : &w->weight, NULL);
@@ -234,19 +241,16 @@ int64_t attnc_s2s_saved_size(const attnc_s2s_config *cfg, const attnc_s2s_weight
         return -1;
     s2s_run x = {.kind = cfg->attention, .B = B, .S = S, .R = B, .H = w->weight_hh.shape[1],
                  .He = w->bridge_weight.shape[1], .E = attnc_present(&w->embedding) ? w->embedding.shape[1] : 0};
-    x.luong = x.kind >= ATTNC_S2S_DOT;
-    x.additive = x.kind == ATTNC_S2S_BAHDANAU || x.kind == ATTNC_S2S_CONCAT;
-    x.Fin = x.luong ? x.H : x.He;
-    x.U = x.E + x.Fin + x.H;
-    const attnc_tensor *a = x.additive ? &w->query_weight : &w->position_weight;
+    bool additive = x.kind == ATTNC_S2S_BAHDANAU || x.kind == ATTNC_S2S_CONCAT;
+    const attnc_tensor *a = additive ? &w->query_weight : &w->position_weight;
     x.A = attnc_present(a) && a->ndim == 2 ? a->shape[0] : 0;
-    x.Kw = x.additive ? x.A : (x.kind == ATTNC_S2S_GENERAL || x.kind == ATTNC_S2S_LOCAL_M ||
-                               x.kind == ATTNC_S2S_LOCAL_P) ? x.H : 0;
-    return B * S * x.Kw + (T + 1) * s2s_slot_size(&x);
+    kind_sizes(&x);
+    x.Kw = key_width(&x);
+    return saved_elements(&x, T);
 }
 
 static attnc_status check_saved(const s2s_run *x, const attnc_tensor *saved, int64_t T) {
-    int64_t want = x->B * x->S * x->Kw + (T + 1) * s2s_slot_size(x);
+    int64_t want = saved_elements(x, T);
     TRY(need(saved, "saved", x->dt, 1, -1, 0));
     if (saved->shape[0] != want)
         return attnc_fail(ATTNC_ERR_VALUE, "saved has %lld elements; the decoder needs %lld",
@@ -440,7 +444,7 @@ static void weight_grads(const s2s_run *x, const s2s_bufs *b, attnc_s2s_weights 
         if (attnc_present(&g->position_v)) sum_rows(x, g->position_v.data, b->dvp, B, x->A);
     }
     const attnc_tensor *gk = x->additive ? &g->key_weight : &g->weight;
-    if (x->has_keys && attnc_present(gk)) /* keys = memory W^T */
+    if (x->Kw > 0 && attnc_present(gk)) /* keys = memory W^T */
         wgrad(x, gk->data, b->dkeys, x->Kw, x->He, B * x->S, 1, 0, x->memory, 0, x->He);
     if (attnc_present(&g->bridge_weight)) wgrad(x, g->bridge_weight.data, b->dstart, H, x->He, B, 1, 0, x->final, 0, x->He);
     if (attnc_present(&g->bridge_bias)) sum_rows(x, g->bridge_bias.data, b->dstart, B, H);
@@ -483,7 +487,7 @@ attnc_status attnc_s2s_backward(attnc_tensor *dmemory, attnc_tensor *dfinal, att
     }
     if (st == ATTNC_OK) {
         weight_grads(&x, &b, grads, slots, slot_size, fed->data);
-        if (x.has_keys && x.B > 0) { /* keys = memory W^T: dmemory += dkeys W */
+        if (x.Kw > 0 && x.B > 0) { /* keys = memory W^T: dmemory += dkeys W */
             int64_t n = x.B * x.S;
             attnc_mat dk = {b.dkeys, n, x.Kw, x.Kw, 1}, w = {(void *)(x.additive ? x.wkey : x.watt), x.Kw, x.He, x.He, 1},
                       dm = {b.dmem, n, x.He, x.He, 1};

@@ -22,7 +22,7 @@ typedef struct {
     size_t es;
     int64_t B, S, T, E, H, He, A, Fin, F, U, Vt, Smax, Kw; /* U = E + Fin + H; Kw: key width */
     double window;
-    bool luong, additive, has_keys;
+    bool luong, additive;
     const void *emb, *wq, *wkey, *v, *watt, *batt, *wp, *vp, *comb, *bridge_w, *bridge_b, *out_w, *out_b;
     const void *memory, *final; /* (B, S, He), (B, He) */
     const int64_t *len;         /* (B)                  */
@@ -75,9 +75,5 @@ attnc_status s2s_setup(s2s_run *x, const attnc_s2s_weights *w, const attnc_s2s_c
  * when not NULL, else allocated); s2s_release frees what was allocated. */
 attnc_status s2s_prepare(s2s_run *x, const attnc_s2s_weights *w, void *keys_buf);
 void s2s_release(s2s_run *x, bool keys_owned);
-
-/* Element i of a float array of dtype dt, as a double; and back. */
-double s2s_get(const void *p, attnc_dtype dt, int64_t i);
-void s2s_put(void *p, attnc_dtype dt, int64_t i, double v);
 
 #endif

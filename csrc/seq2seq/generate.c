@@ -21,7 +21,8 @@ typedef struct {
     void *slot_mem[2];     /* two slots: the step reads one, writes the other */
     s2s_slot slot[2], *cur;
     void *feat, *logits;   /* (R, F), (R, Vt)                            */
-    void *trace;           /* (R, S): this step's alignments (0 for "none") */
+    void *trace;           /* (R, S): this step's alignments (0 for "none"), when asked for */
+    bool want_trace;
     void *gather;          /* (R, H)                                     */
     void *scratch;         /* per worker                                 */
     int workers;
@@ -54,7 +55,7 @@ static attnc_status search_step(void *ctx, const int64_t *tok, int64_t s) {
     g->s = s;
     g->cur = &g->slot[(s + 1) % 2];
     attnc_parallel_for((x->R + S2S_ROWS - 1) / S2S_ROWS, g->workers, step_task, g);
-    if (g->cur->alpha) memcpy(g->trace, g->cur->alpha, (size_t)(x->R * x->S) * x->es);
+    if (g->trace && g->cur->alpha) memcpy(g->trace, g->cur->alpha, (size_t)(x->R * x->S) * x->es);
     int64_t fs[2] = {x->R, x->F}, ls[2] = {x->R, x->Vt}, ws[2] = {x->Vt, x->F}, bs[1] = {x->Vt};
     attnc_tensor feat = attnc_view(g->feat, x->dt, 2, fs), logits = attnc_view(g->logits, x->dt, 2, ls);
     attnc_tensor w = attnc_view((void *)x->out_w, x->dt, 2, ws), b = attnc_view((void *)x->out_b, x->dt, 1, bs);
@@ -90,7 +91,7 @@ static attnc_status alloc_gen(gen_run *g) {
                 {&g->slot_mem[1], slot, x->es},
                 {&g->feat, R * x->F, x->es},
                 {&g->logits, R * x->Vt, x->es},
-                {&g->trace, R * x->S, x->es},
+                {&g->trace, g->want_trace ? R * x->S : 0, x->es},
                 {&g->gather, R * x->H, x->es},
                 {&g->scratch, g->workers * s2s_scratch_size(x), x->es}};
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
@@ -132,6 +133,7 @@ attnc_status attnc_s2s_generate(attnc_tensor *tokens, attnc_tensor *out_lengths,
     if (attnc_present(alignments)) {
         int64_t bts[3] = {x->B, g.Tmax, x->S};
         TRY(attnc_check_dims(alignments, "alignments", x->dt, 3, bts, true));
+        g.want_trace = true;
     }
     if (x->B == 0 || g.Tmax == 0) {
         memset(out_lengths->data, 0, (size_t)x->B * sizeof(int64_t));
@@ -148,7 +150,7 @@ attnc_status attnc_s2s_generate(attnc_tensor *tokens, attnc_tensor *out_lengths,
                                 .step = search_step, .reorder = search_reorder, .trace = g.trace,
                                 .trace_bytes = x->S * (int64_t)x->es};
         attnc_search_io io = {.out = tokens->data, .lengths = out_lengths->data, .T = g.Tmax, .eos = eos,
-                              .alpha = length_penalty, .trace = attnc_present(alignments) ? alignments->data : NULL};
+                              .alpha = length_penalty, .trace = g.want_trace ? alignments->data : NULL};
         st = attnc_search(&m, &io);
         s2s_release(x, true);
     }
