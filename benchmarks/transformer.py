@@ -514,15 +514,20 @@ def job_time(kind, impl, args, threads, n_samples, min_sample_s, warmup_s, memor
         del out
         common._trim()
     inner = max(1, min(1000, math.ceil(min_sample_s / max(t_call, 1e-7))))
+    res["samples_s"] = _samples(fn, inner, n_samples)
+    res["calls_per_sample"] = inner
+    return res
+
+
+def _samples(fn, inner, n_samples):
+    """n_samples times per call of fn, each the mean over inner calls."""
     samples = []
     for _ in range(n_samples):
         t0 = time.perf_counter()
         for _ in range(inner):
             fn()
         samples.append((time.perf_counter() - t0) / inner)
-    res["samples_s"] = samples
-    res["calls_per_sample"] = inner
-    return res
+    return samples
 
 
 def job_sgemm(lib, shapes, threads, n_samples):
@@ -545,12 +550,7 @@ def job_sgemm(lib, shapes, threads, n_samples):
         t0 = time.perf_counter()
         fn()
         inner = max(1, math.ceil(0.05 / max(time.perf_counter() - t0, 1e-7)))
-        samples = []
-        for _ in range(n_samples):
-            t0 = time.perf_counter()
-            for _ in range(inner):
-                fn()
-            samples.append((time.perf_counter() - t0) / inner)
+        samples = _samples(fn, inner, n_samples)
         fl = 2.0 * m * k * n
         out[f"{lib} {m}x{k}x{n}"] = {
             "lib": lib, "shape": [m, k, n], "gflops_best": fl / min(samples) / 1e9,

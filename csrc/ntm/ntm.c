@@ -157,13 +157,19 @@ static attnc_status weights_dims(ntm_dims *d, const attnc_tensor *w, const char 
     return ATTNC_OK;
 }
 
+static attnc_status interp_dims(ntm_dims *d, const attnc_tensor *w_content, const attnc_tensor *w_prev,
+                                const attnc_tensor *g) {
+    TRY(weights_dims(d, w_content, "w_content"));
+    int64_t n = d->N;
+    TRY(bhx(d, w_prev, "w_prev", &n));
+    return bh(d, g, "g");
+}
+
 attnc_status attnc_ntm_interpolate_forward(attnc_tensor *w, const attnc_tensor *w_content,
                                            const attnc_tensor *w_prev, const attnc_tensor *g) {
     ntm_dims d = {0};
-    TRY(weights_dims(&d, w_content, "w_content"));
+    TRY(interp_dims(&d, w_content, w_prev, g));
     int64_t n = d.N;
-    TRY(bhx(&d, w_prev, "w_prev", &n));
-    TRY(bh(&d, g, "g"));
     TRY(bhx(&d, w, "w", &n));
     const attnc_tensor *O[] = {w}, *I[] = {w_content, w_prev, g};
     WORKERS(d.B * d.H * d.N);
@@ -176,10 +182,8 @@ attnc_status attnc_ntm_interpolate_backward(attnc_tensor *dw_content, attnc_tens
                                             const attnc_tensor *w_content,
                                             const attnc_tensor *w_prev, const attnc_tensor *g) {
     ntm_dims d = {0};
-    TRY(weights_dims(&d, w_content, "w_content"));
+    TRY(interp_dims(&d, w_content, w_prev, g));
     int64_t n = d.N;
-    TRY(bhx(&d, w_prev, "w_prev", &n));
-    TRY(bh(&d, g, "g"));
     TRY(bhx(&d, dw, "dw", &n));
     TRY(bhx(&d, dw_content, "dw_content", &n));
     TRY(bhx(&d, dw_prev, "dw_prev", &n));
