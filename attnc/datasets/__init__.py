@@ -2,6 +2,13 @@
 
 from .captions import CaptionBatch, CaptionsTask, caption_of, caption_split, captions
 from .dates import DatesTask, date_split, dates, format_date
+from .ntm_tasks import (
+    AssociativeRecallTask,
+    CopyTask,
+    NTMBatch,
+    RepeatCopyTask,
+    bits_per_sequence,
+)
 from .sequences import (
     IGNORE_INDEX,
     ReverseTask,
@@ -16,17 +23,22 @@ from .sequences import (
 from .vocab import Padded, TeacherForcing, TextBatch, Vocab
 
 __all__ = [
+    "AssociativeRecallTask",
     "CaptionBatch",
     "CaptionsTask",
+    "CopyTask",
     "DatesTask",
     "IGNORE_INDEX",
+    "NTMBatch",
     "Padded",
+    "RepeatCopyTask",
     "ReverseTask",
     "Seq2SeqBatch",
     "SortTask",
     "TeacherForcing",
     "TextBatch",
     "Vocab",
+    "bits_per_sequence",
     "caption_of",
     "caption_split",
     "captions",
