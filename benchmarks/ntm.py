@@ -1,0 +1,306 @@
+"""Neural Turing Machine training sequence: attnc.models.NTM against the same NTM in PyTorch (CPU).
+
+    python benchmarks/ntm.py                  # full run, a minute or two
+    python benchmarks/ntm.py --quick          # tiny sizes, seconds (the CI smoke test)
+    python benchmarks/ntm.py --threads 1 --repeats 15 --json out.json
+
+What is timed (float32): one training sequence of the copy task, forward and
+backward through time with the gradient of every parameter, the issue's model
+(LSTM controller of 100 units, memory 128 x 20, 1 read and 1 write head, 3
+shifts, constant initial memory, head parameters clipped to ±20), input 9
+(8 bits and a delimiter), output 8, sequence length 20 so T = 41 steps, the
+same weights on both sides:
+  rows:
+    copy, B=1     one sequence, the case of the issue's target
+    copy, B=16    16 sequences of the same length (information only)
+  attnc  loss, grads = model.loss_and_grad(batch), model =
+         attnc.models.NTM(9, 8, "lstm", 100, 128, 20, 1, 1, 3), batch an
+         attnc.datasets.CopyTask(bits=8) batch (inputs, targets, mask)
+  torch  the same model as torch modules: tests/reference/ntm_torch.py's
+         TorchNTM (nn.LSTMCell controller, nn.Linear heads and output, the
+         addressing, reads and writes in torch operations batched over rows and
+         heads, a Python loop over the 41 steps), then
+         F.binary_cross_entropy_with_logits over the scored steps and
+         loss.backward(), every parameter's gradient reset to None before the
+         step, as zero_grad does. Inputs are torch tensors made once, outside
+         the timed step.
+A check process compares attnc with torch on every row: the loss, every
+parameter's gradient, the logits and the read and write weights of every
+step; largest |attnc - torch| over max |torch| of each must be <= 1e-4.
+
+Process model, output and statistics are those of benchmarks/transformer.py,
+whose helpers (and through them benchmarks/attention.py's) this file reuses:
+attnc imported from a private copy of its package (unless --no-snapshot),
+this process single-threaded, one forked child per (case, implementation,
+round) at --threads threads (default: the machine's cores), rounds alternating
+which implementation goes first, medians over all samples of all rounds,
+"speed-up" = torch's median time / attnc's (> 1: attnc is faster), "per round"
+the range of that ratio over the rounds' own medians, and a warning when other
+processes kept the machine busy.
+
+When attnc has no NTM yet, its column reads "not available" and the run goes
+on. The exit status is 1 when a correctness check fails or a child errs, not
+when a target is missed.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+if str(HERE) not in sys.path:
+    sys.path.insert(0, str(HERE))
+# The checkout this file lives in, when it is built, before an installed attnc: an editable
+# install of another checkout (or worktree) would otherwise be the one measured.
+if any((REPO / "attnc").glob("_core*")) and str(REPO) not in sys.path:
+    sys.path.insert(1, str(REPO))
+
+import transformer as tf  # benchmarks/transformer.py: timing, formatting, weights
+
+_f, _ok, _range, _rel, _verdict = tf._f, tf._ok, tf._range, tf._rel, tf._verdict
+_round_speedups, _speedup, _status = tf._round_speedups, tf._speedup, tf._status
+
+common = tf.common  # benchmarks/attention.py: imports, forking, memory, load
+
+np = torch = attnc = ref = None  # set by _import_libs(), after the thread count is known
+
+# L sequence length (T = 2L + 1), bits (I = bits + 1, O = bits), C controller, N x M memory,
+# R read and W write heads, K shifts
+SIZES = {"L": 20, "bits": 8, "C": 100, "N": 128, "M": 20, "R": 1, "W": 1, "K": 3}
+QUICK_SIZES = {"L": 3, "bits": 4, "C": 8, "N": 8, "M": 4, "R": 1, "W": 1, "K": 3}
+# (label, batch, target key)
+CASES = (("copy, B=1", 1, "ntm_train"), ("copy, B=16", 16, None))
+TARGETS = {"ntm_train": 10.0}
+TOLERANCE = 1e-4
+CONTROLLER, MEMORY_INIT, CLIP = "lstm", "constant", 20.0
+SEED = tf.SEED
+
+
+# --------------------------------------------------------------------------- libraries
+def _import_libs(snapshot):
+    global np, torch, attnc, ref
+    tf._import_libs(snapshot)
+    np, torch, attnc = tf.np, tf.torch, tf.attnc
+    for name in ("attnc.models", "attnc.datasets"):
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            pass
+    if torch is not None:  # the torch model: the tests' reference module
+        sys.path.insert(0, str(REPO / "tests" / "reference"))
+        import ntm_torch
+
+        ref = ntm_torch
+
+
+def have_ntm():
+    return hasattr(getattr(getattr(attnc, "models", None), "NTM", None), "loss_and_grad")
+
+
+# --------------------------------------------------------------------------- cases
+def make_cases(sizes):
+    return [{"label": label, "B": B, "target": target, "T": 2 * sizes["L"] + 1, "I": sizes["bits"] + 1,
+             "O": sizes["bits"], **sizes} for label, B, target in CASES]
+
+
+def shapes(case):
+    """{state_dict key: shape}, as the spec lays the model out."""
+    return ref.state_shapes(case["I"], case["O"], CONTROLLER, case["C"], case["N"], case["M"], case["R"], case["W"],
+                            case["K"], MEMORY_INIT)
+
+
+def state(case):
+    """float32 weights (matrices U(±1/sqrt(fan_in)), biases U(±0.1), read_init N(0, 0.5²),
+    weight_init N(0, 1)), drawn per name, the same for both implementations."""
+    return ref.random_state(shapes(case), seed=SEED, dtype=np.float32)
+
+
+class _Batch:
+    """inputs (B, T, bits+1), targets (B, T, bits), mask (B, T): the copy task's layout."""
+
+    def __init__(self, inputs, targets, mask):
+        self.inputs, self.targets, self.mask = inputs, targets, mask
+
+
+def batch(case, seed=1):
+    """A copy-task batch of one length: attnc.datasets.CopyTask's when it exists, else the
+    same layout drawn here (L bit vectors, a delimiter step, L scored steps)."""
+    B, L, bits = case["B"], case["L"], case["bits"]
+    task = getattr(getattr(attnc, "datasets", None), "CopyTask", None)
+    if task is not None:
+        return task(bits=bits, min_len=1, max_len=max(L, 1)).batch(B, length=L, seed=seed, dtype=np.float32)
+    rng = np.random.default_rng(seed)
+    seq = rng.integers(0, 2, (B, L, bits)).astype(np.float32)
+    T = 2 * L + 1
+    x = np.zeros((B, T, bits + 1), np.float32)
+    x[:, :L, :bits] = seq
+    x[:, L, bits] = 1
+    y = np.zeros((B, T, bits), np.float32)
+    y[:, L + 1:] = seq
+    mask = np.zeros((B, T), bool)
+    mask[:, L + 1:] = True
+    return _Batch(x, y, mask)
+
+
+def attnc_model(case):
+    if not have_ntm():
+        raise tf.NotAvailable("attnc.models.NTM")
+    m = attnc.models.NTM(case["I"], case["O"], controller=CONTROLLER, controller_size=case["C"],
+                         memory_slots=case["N"], memory_width=case["M"], read_heads=case["R"],
+                         write_heads=case["W"], shifts=case["K"], memory_init=MEMORY_INIT, clip=CLIP,
+                         dtype=np.float32, seed=SEED)
+    got = {k: tuple(np.shape(v)) for k, v in m.state_dict().items()}
+    want = shapes(case)
+    if got != want:
+        diff = sorted(set(got.items()) ^ set(want.items()))
+        raise ValueError(f"attnc.models.NTM's state dict differs from the spec: {diff}")
+    m.load_state_dict(state(case))
+    return m
+
+
+def torch_model(case):
+    return ref.TorchNTM(state(case), controller=CONTROLLER, read_heads=case["R"], write_heads=case["W"],
+                        shifts=case["K"], memory_init_kind=MEMORY_INIT, clip=CLIP, dtype=torch.float32)
+
+
+def _torch_inputs(b):
+    return torch.from_numpy(b.inputs), torch.from_numpy(b.targets), torch.from_numpy(b.mask)
+
+
+# --------------------------------------------------------------------------- builders
+def build_train(impl, case):
+    b = batch(case)
+    if impl == "torch":
+        m = torch_model(case).train()
+        x, targets, mask = _torch_inputs(b)
+        params = list(m.parameters())
+
+        def step():
+            for p in params:
+                p.grad = None
+            loss = m.loss(x, targets, mask)
+            loss.backward()
+            return loss.detach()
+
+        return step
+    m = attnc_model(case).train()
+    return lambda: m.loss_and_grad(b)
+
+
+# transformer.job_time (which transformer.measure forks) looks its builders up here
+tf.BUILDERS.update({"ntm_train": build_train})
+
+
+# --------------------------------------------------------------------------- check
+def job_check(cases, threads):
+    """Child: for every case, attnc's loss and gradients and its logits and read and
+    write weights against torch's (relative differences)."""
+    common._set_threads(threads, numpy_blas=False)
+    res = {"cases": {}}
+    for case in cases:
+        if not have_ntm():
+            continue
+        b = batch(case)
+        t_m = torch_model(case)
+        a_m = attnc_model(case)
+        x, targets, mask = _torch_inputs(b)
+        t_loss = t_m.loss(x, targets, mask)
+        t_loss.backward()
+        t_grads = {n: p.grad.numpy() for n, p in t_m.named_parameters()}
+        t_loss = float(t_loss.detach())
+        a_loss, a_grads = a_m.loss_and_grad(b)
+        rel = {"loss": abs(float(a_loss) - t_loss) / max(abs(t_loss), 1e-30)}
+        for name, g in t_grads.items():
+            rel["grad " + name] = _rel(a_grads[name], g) if name in a_grads else float("inf")
+        extra = sorted(set(a_grads) - set(t_grads) - {"inputs"})
+        if extra:
+            rel["unexpected gradients " + ", ".join(extra)] = float("inf")
+        with torch.no_grad():
+            t_logits, t_trace = t_m(x, return_trace=True)
+        a_logits, a_trace = a_m(b.inputs, return_trace=True)
+        rel["logits"] = _rel(a_logits, t_logits.numpy())
+        rel["read weights"] = _rel(a_trace.read_weights, t_trace.read_weights.numpy())
+        rel["write weights"] = _rel(a_trace.write_weights, t_trace.write_weights.numpy())
+        res["cases"][case["label"]] = {"loss_attnc": float(a_loss), "loss_torch": t_loss, "rel": rel}
+    return res
+
+
+# --------------------------------------------------------------------------- main
+def main(argv=None):
+    args, st = tf.parse_common("ntm", __doc__.split("\n\n")[0], argv)
+    quick, repeats, rounds, threads = st["quick"], st["repeats"], st["rounds"], st["threads"]
+    json_path, min_sample_s, warmup_s = st["json_path"], st["min_sample_s"], st["warmup_s"]
+    sizes = QUICK_SIZES if quick else SIZES
+
+    errors, failed_checks = [], []
+    impls, parent_threads, load, t_start = tf.begin(_import_libs, not args.no_snapshot, threads, repeats, rounds,
+                                                    quick)
+    cases = make_cases(sizes)
+    c0 = cases[0]
+    print(f"attnc from {common.SNAPSHOT_SRC or Path(attnc.__file__).parent}")
+    print(f"copy task: length {c0['L']} (T = {c0['T']} steps), input {c0['I']}, output {c0['O']}; "
+          f"{CONTROLLER} controller {c0['C']}, memory {c0['N']} x {c0['M']}, {c0['R']} read and {c0['W']} write "
+          f"head(s), {c0['K']} shifts, memory_init {MEMORY_INIT}, clip {CLIP:g}")
+    result = {"benchmark": "NTM training sequence (attnc.models.NTM), attnc vs torch",
+              "config": {"threads": threads, "quick": quick, "repeats": repeats, "rounds": rounds,
+                         "min_sample_s": min_sample_s, "warmup_s": warmup_s, "sizes": sizes,
+                         "batches": [c["B"] for c in cases], "controller": CONTROLLER, "memory_init": MEMORY_INIT,
+                         "clip": CLIP, "targets_speedup": TARGETS, "tolerance_relative": TOLERANCE,
+                         "statistic": "median over samples of all rounds"}}
+    summary = []
+
+    check = {}
+    if torch is not None:
+        check = tf.forked_check(job_check, errors, "check", cases, threads)
+    result["check"] = check
+
+    if torch is not None:
+        print("\n== training sequence: forward + loss + backward of every parameter ==")
+        head = (f"{'case':<14}{'attnc ms':>14}{'torch ms':>9}{'speed-up':>9}{'per round':>11}"
+                f"{'MiB attnc':>10}{'torch':>7}{'check':>10}  target")
+        print(head)
+        print("-" * len(head))
+        rows = []
+        for case in cases:
+            got = tf.measure("ntm_train", (case,), impls, threads, repeats, rounds, min_sample_s, warmup_s,
+                             errors, f"{case['label']} training sequence")
+            a, t = got.get("attnc"), got.get("torch")
+            sp = _speedup(got)
+            rs = _round_speedups(got)
+            rel = check.get("cases", {}).get(case["label"], {}).get("rel")
+            worst = tf.checked_worst(rel, case["label"], TOLERANCE, failed_checks)
+            target = TARGETS.get(case["target"]) if case["target"] else None
+            rows.append({"case": case["label"], "B": case["B"], "T": case["T"], "impl": got, "speedup": sp,
+                         "speedup_per_round": rs,
+                         "check_worst": None if worst is None else {"name": worst[0], "rel": worst[1]}})
+            a_ok, t_ok = _ok(a), _ok(t)
+            print(f"{case['label']:<14}"
+                  f"{(_f(a['median_s'] * 1e3, '{:.2f}', 14) if a_ok else (_status(a) or '-').rjust(14))}"
+                  f"{_f(t['median_s'] * 1e3 if t_ok else None, '{:.2f}', 9)}{_f(sp, '{:.2f}x', 9)}"
+                  f" {_range(rs):>10}"
+                  f"{_f(a.get('peak_increase_mb') if a_ok else None, '{:.1f}', 10)}"
+                  f"{_f(t.get('peak_increase_mb') if t_ok else None, '{:.1f}', 7)}"
+                  f"{_f(worst[1] if worst else None, '{:.1e}', 10)}  {_verdict(sp, target)}")
+            summary.append((f"NTM {case['label']} training", sp, target))
+        result["train"] = {"rows": rows}
+        if not have_ntm():
+            print("attnc: not available (attnc.models.NTM)")
+        print(f"check: largest relative difference from torch (loss, every parameter's gradient, logits, read and "
+              f"write weights), tolerance {TOLERANCE:.0e}")
+    else:
+        print("torch is not installed: nothing to compare")
+
+    # ---- summary
+    elapsed = time.perf_counter() - t_start
+    others = common._load_share(load, elapsed)
+    return tf.finish(result, summary, quick, errors, failed_checks, load, others, elapsed,
+                     {"attnc_ntm": have_ntm(), "parent_threads_at_fork": parent_threads},
+                     json_path, width=30)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
