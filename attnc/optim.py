@@ -19,7 +19,7 @@ import math
 
 import numpy as np
 
-__all__ = ["SGD", "Adam", "AdamW", "LambdaLR", "clip_grad_norm_", "transformer_lr"]
+__all__ = ["SGD", "Adam", "AdamW", "RMSprop", "LambdaLR", "clip_grad_norm_", "clip_grad_value_", "transformer_lr"]
 
 
 def _params(params) -> dict:
@@ -125,6 +125,46 @@ class AdamW(Adam):
         super().__init__(params, lr, betas, eps, weight_decay)
 
 
+class RMSprop(Optimizer):
+    """``torch.optim.RMSprop(params, lr=1e-2, alpha=0.99, eps=1e-8, weight_decay=0, momentum=0, centered=False)``:
+    v ← αv + (1 − α)g², step g / (√v + ε) (centered: √(v − ḡ²) with ḡ the
+    running mean of g), through a momentum buffer when momentum > 0. The
+    optimiser of Graves et al. 2014 and of pytorch-ntm."""
+
+    def __init__(self, params, lr=1e-2, alpha=0.99, eps=1e-8, weight_decay=0.0, momentum=0.0, centered=False):
+        super().__init__(params, lr)
+        if not 0 <= alpha <= 1:
+            raise ValueError(f"alpha must be in [0, 1], got {alpha}")
+        if momentum < 0 or eps < 0:
+            raise ValueError(f"momentum and eps must be >= 0, got {momentum} and {eps}")
+        self.alpha, self.eps, self.weight_decay = float(alpha), float(eps), float(weight_decay)
+        self.momentum, self.centered = float(momentum), bool(centered)
+
+    def _update(self, name, p, g, state):
+        if self.weight_decay:
+            g = g + self.weight_decay * p
+        if not state:
+            state.update(v=np.zeros_like(p), mean=np.zeros_like(p), buf=np.zeros_like(p))
+        a = self.alpha
+        v = state["v"]
+        v *= a
+        v += (1 - a) * g * g
+        if self.centered:
+            mean = state["mean"]
+            mean *= a
+            mean += (1 - a) * g
+            denom = np.sqrt(v - mean * mean) + self.eps
+        else:
+            denom = np.sqrt(v) + self.eps
+        if self.momentum > 0:
+            buf = state["buf"]
+            buf *= self.momentum
+            buf += g / denom
+            p -= self.lr * buf
+        else:
+            p -= self.lr * g / denom
+
+
 def clip_grad_norm_(grads: dict, max_norm: float, params=None) -> float:
     """Scale the gradients in place so that their global L2 norm is at most
     max_norm (as ``torch.nn.utils.clip_grad_norm_``: by max_norm / (norm + 1e-6));
@@ -138,6 +178,18 @@ def clip_grad_norm_(grads: dict, max_norm: float, params=None) -> float:
         for g in arrays:
             g *= coef
     return total
+
+
+def clip_grad_value_(grads: dict, clip_value: float, params=None) -> None:
+    """Clamp every gradient entry to [−clip_value, clip_value] in place (as
+    ``torch.nn.utils.clip_grad_value_``). With params (a Module or dict), only
+    the gradients of parameters; otherwise every array in grads."""
+    if not clip_value > 0:
+        raise ValueError(f"clip_value must be > 0, got {clip_value}")
+    names = list(_params(params)) if params is not None else list(grads)
+    for n in names:
+        if grads.get(n) is not None:
+            np.clip(grads[n], -clip_value, clip_value, out=grads[n])
 
 
 class LambdaLR:

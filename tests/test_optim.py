@@ -16,6 +16,9 @@ CONFIGS = [
     ("Adam", dict(lr=0.01, betas=(0.8, 0.95), eps=1e-6, weight_decay=0.1)),
     ("AdamW", dict(lr=0.01)),
     ("AdamW", dict(lr=0.02, betas=(0.9, 0.98), eps=1e-9, weight_decay=0.3)),
+    ("RMSprop", dict(lr=0.01)),
+    ("RMSprop", dict(lr=1e-3, alpha=0.95, momentum=0.9)),
+    ("RMSprop", dict(lr=1e-3, alpha=0.9, eps=1e-6, weight_decay=0.01, momentum=0.5, centered=True)),
 ]
 
 
@@ -128,3 +131,19 @@ def test_load_rejects_foreign_files(tmp_path):
     np.savez(path, weight=np.zeros(3))
     with pytest.raises(ValueError, match="attnc.save"):
         attnc.load(path)
+
+
+def test_clip_grad_value_matches_torch(rng, torch):
+    grads = {"a": rng.standard_normal((4, 5)) * 3, "b": rng.standard_normal(7) * 3, "other": np.full(3, 9.0)}
+    tg = [torch.tensor(grads["a"]), torch.tensor(grads["b"])]
+    ps = [torch.zeros(4, 5, dtype=torch.float64, requires_grad=True), torch.zeros(7, dtype=torch.float64,
+                                                                                   requires_grad=True)]
+    for p, g in zip(ps, tg):
+        p.grad = g
+    torch.nn.utils.clip_grad_value_(ps, 1.5)
+    attnc.optim.clip_grad_value_(grads, 1.5, {"a": np.zeros((4, 5)), "b": np.zeros(7)})
+    np.testing.assert_array_equal(grads["a"], ps[0].grad.numpy())
+    np.testing.assert_array_equal(grads["b"], ps[1].grad.numpy())
+    np.testing.assert_array_equal(grads["other"], 9.0)  # not a parameter: untouched
+    with pytest.raises(ValueError, match="clip_value"):
+        attnc.optim.clip_grad_value_(grads, 0.0)

@@ -4,6 +4,7 @@
  * cotangent), builds tensor views, and runs the C operation without the GIL. */
 #include "buffers.h"
 
+#include "../ntm/model.h"
 #include "../ntm/ntm.h"
 
 #define NTM_MAX_ARGS 24
@@ -89,6 +90,103 @@ NTM_WRAPPER(ntm_address_backward, 7, address_backward(t), "dkey", "dbeta", "dg",
             "dw_prev", "dmemory", "dw", "dw_c", "dw_g", "dw_t", "key", "beta", "g", "s", "gamma",
             "w_prev", "memory", "w", "w_c", "w_g", "w_t")
 
+/* ---- the NTM model (attnc.models.NTM) ----------------------------------------
+ * Parameters travel as a tuple of 8 arrays (controller w_ih, w_hh, b_ih,
+ * b_hh, heads w, b, output w, b; None for the feedforward controller's
+ * absent w_hh, b_hh), the state as (memory, reads, weights), the config as
+ * (lstm, read_heads, write_heads, clip). */
+
+static const char *const MODEL_PARAMS[8] = {"controller.weight_ih", "controller.weight_hh", "controller.bias_ih",
+                                            "controller.bias_hh",   "heads.weight",         "heads.bias",
+                                            "output.weight",        "output.bias"};
+
+static int parse_config(PyObject *tup, attnc_ntm_config *c) {
+    int lstm;
+    long long r, w;
+    if (!PyArg_ParseTuple(tup, "pLLd;NTM config", &lstm, &r, &w, &c->clip)) return 0;
+    c->lstm = lstm;
+    c->read_heads = r;
+    c->write_heads = w;
+    return 1;
+}
+
+static int parse_params(PyObject *tup, buffers *h, int writable, attnc_ntm_params *p) {
+    attnc_tensor *slots[8] = {&p->w_ih, &p->w_hh, &p->b_ih, &p->b_hh, &p->head_w, &p->head_b, &p->out_w, &p->out_b};
+    if (!PyTuple_Check(tup) || PyTuple_Size(tup) != 8) {
+        PyErr_SetString(PyExc_TypeError, "NTM parameters must be a tuple of 8 arrays");
+        return 0;
+    }
+    for (int i = 0; i < 8; i++)
+        if (!buffers_get(h, PyTuple_GetItem(tup, i), MODEL_PARAMS[i], writable, slots[i])) return 0;
+    return 1;
+}
+
+static int parse_state(PyObject *tup, buffers *h, int writable, attnc_ntm_state *s) {
+    if (!PyTuple_Check(tup) || PyTuple_Size(tup) != 3) {
+        PyErr_SetString(PyExc_TypeError, "the NTM state must be a tuple (memory, reads, weights)");
+        return 0;
+    }
+    return buffers_get(h, PyTuple_GetItem(tup, 0), "memory", writable, &s->memory) &&
+           buffers_get(h, PyTuple_GetItem(tup, 1), "reads", writable, &s->reads) &&
+           buffers_get(h, PyTuple_GetItem(tup, 2), "weights", writable, &s->weights);
+}
+
+/* (B, T, I, C, N, M, P, config) */
+static PyObject *py_ntm_saved_size(PyObject *self, PyObject *args) {
+    (void)self;
+    long long B, T, I, C, N, M, P;
+    PyObject *config;
+    attnc_ntm_config c;
+    if (!PyArg_ParseTuple(args, "LLLLLLLO", &B, &T, &I, &C, &N, &M, &P, &config) || !parse_config(config, &c))
+        return NULL;
+    return PyLong_FromLongLong(attnc_ntm_saved_size(B, T, I, C, N, M, P, &c));
+}
+
+/* (logits, weights, memories, saved, inputs, init, params, config) */
+static PyObject *py_ntm_forward(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *logits, *weights, *memories, *saved, *inputs, *init, *params, *config;
+    if (!PyArg_ParseTuple(args, "OOOOOOOO", &logits, &weights, &memories, &saved, &inputs, &init, &params, &config))
+        return NULL;
+    attnc_ntm_config c;
+    if (!parse_config(config, &c)) return NULL;
+    buffers h = {.count = 0};
+    attnc_ntm_params p;
+    attnc_ntm_state s;
+    attnc_tensor tl, tw, tm, tsv, ti;
+    int ok = parse_params(params, &h, 0, &p) && parse_state(init, &h, 0, &s) &&
+             buffers_get(&h, logits, "logits", 1, &tl) && buffers_get(&h, weights, "weights", 1, &tw) &&
+             buffers_get(&h, memories, "memories", 1, &tm) && buffers_get(&h, saved, "saved", 1, &tsv) &&
+             buffers_get(&h, inputs, "inputs", 0, &ti);
+    if (!ok) return buffers_release(&h), NULL;
+    attnc_status st;
+    ATTNC_NOGIL(st, attnc_ntm_forward(&tl, &tw, &tm, &tsv, &ti, &s, &p, &c));
+    return buffers_finish(&h, st);
+}
+
+/* (grads, dinit, dinputs, dlogits, saved, inputs, init, params, config) */
+static PyObject *py_ntm_backward(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *grads, *dinit, *dinputs, *dlogits, *saved, *inputs, *init, *params, *config;
+    if (!PyArg_ParseTuple(args, "OOOOOOOOO", &grads, &dinit, &dinputs, &dlogits, &saved, &inputs, &init, &params,
+                          &config))
+        return NULL;
+    attnc_ntm_config c;
+    if (!parse_config(config, &c)) return NULL;
+    buffers h = {.count = 0};
+    attnc_ntm_params p, g;
+    attnc_ntm_state s, ds;
+    attnc_tensor tdi, tdl, tsv, ti;
+    int ok = parse_params(params, &h, 0, &p) && parse_params(grads, &h, 1, &g) && parse_state(init, &h, 0, &s) &&
+             parse_state(dinit, &h, 1, &ds) && buffers_get(&h, dinputs, "dinputs", 1, &tdi) &&
+             buffers_get(&h, dlogits, "dlogits", 0, &tdl) && buffers_get(&h, saved, "saved", 0, &tsv) &&
+             buffers_get(&h, inputs, "inputs", 0, &ti);
+    if (!ok) return buffers_release(&h), NULL;
+    attnc_status st;
+    ATTNC_NOGIL(st, attnc_ntm_backward(&g, &ds, &tdi, &tdl, &tsv, &ti, &s, &p, &c));
+    return buffers_finish(&h, st);
+}
+
 #define M(name) {#name, py_##name, METH_VARARGS, NULL}
 PyMethodDef attnc_ntm_methods[] = {M(ntm_content_forward),
                                    M(ntm_content_backward),
@@ -104,4 +202,7 @@ PyMethodDef attnc_ntm_methods[] = {M(ntm_content_forward),
                                    M(ntm_write_backward),
                                    M(ntm_address_forward),
                                    M(ntm_address_backward),
+                                   M(ntm_saved_size),
+                                   M(ntm_forward),
+                                   M(ntm_backward),
                                    {NULL, NULL, 0, NULL}};

@@ -7,30 +7,13 @@
 #include "../attention/common.h"
 #include "../core/blas.h"
 #include "../core/real.h"
+#include "../core/matmul_impl.h"
 #include "../core/sigmoid_impl.h"
 
 /* Row r's array in a slot: base + r * width. */
 #define ROW(base, r, width) ((REAL *)(base) + (r) * (width))
 
 static inline int64_t FN(src)(const s2s_run *x, int64_t r) { return x->src ? x->src[r] : r; }
-
-/* A row-major (rows, cols) matrix at p with row stride rs. */
-static attnc_mat FN(m)(const void *p, int64_t rows, int64_t cols, int64_t rs) {
-    attnc_mat m = {(void *)p, rows, cols, rs, 1};
-    return m;
-}
-
-/* c (n, out) <- a (n, in) w^T + beta c, w (out, in) row-major. */
-static void FN(times_wt)(const void *a, int64_t ars, const void *w, int64_t out, int64_t in, REAL beta, void *c,
-                         int64_t crs, int64_t n) {
-    GEMM(false, true, 1, FN(m)(a, n, in, ars), FN(m)(w, out, in, in), beta, FN(m)(c, n, out, crs));
-}
-
-/* c (n, in) <- a (n, out) w + beta c, w (out, in) row-major. */
-static void FN(times_w)(const void *a, int64_t ars, const void *w, int64_t out, int64_t in, REAL beta, void *c,
-                        int64_t crs, int64_t n) {
-    GEMM(false, false, 1, FN(m)(a, n, out, ars), FN(m)(w, out, in, in), beta, FN(m)(c, n, in, crs));
-}
 
 /* ---- attention of one row --------------------------------------------------- */
 

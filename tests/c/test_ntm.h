@@ -1,5 +1,7 @@
 /* test_ntm.h: C unit tests of csrc/ntm (included by test_core.c): float64
- * central finite differences of address and write, and the shift direction. */
+ * central finite differences of address, write and the whole NTM model,
+ * the shift direction, and the model's refusals. */
+#include "../../csrc/ntm/model.h"
 #include "../../csrc/ntm/ntm.h"
 
 /* sum(out * cot) over n entries. */
@@ -143,8 +145,102 @@ static void test_ntm_shift_direction(void) {
     CHECK(attnc_ntm_shift_forward(&to, &tw, &te) == ATTNC_ERR_VALUE, "even K refused");
 }
 
+/* ---- the model ------------------------------------------------------------------ */
+
+/* B 10 rows (two blocks of the time loop), T 4 steps, I 3, O 2, C 4, N 5, M 3,
+ * one read and one write head, K 3: P = (M + K + 3) + (3M + K + 3) = 24. */
+enum { MB = 10, MT = 4, MI = 3, MO = 2, MC = 4, MN = 5, MM = 3, MP = 24, MZ = MI + MM, MHR = MC + MM };
+
+/* Parameters w_ih, w_hh, b_ih, b_hh, head_w, head_b, out_w, out_b, then
+ * inputs, memory, reads, weights: sizes and shapes. */
+static const int64_t ntm_model_sizes[12] = {4 * MC * MZ, 4 * MC * MC, 4 * MC, 4 * MC, MP * MC, MP, MO * MHR, MO,
+                                            MB * MT * MI, MB * MN * MM, MB * MM, MB * 2 * MN};
+
+static void ntm_model_views(double **p, attnc_ntm_params *pr, attnc_ntm_state *st, attnc_tensor *in) {
+    const int64_t s0[] = {4 * MC, MZ}, s1[] = {4 * MC, MC}, s2[] = {4 * MC}, s4[] = {MP, MC}, s5[] = {MP},
+                  s6[] = {MO, MHR}, s7[] = {MO}, s8[] = {MB, MT, MI}, s9[] = {MB, MN, MM}, s10[] = {MB, 1, MM},
+                  s11[] = {MB, 2, MN};
+    *pr = (attnc_ntm_params){view(p[0], ATTNC_FLOAT64, 2, s0), view(p[1], ATTNC_FLOAT64, 2, s1),
+                             view(p[2], ATTNC_FLOAT64, 1, s2), view(p[3], ATTNC_FLOAT64, 1, s2),
+                             view(p[4], ATTNC_FLOAT64, 2, s4), view(p[5], ATTNC_FLOAT64, 1, s5),
+                             view(p[6], ATTNC_FLOAT64, 2, s6), view(p[7], ATTNC_FLOAT64, 1, s7)};
+    *in = view(p[8], ATTNC_FLOAT64, 3, s8);
+    *st = (attnc_ntm_state){view(p[9], ATTNC_FLOAT64, 3, s9), view(p[10], ATTNC_FLOAT64, 3, s10),
+                            view(p[11], ATTNC_FLOAT64, 3, s11)};
+}
+
+static const attnc_ntm_config ntm_cfg = {.lstm = 1, .read_heads = 1, .write_heads = 1, .clip = 20};
+
+/* L = sum(logits * cot) (saved: NULL or a buffer for the backward). */
+static double ntm_model_loss(double **p, const double *cot, double *saved) {
+    attnc_ntm_params pr;
+    attnc_ntm_state st;
+    attnc_tensor in;
+    ntm_model_views(p, &pr, &st, &in);
+    double y[MB * MT * MO];
+    const int64_t sy[] = {MB, MT, MO};
+    int64_t n = attnc_ntm_saved_size(MB, MT, MI, MC, MN, MM, MP, &ntm_cfg);
+    attnc_tensor ty = view(y, ATTNC_FLOAT64, 3, sy), ts = view(saved, ATTNC_FLOAT64, 1, &n), none = {0};
+    if (attnc_ntm_forward(&ty, &none, &none, saved ? &ts : &none, &in, &st, &pr, &ntm_cfg) != ATTNC_OK) return NAN;
+    return ntm_dot(y, cot, MB * MT * MO);
+}
+
+static void test_ntm_model(void) {
+    double *p[12], *g[12];
+    for (int i = 0; i < 12; i++) {
+        p[i] = randn((size_t)ntm_model_sizes[i], 300 + (uint64_t)i);
+        g[i] = calloc((size_t)ntm_model_sizes[i], sizeof(double));
+    }
+    for (int i = 0; i < MB * 2 * MN; i++) p[11][i] = 0.2 + 0.1 * fabs(p[11][i]); /* positive initial weights */
+    double *cot = randn(MB * MT * MO, 399);
+    int64_t n = attnc_ntm_saved_size(MB, MT, MI, MC, MN, MM, MP, &ntm_cfg);
+    double *saved = malloc((size_t)n * sizeof(double));
+    double with_saved = ntm_model_loss(p, cot, saved), without = ntm_model_loss(p, cot, NULL);
+    CHECK(with_saved == without, "the forward is the same with and without a saved buffer");
+    attnc_ntm_params pr, gr;
+    attnc_ntm_state st, gs;
+    attnc_tensor in, gin;
+    ntm_model_views(p, &pr, &st, &in);
+    ntm_model_views(g, &gr, &gs, &gin);
+    const int64_t sy[] = {MB, MT, MO};
+    attnc_tensor tcot = view(cot, ATTNC_FLOAT64, 3, sy), tsv = view(saved, ATTNC_FLOAT64, 1, &n);
+    CHECK(attnc_ntm_backward(&gr, &gs, &gin, &tcot, &tsv, &in, &st, &pr, &ntm_cfg) == ATTNC_OK, "model backward");
+    for (int a = 0; a < 12; a++) {
+        double err = 0, scale = 1e-3;
+        for (int64_t k = 0; k < ntm_model_sizes[a]; k += 1 + ntm_model_sizes[a] / 7) {
+            double old = p[a][k], h = 1e-6;
+            p[a][k] = old + h;
+            double up = ntm_model_loss(p, cot, NULL);
+            p[a][k] = old - h;
+            double down = ntm_model_loss(p, cot, NULL);
+            p[a][k] = old;
+            double fd = (up - down) / (2 * h);
+            err = fmax(err, fabs(fd - g[a][k]));
+            scale = fmax(scale, fabs(fd));
+        }
+        CHECK(err <= 1e-6 * scale, "model gradient of input %d: error %g", a, err);
+    }
+    /* heads.weight with 23 rows fits no odd K; a backward needs the saved buffer */
+    const int64_t bad[] = {MP - 1, MC};
+    attnc_tensor keep = pr.head_w;
+    pr.head_w = view(p[4], ATTNC_FLOAT64, 2, bad);
+    double y[MB * MT * MO];
+    attnc_tensor ty = view(y, ATTNC_FLOAT64, 3, sy), none = {0};
+    CHECK(attnc_ntm_forward(&ty, &none, &none, &none, &in, &st, &pr, &ntm_cfg) == ATTNC_ERR_VALUE, "bad P refused");
+    pr.head_w = keep;
+    CHECK(attnc_ntm_backward(&gr, &gs, &gin, &tcot, &none, &in, &st, &pr, &ntm_cfg) == ATTNC_ERR_TYPE,
+          "backward without saved refused");
+    for (int i = 0; i < 12; i++) {
+        free(p[i]);
+        free(g[i]);
+    }
+    free(cot);
+    free(saved);
+}
+
 static void test_ntm(void) {
     test_ntm_address();
     test_ntm_write();
     test_ntm_shift_direction();
+    test_ntm_model();
 }
