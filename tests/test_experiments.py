@@ -149,3 +149,25 @@ def test_quick_run_reproducible(name, tmp_path):
     else:
         out = model.generate(np.zeros((2, 5), np.int64), 6, bos=11, eos=12)
         assert out.shape[0] == 2 and out.shape[1] <= 6
+
+
+@pytest.mark.parametrize("name,keys", [
+    ("ntm_copy", ("bits_per_sequence", "bits_per_sequence_40", "bits_per_sequence_80")),
+    ("ntm_repeat_copy", ("bits_per_sequence",)),
+    ("ntm_recall", ("bits_per_sequence", "bits_per_sequence_6_items")),
+])
+def test_ntm_quick_runs(name, keys, tmp_path):
+    path = tmp_path / "ntm.npz"
+    first, stderr = run_experiment(name, "--quick", "--seed", "5", "--threads", "1", "--save", str(path))
+    assert "it/s" in stderr or "s/it" in stderr
+    for key in keys + ("train_seconds", "sequences_seen", "final_loss"):
+        assert key in first, key
+    assert all(first[k] >= 0 for k in keys) and first["finite"] is True
+    assert first["sequences_seen"] == first["steps"] and first["train_seconds"] > 0
+    assert np.isfinite(first["final_loss"]) and first["final_loss"] < first["first_loss"]
+    second, _ = run_experiment(name, "--quick", "--seed", "5", "--threads", "2")
+    assert {k: v for k, v in first.items() if k not in TIMING} == {k: v for k, v in second.items() if k not in TIMING}
+    model = attnc.load(path)
+    assert isinstance(model, attnc.models.NTM) and model.memory_slots == 128 and model.memory_width == 20
+    logits = model(np.zeros((2, 5, model.input_size), np.float32))
+    assert logits.shape == (2, 5, model.output_size)

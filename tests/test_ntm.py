@@ -189,6 +189,22 @@ def test_sharpen_gradient_with_zeros_fd(rng, check_vjp):
     assert g["w"][0, 1, 1] == 0
 
 
+def test_sharpen_flat_row_large_gamma_float32(rng):
+    # (1/128)^21 is below float32's range: w^gamma / sum w^gamma computed as
+    # written would give 0/0; the kernel scales by the row's max first.
+    w = np.full((1, 2, 128), 1 / 128, np.float32)
+    w[0, 1, 5] = 2 / 128
+    gamma = np.array([[21.0, 21.0]], np.float32)
+    out, pull = attnc.vjp(attnc.ntm.sharpen, w, gamma)
+    close(out, ref.sharpen(w.astype(np.float64), gamma.astype(np.float64)), 1e-5)
+    close(out[0, 0], np.full(128, 1 / 128), 1e-6)
+    d = rng.standard_normal(w.shape)
+    g = pull(d.astype(np.float32))
+    g64 = attnc.vjp(attnc.ntm.sharpen, w.astype(np.float64), gamma.astype(np.float64))[1](d)
+    close(g["w"], g64["w"], 1e-4)
+    close(g["gamma"], g64["gamma"], 1e-4)
+
+
 def test_content_zero_vectors(rng):
     x = _inputs(rng)
     x["key"][0, 0] = 0

@@ -284,3 +284,202 @@ def test_heads_input_not_modified_and_saves(tmp_path):
     path = tmp_path / "heads.png"
     axes[0, 0].figure.savefig(path)
     assert path.read_bytes()[:4] == b"\x89PNG"
+
+
+# --------------------------------------------------------------------------- NTM: addressing stages and traces
+
+def _weighting(n=10, seed=0):
+    rng = np.random.default_rng(seed)
+    w = rng.random(n) ** 4
+    return w / w.sum()
+
+
+def _bar_heights(ax):
+    return np.array([p.get_height() for p in ax.patches])
+
+
+def test_ntm_addressing_panels_bars_and_titles():
+    stages = [_weighting(seed=s) for s in range(4)]
+    axes = plot.ntm_addressing(*stages, title="one head")
+    assert isinstance(axes, np.ndarray) and axes.shape == (4,)
+    assert all(isinstance(ax, Axes) for ax in axes)
+    assert axes[0].figure.get_suptitle() == "one head"
+    titles = [ax.get_title() for ax in axes]
+    for word, t in zip(("content", "interpolated", "shifted", "sharpened"), titles):
+        assert word in t
+    for ax, w in zip(axes, stages):
+        assert len(ax.patches) == 10
+        np.testing.assert_allclose(_bar_heights(ax), w)
+        assert ax.get_ylim() == (0.0, 1.0)  # a fixed scale, comparable across panels
+    assert axes[0].get_xlabel() == "slot"
+
+
+def test_ntm_addressing_with_previous_and_address_outputs():
+    import attnc
+
+    rng = np.random.default_rng(1)
+    memory = rng.standard_normal((1, 10, 4))
+    key = memory[:, None, 3] + 0.05
+    w_prev = np.eye(10)[None, None, 7]
+    s = np.array([[[0.0, 0.1, 0.9]]])
+    w, (w_c, w_g, w_t) = attnc.ntm.address(key, np.array([[5.0]]), np.array([[0.8]]), s, np.array([[3.0]]),
+                                          w_prev, memory, return_intermediates=True)
+    # (1, 1, N) arrays are squeezed to (N,)
+    axes = plot.ntm_addressing(w_c, w_g[0], w_t[0, 0], w[0, 0], w_prev=w_prev[0, 0])
+    assert axes.shape == (5,)
+    assert "previous" in axes[1].get_title()
+    for ax, arr in zip(axes, (w_c, w_prev, w_g, w_t, w)):
+        np.testing.assert_allclose(_bar_heights(ax), arr[0, 0])
+
+
+def test_ntm_addressing_draws_into_given_axes_and_keeps_inputs():
+    stages = [_weighting(seed=s) for s in range(5)]
+    before = [a.copy() for a in stages]
+    _, row = plt.subplots(1, 5)
+    axes = plot.ntm_addressing(*stages[:4], w_prev=stages[4], axes=row)
+    assert all(a is b for a, b in zip(axes, row))
+    for a, b in zip(stages, before):
+        np.testing.assert_array_equal(a, b)
+    _, four = plt.subplots(1, 4)
+    with pytest.raises(ValueError, match="axes"):
+        plot.ntm_addressing(*stages[:4], w_prev=stages[4], axes=four)
+
+
+@pytest.mark.parametrize("position,name", [(0, "w_content"), (1, "w_gated"), (2, "w_shifted"), (3, "w")])
+def test_ntm_addressing_bad_shapes_name_the_argument(position, name):
+    stages = [_weighting() for _ in range(4)]
+    bad = list(stages)
+    bad[position] = np.zeros((2, 10))  # two rows: not one head
+    with pytest.raises(ValueError, match=rf"^{name} .*\(2, 10\)"):
+        plot.ntm_addressing(*bad)
+    if position:
+        bad[position] = _weighting(9)  # a different N
+        with pytest.raises(ValueError, match=rf"^{name} has 9 slots"):
+            plot.ntm_addressing(*bad)
+    with pytest.raises(ValueError, match="^w_prev"):
+        plot.ntm_addressing(*stages, w_prev=_weighting(11))
+    with pytest.raises(TypeError, match="w_content"):
+        plot.ntm_addressing(np.array(["a"] * 10), *stages[1:])
+
+
+def _trace(B=2, T=9, R=1, W=1, N=12, M=3, seed=0):
+    from attnc.models import NTMTrace
+
+    rng = np.random.default_rng(seed)
+
+    def weights(h):
+        x = rng.random((B, T, h, N)) ** 6
+        return x / x.sum(-1, keepdims=True)
+
+    return NTMTrace(weights(R), weights(W), rng.standard_normal((B, T, N, M)))
+
+
+def test_ntm_trace_weights_only():
+    tr = _trace()
+    axes = plot.ntm_trace(tr, row=1)
+    assert axes.shape == (2,)
+    assert [ax.get_title() for ax in axes] == ["write weights (head 0)", "read weights (head 0)"]
+    np.testing.assert_array_equal(np.asarray(axes[0].images[0].get_array()), tr.write_weights[1, :, 0].T)
+    np.testing.assert_array_equal(np.asarray(axes[1].images[0].get_array()), tr.read_weights[1, :, 0].T)
+    for ax in axes:
+        assert ax.images[0].get_clim() == (0.0, 1.0)
+    assert axes[-1].get_xlabel() == "time step"
+    # one shared colour bar
+    fig = axes[0].figure
+    assert len([a for a in fig.axes if a not in set(axes)]) == 1
+
+
+def test_ntm_trace_with_sequences_and_slot_range():
+    tr = _trace(T=7)
+    rng = np.random.default_rng(3)
+    inputs = rng.integers(0, 2, (2, 7, 5)).astype(np.float32)
+    targets = rng.integers(0, 2, (2, 7, 4)).astype(np.float32)
+    outputs = rng.random((7, 4))  # (T, C): already one row
+    axes = plot.ntm_trace(tr, row=0, inputs=inputs, targets=targets, outputs=outputs, slots=(3, 8),
+                          title="copy")
+    assert axes.shape == (5,)
+    assert [ax.get_title() for ax in axes] == ["inputs", "targets", "outputs", "write weights (head 0)",
+                                               "read weights (head 0)"]
+    assert axes[0].figure.get_suptitle() == "copy"
+    np.testing.assert_array_equal(np.asarray(axes[0].images[0].get_array()), inputs[0].T)
+    np.testing.assert_array_equal(np.asarray(axes[1].images[0].get_array()), targets[0].T)
+    np.testing.assert_array_equal(np.asarray(axes[2].images[0].get_array()), outputs.T)
+    np.testing.assert_array_equal(np.asarray(axes[3].images[0].get_array()), tr.write_weights[0, :, 0, 3:8].T)
+    np.testing.assert_array_equal(np.asarray(axes[4].images[0].get_array()), tr.read_weights[0, :, 0, 3:8].T)
+    # the y axis keeps the true slot numbers (slot 3 at the top)
+    bottom, top = axes[3].get_ylim()
+    assert (top, bottom) == (2.5, 7.5)
+    for sl in (slice(3, 8), range(3, 8), [3, 8]):
+        axes = plot.ntm_trace(tr, slots=sl)
+        np.testing.assert_array_equal(np.asarray(axes[0].images[0].get_array()), tr.write_weights[0, :, 0, 3:8].T)
+        plt.close("all")
+
+
+def test_ntm_trace_every_head_or_the_first():
+    tr = _trace(R=2, W=3)
+    axes = plot.ntm_trace(tr)
+    assert axes.shape == (5,)
+    assert [ax.get_title() for ax in axes] == [f"write weights (head {h})" for h in range(3)] + [
+        f"read weights (head {h})" for h in range(2)]
+    np.testing.assert_array_equal(np.asarray(axes[2].images[0].get_array()), tr.write_weights[0, :, 2].T)
+    np.testing.assert_array_equal(np.asarray(axes[4].images[0].get_array()), tr.read_weights[0, :, 1].T)
+    axes = plot.ntm_trace(tr, heads="first")
+    assert axes.shape == (2,)
+    # a plain (read, write, memory) tuple works too, and given axes are used
+    _, col = plt.subplots(5, 1)
+    axes = plot.ntm_trace(tuple(tr), axes=col)
+    assert all(a is b for a, b in zip(axes, col))
+    with pytest.raises(ValueError, match="axes"):
+        plot.ntm_trace(tr, axes=col[:4])
+
+
+def test_ntm_trace_from_a_model():
+    from attnc.datasets import CopyTask
+    from attnc.models import NTM
+
+    task = CopyTask(bits=4)
+    batch = task.batch(1, length=4, seed=0)
+    model = NTM(task.input_size, task.output_size, controller_size=8, memory_slots=10, memory_width=3, seed=0)
+    logits, trace = model(batch.inputs, return_trace=True)
+    axes = plot.ntm_trace(trace, inputs=batch.inputs, targets=batch.targets, outputs=1 / (1 + np.exp(-logits)))
+    assert axes.shape == (5,)
+    np.testing.assert_allclose(np.asarray(axes[3].images[0].get_array()), trace.write_weights[0, :, 0].T)
+
+
+def test_ntm_trace_bad_inputs_name_the_argument():
+    tr = _trace(T=9, N=12)
+    with pytest.raises(ValueError, match=r"^inputs .*\(2, 8, 5\)"):
+        plot.ntm_trace(tr, inputs=np.zeros((2, 8, 5)))
+    with pytest.raises(ValueError, match=r"^targets .*\(8, 4\)"):
+        plot.ntm_trace(tr, targets=np.zeros((8, 4)))
+    with pytest.raises(ValueError, match=r"^outputs .*\(9,\)"):
+        plot.ntm_trace(tr, outputs=np.zeros(9))
+    with pytest.raises(ValueError, match="^row"):
+        plot.ntm_trace(tr, row=2)
+    with pytest.raises(ValueError, match="^slots"):
+        plot.ntm_trace(tr, slots=(5, 13))
+    with pytest.raises(ValueError, match="^slots"):
+        plot.ntm_trace(tr, slots=(4, 4))
+    with pytest.raises(ValueError, match="^slots"):
+        plot.ntm_trace(tr, slots="all")
+    with pytest.raises(ValueError, match="^heads"):
+        plot.ntm_trace(tr, heads="last")
+    with pytest.raises(ValueError, match=r"^trace.read_weights .*\(2, 9, 12\)"):
+        plot.ntm_trace(tr._replace(read_weights=tr.read_weights[:, :, 0]))
+    with pytest.raises(ValueError, match="^trace.write_weights"):
+        plot.ntm_trace(tr._replace(write_weights=tr.write_weights[..., :10]))
+    with pytest.raises(TypeError, match="trace"):
+        plot.ntm_trace(np.zeros((2, 9, 1, 12)))
+    with pytest.raises(TypeError, match="inputs"):
+        plot.ntm_trace(tr, inputs=np.full((9, 3), "x"))
+
+
+def test_ntm_trace_input_not_modified_and_saves(tmp_path):
+    tr = _trace()
+    before = [a.copy() for a in tr]
+    axes = plot.ntm_trace(tr, inputs=np.ones((2, 9, 3)))
+    for a, b in zip(tr, before):
+        np.testing.assert_array_equal(a, b)
+    path = tmp_path / "trace.png"
+    axes[0].figure.savefig(path)
+    assert path.read_bytes()[:4] == b"\x89PNG"

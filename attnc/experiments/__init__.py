@@ -2,8 +2,8 @@
 
 Each runs as ``python -m attnc.experiments.NAME [--seed N] [--quick]
 [--threads N] [--save PATH]``, shows a progress bar on stderr and prints one
-JSON object of metrics as the last line of stdout (at least "exact_match"
-and "train_seconds").
+JSON object of metrics as the last line of stdout (at least "train_seconds",
+and "exact_match" or, for the NTM tasks, "bits_per_sequence").
 
 - ``transformer_reverse``: an encoder-decoder Transformer reverses digit sequences.
 - ``gpt_sort``: minGPT's demo, a tiny GPT sorts sequences of {0, 1, 2}.
@@ -11,6 +11,8 @@ and "train_seconds").
   human-readable dates into ISO dates.
 - ``captions``: show-attend-tell (``--attention soft|hard``) captions images of
   coloured shapes.
+- ``ntm_copy``, ``ntm_repeat_copy``, ``ntm_recall``: a Neural Turing Machine
+  learns Graves et al.'s copy, repeat-copy and associative-recall tasks.
 """
 
-EXPERIMENTS = ("transformer_reverse", "gpt_sort", "dates", "captions")
+EXPERIMENTS = ("transformer_reverse", "gpt_sort", "dates", "captions", "ntm_copy", "ntm_repeat_copy", "ntm_recall")

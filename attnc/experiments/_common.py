@@ -59,9 +59,10 @@ def warmup_cosine(warmup: int, total: int, final: float = 0.0):
 
 
 def train(model, optimizer, loss_and_grads, batches, steps: int, *, scheduler=None, clip=1.0, desc="train",
-          disable_progress=False) -> dict:
+          disable_progress=False, after_step=None) -> dict:
     """The training loop: for each step, loss, grads = loss_and_grads(batch);
-    clip the global gradient norm; step the optimiser and the scheduler.
+    clip the global gradient norm; step the optimiser and the scheduler;
+    then after_step(step) if given (e.g. a periodic evaluation).
 
     batches(step) -> the step's batch. Returns {"steps", "final_loss" (mean of
     the last 5% of steps), "first_loss", "losses", "train_seconds"} (the time
@@ -81,6 +82,8 @@ def train(model, optimizer, loss_and_grads, batches, steps: int, *, scheduler=No
             if scheduler is not None:
                 scheduler.step()
             losses.append(loss)
+            if after_step is not None:
+                after_step(step)
             bar.update(1)
             if step % 20 == 0 or step == steps - 1:
                 bar.set_postfix(loss=f"{np.mean(losses[-20:]):.4f}", lr=f"{optimizer.lr:.2e}", refresh=False)

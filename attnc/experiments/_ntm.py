@@ -30,9 +30,18 @@ GRAD_CLAMP = 10.0
 HELDOUT_SEED = 20241122  # the held-out sequences are the same for every --seed
 
 
-def train_ntm(name, args, task, steps, model_kw=None):
+CHECK_EVERY = 1000   # sequences between the convergence checks
+CONVERGED = 0.1      # wrong bits per sequence on the check set
+
+
+def train_ntm(name, args, task, steps, model_kw=None, check=None):
     """Train an NTM on task (batches of one sequence from task.batch) for
-    `steps` sequences; returns (model, the result of _common.train)."""
+    `steps` sequences; returns (model, the result of _common.train).
+
+    check: a list of held-out batches scored every CHECK_EVERY sequences;
+    the result then has "sequences_to_converge", the sequences seen when its
+    error first fell below CONVERGED wrong bits per sequence (None: never),
+    and "checks", the [sequences, bits] history."""
     data_seed, model_seed = np.random.SeedSequence(args.seed).generate_state(2)
     model = NTM(task.input_size, task.output_size, **dict(MODEL, **(model_kw or {})), seed=int(model_seed))
     opt = attnc.optim.RMSprop(model, **OPTIMISER)
@@ -49,8 +58,19 @@ def train_ntm(name, args, task, steps, model_kw=None):
         attnc.optim.clip_grad_value_(grads, GRAD_CLAMP, model)
         return loss, grads
 
+    history = []
+
+    def after_step(step):
+        if check is not None and (step + 1) % CHECK_EVERY == 0:
+            model.eval()
+            history.append([step + 1, round(score(model, check), 4)])
+            model.train()
+
     result = _common.train(model, opt, loss_and_grads, batches, steps, clip=0, desc=name,
-                           disable_progress=args.no_progress)
+                           disable_progress=args.no_progress, after_step=after_step)
+    if check is not None:
+        result["checks"] = history
+        result["sequences_to_converge"] = next((n for n, bits in history if bits < CONVERGED), None)
     return model, result
 
 
@@ -69,9 +89,11 @@ def score(model, batches, chunk=50):
     return total / rows
 
 
-def finish(name, args, model, result, metrics_fn):
+def finish(name, args, model, result, metrics_fn, **extra):
     """Score with metrics_fn(model) -> dict, then report the run."""
     start = time.perf_counter()
     metrics = metrics_fn(model)
+    if "checks" in result:
+        extra.update(sequences_to_converge=result["sequences_to_converge"], checks=result["checks"])
     _common.report(name, args, model, result, 1, time.perf_counter() - start, **metrics,
-                   sequences_seen=result["steps"], finite=True)
+                   sequences_seen=result["steps"], finite=True, **extra)

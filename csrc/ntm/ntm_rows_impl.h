@@ -53,36 +53,42 @@ static inline void FN(content_row_backward)(REAL *dk, REAL *dmem, REAL *dbeta, c
         REAL dc = beta * dz;
         /* d cos/dk = m/den - cos k/|k|^2, d cos/dm = k/den - cos m/|m|^2
          * (without the second terms where the denominator is clamped). */
-        REAL ck = clamped ? 0 : cos / kk, cm = clamped ? 0 : cos / mm;
+        REAL ck = clamped ? 0 : cos / kk, cm = clamped ? 0 : cos / mm, inv = 1 / den;
         for (int64_t j = 0; j < M; j++) {
-            dk[j] += dc * (m[j] / den - ck * k[j]);
-            dm[j] += dc * (k[j] / den - cm * m[j]);
+            dk[j] += dc * (m[j] * inv - ck * k[j]);
+            dm[j] += dc * (k[j] * inv - cm * m[j]);
         }
     }
     *dbeta = db;
 }
 
-/* out[i] = sum_k s[k] w[(i - k + c) mod N], c = (K-1)/2. */
+/* out[i] = sum_k s[k] w[(i - k + c) mod N], c = (K-1)/2. For each k the
+ * source index is i + d (wrapped once), d = (c - k) mod N. */
 static inline void FN(shift_row)(REAL *out, const REAL *w, const REAL *s, int64_t N, int64_t K) {
     int64_t c = (K - 1) / 2;
-    for (int64_t i = 0; i < N; i++) {
-        REAL acc = 0;
-        for (int64_t k = 0; k < K; k++) acc += s[k] * w[(((i - k + c) % N) + N) % N];
-        out[i] = acc;
+    for (int64_t i = 0; i < N; i++) out[i] = 0;
+    for (int64_t k = 0; k < K; k++) {
+        int64_t d = (((c - k) % N) + N) % N;
+        for (int64_t i = 0; i < N - d; i++) out[i] += s[k] * w[i + d];
+        for (int64_t i = N - d; i < N; i++) out[i] += s[k] * w[i + d - N];
     }
 }
 
 /* dw[N] and ds[K] (written) from dout[N]. */
-static inline void FN(shift_row_backward)(REAL *dw, REAL *ds, const REAL *dout, const REAL *w,
-                                   const REAL *s, int64_t N, int64_t K) {
+static inline void FN(shift_row_backward)(REAL *dw, REAL *ds, const REAL *dout, const REAL *w, const REAL *s,
+                                          int64_t N, int64_t K) {
     int64_t c = (K - 1) / 2;
     for (int64_t j = 0; j < N; j++) dw[j] = 0;
     for (int64_t k = 0; k < K; k++) {
+        int64_t d = (((c - k) % N) + N) % N;
         REAL acc = 0;
-        for (int64_t i = 0; i < N; i++) {
-            int64_t j = (((i - k + c) % N) + N) % N;
-            acc += dout[i] * w[j];
-            dw[j] += s[k] * dout[i];
+        for (int64_t i = 0; i < N - d; i++) {
+            acc += dout[i] * w[i + d];
+            dw[i + d] += s[k] * dout[i];
+        }
+        for (int64_t i = N - d; i < N; i++) {
+            acc += dout[i] * w[i + d - N];
+            dw[i + d - N] += s[k] * dout[i];
         }
         ds[k] = acc;
     }
