@@ -352,7 +352,7 @@ def _self_check():  # pragma: no cover - run by hand: python tests/reference/ntm
             assert ("memory_init" in names) == (kind == "learned"), names
             params = tuple(model.parameters())
 
-            def f(xx, *ps):
+            def f(xx, *ps, model=model, names=names):
                 return torch.func.functional_call(model, dict(zip(names, ps)), (xx,))
 
             assert torch.autograd.gradcheck(f, (t(x).requires_grad_(), *params), atol=1e-6, rtol=1e-5)
