@@ -68,3 +68,21 @@ def test_seq2seq_benchmark_quick(tmp_path, torch):
     for row in rows:
         assert row["impl"]["attnc"]["median_s"] > 0 and row["impl"]["torch"]["median_s"] > 0
         assert row["check_worst"]["rel"] <= 1e-4
+
+
+def test_ntm_benchmark_quick(tmp_path, torch):
+    out = tmp_path / "ntm.json"
+    p = _run("ntm.py", "--quick", "--no-snapshot", "--json", str(out))
+    assert p.returncode == 0, f"stdout:\n{p.stdout}\nstderr:\n{p.stderr}"
+    for title in ("training sequence: forward + loss + backward", "== targets"):
+        assert title in p.stdout
+    data = json.loads(out.read_text())
+    assert data["config"]["quick"] is True
+    assert data["errors"] == [] and data["failed_checks"] == []
+    assert data["environment"]["attnc_ntm"] is True
+    assert sorted(data["check"]["cases"]) == ["copy, B=1", "copy, B=16"]
+    rows = data["train"]["rows"]
+    assert [r["case"] for r in rows] == ["copy, B=1", "copy, B=16"]
+    for row in rows:
+        assert row["impl"]["attnc"]["median_s"] > 0 and row["impl"]["torch"]["median_s"] > 0
+        assert row["check_worst"]["rel"] <= 1e-4
