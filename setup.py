@@ -23,6 +23,7 @@ SOURCES = sorted(
     + glob.glob("csrc/seq2seq/*.c")
     + glob.glob("csrc/captioner/*.c")
     + glob.glob("csrc/ntm/*.c")
+    + glob.glob("csrc/pointer/*.c")
     + glob.glob("csrc/python/*.c")
 )
 

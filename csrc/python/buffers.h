@@ -40,5 +40,7 @@ extern PyMethodDef attnc_rnn_methods[];
 extern PyMethodDef attnc_seq2seq_methods[];
 extern PyMethodDef attnc_captioner_methods[];
 extern PyMethodDef attnc_ntm_methods[];
+extern PyMethodDef attnc_pointer_methods[];
+extern PyMethodDef attnc_tsp_methods[];
 
 #endif

@@ -44,7 +44,9 @@ PyMODINIT_FUNC PyInit__core(void) {
         PyModule_AddFunctions(m, attnc_rnn_methods) != 0 ||
         PyModule_AddFunctions(m, attnc_seq2seq_methods) != 0 ||
         PyModule_AddFunctions(m, attnc_captioner_methods) != 0 ||
-        PyModule_AddFunctions(m, attnc_ntm_methods) != 0) {
+        PyModule_AddFunctions(m, attnc_ntm_methods) != 0 ||
+        PyModule_AddFunctions(m, attnc_pointer_methods) != 0 ||
+        PyModule_AddFunctions(m, attnc_tsp_methods) != 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -932,6 +932,8 @@ static void test_rnn_fused(void) {
 #include "test_seq2seq.h"
 #include "test_captioner.h"
 #include "test_ntm.h"
+#include "test_pointer.h"
+#include "test_tsp.h"
 
 int main(void) {
     test_rng();
@@ -952,6 +954,8 @@ int main(void) {
     test_seq2seq();
     test_captioner();
     test_ntm();
+    test_pointer();
+    test_tsp();
     attnc_set_num_threads(1); /* join the workers before exit */
     printf("%d passed, %d failed\n", passed, failed);
     return failed != 0;
