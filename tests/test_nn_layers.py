@@ -436,6 +436,23 @@ def test_cross_entropy_all_ignored(ls, dtype, rng, torch):
     assert np.all(nn.cross_entropy(x, t, reduction="none") == 0)
 
 
+@pytest.mark.parametrize("dtype", DTYPES, ids=DT_IDS)
+def test_cross_entropy_masked_classes(dtype, torch):
+    # -inf logits (masked classes, as a pointer network's) and ignored rows of
+    # only -inf: finite loss and gradient, equal to torch's on the kept rows
+    x = np.array([[0.5, -np.inf, 1.0, -0.3], [-np.inf] * 4, [2.0, 0.1, -np.inf, -np.inf]], dtype)
+    t = np.array([2, -100, 1])
+    out, pullback = attnc.vjp(nn.cross_entropy, x, t)
+    g = pullback(np.asarray(1.0, dtype))["input"]
+    assert np.isfinite(out) and np.isfinite(g).all()
+    tx = torch.from_numpy(x[[0, 2]]).requires_grad_()
+    tl = torch.nn.functional.cross_entropy(tx, torch.from_numpy(t[[0, 2]]))
+    tl.backward()
+    np.testing.assert_allclose(out, tl.item(), rtol=1e-6)
+    np.testing.assert_allclose(g[[0, 2]], tx.grad.numpy(), rtol=1e-6, atol=1e-7)
+    assert np.all(g[1] == 0)
+
+
 def test_cross_entropy_errors(rng):
     x = rng.standard_normal((3, 4))
     t = np.array([0, 1, 3])

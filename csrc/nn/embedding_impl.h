@@ -50,8 +50,10 @@ static void FN(ce_forward_task)(void *arg, int64_t block, int worker) {
         ((REAL *)j->lse->data)[r] = lse;
         int64_t t = ID(j, r);
         REAL eps = (REAL)j->eps;
-        ((REAL *)j->loss->data)[r] =
-            t == j->special ? 0 : lse - (1 - eps) * AT(j->logits, r, t) - eps / (REAL)j->v * total;
+        /* without smoothing the mean term is absent, not 0 x total: a -inf logit
+         * (a masked class) would make it NaN */
+        REAL smooth = eps > 0 ? eps / (REAL)j->v * total : 0;
+        ((REAL *)j->loss->data)[r] = t == j->special ? 0 : lse - (1 - eps) * AT(j->logits, r, t) - smooth;
     }
 }
 

@@ -1,0 +1,316 @@
+"""attnc.models.PointerNet: pointer networks (Vinyals, Fortunato & Jaitly
+2015): an LSTM encoder over input vectors and an LSTM decoder whose additive
+attention over the inputs is itself the output distribution.
+
+Training composes C operations (attnc.nn.LSTM's time loops, the additive
+score of attnc.score, attnc.nn.log_softmax) and their C backward passes;
+constrained greedy and beam-search decoding runs in C
+(csrc/pointer/pointer.c, through the library's one search).
+"""
+
+from __future__ import annotations
+
+import numbers
+from typing import NamedTuple
+
+import numpy as np
+
+from .. import _core, nn
+from .._args import float_array, same_dtype, shape_str
+from ..attention.score import score
+from ..grad import vjp
+
+__all__ = ["PointerNet", "PointerOutput"]
+
+CONSTRAINTS = {"permutation": 0, "tour": 1, "hull": 2}
+IGNORE = -100
+
+
+class PointerOutput(NamedTuple):
+    """What ``PointerNet.generate`` returns.
+
+    indices (B, T) int64: the chosen input indices, −1 after a row's end (for
+    "tour" the start index is appended to close the tour); log_probs (B, T):
+    the log-probability of each choice (0 after the end and for the closing
+    index); pointers (B, T, n + 1): every step's pointer distribution over the
+    n inputs and, in the last column, the end token (0 after the end): the
+    alignment matrix."""
+
+    indices: np.ndarray
+    log_probs: np.ndarray
+    pointers: np.ndarray
+
+
+def _size(name, v, low=1):
+    if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < low:
+        raise ValueError(f"{name} must be an int >= {low}, got {v!r}")
+    return int(v)
+
+
+class PointerNet(nn.Module):
+    r"""A pointer network (Vinyals et al. 2015).
+
+    Positions: the n inputs x_1..x_n and an end token, a learned vector
+    ``end`` read by the encoder before the inputs (so the encoder's states are
+    e_0 = end, e_1..e_n). Equations (B rows, hidden size H)::
+
+        e_0..e_n, (h, c) = LSTM_enc([end; x_1; ...; x_n])        (each row over its own n_b + 1)
+        d_i = LSTM_dec(x_{π(i−1)}, (d_{i−1}, c_{i−1}))            (x_{π(−1)} = ``start``, d_{−1}, c_{−1} = h, c)
+        u_ij = vᵀ tanh(W1 e_j + W2 d_i)                           (j = 0..n)
+        p(π_i = j | π_<i, x) = softmax_j(u_ij masked to −inf)
+
+    Masked: positions past a row's inputs, inputs already chosen, and the end
+    token unless the constraint allows it: "permutation" and "tour" only once
+    every input is chosen (it is then certain: log p = 0), "hull" after at
+    least one input. Teacher forcing: the decoder reads the target's inputs.
+
+    Parameters (``state_dict()`` names): ``encoder.*`` and ``decoder.*``
+    (``torch.nn.LSTM(input_size, hidden_size, batch_first=True)``'s),
+    ``W1.weight``, ``W2.weight`` (H, H), ``v.weight`` (1, H), ``start`` and
+    ``end`` (input_size).
+
+    ``forward(inputs (B, n, D), targets (B, T) int, *, lengths=None,
+    constraint="permutation")`` → log-probabilities (B, T + 1, n + 1): step i
+    < T points at targets[:, i] (input indices, −1 padding after a row's
+    last), step T_b (a row's target count) at the end token (last column);
+    −inf where masked and after a row's end step. ``attnc.vjp(model, inputs,
+    targets, ...)``: gradients of "inputs" and every parameter.
+    ``loss_and_grad(batch, constraint=...)``: the mean negative
+    log-likelihood of the target steps and the end step.
+    ``generate(inputs, *, lengths=None, constraint="permutation",
+    beam_size=1, length_penalty=0.0)`` → :class:`PointerOutput`.
+
+    Example
+    -------
+    >>> m = PointerNet(1, 16, seed=0)
+    >>> out = m.generate(np.random.default_rng(0).random((2, 5, 1), np.float32))
+    >>> out.indices.shape, sorted(out.indices[0])
+    ((2, 5), [0, 1, 2, 3, 4])
+    """
+
+    def __init__(self, input_size, hidden_size=128, *, dtype=np.float32, seed=None):
+        super().__init__(dtype)
+        D, H = _size("input_size", input_size), _size("hidden_size", hidden_size)
+        self.input_size, self.hidden_size = D, H
+        rng = np.random.default_rng(seed)
+        sub = lambda: int(rng.integers(2**63))  # noqa: E731
+        self.encoder = nn.LSTM(D, H, dtype=dtype, seed=sub())
+        self.decoder = nn.LSTM(D, H, dtype=dtype, seed=sub())
+        self.W1 = nn.Linear(H, H, bias=False, dtype=dtype, seed=sub())
+        self.W2 = nn.Linear(H, H, bias=False, dtype=dtype, seed=sub())
+        self.v = nn.Linear(H, 1, bias=False, dtype=dtype, seed=sub())
+        init = np.random.default_rng(sub())
+        self.register_parameter("start", init.uniform(-1, 1, D))
+        self.register_parameter("end", init.uniform(-1, 1, D))
+
+    # -- arguments ------------------------------------------------------------------------
+    def _inputs(self, inputs, lengths):
+        x = float_array(inputs, "inputs")
+        same_dtype(self.dtype, inputs=x)
+        if x.ndim != 3 or x.shape[2] != self.input_size or x.shape[1] < 1:
+            raise ValueError(f"inputs has shape {shape_str(x.shape)}, expected (B, n, {self.input_size}) with n >= 1")
+        B, n, _ = x.shape
+        if lengths is None:
+            nl = np.full(B, n, np.int64)
+        else:
+            nl = np.asarray(lengths)
+            if nl.dtype.kind not in "iu" or nl.shape != (B,):
+                raise ValueError(f"lengths must be integers of shape ({B},), got {nl.dtype} {shape_str(nl.shape)}")
+            nl = nl.astype(np.int64)
+            if B and (nl.min() < 1 or nl.max() > n):
+                raise ValueError(f"lengths must be in [1, {n}], got values from {nl.min()} to {nl.max()}")
+        return np.ascontiguousarray(x), nl
+
+    @staticmethod
+    def _constraint(constraint):
+        if constraint not in CONSTRAINTS:
+            raise ValueError(f"constraint must be one of {tuple(CONSTRAINTS)}, got {constraint!r}")
+        return constraint
+
+    @staticmethod
+    def _targets(targets, nl, constraint):
+        """(targets (B, T) int64, counts (B,)): checked against the constraint."""
+        t = np.asarray(targets)
+        B = nl.shape[0]
+        if t.dtype.kind not in "iu" or t.ndim != 2 or t.shape[0] != B:
+            raise ValueError(f"targets must be integers of shape ({B}, T), got {t.dtype} {shape_str(t.shape)}")
+        t = t.astype(np.int64)
+        real = t >= 0
+        counts = real.sum(axis=1)
+        if np.any(real[:, 1:] & ~real[:, :-1]) or np.any((t < -1)):
+            raise ValueError("targets must be input indices followed only by -1 padding")
+        if np.any(real & (t >= nl[:, None])):
+            raise ValueError("targets point past a row's inputs")
+        for b in range(B):
+            row = t[b, :counts[b]]
+            if len(np.unique(row)) != len(row):
+                raise ValueError(f"targets row {b} repeats an input: every constraint forbids it")
+            if constraint == "hull" and counts[b] < 1:
+                raise ValueError(f"targets row {b} is empty: a hull has at least one input before its end")
+            if constraint != "hull" and counts[b] != nl[b]:
+                raise ValueError(f"targets row {b} has {counts[b]} indices; a {constraint} needs all {nl[b]}")
+        return t, counts
+
+    @staticmethod
+    def _masks(t, counts, nl, n, constraint):
+        """(mask (B, T + 1, n + 1) True = −inf, target positions (B, T + 1) with IGNORE after the end)."""
+        B, T = t.shape
+        P = n + 1
+        steps = np.arange(T + 1)
+        pos = np.where(steps[None, :T] < counts[:, None], t + 1, 0)             # internal positions, 0 = end
+        chosen = np.zeros((B, T + 1, P), bool)
+        onehot = np.zeros((B, T, P), bool)
+        np.put_along_axis(onehot, pos[:, :, None], True, axis=2)
+        onehot &= (steps[None, :T] < counts[:, None])[:, :, None]
+        chosen[:, 1:] = np.cumsum(onehot, axis=1) > 0
+        mask = chosen.copy()
+        mask[:, :, 1:] |= np.arange(n)[None, None, :] >= nl[:, None, None]   # padding inputs
+        if constraint == "hull":
+            mask[:, 0, 0] = True                                              # not before one input
+        else:
+            done = np.cumsum(onehot, axis=1).sum(axis=2)                       # inputs chosen before step i
+            before = np.concatenate([np.zeros((B, 1), np.int64), done], axis=1)
+            mask[:, :, 0] = before < nl[:, None]
+        target = np.full((B, T + 1), IGNORE, np.int64)
+        target[:, :T] = np.where(steps[None, :T] < counts[:, None], pos, IGNORE)
+        target[np.arange(B), counts] = 0                                      # the end step
+        after = steps[None, :] > counts[:, None]
+        mask |= after[:, :, None]                                             # nothing after the end
+        return mask, target
+
+    # -- the computation ----------------------------------------------------------------------
+    def _run(self, inputs, targets, lengths, constraint, keep):
+        constraint = self._constraint(constraint)
+        x, nl = self._inputs(inputs, lengths)
+        t, counts = self._targets(targets, nl, constraint)
+        B, n, D = x.shape
+        T = t.shape[1]
+        dt = self.dtype
+        enc_in = np.concatenate([np.broadcast_to(self.end, (B, 1, D)), x], axis=1)
+        prev = np.where(t >= 0, t, 0)
+        dec_in = np.concatenate([np.broadcast_to(self.start, (B, 1, D)), np.take_along_axis(x, prev[:, :, None], 1)],
+                                axis=1)
+        run = (lambda f, *a, **k: vjp(f, *a, **k)) if keep else (lambda f, *a, **k: (f(*a, **k), None))
+        (enc, (h, c)), enc_pb = run(self.encoder, enc_in, None, lengths=nl + 1)
+        (dec, _), dec_pb = run(self.decoder, dec_in, (h, c), lengths=counts + 1)
+        u, score_pb = run(score, dec, enc, score="additive", w_query=self.W2.weight.T, w_key=self.W1.weight.T,
+                          v=self.v.weight[0])
+        mask, target = self._masks(t, counts, nl, n, constraint)
+        masked = np.where(mask, np.asarray(-np.inf, dt), u).astype(dt)
+        logp, lsm_pb = run(nn.log_softmax, masked, dim=-1)
+        state = (enc_pb, dec_pb, score_pb, lsm_pb, mask, prev, counts, (B, n, D)) if keep else None
+        # the user's column order: inputs 0..n-1, then the end token
+        return np.concatenate([logp[..., 1:], logp[..., :1]], axis=-1), target, state
+
+    def forward(self, inputs, targets, *, lengths=None, constraint="permutation"):
+        return self._run(inputs, targets, lengths, constraint, keep=False)[0]
+
+    def _vjp_forward(self, inputs, targets, *, lengths=None, constraint="permutation"):
+        logp, _, state = self._run(inputs, targets, lengths, constraint, keep=True)
+        return logp, state
+
+    def _vjp_backward(self, state, cotangents):
+        d = cotangents[0]
+        if d is None:
+            raise ValueError("the pullback needs the cotangent of the log-probabilities")
+        return self._backward(state, np.concatenate([d[..., -1:], d[..., :-1]], axis=-1))
+
+    def _backward(self, state, dlogp):
+        enc_pb, dec_pb, score_pb, lsm_pb, mask, prev, counts, (B, n, D) = state
+        dmasked = lsm_pb(np.ascontiguousarray(dlogp, self.dtype))["input"]
+        du = np.where(mask, 0, dmasked).astype(self.dtype)
+        g = score_pb(du)
+        gd = dec_pb(g["query"], (None, None))
+        ge = enc_pb(g["keys"], (gd["h0"], gd["c0"]))
+        grads = {f"encoder.{k}": v for k, v in ge.items() if k not in ("input", "h0", "c0")}
+        grads.update({f"decoder.{k}": v for k, v in gd.items() if k not in ("input", "h0", "c0")})
+        grads["W1.weight"] = np.ascontiguousarray(g["w_key"].T)
+        grads["W2.weight"] = np.ascontiguousarray(g["w_query"].T)
+        grads["v.weight"] = g["v"][None, :].copy()
+        ddec, denc = gd["input"], ge["input"]
+        grads["start"] = ddec[:, 0].astype(np.float64).sum(axis=0).astype(self.dtype)
+        grads["end"] = denc[:, 0].astype(np.float64).sum(axis=0).astype(self.dtype)
+        dx = denc[:, 1:].astype(np.float64)
+        T = prev.shape[1]
+        real = np.arange(T)[None, :] < counts[:, None]          # decoder inputs that are real choices
+        contrib = np.where(real[:, :, None], ddec[:, 1:], 0)
+        for b in range(B):                                      # scatter-add: each input fed at most once
+            dx[b, prev[b, real[b]]] += contrib[b, real[b]]
+        grads["inputs"] = dx.astype(self.dtype)
+        return grads
+
+    def loss_and_grad(self, batch, *, constraint="permutation"):
+        """(loss, gradients by state_dict name) of a batch with ``inputs``
+        (B, n, D), ``lengths`` (B,) and ``targets`` (B, T) (input indices, −1
+        padding), such as ``attnc.datasets.TSPTask(10).batch(...)``: the mean
+        negative log-likelihood over the target steps and each row's end step."""
+        logp, target, state = self._run(batch.inputs, batch.targets, getattr(batch, "lengths", None), constraint,
+                                        keep=True)
+        internal = np.concatenate([logp[..., -1:], logp[..., :-1]], axis=-1)
+        B, T1, P = internal.shape
+        keep = target != IGNORE
+        count = max(int(keep.sum()), 1)
+        picked = np.take_along_axis(internal, np.where(keep, target, 0)[:, :, None], axis=2)[:, :, 0]
+        loss = -float(np.where(keep, picked, 0).astype(np.float64).sum()) / count
+        dlogp = np.zeros((B, T1, P), self.dtype)
+        np.put_along_axis(dlogp, np.where(keep, target, 0)[:, :, None], np.where(keep, -1.0 / count, 0)[:, :, None]
+                          .astype(self.dtype), axis=2)
+        grads = self._backward(state, dlogp)
+        grads.pop("inputs")
+        return loss, grads
+
+    loss_and_grads = loss_and_grad
+
+    # -- decoding ---------------------------------------------------------------------------
+    def generate(self, inputs, *, lengths=None, constraint="permutation", beam_size=1, length_penalty=0.0):
+        """Decode inputs (B, n, D) under a constraint, in C:
+
+        - "permutation": every input once;
+        - "tour": a permutation closed back to its start (the start index is
+          appended: n + 1 indices);
+        - "hull": inputs without repeats until the end token.
+
+        Greedy (beam_size=1): the most probable allowed position at every step
+        (lowest index on ties). Beam search (beam_size=K): the K best partial
+        sequences by summed log-probability; finished ones scored sum / length
+        ** length_penalty. Returns a :class:`PointerOutput` (indices, their
+        log-probabilities and every step's pointer distribution, recomputed by
+        the teacher-forced forward on the decoded sequence)."""
+        constraint = self._constraint(constraint)
+        K = _size("beam_size", beam_size)
+        if isinstance(length_penalty, bool) or not isinstance(length_penalty, numbers.Real) or \
+                not np.isfinite(length_penalty):
+            raise ValueError(f"length_penalty must be a finite number, got {length_penalty!r}")
+        x, nl = self._inputs(inputs, lengths)
+        B, n, D = x.shape
+        enc_in = np.ascontiguousarray(np.concatenate([np.broadcast_to(self.end, (B, 1, D)), x], axis=1))
+        enc, (h, c) = self.encoder(enc_in, None, lengths=nl + 1)
+        keys = np.ascontiguousarray(nn.linear(enc, self.W1.weight))
+        dec = self.decoder
+        params = (dec.weight_ih_l0, dec.weight_hh_l0, dec.bias_ih_l0, dec.bias_hh_l0, self.W2.weight,
+                  np.ascontiguousarray(self.v.weight[0]), self.start)
+        out, lens = np.empty((B, n + 1), np.int64), np.empty(B, np.int64)
+        _core.pointer_decode(out, lens, x, nl, keys, np.ascontiguousarray(h[0]), np.ascontiguousarray(c[0]), params,
+                             CONSTRAINTS[constraint], K, float(length_penalty))
+        taken = lens - 1                                               # inputs chosen per row
+        width = int(taken.max()) if B else 0
+        indices = np.where(np.arange(width)[None, :] < taken[:, None], out[:, :width] - 1, -1)
+        logp = self.forward(x, indices, lengths=nl, constraint=constraint)   # (B, width + 1, n + 1)
+        # a hull's end token is one of its choices (its probability counts); a
+        # permutation's is certain, and left out
+        T_out = width + 1 if constraint == "hull" else width
+        steps = np.arange(T_out)[None, :]
+        live = steps < (lens if constraint == "hull" else taken)[:, None]
+        indices = np.pad(indices, ((0, 0), (0, T_out - width)), constant_values=-1)
+        cols = np.where(indices >= 0, indices, n)
+        picked = np.take_along_axis(logp[:, :T_out], cols[:, :, None], axis=2)[:, :, 0]
+        log_probs = np.where(live, picked, 0).astype(self.dtype)
+        pointers = np.where(live[:, :, None], np.exp(logp[:, :T_out]), 0).astype(self.dtype)
+        if constraint == "tour":
+            indices = np.concatenate([indices, indices[:, :1]], axis=1)
+            log_probs = np.pad(log_probs, ((0, 0), (0, 1)))
+            pointers = np.pad(pointers, ((0, 0), (0, 1), (0, 0)))
+        return PointerOutput(indices, log_probs, pointers)
+
+    def extra_repr(self):
+        return f"input_size={self.input_size}, hidden_size={self.hidden_size}"

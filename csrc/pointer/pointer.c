@@ -1,0 +1,132 @@
+/* pointer.c: the pointer network's constrained greedy and beam-search
+ * decoding (pointer.h), the model side of core/search.c. */
+#include "pointer.h"
+
+#include <math.h>
+#include <stdbool.h>
+#include <stdlib.h>
+
+#include "../core/blas.h"
+#include "../core/search.h"
+#include "../core/status.h"
+#include "../core/tensor.h"
+#include "../core/threads.h"
+
+enum { PTR_ROWS = 16, PTR_GEMM_ROWS = 64 }; /* rows per score block; output rows per product block */
+
+typedef struct {
+    int64_t B, K, R, n, P, D, H;
+    attnc_pointer_constraint constraint;
+    attnc_dtype dt;
+} ptr_run;
+
+#define ATTNC_F64 0
+#include "pointer_impl.h"
+#define ATTNC_F64 1
+#include "pointer_impl.h"
+
+/* t present, of dtype dt, C-contiguous, with ndim dims of the given sizes (-1: any, returned). */
+static attnc_status need(const attnc_tensor *t, const char *name, attnc_dtype dt, int ndim, int64_t *sizes,
+                         bool output) {
+    if (!attnc_present(t)) return attnc_fail(ATTNC_ERR_TYPE, "%s is required", name);
+    TRY(attnc_check_dims(t, name, dt, ndim, sizes, output));
+    if (!attnc_is_contiguous(t)) return attnc_fail(ATTNC_ERR_LAYOUT, "%s must be C-contiguous", name);
+    return ATTNC_OK;
+}
+
+static attnc_status check(ptr_run *x, const attnc_tensor *out, const attnc_tensor *lengths,
+                          const attnc_tensor *inputs, const attnc_tensor *input_lengths, const attnc_tensor *keys,
+                          const attnc_tensor *h0, const attnc_tensor *c0, const attnc_pointer_params *p) {
+    if (!attnc_present(inputs)) return attnc_fail(ATTNC_ERR_TYPE, "inputs is required");
+    x->dt = inputs->dtype;
+    if (x->dt != ATTNC_FLOAT32 && x->dt != ATTNC_FLOAT64)
+        return attnc_fail(ATTNC_ERR_TYPE, "inputs has dtype %s, expected float32 or float64",
+                          attnc_dtype_name(x->dt));
+    int64_t in[3] = {-1, -1, -1};
+    TRY(need(inputs, "inputs", x->dt, 3, in, false));
+    x->B = in[0];
+    x->n = in[1];
+    x->D = in[2];
+    x->P = x->n + 1;
+    int64_t ks[3] = {x->B, x->P, -1};
+    TRY(need(keys, "keys", x->dt, 3, ks, false));
+    x->H = ks[2];
+    if (x->n < 1 || x->D < 1 || x->H < 1) return attnc_fail(ATTNC_ERR_VALUE, "n, D and H must be >= 1");
+    int64_t bh[2] = {x->B, x->H}, g4d[2] = {4 * x->H, x->D}, g4h[2] = {4 * x->H, x->H}, g4[1] = {4 * x->H},
+            hh[2] = {x->H, x->H}, h1[1] = {x->H}, d1[1] = {x->D}, b1[1] = {x->B};
+    TRY(need(h0, "h0", x->dt, 2, bh, false));
+    TRY(need(c0, "c0", x->dt, 2, (int64_t[]){x->B, x->H}, false));
+    TRY(need(&p->w_ih, "decoder.weight_ih_l0", x->dt, 2, g4d, false));
+    TRY(need(&p->w_hh, "decoder.weight_hh_l0", x->dt, 2, g4h, false));
+    TRY(need(&p->b_ih, "decoder.bias_ih_l0", x->dt, 1, g4, false));
+    TRY(need(&p->b_hh, "decoder.bias_hh_l0", x->dt, 1, (int64_t[]){4 * x->H}, false));
+    TRY(need(&p->w2, "W2.weight", x->dt, 2, hh, false));
+    TRY(need(&p->v, "v", x->dt, 1, h1, false));
+    TRY(need(&p->start, "start", x->dt, 1, d1, false));
+    TRY(need(input_lengths, "input_lengths", ATTNC_INT64, 1, b1, false));
+    const int64_t *nl = input_lengths->data;
+    for (int64_t b = 0; b < x->B; b++)
+        if (nl[b] < 1 || nl[b] > x->n)
+            return attnc_fail(ATTNC_ERR_VALUE, "input_lengths[%lld] = %lld is outside [1, %lld]", (long long)b,
+                              (long long)nl[b], (long long)x->n);
+    int64_t os[2] = {x->B, -1};
+    TRY(need(out, "out", ATTNC_INT64, 2, os, true));
+    if (os[1] < 1) return attnc_fail(ATTNC_ERR_VALUE, "out needs at least one step");
+    return need(lengths, "lengths", ATTNC_INT64, 1, (int64_t[]){x->B}, true);
+}
+
+attnc_status attnc_pointer_decode(attnc_tensor *out, attnc_tensor *lengths, const attnc_tensor *inputs,
+                                  const attnc_tensor *input_lengths, const attnc_tensor *keys, const attnc_tensor *h0,
+                                  const attnc_tensor *c0, const attnc_pointer_params *p,
+                                  attnc_pointer_constraint constraint, int64_t beam_size, double length_penalty) {
+    ptr_run x = {0};
+    if (!p) return attnc_fail(ATTNC_ERR_TYPE, "the parameters are required");
+    if (constraint < ATTNC_POINTER_PERMUTATION || constraint > ATTNC_POINTER_HULL)
+        return attnc_fail(ATTNC_ERR_VALUE, "unknown constraint %d", (int)constraint);
+    if (beam_size < 1) return attnc_fail(ATTNC_ERR_VALUE, "beam_size must be >= 1, got %lld", (long long)beam_size);
+    if (!isfinite(length_penalty)) return attnc_fail(ATTNC_ERR_VALUE, "length_penalty must be finite");
+    TRY(check(&x, out, lengths, inputs, input_lengths, keys, h0, c0, p));
+    x.K = beam_size;
+    x.R = x.B * x.K;
+    x.constraint = constraint;
+    if (x.B == 0) return ATTNC_OK;
+    size_t es = attnc_dtype_size(x.dt);
+    int64_t R = x.R, H = x.H, P = x.P;
+    /* one block: h, c, their next copies, xin, gates, q, logits */
+    int64_t reals = 4 * R * H + R * x.D + 4 * R * H + R * H + R * P;
+    void *mem = NULL, *flags = NULL, *counts = NULL;
+    attnc_status st = attnc_calloc(&mem, (size_t)reals, es, "the pointer decoder's state");
+    if (st == ATTNC_OK) st = attnc_calloc(&flags, (size_t)(2 * R * P + 2 * R), 1, "the pointer decoder's masks");
+    if (st == ATTNC_OK) st = attnc_calloc(&counts, (size_t)(2 * R), sizeof(int64_t), "the pointer decoder's counts");
+    if (st == ATTNC_OK) {
+        unsigned char *f = flags;
+        int64_t *cnt = counts;
+        attnc_search_io io = {.out = out->data, .lengths = lengths->data, .T = out->shape[1], .eos = 0,
+                              .alpha = length_penalty, .trace = NULL};
+#define RUN(SFX, REAL)                                                                                          \
+    do {                                                                                                        \
+        REAL *m = mem;                                                                                          \
+        ptr_state_##SFX S = {.x = &x, .inputs = inputs->data, .keys = keys->data, .h0 = h0->data,              \
+                             .c0 = c0->data, .w_ih = p->w_ih.data, .w_hh = p->w_hh.data, .b_ih = p->b_ih.data, \
+                             .b_hh = p->b_hh.data, .w2 = p->w2.data, .v = p->v.data, .start = p->start.data,   \
+                             .nlen = input_lengths->data, .h = m, .c = m + R * H, .h_next = m + 2 * R * H,       \
+                             .c_next = m + 3 * R * H, .xin = m + 4 * R * H, .gates = m + 4 * R * H + R * x.D,   \
+                             .q = m + 8 * R * H + R * x.D, .logits = m + 9 * R * H + R * x.D, .chosen = f,       \
+                             .chosen_next = f + R * P, .ended = f + 2 * R * P, .ended_next = f + 2 * R * P + R,  \
+                             .count = cnt, .count_next = cnt + R};                                             \
+        ptr_init_##SFX(&S);                                                                                     \
+        attnc_search_model sm = {.ctx = &S, .B = x.B, .K = x.K, .V = P, .logits = S.logits, .dt = x.dt,        \
+                                 .step = ptr_step_##SFX, .reorder = ptr_reorder_##SFX};                       \
+        st = attnc_search(&sm, &io);                                                                            \
+    } while (0)
+        if (x.dt == ATTNC_FLOAT32)
+            RUN(f32, float);
+        else
+            RUN(f64, double);
+#undef RUN
+    }
+    free(mem);
+    free(flags);
+    free(counts);
+    return st;
+}
