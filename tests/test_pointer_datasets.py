@@ -24,7 +24,6 @@ from attnc.datasets import (
     tsp_tours,
 )
 
-
 # --------------------------------------------------------------------------- references
 
 def np_tour_length(points, tour):
@@ -150,7 +149,7 @@ def test_two_opt_is_valid_near_optimal_and_two_opt_optimal():
     rng = np.random.default_rng(1)
     for n in (5, 8, 10):
         points = rng.random((30, n, 2))
-        opt_t, opt = tsp_tours(points, exact=True)
+        _, opt = tsp_tours(points, exact=True)
         tours, lengths = tsp_tours(points, exact=False)
         assert (np.sort(tours, axis=1) == np.arange(n)).all()
         assert (tours[:, 0] == 0).all() and (tours[:, 1] < tours[:, -1]).all()

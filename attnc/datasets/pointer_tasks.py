@@ -428,7 +428,7 @@ def hull_accuracy(indices, batch: PointerBatch) -> float:
 
 def _shoelace(V, m):
     """|area| of polygons V (R, M, 2) with m (R,) vertices (the rest ignored)."""
-    R, M, _ = V.shape
+    M = V.shape[1]
     j = np.arange(M)[None, :]
     nxt = np.where(j + 1 < m[:, None], j + 1, 0)
     Vn = np.take_along_axis(V, nxt[..., None], 1)
@@ -449,7 +449,7 @@ def _on_box(a, b, c):
 def _simple(V, m):
     """(R,) bool: polygon V (R, M, 2) with m vertices is simple (no two edges
     meet except adjacent ones at their shared vertex; no zero-length edge)."""
-    R, M, _ = V.shape
+    M = V.shape[1]
     j = np.arange(M)[None, :]
     nxt = np.where(j + 1 < m[:, None], j + 1, 0)
     nxt2 = np.take_along_axis(nxt, nxt, 1)
@@ -493,7 +493,7 @@ def hull_area_coverage(indices, batch: PointerBatch) -> float:
     _check_batch(batch)
     a = _indices(indices, batch)
     P = np.asarray(batch.inputs, np.float64)
-    B, n = P.shape[:2]
+    B = P.shape[0]
     rows = np.arange(B)
     m = _until_pad(a)
     t = batch.targets
