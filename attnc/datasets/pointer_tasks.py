@@ -53,7 +53,7 @@ __all__ = [
 
 HELD_KARP_MAX_N = 12   # the largest n solved exactly (attnc_tsp_held_karp)
 _HULL_CHUNK = 1 << 15  # rows per vectorised monotone-chain pass
-_AREA_CHUNK = 2048     # rows per vectorised simple-polygon test
+_AREA_CHUNK = 1 << 20  # edge pairs per vectorised simple-polygon test
 _FILTER_MIN_N = 16     # drop interior points first from this n (a net win above it)
 
 
@@ -541,8 +541,9 @@ def hull_area_coverage(indices, batch: PointerBatch) -> float:
     distinct = ~((srt[:, 1:] == srt[:, :-1]) & (srt[:, 1:] >= 0)).any(axis=1)
     cover = np.zeros(B)
     ok = (m >= 3) & distinct & (true_area > 0)
-    for s in range(0, B, _AREA_CHUNK):
-        r = rows[s:s + _AREA_CHUNK][ok[s:s + _AREA_CHUNK]]
+    step = max(1, _AREA_CHUNK // max(int(m[ok].max(initial=1)), 1) ** 2)  # (rows, M, M) pair tests per chunk
+    for s in range(0, B, step):
+        r = rows[s:s + step][ok[s:s + step]]
         if r.size == 0:
             continue
         M = int(m[r].max())
