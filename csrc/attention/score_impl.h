@@ -1,10 +1,53 @@
 /* score_impl.h: typed kernels of score.c (see core/real.h). Shapes per
  * batch element: Q (Tq, dq), K (Tk, dk), S and dS (Tq, Tk). */
 #include "../core/real.h"
+#include "../core/sigmoid_impl.h"
 
 static attnc_mat FN(mat)(REAL *p, int64_t rows, int64_t cols) {
     attnc_mat m = {p, rows, cols, cols, 1};
     return m;
+}
+
+/* S (tq, tk) <- sum_a v_a tanh(QA_ia + KA_ja), v contiguous: 16 independent
+ * partial sums combined in a fixed order so the loop vectorises (the same
+ * sums whatever the vector width); the float tanh is
+ * core/sigmoid_impl.h's (within 2e-6 relative), not libm's. */
+ATTNC_SIMD static void FN(additive_rows)(REAL *restrict s, const REAL *restrict qa, const REAL *restrict ka,
+                                         const REAL *restrict v, int64_t tq, int64_t tk, int64_t da) {
+    enum { LANES = 16 };
+    for (int64_t i = 0; i < tq; i++)
+        for (int64_t j = 0; j < tk; j++) {
+            const REAL *q = qa + i * da, *k = ka + j * da;
+            REAL lane[LANES] = {0}, acc = 0;
+            int64_t a = 0;
+            for (; a + LANES <= da; a += LANES)
+                for (int l = 0; l < LANES; l++) lane[l] += v[a + l] * FN(tanh_)(q[a + l] + k[a + l]);
+            for (int l = 0; l < LANES; l++) acc += lane[l];
+            for (; a < da; a++) acc += v[a] * FN(tanh_)(q[a] + k[a]);
+            s[i * tk + j] = acc;
+        }
+}
+
+/* The additive score's backward: dQA (tq, da), dKA (tk, da), dv (da) added
+ * to from dS (tq, tk); v contiguous. */
+ATTNC_SIMD static void FN(additive_rows_backward)(REAL *restrict dqa, REAL *restrict dka, REAL *restrict dv,
+                                                  const REAL *restrict ds, const REAL *restrict qa,
+                                                  const REAL *restrict ka, const REAL *restrict v, int64_t tq,
+                                                  int64_t tk, int64_t da) {
+    for (int64_t i = 0; i < tq; i++)
+        for (int64_t j = 0; j < tk; j++) {
+            REAL dsij = ds[i * tk + j];
+            if (dsij == 0) continue;
+            REAL *dq = dqa + i * da, *dk = dka + j * da;
+            const REAL *q = qa + i * da, *k = ka + j * da;
+            for (int64_t a = 0; a < da; a++) {
+                REAL t = FN(tanh_)(q[a] + k[a]);
+                REAL gpre = dsij * v[a] * (1 - t * t);
+                dq[a] += gpre;
+                dk[a] += gpre;
+                dv[a] += dsij * t;
+            }
+        }
 }
 
 /* Row i of matrix m as a pointer plus column stride. */
@@ -57,10 +100,14 @@ void FN(attnc_score_batch)(const attnc_score_ctx *c, int64_t b, REAL *s, REAL *s
         const REAL *v = p->v.data;
         GEMM(false, false, 1, q, FN(param)(&p->w_query), 0, FN(mat)(qa, d->tq, da));
         GEMM(false, false, 1, k, FN(param)(&p->w_key), 0, FN(mat)(ka, d->tk, da));
+        if (vs == 1) {
+            FN(additive_rows)(s, qa, ka, v, d->tq, d->tk, da);
+            break;
+        }
         for (int64_t i = 0; i < d->tq; i++)
             for (int64_t j = 0; j < d->tk; j++) {
                 REAL acc = 0;
-                for (int64_t a = 0; a < da; a++) acc += v[a * vs] * TANH(qa[i * da + a] + ka[j * da + a]);
+                for (int64_t a = 0; a < da; a++) acc += v[a * vs] * FN(tanh_)(qa[i * da + a] + ka[j * da + a]);
                 s[i * d->tk + j] = acc;
             }
         break;
@@ -237,18 +284,22 @@ void FN(attnc_score_batch_backward)(const attnc_score_ctx *c, int64_t b, const R
         GEMM(false, false, 1, q, FN(param)(&p->w_query), 0, FN(mat)(qa, tq, da));
         GEMM(false, false, 1, k, FN(param)(&p->w_key), 0, FN(mat)(ka, tk, da));
         for (int64_t x = 0; x < (tq + tk + 1) * da; x++) dqa[x] = 0;
+        if (vs == 1) {
+            FN(additive_rows_backward)(dqa, dka, dv, ds, qa, ka, v, tq, tk, da);
+        } else {
         for (int64_t i = 0; i < tq; i++)
             for (int64_t j = 0; j < tk; j++) {
                 REAL dsij = ds[i * tk + j];
                 if (dsij == 0) continue;
                 for (int64_t a = 0; a < da; a++) {
-                    REAL t = TANH(qa[i * da + a] + ka[j * da + a]);
+                    REAL t = FN(tanh_)(qa[i * da + a] + ka[j * da + a]);
                     REAL gpre = dsij * v[a * vs] * (1 - t * t);
                     dqa[i * da + a] += gpre;
                     dka[j * da + a] += gpre;
                     dv[a] += dsij * t;
                 }
             }
+        }
         if (want_q) GEMM(false, true, 1, FN(mat)(dqa, tq, da), FN(param)(&p->w_query), 0, dq);
         if (want_k) GEMM(false, true, 1, FN(mat)(dka, tk, da), FN(param)(&p->w_key), 0, dk);
         break;
