@@ -1,7 +1,10 @@
 """What the pointer-network experiments (pointer_sort, pointer_tsp,
-pointer_hull) share: the command line (--n), the model, the training loop
-(fresh batches from the task every step, Adam with a warm-up and a cosine
-decay, gradients clipped to norm 1) and batched decoding of held-out sets.
+pointer_hull) share: the command line (--n), the model (a PointerNet whose
+inputs are first embedded linearly to the hidden size: with raw coordinates
+the TSP model sat on a plateau, pointing by position only, for thousands
+of steps), the training loop (fresh batches from the task every step, Adam
+with a warm-up and a cosine decay, gradients clipped to norm 1) and batched
+decoding of held-out sets.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ def parse_args(doc, argv, n_default):
 def train(name, args, task, cfg, constraint):
     """Train a PointerNet on fresh batches of task; returns (model, result)."""
     data_seed, model_seed = np.random.SeedSequence(args.seed).generate_state(2)
-    model = PointerNet(task.input_size, cfg["hidden_size"], seed=int(model_seed))
+    model = PointerNet(task.input_size, cfg["hidden_size"], embedding_size=cfg["hidden_size"], seed=int(model_seed))
     opt = attnc.optim.Adam(model, lr=cfg["lr"])
     sched = attnc.optim.LambdaLR(opt, _common.warmup_cosine(cfg["warmup"], cfg["steps"], cfg["final_lr"]))
     rng = np.random.default_rng(int(data_seed))

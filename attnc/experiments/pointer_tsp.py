@@ -4,8 +4,8 @@
 
 Task: attnc.datasets.TSPTask(n): n points uniform in the unit square, the
 target the optimal tour (Held-Karp in C for n <= 12, 2-opt beyond) from
-point 0 in a canonical direction. Model: PointerNet, hidden size 128,
-"tour" decoding (a permutation closed back to its start). Training: fresh
+point 0 in a canonical direction. Model: PointerNet, hidden size 128, inputs embedded to
+128, "tour" decoding (a permutation closed back to its start). Training: fresh
 batches of 128, Adam with a warm-up and a cosine decay, gradients clipped
 to norm 1. Scored on 1,000 held-out instances: the mean tour length of
 greedy decoding (beam 1, the default: "tour_length", "gap" = tour_length /
