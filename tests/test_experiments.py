@@ -171,3 +171,29 @@ def test_ntm_quick_runs(name, keys, tmp_path):
     assert isinstance(model, attnc.models.NTM) and model.memory_slots == 128 and model.memory_width == 20
     logits = model(np.zeros((2, 5, model.input_size), np.float32))
     assert logits.shape == (2, 5, model.output_size)
+
+
+@pytest.mark.parametrize("name,keys", [
+    ("pointer_sort", ("exact_match", "exact_match_by_n")),
+    ("pointer_tsp", ("tour_length", "optimal_tour_length", "gap", "beam10")),
+    ("pointer_hull", ("accuracy", "area_coverage", "accuracy_by_n")),
+])
+def test_pointer_quick_runs(name, keys, tmp_path):
+    path = tmp_path / "pointer.npz"
+    first, stderr = run_experiment(name, "--quick", "--seed", "2", "--threads", "1", "--save", str(path))
+    assert "it/s" in stderr or "s/it" in stderr
+    for key in keys + ("train_seconds", "final_loss", "heldout_size"):
+        assert key in first, key
+    assert first["train_seconds"] > 0 and np.isfinite(first["final_loss"]) and first["final_loss"] < first["first_loss"]
+    for key in ("exact_match", "accuracy", "area_coverage"):
+        if key in first:
+            assert 0 <= first[key] <= 1
+    if name == "pointer_tsp":
+        assert first["tour_length"] >= first["optimal_tour_length"] > 0 and first["n"] == 5
+        assert first["gap"] == pytest.approx(first["tour_length"] / first["optimal_tour_length"] - 1)
+    second, _ = run_experiment(name, "--quick", "--seed", "2", "--threads", "2")
+    assert {k: v for k, v in first.items() if k not in TIMING} == {k: v for k, v in second.items() if k not in TIMING}
+    model = attnc.load(path)
+    assert isinstance(model, attnc.models.PointerNet)
+    out = model.generate(np.random.default_rng(0).random((2, 6, model.input_size), np.float32))
+    assert out.indices.shape == (2, 6) and sorted(out.indices[0]) == list(range(6))

@@ -3,7 +3,7 @@
 Each runs as ``python -m attnc.experiments.NAME [--seed N] [--quick]
 [--threads N] [--save PATH]``, shows a progress bar on stderr and prints one
 JSON object of metrics as the last line of stdout (at least "train_seconds",
-and "exact_match" or, for the NTM tasks, "bits_per_sequence").
+and the task's own measure: "exact_match", "bits_per_sequence", "gap", ...).
 
 - ``transformer_reverse``: an encoder-decoder Transformer reverses digit sequences.
 - ``gpt_sort``: minGPT's demo, a tiny GPT sorts sequences of {0, 1, 2}.
@@ -13,6 +13,9 @@ and "exact_match" or, for the NTM tasks, "bits_per_sequence").
   coloured shapes.
 - ``ntm_copy``, ``ntm_repeat_copy``, ``ntm_recall``: a Neural Turing Machine
   learns Graves et al.'s copy, repeat-copy and associative-recall tasks.
+- ``pointer_sort``, ``pointer_tsp --n N``, ``pointer_hull``: pointer networks
+  (Vinyals et al. 2015) sort numbers, find planar TSP tours and convex hulls.
 """
 
-EXPERIMENTS = ("transformer_reverse", "gpt_sort", "dates", "captions", "ntm_copy", "ntm_repeat_copy", "ntm_recall")
+EXPERIMENTS = ("transformer_reverse", "gpt_sort", "dates", "captions", "ntm_copy", "ntm_repeat_copy", "ntm_recall",
+               "pointer_sort", "pointer_tsp", "pointer_hull")

@@ -64,8 +64,14 @@ class PointerNet(nn.Module):
     every input is chosen (it is then certain: log p = 0), "hull" after at
     least one input. Teacher forcing: the decoder reads the target's inputs.
 
-    Parameters (``state_dict()`` names): ``encoder.*`` and ``decoder.*``
-    (``torch.nn.LSTM(input_size, hidden_size, batch_first=True)``'s),
+    With ``embedding_size=E``, every input vector (``start`` and ``end``
+    included) first goes through a linear embedding x → W_e x + b_e (E), as in
+    Bello et al. 2016: with raw 2-D coordinates the LSTMs' inputs are small
+    next to their recurrent terms, and learning which input is where is slow.
+
+    Parameters (``state_dict()`` names): ``embedding.weight`` (E, D) and
+    ``embedding.bias`` (E) (with ``embedding_size``), ``encoder.*`` and ``decoder.*``
+    (``torch.nn.LSTM(E or input_size, hidden_size, batch_first=True)``'s),
     ``W1.weight``, ``W2.weight`` (H, H), ``v.weight`` (1, H), ``start`` and
     ``end`` (input_size).
 
@@ -88,14 +94,17 @@ class PointerNet(nn.Module):
     ((2, 5), [0, 1, 2, 3, 4])
     """
 
-    def __init__(self, input_size, hidden_size=128, *, dtype=np.float32, seed=None):
+    def __init__(self, input_size, hidden_size=128, *, embedding_size=None, dtype=np.float32, seed=None):
         super().__init__(dtype)
         D, H = _size("input_size", input_size), _size("hidden_size", hidden_size)
-        self.input_size, self.hidden_size = D, H
+        E = None if embedding_size is None else _size("embedding_size", embedding_size)
+        self.input_size, self.hidden_size, self.embedding_size = D, H, E
         rng = np.random.default_rng(seed)
         sub = lambda: int(rng.integers(2**63))  # noqa: E731
-        self.encoder = nn.LSTM(D, H, dtype=dtype, seed=sub())
-        self.decoder = nn.LSTM(D, H, dtype=dtype, seed=sub())
+        # an optional linear embedding of the inputs (and of start and end) before both LSTMs
+        self.embedding = nn.Linear(D, E, dtype=dtype, seed=sub()) if E else None
+        self.encoder = nn.LSTM(E or D, H, dtype=dtype, seed=sub())
+        self.decoder = nn.LSTM(E or D, H, dtype=dtype, seed=sub())
         self.W1 = nn.Linear(H, H, bias=False, dtype=dtype, seed=sub())
         self.W2 = nn.Linear(H, H, bias=False, dtype=dtype, seed=sub())
         self.v = nn.Linear(H, 1, bias=False, dtype=dtype, seed=sub())
@@ -191,6 +200,10 @@ class PointerNet(nn.Module):
         dec_in = np.concatenate([np.broadcast_to(self.start, (B, 1, D)), np.take_along_axis(x, prev[:, :, None], 1)],
                                 axis=1)
         run = (lambda f, *a, **k: vjp(f, *a, **k)) if keep else (lambda f, *a, **k: (f(*a, **k), None))
+        emb_pb = None
+        if self.embedding is not None:   # one call for both sequences
+            both, emb_pb = run(self.embedding, np.concatenate([enc_in, dec_in], axis=1))
+            enc_in, dec_in = both[:, :n + 1], both[:, n + 1:]
         (enc, (h, c)), enc_pb = run(self.encoder, enc_in, None, lengths=nl + 1)
         (dec, _), dec_pb = run(self.decoder, dec_in, (h, c), lengths=counts + 1)
         u, score_pb = run(score, dec, enc, score="additive", w_query=self.W2.weight.T, w_key=self.W1.weight.T,
@@ -198,7 +211,7 @@ class PointerNet(nn.Module):
         mask, target = self._masks(t, counts, nl, n, constraint)
         masked = np.where(mask, np.asarray(-np.inf, dt), u).astype(dt)
         logp, lsm_pb = run(nn.log_softmax, masked, dim=-1)
-        state = (enc_pb, dec_pb, score_pb, lsm_pb, mask, prev, counts, (B, n, D)) if keep else None
+        state = (emb_pb, enc_pb, dec_pb, score_pb, lsm_pb, mask, prev, counts, (B, n, D)) if keep else None
         # the user's column order: inputs 0..n-1, then the end token
         return np.concatenate([logp[..., 1:], logp[..., :1]], axis=-1), target, state
 
@@ -216,7 +229,7 @@ class PointerNet(nn.Module):
         return self._backward(state, np.concatenate([d[..., -1:], d[..., :-1]], axis=-1))
 
     def _backward(self, state, dlogp):
-        enc_pb, dec_pb, score_pb, lsm_pb, mask, prev, counts, (B, n, D) = state
+        emb_pb, enc_pb, dec_pb, score_pb, lsm_pb, mask, prev, counts, (B, n, D) = state
         dmasked = lsm_pb(np.ascontiguousarray(dlogp, self.dtype))["input"]
         du = np.where(mask, 0, dmasked).astype(self.dtype)
         g = score_pb(du)
@@ -228,6 +241,10 @@ class PointerNet(nn.Module):
         grads["W2.weight"] = np.ascontiguousarray(g["w_query"].T)
         grads["v.weight"] = g["v"][None, :].copy()
         ddec, denc = gd["input"], ge["input"]
+        if emb_pb is not None:
+            gm = emb_pb(np.concatenate([denc, ddec], axis=1))
+            grads["embedding.weight"], grads["embedding.bias"] = gm["weight"], gm["bias"]
+            denc, ddec = gm["input"][:, :n + 1], gm["input"][:, n + 1:]
         grads["start"] = ddec[:, 0].astype(np.float64).sum(axis=0).astype(self.dtype)
         grads["end"] = denc[:, 0].astype(np.float64).sum(axis=0).astype(self.dtype)
         dx = denc[:, 1:].astype(np.float64)
@@ -284,13 +301,17 @@ class PointerNet(nn.Module):
         x, nl = self._inputs(inputs, lengths)
         B, n, D = x.shape
         enc_in = np.ascontiguousarray(np.concatenate([np.broadcast_to(self.end, (B, 1, D)), x], axis=1))
+        feed, start = x, self.start
+        if self.embedding is not None:   # the decoder reads embedded inputs
+            enc_in = self.embedding(enc_in)
+            feed, start = np.ascontiguousarray(enc_in[:, 1:]), self.embedding(self.start[None])[0]
         enc, (h, c) = self.encoder(enc_in, None, lengths=nl + 1)
         keys = np.ascontiguousarray(nn.linear(enc, self.W1.weight))
         dec = self.decoder
         params = (dec.weight_ih_l0, dec.weight_hh_l0, dec.bias_ih_l0, dec.bias_hh_l0, self.W2.weight,
-                  np.ascontiguousarray(self.v.weight[0]), self.start)
+                  np.ascontiguousarray(self.v.weight[0]), np.ascontiguousarray(start))
         out, lens = np.empty((B, n + 1), np.int64), np.empty(B, np.int64)
-        _core.pointer_decode(out, lens, x, nl, keys, np.ascontiguousarray(h[0]), np.ascontiguousarray(c[0]), params,
+        _core.pointer_decode(out, lens, feed, nl, keys, np.ascontiguousarray(h[0]), np.ascontiguousarray(c[0]), params,
                              CONSTRAINTS[constraint], K, float(length_penalty))
         taken = lens - 1                                               # inputs chosen per row
         width = int(taken.max()) if B else 0
@@ -313,4 +334,4 @@ class PointerNet(nn.Module):
         return PointerOutput(indices, log_probs, pointers)
 
     def extra_repr(self):
-        return f"input_size={self.input_size}, hidden_size={self.hidden_size}"
+        return f"input_size={self.input_size}, hidden_size={self.hidden_size}, embedding_size={self.embedding_size}"

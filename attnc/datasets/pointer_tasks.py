@@ -1,0 +1,562 @@
+"""The Pointer Networks tasks (Vinyals, Fortunato & Jaitly 2015), seeded.
+
+Three tasks whose outputs are positions in the input, each a small object
+whose ``batch(batch_size, ...)`` draws one ``PointerBatch``:
+
+* ``PointerSortTask``: n numbers uniform in [0, 1); the target is the order
+  that sorts them ascending (``np.argsort``, stable: equal values keep their
+  index order).
+* ``ConvexHullTask`` (sec. 4.2): n points uniform in the unit square; the
+  target is the convex hull's vertices, counter-clockwise, starting from the
+  lowest index among them (points inside the hull or on one of its edges
+  between two vertices are not vertices), padded with -1.
+* ``TSPTask`` (sec. 4.3): n points uniform in the unit square; the target is
+  the shortest closed tour (exact, by Held-Karp dynamic programming in C, for
+  n <= 12; the nearest-neighbour + 2-opt tour above), starting at city 0, in
+  its canonical direction ``tour[1] < tour[n-1]``; the batch also keeps the
+  tours' lengths.
+
+Every row of a batch has the same number n of inputs (drawn per batch, or
+given), so ``lengths`` is n everywhere. Targets are computed from the inputs
+as returned, after the cast to ``dtype``: they are exact for the arrays the
+model sees.
+
+``seed`` is an int, ``None`` (fresh entropy) or a ``np.random.Generator``
+(consumed: successive batches from one generator differ). The same seed gives
+the same arrays, bit for bit, on any machine.
+
+Scores: ``sort_exact_match``, ``hull_accuracy`` and ``hull_area_coverage``
+(the paper's two hull measures), and ``tour_length`` for tours (``tsp_tours``
+solves given instances).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .ntm_tasks import _dtype, _rng
+from .sequences import _check_int
+
+__all__ = [
+    "ConvexHullTask",
+    "PointerBatch",
+    "PointerSortTask",
+    "TSPTask",
+    "hull_accuracy",
+    "hull_area_coverage",
+    "sort_exact_match",
+    "tour_length",
+    "tsp_tours",
+]
+
+HELD_KARP_MAX_N = 12   # the largest n solved exactly (attnc_tsp_held_karp)
+_HULL_CHUNK = 1 << 15  # rows per vectorised monotone-chain pass
+_AREA_CHUNK = 1 << 20  # edge pairs per vectorised simple-polygon test
+_FILTER_MIN_N = 16     # drop interior points first from this n (a net win above it)
+
+
+# --------------------------------------------------------------------------- the batch
+
+@dataclass(frozen=True)
+class PointerBatch:
+    """One batch of a pointer task.
+
+    inputs          (B, n, d) float (float32 by default): d = 1 (sort) or 2 (points)
+    lengths         (B,) int64: the number of real inputs per row, n everywhere
+    targets         (B, T) int64: input indices 0..n-1, padded with -1
+                    (T is the longest target of the batch)
+    target_lengths  (B,) int64: the number of indices before the padding
+    tour_lengths    (B,) float64 (TSP only, else None): the target tours' closed lengths
+    """
+
+    inputs: np.ndarray
+    lengths: np.ndarray
+    targets: np.ndarray
+    target_lengths: np.ndarray
+    tour_lengths: np.ndarray | None = None
+
+    def __len__(self):
+        return self.inputs.shape[0]
+
+
+def _draw_n(rng, n, min_n, max_n, low):
+    if n is None:
+        return int(rng.integers(min_n, max_n + 1))
+    return _check_int("n", n, low)
+
+
+def _full(B, n):
+    return np.full(B, n, np.int64)
+
+
+# --------------------------------------------------------------------------- sort
+
+class PointerSortTask:
+    """Sorting by pointing: n numbers uniform in [0, 1), the target the indices
+    that sort them ascending (T = n).
+
+    ``input_size = 1``, ``constraint = "permutation"`` (a decoder may mask the
+    indices it has already pointed at).
+
+    Example
+    -------
+    >>> b = PointerSortTask(min_n=5, max_n=10).batch(4, n=6, seed=0)
+    >>> b.inputs.shape, b.targets.shape, b.lengths.tolist()
+    ((4, 6, 1), (4, 6), [6, 6, 6, 6])
+    >>> bool((np.diff(np.take_along_axis(b.inputs[..., 0], b.targets, 1), axis=1) >= 0).all())
+    True
+    """
+
+    input_size = 1
+    constraint = "permutation"
+
+    def __init__(self, min_n: int = 5, max_n: int = 10):
+        self.min_n = _check_int("min_n", min_n, 1)
+        self.max_n = _check_int("max_n", max_n, self.min_n)
+
+    def batch(self, batch_size: int, *, n: int | None = None, seed=None, dtype=np.float32) -> PointerBatch:
+        """batch_size rows of one length: ``n`` when given (any int >= 1, e.g.
+        longer than max_n to test generalisation), else drawn uniformly in
+        [min_n, max_n]."""
+        B = _check_int("batch_size", batch_size, 1)
+        dt = _dtype(dtype)
+        rng = _rng(seed)
+        n = _draw_n(rng, n, self.min_n, self.max_n, 1)
+        inputs = rng.random((B, n, 1)).astype(dt)
+        targets = np.argsort(inputs[..., 0], axis=1, kind="stable").astype(np.int64)
+        return PointerBatch(inputs, _full(B, n), targets, _full(B, n))
+
+    def __repr__(self):
+        return f"PointerSortTask(min_n={self.min_n}, max_n={self.max_n})"
+
+
+# --------------------------------------------------------------------------- convex hull
+
+def _inside_extremes(x, y):
+    """(b, n) bool: strictly left of every (non-degenerate) edge of the closed
+    polygon through each row's extreme points in 8 directions, counter-
+    clockwise (lowest x, x + y, y, then highest x - y, x, x + y, y, y - x), so
+    not a hull vertex (Akl-Toussaint): such a point has winding number >= 1
+    in a polygon through points of the row and is off every supporting line,
+    so it lies in the hull's interior."""
+    rows = np.arange(x.shape[0])[:, None]
+    s, d = x + y, x - y
+    ext = np.stack([x.argmin(1), s.argmin(1), y.argmin(1), d.argmax(1),
+                    x.argmax(1), s.argmax(1), y.argmax(1), d.argmin(1)], axis=1)  # (b, 8)
+    qx, qy = x[rows, ext], y[rows, ext]
+    inside = np.ones(x.shape, bool)
+    for e in range(8):
+        f = (e + 1) % 8
+        ax, ay, bx, by = qx[:, e:e + 1], qy[:, e:e + 1], qx[:, f:f + 1], qy[:, f:f + 1]
+        degenerate = (ax == bx) & (ay == by)
+        inside &= ((bx - ax) * (y - ay) - (by - ay) * (x - ax) > 0) | degenerate
+    return inside & ~((qx == qx[:, :1]) & (qy == qy[:, :1])).all(axis=1, keepdims=True)
+
+
+def _hull_chunk(P):
+    """Andrew's monotone chain over all rows of P (b, n, 2) float64 at once.
+    Returns hull (b, n) int64 original indices, counter-clockwise from the
+    lowest index, padded with -1, and the sizes (b,).
+
+    Each row's points are sorted by (x, y, index); repeats of a point (all
+    but its lowest index) and, for n >= 16, points strictly inside the
+    polygon of the row's extreme points in 8 directions are dropped, the rest
+    moved to the front in order.
+    The chain then runs in lockstep over the rows (position k of every row at
+    once), each row with its own stack in one flat array."""
+    b, n, _ = P.shape
+    order = np.lexsort((P[..., 1], P[..., 0]), axis=-1)  # by x, then y, then index (stable)
+    sx = np.take_along_axis(P[..., 0], order, 1)
+    sy = np.take_along_axis(P[..., 1], order, 1)
+    skip = np.zeros((b, n), bool)
+    skip[:, 1:] = (sx[:, 1:] == sx[:, :-1]) & (sy[:, 1:] == sy[:, :-1])
+    if n >= _FILTER_MIN_N:
+        skip |= _inside_extremes(sx, sy)
+    front = np.argsort(skip, axis=1, kind="stable")  # kept points first, in sorted order
+    order = np.take_along_axis(order, front, 1)
+    fx = np.take_along_axis(sx, front, 1).ravel()
+    fy = np.take_along_axis(sy, front, 1).ravel()
+    count = n - skip.sum(axis=1)  # >= 1: the first sorted point is always kept
+    W = 2 * n + 1
+    rows = np.arange(b)
+    base, pbase = rows * W, rows * n
+    stack = np.zeros(b * W, np.int64)  # flat positions into fx, fy
+    top = np.zeros(b, np.int64)
+
+    def push(r, k, floor):
+        """Push position k on the stacks of rows r, first popping every top
+        that does not make a strict left turn (while above floor)."""
+        cand = r[top[r] >= floor[r]]
+        while cand.size:
+            s = base[cand] + top[cand]
+            o, a, c = stack[s - 2], stack[s - 1], pbase[cand] + k
+            ox, oy = fx[o], fy[o]
+            left = (fx[a] - ox) * (fy[c] - oy) - (fy[a] - oy) * (fx[c] - ox) > 0
+            pop = cand[~left]
+            top[pop] -= 1
+            cand = pop[top[pop] >= floor[pop]]
+        stack[base[r] + top[r]] = pbase[r] + k
+        top[r] += 1
+
+    longest = int(count.max())
+    two = np.full(b, 2, np.int64)
+    for k in range(longest):  # lower hull, left to right
+        push(rows[k < count], k, two)
+    floor = top + 1
+    for k in range(longest - 2, -1, -1):  # upper hull, right to left, back to the first point
+        push(rows[k < count - 1], k, floor)
+    sizes = np.maximum(top - 1, 1)  # the last entry repeats the first (unless a single point)
+    valid = np.arange(n)[None, :] < sizes[:, None]
+    local = np.where(valid, stack.reshape(b, W)[:, :n] - pbase[:, None], 0)
+    idx = np.take_along_axis(order, local, 1)
+    start = np.argmin(np.where(valid, idx, n), axis=1)
+    pos = (start[:, None] + np.arange(n)[None, :]) % sizes[:, None]
+    hull = np.take_along_axis(idx, pos, 1)
+    hull[~valid] = -1
+    return hull, sizes
+
+
+def _hull_targets(P):
+    """(targets (B, T) padded with -1, sizes (B,)) of the points P (B, n, 2)."""
+    P = np.asarray(P, np.float64)
+    B, n, _ = P.shape
+    hull = np.empty((B, n), np.int64)
+    sizes = np.empty(B, np.int64)
+    for s in range(0, B, _HULL_CHUNK):
+        hull[s:s + _HULL_CHUNK], sizes[s:s + _HULL_CHUNK] = _hull_chunk(P[s:s + _HULL_CHUNK])
+    return np.ascontiguousarray(hull[:, : int(sizes.max())]), sizes
+
+
+class ConvexHullTask:
+    """Planar convex hulls (Vinyals et al. 2015, sec. 4.2): n points uniform
+    in the unit square, the target the hull's vertices counter-clockwise
+    starting from the lowest index among them, padded with -1 to the largest
+    hull of the batch (T <= n). Points on an edge between two vertices are
+    not vertices.
+
+    ``input_size = 2``, ``constraint = "hull"``.
+
+    Example
+    -------
+    >>> b = ConvexHullTask().batch(3, n=4, seed=0)
+    >>> b.inputs.shape, b.lengths.tolist(), b.targets.shape[0]
+    ((3, 4, 2), [4, 4, 4], 3)
+    >>> all(int(r[0]) == int(r[r >= 0].min()) for r in b.targets)  # starts at the lowest index
+    True
+    """
+
+    input_size = 2
+    constraint = "hull"
+
+    def __init__(self, min_n: int = 5, max_n: int = 10):
+        self.min_n = _check_int("min_n", min_n, 3)
+        self.max_n = _check_int("max_n", max_n, self.min_n)
+
+    def batch(self, batch_size: int, *, n: int | None = None, seed=None, dtype=np.float32) -> PointerBatch:
+        """batch_size rows of one number of points: ``n`` when given (any int
+        >= 3), else drawn uniformly in [min_n, max_n]."""
+        B = _check_int("batch_size", batch_size, 1)
+        dt = _dtype(dtype)
+        rng = _rng(seed)
+        n = _draw_n(rng, n, self.min_n, self.max_n, 3)
+        inputs = rng.random((B, n, 2)).astype(dt)
+        targets, sizes = _hull_targets(inputs)
+        return PointerBatch(inputs, _full(B, n), targets, sizes)
+
+    def __repr__(self):
+        return f"ConvexHullTask(min_n={self.min_n}, max_n={self.max_n})"
+
+
+# --------------------------------------------------------------------------- TSP
+
+def _points(points, name="points") -> np.ndarray:
+    p = np.asarray(points)
+    if p.dtype.kind not in "fiu" or p.dtype == np.bool_:
+        raise TypeError(f"{name} must be a real array, got dtype {p.dtype}")
+    if p.ndim != 3 or p.shape[2] != 2:
+        raise ValueError(f"{name} must have shape (B, n, 2), got {p.shape}")
+    if p.shape[1] < 1:
+        raise ValueError(f"{name} must hold at least 1 point per row, got n = 0")
+    p = np.ascontiguousarray(p, np.float64)
+    if not np.isfinite(p).all():
+        raise ValueError(f"{name} must be finite")
+    return p
+
+
+def tsp_tours(points, exact: bool | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Closed tours of planar instances, solved in C on attnc's threads.
+
+    points  (B, n, 2) real, finite
+    exact   None: Held-Karp (optimal) for n <= 12, else 2-opt; True: Held-Karp
+            (n <= 12 required); False: nearest neighbour from city 0 then 2-opt
+            moves until none shortens the tour by more than 1e-12
+    returns tours (B, n) int64 starting at 0 with tour[1] < tour[n-1] (n >= 3),
+            and their closed lengths (B,) float64 (Euclidean)
+
+    Example
+    -------
+    >>> square = np.array([[[0, 0], [1, 1], [1, 0], [0, 1]]], float)
+    >>> tours, lengths = tsp_tours(square)
+    >>> tours.tolist(), lengths.tolist()
+    ([[0, 2, 1, 3]], [4.0])
+    """
+    from .. import _core
+
+    p = _points(points)
+    if exact is not None and not isinstance(exact, (bool, np.bool_)):
+        raise TypeError(f"exact must be None, True or False, got {exact!r}")
+    B, n, _ = p.shape
+    if exact and n > HELD_KARP_MAX_N:
+        raise ValueError(f"exact=True solves n <= {HELD_KARP_MAX_N} cities (Held-Karp), got n = {n}; "
+                         "pass exact=False or None for 2-opt tours")
+    use_exact = n <= HELD_KARP_MAX_N if exact is None else bool(exact)
+    tours = np.empty((B, n), np.int64)
+    lengths = np.empty(B, np.float64)
+    (_core.tsp_held_karp if use_exact else _core.tsp_two_opt)(tours, lengths, p)
+    return tours, lengths
+
+
+def tour_length(points, tours) -> np.ndarray:
+    """Closed Euclidean lengths of tours (computed in C).
+
+    points  (B, n, 2) real
+    tours   (B, n) integer, each row a permutation of 0..n-1, or (B, n + 1)
+            closed tours whose last entry repeats the first
+    returns (B,) float64
+
+    Example
+    -------
+    >>> square = np.array([[[0, 0], [1, 0], [1, 1], [0, 1]]], float)
+    >>> tour_length(square, [[0, 1, 2, 3, 0]]).tolist(), round(float(tour_length(square, [[0, 2, 1, 3]])[0]), 4)
+    ([4.0], 4.8284)
+    """
+    from .. import _core
+
+    p = _points(points)
+    B, n, _ = p.shape
+    t = np.asarray(tours)
+    if t.dtype.kind not in "iu":
+        raise TypeError(f"tours must be an integer array, got dtype {t.dtype}")
+    if t.ndim != 2 or t.shape[0] != B or t.shape[1] not in (n, n + 1):
+        raise ValueError(f"tours must have shape ({B}, {n}) or ({B}, {n + 1}) (closed) for points "
+                         f"of shape {p.shape}, got {t.shape}")
+    if t.shape[1] == n + 1:
+        open_ = t[:, 0] != t[:, -1]
+        if open_.any():
+            row = int(np.flatnonzero(open_)[0])
+            raise ValueError(f"tours has n + 1 = {n + 1} columns, so each row must end where it starts; "
+                             f"row {row} starts at {t[row, 0]} and ends at {t[row, -1]}")
+        t = t[:, :n]
+    t = np.ascontiguousarray(t, np.int64)
+    lengths = np.empty(B, np.float64)
+    _core.tsp_tour_length(lengths, p, t)
+    return lengths
+
+
+class TSPTask:
+    """The planar symmetric travelling salesman (Vinyals et al. 2015, sec.
+    4.3): n cities uniform in the unit square, the target the shortest closed
+    tour (Held-Karp, exact, for n <= 12; nearest neighbour + 2-opt above),
+    starting at city 0, in the direction with ``tour[1] < tour[n-1]`` (T = n).
+    ``batch.tour_lengths`` holds the target tours' lengths.
+
+    ``input_size = 2``, ``constraint = "tour"``.
+
+    Example
+    -------
+    >>> b = TSPTask(n=5).batch(8, seed=0)
+    >>> b.inputs.shape, b.targets.shape, bool((b.targets[:, 0] == 0).all())
+    ((8, 5, 2), (8, 5), True)
+    >>> bool(np.allclose(tour_length(b.inputs, b.targets), b.tour_lengths))
+    True
+    """
+
+    input_size = 2
+    constraint = "tour"
+
+    def __init__(self, n: int = 5):
+        self.n = _check_int("n", n, 3)
+
+    def batch(self, batch_size: int, *, n: int | None = None, seed=None, dtype=np.float32) -> PointerBatch:
+        """batch_size instances of ``n`` cities (default: the task's n; any
+        int >= 3). Tours are solved on the inputs as cast to dtype."""
+        B = _check_int("batch_size", batch_size, 1)
+        dt = _dtype(dtype)
+        rng = _rng(seed)
+        n = self.n if n is None else _check_int("n", n, 3)
+        inputs = rng.random((B, n, 2)).astype(dt)
+        tours, lengths = tsp_tours(inputs)
+        return PointerBatch(inputs, _full(B, n), tours, _full(B, n), lengths)
+
+    def __repr__(self):
+        return f"TSPTask(n={self.n})"
+
+
+# --------------------------------------------------------------------------- scoring
+
+def _check_batch(batch):
+    if not isinstance(batch, PointerBatch):
+        raise TypeError(f"batch must be a PointerBatch, got {type(batch).__name__}")
+
+
+def _indices(indices, batch, min_width=1) -> np.ndarray:
+    """indices as a (B, L) int64 array of values in [-1, n)."""
+    a = np.asarray(indices)
+    if a.dtype.kind not in "iu":
+        raise TypeError(f"indices must be an integer array, got dtype {a.dtype}")
+    B, n = batch.inputs.shape[:2]
+    if a.ndim != 2 or a.shape[0] != B or a.shape[1] < min_width:
+        raise ValueError(f"indices must have shape ({B}, L) with L >= {min_width}, got {a.shape}")
+    if a.size and (a.min() < -1 or a.max() >= n):
+        raise ValueError(f"indices must lie in [-1, {n - 1}] (-1: padding), got values in "
+                         f"[{a.min()}, {a.max()}]")
+    return a.astype(np.int64, copy=False)
+
+
+def _until_pad(a):
+    """(B,) the number of entries before the first -1 of each row."""
+    pad = a < 0
+    return np.where(pad.any(axis=1), pad.argmax(axis=1), a.shape[1])
+
+
+def sort_exact_match(indices, batch: PointerBatch) -> float:
+    """Fraction of rows whose predicted indices equal the target on the first
+    n entries and (when the prediction is longer) are -1 after them.
+
+    indices  (B, L) integer, L >= n, values in [-1, n)
+
+    Example
+    -------
+    >>> b = PointerSortTask().batch(4, n=5, seed=0)
+    >>> sort_exact_match(b.targets, b), sort_exact_match(b.targets[:, ::-1], b)
+    (1.0, 0.0)
+    """
+    _check_batch(batch)
+    n = batch.inputs.shape[1]
+    a = _indices(indices, batch, n)
+    ok = (a[:, :n] == batch.targets[:, :n]).all(axis=1) & (a[:, n:] == -1).all(axis=1)
+    return float(ok.mean())
+
+
+def hull_accuracy(indices, batch: PointerBatch) -> float:
+    """Fraction of rows whose prediction (the indices up to the first -1)
+    equals the target hull exactly: the same vertices, in the same order,
+    from the same start.
+
+    indices  (B, L) integer, any L >= 1, values in [-1, n)
+
+    Example
+    -------
+    >>> b = ConvexHullTask().batch(4, n=8, seed=0)
+    >>> hull_accuracy(b.targets, b)
+    1.0
+    """
+    _check_batch(batch)
+    a = _indices(indices, batch)
+    m, t = _until_pad(a), batch.target_lengths
+    W = max(a.shape[1], batch.targets.shape[1])
+    pa = np.full((len(a), W), -1, np.int64)
+    pa[:, : a.shape[1]] = np.where(np.arange(a.shape[1])[None, :] < m[:, None], a, -1)
+    pt = np.full((len(a), W), -1, np.int64)
+    pt[:, : batch.targets.shape[1]] = batch.targets
+    return float(((m == t) & (pa == pt).all(axis=1)).mean())
+
+
+def _shoelace(V, m):
+    """|area| of polygons V (R, M, 2) with m (R,) vertices (the rest ignored)."""
+    M = V.shape[1]
+    j = np.arange(M)[None, :]
+    nxt = np.where(j + 1 < m[:, None], j + 1, 0)
+    Vn = np.take_along_axis(V, nxt[..., None], 1)
+    term = V[..., 0] * Vn[..., 1] - Vn[..., 0] * V[..., 1]
+    return 0.5 * np.abs(np.where(j < m[:, None], term, 0).sum(axis=1))
+
+
+def _orient(a, b, c):
+    return (b[..., 0] - a[..., 0]) * (c[..., 1] - a[..., 1]) - (b[..., 1] - a[..., 1]) * (c[..., 0] - a[..., 0])
+
+
+def _on_box(a, b, c):
+    """c within the bounding box of segment ab (used for collinear c)."""
+    return ((np.minimum(a[..., 0], b[..., 0]) <= c[..., 0]) & (c[..., 0] <= np.maximum(a[..., 0], b[..., 0]))
+            & (np.minimum(a[..., 1], b[..., 1]) <= c[..., 1]) & (c[..., 1] <= np.maximum(a[..., 1], b[..., 1])))
+
+
+def _simple(V, m):
+    """(R,) bool: polygon V (R, M, 2) with m vertices is simple (no two edges
+    meet except adjacent ones at their shared vertex; no zero-length edge)."""
+    M = V.shape[1]
+    j = np.arange(M)[None, :]
+    nxt = np.where(j + 1 < m[:, None], j + 1, 0)
+    nxt2 = np.take_along_axis(nxt, nxt, 1)
+    A, Bv = V, np.take_along_axis(V, nxt[..., None], 1)  # edge i: A[i] -> Bv[i]
+    C = np.take_along_axis(V, nxt2[..., None], 1)
+    valid = j < m[:, None]
+    zero_edge = (A == Bv).all(axis=-1) & valid
+    # adjacent edges i, i+1 fold back on each other
+    fold = (_orient(A, Bv, C) == 0) & (((A - Bv) * (C - Bv)).sum(axis=-1) > 0) & valid
+    # non-adjacent edge pairs (i < k) must not meet at all
+    p1, p2 = A[:, :, None], Bv[:, :, None]
+    p3, p4 = A[:, None, :], Bv[:, None, :]
+    o1, o2, o3, o4 = _orient(p1, p2, p3), _orient(p1, p2, p4), _orient(p3, p4, p1), _orient(p3, p4, p2)
+    meet = (((o1 > 0) & (o2 < 0) | (o1 < 0) & (o2 > 0)) & ((o3 > 0) & (o4 < 0) | (o3 < 0) & (o4 > 0))
+            | (o1 == 0) & _on_box(p1, p2, p3) | (o2 == 0) & _on_box(p1, p2, p4)
+            | (o3 == 0) & _on_box(p3, p4, p1) | (o4 == 0) & _on_box(p3, p4, p2))
+    i, k = np.arange(M)[:, None], np.arange(M)[None, :]
+    mm = m[:, None, None]
+    pair = ((i[None] < k[None]) & (k[None] < mm) & (k[None] != i[None] + 1)
+            & ~((i[None] == 0) & (k[None] == mm - 1)))
+    crossing = (meet & pair).any(axis=(1, 2))
+    return ~(zero_edge.any(axis=1) | fold.any(axis=1) | crossing)
+
+
+def hull_area_coverage(indices, batch: PointerBatch) -> float:
+    """Mean over rows of area(predicted polygon) / area(true hull), capped at
+    1 (the paper's area coverage). The predicted polygon is the indices up to
+    the first -1, in order; a prediction that is not a simple polygon with >= 3
+    distinct vertices (repeated indices, crossing or overlapping edges) counts
+    0, whichever its orientation. A row whose true hull has zero area (all
+    points collinear) counts 1 if the prediction equals the target, else 0.
+
+    indices  (B, L) integer, any L >= 1, values in [-1, n)
+
+    Example
+    -------
+    >>> b = ConvexHullTask().batch(4, n=8, seed=0)
+    >>> hull_area_coverage(b.targets, b)
+    1.0
+    """
+    _check_batch(batch)
+    a = _indices(indices, batch)
+    P = np.asarray(batch.inputs, np.float64)
+    B = P.shape[0]
+    rows = np.arange(B)
+    m = _until_pad(a)
+    t = batch.targets
+    true_area = _shoelace(P[rows[:, None], np.maximum(t, 0)], batch.target_lengths)
+    idx = np.where(np.arange(a.shape[1])[None, :] < m[:, None], a, -1)
+    srt = np.sort(idx, axis=1)
+    distinct = ~((srt[:, 1:] == srt[:, :-1]) & (srt[:, 1:] >= 0)).any(axis=1)
+    cover = np.zeros(B)
+    ok = (m >= 3) & distinct & (true_area > 0)
+    step = max(1, _AREA_CHUNK // max(int(m[ok].max(initial=1)), 1) ** 2)  # (rows, M, M) pair tests per chunk
+    for s in range(0, B, step):
+        r = rows[s:s + step][ok[s:s + step]]
+        if r.size == 0:
+            continue
+        M = int(m[r].max())
+        V = P[r[:, None], np.maximum(idx[r, :M], 0)]
+        simple = _simple(V, m[r])
+        area = _shoelace(V, m[r])
+        cover[r] = np.where(simple, np.minimum(area / true_area[r], 1.0), 0.0)
+    flat = true_area <= 0
+    if flat.any():
+        W = max(a.shape[1], t.shape[1])
+        pa = np.full((B, W), -1, np.int64)
+        pa[:, : a.shape[1]] = idx
+        pt = np.full((B, W), -1, np.int64)
+        pt[:, : t.shape[1]] = t
+        cover[flat] = ((m == batch.target_lengths) & (pa == pt).all(axis=1))[flat]
+    return float(cover.mean())

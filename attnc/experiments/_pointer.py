@@ -1,0 +1,63 @@
+"""What the pointer-network experiments (pointer_sort, pointer_tsp,
+pointer_hull) share: the command line (--n), the model (a PointerNet whose
+inputs are first embedded linearly to the hidden size: with raw coordinates
+the TSP model sat on a plateau, pointing by position only, for thousands
+of steps), the training loop (fresh batches from the task every step, Adam
+with a warm-up and a cosine decay, gradients clipped to norm 1) and batched
+decoding of held-out sets.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+
+import attnc
+from attnc.models import PointerNet
+
+from . import _common
+
+HELDOUT_SEED = 20151122  # the held-out instances are the same for every --seed
+
+
+def parse_args(doc, argv, n_default):
+    """_common.parse_args plus --n (the problem size)."""
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--n", type=int, default=n_default)
+    known, rest = pre.parse_known_args(argv)
+    args = _common.parse_args(doc.strip().splitlines()[0] + " (--n N)", rest)
+    if known.n is not None and known.n < 2:
+        raise SystemExit("--n must be >= 2")
+    args.n = known.n
+    return args
+
+
+def train(name, args, task, cfg, constraint):
+    """Train a PointerNet on fresh batches of task; returns (model, result)."""
+    data_seed, model_seed = np.random.SeedSequence(args.seed).generate_state(2)
+    model = PointerNet(task.input_size, cfg["hidden_size"], embedding_size=cfg["hidden_size"], seed=int(model_seed))
+    opt = attnc.optim.Adam(model, lr=cfg["lr"])
+    sched = attnc.optim.LambdaLR(opt, _common.warmup_cosine(cfg["warmup"], cfg["steps"], cfg["final_lr"]))
+    rng = np.random.default_rng(int(data_seed))
+
+    def batches(step):
+        return task.batch(cfg["batch_size"], seed=rng)
+
+    def loss_and_grads(batch):
+        return model.loss_and_grad(batch, constraint=constraint)
+
+    result = _common.train(model, opt, loss_and_grads, batches, cfg["steps"], scheduler=sched, clip=1.0, desc=name,
+                           disable_progress=args.no_progress)
+    return model, result
+
+
+def decode(model, batch, constraint, beam_size=1, chunk=500):
+    """Indices of model.generate over a held-out batch, in chunks of rows."""
+    parts = []
+    for start in range(0, len(batch.inputs), chunk):
+        sl = slice(start, start + chunk)
+        out = model.generate(batch.inputs[sl], lengths=batch.lengths[sl], constraint=constraint, beam_size=beam_size)
+        parts.append(out.indices)
+    width = max(p.shape[1] for p in parts)
+    return np.concatenate([np.pad(p, ((0, 0), (0, width - p.shape[1])), constant_values=-1) for p in parts])
