@@ -228,6 +228,39 @@ def test_finite_differences(ref, fd_check):
     fd_check(fn, kwargs, [cot], grads, eps=1e-6, rtol=1e-6, atol=1e-8)
 
 
+@pytest.mark.parametrize("constraint", CONSTRAINTS)
+def test_embedding_matches_torch(ref, constraint):
+    """embedding_size=E: every input vector (start and end too) goes through a linear map first."""
+    E = 3
+    st = ref.random_state(D, H, seed=12, scale=2.0, embedding_size=E)
+    m = attnc.models.PointerNet(D, H, embedding_size=E, dtype=np.float64, seed=0)
+    assert set(m.state_dict()) == set(st)
+    m.load_state_dict(st)
+    tm = ref.TorchPointerNet.from_state(st)
+    x, nl, t = draw(6, 7, [7, 3, 1, 5, 7, 2], constraint, seed=14, extra=1)
+    logp, pull = attnc.vjp(m, x, t, lengths=nl, constraint=constraint)
+    want = tm(x, t, nl, constraint).detach().numpy()
+    fin = np.isfinite(want)
+    np.testing.assert_array_equal(np.isfinite(logp), fin)
+    close(logp[fin], want[fin], REL64, "log-probabilities with an embedding")
+    cot = cotangent(logp)
+    grads = pull(cot)
+    wg = torch_grads(ref, st, x, t, nl, constraint, cot)
+    assert set(grads) == set(wg)
+    for name, g in wg.items():
+        rel_close(grads[name], g, GREL64, f"gradient of {name} with an embedding")
+    n = x.shape[1]
+    for K in (1, 3):
+        out = m.generate(x, lengths=nl, constraint=constraint, beam_size=K)
+        dec = tm.greedy(x, nl, constraint) if K == 1 else tm.beam_search(x, nl, constraint, beam_size=K)
+        got = np.full((len(x), n), -1)
+        got[:, :min(out.indices.shape[1], n)] = out.indices[:, :n]
+        if constraint == "tour":
+            got = np.where(np.arange(n)[None, :] < nl[:, None], got, -1)
+        np.testing.assert_array_equal(got, dec.indices)
+        close(out.log_probs.sum(1), dec.score, 1e-10, f"beam {K} log-probability with an embedding")
+
+
 # --------------------------------------------------------------------------- decoding
 def decode_case(seed=0, constraint="permutation"):
     """A batch with ragged lengths (and full-length rows) for decoding."""

@@ -15,6 +15,9 @@ is the end token (its encoder state is the one of the learned `end` vector, read
     u_ij = v . tanh(W1 e_j + W2 d_i)
     log p(t_i = j) = log_softmax_j(u_ij, masked to -inf)
 
+With an embedding (state dict keys embedding.weight (E, D), embedding.bias (E)), the
+LSTMs read W_e z + b_e of every input vector z (x_j, start and end) instead of z.
+
 Masked at step i: inputs j >= n_b (padding); inputs among t_0..t_{i-1} (already chosen);
 the end token, for "permutation" and "tour" while fewer than n_b inputs are chosen (then
 it is the only choice: log p = 0), for "hull" at step 0 only; and every column of the
@@ -61,33 +64,39 @@ class Decoded(NamedTuple):
     normalized: np.ndarray
 
 
-def state_shapes(input_size: int, hidden_size: int) -> dict:
-    D, H = input_size, hidden_size
+def state_shapes(input_size: int, hidden_size: int, embedding_size: int | None = None) -> dict:
+    D, H, E = input_size, hidden_size, embedding_size
     shapes = {"start": (D,), "end": (D,)}
+    if E:
+        shapes.update({"embedding.weight": (E, D), "embedding.bias": (E,)})
     for part in ("encoder", "decoder"):
-        shapes.update({f"{part}.weight_ih_l0": (4 * H, D), f"{part}.weight_hh_l0": (4 * H, H),
+        shapes.update({f"{part}.weight_ih_l0": (4 * H, E or D), f"{part}.weight_hh_l0": (4 * H, H),
                        f"{part}.bias_ih_l0": (4 * H,), f"{part}.bias_hh_l0": (4 * H,)})
     shapes.update({"W1.weight": (H, H), "W2.weight": (H, H), "v.weight": (1, H)})
     return shapes
 
 
-def random_state(input_size, hidden_size, seed=0, dtype=np.float64, scale=1.0) -> dict:
-    """Weights U(±scale/sqrt(H)) for the LSTMs and linear maps, U(-1, 1) for start and end."""
+def random_state(input_size, hidden_size, seed=0, dtype=np.float64, scale=1.0, embedding_size=None) -> dict:
+    """Weights U(±scale/sqrt(H)) for the LSTMs and W1, W2, v, U(±scale/sqrt(D)) for the
+    embedding, U(-1, 1) for start and end."""
     rng = np.random.default_rng(seed)
     state = {}
-    for name, shape in state_shapes(input_size, hidden_size).items():
-        bound = 1.0 if name in ("start", "end") else scale / np.sqrt(hidden_size)
+    for name, shape in state_shapes(input_size, hidden_size, embedding_size).items():
+        bound = 1.0 if name in ("start", "end") else scale / np.sqrt(input_size if "embedding" in name
+                                                                     else hidden_size)
         state[name] = rng.uniform(-bound, bound, shape).astype(dtype)
     return state
 
 
 class TorchPointerNet(nn.Module):
-    def __init__(self, input_size: int, hidden_size: int, dtype=torch.float64):
+    def __init__(self, input_size: int, hidden_size: int, dtype=torch.float64, embedding_size: int | None = None):
         super().__init__()
-        D, H = input_size, hidden_size
-        self.input_size, self.hidden_size = D, H
-        self.encoder = nn.LSTM(D, H, batch_first=True, dtype=dtype)
-        self.decoder = nn.LSTM(D, H, batch_first=True, dtype=dtype)
+        D, H, E = input_size, hidden_size, embedding_size
+        self.input_size, self.hidden_size, self.embedding_size = D, H, E
+        # optional: every input vector (start and end too) through a linear embedding first
+        self.embedding = nn.Linear(D, E, dtype=dtype) if E else None
+        self.encoder = nn.LSTM(E or D, H, batch_first=True, dtype=dtype)
+        self.decoder = nn.LSTM(E or D, H, batch_first=True, dtype=dtype)
         self.W1 = nn.Linear(H, H, bias=False, dtype=dtype)
         self.W2 = nn.Linear(H, H, bias=False, dtype=dtype)
         self.v = nn.Linear(H, 1, bias=False, dtype=dtype)
@@ -98,13 +107,18 @@ class TorchPointerNet(nn.Module):
     def from_state(cls, state_dict: dict, dtype=torch.float64) -> TorchPointerNet:
         D = np.shape(state_dict["start"])[0]
         H = np.shape(state_dict["W1.weight"])[0]
-        m = cls(D, H, dtype)
+        E = np.shape(state_dict["embedding.weight"])[0] if "embedding.weight" in state_dict else None
+        m = cls(D, H, dtype, embedding_size=E)
         m.load_state_dict({k: torch.as_tensor(np.array(v)).to(dtype) for k, v in state_dict.items()})
         return m
 
     @property
     def dtype(self):
         return self.start.dtype
+
+    def embed(self, z):
+        """What the LSTMs read of input vectors z (..., D)."""
+        return z if self.embedding is None else self.embedding(z)
 
     # ----------------------------------------------------------------------- pieces
     def _tensor(self, x):
@@ -123,7 +137,7 @@ class TorchPointerNet(nn.Module):
         in the user's column order (inputs, then the end token), final state (h, c) each
         (1, B, H). Ragged rows go through a packed sequence."""
         B, n, D = x.shape
-        seq = torch.cat([self.end.expand(B, 1, D), x], dim=1)
+        seq = self.embed(torch.cat([self.end.expand(B, 1, D), x], dim=1))
         if nl is None:
             enc, (h, c) = self.encoder(seq)
         else:
@@ -172,7 +186,7 @@ class TorchPointerNet(nn.Module):
         nl = self._lengths(lengths, B, n)
         keys, state = self.encode(x, None if lengths is None else nl)
         fed = torch.gather(x, 1, targets.clamp(min=0)[:, :, None].expand(B, T, D))
-        dec_in = torch.cat([self.start.expand(B, 1, D), fed], dim=1)
+        dec_in = self.embed(torch.cat([self.start.expand(B, 1, D), fed], dim=1))
         d, _ = self.decoder(dec_in, state)                 # causal: steps after a row's end are unused
         u = self.scores(keys, d)
         mask, _ = self.masks(targets, nl, n, constraint)
@@ -204,7 +218,7 @@ class TorchPointerNet(nn.Module):
         keys = keys.repeat_interleave(K, dim=0)            # (R, n + 1, H)
         h, c = h.repeat_interleave(K, dim=1), c.repeat_interleave(K, dim=1)
         pad = torch.arange(n)[None, :] >= nl.repeat_interleave(K)[:, None]
-        return x, nl, keys, (h, c), pad, R
+        return x, nl, keys, (h, c), pad, R, self.embed(x), self.embed(self.start)
 
     def _step(self, inp, state, keys, chosen, pad, nlr, constraint, step):
         """One decoder step of every row: log-probabilities (R, n + 1), the new state."""
@@ -223,14 +237,14 @@ class TorchPointerNet(nn.Module):
     def greedy(self, x, lengths=None, constraint="permutation") -> Decoded:
         if constraint not in CONSTRAINTS:
             raise ValueError(f"unknown constraint {constraint!r}")
-        x, nl, keys, state, pad, B = self._prepare(x, lengths, 1)
-        n, D = x.shape[1], x.shape[2]
+        x, nl, keys, state, pad, B, feed, start = self._prepare(x, lengths, 1)
+        n = x.shape[1]
         chosen = torch.zeros(B, n, dtype=torch.bool)
         done = torch.zeros(B, dtype=torch.bool)
         count = torch.zeros(B, dtype=torch.int64)
         score = torch.zeros(B, dtype=torch.float64)
         indices = torch.full((B, n), -1, dtype=torch.int64)
-        inp = self.start.expand(B, D)
+        inp = start.expand(B, start.shape[0])
         rows = torch.arange(B)
         for step in range(n + 1):
             lp, state = self._step(inp, state, keys, chosen, pad, nl, constraint, step)
@@ -245,7 +259,7 @@ class TorchPointerNet(nn.Module):
             done |= ends
             if bool(done.all()):
                 break
-            inp = x[rows, tok.clamp(max=n - 1)]
+            inp = feed[rows, tok.clamp(max=n - 1)]
         c = count.numpy()
         return Decoded(indices.numpy(), c, score.numpy(), score.numpy().copy())
 
@@ -256,8 +270,8 @@ class TorchPointerNet(nn.Module):
         if beam_size < 1:
             raise ValueError("beam_size must be >= 1")
         K, alpha = int(beam_size), float(length_penalty)
-        x, nl, keys, (h, c), pad, R = self._prepare(x, lengths, K)
-        B, n, D = x.shape
+        x, nl, keys, (h, c), pad, R, feed, start = self._prepare(x, lengths, K)
+        B, n, _ = x.shape
         T = n + 1                                           # the most steps a sequence takes
         nlr = nl.repeat_interleave(K)
         ninf = float("-inf")
@@ -269,7 +283,7 @@ class TorchPointerNet(nn.Module):
         best_raw = torch.full((B,), ninf, dtype=torch.float64)
         best_seq = torch.full((B, n), -1, dtype=torch.int64)
         best_count = torch.zeros(B, dtype=torch.int64)
-        inp = self.start.expand(R, D)
+        inp = start.expand(R, start.shape[0])
         state = (h, c)
         rows = torch.arange(B)
         base = (rows * K)[:, None]                          # (B, 1): each row's first decoder row
@@ -301,7 +315,7 @@ class TorchPointerNet(nn.Module):
             chosen = chosen[src]
             flat_tok = tok.reshape(R)
             chosen[torch.arange(R), flat_tok] = True
-            inp = x[src // K, flat_tok]
+            inp = feed[src // K, flat_tok]
             # can an unfinished hypothesis still beat the best finished one?
             live = scores > ninf
             if not bool(live.any()):
