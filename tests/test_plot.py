@@ -483,3 +483,153 @@ def test_ntm_trace_input_not_modified_and_saves(tmp_path):
     path = tmp_path / "trace.png"
     axes[0].figure.savefig(path)
     assert path.read_bytes()[:4] == b"\x89PNG"
+
+
+# --------------------------------------------------------------------------- pointer networks: tours and hulls
+
+def _points(n=7, seed=0):
+    return np.random.default_rng(seed).random((n, 2))
+
+
+def _line(ax, gid):
+    (line,) = [ln for ln in ax.lines if ln.get_gid() == gid]
+    return line
+
+
+def _xy(line):
+    return np.column_stack([np.asarray(line.get_xdata(), float), np.asarray(line.get_ydata(), float)])
+
+
+def test_tours_draws_closed_polygon_in_order_over_optimal():
+    pts = _points()
+    tour = [0, 3, 1, 6, 2, 5, 4]
+    best = [0, 1, 2, 3, 4, 5, 6]
+    ax = plot.tours(pts, tour, optimal=best, title="tsp")
+    assert isinstance(ax, Axes)
+    assert ax.get_title() == "tsp"
+    np.testing.assert_array_equal(_xy(_line(ax, "tour")), pts[tour + [0]])
+    np.testing.assert_array_equal(_xy(_line(ax, "optimal")), pts[best + [0]])
+    # the optimal tour is drawn underneath the tour
+    assert _line(ax, "optimal").get_zorder() < _line(ax, "tour").get_zorder()
+    assert [ln.get_gid() for ln in ax.lines][:2] == ["optimal", "tour"]
+    np.testing.assert_array_equal(_xy(_line(ax, "start")), pts[[0]])
+    np.testing.assert_array_equal(np.asarray(ax.collections[0].get_offsets()), pts)
+    # the point labels, and the lengths in the legend
+    assert sorted(t.get_text() for t in ax.texts) == sorted(str(i) for i in range(len(pts)))
+    length = np.sum(np.hypot(*np.diff(pts[tour + [0]], axis=0).T))
+    assert f"{length:.3f}" in " ".join(t.get_text() for t in ax.get_legend().get_texts())
+    assert ax.get_aspect() == 1.0
+
+
+def test_tours_closed_open_and_padded_tours_draw_the_same_polygon():
+    pts = _points(5)
+    expected = pts[[2, 0, 4, 1, 3, 2]]
+    for tour in ([2, 0, 4, 1, 3], [2, 0, 4, 1, 3, 2], np.array([[2, 0, 4, 1, 3, 2, -1, -1]]), [2, 0, -1, 4, 1, 3]):
+        ax = plot.tours(pts, tour, labels=False)
+        np.testing.assert_array_equal(_xy(_line(ax, "tour")), expected)
+        assert not ax.texts
+        assert [ln.get_gid() for ln in ax.lines] == ["tour", "start"]
+
+
+def test_tours_from_a_pointer_net_and_given_axes():
+    from attnc.datasets import TSPTask
+    from attnc.models import PointerNet
+
+    batch = TSPTask(n=6).batch(2, seed=0)
+    out = PointerNet(2, 16, seed=0).generate(batch.inputs, constraint="tour")
+    fig, axes = plt.subplots(1, 2)
+    for b, ax in enumerate(axes):
+        assert plot.tours(batch.inputs[b], out.indices[b], optimal=batch.targets[b], ax=ax) is ax
+        line = _xy(_line(ax, "tour"))
+        assert line.shape == (7, 2)
+        np.testing.assert_array_equal(line[0], line[-1])
+        np.testing.assert_array_equal(line, batch.inputs[b][out.indices[b][:7]].astype(float))
+
+
+def test_hull_draws_predicted_until_the_end_token_over_target():
+    pts = _points(10)
+    target = np.array([0, 4, 7, 2, -1, -1])
+    predicted = np.array([0, 4, 2, -1, 7, 5])   # everything from the first -1 on is ignored
+    ax = plot.hull(pts, predicted, target=target, title="hull")
+    assert isinstance(ax, Axes)
+    assert ax.get_title() == "hull"
+    np.testing.assert_array_equal(_xy(_line(ax, "predicted")), pts[[0, 4, 2, 0]])
+    np.testing.assert_array_equal(_xy(_line(ax, "target")), pts[[0, 4, 7, 2, 0]])
+    assert _line(ax, "target").get_zorder() < _line(ax, "predicted").get_zorder()
+    assert [ln.get_gid() for ln in ax.lines] == ["target", "predicted"]
+    (fill,) = ax.patches
+    np.testing.assert_allclose(fill.get_xy()[:4], pts[[0, 4, 7, 2]])
+    np.testing.assert_array_equal(np.asarray(ax.collections[0].get_offsets()), pts)
+    assert ax.get_aspect() == 1.0
+
+
+def test_hull_without_target_closed_and_empty_predictions():
+    pts = _points(6)
+    ax = plot.hull(pts, [1, 3, 5, 1])
+    np.testing.assert_array_equal(_xy(_line(ax, "predicted")), pts[[1, 3, 5, 1]])
+    assert [ln.get_gid() for ln in ax.lines] == ["predicted"]
+    assert not ax.patches
+    ax = plot.hull(pts, [-1, 2, 3])
+    assert _xy(_line(ax, "predicted")).shape == (0, 2)
+
+
+def test_hull_from_a_pointer_net():
+    from attnc.datasets import ConvexHullTask
+    from attnc.models import PointerNet
+
+    batch = ConvexHullTask().batch(3, n=8, seed=1)
+    out = PointerNet(2, 16, seed=0).generate(batch.inputs, constraint="hull")
+    for b in range(3):
+        ax = plot.hull(batch.inputs[b], out.indices[b], target=batch.targets[b])
+        k = int(np.argmax(np.append(out.indices[b], -1) < 0))
+        expected = batch.inputs[b][np.append(out.indices[b][:k], out.indices[b][0])].astype(float)
+        np.testing.assert_array_equal(_xy(_line(ax, "predicted")), expected)
+        t = batch.target_lengths[b]
+        np.testing.assert_array_equal(_xy(_line(ax, "target")),
+                                      batch.inputs[b][np.append(batch.targets[b][:t], batch.targets[b][0])])
+
+
+@pytest.mark.parametrize("func,arg", [(plot.tours, "tours"), (plot.hull, "predicted")])
+def test_tours_and_hull_bad_inputs_name_the_argument(func, arg):
+    pts = _points(5)
+    other = "optimal" if func is plot.tours else "target"
+    with pytest.raises(ValueError, match="points"):
+        func(np.zeros((5, 3)), [0, 1])
+    with pytest.raises(ValueError, match="points"):
+        func(np.zeros((2, 5, 2)), [0, 1])
+    with pytest.raises(ValueError, match="points"):
+        func(np.zeros(10), [0, 1])
+    with pytest.raises(ValueError, match="points"):
+        func(np.full((5, 2), np.nan), [0, 1])
+    with pytest.raises(TypeError, match="points"):
+        func(np.array([["a", "b"]] * 5), [0, 1])
+    with pytest.raises(ValueError, match=arg):
+        func(pts, [[0, 1], [2, 3]])
+    with pytest.raises(ValueError, match=rf"{arg}.*0\.\.4.*got 5"):
+        func(pts, [0, 5])
+    with pytest.raises(ValueError, match=rf"{arg}.*got -2"):
+        func(pts, [0, -2])
+    with pytest.raises(TypeError, match=arg):
+        func(pts, [0.0, 1.0])
+    with pytest.raises(TypeError, match=arg):
+        func(pts, np.array([True, False]))
+    with pytest.raises(ValueError, match=other):
+        func(pts, [0, 1, 2], **{other: [0, 1, 9]})
+    with pytest.raises(ValueError, match=other):
+        func(pts, [0, 1, 2], **{other: np.zeros((2, 3), int)})
+
+
+def test_tours_and_hull_inputs_not_modified_and_save(tmp_path):
+    pts = _points(6).astype(np.float32)
+    tour = np.array([0, 2, 4, 1, 3, 5, 0])
+    best = np.array([0, 1, 2, 3, 4, 5])
+    pred = np.array([0, 2, 4, -1, -1])
+    copies = [a.copy() for a in (pts, tour, best, pred)]
+    ax = plot.tours(pts, tour, optimal=best)
+    ax.figure.savefig(tmp_path / "tour.png")
+    ax = plot.hull(pts, pred, target=best)
+    ax.figure.savefig(tmp_path / "hull.png")
+    for a, c in zip((pts, tour, best, pred), copies):
+        np.testing.assert_array_equal(a, c)
+        assert a.dtype == c.dtype
+    assert (tmp_path / "tour.png").stat().st_size > 0 and (tmp_path / "hull.png").stat().st_size > 0
