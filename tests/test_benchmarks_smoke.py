@@ -86,3 +86,22 @@ def test_ntm_benchmark_quick(tmp_path, torch):
     for row in rows:
         assert row["impl"]["attnc"]["median_s"] > 0 and row["impl"]["torch"]["median_s"] > 0
         assert row["check_worst"]["rel"] <= 1e-4
+
+
+def test_pointer_benchmark_quick(tmp_path, torch):
+    out = tmp_path / "pointer.json"
+    p = _run("pointer.py", "--quick", "--no-snapshot", "--json", str(out))
+    assert p.returncode == 0, f"stdout:\n{p.stdout}\nstderr:\n{p.stderr}"
+    for title in ("1. training step: forward + loss + backward", "2. beam-search decoding", "== targets"):
+        assert title in p.stdout
+    data = json.loads(out.read_text())
+    assert data["config"]["quick"] is True
+    assert data["errors"] == [] and data["failed_checks"] == []
+    assert data["environment"]["attnc_pointer"] is True
+    for section in ("train", "beam"):
+        (row,) = data[section]["rows"]
+        assert row["impl"]["attnc"]["median_s"] > 0 and row["impl"]["torch"]["median_s"] > 0
+        assert row["check_worst_float64"]["rel"] <= 1e-9
+    assert data["train"]["rows"][0]["check_worst"]["rel"] <= 1e-2
+    assert data["beam"]["rows"][0]["check_worst"]["rel"] <= 1e-4
+    assert data["check"]["beam"]["rel64"]["share of tours differing"] == 0.0
