@@ -358,13 +358,13 @@ def test_decoded_structure(ref, constraint, K, dtype):
         row = idx[b]
         if constraint in ("permutation", "tour"):
             assert sorted(row[:nl[b]]) == list(range(nl[b])), row
-            assert (row[nl[b]:n] == -1).all(), row
             live = nl[b]
-            if constraint == "tour":
+            if constraint == "tour":                        # closed right after the row's last choice
                 assert idx.shape[1] == n + 1
-                if nl[b] == n:
-                    assert row[n] == row[0], row          # closed
-                assert lp[b, -1] == 0 and (ptr[b, -1] == 0).all()
+                assert row[nl[b]] == row[0] and (row[nl[b] + 1:] == -1).all(), row
+                assert lp[b, nl[b]] == 0 and (ptr[b, nl[b]] == 0).all()
+            else:
+                assert (row[nl[b]:] == -1).all(), row
         else:
             k = int(np.argmax(row < 0))                     # the end step
             assert row[-1] == -1 and k >= 1, row

@@ -283,8 +283,8 @@ class PointerNet(nn.Module):
         """Decode inputs (B, n, D) under a constraint, in C:
 
         - "permutation": every input once;
-        - "tour": a permutation closed back to its start (the start index is
-          appended: n + 1 indices);
+        - "tour": a permutation closed back to its start (the start index
+          again right after a row's last choice, −1 after it);
         - "hull": inputs without repeats until the end token.
 
         Greedy (beam_size=1): the most probable allowed position at every step
@@ -327,8 +327,10 @@ class PointerNet(nn.Module):
         picked = np.take_along_axis(logp[:, :T_out], cols[:, :, None], axis=2)[:, :, 0]
         log_probs = np.where(live, picked, 0).astype(self.dtype)
         pointers = np.where(live[:, :, None], np.exp(logp[:, :T_out]), 0).astype(self.dtype)
-        if constraint == "tour":
-            indices = np.concatenate([indices, indices[:, :1]], axis=1)
+        if constraint == "tour":   # the start again, right after each row's last choice
+            closed = np.pad(indices, ((0, 0), (0, 1)), constant_values=-1)
+            closed[np.arange(B), taken] = indices[:, 0] if width else -1
+            indices = closed
             log_probs = np.pad(log_probs, ((0, 0), (0, 1)))
             pointers = np.pad(pointers, ((0, 0), (0, 1), (0, 0)))
         return PointerOutput(indices, log_probs, pointers)

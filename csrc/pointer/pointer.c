@@ -92,11 +92,13 @@ attnc_status attnc_pointer_decode(attnc_tensor *out, attnc_tensor *lengths, cons
     if (x.B == 0) return ATTNC_OK;
     size_t es = attnc_dtype_size(x.dt);
     int64_t R = x.R, H = x.H, P = x.P;
-    /* one block: h, c, their next copies, xin, gates, q, logits */
-    int64_t reals = 4 * R * H + R * x.D + 4 * R * H + R * H + R * P;
+    /* one block: h, c, their next copies (4 R H), gates (4 R H), q (R H), logits (R P), xw (4 B n H), sw (4H) */
+    int64_t reals = 9 * R * H + R * P + 4 * x.B * x.n * H + 4 * H;
     void *mem = NULL, *flags = NULL, *counts = NULL;
     attnc_status st = attnc_calloc(&mem, (size_t)reals, es, "the pointer decoder's state");
-    if (st == ATTNC_OK) st = attnc_calloc(&flags, (size_t)(2 * R * P + 2 * R), 1, "the pointer decoder's masks");
+    int workers = attnc_workers();
+    if (st == ATTNC_OK)
+        st = attnc_calloc(&flags, (size_t)(2 * R * P + 2 * R + workers * P), 1, "the pointer decoder's masks");
     if (st == ATTNC_OK) st = attnc_calloc(&counts, (size_t)(2 * R), sizeof(int64_t), "the pointer decoder's counts");
     if (st == ATTNC_OK) {
         unsigned char *f = flags;
@@ -110,9 +112,11 @@ attnc_status attnc_pointer_decode(attnc_tensor *out, attnc_tensor *lengths, cons
                              .c0 = c0->data, .w_ih = p->w_ih.data, .w_hh = p->w_hh.data, .b_ih = p->b_ih.data, \
                              .b_hh = p->b_hh.data, .w2 = p->w2.data, .v = p->v.data, .start = p->start.data,   \
                              .nlen = input_lengths->data, .h = m, .c = m + R * H, .h_next = m + 2 * R * H,       \
-                             .c_next = m + 3 * R * H, .xin = m + 4 * R * H, .gates = m + 4 * R * H + R * x.D,   \
-                             .q = m + 8 * R * H + R * x.D, .logits = m + 9 * R * H + R * x.D, .chosen = f,       \
+                             .c_next = m + 3 * R * H, .gates = m + 4 * R * H, .q = m + 8 * R * H,                \
+                             .logits = m + 9 * R * H, .xw = m + 9 * R * H + R * P,                              \
+                             .sw = m + 9 * R * H + R * P + 4 * x.B * x.n * H, .chosen = f,                       \
                              .chosen_next = f + R * P, .ended = f + 2 * R * P, .ended_next = f + 2 * R * P + R,  \
+                             .allowed = f + 2 * R * P + 2 * R,                                                  \
                              .count = cnt, .count_next = cnt + R};                                             \
         ptr_init_##SFX(&S);                                                                                     \
         attnc_search_model sm = {.ctx = &S, .B = x.B, .K = x.K, .V = P, .logits = S.logits, .dt = x.dt,        \

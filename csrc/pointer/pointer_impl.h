@@ -13,10 +13,12 @@ typedef struct {
     const REAL *w_ih, *w_hh, *b_ih, *b_hh, *w2, *v, *start;
     const int64_t *nlen;                             /* (B) inputs per row                  */
     REAL *h, *c, *h_next, *c_next;                   /* (R, H)                              */
-    REAL *xin, *gates, *q, *logits;                  /* (R, D), (R, 4H), (R, H), (R, P)     */
+    REAL *xw, *sw;       /* W_ih x of every input (B, n, 4H) and of start (4H), + b_ih + b_hh */
+    REAL *gates, *q, *logits;                        /* (R, 4H), (R, H), (R, P)             */
     unsigned char *chosen, *chosen_next;             /* (R, P)                              */
     int64_t *count, *count_next;                     /* (R) inputs chosen                   */
     unsigned char *ended, *ended_next;               /* (R) fed the end token               */
+    unsigned char *allowed;                          /* (workers, P) scratch                */
 } FN(ptr_state);
 
 /* c (R, out) = a (R, in) w^T + beta c over the pool (fixed row blocks). */
@@ -26,38 +28,59 @@ static void FN(ptr_times_wt)(const ptr_run *x, const REAL *a, int64_t in, const 
     attnc_gemm_rows(x->dt, false, true, 1, A, W, beta, C, PTR_GEMM_ROWS);
 }
 
-/* Row r's feed after token p (s = step): its input vector and its chosen set. */
+/* Row r's feed after token p (s = step): its chosen set, and the input
+ * part of its gates (W_ih x + b_ih + b_hh, x the chosen input or start). */
 static void FN(ptr_feed)(FN(ptr_state) *S, int64_t r, int64_t p, int64_t s) {
     const ptr_run *x = S->x;
-    int64_t b = r / x->K;
-    const REAL *src = S->start;
+    int64_t b = r / x->K, G = 4 * x->H;
+    const REAL *src = S->sw;
     if (s > 0) {
         if (p == 0) {
             S->ended[r] = 1;
         } else {
             S->chosen[r * x->P + p] = 1;
             S->count[r]++;
-            src = S->inputs + (b * x->n + p - 1) * x->D;
+            src = S->xw + (b * x->n + p - 1) * G;
         }
     }
-    memcpy(S->xin + r * x->D, src, (size_t)x->D * sizeof(REAL));
+    memcpy(S->gates + r * G, src, (size_t)G * sizeof(REAL));
 }
 
-/* The LSTM cell of every row: gates (activated in place) -> c, h. */
+/* xw and sw, once per call: one product over every input. */
+static void FN(ptr_input_gates)(FN(ptr_state) *S) {
+    const ptr_run *x = S->x;
+    int64_t G = 4 * x->H, rows = x->B * x->n;
+    attnc_mat A = {(void *)S->inputs, rows, x->D, x->D, 1}, W = {(void *)S->w_ih, G, x->D, x->D, 1},
+              C = {S->xw, rows, G, G, 1};
+    attnc_gemm_rows(x->dt, false, true, 1, A, W, 0, C, PTR_GEMM_ROWS);
+    for (int64_t k = 0; k < G; k++) {
+        REAL acc = 0;
+        for (int64_t d = 0; d < x->D; d++) acc += S->w_ih[k * x->D + d] * S->start[d];
+        S->sw[k] = acc;
+    }
+    for (int64_t i = 0; i < rows + 1; i++) {
+        REAL *row = i < rows ? S->xw + i * G : S->sw;
+        for (int64_t k = 0; k < G; k++) row[k] += S->b_ih[k] + S->b_hh[k];
+    }
+}
+
+/* One row's LSTM cell: gates g (4H, pre-activations) -> c, h (H). */
+ATTNC_SIMD static void FN(ptr_cell_row)(const REAL *restrict g, REAL *restrict c, REAL *restrict h, int64_t H) {
+    for (int64_t k = 0; k < H; k++) {
+        REAL i = FN(sigmoid)(g[k]), f = FN(sigmoid)(g[H + k]), gg = FN(tanh_)(g[2 * H + k]);
+        REAL o = FN(sigmoid)(g[3 * H + k]);
+        c[k] = f * c[k] + i * gg;
+        h[k] = o * FN(tanh_)(c[k]);
+    }
+}
+
 static void FN(ptr_cell_task)(void *arg, int64_t block, int worker) {
     (void)worker;
     FN(ptr_state) *S = arg;
     const ptr_run *x = S->x;
     int64_t H = x->H;
-    for (int64_t r = block * PTR_ROWS; r < x->R && r < (block + 1) * PTR_ROWS; r++) {
-        REAL *g = S->gates + r * 4 * H, *c = S->c + r * H, *h = S->h + r * H;
-        for (int64_t k = 0; k < H; k++) {
-            REAL i = FN(sigmoid)(g[k]), f = FN(sigmoid)(g[H + k]), gg = FN(tanh_)(g[2 * H + k]);
-            REAL o = FN(sigmoid)(g[3 * H + k]);
-            c[k] = f * c[k] + i * gg;
-            h[k] = o * FN(tanh_)(c[k]);
-        }
-    }
+    for (int64_t r = block * PTR_ROWS; r < x->R && r < (block + 1) * PTR_ROWS; r++)
+        FN(ptr_cell_row)(S->gates + r * 4 * H, S->c + r * H, S->h + r * H, H);
 }
 
 /* Whether row r may point at position j now. */
@@ -69,29 +92,41 @@ static bool FN(ptr_allowed)(const FN(ptr_state) *S, int64_t r, int64_t j) {
     return S->count[r] == nb;
 }
 
-/* u_j = v . tanh(keys[b, j] + q_r), -inf where not allowed; an ended row
- * gives 0 for the end token and -inf elsewhere. */
+/* u (P) <- v . tanh(keys_j + q) where allowed[j], -inf elsewhere: the sums
+ * of attention/score_impl.h's additive_rows (16 partial sums, the fast float
+ * tanh), so decoding scores as the teacher-forced forward does. */
+ATTNC_SIMD static void FN(ptr_row_scores)(REAL *restrict u, const REAL *restrict keys, const REAL *restrict q,
+                                          const REAL *restrict v, const unsigned char *restrict allowed, int64_t P,
+                                          int64_t H) {
+    enum { LANES = 16 };
+    for (int64_t j = 0; j < P; j++) {
+        if (!allowed[j]) {
+            u[j] = -INFINITY;
+            continue;
+        }
+        const REAL *k = keys + j * H;
+        REAL lane[LANES] = {0}, acc = 0;
+        int64_t a = 0;
+        for (; a + LANES <= H; a += LANES)
+            for (int l = 0; l < LANES; l++) lane[l] += v[a + l] * FN(tanh_)(q[a + l] + k[a + l]);
+        for (int l = 0; l < LANES; l++) acc += lane[l];
+        for (; a < H; a++) acc += v[a] * FN(tanh_)(q[a] + k[a]);
+        u[j] = acc;
+    }
+}
+
+/* Every row's scores; an ended row gives 0 for the end token and -inf
+ * elsewhere. */
 static void FN(ptr_score_task)(void *arg, int64_t block, int worker) {
-    (void)worker;
     FN(ptr_state) *S = arg;
     const ptr_run *x = S->x;
     int64_t H = x->H, P = x->P;
+    unsigned char *allowed = S->allowed + (int64_t)worker * P;
     for (int64_t r = block * PTR_ROWS; r < x->R && r < (block + 1) * PTR_ROWS; r++) {
-        const REAL *q = S->q + r * H, *keys = S->keys + (r / x->K) * P * H;
         REAL *u = S->logits + r * P;
-        for (int64_t j = 0; j < P; j++) {
-            if (S->ended[r]) {
-                u[j] = j == 0 ? 0 : -INFINITY;
-                continue;
-            }
-            if (!FN(ptr_allowed)(S, r, j)) {
-                u[j] = -INFINITY;
-                continue;
-            }
-            REAL acc = 0;
-            for (int64_t a = 0; a < H; a++) acc += S->v[a] * TANH(keys[j * H + a] + q[a]);
-            u[j] = acc;
-        }
+        for (int64_t j = 0; j < P; j++) allowed[j] = S->ended[r] ? 0 : FN(ptr_allowed)(S, r, j);
+        FN(ptr_row_scores)(u, S->keys + (r / x->K) * P * H, S->q + r * H, S->v, allowed, P, H);
+        if (S->ended[r]) u[0] = 0;
     }
 }
 
@@ -100,9 +135,6 @@ static attnc_status FN(ptr_step)(void *ctx, const int64_t *tok, int64_t s) {
     const ptr_run *x = S->x;
     int64_t R = x->R, H = x->H;
     for (int64_t r = 0; r < R; r++) FN(ptr_feed)(S, r, tok ? tok[r] : 0, s);
-    for (int64_t r = 0; r < R; r++)
-        for (int64_t k = 0; k < 4 * H; k++) S->gates[r * 4 * H + k] = S->b_ih[k] + S->b_hh[k];
-    FN(ptr_times_wt)(x, S->xin, x->D, S->w_ih, 4 * H, 1, S->gates);
     FN(ptr_times_wt)(x, S->h, H, S->w_hh, 4 * H, 1, S->gates);
     int64_t blocks = (R + PTR_ROWS - 1) / PTR_ROWS;
     int workers = attnc_workers_for(R * (x->P + 8) * H);
@@ -135,10 +167,12 @@ static void FN(ptr_reorder)(void *ctx, const int64_t *parent, int64_t s) {
 #undef SWAP
 }
 
-/* Rows' starting state: h0, c0 of their batch row, nothing chosen. */
+/* Rows' starting state: h0, c0 of their batch row, nothing chosen; the
+ * input gates of every input. */
 static void FN(ptr_init)(FN(ptr_state) *S) {
     const ptr_run *x = S->x;
     int64_t H = x->H;
+    FN(ptr_input_gates)(S);
     for (int64_t r = 0; r < x->R; r++) {
         memcpy(S->h + r * H, S->h0 + (r / x->K) * H, (size_t)H * sizeof(REAL));
         memcpy(S->c + r * H, S->c0 + (r / x->K) * H, (size_t)H * sizeof(REAL));
