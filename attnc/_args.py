@@ -166,6 +166,14 @@ def torch_mask(mask, name, shape, dtype):
         raise ValueError(f"{name} with shape {shape_str(m.shape)} does not fit {shape_str(shape)}") from None
 
 
+def size_arg(name, v, low=1):
+    """v as an int >= low, or ValueError naming the argument (a model's sizes
+    and counts: a float or a bool is as wrong as a too-small int)."""
+    if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < low:
+        raise ValueError(f"{name} must be an int >= {low}, got {v!r}")
+    return int(v)
+
+
 def int_arg(name, n, low=1):
     """n as an int >= low, or TypeError / ValueError naming the argument."""
     if isinstance(n, bool) or not isinstance(n, numbers.Integral):

@@ -13,7 +13,7 @@ import numbers
 import numpy as np
 
 from .. import _core, nn
-from .._args import float_array, same_dtype, shape_str
+from .._args import float_array, same_dtype, shape_str, size_arg
 from ..grad import vjp
 from .seq2seq import _EvalMode, _log_softmax, _reference_decode
 
@@ -30,11 +30,6 @@ PARAM_NAMES = (
     "out_hidden.weight", "out_context.weight", "output.weight", "output.bias",
 )
 
-
-def _size(name, v, low=1):
-    if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < low:
-        raise ValueError(f"{name} must be an int >= {low}, got {v!r}")
-    return int(v)
 
 
 def _nonneg(name, v):
@@ -141,8 +136,8 @@ class Captioner(nn.Module):
                  attention="soft", doubly_stochastic=1.0, gate=True, reinforce=1.0, entropy=0.01,
                  expected_context=0.5, dtype=np.float32, seed=None):
         super().__init__(dtype)
-        F, V = _size("feature_size", feature_size), _size("vocab_size", vocab_size)
-        Ed, H, A = _size("embed_size", embed_size), _size("hidden_size", hidden_size), _size("attention_size",
+        F, V = size_arg("feature_size", feature_size), size_arg("vocab_size", vocab_size)
+        Ed, H, A = size_arg("embed_size", embed_size), size_arg("hidden_size", hidden_size), size_arg("attention_size",
                                                                                              attention_size)
         if attention not in ("soft", "hard"):
             raise ValueError(f"attention must be 'soft' or 'hard', got {attention!r}")
@@ -316,8 +311,8 @@ class Captioner(nn.Module):
     # -- decoding -----------------------------------------------------------------------------
     def _decoding_args(self, features, max_len, bos, eos, beam_size=1, length_penalty=0.0):
         a = self._features(features)
-        max_len = _size("max_len", max_len, 0)
-        beam_size = _size("beam_size", beam_size, 1)
+        max_len = size_arg("max_len", max_len, 0)
+        beam_size = size_arg("beam_size", beam_size, 1)
         for name, v in (("bos", bos), ("eos", eos)):
             if v is None and name == "eos":
                 continue

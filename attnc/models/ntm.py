@@ -13,7 +13,7 @@ from typing import NamedTuple
 import numpy as np
 
 from .. import _core, nn
-from .._args import float_array, same_dtype, shape_str
+from .._args import float_array, same_dtype, shape_str, size_arg
 
 __all__ = ["NTM", "NTMTrace"]
 
@@ -32,11 +32,6 @@ class NTMTrace(NamedTuple):
     write_weights: np.ndarray
     memory: np.ndarray
 
-
-def _size(name, v, low=1):
-    if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < low:
-        raise ValueError(f"{name} must be an int >= {low}, got {v!r}")
-    return int(v)
 
 
 def _softmax_rows(x):
@@ -96,11 +91,11 @@ class NTM(nn.Module):
                  memory_width=20, read_heads=1, write_heads=1, shifts=3, memory_init="constant", *, clip=20.0,
                  dtype=np.float32, seed=None):
         super().__init__(dtype)
-        I, O = _size("input_size", input_size), _size("output_size", output_size)
-        C, N, M = (_size("controller_size", controller_size), _size("memory_slots", memory_slots),
-                   _size("memory_width", memory_width))
-        R, W = _size("read_heads", read_heads, 0), _size("write_heads", write_heads, 0)
-        K = _size("shifts", shifts)
+        I, O = size_arg("input_size", input_size), size_arg("output_size", output_size)
+        C, N, M = (size_arg("controller_size", controller_size), size_arg("memory_slots", memory_slots),
+                   size_arg("memory_width", memory_width))
+        R, W = size_arg("read_heads", read_heads, 0), size_arg("write_heads", write_heads, 0)
+        K = size_arg("shifts", shifts)
         if R + W < 1:
             raise ValueError("an NTM needs at least one head: read_heads + write_heads >= 1")
         if K % 2 == 0:

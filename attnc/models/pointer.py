@@ -16,7 +16,7 @@ from typing import NamedTuple
 import numpy as np
 
 from .. import _core, nn
-from .._args import float_array, same_dtype, shape_str
+from .._args import float_array, same_dtype, shape_str, size_arg
 from ..attention.score import score
 from ..grad import vjp
 
@@ -40,11 +40,6 @@ class PointerOutput(NamedTuple):
     log_probs: np.ndarray
     pointers: np.ndarray
 
-
-def _size(name, v, low=1):
-    if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < low:
-        raise ValueError(f"{name} must be an int >= {low}, got {v!r}")
-    return int(v)
 
 
 class PointerNet(nn.Module):
@@ -96,8 +91,8 @@ class PointerNet(nn.Module):
 
     def __init__(self, input_size, hidden_size=128, *, embedding_size=None, dtype=np.float32, seed=None):
         super().__init__(dtype)
-        D, H = _size("input_size", input_size), _size("hidden_size", hidden_size)
-        E = None if embedding_size is None else _size("embedding_size", embedding_size)
+        D, H = size_arg("input_size", input_size), size_arg("hidden_size", hidden_size)
+        E = None if embedding_size is None else size_arg("embedding_size", embedding_size)
         self.input_size, self.hidden_size, self.embedding_size = D, H, E
         rng = np.random.default_rng(seed)
         sub = lambda: int(rng.integers(2**63))  # noqa: E731
@@ -294,7 +289,7 @@ class PointerNet(nn.Module):
         log-probabilities and every step's pointer distribution, recomputed by
         the teacher-forced forward on the decoded sequence)."""
         constraint = self._constraint(constraint)
-        K = _size("beam_size", beam_size)
+        K = size_arg("beam_size", beam_size)
         if isinstance(length_penalty, bool) or not isinstance(length_penalty, numbers.Real) or \
                 not np.isfinite(length_penalty):
             raise ValueError(f"length_penalty must be a finite number, got {length_penalty!r}")
