@@ -95,7 +95,7 @@ class PointerNet(nn.Module):
         E = None if embedding_size is None else size_arg("embedding_size", embedding_size)
         self.input_size, self.hidden_size, self.embedding_size = D, H, E
         rng = np.random.default_rng(seed)
-        sub = lambda: int(rng.integers(2**63))  # noqa: E731
+        sub = lambda: int(rng.integers(2**63))
         # an optional linear embedding of the inputs (and of start and end) before both LSTMs
         self.embedding = nn.Linear(D, E, dtype=dtype, seed=sub()) if E else None
         self.encoder = nn.LSTM(E or D, H, dtype=dtype, seed=sub())
@@ -141,7 +141,7 @@ class PointerNet(nn.Module):
         t = t.astype(np.int64)
         real = t >= 0
         counts = real.sum(axis=1)
-        if np.any(real[:, 1:] & ~real[:, :-1]) or np.any((t < -1)):
+        if np.any(real[:, 1:] & ~real[:, :-1]) or np.any(t < -1):
             raise ValueError("targets must be input indices followed only by -1 padding")
         if np.any(real & (t >= nl[:, None])):
             raise ValueError("targets point past a row's inputs")
@@ -188,7 +188,6 @@ class PointerNet(nn.Module):
         x, nl = self._inputs(inputs, lengths)
         t, counts = self._targets(targets, nl, constraint)
         B, n, D = x.shape
-        T = t.shape[1]
         dt = self.dtype
         enc_in = np.concatenate([np.broadcast_to(self.end, (B, 1, D)), x], axis=1)
         prev = np.where(t >= 0, t, 0)
@@ -224,7 +223,7 @@ class PointerNet(nn.Module):
         return self._backward(state, np.concatenate([d[..., -1:], d[..., :-1]], axis=-1))
 
     def _backward(self, state, dlogp):
-        emb_pb, enc_pb, dec_pb, score_pb, lsm_pb, mask, prev, counts, (B, n, D) = state
+        emb_pb, enc_pb, dec_pb, score_pb, lsm_pb, mask, prev, counts, (B, n, _) = state
         dmasked = lsm_pb(np.ascontiguousarray(dlogp, self.dtype))["input"]
         du = np.where(mask, 0, dmasked).astype(self.dtype)
         g = score_pb(du)
