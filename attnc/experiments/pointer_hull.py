@@ -25,7 +25,7 @@ from attnc.datasets import ConvexHullTask, hull_accuracy, hull_area_coverage
 
 from . import _common, _pointer
 
-FULL = dict(steps=16000, batch_size=128, hidden_size=128, lr=1e-3, warmup=100, final_lr=0.02, heldout=500)
+FULL = dict(steps=20000, batch_size=128, hidden_size=128, lr=2e-3, warmup=100, final_lr=0.02, heldout=500)
 QUICK = dict(FULL, steps=150, batch_size=32, hidden_size=32, heldout=20)
 
 
