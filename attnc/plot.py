@@ -24,26 +24,31 @@ def _import_pyplot():
     return plt
 
 
+def _real_array(value, name, what):
+    """``value`` as a real-valued array; TypeError for non-numeric, ValueError when unconvertible."""
+    try:
+        arr = np.asarray(value)
+    except Exception as exc:  # e.g. ragged nested lists
+        raise ValueError(f"{name} must be array-like of shape {what}; could not convert it: {exc}") from exc
+    if arr.dtype == object or not (np.issubdtype(arr.dtype, np.number) or arr.dtype == np.bool_):
+        raise TypeError(f"{name} must hold real numbers, got dtype {arr.dtype} (shape {tuple(arr.shape)})")
+    if np.iscomplexobj(arr):
+        raise TypeError(f"{name} must be real, got dtype {arr.dtype}")
+    return arr
+
+
+def _squeeze_leading(arr, ndim):
+    """arr without the leading size-1 dims beyond ndim (one example of a batch of one)."""
+    while arr.ndim > ndim and arr.shape[0] == 1:
+        arr = arr[0]
+    return arr
+
+
 def _as_matrix(weights):
     """Return ``weights`` as a 2-D float64 array, squeezing leading size-1 dims."""
-    try:
-        arr = np.asarray(weights)
-    except Exception as exc:  # e.g. ragged nested lists
-        raise ValueError(
-            f"weights must be array-like of shape (Tq, Tk); could not convert it: {exc}"
-        ) from exc
-    if arr.dtype == object or not (
-        np.issubdtype(arr.dtype, np.number) or arr.dtype == np.bool_
-    ):
-        raise TypeError(
-            f"weights must hold real numbers, got dtype {arr.dtype} "
-            f"(shape {tuple(arr.shape)})"
-        )
-    if np.iscomplexobj(arr):
-        raise TypeError(f"weights must be real, got dtype {arr.dtype}")
+    arr = _real_array(weights, "weights", "(Tq, Tk)")
     shape = tuple(arr.shape)
-    while arr.ndim > 2 and arr.shape[0] == 1:
-        arr = arr[0]
+    arr = _squeeze_leading(arr, 2)
     if arr.ndim != 2:
         raise ValueError(
             "weights must be a 2-D alignment matrix of shape (Tq, Tk) "
@@ -229,8 +234,7 @@ def _as_head_stack(weights):
             except Exception as exc:
                 raise ValueError(f"weights[{i}] could not be converted to an array: {exc}") from exc
             shape = tuple(arr.shape)
-            while arr.ndim > 3 and arr.shape[0] == 1:
-                arr = arr[0]
+            arr = _squeeze_leading(arr, 3)
             if arr.ndim != 3:
                 raise ValueError(
                     f"weights[{i}] must be one layer's weights of shape (heads, Tq, Tk) (leading dims of "
@@ -250,8 +254,7 @@ def _as_head_stack(weights):
         except Exception as exc:
             raise ValueError(f"weights could not be converted to an array: {exc}") from exc
         shape = tuple(arr.shape)
-        while arr.ndim > 4 and arr.shape[0] == 1:
-            arr = arr[0]
+        arr = _squeeze_leading(arr, 4)
         if arr.ndim == 3:
             arr = arr[None]
         if arr.ndim != 4:
@@ -497,25 +500,11 @@ __all__.append("caption_attention")
 
 # --------------------------------------------------------------------------- Neural Turing Machine
 
-def _real_array(value, name, what):
-    """``value`` as a float64 array; TypeError for non-numeric, ValueError when unconvertible."""
-    try:
-        arr = np.asarray(value)
-    except Exception as exc:  # e.g. ragged nested lists
-        raise ValueError(f"{name} must be array-like of shape {what}; could not convert it: {exc}") from exc
-    if arr.dtype == object or not (np.issubdtype(arr.dtype, np.number) or arr.dtype == np.bool_):
-        raise TypeError(f"{name} must hold real numbers, got dtype {arr.dtype} (shape {tuple(arr.shape)})")
-    if np.iscomplexobj(arr):
-        raise TypeError(f"{name} must be real, got dtype {arr.dtype}")
-    return arr
-
-
 def _as_weighting(value, name, n=None):
     """A 1-D float64 copy of one head's weighting (leading size-1 dims squeezed)."""
     arr = _real_array(value, name, "(N,)")
     shape = tuple(arr.shape)
-    while arr.ndim > 1 and arr.shape[0] == 1:
-        arr = arr[0]
+    arr = _squeeze_leading(arr, 1)
     if arr.ndim != 1 or arr.shape[0] == 0:
         raise ValueError(
             f"{name} must be one head's weighting, a 1-D array of length N >= 1 (select one row and head, "
@@ -855,8 +844,7 @@ def _as_points(points):
     """(n, 2) float64 copy of ``points`` (leading size-1 dims squeezed), finite, n >= 1."""
     arr = _real_array(points, "points", "(n, 2)")
     shape = tuple(arr.shape)
-    while arr.ndim > 2 and arr.shape[0] == 1:
-        arr = arr[0]
+    arr = _squeeze_leading(arr, 2)
     if arr.ndim != 2 or arr.shape[1] != 2 or arr.shape[0] < 1:
         raise ValueError(
             "points must be the planar points of ONE instance, shape (n, 2) with n >= 1 (select a row of a "
@@ -879,8 +867,7 @@ def _as_indices(value, name, n, *, until_first_pad):
     except Exception as exc:
         raise ValueError(f"{name} must be a 1-D array of point indices; could not convert it: {exc}") from exc
     shape = tuple(arr.shape)
-    while arr.ndim > 1 and arr.shape[0] == 1:
-        arr = arr[0]
+    arr = _squeeze_leading(arr, 1)
     if arr.ndim != 1:
         raise ValueError(
             f"{name} must be a 1-D array of point indices (one instance: select a row of a (B, T) batch first, "

@@ -65,8 +65,7 @@ if any((REPO / "attnc").glob("_core*")) and str(REPO) not in sys.path:
 
 import transformer as tf  # benchmarks/transformer.py: timing, formatting, weights
 
-_f, _ok, _range, _rel, _verdict = tf._f, tf._ok, tf._range, tf._rel, tf._verdict
-_round_speedups, _speedup, _status = tf._round_speedups, tf._speedup, tf._status
+_rel = tf._rel
 
 common = tf.common  # benchmarks/attention.py: imports, forking, memory, load
 
@@ -282,32 +281,17 @@ def main(argv=None):
 
     if torch is not None:
         print("\n== training sequence: forward + loss + backward of every parameter ==")
-        head = (f"{'case':<14}{'attnc ms':>14}{'torch ms':>9}{'speed-up':>9}{'per round':>11}"
-                f"{'MiB attnc':>10}{'torch':>7}{'check':>10}  target")
-        print(head)
-        print("-" * len(head))
+        tf.speed_head(14)
         rows = []
         for case in cases:
             got = tf.measure("ntm_train", (case,), impls, threads, repeats, rounds, min_sample_s, warmup_s,
                              errors, f"{case['label']} training sequence")
-            a, t = got.get("attnc"), got.get("torch")
-            sp = _speedup(got)
-            rs = _round_speedups(got)
             rel = check.get("cases", {}).get(case["label"], {}).get("rel")
             worst = tf.checked_worst(rel, case["label"], TOLERANCE, failed_checks)
             target = TARGETS.get(case["target"]) if case["target"] else None
-            rows.append({"case": case["label"], "B": case["B"], "T": case["T"], "impl": got, "speedup": sp,
-                         "speedup_per_round": rs,
-                         "check_worst": None if worst is None else {"name": worst[0], "rel": worst[1]}})
-            a_ok, t_ok = _ok(a), _ok(t)
-            print(f"{case['label']:<14}"
-                  f"{(_f(a['median_s'] * 1e3, '{:.2f}', 14) if a_ok else (_status(a) or '-').rjust(14))}"
-                  f"{_f(t['median_s'] * 1e3 if t_ok else None, '{:.2f}', 9)}{_f(sp, '{:.2f}x', 9)}"
-                  f" {_range(rs):>10}"
-                  f"{_f(a.get('peak_increase_mb') if a_ok else None, '{:.1f}', 10)}"
-                  f"{_f(t.get('peak_increase_mb') if t_ok else None, '{:.1f}', 7)}"
-                  f"{_f(worst[1] if worst else None, '{:.1e}', 10)}  {_verdict(sp, target)}")
-            summary.append((f"NTM {case['label']} training", sp, target))
+            fields = tf.speed_row(case["label"], got, worst, target, 14)
+            rows.append({"case": case["label"], "B": case["B"], "T": case["T"], **fields})
+            summary.append((f"NTM {case['label']} training", fields["speedup"], target))
         result["train"] = {"rows": rows}
         if not have_ntm():
             print("attnc: not available (attnc.models.NTM)")

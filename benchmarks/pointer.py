@@ -75,8 +75,7 @@ if any((REPO / "attnc").glob("_core*")) and str(REPO) not in sys.path:
 
 import transformer as tf  # benchmarks/transformer.py: timing, formatting, weights
 
-_f, _ok, _range, _rel, _verdict = tf._f, tf._ok, tf._range, tf._rel, tf._verdict
-_round_speedups, _speedup, _status = tf._round_speedups, tf._speedup, tf._status
+_f, _rel = tf._f, tf._rel
 
 common = tf.common  # benchmarks/attention.py: imports, forking, memory, load
 
@@ -296,33 +295,18 @@ def main(argv=None):
         for kind, key, title, label in SECTIONS:
             title = title if kind != "pointer_beam" else f"{title}, beam width {sz['K']}"
             print(f"\n== {title} ==")
-            head = (f"{'case':<22}{'attnc ms':>10}{'torch ms':>10}{'speed-up':>9}{'per round':>11}"
-                    f"{'MiB attnc':>10}{'torch':>7}{'check':>10}  target")
-            print(head)
-            print("-" * len(head))
+            tf.speed_head(22, 10, 10)
             case = f"B={sz['B']}, n={sz['n']}"
             got = tf.measure(kind, (sz,), impls, threads, repeats, rounds, min_sample_s, warmup_s, errors,
                              f"{label} {case}")
-            a, t = got.get("attnc"), got.get("torch")
-            sp = _speedup(got)
-            rs = _round_speedups(got)
             chk = check.get(key, {})
             worst = tf.checked_worst(chk.get("rel32"), f"{label} (float32)", TOLERANCE32[key], failed_checks)
             worst64 = tf.checked_worst(chk.get("rel64"), f"{label} (float64)", TOLERANCE, failed_checks)
             target = TARGETS[kind]
-            result[key] = {"rows": [{"case": case, "impl": got, "speedup": sp, "speedup_per_round": rs,
-                                     "check_worst": None if worst is None else {"name": worst[0], "rel": worst[1]},
-                                     "check_worst_float64": None if worst64 is None else {"name": worst64[0],
-                                                                                          "rel": worst64[1]}}]}
-            a_ok, t_ok = _ok(a), _ok(t)
-            print(f"{case:<22}"
-                  f"{(_f(a['median_s'] * 1e3, '{:.2f}', 10) if a_ok else (_status(a) or '-').rjust(10))}"
-                  f"{_f(t['median_s'] * 1e3 if t_ok else None, '{:.2f}', 10)}{_f(sp, '{:.2f}x', 9)}"
-                  f" {_range(rs):>10}"
-                  f"{_f(a.get('peak_increase_mb') if a_ok else None, '{:.1f}', 10)}"
-                  f"{_f(t.get('peak_increase_mb') if t_ok else None, '{:.1f}', 7)}"
-                  f"{_f(worst[1] if worst else None, '{:.1e}', 10)}  {_verdict(sp, target)}")
-            summary.append((f"pointer {label}", sp, target))
+            fields = tf.speed_row(case, got, worst, target, 22, 10, 10)
+            result[key] = {"rows": [{"case": case, **fields, "check_worst_float64": None if worst64 is None else
+                                     {"name": worst64[0], "rel": worst64[1]}}]}
+            summary.append((f"pointer {label}", fields["speedup"], target))
             if not have_pointer():
                 print("attnc: not available (attnc.models.PointerNet)")
             what = ("the loss and every parameter's gradient" if key == "train" else

@@ -744,6 +744,34 @@ def checked_worst(rel, label, tolerance, failed_checks):
     return w
 
 
+def speed_head(case_width, attnc_width=14, torch_width=9):
+    """Print the header of a speed table, the one the training and decoding
+    benchmarks of the recurrent models (seq2seq.py, ntm.py, pointer.py) share:
+    case, median times, speed-up, its range over rounds, peak memory, check,
+    target."""
+    head = (f"{'case':<{case_width}}{'attnc ms':>{attnc_width}}{'torch ms':>{torch_width}}{'speed-up':>9}"
+            f"{'per round':>11}{'MiB attnc':>10}{'torch':>7}{'check':>10}  target")
+    print(head)
+    print("-" * len(head))
+
+
+def speed_row(label, got, worst, target, case_width, attnc_width=14, torch_width=9):
+    """Print one row of a speed_head table for measure()'s result got and the
+    check's worst (name, rel) or None; returns the row's JSON fields."""
+    a, t = got.get("attnc"), got.get("torch")
+    sp, rs = _speedup(got), _round_speedups(got)
+    a_ok, t_ok = _ok(a), _ok(t)
+    print(f"{label:<{case_width}}"
+          f"{(_f(a['median_s'] * 1e3, '{:.2f}', attnc_width) if a_ok else (_status(a) or '-').rjust(attnc_width))}"
+          f"{_f(t['median_s'] * 1e3 if t_ok else None, '{:.2f}', torch_width)}{_f(sp, '{:.2f}x', 9)}"
+          f" {_range(rs):>10}"
+          f"{_f(a.get('peak_increase_mb') if a_ok else None, '{:.1f}', 10)}"
+          f"{_f(t.get('peak_increase_mb') if t_ok else None, '{:.1f}', 7)}"
+          f"{_f(worst[1] if worst else None, '{:.1e}', 10)}  {_verdict(sp, target)}")
+    return {"impl": got, "speedup": sp, "speedup_per_round": rs,
+            "check_worst": None if worst is None else {"name": worst[0], "rel": worst[1]}}
+
+
 def main(argv=None):
     args, st = parse_common("transformer", __doc__.split("\n\n")[0], argv,
                             "default 3 for the layer, --repeats for decoding; 1 with --quick",

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .._args import size_arg as _check_int
+
 IGNORE_INDEX = -100
 _CHUNK = 4096  # draws per round: fixed, so that a smaller set is a prefix of a larger one
 
@@ -29,12 +31,6 @@ _CHUNK = 4096  # draws per round: fixed, so that a smaller set is a prefix of a 
 def special_tokens(vocab: int) -> tuple[int, int, int]:
     """(PAD, BOS, EOS) for a digit vocabulary of size vocab: vocab, vocab + 1, vocab + 2."""
     return vocab, vocab + 1, vocab + 2
-
-
-def _check_int(name, value, low):
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
-        raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
-    return int(value)
 
 
 def _batches(task, batch_size, shuffle, seed, drop_last=False):

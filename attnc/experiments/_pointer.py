@@ -33,6 +33,17 @@ def parse_args(doc, argv, n_default):
     return args
 
 
+def sizes(args, lo=5, hi=10):
+    """The problem sizes of a run: --n N alone, else lo..hi."""
+    return range(args.n, args.n + 1) if args.n else range(lo, hi + 1)
+
+
+def heldout(task, ns, count):
+    """{str(n): a held-out batch of count instances of size n} for n in ns,
+    the same for every --seed."""
+    return {str(n): task.batch(count, n=n, seed=HELDOUT_SEED + n) for n in ns}
+
+
 def train(name, args, task, cfg, constraint):
     """Train a PointerNet on fresh batches of task; returns (model, result)."""
     data_seed, model_seed = np.random.SeedSequence(args.seed).generate_state(2)

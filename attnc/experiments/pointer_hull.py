@@ -34,13 +34,12 @@ def main(argv=None):
     cfg = dict(QUICK if args.quick else FULL)
     if args.steps is not None:
         cfg["steps"] = args.steps
-    lo, hi = (args.n, args.n) if args.n else (5, 10)
-    task = ConvexHullTask(min_n=lo, max_n=hi)
+    ns = _pointer.sizes(args)
+    task = ConvexHullTask(min_n=ns[0], max_n=ns[-1])
     model, result = _pointer.train("pointer_hull", args, task, cfg, "hull")
     start = time.perf_counter()
     acc, cover = {}, {}
-    for n in range(lo, hi + 1):
-        held = task.batch(cfg["heldout"], n=n, seed=_pointer.HELDOUT_SEED + n)
+    for n, held in _pointer.heldout(task, ns, cfg["heldout"]).items():
         pred = _pointer.decode(model, held, "hull")
         acc[str(n)], cover[str(n)] = hull_accuracy(pred, held), hull_area_coverage(pred, held)
     _common.report("pointer_hull", args, model, result, cfg["batch_size"], time.perf_counter() - start,

@@ -30,14 +30,12 @@ def main(argv=None):
     cfg = dict(QUICK if args.quick else FULL)
     if args.steps is not None:
         cfg["steps"] = args.steps
-    lo, hi = (args.n, args.n) if args.n else (5, 10)
-    task = PointerSortTask(min_n=lo, max_n=hi)
+    ns = _pointer.sizes(args)
+    task = PointerSortTask(min_n=ns[0], max_n=ns[-1])
     model, result = _pointer.train("pointer_sort", args, task, cfg, "permutation")
     start = time.perf_counter()
-    by_n = {}
-    for n in range(lo, hi + 1):
-        held = task.batch(cfg["heldout"], n=n, seed=_pointer.HELDOUT_SEED + n)
-        by_n[str(n)] = sort_exact_match(_pointer.decode(model, held, "permutation"), held)
+    by_n = {n: sort_exact_match(_pointer.decode(model, held, "permutation"), held)
+            for n, held in _pointer.heldout(task, ns, cfg["heldout"]).items()}
     _common.report("pointer_sort", args, model, result, cfg["batch_size"], time.perf_counter() - start,
                    exact_match=float(np.mean(list(by_n.values()))), exact_match_by_n=by_n,
                    heldout_size=cfg["heldout"] * len(by_n))

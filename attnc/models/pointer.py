@@ -145,14 +145,17 @@ class PointerNet(nn.Module):
             raise ValueError("targets must be input indices followed only by -1 padding")
         if np.any(real & (t >= nl[:, None])):
             raise ValueError("targets point past a row's inputs")
-        for b in range(B):
-            row = t[b, :counts[b]]
-            if len(np.unique(row)) != len(row):
+        ordered = np.sort(np.where(real, t, -1), axis=1)
+        repeats = ((ordered[:, 1:] == ordered[:, :-1]) & (ordered[:, 1:] >= 0)).any(axis=1)
+        empty = (counts < 1) if constraint == "hull" else np.zeros(B, bool)
+        partial = (counts != nl) if constraint != "hull" else np.zeros(B, bool)
+        if np.any(repeats | empty | partial):
+            b = int(np.argmax(repeats | empty | partial))       # the first bad row, its first problem
+            if repeats[b]:
                 raise ValueError(f"targets row {b} repeats an input: every constraint forbids it")
-            if constraint == "hull" and counts[b] < 1:
+            if empty[b]:
                 raise ValueError(f"targets row {b} is empty: a hull has at least one input before its end")
-            if constraint != "hull" and counts[b] != nl[b]:
-                raise ValueError(f"targets row {b} has {counts[b]} indices; a {constraint} needs all {nl[b]}")
+            raise ValueError(f"targets row {b} has {counts[b]} indices; a {constraint} needs all {nl[b]}")
         return t, counts
 
     @staticmethod
@@ -205,7 +208,7 @@ class PointerNet(nn.Module):
         mask, target = self._masks(t, counts, nl, n, constraint)
         masked = np.where(mask, np.asarray(-np.inf, dt), u).astype(dt)
         logp, lsm_pb = run(nn.log_softmax, masked, dim=-1)
-        state = (emb_pb, enc_pb, dec_pb, score_pb, lsm_pb, mask, prev, counts, (B, n, D)) if keep else None
+        state = (emb_pb, enc_pb, dec_pb, score_pb, lsm_pb, mask, prev, counts, n) if keep else None
         # the user's column order: inputs 0..n-1, then the end token
         return np.concatenate([logp[..., 1:], logp[..., :1]], axis=-1), target, state
 
@@ -223,7 +226,7 @@ class PointerNet(nn.Module):
         return self._backward(state, np.concatenate([d[..., -1:], d[..., :-1]], axis=-1))
 
     def _backward(self, state, dlogp):
-        emb_pb, enc_pb, dec_pb, score_pb, lsm_pb, mask, prev, counts, (B, n, _) = state
+        emb_pb, enc_pb, dec_pb, score_pb, lsm_pb, mask, prev, counts, n = state
         dmasked = lsm_pb(np.ascontiguousarray(dlogp, self.dtype))["input"]
         du = np.where(mask, 0, dmasked).astype(self.dtype)
         g = score_pb(du)
@@ -242,11 +245,8 @@ class PointerNet(nn.Module):
         grads["start"] = ddec[:, 0].astype(np.float64).sum(axis=0).astype(self.dtype)
         grads["end"] = denc[:, 0].astype(np.float64).sum(axis=0).astype(self.dtype)
         dx = denc[:, 1:].astype(np.float64)
-        T = prev.shape[1]
-        real = np.arange(T)[None, :] < counts[:, None]          # decoder inputs that are real choices
-        contrib = np.where(real[:, :, None], ddec[:, 1:], 0)
-        for b in range(B):                                      # scatter-add: each input fed at most once
-            dx[b, prev[b, real[b]]] += contrib[b, real[b]]
+        rows, steps = np.nonzero(np.arange(prev.shape[1])[None, :] < counts[:, None])   # the real choices
+        dx[rows, prev[rows, steps]] += ddec[:, 1:][rows, steps]   # each input is fed at most once per row
         grads["inputs"] = dx.astype(self.dtype)
         return grads
 

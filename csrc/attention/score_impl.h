@@ -1,31 +1,18 @@
 /* score_impl.h: typed kernels of score.c (see core/real.h). Shapes per
  * batch element: Q (Tq, dq), K (Tk, dk), S and dS (Tq, Tk). */
 #include "../core/real.h"
-#include "../core/sigmoid_impl.h"
+#include "../core/lanes_impl.h"
 
 static attnc_mat FN(mat)(REAL *p, int64_t rows, int64_t cols) {
     attnc_mat m = {p, rows, cols, cols, 1};
     return m;
 }
 
-/* S (tq, tk) <- sum_a v_a tanh(QA_ia + KA_ja), v contiguous: 16 independent
- * partial sums combined in a fixed order so the loop vectorises (the same
- * sums whatever the vector width); the float tanh is
- * core/sigmoid_impl.h's (within 2e-6 relative), not libm's. */
+/* S (tq, tk) <- sum_a v_a tanh(QA_ia + KA_ja), v contiguous (core/lanes_impl.h's sums). */
 ATTNC_SIMD static void FN(additive_rows)(REAL *restrict s, const REAL *restrict qa, const REAL *restrict ka,
                                          const REAL *restrict v, int64_t tq, int64_t tk, int64_t da) {
-    enum { LANES = 16 };
     for (int64_t i = 0; i < tq; i++)
-        for (int64_t j = 0; j < tk; j++) {
-            const REAL *q = qa + i * da, *k = ka + j * da;
-            REAL lane[LANES] = {0}, acc = 0;
-            int64_t a = 0;
-            for (; a + LANES <= da; a += LANES)
-                for (int l = 0; l < LANES; l++) lane[l] += v[a + l] * FN(tanh_)(q[a + l] + k[a + l]);
-            for (int l = 0; l < LANES; l++) acc += lane[l];
-            for (; a < da; a++) acc += v[a] * FN(tanh_)(q[a] + k[a]);
-            s[i * tk + j] = acc;
-        }
+        for (int64_t j = 0; j < tk; j++) s[i * tk + j] = FN(additive)(qa + i * da, ka + j * da, v, da);
 }
 
 /* The additive score's backward: dQA (tq, da), dKA (tk, da), dv (da) added

@@ -78,23 +78,6 @@ static void fill_rows(const cap_run *r, void *c, int64_t rows, int64_t n, int64_
     for (int64_t i = 0; i < rows; i++) copy(at(r, c, i * rs), bias, (size_t)n * esize(r));
 }
 
-/* out (n) <- the sum of the rows of x (rows, n) (row stride rs), in row order. */
-static void col_sums(const cap_run *r, void *out, const void *x, int64_t rows, int64_t n, int64_t rs) {
-    if (r->dt == ATTNC_FLOAT32) {
-        float *o = out;
-        const float *p = x;
-        for (int64_t k = 0; k < n; k++) o[k] = 0;
-        for (int64_t i = 0; i < rows; i++)
-            for (int64_t k = 0; k < n; k++) o[k] += p[i * rs + k];
-    } else {
-        double *o = out;
-        const double *p = x;
-        for (int64_t k = 0; k < n; k++) o[k] = 0;
-        for (int64_t i = 0; i < rows; i++)
-            for (int64_t k = 0; k < n; k++) o[k] += p[i * rs + k];
-    }
-}
-
 /* x (n) <- tanh(x). */
 static void tanh_all(const cap_run *r, void *x, int64_t n) {
     if (r->dt == ATTNC_FLOAT32)
@@ -141,15 +124,6 @@ static attnc_status check_params(const cap_run *r, const attnc_captioner_params 
     return ATTNC_OK;
 }
 
-/* An input or output of the call's dtype (or INT64) and shape, contiguous. */
-static attnc_status check_array(const attnc_tensor *t, const char *name, attnc_dtype dt, int ndim, int64_t *sizes,
-                                bool output) {
-    if (!attnc_present(t)) return attnc_fail(ATTNC_ERR_TYPE, "%s is required", name);
-    TRY(attnc_check_dims(t, name, dt, ndim, sizes, output));
-    if (!attnc_is_contiguous(t)) return attnc_fail(ATTNC_ERR_LAYOUT, "%s must be contiguous", name);
-    return ATTNC_OK;
-}
-
 /* Ids of t (n values, contiguous INT64) all in [low, limit). */
 static attnc_status check_ids(const attnc_tensor *t, const char *name, int64_t n, int64_t low, int64_t limit) {
     const int64_t *id = t->data;
@@ -174,7 +148,7 @@ static attnc_status setup(cap_run *r, const attnc_tensor *features, const attnc_
         return attnc_fail(ATTNC_ERR_TYPE, "features has dtype %s, expected float32 or float64",
                           attnc_dtype_name(r->dt));
     int64_t fs[3] = {-1, -1, -1};
-    TRY(check_array(features, "features", r->dt, 3, fs, false));
+    TRY(attnc_check_array(features, "features", r->dt, 3, fs, false));
     r->B = fs[0];
     r->L = fs[1];
     r->F = fs[2];
@@ -200,7 +174,7 @@ static attnc_status setup(cap_run *r, const attnc_tensor *features, const attnc_
     TRY(check_params(r, p, false));
     if (tokens) {
         int64_t ts[2] = {r->B, -1};
-        TRY(check_array(tokens, "tokens", ATTNC_INT64, 2, ts, false));
+        TRY(attnc_check_array(tokens, "tokens", ATTNC_INT64, 2, ts, false));
         r->T = ts[1];
         TRY(check_ids(tokens, "tokens", r->B * r->T, 0, r->V));
     }
@@ -211,7 +185,7 @@ static attnc_status setup(cap_run *r, const attnc_tensor *features, const attnc_
 static attnc_status check_samples(const cap_run *r, const attnc_tensor *samples, bool output) {
     if (r->mode == ATTNC_CAPTION_SOFT) return ATTNC_OK;
     int64_t ss[2] = {r->B, r->T};
-    TRY(check_array(samples, "samples", ATTNC_INT64, 2, ss, output && r->mode != ATTNC_CAPTION_HARD_GIVEN));
+    TRY(attnc_check_array(samples, "samples", ATTNC_INT64, 2, ss, output && r->mode != ATTNC_CAPTION_HARD_GIVEN));
     return r->mode == ATTNC_CAPTION_HARD_GIVEN ? check_ids(samples, "samples", r->B * r->T, -1, r->L) : ATTNC_OK;
 }
 
@@ -369,14 +343,14 @@ attnc_status attnc_captioner_forward(attnc_tensor *logits, attnc_tensor *alphas,
     TRY(setup(&r, features, tokens, p, cfg));
     int64_t B = r.B, T = r.T, L = r.L, F = r.F, E = r.E, H = r.H, A = r.A, V = r.V;
     int64_t ls[3] = {B, T, V}, as[3] = {B, T, L};
-    TRY(check_array(logits, "logits", r.dt, 3, ls, true));
-    TRY(check_array(alphas, "alphas", r.dt, 3, as, true));
+    TRY(attnc_check_array(logits, "logits", r.dt, 3, ls, true));
+    TRY(attnc_check_array(alphas, "alphas", r.dt, 3, as, true));
     TRY(check_samples(&r, samples, true));
     cap_layout lo;
     layout(&lo, B, T, L, F, E, H, A);
     void *own = NULL, *base;
     if (attnc_present(saved)) {
-        TRY(check_array(saved, "saved", r.dt, 1, &lo.total, true));
+        TRY(attnc_check_array(saved, "saved", r.dt, 1, &lo.total, true));
         base = saved->data;
     } else {
         TRY(attnc_calloc(&own, (size_t)lo.total, esize(&r), "captioner activations"));
@@ -418,7 +392,7 @@ static void backward_prepare(const cap_run *r, attnc_captioner_params *g, const 
     int64_t B = r->B, L = r->L, F = r->F, H = r->H, A = r->A, N = B * r->T * L;
     const void *h0 = at(r, base, lo->h0), *c0 = at(r, base, lo->c0), *mean = at(r, base, lo->mean);
     gemm(r, true, false, 1, M(dpa, B * L, A, A), M(feat, B * L, F, F), 0, M(g->att_feat_w.data, A, F, F));
-    col_sums(r, g->att_feat_b.data, dpa, B * L, A, A);
+    attnc_col_sums(r->dt, g->att_feat_b.data, dpa, B * L, A, A);
     gemm(r, false, false, 1, M(dpa, B * L, A, A), M(p->att_feat_w.data, A, F, F), 1, M(dfeat, B * L, F, F));
     gemm(r, true, false, 1, M(de, N, 1, 1), M(at(r, base, lo->th), N, A, A), 0, M(g->att_score_w.data, 1, A, A));
     /* through tanh: d pre-activation = d state (1 - state^2) */
@@ -434,9 +408,9 @@ static void backward_prepare(const cap_run *r, attnc_captioner_params *g, const 
         }
     }
     gemm(r, true, false, 1, M(dh, B, H, H), M(mean, B, F, F), 0, M(g->init_h_w.data, H, F, F));
-    col_sums(r, g->init_h_b.data, dh, B, H, H);
+    attnc_col_sums(r->dt, g->init_h_b.data, dh, B, H, H);
     gemm(r, true, false, 1, M(dc, B, H, H), M(mean, B, F, F), 0, M(g->init_c_w.data, H, F, F));
-    col_sums(r, g->init_c_b.data, dc, B, H, H);
+    attnc_col_sums(r->dt, g->init_c_b.data, dc, B, H, H);
     gemm(r, false, false, 1, M(dh, B, H, H), M(p->init_h_w.data, H, F, F), 0, M(dmean, B, F, F));
     gemm(r, false, false, 1, M(dc, B, H, H), M(p->init_c_w.data, H, F, F), 1, M(dmean, B, F, F));
     for (int64_t b = 0; b < B; b++)
@@ -457,13 +431,13 @@ static attnc_status backward_weights(const cap_run *r, attnc_captioner_params *g
     int64_t N = r->B * r->T, E = r->E, F = r->F, H = r->H, A = r->A, R = r->R;
     const void *xin = at(r, base, lo->xin), *hprev = at(r, base, lo->hprev);
     gemm(r, true, false, 1, M(drec, N, 4 * H, R), M(xin, N, E + F, E + F), 0, M(g->w_ih.data, 4 * H, E + F, E + F));
-    col_sums(r, g->b_ih.data, drec, N, 4 * H, R);
+    attnc_col_sums(r->dt, g->b_ih.data, drec, N, 4 * H, R);
     copy(g->b_hh.data, g->b_ih.data, (size_t)(4 * H) * esize(r));
     gemm(r, true, false, 1, M(drec, N, 4 * H, R), M(hprev, N, H, H), 0, M(g->w_hh.data, 4 * H, H, H));
     gemm(r, true, false, 1, M(at(r, drec, 4 * H), N, A, R), M(hprev, N, H, H), 0, M(g->att_hidden_w.data, A, H, H));
     if (r->gate) {
         gemm(r, true, false, 1, M(at(r, drec, 4 * H + A), N, 1, R), M(hprev, N, H, H), 0, M(g->gate_w.data, 1, H, H));
-        col_sums(r, g->gate_b.data, at(r, drec, 4 * H + A), N, 1, R);
+        attnc_col_sums(r->dt, g->gate_b.data, at(r, drec, 4 * H + A), N, 1, R);
     }
     gemm(r, false, false, 1, M(drec, N, 4 * H, R), M(p->w_ih.data, 4 * H, E, E + F), 1, M(dq, N, E, E));
     if (N == 0) { /* no tokens: nothing to scatter (and no buffer to read) */
@@ -491,17 +465,17 @@ attnc_status attnc_captioner_backward(attnc_captioner_params *grads, attnc_tenso
     int64_t B = r.B, T = r.T, L = r.L, F = r.F, E = r.E, H = r.H, A = r.A, V = r.V, R = r.R, N = B * T;
     cap_layout lo;
     layout(&lo, B, T, L, F, E, H, A);
-    TRY(check_array(saved, "saved", r.dt, 1, &lo.total, false));
+    TRY(attnc_check_array(saved, "saved", r.dt, 1, &lo.total, false));
     int64_t ls[3] = {B, T, V}, as[3] = {B, T, L}, ps[2] = {B, T}, fs[3] = {B, L, F};
-    TRY(check_array(dlogits, "dlogits", r.dt, 3, ls, false));
-    if (attnc_present(dalphas)) TRY(check_array(dalphas, "dalphas", r.dt, 3, as, false));
+    TRY(attnc_check_array(dlogits, "dlogits", r.dt, 3, ls, false));
+    if (attnc_present(dalphas)) TRY(attnc_check_array(dalphas, "dalphas", r.dt, 3, as, false));
     if (attnc_present(dlogp)) {
         if (r.mode == ATTNC_CAPTION_SOFT) return attnc_fail(ATTNC_ERR_VALUE, "dlogp needs a hard attention mode");
-        TRY(check_array(dlogp, "dlogp", r.dt, 2, ps, false));
+        TRY(attnc_check_array(dlogp, "dlogp", r.dt, 2, ps, false));
     }
-    if (attnc_present(dfeatures)) TRY(check_array(dfeatures, "dfeatures", r.dt, 3, fs, true));
+    if (attnc_present(dfeatures)) TRY(attnc_check_array(dfeatures, "dfeatures", r.dt, 3, fs, true));
     if (r.mode != ATTNC_CAPTION_SOFT) { /* the forward's locations, whatever mode made them */
-        TRY(check_array(samples, "samples", ATTNC_INT64, 2, ps, false));
+        TRY(attnc_check_array(samples, "samples", ATTNC_INT64, 2, ps, false));
         TRY(check_ids(samples, "samples", N, -1, L));
     }
     void *dq = NULL, *dh_out = NULL, *dz_out = NULL, *drec = NULL, *de = NULL, *dpa = NULL, *dfeat = NULL;
@@ -521,7 +495,7 @@ attnc_status attnc_captioner_backward(attnc_captioner_params *grads, attnc_tenso
         gemm(&r, false, false, 1, M(dlogits->data, N, V, V), M(p->out_w.data, V, E, E), 0, M(dq, N, E, E));
         gemm(&r, true, false, 1, M(dlogits->data, N, V, V), M(at(&r, saved->data, lo.q), N, E, E), 0,
              M(grads->out_w.data, V, E, E));
-        col_sums(&r, grads->out_b.data, dlogits->data, N, V, V);
+        attnc_col_sums(r.dt, grads->out_b.data, dlogits->data, N, V, V);
         gemm(&r, false, false, 1, M(dq, N, E, E), M(p->out_h_w.data, E, H, H), 0, M(dh_out, N, H, H));
         gemm(&r, true, false, 1, M(dq, N, E, E), M(h, N, H, H), 0, M(grads->out_h_w.data, E, H, H));
         gemm(&r, false, false, 1, M(dq, N, E, E), M(p->out_z_w.data, E, F, F), 0, M(dz_out, N, F, F));
@@ -658,10 +632,10 @@ static attnc_status check_decoding(const cap_run *r, attnc_tensor *tokens, attnc
     if (r->mode != ATTNC_CAPTION_SOFT && r->mode != ATTNC_CAPTION_HARD_ARGMAX)
         return attnc_fail(ATTNC_ERR_VALUE, "decoding needs the soft or the argmax attention mode");
     int64_t ts[2] = {r->B, -1}, ls[1] = {r->B};
-    TRY(check_array(tokens, "tokens", ATTNC_INT64, 2, ts, true));
-    TRY(check_array(lengths, "lengths", ATTNC_INT64, 1, ls, true));
+    TRY(attnc_check_array(tokens, "tokens", ATTNC_INT64, 2, ts, true));
+    TRY(attnc_check_array(lengths, "lengths", ATTNC_INT64, 1, ls, true));
     int64_t as[3] = {r->B, ts[1], r->L};
-    if (attnc_present(alphas)) TRY(check_array(alphas, "alphas", r->dt, 3, as, true));
+    if (attnc_present(alphas)) TRY(attnc_check_array(alphas, "alphas", r->dt, 3, as, true));
     if (bos < 0 || bos >= r->V)
         return attnc_fail(ATTNC_ERR_VALUE, "bos %" PRId64 " is outside [0, %" PRId64 ")", bos, r->V);
     if (eos < -1 || eos >= r->V)

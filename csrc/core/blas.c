@@ -151,3 +151,20 @@ void attnc_gemm_rows(attnc_dtype dtype, bool trans_a, bool trans_b, double alpha
 }
 
 const char *attnc_blas_info(void) { return scipy_openblas_get_config(); }
+
+#define COL_SUMS(REAL)                                                \
+    do {                                                              \
+        REAL *o = out;                                                \
+        const REAL *p = x;                                            \
+        for (int64_t k = 0; k < n; k++) o[k] = 0;                     \
+        for (int64_t i = 0; i < rows; i++)                            \
+            for (int64_t k = 0; k < n; k++) o[k] += p[i * rs + k];    \
+    } while (0)
+
+void attnc_col_sums(attnc_dtype dtype, void *out, const void *x, int64_t rows, int64_t n, int64_t rs) {
+    if (dtype == ATTNC_FLOAT32)
+        COL_SUMS(float);
+    else
+        COL_SUMS(double);
+}
+#undef COL_SUMS

@@ -20,4 +20,8 @@ void attnc_gemm_f64(bool trans_a, bool trans_b, double alpha, attnc_mat a, attnc
 void attnc_gemm_rows(attnc_dtype dtype, bool trans_a, bool trans_b, double alpha, attnc_mat a, attnc_mat b,
                      double beta, attnc_mat c, int64_t block_rows);
 
+/* out (n) <- the sum of the rows of x (rows, n; row stride rs), in row order:
+ * a bias's gradient, 1^T dY. dtype: ATTNC_FLOAT32 or ATTNC_FLOAT64. */
+void attnc_col_sums(attnc_dtype dtype, void *out, const void *x, int64_t rows, int64_t n, int64_t rs);
+
 #endif

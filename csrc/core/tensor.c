@@ -131,3 +131,11 @@ attnc_status attnc_check_dims(const attnc_tensor *t, const char *name, attnc_dty
     TRY(attnc_check_shape(t, name, &none, ndim, sizes));
     return output ? attnc_check_out(t, name) : ATTNC_OK;
 }
+
+attnc_status attnc_check_array(const attnc_tensor *t, const char *name, attnc_dtype dtype, int ndim,
+                               int64_t *sizes, bool output) {
+    if (!attnc_present(t)) return attnc_fail(ATTNC_ERR_TYPE, "%s is required", name);
+    TRY(attnc_check_dims(t, name, dtype, ndim, sizes, output));
+    if (!attnc_is_contiguous(t)) return attnc_fail(ATTNC_ERR_LAYOUT, "%s must be C-contiguous", name);
+    return ATTNC_OK;
+}

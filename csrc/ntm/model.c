@@ -66,12 +66,9 @@ static void ntm_layout(ntm_run *x) {
 /* t present, of the run's dtype, C-contiguous, with the given sizes (ndim <= 4). */
 static attnc_status need(const ntm_run *x, const attnc_tensor *t, const char *name, int ndim, const int64_t *sizes,
                          bool output) {
-    if (!attnc_present(t)) return attnc_fail(ATTNC_ERR_TYPE, "%s is required", name);
     int64_t s[4];
     memcpy(s, sizes, (size_t)ndim * sizeof s[0]);
-    TRY(attnc_check_dims(t, name, x->dt, ndim, s, output));
-    if (!attnc_is_contiguous(t)) return attnc_fail(ATTNC_ERR_LAYOUT, "%s must be C-contiguous", name);
-    return ATTNC_OK;
+    return attnc_check_array(t, name, x->dt, ndim, s, output);
 }
 
 /* need() with the sizes listed: NEED(run, tensor, name, output, sizes...). */
@@ -224,23 +221,6 @@ static void wgrad(const ntm_run *x, void *dw, const void *dy, int64_t out, const
     attnc_gemm_rows(x->dt, true, false, 1, a, b, 0, c, NTM_GEMM_ROWS);
 }
 
-/* db (n) <- the column sums of dy (rows, n), in row order. */
-static void bias_grad(const ntm_run *x, void *db, const void *dy, int64_t rows, int64_t n) {
-    if (x->dt == ATTNC_FLOAT32) {
-        float *o = db;
-        const float *d = dy;
-        for (int64_t k = 0; k < n; k++) o[k] = 0;
-        for (int64_t r = 0; r < rows; r++)
-            for (int64_t k = 0; k < n; k++) o[k] += d[r * n + k];
-    } else {
-        double *o = db;
-        const double *d = dy;
-        for (int64_t k = 0; k < n; k++) o[k] = 0;
-        for (int64_t r = 0; r < rows; r++)
-            for (int64_t k = 0; k < n; k++) o[k] += d[r * n + k];
-    }
-}
-
 static attnc_status check_grads(const ntm_run *x, attnc_ntm_params *grads, attnc_ntm_state *dinit,
                                 attnc_tensor *dinputs, const attnc_tensor *dlogits) {
     TRY(check_params(x, grads, true));
@@ -264,15 +244,15 @@ static void weight_grads(const ntm_run *x, attnc_ntm_params *g, const void *dG, 
         return;
     }
     wgrad(x, g->w_ih.data, dG, x->G, s + x->z * es, x->Z, x->S, rows);
-    bias_grad(x, g->b_ih.data, dG, rows, x->G);
+    attnc_col_sums(x->dt, g->b_ih.data, dG, rows, x->G, x->G);
     if (x->lstm) {
         wgrad(x, g->w_hh.data, dG, x->G, s + x->hprev * es, x->C, x->S, rows);
         memcpy(g->b_hh.data, g->b_ih.data, (size_t)x->G * es);
     }
     wgrad(x, g->head_w.data, dP, x->P, s + x->hr * es, x->C, x->S, rows);
-    bias_grad(x, g->head_b.data, dP, rows, x->P);
+    attnc_col_sums(x->dt, g->head_b.data, dP, rows, x->P, x->P);
     wgrad(x, g->out_w.data, dlogits->data, x->O, s + x->hr * es, x->HR, x->S, rows);
-    bias_grad(x, g->out_b.data, dlogits->data, rows, x->O);
+    attnc_col_sums(x->dt, g->out_b.data, dlogits->data, rows, x->O, x->O);
 }
 
 attnc_status attnc_ntm_backward(attnc_ntm_params *grads, attnc_ntm_state *dinit, attnc_tensor *dinputs,

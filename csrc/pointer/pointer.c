@@ -25,15 +25,6 @@ typedef struct {
 #define ATTNC_F64 1
 #include "pointer_impl.h"
 
-/* t present, of dtype dt, C-contiguous, with ndim dims of the given sizes (-1: any, returned). */
-static attnc_status need(const attnc_tensor *t, const char *name, attnc_dtype dt, int ndim, int64_t *sizes,
-                         bool output) {
-    if (!attnc_present(t)) return attnc_fail(ATTNC_ERR_TYPE, "%s is required", name);
-    TRY(attnc_check_dims(t, name, dt, ndim, sizes, output));
-    if (!attnc_is_contiguous(t)) return attnc_fail(ATTNC_ERR_LAYOUT, "%s must be C-contiguous", name);
-    return ATTNC_OK;
-}
-
 static attnc_status check(ptr_run *x, const attnc_tensor *out, const attnc_tensor *lengths,
                           const attnc_tensor *inputs, const attnc_tensor *input_lengths, const attnc_tensor *keys,
                           const attnc_tensor *h0, const attnc_tensor *c0, const attnc_pointer_params *p) {
@@ -43,36 +34,36 @@ static attnc_status check(ptr_run *x, const attnc_tensor *out, const attnc_tenso
         return attnc_fail(ATTNC_ERR_TYPE, "inputs has dtype %s, expected float32 or float64",
                           attnc_dtype_name(x->dt));
     int64_t in[3] = {-1, -1, -1};
-    TRY(need(inputs, "inputs", x->dt, 3, in, false));
+    TRY(attnc_check_array(inputs, "inputs", x->dt, 3, in, false));
     x->B = in[0];
     x->n = in[1];
     x->D = in[2];
     x->P = x->n + 1;
     int64_t ks[3] = {x->B, x->P, -1};
-    TRY(need(keys, "keys", x->dt, 3, ks, false));
+    TRY(attnc_check_array(keys, "keys", x->dt, 3, ks, false));
     x->H = ks[2];
     if (x->n < 1 || x->D < 1 || x->H < 1) return attnc_fail(ATTNC_ERR_VALUE, "n, D and H must be >= 1");
     int64_t bh[2] = {x->B, x->H}, g4d[2] = {4 * x->H, x->D}, g4h[2] = {4 * x->H, x->H}, g4[1] = {4 * x->H},
             hh[2] = {x->H, x->H}, h1[1] = {x->H}, d1[1] = {x->D}, b1[1] = {x->B};
-    TRY(need(h0, "h0", x->dt, 2, bh, false));
-    TRY(need(c0, "c0", x->dt, 2, (int64_t[]){x->B, x->H}, false));
-    TRY(need(&p->w_ih, "decoder.weight_ih_l0", x->dt, 2, g4d, false));
-    TRY(need(&p->w_hh, "decoder.weight_hh_l0", x->dt, 2, g4h, false));
-    TRY(need(&p->b_ih, "decoder.bias_ih_l0", x->dt, 1, g4, false));
-    TRY(need(&p->b_hh, "decoder.bias_hh_l0", x->dt, 1, (int64_t[]){4 * x->H}, false));
-    TRY(need(&p->w2, "W2.weight", x->dt, 2, hh, false));
-    TRY(need(&p->v, "v", x->dt, 1, h1, false));
-    TRY(need(&p->start, "start", x->dt, 1, d1, false));
-    TRY(need(input_lengths, "input_lengths", ATTNC_INT64, 1, b1, false));
+    TRY(attnc_check_array(h0, "h0", x->dt, 2, bh, false));
+    TRY(attnc_check_array(c0, "c0", x->dt, 2, (int64_t[]){x->B, x->H}, false));
+    TRY(attnc_check_array(&p->w_ih, "decoder.weight_ih_l0", x->dt, 2, g4d, false));
+    TRY(attnc_check_array(&p->w_hh, "decoder.weight_hh_l0", x->dt, 2, g4h, false));
+    TRY(attnc_check_array(&p->b_ih, "decoder.bias_ih_l0", x->dt, 1, g4, false));
+    TRY(attnc_check_array(&p->b_hh, "decoder.bias_hh_l0", x->dt, 1, (int64_t[]){4 * x->H}, false));
+    TRY(attnc_check_array(&p->w2, "W2.weight", x->dt, 2, hh, false));
+    TRY(attnc_check_array(&p->v, "v", x->dt, 1, h1, false));
+    TRY(attnc_check_array(&p->start, "start", x->dt, 1, d1, false));
+    TRY(attnc_check_array(input_lengths, "input_lengths", ATTNC_INT64, 1, b1, false));
     const int64_t *nl = input_lengths->data;
     for (int64_t b = 0; b < x->B; b++)
         if (nl[b] < 1 || nl[b] > x->n)
             return attnc_fail(ATTNC_ERR_VALUE, "input_lengths[%lld] = %lld is outside [1, %lld]", (long long)b,
                               (long long)nl[b], (long long)x->n);
     int64_t os[2] = {x->B, -1};
-    TRY(need(out, "out", ATTNC_INT64, 2, os, true));
+    TRY(attnc_check_array(out, "out", ATTNC_INT64, 2, os, true));
     if (os[1] < 1) return attnc_fail(ATTNC_ERR_VALUE, "out needs at least one step");
-    return need(lengths, "lengths", ATTNC_INT64, 1, (int64_t[]){x->B}, true);
+    return attnc_check_array(lengths, "lengths", ATTNC_INT64, 1, (int64_t[]){x->B}, true);
 }
 
 attnc_status attnc_pointer_decode(attnc_tensor *out, attnc_tensor *lengths, const attnc_tensor *inputs,

@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "../core/real.h"
-#include "../core/sigmoid_impl.h"
+#include "../core/lanes_impl.h"
 
 typedef struct {
     const ptr_run *x;
@@ -93,26 +93,12 @@ static bool FN(ptr_allowed)(const FN(ptr_state) *S, int64_t r, int64_t j) {
 }
 
 /* u (P) <- v . tanh(keys_j + q) where allowed[j], -inf elsewhere: the sums
- * of attention/score_impl.h's additive_rows (16 partial sums, the fast float
- * tanh), so decoding scores as the teacher-forced forward does. */
+ * of core/lanes_impl.h, so decoding scores as the teacher-forced forward
+ * (the additive score) does. */
 ATTNC_SIMD static void FN(ptr_row_scores)(REAL *restrict u, const REAL *restrict keys, const REAL *restrict q,
                                           const REAL *restrict v, const unsigned char *restrict allowed, int64_t P,
                                           int64_t H) {
-    enum { LANES = 16 };
-    for (int64_t j = 0; j < P; j++) {
-        if (!allowed[j]) {
-            u[j] = -INFINITY;
-            continue;
-        }
-        const REAL *k = keys + j * H;
-        REAL lane[LANES] = {0}, acc = 0;
-        int64_t a = 0;
-        for (; a + LANES <= H; a += LANES)
-            for (int l = 0; l < LANES; l++) lane[l] += v[a + l] * FN(tanh_)(q[a + l] + k[a + l]);
-        for (int l = 0; l < LANES; l++) acc += lane[l];
-        for (; a < H; a++) acc += v[a] * FN(tanh_)(q[a] + k[a]);
-        u[j] = acc;
-    }
+    for (int64_t j = 0; j < P; j++) u[j] = allowed[j] ? FN(additive)(q, keys + j * H, v, H) : -INFINITY;
 }
 
 /* Every row's scores; an ended row gives 0 for the end token and -inf

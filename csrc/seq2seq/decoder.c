@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../core/blas.h"
 #include "../core/rng.h"
 #include "../core/status.h"
 #include "../core/threads.h"
@@ -63,9 +64,7 @@ int64_t s2s_scratch_size(const s2s_run *x) {
 static attnc_status need(const attnc_tensor *t, const char *name, attnc_dtype dt, int ndim, int64_t d0, int64_t d1) {
     if (!attnc_present(t)) return attnc_fail(ATTNC_ERR_TYPE, "the decoder needs %s", name);
     int64_t sizes[3] = {d0, d1, -1};
-    TRY(attnc_check_dims(t, name, dt, ndim, sizes, false));
-    if (!attnc_is_contiguous(t)) return attnc_fail(ATTNC_ERR_LAYOUT, "%s must be C-contiguous", name);
-    return ATTNC_OK;
+    return attnc_check_array(t, name, dt, ndim, sizes, false);
 }
 
 /* What follows from the kind and the sizes H, He and E: the Luong and
@@ -335,14 +334,6 @@ static void wgrad(const s2s_run *x, void *dw, const void *dy, int64_t out, int64
 #undef RUN
 }
 
-/* out (width) <- the sum of the rows (rows, width) of a, in order. */
-static void sum_rows(const s2s_run *x, void *out, const void *a, int64_t rows, int64_t width) {
-    if (x->dt == ATTNC_FLOAT32)
-        s2s_sum_rows_f32(out, a, rows, width);
-    else
-        s2s_sum_rows_f64(out, a, rows, width);
-}
-
 /* The backward's buffers (float elements of the call's dtype). */
 typedef struct {
     void *dg, *dx, *dpc, *dqw, *de, *dhp;   /* per step (T, B, width)      */
@@ -420,8 +411,8 @@ static void weight_grads(const s2s_run *x, const s2s_bufs *b, attnc_s2s_weights 
                 memcpy((char *)g->weight_hh.data + r * H * es, row + in * es, (size_t)(H * es));
         }
     }
-    if (attnc_present(&g->bias_ih)) sum_rows(x, g->bias_ih.data, b->dg, TB, G);
-    if (attnc_present(&g->bias_hh)) sum_rows(x, g->bias_hh.data, b->dg, TB, G);
+    if (attnc_present(&g->bias_ih)) attnc_col_sums(x->dt, g->bias_ih.data, b->dg, TB, G, G);
+    if (attnc_present(&g->bias_hh)) attnc_col_sums(x->dt, g->bias_hh.data, b->dg, TB, G, G);
     if (attnc_present(&g->embedding)) {
         if (x->dt == ATTNC_FLOAT32)
             s2s_embedding_grad_f32(x, g->embedding.data, b->dx, fed);
@@ -433,21 +424,21 @@ static void weight_grads(const s2s_run *x, const s2s_bufs *b, attnc_s2s_weights 
     if (x->additive && attnc_present(&g->query_weight)) /* bahdanau's query is h_{t-1}, concat's h_t */
         wgrad(x, g->query_weight.data, b->dqw, x->A, H, B, x->T, B * x->A,
               x->kind == ATTNC_S2S_BAHDANAU ? sm.h : s0.h, step, H);
-    if (x->additive && attnc_present(&g->v)) sum_rows(x, g->v.data, b->dv, B, x->A);
+    if (x->additive && attnc_present(&g->v)) attnc_col_sums(x->dt, g->v.data, b->dv, B, x->A, x->A);
     if (x->kind == ATTNC_S2S_LOCATION) {
         if (attnc_present(&g->weight)) wgrad(x, g->weight.data, b->de, x->Smax, H, B, x->T, B * x->Smax, s0.h, step, H);
-        if (attnc_present(&g->bias)) sum_rows(x, g->bias.data, b->de, TB, x->Smax);
+        if (attnc_present(&g->bias)) attnc_col_sums(x->dt, g->bias.data, b->de, TB, x->Smax, x->Smax);
     }
     if (x->kind == ATTNC_S2S_LOCAL_P) {
         if (attnc_present(&g->position_weight))
             wgrad(x, g->position_weight.data, b->dhp, x->A, H, B, x->T, B * x->A, s0.h, step, H);
-        if (attnc_present(&g->position_v)) sum_rows(x, g->position_v.data, b->dvp, B, x->A);
+        if (attnc_present(&g->position_v)) attnc_col_sums(x->dt, g->position_v.data, b->dvp, B, x->A, x->A);
     }
     const attnc_tensor *gk = x->additive ? &g->key_weight : &g->weight;
     if (x->Kw > 0 && attnc_present(gk)) /* keys = memory W^T */
         wgrad(x, gk->data, b->dkeys, x->Kw, x->He, B * x->S, 1, 0, x->memory, 0, x->He);
     if (attnc_present(&g->bridge_weight)) wgrad(x, g->bridge_weight.data, b->dstart, H, x->He, B, 1, 0, x->final, 0, x->He);
-    if (attnc_present(&g->bridge_bias)) sum_rows(x, g->bridge_bias.data, b->dstart, B, H);
+    if (attnc_present(&g->bridge_bias)) attnc_col_sums(x->dt, g->bridge_bias.data, b->dstart, B, H, H);
 }
 
 attnc_status attnc_s2s_backward(attnc_tensor *dmemory, attnc_tensor *dfinal, attnc_s2s_weights *grads,

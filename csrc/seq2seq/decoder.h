@@ -12,7 +12,6 @@
 #include "../core/tensor.h"
 
 enum { S2S_ROWS = 32 }; /* rows per block: fixed, so results do not depend on the thread count */
-enum { S2S_LANES = 16 };   /* partial sums of a dot product (decoder_impl.h) */
 enum { S2S_KEY_ROWS = 256 }; /* rows of the keys' backward per block */
 
 /* Sizes, weights (data pointers of contiguous tensors) and shared buffers. */

@@ -7,8 +7,8 @@
 #include "../attention/common.h"
 #include "../core/blas.h"
 #include "../core/real.h"
+#include "../core/lanes_impl.h"
 #include "../core/matmul_impl.h"
-#include "../core/sigmoid_impl.h"
 
 /* Row r's array in a slot: base + r * width. */
 #define ROW(base, r, width) ((REAL *)(base) + (r) * (width))
@@ -16,31 +16,6 @@
 static inline int64_t FN(src)(const s2s_run *x, int64_t r) { return x->src ? x->src[r] : r; }
 
 /* ---- attention of one row --------------------------------------------------- */
-
-/* Dot products and the additive score in 16 independent partial sums
- * combined in a fixed order: the compiler vectorises them inside the
- * ATTNC_SIMD kernels that inline them, and the result does not depend on the
- * vector width (S2S_LANES, decoder.h). */
-static inline REAL FN(dot)(const REAL *restrict a, const REAL *restrict b, int64_t n) {
-    REAL lane[S2S_LANES] = {0}, sum = 0;
-    int64_t j = 0;
-    for (; j + S2S_LANES <= n; j += S2S_LANES)
-        for (int k = 0; k < S2S_LANES; k++) lane[k] += a[j + k] * b[j + k];
-    for (int k = 0; k < S2S_LANES; k++) sum += lane[k];
-    for (; j < n; j++) sum += a[j] * b[j];
-    return sum;
-}
-
-/* v . tanh(qw + k) over n. */
-static inline REAL FN(additive)(const REAL *restrict qw, const REAL *restrict k, const REAL *restrict v, int64_t n) {
-    REAL lane[S2S_LANES] = {0}, sum = 0;
-    int64_t j = 0;
-    for (; j + S2S_LANES <= n; j += S2S_LANES)
-        for (int i = 0; i < S2S_LANES; i++) lane[i] += v[j + i] * FN(tanh_)(qw[j + i] + k[j + i]);
-    for (int i = 0; i < S2S_LANES; i++) sum += lane[i];
-    for (; j < n; j++) sum += v[j] * FN(tanh_)(qw[j] + k[j]);
-    return sum;
-}
 
 /* The allowed source positions [lo, hi) of row r with p_t = p. */
 static void FN(range)(const s2s_run *x, int64_t b, REAL p, int64_t *lo, int64_t *hi) {
@@ -501,13 +476,6 @@ static void FN(s2s_wgrad_task)(void *arg, int64_t block, int worker) {
     for (int64_t t = 0; t < g->steps; t++)
         GEMM(true, false, 1, FN(m)(g->dy + t * g->dy_step + o0, g->R, m, g->out),
              FN(m)(g->x + t * g->x_step, g->R, g->in, g->x_rs), 1, FN(m)(g->dw + o0 * g->in, m, g->in, g->in));
-}
-
-/* out (width) <- the sum of the rows (rows, width) of a, in row order. */
-static void FN(s2s_sum_rows)(REAL *out, const REAL *a, int64_t rows, int64_t width) {
-    for (int64_t k = 0; k < width; k++) out[k] = 0;
-    for (int64_t r = 0; r < rows; r++)
-        for (int64_t k = 0; k < width; k++) out[k] += a[r * width + k];
 }
 
 /* demb (Vt, E) <- the sum of the input cotangents dx (T, B, E) of every fed

@@ -13,6 +13,32 @@ static double ntm_dot(const double *a, const double *b, size_t n) {
 
 enum { NB = 2, NH = 2, NN = 5, NM = 3, NK = 3 };
 
+typedef double (*ntm_loss_fn)(double **p, const double *cot);
+
+/* Central differences of loss_of (inputs p[0..n), cot fixed) against the
+ * gradients g, every `step`-th entry of each input (step 0: every entry,
+ * else 1 + size / step apart): the largest error must be <= 1e-6 of the
+ * largest difference (at least floor). */
+static void ntm_fd_check(ntm_loss_fn loss_of, double **p, double **g, const int64_t *sizes, int n, const double *cot,
+                         int64_t step, double floor, const char *what) {
+    const double eps = 1e-6;
+    for (int a = 0; a < n; a++) {
+        double err = 0, scale = floor;
+        for (int64_t i = 0; i < sizes[a]; i += step ? 1 + sizes[a] / step : 1) {
+            double x = p[a][i];
+            p[a][i] = x + eps;
+            double lp = loss_of(p, cot);
+            p[a][i] = x - eps;
+            double lm = loss_of(p, cot);
+            p[a][i] = x;
+            double num = (lp - lm) / (2 * eps);
+            err = fmax(err, fabs(num - g[a][i]));
+            scale = fmax(scale, fabs(num));
+        }
+        CHECK(err <= 1e-6 * scale, "%s gradient of input %d: error %g", what, a, err);
+    }
+}
+
 /* The address inputs (key, beta, g, s, gamma, w_prev, memory) over flat buffers. */
 static const int64_t ntm_sizes[7] = {NB * NH * NM, NB * NH, NB * NH, NB * NH * NK,
                                      NB * NH,      NB * NH * NN, NB * NN * NM};
@@ -64,22 +90,7 @@ static void test_ntm_address(void) {
     CHECK(attnc_ntm_address_backward(&gr, &tcot, &none, &none, &none, &in, &tw, &tc, &tg, &tt) ==
               ATTNC_OK,
           "address backward");
-    const double eps = 1e-6;
-    for (int a = 0; a < 7; a++) {
-        double err = 0, scale = 1;
-        for (int64_t i = 0; i < ntm_sizes[a]; i++) {
-            double x = p[a][i];
-            p[a][i] = x + eps;
-            double lp = ntm_address_loss(p, cot);
-            p[a][i] = x - eps;
-            double lm = ntm_address_loss(p, cot);
-            p[a][i] = x;
-            double num = (lp - lm) / (2 * eps);
-            err = fmax(err, fabs(num - g[a][i]));
-            scale = fmax(scale, fabs(num));
-        }
-        CHECK(err <= 1e-6 * scale, "address gradient of input %d: error %g", a, err);
-    }
+    ntm_fd_check(ntm_address_loss, p, g, ntm_sizes, 7, cot, 0, 1, "address");
     /* bad input: even K, negative beta */
     p[1][0] = -1;
     CHECK(attnc_ntm_address_forward(&tw, &tc, &tg, &tt, &in) == ATTNC_ERR_VALUE, "negative beta");
@@ -113,22 +124,7 @@ static void test_ntm_write(void) {
                  de = view(g[2], ATTNC_FLOAT64, 3, bhm), da = view(g[3], ATTNC_FLOAT64, 3, bhm);
     CHECK(attnc_ntm_write_backward(&dm, &dw, &de, &da, &tc, &tm, &tw, &te, &ta) == ATTNC_OK,
           "write backward");
-    const double eps = 1e-6;
-    for (int a = 0; a < 4; a++) {
-        double err = 0, scale = 1;
-        for (int64_t i = 0; i < sizes[a]; i++) {
-            double x = p[a][i];
-            p[a][i] = x + eps;
-            double lp = ntm_write_loss(p, cot);
-            p[a][i] = x - eps;
-            double lm = ntm_write_loss(p, cot);
-            p[a][i] = x;
-            double num = (lp - lm) / (2 * eps);
-            err = fmax(err, fabs(num - g[a][i]));
-            scale = fmax(scale, fabs(num));
-        }
-        CHECK(err <= 1e-6 * scale, "write gradient of input %d: error %g", a, err);
-    }
+    ntm_fd_check(ntm_write_loss, p, g, sizes, 4, cot, 0, 1, "write");
     for (int i = 0; i < 4; i++) free(p[i]), free(g[i]);
     free(cot);
 }
@@ -185,6 +181,8 @@ static double ntm_model_loss(double **p, const double *cot, double *saved) {
     return ntm_dot(y, cot, MB * MT * MO);
 }
 
+static double ntm_model_loss_unsaved(double **p, const double *cot) { return ntm_model_loss(p, cot, NULL); }
+
 static void test_ntm_model(void) {
     double *p[12], *g[12];
     for (int i = 0; i < 12; i++) {
@@ -205,21 +203,7 @@ static void test_ntm_model(void) {
     const int64_t sy[] = {MB, MT, MO};
     attnc_tensor tcot = view(cot, ATTNC_FLOAT64, 3, sy), tsv = view(saved, ATTNC_FLOAT64, 1, &n);
     CHECK(attnc_ntm_backward(&gr, &gs, &gin, &tcot, &tsv, &in, &st, &pr, &ntm_cfg) == ATTNC_OK, "model backward");
-    for (int a = 0; a < 12; a++) {
-        double err = 0, scale = 1e-3;
-        for (int64_t k = 0; k < ntm_model_sizes[a]; k += 1 + ntm_model_sizes[a] / 7) {
-            double old = p[a][k], h = 1e-6;
-            p[a][k] = old + h;
-            double up = ntm_model_loss(p, cot, NULL);
-            p[a][k] = old - h;
-            double down = ntm_model_loss(p, cot, NULL);
-            p[a][k] = old;
-            double fd = (up - down) / (2 * h);
-            err = fmax(err, fabs(fd - g[a][k]));
-            scale = fmax(scale, fabs(fd));
-        }
-        CHECK(err <= 1e-6 * scale, "model gradient of input %d: error %g", a, err);
-    }
+    ntm_fd_check(ntm_model_loss_unsaved, p, g, ntm_model_sizes, 12, cot, 7, 1e-3, "model");
     /* heads.weight with 23 rows fits no odd K; a backward needs the saved buffer */
     const int64_t bad[] = {MP - 1, MC};
     attnc_tensor keep = pr.head_w;
