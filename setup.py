@@ -14,18 +14,8 @@ import scipy_openblas32 as openblas
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
-SOURCES = sorted(
-    glob.glob("csrc/core/*.c")
-    + glob.glob("csrc/attention/*.c")
-    + glob.glob("csrc/nn/*.c")
-    + glob.glob("csrc/transformer/*.c")
-    + glob.glob("csrc/rnn/*.c")
-    + glob.glob("csrc/seq2seq/*.c")
-    + glob.glob("csrc/captioner/*.c")
-    + glob.glob("csrc/ntm/*.c")
-    + glob.glob("csrc/pointer/*.c")
-    + glob.glob("csrc/python/*.c")
-)
+# Every family folder under csrc/ is compiled; csrc/python/ is the binding.
+SOURCES = sorted(glob.glob("csrc/*/*.c"))
 
 
 OPENBLAS_LIBRARY = os.path.join(openblas.get_lib_dir(), openblas.get_library(fullname=True))
