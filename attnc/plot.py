@@ -404,6 +404,64 @@ def _empty_mappable(cmap):
     return ScalarMappable(norm=Normalize(vmin=0.0, vmax=1.0), cmap=cmap)
 
 
+def _panel_grid(n, ax, ncols, what):
+    """(figure, ndarray of n Axes): the given ``ax`` (at least n of them) or a
+    new figure with ``ncols`` panels per row."""
+    if ax is None:
+        plt = _import_pyplot()
+        per_row = max(1, min(int(ncols), n))
+        lines = max(1, -(-n // per_row))
+        fig, grid_axes = plt.subplots(lines, per_row, figsize=(2.2 * per_row + 0.8, 2.4 * lines), squeeze=False,
+                                      layout="constrained")
+        flat = grid_axes.ravel()
+        for extra in flat[n:]:
+            extra.remove()
+        return fig, np.array(list(flat[:n]), dtype=object)
+    given = np.ravel(np.asarray(ax, dtype=object))
+    if given.size < n:
+        raise ValueError(f"ax holds {given.size} Axes, {n} {what} need one each")
+    panels = given[:n]
+    return (panels[0].figure if n else None), panels
+
+
+def _picture(img):
+    """(array to show, imshow extent) of an (H, W) / (H, W, 1|3|4) image."""
+    height, width = img.shape[:2]
+    shown = img[..., 0] if img.ndim == 3 and img.shape[2] == 1 else img
+    return shown, (0, width, height, 0)
+
+
+def _overlay(panel, shown, extent, weights, cmap, alpha):
+    """The picture with a (rows, cols) map of 0–1 weights laid over it, no ticks."""
+    from matplotlib.colors import Normalize
+
+    panel.imshow(shown, extent=extent, interpolation="nearest", cmap="gray" if shown.ndim == 2 else None)
+    panel.imshow(weights, extent=extent, cmap=cmap, norm=Normalize(vmin=0.0, vmax=1.0), alpha=alpha,
+                 interpolation="nearest")
+    panel.set_xticks([])
+    panel.set_yticks([])
+
+
+def _finish_panels(fig, panels, cmap, colorbar, label, title):
+    if colorbar and fig is not None:
+        # an opaque mappable on the same scale: the overlays' transparency would wash out the bar
+        cbar = fig.colorbar(_empty_mappable(cmap), ax=list(panels), shrink=0.8, pad=0.02)
+        cbar.set_label(label)
+    if title is not None and fig is not None:
+        fig.suptitle(title)
+
+
+def _channels_last(image, name):
+    """An (H, W) or (H, W, 1|3|4) float64 copy of ``image``; (1|3, H, W) channel-first
+    arrays (the layout of attnc's convolutions) are moved to channels last."""
+    img = _squeeze_leading(_real_array(image, name, "(H, W), (H, W, 3) or (3, H, W)"), 3).astype(np.float64)
+    if img.ndim == 3 and img.shape[2] not in (1, 3, 4) and img.shape[0] in (1, 3):
+        img = np.moveaxis(img, 0, -1)
+    if img.ndim not in (2, 3) or (img.ndim == 3 and img.shape[2] not in (1, 3, 4)):
+        raise ValueError(f"{name} must be (H, W), (H, W, 3) or (3, H, W), got shape {tuple(np.shape(image))}")
+    return img
+
+
 def caption_attention(image, words, alphas, *, grid=(3, 3), ax=None, cmap="viridis", overlay_alpha=0.6,
                       ncols=5, colorbar=True, title=None):
     """Show where a captioner looked for each word (as Xu et al. 2015, Fig. 3).
@@ -443,9 +501,7 @@ def caption_attention(image, words, alphas, *, grid=(3, 3), ax=None, cmap="virid
     >>> words = task.vocab.decode(tokens[0]).split() + ["<eos>"]
     >>> attnc.plot.caption_attention(task.image(0), words, alphas[0, :len(words)])
     """
-    img = np.asarray(image, dtype=np.float64)
-    if img.ndim not in (2, 3) or (img.ndim == 3 and img.shape[2] not in (1, 3, 4)):
-        raise ValueError(f"image must be (H, W) or (H, W, 3), got shape {tuple(img.shape)}")
+    img = _channels_last(image, "image")
     rows, cols = (int(g) for g in grid)
     if isinstance(words, (str, bytes)):
         raise TypeError("words must be a sequence of words, not one string")
@@ -457,45 +513,94 @@ def caption_attention(image, words, alphas, *, grid=(3, 3), ax=None, cmap="virid
     if weights.ndim != 2 or weights.shape != (n, rows * cols):
         raise ValueError(f"alphas must be (n words = {n}, {rows * cols} cells) for grid {rows} × {cols}, "
                          f"got shape {tuple(np.shape(alphas))}")
-    plt = _import_pyplot()
-    from matplotlib.colors import Normalize
-
-    if ax is None:
-        per_row = max(1, min(int(ncols), n))
-        lines = max(1, -(-n // per_row))
-        fig, grid_axes = plt.subplots(lines, per_row, figsize=(2.2 * per_row + 0.8, 2.4 * lines), squeeze=False,
-                                      layout="constrained")
-        flat = grid_axes.ravel()
-        for extra in flat[n:]:
-            extra.remove()
-        panels = np.array(list(flat[:n]), dtype=object)
-    else:
-        given = np.ravel(np.asarray(ax, dtype=object))
-        if given.size < n:
-            raise ValueError(f"ax holds {given.size} Axes, {n} words need one each")
-        panels = given[:n]
-        fig = panels[0].figure if n else None
-    norm = Normalize(vmin=0.0, vmax=1.0)
-    height, width = img.shape[:2]
-    extent = (0, width, height, 0)
-    shown = img[..., 0] if img.ndim == 3 and img.shape[2] == 1 else img
+    fig, panels = _panel_grid(n, ax, ncols, "words")
+    shown, extent = _picture(img)
     for k, (panel, word) in enumerate(zip(panels, words)):
-        panel.imshow(shown, extent=extent, interpolation="nearest", cmap="gray" if shown.ndim == 2 else None)
-        panel.imshow(weights[k].reshape(rows, cols), extent=extent, cmap=cmap, norm=norm, alpha=overlay_alpha,
-                     interpolation="nearest")
+        _overlay(panel, shown, extent, weights[k].reshape(rows, cols), cmap, overlay_alpha)
         panel.set_title(word)
-        panel.set_xticks([])
-        panel.set_yticks([])
-    if colorbar and fig is not None:
-        # an opaque mappable on the same scale: the overlays' transparency would wash out the bar
-        cbar = fig.colorbar(_empty_mappable(cmap), ax=list(panels), shrink=0.8, pad=0.02)
-        cbar.set_label("attention weight")
-    if title is not None and fig is not None:
-        fig.suptitle(title)
+    _finish_panels(fig, panels, cmap, colorbar, "attention weight", title)
     return panels
 
 
 __all__.append("caption_attention")
+
+
+def image_attention(image, attention, queries, *, grid=None, ax=None, scale="max", cmap="viridis",
+                    overlay_alpha=0.6, ncols=4, colorbar=True, title=None, marker_color="red"):
+    """Show where chosen positions of a feature map attend: self-attention maps
+    over an image (SAGAN, Zhang et al. 2018, Fig. 1; non-local networks).
+
+    One panel per query position: the image with that position's attention
+    over all positions laid over it, and the query marked with a cross.
+
+    Parameters
+    ----------
+    image : array-like, (H, W), (H, W, 3) or channel-first (3, H, W)
+        The picture (a leading batch of one is squeezed).
+    attention : array-like, (N, N), N = rows · cols
+        Row q is how much position q attends to each position, in row-major
+        order over the feature map (``SelfAttention2d(..., return_attention=True)``'s
+        map of one image).
+    queries : sequence of (row, col) pairs or of flat indices
+        The query positions, in feature-map coordinates.
+    grid : (rows, cols), optional
+        The feature map's size; by default the image's (H, W) when N = H · W.
+    ax : sequence of at least len(queries) matplotlib Axes, optional
+        Axes to draw into; by default a new figure with ``ncols`` panels per row.
+    scale : "max" (default) or "fixed"
+        "max" divides each query's map by its largest weight (a map over
+        hundreds of positions has small weights everywhere); "fixed" draws the
+        weights themselves on the 0–1 scale.
+    cmap, overlay_alpha, marker_color : colours and opacity.
+    colorbar : bool, default True
+    title : str, optional, the figure's title.
+
+    Returns
+    -------
+    numpy.ndarray of matplotlib Axes, shape (len(queries),).
+
+    Example
+    -------
+    >>> y, att = layer(images[:1], return_attention=True)
+    >>> attnc.plot.image_attention(images[0], att[0], [(4, 4), (18, 20)], grid=(24, 24))
+    """
+    img = _channels_last(image, "image")
+    att = _squeeze_leading(_real_array(attention, "attention", "(N, N)"), 2).astype(np.float64)
+    if att.ndim != 2 or att.shape[0] != att.shape[1]:
+        raise ValueError(f"attention must be a square (N, N) map, got shape {tuple(np.shape(attention))}")
+    n_pos = att.shape[0]
+    rows, cols = img.shape[:2] if grid is None else (int(g) for g in grid)
+    if rows * cols != n_pos:
+        raise ValueError(f"attention is ({n_pos}, {n_pos}) but grid {rows} × {cols} has {rows * cols} positions"
+                         + ("; pass grid=(rows, cols)" if grid is None else ""))
+    if scale not in ("max", "fixed"):
+        raise ValueError(f"scale must be 'max' or 'fixed', got {scale!r}")
+    if isinstance(queries, (str, bytes)):
+        raise TypeError("queries must be a sequence of (row, col) pairs or flat indices")
+    flat = []
+    for q in queries:
+        r, c = divmod(int(q), cols) if np.ndim(q) == 0 else (int(q[0]), int(q[1]))
+        if not (0 <= r < rows and 0 <= c < cols):
+            raise ValueError(f"query {q!r} is outside the {rows} × {cols} grid")
+        flat.append((r, c))
+    fig, panels = _panel_grid(len(flat), ax, ncols, "queries")
+    shown, extent = _picture(img)
+    height, width = img.shape[:2]
+    for panel, (r, c) in zip(panels, flat):
+        w = att[r * cols + c].reshape(rows, cols)
+        if scale == "max":
+            peak = w.max()
+            w = w / peak if peak > 0 else w
+        _overlay(panel, shown, extent, w, cmap, overlay_alpha)
+        panel.plot([(c + 0.5) * width / cols], [(r + 0.5) * height / rows], marker="x", markersize=9,
+                   markeredgewidth=2.5, color=marker_color)
+        panel.set_title(f"query ({r}, {c})")
+    label = "attention / its maximum" if scale == "max" else "attention weight"
+    _finish_panels(fig, panels, cmap, colorbar, label, title)
+    return panels
+
+
+__all__.append("image_attention")
 
 
 # --------------------------------------------------------------------------- Neural Turing Machine

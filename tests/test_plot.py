@@ -633,3 +633,74 @@ def test_tours_and_hull_inputs_not_modified_and_save(tmp_path):
         np.testing.assert_array_equal(a, c)
         assert a.dtype == c.dtype
     assert (tmp_path / "tour.png").stat().st_size > 0 and (tmp_path / "hull.png").stat().st_size > 0
+
+
+# --------------------------------------------------------------------------- image self-attention maps
+
+def _image_and_attention(rows=4, cols=6, seed=0):
+    rng = np.random.default_rng(seed)
+    image = rng.uniform(size=(3, rows, cols))  # channel-first, as attnc's convolutions
+    att = rng.uniform(size=(rows * cols, rows * cols))
+    return image, att / att.sum(1, keepdims=True)
+
+
+def _overlay_data(panel):
+    return np.asarray(panel.get_images()[1].get_array())
+
+
+def test_image_attention_one_panel_per_query_scaled_by_its_maximum():
+    image, att = _image_and_attention()
+    panels = plot.image_attention(image, att, [(1, 2), 20])
+    assert panels.shape == (2,) and all(isinstance(p, Axes) for p in panels)
+    assert [p.get_title() for p in panels] == ["query (1, 2)", "query (3, 2)"]
+    for panel, q in zip(panels, (1 * 6 + 2, 20)):
+        expected = att[q].reshape(4, 6) / att[q].max()
+        np.testing.assert_allclose(_overlay_data(panel), expected)
+        assert np.allclose(np.asarray(panel.get_images()[0].get_array()), np.moveaxis(image, 0, -1))
+    # the query's cross sits at the centre of its cell, in image coordinates
+    x, y = panels[0].get_lines()[0].get_data()
+    assert (x[0], y[0]) == (2.5, 1.5)
+    assert panels[0].figure.axes[-1].get_ylabel() == "attention / its maximum"
+    plt.close("all")
+
+
+def test_image_attention_fixed_scale_grid_and_given_axes():
+    image, att = _image_and_attention(2, 3)
+    big = np.kron(np.moveaxis(image, 0, -1), np.ones((4, 4, 1)))  # (8, 12, 3): the map is coarser than the image
+    fig, given = plt.subplots(1, 3)
+    out = plot.image_attention(big[None], att[None], [(0, 0)], grid=(2, 3), ax=given, scale="fixed",
+                                     colorbar=False, title="t")
+    assert out[0] is given[0] and fig._suptitle.get_text() == "t"
+    np.testing.assert_allclose(_overlay_data(out[0]), att[0].reshape(2, 3))
+    x, y = out[0].get_lines()[0].get_data()
+    assert (x[0], y[0]) == (2.0, 2.0)
+    plt.close("all")
+
+
+@pytest.mark.parametrize("kwargs, error, match", [
+    (dict(attention=np.ones((5, 5))), ValueError, "grid 4 × 6 has 24 positions; pass grid"),
+    (dict(attention=np.ones((24, 23))), ValueError, "attention must be a square"),
+    (dict(queries=[(4, 0)]), ValueError, r"query \(4, 0\) is outside the 4 × 6 grid"),
+    (dict(queries="ab"), TypeError, "queries must be a sequence"),
+    (dict(scale="log"), ValueError, "scale must be 'max' or 'fixed'"),
+    (dict(image=np.ones((4, 6, 5))), ValueError, "image must be"),
+    (dict(image=[["a"]]), TypeError, "image must hold real numbers"),
+    (dict(ax=[None]), ValueError, "ax holds 1 Axes, 2 queries need one each"),
+])
+def test_image_attention_bad_inputs_name_the_argument(kwargs, error, match):
+    image, att = _image_and_attention()
+    args = dict(image=image, attention=att, queries=[(0, 0), (1, 1)])
+    args.update(kwargs)
+    with pytest.raises(error, match=match):
+        plot.image_attention(args.pop("image"), args.pop("attention"), args.pop("queries"), **args)
+    plt.close("all")
+
+
+def test_image_attention_inputs_not_modified_and_saves(tmp_path):
+    image, att = _image_and_attention()
+    image_copy, att_copy = image.copy(), att.copy()
+    panels = plot.image_attention(image, att, [(0, 0)])
+    panels[0].figure.savefig(tmp_path / "maps.png")
+    assert (tmp_path / "maps.png").read_bytes()[:4] == b"\x89PNG"
+    assert np.array_equal(image, image_copy) and np.array_equal(att, att_copy)
+    plt.close("all")
