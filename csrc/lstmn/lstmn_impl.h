@@ -4,8 +4,8 @@
 #include <string.h>
 
 #include "../core/real.h"
+#include "../core/lanes_impl.h"
 #include "../core/matmul_impl.h"
-#include "../core/sigmoid_impl.h"
 
 typedef struct {
     const lstmn_run *x;
@@ -27,21 +27,70 @@ static inline REAL *FN(slot)(const FN(lstmn_job) *J, int64_t b, int64_t t) {
 static inline bool FN(active)(const lstmn_run *x, int64_t b, int64_t t) { return !x->len || t < x->len[b]; }
 
 /* a_i = v . tanh(kh_i + q) for i < t, then s = softmax(a) (written to s[0, t), zeros after). */
-static void FN(scores)(const lstmn_run *x, const FN(lstmn_job) *J, int64_t b, int64_t t, REAL *s) {
-    int64_t A = x->A;
+ATTNC_SIMD static void FN(scores)(const lstmn_run *x, const FN(lstmn_job) *J, int64_t b, int64_t t, REAL *s) {
     const REAL *q = FN(slot)(J, b, t) + x->q;
     REAL mx = -INFINITY;
     for (int64_t i = 0; i < t; i++) {
-        const REAL *kh = FN(slot)(J, b, i) + x->kh;
-        REAL a = 0;
-        for (int64_t k = 0; k < A; k++) a += J->v[k] * FN(tanh_)(kh[k] + q[k]);
-        s[i] = a;
+        REAL a = s[i] = FN(additive)(q, FN(slot)(J, b, i) + x->kh, J->v, x->A);
         if (a > mx) mx = a;
     }
     REAL sum = 0;
     for (int64_t i = 0; i < t; i++) sum += (s[i] = EXP(s[i] - mx));
     for (int64_t i = 0; i < t; i++) s[i] /= sum;
     for (int64_t i = t; i < x->T; i++) s[i] = 0;
+}
+
+/* ht += w hi, ct += w ci (H each). */
+ATTNC_SIMD static void FN(read_tape)(REAL *restrict ht, REAL *restrict ct, const REAL *restrict hi,
+                                     const REAL *restrict ci, REAL w, int64_t H) {
+    for (int64_t k = 0; k < H; k++) {
+        ht[k] += w * hi[k];
+        ct[k] += w * ci[k];
+    }
+}
+
+/* One row's cell: gates (4H pre-activations in, activations out), c, h (and y = h). */
+ATTNC_SIMD static void FN(cell_row)(REAL *restrict gt, const REAL *restrict ct, REAL *restrict c, REAL *restrict h,
+                                    REAL *restrict y, int64_t H) {
+    for (int64_t k = 0; k < H; k++) {
+        REAL i = FN(sigmoid)(gt[k]), f = FN(sigmoid)(gt[H + k]);
+        REAL g = FN(tanh_)(gt[2 * H + k]), o = FN(sigmoid)(gt[3 * H + k]);
+        gt[k] = i;
+        gt[H + k] = f;
+        gt[2 * H + k] = g;
+        gt[3 * H + k] = o;
+        c[k] = f * ct[k] + i * g;
+        y[k] = h[k] = o * FN(tanh_)(c[k]);
+    }
+}
+
+/* One row's cell backward: dG (pre-activations) and dc~ from dh and the
+ * reads' part of dc (dci). */
+ATTNC_SIMD static void FN(cell_row_backward)(const REAL *restrict gt, const REAL *restrict c,
+                                             const REAL *restrict ct, const REAL *restrict dh,
+                                             const REAL *restrict dci, REAL *restrict dg, REAL *restrict dct,
+                                             int64_t H) {
+    for (int64_t k = 0; k < H; k++) {
+        REAL i = gt[k], f = gt[H + k], g = gt[2 * H + k], o = gt[3 * H + k], tc = FN(tanh_)(c[k]);
+        REAL dc = dci[k] + dh[k] * o * (1 - tc * tc);
+        dg[k] = dc * g * i * (1 - i);
+        dg[H + k] = dc * ct[k] * f * (1 - f);
+        dg[2 * H + k] = dc * i * (1 - g * g);
+        dg[3 * H + k] = dh[k] * tc * o * (1 - o);
+        dct[k] = dc * f;
+    }
+}
+
+/* a = v . tanh(kh + q) backward for one tape entry: dkh, dq, dv from da. */
+ATTNC_SIMD static void FN(additive_backward)(const REAL *restrict kh, const REAL *restrict q,
+                                             const REAL *restrict v, REAL da, REAL *restrict dkh,
+                                             REAL *restrict dq, REAL *restrict dv, int64_t A) {
+    for (int64_t k = 0; k < A; k++) {
+        REAL u = FN(tanh_)(kh[k] + q[k]), e = da * v[k] * (1 - u * u);
+        dkh[k] += e;
+        dq[k] += e;
+        dv[k] += da * u;
+    }
 }
 
 /* Rows [block LSTMN_ROWS, ...) through every step. The slots arrive with
@@ -68,12 +117,8 @@ static void FN(lstmn_forward_task)(void *arg, int64_t block, int worker) {
             if (!FN(active)(x, b, t)) continue;
             FN(scores)(x, J, b, t, s);
             for (int64_t i = 0; i < t; i++) {
-                const REAL *si = FN(slot)(J, b, i), *hi = si + x->h, *ci = si + x->c;
-                REAL w = s[i];
-                for (int64_t k = 0; k < H; k++) {
-                    ht[k] += w * hi[k];
-                    ct[k] += w * ci[k];
-                }
+                const REAL *si = FN(slot)(J, b, i);
+                FN(read_tape)(ht, ct, si + x->h, si + x->c, s[i], H);
             }
         }
         /* gates += W_hh h~_t, then the cell */
@@ -84,14 +129,7 @@ static void FN(lstmn_forward_task)(void *arg, int64_t block, int worker) {
                 memset(y, 0, (size_t)H * sizeof(REAL));
                 continue;
             }
-            REAL *gt = sl + x->gates, *c = sl + x->c, *h = sl + x->h;
-            const REAL *ct = sl + x->ct;
-            for (int64_t k = 0; k < H; k++) {
-                REAL i = gt[k] = FN(sigmoid)(gt[k]), f = gt[H + k] = FN(sigmoid)(gt[H + k]);
-                REAL g = gt[2 * H + k] = FN(tanh_)(gt[2 * H + k]), o = gt[3 * H + k] = FN(sigmoid)(gt[3 * H + k]);
-                c[k] = f * ct[k] + i * g;
-                y[k] = h[k] = o * FN(tanh_)(c[k]);
-            }
+            FN(cell_row)(sl + x->gates, sl + x->ct, sl + x->c, sl + x->h, y, H);
         }
         /* the key of h_t for later steps: kh = W_h h_t */
         for (int64_t b = b0; b < b0 + n; b++)
@@ -108,7 +146,7 @@ static void FN(lstmn_forward_task)(void *arg, int64_t block, int worker) {
 /* The attention of step t backward for row b: from dh~_t and dc~_t, the
  * cotangents of the tape entries h_i, c_i, kh_i (i < t; accumulated), of the
  * query (dQ, written) and v's part (dV, written). */
-static void FN(attend_backward)(const FN(lstmn_job) *J, int64_t b, int64_t t, const REAL *dht, const REAL *dct) {
+ATTNC_SIMD static void FN(attend_backward)(const FN(lstmn_job) *J, int64_t b, int64_t t, const REAL *dht, const REAL *dct) {
     const lstmn_run *x = J->x;
     int64_t H = x->H, A = x->A, T = x->T, r = b * T + t;
     const REAL *sl = FN(slot)(J, b, t), *s = sl + x->s, *q = sl + x->q;
@@ -116,27 +154,15 @@ static void FN(attend_backward)(const FN(lstmn_job) *J, int64_t b, int64_t t, co
     /* ds_i = dh~ . h_i + dc~ . c_i; da_i = s_i (ds_i - sum_j s_j ds_j) */
     REAL dot = 0;
     for (int64_t i = 0; i < t; i++) {
-        const REAL *si = FN(slot)(J, b, i), *hi = si + x->h, *ci = si + x->c;
-        REAL d = 0;
-        for (int64_t k = 0; k < H; k++) d += dht[k] * hi[k] + dct[k] * ci[k];
-        dot += s[i] * d;
+        const REAL *si = FN(slot)(J, b, i);
+        dot += s[i] * (FN(dot)(dht, si + x->h, H) + FN(dot)(dct, si + x->c, H));
     }
     for (int64_t i = 0; i < t; i++) {
-        const REAL *si = FN(slot)(J, b, i), *hi = si + x->h, *ci = si + x->c, *kh = si + x->kh;
-        REAL *dhi = J->dHC + (b * T + i) * 2 * H, *dci = dhi + H, *dkh = J->dKH + (b * T + i) * A;
-        REAL d = 0;
-        for (int64_t k = 0; k < H; k++) d += dht[k] * hi[k] + dct[k] * ci[k];
-        REAL w = s[i], da = w * (d - dot);
-        for (int64_t k = 0; k < H; k++) {
-            dhi[k] += w * dht[k];
-            dci[k] += w * dct[k];
-        }
-        for (int64_t k = 0; k < A; k++) {
-            REAL u = FN(tanh_)(kh[k] + q[k]), e = da * J->v[k] * (1 - u * u);
-            dkh[k] += e;
-            dq[k] += e;
-            dv[k] += da * u;
-        }
+        const REAL *si = FN(slot)(J, b, i);
+        REAL *dhi = J->dHC + (b * T + i) * 2 * H;
+        REAL w = s[i], da = w * (FN(dot)(dht, si + x->h, H) + FN(dot)(dct, si + x->c, H) - dot);
+        FN(read_tape)(dhi, dhi + H, dht, dct, w, H);
+        FN(additive_backward)(si + x->kh, q, J->v, da, J->dKH + (b * T + i) * A, dq, dv, A);
     }
 }
 
@@ -164,18 +190,10 @@ static void FN(lstmn_backward_task)(void *arg, int64_t block, int worker) {
         for (int64_t r = 0; r < n; r++) {
             int64_t b = b0 + r, at = b * T + t;
             if (!FN(active)(x, b, t)) continue;
-            const REAL *sl = FN(slot)(J, b, t), *gt = sl + x->gates, *c = sl + x->c, *ct = sl + x->ct;
-            const REAL *dci = J->dHC + at * 2 * H + H;
-            REAL *dh = rows + r * W, *dct = dh + H, *dg = J->dG + at * W;
-            for (int64_t k = 0; k < H; k++) {
-                REAL i = gt[k], f = gt[H + k], g = gt[2 * H + k], o = gt[3 * H + k], tc = FN(tanh_)(c[k]);
-                REAL dc = dci[k] + dh[k] * o * (1 - tc * tc);
-                dg[k] = dc * g * i * (1 - i);
-                dg[H + k] = dc * ct[k] * f * (1 - f);
-                dg[2 * H + k] = dc * i * (1 - g * g);
-                dg[3 * H + k] = dh[k] * tc * o * (1 - o);
-                dct[k] = dc * f;
-            }
+            const REAL *sl = FN(slot)(J, b, t);
+            REAL *dh = rows + r * W;
+            FN(cell_row_backward)(sl + x->gates, sl + x->c, sl + x->ct, dh, J->dHC + at * 2 * H + H, J->dG + at * W,
+                                  dh + H, H);
         }
         /* dh~_t = carry + W_hh^T dG_t */
         for (int64_t r = 0; r < n; r++) memcpy(rows + r * W + 2 * H, rows + r * W + 3 * H, (size_t)H * sizeof(REAL));
