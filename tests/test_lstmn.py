@@ -104,6 +104,26 @@ def test_padding_is_not_read():
     assert np.all(g["input"][1, 3:] == 0)
 
 
+def test_mask_is_lengths():
+    m, x = make(), data()
+    lens = np.array([6, 3, 1, 0])
+    mask = np.arange(6)[None, :] < lens[:, None]
+    same_bits(m(x, mask=mask), m(x, lengths=lens))
+    (_, pb) = attnc.vjp(m, x, mask=mask)
+    (_, pb2) = attnc.vjp(m, x, lengths=lens)
+    dy = np.ones((4, 6, H))
+    for k, v in pb(dy).items():
+        same_bits(v, pb2(dy)[k], k)
+    with pytest.raises(ValueError, match="mask must be a prefix"):
+        m(x, mask=np.ones((4, 6), bool) & (np.arange(6) != 2))
+    with pytest.raises(TypeError, match="mask must be a boolean array"):
+        m(x, mask=mask.astype(int))
+    with pytest.raises(ValueError, match=r"mask has shape \(4, 5\)"):
+        m(x, mask=mask[:, :5])
+    with pytest.raises(ValueError, match="lengths or mask, not both"):
+        m(x, mask=mask, lengths=lens)
+
+
 def test_float32_matches_float64():
     m64, x = make(), data()
     m32 = attnc.nn.LSTMN(I, H, attention_size=A, dtype=np.float32)
@@ -322,6 +342,10 @@ def test_recall_task():
     assert len(np.unique(b.key_positions)) == 6 and len(np.unique(b.targets)) == 5
     with pytest.raises(ValueError, match="num_keys"):
         KeyValueRecallTask(num_keys=3, max_pairs=4)
+    labels = task.step_labels(b.tokens[0])
+    assert len(labels) == b.lengths[0] and labels[-1].endswith("?") and ":" in labels[0]
+    k, v = b.tokens[0, b.key_positions[0]] - 1
+    assert labels[b.key_positions[0]] == f"k{k}:v{v}" and labels[-1] == f"k{k}?"
 
 
 def _run_quick(seed=0):
@@ -352,3 +376,10 @@ def test_experiment_attention_for_a_notebook():
     assert w.shape == (5, held.tokens.shape[1], held.tokens.shape[1])
     q, on_key, top = lstmn_recall.attention_at_query(model, held)
     assert q.shape == (5, held.tokens.shape[1]) and 0 <= on_key <= 1 and 0 <= top <= 1
+    import matplotlib
+
+    matplotlib.use("Agg")
+    L = held.lengths[0]
+    labels = task.step_labels(held.tokens[0])
+    ax = attnc.plot.alignment(w[0, :L, :L], labels, labels)
+    assert len(ax.get_xticklabels()) == L

@@ -94,6 +94,20 @@ class KeyValueRecallTask:
         return RecallBatch(tokens=tokens, lengths=(n + 1).astype(np.int64), targets=values[rows, which].astype(np.int64),
                            key_positions=which.astype(np.int64))
 
+    def step_labels(self, tokens) -> list:
+        """Labels of one row's steps (tokens (T, 2), padding dropped): "k3:v7"
+        for a pair (0-based key and value), "k3?" for the query; what a plot
+        of the intra-attention matrix puts on its axes."""
+        t = np.asarray(tokens)
+        if t.ndim != 2 or t.shape[1] != 2:
+            raise ValueError(f"tokens must be one row (T, 2), got shape {t.shape}")
+        K, out = self.num_keys, []
+        for key, value in t:
+            if key == 0:
+                break
+            out.append(f"k{key - 1}:v{value - 1}" if key <= K else f"k{key - K - 1}?")
+        return out
+
     def __repr__(self):
         return (f"KeyValueRecallTask(num_keys={self.num_keys}, num_values={self.num_values}, "
                 f"min_pairs={self.min_pairs}, max_pairs={self.max_pairs})")

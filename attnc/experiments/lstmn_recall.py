@@ -43,7 +43,17 @@ class RecallClassifier(nn.Module):
     → Linear, read at each row's last step. ``forward(tokens (B, T, 2) int,
     lengths (B,))`` →
     logits (B, classes); ``attention(tokens, lengths)`` → the LSTMN's
-    intra-attention weights (B, T, T) (what a notebook draws)."""
+    intra-attention weights (B, T, T) (what a notebook draws, with
+    ``KeyValueRecallTask.step_labels`` on the axes).
+
+    Example
+    -------
+    >>> task = KeyValueRecallTask(8, 4, 2, 4)
+    >>> model = RecallClassifier(task.vocab_sizes, task.num_classes, 8, 8, 4, seed=0)
+    >>> b = task.batch(3, seed=0)
+    >>> model(b.tokens, b.lengths).shape, model.attention(b.tokens, b.lengths).shape[0]
+    ((3, 4), 3)
+    """
 
     def __init__(self, vocabs, classes, embed, hidden, attention, kind="lstmn", *, dtype=np.float32, seed=None):
         super().__init__(dtype)
@@ -124,7 +134,8 @@ def _accuracy(model, held):
 def attention_at_query(model, held):
     """The LSTMN's attention row at each row's query step (B, T), the mean
     mass it puts on the queried key's step, and how often that step has the
-    largest weight."""
+    largest weight: ``q, on_key, argmax_on_key = attention_at_query(model,
+    task.batch(100, seed=0))``."""
     w = model.attention(held.tokens, held.lengths)
     rows = np.arange(len(held))
     q = w[rows, held.lengths - 1]

@@ -17,6 +17,21 @@ from .module import Module
 __all__ = ["LSTMN"]
 
 
+def _mask_lengths(mask, input_shape):
+    """lengths (B,) from a (B, T) boolean prefix mask (True = a valid step)."""
+    m = np.asarray(mask)
+    if m.dtype != np.bool_:
+        raise TypeError(f"mask must be a boolean array (True = a valid step), got dtype {m.dtype}")
+    if len(input_shape) != 3 or m.shape != tuple(input_shape[:2]):
+        raise ValueError(f"mask has shape {shape_str(m.shape)}, expected (B, T) of the input "
+                         f"{shape_str(tuple(input_shape))}")
+    lengths = m.sum(axis=1)
+    if np.any(m != (np.arange(m.shape[1])[None, :] < lengths[:, None])):
+        raise ValueError("mask must be a prefix in every row (True steps, then False steps): "
+                         "the LSTMN reads its sequence from the start")
+    return lengths.astype(np.int64)
+
+
 class LSTMN(Module):
     r"""Long short-term memory-network (Cheng, Dong & Lapata 2016, eqs. 3–7):
     an LSTM whose single memory cell is replaced by a tape of every earlier
@@ -43,12 +58,13 @@ class LSTMN(Module):
     ±1/sqrt(H) (the gates, as torch's LSTM) and ±1/sqrt(fan-in) (attention)
     from ``seed``; A = ``attention_size`` (default H).
 
-    ``forward(input (B, T, in), *, lengths=None, return_attention=False)`` →
+    ``forward(input (B, T, in), *, lengths=None, mask=None, return_attention=False)`` →
     output (B, T, H) (the h_t; zero at steps past a row's length), and with
     ``return_attention`` also the intra-attention weights (B, T, T): row t
     holds s^t over the positions before t (zero on and after the diagonal,
     and for padded steps). ``lengths`` (B,) ints in [0, T]: each row's valid
-    prefix (padding is never read by the recurrence).
+    prefix (padding is never read by the recurrence); or ``mask`` (B, T) bool,
+    True on the valid steps, which must be a prefix of each row.
     ``attnc.vjp(lstmn, input, lengths=..., return_attention=...)``: the
     pullback takes the cotangent of the output (that of the attention must be
     None: it is for looking at) and returns "input" and every parameter's
@@ -86,7 +102,11 @@ class LSTMN(Module):
                 self.attn_tilde.weight, self.attn_v)
 
     # -- arguments ---------------------------------------------------------------------------
-    def _prepare(self, input, lengths):
+    def _prepare(self, input, lengths, mask=None):
+        if mask is not None:
+            if lengths is not None:
+                raise ValueError("give lengths or mask, not both")
+            lengths = _mask_lengths(mask, np.shape(input))
         x = float_array(input, "input")
         same_dtype(self.dtype, input=x)
         if x.ndim != 3 or x.shape[2] != self.input_size:
@@ -107,8 +127,8 @@ class LSTMN(Module):
         return x, lens
 
     # -- the C calls -------------------------------------------------------------------------
-    def _run(self, input, lengths, attention):
-        x, lens = self._prepare(input, lengths)
+    def _run(self, input, lengths, mask, attention):
+        x, lens = self._prepare(input, lengths, mask)
         B, T, _ = x.shape
         H, A = self.hidden_size, self.attention_size
         out = np.empty((B, T, H), self.dtype)
@@ -118,12 +138,12 @@ class LSTMN(Module):
         _core.lstmn_forward(out, attn, saved, x, lens, params)
         return out, attn, (saved, x, lens, params)
 
-    def forward(self, input, *, lengths=None, return_attention=False):
-        out, attn, _ = self._run(input, lengths, return_attention)
+    def forward(self, input, *, lengths=None, mask=None, return_attention=False):
+        out, attn, _ = self._run(input, lengths, mask, return_attention)
         return (out, attn) if return_attention else out
 
-    def _vjp_forward(self, input, *, lengths=None, return_attention=False):
-        out, attn, state = self._run(input, lengths, return_attention)
+    def _vjp_forward(self, input, *, lengths=None, mask=None, return_attention=False):
+        out, attn, state = self._run(input, lengths, mask, return_attention)
         return ((out, attn) if return_attention else out), (state, return_attention)
 
     def _vjp_backward(self, saved, cotangents):
