@@ -20,6 +20,7 @@ from .pointer_tasks import (
     tour_length,
     tsp_tours,
 )
+from .recall_tasks import KeyValueRecallTask, RecallBatch
 from .sequences import (
     IGNORE_INDEX,
     ReverseTask,
@@ -41,10 +42,12 @@ __all__ = [
     "CopyTask",
     "DatesTask",
     "IGNORE_INDEX",
+    "KeyValueRecallTask",
     "NTMBatch",
     "Padded",
     "PointerBatch",
     "PointerSortTask",
+    "RecallBatch",
     "RepeatCopyTask",
     "ReverseTask",
     "Seq2SeqBatch",

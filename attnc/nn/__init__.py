@@ -3,6 +3,7 @@ named as in torch's state_dict(), with C forward and backward."""
 
 from .decoding import decode
 from .linear import Linear, linear
+from .lstmn import LSTMN
 from .module import Module
 from .multihead import MultiheadAttention
 from .normalization import LayerNorm, layer_norm
@@ -21,6 +22,7 @@ __all__ = [
     "GRUCell",
     "LSTM",
     "LSTMCell",
+    "LSTMN",
     "Embedding",
     "LayerNorm",
     "Linear",

@@ -584,6 +584,52 @@ attnc_status attnc_s2s_generate(attnc_tensor *tokens, attnc_tensor *out_lengths,
                                 const attnc_s2s_weights *weights, const attnc_s2s_config *config, int64_t bos,
                                 int64_t eos, int64_t beam, double length_penalty);
 
+/* ---- LSTMN: long short-term memory-network (Cheng, Dong & Lapata 2016) --- */
+
+/* An LSTM whose single memory cell is replaced by a tape of every previous
+ * hidden state h_1..h_{t-1} and cell c_1..c_{t-1}, read by intra-attention.
+ * Sizes: B rows, T steps, I inputs, H hidden units, A attention units. Step
+ * t of a row (0-based; at t = 0 the tape is empty: h~_0 = c~_0 = 0 and the
+ * attention row is all zero):
+ *
+ *   a_i = v . tanh(W_h h_i + W_x x_t + W_h~ h~_{t-1})          i < t
+ *   s = softmax(a) over i < t
+ *   h~_t = sum_i s_i h_i,  c~_t = sum_i s_i c_i
+ *   (i, f, g, o) = (sig, sig, tanh, sig)(W_ih x_t + W_hh h~_t + b)   (torch's gate order)
+ *   c_t = f c~_t + i g,  h_t = o tanh(c_t)
+ *
+ * Steps at or past a row's length give zeros (output, attention) and never
+ * read the tape of other rows; padded inputs are only multiplied by zero
+ * cotangents (keep them finite). Every tensor of a call has one dtype
+ * (float32 or float64) and is C-contiguous. Results do not depend on the
+ * thread count. */
+typedef struct {
+    attnc_tensor weight_ih;  /* (4H, I)                          */
+    attnc_tensor weight_hh;  /* (4H, H), acting on h~_t          */
+    attnc_tensor bias;       /* (4H), optional (absent: no bias) */
+    attnc_tensor attn_h;     /* W_h (A, H)                       */
+    attnc_tensor attn_x;     /* W_x (A, I)                       */
+    attnc_tensor attn_tilde; /* W_h~ (A, H)                      */
+    attnc_tensor attn_v;     /* v (A)                            */
+} attnc_lstmn_params;
+
+/* Elements of the buffer a forward saves for its backward: B T (9H + 2A + T). */
+int64_t attnc_lstmn_saved_size(int64_t B, int64_t T, int64_t H, int64_t A);
+
+/* output (B, T, H), attention (B, T, T) (optional: row t holds s over the
+ * positions < t), saved (optional, attnc_lstmn_saved_size) <- input (B, T,
+ * I), lengths (B) INT64 in [0, T] (optional: all T). */
+attnc_status attnc_lstmn_forward(attnc_tensor *output, attnc_tensor *attention, attnc_tensor *saved,
+                                 const attnc_tensor *input, const attnc_tensor *lengths,
+                                 const attnc_lstmn_params *params);
+
+/* grads (every parameter's gradient, overwritten; bias exactly when the
+ * parameters have one), dinput (B, T, I) (optional) <- doutput (B, T, H),
+ * the forward's saved buffer, its input and lengths. */
+attnc_status attnc_lstmn_backward(attnc_lstmn_params *grads, attnc_tensor *dinput, const attnc_tensor *doutput,
+                                  const attnc_tensor *saved, const attnc_tensor *input,
+                                  const attnc_tensor *lengths, const attnc_lstmn_params *params);
+
 #ifdef __cplusplus
 }
 #endif
