@@ -584,6 +584,27 @@ attnc_status attnc_s2s_generate(attnc_tensor *tokens, attnc_tensor *out_lengths,
                                 const attnc_s2s_weights *weights, const attnc_s2s_config *config, int64_t bos,
                                 int64_t eos, int64_t beam, double length_penalty);
 
+/* ---- pooling: attention pooling (Raffel & Ellis 2015; Yang et al. 2016) -- */
+
+/* u_t = tanh(W h_t + b), e_t = v . u_t, alpha = softmax over the positions
+ * that take part (mask True; no mask: all), c = sum_t alpha_t h_t. A row
+ * with no position taking part gets alpha = 0 and c = 0.
+ * c (B, d), alpha (B, T), saved <- u (B, T, A) <- h (B, T, d),
+ * weight (A, d), bias (A) (optional), v (A), mask (B, T) bool (optional).
+ * Every array C-contiguous, one float dtype. */
+attnc_status attnc_attention_pool_forward(attnc_tensor *c, attnc_tensor *alpha, attnc_tensor *saved,
+                                          const attnc_tensor *h, const attnc_tensor *weight,
+                                          const attnc_tensor *bias, const attnc_tensor *v,
+                                          const attnc_tensor *mask);
+/* dh (B, T, d), dweight (A, d), dbias (A), dv (A) (each optional,
+ * overwritten) <- dc (B, d), dalpha (B, T) (optional: the cotangent of the
+ * weights), h, weight, v, and the forward's alpha and saved. */
+attnc_status attnc_attention_pool_backward(attnc_tensor *dh, attnc_tensor *dweight, attnc_tensor *dbias,
+                                           attnc_tensor *dv, const attnc_tensor *dc, const attnc_tensor *dalpha,
+                                           const attnc_tensor *h, const attnc_tensor *weight,
+                                           const attnc_tensor *v, const attnc_tensor *alpha,
+                                           const attnc_tensor *saved);
+
 #ifdef __cplusplus
 }
 #endif
