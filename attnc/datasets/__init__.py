@@ -31,6 +31,7 @@ from .sequences import (
     sort_task,
     special_tokens,
 )
+from .text_tasks import EntailmentBatch, EntailmentTask, MarkerBatch, MarkerTask
 from .vocab import Padded, TeacherForcing, TextBatch, Vocab
 
 __all__ = [
@@ -40,7 +41,11 @@ __all__ = [
     "ConvexHullTask",
     "CopyTask",
     "DatesTask",
+    "EntailmentBatch",
+    "EntailmentTask",
     "IGNORE_INDEX",
+    "MarkerBatch",
+    "MarkerTask",
     "NTMBatch",
     "Padded",
     "PointerBatch",
