@@ -33,7 +33,7 @@ from . import _common
 HELDOUT_SEED = 20261122
 FULL = dict(steps=600, batch_size=64, lr=5e-3, warmup=30, final_lr=0.05, heldout=2000, embed=32, hidden=32,
             attn=32)
-QUICK = dict(FULL, steps=40, heldout=200)
+QUICK = dict(FULL, steps=150, heldout=200)
 
 
 class MarkerClassifier(nn.Module):
