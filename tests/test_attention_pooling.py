@@ -245,3 +245,59 @@ def test_relu(rng, torch, dtype):
     same_bits(nn.relu(xs), np.maximum(xs, 0))
     with pytest.raises(TypeError, match="input has dtype int64"):
         nn.relu(np.ones(3, np.int64))
+
+
+# ---- the attention_pooling experiment -----------------------------------------------------
+
+
+def test_marker_classifier_gradients(rng):
+    """The experiment's model chains the C pullbacks: check against finite differences (float64)."""
+    from conftest import numeric_vjp
+
+    from attnc.datasets import MarkerTask
+    from attnc.experiments.attention_pooling import MarkerClassifier
+
+    task = MarkerTask(min_len=4, max_len=6, max_markers=2)
+    b = task.batch(3, seed=2)
+    m = MarkerClassifier(task.vocab_size, 3, 3, 4, 3, dtype=np.float64, seed=1)
+    logits, pb = attnc.vjp(m, b.ids, b.mask)
+    cot = rng.standard_normal(logits.shape)
+    grads = pb(cot)
+    assert set(grads) == set(m.state_dict())
+    sd = m.state_dict()
+
+    def ref(**params):
+        emb = params["embedding.weight"][b.ids]
+        z = np.maximum(emb @ params["hidden.weight"].T + params["hidden.bias"], 0)
+        c, _ = attention_pool_ref(z, params["pool.weight"], params["pool.bias"], params["pool.v"], b.mask)
+        return c @ params["out.weight"].T + params["out.bias"]
+
+    close(logits, ref(**sd), 1e-12)
+    num = numeric_vjp(ref, dict(sd), [cot], [k for k in sd if k != "embedding.weight"])
+    for k in num:
+        close(grads[k], num[k], 1e-6, k)
+
+
+def test_attention_pooling_quick_run(tmp_path):
+    from test_experiments import TIMING, run_experiment
+    path = tmp_path / "pool.npz"
+    first, stderr = run_experiment("attention_pooling", "--quick", "--seed", "2", "--threads", "1", "--save",
+                                   str(path))
+    assert "it/s" in stderr or "s/it" in stderr
+    for key in ("accuracy", "marker_attention_mass", "train_seconds", "heldout_size", "final_loss"):
+        assert key in first
+    assert 0 <= first["accuracy"] <= 1 and 0 <= first["marker_attention_mass"] <= 1
+    assert first["final_loss"] < first["first_loss"]
+    second, _ = run_experiment("attention_pooling", "--quick", "--seed", "2", "--threads", "2")
+    assert {k: v for k, v in first.items() if k not in TIMING} == {k: v for k, v in second.items() if k not in TIMING}
+    model = attnc.load(path)
+    assert model(np.array([[1, 2, 3]])).shape == (1, 3)
+
+
+def test_pooling_notebook_helper():
+    from attnc.experiments import attention_pooling
+    model, task, metrics = attention_pooling.train_model(seed=0, quick=True, steps=5)
+    words, weights, probs = attention_pooling.pooling_weights(model, task, "the movie was great and the plot odd")
+    assert len(words) == 8 and weights.shape == (8,) and probs.shape == (3,)
+    close(weights.sum(), 1.0, 1e-5)
+    assert set(metrics) >= {"accuracy", "marker_attention_mass", "heldout_size", "train"}

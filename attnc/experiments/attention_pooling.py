@@ -155,4 +155,8 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    # run the imported module's main, so that a saved model's class is
+    # attnc.experiments.attention_pooling.MarkerClassifier (attnc.load finds it), not __main__'s
+    from attnc.experiments.attention_pooling import main as _main
+
+    _main()
