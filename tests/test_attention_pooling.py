@@ -301,3 +301,31 @@ def test_pooling_notebook_helper():
     assert len(words) == 8 and weights.shape == (8,) and probs.shape == (3,)
     close(weights.sum(), 1.0, 1e-5)
     assert set(metrics) >= {"accuracy", "marker_attention_mass", "heldout_size", "train"}
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_relu_dropout(rng, restore_threads, dtype):
+    x = rng.standard_normal((40, 130)).astype(dtype)
+    keep = nn.relu_dropout(np.ones_like(x), 0.3, seed=11) * dtype(0.7)  # the keep mask of seed 11
+    assert set(np.unique(keep).tolist()) <= {0.0, 1.0}
+    assert abs(keep.mean() - 0.7) < 0.02
+    y, pb = attnc.vjp(nn.relu_dropout, x, 0.3, seed=11)
+    close(y, np.maximum(x.astype(np.float64), 0) * keep / 0.7, 1e-6)
+    dy = rng.standard_normal(x.shape).astype(dtype)
+    close(pb(dy)["input"], dy.astype(np.float64) * (x > 0) * keep / 0.7, 1e-6)
+    attnc.set_num_threads(1)
+    same_bits(nn.relu_dropout(x, 0.3, seed=11), y)
+    assert not np.array_equal(nn.relu_dropout(x, 0.3, seed=12), y)
+    same_bits(nn.relu_dropout(x, 0.0, seed=5), nn.relu(x))
+    with pytest.raises(ValueError, match="p must be a dropout probability"):
+        nn.relu_dropout(x, 1.5)
+
+
+def test_relu_dropout_finite_differences(rng, check_vjp):
+    x = rng.standard_normal((3, 7))
+    keep = nn.relu_dropout(np.ones_like(x), 0.4, seed=3) * 0.6
+
+    def ref(input, p, seed):
+        return np.maximum(input, 0) * keep / (1 - p)
+
+    check_vjp(nn.relu_dropout, ref, {"input": x, "p": 0.4, "seed": 3}, rng, positional=("input",))

@@ -247,3 +247,24 @@ def test_notebook_helpers():
     words_p, words_h, att, probs = entailment.alignment(model, task, "the red cat is on the mat", "a cat is on the mat")
     assert att.shape == (len(words_p), len(words_h)) and set(probs) == set(task.labels)
     close(att.sum(1), np.ones(len(words_p)), 1e-5)
+
+
+def test_dropout_train_and_eval(rng):
+    from attnc.datasets import EntailmentTask
+    task = EntailmentTask()
+    b = task.batch(16, seed=0)
+    m = DecomposableAttention(task.vocab_size, 8, 16, dropout=0.2, seed=4)
+    m2 = DecomposableAttention(task.vocab_size, 8, 16, dropout=0.2, seed=4)
+    args = (b.premise, b.hypothesis, b.premise_lengths, b.hypothesis_lengths)
+    t1, t2 = m(*args), m(*args)
+    assert not np.array_equal(t1, t2)  # fresh masks each training call
+    same_bits(m2(*args), t1)  # the same seed draws the same masks
+    m.eval()
+    e1 = m(*args)
+    same_bits(m(*args), e1)
+    same_bits(DecomposableAttention(task.vocab_size, 8, 16, seed=4).eval()(*args), e1)
+    m.train()
+    loss, g = m.loss_and_grad(b)
+    assert np.isfinite(loss) and set(g) == set(m.state_dict())
+    with pytest.raises(ValueError, match="dropout must be in"):
+        DecomposableAttention(10, 4, 4, dropout=1.0)

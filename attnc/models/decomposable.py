@@ -12,7 +12,8 @@ With a = (a_1..a_La) the premise's and b = (b_1..b_Lb) the hypothesis's
                ŷ = W_out H([v1; v2]) + b_out        (logits, one per class)
 
 F, G and H are two-layer feed-forward networks with ReLUs (Linear + ReLU,
-twice), as in the paper; no dropout, no intra-sentence attention.
+twice), as in the paper, with optional dropout after each ReLU (seeded); no
+intra-sentence attention.
 
 Everything is a composition of C operations through their pullbacks:
 attnc.nn.embedding, attnc.nn.linear, attnc.nn.relu (csrc/nn/pointwise.c),
@@ -49,7 +50,9 @@ class FeedForward(nn.Module):
 
     in_features -> hidden_size -> hidden_size; parameters ``linear1.weight``
     (hidden, in), ``linear1.bias``, ``linear2.weight`` (hidden, hidden),
-    ``linear2.bias``. x (..., in_features) -> (..., hidden_size).
+    ``linear2.bias``. x (..., in_features) -> (..., hidden_size). With
+    ``dropout`` > 0, in training mode, dropout follows each ReLU (one C pass,
+    attnc.nn.relu_dropout), its masks drawn from a generator seeded by ``seed``.
 
     Example
     -------
@@ -58,17 +61,26 @@ class FeedForward(nn.Module):
     (2, 3, 8)
     """
 
-    def __init__(self, in_features: int, hidden_size: int, *, dtype=np.float32, seed=None):
+    def __init__(self, in_features: int, hidden_size: int, dropout: float = 0.0, *, dtype=np.float32, seed=None):
         super().__init__(dtype)
-        s1, s2 = _seeds(seed, 2)
+        if not 0 <= dropout < 1:
+            raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+        self.dropout = float(dropout)
+        s1, s2, s3 = _seeds(seed, 3)
         self.linear1 = nn.Linear(in_features, hidden_size, dtype=dtype, seed=s1)
         self.linear2 = nn.Linear(hidden_size, hidden_size, dtype=dtype, seed=s2)
+        self._rng = np.random.default_rng(s3)
+
+    def _act(self, y):
+        if self.training and self.dropout > 0:
+            return vjp(nn.relu_dropout, y, self.dropout, seed=int(self._rng.integers(2**63)))
+        return vjp(nn.relu, y)
 
     def _vjp_forward(self, x):
         y1, p1 = vjp(self.linear1, x)
-        r1, q1 = vjp(nn.relu, y1)
+        r1, q1 = self._act(y1)
         y2, p2 = vjp(self.linear2, r1)
-        r2, q2 = vjp(nn.relu, y2)
+        r2, q2 = self._act(y2)
         return r2, (p1, q1, p2, q2, r2.shape)
 
     def _vjp_backward(self, saved, cotangents):
@@ -88,8 +100,9 @@ class DecomposableAttention(nn.Module):
     r"""Decomposable attention (Parikh et al. 2016) for sentence pairs.
 
     ``DecomposableAttention(vocab_size, embedding_dim=32, hidden_size=64,
-    num_classes=3, *, padding_idx=0, project=True, dtype=np.float32,
-    seed=None)``.
+    num_classes=3, *, padding_idx=0, project=True, dropout=0.0,
+    dtype=np.float32, seed=None)``. ``dropout``: after every ReLU of F, G and
+    H in training mode (``model.train()``), seeded by ``seed``.
 
     Parameters (state_dict names): ``embedding.weight`` (V, E);
     ``projection.weight`` (H, E) when ``project`` (a linear map without bias,
@@ -122,7 +135,7 @@ class DecomposableAttention(nn.Module):
     """
 
     def __init__(self, vocab_size: int, embedding_dim: int = 32, hidden_size: int = 64, num_classes: int = 3, *,
-                 padding_idx=0, project: bool = True, dtype=np.float32, seed=None):
+                 padding_idx=0, project: bool = True, dropout: float = 0.0, dtype=np.float32, seed=None):
         super().__init__(dtype)
         size_arg("vocab_size", vocab_size)
         size_arg("embedding_dim", embedding_dim)
@@ -135,9 +148,9 @@ class DecomposableAttention(nn.Module):
         if self.project:
             self.projection = nn.Linear(embedding_dim, hidden_size, bias=False, dtype=dtype, seed=s[1])
         d = hidden_size if self.project else embedding_dim
-        self.attend = FeedForward(d, hidden_size, dtype=dtype, seed=s[2])
-        self.compare = FeedForward(2 * d, hidden_size, dtype=dtype, seed=s[3])
-        self.aggregate = FeedForward(2 * hidden_size, hidden_size, dtype=dtype, seed=s[4])
+        self.attend = FeedForward(d, hidden_size, dropout, dtype=dtype, seed=s[2])
+        self.compare = FeedForward(2 * d, hidden_size, dropout, dtype=dtype, seed=s[3])
+        self.aggregate = FeedForward(2 * hidden_size, hidden_size, dropout, dtype=dtype, seed=s[4])
         self.classifier = nn.Linear(hidden_size, num_classes, dtype=dtype, seed=s[5])
 
     # -- inputs --------------------------------------------------------------------------------

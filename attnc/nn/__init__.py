@@ -1,7 +1,7 @@
 """attnc.nn: PyTorch-compatible modules whose parameters are NumPy arrays
 named as in torch's state_dict(), with C forward and backward."""
 
-from .activation import ReLU, relu
+from .activation import ReLU, relu, relu_dropout
 from .decoding import decode
 from .linear import Linear, linear
 from .module import Module
@@ -23,6 +23,7 @@ __all__ = [
     "ReLU",
     "attention_pool",
     "relu",
+    "relu_dropout",
     "GRU",
     "GRUCell",
     "LSTM",

@@ -38,18 +38,20 @@ static PyObject *py_attention_pool_backward(PyObject *self, PyObject *args) {
     return buffers_finish(&held, st);
 }
 
-/* y = act(x) (no dropout, no residual): attnc.nn.relu. */
+/* y = dropout(act(x)) (no residual): attnc.nn.relu and relu_dropout. */
 static PyObject *py_activation_forward(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *y, *x;
     int act;
-    if (!PyArg_ParseTuple(args, "OOi", &y, &x, &act)) return NULL;
+    double p;
+    unsigned long long seed, stream;
+    if (!PyArg_ParseTuple(args, "OOidKK", &y, &x, &act, &p, &seed, &stream)) return NULL;
     buffers held = {.count = 0};
     attnc_tensor ty, tx, none = {.data = NULL};
     attnc_status st = ATTNC_OK;
     if (!(buffers_get(&held, y, "output", 1, &ty) && buffers_get(&held, x, "input", 0, &tx)))
         return buffers_release(&held), NULL;
-    ATTNC_NOGIL(st, attnc_pointwise_forward(&ty, &tx, &none, (attnc_activation)act, 0.0, 0, 0));
+    ATTNC_NOGIL(st, attnc_pointwise_forward(&ty, &tx, &none, (attnc_activation)act, p, seed, stream));
     return buffers_finish(&held, st);
 }
 
@@ -57,14 +59,16 @@ static PyObject *py_activation_backward(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *dx, *dy, *x;
     int act;
-    if (!PyArg_ParseTuple(args, "OOOi", &dx, &dy, &x, &act)) return NULL;
+    double p;
+    unsigned long long seed, stream;
+    if (!PyArg_ParseTuple(args, "OOOidKK", &dx, &dy, &x, &act, &p, &seed, &stream)) return NULL;
     buffers held = {.count = 0};
     attnc_tensor tdx, tdy, tx;
     attnc_status st = ATTNC_OK;
     if (!(buffers_get(&held, dx, "dinput", 1, &tdx) && buffers_get(&held, dy, "doutput", 0, &tdy) &&
           buffers_get(&held, x, "input", 0, &tx)))
         return buffers_release(&held), NULL;
-    ATTNC_NOGIL(st, attnc_pointwise_backward(&tdx, &tdy, &tx, (attnc_activation)act, 0.0, 0, 0));
+    ATTNC_NOGIL(st, attnc_pointwise_backward(&tdx, &tdy, &tx, (attnc_activation)act, p, seed, stream));
     return buffers_finish(&held, st);
 }
 
