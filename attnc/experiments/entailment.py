@@ -31,7 +31,8 @@ from attnc.models import DecomposableAttention
 from . import _common
 
 HELDOUT_SEED = 20261123
-FULL = dict(steps=1500, batch_size=64, lr=3e-3, warmup=50, final_lr=0.05, heldout=3000, embed=32, hidden=64)
+FULL = dict(steps=1500, batch_size=64, lr=3e-3, warmup=50, final_lr=0.05, heldout=3000, embed=32, hidden=64,
+            dropout=0.0, project=True)
 QUICK = dict(FULL, steps=150, heldout=300)
 
 
@@ -45,16 +46,22 @@ def evaluate(model, batch, chunk=1000) -> dict:
     return {"accuracy": float(right.mean()), "per_class_accuracy": per_class}
 
 
-def train_model(seed=0, quick=False, steps=None, disable_progress=True, dtype=np.float32):
+def train_model(seed=0, quick=False, steps=None, disable_progress=True, dtype=np.float32, **overrides):
     """Train a DecomposableAttention model; returns (model, task, metrics)
     with metrics {"accuracy", "per_class_accuracy", "heldout_size", "train"
-    (the training loop's summary), ...}. For notebooks."""
+    (the training loop's summary), ...}. For notebooks. ``overrides``
+    replace entries of the configuration (FULL or QUICK: lr, dropout, ...)."""
     cfg = dict(QUICK if quick else FULL)
+    unknown = set(overrides) - set(cfg)
+    if unknown:
+        raise ValueError(f"unknown configuration entries {sorted(unknown)}; valid: {sorted(cfg)}")
+    cfg.update(overrides)
     if steps is not None:
         cfg["steps"] = steps
     data_seed, model_seed = np.random.SeedSequence(seed).generate_state(2)
     task = EntailmentTask()
-    model = DecomposableAttention(task.vocab_size, cfg["embed"], cfg["hidden"], len(task.labels), dtype=dtype,
+    model = DecomposableAttention(task.vocab_size, cfg["embed"], cfg["hidden"], len(task.labels),
+                                  project=cfg["project"], dropout=cfg["dropout"], dtype=dtype,
                                   seed=int(model_seed))
     opt = attnc.optim.Adam(model, lr=cfg["lr"])
     sched = attnc.optim.LambdaLR(opt, _common.warmup_cosine(cfg["warmup"], cfg["steps"], cfg["final_lr"]))
