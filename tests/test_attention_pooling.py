@@ -104,9 +104,11 @@ def test_float32_matches_float64(rng):
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_threads_bitwise(rng, restore_threads, dtype):
-    kw = _inputs(rng, B=9, T=300, d=24, A=20, dtype=dtype)
-    mask = rng.random((9, 300)) < 0.8
-    dc = rng.standard_normal((9, 24)).astype(dtype)
+    # large enough that the per-row passes run in parallel too (attnc_workers_for)
+    kw = _inputs(rng, B=16, T=400, d=32, A=24, dtype=dtype)
+    mask = rng.random((16, 400)) < 0.8
+    mask[3] = False
+    dc = rng.standard_normal((16, 32)).astype(dtype)
     results = []
     for n in (1, 2, 3):
         attnc.set_num_threads(n)

@@ -222,7 +222,7 @@ class DecomposableAttention(nn.Module):
         hh, ph = vjp(self.aggregate, np.concatenate([v1, v2], -1))
         logits, pc = vjp(self.classifier, hh)
         saved = (B, La, Lb, d, H, ma, mb, pe, pp, pf, pab, pba, pg, ph, pc)
-        return logits, (w_ab, w_ba), saved
+        return logits, (w_ab, w_ba, fa, fb), saved
 
     def _vjp_forward(self, premise, hypothesis, premise_lengths=None, hypothesis_lengths=None, *,
                      premise_mask=None, hypothesis_mask=None):
@@ -268,7 +268,7 @@ class DecomposableAttention(nn.Module):
     def forward(self, premise, hypothesis, premise_lengths=None, hypothesis_lengths=None, *, premise_mask=None,
                 hypothesis_mask=None, return_attention=False):
         args = self._inputs(premise, hypothesis, premise_lengths, hypothesis_lengths, premise_mask, hypothesis_mask)
-        logits, (w_ab, _), _ = self._run(*args)
+        logits, (w_ab, *_), _ = self._run(*args)
         return (logits, w_ab) if return_attention else logits
 
     def align(self, premise, hypothesis, premise_lengths=None, hypothesis_lengths=None, *, premise_mask=None,
@@ -280,13 +280,7 @@ class DecomposableAttention(nn.Module):
         and "logits" (B, num_classes)."""
         p, h, ma, mb = self._inputs(premise, hypothesis, premise_lengths, hypothesis_lengths, premise_mask,
                                     hypothesis_mask)
-        logits, (w_ab, w_ba), saved = self._run(p, h, ma, mb)
-        x = self.embedding(np.concatenate([p.reshape(-1), h.reshape(-1)]))
-        if self.project:
-            x = self.projection(x)
-        f = self.attend(x)
-        B, La = p.shape
-        fa, fb = f[: B * La].reshape(B, La, -1), f[B * La:].reshape(B, h.shape[1], -1)
+        logits, (w_ab, w_ba, fa, fb), _ = self._run(p, h, ma, mb)
         scores = np.einsum("bik,bjk->bij", fa, fb) * (ma[:, :, None] & mb[:, None, :])
         return {"scores": scores, "premise_to_hypothesis": w_ab,
                 "hypothesis_to_premise": w_ba.transpose(0, 2, 1).copy(), "logits": logits}
