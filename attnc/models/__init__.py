@@ -9,4 +9,5 @@ from .pointer import PointerNet, PointerOutput
 from .rnn_seq2seq import Seq2Seq
 from .seq2seq import Seq2SeqTransformer
 
-__all__ = ["Captioner", "DecomposableAttention", "GPT", "NTM", "NTMTrace", "PointerNet", "PointerOutput", "Seq2Seq", "Seq2SeqTransformer"]
+__all__ = ["Captioner", "DecomposableAttention", "GPT", "NTM", "NTMTrace", "PointerNet", "PointerOutput", "Seq2Seq",
+           "Seq2SeqTransformer"]
