@@ -32,6 +32,7 @@ from .sequences import (
     sort_task,
     special_tokens,
 )
+from .text_tasks import EntailmentBatch, EntailmentTask, MarkerBatch, MarkerTask
 from .vocab import Padded, TeacherForcing, TextBatch, Vocab
 
 __all__ = [
@@ -41,8 +42,12 @@ __all__ = [
     "ConvexHullTask",
     "CopyTask",
     "DatesTask",
+    "EntailmentBatch",
+    "EntailmentTask",
     "IGNORE_INDEX",
     "KeyValueRecallTask",
+    "MarkerBatch",
+    "MarkerTask",
     "NTMBatch",
     "Padded",
     "PointerBatch",

@@ -15,8 +15,13 @@ and the task's own measure: "exact_match", "bits_per_sequence", "gap", ...).
   learns Graves et al.'s copy, repeat-copy and associative-recall tasks.
 - ``pointer_sort``, ``pointer_tsp --n N``, ``pointer_hull``: pointer networks
   (Vinyals et al. 2015) sort numbers, find planar TSP tours and convex hulls.
+- ``attention_pooling``: attention pooling (Raffel & Ellis 2015) finds the marker
+  words that set a sequence's class ("accuracy", "marker_attention_mass").
+- ``entailment``: decomposable attention (Parikh et al. 2016) classifies
+  template premise / hypothesis pairs as entailment, contradiction or neutral.
 - ``lstmn_recall``: an LSTMN (intra-attention, Cheng et al. 2016) against an LSTM on key-value recall.
 """
 
 EXPERIMENTS = ("transformer_reverse", "gpt_sort", "dates", "captions", "ntm_copy", "ntm_repeat_copy", "ntm_recall",
-               "pointer_sort", "pointer_tsp", "pointer_hull", "lstmn_recall")
+               "pointer_sort", "pointer_tsp", "pointer_hull", "attention_pooling", "entailment",
+               "lstmn_recall")

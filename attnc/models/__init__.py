@@ -2,10 +2,12 @@
 through attnc.vjp (keyed by state_dict name) and decoding."""
 
 from .captioner import Captioner
+from .decomposable import DecomposableAttention
 from .gpt import GPT
 from .ntm import NTM, NTMTrace
 from .pointer import PointerNet, PointerOutput
 from .rnn_seq2seq import Seq2Seq
 from .seq2seq import Seq2SeqTransformer
 
-__all__ = ["Captioner", "GPT", "NTM", "NTMTrace", "PointerNet", "PointerOutput", "Seq2Seq", "Seq2SeqTransformer"]
+__all__ = ["Captioner", "DecomposableAttention", "GPT", "NTM", "NTMTrace", "PointerNet", "PointerOutput", "Seq2Seq",
+           "Seq2SeqTransformer"]

@@ -1,12 +1,14 @@
 """attnc.nn: PyTorch-compatible modules whose parameters are NumPy arrays
 named as in torch's state_dict(), with C forward and backward."""
 
+from .activation import ReLU, relu, relu_dropout
 from .decoding import decode
 from .linear import Linear, linear
 from .lstmn import LSTMN
 from .module import Module
 from .multihead import MultiheadAttention
 from .normalization import LayerNorm, layer_norm
+from .pooling import AttentionPooling, attention_pool
 from .rnn import GRU, LSTM, GRUCell, LSTMCell
 from .sparse import Embedding, cross_entropy, embedding, log_softmax, sinusoidal_encoding
 from .transformer import (
@@ -18,6 +20,11 @@ from .transformer import (
 )
 
 __all__ = [
+    "AttentionPooling",
+    "ReLU",
+    "attention_pool",
+    "relu",
+    "relu_dropout",
     "GRU",
     "GRUCell",
     "LSTM",

@@ -629,6 +629,26 @@ attnc_status attnc_lstmn_forward(attnc_tensor *output, attnc_tensor *attention, 
 attnc_status attnc_lstmn_backward(attnc_lstmn_params *grads, attnc_tensor *dinput, const attnc_tensor *doutput,
                                   const attnc_tensor *saved, const attnc_tensor *input,
                                   const attnc_tensor *lengths, const attnc_lstmn_params *params);
+/* ---- pooling: attention pooling (Raffel & Ellis 2015; Yang et al. 2016) -- */
+
+/* u_t = tanh(W h_t + b), e_t = v . u_t, alpha = softmax over the positions
+ * that take part (mask True; no mask: all), c = sum_t alpha_t h_t. A row
+ * with no position taking part gets alpha = 0 and c = 0.
+ * c (B, d), alpha (B, T), saved <- u (B, T, A) <- h (B, T, d),
+ * weight (A, d), bias (A) (optional), v (A), mask (B, T) bool (optional).
+ * Every array C-contiguous, one float dtype. */
+attnc_status attnc_attention_pool_forward(attnc_tensor *c, attnc_tensor *alpha, attnc_tensor *saved,
+                                          const attnc_tensor *h, const attnc_tensor *weight,
+                                          const attnc_tensor *bias, const attnc_tensor *v,
+                                          const attnc_tensor *mask);
+/* dh (B, T, d), dweight (A, d), dbias (A), dv (A) (each optional,
+ * overwritten) <- dc (B, d), dalpha (B, T) (optional: the cotangent of the
+ * weights), h, weight, v, and the forward's alpha and saved. */
+attnc_status attnc_attention_pool_backward(attnc_tensor *dh, attnc_tensor *dweight, attnc_tensor *dbias,
+                                           attnc_tensor *dv, const attnc_tensor *dc, const attnc_tensor *dalpha,
+                                           const attnc_tensor *h, const attnc_tensor *weight,
+                                           const attnc_tensor *v, const attnc_tensor *alpha,
+                                           const attnc_tensor *saved);
 
 #ifdef __cplusplus
 }

@@ -43,5 +43,6 @@ extern PyMethodDef attnc_ntm_methods[];
 extern PyMethodDef attnc_pointer_methods[];
 extern PyMethodDef attnc_tsp_methods[];
 extern PyMethodDef attnc_lstmn_methods[];
+extern PyMethodDef attnc_pooling_methods[];
 
 #endif

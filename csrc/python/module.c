@@ -47,7 +47,8 @@ PyMODINIT_FUNC PyInit__core(void) {
         PyModule_AddFunctions(m, attnc_ntm_methods) != 0 ||
         PyModule_AddFunctions(m, attnc_pointer_methods) != 0 ||
         PyModule_AddFunctions(m, attnc_tsp_methods) != 0 ||
-        PyModule_AddFunctions(m, attnc_lstmn_methods) != 0) {
+        PyModule_AddFunctions(m, attnc_lstmn_methods) != 0 ||
+        PyModule_AddFunctions(m, attnc_pooling_methods) != 0) {
         Py_DECREF(m);
         return NULL;
     }

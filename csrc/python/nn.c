@@ -156,6 +156,41 @@ static PyObject *py_log_softmax_backward(PyObject *self, PyObject *args) {
     return buffers_finish(&h, st);
 }
 
+/* y = dropout(act(x)) (no residual): attnc.nn.relu and relu_dropout
+ * (csrc/nn/pointwise.c without its residual). */
+static PyObject *py_activation_forward(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *y, *x;
+    int act;
+    double p;
+    unsigned long long seed, stream;
+    if (!PyArg_ParseTuple(args, "OOidKK", &y, &x, &act, &p, &seed, &stream)) return NULL;
+    buffers held = {.count = 0};
+    attnc_tensor ty, tx, none = {.data = NULL};
+    attnc_status st = ATTNC_OK;
+    if (!(buffers_get(&held, y, "output", 1, &ty) && buffers_get(&held, x, "input", 0, &tx)))
+        return buffers_release(&held), NULL;
+    ATTNC_NOGIL(st, attnc_pointwise_forward(&ty, &tx, &none, (attnc_activation)act, p, seed, stream));
+    return buffers_finish(&held, st);
+}
+
+static PyObject *py_activation_backward(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *dx, *dy, *x;
+    int act;
+    double p;
+    unsigned long long seed, stream;
+    if (!PyArg_ParseTuple(args, "OOOidKK", &dx, &dy, &x, &act, &p, &seed, &stream)) return NULL;
+    buffers held = {.count = 0};
+    attnc_tensor tdx, tdy, tx;
+    attnc_status st = ATTNC_OK;
+    if (!(buffers_get(&held, dx, "dinput", 1, &tdx) && buffers_get(&held, dy, "doutput", 0, &tdy) &&
+          buffers_get(&held, x, "input", 0, &tx)))
+        return buffers_release(&held), NULL;
+    ATTNC_NOGIL(st, attnc_pointwise_backward(&tdx, &tdy, &tx, (attnc_activation)act, p, seed, stream));
+    return buffers_finish(&held, st);
+}
+
 PyMethodDef attnc_nn_methods[] = {
     {"log_softmax_forward", py_log_softmax_forward, METH_VARARGS, NULL},
     {"log_softmax_backward", py_log_softmax_backward, METH_VARARGS, NULL},
@@ -167,4 +202,6 @@ PyMethodDef attnc_nn_methods[] = {
     {"cross_entropy_backward", py_cross_entropy_backward, METH_VARARGS, NULL},
     {"linear_forward", py_linear_forward, METH_VARARGS, NULL},
     {"linear_backward", py_linear_backward, METH_VARARGS, NULL},
+    {"activation_forward", py_activation_forward, METH_VARARGS, NULL},
+    {"activation_backward", py_activation_backward, METH_VARARGS, NULL},
     {NULL, NULL, 0, NULL}};

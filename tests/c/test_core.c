@@ -935,6 +935,7 @@ static void test_rnn_fused(void) {
 #include "test_pointer.h"
 #include "test_tsp.h"
 #include "test_lstmn.h"
+#include "test_pooling.h"
 
 int main(void) {
     test_rng();
@@ -958,6 +959,7 @@ int main(void) {
     test_pointer();
     test_tsp();
     test_lstmn();
+    test_pooling();
     attnc_set_num_threads(1); /* join the workers before exit */
     printf("%d passed, %d failed\n", passed, failed);
     return failed != 0;

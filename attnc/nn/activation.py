@@ -1,0 +1,89 @@
+"""attnc.nn.relu, attnc.nn.ReLU and attnc.nn.relu_dropout: max(x, 0) (and
+dropout after it) through the C pointwise kernel (csrc/nn/pointwise.c), with
+registered gradients."""
+
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+from .. import _core
+from .._args import float_array, seed_bits
+from ..grad import register
+from .module import Module
+
+_RELU = 1  # ATTNC_ACT_RELU
+
+
+def _relu_dropout_forward(input, p=0.0, *, seed=None):
+    x = np.ascontiguousarray(float_array(input, "input"))
+    if isinstance(p, bool) or not isinstance(p, numbers.Real) or not 0 <= p <= 1:
+        raise ValueError(f"p must be a dropout probability in [0, 1], got {p!r}")
+    bits = seed_bits(seed) if p > 0 else 0
+    y = np.empty_like(x)
+    _core.activation_forward(y, x, _RELU, float(p), bits, 0)
+    return y, (x, float(p), bits)
+
+
+def _relu_dropout_backward(saved, cotangents):
+    x, p, bits = saved
+    (dy,) = cotangents
+    if dy is None:
+        return {"input": np.zeros_like(x)}
+    dx = np.empty_like(x)
+    _core.activation_backward(dx, np.ascontiguousarray(dy), x, _RELU, p, bits, 0)
+    return {"input": dx}
+
+
+def relu_dropout(input, p=0.0, *, seed=None):
+    """dropout(relu(input), p) in one C pass: each element kept with
+    probability 1 - p and scaled by 1 / (1 - p), the keep decisions drawn
+    from (seed, position) by attnc's counter-based generator (the same seed
+    gives the same bits for any thread count; None draws a fresh seed).
+    Any shape, float32 or float64; p = 0 is ``relu``.
+
+    Example
+    -------
+    >>> y = attnc.nn.relu_dropout(np.ones((2, 4)), 0.5, seed=0)
+    >>> sorted(set(y.ravel().tolist())) <= [0.0, 2.0]
+    True
+    """
+    return _relu_dropout_forward(input, p, seed=seed)[0]
+
+
+register(relu_dropout, _relu_dropout_forward, _relu_dropout_backward)
+
+
+def _relu_forward(input):
+    return _relu_dropout_forward(input, 0.0)
+
+
+def relu(input):
+    """max(input, 0) elementwise, as ``torch.nn.functional.relu``; any shape,
+    float32 or float64; the gradient at 0 is 0.
+
+    Example
+    -------
+    >>> attnc.nn.relu(np.array([-1.0, 0.5]))
+    array([0. , 0.5])
+    """
+    return _relu_forward(input)[0]
+
+
+register(relu, _relu_forward, _relu_dropout_backward)
+
+
+class ReLU(Module):
+    """``torch.nn.ReLU()``: no parameters."""
+
+    def __init__(self, *, dtype=np.float32):
+        super().__init__(dtype)
+
+    def forward(self, input):
+        return relu(input)
+
+    def _vjp_forward(self, input):
+        return _relu_forward(input)
+
+    _vjp_backward = staticmethod(_relu_dropout_backward)

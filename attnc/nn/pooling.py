@@ -1,0 +1,151 @@
+"""attnc.nn.attention_pool and attnc.nn.AttentionPooling: a sequence of
+vectors to one vector by a learned attention (Raffel & Ellis 2015, "Feed-
+forward networks with attention can solve some long-term memory problems";
+Yang et al. 2016, "Hierarchical attention networks"), in C.
+
+    u_t = tanh(W h_t + b),   e_t = v . u_t,   alpha = softmax_t(e) over the
+    positions that take part,   c = sum_t alpha_t h_t.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .. import _core
+from .._args import float_array, same_dtype, shape_str
+from ..grad import register
+from .module import Module
+
+
+def _mask(mask, shape):
+    if mask is None:
+        return None
+    m = np.asarray(mask)
+    if m.dtype != np.bool_:
+        raise TypeError(f"mask must be a boolean array (True = takes part), got dtype {m.dtype}")
+    try:
+        return np.ascontiguousarray(np.broadcast_to(m, shape))
+    except ValueError:
+        raise ValueError(f"mask with shape {shape_str(m.shape)} does not broadcast to (B, T) = "
+                         f"{shape_str(shape)}") from None
+
+
+def _forward(input, weight, bias=None, v=None, mask=None):
+    h = float_array(input, "input")
+    w = float_array(weight, "weight")
+    if v is None:
+        raise TypeError("v is required: the scoring vector (d_attn,)")
+    vv = float_array(v, "v")
+    b = None if bias is None else float_array(bias, "bias")
+    same_dtype(h.dtype, weight=w, bias=b, v=vv)
+    if h.ndim != 3:
+        raise ValueError(f"input must have shape (B, T, d), got {shape_str(h.shape)}")
+    if w.ndim != 2 or w.shape[1] != h.shape[2]:
+        raise ValueError(f"weight has shape {shape_str(w.shape)}, expected (d_attn, {h.shape[2]}) for input "
+                         f"{shape_str(h.shape)}")
+    da = w.shape[0]
+    if vv.shape != (da,):
+        raise ValueError(f"v has shape {shape_str(vv.shape)}, expected ({da},)")
+    if b is not None and b.shape != (da,):
+        raise ValueError(f"bias has shape {shape_str(b.shape)}, expected ({da},)")
+    B, T, d = h.shape
+    m = _mask(mask, (B, T))
+    h, w, vv = np.ascontiguousarray(h), np.ascontiguousarray(w), np.ascontiguousarray(vv)
+    b = None if b is None else np.ascontiguousarray(b)
+    c, alpha, u = np.empty((B, d), h.dtype), np.empty((B, T), h.dtype), np.empty((B, T, da), h.dtype)
+    _core.attention_pool_forward(c, alpha, u, h, w, b, vv, m)
+    return (c, alpha), (h, w, b is not None, vv, alpha, u)
+
+
+def _backward(saved, cotangents):
+    h, w, has_bias, v, alpha, u = saved
+    dc, dalpha = cotangents
+    if dc is None:
+        dc = np.zeros((h.shape[0], h.shape[2]), h.dtype)
+    dh, dw, dv = np.empty_like(h), np.empty_like(w), np.empty_like(v)
+    db = np.empty_like(v) if has_bias else None
+    _core.attention_pool_backward(dh, dw, db, dv, np.ascontiguousarray(dc),
+                                  None if dalpha is None else np.ascontiguousarray(dalpha), h, w, v, alpha, u)
+    grads = {"input": dh, "weight": dw, "v": dv}
+    if has_bias:
+        grads["bias"] = db
+    return grads
+
+
+def attention_pool(input, weight, bias=None, v=None, mask=None):
+    """Attention pooling: ``c = sum_t alpha_t h_t`` with ``alpha = softmax_t(v . tanh(W h_t + b))``.
+
+    Parameters
+    ----------
+    input : array (B, T, d), float32 or float64: the sequence h
+    weight : array (d_attn, d), W
+    bias : array (d_attn,) or None, b
+    v : array (d_attn,), the scoring vector
+    mask : bool array broadcastable to (B, T), optional. True = the position
+        takes part (attnc's convention). A row with no position taking part
+        gets ``c = 0`` and ``alpha = 0`` (never NaN), and no gradient.
+
+    Returns
+    -------
+    (c, alpha): c (B, d), the pooled vectors; alpha (B, T), the weights
+    (rows sum to 1, or 0 when fully masked). ``attnc.vjp`` gives gradients
+    for "input", "weight", "bias" and "v".
+
+    Example
+    -------
+    >>> h = np.random.rand(2, 5, 4); w = np.random.rand(3, 4); v = np.random.rand(3)
+    >>> c, alpha = attnc.nn.attention_pool(h, w, None, v, mask=np.arange(5) < 3)
+    >>> c.shape, alpha.shape
+    ((2, 4), (2, 5))
+    """
+    return _forward(input, weight, bias, v, mask)[0]
+
+
+register(attention_pool, _forward, _backward)
+
+
+class AttentionPooling(Module):
+    """``AttentionPooling(d, d_attn, *, bias=True, dtype=np.float32, seed=None)``.
+
+    Parameters (state_dict names): ``weight`` (d_attn, d) and ``bias``
+    (d_attn,), the projection W h_t + b, initialised like ``torch.nn.Linear``
+    (uniform in +-1/sqrt(d)); ``v`` (d_attn,), the scoring vector, uniform in
+    +-1/sqrt(d_attn).
+
+    ``forward(h, mask=None, return_weights=False)``: h (B, T, d), mask (B, T)
+    bool (True = takes part) -> c (B, d), or (c, alpha (B, T)).
+    ``attnc.vjp(pool, h, mask=...)`` returns gradients keyed "input", "weight",
+    "bias", "v" (outputs (c, alpha): give cotangents for both, None for unused).
+
+    Example
+    -------
+    >>> pool = attnc.nn.AttentionPooling(8, 16, seed=0)
+    >>> c, alpha = pool(np.random.rand(2, 5, 8).astype(np.float32), return_weights=True)
+    >>> c.shape, alpha.shape
+    ((2, 8), (2, 5))
+    """
+
+    def __init__(self, d: int, d_attn: int, *, bias: bool = True, dtype=np.float32, seed=None):
+        super().__init__(dtype)
+        if d < 1 or d_attn < 1:
+            raise ValueError(f"d and d_attn must be >= 1, got {d} and {d_attn}")
+        self.d, self.d_attn = int(d), int(d_attn)
+        rng = np.random.default_rng(seed)
+        bound = 1 / math.sqrt(d)
+        self.register_parameter("weight", rng.uniform(-bound, bound, (d_attn, d)))
+        self.register_parameter("bias", rng.uniform(-bound, bound, d_attn) if bias else None)
+        self.register_parameter("v", rng.uniform(-1 / math.sqrt(d_attn), 1 / math.sqrt(d_attn), d_attn))
+
+    def forward(self, h, mask=None, return_weights=False):
+        c, alpha = attention_pool(h, self.weight, self.bias, self.v, mask)
+        return (c, alpha) if return_weights else c
+
+    def _vjp_forward(self, h, mask=None):
+        return _forward(h, self.weight, self.bias, self.v, mask)
+
+    _vjp_backward = staticmethod(_backward)
+
+    def extra_repr(self):
+        return f"d={self.d}, d_attn={self.d_attn}, bias={self.bias is not None}"
