@@ -584,6 +584,16 @@ attnc_status attnc_s2s_generate(attnc_tensor *tokens, attnc_tensor *out_lengths,
                                 const attnc_s2s_weights *weights, const attnc_s2s_config *config, int64_t bos,
                                 int64_t eos, int64_t beam, double length_penalty);
 
+/* ---- gated activation (WaveNet, SNAIL's dense blocks) ----------------------- */
+
+/* y <- tanh(a) * sigmoid(b), element-wise; a (the input), b (the gate) and y
+ * C-contiguous, the same dtype and element count (any shape). */
+attnc_status attnc_gated_forward(attnc_tensor *y, const attnc_tensor *a, const attnc_tensor *b);
+/* da <- dy (1 - tanh(a)^2) sigmoid(b), db <- dy tanh(a) sigmoid(b) (1 - sigmoid(b))
+ * (each optional, overwritten; all C-contiguous of a's element count). */
+attnc_status attnc_gated_backward(attnc_tensor *da, attnc_tensor *db, const attnc_tensor *dy,
+                                  const attnc_tensor *a, const attnc_tensor *b);
+
 #ifdef __cplusplus
 }
 #endif
