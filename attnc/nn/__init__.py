@@ -2,11 +2,13 @@
 named as in torch's state_dict(), with C forward and backward."""
 
 from .decoding import decode
+from .gated import gated_activation
 from .linear import Linear, linear
 from .module import Module
 from .multihead import MultiheadAttention
 from .normalization import LayerNorm, layer_norm
 from .rnn import GRU, LSTM, GRUCell, LSTMCell
+from .snail import AttentionBlock, DenseBlock, TCBlock
 from .sparse import Embedding, cross_entropy, embedding, log_softmax, sinusoidal_encoding
 from .transformer import (
     Transformer,
@@ -17,6 +19,10 @@ from .transformer import (
 )
 
 __all__ = [
+    "AttentionBlock",
+    "DenseBlock",
+    "TCBlock",
+    "gated_activation",
     "GRU",
     "GRUCell",
     "LSTM",
