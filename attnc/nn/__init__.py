@@ -1,6 +1,7 @@
 """attnc.nn: PyTorch-compatible modules whose parameters are NumPy arrays
 named as in torch's state_dict(), with C forward and backward."""
 
+from .conv import CausalConv1d, Conv1d, Conv2d, ReLU, conv1d, conv2d, relu
 from .decoding import decode
 from .linear import Linear, linear
 from .module import Module
@@ -17,6 +18,13 @@ from .transformer import (
 )
 
 __all__ = [
+    "CausalConv1d",
+    "Conv1d",
+    "Conv2d",
+    "ReLU",
+    "conv1d",
+    "conv2d",
+    "relu",
     "GRU",
     "GRUCell",
     "LSTM",

@@ -42,5 +42,6 @@ extern PyMethodDef attnc_captioner_methods[];
 extern PyMethodDef attnc_ntm_methods[];
 extern PyMethodDef attnc_pointer_methods[];
 extern PyMethodDef attnc_tsp_methods[];
+extern PyMethodDef attnc_conv_methods[];
 
 #endif

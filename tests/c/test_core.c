@@ -934,6 +934,7 @@ static void test_rnn_fused(void) {
 #include "test_ntm.h"
 #include "test_pointer.h"
 #include "test_tsp.h"
+#include "test_conv.h"
 
 int main(void) {
     test_rng();
@@ -956,6 +957,7 @@ int main(void) {
     test_ntm();
     test_pointer();
     test_tsp();
+    test_conv();
     attnc_set_num_threads(1); /* join the workers before exit */
     printf("%d passed, %d failed\n", passed, failed);
     return failed != 0;
