@@ -8,6 +8,7 @@ from .module import Module
 from .multihead import MultiheadAttention
 from .normalization import LayerNorm, layer_norm
 from .rnn import GRU, LSTM, GRUCell, LSTMCell
+from .self_attention2d import SelfAttention2d
 from .sparse import Embedding, cross_entropy, embedding, log_softmax, sinusoidal_encoding
 from .transformer import (
     Transformer,
@@ -34,6 +35,7 @@ __all__ = [
     "Linear",
     "Module",
     "MultiheadAttention",
+    "SelfAttention2d",
     "Transformer",
     "TransformerDecoder",
     "TransformerDecoderLayer",
