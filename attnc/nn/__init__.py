@@ -1,6 +1,7 @@
 """attnc.nn: PyTorch-compatible modules whose parameters are NumPy arrays
 named as in torch's state_dict(), with C forward and backward."""
 
+from .conv import CausalConv1d, Conv1d, Conv2d, ReLU, conv1d, conv2d, relu
 from .decoding import decode
 from .gated import gated_activation
 from .linear import Linear, linear
@@ -8,6 +9,7 @@ from .module import Module
 from .multihead import MultiheadAttention
 from .normalization import LayerNorm, layer_norm
 from .rnn import GRU, LSTM, GRUCell, LSTMCell
+from .self_attention2d import SelfAttention2d
 from .snail import AttentionBlock, DenseBlock, TCBlock
 from .sparse import Embedding, cross_entropy, embedding, log_softmax, sinusoidal_encoding
 from .transformer import (
@@ -19,6 +21,13 @@ from .transformer import (
 )
 
 __all__ = [
+    "CausalConv1d",
+    "Conv1d",
+    "Conv2d",
+    "ReLU",
+    "conv1d",
+    "conv2d",
+    "relu",
     "AttentionBlock",
     "DenseBlock",
     "TCBlock",
@@ -32,6 +41,7 @@ __all__ = [
     "Linear",
     "Module",
     "MultiheadAttention",
+    "SelfAttention2d",
     "Transformer",
     "TransformerDecoder",
     "TransformerDecoderLayer",

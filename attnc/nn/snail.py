@@ -24,6 +24,7 @@ import numpy as np
 from .._args import float_array, same_dtype, shape_str, size_arg
 from ..attention.sdpa import scaled_dot_product_attention
 from ..grad import vjp
+from .conv import CausalConv1d, causal_conv1d_forward, conv_backward
 from .gated import gated_activation
 from .linear import Linear, linear
 from .module import Module
@@ -89,7 +90,9 @@ class DenseBlock(Module):
 
     x (B, C, T) → y (B, C + F, T); y[..., t] depends on x[..., ≤ t] only.
     Parameters: ``filter_conv.weight`` (F, C, 2), ``filter_conv.bias`` (F),
-    ``gate_conv.weight``, ``gate_conv.bias`` (``torch.nn.Conv1d``'s layout).
+    ``gate_conv.weight``, ``gate_conv.bias`` (``torch.nn.Conv1d``'s layout;
+    two ``attnc.nn.CausalConv1d``). Both convolutions run as one C call, their
+    weights stacked along the output channels, and so do their backwards.
 
     Example
     -------
@@ -100,8 +103,6 @@ class DenseBlock(Module):
 
     def __init__(self, in_channels: int, filters: int, dilation: int = 1, *, dtype=np.float32, seed=None):
         super().__init__(dtype)
-        from .conv import CausalConv1d  # attnc.nn.conv (the convolution family)
-
         self.in_channels = size_arg("in_channels", in_channels)
         self.filters = size_arg("filters", filters)
         self.dilation = size_arg("dilation", dilation)
@@ -117,11 +118,14 @@ class DenseBlock(Module):
 
     def _run(self, x, keep):
         x = _input(self, x, "BCT", self.in_channels)
-        run = _runner(keep)
-        xf, f_pb = run(self.filter_conv, x)
-        xg, g_pb = run(self.gate_conv, x)
-        act, act_pb = run(gated_activation, xf, xg)
-        return np.concatenate([x, act], axis=1), (f_pb, g_pb, act_pb)
+        F = self.filters
+        # both convolutions as one C call: the weights stacked along the output channels
+        w = np.concatenate([self.filter_conv.weight, self.gate_conv.weight])
+        b = np.concatenate([self.filter_conv.bias, self.gate_conv.bias])
+        xfg, conv_saved = causal_conv1d_forward(x, w, b, self.dilation)
+        xf, xg = np.ascontiguousarray(xfg[:, :F]), np.ascontiguousarray(xfg[:, F:])
+        act, act_pb = _runner(keep)(gated_activation, xf, xg)
+        return np.concatenate([x, act], axis=1), ((conv_saved, act_pb) if keep else None)
 
     def forward(self, input):
         """input (B, C, T) → (B, C + F, T)."""
@@ -137,13 +141,14 @@ class DenseBlock(Module):
         return self._grads(state, dy)
 
     def _grads(self, state, dy):
-        f_pb, g_pb, act_pb = state
-        C = self.in_channels
+        conv_saved, act_pb = state
+        C, F = self.in_channels, self.filters
         ga = act_pb(np.ascontiguousarray(dy[:, C:]))
-        gf, gg = f_pb(ga["input"]), g_pb(ga["gate"])
-        grads = {"input": dy[:, :C] + gf["input"] + gg["input"]}
-        grads.update({f"filter_conv.{k}": v for k, v in gf.items() if k != "input"})
-        grads.update({f"gate_conv.{k}": v for k, v in gg.items() if k != "input"})
+        gc = conv_backward(conv_saved, (np.concatenate([ga["input"], ga["gate"]], axis=1),))
+        grads = {"input": dy[:, :C] + gc["input"]}
+        for name, rows in (("filter_conv", slice(0, F)), ("gate_conv", slice(F, None))):
+            grads[f"{name}.weight"] = np.ascontiguousarray(gc["weight"][rows])
+            grads[f"{name}.bias"] = np.ascontiguousarray(gc["bias"][rows])
         return grads
 
     def extra_repr(self):

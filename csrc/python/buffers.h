@@ -42,6 +42,7 @@ extern PyMethodDef attnc_captioner_methods[];
 extern PyMethodDef attnc_ntm_methods[];
 extern PyMethodDef attnc_pointer_methods[];
 extern PyMethodDef attnc_tsp_methods[];
+extern PyMethodDef attnc_conv_methods[];
 extern PyMethodDef attnc_gated_methods[];
 
 #endif

@@ -47,6 +47,7 @@ PyMODINIT_FUNC PyInit__core(void) {
         PyModule_AddFunctions(m, attnc_ntm_methods) != 0 ||
         PyModule_AddFunctions(m, attnc_pointer_methods) != 0 ||
         PyModule_AddFunctions(m, attnc_tsp_methods) != 0 ||
+        PyModule_AddFunctions(m, attnc_conv_methods) != 0 ||
         PyModule_AddFunctions(m, attnc_gated_methods) != 0) {
         Py_DECREF(m);
         return NULL;

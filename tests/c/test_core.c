@@ -934,6 +934,7 @@ static void test_rnn_fused(void) {
 #include "test_ntm.h"
 #include "test_pointer.h"
 #include "test_tsp.h"
+#include "test_conv.h"
 #include "test_gated.h"
 
 int main(void) {
@@ -957,6 +958,7 @@ int main(void) {
     test_ntm();
     test_pointer();
     test_tsp();
+    test_conv();
     test_gated();
     attnc_set_num_threads(1); /* join the workers before exit */
     printf("%d passed, %d failed\n", passed, failed);
