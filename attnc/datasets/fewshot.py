@@ -115,7 +115,7 @@ class FewShotTask:
         order = rng.permuted(np.broadcast_to(np.arange(N * K), (B, N * K)), axis=1)
         labels = (order // K).astype(np.int64)                       # example j of class c is at c * K + j
         feats = np.take_along_axis(support.reshape(B, N * K, d), order[:, :, None], axis=1)
-        features = np.concatenate([feats, query[:, None, :]], axis=1).astype(dt)
+        features = np.ascontiguousarray(np.concatenate([feats, query[:, None, :]], axis=1), dtype=dt)
         return FewShotEpisodes(features, labels, targets, protos)
 
     def __repr__(self):
