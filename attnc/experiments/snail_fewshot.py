@@ -15,7 +15,9 @@ gradients clipped to norm 1; one model per K (3,000 steps each). Scored on
 2,000 held-out episodes per K (the same for every --seed), next to the
 nearest-prototype rule on the same episodes (class means of the support set,
 close to the Bayes-optimal rule: the ceiling).
-Target (issue 8): >= 90% at 5-shot.
+Target (issue 8): >= 90% at 5-shot. Measured (seed 0): 92.5% at 5-shot (nearest
+prototype 98.0%), 79.9% at 1-shot (82.5%); 585 s for both on 1 thread of a
+shared, loaded machine.
 
 JSON: "accuracy" (5-shot; the 1-shot one with --shots 1), "accuracy_1shot",
 "accuracy_5shot", "nearest_prototype_1shot", "nearest_prototype_5shot" (the
