@@ -2,6 +2,7 @@
 
 from .captions import CaptionBatch, CaptionsTask, caption_of, caption_split, captions
 from .dates import DatesTask, date_split, dates, format_date
+from .fewshot import FewShotEpisodes, FewShotTask, fewshot_accuracy, nearest_prototype
 from .ntm_tasks import (
     AssociativeRecallTask,
     CopyTask,
@@ -36,6 +37,10 @@ from .text_tasks import EntailmentBatch, EntailmentTask, MarkerBatch, MarkerTask
 from .vocab import Padded, TeacherForcing, TextBatch, Vocab
 
 __all__ = [
+    "FewShotEpisodes",
+    "FewShotTask",
+    "fewshot_accuracy",
+    "nearest_prototype",
     "AssociativeRecallTask",
     "CaptionBatch",
     "CaptionsTask",

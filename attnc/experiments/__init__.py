@@ -19,9 +19,11 @@ and the task's own measure: "exact_match", "bits_per_sequence", "gap", ...).
   words that set a sequence's class ("accuracy", "marker_attention_mass").
 - ``entailment``: decomposable attention (Parikh et al. 2016) classifies
   template premise / hypothesis pairs as entailment, contradiction or neutral.
+- ``snail_fewshot`` (``--shots 1|5|all``): SNAIL (Mishra et al. 2017) learns 5-way
+  1-shot and 5-shot classification of synthetic classes, new in every episode.
 - ``lstmn_recall``: an LSTMN (intra-attention, Cheng et al. 2016) against an LSTM on key-value recall.
 """
 
 EXPERIMENTS = ("transformer_reverse", "gpt_sort", "dates", "captions", "ntm_copy", "ntm_repeat_copy", "ntm_recall",
                "pointer_sort", "pointer_tsp", "pointer_hull", "attention_pooling", "entailment",
-               "lstmn_recall")
+               "snail_fewshot", "lstmn_recall")

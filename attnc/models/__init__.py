@@ -8,6 +8,7 @@ from .ntm import NTM, NTMTrace
 from .pointer import PointerNet, PointerOutput
 from .rnn_seq2seq import Seq2Seq
 from .seq2seq import Seq2SeqTransformer
+from .snail import SNAIL
 
-__all__ = ["Captioner", "DecomposableAttention", "GPT", "NTM", "NTMTrace", "PointerNet", "PointerOutput", "Seq2Seq",
-           "Seq2SeqTransformer"]
+__all__ = ["Captioner", "DecomposableAttention", "GPT", "NTM", "NTMTrace", "PointerNet", "PointerOutput", "SNAIL",
+           "Seq2Seq", "Seq2SeqTransformer"]

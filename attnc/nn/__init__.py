@@ -2,7 +2,9 @@
 named as in torch's state_dict(), with C forward and backward."""
 
 from .activation import ReLU, relu, relu_dropout
+from .conv import CausalConv1d, Conv1d, Conv2d, conv1d, conv2d
 from .decoding import decode
+from .gated import gated_activation
 from .linear import Linear, linear
 from .lstmn import LSTMN
 from .module import Module
@@ -10,7 +12,15 @@ from .multihead import MultiheadAttention
 from .normalization import LayerNorm, layer_norm
 from .pooling import AttentionPooling, attention_pool
 from .rnn import GRU, LSTM, GRUCell, LSTMCell
-from .sparse import Embedding, cross_entropy, embedding, log_softmax, sinusoidal_encoding
+from .self_attention2d import SelfAttention2d
+from .snail import AttentionBlock, DenseBlock, TCBlock
+from .sparse import (
+    Embedding,
+    cross_entropy,
+    embedding,
+    log_softmax,
+    sinusoidal_encoding,
+)
 from .transformer import (
     Transformer,
     TransformerDecoder,
@@ -20,31 +30,41 @@ from .transformer import (
 )
 
 __all__ = [
-    "AttentionPooling",
-    "ReLU",
-    "attention_pool",
-    "relu",
-    "relu_dropout",
     "GRU",
-    "GRUCell",
     "LSTM",
-    "LSTMCell",
     "LSTMN",
+    "AttentionBlock",
+    "AttentionPooling",
+    "CausalConv1d",
+    "Conv1d",
+    "Conv2d",
+    "DenseBlock",
     "Embedding",
+    "GRUCell",
+    "LSTMCell",
     "LayerNorm",
     "Linear",
     "Module",
     "MultiheadAttention",
+    "ReLU",
+    "SelfAttention2d",
+    "TCBlock",
     "Transformer",
     "TransformerDecoder",
     "TransformerDecoderLayer",
     "TransformerEncoder",
     "TransformerEncoderLayer",
+    "attention_pool",
+    "conv1d",
+    "conv2d",
     "cross_entropy",
     "decode",
     "embedding",
+    "gated_activation",
     "layer_norm",
-    "log_softmax",
     "linear",
+    "log_softmax",
+    "relu",
+    "relu_dropout",
     "sinusoidal_encoding",
 ]

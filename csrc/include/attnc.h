@@ -649,6 +649,37 @@ attnc_status attnc_attention_pool_backward(attnc_tensor *dh, attnc_tensor *dweig
                                            const attnc_tensor *h, const attnc_tensor *weight,
                                            const attnc_tensor *v, const attnc_tensor *alpha,
                                            const attnc_tensor *saved);
+/* ---- conv: 2-d convolution (torch's conv2d, groups = 1) ------------------ */
+
+/* y (B, Cout, Ho, Wo) <- x (B, Cin, H, W) cross-correlated with weight
+ * (Cout, Cin, kH, kW), plus bias (Cout, optional):
+ *   y[b, o, r, c] = bias[o] + sum_{i, kh, kw} weight[o, i, kh, kw]
+ *                   * x[b, i, r sh - pt + kh dh, c sw - pl + kw dw]   (0 outside x),
+ * stride = (sh, sw) >= 1, dilation = (dh, dw) >= 1, padding = (top, bottom,
+ * left, right) >= 0 (asymmetric padding is how "same" with an even kernel and
+ * a causal 1-d convolution are made), Ho = (H + top + bottom - dh (kH - 1)
+ * - 1) / sh + 1 and likewise Wo. Every tensor C-contiguous. A 1-d
+ * convolution is H = kH = 1. */
+attnc_status attnc_conv2d_forward(attnc_tensor *y, const attnc_tensor *x, const attnc_tensor *weight,
+                                  const attnc_tensor *bias, const int64_t stride[2], const int64_t padding[4],
+                                  const int64_t dilation[2]);
+/* dx (B, Cin, H, W), dweight (Cout, Cin, kH, kW), dbias (Cout) (each optional,
+ * overwritten) <- dy (B, Cout, Ho, Wo), x, weight and the forward's options.
+ * The weight and bias gradients are summed over the batch in batch order
+ * (the same bits for any thread count). */
+attnc_status attnc_conv2d_backward(attnc_tensor *dx, attnc_tensor *dweight, attnc_tensor *dbias,
+                                   const attnc_tensor *dy, const attnc_tensor *x, const attnc_tensor *weight,
+                                   const int64_t stride[2], const int64_t padding[4], const int64_t dilation[2]);
+
+/* ---- gated activation (WaveNet, SNAIL's dense blocks) ----------------------- */
+
+/* y <- tanh(a) * sigmoid(b), element-wise; a (the input), b (the gate) and y
+ * C-contiguous, the same dtype and element count (any shape). */
+attnc_status attnc_gated_forward(attnc_tensor *y, const attnc_tensor *a, const attnc_tensor *b);
+/* da <- dy (1 - tanh(a)^2) sigmoid(b), db <- dy tanh(a) sigmoid(b) (1 - sigmoid(b))
+ * (each optional, overwritten; all C-contiguous of a's element count). */
+attnc_status attnc_gated_backward(attnc_tensor *da, attnc_tensor *db, const attnc_tensor *dy,
+                                  const attnc_tensor *a, const attnc_tensor *b);
 
 #ifdef __cplusplus
 }

@@ -44,5 +44,7 @@ extern PyMethodDef attnc_pointer_methods[];
 extern PyMethodDef attnc_tsp_methods[];
 extern PyMethodDef attnc_lstmn_methods[];
 extern PyMethodDef attnc_pooling_methods[];
+extern PyMethodDef attnc_conv_methods[];
+extern PyMethodDef attnc_gated_methods[];
 
 #endif

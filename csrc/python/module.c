@@ -48,7 +48,9 @@ PyMODINIT_FUNC PyInit__core(void) {
         PyModule_AddFunctions(m, attnc_pointer_methods) != 0 ||
         PyModule_AddFunctions(m, attnc_tsp_methods) != 0 ||
         PyModule_AddFunctions(m, attnc_lstmn_methods) != 0 ||
-        PyModule_AddFunctions(m, attnc_pooling_methods) != 0) {
+        PyModule_AddFunctions(m, attnc_pooling_methods) != 0 ||
+        PyModule_AddFunctions(m, attnc_conv_methods) != 0 ||
+        PyModule_AddFunctions(m, attnc_gated_methods) != 0) {
         Py_DECREF(m);
         return NULL;
     }

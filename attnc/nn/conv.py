@@ -1,0 +1,286 @@
+"""attnc.nn.conv1d / conv2d and the modules Conv1d, Conv2d, CausalConv1d (in C:
+csrc/conv).
+
+A convolution here is torch's: a cross-correlation of (B, Cin, H, W) with a
+weight (Cout, Cin, kH, kW), groups = 1. A 1-d convolution is the H = 1 case
+of the same C kernel.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+
+import numpy as np
+
+from .. import _core
+from .._args import float_array, int_arg, same_dtype, shape_str
+from ..grad import register
+from .module import Module
+
+
+def _pair(value, name, n, low):
+    """An int or a tuple of n ints, each >= low, as a tuple of n ints."""
+    if isinstance(value, (tuple, list)):
+        if len(value) != n:
+            raise ValueError(f"{name} must be an int or a tuple of {n} ints, got {value!r}")
+        items = tuple(value)
+    else:
+        items = (value,) * n
+    out = []
+    for v in items:
+        if isinstance(v, bool) or not isinstance(v, numbers.Integral):
+            raise TypeError(f"{name} must be an int or a tuple of {n} ints, got {value!r}")
+        if v < low:
+            raise ValueError(f"{name} must be >= {low}, got {value!r}")
+        out.append(int(v))
+    return tuple(out)
+
+
+def _padding(padding, n, kernel, stride, dilation):
+    """torch's padding argument (int, tuple, "same", "valid") as (before, after)
+    pairs per spatial dim. "same" pads d (k - 1) in all, the extra one (for an
+    even total) after, as torch does; it needs stride 1."""
+    if isinstance(padding, str):
+        if padding == "valid":
+            return ((0, 0),) * n
+        if padding == "same":
+            if any(s != 1 for s in stride):
+                raise ValueError("padding='same' is not supported for strided convolutions")
+            return tuple((d * (k - 1) // 2, d * (k - 1) - d * (k - 1) // 2) for k, d in zip(kernel, dilation))
+        raise ValueError(f"padding must be an int, a tuple, 'same' or 'valid', got {padding!r}")
+    return tuple((p, p) for p in _pair(padding, "padding", n, 0))
+
+
+def _conv_forward(nd, input, weight, bias, stride, padding, dilation, groups, pads=None):
+    """The shared forward of conv1d (nd = 1) and conv2d (nd = 2); pads, if
+    given, are (before, after) pairs per spatial dim overriding padding."""
+    x = float_array(input, "input")
+    w = float_array(weight, "weight")
+    same_dtype(x.dtype, weight=w)
+    if groups != 1:
+        raise ValueError(f"attnc's convolutions support groups=1 only, got groups={groups!r}")
+    if w.ndim != nd + 2:
+        raise ValueError(f"weight has shape {shape_str(w.shape)}, expected {nd + 2} dims (out, in, "
+                         f"{'k' if nd == 1 else 'kH, kW'})")
+    if x.ndim not in (nd + 1, nd + 2):
+        raise ValueError(f"input has shape {shape_str(x.shape)}, expected (batch, channels, "
+                         f"{'length' if nd == 1 else 'H, W'}) or the same without batch")
+    batched = x.ndim == nd + 2
+    xb = x if batched else x[None]
+    if xb.shape[1] != w.shape[1]:
+        raise ValueError(f"input {shape_str(x.shape)} has {xb.shape[1]} channels but weight "
+                         f"{shape_str(w.shape)} expects {w.shape[1]}")
+    if min(w.shape[2:], default=1) < 1:
+        raise ValueError(f"weight {shape_str(w.shape)} has an empty kernel")
+    b = None
+    if bias is not None:
+        b = np.ascontiguousarray(float_array(bias, "bias"))
+        same_dtype(x.dtype, bias=b)
+        if b.shape != (w.shape[0],):
+            raise ValueError(f"bias has shape {shape_str(b.shape)}, expected ({w.shape[0]},)")
+    stride = _pair(stride, "stride", nd, 1)
+    dilation = _pair(dilation, "dilation", nd, 1)
+    if pads is None:
+        pads = _padding(padding, nd, w.shape[2:], stride, dilation)
+    if nd == 1:  # the H = 1 case of the 2-d kernel
+        xb, w = xb[:, :, None, :], w[:, :, None, :]
+        stride, dilation, pads = (1,) + stride, (1,) + dilation, ((0, 0),) + pads
+    for d in range(2):
+        span = dilation[d] * (w.shape[2 + d] - 1) + 1
+        if xb.shape[2 + d] + sum(pads[d]) < span:
+            raise ValueError(f"input {shape_str(x.shape)}, padded, is smaller than the dilated kernel "
+                             f"(span {span}) of weight {shape_str(np.shape(weight))}")
+    xb, w = np.ascontiguousarray(xb), np.ascontiguousarray(w)
+    pad4 = pads[0] + pads[1]
+    ho = (xb.shape[2] + sum(pads[0]) - dilation[0] * (w.shape[2] - 1) - 1) // stride[0] + 1
+    wo = (xb.shape[3] + sum(pads[1]) - dilation[1] * (w.shape[3] - 1) - 1) // stride[1] + 1
+    y = np.empty((xb.shape[0], w.shape[0], ho, wo), x.dtype)
+    _core.conv2d_forward(y, xb, w, b, stride, pad4, dilation)
+    out = y[:, :, 0, :] if nd == 1 else y
+    saved = (x.shape, np.shape(weight), xb, w, b is not None, stride, pad4, dilation)
+    return (out if batched else out[0]), saved
+
+
+def _conv_backward(saved, cotangents):
+    x_shape, w_shape, xb, w, has_bias, stride, pad4, dilation = saved
+    (dy,) = cotangents
+    ho = (xb.shape[2] + pad4[0] + pad4[1] - dilation[0] * (w.shape[2] - 1) - 1) // stride[0] + 1
+    wo = (xb.shape[3] + pad4[2] + pad4[3] - dilation[1] * (w.shape[3] - 1) - 1) // stride[1] + 1
+    shape = (xb.shape[0], w.shape[0], ho, wo)
+    dy4 = np.zeros(shape, xb.dtype) if dy is None else np.ascontiguousarray(dy).reshape(shape)
+    dx, dw = np.empty(xb.shape, xb.dtype), np.empty(w.shape, w.dtype)
+    db = np.empty(w.shape[0], w.dtype) if has_bias else None
+    _core.conv2d_backward(dx, dw, db, dy4, xb, w, stride, pad4, dilation)
+    grads = {"input": dx.reshape(x_shape), "weight": dw.reshape(w_shape)}
+    if has_bias:
+        grads["bias"] = db
+    return grads
+
+
+def _forward1(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    return _conv_forward(1, input, weight, bias, stride, padding, dilation, groups)
+
+
+def _forward2(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    return _conv_forward(2, input, weight, bias, stride, padding, dilation, groups)
+
+
+def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    """``torch.nn.functional.conv1d`` (groups=1): input (B, Cin, L) or (Cin, L),
+    weight (Cout, Cin, k), bias (Cout,) or None -> (B, Cout, Lout), Lout =
+    (L + 2 padding - dilation (k - 1) - 1) // stride + 1. padding: an int,
+    "valid" or "same" (stride 1). float32 or float64. Differentiable by
+    ``attnc.vjp`` (gradients "input", "weight", "bias").
+
+    Example
+    -------
+    >>> attnc.nn.conv1d(np.ones((2, 3, 10)), np.ones((4, 3, 3)), padding="same").shape
+    (2, 4, 10)
+    """
+    return _forward1(input, weight, bias, stride, padding, dilation, groups)[0]
+
+
+def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    """``torch.nn.functional.conv2d`` (groups=1): input (B, Cin, H, W) or
+    (Cin, H, W), weight (Cout, Cin, kH, kW), bias (Cout,) or None ->
+    (B, Cout, Ho, Wo). stride, padding, dilation: an int or a pair; padding
+    may also be "valid" or "same" (stride 1). float32 or float64.
+    Differentiable by ``attnc.vjp`` (gradients "input", "weight", "bias").
+
+    Example
+    -------
+    >>> attnc.nn.conv2d(np.ones((2, 3, 8, 8)), np.ones((4, 3, 3, 3)), stride=2, padding=1).shape
+    (2, 4, 4, 4)
+    """
+    return _forward2(input, weight, bias, stride, padding, dilation, groups)[0]
+
+
+register(conv1d, _forward1, _conv_backward)
+register(conv2d, _forward2, _conv_backward)
+
+
+class _ConvNd(Module):
+    _nd = 2
+
+    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1, groups=1,
+                 bias=True, *, dtype=np.float32, seed=None):
+        super().__init__(dtype)
+        nd = self._nd
+        self.in_channels = int_arg("in_channels", in_channels)
+        self.out_channels = int_arg("out_channels", out_channels)
+        self.kernel_size = _pair(kernel_size, "kernel_size", nd, 1)
+        self.stride = _pair(stride, "stride", nd, 1)
+        self.dilation = _pair(dilation, "dilation", nd, 1)
+        _padding(padding, nd, self.kernel_size, self.stride, self.dilation)  # checks it
+        self.padding = padding if isinstance(padding, str) else _pair(padding, "padding", nd, 0)
+        if groups != 1:
+            raise ValueError(f"attnc's convolutions support groups=1 only, got groups={groups!r}")
+        self.groups = 1
+        # torch's default: kaiming_uniform_(a=sqrt(5)) = U(+-1/sqrt(fan_in)), the bias likewise.
+        fan_in = self.in_channels * math.prod(self.kernel_size)
+        bound = 1 / math.sqrt(fan_in)
+        rng = np.random.default_rng(seed)
+        self.register_parameter("weight", rng.uniform(-bound, bound, (self.out_channels, self.in_channels)
+                                                      + self.kernel_size))
+        self.register_parameter("bias", rng.uniform(-bound, bound, self.out_channels) if bias else None)
+
+    def _args(self):
+        return self.bias, self.stride, self.padding, self.dilation, 1
+
+    def forward(self, input):
+        return self._vjp_forward(input)[0]
+
+    def _vjp_forward(self, input):
+        return _conv_forward(self._nd, input, self.weight, *self._args())
+
+    _vjp_backward = staticmethod(_conv_backward)
+
+    def extra_repr(self):
+        return (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, stride={self.stride}, "
+                f"padding={self.padding}, dilation={self.dilation}, bias={self.bias is not None}")
+
+
+class Conv1d(_ConvNd):
+    """``torch.nn.Conv1d`` (groups=1): (B, Cin, L) -> (B, Cout, Lout); parameters
+    ``weight`` (Cout, Cin, k) and ``bias`` (Cout,), torch's default
+    initialisation (uniform in +-1/sqrt(Cin k)) from ``seed``.
+
+    Example
+    -------
+    >>> attnc.nn.Conv1d(3, 8, 5, padding="same", seed=0)(np.ones((2, 3, 20), np.float32)).shape
+    (2, 8, 20)
+    """
+
+    _nd = 1
+
+
+class Conv2d(_ConvNd):
+    """``torch.nn.Conv2d`` (groups=1): (B, Cin, H, W) -> (B, Cout, Ho, Wo);
+    parameters ``weight`` (Cout, Cin, kH, kW) and ``bias`` (Cout,), torch's
+    default initialisation from ``seed``.
+
+    Example
+    -------
+    >>> attnc.nn.Conv2d(3, 8, 3, padding=1, seed=0)(np.ones((2, 3, 16, 16), np.float32)).shape
+    (2, 8, 16, 16)
+    """
+
+    _nd = 2
+
+
+class CausalConv1d(Module):
+    """A dilated causal 1-d convolution (WaveNet, SNAIL): the input is padded on
+    the left by (kernel_size - 1) dilation, so output t sees inputs <= t
+    only and the output has the input's length.
+
+    (B, Cin, T) -> (B, Cout, T); parameters ``weight`` (Cout, Cin, kernel_size)
+    and ``bias`` (Cout,) as ``torch.nn.Conv1d``'s (same initialisation), so
+    the module equals ``torch.nn.Conv1d(..., padding=0)`` applied to
+    ``F.pad(x, ((kernel_size - 1) dilation, 0))``.
+
+    Example
+    -------
+    >>> conv = attnc.nn.CausalConv1d(4, 8, kernel_size=2, dilation=4, seed=0)
+    >>> conv(np.ones((3, 4, 10), np.float32)).shape
+    (3, 8, 10)
+    """
+
+    def __init__(self, in_channels, out_channels, kernel_size=2, dilation=1, bias=True, *, dtype=np.float32,
+                 seed=None):
+        super().__init__(dtype)
+        self.in_channels = int_arg("in_channels", in_channels)
+        self.out_channels = int_arg("out_channels", out_channels)
+        self.kernel_size = int_arg("kernel_size", kernel_size)
+        self.dilation = int_arg("dilation", dilation)
+        bound = 1 / math.sqrt(self.in_channels * self.kernel_size)
+        rng = np.random.default_rng(seed)
+        self.register_parameter("weight", rng.uniform(-bound, bound, (self.out_channels, self.in_channels,
+                                                                      self.kernel_size)))
+        self.register_parameter("bias", rng.uniform(-bound, bound, self.out_channels) if bias else None)
+
+    def forward(self, input):
+        return self._vjp_forward(input)[0]
+
+    def _vjp_forward(self, input):
+        return causal_conv1d_forward(input, self.weight, self.bias, self.dilation)
+
+    _vjp_backward = staticmethod(_conv_backward)
+
+    def extra_repr(self):
+        return (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
+                f"dilation={self.dilation}, bias={self.bias is not None}")
+
+
+def causal_conv1d_forward(input, weight, bias=None, dilation=1):
+    """(output, saved) of a causal 1-d convolution, input (B, Cin, T) or
+    (Cin, T), weight (Cout, Cin, k): the C kernel's asymmetric padding of
+    (k - 1) dilation on the left and none on the right (no copy of the
+    input). For composite modules that chain its pullback:
+    ``conv_backward(saved, (doutput,))``."""
+    dilation = int_arg("dilation", dilation)
+    k = np.shape(weight)[-1] if np.ndim(weight) == 3 else 1
+    return _conv_forward(1, input, weight, bias, 1, 0, dilation, 1, pads=(((k - 1) * dilation, 0),))
+
+
+conv_backward = _conv_backward
