@@ -181,7 +181,18 @@ def _pick(rng, values, exclude=()):
 class EntailmentTask:
     """Premise / hypothesis pairs about a scene of coloured animals (see the
     module docstring). ``sample(rng, split)`` gives one pair as strings,
-    ``batch(batch_size, seed, split)`` an EntailmentBatch of token ids."""
+    ``batch(batch_size, seed, split)`` an EntailmentBatch of token ids.
+
+    Example
+    -------
+    >>> task = EntailmentTask()
+    >>> premise, hypothesis, label, names, targets = task.sample(np.random.default_rng(0))
+    >>> len(targets) == len(hypothesis.split()), task.labels[label] in task.labels
+    (True, True)
+    >>> b = task.batch(16, seed=0, split="test")
+    >>> b.targets.shape == b.hypothesis.shape
+    True
+    """
 
     def __init__(self):
         self.words = ("<pad>",) + ARTICLES + COLOURS + ANIMALS
@@ -247,6 +258,8 @@ class EntailmentTask:
         return premise, " ".join(words), label, (f"P{n}", f"{kind}{k}"), targets
 
     def batch(self, batch_size: int, seed=None, split="train") -> EntailmentBatch:
+        """Draw batch_size pairs ("train": no held-out combination anywhere;
+        "test": scenes made only of HELDOUT_PAIRS)."""
         B = size_arg("batch_size", batch_size, 1)
         rng = _rng(seed)
         rows = [self.sample(rng, split) for _ in range(B)]
