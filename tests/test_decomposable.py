@@ -31,21 +31,21 @@ def _masks(la, lb, La, Lb):
     return np.arange(La)[None] < la[:, None], np.arange(Lb)[None] < lb[:, None]
 
 
-def _model(project=True, dtype=np.float64, seed=5, V=11, E=4, H=6):
-    m = DecomposableAttention(V, E, H, dtype=dtype, seed=seed, project=project)
+def _model(project=True, dtype=np.float64, seed=5, V=11, E=4, H=6, context=0):
+    m = DecomposableAttention(V, E, H, dtype=dtype, seed=seed, project=project, context=context)
     # random (not torch-style) weights so every unit is active somewhere
     rng = np.random.default_rng(seed)
     m.load_state_dict({k: rng.standard_normal(v.shape) * 0.7 for k, v in m.state_dict().items()})
     return m
 
 
-@pytest.mark.parametrize("project", [True, False])
-def test_forward_matches_reference(rng, project):
-    m = _model(project)
+@pytest.mark.parametrize("project,context", [(True, 0), (False, 0), (True, 1), (False, 1)])
+def test_forward_matches_reference(rng, project, context):
+    m = _model(project, context=context)
     p, h, la, lb = _pair(rng)
     ma, mb = _masks(la, lb, p.shape[1], h.shape[1])
     logits, att = m(p, h, la, lb, return_attention=True)
-    rl, rab, rba = decomposable_ref(m.state_dict(), p, h, ma, mb)
+    rl, rab, rba = decomposable_ref(m.state_dict(), p, h, ma, mb, context)
     close(logits, rl, 1e-10, "logits")
     close(att, rab, 1e-12, "attention")
     al = m.align(p, h, la, lb)
@@ -59,8 +59,9 @@ def test_forward_matches_reference(rng, project):
     close(att.sum(-1), ma * (lb[:, None] > 0), 1e-12)
 
 
-def test_masks_agree_and_padding_ignored(rng):
-    m = _model()
+@pytest.mark.parametrize("context", [0, 1])
+def test_masks_agree_and_padding_ignored(rng, context):
+    m = _model(context=context)
     p, h, la, lb = _pair(rng)
     ma, mb = _masks(la, lb, p.shape[1], h.shape[1])
     ref = m(p, h, la, lb)
@@ -72,8 +73,9 @@ def test_masks_agree_and_padding_ignored(rng):
     same_bits(m(p2, h2, la, lb), ref)
 
 
-def test_gradients_against_torch(rng, torch):
-    m = _model()
+@pytest.mark.parametrize("context", [0, 1])
+def test_gradients_against_torch(rng, torch, context):
+    m = _model(context=context)
     p, h, la, lb = _pair(rng)
     ma, mb = _masks(la, lb, p.shape[1], h.shape[1])
     logits, pb = attnc.vjp(m, p, h, la, lb)
@@ -85,10 +87,18 @@ def test_gradients_against_torch(rng, torch):
         x = torch.relu(x @ sd[f"{prefix}.linear1.weight"].T + sd[f"{prefix}.linear1.bias"])
         return torch.relu(x @ sd[f"{prefix}.linear2.weight"].T + sd[f"{prefix}.linear2.bias"])
 
-    a = sd["embedding.weight"][torch.from_numpy(p)] @ sd["projection.weight"].T
-    b = sd["embedding.weight"][torch.from_numpy(h)] @ sd["projection.weight"].T
-    e = ff("attend", a) @ ff("attend", b).transpose(1, 2)
     tma, tmb = torch.from_numpy(ma), torch.from_numpy(mb)
+
+    def window(x, mask):
+        if not context:
+            return x
+        x = x * mask[..., None]
+        pad = torch.nn.functional.pad(x, (0, 0, 1, 1))  # one zero position at each end
+        return torch.cat([pad[:, :-2], x, pad[:, 2:]], -1) * mask[..., None]
+
+    a = window(sd["embedding.weight"][torch.from_numpy(p)], tma) @ sd["projection.weight"].T
+    b = window(sd["embedding.weight"][torch.from_numpy(h)], tmb) @ sd["projection.weight"].T
+    e = ff("attend", a) @ ff("attend", b).transpose(1, 2)
     both = tma[:, :, None] & tmb[:, None, :]
 
     def msoftmax(s, mask, dim):
@@ -107,9 +117,9 @@ def test_gradients_against_torch(rng, torch):
         close(grads[k], t.grad.numpy(), 1e-9, k)
 
 
-@pytest.mark.parametrize("project", [True, False])
-def test_gradients_finite_differences(rng, project):
-    m = _model(project, V=7, E=3, H=4)
+@pytest.mark.parametrize("project,context", [(True, 0), (False, 0), (True, 1), (False, 1)])
+def test_gradients_finite_differences(rng, project, context):
+    m = _model(project, V=7, E=3, H=4, context=context)
     p, h, la, lb = _pair(rng, V=7)
     ma, mb = _masks(la, lb, p.shape[1], h.shape[1])
     logits, pb = attnc.vjp(m, p, h, premise_mask=ma, hypothesis_mask=mb)
@@ -118,7 +128,7 @@ def test_gradients_finite_differences(rng, project):
     sd = m.state_dict()
 
     def ref(**params):
-        return decomposable_ref(params, p, h, ma, mb)[0]
+        return decomposable_ref(params, p, h, ma, mb, context)[0]
 
     num = numeric_vjp(ref, dict(sd), [cot], list(sd))
     for k in sd:
@@ -127,9 +137,10 @@ def test_gradients_finite_differences(rng, project):
     assert np.all(grads["embedding.weight"][0] == 0)
 
 
-def test_float32_matches_float64(rng):
-    m64 = _model()
-    m32 = _model(dtype=np.float32)
+@pytest.mark.parametrize("context", [0, 1])
+def test_float32_matches_float64(rng, context):
+    m64 = _model(context=context)
+    m32 = _model(dtype=np.float32, context=context)
     m32.load_state_dict(m64.state_dict())
     p, h, la, lb = _pair(rng)
     l64, pb64 = attnc.vjp(m64, p, h, la, lb)
@@ -143,8 +154,9 @@ def test_float32_matches_float64(rng):
         close(g32[k], g64[k], 1e-3, k)
 
 
-def test_threads_bitwise(rng, restore_threads):
-    m = DecomposableAttention(40, 16, 32, seed=1)
+@pytest.mark.parametrize("context", [0, 1])
+def test_threads_bitwise(rng, restore_threads, context):
+    m = DecomposableAttention(40, 16, 32, seed=1, context=context)
     p, h, la, lb = _pair(rng, B=50, La=9, Lb=8, V=40)
     cot = rng.standard_normal((50, 3)).astype(np.float32)
     out = []
@@ -167,6 +179,10 @@ def test_state_dict_seed_and_save(tmp_path):
     assert m.state_dict()["aggregate.linear1.weight"].shape == (7, 14)  # [v1; v2]
     unprojected = DecomposableAttention(12, 5, 7, project=False).state_dict()
     assert "projection.weight" not in unprojected and unprojected["compare.linear1.weight"].shape == (7, 10)
+    windowed = DecomposableAttention(12, 5, 7, context=1).state_dict()
+    assert windowed["projection.weight"].shape == (7, 15)  # [x_{i-1}; x_i; x_{i+1}] -> 7
+    assert DecomposableAttention(12, 5, 7, project=False, context=1).state_dict()["attend.linear1.weight"].shape == (
+        7, 15)
     same_bits(DecomposableAttention(12, 5, 7, num_classes=4, seed=3).attend.linear1.weight, m.attend.linear1.weight)
     attnc.save(tmp_path / "m.npz", m)
     m2 = attnc.load(tmp_path / "m.npz")
@@ -176,8 +192,9 @@ def test_state_dict_seed_and_save(tmp_path):
     assert list(ff.state_dict()) == ["linear1.weight", "linear1.bias", "linear2.weight", "linear2.bias"]
 
 
-def test_inputs_not_modified(rng):
-    m = _model()
+@pytest.mark.parametrize("context", [0, 1])
+def test_inputs_not_modified(rng, context):
+    m = _model(context=context)
     p, h, la, lb = _pair(rng)
     before = [x.copy() for x in (p, h, la, lb)]
     sd = m.state_dict()
@@ -210,6 +227,8 @@ def test_bad_input():
         m(p, p, np.array([2]), premise_mask=np.ones((1, 3), bool))
     with pytest.raises(ValueError, match="hidden_size must be an int >= 1"):
         DecomposableAttention(10, 4, 0)
+    with pytest.raises(ValueError, match="context must be 0 or 1"):
+        DecomposableAttention(10, 4, 6, context=2)
 
 
 def test_training_step_lowers_loss():
@@ -231,10 +250,12 @@ def test_entailment_quick_run(tmp_path):
     path = tmp_path / "ent.npz"
     first, stderr = run_experiment("entailment", "--quick", "--seed", "2", "--threads", "1", "--save", str(path))
     assert "it/s" in stderr or "s/it" in stderr
-    for key in ("accuracy", "per_class_accuracy", "train_seconds", "heldout_size", "final_loss"):
+    for key in ("accuracy", "per_class_accuracy", "train_seconds", "heldout_size", "final_loss", "alignment_accuracy",
+                "premise_alignment_accuracy"):
         assert key in first
     assert set(first["per_class_accuracy"]) == {"entailment", "contradiction", "neutral"}
     assert 0 <= first["accuracy"] <= 1 and first["final_loss"] < first["first_loss"]
+    assert 0 <= first["alignment_accuracy"] <= 1 and 0 <= first["premise_alignment_accuracy"] <= 1
     second, _ = run_experiment("entailment", "--quick", "--seed", "2", "--threads", "2")
     assert {k: v for k, v in first.items() if k not in TIMING} == {k: v for k, v in second.items() if k not in TIMING}
     model = attnc.load(path)
@@ -244,8 +265,9 @@ def test_entailment_quick_run(tmp_path):
 def test_notebook_helpers():
     from attnc.experiments import entailment
     model, task, metrics = entailment.train_model(seed=0, quick=True, steps=5)
-    words_p, words_h, att, probs = entailment.alignment(model, task, "the red cat is on the mat", "a cat is on the mat")
+    words_p, words_h, att, probs = entailment.alignment(model, task, "the red cat and the blue dog", "a blue cat")
     assert att.shape == (len(words_p), len(words_h)) and set(probs) == set(task.labels)
+    assert model.context == 1
     close(att.sum(1), np.ones(len(words_p)), 1e-5)
 
 
@@ -268,3 +290,24 @@ def test_dropout_train_and_eval(rng):
     assert np.isfinite(loss) and set(g) == set(m.state_dict())
     with pytest.raises(ValueError, match="dropout must be in"):
         DecomposableAttention(10, 4, 4, dropout=1.0)
+
+
+def test_alignment_accuracy_counts_the_targets(rng):
+    from attnc.datasets import EntailmentTask
+    from attnc.experiments import entailment
+    task = EntailmentTask()
+    m = DecomposableAttention(task.vocab_size, 8, 16, seed=2, context=1)
+    b = task.batch(40, seed=3, split="test")
+    got = entailment.alignment_accuracy(m, b, chunk=7)
+    al = m.align(b.premise, b.hypothesis, b.premise_lengths, b.hypothesis_lengths)
+    hits = rev = total = 0
+    for n in range(len(b)):
+        la, lb = b.premise_lengths[n], b.hypothesis_lengths[n]
+        for j in range(lb):
+            i = b.targets[n, j]
+            if i >= 0:
+                total += 1
+                hits += int(np.argmax(al["scores"][n, :la, j]) == i)
+                rev += int(np.argmax(al["premise_to_hypothesis"][n, i, :lb]) == j)
+    assert total > 40
+    assert got == {"alignment_accuracy": hits / total, "premise_alignment_accuracy": rev / total}

@@ -1,21 +1,13 @@
 """attnc.datasets.MarkerTask and EntailmentTask: shapes, seeding, the marker
 placement (the markers are the only evidence), balanced classes, held-out
-(colour, animal) combinations, and every entailment label checked by an
-independent judge of the world's rules."""
+(colour, animal) combinations, and every entailment label and alignment
+target checked by an independent judge of the world's rules."""
 
 import numpy as np
 import pytest
 
 from attnc.datasets import EntailmentTask, MarkerTask
-from attnc.datasets.text_tasks import (
-    ACTIVITIES,
-    ANIMALS,
-    COLOURS,
-    HELDOUT_PAIRS,
-    LOCATIONS,
-    RELATIONS,
-    SIZES,
-)
+from attnc.datasets.text_tasks import ANIMALS, COLOURS, HELDOUT_PAIRS
 
 
 def test_marker_batch_shapes_and_markers():
@@ -64,29 +56,31 @@ def test_marker_bad_arguments():
         MarkerTask().batch(0)
 
 
-def _parse(words):
-    """A sentence of the world as facts: colour, animal, relation, location, size, activity (None: not said)."""
-    f = dict.fromkeys(("colour", "animal", "relation", "location", "size", "activity"))
+def _entities(words):
+    """A sentence of the world as [(colour or None, animal)]: "the|a [colour] animal" joined by "and"."""
+    out, colour = [], None
     for w in words:
-        for key, vocab in (("colour", COLOURS), ("animal", ANIMALS), ("relation", RELATIONS),
-                           ("location", LOCATIONS), ("size", SIZES), ("activity", ACTIVITIES)):
-            if w in vocab:
-                assert f[key] is None, words
-                f[key] = w
-    return f
+        if w in COLOURS:
+            assert colour is None, words
+            colour = w
+        elif w in ANIMALS:
+            out.append((colour, w))
+            colour = None
+        else:
+            assert w in ("the", "a", "and") and colour is None, words
+    return out
 
 
 def judge(premise, hypothesis):
-    """The world's rule: one animal in one place, fully described by the premise."""
-    p, h = _parse(premise), _parse(hypothesis)
-    assert p["animal"] and p["relation"] and p["location"] and p["colour"] and p["activity"] is None
-    assert h["animal"] == p["animal"]
-    for key in ("colour", "relation", "location", "size"):
-        if h[key] is not None and p[key] is not None and h[key] != p[key]:
-            return 1
-    for key in ("size", "activity"):
-        if h[key] is not None and p[key] is None:
-            return 2
+    """The world's rule: the premise lists the whole scene, each animal with its one colour."""
+    scene = {a: c for c, a in _entities(premise)}
+    assert len(scene) == len(_entities(premise)) in (2, 3) and None not in scene.values()
+    assert len(set(scene.values())) == len(scene)  # distinct colours
+    said = _entities(hypothesis)
+    if any(a in scene and c is not None and c != scene[a] for c, a in said):
+        return 1
+    if any(a not in scene for _, a in said):
+        return 2
     return 0
 
 
@@ -95,6 +89,7 @@ def test_entailment_labels_follow_the_world():
     for split in ("train", "test"):
         b = task.batch(3000, seed=7, split=split)
         assert b.premise.dtype == np.int64 and b.premise.shape[0] == 3000
+        assert b.targets.shape == b.hypothesis.shape and b.targets.dtype == np.int64
         counts = np.bincount(b.labels, minlength=3)
         assert counts.min() > 900  # balanced
         names = set()
@@ -103,10 +98,24 @@ def test_entailment_labels_follow_the_world():
             assert len(pw) == b.premise_lengths[i] and len(hw) == b.hypothesis_lengths[i]
             assert np.all(b.premise[i, len(pw):] == 0) and np.all(b.hypothesis[i, len(hw):] == 0)
             assert judge(pw, hw) == b.labels[i], (pw, hw, b.labels[i], b.templates[i])
-            pair = (_parse(pw)["colour"], _parse(pw)["animal"])
-            assert (pair in HELDOUT_PAIRS) == (split == "test")
-            names.add(b.templates[i][1])
-        assert len(names) == 12  # every hypothesis template appears
+            scene = _entities(pw)
+            assert all((pair in HELDOUT_PAIRS) == (split == "test") for pair in scene)
+            if split == "train":  # no held-out combination anywhere in training
+                assert not set(_entities(hw)) & set(HELDOUT_PAIRS)
+            names.add(b.templates[i])
+            # targets: a hypothesis animal of the scene points at that animal, its colour at the animal's colour
+            animals = dict((a, k) for k, a in enumerate(pw) if a in ANIMALS)
+            t = b.targets[i]
+            assert np.all(t[len(hw):] == -1)
+            for j, w in enumerate(hw):
+                if w in ANIMALS:
+                    expect = animals.get(w, -1)
+                elif w in COLOURS and hw[j + 1] in animals:
+                    expect = animals[hw[j + 1]] - 1
+                else:
+                    expect = -1
+                assert t[j] == expect, (pw, hw, t)
+        assert len(names) == 16  # 2 scene sizes x 4 hypothesis kinds x 1 or 2 animals named
 
 
 def test_entailment_seeded_and_bad_split():
@@ -114,6 +123,8 @@ def test_entailment_seeded_and_bad_split():
     a, b = task.batch(50, seed=3), task.batch(50, seed=3)
     assert np.array_equal(a.premise, b.premise) and np.array_equal(a.hypothesis, b.hypothesis)
     assert np.array_equal(a.labels, b.labels) and a.templates == b.templates
-    assert list(task.encode("the red cat is on the mat")) == [task.index[w] for w in "the red cat is on the mat".split()]
+    assert np.array_equal(a.targets, b.targets)
+    sentence = "the red cat and the blue dog"
+    assert list(task.encode(sentence)) == [task.index[w] for w in sentence.split()]
     with pytest.raises(ValueError, match="split must be"):
         task.batch(4, seed=0, split="dev")

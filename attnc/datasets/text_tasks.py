@@ -11,34 +11,32 @@
     their positions (for the "attention mass on the markers" check).
 
 ``EntailmentTask`` (decomposable attention, Parikh et al. 2016)
-    Premise / hypothesis pairs built from templates over a small world of
-    animals, colours, relations, locations, sizes and activities. Convention
-    of the world: a premise describes a whole scene with exactly one animal
-    in exactly one place, so a hypothesis that gives that animal another
-    colour, relation, location or location size contradicts it. Templates
-    ({c} colour, {a} animal, {r} relation, {l} location, {s} size, {v}
-    activity; a primed slot is a different value of the same kind):
+    Premise / hypothesis pairs about a scene of 2 or 3 animals, each of one
+    colour (distinct animals, distinct colours; 8 colours, 8 animals). The
+    premise lists the whole scene ("the red cat and the blue dog and the green
+    fox"); the hypothesis names 1 or 2 animals in any order, each "the|a
+    [colour] animal", joined by "and" ("a dog and the red cat"). The world's
+    rule: the premise describes the scene completely, so
 
-    premise      P1  the {c} {a} is {r} the {l}
-                 P2  the {c} {a} is {r} the {s} {l}
-    entailment   E1  a {a} is {r} the {l}
-                 E2  the {c} {a} is {r} the {l}
-                 E3  the {a} is {r} a {l}
-                 E4  a {c} {a} is {r} a {l}
-                 E5  the {a} is {r} the {s} {l}          (P2 only)
-    contradiction C1 the {c'} {a} is {r} the {l}
-                 C2  the {a} is {r'} the {l}
-                 C3  a {c} {a} is {r} the {l'}
-                 C4  the {a} is {r} the {s'} {l}         (P2 only)
-    neutral      N1  the {c} {a} {v}
-                 N2  a {a} {v} {r} the {l}
-                 N3  the {a} is {r} the {s} {l}          (P1 only: the size is new)
+    entailment     E   every named animal is in the scene with its colour (a
+                       colour may be left out: "a dog")
+    contradiction  Cs  one named animal of the scene gets another animal's
+                       colour ("the blue cat" after "the red cat and the blue
+                       dog"): every word of the hypothesis occurs in the
+                       premise, so only the colour *of the cat* decides
+                   Cn  one named animal gets a colour not in the scene
+    neutral        N   one named animal is not in the scene (any colour)
 
-    Labels: 0 entailment, 1 contradiction, 2 neutral, drawn uniformly (the
-    three classes are balanced); the template within a class uniformly among
-    those that apply to the premise's form. ``split="test"`` draws scenes
-    whose (colour, animal) pair is one of the ``HELDOUT_PAIRS`` that
-    ``split="train"`` never uses: held-out combinations.
+    and in every class the other named animal (if any) is told right. Labels
+    0 entailment, 1 contradiction, 2 neutral, drawn uniformly (balanced).
+    Because of Cs, the words a sentence contains do not decide its label: the
+    colour must be bound to its animal and each named animal compared with
+    the same animal of the premise. ``split="test"`` builds scenes only of
+    the ``HELDOUT_PAIRS`` (colour, animal) combinations, which no sentence of
+    ``split="train"`` contains: held-out combinations. ``targets`` of a batch
+    give, for each hypothesis animal of the scene and the colour given to it,
+    the position of the corresponding premise word (the alignment the
+    experiment measures).
 
 Token ids: ``PAD = 0``; words from 1 in the order of the task's ``words``.
 ``seed`` is an int, ``None`` or a ``np.random.Generator``; the same seed
@@ -144,27 +142,11 @@ class MarkerTask:
 
 COLOURS = ("red", "blue", "green", "black", "white", "brown", "grey", "yellow")
 ANIMALS = ("cat", "dog", "bird", "horse", "mouse", "rabbit", "fox", "cow")
-RELATIONS = ("on", "under", "behind", "beside")
-LOCATIONS = ("mat", "table", "bed", "box", "chair", "sofa", "rug", "car")
-SIZES = ("big", "small")
-ACTIVITIES = ("sleeps", "eats", "plays", "hides", "waits")
-ARTICLES = ("the", "a", "is")
+ARTICLES = ("the", "a", "and")
 # (colour, animal) pairs only the test split uses: one per animal, each colour once
 HELDOUT_PAIRS = tuple((COLOURS[i], ANIMALS[(3 * i + 1) % len(ANIMALS)]) for i in range(len(COLOURS)))
 ENTAILMENT, CONTRADICTION, NEUTRAL = 0, 1, 2
 LABELS = ("entailment", "contradiction", "neutral")
-
-# Templates: class -> [(name, form the premise must have (None: any), words)]
-TEMPLATES = {
-    ENTAILMENT: [("E1", None, "a {a} is {r} the {l}"), ("E2", None, "the {c} {a} is {r} the {l}"),
-                 ("E3", None, "the {a} is {r} a {l}"), ("E4", None, "a {c} {a} is {r} a {l}"),
-                 ("E5", "P2", "the {a} is {r} the {s} {l}")],
-    CONTRADICTION: [("C1", None, "the {c2} {a} is {r} the {l}"), ("C2", None, "the {a} is {r2} the {l}"),
-                    ("C3", None, "a {c} {a} is {r} the {l2}"), ("C4", "P2", "the {a} is {r} the {s2} {l}")],
-    NEUTRAL: [("N1", None, "the {c} {a} {v}"), ("N2", None, "a {a} {v} {r} the {l}"),
-              ("N3", "P1", "the {a} is {r} the {s} {l}")],
-}
-PREMISES = {"P1": "the {c} {a} is {r} the {l}", "P2": "the {c} {a} is {r} the {s} {l}"}
 
 
 @dataclass(frozen=True)
@@ -172,7 +154,12 @@ class EntailmentBatch:
     """premise (B, La) and hypothesis (B, Lb) int64 padded with PAD;
     premise_lengths, hypothesis_lengths (B,) int64; labels (B,) int64 (0
     entailment, 1 contradiction, 2 neutral); templates: the (premise,
-    hypothesis) template names of each pair."""
+    hypothesis) template names of each pair ("P2"/"P3"; "E", "Cs", "Cn" or
+    "N" followed by the number of animals the hypothesis names); targets
+    (B, Lb) int64: for each hypothesis word the world compares with a premise
+    word (an animal of the scene, and the colour given to it, right or wrong)
+    the position of that premise word (the animal; the animal's colour), else
+    -1 (articles, "and", padding, the animal not in the scene and its colour)."""
 
     premise: np.ndarray
     hypothesis: np.ndarray
@@ -180,22 +167,35 @@ class EntailmentBatch:
     hypothesis_lengths: np.ndarray
     labels: np.ndarray
     templates: tuple
+    targets: np.ndarray
 
     def __len__(self):
         return self.premise.shape[0]
 
 
-def _other(rng, values, value):
-    i = int(rng.integers(0, len(values) - 1))
-    j = values.index(value)
-    return values[i if i < j else i + 1]
+def _pick(rng, values, exclude=()):
+    options = [v for v in values if v not in exclude]
+    return options[int(rng.integers(len(options)))]
 
 
 class EntailmentTask:
-    """Premise / hypothesis pairs from templates (see the module docstring)."""
+    """Premise / hypothesis pairs about a scene of coloured animals (see the
+    module docstring). ``sample(rng, split)`` gives one pair as strings,
+    ``batch(batch_size, seed, split)`` an EntailmentBatch of token ids.
+
+    Example
+    -------
+    >>> task = EntailmentTask()
+    >>> premise, hypothesis, label, names, targets = task.sample(np.random.default_rng(0))
+    >>> len(targets) == len(hypothesis.split()), task.labels[label] in task.labels
+    (True, True)
+    >>> b = task.batch(16, seed=0, split="test")
+    >>> b.targets.shape == b.hypothesis.shape
+    True
+    """
 
     def __init__(self):
-        self.words = ("<pad>",) + ARTICLES + COLOURS + ANIMALS + RELATIONS + LOCATIONS + SIZES + ACTIVITIES
+        self.words = ("<pad>",) + ARTICLES + COLOURS + ANIMALS
         self.index = {w: i for i, w in enumerate(self.words)}
         self.labels = LABELS
 
@@ -209,37 +209,70 @@ class EntailmentTask:
     def decode(self, ids) -> list:
         return [self.words[i] for i in np.asarray(ids).tolist() if i != PAD]
 
+    def _scene(self, rng, split):
+        n = 2 + int(rng.random() < 0.5)
+        if split == "test":
+            return [HELDOUT_PAIRS[i] for i in rng.choice(len(HELDOUT_PAIRS), n, replace=False)]
+        while True:
+            scene = list(zip((COLOURS[i] for i in rng.choice(len(COLOURS), n, replace=False)),
+                             (ANIMALS[i] for i in rng.choice(len(ANIMALS), n, replace=False))))
+            if not set(scene) & set(HELDOUT_PAIRS):
+                return scene
+
     def sample(self, rng, split="train"):
-        """(premise, hypothesis, label, (premise template, hypothesis template)) as strings."""
+        """(premise, hypothesis, label, (premise template, hypothesis template),
+        targets (a list, one per hypothesis word: see EntailmentBatch))."""
         if split not in ("train", "test"):
             raise ValueError(f"split must be 'train' or 'test', got {split!r}")
         while True:
-            c, a = COLOURS[rng.integers(len(COLOURS))], ANIMALS[rng.integers(len(ANIMALS))]
-            if ((c, a) in HELDOUT_PAIRS) == (split == "test"):
+            scene = self._scene(rng, split)
+            n = len(scene)
+            label = int(rng.integers(3))
+            kind = {ENTAILMENT: "E", NEUTRAL: "N"}.get(label, "Cs" if rng.random() < 0.5 else "Cn")
+            k = 1 + int(rng.random() < 0.5)  # animals named by the hypothesis
+            named = [int(i) for i in rng.choice(n, k, replace=False)]
+            mention = [(scene[i][0], scene[i][1], i) for i in named]  # (colour or None, animal, scene index)
+            changed = int(rng.integers(k))
+            c, a, i = mention[changed]
+            if kind == "Cs":
+                mention[changed] = (scene[_pick(rng, range(n), (i,))][0], a, i)
+            elif kind == "Cn":
+                mention[changed] = (_pick(rng, COLOURS, [s[0] for s in scene]), a, i)
+            elif kind == "N":
+                mention[changed] = (_pick(rng, COLOURS), _pick(rng, ANIMALS, [s[1] for s in scene]), -1)
+            # an entailed or neutral mention may leave the colour out; a contradicted one keeps it
+            mention = [(None if (kind == "E" or m != changed) and rng.random() < 0.3 else col, an, si)
+                       for m, (col, an, si) in enumerate(mention)]
+            if split == "test" or not {(col, an) for col, an, _ in mention} & set(HELDOUT_PAIRS):
                 break
-        slots = dict(c=c, a=a, r=RELATIONS[rng.integers(len(RELATIONS))], l=LOCATIONS[rng.integers(len(LOCATIONS))],
-                     s=SIZES[rng.integers(len(SIZES))], v=ACTIVITIES[rng.integers(len(ACTIVITIES))])
-        slots.update(c2=_other(rng, COLOURS, c), r2=_other(rng, RELATIONS, slots["r"]),
-                     l2=_other(rng, LOCATIONS, slots["l"]), s2=_other(rng, SIZES, slots["s"]))
-        form = "P1" if rng.random() < 0.5 else "P2"
-        label = int(rng.integers(3))
-        options = [t for t in TEMPLATES[label] if t[1] in (None, form)]
-        name, _, words = options[rng.integers(len(options))]
-        return PREMISES[form].format(**slots), words.format(**slots), label, (form, name)
+        premise = " and ".join(f"the {col} {an}" for col, an in scene)
+        words, targets = [], []
+        for m, (col, an, si) in enumerate(mention):
+            words += (["and"] if m else []) + [("the", "a")[int(rng.integers(2))]]
+            targets += [-1] * (2 if m else 1)
+            if col is not None:
+                words.append(col)
+                targets.append(4 * si + 1 if si >= 0 else -1)
+            words.append(an)
+            targets.append(4 * si + 2 if si >= 0 else -1)
+        return premise, " ".join(words), label, (f"P{n}", f"{kind}{k}"), targets
 
     def batch(self, batch_size: int, seed=None, split="train") -> EntailmentBatch:
+        """Draw batch_size pairs ("train": no held-out combination anywhere;
+        "test": scenes made only of HELDOUT_PAIRS)."""
         B = size_arg("batch_size", batch_size, 1)
         rng = _rng(seed)
         rows = [self.sample(rng, split) for _ in range(B)]
-        prem = [self.encode(p) for p, _, _, _ in rows]
-        hyp = [self.encode(h) for _, h, _, _ in rows]
+        prem = [self.encode(r[0]) for r in rows]
+        hyp = [self.encode(r[1]) for r in rows]
         return EntailmentBatch(_pad(prem), _pad(hyp), np.array([len(p) for p in prem], np.int64),
                                np.array([len(h) for h in hyp], np.int64),
-                               np.array([r[2] for r in rows], np.int64), tuple(r[3] for r in rows))
+                               np.array([r[2] for r in rows], np.int64), tuple(r[3] for r in rows),
+                               _pad([np.array(r[4], np.int64) for r in rows], -1))
 
 
-def _pad(seqs) -> np.ndarray:
-    out = np.full((len(seqs), max(len(s) for s in seqs)), PAD, np.int64)
+def _pad(seqs, fill=PAD) -> np.ndarray:
+    out = np.full((len(seqs), max(len(s) for s in seqs)), fill, np.int64)
     for i, s in enumerate(seqs):
         out[i, : len(s)] = s
     return out

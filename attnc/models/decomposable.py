@@ -13,7 +13,13 @@ With a = (a_1..a_La) the premise's and b = (b_1..b_Lb) the hypothesis's
 
 F, G and H are two-layer feed-forward networks with ReLUs (Linear + ReLU,
 twice), as in the paper, with optional dropout after each ReLU (seeded); no
-intra-sentence attention.
+intra-sentence attention. Optional local context (``context=1``): before the
+projection each token's embedding x_i is replaced by the window
+[x_{i-1}; x_i; x_{i+1}] within its own sentence (zeros beyond its ends and at
+padding), a fixed stand-in for the context the paper's optional
+intra-sentence attention adds (F alone sees one word, so it cannot tell
+"the red cat" from "the red dog"); attend, compare and aggregate are
+unchanged.
 
 Everything is a composition of C operations through their pullbacks:
 attnc.nn.embedding, attnc.nn.linear, attnc.nn.relu (csrc/nn/pointwise.c),
@@ -39,6 +45,39 @@ def _seeds(seed, n):
     if seed is None:
         return [None] * n
     return [int(s) for s in np.random.SeedSequence(seed).generate_state(n)]
+
+
+def _shift(x, k):
+    """y[:, i] = x[:, i - k] (zero where i - k is outside the sentence), x (B, L, E)."""
+    y = np.zeros_like(x)
+    if k > 0:
+        y[:, k:] = x[:, :-k]
+    else:
+        y[:, :k] = x[:, -k:]
+    return y
+
+
+def _window(x, na, B, ma, mb):
+    """Rows (N, E) of premise then hypothesis tokens -> (N, 3E): each real
+    token's [x_{i-1}; x_i; x_{i+1}] within its sentence (zeros beyond its ends
+    and at padding)."""
+    out = []
+    for rows, m in ((x[:na], ma), (x[na:], mb)):
+        e = rows.reshape(B, m.shape[1], -1) * m[:, :, None]
+        w = np.concatenate([_shift(e, 1), e, _shift(e, -1)], -1) * m[:, :, None]
+        out.append(w.reshape(-1, w.shape[-1]))
+    return np.concatenate(out).astype(x.dtype, copy=False)
+
+
+def _window_backward(dw, na, B, ma, mb):
+    """The pullback of _window: (N, 3E) -> (N, E)."""
+    E = dw.shape[1] // 3
+    out = []
+    for rows, m in ((dw[:na], ma), (dw[na:], mb)):
+        g = rows.reshape(B, m.shape[1], 3 * E) * m[:, :, None]
+        d = (g[..., E:2 * E] + _shift(g[..., :E], -1) + _shift(g[..., 2 * E:], 1)) * m[:, :, None]
+        out.append(d.reshape(-1, E))
+    return np.concatenate(out).astype(dw.dtype, copy=False)
 
 
 def _prefixed(prefix, grads):
@@ -100,13 +139,17 @@ class DecomposableAttention(nn.Module):
     r"""Decomposable attention (Parikh et al. 2016) for sentence pairs.
 
     ``DecomposableAttention(vocab_size, embedding_dim=32, hidden_size=64,
-    num_classes=3, *, padding_idx=0, project=True, dropout=0.0,
+    num_classes=3, *, padding_idx=0, project=True, context=0, dropout=0.0,
     dtype=np.float32, seed=None)``. ``dropout``: after every ReLU of F, G and
-    H in training mode (``model.train()``), seeded by ``seed``.
+    H in training mode (``model.train()``), seeded by ``seed``. ``context``
+    0 (the paper's model) or 1: a_i = P [x_{i-1}; x_i; x_{i+1}] (neighbours
+    within the sentence's real tokens, zeros elsewhere; padding and masked
+    positions count as zeros).
 
     Parameters (state_dict names): ``embedding.weight`` (V, E);
-    ``projection.weight`` (H, E) when ``project`` (a linear map without bias,
-    as the paper's projection of the embeddings; d = H, else d = E);
+    ``projection.weight`` (H, E), or (H, 3E) with ``context=1``, when
+    ``project`` (a linear map without bias, as the paper's projection of the
+    embeddings; d = H, else d = E or 3E);
     ``attend.*`` (F: d -> H -> H), ``compare.*`` (G: 2d -> H -> H),
     ``aggregate.*`` (H: 2H -> H -> H), each ``linear1.weight/bias``,
     ``linear2.weight/bias`` (see FeedForward); ``classifier.weight``
@@ -135,7 +178,8 @@ class DecomposableAttention(nn.Module):
     """
 
     def __init__(self, vocab_size: int, embedding_dim: int = 32, hidden_size: int = 64, num_classes: int = 3, *,
-                 padding_idx=0, project: bool = True, dropout: float = 0.0, dtype=np.float32, seed=None):
+                 padding_idx=0, project: bool = True, context: int = 0, dropout: float = 0.0, dtype=np.float32,
+                 seed=None):
         super().__init__(dtype)
         size_arg("vocab_size", vocab_size)
         size_arg("embedding_dim", embedding_dim)
@@ -143,11 +187,15 @@ class DecomposableAttention(nn.Module):
         size_arg("num_classes", num_classes)
         s = _seeds(seed, 6)
         self.padding_idx = padding_idx
+        if context not in (0, 1):
+            raise ValueError(f"context must be 0 or 1, got {context!r}")
+        self.context = int(context)
         self.embedding = nn.Embedding(vocab_size, embedding_dim, padding_idx, dtype=dtype, seed=s[0])
         self.project = bool(project)
         if self.project:
-            self.projection = nn.Linear(embedding_dim, hidden_size, bias=False, dtype=dtype, seed=s[1])
-        d = hidden_size if self.project else embedding_dim
+            self.projection = nn.Linear((1 + 2 * self.context) * embedding_dim, hidden_size, bias=False, dtype=dtype,
+                                        seed=s[1])
+        d = hidden_size if self.project else (1 + 2 * self.context) * embedding_dim
         self.attend = FeedForward(d, hidden_size, dropout, dtype=dtype, seed=s[2])
         self.compare = FeedForward(2 * d, hidden_size, dropout, dtype=dtype, seed=s[3])
         self.aggregate = FeedForward(2 * hidden_size, hidden_size, dropout, dtype=dtype, seed=s[4])
@@ -203,6 +251,8 @@ class DecomposableAttention(nn.Module):
         Lb = h.shape[1]
         na = B * La
         x, pe = vjp(self.embedding, np.concatenate([p.reshape(-1), h.reshape(-1)]))
+        if self.context:
+            x = _window(x, na, B, ma, mb)
         pp = None
         if self.project:
             x, pp = vjp(self.projection, x)
@@ -262,6 +312,8 @@ class DecomposableAttention(nn.Module):
             gp = pp(dx)
             grads.update(_prefixed("projection", gp))
             dx = gp["input"]
+        if self.context:
+            dx = _window_backward(dx, na, B, ma, mb)
         grads.update(_prefixed("embedding", pe(dx)))
         return grads
 

@@ -4,6 +4,10 @@ independent of csrc/ and of attnc: a forward pass from a state dict.
     e_ij = F(a_i) . F(b_j); beta_i = sum_j softmax_j(e_ij) b_j over real j;
     alpha_j = sum_i softmax_i(e_ij) a_i over real i; v1 = sum_i G([a_i; beta_i]),
     v2 = sum_j G([b_j; alpha_j]) over real tokens; logits = W H([v1; v2]) + c.
+
+With context=1 each token's embedding x_i is first replaced by the window
+[x_{i-1}; x_i; x_{i+1}] of its own sentence's real tokens (zeros beyond the
+sentence), written here as an explicit loop over positions.
 """
 
 import numpy as np
@@ -23,7 +27,18 @@ def _masked_softmax(s, m):
     return out
 
 
-def decomposable_ref(sd, premise, hypothesis, premise_mask, hypothesis_mask):
+def _window(x, m):
+    E = x.shape[1]
+    out = np.zeros((len(x), 3 * E))
+    n = int(m.sum())  # real tokens come first
+    for i in range(n):
+        for k, src in enumerate((i - 1, i, i + 1)):
+            if 0 <= src < n:
+                out[i, k * E:(k + 1) * E] = x[src]
+    return out
+
+
+def decomposable_ref(sd, premise, hypothesis, premise_mask, hypothesis_mask, context=0):
     """logits (B, C), w_ab (B, La, Lb) softmax over j, w_ba (B, Lb, La) softmax over i."""
     sd = {k: np.asarray(v, dtype=np.float64) for k, v in sd.items()}
     emb = sd["embedding.weight"]
@@ -34,9 +49,11 @@ def decomposable_ref(sd, premise, hypothesis, premise_mask, hypothesis_mask):
     w_ab, w_ba = np.zeros((B, La, Lb)), np.zeros((B, Lb, La))
     for n in range(B):
         a, b = emb[premise[n]], emb[hypothesis[n]]
+        ma, mb = np.asarray(premise_mask[n], bool), np.asarray(hypothesis_mask[n], bool)
+        if context:
+            a, b = _window(a, ma), _window(b, mb)
         if "projection.weight" in sd:
             a, b = a @ sd["projection.weight"].T, b @ sd["projection.weight"].T
-        ma, mb = np.asarray(premise_mask[n], bool), np.asarray(hypothesis_mask[n], bool)
         e = _ff(sd, "attend", a) @ _ff(sd, "attend", b).T
         for i in range(La):
             if ma[i]:
