@@ -94,8 +94,10 @@ def numeric_vjp(fn, kwargs, cotangents, wrt, eps=1e-6):
 
     grads = {}
     for name in wrt:
-        base = np.array(kwargs[name], dtype=np.float64)
-        g = np.zeros_like(base)
+        # C order: the flat views below must write through to g (a reshape of
+        # a non-contiguous array would be a copy, silently left at zero)
+        base = np.array(kwargs[name], dtype=np.float64, order="C")
+        g = np.zeros(base.shape)
         flat = base.reshape(-1)
         gflat = g.reshape(-1)
         for i in range(flat.size):

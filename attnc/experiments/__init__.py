@@ -18,7 +18,8 @@ and the task's own measure: "exact_match", "bits_per_sequence", "gap", ...).
 - ``attention_pooling``: attention pooling (Raffel & Ellis 2015) finds the marker
   words that set a sequence's class ("accuracy", "marker_attention_mass").
 - ``entailment``: decomposable attention (Parikh et al. 2016) classifies
-  template premise / hypothesis pairs as entailment, contradiction or neutral.
+  premise / hypothesis pairs about scenes of coloured animals as entailment,
+  contradiction or neutral ("alignment_accuracy": word-to-word alignments).
 - ``snail_fewshot`` (``--shots 1|5|all``): SNAIL (Mishra et al. 2017) learns 5-way
   1-shot and 5-shot classification of synthetic classes, new in every episode.
 - ``lstmn_recall``: an LSTMN (intra-attention, Cheng et al. 2016) against an LSTM on key-value recall.
