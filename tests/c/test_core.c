@@ -936,6 +936,7 @@ static void test_rnn_fused(void) {
 #include "test_tsp.h"
 #include "test_lstmn.h"
 #include "test_pooling.h"
+#include "test_lstm_cell.h"
 
 int main(void) {
     test_rng();
@@ -960,6 +961,7 @@ int main(void) {
     test_tsp();
     test_lstmn();
     test_pooling();
+    test_lstm_cell();
     attnc_set_num_threads(1); /* join the workers before exit */
     printf("%d passed, %d failed\n", passed, failed);
     return failed != 0;
