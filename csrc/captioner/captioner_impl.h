@@ -2,7 +2,7 @@
  * decoder step's attention and LSTM cell for a block of rows, forward and
  * backward, and matrix products split into fixed row blocks. */
 #include "../core/real.h"
-#include "../core/sigmoid_impl.h" /* FN(sigmoid), FN(tanh_) of the gates */
+#include "../core/lstm_cell_impl.h"
 
 /* Row (b, t) of a (B, T, n) array is at (b T + t) n; the step's scratch rows
  * (rec, zs, zp, h_run, c_run, dh, dc, dzp) are (B, n) and contiguous. */
@@ -50,26 +50,6 @@ ATTNC_SIMD static void FN(scores)(const REAL *restrict pa, const REAL *restrict 
         REAL dot = 0;
         for (int64_t k = 0; k < A; k++) dot += v[k] * th[i * A + k];
         e[i] = dot;
-    }
-}
-
-/* One row's LSTM cell: gates (4H) and c, h (H) from the pre-activations
- * gx + zp + hh (4H each); c_run, h_run (H) updated. */
-ATTNC_SIMD static void FN(lstm_row)(const REAL *restrict gx, const REAL *restrict zp, const REAL *restrict hh,
-                                    REAL *restrict gate, REAL *restrict c, REAL *restrict h,
-                                    REAL *restrict c_run, REAL *restrict h_run, int64_t H) {
-    for (int64_t k = 0; k < H; k++) {
-        REAL i = FN(sigmoid)(gx[k] + zp[k] + hh[k]);
-        REAL f = FN(sigmoid)(gx[H + k] + zp[H + k] + hh[H + k]);
-        REAL g = FN(tanh_)(gx[2 * H + k] + zp[2 * H + k] + hh[2 * H + k]);
-        REAL o = FN(sigmoid)(gx[3 * H + k] + zp[3 * H + k] + hh[3 * H + k]);
-        REAL cn = f * c_run[k] + i * g, hn = o * FN(tanh_)(cn);
-        gate[k] = i;
-        gate[H + k] = f;
-        gate[2 * H + k] = g;
-        gate[3 * H + k] = o;
-        c_run[k] = c[k] = cn;
-        h_run[k] = h[k] = hn;
     }
 }
 
@@ -127,8 +107,11 @@ static void FN(cell_row)(const FN(cap_job) *j, int64_t b) {
     const cap_run *r = j->r;
     int64_t H = r->H, bt = b * r->T + j->t;
     const REAL *gx = j->gxe + bt * 4 * H, *zp = j->zp + b * 4 * H, *hh = j->rec + b * r->R;
-    REAL *h = j->h + bt * H;
-    FN(lstm_row)(gx, zp, hh, j->gates + bt * 4 * H, j->c + bt * H, h, j->c_run + b * H, j->h_run + b * H, H);
+    REAL *gate = j->gates + bt * 4 * H, *c = j->c + bt * H, *h = j->h + bt * H;
+    for (int64_t k = 0; k < 4 * H; k++) gate[k] = gx[k] + zp[k]; /* + hh in the cell: gx + zp + hh */
+    FN(lstm_cell_forward)(gate, hh, j->c_run + b * H, c, h, H);
+    memcpy(j->c_run + b * H, c, (size_t)H * sizeof(REAL));
+    memcpy(j->h_run + b * H, h, (size_t)H * sizeof(REAL));
     if (j->hprev && j->t + 1 < r->T)
         for (int64_t k = 0; k < H; k++) j->hprev[(bt + 1) * H + k] = h[k];
 }
@@ -139,17 +122,7 @@ static void FN(cell_back_row)(const FN(cap_job) *j, int64_t b) {
     int64_t H = r->H, bt = b * r->T + j->t;
     const REAL *gate = j->gates + bt * 4 * H, *cn = j->c + bt * H;
     const REAL *cp = j->t ? j->c + (bt - 1) * H : j->c0 + b * H;
-    REAL *dg = j->drec + bt * r->R, *dc = j->dc + b * H;
-    for (int64_t k = 0; k < H; k++) {
-        REAL i = gate[k], f = gate[H + k], g = gate[2 * H + k], o = gate[3 * H + k];
-        REAL dh = j->dh[b * H + k] + j->dh_out[bt * H + k], tc = FN(tanh_)(cn[k]);
-        REAL dcn = dc[k] + dh * o * (1 - tc * tc);
-        dg[k] = dcn * g * i * (1 - i);
-        dg[H + k] = dcn * cp[k] * f * (1 - f);
-        dg[2 * H + k] = dcn * i * (1 - g * g);
-        dg[3 * H + k] = dh * tc * o * (1 - o);
-        dc[k] = dcn * f;
-    }
+    FN(lstm_cell_backward)(gate, cn, cp, j->dh + b * H, j->dh_out + bt * H, j->dc + b * H, j->drec + bt * r->R, H);
 }
 
 /* Attention gradients of row b at step t: d scores, d(U_a h), the gate's

@@ -5,6 +5,7 @@
 
 #include "../core/real.h"
 #include "../core/lanes_impl.h"
+#include "../core/lstm_cell_impl.h"
 #include "../core/matmul_impl.h"
 
 typedef struct {
@@ -49,50 +50,6 @@ ATTNC_SIMD static void FN(read_tape)(REAL *restrict ht, REAL *restrict ct, const
     }
 }
 
-/* One row's cell: gates (4H pre-activations in, activations out), c, h (and y = h). */
-ATTNC_SIMD static void FN(cell_row)(REAL *restrict gt, const REAL *restrict ct, REAL *restrict c, REAL *restrict h,
-                                    REAL *restrict y, int64_t H) {
-    for (int64_t k = 0; k < H; k++) {
-        REAL i = FN(sigmoid)(gt[k]), f = FN(sigmoid)(gt[H + k]);
-        REAL g = FN(tanh_)(gt[2 * H + k]), o = FN(sigmoid)(gt[3 * H + k]);
-        gt[k] = i;
-        gt[H + k] = f;
-        gt[2 * H + k] = g;
-        gt[3 * H + k] = o;
-        c[k] = f * ct[k] + i * g;
-        y[k] = h[k] = o * FN(tanh_)(c[k]);
-    }
-}
-
-/* One row's cell backward: dG (pre-activations) and dc~ from dh and the
- * reads' part of dc (dci). */
-ATTNC_SIMD static void FN(cell_row_backward)(const REAL *restrict gt, const REAL *restrict c,
-                                             const REAL *restrict ct, const REAL *restrict dh,
-                                             const REAL *restrict dci, REAL *restrict dg, REAL *restrict dct,
-                                             int64_t H) {
-    for (int64_t k = 0; k < H; k++) {
-        REAL i = gt[k], f = gt[H + k], g = gt[2 * H + k], o = gt[3 * H + k], tc = FN(tanh_)(c[k]);
-        REAL dc = dci[k] + dh[k] * o * (1 - tc * tc);
-        dg[k] = dc * g * i * (1 - i);
-        dg[H + k] = dc * ct[k] * f * (1 - f);
-        dg[2 * H + k] = dc * i * (1 - g * g);
-        dg[3 * H + k] = dh[k] * tc * o * (1 - o);
-        dct[k] = dc * f;
-    }
-}
-
-/* a = v . tanh(kh + q) backward for one tape entry: dkh, dq, dv from da. */
-ATTNC_SIMD static void FN(additive_backward)(const REAL *restrict kh, const REAL *restrict q,
-                                             const REAL *restrict v, REAL da, REAL *restrict dkh,
-                                             REAL *restrict dq, REAL *restrict dv, int64_t A) {
-    for (int64_t k = 0; k < A; k++) {
-        REAL u = FN(tanh_)(kh[k] + q[k]), e = da * v[k] * (1 - u * u);
-        dkh[k] += e;
-        dq[k] += e;
-        dv[k] += da * u;
-    }
-}
-
 /* Rows [block LSTMN_ROWS, ...) through every step. The slots arrive with
  * gates = W_ih x_t + b and q = W_x x_t. */
 static void FN(lstmn_forward_task)(void *arg, int64_t block, int worker) {
@@ -129,7 +86,8 @@ static void FN(lstmn_forward_task)(void *arg, int64_t block, int worker) {
                 memset(y, 0, (size_t)H * sizeof(REAL));
                 continue;
             }
-            FN(cell_row)(sl + x->gates, sl + x->ct, sl + x->c, sl + x->h, y, H);
+            FN(lstm_cell_forward)(sl + x->gates, NULL, sl + x->ct, sl + x->c, sl + x->h, H);
+            memcpy(y, sl + x->h, (size_t)H * sizeof(REAL));
         }
         /* the key of h_t for later steps: kh = W_h h_t */
         for (int64_t b = b0; b < b0 + n; b++)
@@ -186,14 +144,14 @@ static void FN(lstmn_backward_task)(void *arg, int64_t block, int worker) {
                 memset(dh, 0, (size_t)H * sizeof(REAL));
         }
         FN(times_w)(J->dKH + (b0 * T + t) * A, T * A, J->attn_h, A, H, 1, rows, W, n);
-        /* the cell: dG and dc~ */
+        /* the cell: dG and dc~ (from the reads' part of dc) */
         for (int64_t r = 0; r < n; r++) {
             int64_t b = b0 + r, at = b * T + t;
             if (!FN(active)(x, b, t)) continue;
             const REAL *sl = FN(slot)(J, b, t);
             REAL *dh = rows + r * W;
-            FN(cell_row_backward)(sl + x->gates, sl + x->c, sl + x->ct, dh, J->dHC + at * 2 * H + H, J->dG + at * W,
-                                  dh + H, H);
+            memcpy(dh + H, J->dHC + at * 2 * H + H, (size_t)H * sizeof(REAL));
+            FN(lstm_cell_backward)(sl + x->gates, sl + x->c, sl + x->ct, dh, NULL, dh + H, J->dG + at * W, H);
         }
         /* dh~_t = carry + W_hh^T dG_t */
         for (int64_t r = 0; r < n; r++) memcpy(rows + r * W + 2 * H, rows + r * W + 3 * H, (size_t)H * sizeof(REAL));

@@ -5,7 +5,7 @@
 
 #include "../core/real.h"
 #include "../core/matmul_impl.h"
-#include "../core/sigmoid_impl.h"
+#include "../core/lstm_cell_impl.h"
 #include "ntm_rows_impl.h"
 
 #if ATTNC_F64
@@ -142,14 +142,8 @@ static void FN(controller_forward)(const FN(ntm_job) *J, REAL *ring, int64_t b0,
             for (int64_t k = 0; k < C; k++) h[k] = FN(tanh_)(h[k]);
             continue;
         }
-        REAL *gt = s + x->gates, *c = s + x->c;
         const REAL *cprev = t ? FN(slot)(J, ring, b, b0, t - 1) + x->c : NULL;
-        for (int64_t k = 0; k < C; k++) {
-            REAL i = gt[k] = FN(sigmoid)(gt[k]), f = gt[C + k] = FN(sigmoid)(gt[C + k]);
-            REAL g = gt[2 * C + k] = FN(tanh_)(gt[2 * C + k]), o = gt[3 * C + k] = FN(sigmoid)(gt[3 * C + k]);
-            c[k] = (cprev ? f * cprev[k] : 0) + i * g;
-            h[k] = o * FN(tanh_)(c[k]);
-        }
+        FN(lstm_cell_forward)(s + x->gates, NULL, cprev, s + x->c, h, C);
     }
 }
 
@@ -253,16 +247,7 @@ static void FN(controller_backward)(const FN(ntm_job) *J, const FN(carry) *cy, c
         for (int64_t k = 0; k < C; k++) dg[k] = dh[k] * (1 - h[k] * h[k]);
         return;
     }
-    const REAL *gt = s + x->gates, *c = s + x->c;
-    for (int64_t k = 0; k < C; k++) {
-        REAL i = gt[k], f = gt[C + k], g = gt[2 * C + k], o = gt[3 * C + k], tc = FN(tanh_)(c[k]);
-        REAL dc = cy->dc[k] + dh[k] * o * (1 - tc * tc);
-        dg[k] = dc * g * i * (1 - i);
-        dg[C + k] = prev ? dc * prev[x->c + k] * f * (1 - f) : 0;
-        dg[2 * C + k] = dc * i * (1 - g * g);
-        dg[3 * C + k] = dh[k] * tc * o * (1 - o);
-        cy->dc[k] = dc * f;
-    }
+    FN(lstm_cell_backward)(s + x->gates, s + x->c, prev ? prev + x->c : NULL, dh, NULL, cy->dc, dg, C);
 }
 
 static void FN(ntm_backward_task)(void *arg, int64_t block, int worker) {

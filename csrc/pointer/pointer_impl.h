@@ -6,6 +6,7 @@
 
 #include "../core/real.h"
 #include "../core/lanes_impl.h"
+#include "../core/lstm_cell_impl.h"
 
 typedef struct {
     const ptr_run *x;
@@ -64,23 +65,16 @@ static void FN(ptr_input_gates)(FN(ptr_state) *S) {
     }
 }
 
-/* One row's LSTM cell: gates g (4H, pre-activations) -> c, h (H). */
-ATTNC_SIMD static void FN(ptr_cell_row)(const REAL *restrict g, REAL *restrict c, REAL *restrict h, int64_t H) {
-    for (int64_t k = 0; k < H; k++) {
-        REAL i = FN(sigmoid)(g[k]), f = FN(sigmoid)(g[H + k]), gg = FN(tanh_)(g[2 * H + k]);
-        REAL o = FN(sigmoid)(g[3 * H + k]);
-        c[k] = f * c[k] + i * gg;
-        h[k] = o * FN(tanh_)(c[k]);
-    }
-}
-
 static void FN(ptr_cell_task)(void *arg, int64_t block, int worker) {
     (void)worker;
     FN(ptr_state) *S = arg;
     const ptr_run *x = S->x;
     int64_t H = x->H;
-    for (int64_t r = block * PTR_ROWS; r < x->R && r < (block + 1) * PTR_ROWS; r++)
-        FN(ptr_cell_row)(S->gates + r * 4 * H, S->c + r * H, S->h + r * H, H);
+    /* c_next is free until the reorder (which writes it): it holds c_prev here; gates become activations */
+    for (int64_t r = block * PTR_ROWS; r < x->R && r < (block + 1) * PTR_ROWS; r++) {
+        memcpy(S->c_next + r * H, S->c + r * H, (size_t)H * sizeof(REAL));
+        FN(lstm_cell_forward)(S->gates + r * 4 * H, NULL, S->c_next + r * H, S->c + r * H, S->h + r * H, H);
+    }
 }
 
 /* Whether row r may point at position j now. */

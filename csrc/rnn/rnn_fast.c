@@ -195,11 +195,12 @@ static inline micro micro_tail(micro mk, int64_t left) {
 /* Read in place of an absent state or gradient (VW values at most). */
 static const float zeros[MAXVW] = {0};
 
-/* ---- gate functions: core/sigmoid_impl.h's float ones (vectorisable, within 2e-6) ---- */
+/* ---- gate functions: core/sigmoid_impl.h's float ones (vectorisable, within 2e-6), and
+ * core/lstm_cell_impl.h's cell loops ---- */
 
 #define ATTNC_F64 0
 #include "../core/real.h"
-#include "../core/sigmoid_impl.h"
+#include "../core/lstm_cell_impl.h"
 #include "../core/real_end.h"
 
 /* ---- shared set-up ----------------------------------------------------------------- */
@@ -293,29 +294,27 @@ static void pack_fwd_block(const fwd_job *j, int64_t blk) {
 /* One tile row's LSTM gates, VW units: acc (4 VW) the recurrent product, gx
  * (4 VW) the input's, bias (b_ih + b_hh) at the block's units with gates H
  * apart; c (VW) updated; h into hn and o;
- * gates and cells saved when gate is not NULL. */
+ * gates and cells saved when gate is not NULL. The cell is core/lstm_cell_impl.h's. */
 #define LSTM_FWD_EPI(VW)                                                                                   \
     static inline __attribute__((always_inline)) void lstm_fwd_epi##VW(                                    \
         const float *restrict acc, const float *restrict gx, const float *restrict bias, float *restrict c, \
         float *restrict hn, float *restrict o, float *restrict gate, float *restrict cell, int64_t H) {   \
-        float gi[VW], gf[VW], gg[VW], go[VW], cn[VW], h[VW];                                              \
+        float pre[4 * VW], cn[VW], h[VW];                                                                  \
+        for (int g = 0; g < 4; g++)                                                                        \
+            _Pragma("GCC ivdep") for (int u = 0; u < VW; u++)                                           \
+                pre[g * VW + u] = acc[g * VW + u] + gx[g * VW + u] + bias[g * H + u];                      \
+        lstm_cell_forward_units_f32(pre, c, true, cn, h, VW, VW);                                          \
         _Pragma("GCC ivdep") for (int u = 0; u < VW; u++) {                                             \
-            gi[u] = sigmoid_f32(acc[u] + gx[u] + bias[u]);                                                         \
-            gf[u] = sigmoid_f32(acc[VW + u] + gx[VW + u] + bias[H + u]);                                           \
-            gg[u] = tanh__f32(acc[2 * VW + u] + gx[2 * VW + u] + bias[2 * H + u]);                             \
-            go[u] = sigmoid_f32(acc[3 * VW + u] + gx[3 * VW + u] + bias[3 * H + u]);                               \
-            cn[u] = gf[u] * c[u] + gi[u] * gg[u];                                                          \
-            h[u] = go[u] * tanh__f32(cn[u]);                                                                   \
             c[u] = cn[u];                                                                                  \
             hn[u] = h[u];                                                                                  \
             o[u] = h[u];                                                                                   \
         }                                                                                                  \
         if (gate)                                                                                          \
             _Pragma("GCC ivdep") for (int u = 0; u < VW; u++) {                                         \
-                gate[u] = gi[u];                                                                           \
-                gate[H + u] = gf[u];                                                                       \
-                gate[2 * H + u] = gg[u];                                                                   \
-                gate[3 * H + u] = go[u];                                                                   \
+                gate[u] = pre[u];                                                                          \
+                gate[H + u] = pre[VW + u];                                                                 \
+                gate[2 * H + u] = pre[2 * VW + u];                                                         \
+                gate[3 * H + u] = pre[3 * VW + u];                                                         \
                 cell[u] = cn[u];                                                                           \
             }                                                                                              \
     }
@@ -482,30 +481,21 @@ typedef struct {
 } bwd_job;
 
 /* One row's LSTM gate gradients for VW units from dh (the recurrent part
- * rec (VW): the product's, or dh_n / zeros at the row's last step) + dout;
- * the previous state hp / cp copied into hprev. */
+ * rec (VW): the product's, or dh_n / zeros at the row's last step) + dout
+ * (core/lstm_cell_impl.h's cell, gates H apart); the previous state hp / cp
+ * copied into hprev. */
 #define LSTM_BWD_EPI(VW)                                                                                   \
     static inline __attribute__((always_inline)) void lstm_bwd_epi##VW(                                    \
         const float *restrict rec, const float *restrict dout, const float *restrict gate,                \
         const float *restrict cell, const float *restrict cp, const float *restrict hp,                   \
         float *restrict hprev, float *restrict dc, float *restrict dgx, float *restrict dcur, int64_t H) { \
+        lstm_cell_backward_units_f32(gate, cell, cp, true, rec, dout, true, dc, dgx, VW, H);              \
         _Pragma("GCC ivdep") for (int u = 0; u < VW; u++) {                                             \
-            float dh = rec[u] + dout[u];                                                                   \
-            float gi = gate[u], gf = gate[H + u], gg = gate[2 * H + u], go = gate[3 * H + u];              \
-            float tc = tanh__f32(cell[u]);                                                                     \
-            float d = dc[u] + dh * go * (1 - tc * tc);                                                     \
-            float di = d * gg * gi * (1 - gi), df = d * cp[u] * gf * (1 - gf);                             \
-            float dg = d * gi * (1 - gg * gg), dog = dh * tc * go * (1 - go);                              \
             hprev[u] = hp[u];                                                                              \
-            dgx[u] = di;                                                                                   \
-            dgx[H + u] = df;                                                                               \
-            dgx[2 * H + u] = dg;                                                                           \
-            dgx[3 * H + u] = dog;                                                                          \
-            dcur[u] = di;                                                                                  \
-            dcur[H + u] = df;                                                                              \
-            dcur[2 * H + u] = dg;                                                                          \
-            dcur[3 * H + u] = dog;                                                                         \
-            dc[u] = d * gf;                                                                                \
+            dcur[u] = dgx[u];                                                                              \
+            dcur[H + u] = dgx[H + u];                                                                      \
+            dcur[2 * H + u] = dgx[2 * H + u];                                                              \
+            dcur[3 * H + u] = dgx[3 * H + u];                                                              \
         }                                                                                                  \
     }
 

@@ -22,29 +22,9 @@ typedef struct {
     const REAL *h0, *c0;       /* (B, H) or NULL                                             */
 } FN(step_job);
 
-#include "../core/sigmoid_impl.h"
+#include <string.h>
 
-/* One row's LSTM gates from gx + hh (hh holds h_prev W_hh^T + b_hh): h, c
- * (H) updated; gate (4H), cell (H), o (H) written. */
-ATTNC_SIMD static void FN(lstm_row)(const REAL *restrict gx, const REAL *restrict hh, REAL *restrict h,
-                                    REAL *restrict c, REAL *restrict gate, REAL *restrict cell, REAL *restrict o,
-                                    int64_t H) {
-    for (int64_t k = 0; k < H; k++) {
-        REAL i = FN(sigmoid)(gx[k] + hh[k]);
-        REAL f = FN(sigmoid)(gx[H + k] + hh[H + k]);
-        REAL g = FN(tanh_)(gx[2 * H + k] + hh[2 * H + k]);
-        REAL og = FN(sigmoid)(gx[3 * H + k] + hh[3 * H + k]);
-        REAL cn = f * c[k] + i * g;
-        gate[k] = i;
-        gate[H + k] = f;
-        gate[2 * H + k] = g;
-        gate[3 * H + k] = og;
-        cell[k] = cn;
-        c[k] = cn;
-        h[k] = og * FN(tanh_)(cn);
-        o[k] = h[k];
-    }
-}
+#include "../core/lstm_cell_impl.h"
 
 /* One row's GRU gates (torch's r, z, n; hn = W_hn h + b_hn kept for the backward). */
 ATTNC_SIMD static void FN(gru_row)(const REAL *restrict gx, const REAL *restrict hh, REAL *restrict h,
@@ -84,29 +64,15 @@ static void FN(forward_step_task)(void *arg, int64_t block, int worker) {
             for (int64_t k = 0; k < G; k++) hh[k] += j->b_hh[k];
         REAL *gate = j->gates + (b * r->T + t) * 4 * H, *h = j->h + b * H;
         REAL *o = j->out + (b * r->T + t) * r->D * H + r->d * H;
-        if (r->mode == ATTNC_LSTM)
-            FN(lstm_row)(gx, hh, h, j->c + b * H, gate, j->cs + (b * r->T + t) * H, o, H);
-        else
+        if (r->mode == ATTNC_LSTM) { /* gates gx + hh; the saved cell and the output, then the running state */
+            REAL *c = j->c + b * H, *cell = j->cs + (b * r->T + t) * H;
+            memcpy(gate, gx, (size_t)(4 * H) * sizeof(REAL));
+            FN(lstm_cell_forward)(gate, hh, c, cell, o, H);
+            memcpy(c, cell, (size_t)H * sizeof(REAL));
+            memcpy(h, o, (size_t)H * sizeof(REAL));
+        } else {
             FN(gru_row)(gx, hh, h, gate, o, H);
-    }
-}
-
-/* One row's LSTM gate gradients: dgx (4H) and dstep (4H, the same values),
- * dc (H) carried back, from dh = dh_next + dout. */
-ATTNC_SIMD static void FN(lstm_row_back)(const REAL *restrict gate, const REAL *restrict cell,
-                                         const REAL *restrict c_prev, const REAL *restrict dh_next,
-                                         const REAL *restrict dout, REAL *restrict dc, REAL *restrict dgx,
-                                         REAL *restrict dstep, int64_t H) {
-    for (int64_t k = 0; k < H; k++) {
-        REAL dh = dh_next[k] + dout[k];
-        REAL i = gate[k], f = gate[H + k], g = gate[2 * H + k], og = gate[3 * H + k];
-        REAL tc = FN(tanh_)(cell[k]);
-        REAL d = dc[k] + dh * og * (1 - tc * tc);
-        dgx[k] = dstep[k] = d * g * i * (1 - i);
-        dgx[H + k] = dstep[H + k] = d * c_prev[k] * f * (1 - f);
-        dgx[2 * H + k] = dstep[2 * H + k] = d * i * (1 - g * g);
-        dgx[3 * H + k] = dstep[3 * H + k] = dh * tc * og * (1 - og);
-        dc[k] = d * f;
+        }
     }
 }
 
@@ -157,7 +123,8 @@ static void FN(backward_step_task)(void *arg, int64_t block, int worker) {
             const REAL *cp = first ? (j->c0 ? j->c0 + b * H : NULL) : j->cs + (b * r->T + tp) * H;
             REAL *c_prev = j->dh_direct + b * H;
             for (int64_t k = 0; k < H; k++) c_prev[k] = cp ? cp[k] : 0;
-            FN(lstm_row_back)(gate, j->cs + bt * H, c_prev, j->dh + b * H, dout, j->dc + b * H, dgx, dstep, H);
+            FN(lstm_cell_backward)(gate, j->cs + bt * H, c_prev, j->dh + b * H, dout, j->dc + b * H, dgx, H);
+            memcpy(dstep, dgx, (size_t)(4 * H) * sizeof(REAL));
         } else {
             FN(gru_row_back)(gate, hprev, j->dh + b * H, dout, dgx, j->dgh + bt * G, dstep, j->dh_direct + b * H,
                              H);

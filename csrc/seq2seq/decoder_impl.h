@@ -8,6 +8,7 @@
 #include "../core/blas.h"
 #include "../core/real.h"
 #include "../core/lanes_impl.h"
+#include "../core/lstm_cell_impl.h"
 #include "../core/matmul_impl.h"
 
 /* Row r's array in a slot: base + r * width. */
@@ -103,23 +104,6 @@ static void FN(attend)(const s2s_run *x, const s2s_slot *cur, int64_t t, int64_t
 
 /* ---- forward ------------------------------------------------------------------ */
 
-/* One row's gates from pre (4H, b_ih + b_hh not yet added): gates, c, h. */
-ATTNC_SIMD static void FN(lstm_row)(const REAL *restrict bsum, const REAL *restrict c_prev, REAL *restrict pre,
-                                    REAL *restrict c, REAL *restrict h, int64_t H) {
-    for (int64_t k = 0; k < H; k++) {
-        REAL i = FN(sigmoid)(pre[k] + bsum[k]);
-        REAL f = FN(sigmoid)(pre[H + k] + bsum[H + k]);
-        REAL g = FN(tanh_)(pre[2 * H + k] + bsum[2 * H + k]);
-        REAL o = FN(sigmoid)(pre[3 * H + k] + bsum[3 * H + k]);
-        c[k] = f * c_prev[k] + i * g;
-        h[k] = o * FN(tanh_)(c[k]);
-        pre[k] = i;
-        pre[H + k] = f;
-        pre[2 * H + k] = g;
-        pre[3 * H + k] = o;
-    }
-}
-
 void FN(s2s_start)(const s2s_run *x, const s2s_slot *s, int64_t r0, int64_t n) {
     int64_t H = x->H;
     for (int64_t i = 0; i < n; i++) {
@@ -149,8 +133,8 @@ void FN(s2s_step_forward)(const s2s_run *x, const s2s_slot *prev, const s2s_slot
     REAL *gates = ROW(cur->gates, r0, 4 * H);
     FN(times_wt)(u, U, x->wcat, 4 * H, U, 0, gates, 4 * H, n);
     for (int64_t i = 0; i < n; i++)
-        FN(lstm_row)(x->bsum, ROW(prev->c, r0 + i, H), gates + i * 4 * H, ROW(cur->c, r0 + i, H),
-                     ROW(cur->h, r0 + i, H), H);
+        FN(lstm_cell_forward)(gates + i * 4 * H, x->bsum, ROW(prev->c, r0 + i, H), ROW(cur->c, r0 + i, H),
+                              ROW(cur->h, r0 + i, H), H);
     REAL *h = ROW(cur->h, r0, H);
     if (x->luong) {
         REAL *cat = ROW(cur->cat, r0, He + H), *ht = ROW(cur->ht, r0, H);
@@ -193,23 +177,6 @@ typedef struct {
     REAL *dw;            /* (S) one row's weight cotangent */
 } FN(s2s_carry);
 
-/* One row's LSTM backward: dg (4H) <- dh, dc (updated to dc_prev), gates,
- * c, c_prev. */
-ATTNC_SIMD static void FN(lstm_row_backward)(const REAL *restrict gates, const REAL *restrict c,
-                                             const REAL *restrict c_prev, const REAL *restrict dh,
-                                             REAL *restrict dc, REAL *restrict dg, int64_t H) {
-    for (int64_t k = 0; k < H; k++) {
-        REAL i = gates[k], f = gates[H + k], g = gates[2 * H + k], o = gates[3 * H + k];
-        REAL tc = FN(tanh_)(c[k]);
-        REAL dct = dc[k] + dh[k] * o * (1 - tc * tc);
-        dg[k] = dct * g * i * (1 - i);
-        dg[H + k] = dct * c_prev[k] * f * (1 - f);
-        dg[2 * H + k] = dct * i * (1 - g * g);
-        dg[3 * H + k] = dh[k] * tc * o * (1 - o);
-        dc[k] = dct * f;
-    }
-}
-
 /* dw_s = dctx . mem_s and dmem_s += w_s dctx over s in [lo, hi); mem and
  * dmem (S, He) of one source row. */
 ATTNC_SIMD static void FN(context_backward)(const REAL *restrict mem, const REAL *restrict w,
@@ -223,18 +190,12 @@ ATTNC_SIMD static void FN(context_backward)(const REAL *restrict mem, const REAL
 
 /* e_s = v . tanh(qw + k_s): dqw, dk_s (keys (S, A) of one source row) and dv
  * from de_s (in dw) over s in [lo, hi); dqw is overwritten. */
-ATTNC_SIMD static void FN(additive_backward)(const REAL *restrict keys, const REAL *restrict qw,
-                                             const REAL *restrict v, const REAL *restrict de, int64_t lo,
-                                             int64_t hi, int64_t A, REAL *restrict dqw, REAL *restrict dkeys,
-                                             REAL *restrict dv) {
+ATTNC_SIMD static void FN(additive_rows_backward)(const REAL *restrict keys, const REAL *restrict qw,
+                                                  const REAL *restrict v, const REAL *restrict de, int64_t lo,
+                                                  int64_t hi, int64_t A, REAL *restrict dqw, REAL *restrict dkeys,
+                                                  REAL *restrict dv) {
     for (int64_t k = 0; k < A; k++) dqw[k] = 0;
-    for (int64_t s = lo; s < hi; s++)
-        for (int64_t k = 0; k < A; k++) {
-            REAL th = FN(tanh_)(qw[k] + keys[s * A + k]), d = de[s] * v[k] * (1 - th * th);
-            dv[k] += de[s] * th;
-            dqw[k] += d;
-            dkeys[s * A + k] += d;
-        }
+    for (int64_t s = lo; s < hi; s++) FN(additive_backward)(keys + s * A, qw, v, de[s], dkeys + s * A, dqw, dv, A);
 }
 
 /* e_s = q . k_s: dq += sum de_s k_s, dk_s += de_s q over s in [lo, hi);
@@ -285,8 +246,8 @@ static void FN(attend_backward)(const s2s_run *x, const s2s_slot *cur, int64_t r
         for (int64_t s = lo; s < hi; s++) dot += a[s] * dw[s];
         for (int64_t s = lo; s < hi; s++) dw[s] = a[s] * (dw[s] - dot);
         if (x->additive) {
-            FN(additive_backward)(ROW(x->keys, b * S, Kw), ROW(cur->qw, r, A), x->v, dw, lo, hi, A, cot->dqw + r * A,
-                                  dkeys + b * S * Kw, dv + r * A);
+            FN(additive_rows_backward)(ROW(x->keys, b * S, Kw), ROW(cur->qw, r, A), x->v, dw, lo, hi, A,
+                                       cot->dqw + r * A, dkeys + b * S * Kw, dv + r * A);
         } else if (x->kind == ATTNC_S2S_LOCATION) {
             REAL *de = cot->de + r * x->Smax;
             for (int64_t s = 0; s < x->Smax; s++) de[s] = s >= lo && s < hi ? dw[s] : 0;
@@ -330,8 +291,8 @@ static void FN(step_backward)(const s2s_run *x, const s2s_slot *prev, const s2s_
     }
     REAL *dg = cot->dg + r0 * 4 * H;
     for (int64_t i = 0; i < n; i++)
-        FN(lstm_row_backward)(ROW(cur->gates, r0 + i, 4 * H), ROW(cur->c, r0 + i, H), ROW(prev->c, r0 + i, H),
-                              k->dh + i * H, k->dc + i * H, dg + i * 4 * H, H);
+        FN(lstm_cell_backward)(ROW(cur->gates, r0 + i, 4 * H), ROW(cur->c, r0 + i, H), ROW(prev->c, r0 + i, H),
+                               k->dh + i * H, NULL, k->dc + i * H, dg + i * 4 * H, H);
     FN(times_w)(dg, 4 * H, x->wcat, 4 * H, U, 0, k->du, U, n);
     for (int64_t i = 0; i < n; i++) {
         const REAL *du = k->du + i * U;

@@ -938,6 +938,7 @@ static void test_rnn_fused(void) {
 #include "test_pooling.h"
 #include "test_conv.h"
 #include "test_gated.h"
+#include "test_lstm_cell.h"
 
 int main(void) {
     test_rng();
@@ -964,6 +965,7 @@ int main(void) {
     test_pooling();
     test_conv();
     test_gated();
+    test_lstm_cell();
     attnc_set_num_threads(1); /* join the workers before exit */
     printf("%d passed, %d failed\n", passed, failed);
     return failed != 0;
