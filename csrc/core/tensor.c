@@ -139,3 +139,10 @@ attnc_status attnc_check_array(const attnc_tensor *t, const char *name, attnc_dt
     if (!attnc_is_contiguous(t)) return attnc_fail(ATTNC_ERR_LAYOUT, "%s must be C-contiguous", name);
     return ATTNC_OK;
 }
+
+attnc_status attnc_check_param(const attnc_tensor *t, const char *label, attnc_dtype dtype, int ndim,
+                               int64_t *sizes, bool output) {
+    char name[128];
+    snprintf(name, sizeof name, "%s%s", output ? "the gradient of " : "", label);
+    return attnc_check_array(t, name, dtype, ndim, sizes, output);
+}

@@ -65,5 +65,16 @@ attnc_status attnc_check_dims(const attnc_tensor *t, const char *name, attnc_dty
  * (csrc/seq2seq, captioner, ntm, pointer) take for every array. */
 attnc_status attnc_check_array(const attnc_tensor *t, const char *name, attnc_dtype dtype, int ndim,
                                int64_t *sizes, bool output);
+/* attnc_check_array of a model's parameter (named label) or, when output, of
+ * its gradient ("the gradient of label"). */
+attnc_status attnc_check_param(const attnc_tensor *t, const char *label, attnc_dtype dtype, int ndim,
+                               int64_t *sizes, bool output);
+
+/* The sizes listed as (ndim, array) arguments: ATTNC_SIZES(B, T, H). */
+#define ATTNC_SIZES(...) (int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), (int64_t[]){__VA_ARGS__}
+/* attnc_check_array / attnc_check_param with the sizes listed. */
+#define ATTNC_NEED(t, name, dtype, output, ...) attnc_check_array(t, name, dtype, ATTNC_SIZES(__VA_ARGS__), output)
+#define ATTNC_NEED_PARAM(t, label, dtype, output, ...) \
+    attnc_check_param(t, label, dtype, ATTNC_SIZES(__VA_ARGS__), output)
 
 #endif

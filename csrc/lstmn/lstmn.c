@@ -66,26 +66,8 @@ int64_t attnc_lstmn_saved_size(int64_t B, int64_t T, int64_t H, int64_t A) {
 
 /* ---- checks -------------------------------------------------------------------- */
 
-static attnc_status need(const lstmn_run *x, const attnc_tensor *t, const char *name, int ndim, const int64_t *sizes,
-                         bool output) {
-    int64_t s[3];
-    memcpy(s, sizes, (size_t)ndim * sizeof s[0]);
-    return attnc_check_array(t, name, x->dt, ndim, s, output);
-}
-
-/* need() with the sizes listed: NEED(run, tensor, name, output, sizes...). */
-#define NEED(x, t, name, output, ...)                                                                       \
-    need(x, t, name, (int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), (int64_t[]){__VA_ARGS__}, \
-         output)
-
 static attnc_status check_params(const lstmn_run *x, const attnc_lstmn_params *p, bool output) {
-    const char *pre = output ? "the gradient of " : "";
-    char name[96];
-#define PARAM(t, label, ...)                                 \
-    do {                                                     \
-        snprintf(name, sizeof name, "%s%s", pre, label);     \
-        TRY(NEED(x, t, name, output, __VA_ARGS__));          \
-    } while (0)
+#define PARAM(t, label, ...) TRY(ATTNC_NEED_PARAM(t, label, x->dt, output, __VA_ARGS__))
     PARAM(&p->weight_ih, "weight_ih", 4 * x->H, x->I);
     PARAM(&p->weight_hh, "weight_hh", 4 * x->H, x->H);
     if (x->bias) PARAM(&p->bias, "bias", 4 * x->H);
@@ -134,7 +116,7 @@ static attnc_status setup(lstmn_run *x, const attnc_tensor *input, const attnc_t
 }
 
 static attnc_status check_saved(const lstmn_run *x, const attnc_tensor *saved, bool output) {
-    return NEED(x, saved, "saved", output, x->B * x->T * x->S);
+    return ATTNC_NEED(saved, "saved", x->dt, output, x->B * x->T * x->S);
 }
 
 /* ---- forward --------------------------------------------------------------------- */
@@ -144,8 +126,8 @@ attnc_status attnc_lstmn_forward(attnc_tensor *output, attnc_tensor *attention, 
                                  const attnc_lstmn_params *p) {
     lstmn_run x;
     TRY(setup(&x, input, lengths, p));
-    TRY(NEED(&x, output, "output", true, x.B, x.T, x.H));
-    if (attnc_present(attention)) TRY(NEED(&x, attention, "attention", true, x.B, x.T, x.T));
+    TRY(ATTNC_NEED(output, "output", x.dt, true, x.B, x.T, x.H));
+    if (attnc_present(attention)) TRY(ATTNC_NEED(attention, "attention", x.dt, true, x.B, x.T, x.T));
     if (attnc_present(saved)) TRY(check_saved(&x, saved, true));
     if (x.B == 0 || x.T == 0) return ATTNC_OK;
     size_t es = attnc_dtype_size(x.dt);
@@ -199,8 +181,8 @@ attnc_status attnc_lstmn_backward(attnc_lstmn_params *grads, attnc_tensor *dinpu
     if (x.bias != attnc_present(&grads->bias))
         return attnc_fail(ATTNC_ERR_VALUE, "the gradient of bias must be given exactly when bias is");
     TRY(check_params(&x, grads, true));
-    if (attnc_present(dinput)) TRY(NEED(&x, dinput, "dinput", true, x.B, x.T, x.I));
-    TRY(NEED(&x, doutput, "doutput", false, x.B, x.T, x.H));
+    if (attnc_present(dinput)) TRY(ATTNC_NEED(dinput, "dinput", x.dt, true, x.B, x.T, x.I));
+    TRY(ATTNC_NEED(doutput, "doutput", x.dt, false, x.B, x.T, x.H));
     TRY(check_saved(&x, saved, false));
     size_t es = attnc_dtype_size(x.dt);
     int64_t BT = x.B * x.T, H = x.H, A = x.A;

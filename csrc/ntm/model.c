@@ -64,26 +64,8 @@ static void ntm_layout(ntm_run *x) {
 /* ---- checks -------------------------------------------------------------------- */
 
 /* t present, of the run's dtype, C-contiguous, with the given sizes (ndim <= 4). */
-static attnc_status need(const ntm_run *x, const attnc_tensor *t, const char *name, int ndim, const int64_t *sizes,
-                         bool output) {
-    int64_t s[4];
-    memcpy(s, sizes, (size_t)ndim * sizeof s[0]);
-    return attnc_check_array(t, name, x->dt, ndim, s, output);
-}
-
-/* need() with the sizes listed: NEED(run, tensor, name, output, sizes...). */
-#define NEED(x, t, name, output, ...)                                                                 \
-    need(x, t, name, (int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), (int64_t[]){__VA_ARGS__}, \
-         output)
-
 static attnc_status check_params(const ntm_run *x, const attnc_ntm_params *p, bool output) {
-    const char *pre = output ? "the gradient of " : "";
-    char name[96];
-#define PARAM(t, label, ...)                                                 \
-    do {                                                                     \
-        snprintf(name, sizeof name, "%s%s", pre, label);                     \
-        TRY(NEED(x, t, name, output, __VA_ARGS__));                             \
-    } while (0)
+#define PARAM(t, label, ...) TRY(ATTNC_NEED_PARAM(t, label, x->dt, output, __VA_ARGS__))
     if (x->lstm) {
         PARAM(&p->w_ih, "controller.weight_ih", 4 * x->C, x->Z);
         PARAM(&p->w_hh, "controller.weight_hh", 4 * x->C, x->C);
@@ -152,9 +134,9 @@ static attnc_status setup(ntm_run *x, const attnc_tensor *inputs, const attnc_nt
     x->G = x->lstm ? 4 * x->C : x->C;
     x->HR = x->C + x->R * x->M;
     TRY(check_params(x, p, false));
-    TRY(NEED(x, &init->memory, "the initial memory", false, x->B, x->N, x->M));
-    TRY(NEED(x, &init->reads, "the initial reads", false, x->B, x->R, x->M));
-    TRY(NEED(x, &init->weights, "the initial weights", false, x->B, x->Hh, x->N));
+    TRY(ATTNC_NEED(&init->memory, "the initial memory", x->dt, false, x->B, x->N, x->M));
+    TRY(ATTNC_NEED(&init->reads, "the initial reads", x->dt, false, x->B, x->R, x->M));
+    TRY(ATTNC_NEED(&init->weights, "the initial weights", x->dt, false, x->B, x->Hh, x->N));
     ntm_layout(x);
     return ATTNC_OK;
 }
@@ -173,7 +155,7 @@ int64_t attnc_ntm_saved_size(int64_t B, int64_t T, int64_t I, int64_t C, int64_t
 }
 
 static attnc_status check_saved(const ntm_run *x, const attnc_tensor *saved, bool output) {
-    return NEED(x, saved, "saved", output, x->B * x->T * x->S);
+    return ATTNC_NEED(saved, "saved", x->dt, output, x->B * x->T * x->S);
 }
 
 /* ---- forward --------------------------------------------------------------------- */
@@ -183,9 +165,9 @@ attnc_status attnc_ntm_forward(attnc_tensor *logits, attnc_tensor *weights, attn
                                const attnc_ntm_params *p, const attnc_ntm_config *cfg) {
     ntm_run x;
     TRY(setup(&x, inputs, init, p, cfg));
-    TRY(NEED(&x, logits, "logits", true, x.B, x.T, x.O));
-    if (attnc_present(weights)) TRY(NEED(&x, weights, "weights", true, x.B, x.T, x.Hh, x.N));
-    if (attnc_present(memories)) TRY(NEED(&x, memories, "memories", true, x.B, x.T, x.N, x.M));
+    TRY(ATTNC_NEED(logits, "logits", x.dt, true, x.B, x.T, x.O));
+    if (attnc_present(weights)) TRY(ATTNC_NEED(weights, "weights", x.dt, true, x.B, x.T, x.Hh, x.N));
+    if (attnc_present(memories)) TRY(ATTNC_NEED(memories, "memories", x.dt, true, x.B, x.T, x.N, x.M));
     bool keep = attnc_present(saved);
     if (keep) TRY(check_saved(&x, saved, true));
     if (x.B == 0 || x.T == 0) return ATTNC_OK;
@@ -224,11 +206,11 @@ static void wgrad(const ntm_run *x, void *dw, const void *dy, int64_t out, const
 static attnc_status check_grads(const ntm_run *x, attnc_ntm_params *grads, attnc_ntm_state *dinit,
                                 attnc_tensor *dinputs, const attnc_tensor *dlogits) {
     TRY(check_params(x, grads, true));
-    TRY(NEED(x, &dinit->memory, "the initial memory's gradient", true, x->B, x->N, x->M));
-    TRY(NEED(x, &dinit->reads, "the initial reads' gradient", true, x->B, x->R, x->M));
-    TRY(NEED(x, &dinit->weights, "the initial weights' gradient", true, x->B, x->Hh, x->N));
-    if (attnc_present(dinputs)) TRY(NEED(x, dinputs, "dinputs", true, x->B, x->T, x->I));
-    return NEED(x, dlogits, "dlogits", false, x->B, x->T, x->O);
+    TRY(ATTNC_NEED(&dinit->memory, "the initial memory's gradient", x->dt, true, x->B, x->N, x->M));
+    TRY(ATTNC_NEED(&dinit->reads, "the initial reads' gradient", x->dt, true, x->B, x->R, x->M));
+    TRY(ATTNC_NEED(&dinit->weights, "the initial weights' gradient", x->dt, true, x->B, x->Hh, x->N));
+    if (attnc_present(dinputs)) TRY(ATTNC_NEED(dinputs, "dinputs", x->dt, true, x->B, x->T, x->I));
+    return ATTNC_NEED(dlogits, "dlogits", x->dt, false, x->B, x->T, x->O);
 }
 
 /* Every weight gradient from the stored cotangents and the saved slots. */
