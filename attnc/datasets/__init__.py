@@ -20,6 +20,7 @@ from .pointer_tasks import (
     tour_length,
     tsp_tours,
 )
+from .shapes import PALETTE, SHAPE_KINDS, SameColourShapes, ShapePairBatch
 from .sequences import (
     IGNORE_INDEX,
     ReverseTask,
@@ -42,12 +43,16 @@ __all__ = [
     "DatesTask",
     "IGNORE_INDEX",
     "NTMBatch",
+    "PALETTE",
     "Padded",
     "PointerBatch",
     "PointerSortTask",
     "RepeatCopyTask",
     "ReverseTask",
+    "SHAPE_KINDS",
+    "SameColourShapes",
     "Seq2SeqBatch",
+    "ShapePairBatch",
     "SortTask",
     "TSPTask",
     "TeacherForcing",

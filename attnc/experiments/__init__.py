@@ -15,7 +15,9 @@ and the task's own measure: "exact_match", "bits_per_sequence", "gap", ...).
   learns Graves et al.'s copy, repeat-copy and associative-recall tasks.
 - ``pointer_sort``, ``pointer_tsp --n N``, ``pointer_hull``: pointer networks
   (Vinyals et al. 2015) sort numbers, find planar TSP tours and convex hulls.
+- ``sagan_shapes``: a small convolutional classifier with SAGAN's self-attention
+  (``--no-attention``: without it) tells whether two distant shapes share a colour.
 """
 
 EXPERIMENTS = ("transformer_reverse", "gpt_sort", "dates", "captions", "ntm_copy", "ntm_repeat_copy", "ntm_recall",
-               "pointer_sort", "pointer_tsp", "pointer_hull")
+               "pointer_sort", "pointer_tsp", "pointer_hull", "sagan_shapes")
