@@ -128,7 +128,8 @@ def test_attention_scores_on_a_known_map():
         other = b.masks[:, 1 - which].reshape(5, -1)
         maps[np.arange(5), q] = other / other.sum(-1, keepdims=True)
     scores = sagan_shapes.attention_scores(None, b, maps)
-    assert scores == {"attention_on_other": 1.0, "attention_mass_on_other": pytest.approx(1.0),
+    assert scores == {"attention_on_other": 1.0, "attention_near_other": 1.0,
+                      "attention_mass_on_other": pytest.approx(1.0), "attention_mass_near_other": pytest.approx(1.0),
                       "attention_mass_on_own": 0.0}
     img = sagan_shapes.query_attention(None, b, 0, maps)
     assert img.shape == (5, 12, 12) and np.allclose(img.sum((1, 2)), 1)
