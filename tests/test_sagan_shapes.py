@@ -128,6 +128,9 @@ def test_attention_scores_on_a_known_map():
         other = b.masks[:, 1 - which].reshape(5, -1)
         maps[np.arange(5), q] = other / other.sum(-1, keepdims=True)
     scores = sagan_shapes.attention_scores(None, b, maps)
+    by_label = scores.pop("attention_by_label")
+    assert by_label["different_colours"]["attention_on_other"] == 1.0
+    assert by_label["same_colour"]["attention_mass_on_other"] == pytest.approx(1.0)
     assert scores == {"attention_on_other": 1.0, "attention_near_other": 1.0,
                       "attention_mass_on_other": pytest.approx(1.0), "attention_mass_near_other": pytest.approx(1.0),
                       "attention_mass_on_own": 0.0}
