@@ -33,6 +33,7 @@ from .sequences import (
     sort_task,
     special_tokens,
 )
+from .shapes import PALETTE, SHAPE_KINDS, SameColourShapes, ShapePairBatch
 from .text_tasks import EntailmentBatch, EntailmentTask, MarkerBatch, MarkerTask
 from .vocab import Padded, TeacherForcing, TextBatch, Vocab
 
@@ -54,13 +55,17 @@ __all__ = [
     "MarkerBatch",
     "MarkerTask",
     "NTMBatch",
+    "PALETTE",
     "Padded",
     "PointerBatch",
     "PointerSortTask",
     "RecallBatch",
     "RepeatCopyTask",
     "ReverseTask",
+    "SHAPE_KINDS",
+    "SameColourShapes",
     "Seq2SeqBatch",
+    "ShapePairBatch",
     "SortTask",
     "TSPTask",
     "TeacherForcing",

@@ -22,9 +22,11 @@ and the task's own measure: "exact_match", "bits_per_sequence", "gap", ...).
   contradiction or neutral ("alignment_accuracy": word-to-word alignments).
 - ``snail_fewshot`` (``--shots 1|5|all``): SNAIL (Mishra et al. 2017) learns 5-way
   1-shot and 5-shot classification of synthetic classes, new in every episode.
+- ``sagan_shapes``: a small convolutional classifier with SAGAN's self-attention
+  (``--no-attention``: without it) tells whether two distant shapes share a colour.
 - ``lstmn_recall``: an LSTMN (intra-attention, Cheng et al. 2016) against an LSTM on key-value recall.
 """
 
 EXPERIMENTS = ("transformer_reverse", "gpt_sort", "dates", "captions", "ntm_copy", "ntm_repeat_copy", "ntm_recall",
-               "pointer_sort", "pointer_tsp", "pointer_hull", "attention_pooling", "entailment",
+               "pointer_sort", "pointer_tsp", "pointer_hull", "sagan_shapes", "attention_pooling", "entailment",
                "snail_fewshot", "lstmn_recall")

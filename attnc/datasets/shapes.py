@@ -1,0 +1,132 @@
+"""Two distant shapes: "are they the same colour?", the task of the
+``sagan_shapes`` experiment (self-attention over feature maps, SAGAN).
+
+Each image (3, size, size) shows two small shapes on a dark, slightly noisy
+background: one in the left part of the image and one in the right part,
+with at least ``gap`` empty columns between the two parts, so that a
+convolution stack whose receptive field is narrower than ``gap`` never sees
+both shapes from one pixel. Each shape has a random kind (square, diamond,
+plus, ring, x; at half-size 1 the diamond and the plus coincide), half-size
+(1..max_radius: 3 x 3, 5 x 5, ...), position (anywhere in its
+part) and a colour from a palette of ``colours`` colours (with a little
+per-shape jitter). The label is 1 when the two shapes have the same palette
+colour, 0 otherwise; a batch has exactly as many of each label as it can
+(⌊n/2⌋ or ⌈n/2⌉ of each). Differently coloured pairs draw the right colour
+uniformly among the other palette colours.
+
+Why this needs attention (for a convolutional classifier whose features see
+less than ``gap`` columns, pooled by a global average and read by a linear
+layer): the pooled features are a background term plus phi(left shape) +
+psi(right shape), and no linear function of phi(a) + psi(b) says "a == b"
+for every palette pair: summing the two same-colour cases (a, a), (b, b)
+and the two mixed ones (a, b), (b, a) gives the same total, so they cannot
+lie on opposite sides of one threshold. A self-attention layer lets a pixel
+of one shape read the other shape's colour, and the next layer compares
+them locally.
+
+Usage::
+
+    task = attnc.datasets.SameColourShapes(size=12, colours=6, gap=6, max_radius=1)
+    batch = task.batch(64, seed=0)            # images (64, 3, 12, 12) float32, labels (64,) int64
+    batch.masks[:, 0]                          # (64, 12, 12) bool: the left shape's pixels
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .._args import size_arg as _check_int
+from .ntm_tasks import _dtype, _rng
+
+__all__ = ["PALETTE", "SHAPE_KINDS", "SameColourShapes", "ShapePairBatch"]
+
+PALETTE = (
+    ("red", (0.9, 0.15, 0.1)),
+    ("green", (0.15, 0.8, 0.2)),
+    ("blue", (0.15, 0.3, 0.95)),
+    ("yellow", (0.95, 0.85, 0.1)),
+    ("magenta", (0.85, 0.2, 0.85)),
+    ("cyan", (0.1, 0.85, 0.9)),
+    ("orange", (1.0, 0.55, 0.1)),
+    ("white", (0.95, 0.95, 0.95)),
+)
+SHAPE_KINDS = ("square", "diamond", "plus", "ring", "x")
+
+
+@dataclass
+class ShapePairBatch:
+    """images (n, 3, S, S) float; labels (n,) int64 (1: same colour); masks
+    (n, 2, S, S) bool (pixels of the left [0] and right [1] shape); centres
+    (n, 2, 2) int64 (row, column) of each shape; colours, kinds, radii (n, 2)
+    int64 (palette index, SHAPE_KINDS index, half-size)."""
+
+    images: np.ndarray
+    labels: np.ndarray
+    masks: np.ndarray
+    centres: np.ndarray
+    colours: np.ndarray
+    kinds: np.ndarray
+    radii: np.ndarray
+
+
+class SameColourShapes:
+    """The task; ``batch(n, seed=None, dtype=np.float32)`` draws n images.
+
+    size: image side (at least gap + 2 (2 max_radius + 1)); colours: palette size
+    (2..8, from PALETTE); gap: empty columns between the left and right
+    parts (> the receptive field of the convolutions before the attention);
+    noise: standard deviation of the background noise; jitter: of each
+    shape's colour; max_radius: shapes' half-sizes are 1..max_radius.
+    """
+
+    def __init__(self, size: int = 20, colours: int = 6, gap: int = 6, noise: float = 0.05, jitter: float = 0.05,
+                 max_radius: int = 2):
+        self.gap = _check_int("gap", gap, 1)
+        self.max_radius = _check_int("max_radius", max_radius, 1)
+        self.size = _check_int("size", size, gap + 2 * (2 * self.max_radius + 1))
+        self.colours = _check_int("colours", colours, 2)
+        if self.colours > len(PALETTE):
+            raise ValueError(f"colours must be <= {len(PALETTE)}, got {colours}")
+        if not (noise >= 0 and jitter >= 0):
+            raise ValueError(f"noise and jitter must be >= 0, got {noise!r}, {jitter!r}")
+        self.noise, self.jitter = float(noise), float(jitter)
+        self.part = (self.size - self.gap) // 2  # columns [0, part) and [size - part, size)
+
+    def __repr__(self):
+        return (f"SameColourShapes(size={self.size}, colours={self.colours}, gap={self.gap}, noise={self.noise}, "
+                f"max_radius={self.max_radius})")
+
+    def batch(self, n: int, seed=None, dtype=np.float32) -> ShapePairBatch:
+        n = _check_int("n", n, 1)
+        rng = _rng(seed)
+        dt = _dtype(dtype)
+        S, part = self.size, self.part
+        labels = rng.permutation(np.arange(n) % 2).astype(np.int64)
+        first = rng.integers(0, self.colours, n)
+        other = (first + rng.integers(1, self.colours, n)) % self.colours  # uniform among the others
+        colours = np.stack([first, np.where(labels == 1, first, other)], 1).astype(np.int64)
+        kinds = rng.integers(0, len(SHAPE_KINDS), (n, 2)).astype(np.int64)
+        radii = rng.integers(1, self.max_radius + 1, (n, 2)).astype(np.int64)
+        rows = rng.integers(radii, S - radii)  # (n, 2), within the image
+        lo = np.stack([radii[:, 0], S - part + radii[:, 1]], 1)
+        hi = np.stack([part - radii[:, 0], S - radii[:, 1]], 1)
+        cols = rng.integers(lo, hi)
+        centres = np.stack([rows, cols], -1).astype(np.int64)
+        grid = np.arange(S)
+        dr = np.abs(grid[None, None, :, None] - rows[:, :, None, None])  # (n, 2, S, 1)
+        dc = np.abs(grid[None, None, None, :] - cols[:, :, None, None])  # (n, 2, 1, S)
+        r = radii[:, :, None, None]
+        k = kinds[:, :, None, None]
+        cheb = np.maximum(dr, dc)
+        masks = np.where(k == 0, cheb <= r,
+                         np.where(k == 1, dr + dc <= r,
+                                  np.where(k == 2, ((dr == 0) & (dc <= r)) | ((dc == 0) & (dr <= r)),
+                                           np.where(k == 3, cheb == r, (dr == dc) & (dr <= r)))))
+        palette = np.array([c for _, c in PALETTE], np.float64)
+        rgb = palette[colours] + self.jitter * rng.standard_normal((n, 2, 3))  # (n, 2, 3)
+        images = self.noise * rng.standard_normal((n, 3, S, S))
+        for s in range(2):
+            images += masks[:, s, None] * rgb[:, s, :, None, None]
+        return ShapePairBatch(images.astype(dt), labels, masks, centres, colours, kinds, radii)

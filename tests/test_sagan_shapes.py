@@ -1,0 +1,167 @@
+"""attnc.datasets.SameColourShapes and the sagan_shapes experiment (its model's
+gradients, the quick run as a subprocess: exit status, JSON, reproducibility,
+--save)."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from helpers import same_bits
+
+import attnc
+from attnc.datasets import PALETTE, SHAPE_KINDS, SameColourShapes
+from attnc.experiments import sagan_shapes
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TIMING = {"train_seconds", "eval_seconds", "threads", "train_seconds_no_attention"}
+
+
+def test_dataset_batches():
+    task = SameColourShapes(size=12, colours=6, gap=6, max_radius=1)
+    b = task.batch(401, seed=0)
+    assert b.images.shape == (401, 3, 12, 12) and b.images.dtype == np.float32
+    assert b.labels.dtype == np.int64 and abs(int(b.labels.sum()) - 200) <= 1  # balanced
+    assert np.array_equal(b.labels, (b.colours[:, 0] == b.colours[:, 1]).astype(np.int64))
+    assert b.colours.max() < 6 and b.kinds.max() < len(SHAPE_KINDS) and set(np.unique(b.radii)) == {1}
+    for s in range(2):  # each mask is the shape drawn at its centre, in its part of the image
+        assert b.masks[:, s].sum((1, 2)).min() >= 4
+        cols = np.where(b.masks[:, s].any(1))
+        assert (cols[1].max() < 3) if s == 0 else (cols[1].min() >= 9)
+        rows, cc = b.centres[:, s, 0], b.centres[:, s, 1]
+        assert np.all(np.abs(np.argwhere(b.masks[:, s])[:, 1] - rows[np.argwhere(b.masks[:, s])[:, 0]]) <= 1)
+        assert np.all(np.abs(np.argwhere(b.masks[:, s])[:, 2] - cc[np.argwhere(b.masks[:, s])[:, 0]]) <= 1)
+    # the shapes are in their colours, the background dark
+    palette = np.array([c for _, c in PALETTE])
+    n = np.arange(401)
+    for s in range(2):
+        m = b.masks[:, s]
+        mean = (b.images * m[:, None]).sum((2, 3)) / m.sum((1, 2))[:, None]
+        assert np.abs(mean - palette[b.colours[:, s]]).max() < 0.3
+    background = ~(b.masks.any(1))
+    assert np.abs(b.images.transpose(1, 0, 2, 3)[:, background]).mean() < 0.06
+    # every colour and kind appears; same seed, same bits; float64 on request
+    assert set(np.unique(b.colours)) == set(range(6)) and set(np.unique(b.kinds)) == set(range(len(SHAPE_KINDS)))
+    again = task.batch(401, seed=0)
+    same_bits(again.images, b.images)
+    assert not np.array_equal(task.batch(401, seed=1).images, b.images)
+    assert task.batch(3, seed=0, dtype=np.float64).images.dtype == np.float64
+    assert n.size == 401
+
+
+def test_dataset_larger_shapes_and_gap():
+    task = SameColourShapes(size=24, colours=8, gap=8, max_radius=2)
+    b = task.batch(200, seed=2)
+    left = np.where(b.masks[:, 0].any(1))[1].max()
+    right = np.where(b.masks[:, 1].any(1))[1].min()
+    assert right - left > 8 and set(np.unique(b.radii)) == {1, 2}
+
+
+def test_dataset_bad_arguments():
+    with pytest.raises(ValueError, match="size"):
+        SameColourShapes(size=10, gap=6, max_radius=1)
+    with pytest.raises(ValueError, match="colours"):
+        SameColourShapes(colours=9)
+    with pytest.raises(ValueError, match="colours"):
+        SameColourShapes(colours=1)
+    with pytest.raises(ValueError, match="noise"):
+        SameColourShapes(noise=-1)
+    with pytest.raises(ValueError, match="n must be"):
+        SameColourShapes().batch(0)
+    with pytest.raises(TypeError, match="dtype"):
+        SameColourShapes().batch(2, dtype=np.int32)
+
+
+def test_pooled_colour_features_are_not_linearly_separable():
+    """The argument behind the task, on exact features: per-colour pixel counts
+    of each part (what any local, pooled, linear model could at best read) give
+    a least-squares linear classifier near chance."""
+    task = SameColourShapes(size=12, colours=6, gap=6, max_radius=1, noise=0, jitter=0)
+    b = task.batch(4000, seed=3)
+    onehot = np.eye(6)[b.colours]  # (n, 2, 6)
+    area = b.masks.sum((2, 3))[..., None]
+    feats = np.concatenate([(onehot * area).reshape(len(b.labels), -1), np.ones((len(b.labels), 1))], 1)
+    w, *_ = np.linalg.lstsq(feats[:3000], 2.0 * b.labels[:3000] - 1, rcond=None)
+    acc = np.mean((feats[3000:] @ w > 0) == (b.labels[3000:] == 1))
+    assert acc < 0.65
+    # while a non-linear function of the same features (colour equality) is exact
+    assert np.array_equal(b.labels, (b.colours[:, 0] == b.colours[:, 1]).astype(np.int64))
+
+
+@pytest.mark.parametrize("attention", [True, False])
+def test_classifier_gradients(rng, attention):
+    m = sagan_shapes.ShapeClassifier(channels=8, hidden=4, attention=attention, reduction=2, dtype=np.float64,
+                                     seed=0)
+    if attention:
+        m.attn.gamma = np.array([0.8])
+        assert {"attn.gamma", "attn.f.weight", "attn.v.bias"} <= set(m.state_dict())
+    x = rng.standard_normal((2, 3, 5, 6))
+    out, pullback = attnc.vjp(m, x)
+    dy = rng.standard_normal(out.shape)
+    grads = pullback(dy)
+    assert set(grads) == set(m.state_dict())
+    for name, p in m.named_parameters():
+        for _ in range(3):
+            i = np.unravel_index(rng.integers(p.size), p.shape)
+            old = p[i]
+            p[i] = old + 1e-6
+            lp = float((m(x) * dy).sum())
+            p[i] = old - 1e-6
+            lm = float((m(x) * dy).sum())
+            p[i] = old
+            assert abs(grads[name][i] - (lp - lm) / 2e-6) <= 1e-6 * max(1, abs(grads[name][i])), name
+    logits, attn = m(x, return_attention=True)
+    assert (attn is None) != attention and logits.shape == (2, 2)
+    if attention:
+        assert attn.shape == (2, 30, 30)
+
+
+def test_attention_scores_on_a_known_map():
+    task = SameColourShapes(size=12, gap=6, max_radius=1)
+    b = task.batch(5, seed=0)
+    N = 144
+    maps = np.zeros((5, N, N))
+    for which in (0, 1):  # each centre looks only at the other shape's pixels
+        q = b.centres[:, which, 0] * 12 + b.centres[:, which, 1]
+        other = b.masks[:, 1 - which].reshape(5, -1)
+        maps[np.arange(5), q] = other / other.sum(-1, keepdims=True)
+    scores = sagan_shapes.attention_scores(None, b, maps)
+    by_label = scores.pop("attention_by_label")
+    assert by_label["different_colours"]["attention_on_other"] == 1.0
+    assert by_label["same_colour"]["attention_mass_on_other"] == pytest.approx(1.0)
+    assert scores == {"attention_on_other": 1.0, "attention_near_other": 1.0,
+                      "attention_mass_on_other": pytest.approx(1.0), "attention_mass_near_other": pytest.approx(1.0),
+                      "attention_mass_on_own": 0.0}
+    img = sagan_shapes.query_attention(None, b, 0, maps)
+    assert img.shape == (5, 12, 12) and np.allclose(img.sum((1, 2)), 1)
+
+
+def _run(*args):
+    env = dict(os.environ)
+    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    proc = subprocess.run([sys.executable, "-m", "attnc.experiments.sagan_shapes", *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1]), proc.stderr
+
+
+def test_quick_run(tmp_path):
+    path = tmp_path / "sagan.npz"
+    first, stderr = _run("--quick", "--seed", "2", "--threads", "1", "--save", str(path))
+    assert "it/s" in stderr or "s/it" in stderr
+    for key in ("accuracy", "accuracy_no_attention", "accuracy_gain", "attention_on_other", "attention_mass_on_other",
+                "attention_mass_on_own", "train_seconds", "train_seconds_no_attention", "gamma", "heldout_size"):
+        assert key in first, key
+    assert 0 <= first["accuracy"] <= 1 and 0 <= first["attention_on_other"] <= 1 and first["quick"] is True
+    second, _ = _run("--quick", "--seed", "2", "--threads", "2")
+    assert {k: v for k, v in first.items() if k not in TIMING} == {k: v for k, v in second.items() if k not in TIMING}
+    model = attnc.load(path)
+    assert isinstance(model, sagan_shapes.ShapeClassifier) and model.attention and not model.training
+    held = sagan_shapes.heldout(2, 64)
+    assert sagan_shapes.accuracy(model, held) == first["accuracy"]
+    only, _ = _run("--quick", "--seed", "2", "--threads", "1", "--no-attention")
+    assert only["attention"] is False and only["accuracy"] == only["accuracy_no_attention"]
+    assert only["accuracy_no_attention"] == first["accuracy_no_attention"]
+    assert "attention_on_other" not in only
