@@ -21,7 +21,8 @@ import numpy as np
 from .. import nn
 from .._args import float_array, same_dtype, shape_str, size_arg
 from ..grad import vjp
-from ..nn.snail import AttentionBlock, TCBlock, _Blocks, _runner
+from ..nn.module import ModuleList
+from ..nn.snail import AttentionBlock, TCBlock, _runner
 
 __all__ = ["SNAIL"]
 
@@ -93,7 +94,7 @@ class SNAIL(nn.Module):
                 C = blocks[-1].out_channels
             blocks.append(AttentionBlock(C, k, v, dtype=dtype, seed=sub()))
             C = blocks[-1].out_channels
-        self.blocks = _Blocks(blocks, dtype)
+        self.blocks = ModuleList(blocks, dtype)
         self.classifier = nn.Linear(C, self.n_way, dtype=dtype, seed=sub())
 
     @staticmethod

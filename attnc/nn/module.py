@@ -173,6 +173,26 @@ class Module:
         return ""
 
 
+class ModuleList(Module):
+    """Submodules named ``0``, ``1``, ... (torch's ModuleList naming, so a
+    parent's state_dict has ``layers.0.…``, ``blocks.1.…``); indexable,
+    iterable and sized."""
+
+    def __init__(self, modules, dtype=np.float32):
+        super().__init__(dtype)
+        for i, module in enumerate(modules):
+            setattr(self, str(i), module)
+
+    def __len__(self):
+        return len(self._modules)
+
+    def __iter__(self):
+        return iter(self._modules.values())
+
+    def __getitem__(self, i):
+        return list(self._modules.values())[i]
+
+
 def _describe(module: Module) -> dict:
     """A module's class and constructor arguments, as JSON: arguments that are
     modules themselves (a TransformerEncoder's layer) are described in turn."""

@@ -27,7 +27,7 @@ from ..grad import vjp
 from .conv import CausalConv1d, causal_conv1d_forward, conv_backward
 from .gated import gated_activation
 from .linear import Linear, linear
-from .module import Module
+from .module import Module, ModuleList
 
 __all__ = ["AttentionBlock", "DenseBlock", "TCBlock", "tc_depth"]
 
@@ -58,24 +58,6 @@ def tc_depth(seq_len: int) -> int:
     back over the whole sequence (receptive field 2^n ≥ seq_len)."""
     seq_len = size_arg("seq_len", seq_len)
     return max(1, math.ceil(math.log2(seq_len)))
-
-
-class _Blocks(Module):
-    """``blocks.0``, ``blocks.1``, ...: torch's ModuleList naming."""
-
-    def __init__(self, blocks, dtype):
-        super().__init__(dtype)
-        for i, block in enumerate(blocks):
-            setattr(self, str(i), block)
-
-    def __len__(self):
-        return len(self._modules)
-
-    def __iter__(self):
-        return iter(self._modules.values())
-
-    def __getitem__(self, i):
-        return list(self._modules.values())[i]
 
 
 # --------------------------------------------------------------------------- dense block
@@ -184,7 +166,7 @@ class TCBlock(Module):
         rng = np.random.default_rng(seed)
         blocks = [DenseBlock(self.in_channels + i * self.filters, self.filters, 2**i, dtype=dtype,
                              seed=int(rng.integers(2**63))) for i in range(tc_depth(self.seq_len))]
-        self.blocks = _Blocks(blocks, dtype)
+        self.blocks = ModuleList(blocks, dtype)
 
     @property
     def out_channels(self) -> int:

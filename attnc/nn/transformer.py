@@ -23,7 +23,7 @@ import numpy as np
 from .. import _core
 from .._args import elementwise_ready, float_array, int_arg, same_dtype, shape_str, torch_mask
 from .linear import Linear
-from .module import Module
+from .module import Module, ModuleList
 from .multihead import MultiheadAttention
 from .normalization import LayerNorm
 from .normalization import _backward as _norm_backward
@@ -395,31 +395,13 @@ def _clones(layer, num_layers):
     return clones
 
 
-class _Layers(Module):
-    """``layers.0``, ``layers.1``, ...: torch's ModuleList naming."""
-
-    def __init__(self, layers, dtype):
-        super().__init__(dtype)
-        for i, layer in enumerate(layers):
-            setattr(self, str(i), layer)
-
-    def __len__(self):
-        return len(self._modules)
-
-    def __iter__(self):
-        return iter(self._modules.values())
-
-    def __getitem__(self, i):
-        return list(self._modules.values())[i]
-
-
 def _stack(stack, layer, cls, num_layers, norm, name):
     """Set up a TransformerEncoder / TransformerDecoder: num_layers copies of
     layer as ``layers.0``, ... and the optional final norm."""
     if not isinstance(layer, cls):
         raise TypeError(f"{name} must be an attnc.nn.{cls.__name__}, got {type(layer).__name__}")
     Module.__init__(stack, layer.dtype)
-    stack.layers = _Layers(_clones(layer, num_layers), layer.dtype)
+    stack.layers = ModuleList(_clones(layer, num_layers), layer.dtype)
     stack.num_layers = len(stack.layers)
     if norm is not None:
         stack.norm = norm

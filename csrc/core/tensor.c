@@ -146,3 +146,13 @@ attnc_status attnc_check_param(const attnc_tensor *t, const char *label, attnc_d
     snprintf(name, sizeof name, "%s%s", output ? "the gradient of " : "", label);
     return attnc_check_array(t, name, dtype, ndim, sizes, output);
 }
+
+attnc_status attnc_check_flat(const attnc_tensor *t, const char *name, attnc_dtype dtype, int64_t n) {
+    if (!attnc_present(t)) return attnc_fail(ATTNC_ERR_TYPE, "%s is required", name);
+    TRY(attnc_check_dtype(t, name, dtype));
+    if (attnc_numel(t) != n)
+        return attnc_fail(ATTNC_ERR_VALUE, "%s has %lld elements, expected %lld", name, (long long)attnc_numel(t),
+                          (long long)n);
+    if (!attnc_is_contiguous(t)) return attnc_fail(ATTNC_ERR_LAYOUT, "%s must be contiguous", name);
+    return ATTNC_OK;
+}

@@ -70,6 +70,10 @@ attnc_status attnc_check_array(const attnc_tensor *t, const char *name, attnc_dt
 attnc_status attnc_check_param(const attnc_tensor *t, const char *label, attnc_dtype dtype, int ndim,
                                int64_t *sizes, bool output);
 
+/* A required, C-contiguous tensor of dtype with n elements, any shape:
+ * element-wise operations. */
+attnc_status attnc_check_flat(const attnc_tensor *t, const char *name, attnc_dtype dtype, int64_t n);
+
 /* The sizes listed as (ndim, array) arguments: ATTNC_SIZES(B, T, H). */
 #define ATTNC_SIZES(...) (int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), (int64_t[]){__VA_ARGS__}
 /* attnc_check_array / attnc_check_param with the sizes listed. */

@@ -17,17 +17,6 @@ enum { CHUNK = 4096 }; /* elements per block */
 #define ATTNC_F64 1
 #include "gated_impl.h"
 
-/* t: present, of dtype, n elements, C-contiguous. */
-static attnc_status check_flat(const attnc_tensor *t, const char *name, attnc_dtype dt, int64_t n) {
-    if (!attnc_present(t)) return attnc_fail(ATTNC_ERR_TYPE, "%s is required", name);
-    TRY(attnc_check_dtype(t, name, dt));
-    if (attnc_numel(t) != n)
-        return attnc_fail(ATTNC_ERR_VALUE, "%s has %lld elements, expected %lld", name,
-                          (long long)attnc_numel(t), (long long)n);
-    if (!attnc_is_contiguous(t)) return attnc_fail(ATTNC_ERR_LAYOUT, "%s must be contiguous", name);
-    return ATTNC_OK;
-}
-
 /* a's dtype, float32 or float64. */
 static attnc_status check_dtype(const attnc_tensor *a, attnc_dtype *dt) {
     if (!attnc_present(a)) return attnc_fail(ATTNC_ERR_TYPE, "input is required");
@@ -42,9 +31,9 @@ attnc_status attnc_gated_forward(attnc_tensor *y, const attnc_tensor *a, const a
     attnc_dtype dt = ATTNC_FLOAT32;
     TRY(check_dtype(a, &dt));
     int64_t n = attnc_numel(a);
-    TRY(check_flat(a, "input", dt, n));
-    TRY(check_flat(b, "gate", dt, n));
-    TRY(check_flat(y, "output", dt, n));
+    TRY(attnc_check_flat(a, "input", dt, n));
+    TRY(attnc_check_flat(b, "gate", dt, n));
+    TRY(attnc_check_flat(y, "output", dt, n));
     ATTNC_PARALLEL_TYPED(dt, attnc_workers_for(n * 8), gated_job, gated_forward_task, (n + CHUNK - 1) / CHUNK,
                          .a = a->data, .b = b->data, .y = y->data, .n = n);
     return ATTNC_OK;
@@ -55,11 +44,11 @@ attnc_status attnc_gated_backward(attnc_tensor *da, attnc_tensor *db, const attn
     attnc_dtype dt = ATTNC_FLOAT32;
     TRY(check_dtype(a, &dt));
     int64_t n = attnc_numel(a);
-    TRY(check_flat(a, "input", dt, n));
-    TRY(check_flat(b, "gate", dt, n));
-    TRY(check_flat(dy, "doutput", dt, n));
-    if (attnc_present(da)) TRY(check_flat(da, "dinput", dt, n));
-    if (attnc_present(db)) TRY(check_flat(db, "dgate", dt, n));
+    TRY(attnc_check_flat(a, "input", dt, n));
+    TRY(attnc_check_flat(b, "gate", dt, n));
+    TRY(attnc_check_flat(dy, "doutput", dt, n));
+    if (attnc_present(da)) TRY(attnc_check_flat(da, "dinput", dt, n));
+    if (attnc_present(db)) TRY(attnc_check_flat(db, "dgate", dt, n));
     ATTNC_PARALLEL_TYPED(dt, attnc_workers_for(n * 8), gated_job, gated_backward_task, (n + CHUNK - 1) / CHUNK,
                          .a = a->data, .b = b->data, .dy = dy->data,
                          .da = attnc_present(da) ? da->data : NULL, .db = attnc_present(db) ? db->data : NULL,

@@ -37,16 +37,6 @@ static dropout_mask make_mask(double p, uint64_t seed, uint64_t stream) {
 #define ATTNC_F64 1
 #include "pointwise_impl.h"
 
-/* A contiguous float tensor of dtype with n elements (the same count as y). */
-static attnc_status check_flat(const attnc_tensor *t, const char *name, attnc_dtype dt, int64_t n) {
-    TRY(attnc_check_dtype(t, name, dt));
-    if (attnc_numel(t) != n)
-        return attnc_fail(ATTNC_ERR_VALUE, "%s has %lld elements, expected %lld", name,
-                          (long long)attnc_numel(t), (long long)n);
-    if (!attnc_is_contiguous(t)) return attnc_fail(ATTNC_ERR_LAYOUT, "%s must be contiguous", name);
-    return ATTNC_OK;
-}
-
 static attnc_status check_options(attnc_activation act, double p) {
     if (act != ATTNC_ACT_NONE && act != ATTNC_ACT_RELU && act != ATTNC_ACT_GELU)
         return attnc_fail(ATTNC_ERR_VALUE, "unknown activation %d", (int)act);
@@ -65,9 +55,9 @@ attnc_status attnc_pointwise_forward(attnc_tensor *y, const attnc_tensor *x,
                           attnc_dtype_name(dt));
     TRY(check_options(act, dropout));
     int64_t n = attnc_numel(y);
-    TRY(check_flat(x, "input", dt, n));
-    TRY(check_flat(y, "output", dt, n));
-    if (attnc_present(residual)) TRY(check_flat(residual, "residual", dt, n));
+    TRY(attnc_check_flat(x, "input", dt, n));
+    TRY(attnc_check_flat(y, "output", dt, n));
+    if (attnc_present(residual)) TRY(attnc_check_flat(residual, "residual", dt, n));
     ATTNC_PARALLEL_TYPED(dt, attnc_workers(), pointwise_job, pointwise_forward_task,
                          (n + CHUNK - 1) / CHUNK, .x = x->data,
                          .residual = attnc_present(residual) ? residual->data : NULL, .y = y->data,
@@ -86,10 +76,10 @@ attnc_status attnc_pointwise_backward(attnc_tensor *dx, const attnc_tensor *dy,
                           attnc_dtype_name(dt));
     TRY(check_options(act, dropout));
     int64_t n = attnc_numel(dy);
-    TRY(check_flat(dx, "dinput", dt, n));
+    TRY(attnc_check_flat(dx, "dinput", dt, n));
     if (act != ATTNC_ACT_NONE) {
         if (!attnc_present(x)) return attnc_fail(ATTNC_ERR_TYPE, "input is required with an activation");
-        TRY(check_flat(x, "input", dt, n));
+        TRY(attnc_check_flat(x, "input", dt, n));
     }
     ATTNC_PARALLEL_TYPED(dt, attnc_workers(), pointwise_job, pointwise_backward_task,
                          (n + CHUNK - 1) / CHUNK, .dy = dy->data,
