@@ -59,6 +59,20 @@ def test_dataset_larger_shapes_and_gap():
     assert right - left > 8 and set(np.unique(b.radii)) == {1, 2}
 
 
+def test_dataset_clutter():
+    """clutter=k adds k single pixels of palette colours between the two parts, nowhere else."""
+    plain = SameColourShapes(size=12, colours=6, gap=6, max_radius=1, noise=0)
+    cluttered = SameColourShapes(size=12, colours=6, gap=6, max_radius=1, noise=0, clutter=5)
+    b = cluttered.batch(50, seed=4)
+    lit = np.abs(b.images).sum(1) > 0.1
+    outside = lit & ~b.masks.any(1)
+    assert np.all(outside.sum((1, 2)) == 5) and not outside[:, :, :3].any() and not outside[:, :, 9:].any()
+    palette = np.array([c for _, c in PALETTE])
+    spots = b.images.transpose(0, 2, 3, 1)[outside]  # (250, 3)
+    assert np.abs(spots[:, None] - palette[None, :6]).max(-1).min(-1).max() < 1e-6
+    assert plain.batch(50, seed=4).images.shape == b.images.shape
+
+
 def test_dataset_bad_arguments():
     with pytest.raises(ValueError, match="size"):
         SameColourShapes(size=10, gap=6, max_radius=1)
@@ -68,6 +82,8 @@ def test_dataset_bad_arguments():
         SameColourShapes(colours=1)
     with pytest.raises(ValueError, match="noise"):
         SameColourShapes(noise=-1)
+    with pytest.raises(ValueError, match="clutter"):
+        SameColourShapes(size=12, gap=6, max_radius=1, clutter=73)
     with pytest.raises(ValueError, match="n must be"):
         SameColourShapes().batch(0)
     with pytest.raises(TypeError, match="dtype"):
@@ -118,24 +134,52 @@ def test_classifier_gradients(rng, attention):
         assert attn.shape == (2, 30, 30)
 
 
-def test_attention_scores_on_a_known_map():
-    task = SameColourShapes(size=12, gap=6, max_radius=1)
-    b = task.batch(5, seed=0)
-    N = 144
-    maps = np.zeros((5, N, N))
-    for which in (0, 1):  # each centre looks only at the other shape's pixels
-        q = b.centres[:, which, 0] * 12 + b.centres[:, which, 1]
-        other = b.masks[:, 1 - which].reshape(5, -1)
-        maps[np.arange(5), q] = other / other.sum(-1, keepdims=True)
+def _centre_rows(b, which):
+    return b.centres[:, which, 0] * 12 + b.centres[:, which, 1]
+
+
+def test_attention_scores_on_known_maps():
+    task = SameColourShapes(size=12, gap=6, max_radius=1, noise=0)
+    b = task.batch(6, seed=0)
+    n, N = 6, 144
+    rows = np.arange(n)
+    own = [b.masks[:, w].reshape(n, -1) for w in (0, 1)]
+    # 1) each centre looks only at the other shape's pixels
+    maps = np.zeros((n, N, N))
+    for which in (0, 1):
+        other = own[1 - which]
+        maps[rows, _centre_rows(b, which)] = other / other.sum(-1, keepdims=True)
     scores = sagan_shapes.attention_scores(None, b, maps)
     by_label = scores.pop("attention_by_label")
     assert by_label["different_colours"]["attention_on_other"] == 1.0
     assert by_label["same_colour"]["attention_mass_on_other"] == pytest.approx(1.0)
-    assert scores == {"attention_on_other": 1.0, "attention_near_other": 1.0,
-                      "attention_mass_on_other": pytest.approx(1.0), "attention_mass_near_other": pytest.approx(1.0),
-                      "attention_mass_on_own": 0.0}
+    uniform = np.mean([own[1 - w].sum(-1) / (N - own[w].sum(-1)) for w in (0, 1)])
+    assert scores == {"attention_on_other": 1.0, "attention_on_other_chance": pytest.approx(uniform),
+                      "attention_near_other": 1.0, "attention_mass_on_other": pytest.approx(1.0),
+                      "attention_mass_on_other_uniform": pytest.approx(uniform), "attention_mass_on_own": 0.0,
+                      "attention_argmax_on_other_any": 1.0}
+    assert 0.03 < uniform < 0.07
     img = sagan_shapes.query_attention(None, b, 0, maps)
-    assert img.shape == (5, 12, 12) and np.allclose(img.sum((1, 2)), 1)
+    assert img.shape == (n, 12, 12) and np.allclose(img.sum((1, 2)), 1)
+    # 2) most of the mass on the own shape, the rest on the other shape: the own shape is left out of the check
+    maps2 = np.zeros((n, N, N))
+    for which in (0, 1):
+        maps2[rows, _centre_rows(b, which)] = (0.8 * own[which] / own[which].sum(-1, keepdims=True)
+                                               + 0.2 * own[1 - which] / own[1 - which].sum(-1, keepdims=True))
+    s2 = sagan_shapes.attention_scores(None, b, maps2)
+    assert s2["attention_on_other"] == 1.0 and s2["attention_argmax_on_other_any"] == 0.0
+    assert s2["attention_mass_on_other"] == pytest.approx(1.0) and s2["attention_mass_on_own"] == pytest.approx(0.8)
+    # 3) the measure can fail: uniform attention, and a map on a background pixel far from both shapes
+    s3 = sagan_shapes.attention_scores(None, b, np.full((n, N, N), 1.0 / N))
+    assert s3["attention_mass_on_other"] == pytest.approx(s3["attention_mass_on_other_uniform"])
+    maps4 = np.full((n, N, N), 0.5 / (N - 1))
+    background = np.argmax(~b.masks.any(1).reshape(n, -1) & ~(np.arange(N) % 12 < 4)[None] & ~(np.arange(N) % 12 > 7),
+                           -1)  # a background pixel in the gap
+    maps4[rows, :, background] = 0.5 + 0.5 / (N - 1)
+    maps4 /= maps4.sum(-1, keepdims=True)
+    s4 = sagan_shapes.attention_scores(None, b, maps4)
+    assert s4["attention_on_other"] == 0.0 and s4["attention_near_other"] == 0.0
+    assert s4["attention_mass_on_other"] < s4["attention_mass_on_other_uniform"]
 
 
 def _run(*args):
