@@ -106,10 +106,10 @@ def test_pooled_colour_features_are_not_linearly_separable():
     assert np.array_equal(b.labels, (b.colours[:, 0] == b.colours[:, 1]).astype(np.int64))
 
 
-@pytest.mark.parametrize("attention", [True, False])
-def test_classifier_gradients(rng, attention):
-    m = sagan_shapes.ShapeClassifier(channels=8, hidden=4, attention=attention, reduction=2, dtype=np.float64,
-                                     seed=0)
+@pytest.mark.parametrize("attention,frame", [(True, False), (False, False), (True, True)])
+def test_classifier_gradients(rng, attention, frame):
+    m = sagan_shapes.ShapeClassifier(channels=8, hidden=4, attention=attention, reduction=2, frame=frame,
+                                     dtype=np.float64, seed=0)
     if attention:
         m.attn.gamma = np.array([0.8])
         assert {"attn.gamma", "attn.f.weight", "attn.v.bias"} <= set(m.state_dict())
@@ -172,6 +172,7 @@ def test_attention_scores_on_known_maps():
     # 3) the measure can fail: uniform attention, and a map on a background pixel far from both shapes
     s3 = sagan_shapes.attention_scores(None, b, np.full((n, N, N), 1.0 / N))
     assert s3["attention_mass_on_other"] == pytest.approx(s3["attention_mass_on_other_uniform"])
+    assert s3["attention_on_other"] == 0.0  # a flat map has no peak
     maps4 = np.full((n, N, N), 0.5 / (N - 1))
     background = np.argmax(~b.masks.any(1).reshape(n, -1) & ~(np.arange(N) % 12 < 4)[None] & ~(np.arange(N) % 12 > 7),
                            -1)  # a background pixel in the gap
@@ -209,3 +210,14 @@ def test_quick_run(tmp_path):
     assert only["attention"] is False and only["accuracy"] == only["accuracy_no_attention"]
     assert only["accuracy_no_attention"] == first["accuracy_no_attention"]
     assert "attention_on_other" not in only
+
+
+def test_tied_query_key_projections():
+    """tie_qk (the default): g starts as f and both get the summed gradient, so they stay equal;
+    without it they differ."""
+    model, result = sagan_shapes.train_model(1, quick=True)
+    assert np.array_equal(model.attn.f.weight, model.attn.g.weight)
+    assert np.array_equal(model.attn.f.bias, model.attn.g.bias)
+    assert result["final_loss"] == result["final_loss"]  # finite
+    untied, _ = sagan_shapes.train_model(1, quick=True, tie_qk=False, frame=True)
+    assert not np.array_equal(untied.attn.f.weight, untied.attn.g.weight) and untied.frame
