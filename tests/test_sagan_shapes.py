@@ -59,6 +59,20 @@ def test_dataset_larger_shapes_and_gap():
     assert right - left > 8 and set(np.unique(b.radii)) == {1, 2}
 
 
+def test_dataset_clutter():
+    """clutter=k adds k single pixels of palette colours between the two parts, nowhere else."""
+    plain = SameColourShapes(size=12, colours=6, gap=6, max_radius=1, noise=0)
+    cluttered = SameColourShapes(size=12, colours=6, gap=6, max_radius=1, noise=0, clutter=5)
+    b = cluttered.batch(50, seed=4)
+    lit = np.abs(b.images).sum(1) > 0.1
+    outside = lit & ~b.masks.any(1)
+    assert np.all(outside.sum((1, 2)) == 5) and not outside[:, :, :3].any() and not outside[:, :, 9:].any()
+    palette = np.array([c for _, c in PALETTE])
+    spots = b.images.transpose(0, 2, 3, 1)[outside]  # (250, 3)
+    assert np.abs(spots[:, None] - palette[None, :6]).max(-1).min(-1).max() < 1e-6
+    assert plain.batch(50, seed=4).images.shape == b.images.shape
+
+
 def test_dataset_bad_arguments():
     with pytest.raises(ValueError, match="size"):
         SameColourShapes(size=10, gap=6, max_radius=1)
@@ -68,6 +82,8 @@ def test_dataset_bad_arguments():
         SameColourShapes(colours=1)
     with pytest.raises(ValueError, match="noise"):
         SameColourShapes(noise=-1)
+    with pytest.raises(ValueError, match="clutter"):
+        SameColourShapes(size=12, gap=6, max_radius=1, clutter=73)
     with pytest.raises(ValueError, match="n must be"):
         SameColourShapes().batch(0)
     with pytest.raises(TypeError, match="dtype"):
@@ -90,10 +106,10 @@ def test_pooled_colour_features_are_not_linearly_separable():
     assert np.array_equal(b.labels, (b.colours[:, 0] == b.colours[:, 1]).astype(np.int64))
 
 
-@pytest.mark.parametrize("attention", [True, False])
-def test_classifier_gradients(rng, attention):
-    m = sagan_shapes.ShapeClassifier(channels=8, hidden=4, attention=attention, reduction=2, dtype=np.float64,
-                                     seed=0)
+@pytest.mark.parametrize("attention,frame", [(True, False), (False, False), (True, True)])
+def test_classifier_gradients(rng, attention, frame):
+    m = sagan_shapes.ShapeClassifier(channels=8, hidden=4, attention=attention, reduction=2, frame=frame,
+                                     dtype=np.float64, seed=0)
     if attention:
         m.attn.gamma = np.array([0.8])
         assert {"attn.gamma", "attn.f.weight", "attn.v.bias"} <= set(m.state_dict())
@@ -118,24 +134,53 @@ def test_classifier_gradients(rng, attention):
         assert attn.shape == (2, 30, 30)
 
 
-def test_attention_scores_on_a_known_map():
-    task = SameColourShapes(size=12, gap=6, max_radius=1)
-    b = task.batch(5, seed=0)
-    N = 144
-    maps = np.zeros((5, N, N))
-    for which in (0, 1):  # each centre looks only at the other shape's pixels
-        q = b.centres[:, which, 0] * 12 + b.centres[:, which, 1]
-        other = b.masks[:, 1 - which].reshape(5, -1)
-        maps[np.arange(5), q] = other / other.sum(-1, keepdims=True)
+def _centre_rows(b, which):
+    return b.centres[:, which, 0] * 12 + b.centres[:, which, 1]
+
+
+def test_attention_scores_on_known_maps():
+    task = SameColourShapes(size=12, gap=6, max_radius=1, noise=0)
+    b = task.batch(6, seed=0)
+    n, N = 6, 144
+    rows = np.arange(n)
+    own = [b.masks[:, w].reshape(n, -1) for w in (0, 1)]
+    # 1) each centre looks only at the other shape's pixels
+    maps = np.zeros((n, N, N))
+    for which in (0, 1):
+        other = own[1 - which]
+        maps[rows, _centre_rows(b, which)] = other / other.sum(-1, keepdims=True)
     scores = sagan_shapes.attention_scores(None, b, maps)
     by_label = scores.pop("attention_by_label")
     assert by_label["different_colours"]["attention_on_other"] == 1.0
     assert by_label["same_colour"]["attention_mass_on_other"] == pytest.approx(1.0)
-    assert scores == {"attention_on_other": 1.0, "attention_near_other": 1.0,
-                      "attention_mass_on_other": pytest.approx(1.0), "attention_mass_near_other": pytest.approx(1.0),
-                      "attention_mass_on_own": 0.0}
+    uniform = np.mean([own[1 - w].sum(-1) / (N - own[w].sum(-1)) for w in (0, 1)])
+    assert scores == {"attention_on_other": 1.0, "attention_on_other_chance": pytest.approx(uniform),
+                      "attention_near_other": 1.0, "attention_mass_on_other": pytest.approx(1.0),
+                      "attention_mass_on_other_uniform": pytest.approx(uniform), "attention_mass_on_own": 0.0,
+                      "attention_argmax_on_other_any": 1.0}
+    assert 0.03 < uniform < 0.07
     img = sagan_shapes.query_attention(None, b, 0, maps)
-    assert img.shape == (5, 12, 12) and np.allclose(img.sum((1, 2)), 1)
+    assert img.shape == (n, 12, 12) and np.allclose(img.sum((1, 2)), 1)
+    # 2) most of the mass on the own shape, the rest on the other shape: the own shape is left out of the check
+    maps2 = np.zeros((n, N, N))
+    for which in (0, 1):
+        maps2[rows, _centre_rows(b, which)] = (0.8 * own[which] / own[which].sum(-1, keepdims=True)
+                                               + 0.2 * own[1 - which] / own[1 - which].sum(-1, keepdims=True))
+    s2 = sagan_shapes.attention_scores(None, b, maps2)
+    assert s2["attention_on_other"] == 1.0 and s2["attention_argmax_on_other_any"] == 0.0
+    assert s2["attention_mass_on_other"] == pytest.approx(1.0) and s2["attention_mass_on_own"] == pytest.approx(0.8)
+    # 3) the measure can fail: uniform attention, and a map on a background pixel far from both shapes
+    s3 = sagan_shapes.attention_scores(None, b, np.full((n, N, N), 1.0 / N))
+    assert s3["attention_mass_on_other"] == pytest.approx(s3["attention_mass_on_other_uniform"])
+    assert s3["attention_on_other"] == 0.0  # a flat map has no peak
+    maps4 = np.full((n, N, N), 0.5 / (N - 1))
+    background = np.argmax(~b.masks.any(1).reshape(n, -1) & ~(np.arange(N) % 12 < 4)[None] & ~(np.arange(N) % 12 > 7),
+                           -1)  # a background pixel in the gap
+    maps4[rows, :, background] = 0.5 + 0.5 / (N - 1)
+    maps4 /= maps4.sum(-1, keepdims=True)
+    s4 = sagan_shapes.attention_scores(None, b, maps4)
+    assert s4["attention_on_other"] == 0.0 and s4["attention_near_other"] == 0.0
+    assert s4["attention_mass_on_other"] < s4["attention_mass_on_other_uniform"]
 
 
 def _run(*args):
@@ -165,3 +210,14 @@ def test_quick_run(tmp_path):
     assert only["attention"] is False and only["accuracy"] == only["accuracy_no_attention"]
     assert only["accuracy_no_attention"] == first["accuracy_no_attention"]
     assert "attention_on_other" not in only
+
+
+def test_tied_query_key_projections():
+    """tie_qk (the default): g starts as f and both get the summed gradient, so they stay equal;
+    without it they differ."""
+    model, result = sagan_shapes.train_model(1, quick=True)
+    assert np.array_equal(model.attn.f.weight, model.attn.g.weight)
+    assert np.array_equal(model.attn.f.bias, model.attn.g.bias)
+    assert result["final_loss"] == result["final_loss"]  # finite
+    untied, _ = sagan_shapes.train_model(1, quick=True, tie_qk=False, frame=True)
+    assert not np.array_equal(untied.attn.f.weight, untied.attn.g.weight) and untied.frame

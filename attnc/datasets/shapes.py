@@ -82,7 +82,7 @@ class SameColourShapes:
     """
 
     def __init__(self, size: int = 20, colours: int = 6, gap: int = 6, noise: float = 0.05, jitter: float = 0.05,
-                 max_radius: int = 2):
+                 max_radius: int = 2, clutter: int = 0):
         self.gap = _check_int("gap", gap, 1)
         self.max_radius = _check_int("max_radius", max_radius, 1)
         self.size = _check_int("size", size, gap + 2 * (2 * self.max_radius + 1))
@@ -93,10 +93,14 @@ class SameColourShapes:
             raise ValueError(f"noise and jitter must be >= 0, got {noise!r}, {jitter!r}")
         self.noise, self.jitter = float(noise), float(jitter)
         self.part = (self.size - self.gap) // 2  # columns [0, part) and [size - part, size)
+        self.clutter = _check_int("clutter", clutter, 0)
+        if self.clutter > self.size * (self.size - 2 * self.part):
+            raise ValueError(f"clutter must be <= the {self.size * (self.size - 2 * self.part)} pixels between "
+                             f"the parts, got {clutter}")
 
     def __repr__(self):
         return (f"SameColourShapes(size={self.size}, colours={self.colours}, gap={self.gap}, noise={self.noise}, "
-                f"max_radius={self.max_radius})")
+                f"max_radius={self.max_radius}, clutter={self.clutter})")
 
     def batch(self, n: int, seed=None, dtype=np.float32) -> ShapePairBatch:
         n = _check_int("n", n, 1)
@@ -129,4 +133,12 @@ class SameColourShapes:
         images = self.noise * rng.standard_normal((n, 3, S, S))
         for s in range(2):
             images += masks[:, s, None] * rgb[:, s, :, None, None]
+        if self.clutter:  # single pixels of random palette colours between the two parts
+            between = S * (S - 2 * part)
+            spots = np.argsort(rng.random((n, between)), axis=1)[:, :self.clutter]  # distinct, (n, k)
+            spot_rows, spot_cols = spots // (S - 2 * part), part + spots % (S - 2 * part)
+            spot_rgb = palette[rng.integers(0, self.colours, (n, self.clutter))]  # (n, k, 3)
+            idx = np.arange(n)[:, None]
+            for ch in range(3):
+                images[idx, ch, spot_rows, spot_cols] += spot_rgb[..., ch]
         return ShapePairBatch(images.astype(dt), labels, masks, centres, colours, kinds, radii)
