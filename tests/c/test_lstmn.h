@@ -67,23 +67,8 @@ static void test_lstmn_gradients(void) {
         }
     CHECK(rows_ok, "lstmn attention rows sum to 1 over the past");
     CHECK(out[(1 * MNT + 4) * MNH] == 0 && out[(2 * MNT + 1) * MNH + 2] == 0, "lstmn padded outputs are 0");
-    /* finite differences of every entry */
-    const double eps = 1e-6;
-    for (int a = 0; a < MNP; a++) {
-        double err = 0, scale = 1e-3;
-        for (int64_t i = 0; i < lstmn_sizes[a]; i++) {
-            double x = p[a][i];
-            p[a][i] = x + eps;
-            double lp = lstmn_loss(p, cot);
-            p[a][i] = x - eps;
-            double lm = lstmn_loss(p, cot);
-            p[a][i] = x;
-            double num = (lp - lm) / (2 * eps);
-            err = fmax(err, fabs(num - g[a][i]));
-            scale = fmax(scale, fabs(num));
-        }
-        CHECK(err <= 1e-6 * scale, "lstmn gradient of argument %d: error %g (scale %g)", a, err, scale);
-    }
+    /* finite differences of every entry (the NTM tests' loop) */
+    ntm_fd_check(lstmn_loss, p, g, lstmn_sizes, MNP, cot, 0, 1e-3, "lstmn");
     /* float32 against float64 */
     float *p32[MNP], out32[MNB * MNT * MNH];
     for (int a = 0; a < MNP; a++) {
