@@ -141,6 +141,14 @@ def choice(value, valid, name: str):
     return value
 
 
+def child_seeds(seed, n: int) -> list:
+    """n independent integer seeds drawn from ``seed`` (None: n Nones, so
+    every child is freshly random): one per submodule of a composite model."""
+    if seed is None:
+        return [None] * n
+    return [int(s) for s in np.random.SeedSequence(seed).generate_state(n)]
+
+
 def seed_bits(seed) -> int:
     """A user's seed as the 64 bits the C generator takes; None draws fresh ones."""
     if seed is None:

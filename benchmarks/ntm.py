@@ -88,16 +88,11 @@ def _import_libs(snapshot):
     global np, torch, attnc, ref
     tf._import_libs(snapshot)
     np, torch, attnc = tf.np, tf.torch, tf.attnc
-    for name in ("attnc.models", "attnc.datasets"):
-        try:
-            importlib.import_module(name)
-        except ImportError:
-            pass
-    if torch is not None:  # the torch model: the tests' reference module
-        sys.path.insert(0, str(REPO / "tests" / "reference"))
-        import ntm_torch
-
-        ref = ntm_torch
+    try:  # attnc.models is imported by tf._import_libs
+        importlib.import_module("attnc.datasets")
+    except ImportError:
+        pass
+    ref = tf.reference("ntm_torch")
 
 
 def have_ntm():

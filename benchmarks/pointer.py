@@ -58,7 +58,6 @@ not when a target is missed.
 
 from __future__ import annotations
 
-import importlib
 import sys
 import time
 from pathlib import Path
@@ -96,15 +95,7 @@ def _import_libs(snapshot):
     global np, torch, attnc, ref
     tf._import_libs(snapshot)
     np, torch, attnc = tf.np, tf.torch, tf.attnc
-    try:
-        importlib.import_module("attnc.models")
-    except ImportError:
-        pass
-    if torch is not None:  # the torch model: the tests' reference module
-        sys.path.insert(0, str(REPO / "tests" / "reference"))
-        import pointer_torch
-
-        ref = pointer_torch
+    ref = tf.reference("pointer_torch")  # attnc.models is imported by tf._import_libs
 
 
 def have_pointer():

@@ -76,11 +76,7 @@ def _import_libs(snapshot):
     global np, torch, attnc, ref
     tf._import_libs(snapshot)
     np, torch, attnc = tf.np, tf.torch, tf.attnc
-    if torch is not None:  # the torch model: the tests' reference module
-        sys.path.insert(0, str(REPO / "tests" / "reference"))
-        import seq2seq_ref
-
-        ref = seq2seq_ref
+    ref = tf.reference("seq2seq_ref")
 
 
 def have_seq2seq():

@@ -107,6 +107,17 @@ def _import_libs(snapshot):
         pass
 
 
+def reference(name):
+    """The tests' torch reference module tests/reference/NAME (the same
+    network written in torch), or None without torch."""
+    if torch is None:
+        return None
+    path = str(REPO / "tests" / "reference")
+    if path not in sys.path:
+        sys.path.insert(0, path)
+    return importlib.import_module(name)
+
+
 def have_encoder_layer():
     return hasattr(getattr(attnc, "nn", None), "TransformerEncoderLayer")
 

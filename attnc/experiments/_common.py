@@ -58,6 +58,22 @@ def warmup_cosine(warmup: int, total: int, final: float = 0.0):
     return factor
 
 
+def config(full: dict, quick: dict, is_quick: bool, steps=None) -> dict:
+    """A copy of the run's configuration (``quick`` or ``full``), with
+    ``steps`` (e.g. --steps) replacing its number of steps when given."""
+    cfg = dict(quick if is_quick else full)
+    if steps is not None:
+        cfg["steps"] = int(steps)
+    return cfg
+
+
+def adam_warmup_cosine(model, lr: float, warmup: int, total: int, final: float = 0.0):
+    """(Adam on model's parameters at lr, a LambdaLR with warmup_cosine's
+    factor): the optimiser most experiments train with."""
+    opt = attnc.optim.Adam(model, lr=lr)
+    return opt, attnc.optim.LambdaLR(opt, warmup_cosine(warmup, total, final))
+
+
 def train(model, optimizer, loss_and_grads, batches, steps: int, *, scheduler=None, clip=1.0, desc="train",
           disable_progress=False, after_step=None) -> dict:
     """The training loop: for each step, loss, grads = loss_and_grads(batch);

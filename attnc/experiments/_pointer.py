@@ -13,7 +13,6 @@ import argparse
 
 import numpy as np
 
-import attnc
 from attnc.models import PointerNet
 
 from . import _common
@@ -48,8 +47,7 @@ def train(name, args, task, cfg, constraint):
     """Train a PointerNet on fresh batches of task; returns (model, result)."""
     data_seed, model_seed = np.random.SeedSequence(args.seed).generate_state(2)
     model = PointerNet(task.input_size, cfg["hidden_size"], embedding_size=cfg["hidden_size"], seed=int(model_seed))
-    opt = attnc.optim.Adam(model, lr=cfg["lr"])
-    sched = attnc.optim.LambdaLR(opt, _common.warmup_cosine(cfg["warmup"], cfg["steps"], cfg["final_lr"]))
+    opt, sched = _common.adam_warmup_cosine(model, cfg["lr"], cfg["warmup"], cfg["steps"], cfg["final_lr"])
     rng = np.random.default_rng(int(data_seed))
 
     def batches(step):

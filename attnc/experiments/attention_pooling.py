@@ -26,6 +26,7 @@ import numpy as np
 
 import attnc
 from attnc import nn
+from attnc._args import child_seeds
 from attnc.datasets import MarkerTask
 
 from . import _common
@@ -47,11 +48,11 @@ class MarkerClassifier(nn.Module):
     def __init__(self, vocab_size: int, num_classes: int, embed: int = 32, hidden: int = 32, attn: int = 32, *,
                  dtype=np.float32, seed=None):
         super().__init__(dtype)
-        seeds = np.random.SeedSequence(seed).generate_state(4) if seed is not None else [None] * 4
-        self.embedding = nn.Embedding(vocab_size, embed, padding_idx=0, dtype=dtype, seed=_s(seeds[0]))
-        self.hidden = nn.Linear(embed, hidden, dtype=dtype, seed=_s(seeds[1]))
-        self.pool = nn.AttentionPooling(hidden, attn, dtype=dtype, seed=_s(seeds[2]))
-        self.out = nn.Linear(hidden, num_classes, dtype=dtype, seed=_s(seeds[3]))
+        seeds = child_seeds(seed, 4)
+        self.embedding = nn.Embedding(vocab_size, embed, padding_idx=0, dtype=dtype, seed=seeds[0])
+        self.hidden = nn.Linear(embed, hidden, dtype=dtype, seed=seeds[1])
+        self.pool = nn.AttentionPooling(hidden, attn, dtype=dtype, seed=seeds[2])
+        self.out = nn.Linear(hidden, num_classes, dtype=dtype, seed=seeds[3])
 
     def _run(self, ids, mask):
         ids = np.asarray(ids)
@@ -92,10 +93,6 @@ class MarkerClassifier(nn.Module):
         return float(loss), self._vjp_backward(pbs, (dlogits,))
 
 
-def _s(x):
-    return None if x is None else int(x)
-
-
 def evaluate(model, batch, chunk=500) -> dict:
     """accuracy and marker attention mass of model on a MarkerBatch."""
     right, mass = 0, 0.0
@@ -111,15 +108,12 @@ def train_model(seed=0, quick=False, steps=None, disable_progress=True, dtype=np
     """Train a MarkerClassifier; returns (model, task, metrics) with metrics
     {"accuracy", "marker_attention_mass", "heldout_size", "train" (the
     training loop's summary)}. For notebooks."""
-    cfg = dict(QUICK if quick else FULL)
-    if steps is not None:
-        cfg["steps"] = steps
+    cfg = _common.config(FULL, QUICK, quick, steps)
     data_seed, model_seed = np.random.SeedSequence(seed).generate_state(2)
     task = MarkerTask()
     model = MarkerClassifier(task.vocab_size, task.num_classes, cfg["embed"], cfg["hidden"], cfg["attn"],
                              dtype=dtype, seed=int(model_seed))
-    opt = attnc.optim.Adam(model, lr=cfg["lr"])
-    sched = attnc.optim.LambdaLR(opt, _common.warmup_cosine(cfg["warmup"], cfg["steps"], cfg["final_lr"]))
+    opt, sched = _common.adam_warmup_cosine(model, cfg["lr"], cfg["warmup"], cfg["steps"], cfg["final_lr"])
     rng = np.random.default_rng(int(data_seed))
 
     def batches(step):

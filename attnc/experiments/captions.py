@@ -19,7 +19,6 @@ import time
 
 import numpy as np
 
-import attnc
 from attnc.datasets import captions
 from attnc.models import Captioner
 
@@ -78,8 +77,7 @@ def main(argv=None):
     model = Captioner(train_set.feature_size, len(train_set.vocab), cfg["embed_size"], cfg["hidden_size"],
                       cfg["attention_size"], attention=args.attention, doubly_stochastic=cfg["doubly_stochastic"],
                       seed=int(model_seed), **extra)
-    opt = attnc.optim.Adam(model, lr=cfg["lr"])
-    sched = attnc.optim.LambdaLR(opt, _common.warmup_cosine(cfg["warmup"], cfg["steps"], cfg["final_lr"]))
+    opt, sched = _common.adam_warmup_cosine(model, cfg["lr"], cfg["warmup"], cfg["steps"], cfg["final_lr"])
     bs = cfg["batch_size"]
 
     def batches(step):

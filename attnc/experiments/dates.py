@@ -112,8 +112,7 @@ def run(kind, args, cfg, heldout, train_set, disable_progress, long_set):
     bs = cfg["batch_size"]
     per_epoch = len(train_set) // bs
     steps = cfg["steps"] if cfg.get("steps") else per_epoch * cfg["epochs"]
-    opt = attnc.optim.Adam(model, lr=cfg["lr"])
-    sched = attnc.optim.LambdaLR(opt, _common.warmup_cosine(cfg["warmup"], steps, cfg["final_lr"]))
+    opt, sched = _common.adam_warmup_cosine(model, cfg["lr"], cfg["warmup"], steps, cfg["final_lr"])
     order = {}
 
     def batches(step):

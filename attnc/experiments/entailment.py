@@ -33,7 +33,6 @@ import time
 
 import numpy as np
 
-import attnc
 from attnc.datasets import EntailmentTask
 from attnc.models import DecomposableAttention
 
@@ -94,8 +93,7 @@ def train_model(seed=0, quick=False, steps=None, disable_progress=True, dtype=np
     model = DecomposableAttention(task.vocab_size, cfg["embed"], cfg["hidden"], len(task.labels),
                                   project=cfg["project"], context=cfg["context"], dropout=cfg["dropout"], dtype=dtype,
                                   seed=int(model_seed))
-    opt = attnc.optim.Adam(model, lr=cfg["lr"])
-    sched = attnc.optim.LambdaLR(opt, _common.warmup_cosine(cfg["warmup"], cfg["steps"], cfg["final_lr"]))
+    opt, sched = _common.adam_warmup_cosine(model, cfg["lr"], cfg["warmup"], cfg["steps"], cfg["final_lr"])
     rng = np.random.default_rng(int(data_seed))
 
     def batches(step):

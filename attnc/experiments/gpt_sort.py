@@ -38,9 +38,7 @@ def exact_match(model, task, batch_size=1000):
 
 def main(argv=None):
     args = _common.parse_args(__doc__.strip().splitlines()[0], argv)
-    cfg = dict(QUICK if args.quick else FULL)
-    if args.steps is not None:
-        cfg["steps"] = args.steps
+    cfg = _common.config(FULL, QUICK, args.quick, args.steps)
     train_seed, model_seed, test_seed, eval_train_seed = np.random.SeedSequence(args.seed).generate_state(4)
     L, D = cfg["length"], cfg["num_digits"]
     train_set = sort_task(cfg["steps"] * cfg["batch_size"], L, D, seed=int(train_seed), split="train")

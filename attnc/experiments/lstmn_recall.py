@@ -28,6 +28,7 @@ import numpy as np
 
 import attnc
 from attnc import nn
+from attnc._args import child_seeds
 from attnc.datasets import KeyValueRecallTask
 
 from . import _common
@@ -60,14 +61,14 @@ class RecallClassifier(nn.Module):
         if kind not in ("lstmn", "lstm"):
             raise ValueError(f"kind must be 'lstmn' or 'lstm', got {kind!r}")
         self.kind = kind
-        seeds = np.random.SeedSequence(seed).generate_state(4)
-        self.embed_key = nn.Embedding(vocabs[0], embed, dtype=dtype, seed=int(seeds[0]))
-        self.embed_value = nn.Embedding(vocabs[1], embed, dtype=dtype, seed=int(seeds[3]))
+        seeds = child_seeds(seed, 4)
+        self.embed_key = nn.Embedding(vocabs[0], embed, dtype=dtype, seed=seeds[0])
+        self.embed_value = nn.Embedding(vocabs[1], embed, dtype=dtype, seed=seeds[3])
         if kind == "lstmn":
-            self.rnn = nn.LSTMN(embed, hidden, attention_size=attention, dtype=dtype, seed=int(seeds[1]))
+            self.rnn = nn.LSTMN(embed, hidden, attention_size=attention, dtype=dtype, seed=seeds[1])
         else:
-            self.rnn = nn.LSTM(embed, hidden, dtype=dtype, seed=int(seeds[1]))
-        self.out = nn.Linear(hidden, classes, dtype=dtype, seed=int(seeds[2]))
+            self.rnn = nn.LSTM(embed, hidden, dtype=dtype, seed=seeds[1])
+        self.out = nn.Linear(hidden, classes, dtype=dtype, seed=seeds[2])
 
     def _rnn(self, x, lengths, vjp):
         if self.kind == "lstmn":
@@ -118,9 +119,8 @@ def _train(kind, args, cfg, task, desc, steps=None):
     data_seed, model_seed = np.random.SeedSequence(args.seed).generate_state(2)
     model = RecallClassifier(task.vocab_sizes, task.num_classes, cfg["embed"], cfg["hidden"], cfg["attention"], kind,
                              seed=int(model_seed))
-    opt = attnc.optim.Adam(model, lr=cfg["lr"])
     steps = steps or cfg["steps"]
-    sched = attnc.optim.LambdaLR(opt, _common.warmup_cosine(cfg["warmup"], steps, 0.05))
+    opt, sched = _common.adam_warmup_cosine(model, cfg["lr"], cfg["warmup"], steps, 0.05)
     rng = np.random.default_rng(int(data_seed))  # the same batches for both models
     result = _common.train(model, opt, model.loss_and_grad, lambda step: task.batch(cfg["batch_size"], seed=rng),
                            steps, scheduler=sched, desc=desc, disable_progress=args.no_progress)
@@ -145,9 +145,7 @@ def attention_at_query(model, held):
 
 def main(argv=None):
     args = _common.parse_args(__doc__, argv)
-    cfg = dict(QUICK if args.quick else FULL)
-    if args.steps is not None:
-        cfg["steps"] = args.steps
+    cfg = _common.config(FULL, QUICK, args.quick, args.steps)
     task = KeyValueRecallTask(cfg["num_keys"], cfg["num_values"], cfg["min_pairs"], cfg["max_pairs"])
     held = task.batch(cfg["heldout"], seed=HELDOUT_SEED)
     model, result = _train("lstmn", args, cfg, task, "LSTMN")

@@ -35,9 +35,7 @@ def main(argv=None):
     pre.add_argument("--memory-init", choices=("constant", "learned", "random"), default="constant")
     known, rest = pre.parse_known_args(argv)
     args = _common.parse_args(__doc__.strip().splitlines()[0] + " (--memory-init constant|learned|random)", rest)
-    cfg = dict(QUICK if args.quick else FULL)
-    if args.steps is not None:
-        cfg["steps"] = args.steps
+    cfg = _common.config(FULL, QUICK, args.quick, args.steps)
     task = CopyTask(bits=8, min_len=1, max_len=20)
     check = [task.batch(50, length=20, seed=_ntm.HELDOUT_SEED - 20)]
     model, result = _ntm.train_ntm("ntm_copy", args, task, cfg["steps"], {"memory_init": known.memory_init},

@@ -24,9 +24,7 @@ QUICK = dict(steps=200, batches=2, rows=5, longest=5)
 
 def main(argv=None):
     args = _common.parse_args(__doc__.strip().splitlines()[0], argv)
-    cfg = dict(QUICK if args.quick else FULL)
-    if args.steps is not None:
-        cfg["steps"] = args.steps
+    cfg = _common.config(FULL, QUICK, args.quick, args.steps)
     task = AssociativeRecallTask(bits=6, item_len=3, min_items=2, max_items=6)
     model, result = _ntm.train_ntm("ntm_recall", args, task, cfg["steps"])
 

@@ -24,9 +24,7 @@ QUICK = dict(steps=200, batches=2, rows=5)
 
 def main(argv=None):
     args = _common.parse_args(__doc__.strip().splitlines()[0], argv)
-    cfg = dict(QUICK if args.quick else FULL)
-    if args.steps is not None:
-        cfg["steps"] = args.steps
+    cfg = _common.config(FULL, QUICK, args.quick, args.steps)
     task = RepeatCopyTask(bits=8, min_len=1, max_len=10, min_repeats=1, max_repeats=10)
     model, result = _ntm.train_ntm("ntm_repeat_copy", args, task, cfg["steps"])
 

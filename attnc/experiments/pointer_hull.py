@@ -31,9 +31,7 @@ QUICK = dict(FULL, steps=150, batch_size=32, hidden_size=32, heldout=20)
 
 def main(argv=None):
     args = _pointer.parse_args(__doc__, argv, None)
-    cfg = dict(QUICK if args.quick else FULL)
-    if args.steps is not None:
-        cfg["steps"] = args.steps
+    cfg = _common.config(FULL, QUICK, args.quick, args.steps)
     ns = _pointer.sizes(args)
     task = ConvexHullTask(min_n=ns[0], max_n=ns[-1])
     model, result = _pointer.train("pointer_hull", args, task, cfg, "hull")

@@ -92,6 +92,7 @@ import time
 import numpy as np
 
 import attnc
+from attnc._args import child_seeds
 from attnc.datasets import SameColourShapes
 from attnc.nn import Conv2d, Linear, Module, SelfAttention2d, relu
 
@@ -117,8 +118,7 @@ class ShapeClassifier(Module):
     def __init__(self, channels: int = 32, hidden: int = 16, attention: bool = True, coords: bool = True,
                  reduction: int = 4, frame: bool = False, *, dtype=np.float32, seed=None):
         super().__init__(dtype)
-        ss = np.random.SeedSequence(seed).generate_state(5) if seed is not None else [None] * 5
-        s = [None if seed is None else int(v) for v in ss]
+        s = child_seeds(seed, 5)
         self.attention, self.coords, self.frame = bool(attention), bool(coords), bool(frame)
         pad = 0 if self.frame else 1
         self.conv1 = Conv2d(3 + 2 * self.coords, hidden, 3, padding=pad, dtype=dtype, seed=s[0])
@@ -207,9 +207,7 @@ def train_model(seed: int = 0, *, attention: bool = True, steps: int | None = No
     (model, result) with result as attnc.experiments._common.train's (losses,
     train_seconds, ...). About a minute or two with attention at the default
     steps on one core; ``steps=1000`` already gives a model worth drawing."""
-    cfg = dict(QUICK if quick else FULL)
-    if steps is not None:
-        cfg["steps"] = steps
+    cfg = _common.config(FULL, QUICK, quick, steps)
     cfg.update(overrides)
     task = SameColourShapes(**TASK)
     model = ShapeClassifier(cfg["channels"], cfg["hidden"], attention=attention, coords=cfg["coords"],
@@ -220,8 +218,7 @@ def train_model(seed: int = 0, *, attention: bool = True, steps: int | None = No
             conv.weight = conv.weight * np.asarray(cfg["fg_scale"], conv.weight.dtype)
         if cfg["tie_qk"]:
             model.attn.g.weight, model.attn.g.bias = model.attn.f.weight.copy(), model.attn.f.bias.copy()
-    opt = attnc.optim.Adam(model, lr=cfg["lr"])
-    sched = attnc.optim.LambdaLR(opt, _common.warmup_cosine(1, cfg["steps"], cfg["final_lr"]))
+    opt, sched = _common.adam_warmup_cosine(model, cfg["lr"], 1, cfg["steps"], cfg["final_lr"])
     data = np.random.default_rng([seed, 1])  # the same batches with and without attention
     result = _common.train(model, opt, _loss_and_grads(model, attention and cfg["tie_qk"]), lambda step: task.batch(cfg["batch_size"], data),
                            cfg["steps"], scheduler=sched, desc=desc, disable_progress=disable_progress,
@@ -344,9 +341,7 @@ def main(argv=None):
     extra.add_argument("--coords", action="store_true", help="append two coordinate channels (CoordConv)")
     known, rest = extra.parse_known_args(argv)
     args = _common.parse_args(__doc__, rest)
-    cfg = dict(QUICK if args.quick else FULL)
-    if args.steps is not None:
-        cfg["steps"] = args.steps
+    cfg = _common.config(FULL, QUICK, args.quick, args.steps)
     held = heldout(args.seed, cfg["heldout"])
     metrics, models, results = {}, {}, {}
     start_eval = 0.0

@@ -36,7 +36,6 @@ import time
 
 import numpy as np
 
-import attnc
 from attnc.datasets import FewShotTask, fewshot_accuracy, nearest_prototype
 from attnc.models import SNAIL
 
@@ -77,8 +76,7 @@ def train_one(k_shot, cfg, seed, *, desc=None, disable_progress=False):
     task = FewShotTask(N_WAY, k_shot, **TASK)
     data_seed, model_seed = np.random.SeedSequence([seed, k_shot]).generate_state(2)
     model = SNAIL(N_WAY, k_shot, task.dim, **cfg["model"], seed=int(model_seed))
-    opt = attnc.optim.Adam(model, lr=cfg["lr"])
-    sched = attnc.optim.LambdaLR(opt, _common.warmup_cosine(cfg["warmup"], cfg["steps"], cfg["final_lr"]))
+    opt, sched = _common.adam_warmup_cosine(model, cfg["lr"], cfg["warmup"], cfg["steps"], cfg["final_lr"])
     rng = np.random.default_rng(int(data_seed))
     result = _common.train(model, opt, model.loss_and_grad, lambda step: task.episodes(cfg["batch_size"], seed=rng),
                            cfg["steps"], scheduler=sched, clip=1.0, desc=desc or f"snail {k_shot}-shot",
@@ -100,9 +98,7 @@ def trained_model(k_shot=5, *, quick=None, seed=0, steps=None, progress=False):
     """
     if quick is None:
         quick = os.environ.get("ATTNC_QUICK") == "1"
-    cfg = dict(QUICK if quick else FULL)
-    if steps is not None:
-        cfg["steps"] = int(steps)
+    cfg = _common.config(FULL, QUICK, quick, steps)
     model, task, _ = train_one(int(k_shot), cfg, seed, disable_progress=not progress)
     return model, task
 
@@ -121,9 +117,7 @@ def episode_attention(model, episodes):
 
 def main(argv=None):
     args = parse_args(argv)
-    cfg = dict(QUICK if args.quick else FULL)
-    if args.steps is not None:
-        cfg["steps"] = args.steps
+    cfg = _common.config(FULL, QUICK, args.quick, args.steps)
     metrics, details, seconds, eval_seconds, models = {}, {}, 0.0, 0.0, {}
     for k in args.shots:
         model, task, result = train_one(k, cfg, args.seed, disable_progress=args.no_progress)

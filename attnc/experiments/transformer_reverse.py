@@ -51,9 +51,7 @@ def exact_match(model, task, batch_size=500):
 
 def main(argv=None):
     args = _common.parse_args(__doc__.strip().splitlines()[0], argv)
-    cfg = dict(QUICK if args.quick else FULL)
-    if args.steps is not None:
-        cfg["steps"] = args.steps
+    cfg = _common.config(FULL, QUICK, args.quick, args.steps)
     data_seed, model_seed = np.random.SeedSequence(args.seed).generate_state(2)
 
     heldout = reverse_task(cfg["heldout"], seed=HELDOUT_SEED, unique=True)

@@ -34,17 +34,11 @@ from __future__ import annotations
 import numpy as np
 
 from .. import nn
-from .._args import shape_str, size_arg
+from .._args import child_seeds, shape_str, size_arg
 from ..attention.soft import attention
 from ..grad import vjp
 
 __all__ = ["DecomposableAttention", "FeedForward"]
-
-
-def _seeds(seed, n):
-    if seed is None:
-        return [None] * n
-    return [int(s) for s in np.random.SeedSequence(seed).generate_state(n)]
 
 
 def _shift(x, k):
@@ -105,7 +99,7 @@ class FeedForward(nn.Module):
         if not 0 <= dropout < 1:
             raise ValueError(f"dropout must be in [0, 1), got {dropout}")
         self.dropout = float(dropout)
-        s1, s2, s3 = _seeds(seed, 3)
+        s1, s2, s3 = child_seeds(seed, 3)
         self.linear1 = nn.Linear(in_features, hidden_size, dtype=dtype, seed=s1)
         self.linear2 = nn.Linear(hidden_size, hidden_size, dtype=dtype, seed=s2)
         self._rng = np.random.default_rng(s3)
@@ -185,7 +179,7 @@ class DecomposableAttention(nn.Module):
         size_arg("embedding_dim", embedding_dim)
         size_arg("hidden_size", hidden_size)
         size_arg("num_classes", num_classes)
-        s = _seeds(seed, 6)
+        s = child_seeds(seed, 6)
         self.padding_idx = padding_idx
         if context not in (0, 1):
             raise ValueError(f"context must be 0 or 1, got {context!r}")

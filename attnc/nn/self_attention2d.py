@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._args import float_array, int_arg, same_dtype, shape_str
+from .._args import child_seeds, float_array, int_arg, same_dtype, shape_str
 from ..attention import sdpa as _sdpa
 from .conv import Conv2d
 from .linear import linear_rows, linear_rows_backward
@@ -62,12 +62,12 @@ class SelfAttention2d(Module):
         if channels % reduction:
             raise ValueError(f"reduction ({reduction}) must divide channels ({channels})")
         self.inner = channels // reduction
-        seeds = np.random.SeedSequence(seed).generate_state(4) if seed is not None else [None] * 4
+        seeds = child_seeds(seed, 4)
         self.register_parameter("gamma", np.zeros(1))
-        self.f = Conv2d(channels, self.inner, 1, dtype=dtype, seed=int(seeds[0]) if seed is not None else None)
-        self.g = Conv2d(channels, self.inner, 1, dtype=dtype, seed=int(seeds[1]) if seed is not None else None)
-        self.h = Conv2d(channels, self.inner, 1, dtype=dtype, seed=int(seeds[2]) if seed is not None else None)
-        self.v = Conv2d(self.inner, channels, 1, dtype=dtype, seed=int(seeds[3]) if seed is not None else None)
+        self.f = Conv2d(channels, self.inner, 1, dtype=dtype, seed=seeds[0])
+        self.g = Conv2d(channels, self.inner, 1, dtype=dtype, seed=seeds[1])
+        self.h = Conv2d(channels, self.inner, 1, dtype=dtype, seed=seeds[2])
+        self.v = Conv2d(self.inner, channels, 1, dtype=dtype, seed=seeds[3])
 
     def extra_repr(self):
         return f"channels={self.channels}, reduction={self.reduction}"

@@ -61,10 +61,9 @@ attnc_status attnc_attention_pool_forward(attnc_tensor *c, attnc_tensor *alpha, 
     int64_t B = 0, T = 0, d = 0, A = 0;
     TRY(check_inputs(h, weight, bias, v, mask, &B, &T, &d, &A));
     attnc_dtype dt = h->dtype;
-    int64_t cs[2] = {B, d}, as[2] = {B, T}, us[3] = {B, T, A};
-    TRY(attnc_check_array(c, "output", dt, 2, cs, true));
-    TRY(attnc_check_array(alpha, "weights", dt, 2, as, true));
-    TRY(attnc_check_array(u, "saved", dt, 3, us, true));
+    TRY(ATTNC_NEED(c, "output", dt, true, B, d));
+    TRY(ATTNC_NEED(alpha, "weights", dt, true, B, T));
+    TRY(ATTNC_NEED(u, "saved", dt, true, B, T, A));
     int64_t N = B * T;
     if (N == 0) {
         memset(c->data, 0, (size_t)(B * d) * attnc_dtype_size(dt));
@@ -88,16 +87,14 @@ attnc_status attnc_attention_pool_backward(attnc_tensor *dh, attnc_tensor *dweig
     int64_t B = 0, T = 0, d = 0, A = 0;
     TRY(check_inputs(h, weight, NULL, v, NULL, &B, &T, &d, &A));
     attnc_dtype dt = h->dtype;
-    int64_t cs[2] = {B, d}, as[2] = {B, T}, us[3] = {B, T, A}, ws[2] = {A, d};
-    TRY(attnc_check_array(dc, "doutput", dt, 2, cs, false));
-    if (attnc_present(dalpha)) TRY(attnc_check_array(dalpha, "dweights", dt, 2, as, false));
-    TRY(attnc_check_array(alpha, "weights", dt, 2, as, false));
-    TRY(attnc_check_array(u, "saved", dt, 3, us, false));
-    int64_t hs[3] = {B, T, d};
-    if (attnc_present(dh)) TRY(attnc_check_array(dh, "dinput", dt, 3, hs, true));
-    if (attnc_present(dweight)) TRY(attnc_check_array(dweight, "dweight", dt, 2, ws, true));
-    if (attnc_present(dbias)) TRY(attnc_check_array(dbias, "dbias", dt, 1, &A, true));
-    if (attnc_present(dv)) TRY(attnc_check_array(dv, "dv", dt, 1, &A, true));
+    TRY(ATTNC_NEED(dc, "doutput", dt, false, B, d));
+    if (attnc_present(dalpha)) TRY(ATTNC_NEED(dalpha, "dweights", dt, false, B, T));
+    TRY(ATTNC_NEED(alpha, "weights", dt, false, B, T));
+    TRY(ATTNC_NEED(u, "saved", dt, false, B, T, A));
+    if (attnc_present(dh)) TRY(ATTNC_NEED(dh, "dinput", dt, true, B, T, d));
+    if (attnc_present(dweight)) TRY(ATTNC_NEED(dweight, "dweight", dt, true, A, d));
+    if (attnc_present(dbias)) TRY(ATTNC_NEED(dbias, "dbias", dt, true, A));
+    if (attnc_present(dv)) TRY(ATTNC_NEED(dv, "dv", dt, true, A));
     int64_t N = B * T;
     size_t es = attnc_dtype_size(dt);
     /* dz (N, A) then de (N) in one allocation */
@@ -119,13 +116,8 @@ attnc_status attnc_attention_pool_backward(attnc_tensor *dh, attnc_tensor *dweig
         attnc_gemm_rows(dt, true, false, 1, mat2(dz, N, A), mat2(h->data, N, d), 0, mat2(dweight->data, A, d),
                         ROWS);
     if (attnc_present(dbias)) attnc_col_sums(dt, dbias->data, dz, N, A, A);
-    if (attnc_present(dv)) {
-        attnc_mat dem = {de, N, 1, 1, 1}, dvm = {dv->data, 1, A, A, 1};
-        if (dt == ATTNC_FLOAT32)
-            attnc_gemm_f32(true, false, 1, dem, mat2(u->data, N, A), 0, dvm);
-        else
-            attnc_gemm_f64(true, false, 1, dem, mat2(u->data, N, A), 0, dvm);
-    }
+    if (attnc_present(dv))
+        attnc_gemm_rows(dt, true, false, 1, mat2(de, N, 1), mat2(u->data, N, A), 0, mat2(dv->data, 1, A), ROWS);
     free(scratch);
     return ATTNC_OK;
 }
