@@ -9,23 +9,9 @@ import os as _os
 
 import numpy as _np  # noqa: F401  (first: its own OpenBLAS reads the user's settings)
 
+from . import _dispatch
 
-def _load_core():
-    """Load the extension with its bundled OpenBLAS told to start no threads
-    of its own (attnc parallelises around OpenBLAS, which runs one thread
-    inside attnc), then restore the user's environment."""
-    saved = _os.environ.get("OPENBLAS_NUM_THREADS")
-    _os.environ["OPENBLAS_NUM_THREADS"] = "1"
-    try:
-        from . import _core  # noqa: F401
-    finally:
-        if saved is None:
-            del _os.environ["OPENBLAS_NUM_THREADS"]
-        else:
-            _os.environ["OPENBLAS_NUM_THREADS"] = saved
-
-
-_load_core()
+_core = _dispatch.load_core()  # the build for this CPU's best SIMD path (or ATTNC_CPU's)
 
 from .attention import (  # noqa: E402
     KVCache,

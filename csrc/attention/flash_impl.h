@@ -25,7 +25,7 @@ static attnc_mat FN(tile)(REAL *p, int64_t rows, int64_t cols) {
 #define LANES 16
 #endif
 
-ATTNC_SIMD static REAL FN(row_max)(const REAL *x, int64_t n, REAL init) {
+static REAL FN(row_max)(const REAL *x, int64_t n, REAL init) {
     REAL lane[LANES], m = init;
     for (int k = 0; k < LANES; k++) lane[k] = init;
     int64_t j = 0;
@@ -37,7 +37,7 @@ ATTNC_SIMD static REAL FN(row_max)(const REAL *x, int64_t n, REAL init) {
 }
 
 /* x[j] <- exp(x[j] - shift); returns the sum. */
-ATTNC_SIMD static REAL FN(row_exp)(REAL *x, int64_t n, REAL shift) {
+static REAL FN(row_exp)(REAL *x, int64_t n, REAL shift) {
     REAL lane[LANES], sum = 0;
     for (int k = 0; k < LANES; k++) lane[k] = 0;
     int64_t j = 0;
@@ -152,7 +152,7 @@ static void FN(forward_task)(void *arg, int64_t task, int worker) {
 }
 
 /* P (nq, nk) <- exp(s - lse_i), 0 for rows with nothing allowed. */
-ATTNC_SIMD static void FN(probabilities)(const REAL *lse, int64_t nq, int64_t nk, REAL *s) {
+static void FN(probabilities)(const REAL *lse, int64_t nq, int64_t nk, REAL *s) {
     for (int64_t i = 0; i < nq; i++) {
         REAL *row = s + i * nk;
         if (lse[i] == -INFINITY) {
@@ -249,7 +249,7 @@ static void FN(weights_rowdot_task)(void *arg, int64_t task, int worker) {
 }
 
 /* s <- s o (dp - d_i) row by row (0 where s is 0). */
-ATTNC_SIMD static void FN(softmax_grad_tile)(REAL *s, const REAL *dp, const REAL *d, int64_t nq,
+static void FN(softmax_grad_tile)(REAL *s, const REAL *dp, const REAL *d, int64_t nq,
                                             int64_t nk) {
     for (int64_t i = 0; i < nq; i++)
         for (int64_t j = 0; j < nk; j++) {

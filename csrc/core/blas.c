@@ -33,9 +33,9 @@ static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
 static void blas_init(void) { scipy_openblas_set_num_threads(1); }
 
 /* c (1, n) = alpha a (1, k) op(b) + beta c, looping along whichever of
- * op(b)'s dims has the unit stride; compiled for AVX-512 / AVX2 / baseline. */
+ * op(b)'s dims has the unit stride (vectorised for the build's SIMD path). */
 #define ROW_TIMES_MATRIX(NAME, REAL)                                                          \
-    ATTNC_SIMD static void NAME(bool trans_a, bool trans_b, REAL alpha, attnc_mat a, attnc_mat b, \
+    static void NAME(bool trans_a, bool trans_b, REAL alpha, attnc_mat a, attnc_mat b, \
                                 REAL beta, attnc_mat c, int64_t n, int64_t k) {               \
         const REAL *restrict ap = a.p, *restrict bp = b.p;                                    \
         REAL *restrict cp = c.p;                                                              \
@@ -151,6 +151,11 @@ void attnc_gemm_rows(attnc_dtype dtype, bool trans_a, bool trans_b, double alpha
 }
 
 const char *attnc_blas_info(void) { return scipy_openblas_get_config(); }
+
+int attnc_blas_threads(void) {
+    pthread_once(&blas_once, blas_init);
+    return scipy_openblas_get_num_threads();
+}
 
 #define COL_SUMS(REAL)                                                \
     do {                                                              \

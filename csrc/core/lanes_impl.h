@@ -2,7 +2,7 @@
  * independent partial sums combined in a fixed order (and the score's
  * backward for one key), typed (see
  * core/real.h; include after real.h). The compiler vectorises them inside
- * the ATTNC_SIMD kernels that inline them, and the result does not depend
+ * the kernels that inline them, and the result does not depend
  * on the vector width. The float tanh is core/sigmoid_impl.h's (within 2e-6
  * relative), not libm's. Shared by the additive score (attention/score_impl.h),
  * the recurrent decoder (seq2seq/decoder_impl.h) and the pointer decoder

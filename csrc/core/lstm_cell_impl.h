@@ -44,7 +44,7 @@ static inline __attribute__((always_inline)) void FN(lstm_cell_forward_units)(RE
 /* gates (4H): in, the pre-activations less add (add (4H) or NULL: nothing
  * to add; added first, pre + add); out, the activations. c_prev (H) or NULL
  * (zeros); c, h (H) written. */
-ATTNC_SIMD ATTNC_UNUSED static void FN(lstm_cell_forward)(REAL *restrict gates, const REAL *restrict add,
+ATTNC_UNUSED static void FN(lstm_cell_forward)(REAL *restrict gates, const REAL *restrict add,
                                                           const REAL *restrict c_prev, REAL *restrict c,
                                                           REAL *restrict h, int64_t H) {
     if (add)
@@ -76,7 +76,7 @@ static inline __attribute__((always_inline)) void FN(lstm_cell_backward_units)(
  * dh = dh1 + dh2 (H each; dh2 NULL: dh1 alone) the cotangent of h; dc (H)
  * in, the cotangent of c from later on (zeros at the last step), out, that
  * of c_prev; dgates (4H) written, the cotangents of the pre-activations. */
-ATTNC_SIMD ATTNC_UNUSED static void FN(lstm_cell_backward)(const REAL *restrict gates, const REAL *restrict c,
+ATTNC_UNUSED static void FN(lstm_cell_backward)(const REAL *restrict gates, const REAL *restrict c,
                                                            const REAL *restrict c_prev, const REAL *restrict dh1,
                                                            const REAL *restrict dh2, REAL *restrict dc,
                                                            REAL *restrict dgates, int64_t H) {

@@ -47,12 +47,10 @@ void attnc_random_bits4(uint64_t seed, uint64_t stream, uint64_t index, uint32_t
 
 /* Eight counters at once in AVX-512: each 64-bit lane holds one 32-bit
  * word, so one _mm512_mul_epu32 gives eight full 32 x 32 -> 64 products. */
-#if defined(__GNUC__) && defined(__x86_64__) && !defined(ATTNC_NO_CLONES)
+#ifdef __AVX512F__
 #include <immintrin.h>
-#define ATTNC_HAVE_AVX512_PHILOX 1
 
-__attribute__((target("avx512f"))) static void random_bits_avx512(uint64_t seed, uint64_t stream, uint64_t first,
-                                                                   int64_t count, uint32_t *out) {
+static void random_bits_avx512(uint64_t seed, uint64_t stream, uint64_t first, int64_t count, uint32_t *out) {
     const __m512i low = _mm512_set1_epi64(0xFFFFFFFF), m0 = _mm512_set1_epi64(PHILOX_M0),
                   m1 = _mm512_set1_epi64(PHILOX_M1), lanes = _mm512_set_epi64(7, 6, 5, 4, 3, 2, 1, 0);
     for (int64_t k0 = 0; k0 < count; k0 += 8) {
@@ -83,13 +81,11 @@ __attribute__((target("avx512f"))) static void random_bits_avx512(uint64_t seed,
 #endif
 
 void attnc_random_bits(uint64_t seed, uint64_t stream, uint64_t first, int64_t count, uint32_t *out) {
-#ifdef ATTNC_HAVE_AVX512_PHILOX
-    if (__builtin_cpu_supports("avx512f")) {
-        random_bits_avx512(seed, stream, first, count, out);
-        return;
-    }
-#endif
+#ifdef __AVX512F__
+    random_bits_avx512(seed, stream, first, count, out);
+#else
     for (int64_t k = 0; k < count; k++) attnc_random_bits4(seed, stream, first + (uint64_t)k, out + 4 * k);
+#endif
 }
 
 double attnc_gumbel(uint64_t seed, uint64_t stream, uint64_t index) {

@@ -1,9 +1,9 @@
 /* simd.h: what makes the element-wise tile loops fast.
  *
- * ATTNC_SIMD compiles a function for AVX-512, AVX2+FMA and baseline x86-64;
- * the loader picks the best one the CPU has (GCC function multiversioning),
- * so one binary runs everywhere and fast where it can. The loops inside are
- * written so the compiler vectorises them (no calls, no branches).
+ * attnc is built once per SIMD path (baseline x86-64, AVX2 + FMA, AVX-512;
+ * see core/cpu.h) and Python loads the build the CPU runs, so plain loops
+ * become the CPU's vector code. The loops are written so the compiler
+ * vectorises them (no calls, no branches): no libm call inside them.
  *
  * attnc_expf is exp for float without a libm call: Cody-Waite reduction
  * x = n ln2 + r, a degree-6 polynomial for e^r (Cephes' coefficients, about
@@ -15,12 +15,6 @@
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
-
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && !defined(ATTNC_NO_CLONES)
-#define ATTNC_SIMD __attribute__((target_clones("avx512f", "avx2,fma", "default")))
-#else
-#define ATTNC_SIMD
-#endif
 
 static inline float attnc_expf(float x) {
     const float hi = 88.37626f, lo = -87.33655f, magic = 12582912.0f; /* 1.5 * 2^23 */

@@ -68,6 +68,14 @@ int attnc_get_num_threads(void);
 /* Name of the BLAS attnc calls and its own configuration string. */
 const char *attnc_blas_info(void);
 
+/* Threads OpenBLAS runs inside attnc's calls (1: see attnc_set_num_threads). */
+int attnc_blas_threads(void);
+
+/* The SIMD path of this build ("baseline", "avx2" or "avx512") and the
+ * paths this CPU runs, slowest first ("baseline avx2 avx512"): core/cpu.h. */
+const char *attnc_simd_path(void);
+const char *attnc_cpu_paths(void);
+
 /* ---- masks ------------------------------------------------------------ */
 
 /* Which keys a query may attend to: the logical AND of

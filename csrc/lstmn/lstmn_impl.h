@@ -28,7 +28,7 @@ static inline REAL *FN(slot)(const FN(lstmn_job) *J, int64_t b, int64_t t) {
 static inline bool FN(active)(const lstmn_run *x, int64_t b, int64_t t) { return !x->len || t < x->len[b]; }
 
 /* a_i = v . tanh(kh_i + q) for i < t, then s = softmax(a) (written to s[0, t), zeros after). */
-ATTNC_SIMD static void FN(scores)(const lstmn_run *x, const FN(lstmn_job) *J, int64_t b, int64_t t, REAL *s) {
+static void FN(scores)(const lstmn_run *x, const FN(lstmn_job) *J, int64_t b, int64_t t, REAL *s) {
     const REAL *q = FN(slot)(J, b, t) + x->q;
     REAL mx = -INFINITY;
     for (int64_t i = 0; i < t; i++) {
@@ -42,7 +42,7 @@ ATTNC_SIMD static void FN(scores)(const lstmn_run *x, const FN(lstmn_job) *J, in
 }
 
 /* ht += w hi, ct += w ci (H each). */
-ATTNC_SIMD static void FN(read_tape)(REAL *restrict ht, REAL *restrict ct, const REAL *restrict hi,
+static void FN(read_tape)(REAL *restrict ht, REAL *restrict ct, const REAL *restrict hi,
                                      const REAL *restrict ci, REAL w, int64_t H) {
     for (int64_t k = 0; k < H; k++) {
         ht[k] += w * hi[k];
@@ -104,7 +104,7 @@ static void FN(lstmn_forward_task)(void *arg, int64_t block, int worker) {
 /* The attention of step t backward for row b: from dh~_t and dc~_t, the
  * cotangents of the tape entries h_i, c_i, kh_i (i < t; accumulated), of the
  * query (dQ, written) and v's part (dV, written). */
-ATTNC_SIMD static void FN(attend_backward)(const FN(lstmn_job) *J, int64_t b, int64_t t, const REAL *dht, const REAL *dct) {
+static void FN(attend_backward)(const FN(lstmn_job) *J, int64_t b, int64_t t, const REAL *dht, const REAL *dct) {
     const lstmn_run *x = J->x;
     int64_t H = x->H, A = x->A, T = x->T, r = b * T + t;
     const REAL *sl = FN(slot)(J, b, t), *s = sl + x->s, *q = sl + x->q;

@@ -10,14 +10,14 @@ typedef struct {
     int64_t n;
 } FN(gated_job);
 
-ATTNC_SIMD static void FN(gated_rows)(const REAL *restrict a, const REAL *restrict b, REAL *restrict y,
+static void FN(gated_rows)(const REAL *restrict a, const REAL *restrict b, REAL *restrict y,
                                       int64_t n) {
     for (int64_t k = 0; k < n; k++) y[k] = FN(tanh_)(a[k]) * FN(sigmoid)(b[k]);
 }
 
 /* da = dy (1 - t^2) s, db = dy t s (1 - s), t = tanh(a), s = sigmoid(b)
  * (recomputed: the forward saves nothing). Either output may be NULL. */
-ATTNC_SIMD static void FN(gated_rows_backward)(const REAL *restrict a, const REAL *restrict b,
+static void FN(gated_rows_backward)(const REAL *restrict a, const REAL *restrict b,
                                                const REAL *restrict dy, REAL *restrict da, REAL *restrict db,
                                                int64_t n) {
     for (int64_t k = 0; k < n; k++) {

@@ -1,7 +1,8 @@
 /* rnn_fast.c: the float32 time loop of an LSTM / GRU direction with the
- * recurrent product and the gate kernels fused, for CPUs with AVX-512 or
- * AVX2 + FMA (picked at run time; rnn.c keeps its BLAS path for everything
- * else).
+ * recurrent product and the gate kernels fused, in the builds for AVX-512
+ * and AVX2 + FMA (attnc loads the build the CPU runs, see core/cpu.h; the
+ * AVX-512 build has both kernel sets, for hidden sizes that are multiples
+ * of 8 but not 16; rnn.c keeps its BLAS path for everything else).
  *
  * Why: per step the recurrent product is small ((B, H) x (H, G), 64 x 256 x
  * 1024 in the benchmark) and repeated T times with the same W_hh. Calling
@@ -42,25 +43,36 @@
 #include "../core/threads.h"
 #include "rnn_internal.h"
 
-#if defined(__GNUC__) && defined(__x86_64__) && !defined(ATTNC_NO_CLONES)
+#if defined(__AVX2__) && defined(__FMA__)
 #define RNN_FAST 1
 #include <immintrin.h>
 #else
 #define RNN_FAST 0
+#endif
+#if RNN_FAST && defined(__AVX512F__)
+#define RNN_512 1
+#else
+#define RNN_512 0
 #endif
 
 #if RNN_FAST
 
 enum { ISA_NONE = 0, ISA_AVX2 = 1, ISA_AVX512 = 2, MAXMR = 8, MAXVW = 16 };
 
-/* The widest kernel set the CPU runs and the hidden size fits (H a multiple
- * of the vector width), or ISA_NONE. */
+/* The widest kernel set of this build that the hidden size fits (H a
+ * multiple of the vector width), or ISA_NONE. */
 static int fast_isa(int64_t H) {
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f") && H % 16 == 0) return ISA_AVX512;
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && H % 8 == 0) return ISA_AVX2;
-    return ISA_NONE;
+    if (RNN_512 && H % 16 == 0) return ISA_AVX512;
+    return H % 8 == 0 ? ISA_AVX2 : ISA_NONE;
 }
+
+/* The AVX-512 variant when the job uses it, else the AVX2 one (the only
+ * one an AVX2 build has). */
+#if RNN_512
+#define BY_ISA(isa, f512, f256) ((isa) == ISA_AVX512 ? (f512) : (f256))
+#else
+#define BY_ISA(isa, f512, f256) ((void)(isa), (f256))
+#endif
 
 /* ---- a step-synchronised team over the thread pool ------------------------------ */
 
@@ -128,8 +140,8 @@ static attnc_status team_run(int64_t steps, int64_t nchunks, int parts, chunk_fn
 /* out (MR, NV VW) = sum over k < K of a[r][k] p[k][:], p (K, NV VW) packed, the
  * MR row pointers a[r] each with K values: MR x NV accumulators in registers,
  * one broadcast per row and NV loads per k. */
-#define MICRO_KERNEL(NAME, TARGET, VT, VW, LOAD, SET1, FMA, ZERO, STORE, MR, NV)          \
-    TARGET static void NAME(const float *const *a, const float *restrict p, int64_t K,   \
+#define MICRO_KERNEL(NAME, VT, VW, LOAD, SET1, FMA, ZERO, STORE, MR, NV)          \
+    static void NAME(const float *const *a, const float *restrict p, int64_t K,   \
                             float *restrict out) {                                       \
         VT acc[MR][NV];                                                                  \
         const float *ar[MR];                                                             \
@@ -149,22 +161,22 @@ static attnc_status team_run(int64_t steps, int64_t nchunks, int parts, chunk_fn
             _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) STORE(out + (r * NV + v) * VW, acc[r][v]); \
     }
 
-#define T512 __attribute__((target("avx512f")))
-#define T256 __attribute__((target("avx2,fma")))
 #define K512(NAME, MR, NV) \
-    MICRO_KERNEL(NAME, T512, __m512, 16, _mm512_loadu_ps, _mm512_set1_ps, _mm512_fmadd_ps, _mm512_setzero_ps, \
+    MICRO_KERNEL(NAME, __m512, 16, _mm512_loadu_ps, _mm512_set1_ps, _mm512_fmadd_ps, _mm512_setzero_ps, \
                  _mm512_storeu_ps, MR, NV)
 #define K256(NAME, MR, NV) \
-    MICRO_KERNEL(NAME, T256, __m256, 8, _mm256_loadu_ps, _mm256_set1_ps, _mm256_fmadd_ps, _mm256_setzero_ps, \
+    MICRO_KERNEL(NAME, __m256, 8, _mm256_loadu_ps, _mm256_set1_ps, _mm256_fmadd_ps, _mm256_setzero_ps, \
                  _mm256_storeu_ps, MR, NV)
 
 /* Rows per tile for NV vectors: about 24 accumulators of AVX-512's 32
  * registers, 12 of AVX2's 16. */
+#if RNN_512
 K512(mk512_4, 6, 4)
 K512(mk512_4s, 4, 4)
 K512(mk512_3, 8, 3)
 K512(mk512_2, 8, 2)
 K512(mk512_1, 8, 1)
+#endif
 K256(mk256_4, 3, 4)
 K256(mk256_3, 4, 3)
 K256(mk256_2, 6, 2)
@@ -179,16 +191,22 @@ typedef struct {
 
 /* The kernel (and its rows per tile) for tiles of nv vectors, nv in 1..4. */
 static micro micro_for(int isa, int64_t nv) {
+#if RNN_512
     static const micro k512[5] = {{NULL, 0}, {mk512_1, 8}, {mk512_2, 8}, {mk512_3, 8}, {mk512_4, 6}};
+#endif
     static const micro k256[5] = {{NULL, 0}, {mk256_1, 8}, {mk256_2, 6}, {mk256_3, 4}, {mk256_4, 3}};
-    return isa == ISA_AVX512 ? k512[nv] : k256[nv];
+    return BY_ISA(isa, k512[nv], k256[nv]);
 }
 
 /* The kernel for the tile at rows left: mk, or for the last 4 rows or fewer
  * of 6-row tiles a 4-row one (64 rows: 10 tiles of 6 and one of 4, instead
  * of computing 2 rows for nothing). */
 static inline micro micro_tail(micro mk, int64_t left) {
+#if RNN_512
     if (mk.fn == mk512_4 && left <= 4) return (micro){mk512_4s, 4};
+#else
+    (void)left;
+#endif
     return mk;
 }
 
@@ -355,8 +373,8 @@ GRU_FWD_EPI(8)
  * (h_prev W_hh^T), then their gates. The input's product is made here, not
  * as one matrix product before the loop: only the rows still running are
  * computed, and nothing (B T G) goes through memory. */
-#define FWD_CHUNK(NAME, TARGET, VW)                                                                      \
-    TARGET static void NAME(void *arg, int64_t s, int64_t c) {                                          \
+#define FWD_CHUNK(NAME, VW)                                                                      \
+    static void NAME(void *arg, int64_t s, int64_t c) {                                          \
         const fwd_job *j = arg;                                                                          \
         const rnn_fast_fwd *f = j->f;                                                                    \
         const rnn_run *r = j->r;                                                                         \
@@ -407,8 +425,10 @@ GRU_FWD_EPI(8)
         }                                                                                                \
     }
 
-FWD_CHUNK(fwd_chunk512, T512, 16)
-FWD_CHUNK(fwd_chunk256, T256, 8)
+#if RNN_512
+FWD_CHUNK(fwd_chunk512, 16)
+#endif
+FWD_CHUNK(fwd_chunk256, 8)
 
 bool attnc_rnn_fast_usable(const rnn_run *r) { return r->dt == ATTNC_FLOAT32 && fast_isa(r->H) != ISA_NONE; }
 
@@ -445,7 +465,7 @@ attnc_status attnc_rnn_fast_forward(const rnn_fast_fwd *f) {
         j.bias = bias;
         j.hbuf = hbuf;
         j.c = c;
-        st = team_run(r->T, j.nchunks, parts, j.isa == ISA_AVX512 ? fwd_chunk512 : fwd_chunk256, &j);
+        st = team_run(r->T, j.nchunks, parts, BY_ISA(j.isa, fwd_chunk512, fwd_chunk256), &j);
     }
     if (st == ATTNC_OK) {
         /* Row b's last step wrote its final h into hbuf[len_b & 1]; c is final. */
@@ -639,8 +659,8 @@ DX_CHUNK(8)
  * dh_rec of the rows that ran at s + 1 from that step's dgates (tiles of
  * the product) and their gate gradients at s, then the gate gradients of
  * the rows whose last step is s (no recurrent part). */
-#define BWD_CHUNK(NAME, TARGET, VW)                                                                       \
-    TARGET static void NAME(void *arg, int64_t it, int64_t c) {                                          \
+#define BWD_CHUNK(NAME, VW)                                                                       \
+    static void NAME(void *arg, int64_t it, int64_t c) {                                          \
         const bwd_job *j = arg;                                                                           \
         const rnn_run *r = j->r;                                                                          \
         int64_t B = r->B, T = r->T, H = r->H, G = r->ng * H, s = T - 1 - it;                             \
@@ -687,8 +707,10 @@ DX_CHUNK(8)
         }                                                                                                 \
     }
 
-BWD_CHUNK(bwd_chunk512, T512, 16)
-BWD_CHUNK(bwd_chunk256, T256, 8)
+#if RNN_512
+BWD_CHUNK(bwd_chunk512, 16)
+#endif
+BWD_CHUNK(bwd_chunk256, 8)
 
 attnc_status attnc_rnn_fast_backward(const rnn_fast_bwd *f) {
     const rnn_run *r = f->r;
@@ -731,7 +753,7 @@ attnc_status attnc_rnn_fast_backward(const rnn_fast_bwd *f) {
         j.dc = dc;
         j.direct = direct;
         st = team_run(f->dh0 || f->dx ? T + 1 : T, j.nchunks + j.nxchunks, parts,
-                      j.isa == ISA_AVX512 ? bwd_chunk512 : bwd_chunk256, &j);
+                      BY_ISA(j.isa, bwd_chunk512, bwd_chunk256), &j);
     }
     if (st == ATTNC_OK && f->dc0 && r->mode == ATTNC_LSTM) memcpy(f->dc0, dc, (size_t)(B * H) * sizeof(float));
     free_plan(&j.rows);
@@ -743,7 +765,7 @@ attnc_status attnc_rnn_fast_backward(const rnn_fast_bwd *f) {
     return st;
 }
 
-#else /* no x86 GCC/clang: rnn.c's BLAS path only */
+#else /* a build without AVX2 + FMA: rnn.c's BLAS path only */
 
 bool attnc_rnn_fast_usable(const rnn_run *r) {
     (void)r;

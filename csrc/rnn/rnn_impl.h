@@ -27,7 +27,7 @@ typedef struct {
 #include "../core/lstm_cell_impl.h"
 
 /* One row's GRU gates (torch's r, z, n; hn = W_hn h + b_hn kept for the backward). */
-ATTNC_SIMD static void FN(gru_row)(const REAL *restrict gx, const REAL *restrict hh, REAL *restrict h,
+static void FN(gru_row)(const REAL *restrict gx, const REAL *restrict hh, REAL *restrict h,
                                    REAL *restrict gate, REAL *restrict o, int64_t H) {
     for (int64_t k = 0; k < H; k++) {
         REAL rg = FN(sigmoid)(gx[k] + hh[k]);
@@ -78,7 +78,7 @@ static void FN(forward_step_task)(void *arg, int64_t block, int worker) {
 
 /* One row's GRU gate gradients: dgx, dgh and dstep (3H), dh z (the part of
  * dh_prev not through W_hh) into direct. */
-ATTNC_SIMD static void FN(gru_row_back)(const REAL *restrict gate, const REAL *restrict h_prev,
+static void FN(gru_row_back)(const REAL *restrict gate, const REAL *restrict h_prev,
                                         const REAL *restrict dh_next, const REAL *restrict dout,
                                         REAL *restrict dgx, REAL *restrict dgh, REAL *restrict dstep,
                                         REAL *restrict direct, int64_t H) {
@@ -183,7 +183,7 @@ typedef struct {
 
 /* Rows [block n / blocks, (block + 1) n / blocks) of the input projection
  * (or of dx). */
-ATTNC_SIMD static void FN(seq_rows_task)(void *arg, int64_t block, int worker) {
+static void FN(seq_rows_task)(void *arg, int64_t block, int worker) {
     (void)worker;
     const FN(seq_job) *j = arg;
     int64_t n = j->y.rows, r0 = block * n / j->blocks, r1 = (block + 1) * n / j->blocks;
@@ -203,7 +203,7 @@ ATTNC_SIMD static void FN(seq_rows_task)(void *arg, int64_t block, int worker) {
 
 /* Block of output rows of dw[0] (blocks [0, blocks)) or dw[1] (the next
  * blocks), with the matching bias-gradient entries. */
-ATTNC_SIMD static void FN(seq_dw_task)(void *arg, int64_t block, int worker) {
+static void FN(seq_dw_task)(void *arg, int64_t block, int worker) {
     (void)worker;
     const FN(seq_job) *j = arg;
     int which = block >= j->blocks;

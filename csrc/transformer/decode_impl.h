@@ -8,7 +8,7 @@
  * allowed (allowed[j * mstride] != 0, or all when allowed is NULL); k_j =
  * k + j kstride, v_j = v + j kstride, each hd contiguous. scores: scratch of
  * n. No allowed key: out = 0. */
-ATTNC_SIMD static void FN(attend_one)(const REAL *restrict q, const REAL *restrict k, const REAL *restrict v,
+static void FN(attend_one)(const REAL *restrict q, const REAL *restrict k, const REAL *restrict v,
                                       int64_t kstride, int64_t n, int64_t hd, REAL scale,
                                       const uint8_t *allowed, int64_t mstride, REAL *restrict scores,
                                       REAL *restrict out) {
