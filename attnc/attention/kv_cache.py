@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import numbers
+from typing import Literal, overload
 
 import numpy as np
 
@@ -115,6 +116,14 @@ class KVCache:
         self._v[:, :, self.length : self.length + t] = v
         self.length += t
 
+    @overload
+    def attend(self, query: ArrayLike, *, scale: float | None = ..., return_weights: Literal[False] = ...) -> Array: ...
+    @overload
+    def attend(self, query: ArrayLike, *, scale: float | None = ...,
+               return_weights: Literal[True]) -> tuple[Array, Array]: ...
+    @overload
+    def attend(self, query: ArrayLike, *, scale: float | None = ...,
+               return_weights: bool = ...) -> Array | tuple[Array, Array]: ...
     def attend(self, query: ArrayLike, *, scale: float | None = None,
                return_weights: bool = False) -> Array | tuple[Array, Array]:
         """Attention of t new queries (batch, H, t, head_dim) on the cache; the

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import numbers
+from typing import Literal, overload
 
 import numpy as np
 
@@ -120,6 +121,21 @@ def _backward(saved, cotangents):
     return grads
 
 
+@overload
+def scaled_dot_product_attention(query: ArrayLike, key: ArrayLike, value: ArrayLike, attn_mask: ArrayLike | None = ...,
+                                 dropout_p: float = ..., is_causal: bool = ..., scale: float | None = ...,
+                                 enable_gqa: bool = ..., *, return_weights: Literal[False] = ...,
+                                 seed: int | None = ...) -> Array: ...
+@overload
+def scaled_dot_product_attention(query: ArrayLike, key: ArrayLike, value: ArrayLike, attn_mask: ArrayLike | None = ...,
+                                 dropout_p: float = ..., is_causal: bool = ..., scale: float | None = ...,
+                                 enable_gqa: bool = ..., *, return_weights: Literal[True],
+                                 seed: int | None = ...) -> tuple[Array, Array]: ...
+@overload
+def scaled_dot_product_attention(query: ArrayLike, key: ArrayLike, value: ArrayLike, attn_mask: ArrayLike | None = ...,
+                                 dropout_p: float = ..., is_causal: bool = ..., scale: float | None = ...,
+                                 enable_gqa: bool = ..., *, return_weights: bool = ...,
+                                 seed: int | None = ...) -> Array | tuple[Array, Array]: ...
 def scaled_dot_product_attention(query: ArrayLike, key: ArrayLike, value: ArrayLike, attn_mask: ArrayLike | None = None,
                                  dropout_p: float = 0.0, is_causal: bool = False, scale: float | None = None,
                                  enable_gqa: bool = False, *, return_weights: bool = False,

@@ -4,6 +4,8 @@ N memory slots, M slot width, K shift width (odd)."""
 
 from __future__ import annotations
 
+from typing import Literal, overload
+
 import numpy as np
 
 from .. import _core as core
@@ -234,6 +236,16 @@ def _address_backward(saved, cotangents):
     return dict(zip(_NAMES, grads))
 
 
+@overload
+def address(key: ArrayLike, beta: ArrayLike, g: ArrayLike, s: ArrayLike, gamma: ArrayLike, w_prev: ArrayLike,
+            memory: ArrayLike, *, return_intermediates: Literal[False] = ...) -> Array: ...
+@overload
+def address(key: ArrayLike, beta: ArrayLike, g: ArrayLike, s: ArrayLike, gamma: ArrayLike, w_prev: ArrayLike,
+            memory: ArrayLike, *, return_intermediates: Literal[True]) -> tuple[Array, tuple[Array, Array, Array]]: ...
+@overload
+def address(key: ArrayLike, beta: ArrayLike, g: ArrayLike, s: ArrayLike, gamma: ArrayLike, w_prev: ArrayLike,
+            memory: ArrayLike, *,
+            return_intermediates: bool = ...) -> Array | tuple[Array, tuple[Array, Array, Array]]: ...
 def address(key: ArrayLike, beta: ArrayLike, g: ArrayLike, s: ArrayLike, gamma: ArrayLike, w_prev: ArrayLike,
             memory: ArrayLike, *,
             return_intermediates: bool = False) -> Array | tuple[Array, tuple[Array, Array, Array]]:
