@@ -79,7 +79,8 @@ class SGD(Optimizer):
     """Stochastic gradient descent, as ``torch.optim.SGD`` (with momentum, dampening, Nesterov).
 
     g <- g + weight_decay p; with momentum b <- momentum b + (1 - dampening) g
-    and g <- b (Nesterov: g <- g + momentum b); then p <- p - lr g.
+    (b = g at the first step) and g <- b (Nesterov: g <- g + momentum b);
+    then p <- p - lr g.
 
     ``step(grads)`` updates every parameter with a gradient in ``grads`` (a
     dict name -> array of the parameter's shape, e.g. from ``attnc.vjp``'s
