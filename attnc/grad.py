@@ -8,14 +8,18 @@ This is not a general autograd engine: one call, one pullback.
 
 from __future__ import annotations
 
+from typing import Any, Callable
+
 import numpy as np
 
 from ._args import blas_ready, shape_str
+from ._typing import Array
 
 _RULES: dict = {}
 
 
-def register(fn, forward, backward):
+def register(fn: Callable[..., Any], forward: Callable[..., tuple[Any, Any]],
+             backward: Callable[[Any, tuple], dict[str, Array]]) -> Callable[..., Any]:
     """Make fn differentiable: forward(*args, **kwargs) -> (outputs, saved);
     backward(saved, cotangents) -> {argument name: gradient}."""
     _RULES[fn] = (forward, backward)
@@ -44,24 +48,40 @@ def _cotangent(c, out, index):
     return blas_ready(c)
 
 
-def vjp(fn, *args, **kwargs):
+def vjp(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[Any, Callable[..., dict[str, Array]]]:
     """Run ``fn(*args, **kwargs)`` and return ``(outputs, pullback)``.
+
+    For outputs y = fn(x, ...), ``pullback(dy)`` returns dL/dx = dy^T dy/dx
+    (the vector-Jacobian product) for every float-array argument x.
 
     ``outputs`` is exactly what ``fn`` returns. ``pullback(*cotangents)`` takes
     one cotangent per output, each shaped and typed like that output (``None``
     for an output you do not use; integer outputs such as ``indices`` take
     ``None``), and returns a dict from the name of every float-array argument
-    of the call (for a module: its inputs and its state_dict() names) (``"query"``, ``"keys"``, ``"values"``, ``"weight"``, ...) to
-    its gradient, with that argument's shape and dtype. Python floats are
-    constants and get no entry. The pullback may be called many times.
+    of the call (for a module: its inputs and its state_dict() names)
+    (``"query"``, ``"keys"``, ``"values"``, ``"weight"``, ...) to its gradient,
+    with that argument's shape and dtype. Python floats are constants and get
+    no entry. The pullback may be called many times.
+
+    Parameters
+    ----------
+    fn : a function of attnc (``attnc.attention``, ``attnc.ntm.address``, ...),
+        an ``attnc.nn.Module`` or a bound method such as ``KVCache.attend``
+    *args, **kwargs : its arguments; arrays float32 or float64
+
+    Returns
+    -------
+    outputs : whatever ``fn`` returns
+    pullback : callable(*cotangents) -> dict[str, array], gradients with the
+        shape and dtype of their arguments
 
     Example
     -------
     >>> q, k = np.random.rand(3, 4), np.random.rand(5, 4)
     >>> (ctx, w), pullback = attnc.vjp(attnc.attention, q, k, score="scaled_dot")
     >>> grads = pullback(np.ones_like(ctx), None)
-    >>> sorted(grads)
-    ['keys', 'query']
+    >>> sorted(grads), grads["query"].shape, grads["keys"].dtype
+    (['keys', 'query'], (3, 4), dtype('float64'))
     """
     if hasattr(fn, "_vjp_forward"):  # a module
         rule = (fn._vjp_forward, fn._vjp_backward)

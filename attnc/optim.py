@@ -16,13 +16,20 @@ BLAS-free C would not speed up).
 from __future__ import annotations
 
 import math
+from typing import Callable, Union
 
 import numpy as np
 
+from ._typing import Array
+from .nn.module import Module
+
 __all__ = ["SGD", "Adam", "AdamW", "RMSprop", "LambdaLR", "clip_grad_norm_", "clip_grad_value_", "transformer_lr"]
 
+# What an optimiser steps: a module (its named_parameters()) or a dict of live arrays, by name.
+Params = Union[Module, dict[str, Array]]
 
-def _params(params) -> dict:
+
+def _params(params: Params) -> dict[str, Array]:
     """The live parameter arrays, by name: a Module or a dict of arrays."""
     if hasattr(params, "named_parameters"):
         return dict(params.named_parameters())
@@ -32,9 +39,13 @@ def _params(params) -> dict:
 
 
 class Optimizer:
-    """Base: keeps the parameters' owner, the learning rate and per-name state."""
+    """Base: keeps the parameters' owner, the learning rate and per-name state.
 
-    def __init__(self, params, lr):
+    ``lr`` is the current learning rate (a scheduler sets it), ``base_lr`` the
+    one given, ``state`` each parameter's buffers by name, ``steps`` the
+    number of ``step`` calls so far."""
+
+    def __init__(self, params: Params, lr: float) -> None:
         if not lr >= 0:
             raise ValueError(f"lr must be >= 0, got {lr}")
         self._owner = params
@@ -44,8 +55,11 @@ class Optimizer:
         self.state: dict[str, dict] = {}
         self.steps = 0
 
-    def step(self, grads: dict) -> None:
-        """Update every parameter that has a gradient in grads, in place."""
+    def step(self, grads: dict[str, Array]) -> None:
+        """Update every parameter that has a gradient in grads, in place.
+
+        grads maps names to arrays of the parameters' shapes (as
+        ``attnc.vjp``'s pullback returns them); other names are ignored."""
         params = _params(self._owner)
         self.steps += 1
         for name, p in params.items():
@@ -62,9 +76,40 @@ class Optimizer:
 
 
 class SGD(Optimizer):
-    """``torch.optim.SGD(params, lr, momentum=0, dampening=0, weight_decay=0, nesterov=False)``."""
+    """Stochastic gradient descent, as ``torch.optim.SGD`` (with momentum, dampening, Nesterov).
 
-    def __init__(self, params, lr=1e-3, momentum=0.0, dampening=0.0, weight_decay=0.0, nesterov=False):
+    g <- g + weight_decay p; with momentum b <- momentum b + (1 - dampening) g
+    (b = g at the first step) and g <- b (Nesterov: g <- g + momentum b);
+    then p <- p - lr g.
+
+    ``step(grads)`` updates every parameter with a gradient in ``grads`` (a
+    dict name -> array of the parameter's shape, e.g. from ``attnc.vjp``'s
+    pullback); other names (the inputs') are ignored.
+
+    Parameters
+    ----------
+    params : attnc.nn.Module or dict of name -> array (float32 or float64)
+        The parameters to update in place: a module's ``named_parameters()``
+        (the names of its ``state_dict()``), or the arrays of a dict.
+    lr : float >= 0, default 1e-3
+    momentum, dampening, weight_decay : float, default 0
+    nesterov : bool, default False (needs momentum > 0 and dampening 0)
+
+    Example
+    -------
+    >>> p = {"w": np.zeros(3)}
+    >>> attnc.optim.SGD(p, lr=0.5).step({"w": np.array([1.0, -2.0, 0.0])})
+    >>> p["w"]
+    array([-0.5,  1. ,  0. ])
+    >>> lin = attnc.nn.Linear(3, 2, seed=0); bias = lin.bias.copy()
+    >>> out, pullback = attnc.vjp(lin, np.random.rand(4, 3).astype(np.float32))
+    >>> attnc.optim.SGD(lin, lr=0.1).step(pullback(np.ones_like(out)))   # d(sum out)/d bias = 4
+    >>> np.allclose(lin.bias, bias - 0.4)
+    True
+    """
+
+    def __init__(self, params: Params, lr: float = 1e-3, momentum: float = 0.0, dampening: float = 0.0,
+                 weight_decay: float = 0.0, nesterov: bool = False) -> None:
         super().__init__(params, lr)
         if nesterov and (momentum <= 0 or dampening != 0):
             raise ValueError("nesterov needs momentum > 0 and dampening 0")
@@ -85,12 +130,38 @@ class SGD(Optimizer):
 
 
 class Adam(Optimizer):
-    """``torch.optim.Adam(params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0)``
-    (weight decay added to the gradient, L2)."""
+    """Adam, as ``torch.optim.Adam`` (weight decay added to the gradient, L2).
+
+    m <- b1 m + (1 - b1) g, v <- b2 v + (1 - b2) g^2,
+    p <- p - lr m / (1 - b1^t) / (sqrt(v / (1 - b2^t)) + eps).
+
+    ``step(grads)`` updates every parameter with a gradient in ``grads`` (a
+    dict name -> array of the parameter's shape, e.g. from ``attnc.vjp``'s
+    pullback); other names (the inputs') are ignored.
+
+    Parameters
+    ----------
+    params : attnc.nn.Module or dict of name -> array (float32 or float64)
+        The parameters to update in place: a module's ``named_parameters()``
+        (the names of its ``state_dict()``), or the arrays of a dict.
+    lr : float >= 0, default 1e-3
+    betas : (float, float) in [0, 1), default (0.9, 0.999)
+    eps : float, default 1e-8
+    weight_decay : float, default 0 (L2: g <- g + weight_decay p)
+
+    Example
+    -------
+    >>> p = {"w": np.zeros(3, np.float32)}
+    >>> opt = attnc.optim.Adam(p, lr=0.1)
+    >>> opt.step({"w": np.array([1.0, -2.0, 0.0], np.float32)})   # the first step moves by lr * sign(g)
+    >>> p["w"].round(4), p["w"].dtype
+    (array([-0.1,  0.1,  0. ], dtype=float32), dtype('float32'))
+    """
 
     decoupled = False
 
-    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0):
+    def __init__(self, params: Params, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
+                 eps: float = 1e-8, weight_decay: float = 0.0) -> None:
         super().__init__(params, lr)
         if not (0 <= betas[0] < 1 and 0 <= betas[1] < 1):
             raise ValueError(f"betas must be in [0, 1), got {betas}")
@@ -116,22 +187,72 @@ class Adam(Optimizer):
 
 
 class AdamW(Adam):
-    """``torch.optim.AdamW(params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2)``
-    (decoupled weight decay)."""
+    """AdamW, as ``torch.optim.AdamW``: Adam with decoupled weight decay.
+
+    p <- p (1 - lr weight_decay) before Adam's step (which then sees the
+    gradient without decay).
+
+    ``step(grads)`` updates every parameter with a gradient in ``grads`` (a
+    dict name -> array of the parameter's shape, e.g. from ``attnc.vjp``'s
+    pullback); other names (the inputs') are ignored.
+
+    Parameters
+    ----------
+    params : attnc.nn.Module or dict of name -> array (float32 or float64)
+        The parameters to update in place: a module's ``named_parameters()``
+        (the names of its ``state_dict()``), or the arrays of a dict.
+    lr : float >= 0, default 1e-3
+    betas : (float, float) in [0, 1), default (0.9, 0.999)
+    eps : float, default 1e-8
+    weight_decay : float, default 1e-2
+
+    Example
+    -------
+    >>> p = {"w": np.ones(2)}
+    >>> attnc.optim.AdamW(p, lr=0.1, weight_decay=0.5).step({"w": np.zeros(2)})   # only the decay: 1 - 0.05
+    >>> p["w"].round(6)
+    array([0.95, 0.95])
+    """
 
     decoupled = True
 
-    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2):
+    def __init__(self, params: Params, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
+                 eps: float = 1e-8, weight_decay: float = 1e-2) -> None:
         super().__init__(params, lr, betas, eps, weight_decay)
 
 
 class RMSprop(Optimizer):
-    """``torch.optim.RMSprop(params, lr=1e-2, alpha=0.99, eps=1e-8, weight_decay=0, momentum=0, centered=False)``:
-    v ← αv + (1 − α)g², step g / (√v + ε) (centered: √(v − ḡ²) with ḡ the
-    running mean of g), through a momentum buffer when momentum > 0. The
-    optimiser of Graves et al. 2014 and of pytorch-ntm."""
+    """RMSprop, as ``torch.optim.RMSprop``; the optimiser of Graves et al. 2014 and of pytorch-ntm.
 
-    def __init__(self, params, lr=1e-2, alpha=0.99, eps=1e-8, weight_decay=0.0, momentum=0.0, centered=False):
+    v ← αv + (1 − α)g², step g / (√v + ε) (centered: √(v − ḡ²) with ḡ the
+    running mean of g), through a momentum buffer when momentum > 0.
+
+    ``step(grads)`` updates every parameter with a gradient in ``grads`` (a
+    dict name -> array of the parameter's shape, e.g. from ``attnc.vjp``'s
+    pullback); other names (the inputs') are ignored.
+
+    Parameters
+    ----------
+    params : attnc.nn.Module or dict of name -> array (float32 or float64)
+        The parameters to update in place: a module's ``named_parameters()``
+        (the names of its ``state_dict()``), or the arrays of a dict.
+    lr : float >= 0, default 1e-2
+    alpha : float in [0, 1], default 0.99, the decay of the running mean of g²
+    eps : float >= 0, default 1e-8
+    weight_decay : float, default 0 (L2)
+    momentum : float >= 0, default 0
+    centered : bool, default False
+
+    Example
+    -------
+    >>> p = {"w": np.zeros(2)}
+    >>> attnc.optim.RMSprop(p, lr=0.01, alpha=0.75).step({"w": np.array([3.0, -3.0])})   # v = g² / 4
+    >>> p["w"].round(6)
+    array([-0.02,  0.02])
+    """
+
+    def __init__(self, params: Params, lr: float = 1e-2, alpha: float = 0.99, eps: float = 1e-8,
+                 weight_decay: float = 0.0, momentum: float = 0.0, centered: bool = False) -> None:
         super().__init__(params, lr)
         if not 0 <= alpha <= 1:
             raise ValueError(f"alpha must be in [0, 1], got {alpha}")
@@ -165,11 +286,33 @@ class RMSprop(Optimizer):
             p -= self.lr * g / denom
 
 
-def clip_grad_norm_(grads: dict, max_norm: float, params=None) -> float:
-    """Scale the gradients in place so that their global L2 norm is at most
-    max_norm (as ``torch.nn.utils.clip_grad_norm_``: by max_norm / (norm + 1e-6));
-    returns the norm before clipping. With params (a Module or dict), only
-    the gradients of parameters count; otherwise every array in grads."""
+def clip_grad_norm_(grads: dict[str, Array], max_norm: float, params: Params | None = None) -> float:
+    """Scale the gradients in place so that their global L2 norm is at most max_norm.
+
+    As ``torch.nn.utils.clip_grad_norm_``: norm = sqrt(sum of every squared
+    entry); when norm > max_norm every gradient is multiplied by
+    max_norm / (norm + 1e-6).
+
+    Parameters
+    ----------
+    grads : dict of name -> float array (float32 or float64), modified in place
+    max_norm : float
+    params : attnc.nn.Module or dict of arrays, optional. Given, only the
+        gradients of its parameters count (and are scaled); otherwise every
+        array in grads.
+
+    Returns
+    -------
+    float, the global norm before clipping
+
+    Example
+    -------
+    >>> grads = {"w": np.array([3.0, 4.0]), "b": np.zeros(1)}
+    >>> attnc.optim.clip_grad_norm_(grads, 1.0)
+    5.0
+    >>> grads["w"].round(6)
+    array([0.6, 0.8])
+    """
     names = list(_params(params)) if params is not None else list(grads)
     arrays = [grads[n] for n in names if grads.get(n) is not None]
     total = math.sqrt(sum(float(np.vdot(g, g)) for g in arrays))
@@ -180,10 +323,25 @@ def clip_grad_norm_(grads: dict, max_norm: float, params=None) -> float:
     return total
 
 
-def clip_grad_value_(grads: dict, clip_value: float, params=None) -> None:
-    """Clamp every gradient entry to [−clip_value, clip_value] in place (as
-    ``torch.nn.utils.clip_grad_value_``). With params (a Module or dict), only
-    the gradients of parameters; otherwise every array in grads."""
+def clip_grad_value_(grads: dict[str, Array], clip_value: float, params: Params | None = None) -> None:
+    """Clamp every gradient entry to [−clip_value, clip_value] in place.
+
+    As ``torch.nn.utils.clip_grad_value_``.
+
+    Parameters
+    ----------
+    grads : dict of name -> float array (float32 or float64), modified in place
+    clip_value : float > 0
+    params : attnc.nn.Module or dict of arrays, optional. Given, only the
+        gradients of its parameters are clamped; otherwise every array in grads.
+
+    Example
+    -------
+    >>> grads = {"w": np.array([-3.0, 0.5, 2.0])}
+    >>> attnc.optim.clip_grad_value_(grads, 1.0)
+    >>> grads["w"]
+    array([-1. ,  0.5,  1. ])
+    """
     if not clip_value > 0:
         raise ValueError(f"clip_value must be > 0, got {clip_value}")
     names = list(_params(params)) if params is not None else list(grads)
@@ -193,10 +351,28 @@ def clip_grad_value_(grads: dict, clip_value: float, params=None) -> None:
 
 
 class LambdaLR:
-    """``torch.optim.lr_scheduler.LambdaLR``: lr = base_lr * lr_lambda(epoch);
-    call ``step()`` after each optimiser step."""
+    """A learning-rate schedule, as ``torch.optim.lr_scheduler.LambdaLR``.
 
-    def __init__(self, optimizer: Optimizer, lr_lambda):
+    lr = base_lr * lr_lambda(epoch), epoch = 0 at construction (which sets
+    it) and one more at each ``step()``; call ``step()`` after each
+    optimiser step. ``get_last_lr()`` is ``[optimizer.lr]``.
+
+    Parameters
+    ----------
+    optimizer : an attnc.optim optimiser (SGD, Adam, AdamW, RMSprop)
+    lr_lambda : callable(int) -> float, the factor at each epoch (e.g.
+        ``attnc.optim.transformer_lr(d_model)``)
+
+    Example
+    -------
+    >>> opt = attnc.optim.SGD({"w": np.zeros(2)}, lr=1.0)
+    >>> sched = attnc.optim.LambdaLR(opt, lambda epoch: 0.5 ** epoch)
+    >>> sched.step(); sched.step()
+    >>> sched.get_last_lr()
+    [0.25]
+    """
+
+    def __init__(self, optimizer: Optimizer, lr_lambda: Callable[[int], float]) -> None:
         self.optimizer, self.lr_lambda, self.last_epoch = optimizer, lr_lambda, 0
         optimizer.lr = optimizer.base_lr * lr_lambda(0)
 
@@ -204,13 +380,32 @@ class LambdaLR:
         self.last_epoch += 1
         self.optimizer.lr = self.optimizer.base_lr * self.lr_lambda(self.last_epoch)
 
-    def get_last_lr(self) -> list:
+    def get_last_lr(self) -> list[float]:
         return [self.optimizer.lr]
 
 
-def transformer_lr(d_model: int, warmup_steps: int = 4000):
-    """The learning rate of Vaswani et al. 2017 as a LambdaLR factor (use base lr 1):
-    d_model^-0.5 * min(step^-0.5, step * warmup^-1.5), counting steps from 1."""
+def transformer_lr(d_model: int, warmup_steps: int = 4000) -> Callable[[int], float]:
+    """The learning rate of Vaswani et al. 2017 as a LambdaLR factor (use base lr 1).
+
+    factor(epoch) = d_model^-0.5 * min(step^-0.5, step * warmup^-1.5),
+    step = epoch + 1: a linear warm-up over warmup_steps, then 1/sqrt(step).
+
+    Parameters
+    ----------
+    d_model : int, the model width
+    warmup_steps : int, default 4000
+
+    Returns
+    -------
+    callable(int) -> float, for ``attnc.optim.LambdaLR``
+
+    Example
+    -------
+    >>> factor = attnc.optim.transformer_lr(64, warmup_steps=10)
+    >>> peak = max(range(30), key=factor)
+    >>> peak, round(factor(peak), 6)
+    (9, 0.039528)
+    """
 
     def factor(epoch: int) -> float:
         step = epoch + 1

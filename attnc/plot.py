@@ -6,7 +6,23 @@ only when a plotting function is called, so ``import attnc`` never needs it.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Literal, Union
+
 import numpy as np
+
+from ._typing import ArrayLike
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.colors import Colormap
+
+    from .models import NTMTrace
+else:  # matplotlib is imported only when drawing; at run time these annotations resolve to Any
+    Axes = Colormap = NTMTrace = Any
+
+# The argument cmap: a colormap name ("viridis") or a matplotlib Colormap.
+Cmap = Union[str, Colormap]
 
 __all__ = ["alignment", "heads"]
 
@@ -81,16 +97,16 @@ def _as_tokens(tokens, expected, name, axis_name):
 
 
 def alignment(
-    weights,
-    source_tokens=None,
-    target_tokens=None,
-    ax=None,
+    weights: ArrayLike,
+    source_tokens: Sequence[object] | None = None,
+    target_tokens: Sequence[object] | None = None,
+    ax: Axes | None = None,
     *,
-    title=None,
-    cmap="viridis",
-    colorbar=True,
-    annotate=False,
-):
+    title: str | None = None,
+    cmap: Cmap = "viridis",
+    colorbar: bool = True,
+    annotate: bool = False,
+) -> Axes:
     """Draw an attention (alignment) matrix as a heatmap.
 
     Row ``i`` holds the weights query/target token ``i`` gives to every
@@ -151,6 +167,8 @@ def alignment(
     >>> context, w = attnc.attention(q, k, score="scaled_dot")
     >>> ax = attnc.plot.alignment(w, src, tgt, title="scaled dot")
     >>> ax.figure.savefig("alignment.png", bbox_inches="tight")
+    >>> type(ax).__name__, ax.get_title(), ax.images[0].get_array().shape
+    ('Axes', 'scaled dot', (4, 6))
     """
     mat = _as_matrix(weights)
     tq, tk = mat.shape
@@ -270,18 +288,18 @@ def _as_head_stack(weights):
 
 
 def heads(
-    weights,
-    source_tokens=None,
-    target_tokens=None,
-    axes=None,
+    weights: ArrayLike | Sequence[ArrayLike],
+    source_tokens: Sequence[object] | None = None,
+    target_tokens: Sequence[object] | None = None,
+    axes: np.ndarray | Sequence[Axes] | None = None,
     *,
-    title=None,
-    row_label="layer",
-    cmap="viridis",
-    colorbar=True,
-    annotate=False,
-    panel_size=2.4,
-):
+    title: str | None = None,
+    row_label: str = "layer",
+    cmap: Cmap = "viridis",
+    colorbar: bool = True,
+    annotate: bool = False,
+    panel_size: float = 2.4,
+) -> np.ndarray:
     """Draw every head of every layer as a grid of alignment heatmaps.
 
     Row ``l`` of the grid is layer ``l``, column ``h`` is head ``h`` (both
@@ -462,8 +480,9 @@ def _channels_last(image, name):
     return img
 
 
-def caption_attention(image, words, alphas, *, grid=(3, 3), ax=None, cmap="viridis", overlay_alpha=0.6,
-                      ncols=5, colorbar=True, title=None):
+def caption_attention(image: ArrayLike, words: Sequence[str], alphas: ArrayLike, *, grid: tuple[int, int] = (3, 3),
+                      ax: Axes | Sequence[Axes] | None = None, cmap: Cmap = "viridis", overlay_alpha: float = 0.6,
+                      ncols: int = 5, colorbar: bool = True, title: str | None = None) -> np.ndarray:
     """Show where a captioner looked for each word (as Xu et al. 2015, Fig. 3).
 
     The image is drawn once per word with that word's attention weights over
@@ -494,12 +513,19 @@ def caption_attention(image, words, alphas, *, grid=(3, 3), ax=None, cmap="virid
     -------
     numpy.ndarray of matplotlib Axes, shape (n,): the panels drawn into.
 
+    With a trained ``attnc.models.Captioner`` ``model``::
+
+        tokens, alphas = model.generate(task.features, 9, bos=task.bos, eos=task.eos)
+        words = task.vocab.decode(tokens[0]).split() + ["<eos>"]
+        attnc.plot.caption_attention(task.image(0), words, alphas[0, :len(words)])
+
     Example
     -------
-    >>> task = attnc.datasets.captions(1)
-    >>> tokens, alphas = model.generate(task.features, 9, bos=task.bos, eos=task.eos)
-    >>> words = task.vocab.decode(tokens[0]).split() + ["<eos>"]
-    >>> attnc.plot.caption_attention(task.image(0), words, alphas[0, :len(words)])
+    >>> task = attnc.datasets.captions(1, seed=0)
+    >>> alphas = np.eye(9)[[0, 4, 8]]                 # the words look at cells 0, 4 and 8 of the 3 × 3 grid
+    >>> panels = attnc.plot.caption_attention(task.image(0), ["top", "centre", "bottom"], alphas)
+    >>> panels.shape, [panel.get_title() for panel in panels]
+    ((3,), ['top', 'centre', 'bottom'])
     """
     img = _channels_last(image, "image")
     rows, cols = (int(g) for g in grid)
@@ -525,8 +551,11 @@ def caption_attention(image, words, alphas, *, grid=(3, 3), ax=None, cmap="virid
 __all__.append("caption_attention")
 
 
-def image_attention(image, attention, queries, *, grid=None, ax=None, scale="max", cmap="viridis",
-                    overlay_alpha=0.6, ncols=4, colorbar=True, title=None, marker_color="red"):
+def image_attention(image: ArrayLike, attention: ArrayLike, queries: Sequence[tuple[int, int]] | Sequence[int], *,
+                    grid: tuple[int, int] | None = None, ax: Axes | Sequence[Axes] | None = None,
+                    scale: Literal["max", "fixed"] = "max", cmap: Cmap = "viridis", overlay_alpha: float = 0.6,
+                    ncols: int = 4, colorbar: bool = True, title: str | None = None,
+                    marker_color: str = "red") -> np.ndarray:
     """Show where chosen positions of a feature map attend: self-attention maps
     over an image (SAGAN, Zhang et al. 2018, Fig. 1; non-local networks).
 
@@ -559,10 +588,19 @@ def image_attention(image, attention, queries, *, grid=None, ax=None, scale="max
     -------
     numpy.ndarray of matplotlib Axes, shape (len(queries),).
 
+    With a SAGAN layer ``layer = attnc.nn.SelfAttention2d(...)`` over images
+    (B, C, 24, 24)::
+
+        y, att = layer(images[:1], return_attention=True)
+        attnc.plot.image_attention(images[0], att[0], [(4, 4), (18, 20)], grid=(24, 24))
+
     Example
     -------
-    >>> y, att = layer(images[:1], return_attention=True)
-    >>> attnc.plot.image_attention(images[0], att[0], [(4, 4), (18, 20)], grid=(24, 24))
+    >>> image = np.random.rand(8, 8, 3)
+    >>> att = attnc.softmax(np.random.rand(64, 64))    # each of the 8 × 8 positions over all 64
+    >>> panels = attnc.plot.image_attention(image, att, [(1, 2), 63])
+    >>> panels.shape, [panel.get_title() for panel in panels]
+    ((2,), ['query (1, 2)', 'query (7, 7)'])
     """
     img = _channels_last(image, "image")
     att = _squeeze_leading(_real_array(attention, "attention", "(N, N)"), 2).astype(np.float64)
@@ -620,7 +658,9 @@ def _as_weighting(value, name, n=None):
     return np.array(arr, dtype=np.float64, copy=True)
 
 
-def ntm_addressing(w_content, w_gated, w_shifted, w, *, w_prev=None, axes=None, title=None):
+def ntm_addressing(w_content: ArrayLike, w_gated: ArrayLike, w_shifted: ArrayLike, w: ArrayLike, *,
+                   w_prev: ArrayLike | None = None, axes: Sequence[Axes] | None = None,
+                   title: str | None = None) -> np.ndarray:
     r"""Draw the addressing stages of one NTM head as a row of bar plots.
 
     Graves et al. (2014, sec. 3.3) compute a head's weighting over the N
@@ -794,8 +834,11 @@ def _slot_range(slots, n):
     return start, stop
 
 
-def ntm_trace(trace, *, row=0, inputs=None, targets=None, outputs=None, axes=None, slots=None, heads="all",
-              colorbar=True, title=None, cmap="viridis"):
+def ntm_trace(trace: NTMTrace | tuple[ArrayLike, ...], *, row: int = 0, inputs: ArrayLike | None = None,
+              targets: ArrayLike | None = None, outputs: ArrayLike | None = None,
+              axes: Sequence[Axes] | None = None, slots: tuple[int, int] | range | slice | None = None,
+              heads: Literal["all", "first"] = "all", colorbar: bool = True, title: str | None = None,
+              cmap: Cmap = "viridis") -> np.ndarray:
     r"""Draw what an NTM's heads did over time (as Graves et al. 2014, Fig. 6).
 
     For one row of a batch, heat maps with time on the x axis: optionally the
@@ -1023,7 +1066,8 @@ def _plane_axes(ax, pts, figsize):
     return ax
 
 
-def tours(points, tours, *, optimal=None, ax=None, labels=True, title=None):
+def tours(points: ArrayLike, tours: ArrayLike, *, optimal: ArrayLike | None = None, ax: Axes | None = None,
+          labels: bool = True, title: str | None = None) -> Axes:
     """Draw a tour through planar points (e.g. a pointer network's TSP tour),
     over the optimal tour.
 
@@ -1106,7 +1150,8 @@ def tours(points, tours, *, optimal=None, ax=None, labels=True, title=None):
     return ax
 
 
-def hull(points, predicted, *, target=None, ax=None, title=None):
+def hull(points: ArrayLike, predicted: ArrayLike, *, target: ArrayLike | None = None, ax: Axes | None = None,
+         title: str | None = None) -> Axes:
     """Draw a predicted convex hull (e.g. a pointer network's) over the true one.
 
     The predicted polygon joins ``points[predicted[0]]``, ``points[predicted[1]]``,

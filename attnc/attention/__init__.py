@@ -6,11 +6,19 @@ from .kernel_regression import kernel_regression
 from .kv_cache import KVCache
 from .local import local_attention
 from .multihead import multi_head_attention
-from .sdpa import scaled_dot_product_attention
 from .score import score
+from .sdpa import scaled_dot_product_attention
 from .soft import attention
 from .softmax import softmax
 
 __all__ = [
     "KVCache",
-    "attention", "hard_attention", "kernel_regression", "local_attention", "multi_head_attention", "scaled_dot_product_attention", "score", "softmax"]
+    "attention",
+    "hard_attention",
+    "kernel_regression",
+    "local_attention",
+    "multi_head_attention",
+    "scaled_dot_product_attention",
+    "score",
+    "softmax",
+]

@@ -4,6 +4,7 @@ score parameters, and turning them into the tuples the C binding takes."""
 from __future__ import annotations
 
 import math
+from typing import Literal
 
 import numpy as np
 
@@ -40,6 +41,9 @@ PARAMS = {
     6: ((), ("bandwidth",)),
 }
 SAME_SIZE = (0, 1, 4, 6)  # kinds that need dq == dk
+
+# The score names, for annotations (the keys of KINDS).
+ScoreKind = Literal["dot", "scaled_dot", "general", "additive", "concat", "cosine", "location", "gaussian"]
 
 
 class Inputs:
@@ -155,7 +159,9 @@ class Score:
             wq = float_array(given["w_query"], "w_query")
             same_dtype(dt, w_query=wq)
             if wq.ndim != 2 or wq.shape[0] != inp.dq:
-                raise ValueError(f"w_query has shape {shape_str(wq.shape)}; score 'additive' needs (dq, da) with dq = {inp.dq}")
+                raise ValueError(
+                    f"w_query has shape {shape_str(wq.shape)}; score 'additive' needs (dq, da) with dq = {inp.dq}"
+                )
             da = wq.shape[1]
             w_query = self._matrix(wq, "w_query", (inp.dq, da), "(dq, da)", dt)
             w_key = self._matrix(given["w_key"], "w_key", (inp.dk, da), "(dk, da)", dt)
@@ -170,7 +176,9 @@ class Score:
                 try:
                     beta = elementwise_ready(np.broadcast_to(b, want))
                 except ValueError:
-                    raise ValueError(f"beta with shape {shape_str(b.shape)} does not broadcast to (..., Tq) = {shape_str(want)}") from None
+                    raise ValueError(
+                        f"beta with shape {shape_str(b.shape)} does not broadcast to (..., Tq) = {shape_str(want)}"
+                    ) from None
                 self.arrays["beta"], self.shapes["beta"] = beta, b.shape
         self.c = (self.kind, scale, bandwidth, beta_scalar, weight, w_query, w_key, v, beta)
 
@@ -189,7 +197,9 @@ class Score:
         a = float_array(x, name)
         same_dtype(dtype, **{name: a})
         if a.shape != shape:
-            raise ValueError(f"{name} has shape {shape_str(a.shape)}; score {self.name!r} needs {described} = {shape_str(shape)}")
+            raise ValueError(
+                f"{name} has shape {shape_str(a.shape)}; score {self.name!r} needs {described} = {shape_str(shape)}"
+            )
         a = elementwise_ready(a) if elementwise else blas_ready(a)
         self.arrays[name], self.shapes[name] = a, a.shape
         return a

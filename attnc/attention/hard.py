@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from .. import _core
 from .._args import choice, mask_spec, seed_bits
+from .._typing import Array, ArrayLike
 from ..grad import register
-from ._spec import Inputs, Score
+from ._spec import Inputs, Score, ScoreKind
 
 MODES = ("argmax", "sample", "gumbel")
 
@@ -37,13 +40,21 @@ def _backward(saved, cotangents):
     return {**inp.grads(dq, dk, dv), **finish(scalars)}
 
 
-def hard_attention(query, keys, values=None, *, mode="argmax", temperature=1.0, seed=None, score="dot",
-                   mask=None, key_lengths=None, causal=False, **params):
+def hard_attention(query: ArrayLike, keys: ArrayLike, values: ArrayLike | None = None, *,
+                   mode: Literal["argmax", "sample", "gumbel"] = "argmax", temperature: float = 1.0,
+                   seed: int | None = None, score: ScoreKind = "dot", mask: ArrayLike | None = None,
+                   key_lengths: ArrayLike | None = None, causal: bool = False,
+                   **params: float | ArrayLike) -> tuple[Array, Array, Array]:
     """Hard attention: each query reads exactly one key's value.
+
+    context[..., i] = values[..., idx_i], idx_i picked from the scores of query i.
 
     Parameters
     ----------
-    query, keys, values, score, mask, key_lengths, causal, **params
+    query : array (..., Tq, dq), float32 or float64
+    keys : array (..., Tk, dk), same dtype and leading dims
+    values : array (..., Tk, dv), optional (default ``keys``)
+    score, mask, key_lengths, causal, **params
         As in ``attnc.attention``.
     mode : ``"argmax"`` (the best allowed key), ``"sample"`` (a draw from the
         masked softmax of the scores) or ``"gumbel"`` (Gumbel-max: the forward
@@ -55,7 +66,7 @@ def hard_attention(query, keys, values=None, *, mode="argmax", temperature=1.0, 
 
     Returns
     -------
-    context : array (..., Tq, dv), the picked values
+    context : array (..., Tq, dv), the picked values (the input dtype)
     weights : array (..., Tq, Tk), one-hot rows (zero rows where nothing may be attended)
     indices : int64 array (..., Tq), the picked keys (-1 where nothing may be attended)
 
@@ -67,8 +78,10 @@ def hard_attention(query, keys, values=None, *, mode="argmax", temperature=1.0, 
     -------
     >>> q = np.random.rand(4, 8); k = np.random.rand(6, 8)
     >>> context, weights, idx = attnc.hard_attention(q, k, mode="sample", seed=0)
-    >>> idx.shape, weights.sum(axis=-1)
-    ((4,), array([1., 1., 1., 1.]))
+    >>> idx.shape, idx.dtype, weights.sum(axis=-1)
+    ((4,), dtype('int64'), array([1., 1., 1., 1.]))
+    >>> bool((context == k[idx]).all())
+    True
     """
     return _forward(query, keys, values, mode=mode, temperature=temperature, seed=seed, score=score,
                     mask=mask, key_lengths=key_lengths, causal=causal, **params)[0]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from .. import _core
 from .._args import float_array, same_dtype, shape_str
+from .._typing import Array, ArrayLike
 from ..grad import register
 from ._spec import Inputs, Score
 
@@ -43,7 +44,8 @@ def _backward(saved, cotangents):
     return {**grads, **finish(scalars)}
 
 
-def kernel_regression(x_query, x_train, y_train, *, bandwidth=1.0):
+def kernel_regression(x_query: ArrayLike, x_train: ArrayLike, y_train: ArrayLike, *,
+                      bandwidth: float | ArrayLike = 1.0) -> tuple[Array, Array]:
     """Nadaraya-Watson kernel regression as attention.
 
     y_pred(x) = sum_i softmax_i(-|x - x_i|^2 / (2 bandwidth^2)) y_i
@@ -51,21 +53,24 @@ def kernel_regression(x_query, x_train, y_train, *, bandwidth=1.0):
     Parameters
     ----------
     x_query : array (m,) or (m, d), float32 or float64
-    x_train : array (n,) or (n, d), the same form as x_query
-    y_train : array (n,) or (n, dy)
-    bandwidth : float > 0, or a 0-d array (then differentiable)
+    x_train : array (n,) or (n, d), the same form and dtype as x_query
+    y_train : array (n,) or (n, dy), the same dtype
+    bandwidth : float > 0, or a 0-d array of the same dtype (then differentiable)
 
     Returns
     -------
-    y_pred : array (m,) if y_train is (n,), else (m, dy)
+    y_pred : array (m,) if y_train is (n,), else (m, dy), the input dtype
     weights : array (m, n), the attention of each query on the training points
+        (rows sum to 1)
 
     Example
     -------
     >>> x = np.linspace(0, 5, 50); y = np.sin(x)
     >>> y_pred, w = attnc.kernel_regression(np.array([1.0, 2.0]), x, y, bandwidth=0.3)
-    >>> y_pred.shape, w.shape
-    ((2,), (2, 50))
+    >>> y_pred.shape, w.shape, w.sum(axis=1).round(6)
+    ((2,), (2, 50), array([1., 1.]))
+    >>> bool(np.abs(y_pred - np.sin([1.0, 2.0])).max() < 0.1)
+    True
     """
     return _forward(x_query, x_train, y_train, bandwidth=bandwidth)[0]
 

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import math
 import numbers
+from typing import Literal, overload
 
 import numpy as np
 
 from .. import _core
 from .._args import FLOAT_DTYPES, blas_ready, float_array, same_dtype, shape_str
+from .._typing import Array, ArrayLike, DTypeLike
 from ..grad import register
 
 
@@ -27,6 +29,22 @@ class KVCache:
     Decoding T tokens one at a time costs O(T * length * head_dim) and gives
     the same outputs as causal attention over the whole sequence.
 
+    Parameters
+    ----------
+    batch, heads : int >= 1, the cache's batch size and number of key/value heads
+    capacity : int >= 0, the most positions it can hold
+    head_dim : int >= 1, the width of a key (and of a query)
+    dtype : float32 or float64, of the cache and of every array passed to it
+    value_dim : int >= 1, optional, the width of a value (default head_dim)
+
+    Attributes
+    ----------
+    ``len(cache)`` / ``length``: positions cached so far; ``capacity``;
+    ``keys`` (batch, heads, length, head_dim) and ``values`` (batch, heads,
+    length, value_dim): read-only views. ``reset()`` empties it.
+    ``attend`` is differentiable with ``attnc.vjp(cache.attend, query)``
+    (gradients ``"query"``, ``"keys"``, ``"values"`` of the cached positions).
+
     Example
     -------
     >>> cache = attnc.KVCache(1, 2, capacity=16, head_dim=8, dtype=np.float32)
@@ -34,11 +52,15 @@ class KVCache:
     ...     k = v = q = np.random.rand(1, 2, 1, 8).astype(np.float32)
     ...     cache.append(k, v)
     ...     out = cache.attend(q)
-    >>> len(cache), out.shape
-    (3, (1, 2, 1, 8))
+    >>> len(cache), out.shape, out.dtype
+    (3, (1, 2, 1, 8), dtype('float32'))
+    >>> out, w = cache.attend(np.random.rand(1, 4, 1, 8).astype(np.float32), return_weights=True)
+    >>> w.shape, cache.keys.shape                 # 4 query heads share the 2 cached heads
+    ((1, 4, 1, 3), (1, 2, 3, 8))
     """
 
-    def __init__(self, batch: int, heads: int, capacity: int, head_dim: int, dtype=np.float32, *, value_dim=None):
+    def __init__(self, batch: int, heads: int, capacity: int, head_dim: int, dtype: DTypeLike = np.float32, *,
+                 value_dim: int | None = None) -> None:
         value_dim = head_dim if value_dim is None else value_dim
         for name, n in (("batch", batch), ("heads", heads), ("capacity", capacity), ("head_dim", head_dim),
                         ("value_dim", value_dim)):
@@ -59,14 +81,14 @@ class KVCache:
         return self._k.shape[2]
 
     @property
-    def keys(self) -> np.ndarray:
+    def keys(self) -> Array:
         """The cached keys, (batch, heads, length, head_dim) (a read-only view)."""
         view = self._k[:, :, : self.length]
         view.flags.writeable = False
         return view
 
     @property
-    def values(self) -> np.ndarray:
+    def values(self) -> Array:
         """The cached values, (batch, heads, length, value_dim) (a read-only view)."""
         view = self._v[:, :, : self.length]
         view.flags.writeable = False
@@ -76,7 +98,7 @@ class KVCache:
         """Forget every cached position."""
         self.length = 0
 
-    def append(self, key, value) -> None:
+    def append(self, key: ArrayLike, value: ArrayLike) -> None:
         """Cache t new positions: key (batch, heads, t, head_dim), value (batch, heads, t, value_dim)."""
         k = float_array(key, "key")
         v = float_array(value, "value")
@@ -85,7 +107,8 @@ class KVCache:
         if k.ndim != 4 or k.shape[:2] != (b, h) or k.shape[3] != e:
             raise ValueError(f"key has shape {shape_str(k.shape)}, expected ({b}, {h}, t, {e})")
         if v.shape != k.shape[:3] + (self._v.shape[3],):
-            raise ValueError(f"value has shape {shape_str(v.shape)}, expected {shape_str(k.shape[:3] + (self._v.shape[3],))}")
+            want = shape_str(k.shape[:3] + (self._v.shape[3],))
+            raise ValueError(f"value has shape {shape_str(v.shape)}, expected {want}")
         t = k.shape[2]
         if self.length + t > self.capacity:
             raise ValueError(f"appending {t} positions to {self.length} exceeds the capacity {self.capacity}")
@@ -93,7 +116,16 @@ class KVCache:
         self._v[:, :, self.length : self.length + t] = v
         self.length += t
 
-    def attend(self, query, *, scale=None, return_weights=False):
+    @overload
+    def attend(self, query: ArrayLike, *, scale: float | None = ..., return_weights: Literal[False] = ...) -> Array: ...
+    @overload
+    def attend(self, query: ArrayLike, *, scale: float | None = ...,
+               return_weights: Literal[True]) -> tuple[Array, Array]: ...
+    @overload
+    def attend(self, query: ArrayLike, *, scale: float | None = ...,
+               return_weights: bool = ...) -> Array | tuple[Array, Array]: ...
+    def attend(self, query: ArrayLike, *, scale: float | None = None,
+               return_weights: bool = False) -> Array | tuple[Array, Array]:
         """Attention of t new queries (batch, H, t, head_dim) on the cache; the
         last t cached positions are the queries' own (causal among them).
         Returns (batch, H, t, value_dim), and the (batch, H, t, length)

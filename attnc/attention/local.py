@@ -2,12 +2,24 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 import numpy as np
 
 from .. import _core
-from .._args import blas_ready, choice, elementwise_ready, float_array, mask_spec, same_dtype, shape_str, unbroadcast
+from .._args import (
+    blas_ready,
+    choice,
+    elementwise_ready,
+    float_array,
+    mask_spec,
+    same_dtype,
+    shape_str,
+    unbroadcast,
+)
+from .._typing import Array, ArrayLike
 from ..grad import register
-from ._spec import Inputs, Score
+from ._spec import Inputs, Score, ScoreKind
 
 MODES = ("monotonic", "predictive")
 
@@ -26,7 +38,9 @@ def _positions(positions, inp: Inputs):
     try:
         full = elementwise_ready(np.broadcast_to(p, want))
     except ValueError:
-        raise ValueError(f"positions with shape {shape_str(p.shape)} does not broadcast to (..., Tq) = {shape_str(want)}") from None
+        raise ValueError(
+            f"positions with shape {shape_str(p.shape)} does not broadcast to (..., Tq) = {shape_str(want)}"
+        ) from None
     return full, differentiable, p.shape
 
 
@@ -97,13 +111,22 @@ def _backward(saved, cotangents):
     return grads
 
 
-def local_attention(query, keys, values=None, *, window, mode="monotonic", positions=None, w_p=None, v_p=None,
-                    score="dot", mask=None, key_lengths=None, **params):
+def local_attention(query: ArrayLike, keys: ArrayLike, values: ArrayLike | None = None, *, window: float,
+                    mode: Literal["monotonic", "predictive"] = "monotonic", positions: ArrayLike | None = None,
+                    w_p: ArrayLike | None = None, v_p: ArrayLike | None = None, score: ScoreKind = "dot",
+                    mask: ArrayLike | None = None, key_lengths: ArrayLike | None = None,
+                    **params: float | ArrayLike) -> tuple[Array, Array, Array]:
     """Local attention (Luong et al. 2015): each query attends to a window of keys.
+
+    Soft attention restricted to the keys s with |s - p_t| <= window around a
+    centre p_t per query (given, t itself, or predicted from the query).
 
     Parameters
     ----------
-    query, keys, values, score, mask, key_lengths, **params
+    query : array (..., Tq, dq), float32 or float64
+    keys : array (..., Tk, dk), same dtype and leading dims
+    values : array (..., Tk, dv), optional (default ``keys``)
+    score, mask, key_lengths, **params
         As in ``attnc.attention`` (there is no ``causal``).
     window : float, the half-width D: key s takes part when |s - p_t| <= D.
         D >= 0 for ``"monotonic"``, D >= 1 for ``"predictive"``.
@@ -112,13 +135,14 @@ def local_attention(query, keys, values=None, *, window, mode="monotonic", posit
         p_t = S * sigmoid(v_p^T tanh(q_t W_p)), S the number of valid keys,
         and the windowed softmax is multiplied by exp(-(s - p_t)^2 / (2 sigma^2)),
         sigma = D / 2 (not renormalised).
-    w_p : array (dq, dp) and v_p : array (dp,), the predictive mode's parameters.
+    w_p : array (dq, dp) and v_p : array (dp,), the call's dtype: the
+        predictive mode's parameters.
 
     Returns
     -------
-    context : array (..., Tq, dv)
+    context : array (..., Tq, dv), the input dtype
     weights : array (..., Tq, Tk), zero outside each window
-    positions : array (..., Tq), the centres p_t
+    positions : array (..., Tq), float, the centres p_t
 
     Example
     -------
@@ -126,6 +150,12 @@ def local_attention(query, keys, values=None, *, window, mode="monotonic", posit
     >>> context, weights, p = attnc.local_attention(q, k, window=2)
     >>> p
     array([0., 1., 2., 3., 4.])
+    >>> (weights[0] > 0).astype(int)
+    array([1, 1, 1, 0, 0, 0, 0, 0, 0])
+    >>> w_p, v_p = np.random.rand(8, 4), np.random.rand(4)
+    >>> context, weights, p = attnc.local_attention(q, k, window=2, mode="predictive", w_p=w_p, v_p=v_p)
+    >>> context.shape, weights.shape, p.shape
+    ((5, 8), (5, 9), (5,))
     """
     return _forward(query, keys, values, window=window, mode=mode, positions=positions, w_p=w_p, v_p=v_p,
                     score=score, mask=mask, key_lengths=key_lengths, **params)[0]

@@ -11,8 +11,17 @@ import numbers
 import numpy as np
 
 from .. import _core
-from .._args import (blas_ready, elementwise_ready, float_array, same_dtype, seed_bits, shape_str, torch_mask,
-                     unbroadcast)
+from .._args import (
+    blas_ready,
+    elementwise_ready,
+    float_array,
+    same_dtype,
+    seed_bits,
+    shape_str,
+    torch_mask,
+    unbroadcast,
+)
+from .._typing import Array, ArrayLike
 from ..grad import register
 from ..nn.linear import linear_rows, linear_rows_backward
 
@@ -115,7 +124,8 @@ def _forward(query, key, value, num_heads, in_proj_weight, in_proj_bias, out_pro
         if m.shape != (B, S):
             raise ValueError(f"key_padding_mask has shape {shape_str(m.shape)}, expected (B, S) = ({B}, {S})")
         orig, kernel = torch_mask(m[:, None, None, :], "key_padding_mask", (B, H, L, S), dtype)
-        masks[1], mask_args["key_padding_mask"] = elementwise_ready(_pad_keys(kernel, extra)), (key_padding_mask, orig.shape)
+        masks[1] = elementwise_ready(_pad_keys(kernel, extra))
+        mask_args["key_padding_mask"] = (key_padding_mask, orig.shape)
     # is_causal promises that attn_mask is the causal mask: the kernel then also
     # skips the tiles above the diagonal. Not with appended keys: those stay
     # visible to every query, as the padded attn_mask says.
@@ -188,15 +198,24 @@ def _backward(s, cotangents):
     return grads
 
 
-def multi_head_attention(query, key, value, num_heads, in_proj_weight, in_proj_bias, out_proj_weight, out_proj_bias,
-                         *, key_padding_mask=None, attn_mask=None, need_weights=True, average_attn_weights=True,
-                         is_causal=False, q_proj_weight=None, k_proj_weight=None, v_proj_weight=None, bias_k=None,
-                         bias_v=None, add_zero_attn=False, dropout_p=0.0, seed=None):
+def multi_head_attention(query: ArrayLike, key: ArrayLike, value: ArrayLike, num_heads: int,
+                         in_proj_weight: ArrayLike | None, in_proj_bias: ArrayLike | None,
+                         out_proj_weight: ArrayLike, out_proj_bias: ArrayLike | None, *,
+                         key_padding_mask: ArrayLike | None = None, attn_mask: ArrayLike | None = None,
+                         need_weights: bool = True, average_attn_weights: bool = True, is_causal: bool = False,
+                         q_proj_weight: ArrayLike | None = None, k_proj_weight: ArrayLike | None = None,
+                         v_proj_weight: ArrayLike | None = None, bias_k: ArrayLike | None = None,
+                         bias_v: ArrayLike | None = None, add_zero_attn: bool = False, dropout_p: float = 0.0,
+                         seed: int | None = None) -> tuple[Array, Array | None]:
     """Multi-head attention, as ``torch.nn.MultiheadAttention(batch_first=True)``.
+
+    out = concat_h(softmax(q_h k_h^T / sqrt(E / H) + mask) v_h) W_out^T + b_out,
+    with q, k, v the input projections of query, key and value, split into H heads.
 
     Parameters
     ----------
-    query : (B, L, E) or (L, E); key : (B, S, kdim); value : (B, S, vdim)
+    query : (B, L, E) or (L, E), float32 or float64; key : (B, S, kdim);
+        value : (B, S, vdim); all of one dtype (the parameters too)
     num_heads : int, dividing E
     in_proj_weight : (3E, E) (query, key, value projections stacked), or None
         with ``q_proj_weight`` (E, E), ``k_proj_weight`` (E, kdim), ``v_proj_weight`` (E, vdim)
@@ -215,15 +234,23 @@ def multi_head_attention(query, key, value, num_heads, in_proj_weight, in_proj_b
 
     Returns
     -------
-    (output (B, L, E), weights or None)
+    output : array (B, L, E) (or (L, E)), the input dtype
+    weights : array (B, L, S) averaged over heads, (B, H, L, S) with
+        ``average_attn_weights=False`` (without B for unbatched input; S grows
+        by one for bias_k/bias_v and for add_zero_attn), or None without need_weights
 
     Example
     -------
     >>> E, H = 16, 4; x = np.random.rand(2, 5, E).astype(np.float32)
     >>> w_in = np.random.rand(3 * E, E).astype(np.float32); w_out = np.eye(E, dtype=np.float32)
     >>> out, w = attnc.multi_head_attention(x, x, x, H, w_in, None, w_out, None)
-    >>> out.shape, w.shape
-    ((2, 5, 16), (2, 5, 5))
+    >>> out.shape, out.dtype, w.shape
+    ((2, 5, 16), dtype('float32'), (2, 5, 5))
+    >>> causal = np.triu(np.ones((5, 5), bool), k=1)          # True = may not attend
+    >>> out, w = attnc.multi_head_attention(x, x, x, H, w_in, None, w_out, None, attn_mask=causal,
+    ...                                     average_attn_weights=False)
+    >>> w.shape, float(w[0, 0, 0, 1])
+    ((2, 4, 5, 5), 0.0)
     """
     return _forward(query, key, value, num_heads, in_proj_weight, in_proj_bias, out_proj_weight, out_proj_bias,
                     key_padding_mask=key_padding_mask, attn_mask=attn_mask, need_weights=need_weights,

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-
 from .. import _core
+from .._typing import Array, ArrayLike
 from ..grad import register
-from ._spec import Inputs, Score
+from ._spec import Inputs, Score, ScoreKind
 
 
 def _forward(query, keys, *, score="dot", **params):
@@ -28,8 +28,10 @@ def _backward(saved, cotangents):
     return {"query": dq, "keys": dk, **finish(scalars)}
 
 
-def score(query, keys, *, score="dot", **params):
+def score(query: ArrayLike, keys: ArrayLike, *, score: ScoreKind = "dot", **params: float | ArrayLike) -> Array:
     """Raw attention scores of every query against every key.
+
+    scores[..., i, j] = score(query[..., i, :], keys[..., j, :]), before any softmax.
 
     Parameters
     ----------
@@ -43,19 +45,23 @@ def score(query, keys, *, score="dot", **params):
         ``beta`` a float or an array broadcastable to (..., Tq), default 1.
         ``"location"``: q W, ``weight`` (dq, Tk); keys only fix Tk.
         ``"gaussian"``: -|q - k|^2 / (2 bandwidth^2), ``bandwidth`` default 1.
-    **params
-        The score's parameters. Python floats are constants; float arrays
-        (0-d included) are differentiable with ``attnc.vjp``.
+    **params : float or array
+        The score's parameters. Python floats are constants; float arrays of
+        the call's dtype (0-d included) are differentiable with ``attnc.vjp``.
 
     Returns
     -------
-    scores : array (..., Tq, Tk)
+    scores : array (..., Tq, Tk), the input dtype
 
     Example
     -------
     >>> q = np.random.rand(2, 3, 8); k = np.random.rand(2, 5, 8)
-    >>> attnc.score(q, k, score="scaled_dot").shape
-    (2, 3, 5)
+    >>> s = attnc.score(q, k, score="scaled_dot")
+    >>> s.shape, s.dtype
+    ((2, 3, 5), dtype('float64'))
+    >>> w = np.random.rand(8, 4).astype(np.float32)
+    >>> attnc.score(q[0].astype(np.float32), k[0, :, :4].astype(np.float32), score="general", weight=w).shape
+    (3, 5)
     """
     return _forward(query, keys, score=score, **params)[0]
 

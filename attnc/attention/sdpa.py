@@ -5,11 +5,21 @@ from __future__ import annotations
 
 import math
 import numbers
+from typing import Literal, overload
 
 import numpy as np
 
 from .. import _core
-from .._args import blas_ready, elementwise_ready, seed_bits, float_array, same_dtype, shape_str, unbroadcast
+from .._args import (
+    blas_ready,
+    elementwise_ready,
+    float_array,
+    same_dtype,
+    seed_bits,
+    shape_str,
+    unbroadcast,
+)
+from .._typing import Array, ArrayLike
 from ..grad import register
 
 
@@ -111,8 +121,25 @@ def _backward(saved, cotangents):
     return grads
 
 
-def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
-                                 enable_gqa=False, *, return_weights=False, seed=None):
+@overload
+def scaled_dot_product_attention(query: ArrayLike, key: ArrayLike, value: ArrayLike, attn_mask: ArrayLike | None = ...,
+                                 dropout_p: float = ..., is_causal: bool = ..., scale: float | None = ...,
+                                 enable_gqa: bool = ..., *, return_weights: Literal[False] = ...,
+                                 seed: int | None = ...) -> Array: ...
+@overload
+def scaled_dot_product_attention(query: ArrayLike, key: ArrayLike, value: ArrayLike, attn_mask: ArrayLike | None = ...,
+                                 dropout_p: float = ..., is_causal: bool = ..., scale: float | None = ...,
+                                 enable_gqa: bool = ..., *, return_weights: Literal[True],
+                                 seed: int | None = ...) -> tuple[Array, Array]: ...
+@overload
+def scaled_dot_product_attention(query: ArrayLike, key: ArrayLike, value: ArrayLike, attn_mask: ArrayLike | None = ...,
+                                 dropout_p: float = ..., is_causal: bool = ..., scale: float | None = ...,
+                                 enable_gqa: bool = ..., *, return_weights: bool = ...,
+                                 seed: int | None = ...) -> Array | tuple[Array, Array]: ...
+def scaled_dot_product_attention(query: ArrayLike, key: ArrayLike, value: ArrayLike, attn_mask: ArrayLike | None = None,
+                                 dropout_p: float = 0.0, is_causal: bool = False, scale: float | None = None,
+                                 enable_gqa: bool = False, *, return_weights: bool = False,
+                                 seed: int | None = None) -> Array | tuple[Array, Array]:
     """Fused scaled-dot-product attention, as ``torch.nn.functional.scaled_dot_product_attention``.
 
     softmax(query @ key^T * scale + mask) @ value, computed tile by tile with an
@@ -121,8 +148,8 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     Parameters
     ----------
     query : array (..., H, L, E) (or (L, E)), float32 or float64
-    key : array (..., Hkv, S, E)
-    value : array (..., Hkv, S, Ev)
+    key : array (..., Hkv, S, E), the same dtype (and (S, E) with a (L, E) query)
+    value : array (..., Hkv, S, Ev), the same dtype
     attn_mask : optional, broadcastable to (..., H, L, S): boolean, True = takes
         part; or float (the call's dtype), added to the scores.
     dropout_p : float in [0, 1], dropout on the attention probabilities.
@@ -138,15 +165,20 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
 
     Returns
     -------
-    output : array (..., H, L, Ev), or ``(output, weights)`` with return_weights.
+    output : array (..., H, L, Ev), the input dtype, or ``(output, weights)``
+    with return_weights, weights (..., H, L, S).
     A row with no key to attend to gets zeros (torch gives NaN there).
 
     Example
     -------
     >>> q = np.random.rand(2, 4, 128, 64).astype(np.float32)
     >>> out = attnc.scaled_dot_product_attention(q, q, q, is_causal=True)
-    >>> out.shape
-    (2, 4, 128, 64)
+    >>> out.shape, out.dtype
+    ((2, 4, 128, 64), dtype('float32'))
+    >>> kv = np.random.rand(2, 2, 10, 64).astype(np.float32)    # grouped-query: 4 query heads, 2 kv heads
+    >>> out, w = attnc.scaled_dot_product_attention(q[:, :, :3], kv, kv, enable_gqa=True, return_weights=True)
+    >>> out.shape, w.shape, round(float(w.sum(axis=-1).min()), 5)
+    ((2, 4, 3, 64), (2, 4, 3, 10), 1.0)
     """
     return _forward(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa,
                     return_weights=return_weights, seed=seed)[0]

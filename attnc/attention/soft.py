@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from .. import _core
 from .._args import mask_spec
+from .._typing import Array, ArrayLike
 from ..grad import register
-from ._spec import Inputs, Score
+from ._spec import Inputs, Score, ScoreKind
 
 
 def _forward(query, keys, values=None, *, score="dot", mask=None, key_lengths=None, causal=False, **params):
@@ -28,23 +29,34 @@ def _backward(saved, cotangents):
     return {**inp.grads(dq, dk, dv), **finish(scalars)}
 
 
-def attention(query, keys, values=None, *, score="dot", mask=None, key_lengths=None, causal=False, **params):
+def attention(query: ArrayLike, keys: ArrayLike, values: ArrayLike | None = None, *, score: ScoreKind = "dot",
+              mask: ArrayLike | None = None, key_lengths: ArrayLike | None = None, causal: bool = False,
+              **params: float | ArrayLike) -> tuple[Array, Array]:
     """Soft attention: context = softmax(score(query, keys)) @ values.
+
+    weights[..., i, j] = softmax_j(score(query[..., i], keys[..., j])) over the
+    keys query i may attend to; context[..., i] = sum_j weights[..., i, j] values[..., j].
 
     Parameters
     ----------
     query : array (..., Tq, dq), float32 or float64
     keys : array (..., Tk, dk), same dtype and leading dims
-    values : array (..., Tk, dv), optional; defaults to ``keys`` (the gradient
-        of ``"keys"`` then covers both uses)
-    score : str, one of ``attnc.score``'s kinds; its parameters go in ``**params``
-    mask : bool array broadcastable to (..., Tq, Tk), True = may attend
-    key_lengths : int array broadcastable to (...), number of valid keys
+    values : array (..., Tk, dv), same dtype, optional; defaults to ``keys``
+        (the gradient of ``"keys"`` then covers both uses)
+    score : str, one of ``attnc.score``'s kinds (``"dot"``, ``"scaled_dot"``,
+        ``"general"``, ``"additive"``/``"concat"``, ``"cosine"``, ``"location"``,
+        ``"gaussian"``); its parameters go in ``**params``
+    mask : bool array broadcastable to (..., Tq, Tk), optional; True = may attend
+    key_lengths : int array broadcastable to (...), optional; the number of
+        valid keys (keys at index >= length are padding)
     causal : bool, query i may not attend to key j > i
+    **params : float or array
+        The score's parameters (see ``attnc.score``); arrays of the call's
+        dtype are differentiable with ``attnc.vjp``.
 
     Returns
     -------
-    context : array (..., Tq, dv)
+    context : array (..., Tq, dv), the input dtype
     weights : array (..., Tq, Tk), the alignment matrix. Rows with no key to
         attend to are zero (and so is their context).
 
@@ -52,8 +64,10 @@ def attention(query, keys, values=None, *, score="dot", mask=None, key_lengths=N
     -------
     >>> q = np.random.rand(4, 8); k = np.random.rand(6, 8); v = np.random.rand(6, 3)
     >>> context, weights = attnc.attention(q, k, v, score="scaled_dot", causal=True)
-    >>> context.shape, weights.shape
-    ((4, 3), (4, 6))
+    >>> context.shape, weights.shape, context.dtype
+    ((4, 3), (4, 6), dtype('float64'))
+    >>> weights.sum(axis=-1).round(6)
+    array([1., 1., 1., 1.])
     """
     return _forward(query, keys, values, score=score, mask=mask, key_lengths=key_lengths, causal=causal, **params)[0]
 

@@ -6,6 +6,7 @@ import numpy as np
 
 from .. import _core
 from .._args import elementwise_ready, float_array, mask_spec, shape_str
+from .._typing import Array, ArrayLike
 from ..grad import register
 
 
@@ -30,8 +31,11 @@ def _backward(w, cotangents):
     return {"scores": ds}
 
 
-def softmax(scores, *, mask=None, key_lengths=None, causal=False):
+def softmax(scores: ArrayLike, *, mask: ArrayLike | None = None, key_lengths: ArrayLike | None = None,
+            causal: bool = False) -> Array:
     """Softmax over the last axis (keys), restricted to the keys each query may attend to.
+
+    weights[..., i, j] = exp(s_ij) / sum_{j' allowed} exp(s_ij') for allowed j, else 0.
 
     Parameters
     ----------
@@ -47,12 +51,16 @@ def softmax(scores, *, mask=None, key_lengths=None, causal=False):
 
     Returns
     -------
-    weights : array (..., Tq, Tk), rows summing to 1 (or 0 when fully masked)
+    weights : array (..., Tq, Tk), the input dtype, rows summing to 1 (or 0
+        when fully masked)
 
     Example
     -------
     >>> attnc.softmax(np.array([[1.0, 2.0, 3.0]]), key_lengths=2)
     array([[0.26894142, 0.73105858, 0.        ]])
+    >>> w = attnc.softmax(np.zeros((3, 3), np.float32), causal=True)
+    >>> w.dtype, w.sum(axis=-1)
+    (dtype('float32'), array([1., 1., 1.], dtype=float32))
     """
     return _forward(scores, mask=mask, key_lengths=key_lengths, causal=causal)[0]
 

@@ -4,9 +4,12 @@ N memory slots, M slot width, K shift width (odd)."""
 
 from __future__ import annotations
 
+from typing import Literal, overload
+
 import numpy as np
 
 from .. import _core as core
+from .._typing import Array, ArrayLike
 from ..grad import register
 from ._common import arrays, at_least, check_3d, check_shape, grad_or_zeros, odd_shifts
 
@@ -32,11 +35,27 @@ def _content_backward(saved, cotangents):
     return {"key": dkey, "memory": dmemory, "beta": dbeta}
 
 
-def content_weights(key, memory, beta):
+def content_weights(key: ArrayLike, memory: ArrayLike, beta: ArrayLike) -> Array:
     """Content addressing: w_c[b, h, i] = softmax_i(beta[b, h] cos(key[b, h], memory[b, i])).
 
-    key (B, H, M), memory (B, N, M), beta (B, H) >= 0; cos(k, m) =
-    k.m / max(|k| |m|, 1e-8); a stable softmax. Returns w_c (B, H, N).
+    cos(k, m) = k.m / max(|k| |m|, 1e-8); a stable softmax over the N slots.
+
+    Parameters
+    ----------
+    key : array (B, H, M), float32 or float64, one key per head
+    memory : array (B, N, M), the same dtype
+    beta : array (B, H), the same dtype, >= 0: the key strength (0 = uniform)
+
+    Returns
+    -------
+    w_c : array (B, H, N), the input dtype, rows summing to 1
+
+    Example
+    -------
+    >>> memory = np.random.rand(1, 6, 4)
+    >>> w_c = attnc.ntm.content_weights(memory[:, [2]], memory, np.array([[50.0]]))
+    >>> w_c.shape, int(w_c.argmax()), round(float(w_c.sum()), 6)
+    ((1, 1, 6), 2, 1.0)
     """
     return _content_forward(key, memory, beta)[0]
 
@@ -63,10 +82,24 @@ def _interp_backward(saved, cotangents):
     return {"w_content": dwc, "w_prev": dwp, "g": dg}
 
 
-def interpolate(w_content, w_prev, g):
+def interpolate(w_content: ArrayLike, w_prev: ArrayLike, g: ArrayLike) -> Array:
     """Interpolation gate: w_g = g w_content + (1 - g) w_prev.
 
-    w_content, w_prev (B, H, N); g (B, H). Returns w_g (B, H, N).
+    Parameters
+    ----------
+    w_content : array (B, H, N), float32 or float64, the content weights
+    w_prev : array (B, H, N), the same dtype, the previous step's weights
+    g : array (B, H), the same dtype, the gate (in [0, 1] for a weighting)
+
+    Returns
+    -------
+    w_g : array (B, H, N), the input dtype
+
+    Example
+    -------
+    >>> w_c, w_prev = np.eye(4)[None, None, 0], np.eye(4)[None, None, 3]
+    >>> attnc.ntm.interpolate(w_c, w_prev, np.array([[0.25]]))
+    array([[[0.25, 0.  , 0.  , 0.75]]])
     """
     return _interp_forward(w_content, w_prev, g)[0]
 
@@ -93,12 +126,28 @@ def _shift_backward(saved, cotangents):
     return {"w": dw, "s": ds}
 
 
-def shift(w, s):
+def shift(w: ArrayLike, s: ArrayLike) -> Array:
     """Circular convolution with a shift distribution.
 
-    w (B, H, N), s (B, H, K) with K odd:
     out[i] = sum_k s[k] w[(i - (k - (K-1)/2)) mod N]; a one-hot s at index
     (K-1)/2 + 1 moves every weight one slot toward higher addresses.
+
+    Parameters
+    ----------
+    w : array (B, H, N), float32 or float64, the weights to shift
+    s : array (B, H, K), the same dtype, K odd: the weights of the shifts
+        -(K-1)/2 ... (K-1)/2 (a distribution, e.g. a softmax)
+
+    Returns
+    -------
+    out : array (B, H, N), the input dtype
+
+    Example
+    -------
+    >>> w = np.eye(5)[None, None, 4]                         # all on slot 4
+    >>> out = attnc.ntm.shift(w, np.array([[[0.0, 0.0, 1.0]]]))   # shift by +1
+    >>> out.shape, int(out.argmax())                         # wraps around to slot 0
+    ((1, 1, 5), 0)
     """
     return _shift_forward(w, s)[0]
 
@@ -126,11 +175,23 @@ def _sharpen_backward(saved, cotangents):
     return {"w": dw, "gamma": dgamma}
 
 
-def sharpen(w, gamma):
-    """Sharpening: w^gamma / sum_j w_j^gamma.
+def sharpen(w: ArrayLike, gamma: ArrayLike) -> Array:
+    """Sharpening: out[i] = w[i]^gamma / sum_j w[j]^gamma.
 
-    w (B, H, N) >= 0 (exact zeros allowed; a row of zeros gives zeros),
-    gamma (B, H) >= 1. Returns (B, H, N).
+    Parameters
+    ----------
+    w : array (B, H, N), float32 or float64, >= 0 (exact zeros allowed; a row
+        of zeros gives zeros)
+    gamma : array (B, H), the same dtype, >= 1
+
+    Returns
+    -------
+    out : array (B, H, N), the input dtype, rows summing to 1
+
+    Example
+    -------
+    >>> attnc.ntm.sharpen(np.array([[[0.25, 0.25, 0.5]]]), np.array([[2.0]]))
+    array([[[0.16666667, 0.16666667, 0.66666667]]])
     """
     return _sharpen_forward(w, gamma)[0]
 
@@ -175,16 +236,51 @@ def _address_backward(saved, cotangents):
     return dict(zip(_NAMES, grads))
 
 
-def address(key, beta, g, s, gamma, w_prev, memory, *, return_intermediates=False):
+@overload
+def address(key: ArrayLike, beta: ArrayLike, g: ArrayLike, s: ArrayLike, gamma: ArrayLike, w_prev: ArrayLike,
+            memory: ArrayLike, *, return_intermediates: Literal[False] = ...) -> Array: ...
+@overload
+def address(key: ArrayLike, beta: ArrayLike, g: ArrayLike, s: ArrayLike, gamma: ArrayLike, w_prev: ArrayLike,
+            memory: ArrayLike, *, return_intermediates: Literal[True]) -> tuple[Array, tuple[Array, Array, Array]]: ...
+@overload
+def address(key: ArrayLike, beta: ArrayLike, g: ArrayLike, s: ArrayLike, gamma: ArrayLike, w_prev: ArrayLike,
+            memory: ArrayLike, *,
+            return_intermediates: bool = ...) -> Array | tuple[Array, tuple[Array, Array, Array]]: ...
+def address(key: ArrayLike, beta: ArrayLike, g: ArrayLike, s: ArrayLike, gamma: ArrayLike, w_prev: ArrayLike,
+            memory: ArrayLike, *,
+            return_intermediates: bool = False) -> Array | tuple[Array, tuple[Array, Array, Array]]:
     """The NTM's whole addressing pipeline in one C call:
     content -> interpolate -> shift -> sharpen.
 
-    key (B, H, M), beta (B, H) >= 0, g (B, H), s (B, H, K) with K odd,
-    gamma (B, H) >= 1, w_prev (B, H, N), memory (B, N, M).
+    w = sharpen(shift(interpolate(content_weights(key, memory, beta), w_prev, g), s), gamma)
 
-    Returns w (B, H, N), or with ``return_intermediates=True`` the pair
-    (w, (w_c, w_g, w_t)) of the final weights and the content, gated and
-    shifted weights.
+    Parameters
+    ----------
+    key : array (B, H, M), float32 or float64 (every array has this dtype)
+    beta : array (B, H), >= 0, the key strength
+    g : array (B, H), the interpolation gate
+    s : array (B, H, K), K odd, the shift weights
+    gamma : array (B, H), >= 1, the sharpening exponent
+    w_prev : array (B, H, N), the previous weights
+    memory : array (B, N, M)
+    return_intermediates : bool, also return the stages' weights
+
+    Returns
+    -------
+    w : array (B, H, N), the input dtype; or with ``return_intermediates=True``
+    the pair (w, (w_c, w_g, w_t)) of the final weights and the content, gated
+    and shifted weights, each (B, H, N).
+
+    Example
+    -------
+    >>> B, H, N, M = 2, 1, 8, 4
+    >>> memory = np.random.rand(B, N, M); key = memory[:, [5]]       # the key is slot 5
+    >>> w_prev = np.full((B, H, N), 1 / N); s = np.tile([0.0, 1.0, 0.0], (B, H, 1))
+    >>> ones = np.ones((B, H))
+    >>> w, (w_c, w_g, w_t) = attnc.ntm.address(key, 100 * ones, ones, s, 10 * ones, w_prev, memory,
+    ...                                         return_intermediates=True)
+    >>> w.shape, w.argmax(axis=-1).tolist(), w.sum(axis=-1).round(6).tolist()
+    ((2, 1, 8), [[5], [5]], [[1.0], [1.0]])
     """
     return _address_forward(key, beta, g, s, gamma, w_prev, memory,
                             return_intermediates=return_intermediates)[0]

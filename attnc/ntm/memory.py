@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import _core as core
+from .._typing import Array, ArrayLike
 from ..grad import register
 from ._common import arrays, check_3d, check_shape, grad_or_zeros
 
@@ -30,10 +31,24 @@ def _read_backward(saved, cotangents):
     return {"memory": dmemory, "w": dw}
 
 
-def read(memory, w):
+def read(memory: ArrayLike, w: ArrayLike) -> Array:
     """Read heads: r[b, h] = sum_i w[b, h, i] memory[b, i].
 
-    memory (B, N, M), w (B, H, N). Returns r (B, H, M).
+    Parameters
+    ----------
+    memory : array (B, N, M), float32 or float64
+    w : array (B, H, N), the same dtype, each head's weights over the N slots
+
+    Returns
+    -------
+    r : array (B, H, M), the input dtype, one read vector per head
+
+    Example
+    -------
+    >>> memory = np.arange(12.0).reshape(1, 3, 4)
+    >>> attnc.ntm.read(memory, np.array([[[0.0, 1.0, 0.0], [0.5, 0.0, 0.5]]]))
+    array([[[4., 5., 6., 7.],
+            [4., 5., 6., 7.]]])
     """
     return _read_forward(memory, w)[0]
 
@@ -61,11 +76,29 @@ def _write_backward(saved, cotangents):
     return dict(zip(("memory", "w", "erase", "add"), grads))
 
 
-def write(memory, w, erase, add):
+def write(memory: ArrayLike, w: ArrayLike, erase: ArrayLike, add: ArrayLike) -> Array:
     """Write heads, all at once and order-free (as in the paper):
     M' = M o prod_h (1 - w_h e_h^T) + sum_h w_h a_h^T.
 
-    memory (B, N, M), w (B, H, N), erase and add (B, H, M). Returns (B, N, M).
+    Parameters
+    ----------
+    memory : array (B, N, M), float32 or float64
+    w : array (B, H, N), the same dtype, each write head's weights
+    erase : array (B, H, M), the same dtype, erase vectors (in [0, 1])
+    add : array (B, H, M), the same dtype, add vectors
+
+    Returns
+    -------
+    memory' : array (B, N, M), the input dtype, a new array (memory is not modified)
+
+    Example
+    -------
+    >>> memory = np.ones((1, 3, 2))
+    >>> w = np.array([[[0.0, 1.0, 0.0]]])                    # write to slot 1
+    >>> attnc.ntm.write(memory, w, erase=np.ones((1, 1, 2)), add=np.array([[[5.0, 7.0]]]))
+    array([[[1., 1.],
+            [5., 7.],
+            [1., 1.]]])
     """
     return _write_forward(memory, w, erase, add)[0]
 
