@@ -327,7 +327,8 @@ class DecomposableAttention(nn.Module):
 
     def forward(self, premise: ArrayLike, hypothesis: ArrayLike, premise_lengths: ArrayLike | None = None,
                 hypothesis_lengths: ArrayLike | None = None, *, premise_mask: ArrayLike | None = None,
-                hypothesis_mask: ArrayLike | None = None, return_attention: bool = False) -> Array | tuple[Array, Array]:
+                hypothesis_mask: ArrayLike | None = None,
+                return_attention: bool = False) -> Array | tuple[Array, Array]:
         args = self._inputs(premise, hypothesis, premise_lengths, hypothesis_lengths, premise_mask, hypothesis_mask)
         logits, (w_ab, *_), _ = self._run(*args)
         return (logits, w_ab) if return_attention else logits
