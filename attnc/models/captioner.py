@@ -420,7 +420,7 @@ class Captioner(nn.Module):
                     break
         return seqs, alphas
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return (f"feature_size={self.feature_size}, vocab_size={self.vocab_size}, embed_size={self.embed_size}, "
                 f"hidden_size={self.hidden_size}, attention_size={self.attention_size}, "
                 f"attention={self.attention_kind!r}, gate={self.gate_enabled}")

@@ -359,7 +359,7 @@ class DecomposableAttention(nn.Module):
 
     loss_and_grads = loss_and_grad
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return (f"vocab_size={self.embedding.num_embeddings}, embedding_dim={self.embedding.embedding_dim}, "
                 f"hidden_size={self.classifier.in_features}, num_classes={self.classifier.out_features}, "
                 f"project={self.project}")

@@ -189,6 +189,6 @@ class GPT(nn.Module):
         return nn.decode(list(self.encoder.layers), self.wte.weight, self.wpe.weight, self.lm_head.weight, idx,
                          max_new_tokens, norm=self.ln_f, eos=eos, beam_size=beam_size, length_penalty=length_penalty)
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return (f"vocab_size={self.vocab_size}, block_size={self.block_size}, n_layer={self.n_layer}, "
                 f"n_embd={self.n_embd}, dropout={self.dropout}")

@@ -291,7 +291,7 @@ class NTM(nn.Module):
 
     loss_and_grads = loss_and_grad
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return (f"input_size={self.input_size}, output_size={self.output_size}, "
                 f"controller={self.controller_kind!r}, controller_size={self.controller_size}, "
                 f"memory={self.memory_slots}x{self.memory_width}, read_heads={self.read_heads}, "

@@ -368,5 +368,5 @@ class PointerNet(nn.Module):
             pointers = np.pad(pointers, ((0, 0), (0, 1), (0, 0)))
         return PointerOutput(indices, log_probs, pointers)
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return f"input_size={self.input_size}, hidden_size={self.hidden_size}, embedding_size={self.embedding_size}"

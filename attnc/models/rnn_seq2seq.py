@@ -354,7 +354,7 @@ class Seq2Seq(Module):
         with _EvalMode(self):
             return _reference_decode(next_logprobs, src.shape[0], max_len, eos, beam_size, length_penalty)
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return (f"attention={self.attention_kind!r}, hidden_size={self.hidden_size}, "
                 f"bidirectional={self.bidirectional}")
 

@@ -423,6 +423,6 @@ class Seq2SeqTransformer(nn.Module):
                          embed_scale=math.sqrt(self.d_model), norm=tr.decoder.norm, memory=memory,
                          memory_key_padding_mask=kpm, eos=eos, beam_size=beam_size, length_penalty=length_penalty)
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return (f"src_vocab={self.src_vocab}, tgt_vocab={self.tgt_vocab}, d_model={self.d_model}, "
                 f"dropout={self.dropout}, max_len={self.max_len}")

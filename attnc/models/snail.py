@@ -229,7 +229,7 @@ class SNAIL(nn.Module):
         """The predicted class of each query: (B,) int64."""
         return self.forward(features, labels).argmax(axis=1).astype(np.int64)
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return (f"n_way={self.n_way}, k_shot={self.k_shot}, input_size={self.input_size}, "
                 f"embedding_size={self.embedding_size}, filters={self.filters}, "
                 f"attention_sizes={self.attention_sizes}")

@@ -230,7 +230,7 @@ class _ConvNd(Module):
 
     _vjp_backward = staticmethod(_conv_backward)
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, stride={self.stride}, "
                 f"padding={self.padding}, dilation={self.dilation}, bias={self.bias is not None}")
 
@@ -347,7 +347,7 @@ class CausalConv1d(Module):
 
     _vjp_backward = staticmethod(_conv_backward)
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
                 f"dilation={self.dilation}, bias={self.bias is not None}")
 

@@ -122,5 +122,5 @@ class Linear(Module):
 
     _vjp_backward = staticmethod(_backward)
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"

@@ -167,7 +167,7 @@ class LSTMN(Module):
             raise ValueError("the attention weights are not differentiated: their cotangent must be None")
         return self.backward_from(state, cotangents[0])
 
-    def backward_from(self, state, doutput):
+    def backward_from(self, state: tuple, doutput: ArrayLike | None) -> dict[str, Array]:
         """Gradients ({"input", parameter names...}) from a forward's state
         and the output's cotangent (B, T, H) (None: zeros). For composite
         models that keep the state of :meth:`_vjp_forward`."""
@@ -181,6 +181,6 @@ class LSTMN(Module):
         named["input"] = dx
         return named
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return (f"{self.input_size}, {self.hidden_size}, attention_size={self.attention_size}, "
                 f"bias={self.bias is not None}")

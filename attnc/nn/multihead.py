@@ -142,5 +142,5 @@ class MultiheadAttention(Module):
                 grads[f"out_proj.{name}"] = grads.pop(f"out_proj_{name}")
         return grads
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, dropout={self.dropout}"

@@ -135,5 +135,5 @@ class LayerNorm(Module):
 
     _vjp_backward = staticmethod(_backward)
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return f"{self.normalized_shape}, eps={self.eps}"

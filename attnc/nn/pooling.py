@@ -163,5 +163,5 @@ class AttentionPooling(Module):
 
     _vjp_backward = staticmethod(_backward)
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return f"d={self.d}, d_attn={self.d_attn}, bias={self.bias is not None}"

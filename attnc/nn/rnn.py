@@ -130,7 +130,7 @@ class _RNNBase(Module):
             named.update({n: g for n, g in zip(names, gs) if g is not None})
         return dx, dh0, dc0, named
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return (f"{self.input_size}, {self.hidden_size}, num_layers={self.num_layers}, bias={self.bias}, "
                 f"dropout={self.dropout}, bidirectional={self.bidirectional}")
 
@@ -343,7 +343,7 @@ class _CellBase(Module):
             states = parts if isinstance(hx, (tuple, list)) else parts[0]
         return x2[:, None], states, batched
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return f"{self.input_size}, {self.hidden_size}, bias={self.bias}"
 
 

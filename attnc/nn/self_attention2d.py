@@ -88,7 +88,7 @@ class SelfAttention2d(Module):
         self.h = Conv2d(channels, self.inner, 1, dtype=dtype, seed=seeds[2])
         self.v = Conv2d(self.inner, channels, 1, dtype=dtype, seed=seeds[3])
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return f"channels={self.channels}, reduction={self.reduction}"
 
     def forward(self, input: ArrayLike, return_attention: bool = False) -> Array | tuple[Array, Array]:

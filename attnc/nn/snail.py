@@ -149,7 +149,7 @@ class DenseBlock(Module):
             grads[f"{name}.bias"] = np.ascontiguousarray(gc["bias"][rows])
         return grads
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return f"in_channels={self.in_channels}, filters={self.filters}, dilation={self.dilation}"
 
 
@@ -236,7 +236,7 @@ class TCBlock(Module):
         grads["input"] = dy
         return grads
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return f"in_channels={self.in_channels}, seq_len={self.seq_len}, filters={self.filters}"
 
 
@@ -335,5 +335,5 @@ class AttentionBlock(Module):
             grads[f"{name}.bias"] = np.ascontiguousarray(gl["bias"][rows])
         return grads
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return f"in_channels={self.in_channels}, key_size={self.key_size}, value_size={self.value_size}"

@@ -123,7 +123,7 @@ class Embedding(Module):
 
     _vjp_backward = staticmethod(_embedding_backward)
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return f"{self.num_embeddings}, {self.embedding_dim}, padding_idx={self.padding_idx}"
 
 

@@ -229,7 +229,7 @@ class _Layer(Module):
         named = {n: g for n, g in zip(self._slot_names(), grads) if n is not None and g is not None}
         return dx, dmem, named
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return (f"d_model={self.d_model}, nhead={self.nhead}, dim_feedforward={self.dim_feedforward}, "
                 f"dropout={self.dropout}, activation={self.activation!r}, norm_first={self.norm_first}")
 
@@ -582,7 +582,7 @@ class TransformerEncoder(Module):
         grads["src"] = _unbatch(dy, batched)
         return grads
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return f"num_layers={self.num_layers}"
 
 
@@ -679,7 +679,7 @@ class TransformerDecoder(Module):
         grads["tgt"], grads["memory"] = _unbatch(dy, batched), _unbatch(dmem, batched)
         return grads
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return f"num_layers={self.num_layers}"
 
 
@@ -815,5 +815,5 @@ class Transformer(Module):
         grads.update({f"decoder.{k}": v for k, v in g_dec.items()})
         return grads
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return f"d_model={self.d_model}, nhead={self.nhead}"
