@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import math
 import numbers
+from typing import Any, Literal
 
 import numpy as np
 
 from .. import _core, nn
 from .._args import float_array, same_dtype, shape_str, size_arg
+from .._typing import Array, ArrayLike, DTypeLike
 from ..grad import vjp
 from .seq2seq import _EvalMode, _log_softmax, _reference_decode
 
@@ -74,7 +76,24 @@ class Captioner(nn.Module):
         h_t, c_t = LSTMCell([E y_{t−1}; z_t], (h_{t−1}, c_{t−1}))     (torch's gates i, f, g, o)
         logits_t = L_o (E y_{t−1} + L_h h_t + L_z z_t) + b_o           (deep output, eq. 7)
 
-    Parameters (``state_dict()`` names): ``embedding.weight`` E (V, Ed);
+    Parameters
+    ----------
+    feature_size : int, F, the width of each feature vector
+    vocab_size : int, V
+    embed_size : int, Ed, the token embeddings' width
+    hidden_size : int, H, the LSTM's
+    attention_size : int, A, the additive attention's
+    attention : "soft" or "hard"
+    doubly_stochastic : float >= 0, λ of the doubly stochastic penalty
+    gate : bool, the gating scalar β_t
+    reinforce : float >= 0, λ_r (hard attention)
+    entropy : float >= 0, λ_e (hard attention)
+    expected_context : float in [0, 1], the share of training rows that use the
+        expected context (hard attention)
+    dtype : float32 or float64, the parameters' dtype
+    seed : int or None, for the initialisation and the samples
+
+    ``state_dict()`` names: ``embedding.weight`` E (V, Ed);
     ``init_h.weight/bias``, ``init_c.weight/bias`` (H, F), (H);
     ``attention.feature.weight/bias`` W_a (A, F), b_a (A);
     ``attention.hidden.weight`` U_a (A, H); ``attention.score.weight`` v (1, A);
@@ -127,14 +146,22 @@ class Captioner(nn.Module):
 
     Example
     -------
-    >>> m = Captioner(13, 17, seed=0)
-    >>> m(np.zeros((2, 9, 13), np.float32), np.ones((2, 4), np.int64)).shape
-    (2, 4, 17)
+    >>> m = attnc.models.Captioner(13, 17, embed_size=8, hidden_size=16, attention_size=8, seed=0)
+    >>> features = np.random.rand(2, 9, 13).astype(np.float32)
+    >>> logits, alphas = m(features, np.ones((2, 4), np.int64), return_alphas=True)
+    >>> logits.shape, alphas.shape, alphas.sum(-1).round(5).tolist()
+    ((2, 4, 17), (2, 4, 9), [[1.0, 1.0, 1.0, 1.0], [1.0, 1.0, 1.0, 1.0]])
+    >>> tokens, alphas = m.eval().generate(features, max_len=5, bos=1, beam_size=2)
+    >>> tokens.dtype, tokens.shape[0], alphas.shape[2]
+    (dtype('int64'), 2, 9)
+    >>> m.state_dict()["decoder.weight_ih"].shape
+    (64, 21)
     """
 
-    def __init__(self, feature_size, vocab_size, embed_size=32, hidden_size=128, attention_size=64, *,
-                 attention="soft", doubly_stochastic=1.0, gate=True, reinforce=1.0, entropy=0.01,
-                 expected_context=0.5, dtype=np.float32, seed=None):
+    def __init__(self, feature_size: int, vocab_size: int, embed_size: int = 32, hidden_size: int = 128,
+                 attention_size: int = 64, *, attention: Literal["soft", "hard"] = "soft",
+                 doubly_stochastic: float = 1.0, gate: bool = True, reinforce: float = 1.0, entropy: float = 0.01,
+                 expected_context: float = 0.5, dtype: DTypeLike = np.float32, seed: int | None = None) -> None:
         super().__init__(dtype)
         F, V = size_arg("feature_size", feature_size), size_arg("vocab_size", vocab_size)
         Ed, H, A = size_arg("embed_size", embed_size), size_arg("hidden_size", hidden_size), size_arg("attention_size",
@@ -243,7 +270,8 @@ class Captioner(nn.Module):
         return out if len(out) > 1 else logits
 
     # -- the computation --------------------------------------------------------------------
-    def forward(self, features, tgt_in, *, return_alphas=False, samples=None, return_samples=False):
+    def forward(self, features: ArrayLike, tgt_in: ArrayLike, *, return_alphas: bool = False,
+                samples: ArrayLike | None = None, return_samples: bool = False) -> Array | tuple[Array, ...]:
         logits, alphas, s, _ = self._run(features, tgt_in, samples, keep=False)
         return self._outputs(logits, alphas, s, return_alphas, return_samples)
 
@@ -257,7 +285,7 @@ class Captioner(nn.Module):
         dalphas = cotangents[1] if return_alphas else None
         return cls._backward_call(state, cotangents[0], dalphas)
 
-    def loss_and_grad(self, batch, *, samples=None):
+    def loss_and_grad(self, batch: Any, *, samples: ArrayLike | None = None) -> tuple[float, dict[str, Array]]:
         """(loss, gradients by state_dict name) of one batch: anything with
         ``features`` (B, L, F), ``tgt_in`` (B, T) and ``tgt_out`` (B, T) (−100
         = ignored), such as ``attnc.datasets.captions(...).batch(...)``. The
@@ -323,7 +351,8 @@ class Captioner(nn.Module):
             raise ValueError(f"length_penalty must be a finite number, got {length_penalty!r}")
         return a, max_len, beam_size
 
-    def generate(self, features, max_len, bos, eos=None, beam_size=1, length_penalty=0.0):
+    def generate(self, features: ArrayLike, max_len: int, bos: int, eos: int | None = None, beam_size: int = 1,
+                 length_penalty: float = 0.0) -> tuple[Array, Array]:
         """Captions of features (B, L, F), decoded in C (the search of
         ``attnc.models.Seq2Seq.generate``). Every row starts from ``bos``.
         Returns (tokens int64 (B, n), alphas (B, n, L)), n <= max_len the
@@ -391,7 +420,7 @@ class Captioner(nn.Module):
                     break
         return seqs, alphas
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return (f"feature_size={self.feature_size}, vocab_size={self.vocab_size}, embed_size={self.embed_size}, "
                 f"hidden_size={self.hidden_size}, attention_size={self.attention_size}, "
                 f"attention={self.attention_kind!r}, gate={self.gate_enabled}")

@@ -31,10 +31,13 @@ a training step crosses into C about twenty times whatever the batch size.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from .. import nn
 from .._args import child_seeds, shape_str, size_arg
+from .._typing import Array, ArrayLike, DTypeLike
 from ..attention.soft import attention
 from ..grad import vjp
 
@@ -89,12 +92,13 @@ class FeedForward(nn.Module):
 
     Example
     -------
-    >>> ff = FeedForward(4, 8, seed=0)
+    >>> ff = attnc.models.decomposable.FeedForward(4, 8, seed=0)
     >>> ff(np.ones((2, 3, 4), np.float32)).shape
     (2, 3, 8)
     """
 
-    def __init__(self, in_features: int, hidden_size: int, dropout: float = 0.0, *, dtype=np.float32, seed=None):
+    def __init__(self, in_features: int, hidden_size: int, dropout: float = 0.0, *, dtype: DTypeLike = np.float32,
+                 seed: int | None = None) -> None:
         super().__init__(dtype)
         if not 0 <= dropout < 1:
             raise ValueError(f"dropout must be in [0, 1), got {dropout}")
@@ -125,22 +129,30 @@ class FeedForward(nn.Module):
         g1 = p1(q1(g2["input"])["input"])
         return {"input": g1["input"], **_prefixed("linear1", g1), **_prefixed("linear2", g2)}
 
-    def forward(self, x):
+    def forward(self, x: ArrayLike) -> Array:
         return self._vjp_forward(x)[0]
 
 
 class DecomposableAttention(nn.Module):
     r"""Decomposable attention (Parikh et al. 2016) for sentence pairs.
 
-    ``DecomposableAttention(vocab_size, embedding_dim=32, hidden_size=64,
-    num_classes=3, *, padding_idx=0, project=True, context=0, dropout=0.0,
-    dtype=np.float32, seed=None)``. ``dropout``: after every ReLU of F, G and
-    H in training mode (``model.train()``), seeded by ``seed``. ``context``
-    0 (the paper's model) or 1: a_i = P [x_{i-1}; x_i; x_{i+1}] (neighbours
-    within the sentence's real tokens, zeros elsewhere; padding and masked
-    positions count as zeros).
+    Parameters
+    ----------
+    vocab_size : int, V
+    embedding_dim : int, E
+    hidden_size : int, H, the width of F, G and H's layers
+    num_classes : int, the number of logits
+    padding_idx : int or None, the padding token (its embedding is zero and
+        gets no gradient; by default the tokens that are not padding are real)
+    project : bool, a linear projection (no bias) of the embeddings to H
+    context : 0 (the paper's model) or 1: a_i = P [x_{i-1}; x_i; x_{i+1}]
+        (neighbours within the sentence's real tokens, zeros elsewhere;
+        padding and masked positions count as zeros)
+    dropout : float in [0, 1), after every ReLU of F, G and H in training mode
+    dtype : float32 or float64, the parameters' dtype
+    seed : int or None, for the initialisation and the dropout masks
 
-    Parameters (state_dict names): ``embedding.weight`` (V, E);
+    ``state_dict()`` names: ``embedding.weight`` (V, E);
     ``projection.weight`` (H, E), or (H, 3E) with ``context=1``, when
     ``project`` (a linear map without bias, as the paper's projection of the
     embeddings; d = H, else d = E or 3E);
@@ -164,16 +176,18 @@ class DecomposableAttention(nn.Module):
 
     Example
     -------
-    >>> m = DecomposableAttention(10, 8, 16, seed=0)
+    >>> m = attnc.models.DecomposableAttention(10, 8, 16, seed=0)
     >>> p = np.array([[1, 2, 3, 0]]); h = np.array([[2, 3]])
     >>> logits, att = m(p, h, return_attention=True)
-    >>> logits.shape, att.shape
-    ((1, 3), (1, 4, 2))
+    >>> logits.shape, logits.dtype, att.shape, att.sum(-1).round(6).tolist()
+    ((1, 3), dtype('float32'), (1, 4, 2), [[1.0, 1.0, 1.0, 0.0]])
+    >>> {k: v.shape for k, v in m.state_dict().items() if not k.startswith(("attend", "compare", "aggregate"))}
+    {'embedding.weight': (10, 8), 'projection.weight': (16, 8), 'classifier.weight': (3, 16), 'classifier.bias': (3,)}
     """
 
     def __init__(self, vocab_size: int, embedding_dim: int = 32, hidden_size: int = 64, num_classes: int = 3, *,
-                 padding_idx=0, project: bool = True, context: int = 0, dropout: float = 0.0, dtype=np.float32,
-                 seed=None):
+                 padding_idx: int | None = 0, project: bool = True, context: int = 0, dropout: float = 0.0,
+                 dtype: DTypeLike = np.float32, seed: int | None = None) -> None:
         super().__init__(dtype)
         size_arg("vocab_size", vocab_size)
         size_arg("embedding_dim", embedding_dim)
@@ -311,14 +325,17 @@ class DecomposableAttention(nn.Module):
         grads.update(_prefixed("embedding", pe(dx)))
         return grads
 
-    def forward(self, premise, hypothesis, premise_lengths=None, hypothesis_lengths=None, *, premise_mask=None,
-                hypothesis_mask=None, return_attention=False):
+    def forward(self, premise: ArrayLike, hypothesis: ArrayLike, premise_lengths: ArrayLike | None = None,
+                hypothesis_lengths: ArrayLike | None = None, *, premise_mask: ArrayLike | None = None,
+                hypothesis_mask: ArrayLike | None = None,
+                return_attention: bool = False) -> Array | tuple[Array, Array]:
         args = self._inputs(premise, hypothesis, premise_lengths, hypothesis_lengths, premise_mask, hypothesis_mask)
         logits, (w_ab, *_), _ = self._run(*args)
         return (logits, w_ab) if return_attention else logits
 
-    def align(self, premise, hypothesis, premise_lengths=None, hypothesis_lengths=None, *, premise_mask=None,
-              hypothesis_mask=None) -> dict:
+    def align(self, premise: ArrayLike, hypothesis: ArrayLike, premise_lengths: ArrayLike | None = None,
+              hypothesis_lengths: ArrayLike | None = None, *, premise_mask: ArrayLike | None = None,
+              hypothesis_mask: ArrayLike | None = None) -> dict[str, Array]:
         """The attend step's matrices, each (B, La, Lb): "scores" e_ij
         (0 where either token is padding), "premise_to_hypothesis"
         softmax_j(e_ij) (the weights of β_i), "hypothesis_to_premise"
@@ -331,7 +348,7 @@ class DecomposableAttention(nn.Module):
         return {"scores": scores, "premise_to_hypothesis": w_ab,
                 "hypothesis_to_premise": w_ba.transpose(0, 2, 1).copy(), "logits": logits}
 
-    def loss_and_grad(self, batch):
+    def loss_and_grad(self, batch: Any) -> tuple[float, dict[str, Array]]:
         """(mean cross-entropy, gradients by state_dict name) of a batch with
         premise, hypothesis, premise_lengths, hypothesis_lengths and labels
         (an attnc.datasets.EntailmentBatch)."""
@@ -342,7 +359,7 @@ class DecomposableAttention(nn.Module):
 
     loss_and_grads = loss_and_grad
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return (f"vocab_size={self.embedding.num_embeddings}, embedding_dim={self.embedding.embedding_dim}, "
                 f"hidden_size={self.classifier.in_features}, num_classes={self.classifier.out_features}, "
                 f"project={self.project}")

@@ -9,6 +9,7 @@ import numbers
 import numpy as np
 
 from .. import nn
+from .._typing import Array, ArrayLike, DTypeLike
 from ..grad import vjp
 from .seq2seq import _causal_mask, _check_decoding, _dropout, _EvalMode, _ids, _log_softmax, _reference_decode, _Tape
 
@@ -17,6 +18,17 @@ __all__ = ["GPT"]
 
 class GPT(nn.Module):
     """A small GPT (Radford et al. 2018), as Karpathy's minGPT builds it.
+
+    Parameters
+    ----------
+    vocab_size : int, V
+    block_size : int, the longest context (the position table's rows)
+    n_layer : int, the number of transformer layers
+    n_head : int, heads per layer; divides n_embd
+    n_embd : int, E, the model's width
+    dropout : float in [0, 1), after the embeddings and inside the layers (training mode only)
+    dtype : float32 or float64, the parameters' dtype
+    seed : int or None, for the initialisation and the dropout streams
 
     Submodules (state_dict prefixes): ``wte`` (token Embedding), ``wpe``
     (learned position Embedding, block_size rows), ``encoder``
@@ -30,18 +42,32 @@ class GPT(nn.Module):
     ``linear2.weight``) N(0, 0.02 / sqrt(2 n_layer)), biases 0, LayerNorms 1 and 0.
 
     ``forward(idx, *, need_weights=False)``: idx (B, T) int, T <= block_size ->
-    logits (B, T, vocab_size), or (logits, [weights (B, H, T, T) per layer]).
+    logits (B, T, vocab_size), the model's dtype, or (logits, [weights (B,
+    n_head, T, T) per layer]).
     ``attnc.vjp(model, idx)``: pullback(dlogits) -> gradients by state_dict name.
+    ``loss_and_grads(idx, targets)`` -> (mean cross-entropy, gradients);
+    ``generate(idx, max_new_tokens, ...)`` -> the new tokens, int64 (B, L).
+
+    ``state_dict()``: ``wte.weight`` (V, E), ``wpe.weight`` (block_size, E),
+    ``encoder.layers.{i}.*`` (torch.nn.TransformerEncoderLayer's names, with
+    dim_feedforward 4E), ``ln_f.weight``, ``ln_f.bias`` (E,), ``lm_head.weight`` (V, E).
 
     Example
     -------
-    >>> m = GPT(3, 11, seed=0)
-    >>> m(np.zeros((4, 11), np.int64)).shape
-    (4, 11, 3)
+    >>> m = attnc.models.GPT(5, 11, n_layer=2, n_head=2, n_embd=8, seed=0)
+    >>> idx = np.random.randint(0, 5, (4, 6))
+    >>> logits = m(idx)
+    >>> logits.shape, logits.dtype
+    ((4, 6, 5), dtype('float32'))
+    >>> loss, grads = m.loss_and_grads(idx[:, :-1], idx[:, 1:])
+    >>> grads["lm_head.weight"].shape, m.state_dict()["wpe.weight"].shape
+    ((5, 8), (11, 8))
+    >>> m.generate(idx[:, :2], 3).shape
+    (4, 3)
     """
 
-    def __init__(self, vocab_size, block_size, n_layer=3, n_head=3, n_embd=48, dropout=0.1, *,
-                 dtype=np.float32, seed=None):
+    def __init__(self, vocab_size: int, block_size: int, n_layer: int = 3, n_head: int = 3, n_embd: int = 48,
+                 dropout: float = 0.1, *, dtype: DTypeLike = np.float32, seed: int | None = None) -> None:
         super().__init__(dtype)
         for name, v in (("vocab_size", vocab_size), ("block_size", block_size), ("n_layer", n_layer),
                         ("n_embd", n_embd)):
@@ -94,7 +120,7 @@ class GPT(nn.Module):
         logits = tape("lm_head", self.lm_head, h)
         return ((logits, weights) if need_weights else logits), (tape.pullbacks, drop, need_weights)
 
-    def forward(self, idx, *, need_weights=False):
+    def forward(self, idx: ArrayLike, *, need_weights: bool = False) -> Array | tuple[Array, list[Array]]:
         return self._run(False, idx, need_weights)[0]
 
     def _vjp_forward(self, idx, *, need_weights=False):
@@ -117,7 +143,8 @@ class GPT(nn.Module):
         grads["wpe.weight"] = pullbacks["wpe"](np.ascontiguousarray(dx.sum(axis=0)))["weight"]
         return grads
 
-    def loss_and_grads(self, idx, targets, *, ignore_index=-100, label_smoothing=0.0):
+    def loss_and_grads(self, idx: ArrayLike, targets: ArrayLike, *, ignore_index: int = -100,
+                       label_smoothing: float = 0.0) -> tuple[float, dict[str, Array]]:
         """Mean cross-entropy of the logits against targets (B, T) (ignore_index
         counts for nothing) and its gradients: (loss, grads by state_dict name)."""
         logits, pullback = vjp(self, idx)
@@ -142,7 +169,8 @@ class GPT(nn.Module):
         with _EvalMode(self):
             return _reference_decode(next_logprobs, idx.shape[0], max_new_tokens, eos, beam_size, length_penalty)
 
-    def generate(self, idx, max_new_tokens, eos=None, beam_size=1, length_penalty=0.0):
+    def generate(self, idx: ArrayLike, max_new_tokens: int, eos: int | None = None, beam_size: int = 1,
+                 length_penalty: float = 0.0) -> Array:
         """Continue the prompts idx (B, T) int, in eval mode; returns int64
         (B, L), L <= max_new_tokens: the new tokens only. Rows that produce
         ``eos`` end with it and are filled with eos after; beam_size=1 is
@@ -161,6 +189,6 @@ class GPT(nn.Module):
         return nn.decode(list(self.encoder.layers), self.wte.weight, self.wpe.weight, self.lm_head.weight, idx,
                          max_new_tokens, norm=self.ln_f, eos=eos, beam_size=beam_size, length_penalty=length_penalty)
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return (f"vocab_size={self.vocab_size}, block_size={self.block_size}, n_layer={self.n_layer}, "
                 f"n_embd={self.n_embd}, dropout={self.dropout}")

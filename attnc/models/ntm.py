@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import math
 import numbers
-from typing import NamedTuple
+from typing import Any, Literal, NamedTuple
 
 import numpy as np
 
 from .. import _core, nn
 from .._args import float_array, same_dtype, shape_str, size_arg
+from .._typing import Array, ArrayLike, DTypeLike
 
 __all__ = ["NTM", "NTMTrace"]
 
@@ -23,14 +24,38 @@ CONSTANT_MEMORY = 1e-6
 
 
 class NTMTrace(NamedTuple):
-    """What an NTM did at every step of a forward (``return_trace=True``).
+    """What an NTM did at every step of a forward (``return_trace=True``): a named tuple.
 
-    read_weights (B, T, R, N), write_weights (B, T, W, N): each head's
-    weighting w_t; memory (B, T, N, M): the memory after step t's write."""
+    Fields, each in the model's dtype (float32 or float64):
 
-    read_weights: np.ndarray
-    write_weights: np.ndarray
-    memory: np.ndarray
+    read_weights : array (B, T, R, N), each read head's weighting w_t over the N slots
+    write_weights : array (B, T, W, N), each write head's weighting w_t
+    memory : array (B, T, N, M), the memory after step t's write
+
+    Example
+    -------
+    >>> m = attnc.models.NTM(3, 2, controller_size=8, memory_slots=6, memory_width=4, seed=0)
+    >>> logits, trace = m(np.random.rand(2, 5, 3).astype(np.float32), return_trace=True)
+    >>> type(trace).__name__, trace._fields
+    ('NTMTrace', ('read_weights', 'write_weights', 'memory'))
+    >>> trace.read_weights.shape, trace.write_weights.shape, trace.memory.shape
+    ((2, 5, 1, 6), (2, 5, 1, 6), (2, 5, 6, 4))
+    >>> trace.read_weights.sum(-1).round(5).min().item()
+    1.0
+    """
+
+    read_weights: Array
+    write_weights: Array
+    memory: Array
+
+
+def _trace_init(self, read_weights: Array, write_weights: Array, memory: Array) -> None:
+    """The tuple's __new__ sets the fields; this __init__ only gives the
+    constructor's arguments their types (a NamedTuple may not define one in
+    its body)."""
+
+
+NTMTrace.__init__ = _trace_init
 
 
 
@@ -62,7 +87,22 @@ class NTM(nn.Module):
     a fixed random tensor drawn from the seed (``"random"``: in state_dict()
     so it saves and loads, but never given a gradient).
 
-    Parameters (``state_dict()`` names): ``controller.weight_ih`` (4C, I + R·M),
+    Parameters
+    ----------
+    input_size : int, I
+    output_size : int, O, the logits per step
+    controller : "lstm" or "feedforward"
+    controller_size : int, C, the controller's width
+    memory_slots : int, N
+    memory_width : int, M
+    read_heads, write_heads : int >= 0, R and W (R + W >= 1)
+    shifts : int, K, odd: the shifts −(K−1)/2 … (K−1)/2 of the location addressing
+    memory_init : "constant", "learned" or "random", M_0 (see above)
+    clip : float > 0, the controller outputs' clamp
+    dtype : float32 or float64, the parameters' dtype
+    seed : int or None, for the initialisation
+
+    ``state_dict()`` names: ``controller.weight_ih`` (4C, I + R·M),
     ``controller.weight_hh`` (4C, C), ``controller.bias_ih``/``bias_hh`` (4C)
     (torch.nn.LSTMCell's layout), or ``controller.weight`` (C, I + R·M) and
     ``controller.bias`` (C) (feedforward); ``heads.weight`` (P, C) and
@@ -72,7 +112,7 @@ class NTM(nn.Module):
     ``output.bias`` (O); ``read_init`` (R, M); ``weight_init`` (R + W, N);
     ``memory_init`` (N, M) for "learned" and "random".
 
-    ``forward(inputs (B, T, I), *, return_trace=False)`` → logits (B, T, O),
+    ``forward(inputs (B, T, I) float32/float64, *, return_trace=False)`` → logits (B, T, O),
     and with ``return_trace`` an :class:`NTMTrace` of every step's read and
     write weights and memory. ``attnc.vjp(model, inputs)``: the pullback takes
     the cotangent of the logits (the trace's must be None: it is for looking
@@ -82,14 +122,21 @@ class NTM(nn.Module):
 
     Example
     -------
-    >>> m = NTM(9, 8, memory_slots=16, memory_width=5, controller_size=12, seed=0)
-    >>> m(np.zeros((2, 7, 9), np.float32)).shape
-    (2, 7, 8)
+    >>> m = attnc.models.NTM(9, 8, memory_slots=16, memory_width=5, controller_size=12, seed=0)
+    >>> logits = m(np.random.rand(2, 7, 9).astype(np.float32))
+    >>> logits.shape, logits.dtype
+    ((2, 7, 8), dtype('float32'))
+    >>> batch = attnc.datasets.CopyTask(bits=8, max_len=3).batch(2, seed=0)
+    >>> loss, grads = m.loss_and_grad(batch)
+    >>> grads["heads.weight"].shape, m.state_dict()["weight_init"].shape
+    ((32, 12), (2, 16))
     """
 
-    def __init__(self, input_size, output_size, controller="lstm", controller_size=100, memory_slots=128,
-                 memory_width=20, read_heads=1, write_heads=1, shifts=3, memory_init="constant", *, clip=20.0,
-                 dtype=np.float32, seed=None):
+    def __init__(self, input_size: int, output_size: int, controller: Literal["lstm", "feedforward"] = "lstm",
+                 controller_size: int = 100, memory_slots: int = 128, memory_width: int = 20, read_heads: int = 1,
+                 write_heads: int = 1, shifts: int = 3,
+                 memory_init: Literal["constant", "learned", "random"] = "constant", *, clip: float = 20.0,
+                 dtype: DTypeLike = np.float32, seed: int | None = None) -> None:
         super().__init__(dtype)
         I, O = size_arg("input_size", input_size), size_arg("output_size", output_size)
         C, N, M = (size_arg("controller_size", controller_size), size_arg("memory_slots", memory_slots),
@@ -184,7 +231,7 @@ class NTM(nn.Module):
         tr = NTMTrace(weights[:, :, :R], weights[:, :, R:], memories) if trace else None
         return logits, tr, (saved, x, init, params, config)
 
-    def forward(self, inputs, *, return_trace=False):
+    def forward(self, inputs: ArrayLike, *, return_trace: bool = False) -> Array | tuple[Array, NTMTrace]:
         logits, tr, _ = self._run(inputs, keep=False, trace=return_trace)
         return (logits, tr) if return_trace else logits
 
@@ -218,7 +265,7 @@ class NTM(nn.Module):
         out["inputs"] = dinputs
         return out
 
-    def loss_and_grad(self, batch):
+    def loss_and_grad(self, batch: Any) -> tuple[float, dict[str, Array]]:
         """(loss, gradients by state_dict name) of one batch with ``inputs``
         (B, T, I), ``targets`` (B, T, O) and ``mask`` (B, T) bool (the scored
         steps), such as ``attnc.datasets.CopyTask().batch(...)``: the mean
@@ -244,7 +291,7 @@ class NTM(nn.Module):
 
     loss_and_grads = loss_and_grad
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return (f"input_size={self.input_size}, output_size={self.output_size}, "
                 f"controller={self.controller_kind!r}, controller_size={self.controller_size}, "
                 f"memory={self.memory_slots}x{self.memory_width}, read_heads={self.read_heads}, "

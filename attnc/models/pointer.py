@@ -11,34 +11,56 @@ constrained greedy and beam-search decoding runs in C
 from __future__ import annotations
 
 import numbers
-from typing import NamedTuple
+from typing import Any, Literal, NamedTuple
 
 import numpy as np
 
 from .. import _core, nn
 from .._args import float_array, same_dtype, shape_str, size_arg
+from .._typing import Array, ArrayLike, DTypeLike
 from ..attention.score import score
 from ..grad import vjp
 
 __all__ = ["PointerNet", "PointerOutput"]
 
 CONSTRAINTS = {"permutation": 0, "tour": 1, "hull": 2}
+Constraint = Literal["permutation", "tour", "hull"]
 IGNORE = -100
 
 
 class PointerOutput(NamedTuple):
-    """What ``PointerNet.generate`` returns.
+    """What ``PointerNet.generate`` returns: a named tuple.
 
-    indices (B, T) int64: the chosen input indices, −1 after a row's end (for
-    "tour" the start index is appended to close the tour); log_probs (B, T):
-    the log-probability of each choice (0 after the end and for the closing
-    index); pointers (B, T, n + 1): every step's pointer distribution over the
-    n inputs and, in the last column, the end token (0 after the end): the
-    alignment matrix."""
+    indices : int64 (B, T), the chosen input indices, −1 after a row's end (for
+        "tour" the start index is appended to close the tour)
+    log_probs : array (B, T), the model's dtype: the log-probability of each
+        choice (0 after the end and for the closing index)
+    pointers : array (B, T, n + 1), the model's dtype: every step's pointer
+        distribution over the n inputs and, in the last column, the end token
+        (0 after the end): the alignment matrix
 
-    indices: np.ndarray
-    log_probs: np.ndarray
-    pointers: np.ndarray
+    Example
+    -------
+    >>> m = attnc.models.PointerNet(2, 8, seed=0)
+    >>> out = m.generate(np.random.rand(3, 4, 2).astype(np.float32), constraint="tour")
+    >>> type(out).__name__, out.indices.dtype, out.indices.shape, out.pointers.shape
+    ('PointerOutput', dtype('int64'), (3, 5), (3, 5, 5))
+    >>> bool((out.indices[:, 0] == out.indices[:, -1]).all()), bool((out.log_probs <= 0).all())
+    (True, True)
+    """
+
+    indices: Array
+    log_probs: Array
+    pointers: Array
+
+
+def _output_init(self, indices: Array, log_probs: Array, pointers: Array) -> None:
+    """The tuple's __new__ sets the fields; this __init__ only gives the
+    constructor's arguments their types (a NamedTuple may not define one in
+    its body)."""
+
+
+PointerOutput.__init__ = _output_init
 
 
 
@@ -64,13 +86,21 @@ class PointerNet(nn.Module):
     Bello et al. 2016: with raw 2-D coordinates the LSTMs' inputs are small
     next to their recurrent terms, and learning which input is where is slow.
 
-    Parameters (``state_dict()`` names): ``embedding.weight`` (E, D) and
+    Parameters
+    ----------
+    input_size : int, D, the width of each input vector (2 for points in the plane)
+    hidden_size : int, H, both LSTMs'
+    embedding_size : int or None, E, the optional linear embedding's width
+    dtype : float32 or float64, the parameters' dtype
+    seed : int or None, for the initialisation
+
+    ``state_dict()`` names: ``embedding.weight`` (E, D) and
     ``embedding.bias`` (E) (with ``embedding_size``), ``encoder.*`` and ``decoder.*``
     (``torch.nn.LSTM(E or input_size, hidden_size, batch_first=True)``'s),
     ``W1.weight``, ``W2.weight`` (H, H), ``v.weight`` (1, H), ``start`` and
     ``end`` (input_size).
 
-    ``forward(inputs (B, n, D), targets (B, T) int, *, lengths=None,
+    ``forward(inputs (B, n, D) float32/float64, targets (B, T) int, *, lengths=None,
     constraint="permutation")`` → log-probabilities (B, T + 1, n + 1): step i
     < T points at targets[:, i] (input indices, −1 padding after a row's
     last), step T_b (a row's target count) at the end token (last column);
@@ -83,13 +113,20 @@ class PointerNet(nn.Module):
 
     Example
     -------
-    >>> m = PointerNet(1, 16, seed=0)
-    >>> out = m.generate(np.random.default_rng(0).random((2, 5, 1), np.float32))
-    >>> out.indices.shape, sorted(out.indices[0])
+    >>> m = attnc.models.PointerNet(1, 16, seed=0)
+    >>> x = np.random.default_rng(0).random((2, 5, 1), np.float32)
+    >>> out = m.generate(x)
+    >>> out.indices.shape, sorted(out.indices[0].tolist())
     ((2, 5), [0, 1, 2, 3, 4])
+    >>> logp = m(x, np.argsort(x[..., 0], axis=1))
+    >>> logp.shape, logp.dtype
+    ((2, 6, 6), dtype('float32'))
+    >>> m.state_dict()["encoder.weight_ih_l0"].shape, m.state_dict()["v.weight"].shape
+    ((64, 1), (1, 16))
     """
 
-    def __init__(self, input_size, hidden_size=128, *, embedding_size=None, dtype=np.float32, seed=None):
+    def __init__(self, input_size: int, hidden_size: int = 128, *, embedding_size: int | None = None,
+                 dtype: DTypeLike = np.float32, seed: int | None = None) -> None:
         super().__init__(dtype)
         D, H = size_arg("input_size", input_size), size_arg("hidden_size", hidden_size)
         E = None if embedding_size is None else size_arg("embedding_size", embedding_size)
@@ -212,7 +249,8 @@ class PointerNet(nn.Module):
         # the user's column order: inputs 0..n-1, then the end token
         return np.concatenate([logp[..., 1:], logp[..., :1]], axis=-1), target, state
 
-    def forward(self, inputs, targets, *, lengths=None, constraint="permutation"):
+    def forward(self, inputs: ArrayLike, targets: ArrayLike, *, lengths: ArrayLike | None = None,
+                constraint: Constraint = "permutation") -> Array:
         return self._run(inputs, targets, lengths, constraint, keep=False)[0]
 
     def _vjp_forward(self, inputs, targets, *, lengths=None, constraint="permutation"):
@@ -250,7 +288,7 @@ class PointerNet(nn.Module):
         grads["inputs"] = dx.astype(self.dtype)
         return grads
 
-    def loss_and_grad(self, batch, *, constraint="permutation"):
+    def loss_and_grad(self, batch: Any, *, constraint: Constraint = "permutation") -> tuple[float, dict[str, Array]]:
         """(loss, gradients by state_dict name) of a batch with ``inputs``
         (B, n, D), ``lengths`` (B,) and ``targets`` (B, T) (input indices, −1
         padding), such as ``attnc.datasets.TSPTask(10).batch(...)``: the mean
@@ -273,7 +311,8 @@ class PointerNet(nn.Module):
     loss_and_grads = loss_and_grad
 
     # -- decoding ---------------------------------------------------------------------------
-    def generate(self, inputs, *, lengths=None, constraint="permutation", beam_size=1, length_penalty=0.0):
+    def generate(self, inputs: ArrayLike, *, lengths: ArrayLike | None = None, constraint: Constraint = "permutation",
+                 beam_size: int = 1, length_penalty: float = 0.0) -> PointerOutput:
         """Decode inputs (B, n, D) under a constraint, in C:
 
         - "permutation": every input once;
@@ -329,5 +368,5 @@ class PointerNet(nn.Module):
             pointers = np.pad(pointers, ((0, 0), (0, 1), (0, 0)))
         return PointerOutput(indices, log_probs, pointers)
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return f"input_size={self.input_size}, hidden_size={self.hidden_size}, embedding_size={self.embedding_size}"

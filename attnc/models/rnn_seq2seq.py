@@ -10,10 +10,13 @@ per time step in Python.
 
 from __future__ import annotations
 
+from typing import Any, Literal
+
 import numpy as np
 
 from .. import _core
 from .._args import choice, int_arg, shape_str
+from .._typing import Array, ArrayLike, DTypeLike
 from ..grad import vjp
 from ..nn import LSTM, Embedding, Linear, LSTMCell, Module, cross_entropy
 from .seq2seq import _check_decoding, _EvalMode, _log_softmax, _reference_decode
@@ -22,6 +25,8 @@ __all__ = ["Seq2Seq"]
 
 KINDS = ("none", "bahdanau", "luong-dot", "luong-general", "luong-concat", "luong-location", "local-m", "local-p")
 _LUONG = KINDS[2:]
+AttentionKind = Literal["none", "bahdanau", "luong-dot", "luong-general", "luong-concat", "luong-location", "local-m",
+                        "local-p"]
 IGNORE_INDEX = -100
 
 
@@ -63,9 +68,18 @@ class _Attention(Module):
 class Seq2Seq(Module):
     r"""A recurrent encoder-decoder with attention, trained by teacher forcing.
 
-    ``Seq2Seq(src_vocab, tgt_vocab, embed_size=32, hidden_size=64,
-    attention="bahdanau", *, bidirectional=None, attention_size=None,
-    window=5, max_source_len=None, dtype=np.float32, seed=None)``
+    Parameters
+    ----------
+    src_vocab, tgt_vocab : int, the vocabulary sizes
+    embed_size : int, E, both embeddings' width
+    hidden_size : int, H, the LSTMs'
+    attention : str, the attention kind (below)
+    bidirectional : bool or None, a bidirectional encoder (None: only for "bahdanau")
+    attention_size : int or None, A, the additive scores' width (None: H)
+    window : float, local attention's half-width D
+    max_source_len : int or None, the source length "luong-location" scores (required for it)
+    dtype : float32 or float64, the parameters' dtype
+    seed : int or None, for the initialisation and scheduled sampling
 
     attention is one of ``"none"``, ``"bahdanau"``, ``"luong-dot"``,
     ``"luong-general"``, ``"luong-concat"``, ``"luong-location"``,
@@ -93,7 +107,13 @@ class Seq2Seq(Module):
     logits_t = out(o_t). The loss is the mean cross-entropy over target
     tokens that are not -100.
 
-    Parameters (``state_dict()``): ``src_embedding.weight``,
+    ``forward(src, tgt_in, src_lengths=None, *, sampling=0.0, seed=None,
+    return_alignments=False)``: src (B, S) int, tgt_in (B, T) int,
+    src_lengths (B,) int -> logits (B, T, tgt_vocab), the model's dtype
+    (float32 or float64), and with return_alignments the weights (B, T, S).
+    ``generate(src, ...)`` -> (tokens int64 (B, L), alignments (B, L, S)).
+
+    ``state_dict()``: ``src_embedding.weight``,
     ``tgt_embedding.weight``, ``encoder.*`` (torch's nn.LSTM names),
     ``bridge.weight/bias``, ``decoder.weight_ih/weight_hh/bias_ih/bias_hh``
     (torch's nn.LSTMCell; input [y_t; feed]), the attention's
@@ -104,15 +124,22 @@ class Seq2Seq(Module):
 
     Example
     -------
-    >>> m = attnc.models.Seq2Seq(20, 12, attention="luong-general", seed=0)
-    >>> src, tgt_in = np.array([[4, 5, 6]]), np.array([[1, 7]])
-    >>> m(src, tgt_in).shape
-    (1, 2, 12)
+    >>> m = attnc.models.Seq2Seq(20, 12, embed_size=8, hidden_size=16, attention="luong-general", seed=0)
+    >>> src, tgt_in = np.array([[4, 5, 6], [7, 8, 0]]), np.array([[1, 7], [1, 3]])
+    >>> logits, align = m(src, tgt_in, np.array([3, 2]), return_alignments=True)
+    >>> logits.shape, align.shape, align.sum(-1).round(6).tolist(), float(align[1, :, 2].sum())
+    ((2, 2, 12), (2, 2, 3), [[1.0, 1.0], [1.0, 1.0]], 0.0)
+    >>> tokens, align = m.generate(src, np.array([3, 2]), max_len=4, beam_size=2)
+    >>> tokens.dtype, tokens.shape[0], tokens.shape[1] <= 4
+    (dtype('int64'), 2, True)
+    >>> m.state_dict()["attention.weight"].shape, m.state_dict()["combine.weight"].shape
+    ((16, 16), (16, 32))
     """
 
-    def __init__(self, src_vocab, tgt_vocab, embed_size=32, hidden_size=64, attention="bahdanau", *,
-                 bidirectional=None, attention_size=None, window=5, max_source_len=None, dtype=np.float32,
-                 seed=None):
+    def __init__(self, src_vocab: int, tgt_vocab: int, embed_size: int = 32, hidden_size: int = 64,
+                 attention: AttentionKind = "bahdanau", *, bidirectional: bool | None = None,
+                 attention_size: int | None = None, window: float = 5, max_source_len: int | None = None,
+                 dtype: DTypeLike = np.float32, seed: int | None = None) -> None:
         super().__init__(dtype)
         kind = choice(attention, KINDS, "attention")
         src_vocab, tgt_vocab = int_arg("src_vocab", src_vocab), int_arg("tgt_vocab", tgt_vocab)
@@ -227,7 +254,9 @@ class Seq2Seq(Module):
         state = (saved, fed, mem, final, lens, weights, config, pull_enc, pull_out) if keep else None
         return logits, align, state
 
-    def forward(self, src, tgt_in, src_lengths=None, *, sampling=0.0, seed=None, return_alignments=False):
+    def forward(self, src: ArrayLike, tgt_in: ArrayLike, src_lengths: ArrayLike | None = None, *,
+                sampling: float = 0.0, seed: int | None = None,
+                return_alignments: bool = False) -> Array | tuple[Array, Array]:
         """logits (B, T, tgt_vocab) of every target step given src (B, S) int,
         tgt_in (B, T) int (the decoder's inputs: BOS, then the target) and
         src_lengths (B,) (default: every row S); with ``return_alignments``
@@ -266,7 +295,8 @@ class Seq2Seq(Module):
         grads.update(pull_enc(dmem, dfinal))
         return {k: grads[k] for k, _ in self.named_parameters()}
 
-    def loss_and_grad(self, batch, *, sampling=0.0, seed=None):
+    def loss_and_grad(self, batch: Any, *, sampling: float = 0.0,
+                      seed: int | None = None) -> tuple[float, dict[str, Array]]:
         """(loss, grads) of one batch (``.src``, ``.src_lengths``, ``.tgt_in``,
         ``.tgt_out``, as attnc.datasets' TextBatch): the mean cross-entropy over
         target tokens that are not -100, and its gradient for every parameter,
@@ -278,14 +308,15 @@ class Seq2Seq(Module):
         dlogits = pull_loss(np.ones((), self.dtype))["input"].reshape(B, T, V)
         return float(loss), self._backward(state, dlogits)
 
-    def loss(self, batch) -> float:
+    def loss(self, batch: Any) -> float:
         """The mean cross-entropy of a batch (see loss_and_grad), without gradients."""
         logits = self.forward(batch.src, batch.tgt_in, batch.src_lengths)
         B, T, V = logits.shape
         return float(cross_entropy(logits.reshape(B * T, V), np.asarray(batch.tgt_out).reshape(B * T)))
 
     # -- decoding ------------------------------------------------------------------------------
-    def generate(self, src, src_lengths=None, max_len=30, bos=1, eos=2, beam_size=1, length_penalty=0.0):
+    def generate(self, src: ArrayLike, src_lengths: ArrayLike | None = None, max_len: int = 30, bos: int = 1,
+                 eos: int | None = 2, beam_size: int = 1, length_penalty: float = 0.0) -> tuple[Array, Array]:
         """Decode target sequences for src (B, S) int, in eval mode, in C.
 
         Returns ``(tokens, alignments)``: tokens int64 (B, L), L <= max_len,
@@ -323,7 +354,7 @@ class Seq2Seq(Module):
         with _EvalMode(self):
             return _reference_decode(next_logprobs, src.shape[0], max_len, eos, beam_size, length_penalty)
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return (f"attention={self.attention_kind!r}, hidden_size={self.hidden_size}, "
                 f"bidirectional={self.bidirectional}")
 

@@ -16,7 +16,9 @@ import numbers
 import numpy as np
 
 from .. import nn
+from .._typing import Array, ArrayLike, DTypeLike
 from ..grad import vjp
+from ..nn.transformer import Activation
 
 __all__ = ["Seq2SeqTransformer"]
 
@@ -206,6 +208,20 @@ class _EvalMode:
 class Seq2SeqTransformer(nn.Module):
     """Encoder-decoder Transformer over token ids (Vaswani et al. 2017), batch first.
 
+    Parameters
+    ----------
+    src_vocab, tgt_vocab : int, the vocabulary sizes
+    d_model : int, E, the model's width
+    nhead : int, heads per attention; divides d_model
+    num_encoder_layers, num_decoder_layers : int, the stacks' depths
+    dim_feedforward : int, the feed-forward blocks' hidden width
+    dropout : float in [0, 1) (training mode only)
+    max_len : int, the longest source or target (rows of the positional table)
+    norm_first : bool, pre-norm layers
+    activation : "relu" or "gelu"
+    dtype : float32 or float64, the parameters' dtype
+    seed : int or None, for the initialisation and the dropout streams
+
     Submodules (state_dict prefixes): ``src_embed``, ``tgt_embed``
     (Embedding, scaled by sqrt(d_model)), ``transformer``
     (attnc.nn.Transformer), ``generator`` (Linear(d_model, tgt_vocab)).
@@ -225,16 +241,30 @@ class Seq2SeqTransformer(nn.Module):
     gradient of every parameter, keyed by state_dict name.
     ``loss_and_grads(...)`` does the cross-entropy and the pullback in one call.
 
+    ``state_dict()``: ``src_embed.weight`` (src_vocab, E), ``tgt_embed.weight``
+    (tgt_vocab, E), ``transformer.*`` (torch.nn.Transformer's names, see
+    attnc.nn.Transformer), ``generator.weight`` (tgt_vocab, E), ``generator.bias`` (tgt_vocab,).
+
     Example
     -------
-    >>> m = Seq2SeqTransformer(13, 13, d_model=32, nhead=4, seed=0)
-    >>> m(np.zeros((2, 7), np.int64), np.zeros((2, 5), np.int64)).shape
-    (2, 5, 13)
+    >>> m = attnc.models.Seq2SeqTransformer(13, 11, d_model=16, nhead=2, num_encoder_layers=1,
+    ...                                     num_decoder_layers=1, dim_feedforward=32, seed=0)
+    >>> src, tgt = np.random.randint(3, 13, (2, 7)), np.random.randint(3, 11, (2, 6))
+    >>> logits = m(src, tgt[:, :-1])
+    >>> logits.shape, logits.dtype
+    ((2, 5, 11), dtype('float32'))
+    >>> loss, grads = m.loss_and_grads(src, tgt[:, :-1], tgt[:, 1:])
+    >>> grads["generator.weight"].shape, m.state_dict()["tgt_embed.weight"].shape
+    ((11, 16), (11, 16))
+    >>> tokens = m.generate(src, 4, bos=1, eos=2, beam_size=2)
+    >>> tokens.dtype, tokens.shape[0], tokens.shape[1] <= 4
+    (dtype('int64'), 2, True)
     """
 
-    def __init__(self, src_vocab, tgt_vocab, d_model=64, nhead=4, num_encoder_layers=2, num_decoder_layers=2,
-                 dim_feedforward=256, dropout=0.1, max_len=64, norm_first=False, activation="relu", *,
-                 dtype=np.float32, seed=None):
+    def __init__(self, src_vocab: int, tgt_vocab: int, d_model: int = 64, nhead: int = 4,
+                 num_encoder_layers: int = 2, num_decoder_layers: int = 2, dim_feedforward: int = 256,
+                 dropout: float = 0.1, max_len: int = 64, norm_first: bool = False, activation: Activation = "relu", *,
+                 dtype: DTypeLike = np.float32, seed: int | None = None) -> None:
         super().__init__(dtype)
         for name, v in (("src_vocab", src_vocab), ("tgt_vocab", tgt_vocab), ("d_model", d_model),
                         ("max_len", max_len)):
@@ -294,7 +324,9 @@ class Seq2SeqTransformer(nn.Module):
         result = (logits, weights) if need_weights else logits
         return result, (tape.pullbacks, src_drop, tgt_drop, need_weights)
 
-    def forward(self, src, tgt_in, src_key_padding_mask=None, tgt_key_padding_mask=None, *, need_weights=False):
+    def forward(self, src: ArrayLike, tgt_in: ArrayLike, src_key_padding_mask: ArrayLike | None = None,
+                tgt_key_padding_mask: ArrayLike | None = None, *,
+                need_weights: bool = False) -> Array | tuple[Array, dict[str, list[Array]]]:
         return self._run(False, src, tgt_in, src_key_padding_mask, tgt_key_padding_mask, need_weights)[0]
 
     def _vjp_forward(self, src, tgt_in, src_key_padding_mask=None, tgt_key_padding_mask=None, *,
@@ -323,8 +355,9 @@ class Seq2SeqTransformer(nn.Module):
         grads["tgt_embed.weight"] = pullbacks["tgt_embed"](d_tgt)["weight"]
         return grads
 
-    def loss_and_grads(self, src, tgt_in, tgt_out, src_key_padding_mask=None, tgt_key_padding_mask=None, *,
-                       label_smoothing=0.0, ignore_index=-100):
+    def loss_and_grads(self, src: ArrayLike, tgt_in: ArrayLike, tgt_out: ArrayLike,
+                       src_key_padding_mask: ArrayLike | None = None, tgt_key_padding_mask: ArrayLike | None = None,
+                       *, label_smoothing: float = 0.0, ignore_index: int = -100) -> tuple[float, dict[str, Array]]:
         """Mean cross-entropy of the logits against tgt_out (B, T) (targets equal
         to ignore_index count for nothing) and its gradients: (loss, grads by
         state_dict name)."""
@@ -362,8 +395,8 @@ class Seq2SeqTransformer(nn.Module):
         with _EvalMode(self):
             return _reference_decode(next_logprobs, src.shape[0], max_new_tokens, eos, beam_size, length_penalty)
 
-    def generate(self, src, max_new_tokens, bos, eos=None, beam_size=1, length_penalty=0.0, *,
-                 src_key_padding_mask=None):
+    def generate(self, src: ArrayLike, max_new_tokens: int, bos: int, eos: int | None = None, beam_size: int = 1,
+                 length_penalty: float = 0.0, *, src_key_padding_mask: ArrayLike | None = None) -> Array:
         """Decode target sequences for src (B, S) int, in eval mode.
 
         Starts every row from ``bos`` and returns int64 (B, L), L <=
@@ -390,6 +423,6 @@ class Seq2SeqTransformer(nn.Module):
                          embed_scale=math.sqrt(self.d_model), norm=tr.decoder.norm, memory=memory,
                          memory_key_padding_mask=kpm, eos=eos, beam_size=beam_size, length_penalty=length_penalty)
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return (f"src_vocab={self.src_vocab}, tgt_vocab={self.tgt_vocab}, d_model={self.d_model}, "
                 f"dropout={self.dropout}, max_len={self.max_len}")

@@ -16,10 +16,14 @@ transposes.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 import numpy as np
 
 from .. import nn
 from .._args import float_array, same_dtype, shape_str, size_arg
+from .._typing import Array, ArrayLike, DTypeLike
 from ..grad import vjp
 from ..nn.module import ModuleList
 from ..nn.snail import AttentionBlock, TCBlock, _runner
@@ -51,12 +55,24 @@ class SNAIL(nn.Module):
     minutes on two cores. The embedding is a Linear map: the features here
     are already vectors (the paper's is a CNN over images).
 
-    Parameters (``state_dict()`` names): ``embedding.weight``,
-    ``embedding.bias``; ``blocks.i.*`` (AttentionBlock: ``query``, ``key``,
-    ``value``; TCBlock: ``blocks.j.filter_conv`` / ``gate_conv``);
-    ``classifier.weight``, ``classifier.bias``.
+    Parameters
+    ----------
+    n_way : int >= 2, N, the classes per episode
+    k_shot : int, K, the labelled examples per class
+    input_size : int, the width of each feature vector
+    embedding_size : int, E
+    filters : int, F, the channels each dense block of a TC block adds
+    attention_sizes : sequence of (key_size, value_size) int pairs, one per attention block
+    dtype : float32 or float64, the parameters' dtype
+    seed : int or None, for the initialisation
 
-    ``forward(features (B, T, input_size), labels (B, T − 1) int in [0, N),
+    ``state_dict()`` names: ``embedding.weight`` (E, input_size + N),
+    ``embedding.bias`` (E,); ``blocks.{i}.*`` (AttentionBlock: ``query``,
+    ``key``, ``value`` ``.weight``/``.bias``; TCBlock:
+    ``blocks.{j}.filter_conv`` / ``gate_conv`` ``.weight``/``.bias``);
+    ``classifier.weight`` (N, C_final), ``classifier.bias`` (N,).
+
+    ``forward(features (B, T, input_size) float32/float64, labels (B, T − 1) int in [0, N),
     return_attention=False)`` → logits (B, N) of the query (the last
     position), or (logits, attention) with a tuple of each attention block's
     weights (B, T, T). Any T ≥ 1 is read (the TC blocks' receptive field
@@ -66,16 +82,19 @@ class SNAIL(nn.Module):
 
     Example
     -------
-    >>> from attnc.datasets import FewShotTask
-    >>> ep = FewShotTask(5, 1, dim=8).episodes(3, seed=0)
-    >>> model = SNAIL(5, 1, 8, seed=0)
+    >>> ep = attnc.datasets.FewShotTask(5, 1, dim=8).episodes(3, seed=0)
+    >>> model = attnc.models.SNAIL(5, 1, 8, embedding_size=16, filters=8, attention_sizes=((8, 4), (8, 4)), seed=0)
     >>> logits, att = model(ep.features, ep.labels, return_attention=True)
-    >>> logits.shape, len(att), att[0].shape
-    ((3, 5), 3, (3, 6, 6))
+    >>> logits.shape, logits.dtype, len(att), att[0].shape
+    ((3, 5), dtype('float32'), 2, (3, 6, 6))
+    >>> loss, grads = model.loss_and_grad(ep)
+    >>> grads["classifier.weight"].shape, model.predict(ep.features, ep.labels).dtype
+    ((5, 48), dtype('int64'))
     """
 
     def __init__(self, n_way: int, k_shot: int, input_size: int, embedding_size: int = 64, filters: int = 32,
-                 attention_sizes=((32, 16), (64, 32), (128, 64)), *, dtype=np.float32, seed=None):
+                 attention_sizes: Sequence[tuple[int, int]] = ((32, 16), (64, 32), (128, 64)), *,
+                 dtype: DTypeLike = np.float32, seed: int | None = None) -> None:
         super().__init__(dtype)
         self.n_way = size_arg("n_way", n_way, 2)
         self.k_shot = size_arg("k_shot", k_shot)
@@ -155,7 +174,8 @@ class SNAIL(nn.Module):
         state = (emb_pb, states, cls_pb, h.shape, x.shape) if keep else None
         return outputs, state
 
-    def forward(self, features, labels, return_attention=False):
+    def forward(self, features: ArrayLike, labels: ArrayLike,
+                return_attention: bool = False) -> Array | tuple[Array, tuple[Array, ...]]:
         return self._run(features, labels, return_attention, keep=False)[0]
 
     def _vjp_forward(self, features, labels, return_attention=False):
@@ -193,7 +213,7 @@ class SNAIL(nn.Module):
         grads["features"] = np.ascontiguousarray(g["input"][..., :self.input_size])
         return grads
 
-    def loss_and_grad(self, episodes):
+    def loss_and_grad(self, episodes: Any) -> tuple[float, dict[str, Array]]:
         """(mean cross-entropy of the queries' logits, gradients by
         state_dict name) for episodes with ``features`` (B, T, input_size),
         ``labels`` (B, T − 1) and ``targets`` (B,), such as
@@ -205,11 +225,11 @@ class SNAIL(nn.Module):
         del grads["features"]
         return float(loss), grads
 
-    def predict(self, features, labels) -> np.ndarray:
+    def predict(self, features: ArrayLike, labels: ArrayLike) -> Array:
         """The predicted class of each query: (B,) int64."""
         return self.forward(features, labels).argmax(axis=1).astype(np.int64)
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return (f"n_way={self.n_way}, k_shot={self.k_shot}, input_size={self.input_size}, "
                 f"embedding_size={self.embedding_size}, filters={self.filters}, "
                 f"attention_sizes={self.attention_sizes}")

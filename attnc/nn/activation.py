@@ -10,6 +10,7 @@ import numpy as np
 
 from .. import _core
 from .._args import float_array, seed_bits
+from .._typing import Array, ArrayLike, DTypeLike
 from ..grad import register
 from .module import Module
 
@@ -36,12 +37,24 @@ def _relu_dropout_backward(saved, cotangents):
     return {"input": dx}
 
 
-def relu_dropout(input, p=0.0, *, seed=None):
-    """dropout(relu(input), p) in one C pass: each element kept with
-    probability 1 - p and scaled by 1 / (1 - p), the keep decisions drawn
-    from (seed, position) by attnc's counter-based generator (the same seed
-    gives the same bits for any thread count; None draws a fresh seed).
-    Any shape, float32 or float64; p = 0 is ``relu``.
+def relu_dropout(input: ArrayLike, p: float = 0.0, *, seed: int | None = None) -> Array:
+    """dropout(relu(input), p) in one C pass.
+
+    Each element is kept with probability 1 - p and scaled by 1 / (1 - p), the
+    keep decisions drawn from (seed, position) by attnc's counter-based
+    generator (the same seed gives the same bits for any thread count; None
+    draws a fresh seed). p = 0 is ``relu``. Gradients through ``attnc.vjp``
+    use the same keep decisions.
+
+    Parameters
+    ----------
+    input : array of any shape, float32 or float64
+    p : float in [0, 1], the probability of dropping an element
+    seed : int or None, the dropout bits' seed
+
+    Returns
+    -------
+    output : array, same shape and dtype as ``input``
 
     Example
     -------
@@ -59,9 +72,16 @@ def _relu_forward(input):
     return _relu_dropout_forward(input, 0.0)
 
 
-def relu(input):
-    """max(input, 0) elementwise, as ``torch.nn.functional.relu``; any shape,
-    float32 or float64; the gradient at 0 is 0.
+def relu(input: ArrayLike) -> Array:
+    """max(input, 0) elementwise, as ``torch.nn.functional.relu``.
+
+    Parameters
+    ----------
+    input : array of any shape, float32 or float64 (the gradient at 0 is 0)
+
+    Returns
+    -------
+    output : array, same shape and dtype as ``input``
 
     Example
     -------
@@ -75,12 +95,27 @@ register(relu, _relu_forward, _relu_dropout_backward)
 
 
 class ReLU(Module):
-    """``torch.nn.ReLU()``: no parameters."""
+    """``torch.nn.ReLU()``: max(input, 0) elementwise, as a module.
 
-    def __init__(self, *, dtype=np.float32):
+    Parameters
+    ----------
+    dtype : float32 or float64 (there are no parameters; ``state_dict()`` is empty)
+
+    Forward: input of any shape, float32 or float64 -> same shape and dtype.
+
+    Example
+    -------
+    >>> act = attnc.nn.ReLU()
+    >>> act(np.array([[-1.0, 2.0]], np.float32))
+    array([[0., 2.]], dtype=float32)
+    >>> len(act.state_dict())
+    0
+    """
+
+    def __init__(self, *, dtype: DTypeLike = np.float32) -> None:
         super().__init__(dtype)
 
-    def forward(self, input):
+    def forward(self, input: ArrayLike) -> Array:
         return relu(input)
 
     def _vjp_forward(self, input):

@@ -10,13 +10,20 @@ from __future__ import annotations
 
 import math
 import numbers
+from typing import Literal, Union
 
 import numpy as np
 
 from .. import _core
 from .._args import float_array, int_arg, same_dtype, shape_str
+from .._typing import Array, ArrayLike, DTypeLike
 from ..grad import register
 from .module import Module
+
+Size1 = Union[int, tuple[int]]
+Size2 = Union[int, tuple[int, int]]
+Padding1 = Union[int, tuple[int], Literal["valid", "same"]]
+Padding2 = Union[int, tuple[int, int], Literal["valid", "same"]]
 
 
 def _pair(value, name, n, low):
@@ -126,12 +133,25 @@ def _forward2(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=
     return _conv_forward(2, input, weight, bias, stride, padding, dilation, groups)
 
 
-def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
-    """``torch.nn.functional.conv1d`` (groups=1): input (B, Cin, L) or (Cin, L),
-    weight (Cout, Cin, k), bias (Cout,) or None -> (B, Cout, Lout), Lout =
-    (L + 2 padding - dilation (k - 1) - 1) // stride + 1. padding: an int,
-    "valid" or "same" (stride 1). float32 or float64. Differentiable by
-    ``attnc.vjp`` (gradients "input", "weight", "bias").
+def conv1d(input: ArrayLike, weight: ArrayLike, bias: ArrayLike | None = None, stride: Size1 = 1,
+           padding: Padding1 = 0, dilation: Size1 = 1, groups: int = 1) -> Array:
+    """``torch.nn.functional.conv1d`` (groups=1): a cross-correlation over the last axis.
+
+    Lout = (L + 2 padding - dilation (k - 1) - 1) // stride + 1. Differentiable
+    by ``attnc.vjp`` (gradients "input", "weight", "bias").
+
+    Parameters
+    ----------
+    input : array (B, Cin, L) or (Cin, L), float32 or float64
+    weight : array (Cout, Cin, k), same dtype
+    bias : array (Cout,), same dtype, or None
+    stride, dilation : int >= 1
+    padding : int >= 0 (zeros on both sides), "valid" (0) or "same" (stride 1)
+    groups : int, must be 1
+
+    Returns
+    -------
+    output : array (B, Cout, Lout), or (Cout, Lout) for an unbatched input; the input's dtype
 
     Example
     -------
@@ -141,12 +161,25 @@ def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     return _forward1(input, weight, bias, stride, padding, dilation, groups)[0]
 
 
-def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
-    """``torch.nn.functional.conv2d`` (groups=1): input (B, Cin, H, W) or
-    (Cin, H, W), weight (Cout, Cin, kH, kW), bias (Cout,) or None ->
-    (B, Cout, Ho, Wo). stride, padding, dilation: an int or a pair; padding
-    may also be "valid" or "same" (stride 1). float32 or float64.
+def conv2d(input: ArrayLike, weight: ArrayLike, bias: ArrayLike | None = None, stride: Size2 = 1,
+           padding: Padding2 = 0, dilation: Size2 = 1, groups: int = 1) -> Array:
+    """``torch.nn.functional.conv2d`` (groups=1): a 2-d cross-correlation.
+
+    Ho = (H + 2 padding - dilation (kH - 1) - 1) // stride + 1, Wo likewise.
     Differentiable by ``attnc.vjp`` (gradients "input", "weight", "bias").
+
+    Parameters
+    ----------
+    input : array (B, Cin, H, W) or (Cin, H, W), float32 or float64
+    weight : array (Cout, Cin, kH, kW), same dtype
+    bias : array (Cout,), same dtype, or None
+    stride, dilation : int >= 1 or a pair (along H, along W)
+    padding : int or pair >= 0 (zeros on both sides), "valid" (0) or "same" (stride 1)
+    groups : int, must be 1
+
+    Returns
+    -------
+    output : array (B, Cout, Ho, Wo), or (Cout, Ho, Wo) for an unbatched input; the input's dtype
 
     Example
     -------
@@ -163,8 +196,9 @@ register(conv2d, _forward2, _conv_backward)
 class _ConvNd(Module):
     _nd = 2
 
-    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1, groups=1,
-                 bias=True, *, dtype=np.float32, seed=None):
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: Size2, stride: Size2 = 1,
+                 padding: Padding2 = 0, dilation: Size2 = 1, groups: int = 1, bias: bool = True, *,
+                 dtype: DTypeLike = np.float32, seed: int | None = None) -> None:
         super().__init__(dtype)
         nd = self._nd
         self.in_channels = int_arg("in_channels", in_channels)
@@ -188,7 +222,7 @@ class _ConvNd(Module):
     def _args(self):
         return self.bias, self.stride, self.padding, self.dilation, 1
 
-    def forward(self, input):
+    def forward(self, input: ArrayLike) -> Array:
         return self._vjp_forward(input)[0]
 
     def _vjp_forward(self, input):
@@ -196,34 +230,68 @@ class _ConvNd(Module):
 
     _vjp_backward = staticmethod(_conv_backward)
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, stride={self.stride}, "
                 f"padding={self.padding}, dilation={self.dilation}, bias={self.bias is not None}")
 
 
 class Conv1d(_ConvNd):
-    """``torch.nn.Conv1d`` (groups=1): (B, Cin, L) -> (B, Cout, Lout); parameters
-    ``weight`` (Cout, Cin, k) and ``bias`` (Cout,), torch's default
-    initialisation (uniform in +-1/sqrt(Cin k)) from ``seed``.
+    """``torch.nn.Conv1d`` (groups=1): ``attnc.nn.conv1d`` with its own weight and bias.
+
+    Parameters
+    ----------
+    in_channels, out_channels : int, Cin and Cout
+    kernel_size : int, k
+    stride, dilation : int >= 1
+    padding : int >= 0, "valid" or "same" (stride 1)
+    groups : int, must be 1
+    bias : bool, whether there is a ``bias``
+    dtype : float32 or float64, the parameters' dtype
+    seed : int or None, for torch's default initialisation (uniform in +-1/sqrt(Cin k))
+
+    Forward: input (B, Cin, L) or (Cin, L) -> (B, Cout, Lout) or (Cout, Lout),
+    Lout = (L + 2 padding - dilation (k - 1) - 1) // stride + 1.
+
+    ``state_dict()``: ``weight`` (Cout, Cin, k), ``bias`` (Cout,), as torch's.
 
     Example
     -------
-    >>> attnc.nn.Conv1d(3, 8, 5, padding="same", seed=0)(np.ones((2, 3, 20), np.float32)).shape
+    >>> conv = attnc.nn.Conv1d(3, 8, 5, padding="same", seed=0)
+    >>> conv(np.ones((2, 3, 20), np.float32)).shape
     (2, 8, 20)
+    >>> {k: v.shape for k, v in conv.state_dict().items()}
+    {'weight': (8, 3, 5), 'bias': (8,)}
     """
 
     _nd = 1
 
 
 class Conv2d(_ConvNd):
-    """``torch.nn.Conv2d`` (groups=1): (B, Cin, H, W) -> (B, Cout, Ho, Wo);
-    parameters ``weight`` (Cout, Cin, kH, kW) and ``bias`` (Cout,), torch's
-    default initialisation from ``seed``.
+    """``torch.nn.Conv2d`` (groups=1): ``attnc.nn.conv2d`` with its own weight and bias.
+
+    Parameters
+    ----------
+    in_channels, out_channels : int, Cin and Cout
+    kernel_size : int or pair (kH, kW)
+    stride, dilation : int >= 1 or a pair
+    padding : int or pair >= 0, "valid" or "same" (stride 1)
+    groups : int, must be 1
+    bias : bool, whether there is a ``bias``
+    dtype : float32 or float64, the parameters' dtype
+    seed : int or None, for torch's default initialisation (uniform in +-1/sqrt(Cin kH kW))
+
+    Forward: input (B, Cin, H, W) or (Cin, H, W) -> (B, Cout, Ho, Wo) or (Cout, Ho, Wo),
+    Ho = (H + 2 padding - dilation (kH - 1) - 1) // stride + 1, Wo likewise.
+
+    ``state_dict()``: ``weight`` (Cout, Cin, kH, kW), ``bias`` (Cout,), as torch's.
 
     Example
     -------
-    >>> attnc.nn.Conv2d(3, 8, 3, padding=1, seed=0)(np.ones((2, 3, 16, 16), np.float32)).shape
+    >>> conv = attnc.nn.Conv2d(3, 8, 3, padding=1, seed=0)
+    >>> conv(np.ones((2, 3, 16, 16), np.float32)).shape
     (2, 8, 16, 16)
+    >>> {k: v.shape for k, v in conv.state_dict().items()}
+    {'weight': (8, 3, 3, 3), 'bias': (8,)}
     """
 
     _nd = 2
@@ -234,20 +302,32 @@ class CausalConv1d(Module):
     the left by (kernel_size - 1) dilation, so output t sees inputs <= t
     only and the output has the input's length.
 
-    (B, Cin, T) -> (B, Cout, T); parameters ``weight`` (Cout, Cin, kernel_size)
-    and ``bias`` (Cout,) as ``torch.nn.Conv1d``'s (same initialisation), so
-    the module equals ``torch.nn.Conv1d(..., padding=0)`` applied to
-    ``F.pad(x, ((kernel_size - 1) dilation, 0))``.
+    Parameters
+    ----------
+    in_channels, out_channels : int, Cin and Cout
+    kernel_size : int, k
+    dilation : int >= 1
+    bias : bool, whether there is a ``bias``
+    dtype : float32 or float64, the parameters' dtype
+    seed : int or None, for torch.nn.Conv1d's initialisation (uniform in +-1/sqrt(Cin k))
+
+    Forward: input (B, Cin, T) or (Cin, T) -> (B, Cout, T) or (Cout, T).
+
+    ``state_dict()``: ``weight`` (Cout, Cin, k) and ``bias`` (Cout,), as
+    ``torch.nn.Conv1d``'s, so the module equals ``torch.nn.Conv1d(...,
+    padding=0)`` applied to ``F.pad(x, ((kernel_size - 1) dilation, 0))``.
 
     Example
     -------
     >>> conv = attnc.nn.CausalConv1d(4, 8, kernel_size=2, dilation=4, seed=0)
     >>> conv(np.ones((3, 4, 10), np.float32)).shape
     (3, 8, 10)
+    >>> {k: v.shape for k, v in conv.state_dict().items()}
+    {'weight': (8, 4, 2), 'bias': (8,)}
     """
 
-    def __init__(self, in_channels, out_channels, kernel_size=2, dilation=1, bias=True, *, dtype=np.float32,
-                 seed=None):
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: int = 2, dilation: int = 1,
+                 bias: bool = True, *, dtype: DTypeLike = np.float32, seed: int | None = None) -> None:
         super().__init__(dtype)
         self.in_channels = int_arg("in_channels", in_channels)
         self.out_channels = int_arg("out_channels", out_channels)
@@ -259,7 +339,7 @@ class CausalConv1d(Module):
                                                                       self.kernel_size)))
         self.register_parameter("bias", rng.uniform(-bound, bound, self.out_channels) if bias else None)
 
-    def forward(self, input):
+    def forward(self, input: ArrayLike) -> Array:
         return self._vjp_forward(input)[0]
 
     def _vjp_forward(self, input):
@@ -267,7 +347,7 @@ class CausalConv1d(Module):
 
     _vjp_backward = staticmethod(_conv_backward)
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
                 f"dilation={self.dilation}, bias={self.bias is not None}")
 

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import math
 import numbers
+from collections.abc import Sequence
 
 import numpy as np
 
 from .. import _core
 from .._args import float_array, same_dtype, shape_str
+from .._typing import Array, ArrayLike
 from .normalization import LayerNorm
 from .transformer import _ACTIVATIONS, TransformerDecoderLayer, TransformerEncoderLayer
 
@@ -19,8 +21,11 @@ def _int(name, v, low):
     return int(v)
 
 
-def decode(layers, embedding, positions, out_weight, prompt, max_new_tokens, *, out_bias=None, embed_scale=1.0,
-           norm=None, memory=None, memory_key_padding_mask=None, eos=None, beam_size=1, length_penalty=0.0):
+def decode(layers: Sequence[TransformerDecoderLayer] | Sequence[TransformerEncoderLayer], embedding: ArrayLike,
+           positions: ArrayLike, out_weight: ArrayLike, prompt: ArrayLike, max_new_tokens: int, *,
+           out_bias: ArrayLike | None = None, embed_scale: float = 1.0, norm: LayerNorm | None = None,
+           memory: ArrayLike | None = None, memory_key_padding_mask: ArrayLike | None = None, eos: int | None = None,
+           beam_size: int = 1, length_penalty: float = 0.0) -> Array:
     """Generate tokens with a stack of transformer layers, in one C call.
 
     Parameters
@@ -28,24 +33,36 @@ def decode(layers, embedding, positions, out_weight, prompt, max_new_tokens, *, 
     layers : list of TransformerDecoderLayer (reading ``memory``), or of
         TransformerEncoderLayer (a decoder-only model); self-attention is causal.
         All share one configuration (nhead, activation, norm_first, eps).
-    embedding : (V, E) token embeddings, times ``embed_scale``
-    positions : (P, E) added at each position (sinusoidal table or learned)
-    out_weight : (Vout, E), out_bias (Vout,) or None: the output projection
-    prompt : (B, P0) int, P0 >= 1: the start token, or a prompt
+    embedding : array (V, E), the layers' dtype (float32 or float64): token
+        embeddings, times ``embed_scale``
+    positions : array (P, E), added at each position (sinusoidal table or learned)
+    out_weight : array (Vout, E), and out_bias (Vout,) or None: the output projection
+    prompt : int array (B, P0), P0 >= 1: the start token, or a prompt
     max_new_tokens : int; P0 + max_new_tokens - 1 <= P
     norm : LayerNorm or None, applied before the output projection
-    memory : (B, S, E) the encoder's output, with ``memory_key_padding_mask``
+    memory : array (B, S, E), the encoder's output, with ``memory_key_padding_mask``
         (B, S) bool (True = padding, torch's meaning)
-    eos : end token or None; beam_size : 1 for greedy (lowest id on ties);
-    length_penalty : alpha, beam scores are sum(log p) / length ** alpha
+    eos : int or None, the end token
+    beam_size : int, 1 for greedy (lowest id on ties)
+    length_penalty : float alpha, beam scores are sum(log p) / length ** alpha
 
     Returns
     -------
-    int64 (B, L), L <= max_new_tokens the longest row: each row's tokens,
-    ending with eos when it produced one, eos (or 0 without eos) after that.
+    tokens : int64 (B, L), L <= max_new_tokens the longest row: each row's
+        new tokens, ending with eos when it produced one, eos (or 0 without
+        eos) after that.
 
     The search is defined exactly by attnc.models' reference decoder
     (``attnc.models.seq2seq._reference_decode``), which tests hold it to.
+
+    Example
+    -------
+    >>> layer = attnc.nn.TransformerEncoderLayer(8, 2, dim_feedforward=16, seed=0)
+    >>> emb = np.random.rand(5, 8).astype(np.float32)
+    >>> pos = attnc.nn.sinusoidal_encoding(6, 8)
+    >>> out = attnc.nn.decode([layer], emb, pos, emb, np.zeros((3, 1), np.int64), 4, beam_size=2)
+    >>> out.shape, out.dtype, bool(((0 <= out) & (out < 5)).all())
+    ((3, 4), dtype('int64'), True)
     """
     layers = list(layers)
     if not layers:

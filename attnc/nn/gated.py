@@ -7,6 +7,7 @@ import numpy as np
 
 from .. import _core
 from .._args import float_array, same_dtype, shape_str
+from .._typing import Array, ArrayLike
 from ..grad import register
 
 
@@ -32,13 +33,21 @@ def _backward(saved, cotangents):
     return {"input": da, "gate": db}
 
 
-def gated_activation(input, gate):
+def gated_activation(input: ArrayLike, gate: ArrayLike) -> Array:
     """tanh(input) ⊙ sigmoid(gate), element-wise (one C pass).
 
-    input and gate: float32 or float64 arrays of one shape and dtype -> an
-    array of that shape and dtype. ``attnc.vjp(gated_activation, input,
-    gate)`` gives the gradients "input" = dy (1 − tanh²(input)) sigmoid(gate)
-    and "gate" = dy tanh(input) sigmoid(gate) (1 − sigmoid(gate)).
+    ``attnc.vjp(gated_activation, input, gate)`` gives the gradients "input" =
+    dy (1 − tanh²(input)) sigmoid(gate) and "gate" = dy tanh(input)
+    sigmoid(gate) (1 − sigmoid(gate)).
+
+    Parameters
+    ----------
+    input : array of any shape, float32 or float64
+    gate : array, the same shape and dtype
+
+    Returns
+    -------
+    output : array, that shape and dtype
 
     Example
     -------

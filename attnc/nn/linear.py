@@ -8,6 +8,7 @@ import numpy as np
 
 from .. import _core
 from .._args import blas_ready, float_array, same_dtype, shape_str
+from .._typing import Array, ArrayLike, DTypeLike
 from ..grad import register
 from .module import Module
 
@@ -57,10 +58,18 @@ def _backward(saved, cotangents):
     return grads
 
 
-def linear(input, weight, bias=None):
+def linear(input: ArrayLike, weight: ArrayLike, bias: ArrayLike | None = None) -> Array:
     """y = input @ weight^T + bias, as ``torch.nn.functional.linear``.
 
-    input (..., in), weight (out, in), bias (out,) or None -> (..., out).
+    Parameters
+    ----------
+    input : array (..., in), float32 or float64
+    weight : array (out, in), same dtype
+    bias : array (out,), same dtype, or None
+
+    Returns
+    -------
+    output : array (..., out), the input's dtype
 
     Example
     -------
@@ -74,10 +83,30 @@ register(linear, _forward, _backward)
 
 
 class Linear(Module):
-    """``torch.nn.Linear``: parameters ``weight`` (out, in) and ``bias`` (out,),
-    initialised as torch does (uniform in +-1/sqrt(in)) from ``seed``."""
+    """``torch.nn.Linear``: y = x W^T + b.
 
-    def __init__(self, in_features: int, out_features: int, bias: bool = True, *, dtype=np.float32, seed=None):
+    Parameters
+    ----------
+    in_features, out_features : int, the sizes of the last axis in and out
+    bias : bool, whether there is a ``bias``
+    dtype : float32 or float64, the parameters' dtype
+    seed : int or None, for the initialisation (uniform in +-1/sqrt(in), as torch)
+
+    Forward: input (..., in_features) -> (..., out_features), the module's dtype.
+
+    ``state_dict()``: ``weight`` (out_features, in_features), ``bias`` (out_features,).
+
+    Example
+    -------
+    >>> layer = attnc.nn.Linear(3, 2, seed=0)
+    >>> layer(np.ones((4, 3), np.float32)).shape
+    (4, 2)
+    >>> {k: v.shape for k, v in layer.state_dict().items()}
+    {'weight': (2, 3), 'bias': (2,)}
+    """
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = True, *, dtype: DTypeLike = np.float32,
+                 seed: int | None = None) -> None:
         super().__init__(dtype)
         self.in_features, self.out_features = in_features, out_features
         rng = np.random.default_rng(seed)
@@ -85,7 +114,7 @@ class Linear(Module):
         self.register_parameter("weight", rng.uniform(-bound, bound, (out_features, in_features)))
         self.register_parameter("bias", rng.uniform(-bound, bound, out_features) if bias else None)
 
-    def forward(self, input):
+    def forward(self, input: ArrayLike) -> Array:
         return linear(input, self.weight, self.bias)
 
     def _vjp_forward(self, input):
@@ -93,5 +122,5 @@ class Linear(Module):
 
     _vjp_backward = staticmethod(_backward)
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"

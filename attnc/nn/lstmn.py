@@ -11,6 +11,7 @@ import numpy as np
 
 from .. import _core
 from .._args import float_array, int_arg, same_dtype, shape_str
+from .._typing import Array, ArrayLike, DTypeLike
 from .linear import Linear
 from .module import Module
 
@@ -51,14 +52,23 @@ class LSTMN(Module):
     into ``weight_ih`` and ``weight_hh`` with torch's gate order (i, f, g = ĉ,
     o) and a single ``bias``. The attention has no bias (as in the paper).
 
-    Parameters (``state_dict()`` names): ``weight_ih`` (4H, in), ``weight_hh``
+    Parameters
+    ----------
+    input_size : int, I ("in" below)
+    hidden_size : int, H
+    attention_size : int or None, A, the width of the attention's tanh layer (None: H)
+    bias : bool, whether there is the gates' ``bias``
+    dtype : float32 or float64, the parameters' dtype
+    seed : int or None, for the initialisation
+
+    ``state_dict()`` names: ``weight_ih`` (4H, in), ``weight_hh``
     (4H, H) acting on h̃_t, ``bias`` (4H) (absent with ``bias=False``),
     ``attn_v`` (A,) = v, ``attn_h.weight`` (A, H) = W_h, ``attn_x.weight``
     (A, in) = W_x, ``attn_tilde.weight`` (A, H) = W_h̃. Initialised uniform in
     ±1/sqrt(H) (the gates, as torch's LSTM) and ±1/sqrt(fan-in) (attention)
     from ``seed``; A = ``attention_size`` (default H).
 
-    ``forward(input (B, T, in), *, lengths=None, mask=None, return_attention=False)`` →
+    ``forward(input (B, T, in) float32/float64, *, lengths=None, mask=None, return_attention=False)`` →
     output (B, T, H) (the h_t; zero at steps past a row's length), and with
     ``return_attention`` also the intra-attention weights (B, T, T): row t
     holds s^t over the positions before t (zero on and after the diagonal,
@@ -74,11 +84,15 @@ class LSTMN(Module):
     -------
     >>> m = attnc.nn.LSTMN(8, 16, seed=0)
     >>> out, attn = m(np.random.rand(2, 5, 8).astype(np.float32), return_attention=True)
-    >>> out.shape, attn.shape
-    ((2, 5, 16), (2, 5, 5))
+    >>> out.shape, attn.shape, attn[0].sum(-1).round(6).tolist()
+    ((2, 5, 16), (2, 5, 5), [0.0, 1.0, 1.0, 1.0, 1.0])
+    >>> {k: v.shape for k, v in m.state_dict().items()}
+    {'weight_ih': (64, 8), 'weight_hh': (64, 16), 'bias': (64,), 'attn_v': (16,), 'attn_h.weight': (16, 16),
+     'attn_x.weight': (16, 8), 'attn_tilde.weight': (16, 16)}
     """
 
-    def __init__(self, input_size, hidden_size, *, attention_size=None, bias=True, dtype=np.float32, seed=None):
+    def __init__(self, input_size: int, hidden_size: int, *, attention_size: int | None = None, bias: bool = True,
+                 dtype: DTypeLike = np.float32, seed: int | None = None) -> None:
         super().__init__(dtype)
         I = int_arg("input_size", input_size, 1)
         H = int_arg("hidden_size", hidden_size, 1)
@@ -138,7 +152,8 @@ class LSTMN(Module):
         _core.lstmn_forward(out, attn, saved, x, lens, params)
         return out, attn, (saved, x, lens, params)
 
-    def forward(self, input, *, lengths=None, mask=None, return_attention=False):
+    def forward(self, input: ArrayLike, *, lengths: ArrayLike | None = None, mask: ArrayLike | None = None,
+                return_attention: bool = False) -> Array | tuple[Array, Array]:
         out, attn, _ = self._run(input, lengths, mask, return_attention)
         return (out, attn) if return_attention else out
 
@@ -152,7 +167,7 @@ class LSTMN(Module):
             raise ValueError("the attention weights are not differentiated: their cotangent must be None")
         return self.backward_from(state, cotangents[0])
 
-    def backward_from(self, state, doutput):
+    def backward_from(self, state: tuple, doutput: ArrayLike | None) -> dict[str, Array]:
         """Gradients ({"input", parameter names...}) from a forward's state
         and the output's cotangent (B, T, H) (None: zeros). For composite
         models that keep the state of :meth:`_vjp_forward`."""
@@ -166,6 +181,6 @@ class LSTMN(Module):
         named["input"] = dx
         return named
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return (f"{self.input_size}, {self.hidden_size}, attention_size={self.attention_size}, "
                 f"bias={self.bias is not None}")

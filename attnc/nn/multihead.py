@@ -7,6 +7,7 @@ import numbers
 
 import numpy as np
 
+from .._typing import Array, ArrayLike, DTypeLike
 from ..attention import multihead
 from .linear import Linear
 from .module import Module
@@ -15,7 +16,20 @@ from .module import Module
 class MultiheadAttention(Module):
     """``torch.nn.MultiheadAttention(embed_dim, num_heads, ..., batch_first=True)``.
 
-    Parameters (NumPy arrays, torch's state_dict names): ``in_proj_weight``
+    Parameters
+    ----------
+    embed_dim : int, E, the width of the queries and of the output
+    num_heads : int, H, divides E
+    dropout : float in [0, 1], on the attention weights (training mode only)
+    bias : bool, whether there are ``in_proj_bias`` and ``out_proj.bias``
+    add_bias_kv : bool, learned ``bias_k``/``bias_v`` appended to the keys and values
+    add_zero_attn : bool, a zero key and value appended
+    kdim, vdim : int or None (E), the widths of key and value
+    batch_first : must be True (attnc's modules are batch first)
+    dtype : float32 or float64, the parameters' dtype
+    seed : int or None, for the initialisation and the dropout streams
+
+    ``state_dict()`` (torch's names): ``in_proj_weight``
     (3E, E) or ``q_proj_weight``/``k_proj_weight``/``v_proj_weight`` when kdim
     or vdim differ from E, ``in_proj_bias`` (3E,), ``out_proj.weight`` (E, E),
     ``out_proj.bias`` (E,), and ``bias_k``/``bias_v`` (1, 1, E) with
@@ -24,9 +38,11 @@ class MultiheadAttention(Module):
     generator, so a seeded module replays the same dropout masks.
 
     ``forward(query, key, value, key_padding_mask=None, need_weights=True,
-    attn_mask=None, average_attn_weights=True, is_causal=False)`` returns
-    ``(output, weights or None)`` with torch's meanings (boolean masks: True =
-    ignore). ``attnc.vjp(module, query, key, value, ...)`` gives the gradients
+    attn_mask=None, average_attn_weights=True, is_causal=False)``: query
+    (B, L, E), key (B, S, kdim), value (B, S, vdim), float32 or float64 (or
+    unbatched, without B) -> ``(output (B, L, E), weights or None)``, the
+    weights (B, L, S) averaged over heads or (B, H, L, S), with torch's
+    meanings (boolean masks: True = ignore). ``attnc.vjp(module, query, key, value, ...)`` gives the gradients
     of the inputs and of every parameter, keyed by state_dict name.
 
     Example
@@ -34,12 +50,16 @@ class MultiheadAttention(Module):
     >>> mha = attnc.nn.MultiheadAttention(16, 4, seed=0)
     >>> x = np.random.rand(2, 5, 16).astype(np.float32)
     >>> out, w = mha(x, x, x)
-    >>> out.shape, w.shape
-    ((2, 5, 16), (2, 5, 5))
+    >>> out.shape, w.shape, float(w.sum(-1).round(6).min())
+    ((2, 5, 16), (2, 5, 5), 1.0)
+    >>> {k: v.shape for k, v in mha.state_dict().items()}
+    {'in_proj_weight': (48, 16), 'in_proj_bias': (48,), 'out_proj.weight': (16, 16), 'out_proj.bias': (16,)}
     """
 
-    def __init__(self, embed_dim, num_heads, dropout=0.0, bias=True, add_bias_kv=False, add_zero_attn=False,
-                 kdim=None, vdim=None, batch_first=True, *, dtype=np.float32, seed=None):
+    def __init__(self, embed_dim: int, num_heads: int, dropout: float = 0.0, bias: bool = True,
+                 add_bias_kv: bool = False, add_zero_attn: bool = False, kdim: int | None = None,
+                 vdim: int | None = None, batch_first: bool = True, *, dtype: DTypeLike = np.float32,
+                 seed: int | None = None) -> None:
         super().__init__(dtype)
         if not batch_first:
             raise ValueError("attnc's modules are always batch first (batch_first=True)")
@@ -101,8 +121,9 @@ class MultiheadAttention(Module):
         return (query, key, value, self.num_heads, p.get("in_proj_weight"), p["in_proj_bias"],
                 self.out_proj.weight, self.out_proj.bias)
 
-    def forward(self, query, key, value, key_padding_mask=None, need_weights=True, attn_mask=None,
-                average_attn_weights=True, is_causal=False):
+    def forward(self, query: ArrayLike, key: ArrayLike, value: ArrayLike, key_padding_mask: ArrayLike | None = None,
+                need_weights: bool = True, attn_mask: ArrayLike | None = None, average_attn_weights: bool = True,
+                is_causal: bool = False) -> tuple[Array, Array | None]:
         return multihead.multi_head_attention(
             *self._args(query, key, value),
             **self._kwargs(key_padding_mask, need_weights, attn_mask, average_attn_weights, is_causal))
@@ -121,5 +142,5 @@ class MultiheadAttention(Module):
                 grads[f"out_proj.{name}"] = grads.pop(f"out_proj_{name}")
         return grads
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, dropout={self.dropout}"

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import math
 import numbers
+from collections.abc import Sequence
 
 import numpy as np
 
 from .. import _core
 from .._args import elementwise_ready, float_array, same_dtype, shape_str
+from .._typing import Array, ArrayLike, DTypeLike
 from ..grad import register
 from .module import Module
 
@@ -60,10 +62,24 @@ def _backward(saved, cotangents):
     return grads
 
 
-def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
+def layer_norm(input: ArrayLike, normalized_shape: int | Sequence[int], weight: ArrayLike | None = None,
+               bias: ArrayLike | None = None, eps: float = 1e-5) -> Array:
     """Layer normalisation over the trailing ``normalized_shape`` dims, as
-    ``torch.nn.functional.layer_norm``: (x - mean) / sqrt(var + eps) * weight + bias
-    (biased variance).
+    ``torch.nn.functional.layer_norm``.
+
+    y = (x - mean) / sqrt(var + eps) * weight + bias, the mean and the
+    (biased) variance over the trailing dims.
+
+    Parameters
+    ----------
+    input : array (..., *normalized_shape), float32 or float64
+    normalized_shape : int or tuple of ints, the trailing dims normalised together
+    weight, bias : arrays of shape normalized_shape, same dtype, or None
+    eps : float >= 0
+
+    Returns
+    -------
+    output : array, the input's shape and dtype
 
     Example
     -------
@@ -78,17 +94,40 @@ register(layer_norm, _forward, _backward)
 
 
 class LayerNorm(Module):
-    """``torch.nn.LayerNorm(normalized_shape, eps=1e-5, elementwise_affine=True, bias=True)``:
-    parameters ``weight`` (ones) and ``bias`` (zeros) of shape normalized_shape."""
+    """``torch.nn.LayerNorm``: ``attnc.nn.layer_norm`` with its own weight and bias.
 
-    def __init__(self, normalized_shape, eps=1e-5, elementwise_affine=True, bias=True, *, dtype=np.float32):
+    Parameters
+    ----------
+    normalized_shape : int or tuple of ints, the trailing dims normalised together
+    eps : float >= 0, added to the variance
+    elementwise_affine : bool, whether there are ``weight`` and ``bias``
+    bias : bool, whether there is a ``bias`` (with elementwise_affine)
+    dtype : float32 or float64, the parameters' dtype
+
+    Forward: input (..., *normalized_shape) -> the same shape, the module's dtype.
+
+    ``state_dict()``: ``weight`` (ones) and ``bias`` (zeros), both of shape
+    normalized_shape, as torch's.
+
+    Example
+    -------
+    >>> norm = attnc.nn.LayerNorm(8)
+    >>> y = norm(np.random.rand(2, 5, 8).astype(np.float32))
+    >>> y.shape, y.dtype, bool(np.allclose(y.mean(-1), 0, atol=1e-6))
+    ((2, 5, 8), dtype('float32'), True)
+    >>> {k: v.shape for k, v in norm.state_dict().items()}
+    {'weight': (8,), 'bias': (8,)}
+    """
+
+    def __init__(self, normalized_shape: int | Sequence[int], eps: float = 1e-5, elementwise_affine: bool = True,
+                 bias: bool = True, *, dtype: DTypeLike = np.float32) -> None:
         super().__init__(dtype)
         self.normalized_shape, self.eps = _shape(normalized_shape), eps
         affine = elementwise_affine
         self.register_parameter("weight", np.ones(self.normalized_shape) if affine else None)
         self.register_parameter("bias", np.zeros(self.normalized_shape) if affine and bias else None)
 
-    def forward(self, input):
+    def forward(self, input: ArrayLike) -> Array:
         return layer_norm(input, self.normalized_shape, self.weight, self.bias, self.eps)
 
     def _vjp_forward(self, input):
@@ -96,5 +135,5 @@ class LayerNorm(Module):
 
     _vjp_backward = staticmethod(_backward)
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return f"{self.normalized_shape}, eps={self.eps}"

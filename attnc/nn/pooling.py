@@ -15,6 +15,7 @@ import numpy as np
 
 from .. import _core
 from .._args import float_array, same_dtype, shape_str
+from .._typing import Array, ArrayLike, DTypeLike
 from ..grad import register
 from .module import Module
 
@@ -74,7 +75,8 @@ def _backward(saved, cotangents):
     return grads
 
 
-def attention_pool(input, weight, bias=None, v=None, mask=None):
+def attention_pool(input: ArrayLike, weight: ArrayLike, bias: ArrayLike | None = None, v: ArrayLike | None = None,
+                   mask: ArrayLike | None = None) -> tuple[Array, Array]:
     """Attention pooling: ``c = sum_t alpha_t h_t`` with ``alpha = softmax_t(v . tanh(W h_t + b))``.
 
     Parameters
@@ -82,23 +84,24 @@ def attention_pool(input, weight, bias=None, v=None, mask=None):
     input : array (B, T, d), float32 or float64: the sequence h
     weight : array (d_attn, d), W
     bias : array (d_attn,) or None, b
-    v : array (d_attn,), the scoring vector
+    v : array (d_attn,), the scoring vector (required; the default None is an error)
     mask : bool array broadcastable to (B, T), optional. True = the position
         takes part (attnc's convention). A row with no position taking part
         gets ``c = 0`` and ``alpha = 0`` (never NaN), and no gradient.
 
     Returns
     -------
-    (c, alpha): c (B, d), the pooled vectors; alpha (B, T), the weights
-    (rows sum to 1, or 0 when fully masked). ``attnc.vjp`` gives gradients
-    for "input", "weight", "bias" and "v".
+    c : array (B, d), the pooled vectors, the input's dtype
+    alpha : array (B, T), the weights (rows sum to 1, or 0 when fully masked)
+
+    ``attnc.vjp`` gives gradients for "input", "weight", "bias" and "v".
 
     Example
     -------
     >>> h = np.random.rand(2, 5, 4); w = np.random.rand(3, 4); v = np.random.rand(3)
     >>> c, alpha = attnc.nn.attention_pool(h, w, None, v, mask=np.arange(5) < 3)
-    >>> c.shape, alpha.shape
-    ((2, 4), (2, 5))
+    >>> c.shape, alpha.shape, alpha.sum(1).round(6).tolist(), float(alpha[:, 3:].sum())
+    ((2, 4), (2, 5), [1.0, 1.0], 0.0)
     """
     return _forward(input, weight, bias, v, mask)[0]
 
@@ -107,27 +110,39 @@ register(attention_pool, _forward, _backward)
 
 
 class AttentionPooling(Module):
-    """``AttentionPooling(d, d_attn, *, bias=True, dtype=np.float32, seed=None)``.
+    """Attention pooling as a module: ``attnc.nn.attention_pool`` with its own W, b and v.
 
-    Parameters (state_dict names): ``weight`` (d_attn, d) and ``bias``
-    (d_attn,), the projection W h_t + b, initialised like ``torch.nn.Linear``
-    (uniform in +-1/sqrt(d)); ``v`` (d_attn,), the scoring vector, uniform in
-    +-1/sqrt(d_attn).
+    c = sum_t alpha_t h_t, alpha = softmax_t(v . tanh(W h_t + b)).
+
+    Parameters
+    ----------
+    d : int, the width of the pooled vectors
+    d_attn : int, the width of the scoring layer
+    bias : bool, whether there is a ``bias``
+    dtype : float32 or float64, the parameters' dtype
+    seed : int or None, for the initialisation
 
     ``forward(h, mask=None, return_weights=False)``: h (B, T, d), mask (B, T)
     bool (True = takes part) -> c (B, d), or (c, alpha (B, T)).
     ``attnc.vjp(pool, h, mask=...)`` returns gradients keyed "input", "weight",
     "bias", "v" (outputs (c, alpha): give cotangents for both, None for unused).
 
+    ``state_dict()``: ``weight`` (d_attn, d) and ``bias`` (d_attn,), the
+    projection W h_t + b, initialised like ``torch.nn.Linear`` (uniform in
+    +-1/sqrt(d)); ``v`` (d_attn,), the scoring vector, uniform in +-1/sqrt(d_attn).
+
     Example
     -------
     >>> pool = attnc.nn.AttentionPooling(8, 16, seed=0)
     >>> c, alpha = pool(np.random.rand(2, 5, 8).astype(np.float32), return_weights=True)
-    >>> c.shape, alpha.shape
-    ((2, 8), (2, 5))
+    >>> c.shape, alpha.shape, c.dtype
+    ((2, 8), (2, 5), dtype('float32'))
+    >>> {k: v.shape for k, v in pool.state_dict().items()}
+    {'weight': (16, 8), 'bias': (16,), 'v': (16,)}
     """
 
-    def __init__(self, d: int, d_attn: int, *, bias: bool = True, dtype=np.float32, seed=None):
+    def __init__(self, d: int, d_attn: int, *, bias: bool = True, dtype: DTypeLike = np.float32,
+                 seed: int | None = None) -> None:
         super().__init__(dtype)
         if d < 1 or d_attn < 1:
             raise ValueError(f"d and d_attn must be >= 1, got {d} and {d_attn}")
@@ -138,7 +153,8 @@ class AttentionPooling(Module):
         self.register_parameter("bias", rng.uniform(-bound, bound, d_attn) if bias else None)
         self.register_parameter("v", rng.uniform(-1 / math.sqrt(d_attn), 1 / math.sqrt(d_attn), d_attn))
 
-    def forward(self, h, mask=None, return_weights=False):
+    def forward(self, h: ArrayLike, mask: ArrayLike | None = None,
+                return_weights: bool = False) -> Array | tuple[Array, Array]:
         c, alpha = attention_pool(h, self.weight, self.bias, self.v, mask)
         return (c, alpha) if return_weights else c
 
@@ -147,5 +163,5 @@ class AttentionPooling(Module):
 
     _vjp_backward = staticmethod(_backward)
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return f"d={self.d}, d_attn={self.d_attn}, bias={self.bias is not None}"

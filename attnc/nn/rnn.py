@@ -11,6 +11,7 @@ import numpy as np
 
 from .. import _core
 from .._args import float_array, int_arg, same_dtype, shape_str
+from .._typing import Array, ArrayLike, DTypeLike
 from .module import Module
 
 _LSTM, _GRU = 0, 1
@@ -129,7 +130,7 @@ class _RNNBase(Module):
             named.update({n: g for n, g in zip(names, gs) if g is not None})
         return dx, dh0, dc0, named
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return (f"{self.input_size}, {self.hidden_size}, num_layers={self.num_layers}, bias={self.bias}, "
                 f"dropout={self.dropout}, bidirectional={self.bidirectional}")
 
@@ -142,28 +143,49 @@ class LSTM(_RNNBase):
     """``torch.nn.LSTM(input_size, hidden_size, num_layers=1, bias=True,
     batch_first=True, dropout=0.0, bidirectional=False)``, always batch first.
 
-    ``forward(input, hx=None, *, lengths=None)``: input (B, T, I) or (T, I);
-    hx = (h0, c0), each (num_layers * D, B, H); lengths (B,) ints in [1, T]:
-    each row's valid prefix (padding is neither read nor written into the
-    final state; outputs there are 0), as torch's packed sequences. Returns
-    ``(output (B, T, D * H), (h_n, c_n))``. Parameters ``weight_ih_l{k}``
-    (4H, in) with gates i, f, g, o, ``weight_hh_l{k}``, ``bias_ih_l{k}``,
-    ``bias_hh_l{k}``, and ``..._reverse``, named as torch's.
+    Parameters
+    ----------
+    input_size : int, I
+    hidden_size : int, H
+    num_layers : int, stacked layers (each reads the previous one's output)
+    bias : bool, whether there are the ``bias_*`` parameters
+    batch_first : must be True (attnc's modules are batch first)
+    dropout : float in [0, 1], on the outputs of every layer but the last (training mode only)
+    bidirectional : bool, a second, reversed direction per layer (D = 2)
+    proj_size : must be 0 (projections are not supported)
+    dtype : float32 or float64, the parameters' dtype
+    seed : int or None, for the initialisation (uniform in +-1/sqrt(H), as torch) and dropout
+
+    ``forward(input, hx=None, *, lengths=None)``: input (B, T, I) or (T, I),
+    the module's dtype; hx = (h0, c0), each (num_layers * D, B, H), or None
+    (zeros); lengths (B,) ints in [1, T]: each row's valid prefix (padding is
+    neither read nor written into the final state; outputs there are 0), as
+    torch's packed sequences. Returns ``(output (B, T, D * H), (h_n, c_n))``,
+    h_n and c_n (num_layers * D, B, H).
     ``attnc.vjp(lstm, input, hx, lengths=...)``: ``pullback(doutput, (dh_n,
     dc_n))`` gives "input", "h0", "c0" and every parameter's gradient.
+
+    ``state_dict()`` (torch's names), for each layer k: ``weight_ih_l{k}``
+    (4H, I for k = 0 else D H) with the gates i, f, g, o stacked,
+    ``weight_hh_l{k}`` (4H, H), ``bias_ih_l{k}`` and ``bias_hh_l{k}`` (4H,),
+    and the same with ``_reverse`` for the second direction.
 
     Example
     -------
     >>> lstm = attnc.nn.LSTM(8, 16, num_layers=2, bidirectional=True, seed=0)
     >>> out, (h, c) = lstm(np.random.rand(3, 5, 8).astype(np.float32), lengths=np.array([5, 2, 4]))
-    >>> out.shape, h.shape
-    ((3, 5, 32), (4, 3, 16))
+    >>> out.shape, h.shape, c.shape, float(abs(out[1, 2:]).sum())
+    ((3, 5, 32), (4, 3, 16), (4, 3, 16), 0.0)
+    >>> {k: v.shape for k, v in lstm.state_dict().items() if k.endswith("l1_reverse")}
+    {'weight_ih_l1_reverse': (64, 32), 'weight_hh_l1_reverse': (64, 16), 'bias_ih_l1_reverse': (64,),
+     'bias_hh_l1_reverse': (64,)}
     """
 
     _mode = _LSTM
 
-    def __init__(self, input_size, hidden_size, num_layers=1, bias=True, batch_first=True, dropout=0.0,
-                 bidirectional=False, proj_size=0, *, dtype=np.float32, seed=None):
+    def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
+                 batch_first: bool = True, dropout: float = 0.0, bidirectional: bool = False, proj_size: int = 0, *,
+                 dtype: DTypeLike = np.float32, seed: int | None = None) -> None:
         super().__init__(dtype)
         if proj_size:
             raise ValueError("proj_size is not supported (LSTMs with projections are not in attnc)")
@@ -176,7 +198,8 @@ class LSTM(_RNNBase):
             raise TypeError("hx must be a tuple (h0, c0) for an LSTM")
         return self._state(hx[0], "h0", B, batched), self._state(hx[1], "c0", B, batched)
 
-    def forward(self, input, hx=None, *, lengths=None):
+    def forward(self, input: ArrayLike, hx: tuple[ArrayLike, ArrayLike] | None = None, *,
+                lengths: ArrayLike | None = None) -> tuple[Array, tuple[Array, Array]]:
         x, states, lens, batched = self._prepare(input, hx, lengths)
         out, h_n, c_n, _ = self._run(x, states, lens, keep=False)
         return _unbatch(out, batched), (_unbatch(h_n, batched, 1), _unbatch(c_n, batched, 1))
@@ -209,22 +232,54 @@ class GRU(_RNNBase):
     gates r, z, n with torch's equations (n = tanh(W_in x + b_in + r (W_hn h +
     b_hn)), h' = (1 - z) n + z h).
 
-    ``forward(input, hx=None, *, lengths=None)`` returns ``(output, h_n)``;
-    otherwise as ``attnc.nn.LSTM`` (``pullback(doutput, dh_n)`` gives "input",
-    "h0" and every parameter's gradient).
+
+    Parameters
+    ----------
+    input_size : int, I
+    hidden_size : int, H
+    num_layers : int, stacked layers (each reads the previous one's output)
+    bias : bool, whether there are the ``bias_*`` parameters
+    batch_first : must be True (attnc's modules are batch first)
+    dropout : float in [0, 1], on the outputs of every layer but the last (training mode only)
+    bidirectional : bool, a second, reversed direction per layer (D = 2)
+    dtype : float32 or float64, the parameters' dtype
+    seed : int or None, for the initialisation (uniform in +-1/sqrt(H), as torch) and dropout
+
+    ``forward(input, hx=None, *, lengths=None)``: input (B, T, I) or (T, I),
+    the module's dtype; hx = h0 (num_layers * D, B, H) or None (zeros);
+    lengths (B,) ints in [1, T], each row's valid prefix, as in
+    ``attnc.nn.LSTM``. Returns ``(output (B, T, D * H), h_n (num_layers * D,
+    B, H))``. ``attnc.vjp``: ``pullback(doutput, dh_n)`` gives "input", "h0"
+    and every parameter's gradient.
+
+    ``state_dict()`` (torch's names), for each layer k: ``weight_ih_l{k}``
+    (3H, I for k = 0 else D H) with the gates r, z, n stacked,
+    ``weight_hh_l{k}`` (3H, H), ``bias_ih_l{k}`` and ``bias_hh_l{k}`` (3H,),
+    and the same with ``_reverse`` for the second direction.
+
+    Example
+    -------
+    >>> gru = attnc.nn.GRU(8, 16, seed=0)
+    >>> out, h = gru(np.random.rand(3, 5, 8).astype(np.float32))
+    >>> out.shape, h.shape, bool(np.array_equal(out[:, -1], h[0]))
+    ((3, 5, 16), (1, 3, 16), True)
+    >>> {k: v.shape for k, v in gru.state_dict().items()}
+    {'weight_ih_l0': (48, 8), 'weight_hh_l0': (48, 16), 'bias_ih_l0': (48,), 'bias_hh_l0': (48,)}
     """
 
     _mode = _GRU
 
-    def __init__(self, input_size, hidden_size, num_layers=1, bias=True, batch_first=True, dropout=0.0,
-                 bidirectional=False, *, dtype=np.float32, seed=None):
+    def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
+                 batch_first: bool = True, dropout: float = 0.0, bidirectional: bool = False, *,
+                 dtype: DTypeLike = np.float32, seed: int | None = None) -> None:
         super().__init__(dtype)
         self._build(input_size, hidden_size, num_layers, bias, batch_first, dropout, bidirectional, seed)
 
     def _states(self, hx, B, batched):
         return (None, None) if hx is None else (self._state(hx, "h0", B, batched), None)
 
-    def forward(self, input, hx=None, *, lengths=None):
+    def forward(self, input: ArrayLike, hx: ArrayLike | None = None, *,
+                lengths: ArrayLike | None = None) -> tuple[Array, Array]:
         x, states, lens, batched = self._prepare(input, hx, lengths)
         out, h_n, _, _ = self._run(x, states, lens, keep=False)
         return _unbatch(out, batched), _unbatch(h_n, batched, 1)
@@ -252,7 +307,8 @@ class _CellBase(Module):
     """A cell is a one-layer, one-step recurrent layer: the same C kernels
     with T = 1, parameters without the ``_l0`` suffix."""
 
-    def __init__(self, input_size, hidden_size, bias=True, *, dtype=np.float32, seed=None):
+    def __init__(self, input_size: int, hidden_size: int, bias: bool = True, *, dtype: DTypeLike = np.float32,
+                 seed: int | None = None) -> None:
         super().__init__(dtype)
         layer = self._layer_class(input_size, hidden_size, bias=bias, dtype=dtype, seed=seed)
         object.__setattr__(self, "_layer", layer)
@@ -287,7 +343,7 @@ class _CellBase(Module):
             states = parts if isinstance(hx, (tuple, list)) else parts[0]
         return x2[:, None], states, batched
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return f"{self.input_size}, {self.hidden_size}, bias={self.bias}"
 
 
@@ -301,14 +357,38 @@ def _cell_grads(grads, batched, has_hx, names):
 
 
 class LSTMCell(_CellBase):
-    """``torch.nn.LSTMCell(input_size, hidden_size, bias=True)``:
-    ``forward(input (B, I), hx=(h, c) or None)`` returns ``(h', c')``.
-    ``attnc.vjp(cell, input, hx)``: ``pullback(dh', dc')`` gives "input",
-    "h0", "c0" (the states' gradients) and the parameters'."""
+    """``torch.nn.LSTMCell(input_size, hidden_size, bias=True)``: one step of an LSTM.
+
+    Parameters
+    ----------
+    input_size : int, I
+    hidden_size : int, H
+    bias : bool, whether there are ``bias_ih`` and ``bias_hh``
+    dtype : float32 or float64, the parameters' dtype
+    seed : int or None, for the initialisation (uniform in +-1/sqrt(H), as torch)
+
+    ``forward(input, hx=None)``: input (B, I) or (I,), the module's dtype;
+    hx = (h, c), each (B, H) or (H,), or None (zeros) -> ``(h', c')``, each
+    (B, H) or (H,). ``attnc.vjp(cell, input, hx)``: ``pullback(dh', dc')``
+    gives "input", "h0", "c0" (the states' gradients) and the parameters'.
+
+    ``state_dict()`` (torch's names): ``weight_ih`` (4H, I), ``weight_hh``
+    (4H, H), ``bias_ih`` and ``bias_hh`` (4H,), gates i, f, g, o.
+
+    Example
+    -------
+    >>> cell = attnc.nn.LSTMCell(8, 16, seed=0)
+    >>> h, c = cell(np.random.rand(3, 8).astype(np.float32))
+    >>> h, c = cell(np.random.rand(3, 8).astype(np.float32), (h, c))
+    >>> h.shape, c.shape, h.dtype
+    ((3, 16), (3, 16), dtype('float32'))
+    >>> {k: v.shape for k, v in cell.state_dict().items()}
+    {'weight_ih': (64, 8), 'weight_hh': (64, 16), 'bias_ih': (64,), 'bias_hh': (64,)}
+    """
 
     _layer_class = LSTM
 
-    def forward(self, input, hx=None):
+    def forward(self, input: ArrayLike, hx: tuple[ArrayLike, ArrayLike] | None = None) -> tuple[Array, Array]:
         x, states, batched = self._prepare(input, hx)
         _, (h, c) = self._synced().forward(x, states)
         return (h[0], c[0]) if batched else (h[0, 0], c[0, 0])
@@ -328,13 +408,36 @@ class LSTMCell(_CellBase):
 
 
 class GRUCell(_CellBase):
-    """``torch.nn.GRUCell(input_size, hidden_size, bias=True)``:
-    ``forward(input (B, I), hx=None)`` returns ``h'``; ``attnc.vjp(cell,
-    input, hx)``: ``pullback(dh')`` gives "input", "h0" and the parameters'."""
+    """``torch.nn.GRUCell(input_size, hidden_size, bias=True)``: one step of a GRU.
+
+    Parameters
+    ----------
+    input_size : int, I
+    hidden_size : int, H
+    bias : bool, whether there are ``bias_ih`` and ``bias_hh``
+    dtype : float32 or float64, the parameters' dtype
+    seed : int or None, for the initialisation (uniform in +-1/sqrt(H), as torch)
+
+    ``forward(input, hx=None)``: input (B, I) or (I,), the module's dtype; hx
+    (B, H) or (H,), or None (zeros) -> h' (B, H) or (H,). ``attnc.vjp(cell,
+    input, hx)``: ``pullback(dh')`` gives "input", "h0" and the parameters'.
+
+    ``state_dict()`` (torch's names): ``weight_ih`` (3H, I), ``weight_hh``
+    (3H, H), ``bias_ih`` and ``bias_hh`` (3H,), gates r, z, n.
+
+    Example
+    -------
+    >>> cell = attnc.nn.GRUCell(8, 16, seed=0)
+    >>> h = cell(np.random.rand(3, 8).astype(np.float32))
+    >>> cell(np.random.rand(3, 8).astype(np.float32), h).shape
+    (3, 16)
+    >>> {k: v.shape for k, v in cell.state_dict().items()}
+    {'weight_ih': (48, 8), 'weight_hh': (48, 16), 'bias_ih': (48,), 'bias_hh': (48,)}
+    """
 
     _layer_class = GRU
 
-    def forward(self, input, hx=None):
+    def forward(self, input: ArrayLike, hx: ArrayLike | None = None) -> Array:
         x, states, batched = self._prepare(input, hx)
         _, h = self._synced().forward(x, states)
         return h[0] if batched else h[0, 0]

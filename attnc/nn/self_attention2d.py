@@ -27,6 +27,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._args import child_seeds, float_array, int_arg, same_dtype, shape_str
+from .._typing import Array, ArrayLike, DTypeLike
 from ..attention import sdpa as _sdpa
 from .conv import Conv2d
 from .linear import linear_rows, linear_rows_backward
@@ -34,11 +35,25 @@ from .module import Module
 
 
 class SelfAttention2d(Module):
-    """SAGAN's self-attention block: (B, C, H, W) -> (B, C, H, W), and on
-    request the (B, N, N) attention map (N = H W; row j = where position j
-    looks; position index r W + c).
+    """SAGAN's self-attention block (Zhang et al. 2019): y = gamma o + x.
 
-    Parameters (state_dict names): ``f.weight``, ``g.weight``, ``h.weight``
+    o is the attention of the positions over each other: queries g(x), keys
+    f(x), values h(x) (1x1 convolutions to C/r channels), read back to C
+    channels by the 1x1 convolution v.
+
+    Parameters
+    ----------
+    channels : int, C
+    reduction : int, r, divides C
+    dtype : float32 or float64, the parameters' dtype
+    seed : int or None, for the initialisation
+
+    ``forward(input, return_attention=False)``: input (B, C, H, W), the
+    module's dtype -> y (B, C, H, W), and with return_attention the (B, N, N)
+    attention map (N = H W; row j = where position j looks; position index
+    r W + c).
+
+    ``state_dict()``: ``f.weight``, ``g.weight``, ``h.weight``
     (C/r, C, 1, 1) and ``f.bias``, ``g.bias``, ``h.bias`` (C/r,): the key,
     query and value 1x1 convolutions; ``v.weight`` (C, C/r, 1, 1) and
     ``v.bias`` (C,): the output 1x1 convolution; ``gamma`` (1,): the
@@ -51,11 +66,15 @@ class SelfAttention2d(Module):
     >>> sa = attnc.nn.SelfAttention2d(16, reduction=8, seed=0)
     >>> x = np.random.rand(2, 16, 6, 6).astype(np.float32)
     >>> y, attn = sa(x, return_attention=True)
-    >>> y.shape, attn.shape
-    ((2, 16, 6, 6), (2, 36, 36))
+    >>> y.shape, attn.shape, bool(np.array_equal(y, x))  # gamma starts at 0
+    ((2, 16, 6, 6), (2, 36, 36), True)
+    >>> {k: v.shape for k, v in sa.state_dict().items() if not k.endswith("bias")}
+    {'gamma': (1,), 'f.weight': (2, 16, 1, 1), 'g.weight': (2, 16, 1, 1), 'h.weight': (2, 16, 1, 1),
+     'v.weight': (16, 2, 1, 1)}
     """
 
-    def __init__(self, channels: int, reduction: int = 8, *, dtype=np.float32, seed=None):
+    def __init__(self, channels: int, reduction: int = 8, *, dtype: DTypeLike = np.float32,
+                 seed: int | None = None) -> None:
         super().__init__(dtype)
         self.channels = int_arg("channels", channels)
         self.reduction = int_arg("reduction", reduction)
@@ -69,10 +88,10 @@ class SelfAttention2d(Module):
         self.h = Conv2d(channels, self.inner, 1, dtype=dtype, seed=seeds[2])
         self.v = Conv2d(self.inner, channels, 1, dtype=dtype, seed=seeds[3])
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return f"channels={self.channels}, reduction={self.reduction}"
 
-    def forward(self, input, return_attention: bool = False):
+    def forward(self, input: ArrayLike, return_attention: bool = False) -> Array | tuple[Array, Array]:
         return self._vjp_forward(input, return_attention)[0]
 
     def _vjp_forward(self, input, return_attention: bool = False):

@@ -22,6 +22,7 @@ import math
 import numpy as np
 
 from .._args import float_array, same_dtype, shape_str, size_arg
+from .._typing import Array, ArrayLike, DTypeLike
 from ..attention.sdpa import scaled_dot_product_attention
 from ..grad import vjp
 from .conv import CausalConv1d, causal_conv1d_forward, conv_backward
@@ -70,20 +71,35 @@ class DenseBlock(Module):
         xg = CausalConv1d(C, F, 2, dilation)(x)        (gate_conv)
         y  = concat([x, tanh(xf) ⊙ sigmoid(xg)], channel axis)
 
-    x (B, C, T) → y (B, C + F, T); y[..., t] depends on x[..., ≤ t] only.
-    Parameters: ``filter_conv.weight`` (F, C, 2), ``filter_conv.bias`` (F),
-    ``gate_conv.weight``, ``gate_conv.bias`` (``torch.nn.Conv1d``'s layout;
-    two ``attnc.nn.CausalConv1d``). Both convolutions run as one C call, their
+    Parameters
+    ----------
+    in_channels : int, C
+    filters : int, F, the channels added
+    dilation : int >= 1, of both convolutions
+    dtype : float32 or float64, the parameters' dtype
+    seed : int or None, for the initialisation (torch.nn.Conv1d's)
+
+    Forward: x (B, C, T), the module's dtype → y (B, C + F, T); y[..., t]
+    depends on x[..., ≤ t] only. Both convolutions run as one C call, their
     weights stacked along the output channels, and so do their backwards.
+
+    ``state_dict()``: ``filter_conv.weight`` (F, C, 2), ``filter_conv.bias``
+    (F,), ``gate_conv.weight`` (F, C, 2), ``gate_conv.bias`` (F,)
+    (``torch.nn.Conv1d``'s layout; two ``attnc.nn.CausalConv1d``).
 
     Example
     -------
     >>> block = attnc.nn.DenseBlock(4, 8, dilation=2, seed=0)
-    >>> block(np.zeros((2, 4, 10), np.float32)).shape
-    (2, 12, 10)
+    >>> x = np.random.rand(2, 4, 10).astype(np.float32)
+    >>> y = block(x)
+    >>> y.shape, bool(np.array_equal(y[:, :4], x))
+    ((2, 12, 10), True)
+    >>> {k: v.shape for k, v in block.state_dict().items()}
+    {'filter_conv.weight': (8, 4, 2), 'filter_conv.bias': (8,), 'gate_conv.weight': (8, 4, 2), 'gate_conv.bias': (8,)}
     """
 
-    def __init__(self, in_channels: int, filters: int, dilation: int = 1, *, dtype=np.float32, seed=None):
+    def __init__(self, in_channels: int, filters: int, dilation: int = 1, *, dtype: DTypeLike = np.float32,
+                 seed: int | None = None) -> None:
         super().__init__(dtype)
         self.in_channels = size_arg("in_channels", in_channels)
         self.filters = size_arg("filters", filters)
@@ -109,7 +125,7 @@ class DenseBlock(Module):
         act, act_pb = _runner(keep)(gated_activation, xf, xg)
         return np.concatenate([x, act], axis=1), ((conv_saved, act_pb) if keep else None)
 
-    def forward(self, input):
+    def forward(self, input: ArrayLike) -> Array:
         """input (B, C, T) → (B, C + F, T)."""
         return self._run(input, keep=False)[0]
 
@@ -133,7 +149,7 @@ class DenseBlock(Module):
             grads[f"{name}.bias"] = np.ascontiguousarray(gc["bias"][rows])
         return grads
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return f"in_channels={self.in_channels}, filters={self.filters}, dilation={self.dilation}"
 
 
@@ -148,17 +164,35 @@ class TCBlock(Module):
 
     The receptive field, 2^n steps, covers sequences of up to seq_len steps
     (longer ones are accepted; their outputs then see only the last 2^n steps
-    through this block). Parameters: ``blocks.i.filter_conv.weight`` etc.
-    (see DenseBlock).
+    through this block).
+
+    Parameters
+    ----------
+    in_channels : int, C
+    seq_len : int, the sequence length the receptive field must cover
+    filters : int, F, the channels each dense block adds
+    dtype : float32 or float64, the parameters' dtype
+    seed : int or None, for the initialisation
+
+    Forward: x (B, C, T), the module's dtype → (B, C + n·F, T), causal.
+
+    ``state_dict()``: for each block i (dilation 2^i, C + i·F channels in),
+    ``blocks.{i}.filter_conv.weight`` (F, C + i·F, 2), ``blocks.{i}.filter_conv.bias``
+    (F,), and the same for ``gate_conv`` (see DenseBlock).
 
     Example
     -------
     >>> tc = attnc.nn.TCBlock(4, seq_len=26, filters=8, seed=0)
     >>> len(tc.blocks), tc.out_channels
     (5, 44)
+    >>> tc(np.random.rand(2, 4, 26).astype(np.float32)).shape
+    (2, 44, 26)
+    >>> tc.state_dict()["blocks.4.gate_conv.weight"].shape
+    (8, 36, 2)
     """
 
-    def __init__(self, in_channels: int, seq_len: int, filters: int, *, dtype=np.float32, seed=None):
+    def __init__(self, in_channels: int, seq_len: int, filters: int, *, dtype: DTypeLike = np.float32,
+                 seed: int | None = None) -> None:
         super().__init__(dtype)
         self.in_channels = size_arg("in_channels", in_channels)
         self.seq_len = size_arg("seq_len", seq_len)
@@ -180,7 +214,7 @@ class TCBlock(Module):
             states.append(state)
         return x, states
 
-    def forward(self, input):
+    def forward(self, input: ArrayLike) -> Array:
         """input (B, C, T) → (B, C + n·F, T)."""
         return self._run(input, keep=False)[0]
 
@@ -202,7 +236,7 @@ class TCBlock(Module):
         grads["input"] = dy
         return grads
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return f"in_channels={self.in_channels}, seq_len={self.seq_len}, filters={self.filters}"
 
 
@@ -215,15 +249,24 @@ class AttentionBlock(Module):
         A = softmax(q k^T / sqrt(key_size), masked to j ≤ i)    (B, T, T)
         y = concat([x, A v], channel axis)
 
-    x (B, T, C) → y (B, T, C + value_size); position t attends to positions
-    ≤ t. The three projections run as one C linear call (their weights
-    stacked), the attention as one call of the fused causal kernel
-    (``attnc.scaled_dot_product_attention(is_causal=True)``).
-    Parameters: ``query.weight`` (key_size, C), ``query.bias``,
-    ``key.weight`` (key_size, C), ``key.bias``, ``value.weight``
-    (value_size, C), ``value.bias`` (each a ``Linear``).
+    Parameters
+    ----------
+    in_channels : int, C
+    key_size : int, the width of queries and keys
+    value_size : int, the width of the values (the channels added)
+    dtype : float32 or float64, the parameters' dtype
+    seed : int or None, for the initialisation (torch.nn.Linear's)
 
-    ``forward(input, return_attention=False)`` → y, or (y, A) with
+    x (B, T, C), the module's dtype → y (B, T, C + value_size); position t
+    attends to positions ≤ t. The three projections run as one C linear call
+    (their weights stacked), the attention as one call of the fused causal
+    kernel (``attnc.scaled_dot_product_attention(is_causal=True)``).
+
+    ``state_dict()``: ``query.weight`` (key_size, C), ``query.bias``
+    (key_size,), ``key.weight`` (key_size, C), ``key.bias`` (key_size,),
+    ``value.weight`` (value_size, C), ``value.bias`` (value_size,) (each a ``Linear``).
+
+    ``forward(input, return_attention=False)`` → y, or (y, A (B, T, T)) with
     ``return_attention=True``. ``attnc.vjp(block, x, return_attention=True)``
     takes a cotangent for A too.
 
@@ -235,7 +278,8 @@ class AttentionBlock(Module):
     ((2, 5, 14), (2, 5, 5), True)
     """
 
-    def __init__(self, in_channels: int, key_size: int, value_size: int, *, dtype=np.float32, seed=None):
+    def __init__(self, in_channels: int, key_size: int, value_size: int, *, dtype: DTypeLike = np.float32,
+                 seed: int | None = None) -> None:
         super().__init__(dtype)
         self.in_channels = size_arg("in_channels", in_channels)
         self.key_size = size_arg("key_size", key_size)
@@ -265,7 +309,7 @@ class AttentionBlock(Module):
         outputs = (y, weights) if return_attention else y
         return outputs, (lin_pb, att_pb, bool(return_attention), y.shape)
 
-    def forward(self, input, return_attention=False):
+    def forward(self, input: ArrayLike, return_attention: bool = False) -> Array | tuple[Array, Array]:
         """input (B, T, C) → (B, T, C + value_size) [, attention (B, T, T)]."""
         return self._run(input, return_attention, keep=False)[0]
 
@@ -291,5 +335,5 @@ class AttentionBlock(Module):
             grads[f"{name}.bias"] = np.ascontiguousarray(gl["bias"][rows])
         return grads
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return f"in_channels={self.in_channels}, key_size={self.key_size}, value_size={self.value_size}"

@@ -4,11 +4,13 @@ layers that meet token ids, in C."""
 from __future__ import annotations
 
 import numbers
+from typing import Literal
 
 import numpy as np
 
 from .. import _core
 from .._args import choice, elementwise_ready, float_array, shape_str
+from .._typing import Array, ArrayLike, DTypeLike
 from ..grad import register
 from .module import Module
 
@@ -51,11 +53,21 @@ def _embedding_backward(saved, cotangents):
     return {"weight": dw}
 
 
-def embedding(input, weight, padding_idx=None, *, scale=1.0):
+def embedding(input: ArrayLike, weight: ArrayLike, padding_idx: int | None = None, *, scale: float = 1.0) -> Array:
     """Rows of ``weight`` for each token id, times ``scale``, as
     ``torch.nn.functional.embedding`` (scale is attnc's: the Transformer's
-    sqrt(d_model)). input: int array (...); weight (V, D) -> (..., D). The
-    row of padding_idx gets no gradient.
+    sqrt(d_model)).
+
+    Parameters
+    ----------
+    input : int array (...), token ids in [0, V)
+    weight : array (V, D), float32 or float64
+    padding_idx : int or None, the row that gets no gradient
+    scale : float, multiplies the rows
+
+    Returns
+    -------
+    output : array (..., D), the weight's dtype
 
     Example
     -------
@@ -69,10 +81,32 @@ register(embedding, _embedding_forward, _embedding_backward)
 
 
 class Embedding(Module):
-    """``torch.nn.Embedding(num_embeddings, embedding_dim, padding_idx=None)``:
-    parameter ``weight`` (V, D), initialised N(0, 1) with the padding row zero."""
+    """``torch.nn.Embedding``: a table of embeddings looked up by token id.
 
-    def __init__(self, num_embeddings, embedding_dim, padding_idx=None, *, dtype=np.float32, seed=None):
+    Parameters
+    ----------
+    num_embeddings : int, V, the vocabulary size
+    embedding_dim : int, D
+    padding_idx : int or None, a row kept at zero (it gets no gradient)
+    dtype : float32 or float64, the parameters' dtype
+    seed : int or None, for the initialisation N(0, 1) (as torch)
+
+    Forward: input int (...) -> (..., D), the module's dtype.
+
+    ``state_dict()``: ``weight`` (V, D), as torch's.
+
+    Example
+    -------
+    >>> emb = attnc.nn.Embedding(10, 4, padding_idx=0, seed=0)
+    >>> out = emb(np.array([[0, 3, 9]]))
+    >>> out.shape, out.dtype, float(abs(out[0, 0]).sum())
+    ((1, 3, 4), dtype('float32'), 0.0)
+    >>> {k: v.shape for k, v in emb.state_dict().items()}
+    {'weight': (10, 4)}
+    """
+
+    def __init__(self, num_embeddings: int, embedding_dim: int, padding_idx: int | None = None, *,
+                 dtype: DTypeLike = np.float32, seed: int | None = None) -> None:
         super().__init__(dtype)
         self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
         self.padding_idx = None if padding_idx is None else _padding(padding_idx, num_embeddings)
@@ -81,7 +115,7 @@ class Embedding(Module):
             w[self.padding_idx] = 0
         self.register_parameter("weight", w)
 
-    def forward(self, input):
+    def forward(self, input: ArrayLike) -> Array:
         return embedding(input, self.weight, self.padding_idx)
 
     def _vjp_forward(self, input):
@@ -89,7 +123,7 @@ class Embedding(Module):
 
     _vjp_backward = staticmethod(_embedding_backward)
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return f"{self.num_embeddings}, {self.embedding_dim}, padding_idx={self.padding_idx}"
 
 
@@ -144,14 +178,24 @@ def _cross_entropy_backward(saved, cotangents):
     return {"input": np.ascontiguousarray(np.moveaxis(moved, -1, 1))}
 
 
-def cross_entropy(input, target, ignore_index=-100, reduction="mean", label_smoothing=0.0):
+def cross_entropy(input: ArrayLike, target: ArrayLike, ignore_index: int = -100,
+                  reduction: Literal["mean", "sum", "none"] = "mean", label_smoothing: float = 0.0) -> Array:
     """Cross-entropy of logits against class ids, as ``torch.nn.functional.cross_entropy``.
 
-    input (N, C) (or (C,), or (N, C, d1, ...)); target int (N) (or (), (N, d1, ...));
-    targets equal to ignore_index count for nothing; label_smoothing eps mixes
-    the one-hot target with the uniform distribution: (1 - eps) onehot + eps / C.
-    reduction "mean" (over the targets not ignored; 0 when there are none,
-    where torch gives NaN), "sum" or "none".
+    loss_n = -sum_c q_c log softmax(input_n)_c, with q = (1 - eps) onehot(target_n) + eps / C.
+
+    Parameters
+    ----------
+    input : array (N, C) (or (C,), or (N, C, d1, ...)) of logits, float32 or float64
+    target : int array (N,) (or (), or (N, d1, ...)), class ids in [0, C)
+    ignore_index : int, targets equal to it count for nothing
+    reduction : "mean" (over the targets not ignored; 0 when there are none,
+        where torch gives NaN), "sum" or "none"
+    label_smoothing : float in [0, 1], eps above
+
+    Returns
+    -------
+    loss : a 0-d array (mean, sum) or the target's shape (none), the input's dtype
 
     Example
     -------
@@ -189,9 +233,18 @@ def _log_softmax_backward(saved, cotangents):
     return {"input": np.ascontiguousarray(np.moveaxis(dx2.reshape(moved_shape), -1, dim))}
 
 
-def log_softmax(input, dim=-1):
+def log_softmax(input: ArrayLike, dim: int = -1) -> Array:
     """``torch.nn.functional.log_softmax(input, dim)``: x - logsumexp(x) along
     dim, in C (a slice of only -inf gives -inf, not NaN).
+
+    Parameters
+    ----------
+    input : array of any shape (at least 1-d), float32 or float64
+    dim : int, the axis normalised
+
+    Returns
+    -------
+    output : array, the input's shape and dtype
 
     Example
     -------
@@ -204,14 +257,26 @@ def log_softmax(input, dim=-1):
 register(log_softmax, _log_softmax_forward, _log_softmax_backward)
 
 
-def sinusoidal_encoding(length: int, d_model: int, dtype=np.float32) -> np.ndarray:
-    """The Transformer's positional encoding (Vaswani et al. 2017), (length, d_model):
+def sinusoidal_encoding(length: int, d_model: int, dtype: DTypeLike = np.float32) -> Array:
+    """The Transformer's positional encoding (Vaswani et al. 2017).
+
     p[t, 2i] = sin(t / 10000^(2i / d_model)), p[t, 2i + 1] = cos(t / 10000^(2i / d_model)).
+
+    Parameters
+    ----------
+    length : int, the number of positions
+    d_model : int, the width
+    dtype : the result's dtype (float32 or float64)
+
+    Returns
+    -------
+    p : array (length, d_model), dtype
 
     Example
     -------
-    >>> attnc.nn.sinusoidal_encoding(50, 16).shape
-    (50, 16)
+    >>> p = attnc.nn.sinusoidal_encoding(50, 16)
+    >>> p.shape, p.dtype, p[0, :4].tolist()
+    ((50, 16), dtype('float32'), [0.0, 1.0, 0.0, 1.0])
     """
     for name, n in (("length", length), ("d_model", d_model)):
         if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 0:

@@ -17,11 +17,14 @@ import copy
 import math
 import threading
 import weakref
+from collections.abc import Callable
+from typing import Any, Literal, Union
 
 import numpy as np
 
 from .. import _core
 from .._args import elementwise_ready, float_array, int_arg, same_dtype, shape_str, torch_mask
+from .._typing import Array, ArrayLike, DTypeLike
 from .linear import Linear
 from .module import Module, ModuleList
 from .multihead import MultiheadAttention
@@ -30,6 +33,7 @@ from .normalization import _backward as _norm_backward
 from .normalization import _forward as _norm_forward
 
 _ACTIVATIONS = {"relu": 1, "gelu": 2}
+Activation = Union[Literal["relu", "gelu"], Callable[..., Any]]
 
 
 def _activation(activation):
@@ -225,7 +229,7 @@ class _Layer(Module):
         named = {n: g for n, g in zip(self._slot_names(), grads) if n is not None and g is not None}
         return dx, dmem, named
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return (f"d_model={self.d_model}, nhead={self.nhead}, dim_feedforward={self.dim_feedforward}, "
                 f"dropout={self.dropout}, activation={self.activation!r}, norm_first={self.norm_first}")
 
@@ -264,22 +268,49 @@ class TransformerEncoderLayer(_Layer):
     and a feed-forward block, each with a residual connection, dropout and a
     layer norm (after, as in the paper, or before with ``norm_first``).
 
+    Parameters
+    ----------
+    d_model : int, E, the width of the inputs and outputs
+    nhead : int, divides d_model
+    dim_feedforward : int, the feed-forward block's hidden width
+    dropout : float in [0, 1] (training mode only)
+    activation : "relu" or "gelu" (or torch.nn.functional.relu / gelu)
+    layer_norm_eps : float, the norms' eps
+    batch_first : must be True (attnc's modules are batch first)
+    norm_first : bool, the norms before each block (pre-norm) instead of after
+    bias : bool, whether the linear layers and norms have biases
+    dtype : float32 or float64, the parameters' dtype
+    seed : int or None, for the initialisation (torch's) and the dropout streams
+
     ``forward(src, src_mask=None, src_key_padding_mask=None, is_causal=False,
-    *, need_weights=False)`` returns the output (B, L, d_model), and with
-    need_weights also the self-attention weights per head (B, nhead, L, L).
-    ``attnc.vjp(layer, src, ...)`` gives the gradients of ``src`` and of every
-    parameter, keyed by state_dict name.
+    *, need_weights=False)``: src (B, L, E) or (L, E), the module's dtype;
+    src_mask (L, L) or (B nhead, L, L), bool (True = not allowed) or float
+    (added); src_key_padding_mask (B, L) bool (True = padding) -> the output
+    (B, L, E), and with need_weights also the self-attention weights per head
+    (B, nhead, L, L). ``attnc.vjp(layer, src, ...)`` gives the gradients of
+    ``src`` and of every parameter, keyed by state_dict name.
+
+    ``state_dict()`` (torch's names): ``self_attn.in_proj_weight`` (3E, E),
+    ``self_attn.in_proj_bias`` (3E,), ``self_attn.out_proj.weight`` (E, E),
+    ``self_attn.out_proj.bias`` (E,), ``linear1.weight`` (F, E),
+    ``linear1.bias`` (F,), ``linear2.weight`` (E, F), ``linear2.bias`` (E,),
+    ``norm1.weight``, ``norm1.bias``, ``norm2.weight``, ``norm2.bias`` (E,);
+    F = dim_feedforward.
 
     Example
     -------
     >>> layer = attnc.nn.TransformerEncoderLayer(16, 4, dim_feedforward=32, seed=0).eval()
     >>> out, w = layer(np.random.rand(2, 5, 16).astype(np.float32), need_weights=True)
-    >>> out.shape, w.shape
-    ((2, 5, 16), (2, 4, 5, 5))
+    >>> out.shape, out.dtype, w.shape
+    ((2, 5, 16), dtype('float32'), (2, 4, 5, 5))
+    >>> len(layer.state_dict()), layer.state_dict()["linear1.weight"].shape
+    (12, (32, 16))
     """
 
-    def __init__(self, d_model, nhead, dim_feedforward=2048, dropout=0.1, activation="relu", layer_norm_eps=1e-5,
-                 batch_first=True, norm_first=False, bias=True, *, dtype=np.float32, seed=None):
+    def __init__(self, d_model: int, nhead: int, dim_feedforward: int = 2048, dropout: float = 0.1,
+                 activation: Activation = "relu", layer_norm_eps: float = 1e-5, batch_first: bool = True,
+                 norm_first: bool = False, bias: bool = True, *, dtype: DTypeLike = np.float32,
+                 seed: int | None = None) -> None:
         super().__init__(dtype)
         self._build(d_model, nhead, dim_feedforward, dropout, activation, layer_norm_eps, batch_first, norm_first,
                     bias, dtype, seed)
@@ -296,7 +327,8 @@ class TransformerEncoderLayer(_Layer):
         outputs = (_unbatch(out, batched), _unbatch(w, batched)) if need_weights else _unbatch(out, batched)
         return outputs, (self, state, batched, need_weights)
 
-    def forward(self, src, src_mask=None, src_key_padding_mask=None, is_causal=False, *, need_weights=False):
+    def forward(self, src: ArrayLike, src_mask: ArrayLike | None = None, src_key_padding_mask: ArrayLike | None = None,
+                is_causal: bool = False, *, need_weights: bool = False) -> Array | tuple[Array, Array]:
         return self._call(src, src_mask, src_key_padding_mask, is_causal, need_weights, keep=False)[0]
 
     def _vjp_forward(self, src, src_mask=None, src_key_padding_mask=None, is_causal=False, *, need_weights=False):
@@ -327,18 +359,54 @@ class TransformerDecoderLayer(_Layer):
     self-attention, cross-attention on the encoder's output (memory) and a
     feed-forward block, each with a residual connection, dropout and a norm.
 
+    Parameters
+    ----------
+    d_model : int, E, the width of the inputs and outputs
+    nhead : int, divides d_model
+    dim_feedforward : int, the feed-forward block's hidden width
+    dropout : float in [0, 1] (training mode only)
+    activation : "relu" or "gelu" (or torch.nn.functional.relu / gelu)
+    layer_norm_eps : float, the norms' eps
+    batch_first : must be True (attnc's modules are batch first)
+    norm_first : bool, the norms before each block (pre-norm) instead of after
+    bias : bool, whether the linear layers and norms have biases
+    dtype : float32 or float64, the parameters' dtype
+    seed : int or None, for the initialisation (torch's) and the dropout streams
+
     ``forward(tgt, memory, tgt_mask=None, memory_mask=None,
     tgt_key_padding_mask=None, memory_key_padding_mask=None,
-    tgt_is_causal=False, memory_is_causal=False, *, need_weights=False)``
-    returns the output (B, T, d_model), and with need_weights also
+    tgt_is_causal=False, memory_is_causal=False, *, need_weights=False)``:
+    tgt (B, T, E) and memory (B, S, E) (or both unbatched), the module's
+    dtype; masks with torch's meanings (tgt_mask (T, T), memory_mask (T, S),
+    bool True = not allowed or float added; key padding masks (B, T), (B, S)
+    bool, True = padding) -> the output (B, T, E), and with need_weights also
     ``(self_weights (B, nhead, T, T), cross_weights (B, nhead, T, S))``.
     ``attnc.vjp`` gives the gradients of ``tgt``, ``memory`` and every parameter.
+
+    ``state_dict()`` (torch's names): ``self_attn.*`` and ``multihead_attn.*``
+    (each ``in_proj_weight`` (3E, E), ``in_proj_bias`` (3E,),
+    ``out_proj.weight`` (E, E), ``out_proj.bias`` (E,)), ``linear1.weight``
+    (F, E), ``linear1.bias`` (F,), ``linear2.weight`` (E, F), ``linear2.bias``
+    (E,), ``norm1.*``, ``norm2.*``, ``norm3.*`` (``weight``, ``bias`` (E,)).
+
+    Example
+    -------
+    >>> layer = attnc.nn.TransformerDecoderLayer(16, 4, dim_feedforward=32, seed=0).eval()
+    >>> tgt, memory = np.random.rand(2, 5, 16).astype(np.float32), np.random.rand(2, 7, 16).astype(np.float32)
+    >>> mask = attnc.nn.Transformer.generate_square_subsequent_mask(5)
+    >>> out, (ws, wc) = layer(tgt, memory, tgt_mask=mask, tgt_is_causal=True, need_weights=True)
+    >>> out.shape, ws.shape, wc.shape, bool(np.all(np.triu(ws, 1) == 0))
+    ((2, 5, 16), (2, 4, 5, 5), (2, 4, 5, 7), True)
+    >>> len(layer.state_dict()), layer.state_dict()["multihead_attn.in_proj_weight"].shape
+    (18, (48, 16))
     """
 
     _decoder = True
 
-    def __init__(self, d_model, nhead, dim_feedforward=2048, dropout=0.1, activation="relu", layer_norm_eps=1e-5,
-                 batch_first=True, norm_first=False, bias=True, *, dtype=np.float32, seed=None):
+    def __init__(self, d_model: int, nhead: int, dim_feedforward: int = 2048, dropout: float = 0.1,
+                 activation: Activation = "relu", layer_norm_eps: float = 1e-5, batch_first: bool = True,
+                 norm_first: bool = False, bias: bool = True, *, dtype: DTypeLike = np.float32,
+                 seed: int | None = None) -> None:
         super().__init__(dtype)
         self._build(d_model, nhead, dim_feedforward, dropout, activation, layer_norm_eps, batch_first, norm_first,
                     bias, dtype, seed)
@@ -362,8 +430,11 @@ class TransformerDecoderLayer(_Layer):
             outputs = _unbatch(out, batched)
         return outputs, (self, state, batched, need_weights)
 
-    def forward(self, tgt, memory, tgt_mask=None, memory_mask=None, tgt_key_padding_mask=None,
-                memory_key_padding_mask=None, tgt_is_causal=False, memory_is_causal=False, *, need_weights=False):
+    def forward(self, tgt: ArrayLike, memory: ArrayLike, tgt_mask: ArrayLike | None = None,
+                memory_mask: ArrayLike | None = None, tgt_key_padding_mask: ArrayLike | None = None,
+                memory_key_padding_mask: ArrayLike | None = None, tgt_is_causal: bool = False,
+                memory_is_causal: bool = False, *,
+                need_weights: bool = False) -> Array | tuple[Array, tuple[Array, Array]]:
         return self._call(tgt, memory, tgt_mask, memory_mask, tgt_key_padding_mask, memory_key_padding_mask,
                           tgt_is_causal, memory_is_causal, need_weights, keep=False)[0]
 
@@ -432,14 +503,40 @@ class TransformerEncoder(Module):
     num_layers copies of encoder_layer (``layers.0``, ...) and an optional
     final norm.
 
+    Parameters
+    ----------
+    encoder_layer : attnc.nn.TransformerEncoderLayer, copied num_layers times
+        (identical initial weights, as torch; each copy its own dropout stream)
+    num_layers : int >= 0
+    norm : attnc.nn.LayerNorm or None, applied to the last layer's output
+    enable_nested_tensor, mask_check : bool, torch's; accepted and ignored
+
+    The dtype (float32 or float64) is the layer's.
+
     ``forward(src, mask=None, src_key_padding_mask=None, is_causal=None, *,
-    need_weights=False)`` returns the output, and with need_weights also the
-    list of every layer's self-attention weights (B, nhead, L, L). With
-    is_causal None, a mask equal to the causal mask is detected (as torch)
-    and its masked tiles are skipped.
+    need_weights=False)``: src (B, L, E) or (L, E); masks as
+    ``TransformerEncoderLayer``'s -> the output (B, L, E), and with
+    need_weights also the list of every layer's self-attention weights (B,
+    nhead, L, L). With is_causal None, a mask equal to the causal mask is
+    detected (as torch) and its masked tiles are skipped.
+
+    ``state_dict()``: ``layers.{i}.`` + each layer's names (see
+    TransformerEncoderLayer), and ``norm.weight``, ``norm.bias`` (E,) with a norm.
+
+    Example
+    -------
+    >>> layer = attnc.nn.TransformerEncoderLayer(16, 4, dim_feedforward=32, seed=0)
+    >>> encoder = attnc.nn.TransformerEncoder(layer, 2, norm=attnc.nn.LayerNorm(16)).eval()
+    >>> mask = attnc.nn.Transformer.generate_square_subsequent_mask(5)
+    >>> out, ws = encoder(np.random.rand(2, 5, 16).astype(np.float32), mask=mask, need_weights=True)
+    >>> out.shape, len(ws), ws[1].shape
+    ((2, 5, 16), 2, (2, 4, 5, 5))
+    >>> [k for k in encoder.state_dict() if not k.startswith("layers.0.")][-4:]
+    ['layers.1.norm2.weight', 'layers.1.norm2.bias', 'norm.weight', 'norm.bias']
     """
 
-    def __init__(self, encoder_layer, num_layers, norm=None, enable_nested_tensor=True, mask_check=True):
+    def __init__(self, encoder_layer: TransformerEncoderLayer, num_layers: int, norm: LayerNorm | None = None,
+                 enable_nested_tensor: bool = True, mask_check: bool = True) -> None:
         _stack(self, encoder_layer, TransformerEncoderLayer, num_layers, norm, "encoder_layer")
 
     def _forward(self, src, mask, src_key_padding_mask, is_causal, need_weights, keep,
@@ -463,7 +560,8 @@ class TransformerEncoder(Module):
         return ((out, weights) if need_weights else out), (self, states, norm_state, batched, need_weights,
                                                             np.shape(src))
 
-    def forward(self, src, mask=None, src_key_padding_mask=None, is_causal=None, *, need_weights=False):
+    def forward(self, src: ArrayLike, mask: ArrayLike | None = None, src_key_padding_mask: ArrayLike | None = None,
+                is_causal: bool | None = None, *, need_weights: bool = False) -> Array | tuple[Array, list[Array]]:
         return self._forward(src, mask, src_key_padding_mask, is_causal, need_weights, keep=False)[0]
 
     def _vjp_forward(self, src, mask=None, src_key_padding_mask=None, is_causal=None, *, need_weights=False):
@@ -484,21 +582,49 @@ class TransformerEncoder(Module):
         grads["src"] = _unbatch(dy, batched)
         return grads
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return f"num_layers={self.num_layers}"
 
 
 class TransformerDecoder(Module):
-    """``torch.nn.TransformerDecoder(decoder_layer, num_layers, norm=None)``.
+    """``torch.nn.TransformerDecoder(decoder_layer, num_layers, norm=None)``:
+    num_layers copies of decoder_layer (``layers.0``, ...) and an optional
+    final norm.
+
+    Parameters
+    ----------
+    decoder_layer : attnc.nn.TransformerDecoderLayer, copied num_layers times
+        (identical initial weights, as torch; each copy its own dropout stream)
+    num_layers : int >= 0
+    norm : attnc.nn.LayerNorm or None, applied to the last layer's output
+
+    The dtype (float32 or float64) is the layer's.
 
     ``forward(tgt, memory, tgt_mask=None, memory_mask=None,
     tgt_key_padding_mask=None, memory_key_padding_mask=None,
-    tgt_is_causal=None, memory_is_causal=False, *, need_weights=False)``
-    returns the output, and with need_weights also ``{"self": [...],
-    "cross": [...]}``, every layer's weights per head.
+    tgt_is_causal=None, memory_is_causal=False, *, need_weights=False)``:
+    tgt (B, T, E), memory (B, S, E); masks as ``TransformerDecoderLayer``'s
+    -> the output (B, T, E), and with need_weights also ``{"self": [(B,
+    nhead, T, T), ...], "cross": [(B, nhead, T, S), ...]}``, every layer's
+    weights per head.
+
+    ``state_dict()``: ``layers.{i}.`` + each layer's names (see
+    TransformerDecoderLayer), and ``norm.weight``, ``norm.bias`` (E,) with a norm.
+
+    Example
+    -------
+    >>> layer = attnc.nn.TransformerDecoderLayer(16, 4, dim_feedforward=32, seed=0)
+    >>> decoder = attnc.nn.TransformerDecoder(layer, 2).eval()
+    >>> tgt, memory = np.random.rand(2, 5, 16).astype(np.float32), np.random.rand(2, 7, 16).astype(np.float32)
+    >>> out, w = decoder(tgt, memory, need_weights=True)
+    >>> out.shape, len(w["self"]), w["cross"][0].shape
+    ((2, 5, 16), 2, (2, 4, 5, 7))
+    >>> decoder.state_dict()["layers.1.multihead_attn.out_proj.weight"].shape
+    (16, 16)
     """
 
-    def __init__(self, decoder_layer, num_layers, norm=None):
+    def __init__(self, decoder_layer: TransformerDecoderLayer, num_layers: int,
+                 norm: LayerNorm | None = None) -> None:
         _stack(self, decoder_layer, TransformerDecoderLayer, num_layers, norm, "decoder_layer")
 
     def _forward(self, tgt, memory, tgt_mask, memory_mask, tgt_key_padding_mask, memory_key_padding_mask,
@@ -523,8 +649,11 @@ class TransformerDecoder(Module):
         outputs = (out, {"self": ws, "cross": wc}) if need_weights else out
         return outputs, (self, (states, norm_state, batched, need_weights, x.shape, mem))
 
-    def forward(self, tgt, memory, tgt_mask=None, memory_mask=None, tgt_key_padding_mask=None,
-                memory_key_padding_mask=None, tgt_is_causal=None, memory_is_causal=False, *, need_weights=False):
+    def forward(self, tgt: ArrayLike, memory: ArrayLike, tgt_mask: ArrayLike | None = None,
+                memory_mask: ArrayLike | None = None, tgt_key_padding_mask: ArrayLike | None = None,
+                memory_key_padding_mask: ArrayLike | None = None, tgt_is_causal: bool | None = None,
+                memory_is_causal: bool = False, *,
+                need_weights: bool = False) -> Array | tuple[Array, dict[str, list[Array]]]:
         return self._forward(tgt, memory, tgt_mask, memory_mask, tgt_key_padding_mask, memory_key_padding_mask,
                              tgt_is_causal, memory_is_causal, need_weights, keep=False)[0]
 
@@ -550,7 +679,7 @@ class TransformerDecoder(Module):
         grads["tgt"], grads["memory"] = _unbatch(dy, batched), _unbatch(dmem, batched)
         return grads
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return f"num_layers={self.num_layers}"
 
 
@@ -559,31 +688,62 @@ class Transformer(Module):
     stack, each with a final LayerNorm, initialised as torch does (Xavier
     uniform for every matrix).
 
+    Parameters
+    ----------
+    d_model : int, E, the width of the inputs and outputs
+    nhead : int, divides d_model
+    num_encoder_layers, num_decoder_layers : int, the stacks' depths
+    dim_feedforward : int, the feed-forward blocks' hidden width
+    dropout : float in [0, 1] (training mode only)
+    activation : "relu" or "gelu"
+    custom_encoder : attnc.nn.TransformerEncoder or None, used instead of building one
+    custom_decoder : attnc.nn.TransformerDecoder or None, likewise
+    layer_norm_eps : float, the norms' eps
+    batch_first : must be True (attnc's modules are batch first)
+    norm_first : bool, pre-norm layers
+    bias : bool, whether the linear layers and norms have biases
+    dtype : float32 or float64, the parameters' dtype
+    seed : int or None, for the initialisation and the dropout streams
+
     ``forward(src, tgt, src_mask=None, tgt_mask=None, memory_mask=None,
     src_key_padding_mask=None, tgt_key_padding_mask=None,
     memory_key_padding_mask=None, src_is_causal=None, tgt_is_causal=None,
-    memory_is_causal=False, *, need_weights=False)`` returns the decoder's
-    output (B, T, d_model), and with need_weights also ``{"encoder": [...],
+    memory_is_causal=False, *, need_weights=False)``: src (B, S, E) and tgt
+    (B, T, E), the module's dtype; masks as the layers' -> the decoder's
+    output (B, T, E), and with need_weights also ``{"encoder": [...],
     "decoder_self": [...], "decoder_cross": [...]}`` (per layer, per head).
     ``attnc.vjp(model, src, tgt, ...)`` gives the gradients of src, tgt and
     every parameter.
+
+    ``state_dict()`` (torch's names): ``encoder.layers.{i}.*`` (see
+    TransformerEncoderLayer), ``encoder.norm.weight``, ``encoder.norm.bias``
+    (E,), ``decoder.layers.{i}.*`` (see TransformerDecoderLayer),
+    ``decoder.norm.weight``, ``decoder.norm.bias`` (E,).
 
     Example
     -------
     >>> model = attnc.nn.Transformer(16, 4, 2, 2, dim_feedforward=32, seed=0).eval()
     >>> src, tgt = np.random.rand(2, 7, 16), np.random.rand(2, 5, 16)
-    >>> model(src.astype(np.float32), tgt.astype(np.float32)).shape
+    >>> mask = model.generate_square_subsequent_mask(5)
+    >>> model(src.astype(np.float32), tgt.astype(np.float32), tgt_mask=mask).shape
     (2, 5, 16)
+    >>> sd = model.state_dict()
+    >>> len(sd), sd["decoder.layers.1.multihead_attn.in_proj_weight"].shape, sd["encoder.norm.bias"].shape
+    (64, (48, 16), (16,))
     """
 
-    def __init__(self, d_model=512, nhead=8, num_encoder_layers=6, num_decoder_layers=6, dim_feedforward=2048,
-                 dropout=0.1, activation="relu", custom_encoder=None, custom_decoder=None, layer_norm_eps=1e-5,
-                 batch_first=True, norm_first=False, bias=True, *, dtype=np.float32, seed=None):
+    def __init__(self, d_model: int = 512, nhead: int = 8, num_encoder_layers: int = 6, num_decoder_layers: int = 6,
+                 dim_feedforward: int = 2048, dropout: float = 0.1, activation: Activation = "relu",
+                 custom_encoder: TransformerEncoder | None = None, custom_decoder: TransformerDecoder | None = None,
+                 layer_norm_eps: float = 1e-5, batch_first: bool = True, norm_first: bool = False, bias: bool = True,
+                 *, dtype: DTypeLike = np.float32, seed: int | None = None) -> None:
         super().__init__(dtype)
         if custom_encoder is not None and not isinstance(custom_encoder, TransformerEncoder):
-            raise TypeError(f"custom_encoder must be an attnc.nn.TransformerEncoder, got {type(custom_encoder).__name__}")
+            raise TypeError("custom_encoder must be an attnc.nn.TransformerEncoder, got "
+                            f"{type(custom_encoder).__name__}")
         if custom_decoder is not None and not isinstance(custom_decoder, TransformerDecoder):
-            raise TypeError(f"custom_decoder must be an attnc.nn.TransformerDecoder, got {type(custom_decoder).__name__}")
+            raise TypeError("custom_decoder must be an attnc.nn.TransformerDecoder, got "
+                            f"{type(custom_decoder).__name__}")
         rng = np.random.default_rng(seed)
         sub = lambda: int(rng.integers(2**63))
         kw = dict(dim_feedforward=dim_feedforward, dropout=dropout, activation=activation,
@@ -602,7 +762,7 @@ class Transformer(Module):
                 self._set_by_name(name, rng.uniform(-bound, bound, p.shape))
 
     @staticmethod
-    def generate_square_subsequent_mask(sz, dtype=np.float32):
+    def generate_square_subsequent_mask(sz: int, dtype: DTypeLike = np.float32) -> Array:
         """The causal mask (sz, sz): -inf above the diagonal, 0 elsewhere (float, as torch)."""
         sz = int_arg("sz", sz, low=0)
         return np.triu(np.full((sz, sz), -np.inf, dtype=dtype), 1)
@@ -624,9 +784,12 @@ class Transformer(Module):
         weights = {"encoder": enc_w, "decoder_self": dec_w["self"], "decoder_cross": dec_w["cross"]}
         return (out, weights), (enc_state, dec_state)
 
-    def forward(self, src, tgt, src_mask=None, tgt_mask=None, memory_mask=None, src_key_padding_mask=None,
-                tgt_key_padding_mask=None, memory_key_padding_mask=None, src_is_causal=None, tgt_is_causal=None,
-                memory_is_causal=False, *, need_weights=False):
+    def forward(self, src: ArrayLike, tgt: ArrayLike, src_mask: ArrayLike | None = None,
+                tgt_mask: ArrayLike | None = None, memory_mask: ArrayLike | None = None,
+                src_key_padding_mask: ArrayLike | None = None, tgt_key_padding_mask: ArrayLike | None = None,
+                memory_key_padding_mask: ArrayLike | None = None, src_is_causal: bool | None = None,
+                tgt_is_causal: bool | None = None, memory_is_causal: bool = False, *,
+                need_weights: bool = False) -> Array | tuple[Array, dict[str, list[Array]]]:
         return self._forward(src, tgt, src_mask, tgt_mask, memory_mask, src_key_padding_mask, tgt_key_padding_mask,
                              memory_key_padding_mask, src_is_causal, tgt_is_causal, memory_is_causal,
                              need_weights, keep=False)[0]
@@ -652,5 +815,5 @@ class Transformer(Module):
         grads.update({f"decoder.{k}": v for k, v in g_dec.items()})
         return grads
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return f"d_model={self.d_model}, nhead={self.nhead}"
