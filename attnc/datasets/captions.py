@@ -463,7 +463,7 @@ def captions(n: int, seed: int | None = 0, *, split: Literal["train", "test"] = 
         raise ValueError(f"p_two must be in [0, 1], got {p_two!r}")
     rng = np.random.default_rng(seed)
     split_cache: dict = {}
-    seen = set() if unique else None
+    seen: set[int] | None = set() if unique else None
     out, have, rounds_without = [], 0, 0
     while have < n:
         m = _CHUNK

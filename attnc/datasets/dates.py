@@ -334,8 +334,10 @@ def dates(n: int, seed: int | None = 0, *, split: Literal["train", "test"] = "tr
     last = datetime.date(y1, 12, 31).toordinal()
     fns = [_FORMAT_FN[FORMATS[k]] for k in fmt_index]
     rng = np.random.default_rng(seed)
-    sources, ords, fmts = [], [], []
-    seen = set() if unique else None
+    sources: list[str] = []
+    ords: list[int] = []
+    fmts: list[int] = []
+    seen: set[str] | None = set() if unique else None
     split_cache: dict = {}
     rounds_without = 0
     while len(sources) < n:

@@ -77,7 +77,7 @@ class FewShotEpisodes:
         """K, the support examples per class."""
         return self.labels.shape[1] // self.prototypes.shape[1]
 
-    def __getitem__(self, index: int | slice | ArrayLike) -> FewShotEpisodes:
+    def __getitem__(self, index: int | slice | Array) -> FewShotEpisodes:
         """The episodes at index (an int keeps a batch of one), e.g. ``episodes[:8]``."""
         if isinstance(index, (int, np.integer)):
             index = slice(int(index), int(index) + 1 if index != -1 else None)

@@ -87,7 +87,7 @@ def _sequence_keys(tokens: np.ndarray, lengths: np.ndarray, vocab: int):
 
 # --------------------------------------------------------------------------- padding
 
-def pad_sequences(sequences: Sequence[ArrayLike], pad: int, length: int | None = None) -> Array:
+def pad_sequences(sequences: Sequence[Sequence[int] | Array], pad: int, length: int | None = None) -> Array:
     """Right-pad 1-d integer sequences into one array.
 
     Parameters
@@ -182,7 +182,7 @@ class ReverseTask:
     (8, 5)
     """
 
-    def __init__(self, sequences: ArrayLike, lengths: ArrayLike, vocab: int):
+    def __init__(self, sequences: Array, lengths: Array, vocab: int):
         self.sequences, self.lengths, self.vocab = sequences, lengths, vocab
         self.pad, self.bos, self.eos = special_tokens(vocab)
         self.num_tokens = vocab + 3
@@ -374,7 +374,7 @@ class SortTask:
     ([[2, 0, 1, 0, 1]], [[-100, -100, 0, 1, 2]])
     """
 
-    def __init__(self, sequences: ArrayLike, length: int, num_digits: int, split: Literal["train", "test"]):
+    def __init__(self, sequences: Array, length: int, num_digits: int, split: Literal["train", "test"]):
         self.sequences = sequences
         self.solutions = np.sort(sequences, axis=1)
         self.length, self.num_digits, self.split = length, num_digits, split

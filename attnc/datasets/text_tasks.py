@@ -274,7 +274,7 @@ class EntailmentTask:
         """The words of one row of ids (padding dropped)."""
         return [self.words[i] for i in np.asarray(ids).tolist() if i != PAD]
 
-    def _scene(self, rng, split):
+    def _scene(self, rng: np.random.Generator, split: str) -> list[tuple[str, str]]:
         n = 2 + int(rng.random() < 0.5)
         if split == "test":
             return [HELDOUT_PAIRS[i] for i in rng.choice(len(HELDOUT_PAIRS), n, replace=False)]
@@ -297,7 +297,8 @@ class EntailmentTask:
             kind = {ENTAILMENT: "E", NEUTRAL: "N"}.get(label, "Cs" if rng.random() < 0.5 else "Cn")
             k = 1 + int(rng.random() < 0.5)  # animals named by the hypothesis
             named = [int(i) for i in rng.choice(n, k, replace=False)]
-            mention = [(scene[i][0], scene[i][1], i) for i in named]  # (colour or None, animal, scene index)
+            # (colour or None, animal, scene index)
+            mention: list[tuple[str | None, str, int]] = [(scene[i][0], scene[i][1], i) for i in named]
             changed = int(rng.integers(k))
             c, a, i = mention[changed]
             if kind == "Cs":

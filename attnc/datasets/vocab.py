@@ -228,13 +228,13 @@ class Vocab:
     def __getitem__(self, token: str) -> int:
         return self.id(token)
 
-    def __eq__(self, other):
+    def __eq__(self, other: object) -> bool:
         return isinstance(other, Vocab) and (self.kind, self.tokens) == (other.kind, other.tokens)
 
-    def __hash__(self):
+    def __hash__(self) -> int:
         return hash((self.kind, tuple(self.tokens)))
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         body = "".join(self.tokens[self.first_id:]) if self.kind == "char" else " ".join(self.tokens[self.first_id:])
         if len(body) > 60:
             body = body[:57] + "..."
@@ -300,7 +300,7 @@ class Vocab:
 
     # ------------------------------------------------------------------ batches
 
-    def _encode_all(self, seqs):
+    def _encode_all(self, seqs: Sequence[Text]) -> list[Array]:
         return [s if isinstance(s, np.ndarray) else self.encode(s) for s in seqs]
 
     def pad_batch(self, seqs: Sequence[Text], *, bos: bool = False, eos: bool = False,
