@@ -52,10 +52,13 @@ Vocabulary: ``VOCAB = Vocab.words(WORDS)``: PAD 0, BOS 1, EOS 2, UNK 3, then
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 
+from .._typing import Array, ArrayLike, DTypeLike
 from .sequences import _CHUNK, IGNORE_INDEX, _batches, _check_int, _exact_match
 from .vocab import Vocab, teacher_forcing_arrays
 
@@ -107,7 +110,7 @@ def object_code(colour: int, shape: int) -> int:
     return 1 + len(SHAPES) * colour + shape
 
 
-def _code_cells() -> np.ndarray:
+def _code_cells() -> Array:
     """(13, 8, 8, 3) float64: the pixels of a cell of every code (0 = empty)."""
     cells = np.zeros((1 + NUM_OBJECTS, CELL, CELL, 3))
     for c in range(len(COLOURS)):
@@ -119,7 +122,7 @@ def _code_cells() -> np.ndarray:
 _CODE_CELLS = _code_cells()
 
 
-def cell_descriptors(cell: np.ndarray) -> np.ndarray:
+def cell_descriptors(cell: Array) -> Array:
     """The 7 pixel descriptors of one (8, 8, 3) cell: occupied, mean RGB of
     the shape's pixels, area, bounding-box fill, top-row width (zeros when
     empty)."""
@@ -138,7 +141,7 @@ def cell_descriptors(cell: np.ndarray) -> np.ndarray:
     return out
 
 
-def _position_onehots() -> np.ndarray:
+def _position_onehots() -> Array:
     """(9, 6): row one-hot, column one-hot of each cell."""
     pos = np.zeros((NUM_CELLS, 2 * GRID))
     for l in range(NUM_CELLS):
@@ -152,7 +155,7 @@ _CODE_DESCRIPTORS = np.stack([cell_descriptors(c) for c in _CODE_CELLS])  # (13,
 FEATURE_SIZES = {"descriptors": 7 + 2 * GRID, "pixels": CELL * CELL * 3 + 2 * GRID}
 
 
-def render(grid) -> np.ndarray:
+def render(grid: ArrayLike) -> Array:
     """Images (..., 24, 24, 3) float64 of grid codes (..., 3, 3)."""
     grid = np.asarray(grid, dtype=np.int64)
     cells = _CODE_CELLS[grid]  # (..., 3, 3, 8, 8, 3)
@@ -162,7 +165,8 @@ def render(grid) -> np.ndarray:
     return cells.transpose(order).reshape(lead + (IMAGE_SIZE, IMAGE_SIZE, 3))
 
 
-def grid_features(grid, kind: str = "descriptors", dtype=np.float32) -> np.ndarray:
+def grid_features(grid: ArrayLike, kind: Literal["descriptors", "pixels"] = "descriptors",
+                  dtype: DTypeLike = np.float32) -> Array:
     """The feature grid (..., 9, F) of grid codes (..., 3, 3) (see the module docstring)."""
     grid = np.asarray(grid, dtype=np.int64)
     codes = grid.reshape(grid.shape[:-2] + (NUM_CELLS,))
@@ -176,8 +180,27 @@ def grid_features(grid, kind: str = "descriptors", dtype=np.float32) -> np.ndarr
     return np.concatenate([per_cell, pos], axis=-1).astype(dtype)
 
 
-def caption_of(grid) -> str:
-    """The sentence of one (3, 3) grid of codes (the rule in the module docstring)."""
+def caption_of(grid: ArrayLike) -> str:
+    """The sentence of one grid of cell codes (the rule in the module docstring).
+
+    Parameters
+    ----------
+    grid : int array (3, 3): 0 = empty, else 1 + 3·colour + shape (colours
+        red, green, blue, yellow; shapes square, circle, triangle); one
+        object, or two different ones sharing a row or a column
+
+    Returns
+    -------
+    str, "a {colour} {shape}" or "a {colour} {shape} {relation} a {colour} {shape}"
+
+    Example
+    -------
+    >>> grid = np.zeros((3, 3), np.int64)
+    >>> grid[0, 0] = 1                   # a red square, top left
+    >>> grid[2, 0] = 1 + 3 * 2 + 1       # a blue circle, bottom left
+    >>> attnc.datasets.caption_of(grid)
+    'a red square above a blue circle'
+    """
     grid = np.asarray(grid, dtype=np.int64)
     cells = [(int(grid[r, c]), r, c) for r in range(GRID) for c in range(GRID) if grid[r, c]]
     if not 1 <= len(cells) <= 2:
@@ -201,16 +224,32 @@ def caption_of(grid) -> str:
     return f"{name(c1)} {rel} {name(c2)}"
 
 
-def content_keys(grid) -> np.ndarray:
+def content_keys(grid: ArrayLike) -> Array:
     """One int64 per grid (..., 3, 3): its codes as a base-13 number (equal keys = equal images)."""
     grid = np.asarray(grid, dtype=np.int64)
     codes = grid.reshape(grid.shape[:-2] + (NUM_CELLS,))
     return codes @ ((1 + NUM_OBJECTS) ** np.arange(NUM_CELLS, dtype=np.int64))
 
 
-def caption_split(grid) -> str:
-    """"test" or "train" for one (3, 3) grid: blake2b of its int64 codes
-    (little-endian, row-major), "test" when 0 mod 4."""
+def caption_split(grid: ArrayLike) -> Literal["train", "test"]:
+    """"test" or "train" for one image, by a stable hash: blake2b of its
+    grid's int64 codes (little-endian, row-major), "test" when 0 mod 4.
+
+    Parameters
+    ----------
+    grid : int array (3, 3) of cell codes
+
+    Returns
+    -------
+    str, "test" (about a quarter of the images) or "train"
+
+    Example
+    -------
+    >>> grid = np.zeros((3, 3), np.int64)
+    >>> grid[1, 1] = 5                   # a green circle in the middle
+    >>> attnc.datasets.caption_of(grid), attnc.datasets.caption_split(grid)
+    ('a green circle', 'test')
+    """
     data = np.ascontiguousarray(grid, dtype="<i8").tobytes()
     h = int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little")
     return "test" if h % 4 == 0 else "train"
@@ -218,23 +257,36 @@ def caption_split(grid) -> str:
 
 @dataclass(frozen=True)
 class CaptionBatch:
-    """One batch of images to caption (torch's mask meaning: True = padding).
+    """One batch of images to caption (what ``CaptionsTask.batch`` returns;
+    torch's mask meaning: True = padding).
 
-    features               (B, 9, F) float, the cells the decoder attends over
+    Fields
+    ------
+    features               (B, 9, F) float32 or float64, the cells the decoder attends over
     tgt_in                 (B, T) int64: BOS, words..., PAD after
     tgt_out                (B, T) int64: words..., EOS, IGNORE_INDEX (-100) after
     tgt_key_padding_mask   (B, T) bool
     tgt_lengths            (B,) int64: words + 1 (the decoder steps that count)
-    T = the batch's longest caption + 1.
+
+    T = the batch's longest caption + 1; ``num_tokens`` counts the targets
+    that are not IGNORE_INDEX.
+
+    Example
+    -------
+    >>> b = attnc.datasets.captions(4, seed=0).batch([0, 3])
+    >>> b.features.shape, b.features.dtype, b.tgt_in.shape, b.tgt_lengths.tolist()
+    ((2, 9, 13), dtype('float32'), (2, 8), [8, 4])
+    >>> b.tgt_out[1].tolist(), b.num_tokens
+    ([4, 6, 10, 2, -100, -100, -100, -100], 12)
     """
 
-    features: np.ndarray
-    tgt_in: np.ndarray
-    tgt_out: np.ndarray
-    tgt_key_padding_mask: np.ndarray
-    tgt_lengths: np.ndarray
+    features: Array
+    tgt_in: Array
+    tgt_out: Array
+    tgt_key_padding_mask: Array
+    tgt_lengths: Array
 
-    def __len__(self):
+    def __len__(self) -> int:
         return self.features.shape[0]
 
     @property
@@ -244,8 +296,17 @@ class CaptionBatch:
 
 
 class CaptionsTask:
-    """Images of shapes and their captions (see ``captions``).
+    """Images of shapes and their captions (built by ``captions``).
 
+    Parameters
+    ----------
+    grid : int array (n, 3, 3) of cell codes, each grid a valid image (see ``caption_of``)
+    split : "train" or "test", recorded
+    features : "descriptors" (F = 13) or "pixels" (F = 198)
+    dtype : float32 or float64, of features and images
+
+    Attributes
+    ----------
     grid             (n, 3, 3) int64 cell codes (0 empty, 1 + 3·colour + shape)
     captions         list of n str
     caption_ids      (n, 8) int64, the captions' word ids, PAD after
@@ -260,9 +321,20 @@ class CaptionsTask:
     ``batch(indices)`` -> ``CaptionBatch``; ``batches(batch_size, shuffle=False,
     seed=None, drop_last=False)``; ``targets_padded()`` (n, 9);
     ``exact_match(predictions)`` (n,) bool; ``keys()`` content keys.
+
+    Example
+    -------
+    >>> grid = np.zeros((1, 3, 3), np.int64)
+    >>> grid[0, 1, 0], grid[0, 1, 2] = 1, 12   # a red square, a yellow triangle
+    >>> task = attnc.datasets.CaptionsTask(grid, "train")
+    >>> task.captions, task.features.shape, task.images().shape
+    (['a red square left of a yellow triangle'], (1, 9, 13), (1, 24, 24, 3))
+    >>> task.exact_match(["a red square left of a yellow triangle"]).tolist()
+    [True]
     """
 
-    def __init__(self, grid, split, features="descriptors", dtype=np.float32):
+    def __init__(self, grid: ArrayLike, split: Literal["train", "test"],
+                 features: Literal["descriptors", "pixels"] = "descriptors", dtype: DTypeLike = np.float32):
         self.grid = np.ascontiguousarray(grid, dtype=np.int64)
         self.split = split
         self.vocab = VOCAB
@@ -281,18 +353,19 @@ class CaptionsTask:
         self.features = grid_features(self.grid, features, dtype)
         self.num_cells, self.feature_size = NUM_CELLS, self.features.shape[-1]
 
-    def __len__(self):
+    def __len__(self) -> int:
         return self.grid.shape[0]
 
-    def images(self, indices=None) -> np.ndarray:
+    def images(self, indices: ArrayLike | None = None) -> Array:
         """(B, 24, 24, 3) images of the draws at indices (all by default)."""
         g = self.grid if indices is None else self.grid[np.asarray(indices, dtype=np.int64).reshape(-1)]
         return render(g).astype(self.dtype)
 
-    def image(self, i) -> np.ndarray:
+    def image(self, i: int) -> Array:
+        """(24, 24, 3) image of draw i."""
         return render(self.grid[i]).astype(self.dtype)
 
-    def objects(self, i) -> list[tuple[int, int, str, str]]:
+    def objects(self, i: int) -> list[tuple[int, int, str, str]]:
         """(row, col, colour, shape) of every object of draw i, in reading order."""
         out = []
         for r in range(GRID):
@@ -303,20 +376,22 @@ class CaptionsTask:
                     out.append((r, c, COLOURS[colour], SHAPES[shape]))
         return out
 
-    def keys(self) -> np.ndarray:
+    def keys(self) -> Array:
         """(n,) int64 content keys (equal keys = equal images)."""
         return content_keys(self.grid)
 
-    def batch(self, indices) -> CaptionBatch:
+    def batch(self, indices: ArrayLike) -> CaptionBatch:
+        """The ``CaptionBatch`` of the draws at indices (B,)."""
         idx = np.asarray(indices, dtype=np.int64).reshape(-1)
         tf = teacher_forcing_arrays(self.caption_ids[idx], self.caption_lengths[idx])
         return CaptionBatch(self.features[idx], tf.tgt_in, tf.tgt_out, tf.key_padding_mask, tf.lengths)
 
-    def batches(self, batch_size: int, *, shuffle: bool = False, seed=None, drop_last: bool = False):
+    def batches(self, batch_size: int, *, shuffle: bool = False, seed: int | None = None,
+                drop_last: bool = False) -> Iterator[CaptionBatch]:
         """Iterate over the task in batches (in order, or shuffled with seed)."""
         return _batches(self, batch_size, shuffle, seed, drop_last)
 
-    def targets_padded(self, eos: bool = True) -> np.ndarray:
+    def targets_padded(self, eos: bool = True) -> Array:
         """(n, 9) int64: each caption's ids, EOS, then PAD ((n, 8) without EOS)."""
         n = len(self)
         out = np.full((n, MAX_CAPTION_WORDS + int(eos)), self.pad, np.int64)
@@ -325,25 +400,42 @@ class CaptionsTask:
             out[np.arange(n), self.caption_lengths] = self.eos
         return out
 
-    def decode(self, ids) -> list[str]:
+    def decode(self, ids: ArrayLike) -> list[str]:
         """Sentences of predicted word ids (B, T) (each up to its first EOS)."""
         return self.vocab.decode_batch(ids)
 
-    def exact_match(self, predictions) -> np.ndarray:
+    def exact_match(self, predictions: ArrayLike | Sequence[str]) -> Array:
         """(n,) bool: prediction i equals caption i. predictions: (n, T) ids
         (decoded up to the first EOS) or n strings, compared word by word."""
         return _exact_match(self, predictions, self.captions, "images", lambda p: " ".join(p.split()))
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         two = int((self.num_objects == 2).sum())
         return (f"CaptionsTask(n={len(self)}, split={self.split!r}, {two} with two objects, "
                 f"features {self.feature_kind} (9, {self.feature_size}), vocab {len(self.vocab)})")
 
 
-def captions(n: int, seed=0, *, split: str = "train", p_two: float = 0.75, features: str = "descriptors",
-             dtype=np.float32, unique: bool = False) -> CaptionsTask:
+def captions(n: int, seed: int | None = 0, *, split: Literal["train", "test"] = "train", p_two: float = 0.75,
+             features: Literal["descriptors", "pixels"] = "descriptors", dtype: DTypeLike = np.float32,
+             unique: bool = False) -> CaptionsTask:
     """n captioned images of shapes, from one split (with replacement unless
     ``unique``).
+
+    Parameters
+    ----------
+    n : int, the number of images
+    seed : int or None
+    split : "train" or "test" (``caption_split``)
+    p_two : float, the probability of two objects
+    features : "descriptors" (F = 13) or "pixels" (F = 198)
+    dtype : float32 or float64, of features and images
+    unique : bool, no image twice
+
+    Returns
+    -------
+    CaptionsTask: ``grid`` (n, 3, 3) int64, ``features`` (n, 9, F),
+    ``captions`` (n strings), ``caption_ids`` (n, 8) int64, ``images()``
+    (n, 24, 24, 3).
 
     Each draw: with probability p_two two different objects (uniform over
     the 12 × 11 ordered pairs) in a uniform line (row or column, 3 + 3) at
@@ -356,9 +448,11 @@ def captions(n: int, seed=0, *, split: str = "train", p_two: float = 0.75, featu
 
     Example
     -------
-    >>> task = captions(4, seed=0)
-    >>> task.features.shape, task.images().shape
-    ((4, 9, 13), (4, 24, 24, 3))
+    >>> task = attnc.datasets.captions(4, seed=0)
+    >>> task.features.shape, task.features.dtype, task.images().shape
+    ((4, 9, 13), dtype('float32'), (4, 24, 24, 3))
+    >>> task.captions[:2]
+    ['a blue square above a yellow square', 'a red square left of a green circle']
     """
     n = _check_int("n", n, 0)
     if split not in ("train", "test"):
@@ -369,7 +463,7 @@ def captions(n: int, seed=0, *, split: str = "train", p_two: float = 0.75, featu
         raise ValueError(f"p_two must be in [0, 1], got {p_two!r}")
     rng = np.random.default_rng(seed)
     split_cache: dict = {}
-    seen = set() if unique else None
+    seen: set[int] | None = set() if unique else None
     out, have, rounds_without = [], 0, 0
     while have < n:
         m = _CHUNK

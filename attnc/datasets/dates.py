@@ -50,9 +50,12 @@ from __future__ import annotations
 
 import datetime
 import hashlib
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Literal
 
 import numpy as np
 
+from .._typing import Array, ArrayLike
 from .sequences import _CHUNK, _batches, _check_int, _exact_match
 from .vocab import TextBatch, Vocab, teacher_forcing_arrays
 
@@ -107,8 +110,27 @@ FORMATS: tuple[str, ...] = tuple(name for name, _ in _FORMATTERS)
 _FORMAT_FN = dict(_FORMATTERS)
 
 
-def format_date(date, fmt: str) -> str:
-    """The source string of a ``datetime.date`` (or ISO string) in one format of ``FORMATS``."""
+def format_date(date: datetime.date | str | np.datetime64, fmt: str) -> str:
+    """The source string of a date in one format of ``FORMATS`` (the table in
+    the module docstring).
+
+    Parameters
+    ----------
+    date : datetime.date, ISO string "yyyy-mm-dd" or np.datetime64 (any
+        unit; cast to dtype datetime64[D])
+    fmt : str, a name from ``FORMATS`` such as "dd/mm/yy" or "the_dth_of_month_y"
+
+    Returns
+    -------
+    str, lower case, at most 30 characters
+
+    Example
+    -------
+    >>> attnc.datasets.format_date("2026-11-22", "the_dth_of_month_y")
+    'the 22nd of november 2026'
+    >>> attnc.datasets.format_date(np.datetime64("2026-03-02"), "wkd,_mon_d,_y")
+    'mon, mar 2, 2026'
+    """
     if isinstance(date, str):
         date = datetime.date.fromisoformat(date)
     elif isinstance(date, np.datetime64):
@@ -120,16 +142,41 @@ def format_date(date, fmt: str) -> str:
     return fn(date)
 
 
-def date_split(text: str) -> str:
+def date_split(text: str) -> Literal["train", "test"]:
     """"test" or "train" for a source string (or ISO date), by a stable hash:
-    blake2b of its UTF-8 bytes, "test" when 0 mod 4."""
+    blake2b of its UTF-8 bytes (an 8-byte digest read as a little-endian
+    int), "test" when 0 mod 4.
+
+    Parameters
+    ----------
+    text : str, a source string (``split_by="source"``) or an ISO date
+        "yyyy-mm-dd" (``split_by="date"``)
+
+    Returns
+    -------
+    str, "test" (about a quarter of the strings) or "train"
+
+    Example
+    -------
+    >>> [attnc.datasets.date_split(s) for s in ["nov 22, 2026", "11/22/2026", "2026-11-22"]]
+    ['test', 'train', 'train']
+    """
     h = int.from_bytes(hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest(), "little")
     return "test" if h % 4 == 0 else "train"
 
 
 class DatesTask:
-    """Dates in many formats and their ISO forms (see ``dates``).
+    """Dates in many formats and their ISO forms (built by ``dates``).
 
+    Parameters
+    ----------
+    sources : n str, the human-readable dates (characters of ``SOURCE_ALPHABET``, ≤ 30)
+    dates : array (n,) of dates, converted to datetime64[D]
+    formats : int array (n,), each source's index into ``FORMATS``
+    split : "train" or "test", recorded
+
+    Attributes
+    ----------
     sources        list of n str, the human-readable dates (≤ 30 characters)
     targets        list of n str, "yyyy-mm-dd"
     dates          (n,) datetime64[D]
@@ -145,9 +192,19 @@ class DatesTask:
     EOS); ``batches(batch_size, shuffle=False, seed=None, drop_last=False)``;
     ``targets_padded()`` (n, 11); ``exact_match(predictions)`` (n,) bool;
     ``accuracy_by(correct, by="length")`` {input length or format: fraction}.
+
+    Example
+    -------
+    >>> from attnc.datasets.dates import FORMATS
+    >>> task = attnc.datasets.DatesTask(["nov 22, 2026"], ["2026-11-22"], [FORMATS.index("mon_d,_y")], "test")
+    >>> task.src_ids.shape, task.tgt_ids[0].tolist()
+    ((1, 30), [6, 4, 6, 10, 3, 5, 5, 3, 6, 6])
+    >>> task.exact_match(["2026-11-22"]).tolist(), task.accuracy_by([True], by="format")
+    ([True], {'mon_d,_y': 1.0})
     """
 
-    def __init__(self, sources, dates, formats, split):
+    def __init__(self, sources: Iterable[str], dates: ArrayLike, formats: ArrayLike,
+                 split: Literal["train", "test"]):
         self.sources = list(sources)
         self.dates = np.asarray(dates, dtype="datetime64[D]")
         self.targets = [str(d) for d in self.dates]
@@ -165,18 +222,20 @@ class DatesTask:
         self.tgt_ids = TARGET_VOCAB.pad_batch(self.targets, length=TARGET_LEN).ids if n else \
             np.zeros((0, TARGET_LEN), np.int64)
 
-    def __len__(self):
+    def __len__(self) -> int:
         return len(self.sources)
 
-    def __getitem__(self, i):
+    def __getitem__(self, i: int) -> tuple[str, str]:
         """(source, target) strings of draw i."""
         return self.sources[i], self.targets[i]
 
-    def keys(self):
+    def keys(self) -> list[str]:
         """The source strings (equal keys = equal inputs)."""
         return list(self.sources)
 
-    def batch(self, indices) -> TextBatch:
+    def batch(self, indices: ArrayLike) -> TextBatch:
+        """The ``TextBatch`` of the draws at indices (B,): src (B, S) with S the
+        longest of their sources, tgt_in/tgt_out (B, 11)."""
         idx = np.asarray(indices, dtype=np.int64).reshape(-1)
         lengths = self.input_lengths[idx]
         S = int(lengths.max()) if idx.size else 0
@@ -185,26 +244,27 @@ class DatesTask:
         return TextBatch(src, np.arange(S)[None, :] >= lengths[:, None], tf.tgt_in, tf.tgt_out,
                          tf.key_padding_mask, lengths.copy(), tf.lengths)
 
-    def batches(self, batch_size: int, *, shuffle: bool = False, seed=None, drop_last: bool = False):
+    def batches(self, batch_size: int, *, shuffle: bool = False, seed: int | None = None,
+                drop_last: bool = False) -> Iterator[TextBatch]:
         """Iterate over the task in batches (in order, or shuffled with seed)."""
         return _batches(self, batch_size, shuffle, seed, drop_last)
 
-    def targets_padded(self, eos: bool = True) -> np.ndarray:
+    def targets_padded(self, eos: bool = True) -> Array:
         """(n, 11) int64: each target's ids followed by EOS (or (n, 10) without)."""
         if not eos:
             return self.tgt_ids.copy()
         return np.concatenate([self.tgt_ids, np.full((len(self), 1), self.eos, np.int64)], axis=1)
 
-    def decode(self, ids) -> list[str]:
+    def decode(self, ids: ArrayLike) -> list[str]:
         """Target strings of predicted ids (B, T) (each up to its first EOS)."""
         return self.tgt_vocab.decode_batch(ids)
 
-    def exact_match(self, predictions) -> np.ndarray:
+    def exact_match(self, predictions: ArrayLike | Sequence[str]) -> Array:
         """(n,) bool: prediction i equals target i. predictions: (n, T) ids
         (decoded up to the first EOS) or n strings."""
         return _exact_match(self, predictions, self.targets, "dates")
 
-    def accuracy_by(self, correct, by: str = "length") -> dict:
+    def accuracy_by(self, correct: ArrayLike, by: Literal["length", "format"] = "length") -> dict[int | str, float]:
         """{input length (by="length") or format name (by="format"): fraction
         correct}, sorted by key, over the draws of each group."""
         correct = np.asarray(correct, dtype=bool).reshape(-1)
@@ -217,29 +277,42 @@ class DatesTask:
             return {FORMATS[k]: float(correct[self.formats == k].mean()) for k in np.unique(self.formats)}
         raise ValueError(f"by must be 'length' or 'format', got {by!r}")
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         lo, hi = (int(self.input_lengths.min()), int(self.input_lengths.max())) if len(self) else (0, 0)
         return (f"DatesTask(n={len(self)}, split={self.split!r}, formats={len(np.unique(self.formats))}, "
                 f"input lengths {lo}-{hi}, src vocab {len(self.src_vocab)}, tgt vocab {len(self.tgt_vocab)})")
 
 
-def dates(n: int, seed=0, *, split: str = "train", formats=None, years=(1950, 2049),
-          split_by: str = "source", unique: bool = False) -> DatesTask:
+def dates(n: int, seed: int | None = 0, *, split: Literal["train", "test"] = "train",
+          formats: Sequence[str] | None = None, years: tuple[int, int] = (1950, 2049),
+          split_by: Literal["source", "date"] = "source", unique: bool = False) -> DatesTask:
     """n human-readable dates and their ISO forms, from one split.
 
-    formats : names from ``FORMATS`` to draw from (default all, uniformly).
-    years : (first, last) year, within 1950-2049.
-    split : "train" or "test" (see the module docstring); ``split_by`` "source"
-        or "date" chooses what the split hashes.
-    unique : no source string twice.
+    Parameters
+    ----------
+    n : int, the number of dates
+    seed : int or None
+    split : "train" or "test" (see the module docstring)
+    formats : names from ``FORMATS`` to draw from (default all, uniformly)
+    years : (first, last) year, within 1950-2049
+    split_by : "source" or "date", what the split hashes
+    unique : bool, no source string twice
+
+    Returns
+    -------
+    DatesTask: ``sources``/``targets`` (n strings), ``src_ids`` (n, 30) and
+    ``tgt_ids`` (n, 10) int64; its ``batch(indices)`` gives ``TextBatch``es.
 
     Draws come in fixed rounds, so the first n are the same for any larger n.
 
     Example
     -------
-    >>> task = dates(3, seed=0)
-    >>> len(task.targets[0]), task.batch([0, 1, 2]).tgt_in.shape
-    (10, (3, 11))
+    >>> task = attnc.datasets.dates(3, seed=0)
+    >>> task.sources, task.targets
+    (['12 sep 2013', '11 feb 2001', '23rd december 1976'], ['2013-09-12', '2001-02-11', '1976-12-23'])
+    >>> b = task.batch([0, 1, 2])
+    >>> b.src.shape, b.tgt_in.shape, b.tgt_in.dtype
+    ((3, 18), (3, 11), dtype('int64'))
     """
     n = _check_int("n", n, 0)
     if split not in ("train", "test"):
@@ -261,8 +334,10 @@ def dates(n: int, seed=0, *, split: str = "train", formats=None, years=(1950, 20
     last = datetime.date(y1, 12, 31).toordinal()
     fns = [_FORMAT_FN[FORMATS[k]] for k in fmt_index]
     rng = np.random.default_rng(seed)
-    sources, ords, fmts = [], [], []
-    seen = set() if unique else None
+    sources: list[str] = []
+    ords: list[int] = []
+    fmts: list[int] = []
+    seen: set[str] | None = set() if unique else None
     split_cache: dict = {}
     rounds_without = 0
     while len(sources) < n:

@@ -28,39 +28,56 @@ from dataclasses import dataclass
 import numpy as np
 
 from .._args import size_arg as _check_int
-from .ntm_tasks import _dtype, _rng
+from .._typing import Array, ArrayLike, DTypeLike
+from .ntm_tasks import SeedLike, _dtype, _rng
 
 __all__ = ["FewShotEpisodes", "FewShotTask", "fewshot_accuracy", "nearest_prototype"]
 
 
 @dataclass(frozen=True)
 class FewShotEpisodes:
-    """A batch of B episodes of one N-way K-shot task.
+    """A batch of B episodes of one N-way K-shot task (what
+    ``FewShotTask.episodes`` returns).
 
-    features    (B, N·K + 1, d) float (float32 by default): the support examples in
-                their shuffled order, then the query (last row)
+    Fields
+    ------
+    features    (B, N·K + 1, d) float32 or float64 (float32 by default): the
+                support examples in their shuffled order, then the query (last row)
     labels      (B, N·K) int64 in [0, N): the support examples' classes
     targets     (B,) int64 in [0, N): the query's class
     prototypes  (B, N, d) float64: each episode's class prototypes (for plots and checks)
+
+    ``len(episodes)`` is B, ``n_way`` N, ``k_shot`` K; ``episodes[i]`` or
+    ``episodes[a:b]`` selects episodes (an int keeps a batch of one).
+
+    Example
+    -------
+    >>> ep = attnc.datasets.FewShotTask(n_way=3, k_shot=2, dim=4).episodes(5, seed=0)
+    >>> ep.features.shape, ep.features.dtype, ep.labels.shape, ep.prototypes.dtype
+    ((5, 7, 4), dtype('float32'), (5, 6), dtype('float64'))
+    >>> len(ep[1:3]), ep[0].features.shape, ep.n_way, ep.k_shot
+    (2, (1, 7, 4), 3, 2)
     """
 
-    features: np.ndarray
-    labels: np.ndarray
-    targets: np.ndarray
-    prototypes: np.ndarray
+    features: Array
+    labels: Array
+    targets: Array
+    prototypes: Array
 
-    def __len__(self):
+    def __len__(self) -> int:
         return self.features.shape[0]
 
     @property
     def n_way(self) -> int:
+        """N, the classes per episode."""
         return self.prototypes.shape[1]
 
     @property
     def k_shot(self) -> int:
+        """K, the support examples per class."""
         return self.labels.shape[1] // self.prototypes.shape[1]
 
-    def __getitem__(self, index) -> "FewShotEpisodes":
+    def __getitem__(self, index: int | slice | Array) -> FewShotEpisodes:
         """The episodes at index (an int keeps a batch of one), e.g. ``episodes[:8]``."""
         if isinstance(index, (int, np.integer)):
             index = slice(int(index), int(index) + 1 if index != -1 else None)
@@ -71,13 +88,22 @@ class FewShotEpisodes:
 class FewShotTask:
     """N-way K-shot episodes over Gaussian classes (see the module docstring).
 
+    Parameters
+    ----------
+    n_way : int, N classes per episode (>= 2)
+    k_shot : int, K labelled examples per class
+    dim : int, the feature size d
+    noise : float, the examples' standard deviation around their prototype
+        (the prototypes have unit variance per feature)
+
     ``seq_len = n_way * k_shot + 1`` (the sequence a model like SNAIL reads);
-    ``dim`` the feature size d; ``noise`` the examples' standard deviation
-    around their prototype (the prototypes have unit variance per feature).
+    ``episodes(batch_size, seed=None, dtype=np.float32)`` ->
+    ``FewShotEpisodes`` (features (B, N·K + 1, d) float, labels (B, N·K)
+    int64, targets (B,) int64).
 
     Example
     -------
-    >>> task = FewShotTask(n_way=5, k_shot=1, dim=8)
+    >>> task = attnc.datasets.FewShotTask(n_way=5, k_shot=1, dim=8)
     >>> ep = task.episodes(4, seed=0)
     >>> ep.features.shape, ep.labels.shape, ep.targets.shape
     ((4, 6, 8), (4, 5), (4,))
@@ -96,9 +122,10 @@ class FewShotTask:
 
     @property
     def seq_len(self) -> int:
+        """N·K + 1: the support examples and the query."""
         return self.n_way * self.k_shot + 1
 
-    def episodes(self, batch_size: int, *, seed=None, dtype=np.float32) -> FewShotEpisodes:
+    def episodes(self, batch_size: int, *, seed: SeedLike = None, dtype: DTypeLike = np.float32) -> FewShotEpisodes:
         """batch_size episodes, each with its own N new classes.
 
         Drawn in this order from one generator: prototypes (B, N, d), the
@@ -118,21 +145,32 @@ class FewShotTask:
         features = np.ascontiguousarray(np.concatenate([feats, query[:, None, :]], axis=1), dtype=dt)
         return FewShotEpisodes(features, labels, targets, protos)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"FewShotTask(n_way={self.n_way}, k_shot={self.k_shot}, dim={self.dim}, noise={self.noise})"
 
 
-def nearest_prototype(features, labels, n_way: int) -> np.ndarray:
-    """The class of each episode's query by the nearest support-class mean.
+def nearest_prototype(features: ArrayLike, labels: ArrayLike, n_way: int) -> Array:
+    """The class of each episode's query by the nearest support-class mean
+    (squared Euclidean distance, computed in float64).
 
-    features (B, N·K + 1, d) (the query last), labels (B, N·K) int in [0, N)
-    -> (B,) int64 predictions. Ties go to the lower class. A class with no
-    support example is never predicted.
+    Parameters
+    ----------
+    features : array (B, N·K + 1, d), any real dtype; the query last
+    labels : int array (B, N·K) in [0, N)
+    n_way : int, N
+
+    Returns
+    -------
+    array (B,), int64 predictions. Ties go to the lower class; a class with
+    no support example is never predicted.
 
     Example
     -------
-    >>> ep = FewShotTask(5, 5, dim=16, noise=0.1).episodes(10, seed=1)
-    >>> bool((nearest_prototype(ep.features, ep.labels, 5) == ep.targets).all())
+    >>> feats = np.array([[[0.0], [1.0], [10.0], [9.0], [8.0]]])  # 4 support examples, query 8
+    >>> attnc.datasets.nearest_prototype(feats, [[0, 0, 1, 1]], 2)  # means 0.5 and 9.5
+    array([1])
+    >>> ep = attnc.datasets.FewShotTask(5, 5, dim=16, noise=0.1).episodes(10, seed=1)
+    >>> bool((attnc.datasets.nearest_prototype(ep.features, ep.labels, 5) == ep.targets).all())
     True
     """
     x = np.asarray(features, np.float64)
@@ -150,9 +188,25 @@ def nearest_prototype(features, labels, n_way: int) -> np.ndarray:
     return dist.argmin(axis=1).astype(np.int64)
 
 
-def fewshot_accuracy(predictions, targets) -> float:
-    """The fraction of episodes whose query class was predicted: predictions
-    (B,) int or logits (B, N) (argmax), targets (B,) int."""
+def fewshot_accuracy(predictions: ArrayLike, targets: ArrayLike) -> float:
+    """The fraction of episodes whose query class was predicted.
+
+    Parameters
+    ----------
+    predictions : int array (B,) of classes, or float logits (B, N) (their argmax)
+    targets : int array (B,)
+
+    Returns
+    -------
+    float in [0, 1] (0.0 when B = 0)
+
+    Example
+    -------
+    >>> attnc.datasets.fewshot_accuracy([0, 2, 1, 1], [0, 2, 2, 1])
+    0.75
+    >>> attnc.datasets.fewshot_accuracy(np.array([[0.1, 0.9], [0.8, 0.2]]), [1, 1])
+    0.5
+    """
     p = np.asarray(predictions)
     t = np.asarray(targets)
     if p.ndim == 2:

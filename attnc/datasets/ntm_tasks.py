@@ -29,10 +29,15 @@ per sequence on the scored steps, with the prediction ``logits > 0``.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Union
 
 import numpy as np
 
+from .._typing import Array, ArrayLike, DTypeLike
 from .sequences import _check_int
+
+SeedLike = Union[int, np.random.Generator, None]
+"""An int, None (fresh entropy) or a np.random.Generator (consumed)."""
 
 __all__ = ["AssociativeRecallTask", "CopyTask", "NTMBatch", "RepeatCopyTask", "bits_per_sequence"]
 
@@ -41,23 +46,33 @@ __all__ = ["AssociativeRecallTask", "CopyTask", "NTMBatch", "RepeatCopyTask", "b
 
 @dataclass(frozen=True)
 class NTMBatch:
-    """One batch of an NTM task.
+    """One batch of an NTM task (what ``CopyTask.batch`` and the others return).
 
-    inputs   (B, T, input_size) float (float32 by default), 0/1 values except
-             the repeat-count channel of ``RepeatCopyTask``
+    Fields
+    ------
+    inputs   (B, T, input_size) float32 or float64 (float32 by default), 0/1
+             values except the repeat-count channel of ``RepeatCopyTask``
     targets  (B, T, output_size) same dtype, 0/1, zero on unscored steps
     mask     (B, T) bool: True on the steps whose outputs are scored
+
+    Example
+    -------
+    >>> b = attnc.datasets.CopyTask(bits=4).batch(2, length=3, seed=0)
+    >>> b.inputs.shape, b.targets.shape, b.mask.shape, b.inputs.dtype, len(b)
+    ((2, 7, 5), (2, 7, 4), (2, 7), dtype('float32'), 2)
+    >>> b.mask[0].tolist()
+    [False, False, False, False, True, True, True]
     """
 
-    inputs: np.ndarray
-    targets: np.ndarray
-    mask: np.ndarray
+    inputs: Array
+    targets: Array
+    mask: Array
 
-    def __len__(self):
+    def __len__(self) -> int:
         return self.inputs.shape[0]
 
 
-def _rng(seed) -> np.random.Generator:
+def _rng(seed: SeedLike) -> np.random.Generator:
     if seed is None or isinstance(seed, np.random.Generator):
         return np.random.default_rng(seed)
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
@@ -67,7 +82,7 @@ def _rng(seed) -> np.random.Generator:
     return np.random.default_rng(int(seed))
 
 
-def _dtype(dtype) -> np.dtype:
+def _dtype(dtype: DTypeLike) -> np.dtype:
     try:
         dt = np.dtype(dtype) if dtype is not None else None  # np.dtype(None) would be float64
     except TypeError:
@@ -98,9 +113,18 @@ class CopyTask:
     L+1..2L   all zero                   the sequence  True
     ========  =========================  ============  ======
 
+    Parameters
+    ----------
+    bits : int, the width of each bit vector
+    min_len, max_len : int, the range of sequence lengths ``batch`` draws
+
+    ``batch(batch_size, length=None, seed=None, dtype=np.float32)`` ->
+    ``NTMBatch``: inputs (B, 2L + 1, bits + 1), targets (B, 2L + 1, bits),
+    mask (B, 2L + 1) bool.
+
     Example
     -------
-    >>> task = CopyTask(bits=8, min_len=1, max_len=20)
+    >>> task = attnc.datasets.CopyTask(bits=8, min_len=1, max_len=20)
     >>> b = task.batch(16, length=5, seed=0)
     >>> b.inputs.shape, b.targets.shape, b.mask.shape
     ((16, 11, 9), (16, 11, 8), (16, 11))
@@ -115,10 +139,11 @@ class CopyTask:
         self.input_size = self.bits + 1
         self.output_size = self.bits
 
-    def batch(self, batch_size: int, *, length: int | None = None, seed=None, dtype=np.float32) -> NTMBatch:
+    def batch(self, batch_size: int, *, length: int | None = None, seed: SeedLike = None,
+              dtype: DTypeLike = np.float32) -> NTMBatch:
         """batch_size sequences of one length: ``length`` when given (any
         length >= 1, e.g. longer than max_len to test generalisation), else
-        drawn uniformly in [min_len, max_len]."""
+        drawn uniformly in [min_len, max_len]. dtype: float32 or float64."""
         B = _check_int("batch_size", batch_size, 1)
         dt = _dtype(dtype)
         rng = _rng(seed)
@@ -134,7 +159,7 @@ class CopyTask:
         mask[:, L + 1:] = True
         return NTMBatch(inputs, targets, mask)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"CopyTask(bits={self.bits}, min_len={self.min_len}, max_len={self.max_len})"
 
 
@@ -162,9 +187,19 @@ class RepeatCopyTask:
     passed to ``batch`` gives a value above 1), as Graves et al. normalised
     it to keep the input on the scale of the bits.
 
+    Parameters
+    ----------
+    bits : int, the width of each bit vector
+    min_len, max_len : int, the range of sequence lengths ``batch`` draws
+    min_repeats, max_repeats : int, the range of repeat counts ``batch`` draws
+
+    ``batch(batch_size, length=None, repeats=None, seed=None,
+    dtype=np.float32)`` -> ``NTMBatch`` (inputs (B, T, bits + 2), targets
+    (B, T, bits + 1), mask (B, T) bool).
+
     Example
     -------
-    >>> task = RepeatCopyTask(bits=8, max_len=10, max_repeats=10)
+    >>> task = attnc.datasets.RepeatCopyTask(bits=8, max_len=10, max_repeats=10)
     >>> b = task.batch(4, length=3, repeats=2, seed=0)
     >>> b.inputs.shape, b.targets.shape, round(float(b.inputs[0, 4, 9]), 6)
     ((4, 12, 10), (4, 12, 9), 0.2)
@@ -183,10 +218,11 @@ class RepeatCopyTask:
         self.output_size = self.bits + 1
 
     def batch(self, batch_size: int, *, length: int | None = None, repeats: int | None = None,
-              seed=None, dtype=np.float32) -> NTMBatch:
+              seed: SeedLike = None, dtype: DTypeLike = np.float32) -> NTMBatch:
         """batch_size sequences of one length (``length``, else uniform in
         [min_len, max_len]) and one repeat count (``repeats``, else uniform in
-        [min_repeats, max_repeats]); given values may be any int >= 1."""
+        [min_repeats, max_repeats]); given values may be any int >= 1.
+        dtype: float32 or float64."""
         B = _check_int("batch_size", batch_size, 1)
         dt = _dtype(dtype)
         rng = _rng(seed)
@@ -209,7 +245,7 @@ class RepeatCopyTask:
         mask[:, start:] = True
         return NTMBatch(inputs, targets, mask)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return (f"RepeatCopyTask(bits={self.bits}, min_len={self.min_len}, max_len={self.max_len}, "
                 f"min_repeats={self.min_repeats}, max_repeats={self.max_repeats})")
 
@@ -238,9 +274,19 @@ class AssociativeRecallTask:
     repeated item are redrawn), so the answer is never ambiguous; that needs
     2 ** (bits * item_len) >= N, checked.
 
+    Parameters
+    ----------
+    bits : int, the width of each bit vector
+    item_len : int, bit vectors per item (K)
+    min_items, max_items : int, the range of item counts ``batch`` draws (>= 2)
+
+    ``batch(batch_size, items=None, seed=None, dtype=np.float32)`` ->
+    ``NTMBatch`` (inputs (B, T, bits + 2), targets (B, T, bits), mask (B, T)
+    bool).
+
     Example
     -------
-    >>> task = AssociativeRecallTask(bits=6, item_len=3, min_items=2, max_items=6)
+    >>> task = attnc.datasets.AssociativeRecallTask(bits=6, item_len=3, min_items=2, max_items=6)
     >>> b = task.batch(8, items=4, seed=0)
     >>> b.inputs.shape, b.targets.shape, int(b.mask[0].sum())
     ((8, 24, 8), (8, 24, 6), 3)
@@ -255,15 +301,16 @@ class AssociativeRecallTask:
         self.input_size = self.bits + 2
         self.output_size = self.bits
 
-    def _check_space(self, name, n):
+    def _check_space(self, name: str, n: int) -> None:
         width = self.bits * self.item_len
         if width < 63 and 2**width < n:
             raise ValueError(f"{name}={n} distinct items do not exist with bits={self.bits} and "
                              f"item_len={self.item_len} (only {2**width})")
 
-    def batch(self, batch_size: int, *, items: int | None = None, seed=None, dtype=np.float32) -> NTMBatch:
+    def batch(self, batch_size: int, *, items: int | None = None, seed: SeedLike = None,
+              dtype: DTypeLike = np.float32) -> NTMBatch:
         """batch_size rows of one number of items (``items``, any int >= 2,
-        else uniform in [min_items, max_items])."""
+        else uniform in [min_items, max_items]). dtype: float32 or float64."""
         B = _check_int("batch_size", batch_size, 1)
         dt = _dtype(dtype)
         rng = _rng(seed)
@@ -298,26 +345,39 @@ class AssociativeRecallTask:
         mask[:, T - K:] = True
         return NTMBatch(inputs, targets, mask)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return (f"AssociativeRecallTask(bits={self.bits}, item_len={self.item_len}, "
                 f"min_items={self.min_items}, max_items={self.max_items})")
 
 
 # --------------------------------------------------------------------------- scoring
 
-def bits_per_sequence(logits, batch: NTMBatch) -> float:
+def bits_per_sequence(logits: ArrayLike, batch: NTMBatch) -> float:
     """Mean over rows of the number of wrong bits on the scored steps (the
-    error measure of Graves et al.). The prediction is ``logits > 0`` (i.e.
-    sigmoid(logits) > 0.5; NaN counts as 0), the truth ``targets > 0.5``;
-    every output channel counts, the end marker of repeat copy too.
+    error measure of Graves et al.).
 
-    logits  (B, T, output_size), the shape of ``batch.targets``
+    The prediction is ``logits > 0`` (i.e. sigmoid(logits) > 0.5; NaN counts
+    as 0), the truth ``targets > 0.5``; every output channel counts, the end
+    marker of repeat copy too.
+
+    Parameters
+    ----------
+    logits : array (B, T, output_size), any real dtype, the shape of ``batch.targets``
+    batch : NTMBatch
+
+    Returns
+    -------
+    float, wrong bits per sequence (0.0 when every scored bit is right)
 
     Example
     -------
-    >>> b = CopyTask(bits=4).batch(3, length=2, seed=0)
-    >>> bits_per_sequence(2 * b.targets - 1, b)
+    >>> b = attnc.datasets.CopyTask(bits=4).batch(3, length=2, seed=0)
+    >>> logits = 2 * b.targets - 1            # right everywhere
+    >>> attnc.datasets.bits_per_sequence(logits, b)
     0.0
+    >>> logits[:, -1, 0] *= -1                # one wrong bit per sequence
+    >>> attnc.datasets.bits_per_sequence(logits, b)
+    1.0
     """
     if not isinstance(batch, NTMBatch):
         raise TypeError(f"batch must be an NTMBatch, got {type(batch).__name__}")

@@ -36,7 +36,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .ntm_tasks import _dtype, _rng
+from .._typing import Array, ArrayLike, DTypeLike
+from .ntm_tasks import SeedLike, _dtype, _rng
 from .sequences import _check_int
 
 __all__ = [
@@ -61,23 +62,34 @@ _FILTER_MIN_N = 16     # drop interior points first from this n (a net win above
 
 @dataclass(frozen=True)
 class PointerBatch:
-    """One batch of a pointer task.
+    """One batch of a pointer task (what ``PointerSortTask.batch``,
+    ``ConvexHullTask.batch`` and ``TSPTask.batch`` return).
 
-    inputs          (B, n, d) float (float32 by default): d = 1 (sort) or 2 (points)
+    Fields
+    ------
+    inputs          (B, n, d) float32 or float64 (float32 by default): d = 1 (sort) or 2 (points)
     lengths         (B,) int64: the number of real inputs per row, n everywhere
     targets         (B, T) int64: input indices 0..n-1, padded with -1
                     (T is the longest target of the batch)
     target_lengths  (B,) int64: the number of indices before the padding
     tour_lengths    (B,) float64 (TSP only, else None): the target tours' closed lengths
+
+    Example
+    -------
+    >>> b = attnc.datasets.ConvexHullTask().batch(2, n=6, seed=0)
+    >>> b.inputs.shape, b.inputs.dtype, b.lengths.tolist(), b.tour_lengths is None
+    ((2, 6, 2), dtype('float32'), [6, 6], True)
+    >>> b.targets.tolist(), b.target_lengths.tolist()
+    ([[1, 5, 2, 4, -1], [0, 2, 5, 3, 4]], [4, 5])
     """
 
-    inputs: np.ndarray
-    lengths: np.ndarray
-    targets: np.ndarray
-    target_lengths: np.ndarray
-    tour_lengths: np.ndarray | None = None
+    inputs: Array
+    lengths: Array
+    targets: Array
+    target_lengths: Array
+    tour_lengths: Array | None = None
 
-    def __len__(self):
+    def __len__(self) -> int:
         return self.inputs.shape[0]
 
 
@@ -100,9 +112,16 @@ class PointerSortTask:
     ``input_size = 1``, ``constraint = "permutation"`` (a decoder may mask the
     indices it has already pointed at).
 
+    Parameters
+    ----------
+    min_n, max_n : int, the range of n ``batch`` draws (one n per batch)
+
+    ``batch(batch_size, n=None, seed=None, dtype=np.float32)`` ->
+    ``PointerBatch``: inputs (B, n, 1) float, targets (B, n) int64.
+
     Example
     -------
-    >>> b = PointerSortTask(min_n=5, max_n=10).batch(4, n=6, seed=0)
+    >>> b = attnc.datasets.PointerSortTask(min_n=5, max_n=10).batch(4, n=6, seed=0)
     >>> b.inputs.shape, b.targets.shape, b.lengths.tolist()
     ((4, 6, 1), (4, 6), [6, 6, 6, 6])
     >>> bool((np.diff(np.take_along_axis(b.inputs[..., 0], b.targets, 1), axis=1) >= 0).all())
@@ -116,7 +135,8 @@ class PointerSortTask:
         self.min_n = _check_int("min_n", min_n, 1)
         self.max_n = _check_int("max_n", max_n, self.min_n)
 
-    def batch(self, batch_size: int, *, n: int | None = None, seed=None, dtype=np.float32) -> PointerBatch:
+    def batch(self, batch_size: int, *, n: int | None = None, seed: SeedLike = None,
+              dtype: DTypeLike = np.float32) -> PointerBatch:
         """batch_size rows of one length: ``n`` when given (any int >= 1, e.g.
         longer than max_n to test generalisation), else drawn uniformly in
         [min_n, max_n]."""
@@ -128,7 +148,7 @@ class PointerSortTask:
         targets = np.argsort(inputs[..., 0], axis=1, kind="stable").astype(np.int64)
         return PointerBatch(inputs, _full(B, n), targets, _full(B, n))
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"PointerSortTask(min_n={self.min_n}, max_n={self.max_n})"
 
 
@@ -238,9 +258,17 @@ class ConvexHullTask:
 
     ``input_size = 2``, ``constraint = "hull"``.
 
+    Parameters
+    ----------
+    min_n, max_n : int, the range of n ``batch`` draws (one n per batch, >= 3)
+
+    ``batch(batch_size, n=None, seed=None, dtype=np.float32)`` ->
+    ``PointerBatch``: inputs (B, n, 2) float, targets (B, T) int64 padded
+    with -1, target_lengths (B,) int64.
+
     Example
     -------
-    >>> b = ConvexHullTask().batch(3, n=4, seed=0)
+    >>> b = attnc.datasets.ConvexHullTask().batch(3, n=4, seed=0)
     >>> b.inputs.shape, b.lengths.tolist(), b.targets.shape[0]
     ((3, 4, 2), [4, 4, 4], 3)
     >>> all(int(r[0]) == int(r[r >= 0].min()) for r in b.targets)  # starts at the lowest index
@@ -254,7 +282,8 @@ class ConvexHullTask:
         self.min_n = _check_int("min_n", min_n, 3)
         self.max_n = _check_int("max_n", max_n, self.min_n)
 
-    def batch(self, batch_size: int, *, n: int | None = None, seed=None, dtype=np.float32) -> PointerBatch:
+    def batch(self, batch_size: int, *, n: int | None = None, seed: SeedLike = None,
+              dtype: DTypeLike = np.float32) -> PointerBatch:
         """batch_size rows of one number of points: ``n`` when given (any int
         >= 3), else drawn uniformly in [min_n, max_n]."""
         B = _check_int("batch_size", batch_size, 1)
@@ -265,13 +294,13 @@ class ConvexHullTask:
         targets, sizes = _hull_targets(inputs)
         return PointerBatch(inputs, _full(B, n), targets, sizes)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"ConvexHullTask(min_n={self.min_n}, max_n={self.max_n})"
 
 
 # --------------------------------------------------------------------------- TSP
 
-def _points(points, name="points") -> np.ndarray:
+def _points(points: ArrayLike, name: str = "points") -> Array:
     p = np.asarray(points)
     if p.dtype.kind not in "fiu" or p.dtype == np.bool_:
         raise TypeError(f"{name} must be a real array, got dtype {p.dtype}")
@@ -285,20 +314,25 @@ def _points(points, name="points") -> np.ndarray:
     return p
 
 
-def tsp_tours(points, exact: bool | None = None) -> tuple[np.ndarray, np.ndarray]:
+def tsp_tours(points: ArrayLike, exact: bool | None = None) -> tuple[Array, Array]:
     """Closed tours of planar instances, solved in C on attnc's threads.
 
-    points  (B, n, 2) real, finite
-    exact   None: Held-Karp (optimal) for n <= 12, else 2-opt; True: Held-Karp
-            (n <= 12 required); False: nearest neighbour from city 0 then 2-opt
-            moves until none shortens the tour by more than 1e-12
-    returns tours (B, n) int64 starting at 0 with tour[1] < tour[n-1] (n >= 3),
-            and their closed lengths (B,) float64 (Euclidean)
+    Parameters
+    ----------
+    points : array (B, n, 2), any real dtype (computed in float64), finite
+    exact : None: Held-Karp (optimal) for n <= 12, else 2-opt; True: Held-Karp
+        (n <= 12 required); False: nearest neighbour from city 0 then 2-opt
+        moves until none shortens the tour by more than 1e-12
+
+    Returns
+    -------
+    tours : array (B, n), int64, starting at 0 with tour[1] < tour[n-1] (n >= 3)
+    lengths : array (B,), float64, their closed Euclidean lengths
 
     Example
     -------
     >>> square = np.array([[[0, 0], [1, 1], [1, 0], [0, 1]]], float)
-    >>> tours, lengths = tsp_tours(square)
+    >>> tours, lengths = attnc.datasets.tsp_tours(square)
     >>> tours.tolist(), lengths.tolist()
     ([[0, 2, 1, 3]], [4.0])
     """
@@ -318,19 +352,26 @@ def tsp_tours(points, exact: bool | None = None) -> tuple[np.ndarray, np.ndarray
     return tours, lengths
 
 
-def tour_length(points, tours) -> np.ndarray:
+def tour_length(points: ArrayLike, tours: ArrayLike) -> Array:
     """Closed Euclidean lengths of tours (computed in C).
 
-    points  (B, n, 2) real
-    tours   (B, n) integer, each row a permutation of 0..n-1, or (B, n + 1)
-            closed tours whose last entry repeats the first
-    returns (B,) float64
+    Parameters
+    ----------
+    points : array (B, n, 2), any real dtype (computed in float64)
+    tours : int array (B, n), each row a permutation of 0..n-1, or (B, n + 1)
+        closed tours whose last entry repeats the first
+
+    Returns
+    -------
+    array (B,), float64
 
     Example
     -------
     >>> square = np.array([[[0, 0], [1, 0], [1, 1], [0, 1]]], float)
-    >>> tour_length(square, [[0, 1, 2, 3, 0]]).tolist(), round(float(tour_length(square, [[0, 2, 1, 3]])[0]), 4)
-    ([4.0], 4.8284)
+    >>> attnc.datasets.tour_length(square, [[0, 1, 2, 3, 0]]).tolist()
+    [4.0]
+    >>> round(float(attnc.datasets.tour_length(square, [[0, 2, 1, 3]])[0]), 4)  # crossing diagonals
+    4.8284
     """
     from .. import _core
 
@@ -364,12 +405,20 @@ class TSPTask:
 
     ``input_size = 2``, ``constraint = "tour"``.
 
+    Parameters
+    ----------
+    n : int, the default number of cities (>= 3)
+
+    ``batch(batch_size, n=None, seed=None, dtype=np.float32)`` ->
+    ``PointerBatch``: inputs (B, n, 2) float, targets (B, n) int64,
+    tour_lengths (B,) float64.
+
     Example
     -------
-    >>> b = TSPTask(n=5).batch(8, seed=0)
+    >>> b = attnc.datasets.TSPTask(n=5).batch(8, seed=0)
     >>> b.inputs.shape, b.targets.shape, bool((b.targets[:, 0] == 0).all())
     ((8, 5, 2), (8, 5), True)
-    >>> bool(np.allclose(tour_length(b.inputs, b.targets), b.tour_lengths))
+    >>> bool(np.allclose(attnc.datasets.tour_length(b.inputs, b.targets), b.tour_lengths))
     True
     """
 
@@ -379,7 +428,8 @@ class TSPTask:
     def __init__(self, n: int = 5):
         self.n = _check_int("n", n, 3)
 
-    def batch(self, batch_size: int, *, n: int | None = None, seed=None, dtype=np.float32) -> PointerBatch:
+    def batch(self, batch_size: int, *, n: int | None = None, seed: SeedLike = None,
+              dtype: DTypeLike = np.float32) -> PointerBatch:
         """batch_size instances of ``n`` cities (default: the task's n; any
         int >= 3). Tours are solved on the inputs as cast to dtype."""
         B = _check_int("batch_size", batch_size, 1)
@@ -390,18 +440,18 @@ class TSPTask:
         tours, lengths = tsp_tours(inputs)
         return PointerBatch(inputs, _full(B, n), tours, _full(B, n), lengths)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"TSPTask(n={self.n})"
 
 
 # --------------------------------------------------------------------------- scoring
 
-def _check_batch(batch):
+def _check_batch(batch: PointerBatch) -> None:
     if not isinstance(batch, PointerBatch):
         raise TypeError(f"batch must be a PointerBatch, got {type(batch).__name__}")
 
 
-def _indices(indices, batch, min_width=1) -> np.ndarray:
+def _indices(indices: ArrayLike, batch: PointerBatch, min_width: int = 1) -> Array:
     """indices as a (B, L) int64 array of values in [-1, n)."""
     a = np.asarray(indices)
     if a.dtype.kind not in "iu":
@@ -421,16 +471,23 @@ def _until_pad(a):
     return np.where(pad.any(axis=1), pad.argmax(axis=1), a.shape[1])
 
 
-def sort_exact_match(indices, batch: PointerBatch) -> float:
+def sort_exact_match(indices: ArrayLike, batch: PointerBatch) -> float:
     """Fraction of rows whose predicted indices equal the target on the first
     n entries and (when the prediction is longer) are -1 after them.
 
-    indices  (B, L) integer, L >= n, values in [-1, n)
+    Parameters
+    ----------
+    indices : int array (B, L), L >= n, values in [-1, n) (-1: padding)
+    batch : PointerBatch of ``PointerSortTask``
+
+    Returns
+    -------
+    float in [0, 1]
 
     Example
     -------
-    >>> b = PointerSortTask().batch(4, n=5, seed=0)
-    >>> sort_exact_match(b.targets, b), sort_exact_match(b.targets[:, ::-1], b)
+    >>> b = attnc.datasets.PointerSortTask().batch(4, n=5, seed=0)
+    >>> attnc.datasets.sort_exact_match(b.targets, b), attnc.datasets.sort_exact_match(b.targets[:, ::-1], b)
     (1.0, 0.0)
     """
     _check_batch(batch)
@@ -440,18 +497,29 @@ def sort_exact_match(indices, batch: PointerBatch) -> float:
     return float(ok.mean())
 
 
-def hull_accuracy(indices, batch: PointerBatch) -> float:
+def hull_accuracy(indices: ArrayLike, batch: PointerBatch) -> float:
     """Fraction of rows whose prediction (the indices up to the first -1)
     equals the target hull exactly: the same vertices, in the same order,
     from the same start.
 
-    indices  (B, L) integer, any L >= 1, values in [-1, n)
+    Parameters
+    ----------
+    indices : int array (B, L), any L >= 1, values in [-1, n) (-1: padding)
+    batch : PointerBatch of ``ConvexHullTask``
+
+    Returns
+    -------
+    float in [0, 1]
 
     Example
     -------
-    >>> b = ConvexHullTask().batch(4, n=8, seed=0)
-    >>> hull_accuracy(b.targets, b)
+    >>> b = attnc.datasets.ConvexHullTask().batch(2, n=6, seed=0)
+    >>> b.targets.tolist()
+    [[1, 5, 2, 4, -1], [0, 2, 5, 3, 4]]
+    >>> attnc.datasets.hull_accuracy(b.targets, b)
     1.0
+    >>> attnc.datasets.hull_accuracy([[1, 5, 2, 4, -1], [0, 4, 3, 5, 2]], b)  # row 1 clockwise: wrong
+    0.5
     """
     _check_batch(batch)
     a = _indices(indices, batch)
@@ -464,7 +532,7 @@ def hull_accuracy(indices, batch: PointerBatch) -> float:
     return float(((m == t) & (pa == pt).all(axis=1)).mean())
 
 
-def _shoelace(V, m):
+def _shoelace(V: Array, m: Array) -> Array:
     """|area| of polygons V (R, M, 2) with m (R,) vertices (the rest ignored)."""
     M = V.shape[1]
     j = np.arange(M)[None, :]
@@ -512,7 +580,7 @@ def _simple(V, m):
     return ~(zero_edge.any(axis=1) | fold.any(axis=1) | crossing)
 
 
-def hull_area_coverage(indices, batch: PointerBatch) -> float:
+def hull_area_coverage(indices: ArrayLike, batch: PointerBatch) -> float:
     """Mean over rows of area(predicted polygon) / area(true hull), capped at
     1 (the paper's area coverage). The predicted polygon is the indices up to
     the first -1, in order; a prediction that is not a simple polygon with >= 3
@@ -520,13 +588,24 @@ def hull_area_coverage(indices, batch: PointerBatch) -> float:
     0, whichever its orientation. A row whose true hull has zero area (all
     points collinear) counts 1 if the prediction equals the target, else 0.
 
-    indices  (B, L) integer, any L >= 1, values in [-1, n)
+    Parameters
+    ----------
+    indices : int array (B, L), any L >= 1, values in [-1, n) (-1: padding)
+    batch : PointerBatch of ``ConvexHullTask``
+
+    Returns
+    -------
+    float in [0, 1]
 
     Example
     -------
-    >>> b = ConvexHullTask().batch(4, n=8, seed=0)
-    >>> hull_area_coverage(b.targets, b)
+    >>> b = attnc.datasets.ConvexHullTask().batch(2, n=6, seed=0)
+    >>> attnc.datasets.hull_area_coverage(b.targets, b)
     1.0
+    >>> attnc.datasets.hull_area_coverage([[1, 5, 2, 4, -1], [0, 4, 3, 5, 2]], b)  # orientation does not matter
+    1.0
+    >>> attnc.datasets.hull_area_coverage([[1, 5, 2, 4, -1], [0, 0, 3, -1, -1]], b)  # a repeated index counts 0
+    0.5
     """
     _check_batch(batch)
     a = _indices(indices, batch)

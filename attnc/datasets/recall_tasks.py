@@ -21,7 +21,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .ntm_tasks import _rng
+from .._typing import Array, ArrayLike
+from .ntm_tasks import SeedLike, _rng
 from .sequences import _check_int
 
 __all__ = ["KeyValueRecallTask", "RecallBatch"]
@@ -29,33 +30,55 @@ __all__ = ["KeyValueRecallTask", "RecallBatch"]
 
 @dataclass(frozen=True)
 class RecallBatch:
-    """One batch of key–value recall.
+    """One batch of key–value recall (what ``KeyValueRecallTask.batch`` returns).
 
+    Fields
+    ------
     tokens         (B, T, 2) int64: (key or query, value) ids per step, 0 after each row's length
     lengths        (B,) int64: n + 1 per row (the query is the last step)
     targets        (B,) int64 in [0, V): the queried key's value (class index)
     key_positions  (B,) int64: the step of the queried key's pair
+
+    Example
+    -------
+    >>> task = attnc.datasets.KeyValueRecallTask(num_keys=4, num_values=3, min_pairs=2, max_pairs=2)
+    >>> b = task.batch(2, seed=0)
+    >>> b.tokens[0].tolist(), b.targets.tolist(), b.key_positions.tolist()
+    ([[4, 2], [3, 2], [7, 0]], [1, 1], [1, 0])
     """
 
-    tokens: np.ndarray
-    lengths: np.ndarray
-    targets: np.ndarray
-    key_positions: np.ndarray
+    tokens: Array
+    lengths: Array
+    targets: Array
+    key_positions: Array
 
-    def __len__(self):
+    def __len__(self) -> int:
         return self.tokens.shape[0]
 
 
 class KeyValueRecallTask:
     """Key–value recall over ``num_keys`` keys and ``num_values`` values,
-    ``min_pairs``..``max_pairs`` pairs a row (``num_keys >= max_pairs``).
+    ``min_pairs``..``max_pairs`` pairs a row (see the module docstring).
+
+    Parameters
+    ----------
+    num_keys : int, K (keys 1..K, queries K+1..2K in channel 0); >= max_pairs
+    num_values : int, V (values 1..V in channel 1; V classes)
+    min_pairs, max_pairs : int, the range of pairs per row
+
+    ``batch(batch_size, seed=None)`` -> ``RecallBatch`` (tokens (B, T, 2)
+    int64, targets (B,) int64); ``vocab_sizes`` = (2K + 1, V + 1), the two
+    channels' embedding sizes; ``num_classes`` = V; ``step_labels(tokens)``
+    names the steps of one row.
 
     Example
     -------
-    >>> task = KeyValueRecallTask(num_keys=8, num_values=4, min_pairs=2, max_pairs=3)
+    >>> task = attnc.datasets.KeyValueRecallTask(num_keys=8, num_values=4, min_pairs=2, max_pairs=3)
     >>> b = task.batch(2, seed=0)
-    >>> b.tokens.shape[-1], task.vocab_sizes, task.num_classes
-    (2, (17, 5), 4)
+    >>> b.tokens.shape[-1], b.tokens.dtype, task.vocab_sizes, task.num_classes
+    (2, dtype('int64'), (17, 5), 4)
+    >>> task.step_labels(np.array([[4, 2], [3, 2], [15, 0]]))
+    ['k3:v1', 'k2:v1', 'k6?']
     """
 
     def __init__(self, num_keys: int = 16, num_values: int = 16, min_pairs: int = 4, max_pairs: int = 8):
@@ -67,15 +90,16 @@ class KeyValueRecallTask:
             raise ValueError(f"num_keys ({num_keys}) must be >= max_pairs ({max_pairs}): keys are distinct in a row")
 
     @property
-    def vocab_sizes(self) -> tuple:
+    def vocab_sizes(self) -> tuple[int, int]:
         """(channel 0's vocabulary 2K + 1, channel 1's V + 1)."""
         return 2 * self.num_keys + 1, self.num_values + 1
 
     @property
     def num_classes(self) -> int:
+        """V, the number of values (the classifier's outputs)."""
         return self.num_values
 
-    def batch(self, batch_size: int, *, seed=None) -> RecallBatch:
+    def batch(self, batch_size: int, *, seed: SeedLike = None) -> RecallBatch:
         """batch_size rows (see RecallBatch); the same seed gives the same batch."""
         B = _check_int("batch_size", batch_size, 1)
         rng = _rng(seed)
@@ -91,10 +115,10 @@ class KeyValueRecallTask:
         tokens[:, :T - 1, 1] = np.where(live, values + 1, 0)[:, :T - 1]
         rows = np.arange(B)
         tokens[rows, n, 0] = K + 1 + keys[rows, which]
-        return RecallBatch(tokens=tokens, lengths=(n + 1).astype(np.int64), targets=values[rows, which].astype(np.int64),
-                           key_positions=which.astype(np.int64))
+        return RecallBatch(tokens=tokens, lengths=(n + 1).astype(np.int64),
+                           targets=values[rows, which].astype(np.int64), key_positions=which.astype(np.int64))
 
-    def step_labels(self, tokens) -> list:
+    def step_labels(self, tokens: ArrayLike) -> list[str]:
         """Labels of one row's steps (tokens (T, 2), padding dropped): "k3:v7"
         for a pair (0-based key and value), "k3?" for the query; what a plot
         of the intra-attention matrix puts on its axes."""
@@ -108,6 +132,6 @@ class KeyValueRecallTask:
             out.append(f"k{key - 1}:v{value - 1}" if key <= K else f"k{key - K - 1}?")
         return out
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return (f"KeyValueRecallTask(num_keys={self.num_keys}, num_values={self.num_values}, "
                 f"min_pairs={self.min_pairs}, max_pairs={self.max_pairs})")

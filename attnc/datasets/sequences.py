@@ -18,18 +18,36 @@ The same arguments give the same arrays, bit for bit, on any machine.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 
 from .._args import size_arg as _check_int
+from .._typing import Array, ArrayLike
 
 IGNORE_INDEX = -100
 _CHUNK = 4096  # draws per round: fixed, so that a smaller set is a prefix of a larger one
 
 
 def special_tokens(vocab: int) -> tuple[int, int, int]:
-    """(PAD, BOS, EOS) for a digit vocabulary of size vocab: vocab, vocab + 1, vocab + 2."""
+    """(PAD, BOS, EOS) of ``reverse_task``'s tokens for a digit vocabulary of
+    size vocab: the ids vocab, vocab + 1, vocab + 2 (after the digits).
+
+    Parameters
+    ----------
+    vocab : int, the number of digits (ids 0 .. vocab - 1)
+
+    Returns
+    -------
+    (pad, bos, eos) : tuple of 3 int
+
+    Example
+    -------
+    >>> attnc.datasets.special_tokens(10)
+    (10, 11, 12)
+    """
     return vocab, vocab + 1, vocab + 2
 
 
@@ -69,9 +87,26 @@ def _sequence_keys(tokens: np.ndarray, lengths: np.ndarray, vocab: int):
 
 # --------------------------------------------------------------------------- padding
 
-def pad_sequences(sequences, pad: int, length: int | None = None) -> np.ndarray:
-    """Right-pad a list of 1-d int sequences to one (N, length) int64 array
-    (length defaults to the longest)."""
+def pad_sequences(sequences: Sequence[Sequence[int] | Array], pad: int, length: int | None = None) -> Array:
+    """Right-pad 1-d integer sequences into one array.
+
+    Parameters
+    ----------
+    sequences : N 1-d int sequences (lists or arrays) of any lengths
+    pad : int, the id written after each sequence
+    length : int, optional; the width (default: the longest sequence;
+        ValueError when shorter than it)
+
+    Returns
+    -------
+    array (N, length), int64
+
+    Example
+    -------
+    >>> attnc.datasets.pad_sequences([[1, 2, 3], [4]], pad=0)
+    array([[1, 2, 3],
+           [4, 0, 0]])
+    """
     longest = max((len(s) for s in sequences), default=0)
     length = longest if length is None else length
     if length < longest:
@@ -87,20 +122,33 @@ class Seq2SeqBatch:
     """One padded batch of a sequence-to-sequence task (masks with torch's
     meaning: True = padding, ignored).
 
+    Fields
+    ------
     src                    (B, S) int64, PAD after each source
-    src_key_padding_mask   (B, S) bool
+    src_key_padding_mask   (B, S) bool, True at padding
     tgt_in                 (B, T) int64: BOS, target..., PAD after (the decoder's input)
     tgt_out                (B, T) int64: target..., EOS, IGNORE_INDEX after (what to predict)
-    tgt_key_padding_mask   (B, T) bool
+    tgt_key_padding_mask   (B, T) bool, True at padding
+
+    ``len(batch)`` is B; ``batch.num_tokens`` counts the targets that are
+    not IGNORE_INDEX (what a loss averages over).
+
+    Example
+    -------
+    >>> b = attnc.datasets.reverse_task(8, min_len=2, max_len=4, seed=0).batch([0, 1])
+    >>> b.src.shape, b.tgt_in.shape, b.src.dtype, b.src_key_padding_mask.dtype
+    ((2, 4), (2, 5), dtype('int64'), dtype('bool'))
+    >>> b.src.tolist(), b.tgt_out.tolist()
+    ([[4, 2, 2, 8], [8, 0, 1, 10]], [[8, 2, 2, 4, 12], [1, 0, 8, 12, -100]])
     """
 
-    src: np.ndarray
-    src_key_padding_mask: np.ndarray
-    tgt_in: np.ndarray
-    tgt_out: np.ndarray
-    tgt_key_padding_mask: np.ndarray
+    src: Array
+    src_key_padding_mask: Array
+    tgt_in: Array
+    tgt_out: Array
+    tgt_key_padding_mask: Array
 
-    def __len__(self):
+    def __len__(self) -> int:
         return self.src.shape[0]
 
     @property
@@ -110,32 +158,53 @@ class Seq2SeqBatch:
 
 
 class ReverseTask:
-    """Digit sequences and their reversals (see ``reverse_task``).
+    """Digit sequences and their reversals (built by ``reverse_task``).
 
-    ``sequences`` (n, max_len) int64 padded with PAD, ``lengths`` (n,) int64;
-    ``source(i)``, ``target(i)`` as arrays; ``batch(indices)`` and
-    ``batches(batch_size)`` give ``Seq2SeqBatch``es padded to their longest row.
+    Parameters
+    ----------
+    sequences : array (n, max_len), int64, digits 0..vocab-1 padded with PAD
+    lengths : array (n,), int64, the real digits of each row
+    vocab : int, the number of digits; PAD, BOS, EOS = vocab, vocab + 1, vocab + 2
+
+    Attributes: ``sequences``, ``lengths``, ``vocab``, ``pad``, ``bos``,
+    ``eos``, ``num_tokens = vocab + 3`` (the model's vocabulary size).
+    ``source(i)``, ``target(i)``: (L,) int64 arrays; ``batch(indices)`` and
+    ``batches(batch_size)`` give ``Seq2SeqBatch``es padded to their longest
+    row; ``targets_padded()`` (n, max_len + 1) int64; ``keys()`` one hashable
+    key per sequence.
+
+    Example
+    -------
+    >>> task = attnc.datasets.reverse_task(8, min_len=2, max_len=4, seed=0)
+    >>> task.source(0).tolist(), task.target(0).tolist(), task.num_tokens
+    ([4, 2, 2, 8], [8, 2, 2, 4], 13)
+    >>> task.targets_padded().shape
+    (8, 5)
     """
 
-    def __init__(self, sequences: np.ndarray, lengths: np.ndarray, vocab: int):
+    def __init__(self, sequences: Array, lengths: Array, vocab: int):
         self.sequences, self.lengths, self.vocab = sequences, lengths, vocab
         self.pad, self.bos, self.eos = special_tokens(vocab)
         self.num_tokens = vocab + 3
 
-    def __len__(self):
+    def __len__(self) -> int:
         return self.sequences.shape[0]
 
-    def source(self, i) -> np.ndarray:
+    def source(self, i: int) -> Array:
+        """(L,) int64: the digits of sequence i (without padding)."""
         return self.sequences[i, : self.lengths[i]].copy()
 
-    def target(self, i) -> np.ndarray:
+    def target(self, i: int) -> Array:
+        """(L,) int64: sequence i reversed."""
         return self.source(i)[::-1].copy()
 
-    def keys(self):
+    def keys(self) -> Array:
         """A hashable key per sequence (equal keys = equal sequences)."""
         return _sequence_keys(self.sequences, self.lengths, self.vocab)
 
-    def batch(self, indices) -> Seq2SeqBatch:
+    def batch(self, indices: ArrayLike) -> Seq2SeqBatch:
+        """The ``Seq2SeqBatch`` of the sequences at indices (B,): src (B, S)
+        with S the longest of them, tgt_in/tgt_out (B, S + 1)."""
         idx = np.asarray(indices, dtype=np.int64).reshape(-1)
         lengths = self.lengths[idx]
         S = int(lengths.max()) if idx.size else 0
@@ -156,11 +225,12 @@ class ReverseTask:
         tgt_pad = np.arange(T)[None, :] > lengths[:, None]  # BOS + length tokens are real
         return Seq2SeqBatch(src, src_pad, tgt_in, tgt_out, tgt_pad)
 
-    def batches(self, batch_size: int, *, shuffle: bool = False, seed=None, drop_last: bool = False):
+    def batches(self, batch_size: int, *, shuffle: bool = False, seed: int | None = None,
+                drop_last: bool = False) -> Iterator[Seq2SeqBatch]:
         """Iterate over the task in batches (in order, or shuffled with seed)."""
         return _batches(self, batch_size, shuffle, seed, drop_last)
 
-    def targets_padded(self, eos: bool = True) -> np.ndarray:
+    def targets_padded(self, eos: bool = True) -> Array:
         """(n, max_len + 1) int64: each reversal followed by EOS, padded with PAD
         (what a decoder should generate, for exact-match scoring)."""
         rows = [np.concatenate([self.target(i), [self.eos]]) if eos else self.target(i) for i in range(len(self))]
@@ -171,25 +241,39 @@ class ReverseTask:
                 f"{int(self.lengths.max())}, PAD={self.pad}, BOS={self.bos}, EOS={self.eos})")
 
 
-def reverse_task(n: int, vocab: int = 10, min_len: int = 5, max_len: int = 12, *, seed=0,
-                 exclude=None, unique: bool = False) -> ReverseTask:
-    """n random digit sequences (uniform lengths in [min_len, max_len], uniform
-    digits in [0, vocab)) for the reversal task.
+def reverse_task(n: int, vocab: int = 10, min_len: int = 5, max_len: int = 12, *, seed: int | None = 0,
+                 exclude: ReverseTask | ArrayLike | None = None, unique: bool = False) -> ReverseTask:
+    """n random digit sequences for the reversal task (an encoder-decoder
+    learns to write each sequence backwards).
 
-    exclude : a ReverseTask (or array of its ``keys()``) whose sequences must
-        not appear (a training set disjoint from a held-out set); rejected
-        draws are replaced by fresh ones.
-    unique : no sequence twice.
+    Lengths are uniform in [min_len, max_len], digits uniform in [0, vocab).
+    Token ids: digits 0..vocab-1, PAD = vocab, BOS = vocab + 1, EOS = vocab + 2.
+
+    Parameters
+    ----------
+    n : int, the number of sequences
+    vocab : int, the number of digits
+    min_len, max_len : int, the range of lengths
+    seed : int or None
+    exclude : a ReverseTask (or an array of its ``keys()``) whose sequences
+        must not appear (a training set disjoint from a held-out set);
+        rejected draws are replaced by fresh ones
+    unique : bool, no sequence twice
+
+    Returns
+    -------
+    ReverseTask: ``sequences`` (n, max_len) int64, ``lengths`` (n,) int64;
+    its ``batch(indices)`` gives ``Seq2SeqBatch``es.
 
     Draws come in fixed rounds, so the first n sequences are the same for any
     larger n (same seed and exclude).
 
-    Token ids: digits 0..vocab-1, PAD = vocab, BOS = vocab + 1, EOS = vocab + 2.
-
     Example
     -------
-    >>> heldout = reverse_task(1000, seed=1, unique=True)
-    >>> train = reverse_task(10000, seed=2, exclude=heldout)
+    >>> heldout = attnc.datasets.reverse_task(100, seed=1, unique=True)
+    >>> train = attnc.datasets.reverse_task(1000, seed=2, exclude=heldout)
+    >>> train.sequences.shape, train.sequences.dtype
+    ((1000, 12), dtype('int64'))
     >>> b = train.batch([0, 1, 2])
     >>> b.src.shape[1] + 1 == b.tgt_in.shape[1]
     True
@@ -237,56 +321,106 @@ def reverse_task(n: int, vocab: int = 10, min_len: int = 5, max_len: int = 12, *
 
 # --------------------------------------------------------------------------- sorting (minGPT)
 
-def sort_split(sequence) -> str:
-    """"test" or "train" for one sequence, by a stable hash (minGPT uses
-    Python's salted ``hash(pickle.dumps(...)) % 4 == 0``; this is the same
-    rule with blake2b, so the split is the same in every process)."""
+def sort_split(sequence: ArrayLike) -> Literal["train", "test"]:
+    """"test" or "train" for one sequence of ``sort_task``, by a stable hash.
+
+    minGPT uses Python's salted ``hash(pickle.dumps(...)) % 4 == 0``; this is
+    the same rule with blake2b of the int64 bytes, so the split is the same in
+    every process.
+
+    Parameters
+    ----------
+    sequence : 1-d int sequence (length,), hashed as int64
+
+    Returns
+    -------
+    str, "test" (a quarter of the sequences) or "train"
+
+    Example
+    -------
+    >>> attnc.datasets.sort_split([0, 1, 2]), attnc.datasets.sort_split([2, 1, 0])
+    ('train', 'test')
+    """
     data = np.asarray(sequence, dtype=np.int64).tobytes()
     h = int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little")
     return "test" if h % 4 == 0 else "train"
 
 
 class SortTask:
-    """minGPT's sorting demo (see ``sort_task``).
+    """minGPT's sorting demo (built by ``sort_task``).
 
+    Parameters
+    ----------
+    sequences : array (n, length), int64, digits in [0, num_digits)
+    length : int, the sequence length
+    num_digits : int, the vocabulary size
+    split : "train" or "test", recorded
+
+    Attributes
+    ----------
     sequences (n, length) int64, the unsorted inputs
     solutions (n, length) int64, sorted
-    inputs    (n, 2 * length - 1): sequence + solution[:-1]  (the model's idx)
-    targets   (n, 2 * length - 1): inputs shifted by one; the first length - 1
-              positions are IGNORE_INDEX (-100)
+    inputs    (n, 2 * length - 1) int64: sequence + solution[:-1]  (the model's idx)
+    targets   (n, 2 * length - 1) int64: inputs shifted by one; the first
+              length - 1 positions are IGNORE_INDEX (-100)
     ``block_size = 2 * length - 1``, ``vocab_size = num_digits``.
+    ``batch(indices)`` -> (inputs (B, 2 length - 1), targets (B, 2 length - 1));
+    ``batches(batch_size)`` iterates over such pairs.
+
+    Example
+    -------
+    >>> task = attnc.datasets.SortTask(np.array([[2, 0, 1]]), 3, 3, "train")
+    >>> task.inputs.tolist(), task.targets.tolist()
+    ([[2, 0, 1, 0, 1]], [[-100, -100, 0, 1, 2]])
     """
 
-    def __init__(self, sequences: np.ndarray, length: int, num_digits: int, split: str):
+    def __init__(self, sequences: Array, length: int, num_digits: int, split: Literal["train", "test"]):
         self.sequences = sequences
         self.solutions = np.sort(sequences, axis=1)
         self.length, self.num_digits, self.split = length, num_digits, split
         cat = np.concatenate([self.sequences, self.solutions], axis=1)
         self.inputs = np.ascontiguousarray(cat[:, :-1])
-        targets = np.ascontiguousarray(cat[:, 1:])
+        targets = np.array(cat[:, 1:], order="C")  # a copy (one row is contiguous: a view would alias inputs)
         targets[:, : length - 1] = IGNORE_INDEX
         self.targets = targets
         self.block_size = 2 * length - 1
         self.vocab_size = num_digits
 
-    def __len__(self):
+    def __len__(self) -> int:
         return self.sequences.shape[0]
 
-    def batch(self, indices):
-        """(inputs, targets) rows for indices."""
+    def batch(self, indices: ArrayLike) -> tuple[Array, Array]:
+        """(inputs, targets) rows for indices: two (B, 2 length - 1) int64 arrays."""
         idx = np.asarray(indices, dtype=np.int64).reshape(-1)
         return self.inputs[idx], self.targets[idx]
 
-    def batches(self, batch_size: int, *, shuffle: bool = False, seed=None):
+    def batches(self, batch_size: int, *, shuffle: bool = False,
+                seed: int | None = None) -> Iterator[tuple[Array, Array]]:
+        """Iterate over (inputs, targets) batches (in order, or shuffled with seed)."""
         return _batches(self, batch_size, shuffle, seed)
 
     def __repr__(self):
         return f"SortTask(n={len(self)}, length={self.length}, num_digits={self.num_digits}, split={self.split!r})"
 
 
-def sort_task(n: int, length: int = 6, num_digits: int = 3, *, seed=0, split: str = "train") -> SortTask:
+def sort_task(n: int, length: int = 6, num_digits: int = 3, *, seed: int | None = 0,
+              split: Literal["train", "test"] = "train") -> SortTask:
     """n sequences of minGPT's sorting demo from one split (drawn with
     replacement, as minGPT's SortDataset draws them).
+
+    Parameters
+    ----------
+    n : int, the number of sequences
+    length : int, digits per sequence
+    num_digits : int, digits are uniform in [0, num_digits)
+    seed : int or None
+    split : "train" or "test"
+
+    Returns
+    -------
+    SortTask: ``inputs`` and ``targets`` (n, 2 length - 1) int64 (a
+    decoder-only model's idx and targets), ``sequences`` and ``solutions``
+    (n, length) int64.
 
     Each draw is ``length`` uniform digits in [0, num_digits); half of the
     draws reject sequences with more than length // 2 distinct digits (minGPT
@@ -297,9 +431,9 @@ def sort_task(n: int, length: int = 6, num_digits: int = 3, *, seed=0, split: st
 
     Example
     -------
-    >>> train = sort_task(64, seed=0)
-    >>> train.inputs.shape, train.targets[0, :5]
-    ((64, 11), array([-100, -100, -100, -100, -100]))
+    >>> train = attnc.datasets.sort_task(64, seed=0)
+    >>> train.inputs.shape, train.inputs.dtype, train.targets[0, :5]
+    ((64, 11), dtype('int64'), array([-100, -100, -100, -100, -100]))
     """
     n = _check_int("n", n, 0)
     length = _check_int("length", length, 1)

@@ -38,7 +38,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from .._args import size_arg as _check_int
-from .ntm_tasks import _dtype, _rng
+from .._typing import Array, DTypeLike
+from .ntm_tasks import SeedLike, _dtype, _rng
 
 __all__ = ["PALETTE", "SHAPE_KINDS", "SameColourShapes", "ShapePairBatch"]
 
@@ -57,28 +58,59 @@ SHAPE_KINDS = ("square", "diamond", "plus", "ring", "x")
 
 @dataclass
 class ShapePairBatch:
-    """images (n, 3, S, S) float; labels (n,) int64 (1: same colour); masks
-    (n, 2, S, S) bool (pixels of the left [0] and right [1] shape); centres
-    (n, 2, 2) int64 (row, column) of each shape; colours, kinds, radii (n, 2)
-    int64 (palette index, SHAPE_KINDS index, half-size)."""
+    """One batch of ``SameColourShapes`` (what its ``batch`` returns).
 
-    images: np.ndarray
-    labels: np.ndarray
-    masks: np.ndarray
-    centres: np.ndarray
-    colours: np.ndarray
-    kinds: np.ndarray
-    radii: np.ndarray
+    Fields
+    ------
+    images   (n, 3, S, S) float32 or float64 (float32 by default), channels first
+    labels   (n,) int64, 1 when the two shapes have the same palette colour
+    masks    (n, 2, S, S) bool, the pixels of the left [0] and right [1] shape
+    centres  (n, 2, 2) int64, (row, column) of each shape's centre
+    colours  (n, 2) int64, palette indices (into ``PALETTE``)
+    kinds    (n, 2) int64, indices into ``SHAPE_KINDS``
+    radii    (n, 2) int64, half-sizes
+
+    Example
+    -------
+    >>> b = attnc.datasets.SameColourShapes(size=12, gap=6, max_radius=1).batch(4, seed=0)
+    >>> b.images.shape, b.images.dtype, b.masks.shape, b.labels.tolist()
+    ((4, 3, 12, 12), dtype('float32'), (4, 2, 12, 12), [0, 0, 1, 1])
+    >>> bool((b.labels == (b.colours[:, 0] == b.colours[:, 1])).all())
+    True
+    """
+
+    images: Array
+    labels: Array
+    masks: Array
+    centres: Array
+    colours: Array
+    kinds: Array
+    radii: Array
 
 
 class SameColourShapes:
-    """The task; ``batch(n, seed=None, dtype=np.float32)`` draws n images.
+    """Two distant shapes, "are they the same colour?" (see the module
+    docstring); ``batch(n, seed=None, dtype=np.float32)`` draws n images as a
+    ``ShapePairBatch`` (images (n, 3, size, size) float, labels (n,) int64).
 
-    size: image side (at least gap + 2 (2 max_radius + 1)); colours: palette size
-    (2..8, from PALETTE); gap: empty columns between the left and right
-    parts (> the receptive field of the convolutions before the attention);
-    noise: standard deviation of the background noise; jitter: of each
-    shape's colour; max_radius: shapes' half-sizes are 1..max_radius.
+    Parameters
+    ----------
+    size : int, the image side (at least gap + 2 (2 max_radius + 1))
+    colours : int, the palette size (2..8, the first of ``PALETTE``)
+    gap : int, empty columns between the left and right parts (> the
+        receptive field of the convolutions before the attention)
+    noise : float, standard deviation of the background noise
+    jitter : float, standard deviation of each shape's colour around its palette colour
+    max_radius : int, shapes' half-sizes are 1..max_radius
+    clutter : int, single pixels of random palette colours scattered between
+        the two parts (0: none)
+
+    Example
+    -------
+    >>> task = attnc.datasets.SameColourShapes(size=12, colours=6, gap=6, max_radius=1)
+    >>> b = task.batch(4, seed=0)
+    >>> b.images.shape, b.images.dtype, b.labels.dtype, int(b.labels.sum())
+    ((4, 3, 12, 12), dtype('float32'), dtype('int64'), 2)
     """
 
     def __init__(self, size: int = 20, colours: int = 6, gap: int = 6, noise: float = 0.05, jitter: float = 0.05,
@@ -98,11 +130,12 @@ class SameColourShapes:
             raise ValueError(f"clutter must be <= the {self.size * (self.size - 2 * self.part)} pixels between "
                              f"the parts, got {clutter}")
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return (f"SameColourShapes(size={self.size}, colours={self.colours}, gap={self.gap}, noise={self.noise}, "
                 f"max_radius={self.max_radius}, clutter={self.clutter})")
 
-    def batch(self, n: int, seed=None, dtype=np.float32) -> ShapePairBatch:
+    def batch(self, n: int, seed: SeedLike = None, dtype: DTypeLike = np.float32) -> ShapePairBatch:
+        """n images, half of each label (⌊n/2⌋ or ⌈n/2⌉); dtype float32 or float64."""
         n = _check_int("n", n, 1)
         rng = _rng(seed)
         dt = _dtype(dtype)

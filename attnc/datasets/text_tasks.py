@@ -44,11 +44,11 @@ gives the same arrays.
 
 Example
 -------
->>> task = MarkerTask()
+>>> task = attnc.datasets.MarkerTask()
 >>> batch = task.batch(4, seed=0)
 >>> batch.ids.shape[0], batch.labels.shape
 (4, (4,))
->>> pairs = EntailmentTask().batch(8, seed=0)
+>>> pairs = attnc.datasets.EntailmentTask().batch(8, seed=0)
 >>> pairs.premise.shape[0], sorted(set(pairs.labels.tolist())) <= [0, 1, 2]
 (8, True)
 """
@@ -56,11 +56,13 @@ Example
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 
 from .._args import size_arg
-from .ntm_tasks import _rng
+from .._typing import Array, ArrayLike
+from .ntm_tasks import SeedLike, _rng
 
 __all__ = ["EntailmentBatch", "EntailmentTask", "MarkerBatch", "MarkerTask", "PAD"]
 
@@ -75,25 +77,59 @@ MARKERS = (("good", "great", "superb"), ("bad", "awful", "poor"), ("odd", "weird
 
 @dataclass(frozen=True)
 class MarkerBatch:
-    """ids (B, T) int64 padded with PAD; lengths (B,) int64; mask (B, T) bool,
-    True at real tokens (attnc's convention); labels (B,) int64;
-    marker_mask (B, T) bool, True at the marker tokens."""
+    """One batch of ``MarkerTask`` (what its ``batch`` returns).
 
-    ids: np.ndarray
-    lengths: np.ndarray
-    mask: np.ndarray
-    labels: np.ndarray
-    marker_mask: np.ndarray
+    Fields
+    ------
+    ids          (B, T) int64 word ids, padded with PAD (0); T the longest row
+    lengths      (B,) int64
+    mask         (B, T) bool, True at real tokens (attnc's convention, not torch's)
+    labels       (B,) int64 in [0, num_classes)
+    marker_mask  (B, T) bool, True at the marker tokens
 
-    def __len__(self):
+    Example
+    -------
+    >>> task = attnc.datasets.MarkerTask(num_classes=2, min_len=5, max_len=8, max_markers=2)
+    >>> b = task.batch(2, seed=0)
+    >>> b.ids.shape, b.ids.dtype, b.lengths.tolist(), b.labels.tolist()
+    ((2, 7), dtype('int64'), [7, 6], [1, 1])
+    >>> [w for w, m in zip(task.decode(b.ids[0]), b.marker_mask[0]) if m]
+    ['awful', 'awful']
+    """
+
+    ids: Array
+    lengths: Array
+    mask: Array
+    labels: Array
+    marker_mask: Array
+
+    def __len__(self) -> int:
         return self.ids.shape[0]
 
 
 class MarkerTask:
     """Classify a sequence by the marker words hidden in it (see the module docstring).
 
-    num_classes 2..4; lengths in [min_len, max_len]; 1..max_markers markers
-    (all of the label's class, at distinct random positions)."""
+    Parameters
+    ----------
+    num_classes : int, 2..4
+    min_len, max_len : int, the range of sequence lengths
+    max_markers : int, 1..max_markers markers per sequence (all of the
+        label's class, at distinct random positions; <= min_len)
+
+    ``words`` (PAD "<pad>" first), ``vocab_size``; ``batch(batch_size,
+    seed=None)`` -> ``MarkerBatch`` (ids (B, T) int64, labels (B,) int64);
+    ``decode(ids)`` the words of one row.
+
+    Example
+    -------
+    >>> task = attnc.datasets.MarkerTask(num_classes=2, min_len=5, max_len=8, max_markers=2)
+    >>> b = task.batch(2, seed=0)
+    >>> task.vocab_size, b.ids.shape, b.labels.dtype
+    (47, (2, 7), dtype('int64'))
+    >>> task.decode(b.ids[0])
+    ['in', 'awful', 'was', 'awful', 'plot', 'cast', 'saw']
+    """
 
     def __init__(self, num_classes: int = 3, min_len: int = 20, max_len: int = 50, max_markers: int = 3):
         self.num_classes = size_arg("num_classes", num_classes, 2)
@@ -114,9 +150,10 @@ class MarkerTask:
 
     @property
     def vocab_size(self) -> int:
+        """The number of word ids (PAD included)."""
         return len(self.words)
 
-    def batch(self, batch_size: int, seed=None) -> MarkerBatch:
+    def batch(self, batch_size: int, seed: SeedLike = None) -> MarkerBatch:
         """Draw batch_size sequences (vectorised)."""
         B = size_arg("batch_size", batch_size, 1)
         rng = _rng(seed)
@@ -135,7 +172,7 @@ class MarkerTask:
         ids = np.where(real, ids, PAD).astype(np.int64)
         return MarkerBatch(ids, lengths.astype(np.int64), real, labels.astype(np.int64), marker)
 
-    def decode(self, ids) -> list:
+    def decode(self, ids: ArrayLike) -> list[str]:
         """The words of one row of ids (padding dropped)."""
         return [self.words[i] for i in np.asarray(ids).tolist() if i != PAD]
 
@@ -151,41 +188,66 @@ LABELS = ("entailment", "contradiction", "neutral")
 
 @dataclass(frozen=True)
 class EntailmentBatch:
-    """premise (B, La) and hypothesis (B, Lb) int64 padded with PAD;
-    premise_lengths, hypothesis_lengths (B,) int64; labels (B,) int64 (0
-    entailment, 1 contradiction, 2 neutral); templates: the (premise,
-    hypothesis) template names of each pair ("P2"/"P3"; "E", "Cs", "Cn" or
-    "N" followed by the number of animals the hypothesis names); targets
-    (B, Lb) int64: for each hypothesis word the world compares with a premise
-    word (an animal of the scene, and the colour given to it, right or wrong)
-    the position of that premise word (the animal; the animal's colour), else
-    -1 (articles, "and", padding, the animal not in the scene and its colour)."""
+    """One batch of ``EntailmentTask`` (what its ``batch`` returns).
 
-    premise: np.ndarray
-    hypothesis: np.ndarray
-    premise_lengths: np.ndarray
-    hypothesis_lengths: np.ndarray
-    labels: np.ndarray
-    templates: tuple
-    targets: np.ndarray
+    Fields
+    ------
+    premise             (B, La) int64 word ids, padded with PAD (0)
+    hypothesis          (B, Lb) int64 word ids, padded with PAD
+    premise_lengths     (B,) int64
+    hypothesis_lengths  (B,) int64
+    labels              (B,) int64: 0 entailment, 1 contradiction, 2 neutral
+    templates           B (premise, hypothesis) template names: "P2"/"P3";
+                        "E", "Cs", "Cn" or "N" followed by the number of
+                        animals the hypothesis names
+    targets             (B, Lb) int64: for each hypothesis word the world
+                        compares with a premise word (an animal of the scene,
+                        and the colour given to it, right or wrong) the
+                        position of that premise word (the animal; the
+                        animal's colour), else -1 (articles, "and", padding,
+                        the animal not in the scene and its colour)
 
-    def __len__(self):
+    Example
+    -------
+    >>> task = attnc.datasets.EntailmentTask()
+    >>> b = task.batch(2, seed=0)
+    >>> b.premise.shape, b.hypothesis.shape, b.labels.tolist(), b.templates
+    ((2, 7), (2, 3), [2, 0], (('P2', 'N1'), ('P2', 'E1')))
+    >>> task.decode(b.premise[1]), task.decode(b.hypothesis[1]), b.targets[1].tolist()
+    (['the', 'black', 'cat', 'and', 'the', 'green', 'bird'], ['a', 'black', 'cat'], [-1, 1, 2])
+    """
+
+    premise: Array
+    hypothesis: Array
+    premise_lengths: Array
+    hypothesis_lengths: Array
+    labels: Array
+    templates: tuple[tuple[str, str], ...]
+    targets: Array
+
+    def __len__(self) -> int:
         return self.premise.shape[0]
 
 
-def _pick(rng, values, exclude=()):
+def _pick(rng: np.random.Generator, values, exclude=()):
     options = [v for v in values if v not in exclude]
     return options[int(rng.integers(len(options)))]
 
 
 class EntailmentTask:
     """Premise / hypothesis pairs about a scene of coloured animals (see the
-    module docstring). ``sample(rng, split)`` gives one pair as strings,
-    ``batch(batch_size, seed, split)`` an EntailmentBatch of token ids.
+    module docstring). No arguments: the words (PAD, articles, 8 colours, 8
+    animals) and labels are fixed.
+
+    ``sample(rng, split)`` gives one pair as strings; ``batch(batch_size,
+    seed, split)`` an ``EntailmentBatch`` of token ids (premise (B, La) and
+    hypothesis (B, Lb) int64, labels (B,) int64); ``encode(sentence)`` ->
+    (L,) int64; ``decode(ids)`` -> words; ``vocab_size``; ``labels`` the
+    class names.
 
     Example
     -------
-    >>> task = EntailmentTask()
+    >>> task = attnc.datasets.EntailmentTask()
     >>> premise, hypothesis, label, names, targets = task.sample(np.random.default_rng(0))
     >>> len(targets) == len(hypothesis.split()), task.labels[label] in task.labels
     (True, True)
@@ -201,15 +263,18 @@ class EntailmentTask:
 
     @property
     def vocab_size(self) -> int:
+        """The number of word ids (PAD included)."""
         return len(self.words)
 
-    def encode(self, sentence: str) -> np.ndarray:
+    def encode(self, sentence: str) -> Array:
+        """(L,) int64 ids of a sentence's words."""
         return np.array([self.index[w] for w in sentence.split()], np.int64)
 
-    def decode(self, ids) -> list:
+    def decode(self, ids: ArrayLike) -> list[str]:
+        """The words of one row of ids (padding dropped)."""
         return [self.words[i] for i in np.asarray(ids).tolist() if i != PAD]
 
-    def _scene(self, rng, split):
+    def _scene(self, rng: np.random.Generator, split: str) -> list[tuple[str, str]]:
         n = 2 + int(rng.random() < 0.5)
         if split == "test":
             return [HELDOUT_PAIRS[i] for i in rng.choice(len(HELDOUT_PAIRS), n, replace=False)]
@@ -219,7 +284,8 @@ class EntailmentTask:
             if not set(scene) & set(HELDOUT_PAIRS):
                 return scene
 
-    def sample(self, rng, split="train"):
+    def sample(self, rng: np.random.Generator, split: Literal["train", "test"] = "train"
+               ) -> tuple[str, str, int, tuple[str, str], list[int]]:
         """(premise, hypothesis, label, (premise template, hypothesis template),
         targets (a list, one per hypothesis word: see EntailmentBatch))."""
         if split not in ("train", "test"):
@@ -231,7 +297,8 @@ class EntailmentTask:
             kind = {ENTAILMENT: "E", NEUTRAL: "N"}.get(label, "Cs" if rng.random() < 0.5 else "Cn")
             k = 1 + int(rng.random() < 0.5)  # animals named by the hypothesis
             named = [int(i) for i in rng.choice(n, k, replace=False)]
-            mention = [(scene[i][0], scene[i][1], i) for i in named]  # (colour or None, animal, scene index)
+            # (colour or None, animal, scene index)
+            mention: list[tuple[str | None, str, int]] = [(scene[i][0], scene[i][1], i) for i in named]
             changed = int(rng.integers(k))
             c, a, i = mention[changed]
             if kind == "Cs":
@@ -257,7 +324,8 @@ class EntailmentTask:
             targets.append(4 * si + 2 if si >= 0 else -1)
         return premise, " ".join(words), label, (f"P{n}", f"{kind}{k}"), targets
 
-    def batch(self, batch_size: int, seed=None, split="train") -> EntailmentBatch:
+    def batch(self, batch_size: int, seed: SeedLike = None,
+              split: Literal["train", "test"] = "train") -> EntailmentBatch:
         """Draw batch_size pairs ("train": no held-out combination anywhere;
         "test": scenes made only of HELDOUT_PAIRS)."""
         B = size_arg("batch_size", batch_size, 1)
@@ -271,7 +339,7 @@ class EntailmentTask:
                                _pad([np.array(r[4], np.int64) for r in rows], -1))
 
 
-def _pad(seqs, fill=PAD) -> np.ndarray:
+def _pad(seqs: list[Array], fill: int = PAD) -> Array:
     out = np.full((len(seqs), max(len(s) for s in seqs)), fill, np.int64)
     for i, s in enumerate(seqs):
         out[i, : len(s)] = s

@@ -16,6 +16,7 @@ are ``IGNORE_INDEX = -100``, ``attnc.nn.cross_entropy``'s ``ignore_index``.
 
 Example
 -------
+>>> from attnc.datasets import Vocab
 >>> v = Vocab.chars("abc")
 >>> v.encode("cab"), v.decode([5, 3, 4, 2, 0])
 (array([5, 3, 4]), 'cab')
@@ -26,71 +27,130 @@ Example
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Literal, NamedTuple, Union
 
 import numpy as np
 
+from .._typing import Array, ArrayLike
 from .sequences import IGNORE_INDEX, Seq2SeqBatch
+
+Text = Union[str, Sequence[str], Array]
+"""A text to encode: a string (tokenized), a list of tokens, or an id array (kept as it is)."""
 
 PAD, BOS, EOS, UNK = 0, 1, 2, 3
 SPECIAL_NAMES = ("<pad>", "<bos>", "<eos>", "<unk>")
 
 
-class Padded(NamedTuple):
-    """Sequences right-padded with PAD.
+class _PaddedFields(NamedTuple):
+    ids: Array
+    lengths: Array
+    key_padding_mask: Array
 
+
+class Padded(_PaddedFields):
+    """Sequences right-padded with PAD (a named tuple, what
+    ``Vocab.pad_batch`` returns).
+
+    Fields
+    ------
     ids               (B, T) int64
     lengths           (B,) int64, the real tokens of each row (BOS/EOS included when added)
     key_padding_mask  (B, T) bool, True at padding (``position >= length``)
+
+    Example
+    -------
+    >>> p = attnc.datasets.Vocab.chars("abc").pad_batch(["ab", "c"], bos=True)
+    >>> p.ids.tolist(), p.lengths.tolist(), p.ids.dtype
+    ([[1, 3, 4], [1, 5, 0]], [3, 2], dtype('int64'))
+    >>> ids, lengths, mask = p  # unpacks as a tuple
+    >>> mask.tolist()
+    [[False, False, False], [False, False, True]]
     """
 
-    ids: np.ndarray
-    lengths: np.ndarray
-    key_padding_mask: np.ndarray
+    __slots__ = ()
+
+    def __init__(self, ids: Array, lengths: Array, key_padding_mask: Array) -> None:
+        """The fields are set by the tuple itself (this only documents their types)."""
 
 
-class TeacherForcing(NamedTuple):
-    """Decoder inputs and targets for teacher forcing, T = longest target + 1.
+class _TeacherForcingFields(NamedTuple):
+    tgt_in: Array
+    tgt_out: Array
+    lengths: Array
+    key_padding_mask: Array
 
+
+class TeacherForcing(_TeacherForcingFields):
+    """Decoder inputs and targets for teacher forcing, T = longest target + 1
+    (a named tuple, what ``Vocab.teacher_forcing`` returns).
+
+    Fields
+    ------
     tgt_in            (B, T) int64: BOS, target..., PAD after
     tgt_out           (B, T) int64: target..., EOS, IGNORE_INDEX (-100) after
     lengths           (B,) int64: len(target) + 1, the decoder steps that count
     key_padding_mask  (B, T) bool, True at padding (``position >= length``)
+
+    Example
+    -------
+    >>> tf = attnc.datasets.Vocab.chars("abc").teacher_forcing(["ab", "c"])
+    >>> tf.tgt_in.tolist(), tf.tgt_out.tolist(), tf.lengths.tolist()
+    ([[1, 3, 4], [1, 5, 0]], [[3, 4, 2], [5, 2, -100]], [3, 2])
     """
 
-    tgt_in: np.ndarray
-    tgt_out: np.ndarray
-    lengths: np.ndarray
-    key_padding_mask: np.ndarray
+    __slots__ = ()
+
+    def __init__(self, tgt_in: Array, tgt_out: Array, lengths: Array, key_padding_mask: Array) -> None:
+        """The fields are set by the tuple itself (this only documents their types)."""
 
 
 @dataclass(frozen=True)
 class TextBatch(Seq2SeqBatch):
-    """A ``Seq2SeqBatch`` (src, src_key_padding_mask, tgt_in, tgt_out,
-    tgt_key_padding_mask; torch's mask meaning, True = padding) with the
-    lengths a recurrent encoder needs:
+    """A ``Seq2SeqBatch`` with the lengths a recurrent encoder needs (what
+    ``Vocab.batch`` and ``DatesTask.batch`` return; torch's mask meaning,
+    True = padding).
 
-    src_lengths   (B,) int64, real source tokens per row (``lengths=`` of attnc.nn.LSTM/GRU)
-    tgt_lengths   (B,) int64, real decoder steps per row (target + EOS)
+    Fields
+    ------
+    src                    (B, S) int64, PAD after each source
+    src_key_padding_mask   (B, S) bool
+    tgt_in                 (B, T) int64: BOS, target..., PAD after
+    tgt_out                (B, T) int64: target..., EOS, IGNORE_INDEX (-100) after
+    tgt_key_padding_mask   (B, T) bool
+    src_lengths            (B,) int64, real source tokens per row (``lengths=`` of attnc.nn.LSTM/GRU)
+    tgt_lengths            (B,) int64, real decoder steps per row (target + EOS)
+
+    Example
+    -------
+    >>> b = attnc.datasets.Vocab.chars("abc").batch(["abc", "a"], ["cba", "a"])
+    >>> b.src.tolist(), b.src_lengths.tolist(), b.tgt_lengths.tolist()
+    ([[3, 4, 5], [3, 0, 0]], [3, 1], [4, 2])
+    >>> b.tgt_out.tolist()
+    [[5, 4, 3, 2], [3, 2, -100, -100]]
     """
 
-    src_lengths: np.ndarray
-    tgt_lengths: np.ndarray
+    src_lengths: Array
+    tgt_lengths: Array
 
 
-def _lengths_mask(lengths: np.ndarray, T: int) -> np.ndarray:
+def _lengths_mask(lengths: Array, T: int) -> Array:
     return np.arange(T)[None, :] >= lengths[:, None]
 
 
 class Vocab:
-    """Tokens <-> ids over a fixed alphabet (see the module docstring for ids).
+    """Tokens <-> ids over a fixed alphabet: PAD 0, BOS 1, EOS 2, UNK 3 when
+    present, then the tokens in order (see the module docstring).
 
-    Vocab(tokens, *, kind="char", unk=None)
-        tokens: the ordinary tokens in id order (a string of characters for
+    Parameters
+    ----------
+    tokens : the ordinary tokens in id order (a string of characters for
         ``kind="char"``, an iterable of words for ``kind="word"``); no
-        duplicates, none of the special names. ``unk`` defaults to
-        ``kind == "word"``.
+        duplicates, none of the special names
+    kind : "char" or "word"
+    unk : bool, optional; an unknown-token id 3 (default ``kind == "word"``)
+
     ``Vocab.chars(alphabet)``, ``Vocab.words(words)`` build one of each kind.
 
     Attributes: ``kind``, ``pad``, ``bos``, ``eos``, ``unk`` (None without
@@ -99,11 +159,21 @@ class Vocab:
 
     ``encode(text or tokens, bos=False, eos=False)`` -> (T,) int64;
     ``decode(ids)`` -> str (stops at the first EOS, drops PAD and BOS);
-    ``pad_batch(seqs, ...)`` -> ``Padded``; ``teacher_forcing(targets)`` ->
-    ``TeacherForcing``; ``batch(sources, targets)`` -> ``TextBatch``.
+    ``pad_batch(seqs, ...)`` -> ``Padded`` ((B, T) int64 ids);
+    ``teacher_forcing(targets)`` -> ``TeacherForcing``;
+    ``batch(sources, targets)`` -> ``TextBatch``.
+
+    Example
+    -------
+    >>> v = attnc.datasets.Vocab.words(["red", "cat"])
+    >>> len(v), v.encode("red dog cat", eos=True).tolist(), v.encode("cat").dtype
+    (6, [4, 3, 5, 2], dtype('int64'))
+    >>> v.decode([1, 4, 5, 2, 0])
+    'red cat'
     """
 
-    def __init__(self, tokens, *, kind: str = "char", unk: bool | None = None):
+    def __init__(self, tokens: Iterable[str], *, kind: Literal["char", "word"] = "char",
+                 unk: bool | None = None):
         if kind not in ("char", "word"):
             raise ValueError(f"kind must be 'char' or 'word', got {kind!r}")
         tokens = list(tokens)
@@ -135,35 +205,36 @@ class Vocab:
             self._table = table
 
     @classmethod
-    def chars(cls, alphabet, *, unk: bool = False) -> "Vocab":
+    def chars(cls, alphabet: Iterable[str], *, unk: bool = False) -> Vocab:
         """A character vocabulary: ``alphabet[k]`` gets id 3 + k (4 + k with UNK)."""
         return cls(list(alphabet), kind="char", unk=unk)
 
     @classmethod
-    def words(cls, words, *, unk: bool = True) -> "Vocab":
+    def words(cls, words: Iterable[str], *, unk: bool = True) -> Vocab:
         """A word vocabulary: ``words[k]`` gets id 4 + k (3 + k without UNK)."""
         return cls(list(words), kind="word", unk=unk)
 
-    def __len__(self):
+    def __len__(self) -> int:
         return len(self.tokens)
 
     @property
     def size(self) -> int:
+        """The number of ids (= ``len(vocab)``)."""
         return len(self.tokens)
 
-    def __contains__(self, token):
+    def __contains__(self, token: object) -> bool:
         return token in self._ids
 
     def __getitem__(self, token: str) -> int:
         return self.id(token)
 
-    def __eq__(self, other):
+    def __eq__(self, other: object) -> bool:
         return isinstance(other, Vocab) and (self.kind, self.tokens) == (other.kind, other.tokens)
 
-    def __hash__(self):
+    def __hash__(self) -> int:
         return hash((self.kind, tuple(self.tokens)))
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         body = "".join(self.tokens[self.first_id:]) if self.kind == "char" else " ".join(self.tokens[self.first_id:])
         if len(body) > 60:
             body = body[:57] + "..."
@@ -184,13 +255,14 @@ class Vocab:
         return i
 
     def token(self, i: int) -> str:
+        """The token of id i (specials as "<pad>", "<bos>", ...)."""
         return self.tokens[int(i)]
 
     def tokenize(self, text: str) -> list[str]:
         """Characters of text (char), or its whitespace-separated words (word)."""
         return list(text) if self.kind == "char" else text.split()
 
-    def encode(self, text, *, bos: bool = False, eos: bool = False) -> np.ndarray:
+    def encode(self, text: str | Sequence[str], *, bos: bool = False, eos: bool = False) -> Array:
         """(T,) int64 ids of a string (tokenized) or a list of tokens, with BOS
         first and/or EOS last on request."""
         if isinstance(text, str) and self.kind == "char" and self._table is not None and text.isascii():
@@ -208,7 +280,7 @@ class Vocab:
             ([np.array([EOS], np.int64)] if eos else [])
         return np.concatenate(parts) if len(parts) > 1 else ids.astype(np.int64)
 
-    def decode(self, ids, *, stop_at_eos: bool = True, skip_special: bool = True) -> str:
+    def decode(self, ids: ArrayLike, *, stop_at_eos: bool = True, skip_special: bool = True) -> str:
         """The text of a 1-d id sequence: up to the first EOS (``stop_at_eos``),
         without PAD and BOS (``skip_special``; UNK stays as "<unk>"); characters
         joined without separator, words with single spaces. Negative ids (such
@@ -222,16 +294,17 @@ class Vocab:
             out.append(self.tokens[i])
         return ("" if self.kind == "char" else " ").join(out)
 
-    def decode_batch(self, ids, **kwargs) -> list[str]:
+    def decode_batch(self, ids: ArrayLike, *, stop_at_eos: bool = True, skip_special: bool = True) -> list[str]:
         """``decode`` of every row of a (B, T) array."""
-        return [self.decode(row, **kwargs) for row in np.asarray(ids)]
+        return [self.decode(row, stop_at_eos=stop_at_eos, skip_special=skip_special) for row in np.asarray(ids)]
 
     # ------------------------------------------------------------------ batches
 
-    def _encode_all(self, seqs):
+    def _encode_all(self, seqs: Sequence[Text]) -> list[Array]:
         return [s if isinstance(s, np.ndarray) else self.encode(s) for s in seqs]
 
-    def pad_batch(self, seqs, *, bos: bool = False, eos: bool = False, length: int | None = None) -> Padded:
+    def pad_batch(self, seqs: Sequence[Text], *, bos: bool = False, eos: bool = False,
+                  length: int | None = None) -> Padded:
         """Encode (strings, token lists, or id arrays as they are) and right-pad
         with PAD to (B, length) (default: the longest)."""
         rows = []
@@ -252,13 +325,13 @@ class Vocab:
             ids[k, : len(r)] = r
         return Padded(ids, lengths, _lengths_mask(lengths, T))
 
-    def teacher_forcing(self, targets, *, length: int | None = None) -> TeacherForcing:
+    def teacher_forcing(self, targets: Sequence[Text], *, length: int | None = None) -> TeacherForcing:
         """Decoder input and output for targets (strings, token lists or id
         arrays); ``length`` (default longest + 1) fixes T."""
         p = self.pad_batch(targets)
         return teacher_forcing_arrays(p.ids, p.lengths, length=length)
 
-    def batch(self, sources, targets, *, src_length: int | None = None,
+    def batch(self, sources: Sequence[Text], targets: Sequence[Text], *, src_length: int | None = None,
               tgt_length: int | None = None) -> TextBatch:
         """A ``TextBatch`` of sources (no BOS/EOS) and targets (teacher forcing)."""
         s = self.pad_batch(sources, length=src_length)
@@ -267,7 +340,7 @@ class Vocab:
                          s.lengths, t.lengths)
 
 
-def teacher_forcing_arrays(ids: np.ndarray, lengths: np.ndarray, *, length: int | None = None) -> TeacherForcing:
+def teacher_forcing_arrays(ids: ArrayLike, lengths: ArrayLike, *, length: int | None = None) -> TeacherForcing:
     """Teacher-forcing arrays from PAD-padded target ids (B, S) and their
     lengths (B,): T = S + 1 unless ``length`` is given (≥ longest + 1)."""
     ids = np.asarray(ids, np.int64)
