@@ -5,6 +5,8 @@ the context, the alignment matrix and, with ``attnc.vjp``, the gradient of
 every input and parameter. All the work happens in attnc's C core.
 """
 
+__version__ = "0.1.0"
+
 import os as _os
 
 import numpy as _np  # noqa: F401  (first: its own OpenBLAS reads the user's settings)
@@ -24,12 +26,10 @@ from .attention import (  # noqa: E402
     score,
     softmax,
 )
-from .config import blas_info, get_num_threads, set_num_threads  # noqa: E402
+from .config import blas_info, get_num_threads, set_num_threads, show_config  # noqa: E402
 from .grad import vjp  # noqa: E402
 from . import nn, ntm, optim, plot  # noqa: E402  (plot imports matplotlib only when drawing)
 from .nn.module import load, save  # noqa: E402
-
-__version__ = "0.1.0"
 
 
 def _default_threads() -> int:
@@ -62,6 +62,7 @@ __all__ = [
     "scaled_dot_product_attention",
     "score",
     "set_num_threads",
+    "show_config",
     "softmax",
     "vjp",
 ]

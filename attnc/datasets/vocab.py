@@ -43,13 +43,7 @@ PAD, BOS, EOS, UNK = 0, 1, 2, 3
 SPECIAL_NAMES = ("<pad>", "<bos>", "<eos>", "<unk>")
 
 
-class _PaddedFields(NamedTuple):
-    ids: Array
-    lengths: Array
-    key_padding_mask: Array
-
-
-class Padded(_PaddedFields):
+class Padded(NamedTuple):
     """Sequences right-padded with PAD (a named tuple, what
     ``Vocab.pad_batch`` returns).
 
@@ -69,20 +63,12 @@ class Padded(_PaddedFields):
     [[False, False, False], [False, False, True]]
     """
 
-    __slots__ = ()
-
-    def __init__(self, ids: Array, lengths: Array, key_padding_mask: Array) -> None:
-        """The fields are set by the tuple itself (this only documents their types)."""
-
-
-class _TeacherForcingFields(NamedTuple):
-    tgt_in: Array
-    tgt_out: Array
+    ids: Array
     lengths: Array
     key_padding_mask: Array
 
 
-class TeacherForcing(_TeacherForcingFields):
+class TeacherForcing(NamedTuple):
     """Decoder inputs and targets for teacher forcing, T = longest target + 1
     (a named tuple, what ``Vocab.teacher_forcing`` returns).
 
@@ -100,10 +86,10 @@ class TeacherForcing(_TeacherForcingFields):
     ([[1, 3, 4], [1, 5, 0]], [[3, 4, 2], [5, 2, -100]], [3, 2])
     """
 
-    __slots__ = ()
-
-    def __init__(self, tgt_in: Array, tgt_out: Array, lengths: Array, key_padding_mask: Array) -> None:
-        """The fields are set by the tuple itself (this only documents their types)."""
+    tgt_in: Array
+    tgt_out: Array
+    lengths: Array
+    key_padding_mask: Array
 
 
 @dataclass(frozen=True)

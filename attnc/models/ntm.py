@@ -49,16 +49,6 @@ class NTMTrace(NamedTuple):
     memory: Array
 
 
-def _trace_init(self, read_weights: Array, write_weights: Array, memory: Array) -> None:
-    """The tuple's __new__ sets the fields; this __init__ only gives the
-    constructor's arguments their types (a NamedTuple may not define one in
-    its body)."""
-
-
-NTMTrace.__init__ = _trace_init
-
-
-
 def _softmax_rows(x):
     e = np.exp(x - x.max(axis=-1, keepdims=True))
     return e / e.sum(axis=-1, keepdims=True)

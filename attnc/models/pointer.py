@@ -54,16 +54,6 @@ class PointerOutput(NamedTuple):
     pointers: Array
 
 
-def _output_init(self, indices: Array, log_probs: Array, pointers: Array) -> None:
-    """The tuple's __new__ sets the fields; this __init__ only gives the
-    constructor's arguments their types (a NamedTuple may not define one in
-    its body)."""
-
-
-PointerOutput.__init__ = _output_init
-
-
-
 class PointerNet(nn.Module):
     r"""A pointer network (Vinyals et al. 2015).
 
