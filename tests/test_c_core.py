@@ -1,11 +1,14 @@
 """Build the C core's unit tests (tests/c) under AddressSanitizer and
 UndefinedBehaviorSanitizer and run them: the C library on its own, no Python.
+They are built for every SIMD path this machine runs (the flags of setup.py's
+builds), since each path compiles its own kernels (csrc/core/cpu.h).
 
-Also runnable as a script: ``python tests/test_c_core.py``.
+Also runnable as a script: ``python tests/test_c_core.py [PATH]`` (default baseline).
 """
 
 import glob
 import os
+import platform
 import shutil
 import subprocess
 import sys
@@ -19,7 +22,25 @@ CFLAGS = ["-std=c11", "-g", "-O1", "-Wall", "-Wextra", "-Wmissing-prototypes", "
           "-fsanitize=address,undefined", "-fno-sanitize-recover=all"]
 
 
-def build_and_run(tmp: Path) -> subprocess.CompletedProcess:
+# setup.py's SIMD_FLAGS: each path's x86-64 level.
+SIMD_FLAGS = {
+    "baseline": ["-march=x86-64", "-mtune=generic"],
+    "avx2": ["-march=x86-64-v3"],
+    "avx512": ["-march=x86-64-v4", "-mprefer-vector-width=512"],
+}
+X86_64 = platform.machine().lower() in ("x86_64", "amd64")
+
+
+def paths_to_test() -> list:
+    """The SIMD paths this CPU runs (the baseline alone off x86-64)."""
+    if not X86_64:
+        return ["baseline"]
+    from attnc import _dispatch
+
+    return list(_dispatch.supported_paths())
+
+
+def build_and_run(tmp: Path, path: str = "baseline") -> subprocess.CompletedProcess:
     import scipy_openblas32 as openblas
 
     compiler = os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc")
@@ -28,7 +49,7 @@ def build_and_run(tmp: Path) -> subprocess.CompletedProcess:
     # every C family except the Python binding
     sources = sorted(f for f in glob.glob(str(ROOT / "csrc/*/*.c")) if "/python/" not in f)
     exe = tmp / "test_core"
-    cmd = [compiler, *CFLAGS, "-I", str(ROOT / "csrc/include"), "-I", openblas.get_include_dir(),
+    cmd = [compiler, *CFLAGS, *(SIMD_FLAGS[path] if X86_64 else []), "-I", str(ROOT / "csrc/include"), "-I", openblas.get_include_dir(),
            *sources, str(ROOT / "tests/c/test_core.c"), "-o", str(exe),
            "-L", openblas.get_lib_dir(), "-l" + openblas.get_library(),
            "-Wl,-rpath," + openblas.get_lib_dir(), "-lm", "-pthread"]
@@ -40,8 +61,9 @@ def build_and_run(tmp: Path) -> subprocess.CompletedProcess:
     return subprocess.run([str(exe)], capture_output=True, text=True, env=env, timeout=300)
 
 
-def test_c_core_under_sanitizers(tmp_path):
-    run = build_and_run(tmp_path)
+@pytest.mark.parametrize("path", paths_to_test())
+def test_c_core_under_sanitizers(tmp_path, path):
+    run = build_and_run(tmp_path, path)
     report = run.stdout + run.stderr
     assert run.returncode == 0, report
     assert "runtime error" not in report and "AddressSanitizer" not in report, report
@@ -54,6 +76,6 @@ if __name__ == "__main__":
     import tempfile
 
     with tempfile.TemporaryDirectory() as d:
-        result = build_and_run(Path(d))
+        result = build_and_run(Path(d), sys.argv[1] if len(sys.argv) > 1 else "baseline")
         sys.stdout.write(result.stdout + result.stderr)
         sys.exit(result.returncode)

@@ -1,0 +1,158 @@
+"""Every SIMD path this machine runs gives the same results.
+
+attnc's C core is built once per SIMD path (baseline, avx2, avx512) and
+attnc loads the best the CPU runs; ATTNC_CPU forces one. The rest of the
+suite runs on the default path. Here, for every other path the CPU runs:
+- the kernel tests (each against its NumPy float64, torch and finite-
+  difference references) run again in a process with ATTNC_CPU set;
+- a battery of forward and backward calls over every family of kernels runs
+  on each path, and the outputs are compared across paths: bitwise equal,
+  except float32 recurrent networks (LSTM, GRU and the pointer network that
+  runs on them), whose AVX2 and AVX-512 builds have their own fused time
+  loop (rnn/rnn_fast.c, with fused multiply-adds): those within 1e-5.
+
+Run as a script (``ATTNC_CPU=avx2 python tests/test_cpu_paths.py out.npz``)
+it writes the battery's outputs on the path in force.
+"""
+
+import dataclasses
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import attnc
+import attnc.datasets
+import attnc.models
+from attnc import _dispatch
+
+HERE = Path(__file__).resolve().parent
+
+# The tests of the C kernels: everything but experiments, notebooks, datasets,
+# plots and the layout/doc checks (which run no C arithmetic of their own).
+KERNEL_TESTS = [
+    "test_attention.py", "test_score.py", "test_softmax.py", "test_sdpa.py", "test_multihead.py",
+    "test_kv_cache.py", "test_hard_local.py", "test_kernel_regression.py", "test_nn_layers.py",
+    "test_conv.py", "test_rnn.py", "test_lstmn.py", "test_attention_pooling.py",
+    "test_self_attention2d.py", "test_transformer.py", "test_decode.py", "test_ntm.py",
+    "test_ntm_model.py", "test_pointer_model.py", "test_seq2seq_rnn.py", "test_captioner.py",
+    "test_snail.py", "test_decomposable.py",
+]
+
+DEFAULT = attnc._core.simd_path()
+RECURRENT = ("LSTM ", "GRU ", "pointer ")  # battery names of the float32 outputs allowed to differ
+OTHERS = [p for p in _dispatch.supported_paths() if p != DEFAULT]
+
+
+def battery() -> dict:
+    """name -> output of a forward or backward call, for every kernel family."""
+    out = {}
+    rng = np.random.default_rng(0)
+
+    def arr(*shape, dtype=np.float32):
+        return rng.standard_normal(shape).astype(dtype)
+
+    for dt in (np.float32, np.float64):
+        tag = np.dtype(dt).name
+        q, k, v = arr(2, 3, 37, 24, dtype=dt), arr(2, 3, 45, 24, dtype=dt), arr(2, 3, 45, 24, dtype=dt)
+        for causal in (False, True):
+            (o, w), pull = attnc.vjp(attnc.scaled_dot_product_attention, q, k, v, is_causal=causal,
+                                     return_weights=True)
+            out[f"sdpa causal={causal} {tag}"] = o
+            out[f"sdpa weights causal={causal} {tag}"] = w
+            for name, g in pull(np.ones_like(o), None).items():
+                out[f"sdpa grad {name} causal={causal} {tag}"] = g
+        out[f"sdpa dropout {tag}"] = attnc.scaled_dot_product_attention(q, k, v, dropout_p=0.3, seed=5)
+        qa, ka = arr(3, 7, 16, dtype=dt), arr(3, 9, 16, dtype=dt)
+        params = dict(w_query=arr(16, 12, dtype=dt), w_key=arr(16, 12, dtype=dt), v=arr(12, dtype=dt))
+        (ctx, w), pull = attnc.vjp(attnc.attention, qa, ka, score="additive", **params)
+        out[f"additive context {tag}"] = ctx
+        for name, g in pull(np.ones_like(ctx), None).items():
+            out[f"additive grad {name} {tag}"] = g
+        x = arr(4, 11, 40, dtype=dt)
+        out[f"softmax {tag}"] = attnc.softmax(x, causal=True)
+        out[f"log_softmax {tag}"] = attnc.nn.log_softmax(x)
+        for name, mod, xin in [
+            ("LSTM 32", attnc.nn.LSTM(40, 32, batch_first=True, dtype=dt, seed=1), x),
+            ("LSTM 24", attnc.nn.LSTM(40, 24, batch_first=True, dtype=dt, seed=1), x),  # AVX2-width kernel
+            ("GRU 32", attnc.nn.GRU(40, 32, batch_first=True, dtype=dt, seed=1), x),
+        ]:
+            (y, _), pull = attnc.vjp(mod, xin)
+            out[f"{name} {tag}"] = y
+            for g_name, g in pull(np.ones_like(y), None).items():
+                out[f"{name} grad {g_name} {tag}"] = g
+        for name, mod, xin in [
+            ("transformer layer", attnc.nn.TransformerEncoderLayer(40, 4, 64, dropout=0.0, batch_first=True,
+                                                                  dtype=dt, seed=2), x),
+            ("conv2d", attnc.nn.Conv2d(3, 5, 3, padding=1, dtype=dt, seed=3), arr(2, 3, 9, 10, dtype=dt)),
+            ("LSTMN", attnc.nn.LSTMN(40, 16, dtype=dt, seed=4), x),
+            ("attention pooling", attnc.nn.AttentionPooling(40, 8, dtype=dt, seed=5), x),
+            ("self-attention 2d", attnc.nn.SelfAttention2d(16, dtype=dt, seed=6), arr(2, 16, 5, 6, dtype=dt)),
+        ]:
+            y, pull = attnc.vjp(mod, xin)
+            y0 = y[0] if isinstance(y, tuple) else y
+            out[f"{name} {tag}"] = y0
+            grads = pull(np.ones_like(y0)) if not isinstance(y, tuple) else pull(np.ones_like(y0), None)
+            for g_name, g in grads.items():
+                out[f"{name} grad {g_name} {tag}"] = g
+        pointer = attnc.models.PointerNet(2, 16, dtype=dt, seed=7)
+        batch = attnc.datasets.TSPTask(6).batch(8, seed=8)
+        batch = dataclasses.replace(batch, inputs=batch.inputs.astype(dt))
+        loss, grads = pointer.loss_and_grads(batch)
+        out[f"pointer loss {tag}"] = np.array(loss)
+        for g_name, g in grads.items():
+            out[f"pointer grad {g_name} {tag}"] = g
+    return out
+
+
+@pytest.mark.parametrize("path", OTHERS)
+def test_kernel_tests_pass_on_every_path(path):
+    env = dict(os.environ, ATTNC_CPU=path)
+    cmd = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-o", "addopts=",
+           *[str(HERE / f) for f in KERNEL_TESTS]]
+    run = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=str(HERE))
+    assert run.returncode == 0, f"ATTNC_CPU={path}:\n{run.stdout[-6000:]}\n{run.stderr[-3000:]}"
+
+
+def test_paths_agree(tmp_path):
+    results = {DEFAULT: battery()}
+    for path in OTHERS:
+        file = tmp_path / f"{path}.npz"
+        run = subprocess.run([sys.executable, str(Path(__file__).resolve()), str(file)],
+                             env=dict(os.environ, ATTNC_CPU=path), capture_output=True, text=True)
+        assert run.returncode == 0, run.stderr[-3000:]
+        with np.load(file) as f:
+            results[path] = {name: f[name] for name in f.files}
+    assert len(results[DEFAULT]) > 100
+    for path in OTHERS:
+        assert results[path].keys() == results[DEFAULT].keys()
+        for name, ref in results[DEFAULT].items():
+            got = results[path][name]
+            if name.startswith(RECURRENT) and name.endswith("float32"):
+                np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5 * max(1.0, float(np.abs(ref).max())),
+                                           err_msg=f"{name}: {path} vs {DEFAULT}")
+            else:
+                np.testing.assert_array_equal(got, ref, err_msg=f"{name}: {path} vs {DEFAULT}")
+
+
+def test_the_loaded_path_is_the_best_the_cpu_runs_unless_forced():
+    supported = _dispatch.supported_paths()
+    assert supported[0] == "baseline"
+    forced = os.environ.get("ATTNC_CPU")
+    assert DEFAULT == (forced or supported[-1])
+    info = attnc.show_config(mode="dicts")
+    assert info["simd"]["path"] == DEFAULT and info["blas"]["threads"] == 1
+
+
+@pytest.mark.parametrize("value,error", [("sse9", "is not a SIMD path"), ("AVX-512", "is not a SIMD path")])
+def test_a_bad_attnc_cpu_is_a_clear_error(value, error):
+    run = subprocess.run([sys.executable, "-c", "import attnc"], env=dict(os.environ, ATTNC_CPU=value),
+                         capture_output=True, text=True)
+    assert run.returncode != 0 and error in run.stderr and "ATTNC_CPU" in run.stderr
+
+
+if __name__ == "__main__":
+    np.savez(sys.argv[1], **battery())
