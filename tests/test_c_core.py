@@ -17,8 +17,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-CFLAGS = ["-std=c11", "-g", "-O1", "-Wall", "-Wextra", "-Wmissing-prototypes", "-Wshadow", "-Werror",
-          "-fno-omit-frame-pointer",
+# setup.py's FP_FLAGS, then the strictest warnings and the sanitizers.
+CFLAGS = ["-std=c11", "-g", "-O1", "-ffp-contract=off", "-fno-trapping-math",
+          "-Wall", "-Wextra", "-Wmissing-prototypes", "-Wshadow", "-Werror", "-fno-omit-frame-pointer",
           "-fsanitize=address,undefined", "-fno-sanitize-recover=all"]
 
 
