@@ -12,6 +12,7 @@ one the environment variable ``ATTNC_CPU`` names, is loaded and becomes
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import os
 import sys
 
