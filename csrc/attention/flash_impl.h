@@ -250,7 +250,7 @@ static void FN(weights_rowdot_task)(void *arg, int64_t task, int worker) {
 
 /* s <- s o (dp - d_i) row by row (0 where s is 0). */
 static void FN(softmax_grad_tile)(REAL *s, const REAL *dp, const REAL *d, int64_t nq,
-                                            int64_t nk) {
+                                 int64_t nk) {
     for (int64_t i = 0; i < nq; i++)
         for (int64_t j = 0; j < nk; j++) {
             REAL p = s[i * nk + j];

@@ -10,7 +10,7 @@ static attnc_mat FN(mat)(REAL *p, int64_t rows, int64_t cols) {
 
 /* S (tq, tk) <- sum_a v_a tanh(QA_ia + KA_ja), v contiguous (core/lanes_impl.h's sums). */
 static void FN(additive_rows)(REAL *restrict s, const REAL *restrict qa, const REAL *restrict ka,
-                                         const REAL *restrict v, int64_t tq, int64_t tk, int64_t da) {
+                              const REAL *restrict v, int64_t tq, int64_t tk, int64_t da) {
     for (int64_t i = 0; i < tq; i++)
         for (int64_t j = 0; j < tk; j++) s[i * tk + j] = FN(additive)(qa + i * da, ka + j * da, v, da);
 }
@@ -18,9 +18,9 @@ static void FN(additive_rows)(REAL *restrict s, const REAL *restrict qa, const R
 /* The additive score's backward: dQA (tq, da), dKA (tk, da), dv (da) added
  * to from dS (tq, tk); v contiguous. */
 static void FN(additive_rows_backward)(REAL *restrict dqa, REAL *restrict dka, REAL *restrict dv,
-                                                  const REAL *restrict ds, const REAL *restrict qa,
-                                                  const REAL *restrict ka, const REAL *restrict v, int64_t tq,
-                                                  int64_t tk, int64_t da) {
+                                       const REAL *restrict ds, const REAL *restrict qa,
+                                       const REAL *restrict ka, const REAL *restrict v, int64_t tq,
+                                       int64_t tk, int64_t da) {
     for (int64_t i = 0; i < tq; i++)
         for (int64_t j = 0; j < tk; j++) {
             REAL dsij = ds[i * tk + j];

@@ -43,7 +43,7 @@ typedef struct FN(cap_job) {
 
 /* th (L, A) <- tanh(pa (L, A) + ph (A)), then e (L) <- th v (A). */
 static void FN(scores)(const REAL *restrict pa, const REAL *restrict ph, const REAL *restrict v,
-                                  REAL *restrict th, REAL *restrict e, int64_t L, int64_t A) {
+                       REAL *restrict th, REAL *restrict e, int64_t L, int64_t A) {
     for (int64_t i = 0; i < L; i++)
         for (int64_t k = 0; k < A; k++) th[i * A + k] = FN(tanh_)(pa[i * A + k] + ph[k]);
     for (int64_t i = 0; i < L; i++) {

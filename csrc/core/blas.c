@@ -35,8 +35,8 @@ static void blas_init(void) { scipy_openblas_set_num_threads(1); }
 /* c (1, n) = alpha a (1, k) op(b) + beta c, looping along whichever of
  * op(b)'s dims has the unit stride (vectorised for the build's SIMD path). */
 #define ROW_TIMES_MATRIX(NAME, REAL)                                                          \
-    static void NAME(bool trans_a, bool trans_b, REAL alpha, attnc_mat a, attnc_mat b, \
-                                REAL beta, attnc_mat c, int64_t n, int64_t k) {               \
+    static void NAME(bool trans_a, bool trans_b, REAL alpha, attnc_mat a, attnc_mat b,         \
+                     REAL beta, attnc_mat c, int64_t n, int64_t k) {                          \
         const REAL *restrict ap = a.p, *restrict bp = b.p;                                    \
         REAL *restrict cp = c.p;                                                              \
         int64_t as = trans_a ? a.rs : a.cs; /* along k */                                     \

@@ -45,8 +45,8 @@ static inline __attribute__((always_inline)) void FN(lstm_cell_forward_units)(RE
  * to add; added first, pre + add); out, the activations. c_prev (H) or NULL
  * (zeros); c, h (H) written. */
 ATTNC_UNUSED static void FN(lstm_cell_forward)(REAL *restrict gates, const REAL *restrict add,
-                                                          const REAL *restrict c_prev, REAL *restrict c,
-                                                          REAL *restrict h, int64_t H) {
+                                               const REAL *restrict c_prev, REAL *restrict c,
+                                               REAL *restrict h, int64_t H) {
     if (add)
         for (int64_t k = 0; k < 4 * H; k++) gates[k] += add[k];
     if (c_prev) FN(lstm_cell_forward_units)(gates, c_prev, true, c, h, H, H);
@@ -77,9 +77,9 @@ static inline __attribute__((always_inline)) void FN(lstm_cell_backward_units)(
  * in, the cotangent of c from later on (zeros at the last step), out, that
  * of c_prev; dgates (4H) written, the cotangents of the pre-activations. */
 ATTNC_UNUSED static void FN(lstm_cell_backward)(const REAL *restrict gates, const REAL *restrict c,
-                                                           const REAL *restrict c_prev, const REAL *restrict dh1,
-                                                           const REAL *restrict dh2, REAL *restrict dc,
-                                                           REAL *restrict dgates, int64_t H) {
+                                                const REAL *restrict c_prev, const REAL *restrict dh1,
+                                                const REAL *restrict dh2, REAL *restrict dc,
+                                                REAL *restrict dgates, int64_t H) {
     if (c_prev && dh2) FN(lstm_cell_backward_units)(gates, c, c_prev, true, dh1, dh2, true, dc, dgates, H, H);
     else if (c_prev) FN(lstm_cell_backward_units)(gates, c, c_prev, true, dh1, NULL, false, dc, dgates, H, H);
     else if (dh2) FN(lstm_cell_backward_units)(gates, c, NULL, false, dh1, dh2, true, dc, dgates, H, H);

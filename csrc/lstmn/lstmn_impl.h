@@ -43,7 +43,7 @@ static void FN(scores)(const lstmn_run *x, const FN(lstmn_job) *J, int64_t b, in
 
 /* ht += w hi, ct += w ci (H each). */
 static void FN(read_tape)(REAL *restrict ht, REAL *restrict ct, const REAL *restrict hi,
-                                     const REAL *restrict ci, REAL w, int64_t H) {
+                          const REAL *restrict ci, REAL w, int64_t H) {
     for (int64_t k = 0; k < H; k++) {
         ht[k] += w * hi[k];
         ct[k] += w * ci[k];

@@ -11,15 +11,15 @@ typedef struct {
 } FN(gated_job);
 
 static void FN(gated_rows)(const REAL *restrict a, const REAL *restrict b, REAL *restrict y,
-                                      int64_t n) {
+                           int64_t n) {
     for (int64_t k = 0; k < n; k++) y[k] = FN(tanh_)(a[k]) * FN(sigmoid)(b[k]);
 }
 
 /* da = dy (1 - t^2) s, db = dy t s (1 - s), t = tanh(a), s = sigmoid(b)
  * (recomputed: the forward saves nothing). Either output may be NULL. */
 static void FN(gated_rows_backward)(const REAL *restrict a, const REAL *restrict b,
-                                               const REAL *restrict dy, REAL *restrict da, REAL *restrict db,
-                                               int64_t n) {
+                                    const REAL *restrict dy, REAL *restrict da, REAL *restrict db,
+                                    int64_t n) {
     for (int64_t k = 0; k < n; k++) {
         REAL t = FN(tanh_)(a[k]), s = FN(sigmoid)(b[k]), g = dy[k];
         if (da) da[k] = g * (1 - t * t) * s;

@@ -90,8 +90,8 @@ static bool FN(ptr_allowed)(const FN(ptr_state) *S, int64_t r, int64_t j) {
  * of core/lanes_impl.h, so decoding scores as the teacher-forced forward
  * (the additive score) does. */
 static void FN(ptr_row_scores)(REAL *restrict u, const REAL *restrict keys, const REAL *restrict q,
-                                          const REAL *restrict v, const unsigned char *restrict allowed, int64_t P,
-                                          int64_t H) {
+                               const REAL *restrict v, const unsigned char *restrict allowed, int64_t P,
+                               int64_t H) {
     for (int64_t j = 0; j < P; j++) u[j] = allowed[j] ? FN(additive)(q, keys + j * H, v, H) : -INFINITY;
 }
 

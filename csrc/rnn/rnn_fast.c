@@ -140,9 +140,9 @@ static attnc_status team_run(int64_t steps, int64_t nchunks, int parts, chunk_fn
 /* out (MR, NV VW) = sum over k < K of a[r][k] p[k][:], p (K, NV VW) packed, the
  * MR row pointers a[r] each with K values: MR x NV accumulators in registers,
  * one broadcast per row and NV loads per k. */
-#define MICRO_KERNEL(NAME, VT, VW, LOAD, SET1, FMA, ZERO, STORE, MR, NV)          \
-    static void NAME(const float *const *a, const float *restrict p, int64_t K,   \
-                            float *restrict out) {                                       \
+#define MICRO_KERNEL(NAME, VT, VW, LOAD, SET1, FMA, ZERO, STORE, MR, NV)                \
+    static void NAME(const float *const *a, const float *restrict p, int64_t K,          \
+                     float *restrict out) {                                              \
         VT acc[MR][NV];                                                                  \
         const float *ar[MR];                                                             \
         _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++) {                           \

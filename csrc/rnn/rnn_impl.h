@@ -28,7 +28,7 @@ typedef struct {
 
 /* One row's GRU gates (torch's r, z, n; hn = W_hn h + b_hn kept for the backward). */
 static void FN(gru_row)(const REAL *restrict gx, const REAL *restrict hh, REAL *restrict h,
-                                   REAL *restrict gate, REAL *restrict o, int64_t H) {
+                        REAL *restrict gate, REAL *restrict o, int64_t H) {
     for (int64_t k = 0; k < H; k++) {
         REAL rg = FN(sigmoid)(gx[k] + hh[k]);
         REAL z = FN(sigmoid)(gx[H + k] + hh[H + k]);
@@ -79,9 +79,9 @@ static void FN(forward_step_task)(void *arg, int64_t block, int worker) {
 /* One row's GRU gate gradients: dgx, dgh and dstep (3H), dh z (the part of
  * dh_prev not through W_hh) into direct. */
 static void FN(gru_row_back)(const REAL *restrict gate, const REAL *restrict h_prev,
-                                        const REAL *restrict dh_next, const REAL *restrict dout,
-                                        REAL *restrict dgx, REAL *restrict dgh, REAL *restrict dstep,
-                                        REAL *restrict direct, int64_t H) {
+                             const REAL *restrict dh_next, const REAL *restrict dout,
+                             REAL *restrict dgx, REAL *restrict dgh, REAL *restrict dstep,
+                             REAL *restrict direct, int64_t H) {
     for (int64_t k = 0; k < H; k++) {
         REAL dh = dh_next[k] + dout[k];
         REAL rg = gate[k], z = gate[H + k], n = gate[2 * H + k], hn = gate[3 * H + k];

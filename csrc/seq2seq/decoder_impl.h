@@ -28,7 +28,7 @@ static void FN(range)(const s2s_run *x, int64_t b, REAL p, int64_t *lo, int64_t 
 /* Scores e[s], s in [lo, hi), of row i (row r of the call) for query q (H);
  * loc: the location scores of the row (Smax), qw: W_q q (A). */
 static void FN(scores)(const s2s_run *x, int64_t b, const REAL *q, const REAL *qw, const REAL *loc,
-                                  int64_t lo, int64_t hi, REAL *e) {
+                       int64_t lo, int64_t hi, REAL *e) {
     for (int64_t s = lo; s < hi; s++) {
         if (x->additive)
             e[s] = FN(additive)(qw, ROW(x->keys, b * x->S + s, x->Kw), x->v, x->A);
@@ -180,8 +180,8 @@ typedef struct {
 /* dw_s = dctx . mem_s and dmem_s += w_s dctx over s in [lo, hi); mem and
  * dmem (S, He) of one source row. */
 static void FN(context_backward)(const REAL *restrict mem, const REAL *restrict w,
-                                            const REAL *restrict dctx, int64_t lo, int64_t hi, int64_t He,
-                                            REAL *restrict dw, REAL *restrict dmem) {
+                                 const REAL *restrict dctx, int64_t lo, int64_t hi, int64_t He,
+                                 REAL *restrict dw, REAL *restrict dmem) {
     for (int64_t s = lo; s < hi; s++) {
         dw[s] = FN(dot)(dctx, mem + s * He, He);
         for (int64_t k = 0; k < He; k++) dmem[s * He + k] += w[s] * dctx[k];
@@ -191,9 +191,9 @@ static void FN(context_backward)(const REAL *restrict mem, const REAL *restrict 
 /* e_s = v . tanh(qw + k_s): dqw, dk_s (keys (S, A) of one source row) and dv
  * from de_s (in dw) over s in [lo, hi); dqw is overwritten. */
 static void FN(additive_rows_backward)(const REAL *restrict keys, const REAL *restrict qw,
-                                                  const REAL *restrict v, const REAL *restrict de, int64_t lo,
-                                                  int64_t hi, int64_t A, REAL *restrict dqw, REAL *restrict dkeys,
-                                                  REAL *restrict dv) {
+                                       const REAL *restrict v, const REAL *restrict de, int64_t lo,
+                                       int64_t hi, int64_t A, REAL *restrict dqw, REAL *restrict dkeys,
+                                       REAL *restrict dv) {
     for (int64_t k = 0; k < A; k++) dqw[k] = 0;
     for (int64_t s = lo; s < hi; s++) FN(additive_backward)(keys + s * A, qw, v, de[s], dkeys + s * A, dqw, dv, A);
 }
@@ -201,8 +201,8 @@ static void FN(additive_rows_backward)(const REAL *restrict keys, const REAL *re
 /* e_s = q . k_s: dq += sum de_s k_s, dk_s += de_s q over s in [lo, hi);
  * keys, dkeys (S, W) of one source row. */
 static void FN(dot_backward)(const REAL *restrict keys, const REAL *restrict q, const REAL *restrict de,
-                                        int64_t lo, int64_t hi, int64_t W, REAL *restrict dq,
-                                        REAL *restrict dkeys) {
+                             int64_t lo, int64_t hi, int64_t W, REAL *restrict dq,
+                             REAL *restrict dkeys) {
     for (int64_t s = lo; s < hi; s++)
         for (int64_t k = 0; k < W; k++) {
             dq[k] += de[s] * keys[s * W + k];

@@ -9,9 +9,9 @@
  * k + j kstride, v_j = v + j kstride, each hd contiguous. scores: scratch of
  * n. No allowed key: out = 0. */
 static void FN(attend_one)(const REAL *restrict q, const REAL *restrict k, const REAL *restrict v,
-                                      int64_t kstride, int64_t n, int64_t hd, REAL scale,
-                                      const uint8_t *allowed, int64_t mstride, REAL *restrict scores,
-                                      REAL *restrict out) {
+                           int64_t kstride, int64_t n, int64_t hd, REAL scale,
+                           const uint8_t *allowed, int64_t mstride, REAL *restrict scores,
+                           REAL *restrict out) {
     REAL mx = -INFINITY;
     for (int64_t j = 0; j < n; j++) {
         if (allowed && !allowed[j * mstride]) {
