@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "../include/attnc.h"
+#include "glibc_versions.h"
 #include "simd.h"
 #include "threads.h"
 

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "../include/attnc.h"
+#include "glibc_versions.h"
 #include "status.h"
 
 #define MAX_THREADS 256
