@@ -71,6 +71,16 @@ def test_each_build_uses_only_its_paths_instructions():
     assert count("_core_avx512.abi3.so", r"%zmm") > 1000
 
 
+@pytest.mark.parametrize("lib", extensions() + [PACKAGE / "libscipy_openblas.so"], ids=lambda p: p.name)
+def test_glibc_symbol_versions_are_at_most_2_27(lib):
+    """The wheel's manylinux_2_27 tag: no symbol bound at a newer glibc
+    version (csrc/core/glibc_versions.h keeps the thread functions at theirs
+    from before 2.34)."""
+    table = subprocess.run([tool("objdump"), "-T", str(lib)], capture_output=True, text=True, check=True).stdout
+    versions = {tuple(int(x) for x in v.split(".")) for v in re.findall(r"GLIBC_(\d+\.\d+(?:\.\d+)?)", table)}
+    assert versions and max(versions) <= (2, 27), f"{lib.name} needs glibc {'.'.join(map(str, max(versions)))}"
+
+
 def test_package_is_typed_and_its_version_is_the_distributions():
     assert importlib.resources.files("attnc").joinpath("py.typed").is_file()
     assert importlib.metadata.version("attnc") == attnc.__version__
