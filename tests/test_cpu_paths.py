@@ -31,9 +31,16 @@ from attnc import _dispatch
 
 HERE = Path(__file__).resolve().parent
 
-# The tests of the C kernels: everything but experiments, notebooks, datasets,
-# plots and the layout/doc checks (which run no C arithmetic of their own).
+# The tests of the C kernels (and of the modules and models built on them),
+# rerun on every other path; the rest run no C arithmetic of their own or
+# only repeat it at length (experiments, benchmarks, notebooks).
+OTHER_TESTS = [
+    "test_benchmarks_smoke.py", "test_c_core.py", "test_cpu_paths.py", "test_datasets.py", "test_docs.py",
+    "test_experiments.py", "test_install.py", "test_layout.py", "test_ntm_datasets.py", "test_plot.py",
+    "test_pointer_datasets.py", "test_sagan_shapes.py", "test_text_tasks.py", "test_typing.py",
+]
 KERNEL_TESTS = [
+    "test_models.py", "test_errors.py", "test_nn_module.py", "test_optim.py", "test_fewshot.py",
     "test_attention.py", "test_score.py", "test_softmax.py", "test_sdpa.py", "test_multihead.py",
     "test_kv_cache.py", "test_hard_local.py", "test_kernel_regression.py", "test_nn_layers.py",
     "test_conv.py", "test_rnn.py", "test_lstmn.py", "test_attention_pooling.py",
@@ -106,6 +113,12 @@ def battery() -> dict:
         for g_name, g in grads.items():
             out[f"pointer grad {g_name} {tag}"] = g
     return out
+
+
+def test_every_test_file_is_classified():
+    """A new test file must say whether it tests kernels (and so reruns on every path)."""
+    files = sorted(p.name for p in HERE.glob("test_*.py"))
+    assert sorted(KERNEL_TESTS + OTHER_TESTS) == files
 
 
 @pytest.mark.parametrize("path", OTHERS)
