@@ -105,3 +105,18 @@ def test_pointer_benchmark_quick(tmp_path, torch):
     assert data["train"]["rows"][0]["check_worst"]["rel"] <= 1e-2
     assert data["beam"]["rows"][0]["check_worst"]["rel"] <= 1e-4
     assert data["check"]["beam"]["rel64"]["share of tours differing"] == 0.0
+
+
+def test_cpu_paths_benchmark_quick(tmp_path):
+    """Every SIMD path the CPU runs is timed on every case, and the JSON says so."""
+    from attnc import _dispatch
+
+    out = tmp_path / "cpu_paths.json"
+    p = _run("cpu_paths.py", "--quick", "--json", str(out))
+    assert p.returncode == 0, f"stdout:\n{p.stdout}\nstderr:\n{p.stderr}"
+    assert "geometric mean speed-up over baseline" in p.stdout
+    data = json.loads(out.read_text())
+    paths = list(_dispatch.supported_paths())
+    assert list(data["ms"]) == paths and len(data["ms"]["baseline"]) == 10
+    assert all(ms > 0 for path in paths for ms in data["ms"][path].values())
+    assert sorted(data["speedup_over_baseline"]) == sorted(paths[1:])
