@@ -3,8 +3,9 @@
 The C core is compiled once per SIMD path (csrc/core/cpu.h): on x86-64,
 attnc._core_baseline for any x86-64 CPU, attnc._core_avx2 (x86-64-v3) and
 attnc._core_avx512 (x86-64-v4); attnc/_dispatch.py loads the best one the CPU
-runs. Elsewhere there is only the baseline build. A path the compiler cannot
-target is left out with a warning.
+runs. Elsewhere there is only the baseline build. The flags of each build
+are in build_flags.py (the C unit tests use them too). A path the compiler
+cannot target is left out with a warning.
 
 The OpenBLAS shared library is copied next to the extensions and found at run
 time through an $ORIGIN rpath, so an installed attnc needs no BLAS of the
@@ -15,7 +16,7 @@ ask of projects that use it). The extensions use only CPython's limited API
 
 import glob
 import os
-import platform
+import runpy
 import shutil
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
@@ -26,6 +27,8 @@ from setuptools.command.build_ext import build_ext
 
 # Every family folder under csrc/ is compiled; csrc/python/ is the binding.
 SOURCES = sorted(glob.glob("csrc/*/*.c"))
+# The SIMD paths and the flags of their builds, shared with the C unit tests.
+FLAGS = runpy.run_path(os.path.join(os.path.dirname(os.path.abspath(__file__)), "build_flags.py"))
 
 
 OPENBLAS_LIBRARY = os.path.join(openblas.get_lib_dir(), openblas.get_library(fullname=True))
@@ -38,31 +41,6 @@ def place(source: str, target_dir: str) -> None:
     target = os.path.join(target_dir, os.path.basename(source))
     shutil.copy2(source, target + ".tmp")
     os.replace(target + ".tmp", target)
-
-
-# The compiler flags of each SIMD path: x86-64 microarchitecture levels. The
-# baseline names its level too: some distributions' compilers default higher.
-# -mprefer-vector-width=512: GCC's generic tuning would use 256-bit vectors.
-SIMD_FLAGS = {
-    "baseline": ["-march=x86-64", "-mtune=generic"],
-    "avx2": ["-march=x86-64-v3"],
-    "avx512": ["-march=x86-64-v4", "-mprefer-vector-width=512"],
-}
-X86_64 = platform.machine().lower() in ("x86_64", "amd64")
-PATHS = ["baseline", "avx2", "avx512"] if X86_64 else ["baseline"]
-
-
-# Floating point: no contraction of a * b + c into an FMA (GCC's default
-# under -std=c11, not Clang's), so every build rounds alike and the paths
-# agree bitwise; -fno-trapping-math lets the compiler compute both sides of a
-# select such as tanh's `|x| < 1/16 ? series : 1 - 2 / (e^2x + 1)` and blend
-# them, so such loops vectorise without AVX-512's masks. It assumes no one
-# traps on floating-point exceptions (attnc raises none) and changes no result.
-FP_FLAGS = ["-ffp-contract=off", "-fno-trapping-math"]
-
-
-def simd_flags(path: str) -> list:
-    return SIMD_FLAGS[path] if X86_64 else []
 
 
 def compiler_accepts(compiler, flags: list) -> bool:
@@ -102,7 +80,7 @@ class BuildExtBundlingOpenBLAS(build_ext):
     def build_extensions(self):
         kept = []
         for ext in self.extensions:
-            flags = simd_flags(ext.name.rsplit("_", 1)[-1])
+            flags = FLAGS["simd_flags"](ext.name.rsplit("_", 1)[-1])
             if flags and not compiler_accepts(self.compiler, flags):
                 print(f"warning: the compiler does not take {' '.join(flags)}: {ext.name} is not built")
                 continue
@@ -139,8 +117,8 @@ def core_extension(path: str) -> Extension:
         include_dirs=["csrc/include", openblas.get_include_dir()],
         library_dirs=[openblas.get_lib_dir()],
         libraries=[openblas.get_library()],
-        extra_compile_args=["-std=c11", "-O3", "-Wall", "-Wextra", "-fvisibility=hidden", *FP_FLAGS]
-        + simd_flags(path),
+        extra_compile_args=["-std=c11", "-O3", "-Wall", "-Wextra", "-fvisibility=hidden", *FLAGS["FP_FLAGS"]]
+        + FLAGS["simd_flags"](path),
         extra_link_args=["-Wl,-rpath,$ORIGIN", "-pthread"],
         define_macros=[("Py_LIMITED_API", "0x030B0000")],
         py_limited_api=True,
@@ -148,7 +126,7 @@ def core_extension(path: str) -> Extension:
 
 
 setup(
-    ext_modules=[core_extension(path) for path in PATHS],
+    ext_modules=[core_extension(path) for path in FLAGS["PATHS"]],
     cmdclass={"build_ext": BuildExtBundlingOpenBLAS},
     options={"bdist_wheel": {"py_limited_api": "cp311"}},  # the wheel's tag: cp311-abi3
 )

@@ -1,14 +1,15 @@
 """Build the C core's unit tests (tests/c) under AddressSanitizer and
 UndefinedBehaviorSanitizer and run them: the C library on its own, no Python.
-They are built for every SIMD path this machine runs (the flags of setup.py's
-builds), since each path compiles its own kernels (csrc/core/cpu.h).
+They are built for every SIMD path this machine runs, with the flags of the
+extensions' builds (build_flags.py), since each path compiles its own
+kernels (csrc/core/cpu.h).
 
 Also runnable as a script: ``python tests/test_c_core.py [PATH]`` (default baseline).
 """
 
 import glob
 import os
-import platform
+import runpy
 import shutil
 import subprocess
 import sys
@@ -17,24 +18,16 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-# setup.py's FP_FLAGS, then the strictest warnings and the sanitizers.
-CFLAGS = ["-std=c11", "-g", "-O1", "-ffp-contract=off", "-fno-trapping-math",
+FLAGS = runpy.run_path(str(ROOT / "build_flags.py"))
+# The extensions' floating-point flags, then the strictest warnings and the sanitizers.
+CFLAGS = ["-std=c11", "-g", "-O1", *FLAGS["FP_FLAGS"],
           "-Wall", "-Wextra", "-Wmissing-prototypes", "-Wshadow", "-Werror", "-fno-omit-frame-pointer",
           "-fsanitize=address,undefined", "-fno-sanitize-recover=all"]
 
 
-# setup.py's SIMD_FLAGS: each path's x86-64 level.
-SIMD_FLAGS = {
-    "baseline": ["-march=x86-64", "-mtune=generic"],
-    "avx2": ["-march=x86-64-v3"],
-    "avx512": ["-march=x86-64-v4", "-mprefer-vector-width=512"],
-}
-X86_64 = platform.machine().lower() in ("x86_64", "amd64")
-
-
 def paths_to_test() -> list:
     """The SIMD paths this CPU runs (the baseline alone off x86-64)."""
-    if not X86_64:
+    if not FLAGS["X86_64"]:
         return ["baseline"]
     from attnc import _dispatch
 
@@ -50,7 +43,8 @@ def build_and_run(tmp: Path, path: str = "baseline") -> subprocess.CompletedProc
     # every C family except the Python binding
     sources = sorted(f for f in glob.glob(str(ROOT / "csrc/*/*.c")) if "/python/" not in f)
     exe = tmp / "test_core"
-    cmd = [compiler, *CFLAGS, *(SIMD_FLAGS[path] if X86_64 else []), "-I", str(ROOT / "csrc/include"), "-I", openblas.get_include_dir(),
+    cmd = [compiler, *CFLAGS, *FLAGS["simd_flags"](path),
+           "-I", str(ROOT / "csrc/include"), "-I", openblas.get_include_dir(),
            *sources, str(ROOT / "tests/c/test_core.c"), "-o", str(exe),
            "-L", openblas.get_lib_dir(), "-l" + openblas.get_library(),
            "-Wl,-rpath," + openblas.get_lib_dir(), "-lm", "-pthread"]
