@@ -191,16 +191,25 @@ def _reference_decode(next_logprobs, batch: int, max_new_tokens: int, eos=None, 
 
 
 class _EvalMode:
-    """Run a block in eval mode, restoring the module's mode after."""
+    """Run a block in eval mode, restoring every submodule's own mode after
+    (one left in eval mode by the user stays so)."""
 
     def __init__(self, module):
-        self.module, self.was = module, module.training
+        self.training = []   # the modules in training mode, found once
+        stack = [module]
+        while stack:
+            m = stack.pop()
+            if m.training:
+                self.training.append(m)
+            stack.extend(m._modules.values())
 
     def __enter__(self):
-        self.module.eval()
+        for m in self.training:
+            object.__setattr__(m, "training", False)
 
     def __exit__(self, *exc):
-        self.module.train(self.was)
+        for m in self.training:
+            object.__setattr__(m, "training", True)
 
 
 # --------------------------------------------------------------------------- the model

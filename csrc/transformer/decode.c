@@ -20,18 +20,32 @@
 #define ATTNC_F64 1
 #include "decode_impl.h"
 
+/* A linear layer's weight transposed, (k, ldw), ldw = m rounded up to 32,
+ * for decode_impl.h's small_linear; wt NULL: BLAS on the layer's own weight. */
+typedef struct {
+    char *wt;
+    const char *b;
+    int64_t bs, k, m, ldw;
+} packed_linear;
+
+enum { PACKED_PER_LAYER = 6, SMALL_ROWS = 32 }; /* the linears of a layer; rows per step packing pays for */
+
 /* Per-call state: sizes, caches and work buffers (float data of dtype dt). */
 typedef struct {
     const attnc_decoder *m;
     attnc_dtype dt;
     size_t es;
     int64_t B, K, R, E, F, H, V, S, Tmax, P;
+    int64_t Tpad, Spad;      /* Tmax and S rounded up to 16: the transposed keys' rows */
     bool cross;
     const attnc_tensor *memory_mask;
-    char **kcache, **vcache; /* per layer (R, Tmax, E)                */
-    char **cross_kv;         /* per layer (B, S, 2E)                   */
+    char **kcache;           /* per layer (R, H, hd, Tpad): keys transposed per head */
+    char **vcache;           /* per layer (R, Tmax, E)                 */
+    char **cross_kv;         /* per layer (B, S, 2E): keys, values     */
+    char **cross_kt;         /* per layer (B, H, hd, Spad): keys transposed per head */
     char *x, *a, *tmp, *qkv, *attn, *ff, *mean, *rstd, *scores, *last, *logits, *gather;
     int64_t *start;          /* (R, P) the prompt of every row         */
+    packed_linear *packed;   /* per layer: self in, self out, cross q, cross out, ff 1, ff 2; then the output */
 } decode_run;
 
 static double get(const void *p, attnc_dtype dt, int64_t i) {
@@ -48,6 +62,20 @@ static void put(void *p, attnc_dtype dt, int64_t i, double v) {
 static attnc_tensor mat(const decode_run *d, void *data, int64_t rows, int64_t cols) {
     int64_t shape[2] = {rows, cols};
     return attnc_view(data, d->dt, 2, shape);
+}
+
+/* y (rows, m) = x W^T + b, through the packed weight when there is one. */
+static attnc_status linear(const decode_run *d, int64_t which, attnc_tensor *y, const attnc_tensor *x,
+                           const attnc_tensor *w, const attnc_tensor *b) {
+    const packed_linear *p = d->packed ? &d->packed[which] : NULL;
+    if (!p || !p->wt) return attnc_linear_forward(y, x, w, b);
+    if (d->dt == ATTNC_FLOAT32)
+        small_linear_f32(x->data, x->shape[0], p->k, (const float *)p->wt, p->m, p->ldw, (const float *)p->b, p->bs,
+                         y->data);
+    else
+        small_linear_f64(x->data, x->shape[0], p->k, (const double *)p->wt, p->m, p->ldw, (const double *)p->b,
+                         p->bs, y->data);
+    return ATTNC_OK;
 }
 
 /* x (n, E) <- norm(x) through the work buffer a. */
@@ -80,18 +108,34 @@ static attnc_status residual(decode_run *d, int64_t n, const attnc_norm_params *
     return d->m->config.norm_first ? ATTNC_OK : norm_in_place(d, n, norm);
 }
 
-/* One head of one query row over n cached keys (see decode_impl.h). The
- * values sit at the keys' stride too. */
-static void attend(const decode_run *d, const char *q, const char *k, const char *v, int64_t kstride, int64_t n,
-                   const uint8_t *allowed, int64_t mstride, char *out) {
+/* One head of one query row over n cached keys (see decode_impl.h): kt the
+ * head's transposed keys (hd rows of ktstride), v its first value row. */
+static void attend(const decode_run *d, const char *q, const char *kt, int64_t ktstride, const char *v,
+                   int64_t vstride, int64_t n, const uint8_t *allowed, int64_t mstride, char *out) {
     int64_t hd = d->E / d->H;
     double scale = 1.0 / sqrt((double)hd);
     if (d->dt == ATTNC_FLOAT32)
-        attend_one_f32((const float *)q, (const float *)k, (const float *)v, kstride, n, hd, (float)scale, allowed,
-                       mstride, (float *)d->scores, (float *)out);
+        attend_one_f32((const float *)q, (const float *)kt, ktstride, (const float *)v, vstride, n, hd, (float)scale,
+                       allowed, mstride, (float *)d->scores, (float *)out);
     else
-        attend_one_f64((const double *)q, (const double *)k, (const double *)v, kstride, n, hd, scale, allowed,
-                       mstride, (double *)d->scores, (double *)out);
+        attend_one_f64((const double *)q, (const double *)kt, ktstride, (const double *)v, vstride, n, hd, scale,
+                       allowed, mstride, (double *)d->scores, (double *)out);
+}
+
+/* dst[c ld + j] <- src[j sstride + c] for n rows j of E elements c = h hd +
+ * e: keys as (H, hd, ld), one row per element of each head. */
+static void transpose_keys(const decode_run *d, char *dst, int64_t ld, const char *src, int64_t sstride, int64_t n) {
+    if (d->dt == ATTNC_FLOAT32) {
+        float *restrict to = (float *)dst;
+        const float *from = (const float *)src;
+        for (int64_t j = 0; j < n; j++)
+            for (int64_t c = 0; c < d->E; c++) to[c * ld + j] = from[j * sstride + c];
+    } else {
+        double *restrict to = (double *)dst;
+        const double *from = (const double *)src;
+        for (int64_t j = 0; j < n; j++)
+            for (int64_t c = 0; c < d->E; c++) to[c * ld + j] = from[j * sstride + c];
+    }
 }
 
 /* Self-attention over positions [t, t + n) of every row, keys and values
@@ -100,24 +144,22 @@ static attnc_status self_attention(decode_run *d, int64_t l, int64_t t, int64_t 
     const attnc_mha_params *p = &d->m->layers[l].self_attn;
     int64_t E = d->E, rows = d->R * n;
     attnc_tensor qkv = mat(d, d->qkv, rows, 3 * E);
-    TRY(attnc_linear_forward(&qkv, in, &p->in_weight, &p->in_bias));
-    for (int64_t r = 0; r < d->R; r++)
-        for (int64_t i = 0; i < n; i++) {
-            const char *src = d->qkv + ((r * n + i) * 3 * E + E) * (int64_t)d->es;
-            int64_t at = (r * d->Tmax + t + i) * E * (int64_t)d->es;
-            memcpy(d->kcache[l] + at, src, (size_t)E * d->es);
-            memcpy(d->vcache[l] + at, src + E * (int64_t)d->es, (size_t)E * d->es);
-        }
-    int64_t hd = E / d->H;
+    TRY(linear(d, l * PACKED_PER_LAYER, &qkv, in, &p->in_weight, &p->in_bias));
+    int64_t es = (int64_t)d->es, Tmax = d->Tmax, Tpad = d->Tpad, hd = E / d->H;
+    for (int64_t r = 0; r < d->R; r++) {
+        const char *src = d->qkv + (r * n * 3 * E + E) * es;
+        transpose_keys(d, d->kcache[l] + (r * Tpad * E + t) * es, Tpad, src, 3 * E, n);
+        for (int64_t i = 0; i < n; i++)
+            memcpy(d->vcache[l] + ((r * Tmax + t + i) * E) * es, src + (i * 3 * E + E) * es, (size_t)E * d->es);
+    }
     for (int64_t r = 0; r < d->R; r++)
         for (int64_t i = 0; i < n; i++) /* causal: position t + i sees keys 0 .. t + i */
             for (int64_t h = 0; h < d->H; h++)
-                attend(d, d->qkv + ((r * n + i) * 3 * E + h * hd) * (int64_t)d->es,
-                       d->kcache[l] + (r * d->Tmax * E + h * hd) * (int64_t)d->es,
-                       d->vcache[l] + (r * d->Tmax * E + h * hd) * (int64_t)d->es, E, t + i + 1, NULL, 0,
-                       d->attn + ((r * n + i) * E + h * hd) * (int64_t)d->es);
+                attend(d, d->qkv + ((r * n + i) * 3 * E + h * hd) * es, d->kcache[l] + (r * E + h * hd) * Tpad * es,
+                       Tpad, d->vcache[l] + (r * Tmax * E + h * hd) * es, E, t + i + 1, NULL, 0,
+                       d->attn + ((r * n + i) * E + h * hd) * es);
     attnc_tensor attn = mat(d, d->attn, rows, E), out = mat(d, d->tmp, rows, E);
-    return attnc_linear_forward(&out, &attn, &p->out_weight, &p->out_bias);
+    return linear(d, l * PACKED_PER_LAYER + 1, &out, &attn, &p->out_weight, &p->out_bias);
 }
 
 /* Cross-attention of n new positions per row on memory: rows are (B, K)
@@ -127,7 +169,7 @@ static attnc_status cross_attention(decode_run *d, int64_t l, int64_t n, const a
     int64_t E = d->E, hd = E / d->H, rows = d->R * n, S = d->S;
     attnc_tensor wq = attnc_rows(&p->in_weight, 0, E), bq = attnc_rows(&p->in_bias, 0, E);
     attnc_tensor q2 = mat(d, d->qkv, rows, E);
-    TRY(attnc_linear_forward(&q2, in, &wq, &bq));
+    TRY(linear(d, l * PACKED_PER_LAYER + 2, &q2, in, &wq, &bq));
     const attnc_tensor *mm = d->memory_mask;
     for (int64_t r = 0; r < d->R; r++) {
         int64_t b = r / d->K; /* the K beams of batch b share its memory */
@@ -135,20 +177,20 @@ static attnc_status cross_attention(decode_run *d, int64_t l, int64_t n, const a
         for (int64_t i = 0; i < n; i++)
             for (int64_t h = 0; h < d->H; h++)
                 attend(d, d->qkv + ((r * n + i) * E + h * hd) * (int64_t)d->es,
-                       d->cross_kv[l] + (b * S * 2 * E + h * hd) * (int64_t)d->es,
+                       d->cross_kt[l] + (b * E + h * hd) * d->Spad * (int64_t)d->es, d->Spad,
                        d->cross_kv[l] + (b * S * 2 * E + E + h * hd) * (int64_t)d->es, 2 * E, S, allowed,
                        attnc_present(mm) ? mm->strides[1] : 0, d->attn + ((r * n + i) * E + h * hd) * (int64_t)d->es);
     }
     attnc_tensor attn = mat(d, d->attn, rows, E), out = mat(d, d->tmp, rows, E);
-    return attnc_linear_forward(&out, &attn, &p->out_weight, &p->out_bias);
+    return linear(d, l * PACKED_PER_LAYER + 3, &out, &attn, &p->out_weight, &p->out_bias);
 }
 
 static attnc_status feed_forward(decode_run *d, int64_t l, int64_t rows, const attnc_tensor *in) {
     const attnc_layer_params *p = &d->m->layers[l];
     attnc_tensor f = mat(d, d->ff, rows, d->F), out = mat(d, d->tmp, rows, d->E);
-    TRY(attnc_linear_forward(&f, in, &p->linear1_weight, &p->linear1_bias));
+    TRY(linear(d, l * PACKED_PER_LAYER + 4, &f, in, &p->linear1_weight, &p->linear1_bias));
     TRY(attnc_pointwise_forward(&f, &f, NULL, d->m->config.activation, 0, 0, 0));
-    return attnc_linear_forward(&out, &f, &p->linear2_weight, &p->linear2_bias);
+    return linear(d, l * PACKED_PER_LAYER + 5, &out, &f, &p->linear2_weight, &p->linear2_bias);
 }
 
 /* Feed tokens (R, n) at positions [t, t + n); logits (R, V) of the last. */
@@ -187,19 +229,26 @@ static attnc_status step(decode_run *d, const int64_t *tok, int64_t t, int64_t n
         int64_t shape[1] = {d->R};
         attnc_tensor mean = attnc_view(d->mean, d->dt, 1, shape), rstd = attnc_view(d->rstd, d->dt, 1, shape);
         TRY(attnc_norm_rows(&normed, &mean, &rstd, &last, &m->final_norm, m->config.eps));
-        return attnc_linear_forward(&logits, &normed, &m->out_weight, &m->out_bias);
+        return linear(d, m->nlayers * PACKED_PER_LAYER, &logits, &normed, &m->out_weight, &m->out_bias);
     }
-    return attnc_linear_forward(&logits, &last, &m->out_weight, &m->out_bias);
+    return linear(d, m->nlayers * PACKED_PER_LAYER, &logits, &last, &m->out_weight, &m->out_bias);
 }
 
-/* Rows of every self-attention cache (positions [0, t)) <- rows parent[]. */
+/* Rows of every self-attention cache (positions [0, t)) <- rows parent[]:
+ * t values of E, and for the keys, E runs of t (one per element of a head). */
 static void reorder_caches(decode_run *d, const int64_t *parent, int64_t t) {
-    size_t row = (size_t)(t * d->E) * d->es, stride = (size_t)(d->Tmax * d->E) * d->es;
     for (int64_t l = 0; l < d->m->nlayers; l++)
         for (int c = 0; c < 2; c++) {
             char *cache = c ? d->vcache[l] : d->kcache[l];
-            for (int64_t r = 0; r < d->R; r++) memcpy(d->gather + r * stride, cache + parent[r] * stride, row);
-            for (int64_t r = 0; r < d->R; r++) memcpy(cache + r * stride, d->gather + r * stride, row);
+            size_t stride = (size_t)((c ? d->Tmax : d->Tpad) * d->E) * d->es;
+            int64_t runs = c ? 1 : d->E, step = c ? 0 : d->Tpad * (int64_t)d->es;
+            size_t run = (size_t)(c ? t * d->E : t) * d->es;
+            for (int64_t r = 0; r < d->R; r++)
+                for (int64_t k = 0; k < runs; k++)
+                    memcpy(d->gather + r * stride + k * step, cache + parent[r] * stride + k * step, run);
+            for (int64_t r = 0; r < d->R; r++)
+                for (int64_t k = 0; k < runs; k++)
+                    memcpy(cache + r * stride + k * step, d->gather + r * stride + k * step, run);
         }
 }
 
@@ -278,10 +327,13 @@ static attnc_status alloc_run(decode_run *d) {
     TRY(attnc_calloc((void **)&d->kcache, (size_t)L, sizeof *d->kcache, "caches"));
     TRY(attnc_calloc((void **)&d->vcache, (size_t)L, sizeof *d->vcache, "caches"));
     TRY(attnc_calloc((void **)&d->cross_kv, (size_t)L, sizeof *d->cross_kv, "caches"));
+    TRY(attnc_calloc((void **)&d->cross_kt, (size_t)L, sizeof *d->cross_kt, "caches"));
     for (int64_t l = 0; l < L; l++) {
-        TRY(attnc_calloc((void **)&d->kcache[l], (size_t)(d->R * d->Tmax * E), d->es, "key cache"));
+        TRY(attnc_calloc((void **)&d->kcache[l], (size_t)(d->R * d->Tpad * E), d->es, "key cache"));
         TRY(attnc_calloc((void **)&d->vcache[l], (size_t)(d->R * d->Tmax * E), d->es, "value cache"));
-        if (d->cross) TRY(attnc_calloc((void **)&d->cross_kv[l], (size_t)(d->B * d->S * 2 * E), d->es, "memory keys"));
+        if (!d->cross) continue;
+        TRY(attnc_calloc((void **)&d->cross_kv[l], (size_t)(d->B * d->S * 2 * E), d->es, "memory keys"));
+        TRY(attnc_calloc((void **)&d->cross_kt[l], (size_t)(d->B * d->Spad * E), d->es, "memory keys"));
     }
     struct {
         char **p;
@@ -289,7 +341,7 @@ static attnc_status alloc_run(decode_run *d) {
     } bufs[] = {{&d->x, rows * E},       {&d->a, rows * E},          {&d->tmp, rows * E},
                 {&d->qkv, rows * 3 * E}, {&d->attn, rows * E},       {&d->ff, rows * d->F},
                 {&d->mean, rows},        {&d->rstd, rows},           {&d->scores, d->Tmax + d->S},
-                {&d->last, d->R * E},    {&d->logits, d->R * d->V}, {&d->gather, d->R * d->Tmax * E}};
+                {&d->last, d->R * E},    {&d->logits, d->R * d->V}, {&d->gather, d->R * d->Tpad * E}};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         TRY(attnc_calloc((void **)bufs[i].p, (size_t)bufs[i].n, d->es, "decoding buffers"));
     return ATTNC_OK;
@@ -300,15 +352,59 @@ static void free_run(decode_run *d) {
         if (d->kcache) free(d->kcache[l]);
         if (d->vcache) free(d->vcache[l]);
         if (d->cross_kv) free(d->cross_kv[l]);
+        if (d->cross_kt) free(d->cross_kt[l]);
     }
     free(d->kcache);
     free(d->vcache);
     free(d->cross_kv);
+    free(d->cross_kt);
+    if (d->packed)
+        for (int64_t i = 0; i < d->m->nlayers * PACKED_PER_LAYER + 1; i++) free(d->packed[i].wt);
+    free(d->packed);
     char *bufs[] = {d->x, d->a, d->tmp, d->qkv, d->attn, d->ff, d->mean, d->rstd, d->scores, d->last, d->logits, d->gather};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
 }
 
-/* Cross-attention keys and values of every layer, once: (B S, 2E). */
+/* p <- w (m, k) transposed, rows padded to 32, and b's address. */
+static attnc_status pack_linear(const decode_run *d, packed_linear *p, const attnc_tensor *w, const attnc_tensor *b) {
+    p->m = w->shape[0];
+    p->k = w->shape[1];
+    p->ldw = (p->m + 31) / 32 * 32;
+    TRY(attnc_calloc((void **)&p->wt, (size_t)(p->k * p->ldw), d->es, "packed weights"));
+    for (int64_t o = 0; o < p->m; o++)
+        for (int64_t kk = 0; kk < p->k; kk++)
+            put(p->wt, d->dt, kk * p->ldw + o, get(w->data, d->dt, o * w->strides[0] + kk * w->strides[1]));
+    p->b = attnc_present(b) ? b->data : NULL;
+    p->bs = attnc_present(b) ? b->strides[0] : 0;
+    return ATTNC_OK;
+}
+
+/* Every linear layer's weight packed for small_linear: when a step has few
+ * rows (at most SMALL_ROWS), else nothing (BLAS serves). */
+static attnc_status pack_all(decode_run *d) {
+    const attnc_decoder *m = d->m;
+    if (d->R > SMALL_ROWS) return ATTNC_OK;
+    int64_t count = m->nlayers * PACKED_PER_LAYER + 1;
+    TRY(attnc_calloc((void **)&d->packed, (size_t)count, sizeof *d->packed, "packed weights"));
+    for (int64_t l = 0; l < m->nlayers; l++) {
+        const attnc_layer_params *p = &m->layers[l];
+        packed_linear *q = d->packed + l * PACKED_PER_LAYER;
+        TRY(pack_linear(d, q, &p->self_attn.in_weight, &p->self_attn.in_bias));
+        TRY(pack_linear(d, q + 1, &p->self_attn.out_weight, &p->self_attn.out_bias));
+        if (d->cross) {
+            attnc_tensor wq = attnc_rows(&p->cross_attn.in_weight, 0, d->E);
+            attnc_tensor bq = attnc_rows(&p->cross_attn.in_bias, 0, d->E);
+            TRY(pack_linear(d, q + 2, &wq, &bq));
+            TRY(pack_linear(d, q + 3, &p->cross_attn.out_weight, &p->cross_attn.out_bias));
+        }
+        TRY(pack_linear(d, q + 4, &p->linear1_weight, &p->linear1_bias));
+        TRY(pack_linear(d, q + 5, &p->linear2_weight, &p->linear2_bias));
+    }
+    return pack_linear(d, d->packed + m->nlayers * PACKED_PER_LAYER, &m->out_weight, &m->out_bias);
+}
+
+/* Cross-attention keys and values of every layer, once: (B S, 2E), and the
+ * keys transposed per head (B, H, hd, S). */
 static attnc_status memory_keys(decode_run *d, const attnc_tensor *memory) {
     int64_t rows[2] = {d->B * d->S, d->E};
     attnc_tensor mem = attnc_view(memory->data, d->dt, 2, rows);
@@ -317,6 +413,9 @@ static attnc_status memory_keys(decode_run *d, const attnc_tensor *memory) {
         attnc_tensor w = attnc_rows(&p->in_weight, d->E, 2 * d->E), b = attnc_rows(&p->in_bias, d->E, 2 * d->E);
         attnc_tensor kv = mat(d, d->cross_kv[l], d->B * d->S, 2 * d->E);
         TRY(attnc_linear_forward(&kv, &mem, &w, &b));
+        for (int64_t i = 0; i < d->B; i++)
+            transpose_keys(d, d->cross_kt[l] + i * d->Spad * d->E * (int64_t)d->es, d->Spad,
+                           d->cross_kv[l] + i * d->S * 2 * d->E * (int64_t)d->es, 2 * d->E, d->S);
     }
     return ATTNC_OK;
 }
@@ -367,8 +466,11 @@ attnc_status attnc_decode(attnc_tensor *tokens, attnc_tensor *lengths, const att
     d.K = o->beam_size;
     d.R = d.B * d.K;
     d.Tmax = d.P + o->max_new_tokens - 1;
+    d.Tpad = (d.Tmax + 15) / 16 * 16;
+    d.Spad = (d.S + 15) / 16 * 16;
     attnc_status st = alloc_run(&d);
     if (st == ATTNC_OK && d.cross) st = memory_keys(&d, memory);
+    if (st == ATTNC_OK) st = pack_all(&d);
     if (st == ATTNC_OK) st = attnc_calloc((void **)&d.start, (size_t)(d.R * d.P), sizeof *d.start, "prompt");
     if (st == ATTNC_OK) {
         const int64_t *p = prompt->data;

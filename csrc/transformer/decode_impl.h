@@ -4,46 +4,75 @@
  * more than the arithmetic. */
 #include "../core/real.h"
 
-/* out (hd) <- sum_j softmax_j(scale q.k_j) v_j over keys j < n that are
- * allowed (allowed[j * mstride] != 0, or all when allowed is NULL); k_j =
- * k + j kstride, v_j = v + j kstride, each hd contiguous. scores: scratch of
- * n. No allowed key: out = 0. */
-static void FN(attend_one)(const REAL *restrict q, const REAL *restrict k, const REAL *restrict v,
-                           int64_t kstride, int64_t n, int64_t hd, REAL scale,
-                           const uint8_t *allowed, int64_t mstride, REAL *restrict scores,
-                           REAL *restrict out) {
+/* One head of one query row over n keys: scores_j = scale q . k_j over the
+ * allowed keys (allowed[j * mstride] != 0, or all when allowed is NULL),
+ * out = softmax(scores) . v. The keys sit transposed, kt[e * ktstride + j]
+ * (element e of key j; ktstride a multiple of 16 that is >= n), so that
+ * one vector holds the partial scores of 16 keys: a head dim of 16 or 32
+ * is too short to fill vectors along it. The
+ * values are rows, v_j = v + j vstride, hd contiguous. scores: scratch of n.
+ * No allowed key: out = 0. */
+static void FN(attend_one)(const REAL *restrict q, const REAL *restrict kt, int64_t ktstride,
+                           const REAL *restrict v, int64_t vstride, int64_t n, int64_t hd, REAL scale,
+                           const uint8_t *allowed, int64_t mstride, REAL *restrict scores, REAL *restrict out) {
+    /* chunks of 16 keys accumulate in registers (a loop that adds into
+     * memory waits on its own store at every step); the rows of kt are
+     * padded to a multiple of 16, so the last chunk is whole too */
+    for (int64_t j = 0; j < n; j += 16) {
+        REAL acc[16] = {0};
+        for (int64_t e = 0; e < hd; e++)
+            for (int u = 0; u < 16; u++) acc[u] += q[e] * kt[e * ktstride + j + u];
+        for (int u = 0; u < 16 && j + u < n; u++) scores[j + u] = acc[u];
+    }
     REAL mx = -INFINITY;
-    for (int64_t j = 0; j < n; j++) {
-        if (allowed && !allowed[j * mstride]) {
-            scores[j] = -INFINITY;
-            continue;
-        }
-        const REAL *kj = k + j * kstride;
-        REAL lane[16] = {0}, dot = 0;
-        int64_t e = 0;
-        for (; e + 16 <= hd; e += 16)
-            for (int u = 0; u < 16; u++) lane[u] += q[e + u] * kj[e + u];
-        for (int w = 8; w >= 1; w /= 2) /* a fixed halving tree: vector shuffles */
-            for (int u = 0; u < w; u++) lane[u] += lane[u + w];
-        dot = lane[0];
-        for (; e < hd; e++) dot += q[e] * kj[e];
-        scores[j] = dot * scale;
+    int64_t j;
+    for (j = 0; j < n; j++) {
+        scores[j] = allowed && !allowed[j * mstride] ? -INFINITY : scores[j] * scale;
         mx = scores[j] > mx ? scores[j] : mx;
     }
     for (int64_t e = 0; e < hd; e++) out[e] = 0;
     if (mx == -INFINITY) return;
+    for (j = 0; j < n; j++) scores[j] = EXPV(scores[j] - mx); /* exp(-inf) is exactly 0 */
     REAL sum = 0;
-    for (int64_t j = 0; j < n; j++) { /* exp(-inf) is exactly 0 */
-        scores[j] = EXPV(scores[j] - mx);
-        sum += scores[j];
-    }
-    for (int64_t j = 0; j < n; j++) {
-        if (scores[j] == 0) continue;
-        const REAL *vj = v + j * kstride;
-        for (int64_t e = 0; e < hd; e++) out[e] += scores[j] * vj[e];
-    }
+    for (j = 0; j < n; j++) sum += scores[j];
     REAL inv = 1 / sum;
-    for (int64_t e = 0; e < hd; e++) out[e] *= inv;
+    int64_t e = 0;
+    for (; e + 16 <= hd; e += 16) {
+        REAL acc[16] = {0};
+        for (j = 0; j < n; j++)
+            for (int u = 0; u < 16; u++) acc[u] += scores[j] * v[j * vstride + e + u];
+        for (int u = 0; u < 16; u++) out[e + u] = acc[u] * inv;
+    }
+    for (; e < hd; e++) {
+        REAL acc = 0;
+        for (j = 0; j < n; j++) acc += scores[j] * v[j * vstride + e];
+        out[e] = acc * inv;
+    }
+}
+
+/* y (n, m) = x (n, k) wt (k, :m) + b (b[o bs], or none): a linear layer on
+ * a few rows, with the weight transposed and its rows padded to 32 (wt has
+ * k rows of ldw >= m rounded up to 32). Blocks of 4 rows x 32 outputs
+ * accumulate in registers. For the handful of rows of a decoding step this
+ * beats BLAS, whose packing of the operands costs more than the product. */
+static void FN(small_linear)(const REAL *restrict x, int64_t n, int64_t k, const REAL *restrict wt, int64_t m,
+                             int64_t ldw, const REAL *b, int64_t bs, REAL *restrict y) {
+    for (int64_t i0 = 0; i0 < n; i0 += 4) {
+        int64_t ni = n - i0 < 4 ? n - i0 : 4;
+        for (int64_t o = 0; o < m; o += 32) {
+            REAL acc[4][32] = {{0}};
+            for (int64_t kk = 0; kk < k; kk++) {
+                const REAL *restrict w = wt + kk * ldw + o;
+                for (int i = 0; i < 4; i++) {
+                    REAL xv = i < ni ? x[(i0 + i) * k + kk] : 0;
+                    for (int u = 0; u < 32; u++) acc[i][u] += xv * w[u];
+                }
+            }
+            int64_t no = m - o < 32 ? m - o : 32;
+            for (int i = 0; i < ni; i++)
+                for (int u = 0; u < no; u++) y[(i0 + i) * m + o + u] = b ? acc[i][u] + b[(o + u) * bs] : acc[i][u];
+        }
+    }
 }
 
 #include "../core/real_end.h"
