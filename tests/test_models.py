@@ -366,6 +366,18 @@ def test_greedy_takes_the_argmax_at_every_step(rng):
     # eval mode is used and the mode restored; without an eos every row has max_new_tokens tokens
     model.train()
     assert model.generate(src, 4, BOS, src_key_padding_mask=kpm).shape == (3, 4) and model.training
+    # every submodule gets its own mode back: one the user put in eval mode stays there
+    model.transformer.encoder.eval()
+    model.generate(src, 2, BOS)
+    modes = {name: m.training for name, m in _named_modules(model)}
+    assert not any(v for k, v in modes.items() if k.startswith("transformer.encoder"))
+    assert all(v for k, v in modes.items() if not k.startswith("transformer.encoder"))
+
+
+def _named_modules(module, prefix=""):
+    yield prefix, module
+    for name, child in module._modules.items():
+        yield from _named_modules(child, f"{prefix}.{name}" if prefix else name)
 
 
 def test_gpt_reference_decoder_crops_the_context(rng):

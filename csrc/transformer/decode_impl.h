@@ -16,32 +16,45 @@ static void FN(attend_one)(const REAL *restrict q, const REAL *restrict kt, int6
                            const REAL *restrict v, int64_t vstride, int64_t n, int64_t hd, REAL scale,
                            const uint8_t *allowed, int64_t mstride, REAL *restrict scores, REAL *restrict out) {
     /* chunks of 16 keys accumulate in registers (a loop that adds into
-     * memory waits on its own store at every step); the rows of kt are
-     * padded to a multiple of 16, so the last chunk is whole too */
+     * memory waits on its own store at every step), even and odd elements
+     * apart to halve the chain of dependent adds; the rows of kt are padded
+     * to a multiple of 16, so the last chunk is whole too */
     for (int64_t j = 0; j < n; j += 16) {
-        REAL acc[16] = {0};
-        for (int64_t e = 0; e < hd; e++)
-            for (int u = 0; u < 16; u++) acc[u] += q[e] * kt[e * ktstride + j + u];
-        for (int u = 0; u < 16 && j + u < n; u++) scores[j + u] = acc[u];
+        REAL acc[2][16] = {{0}};
+        int64_t e = 0;
+        for (; e + 2 <= hd; e += 2)
+            for (int p = 0; p < 2; p++)
+                for (int u = 0; u < 16; u++) acc[p][u] += q[e + p] * kt[(e + p) * ktstride + j + u];
+        for (; e < hd; e++)
+            for (int u = 0; u < 16; u++) acc[0][u] += q[e] * kt[e * ktstride + j + u];
+        for (int u = 0; u < 16 && j + u < n; u++) scores[j + u] = (acc[0][u] + acc[1][u]) * scale;
     }
-    REAL mx = -INFINITY;
-    int64_t j;
-    for (j = 0; j < n; j++) {
-        scores[j] = allowed && !allowed[j * mstride] ? -INFINITY : scores[j] * scale;
-        mx = scores[j] > mx ? scores[j] : mx;
-    }
+    if (allowed)
+        for (int64_t j = 0; j < n; j++)
+            if (!allowed[j * mstride]) scores[j] = -INFINITY;
+    REAL mx = -INFINITY, lanes[16];
+    for (int u = 0; u < 16; u++) lanes[u] = -INFINITY;
+    int64_t j = 0;
+    for (; j + 16 <= n; j += 16) /* a maximum is exact in any order */
+        for (int u = 0; u < 16; u++) lanes[u] = scores[j + u] > lanes[u] ? scores[j + u] : lanes[u];
+    for (; j < n; j++) mx = scores[j] > mx ? scores[j] : mx;
+    for (int u = 0; u < 16; u++) mx = lanes[u] > mx ? lanes[u] : mx;
     for (int64_t e = 0; e < hd; e++) out[e] = 0;
     if (mx == -INFINITY) return;
     for (j = 0; j < n; j++) scores[j] = EXPV(scores[j] - mx); /* exp(-inf) is exactly 0 */
     REAL sum = 0;
     for (j = 0; j < n; j++) sum += scores[j];
     REAL inv = 1 / sum;
+    /* out = sum_j p_j v_j: even and odd keys in separate registers */
     int64_t e = 0;
     for (; e + 16 <= hd; e += 16) {
-        REAL acc[16] = {0};
-        for (j = 0; j < n; j++)
-            for (int u = 0; u < 16; u++) acc[u] += scores[j] * v[j * vstride + e + u];
-        for (int u = 0; u < 16; u++) out[e + u] = acc[u] * inv;
+        REAL acc[2][16] = {{0}};
+        for (j = 0; j + 2 <= n; j += 2)
+            for (int p = 0; p < 2; p++)
+                for (int u = 0; u < 16; u++) acc[p][u] += scores[j + p] * v[(j + p) * vstride + e + u];
+        for (; j < n; j++)
+            for (int u = 0; u < 16; u++) acc[0][u] += scores[j] * v[j * vstride + e + u];
+        for (int u = 0; u < 16; u++) out[e + u] = (acc[0][u] + acc[1][u]) * inv;
     }
     for (; e < hd; e++) {
         REAL acc = 0;
