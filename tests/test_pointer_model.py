@@ -381,6 +381,15 @@ def test_decoded_structure(ref, constraint, K, dtype):
     # log_probs sum to the sequence's total under the forward
     total, _ = totals(m, x, nl, idx, constraint)
     close(lp.astype(np.float64).sum(1), total, 1e-12 if dtype == np.float64 else 1e-5, "log_probs sum")
+    # every live step's distribution (the search's own) is the teacher-forced forward's
+    t = idx[:, :n].copy()
+    if constraint == "tour":
+        t = np.where(np.arange(n)[None, :] < nl[:, None], t, -1)
+    fwd = np.exp(m(x, t, lengths=nl, constraint=constraint).astype(np.float64))
+    T = min(ptr.shape[1], fwd.shape[1])
+    live = (ptr[:, :T].sum(2) > 0)[:, :, None]
+    close(np.where(live, ptr[:, :T], 0), np.where(live, fwd[:, :T], 0), 1e-12 if dtype == np.float64 else 1e-5,
+          "pointer distributions vs the forward")
 
 
 def test_single_input_rows(ref):

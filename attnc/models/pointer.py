@@ -314,8 +314,9 @@ class PointerNet(nn.Module):
         (lowest index on ties). Beam search (beam_size=K): the K best partial
         sequences by summed log-probability; finished ones scored sum / length
         ** length_penalty. Returns a :class:`PointerOutput` (indices, their
-        log-probabilities and every step's pointer distribution, recomputed by
-        the teacher-forced forward on the decoded sequence)."""
+        log-probabilities and every step's pointer distribution, the ones the
+        search scored: equal, up to rounding, to the teacher-forced forward's
+        on the decoded sequence)."""
         constraint = self._constraint(constraint)
         K = size_arg("beam_size", beam_size)
         if isinstance(length_penalty, bool) or not isinstance(length_penalty, numbers.Real) or \
@@ -334,12 +335,13 @@ class PointerNet(nn.Module):
         params = (dec.weight_ih_l0, dec.weight_hh_l0, dec.bias_ih_l0, dec.bias_hh_l0, self.W2.weight,
                   np.ascontiguousarray(self.v.weight[0]), np.ascontiguousarray(start))
         out, lens = np.empty((B, n + 1), np.int64), np.empty(B, np.int64)
-        _core.pointer_decode(out, lens, feed, nl, keys, np.ascontiguousarray(h[0]), np.ascontiguousarray(c[0]), params,
-                             CONSTRAINTS[constraint], K, float(length_penalty))
+        logits = np.empty((B, n + 1, n + 1), self.dtype)   # every output step's pointer logits, end token first
+        _core.pointer_decode(out, lens, logits, feed, nl, keys, np.ascontiguousarray(h[0]), np.ascontiguousarray(c[0]),
+                             params, CONSTRAINTS[constraint], K, float(length_penalty))
         taken = lens - 1                                               # inputs chosen per row
         width = int(taken.max()) if B else 0
         indices = np.where(np.arange(width)[None, :] < taken[:, None], out[:, :width] - 1, -1)
-        logp = self.forward(x, indices, lengths=nl, constraint=constraint)   # (B, width + 1, n + 1)
+        logp = nn.log_softmax(np.concatenate([logits[:, :width + 1, 1:], logits[:, :width + 1, :1]], axis=-1), dim=-1)
         # a hull's end token is one of its choices (its probability counts); a
         # permutation's is certain, and left out
         T_out = width + 1 if constraint == "hull" else width

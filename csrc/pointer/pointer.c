@@ -66,10 +66,11 @@ static attnc_status check(ptr_run *x, const attnc_tensor *out, const attnc_tenso
     return attnc_check_array(lengths, "lengths", ATTNC_INT64, 1, (int64_t[]){x->B}, true);
 }
 
-attnc_status attnc_pointer_decode(attnc_tensor *out, attnc_tensor *lengths, const attnc_tensor *inputs,
-                                  const attnc_tensor *input_lengths, const attnc_tensor *keys, const attnc_tensor *h0,
-                                  const attnc_tensor *c0, const attnc_pointer_params *p,
-                                  attnc_pointer_constraint constraint, int64_t beam_size, double length_penalty) {
+attnc_status attnc_pointer_decode(attnc_tensor *out, attnc_tensor *lengths, attnc_tensor *logits,
+                                  const attnc_tensor *inputs, const attnc_tensor *input_lengths,
+                                  const attnc_tensor *keys, const attnc_tensor *h0, const attnc_tensor *c0,
+                                  const attnc_pointer_params *p, attnc_pointer_constraint constraint,
+                                  int64_t beam_size, double length_penalty) {
     ptr_run x = {0};
     if (!p) return attnc_fail(ATTNC_ERR_TYPE, "the parameters are required");
     if (constraint < ATTNC_POINTER_PERMUTATION || constraint > ATTNC_POINTER_HULL)
@@ -77,6 +78,8 @@ attnc_status attnc_pointer_decode(attnc_tensor *out, attnc_tensor *lengths, cons
     if (beam_size < 1) return attnc_fail(ATTNC_ERR_VALUE, "beam_size must be >= 1, got %lld", (long long)beam_size);
     if (!isfinite(length_penalty)) return attnc_fail(ATTNC_ERR_VALUE, "length_penalty must be finite");
     TRY(check(&x, out, lengths, inputs, input_lengths, keys, h0, c0, p));
+    if (attnc_present(logits))
+        TRY(attnc_check_array(logits, "logits", x.dt, 3, (int64_t[]){x.B, out->shape[1], x.P}, true));
     x.K = beam_size;
     x.R = x.B * x.K;
     x.constraint = constraint;
@@ -95,7 +98,7 @@ attnc_status attnc_pointer_decode(attnc_tensor *out, attnc_tensor *lengths, cons
         unsigned char *f = flags;
         int64_t *cnt = counts;
         attnc_search_io io = {.out = out->data, .lengths = lengths->data, .T = out->shape[1], .eos = 0,
-                              .alpha = length_penalty, .trace = NULL};
+                              .alpha = length_penalty, .trace = attnc_present(logits) ? logits->data : NULL};
 #define RUN(SFX, REAL)                                                                                          \
     do {                                                                                                        \
         REAL *m = mem;                                                                                          \
@@ -111,7 +114,8 @@ attnc_status attnc_pointer_decode(attnc_tensor *out, attnc_tensor *lengths, cons
                              .count = cnt, .count_next = cnt + R};                                             \
         ptr_init_##SFX(&S);                                                                                     \
         attnc_search_model sm = {.ctx = &S, .B = x.B, .K = x.K, .V = P, .logits = S.logits, .dt = x.dt,        \
-                                 .step = ptr_step_##SFX, .reorder = ptr_reorder_##SFX};                       \
+                                 .step = ptr_step_##SFX, .reorder = ptr_reorder_##SFX, .trace = S.logits,     \
+                                 .trace_bytes = P * (int64_t)es};                                              \
         st = attnc_search(&sm, &io);                                                                            \
     } while (0)
         if (x.dt == ATTNC_FLOAT32)
