@@ -106,10 +106,9 @@ def test_pooled_colour_features_are_not_linearly_separable():
     assert np.array_equal(b.labels, (b.colours[:, 0] == b.colours[:, 1]).astype(np.int64))
 
 
-@pytest.mark.parametrize("attention,frame", [(True, False), (False, False), (True, True)])
-def test_classifier_gradients(rng, attention, frame):
-    m = sagan_shapes.ShapeClassifier(channels=8, hidden=4, attention=attention, reduction=2, frame=frame,
-                                     dtype=np.float64, seed=0)
+@pytest.mark.parametrize("attention", [True, False])
+def test_classifier_gradients(rng, attention):
+    m = sagan_shapes.ShapeClassifier(channels=8, hidden=4, attention=attention, reduction=2, dtype=np.float64, seed=0)
     if attention:
         m.attn.gamma = np.array([0.8])
         assert {"attn.gamma", "attn.f.weight", "attn.v.bias"} <= set(m.state_dict())
@@ -219,5 +218,22 @@ def test_tied_query_key_projections():
     assert np.array_equal(model.attn.f.weight, model.attn.g.weight)
     assert np.array_equal(model.attn.f.bias, model.attn.g.bias)
     assert result["final_loss"] == result["final_loss"]  # finite
-    untied, _ = sagan_shapes.train_model(1, quick=True, tie_qk=False, frame=True)
-    assert not np.array_equal(untied.attn.f.weight, untied.attn.g.weight) and untied.frame
+    untied, _ = sagan_shapes.train_model(1, quick=True, tie_qk=False)
+    assert not np.array_equal(untied.attn.f.weight, untied.attn.g.weight)
+    with pytest.raises(TypeError, match="frame"):
+        sagan_shapes.train_model(1, quick=True, frame=True)
+
+
+def test_initialisation_and_fg_decay():
+    """At the start the background has zero features and a zero key, the keys are non-negative;
+    fg_decay shrinks f and g (only) after each step by 1 - lr fg_decay."""
+    model, _ = sagan_shapes.train_model(0, steps=1, quick=True, fg_decay=0.0, lr=1e-12)
+    assert np.abs(model.conv1.bias).max() < 1e-9 and np.abs(model.conv2.bias).max() < 1e-9
+    assert model.attn.f.weight.min() > -1e-9 and np.abs(model.attn.f.bias).max() < 1e-9
+    decayed, _ = sagan_shapes.train_model(0, steps=1, quick=True, fg_decay=1000.0, lr=1e-4)
+    plain, _ = sagan_shapes.train_model(0, steps=1, quick=True, fg_decay=0.0, lr=1e-4)
+    factor = 1 - 0.05e-4 * 1000  # the learning rate after the step: the cosine's end, 5% of 1e-4
+    np.testing.assert_allclose(decayed.attn.f.weight, plain.attn.f.weight * factor, rtol=1e-5)
+    np.testing.assert_allclose(decayed.attn.g.weight, plain.attn.g.weight * factor, rtol=1e-5)
+    same_bits(decayed.attn.h.weight, plain.attn.h.weight)
+    same_bits(decayed.conv3.weight, plain.conv3.weight)
