@@ -371,9 +371,18 @@ static attnc_status pack_linear(const decode_run *d, packed_linear *p, const att
     p->k = w->shape[1];
     p->ldw = (p->m + 31) / 32 * 32;
     TRY(attnc_calloc((void **)&p->wt, (size_t)(p->k * p->ldw), d->es, "packed weights"));
-    for (int64_t o = 0; o < p->m; o++)
-        for (int64_t kk = 0; kk < p->k; kk++)
-            put(p->wt, d->dt, kk * p->ldw + o, get(w->data, d->dt, o * w->strides[0] + kk * w->strides[1]));
+    int64_t s0 = w->strides[0], s1 = w->strides[1];
+    if (d->dt == ATTNC_FLOAT32) {
+        float *restrict to = (float *)p->wt;
+        const float *from = w->data;
+        for (int64_t o = 0; o < p->m; o++)
+            for (int64_t kk = 0; kk < p->k; kk++) to[kk * p->ldw + o] = from[o * s0 + kk * s1];
+    } else {
+        double *restrict to = (double *)p->wt;
+        const double *from = w->data;
+        for (int64_t o = 0; o < p->m; o++)
+            for (int64_t kk = 0; kk < p->k; kk++) to[kk * p->ldw + o] = from[o * s0 + kk * s1];
+    }
     p->b = attnc_present(b) ? b->data : NULL;
     p->bs = attnc_present(b) ? b->strides[0] : 0;
     return ATTNC_OK;
