@@ -98,6 +98,17 @@ def test_gpt_decoding_matches_reference(dtype, search):
     np.testing.assert_array_equal(_c_gpt(model, idx, T, **kw), _ref_gpt(model, idx, T, **kw))
 
 
+@pytest.mark.parametrize("rows, prompt, beam", [(12, 3, 3), (1, 40, 1), (2, 20, 2)])
+def test_decoding_paths_for_many_rows_and_long_prompts(rows, prompt, beam):
+    """A step of at most 32 rows runs its linear layers on weights packed once
+    per call, more rows (a wide beam, a long prompt's first step) through
+    BLAS: both agree with the reference decoder."""
+    model = _gpt(np.float64, block=prompt + 5)
+    idx = np.random.default_rng(rows + prompt).integers(0, 5, (rows, prompt))
+    kw = dict(eos=None, beam_size=beam, length_penalty=0.0)
+    np.testing.assert_array_equal(_c_gpt(model, idx, 5, **kw), _ref_gpt(model, idx, 5, **kw))
+
+
 def _exhaustive(model, idx, T, eos, alpha):
     """Best sequence of every row over all sequences of up to T tokens (ending
     at the first eos, or at T), by sum(log p) / length ** alpha."""

@@ -64,11 +64,12 @@ static attnc_tensor mat(const decode_run *d, void *data, int64_t rows, int64_t c
     return attnc_view(data, d->dt, 2, shape);
 }
 
-/* y (rows, m) = x W^T + b, through the packed weight when there is one. */
+/* y (rows, m) = x W^T + b, through the packed weight when there is one and
+ * the rows are few (a long prompt's first step goes to BLAS). */
 static attnc_status linear(const decode_run *d, int64_t which, attnc_tensor *y, const attnc_tensor *x,
                            const attnc_tensor *w, const attnc_tensor *b) {
     const packed_linear *p = d->packed ? &d->packed[which] : NULL;
-    if (!p || !p->wt) return attnc_linear_forward(y, x, w, b);
+    if (!p || !p->wt || x->shape[0] > SMALL_ROWS) return attnc_linear_forward(y, x, w, b);
     if (d->dt == ATTNC_FLOAT32)
         small_linear_f32(x->data, x->shape[0], p->k, (const float *)p->wt, p->m, p->ldw, (const float *)p->b, p->bs,
                          y->data);
