@@ -97,14 +97,22 @@ def cotangent(logp, seed=1):
     return np.where(fin, np.random.default_rng(seed).standard_normal(logp.shape), 0).astype(logp.dtype)
 
 
-def totals(model, x, nl, indices, constraint):
-    """The summed log-probability (choices and end step) of decoded sequences under the
-    model's teacher-forced forward. indices: generate's, -1 after each row's last."""
+def teacher_forced(model, x, nl, indices, constraint):
+    """(targets, log-probabilities in float64) of decoded sequences under the model's
+    teacher-forced forward. indices: generate's, -1 after each row's last (a tour's
+    closing index dropped)."""
     n = x.shape[1]
     t = np.asarray(indices)[:, :n].copy()
     if constraint == "tour":
         t = np.where(np.arange(n)[None, :] < nl[:, None], t, -1)
-    logp = model(x, t, lengths=nl, constraint=constraint).astype(np.float64)
+    return t, model(x, t, lengths=nl, constraint=constraint).astype(np.float64)
+
+
+def totals(model, x, nl, indices, constraint):
+    """The summed log-probability (choices and end step) of decoded sequences under the
+    model's teacher-forced forward. indices: generate's, -1 after each row's last."""
+    n = x.shape[1]
+    t, logp = teacher_forced(model, x, nl, indices, constraint)
     counts = (t >= 0).sum(1)
     full = np.concatenate([t, np.full((len(t), 1), -1)], axis=1)
     full[np.arange(len(t)), counts] = n
@@ -382,10 +390,7 @@ def test_decoded_structure(ref, constraint, K, dtype):
     total, _ = totals(m, x, nl, idx, constraint)
     close(lp.astype(np.float64).sum(1), total, 1e-12 if dtype == np.float64 else 1e-5, "log_probs sum")
     # every live step's distribution (the search's own) is the teacher-forced forward's
-    t = idx[:, :n].copy()
-    if constraint == "tour":
-        t = np.where(np.arange(n)[None, :] < nl[:, None], t, -1)
-    fwd = np.exp(m(x, t, lengths=nl, constraint=constraint).astype(np.float64))
+    fwd = np.exp(teacher_forced(m, x, nl, idx, constraint)[1])
     T = min(ptr.shape[1], fwd.shape[1])
     live = (ptr[:, :T].sum(2) > 0)[:, :, None]
     close(np.where(live, ptr[:, :T], 0), np.where(live, fwd[:, :T], 0), 1e-12 if dtype == np.float64 else 1e-5,

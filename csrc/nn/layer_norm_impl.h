@@ -20,15 +20,15 @@ typedef struct {
 static inline REAL FN(lane_sum)(const REAL *a, int64_t s, REAL ma, const REAL *b, int64_t t, REAL mb, int64_t d) {
     REAL lane[16] = {0}, sum = 0;
     int64_t c = 0;
-#define TERM(i) (b ? (a[(i) * s] - ma) * (b[(i) * t] - mb) : a[(i) * s] - ma)
-    if (s == 1 && (!b || t == 1))
+#define TERM(i, s, t) (b ? (a[(i) * (s)] - ma) * (b[(i) * (t)] - mb) : a[(i) * (s)] - ma)
+    if (s == 1 && (!b || t == 1)) /* unit strides the compiler can see */
         for (; c + 16 <= d; c += 16)
-            for (int k = 0; k < 16; k++) lane[k] += b ? (a[c + k] - ma) * (b[c + k] - mb) : a[c + k] - ma;
+            for (int k = 0; k < 16; k++) lane[k] += TERM(c + k, 1, 1);
     else
         for (; c + 16 <= d; c += 16)
-            for (int k = 0; k < 16; k++) lane[k] += TERM(c + k);
+            for (int k = 0; k < 16; k++) lane[k] += TERM(c + k, s, t);
     for (int k = 0; k < 16; k++) sum += lane[k];
-    for (; c < d; c++) sum += TERM(c);
+    for (; c < d; c++) sum += TERM(c, s, t);
 #undef TERM
     return sum;
 }

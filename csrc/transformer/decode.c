@@ -28,7 +28,10 @@ typedef struct {
     int64_t bs, k, m, ldw;
 } packed_linear;
 
-enum { PACKED_PER_LAYER = 6, SMALL_ROWS = 32 }; /* the linears of a layer; rows per step packing pays for */
+/* A layer's linears in decode_run.packed, the output projection after the
+ * last layer's; SMALL_ROWS: the most rows of a step that packing serves. */
+enum { SELF_IN, SELF_OUT, CROSS_Q, CROSS_OUT, FF_1, FF_2, PACKED_PER_LAYER };
+enum { SMALL_ROWS = 32 };
 
 /* Per-call state: sizes, caches and work buffers (float data of dtype dt). */
 typedef struct {
@@ -45,7 +48,7 @@ typedef struct {
     char **cross_kt;         /* per layer (B, H, hd, Spad): keys transposed per head */
     char *x, *a, *tmp, *qkv, *attn, *ff, *mean, *rstd, *scores, *last, *logits, *gather;
     int64_t *start;          /* (R, P) the prompt of every row         */
-    packed_linear *packed;   /* per layer: self in, self out, cross q, cross out, ff 1, ff 2; then the output */
+    packed_linear *packed;   /* per layer SELF_IN .. FF_2, then the output; NULL when R > SMALL_ROWS */
 } decode_run;
 
 static double get(const void *p, attnc_dtype dt, int64_t i) {
@@ -123,19 +126,21 @@ static void attend(const decode_run *d, const char *q, const char *kt, int64_t k
                        allowed, mstride, (double *)d->scores, (double *)out);
 }
 
-/* dst[c ld + j] <- src[j sstride + c] for n rows j of E elements c = h hd +
- * e: keys as (H, hd, ld), one row per element of each head. */
-static void transpose_keys(const decode_run *d, char *dst, int64_t ld, const char *src, int64_t sstride, int64_t n) {
+/* dst[c ld + r] <- src[r rs + c cs] for rows r, columns c: a transposed
+ * copy. Keys (n, E) become (H, hd, ld), one row per element of each head;
+ * a weight (m, k) becomes (k, ld). */
+static void transpose(const decode_run *d, void *dst, int64_t ld, const void *src, int64_t rs, int64_t cs,
+                      int64_t rows, int64_t cols) {
     if (d->dt == ATTNC_FLOAT32) {
-        float *restrict to = (float *)dst;
-        const float *from = (const float *)src;
-        for (int64_t j = 0; j < n; j++)
-            for (int64_t c = 0; c < d->E; c++) to[c * ld + j] = from[j * sstride + c];
+        float *restrict to = dst;
+        const float *from = src;
+        for (int64_t r = 0; r < rows; r++)
+            for (int64_t c = 0; c < cols; c++) to[c * ld + r] = from[r * rs + c * cs];
     } else {
-        double *restrict to = (double *)dst;
-        const double *from = (const double *)src;
-        for (int64_t j = 0; j < n; j++)
-            for (int64_t c = 0; c < d->E; c++) to[c * ld + j] = from[j * sstride + c];
+        double *restrict to = dst;
+        const double *from = src;
+        for (int64_t r = 0; r < rows; r++)
+            for (int64_t c = 0; c < cols; c++) to[c * ld + r] = from[r * rs + c * cs];
     }
 }
 
@@ -145,11 +150,11 @@ static attnc_status self_attention(decode_run *d, int64_t l, int64_t t, int64_t 
     const attnc_mha_params *p = &d->m->layers[l].self_attn;
     int64_t E = d->E, rows = d->R * n;
     attnc_tensor qkv = mat(d, d->qkv, rows, 3 * E);
-    TRY(linear(d, l * PACKED_PER_LAYER, &qkv, in, &p->in_weight, &p->in_bias));
+    TRY(linear(d, l * PACKED_PER_LAYER + SELF_IN, &qkv, in, &p->in_weight, &p->in_bias));
     int64_t es = (int64_t)d->es, Tmax = d->Tmax, Tpad = d->Tpad, hd = E / d->H;
     for (int64_t r = 0; r < d->R; r++) {
         const char *src = d->qkv + (r * n * 3 * E + E) * es;
-        transpose_keys(d, d->kcache[l] + (r * Tpad * E + t) * es, Tpad, src, 3 * E, n);
+        transpose(d, d->kcache[l] + (r * Tpad * E + t) * es, Tpad, src, 3 * E, 1, n, E);
         for (int64_t i = 0; i < n; i++)
             memcpy(d->vcache[l] + ((r * Tmax + t + i) * E) * es, src + (i * 3 * E + E) * es, (size_t)E * d->es);
     }
@@ -160,7 +165,7 @@ static attnc_status self_attention(decode_run *d, int64_t l, int64_t t, int64_t 
                        Tpad, d->vcache[l] + (r * Tmax * E + h * hd) * es, E, t + i + 1, NULL, 0,
                        d->attn + ((r * n + i) * E + h * hd) * es);
     attnc_tensor attn = mat(d, d->attn, rows, E), out = mat(d, d->tmp, rows, E);
-    return linear(d, l * PACKED_PER_LAYER + 1, &out, &attn, &p->out_weight, &p->out_bias);
+    return linear(d, l * PACKED_PER_LAYER + SELF_OUT, &out, &attn, &p->out_weight, &p->out_bias);
 }
 
 /* Cross-attention of n new positions per row on memory: rows are (B, K)
@@ -170,7 +175,7 @@ static attnc_status cross_attention(decode_run *d, int64_t l, int64_t n, const a
     int64_t E = d->E, hd = E / d->H, rows = d->R * n, S = d->S;
     attnc_tensor wq = attnc_rows(&p->in_weight, 0, E), bq = attnc_rows(&p->in_bias, 0, E);
     attnc_tensor q2 = mat(d, d->qkv, rows, E);
-    TRY(linear(d, l * PACKED_PER_LAYER + 2, &q2, in, &wq, &bq));
+    TRY(linear(d, l * PACKED_PER_LAYER + CROSS_Q, &q2, in, &wq, &bq));
     const attnc_tensor *mm = d->memory_mask;
     for (int64_t r = 0; r < d->R; r++) {
         int64_t b = r / d->K; /* the K beams of batch b share its memory */
@@ -183,15 +188,15 @@ static attnc_status cross_attention(decode_run *d, int64_t l, int64_t n, const a
                        attnc_present(mm) ? mm->strides[1] : 0, d->attn + ((r * n + i) * E + h * hd) * (int64_t)d->es);
     }
     attnc_tensor attn = mat(d, d->attn, rows, E), out = mat(d, d->tmp, rows, E);
-    return linear(d, l * PACKED_PER_LAYER + 3, &out, &attn, &p->out_weight, &p->out_bias);
+    return linear(d, l * PACKED_PER_LAYER + CROSS_OUT, &out, &attn, &p->out_weight, &p->out_bias);
 }
 
 static attnc_status feed_forward(decode_run *d, int64_t l, int64_t rows, const attnc_tensor *in) {
     const attnc_layer_params *p = &d->m->layers[l];
     attnc_tensor f = mat(d, d->ff, rows, d->F), out = mat(d, d->tmp, rows, d->E);
-    TRY(linear(d, l * PACKED_PER_LAYER + 4, &f, in, &p->linear1_weight, &p->linear1_bias));
+    TRY(linear(d, l * PACKED_PER_LAYER + FF_1, &f, in, &p->linear1_weight, &p->linear1_bias));
     TRY(attnc_pointwise_forward(&f, &f, NULL, d->m->config.activation, 0, 0, 0));
-    return linear(d, l * PACKED_PER_LAYER + 5, &out, &f, &p->linear2_weight, &p->linear2_bias);
+    return linear(d, l * PACKED_PER_LAYER + FF_2, &out, &f, &p->linear2_weight, &p->linear2_bias);
 }
 
 /* Feed tokens (R, n) at positions [t, t + n); logits (R, V) of the last. */
@@ -372,18 +377,7 @@ static attnc_status pack_linear(const decode_run *d, packed_linear *p, const att
     p->k = w->shape[1];
     p->ldw = (p->m + 31) / 32 * 32;
     TRY(attnc_calloc((void **)&p->wt, (size_t)(p->k * p->ldw), d->es, "packed weights"));
-    int64_t s0 = w->strides[0], s1 = w->strides[1];
-    if (d->dt == ATTNC_FLOAT32) {
-        float *restrict to = (float *)p->wt;
-        const float *from = w->data;
-        for (int64_t o = 0; o < p->m; o++)
-            for (int64_t kk = 0; kk < p->k; kk++) to[kk * p->ldw + o] = from[o * s0 + kk * s1];
-    } else {
-        double *restrict to = (double *)p->wt;
-        const double *from = w->data;
-        for (int64_t o = 0; o < p->m; o++)
-            for (int64_t kk = 0; kk < p->k; kk++) to[kk * p->ldw + o] = from[o * s0 + kk * s1];
-    }
+    transpose(d, p->wt, p->ldw, w->data, w->strides[0], w->strides[1], p->m, p->k);
     p->b = attnc_present(b) ? b->data : NULL;
     p->bs = attnc_present(b) ? b->strides[0] : 0;
     return ATTNC_OK;
@@ -399,22 +393,22 @@ static attnc_status pack_all(decode_run *d) {
     for (int64_t l = 0; l < m->nlayers; l++) {
         const attnc_layer_params *p = &m->layers[l];
         packed_linear *q = d->packed + l * PACKED_PER_LAYER;
-        TRY(pack_linear(d, q, &p->self_attn.in_weight, &p->self_attn.in_bias));
-        TRY(pack_linear(d, q + 1, &p->self_attn.out_weight, &p->self_attn.out_bias));
+        TRY(pack_linear(d, q + SELF_IN, &p->self_attn.in_weight, &p->self_attn.in_bias));
+        TRY(pack_linear(d, q + SELF_OUT, &p->self_attn.out_weight, &p->self_attn.out_bias));
         if (d->cross) {
             attnc_tensor wq = attnc_rows(&p->cross_attn.in_weight, 0, d->E);
             attnc_tensor bq = attnc_rows(&p->cross_attn.in_bias, 0, d->E);
-            TRY(pack_linear(d, q + 2, &wq, &bq));
-            TRY(pack_linear(d, q + 3, &p->cross_attn.out_weight, &p->cross_attn.out_bias));
+            TRY(pack_linear(d, q + CROSS_Q, &wq, &bq));
+            TRY(pack_linear(d, q + CROSS_OUT, &p->cross_attn.out_weight, &p->cross_attn.out_bias));
         }
-        TRY(pack_linear(d, q + 4, &p->linear1_weight, &p->linear1_bias));
-        TRY(pack_linear(d, q + 5, &p->linear2_weight, &p->linear2_bias));
+        TRY(pack_linear(d, q + FF_1, &p->linear1_weight, &p->linear1_bias));
+        TRY(pack_linear(d, q + FF_2, &p->linear2_weight, &p->linear2_bias));
     }
     return pack_linear(d, d->packed + m->nlayers * PACKED_PER_LAYER, &m->out_weight, &m->out_bias);
 }
 
 /* Cross-attention keys and values of every layer, once: (B S, 2E), and the
- * keys transposed per head (B, H, hd, S). */
+ * keys transposed per head (B, H, hd, Spad). */
 static attnc_status memory_keys(decode_run *d, const attnc_tensor *memory) {
     int64_t rows[2] = {d->B * d->S, d->E};
     attnc_tensor mem = attnc_view(memory->data, d->dt, 2, rows);
@@ -424,8 +418,8 @@ static attnc_status memory_keys(decode_run *d, const attnc_tensor *memory) {
         attnc_tensor kv = mat(d, d->cross_kv[l], d->B * d->S, 2 * d->E);
         TRY(attnc_linear_forward(&kv, &mem, &w, &b));
         for (int64_t i = 0; i < d->B; i++)
-            transpose_keys(d, d->cross_kt[l] + i * d->Spad * d->E * (int64_t)d->es, d->Spad,
-                           d->cross_kv[l] + i * d->S * 2 * d->E * (int64_t)d->es, 2 * d->E, d->S);
+            transpose(d, d->cross_kt[l] + i * d->Spad * d->E * (int64_t)d->es, d->Spad,
+                      d->cross_kv[l] + i * d->S * 2 * d->E * (int64_t)d->es, 2 * d->E, 1, d->S, d->E);
     }
     return ATTNC_OK;
 }

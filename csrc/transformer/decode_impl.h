@@ -9,9 +9,8 @@
  * out = softmax(scores) . v. The keys sit transposed, kt[e * ktstride + j]
  * (element e of key j; ktstride a multiple of 16 that is >= n), so that
  * one vector holds the partial scores of 16 keys: a head dim of 16 or 32
- * is too short to fill vectors along it. The
- * values are rows, v_j = v + j vstride, hd contiguous. scores: scratch of n.
- * No allowed key: out = 0. */
+ * is too short to fill vectors along it. The values are rows, v_j = v + j
+ * vstride, hd contiguous. scores: scratch of n. No allowed key: out = 0. */
 static void FN(attend_one)(const REAL *restrict q, const REAL *restrict kt, int64_t ktstride,
                            const REAL *restrict v, int64_t vstride, int64_t n, int64_t hd, REAL scale,
                            const uint8_t *allowed, int64_t mstride, REAL *restrict scores, REAL *restrict out) {
