@@ -46,12 +46,15 @@ attnc_status attnc_attention_forward(attnc_tensor *context, attnc_tensor *weight
     void *scratch;
     TRY(attnc_calloc(&scratch, per * (size_t)workers, attnc_dtype_size(d.dtype),
                      "attention scratch"));
-    attnc_score_ctx c = {&d, query, keys, params};
-    ATTNC_PARALLEL_TYPED(d.dtype, workers, attention_job, attention_forward_task, d.batch.count,
-                         .c = c, .mask = mask, .context = context, .weights = weights,
-                         .values = values, .scratch = scratch, .per_worker = per);
+    attnc_score_ctx c;
+    attnc_status st = attnc_score_open(&c, &d, query, keys, params);
+    if (st == ATTNC_OK)
+        ATTNC_PARALLEL_TYPED(d.dtype, workers, attention_job, attention_forward_task, d.batch.count,
+                             .c = c, .mask = mask, .context = context, .weights = weights,
+                             .values = values, .scratch = scratch, .per_worker = per);
+    attnc_score_close(&c);
     free(scratch);
-    return ATTNC_OK;
+    return st;
 }
 
 attnc_status attnc_attention_backward(attnc_tensor *dquery, attnc_tensor *dkeys,
@@ -71,7 +74,8 @@ attnc_status attnc_attention_backward(attnc_tensor *dquery, attnc_tensor *dkeys,
     void *scratch, *g;
     TRY(attnc_calloc(&scratch, per * (size_t)workers, size, "attention scratch"));
     attnc_status st = attnc_calloc(&g, per * (size_t)d.batch.count, size, "score gradient");
-    attnc_score_ctx c = {&d, query, keys, params};
+    attnc_score_ctx c = {0};
+    if (st == ATTNC_OK) st = attnc_score_open(&c, &d, query, keys, params);
     if (st == ATTNC_OK) {
         ATTNC_PARALLEL_TYPED(d.dtype, workers, attention_job, attention_backward_task,
                              d.batch.count, .c = c, .dvalues = dvalues, .values = values,
@@ -79,6 +83,7 @@ attnc_status attnc_attention_backward(attnc_tensor *dquery, attnc_tensor *dkeys,
                              .scratch = scratch, .g = g, .per_worker = per);
         st = attnc_score_run_backward(&c, g, dquery, dkeys, dparams);
     }
+    attnc_score_close(&c);
     free(scratch);
     free(g);
     return st;

@@ -48,7 +48,8 @@ attnc_status attnc_hard_attention_forward(attnc_tensor *context, attnc_tensor *w
     void *scratch;
     TRY(attnc_calloc(&scratch, per * (size_t)workers, attnc_dtype_size(d.dtype),
                      "hard attention scratch"));
-    attnc_score_ctx c = {&d, query, keys, params};
+    attnc_score_ctx c;
+    attnc_status st = attnc_score_open(&c, &d, query, keys, params);
 #define RUN(SFX)                                                                           \
     do {                                                                                   \
         hard_job_##SFX job = {.c = c, .mask = mask, .opt = options, .context = context,    \
@@ -56,10 +57,11 @@ attnc_status attnc_hard_attention_forward(attnc_tensor *context, attnc_tensor *w
                               .scratch = scratch, .per_worker = per};                      \
         attnc_parallel_for(d.batch.count, workers, hard_forward_task_##SFX, &job);         \
     } while (0)
-    ATTNC_BY_DTYPE(d.dtype, RUN);
+    if (st == ATTNC_OK) ATTNC_BY_DTYPE(d.dtype, RUN);
 #undef RUN
+    attnc_score_close(&c);
     free(scratch);
-    return ATTNC_OK;
+    return st;
 }
 
 attnc_status attnc_hard_attention_backward(attnc_tensor *dquery, attnc_tensor *dkeys,
@@ -86,7 +88,8 @@ attnc_status attnc_hard_attention_backward(attnc_tensor *dquery, attnc_tensor *d
     /* G stays zero except under GUMBEL: then the score gradients are zero. */
     attnc_status st = attnc_calloc(&g, (size_t)(d.batch.count * d.tq * d.tk), size,
                                    "score gradient");
-    attnc_score_ctx c = {&d, query, keys, params};
+    attnc_score_ctx c = {0};
+    if (st == ATTNC_OK) st = attnc_score_open(&c, &d, query, keys, params);
     if (st == ATTNC_OK) {
 #define RUN(SFX)                                                                           \
     do {                                                                                   \
@@ -100,6 +103,7 @@ attnc_status attnc_hard_attention_backward(attnc_tensor *dquery, attnc_tensor *d
 #undef RUN
         st = attnc_score_run_backward(&c, g, dquery, dkeys, dparams);
     }
+    attnc_score_close(&c);
     free(scratch);
     free(g);
     return st;

@@ -69,7 +69,8 @@ attnc_status attnc_local_attention_forward(attnc_tensor *context, attnc_tensor *
     void *scratch;
     TRY(attnc_calloc(&scratch, per * (size_t)workers, attnc_dtype_size(d.dtype),
                      "local attention scratch"));
-    attnc_score_ctx c = {&d, query, keys, params};
+    attnc_score_ctx c;
+    attnc_status st = attnc_score_open(&c, &d, query, keys, params);
 #define RUN(SFX)                                                                           \
     do {                                                                                   \
         local_job_##SFX job = {.c = c, .mask = mask, .opt = options, .context = context,   \
@@ -77,10 +78,11 @@ attnc_status attnc_local_attention_forward(attnc_tensor *context, attnc_tensor *
                                .values = values, .scratch = scratch, .per_worker = per};   \
         attnc_parallel_for(d.batch.count, workers, local_forward_task_##SFX, &job);        \
     } while (0)
-    ATTNC_BY_DTYPE(d.dtype, RUN);
+    if (st == ATTNC_OK) ATTNC_BY_DTYPE(d.dtype, RUN);
 #undef RUN
+    attnc_score_close(&c);
     free(scratch);
-    return ATTNC_OK;
+    return st;
 }
 
 attnc_status attnc_local_attention_backward(
@@ -116,7 +118,8 @@ attnc_status attnc_local_attention_backward(
     if (st == ATTNC_OK)
         st = attnc_calloc(&stash, (size_t)(d.batch.count * (d.tq + 1) * dp), size,
                           "local gradient stash");
-    attnc_score_ctx c = {&d, query, keys, params};
+    attnc_score_ctx c = {0};
+    if (st == ATTNC_OK) st = attnc_score_open(&c, &d, query, keys, params);
     if (st == ATTNC_OK) {
 #define RUN(SFX)                                                                             \
     do {                                                                                     \
@@ -137,6 +140,7 @@ attnc_status attnc_local_attention_backward(
         ATTNC_BY_DTYPE(d.dtype, RUN);
 #undef RUN
     }
+    attnc_score_close(&c);
     free(scratch);
     free(g);
     free(stash);

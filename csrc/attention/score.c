@@ -20,7 +20,6 @@ size_t attnc_score_scratch(const attnc_dims *d, attnc_score_kind kind) {
     switch (kind) {
     case ATTNC_SCORE_SCALED_DOT: return tq * tk;
     case ATTNC_SCORE_GENERAL: return tq * (size_t)d->dk;
-    case ATTNC_SCORE_ADDITIVE: return (tq + tk) * (size_t)d->da;
     case ATTNC_SCORE_COSINE: return tq * tk + 2 * (tq + tk);
     default: return 0;
     }
@@ -35,6 +34,110 @@ size_t attnc_score_stash(const attnc_dims *d, attnc_score_kind kind) {
     case ATTNC_SCORE_ADDITIVE: return bc * (size_t)(d->tq + d->tk + 1) * (size_t)d->da;
     default: return 0;
     }
+}
+
+/* Rows per block of the additive score's batched GEMMs: fixed, so that
+ * results do not depend on the thread count. */
+#define ADDITIVE_ROWS 64
+
+/* Whether t's batch elements (rows x cols each) stack into one matrix with a
+ * unit column stride (the contiguous case): *all <- that matrix. */
+static bool stacked(attnc_mat *all, const attnc_tensor *t, const attnc_batch *batch, int64_t rows) {
+    *all = attnc_batch_mat(t, batch, 0);
+    if (all->cs != 1 || all->rs < all->cols) return false;
+    for (int64_t b = 1; b < batch->count; b++)
+        if (attnc_batch_offset(t, batch, b) != b * rows * all->rs) return false;
+    all->rows = rows * batch->count;
+    return true;
+}
+
+static attnc_mat param_mat(const attnc_tensor *t) {
+    attnc_mat m = {t->data, t->shape[0], t->ndim > 1 ? t->shape[1] : 1, t->strides[0],
+                   t->ndim > 1 ? t->strides[1] : 1};
+    return m;
+}
+
+static attnc_mat rows_mat(void *p, int64_t rows, int64_t cols) {
+    attnc_mat m = {p, rows, cols, cols, 1};
+    return m;
+}
+
+/* out (B rows, da) <- t W: one GEMM over the stacked batch, else one per
+ * element (broadcast or strided batches). */
+static void project(void *out, const attnc_dims *d, const attnc_tensor *t, int64_t rows,
+                    const attnc_tensor *w) {
+    size_t es = attnc_dtype_size(d->dtype);
+    attnc_mat all;
+    if (stacked(&all, t, &d->batch, rows)) {
+        attnc_gemm_rows(d->dtype, false, false, 1, all, param_mat(w), 0,
+                        rows_mat(out, all.rows, d->da), ADDITIVE_ROWS);
+        return;
+    }
+    for (int64_t b = 0; b < d->batch.count; b++)
+        attnc_gemm_rows(d->dtype, false, false, 1, attnc_batch_mat(t, &d->batch, b), param_mat(w), 0,
+                        rows_mat((char *)out + (size_t)(b * rows * d->da) * es, rows, d->da),
+                        ADDITIVE_ROWS);
+}
+
+attnc_status attnc_score_open(attnc_score_ctx *c, const attnc_dims *d, const attnc_tensor *query,
+                              const attnc_tensor *keys, const attnc_score_params *p) {
+    *c = (attnc_score_ctx){d, query, keys, p, NULL};
+    if (p->kind != ATTNC_SCORE_ADDITIVE) return ATTNC_OK;
+    int64_t B = d->batch.count, da = d->da, nq = B * d->tq * da, nk = B * d->tk * da;
+    size_t es = attnc_dtype_size(d->dtype);
+    TRY(attnc_calloc(&c->pre, (size_t)(nq + nk + da), es, "additive score projections"));
+    char *pre = c->pre;
+    project(pre, d, query, d->tq, &p->w_query);
+    project(pre + (size_t)nq * es, d, keys, d->tk, &p->w_key);
+    const char *v = p->v.data;
+    for (int64_t a = 0; a < da; a++)
+        memcpy(pre + (size_t)(nq + nk + a) * es, v + (size_t)(a * p->v.strides[0]) * es, es);
+    return ATTNC_OK;
+}
+
+void attnc_score_close(attnc_score_ctx *c) {
+    free(c->pre);
+    c->pre = NULL;
+}
+
+/* The additive score's backward over the whole batch, from the stash the
+ * elements left (dQA (B Tq, da), dKA (B Tk, da), dv (B, da)):
+ * dquery = dQA W_q^T, dkeys = dKA W_k^T, dW_q = Q^T dQA, dW_k = K^T dKA,
+ * dv = the sum of the elements' dv in batch order. */
+static void additive_finish(const attnc_score_ctx *c, char *stash, attnc_tensor *dquery,
+                            attnc_tensor *dkeys, attnc_score_grads *g) {
+    const attnc_dims *d = c->d;
+    const attnc_score_params *p = c->p;
+    int64_t B = d->batch.count, da = d->da;
+    size_t es = attnc_dtype_size(d->dtype);
+    struct {
+        const attnc_tensor *x, *w;
+        attnc_tensor *dx, *dw;
+        int64_t rows;
+        char *dxa;
+    } side[2] = {{c->query, &p->w_query, dquery, g ? &g->w_query : NULL, d->tq, stash},
+                 {c->keys, &p->w_key, dkeys, g ? &g->w_key : NULL, d->tk, stash + (size_t)(B * d->tq * da) * es}};
+    for (int s = 0; s < 2; s++) {
+        int64_t rows = side[s].rows, dim = side[s].w->shape[0];
+        attnc_mat dxa = rows_mat(side[s].dxa, B * rows, da), all;
+        if (attnc_present(side[s].dx)) /* gradients are contiguous */
+            attnc_gemm_rows(d->dtype, false, true, 1, dxa, param_mat(side[s].w), 0,
+                            rows_mat(side[s].dx->data, B * rows, dim), ADDITIVE_ROWS);
+        if (!attnc_present(side[s].dw)) continue;
+        attnc_mat dw = rows_mat(side[s].dw->data, dim, da);
+        if (B == 0) {
+            memset(dw.p, 0, (size_t)(dim * da) * es);
+        } else if (stacked(&all, side[s].x, &d->batch, rows)) {
+            attnc_gemm_rows(d->dtype, true, false, 1, all, dxa, 0, dw, ADDITIVE_ROWS);
+        } else {
+            for (int64_t b = 0; b < B; b++)
+                attnc_gemm_rows(d->dtype, true, false, 1, attnc_batch_mat(side[s].x, &d->batch, b),
+                                rows_mat(side[s].dxa + (size_t)(b * rows * da) * es, rows, da), b ? 1 : 0,
+                                dw, ADDITIVE_ROWS);
+        }
+    }
+    if (g && attnc_present(&g->v))
+        attnc_col_sums(d->dtype, g->v.data, stash + (size_t)(B * (d->tq + d->tk) * da) * es, B, da, da);
 }
 
 attnc_status attnc_score_check_grads(const attnc_dims *d, const attnc_score_params *p,
@@ -91,13 +194,15 @@ attnc_status attnc_score_forward(attnc_tensor *scores, const attnc_tensor *query
     TRY(attnc_check_like(&d, scores, "scores", 2, d.tq, d.tk, true));
     int workers = attnc_workers();
     size_t size = attnc_dtype_size(d.dtype);
-    score_job job = {.c = {&d, query, keys, params}, .out = scores,
-                     .per_worker = attnc_score_scratch(&d, params->kind)};
+    score_job job = {.out = scores, .per_worker = attnc_score_scratch(&d, params->kind)};
     TRY(attnc_calloc(&job.scratch, job.per_worker * (size_t)workers, size, "score scratch"));
-    attnc_parallel_for(d.batch.count, workers,
-                       d.dtype == ATTNC_FLOAT32 ? forward_task_f32 : forward_task_f64, &job);
+    attnc_status st = attnc_score_open(&job.c, &d, query, keys, params);
+    if (st == ATTNC_OK)
+        attnc_parallel_for(d.batch.count, workers,
+                           d.dtype == ATTNC_FLOAT32 ? forward_task_f32 : forward_task_f64, &job);
+    attnc_score_close(&job.c);
     free(job.scratch);
-    return ATTNC_OK;
+    return st;
 }
 
 /* Copy a (..., Tq, Tk) tensor into a new contiguous buffer. */
@@ -129,7 +234,9 @@ attnc_status attnc_score_run_backward(const attnc_score_ctx *c, const void *ds_a
         bool f32 = d->dtype == ATTNC_FLOAT32;
         attnc_parallel_for(d->batch.count, workers, f32 ? backward_task_f32 : backward_task_f64,
                            &job);
-        if (f32)
+        if (c->p->kind == ATTNC_SCORE_ADDITIVE)
+            additive_finish(c, job.stash, dquery, dkeys, g);
+        else if (f32)
             attnc_score_params_backward_f32(c, ds_all, job.stash, g);
         else
             attnc_score_params_backward_f64(c, ds_all, job.stash, g);
@@ -152,8 +259,10 @@ attnc_status attnc_score_backward(attnc_tensor *dquery, attnc_tensor *dkeys,
     TRY(attnc_score_check_grads(&d, params, dparams));
     void *ds = NULL;
     TRY(gather(&ds, dscores, &d));
-    attnc_score_ctx c = {&d, query, keys, params};
-    attnc_status st = attnc_score_run_backward(&c, ds, dquery, dkeys, dparams);
+    attnc_score_ctx c;
+    attnc_status st = attnc_score_open(&c, &d, query, keys, params);
+    if (st == ATTNC_OK) st = attnc_score_run_backward(&c, ds, dquery, dkeys, dparams);
+    attnc_score_close(&c);
     free(ds);
     return st;
 }

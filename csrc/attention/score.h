@@ -1,8 +1,10 @@
 /* score.h: the score family per batch element, shared by every attention
- * kernel. A backward runs in two phases so that results never depend on the
- * thread count: score_batch_backward (parallel over batch elements) writes
- * dquery/dkeys and leaves per-element partial parameter gradients in a
- * stash; score_params_backward then sums the stash in batch order. */
+ * kernel. A call opens a context (attnc_score_open), scores batch elements
+ * in parallel, and closes it. A backward runs in two phases so that results
+ * never depend on the thread count: score_batch_backward (parallel over
+ * batch elements) writes dquery/dkeys (the additive score: its projections'
+ * gradients) and leaves per-element partial parameter gradients in a stash;
+ * attnc_score_run_backward then finishes them over the whole batch. */
 #ifndef ATTNC_SCORE_H
 #define ATTNC_SCORE_H
 #include "common.h"
@@ -11,7 +13,18 @@ typedef struct {
     const attnc_dims *d;
     const attnc_tensor *query, *keys;
     const attnc_score_params *p;
+    /* The additive score's projections of the whole batch, made once by
+     * attnc_score_open: QA = Q W_q (B Tq, da), KA = K W_k (B Tk, da), then v
+     * (da) contiguous. NULL for the other kinds. */
+    void *pre;
 } attnc_score_ctx;
+
+/* c <- a context for a call on query and keys (checked by
+ * attnc_check_inputs into d); fails only on allocation. Every successful
+ * open is paired with attnc_score_close. */
+attnc_status attnc_score_open(attnc_score_ctx *c, const attnc_dims *d, const attnc_tensor *query,
+                              const attnc_tensor *keys, const attnc_score_params *p);
+void attnc_score_close(attnc_score_ctx *c);
 
 /* Per-worker scratch (elements) for one batch element, forward or backward. */
 size_t attnc_score_scratch(const attnc_dims *d, attnc_score_kind kind);
@@ -28,7 +41,8 @@ size_t attnc_score_stash(const attnc_dims *d, attnc_score_kind kind);
                                           const REAL *ds, REAL *scratch, REAL *stash,    \
                                           attnc_tensor *dquery, attnc_tensor *dkeys,     \
                                           attnc_score_grads *g);                         \
-    /* Parameter gradients (but beta's) <- the stash and ds_all (B, Tq, Tk). */          \
+    /* Parameter gradients (but beta's and the additive score's) <- the stash and       \
+     * ds_all (B, Tq, Tk). */                                                            \
     void attnc_score_params_backward_##SFX(const attnc_score_ctx *c, const REAL *ds_all, \
                                            const REAL *stash, attnc_score_grads *g);
 

@@ -54,6 +54,17 @@ static REAL FN(beta_at)(const attnc_score_ctx *c, int64_t b, int64_t i) {
     return *(const REAL *)attnc_at(beta, off);
 }
 
+/* Element b's rows of the additive score's projections, and v (see
+ * attnc_score_ctx.pre). */
+static void FN(additive_parts)(const attnc_score_ctx *c, int64_t b, const REAL **qa, const REAL **ka,
+                               const REAL **v) {
+    const attnc_dims *d = c->d;
+    const REAL *pre = c->pre;
+    *qa = pre + b * d->tq * d->da;
+    *ka = pre + (d->batch.count * d->tq + b * d->tk) * d->da;
+    *v = pre + d->batch.count * (d->tq + d->tk) * d->da;
+}
+
 static attnc_mat FN(param)(const attnc_tensor *t) {
     attnc_mat m = {t->data, t->shape[0], t->ndim > 1 ? t->shape[1] : 1, t->strides[0],
                    t->ndim > 1 ? t->strides[1] : 1};
@@ -81,22 +92,10 @@ void FN(attnc_score_batch)(const attnc_score_ctx *c, int64_t b, REAL *s, REAL *s
         GEMM(false, false, 1, q, FN(param)(&p->weight), 0, sm);
         break;
     case ATTNC_SCORE_ADDITIVE: {
-        /* S_ij = sum_a v_a tanh(QA_ia + KA_ja), QA = Q Wq, KA = K Wk. */
-        int64_t da = d->da, vs = p->v.strides[0];
-        REAL *qa = scratch, *ka = scratch + d->tq * da;
-        const REAL *v = p->v.data;
-        GEMM(false, false, 1, q, FN(param)(&p->w_query), 0, FN(mat)(qa, d->tq, da));
-        GEMM(false, false, 1, k, FN(param)(&p->w_key), 0, FN(mat)(ka, d->tk, da));
-        if (vs == 1) {
-            FN(additive_rows)(s, qa, ka, v, d->tq, d->tk, da);
-            break;
-        }
-        for (int64_t i = 0; i < d->tq; i++)
-            for (int64_t j = 0; j < d->tk; j++) {
-                REAL acc = 0;
-                for (int64_t a = 0; a < da; a++) acc += v[a * vs] * FN(tanh_)(qa[i * da + a] + ka[j * da + a]);
-                s[i * d->tk + j] = acc;
-            }
+        /* S_ij = sum_a v_a tanh(QA_ia + KA_ja), QA and KA from attnc_score_open. */
+        const REAL *qa, *ka, *v;
+        FN(additive_parts)(c, b, &qa, &ka, &v);
+        FN(additive_rows)(s, qa, ka, v, d->tq, d->tk, d->da);
         break;
     }
     case ATTNC_SCORE_COSINE: {
@@ -264,31 +263,17 @@ void FN(attnc_score_batch_backward)(const attnc_score_ctx *c, int64_t b, const R
         FN(zero_grad)(dkeys, d, b);
         break;
     case ATTNC_SCORE_ADDITIVE: {
-        int64_t da = d->da, tq = d->tq, tk = d->tk, vs = p->v.strides[0];
-        const REAL *v = p->v.data;
-        REAL *qa = scratch, *ka = scratch + tq * da;
-        REAL *dqa = stash + b * (tq + tk + 1) * da, *dka = dqa + tq * da, *dv = dka + tk * da;
-        GEMM(false, false, 1, q, FN(param)(&p->w_query), 0, FN(mat)(qa, tq, da));
-        GEMM(false, false, 1, k, FN(param)(&p->w_key), 0, FN(mat)(ka, tk, da));
-        for (int64_t x = 0; x < (tq + tk + 1) * da; x++) dqa[x] = 0;
-        if (vs == 1) {
-            FN(additive_rows_backward)(dqa, dka, dv, ds, qa, ka, v, tq, tk, da);
-        } else {
-        for (int64_t i = 0; i < tq; i++)
-            for (int64_t j = 0; j < tk; j++) {
-                REAL dsij = ds[i * tk + j];
-                if (dsij == 0) continue;
-                for (int64_t a = 0; a < da; a++) {
-                    REAL t = FN(tanh_)(qa[i * da + a] + ka[j * da + a]);
-                    REAL gpre = dsij * v[a * vs] * (1 - t * t);
-                    dqa[i * da + a] += gpre;
-                    dka[j * da + a] += gpre;
-                    dv[a] += dsij * t;
-                }
-            }
-        }
-        if (want_q) GEMM(false, true, 1, FN(mat)(dqa, tq, da), FN(param)(&p->w_query), 0, dq);
-        if (want_k) GEMM(false, true, 1, FN(mat)(dka, tk, da), FN(param)(&p->w_key), 0, dk);
+        /* dQA, dKA and dv of element b, in the stash; attnc_score_run_backward
+         * turns them into dquery, dkeys and the parameters' gradients. */
+        int64_t da = d->da, tq = d->tq, tk = d->tk, B = d->batch.count;
+        const REAL *qa, *ka, *v;
+        FN(additive_parts)(c, b, &qa, &ka, &v);
+        REAL *dqa = stash + b * tq * da, *dka = stash + (B * tq + b * tk) * da,
+             *dv = stash + (B * (tq + tk) + b) * da;
+        for (int64_t x = 0; x < tq * da; x++) dqa[x] = 0;
+        for (int64_t x = 0; x < tk * da; x++) dka[x] = 0;
+        for (int64_t x = 0; x < da; x++) dv[x] = 0;
+        FN(additive_rows_backward)(dqa, dka, dv, ds, qa, ka, v, tq, tk, da);
         break;
     }
     case ATTNC_SCORE_COSINE:
@@ -339,33 +324,9 @@ void FN(attnc_score_params_backward)(const attnc_score_ctx *c, const REAL *ds_al
     case ATTNC_SCORE_LOCATION:
         FN(sum_xty)(&g->weight, c, c->query, ds_all, d->tq, d->tk);
         break;
-    case ATTNC_SCORE_ADDITIVE: {
-        /* The stash holds, per batch element, dQA (Tq, da), dKA (Tk, da), dv (da). */
-        int64_t da = d->da, per = (d->tq + d->tk + 1) * da;
-        attnc_mat dwq = {g->w_query.data, d->dq, da, da, 1};
-        attnc_mat dwk = {g->w_key.data, d->dk, da, da, 1};
-        REAL *dv = attnc_present(&g->v) ? g->v.data : NULL;
-        if (dv)
-            for (int64_t a = 0; a < da; a++) dv[a] = 0;
-        for (int64_t b = 0; b < d->batch.count; b++) {
-            const REAL *dqa = stash + b * per, *dka = dqa + d->tq * da;
-            if (attnc_present(&g->w_query))
-                GEMM(true, false, 1, attnc_batch_mat(c->query, &d->batch, b),
-                     FN(mat)((REAL *)dqa, d->tq, da), b ? 1 : 0, dwq);
-            if (attnc_present(&g->w_key))
-                GEMM(true, false, 1, attnc_batch_mat(c->keys, &d->batch, b),
-                     FN(mat)((REAL *)dka, d->tk, da), b ? 1 : 0, dwk);
-            if (dv)
-                for (int64_t a = 0; a < da; a++) dv[a] += dka[d->tk * da + a];
-        }
-        if (d->batch.count == 0) {
-            for (int64_t x = 0; attnc_present(&g->w_query) && x < d->dq * da; x++) ((REAL *)dwq.p)[x] = 0;
-            for (int64_t x = 0; attnc_present(&g->w_key) && x < d->dk * da; x++) ((REAL *)dwk.p)[x] = 0;
-        }
-        break;
-    }
     case ATTNC_SCORE_DOT:
     case ATTNC_SCORE_COSINE:
+    case ATTNC_SCORE_ADDITIVE: /* score.c's additive_finish */
         break;
     }
 }

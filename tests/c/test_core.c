@@ -285,6 +285,58 @@ static void test_attention(void) {
     free(p.q), free(p.k), free(p.v), free(p.wq), free(p.wk), free(p.va);
 }
 
+/* The additive score projects a batch that stacks into one matrix with one
+ * GEMM and any other batch element by element: keys transposed per element
+ * (the second path) give the scores and gradients of contiguous keys (the
+ * first). */
+static void test_additive_layouts(void) {
+    enum { AB = 2, AQ = 3, AK = 5, AD = 4, AA = 3 };
+    double *q = randn(AB * AQ * AD, 41), *k = randn(AB * AK * AD, 42), *wq = randn(AD * AA, 43);
+    double *wk = randn(AD * AA, 44), *va = randn(AA, 45), *ds = randn(AB * AQ * AK, 46);
+    double kt[AB * AD * AK], s[2][AB * AQ * AK], dq[2][AB * AQ * AD], dk[2][AB * AK * AD];
+    double dwq[2][AD * AA], dwk[2][AD * AA], dva[2][AA];
+    for (int b = 0; b < AB; b++)
+        for (int j = 0; j < AK; j++)
+            for (int a = 0; a < AD; a++) kt[(b * AD + a) * AK + j] = k[(b * AK + j) * AD + a];
+    int64_t qs[3] = {AB, AQ, AD}, ks[3] = {AB, AK, AD}, ss[3] = {AB, AQ, AK}, ws[2] = {AD, AA}, vs[1] = {AA};
+    attnc_tensor tq = view(q, ATTNC_FLOAT64, 3, qs), tds = view(ds, ATTNC_FLOAT64, 3, ss);
+    attnc_tensor keys[2] = {view(k, ATTNC_FLOAT64, 3, ks), view(kt, ATTNC_FLOAT64, 3, ks)};
+    keys[1].strides[1] = 1;
+    keys[1].strides[2] = AK;
+    attnc_score_params sp = {.kind = ATTNC_SCORE_ADDITIVE, .w_query = view(wq, ATTNC_FLOAT64, 2, ws),
+                             .w_key = view(wk, ATTNC_FLOAT64, 2, ws), .v = view(va, ATTNC_FLOAT64, 1, vs)};
+    for (int l = 0; l < 2; l++) {
+        attnc_tensor ts = view(s[l], ATTNC_FLOAT64, 3, ss), tdq = view(dq[l], ATTNC_FLOAT64, 3, qs),
+                     tdk = view(dk[l], ATTNC_FLOAT64, 3, ks);
+        attnc_score_grads g = {.w_query = view(dwq[l], ATTNC_FLOAT64, 2, ws),
+                               .w_key = view(dwk[l], ATTNC_FLOAT64, 2, ws), .v = view(dva[l], ATTNC_FLOAT64, 1, vs)};
+        CHECK(attnc_score_forward(&ts, &tq, &keys[l], &sp) == ATTNC_OK, "%s", attnc_last_error());
+        CHECK(attnc_score_backward(&tdq, &tdk, &g, &tds, &tq, &keys[l], &sp) == ATTNC_OK, "%s",
+              attnc_last_error());
+    }
+    double worst = 0;
+    for (int b = 0; b < AB; b++)
+        for (int i = 0; i < AQ; i++)
+            for (int j = 0; j < AK; j++) {
+                double ref = 0;
+                for (int a = 0; a < AA; a++) {
+                    double z = 0;
+                    for (int x = 0; x < AD; x++)
+                        z += q[(b * AQ + i) * AD + x] * wq[x * AA + a] + k[(b * AK + j) * AD + x] * wk[x * AA + a];
+                    ref += va[a] * tanh(z);
+                }
+                worst = fmax(worst, fabs(ref - s[0][(b * AQ + i) * AK + j]));
+            }
+    CHECK(worst < 1e-13, "additive scores differ from loops by %g", worst);
+    CHECK(max_abs_diff(s[0], s[1], AB * AQ * AK) < 1e-14, "transposed keys: scores differ");
+    CHECK(max_abs_diff(dq[0], dq[1], AB * AQ * AD) < 1e-14 && max_abs_diff(dk[0], dk[1], AB * AK * AD) < 1e-14,
+          "transposed keys: input gradients differ");
+    CHECK(max_abs_diff(dwq[0], dwq[1], AD * AA) < 1e-14 && max_abs_diff(dwk[0], dwk[1], AD * AA) < 1e-14 &&
+              max_abs_diff(dva[0], dva[1], AA) < 1e-14,
+          "transposed keys: parameter gradients differ");
+    free(q), free(k), free(wq), free(wk), free(va), free(ds);
+}
+
 /* Transposed (column-major) keys give the same scores as contiguous ones. */
 static void test_strided(void) {
     double q[3 * 4], k[5 * 4], kt[4 * 5], s1[15], s2[15];
@@ -306,6 +358,7 @@ static void test_strided(void) {
     tkt.strides[0] = 2;
     tkt.strides[1] = 10;
     CHECK(attnc_score_forward(&t2, &tq, &tkt, &sp) == ATTNC_ERR_LAYOUT, "bad layout accepted");
+    test_additive_layouts();
 }
 
 /* Hard attention picks only allowed keys; the same seed, the same picks. */
