@@ -244,6 +244,38 @@ def test_score_float32_matches_float64(kind, rng, score_params):
         np.testing.assert_allclose(g32[n], g64[n], rtol=0, atol=1e-5 * s, err_msg=n)
 
 
+@pytest.mark.parametrize("tq", [1, 5])
+def test_additive_float32_over_ranges(tq, rng):
+    """Float's additive score factors tanh's exp over the projections where they
+    stay within ±20 and more than one query and key meet (the queries of element 0
+    near 0: tanh's series; element 1: ordinary; element 2 beyond ±20: the direct
+    path): each stays within float's precision of the float64 reference, values and
+    gradients. da = 40 also runs the lanes' tail."""
+    tk, dq, dk, da = 6, 7, 5, 40
+    scales = np.array([0.002, 1.0, 40.0])[:, None, None]
+    q = rng.standard_normal((3, tq, dq)) * scales
+    k = rng.standard_normal((3, tk, dk)) * np.array([0.002, 1.0, 1.0])[:, None, None]
+    p = dict(w_query=rng.standard_normal((dq, da)) / np.sqrt(dq), w_key=rng.standard_normal((dk, da)) / np.sqrt(dk),
+             v=rng.standard_normal(da))
+    p32 = {n: a.astype(np.float32) for n, a in p.items()}
+    q32, k32 = q.astype(np.float32), k.astype(np.float32)
+    assert np.abs(q32[2] @ p32["w_query"]).max() > 20 > np.abs(q32[1] @ p32["w_query"]).max()
+    # the reference on the float32 inputs, in float64: only the score's own rounding counts
+    p64 = {n: a.astype(np.float64) for n, a in p32.items()}
+    want = ref.score(q32.astype(np.float64), k32.astype(np.float64), score="additive", **p64)
+    out, pb = attnc.vjp(attnc.score, q32, k32, score="additive", **p32)
+    pre = (q32.astype(np.float64) @ p64["w_query"])[:, :, None] + (k32.astype(np.float64) @ p64["w_key"])[:, None]
+    terms = np.abs(np.tanh(pre) * p64["v"]).sum(-1)
+    assert np.abs(pre[0]).max() < 0.125                  # element 0: tanh on its series only
+    # each tanh within 1.5e-6 relative, plus the sums' rounding
+    assert np.all(np.abs(out - want) <= 3e-6 * terms), np.max(np.abs(out - want) / terms)
+    cot = rng.standard_normal(out.shape)
+    g32 = pb(cot.astype(np.float32))
+    g64 = attnc.vjp(attnc.score, q32.astype(np.float64), k32.astype(np.float64), score="additive", **p64)[1](cot)
+    for n in g64:
+        np.testing.assert_allclose(g32[n], g64[n], rtol=0, atol=1e-5 * np.abs(g64[n]).max(), err_msg=n)
+
+
 # --------------------------------------------------------------------------- NaN
 
 @pytest.mark.parametrize("kind", KINDS)

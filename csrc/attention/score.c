@@ -20,6 +20,7 @@ size_t attnc_score_scratch(const attnc_dims *d, attnc_score_kind kind) {
     switch (kind) {
     case ATTNC_SCORE_SCALED_DOT: return tq * tk;
     case ATTNC_SCORE_GENERAL: return tq * (size_t)d->dk;
+    case ATTNC_SCORE_ADDITIVE: return (tq + tk) * (size_t)d->da; /* float's e^{2 QA}, e^{2 KA} */
     case ATTNC_SCORE_COSINE: return tq * tk + 2 * (tq + tk);
     default: return 0;
     }

@@ -37,6 +37,82 @@ static void FN(additive_rows_backward)(REAL *restrict dqa, REAL *restrict dka, R
         }
 }
 
+#if !ATTNC_F64
+/* Float's additive score factors e^{2 (q + k)} = e^{2 q} e^{2 k}: one exp per
+ * projection entry instead of one per (query, key, unit), about twice as
+ * fast. Used where every |q|, |k| <= 20, so the products stay within float's
+ * normal range (e^{±80}); tanh then comes within 1.2e-6 relative (libm's
+ * within 1.5e-6 through tanh_f32). */
+#define ADDITIVE_EXP2_MAX 20.0f
+
+/* e (n) <- e^{2 x}; whether every |x| <= ADDITIVE_EXP2_MAX (never for NaN). */
+static bool additive_exp2(float *restrict e, const float *restrict x, int64_t n) {
+    int ok = 1;
+    for (int64_t a = 0; a < n; a++) {
+        ok &= fabsf(x[a]) <= ADDITIVE_EXP2_MAX;
+        e[a] = attnc_expf(2 * x[a]);
+    }
+    return ok;
+}
+
+/* tanh x from y = e^{2 x}: its odd series below 1/8 (where 1 - 2 / (y + 1)
+ * would lose relative precision), else 1 - 2 / (y + 1). */
+static inline float tanh_exp2(float x, float y) {
+    float x2 = x * x;
+    float series = x * (1 + x2 * (-1.0f / 3 + x2 * (2.0f / 15 + x2 * (-17.0f / 315))));
+    return fabsf(x) < 0.125f ? series : 1 - 2 / (y + 1);
+}
+
+/* additive_rows with eq = e^{2 QA}, ek = e^{2 KA}; 16 lanes summed pairwise. */
+static void additive_rows_exp2(float *restrict s, const float *restrict qa, const float *restrict ka,
+                               const float *restrict eq, const float *restrict ek, const float *restrict v,
+                               int64_t tq, int64_t tk, int64_t da) {
+    for (int64_t i = 0; i < tq; i++)
+        for (int64_t j = 0; j < tk; j++) {
+            const float *q = qa + i * da, *k = ka + j * da, *e = eq + i * da, *f = ek + j * da;
+            float lane[16] = {0}, tail = 0;
+            int64_t a = 0;
+            for (; a + 16 <= da; a += 16)
+                for (int l = 0; l < 16; l++) lane[l] += v[a + l] * tanh_exp2(q[a + l] + k[a + l], e[a + l] * f[a + l]);
+            for (; a < da; a++) tail += v[a] * tanh_exp2(q[a] + k[a], e[a] * f[a]);
+            for (int w = 8; w >= 1; w /= 2)
+                for (int l = 0; l < w; l++) lane[l] += lane[l + w];
+            s[i * tk + j] = lane[0] + tail;
+        }
+}
+
+/* additive_rows_backward with eq = e^{2 QA}, ek = e^{2 KA}. */
+static void additive_rows_backward_exp2(float *restrict dqa, float *restrict dka, float *restrict dv,
+                                        const float *restrict ds, const float *restrict qa,
+                                        const float *restrict ka, const float *restrict eq,
+                                        const float *restrict ek, const float *restrict v, int64_t tq,
+                                        int64_t tk, int64_t da) {
+    for (int64_t i = 0; i < tq; i++)
+        for (int64_t j = 0; j < tk; j++) {
+            float dsij = ds[i * tk + j];
+            if (dsij == 0) continue;
+            float *dq = dqa + i * da, *dk = dka + j * da;
+            const float *q = qa + i * da, *k = ka + j * da, *e = eq + i * da, *f = ek + j * da;
+            for (int64_t a = 0; a < da; a++) {
+                float t = tanh_exp2(q[a] + k[a], e[a] * f[a]), gpre = dsij * v[a] * (1 - t * t);
+                dq[a] += gpre;
+                dk[a] += gpre;
+                dv[a] += dsij * t;
+            }
+        }
+}
+
+/* Whether element b takes the factored path: more than one query and key
+ * (else the exps cost what they save), projections in range; then scratch
+ * holds e^{2 QA} (tq, da) and e^{2 KA} (tk, da). */
+static bool additive_use_exp2(float *scratch, const float *qa, const float *ka, int64_t tq, int64_t tk,
+                              int64_t da) {
+    if (tq < 2 || tk < 2) return false;
+    bool q_ok = additive_exp2(scratch, qa, tq * da);
+    return additive_exp2(scratch + tq * da, ka, tk * da) && q_ok;
+}
+#endif
+
 /* Row i of matrix m as a pointer plus column stride. */
 #define ROW(m, i) ((const REAL *)(m).p + (i) * (m).rs)
 
@@ -95,6 +171,12 @@ void FN(attnc_score_batch)(const attnc_score_ctx *c, int64_t b, REAL *s, REAL *s
         /* S_ij = sum_a v_a tanh(QA_ia + KA_ja), QA and KA from attnc_score_open. */
         const REAL *qa, *ka, *v;
         FN(additive_parts)(c, b, &qa, &ka, &v);
+#if !ATTNC_F64
+        if (additive_use_exp2(scratch, qa, ka, d->tq, d->tk, d->da)) {
+            additive_rows_exp2(s, qa, ka, scratch, scratch + d->tq * d->da, v, d->tq, d->tk, d->da);
+            break;
+        }
+#endif
         FN(additive_rows)(s, qa, ka, v, d->tq, d->tk, d->da);
         break;
     }
@@ -273,6 +355,12 @@ void FN(attnc_score_batch_backward)(const attnc_score_ctx *c, int64_t b, const R
         for (int64_t x = 0; x < tq * da; x++) dqa[x] = 0;
         for (int64_t x = 0; x < tk * da; x++) dka[x] = 0;
         for (int64_t x = 0; x < da; x++) dv[x] = 0;
+#if !ATTNC_F64
+        if (additive_use_exp2(scratch, qa, ka, tq, tk, da)) {
+            additive_rows_backward_exp2(dqa, dka, dv, ds, qa, ka, scratch, scratch + tq * da, v, tq, tk, da);
+            break;
+        }
+#endif
         FN(additive_rows_backward)(dqa, dka, dv, ds, qa, ka, v, tq, tk, da);
         break;
     }
