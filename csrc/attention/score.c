@@ -10,6 +10,19 @@
 #include "../core/status.h"
 #include "../core/threads.h"
 
+/* A contiguous (rows, cols) matrix at p. */
+static attnc_mat rows_mat(void *p, int64_t rows, int64_t cols) {
+    attnc_mat m = {p, rows, cols, cols, 1};
+    return m;
+}
+
+/* A parameter (a matrix, or a vector as a column) as a matrix view. */
+static attnc_mat param_mat(const attnc_tensor *t) {
+    attnc_mat m = {t->data, t->shape[0], t->ndim > 1 ? t->shape[1] : 1, t->strides[0],
+                   t->ndim > 1 ? t->strides[1] : 1};
+    return m;
+}
+
 #define ATTNC_F64 0
 #include "score_impl.h"
 #define ATTNC_F64 1
@@ -50,17 +63,6 @@ static bool stacked(attnc_mat *all, const attnc_tensor *t, const attnc_batch *ba
         if (attnc_batch_offset(t, batch, b) != b * rows * all->rs) return false;
     all->rows = rows * batch->count;
     return true;
-}
-
-static attnc_mat param_mat(const attnc_tensor *t) {
-    attnc_mat m = {t->data, t->shape[0], t->ndim > 1 ? t->shape[1] : 1, t->strides[0],
-                   t->ndim > 1 ? t->strides[1] : 1};
-    return m;
-}
-
-static attnc_mat rows_mat(void *p, int64_t rows, int64_t cols) {
-    attnc_mat m = {p, rows, cols, cols, 1};
-    return m;
 }
 
 /* out (B rows, da) <- t W: one GEMM over the stacked batch, else one per

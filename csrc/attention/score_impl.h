@@ -1,12 +1,8 @@
-/* score_impl.h: typed kernels of score.c (see core/real.h). Shapes per
- * batch element: Q (Tq, dq), K (Tk, dk), S and dS (Tq, Tk). */
+/* score_impl.h: typed kernels of score.c (see core/real.h; score.c defines
+ * rows_mat and param_mat). Shapes per batch element: Q (Tq, dq), K (Tk,
+ * dk), S and dS (Tq, Tk). */
 #include "../core/real.h"
 #include "../core/lanes_impl.h"
-
-static attnc_mat FN(mat)(REAL *p, int64_t rows, int64_t cols) {
-    attnc_mat m = {p, rows, cols, cols, 1};
-    return m;
-}
 
 /* S (tq, tk) <- sum_a v_a tanh(QA_ia + KA_ja), v contiguous (core/lanes_impl.h's sums). */
 static void FN(additive_rows)(REAL *restrict s, const REAL *restrict qa, const REAL *restrict ka,
@@ -41,8 +37,8 @@ static void FN(additive_rows_backward)(REAL *restrict dqa, REAL *restrict dka, R
 /* Float's additive score factors e^{2 (q + k)} = e^{2 q} e^{2 k}: one exp per
  * projection entry instead of one per (query, key, unit), about twice as
  * fast. Used where every |q|, |k| <= 20, so the products stay within float's
- * normal range (e^{±80}); tanh then comes within 1.2e-6 relative (libm's
- * within 1.5e-6 through tanh_f32). */
+ * normal range (e^{±80}); tanh then comes within 1.2e-6 relative (the
+ * direct tanh__f32 within 1.5e-6). */
 #define ADDITIVE_EXP2_MAX 20.0f
 
 /* e (n) <- e^{2 x}; whether every |x| <= ADDITIVE_EXP2_MAX (never for NaN). */
@@ -141,31 +137,25 @@ static void FN(additive_parts)(const attnc_score_ctx *c, int64_t b, const REAL *
     *v = pre + d->batch.count * (d->tq + d->tk) * d->da;
 }
 
-static attnc_mat FN(param)(const attnc_tensor *t) {
-    attnc_mat m = {t->data, t->shape[0], t->ndim > 1 ? t->shape[1] : 1, t->strides[0],
-                   t->ndim > 1 ? t->strides[1] : 1};
-    return m;
-}
-
 void FN(attnc_score_batch)(const attnc_score_ctx *c, int64_t b, REAL *s, REAL *scratch) {
     const attnc_dims *d = c->d;
     const attnc_score_params *p = c->p;
     attnc_mat q = attnc_batch_mat(c->query, &d->batch, b);
     attnc_mat k = attnc_batch_mat(c->keys, &d->batch, b);
-    attnc_mat sm = FN(mat)(s, d->tq, d->tk);
+    attnc_mat sm = rows_mat(s, d->tq, d->tk);
     switch (p->kind) {
     case ATTNC_SCORE_DOT:
     case ATTNC_SCORE_SCALED_DOT:
         GEMM(false, true, p->kind == ATTNC_SCORE_DOT ? 1 : (REAL)p->scale, q, k, 0, sm);
         break;
     case ATTNC_SCORE_GENERAL: {
-        attnc_mat qw = FN(mat)(scratch, d->tq, d->dk);
-        GEMM(false, false, 1, q, FN(param)(&p->weight), 0, qw);
+        attnc_mat qw = rows_mat(scratch, d->tq, d->dk);
+        GEMM(false, false, 1, q, param_mat(&p->weight), 0, qw);
         GEMM(false, true, 1, qw, k, 0, sm);
         break;
     }
     case ATTNC_SCORE_LOCATION:
-        GEMM(false, false, 1, q, FN(param)(&p->weight), 0, sm);
+        GEMM(false, false, 1, q, param_mat(&p->weight), 0, sm);
         break;
     case ATTNC_SCORE_ADDITIVE: {
         /* S_ij = sum_a v_a tanh(QA_ia + KA_ja), QA and KA from attnc_score_open. */
@@ -231,7 +221,7 @@ static void FN(cosine_backward)(const attnc_score_ctx *c, int64_t b, const REAL 
     const attnc_dims *d = c->d;
     int64_t tq = d->tq, tk = d->tk;
     REAL *gm = scratch, *nq = gm + tq * tk, *nk = nq + tq, *rq = nk + tk, *rk = rq + tq;
-    GEMM(false, true, 1, q, k, 0, FN(mat)(gm, tq, tk));
+    GEMM(false, true, 1, q, k, 0, rows_mat(gm, tq, tk));
     for (int64_t i = 0; i < tq; i++) nq[i] = FN(norm)(ROW(q, i), d->dq, q.cs), rq[i] = 0;
     for (int64_t j = 0; j < tk; j++) nk[j] = FN(norm)(ROW(k, j), d->dk, k.cs), rk[j] = 0;
     REAL *dbeta = NULL;
@@ -253,7 +243,7 @@ static void FN(cosine_backward)(const attnc_score_ctx *c, int64_t b, const REAL 
         }
         if (dbeta) dbeta[i] = db;
     }
-    attnc_mat gmat = FN(mat)(gm, tq, tk);
+    attnc_mat gmat = rows_mat(gm, tq, tk);
     if (attnc_present(dquery)) {
         attnc_mat dq = attnc_batch_mat(dquery, &d->batch, b);
         GEMM(false, false, 1, gmat, k, 0, dq);
@@ -308,7 +298,7 @@ void FN(attnc_score_batch_backward)(const attnc_score_ctx *c, int64_t b, const R
     const attnc_score_params *p = c->p;
     attnc_mat q = attnc_batch_mat(c->query, &d->batch, b);
     attnc_mat k = attnc_batch_mat(c->keys, &d->batch, b);
-    attnc_mat dsm = FN(mat)((REAL *)ds, d->tq, d->tk);
+    attnc_mat dsm = rows_mat((REAL *)ds, d->tq, d->tk);
     attnc_mat dq = {0}, dk = {0};
     bool want_q = attnc_present(dquery), want_k = attnc_present(dkeys);
     if (want_q) dq = attnc_batch_mat(dquery, &d->batch, b);
@@ -320,7 +310,7 @@ void FN(attnc_score_batch_backward)(const attnc_score_ctx *c, int64_t b, const R
         if (want_q) GEMM(false, false, alpha, dsm, k, 0, dq);
         if (want_k) GEMM(true, false, alpha, dsm, q, 0, dk);
         if (p->kind == ATTNC_SCORE_SCALED_DOT && g && g->scale) {
-            GEMM(false, true, 1, q, k, 0, FN(mat)(scratch, d->tq, d->tk));
+            GEMM(false, true, 1, q, k, 0, rows_mat(scratch, d->tq, d->tk));
             REAL acc = 0;
             for (int64_t i = 0; i < d->tq * d->tk; i++) acc += ds[i] * scratch[i];
             stash[b] = acc;
@@ -329,9 +319,9 @@ void FN(attnc_score_batch_backward)(const attnc_score_ctx *c, int64_t b, const R
     }
     case ATTNC_SCORE_GENERAL: {
         /* S = (Q W) K^T: dQW = dS K (stashed for dW), dQ = dQW W^T, dK = dS^T (Q W). */
-        attnc_mat w = FN(param)(&p->weight);
-        attnc_mat qw = FN(mat)(scratch, d->tq, d->dk);
-        attnc_mat dqw = FN(mat)(stash + b * d->tq * d->dk, d->tq, d->dk);
+        attnc_mat w = param_mat(&p->weight);
+        attnc_mat qw = rows_mat(scratch, d->tq, d->dk);
+        attnc_mat dqw = rows_mat(stash + b * d->tq * d->dk, d->tq, d->dk);
         GEMM(false, false, 1, dsm, k, 0, dqw);
         if (want_q) GEMM(false, true, 1, dqw, w, 0, dq);
         if (want_k) {
@@ -341,7 +331,7 @@ void FN(attnc_score_batch_backward)(const attnc_score_ctx *c, int64_t b, const R
         break;
     }
     case ATTNC_SCORE_LOCATION:
-        if (want_q) GEMM(false, true, 1, dsm, FN(param)(&p->weight), 0, dq);
+        if (want_q) GEMM(false, true, 1, dsm, param_mat(&p->weight), 0, dq);
         FN(zero_grad)(dkeys, d, b);
         break;
     case ATTNC_SCORE_ADDITIVE: {
@@ -385,7 +375,7 @@ static void FN(sum_xty)(attnc_tensor *dw, const attnc_score_ctx *c, const attnc_
     }
     for (int64_t b = 0; b < c->d->batch.count; b++)
         GEMM(true, false, 1, attnc_batch_mat(x, &c->d->batch, b),
-             FN(mat)((REAL *)y + b * rows * cols, rows, cols), b ? 1 : 0, out);
+             rows_mat((REAL *)y + b * rows * cols, rows, cols), b ? 1 : 0, out);
 }
 
 static double FN(sum_stash)(const REAL *stash, int64_t n) {
