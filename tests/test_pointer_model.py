@@ -37,9 +37,9 @@ def ref(torch):
     return pointer_torch
 
 
-def state(ref, seed=0, dtype=np.float64):
+def state(ref, seed=0, dtype=np.float64, embedding_size=None):
     """Weights wider than a typical init (scale 2), so the pointer distributions are not flat."""
-    return ref.random_state(D, H, seed=seed, dtype=dtype, scale=2.0)
+    return ref.random_state(D, H, seed=seed, dtype=dtype, scale=2.0, embedding_size=embedding_size)
 
 
 def make(ref, seed=0, dtype=np.float64):
@@ -163,11 +163,14 @@ def test_gradients_match_torch_float64(ref, constraint, shape, assert_unchanged)
         assert (grads["inputs"][b, nl[b]:] == 0).all()
 
 
+@pytest.mark.parametrize("embedding_size", [None, 5])
 @pytest.mark.parametrize("constraint", CONSTRAINTS)
-def test_float32_matches_torch_float64(ref, constraint):
+def test_float32_matches_torch_float64(ref, constraint, embedding_size):
+    """Float32 against torch in float64; with an embedding, attnc folds it into the
+    LSTMs' input weights (W_ih W_e), torch applies it first."""
     B, n, lengths = 5, 6, [6, 2, 4, 1, 5]
-    st32 = state(ref, seed=2, dtype=np.float32)
-    m = attnc.models.PointerNet(D, H, dtype=np.float32, seed=0)
+    st32 = state(ref, seed=2, dtype=np.float32, embedding_size=embedding_size)
+    m = attnc.models.PointerNet(D, H, embedding_size=embedding_size, dtype=np.float32, seed=0)
     m.load_state_dict(st32)
     x, nl, t = draw(B, n, lengths, constraint, seed=7, dtype=np.float32)
     st64 = {k: v.astype(np.float64) for k, v in st32.items()}
