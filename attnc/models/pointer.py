@@ -362,13 +362,10 @@ class PointerNet(nn.Module):
         x, nl = self._inputs(inputs, lengths)
         B, n, D = x.shape
         enc_in = np.ascontiguousarray(np.concatenate([np.broadcast_to(self.end, (B, 1, D)), x], axis=1))
-        feed, start = x, self.start
-        if self.embedding is not None:   # the decoder reads embedded inputs
-            enc_in = self.embedding(enc_in)
-            feed, start = np.ascontiguousarray(enc_in[:, 1:]), self.embedding(self.start[None])[0]
-        enc, (h, c) = self.encoder(enc_in, None, lengths=nl + 1)
+        # both LSTMs read the raw inputs, the embedding folded into their weights
+        enc, (h, c) = self._folded(self.encoder)(enc_in, None, lengths=nl + 1)
         keys = np.ascontiguousarray(nn.linear(enc, self.W1.weight))
-        dec = self.decoder
+        feed, start, dec = x, self.start, self._folded(self.decoder)
         params = (dec.weight_ih_l0, dec.weight_hh_l0, dec.bias_ih_l0, dec.bias_hh_l0, self.W2.weight,
                   np.ascontiguousarray(self.v.weight[0]), np.ascontiguousarray(start))
         out, lens = np.empty((B, n + 1), np.int64), np.empty(B, np.int64)
