@@ -272,6 +272,145 @@ def test_embedding_matches_torch(ref, constraint):
         close(out.log_probs.sum(1), dec.score, 1e-10, f"beam {K} log-probability with an embedding")
 
 
+# --------------------------------------------------------------------------- bidirectional encoder
+def bi_state(ref, seed, dtype=np.float64, embedding_size=None):
+    return ref.random_state(D, H, seed=seed, dtype=dtype, scale=2.0, embedding_size=embedding_size,
+                            bidirectional=True)
+
+
+def bi_make(ref, seed, dtype=np.float64, embedding_size=None):
+    m = attnc.models.PointerNet(D, H, embedding_size=embedding_size, bidirectional=True, dtype=dtype, seed=0)
+    m.load_state_dict(bi_state(ref, seed, dtype, embedding_size))
+    return m
+
+
+@pytest.mark.parametrize("E", [None, 3])
+@pytest.mark.parametrize("constraint", CONSTRAINTS)
+def test_bidirectional_matches_torch(ref, constraint, E, assert_unchanged):
+    """bidirectional=True: keys from both directions of the encoder (each row's reverse
+    direction from its own last input), the decoder from the forward direction's final state."""
+    st = bi_state(ref, 15, embedding_size=E)
+    m = bi_make(ref, 15, embedding_size=E)
+    assert set(m.state_dict()) == set(st) == set(ref.state_shapes(D, H, E, bidirectional=True))
+    assert m.state_dict()["W1.weight"].shape == (H, 2 * H)
+    tm = ref.TorchPointerNet.from_state(st)
+    assert tm.bidirectional
+    for shape in SHAPES:
+        B, n, lengths, extra = shape
+        x, nl, t = draw(B, n, lengths, constraint, seed=5 * n + B, extra=extra)
+        lens = None if lengths is None else nl
+        logp, pull = assert_unchanged(attnc.vjp, m, x, t, lengths=lens, constraint=constraint)
+        want = tm(x, t, lens, constraint).detach().numpy()
+        fin = np.isfinite(want)
+        np.testing.assert_array_equal(np.isfinite(logp), fin)
+        close(logp[fin], want[fin], REL64, f"bidirectional log-probabilities {shape}")
+        cot = cotangent(logp)
+        grads = pull(cot)
+        wg = torch_grads(ref, st, x, t, lens, constraint, cot)
+        assert set(grads) == set(wg)
+        for name, g in wg.items():
+            rel_close(grads[name], g, GREL64, f"bidirectional gradient of {name} {shape}")
+        for b in range(B):
+            assert (grads["inputs"][b, nl[b]:] == 0).all()
+    # loss_and_grad against torch's loss
+    x, nl, t = draw(6, 7, [7, 3, 1, 5, 7, 2], constraint, seed=16, extra=1)
+    loss, grads = m.loss_and_grad(SimpleNamespace(inputs=x, lengths=nl, targets=t), constraint=constraint)
+    tm.zero_grad()
+    tl = tm.loss(x, t, nl, constraint)
+    tl.backward()
+    assert abs(loss - float(tl.detach())) <= REL64 * max(1.0, abs(float(tl.detach())))
+    for name, p in tm.named_parameters():
+        rel_close(grads[name], p.grad.numpy(), GREL64, f"bidirectional loss gradient of {name}")
+    # greedy and beam decoding against torch's loops
+    x, nl = decode_case(4)
+    n = x.shape[1]
+    for K, alpha in ((1, 0.0), (3, 0.0), (4, 0.6)):
+        out = assert_unchanged(m.generate, x, lengths=nl, constraint=constraint, beam_size=K, length_penalty=alpha)
+        dec = tm.greedy(x, nl, constraint) if K == 1 else \
+            tm.beam_search(x, nl, constraint, beam_size=K, length_penalty=alpha)
+        got = np.full((len(x), n), -1)
+        got[:, :min(out.indices.shape[1], n)] = out.indices[:, :n]
+        if constraint == "tour":
+            got = np.where(np.arange(n)[None, :] < nl[:, None], got, -1)
+        np.testing.assert_array_equal(got, dec.indices)
+        close(out.log_probs.sum(1), dec.score, 1e-10, f"bidirectional beam {K} log-probability")
+        total, _ = totals(m, x, nl, out.indices, constraint)
+        close(out.log_probs.sum(1), total, 1e-12, "bidirectional log_probs vs the forward")
+
+
+@pytest.mark.parametrize("constraint", CONSTRAINTS)
+def test_bidirectional_float32(ref, constraint):
+    st32 = bi_state(ref, 17, np.float32, embedding_size=4)
+    m = bi_make(ref, 17, np.float32, embedding_size=4)
+    st64 = {k: v.astype(np.float64) for k, v in st32.items()}
+    x, nl, t = draw(5, 6, [6, 2, 4, 1, 5], constraint, seed=8, dtype=np.float32)
+    x64 = x.astype(np.float64)
+    logp, pull = attnc.vjp(m, x, t, lengths=nl, constraint=constraint)
+    assert logp.dtype == np.float32
+    want = ref.TorchPointerNet.from_state(st64)(x64, t, nl, constraint).detach().numpy()
+    fin = np.isfinite(want)
+    np.testing.assert_array_equal(np.isfinite(logp), fin)
+    close(logp[fin], want[fin], REL32, "bidirectional float32 log-probabilities")
+    cot = cotangent(want)
+    grads = pull(cot.astype(np.float32))
+    for name, g in torch_grads(ref, st64, x64, t, nl, constraint, cot).items():
+        assert grads[name].dtype == np.float32, name
+        rel_close(grads[name], g, REL32, f"bidirectional float32 gradient of {name}")
+    out = m.generate(x, lengths=nl, constraint=constraint, beam_size=2)
+    assert out.log_probs.dtype == out.pointers.dtype == np.float32
+    assert np.isfinite(out.pointers).all() and (out.log_probs <= 0).all()
+
+
+def test_bidirectional_finite_differences(ref, fd_check):
+    B, n, lengths = 3, 4, [4, 2, 3]
+    constraint = "hull"
+    base = bi_make(ref, 18)
+    x, nl, t = draw(B, n, lengths, constraint, seed=19)
+    names = ["W1.weight", "encoder.weight_hh_l0_reverse", "encoder.bias_ih_l0_reverse", "encoder.weight_ih_l0",
+             "end", "decoder.weight_hh_l0"]
+
+    def fn(inputs, **params):
+        m = bi_make(ref, 18)
+        m.load_state_dict({**m.state_dict(), **{k.replace("__", "."): v for k, v in params.items()}})
+        out = m(inputs, t, lengths=nl, constraint=constraint)
+        return np.where(np.isfinite(out), out, 0)
+
+    logp, pull = attnc.vjp(base, x, t, lengths=nl, constraint=constraint)
+    cot = cotangent(logp, seed=4)
+    grads = pull(cot)
+    kwargs = {"inputs": x, **{k.replace(".", "__"): base.state_dict()[k].copy() for k in names}}
+    grads = {"inputs": grads["inputs"], **{k.replace(".", "__"): grads[k] for k in names}}
+    fd_check(fn, kwargs, [cot], grads, eps=1e-6, rtol=1e-6, atol=1e-8)
+
+
+def test_bidirectional_state_dict_save_load(ref, tmp_path):
+    m = bi_make(ref, 20, embedding_size=3)
+    x, nl, t = draw(3, 5, [5, 2, 4], "hull", seed=2)
+    want = m(x, t, lengths=nl, constraint="hull")
+    sd = m.state_dict()
+    for k, s in ref.state_shapes(D, H, 3, bidirectional=True).items():
+        assert sd[k].shape == s and sd[k].dtype == np.float64, k
+    m2 = attnc.models.PointerNet(D, H, embedding_size=3, bidirectional=True, dtype=np.float64, seed=99)
+    m2.load_state_dict(sd)
+    same_bits(m2(x, t, lengths=nl, constraint="hull"), want, "load_state_dict")
+    with pytest.raises(KeyError, match="unexpected keys.*_reverse"):   # a unidirectional model has no reverse weights
+        attnc.models.PointerNet(D, H, embedding_size=3, dtype=np.float64).load_state_dict(sd)
+    attnc.save(tmp_path / "bi.npz", m)
+    m3 = attnc.load(tmp_path / "bi.npz")
+    assert m3.bidirectional and "bidirectional=True" in repr(m3)
+    same_bits(m3(x, t, lengths=nl, constraint="hull"), want, "attnc.load")
+    for K in (1, 3):
+        a, b = m.generate(x, lengths=nl, constraint="hull", beam_size=K), \
+            m3.generate(x, lengths=nl, constraint="hull", beam_size=K)
+        for f, u, v in zip(a._fields, a, b):
+            same_bits(u, v, f)
+    # the default stays unidirectional, with the same initialisation as before the option
+    d = attnc.models.PointerNet(D, H, seed=3)
+    assert not d.bidirectional and set(d.state_dict()) == set(ref.state_shapes(D, H))
+    same_bits(d.state_dict()["W1.weight"], attnc.models.PointerNet(D, H, bidirectional=False, seed=3)
+              .state_dict()["W1.weight"], "W1")
+
+
 # --------------------------------------------------------------------------- decoding
 def decode_case(seed=0, constraint="permutation"):
     """A batch with ragged lengths (and full-length rows) for decoding."""

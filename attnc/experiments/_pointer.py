@@ -2,9 +2,10 @@
 pointer_hull) share: the command line (--n), the model (a PointerNet whose
 inputs are first embedded linearly to the hidden size: with raw coordinates
 the TSP model sat on a plateau, pointing by position only, for thousands
-of steps), the training loop (fresh batches from the task every step, Adam
-with a warm-up and a cosine decay, gradients clipped to norm 1) and batched
-decoding of held-out sets.
+of steps; its encoder bidirectional when the configuration says
+``bidirectional=True``), the training loop (fresh batches from the task
+every step, Adam with a warm-up and a cosine decay, gradients clipped to
+norm 1) and batched decoding of held-out sets.
 """
 
 from __future__ import annotations
@@ -46,7 +47,8 @@ def heldout(task, ns, count):
 def train(name, args, task, cfg, constraint):
     """Train a PointerNet on fresh batches of task; returns (model, result)."""
     data_seed, model_seed = np.random.SeedSequence(args.seed).generate_state(2)
-    model = PointerNet(task.input_size, cfg["hidden_size"], embedding_size=cfg["hidden_size"], seed=int(model_seed))
+    model = PointerNet(task.input_size, cfg["hidden_size"], embedding_size=cfg["hidden_size"],
+                       bidirectional=cfg.get("bidirectional", False), seed=int(model_seed))
     opt, sched = _common.adam_warmup_cosine(model, cfg["lr"], cfg["warmup"], cfg["steps"], cfg["final_lr"])
     rng = np.random.default_rng(int(data_seed))
 

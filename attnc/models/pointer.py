@@ -81,19 +81,28 @@ class PointerNet(nn.Module):
     b_ih): the same function, with input products D columns wide instead of E
     (a training step about 30% faster at D = 2, E = H = 128).
 
+    With ``bidirectional=True`` the encoder is a bidirectional LSTM (each row's
+    reverse direction starts at its own last input): e_j = [e→_j; e←_j] (2H),
+    so every key has seen all the inputs, not only those before it (for a
+    convex hull: whether x_j is a vertex depends on the points after it too);
+    W1 is then (H, 2H) and the decoder starts from the forward direction's
+    final state.
+
     Parameters
     ----------
     input_size : int, D, the width of each input vector (2 for points in the plane)
     hidden_size : int, H, both LSTMs'
     embedding_size : int or None, E, the optional linear embedding's width
+    bidirectional : bool, a bidirectional encoder (keys from both directions)
     dtype : float32 or float64, the parameters' dtype
     seed : int or None, for the initialisation
 
     ``state_dict()`` names: ``embedding.weight`` (E, D) and
     ``embedding.bias`` (E) (with ``embedding_size``), ``encoder.*`` and ``decoder.*``
-    (``torch.nn.LSTM(E or input_size, hidden_size, batch_first=True)``'s),
-    ``W1.weight``, ``W2.weight`` (H, H), ``v.weight`` (1, H), ``start`` and
-    ``end`` (input_size).
+    (``torch.nn.LSTM(E or input_size, hidden_size, batch_first=True)``'s; the
+    encoder's with ``bidirectional=bidirectional``: ``encoder.*_l0_reverse``
+    too), ``W1.weight`` (H, H; (H, 2H) when bidirectional), ``W2.weight``
+    (H, H), ``v.weight`` (1, H), ``start`` and ``end`` (input_size).
 
     ``forward(inputs (B, n, D) float32/float64, targets (B, T) int, *, lengths=None,
     constraint="permutation")`` → log-probabilities (B, T + 1, n + 1): step i
@@ -118,21 +127,28 @@ class PointerNet(nn.Module):
     ((2, 6, 6), dtype('float32'))
     >>> m.state_dict()["encoder.weight_ih_l0"].shape, m.state_dict()["v.weight"].shape
     ((64, 1), (1, 16))
+    >>> b = attnc.models.PointerNet(1, 16, bidirectional=True, seed=0)
+    >>> b.state_dict()["W1.weight"].shape, b.state_dict()["encoder.weight_hh_l0_reverse"].shape
+    ((16, 32), (64, 16))
+    >>> b.generate(x).indices.shape
+    (2, 5)
     """
 
     def __init__(self, input_size: int, hidden_size: int = 128, *, embedding_size: int | None = None,
-                 dtype: DTypeLike = np.float32, seed: int | None = None) -> None:
+                 bidirectional: bool = False, dtype: DTypeLike = np.float32, seed: int | None = None) -> None:
         super().__init__(dtype)
         D, H = size_arg("input_size", input_size), size_arg("hidden_size", hidden_size)
         E = None if embedding_size is None else size_arg("embedding_size", embedding_size)
         self.input_size, self.hidden_size, self.embedding_size = D, H, E
+        self.bidirectional = bool(bidirectional)
+        K = 2 * H if self.bidirectional else H   # the width of an encoder state
         rng = np.random.default_rng(seed)
         sub = lambda: int(rng.integers(2**63))
         # an optional linear embedding of the inputs (and of start and end) before both LSTMs
         self.embedding = nn.Linear(D, E, dtype=dtype, seed=sub()) if E else None
-        self.encoder = nn.LSTM(E or D, H, dtype=dtype, seed=sub())
+        self.encoder = nn.LSTM(E or D, H, bidirectional=self.bidirectional, dtype=dtype, seed=sub())
         self.decoder = nn.LSTM(E or D, H, dtype=dtype, seed=sub())
-        self.W1 = nn.Linear(H, H, bias=False, dtype=dtype, seed=sub())
+        self.W1 = nn.Linear(K, H, bias=False, dtype=dtype, seed=sub())
         self.W2 = nn.Linear(H, H, bias=False, dtype=dtype, seed=sub())
         self.v = nn.Linear(H, 1, bias=False, dtype=dtype, seed=sub())
         init = np.random.default_rng(sub())
@@ -269,7 +285,8 @@ class PointerNet(nn.Module):
         # the embedding, folded into both LSTMs: they read the raw inputs
         encoder, decoder = self._folded(self.encoder), self._folded(self.decoder)
         (enc, (h, c)), enc_pb = run(encoder, enc_in, None, lengths=nl + 1)
-        (dec, _), dec_pb = run(decoder, dec_in, (h, c), lengths=counts + 1)
+        # the decoder starts from the (forward) encoder's final state
+        (dec, _), dec_pb = run(decoder, dec_in, (h[:1], c[:1]), lengths=counts + 1)
         u, score_pb = run(score, dec, enc, score="additive", w_query=self.W2.weight.T, w_key=self.W1.weight.T,
                           v=self.v.weight[0])
         mask, target = self._masks(t, counts, nl, n, constraint)
@@ -299,7 +316,10 @@ class PointerNet(nn.Module):
         du = np.where(mask, 0, dmasked).astype(self.dtype)
         g = score_pb(du)
         gd = dec_pb(g["query"], (None, None))
-        ge = enc_pb(g["keys"], (gd["h0"], gd["c0"]))
+        dh, dc = gd["h0"], gd["c0"]
+        if self.bidirectional:   # the reverse direction's final state is not used
+            dh, dc = (np.concatenate([a, np.zeros_like(a)]) for a in (dh, dc))
+        ge = enc_pb(g["keys"], (dh, dc))
         grads = {}
         self._unfold(grads, "encoder", ge)
         self._unfold(grads, "decoder", gd)
@@ -363,7 +383,7 @@ class PointerNet(nn.Module):
         B, n, D = x.shape
         enc_in = np.ascontiguousarray(np.concatenate([np.broadcast_to(self.end, (B, 1, D)), x], axis=1))
         # both LSTMs read the raw inputs, the embedding folded into their weights
-        enc, (h, c) = self._folded(self.encoder)(enc_in, None, lengths=nl + 1)
+        enc, (h, c) = self._folded(self.encoder)(enc_in, None, lengths=nl + 1)   # h[0], c[0]: the forward direction's
         keys = np.ascontiguousarray(nn.linear(enc, self.W1.weight))
         feed, start, dec = x, self.start, self._folded(self.decoder)
         params = (dec.weight_ih_l0, dec.weight_hh_l0, dec.bias_ih_l0, dec.bias_hh_l0, self.W2.weight,
@@ -395,4 +415,5 @@ class PointerNet(nn.Module):
         return PointerOutput(indices, log_probs, pointers)
 
     def extra_repr(self) -> str:
-        return f"input_size={self.input_size}, hidden_size={self.hidden_size}, embedding_size={self.embedding_size}"
+        return (f"input_size={self.input_size}, hidden_size={self.hidden_size}, embedding_size={self.embedding_size}, "
+                f"bidirectional={self.bidirectional}")

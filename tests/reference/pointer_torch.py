@@ -18,6 +18,11 @@ is the end token (its encoder state is the one of the learned `end` vector, read
 With an embedding (state dict keys embedding.weight (E, D), embedding.bias (E)), the
 LSTMs read W_e z + b_e of every input vector z (x_j, start and end) instead of z.
 
+Bidirectional (state dict keys encoder.*_l0_reverse, W1.weight (H, 2H)): the encoder is
+nn.LSTM(bidirectional=True) over the same packed sequence, e_j is the concatenation of
+its two directions' outputs at position j, and the decoder starts from the forward
+direction's final state (h[:1], c[:1]).
+
 Masked at step i: inputs j >= n_b (padding); inputs among t_0..t_{i-1} (already chosen);
 the end token, for "permutation" and "tour" while fewer than n_b inputs are chosen (then
 it is the only choice: log p = 0), for "hull" at step 0 only; and every column of the
@@ -64,24 +69,27 @@ class Decoded(NamedTuple):
     normalized: np.ndarray
 
 
-def state_shapes(input_size: int, hidden_size: int, embedding_size: int | None = None) -> dict:
+def state_shapes(input_size: int, hidden_size: int, embedding_size: int | None = None,
+                 bidirectional: bool = False) -> dict:
     D, H, E = input_size, hidden_size, embedding_size
     shapes = {"start": (D,), "end": (D,)}
     if E:
         shapes.update({"embedding.weight": (E, D), "embedding.bias": (E,)})
     for part in ("encoder", "decoder"):
-        shapes.update({f"{part}.weight_ih_l0": (4 * H, E or D), f"{part}.weight_hh_l0": (4 * H, H),
-                       f"{part}.bias_ih_l0": (4 * H,), f"{part}.bias_hh_l0": (4 * H,)})
-    shapes.update({"W1.weight": (H, H), "W2.weight": (H, H), "v.weight": (1, H)})
+        for suffix in ("", "_reverse") if part == "encoder" and bidirectional else ("",):
+            shapes.update({f"{part}.weight_ih_l0{suffix}": (4 * H, E or D), f"{part}.weight_hh_l0{suffix}": (4 * H, H),
+                           f"{part}.bias_ih_l0{suffix}": (4 * H,), f"{part}.bias_hh_l0{suffix}": (4 * H,)})
+    shapes.update({"W1.weight": (H, 2 * H if bidirectional else H), "W2.weight": (H, H), "v.weight": (1, H)})
     return shapes
 
 
-def random_state(input_size, hidden_size, seed=0, dtype=np.float64, scale=1.0, embedding_size=None) -> dict:
+def random_state(input_size, hidden_size, seed=0, dtype=np.float64, scale=1.0, embedding_size=None,
+                 bidirectional=False) -> dict:
     """Weights U(±scale/sqrt(H)) for the LSTMs and W1, W2, v, U(±scale/sqrt(D)) for the
     embedding, U(-1, 1) for start and end."""
     rng = np.random.default_rng(seed)
     state = {}
-    for name, shape in state_shapes(input_size, hidden_size, embedding_size).items():
+    for name, shape in state_shapes(input_size, hidden_size, embedding_size, bidirectional).items():
         bound = 1.0 if name in ("start", "end") else scale / np.sqrt(input_size if "embedding" in name
                                                                      else hidden_size)
         state[name] = rng.uniform(-bound, bound, shape).astype(dtype)
@@ -89,15 +97,17 @@ def random_state(input_size, hidden_size, seed=0, dtype=np.float64, scale=1.0, e
 
 
 class TorchPointerNet(nn.Module):
-    def __init__(self, input_size: int, hidden_size: int, dtype=torch.float64, embedding_size: int | None = None):
+    def __init__(self, input_size: int, hidden_size: int, dtype=torch.float64, embedding_size: int | None = None,
+                 bidirectional: bool = False):
         super().__init__()
         D, H, E = input_size, hidden_size, embedding_size
         self.input_size, self.hidden_size, self.embedding_size = D, H, E
+        self.bidirectional = bidirectional
         # optional: every input vector (start and end too) through a linear embedding first
         self.embedding = nn.Linear(D, E, dtype=dtype) if E else None
-        self.encoder = nn.LSTM(E or D, H, batch_first=True, dtype=dtype)
+        self.encoder = nn.LSTM(E or D, H, batch_first=True, bidirectional=bidirectional, dtype=dtype)
         self.decoder = nn.LSTM(E or D, H, batch_first=True, dtype=dtype)
-        self.W1 = nn.Linear(H, H, bias=False, dtype=dtype)
+        self.W1 = nn.Linear(2 * H if bidirectional else H, H, bias=False, dtype=dtype)
         self.W2 = nn.Linear(H, H, bias=False, dtype=dtype)
         self.v = nn.Linear(H, 1, bias=False, dtype=dtype)
         self.start = nn.Parameter(torch.zeros(D, dtype=dtype))
@@ -108,7 +118,7 @@ class TorchPointerNet(nn.Module):
         D = np.shape(state_dict["start"])[0]
         H = np.shape(state_dict["W1.weight"])[0]
         E = np.shape(state_dict["embedding.weight"])[0] if "embedding.weight" in state_dict else None
-        m = cls(D, H, dtype, embedding_size=E)
+        m = cls(D, H, dtype, embedding_size=E, bidirectional="encoder.weight_ih_l0_reverse" in state_dict)
         m.load_state_dict({k: torch.as_tensor(np.array(v)).to(dtype) for k, v in state_dict.items()})
         return m
 
@@ -134,8 +144,9 @@ class TorchPointerNet(nn.Module):
 
     def encode(self, x, nl=None):
         """x (B, n, D), nl (B,) or None (every row has n inputs) -> keys W1 e (B, n + 1, H)
-        in the user's column order (inputs, then the end token), final state (h, c) each
-        (1, B, H). Ragged rows go through a packed sequence."""
+        in the user's column order (inputs, then the end token), the decoder's initial
+        state (h, c) each (1, B, H): the (forward) encoder's final. Ragged rows go through
+        a packed sequence."""
         B, n, D = x.shape
         seq = self.embed(torch.cat([self.end.expand(B, 1, D), x], dim=1))
         if nl is None:
@@ -145,7 +156,7 @@ class TorchPointerNet(nn.Module):
             out, (h, c) = self.encoder(packed)
             enc, _ = pad_packed_sequence(out, batch_first=True, total_length=n + 1)
         keys = self.W1(torch.cat([enc[:, 1:], enc[:, :1]], dim=1))
-        return keys, (h, c)
+        return keys, (h[:1], c[:1])
 
     def scores(self, keys, d):
         """keys (B, P, H), d (B, S, H) -> u (B, S, P) = v . tanh(keys_j + W2 d_i)."""
