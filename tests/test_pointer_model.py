@@ -218,25 +218,49 @@ def test_loss_and_grad_matches_torch_nll(ref, constraint, assert_unchanged):
         rel_close(grads[name], p.grad.numpy(), GREL64, f"loss gradient of {name}")
 
 
-def test_finite_differences(ref, fd_check):
+def check_against_torch(ref, st, vjp, m, x, t, lens, constraint, what):
+    """m's log-probabilities and every gradient (through vjp) against torch's on
+    state st, float64; returns m's gradients."""
+    tm = ref.TorchPointerNet.from_state(st)
+    logp, pull = vjp(m, x, t, lengths=lens, constraint=constraint)
+    want = tm(x, t, lens, constraint).detach().numpy()
+    fin = np.isfinite(want)
+    np.testing.assert_array_equal(np.isfinite(logp), fin)
+    close(logp[fin], want[fin], REL64, f"log-probabilities {what}")
+    cot = cotangent(logp)
+    grads = pull(cot)
+    wg = torch_grads(ref, st, x, t, lens, constraint, cot)
+    assert set(grads) == set(wg)
+    for name, g in wg.items():
+        rel_close(grads[name], g, GREL64, f"gradient of {name} {what}")
+    return grads
+
+
+def check_finite_differences(fd_check, build, names, data_seed, cot_seed):
+    """Gradients of the inputs and of the parameters `names` of build() (a fresh
+    model each call) against central differences, "hull" on ragged rows."""
     B, n, lengths = 3, 4, [4, 2, 3]
     constraint = "hull"
-    base = make(ref, seed=5)
-    x, nl, t = draw(B, n, lengths, constraint, seed=13)
-    names = ["v.weight", "start", "end", "W2.weight", "decoder.bias_hh_l0"]
+    base = build()
+    x, nl, t = draw(B, n, lengths, constraint, seed=data_seed)
 
     def fn(inputs, **params):
-        m = make(ref, seed=5)
+        m = build()
         m.load_state_dict({**m.state_dict(), **{k.replace("__", "."): v for k, v in params.items()}})
         out = m(inputs, t, lengths=nl, constraint=constraint)
         return np.where(np.isfinite(out), out, 0)
 
     logp, pull = attnc.vjp(base, x, t, lengths=nl, constraint=constraint)
-    cot = cotangent(logp, seed=3)
+    cot = cotangent(logp, seed=cot_seed)
     grads = pull(cot)
     kwargs = {"inputs": x, **{k.replace(".", "__"): base.state_dict()[k].copy() for k in names}}
     grads = {"inputs": grads["inputs"], **{k.replace(".", "__"): grads[k] for k in names}}
     fd_check(fn, kwargs, [cot], grads, eps=1e-6, rtol=1e-6, atol=1e-8)
+
+
+def test_finite_differences(ref, fd_check):
+    check_finite_differences(fd_check, lambda: make(ref, seed=5),
+                             ["v.weight", "start", "end", "W2.weight", "decoder.bias_hh_l0"], 13, 3)
 
 
 @pytest.mark.parametrize("constraint", CONSTRAINTS)
@@ -249,17 +273,7 @@ def test_embedding_matches_torch(ref, constraint):
     m.load_state_dict(st)
     tm = ref.TorchPointerNet.from_state(st)
     x, nl, t = draw(6, 7, [7, 3, 1, 5, 7, 2], constraint, seed=14, extra=1)
-    logp, pull = attnc.vjp(m, x, t, lengths=nl, constraint=constraint)
-    want = tm(x, t, nl, constraint).detach().numpy()
-    fin = np.isfinite(want)
-    np.testing.assert_array_equal(np.isfinite(logp), fin)
-    close(logp[fin], want[fin], REL64, "log-probabilities with an embedding")
-    cot = cotangent(logp)
-    grads = pull(cot)
-    wg = torch_grads(ref, st, x, t, nl, constraint, cot)
-    assert set(grads) == set(wg)
-    for name, g in wg.items():
-        rel_close(grads[name], g, GREL64, f"gradient of {name} with an embedding")
+    check_against_torch(ref, st, attnc.vjp, m, x, t, nl, constraint, "with an embedding")
     n = x.shape[1]
     for K in (1, 3):
         out = m.generate(x, lengths=nl, constraint=constraint, beam_size=K)
@@ -299,17 +313,8 @@ def test_bidirectional_matches_torch(ref, constraint, E, assert_unchanged):
         B, n, lengths, extra = shape
         x, nl, t = draw(B, n, lengths, constraint, seed=5 * n + B, extra=extra)
         lens = None if lengths is None else nl
-        logp, pull = assert_unchanged(attnc.vjp, m, x, t, lengths=lens, constraint=constraint)
-        want = tm(x, t, lens, constraint).detach().numpy()
-        fin = np.isfinite(want)
-        np.testing.assert_array_equal(np.isfinite(logp), fin)
-        close(logp[fin], want[fin], REL64, f"bidirectional log-probabilities {shape}")
-        cot = cotangent(logp)
-        grads = pull(cot)
-        wg = torch_grads(ref, st, x, t, lens, constraint, cot)
-        assert set(grads) == set(wg)
-        for name, g in wg.items():
-            rel_close(grads[name], g, GREL64, f"bidirectional gradient of {name} {shape}")
+        vjp = lambda *a, **k: assert_unchanged(attnc.vjp, *a, **k)  # noqa: E731
+        grads = check_against_torch(ref, st, vjp, m, x, t, lens, constraint, f"bidirectional {shape}")
         for b in range(B):
             assert (grads["inputs"][b, nl[b]:] == 0).all()
     # loss_and_grad against torch's loss
@@ -362,25 +367,9 @@ def test_bidirectional_float32(ref, constraint):
 
 
 def test_bidirectional_finite_differences(ref, fd_check):
-    B, n, lengths = 3, 4, [4, 2, 3]
-    constraint = "hull"
-    base = bi_make(ref, 18)
-    x, nl, t = draw(B, n, lengths, constraint, seed=19)
-    names = ["W1.weight", "encoder.weight_hh_l0_reverse", "encoder.bias_ih_l0_reverse", "encoder.weight_ih_l0",
-             "end", "decoder.weight_hh_l0"]
-
-    def fn(inputs, **params):
-        m = bi_make(ref, 18)
-        m.load_state_dict({**m.state_dict(), **{k.replace("__", "."): v for k, v in params.items()}})
-        out = m(inputs, t, lengths=nl, constraint=constraint)
-        return np.where(np.isfinite(out), out, 0)
-
-    logp, pull = attnc.vjp(base, x, t, lengths=nl, constraint=constraint)
-    cot = cotangent(logp, seed=4)
-    grads = pull(cot)
-    kwargs = {"inputs": x, **{k.replace(".", "__"): base.state_dict()[k].copy() for k in names}}
-    grads = {"inputs": grads["inputs"], **{k.replace(".", "__"): grads[k] for k in names}}
-    fd_check(fn, kwargs, [cot], grads, eps=1e-6, rtol=1e-6, atol=1e-8)
+    check_finite_differences(fd_check, lambda: bi_make(ref, 18),
+                             ["W1.weight", "encoder.weight_hh_l0_reverse", "encoder.bias_ih_l0_reverse",
+                              "encoder.weight_ih_l0", "end", "decoder.weight_hh_l0"], 19, 4)
 
 
 def test_bidirectional_state_dict_save_load(ref, tmp_path):
