@@ -108,6 +108,16 @@ def teacher_forced(model, x, nl, indices, constraint):
     return t, model(x, t, lengths=nl, constraint=constraint).astype(np.float64)
 
 
+def as_reference(indices, nl, n, constraint):
+    """generate's indices in the torch reference's layout (B, n): -1 after each row's
+    last choice, a tour's closing index dropped."""
+    got = np.full((len(indices), n), -1)
+    got[:, :min(indices.shape[1], n)] = indices[:, :n]
+    if constraint == "tour":
+        got = np.where(np.arange(n)[None, :] < nl[:, None], got, -1)
+    return got
+
+
 def totals(model, x, nl, indices, constraint):
     """The summed log-probability (choices and end step) of decoded sequences under the
     model's teacher-forced forward. indices: generate's, -1 after each row's last."""
@@ -173,6 +183,12 @@ def test_float32_matches_torch_float64(ref, constraint, embedding_size):
     m = attnc.models.PointerNet(D, H, embedding_size=embedding_size, dtype=np.float32, seed=0)
     m.load_state_dict(st32)
     x, nl, t = draw(B, n, lengths, constraint, seed=7, dtype=np.float32)
+    check_float32_against_torch(ref, st32, m, x, t, nl, constraint, "float32")
+
+
+def check_float32_against_torch(ref, st32, m, x, t, nl, constraint, what):
+    """Float32 model m (state st32) and inputs x against torch in float64 on the same
+    values: log-probabilities and every gradient within REL32."""
     st64 = {k: v.astype(np.float64) for k, v in st32.items()}
     x64 = x.astype(np.float64)
     logp, pull = attnc.vjp(m, x, t, lengths=nl, constraint=constraint)
@@ -180,13 +196,12 @@ def test_float32_matches_torch_float64(ref, constraint, embedding_size):
     want = torch_logp(ref, st64, x64, t, nl, constraint)
     fin = np.isfinite(want)
     np.testing.assert_array_equal(np.isfinite(logp), fin)
-    close(logp[fin], want[fin], REL32, "float32 log-probabilities")
+    close(logp[fin], want[fin], REL32, f"{what} log-probabilities")
     cot = cotangent(want)
     grads = pull(cot.astype(np.float32))
-    wg = torch_grads(ref, st64, x64, t, nl, constraint, cot)
-    for name, g in wg.items():
+    for name, g in torch_grads(ref, st64, x64, t, nl, constraint, cot).items():
         assert grads[name].dtype == np.float32, name
-        rel_close(grads[name], g, REL32, f"float32 gradient of {name}")
+        rel_close(grads[name], g, REL32, f"{what} gradient of {name}")
 
 
 @pytest.mark.parametrize("constraint", CONSTRAINTS)
@@ -278,11 +293,7 @@ def test_embedding_matches_torch(ref, constraint):
     for K in (1, 3):
         out = m.generate(x, lengths=nl, constraint=constraint, beam_size=K)
         dec = tm.greedy(x, nl, constraint) if K == 1 else tm.beam_search(x, nl, constraint, beam_size=K)
-        got = np.full((len(x), n), -1)
-        got[:, :min(out.indices.shape[1], n)] = out.indices[:, :n]
-        if constraint == "tour":
-            got = np.where(np.arange(n)[None, :] < nl[:, None], got, -1)
-        np.testing.assert_array_equal(got, dec.indices)
+        np.testing.assert_array_equal(as_reference(out.indices, nl, n, constraint), dec.indices)
         close(out.log_probs.sum(1), dec.score, 1e-10, f"beam {K} log-probability with an embedding")
 
 
@@ -333,11 +344,7 @@ def test_bidirectional_matches_torch(ref, constraint, E, assert_unchanged):
         out = assert_unchanged(m.generate, x, lengths=nl, constraint=constraint, beam_size=K, length_penalty=alpha)
         dec = tm.greedy(x, nl, constraint) if K == 1 else \
             tm.beam_search(x, nl, constraint, beam_size=K, length_penalty=alpha)
-        got = np.full((len(x), n), -1)
-        got[:, :min(out.indices.shape[1], n)] = out.indices[:, :n]
-        if constraint == "tour":
-            got = np.where(np.arange(n)[None, :] < nl[:, None], got, -1)
-        np.testing.assert_array_equal(got, dec.indices)
+        np.testing.assert_array_equal(as_reference(out.indices, nl, n, constraint), dec.indices)
         close(out.log_probs.sum(1), dec.score, 1e-10, f"bidirectional beam {K} log-probability")
         total, _ = totals(m, x, nl, out.indices, constraint)
         close(out.log_probs.sum(1), total, 1e-12, "bidirectional log_probs vs the forward")
@@ -347,20 +354,8 @@ def test_bidirectional_matches_torch(ref, constraint, E, assert_unchanged):
 def test_bidirectional_float32(ref, constraint):
     st32 = bi_state(ref, 17, np.float32, embedding_size=4)
     m = bi_make(ref, 17, np.float32, embedding_size=4)
-    st64 = {k: v.astype(np.float64) for k, v in st32.items()}
     x, nl, t = draw(5, 6, [6, 2, 4, 1, 5], constraint, seed=8, dtype=np.float32)
-    x64 = x.astype(np.float64)
-    logp, pull = attnc.vjp(m, x, t, lengths=nl, constraint=constraint)
-    assert logp.dtype == np.float32
-    want = ref.TorchPointerNet.from_state(st64)(x64, t, nl, constraint).detach().numpy()
-    fin = np.isfinite(want)
-    np.testing.assert_array_equal(np.isfinite(logp), fin)
-    close(logp[fin], want[fin], REL32, "bidirectional float32 log-probabilities")
-    cot = cotangent(want)
-    grads = pull(cot.astype(np.float32))
-    for name, g in torch_grads(ref, st64, x64, t, nl, constraint, cot).items():
-        assert grads[name].dtype == np.float32, name
-        rel_close(grads[name], g, REL32, f"bidirectional float32 gradient of {name}")
+    check_float32_against_torch(ref, st32, m, x, t, nl, constraint, "bidirectional float32")
     out = m.generate(x, lengths=nl, constraint=constraint, beam_size=2)
     assert out.log_probs.dtype == out.pointers.dtype == np.float32
     assert np.isfinite(out.pointers).all() and (out.log_probs <= 0).all()
@@ -415,12 +410,7 @@ def test_greedy_matches_torch_and_pointer_argmax(ref, constraint, assert_unchang
     out = assert_unchanged(m.generate, x, lengths=nl, constraint=constraint)
     want = ref.TorchPointerNet.from_state(state(ref, seed=6)).greedy(x, nl, constraint)
     n = x.shape[1]
-    width = out.indices.shape[1]
-    got = np.full((len(x), n), -1)
-    got[:, :min(width, n)] = out.indices[:, :n]
-    if constraint == "tour":
-        got = np.where(np.arange(n)[None, :] < nl[:, None], got, -1)
-    np.testing.assert_array_equal(got, want.indices)
+    np.testing.assert_array_equal(as_reference(out.indices, nl, n, constraint), want.indices)
     total, counts = totals(m, x, nl, out.indices, constraint)
     np.testing.assert_array_equal(counts, want.count)
     close(total, want.score, 1e-10, "greedy sequence log-probability")
@@ -441,11 +431,7 @@ def test_beam_matches_torch_beam(ref, constraint, alpha, assert_unchanged):
     tm = ref.TorchPointerNet.from_state(state(ref, seed=7))
     want = tm.beam_search(x, nl, constraint, beam_size=3, length_penalty=alpha)
     n = x.shape[1]
-    got = np.full((len(x), n), -1)
-    got[:, :min(out.indices.shape[1], n)] = out.indices[:, :n]
-    if constraint == "tour":
-        got = np.where(np.arange(n)[None, :] < nl[:, None], got, -1)
-    np.testing.assert_array_equal(got, want.indices)
+    np.testing.assert_array_equal(as_reference(out.indices, nl, n, constraint), want.indices)
     close(out.log_probs.sum(1), want.score, 1e-10, "beam sequence log-probability")
     # beam search never does worse than greedy on the beam's own score
     g = tm.greedy(x, nl, constraint)
@@ -468,9 +454,7 @@ def test_full_width_beam_is_exhaustive(ref, constraint, n, alpha, seed):
     tm = ref.TorchPointerNet.from_state(state(ref, seed=seed))
     best = ref.exhaustive(tm, x, nl, constraint, length_penalty=alpha)
     assert (tm.greedy(x, nl, constraint).indices != best.indices).any()      # the case is not easy
-    got = np.full((B, n), -1)
-    got[:, :min(out.indices.shape[1], n)] = out.indices[:, :n]
-    np.testing.assert_array_equal(got, best.indices)
+    np.testing.assert_array_equal(as_reference(out.indices, nl, n, constraint), best.indices)
     close(out.log_probs.sum(1), best.score, 1e-10, "exhaustive best log-probability")
     # and attnc's greedy decoding is not that search
     g = m.generate(x, lengths=nl, constraint=constraint)

@@ -127,17 +127,13 @@ static void additive_finish(const attnc_score_ctx *c, char *stash, attnc_tensor 
             attnc_gemm_rows(d->dtype, false, true, 1, dxa, param_mat(side[s].w), 0,
                             rows_mat(side[s].dx->data, B * rows, dim), ADDITIVE_ROWS);
         if (!attnc_present(side[s].dw)) continue;
-        attnc_mat dw = rows_mat(side[s].dw->data, dim, da);
-        if (B == 0) {
-            memset(dw.p, 0, (size_t)(dim * da) * es);
-        } else if (stacked(&all, side[s].x, &d->batch, rows)) {
-            attnc_gemm_rows(d->dtype, true, false, 1, all, dxa, 0, dw, ADDITIVE_ROWS);
-        } else {
-            for (int64_t b = 0; b < B; b++)
-                attnc_gemm_rows(d->dtype, true, false, 1, attnc_batch_mat(side[s].x, &d->batch, b),
-                                rows_mat(side[s].dxa + (size_t)(b * rows * da) * es, rows, da), b ? 1 : 0,
-                                dw, ADDITIVE_ROWS);
-        }
+        if (B > 0 && stacked(&all, side[s].x, &d->batch, rows))
+            attnc_gemm_rows(d->dtype, true, false, 1, all, dxa, 0, rows_mat(side[s].dw->data, dim, da),
+                            ADDITIVE_ROWS);
+        else if (d->dtype == ATTNC_FLOAT32) /* per element, in batch order (zeros for B = 0) */
+            sum_xty_f32(side[s].dw, c, side[s].x, (const float *)side[s].dxa, rows, da);
+        else
+            sum_xty_f64(side[s].dw, c, side[s].x, (const double *)side[s].dxa, rows, da);
     }
     if (g && attnc_present(&g->v))
         attnc_col_sums(d->dtype, g->v.data, stash + (size_t)(B * (d->tq + d->tk) * da) * es, B, da, da);
