@@ -5,7 +5,8 @@
  * float32 with a hidden size the vector width divides, on a CPU with AVX2 +
  * FMA or AVX-512: each direction's time loop runs in rnn_fast.c, products and
  * gate kernels fused, input products included; here only the weight
- * gradients, one product each over all steps.
+ * gradients, one product each over all steps. A bidirectional layer's two
+ * directions then run at once, each on its own thread (each_direction).
  *
  * Otherwise (float64, other sizes, other CPUs), per layer and direction: the
  * input projections of every step in one matrix product, then a loop over
@@ -122,9 +123,9 @@ static attnc_status rnn_malloc(void **out, size_t count, size_t size, const char
  * inside each): fixed by the sizes, so results do not depend on the thread
  * count, and few, since each block packs the other operand again: 6 row
  * blocks (as many per thread for 2, 3 or 6 threads); weight gradients in
- * blocks of 256 output rows or more (4 for an LSTM of 256 units, 3 for a GRU:
- * the two matrices together share evenly over 2 threads). */
-enum { SEQ_BLOCKS = 6, SEQ_DW_ROWS = 512 };
+ * blocks of 256 output rows (dW_hh of an LSTM of 128 units: 2 blocks, one
+ * per thread of two, where one block of 512 left the second thread idle). */
+enum { SEQ_BLOCKS = 6, SEQ_DW_ROWS = 256 };
 
 static int64_t seq_blocks(int64_t n) { return n < SEQ_BLOCKS ? n : SEQ_BLOCKS; }
 
@@ -173,6 +174,54 @@ static void *state_of(const rnn_run *r, const attnc_tensor *t, int64_t k) {
     return attnc_present(t) ? at(r, t->data, k * r->B * r->H) : NULL;
 }
 
+/* ---- both directions at once ------------------------------------------------ */
+
+/* A bidirectional layer's directions are independent until its input's
+ * gradient sums them. With the fused kernels and two threads or more, each
+ * direction runs on a thread of its own, whole (its time loop and weight
+ * gradients), instead of both threads splitting every step of one direction
+ * and then of the other: no meeting per step, each W_hh in one core's cache,
+ * and the directions' single-block products in parallel. The kernels and
+ * their splits are the same, so are the bits. */
+typedef attnc_status (*direction_fn)(rnn_run *r, void *args);
+
+typedef struct {
+    const rnn_run *r;
+    direction_fn fn;
+    void *args[2];
+    attnc_status st[2];
+    char why[2][256]; /* a failing direction's message (it is per thread) */
+} directions_job;
+
+static void direction_task(void *arg, int64_t d, int worker) {
+    (void)worker;
+    directions_job *j = arg;
+    rnn_run r = *j->r;
+    r.d = d;
+    r.solo = true;
+    j->st[d] = j->fn(&r, j->args[d]);
+    if (j->st[d] != ATTNC_OK) snprintf(j->why[d], sizeof j->why[d], "%s", attnc_last_error());
+}
+
+static bool directions_at_once(const rnn_run *r) {
+    return r->D == 2 && attnc_rnn_fast_usable(r) && attnc_workers_for(r->T * r->B * r->ng * r->H * r->H) >= 2;
+}
+
+/* fn(r with r->d = d, args[d]) for each direction d of r: at once when
+ * directions_at_once, else in order. */
+static attnc_status each_direction(rnn_run *r, direction_fn fn, void *args0, void *args1) {
+    if (!directions_at_once(r)) {
+        void *args[2] = {args0, args1};
+        for (r->d = 0; r->d < r->D; r->d++) TRY(fn(r, args[r->d]));
+        return ATTNC_OK;
+    }
+    directions_job j = {.r = r, .fn = fn, .args = {args0, args1}};
+    attnc_parallel_for(2, 2, direction_task, &j);
+    for (int d = 0; d < 2; d++)
+        if (j.st[d] != ATTNC_OK) return attnc_fail(j.st[d], "%s", j.why[d]);
+    return ATTNC_OK;
+}
+
 /* ---- forward ---------------------------------------------------------------- */
 
 typedef struct {
@@ -190,8 +239,6 @@ static attnc_status direction_forward(rnn_run *r, const attnc_tensor *x, const a
     const void *b_ih = attnc_present(&w->bias_ih) ? w->bias_ih.data : NULL;
     if (!fast) seq_project(r, x, &w->weight_ih, b_ih, &gx); /* the fused kernels make their own */
     void *h0k = state_of(r, h0, k), *c0k = state_of(r, c0, k);
-    if (h0k) memcpy(s->h, h0k, (size_t)(B * H) * es); else memset(s->h, 0, (size_t)(B * H) * es);
-    if (c0k) memcpy(s->c, c0k, (size_t)(B * H) * es); else memset(s->c, 0, (size_t)(B * H) * es);
     if (fast) {
         bool lstm = r->mode == ATTNC_LSTM;
         rnn_fast_fwd f = {.r = r, .x = x->data, .in = x->shape[1], .w_ih = w->weight_ih.data,
@@ -205,6 +252,8 @@ static attnc_status direction_forward(rnn_run *r, const attnc_tensor *x, const a
                           .c_n = lstm && attnc_present(c_n) ? state_of(r, c_n, k) : NULL};
         return attnc_rnn_fast_forward(&f);
     }
+    if (h0k) memcpy(s->h, h0k, (size_t)(B * H) * es); else memset(s->h, 0, (size_t)(B * H) * es);
+    if (c0k) memcpy(s->c, c0k, (size_t)(B * H) * es); else memset(s->c, 0, (size_t)(B * H) * es);
     for (int64_t step = 0; step < r->T; step++) {
         colgemm(r, &h, &w->weight_hh, true, &hh);
 #define RUN(SFX)                                                                                       \
@@ -221,6 +270,24 @@ static attnc_status direction_forward(rnn_run *r, const attnc_tensor *x, const a
     if (attnc_present(h_n)) memcpy(state_of(r, h_n, k), s->h, (size_t)(B * H) * es);
     if (attnc_present(c_n) && r->mode == ATTNC_LSTM) memcpy(state_of(r, c_n, k), s->c, (size_t)(B * H) * es);
     return ATTNC_OK;
+}
+
+typedef struct {
+    const attnc_tensor *x;
+    const attnc_rnn_weights *w; /* the layer's, by direction */
+    void *saved;
+    const rnn_layout *lo;
+    int64_t l;
+    const attnc_tensor *h0, *c0;
+    attnc_tensor *h_n, *c_n;
+    void *out;
+    fwd_scratch *s; /* the BLAS path's (never run at once) */
+} fwd_args;
+
+static attnc_status forward_one(rnn_run *r, void *args) {
+    fwd_args *a = args;
+    return direction_forward(r, a->x, &a->w[r->d], a->saved, a->lo, a->l, a->h0, a->c0, a->h_n, a->c_n, a->out,
+                             a->s);
 }
 
 /* ---- checks ---------------------------------------------------------------- */
@@ -349,8 +416,9 @@ attnc_status attnc_rnn_forward(attnc_tensor *output, attnc_tensor *h_n, attnc_te
                 x = dropped;
             }
         }
-        for (r.d = 0; r.d < r.D && st == ATTNC_OK; r.d++)
-            st = direction_forward(&r, &x, &weights[l * r.D + r.d], base, &lo, l, h0, c0, h_n, c_n, out, &s);
+        fwd_args a = {.x = &x, .w = &weights[l * r.D], .saved = base, .lo = &lo, .l = l, .h0 = h0, .c0 = c0,
+                      .h_n = h_n, .c_n = c_n, .out = out, .s = &s};
+        if (st == ATTNC_OK) st = each_direction(&r, forward_one, &a, &a);
     }
     if (st == ATTNC_OK && last != output->data) memcpy(output->data, last, (size_t)(B * T * DH) * es);
     free(s.gx);
@@ -367,13 +435,37 @@ typedef struct {
     void *dgx, *dgh, *dstep, *dh, *dc, *drec, *direct, *hprev;
 } bwd_scratch;
 
+static void bwd_scratch_free(bwd_scratch *s) {
+    void *p[] = {s->dgx, s->dgh, s->dstep, s->dh, s->dc, s->drec, s->direct, s->hprev};
+    for (size_t i = 0; i < sizeof p / sizeof p[0]; i++) free(p[i]);
+    *s = (bwd_scratch){0};
+}
+
+static attnc_status bwd_scratch_alloc(const rnn_run *r, bwd_scratch *s) {
+    int64_t B = r->B, T = r->T, H = r->H, G = r->ng * H;
+    struct {
+        void **p;
+        int64_t n;
+    } bufs[] = {{&s->dgx, B * T * G}, {&s->dgh, r->mode == ATTNC_GRU ? B * T * G : 1}, {&s->dstep, B * G},
+                {&s->dh, B * H},      {&s->dc, B * H},   {&s->drec, B * H},   {&s->direct, B * H},
+                {&s->hprev, B * T * H}};
+    *s = (bwd_scratch){0};
+    attnc_status st = ATTNC_OK;
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0] && st == ATTNC_OK; i++)
+        st = rnn_malloc(bufs[i].p, (size_t)bufs[i].n, attnc_dtype_size(r->dt), "rnn gradients");
+    if (st != ATTNC_OK) bwd_scratch_free(s);
+    return st;
+}
+
 /* One direction of layer l: dh0/dc0 slices, weight gradients, and the
- * layer input's gradient added into dx (B T, in) (overwritten when first). */
+ * layer input's gradient added into dx (B T, in) (overwritten when first;
+ * left to the caller when defer_dx and not fused: s->dgx W_ih). */
 static attnc_status direction_backward(rnn_run *r, const attnc_tensor *x, const attnc_rnn_weights *w,
                                        attnc_rnn_weights *g, void *saved, const rnn_layout *lo, int64_t l,
                                        const void *dout, const attnc_tensor *h0, const attnc_tensor *c0,
                                        const attnc_tensor *dh_n, const attnc_tensor *dc_n, attnc_tensor *dh0,
-                                       attnc_tensor *dc0, attnc_tensor *dx, bool first, bwd_scratch *s) {
+                                       attnc_tensor *dc0, attnc_tensor *dx, bool first, bool defer_dx,
+                                       bwd_scratch *s) {
     int64_t B = r->B, T = r->T, H = r->H, G = r->ng * H, k = l * r->D + r->d;
     size_t es = attnc_dtype_size(r->dt);
     void *dhk = state_of(r, dh_n, k), *dck = r->mode == ATTNC_LSTM ? state_of(r, dc_n, k) : NULL;
@@ -416,9 +508,30 @@ static attnc_status direction_backward(rnn_run *r, const attnc_tensor *x, const 
     if (attnc_present(dh0) && !fast) memcpy(state_of(r, dh0, k), s->dh, (size_t)(B * H) * es);
     if (attnc_present(dc0) && lstm && !fast) memcpy(state_of(r, dc0, k), s->dc, (size_t)(B * H) * es);
     attnc_tensor dgx2 = mat(r, s->dgx, B * T, G), dgh2 = mat(r, dgh, B * T, G), hp = mat(r, s->hprev, B * T, H);
-    if (!fused_dx) seq_dx(r, &dgx2, &w->weight_ih, dx, !first);
+    if (!fused_dx && !defer_dx) seq_dx(r, &dgx2, &w->weight_ih, dx, !first);
     seq_weight_grads(r, g, &dgx2, x, &dgh2, &hp);
     return ATTNC_OK;
+}
+
+typedef struct {
+    const attnc_tensor *x;
+    const attnc_rnn_weights *w; /* the layer's, by direction */
+    attnc_rnn_weights *g;       /* the layer's, by direction */
+    void *saved;
+    const rnn_layout *lo;
+    int64_t l;
+    const void *dout;
+    const attnc_tensor *h0, *c0, *dh_n, *dc_n;
+    attnc_tensor *dh0, *dc0, *dx;
+    bool first, defer_dx;
+    bwd_scratch *s;
+} bwd_args;
+
+static attnc_status backward_one(rnn_run *r, void *args) {
+    bwd_args *a = args;
+    return direction_backward(r, a->x, &a->w[r->d], &a->g[r->d], a->saved, a->lo, a->l, a->dout, a->h0, a->c0,
+                              a->dh_n, a->dc_n, a->dh0, a->dc0, a->dx, a->first,
+                              a->defer_dx, a->s);
 }
 
 attnc_status attnc_rnn_backward(attnc_tensor *dinput, attnc_tensor *dh0, attnc_tensor *dc0,
@@ -463,16 +576,17 @@ attnc_status attnc_rnn_backward(attnc_tensor *dinput, attnc_tensor *dh0, attnc_t
             }
         }
     size_t es = attnc_dtype_size(r.dt);
-    bwd_scratch s = {0};
+    bool at_once = directions_at_once(&r);
+    bwd_scratch s[2] = {{0}};  /* the second for the second direction when at_once */
     void *dcur = NULL, *dnext = NULL, *dx0 = NULL; /* dx0: the input's gradient when not wanted */
-    attnc_status st = ATTNC_OK;
+    void *dx1 = NULL; /* at_once: the second direction's fused dx, added after */
+    attnc_status st = bwd_scratch_alloc(&r, &s[0]);
+    if (st == ATTNC_OK && at_once) st = bwd_scratch_alloc(&r, &s[1]);
     struct {
         void **p;
         int64_t n;
-    } bufs[] = {{&s.dgx, B * T * G}, {&s.dgh, r.mode == ATTNC_GRU ? B * T * G : 1}, {&s.dstep, B * G},
-                {&s.dh, B * H},      {&s.dc, B * H},   {&s.drec, B * H},   {&s.direct, B * H},
-                {&s.hprev, B * T * H}, {&dcur, B * T * DH}, {&dnext, B * T * DH},
-                {&dx0, attnc_present(dinput) ? 1 : B * T * r.I}};
+    } bufs[] = {{&dcur, B * T * DH}, {&dnext, B * T * DH}, {&dx0, attnc_present(dinput) ? 1 : B * T * r.I},
+                {&dx1, at_once ? B * T * (r.I > DH ? r.I : DH) : 0}};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0] && st == ATTNC_OK; i++) /* dcur: zeros without doutput */
         st = bufs[i].p == &dcur ? attnc_calloc(bufs[i].p, (size_t)bufs[i].n, es, "rnn gradients")
                                 : rnn_malloc(bufs[i].p, (size_t)bufs[i].n, es, "rnn gradients");
@@ -491,9 +605,35 @@ attnc_status attnc_rnn_backward(attnc_tensor *dinput, attnc_tensor *dh0, attnc_t
                                 : mat(&r, at(&r, saved->data, lo.in[l] >= 0 ? lo.in[l] : lo.out[l - 1]), B * T, DH);
         attnc_tensor dx = l > 0 ? mat(&r, dnext, B * T, DH)
                                 : mat(&r, attnc_present(dinput) ? dinput->data : dx0, B * T, r.I);
-        for (r.d = 0; r.d < r.D && st == ATTNC_OK; r.d++)
-            st = direction_backward(&r, &x, &weights[l * r.D + r.d], &grads[l * r.D + r.d], saved->data, &lo, l,
-                                    dcur, h0, c0, dh_n, dc_n, dh0, dc0, &dx, r.d == 0, &s);
+        bool fused_dx = attnc_rnn_fast_fuses_dx(&r, x.shape[1]);
+        attnc_tensor dx1t = mat(&r, dx1, B * T, x.shape[1]);
+        bwd_args a[2];
+        for (int d = 0; d < 2; d++)
+            a[d] = (bwd_args){.x = &x, .w = &weights[l * r.D], .g = &grads[l * r.D], .saved = saved->data, .lo = &lo,
+                              .l = l, .dout = dcur, .h0 = h0, .c0 = c0, .dh_n = dh_n, .dc_n = dc_n, .dh0 = dh0,
+                              .dc0 = dc0, .dx = &dx, .first = d == 0, .s = &s[0]};
+        if (at_once) { /* the second direction keeps its own scratch and dx; dx made after, in order */
+            a[1].s = &s[1];
+            a[0].defer_dx = a[1].defer_dx = true;
+            if (fused_dx) {
+                memset(dx1, 0, (size_t)(B * T * x.shape[1]) * es); /* steps a row did not run stay 0 */
+                a[1].dx = &dx1t;
+                a[1].first = true;
+            }
+        }
+        if (st == ATTNC_OK) st = each_direction(&r, backward_one, &a[0], &a[1]);
+        if (st == ATTNC_OK && at_once) {
+            if (fused_dx) {
+                float *restrict to = dx.data; /* the fused kernels: float32 */
+                const float *restrict from = dx1;
+                for (int64_t i = 0; i < B * T * x.shape[1]; i++) to[i] += from[i];
+            } else {
+                for (int d = 0; d < 2; d++) {
+                    attnc_tensor dgx = mat(&r, s[d].dgx, B * T, G);
+                    seq_dx(&r, &dgx, &weights[l * r.D + d].weight_ih, &dx, d > 0);
+                }
+            }
+        }
         if (st == ATTNC_OK && l > 0) {
             if (lo.in[l] >= 0) /* through the dropout on the previous layer's output */
                 st = attnc_pointwise_backward(&dx, &dx, NULL, ATTNC_ACT_NONE, r.dropout, r.seed, (uint64_t)l);
@@ -503,6 +643,8 @@ attnc_status attnc_rnn_backward(attnc_tensor *dinput, attnc_tensor *dh0, attnc_t
         }
     }
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(*bufs[i].p);
+    bwd_scratch_free(&s[0]);
+    bwd_scratch_free(&s[1]);
     free(x0);
     return st;
 }

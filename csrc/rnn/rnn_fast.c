@@ -268,7 +268,7 @@ static attnc_status alloc_floats(float **p, int64_t count, const char *what) {
 /* Threads a direction's loop plans for: one when a step's products are too
  * small to share (a decoding-sized batch). */
 static int parts_for(const rnn_run *r) {
-    return attnc_workers_for(r->B * r->H * r->ng * r->H);
+    return r->solo ? 1 : attnc_workers_for(r->B * r->H * r->ng * r->H);
 }
 
 /* Chunks of nblocks unit blocks: four per planned thread where there are

@@ -10,6 +10,8 @@ typedef struct {
     attnc_rnn_mode mode;
     int64_t B, T, I, H, L, D, ng; /* ng gates: 4 (LSTM) or 3 (GRU) */
     int64_t d;                    /* the direction being run       */
+    bool solo;                    /* run it on the calling thread only (the
+                                     other direction runs on another) */
     const int64_t *len;           /* (B) or NULL: every row has T  */
     attnc_dtype dt;
     double dropout;
