@@ -178,12 +178,22 @@ class Adam(Optimizer):
             state.update(step=0, m=np.zeros_like(p), v=np.zeros_like(p))
         state["step"] += 1
         m, v, t = state["m"], state["v"], state["step"]
+        # in place, two temporaries; the same operations in the same order as
+        # m = b1 m + (1 - b1) g, v = b2 v + (1 - b2) g g,
+        # p -= (lr / (1 - b1^t)) m / (sqrt(v) / sqrt(1 - b2^t) + eps)
+        tmp = np.multiply(g, 1 - b1)
         m *= b1
-        m += (1 - b1) * g
+        m += tmp
+        np.multiply(g, 1 - b2, out=tmp)
+        tmp *= g
         v *= b2
-        v += (1 - b2) * g * g
-        denom = np.sqrt(v) / math.sqrt(1 - b2**t) + self.eps
-        p -= (self.lr / (1 - b1**t)) * m / denom
+        v += tmp
+        denom = np.sqrt(v, out=tmp)
+        denom /= math.sqrt(1 - b2**t)
+        denom += self.eps
+        upd = np.multiply(m, self.lr / (1 - b1**t))
+        upd /= denom
+        p -= upd
 
 
 class AdamW(Adam):
