@@ -123,11 +123,16 @@ static attnc_status rnn_malloc(void **out, size_t count, size_t size, const char
  * inside each): fixed by the sizes, so results do not depend on the thread
  * count, and few, since each block packs the other operand again: 6 row
  * blocks (as many per thread for 2, 3 or 6 threads); weight gradients in
- * blocks of 256 output rows (dW_hh of an LSTM of 128 units: 2 blocks, one
- * per thread of two, where one block of 512 left the second thread idle). */
-enum { SEQ_BLOCKS = 6, SEQ_DW_ROWS = 256 };
+ * blocks of up to 512 output rows, and at least two from 256 rows (dW_hh of
+ * an LSTM of 128 units: one block left the second of two threads idle). */
+enum { SEQ_BLOCKS = 6, SEQ_DW_ROWS = 512 };
 
 static int64_t seq_blocks(int64_t n) { return n < SEQ_BLOCKS ? n : SEQ_BLOCKS; }
+
+static int64_t dw_blocks(int64_t G) {
+    int64_t blocks = (G + SEQ_DW_ROWS - 1) / SEQ_DW_ROWS;
+    return blocks < 2 && G >= SEQ_DW_ROWS / 2 ? 2 : blocks;
+}
 
 /* y (n, G) = x (n, in) w^T (+ bias (G) unless NULL); w (G, in). */
 static void seq_project(const rnn_run *r, const attnc_tensor *x, const attnc_tensor *w, const void *bias,
@@ -157,7 +162,7 @@ static attnc_mat mat_or_none(const attnc_tensor *t) {
  * dgx, dgh (B T, G), x (B T, in), hprev (B T, H). */
 static void seq_weight_grads(const rnn_run *r, attnc_rnn_weights *g, const attnc_tensor *dgx,
                              const attnc_tensor *x, const attnc_tensor *dgh, const attnc_tensor *hprev) {
-    int64_t G = dgx->shape[1], blocks = (G + SEQ_DW_ROWS - 1) / SEQ_DW_ROWS, n = dgx->shape[0];
+    int64_t G = dgx->shape[1], blocks = dw_blocks(G), n = dgx->shape[0];
     bool same = dgx->data == dgh->data && attnc_present(&g->bias_ih) && attnc_present(&g->bias_hh);
     int workers = attnc_workers_for(n * G * (x->shape[1] + hprev->shape[1]));
     ATTNC_PARALLEL_TYPED(r->dt, workers, seq_job, seq_dw_task, 2 * blocks, .blocks = blocks,
@@ -203,8 +208,14 @@ static void direction_task(void *arg, int64_t d, int worker) {
     if (j->st[d] != ATTNC_OK) snprintf(j->why[d], sizeof j->why[d], "%s", attnc_last_error());
 }
 
+/* Only while a direction's W_hh (G, H) fits in 256 KiB (an LSTM of up to
+ * 128 units), so that one core's L2 holds its direction's weights: beyond,
+ * both threads splitting every step keep half of each W_hh per core, which
+ * measured faster (2 layers bidirectional, B 64, T 50, 256 units, forward +
+ * backward at 2 threads: 313 ms split, 332 ms at once). */
 static bool directions_at_once(const rnn_run *r) {
-    return r->D == 2 && attnc_rnn_fast_usable(r) && attnc_workers_for(r->T * r->B * r->ng * r->H * r->H) >= 2;
+    return r->D == 2 && attnc_rnn_fast_usable(r) && r->ng * r->H * r->H * (int64_t)sizeof(float) <= 256 * 1024 &&
+           attnc_workers_for(r->T * r->B * r->ng * r->H * r->H) >= 2;
 }
 
 /* fn(r with r->d = d, args[d]) for each direction d of r: at once when
