@@ -289,3 +289,65 @@ def test_score_nan_propagates(kind, rng, score_params):
     assert np.all(np.isnan(s[1]))
     np.testing.assert_allclose(s[[0, 2]], ref.score(q, k, score=kind, **p)[[0, 2]],
                                rtol=1e-12, atol=1e-12)
+
+
+def _recomputing(spec):
+    """A C score spec without the saved projections: the backward recomputes them."""
+    return spec[:-2] + (None, False)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("lead", [(2,), (2, 3)])
+def test_additive_backward_reads_saved_projections(dtype, lead, rng):
+    """The additive score's backward reads the projections Q W_q, K W_k its
+    forward saved instead of recomputing them: the very same bits as the
+    recomputing backward, through attnc.score and attnc.attention."""
+    from attnc import _core
+    from attnc.attention._spec import Inputs, Score
+
+    q = rng.standard_normal(lead + (4, 5)).astype(dtype)
+    k = rng.standard_normal(lead + (6, 3)).astype(dtype)
+    val = rng.standard_normal(lead + (6, 2)).astype(dtype)
+    p = {"w_query": rng.standard_normal((5, 7)).astype(dtype), "w_key": rng.standard_normal((3, 7)).astype(dtype),
+         "v": rng.standard_normal(7).astype(dtype)}
+    out, pb = attnc.vjp(attnc.score, q, k, score="additive", **p)
+    ds = rng.standard_normal(out.shape).astype(dtype)
+    g = pb(ds)
+    inp = Inputs(q, k)
+    sc = Score("additive", p, inp)
+    dq, dk = inp.empty(inp.tq, inp.dq), inp.empty(inp.tk, inp.dk)
+    spec, finish = sc.grads(inp)
+    _core.score_backward(_recomputing(sc.c), spec, np.ascontiguousarray(ds), inp.query, inp.keys, dq, dk)
+    want = {"query": dq, "keys": dk, **finish(())}
+    for name in want:
+        np.testing.assert_array_equal(g[name], want[name], err_msg=name)
+
+    (ctx, w), pb = attnc.vjp(attnc.attention, q, k, val, score="additive", **p)
+    dctx = rng.standard_normal(ctx.shape).astype(dtype)
+    g = pb(dctx, None)
+    inp = Inputs(q, k, val)
+    sc = Score("additive", p, inp)
+    dq, dk, dv = inp.backward_outputs()
+    spec, finish = sc.grads(inp)
+    _core.attention_backward(_recomputing(sc.c), spec, np.ascontiguousarray(dctx), None, inp.query, inp.keys,
+                             inp.values, w, dq, dk, dv)
+    for name, want in {**inp.grads(dq, dk, dv), **finish(())}.items():
+        np.testing.assert_array_equal(g[name], want, err_msg=name)
+
+
+def test_projections_buffer_is_checked(rng):
+    """A projections buffer that is too small or of another dtype is refused, naming it."""
+    from attnc import _core
+    from attnc.attention._spec import Inputs, Score
+
+    q, k = rng.standard_normal((2, 4, 5)), rng.standard_normal((2, 6, 3))
+    p = {"w_query": rng.standard_normal((5, 7)), "w_key": rng.standard_normal((3, 7)), "v": rng.standard_normal(7)}
+    inp = Inputs(q, k)
+    spec = Score("additive", p, inp).c
+    out = inp.empty(inp.tq, inp.tk)
+    with pytest.raises(ValueError, match="projections must be a contiguous vector of at least 147 elements"):
+        _core.score_forward(spec[:-2] + (np.empty(146), False), inp.query, inp.keys, out)
+    with pytest.raises(ValueError, match="projections must be a contiguous vector"):
+        _core.score_forward(spec[:-2] + (np.empty(300)[::2], False), inp.query, inp.keys, out)
+    with pytest.raises(TypeError, match="projections"):
+        _core.score_forward(spec[:-2] + (np.empty(147, np.float32), False), inp.query, inp.keys, out)

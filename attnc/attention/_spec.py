@@ -126,7 +126,7 @@ class Score:
             scale = 1.0 / math.sqrt(inp.dk) if self.kind == 1 and inp.dk else 1.0
             if self.kind == 0 and inp.dq != inp.dk:
                 self._size_error(inp)
-            self.c = (self.kind, scale, 1.0, 1.0, None, None, None, None, None)
+            self.c = self.c_saved = (self.kind, scale, 1.0, 1.0, None, None, None, None, None, None, False)
             return
         name = choice(score, tuple(KINDS), "score")
         self.name, self.kind = name, KINDS[name]
@@ -180,7 +180,14 @@ class Score:
                         f"beta with shape {shape_str(b.shape)} does not broadcast to (..., Tq) = {shape_str(want)}"
                     ) from None
                 self.arrays["beta"], self.shapes["beta"] = beta, b.shape
-        self.c = (self.kind, scale, bandwidth, beta_scalar, weight, w_query, w_key, v, beta)
+        # The additive score's projections Q W_q, K W_k (and v), written by the
+        # forward's C call and read back by the backward's (c_saved) instead of
+        # recomputing the two products.
+        proj = None
+        if self.kind == 3:
+            proj = np.empty(math.prod(inp.batch) * (inp.tq + inp.tk) * w_query.shape[1] + w_query.shape[1], dt)
+        self.c = (self.kind, scale, bandwidth, beta_scalar, weight, w_query, w_key, v, beta, proj, False)
+        self.c_saved = self.c[:-1] + (True,)
 
     def _size_error(self, inp: Inputs):
         qn, kn, _ = inp.names

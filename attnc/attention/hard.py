@@ -35,7 +35,7 @@ def _backward(saved, cotangents):
     dq, dk, dv = inp.backward_outputs()
     spec, finish = sc.grads(inp)
     scalars = _core.hard_attention_backward(
-        sc.c, spec, ms, opts, dcontext, dweights, inp.query, inp.keys, inp.values, indices, dq, dk, dv
+        sc.c_saved, spec, ms, opts, dcontext, dweights, inp.query, inp.keys, inp.values, indices, dq, dk, dv
     )
     return {**inp.grads(dq, dk, dv), **finish(scalars)}
 

@@ -39,7 +39,7 @@ def _backward(saved, cotangents):
         dy = dy.reshape(inp.tq, inp.dv)
     dq, dk, dv = inp.backward_outputs()
     spec, finish = sc.grads(inp)
-    scalars = _core.attention_backward(sc.c, spec, dy, dweights, inp.query, inp.keys, inp.values, weights, dq, dk, dv)
+    scalars = _core.attention_backward(sc.c_saved, spec, dy, dweights, inp.query, inp.keys, inp.values, weights, dq, dk, dv)
     grads = {name: g.reshape(shapes[name]) for name, g in inp.grads(dq, dk, dv).items()}
     return {**grads, **finish(scalars)}
 

@@ -95,7 +95,7 @@ def _backward(saved, cotangents):
     dvp = np.empty(opts[4].shape, inp.dtype) if predictive else None
     spec, finish = sc.grads(inp)
     scalars = _core.local_attention_backward(
-        sc.c, spec, ms, opts, dcontext, dweights, dpositions if predictive else None,
+        sc.c_saved, spec, ms, opts, dcontext, dweights, dpositions if predictive else None,
         inp.query, inp.keys, inp.values, weights, out_pos, dq, dk, dv, dwp, dvp,
     )
     grads = {**inp.grads(dq, dk, dv), **finish(scalars)}

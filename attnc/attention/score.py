@@ -24,7 +24,7 @@ def _backward(saved, cotangents):
         ds.fill(0)
     dq, dk = inp.empty(inp.tq, inp.dq), inp.empty(inp.tk, inp.dk)
     spec, finish = sc.grads(inp)
-    scalars = _core.score_backward(sc.c, spec, ds, inp.query, inp.keys, dq, dk)
+    scalars = _core.score_backward(sc.c_saved, spec, ds, inp.query, inp.keys, dq, dk)
     return {"query": dq, "keys": dk, **finish(scalars)}
 
 

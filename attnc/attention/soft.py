@@ -24,7 +24,7 @@ def _backward(saved, cotangents):
     dq, dk, dv = inp.backward_outputs()
     spec, finish = sc.grads(inp)
     scalars = _core.attention_backward(
-        sc.c, spec, dcontext, dweights, inp.query, inp.keys, inp.values, weights, dq, dk, dv
+        sc.c_saved, spec, dcontext, dweights, inp.query, inp.keys, inp.values, weights, dq, dk, dv
     )
     return {**inp.grads(dq, dk, dv), **finish(scalars)}
 

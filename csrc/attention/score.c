@@ -82,16 +82,34 @@ static void project(void *out, const attnc_dims *d, const attnc_tensor *t, int64
                         ADDITIVE_ROWS);
 }
 
+/* c->pre <- params' projections buffer (checked), else a new one. */
+static attnc_status projections_buffer(attnc_score_ctx *c, int64_t count) {
+    const attnc_tensor *t = &c->p->projections;
+    size_t es = attnc_dtype_size(c->d->dtype);
+    if (!attnc_present(t)) {
+        c->own_pre = true;
+        return attnc_calloc(&c->pre, (size_t)count, es, "additive score projections");
+    }
+    TRY(attnc_check_dtype(t, "projections", c->d->dtype));
+    if (t->ndim != 1 || t->shape[0] < count || (t->shape[0] > 1 && t->strides[0] != 1))
+        return attnc_fail(ATTNC_ERR_VALUE, "projections must be a contiguous vector of at least %lld elements",
+                          (long long)count);
+    c->pre = t->data;
+    return ATTNC_OK;
+}
+
 attnc_status attnc_score_open(attnc_score_ctx *c, const attnc_dims *d, const attnc_tensor *query,
                               const attnc_tensor *keys, const attnc_score_params *p) {
-    *c = (attnc_score_ctx){d, query, keys, p, NULL};
+    *c = (attnc_score_ctx){d, query, keys, p, NULL, false};
     if (p->kind != ATTNC_SCORE_ADDITIVE) return ATTNC_OK;
     int64_t B = d->batch.count, da = d->da, nq = B * d->tq * da, nk = B * d->tk * da;
     size_t es = attnc_dtype_size(d->dtype);
-    TRY(attnc_calloc(&c->pre, (size_t)(nq + nk + da), es, "additive score projections"));
+    TRY(projections_buffer(c, nq + nk + da));
     char *pre = c->pre;
-    project(pre, d, query, d->tq, &p->w_query);
-    project(pre + (size_t)nq * es, d, keys, d->tk, &p->w_key);
+    if (c->own_pre || !p->projections_ready) {
+        project(pre, d, query, d->tq, &p->w_query);
+        project(pre + (size_t)nq * es, d, keys, d->tk, &p->w_key);
+    }
     const char *v = p->v.data;
     for (int64_t a = 0; a < da; a++)
         memcpy(pre + (size_t)(nq + nk + a) * es, v + (size_t)(a * p->v.strides[0]) * es, es);
@@ -99,8 +117,9 @@ attnc_status attnc_score_open(attnc_score_ctx *c, const attnc_dims *d, const att
 }
 
 void attnc_score_close(attnc_score_ctx *c) {
-    free(c->pre);
+    if (c->own_pre) free(c->pre);
     c->pre = NULL;
+    c->own_pre = false;
 }
 
 /* The additive score's backward over the whole batch, from the stash the

@@ -14,9 +14,11 @@ typedef struct {
     const attnc_tensor *query, *keys;
     const attnc_score_params *p;
     /* The additive score's projections of the whole batch, made once by
-     * attnc_score_open: QA = Q W_q (B Tq, da), KA = K W_k (B Tk, da), then v
-     * (da) contiguous. NULL for the other kinds. */
+     * attnc_score_open (or read from params' projections when ready): QA =
+     * Q W_q (B Tq, da), KA = K W_k (B Tk, da), then v (da) contiguous. NULL
+     * for the other kinds. own_pre: allocated by the open, freed by the close. */
     void *pre;
+    bool own_pre;
 } attnc_score_ctx;
 
 /* c <- a context for a call on query and keys (checked by

@@ -115,6 +115,14 @@ typedef struct {
     attnc_tensor w_key;    /* additive                                     */
     attnc_tensor v;        /* additive                                     */
     attnc_tensor beta;     /* cosine, (..., Tq), may broadcast             */
+    /* additive, optional: a contiguous buffer of at least B (Tq + Tk) da + da
+     * elements of the call's dtype (B the batch count) for the projections
+     * Q W_q, K W_k and v. A forward writes them there; a backward given the
+     * same buffer with projections_ready = 1 reads them instead of
+     * recomputing the two products (query, keys, w_query and w_key must be
+     * unchanged in between). Absent: a scratch buffer of the call. */
+    attnc_tensor projections;
+    int projections_ready;
 } attnc_score_params;
 
 /* Gradients of the score parameters. Tensors are contiguous, shaped like the

@@ -21,15 +21,16 @@ typedef struct {
 
 static int parse_score(buffers *h, PyObject *tup, attnc_score_params *p) {
     int kind;
-    PyObject *w, *wq, *wk, *v, *beta;
-    if (!PyArg_ParseTuple(tup, "idddOOOOO;score spec", &kind, &p->scale, &p->bandwidth,
-                          &p->beta_scalar, &w, &wq, &wk, &v, &beta))
+    PyObject *w, *wq, *wk, *v, *beta, *proj;
+    if (!PyArg_ParseTuple(tup, "idddOOOOOOp;score spec", &kind, &p->scale, &p->bandwidth,
+                          &p->beta_scalar, &w, &wq, &wk, &v, &beta, &proj, &p->projections_ready))
         return 0;
     p->kind = (attnc_score_kind)kind;
     return buffers_get(h, w, "weight", 0, &p->weight) &&
            buffers_get(h, wq, "w_query", 0, &p->w_query) &&
            buffers_get(h, wk, "w_key", 0, &p->w_key) && buffers_get(h, v, "v", 0, &p->v) &&
-           buffers_get(h, beta, "beta", 0, &p->beta);
+           buffers_get(h, beta, "beta", 0, &p->beta) &&
+           buffers_get(h, proj, "projections", 1, &p->projections);
 }
 
 static int parse_grads(buffers *h, PyObject *tup, attnc_score_grads *g, scalar_grads *s) {
