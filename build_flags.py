@@ -24,7 +24,9 @@ PATHS = list(SIMD_FLAGS) if X86_64 else ["baseline"]
 # select such as tanh's `|x| < 1/16 ? series : 1 - 2 / (e^2x + 1)` and blend
 # them, so such loops vectorise without AVX-512's masks. It assumes no one
 # traps on floating-point exceptions (attnc raises none) and changes no result.
-FP_FLAGS = ["-ffp-contract=off", "-fno-trapping-math"]
+# -fno-math-errno: sqrt becomes the (correctly rounded) instruction, so loops
+# with a sqrt vectorise (optim/adam.c); attnc never reads errno.
+FP_FLAGS = ["-ffp-contract=off", "-fno-trapping-math", "-fno-math-errno"]
 
 
 def simd_flags(path: str) -> list:

@@ -8,9 +8,9 @@ dicts of ``attnc.vjp``, with torch.optim's update rules.
     opt.step(grads)                        # parameters updated in place
 
 Gradients of names that are not parameters (the inputs) are ignored;
-parameters without a gradient in the dict are left alone. The update of
-each parameter is a few NumPy operations in place (memory-bound work that
-BLAS-free C would not speed up).
+parameters without a gradient in the dict are left alone. Adam and AdamW
+update each parameter in one pass in C (csrc/optim/adam.c); SGD and RMSprop
+are a few NumPy operations in place.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from typing import Callable, Union
 
 import numpy as np
 
+from . import _core
 from ._typing import Array
 from .nn.module import Module
 
@@ -168,32 +169,17 @@ class Adam(Optimizer):
         self.betas, self.eps, self.weight_decay = (float(betas[0]), float(betas[1])), float(eps), float(weight_decay)
 
     def _update(self, name, p, g, state):
-        b1, b2 = self.betas
-        if self.weight_decay:
-            if self.decoupled:
-                p *= 1 - self.lr * self.weight_decay
-            else:
-                g = g + self.weight_decay * p
-        if not state:
-            state.update(step=0, m=np.zeros_like(p), v=np.zeros_like(p))
+        if not state:   # C-ordered, as the kernel reads them (zeros_like would copy a view's order)
+            state.update(step=0, m=np.zeros(p.shape, p.dtype), v=np.zeros(p.shape, p.dtype))
         state["step"] += 1
-        m, v, t = state["m"], state["v"], state["step"]
-        # in place, two temporaries; the same operations in the same order as
-        # m = b1 m + (1 - b1) g, v = b2 v + (1 - b2) g g,
-        # p -= (lr / (1 - b1^t)) m / (sqrt(v) / sqrt(1 - b2^t) + eps)
-        tmp = np.multiply(g, 1 - b1)
-        m *= b1
-        m += tmp
-        np.multiply(g, 1 - b2, out=tmp)
-        tmp *= g
-        v *= b2
-        v += tmp
-        denom = np.sqrt(v, out=tmp)
-        denom /= math.sqrt(1 - b2**t)
-        denom += self.eps
-        upd = np.multiply(m, self.lr / (1 - b1**t))
-        upd /= denom
-        p -= upd
+        # one pass in C (csrc/optim/adam.c), the same operations in the same
+        # order as torch.optim.Adam(W), each rounded to p's dtype; a strided
+        # parameter (a view in a dict of arrays) through a contiguous copy
+        work = p if p.flags.c_contiguous else np.ascontiguousarray(p)
+        _core.adam_step(work, np.ascontiguousarray(g), state["m"], state["v"], self.lr, self.betas[0], self.betas[1],
+                        self.eps, self.weight_decay, self.decoupled, state["step"])
+        if work is not p:
+            p[...] = work
 
 
 class AdamW(Adam):

@@ -74,6 +74,69 @@ def test_errors():
         attnc.optim.SGD([1, 2], lr=0.1)
 
 
+def _adam_f32_reference(p, grads, lr, b1, b2, eps, wd, decoupled):
+    """Adam / AdamW in NumPy float32, each operation rounded in torch's
+    single-tensor order but for m and v written as b m + (1 - b) g: the
+    order attnc's kernel keeps, so the two agree bitwise."""
+    p = p.copy()
+    m, v = np.zeros_like(p), np.zeros_like(p)
+    f = np.float32
+    for t, g in enumerate(grads, 1):
+        if decoupled:
+            p = p * f(1 - lr * wd)
+        else:
+            g = g + f(wd) * p
+        m = m * f(b1) + g * f(1 - b1)
+        v = v * f(b2) + g * f(1 - b2) * g
+        denom = np.sqrt(v) / f(np.sqrt(1 - b2**t)) + f(eps)
+        p = p - m * f(lr / (1 - b1**t)) / denom
+    return p
+
+
+@pytest.mark.parametrize("name,wd", [("Adam", 0.0), ("Adam", 0.1), ("AdamW", 0.05)])
+def test_adam_float32_bits(name, wd, rng):
+    """Adam and AdamW in float32: bitwise the update written out in NumPy,
+    for a parameter of several of the kernel's blocks and a strided view in a
+    dict of arrays (updated through a copy, in place), at 1 and 2 threads."""
+    big = rng.standard_normal(70001).astype(np.float32)
+    base = rng.standard_normal((9, 6)).astype(np.float32)
+    grads = [(rng.standard_normal(70001).astype(np.float32) * np.float32(10.0 ** k),
+              rng.standard_normal((6, 9)).astype(np.float32)) for k in range(-6, 2)]
+    want_big = _adam_f32_reference(big, [g for g, _ in grads], 3e-3, 0.9, 0.99, 1e-8, wd, name == "AdamW")
+    want_view = _adam_f32_reference(base.T, [g for _, g in grads], 3e-3, 0.9, 0.99, 1e-8, wd, name == "AdamW")
+    for threads in (1, 2):
+        attnc.set_num_threads(threads)
+        owner = base.copy()
+        params = {"big": big.copy(), "view": owner.T}
+        opt = getattr(attnc.optim, name)(params, lr=3e-3, betas=(0.9, 0.99), weight_decay=wd)
+        for g_big, g_view in grads:
+            opt.step({"big": g_big, "view": g_view})
+        np.testing.assert_array_equal(params["big"], want_big)
+        np.testing.assert_array_equal(owner.T, want_view)   # the caller's array itself
+
+
+def test_adam_kernel_errors():
+    """The C update names the argument that is wrong."""
+    from attnc import _core
+
+    p, m, v = np.zeros(8), np.zeros(8), np.zeros(8)
+    args = (0.1, 0.9, 0.999, 1e-8, 0.0, False)
+    with pytest.raises(ValueError, match="grad has 7 elements, param 8"):
+        _core.adam_step(p, np.zeros(7), m, v, *args, 1)
+    with pytest.raises(TypeError, match="grad"):
+        _core.adam_step(p, np.zeros(8, np.float32), m, v, *args, 1)
+    with pytest.raises(ValueError, match="exp_avg must be C-contiguous"):
+        _core.adam_step(p, np.zeros(8), np.zeros(16)[::2], v, *args, 1)
+    with pytest.raises(ValueError, match="param and exp_avg share memory"):
+        _core.adam_step(p, np.zeros(8), p, v, *args, 1)
+    with pytest.raises(ValueError, match="step must be >= 1"):
+        _core.adam_step(p, np.zeros(8), m, v, *args, 0)
+    with pytest.raises(ValueError, match="betas"):
+        _core.adam_step(p, np.zeros(8), m, v, 0.1, 1.0, 0.999, 1e-8, 0.0, False, 1)
+    with pytest.raises(TypeError, match="param"):
+        _core.adam_step(np.zeros(8, np.int64), np.zeros(8), m, v, *args, 1)
+
+
 @pytest.mark.parametrize("max_norm", [0.5, 100.0])
 def test_clip_grad_norm_matches_torch(max_norm, rng, torch):
     grads = {"a": rng.standard_normal((3, 4)), "b": rng.standard_normal(5), "input": rng.standard_normal(7)}

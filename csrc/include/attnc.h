@@ -324,6 +324,20 @@ attnc_status attnc_linear_backward(attnc_tensor *dx, attnc_tensor *dweight, attn
                                    const attnc_tensor *dy, const attnc_tensor *x,
                                    const attnc_tensor *weight);
 
+/* ---- optim ------------------------------------------------------------------ */
+
+typedef struct {
+    double lr, beta1, beta2, eps, weight_decay;
+    int decoupled; /* AdamW: p *= 1 - lr weight_decay; else Adam's L2: g += weight_decay p */
+    int64_t step;  /* t >= 1, this step's number (bias corrections 1 - beta^t) */
+} attnc_adam_options;
+
+/* One Adam (AdamW) step in place, as torch.optim.Adam(W): param, exp_avg (m)
+ * and exp_avg_sq (v) updated from grad; four C-contiguous arrays of the same
+ * dtype (float32 or float64) and element count, not overlapping. */
+attnc_status attnc_adam_step(attnc_tensor *param, const attnc_tensor *grad, attnc_tensor *exp_avg,
+                             attnc_tensor *exp_avg_sq, const attnc_adam_options *options);
+
 /* ---- nn: layer norm, embedding, cross-entropy ---------------------------- */
 
 /* y (N, D) <- (x - mean) / sqrt(var + eps) * weight + bias over each row of

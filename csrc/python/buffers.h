@@ -46,5 +46,6 @@ extern PyMethodDef attnc_lstmn_methods[];
 extern PyMethodDef attnc_pooling_methods[];
 extern PyMethodDef attnc_conv_methods[];
 extern PyMethodDef attnc_gated_methods[];
+extern PyMethodDef attnc_optim_methods[];
 
 #endif

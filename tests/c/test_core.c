@@ -993,6 +993,66 @@ static void test_rnn_fused(void) {
 #include "test_gated.h"
 #include "test_lstm_cell.h"
 
+/* ---- optim ------------------------------------------------------------ */
+
+/* Adam and AdamW against the update written out here (float64), over more
+ * than one parallel block and two thread counts; then bad arguments. */
+static void test_adam(void) {
+    enum { N = 40000, STEPS = 3 };
+    for (int decoupled = 0; decoupled < 2; decoupled++)
+        for (int threads = 1; threads <= 2; threads++) {
+            attnc_set_num_threads(threads);
+            double *p = randn(N, 1), *m = calloc(N, sizeof *m), *v = calloc(N, sizeof *v);
+            double *rp = randn(N, 1), *rm = calloc(N, sizeof *rm), *rv = calloc(N, sizeof *rv);
+            int64_t shape[1] = {N};
+            attnc_tensor tp = view(p, ATTNC_FLOAT64, 1, shape), tm = view(m, ATTNC_FLOAT64, 1, shape),
+                         tv = view(v, ATTNC_FLOAT64, 1, shape);
+            attnc_adam_options o = {.lr = 0.01, .beta1 = 0.9, .beta2 = 0.99, .eps = 1e-8, .weight_decay = 0.1,
+                                    .decoupled = decoupled};
+            for (int t = 1; t <= STEPS; t++) {
+                double *g = randn(N, 10 + (uint64_t)t);
+                attnc_tensor tg = view(g, ATTNC_FLOAT64, 1, shape);
+                o.step = t;
+                CHECK(attnc_adam_step(&tp, &tg, &tm, &tv, &o) == ATTNC_OK, "%s", attnc_last_error());
+                for (int i = 0; i < N; i++) {
+                    double gi = g[i];
+                    if (decoupled)
+                        rp[i] *= 1 - o.lr * o.weight_decay;
+                    else
+                        gi += o.weight_decay * rp[i];
+                    rm[i] = 0.9 * rm[i] + 0.1 * gi;
+                    rv[i] = 0.99 * rv[i] + 0.01 * gi * gi;
+                    double mhat = rm[i] / (1 - pow(0.9, t)), vhat = rv[i] / (1 - pow(0.99, t));
+                    rp[i] -= o.lr * mhat / (sqrt(vhat) + o.eps);
+                }
+                free(g);
+            }
+            CHECK(max_abs_diff(p, rp, N) < 1e-12, "adam (decoupled %d, %d threads) off by %g", decoupled, threads,
+                  max_abs_diff(p, rp, N));
+            CHECK(max_abs_diff(m, rm, N) < 1e-14 && max_abs_diff(v, rv, N) < 1e-14, "adam state");
+            free(p), free(m), free(v), free(rp), free(rm), free(rv);
+        }
+    attnc_set_num_threads(2);
+    double a[8] = {0}, b[8] = {0}, c[8] = {0};
+    float f[8] = {0};
+    int64_t n8[1] = {8}, n7[1] = {7};
+    attnc_tensor ta = view(a, ATTNC_FLOAT64, 1, n8), tb = view(b, ATTNC_FLOAT64, 1, n8),
+                 tc = view(c, ATTNC_FLOAT64, 1, n8), short_b = view(b, ATTNC_FLOAT64, 1, n7),
+                 tf = view(f, ATTNC_FLOAT32, 1, n8), inside = view(a + 1, ATTNC_FLOAT64, 1, n7);
+    attnc_adam_options o = {.lr = 0.1, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .step = 1};
+    CHECK(attnc_adam_step(&ta, &short_b, &tb, &tc, &o) == ATTNC_ERR_VALUE &&
+              strstr(attnc_last_error(), "grad") != NULL, "short grad: %s", attnc_last_error());
+    CHECK(attnc_adam_step(&ta, &tf, &tb, &tc, &o) == ATTNC_ERR_TYPE &&
+              strstr(attnc_last_error(), "grad") != NULL, "float32 grad: %s", attnc_last_error());
+    attnc_tensor ta7 = view(a, ATTNC_FLOAT64, 1, n7), tc7 = view(c, ATTNC_FLOAT64, 1, n7);
+    CHECK(attnc_adam_step(&ta7, &short_b, &inside, &tc7, &o) == ATTNC_ERR_VALUE &&
+              strstr(attnc_last_error(), "share memory") != NULL, "overlap: %s", attnc_last_error());
+    o.step = 0;
+    CHECK(attnc_adam_step(&ta, &tb, &tc, &tc, &o) != ATTNC_OK, "step 0 accepted");
+    o.step = 1, o.beta1 = 1;
+    CHECK(attnc_adam_step(&ta, &tb, &tc, &tc, &o) != ATTNC_OK, "beta1 = 1 accepted");
+}
+
 int main(void) {
     test_rng();
     test_threads();
@@ -1019,6 +1079,7 @@ int main(void) {
     test_conv();
     test_gated();
     test_lstm_cell();
+    test_adam();
     attnc_set_num_threads(1); /* join the workers before exit */
     printf("%d passed, %d failed\n", passed, failed);
     return failed != 0;
