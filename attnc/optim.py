@@ -172,9 +172,9 @@ class Adam(Optimizer):
         if not state:   # C-ordered, as the kernel reads them (zeros_like would copy a view's order)
             state.update(step=0, m=np.zeros(p.shape, p.dtype), v=np.zeros(p.shape, p.dtype))
         state["step"] += 1
-        # one pass in C (csrc/optim/adam.c), the same operations in the same
-        # order as torch.optim.Adam(W), each rounded to p's dtype; a strided
-        # parameter (a view in a dict of arrays) through a contiguous copy
+        # one pass in C (csrc/optim/adam.c): torch.optim.Adam(W)'s update,
+        # each operation rounded to p's dtype; a strided parameter (a view in
+        # a dict of arrays) through a contiguous copy
         work = p if p.flags.c_contiguous else np.ascontiguousarray(p)
         _core.adam_step(work, np.ascontiguousarray(g), state["m"], state["v"], self.lr, self.betas[0], self.betas[1],
                         self.eps, self.weight_decay, self.decoupled, state["step"])

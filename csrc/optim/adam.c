@@ -2,11 +2,12 @@
  *
  * Why in C: the same update in NumPy is about ten whole-array passes and
  * calls per parameter; here each element is read and written once. The
- * operations are those of torch.optim.Adam (and of attnc/optim.py's NumPy
- * form, which this replaces), each rounded to the parameter's dtype in the
- * same order, so both give the same bits:
+ * update is torch.optim.Adam(W)'s, each operation rounded to the
+ * parameter's dtype in the order of attnc/optim.py's former NumPy form
+ * (which it replaces bit for bit; torch's m and v use lerp, so torch's
+ * float32 differs by rounding):
  *
- *   decoupled (AdamW): p <- p * (1 - lr wd);  else g <- g + wd p
+ *   decoupled (AdamW): p <- p * (1 - lr wd);  else, wd != 0: g <- g + wd p
  *   m <- b1 m + (1 - b1) g,  v <- b2 v + ((1 - b2) g) g
  *   p <- p - (m * lr / (1 - b1^t)) / (sqrt(v) / sqrt(1 - b2^t) + eps)
  *
@@ -42,7 +43,7 @@ typedef struct {
         int64_t lo = blk * ADAM_BLOCK, hi = lo + ADAM_BLOCK < j->n ? lo + ADAM_BLOCK : j->n; \
         for (int64_t i = lo; i < hi; i++) {                                                  \
             REAL pi = j->decoupled ? p[i] * keep : p[i];                                     \
-            REAL gi = j->decoupled ? g[i] : g[i] + wd * pi;                                  \
+            REAL gi = j->decoupled || wd == 0 ? g[i] : g[i] + wd * pi;                       \
             REAL mi = m[i] * b1 + gi * omb1;                                                 \
             REAL vi = v[i] * b2 + gi * omb2 * gi;                                            \
             p[i] = pi - mi * step / (SQRT(vi) / bc2 + eps);                                  \
