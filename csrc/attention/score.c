@@ -106,10 +106,9 @@ attnc_status attnc_score_open(attnc_score_ctx *c, const attnc_dims *d, const att
     size_t es = attnc_dtype_size(d->dtype);
     TRY(projections_buffer(c, nq + nk + da));
     char *pre = c->pre;
-    if (c->own_pre || !p->projections_ready) {
-        project(pre, d, query, d->tq, &p->w_query);
-        project(pre + (size_t)nq * es, d, keys, d->tk, &p->w_key);
-    }
+    if (!c->own_pre && p->projections_ready) return ATTNC_OK; /* the forward wrote all three */
+    project(pre, d, query, d->tq, &p->w_query);
+    project(pre + (size_t)nq * es, d, keys, d->tk, &p->w_key);
     const char *v = p->v.data;
     for (int64_t a = 0; a < da; a++)
         memcpy(pre + (size_t)(nq + nk + a) * es, v + (size_t)(a * p->v.strides[0]) * es, es);
