@@ -250,23 +250,32 @@ def test_hull_many_rows_match_row_by_row():
         assert one[0, : s[0]].tolist() == targets[r, : sizes[r]].tolist() == brute_force_hull(points[r])
 
 
-def test_hull_interior_filter_changes_nothing(monkeypatch):
-    """From n = 16 the points strictly inside the 8 extremes' polygon are
-    dropped before the chain: the same hulls as without, and as brute force."""
-    from attnc.datasets import pointer_tasks
+def test_hull_larger_n_and_threads():
+    """n = 24, uniform and on a grid (collinear and repeated points): brute
+    force's hulls, the same bits with 1 and 2 threads."""
+    from attnc.datasets.pointer_tasks import _hull_targets
     rng = np.random.default_rng(6)
     uniform = rng.random((300, 24, 2))
-    grid = rng.integers(0, 7, (300, 24, 2)).astype(float)  # collinear and repeated points
-    filtered = [pointer_tasks._hull_targets(p) for p in (uniform, grid)]
+    grid = rng.integers(0, 7, (300, 24, 2)).astype(float)
+    before = attnc.get_num_threads()
     for p in (uniform, grid):
-        t16, s16 = pointer_tasks._hull_targets(p[:3, :16])
-        for r in range(3):
-            assert t16[r, : s16[r]].tolist() == brute_force_hull(p[r, :16])
-    monkeypatch.setattr(pointer_tasks, "_FILTER_MIN_N", 10**9)
-    plain = [pointer_tasks._hull_targets(p) for p in (uniform, grid)]
-    for (t1, s1), (t2, s2) in zip(filtered, plain):
-        np.testing.assert_array_equal(t1, t2)
-        np.testing.assert_array_equal(s1, s2)
+        try:
+            attnc.set_num_threads(1)
+            one = _hull_targets(p)
+            attnc.set_num_threads(2)
+            two = _hull_targets(p)
+        finally:
+            attnc.set_num_threads(before)
+        np.testing.assert_array_equal(one[0], two[0])
+        np.testing.assert_array_equal(one[1], two[1])
+        for r in range(4):
+            assert one[0][r, : one[1][r]].tolist() == brute_force_hull(p[r])
+
+
+def test_hull_targets_refuse_bad_points():
+    from attnc.datasets.pointer_tasks import _hull_targets
+    with pytest.raises(ValueError, match=r"points\[0, 1, 0\] is nan"):
+        _hull_targets(np.array([[[0, 0], [np.nan, 1], [1, 0]]]))
 
 
 # --------------------------------------------------------------------------- sort

@@ -53,9 +53,7 @@ __all__ = [
 ]
 
 HELD_KARP_MAX_N = 12   # the largest n solved exactly (attnc_tsp_held_karp)
-_HULL_CHUNK = 1 << 15  # rows per vectorised monotone-chain pass
 _AREA_CHUNK = 1 << 20  # edge pairs per vectorised simple-polygon test
-_FILTER_MIN_N = 16     # drop interior points first from this n (a net win above it)
 
 
 # --------------------------------------------------------------------------- the batch
@@ -154,99 +152,17 @@ class PointerSortTask:
 
 # --------------------------------------------------------------------------- convex hull
 
-def _inside_extremes(x, y):
-    """(b, n) bool: strictly left of every (non-degenerate) edge of the closed
-    polygon through each row's extreme points in 8 directions, counter-
-    clockwise (lowest x, x + y, y, then highest x - y, x, x + y, y, y - x), so
-    not a hull vertex (Akl-Toussaint): such a point has winding number >= 1
-    in a polygon through points of the row and is off every supporting line,
-    so it lies in the hull's interior."""
-    rows = np.arange(x.shape[0])[:, None]
-    s, d = x + y, x - y
-    ext = np.stack([x.argmin(1), s.argmin(1), y.argmin(1), d.argmax(1),
-                    x.argmax(1), s.argmax(1), y.argmax(1), d.argmin(1)], axis=1)  # (b, 8)
-    qx, qy = x[rows, ext], y[rows, ext]
-    inside = np.ones(x.shape, bool)
-    for e in range(8):
-        f = (e + 1) % 8
-        ax, ay, bx, by = qx[:, e:e + 1], qy[:, e:e + 1], qx[:, f:f + 1], qy[:, f:f + 1]
-        degenerate = (ax == bx) & (ay == by)
-        inside &= ((bx - ax) * (y - ay) - (by - ay) * (x - ax) > 0) | degenerate
-    return inside & ~((qx == qx[:, :1]) & (qy == qy[:, :1])).all(axis=1, keepdims=True)
-
-
-def _hull_chunk(P):
-    """Andrew's monotone chain over all rows of P (b, n, 2) float64 at once.
-    Returns hull (b, n) int64 original indices, counter-clockwise from the
-    lowest index, padded with -1, and the sizes (b,).
-
-    Each row's points are sorted by (x, y, index); repeats of a point (all
-    but its lowest index) and, for n >= 16, points strictly inside the
-    polygon of the row's extreme points in 8 directions are dropped, the rest
-    moved to the front in order.
-    The chain then runs in lockstep over the rows (position k of every row at
-    once), each row with its own stack in one flat array."""
-    b, n, _ = P.shape
-    order = np.lexsort((P[..., 1], P[..., 0]), axis=-1)  # by x, then y, then index (stable)
-    sx = np.take_along_axis(P[..., 0], order, 1)
-    sy = np.take_along_axis(P[..., 1], order, 1)
-    skip = np.zeros((b, n), bool)
-    skip[:, 1:] = (sx[:, 1:] == sx[:, :-1]) & (sy[:, 1:] == sy[:, :-1])
-    if n >= _FILTER_MIN_N:
-        skip |= _inside_extremes(sx, sy)
-    front = np.argsort(skip, axis=1, kind="stable")  # kept points first, in sorted order
-    order = np.take_along_axis(order, front, 1)
-    fx = np.take_along_axis(sx, front, 1).ravel()
-    fy = np.take_along_axis(sy, front, 1).ravel()
-    count = n - skip.sum(axis=1)  # >= 1: the first sorted point is always kept
-    W = 2 * n + 1
-    rows = np.arange(b)
-    base, pbase = rows * W, rows * n
-    stack = np.zeros(b * W, np.int64)  # flat positions into fx, fy
-    top = np.zeros(b, np.int64)
-
-    def push(r, k, floor):
-        """Push position k on the stacks of rows r, first popping every top
-        that does not make a strict left turn (while above floor)."""
-        cand = r[top[r] >= floor[r]]
-        while cand.size:
-            s = base[cand] + top[cand]
-            o, a, c = stack[s - 2], stack[s - 1], pbase[cand] + k
-            ox, oy = fx[o], fy[o]
-            left = (fx[a] - ox) * (fy[c] - oy) - (fy[a] - oy) * (fx[c] - ox) > 0
-            pop = cand[~left]
-            top[pop] -= 1
-            cand = pop[top[pop] >= floor[pop]]
-        stack[base[r] + top[r]] = pbase[r] + k
-        top[r] += 1
-
-    longest = int(count.max())
-    two = np.full(b, 2, np.int64)
-    for k in range(longest):  # lower hull, left to right
-        push(rows[k < count], k, two)
-    floor = top + 1
-    for k in range(longest - 2, -1, -1):  # upper hull, right to left, back to the first point
-        push(rows[k < count - 1], k, floor)
-    sizes = np.maximum(top - 1, 1)  # the last entry repeats the first (unless a single point)
-    valid = np.arange(n)[None, :] < sizes[:, None]
-    local = np.where(valid, stack.reshape(b, W)[:, :n] - pbase[:, None], 0)
-    idx = np.take_along_axis(order, local, 1)
-    start = np.argmin(np.where(valid, idx, n), axis=1)
-    pos = (start[:, None] + np.arange(n)[None, :]) % sizes[:, None]
-    hull = np.take_along_axis(idx, pos, 1)
-    hull[~valid] = -1
-    return hull, sizes
-
-
 def _hull_targets(P):
-    """(targets (B, T) padded with -1, sizes (B,)) of the points P (B, n, 2)."""
-    P = np.asarray(P, np.float64)
+    """(targets (B, T) padded with -1, sizes (B,)) of the points P (B, n, 2):
+    each row's hull vertices counter-clockwise from the lowest index, by
+    Andrew's monotone chain in C (attnc_convex_hull, on attnc's threads)."""
+    from .. import _core
+    P = np.ascontiguousarray(P, np.float64)
     B, n, _ = P.shape
     hull = np.empty((B, n), np.int64)
     sizes = np.empty(B, np.int64)
-    for s in range(0, B, _HULL_CHUNK):
-        hull[s:s + _HULL_CHUNK], sizes[s:s + _HULL_CHUNK] = _hull_chunk(P[s:s + _HULL_CHUNK])
-    return np.ascontiguousarray(hull[:, : int(sizes.max())]), sizes
+    _core.convex_hull(hull, sizes, P)
+    return np.ascontiguousarray(hull[:, : int(sizes.max()) if B else 0]), sizes
 
 
 class ConvexHullTask:

@@ -79,33 +79,41 @@ static void canonicalise(int64_t *t, int64_t n) {
     if (n >= 3 && t[1] > t[n - 1]) reverse(t, 1, n - 1);
 }
 
-/* Check points, tours and lengths for a solver; sets the job's geometry. */
-static attnc_status solver_dims(tsp_job *job, attnc_tensor *tours, attnc_tensor *lengths,
-                                const attnc_tensor *points) {
+attnc_status attnc_check_planar_points(const attnc_tensor *points, int64_t dims[3]) {
     if (!attnc_present(points)) return attnc_fail(ATTNC_ERR_TYPE, "points is required");
-    if (!attnc_present(tours)) return attnc_fail(ATTNC_ERR_TYPE, "tours is required");
-    if (!attnc_present(lengths)) return attnc_fail(ATTNC_ERR_TYPE, "lengths is required");
-    int64_t ps[3] = {-1, -1, 2};
-    TRY(attnc_check_dims(points, "points", ATTNC_FLOAT64, 3, ps, false));
-    if (ps[1] < 1)
-        return attnc_fail(ATTNC_ERR_VALUE, "points must hold at least 1 city per instance, got n = 0");
-    int64_t ts[2] = {ps[0], ps[1]}, ls[1] = {ps[0]};
-    TRY(attnc_check_dims(tours, "tours", ATTNC_INT64, 2, ts, true));
-    TRY(attnc_check_dims(lengths, "lengths", ATTNC_FLOAT64, 1, ls, true));
-    *job = (tsp_job){.p = points->data, .ps0 = points->strides[0], .ps1 = points->strides[1],
-                     .ps2 = points->strides[2], .tours = tours->data, .lengths = lengths->data,
-                     .B = ps[0], .n = ps[1]};
+    dims[0] = dims[1] = -1;
+    dims[2] = 2;
+    TRY(attnc_check_dims(points, "points", ATTNC_FLOAT64, 3, dims, false));
+    if (dims[1] < 1)
+        return attnc_fail(ATTNC_ERR_VALUE, "points must hold at least 1 point per instance, got n = 0");
     /* Every coordinate finite (a NaN would make every comparison false). */
-    for (int64_t b = 0; b < job->B; b++)
-        for (int64_t i = 0; i < job->n; i++)
+    const double *p = points->data;
+    for (int64_t b = 0; b < dims[0]; b++)
+        for (int64_t i = 0; i < dims[1]; i++)
             for (int c = 0; c < 2; c++) {
-                double v = job->p[b * job->ps0 + i * job->ps1 + c * job->ps2];
+                double v = p[b * points->strides[0] + i * points->strides[1] + c * points->strides[2]];
                 if (!isfinite(v))
                     return attnc_fail(ATTNC_ERR_VALUE,
                                       "points[%" PRId64 ", %" PRId64 ", %d] is %g: coordinates "
                                       "must be finite",
                                       b, i, c, v);
             }
+    return ATTNC_OK;
+}
+
+/* Check points, tours and lengths for a solver; sets the job's geometry. */
+static attnc_status solver_dims(tsp_job *job, attnc_tensor *tours, attnc_tensor *lengths,
+                                const attnc_tensor *points) {
+    if (!attnc_present(tours)) return attnc_fail(ATTNC_ERR_TYPE, "tours is required");
+    if (!attnc_present(lengths)) return attnc_fail(ATTNC_ERR_TYPE, "lengths is required");
+    int64_t ps[3];
+    TRY(attnc_check_planar_points(points, ps));
+    int64_t ts[2] = {ps[0], ps[1]}, ls[1] = {ps[0]};
+    TRY(attnc_check_dims(tours, "tours", ATTNC_INT64, 2, ts, true));
+    TRY(attnc_check_dims(lengths, "lengths", ATTNC_FLOAT64, 1, ls, true));
+    *job = (tsp_job){.p = points->data, .ps0 = points->strides[0], .ps1 = points->strides[1],
+                     .ps2 = points->strides[2], .tours = tours->data, .lengths = lengths->data,
+                     .B = ps[0], .n = ps[1]};
     return ATTNC_OK;
 }
 

@@ -35,4 +35,8 @@ attnc_status attnc_tsp_two_opt(attnc_tensor *tours, attnc_tensor *lengths,
 attnc_status attnc_tsp_tour_length(attnc_tensor *lengths, const attnc_tensor *points,
                                    const attnc_tensor *tours);
 
+/* Check points (B, n, 2) FLOAT64, n >= 1, every coordinate finite (the errors
+ * name "points"); dims <- (B, n, 2). Shared with hull.c. */
+attnc_status attnc_check_planar_points(const attnc_tensor *points, int64_t dims[3]);
+
 #endif

@@ -987,6 +987,7 @@ static void test_rnn_fused(void) {
 #include "test_ntm.h"
 #include "test_pointer.h"
 #include "test_tsp.h"
+#include "test_hull.h"
 #include "test_lstmn.h"
 #include "test_pooling.h"
 #include "test_conv.h"
@@ -1074,6 +1075,7 @@ int main(void) {
     test_ntm();
     test_pointer();
     test_tsp();
+    test_hull();
     test_lstmn();
     test_pooling();
     test_conv();
