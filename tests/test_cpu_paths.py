@@ -7,9 +7,12 @@ suite runs on the default path. Here, for every other path the CPU runs:
   difference references) run again in a process with ATTNC_CPU set;
 - a battery of forward and backward calls over every family of kernels runs
   on each path, and the outputs are compared across paths: bitwise equal,
-  except float32 recurrent networks (LSTM, GRU and the pointer network that
-  runs on them), whose AVX2 and AVX-512 builds have their own fused time
-  loop (rnn/rnn_fast.c, with fused multiply-adds): those within 1e-5.
+  except where the AVX2 and AVX-512 builds run their own float32 kernels
+  with fused multiply-adds, which are compared within 1e-5: recurrent
+  networks (LSTM, GRU and the pointer network that runs on them: the fused
+  time loop of rnn/rnn_fast.c) and scaled-dot-product attention (with the
+  transformer layer that runs on it: the tile products of
+  core/tile_gemm.c and, in AVX-512, core/rows_f32.h's exp).
 
 Run as a script (``ATTNC_CPU=avx2 python tests/test_cpu_paths.py out.npz``)
 it writes the battery's outputs on the path in force.
@@ -50,7 +53,7 @@ KERNEL_TESTS = [
 ]
 
 DEFAULT = attnc._core.simd_path()
-RECURRENT = ("LSTM ", "GRU ", "pointer ")  # battery names of the float32 outputs allowed to differ
+FUSED_F32 = ("LSTM ", "GRU ", "pointer ", "sdpa ", "transformer layer")  # float32 outputs allowed to differ
 OTHERS = [p for p in _dispatch.supported_paths() if p != DEFAULT]
 
 
@@ -144,7 +147,7 @@ def test_paths_agree(tmp_path):
         assert results[path].keys() == results[DEFAULT].keys()
         for name, ref in results[DEFAULT].items():
             got = results[path][name]
-            if name.startswith(RECURRENT) and name.endswith("float32"):
+            if name.startswith(FUSED_F32) and name.endswith("float32"):
                 np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5 * max(1.0, float(np.abs(ref).max())),
                                            err_msg=f"{name}: {path} vs {DEFAULT}")
             else:

@@ -18,14 +18,42 @@ static attnc_mat FN(tile)(REAL *p, int64_t rows, int64_t cols) {
     return m;
 }
 
+/* C = alpha op(A) B + beta C: the float32 tile kernels where the build has
+ * them (op(A) = A^T as a strided view), else BLAS. */
+static void FN(product)(bool ta, REAL alpha, attnc_mat a, attnc_mat b, REAL beta, attnc_mat c) {
+#if !ATTNC_F64
+    attnc_mat at = ta ? (attnc_mat){a.p, a.cols, a.rows, a.cs, a.rs} : a;
+    if (attnc_tile_sgemm(alpha, at, b, beta, c)) return;
+#endif
+    GEMM(ta, false, alpha, a, b, beta, c);
+}
+
+/* C = alpha A X_j^T + beta C for key block j0 of kv head hk, X = K (which 0)
+ * or V (1): from the packed panels where there are some, else BLAS. */
+static void FN(times_block_t)(const flash_ctx *c, int which, REAL alpha, attnc_mat a, int64_t b, int64_t hk,
+                              int64_t j0, int64_t nk, attnc_mat out) {
+#if !ATTNC_F64
+    const float *packed = which ? c->vt : c->kt;
+    if (packed) {
+        int64_t block = (b * c->hkv + hk) * c->nkb + j0 / c->bk;
+        attnc_tile_sgemm_panels(alpha, a, packed + block * (which ? c->vt_block : c->kt_block), 0, out);
+        return;
+    }
+#endif
+    GEMM(false, true, alpha, a, FN(head_rows)(c, which ? c->v : c->k, b, hk, j0, nk), 0, out);
+}
+
 /* Row reductions in LANES independent partial results, combined in a fixed
  * order: the compiler vectorises them, and the result does not depend on
- * the vector width. */
+ * the vector width. Float32 in the AVX-512 build: core/rows_f32.h's. */
 #ifndef LANES
 #define LANES 16
 #endif
 
 static REAL FN(row_max)(const REAL *x, int64_t n, REAL init) {
+#if !ATTNC_F64 && ATTNC_ROWS_F32
+    return attnc_row_max_f32(x, n, init);
+#else
     REAL lane[LANES], m = init;
     for (int k = 0; k < LANES; k++) lane[k] = init;
     int64_t j = 0;
@@ -34,10 +62,14 @@ static REAL FN(row_max)(const REAL *x, int64_t n, REAL init) {
     for (int k = 0; k < LANES; k++) m = lane[k] > m ? lane[k] : m;
     for (; j < n; j++) m = x[j] > m ? x[j] : m;
     return m;
+#endif
 }
 
 /* x[j] <- exp(x[j] - shift); returns the sum. */
 static REAL FN(row_exp)(REAL *x, int64_t n, REAL shift) {
+#if !ATTNC_F64 && ATTNC_ROWS_F32
+    return attnc_row_exp_f32(x, n, shift);
+#else
     REAL lane[LANES], sum = 0;
     for (int k = 0; k < LANES; k++) lane[k] = 0;
     int64_t j = 0;
@@ -46,6 +78,7 @@ static REAL FN(row_exp)(REAL *x, int64_t n, REAL shift) {
     for (int k = 0; k < LANES; k++) sum += lane[k];
     for (; j < n; j++) sum += x[j] = EXPV(x[j] - shift);
     return sum;
+#endif
 }
 
 /* s (nq, nk) <- scale * Q_i K_j^T, then the masks: excluded keys -inf,
@@ -53,8 +86,8 @@ static REAL FN(row_exp)(REAL *x, int64_t n, REAL shift) {
 static void FN(scores)(const flash_ctx *c, int64_t b, int64_t h, int64_t i0, int64_t nq,
                        int64_t j0, int64_t nk, REAL *s) {
     const attnc_sdpa_options *o = c->opt;
-    GEMM(false, true, (REAL)o->scale, FN(head_rows)(c, c->q, b, h, i0, nq),
-         FN(head_rows)(c, c->k, b, h / c->group, j0, nk), 0, FN(tile)(s, nq, nk));
+    FN(times_block_t)(c, 0, (REAL)o->scale, FN(head_rows)(c, c->q, b, h, i0, nq), b, h / c->group, j0, nk,
+                      FN(tile)(s, nq, nk));
     for (int m = 0; m < 2; m++) {
         const attnc_tensor *mk = &o->masks[m];
         if (!attnc_present(mk)) continue;
@@ -137,8 +170,8 @@ static void FN(forward_task)(void *arg, int64_t task, int worker) {
                 for (int64_t e = 0; e < c->ev; e++) acc[i * c->ev + e] *= alpha;
         }
         FN(dropout)(c, b, h, i0, nq, j0, nk, s);
-        GEMM(false, false, 1, FN(tile)(s, nq, nk),
-             FN(head_rows)(c, c->v, b, h / c->group, j0, nk), 1, FN(tile)(acc, nq, c->ev));
+        FN(product)(false, 1, FN(tile)(s, nq, nk), FN(head_rows)(c, c->v, b, h / c->group, j0, nk), 1,
+                    FN(tile)(acc, nq, c->ev));
     }
     attnc_mat out = FN(head_rows)(c, c->out, b, h, i0, nq);
     REAL *lse = (REAL *)c->lse_out->data + bh * c->L + i0;
@@ -263,8 +296,8 @@ static void FN(softmax_grad_tile)(REAL *s, const REAL *dp, const REAL *d, int64_
  * rowsum(P o dW)). */
 static void FN(score_grad)(const flash_ctx *c, int64_t b, int64_t h, int64_t i0, int64_t nq,
                            int64_t j0, int64_t nk, REAL *s, REAL *dp) {
-    GEMM(false, true, 1, FN(head_rows)(c, c->dout, b, h, i0, nq),
-         FN(head_rows)(c, c->v, b, h / c->group, j0, nk), 0, FN(tile)(dp, nq, nk));
+    FN(times_block_t)(c, 1, 1, FN(head_rows)(c, c->dout, b, h, i0, nq), b, h / c->group, j0, nk,
+                      FN(tile)(dp, nq, nk));
     FN(dropout)(c, b, h, i0, nq, j0, nk, dp);
     if (c->dw)
         for (int64_t i = 0; i < nq; i++)
@@ -300,8 +333,8 @@ static void FN(key_block)(const flash_ctx *c, int64_t b, int64_t hk, int64_t j0,
             if (want_v) {
                 for (int64_t x = 0; x < nq * nk; x++) dp[x] = s[x];
                 FN(dropout)(c, b, h, i0, nq, j0, nk, dp);
-                GEMM(true, false, 1, FN(tile)(dp, nq, nk), FN(head_rows)(c, c->dout, b, h, i0, nq),
-                     1, FN(head_rows)(c, c->dv, b, hk, j0, nk));
+                FN(product)(true, 1, FN(tile)(dp, nq, nk), FN(head_rows)(c, c->dout, b, h, i0, nq),
+                            1, FN(head_rows)(c, c->dv, b, hk, j0, nk));
             }
             if (!want_k && !dq && !attnc_present(c->dmask)) continue;
             FN(score_grad)(c, b, h, i0, nq, j0, nk, s, dp);
@@ -311,11 +344,11 @@ static void FN(key_block)(const flash_ctx *c, int64_t b, int64_t hk, int64_t j0,
                     for (int64_t j = 0; j < nk; j++) dm[i * c->S + j] = s[i * nk + j];
             }
             if (want_k)
-                GEMM(true, false, (REAL)c->opt->scale, FN(tile)(s, nq, nk),
-                     FN(head_rows)(c, c->q, b, h, i0, nq), 1, FN(head_rows)(c, c->dk, b, hk, j0, nk));
+                FN(product)(true, (REAL)c->opt->scale, FN(tile)(s, nq, nk),
+                            FN(head_rows)(c, c->q, b, h, i0, nq), 1, FN(head_rows)(c, c->dk, b, hk, j0, nk));
             if (dq)
-                GEMM(false, false, (REAL)c->opt->scale, FN(tile)(s, nq, nk),
-                     FN(head_rows)(c, c->k, b, hk, j0, nk), 1, FN(head_rows)(c, dq, b, h, i0, nq));
+                FN(product)(false, (REAL)c->opt->scale, FN(tile)(s, nq, nk),
+                            FN(head_rows)(c, c->k, b, hk, j0, nk), 1, FN(head_rows)(c, dq, b, h, i0, nq));
         }
 }
 
@@ -375,8 +408,8 @@ static void FN(dq_task)(void *arg, int64_t task, int worker) {
         FN(scores)(c, b, h, i0, nq, j0, nk, s);
         FN(probabilities)((const REAL *)c->lse->data + bh * c->L + i0, nq, nk, s);
         FN(score_grad)(c, b, h, i0, nq, j0, nk, s, dp);
-        GEMM(false, false, (REAL)c->opt->scale, FN(tile)(s, nq, nk),
-             FN(head_rows)(c, c->k, b, h / c->group, j0, nk), 1, FN(head_rows)(c, c->dq, b, h, i0, nq));
+        FN(product)(false, (REAL)c->opt->scale, FN(tile)(s, nq, nk),
+                    FN(head_rows)(c, c->k, b, h / c->group, j0, nk), 1, FN(head_rows)(c, c->dq, b, h, i0, nq));
     }
 }
 

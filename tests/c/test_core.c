@@ -993,6 +993,7 @@ static void test_rnn_fused(void) {
 #include "test_conv.h"
 #include "test_gated.h"
 #include "test_lstm_cell.h"
+#include "test_tile.h"
 
 /* ---- optim ------------------------------------------------------------ */
 
@@ -1062,6 +1063,8 @@ int main(void) {
     test_strided();
     test_hard();
     test_local();
+    test_tile_gemm();
+    test_rows_f32();
     test_sdpa();
     test_linear();
     test_token_layers();

@@ -1,0 +1,44 @@
+/* tile_gemm.h: float32 products of the small tiles inside fused kernels
+ * (flash attention's Q K^T and P V), register-blocked, without BLAS's
+ * packing and call overhead.
+ *
+ * C (m, n) = alpha * A (m, k) B (k, n) + beta * C, float32:
+ *   A any strides (its entries are broadcast one at a time),
+ *   B and C unit column stride (rows of B and C are loaded as vectors).
+ * With beta 0, C is not read. Every C entry is one chain of fused
+ * multiply-adds over k in order, then scaled by alpha (and beta C added):
+ * the same bits in the AVX2 and AVX-512 builds and for any blocking.
+ *
+ * Only the AVX2 + FMA and AVX-512 builds have the kernels; elsewhere
+ * attnc_tile_sgemm returns false and the caller uses BLAS. */
+#ifndef ATTNC_TILE_GEMM_H
+#define ATTNC_TILE_GEMM_H
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "tensor.h"
+
+/* Whether this build has the kernels. */
+bool attnc_tile_sgemm_available(void);
+
+/* C = alpha A B + beta C as above; a, b, c are (m, k), (k, n), (m, n).
+ * Returns false (and does nothing) when this build has no kernels or B or C
+ * lacks a unit column stride. */
+bool attnc_tile_sgemm(float alpha, attnc_mat a, attnc_mat b, float beta, attnc_mat c);
+
+/* Panels of B^T for C = A B^T: B (n, k) is packed as ceil(n / 64) panels,
+ * panel p holding rows [64 p, 64 p + 64) of B transposed, (k, 64) with row
+ * stride 64 (a last, narrower panel is padded). Contiguous panels keep the
+ * rows a micro-kernel streams out of each other's cache sets (a plain
+ * transpose with a row stride of 1024 floats or more thrashed L1).
+ * attnc_tile_panels_size: the floats dst needs. */
+enum { ATTNC_TILE_PANEL = 64 };
+int64_t attnc_tile_panels_size(int64_t n, int64_t k);
+void attnc_tile_pack_panels(float *dst, attnc_mat b);
+
+/* C (m, n) = alpha A (m, k) B^T + beta C, B^T given as the panels of B (n,
+ * k) from attnc_tile_pack_panels; C unit column stride. Only where
+ * attnc_tile_sgemm_available(). */
+void attnc_tile_sgemm_panels(float alpha, attnc_mat a, const float *panels, float beta, attnc_mat c);
+
+#endif

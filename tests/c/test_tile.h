@@ -1,0 +1,115 @@
+/* test_tile.h: the float32 tile products (core/tile_gemm.c) and the AVX-512
+ * row maximum and exp (core/rows_f32.h), against plain double loops.
+ * Included by test_core.c. */
+#include "../../csrc/core/rows_f32.h"
+#include "../../csrc/core/tile_gemm.h"
+
+/* C (m, n) = alpha A B + beta C in double, A with strides (ars, acs), B (k, n) row stride ldb. */
+static void tile_reference(int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t ars,
+                           int64_t acs, const float *b, int64_t ldb, float beta, const float *c0,
+                           int64_t ldc, double *out) {
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < n; j++) {
+            double acc = 0;
+            for (int64_t kk = 0; kk < k; kk++) acc += (double)a[i * ars + kk * acs] * b[kk * ldb + j];
+            out[i * n + j] = alpha * acc + (beta != 0 ? beta * (double)c0[i * ldc + j] : 0);
+        }
+}
+
+static void test_tile_gemm(void) {
+    if (!attnc_tile_sgemm_available()) {
+        float one = 1;
+        attnc_mat a = {&one, 1, 1, 1, 1};
+        CHECK(!attnc_tile_sgemm(1, a, a, 0, a), "a build without the kernels claims a product");
+        return;
+    }
+    const int64_t ms[] = {1, 5, 6, 13}, ns[] = {1, 15, 16, 17, 64, 65, 130}, ks[] = {0, 1, 7, 64, 130};
+    const int64_t pad = 3; /* C's rows are wider than n: the padding must stay untouched */
+    const float sentinel = 12345.0f;
+    int ok = 1, untouched = 1, panels_ok = 1;
+    for (int mi = 0; mi < 4; mi++)
+        for (int ni = 0; ni < 7; ni++)
+            for (int ki = 0; ki < 5; ki++)
+                for (int variant = 0; variant < 3; variant++) {
+                    int64_t m = ms[mi], n = ns[ni], k = ks[ki], ldc = n + pad;
+                    bool transposed = variant == 1; /* A given as the transpose of a (k, m) array */
+                    float alpha = 0.3f, beta = variant == 0 ? 0.0f : variant == 1 ? 1.0f : -0.5f;
+                    size_t na = (size_t)(m * k + 1), nb = (size_t)(k * n + 1), nc = (size_t)(m * ldc);
+                    float *a = malloc(na * sizeof *a), *b = malloc(nb * sizeof *b), *c = malloc(nc * sizeof *c);
+                    float *c0 = malloc(nc * sizeof *c0), *panels = malloc((size_t)attnc_tile_panels_size(n, k + 1) * sizeof *panels);
+                    double *ref = malloc((size_t)(m * n + 1) * sizeof *ref), *da = randn(na + nb + nc, 40 + (uint64_t)mi);
+                    for (size_t x = 0; x < na; x++) a[x] = (float)da[x];
+                    for (size_t x = 0; x < nb; x++) b[x] = (float)da[na + x];
+                    for (int64_t i = 0; i < m; i++)
+                        for (int64_t j = 0; j < ldc; j++)
+                            c0[i * ldc + j] = j < n ? (float)da[na + nb + (size_t)(i * ldc + j)] : sentinel;
+                    int64_t ars = transposed ? 1 : k, acs = transposed ? m : 1;
+                    tile_reference(m, n, k, alpha, a, ars, acs, b, n, beta, c0, ldc, ref);
+                    memcpy(c, c0, nc * sizeof *c);
+                    attnc_mat am = {a, m, k, ars, acs}, bm = {b, k, n, n, 1}, cm = {c, m, n, ldc, 1};
+                    ok &= attnc_tile_sgemm(alpha, am, bm, beta, cm);
+                    for (int64_t i = 0; i < m; i++)
+                        for (int64_t j = 0; j < ldc; j++) {
+                            if (j >= n) {
+                                untouched &= c[i * ldc + j] == sentinel;
+                                continue;
+                            }
+                            double want = ref[i * n + j];
+                            ok &= fabs(c[i * ldc + j] - want) <= 1e-5 * (1 + fabs(want)) * (1 + (double)k / 16);
+                        }
+                    /* The same product with B^T given as panels of B's transpose (n, k). */
+                    float *bt = malloc((size_t)(n * k + 1) * sizeof *bt);
+                    for (int64_t kk = 0; kk < k; kk++)
+                        for (int64_t j = 0; j < n; j++) bt[j * k + kk] = b[kk * n + j];
+                    attnc_mat btm = {bt, n, k, k, 1};
+                    attnc_tile_pack_panels(panels, btm);
+                    float *c2 = malloc(nc * sizeof *c2);
+                    memcpy(c2, c0, nc * sizeof *c2);
+                    attnc_mat c2m = {c2, m, n, ldc, 1};
+                    attnc_tile_sgemm_panels(alpha, am, panels, beta, c2m);
+                    panels_ok &= memcmp(c, c2, nc * sizeof *c) == 0; /* the same chains: the same bits */
+                    free(a), free(b), free(c), free(c0), free(c2), free(bt), free(panels), free(ref), free(da);
+                }
+    CHECK(ok, "tile products differ from the double reference");
+    CHECK(untouched, "tile products wrote past the last column");
+    CHECK(panels_ok, "the panel form gives other bits than the plain one");
+    /* B or C without a unit column stride: refused, left to BLAS. */
+    float x[4] = {1, 2, 3, 4};
+    attnc_mat sq = {x, 2, 2, 2, 1}, col = {x, 2, 2, 1, 2};
+    CHECK(!attnc_tile_sgemm(1, sq, col, 0, sq) && !attnc_tile_sgemm(1, sq, sq, 0, col),
+          "a strided B or C was taken");
+}
+
+static void test_rows_f32(void) {
+#if ATTNC_ROWS_F32
+    float x[40], y[40];
+    int max_ok = 1, exp_ok = 1;
+    for (int64_t n = 1; n <= 40; n++) {
+        for (int64_t j = 0; j < n; j++) x[j] = (float)(3 * sin(0.7 * (double)(j + n)));
+        x[(n * 7) % n] = -INFINITY; /* a masked key */
+        double want = -1e300;
+        for (int64_t j = 0; j < n; j++) want = fmax(want, x[j]);
+        max_ok &= attnc_row_max_f32(x, n, -INFINITY) == (float)want;
+        max_ok &= attnc_row_max_f32(x, n, 100.0f) == 100.0f;
+        memcpy(y, x, sizeof x);
+        double sum = 0;
+        for (int64_t j = 0; j < n; j++) sum += exp((double)x[j] - 0.5);
+        float got = attnc_row_exp_f32(y, n, 0.5f);
+        exp_ok &= fabs(got - sum) <= 1e-6 * sum;
+        for (int64_t j = 0; j < n; j++) {
+            double e = exp((double)x[j] - 0.5);
+            exp_ok &= fabs(y[j] - e) <= 2.5e-7 * e;
+        }
+    }
+    CHECK(max_ok, "attnc_row_max_f32 differs from the plain maximum");
+    CHECK(exp_ok, "attnc_row_exp_f32 differs from exp by more than 2 ulp");
+    /* The edges: below the normal range 0, NaN kept (in the sum too) and ignored by the maximum. */
+    float edge[5] = {-87.4f, -87.3f, -INFINITY, 0.0f, 88.0f};
+    attnc_row_exp_f32(edge, 5, 0.0f);
+    CHECK(edge[0] == 0 && edge[1] > 0 && edge[2] == 0 && edge[3] == 1 && fabs(edge[4] / exp(88.0) - 1) < 3e-7,
+          "exp edges: %g %g %g %g %g", edge[0], edge[1], edge[2], edge[3], edge[4]);
+    float with_nan[3] = {1.0f, NAN, 2.0f};
+    CHECK(attnc_row_max_f32(with_nan, 3, -INFINITY) == 2.0f, "a NaN won the maximum");
+    CHECK(isnan(attnc_row_exp_f32(with_nan, 3, 2.0f)) && isnan(with_nan[1]), "a NaN was lost");
+#endif
+}
