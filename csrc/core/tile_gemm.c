@@ -14,6 +14,8 @@
  * lanes are neither read nor written. */
 #include "tile_gemm.h"
 
+#include "threads.h"
+
 #if defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
 #define TILE_FAST 1
@@ -166,6 +168,31 @@ void attnc_tile_sgemm_panels(float alpha, attnc_mat a, const float *panels, floa
     }
 }
 
+typedef struct {
+    float alpha, beta;
+    attnc_mat a, c;
+    const float *panels;
+    int64_t block_rows;
+} rows_job;
+
+static void rows_task(void *arg, int64_t block, int worker) {
+    (void)worker;
+    const rows_job *j = arg;
+    int64_t r0 = block * j->block_rows, n = j->c.rows - r0 < j->block_rows ? j->c.rows - r0 : j->block_rows;
+    attnc_mat a = j->a, c = j->c;
+    a.p = (float *)a.p + r0 * a.rs;
+    c.p = (float *)c.p + r0 * c.rs;
+    a.rows = c.rows = n;
+    attnc_tile_sgemm_panels(j->alpha, a, j->panels, j->beta, c);
+}
+
+void attnc_tile_sgemm_panels_rows(float alpha, attnc_mat a, const float *panels, float beta, attnc_mat c,
+                                  int64_t block_rows) {
+    rows_job j = {alpha, beta, a, c, panels, block_rows};
+    attnc_parallel_for((c.rows + block_rows - 1) / block_rows, attnc_workers_for(c.rows * c.cols * a.cols),
+                       rows_task, &j);
+}
+
 #else
 
 bool attnc_tile_sgemm(float alpha, attnc_mat a, attnc_mat b, float beta, attnc_mat c) {
@@ -175,6 +202,11 @@ bool attnc_tile_sgemm(float alpha, attnc_mat a, attnc_mat b, float beta, attnc_m
 
 void attnc_tile_sgemm_panels(float alpha, attnc_mat a, const float *panels, float beta, attnc_mat c) {
     (void)alpha, (void)a, (void)panels, (void)beta, (void)c;
+}
+
+void attnc_tile_sgemm_panels_rows(float alpha, attnc_mat a, const float *panels, float beta, attnc_mat c,
+                                  int64_t block_rows) {
+    (void)alpha, (void)a, (void)panels, (void)beta, (void)c, (void)block_rows;
 }
 
 #endif

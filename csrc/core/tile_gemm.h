@@ -41,4 +41,11 @@ void attnc_tile_pack_panels(float *dst, attnc_mat b);
  * attnc_tile_sgemm_available(). */
 void attnc_tile_sgemm_panels(float alpha, attnc_mat a, const float *panels, float beta, attnc_mat c);
 
+/* The same over the thread pool, C's rows in fixed blocks of block_rows
+ * (each row's sums are the same whatever the blocks and threads): a
+ * decoding step's product of every hypothesis's state with a weight
+ * matrix packed once per call. */
+void attnc_tile_sgemm_panels_rows(float alpha, attnc_mat a, const float *panels, float beta, attnc_mat c,
+                                  int64_t block_rows);
+
 #endif

@@ -11,6 +11,7 @@
 #include "../core/status.h"
 #include "../core/tensor.h"
 #include "../core/threads.h"
+#include "../core/tile_gemm.h"
 
 enum { PTR_ROWS = 16, PTR_GEMM_ROWS = 64 }; /* rows per score block; output rows per product block */
 
@@ -89,7 +90,17 @@ attnc_status attnc_pointer_decode(attnc_tensor *out, attnc_tensor *lengths, attn
     /* one block: h, c, their next copies (4 R H), gates (4 R H), q (R H), logits (R P), xw (4 B n H), sw (4H) */
     int64_t reals = 9 * R * H + R * P + 4 * x.B * x.n * H + 4 * H;
     void *mem = NULL, *flags = NULL, *counts = NULL;
+    float *panels = NULL; /* float32 with the tile kernels: W_hh and W2 packed once for every step */
+    int64_t hh_size = attnc_tile_panels_size(4 * H, H);
     attnc_status st = attnc_calloc(&mem, (size_t)reals, es, "the pointer decoder's state");
+    if (st == ATTNC_OK && x.dt == ATTNC_FLOAT32 && attnc_tile_sgemm_available()) {
+        st = attnc_calloc((void **)&panels, (size_t)(hh_size + attnc_tile_panels_size(H, H)), sizeof(float),
+                          "the pointer decoder's packed weights");
+        if (st == ATTNC_OK) {
+            attnc_tile_pack_panels(panels, (attnc_mat){p->w_hh.data, 4 * H, H, H, 1});
+            attnc_tile_pack_panels(panels + hh_size, (attnc_mat){p->w2.data, H, H, H, 1});
+        }
+    }
     int workers = attnc_workers();
     if (st == ATTNC_OK)
         st = attnc_calloc(&flags, (size_t)(2 * R * P + 2 * R + workers * P), 1, "the pointer decoder's masks");
@@ -111,7 +122,8 @@ attnc_status attnc_pointer_decode(attnc_tensor *out, attnc_tensor *lengths, attn
                              .sw = m + 9 * R * H + R * P + 4 * x.B * x.n * H, .chosen = f,                       \
                              .chosen_next = f + R * P, .ended = f + 2 * R * P, .ended_next = f + 2 * R * P + R,  \
                              .allowed = f + 2 * R * P + 2 * R,                                                  \
-                             .count = cnt, .count_next = cnt + R};                                             \
+                             .count = cnt, .count_next = cnt + R, .w_hh_panels = panels,                       \
+                             .w2_panels = panels ? panels + hh_size : NULL};                                   \
         ptr_init_##SFX(&S);                                                                                     \
         attnc_search_model sm = {.ctx = &S, .B = x.B, .K = x.K, .V = P, .logits = S.logits, .dt = x.dt,        \
                                  .step = ptr_step_##SFX, .reorder = ptr_reorder_##SFX, .trace = S.logits,     \
@@ -127,5 +139,6 @@ attnc_status attnc_pointer_decode(attnc_tensor *out, attnc_tensor *lengths, attn
     free(mem);
     free(flags);
     free(counts);
+    free(panels);
     return st;
 }

@@ -12,6 +12,7 @@ typedef struct {
     const ptr_run *x;
     const REAL *inputs, *keys, *h0, *c0;             /* (B, n, D), (B, P, H), (B, H), (B, H) */
     const REAL *w_ih, *w_hh, *b_ih, *b_hh, *w2, *v, *start;
+    const float *w_hh_panels, *w2_panels;            /* float32 tile kernels: packed; else NULL */
     const int64_t *nlen;                             /* (B) inputs per row                  */
     REAL *h, *c, *h_next, *c_next;                   /* (R, H)                              */
     REAL *xw, *sw;       /* W_ih x of every input (B, n, 4H) and of start (4H), + b_ih + b_hh */
@@ -22,10 +23,19 @@ typedef struct {
     unsigned char *allowed;                          /* (workers, P) scratch                */
 } FN(ptr_state);
 
-/* c (R, out) = a (R, in) w^T + beta c over the pool (fixed row blocks). */
-static void FN(ptr_times_wt)(const ptr_run *x, const REAL *a, int64_t in, const REAL *w, int64_t out, double beta,
-                             REAL *c) {
+/* c (R, out) = a (R, in) w^T + beta c over the pool (fixed row blocks):
+ * from w's panels (core/tile_gemm.h) where there are some, else BLAS. */
+static void FN(ptr_times_wt)(const ptr_run *x, const REAL *a, int64_t in, const REAL *w, const float *panels,
+                             int64_t out, double beta, REAL *c) {
     attnc_mat A = {(void *)a, x->R, in, in, 1}, W = {(void *)w, out, in, in, 1}, C = {c, x->R, out, out, 1};
+#if !ATTNC_F64
+    if (panels) {
+        attnc_tile_sgemm_panels_rows(1, A, panels, (float)beta, C, PTR_GEMM_ROWS);
+        return;
+    }
+#else
+    (void)panels;
+#endif
     attnc_gemm_rows(x->dt, false, true, 1, A, W, beta, C, PTR_GEMM_ROWS);
 }
 
@@ -115,11 +125,11 @@ static attnc_status FN(ptr_step)(void *ctx, const int64_t *tok, int64_t s) {
     const ptr_run *x = S->x;
     int64_t R = x->R, H = x->H;
     for (int64_t r = 0; r < R; r++) FN(ptr_feed)(S, r, tok ? tok[r] : 0, s);
-    FN(ptr_times_wt)(x, S->h, H, S->w_hh, 4 * H, 1, S->gates);
+    FN(ptr_times_wt)(x, S->h, H, S->w_hh, S->w_hh_panels, 4 * H, 1, S->gates);
     int64_t blocks = (R + PTR_ROWS - 1) / PTR_ROWS;
     int workers = attnc_workers_for(R * (x->P + 8) * H);
     attnc_parallel_for(blocks, workers, FN(ptr_cell_task), S);
-    FN(ptr_times_wt)(x, S->h, H, S->w2, H, 0, S->q);
+    FN(ptr_times_wt)(x, S->h, H, S->w2, S->w2_panels, H, 0, S->q);
     attnc_parallel_for(blocks, workers, FN(ptr_score_task), S);
     return ATTNC_OK;
 }
