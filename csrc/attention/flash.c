@@ -56,6 +56,23 @@ typedef struct {
 /* Tile sizes: a query block's scores (BQ x BK) and accumulator stay in L2. */
 enum { BQ = 128, BK = 256 };
 
+/* The causal band of the tile of query rows i0.. and keys j0.. (key j0 + j
+ * is visible to query i0 + i when j <= i + i0 + offset - j0) for the tile
+ * products (core/tile_gemm.h), in the three shapes they take: rows of
+ * queries with keys as columns (Q K^T, dO V^T) or as terms (P V, dS K), and
+ * rows of keys with queries as terms (P^T dO, dS^T Q). */
+enum band_kind { KEY_COLUMNS, KEY_TERMS, QUERY_TERMS };
+
+static attnc_tile_band causal_band(const flash_ctx *c, enum band_kind kind, int64_t i0, int64_t j0) {
+    attnc_tile_band band = ATTNC_TILE_DENSE;
+    if (!c->opt->causal) return band;
+    int64_t d = i0 + c->opt->causal_offset - j0 + 1;
+    if (kind == KEY_COLUMNS) band.n_hi = d;
+    if (kind == KEY_TERMS) band.k_hi = d;
+    if (kind == QUERY_TERMS) band.k_lo = 1 - d;
+    return band;
+}
+
 #define ATTNC_F64 0
 #include "flash_impl.h"
 #define ATTNC_F64 1

@@ -19,26 +19,34 @@ static attnc_mat FN(tile)(REAL *p, int64_t rows, int64_t cols) {
 }
 
 /* C = alpha op(A) B + beta C: the float32 tile kernels where the build has
- * them (op(A) = A^T as a strided view), else BLAS. */
-static void FN(product)(bool ta, REAL alpha, attnc_mat a, attnc_mat b, REAL beta, attnc_mat c) {
+ * them (op(A) = A^T as a strided view; skipping what the causal band
+ * allows), else BLAS. */
+static void FN(product)(bool ta, REAL alpha, attnc_mat a, attnc_mat b, REAL beta, attnc_mat c,
+                        attnc_tile_band band) {
 #if !ATTNC_F64
     attnc_mat at = ta ? (attnc_mat){a.p, a.cols, a.rows, a.cs, a.rs} : a;
-    if (attnc_tile_sgemm(alpha, at, b, beta, c)) return;
+    if (attnc_tile_sgemm_band(alpha, at, b, beta, c, band)) return;
+#else
+    (void)band;
 #endif
     GEMM(ta, false, alpha, a, b, beta, c);
 }
 
-/* C = alpha A X_j^T + beta C for key block j0 of kv head hk, X = K (which 0)
- * or V (1): from the packed panels where there are some, else BLAS. */
+/* C = alpha A X_j^T for key block j0 of kv head hk, X = K (which 0) or V
+ * (1), A query rows i0..: from the packed panels where there are some
+ * (columns past the causal band unspecified), else BLAS. */
 static void FN(times_block_t)(const flash_ctx *c, int which, REAL alpha, attnc_mat a, int64_t b, int64_t hk,
-                              int64_t j0, int64_t nk, attnc_mat out) {
+                              int64_t i0, int64_t j0, int64_t nk, attnc_mat out) {
 #if !ATTNC_F64
     const float *packed = which ? c->vt : c->kt;
     if (packed) {
         int64_t block = (b * c->hkv + hk) * c->nkb + j0 / c->bk;
-        attnc_tile_sgemm_panels(alpha, a, packed + block * (which ? c->vt_block : c->kt_block), 0, out);
+        attnc_tile_sgemm_panels(alpha, a, packed + block * (which ? c->vt_block : c->kt_block), 0, out,
+                                causal_band(c, KEY_COLUMNS, i0, j0));
         return;
     }
+#else
+    (void)i0;
 #endif
     GEMM(false, true, alpha, a, FN(head_rows)(c, which ? c->v : c->k, b, hk, j0, nk), 0, out);
 }
@@ -86,7 +94,7 @@ static REAL FN(row_exp)(REAL *x, int64_t n, REAL shift) {
 static void FN(scores)(const flash_ctx *c, int64_t b, int64_t h, int64_t i0, int64_t nq,
                        int64_t j0, int64_t nk, REAL *s) {
     const attnc_sdpa_options *o = c->opt;
-    FN(times_block_t)(c, 0, (REAL)o->scale, FN(head_rows)(c, c->q, b, h, i0, nq), b, h / c->group, j0, nk,
+    FN(times_block_t)(c, 0, (REAL)o->scale, FN(head_rows)(c, c->q, b, h, i0, nq), b, h / c->group, i0, j0, nk,
                       FN(tile)(s, nq, nk));
     for (int m = 0; m < 2; m++) {
         const attnc_tensor *mk = &o->masks[m];
@@ -171,7 +179,7 @@ static void FN(forward_task)(void *arg, int64_t task, int worker) {
         }
         FN(dropout)(c, b, h, i0, nq, j0, nk, s);
         FN(product)(false, 1, FN(tile)(s, nq, nk), FN(head_rows)(c, c->v, b, h / c->group, j0, nk), 1,
-                    FN(tile)(acc, nq, c->ev));
+                    FN(tile)(acc, nq, c->ev), causal_band(c, KEY_TERMS, i0, j0));
     }
     attnc_mat out = FN(head_rows)(c, c->out, b, h, i0, nq);
     REAL *lse = (REAL *)c->lse_out->data + bh * c->L + i0;
@@ -296,7 +304,7 @@ static void FN(softmax_grad_tile)(REAL *s, const REAL *dp, const REAL *d, int64_
  * rowsum(P o dW)). */
 static void FN(score_grad)(const flash_ctx *c, int64_t b, int64_t h, int64_t i0, int64_t nq,
                            int64_t j0, int64_t nk, REAL *s, REAL *dp) {
-    FN(times_block_t)(c, 1, 1, FN(head_rows)(c, c->dout, b, h, i0, nq), b, h / c->group, j0, nk,
+    FN(times_block_t)(c, 1, 1, FN(head_rows)(c, c->dout, b, h, i0, nq), b, h / c->group, i0, j0, nk,
                       FN(tile)(dp, nq, nk));
     FN(dropout)(c, b, h, i0, nq, j0, nk, dp);
     if (c->dw)
@@ -330,11 +338,15 @@ static void FN(key_block)(const flash_ctx *c, int64_t b, int64_t hk, int64_t j0,
             int64_t nq = c->L - i0 < c->bq ? c->L - i0 : c->bq;
             FN(scores)(c, b, h, i0, nq, j0, nk, s);
             FN(probabilities)((const REAL *)c->lse->data + (b * c->H + h) * c->L + i0, nq, nk, s);
-            if (want_v) {
-                for (int64_t x = 0; x < nq * nk; x++) dp[x] = s[x];
-                FN(dropout)(c, b, h, i0, nq, j0, nk, dp);
-                FN(product)(true, 1, FN(tile)(dp, nq, nk), FN(head_rows)(c, c->dout, b, h, i0, nq),
-                            1, FN(head_rows)(c, c->dv, b, hk, j0, nk));
+            if (want_v) { /* dV_j += P'^T dO_i, P' = dropout(P) (P itself without dropout) */
+                REAL *pd = s;
+                if (c->opt->dropout_p > 0) {
+                    for (int64_t x = 0; x < nq * nk; x++) dp[x] = s[x];
+                    FN(dropout)(c, b, h, i0, nq, j0, nk, dp);
+                    pd = dp;
+                }
+                FN(product)(true, 1, FN(tile)(pd, nq, nk), FN(head_rows)(c, c->dout, b, h, i0, nq),
+                            1, FN(head_rows)(c, c->dv, b, hk, j0, nk), causal_band(c, QUERY_TERMS, i0, j0));
             }
             if (!want_k && !dq && !attnc_present(c->dmask)) continue;
             FN(score_grad)(c, b, h, i0, nq, j0, nk, s, dp);
@@ -345,10 +357,12 @@ static void FN(key_block)(const flash_ctx *c, int64_t b, int64_t hk, int64_t j0,
             }
             if (want_k)
                 FN(product)(true, (REAL)c->opt->scale, FN(tile)(s, nq, nk),
-                            FN(head_rows)(c, c->q, b, h, i0, nq), 1, FN(head_rows)(c, c->dk, b, hk, j0, nk));
+                            FN(head_rows)(c, c->q, b, h, i0, nq), 1, FN(head_rows)(c, c->dk, b, hk, j0, nk),
+                            causal_band(c, QUERY_TERMS, i0, j0));
             if (dq)
                 FN(product)(false, (REAL)c->opt->scale, FN(tile)(s, nq, nk),
-                            FN(head_rows)(c, c->k, b, hk, j0, nk), 1, FN(head_rows)(c, dq, b, h, i0, nq));
+                            FN(head_rows)(c, c->k, b, hk, j0, nk), 1, FN(head_rows)(c, dq, b, h, i0, nq),
+                            causal_band(c, KEY_TERMS, i0, j0));
         }
 }
 
@@ -409,7 +423,8 @@ static void FN(dq_task)(void *arg, int64_t task, int worker) {
         FN(probabilities)((const REAL *)c->lse->data + bh * c->L + i0, nq, nk, s);
         FN(score_grad)(c, b, h, i0, nq, j0, nk, s, dp);
         FN(product)(false, (REAL)c->opt->scale, FN(tile)(s, nq, nk),
-                    FN(head_rows)(c, c->k, b, h / c->group, j0, nk), 1, FN(head_rows)(c, c->dq, b, h, i0, nq));
+                    FN(head_rows)(c, c->k, b, h / c->group, j0, nk), 1, FN(head_rows)(c, c->dq, b, h, i0, nq),
+                    causal_band(c, KEY_TERMS, i0, j0));
     }
 }
 

@@ -131,40 +131,56 @@ static mask_t tail_mask(int64_t cols) {
 KERNELS(tile_k, K_VEC)
 static const tile_fn kernels[MAX_MR][NV_USED] = TABLE(tile_k);
 
-/* C (m, n) = alpha A B + beta C for B (k, n) with row stride ldb. */
-static void blocks(float alpha, attnc_mat a, const float *bp, int64_t ldb, float beta, attnc_mat c) {
+static int64_t clamp(int64_t x, int64_t lo, int64_t hi) { return x < lo ? lo : x > hi ? hi : x; }
+
+/* C (m, n) = alpha A B + beta C for B (k, n) with row stride ldb, within
+ * the band. */
+static void blocks(float alpha, attnc_mat a, const float *bp, int64_t ldb, float beta, attnc_mat c,
+                   attnc_tile_band band) {
     const int64_t m = c.rows, n = c.cols, k = a.cols, width = NV_USED * VW;
     const float *ap = a.p;
     float *cp = c.p;
     /* Column blocks of B outermost, then blocks of KC of its rows (k x width,
      * then KC x width: 16 KiB in AVX-512) stay in L1 while every row block
      * of A and C passes over them; C takes a block's sum at a time. */
-    for (int64_t j0 = 0; j0 < n; j0 += width) {
-        int64_t cols = n - j0 < width ? n - j0 : width, nv = (cols + VW - 1) / VW;
-        mask_t mask = tail_mask(cols - (nv - 1) * VW);
-        for (int64_t k0 = 0; k0 < k || k0 == 0; k0 += KC) {
-            int64_t kc = k - k0 < KC ? k - k0 : KC;
-            float b0 = k0 == 0 ? beta : 1;
+    for (int64_t j0 = 0; j0 < n; j0 += width)
+        for (int64_t k0 = 0; k0 < k || k0 == 0; k0 += KC)
             for (int64_t i0 = 0; i0 < m; i0 += MAX_MR) {
                 int64_t mr = m - i0 < MAX_MR ? m - i0 : MAX_MR;
-                kernels[mr - 1][nv - 1](kc, ap + i0 * a.rs + k0 * a.cs, a.rs, a.cs, bp + k0 * ldb + j0, ldb,
-                                        cp + i0 * c.rs + j0, c.rs, alpha, b0, &mask);
+                /* The block's columns and terms: the union of its rows' bands. */
+                int64_t n_end = clamp(i0 + mr - 1 + band.n_hi, 0, n);
+                int64_t k_beg = clamp(i0 + band.k_lo, 0, k), k_end = clamp(i0 + mr - 1 + band.k_hi, k_beg, k);
+                int64_t lo = k0 > k_beg ? k0 : k_beg, hi = k0 + KC < k_end ? k0 + KC : k_end;
+                /* Every block gets beta C once: in the KC block holding its first term
+                 * (the first KC block when it has none). */
+                bool first = k_beg < k_end ? lo == k_beg : k0 == 0;
+                if (j0 >= n_end || (hi <= lo && !first)) continue;
+                if (hi < lo) hi = lo;
+                int64_t cols = n_end - j0 < width ? n_end - j0 : width, nv = (cols + VW - 1) / VW;
+                mask_t mask = tail_mask(cols - (nv - 1) * VW);
+                kernels[mr - 1][nv - 1](hi - lo, ap + i0 * a.rs + lo * a.cs, a.rs, a.cs, bp + lo * ldb + j0, ldb,
+                                        cp + i0 * c.rs + j0, c.rs, alpha, first ? beta : 1, &mask);
             }
-        }
-    }
 }
 
-bool attnc_tile_sgemm(float alpha, attnc_mat a, attnc_mat b, float beta, attnc_mat c) {
+bool attnc_tile_sgemm_band(float alpha, attnc_mat a, attnc_mat b, float beta, attnc_mat c, attnc_tile_band band) {
     if ((b.cols > 1 && b.cs != 1) || (c.cols > 1 && c.cs != 1)) return false;
-    blocks(alpha, a, b.p, b.rs, beta, c);
+    blocks(alpha, a, b.p, b.rs, beta, c, band);
     return true;
 }
 
-void attnc_tile_sgemm_panels(float alpha, attnc_mat a, const float *panels, float beta, attnc_mat c) {
+bool attnc_tile_sgemm(float alpha, attnc_mat a, attnc_mat b, float beta, attnc_mat c) {
+    return attnc_tile_sgemm_band(alpha, a, b, beta, c, ATTNC_TILE_DENSE);
+}
+
+void attnc_tile_sgemm_panels(float alpha, attnc_mat a, const float *panels, float beta, attnc_mat c,
+                             attnc_tile_band band) {
     for (int64_t j0 = 0; j0 < c.cols; j0 += ATTNC_TILE_PANEL) {
         attnc_mat cb = {(float *)c.p + j0 * c.cs, c.rows, c.cols - j0 < ATTNC_TILE_PANEL ? c.cols - j0 : ATTNC_TILE_PANEL,
                         c.rs, c.cs};
-        blocks(alpha, a, panels + j0 * a.cols, ATTNC_TILE_PANEL, beta, cb);
+        attnc_tile_band shifted = band;
+        shifted.n_hi -= j0;
+        blocks(alpha, a, panels + j0 * a.cols, ATTNC_TILE_PANEL, beta, cb, shifted);
     }
 }
 
@@ -183,7 +199,7 @@ static void rows_task(void *arg, int64_t block, int worker) {
     a.p = (float *)a.p + r0 * a.rs;
     c.p = (float *)c.p + r0 * c.rs;
     a.rows = c.rows = n;
-    attnc_tile_sgemm_panels(j->alpha, a, j->panels, j->beta, c);
+    attnc_tile_sgemm_panels(j->alpha, a, j->panels, j->beta, c, ATTNC_TILE_DENSE);
 }
 
 void attnc_tile_sgemm_panels_rows(float alpha, attnc_mat a, const float *panels, float beta, attnc_mat c,
@@ -195,13 +211,18 @@ void attnc_tile_sgemm_panels_rows(float alpha, attnc_mat a, const float *panels,
 
 #else
 
-bool attnc_tile_sgemm(float alpha, attnc_mat a, attnc_mat b, float beta, attnc_mat c) {
-    (void)alpha, (void)a, (void)b, (void)beta, (void)c;
+bool attnc_tile_sgemm_band(float alpha, attnc_mat a, attnc_mat b, float beta, attnc_mat c, attnc_tile_band band) {
+    (void)alpha, (void)a, (void)b, (void)beta, (void)c, (void)band;
     return false;
 }
 
-void attnc_tile_sgemm_panels(float alpha, attnc_mat a, const float *panels, float beta, attnc_mat c) {
-    (void)alpha, (void)a, (void)panels, (void)beta, (void)c;
+bool attnc_tile_sgemm(float alpha, attnc_mat a, attnc_mat b, float beta, attnc_mat c) {
+    return attnc_tile_sgemm_band(alpha, a, b, beta, c, ATTNC_TILE_DENSE);
+}
+
+void attnc_tile_sgemm_panels(float alpha, attnc_mat a, const float *panels, float beta, attnc_mat c,
+                             attnc_tile_band band) {
+    (void)alpha, (void)a, (void)panels, (void)beta, (void)c, (void)band;
 }
 
 void attnc_tile_sgemm_panels_rows(float alpha, attnc_mat a, const float *panels, float beta, attnc_mat c,

@@ -18,6 +18,16 @@
 
 #include "tensor.h"
 
+/* What a causal tile lets a product skip, for row r of C:
+ *   - A[r, kk] is zero outside [r + k_lo, r + k_hi): those terms may be left out;
+ *   - only C[r, j] for j < r + n_hi is wanted: the others are left unspecified.
+ * Work is skipped per block of rows, so some entries outside are computed
+ * anyway. ATTNC_TILE_DENSE bounds nothing. */
+typedef struct {
+    int64_t k_lo, k_hi, n_hi;
+} attnc_tile_band;
+#define ATTNC_TILE_DENSE ((attnc_tile_band){-(INT64_MAX / 4), INT64_MAX / 4, INT64_MAX / 4})
+
 /* Whether this build has the kernels. */
 bool attnc_tile_sgemm_available(void);
 
@@ -25,6 +35,7 @@ bool attnc_tile_sgemm_available(void);
  * Returns false (and does nothing) when this build has no kernels or B or C
  * lacks a unit column stride. */
 bool attnc_tile_sgemm(float alpha, attnc_mat a, attnc_mat b, float beta, attnc_mat c);
+bool attnc_tile_sgemm_band(float alpha, attnc_mat a, attnc_mat b, float beta, attnc_mat c, attnc_tile_band band);
 
 /* Panels of B^T for C = A B^T: B (n, k) is packed as ceil(n / 64) panels,
  * panel p holding rows [64 p, 64 p + 64) of B transposed, (k, 64) with row
@@ -39,7 +50,8 @@ void attnc_tile_pack_panels(float *dst, attnc_mat b);
 /* C (m, n) = alpha A (m, k) B^T + beta C, B^T given as the panels of B (n,
  * k) from attnc_tile_pack_panels; C unit column stride. Only where
  * attnc_tile_sgemm_available(). */
-void attnc_tile_sgemm_panels(float alpha, attnc_mat a, const float *panels, float beta, attnc_mat c);
+void attnc_tile_sgemm_panels(float alpha, attnc_mat a, const float *panels, float beta, attnc_mat c,
+                             attnc_tile_band band);
 
 /* The same over the thread pool, C's rows in fixed blocks of block_rows
  * (each row's sums are the same whatever the blocks and threads): a

@@ -1064,6 +1064,7 @@ int main(void) {
     test_hard();
     test_local();
     test_tile_gemm();
+    test_tile_band();
     test_rows_f32();
     test_sdpa();
     test_linear();

@@ -66,7 +66,7 @@ static void test_tile_gemm(void) {
                     float *c2 = malloc(nc * sizeof *c2);
                     memcpy(c2, c0, nc * sizeof *c2);
                     attnc_mat c2m = {c2, m, n, ldc, 1};
-                    attnc_tile_sgemm_panels(alpha, am, panels, beta, c2m);
+                    attnc_tile_sgemm_panels(alpha, am, panels, beta, c2m, ATTNC_TILE_DENSE);
                     panels_ok &= memcmp(c, c2, nc * sizeof *c) == 0; /* the same chains: the same bits */
                     free(a), free(b), free(c), free(c0), free(c2), free(bt), free(panels), free(ref), free(da);
                 }
@@ -78,6 +78,57 @@ static void test_tile_gemm(void) {
     attnc_mat sq = {x, 2, 2, 2, 1}, col = {x, 2, 2, 1, 2};
     CHECK(!attnc_tile_sgemm(1, sq, col, 0, sq) && !attnc_tile_sgemm(1, sq, sq, 0, col),
           "a strided B or C was taken");
+}
+
+/* Causal bands: with A zero outside each row's terms, the entries a band
+ * wants equal the dense product's (beta applied once, even to rows with no
+ * terms), and nothing is written past the columns. */
+static void test_tile_band(void) {
+    if (!attnc_tile_sgemm_available()) return;
+    const attnc_tile_band bands[] = {
+        {-(INT64_MAX / 4), 5, INT64_MAX / 4},   /* keys as terms (P V)       */
+        {-3, INT64_MAX / 4, INT64_MAX / 4},    /* queries as terms (P^T dO) */
+        {-(INT64_MAX / 4), INT64_MAX / 4, 4},  /* keys as columns (Q K^T)   */
+        {-(INT64_MAX / 4), -2, INT64_MAX / 4}, /* the first rows see nothing */
+        {70, INT64_MAX / 4, INT64_MAX / 4},    /* no row sees anything       */
+    };
+    const int64_t m = 23, n = 70, k = 150, ldc = n + 2;
+    int ok = 1;
+    for (int bi = 0; bi < 5; bi++) {
+        attnc_tile_band band = bands[bi];
+        float *a = malloc((size_t)(m * k) * sizeof *a), *b = malloc((size_t)(k * n) * sizeof *b);
+        float *c = malloc((size_t)(m * ldc) * sizeof *c), *c0 = malloc((size_t)(m * ldc) * sizeof *c0);
+        double *ref = malloc((size_t)(m * n) * sizeof *ref), *r = randn((size_t)(m * k + k * n + m * ldc), 60);
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t kk = 0; kk < k; kk++)
+                a[i * k + kk] = kk >= i + band.k_lo && kk < i + band.k_hi ? (float)r[i * k + kk] : 0.0f;
+        for (int64_t x = 0; x < k * n; x++) b[x] = (float)r[m * k + x];
+        for (int64_t x = 0; x < m * ldc; x++) c0[x] = x % ldc < n ? (float)r[m * k + k * n + x] : 12345.0f;
+        memcpy(c, c0, (size_t)(m * ldc) * sizeof *c);
+        tile_reference(m, n, k, 0.7f, a, k, 1, b, n, 0.5f, c0, ldc, ref);
+        attnc_mat am = {a, m, k, k, 1}, bm = {b, k, n, n, 1}, cm = {c, m, n, ldc, 1};
+        ok &= attnc_tile_sgemm_band(0.7f, am, bm, 0.5f, cm, band);
+        /* The panel form (B^T packed), as Q K^T uses it: its columns' band shifts per panel. */
+        float *bt = malloc((size_t)(k * n) * sizeof *bt), *c2 = malloc((size_t)(m * ldc) * sizeof *c2);
+        float *panels = malloc((size_t)attnc_tile_panels_size(n, k) * sizeof *panels);
+        for (int64_t kk = 0; kk < k; kk++)
+            for (int64_t j = 0; j < n; j++) bt[j * k + kk] = b[kk * n + j];
+        attnc_tile_pack_panels(panels, (attnc_mat){bt, n, k, k, 1});
+        memcpy(c2, c0, (size_t)(m * ldc) * sizeof *c2);
+        attnc_tile_sgemm_panels(0.7f, am, panels, 0.5f, (attnc_mat){c2, m, n, ldc, 1}, band);
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t j = 0; j < ldc; j++) {
+                if (j >= n) {
+                    ok &= c[i * ldc + j] == 12345.0f && c2[i * ldc + j] == 12345.0f;
+                } else if (j < i + band.n_hi) {
+                    double want = ref[i * n + j];
+                    ok &= fabs(c[i * ldc + j] - want) <= 1e-5 * (1 + fabs(want)) * 10;
+                    ok &= c2[i * ldc + j] == c[i * ldc + j];
+                }
+            }
+        free(a), free(b), free(c), free(c0), free(ref), free(r), free(bt), free(c2), free(panels);
+    }
+    CHECK(ok, "banded tile products differ from the dense product within their band");
 }
 
 static void test_rows_f32(void) {
