@@ -1,14 +1,16 @@
 /* rows_f32.h: the row maximum and the shifted exponential of float32 rows
- * in AVX-512, for the softmax inside flash attention's tiles.
+ * in AVX-512, for the softmax inside flash attention's tiles; tanh and the
+ * additive score, for the pointer network's decoding steps.
  *
  * Why: next to the tile products (csrc/core/tile_gemm.c), the online
  * softmax's exp was a third of the forward's time. attnc_expf (simd.h)
  * stays bitwise alike in every build by avoiding fused multiply-adds; here
  * the AVX-512 build, whose products already use them, takes exp(x) as
  * 2^n p(r) with the reduction and the polynomial in fused multiply-adds and
- * 2^n applied by vscalefps: 12 instructions a vector instead of about 28,
+ * 2^n applied by vscalefps: 13 instructions a vector instead of about 28,
  * within 2 ulp of exp. NaN stays NaN; as attnc_expf, anything below the
- * normal range (x < -87.34, exp(-inf) included) is 0.
+ * normal range (x < -87.34, exp(-inf) included) is 0 and anything above
+ * it (x > 88.73) +inf.
  *
  * Only with __AVX512F__ (ATTNC_ROWS_F32 is 1 then); callers keep their
  * generic loops for the other builds. */
@@ -27,7 +29,9 @@ static inline __m512 attnc_exp512(__m512 x) {
      * order, returns x when x is NaN, and NaN is not below lo. */
     const __m512 lo = _mm512_set1_ps(-87.33655f);
     __mmask16 normal = _mm512_cmp_ps_mask(x, lo, _CMP_NLT_UQ);
-    x = _mm512_max_ps(lo, x);
+    /* Above 89 (+inf included) computed on 89, where 2^n p overflows to +inf
+     * (infinite arguments would give inf - inf in the reduction). */
+    x = _mm512_min_ps(_mm512_set1_ps(89.0f), _mm512_max_ps(lo, x));
     __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
@@ -40,6 +44,37 @@ static inline __m512 attnc_exp512(__m512 x) {
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
     p = _mm512_fmadd_ps(_mm512_mul_ps(p, r), r, _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
     return _mm512_maskz_scalef_ps(normal, p, n);
+}
+
+/* tanh as core/sigmoid_impl.h's float tanh_ (its odd series below 1/16,
+ * 1 - 2 / (e^2x + 1) above), with attnc_exp512 and the reciprocal from
+ * vrcp14ps and a Newton step (vdivps's throughput is a tenth of an FMA's):
+ * within 3e-7 absolute of tanh. */
+static inline __m512 attnc_tanh512(__m512 x) {
+    const __m512 one = _mm512_set1_ps(1.0f), two = _mm512_set1_ps(2.0f);
+    __m512 x2 = _mm512_mul_ps(x, x);
+    __m512 series = _mm512_fmadd_ps(x2, _mm512_set1_ps(2.0f / 15), _mm512_set1_ps(-1.0f / 3));
+    series = _mm512_mul_ps(x, _mm512_fmadd_ps(x2, series, one));
+    /* |x| > 9: tanh is +-1 in float; clamped so that d stays finite (the
+     * Newton step would make 0 * inf of an infinite d). */
+    __m512 xc = _mm512_min_ps(_mm512_set1_ps(9.0f), _mm512_max_ps(_mm512_set1_ps(-9.0f), x));
+    __m512 d = _mm512_add_ps(attnc_exp512(_mm512_mul_ps(two, xc)), one);
+    __m512 r = _mm512_rcp14_ps(d);
+    r = _mm512_mul_ps(r, _mm512_fnmadd_ps(d, r, two)); /* r (2 - d r): one Newton step */
+    __m512 exact = _mm512_fnmadd_ps(two, r, one);       /* 1 - 2 / d; d = inf gives 1 */
+    __mmask16 small = _mm512_cmp_ps_mask(_mm512_abs_ps(x), _mm512_set1_ps(0.0625f), _CMP_LT_OQ);
+    return _mm512_mask_blend_ps(small, exact, series);
+}
+
+/* v . tanh(q + k) over n (the additive score of one query and key). */
+static inline float attnc_additive_f32(const float *q, const float *k, const float *v, int64_t n) {
+    __m512 acc = _mm512_setzero_ps();
+    for (int64_t j = 0; j < n; j += 16) {
+        __mmask16 m = n - j >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - j)) - 1u);
+        __m512 t = attnc_tanh512(_mm512_add_ps(_mm512_maskz_loadu_ps(m, q + j), _mm512_maskz_loadu_ps(m, k + j)));
+        acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, v + j), t, acc);
+    }
+    return _mm512_reduce_add_ps(acc);
 }
 
 /* max(init, x[0..n)), NaN entries ignored (as the generic loop's `>`). */

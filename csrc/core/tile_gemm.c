@@ -4,8 +4,8 @@
  * E = 64 or 128 columns thousands of times per call; each BLAS call packs
  * both operands into its own panels and dispatches on the shape, which
  * measured a third of the forward's time. Here A's entries are broadcast
- * straight from their rows and B's rows loaded as vectors: no packing (the
- * caller packs a transposed B once per tile, cheap next to the product).
+ * straight from their rows and B's rows loaded as vectors: no packing (a
+ * B^T is packed once per call into panels, attnc_tile_pack_panels).
  *
  * The micro-kernel holds an MR x NV-vector block of C in registers (6 x 64
  * floats in AVX-512, 6 x 16 in AVX2) and walks k: NV loads of B's row, MR
@@ -152,9 +152,9 @@ static void blocks(float alpha, attnc_mat a, const float *bp, int64_t ldb, float
                 int64_t k_beg = clamp(i0 + band.k_lo, 0, k), k_end = clamp(i0 + mr - 1 + band.k_hi, k_beg, k);
                 int64_t lo = k0 > k_beg ? k0 : k_beg, hi = k0 + KC < k_end ? k0 + KC : k_end;
                 /* Every block gets beta C once: in the KC block holding its first term
-                 * (the first KC block when it has none). */
-                bool first = k_beg < k_end ? lo == k_beg : k0 == 0;
-                if (j0 >= n_end || (hi <= lo && !first)) continue;
+                 * (the first KC block when it has none, with no terms). */
+                bool first = k_beg < k_end ? k0 <= k_beg && k_beg < k0 + KC : k0 == 0;
+                if (j0 >= n_end || (!first && hi <= lo)) continue;
                 if (hi < lo) hi = lo;
                 int64_t cols = n_end - j0 < width ? n_end - j0 : width, nv = (cols + VW - 1) / VW;
                 mask_t mask = tail_mask(cols - (nv - 1) * VW);

@@ -104,7 +104,7 @@ attnc_status attnc_pointer_decode(attnc_tensor *out, attnc_tensor *lengths, attn
     int workers = attnc_workers();
     if (st == ATTNC_OK)
         st = attnc_calloc(&flags, (size_t)(2 * R * P + 2 * R + workers * P), 1, "the pointer decoder's masks");
-    if (st == ATTNC_OK) st = attnc_calloc(&counts, (size_t)(2 * R), sizeof(int64_t), "the pointer decoder's counts");
+    if (st == ATTNC_OK) st = attnc_calloc(&counts, (size_t)(3 * R), sizeof(int64_t), "the pointer decoder's counts");
     if (st == ATTNC_OK) {
         unsigned char *f = flags;
         int64_t *cnt = counts;
@@ -122,8 +122,8 @@ attnc_status attnc_pointer_decode(attnc_tensor *out, attnc_tensor *lengths, attn
                              .sw = m + 9 * R * H + R * P + 4 * x.B * x.n * H, .chosen = f,                       \
                              .chosen_next = f + R * P, .ended = f + 2 * R * P, .ended_next = f + 2 * R * P + R,  \
                              .allowed = f + 2 * R * P + 2 * R,                                                  \
-                             .count = cnt, .count_next = cnt + R, .w_hh_panels = panels,                       \
-                             .w2_panels = panels ? panels + hh_size : NULL};                                   \
+                             .count = cnt, .count_next = cnt + R, .feed = cnt + 2 * R,                         \
+                             .w_hh_panels = panels, .w2_panels = panels ? panels + hh_size : NULL};            \
         ptr_init_##SFX(&S);                                                                                     \
         attnc_search_model sm = {.ctx = &S, .B = x.B, .K = x.K, .V = P, .logits = S.logits, .dt = x.dt,        \
                                  .step = ptr_step_##SFX, .reorder = ptr_reorder_##SFX, .trace = S.logits,     \

@@ -7,6 +7,7 @@
 #include "../core/real.h"
 #include "../core/lanes_impl.h"
 #include "../core/lstm_cell_impl.h"
+#include "../core/rows_f32.h"
 
 typedef struct {
     const ptr_run *x;
@@ -19,6 +20,7 @@ typedef struct {
     REAL *gates, *q, *logits;                        /* (R, 4H), (R, H), (R, P)             */
     unsigned char *chosen, *chosen_next;             /* (R, P)                              */
     int64_t *count, *count_next;                     /* (R) inputs chosen                   */
+    int64_t *feed;                                   /* (R) see ptr_feed                    */
     unsigned char *ended, *ended_next;               /* (R) fed the end token               */
     unsigned char *allowed;                          /* (workers, P) scratch                */
 } FN(ptr_state);
@@ -39,22 +41,23 @@ static void FN(ptr_times_wt)(const ptr_run *x, const REAL *a, int64_t in, const 
     attnc_gemm_rows(x->dt, false, true, 1, A, W, beta, C, PTR_GEMM_ROWS);
 }
 
-/* Row r's feed after token p (s = step): its chosen set, and the input
- * part of its gates (W_ih x + b_ih + b_hh, x the chosen input or start). */
+/* Row r's feed after token p (s = step): its chosen set, and which input
+ * part of its gates (W_ih x + b_ih + b_hh, x the chosen input or start) the
+ * cell adds to its recurrent product: feed[r], an input's row of xw, or -1
+ * for sw. */
 static void FN(ptr_feed)(FN(ptr_state) *S, int64_t r, int64_t p, int64_t s) {
     const ptr_run *x = S->x;
-    int64_t b = r / x->K, G = 4 * x->H;
-    const REAL *src = S->sw;
+    int64_t b = r / x->K;
+    S->feed[r] = -1;
     if (s > 0) {
         if (p == 0) {
             S->ended[r] = 1;
         } else {
             S->chosen[r * x->P + p] = 1;
             S->count[r]++;
-            src = S->xw + (b * x->n + p - 1) * G;
+            S->feed[r] = b * x->n + p - 1;
         }
     }
-    memcpy(S->gates + r * G, src, (size_t)G * sizeof(REAL));
 }
 
 /* xw and sw, once per call: one product over every input. */
@@ -82,8 +85,9 @@ static void FN(ptr_cell_task)(void *arg, int64_t block, int worker) {
     int64_t H = x->H;
     /* c_next is free until the reorder (which writes it): it holds c_prev here; gates become activations */
     for (int64_t r = block * PTR_ROWS; r < x->R && r < (block + 1) * PTR_ROWS; r++) {
+        const REAL *in = S->feed[r] < 0 ? S->sw : S->xw + S->feed[r] * 4 * H;
         memcpy(S->c_next + r * H, S->c + r * H, (size_t)H * sizeof(REAL));
-        FN(lstm_cell_forward)(S->gates + r * 4 * H, NULL, S->c_next + r * H, S->c + r * H, S->h + r * H, H);
+        FN(lstm_cell_forward)(S->gates + r * 4 * H, in, S->c_next + r * H, S->c + r * H, S->h + r * H, H);
     }
 }
 
@@ -98,11 +102,18 @@ static bool FN(ptr_allowed)(const FN(ptr_state) *S, int64_t r, int64_t j) {
 
 /* u (P) <- v . tanh(keys_j + q) where allowed[j], -inf elsewhere: the sums
  * of core/lanes_impl.h, so decoding scores as the teacher-forced forward
- * (the additive score) does. */
+ * (the additive score) does; in float32 on AVX-512, core/rows_f32.h's,
+ * with its own tanh in fused multiply-adds (the scores were a fifth of a
+ * beam step's time), equal to the forward's within rounding. */
 static void FN(ptr_row_scores)(REAL *restrict u, const REAL *restrict keys, const REAL *restrict q,
                                const REAL *restrict v, const unsigned char *restrict allowed, int64_t P,
                                int64_t H) {
-    for (int64_t j = 0; j < P; j++) u[j] = allowed[j] ? FN(additive)(q, keys + j * H, v, H) : -INFINITY;
+    for (int64_t j = 0; j < P; j++)
+#if !ATTNC_F64 && ATTNC_ROWS_F32
+        u[j] = allowed[j] ? attnc_additive_f32(q, keys + j * H, v, H) : -INFINITY;
+#else
+        u[j] = allowed[j] ? FN(additive)(q, keys + j * H, v, H) : -INFINITY;
+#endif
 }
 
 /* Every row's scores; an ended row gives 0 for the end token and -inf
@@ -125,7 +136,7 @@ static attnc_status FN(ptr_step)(void *ctx, const int64_t *tok, int64_t s) {
     const ptr_run *x = S->x;
     int64_t R = x->R, H = x->H;
     for (int64_t r = 0; r < R; r++) FN(ptr_feed)(S, r, tok ? tok[r] : 0, s);
-    FN(ptr_times_wt)(x, S->h, H, S->w_hh, S->w_hh_panels, 4 * H, 1, S->gates);
+    FN(ptr_times_wt)(x, S->h, H, S->w_hh, S->w_hh_panels, 4 * H, 0, S->gates);
     int64_t blocks = (R + PTR_ROWS - 1) / PTR_ROWS;
     int workers = attnc_workers_for(R * (x->P + 8) * H);
     attnc_parallel_for(blocks, workers, FN(ptr_cell_task), S);

@@ -86,13 +86,13 @@ static void test_tile_gemm(void) {
 static void test_tile_band(void) {
     if (!attnc_tile_sgemm_available()) return;
     const attnc_tile_band bands[] = {
-        {-(INT64_MAX / 4), 5, INT64_MAX / 4},   /* keys as terms (P V)       */
-        {-3, INT64_MAX / 4, INT64_MAX / 4},    /* queries as terms (P^T dO) */
-        {-(INT64_MAX / 4), INT64_MAX / 4, 4},  /* keys as columns (Q K^T)   */
-        {-(INT64_MAX / 4), -2, INT64_MAX / 4}, /* the first rows see nothing */
-        {70, INT64_MAX / 4, INT64_MAX / 4},    /* no row sees anything       */
+        {-(INT64_MAX / 4), 5, INT64_MAX / 4},   /* keys as terms (P V)                  */
+        {-3, INT64_MAX / 4, INT64_MAX / 4},    /* queries as terms (P^T dO)            */
+        {-(INT64_MAX / 4), INT64_MAX / 4, 4},  /* keys as columns (Q K^T)              */
+        {-(INT64_MAX / 4), -10, INT64_MAX / 4}, /* the first rows have no terms at all */
+        {140, INT64_MAX / 4, -20},             /* terms start past the first KC block  */
     };
-    const int64_t m = 23, n = 70, k = 150, ldc = n + 2;
+    const int64_t m = 150, n = 70, k = 300, ldc = n + 2;
     int ok = 1;
     for (int bi = 0; bi < 5; bi++) {
         attnc_tile_band band = bands[bi];
@@ -155,10 +155,33 @@ static void test_rows_f32(void) {
     CHECK(max_ok, "attnc_row_max_f32 differs from the plain maximum");
     CHECK(exp_ok, "attnc_row_exp_f32 differs from exp by more than 2 ulp");
     /* The edges: below the normal range 0, NaN kept (in the sum too) and ignored by the maximum. */
-    float edge[5] = {-87.4f, -87.3f, -INFINITY, 0.0f, 88.0f};
-    attnc_row_exp_f32(edge, 5, 0.0f);
-    CHECK(edge[0] == 0 && edge[1] > 0 && edge[2] == 0 && edge[3] == 1 && fabs(edge[4] / exp(88.0) - 1) < 3e-7,
-          "exp edges: %g %g %g %g %g", edge[0], edge[1], edge[2], edge[3], edge[4]);
+    float edge[7] = {-87.4f, -87.3f, -INFINITY, 0.0f, 88.0f, 88.8f, INFINITY};
+    attnc_row_exp_f32(edge, 7, 0.0f);
+    CHECK(edge[0] == 0 && edge[1] > 0 && edge[2] == 0 && edge[3] == 1 && fabs(edge[4] / exp(88.0) - 1) < 3e-7 &&
+              isinf(edge[5]) && isinf(edge[6]),
+          "exp edges: %g %g %g %g %g %g %g", edge[0], edge[1], edge[2], edge[3], edge[4], edge[5], edge[6]);
+    /* tanh and the additive score v . tanh(q + k): small, ordinary, large and infinite arguments. */
+    float q[40], k[40], v[40];
+    int tanh_ok = 1, additive_ok = 1;
+    for (int64_t n = 1; n <= 40; n++) {
+        double want = 0, scale = 0;
+        for (int64_t j = 0; j < n; j++) {
+            q[j] = (float)(j % 4 == 0 ? 0.01 * sin((double)j) : 4 * sin(1.3 * (double)(j + n)));
+            k[j] = j == 7 ? INFINITY : j == 9 ? -50.0f : (float)(0.02 * cos((double)j));
+            v[j] = (float)cos(0.4 * (double)j);
+            double t = tanh((double)(q[j] + k[j]));
+            want += v[j] * t;
+            scale += fabs(v[j]);
+        }
+        additive_ok &= fabs(attnc_additive_f32(q, k, v, n) - want) <= 1e-6 * scale;
+    }
+    for (int i = -400; i <= 400; i++) {
+        float arg = (float)(i * 0.02) * (float)(i % 3 == 0 ? 0.05 : 1), t[16];
+        _mm512_storeu_ps(t, attnc_tanh512(_mm512_set1_ps(arg)));
+        tanh_ok &= fabs(t[0] - tanh((double)arg)) <= 3e-7 * (fabs(arg) < 0.0625 ? fabs(arg) / 0.0625 + 1e-3 : 1);
+    }
+    CHECK(tanh_ok, "attnc_tanh512 differs from tanh");
+    CHECK(additive_ok, "attnc_additive_f32 differs from the double additive score");
     float with_nan[3] = {1.0f, NAN, 2.0f};
     CHECK(attnc_row_max_f32(with_nan, 3, -INFINITY) == 2.0f, "a NaN won the maximum");
     CHECK(isnan(attnc_row_exp_f32(with_nan, 3, 2.0f)) && isnan(with_nan[1]), "a NaN was lost");
