@@ -126,17 +126,15 @@ static void rows_task(void *arg, int64_t block, int worker) {
     (void)worker;
     const rows_job *j = arg;
     int64_t r0 = block * j->rows, n = j->c.rows - r0 < j->rows ? j->c.rows - r0 : j->rows;
-    attnc_mat a = j->a, c = j->c;
+    attnc_mat a = j->a;
     size_t es = attnc_dtype_size(j->dt);
     if (j->ta) { /* op(a) = a^T: its rows are a's columns */
         a.p = (char *)a.p + (size_t)(r0 * a.cs) * es;
         a.cols = n;
     } else {
-        a.p = (char *)a.p + (size_t)(r0 * a.rs) * es;
-        a.rows = n;
+        a = attnc_mat_rows(a, r0, n, es);
     }
-    c.p = (char *)c.p + (size_t)(r0 * c.rs) * es;
-    c.rows = n;
+    attnc_mat c = attnc_mat_rows(j->c, r0, n, es);
     if (j->dt == ATTNC_FLOAT32)
         attnc_gemm_f32(j->ta, j->tb, (float)j->alpha, a, j->b, (float)j->beta, c);
     else

@@ -22,6 +22,14 @@ typedef struct {
 
 static inline bool attnc_present(const attnc_tensor *t) { return t && t->data; }
 
+/* Rows [r0, r0 + n) of m, whose elements are es bytes: a block of a product
+ * split by rows over the thread pool. */
+static inline attnc_mat attnc_mat_rows(attnc_mat m, int64_t r0, int64_t n, size_t es) {
+    m.p = (char *)m.p + (size_t)(r0 * m.rs) * es;
+    m.rows = n;
+    return m;
+}
+
 /* RUN(f32) or RUN(f64), by dtype: how a typed kernel (core/real.h) is called. */
 #define ATTNC_BY_DTYPE(dtype, RUN)     \
     do {                              \

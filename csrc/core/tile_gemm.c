@@ -195,11 +195,8 @@ static void rows_task(void *arg, int64_t block, int worker) {
     (void)worker;
     const rows_job *j = arg;
     int64_t r0 = block * j->block_rows, n = j->c.rows - r0 < j->block_rows ? j->c.rows - r0 : j->block_rows;
-    attnc_mat a = j->a, c = j->c;
-    a.p = (float *)a.p + r0 * a.rs;
-    c.p = (float *)c.p + r0 * c.rs;
-    a.rows = c.rows = n;
-    attnc_tile_sgemm_panels(j->alpha, a, j->panels, j->beta, c, ATTNC_TILE_DENSE);
+    attnc_tile_sgemm_panels(j->alpha, attnc_mat_rows(j->a, r0, n, sizeof(float)), j->panels, j->beta,
+                            attnc_mat_rows(j->c, r0, n, sizeof(float)), ATTNC_TILE_DENSE);
 }
 
 void attnc_tile_sgemm_panels_rows(float alpha, attnc_mat a, const float *panels, float beta, attnc_mat c,
