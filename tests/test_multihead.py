@@ -474,6 +474,28 @@ def test_length_one(LS, dtype, rng, torch):
     _check_grads(torch, tm, m, q, k, v, {"average_attn_weights": False}, dtype, rng, f"L,S={LS}")
 
 
+@pytest.mark.parametrize("dtype", DTYPES, ids=DT_IDS)
+def test_thread_counts_give_identical_bits(dtype, rng, torch, restore_threads):
+    """Averaged weights of one batch row and one query block: one thread makes
+    them in the forward's pass over every head, two threads in a second pass
+    (flash.c); both give the same bits, and torch's weights."""
+    cfg = {}
+    tm, m, _ = make_pair(torch, cfg, dtype)
+    q, k, v = make_inputs(rng, cfg, dtype, 90, 110)
+    results = []
+    for n in (1, 2):
+        attnc.set_num_threads(n)
+        results.append(m(q[:1], k[:1], v[:1], need_weights=True, average_attn_weights=True))
+    (o1, w1), (o2, w2) = results
+    _same_bits(o1, o2, "output")
+    _same_bits(w1, w2, "averaged weights")
+    with torch.no_grad():
+        t = lambda a: torch.from_numpy(np.ascontiguousarray(a))  # noqa: E731
+        to, tw = tm(t(q[:1]), t(k[:1]), t(v[:1]), need_weights=True, average_attn_weights=True)
+    _close(w1, tw.numpy(), 1e-5 if dtype == np.float32 else 1e-12, "averaged weights vs torch")
+    _close(o1, to.numpy(), 1e-5 if dtype == np.float32 else 1e-12, "output vs torch")
+
+
 # --------------------------------------------------------------------------- module vs functional
 
 @pytest.mark.parametrize("cfg_name", ["default", "kdim_vdim", "bias_kv_zero_attn"])

@@ -448,6 +448,9 @@ def test_dropout_gradient_matches_finite_differences(weights, rng, fd_check):
 def _thread_cases(rng):
     return [
         ((_qkv(rng, (1,), 1, 1, 300, 300, 32, 32)), {"is_causal": True}),
+        # a single query block: one thread makes the weights in the forward's
+        # pass, two threads in a second pass over the scores (flash.c)
+        ((_qkv(rng, (1,), 1, 1, 100, 290, 16, 16, np.float32)), {"is_causal": True}),
         ((_qkv(rng, (1,), 1, 1, 270, 310, 24, 16, np.float32)),
          {"attn_mask": rng.standard_normal((270, 310)).astype(np.float32)}),
         ((_qkv(rng, (2,), 4, 2, 200, 260, 16, 8)),

@@ -50,11 +50,15 @@ typedef struct {
                                  * head, key block); NULL: BLAS does it     */
     int64_t kt_block, vt_block; /* the floats of one such block             */
     attnc_tensor copies[3];     /* compact copies of scattered operands     */
+    int64_t keep_at;            /* forward_weights_task: where a worker's kept
+                                 * scores (bq x S) start in its scratch      */
     int ncopies;
 } flash_ctx;
 
-/* Tile sizes: a query block's scores (BQ x BK) and accumulator stay in L2. */
-enum { BQ = 128, BK = 256 };
+/* Tile sizes: a query block's scores (BQ x BK) and accumulator stay in L2.
+ * KEEP_MAX: the most scores (BQ x S) a worker keeps to make the weights in
+ * the forward's pass (4 MiB of float32: S up to 8192). */
+enum { BQ = 128, BK = 256, KEEP_MAX = 1 << 20 };
 
 /* The causal band of the tile of query rows i0.. and keys j0.. (key j0 + j
  * is visible to query i0 + i when j <= i + i0 + offset - j0) for the tile
@@ -306,13 +310,21 @@ attnc_status attnc_sdpa_forward(attnc_tensor *output, attnc_tensor *lse, attnc_t
     c.lse_out = lse;
     c.weights = weights;
     int64_t tasks = c.batch.count * c.H * c.nqb;
+    int64_t weight_tasks = options->average_heads ? c.batch.count * c.nqb : tasks;
+    size_t per = (size_t)(c.bq * c.bk + c.bq * c.ev + 2 * c.bq);
     attnc_status st = pack_keys(&c, false);
     if (st == ATTNC_OK) st = compact(&c, &c.v);
-    if (st == ATTNC_OK)
-        st = run(&c, tasks, forward_task_f32, forward_task_f64, (size_t)(c.bq * c.bk + c.bq * c.ev + 2 * c.bq));
-    if (st == ATTNC_OK && attnc_present(weights))
-        st = run(&c, options->average_heads ? c.batch.count * c.nqb : tasks, weights_task_f32,
-                 weights_task_f64, (size_t)(c.bq * c.bk));
+    if (st == ATTNC_OK && attnc_present(weights) && c.bq * c.S <= KEEP_MAX && weight_tasks >= attnc_workers()) {
+        /* The weights from the forward's own scores (no second product), where
+         * its tasks keep every thread busy (with average_heads, a task takes a
+         * query block of every head). Both paths give the same bits. */
+        c.keep_at = (int64_t)per;
+        st = run(&c, weight_tasks, forward_weights_task_f32, forward_weights_task_f64, per + (size_t)(c.bq * c.S));
+    } else {
+        if (st == ATTNC_OK) st = run(&c, tasks, forward_task_f32, forward_task_f64, per);
+        if (st == ATTNC_OK && attnc_present(weights))
+            st = run(&c, weight_tasks, weights_task_f32, weights_task_f64, (size_t)(c.bq * c.bk));
+    }
     free_packed(&c);
     return st;
 }

@@ -148,13 +148,13 @@ static int64_t FN(key_end)(const flash_ctx *c, int64_t last_row) {
     return end < 0 ? 0 : end > c->S ? c->S : end;
 }
 
-/* Forward, one task = (batch, head, query block): online softmax over key
- * blocks, then output = acc / l and lse = m + log(l). */
-static void FN(forward_task)(void *arg, int64_t task, int worker) {
-    const flash_ctx *c = arg;
-    int64_t qb = task % c->nqb, bh = task / c->nqb, b = bh / c->H, h = bh % c->H;
-    int64_t i0 = qb * c->bq, nq = c->L - i0 < c->bq ? c->L - i0 : c->bq;
-    REAL *s = (REAL *)c->scratch + (size_t)worker * c->per_worker;
+/* The forward of query block qb of (batch b, head h): online softmax over
+ * key blocks, then output = acc / l and lse = m + log(l). With keep (nq, S;
+ * row stride S), each tile's scores are also kept there before the softmax
+ * (the weights' pass then needs no second product). s: the worker's
+ * scratch. */
+static void FN(forward_block)(const flash_ctx *c, int64_t b, int64_t h, int64_t qb, REAL *s, REAL *keep) {
+    int64_t bh = b * c->H + h, i0 = qb * c->bq, nq = c->L - i0 < c->bq ? c->L - i0 : c->bq;
     REAL *acc = s + c->bq * c->bk, *m = acc + c->bq * c->ev, *l = m + c->bq;
     for (int64_t i = 0; i < nq; i++) m[i] = -INFINITY, l[i] = 0;
     for (int64_t x = 0; x < nq * c->ev; x++) acc[x] = 0;
@@ -162,6 +162,9 @@ static void FN(forward_task)(void *arg, int64_t task, int worker) {
     for (int64_t j0 = 0; j0 < kend; j0 += c->bk) {
         int64_t nk = kend - j0 < c->bk ? kend - j0 : c->bk;
         FN(scores)(c, b, h, i0, nq, j0, nk, s);
+        if (keep)
+            for (int64_t i = 0; i < nq; i++)
+                for (int64_t j = 0; j < nk; j++) keep[i * c->S + j0 + j] = s[i * nk + j];
         for (int64_t i = 0; i < nq; i++) {
             REAL *row = s + i * nk, mx = FN(row_max)(row, nk, m[i]);
             if (mx == -INFINITY) { /* nothing allowed yet: no contribution */
@@ -190,6 +193,14 @@ static void FN(forward_task)(void *arg, int64_t task, int worker) {
             ((REAL *)out.p)[i * out.rs + e * out.cs] = acc[i * c->ev + e] * inv;
         lse[i] = empty ? -INFINITY : m[i] + LOG(l[i]);
     }
+}
+
+/* Forward, one task = (batch, head, query block): online softmax over key
+ * blocks, then output = acc / l and lse = m + log(l). */
+static void FN(forward_task)(void *arg, int64_t task, int worker) {
+    const flash_ctx *c = arg;
+    int64_t qb = task % c->nqb, bh = task / c->nqb;
+    FN(forward_block)(c, bh / c->H, bh % c->H, qb, (REAL *)c->scratch + (size_t)worker * c->per_worker, NULL);
 }
 
 /* P (nq, nk) <- exp(s - lse_i), 0 for rows with nothing allowed. */
@@ -247,6 +258,40 @@ static void FN(weights_task)(void *arg, int64_t task, int worker) {
     REAL *w = (REAL *)c->weights->data + (b * c->L + i0) * c->S;
     for (int64_t x = 0; x < nq * c->S; x++) w[x] = 0;
     for (int64_t h = 0; h < c->H; h++) FN(head_weights)(c, b, h, i0, nq, s, w, true);
+}
+
+/* Forward and weights in one pass where a query block's scores over every
+ * key fit in a worker's scratch (keep_rows): one task = (batch, head, query
+ * block), or with average_heads (batch, query block) taking the heads in
+ * order. The weights come from the kept scores, exp(s - lse) as
+ * head_weights makes them, so they are the same bits as the two-pass path. */
+static void FN(forward_weights_task)(void *arg, int64_t task, int worker) {
+    const flash_ctx *c = arg;
+    REAL *s = (REAL *)c->scratch + (size_t)worker * c->per_worker, *keep = s + c->keep_at;
+    int64_t qb = task % c->nqb, i0 = qb * c->bq, nq = c->L - i0 < c->bq ? c->L - i0 : c->bq;
+    bool average = c->opt->average_heads;
+    int64_t b = average ? task / c->nqb : task / c->nqb / c->H;
+    int64_t h0 = average ? 0 : task / c->nqb % c->H, h1 = average ? c->H : h0 + 1;
+    REAL share = (REAL)1 / (REAL)c->H;
+    REAL *w = (REAL *)c->weights->data + ((average ? b : b * c->H + h0) * c->L + i0) * c->S;
+    int64_t kend = FN(key_end)(c, i0 + nq - 1);
+    if (average)
+        for (int64_t x = 0; x < nq * c->S; x++) w[x] = 0;
+    for (int64_t h = h0; h < h1; h++) {
+        FN(forward_block)(c, b, h, qb, s, keep);
+        const REAL *lse = (const REAL *)c->lse_out->data + (b * c->H + h) * c->L + i0;
+        for (int64_t i = 0; i < nq; i++) {
+            REAL *row = keep + i * c->S, *wr = w + i * c->S;
+            if (lse[i] == -INFINITY)
+                for (int64_t j = 0; j < kend; j++) row[j] = 0;
+            else
+                FN(row_exp)(row, kend, lse[i]);
+            if (average)
+                for (int64_t j = 0; j < kend; j++) wr[j] += row[j] * share;
+            else
+                for (int64_t j = 0; j < c->S; j++) wr[j] = j < kend ? row[j] : 0;
+        }
+    }
 }
 
 /* D[bh, i] = sum_e dO[i, e] O[i, e], one task = (batch, head). */
