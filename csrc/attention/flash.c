@@ -57,8 +57,9 @@ typedef struct {
 
 /* Tile sizes: a query block's scores (BQ x BK) and accumulator stay in L2.
  * KEEP_MAX: the most scores (BQ x S) a worker keeps to make the weights in
- * the forward's pass (4 MiB of float32: S up to 8192). */
-enum { BQ = 128, BK = 256, KEEP_MAX = 1 << 20 };
+ * the forward's pass (4 MiB of float32: S up to 8192). PACK_MIN_ROWS: the
+ * fewest query rows per kv head for the tile kernels (pack_keys). */
+enum { BQ = 128, BK = 256, KEEP_MAX = 1 << 20, PACK_MIN_ROWS = 16 };
 
 /* The causal band of the tile of query rows i0.. and keys j0.. (key j0 + j
  * is visible to query i0 + i when j <= i + i0 + offset - j0) for the tile
@@ -152,7 +153,7 @@ static attnc_status run(flash_ctx *c, int64_t tasks, attnc_task_fn f32, attnc_ta
                         size_t per_worker) {
     int workers = attnc_workers_for(c->batch.count * c->H * c->L * c->S * (c->e + c->ev));
     c->per_worker = per_worker;
-    TRY(attnc_calloc(&c->scratch, c->per_worker * (size_t)workers,
+    TRY(attnc_calloc(&c->scratch, per_worker * (size_t)workers,
                      attnc_dtype_size(c->q->dtype), "attention tiles"));
     attnc_parallel_for(tasks, workers, c->q->dtype == ATTNC_FLOAT32 ? f32 : f64, c);
     free(c->scratch);
@@ -173,9 +174,13 @@ static void pack_task(void *arg, int64_t task, int worker) {
 
 /* Float32 in a build with the tile kernels: K (and, with `values`, V)
  * packed once per call for the products with K^T (V^T), an extra copy the
- * size of K (V), so that no tile is transposed again for each query block. */
+ * size of K (V), so that no tile is transposed again for each query block.
+ * The tile kernels do the products only where this packed K (c->kt). */
 static attnc_status pack_keys(flash_ctx *c, bool values) {
-    if (c->q->dtype != ATTNC_FLOAT32 || !attnc_tile_sgemm_available()) return ATTNC_OK;
+    /* Few query rows per key (a decoding step's one) would not repay the
+     * packing, an O(S E) pass of its own: BLAS then does the products. */
+    if (c->q->dtype != ATTNC_FLOAT32 || !attnc_tile_sgemm_available() || c->L * c->group < PACK_MIN_ROWS)
+        return ATTNC_OK;
     int64_t blocks = c->batch.count * c->hkv * c->nkb;
     c->kt_block = attnc_tile_panels_size(c->bk, c->e);
     c->vt_block = values ? attnc_tile_panels_size(c->bk, c->ev) : 0;

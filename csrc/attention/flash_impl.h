@@ -18,16 +18,16 @@ static attnc_mat FN(tile)(REAL *p, int64_t rows, int64_t cols) {
     return m;
 }
 
-/* C = alpha op(A) B + beta C: the float32 tile kernels where the build has
- * them (op(A) = A^T as a strided view; skipping what the causal band
- * allows), else BLAS. */
-static void FN(product)(bool ta, REAL alpha, attnc_mat a, attnc_mat b, REAL beta, attnc_mat c,
-                        attnc_tile_band band) {
+/* C = alpha op(A) B + beta C: the float32 tile kernels where the call
+ * packed K for them (op(A) = A^T as a strided view; skipping what the
+ * causal band allows), else BLAS. */
+static void FN(product)(const flash_ctx *x, bool ta, REAL alpha, attnc_mat a, attnc_mat b, REAL beta,
+                        attnc_mat c, attnc_tile_band band) {
 #if !ATTNC_F64
     attnc_mat at = ta ? (attnc_mat){a.p, a.cols, a.rows, a.cs, a.rs} : a;
-    if (attnc_tile_sgemm_band(alpha, at, b, beta, c, band)) return;
+    if (x->kt && attnc_tile_sgemm_band(alpha, at, b, beta, c, band)) return;
 #else
-    (void)band;
+    (void)x, (void)band;
 #endif
     GEMM(ta, false, alpha, a, b, beta, c);
 }
@@ -181,7 +181,7 @@ static void FN(forward_block)(const flash_ctx *c, int64_t b, int64_t h, int64_t 
                 for (int64_t e = 0; e < c->ev; e++) acc[i * c->ev + e] *= alpha;
         }
         FN(dropout)(c, b, h, i0, nq, j0, nk, s);
-        FN(product)(false, 1, FN(tile)(s, nq, nk), FN(head_rows)(c, c->v, b, h / c->group, j0, nk), 1,
+        FN(product)(c, false, 1, FN(tile)(s, nq, nk), FN(head_rows)(c, c->v, b, h / c->group, j0, nk), 1,
                     FN(tile)(acc, nq, c->ev), causal_band(c, KEY_TERMS, i0, j0));
     }
     attnc_mat out = FN(head_rows)(c, c->out, b, h, i0, nq);
@@ -390,7 +390,7 @@ static void FN(key_block)(const flash_ctx *c, int64_t b, int64_t hk, int64_t j0,
                     FN(dropout)(c, b, h, i0, nq, j0, nk, dp);
                     pd = dp;
                 }
-                FN(product)(true, 1, FN(tile)(pd, nq, nk), FN(head_rows)(c, c->dout, b, h, i0, nq),
+                FN(product)(c, true, 1, FN(tile)(pd, nq, nk), FN(head_rows)(c, c->dout, b, h, i0, nq),
                             1, FN(head_rows)(c, c->dv, b, hk, j0, nk), causal_band(c, QUERY_TERMS, i0, j0));
             }
             if (!want_k && !dq && !attnc_present(c->dmask)) continue;
@@ -401,11 +401,11 @@ static void FN(key_block)(const flash_ctx *c, int64_t b, int64_t hk, int64_t j0,
                     for (int64_t j = 0; j < nk; j++) dm[i * c->S + j] = s[i * nk + j];
             }
             if (want_k)
-                FN(product)(true, (REAL)c->opt->scale, FN(tile)(s, nq, nk),
+                FN(product)(c, true, (REAL)c->opt->scale, FN(tile)(s, nq, nk),
                             FN(head_rows)(c, c->q, b, h, i0, nq), 1, FN(head_rows)(c, c->dk, b, hk, j0, nk),
                             causal_band(c, QUERY_TERMS, i0, j0));
             if (dq)
-                FN(product)(false, (REAL)c->opt->scale, FN(tile)(s, nq, nk),
+                FN(product)(c, false, (REAL)c->opt->scale, FN(tile)(s, nq, nk),
                             FN(head_rows)(c, c->k, b, hk, j0, nk), 1, FN(head_rows)(c, dq, b, h, i0, nq),
                             causal_band(c, KEY_TERMS, i0, j0));
         }
@@ -467,7 +467,7 @@ static void FN(dq_task)(void *arg, int64_t task, int worker) {
         FN(scores)(c, b, h, i0, nq, j0, nk, s);
         FN(probabilities)((const REAL *)c->lse->data + bh * c->L + i0, nq, nk, s);
         FN(score_grad)(c, b, h, i0, nq, j0, nk, s, dp);
-        FN(product)(false, (REAL)c->opt->scale, FN(tile)(s, nq, nk),
+        FN(product)(c, false, (REAL)c->opt->scale, FN(tile)(s, nq, nk),
                     FN(head_rows)(c, c->k, b, h / c->group, j0, nk), 1, FN(head_rows)(c, c->dq, b, h, i0, nq),
                     causal_band(c, KEY_TERMS, i0, j0));
     }
