@@ -261,7 +261,7 @@ static void FN(weights_task)(void *arg, int64_t task, int worker) {
 }
 
 /* Forward and weights in one pass where a query block's scores over every
- * key fit in a worker's scratch (keep_rows): one task = (batch, head, query
+ * key fit in a worker's scratch (KEEP_MAX): one task = (batch, head, query
  * block), or with average_heads (batch, query block) taking the heads in
  * order. The weights come from the kept scores, exp(s - lse) as
  * head_weights makes them, so they are the same bits as the two-pass path. */
