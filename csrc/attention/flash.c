@@ -177,7 +177,8 @@ static void pack_task(void *arg, int64_t task, int worker) {
 /* Float32 in a build with the tile kernels: K (and, with `values`, V)
  * packed once per call for the products with K^T (V^T), an extra copy the
  * size of K (V), so that no tile is transposed again for each query block.
- * The tile kernels do the products only where this packed K (c->kt). */
+ * The tile kernels do a call's products only where this packed K (c->kt
+ * set); otherwise BLAS does them all. */
 static attnc_status pack_keys(flash_ctx *c, bool values) {
     /* Few query rows per key (a decoding step's one) would not repay the
      * packing, an O(S E) pass of its own: BLAS then does the products. */

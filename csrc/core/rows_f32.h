@@ -22,6 +22,11 @@
 #define ATTNC_ROWS_F32 1
 #include <immintrin.h>
 
+/* The first min(n, 16) lanes (n >= 1): a row's last, maybe partial, vector. */
+static inline __mmask16 attnc_lanes16(int64_t n) {
+    return n >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << n) - 1u);
+}
+
 static inline __m512 attnc_exp512(__m512 x) {
     /* Below lo, exp(x) is under the normal range: 0, as attnc_expf, and
      * computed on lo (lanes that would underflow cost a microcode assist each:
@@ -70,7 +75,7 @@ static inline __m512 attnc_tanh512(__m512 x) {
 static inline float attnc_additive_f32(const float *q, const float *k, const float *v, int64_t n) {
     __m512 acc = _mm512_setzero_ps();
     for (int64_t j = 0; j < n; j += 16) {
-        __mmask16 m = n - j >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - j)) - 1u);
+        __mmask16 m = attnc_lanes16(n - j);
         __m512 t = attnc_tanh512(_mm512_add_ps(_mm512_maskz_loadu_ps(m, q + j), _mm512_maskz_loadu_ps(m, k + j)));
         acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, v + j), t, acc);
     }
@@ -84,7 +89,7 @@ static inline float attnc_row_max_f32(const float *x, int64_t n, float init) {
     /* max(x, lane) returns lane when x is NaN. */
     for (; j + 16 <= n; j += 16) lane = _mm512_max_ps(_mm512_loadu_ps(x + j), lane);
     if (j < n) {
-        __mmask16 k = (__mmask16)((1u << (n - j)) - 1u);
+        __mmask16 k = attnc_lanes16(n - j);
         lane = _mm512_mask_max_ps(lane, k, _mm512_maskz_loadu_ps(k, x + j), lane);
     }
     return _mm512_reduce_max_ps(lane);
@@ -103,7 +108,7 @@ static inline float attnc_row_exp_f32(float *x, int64_t n, float shift) {
         sum1 = _mm512_add_ps(sum1, e1);
     }
     for (; j < n; j += 16) {
-        __mmask16 k = n - j >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - j)) - 1u);
+        __mmask16 k = attnc_lanes16(n - j);
         __m512 e = attnc_exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + j), s));
         _mm512_mask_storeu_ps(x + j, k, e);
         sum0 = _mm512_add_ps(sum0, _mm512_maskz_mov_ps(k, e));

@@ -25,6 +25,10 @@
 
 bool attnc_tile_sgemm_available(void) { return TILE_FAST; }
 
+bool attnc_tile_sgemm(float alpha, attnc_mat a, attnc_mat b, float beta, attnc_mat c) {
+    return attnc_tile_sgemm_band(alpha, a, b, beta, c, ATTNC_TILE_DENSE);
+}
+
 int64_t attnc_tile_panels_size(int64_t n, int64_t k) {
     return (n + ATTNC_TILE_PANEL - 1) / ATTNC_TILE_PANEL * ATTNC_TILE_PANEL * k;
 }
@@ -169,10 +173,6 @@ bool attnc_tile_sgemm_band(float alpha, attnc_mat a, attnc_mat b, float beta, at
     return true;
 }
 
-bool attnc_tile_sgemm(float alpha, attnc_mat a, attnc_mat b, float beta, attnc_mat c) {
-    return attnc_tile_sgemm_band(alpha, a, b, beta, c, ATTNC_TILE_DENSE);
-}
-
 void attnc_tile_sgemm_panels(float alpha, attnc_mat a, const float *panels, float beta, attnc_mat c,
                              attnc_tile_band band) {
     for (int64_t j0 = 0; j0 < c.cols; j0 += ATTNC_TILE_PANEL) {
@@ -211,10 +211,6 @@ void attnc_tile_sgemm_panels_rows(float alpha, attnc_mat a, const float *panels,
 bool attnc_tile_sgemm_band(float alpha, attnc_mat a, attnc_mat b, float beta, attnc_mat c, attnc_tile_band band) {
     (void)alpha, (void)a, (void)b, (void)beta, (void)c, (void)band;
     return false;
-}
-
-bool attnc_tile_sgemm(float alpha, attnc_mat a, attnc_mat b, float beta, attnc_mat c) {
-    return attnc_tile_sgemm_band(alpha, a, b, beta, c, ATTNC_TILE_DENSE);
 }
 
 void attnc_tile_sgemm_panels(float alpha, attnc_mat a, const float *panels, float beta, attnc_mat c,

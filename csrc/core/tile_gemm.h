@@ -5,9 +5,11 @@
  * C (m, n) = alpha * A (m, k) B (k, n) + beta * C, float32:
  *   A any strides (its entries are broadcast one at a time),
  *   B and C unit column stride (rows of B and C are loaded as vectors).
- * With beta 0, C is not read. Every C entry is one chain of fused
- * multiply-adds over k in order, then scaled by alpha (and beta C added):
- * the same bits in the AVX2 and AVX-512 builds and for any blocking.
+ * With beta 0, C is not read. Every C entry takes chains of fused
+ * multiply-adds over blocks of up to 128 terms in order, each scaled by
+ * alpha and added to C (beta C with the first): the same bits in the AVX2
+ * and AVX-512 builds, in the plain and panel forms, and for any split of
+ * C's rows.
  *
  * Only the AVX2 + FMA and AVX-512 builds have the kernels; elsewhere
  * attnc_tile_sgemm returns false and the caller uses BLAS. */

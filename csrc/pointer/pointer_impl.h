@@ -25,20 +25,20 @@ typedef struct {
     unsigned char *allowed;                          /* (workers, P) scratch                */
 } FN(ptr_state);
 
-/* c (R, out) = a (R, in) w^T + beta c over the pool (fixed row blocks):
- * from w's panels (core/tile_gemm.h) where there are some, else BLAS. */
+/* c (R, out) = a (R, in) w^T over the pool (fixed row blocks): from w's
+ * panels (core/tile_gemm.h) where there are some, else BLAS. */
 static void FN(ptr_times_wt)(const ptr_run *x, const REAL *a, int64_t in, const REAL *w, const float *panels,
-                             int64_t out, double beta, REAL *c) {
+                             int64_t out, REAL *c) {
     attnc_mat A = {(void *)a, x->R, in, in, 1}, W = {(void *)w, out, in, in, 1}, C = {c, x->R, out, out, 1};
 #if !ATTNC_F64
     if (panels) {
-        attnc_tile_sgemm_panels_rows(1, A, panels, (float)beta, C, PTR_GEMM_ROWS);
+        attnc_tile_sgemm_panels_rows(1, A, panels, 0, C, PTR_GEMM_ROWS);
         return;
     }
 #else
     (void)panels;
 #endif
-    attnc_gemm_rows(x->dt, false, true, 1, A, W, beta, C, PTR_GEMM_ROWS);
+    attnc_gemm_rows(x->dt, false, true, 1, A, W, 0, C, PTR_GEMM_ROWS);
 }
 
 /* Row r's feed after token p (s = step): its chosen set, and which input
@@ -136,11 +136,11 @@ static attnc_status FN(ptr_step)(void *ctx, const int64_t *tok, int64_t s) {
     const ptr_run *x = S->x;
     int64_t R = x->R, H = x->H;
     for (int64_t r = 0; r < R; r++) FN(ptr_feed)(S, r, tok ? tok[r] : 0, s);
-    FN(ptr_times_wt)(x, S->h, H, S->w_hh, S->w_hh_panels, 4 * H, 0, S->gates);
+    FN(ptr_times_wt)(x, S->h, H, S->w_hh, S->w_hh_panels, 4 * H, S->gates);
     int64_t blocks = (R + PTR_ROWS - 1) / PTR_ROWS;
     int workers = attnc_workers_for(R * (x->P + 8) * H);
     attnc_parallel_for(blocks, workers, FN(ptr_cell_task), S);
-    FN(ptr_times_wt)(x, S->h, H, S->w2, S->w2_panels, H, 0, S->q);
+    FN(ptr_times_wt)(x, S->h, H, S->w2, S->w2_panels, H, S->q);
     attnc_parallel_for(blocks, workers, FN(ptr_score_task), S);
     return ATTNC_OK;
 }
