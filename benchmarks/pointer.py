@@ -28,6 +28,16 @@ weights on both sides:
               steps, batched over the 128 x 10 hypotheses (one nn.LSTM step,
               masked log-softmax, topk, reordering by gather), under
               torch.no_grad().
+The training step's matrix products are counted and set against the
+machine's float32 matrix-product rate, measured in the same run (numpy's and
+torch's sgemm on the recurrent step's shape, (B, H) x (H, 4H), and on a
+2048-cube, the best rate seen being the practical peak): per LSTM 3 x 2 B
+(n + 1) (D + H) 4H (forward, the state's and input's gradients, the weights'),
+and W1, W2's projections 3 x 2 B (n + 1) H H each. The additive score's tanh
+and every gate's sigmoid are not counted, so the time these products would
+take at the peak is a floor under any implementation's step; the table gives
+each side's rate against it, and the share of the peak a 3x speed-up would
+need.
 A check process compares attnc with torch on the same float32 weights and
 inputs, torch running in float64: the training loss and every parameter's
 gradient; the decoded tours' log-probabilities (under torch's float64
@@ -134,6 +144,55 @@ def attnc_model(sz):
 
 def torch_model(sz, dtype=None):
     return ref.TorchPointerNet.from_state(state(sz), dtype=torch.float32 if dtype is None else dtype)
+
+
+def train_flops(sz):
+    """The matrix products of one training step (see the module docstring)."""
+    B, n, D, H = sz["B"], sz["n"], sz["D"], sz["H"]
+    T = n + 1  # the encoder reads the end token and n points, the decoder start and n points
+    lstm = 3 * 2 * B * T * (D + H) * 4 * H
+    projections = 3 * 2 * B * T * H * H
+    return 2 * lstm + 2 * projections
+
+
+def product_floor(sz, threads, quick, errors):
+    """{"peak": best sgemm GFLOP/s seen, "rates": {lib shape: GFLOP/s}} from
+    benchmarks/transformer.py's sgemm job, numpy and torch each in a child."""
+    B, H = sz["B"], sz["H"]
+    sq = 256 if quick else 2048
+    rates = {}
+    for lib in ("numpy", "torch") if torch is not None else ("numpy",):
+        res = common.run_forked(tf.job_sgemm, lib, [(B, H, 4 * H), (sq, sq, sq)], threads, 3 if quick else 7)
+        if res["ok"]:
+            rates.update({k: v["gflops_best"] for k, v in res["result"].items()})
+        else:
+            errors.append(f"sgemm {lib}: {res['error']}")
+    return {"peak": max(rates.values(), default=None), "rates": rates}
+
+
+def print_floor(sz, got, floor):
+    """The training step's products against the sgemm peak; returns the JSON fields."""
+    fl, peak = train_flops(sz), floor["peak"]
+    rates = ", ".join(f"{k} {v:.0f}" for k, v in floor["rates"].items())
+    print(f"products: {fl / 1e9:.3g} GFLOP per step; sgemm GFLOP/s (best of repeats): {rates}")
+    out = {"gflop": fl / 1e9, "sgemm_gflops": floor["rates"], "sgemm_peak_gflops": peak}
+    if not peak:
+        return out
+    floor_ms = fl / peak / 1e6
+    print(f"  at the peak ({peak:.0f} GFLOP/s) the products alone take {floor_ms:.3g} ms")
+    for impl in ("attnc", "torch"):
+        g = got.get(impl)
+        if tf._ok(g):
+            rate = fl / g["median_s"] / 1e9
+            out[f"{impl}_pct_peak"] = 100 * rate / peak
+            print(f"  {impl}: {rate:.0f} GFLOP/s of products, {100 * rate / peak:.0f}% of the peak")
+    t = got.get("torch")
+    if tf._ok(t):
+        need = 100 * TARGETS["pointer_train"] * floor_ms / (t["median_s"] * 1e3)
+        out["pct_peak_for_target"] = need
+        print(f"  {TARGETS['pointer_train']:.0f}x torch ({t['median_s'] * 1e3 / TARGETS['pointer_train']:.2f} ms)"
+              f" needs the step's products at {need:.0f}% of the peak, with nothing else in the step")
+    return out
 
 
 # --------------------------------------------------------------------------- builders
@@ -279,6 +338,7 @@ def main(argv=None):
     if torch is not None:
         check = tf.forked_check(job_check, errors, "check", sz, threads)
     result["check"] = check
+    floor = product_floor(sz, threads, quick, errors)
 
     if torch is None:
         print("torch is not installed: nothing to compare")
@@ -314,6 +374,8 @@ def main(argv=None):
                 t32 = chk["rel_torch32"]
                 name = max(t32, key=t32.get)
                 print(f"  (information: torch's own float32 run: {t32[name]:.1e} ({name}))")
+            if key == "train":
+                result[key]["products"] = print_floor(sz, got, floor)
             if key == "beam" and chk:
                 print(f"  (information: attnc float32 chose torch float64's tour for "
                       f"{100 * chk['same_tour_float32_vs_torch64']:.1f}% of instances, torch float32 for "

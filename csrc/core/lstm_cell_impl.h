@@ -17,6 +17,21 @@
 
 #include "sigmoid_impl.h"
 
+/* Float32 on AVX-512 for the families that define ATTNC_LSTM_FMA before
+ * including this file (rnn/rnn_fast.c, pointer/, whose float32 results
+ * already differ between SIMD builds): the _units loops take 16 units at a
+ * time with core/rows_f32.h's sigmoid and tanh (exp in fused multiply-adds,
+ * reciprocals from vrcp14ps and a Newton step). The generic loops call
+ * vdivps five times per unit forward; these ran the gate math of a pointer
+ * network's beam step about 2x faster (tests/test_rnn.py compares both to
+ * float64). The other families stay bitwise alike on every SIMD path. */
+#if defined(ATTNC_LSTM_FMA) && !ATTNC_F64
+#include "rows_f32.h"
+#define LSTM_CELL_VEC ATTNC_ROWS_F32
+#else
+#define LSTM_CELL_VEC 0
+#endif
+
 /* The row functions go unused where only the _units loops are taken (rnn_fast.c). */
 #ifndef ATTNC_UNUSED
 #define ATTNC_UNUSED __attribute__((unused))
@@ -29,6 +44,23 @@ static inline __attribute__((always_inline)) void FN(lstm_cell_forward_units)(RE
                                                                               const REAL *restrict c_prev, bool prev,
                                                                               REAL *restrict c, REAL *restrict h,
                                                                               int64_t n, int64_t S) {
+#if LSTM_CELL_VEC
+    for (int64_t k = 0; k < n; k += 16) {
+        __mmask16 m = attnc_lanes16(n - k);
+        __m512 i = attnc_sigmoid512(_mm512_maskz_loadu_ps(m, gates + k));
+        __m512 f = attnc_sigmoid512(_mm512_maskz_loadu_ps(m, gates + S + k));
+        __m512 g = attnc_tanh512(_mm512_maskz_loadu_ps(m, gates + 2 * S + k));
+        __m512 o = attnc_sigmoid512(_mm512_maskz_loadu_ps(m, gates + 3 * S + k));
+        _mm512_mask_storeu_ps(gates + k, m, i);
+        _mm512_mask_storeu_ps(gates + S + k, m, f);
+        _mm512_mask_storeu_ps(gates + 2 * S + k, m, g);
+        _mm512_mask_storeu_ps(gates + 3 * S + k, m, o);
+        __m512 ig = _mm512_mul_ps(i, g);
+        __m512 cn = prev ? _mm512_fmadd_ps(f, _mm512_maskz_loadu_ps(m, c_prev + k), ig) : ig;
+        _mm512_mask_storeu_ps(c + k, m, cn);
+        _mm512_mask_storeu_ps(h + k, m, _mm512_mul_ps(o, attnc_tanh512(cn)));
+    }
+#else
     for (int64_t k = 0; k < n; k++) {
         REAL i = FN(sigmoid)(gates[k]), f = FN(sigmoid)(gates[S + k]);
         REAL g = FN(tanh_)(gates[2 * S + k]), o = FN(sigmoid)(gates[3 * S + k]);
@@ -39,6 +71,7 @@ static inline __attribute__((always_inline)) void FN(lstm_cell_forward_units)(RE
         c[k] = prev ? f * c_prev[k] + i * g : i * g;
         h[k] = o * FN(tanh_)(c[k]);
     }
+#endif
 }
 
 /* gates (4H): in, the pre-activations less add (add (4H) or NULL: nothing
@@ -60,6 +93,30 @@ static inline __attribute__((always_inline)) void FN(lstm_cell_backward_units)(
     const REAL *restrict gates, const REAL *restrict c, const REAL *restrict c_prev, bool prev,
     const REAL *restrict dh1, const REAL *restrict dh2, bool two, REAL *restrict dc, REAL *restrict dgates,
     int64_t n, int64_t S) {
+#if LSTM_CELL_VEC
+    const __m512 one = _mm512_set1_ps(1.0f);
+    for (int64_t k = 0; k < n; k += 16) {
+        __mmask16 m = attnc_lanes16(n - k);
+        __m512 dh = _mm512_maskz_loadu_ps(m, dh1 + k);
+        if (two) dh = _mm512_add_ps(dh, _mm512_maskz_loadu_ps(m, dh2 + k));
+        __m512 i = _mm512_maskz_loadu_ps(m, gates + k), f = _mm512_maskz_loadu_ps(m, gates + S + k);
+        __m512 g = _mm512_maskz_loadu_ps(m, gates + 2 * S + k), o = _mm512_maskz_loadu_ps(m, gates + 3 * S + k);
+        __m512 tc = attnc_tanh512(_mm512_maskz_loadu_ps(m, c + k));
+        __m512 dho = _mm512_mul_ps(dh, o);
+        /* d = dc + dh o (1 - tc^2) */
+        __m512 d = _mm512_fmadd_ps(dho, _mm512_fnmadd_ps(tc, tc, one), _mm512_maskz_loadu_ps(m, dc + k));
+        __m512 di = _mm512_mul_ps(d, i);
+        _mm512_mask_storeu_ps(dgates + k, m, _mm512_mul_ps(_mm512_mul_ps(di, g), _mm512_sub_ps(one, i)));
+        __m512 df = _mm512_setzero_ps();
+        if (prev)
+            df = _mm512_mul_ps(_mm512_mul_ps(_mm512_mul_ps(d, _mm512_maskz_loadu_ps(m, c_prev + k)), f),
+                               _mm512_sub_ps(one, f));
+        _mm512_mask_storeu_ps(dgates + S + k, m, df);
+        _mm512_mask_storeu_ps(dgates + 2 * S + k, m, _mm512_mul_ps(di, _mm512_fnmadd_ps(g, g, one)));
+        _mm512_mask_storeu_ps(dgates + 3 * S + k, m, _mm512_mul_ps(_mm512_mul_ps(dho, tc), _mm512_sub_ps(one, o)));
+        _mm512_mask_storeu_ps(dc + k, m, _mm512_mul_ps(d, f));
+    }
+#else
     for (int64_t k = 0; k < n; k++) {
         REAL dh = two ? dh1[k] + dh2[k] : dh1[k];
         REAL i = gates[k], f = gates[S + k], g = gates[2 * S + k], o = gates[3 * S + k], tc = FN(tanh_)(c[k]);
@@ -70,6 +127,7 @@ static inline __attribute__((always_inline)) void FN(lstm_cell_backward_units)(
         dgates[3 * S + k] = dh * tc * o * (1 - o);
         dc[k] = d * f;
     }
+#endif
 }
 
 /* gates (4H activations), c, c_prev (H; c_prev NULL: zeros) of the forward;
@@ -85,3 +143,5 @@ ATTNC_UNUSED static void FN(lstm_cell_backward)(const REAL *restrict gates, cons
     else if (dh2) FN(lstm_cell_backward_units)(gates, c, NULL, false, dh1, dh2, true, dc, dgates, H, H);
     else FN(lstm_cell_backward_units)(gates, c, NULL, false, dh1, NULL, false, dc, dgates, H, H);
 }
+
+#undef LSTM_CELL_VEC

@@ -1,6 +1,7 @@
 /* rows_f32.h: the row maximum and the shifted exponential of float32 rows
  * in AVX-512, for the softmax inside flash attention's tiles; tanh and the
- * additive score, for the pointer network's decoding steps.
+ * additive score, for the pointer network's decoding steps; the sigmoid and
+ * tanh of the LSTM cells that opt in (core/lstm_cell_impl.h).
  *
  * Why: next to the tile products (csrc/core/tile_gemm.c), the online
  * softmax's exp was a third of the forward's time. attnc_expf (simd.h)
@@ -51,24 +52,37 @@ static inline __m512 attnc_exp512(__m512 x) {
     return _mm512_maskz_scalef_ps(normal, p, n);
 }
 
+/* 1 / d for d in [1, 2^126] (finite: an infinite d would make 0 * inf),
+ * from vrcp14ps and a Newton step, within 1 ulp (vdivps's throughput is
+ * a tenth of an FMA's). */
+static inline __m512 attnc_recip512(__m512 d) {
+    __m512 r = _mm512_rcp14_ps(d);
+    return _mm512_mul_ps(r, _mm512_fnmadd_ps(d, r, _mm512_set1_ps(2.0f))); /* r (2 - d r) */
+}
+
 /* tanh as core/sigmoid_impl.h's float tanh_ (its odd series below 1/16,
- * 1 - 2 / (e^2x + 1) above), with attnc_exp512 and the reciprocal from
- * vrcp14ps and a Newton step (vdivps's throughput is a tenth of an FMA's):
- * within 3e-7 absolute of tanh. */
+ * 1 - 2 / (e^2x + 1) above), with attnc_exp512 and attnc_recip512: within
+ * 3e-7 absolute of tanh. */
 static inline __m512 attnc_tanh512(__m512 x) {
     const __m512 one = _mm512_set1_ps(1.0f), two = _mm512_set1_ps(2.0f);
     __m512 x2 = _mm512_mul_ps(x, x);
     __m512 series = _mm512_fmadd_ps(x2, _mm512_set1_ps(2.0f / 15), _mm512_set1_ps(-1.0f / 3));
     series = _mm512_mul_ps(x, _mm512_fmadd_ps(x2, series, one));
-    /* |x| > 9: tanh is +-1 in float; clamped so that d stays finite (the
-     * Newton step would make 0 * inf of an infinite d). */
+    /* |x| > 9: tanh is +-1 in float; clamped so that d stays finite. */
     __m512 xc = _mm512_min_ps(_mm512_set1_ps(9.0f), _mm512_max_ps(_mm512_set1_ps(-9.0f), x));
     __m512 d = _mm512_add_ps(attnc_exp512(_mm512_mul_ps(two, xc)), one);
-    __m512 r = _mm512_rcp14_ps(d);
-    r = _mm512_mul_ps(r, _mm512_fnmadd_ps(d, r, two)); /* r (2 - d r): one Newton step */
-    __m512 exact = _mm512_fnmadd_ps(two, r, one);       /* 1 - 2 / d; d = inf gives 1 */
+    __m512 exact = _mm512_fnmadd_ps(two, attnc_recip512(d), one); /* 1 - 2 / d */
     __mmask16 small = _mm512_cmp_ps_mask(_mm512_abs_ps(x), _mm512_set1_ps(0.0625f), _CMP_LT_OQ);
     return _mm512_mask_blend_ps(small, exact, series);
+}
+
+/* sigmoid(x) = 1 / (1 + e^-x), within 2 ulp. x is clamped to +-87 so that
+ * e^-x stays finite: below -87 the result is sigmoid(-87), 1.6e-38, where
+ * the exact one is smaller still; above 87 it is 1 either way. NaN stays
+ * NaN (max and min return their second operand, x, for a NaN). */
+static inline __m512 attnc_sigmoid512(__m512 x) {
+    __m512 xc = _mm512_min_ps(_mm512_set1_ps(87.0f), _mm512_max_ps(_mm512_set1_ps(-87.0f), x));
+    return attnc_recip512(_mm512_add_ps(attnc_exp512(_mm512_sub_ps(_mm512_setzero_ps(), xc)), _mm512_set1_ps(1.0f)));
 }
 
 /* v . tanh(q + k) over n (the additive score of one query and key). */

@@ -21,6 +21,8 @@ typedef struct {
     attnc_dtype dt;
 } ptr_run;
 
+/* Its LSTM cell in float32 on AVX-512: core/lstm_cell_impl.h's fused multiply-add loops. */
+#define ATTNC_LSTM_FMA
 #define ATTNC_F64 0
 #include "pointer_impl.h"
 #define ATTNC_F64 1

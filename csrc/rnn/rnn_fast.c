@@ -214,9 +214,10 @@ static inline micro micro_tail(micro mk, int64_t left) {
 static const float zeros[MAXVW] = {0};
 
 /* ---- gate functions: core/sigmoid_impl.h's float ones (vectorisable, within 2e-6), and
- * core/lstm_cell_impl.h's cell loops ---- */
+ * core/lstm_cell_impl.h's cell loops (in the AVX-512 build, its fused multiply-add ones) ---- */
 
 #define ATTNC_F64 0
+#define ATTNC_LSTM_FMA
 #include "../core/real.h"
 #include "../core/lstm_cell_impl.h"
 #include "../core/real_end.h"
@@ -309,6 +310,20 @@ static void pack_fwd_block(const fwd_job *j, int64_t blk) {
         }
 }
 
+/* dst[u] = a[u] + b[u] for u < VW, one vector (GCC left such element loops
+ * scalar). */
+static inline void add_8(float *dst, const float *a, const float *b) {
+    _mm256_storeu_ps(dst, _mm256_add_ps(_mm256_loadu_ps(a), _mm256_loadu_ps(b)));
+}
+static inline void add_16(float *dst, const float *a, const float *b) {
+#if RNN_512
+    _mm512_storeu_ps(dst, _mm512_add_ps(_mm512_loadu_ps(a), _mm512_loadu_ps(b)));
+#else
+    add_8(dst, a, b);
+    add_8(dst + 8, a + 8, b + 8);
+#endif
+}
+
 /* One tile row's LSTM gates, VW units: acc (4 VW) the recurrent product, gx
  * (4 VW) the input's, bias (b_ih + b_hh) at the block's units with gates H
  * apart; c (VW) updated; h into hn and o;
@@ -318,23 +333,19 @@ static void pack_fwd_block(const fwd_job *j, int64_t blk) {
         const float *restrict acc, const float *restrict gx, const float *restrict bias, float *restrict c, \
         float *restrict hn, float *restrict o, float *restrict gate, float *restrict cell, int64_t H) {   \
         float pre[4 * VW], cn[VW], h[VW];                                                                  \
-        for (int g = 0; g < 4; g++)                                                                        \
-            _Pragma("GCC ivdep") for (int u = 0; u < VW; u++)                                           \
-                pre[g * VW + u] = acc[g * VW + u] + gx[g * VW + u] + bias[g * H + u];                      \
-        lstm_cell_forward_units_f32(pre, c, true, cn, h, VW, VW);                                          \
-        _Pragma("GCC ivdep") for (int u = 0; u < VW; u++) {                                             \
-            c[u] = cn[u];                                                                                  \
-            hn[u] = h[u];                                                                                  \
-            o[u] = h[u];                                                                                   \
+        for (int g = 0; g < 4; g++) {                                                                      \
+            add_##VW(pre + g * VW, acc + g * VW, gx + g * VW);                                             \
+            add_##VW(pre + g * VW, pre + g * VW, bias + g * H);                                            \
         }                                                                                                  \
-        if (gate)                                                                                          \
-            _Pragma("GCC ivdep") for (int u = 0; u < VW; u++) {                                         \
-                gate[u] = pre[u];                                                                          \
-                gate[H + u] = pre[VW + u];                                                                 \
-                gate[2 * H + u] = pre[2 * VW + u];                                                         \
-                gate[3 * H + u] = pre[3 * VW + u];                                                         \
-                cell[u] = cn[u];                                                                           \
-            }                                                                                              \
+        lstm_cell_forward_units_f32(pre, c, true, cn, h, VW, VW);                                          \
+        /* Fixed-size copies: one vector move each (element loops here became scalar moves). */          \
+        memcpy(c, cn, sizeof cn);                                                                          \
+        memcpy(hn, h, sizeof h);                                                                           \
+        memcpy(o, h, sizeof h);                                                                            \
+        if (gate) {                                                                                        \
+            for (int g = 0; g < 4; g++) memcpy(gate + g * H, pre + g * VW, sizeof cn);                     \
+            memcpy(cell, cn, sizeof cn);                                                                   \
+        }                                                                                                  \
     }
 
 /* The GRU's (torch's r, z, n; hn = W_hn h + b_hn saved for the backward);
@@ -510,13 +521,8 @@ typedef struct {
         const float *restrict cell, const float *restrict cp, const float *restrict hp,                   \
         float *restrict hprev, float *restrict dc, float *restrict dgx, float *restrict dcur, int64_t H) { \
         lstm_cell_backward_units_f32(gate, cell, cp, true, rec, dout, true, dc, dgx, VW, H);              \
-        _Pragma("GCC ivdep") for (int u = 0; u < VW; u++) {                                             \
-            hprev[u] = hp[u];                                                                              \
-            dcur[u] = dgx[u];                                                                              \
-            dcur[H + u] = dgx[H + u];                                                                      \
-            dcur[2 * H + u] = dgx[2 * H + u];                                                              \
-            dcur[3 * H + u] = dgx[3 * H + u];                                                              \
-        }                                                                                                  \
+        memcpy(hprev, hp, VW * sizeof(float)); /* fixed sizes: vector moves */                             \
+        for (int g = 0; g < 4; g++) memcpy(dcur + g * H, dgx + g * H, VW * sizeof(float));                \
     }
 
 /* The GRU's: rec already holds the direct part; direct (VW) <- dh z. */
@@ -644,9 +650,9 @@ static void pack_bwd_block(const bwd_job *j, int64_t blk, bool x) {
                     float *restrict dst = f->dx + bts[q] * in + blk * W;                                  \
                     const float *restrict src = tile + q * W;                                             \
                     if (f->dx_add)                                                                        \
-                        for (int64_t w = 0; w < W; w++) dst[w] += src[w];                                 \
+                        for (int64_t w = 0; w < W; w += VW) add_##VW(dst + w, dst + w, src + w);          \
                     else                                                                                  \
-                        for (int64_t w = 0; w < W; w++) dst[w] = src[w];                                  \
+                        memcpy(dst, src, (size_t)W * sizeof(float));                                      \
                 }                                                                                         \
             }                                                                                             \
         }                                                                                                 \
@@ -694,8 +700,7 @@ DX_CHUNK(8)
                     for (int64_t v = 0; v < j->nv; v++) {                                                 \
                         int64_t b = rows[q], u0 = blk * W + v * VW;                                       \
                         float *rec = tile + q * W + v * VW;                                               \
-                        if (r->mode == ATTNC_GRU)                                                         \
-                            for (int u = 0; u < VW; u++) rec[u] += j->direct[b * H + u0 + u];             \
+                        if (r->mode == ATTNC_GRU) add_##VW(rec, rec, j->direct + b * H + u0);             \
                         if (it == T)                                                                      \
                             memcpy(j->f->dh0 + b * H + u0, rec, VW * sizeof(float));                      \
                         else                                                                              \

@@ -181,6 +181,20 @@ static void test_rows_f32(void) {
         tanh_ok &= fabs(t[0] - tanh((double)arg)) <= 3e-7 * (fabs(arg) < 0.0625 ? fabs(arg) / 0.0625 + 1e-3 : 1);
     }
     CHECK(tanh_ok, "attnc_tanh512 differs from tanh");
+    /* The sigmoid: within 2 ulp over ordinary arguments; the clamped edges and NaN. */
+    int sigmoid_ok = 1;
+    for (int i = -1000; i <= 1000; i++) {
+        float arg = (float)(i * 0.02), t[16];
+        _mm512_storeu_ps(t, attnc_sigmoid512(_mm512_set1_ps(arg)));
+        double want = 1 / (1 + exp(-(double)arg));
+        sigmoid_ok &= fabs(t[0] - want) <= 2.4e-7 * want;
+    }
+    CHECK(sigmoid_ok, "attnc_sigmoid512 differs from the sigmoid by more than 2 ulp");
+    float sig_in[16] = {-INFINITY, -100.0f, -87.0f, 87.0f, 100.0f, INFINITY, NAN, 0.0f}, sig[16];
+    _mm512_storeu_ps(sig, attnc_sigmoid512(_mm512_loadu_ps(sig_in)));
+    CHECK(sig[0] > 0 && sig[0] < 2e-38 && sig[1] == sig[0] && fabs(sig[2] / exp(-87.0) - 1) < 3e-7 && sig[3] == 1 &&
+              sig[4] == 1 && sig[5] == 1 && isnan(sig[6]) && sig[7] == 0.5f,
+          "sigmoid edges: %g %g %g %g %g %g %g %g", sig[0], sig[1], sig[2], sig[3], sig[4], sig[5], sig[6], sig[7]);
     CHECK(additive_ok, "attnc_additive_f32 differs from the double additive score");
     float with_nan[3] = {1.0f, NAN, 2.0f};
     CHECK(attnc_row_max_f32(with_nan, 3, -INFINITY) == 2.0f, "a NaN won the maximum");
