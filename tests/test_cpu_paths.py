@@ -10,9 +10,10 @@ suite runs on the default path. Here, for every other path the CPU runs:
   except where the AVX2 and AVX-512 builds run their own float32 kernels
   with fused multiply-adds, which are compared within 1e-5: recurrent
   networks (LSTM, GRU and the pointer network that runs on them: the fused
-  time loop of rnn/rnn_fast.c) and scaled-dot-product attention (with the
+  time loop of rnn/rnn_fast.c), scaled-dot-product attention (with the
   transformer layer that runs on it: the tile products of
-  core/tile_gemm.c and, in AVX-512, core/rows_f32.h's exp).
+  core/tile_gemm.c and, in AVX-512, core/rows_f32.h's exp) and, in
+  AVX-512, the additive score's factored tanh (attention/score_impl.h).
 
 Run as a script (``ATTNC_CPU=avx2 python tests/test_cpu_paths.py out.npz``)
 it writes the battery's outputs on the path in force.
@@ -53,7 +54,7 @@ KERNEL_TESTS = [
 ]
 
 DEFAULT = attnc._core.simd_path()
-FUSED_F32 = ("LSTM ", "GRU ", "pointer ", "sdpa ", "transformer layer")  # float32 outputs allowed to differ
+FUSED_F32 = ("LSTM ", "GRU ", "pointer ", "sdpa ", "transformer layer", "additive ")  # float32 outputs allowed to differ
 OTHERS = [p for p in _dispatch.supported_paths() if p != DEFAULT]
 
 

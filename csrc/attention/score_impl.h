@@ -3,6 +3,7 @@
  * dk), S and dS (Tq, Tk). */
 #include "../core/real.h"
 #include "../core/lanes_impl.h"
+#include "../core/rows_f32.h"
 
 /* S (tq, tk) <- sum_a v_a tanh(QA_ia + KA_ja), v contiguous (core/lanes_impl.h's sums). */
 static void FN(additive_rows)(REAL *restrict s, const REAL *restrict qa, const REAL *restrict ka,
@@ -37,6 +38,7 @@ static inline float tanh_exp2(float x, float y) {
     return fabsf(x) < 0.125f ? series : 1 - 2 / (y + 1);
 }
 
+#if !ATTNC_ROWS_F32
 /* additive_rows with eq = e^{2 QA}, ek = e^{2 KA}; 16 lanes summed pairwise. */
 static void additive_rows_exp2(float *restrict s, const float *restrict qa, const float *restrict ka,
                                const float *restrict eq, const float *restrict ek, const float *restrict v,
@@ -54,6 +56,76 @@ static void additive_rows_exp2(float *restrict s, const float *restrict qa, cons
             s[i * tk + j] = lane[0] + tail;
         }
 }
+#endif
+
+#if ATTNC_ROWS_F32
+/* tanh_exp2 in AVX-512: the series in fused multiply-adds, 2 / (y + 1) from
+ * core/rows_f32.h's reciprocal (y + 1 is at most e^80 + 1 on the factored
+ * path, so finite). */
+static inline __m512 tanh_exp2_512(__m512 x, __m512 y) {
+    __m512 x2 = _mm512_mul_ps(x, x);
+    __m512 p = _mm512_fmadd_ps(x2, _mm512_set1_ps(-17.0f / 315), _mm512_set1_ps(2.0f / 15));
+    p = _mm512_fmadd_ps(x2, p, _mm512_set1_ps(-1.0f / 3));
+    __m512 series = _mm512_mul_ps(x, _mm512_fmadd_ps(x2, p, _mm512_set1_ps(1.0f)));
+    __m512 d = _mm512_add_ps(y, _mm512_set1_ps(1.0f));
+    __m512 exact = _mm512_fnmadd_ps(_mm512_set1_ps(2.0f), attnc_recip512(d), _mm512_set1_ps(1.0f));
+    __mmask16 small = _mm512_cmp_ps_mask(_mm512_abs_ps(x), _mm512_set1_ps(0.125f), _CMP_LT_OQ);
+    return _mm512_mask_blend_ps(small, exact, series);
+}
+
+/* additive_rows_exp2 in AVX-512 (float32 on this build only: its sums, in
+ * 16 lanes then a tree, differ from the other builds' within rounding). */
+static void additive_rows_exp2_512(float *restrict s, const float *restrict qa, const float *restrict ka,
+                                   const float *restrict eq, const float *restrict ek, const float *restrict v,
+                                   int64_t tq, int64_t tk, int64_t da) {
+    for (int64_t i = 0; i < tq; i++)
+        for (int64_t j = 0; j < tk; j++) {
+            __m512 acc = _mm512_setzero_ps();
+            for (int64_t a = 0; a < da; a += 16) {
+                __mmask16 m = attnc_lanes16(da - a);
+                __m512 x = _mm512_add_ps(_mm512_maskz_loadu_ps(m, qa + i * da + a),
+                                         _mm512_maskz_loadu_ps(m, ka + j * da + a));
+                __m512 y = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, eq + i * da + a),
+                                         _mm512_maskz_loadu_ps(m, ek + j * da + a));
+                acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, v + a), tanh_exp2_512(x, y), acc);
+            }
+            s[i * tk + j] = _mm512_reduce_add_ps(acc);
+        }
+}
+
+/* The factored backward in AVX-512: per block of 16 units, dv and a query's
+ * dQA row are summed in registers (over every query and key, and over the
+ * keys), only dKA's rows go through memory. dqa, dka, dv added to. */
+static void additive_rows_backward_512(float *restrict dqa, float *restrict dka, float *restrict dv,
+                                       const float *restrict ds, const float *restrict qa,
+                                       const float *restrict ka, const float *restrict eq,
+                                       const float *restrict ek, const float *restrict v, int64_t tq, int64_t tk,
+                                       int64_t da) {
+    for (int64_t a = 0; a < da; a += 16) {
+        __mmask16 m = attnc_lanes16(da - a);
+        __m512 va = _mm512_maskz_loadu_ps(m, v + a), dva = _mm512_setzero_ps();
+        for (int64_t i = 0; i < tq; i++) {
+            __m512 q = _mm512_maskz_loadu_ps(m, qa + i * da + a), e = _mm512_maskz_loadu_ps(m, eq + i * da + a);
+            __m512 dq = _mm512_setzero_ps();
+            for (int64_t j = 0; j < tk; j++) {
+                float dsij = ds[i * tk + j];
+                if (dsij == 0) continue;
+                __m512 t = tanh_exp2_512(_mm512_add_ps(q, _mm512_maskz_loadu_ps(m, ka + j * da + a)),
+                                         _mm512_mul_ps(e, _mm512_maskz_loadu_ps(m, ek + j * da + a)));
+                __m512 dsv = _mm512_mul_ps(_mm512_set1_ps(dsij), va);
+                __m512 gpre = _mm512_fnmadd_ps(_mm512_mul_ps(dsv, t), t, dsv); /* ds v (1 - t^2) */
+                dq = _mm512_add_ps(dq, gpre);
+                float *dk = dka + j * da + a;
+                _mm512_mask_storeu_ps(dk, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, dk), gpre));
+                dva = _mm512_fmadd_ps(_mm512_set1_ps(dsij), t, dva);
+            }
+            float *dqi = dqa + i * da + a;
+            _mm512_mask_storeu_ps(dqi, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, dqi), dq));
+        }
+        _mm512_mask_storeu_ps(dv + a, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, dv + a), dva));
+    }
+}
+#endif
 
 /* Whether element b takes the factored path: more than one query and key
  * (else the exps cost what they save), projections in range; then scratch
@@ -156,7 +228,11 @@ void FN(attnc_score_batch)(const attnc_score_ctx *c, int64_t b, REAL *s, REAL *s
         FN(additive_parts)(c, b, &qa, &ka, &v);
 #if !ATTNC_F64
         if (additive_use_exp2(scratch, qa, ka, d->tq, d->tk, d->da)) {
+#if ATTNC_ROWS_F32
+            additive_rows_exp2_512(s, qa, ka, scratch, scratch + d->tq * d->da, v, d->tq, d->tk, d->da);
+#else
             additive_rows_exp2(s, qa, ka, scratch, scratch + d->tq * d->da, v, d->tq, d->tk, d->da);
+#endif
             break;
         }
 #endif
@@ -340,7 +416,11 @@ void FN(attnc_score_batch_backward)(const attnc_score_ctx *c, int64_t b, const R
         for (int64_t x = 0; x < da; x++) dv[x] = 0;
 #if !ATTNC_F64
         if (additive_use_exp2(scratch, qa, ka, tq, tk, da)) {
+#if ATTNC_ROWS_F32
+            additive_rows_backward_512(dqa, dka, dv, ds, qa, ka, scratch, scratch + tq * da, v, tq, tk, da);
+#else
             FN(additive_rows_backward)(dqa, dka, dv, ds, qa, ka, true, scratch, scratch + tq * da, v, tq, tk, da);
+#endif
             break;
         }
 #endif
