@@ -512,6 +512,27 @@ def test_decoded_structure(ref, constraint, K, dtype):
           "pointer distributions vs the forward")
 
 
+@pytest.mark.parametrize("w1_scale", [1.0, 100.0])
+def test_float32_decoding_in_and_out_of_the_factored_score(ref, w1_scale):
+    """Float32 decoding on AVX-512 takes the additive score's tanh from e^{2q} e^{2k} where
+    every |q|, |k| <= 20, the direct tanh elsewhere (W1 scaled by 100: keys far beyond 20):
+    either way every step's distribution is the teacher-forced forward's."""
+    m = make(ref, seed=9, dtype=np.float32)
+    sd = m.state_dict()
+    sd["W1.weight"] = (sd["W1.weight"] * w1_scale).astype(np.float32)
+    m.load_state_dict(sd)
+    x, nl = decode_case(3)
+    x = x.astype(np.float32)
+    for K in (1, 3):
+        idx, lp, ptr = m.generate(x, lengths=nl, constraint="hull", beam_size=K)
+        fwd = np.exp(teacher_forced(m, x, nl, idx, "hull")[1])
+        T = min(ptr.shape[1], fwd.shape[1])
+        live = (ptr[:, :T].sum(2) > 0)[:, :, None]
+        close(np.where(live, ptr[:, :T], 0), np.where(live, fwd[:, :T], 0), 1e-5, f"pointers, beam {K}")
+        total, _ = totals(m, x, nl, idx, "hull")
+        close(lp.astype(np.float64).sum(1), total, 1e-5, f"log_probs sum, beam {K}")
+
+
 def test_single_input_rows(ref):
     m = make(ref)
     x = np.random.default_rng(0).standard_normal((3, 1, D))

@@ -59,38 +59,14 @@ static void additive_rows_exp2(float *restrict s, const float *restrict qa, cons
 #endif
 
 #if ATTNC_ROWS_F32
-/* tanh_exp2 in AVX-512: the series in fused multiply-adds, 2 / (y + 1) from
- * core/rows_f32.h's reciprocal (y + 1 is at most e^80 + 1 on the factored
- * path, so finite). */
-static inline __m512 tanh_exp2_512(__m512 x, __m512 y) {
-    __m512 x2 = _mm512_mul_ps(x, x);
-    __m512 p = _mm512_fmadd_ps(x2, _mm512_set1_ps(-17.0f / 315), _mm512_set1_ps(2.0f / 15));
-    p = _mm512_fmadd_ps(x2, p, _mm512_set1_ps(-1.0f / 3));
-    __m512 series = _mm512_mul_ps(x, _mm512_fmadd_ps(x2, p, _mm512_set1_ps(1.0f)));
-    __m512 d = _mm512_add_ps(y, _mm512_set1_ps(1.0f));
-    __m512 exact = _mm512_fnmadd_ps(_mm512_set1_ps(2.0f), attnc_recip512(d), _mm512_set1_ps(1.0f));
-    __mmask16 small = _mm512_cmp_ps_mask(_mm512_abs_ps(x), _mm512_set1_ps(0.125f), _CMP_LT_OQ);
-    return _mm512_mask_blend_ps(small, exact, series);
-}
-
 /* additive_rows_exp2 in AVX-512 (float32 on this build only: its sums, in
  * 16 lanes then a tree, differ from the other builds' within rounding). */
 static void additive_rows_exp2_512(float *restrict s, const float *restrict qa, const float *restrict ka,
                                    const float *restrict eq, const float *restrict ek, const float *restrict v,
                                    int64_t tq, int64_t tk, int64_t da) {
     for (int64_t i = 0; i < tq; i++)
-        for (int64_t j = 0; j < tk; j++) {
-            __m512 acc = _mm512_setzero_ps();
-            for (int64_t a = 0; a < da; a += 16) {
-                __mmask16 m = attnc_lanes16(da - a);
-                __m512 x = _mm512_add_ps(_mm512_maskz_loadu_ps(m, qa + i * da + a),
-                                         _mm512_maskz_loadu_ps(m, ka + j * da + a));
-                __m512 y = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, eq + i * da + a),
-                                         _mm512_maskz_loadu_ps(m, ek + j * da + a));
-                acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, v + a), tanh_exp2_512(x, y), acc);
-            }
-            s[i * tk + j] = _mm512_reduce_add_ps(acc);
-        }
+        for (int64_t j = 0; j < tk; j++)
+            s[i * tk + j] = attnc_additive_exp2_f32(qa + i * da, ka + j * da, eq + i * da, ek + j * da, v, da);
 }
 
 /* The factored backward in AVX-512: per block of 16 units, dv and a query's
@@ -110,7 +86,7 @@ static void additive_rows_backward_512(float *restrict dqa, float *restrict dka,
             for (int64_t j = 0; j < tk; j++) {
                 float dsij = ds[i * tk + j];
                 if (dsij == 0) continue;
-                __m512 t = tanh_exp2_512(_mm512_add_ps(q, _mm512_maskz_loadu_ps(m, ka + j * da + a)),
+                __m512 t = attnc_tanh_exp2_512(_mm512_add_ps(q, _mm512_maskz_loadu_ps(m, ka + j * da + a)),
                                          _mm512_mul_ps(e, _mm512_maskz_loadu_ps(m, ek + j * da + a)));
                 __m512 dsv = _mm512_mul_ps(_mm512_set1_ps(dsij), va);
                 __m512 gpre = _mm512_fnmadd_ps(_mm512_mul_ps(dsv, t), t, dsv); /* ds v (1 - t^2) */

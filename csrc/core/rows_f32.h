@@ -85,6 +85,47 @@ static inline __m512 attnc_sigmoid512(__m512 x) {
     return attnc_recip512(_mm512_add_ps(attnc_exp512(_mm512_sub_ps(_mm512_setzero_ps(), xc)), _mm512_set1_ps(1.0f)));
 }
 
+/* tanh x from y = e^{2x} (the additive score's factored form, where e^{2x}
+ * = e^{2q} e^{2k} comes from exps made once per query and key): its odd
+ * series below 1/8 (where 1 - 2 / (y + 1) would lose relative precision),
+ * else 1 - 2 / (y + 1). y + 1 must be finite: |x| <= 40 or so. */
+static inline __m512 attnc_tanh_exp2_512(__m512 x, __m512 y) {
+    __m512 x2 = _mm512_mul_ps(x, x);
+    __m512 p = _mm512_fmadd_ps(x2, _mm512_set1_ps(-17.0f / 315), _mm512_set1_ps(2.0f / 15));
+    p = _mm512_fmadd_ps(x2, p, _mm512_set1_ps(-1.0f / 3));
+    __m512 series = _mm512_mul_ps(x, _mm512_fmadd_ps(x2, p, _mm512_set1_ps(1.0f)));
+    __m512 d = _mm512_add_ps(y, _mm512_set1_ps(1.0f));
+    __m512 exact = _mm512_fnmadd_ps(_mm512_set1_ps(2.0f), attnc_recip512(d), _mm512_set1_ps(1.0f));
+    __mmask16 small = _mm512_cmp_ps_mask(_mm512_abs_ps(x), _mm512_set1_ps(0.125f), _CMP_LT_OQ);
+    return _mm512_mask_blend_ps(small, exact, series);
+}
+
+/* e[j] <- e^{2 x[j]} for j < n; whether every |x[j]| <= limit (never for
+ * NaN): the factored form's exps, and whether they keep it in range. */
+static inline int attnc_exp2x_f32(float *e, const float *x, int64_t n, float limit) {
+    __mmask16 bad = 0;
+    for (int64_t j = 0; j < n; j += 16) {
+        __mmask16 m = attnc_lanes16(n - j);
+        __m512 v = _mm512_maskz_loadu_ps(m, x + j);
+        bad |= _mm512_mask_cmp_ps_mask(m, _mm512_abs_ps(v), _mm512_set1_ps(limit), _CMP_NLE_UQ);
+        _mm512_mask_storeu_ps(e + j, m, attnc_exp512(_mm512_add_ps(v, v)));
+    }
+    return bad == 0;
+}
+
+/* v . tanh(q + k) over n from eq = e^{2q}, ek = e^{2k} (attnc_tanh_exp2_512). */
+static inline float attnc_additive_exp2_f32(const float *q, const float *k, const float *eq, const float *ek,
+                                            const float *v, int64_t n) {
+    __m512 acc = _mm512_setzero_ps();
+    for (int64_t j = 0; j < n; j += 16) {
+        __mmask16 m = attnc_lanes16(n - j);
+        __m512 x = _mm512_add_ps(_mm512_maskz_loadu_ps(m, q + j), _mm512_maskz_loadu_ps(m, k + j));
+        __m512 y = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, eq + j), _mm512_maskz_loadu_ps(m, ek + j));
+        acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, v + j), attnc_tanh_exp2_512(x, y), acc);
+    }
+    return _mm512_reduce_add_ps(acc);
+}
+
 /* v . tanh(q + k) over n (the additive score of one query and key). */
 static inline float attnc_additive_f32(const float *q, const float *k, const float *v, int64_t n) {
     __m512 acc = _mm512_setzero_ps();

@@ -11,9 +11,13 @@
 #include "../core/status.h"
 #include "../core/tensor.h"
 #include "../core/threads.h"
+#include "../core/rows_f32.h"
 #include "../core/tile_gemm.h"
 
 enum { PTR_ROWS = 16, PTR_GEMM_ROWS = 64 }; /* rows per score block; output rows per product block */
+/* The factored score's range (as the additive score's, attention/score_impl.h): every |q|, |k| <= 20
+ * keeps e^{2q} e^{2k} within float's normal range. */
+#define PTR_EXP2_MAX 20.0f
 
 typedef struct {
     int64_t B, K, R, n, P, D, H;
@@ -93,10 +97,12 @@ attnc_status attnc_pointer_decode(attnc_tensor *out, attnc_tensor *lengths, attn
     int64_t reals = 9 * R * H + R * P + 4 * x.B * x.n * H + 4 * H;
     void *mem = NULL, *flags = NULL, *counts = NULL;
     float *panels = NULL; /* float32 with the tile kernels: W_hh and W2 packed once for every step */
-    int64_t hh_size = attnc_tile_panels_size(4 * H, H);
+    int64_t hh_size = attnc_tile_panels_size(4 * H, H), w2_size = attnc_tile_panels_size(H, H);
+    /* float32 on AVX-512: also e^{2 keys} (B P H) and e^{2 q} (R H) for the factored scores */
+    int64_t exp2_size = ATTNC_ROWS_F32 ? x.B * P * H + R * H : 0;
     attnc_status st = attnc_calloc(&mem, (size_t)reals, es, "the pointer decoder's state");
     if (st == ATTNC_OK && x.dt == ATTNC_FLOAT32 && attnc_tile_sgemm_available()) {
-        st = attnc_calloc((void **)&panels, (size_t)(hh_size + attnc_tile_panels_size(H, H)), sizeof(float),
+        st = attnc_calloc((void **)&panels, (size_t)(hh_size + w2_size + exp2_size), sizeof(float),
                           "the pointer decoder's packed weights");
         if (st == ATTNC_OK) {
             attnc_tile_pack_panels(panels, (attnc_mat){p->w_hh.data, 4 * H, H, H, 1});
@@ -105,7 +111,7 @@ attnc_status attnc_pointer_decode(attnc_tensor *out, attnc_tensor *lengths, attn
     }
     int workers = attnc_workers();
     if (st == ATTNC_OK)
-        st = attnc_calloc(&flags, (size_t)(2 * R * P + 2 * R + workers * P), 1, "the pointer decoder's masks");
+        st = attnc_calloc(&flags, (size_t)(2 * R * P + 2 * R + workers * P + x.B), 1, "the pointer decoder's masks");
     if (st == ATTNC_OK) st = attnc_calloc(&counts, (size_t)(3 * R), sizeof(int64_t), "the pointer decoder's counts");
     if (st == ATTNC_OK) {
         unsigned char *f = flags;
@@ -125,7 +131,10 @@ attnc_status attnc_pointer_decode(attnc_tensor *out, attnc_tensor *lengths, attn
                              .chosen_next = f + R * P, .ended = f + 2 * R * P, .ended_next = f + 2 * R * P + R,  \
                              .allowed = f + 2 * R * P + 2 * R,                                                  \
                              .count = cnt, .count_next = cnt + R, .feed = cnt + 2 * R,                         \
-                             .w_hh_panels = panels, .w2_panels = panels ? panels + hh_size : NULL};            \
+                             .w_hh_panels = panels, .w2_panels = panels ? panels + hh_size : NULL,          \
+                             .ekeys = panels && exp2_size ? panels + hh_size + w2_size : NULL,                 \
+                             .eq = panels && exp2_size ? panels + hh_size + w2_size + x.B * P * H : NULL,      \
+                             .keys_ok = f + 2 * R * P + 2 * R + workers * P};                                  \
         ptr_init_##SFX(&S);                                                                                     \
         attnc_search_model sm = {.ctx = &S, .B = x.B, .K = x.K, .V = P, .logits = S.logits, .dt = x.dt,        \
                                  .step = ptr_step_##SFX, .reorder = ptr_reorder_##SFX, .trace = S.logits,     \

@@ -23,6 +23,10 @@ typedef struct {
     int64_t *feed;                                   /* (R) see ptr_feed                    */
     unsigned char *ended, *ended_next;               /* (R) fed the end token               */
     unsigned char *allowed;                          /* (workers, P) scratch                */
+    /* Float32 on AVX-512: the additive score's factored tanh (core/rows_f32.h), e^{2 keys}
+     * made once per call and e^{2 q} per row and step; NULL elsewhere. */
+    float *ekeys, *eq;                               /* (B, P, H), (R, H)                   */
+    unsigned char *keys_ok;                          /* (B) every |key entry| <= PTR_EXP2_MAX */
 } FN(ptr_state);
 
 /* c (R, out) = a (R, in) w^T over the pool (fixed row blocks): from w's
@@ -104,15 +108,20 @@ static bool FN(ptr_allowed)(const FN(ptr_state) *S, int64_t r, int64_t j) {
  * of core/lanes_impl.h, so decoding scores as the teacher-forced forward
  * (the additive score) does; in float32 on AVX-512, core/rows_f32.h's,
  * with its own tanh in fused multiply-adds (the scores were a fifth of a
- * beam step's time), equal to the forward's within rounding. */
+ * beam step's time), factored as the forward's (e^{2 (q + k)} = e^{2q}
+ * e^{2k}: no exp per key and unit) where eq, ek are given: equal to the
+ * forward's within rounding. */
 static void FN(ptr_row_scores)(REAL *restrict u, const REAL *restrict keys, const REAL *restrict q,
-                               const REAL *restrict v, const unsigned char *restrict allowed, int64_t P,
-                               int64_t H) {
-    for (int64_t j = 0; j < P; j++)
+                               const float *eq, const float *ek, const REAL *restrict v,
+                               const unsigned char *restrict allowed, int64_t P, int64_t H) {
 #if !ATTNC_F64 && ATTNC_ROWS_F32
-        u[j] = allowed[j] ? attnc_additive_f32(q, keys + j * H, v, H) : -INFINITY;
+    for (int64_t j = 0; j < P; j++)
+        u[j] = !allowed[j] ? -INFINITY
+               : eq        ? attnc_additive_exp2_f32(q, keys + j * H, eq, ek + j * H, v, H)
+                           : attnc_additive_f32(q, keys + j * H, v, H);
 #else
-        u[j] = allowed[j] ? FN(additive)(q, keys + j * H, v, H) : -INFINITY;
+    (void)eq, (void)ek;
+    for (int64_t j = 0; j < P; j++) u[j] = allowed[j] ? FN(additive)(q, keys + j * H, v, H) : -INFINITY;
 #endif
 }
 
@@ -125,8 +134,16 @@ static void FN(ptr_score_task)(void *arg, int64_t block, int worker) {
     unsigned char *allowed = S->allowed + (int64_t)worker * P;
     for (int64_t r = block * PTR_ROWS; r < x->R && r < (block + 1) * PTR_ROWS; r++) {
         REAL *u = S->logits + r * P;
+        int64_t b = r / x->K;
         for (int64_t j = 0; j < P; j++) allowed[j] = S->ended[r] ? 0 : FN(ptr_allowed)(S, r, j);
-        FN(ptr_row_scores)(u, S->keys + (r / x->K) * P * H, S->q + r * H, S->v, allowed, P, H);
+        const float *eq = NULL, *ek = NULL;
+#if !ATTNC_F64 && ATTNC_ROWS_F32
+        if (S->ekeys && S->keys_ok[b] && attnc_exp2x_f32(S->eq + r * H, S->q + r * H, H, PTR_EXP2_MAX)) {
+            eq = S->eq + r * H;
+            ek = S->ekeys + b * P * H;
+        }
+#endif
+        FN(ptr_row_scores)(u, S->keys + b * P * H, S->q + r * H, eq, ek, S->v, allowed, P, H);
         if (S->ended[r]) u[0] = 0;
     }
 }
@@ -174,6 +191,11 @@ static void FN(ptr_init)(FN(ptr_state) *S) {
     const ptr_run *x = S->x;
     int64_t H = x->H;
     FN(ptr_input_gates)(S);
+#if !ATTNC_F64 && ATTNC_ROWS_F32
+    for (int64_t b = 0; b < x->B && S->ekeys; b++)
+        S->keys_ok[b] = (unsigned char)attnc_exp2x_f32(S->ekeys + b * x->P * H, S->keys + b * x->P * H, x->P * H,
+                                                       PTR_EXP2_MAX);
+#endif
     for (int64_t r = 0; r < x->R; r++) {
         memcpy(S->h + r * H, S->h0 + (r / x->K) * H, (size_t)H * sizeof(REAL));
         memcpy(S->c + r * H, S->c0 + (r / x->K) * H, (size_t)H * sizeof(REAL));

@@ -196,6 +196,27 @@ static void test_rows_f32(void) {
               sig[4] == 1 && sig[5] == 1 && isnan(sig[6]) && sig[7] == 0.5f,
           "sigmoid edges: %g %g %g %g %g %g %g %g", sig[0], sig[1], sig[2], sig[3], sig[4], sig[5], sig[6], sig[7]);
     CHECK(additive_ok, "attnc_additive_f32 differs from the double additive score");
+    /* The factored form: e^{2q}, e^{2k} made once, tanh from their product (q + k near 0: the series). */
+    int factored_ok = 1;
+    float eq[40], ek[40];
+    for (int64_t n = 1; n <= 40; n++) {
+        double want = 0, scale = 0;
+        for (int64_t j = 0; j < n; j++) {
+            q[j] = (float)(j % 4 == 0 ? 0.01 * sin((double)j) : 4 * sin(1.3 * (double)(j + n)));
+            k[j] = (float)(j % 4 == 0 ? 0.02 * cos((double)j) : 3 * cos(0.7 * (double)(j + 2 * n)));
+            v[j] = (float)cos(0.4 * (double)j);
+            want += v[j] * tanh((double)q[j] + (double)k[j]);
+            scale += fabs(v[j]);
+        }
+        factored_ok &= attnc_exp2x_f32(eq, q, n, 20.0f) && attnc_exp2x_f32(ek, k, n, 20.0f);
+        for (int64_t j = 0; j < n; j++) factored_ok &= fabs(eq[j] / exp(2.0 * q[j]) - 1) < 3e-7;
+        factored_ok &= fabs(attnc_additive_exp2_f32(q, k, eq, ek, v, n) - want) <= 1.5e-6 * scale;
+    }
+    CHECK(factored_ok, "attnc_additive_exp2_f32 differs from the double additive score");
+    float range[3] = {1.0f, -20.5f, 3.0f}, with_nan_r[2] = {NAN, 1.0f}, e3[3];
+    CHECK(!attnc_exp2x_f32(e3, range, 3, 20.0f) && attnc_exp2x_f32(e3, range, 1, 20.0f) &&
+              !attnc_exp2x_f32(e3, with_nan_r, 2, 20.0f),
+          "attnc_exp2x_f32's range flag: out of range or NaN must be reported");
     float with_nan[3] = {1.0f, NAN, 2.0f};
     CHECK(attnc_row_max_f32(with_nan, 3, -INFINITY) == 2.0f, "a NaN won the maximum");
     CHECK(isnan(attnc_row_exp_f32(with_nan, 3, 2.0f)) && isnan(with_nan[1]), "a NaN was lost");
