@@ -505,7 +505,6 @@ typedef struct {
     const float *pk;                  /* nblocks panels (G, nv vw) of W_hh */
     int64_t nvx, nxblocks, nxchunks;  /* dx: blocks of nvx vw input columns (0 chunks: not fused) */
     const float *pkx;                 /* nxblocks panels (G, nvx vw) of W_ih */
-    float *dbuf;                      /* (2, B, G): the dgates (dgh) of consecutive steps */
     float *dc;                        /* (B, H) LSTM: the cell gradient carried back */
     float *direct;                    /* (B, H) GRU: dh z, the part of dh_prev not through W_hh */
     row_plan rows;
@@ -519,10 +518,9 @@ typedef struct {
     static inline __attribute__((always_inline)) void lstm_bwd_epi##VW(                                    \
         const float *restrict rec, const float *restrict dout, const float *restrict gate,                \
         const float *restrict cell, const float *restrict cp, const float *restrict hp,                   \
-        float *restrict hprev, float *restrict dc, float *restrict dgx, float *restrict dcur, int64_t H) { \
+        float *restrict hprev, float *restrict dc, float *restrict dgx, int64_t H) {                      \
         lstm_cell_backward_units_f32(gate, cell, cp, true, rec, dout, true, dc, dgx, VW, H);              \
-        memcpy(hprev, hp, VW * sizeof(float)); /* fixed sizes: vector moves */                             \
-        for (int g = 0; g < 4; g++) memcpy(dcur + g * H, dgx + g * H, VW * sizeof(float));                \
+        memcpy(hprev, hp, VW * sizeof(float)); /* a fixed size: vector moves */                            \
     }
 
 /* The GRU's: rec already holds the direct part; direct (VW) <- dh z. */
@@ -530,7 +528,7 @@ typedef struct {
     static inline __attribute__((always_inline)) void gru_bwd_epi##VW(                                     \
         const float *restrict rec, const float *restrict dout, const float *restrict gate,                \
         const float *restrict hp, float *restrict hprev, float *restrict direct, float *restrict dgx,     \
-        float *restrict dgh, float *restrict dcur, int64_t H) {                                           \
+        float *restrict dgh, int64_t H) {                                                                 \
         float dh[VW], h[VW];                                                                               \
         _Pragma("GCC ivdep") for (int u = 0; u < VW; u++) {                                             \
             dh[u] = rec[u] + dout[u];                                                                      \
@@ -542,10 +540,10 @@ typedef struct {
             float dn = dh[u] * (1 - z) * (1 - n * n);                                                      \
             float dr = dn * hn * rg * (1 - rg);                                                            \
             float dz = dh[u] * (h[u] - n) * z * (1 - z);                                                   \
-            dgx[u] = dgh[u] = dcur[u] = dr;                                                                \
-            dgx[H + u] = dgh[H + u] = dcur[H + u] = dz;                                                    \
+            dgx[u] = dgh[u] = dr;                                                                          \
+            dgx[H + u] = dgh[H + u] = dz;                                                                  \
             dgx[2 * H + u] = dn;                                                                           \
-            dgh[2 * H + u] = dcur[2 * H + u] = dn * rg;                                                    \
+            dgh[2 * H + u] = dn * rg;                                                                      \
             direct[u] = dh[u] * z;                                                                         \
         }                                                                                                  \
     }
@@ -560,7 +558,7 @@ GRU_BWD_EPI(8)
  * step (dh_n or zeros then). */
 #define BWD_ROW(VW)                                                                                       \
     static inline __attribute__((always_inline)) void bwd_row##VW(const bwd_job *j, int64_t s, int64_t b, \
-                                                                   int64_t u0, const float *rec, float *dcur) { \
+                                                                   int64_t u0, const float *rec) {      \
         const rnn_fast_bwd *f = j->f;                                                                     \
         const rnn_run *r = j->r;                                                                          \
         int64_t T = r->T, H = r->H, G = r->ng * H, DH = r->D * H;                                        \
@@ -571,10 +569,10 @@ GRU_BWD_EPI(8)
         if (r->mode == ATTNC_LSTM) {                                                                      \
             const float *cp = s == 0 ? (f->c0 ? f->c0 + b * H + u0 : zeros) : f->cells + (b * T + tp) * H + u0; \
             lstm_bwd_epi##VW(rec, dout, gate, f->cells + bt * H + u0, cp, hp, f->hprev + bt * H + u0,     \
-                             j->dc + b * H + u0, f->dgx + bt * G + u0, dcur + b * G + u0, H);             \
+                             j->dc + b * H + u0, f->dgx + bt * G + u0, H);                                \
         } else {                                                                                          \
             gru_bwd_epi##VW(rec, dout, gate, hp, f->hprev + bt * H + u0, j->direct + b * H + u0,          \
-                            f->dgx + bt * G + u0, f->dgh + bt * G + u0, dcur + b * G + u0, H);            \
+                            f->dgx + bt * G + u0, f->dgh + bt * G + u0, H);                               \
         }                                                                                                 \
     }
 
@@ -643,7 +641,7 @@ static void pack_bwd_block(const bwd_job *j, int64_t blk, bool x) {
                 for (int q = 0; q < mt.mr; q++) {                                                         \
                     rows[q] = j->rows.order[i + q < m ? i + q : m - 1];                                   \
                     bts[q] = rows[q] * T + time_at(r, rows[q], s + 1);                                    \
-                    a[q] = f->dgx + bts[q] * G; /* the GRU's dgx is not its dgh (dbuf) */                  \
+                    a[q] = f->dgx + bts[q] * G; /* dgx: the GRU's is not its dgh */                           \
                 }                                                                                         \
                 mt.fn(a, panel, G, tile);                                                                 \
                 for (int q = 0; q < mt.mr && i + q < m; q++) {                                            \
@@ -669,7 +667,7 @@ DX_CHUNK(8)
     static void NAME(void *arg, int64_t it, int64_t c) {                                          \
         const bwd_job *j = arg;                                                                           \
         const rnn_run *r = j->r;                                                                          \
-        int64_t B = r->B, T = r->T, H = r->H, G = r->ng * H, s = T - 1 - it;                             \
+        int64_t T = r->T, H = r->H, G = r->ng * H, s = T - 1 - it;                                        \
         if (c >= j->nchunks) { /* a block of dx instead */                                             \
             dx_chunk##VW(j, it, c - j->nchunks);                                                          \
             return;                                                                                       \
@@ -677,8 +675,6 @@ DX_CHUNK(8)
         if (it == T && !j->f->dh0) return;                                                                \
         int64_t m = it == 0 ? 0 : j->rows.active[s + 1]; /* rows with a recurrent gradient */            \
         int64_t n = it == T ? 0 : j->rows.active[s];     /* rows running at s */                         \
-        const float *dprev = j->dbuf + (it & 1) * B * G;                                                  \
-        float *dcur = j->dbuf + ((it + 1) & 1) * B * G;                                                   \
         micro mk = micro_for(j->isa, j->nv);                                                              \
         int64_t W = j->nv * VW;                                                                           \
         float tile[MAXMR * 4 * MAXVW] __attribute__((aligned(64)));                                                                  \
@@ -692,7 +688,8 @@ DX_CHUNK(8)
                 int64_t rows[MAXMR];                                                                      \
                 for (int q = 0; q < mt.mr; q++) {                                                         \
                     rows[q] = j->rows.order[i + q < m ? i + q : m - 1];                                   \
-                    a[q] = dprev + rows[q] * G;                                                           \
+                    /* the product's rows: the dgates (dgh) of step s + 1, read where they were saved */ \
+                    a[q] = j->f->dgh + (rows[q] * T + time_at(r, rows[q], s + 1)) * G;                    \
                 }                                                                                         \
                 for (int q = 0; q < mt.mr && i + q < m && it < T; q++) bwd_prefetch(j, s, rows[q], blk * W, W); \
                 mt.fn(a, panel, G, tile);                                                                 \
@@ -704,11 +701,11 @@ DX_CHUNK(8)
                         if (it == T)                                                                      \
                             memcpy(j->f->dh0 + b * H + u0, rec, VW * sizeof(float));                      \
                         else                                                                              \
-                            bwd_row##VW(j, s, b, u0, rec, dcur);                                          \
+                            bwd_row##VW(j, s, b, u0, rec);                                                \
                     }                                                                                     \
             }                                                                                             \
             for (int64_t i = m; i < n; i++)                                                               \
-                for (int64_t v = 0; v < j->nv; v++) bwd_row##VW(j, s, j->rows.order[i], blk * W + v * VW, NULL, dcur); \
+                for (int64_t v = 0; v < j->nv; v++) bwd_row##VW(j, s, j->rows.order[i], blk * W + v * VW, NULL); \
         }                                                                                                 \
     }
 
@@ -735,10 +732,9 @@ attnc_status attnc_rnn_fast_backward(const rnn_fast_bwd *f) {
         j.nxblocks = xvecs / j.nvx;
         j.nxchunks = chunks_for(j.nxblocks, parts);
     }
-    float *pk = NULL, *pkx = NULL, *dbuf = NULL, *dc = NULL, *direct = NULL;
+    float *pk = NULL, *pkx = NULL, *dc = NULL, *direct = NULL;
     attnc_status st = alloc_floats(&pk, G * H, "rnn packed weights");
     if (st == ATTNC_OK && f->dx) st = alloc_floats(&pkx, G * in, "rnn packed weights");
-    if (st == ATTNC_OK) st = alloc_floats(&dbuf, 2 * B * G, "rnn gradients");
     if (st == ATTNC_OK) st = alloc_floats(&dc, B * H, "rnn gradients");
     if (st == ATTNC_OK) st = alloc_floats(&direct, B * H, "rnn gradients");
     if (st == ATTNC_OK) st = plan_rows(r, &j.rows);
@@ -754,7 +750,6 @@ attnc_status attnc_rnn_fast_backward(const rnn_fast_bwd *f) {
         }
         j.pk = pk;
         j.pkx = pkx;
-        j.dbuf = dbuf;
         j.dc = dc;
         j.direct = direct;
         st = team_run(f->dh0 || f->dx ? T + 1 : T, j.nchunks + j.nxchunks, parts,
@@ -764,7 +759,6 @@ attnc_status attnc_rnn_fast_backward(const rnn_fast_bwd *f) {
     free_plan(&j.rows);
     free(pk);
     free(pkx);
-    free(dbuf);
     free(dc);
     free(direct);
     return st;
