@@ -290,7 +290,7 @@ typedef struct {
     const float *pk;  /* (H / vw) panels (H, ng vw) of W_hh^T  */
     const float *pkx; /* (H / vw) panels (in, ng vw) of W_ih^T */
     const float *bias; /* (3, G): b_ih + b_hh, b_ih, b_hh (absent ones 0) */
-    float *hbuf;      /* (2, B, H): h_prev of step s at (s & 1) */
+    float *h0;        /* (B, H): h0, or zeros (step 0's h_prev; later steps read it from out) */
     float *c;         /* (B, H) */
     row_plan rows;
 } fwd_job;
@@ -326,12 +326,12 @@ static inline void add_16(float *dst, const float *a, const float *b) {
 
 /* One tile row's LSTM gates, VW units: acc (4 VW) the recurrent product, gx
  * (4 VW) the input's, bias (b_ih + b_hh) at the block's units with gates H
- * apart; c (VW) updated; h into hn and o;
+ * apart; c (VW) updated; h into o;
  * gates and cells saved when gate is not NULL. The cell is core/lstm_cell_impl.h's. */
 #define LSTM_FWD_EPI(VW)                                                                                   \
     static inline __attribute__((always_inline)) void lstm_fwd_epi##VW(                                    \
         const float *restrict acc, const float *restrict gx, const float *restrict bias, float *restrict c, \
-        float *restrict hn, float *restrict o, float *restrict gate, float *restrict cell, int64_t H) {   \
+        float *restrict o, float *restrict gate, float *restrict cell, int64_t H) {                       \
         float pre[4 * VW], cn[VW], h[VW];                                                                  \
         for (int g = 0; g < 4; g++) {                                                                      \
             add_##VW(pre + g * VW, acc + g * VW, gx + g * VW);                                             \
@@ -340,7 +340,6 @@ static inline void add_16(float *dst, const float *a, const float *b) {
         lstm_cell_forward_units_f32(pre, c, true, cn, h, VW, VW);                                          \
         /* Fixed-size copies: one vector move each (element loops here became scalar moves). */          \
         memcpy(c, cn, sizeof cn);                                                                          \
-        memcpy(hn, h, sizeof h);                                                                           \
         memcpy(o, h, sizeof h);                                                                            \
         if (gate) {                                                                                        \
             for (int g = 0; g < 4; g++) memcpy(gate + g * H, pre + g * VW, sizeof cn);                     \
@@ -353,7 +352,7 @@ static inline void add_16(float *dst, const float *a, const float *b) {
 #define GRU_FWD_EPI(VW)                                                                                    \
     static inline __attribute__((always_inline)) void gru_fwd_epi##VW(                                     \
         const float *restrict acc, const float *restrict gx, const float *restrict bias,                  \
-        const float *restrict hp, float *restrict hn, float *restrict o, float *restrict gate, int64_t H) { \
+        const float *restrict hp, float *restrict o, float *restrict gate, int64_t H) {                   \
         const float *restrict bx = bias + 3 * H, *restrict bh = bias + 6 * H; /* b_ih, b_hh (G = 3H) */  \
         float gr[VW], gz[VW], gn[VW], ghn[VW], h[VW];                                                      \
         _Pragma("GCC ivdep") for (int u = 0; u < VW; u++) {                                             \
@@ -362,7 +361,6 @@ static inline void add_16(float *dst, const float *a, const float *b) {
             ghn[u] = acc[2 * VW + u] + bh[2 * H + u];                                                      \
             gn[u] = tanh__f32(gx[2 * VW + u] + bx[2 * H + u] + gr[u] * ghn[u]);                                \
             h[u] = (1 - gz[u]) * gn[u] + gz[u] * hp[u];                                                    \
-            hn[u] = h[u];                                                                                  \
             o[u] = h[u];                                                                                   \
         }                                                                                                  \
         if (gate)                                                                                          \
@@ -389,9 +387,7 @@ GRU_FWD_EPI(8)
         const fwd_job *j = arg;                                                                          \
         const rnn_fast_fwd *f = j->f;                                                                    \
         const rnn_run *r = j->r;                                                                         \
-        int64_t B = r->B, T = r->T, H = r->H, DH = r->D * H, in = f->in, n = j->rows.active[s];         \
-        const float *hp = j->hbuf + (s & 1) * B * H;                                                     \
-        float *hn = j->hbuf + ((s + 1) & 1) * B * H;                                                     \
+        int64_t T = r->T, H = r->H, DH = r->D * H, in = f->in, n = j->rows.active[s];                   \
         micro mk = micro_for(j->isa, r->ng);                                                             \
         float tile[MAXMR * 4 * MAXVW] __attribute__((aligned(64)));                                      \
         float xtile[MAXMR * 4 * MAXVW] __attribute__((aligned(64)));                                     \
@@ -407,7 +403,9 @@ GRU_FWD_EPI(8)
                 for (int q = 0; q < mt.mr; q++) {                                                        \
                     rows[q] = j->rows.order[i + q < n ? i + q : n - 1];                                  \
                     bts[q] = rows[q] * T + time_at(r, rows[q], s);                                       \
-                    a[q] = hp + rows[q] * H;                                                             \
+                    /* h_prev: h0's row at step 0, else the row's output at its previous step */      \
+                    a[q] = s == 0 ? j->h0 + rows[q] * H                                                  \
+                                  : f->out + (rows[q] * T + time_at(r, rows[q], s - 1)) * DH + r->d * H; \
                     ax[q] = f->x + bts[q] * in;                                                          \
                 }                                                                                        \
                 /* The lines the gates write (one per gate row and unit block of 16 floats; rows of \
@@ -427,10 +425,10 @@ GRU_FWD_EPI(8)
                     float *o = f->out + bt * DH + r->d * H + u0;                                         \
                     float *gate = f->gates ? f->gates + bt * 4 * H + u0 : NULL;                          \
                     if (r->mode == ATTNC_LSTM)                                                           \
-                        lstm_fwd_epi##VW(acc, gx, j->bias + u0, j->c + b * H + u0, hn + b * H + u0, o,   \
-                                         gate, f->cells ? f->cells + bt * H + u0 : NULL, H);             \
+                        lstm_fwd_epi##VW(acc, gx, j->bias + u0, j->c + b * H + u0, o, gate,              \
+                                         f->cells ? f->cells + bt * H + u0 : NULL, H);                   \
                     else                                                                                 \
-                        gru_fwd_epi##VW(acc, gx, j->bias + u0, hp + b * H + u0, hn + b * H + u0, o, gate, H); \
+                        gru_fwd_epi##VW(acc, gx, j->bias + u0, a[q] + u0, o, gate, H);                   \
                 }                                                                                        \
             }                                                                                            \
         }                                                                                                \
@@ -455,15 +453,15 @@ attnc_status attnc_rnn_fast_forward(const rnn_fast_fwd *f) {
     j.nblocks = H / j.vw;
     int parts = parts_for(r);
     j.nchunks = chunks_for(j.nblocks, parts);
-    float *pk = NULL, *pkx = NULL, *bias = NULL, *hbuf = NULL, *c = NULL;
+    float *pk = NULL, *pkx = NULL, *bias = NULL, *h0 = NULL, *c = NULL;
     attnc_status st = alloc_floats(&pk, H * G, "rnn packed weights");
     if (st == ATTNC_OK) st = alloc_floats(&pkx, f->in * G, "rnn packed weights");
-    if (st == ATTNC_OK) st = alloc_floats(&hbuf, 2 * B * H, "rnn state");
+    if (st == ATTNC_OK) st = alloc_floats(&h0, B * H, "rnn state");
     if (st == ATTNC_OK) st = alloc_floats(&c, B * H, "rnn state");
     if (st == ATTNC_OK) st = alloc_floats(&bias, 3 * G, "rnn bias");
     if (st == ATTNC_OK) st = plan_rows(r, &j.rows);
     if (st == ATTNC_OK) {
-        if (f->h0) memcpy(hbuf, f->h0, (size_t)(B * H) * sizeof(float)); else memset(hbuf, 0, (size_t)(B * H) * sizeof(float));
+        if (f->h0) memcpy(h0, f->h0, (size_t)(B * H) * sizeof(float)); else memset(h0, 0, (size_t)(B * H) * sizeof(float));
         if (f->c0) memcpy(c, f->c0, (size_t)(B * H) * sizeof(float)); else memset(c, 0, (size_t)(B * H) * sizeof(float));
         j.pk = pk;
         for (int64_t k = 0; k < G; k++) {
@@ -474,15 +472,16 @@ attnc_status attnc_rnn_fast_forward(const rnn_fast_fwd *f) {
         }
         j.pkx = pkx;
         j.bias = bias;
-        j.hbuf = hbuf;
+        j.h0 = h0;
         j.c = c;
         st = team_run(r->T, j.nchunks, parts, BY_ISA(j.isa, fwd_chunk512, fwd_chunk256), &j);
     }
     if (st == ATTNC_OK) {
-        /* Row b's last step wrote its final h into hbuf[len_b & 1]; c is final. */
+        /* Row b's final h is its output at its last step (h0 with no step); c is final. */
         for (int64_t b = 0; b < B && f->h_n; b++) {
             int64_t n = r->len ? r->len[b] : r->T;
-            memcpy(f->h_n + b * H, hbuf + (n & 1) * B * H + b * H, (size_t)H * sizeof(float));
+            const float *last = n == 0 ? h0 + b * H : f->out + (b * r->T + time_at(r, b, n - 1)) * r->D * H + r->d * H;
+            memcpy(f->h_n + b * H, last, (size_t)H * sizeof(float));
         }
         if (f->c_n && r->mode == ATTNC_LSTM) memcpy(f->c_n, c, (size_t)(B * H) * sizeof(float));
     }
@@ -490,7 +489,7 @@ attnc_status attnc_rnn_fast_forward(const rnn_fast_fwd *f) {
     free(pk);
     free(pkx);
     free(bias);
-    free(hbuf);
+    free(h0);
     free(c);
     return st;
 }
