@@ -20,7 +20,9 @@ static void FN(additive_rows)(REAL *restrict s, const REAL *restrict qa, const R
  * direct tanh__f32 within 1.5e-6). */
 #define ADDITIVE_EXP2_MAX 20.0f
 
-/* e (n) <- e^{2 x}; whether every |x| <= ADDITIVE_EXP2_MAX (never for NaN). */
+#if !ATTNC_ROWS_F32
+/* e (n) <- e^{2 x}; whether every |x| <= ADDITIVE_EXP2_MAX (never for NaN); the
+ * AVX-512 build has core/rows_f32.h's attnc_exp2x_f32. */
 static bool additive_exp2(float *restrict e, const float *restrict x, int64_t n) {
     int ok = 1;
     for (int64_t a = 0; a < n; a++) {
@@ -29,6 +31,7 @@ static bool additive_exp2(float *restrict e, const float *restrict x, int64_t n)
     }
     return ok;
 }
+#endif
 
 /* tanh x from y = e^{2 x}: its odd series below 1/8 (where 1 - 2 / (y + 1)
  * would lose relative precision), else 1 - 2 / (y + 1). */
@@ -109,8 +112,13 @@ static void additive_rows_backward_512(float *restrict dqa, float *restrict dka,
 static bool additive_use_exp2(float *scratch, const float *qa, const float *ka, int64_t tq, int64_t tk,
                               int64_t da) {
     if (tq < 2 || tk < 2) return false;
+#if ATTNC_ROWS_F32
+    bool q_ok = attnc_exp2x_f32(scratch, qa, tq * da, ADDITIVE_EXP2_MAX);
+    return attnc_exp2x_f32(scratch + tq * da, ka, tk * da, ADDITIVE_EXP2_MAX) && q_ok;
+#else
     bool q_ok = additive_exp2(scratch, qa, tq * da);
     return additive_exp2(scratch + tq * da, ka, tk * da) && q_ok;
+#endif
 }
 #endif
 
