@@ -24,7 +24,7 @@
  * reciprocals from vrcp14ps and a Newton step), where the generic loops
  * divide five times per unit forward (vdivps's throughput is a tenth of an
  * FMA's): a 128-unit LSTM's forward and a pointer network's beam decoding
- * measured 8-9% faster on one thread. Tests compare both with torch. The
+ * measured 6-9% faster on one thread. Tests compare both with torch. The
  * other families stay bitwise alike on every SIMD path. */
 #if defined(ATTNC_LSTM_FMA) && !ATTNC_F64
 #include "rows_f32.h"

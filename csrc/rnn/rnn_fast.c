@@ -14,8 +14,12 @@
  * time loop in one parallel region, meeting once per step on an atomic
  * counter. The input's products are made in the same loop, step by step
  * (forward: x_t W_ih^T; backward: dgx_t W_ih): only the rows still running
- * are computed, and no (B T, G) projection goes through memory. What is left
- * to rnn.c: the weight gradients, one product each over all steps.
+ * are computed, and no (B T, G) projection goes through memory. Nor is the
+ * state copied per step: a step's product reads h_prev from the output rows
+ * the previous step wrote (the backward: the gate gradients from where they
+ * are saved for the weight gradients); the copies had cost 10-20% of each
+ * pass at 2 threads. What is left to rnn.c: the weight gradients, one
+ * product each over all steps.
  *
  * Work split: a step's work is cut into chunks of hidden units, the same cut
  * for any thread count; a thread prefers the chunks of its own index (so its
