@@ -203,10 +203,10 @@ static void FN(forward_task)(void *arg, int64_t task, int worker) {
     FN(forward_block)(c, bh / c->H, bh % c->H, qb, (REAL *)c->scratch + (size_t)worker * c->per_worker, NULL);
 }
 
-/* P (nq, nk) <- exp(s - lse_i), 0 for rows with nothing allowed. */
-static void FN(probabilities)(const REAL *lse, int64_t nq, int64_t nk, REAL *s) {
+/* P (nq, nk; row stride ld) <- exp(s - lse_i), 0 for rows with nothing allowed. */
+static void FN(probabilities)(const REAL *lse, int64_t nq, int64_t nk, int64_t ld, REAL *s) {
     for (int64_t i = 0; i < nq; i++) {
-        REAL *row = s + i * nk;
+        REAL *row = s + i * ld;
         if (lse[i] == -INFINITY) {
             for (int64_t j = 0; j < nk; j++) row[j] = 0;
             continue;
@@ -231,7 +231,7 @@ static void FN(head_weights)(const flash_ctx *c, int64_t b, int64_t h, int64_t i
             continue;
         }
         FN(scores)(c, b, h, i0, nq, j0, nk, s);
-        FN(probabilities)(lse, nq, nk, s);
+        FN(probabilities)(lse, nq, nk, nk, s);
         for (int64_t i = 0; i < nq; i++)
             for (int64_t j = 0; j < nk; j++) {
                 if (average)
@@ -279,13 +279,10 @@ static void FN(forward_weights_task)(void *arg, int64_t task, int worker) {
         for (int64_t x = 0; x < nq * c->S; x++) w[x] = 0;
     for (int64_t h = h0; h < h1; h++) {
         FN(forward_block)(c, b, h, qb, s, keep);
-        const REAL *lse = (const REAL *)c->lse_out->data + (b * c->H + h) * c->L + i0;
+        FN(probabilities)((const REAL *)c->lse_out->data + (b * c->H + h) * c->L + i0, nq, kend, c->S, keep);
         for (int64_t i = 0; i < nq; i++) {
-            REAL *row = keep + i * c->S, *wr = w + i * c->S;
-            if (lse[i] == -INFINITY)
-                for (int64_t j = 0; j < kend; j++) row[j] = 0;
-            else
-                FN(row_exp)(row, kend, lse[i]);
+            const REAL *row = keep + i * c->S;
+            REAL *wr = w + i * c->S;
             if (average)
                 for (int64_t j = 0; j < kend; j++) wr[j] += row[j] * share;
             else
@@ -327,7 +324,7 @@ static void FN(weights_rowdot_task)(void *arg, int64_t task, int worker) {
     for (int64_t j0 = 0; j0 < kend; j0 += c->bk) {
         int64_t nk = kend - j0 < c->bk ? kend - j0 : c->bk;
         FN(scores)(c, b, h, i0, nq, j0, nk, s);
-        FN(probabilities)((const REAL *)c->lse->data + bh * c->L + i0, nq, nk, s);
+        FN(probabilities)((const REAL *)c->lse->data + bh * c->L + i0, nq, nk, nk, s);
         for (int64_t i = 0; i < nq; i++)
             for (int64_t j = 0; j < nk; j++)
                 if (s[i * nk + j] != 0) d[i] += s[i * nk + j] * DW_AT(c, b, h, i0, j0, i, j);
@@ -382,7 +379,7 @@ static void FN(key_block)(const flash_ctx *c, int64_t b, int64_t hk, int64_t j0,
         for (int64_t i0 = (first / c->bq) * c->bq; i0 < c->L; i0 += c->bq) {
             int64_t nq = c->L - i0 < c->bq ? c->L - i0 : c->bq;
             FN(scores)(c, b, h, i0, nq, j0, nk, s);
-            FN(probabilities)((const REAL *)c->lse->data + (b * c->H + h) * c->L + i0, nq, nk, s);
+            FN(probabilities)((const REAL *)c->lse->data + (b * c->H + h) * c->L + i0, nq, nk, nk, s);
             if (want_v) { /* dV_j += P'^T dO_i, P' = dropout(P) (P itself without dropout) */
                 REAL *pd = s;
                 if (c->opt->dropout_p > 0) {
@@ -465,7 +462,7 @@ static void FN(dq_task)(void *arg, int64_t task, int worker) {
     for (int64_t j0 = 0; j0 < kend; j0 += c->bk) {
         int64_t nk = kend - j0 < c->bk ? kend - j0 : c->bk;
         FN(scores)(c, b, h, i0, nq, j0, nk, s);
-        FN(probabilities)((const REAL *)c->lse->data + bh * c->L + i0, nq, nk, s);
+        FN(probabilities)((const REAL *)c->lse->data + bh * c->L + i0, nq, nk, nk, s);
         FN(score_grad)(c, b, h, i0, nq, j0, nk, s, dp);
         FN(product)(c, false, (REAL)c->opt->scale, FN(tile)(s, nq, nk),
                     FN(head_rows)(c, c->k, b, h / c->group, j0, nk), 1, FN(head_rows)(c, c->dq, b, h, i0, nq),

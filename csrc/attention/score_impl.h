@@ -15,18 +15,17 @@ static void FN(additive_rows)(REAL *restrict s, const REAL *restrict qa, const R
 #if !ATTNC_F64
 /* Float's additive score factors e^{2 (q + k)} = e^{2 q} e^{2 k}: one exp per
  * projection entry instead of one per (query, key, unit), about twice as
- * fast. Used where every |q|, |k| <= 20, so the products stay within float's
- * normal range (e^{±80}); tanh then comes within 1.2e-6 relative (the
- * direct tanh__f32 within 1.5e-6). */
-#define ADDITIVE_EXP2_MAX 20.0f
+ * fast. Used where every |q|, |k| <= ATTNC_EXP2_MAX (core/rows_f32.h);
+ * tanh then comes within 1.2e-6 relative (the direct tanh__f32 within
+ * 1.5e-6). */
 
 #if !ATTNC_ROWS_F32
-/* e (n) <- e^{2 x}; whether every |x| <= ADDITIVE_EXP2_MAX (never for NaN); the
+/* e (n) <- e^{2 x}; whether every |x| <= ATTNC_EXP2_MAX (never for NaN); the
  * AVX-512 build has core/rows_f32.h's attnc_exp2x_f32. */
 static bool additive_exp2(float *restrict e, const float *restrict x, int64_t n) {
     int ok = 1;
     for (int64_t a = 0; a < n; a++) {
-        ok &= fabsf(x[a]) <= ADDITIVE_EXP2_MAX;
+        ok &= fabsf(x[a]) <= ATTNC_EXP2_MAX;
         e[a] = attnc_expf(2 * x[a]);
     }
     return ok;
@@ -113,8 +112,8 @@ static bool additive_use_exp2(float *scratch, const float *qa, const float *ka, 
                               int64_t da) {
     if (tq < 2 || tk < 2) return false;
 #if ATTNC_ROWS_F32
-    bool q_ok = attnc_exp2x_f32(scratch, qa, tq * da, ADDITIVE_EXP2_MAX);
-    return attnc_exp2x_f32(scratch + tq * da, ka, tk * da, ADDITIVE_EXP2_MAX) && q_ok;
+    bool q_ok = attnc_exp2x_f32(scratch, qa, tq * da);
+    return attnc_exp2x_f32(scratch + tq * da, ka, tk * da) && q_ok;
 #else
     bool q_ok = additive_exp2(scratch, qa, tq * da);
     return additive_exp2(scratch + tq * da, ka, tk * da) && q_ok;

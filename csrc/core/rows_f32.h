@@ -19,6 +19,11 @@
 #define ATTNC_ROWS_F32_H
 #include <stdint.h>
 
+/* The additive score's factored tanh (e^{2 (q + k)} = e^{2q} e^{2k}, below
+ * and in attention/score_impl.h) is used where every |q|, |k| is at most
+ * this: the products stay within float's normal range (e^{+-80}). */
+#define ATTNC_EXP2_MAX 20.0f
+
 #if defined(__AVX512F__)
 #define ATTNC_ROWS_F32 1
 #include <immintrin.h>
@@ -100,14 +105,15 @@ static inline __m512 attnc_tanh_exp2_512(__m512 x, __m512 y) {
     return _mm512_mask_blend_ps(small, exact, series);
 }
 
-/* e[j] <- e^{2 x[j]} for j < n; whether every |x[j]| <= limit (never for
- * NaN): the factored form's exps, and whether they keep it in range. */
-static inline int attnc_exp2x_f32(float *e, const float *x, int64_t n, float limit) {
+/* e[j] <- e^{2 x[j]} for j < n; whether every |x[j]| <= ATTNC_EXP2_MAX
+ * (never for NaN): the factored form's exps, and whether they keep it in
+ * range. */
+static inline int attnc_exp2x_f32(float *e, const float *x, int64_t n) {
     __mmask16 bad = 0;
     for (int64_t j = 0; j < n; j += 16) {
         __mmask16 m = attnc_lanes16(n - j);
         __m512 v = _mm512_maskz_loadu_ps(m, x + j);
-        bad |= _mm512_mask_cmp_ps_mask(m, _mm512_abs_ps(v), _mm512_set1_ps(limit), _CMP_NLE_UQ);
+        bad |= _mm512_mask_cmp_ps_mask(m, _mm512_abs_ps(v), _mm512_set1_ps(ATTNC_EXP2_MAX), _CMP_NLE_UQ);
         _mm512_mask_storeu_ps(e + j, m, attnc_exp512(_mm512_add_ps(v, v)));
     }
     return bad == 0;

@@ -15,9 +15,6 @@
 #include "../core/tile_gemm.h"
 
 enum { PTR_ROWS = 16, PTR_GEMM_ROWS = 64 }; /* rows per score block; output rows per product block */
-/* The factored score's range (as the additive score's, attention/score_impl.h): every |q|, |k| <= 20
- * keeps e^{2q} e^{2k} within float's normal range. */
-#define PTR_EXP2_MAX 20.0f
 
 typedef struct {
     int64_t B, K, R, n, P, D, H;

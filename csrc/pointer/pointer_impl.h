@@ -26,7 +26,7 @@ typedef struct {
     /* Float32 on AVX-512: the additive score's factored tanh (core/rows_f32.h), e^{2 keys}
      * made once per call and e^{2 q} per row and step; NULL elsewhere. */
     float *ekeys, *eq;                               /* (B, P, H), (R, H)                   */
-    unsigned char *keys_ok;                          /* (B) every |key entry| <= PTR_EXP2_MAX */
+    unsigned char *keys_ok;                          /* (B) every |key entry| <= ATTNC_EXP2_MAX */
 } FN(ptr_state);
 
 /* c (R, out) = a (R, in) w^T over the pool (fixed row blocks): from w's
@@ -138,7 +138,7 @@ static void FN(ptr_score_task)(void *arg, int64_t block, int worker) {
         for (int64_t j = 0; j < P; j++) allowed[j] = S->ended[r] ? 0 : FN(ptr_allowed)(S, r, j);
         const float *eq = NULL, *ek = NULL;
 #if !ATTNC_F64 && ATTNC_ROWS_F32
-        if (S->ekeys && S->keys_ok[b] && attnc_exp2x_f32(S->eq + r * H, S->q + r * H, H, PTR_EXP2_MAX)) {
+        if (S->ekeys && S->keys_ok[b] && attnc_exp2x_f32(S->eq + r * H, S->q + r * H, H)) {
             eq = S->eq + r * H;
             ek = S->ekeys + b * P * H;
         }
@@ -193,8 +193,7 @@ static void FN(ptr_init)(FN(ptr_state) *S) {
     FN(ptr_input_gates)(S);
 #if !ATTNC_F64 && ATTNC_ROWS_F32
     for (int64_t b = 0; b < x->B && S->ekeys; b++)
-        S->keys_ok[b] = (unsigned char)attnc_exp2x_f32(S->ekeys + b * x->P * H, S->keys + b * x->P * H, x->P * H,
-                                                       PTR_EXP2_MAX);
+        S->keys_ok[b] = (unsigned char)attnc_exp2x_f32(S->ekeys + b * x->P * H, S->keys + b * x->P * H, x->P * H);
 #endif
     for (int64_t r = 0; r < x->R; r++) {
         memcpy(S->h + r * H, S->h0 + (r / x->K) * H, (size_t)H * sizeof(REAL));
