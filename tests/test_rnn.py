@@ -972,20 +972,27 @@ def test_inputs_and_parameters_never_modified(kind, rng, assert_unchanged):
 
 # --------------------------------------------------------------------------- threads, layouts
 
-@pytest.mark.parametrize("h", [4, 24, 64])
+@pytest.mark.parametrize("b, i, h", [(9, 6, 4), (9, 6, 24), (9, 6, 64), (100, 16, 64), (100, 256, 256)])
+@pytest.mark.parametrize("bidirectional", [True, False])
 @pytest.mark.parametrize("kind", KINDS)
-def test_thread_count_gives_identical_bits(kind, h, rng, restore_threads):
+def test_thread_count_gives_identical_bits(kind, bidirectional, b, i, h, rng, restore_threads):
     """Forward and gradients (training mode, seeded dropout, ragged batch) do not depend on
-    the number of threads (h 24 and 64: the fused float32 kernels)."""
+    the number of threads (h 24 and up: the fused float32 kernels). One thread runs them
+    as one chunk of rows. With more, a big enough bidirectional layer runs its two
+    directions side by side, each on one thread; one direction alone is shared: by
+    units for the batch of 9 and for h 256's big weights, by rows, in 6 chunks (tiles
+    starting elsewhere), for the batch of 100 at h 64. i 16 and 256: the input gradient
+    fused too."""
     dtype = np.float32
-    b, t, i = 9, 7, 6
+    t = 7
     x = rng.standard_normal((b, t, i)).astype(dtype)
-    lengths = np.array([7, 1, 3, 7, 2, 5, 6, 4, 7])
-    hx = make_hx(rng, kind, BIG, dtype, batch=b, hidden=h)
+    lengths = np.array([7, 1, 3, 7, 2, 5, 6, 4, 7]) if b == 9 else np.r_[t, rng.integers(1, t + 1, b - 1)]
+    cfg = dict(BIG, bidirectional=bidirectional)
+    hx = make_hx(rng, kind, cfg, dtype, batch=b, hidden=h)
     results = []
     for n in (1, 2, 3):
         attnc.set_num_threads(n)
-        m = attnc_module(kind, BIG, dtype, seed=8, dropout=0.2, input_size=i, hidden=h)
+        m = attnc_module(kind, cfg, dtype, seed=8, dropout=0.2, input_size=i, hidden=h)
         res, pullback = attnc_vjp(m, x, hx, lengths)
         out, states = split(kind, res)
         g = pull(kind, pullback, np.ones_like(out), [np.ones_like(s) for s in states])
