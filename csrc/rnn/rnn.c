@@ -417,7 +417,8 @@ attnc_status attnc_rnn_forward(attnc_tensor *output, attnc_tensor *h_n, attnc_te
     void *last = attnc_present(saved) || !attnc_is_contiguous(output) ? at(&r, base, lo.out[r.L - 1]) : output->data;
     for (int64_t l = 0; l < r.L && st == ATTNC_OK; l++) {
         void *out = l == r.L - 1 ? last : at(&r, base, lo.out[l]);
-        if (r.len) memset(out, 0, (size_t)(B * T * DH) * es); /* padding stays 0 */
+        for (int64_t b = 0; b < B && r.len; b++) /* padding steps stay 0 (the rest is written) */
+            memset((char *)out + (size_t)((b * T + r.len[b]) * DH) * es, 0, (size_t)((T - r.len[b]) * DH) * es);
         attnc_tensor x = mat(&r, input->data, B * T, r.I);
         if (l > 0) {
             x = mat(&r, at(&r, base, lo.out[l - 1]), B * T, DH);
