@@ -212,20 +212,17 @@ class PointerNet(nn.Module):
         B, T = t.shape
         P = n + 1
         steps = np.arange(T + 1)
-        pos = np.where(steps[None, :T] < counts[:, None], t + 1, 0)             # internal positions, 0 = end
-        chosen = np.zeros((B, T + 1, P), bool)
-        onehot = np.zeros((B, T, P), bool)
-        np.put_along_axis(onehot, pos[:, :, None], True, axis=2)
-        onehot &= (steps[None, :T] < counts[:, None])[:, :, None]
-        chosen[:, 1:] = np.cumsum(onehot, axis=1) > 0
-        mask = chosen.copy()
+        real = steps[None, :T] < counts[:, None]                               # the rows' choices
+        pos = np.where(real, t + 1, 0)                                          # internal positions, 0 = end
+        when = np.full((B, P), T + 1, np.int64)                                 # the step each was chosen at
+        rows, at = np.nonzero(real)
+        when[rows, pos[rows, at]] = at
+        mask = when[:, None, :] < steps[None, :, None]                          # chosen before step i
         mask[:, :, 1:] |= np.arange(n)[None, None, :] >= nl[:, None, None]   # padding inputs
         if constraint == "hull":
             mask[:, 0, 0] = True                                              # not before one input
-        else:
-            done = np.cumsum(onehot, axis=1).sum(axis=2)                       # inputs chosen before step i
-            before = np.concatenate([np.zeros((B, 1), np.int64), done], axis=1)
-            mask[:, :, 0] = before < nl[:, None]
+        else:                                                                 # the end once all are chosen
+            mask[:, :, 0] = np.minimum(steps[None, :], counts[:, None]) < nl[:, None]
         target = np.full((B, T + 1), IGNORE, np.int64)
         target[:, :T] = np.where(steps[None, :T] < counts[:, None], pos, IGNORE)
         target[np.arange(B), counts] = 0                                      # the end step
