@@ -915,19 +915,22 @@ static void test_rnn(void) {
 }
 
 /* The float32 fused path (csrc/rnn/rnn_fast.c, taken when H is a multiple of
- * the vector width) against the float64 BLAS path, forward and backward,
- * bidirectional over ragged rows, on two threads. */
-enum { FB = 5, FT = 6, FI = 8, FH = 16 };
+ * the vector width) against the float64 BLAS path, forward and backward, over
+ * ragged rows, on two threads: bidirectional (the directions side by side),
+ * and one direction shared by the threads, split by units (40 rows) and by
+ * rows (70 rows, chunks of about 16). */
+enum { FT = 6, FH = 48 }; /* 3 blocks of 16 units */
 
-static void test_rnn_fused(void) {
-    attnc_set_num_threads(2);
+/* FI 8: dx by BLAS in the AVX-512 build (fused in the AVX2 one); 16: fused. */
+static void rnn_fused_case(int64_t FB, int bidir, int64_t FI) {
+    int64_t D = bidir ? 2 : 1, nx = FB * FT * FI, no = FB * FT * D * FH;
     for (int mode = 0; mode < 2; mode++) {
-        int64_t G = (mode == 0 ? 4 : 3) * FH, per = G * FI + G * FH + 2 * G, n = 2 * per;
+        int64_t G = (mode == 0 ? 4 : 3) * FH, per = G * FI + G * FH + 2 * G, n = D * per;
         double *pd = randn((size_t)n, 70 + mode), *gd = malloc((size_t)n * sizeof *gd);
         float *pf = malloc((size_t)n * sizeof *pf), *gf = malloc((size_t)n * sizeof *gf);
         for (int64_t i = 0; i < n; i++) pf[i] = (float)pd[i];
         attnc_rnn_weights wd[2], wf[2], gwd[2], gwf[2];
-        for (int k = 0; k < 2; k++) {
+        for (int k = 0; k < D; k++) {
             int64_t wi[2] = {G, FI}, wh[2] = {G, FH}, o = k * per;
             int64_t offs[4] = {o, o + G * FI, o + G * FI + G * FH, o + G * FI + G * FH + G};
             attnc_rnn_weights *sets[4] = {&wd[k], &wf[k], &gwd[k], &gwf[k]};
@@ -942,16 +945,19 @@ static void test_rnn_fused(void) {
                 sets[s]->bias_hh = view(b + offs[3] * es, dt, 1, &G);
             }
         }
-        attnc_rnn_config c = {.mode = (attnc_rnn_mode)mode, .hidden_size = FH, .num_layers = 1, .bidirectional = 1};
-        double *xd = randn(FB * FT * FI, 80), *cd = randn(FB * FT * 2 * FH, 81);
-        float xf[FB * FT * FI], cf[FB * FT * 2 * FH];
-        for (int i = 0; i < FB * FT * FI; i++) xf[i] = (float)xd[i];
-        for (int i = 0; i < FB * FT * 2 * FH; i++) cf[i] = (float)cd[i];
-        int64_t lens[FB] = {6, 2, 5, 1, 4}, nb = FB, bti[3] = {FB, FT, FI}, bto[3] = {FB, FT, 2 * FH};
+        attnc_rnn_config c = {.mode = (attnc_rnn_mode)mode, .hidden_size = FH, .num_layers = 1, .bidirectional = bidir};
+        double *xd = randn((size_t)nx, 80), *cd = randn((size_t)no, 81);
+        float *xf = malloc((size_t)nx * sizeof *xf), *cf = malloc((size_t)no * sizeof *cf);
+        for (int64_t i = 0; i < nx; i++) xf[i] = (float)xd[i];
+        for (int64_t i = 0; i < no; i++) cf[i] = (float)cd[i];
+        int64_t *lens = malloc((size_t)FB * sizeof *lens), bti[3] = {FB, FT, FI}, bto[3] = {FB, FT, D * FH};
+        for (int64_t b = 0; b < FB; b++) lens[b] = b == 0 ? FT : 1 + (b * 7) % FT;
         int64_t ns = attnc_rnn_saved_size(&c, FB, FT, FI);
-        double *sd = malloc((size_t)ns * sizeof *sd), od[FB * FT * 2 * FH], dxd[FB * FT * FI];
-        float *sf = malloc((size_t)ns * sizeof *sf), of[FB * FT * 2 * FH], dxf[FB * FT * FI];
-        attnc_tensor tl = view(lens, ATTNC_INT64, 1, &nb), none = {0};
+        double *sd = malloc((size_t)ns * sizeof *sd), *od = malloc((size_t)no * sizeof *od);
+        double *dxd = malloc((size_t)nx * sizeof *dxd);
+        float *sf = malloc((size_t)ns * sizeof *sf), *of = malloc((size_t)no * sizeof *of);
+        float *dxf = malloc((size_t)nx * sizeof *dxf);
+        attnc_tensor tl = view(lens, ATTNC_INT64, 1, &FB), none = {0};
         attnc_tensor txd = view(xd, ATTNC_FLOAT64, 3, bti), tod = view(od, ATTNC_FLOAT64, 3, bto);
         attnc_tensor tsd = view(sd, ATTNC_FLOAT64, 1, &ns), tdxd = view(dxd, ATTNC_FLOAT64, 3, bti);
         attnc_tensor tcd = view(cd, ATTNC_FLOAT64, 3, bto);
@@ -966,20 +972,22 @@ static void test_rnn_fused(void) {
                                      &c) == ATTNC_OK,
               "fused rnn calls: %s", attnc_last_error());
         double wo = 0, wx = 0, wg = 0;
-        for (int i = 0; i < FB * FT * 2 * FH; i++) wo = fmax(wo, fabs(of[i] - od[i]));
-        for (int i = 0; i < FB * FT * FI; i++) wx = fmax(wx, fabs(dxf[i] - dxd[i]));
+        for (int64_t i = 0; i < no; i++) wo = fmax(wo, fabs(of[i] - od[i]));
+        for (int64_t i = 0; i < nx; i++) wx = fmax(wx, fabs(dxf[i] - dxd[i]));
         for (int64_t i = 0; i < n; i++) wg = fmax(wg, fabs(gf[i] - gd[i]) / fmax(1, fabs(gd[i])));
-        CHECK(wo < 1e-5 && wx < 1e-4 && wg < 1e-4, "%s float32 fused path vs float64: output %g, dinput %g, grads %g",
-              mode ? "gru" : "lstm", wo, wx, wg);
-        free(pd);
-        free(gd);
-        free(pf);
-        free(gf);
-        free(xd);
-        free(cd);
-        free(sd);
-        free(sf);
+        CHECK(wo < 1e-5 && wx < 1e-4 && wg < 1e-4,
+              "%s, B %lld, %s: float32 fused path vs float64: output %g, dinput %g, grads %g", mode ? "gru" : "lstm",
+              (long long)FB, bidir ? "bidirectional" : "one direction", wo, wx, wg);
+        void *owned[] = {pd, gd, pf, gf, xd, cd, xf, cf, lens, sd, od, dxd, sf, of, dxf};
+        for (size_t i = 0; i < sizeof owned / sizeof owned[0]; i++) free(owned[i]);
     }
+}
+
+static void test_rnn_fused(void) {
+    attnc_set_num_threads(2);
+    rnn_fused_case(5, 1, 8);
+    rnn_fused_case(40, 0, 16);
+    rnn_fused_case(70, 0, 16);
 }
 
 #include "test_seq2seq.h"
