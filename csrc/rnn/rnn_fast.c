@@ -418,8 +418,7 @@ GRU_FWD_EPI(8)
  * as one matrix product before the loop: only the rows still running are
  * computed, and nothing (B T G) goes through memory. */
 #define FWD_TILES(NAME, VW)                                                                      \
-    static inline __attribute__((always_inline)) void NAME(const fwd_job *j, int64_t s, int64_t b0, int64_t b1, \
-                                                           int64_t r0, int64_t r1) {                   \
+    static void NAME(const fwd_job *j, int64_t s, int64_t b0, int64_t b1, int64_t r0, int64_t r1) { \
         const rnn_fast_fwd *f = j->f;                                                                    \
         const rnn_run *r = j->r;                                                                         \
         int64_t T = r->T, H = r->H, DH = r->D * H, in = f->in;                                          \
@@ -824,14 +823,14 @@ attnc_status attnc_rnn_fast_backward(const rnn_fast_bwd *f) {
      * still leaves a block per planned thread. */
     for (j.nv = 4; j.nv > 1 && (vecs % j.nv || vecs / j.nv < parts); j.nv--) {}
     j.nblocks = vecs / j.nv;
-    j.nchunks = chunks_for(j.nblocks, parts);
     int64_t in = f->in, xvecs = f->dx ? in / j.vw : 0;
+    bool by_rows = splits_by_rows(r, f->dx ? in : 0, parts);
+    j.nchunks = by_rows ? row_chunks(B, parts) : chunks_for(j.nblocks, parts);
     if (f->dx) {
         for (j.nvx = 4; j.nvx > 1 && (xvecs % j.nvx || xvecs / j.nvx < parts); j.nvx--) {}
         j.nxblocks = xvecs / j.nvx;
         j.nxchunks = chunks_for(j.nxblocks, parts);
     }
-    bool by_rows = splits_by_rows(r, f->dx ? in : 0, parts);
     float *pk = NULL, *pkx = NULL, *dc = NULL, *direct = NULL;
     attnc_status st = alloc_floats(&pk, G * H, "rnn packed weights");
     if (st == ATTNC_OK && f->dx) st = alloc_floats(&pkx, G * in, "rnn packed weights");
@@ -854,7 +853,6 @@ attnc_status attnc_rnn_fast_backward(const rnn_fast_bwd *f) {
         j.direct = direct;
         if (by_rows) {
             attnc_parallel_for(j.nblocks + (f->dx ? j.nxblocks : 0), parts, pack_bwd_task, &j);
-            j.nchunks = row_chunks(B, parts);
             attnc_parallel_for(j.nchunks, parts, bwd_row_chunk, &j);
         } else {
             st = team_run(f->dh0 || f->dx ? T + 1 : T, j.nchunks + j.nxchunks, parts, bwd_step_chunk, &j);
