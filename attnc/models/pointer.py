@@ -307,7 +307,8 @@ class PointerNet(nn.Module):
             raise ValueError("the pullback needs the cotangent of the log-probabilities")
         return self._backward(state, np.concatenate([d[..., -1:], d[..., :-1]], axis=-1))
 
-    def _backward(self, state, dlogp):
+    def _backward(self, state, dlogp, inputs=True):
+        """The gradients by name (the inputs' under "inputs" when inputs is true)."""
         enc_pb, dec_pb, score_pb, lsm_pb, mask, prev, counts = state
         dmasked = lsm_pb(np.ascontiguousarray(dlogp, self.dtype))["input"]
         du = np.where(mask, 0, dmasked).astype(self.dtype)
@@ -326,6 +327,8 @@ class PointerNet(nn.Module):
         ddec, denc = gd["input"], ge["input"]
         grads["start"] = ddec[:, 0].astype(np.float64).sum(axis=0).astype(self.dtype)
         grads["end"] = denc[:, 0].astype(np.float64).sum(axis=0).astype(self.dtype)
+        if not inputs:
+            return grads
         dx = denc[:, 1:].astype(np.float64)
         rows, steps = np.nonzero(np.arange(prev.shape[1])[None, :] < counts[:, None])   # the real choices
         dx[rows, prev[rows, steps]] += ddec[:, 1:][rows, steps]   # each input is fed at most once per row
@@ -348,9 +351,7 @@ class PointerNet(nn.Module):
         dlogp = np.zeros((B, T1, P), self.dtype)
         np.put_along_axis(dlogp, np.where(keep, target, 0)[:, :, None], np.where(keep, -1.0 / count, 0)[:, :, None]
                           .astype(self.dtype), axis=2)
-        grads = self._backward(state, dlogp)
-        grads.pop("inputs")
-        return loss, grads
+        return loss, self._backward(state, dlogp, inputs=False)
 
     loss_and_grads = loss_and_grad
 
