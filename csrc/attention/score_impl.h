@@ -19,18 +19,19 @@ static void FN(additive_rows)(REAL *restrict s, const REAL *restrict qa, const R
  * tanh then comes within 1.2e-6 relative (the direct tanh__f32 within
  * 1.5e-6). */
 
-#if !ATTNC_ROWS_F32
-/* e (n) <- e^{2 x}; whether every |x| <= ATTNC_EXP2_MAX (never for NaN); the
- * AVX-512 build has core/rows_f32.h's attnc_exp2x_f32. */
+/* e (n) <- e^{2 x}; whether every |x| <= ATTNC_EXP2_MAX (never for NaN). */
 static bool additive_exp2(float *restrict e, const float *restrict x, int64_t n) {
+#if ATTNC_ROWS_F32
+    return attnc_exp2x_f32(e, x, n);
+#else
     int ok = 1;
     for (int64_t a = 0; a < n; a++) {
         ok &= fabsf(x[a]) <= ATTNC_EXP2_MAX;
         e[a] = attnc_expf(2 * x[a]);
     }
     return ok;
-}
 #endif
+}
 
 /* tanh x from y = e^{2 x}: its odd series below 1/8 (where 1 - 2 / (y + 1)
  * would lose relative precision), else 1 - 2 / (y + 1). */
@@ -40,14 +41,18 @@ static inline float tanh_exp2(float x, float y) {
     return fabsf(x) < 0.125f ? series : 1 - 2 / (y + 1);
 }
 
-#if !ATTNC_ROWS_F32
-/* additive_rows with eq = e^{2 QA}, ek = e^{2 KA}; 16 lanes summed pairwise. */
+/* additive_rows with eq = e^{2 QA}, ek = e^{2 KA}: in AVX-512 core/rows_f32.h's
+ * (its sums, in 16 lanes then a tree, differ from the other builds' within
+ * rounding), elsewhere 16 lanes summed pairwise. */
 static void additive_rows_exp2(float *restrict s, const float *restrict qa, const float *restrict ka,
                                const float *restrict eq, const float *restrict ek, const float *restrict v,
                                int64_t tq, int64_t tk, int64_t da) {
     for (int64_t i = 0; i < tq; i++)
         for (int64_t j = 0; j < tk; j++) {
             const float *q = qa + i * da, *k = ka + j * da, *e = eq + i * da, *f = ek + j * da;
+#if ATTNC_ROWS_F32
+            s[i * tk + j] = attnc_additive_exp2_f32(q, k, e, f, v, da);
+#else
             float lane[16] = {0}, tail = 0;
             int64_t a = 0;
             for (; a + 16 <= da; a += 16)
@@ -56,21 +61,11 @@ static void additive_rows_exp2(float *restrict s, const float *restrict qa, cons
             for (int w = 8; w >= 1; w /= 2)
                 for (int l = 0; l < w; l++) lane[l] += lane[l + w];
             s[i * tk + j] = lane[0] + tail;
+#endif
         }
 }
-#endif
 
 #if ATTNC_ROWS_F32
-/* additive_rows_exp2 in AVX-512 (float32 on this build only: its sums, in
- * 16 lanes then a tree, differ from the other builds' within rounding). */
-static void additive_rows_exp2_512(float *restrict s, const float *restrict qa, const float *restrict ka,
-                                   const float *restrict eq, const float *restrict ek, const float *restrict v,
-                                   int64_t tq, int64_t tk, int64_t da) {
-    for (int64_t i = 0; i < tq; i++)
-        for (int64_t j = 0; j < tk; j++)
-            s[i * tk + j] = attnc_additive_exp2_f32(qa + i * da, ka + j * da, eq + i * da, ek + j * da, v, da);
-}
-
 /* The factored backward in AVX-512: per block of 16 units, dv and a query's
  * dQA row are summed in registers (over every query and key, and over the
  * keys), only dKA's rows go through memory. dqa, dka, dv added to. */
@@ -111,13 +106,8 @@ static void additive_rows_backward_512(float *restrict dqa, float *restrict dka,
 static bool additive_use_exp2(float *scratch, const float *qa, const float *ka, int64_t tq, int64_t tk,
                               int64_t da) {
     if (tq < 2 || tk < 2) return false;
-#if ATTNC_ROWS_F32
-    bool q_ok = attnc_exp2x_f32(scratch, qa, tq * da);
-    return attnc_exp2x_f32(scratch + tq * da, ka, tk * da) && q_ok;
-#else
     bool q_ok = additive_exp2(scratch, qa, tq * da);
     return additive_exp2(scratch + tq * da, ka, tk * da) && q_ok;
-#endif
 }
 #endif
 
@@ -211,11 +201,7 @@ void FN(attnc_score_batch)(const attnc_score_ctx *c, int64_t b, REAL *s, REAL *s
         FN(additive_parts)(c, b, &qa, &ka, &v);
 #if !ATTNC_F64
         if (additive_use_exp2(scratch, qa, ka, d->tq, d->tk, d->da)) {
-#if ATTNC_ROWS_F32
-            additive_rows_exp2_512(s, qa, ka, scratch, scratch + d->tq * d->da, v, d->tq, d->tk, d->da);
-#else
             additive_rows_exp2(s, qa, ka, scratch, scratch + d->tq * d->da, v, d->tq, d->tk, d->da);
-#endif
             break;
         }
 #endif
