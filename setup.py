@@ -27,6 +27,8 @@ from setuptools.command.build_ext import build_ext
 
 # Every family folder under csrc/ is compiled; csrc/python/ is the binding.
 SOURCES = sorted(glob.glob("csrc/*/*.c"))
+# Every header: a change to one (the typed kernels live in *_impl.h) rebuilds.
+HEADERS = sorted(glob.glob("csrc/*/*.h"))
 # The SIMD paths and the flags of their builds, shared with the C unit tests.
 FLAGS = runpy.run_path(os.path.join(os.path.dirname(os.path.abspath(__file__)), "build_flags.py"))
 
@@ -114,6 +116,7 @@ def core_extension(path: str) -> Extension:
     return Extension(
         f"attnc._core_{path}",
         sources=SOURCES,
+        depends=HEADERS,
         include_dirs=["csrc/include", openblas.get_include_dir()],
         library_dirs=[openblas.get_lib_dir()],
         libraries=[openblas.get_library()],

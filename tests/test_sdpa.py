@@ -451,6 +451,10 @@ def _thread_cases(rng):
         # a single query block: one thread makes the weights in the forward's
         # pass, two threads in a second pass over the scores (flash.c)
         ((_qkv(rng, (1,), 1, 1, 100, 290, 16, 16, np.float32)), {"is_causal": True}),
+        # one (batch, kv head) pair and one key block: one thread makes dQ in
+        # the single-pass backward, two in a pass of its own; causal, so the
+        # diagonal tiles are narrower than the key block (flash.c's tile_keys)
+        ((_qkv(rng, (1,), 2, 1, 150, 200, 16, 16, np.float32)), {"is_causal": True, "enable_gqa": True}),
         ((_qkv(rng, (1,), 1, 1, 270, 310, 24, 16, np.float32)),
          {"attn_mask": rng.standard_normal((270, 310)).astype(np.float32)}),
         ((_qkv(rng, (2,), 4, 2, 200, 260, 16, 8)),

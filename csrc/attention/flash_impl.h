@@ -148,6 +148,17 @@ static int64_t FN(key_end)(const flash_ctx *c, int64_t last_row) {
     return end < 0 ? 0 : end > c->S ? c->S : end;
 }
 
+/* The keys of the tile of query rows i0.. (nq) and key block j0: up to the
+ * block's end or key_end, whichever comes first (<= 0: the rows see none of
+ * the block). Every pass (forward, weights, backward) takes its tiles from
+ * here, so a score is always made by the same product call, whatever the
+ * path, and BLAS, whose rounding depends on a call's shape, gives the same
+ * bits on every path the thread count may choose. */
+static int64_t FN(tile_keys)(const flash_ctx *c, int64_t i0, int64_t nq, int64_t j0) {
+    int64_t end = FN(key_end)(c, i0 + nq - 1);
+    return (end - j0 < c->bk ? end : j0 + c->bk) - j0;
+}
+
 /* The forward of query block qb of (batch b, head h): online softmax over
  * key blocks, then output = acc / l and lse = m + log(l). With keep (nq, S;
  * row stride S), each tile's scores are also kept there before the softmax
@@ -158,9 +169,8 @@ static void FN(forward_block)(const flash_ctx *c, int64_t b, int64_t h, int64_t 
     REAL *acc = s + c->bq * c->bk, *m = acc + c->bq * c->ev, *l = m + c->bq;
     for (int64_t i = 0; i < nq; i++) m[i] = -INFINITY, l[i] = 0;
     for (int64_t x = 0; x < nq * c->ev; x++) acc[x] = 0;
-    int64_t kend = FN(key_end)(c, i0 + nq - 1);
-    for (int64_t j0 = 0; j0 < kend; j0 += c->bk) {
-        int64_t nk = kend - j0 < c->bk ? kend - j0 : c->bk;
+    int64_t nk;
+    for (int64_t j0 = 0; (nk = FN(tile_keys)(c, i0, nq, j0)) > 0; j0 += c->bk) {
         FN(scores)(c, b, h, i0, nq, j0, nk, s);
         if (keep)
             for (int64_t i = 0; i < nq; i++)
@@ -221,15 +231,11 @@ static void FN(head_weights)(const flash_ctx *c, int64_t b, int64_t h, int64_t i
                              REAL *s, REAL *w, bool average) {
     const REAL *lse = (const REAL *)c->lse_out->data + (b * c->H + h) * c->L + i0;
     REAL share = (REAL)1 / (REAL)c->H;
-    int64_t kend = FN(key_end)(c, i0 + nq - 1);
-    for (int64_t j0 = 0; j0 < c->S; j0 += c->bk) {
-        int64_t nk = c->S - j0 < c->bk ? c->S - j0 : c->bk;
-        if (j0 >= kend) {
-            if (!average)
-                for (int64_t i = 0; i < nq; i++)
-                    for (int64_t j = 0; j < nk; j++) w[i * c->S + j0 + j] = 0;
-            continue;
-        }
+    int64_t kend = FN(key_end)(c, i0 + nq - 1), nk;
+    if (!average)
+        for (int64_t i = 0; i < nq; i++)
+            for (int64_t j = kend; j < c->S; j++) w[i * c->S + j] = 0;
+    for (int64_t j0 = 0; (nk = FN(tile_keys)(c, i0, nq, j0)) > 0; j0 += c->bk) {
         FN(scores)(c, b, h, i0, nq, j0, nk, s);
         FN(probabilities)(lse, nq, nk, nk, s);
         for (int64_t i = 0; i < nq; i++)
@@ -320,9 +326,8 @@ static void FN(weights_rowdot_task)(void *arg, int64_t task, int worker) {
     int64_t i0 = qb * c->bq, nq = c->L - i0 < c->bq ? c->L - i0 : c->bq;
     REAL *s = (REAL *)c->scratch + (size_t)worker * c->per_worker;
     REAL *d = (REAL *)c->dvec + bh * c->L + i0;
-    int64_t kend = FN(key_end)(c, i0 + nq - 1);
-    for (int64_t j0 = 0; j0 < kend; j0 += c->bk) {
-        int64_t nk = kend - j0 < c->bk ? kend - j0 : c->bk;
+    int64_t nk;
+    for (int64_t j0 = 0; (nk = FN(tile_keys)(c, i0, nq, j0)) > 0; j0 += c->bk) {
         FN(scores)(c, b, h, i0, nq, j0, nk, s);
         FN(probabilities)((const REAL *)c->lse->data + bh * c->L + i0, nq, nk, nk, s);
         for (int64_t i = 0; i < nq; i++)
@@ -368,16 +373,16 @@ static void FN(zero_rows)(const flash_ctx *c, attnc_tensor *t, int64_t b, int64_
  * NULL), also dQ_i += scale dS K_j into it (the single-pass backward). */
 static void FN(key_block)(const flash_ctx *c, int64_t b, int64_t hk, int64_t j0, REAL *s,
                           attnc_tensor *dq) {
-    int64_t nk = c->S - j0 < c->bk ? c->S - j0 : c->bk;
+    int64_t block = c->S - j0 < c->bk ? c->S - j0 : c->bk;
     REAL *dp = s + c->bq * c->bk;
     bool want_k = attnc_present(c->dk), want_v = attnc_present(c->dv);
-    if (want_k) FN(zero_rows)(c, c->dk, b, hk, j0, nk);
-    if (want_v) FN(zero_rows)(c, c->dv, b, hk, j0, nk);
+    if (want_k) FN(zero_rows)(c, c->dk, b, hk, j0, block);
+    if (want_v) FN(zero_rows)(c, c->dv, b, hk, j0, block);
     int64_t first = c->opt->causal ? j0 - c->opt->causal_offset : 0; /* first row that sees j0 */
     if (first < 0) first = 0;
     for (int64_t h = hk * c->group; h < (hk + 1) * c->group; h++)
         for (int64_t i0 = (first / c->bq) * c->bq; i0 < c->L; i0 += c->bq) {
-            int64_t nq = c->L - i0 < c->bq ? c->L - i0 : c->bq;
+            int64_t nq = c->L - i0 < c->bq ? c->L - i0 : c->bq, nk = FN(tile_keys)(c, i0, nq, j0);
             FN(scores)(c, b, h, i0, nq, j0, nk, s);
             FN(probabilities)((const REAL *)c->lse->data + (b * c->H + h) * c->L + i0, nq, nk, nk, s);
             if (want_v) { /* dV_j += P'^T dO_i, P' = dropout(P) (P itself without dropout) */
@@ -458,9 +463,8 @@ static void FN(dq_task)(void *arg, int64_t task, int worker) {
     int64_t i0 = qb * c->bq, nq = c->L - i0 < c->bq ? c->L - i0 : c->bq;
     REAL *s = (REAL *)c->scratch + (size_t)worker * c->per_worker, *dp = s + c->bq * c->bk;
     FN(zero_rows)(c, c->dq, b, h, i0, nq);
-    int64_t kend = FN(key_end)(c, i0 + nq - 1);
-    for (int64_t j0 = 0; j0 < kend; j0 += c->bk) {
-        int64_t nk = kend - j0 < c->bk ? kend - j0 : c->bk;
+    int64_t nk;
+    for (int64_t j0 = 0; (nk = FN(tile_keys)(c, i0, nq, j0)) > 0; j0 += c->bk) {
         FN(scores)(c, b, h, i0, nq, j0, nk, s);
         FN(probabilities)((const REAL *)c->lse->data + bh * c->L + i0, nq, nk, nk, s);
         FN(score_grad)(c, b, h, i0, nq, j0, nk, s, dp);
