@@ -62,11 +62,20 @@ def _torch_single_thread():
 
 @pytest.fixture
 def restore_threads():
-    """Restore attnc's thread count after a test that changes it."""
+    """Restore attnc's thread count after a test that changes it. Every test
+    that changes the thread count takes this fixture, and so is marked
+    ``threads`` (below): test_cpu_paths.py reruns those tests under each
+    OpenBLAS kernel the CPU runs."""
     import attnc
     n = attnc.get_num_threads()
     yield
     attnc.set_num_threads(n)
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if "restore_threads" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.threads)
 
 
 # --------------------------------------------------------------------------- finite differences

@@ -5,6 +5,8 @@ attnc loads the best the CPU runs; ATTNC_CPU forces one. The rest of the
 suite runs on the default path. Here, for every other path the CPU runs:
 - the kernel tests (each against its NumPy float64, torch and finite-
   difference references) run again in a process with ATTNC_CPU set;
+- the thread-count tests run again on every path under each other OpenBLAS
+  kernel the CPU runs (OPENBLAS_CORETYPE);
 - a battery of forward and backward calls over every family of kernels runs
   on each path, and the outputs are compared across paths: bitwise equal,
   except where the AVX2 and AVX-512 builds run their own float32 kernels
@@ -162,6 +164,60 @@ def test_the_loaded_path_is_the_best_the_cpu_runs_unless_forced():
     assert DEFAULT == (forced or supported[-1])
     info = attnc.show_config(mode="dicts")
     assert info["simd"]["path"] == DEFAULT and info["blas"]["threads"] == 1
+
+
+# OpenBLAS kernels (OPENBLAS_CORETYPE) the thread-count tests rerun under,
+# with the SIMD path a CPU needs to run each: forcing a kernel the CPU cannot
+# run dies of an illegal instruction. Their blocking differs, and with it how
+# a product's rounding depends on its shape: results must not depend on the
+# thread count under any of them.
+# (SSE4.2 for Nehalem's, AVX for Sandybridge's: any x86-64-v3 CPU has both.)
+CORETYPES = {"Nehalem": "avx2", "Sandybridge": "avx2", "Haswell": "avx2", "Zen": "avx2", "SkylakeX": "avx512"}
+
+
+def blas_core(coretype: str | None = None) -> str:
+    """The kernel the bundled OpenBLAS picks with OPENBLAS_CORETYPE=coretype
+    (None: as the environment has it), as its config names it."""
+    env = dict(os.environ, **({"OPENBLAS_CORETYPE": coretype} if coretype else {}))
+    run = subprocess.run([sys.executable, "-c", "import attnc; print(attnc.blas_info())"], env=env,
+                         capture_output=True, text=True, check=True)
+    return run.stdout.split("NO_AFFINITY")[-1].split()[0]
+
+
+def other_kernels() -> dict:
+    """coretype -> kernel, for the kernels this CPU runs other than the one in
+    force (the rest of the suite runs under that one), each kernel once (this
+    OpenBLAS serves Zen with Haswell's kernels)."""
+    cpu = attnc._core.cpu_paths().split()
+    default = blas_core()
+    kernels = {}
+    for coretype, needs in CORETYPES.items():
+        kernel = blas_core(coretype) if needs in cpu else default
+        if kernel != default and kernel not in kernels.values():
+            kernels[coretype] = kernel
+    return kernels
+
+
+KERNELS = other_kernels()
+
+
+def test_the_thread_tests_rerun_under_another_openblas_kernel():
+    """On any x86-64-v3 CPU at least Nehalem's kernels differ from the one in force."""
+    assert KERNELS or "avx2" not in attnc._core.cpu_paths().split()
+
+
+@pytest.mark.parametrize("coretype", KERNELS)
+@pytest.mark.parametrize("path", _dispatch.supported_paths())
+def test_thread_tests_pass_under_every_openblas_kernel(path, coretype):
+    """Every test marked ``threads`` (tests/conftest.py) on every SIMD path,
+    with OpenBLAS forced to each other kernel this CPU runs."""
+    env = dict(os.environ, ATTNC_CPU=path, OPENBLAS_CORETYPE=coretype)
+    files = [str(p) for p in sorted(HERE.glob("test_*.py")) if "restore_threads" in p.read_text()]
+    cmd = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-o", "addopts=", "-m", "threads",
+           *files]
+    run = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=str(HERE))
+    assert run.returncode == 0, f"ATTNC_CPU={path} OPENBLAS_CORETYPE={coretype}:\n{run.stdout[-6000:]}\n{run.stderr[-3000:]}"
+    assert " passed" in run.stdout and " deselected" in run.stdout, run.stdout[-2000:]
 
 
 @pytest.mark.parametrize("value,error", [("sse9", "is not a SIMD path"), ("AVX-512", "is not a SIMD path")])

@@ -94,7 +94,7 @@ def _adam_f32_reference(p, grads, lr, b1, b2, eps, wd, decoupled):
 
 
 @pytest.mark.parametrize("name,wd", [("Adam", 0.0), ("Adam", 0.1), ("AdamW", 0.05)])
-def test_adam_float32_bits(name, wd, rng):
+def test_adam_float32_bits(name, wd, rng, restore_threads):
     """Adam and AdamW in float32: bitwise the update written out in NumPy,
     for a parameter of several of the kernel's blocks and a strided view in a
     dict of arrays (updated through a copy, in place), at 1 and 2 threads."""

@@ -164,16 +164,12 @@ def test_two_opt_is_valid_near_optimal_and_two_opt_optimal():
         assert lengths[b] < np_tour_length(points[b], np.arange(40))
 
 
-def test_tours_do_not_depend_on_threads():
+def test_tours_do_not_depend_on_threads(restore_threads):
     points = np.random.default_rng(2).random((300, 9, 2))
-    before = attnc.get_num_threads()
-    try:
-        attnc.set_num_threads(1)
-        one = [tsp_tours(points, exact=e) for e in (True, False)]
-        attnc.set_num_threads(3)
-        three = [tsp_tours(points, exact=e) for e in (True, False)]
-    finally:
-        attnc.set_num_threads(before)
+    attnc.set_num_threads(1)
+    one = [tsp_tours(points, exact=e) for e in (True, False)]
+    attnc.set_num_threads(3)
+    three = [tsp_tours(points, exact=e) for e in (True, False)]
     for (t1, l1), (t3, l3) in zip(one, three):
         np.testing.assert_array_equal(t1, t3)
         np.testing.assert_array_equal(l1, l3)
@@ -250,22 +246,18 @@ def test_hull_many_rows_match_row_by_row():
         assert one[0, : s[0]].tolist() == targets[r, : sizes[r]].tolist() == brute_force_hull(points[r])
 
 
-def test_hull_larger_n_and_threads():
+def test_hull_larger_n_and_threads(restore_threads):
     """n = 24, uniform and on a grid (collinear and repeated points): brute
     force's hulls, the same bits with 1 and 2 threads."""
     from attnc.datasets.pointer_tasks import _hull_targets
     rng = np.random.default_rng(6)
     uniform = rng.random((300, 24, 2))
     grid = rng.integers(0, 7, (300, 24, 2)).astype(float)
-    before = attnc.get_num_threads()
     for p in (uniform, grid):
-        try:
-            attnc.set_num_threads(1)
-            one = _hull_targets(p)
-            attnc.set_num_threads(2)
-            two = _hull_targets(p)
-        finally:
-            attnc.set_num_threads(before)
+        attnc.set_num_threads(1)
+        one = _hull_targets(p)
+        attnc.set_num_threads(2)
+        two = _hull_targets(p)
         np.testing.assert_array_equal(one[0], two[0])
         np.testing.assert_array_equal(one[1], two[1])
         for r in range(4):

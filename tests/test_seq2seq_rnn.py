@@ -224,21 +224,17 @@ def test_generate_stops_rows_at_eos():
 # --------------------------------------------------------------------------- threads, seeds, save / load
 
 @pytest.mark.parametrize("kind", ["bahdanau", "luong-location", "local-p"])
-def test_results_do_not_depend_on_the_thread_count(kind):
+def test_results_do_not_depend_on_the_thread_count(kind, restore_threads):
     m = make(kind, dtype=np.float32)
     rng = np.random.default_rng(14)
     lens = rng.integers(1, S + 1, 40)
     src, lens, tgt_in, tgt_out = data(14, B=40, lengths=lens)
     batch = Batch(src, lens, tgt_in, tgt_out)
-    before = attnc.get_num_threads()
-    try:
-        runs = []
-        for n in (1, 2, 3):
-            attnc.set_num_threads(n)
-            loss, grads = m.loss_and_grad(batch, sampling=0.3, seed=1)
-            runs.append((loss, grads, m.generate(src, lens, max_len=4, beam_size=3)))
-    finally:
-        attnc.set_num_threads(before)
+    runs = []
+    for n in (1, 2, 3):
+        attnc.set_num_threads(n)
+        loss, grads = m.loss_and_grad(batch, sampling=0.3, seed=1)
+        runs.append((loss, grads, m.generate(src, lens, max_len=4, beam_size=3)))
     for loss, grads, (tok, align) in runs[1:]:
         assert loss == runs[0][0]
         for name in grads:
