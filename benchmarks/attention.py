@@ -30,8 +30,15 @@ too, gets an "effective" rate); forward+backward = 3.5 x forward (backward
 counted as 2.5 x forward). GFLOP/s = FLOPs / median wall time.
 
 Threads: attnc.set_num_threads(n), torch.set_num_threads(n) and, for the numpy
-and sgemm timings, numpy's OpenBLAS (its openblas_set_num_threads, through
-ctypes) all use --threads (default 2).
+and sgemm timings, numpy's BLAS (through threadpoolctl, which tells it from
+the OpenBLAS bundled with attnc by its folder) all use --threads (default 2).
+The run fails, rather than print a NaN peak, if numpy's BLAS cannot be set or
+the sgemm peak cannot be measured.
+
+Every benchmark prints the machine first: the CPU, attnc's SIMD path and its
+OpenBLAS kernel, numpy's BLAS and kernel, and OPENBLAS_CORETYPE /
+OPENBLAS_L2_SIZE as the environment sets them (the benchmarks leave them
+alone, so they measure the machine as its users have it).
 
 Every (implementation, configuration, forward or forward+backward) is run in a
 fresh process, forked from this one, which has imported the libraries, has
@@ -69,6 +76,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+import machine  # benchmarks/machine.py
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -157,32 +166,6 @@ def _snapshot_attnc():
     atexit.register(shutil.rmtree, SNAPSHOT_DIR, ignore_errors=True)
 
 
-def _numpy_openblas():
-    """(set_num_threads, get_num_threads) of numpy's OpenBLAS, via ctypes, or None."""
-    libs = []
-    try:
-        with open("/proc/self/maps") as f:
-            for line in f:
-                path = line.split()[-1]
-                if "openblas" in path.lower() and "attnc" not in path and path not in libs:
-                    libs.append(path)
-    except OSError:
-        return None
-    names = ("scipy_openblas_set_num_threads64_", "scipy_openblas_set_num_threads",
-             "openblas_set_num_threads64_", "openblas_set_num_threads")
-    for path in libs:
-        try:
-            lib = ctypes.CDLL(path)
-        except OSError:
-            continue
-        for name in names:
-            fn = getattr(lib, name, None)
-            get = getattr(lib, name.replace("set_", "get_"), None)
-            if fn is not None and get is not None:
-                return fn, get
-    return None
-
-
 def _set_threads(threads, numpy_blas):
     """In a child: attnc and torch at ``threads`` threads; numpy's OpenBLAS too
     when ``numpy_blas`` (only where numpy's BLAS is what is timed: its fresh
@@ -193,12 +176,13 @@ def _set_threads(threads, numpy_blas):
         torch.set_num_threads(threads)
     if not numpy_blas:
         return
-    blas = _numpy_openblas()
-    if blas is None:
-        raise RuntimeError("cannot set the threads of numpy's OpenBLAS")
-    blas[0](threads)
-    if blas[1]() != threads:
-        raise RuntimeError(f"numpy's OpenBLAS runs {blas[1]()} threads, not {threads}")
+    libs = machine.numpy_blas(attnc)
+    if not libs:
+        raise RuntimeError("threadpoolctl finds no BLAS of numpy's in this process: cannot set its threads")
+    for lib in libs:
+        lib.set_num_threads(threads)
+        if lib.get_num_threads() != threads:
+            raise RuntimeError(f"numpy's BLAS ({lib.filepath}) runs {lib.get_num_threads()} threads, not {threads}")
 
 
 def have_sdpa():
@@ -721,6 +705,7 @@ def main(argv=None):
     t_start = time.perf_counter()
     load = _load_start()
     grid = QUICK_GRID if args.quick else FULL_GRID
+    print(machine.line(attnc))
     print(f"attnc {getattr(attnc, '__version__', '?')} (BLAS: {attnc.blas_info()}), "
           f"torch {torch.__version__ if torch is not None else '(not installed)'}, "
           f"numpy {np.__version__}; float32, {threads} threads, up to {args.repeats} repeats "
@@ -767,7 +752,9 @@ def main(argv=None):
     sgemm = res["result"] if res["ok"] else {}
     if not res["ok"]:
         errors.append(f"sgemm: {res['error']}")
-    sgemm_peak = max((s["gflops"] for s in sgemm.values()), default=float("nan"))
+    if not sgemm:
+        raise SystemExit(f"the sgemm practical peak cannot be measured: {errors[-1]}")
+    sgemm_peak = max(s["gflops"] for s in sgemm.values())
     for row in rows:
         m, kk, n = sgemm_shape(row["flops"], args.sgemm_cap)
         s = sgemm.get(f"{m}x{kk}x{n}")
@@ -904,6 +891,7 @@ def main(argv=None):
         "environment": {
             "attnc": getattr(attnc, "__version__", None),
             "attnc_blas": attnc.blas_info(),
+            "machine": machine.describe(attnc),
             "attnc_loaded_from": attnc.__file__,
             "attnc_source": SNAPSHOT_SRC or str(Path(attnc.__file__).parent),
             "attnc_git": _git_rev(),

@@ -32,6 +32,8 @@ from pathlib import Path
 
 import numpy as np
 
+import machine  # benchmarks/machine.py: what the run ran on
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 
@@ -172,6 +174,7 @@ def main(argv=None) -> None:
 
     labels = [label for label, _, _ in runs]
     base = labels[0]
+    print(machine.line(attnc))
     print(f"attnc {attnc.__version__}, {args.threads} threads, {args.rounds} rounds; CPU runs: "
           f"{attnc._core.cpu_paths()}")
     print(f"{'case':40s}" + "".join(f"{label + ' ms':>15s}" for label in labels)

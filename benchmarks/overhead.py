@@ -29,6 +29,8 @@ from pathlib import Path
 
 import numpy as np
 
+import machine  # benchmarks/machine.py: what the run ran on
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 
@@ -322,6 +324,7 @@ def main(argv=None):
 
     # ---- table
     header = f"{'op':<27} {'input':<11} {'attnc us':>9} {'torch us':>9} {'torch/attnc':>11}  torch call"
+    print(machine.line(attnc))
     print(f"attnc {getattr(attnc, '__version__', '?')} vs torch "
           f"{torch.__version__ if torch is not None else '(not installed)'}; "
           f"{dtype}, Tq=Tk={TQ}, d={D}, threads={threads}, "

@@ -82,6 +82,7 @@ if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
 import attention as common  # benchmarks/attention.py: imports, forking, memory, load
+import machine  # benchmarks/machine.py: what the run ran on
 
 np = torch = F = attnc = None  # set by _import_libs(), after the thread count is known
 
@@ -668,7 +669,7 @@ def finish(result, summary, quick, errors, failed_checks, load, others, elapsed,
     print(f"({elapsed:.0f} s)")
     result["environment"] = {
         "attnc": getattr(attnc, "__version__", None), "attnc_blas": attnc.blas_info(),
-        "attnc_loaded_from": attnc.__file__, "attnc_source": common.SNAPSHOT_SRC, "attnc_git": common._git_rev(),
+        "machine": machine.describe(attnc), "attnc_loaded_from": attnc.__file__, "attnc_source": common.SNAPSHOT_SRC, "attnc_git": common._git_rev(),
         **environment,
         "torch": torch.__version__ if torch is not None else None, "numpy": np.__version__,
         "python": platform.python_version(), "platform": platform.platform(), "cpu_count": os.cpu_count() or 1,
@@ -728,6 +729,7 @@ def begin(import_libs, snapshot, threads, repeats, rounds, quick, rounds_note=""
     impls = ["attnc"] + (["torch"] if torch is not None else [])
     t_start = time.perf_counter()
     load = common._load_start()
+    print(machine.line(attnc))
     print(f"attnc {getattr(attnc, '__version__', '?')} (BLAS: {attnc.blas_info()}), "
           f"torch {torch.__version__ if torch is not None else '(not installed)'}, numpy {np.__version__}; "
           f"float32, {threads} threads for attnc and torch, {repeats} samples per case in {rounds} "

@@ -120,3 +120,26 @@ def test_cpu_paths_benchmark_quick(tmp_path):
     assert list(data["ms"]) == paths and len(data["ms"]["baseline"]) == 10
     assert all(ms > 0 for path in paths for ms in data["ms"][path].values())
     assert sorted(data["speedup_over_baseline"]) == sorted(paths[1:])
+
+
+def test_benchmarks_tell_numpys_blas_from_attncs():
+    """The benchmarks set numpy's BLAS threads through threadpoolctl and tell
+    it from attnc's bundled OpenBLAS by folder, not by name (a clone or a
+    virtual environment whose path holds "attnc" once hid numpy's)."""
+    import threadpoolctl
+
+    import attnc
+
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        import machine
+    finally:
+        sys.path.remove(str(REPO / "benchmarks"))
+    own = Path(attnc.__file__).resolve().parent
+    loaded = threadpoolctl.ThreadpoolController().select(user_api="blas").lib_controllers
+    attncs = [lib.filepath for lib in loaded if Path(lib.filepath).resolve().parent == own]
+    others = [lib.filepath for lib in machine.numpy_blas(attnc)]
+    assert len(attncs) == 1 and attncs[0] not in others
+    assert others and sorted(others + attncs) == sorted(lib.filepath for lib in loaded)
+    m = machine.describe(attnc)
+    assert m["attnc_simd"] == attnc._core.simd_path() and m["numpy_blas"] and m["cpu"]
