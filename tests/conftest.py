@@ -11,10 +11,24 @@ import sys
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, settings
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 if _HERE not in sys.path:
     sys.path.insert(0, _HERE)
+
+
+# --------------------------------------------------------------------------- hypothesis
+
+# Property-based tests (test_properties.py): CI runs a bounded, derandomised
+# search (the same examples every run); HYPOTHESIS_PROFILE=long searches for
+# longer, with fresh examples, by hand. The fixtures the tests take (torch,
+# assert_unchanged) hold no state between examples.
+_SHARED = dict(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                     HealthCheck.too_slow, HealthCheck.data_too_large])
+settings.register_profile("ci", max_examples=60, derandomize=True, **_SHARED)
+settings.register_profile("long", max_examples=3000, **_SHARED)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
 # --------------------------------------------------------------------------- rng

@@ -4,6 +4,11 @@ They are built for every SIMD path this machine runs, with the flags of the
 extensions' builds (build_flags.py), since each path compiles its own
 kernels (csrc/core/cpu.h).
 
+Then the extension itself, built once with the sanitizers for the SIMD path
+this machine loads, runs the Python tests that push the C core to its edges
+(empty and zero-width inputs, huge, negative and zero strides, the
+property-based tests) in a process with the sanitizers' runtime preloaded.
+
 Also runnable as a script: ``python tests/test_c_core.py [PATH]`` (default baseline).
 """
 
@@ -13,6 +18,8 @@ import runpy
 import shutil
 import subprocess
 import sys
+import sysconfig
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -20,9 +27,11 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 FLAGS = runpy.run_path(str(ROOT / "build_flags.py"))
 # The extensions' floating-point flags, then the strictest warnings and the sanitizers.
+SANITIZE = ["-fno-omit-frame-pointer", "-fsanitize=address,undefined", "-fno-sanitize-recover=all"]
 CFLAGS = ["-std=c11", "-g", "-O1", *FLAGS["FP_FLAGS"],
-          "-Wall", "-Wextra", "-Wmissing-prototypes", "-Wshadow", "-Werror", "-fno-omit-frame-pointer",
-          "-fsanitize=address,undefined", "-fno-sanitize-recover=all"]
+          "-Wall", "-Wextra", "-Wmissing-prototypes", "-Wshadow", "-Werror", *SANITIZE]
+# The Python tests the sanitized extension runs.
+SANITIZED_TESTS = ["test_empty.py", "test_strides.py", "test_properties.py"]
 
 
 def paths_to_test() -> list:
@@ -34,12 +43,17 @@ def paths_to_test() -> list:
     return list(_dispatch.supported_paths())
 
 
-def build_and_run(tmp: Path, path: str = "baseline") -> subprocess.CompletedProcess:
-    import scipy_openblas32 as openblas
-
+def c_compiler() -> str:
     compiler = os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc")
     if compiler is None:
         pytest.fail("no C compiler found: the C core's tests need gcc or cc")
+    return compiler
+
+
+def build_and_run(tmp: Path, path: str = "baseline") -> subprocess.CompletedProcess:
+    import scipy_openblas32 as openblas
+
+    compiler = c_compiler()
     # every C family except the Python binding
     sources = sorted(f for f in glob.glob(str(ROOT / "csrc/*/*.c")) if "/python/" not in f)
     exe = tmp / "test_core"
@@ -65,6 +79,58 @@ def test_c_core_under_sanitizers(tmp_path, path):
     last = run.stdout.strip().splitlines()[-1]
     passed, failed = (int(part.split()[0]) for part in last.split(","))
     assert failed == 0 and passed > 50, report
+
+
+def build_sanitized_extension(package: Path, path: str) -> None:
+    """package <- a copy of attnc whose build for `path` is compiled with the
+    sanitizers (its other builds as installed: the baseline one is loaded
+    first, only to ask which paths the CPU runs)."""
+    import scipy_openblas32 as openblas
+
+    shutil.copytree(ROOT / "attnc", package, ignore=shutil.ignore_patterns("__pycache__"))
+    compiler = c_compiler()
+    flags = ["-std=c11", "-g", "-O1", "-fPIC", *FLAGS["FP_FLAGS"], *FLAGS["simd_flags"](path), *SANITIZE,
+             "-DPy_LIMITED_API=0x030B0000", "-I", str(ROOT / "csrc/include"), "-I", openblas.get_include_dir(),
+             "-I", sysconfig.get_paths()["include"]]
+    objects = package.parent / "objects"
+    objects.mkdir()
+
+    def compile_one(source: str) -> Path:
+        obj = objects / (Path(source).parent.name + "_" + Path(source).stem + ".o")
+        run = subprocess.run([compiler, *flags, "-c", source, "-o", str(obj)], capture_output=True, text=True)
+        assert run.returncode == 0, f"{source}:\n{run.stderr}"
+        return obj
+
+    with ThreadPoolExecutor(os.cpu_count() or 1) as pool:
+        objs = list(pool.map(compile_one, sorted(glob.glob(str(ROOT / "csrc/*/*.c")))))
+    (target,) = package.glob(f"_core_{path}.*so")
+    link = subprocess.run([compiler, "-shared", *SANITIZE, *map(str, objs), "-o", str(target),
+                           "-L", openblas.get_lib_dir(), "-l" + openblas.get_library(),
+                           "-Wl,-rpath," + openblas.get_lib_dir(), "-lm", "-pthread"], capture_output=True, text=True)
+    assert link.returncode == 0, link.stderr
+
+
+def test_extension_under_sanitizers(tmp_path):
+    from attnc import _dispatch
+
+    path = _dispatch.choose(None)
+    build_sanitized_extension(tmp_path / "attnc", path)
+    preload = subprocess.run([c_compiler(), "-print-file-name=libasan.so"], capture_output=True, text=True).stdout
+    # CPython frees little at exit: leak reports would all be its own.
+    env = dict(os.environ, PYTHONPATH=str(tmp_path), LD_PRELOAD=preload.strip(), ATTNC_CPU=path,
+               ASAN_OPTIONS="detect_leaks=0:abort_on_error=0",
+               UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1", OPENBLAS_NUM_THREADS="1")
+    where = subprocess.run([sys.executable, "-c", "import attnc; print(attnc._core.__file__)"], env=env,
+                           capture_output=True, text=True, cwd=str(tmp_path))
+    assert where.returncode == 0 and where.stdout.startswith(str(tmp_path / "attnc")), where.stdout + where.stderr
+    here = Path(__file__).resolve().parent
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=",
+                          *[str(here / f) for f in SANITIZED_TESTS]],
+                         capture_output=True, text=True, env=env, cwd=str(here), timeout=1800)
+    report = run.stdout[-8000:] + run.stderr[-8000:]
+    assert run.returncode == 0, report
+    assert "runtime error" not in report and "AddressSanitizer" not in report, report
+    assert " passed" in run.stdout and " failed" not in run.stdout, report
 
 
 if __name__ == "__main__":

@@ -62,7 +62,9 @@ def sdpa_parts(query, key, value, attn_mask=None, is_causal=False, scale=None,
         raise ValueError("query/key feature dims or key/value lengths differ")
     if attn_mask is not None and is_causal:
         raise ValueError("attn_mask together with is_causal")
-    sc = 1.0 / np.sqrt(E) if scale is None else float(scale)
+    # E == 0: every score is 0, as in torch (whose default scale, 1 / sqrt(0),
+    # multiplies nothing)
+    sc = (1.0 / np.sqrt(E) if E else 1.0) if scale is None else float(scale)
     scores = (q @ np.swapaxes(k, -1, -2)) * sc
     out_shape = scores.shape
     allowed = np.ones(out_shape, dtype=bool)
@@ -83,7 +85,7 @@ def sdpa_parts(query, key, value, attn_mask=None, is_causal=False, scale=None,
     allowed = allowed & (scores > -np.inf)
     s = np.where(allowed, scores, -np.inf)
     has_any = allowed.any(axis=-1, keepdims=True)
-    mx = np.where(has_any, np.max(np.where(allowed, s, -np.inf), axis=-1, keepdims=True),
+    mx = np.where(has_any, np.max(np.where(allowed, s, -np.inf), axis=-1, keepdims=True, initial=-np.inf),
                   0.0)
     e = np.where(allowed, np.exp(np.where(allowed, s, 0.0) - mx), 0.0)
     den = np.sum(e, axis=-1, keepdims=True)
@@ -140,7 +142,7 @@ def sdpa_grads(query, key, value, dout, attn_mask=None, dropout_p=0.0, is_causal
     ds = probs * (dp - np.sum(dp * probs, axis=-1, keepdims=True))
     ds = np.where(allowed, ds, 0.0)
     E = q.shape[-1]
-    sc = 1.0 / np.sqrt(E) if scale is None else float(scale)
+    sc = (1.0 / np.sqrt(E) if E else 1.0) if scale is None else float(scale)
     kk = k
     if q.ndim > 2:
         kk = _expand_kv(k, q.shape[-3], enable_gqa)
