@@ -193,7 +193,7 @@ register(conv1d, _forward1, _conv_backward)
 register(conv2d, _forward2, _conv_backward)
 
 
-class _ConvNd(Module):
+class _ConvNd(Module, abstract=True):
     _nd = 2
 
     def __init__(self, in_channels: int, out_channels: int, kernel_size: Size2, stride: Size2 = 1,
@@ -215,9 +215,9 @@ class _ConvNd(Module):
         fan_in = self.in_channels * math.prod(self.kernel_size)
         bound = 1 / math.sqrt(fan_in)
         rng = np.random.default_rng(seed)
-        self.register_parameter("weight", rng.uniform(-bound, bound, (self.out_channels, self.in_channels)
-                                                      + self.kernel_size))
-        self.register_parameter("bias", rng.uniform(-bound, bound, self.out_channels) if bias else None)
+        uniform = lambda shape: rng.uniform(-bound, bound, shape)  # noqa: E731
+        self._init_parameter("weight", (self.out_channels, self.in_channels) + self.kernel_size, uniform)
+        self._init_parameter("bias", (self.out_channels,), uniform if bias else None)
 
     def _args(self):
         return self.bias, self.stride, self.padding, self.dilation, 1
@@ -335,9 +335,9 @@ class CausalConv1d(Module):
         self.dilation = int_arg("dilation", dilation)
         bound = 1 / math.sqrt(self.in_channels * self.kernel_size)
         rng = np.random.default_rng(seed)
-        self.register_parameter("weight", rng.uniform(-bound, bound, (self.out_channels, self.in_channels,
-                                                                      self.kernel_size)))
-        self.register_parameter("bias", rng.uniform(-bound, bound, self.out_channels) if bias else None)
+        uniform = lambda shape: rng.uniform(-bound, bound, shape)  # noqa: E731
+        self._init_parameter("weight", (self.out_channels, self.in_channels, self.kernel_size), uniform)
+        self._init_parameter("bias", (self.out_channels,), uniform if bias else None)
 
     def forward(self, input: ArrayLike) -> Array:
         return self._vjp_forward(input)[0]
