@@ -206,7 +206,11 @@ class _ConvNd(Module, abstract=True):
         self.kernel_size = _pair(kernel_size, "kernel_size", nd, 1)
         self.stride = _pair(stride, "stride", nd, 1)
         self.dilation = _pair(dilation, "dilation", nd, 1)
-        _padding(padding, nd, self.kernel_size, self.stride, self.dilation)  # checks it
+        pads = _padding(padding, nd, self.kernel_size, self.stride, self.dilation)  # checks it
+        full = tuple(d * (k - 1) for k, d in zip(self.kernel_size, self.dilation))
+        if any(p > f for p, f in zip((before for before, _ in pads), full)):
+            raise ValueError(f"padding {padding!r} exceeds dilation * (kernel_size - 1) = {full}: wider padding "
+                             "only adds output columns that see no input")
         self.padding = padding if isinstance(padding, str) else _pair(padding, "padding", nd, 0)
         if groups != 1:
             raise ValueError(f"attnc's convolutions support groups=1 only, got groups={groups!r}")
@@ -243,7 +247,7 @@ class Conv1d(_ConvNd):
     in_channels, out_channels : int, Cin and Cout
     kernel_size : int, k
     stride, dilation : int >= 1
-    padding : int >= 0, "valid" or "same" (stride 1)
+    padding : int in [0, dilation (k - 1)], "valid" or "same" (stride 1)
     groups : int, must be 1
     bias : bool, whether there is a ``bias``
     dtype : float32 or float64, the parameters' dtype
@@ -274,7 +278,7 @@ class Conv2d(_ConvNd):
     in_channels, out_channels : int, Cin and Cout
     kernel_size : int or pair (kH, kW)
     stride, dilation : int >= 1 or a pair
-    padding : int or pair >= 0, "valid" or "same" (stride 1)
+    padding : int or pair, each in [0, dilation (k - 1)], "valid" or "same" (stride 1)
     groups : int, must be 1
     bias : bool, whether there is a ``bias``
     dtype : float32 or float64, the parameters' dtype

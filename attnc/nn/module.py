@@ -579,15 +579,15 @@ def _members(zf: zipfile.ZipFile, size: int) -> dict[str, _Member]:
 
 
 def _read(zf: zipfile.ZipFile, m: _Member) -> np.ndarray:
-    """A member's array, read in 1 MiB pieces into a new array of exactly its
-    size (then C order, native byte order)."""
+    """A member's array, read in 256 KiB pieces into a new array of exactly
+    its size (then C order, native byte order)."""
     a = np.empty(m.shape[::-1] if m.fortran_order else m.shape, m.dtype)
     view, filled = memoryview(a.reshape(-1).view(np.uint8)), 0
     try:
         with zf.open(m.info) as f:
             f.seek(m.offset)
             while filled < len(view):
-                piece = f.read(min(1 << 20, len(view) - filled))
+                piece = f.read(min(1 << 18, len(view) - filled))
                 if not piece:
                     raise FileFormatError(f"member {m.info.filename!r} ends early")
                 view[filled: filled + len(piece)] = piece
