@@ -39,6 +39,9 @@ class FileFormatError(ValueError):
     weights.npz: no __attnc__ header: not written by attnc.save
     """
 
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+
 
 class _Budget:
     """What an archive stores: its parameter arrays' count and elements. While

@@ -39,6 +39,9 @@ def _embedding_forward(input, weight, padding_idx=None, *, scale=1.0):
         raise ValueError(f"weight must be (num_embeddings, embedding_dim), got {shape_str(w.shape)}")
     pad = _padding(padding_idx, w.shape[0])
     flat = ids.reshape(-1)
+    if flat.size and (flat.min() < 0 or flat.max() >= w.shape[0]):  # before the output, which can be far larger
+        i = int(np.flatnonzero((flat < 0) | (flat >= w.shape[0]))[0])
+        raise ValueError(f"input[{i}] = {flat[i]} is outside [0, {w.shape[0]})")
     y = np.empty((flat.shape[0], w.shape[1]), w.dtype)
     _core.embedding_forward(y, flat, elementwise_ready(w), float(scale))
     return y.reshape(ids.shape + (w.shape[1],)), (flat, w.shape, w.dtype, float(scale), pad)
