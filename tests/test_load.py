@@ -283,12 +283,16 @@ def test_headers_that_are_not_a_description(tmp_path):
         ('{"class": "attnc.nn.linear.Linear", "config": {}, "other": 1}', "described as"),
         ('{"class": "attnc.nn.linear.Linear", "config": {"in_features": 3, "out_features": 2}, "dtype": "float16"}',
          "dtype must be"),
+        ('{"class": "attnc.nn.linear.Linear", "config": {"in_features": 3, "out_features": 2}, "dtype": null}',
+         "dtype must be"),
         ('{"class": "attnc.nn.linear.Linear", "config": {"in_features": 1' + "0" * 5000 + ', "out_features": 2}}',
          "not JSON"),  # Python's limit on an int's digits
     ]
     for i, (text, match) in enumerate(cases):
         refused(write(tmp_path / f"h{i}.npz", text, {"weight": np.zeros((2, 3), np.float32)}), match)
     refused(write(tmp_path / "float.npz", None, {"__attnc__": np.zeros(3)}), "not a string")
+    not_unicode = np.frombuffer(np.array([0xFFFFFFFF, 0x7B], np.uint32).tobytes(), "<U2").reshape(())
+    refused(write(tmp_path / "codes.npz", None, {"__attnc__": not_unicode}), "not JSON")
     refused(write(tmp_path / "2d.npz", None, {"__attnc__": np.array([["a", "b"]])}), "not a string")
 
 

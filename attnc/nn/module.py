@@ -514,7 +514,6 @@ def _load(file, size: int) -> Module:
         if _HEADER not in members:
             raise FileFormatError(f"no {_HEADER} header: not written by attnc.save")
         header = _header(zf, members.pop(_HEADER))
-        dtype = header.get("dtype")
         for name, m in members.items():
             if m.dtype.kind != "f" or m.dtype.newbyteorder("=") not in FLOAT_DTYPES:
                 raise FileFormatError(f"array {name!r} has dtype {m.dtype}, not float32 or float64")
@@ -525,7 +524,7 @@ def _load(file, size: int) -> Module:
             raise FileFormatError("its description nests too deep") from e
         finally:
             _LOADING.reset(token)
-        dtype = np.dtype(module.dtype if dtype is None else dtype)
+        dtype = np.dtype(header.get("dtype", module.dtype))  # save writes the dtype at saving (after any .to())
         _check_fit(module, members, dtype)
         for m in module._walk():
             object.__setattr__(m, "_dtype", dtype)
@@ -592,7 +591,7 @@ def _read(zf: zipfile.ZipFile, m: _Member) -> np.ndarray:
             while filled < len(view):
                 piece = f.read(min(1 << 18, len(view) - filled))
                 if not piece:
-                    raise FileFormatError(f"member {m.info.filename!r} ends early")
+                    raise EOFError("it ends early")
                 view[filled: filled + len(piece)] = piece
                 filled += len(piece)
             f.read(1)  # at the member's end: zipfile checks its CRC
@@ -616,9 +615,8 @@ def _header(zf: zipfile.ZipFile, m: _Member) -> dict:
         raise FileFormatError(f"its {_HEADER} header is not JSON ({e})") from None
     if not isinstance(header, dict):
         raise FileFormatError(f"its {_HEADER} header is not a JSON object")
-    dtype = header.get("dtype")
-    if dtype is not None and dtype not in ("float32", "float64"):
-        raise FileFormatError(f"its dtype must be 'float32' or 'float64', got {dtype!r}")
+    if header.get("dtype", "float32") not in ("float32", "float64"):
+        raise FileFormatError(f"its dtype must be 'float32' or 'float64', got {header['dtype']!r}")
     return header
 
 
