@@ -376,6 +376,8 @@ def test_configurations_of_other_classes(tmp_path):
         (nn.TransformerEncoderLayer(4, 2, 8), {"activation": "os.system"}, "activation"),
         (module_py.ModuleList([nn.ReLU()]), {"modules": [{"__module__": {"class": "builtins.eval", "config": {}}}]},
          "unknown module class"),
+        (module_py.ModuleList([nn.ReLU()]), {"modules": [1, "os.system"]}, r"modules\[0\] must be an attnc.nn.Module"),
+        (module_py.ModuleList([nn.ReLU()]), {"modules": 5}, "ModuleList"),
     ]
     for i, (m, changes, match) in enumerate(cases):
         header = header_of(m)

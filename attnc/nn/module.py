@@ -319,6 +319,8 @@ class ModuleList(Module):
     def __init__(self, modules: Iterable[Module], dtype: DTypeLike = np.float32) -> None:
         super().__init__(dtype)
         for i, module in enumerate(modules):
+            if not isinstance(module, Module):
+                raise TypeError(f"modules[{i}] must be an attnc.nn.Module, got {type(module).__name__}")
             setattr(self, str(i), module)
 
     def __len__(self) -> int:
@@ -464,7 +466,9 @@ def load(path: str | os.PathLike) -> Module:
     stores); its ``state_dict()`` names, shapes and dtype must then be
     exactly the file's, and only then are the arrays read. Loading takes the
     memory of the module's parameters (at most the file's size) and a few
-    MiB, whatever the file claims.
+    MiB, whatever the file claims. (Your own classes' constructors run as
+    written: their parameters are checked the same way, but what they
+    allocate themselves before registering one, they allocate.)
 
     Parameters
     ----------
