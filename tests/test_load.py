@@ -168,7 +168,8 @@ def test_loaded_modules_compute_as_the_saved_ones(tmp_path):
         (FACTORIES["attnc.nn.rnn.LSTMCell"](), (rng.standard_normal((2, 3)),)),
         (FACTORIES["attnc.nn.transformer.TransformerEncoder"](), (rng.standard_normal((2, 5, 8)).astype(np.float32),)),
         (FACTORIES["attnc.models.gpt.GPT"](), (rng.integers(0, 7, (2, 6)),)),
-        (FACTORIES["attnc.models.seq2seq.Seq2SeqTransformer"](), (rng.integers(0, 7, (2, 4)), rng.integers(0, 9, (2, 3)))),
+        (FACTORIES["attnc.models.seq2seq.Seq2SeqTransformer"](),
+         (rng.integers(0, 7, (2, 4)), rng.integers(0, 9, (2, 3)))),
     ]
     for i, (m, args) in enumerate(cases):
         m.eval()

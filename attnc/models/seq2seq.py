@@ -434,8 +434,9 @@ class Seq2SeqTransformer(nn.Module):
         with _EvalMode(self):
             xs, _ = self._embed(_Tape(False), "src_embed", src, self.src_embed.weight)
             memory = tr.encoder(xs, src_key_padding_mask=kpm)
-        return nn.decode(tr.decoder.layers, self.tgt_embed.weight, self._positions(max_new_tokens), self.generator.weight,
-                         np.full((src.shape[0], 1), bos, np.int64), max_new_tokens, out_bias=self.generator.bias,
+        return nn.decode(tr.decoder.layers, self.tgt_embed.weight, self._positions(max_new_tokens),
+                         self.generator.weight, np.full((src.shape[0], 1), bos, np.int64), max_new_tokens,
+                         out_bias=self.generator.bias,
                          embed_scale=math.sqrt(self.d_model), norm=tr.decoder.norm, memory=memory,
                          memory_key_padding_mask=kpm, eos=eos, beam_size=beam_size, length_penalty=length_penalty)
 
