@@ -29,7 +29,7 @@ from .attention import (  # noqa: E402
 from .config import blas_info, get_num_threads, set_num_threads, show_config  # noqa: E402
 from .grad import vjp  # noqa: E402
 from . import nn, ntm, optim, plot  # noqa: E402  (plot imports matplotlib only when drawing)
-from .nn.module import load, save  # noqa: E402
+from .nn.module import FileFormatError, load, save  # noqa: E402
 
 
 def _default_threads() -> int:
@@ -45,6 +45,7 @@ def _default_threads() -> int:
 set_num_threads(_default_threads())
 
 __all__ = [
+    "FileFormatError",
     "KVCache",
     "attention",
     "blas_info",

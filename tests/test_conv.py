@@ -243,3 +243,15 @@ def test_bad_input(rng):
         attnc.nn.CausalConv1d(3, 3, kernel_size=0)
     with pytest.raises(ValueError, match="channels"):
         attnc.nn.CausalConv1d(3, 3)(rng.standard_normal((2, 4, 5)).astype(np.float32))
+
+
+def test_module_padding_is_bounded_by_the_dilated_kernel():
+    """A module's padding sizes every output it computes: beyond dilation (k - 1)
+    the extra columns see no input, and the module refuses it (a file loaded
+    with attnc.load cannot make a convolution's outputs any size)."""
+    attnc.nn.Conv1d(2, 3, 3, padding=2)
+    attnc.nn.Conv2d(2, 3, (3, 2), padding=(4, 2), dilation=2)
+    with pytest.raises(ValueError, match=r"padding 3 exceeds dilation \* \(kernel_size - 1\) = \(2,\)"):
+        attnc.nn.Conv1d(2, 3, 3, padding=3)
+    with pytest.raises(ValueError, match="padding"):
+        attnc.nn.Conv2d(2, 3, 3, padding=(0, 3))

@@ -32,13 +32,13 @@ def _gpt(dtype, vocab=5, block=11):
 def _memory(model, src, kpm):
     """The encoder's output, as Seq2SeqTransformer computes it."""
     d = model.d_model
-    x = model.src_embed(src) * model.dtype.type(math.sqrt(d)) + model._pe[: src.shape[1]].astype(model.dtype)
+    x = model.src_embed(src) * model.dtype.type(math.sqrt(d)) + model._positions(src.shape[1])
     return model.transformer.encoder(x, src_key_padding_mask=kpm)
 
 
 def _c_seq2seq(model, src, kpm, T, **kw):
     tr = model.transformer
-    return attnc.nn.decode(tr.decoder.layers, model.tgt_embed.weight, model._pe.astype(model.dtype),
+    return attnc.nn.decode(tr.decoder.layers, model.tgt_embed.weight, model._positions(model.max_len),
                            model.generator.weight, np.zeros((src.shape[0], 1), np.int64), T,
                            out_bias=model.generator.bias, embed_scale=math.sqrt(model.d_model), norm=tr.decoder.norm,
                            memory=_memory(model, src, kpm), memory_key_padding_mask=kpm, **kw)
@@ -194,11 +194,12 @@ def test_bad_arguments_raise_clear_errors():
                         model.lm_head.weight, idx, 2)
     s2s = _seq2seq(np.float64)
     with pytest.raises(TypeError, match="memory is required"):
-        attnc.nn.decode(s2s.transformer.decoder.layers, s2s.tgt_embed.weight, s2s._pe, s2s.generator.weight,
-                        np.zeros((1, 1), np.int64), 3)
+        attnc.nn.decode(s2s.transformer.decoder.layers, s2s.tgt_embed.weight, s2s._positions(s2s.max_len),
+                        s2s.generator.weight, np.zeros((1, 1), np.int64), 3)
     with pytest.raises(TypeError, match="all be"):
         attnc.nn.decode([s2s.transformer.decoder.layers[0], s2s.transformer.encoder.layers[0]],
-                        s2s.tgt_embed.weight, s2s._pe, s2s.generator.weight, np.zeros((1, 1), np.int64), 3)
+                        s2s.tgt_embed.weight, s2s._positions(s2s.max_len), s2s.generator.weight,
+                        np.zeros((1, 1), np.int64), 3)
 
 
 def test_inputs_never_modified(assert_unchanged):
@@ -209,8 +210,8 @@ def test_inputs_never_modified(assert_unchanged):
     prompt = np.zeros((2, 1), np.int64)
     tr = model.transformer
     params = {k: v.copy() for k, v in model.state_dict().items()}
-    assert_unchanged(attnc.nn.decode, tr.decoder.layers, model.tgt_embed.weight, model._pe, model.generator.weight,
-                     prompt, 4, out_bias=model.generator.bias, norm=tr.decoder.norm, memory=mem,
+    assert_unchanged(attnc.nn.decode, tr.decoder.layers, model.tgt_embed.weight, model._positions(model.max_len),
+                     model.generator.weight, prompt, 4, out_bias=model.generator.bias, norm=tr.decoder.norm, memory=mem,
                      memory_key_padding_mask=kpm, beam_size=2, eos=1)
     for k, v in model.state_dict().items():
         np.testing.assert_array_equal(v, params[k])

@@ -59,7 +59,7 @@ from typing import Literal
 import numpy as np
 
 from .._typing import Array, ArrayLike, DTypeLike
-from .sequences import _CHUNK, IGNORE_INDEX, _batches, _check_int, _exact_match
+from .sequences import _CHUNK, IGNORE_INDEX, _batches, _check_distinct, _check_int, _exact_match
 from .vocab import Vocab, teacher_forcing_arrays
 
 GRID = 3
@@ -461,6 +461,9 @@ def captions(n: int, seed: int | None = 0, *, split: Literal["train", "test"] = 
         raise ValueError(f"features must be 'descriptors' or 'pixels', got {features!r}")
     if not 0.0 <= float(p_two) <= 1.0:
         raise ValueError(f"p_two must be in [0, 1], got {p_two!r}")
+    if unique:  # one object in a cell, or two different ones in two cells of a line (either order: one image)
+        two = NUM_OBJECTS * (NUM_OBJECTS - 1) * 2 * GRID * GRID * (GRID - 1) // 2
+        _check_distinct(n, NUM_OBJECTS * NUM_CELLS + two, "images (both splits)")
     rng = np.random.default_rng(seed)
     split_cache: dict = {}
     seen: set[int] | None = set() if unique else None

@@ -56,7 +56,7 @@ from typing import Literal
 import numpy as np
 
 from .._typing import Array, ArrayLike
-from .sequences import _CHUNK, _batches, _check_int, _exact_match
+from .sequences import _CHUNK, _batches, _check_distinct, _check_int, _exact_match
 from .vocab import TextBatch, Vocab, teacher_forcing_arrays
 
 MAX_INPUT_LEN = 30
@@ -332,6 +332,9 @@ def dates(n: int, seed: int | None = 0, *, split: Literal["train", "test"] = "tr
         raise ValueError(f"years must satisfy 1950 <= first <= last <= 2049, got {years!r}")
     first = datetime.date(y0, 1, 1).toordinal()
     last = datetime.date(y1, 12, 31).toordinal()
+    if unique:  # at most one source per day and format
+        _check_distinct(n, (last - first + 1) * len(set(names)), f"sources of {len(set(names))} formats over "
+                        f"{last - first + 1} days")
     fns = [_FORMAT_FN[FORMATS[k]] for k in fmt_index]
     rng = np.random.default_rng(seed)
     sources: list[str] = []

@@ -180,6 +180,7 @@ def nearest_prototype(features: ArrayLike, labels: ArrayLike, n_way: int) -> Arr
         raise ValueError(f"features (B, T + 1, d) and labels (B, T) do not fit: got {x.shape} and {y.shape}")
     if y.dtype.kind not in "iu" or (y.size and (y.min() < 0 or y.max() >= N)):
         raise ValueError(f"labels must be integers in [0, {N})")
+    N = int(y.max()) + 1 if y.size else 1  # classes above every label have no support: never predicted
     onehot = (y[:, :, None] == np.arange(N)).astype(np.float64)      # (B, T, N)
     counts = onehot.sum(axis=1)                                      # (B, N)
     means = np.einsum("btn,btd->bnd", onehot, x[:, :-1]) / np.maximum(counts, 1)[:, :, None]

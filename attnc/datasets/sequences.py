@@ -18,6 +18,8 @@ The same arguments give the same arrays, bit for bit, on any machine.
 from __future__ import annotations
 
 import hashlib
+import itertools
+import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -71,6 +73,29 @@ def _exact_match(task, predictions, references, what, normalise=lambda p: p):
     if len(predictions) != len(task):
         raise ValueError(f"{len(predictions)} predictions for {len(task)} {what}")
     return np.array([normalise(p) == t for p, t in zip(predictions, references)], dtype=bool)
+
+
+def _check_distinct(n: int, space: int, what: str) -> None:
+    """n distinct draws (unique=True) from a space of `space` items: refused
+    before drawing when they do not exist (drawing would exhaust the space
+    first, holding all of it)."""
+    if n > space:
+        raise ValueError(f"n ({n}) exceeds the {space} distinct {what} (unique=True)")
+
+
+def _sequence_count(vocab: int, min_len: int, max_len: int, cap: int) -> int:
+    """The number of sequences of lengths min_len..max_len over vocab
+    digits, or cap if there are at least cap (never computing a huge power)."""
+    if vocab == 1:
+        return min(max_len - min_len + 1, cap)
+    total = 0
+    for length in range(max_len, min_len - 1, -1):  # the longest first: it alone reaches cap, or all are small
+        if length * math.log2(vocab) >= math.log2(cap) + 1:
+            return cap
+        total += vocab**length
+        if total >= cap:
+            return cap
+    return total
 
 
 def _sequence_keys(tokens: np.ndarray, lengths: np.ndarray, vocab: int):
@@ -282,6 +307,9 @@ def reverse_task(n: int, vocab: int = 10, min_len: int = 5, max_len: int = 12, *
     vocab = _check_int("vocab", vocab, 1)
     min_len = _check_int("min_len", min_len, 1)
     max_len = _check_int("max_len", max_len, min_len)
+    if unique and n:
+        _check_distinct(n, _sequence_count(vocab, min_len, max_len, n), f"sequences of lengths {min_len}..{max_len} "
+                        f"over {vocab} digits")
     pad = vocab
     if exclude is None:
         excluded = None
@@ -440,6 +468,9 @@ def sort_task(n: int, length: int = 6, num_digits: int = 3, *, seed: int | None 
     num_digits = _check_int("num_digits", num_digits, 1)
     if split not in ("train", "test"):
         raise ValueError(f"split must be 'train' or 'test', got {split!r}")
+    if n and (num_digits == 1 or length * math.log2(num_digits) <= 12):  # a small space: its split may be empty
+        if not any(sort_split(s) == split for s in itertools.product(range(num_digits), repeat=length)):
+            raise ValueError(f"the {split} split of the {num_digits}**{length} sequences is empty: no n can be drawn")
     rng = np.random.default_rng(seed)
     weights = num_digits ** np.arange(length, dtype=np.float64)
     cache: dict = {}

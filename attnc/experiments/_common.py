@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 import time
 
@@ -33,6 +34,10 @@ def parse_args(description: str, argv=None) -> argparse.Namespace:
         attnc.set_num_threads(args.threads)
     if args.steps is not None and args.steps < 1:
         parser.error("--steps must be >= 1")
+    if args.save is not None:  # refused now, not after the training run
+        folder = os.path.dirname(os.path.abspath(args.save))
+        if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
+            parser.error(f"--save {args.save}: {folder} is not a writable directory")
     return args
 
 

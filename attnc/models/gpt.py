@@ -86,19 +86,19 @@ class GPT(nn.Module):
         self.encoder = nn.TransformerEncoder(layer, n_layer, enable_nested_tensor=False)
         self.ln_f = nn.LayerNorm(n_embd, dtype=dtype)
         self.lm_head = nn.Linear(n_embd, vocab_size, bias=False, dtype=dtype, seed=int(rng.integers(2**63)))
-        init = {}
-        for name, p in self.named_parameters():
+
+        def init(name, p):
             leaf = name.rsplit(".", 1)[-1]
             if "norm" in name or name.startswith("ln_f"):
-                init[name] = np.ones(p.shape) if leaf == "weight" else np.zeros(p.shape)
-            elif p.ndim == 1:
-                init[name] = np.zeros(p.shape)
-            else:
-                std = 0.02
-                if name.endswith(("self_attn.out_proj.weight", "linear2.weight")):
-                    std = 0.02 / math.sqrt(2 * self.n_layer)
-                init[name] = rng.normal(0.0, std, p.shape)
-        self.load_state_dict(init)
+                return np.ones(p.shape) if leaf == "weight" else np.zeros(p.shape)
+            if p.ndim == 1:
+                return np.zeros(p.shape)
+            std = 0.02
+            if name.endswith(("self_attn.out_proj.weight", "linear2.weight")):
+                std = 0.02 / math.sqrt(2 * self.n_layer)
+            return rng.normal(0.0, std, p.shape)
+
+        self._initialise(init)
         self._rng = rng
 
     def _run(self, grad, idx, need_weights=False):

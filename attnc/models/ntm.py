@@ -159,11 +159,11 @@ class NTM(nn.Module):
         init = np.random.default_rng(sub())
         # Small random initial reads and weight logits break the symmetry of a
         # constant memory, on which content addressing alone is uniform.
-        self.register_parameter("read_init", init.normal(0.0, 0.01, (R, M)))
-        self.register_parameter("weight_init", init.uniform(-0.2, 0.2, (R + W, N)))
+        self._init_parameter("read_init", (R, M), lambda shape: init.normal(0.0, 0.01, shape))
+        self._init_parameter("weight_init", (R + W, N), lambda shape: init.uniform(-0.2, 0.2, shape))
         if memory_init != "constant":
             bound = 1.0 / math.sqrt(N + M)
-            self.register_parameter("memory_init", init.uniform(-bound, bound, (N, M)))
+            self._init_parameter("memory_init", (N, M), lambda shape: init.uniform(-bound, bound, shape))
 
     # -- arguments ---------------------------------------------------------------------------
     def _config_tuple(self):

@@ -152,8 +152,8 @@ class PointerNet(nn.Module):
         self.W2 = nn.Linear(H, H, bias=False, dtype=dtype, seed=sub())
         self.v = nn.Linear(H, 1, bias=False, dtype=dtype, seed=sub())
         init = np.random.default_rng(sub())
-        self.register_parameter("start", init.uniform(-1, 1, D))
-        self.register_parameter("end", init.uniform(-1, 1, D))
+        self._init_parameter("start", (D,), lambda shape: init.uniform(-1, 1, shape))
+        self._init_parameter("end", (D,), lambda shape: init.uniform(-1, 1, shape))
 
     # -- arguments ------------------------------------------------------------------------
     def _inputs(self, inputs, lengths):

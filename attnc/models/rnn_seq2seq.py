@@ -36,10 +36,10 @@ class _Position(Module):
     def __init__(self, hidden_size, attention_size, *, dtype=np.float32, seed=None):
         super().__init__(dtype)
         rng = np.random.default_rng(seed)
-        b = 1 / np.sqrt(hidden_size)
-        self.register_parameter("weight", rng.uniform(-b, b, (attention_size, hidden_size)))
-        self.register_parameter("v", rng.uniform(-1 / np.sqrt(attention_size), 1 / np.sqrt(attention_size),
-                                                 attention_size))
+        H, A = int_arg("hidden_size", hidden_size), int_arg("attention_size", attention_size)
+        b, c = 1 / np.sqrt(H), 1 / np.sqrt(A)
+        self._init_parameter("weight", (A, H), lambda shape: rng.uniform(-b, b, shape))
+        self._init_parameter("v", (A,), lambda shape: rng.uniform(-c, c, shape))
 
 
 class _Attention(Module):
@@ -50,17 +50,20 @@ class _Attention(Module):
         super().__init__(dtype)
         seeds = _spawn(seed, 3)
         rng = np.random.default_rng(seeds[0])
-        H, He, A = hidden_size, memory_size, attention_size
+        kind = choice(kind, KINDS, "kind")
+        H, He, A = int_arg("hidden_size", hidden_size), int_arg("memory_size", memory_size), \
+            int_arg("attention_size", attention_size)
+        uniform = lambda bound: lambda shape: rng.uniform(-bound, bound, shape)  # noqa: E731
         if kind in ("bahdanau", "luong-concat"):
             self.query = Linear(H, A, bias=False, dtype=dtype, seed=seeds[1])
             self.key = Linear(He, A, bias=False, dtype=dtype, seed=seeds[2])
-            self.register_parameter("v", rng.uniform(-1 / np.sqrt(A), 1 / np.sqrt(A), A))
+            self._init_parameter("v", (A,), uniform(1 / np.sqrt(A)))
         elif kind in ("luong-general", "local-m", "local-p"):
-            self.register_parameter("weight", rng.uniform(-1 / np.sqrt(He), 1 / np.sqrt(He), (H, He)))
+            self._init_parameter("weight", (H, He), uniform(1 / np.sqrt(He)))
         elif kind == "luong-location":
-            b = 1 / np.sqrt(H)
-            self.register_parameter("weight", rng.uniform(-b, b, (max_source_len, H)))
-            self.register_parameter("bias", rng.uniform(-b, b, max_source_len))
+            L = int_arg("max_source_len", max_source_len)
+            self._init_parameter("weight", (L, H), uniform(1 / np.sqrt(H)))
+            self._init_parameter("bias", (L,), uniform(1 / np.sqrt(H)))
         if kind == "local-p":
             self.position = _Position(H, A, dtype=dtype, seed=seeds[1])
 

@@ -293,9 +293,8 @@ class Seq2SeqTransformer(nn.Module):
             seed=int(rng.integers(2**63)))
         self.generator = nn.Linear(d_model, tgt_vocab, dtype=dtype, seed=int(rng.integers(2**63)))
         # Xavier-uniform for every matrix (as PyTorch's translation tutorial does)
-        self.load_state_dict({name: _xavier_uniform(rng, p.shape) for name, p in self.named_parameters()
-                              if p.ndim > 1}, strict=False)
-        self._pe = nn.sinusoidal_encoding(self.max_len, self.d_model, np.float64)
+        self._initialise(lambda name, p: _xavier_uniform(rng, p.shape) if p.ndim > 1 else None)
+        self._pe = np.empty((0, self.d_model))  # the positional table's rows made so far (see _positions)
         self._rng = rng
 
     # -- the computation -------------------------------------------------------------
@@ -311,9 +310,17 @@ class Seq2SeqTransformer(nn.Module):
         return (src, tgt_in, _padding_mask(src_key_padding_mask, src.shape, "src_key_padding_mask"),
                 _padding_mask(tgt_key_padding_mask, tgt_in.shape, "tgt_key_padding_mask"))
 
+    def _positions(self, n):
+        """The sinusoidal table's first n rows (n <= max_len), in the module's
+        dtype: made when first asked for, so that max_len bounds the lengths
+        taken but sizes nothing by itself."""
+        if self._pe.shape[0] < n:
+            self._pe = nn.sinusoidal_encoding(n, self.d_model, np.float64)
+        return self._pe[:n].astype(self.dtype)
+
     def _embed(self, tape, name, ids, weight):
         x = tape(name, nn.embedding, ids, weight, scale=math.sqrt(self.d_model))
-        x = x + self._pe[: ids.shape[1]].astype(self.dtype)
+        x = x + self._positions(ids.shape[1])
         x, mask = _dropout(x, self.dropout, self._rng, self.training)
         return x, mask
 
@@ -427,8 +434,9 @@ class Seq2SeqTransformer(nn.Module):
         with _EvalMode(self):
             xs, _ = self._embed(_Tape(False), "src_embed", src, self.src_embed.weight)
             memory = tr.encoder(xs, src_key_padding_mask=kpm)
-        return nn.decode(tr.decoder.layers, self.tgt_embed.weight, self._pe.astype(self.dtype), self.generator.weight,
-                         np.full((src.shape[0], 1), bos, np.int64), max_new_tokens, out_bias=self.generator.bias,
+        return nn.decode(tr.decoder.layers, self.tgt_embed.weight, self._positions(max_new_tokens),
+                         self.generator.weight, np.full((src.shape[0], 1), bos, np.int64), max_new_tokens,
+                         out_bias=self.generator.bias,
                          embed_scale=math.sqrt(self.d_model), norm=tr.decoder.norm, memory=memory,
                          memory_key_padding_mask=kpm, eos=eos, beam_size=beam_size, length_penalty=length_penalty)
 

@@ -193,7 +193,7 @@ register(conv1d, _forward1, _conv_backward)
 register(conv2d, _forward2, _conv_backward)
 
 
-class _ConvNd(Module):
+class _ConvNd(Module, abstract=True):
     _nd = 2
 
     def __init__(self, in_channels: int, out_channels: int, kernel_size: Size2, stride: Size2 = 1,
@@ -206,7 +206,11 @@ class _ConvNd(Module):
         self.kernel_size = _pair(kernel_size, "kernel_size", nd, 1)
         self.stride = _pair(stride, "stride", nd, 1)
         self.dilation = _pair(dilation, "dilation", nd, 1)
-        _padding(padding, nd, self.kernel_size, self.stride, self.dilation)  # checks it
+        pads = _padding(padding, nd, self.kernel_size, self.stride, self.dilation)  # checks it
+        full = tuple(d * (k - 1) for k, d in zip(self.kernel_size, self.dilation))
+        if any(p > f for p, f in zip((before for before, _ in pads), full)):
+            raise ValueError(f"padding {padding!r} exceeds dilation * (kernel_size - 1) = {full}: wider padding "
+                             "only adds output columns that see no input")
         self.padding = padding if isinstance(padding, str) else _pair(padding, "padding", nd, 0)
         if groups != 1:
             raise ValueError(f"attnc's convolutions support groups=1 only, got groups={groups!r}")
@@ -215,9 +219,9 @@ class _ConvNd(Module):
         fan_in = self.in_channels * math.prod(self.kernel_size)
         bound = 1 / math.sqrt(fan_in)
         rng = np.random.default_rng(seed)
-        self.register_parameter("weight", rng.uniform(-bound, bound, (self.out_channels, self.in_channels)
-                                                      + self.kernel_size))
-        self.register_parameter("bias", rng.uniform(-bound, bound, self.out_channels) if bias else None)
+        uniform = lambda shape: rng.uniform(-bound, bound, shape)  # noqa: E731
+        self._init_parameter("weight", (self.out_channels, self.in_channels) + self.kernel_size, uniform)
+        self._init_parameter("bias", (self.out_channels,), uniform if bias else None)
 
     def _args(self):
         return self.bias, self.stride, self.padding, self.dilation, 1
@@ -243,7 +247,7 @@ class Conv1d(_ConvNd):
     in_channels, out_channels : int, Cin and Cout
     kernel_size : int, k
     stride, dilation : int >= 1
-    padding : int >= 0, "valid" or "same" (stride 1)
+    padding : int in [0, dilation (k - 1)], "valid" or "same" (stride 1)
     groups : int, must be 1
     bias : bool, whether there is a ``bias``
     dtype : float32 or float64, the parameters' dtype
@@ -274,7 +278,7 @@ class Conv2d(_ConvNd):
     in_channels, out_channels : int, Cin and Cout
     kernel_size : int or pair (kH, kW)
     stride, dilation : int >= 1 or a pair
-    padding : int or pair >= 0, "valid" or "same" (stride 1)
+    padding : int or pair, each in [0, dilation (k - 1)], "valid" or "same" (stride 1)
     groups : int, must be 1
     bias : bool, whether there is a ``bias``
     dtype : float32 or float64, the parameters' dtype
@@ -335,9 +339,9 @@ class CausalConv1d(Module):
         self.dilation = int_arg("dilation", dilation)
         bound = 1 / math.sqrt(self.in_channels * self.kernel_size)
         rng = np.random.default_rng(seed)
-        self.register_parameter("weight", rng.uniform(-bound, bound, (self.out_channels, self.in_channels,
-                                                                      self.kernel_size)))
-        self.register_parameter("bias", rng.uniform(-bound, bound, self.out_channels) if bias else None)
+        uniform = lambda shape: rng.uniform(-bound, bound, shape)  # noqa: E731
+        self._init_parameter("weight", (self.out_channels, self.in_channels, self.kernel_size), uniform)
+        self._init_parameter("bias", (self.out_channels,), uniform if bias else None)
 
     def forward(self, input: ArrayLike) -> Array:
         return self._vjp_forward(input)[0]

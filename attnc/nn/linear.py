@@ -7,7 +7,7 @@ import math
 import numpy as np
 
 from .. import _core
-from .._args import blas_ready, float_array, same_dtype, shape_str
+from .._args import blas_ready, float_array, int_arg, same_dtype, shape_str
 from .._typing import Array, ArrayLike, DTypeLike
 from ..grad import register
 from .module import Module
@@ -108,11 +108,13 @@ class Linear(Module):
     def __init__(self, in_features: int, out_features: int, bias: bool = True, *, dtype: DTypeLike = np.float32,
                  seed: int | None = None) -> None:
         super().__init__(dtype)
+        in_features, out_features = int_arg("in_features", in_features, 0), int_arg("out_features", out_features, 0)
         self.in_features, self.out_features = in_features, out_features
         rng = np.random.default_rng(seed)
         bound = 1 / math.sqrt(in_features) if in_features else 0.0
-        self.register_parameter("weight", rng.uniform(-bound, bound, (out_features, in_features)))
-        self.register_parameter("bias", rng.uniform(-bound, bound, out_features) if bias else None)
+        uniform = lambda shape: rng.uniform(-bound, bound, shape)  # noqa: E731
+        self._init_parameter("weight", (out_features, in_features), uniform)
+        self._init_parameter("bias", (out_features,), uniform if bias else None)
 
     def forward(self, input: ArrayLike) -> Array:
         return linear(input, self.weight, self.bias)

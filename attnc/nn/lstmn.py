@@ -100,10 +100,11 @@ class LSTMN(Module):
         self.input_size, self.hidden_size, self.attention_size = I, H, A
         rng = np.random.default_rng(seed)
         k = 1 / math.sqrt(H)
-        self.register_parameter("weight_ih", rng.uniform(-k, k, (4 * H, I)))
-        self.register_parameter("weight_hh", rng.uniform(-k, k, (4 * H, H)))
-        self.register_parameter("bias", rng.uniform(-k, k, 4 * H) if bias else None)
-        self.register_parameter("attn_v", rng.uniform(-1 / math.sqrt(A), 1 / math.sqrt(A), A))
+        uniform = lambda shape: rng.uniform(-k, k, shape)  # noqa: E731
+        self._init_parameter("weight_ih", (4 * H, I), uniform)
+        self._init_parameter("weight_hh", (4 * H, H), uniform)
+        self._init_parameter("bias", (4 * H,), uniform if bias else None)
+        self._init_parameter("attn_v", (A,), lambda shape: rng.uniform(-1 / math.sqrt(A), 1 / math.sqrt(A), shape))
         sub = lambda: int(rng.integers(2**63))  # noqa: E731
         self.attn_h = Linear(H, A, bias=False, dtype=dtype, seed=sub())
         self.attn_x = Linear(I, A, bias=False, dtype=dtype, seed=sub())

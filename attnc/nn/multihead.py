@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import math
-import numbers
 
 import numpy as np
 
+from .._args import int_arg
 from .._typing import Array, ArrayLike, DTypeLike
 from ..attention import multihead
 from .linear import Linear
@@ -63,19 +63,14 @@ class MultiheadAttention(Module):
         super().__init__(dtype)
         if not batch_first:
             raise ValueError("attnc's modules are always batch first (batch_first=True)")
-        for name, n in (("embed_dim", embed_dim), ("num_heads", num_heads)):
-            if isinstance(n, bool) or not isinstance(n, numbers.Integral):
-                raise TypeError(f"{name} must be an int, got {type(n).__name__}")
-            if n < 1:
-                raise ValueError(f"{name} must be >= 1, got {n}")
-        embed_dim, num_heads = int(embed_dim), int(num_heads)
+        embed_dim, num_heads = int_arg("embed_dim", embed_dim), int_arg("num_heads", num_heads)
         if embed_dim % num_heads:
             raise ValueError(f"embed_dim ({embed_dim}) must be divisible by num_heads ({num_heads})")
         if not 0 <= dropout <= 1:
             raise ValueError(f"dropout must be in [0, 1], got {dropout}")
         self.embed_dim, self.num_heads, self.dropout = embed_dim, num_heads, dropout
-        self.kdim = kdim if kdim is not None else embed_dim
-        self.vdim = vdim if vdim is not None else embed_dim
+        self.kdim = int_arg("kdim", kdim) if kdim is not None else embed_dim
+        self.vdim = int_arg("vdim", vdim) if vdim is not None else embed_dim
         self.add_zero_attn = add_zero_attn
         self._qkv_same = self.kdim == embed_dim and self.vdim == embed_dim
         rng = np.random.default_rng(seed)
@@ -86,22 +81,18 @@ class MultiheadAttention(Module):
             return rng.uniform(-bound, bound, shape)
 
         if self._qkv_same:
-            self.register_parameter("in_proj_weight", xavier_uniform((3 * E, E)))
+            self._init_parameter("in_proj_weight", (3 * E, E), xavier_uniform)
         else:
-            self.register_parameter("q_proj_weight", xavier_uniform((E, E)))
-            self.register_parameter("k_proj_weight", xavier_uniform((E, self.kdim)))
-            self.register_parameter("v_proj_weight", xavier_uniform((E, self.vdim)))
-        self.register_parameter("in_proj_bias", np.zeros(3 * E) if bias else None)
-        if add_bias_kv:
-            std = math.sqrt(2.0 / (2 * E))  # torch's xavier_normal_ on (1, 1, E)
-            self.register_parameter("bias_k", rng.normal(0, std, (1, 1, E)))
-            self.register_parameter("bias_v", rng.normal(0, std, (1, 1, E)))
-        else:
-            self.register_parameter("bias_k", None)
-            self.register_parameter("bias_v", None)
+            self._init_parameter("q_proj_weight", (E, E), xavier_uniform)
+            self._init_parameter("k_proj_weight", (E, self.kdim), xavier_uniform)
+            self._init_parameter("v_proj_weight", (E, self.vdim), xavier_uniform)
+        self._init_parameter("in_proj_bias", (3 * E,), np.zeros if bias else None)
+        std = math.sqrt(2.0 / (2 * E))  # torch's xavier_normal_ on (1, 1, E)
+        normal = (lambda shape: rng.normal(0, std, shape)) if add_bias_kv else None
+        self._init_parameter("bias_k", (1, 1, E), normal)
+        self._init_parameter("bias_v", (1, 1, E), normal)
         self.out_proj = Linear(E, E, bias=bias, dtype=dtype, seed=rng.integers(2**63))
-        if bias:
-            self.out_proj.bias = np.zeros(E)
+        self.out_proj._initialise(lambda name, p: np.zeros(p.shape) if name == "bias" else None)
         self._rng = rng
 
     def _kwargs(self, key_padding_mask, need_weights, attn_mask, average_attn_weights, is_causal):

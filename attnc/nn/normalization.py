@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
 from .. import _core
-from .._args import elementwise_ready, float_array, same_dtype, shape_str
+from .._args import elementwise_ready, float_array, int_arg, same_dtype, shape_str
 from .._typing import Array, ArrayLike, DTypeLike
 from ..grad import register
 from .module import Module
@@ -17,8 +17,16 @@ from .module import Module
 
 def _shape(normalized_shape) -> tuple:
     if isinstance(normalized_shape, numbers.Integral):
-        return (int(normalized_shape),)
-    return tuple(int(n) for n in normalized_shape)
+        normalized_shape = (normalized_shape,)
+    if not isinstance(normalized_shape, Iterable) or isinstance(normalized_shape, str):
+        raise TypeError(f"normalized_shape must be an int or a tuple of ints, got {normalized_shape!r}")
+    return tuple(int_arg("normalized_shape", n, 0) for n in normalized_shape)
+
+
+def _eps(eps) -> float:
+    if isinstance(eps, bool) or not isinstance(eps, numbers.Real) or not eps >= 0:
+        raise ValueError(f"eps must be a number >= 0, got {eps!r}")
+    return float(eps)
 
 
 def _forward(input, normalized_shape, weight=None, bias=None, eps=1e-5):
@@ -36,13 +44,12 @@ def _forward(input, normalized_shape, weight=None, bias=None, eps=1e-5):
                 raise ValueError(f"{name} has shape {shape_str(p.shape)}, expected normalized_shape {shape_str(shape)}")
             p = elementwise_ready(p.reshape(-1))
         params.append(p)
-    if not eps >= 0:
-        raise ValueError(f"eps must be >= 0, got {eps}")
+    eps = _eps(eps)
     d = math.prod(shape)
     x2 = elementwise_ready(x.reshape(-1, d))
     y = np.empty(x2.shape, x.dtype)
     mean, rstd = np.empty(x2.shape[0], x.dtype), np.empty(x2.shape[0], x.dtype)
-    _core.layer_norm_forward(y, mean, rstd, x2, params[0], params[1], float(eps))
+    _core.layer_norm_forward(y, mean, rstd, x2, params[0], params[1], eps)
     return y.reshape(x.shape), (x.shape, shape, x2, params, mean, rstd)
 
 
@@ -122,10 +129,9 @@ class LayerNorm(Module):
     def __init__(self, normalized_shape: int | Sequence[int], eps: float = 1e-5, elementwise_affine: bool = True,
                  bias: bool = True, *, dtype: DTypeLike = np.float32) -> None:
         super().__init__(dtype)
-        self.normalized_shape, self.eps = _shape(normalized_shape), eps
-        affine = elementwise_affine
-        self.register_parameter("weight", np.ones(self.normalized_shape) if affine else None)
-        self.register_parameter("bias", np.zeros(self.normalized_shape) if affine and bias else None)
+        self.normalized_shape, self.eps = _shape(normalized_shape), _eps(eps)
+        self._init_parameter("weight", self.normalized_shape, np.ones if elementwise_affine else None)
+        self._init_parameter("bias", self.normalized_shape, np.zeros if elementwise_affine and bias else None)
 
     def forward(self, input: ArrayLike) -> Array:
         return layer_norm(input, self.normalized_shape, self.weight, self.bias, self.eps)

@@ -14,7 +14,7 @@ import math
 import numpy as np
 
 from .. import _core
-from .._args import float_array, same_dtype, shape_str
+from .._args import float_array, int_arg, same_dtype, shape_str
 from .._typing import Array, ArrayLike, DTypeLike
 from ..grad import register
 from .module import Module
@@ -144,14 +144,14 @@ class AttentionPooling(Module):
     def __init__(self, d: int, d_attn: int, *, bias: bool = True, dtype: DTypeLike = np.float32,
                  seed: int | None = None) -> None:
         super().__init__(dtype)
-        if d < 1 or d_attn < 1:
-            raise ValueError(f"d and d_attn must be >= 1, got {d} and {d_attn}")
-        self.d, self.d_attn = int(d), int(d_attn)
+        self.d, self.d_attn = d, d_attn = int_arg("d", d), int_arg("d_attn", d_attn)
         rng = np.random.default_rng(seed)
         bound = 1 / math.sqrt(d)
-        self.register_parameter("weight", rng.uniform(-bound, bound, (d_attn, d)))
-        self.register_parameter("bias", rng.uniform(-bound, bound, d_attn) if bias else None)
-        self.register_parameter("v", rng.uniform(-1 / math.sqrt(d_attn), 1 / math.sqrt(d_attn), d_attn))
+        uniform = lambda shape: rng.uniform(-bound, bound, shape)  # noqa: E731
+        self._init_parameter("weight", (d_attn, d), uniform)
+        self._init_parameter("bias", (d_attn,), uniform if bias else None)
+        self._init_parameter("v", (d_attn,), lambda shape: rng.uniform(-1 / math.sqrt(d_attn), 1 / math.sqrt(d_attn),
+                                                                         shape))
 
     def forward(self, h: ArrayLike, mask: ArrayLike | None = None,
                 return_weights: bool = False) -> Array | tuple[Array, Array]:

@@ -17,7 +17,7 @@ from .module import Module
 _LSTM, _GRU = 0, 1
 
 
-class _RNNBase(Module):
+class _RNNBase(Module, abstract=True):
     _mode = _LSTM
 
     def _build(self, input_size, hidden_size, num_layers, bias, batch_first, dropout, bidirectional, seed):
@@ -35,14 +35,15 @@ class _RNNBase(Module):
         rng = np.random.default_rng(seed)
         H, G = self.hidden_size, (4 if self._mode == _LSTM else 3) * self.hidden_size
         k = 1 / math.sqrt(H)
+        uniform = lambda shape: rng.uniform(-k, k, shape)  # noqa: E731
         for layer in range(self.num_layers):
             width = self.input_size if layer == 0 else self._directions * H
             for suffix in self._suffixes:
-                self.register_parameter(f"weight_ih_l{layer}{suffix}", rng.uniform(-k, k, (G, width)))
-                self.register_parameter(f"weight_hh_l{layer}{suffix}", rng.uniform(-k, k, (G, H)))
+                self._init_parameter(f"weight_ih_l{layer}{suffix}", (G, width), uniform)
+                self._init_parameter(f"weight_hh_l{layer}{suffix}", (G, H), uniform)
                 if bias:
-                    self.register_parameter(f"bias_ih_l{layer}{suffix}", rng.uniform(-k, k, G))
-                    self.register_parameter(f"bias_hh_l{layer}{suffix}", rng.uniform(-k, k, G))
+                    self._init_parameter(f"bias_ih_l{layer}{suffix}", (G,), uniform)
+                    self._init_parameter(f"bias_hh_l{layer}{suffix}", (G,), uniform)
         self._rng = rng
 
     @property
@@ -303,7 +304,7 @@ class GRU(_RNNBase):
         return grads
 
 
-class _CellBase(Module):
+class _CellBase(Module, abstract=True):
     """A cell is a one-layer, one-step recurrent layer: the same C kernels
     with T = 1, parameters without the ``_l0`` suffix."""
 
@@ -313,8 +314,8 @@ class _CellBase(Module):
         layer = self._layer_class(input_size, hidden_size, bias=bias, dtype=dtype, seed=seed)
         object.__setattr__(self, "_layer", layer)
         self.input_size, self.hidden_size, self.bias = layer.input_size, layer.hidden_size, layer.bias
-        for name, value in layer._parameters.items():
-            self.register_parameter(name.replace("_l0", ""), value)
+        for name, value in layer._parameters.items():  # shared, not copied (nor charged again by attnc.load)
+            self._parameters[name.replace("_l0", "")] = value
 
     def _synced(self):
         """The inner one-layer module, holding this cell's current parameters."""

@@ -82,7 +82,7 @@ class SelfAttention2d(Module):
             raise ValueError(f"reduction ({reduction}) must divide channels ({channels})")
         self.inner = channels // reduction
         seeds = child_seeds(seed, 4)
-        self.register_parameter("gamma", np.zeros(1))
+        self._init_parameter("gamma", (1,), np.zeros)
         self.f = Conv2d(channels, self.inner, 1, dtype=dtype, seed=seeds[0])
         self.g = Conv2d(channels, self.inner, 1, dtype=dtype, seed=seeds[1])
         self.h = Conv2d(channels, self.inner, 1, dtype=dtype, seed=seeds[2])

@@ -9,7 +9,7 @@ from typing import Literal
 import numpy as np
 
 from .. import _core
-from .._args import choice, elementwise_ready, float_array, shape_str
+from .._args import choice, elementwise_ready, float_array, int_arg, shape_str
 from .._typing import Array, ArrayLike, DTypeLike
 from ..grad import register
 from .module import Module
@@ -39,6 +39,9 @@ def _embedding_forward(input, weight, padding_idx=None, *, scale=1.0):
         raise ValueError(f"weight must be (num_embeddings, embedding_dim), got {shape_str(w.shape)}")
     pad = _padding(padding_idx, w.shape[0])
     flat = ids.reshape(-1)
+    if flat.size and (flat.min() < 0 or flat.max() >= w.shape[0]):  # before the output, which can be far larger
+        i = int(np.flatnonzero((flat < 0) | (flat >= w.shape[0]))[0])
+        raise ValueError(f"input[{i}] = {flat[i]} is outside [0, {w.shape[0]})")
     y = np.empty((flat.shape[0], w.shape[1]), w.dtype)
     _core.embedding_forward(y, flat, elementwise_ready(w), float(scale))
     return y.reshape(ids.shape + (w.shape[1],)), (flat, w.shape, w.dtype, float(scale), pad)
@@ -108,12 +111,17 @@ class Embedding(Module):
     def __init__(self, num_embeddings: int, embedding_dim: int, padding_idx: int | None = None, *,
                  dtype: DTypeLike = np.float32, seed: int | None = None) -> None:
         super().__init__(dtype)
-        self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
-        self.padding_idx = None if padding_idx is None else _padding(padding_idx, num_embeddings)
-        w = np.random.default_rng(seed).standard_normal((num_embeddings, embedding_dim))
-        if self.padding_idx is not None:
-            w[self.padding_idx] = 0
-        self.register_parameter("weight", w)
+        self.num_embeddings = int_arg("num_embeddings", num_embeddings, 0)
+        self.embedding_dim = int_arg("embedding_dim", embedding_dim, 0)
+        self.padding_idx = None if padding_idx is None else _padding(padding_idx, self.num_embeddings)
+
+        def init(shape):
+            w = np.random.default_rng(seed).standard_normal(shape)
+            if self.padding_idx is not None:
+                w[self.padding_idx] = 0
+            return w
+
+        self._init_parameter("weight", (self.num_embeddings, self.embedding_dim), init)
 
     def forward(self, input: ArrayLike) -> Array:
         return embedding(input, self.weight, self.padding_idx)

@@ -13,7 +13,6 @@ torch's fused kernels cannot give.
 from __future__ import annotations
 
 import contextlib
-import copy
 import math
 import threading
 import weakref
@@ -26,7 +25,7 @@ from .. import _core
 from .._args import elementwise_ready, float_array, int_arg, same_dtype, shape_str, torch_mask
 from .._typing import Array, ArrayLike, DTypeLike
 from .linear import Linear
-from .module import Module, ModuleList
+from .module import Module, ModuleList, _copies
 from .multihead import MultiheadAttention
 from .normalization import LayerNorm
 from .normalization import _backward as _norm_backward
@@ -105,7 +104,7 @@ def _masks(attn_mask, key_padding_mask, is_causal, B, H, L, S, dtype, names, bat
     return (m0, m1, bool(is_causal))
 
 
-class _Layer(Module):
+class _Layer(Module, abstract=True):
     """What the encoder and decoder layers share: construction, the C call."""
 
     _decoder = False
@@ -458,11 +457,9 @@ def _clones(layer, num_layers):
     each with its own dropout stream."""
     num_layers = int_arg("num_layers", num_layers, low=0)
     base = int(layer._rng.integers(2**63))
-    clones = []
-    for i in range(num_layers):
-        c = copy.deepcopy(layer)
+    clones = _copies(layer, num_layers)
+    for i, c in enumerate(clones):
         object.__setattr__(c, "_rng", np.random.default_rng([base, i]))
-        clones.append(c)
     return clones
 
 
@@ -745,21 +742,26 @@ class Transformer(Module):
             raise TypeError("custom_decoder must be an attnc.nn.TransformerDecoder, got "
                             f"{type(custom_decoder).__name__}")
         rng = np.random.default_rng(seed)
-        sub = lambda: int(rng.integers(2**63))
+        seeds = int(rng.integers(2**63)), int(rng.integers(2**63))
         kw = dict(dim_feedforward=dim_feedforward, dropout=dropout, activation=activation,
                   layer_norm_eps=layer_norm_eps, batch_first=batch_first, norm_first=norm_first, bias=bias,
                   dtype=dtype)
-        enc = TransformerEncoderLayer(d_model, nhead, seed=sub(), **kw)
-        dec = TransformerDecoderLayer(d_model, nhead, seed=sub(), **kw)
-        self.encoder = custom_encoder if custom_encoder is not None else TransformerEncoder(
-            enc, num_encoder_layers, LayerNorm(d_model, eps=layer_norm_eps, bias=bias, dtype=dtype))
-        self.decoder = custom_decoder if custom_decoder is not None else TransformerDecoder(
-            dec, num_decoder_layers, LayerNorm(d_model, eps=layer_norm_eps, bias=bias, dtype=dtype))
-        self.d_model, self.nhead, self.batch_first = enc.d_model, enc.nhead, True
-        for name, p in self.named_parameters():  # torch's _reset_parameters
-            if p.ndim > 1:
-                bound = math.sqrt(6.0 / (p.shape[0] + p.shape[1]))
-                self._set_by_name(name, rng.uniform(-bound, bound, p.shape))
+        for name, custom, stack, layer, num_layers, s in (
+                ("encoder", custom_encoder, TransformerEncoder, TransformerEncoderLayer, num_encoder_layers, seeds[0]),
+                ("decoder", custom_decoder, TransformerDecoder, TransformerDecoderLayer, num_decoder_layers, seeds[1])):
+            if custom is None:  # only the stacks used are built
+                custom = stack(layer(d_model, nhead, seed=s, **kw), num_layers,
+                               LayerNorm(d_model, eps=layer_norm_eps, bias=bias, dtype=dtype))
+            setattr(self, name, custom)
+        self.d_model, self.nhead, self.batch_first = int_arg("d_model", d_model), int_arg("nhead", nhead), True
+
+        def xavier_uniform(name, p):  # torch's _reset_parameters: every matrix
+            if p.ndim < 2:
+                return None
+            bound = math.sqrt(6.0 / (p.shape[0] + p.shape[1]))
+            return rng.uniform(-bound, bound, p.shape)
+
+        self._initialise(xavier_uniform)
 
     @staticmethod
     def generate_square_subsequent_mask(sz: int, dtype: DTypeLike = np.float32) -> Array:
