@@ -245,13 +245,16 @@ def test_bad_input(rng):
         attnc.nn.CausalConv1d(3, 3)(rng.standard_normal((2, 4, 5)).astype(np.float32))
 
 
-def test_module_padding_is_bounded_by_the_dilated_kernel():
-    """A module's padding sizes every output it computes: beyond dilation (k - 1)
-    the extra columns see no input, and the module refuses it (a file loaded
-    with attnc.load cannot make a convolution's outputs any size)."""
-    attnc.nn.Conv1d(2, 3, 3, padding=2)
-    attnc.nn.Conv2d(2, 3, (3, 2), padding=(4, 2), dilation=2)
-    with pytest.raises(ValueError, match=r"padding 3 exceeds dilation \* \(kernel_size - 1\) = \(2,\)"):
-        attnc.nn.Conv1d(2, 3, 3, padding=3)
-    with pytest.raises(ValueError, match="padding"):
-        attnc.nn.Conv2d(2, 3, 3, padding=(0, 3))
+
+def test_modules_take_any_padding_but_a_file_may_not_size_every_output(tmp_path):
+    """Conv1d/Conv2d take any padding, as torch's do; attnc.load refuses a
+    file's padding beyond dilation (k - 1), which would only add output
+    columns that see no input (and size every output by an untrusted number)."""
+    wide = attnc.nn.Conv1d(2, 3, 3, padding=5, seed=0)
+    x = np.random.default_rng(0).standard_normal((1, 2, 4)).astype(np.float32)
+    assert wide(x).shape == (1, 3, 12)
+    attnc.save(tmp_path / "ok.npz", attnc.nn.Conv2d(2, 3, 3, padding=(4, 2), dilation=2))
+    attnc.load(tmp_path / "ok.npz")
+    attnc.save(tmp_path / "wide.npz", wide)
+    with pytest.raises(attnc.FileFormatError, match=r"padding 5 exceeds dilation \* \(kernel_size - 1\) = \(2,\)"):
+        attnc.load(tmp_path / "wide.npz")

@@ -18,7 +18,7 @@ from .. import _core
 from .._args import float_array, int_arg, same_dtype, shape_str
 from .._typing import Array, ArrayLike, DTypeLike
 from ..grad import register
-from .module import Module
+from .module import _LOADING, Module
 
 Size1 = Union[int, tuple[int]]
 Size2 = Union[int, tuple[int, int]]
@@ -208,9 +208,11 @@ class _ConvNd(Module, abstract=True):
         self.dilation = _pair(dilation, "dilation", nd, 1)
         pads = _padding(padding, nd, self.kernel_size, self.stride, self.dilation)  # checks it
         full = tuple(d * (k - 1) for k, d in zip(self.kernel_size, self.dilation))
-        if any(p > f for p, f in zip((before for before, _ in pads), full)):
-            raise ValueError(f"padding {padding!r} exceeds dilation * (kernel_size - 1) = {full}: wider padding "
-                             "only adds output columns that see no input")
+        if _LOADING.get() is not None and any(before > f for (before, _), f in zip(pads, full)):
+            # torch takes any padding, but a file's would size every output: columns
+            # beyond dilation (k - 1) see no input, and no file needs them
+            raise ValueError(f"padding {padding!r} exceeds dilation * (kernel_size - 1) = {full}, "
+                             "which attnc.load does not take from a file")
         self.padding = padding if isinstance(padding, str) else _pair(padding, "padding", nd, 0)
         if groups != 1:
             raise ValueError(f"attnc's convolutions support groups=1 only, got groups={groups!r}")
@@ -247,7 +249,7 @@ class Conv1d(_ConvNd):
     in_channels, out_channels : int, Cin and Cout
     kernel_size : int, k
     stride, dilation : int >= 1
-    padding : int in [0, dilation (k - 1)], "valid" or "same" (stride 1)
+    padding : int >= 0, "valid" or "same" (stride 1)
     groups : int, must be 1
     bias : bool, whether there is a ``bias``
     dtype : float32 or float64, the parameters' dtype
@@ -278,7 +280,7 @@ class Conv2d(_ConvNd):
     in_channels, out_channels : int, Cin and Cout
     kernel_size : int or pair (kH, kW)
     stride, dilation : int >= 1 or a pair
-    padding : int or pair, each in [0, dilation (k - 1)], "valid" or "same" (stride 1)
+    padding : int or pair >= 0, "valid" or "same" (stride 1)
     groups : int, must be 1
     bias : bool, whether there is a ``bias``
     dtype : float32 or float64, the parameters' dtype
