@@ -649,7 +649,7 @@ static void test_token_layers(void) {
     for (int i = 0; i < V * D; i++) table[i] = i;
     attnc_tensor ti = view(ids, ATTNC_INT64, 1, is), te = view(emb, ATTNC_FLOAT64, 2, es);
     attnc_tensor tt = view(table, ATTNC_FLOAT64, 2, ws), tdt = view(dtable, ATTNC_FLOAT64, 2, ws);
-    CHECK(attnc_embedding_forward(&te, &ti, &tt, 2.0) == ATTNC_OK, "%s", attnc_last_error());
+    CHECK(attnc_embedding_forward(&te, &ti, &tt, 2.0, INFINITY, 2) == ATTNC_OK, "%s", attnc_last_error());
     CHECK(emb[1 * D + 3] == 2.0 * table[4 * D + 3], "embedding row");
     double ones[4 * D];
     for (int i = 0; i < 4 * D; i++) ones[i] = 1;
@@ -658,20 +658,20 @@ static void test_token_layers(void) {
     CHECK(dtable[4 * D] == 4.0 && dtable[2 * D] == 0 && dtable[1 * D] == 0 && dtable[0] == 2.0,
           "embedding gradient");
     ids[2] = 5;
-    CHECK(attnc_embedding_forward(&te, &ti, &tt, 1.0) == ATTNC_ERR_VALUE, "id 5 of 5 accepted");
+    CHECK(attnc_embedding_forward(&te, &ti, &tt, 1.0, INFINITY, 2) == ATTNC_ERR_VALUE, "id 5 of 5 accepted");
     ids[2] = -1;
-    CHECK(attnc_embedding_forward(&te, &ti, &tt, 1.0) == ATTNC_ERR_VALUE, "id -1 accepted");
+    CHECK(attnc_embedding_forward(&te, &ti, &tt, 1.0, INFINITY, 2) == ATTNC_ERR_VALUE, "id -1 accepted");
 
     /* cross-entropy of uniform logits is log C; an ignored row is 0. */
     double logits[4 * V] = {0}, loss[4], lse[4];
     int64_t tg[4] = {1, -100, 3, 0}, ls[2] = {4, V}, fs[1] = {4};
     attnc_tensor tl = view(logits, ATTNC_FLOAT64, 2, ls), ttg = view(tg, ATTNC_INT64, 1, fs);
     attnc_tensor tloss = view(loss, ATTNC_FLOAT64, 1, fs), tlse = view(lse, ATTNC_FLOAT64, 1, fs);
-    CHECK(attnc_cross_entropy_forward(&tloss, &tlse, &tl, &ttg, 0.1, -100) == ATTNC_OK, "%s",
-          attnc_last_error());
+    attnc_cross_entropy_options ceo = {.label_smoothing = 0.1, .ignore_index = -100};
+    CHECK(attnc_cross_entropy_forward(&tloss, &tlse, &tl, &ttg, &ceo) == ATTNC_OK, "%s", attnc_last_error());
     CHECK(fabs(loss[0] - log(V)) < 1e-14 && loss[1] == 0, "cross-entropy %g %g", loss[0], loss[1]);
     tg[2] = V;
-    CHECK(attnc_cross_entropy_forward(&tloss, &tlse, &tl, &ttg, 0.1, -100) == ATTNC_ERR_VALUE,
+    CHECK(attnc_cross_entropy_forward(&tloss, &tlse, &tl, &ttg, &ceo) == ATTNC_ERR_VALUE,
           "target out of range accepted");
     free(x);
 }
@@ -713,6 +713,22 @@ static void test_pointwise(void) {
         worst_d = fmax(worst_d, fabs(dx[i] - (gp - gm) / (2 * h)));
     }
     CHECK(worst < 1e-15 && worst_d < 1e-8, "gelu %g, gelu' %g", worst, worst_d);
+    /* the tanh GELU (torch's approximate="tanh") */
+    CHECK(attnc_pointwise_forward(&ty, &tx, NULL, ATTNC_ACT_GELU_TANH, 0, 0, 0) == ATTNC_OK, "%s",
+          attnc_last_error());
+    CHECK(attnc_pointwise_backward(&tdx, &t1, &tx, ATTNC_ACT_GELU_TANH, 0, 0, 0) == ATTNC_OK, "%s",
+          attnc_last_error());
+    worst = worst_d = 0;
+    for (int i = 0; i < 1000; i++) {
+        double h = 1e-6, g[3];
+        for (int s = -1; s <= 1; s++) {
+            double u = x[i] + s * h;
+            g[s + 1] = 0.5 * u * (1 + tanh(0.79788456080286535588 /* sqrt(2 / pi) */ * (u + 0.044715 * u * u * u)));
+        }
+        worst = fmax(worst, fabs(y[i] - g[1]));
+        worst_d = fmax(worst_d, fabs(dx[i] - (g[2] - g[0]) / (2 * h)));
+    }
+    CHECK(worst < 1e-15 && worst_d < 1e-8, "tanh gelu %g, tanh gelu' %g", worst, worst_d);
     CHECK(attnc_pointwise_forward(&ty, &tx, NULL, ATTNC_ACT_RELU, 1.5, 0, 0) == ATTNC_ERR_VALUE, "p > 1 accepted");
     free(x);
     free(res);
