@@ -232,9 +232,12 @@ def test_c_core_checks(rng):
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_relu(rng, torch, dtype):
-    x = rng.standard_normal((3, 4, 5)).astype(dtype)
-    x[0, 0, 0] = 0
+@pytest.mark.parametrize("shape", [(3, 4, 5), (), (0,), (2, 0, 3)])
+def test_relu(rng, torch, dtype, shape):
+    """torch's relu for every shape, a 0-d input (and its gradient) staying 0-d."""
+    x = rng.standard_normal(shape).astype(dtype)
+    if x.size:
+        x.reshape(-1)[0] = 0
     y, pb = attnc.vjp(nn.relu, x)
     same_bits(y, np.maximum(x, 0).astype(dtype))
     dy = rng.standard_normal(x.shape).astype(dtype)
