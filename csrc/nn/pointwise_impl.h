@@ -15,9 +15,12 @@ static REAL FN(gelu_tanh_inner)(REAL x) {
     return TANH((REAL)SQRT_2_PI * (x + (REAL)GELU_KAPPA * (x * x * x)));
 }
 
+/* ReLU as torch's clamp_min(x, 0): NaN and -0 pass through (x < 0 is
+ * false for both); its derivative torch's threshold_backward: 0 where
+ * x <= 0, so 1 at NaN. */
 static REAL FN(act)(attnc_activation act, REAL x) {
     switch (act) {
-    case ATTNC_ACT_RELU: return x > 0 ? x : 0;
+    case ATTNC_ACT_RELU: return x < 0 ? 0 : x;
     case ATTNC_ACT_GELU: return (REAL)0.5 * x * (1 + ERF(x * (REAL)SQRT1_2));
     case ATTNC_ACT_GELU_TANH: return (REAL)0.5 * x * (1 + FN(gelu_tanh_inner)(x));
     default: return x;
@@ -28,7 +31,7 @@ static REAL FN(act)(attnc_activation act, REAL x) {
  * (1 + t) / 2 + x / 2 (1 - t^2) sqrt(2 / pi) (1 + 3 kappa x^2). */
 static REAL FN(act_grad)(attnc_activation act, REAL x) {
     switch (act) {
-    case ATTNC_ACT_RELU: return x > 0 ? 1 : 0;
+    case ATTNC_ACT_RELU: return x <= 0 ? 0 : 1;
     case ATTNC_ACT_GELU:
         return (REAL)0.5 * (1 + ERF(x * (REAL)SQRT1_2)) +
                x * EXP(-(REAL)0.5 * x * x) * (REAL)INV_SQRT_2PI;
@@ -44,7 +47,7 @@ static REAL FN(act_grad)(attnc_activation act, REAL x) {
 /* v[0..n) <- act(x[0..n)), a loop per activation so each vectorises. */
 static void FN(act_rows)(attnc_activation act, const REAL *x, REAL *v, int64_t n) {
     if (act == ATTNC_ACT_RELU)
-        for (int64_t k = 0; k < n; k++) v[k] = x[k] > 0 ? x[k] : 0;
+        for (int64_t k = 0; k < n; k++) v[k] = x[k] < 0 ? 0 : x[k];
     else if (act == ATTNC_ACT_GELU)
         for (int64_t k = 0; k < n; k++) v[k] = FN(act)(ATTNC_ACT_GELU, x[k]);
     else if (act == ATTNC_ACT_GELU_TANH)
@@ -91,7 +94,7 @@ static void FN(pointwise_backward_task)(void *arg, int64_t block, int worker) {
     REAL *dx = j->dx + i0;
     const REAL *x = j->x ? j->x + i0 : NULL;
     if (j->act == ATTNC_ACT_RELU)
-        for (int64_t k = 0; k < n; k++) dx[k] = x[k] > 0 ? g[k] : 0;
+        for (int64_t k = 0; k < n; k++) dx[k] = x[k] <= 0 ? 0 : g[k];
     else if (j->act == ATTNC_ACT_GELU)
         for (int64_t k = 0; k < n; k++) dx[k] = g[k] * FN(act_grad)(ATTNC_ACT_GELU, x[k]);
     else if (j->act == ATTNC_ACT_GELU_TANH)
