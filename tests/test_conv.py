@@ -32,6 +32,18 @@ def _torch_conv(torch, nd, x, w, b, **kw):
     return fn(tx, tw, tb, **kw), (tx, tw, tb)
 
 
+def _gradients_match_torch(torch, rng, pullback, ty, leaves, dtype, tol):
+    """attnc's pullback and torch's backward of one random cotangent agree on every leaf."""
+    dy = rng.standard_normal(tuple(ty.shape)).astype(dtype)
+    ty.backward(torch.tensor(dy))
+    g = pullback(dy)
+    for name, t in leaves.items():
+        ref = t.grad.numpy()
+        assert g[name].shape == ref.shape and g[name].dtype == dtype
+        np.testing.assert_allclose(g[name], ref, rtol=0, atol=tol * 10 * max(1.0, float(np.abs(ref).max())),
+                                   err_msg=name)
+
+
 @pytest.mark.parametrize("dtype,tol", [(np.float32, 1e-5), (np.float64, 1e-12)])
 @pytest.mark.parametrize("shapes", SHAPES_2D)
 @pytest.mark.parametrize("kw", CASES_2D)
@@ -50,14 +62,7 @@ def test_conv2d_against_torch(torch, rng, dtype, tol, shapes, kw):
     assert y.dtype == dtype and y.shape == tuple(ty.shape)
     scale = max(1.0, float(np.abs(ty.detach().numpy()).max()))
     np.testing.assert_allclose(y, ty.detach().numpy(), rtol=0, atol=tol * scale * 10)
-    dy = rng.standard_normal(y.shape).astype(dtype)
-    ty.backward(torch.tensor(dy))
-    g = pullback(dy)
-    for name, t in (("input", tx), ("weight", tw), ("bias", tb)):
-        ref = t.grad.numpy()
-        assert g[name].shape == ref.shape and g[name].dtype == dtype
-        np.testing.assert_allclose(g[name], ref, rtol=0, atol=tol * 10 * max(1.0, float(np.abs(ref).max())),
-                                   err_msg=name)
+    _gradients_match_torch(torch, rng, pullback, ty, dict(input=tx, weight=tw, bias=tb), dtype, tol)
 
 
 @pytest.mark.parametrize("kw", [dict(), dict(stride=2, padding=3), dict(dilation=3, padding="same"),
@@ -139,14 +144,7 @@ def test_conv2d_groups_against_torch_and_numpy(torch, rng, dtype, tol, case):
     ref = conv_ref.conv2d(xb, w, b, np.broadcast_to(kw.get("stride", 1), 2), pads,
                           np.broadcast_to(kw.get("dilation", 1), 2), kw["groups"])
     np.testing.assert_allclose(y.reshape(ref.shape), ref, rtol=0, atol=tol * scale * 10)
-    dy = rng.standard_normal(y.shape).astype(dtype)
-    ty.backward(torch.tensor(dy))
-    g = pullback(dy)
-    for name, t in (("input", tx), ("weight", tw), ("bias", tb)):
-        ref = t.grad.numpy()
-        assert g[name].shape == ref.shape and g[name].dtype == dtype
-        np.testing.assert_allclose(g[name], ref, rtol=0, atol=tol * 10 * max(1.0, float(np.abs(ref).max())),
-                                   err_msg=name)
+    _gradients_match_torch(torch, rng, pullback, ty, dict(input=tx, weight=tw, bias=tb), dtype, tol)
 
 
 @pytest.mark.parametrize("kw", [dict(groups=2, stride=2, padding=1), dict(groups=4, dilation=2, padding="same")])
