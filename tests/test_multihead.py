@@ -396,7 +396,7 @@ def _fd_case(rng, separate):
     a = lambda *s: rng.standard_normal(s) * 0.5  # noqa: E731
     kw = dict(query=a(1, 3, E4), key=a(1, 4, 3 if separate else E4),
               value=a(1, 4, 2 if separate else E4), in_proj_bias=a(3 * E4),
-              out_proj_weight=a(E4, E4), out_proj_bias=a(E4), bias_k=a(1, 1, E4),
+              out_proj_weight=a(E4, E4), out_proj_bias=a(E4), bias_k=a(E4),  # (E,), as torch's functional form
               bias_v=a(1, 1, E4), attn_mask=a(3, 4), key_padding_mask=a(1, 4))
     if separate:
         kw.update(q_proj_weight=a(E4, E4), k_proj_weight=a(E4, 3), v_proj_weight=a(E4, 2))
