@@ -181,7 +181,7 @@ def scaled_dot_product_attention(query: ArrayLike, key: ArrayLike, value: ArrayL
     value : array (..., Hkv, S, Ev), the same dtype
         The dims before the last two broadcast against each other, as torch
         broadcasts them (a (4, 3, 8) query against (4, 4, 6, 8) keys and
-        values gives a (4, 4, 3, 8) output; a (L, E) query with (L, E) keys
+        values gives a (4, 4, 3, 8) output; a (L, E) query with (S, E) keys
         is one head); with enable_gqa, dim -3 is the heads and the dims
         before it broadcast. Gradients are summed over the broadcast dims.
     attn_mask : optional, broadcastable to (..., H, L, S): boolean, True = takes
