@@ -234,9 +234,12 @@ def test_c_core_checks(rng):
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_relu(rng, torch, dtype):
-    x = rng.standard_normal((3, 4, 5)).astype(dtype)
-    x[0, 0, 0] = 0
+@pytest.mark.parametrize("shape", [(3, 4, 5), (), (0,), (2, 0, 3)])
+def test_relu(rng, torch, dtype, shape):
+    """torch's relu for every shape, a 0-d input (and its gradient) staying 0-d."""
+    x = rng.standard_normal(shape).astype(dtype)
+    if x.size:
+        x.reshape(-1)[0] = 0
     y, pb = attnc.vjp(nn.relu, x)
     same_bits(y, np.maximum(x, 0).astype(dtype))
     dy = rng.standard_normal(x.shape).astype(dtype)
@@ -249,6 +252,20 @@ def test_relu(rng, torch, dtype):
     same_bits(nn.relu(xs), np.maximum(xs, 0))
     with pytest.raises(TypeError, match="input has dtype int64"):
         nn.relu(np.ones(3, np.int64))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_relu_nan_inf_and_signed_zero_as_torch(torch, dtype):
+    """torch's relu is clamp_min(x, 0): NaN and -0 pass through; its gradient is 0
+    where x <= 0 (so it passes at NaN). Bit for bit, forward and backward."""
+    x = np.array([np.nan, -0.0, 0.0, np.inf, -np.inf, 2.5, -1.0], dtype)
+    y, pb = attnc.vjp(nn.relu, x)
+    dy = np.arange(1, 8).astype(dtype)
+    tx = torch.tensor(x, requires_grad=True)
+    ty = torch.relu(tx)
+    ty.backward(torch.tensor(dy))
+    same_bits(y, ty.detach().numpy())
+    same_bits(pb(dy)["input"], tx.grad.numpy())
 
 
 # ---- the attention_pooling experiment -----------------------------------------------------

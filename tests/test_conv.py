@@ -32,6 +32,18 @@ def _torch_conv(torch, nd, x, w, b, **kw):
     return fn(tx, tw, tb, **kw), (tx, tw, tb)
 
 
+def _gradients_match_torch(torch, rng, pullback, ty, leaves, dtype, tol):
+    """attnc's pullback and torch's backward of one random cotangent agree on every leaf."""
+    dy = rng.standard_normal(tuple(ty.shape)).astype(dtype)
+    ty.backward(torch.tensor(dy))
+    g = pullback(dy)
+    for name, t in leaves.items():
+        ref = t.grad.numpy()
+        assert g[name].shape == ref.shape and g[name].dtype == dtype
+        np.testing.assert_allclose(g[name], ref, rtol=0, atol=tol * 10 * max(1.0, float(np.abs(ref).max())),
+                                   err_msg=name)
+
+
 @pytest.mark.parametrize("dtype,tol", [(np.float32, 1e-5), (np.float64, 1e-12)])
 @pytest.mark.parametrize("shapes", SHAPES_2D)
 @pytest.mark.parametrize("kw", CASES_2D)
@@ -50,14 +62,7 @@ def test_conv2d_against_torch(torch, rng, dtype, tol, shapes, kw):
     assert y.dtype == dtype and y.shape == tuple(ty.shape)
     scale = max(1.0, float(np.abs(ty.detach().numpy()).max()))
     np.testing.assert_allclose(y, ty.detach().numpy(), rtol=0, atol=tol * scale * 10)
-    dy = rng.standard_normal(y.shape).astype(dtype)
-    ty.backward(torch.tensor(dy))
-    g = pullback(dy)
-    for name, t in (("input", tx), ("weight", tw), ("bias", tb)):
-        ref = t.grad.numpy()
-        assert g[name].shape == ref.shape and g[name].dtype == dtype
-        np.testing.assert_allclose(g[name], ref, rtol=0, atol=tol * 10 * max(1.0, float(np.abs(ref).max())),
-                                   err_msg=name)
+    _gradients_match_torch(torch, rng, pullback, ty, dict(input=tx, weight=tw, bias=tb), dtype, tol)
 
 
 @pytest.mark.parametrize("kw", [dict(), dict(stride=2, padding=3), dict(dilation=3, padding="same"),
@@ -109,6 +114,89 @@ def test_conv2d_finite_differences(rng, check_vjp, kw):
 
     check_vjp(attnc.nn.conv2d, ref, dict(input=x, weight=w, bias=b, **kw), rng,
               positional=("input", "weight", "bias"), expect_names=["input", "weight", "bias"])
+
+
+# groups: (input shape, weight shape, keywords); depthwise (groups = Cin) among them
+GROUP_CASES_2D = [
+    ((2, 4, 7, 6), (6, 2, 3, 2), dict(groups=2)),
+    ((2, 4, 8, 8), (8, 1, 3, 3), dict(groups=4, stride=(2, 1), padding=1)),  # depthwise, 2 outputs each
+    ((3, 6, 5, 7), (3, 2, 2, 3), dict(groups=3, dilation=(2, 1), padding="same")),
+    ((2, 6, 5, 5), (6, 2, 1, 1), dict(groups=3)),  # 1x1: the kernel's identity path
+    ((6, 5, 5), (6, 1, 1, 1), dict(groups=6, padding=(1, 0))),  # unbatched
+]
+
+
+@pytest.mark.parametrize("dtype,tol", [(np.float32, 1e-5), (np.float64, 1e-12)])
+@pytest.mark.parametrize("case", range(len(GROUP_CASES_2D)))
+def test_conv2d_groups_against_torch_and_numpy(torch, rng, dtype, tol, case):
+    """torch's grouped convolution: output channel o reads the input channels of its
+    group, forward and every gradient against torch and the per-group NumPy loops."""
+    xs, ws, kw = GROUP_CASES_2D[case]
+    x, w, b = (rng.standard_normal(s).astype(dtype) for s in (xs, ws, ws[:1]))
+    y, pullback = attnc.vjp(attnc.nn.conv2d, x, w, b, **kw)
+    ty, (tx, tw, tb) = _torch_conv(torch, 2, x, w, b, **kw)
+    scale = max(1.0, float(np.abs(ty.detach().numpy()).max()))
+    assert y.shape == tuple(ty.shape) and y.dtype == dtype
+    np.testing.assert_allclose(y, ty.detach().numpy(), rtol=0, atol=tol * scale * 10)
+    pad = kw.get("padding", 0)
+    pads = ((1, 1), (1, 1)) if pad == "same" else tuple((p, p) for p in np.broadcast_to(pad, 2))  # "same": case 2
+    xb = x if x.ndim == 4 else x[None]
+    ref = conv_ref.conv2d(xb, w, b, np.broadcast_to(kw.get("stride", 1), 2), pads,
+                          np.broadcast_to(kw.get("dilation", 1), 2), kw["groups"])
+    np.testing.assert_allclose(y.reshape(ref.shape), ref, rtol=0, atol=tol * scale * 10)
+    _gradients_match_torch(torch, rng, pullback, ty, dict(input=tx, weight=tw, bias=tb), dtype, tol)
+
+
+@pytest.mark.parametrize("kw", [dict(groups=2, stride=2, padding=1), dict(groups=4, dilation=2, padding="same")])
+def test_conv1d_groups_against_torch(torch, rng, kw):
+    x, w, b = rng.standard_normal((3, 4, 11)), rng.standard_normal((8, 4 // kw["groups"], 3)), rng.standard_normal(8)
+    ty, (tx, tw, tb) = _torch_conv(torch, 1, x, w, b, **kw)
+    y, pullback = attnc.vjp(attnc.nn.conv1d, x, w, b, **kw)
+    np.testing.assert_allclose(y, ty.detach().numpy(), rtol=0, atol=1e-12 * max(1, np.abs(y).max()))
+    dy = rng.standard_normal(y.shape)
+    ty.backward(torch.tensor(dy))
+    g = pullback(dy)
+    for name, t in (("input", tx), ("weight", tw), ("bias", tb)):
+        np.testing.assert_allclose(g[name], t.grad.numpy(), rtol=0, atol=1e-12 * max(1, np.abs(g[name]).max()))
+
+
+@pytest.mark.parametrize("groups,kw", [(2, dict(stride=2, padding=1)), (4, dict(dilation=2, padding="same"))])
+def test_conv2d_groups_finite_differences(rng, check_vjp, groups, kw):
+    x = rng.standard_normal((2, 4, 5, 6))
+    w = rng.standard_normal((4, 4 // groups, 3, 2))
+    b = rng.standard_normal(4)
+    pad, d = kw.get("padding", 0), kw.get("dilation", 1)
+    pads = ((d, d), (d // 2, d - d // 2)) if pad == "same" else ((pad, pad), (pad, pad))
+
+    def ref(input, weight, bias, **_):
+        return conv_ref.conv2d(input, weight, bias, (kw.get("stride", 1),) * 2, pads, (d, d), groups)
+
+    check_vjp(attnc.nn.conv2d, ref, dict(input=x, weight=w, bias=b, groups=groups, **kw), rng,
+              positional=("input", "weight", "bias"), expect_names=["input", "weight", "bias"])
+
+
+def test_grouped_modules_match_torch_modules(torch, rng):
+    for cls, tcls, x in [(attnc.nn.Conv2d, torch.nn.Conv2d, rng.standard_normal((2, 6, 7, 8))),
+                         (attnc.nn.Conv1d, torch.nn.Conv1d, rng.standard_normal((2, 6, 10)))]:
+        for groups, out in ((2, 4), (3, 9), (6, 6)):
+            m = cls(6, out, 3, padding=1, groups=groups, dtype=np.float64, seed=0)
+            t = tcls(6, out, 3, padding=1, groups=groups, dtype=torch.float64)
+            assert m.groups == groups and f"groups={groups}" in repr(m)
+            assert {k: v.shape for k, v in m.state_dict().items()} == {k: tuple(v.shape)
+                                                                       for k, v in t.state_dict().items()}
+            m.load_state_dict(t.state_dict())
+            y, pullback = attnc.vjp(m, x)
+            ty = t(torch.tensor(x))
+            np.testing.assert_allclose(y, ty.detach().numpy(), rtol=0, atol=1e-12)
+            dy = rng.standard_normal(y.shape)
+            ty.backward(torch.tensor(dy))
+            g = pullback(dy)
+            for name, p in t.named_parameters():
+                np.testing.assert_allclose(g[name], p.grad.numpy(), rtol=0, atol=1e-11, err_msg=name)
+    # torch's init bound: 1 / sqrt(fan_in), fan_in = Cin / groups kH kW
+    m = attnc.nn.Conv2d(8, 4, 3, groups=4, seed=1)
+    bound = 1 / np.sqrt(8 // 4 * 9)
+    assert m.weight.shape == (4, 2, 3, 3) and bound * 0.8 < np.abs(m.weight).max() <= bound
 
 
 def test_causal_conv1d_matches_padded_conv_and_is_causal(torch, rng, check_vjp):
@@ -184,14 +272,15 @@ def test_default_init_is_torch_bound_and_seeded():
     assert not np.array_equal(m.weight, attnc.nn.Conv2d(6, 8, (3, 2), seed=4).weight)
 
 
-def test_threads_bitwise(rng, restore_threads):
-    x = rng.standard_normal((7, 5, 12, 13)).astype(np.float32)
-    w = rng.standard_normal((6, 5, 3, 3)).astype(np.float32)
+@pytest.mark.parametrize("groups", [1, 3])
+def test_threads_bitwise(rng, restore_threads, groups):
+    x = rng.standard_normal((7, 6, 12, 13)).astype(np.float32)
+    w = rng.standard_normal((6, 6 // groups, 3, 3)).astype(np.float32)
     b = rng.standard_normal(6).astype(np.float32)
     results = []
     for n in (1, 2, 3):
         attnc.set_num_threads(n)
-        y, pullback = attnc.vjp(attnc.nn.conv2d, x, w, b, stride=(1, 2), padding=1)
+        y, pullback = attnc.vjp(attnc.nn.conv2d, x, w, b, stride=(1, 2), padding=1, groups=groups)
         g = pullback(np.ones_like(y))
         results.append((y, g))
     for y, g in results[1:]:
@@ -233,6 +322,20 @@ def test_bad_input(rng):
         attnc.nn.conv2d(x, w, padding="full")
     with pytest.raises(ValueError, match="groups"):
         attnc.nn.conv2d(x, w, groups=3)
+    # torch's checks of groups: the weight's outputs divisible by groups, the input's
+    # channels = weight's inputs x groups; modules: both channel counts divisible
+    with pytest.raises(ValueError, match="groups=3"):
+        attnc.nn.conv2d(x, rng.standard_normal((4, 1, 3, 3)), groups=3)
+    with pytest.raises(ValueError, match="channels"):
+        attnc.nn.conv2d(x, rng.standard_normal((4, 2, 3, 3)), groups=2)
+    with pytest.raises(ValueError, match="groups"):
+        attnc.nn.conv2d(x, w, groups=0)
+    with pytest.raises(TypeError, match="groups"):
+        attnc.nn.conv2d(x, w, groups=1.0)
+    with pytest.raises(ValueError, match="in_channels.*divisible by groups"):
+        attnc.nn.Conv2d(3, 4, 3, groups=2)
+    with pytest.raises(ValueError, match="out_channels.*divisible by groups"):
+        attnc.nn.Conv1d(4, 3, 3, groups=2)
     with pytest.raises(ValueError, match="smaller than the dilated kernel"):
         attnc.nn.conv2d(x, w, dilation=3)
     with pytest.raises(TypeError, match="stride"):

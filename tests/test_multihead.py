@@ -396,7 +396,7 @@ def _fd_case(rng, separate):
     a = lambda *s: rng.standard_normal(s) * 0.5  # noqa: E731
     kw = dict(query=a(1, 3, E4), key=a(1, 4, 3 if separate else E4),
               value=a(1, 4, 2 if separate else E4), in_proj_bias=a(3 * E4),
-              out_proj_weight=a(E4, E4), out_proj_bias=a(E4), bias_k=a(1, 1, E4),
+              out_proj_weight=a(E4, E4), out_proj_bias=a(E4), bias_k=a(E4),  # (E,), as torch's functional form
               bias_v=a(1, 1, E4), attn_mask=a(3, 4), key_padding_mask=a(1, 4))
     if separate:
         kw.update(q_proj_weight=a(E4, E4), k_proj_weight=a(E4, 3), v_proj_weight=a(E4, 2))
@@ -429,6 +429,37 @@ def test_gradients_match_finite_differences(separate, average, dropout, rng, fd_
     grads = pullback(*cots)
     assert set(grads) == set(kw), sorted(grads)
     fd_check(fn, kw, cots, grads, wrt=sorted(kw), rtol=1e-6, atol=1e-8)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DT_IDS)
+@pytest.mark.parametrize("bias_shape", [(E,), (1, E), (1, 1, E)], ids=["E", "1E", "11E"])
+def test_bias_kv_shapes_of_torch_functional(bias_shape, dtype, rng, torch):
+    """torch's functional multi_head_attention_forward appends bias_k.repeat(1, B, 1),
+    so bias_k / bias_v shaped (E,), (1, E) or (1, 1, E) mean the same key: attnc
+    takes all three (torch's OpInfo samples pass (E,)), with gradients in each
+    one's own shape, against torch's functional form and autograd."""
+    a = lambda *sh: rng.standard_normal(sh).astype(dtype)  # noqa: E731
+    q, k, v = a(B, L, E), a(B, S, E), a(B, S, E)
+    params = dict(in_proj_weight=a(3 * E, E), in_proj_bias=a(3 * E), out_proj_weight=a(E, E),
+                  out_proj_bias=a(E), bias_k=a(*bias_shape), bias_v=a(*bias_shape))
+    mask = a(L, S)  # torch pads it for the appended key, as attnc does
+    (out, w), pullback = attnc.vjp(attnc.multi_head_attention, q, k, v, 3, params["in_proj_weight"],
+                                   params["in_proj_bias"], params["out_proj_weight"], params["out_proj_bias"],
+                                   bias_k=params["bias_k"], bias_v=params["bias_v"], attn_mask=mask)
+    dout, dw = a(*out.shape), a(*w.shape)
+    grads = pullback(dout, dw)
+    t = {n: torch.from_numpy(x).requires_grad_() for n, x in dict(params, query=q, key=k, value=v).items()}
+    seq = lambda x: x.transpose(0, 1)  # noqa: E731  (torch's functional form is sequence first)
+    tout, tw = torch.nn.functional.multi_head_attention_forward(
+        seq(t["query"]), seq(t["key"]), seq(t["value"]), E, 3, t["in_proj_weight"], t["in_proj_bias"],
+        t["bias_k"], t["bias_v"], False, 0.0, t["out_proj_weight"], t["out_proj_bias"],
+        attn_mask=torch.from_numpy(mask), training=False)
+    ((seq(tout) * torch.from_numpy(dout)).sum() + (tw * torch.from_numpy(dw)).sum()).backward()
+    _close(out, seq(tout).detach().numpy(), REL[dtype], "output")
+    _close(w, tw.detach().numpy(), REL[dtype], "weights")
+    for n, x in t.items():
+        assert grads[n].shape == x.shape, n
+        _close(grads[n], x.grad.numpy(), GREL[dtype], f"gradient of {n}")
 
 
 def test_broadcast_float_mask_gradient(rng):

@@ -345,6 +345,184 @@ def test_embedding_errors(rng):
         nn.Embedding(4, 3, padding_idx=4)
 
 
+def _renorm_ref(w, ids, max_norm, norm_type):
+    """torch's embedding_renorm_ in float64 NumPy: the rows of ids whose
+    norm_type-norm exceeds max_norm, times max_norm / (norm + 1e-7)."""
+    w = np.array(w, np.float64)
+    for i in np.unique(ids):
+        norm = np.linalg.norm(w[i], ord=norm_type)
+        if norm > max_norm:
+            w[i] *= max_norm / (norm + 1e-7)
+    return w
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DT_IDS)
+@pytest.mark.parametrize("norm_type", [2.0, 1.0, 3.0, np.inf])
+@pytest.mark.parametrize("padding_idx", [None, 2])
+def test_embedding_max_norm_matches_torch(padding_idx, norm_type, dtype, rng, torch, assert_unchanged):
+    """torch's max_norm: the looked-up rows whose norm exceeds it come out renormalised
+    (torch also renormalises them in its weight, in place: attnc's functional form
+    leaves its input alone); the gradient is torch's (the lookup's scatter)."""
+    w = (rng.standard_normal((6, 5)) * np.array([[0.1], [2], [3], [0.2], [1.5], [4]])).astype(dtype)
+    ids = np.array([[0, 1, 1], [2, 4, 3]])
+    y = assert_unchanged(nn.embedding, ids, w, padding_idx, 1.0, norm_type)
+    tw = _t(torch, w, True)
+    ty = torch.nn.functional.embedding(torch.from_numpy(ids), tw, padding_idx, 1.0, norm_type)
+    cot = rng.standard_normal(y.shape).astype(dtype)
+    ty.backward(torch.from_numpy(cot.astype(np.float64)))
+    close(y, ty.detach().numpy(), REL[dtype], "forward vs torch")
+    renormed = _renorm_ref(w, ids, 1.0, norm_type)
+    close(y, renormed[ids], REL[dtype], "forward vs NumPy")
+    assert not np.allclose(renormed[ids], w[ids]) and np.allclose(renormed[0], w[0])  # some rows, not all
+    y2, pullback = attnc.vjp(nn.embedding, ids, w, padding_idx, max_norm=1.0, norm_type=norm_type)
+    same_bits(y2, y, "vjp output == plain call")
+    close(pullback(cot)["weight"], tw.grad.numpy(), REL[dtype], "dweight vs torch")
+
+
+def test_embedding_max_norm_finite_differences(rng, check_vjp):
+    """The gradient with max_norm is the lookup's, the renormalisation a constant
+    shift of the clipped rows (torch's semantics): finite differences of that."""
+    w = rng.standard_normal((5, 3)) * 2
+    ids = np.array([[0, 1, 1], [3, 1, 4]])
+    shift = _renorm_ref(w, ids, 1.5, 2.0) - w
+
+    def ref(input, weight, padding_idx=None, max_norm=None):
+        weff = np.array(weight, dtype=np.float64) + shift
+        if padding_idx is not None:
+            weff[padding_idx] = w[padding_idx] + shift[padding_idx]
+        return weff[input]
+
+    check_vjp(nn.embedding, ref, {"input": ids, "weight": w, "padding_idx": 4, "max_norm": 1.5}, rng,
+              positional=("input", "weight"))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DT_IDS)
+def test_embedding_module_max_norm_renormalises_its_weight_as_torch(dtype, rng, torch):
+    """torch.nn.Embedding(max_norm=...) renormalises the looked-up rows of its own
+    weight at every forward; attnc's module does the same to its own table."""
+    tm = torch.nn.Embedding(8, 4, max_norm=1.2, norm_type=3.0, dtype=torch.float64)
+    m = nn.Embedding(8, 4, max_norm=1.2, norm_type=3.0, dtype=dtype)
+    assert "max_norm=1.2" in repr(m)
+    with torch.no_grad():
+        tm.weight.mul_(torch.linspace(0.1, 3, 8, dtype=torch.float64)[:, None])
+    m.load_state_dict(tm.state_dict())
+    for ids in (np.array([[1, 7, 7], [3, 6, 0]]), np.array([5, 7, 2])):
+        y, pullback = attnc.vjp(m, ids)
+        ty = tm(torch.from_numpy(ids))
+        close(y, ty.detach().numpy(), REL[dtype], "output")
+        close(m.weight, tm.weight.detach().numpy(), REL[dtype], "the module's renormalised weight")
+        cot = rng.standard_normal(y.shape).astype(dtype)
+        tm.weight.grad = None
+        ty.backward(torch.from_numpy(cot.astype(np.float64)))
+        close(pullback(cot)["weight"], tm.weight.grad.numpy(), REL[dtype], "dweight")
+    assert np.linalg.norm(m.weight[4], 3) > 1.2  # never looked up: as it was
+
+
+def test_embedding_max_norm_errors(rng):
+    w = rng.standard_normal((4, 3))
+    for bad in (-1.0, float("nan")):
+        with pytest.raises(ValueError, match="max_norm"):
+            nn.embedding(np.array([0]), w, max_norm=bad)
+    for bad in (0.0, -2.0, float("nan")):
+        with pytest.raises(ValueError, match="norm_type"):
+            nn.embedding(np.array([0]), w, max_norm=1.0, norm_type=bad)
+    with pytest.raises(TypeError, match="max_norm"):
+        nn.embedding(np.array([0]), w, max_norm=True)
+    with pytest.raises(ValueError, match="max_norm"):
+        nn.Embedding(4, 3, max_norm=-1.0)
+
+
+# --------------------------------------------------------------------------- gelu
+
+def gelu_ref(input, approximate="none"):
+    x = np.asarray(input, np.float64)
+    if approximate == "tanh":
+        return 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))
+    return 0.5 * x * (1 + np.vectorize(math.erf, otypes=[np.float64])(x / math.sqrt(2)))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DT_IDS)
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+@pytest.mark.parametrize("shape", [(10, 10), (), (0, 3), (3, 5000)])
+def test_gelu_matches_torch(shape, approximate, dtype, rng, torch, assert_unchanged):
+    x = (rng.standard_normal(shape) * 3).astype(dtype)
+    y = assert_unchanged(nn.gelu, x, approximate)
+    tx = _t(torch, x, True)
+    ty = torch.nn.functional.gelu(tx, approximate=approximate)
+    dy = rng.standard_normal(shape).astype(dtype)
+    ty.backward(torch.from_numpy(dy.astype(np.float64)))
+    assert y.shape == shape and y.dtype == dtype
+    close(y, ty.detach().numpy(), REL[dtype], "forward vs torch")
+    close(y, gelu_ref(x, approximate), REL[dtype], "forward vs NumPy")
+    y2, pullback = attnc.vjp(nn.gelu, x, approximate=approximate)
+    same_bits(y2, y, "vjp output == plain call")
+    g = pullback(dy)["input"]
+    assert g.shape == shape and g.dtype == dtype
+    close(g, tx.grad.numpy(), REL[dtype], "gradient vs torch")
+    xs = x[..., ::2] if x.ndim else x  # strided
+    close(nn.gelu(xs, approximate), gelu_ref(xs, approximate), REL[dtype], "strided input")
+
+
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+def test_gelu_finite_differences(approximate, rng, check_vjp):
+    check_vjp(nn.gelu, gelu_ref, {"input": rng.standard_normal((4, 6)) * 2, "approximate": approximate}, rng,
+              positional=("input",))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DT_IDS)
+def test_gelu_module(dtype, rng, torch):
+    x = rng.standard_normal((2, 7)).astype(dtype)
+    for approximate in ("none", "tanh"):
+        m = nn.GELU(approximate, dtype=dtype)
+        assert repr(m) == f"GELU(approximate='{approximate}')" == repr(torch.nn.GELU(approximate))
+        assert len(m.state_dict()) == 0
+        y, pullback = attnc.vjp(m, x)
+        same_bits(y, nn.gelu(x, approximate), "module == function")
+        dy = rng.standard_normal(x.shape).astype(dtype)
+        same_bits(pullback(dy)["input"], attnc.vjp(nn.gelu, x, approximate)[1](dy)["input"], "module gradient")
+    with pytest.raises(ValueError, match="approximate"):
+        nn.gelu(x, "fast")
+    with pytest.raises(ValueError, match="approximate"):
+        nn.GELU("erf")
+    with pytest.raises(TypeError, match="input"):
+        nn.gelu(np.ones(3, np.int64))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DT_IDS)
+def test_torch_compat_paths_thread_count_bitwise(dtype, rng, restore_threads):
+    """gelu over several C blocks, weighted cross-entropy with class ids and with
+    probabilities (every gradient, the weight's summed over many rows), and
+    embedding with max_norm: the same bits for 1 and 2 threads."""
+    x = rng.standard_normal((3, 9000)).astype(dtype)
+    logits = rng.standard_normal((300, 150)).astype(dtype)
+    tgt = rng.integers(0, 150, size=300)
+    tgt[::7] = -100
+    probs = rng.random((300, 150)).astype(dtype)
+    w = (rng.random(150) + 0.5).astype(dtype)
+    table = (rng.standard_normal((40, 150)) * 2).astype(dtype)
+    ids = rng.integers(0, 40, size=(3, 100))
+
+    def run():
+        out = []
+        for approximate in ("none", "tanh"):
+            y, pb = attnc.vjp(nn.gelu, x, approximate)
+            out += [y, pb(x)["input"]]
+        for t in (tgt, probs):
+            loss, pb = attnc.vjp(nn.cross_entropy, logits, t, w, reduction="mean", label_smoothing=0.1)
+            out += [loss, *pb(np.asarray(0.7, dtype)).values()]
+        e, pb = attnc.vjp(nn.embedding, ids, table, None, 1.0, 3.0)
+        out += [e, pb(e)["weight"]]
+        return out
+
+    attnc.set_num_threads(1)
+    one = run()
+    attnc.set_num_threads(2)
+    two = run()
+    assert len(one) == len(two) == 13
+    for i, (a, c) in enumerate(zip(one, two)):
+        same_bits(a, c, f"result {i}")
+
+
 # --------------------------------------------------------------------------- cross_entropy
 
 def _ce_inputs(rng, kind, ignore_index, dtype, N=6, C=5, d1=3):
@@ -451,6 +629,124 @@ def test_cross_entropy_masked_classes(dtype, torch):
     np.testing.assert_allclose(out, tl.item(), rtol=1e-6)
     np.testing.assert_allclose(g[[0, 2]], tx.grad.numpy(), rtol=1e-6, atol=1e-7)
     assert np.all(g[1] == 0)
+
+
+def ce_full_ref(input, target, weight=None, ignore_index=-100, reduction="mean", label_smoothing=0.0):
+    """torch's cross_entropy in float64 NumPy, class weights and class-probability
+    targets included: loss_n = -sum_c q_nc w_c log p_nc, q the smoothed target
+    (one-hot for class ids, 0 for ignored ones); the mean divides by the summed
+    weights of the targets not ignored, or by the rows for probabilities."""
+    x = np.asarray(input, np.float64)
+    C = x.shape[0 if x.ndim == 1 else 1]
+    rows = lambda a: a[None] if a.ndim == 1 else np.moveaxis(a, 1, -1).reshape(-1, C)  # noqa: E731
+    x2 = rows(x)
+    logp = x2 - np.log(np.exp(x2 - x2.max(-1, keepdims=True)).sum(-1, keepdims=True)) - x2.max(-1, keepdims=True)
+    w = np.ones(C) if weight is None else np.asarray(weight, np.float64)
+    t = np.asarray(target)
+    probs = t.dtype.kind == "f"
+    if probs:
+        q = rows(t.astype(np.float64))
+        denom = x2.shape[0]
+        shape = x.shape[:1] + x.shape[2:] if x.ndim > 1 else ()
+    else:
+        tf = t.reshape(-1)
+        valid = tf != ignore_index
+        q = np.eye(C)[np.where(valid, tf, 0)] * valid[:, None]
+        denom = w[tf[valid]].sum()
+        shape = t.shape
+    q = (1 - label_smoothing) * q + label_smoothing / C * (np.ones_like(q) if probs else valid[:, None])
+    loss = -(q * w * logp).sum(-1)
+    if reduction == "none":
+        return loss.reshape(shape)
+    return loss.sum() if reduction == "sum" else loss.sum() / denom
+
+
+def _ce_probs(rng, x, dtype):
+    """Class probabilities of x's shape (rows summing to 1, one row 0 in a class:
+    torch's samples are any numbers in [0, 1), which attnc takes too)."""
+    p = rng.random(x.shape)
+    return (p / p.sum(axis=0 if x.ndim == 1 else 1, keepdims=True)).astype(dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DT_IDS)
+@pytest.mark.parametrize("ls", [0.0, 0.2])
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("target_kind", ["ids", "probs", "probs_unnormalised"])
+@pytest.mark.parametrize("kind", ["NC", "C", "NCd"])
+def test_cross_entropy_weight_and_probabilities_match_torch(kind, target_kind, reduction, ls, dtype, rng, torch,
+                                                            assert_unchanged):
+    """weight= and class-probability targets, as torch: the loss, the input's gradient,
+    and for probabilities the target's and the weight's (torch differentiates the
+    weight only there; test_cross_entropy_weight_finite_differences checks class ids)."""
+    x, t = _ce_inputs(rng, kind, 2, dtype)
+    if target_kind != "ids":
+        t = _ce_probs(rng, x, dtype) if target_kind == "probs" else rng.random(x.shape).astype(dtype)
+    w = (rng.random(x.shape[0 if x.ndim == 1 else 1]) + 0.5).astype(dtype)
+    kw = dict(reduction=reduction, label_smoothing=ls, ignore_index=2 if target_kind == "ids" else -100)
+    out = assert_unchanged(nn.cross_entropy, x, t, w, **kw)
+    close(out, ce_full_ref(x, t, w, **kw), REL[dtype], "forward vs NumPy")
+    tt = {n: _t(torch, a, n != "target" or target_kind != "ids") for n, a in (("input", x), ("target", t),
+                                                                             ("weight", w))}
+    if target_kind == "ids":
+        tt["target"], tt["weight"] = torch.from_numpy(t.astype(np.int64)), torch.from_numpy(w.astype(np.float64))
+    tout = torch.nn.functional.cross_entropy(tt["input"], tt["target"], tt["weight"], **kw)
+    cot = rng.standard_normal(out.shape).astype(dtype)
+    tout.backward(torch.from_numpy(cot.astype(np.float64)))
+    close(out, tout.detach().numpy(), REL[dtype], "forward vs torch")
+    out2, pullback = attnc.vjp(nn.cross_entropy, x, t, w, **kw)
+    same_bits(out2, out, "vjp output == plain call")
+    grads = pullback(cot)
+    assert set(grads) == ({"input", "weight"} if target_kind == "ids" else {"input", "target", "weight"})
+    for n, g in grads.items():
+        assert g.dtype == dtype and g.shape == np.shape({"input": x, "target": t, "weight": w}[n]), n
+        if tt[n].requires_grad:
+            close(g, tt[n].grad.numpy(), REL[dtype] * 10, f"gradient of {n} vs torch")
+
+
+@pytest.mark.parametrize("ls", [0.0, 0.3])
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("target_kind", ["ids", "probs"])
+def test_cross_entropy_weight_finite_differences(target_kind, reduction, ls, rng, check_vjp):
+    """Every gradient (the weight's with class ids too, where the mean's
+    denominator is the targets' summed weight) against central differences."""
+    x, t = _ce_inputs(rng, "NCd", 3, np.float64, N=3, C=4, d1=2)
+    if target_kind == "probs":
+        t = _ce_probs(rng, x, np.float64)
+    kw = {"input": x, "target": t, "weight": rng.random(4) + 0.5, "reduction": reduction, "label_smoothing": ls}
+    if target_kind == "ids":
+        kw["ignore_index"] = 3
+    check_vjp(nn.cross_entropy, ce_full_ref, kw, rng, positional=("input", "target", "weight"))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DT_IDS)
+def test_cross_entropy_weight_and_probability_edges(dtype, rng, torch):
+    """Weighted mean with every target ignored, or with zero summed weight: 0 (torch:
+    NaN); a -inf logit of a class with target probability 0 adds nothing (torch:
+    NaN without smoothing); ignore_index >= 0 with probabilities refused, as torch."""
+    x = rng.standard_normal((3, 4)).astype(dtype)
+    w = np.array([0.0, 0.0, 1.0, 2.0], dtype)
+    for t in (np.full(3, -100), np.array([0, 1, 0])):
+        out, pullback = attnc.vjp(nn.cross_entropy, x, t, w)
+        assert out == 0 and out.dtype == dtype
+        g = pullback(np.asarray(1.0, dtype))
+        assert np.all(g["input"] == 0) and np.isfinite(g["weight"]).all()
+        tl = torch.nn.functional.cross_entropy(torch.from_numpy(x), torch.from_numpy(t), torch.from_numpy(w))
+        assert torch.isnan(tl)
+    xm = np.array([[0.5, -np.inf, 1.0], [2.0, 0.1, -np.inf]], dtype)
+    p = np.array([[0.3, 0.0, 0.7], [0.5, 0.5, 0.0]], dtype)
+    out, pullback = attnc.vjp(nn.cross_entropy, xm, p)
+    g = pullback(np.asarray(1.0, dtype))
+    assert np.isfinite(out) and np.isfinite(g["input"]).all()
+    keep = np.isfinite(xm)
+    close(out, -(p[keep] * (xm - np.log(np.exp(xm).sum(1, keepdims=True)))[keep]).sum() / 2, REL[dtype], "loss")
+    with pytest.raises(ValueError, match="ignore_index"):
+        nn.cross_entropy(x, _ce_probs(rng, x, dtype), ignore_index=0)
+    with pytest.raises(ValueError, match="weight"):
+        nn.cross_entropy(x, np.array([0, 1, 2]), np.ones(3, dtype))
+    with pytest.raises(TypeError, match="weight"):
+        nn.cross_entropy(x, np.array([0, 1, 2]), np.ones(4, np.float32 if dtype == np.float64 else np.float64))
+    with pytest.raises(TypeError, match="target"):  # probabilities have the input's dtype
+        nn.cross_entropy(x, _ce_probs(rng, x, np.float32 if dtype == np.float64 else np.float64))
 
 
 def test_cross_entropy_errors(rng):
@@ -564,12 +860,18 @@ def test_thread_count_bitwise(dtype, rng, restore_threads):
 
 def _log_softmax_ref(input, dim=-1):
     x = np.asarray(input, np.float64)
+    if x.ndim == 0 or x.size == 0:  # one element normalised alone: 0; nothing: nothing
+        return np.zeros_like(x)
     m = x.max(axis=dim, keepdims=True)
     return x - m - np.log(np.exp(x - m).sum(axis=dim, keepdims=True))
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=DT_IDS)
-@pytest.mark.parametrize("shape, dim", [((7,), 0), ((3, 5), -1), ((3, 5), 0), ((2, 4, 6), 1)])
+@pytest.mark.parametrize("shape, dim", [((7,), 0), ((3, 5), -1), ((3, 5), 0), ((2, 4, 6), 1),
+                                        # 0-d, a zero-length dim and an empty batch (torch's OpInfo has the
+                                        # first two): torch's results, empty where torch's are
+                                        ((), 0), ((), -1), ((5, 0, 0), -1), ((4, 0, 3), 1), ((4, 0, 3), 0),
+                                        ((0, 3), 1)])
 def test_log_softmax_matches_torch(shape, dim, dtype, rng, torch, assert_unchanged):
     x = (rng.standard_normal(shape) * 3).astype(dtype)
     y, pull = assert_unchanged(attnc.vjp, nn.log_softmax, x, dim=dim)
@@ -582,6 +884,7 @@ def test_log_softmax_matches_torch(shape, dim, dtype, rng, torch, assert_unchang
     np.testing.assert_allclose(y, yt.detach().numpy(), rtol=tol, atol=tol)
     np.testing.assert_allclose(pull(dy)["input"], xt.grad.numpy(), rtol=tol, atol=tol)
     np.testing.assert_allclose(y, _log_softmax_ref(x, dim), rtol=tol, atol=tol)
+    assert pull(dy)["input"].shape == shape and pull(None)["input"].shape == shape
 
 
 def test_log_softmax_finite_differences(rng, check_vjp):
@@ -602,8 +905,8 @@ def test_log_softmax_stable_and_minus_inf_rows():
 def test_log_softmax_errors():
     with pytest.raises(ValueError, match="dim"):
         nn.log_softmax(np.zeros((2, 3)), dim=2)
-    with pytest.raises(ValueError, match="at least one dim"):
-        nn.log_softmax(np.float64(1.0))
+    with pytest.raises(ValueError, match="dim"):  # a 0-d input has dim 0 (or -1) only, as in torch
+        nn.log_softmax(np.float64(1.0), dim=1)
     with pytest.raises(TypeError):
         nn.log_softmax(np.zeros((2, 3), np.int64))
 

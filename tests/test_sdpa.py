@@ -334,6 +334,70 @@ def test_gradients_match_finite_differences(case, rng, check_vjp):
               positional=("query", "key", "value"))
 
 
+# --------------------------------------------------------------------------- broadcasting
+
+def _broadcast_cases(rng, dtype):
+    """(query, key, value, kwargs): leading dims that torch broadcasts."""
+    def a(*shape):
+        return rng.standard_normal(shape).astype(dtype)
+
+    return {
+        # torch's OpInfo sample: a 3-d query is (H, L, E) against (B, H, S, E)
+        "opinfo_q3d_kv4d": (a(4, 3, 8), a(4, 4, 6, 8), a(4, 4, 6, 8), {}),
+        "q2d_kv4d_causal": (a(5, 8), a(2, 3, 7, 8), a(2, 3, 7, 4), {"is_causal": True}),
+        "kv_lead_differ": (a(2, 1, 5, 8), a(1, 3, 7, 8), a(2, 3, 7, 4), {"attn_mask": a(5, 7)}),
+        "q_heads_1": (a(2, 1, 5, 8), a(2, 3, 7, 8), a(2, 3, 7, 4), {"attn_mask": a(2, 1, 5, 7)}),
+        "gqa_lead": (a(1, 4, 5, 8), a(3, 2, 7, 8), a(1, 2, 7, 4), {"enable_gqa": True}),
+        "gqa_k_v_heads_differ": (a(2, 4, 5, 8), a(2, 2, 7, 8), a(2, 1, 7, 4),
+                                 {"enable_gqa": True, "is_causal": True}),
+    }
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+@pytest.mark.parametrize("case", list(_broadcast_cases(np.random.default_rng(0), np.float64)))
+def test_broadcast_leading_dims_match_torch(case, dtype, rng, torch):
+    """The dims before the last two broadcast as torch broadcasts them, and
+    the gradients are summed back over them (each in its argument's shape)."""
+    q, k, v, kw = _broadcast_cases(rng, dtype)[case]
+    out, pullback = attnc.vjp(attnc.scaled_dot_product_attention, q, k, v, **kw)
+    dout = rng.standard_normal(out.shape).astype(dtype)
+    grads = pullback(dout)
+    tout, tgrads = _torch_sdpa(torch, q, k, v, kw, dout)
+    assert out.shape == tout.shape and out.dtype == dtype
+    _close(out, tout, REL[dtype], f"{case}: output vs torch")
+    assert set(grads) == set(tgrads), sorted(grads)
+    for n, g in grads.items():
+        assert g.dtype == dtype, n
+        _close(g, tgrads[n], GREL[dtype], f"{case}: gradient {n} vs torch")
+
+
+def _broadcast_ref(query, key, value, attn_mask=None, is_causal=False, enable_gqa=False):
+    """The float64 reference on inputs broadcast (and kv heads repeated) by
+    hand, so finite differences check the sums over broadcast dims."""
+    q, k, v = (np.asarray(x, np.float64) for x in (query, key, value))
+    if enable_gqa:
+        hkv = int(np.lcm(k.shape[-3], v.shape[-3]))
+        k = np.repeat(k, hkv // k.shape[-3], axis=-3)
+        v = np.repeat(v, hkv // v.shape[-3], axis=-3)
+        lead = np.broadcast_shapes(q.shape[:-3], k.shape[:-3], v.shape[:-3])
+        q, k, v = (np.broadcast_to(x, lead + x.shape[-3:]) for x in (q, k, v))
+    else:
+        lead = np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+        q, k, v = (np.broadcast_to(x, lead + x.shape[-2:]) for x in (q, k, v))
+    return ref.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=is_causal,
+                                            enable_gqa=enable_gqa)
+
+
+@pytest.mark.parametrize("case", ["q2d_kv4d_causal", "kv_lead_differ", "gqa_k_v_heads_differ"])
+def test_broadcast_gradients_match_finite_differences(case, rng, check_vjp):
+    q, k, v, kw = _broadcast_cases(rng, np.float64)[case]
+    q, k, v = q[..., :3, :3], k[..., :4, :3], v[..., :4, :2]  # small: every entry is perturbed
+    if "attn_mask" in kw:
+        kw = {"attn_mask": kw["attn_mask"][..., :3, :4]}
+    check_vjp(attnc.scaled_dot_product_attention, _broadcast_ref, dict(query=q, key=k, value=v, **kw), rng,
+              positional=("query", "key", "value"))
+
+
 # --------------------------------------------------------------------------- dropout
 
 def _recover_keep(q, k, seed, p, lead, hkv, S, **kw):
@@ -460,6 +524,10 @@ def _thread_cases(rng):
         ((_qkv(rng, (2,), 4, 2, 200, 260, 16, 8)),
          {"enable_gqa": True, "attn_mask": _bool_mask(rng, (2, 1, 1, 260)),
           "dropout_p": 0.2, "seed": 7}),
+        # broadcast leading dims: the gradients' sums over them
+        ((rng.standard_normal((1, 3, 150, 16)), rng.standard_normal((2, 1, 270, 16)),
+          rng.standard_normal((2, 3, 270, 8))),
+         {"attn_mask": rng.standard_normal((150, 270))}),
     ]
 
 
@@ -494,12 +562,12 @@ def _err_cases():
     q, k, v = a(2, 4, 5, 8), a(2, 4, 7, 8), a(2, 4, 7, 3)
     return {
         "query_1d": (ValueError, r"\bquery\b", (a(8), a(7, 8), a(7, 3)), {}),
-        "key_ndim": (ValueError, r"\bkey\b", (q, a(4, 7, 8), v), {}),
-        "value_ndim": (ValueError, r"\bvalue\b", (q, k, a(4, 7, 3)), {}),
-        "2d_query_4d_key": (ValueError, r"\bquery\b|\bkey\b", (a(5, 8), k, v), {}),
+        "key_1d": (ValueError, r"\bkey\b", (q, a(8), v), {}),
+        "value_1d": (ValueError, r"\bvalue\b", (q, k, a(3)), {}),
+        "2d_query_lead_mismatch": (ValueError, r"\bquery\b|\bkey\b", (a(5, 8), k, a(3, 4, 7, 3)), {}),
         "E_mismatch": (ValueError, r"\bkey\b", (q, a(2, 4, 7, 6), v), {}),
         "S_mismatch": (ValueError, r"\bvalue\b", (q, k, a(2, 4, 6, 3)), {}),
-        "Hkv_mismatch": (ValueError, r"\bvalue\b", (q, k, a(2, 2, 7, 3)),
+        "Hkv_not_dividing": (ValueError, r"\bvalue\b", (q, k, a(2, 3, 7, 3)),
                          {"enable_gqa": True}),
         "lead_mismatch": (ValueError, r"\bquery\b|\bkey\b", (q, a(3, 4, 7, 8), a(3, 4, 7, 3)),
                           {}),

@@ -38,6 +38,16 @@ def _param(x, name, shape, dtype, required=True):
     return blas_ready(a)
 
 
+def _key_bias(x, name, E, dtype):
+    """bias_k or bias_v as (1, 1, E): torch appends ``bias.repeat(1, B, 1)``,
+    so (E,), (1, E) and (1, 1, E) all mean the same appended key."""
+    a = float_array(x, name)
+    same_dtype(dtype, **{name: a})
+    if a.ndim > 3 or a.shape[-1:] != (E,) or any(n != 1 for n in a.shape[:-1]):
+        raise ValueError(f"{name} has shape {shape_str(a.shape)}, expected (E,), (1, E) or (1, 1, E) with E = {E}")
+    return blas_ready(a.reshape(1, 1, E))
+
+
 def _pad_keys(view, extra):
     """Append `extra` allowed key columns to a (B, H, L, S) mask view."""
     if extra == 0:
@@ -87,9 +97,9 @@ def _forward(query, key, value, num_heads, in_proj_weight, in_proj_bias, out_pro
     if (bias_k is None) != (bias_v is None):
         raise ValueError("bias_k and bias_v go together")
     bias_kv = bias_k is not None
+    bias_shapes = (np.shape(bias_k), np.shape(bias_v))
     if bias_kv:
-        bias_k = _param(bias_k, "bias_k", (1, 1, E), dtype)
-        bias_v = _param(bias_v, "bias_v", (1, 1, E), dtype)
+        bias_k, bias_v = _key_bias(bias_k, "bias_k", E, dtype), _key_bias(bias_v, "bias_v", E, dtype)
     if is_causal and attn_mask is None:
         raise ValueError("is_causal is a hint that attn_mask is the causal mask: pass attn_mask too (as torch)")
     if not 0 <= dropout_p <= 1:
@@ -142,7 +152,7 @@ def _forward(query, key, value, num_heads, in_proj_weight, in_proj_bias, out_pro
     out = linear_rows(attn2, wo, bo).reshape(B, L, E)
     unbatch = (lambda a: a) if batched else (lambda a: None if a is None else a[0])
     saved = dict(spec=spec, x=x, shapes=(query, key, value), B=B, L=L, S=S, E=E, H=H, hd=hd, extra=extra,
-                 bias_kv=bias_kv, add_zero_attn=bool(add_zero_attn), batched=batched, qh=qh, kh=kh, vh=vh,
+                 bias_kv=bias_kv, bias_shapes=bias_shapes, add_zero_attn=bool(add_zero_attn), batched=batched, qh=qh, kh=kh, vh=vh,
                  attn=attn, attn2=attn2, lse=lse, w=(wq, wk, wv, wo), b=(bq, bk, bv, bo), b_in=b_in is not None,
                  separate=in_proj_weight is None, mask_args=mask_args, dtype=dtype,
                  need_weights=need_weights, average=average_attn_weights)
@@ -180,9 +190,9 @@ def _backward(s, cotangents):
         elif np.asarray(orig).ndim == 3 and len(shape) == 4:  # given as (B*H, L, S)
             g = g.reshape(B * H, L, S)
         grads[name] = unbroadcast(g, np.shape(orig)) if name == "attn_mask" else (g if s["batched"] else g[0])
-    if s["bias_kv"]:
-        grads["bias_k"] = dk[:, S].sum(axis=0).reshape(1, 1, E)
-        grads["bias_v"] = dv[:, S].sum(axis=0).reshape(1, 1, E)
+    if s["bias_kv"]:  # in the caller's shape of each
+        grads["bias_k"] = dk[:, S].sum(axis=0).reshape(s["bias_shapes"][0])
+        grads["bias_v"] = dv[:, S].sum(axis=0).reshape(s["bias_shapes"][1])
     x = s["x"]
     dxs, dws, dbs = {}, {}, {}
     for n, d, w, b in (("q", dq, wq, bq), ("k", dk[:, :S], wk, bk), ("v", dv[:, :S], wv, bv)):
@@ -225,7 +235,8 @@ def multi_head_attention(query: ArrayLike, key: ArrayLike, value: ArrayLike, num
     need_weights : bool, also return the attention weights (from the fused kernel)
     average_attn_weights : bool, average the weights over heads: (B, L, S), else (B, H, L, S)
     is_causal : bool, hint that attn_mask is the causal mask (attn_mask is required, as in torch)
-    bias_k, bias_v : (1, 1, E), extra key/value appended to the sequence; add_zero_attn appends zeros
+    bias_k, bias_v : (1, 1, E) (or (E,) or (1, E), as torch's functional form takes), an extra
+        key/value appended to the sequence; add_zero_attn appends zeros
     dropout_p, seed : dropout on the attention probabilities, reproducible from seed
 
     Masks here keep PyTorch's meaning (True = ignore), because the argument

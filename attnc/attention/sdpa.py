@@ -38,44 +38,74 @@ def _attn_mask(attn_mask, dtype, shape):
         ) from None
 
 
+def _broadcast(shapes, what):
+    """np.broadcast_shapes of the named shapes, or ValueError naming them."""
+    try:
+        return np.broadcast_shapes(*shapes.values())
+    except ValueError:
+        given = ", ".join(f"{n} {shape_str(sh)}" for n, sh in shapes.items())
+        raise ValueError(f"{what} do not broadcast: {given}") from None
+
+
 def _check(query, key, value, enable_gqa):
+    """query, key, value broadcast as torch broadcasts them, as the views the
+    kernel takes: (B..., H, L, E), (B..., Hkv, S, E), (B..., Hkv, S, Ev).
+
+    Returns (q, k, v, layout); layout tells the backward how to give each
+    gradient its argument's shape again (summing over broadcast dims) and
+    whether a head dim was added (a (L, E) call)."""
     q = float_array(query, "query")
     k = float_array(key, "key")
     v = float_array(value, "value")
     same_dtype(q.dtype, key=k, value=v)
-    if q.ndim < 2 or k.ndim != q.ndim or v.ndim != q.ndim:
+    if min(q.ndim, k.ndim, v.ndim) < 2:
         raise ValueError(
             f"query {shape_str(q.shape)}, key {shape_str(k.shape)} and value {shape_str(v.shape)} must have "
-            "the same number of dims, at least 2: (..., H, L, E), (..., Hkv, S, E), (..., Hkv, S, Ev)"
-        )
-    heads = q.ndim >= 3
-    lead = q.ndim - (3 if heads else 2)
-    if k.shape[:lead] != q.shape[:lead] or v.shape[:lead] != q.shape[:lead]:
-        raise ValueError(
-            f"query {shape_str(q.shape)}, key {shape_str(k.shape)} and value {shape_str(v.shape)} must have "
-            "the same leading (batch) dims"
+            "at least 2 dims: (..., L, E), (..., S, E), (..., S, Ev)"
         )
     if k.shape[-1] != q.shape[-1]:
         raise ValueError(f"key {shape_str(k.shape)} and query {shape_str(q.shape)} need the same last dim E")
-    if v.shape[-2] != k.shape[-2] or (heads and v.shape[-3] != k.shape[-3]):
-        raise ValueError(f"value {shape_str(v.shape)} needs key's heads and length: key is {shape_str(k.shape)}")
-    if heads:
-        h, hkv = q.shape[-3], k.shape[-3]
-        if enable_gqa:
-            if hkv == 0 or h % hkv:
-                raise ValueError(f"enable_gqa needs query's heads ({h}) to be a multiple of key's heads ({hkv})")
-        elif h != hkv:
-            raise ValueError(
-                f"query has {h} heads and key has {hkv}: pass enable_gqa=True for grouped-query attention"
-            )
-    else:  # (L, E): one head
-        q, k, v = q[None], k[None], v[None]
-    return q, k, v, heads
+    if v.shape[-2] != k.shape[-2]:
+        raise ValueError(f"value {shape_str(v.shape)} needs key's length S: key is {shape_str(k.shape)}")
+    shapes = {"query": q.shape, "key": k.shape, "value": v.shape}
+    added_head = max(q.ndim, k.ndim, v.ndim) == 2  # (L, E): one head, added here, dropped from the results
+    # a 2-d array has no head dim: with enable_gqa it gets one (1 head), else it simply broadcasts
+    q, k, v = (a[None] if a.ndim == 2 and (added_head or enable_gqa) else a for a in (q, k, v))
+    repeats = (1, 1)
+    if enable_gqa:  # dim -3 is the heads; the dims before it broadcast
+        h, hk, hv = q.shape[-3], k.shape[-3], v.shape[-3]
+        if hk == 0 or hv == 0 or h % hk or h % hv:
+            raise ValueError(f"enable_gqa needs query's heads ({h}) to be a multiple of key's ({hk}) and "
+                             f"value's ({hv})")
+        hkv = math.lcm(hk, hv)  # key and value share the kernel's kv heads: the coarser is repeated
+        repeats = (hkv // hk, hkv // hv)
+        k, v = (np.repeat(a, r, axis=-3) if r > 1 else a for a, r in ((k, repeats[0]), (v, repeats[1])))
+        lead = _broadcast({n: a.shape[:-3] for n, a in zip(shapes, (q, k, v))},
+                          "the batch dims of query, key and value")
+        q = np.broadcast_to(q, lead + q.shape[-3:])
+        k, v = (np.broadcast_to(a, lead + (hkv,) + a.shape[-2:]) for a in (k, v))
+    else:  # every dim before the last two broadcasts, the heads' included
+        lead = _broadcast({n: a.shape[:-2] for n, a in zip(shapes, (q, k, v))},
+                          "the batch and head dims of query, key and value")
+        q, k, v = (np.broadcast_to(a, lead + a.shape[-2:]) for a in (q, k, v))
+    return q, k, v, (shapes, (1,) + repeats, added_head)
+
+
+def _argument_grads(grads, layout):
+    """dquery, dkey, dvalue made at the kernel's shapes, in the arguments'
+    shapes again: summed over repeated kv heads and over broadcast dims."""
+    shapes, repeats, _ = layout
+    out = {}
+    for (name, shape), g, r in zip(shapes.items(), grads, repeats):
+        if r > 1:
+            g = g.reshape(g.shape[:-3] + (g.shape[-3] // r, r) + g.shape[-2:]).sum(axis=-3)
+        out[name] = unbroadcast(g, shape)
+    return out
 
 
 def _forward(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False,
              *, return_weights=False, seed=None):
-    q, k, v, heads = _check(query, key, value, enable_gqa)
+    q, k, v, layout = _check(query, key, value, enable_gqa)
     dtype = q.dtype
     batch, (h, L, E), (S, Ev) = q.shape[:-3], q.shape[-3:], v.shape[-2:]
     if attn_mask is not None and is_causal:
@@ -95,17 +125,17 @@ def _forward(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, 
     lse = np.empty(batch + (h, L), dtype)
     weights = np.empty(batch + (h, L, S), dtype) if return_weights else None
     _core.sdpa_forward(spec, q, k, v, out, lse, weights)
-    unhead = (lambda a: a[0]) if not heads else (lambda a: a)
+    unhead = (lambda a: a[0]) if layout[2] else (lambda a: a)
     outputs = (unhead(out), unhead(weights)) if return_weights else unhead(out)
-    saved = (spec, q, k, v, out, lse, heads, mask_arg)
+    saved = (spec, q, k, v, out, lse, layout, mask_arg)
     return outputs, saved
 
 
 def _backward(saved, cotangents):
-    spec, q, k, v, out, lse, heads, mask_arg = saved
+    spec, q, k, v, out, lse, layout, mask_arg = saved
     dout = cotangents[0]
     dweights = cotangents[1] if len(cotangents) > 1 else None
-    if not heads:
+    if layout[2]:  # the head dim the forward added
         dout = None if dout is None else dout[None]
         dweights = None if dweights is None else dweights[None]
     if dout is None:
@@ -114,10 +144,9 @@ def _backward(saved, cotangents):
     float_mask = mask_arg is not None and mask_arg.dtype != np.bool_
     dmask = np.zeros(lse.shape + (k.shape[-2],), q.dtype) if float_mask else None
     _core.sdpa_backward(spec, blas_ready(dout), dweights, q, k, v, out, lse, dq, dk, dv, dmask)
-    unhead = (lambda a: a[0]) if not heads else (lambda a: a)
-    grads = {"query": unhead(dq), "key": unhead(dk), "value": unhead(dv)}
+    grads = _argument_grads((dq, dk, dv), layout)
     if float_mask:
-        grads["attn_mask"] = unbroadcast(unhead(dmask), mask_arg.shape)
+        grads["attn_mask"] = unbroadcast(dmask, mask_arg.shape)
     return grads
 
 
@@ -148,8 +177,13 @@ def scaled_dot_product_attention(query: ArrayLike, key: ArrayLike, value: ArrayL
     Parameters
     ----------
     query : array (..., H, L, E) (or (L, E)), float32 or float64
-    key : array (..., Hkv, S, E), the same dtype (and (S, E) with a (L, E) query)
+    key : array (..., Hkv, S, E), the same dtype
     value : array (..., Hkv, S, Ev), the same dtype
+        The dims before the last two broadcast against each other, as torch
+        broadcasts them (a (4, 3, 8) query against (4, 4, 6, 8) keys and
+        values gives a (4, 4, 3, 8) output; a (L, E) query with (S, E) keys
+        is one head); with enable_gqa, dim -3 is the heads and the dims
+        before it broadcast. Gradients are summed over the broadcast dims.
     attn_mask : optional, broadcastable to (..., H, L, S): boolean, True = takes
         part; or float (the call's dtype), added to the scores.
     dropout_p : float in [0, 1], dropout on the attention probabilities.
@@ -157,7 +191,9 @@ def scaled_dot_product_attention(query: ArrayLike, key: ArrayLike, value: ArrayL
         L != S). Not together with attn_mask.
     scale : float, default 1 / sqrt(E).
     enable_gqa : bool, grouped-query attention: H a multiple of Hkv, query head
-        h reads key/value head h // (H // Hkv) (shared, not copied).
+        h reads key/value head h // (H // Hkv) (shared, not copied). Key and
+        value may have different head counts, each dividing H, as in torch
+        (then the one with fewer heads is repeated to the other's count).
     return_weights : bool, also return the (..., H, L, S) attention weights
         (softmax probabilities, before dropout), recomputed from the saved
         log-sum-exp. Calls that don't ask pay nothing.

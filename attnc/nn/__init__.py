@@ -1,7 +1,7 @@
 """attnc.nn: PyTorch-compatible modules whose parameters are NumPy arrays
 named as in torch's state_dict(), with C forward and backward."""
 
-from .activation import ReLU, relu, relu_dropout
+from .activation import GELU, ReLU, gelu, relu, relu_dropout
 from .conv import CausalConv1d, Conv1d, Conv2d, conv1d, conv2d
 from .decoding import decode
 from .gated import gated_activation
@@ -40,6 +40,7 @@ __all__ = [
     "Conv2d",
     "DenseBlock",
     "Embedding",
+    "GELU",
     "GRUCell",
     "LSTMCell",
     "LayerNorm",
@@ -61,6 +62,7 @@ __all__ = [
     "decode",
     "embedding",
     "gated_activation",
+    "gelu",
     "layer_norm",
     "linear",
     "log_softmax",

@@ -1,40 +1,48 @@
-"""attnc.nn.relu, attnc.nn.ReLU and attnc.nn.relu_dropout: max(x, 0) (and
-dropout after it) through the C pointwise kernel (csrc/nn/pointwise.c), with
-registered gradients."""
+"""attnc.nn.relu, attnc.nn.ReLU, attnc.nn.relu_dropout, attnc.nn.gelu and
+attnc.nn.GELU: max(x, 0) (and dropout after it) and GELU through the C
+pointwise kernel (csrc/nn/pointwise.c), with registered gradients."""
 
 from __future__ import annotations
 
 import numbers
+from typing import Literal
 
 import numpy as np
 
 from .. import _core
-from .._args import float_array, seed_bits
+from .._args import choice, float_array, seed_bits
 from .._typing import Array, ArrayLike, DTypeLike
 from ..grad import register
 from .module import Module
 
 _RELU = 1  # ATTNC_ACT_RELU
+_GELU = {"none": 2, "tanh": 3}  # torch's approximate= -> ATTNC_ACT_GELU, ATTNC_ACT_GELU_TANH
 
 
-def _relu_dropout_forward(input, p=0.0, *, seed=None):
-    x = np.ascontiguousarray(float_array(input, "input"))
+def _act_forward(input, act, p=0.0, seed=None):
+    """(act then dropout, saved); any shape, a 0-d input included (order="C"
+    keeps it 0-d, where np.ascontiguousarray would make it (1,))."""
+    x = np.asarray(float_array(input, "input"), order="C")
     if isinstance(p, bool) or not isinstance(p, numbers.Real) or not 0 <= p <= 1:
         raise ValueError(f"p must be a dropout probability in [0, 1], got {p!r}")
     bits = seed_bits(seed) if p > 0 else 0
     y = np.empty_like(x)
-    _core.activation_forward(y, x, _RELU, float(p), bits, 0)
-    return y, (x, float(p), bits)
+    _core.activation_forward(y, x, act, float(p), bits, 0)
+    return y, (x, act, float(p), bits)
 
 
-def _relu_dropout_backward(saved, cotangents):
-    x, p, bits = saved
+def _act_backward(saved, cotangents):
+    x, act, p, bits = saved
     (dy,) = cotangents
     if dy is None:
         return {"input": np.zeros_like(x)}
     dx = np.empty_like(x)
-    _core.activation_backward(dx, np.ascontiguousarray(dy), x, _RELU, p, bits, 0)
+    _core.activation_backward(dx, np.asarray(dy, order="C"), x, act, p, bits, 0)
     return {"input": dx}
+
+
+def _relu_dropout_forward(input, p=0.0, *, seed=None):
+    return _act_forward(input, _RELU, p, seed)
 
 
 def relu_dropout(input: ArrayLike, p: float = 0.0, *, seed: int | None = None) -> Array:
@@ -65,7 +73,7 @@ def relu_dropout(input: ArrayLike, p: float = 0.0, *, seed: int | None = None) -
     return _relu_dropout_forward(input, p, seed=seed)[0]
 
 
-register(relu_dropout, _relu_dropout_forward, _relu_dropout_backward)
+register(relu_dropout, _relu_dropout_forward, _act_backward)
 
 
 def _relu_forward(input):
@@ -77,7 +85,7 @@ def relu(input: ArrayLike) -> Array:
 
     Parameters
     ----------
-    input : array of any shape, float32 or float64 (the gradient at 0 is 0)
+    input : array of any shape (0-d included), float32 or float64 (the gradient at 0 is 0)
 
     Returns
     -------
@@ -91,7 +99,7 @@ def relu(input: ArrayLike) -> Array:
     return _relu_forward(input)[0]
 
 
-register(relu, _relu_forward, _relu_dropout_backward)
+register(relu, _relu_forward, _act_backward)
 
 
 class ReLU(Module):
@@ -121,4 +129,74 @@ class ReLU(Module):
     def _vjp_forward(self, input):
         return _relu_forward(input)
 
-    _vjp_backward = staticmethod(_relu_dropout_backward)
+    _vjp_backward = staticmethod(_act_backward)
+
+
+Approximate = Literal["none", "tanh"]
+
+
+def _gelu_forward(input, approximate="none"):
+    return _act_forward(input, _GELU[choice(approximate, tuple(_GELU), "approximate")])
+
+
+def gelu(input: ArrayLike, approximate: Approximate = "none") -> Array:
+    """GELU elementwise, as ``torch.nn.functional.gelu``, forward and backward in C.
+
+    approximate="none": x Phi(x) = x (1 + erf(x / sqrt(2))) / 2;
+    approximate="tanh": x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))) / 2.
+
+    Parameters
+    ----------
+    input : array of any shape (0-d included), float32 or float64
+    approximate : "none" (exact, with erf) or "tanh"
+
+    Returns
+    -------
+    output : array, same shape and dtype as ``input``
+
+    Example
+    -------
+    >>> attnc.nn.gelu(np.array([-1.0, 0.0, 1.0])).round(4)
+    array([-0.1587,  0.    ,  0.8413])
+    >>> attnc.nn.gelu(np.array([1.0]), approximate="tanh").round(4)
+    array([0.8412])
+    """
+    return _gelu_forward(input, approximate)[0]
+
+
+register(gelu, _gelu_forward, _act_backward)
+
+
+class GELU(Module):
+    """``torch.nn.GELU(approximate)``: ``attnc.nn.gelu`` as a module.
+
+    Parameters
+    ----------
+    approximate : "none" (exact, with erf) or "tanh"
+    dtype : float32 or float64 (there are no parameters; ``state_dict()`` is empty)
+
+    Forward: input of any shape, float32 or float64 -> same shape and dtype.
+
+    Example
+    -------
+    >>> act = attnc.nn.GELU(approximate="tanh")
+    >>> act(np.array([[-1.0, 2.0]], np.float32)).round(3)
+    array([[-0.159,  1.955]], dtype=float32)
+    >>> act
+    GELU(approximate='tanh')
+    """
+
+    def __init__(self, approximate: Approximate = "none", *, dtype: DTypeLike = np.float32) -> None:
+        super().__init__(dtype)
+        self.approximate = choice(approximate, tuple(_GELU), "approximate")
+
+    def forward(self, input: ArrayLike) -> Array:
+        return gelu(input, self.approximate)
+
+    def _vjp_forward(self, input):
+        return _gelu_forward(input, self.approximate)
+
+    _vjp_backward = staticmethod(_act_backward)
+
+    def extra_repr(self) -> str:
+        return f"approximate={self.approximate!r}"

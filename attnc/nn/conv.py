@@ -2,8 +2,9 @@
 csrc/conv).
 
 A convolution here is torch's: a cross-correlation of (B, Cin, H, W) with a
-weight (Cout, Cin, kH, kW), groups = 1. A 1-d convolution is the H = 1 case
-of the same C kernel.
+weight (Cout, Cin / groups, kH, kW), output channel o reading the input
+channels of its group. A 1-d convolution is the H = 1 case of the same C
+kernel.
 """
 
 from __future__ import annotations
@@ -65,8 +66,7 @@ def _conv_forward(nd, input, weight, bias, stride, padding, dilation, groups, pa
     x = float_array(input, "input")
     w = float_array(weight, "weight")
     same_dtype(x.dtype, weight=w)
-    if groups != 1:
-        raise ValueError(f"attnc's convolutions support groups=1 only, got groups={groups!r}")
+    groups = int_arg("groups", groups)
     if w.ndim != nd + 2:
         raise ValueError(f"weight has shape {shape_str(w.shape)}, expected {nd + 2} dims (out, in, "
                          f"{'k' if nd == 1 else 'kH, kW'})")
@@ -75,9 +75,12 @@ def _conv_forward(nd, input, weight, bias, stride, padding, dilation, groups, pa
                          f"{'length' if nd == 1 else 'H, W'}) or the same without batch")
     batched = x.ndim == nd + 2
     xb = x if batched else x[None]
-    if xb.shape[1] != w.shape[1]:
+    if w.shape[0] % groups:
+        raise ValueError(f"weight {shape_str(w.shape)} has {w.shape[0]} output channels, not divisible by "
+                         f"groups={groups}")
+    if xb.shape[1] != w.shape[1] * groups:
         raise ValueError(f"input {shape_str(x.shape)} has {xb.shape[1]} channels but weight "
-                         f"{shape_str(w.shape)} expects {w.shape[1]}")
+                         f"{shape_str(w.shape)} with groups={groups} expects {w.shape[1] * groups}")
     if min(w.shape[2:], default=1) < 1:
         raise ValueError(f"weight {shape_str(w.shape)} has an empty kernel")
     b = None
@@ -103,14 +106,14 @@ def _conv_forward(nd, input, weight, bias, stride, padding, dilation, groups, pa
     ho = (xb.shape[2] + sum(pads[0]) - dilation[0] * (w.shape[2] - 1) - 1) // stride[0] + 1
     wo = (xb.shape[3] + sum(pads[1]) - dilation[1] * (w.shape[3] - 1) - 1) // stride[1] + 1
     y = np.empty((xb.shape[0], w.shape[0], ho, wo), x.dtype)
-    _core.conv2d_forward(y, xb, w, b, stride, pad4, dilation)
+    _core.conv2d_forward(y, xb, w, b, stride, pad4, dilation, groups)
     out = y[:, :, 0, :] if nd == 1 else y
-    saved = (x.shape, np.shape(weight), xb, w, b is not None, stride, pad4, dilation)
+    saved = (x.shape, np.shape(weight), xb, w, b is not None, stride, pad4, dilation, groups)
     return (out if batched else out[0]), saved
 
 
 def _conv_backward(saved, cotangents):
-    x_shape, w_shape, xb, w, has_bias, stride, pad4, dilation = saved
+    x_shape, w_shape, xb, w, has_bias, stride, pad4, dilation, groups = saved
     (dy,) = cotangents
     ho = (xb.shape[2] + pad4[0] + pad4[1] - dilation[0] * (w.shape[2] - 1) - 1) // stride[0] + 1
     wo = (xb.shape[3] + pad4[2] + pad4[3] - dilation[1] * (w.shape[3] - 1) - 1) // stride[1] + 1
@@ -118,7 +121,7 @@ def _conv_backward(saved, cotangents):
     dy4 = np.zeros(shape, xb.dtype) if dy is None else np.ascontiguousarray(dy).reshape(shape)
     dx, dw = np.empty(xb.shape, xb.dtype), np.empty(w.shape, w.dtype)
     db = np.empty(w.shape[0], w.dtype) if has_bias else None
-    _core.conv2d_backward(dx, dw, db, dy4, xb, w, stride, pad4, dilation)
+    _core.conv2d_backward(dx, dw, db, dy4, xb, w, stride, pad4, dilation, groups)
     grads = {"input": dx.reshape(x_shape), "weight": dw.reshape(w_shape)}
     if has_bias:
         grads["bias"] = db
@@ -135,7 +138,7 @@ def _forward2(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=
 
 def conv1d(input: ArrayLike, weight: ArrayLike, bias: ArrayLike | None = None, stride: Size1 = 1,
            padding: Padding1 = 0, dilation: Size1 = 1, groups: int = 1) -> Array:
-    """``torch.nn.functional.conv1d`` (groups=1): a cross-correlation over the last axis.
+    """``torch.nn.functional.conv1d``: a cross-correlation over the last axis.
 
     Lout = (L + 2 padding - dilation (k - 1) - 1) // stride + 1. Differentiable
     by ``attnc.vjp`` (gradients "input", "weight", "bias").
@@ -143,11 +146,12 @@ def conv1d(input: ArrayLike, weight: ArrayLike, bias: ArrayLike | None = None, s
     Parameters
     ----------
     input : array (B, Cin, L) or (Cin, L), float32 or float64
-    weight : array (Cout, Cin, k), same dtype
+    weight : array (Cout, Cin / groups, k), same dtype
     bias : array (Cout,), same dtype, or None
     stride, dilation : int >= 1
     padding : int >= 0 (zeros on both sides), "valid" (0) or "same" (stride 1)
-    groups : int, must be 1
+    groups : int >= 1 dividing Cin and Cout: output channels [g Cout / groups,
+        (g + 1) Cout / groups) see input channels [g Cin / groups, (g + 1) Cin / groups)
 
     Returns
     -------
@@ -163,7 +167,7 @@ def conv1d(input: ArrayLike, weight: ArrayLike, bias: ArrayLike | None = None, s
 
 def conv2d(input: ArrayLike, weight: ArrayLike, bias: ArrayLike | None = None, stride: Size2 = 1,
            padding: Padding2 = 0, dilation: Size2 = 1, groups: int = 1) -> Array:
-    """``torch.nn.functional.conv2d`` (groups=1): a 2-d cross-correlation.
+    """``torch.nn.functional.conv2d``: a 2-d cross-correlation.
 
     Ho = (H + 2 padding - dilation (kH - 1) - 1) // stride + 1, Wo likewise.
     Differentiable by ``attnc.vjp`` (gradients "input", "weight", "bias").
@@ -171,11 +175,13 @@ def conv2d(input: ArrayLike, weight: ArrayLike, bias: ArrayLike | None = None, s
     Parameters
     ----------
     input : array (B, Cin, H, W) or (Cin, H, W), float32 or float64
-    weight : array (Cout, Cin, kH, kW), same dtype
+    weight : array (Cout, Cin / groups, kH, kW), same dtype
     bias : array (Cout,), same dtype, or None
     stride, dilation : int >= 1 or a pair (along H, along W)
     padding : int or pair >= 0 (zeros on both sides), "valid" (0) or "same" (stride 1)
-    groups : int, must be 1
+    groups : int >= 1 dividing Cin and Cout: output channels [g Cout / groups,
+        (g + 1) Cout / groups) see input channels [g Cin / groups, (g + 1) Cin / groups)
+        (groups = Cin: a depthwise convolution)
 
     Returns
     -------
@@ -185,6 +191,8 @@ def conv2d(input: ArrayLike, weight: ArrayLike, bias: ArrayLike | None = None, s
     -------
     >>> attnc.nn.conv2d(np.ones((2, 3, 8, 8)), np.ones((4, 3, 3, 3)), stride=2, padding=1).shape
     (2, 4, 4, 4)
+    >>> attnc.nn.conv2d(np.ones((2, 4, 8, 8)), np.ones((8, 1, 3, 3)), groups=4).shape    # depthwise
+    (2, 8, 6, 6)
     """
     return _forward2(input, weight, bias, stride, padding, dilation, groups)[0]
 
@@ -214,19 +222,21 @@ class _ConvNd(Module, abstract=True):
             raise ValueError(f"padding {padding!r} exceeds dilation * (kernel_size - 1) = {full}, "
                              "which attnc.load does not take from a file")
         self.padding = padding if isinstance(padding, str) else _pair(padding, "padding", nd, 0)
-        if groups != 1:
-            raise ValueError(f"attnc's convolutions support groups=1 only, got groups={groups!r}")
-        self.groups = 1
+        self.groups = int_arg("groups", groups)
+        for name, n in (("in_channels", self.in_channels), ("out_channels", self.out_channels)):
+            if n % self.groups:
+                raise ValueError(f"{name} ({n}) must be divisible by groups ({self.groups})")
         # torch's default: kaiming_uniform_(a=sqrt(5)) = U(+-1/sqrt(fan_in)), the bias likewise.
-        fan_in = self.in_channels * math.prod(self.kernel_size)
+        fan_in = self.in_channels // self.groups * math.prod(self.kernel_size)
         bound = 1 / math.sqrt(fan_in)
         rng = np.random.default_rng(seed)
         uniform = lambda shape: rng.uniform(-bound, bound, shape)  # noqa: E731
-        self._init_parameter("weight", (self.out_channels, self.in_channels) + self.kernel_size, uniform)
+        self._init_parameter("weight", (self.out_channels, self.in_channels // self.groups) + self.kernel_size,
+                             uniform)
         self._init_parameter("bias", (self.out_channels,), uniform if bias else None)
 
     def _args(self):
-        return self.bias, self.stride, self.padding, self.dilation, 1
+        return self.bias, self.stride, self.padding, self.dilation, self.groups
 
     def forward(self, input: ArrayLike) -> Array:
         return self._vjp_forward(input)[0]
@@ -238,11 +248,12 @@ class _ConvNd(Module, abstract=True):
 
     def extra_repr(self) -> str:
         return (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, stride={self.stride}, "
-                f"padding={self.padding}, dilation={self.dilation}, bias={self.bias is not None}")
+                f"padding={self.padding}, dilation={self.dilation}, groups={self.groups}, "
+                f"bias={self.bias is not None}")
 
 
 class Conv1d(_ConvNd):
-    """``torch.nn.Conv1d`` (groups=1): ``attnc.nn.conv1d`` with its own weight and bias.
+    """``torch.nn.Conv1d``: ``attnc.nn.conv1d`` with its own weight and bias.
 
     Parameters
     ----------
@@ -250,15 +261,15 @@ class Conv1d(_ConvNd):
     kernel_size : int, k
     stride, dilation : int >= 1
     padding : int >= 0, "valid" or "same" (stride 1)
-    groups : int, must be 1
+    groups : int >= 1 dividing Cin and Cout (see ``attnc.nn.conv1d``)
     bias : bool, whether there is a ``bias``
     dtype : float32 or float64, the parameters' dtype
-    seed : int or None, for torch's default initialisation (uniform in +-1/sqrt(Cin k))
+    seed : int or None, for torch's default initialisation (uniform in +-1/sqrt(Cin / groups k))
 
     Forward: input (B, Cin, L) or (Cin, L) -> (B, Cout, Lout) or (Cout, Lout),
     Lout = (L + 2 padding - dilation (k - 1) - 1) // stride + 1.
 
-    ``state_dict()``: ``weight`` (Cout, Cin, k), ``bias`` (Cout,), as torch's.
+    ``state_dict()``: ``weight`` (Cout, Cin / groups, k), ``bias`` (Cout,), as torch's.
 
     Example
     -------
@@ -273,7 +284,7 @@ class Conv1d(_ConvNd):
 
 
 class Conv2d(_ConvNd):
-    """``torch.nn.Conv2d`` (groups=1): ``attnc.nn.conv2d`` with its own weight and bias.
+    """``torch.nn.Conv2d``: ``attnc.nn.conv2d`` with its own weight and bias.
 
     Parameters
     ----------
@@ -281,15 +292,15 @@ class Conv2d(_ConvNd):
     kernel_size : int or pair (kH, kW)
     stride, dilation : int >= 1 or a pair
     padding : int or pair >= 0, "valid" or "same" (stride 1)
-    groups : int, must be 1
+    groups : int >= 1 dividing Cin and Cout (see ``attnc.nn.conv2d``)
     bias : bool, whether there is a ``bias``
     dtype : float32 or float64, the parameters' dtype
-    seed : int or None, for torch's default initialisation (uniform in +-1/sqrt(Cin kH kW))
+    seed : int or None, for torch's default initialisation (uniform in +-1/sqrt(Cin / groups kH kW))
 
     Forward: input (B, Cin, H, W) or (Cin, H, W) -> (B, Cout, Ho, Wo) or (Cout, Ho, Wo),
     Ho = (H + 2 padding - dilation (kH - 1) - 1) // stride + 1, Wo likewise.
 
-    ``state_dict()``: ``weight`` (Cout, Cin, kH, kW), ``bias`` (Cout,), as torch's.
+    ``state_dict()``: ``weight`` (Cout, Cin / groups, kH, kW), ``bias`` (Cout,), as torch's.
 
     Example
     -------

@@ -3,13 +3,14 @@ layers that meet token ids, in C."""
 
 from __future__ import annotations
 
+import math
 import numbers
 from typing import Literal
 
 import numpy as np
 
 from .. import _core
-from .._args import choice, elementwise_ready, float_array, int_arg, shape_str
+from .._args import choice, elementwise_ready, float_array, int_arg, same_dtype, shape_str
 from .._typing import Array, ArrayLike, DTypeLike
 from ..grad import register
 from .module import Module
@@ -32,18 +33,34 @@ def _padding(padding_idx, num):
     return int(padding_idx) % num
 
 
-def _embedding_forward(input, weight, padding_idx=None, *, scale=1.0):
+def _max_norm(max_norm, norm_type):
+    """torch's max_norm and norm_type as the C kernel's two floats (no
+    max_norm: infinity, which no row's norm exceeds)."""
+    if max_norm is None:
+        return math.inf, 2.0
+    for name, v in (("max_norm", max_norm), ("norm_type", norm_type)):
+        if isinstance(v, bool) or not isinstance(v, numbers.Real):
+            raise TypeError(f"{name} must be a float, got {type(v).__name__}")
+    if not max_norm >= 0:
+        raise ValueError(f"max_norm must be >= 0, got {max_norm!r}")
+    if not norm_type > 0:
+        raise ValueError(f"norm_type must be > 0 (or inf), got {norm_type!r}")
+    return float(max_norm), float(norm_type)
+
+
+def _embedding_forward(input, weight, padding_idx=None, max_norm=None, norm_type=2.0, *, scale=1.0):
     ids = _ids(input, "input")
     w = float_array(weight, "weight")
     if w.ndim != 2:
         raise ValueError(f"weight must be (num_embeddings, embedding_dim), got {shape_str(w.shape)}")
     pad = _padding(padding_idx, w.shape[0])
+    limit, p = _max_norm(max_norm, norm_type)
     flat = ids.reshape(-1)
     if flat.size and (flat.min() < 0 or flat.max() >= w.shape[0]):  # before the output, which can be far larger
         i = int(np.flatnonzero((flat < 0) | (flat >= w.shape[0]))[0])
         raise ValueError(f"input[{i}] = {flat[i]} is outside [0, {w.shape[0]})")
     y = np.empty((flat.shape[0], w.shape[1]), w.dtype)
-    _core.embedding_forward(y, flat, elementwise_ready(w), float(scale))
+    _core.embedding_forward(y, flat, elementwise_ready(w), float(scale), limit, p)
     return y.reshape(ids.shape + (w.shape[1],)), (flat, w.shape, w.dtype, float(scale), pad)
 
 
@@ -56,16 +73,27 @@ def _embedding_backward(saved, cotangents):
     return {"weight": dw}
 
 
-def embedding(input: ArrayLike, weight: ArrayLike, padding_idx: int | None = None, *, scale: float = 1.0) -> Array:
+def embedding(input: ArrayLike, weight: ArrayLike, padding_idx: int | None = None, max_norm: float | None = None,
+              norm_type: float = 2.0, *, scale: float = 1.0) -> Array:
     """Rows of ``weight`` for each token id, times ``scale``, as
     ``torch.nn.functional.embedding`` (scale is attnc's: the Transformer's
     sqrt(d_model)).
+
+    With ``max_norm``, a looked-up row whose ``norm_type``-norm exceeds it is
+    returned times max_norm / (norm + 1e-7), as torch returns it. torch also
+    writes those rows back into ``weight`` in place; attnc never modifies its
+    inputs, so ``weight`` is left as it is (``attnc.nn.Embedding`` does write
+    them back into its own table, as torch's module does). The gradient is
+    torch's too: the renormalisation is not differentiated (the weight's
+    gradient is the sum of the output's gradient rows of each id).
 
     Parameters
     ----------
     input : int array (...), token ids in [0, V)
     weight : array (V, D), float32 or float64
     padding_idx : int or None, the row that gets no gradient
+    max_norm : float >= 0 or None, the largest norm a looked-up row keeps
+    norm_type : float > 0 or inf, the p of the p-norm for max_norm
     scale : float, multiplies the rows
 
     Returns
@@ -76,8 +104,10 @@ def embedding(input: ArrayLike, weight: ArrayLike, padding_idx: int | None = Non
     -------
     >>> attnc.nn.embedding(np.array([[0, 2]]), np.eye(3)).shape
     (1, 2, 3)
+    >>> attnc.nn.embedding(np.array([1]), np.array([[1.0, 0.0], [3.0, 4.0]]), max_norm=1.0).round(6)
+    array([[0.6, 0.8]])
     """
-    return _embedding_forward(input, weight, padding_idx, scale=scale)[0]
+    return _embedding_forward(input, weight, padding_idx, max_norm, norm_type, scale=scale)[0]
 
 
 register(embedding, _embedding_forward, _embedding_backward)
@@ -91,6 +121,11 @@ class Embedding(Module):
     num_embeddings : int, V, the vocabulary size
     embedding_dim : int, D
     padding_idx : int or None, a row kept at zero (it gets no gradient)
+    max_norm : float >= 0 or None: as torch's module, every forward first
+        renormalises, in this module's own ``weight``, the looked-up rows whose
+        ``norm_type``-norm exceeds max_norm (to max_norm / (norm + 1e-7) times
+        themselves), then looks them up
+    norm_type : float > 0 or inf, the p of the p-norm for max_norm
     dtype : float32 or float64, the parameters' dtype
     seed : int or None, for the initialisation N(0, 1) (as torch)
 
@@ -106,14 +141,21 @@ class Embedding(Module):
     ((1, 3, 4), dtype('float32'), 0.0)
     >>> {k: v.shape for k, v in emb.state_dict().items()}
     {'weight': (10, 4)}
+    >>> emb = attnc.nn.Embedding(10, 4, max_norm=1.0, seed=0)
+    >>> _ = emb(np.array([3]))
+    >>> round(float(np.linalg.norm(emb.weight[3])), 5), float(np.linalg.norm(emb.weight[4])) > 1
+    (1.0, True)
     """
 
-    def __init__(self, num_embeddings: int, embedding_dim: int, padding_idx: int | None = None, *,
+    def __init__(self, num_embeddings: int, embedding_dim: int, padding_idx: int | None = None,
+                 max_norm: float | None = None, norm_type: float = 2.0, *,
                  dtype: DTypeLike = np.float32, seed: int | None = None) -> None:
         super().__init__(dtype)
         self.num_embeddings = int_arg("num_embeddings", num_embeddings, 0)
         self.embedding_dim = int_arg("embedding_dim", embedding_dim, 0)
         self.padding_idx = None if padding_idx is None else _padding(padding_idx, self.num_embeddings)
+        _max_norm(max_norm, norm_type)  # checks them
+        self.max_norm, self.norm_type = max_norm, norm_type
 
         def init(shape):
             w = np.random.default_rng(seed).standard_normal(shape)
@@ -124,121 +166,213 @@ class Embedding(Module):
         self._init_parameter("weight", (self.num_embeddings, self.embedding_dim), init)
 
     def forward(self, input: ArrayLike) -> Array:
-        return embedding(input, self.weight, self.padding_idx)
+        return self._vjp_forward(input)[0]
 
     def _vjp_forward(self, input):
-        return _embedding_forward(input, self.weight, self.padding_idx)
+        y, saved = _embedding_forward(input, self.weight, self.padding_idx, self.max_norm, self.norm_type)
+        if self.max_norm is not None:  # torch's in-place renormalisation of the looked-up rows
+            self.weight[saved[0]] = y.reshape(-1, self.embedding_dim)
+        return y, saved
 
     _vjp_backward = staticmethod(_embedding_backward)
 
     def extra_repr(self) -> str:
-        return f"{self.num_embeddings}, {self.embedding_dim}, padding_idx={self.padding_idx}"
+        extra = "" if self.max_norm is None else f", max_norm={self.max_norm}, norm_type={self.norm_type}"
+        return f"{self.num_embeddings}, {self.embedding_dim}, padding_idx={self.padding_idx}{extra}"
 
 
 REDUCTIONS = ("mean", "sum", "none")
 
 
-def _cross_entropy_forward(input, target, ignore_index=-100, reduction="mean", label_smoothing=0.0):
-    x = float_array(input, "input")
+def _class_rows(a):
+    """a (N, C, d1, ...) as rows (N d1 ..., C) (a (C,) array as one row)."""
+    if a.ndim == 1:
+        return elementwise_ready(a[None])
+    return elementwise_ready(np.moveaxis(a, 1, -1).reshape(-1, a.shape[1]))
+
+
+def _from_class_rows(a2, shape):
+    """The inverse of _class_rows: rows (M, C) back to shape (N, C, d1, ...) or (C,)."""
+    if len(shape) == 1:
+        return a2.reshape(shape)
+    moved = a2.reshape((shape[0],) + shape[2:] + (shape[1],))
+    return np.ascontiguousarray(np.moveaxis(moved, -1, 1))
+
+
+def _ce_targets(x, target, ignore_index):
+    """(rows of target, probabilities?, the loss's shape without reduction):
+    class probabilities when target is a float array of the input's shape
+    (as torch decides), else class ids (N, d1, ...) (() for a (C,) input)."""
+    t = np.asarray(target)
+    if t.dtype.kind == "f" and t.shape == x.shape:
+        t = float_array(t, "target")
+        same_dtype(x.dtype, target=t)
+        if ignore_index >= 0:
+            raise ValueError(f"ignore_index ({ignore_index}) is not supported with class-probability targets "
+                             "(as in torch)")
+        return _class_rows(t), True, x.shape[:1] + x.shape[2:] if x.ndim > 1 else ()
     t = _ids(target, "target")
+    want = () if x.ndim == 1 else (x.shape[0],) + x.shape[2:]
+    if t.shape != want:
+        raise ValueError(f"target {shape_str(t.shape)} does not fit input {shape_str(x.shape)}: expected class ids "
+                         f"{shape_str(want)} or class probabilities {shape_str(x.shape)}")
+    return t.reshape(-1), False, want
+
+
+def _cross_entropy_forward(input, target, weight=None, *, ignore_index=-100, reduction="mean", label_smoothing=0.0):
+    x = float_array(input, "input")
     choice(reduction, REDUCTIONS, "reduction")
-    if not 0 <= label_smoothing <= 1:
-        raise ValueError(f"label_smoothing must be in [0, 1], got {label_smoothing}")
-    if x.ndim == 1:  # (C,) with a scalar target
-        if t.ndim != 0:
-            raise ValueError(f"target {shape_str(t.shape)} does not fit input {shape_str(x.shape)}")
-        x2, t_flat, out_shape = x[None], t.reshape(1), ()
-    else:  # (N, C, d1, ...): the class dim is 1, as in torch
-        if t.shape != (x.shape[0],) + x.shape[2:]:
-            raise ValueError(f"target {shape_str(t.shape)} does not fit input {shape_str(x.shape)}: "
-                             "expected (N, d1, ...)")
-        x2 = np.moveaxis(x, 1, -1).reshape(-1, x.shape[1])
-        t_flat, out_shape = t.reshape(-1), t.shape
-    x2 = elementwise_ready(x2)
+    if isinstance(ignore_index, bool) or not isinstance(ignore_index, numbers.Integral):
+        raise TypeError(f"ignore_index must be an int, got {type(ignore_index).__name__}")
+    if isinstance(label_smoothing, bool) or not isinstance(label_smoothing, numbers.Real) \
+            or not 0 <= label_smoothing <= 1:
+        raise ValueError(f"label_smoothing must be in [0, 1], got {label_smoothing!r}")
+    if x.ndim == 0:
+        raise ValueError("input must have at least one dim: (C,) or (N, C, d1, ...)")
+    classes = x.shape[0 if x.ndim == 1 else 1]
+    w = None
+    if weight is not None:
+        w = elementwise_ready(float_array(weight, "weight"))
+        same_dtype(x.dtype, weight=w)
+        if w.shape != (classes,):
+            raise ValueError(f"weight has shape {shape_str(w.shape)}, expected one per class ({classes},)")
+    t2, probs, out_shape = _ce_targets(x, target, int(ignore_index))
+    x2 = _class_rows(x)
     losses, lse = np.empty(x2.shape[0], x.dtype), np.empty(x2.shape[0], x.dtype)
-    _core.cross_entropy_forward(losses, lse, x2, t_flat, float(label_smoothing), int(ignore_index))
-    count = int(np.count_nonzero(t_flat != ignore_index))
+    _core.cross_entropy_forward(losses, lse, x2, t2, w, float(label_smoothing), int(ignore_index))
+    # mean: over the rows (probabilities) or the targets not ignored, each
+    # counted with its class's weight, as torch; nothing to count gives 0
+    if probs:
+        total = x2.shape[0]
+    else:
+        valid = t2[t2 != ignore_index]
+        total = valid.size if w is None else float(w[valid].sum(dtype=np.float64))
     if reduction == "none":
         out = losses.reshape(out_shape)
     elif reduction == "sum":
         out = np.asarray(losses.sum(), x.dtype)
-    else:  # no target left: 0, not torch's NaN
-        out = np.asarray(losses.sum() / count if count else 0.0, x.dtype)
-    return out, (x.shape, x2, t_flat, lse, float(label_smoothing), int(ignore_index), reduction, count)
-
-
-def _cross_entropy_backward(saved, cotangents):
-    xshape, x2, t_flat, lse, eps, ignore, reduction, count = saved
-    (g,) = cotangents
-    n = x2.shape[0]
-    if g is None:
-        dl = np.zeros(n, x2.dtype)
-    elif reduction == "none":
-        dl = np.ascontiguousarray(g.reshape(n), x2.dtype)
     else:
-        scale = float(g) / (count if reduction == "mean" and count else 1)
-        dl = np.full(n, scale if (reduction == "sum" or count) else 0.0, x2.dtype)
-    dx = np.empty(x2.shape, x2.dtype)
-    _core.cross_entropy_backward(dx, dl, x2, t_flat, lse, eps, ignore)
-    if len(xshape) == 1:
-        return {"input": dx.reshape(xshape)}
-    moved = dx.reshape((xshape[0],) + xshape[2:] + (xshape[1],))
-    return {"input": np.ascontiguousarray(np.moveaxis(moved, -1, 1))}
+        out = np.asarray(losses.sum() / total if total else 0.0, x.dtype)
+    saved = dict(xshape=x.shape, x2=x2, t2=t2, probs=probs, w=w, lse=lse, eps=float(label_smoothing),
+                 ignore=int(ignore_index), reduction=reduction, total=total, out=out)
+    return out, saved
 
 
-def cross_entropy(input: ArrayLike, target: ArrayLike, ignore_index: int = -100,
+def _cross_entropy_backward(s, cotangents):
+    (g,) = cotangents
+    x2, w, reduction, total = s["x2"], s["w"], s["reduction"], s["total"]
+    n, dtype = x2.shape[0], x2.dtype
+    if g is None:
+        dl = np.zeros(n, dtype)
+    elif reduction == "none":
+        dl = np.ascontiguousarray(g.reshape(n), dtype)
+    else:
+        scale = float(g) / (total if reduction == "mean" and total else 1)
+        dl = np.full(n, scale if (reduction == "sum" or total) else 0.0, dtype)
+    dx = np.empty(x2.shape, dtype)
+    dt = np.empty(x2.shape, dtype) if s["probs"] else None
+    dw = None if w is None else np.empty(w.shape, dtype)
+    _core.cross_entropy_backward(dx, dt, dw, dl, x2, s["t2"], s["lse"], w, s["eps"], s["ignore"])
+    grads = {"input": _from_class_rows(dx, s["xshape"])}
+    if dt is not None:
+        grads["target"] = _from_class_rows(dt, s["xshape"])
+    if dw is not None:
+        if reduction == "mean" and total and not s["probs"] and g is not None:
+            # the mean's denominator is the targets' summed weight: d(S / D) / dw_c
+            # adds -(S / D) / D per target of class c
+            valid = s["t2"][s["t2"] != s["ignore"]]
+            counts = np.bincount(valid, minlength=w.shape[0])
+            dw -= (float(g) * float(s["out"]) / total * counts).astype(dtype)
+        grads["weight"] = dw
+    return grads
+
+
+def cross_entropy(input: ArrayLike, target: ArrayLike, weight: ArrayLike | None = None, *, ignore_index: int = -100,
                   reduction: Literal["mean", "sum", "none"] = "mean", label_smoothing: float = 0.0) -> Array:
-    """Cross-entropy of logits against class ids, as ``torch.nn.functional.cross_entropy``.
+    """Cross-entropy of logits against class ids or class probabilities, as
+    ``torch.nn.functional.cross_entropy``.
 
-    loss_n = -sum_c q_c log softmax(input_n)_c, with q = (1 - eps) onehot(target_n) + eps / C.
+    loss_n = sum_c q_nc w_c (logsumexp(input_n) - input_nc), with q_n the
+    target after label smoothing eps, (1 - eps) target + eps / C (for class
+    ids the target is one-hot: loss_n = (1 - eps) w_t (-log p_t) + eps / C
+    sum_c w_c (-log p_c)), and w the class weights (1 without ``weight``).
+    Gradients through ``attnc.vjp``: "input", and "target" (probabilities)
+    and "weight" when they are float arrays (torch differentiates the weight
+    only for probabilities; attnc for class ids too).
 
     Parameters
     ----------
     input : array (N, C) (or (C,), or (N, C, d1, ...)) of logits, float32 or float64
-    target : int array (N,) (or (), or (N, d1, ...)), class ids in [0, C)
-    ignore_index : int, targets equal to it count for nothing
-    reduction : "mean" (over the targets not ignored; 0 when there are none,
-        where torch gives NaN), "sum" or "none"
+    target : int array (N,) (or (), or (N, d1, ...)) of class ids in [0, C),
+        or class probabilities: a float array of the input's shape and dtype
+    weight : array (C,) or None, a weight per class
+    ignore_index : int, class-id targets equal to it count for nothing (not
+        with probabilities, where it must stay negative, as in torch)
+    reduction : "mean", "sum" or "none". The mean divides by the summed
+        weights of the targets not ignored (their count without ``weight``),
+        or by the number of rows for probabilities; when that is 0 the loss is
+        0, where torch gives NaN.
     label_smoothing : float in [0, 1], eps above
+
+    A term whose coefficient q_nc w_c is 0 adds nothing, so a -inf logit of
+    a class that is no target gives a finite loss (torch: NaN for
+    probabilities with label smoothing 0).
 
     Returns
     -------
-    loss : a 0-d array (mean, sum) or the target's shape (none), the input's dtype
+    loss : a 0-d array (mean, sum) or the target's shape without the class
+        dim (none), the input's dtype
 
     Example
     -------
     >>> float(attnc.nn.cross_entropy(np.zeros((2, 4)), np.array([1, 3])))  # log 4
     1.3862943611198906
+    >>> x, w = np.array([[0.0, 1.0], [2.0, 0.0]]), np.array([1.0, 3.0])
+    >>> round(float(attnc.nn.cross_entropy(x, np.array([1, 0]), w)), 4)   # (3 * 0.3133 + 0.1269) / 4
+    0.2667
+    >>> round(float(attnc.nn.cross_entropy(x, np.array([[0.5, 0.5], [1.0, 0.0]]))), 4)   # probabilities
+    0.4701
     """
-    return _cross_entropy_forward(input, target, ignore_index, reduction, label_smoothing)[0]
+    return _cross_entropy_forward(input, target, weight, ignore_index=ignore_index, reduction=reduction,
+                                  label_smoothing=label_smoothing)[0]
 
 
 register(cross_entropy, _cross_entropy_forward, _cross_entropy_backward)
 
 
+def _rows(x, dim):
+    """x (a 0-d x as one element) with dim moved last, as the (rows, n) matrix
+    the C kernel normalises row by row; rows are counted, not inferred, so a
+    zero-length dim (n = 0) or an empty batch reshapes too."""
+    moved = np.moveaxis(x.reshape(x.shape or (1,)), dim, -1)
+    return elementwise_ready(moved.reshape(math.prod(moved.shape[:-1]), moved.shape[-1]))
+
+
 def _log_softmax_forward(input, dim=-1):
     x = float_array(input, "input")
-    if x.ndim == 0:
-        raise ValueError("input must have at least one dim")
-    if isinstance(dim, bool) or not isinstance(dim, numbers.Integral) or not -x.ndim <= dim < x.ndim:
-        raise ValueError(f"dim must be an int in [-{x.ndim}, {x.ndim}), got {dim!r}")
-    moved = np.moveaxis(x, dim, -1)
-    x2 = elementwise_ready(moved.reshape(-1, x.shape[dim]))
+    n = max(x.ndim, 1)  # a 0-d input has dim 0 (or -1), as in torch
+    if isinstance(dim, bool) or not isinstance(dim, numbers.Integral) or not -n <= dim < n:
+        raise ValueError(f"dim must be an int in [-{n}, {n}), got {dim!r}")
+    x2 = _rows(x, dim)
     y2 = np.empty(x2.shape, x.dtype)
     _core.log_softmax_forward(y2, x2)
-    y = np.moveaxis(y2.reshape(moved.shape), -1, dim)
-    return y, (y2, moved.shape, int(dim))
+    return _unrows(y2, x.shape, dim), (y2, x.shape, int(dim))
+
+
+def _unrows(a2, shape, dim):
+    """The inverse of _rows: a2 (rows, n) back to shape, C-contiguous."""
+    moved = np.moveaxis(np.empty(shape or (1,), a2.dtype), dim, -1).shape
+    return np.ascontiguousarray(np.moveaxis(a2.reshape(moved), -1, dim)).reshape(shape)
 
 
 def _log_softmax_backward(saved, cotangents):
-    y2, moved_shape, dim = saved
+    y2, shape, dim = saved
     (dy,) = cotangents
     if dy is None:
-        return {"input": np.zeros(np.moveaxis(y2.reshape(moved_shape), -1, dim).shape, y2.dtype)}
-    dy2 = elementwise_ready(np.moveaxis(dy, dim, -1).reshape(y2.shape))
+        return {"input": np.zeros(shape, y2.dtype)}
     dx2 = np.empty(y2.shape, y2.dtype)
-    _core.log_softmax_backward(dx2, dy2, y2)
-    return {"input": np.ascontiguousarray(np.moveaxis(dx2.reshape(moved_shape), -1, dim))}
+    _core.log_softmax_backward(dx2, _rows(dy, dim), y2)
+    return {"input": _unrows(dx2, shape, dim)}
 
 
 def log_softmax(input: ArrayLike, dim: int = -1) -> Array:
@@ -247,7 +381,8 @@ def log_softmax(input: ArrayLike, dim: int = -1) -> Array:
 
     Parameters
     ----------
-    input : array of any shape (at least 1-d), float32 or float64
+    input : array of any shape, float32 or float64 (a 0-d input gives 0; a
+        zero-length dim gives an empty result)
     dim : int, the axis normalised
 
     Returns

@@ -9,9 +9,13 @@
 #include "../core/tensor.h"
 #include "../core/threads.h"
 
-/* Sizes of one call: K = Cin kH kW (a patch), P = Ho Wo (output positions). */
+/* Sizes of one call: K = Cin kH kW (a patch), P = Ho Wo (output positions);
+ * with groups, output channels [g Cout/G, (g+1) Cout/G) read input channels
+ * [g Cin/G, (g+1) Cin/G), which are rows [g KG, (g+1) KG) of the patches,
+ * KG = K / G (the weight is (Cout, Cin/G, kH, kW) = (Cout, KG)). */
 typedef struct {
     int64_t batch, cin, h, w, cout, kh, kw, ho, wo, k, p;
+    int64_t groups, kg, cout_g;
     int64_t sh, sw, pt, pl, dh, dw;
     bool identity; /* 1x1, stride 1, no padding: the patches are the input itself */
 } conv_geom;
@@ -36,10 +40,11 @@ static attnc_status check_options(const int64_t stride[2], const int64_t padding
     return ATTNC_OK;
 }
 
-/* Checks x (B, Cin, H, W) and weight (Cout, Cin, kH, kW), both contiguous,
- * and fills the geometry. */
+/* Checks x (B, Cin, H, W) and weight (Cout, Cin / groups, kH, kW), both
+ * contiguous, and fills the geometry. */
 static attnc_status geometry(conv_geom *g, const attnc_tensor *x, const attnc_tensor *weight,
-                             const int64_t stride[2], const int64_t padding[4], const int64_t dilation[2]) {
+                             const int64_t stride[2], const int64_t padding[4], const int64_t dilation[2],
+                             int64_t groups) {
     if (!attnc_present(x) || !attnc_present(weight))
         return attnc_fail(ATTNC_ERR_TYPE, "input and weight are required");
     attnc_dtype dt = x->dtype;
@@ -47,13 +52,20 @@ static attnc_status geometry(conv_geom *g, const attnc_tensor *x, const attnc_te
         return attnc_fail(ATTNC_ERR_TYPE, "input has dtype %s, expected float32 or float64", attnc_dtype_name(dt));
     if (!stride || !padding || !dilation) return attnc_fail(ATTNC_ERR_TYPE, "stride, padding and dilation are required");
     TRY(check_options(stride, padding, dilation));
+    if (groups < 1) return attnc_fail(ATTNC_ERR_VALUE, "groups must be >= 1, got %lld", (long long)groups);
     int64_t xs[4] = {-1, -1, -1, -1}, ws[4] = {-1, -1, -1, -1};
     TRY(attnc_check_array(x, "input", dt, 4, xs, false));
-    ws[1] = xs[1];
+    if (xs[1] % groups)
+        return attnc_fail(ATTNC_ERR_VALUE, "input's %lld channels are not divisible by groups = %lld",
+                          (long long)xs[1], (long long)groups);
+    ws[1] = xs[1] / groups;
     TRY(attnc_check_array(weight, "weight", dt, 4, ws, false));
+    if (ws[0] % groups)
+        return attnc_fail(ATTNC_ERR_VALUE, "weight's %lld output channels are not divisible by groups = %lld",
+                          (long long)ws[0], (long long)groups);
     *g = (conv_geom){.batch = xs[0], .cin = xs[1], .h = xs[2], .w = xs[3], .cout = ws[0], .kh = ws[2],
                      .kw = ws[3], .sh = stride[0], .sw = stride[1], .pt = padding[0], .pl = padding[2],
-                     .dh = dilation[0], .dw = dilation[1]};
+                     .dh = dilation[0], .dw = dilation[1], .groups = groups, .cout_g = ws[0] / groups};
     if (g->kh < 1 || g->kw < 1) return attnc_fail(ATTNC_ERR_VALUE, "the kernel must be at least 1 x 1");
     int64_t eh = g->h + padding[0] + padding[1] - g->dh * (g->kh - 1),
             ew = g->w + padding[2] + padding[3] - g->dw * (g->kw - 1);
@@ -65,6 +77,7 @@ static attnc_status geometry(conv_geom *g, const attnc_tensor *x, const attnc_te
     g->ho = (eh - 1) / g->sh + 1;
     g->wo = (ew - 1) / g->sw + 1;
     g->k = g->cin * g->kh * g->kw;
+    g->kg = g->k / groups;
     g->p = g->ho * g->wo;
     g->identity = g->kh == 1 && g->kw == 1 && g->sh == 1 && g->sw == 1 && padding[0] == 0 && padding[1] == 0 &&
                   padding[2] == 0 && padding[3] == 0;
@@ -87,9 +100,9 @@ static attnc_status scratch(void **out, const conv_geom *g, int workers, attnc_d
 
 attnc_status attnc_conv2d_forward(attnc_tensor *y, const attnc_tensor *x, const attnc_tensor *weight,
                                   const attnc_tensor *bias, const int64_t stride[2], const int64_t padding[4],
-                                  const int64_t dilation[2]) {
+                                  const int64_t dilation[2], int64_t groups) {
     conv_geom g;
-    TRY(geometry(&g, x, weight, stride, padding, dilation));
+    TRY(geometry(&g, x, weight, stride, padding, dilation, groups));
     attnc_dtype dt = x->dtype;
     if (!attnc_present(y)) return attnc_fail(ATTNC_ERR_TYPE, "output is required");
     TRY(check_out(y, "output", dt, g.batch, g.cout, g.ho, g.wo, true));
@@ -97,7 +110,7 @@ attnc_status attnc_conv2d_forward(attnc_tensor *y, const attnc_tensor *x, const 
         int64_t n = g.cout;
         TRY(attnc_check_array(bias, "bias", dt, 1, &n, false));
     }
-    int workers = attnc_workers_for(g.batch * g.cout * g.k * g.p);
+    int workers = attnc_workers_for(g.batch * g.cout * g.kg * g.p);
     void *s;
     TRY(scratch(&s, &g, workers, dt));
     ATTNC_PARALLEL_TYPED(dt, workers, conv_job, forward_task, g.batch, .x = x->data, .w = weight->data,
@@ -108,24 +121,25 @@ attnc_status attnc_conv2d_forward(attnc_tensor *y, const attnc_tensor *x, const 
 
 attnc_status attnc_conv2d_backward(attnc_tensor *dx, attnc_tensor *dweight, attnc_tensor *dbias,
                                    const attnc_tensor *dy, const attnc_tensor *x, const attnc_tensor *weight,
-                                   const int64_t stride[2], const int64_t padding[4], const int64_t dilation[2]) {
+                                   const int64_t stride[2], const int64_t padding[4], const int64_t dilation[2],
+                                   int64_t groups) {
     conv_geom g;
-    TRY(geometry(&g, x, weight, stride, padding, dilation));
+    TRY(geometry(&g, x, weight, stride, padding, dilation, groups));
     attnc_dtype dt = x->dtype;
     if (!attnc_present(dy)) return attnc_fail(ATTNC_ERR_TYPE, "doutput is required");
     TRY(check_out(dy, "doutput", dt, g.batch, g.cout, g.ho, g.wo, false));
     if (attnc_present(dx)) TRY(check_out(dx, "dinput", dt, g.batch, g.cin, g.h, g.w, true));
-    if (attnc_present(dweight)) TRY(check_out(dweight, "dweight", dt, g.cout, g.cin, g.kh, g.kw, true));
+    if (attnc_present(dweight)) TRY(check_out(dweight, "dweight", dt, g.cout, g.cin / g.groups, g.kh, g.kw, true));
     if (attnc_present(dbias)) {
         int64_t n = g.cout;
         TRY(attnc_check_array(dbias, "dbias", dt, 1, &n, true));
     }
     size_t es = attnc_dtype_size(dt);
-    int workers = attnc_workers_for(3 * g.batch * g.cout * g.k * g.p);
+    int workers = attnc_workers_for(3 * g.batch * g.cout * g.kg * g.p);
     void *s = NULL, *dwp = NULL, *dbp = NULL;
     attnc_status st = scratch(&s, &g, workers, dt);
     if (st == ATTNC_OK && attnc_present(dweight))
-        st = attnc_calloc(&dwp, (size_t)(g.batch * g.cout * g.k), es, "per-image weight gradients");
+        st = attnc_calloc(&dwp, (size_t)(g.batch * g.cout * g.kg), es, "per-image weight gradients");
     if (st == ATTNC_OK && attnc_present(dbias))
         st = attnc_calloc(&dbp, (size_t)(g.batch * g.cout), es, "per-image bias gradients");
     if (st != ATTNC_OK) {
@@ -133,7 +147,7 @@ attnc_status attnc_conv2d_backward(attnc_tensor *dx, attnc_tensor *dweight, attn
         free(dwp);
         return st;
     }
-    int64_t nsum = (attnc_present(dweight) ? g.cout * g.k : 0) + (attnc_present(dbias) ? g.cout : 0);
+    int64_t nsum = (attnc_present(dweight) ? g.cout * g.kg : 0) + (attnc_present(dbias) ? g.cout : 0);
 #define RUN(SFX)                                                                                           \
     do {                                                                                                   \
         conv_job_##SFX j = {.x = x->data, .w = weight->data, .dy = dy->data,                               \

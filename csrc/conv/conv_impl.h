@@ -68,15 +68,30 @@ static const REAL *FN(columns)(const FN(conv_job) * j, int64_t b, REAL *scratch)
     return scratch;
 }
 
-/* y[b] (Cout, P) = W (Cout, K) col (K, P) + bias. */
+/* Group gi's blocks: its weight rows W_g (Cout/G, KG), its patch rows
+ * (KG, P) of a (K, P) matrix at `cols`, its output rows (Cout/G, P) of a
+ * (Cout, P) matrix at `rows`. */
+static attnc_mat FN(group_weight)(const conv_geom *g, const REAL *w, int64_t gi) {
+    return (attnc_mat){(void *)(w + gi * g->cout_g * g->kg), g->cout_g, g->kg, g->kg, 1};
+}
+
+static attnc_mat FN(group_cols)(const conv_geom *g, const REAL *cols, int64_t gi) {
+    return (attnc_mat){(void *)(cols + gi * g->kg * g->p), g->kg, g->p, g->p, 1};
+}
+
+static attnc_mat FN(group_rows)(const conv_geom *g, const REAL *rows, int64_t gi) {
+    return (attnc_mat){(void *)(rows + gi * g->cout_g * g->p), g->cout_g, g->p, g->p, 1};
+}
+
+/* y[b] (Cout, P) = W (Cout, K) col (K, P) + bias, one product per group. */
 static void FN(forward_task)(void *arg, int64_t b, int worker) {
     FN(conv_job) *j = arg;
     const conv_geom *g = &j->g;
     const REAL *col = FN(columns)(j, b, FN(worker_scratch)(j, worker));
     REAL *yb = j->y + b * g->cout * g->p;
-    attnc_mat w = {(void *)j->w, g->cout, g->k, g->k, 1}, c = {(void *)col, g->k, g->p, g->p, 1},
-              y = {yb, g->cout, g->p, g->p, 1};
-    GEMM(false, false, 1, w, c, 0, y);
+    for (int64_t gi = 0; gi < g->groups; gi++)
+        GEMM(false, false, 1, FN(group_weight)(g, j->w, gi), FN(group_cols)(g, col, gi), 0,
+             FN(group_rows)(g, yb, gi));
     if (j->bias)
         for (int64_t o = 0; o < g->cout; o++)
             for (int64_t q = 0; q < g->p; q++) yb[o * g->p + q] += j->bias[o];
@@ -89,12 +104,12 @@ static void FN(backward_task)(void *arg, int64_t b, int worker) {
     const conv_geom *g = &j->g;
     REAL *scratch = FN(worker_scratch)(j, worker);
     const REAL *dyb = j->dy + b * g->cout * g->p;
-    attnc_mat dy = {(void *)dyb, g->cout, g->p, g->p, 1};
     if (j->dw_parts) {
         const REAL *col = FN(columns)(j, b, scratch);
-        attnc_mat c = {(void *)col, g->k, g->p, g->p, 1},
-                  dw = {j->dw_parts + b * g->cout * g->k, g->cout, g->k, g->k, 1};
-        GEMM(false, true, 1, dy, c, 0, dw);
+        REAL *dw = j->dw_parts + b * g->cout * g->kg;
+        for (int64_t gi = 0; gi < g->groups; gi++)
+            GEMM(false, true, 1, FN(group_rows)(g, dyb, gi), FN(group_cols)(g, col, gi), 0,
+                 FN(group_weight)(g, dw, gi));
     }
     if (j->db_parts) {
         REAL *db = j->db_parts + b * g->cout;
@@ -104,18 +119,13 @@ static void FN(backward_task)(void *arg, int64_t b, int worker) {
             db[o] = s;
         }
     }
-    if (j->dx) {
+    if (j->dx) { /* dcol = W^T dy[b] per group; in the identity case dcol is dx[b] itself */
         REAL *dxb = j->dx + b * g->cin * g->h * g->w;
-        attnc_mat w = {(void *)j->w, g->cout, g->k, g->k, 1};
-        if (g->identity) { /* dcol is dx[b] itself */
-            attnc_mat d = {dxb, g->k, g->p, g->p, 1};
-            GEMM(true, false, 1, w, dy, 0, d);
-        } else {
-            REAL *dcol = scratch + g->k * g->p;
-            attnc_mat d = {dcol, g->k, g->p, g->p, 1};
-            GEMM(true, false, 1, w, dy, 0, d);
-            FN(col2im)(dxb, dcol, g);
-        }
+        REAL *dcol = g->identity ? dxb : scratch + g->k * g->p;
+        for (int64_t gi = 0; gi < g->groups; gi++)
+            GEMM(true, false, 1, FN(group_weight)(g, j->w, gi), FN(group_rows)(g, dyb, gi), 0,
+                 FN(group_cols)(g, dcol, gi));
+        if (!g->identity) FN(col2im)(dxb, dcol, g);
     }
 }
 
@@ -124,14 +134,14 @@ static void FN(sum_task)(void *arg, int64_t block, int worker) {
     (void)worker;
     FN(conv_job) *j = arg;
     const conv_geom *g = &j->g;
-    int64_t nw = j->dw ? g->cout * g->k : 0, nb = j->db ? g->cout : 0;
+    int64_t nw = j->dw ? g->cout * g->kg : 0, nb = j->db ? g->cout : 0;
     int64_t e0 = block * SUM_BLOCK, e1 = e0 + SUM_BLOCK < nw + nb ? e0 + SUM_BLOCK : nw + nb;
     for (int64_t e = e0; e < e1; e++) {
         REAL *out;
         const REAL *parts;
         int64_t stride, at;
         if (e < nw) {
-            out = j->dw + e, parts = j->dw_parts, stride = g->cout * g->k, at = e;
+            out = j->dw + e, parts = j->dw_parts, stride = g->cout * g->kg, at = e;
         } else {
             out = j->db + (e - nw), parts = j->db_parts, stride = g->cout, at = e - nw;
         }

@@ -352,38 +352,63 @@ attnc_status attnc_layer_norm_backward(attnc_tensor *dx, attnc_tensor *dweight,
                                        const attnc_tensor *x, const attnc_tensor *weight,
                                        const attnc_tensor *mean, const attnc_tensor *rstd);
 
-/* y (N, D) <- weight[ids] * scale; ids (N) INT64 in [0, V), weight (V, D). */
+/* y (N, D) <- weight[ids] * scale; ids (N) INT64 in [0, V), weight (V, D).
+ * torch's max_norm: a row whose norm_type-norm (p > 0, or INFINITY for the
+ * max) exceeds max_norm >= 0 is looked up times max_norm / (norm + 1e-7);
+ * max_norm = INFINITY: rows as they are. weight is not modified (torch
+ * renormalises its rows in place: a caller that owns the table may write
+ * the looked-up rows back). */
 attnc_status attnc_embedding_forward(attnc_tensor *y, const attnc_tensor *ids,
-                                     const attnc_tensor *weight, double scale);
+                                     const attnc_tensor *weight, double scale, double max_norm,
+                                     double norm_type);
 /* dweight (V, D) <- the sum of scale * dy rows over the tokens of each id;
  * the row of padding_idx (if >= 0) gets zero. */
 attnc_status attnc_embedding_backward(attnc_tensor *dweight, const attnc_tensor *dy,
                                       const attnc_tensor *ids, double scale,
                                       int64_t padding_idx);
 
-/* Cross-entropy of logits (N, C) against targets (N) INT64, with label
- * smoothing eps (targets (1 - eps) one-hot + eps / C) and ignore_index:
- * losses (N) (0 where ignored), logsumexp (N) saved for the backward. */
+/* Cross-entropy of logits (N, C), as torch's cross_entropy before its
+ * reduction: loss_n = sum_c q_nc w_c (lse_n - x_nc), q_n row n's target
+ * after label smoothing eps, (1 - eps) target + eps / C. Targets are class
+ * ids (N) INT64 (target one-hot; each in [0, C) or ignore_index, whose rows
+ * count for nothing: loss 0) or class probabilities (N, C) of the logits'
+ * dtype. w: per-class weights (C), or 1 when absent. A term whose
+ * coefficient q_nc w_c is 0 is absent (a -inf logit that is not a target
+ * adds nothing, not NaN). */
+typedef struct {
+    attnc_tensor weight;    /* (C), optional                      */
+    double label_smoothing; /* eps in [0, 1]                      */
+    int64_t ignore_index;   /* class-id targets only              */
+} attnc_cross_entropy_options;
+
+/* losses (N), logsumexp (N) (saved for the backward) <- logits, targets. */
 attnc_status attnc_cross_entropy_forward(attnc_tensor *losses, attnc_tensor *logsumexp,
-                                         const attnc_tensor *logits,
-                                         const attnc_tensor *targets, double label_smoothing,
-                                         int64_t ignore_index);
+                                         const attnc_tensor *logits, const attnc_tensor *targets,
+                                         const attnc_cross_entropy_options *options);
 /* y (N, C) <- log_softmax of each row of x (N, C) (a row of only -inf gives
  * -inf, not NaN). */
 attnc_status attnc_log_softmax_forward(attnc_tensor *y, const attnc_tensor *x);
 /* dx (N, C) <- dy - exp(y) * rowsum(dy), y the forward's output. */
 attnc_status attnc_log_softmax_backward(attnc_tensor *dx, const attnc_tensor *dy, const attnc_tensor *y);
 
-/* dlogits (N, C) <- dlosses (N), logits, targets, logsumexp. */
-attnc_status attnc_cross_entropy_backward(attnc_tensor *dlogits, const attnc_tensor *dlosses,
-                                          const attnc_tensor *logits,
-                                          const attnc_tensor *targets,
-                                          const attnc_tensor *logsumexp, double label_smoothing,
-                                          int64_t ignore_index);
+/* dlogits (N, C), dtargets (N, C) (optional, probability targets only),
+ * dweight (C) (optional, with a weight; summed over the rows in order)
+ * <- dlosses (N), logits, targets, logsumexp. */
+attnc_status attnc_cross_entropy_backward(attnc_tensor *dlogits, attnc_tensor *dtargets, attnc_tensor *dweight,
+                                          const attnc_tensor *dlosses, const attnc_tensor *logits,
+                                          const attnc_tensor *targets, const attnc_tensor *logsumexp,
+                                          const attnc_cross_entropy_options *options);
 
 /* ---- nn: activation, dropout and residual in one pass ------------------ */
 
-typedef enum { ATTNC_ACT_NONE = 0, ATTNC_ACT_RELU = 1, ATTNC_ACT_GELU = 2 /* exact (erf) */ } attnc_activation;
+/* GELU is torch's gelu(approximate="none"), x Phi(x) with erf; GELU_TANH is
+ * approximate="tanh", x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))) / 2. */
+typedef enum {
+    ATTNC_ACT_NONE = 0,
+    ATTNC_ACT_RELU = 1,
+    ATTNC_ACT_GELU = 2,
+    ATTNC_ACT_GELU_TANH = 3
+} attnc_activation;
 
 /* y <- residual (optional) + dropout(act(x)); all contiguous, any shape, the
  * same element count. Dropout keeps element k when Philox word k of
@@ -679,12 +704,14 @@ attnc_status attnc_attention_pool_backward(attnc_tensor *dh, attnc_tensor *dweig
                                            const attnc_tensor *h, const attnc_tensor *weight,
                                            const attnc_tensor *v, const attnc_tensor *alpha,
                                            const attnc_tensor *saved);
-/* ---- conv: 2-d convolution (torch's conv2d, groups = 1) ------------------ */
+/* ---- conv: 2-d convolution (torch's conv2d) ------------------------------ */
 
 /* y (B, Cout, Ho, Wo) <- x (B, Cin, H, W) cross-correlated with weight
- * (Cout, Cin, kH, kW), plus bias (Cout, optional):
+ * (Cout, Cin / G, kH, kW), plus bias (Cout, optional), in G = groups groups
+ * (Cin and Cout divisible by G; output channel o reads the input channels of
+ * its group, g = o / (Cout / G)):
  *   y[b, o, r, c] = bias[o] + sum_{i, kh, kw} weight[o, i, kh, kw]
- *                   * x[b, i, r sh - pt + kh dh, c sw - pl + kw dw]   (0 outside x),
+ *                   * x[b, g Cin / G + i, r sh - pt + kh dh, c sw - pl + kw dw]   (0 outside x),
  * stride = (sh, sw) >= 1, dilation = (dh, dw) >= 1, padding = (top, bottom,
  * left, right) >= 0 (asymmetric padding is how "same" with an even kernel and
  * a causal 1-d convolution are made), Ho = (H + top + bottom - dh (kH - 1)
@@ -692,14 +719,15 @@ attnc_status attnc_attention_pool_backward(attnc_tensor *dh, attnc_tensor *dweig
  * convolution is H = kH = 1. */
 attnc_status attnc_conv2d_forward(attnc_tensor *y, const attnc_tensor *x, const attnc_tensor *weight,
                                   const attnc_tensor *bias, const int64_t stride[2], const int64_t padding[4],
-                                  const int64_t dilation[2]);
-/* dx (B, Cin, H, W), dweight (Cout, Cin, kH, kW), dbias (Cout) (each optional,
- * overwritten) <- dy (B, Cout, Ho, Wo), x, weight and the forward's options.
- * The weight and bias gradients are summed over the batch in batch order
- * (the same bits for any thread count). */
+                                  const int64_t dilation[2], int64_t groups);
+/* dx (B, Cin, H, W), dweight (Cout, Cin / G, kH, kW), dbias (Cout) (each
+ * optional, overwritten) <- dy (B, Cout, Ho, Wo), x, weight and the
+ * forward's options. The weight and bias gradients are summed over the batch
+ * in batch order (the same bits for any thread count). */
 attnc_status attnc_conv2d_backward(attnc_tensor *dx, attnc_tensor *dweight, attnc_tensor *dbias,
                                    const attnc_tensor *dy, const attnc_tensor *x, const attnc_tensor *weight,
-                                   const int64_t stride[2], const int64_t padding[4], const int64_t dilation[2]);
+                                   const int64_t stride[2], const int64_t padding[4], const int64_t dilation[2],
+                                   int64_t groups);
 
 /* ---- gated activation (WaveNet, SNAIL's dense blocks) ----------------------- */
 

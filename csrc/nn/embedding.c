@@ -43,15 +43,20 @@ static attnc_status float_dims(const attnc_tensor *t, const char *name, int64_t 
 }
 
 attnc_status attnc_embedding_forward(attnc_tensor *y, const attnc_tensor *ids,
-                                     const attnc_tensor *weight, double scale) {
+                                     const attnc_tensor *weight, double scale, double max_norm,
+                                     double norm_type) {
     int64_t v = -1, d = -1, n;
     TRY(float_dims(weight, "weight", &v, &d));
     TRY(check_ids(ids, "input", &n, v, NULL));
+    if (!(max_norm >= 0)) return attnc_fail(ATTNC_ERR_VALUE, "max_norm must be >= 0, got %g", max_norm);
+    if (!(norm_type > 0))
+        return attnc_fail(ATTNC_ERR_VALUE, "norm_type must be > 0 (or inf), got %g", norm_type);
     if (!attnc_present(y)) return attnc_fail(ATTNC_ERR_TYPE, "output is required");
     int64_t yd[2] = {n, d};
     TRY(attnc_check_dims(y, "output", weight->dtype, 2, yd, true));
     ATTNC_PARALLEL_TYPED(weight->dtype, attnc_workers(), tok_job, embed_task, (n + ROWS - 1) / ROWS,
-                         .ids = ids, .w = weight, .y = y, .n = n, .d = d, .scale = scale);
+                         .ids = ids, .w = weight, .y = y, .n = n, .d = d, .scale = scale,
+                         .max_norm = max_norm, .norm_type = norm_type);
     return ATTNC_OK;
 }
 
@@ -71,54 +76,82 @@ attnc_status attnc_embedding_backward(attnc_tensor *dweight, const attnc_tensor 
     return ATTNC_OK;
 }
 
-/* logits (N, C) and targets (N): each in [0, C) or ignore_index. */
-static attnc_status check_logits(const attnc_tensor *logits, const attnc_tensor *targets,
-                                 int64_t ignore_index, int64_t *n, int64_t *c) {
-    int64_t nt;
+/* logits (N, C), targets: class ids (N) INT64, each in [0, C) or
+ * ignore_index, or probabilities (N, C) of the logits' dtype (*probs set to
+ * them); the optional class weights (C). */
+static attnc_status check_ce(const attnc_tensor *logits, const attnc_tensor *targets,
+                             const attnc_cross_entropy_options *o, int64_t *n, int64_t *c,
+                             const attnc_tensor **probs) {
     *n = *c = -1;
+    *probs = NULL;
+    if (!o) return attnc_fail(ATTNC_ERR_TYPE, "options are required");
     TRY(float_dims(logits, "input", n, c));
-    TRY(check_ids(targets, "target", &nt, *c, &ignore_index));
-    if (nt != *n)
-        return attnc_fail(ATTNC_ERR_VALUE, "target has %" PRId64 " entries, input %" PRId64 " rows",
-                          nt, *n);
+    if (attnc_present(targets) && targets->dtype == logits->dtype) {
+        int64_t pd[2] = {*n, *c};
+        TRY(attnc_check_dims(targets, "target", logits->dtype, 2, pd, false));
+        *probs = targets;
+    } else {
+        int64_t nt;
+        TRY(check_ids(targets, "target", &nt, *c, &o->ignore_index));
+        if (nt != *n)
+            return attnc_fail(ATTNC_ERR_VALUE, "target has %" PRId64 " entries, input %" PRId64 " rows", nt, *n);
+    }
+    if (attnc_present(&o->weight)) TRY(attnc_check_dims(&o->weight, "weight", logits->dtype, 1, c, false));
+    if (!(o->label_smoothing >= 0 && o->label_smoothing <= 1))
+        return attnc_fail(ATTNC_ERR_VALUE, "label_smoothing must be in [0, 1], got %g", o->label_smoothing);
     return ATTNC_OK;
 }
 
 attnc_status attnc_cross_entropy_forward(attnc_tensor *losses, attnc_tensor *logsumexp,
                                          const attnc_tensor *logits, const attnc_tensor *targets,
-                                         double label_smoothing, int64_t ignore_index) {
+                                         const attnc_cross_entropy_options *options) {
     int64_t n, c;
-    TRY(check_logits(logits, targets, ignore_index, &n, &c));
-    if (!(label_smoothing >= 0 && label_smoothing <= 1))
-        return attnc_fail(ATTNC_ERR_VALUE, "label_smoothing must be in [0, 1], got %g",
-                          label_smoothing);
+    const attnc_tensor *probs;
+    TRY(check_ce(logits, targets, options, &n, &c, &probs));
     if (!attnc_present(losses) || !attnc_present(logsumexp))
         return attnc_fail(ATTNC_ERR_TYPE, "losses and logsumexp are required");
     TRY(attnc_check_dims(losses, "losses", logits->dtype, 1, &n, true));
     TRY(attnc_check_dims(logsumexp, "logsumexp", logits->dtype, 1, &n, true));
     ATTNC_PARALLEL_TYPED(logits->dtype, attnc_workers(), tok_job, ce_forward_task,
-                         (n + ROWS - 1) / ROWS, .ids = targets, .logits = logits, .loss = losses,
-                         .lse = logsumexp, .n = n, .v = c, .eps = label_smoothing,
-                         .special = ignore_index);
+                         (n + ROWS - 1) / ROWS, .ids = probs ? NULL : targets, .probs = probs,
+                         .weight = attnc_present(&options->weight) ? &options->weight : NULL,
+                         .logits = logits, .loss = losses, .lse = logsumexp, .n = n, .v = c,
+                         .eps = options->label_smoothing, .special = options->ignore_index);
     return ATTNC_OK;
 }
 
-attnc_status attnc_cross_entropy_backward(attnc_tensor *dlogits, const attnc_tensor *dlosses,
-                                          const attnc_tensor *logits, const attnc_tensor *targets,
-                                          const attnc_tensor *logsumexp, double label_smoothing,
-                                          int64_t ignore_index) {
+attnc_status attnc_cross_entropy_backward(attnc_tensor *dlogits, attnc_tensor *dtargets, attnc_tensor *dweight,
+                                          const attnc_tensor *dlosses, const attnc_tensor *logits,
+                                          const attnc_tensor *targets, const attnc_tensor *logsumexp,
+                                          const attnc_cross_entropy_options *options) {
     int64_t n, c;
-    TRY(check_logits(logits, targets, ignore_index, &n, &c));
+    const attnc_tensor *probs;
+    TRY(check_ce(logits, targets, options, &n, &c, &probs));
     if (!attnc_present(dlogits) || !attnc_present(dlosses) || !attnc_present(logsumexp))
         return attnc_fail(ATTNC_ERR_TYPE, "dinput, dlosses and logsumexp are required");
+    attnc_dtype dt = logits->dtype;
     int64_t ld[2] = {n, c};
-    TRY(attnc_check_dims(dlogits, "dinput", logits->dtype, 2, ld, true));
-    TRY(attnc_check_dims(dlosses, "dlosses", logits->dtype, 1, &n, false));
-    TRY(attnc_check_dims(logsumexp, "logsumexp", logits->dtype, 1, &n, false));
-    ATTNC_PARALLEL_TYPED(logits->dtype, attnc_workers(), tok_job, ce_backward_task,
-                         (n + ROWS - 1) / ROWS, .ids = targets, .logits = logits, .dloss = dlosses,
-                         .lse_in = logsumexp, .dlogits = dlogits, .n = n, .v = c,
-                         .eps = label_smoothing, .special = ignore_index);
+    TRY(attnc_check_dims(dlogits, "dinput", dt, 2, ld, true));
+    if (attnc_present(dtargets)) {
+        if (!probs) return attnc_fail(ATTNC_ERR_TYPE, "dtarget needs probability targets (class ids have none)");
+        TRY(attnc_check_dims(dtargets, "dtarget", dt, 2, ld, true));
+    }
+    if (attnc_present(dweight)) {
+        if (!attnc_present(&options->weight)) return attnc_fail(ATTNC_ERR_TYPE, "dweight needs a weight");
+        TRY(attnc_check_dims(dweight, "dweight", dt, 1, &c, true));
+    }
+    TRY(attnc_check_dims(dlosses, "dlosses", dt, 1, &n, false));
+    TRY(attnc_check_dims(logsumexp, "logsumexp", dt, 1, &n, false));
+#define JOB .ids = probs ? NULL : targets, .probs = probs, \
+            .weight = attnc_present(&options->weight) ? &options->weight : NULL, .logits = logits, \
+            .dloss = dlosses, .lse_in = logsumexp, .n = n, .v = c, .eps = options->label_smoothing, \
+            .special = options->ignore_index
+    ATTNC_PARALLEL_TYPED(dt, attnc_workers(), tok_job, ce_backward_task, (n + ROWS - 1) / ROWS, JOB,
+                         .dlogits = dlogits, .dtargets = attnc_present(dtargets) ? dtargets : NULL);
+    if (attnc_present(dweight))
+        ATTNC_PARALLEL_TYPED(dt, attnc_workers(), tok_job, ce_weight_grad_task, (c + ROWS - 1) / ROWS, JOB,
+                             .dw = dweight);
+#undef JOB
     return ATTNC_OK;
 }
 

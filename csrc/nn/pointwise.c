@@ -12,6 +12,8 @@
 
 #define SQRT1_2 0.70710678118654752440      /* 1 / sqrt(2)      */
 #define INV_SQRT_2PI 0.39894228040143267794 /* 1 / sqrt(2 pi)   */
+#define SQRT_2_PI 0.79788456080286535588    /* sqrt(2 / pi)     */
+#define GELU_KAPPA 0.044715                 /* the tanh GELU's cubic coefficient */
 
 enum { CHUNK = 4096 }; /* elements per block: a multiple of 4 (one Philox call draws 4) */
 
@@ -38,7 +40,7 @@ static dropout_mask make_mask(double p, uint64_t seed, uint64_t stream) {
 #include "pointwise_impl.h"
 
 static attnc_status check_options(attnc_activation act, double p) {
-    if (act != ATTNC_ACT_NONE && act != ATTNC_ACT_RELU && act != ATTNC_ACT_GELU)
+    if (act != ATTNC_ACT_NONE && act != ATTNC_ACT_RELU && act != ATTNC_ACT_GELU && act != ATTNC_ACT_GELU_TANH)
         return attnc_fail(ATTNC_ERR_VALUE, "unknown activation %d", (int)act);
     if (!(p >= 0 && p <= 1)) return attnc_fail(ATTNC_ERR_VALUE, "dropout must be in [0, 1], got %g", p);
     return ATTNC_OK;

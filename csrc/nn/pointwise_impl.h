@@ -9,21 +9,37 @@ typedef struct {
     dropout_mask mask;
 } FN(pointwise_job);
 
+/* tanh(sqrt(2 / pi) (x + 0.044715 x^3)), the tanh GELU's inner tanh (the
+ * operations in torch's order, so float32 results match its bits closely). */
+static REAL FN(gelu_tanh_inner)(REAL x) {
+    return TANH((REAL)SQRT_2_PI * (x + (REAL)GELU_KAPPA * (x * x * x)));
+}
+
+/* ReLU as torch's clamp_min(x, 0): NaN and -0 pass through (x < 0 is
+ * false for both); its derivative torch's threshold_backward: 0 where
+ * x <= 0, so 1 at NaN. */
 static REAL FN(act)(attnc_activation act, REAL x) {
     switch (act) {
-    case ATTNC_ACT_RELU: return x > 0 ? x : 0;
+    case ATTNC_ACT_RELU: return x < 0 ? 0 : x;
     case ATTNC_ACT_GELU: return (REAL)0.5 * x * (1 + ERF(x * (REAL)SQRT1_2));
+    case ATTNC_ACT_GELU_TANH: return (REAL)0.5 * x * (1 + FN(gelu_tanh_inner)(x));
     default: return x;
     }
 }
 
-/* d act(x) / dx. GELU: Phi(x) + x phi(x). */
+/* d act(x) / dx. GELU: Phi(x) + x phi(x). Tanh GELU with t its inner tanh:
+ * (1 + t) / 2 + x / 2 (1 - t^2) sqrt(2 / pi) (1 + 3 kappa x^2). */
 static REAL FN(act_grad)(attnc_activation act, REAL x) {
     switch (act) {
-    case ATTNC_ACT_RELU: return x > 0 ? 1 : 0;
+    case ATTNC_ACT_RELU: return x <= 0 ? 0 : 1;
     case ATTNC_ACT_GELU:
         return (REAL)0.5 * (1 + ERF(x * (REAL)SQRT1_2)) +
                x * EXP(-(REAL)0.5 * x * x) * (REAL)INV_SQRT_2PI;
+    case ATTNC_ACT_GELU_TANH: {
+        REAL t = FN(gelu_tanh_inner)(x);
+        REAL inner_grad = (REAL)SQRT_2_PI * (1 + 3 * (REAL)GELU_KAPPA * (x * x));
+        return (REAL)0.5 * (1 + t) + (REAL)0.5 * x * (1 - t * t) * inner_grad;
+    }
     default: return 1;
     }
 }
@@ -31,9 +47,11 @@ static REAL FN(act_grad)(attnc_activation act, REAL x) {
 /* v[0..n) <- act(x[0..n)), a loop per activation so each vectorises. */
 static void FN(act_rows)(attnc_activation act, const REAL *x, REAL *v, int64_t n) {
     if (act == ATTNC_ACT_RELU)
-        for (int64_t k = 0; k < n; k++) v[k] = x[k] > 0 ? x[k] : 0;
+        for (int64_t k = 0; k < n; k++) v[k] = x[k] < 0 ? 0 : x[k];
     else if (act == ATTNC_ACT_GELU)
         for (int64_t k = 0; k < n; k++) v[k] = FN(act)(ATTNC_ACT_GELU, x[k]);
+    else if (act == ATTNC_ACT_GELU_TANH)
+        for (int64_t k = 0; k < n; k++) v[k] = FN(act)(ATTNC_ACT_GELU_TANH, x[k]);
     else
         memcpy(v, x, (size_t)n * sizeof *v);
 }
@@ -76,9 +94,11 @@ static void FN(pointwise_backward_task)(void *arg, int64_t block, int worker) {
     REAL *dx = j->dx + i0;
     const REAL *x = j->x ? j->x + i0 : NULL;
     if (j->act == ATTNC_ACT_RELU)
-        for (int64_t k = 0; k < n; k++) dx[k] = x[k] > 0 ? g[k] : 0;
+        for (int64_t k = 0; k < n; k++) dx[k] = x[k] <= 0 ? 0 : g[k];
     else if (j->act == ATTNC_ACT_GELU)
         for (int64_t k = 0; k < n; k++) dx[k] = g[k] * FN(act_grad)(ATTNC_ACT_GELU, x[k]);
+    else if (j->act == ATTNC_ACT_GELU_TANH)
+        for (int64_t k = 0; k < n; k++) dx[k] = g[k] * FN(act_grad)(ATTNC_ACT_GELU_TANH, x[k]);
     else
         memcpy(dx, g, (size_t)n * sizeof *dx);
 }

@@ -66,15 +66,15 @@ static PyObject *py_layer_norm_backward(PyObject *self, PyObject *args) {
 static PyObject *py_embedding_forward(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *y, *ids, *w;
-    double scale;
-    if (!PyArg_ParseTuple(args, "OOOd", &y, &ids, &w, &scale)) return NULL;
+    double scale, max_norm, norm_type;
+    if (!PyArg_ParseTuple(args, "OOOddd", &y, &ids, &w, &scale, &max_norm, &norm_type)) return NULL;
     buffers h = {.count = 0};
     attnc_tensor ty, ti, tw;
     attnc_status st = ATTNC_OK;
     if (!(buffers_get(&h, y, "output", 1, &ty) && buffers_get(&h, ids, "input", 0, &ti) &&
           buffers_get(&h, w, "weight", 0, &tw)))
         return buffers_release(&h), NULL;
-    ATTNC_NOGIL(st, attnc_embedding_forward(&ty, &ti, &tw, scale));
+    ATTNC_NOGIL(st, attnc_embedding_forward(&ty, &ti, &tw, scale, max_norm, norm_type));
     return buffers_finish(&h, st);
 }
 
@@ -96,36 +96,41 @@ static PyObject *py_embedding_backward(PyObject *self, PyObject *args) {
 
 static PyObject *py_cross_entropy_forward(PyObject *self, PyObject *args) {
     (void)self;
-    PyObject *loss, *lse, *logits, *targets;
-    double eps;
+    PyObject *loss, *lse, *logits, *targets, *weight;
+    attnc_cross_entropy_options o;
     long long ignore;
-    if (!PyArg_ParseTuple(args, "OOOOdL", &loss, &lse, &logits, &targets, &eps, &ignore))
+    if (!PyArg_ParseTuple(args, "OOOOOdL", &loss, &lse, &logits, &targets, &weight, &o.label_smoothing, &ignore))
         return NULL;
+    o.ignore_index = ignore;
     buffers h = {.count = 0};
     attnc_tensor tl, ts, tx, tt;
     attnc_status st = ATTNC_OK;
     if (!(buffers_get(&h, loss, "losses", 1, &tl) && buffers_get(&h, lse, "logsumexp", 1, &ts) &&
-          buffers_get(&h, logits, "input", 0, &tx) && buffers_get(&h, targets, "target", 0, &tt)))
+          buffers_get(&h, logits, "input", 0, &tx) && buffers_get(&h, targets, "target", 0, &tt) &&
+          buffers_get(&h, weight, "weight", 0, &o.weight)))
         return buffers_release(&h), NULL;
-    ATTNC_NOGIL(st, attnc_cross_entropy_forward(&tl, &ts, &tx, &tt, eps, ignore));
+    ATTNC_NOGIL(st, attnc_cross_entropy_forward(&tl, &ts, &tx, &tt, &o));
     return buffers_finish(&h, st);
 }
 
 static PyObject *py_cross_entropy_backward(PyObject *self, PyObject *args) {
     (void)self;
-    PyObject *dx, *dl, *logits, *targets, *lse;
-    double eps;
+    PyObject *dx, *dt, *dw, *dl, *logits, *targets, *lse, *weight;
+    attnc_cross_entropy_options o;
     long long ignore;
-    if (!PyArg_ParseTuple(args, "OOOOOdL", &dx, &dl, &logits, &targets, &lse, &eps, &ignore))
+    if (!PyArg_ParseTuple(args, "OOOOOOOOdL", &dx, &dt, &dw, &dl, &logits, &targets, &lse, &weight,
+                          &o.label_smoothing, &ignore))
         return NULL;
+    o.ignore_index = ignore;
     buffers h = {.count = 0};
-    attnc_tensor tdx, tdl, tx, tt, ts;
+    attnc_tensor tdx, tdt, tdw, tdl, tx, tt, ts;
     attnc_status st = ATTNC_OK;
-    if (!(buffers_get(&h, dx, "dinput", 1, &tdx) && buffers_get(&h, dl, "dlosses", 0, &tdl) &&
+    if (!(buffers_get(&h, dx, "dinput", 1, &tdx) && buffers_get(&h, dt, "dtarget", 1, &tdt) &&
+          buffers_get(&h, dw, "dweight", 1, &tdw) && buffers_get(&h, dl, "dlosses", 0, &tdl) &&
           buffers_get(&h, logits, "input", 0, &tx) && buffers_get(&h, targets, "target", 0, &tt) &&
-          buffers_get(&h, lse, "logsumexp", 0, &ts)))
+          buffers_get(&h, lse, "logsumexp", 0, &ts) && buffers_get(&h, weight, "weight", 0, &o.weight)))
         return buffers_release(&h), NULL;
-    ATTNC_NOGIL(st, attnc_cross_entropy_backward(&tdx, &tdl, &tx, &tt, &ts, eps, ignore));
+    ATTNC_NOGIL(st, attnc_cross_entropy_backward(&tdx, &tdt, &tdw, &tdl, &tx, &tt, &ts, &o));
     return buffers_finish(&h, st);
 }
 

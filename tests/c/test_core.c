@@ -623,6 +623,67 @@ static void test_linear(void) {
     free(x), free(w), free(b), free(y), free(dy), free(dx);
 }
 
+/* The sum of losses of the weighted, smoothed cross-entropy (class ids when
+ * probs is NULL). */
+static double ce_total(double *logits, const int64_t *ids, const double *probs, const double *w, int n, int c) {
+    double loss[8], lse[8];
+    int64_t ls[2] = {n, c}, ns[1] = {n};
+    attnc_tensor tl = view(logits, ATTNC_FLOAT64, 2, ls), tloss = view(loss, ATTNC_FLOAT64, 1, ns),
+                 tlse = view(lse, ATTNC_FLOAT64, 1, ns);
+    attnc_tensor tt = probs ? view((double *)probs, ATTNC_FLOAT64, 2, ls) : view((int64_t *)ids, ATTNC_INT64, 1, ns);
+    attnc_cross_entropy_options o = {.weight = view((double *)w, ATTNC_FLOAT64, 1, &ls[1]), .label_smoothing = 0.2,
+                                     .ignore_index = -100};
+    CHECK(attnc_cross_entropy_forward(&tloss, &tlse, &tl, &tt, &o) == ATTNC_OK, "%s", attnc_last_error());
+    double total = 0;
+    for (int r = 0; r < n; r++) total += loss[r];
+    return total;
+}
+
+/* Class weights, class-probability targets and label smoothing: every
+ * gradient (logits, probabilities, weights) against central differences of
+ * the forward's summed losses; an ignored row has no loss nor gradient. */
+static void test_weighted_cross_entropy(void) {
+    enum { N = 3, C = 4 };
+    double *x = randn(N * C, 51), *p = randn(N * C, 52), w[C] = {0.5, 2.0, 1.0, 0.0};
+    int64_t ids[N] = {1, -100, 3}, ls[2] = {N, C}, ns[1] = {N}, cs[1] = {C};
+    for (int k = 0; k < N * C; k++) p[k] = fabs(p[k]);
+    double dx[N * C], dp[N * C], dw[C], ones[N] = {1, 1, 1}, lse[N], loss[N];
+    for (int kind = 0; kind < 2; kind++) {
+        const double *probs = kind ? p : NULL;
+        attnc_tensor tl = view(x, ATTNC_FLOAT64, 2, ls), tdx = view(dx, ATTNC_FLOAT64, 2, ls),
+                     tdp = view(dp, ATTNC_FLOAT64, 2, ls), tdw = view(dw, ATTNC_FLOAT64, 1, cs),
+                     tones = view(ones, ATTNC_FLOAT64, 1, ns), tlse = view(lse, ATTNC_FLOAT64, 1, ns),
+                     tloss = view(loss, ATTNC_FLOAT64, 1, ns), none = {0};
+        attnc_tensor tt = kind ? view(p, ATTNC_FLOAT64, 2, ls) : view(ids, ATTNC_INT64, 1, ns);
+        attnc_cross_entropy_options o = {.weight = view(w, ATTNC_FLOAT64, 1, cs), .label_smoothing = 0.2,
+                                         .ignore_index = -100};
+        CHECK(attnc_cross_entropy_forward(&tloss, &tlse, &tl, &tt, &o) == ATTNC_OK, "%s", attnc_last_error());
+        CHECK(kind || loss[1] == 0, "ignored row's loss %g", loss[1]);
+        CHECK(attnc_cross_entropy_backward(&tdx, kind ? &tdp : &none, &tdw, &tones, &tl, &tt, &tlse, &o) == ATTNC_OK,
+              "%s", attnc_last_error());
+        CHECK(kind || (dx[C] == 0 && dx[C + 3] == 0), "ignored row's gradient");
+        double err = 0, h = 1e-6;
+        double *args[3] = {x, p, w}, *grads[3] = {dx, dp, dw};
+        int counts[3] = {N * C, kind ? N * C : 0, C};
+        for (int a = 0; a < 3; a++)
+            for (int k = 0; k < counts[a]; k++) {
+                double keep = args[a][k];
+                args[a][k] = keep + h;
+                double lp = ce_total(x, ids, probs, w, N, C);
+                args[a][k] = keep - h;
+                double lm = ce_total(x, ids, probs, w, N, C);
+                args[a][k] = keep;
+                err = fmax(err, fabs((lp - lm) / (2 * h) - grads[a][k]));
+            }
+        CHECK(err < 1e-8, "weighted cross-entropy (%s) gradients vs finite differences: %g",
+              kind ? "probabilities" : "class ids", err);
+        CHECK(kind || attnc_cross_entropy_backward(&tdx, &tdp, &none, &tones, &tl, &tt, &tlse, &o) == ATTNC_ERR_TYPE,
+              "a target gradient for class ids accepted");
+    }
+    free(x);
+    free(p);
+}
+
 /* Layer norm, embedding and cross-entropy against loops; bad ids refused. */
 static void test_token_layers(void) {
     enum { N = 130, D = 6, V = 5 };
@@ -649,7 +710,7 @@ static void test_token_layers(void) {
     for (int i = 0; i < V * D; i++) table[i] = i;
     attnc_tensor ti = view(ids, ATTNC_INT64, 1, is), te = view(emb, ATTNC_FLOAT64, 2, es);
     attnc_tensor tt = view(table, ATTNC_FLOAT64, 2, ws), tdt = view(dtable, ATTNC_FLOAT64, 2, ws);
-    CHECK(attnc_embedding_forward(&te, &ti, &tt, 2.0) == ATTNC_OK, "%s", attnc_last_error());
+    CHECK(attnc_embedding_forward(&te, &ti, &tt, 2.0, INFINITY, 2) == ATTNC_OK, "%s", attnc_last_error());
     CHECK(emb[1 * D + 3] == 2.0 * table[4 * D + 3], "embedding row");
     double ones[4 * D];
     for (int i = 0; i < 4 * D; i++) ones[i] = 1;
@@ -658,21 +719,36 @@ static void test_token_layers(void) {
     CHECK(dtable[4 * D] == 4.0 && dtable[2 * D] == 0 && dtable[1 * D] == 0 && dtable[0] == 2.0,
           "embedding gradient");
     ids[2] = 5;
-    CHECK(attnc_embedding_forward(&te, &ti, &tt, 1.0) == ATTNC_ERR_VALUE, "id 5 of 5 accepted");
+    CHECK(attnc_embedding_forward(&te, &ti, &tt, 1.0, INFINITY, 2) == ATTNC_ERR_VALUE, "id 5 of 5 accepted");
     ids[2] = -1;
-    CHECK(attnc_embedding_forward(&te, &ti, &tt, 1.0) == ATTNC_ERR_VALUE, "id -1 accepted");
+    CHECK(attnc_embedding_forward(&te, &ti, &tt, 1.0, INFINITY, 2) == ATTNC_ERR_VALUE, "id -1 accepted");
 
     /* cross-entropy of uniform logits is log C; an ignored row is 0. */
     double logits[4 * V] = {0}, loss[4], lse[4];
     int64_t tg[4] = {1, -100, 3, 0}, ls[2] = {4, V}, fs[1] = {4};
     attnc_tensor tl = view(logits, ATTNC_FLOAT64, 2, ls), ttg = view(tg, ATTNC_INT64, 1, fs);
     attnc_tensor tloss = view(loss, ATTNC_FLOAT64, 1, fs), tlse = view(lse, ATTNC_FLOAT64, 1, fs);
-    CHECK(attnc_cross_entropy_forward(&tloss, &tlse, &tl, &ttg, 0.1, -100) == ATTNC_OK, "%s",
-          attnc_last_error());
+    attnc_cross_entropy_options ceo = {.label_smoothing = 0.1, .ignore_index = -100};
+    CHECK(attnc_cross_entropy_forward(&tloss, &tlse, &tl, &ttg, &ceo) == ATTNC_OK, "%s", attnc_last_error());
     CHECK(fabs(loss[0] - log(V)) < 1e-14 && loss[1] == 0, "cross-entropy %g %g", loss[0], loss[1]);
     tg[2] = V;
-    CHECK(attnc_cross_entropy_forward(&tloss, &tlse, &tl, &ttg, 0.1, -100) == ATTNC_ERR_VALUE,
+    CHECK(attnc_cross_entropy_forward(&tloss, &tlse, &tl, &ttg, &ceo) == ATTNC_ERR_VALUE,
           "target out of range accepted");
+    test_weighted_cross_entropy();
+
+    /* max_norm: row 1 = (3, 4, 0, ...) has 2-norm 5 and comes out times 1 / (5 + 1e-7); row 0 (norm 0) as it is */
+    for (int c = 0; c < D; c++) table[D + c] = c == 0 ? 3 : c == 1 ? 4 : 0, table[c] = 0;
+    int64_t rn[1] = {2};
+    attnc_tensor tri = view(ids, ATTNC_INT64, 1, rn), tre = view(emb, ATTNC_FLOAT64, 2, (int64_t[2]){2, D});
+    ids[0] = 1, ids[1] = 0;
+    CHECK(attnc_embedding_forward(&tre, &tri, &tt, 1.0, 1.0, 2) == ATTNC_OK, "%s", attnc_last_error());
+    CHECK(fabs(emb[0] - 3 / (5 + 1e-7)) < 1e-15 && fabs(emb[1] - 4 / (5 + 1e-7)) < 1e-15 && emb[D] == 0,
+          "max_norm rows %g %g", emb[0], emb[1]);
+    CHECK(table[D] == 3, "max_norm modified the table");
+    CHECK(attnc_embedding_forward(&tre, &tri, &tt, 1.0, 1.0, INFINITY) == ATTNC_OK && fabs(emb[1] - 1) < 1e-7,
+          "max_norm with the inf-norm: %g", emb[1]);
+    CHECK(attnc_embedding_forward(&tre, &tri, &tt, 1.0, -1.0, 2) == ATTNC_ERR_VALUE, "negative max_norm accepted");
+    CHECK(attnc_embedding_forward(&tre, &tri, &tt, 1.0, 1.0, 0) == ATTNC_ERR_VALUE, "norm_type 0 accepted");
     free(x);
 }
 
@@ -713,6 +789,22 @@ static void test_pointwise(void) {
         worst_d = fmax(worst_d, fabs(dx[i] - (gp - gm) / (2 * h)));
     }
     CHECK(worst < 1e-15 && worst_d < 1e-8, "gelu %g, gelu' %g", worst, worst_d);
+    /* the tanh GELU (torch's approximate="tanh") */
+    CHECK(attnc_pointwise_forward(&ty, &tx, NULL, ATTNC_ACT_GELU_TANH, 0, 0, 0) == ATTNC_OK, "%s",
+          attnc_last_error());
+    CHECK(attnc_pointwise_backward(&tdx, &t1, &tx, ATTNC_ACT_GELU_TANH, 0, 0, 0) == ATTNC_OK, "%s",
+          attnc_last_error());
+    worst = worst_d = 0;
+    for (int i = 0; i < 1000; i++) {
+        double h = 1e-6, g[3];
+        for (int s = -1; s <= 1; s++) {
+            double u = x[i] + s * h;
+            g[s + 1] = 0.5 * u * (1 + tanh(0.79788456080286535588 /* sqrt(2 / pi) */ * (u + 0.044715 * u * u * u)));
+        }
+        worst = fmax(worst, fabs(y[i] - g[1]));
+        worst_d = fmax(worst_d, fabs(dx[i] - (g[2] - g[0]) / (2 * h)));
+    }
+    CHECK(worst < 1e-15 && worst_d < 1e-8, "tanh gelu %g, tanh gelu' %g", worst, worst_d);
     CHECK(attnc_pointwise_forward(&ty, &tx, NULL, ATTNC_ACT_RELU, 1.5, 0, 0) == ATTNC_ERR_VALUE, "p > 1 accepted");
     free(x);
     free(res);

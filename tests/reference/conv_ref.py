@@ -5,10 +5,15 @@ definition y[b, o, r, c] = bias[o] + sum_{i, p, q} w[o, i, p, q] x[b, i, r sh - 
 import numpy as np
 
 
-def conv2d(x, w, bias=None, stride=(1, 1), pads=((0, 0), (0, 0)), dilation=(1, 1)):
-    """x (B, Cin, H, W), w (Cout, Cin, kH, kW); pads ((top, bottom), (left, right))."""
+def conv2d(x, w, bias=None, stride=(1, 1), pads=((0, 0), (0, 0)), dilation=(1, 1), groups=1):
+    """x (B, Cin, H, W), w (Cout, Cin / groups, kH, kW); pads ((top, bottom), (left, right)).
+    With groups, each group's outputs are the convolution of its own input channels."""
     x = np.asarray(x, np.float64)
     w = np.asarray(w, np.float64)
+    if groups > 1:
+        xs, ws = np.split(x, groups, axis=1), np.split(w, groups, axis=0)
+        y = np.concatenate([conv2d(xg, wg, None, stride, pads, dilation) for xg, wg in zip(xs, ws)], axis=1)
+        return y if bias is None else y + np.asarray(bias, np.float64)[None, :, None, None]
     B, Cin, H, W = x.shape
     Cout, _, kh, kw = w.shape
     (pt, pb), (pl, pr) = pads
@@ -29,10 +34,10 @@ def conv2d(x, w, bias=None, stride=(1, 1), pads=((0, 0), (0, 0)), dilation=(1, 1
     return y
 
 
-def conv1d(x, w, bias=None, stride=1, pads=(0, 0), dilation=1):
-    """x (B, Cin, L), w (Cout, Cin, k); pads (left, right)."""
+def conv1d(x, w, bias=None, stride=1, pads=(0, 0), dilation=1, groups=1):
+    """x (B, Cin, L), w (Cout, Cin / groups, k); pads (left, right)."""
     y = conv2d(np.asarray(x)[:, :, None, :], np.asarray(w)[:, :, None, :], bias, (1, stride),
-               ((0, 0), tuple(pads)), (1, dilation))
+               ((0, 0), tuple(pads)), (1, dilation), groups)
     return y[:, :, 0, :]
 
 
