@@ -56,6 +56,7 @@ def _decoder(seed):
 # arguments where there are some; a class missing here fails the test below.
 FACTORIES = {
     "attnc.nn.activation.ReLU": lambda: nn.ReLU(dtype=np.float64),
+    "attnc.nn.activation.GELU": lambda: nn.GELU(approximate="tanh"),
     "attnc.nn.conv.Conv1d": lambda: nn.Conv1d(3, 4, 3, stride=2, padding=1, dilation=1, seed=1),
     "attnc.nn.conv.Conv2d": lambda: nn.Conv2d(2, 3, (3, 2), padding="same", bias=False, seed=2),
     "attnc.nn.conv.CausalConv1d": lambda: nn.CausalConv1d(3, 2, 2, dilation=3, dtype=np.float64, seed=3),
