@@ -5,13 +5,14 @@ log-sum-exp when asked for."""
 
 from __future__ import annotations
 
-import math
 import numbers
 
 import numpy as np
 
 from .. import _core
 from .._args import (
+    default_scale,
+    as_rows,
     blas_ready,
     elementwise_ready,
     float_array,
@@ -129,7 +130,7 @@ def _forward(query, key, value, num_heads, in_proj_weight, in_proj_bias, out_pro
     # is_causal promises that attn_mask is the causal mask: the kernel then also
     # skips the tiles above the diagonal. Not with appended keys: those stay
     # visible to every query, as the padded attn_mask says.
-    spec = (masks[0], masks[1], bool(is_causal) and extra == 0, 0, 1.0 / math.sqrt(hd), float(dropout_p),
+    spec = (masks[0], masks[1], bool(is_causal) and extra == 0, 0, default_scale(hd), float(dropout_p),
             seed_bits(seed) if dropout_p else 0)
 
     attn = np.empty((B, L, E), dtype)
@@ -186,7 +187,7 @@ def _backward(s, cotangents):
     x = s["x"]
     dxs, dws, dbs = {}, {}, {}
     for n, d, w, b in (("q", dq, wq, bq), ("k", dk[:, :S], wk, bk), ("v", dv[:, :S], wv, bv)):
-        dxs[n], dws[n], dbs[n] = linear_rows_backward(d.reshape(-1, E), x[n], w, b is not None)
+        dxs[n], dws[n], dbs[n] = linear_rows_backward(as_rows(d), x[n], w, b is not None)
     if s["separate"]:
         grads.update(q_proj_weight=dws["q"], k_proj_weight=dws["k"], v_proj_weight=dws["v"])
     else:

@@ -3,7 +3,6 @@ torch.nn.functional.scaled_dot_product_attention's arguments and meanings."""
 
 from __future__ import annotations
 
-import math
 import numbers
 from typing import Literal, overload
 
@@ -11,6 +10,8 @@ import numpy as np
 
 from .. import _core
 from .._args import (
+    default_scale,
+    heads_share,
     blas_ready,
     elementwise_ready,
     float_array,
@@ -62,7 +63,7 @@ def _check(query, key, value, enable_gqa):
     if heads:
         h, hkv = q.shape[-3], k.shape[-3]
         if enable_gqa:
-            if hkv == 0 or h % hkv:
+            if not heads_share(h, hkv):
                 raise ValueError(f"enable_gqa needs query's heads ({h}) to be a multiple of key's heads ({hkv})")
         elif h != hkv:
             raise ValueError(
@@ -83,7 +84,7 @@ def _forward(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, 
     if isinstance(dropout_p, bool) or not isinstance(dropout_p, numbers.Real) or not 0 <= dropout_p <= 1:
         raise ValueError(f"dropout_p must be a float in [0, 1], got {dropout_p!r}")
     if scale is None:
-        scale = 1.0 / math.sqrt(E) if E else 1.0
+        scale = default_scale(E)
     elif not isinstance(scale, numbers.Real) or isinstance(scale, bool):
         raise TypeError(f"scale must be a float or None, got {type(scale).__name__}")
     mask, mask_arg = None, None

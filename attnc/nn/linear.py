@@ -7,7 +7,7 @@ import math
 import numpy as np
 
 from .. import _core
-from .._args import blas_ready, float_array, same_dtype, shape_str
+from .._args import as_rows, blas_ready, float_array, same_dtype, shape_str
 from .._typing import Array, ArrayLike, DTypeLike
 from ..grad import register
 from .module import Module
@@ -26,7 +26,7 @@ def _forward(input, weight, bias=None):
         same_dtype(x.dtype, bias=b)
         if b.shape != (w.shape[0],):
             raise ValueError(f"bias has shape {shape_str(b.shape)}, expected ({w.shape[0]},)")
-    x2 = blas_ready(x.reshape(-1, x.shape[-1]))
+    x2 = blas_ready(as_rows(x))
     w = blas_ready(w)
     y = linear_rows(x2, w, b)
     return y.reshape(x.shape[:-1] + (w.shape[0],)), (x.shape, x2, w, b is not None)
@@ -50,7 +50,7 @@ def linear_rows_backward(dy2, x2, w, has_bias):
 def _backward(saved, cotangents):
     shape, x2, w, has_bias = saved
     (dy,) = cotangents
-    dy2 = np.zeros((x2.shape[0], w.shape[0]), x2.dtype) if dy is None else dy.reshape(-1, w.shape[0])
+    dy2 = np.zeros((x2.shape[0], w.shape[0]), x2.dtype) if dy is None else as_rows(dy)
     dx, dw, db = linear_rows_backward(dy2, x2, w, has_bias)
     grads = {"input": dx.reshape(shape), "weight": dw}
     if has_bias:

@@ -122,8 +122,8 @@ class AttentionPooling(Module):
     dtype : float32 or float64, the parameters' dtype
     seed : int or None, for the initialisation
 
-    ``forward(h, mask=None, return_weights=False)``: h (B, T, d), mask (B, T)
-    bool (True = takes part) -> c (B, d), or (c, alpha (B, T)).
+    ``forward(input, mask=None, return_weights=False)``: input h (B, T, d),
+    mask (B, T) bool (True = takes part) -> c (B, d), or (c, alpha (B, T)).
     ``attnc.vjp(pool, h, mask=...)`` returns gradients keyed "input", "weight",
     "bias", "v" (outputs (c, alpha): give cotangents for both, None for unused).
 
@@ -144,22 +144,22 @@ class AttentionPooling(Module):
     def __init__(self, d: int, d_attn: int, *, bias: bool = True, dtype: DTypeLike = np.float32,
                  seed: int | None = None) -> None:
         super().__init__(dtype)
-        if d < 1 or d_attn < 1:
-            raise ValueError(f"d and d_attn must be >= 1, got {d} and {d_attn}")
+        if d < 0 or d_attn < 0:
+            raise ValueError(f"d and d_attn must be >= 0, got {d} and {d_attn}")
         self.d, self.d_attn = int(d), int(d_attn)
         rng = np.random.default_rng(seed)
-        bound = 1 / math.sqrt(d)
+        bound, v_bound = (1 / math.sqrt(n) if n else 0.0 for n in (d, d_attn))  # as torch.nn.Linear's
         self.register_parameter("weight", rng.uniform(-bound, bound, (d_attn, d)))
         self.register_parameter("bias", rng.uniform(-bound, bound, d_attn) if bias else None)
-        self.register_parameter("v", rng.uniform(-1 / math.sqrt(d_attn), 1 / math.sqrt(d_attn), d_attn))
+        self.register_parameter("v", rng.uniform(-v_bound, v_bound, d_attn))
 
-    def forward(self, h: ArrayLike, mask: ArrayLike | None = None,
+    def forward(self, input: ArrayLike, mask: ArrayLike | None = None,
                 return_weights: bool = False) -> Array | tuple[Array, Array]:
-        c, alpha = attention_pool(h, self.weight, self.bias, self.v, mask)
+        c, alpha = attention_pool(input, self.weight, self.bias, self.v, mask)
         return (c, alpha) if return_weights else c
 
-    def _vjp_forward(self, h, mask=None):
-        return _forward(h, self.weight, self.bias, self.v, mask)
+    def _vjp_forward(self, input, mask=None):
+        return _forward(input, self.weight, self.bias, self.v, mask)
 
     _vjp_backward = staticmethod(_backward)
 
