@@ -411,7 +411,8 @@ CASES = [
     Case("attnc.nn.LSTMCell", on(module(nn.LSTMCell, "E", "F"), ("B", "E")), "BE",
          torch=t_torch_module("LSTMCell")),
     Case("attnc.nn.GRUCell", on(module(nn.GRUCell, "E", "F"), ("B", "E")), "BE", torch=t_torch_module("GRUCell")),
-    Case("attnc.nn.LSTMN", on(module(nn.LSTMN, "E", "F"), ("B", "T", "E")), "B"),
+    Case("attnc.nn.LSTMN", on(module(nn.LSTMN, "E", "F"), ("B", "T", "E")), "BT"),
+    Case("attnc.nn.LSTMN", on(module(nn.LSTMN, "E", "F"), ("B", "T", "E")), "E", zeros=False),  # h from the bias
     Case("attnc.nn.Conv1d", on(module(nn.Conv1d, "C", "F", 2), ("B", "C", "T")), "BC",
          torch=t_conv_module("conv1d")),
     Case("attnc.nn.Conv2d", on(module(nn.Conv2d, "C", "F", 2, padding=1), ("B", "C", "T", "S")), "BC",
@@ -419,17 +420,21 @@ CASES = [
     Case("attnc.nn.CausalConv1d", on(module(nn.CausalConv1d, "C", "F"), ("B", "C", "T")), "BTC",
          torch=t_conv_module("conv1d", causal=True)),
     Case("attnc.nn.DenseBlock", on(module(nn.DenseBlock, "C", "F"), ("B", "C", "T")), "BT"),
-    Case("attnc.nn.TCBlock", on(module(nn.TCBlock, "C", 4, "F"), ("B", "C", 4)), "B"),
+    Case("attnc.nn.DenseBlock", on(module(nn.DenseBlock, "C", "F"), ("B", "C", "T")), "C", zeros=False),
+    Case("attnc.nn.TCBlock", on(module(nn.TCBlock, "C", 4, "F"), ("B", "C", "T")), "BT"),
+    Case("attnc.nn.TCBlock", on(module(nn.TCBlock, "C", 4, "F"), ("B", "C", "T")), "C", zeros=False),
     Case("attnc.nn.AttentionBlock", on(module(nn.AttentionBlock, "C", "K", "F"), ("B", "T", "C")), "BT"),
+    Case("attnc.nn.AttentionBlock", on(module(nn.AttentionBlock, "C", "K", "F"), ("B", "T", "C")), "C",
+         zeros=False),
     Case("attnc.nn.AttentionPooling", on(module(nn.AttentionPooling, "E", "F"), ("B", "T", "E")), "BTEF",
          torch=lambda torch, m: lambda p, h: t_pool(torch, h, p["weight"], p["bias"], p["v"])),
     Case("attnc.nn.SelfAttention2d", on(module(nn.SelfAttention2d, 8, reduction=4), ("B", 8, "T", "S")), "BTS"),
     Case("attnc.nn.MultiheadAttention", on(module(nn.MultiheadAttention, "E", "H"), ("B", "T", "E"),
                                            ("B", "S", "E"), ("B", "S", "E")), "BTS", refuse="E",
          torch=t_torch_module("MultiheadAttention")),
-    Case("attnc.nn.TransformerEncoderLayer", on(ENC, ("B", "T", "E")), "BT",
+    Case("attnc.nn.TransformerEncoderLayer", on(ENC, ("B", "T", "E")), "BT", refuse="E",
          torch=t_torch_module("TransformerEncoderLayer")),
-    Case("attnc.nn.TransformerDecoderLayer", on(DEC, ("B", "T", "E"), ("B", "S", "E")), "BT",
+    Case("attnc.nn.TransformerDecoderLayer", on(DEC, ("B", "T", "E"), ("B", "S", "E")), "BT", refuse="E",
          torch=t_torch_module("TransformerDecoderLayer")),
     Case("attnc.nn.TransformerEncoder", on(lambda x: nn.TransformerEncoder(ENC(x), 2), ("B", "T", "E")), "BT"),
     Case("attnc.nn.TransformerDecoder", on(lambda x: nn.TransformerDecoder(DEC(x), 2), ("B", "T", "E"),
@@ -485,8 +490,9 @@ CASES = [
     Case("attnc.models.PointerNet.loss_and_grad",
          method(POINTER, "loss_and_grad", batch(inputs=("B", "N", 2), targets=lambda x: x.perm("B", "N"))), "B",
          grad=False),
-    Case("attnc.models.PointerNet.generate", method(POINTER, "generate", ("B", "N", 2), beam_size=2), "B",
-         grad=False),
+    *[Case("attnc.models.PointerNet.generate", method(POINTER, "generate", ("B", "N", 2), beam_size=2,
+                                                      constraint=constraint), "B", grad=False)
+      for constraint in ("permutation", "tour")],  # a hull's width depends on the points (0 for no rows)
     Case("attnc.models.SNAIL", on(SNAIL, ("B", 3, "E"), lambda x: x.i(2, "B", 2)), "B"),
     Case("attnc.models.SNAIL.loss_and_grad",
          method(SNAIL, "loss_and_grad", batch(features=("B", 3, "E"), labels=lambda x: x.i(2, "B", 2),
@@ -754,3 +760,35 @@ def test_sdpa_zero_width_heads_float_mask_gradient(torch, fd_check):
     fd_check(lambda **kw: sdpa_ref.scaled_dot_product_attention(**kw, scale=1.0),
              dict(query=q, key=k, value=v, attn_mask=mask), [dout.astype(np.float64)], grads,
              wrt=["attn_mask", "value"], rtol=0, atol=1e-5)
+
+
+# --------------------------------------------------------------------------- misaligned empty buffers
+
+def misaligned_empty(shape, dtype):
+    """An empty array at an address no float is aligned to (NumPy calls an
+    empty array aligned wherever it starts): a zero-size slice of bytes."""
+    a = np.ndarray(shape, dtype, buffer=bytearray(16), offset=1)
+    assert a.size == 0 and a.ctypes.data % np.dtype(dtype).itemsize
+    return a
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DT_IDS)
+@pytest.mark.parametrize("name,call", [
+    ("nn.linear", lambda e, x: nn.linear(e(0, 4), x.a(3, 4), x.a(3))),
+    ("nn.relu", lambda e, x: nn.relu(e(0, 4))),
+    ("nn.layer_norm", lambda e, x: nn.layer_norm(e(0, 4), 4)),
+    ("softmax", lambda e, x: attnc.softmax(e(0, 2, 3))),
+    ("attention", lambda e, x: attnc.attention(e(0, 2, 4), e(0, 3, 4))),
+    ("scaled_dot_product_attention", lambda e, x: attnc.scaled_dot_product_attention(e(0, 1, 2, 4), e(0, 1, 3, 4),
+                                                                                      e(0, 1, 3, 4))),
+])
+def test_misaligned_empty_buffers_are_empty_inputs(name, call, dtype):
+    """Nothing is read from an empty buffer, so where it starts does not matter
+    (it was refused as "not aligned"): the results are an aligned empty
+    input's."""
+    x = Dims(dtype)
+    aligned = call(lambda *s: np.zeros(s, dtype), Dims(dtype))
+    got = call(lambda *s: misaligned_empty(s, dtype), x)
+    assert [a.shape for a in flat(got)] == [a.shape for a in flat(aligned)]
+    for g, a in zip(flat(got), flat(aligned)):
+        np.testing.assert_array_equal(g, a)

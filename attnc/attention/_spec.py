@@ -9,9 +9,9 @@ from typing import Literal
 import numpy as np
 
 from .._args import (
-    default_scale,
     blas_ready,
     choice,
+    default_scale,
     elementwise_ready,
     float_array,
     is_constant,

@@ -11,9 +11,9 @@ import numpy as np
 
 from .. import _core
 from .._args import (
-    default_scale,
     as_rows,
     blas_ready,
+    default_scale,
     elementwise_ready,
     float_array,
     same_dtype,
@@ -217,7 +217,8 @@ def multi_head_attention(query: ArrayLike, key: ArrayLike, value: ArrayLike, num
     ----------
     query : (B, L, E) or (L, E), float32 or float64; key : (B, S, kdim);
         value : (B, S, vdim); all of one dtype (the parameters too)
-    num_heads : int, dividing E
+    num_heads : int, dividing E (E may be 0: the output is then empty and the
+        weights uniform over the keys each query may attend to)
     in_proj_weight : (3E, E) (query, key, value projections stacked), or None
         with ``q_proj_weight`` (E, E), ``k_proj_weight`` (E, kdim), ``v_proj_weight`` (E, vdim)
     in_proj_bias : (3E,) or None; out_proj_weight : (E, E); out_proj_bias : (E,) or None

@@ -10,11 +10,11 @@ import numpy as np
 
 from .. import _core
 from .._args import (
-    default_scale,
-    heads_share,
     blas_ready,
+    default_scale,
     elementwise_ready,
     float_array,
+    heads_share,
     same_dtype,
     seed_bits,
     shape_str,
@@ -156,9 +156,12 @@ def scaled_dot_product_attention(query: ArrayLike, key: ArrayLike, value: ArrayL
     dropout_p : float in [0, 1], dropout on the attention probabilities.
     is_causal : bool, query i attends to keys j <= i (top-left aligned when
         L != S). Not together with attn_mask.
-    scale : float, default 1 / sqrt(E).
+    scale : float, default 1 / sqrt(E) (1 for E = 0, whose scores are all 0).
     enable_gqa : bool, grouped-query attention: H a multiple of Hkv, query head
         h reads key/value head h // (H // Hkv) (shared, not copied).
+    Any size may be 0, as in torch: the results are then empty, or, for
+    E = 0, the mean of the values each query may attend to (every score 0);
+    no heads at all (H = Hkv = 0) is an empty call.
     return_weights : bool, also return the (..., H, L, S) attention weights
         (softmax probabilities, before dropout), recomputed from the saved
         log-sum-exp. Calls that don't ask pay nothing.
@@ -168,7 +171,8 @@ def scaled_dot_product_attention(query: ArrayLike, key: ArrayLike, value: ArrayL
     -------
     output : array (..., H, L, Ev), the input dtype, or ``(output, weights)``
     with return_weights, weights (..., H, L, S).
-    A row with no key to attend to gets zeros (torch gives NaN there).
+    A row with no key to attend to (S = 0 included) gets zeros (torch gives
+    NaN there).
 
     Example
     -------

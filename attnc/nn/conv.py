@@ -103,14 +103,15 @@ def _conv_forward(nd, input, weight, bias, stride, padding, dilation, groups, pa
     if nd == 1:  # the H = 1 case of the 2-d kernel
         xb, w = xb[:, :, None, :], w[:, :, None, :]
         stride, dilation, pads = (1,) + stride, (1,) + dilation, ((0, 0),) + pads
-    out = [_out_len(xb.shape[2 + d], pads[d], w.shape[2 + d], dilation[d], stride[d]) for d in range(2)]
+    sizes = [_out_len(xb.shape[2 + d], pads[d], w.shape[2 + d], dilation[d], stride[d]) for d in range(2)]
     for d in range(2):
-        if out[d] is None:
+        if sizes[d] is None:
+            span = dilation[d] * (w.shape[2 + d] - 1) + 1
             raise ValueError(f"input {shape_str(x.shape)}, padded, is smaller than the dilated kernel "
-                             f"(span {dilation[d] * (w.shape[2 + d] - 1) + 1}) of weight {shape_str(np.shape(weight))}")
+                             f"(span {span}) of weight {shape_str(np.shape(weight))}")
     xb, w = np.ascontiguousarray(xb), np.ascontiguousarray(w)
     pad4 = pads[0] + pads[1]
-    y = np.empty((xb.shape[0], w.shape[0], *out), x.dtype)
+    y = np.empty((xb.shape[0], w.shape[0], *sizes), x.dtype)
     _core.conv2d_forward(y, xb, w, b, stride, pad4, dilation)
     out = y[:, :, 0, :] if nd == 1 else y
     saved = (x.shape, np.shape(weight), xb, w, b is not None, stride, pad4, dilation)
@@ -144,8 +145,10 @@ def conv1d(input: ArrayLike, weight: ArrayLike, bias: ArrayLike | None = None, s
            padding: Padding1 = 0, dilation: Size1 = 1, groups: int = 1) -> Array:
     """``torch.nn.functional.conv1d`` (groups=1): a cross-correlation over the last axis.
 
-    Lout = (L + 2 padding - dilation (k - 1) - 1) // stride + 1. Differentiable
-    by ``attnc.vjp`` (gradients "input", "weight", "bias").
+    Lout = (L + 2 padding - dilation (k - 1) - 1) // stride + 1; 0 for an
+    empty input shorter than the kernel, padded (torch refuses it). Cin = 0
+    gives the bias. Differentiable by ``attnc.vjp`` (gradients "input",
+    "weight", "bias").
 
     Parameters
     ----------
@@ -251,7 +254,7 @@ class Conv1d(_ConvNd):
 
     Parameters
     ----------
-    in_channels, out_channels : int, Cin and Cout
+    in_channels, out_channels : int, Cin (>= 0: with 0 the output is the bias) and Cout
     kernel_size : int, k
     stride, dilation : int >= 1
     padding : int >= 0, "valid" or "same" (stride 1)
@@ -282,7 +285,7 @@ class Conv2d(_ConvNd):
 
     Parameters
     ----------
-    in_channels, out_channels : int, Cin and Cout
+    in_channels, out_channels : int, Cin (>= 0: with 0 the output is the bias) and Cout
     kernel_size : int or pair (kH, kW)
     stride, dilation : int >= 1 or a pair
     padding : int or pair >= 0, "valid" or "same" (stride 1)
@@ -315,14 +318,14 @@ class CausalConv1d(Module):
 
     Parameters
     ----------
-    in_channels, out_channels : int, Cin and Cout
+    in_channels, out_channels : int, Cin (>= 0: with 0 the output is the bias) and Cout
     kernel_size : int, k
     dilation : int >= 1
     bias : bool, whether there is a ``bias``
     dtype : float32 or float64, the parameters' dtype
     seed : int or None, for torch.nn.Conv1d's initialisation (uniform in +-1/sqrt(Cin k))
 
-    Forward: input (B, Cin, T) or (Cin, T) -> (B, Cout, T) or (Cout, T).
+    Forward: input (B, Cin, T) or (Cin, T) -> (B, Cout, T) or (Cout, T) (T = 0: empty).
 
     ``state_dict()``: ``weight`` (Cout, Cin, k) and ``bias`` (Cout,), as
     ``torch.nn.Conv1d``'s, so the module equals ``torch.nn.Conv1d(...,

@@ -69,7 +69,8 @@ def linear(input: ArrayLike, weight: ArrayLike, bias: ArrayLike | None = None) -
 
     Returns
     -------
-    output : array (..., out), the input's dtype
+    output : array (..., out), the input's dtype; with in = 0 (a product of
+        nothing) the bias broadcast, or zeros, as torch
 
     Example
     -------
@@ -92,7 +93,9 @@ class Linear(Module):
     dtype : float32 or float64, the parameters' dtype
     seed : int or None, for the initialisation (uniform in +-1/sqrt(in), as torch)
 
-    Forward: input (..., in_features) -> (..., out_features), the module's dtype.
+    Forward: input (..., in_features) -> (..., out_features), the module's dtype;
+    either size may be 0 (in_features 0: the output is the bias, which then
+    starts at 0, as torch's).
 
     ``state_dict()``: ``weight`` (out_features, in_features), ``bias`` (out_features,).
 

@@ -116,8 +116,8 @@ class AttentionPooling(Module):
 
     Parameters
     ----------
-    d : int, the width of the pooled vectors
-    d_attn : int, the width of the scoring layer
+    d : int >= 0, the width of the pooled vectors
+    d_attn : int >= 0, the width of the scoring layer
     bias : bool, whether there is a ``bias``
     dtype : float32 or float64, the parameters' dtype
     seed : int or None, for the initialisation

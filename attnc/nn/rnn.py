@@ -371,7 +371,7 @@ class LSTMCell(_CellBase):
 
     Parameters
     ----------
-    input_size : int, I
+    input_size : int, I (may be 0, as torch's)
     hidden_size : int, H
     bias : bool, whether there are ``bias_ih`` and ``bias_hh``
     dtype : float32 or float64, the parameters' dtype
@@ -422,7 +422,7 @@ class GRUCell(_CellBase):
 
     Parameters
     ----------
-    input_size : int, I
+    input_size : int, I (may be 0, as torch's)
     hidden_size : int, H
     bias : bool, whether there are ``bias_ih`` and ``bias_hh``
     dtype : float32 or float64, the parameters' dtype

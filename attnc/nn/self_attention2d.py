@@ -51,7 +51,7 @@ class SelfAttention2d(Module):
     ``forward(input, return_attention=False)``: input (B, C, H, W), the
     module's dtype -> y (B, C, H, W), and with return_attention the (B, N, N)
     attention map (N = H W; row j = where position j looks; position index
-    r W + c).
+    r W + c). B, H or W may be 0: the results are then empty.
 
     ``state_dict()``: ``f.weight``, ``g.weight``, ``h.weight``
     (C/r, C, 1, 1) and ``f.bias``, ``g.bias``, ``h.bias`` (C/r,): the key,

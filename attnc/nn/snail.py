@@ -101,7 +101,7 @@ class DenseBlock(Module):
     def __init__(self, in_channels: int, filters: int, dilation: int = 1, *, dtype: DTypeLike = np.float32,
                  seed: int | None = None) -> None:
         super().__init__(dtype)
-        self.in_channels = size_arg("in_channels", in_channels)
+        self.in_channels = size_arg("in_channels", in_channels, 0)
         self.filters = size_arg("filters", filters)
         self.dilation = size_arg("dilation", dilation)
         rng = np.random.default_rng(seed)
@@ -194,7 +194,7 @@ class TCBlock(Module):
     def __init__(self, in_channels: int, seq_len: int, filters: int, *, dtype: DTypeLike = np.float32,
                  seed: int | None = None) -> None:
         super().__init__(dtype)
-        self.in_channels = size_arg("in_channels", in_channels)
+        self.in_channels = size_arg("in_channels", in_channels, 0)
         self.seq_len = size_arg("seq_len", seq_len)
         self.filters = size_arg("filters", filters)
         rng = np.random.default_rng(seed)
@@ -281,7 +281,7 @@ class AttentionBlock(Module):
     def __init__(self, in_channels: int, key_size: int, value_size: int, *, dtype: DTypeLike = np.float32,
                  seed: int | None = None) -> None:
         super().__init__(dtype)
-        self.in_channels = size_arg("in_channels", in_channels)
+        self.in_channels = size_arg("in_channels", in_channels, 0)
         self.key_size = size_arg("key_size", key_size)
         self.value_size = size_arg("value_size", value_size)
         rng = np.random.default_rng(seed)

@@ -83,7 +83,11 @@ static void empty_rnn(attnc_rnn_mode mode, attnc_dtype dt) {
     CHECK(attnc_rnn_backward(&tx, &th, &tc, g, &to, &th, &tc, &ts, &tx, &none, &th, &tc, w, &c) == ATTNC_OK,
           "empty %s backward: %s", mode == ATTNC_LSTM ? "lstm" : "gru", attnc_last_error());
     int zero = 1;
-    for (int64_t i = 0; i < n * (int64_t)es; i++) zero &= grads[i] == 0;
+    for (int k = 0; k < EL * 2; k++) {
+        const attnc_tensor *each[4] = {&g[k].weight_ih, &g[k].weight_hh, &g[k].bias_ih, &g[k].bias_hh};
+        for (int i = 0; i < 4; i++)
+            for (int64_t e = 0; e < attnc_numel(each[i]) * (int64_t)es; e++) zero &= ((char *)each[i]->data)[e] == 0;
+    }
     CHECK(zero, "an empty %s batch (%s) gives non-zero parameter gradients", mode == ATTNC_LSTM ? "lstm" : "gru",
           attnc_dtype_name(dt));
     free(params), free(grads), free(saved);
