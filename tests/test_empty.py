@@ -103,6 +103,8 @@ class Case:
     refuse: str = ""               # letters whose 0 must raise ValueError (as torch refuses)
     free: tuple = ()               # outputs that are not reductions (positions, ...): shape checked, not zeros
     zeros: bool = True             # False: results legitimately non-zero and no torch: shapes, dtypes, finite
+    decodes: int | None = None     # a decoder: its outputs are as wide (axis 1) as its longest row, so an
+    #                                empty batch's this wide (0, or a tour's closing step)
     tol: float = 1.0               # times REL, against torch
 
     def __str__(self):
@@ -393,7 +395,7 @@ CASES = [
                                            padding=1), "BC",
          torch=lambda torch, *a, padding: t_conv("conv2d", *a, padding=padding)),
     Case("attnc.nn.decode", lambda x: call(nn.decode, [ENC(x)], x.a("V", "E"), x.a(8, "E"), x.a("V", "E"),
-                                           x.i(x["V"], "B", 2), 3, beam_size=2), "B", grad=False),
+                                           x.i(x["V"], "B", 2), 3, beam_size=2), "B", grad=False, decodes=0),
 
     # ---- attnc.nn: modules
     Case("attnc.nn.Linear", on(module(nn.Linear, "E", "F"), ("B", "E")), "BEF", torch=t_torch_module("Linear")),
@@ -467,7 +469,7 @@ CASES = [
          method(CAPTIONER, "loss_and_grad", batch(features=("B", "N", "F"), tgt_in=TOKENS, tgt_out=TOKENS)), "B",
          grad=False),  # T = 0 is not empty: the doubly stochastic penalty asks every cell for attention
     Case("attnc.models.Captioner.generate", method(lambda x: CAPTIONER(x).eval(), "generate", ("B", "N", "F"),
-                                                   max_len=3, bos=1, beam_size=2), "B", grad=False),
+                                                   max_len=3, bos=1, beam_size=2), "B", grad=False, decodes=0),
     Case("attnc.models.DecomposableAttention", on(DECOMPOSABLE, TOKENS, lambda x: x.i(x["V"], "B", "S")), "B"),
     Case("attnc.models.DecomposableAttention", on(DECOMPOSABLE, TOKENS, lambda x: x.i(x["V"], "B", "S")), "TS",
          zeros=False),  # an empty sentence is still classified
@@ -481,7 +483,7 @@ CASES = [
     Case("attnc.models.GPT", on(GPT, TOKENS), "BT"),
     Case("attnc.models.GPT.loss_and_grads", method(GPT, "loss_and_grads", TOKENS, TOKENS), "BT", grad=False),
     Case("attnc.models.GPT.generate", method(GPT, "generate", lambda x: x.i(x["V"], "B", 2), 3, beam_size=2), "B",
-         grad=False),
+         grad=False, decodes=0),
     Case("attnc.models.NTM", on(NTM, ("B", "T", "E")), "BT"),
     Case("attnc.models.NTM.loss_and_grad",
          method(NTM, "loss_and_grad", batch(inputs=("B", "T", "E"), targets=("B", "T", "F"),
@@ -491,8 +493,8 @@ CASES = [
          method(POINTER, "loss_and_grad", batch(inputs=("B", "N", 2), targets=lambda x: x.perm("B", "N"))), "B",
          grad=False),
     *[Case("attnc.models.PointerNet.generate", method(POINTER, "generate", ("B", "N", 2), beam_size=2,
-                                                      constraint=constraint), "B", grad=False)
-      for constraint in ("permutation", "tour")],  # a hull's width depends on the points (0 for no rows)
+                                                      constraint=constraint), "B", grad=False, decodes=int(closing))
+      for constraint, closing in (("permutation", False), ("tour", True))],  # a hull's width depends on the points
     Case("attnc.models.SNAIL", on(SNAIL, ("B", 3, "E"), lambda x: x.i(2, "B", 2)), "B"),
     Case("attnc.models.SNAIL.loss_and_grad",
          method(SNAIL, "loss_and_grad", batch(features=("B", 3, "E"), labels=lambda x: x.i(2, "B", 2),
@@ -505,13 +507,14 @@ CASES = [
     Case("attnc.models.Seq2Seq.loss", method(SEQ2SEQ, "loss", S2S_BATCH), "BT", grad=False),
     Case("attnc.models.Seq2Seq.generate", method(SEQ2SEQ, "generate", lambda x: x.i(x["V"], "B", "S"),
                                                  lambda x: x.lengths("B", x["S"]), 3, beam_size=2, eos=None), "B",
-         grad=False),
+         grad=False, decodes=0),
     Case("attnc.models.Seq2SeqTransformer", on(S2S_TRANSFORMER, lambda x: x.i(x["V"], "B", "S"), TOKENS), "BT"),
     Case("attnc.models.Seq2SeqTransformer.loss_and_grads",
          method(S2S_TRANSFORMER, "loss_and_grads", lambda x: x.i(x["V"], "B", "S"), TOKENS, TOKENS), "BT",
          grad=False),
     Case("attnc.models.Seq2SeqTransformer.generate",
-         method(S2S_TRANSFORMER, "generate", lambda x: x.i(x["V"], "B", "S"), 3, 1, beam_size=2), "B", grad=False),
+         method(S2S_TRANSFORMER, "generate", lambda x: x.i(x["V"], "B", "S"), 3, 1, beam_size=2), "B", grad=False,
+         decodes=0),
 ]
 
 # Public names with no batch, sequence or feature dim to empty, and why.
@@ -689,6 +692,8 @@ def test_zero_size(case, letter, dtype, request):
             close(g, want_grads[n], rel, f"gradient of {n}")
         return
     shapes = extrapolated(case, dtype, letter)
+    if case.decodes is not None and letter == "B":
+        shapes = [s[:1] + (case.decodes,) + s[2:] for s in shapes]
     assert [o.shape for o in got] == shapes
     for i, o in enumerate(got):
         if o.dtype.kind == "f":

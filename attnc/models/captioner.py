@@ -17,7 +17,6 @@ from .. import _core, nn
 from .._args import float_array, same_dtype, shape_str, size_arg
 from .._typing import Array, ArrayLike, DTypeLike
 from ..grad import vjp
-from ..nn.decoding import batch_width
 from .seq2seq import _EvalMode, _log_softmax, _reference_decode
 
 __all__ = ["Captioner"]
@@ -376,7 +375,7 @@ class Captioner(nn.Module):
         mode = _SOFT if self.attention_kind == "soft" else _HARD_ARGMAX
         _core.captioner_generate(tokens, lengths, alphas, a, self._params(), (mode, self.gate_enabled, 0, 0.0),
                                  int(bos), -1 if eos is None else int(eos), K, float(length_penalty))
-        n = batch_width(lengths, max_len, eos is not None)
+        n = int(lengths.max()) if B else 0
         return tokens[:, :n].copy(), alphas[:, :n].copy()
 
     def _generate_reference(self, features, max_len, bos, eos=None, beam_size=1, length_penalty=0.0):

@@ -22,7 +22,6 @@ from .._args import float_array, same_dtype, shape_str, size_arg
 from .._typing import Array, ArrayLike, DTypeLike
 from ..attention.score import score
 from ..grad import vjp
-from ..nn.decoding import batch_width
 
 __all__ = ["PointerNet", "PointerOutput"]
 
@@ -392,7 +391,7 @@ class PointerNet(nn.Module):
         _core.pointer_decode(out, lens, logits, feed, nl, keys, np.ascontiguousarray(h[0]), np.ascontiguousarray(c[0]),
                              params, CONSTRAINTS[constraint], K, float(length_penalty))
         taken = lens - 1                                               # inputs chosen per row
-        width = batch_width(taken, n, constraint == "hull")  # a hull's rows can stop early
+        width = int(taken.max()) if B else 0
         indices = np.where(np.arange(width)[None, :] < taken[:, None], out[:, :width] - 1, -1)
         logp = nn.log_softmax(np.concatenate([logits[:, :width + 1, 1:], logits[:, :width + 1, :1]], axis=-1), dim=-1)
         # a hull's end token is one of its choices (its probability counts); a

@@ -19,7 +19,6 @@ from .._args import choice, int_arg, shape_str
 from .._typing import Array, ArrayLike, DTypeLike
 from ..grad import vjp
 from ..nn import LSTM, Embedding, Linear, LSTMCell, Module, cross_entropy
-from ..nn.decoding import batch_width
 from .seq2seq import _check_decoding, _EvalMode, _log_softmax, _reference_decode
 
 __all__ = ["Seq2Seq"]
@@ -339,7 +338,7 @@ class Seq2Seq(Module):
         align = np.empty((B, max_len, S), self.dtype)
         _core.s2s_generate(tokens, lengths, align, mem, final, lens, self._weights(), self._decoder_config(), int(bos),
                            -1 if eos is None else int(eos), int(beam_size), float(length_penalty))
-        L = batch_width(lengths, max_len, eos is not None)
+        L = int(lengths.max()) if B else 0
         return tokens[:, :L], align[:, :L]
 
     def _generate_reference(self, src, src_lengths=None, max_len=30, bos=1, eos=2, beam_size=1, length_penalty=0.0):

@@ -21,13 +21,6 @@ def _int(name, v, low):
     return int(v)
 
 
-def batch_width(lengths: Array, full: int, can_stop: bool) -> int:
-    """The columns a batch of decoded rows fills: its longest row's length.
-    An empty batch fills what every row would: `full`, the length of a row
-    that runs to the end, when rows cannot stop early (no eos), else 0."""
-    return int(lengths.max()) if lengths.size else (0 if can_stop else full)
-
-
 def decode(layers: Sequence[TransformerDecoderLayer] | Sequence[TransformerEncoderLayer], embedding: ArrayLike,
            positions: ArrayLike, out_weight: ArrayLike, prompt: ArrayLike, max_new_tokens: int, *,
            out_bias: ArrayLike | None = None, embed_scale: float = 1.0, norm: LayerNorm | None = None,
@@ -56,9 +49,8 @@ def decode(layers: Sequence[TransformerDecoderLayer] | Sequence[TransformerEncod
     Returns
     -------
     tokens : int64 (B, L), L <= max_new_tokens the longest row: each row's
-        new tokens, ending with eos when it produced one, eos after that
-        (without eos, every row has max_new_tokens: L = max_new_tokens, for
-        an empty batch too).
+        new tokens, ending with eos when it produced one, eos (or 0 without
+        eos) after that.
 
     The search is defined exactly by attnc.models' reference decoder
     (``attnc.models.seq2seq._reference_decode``), which tests hold it to.
@@ -134,4 +126,4 @@ def decode(layers: Sequence[TransformerDecoderLayer] | Sequence[TransformerEncod
                  float(embed_scale), arrays["positions"], None if norm is None else norm.weight,
                  None if norm is None else norm.bias, arrays["out_weight"], arrays["out_bias"], ids, mem, mask,
                  (max_new_tokens, -1 if eos is None else eos, beam_size, float(length_penalty)))
-    return tokens[:, :batch_width(lengths, max_new_tokens, eos is not None)]
+    return tokens[:, : int(lengths.max()) if B else 0]
