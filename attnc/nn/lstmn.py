@@ -54,7 +54,7 @@ class LSTMN(Module):
 
     Parameters
     ----------
-    input_size : int, I ("in" below)
+    input_size : int >= 0, I ("in" below)
     hidden_size : int, H
     attention_size : int or None, A, the width of the attention's tanh layer (None: H)
     bias : bool, whether there is the gates' ``bias``

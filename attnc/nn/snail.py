@@ -73,7 +73,7 @@ class DenseBlock(Module):
 
     Parameters
     ----------
-    in_channels : int, C
+    in_channels : int >= 0, C
     filters : int, F, the channels added
     dilation : int >= 1, of both convolutions
     dtype : float32 or float64, the parameters' dtype
@@ -168,7 +168,7 @@ class TCBlock(Module):
 
     Parameters
     ----------
-    in_channels : int, C
+    in_channels : int >= 0, C
     seq_len : int, the sequence length the receptive field must cover
     filters : int, F, the channels each dense block adds
     dtype : float32 or float64, the parameters' dtype
@@ -251,7 +251,7 @@ class AttentionBlock(Module):
 
     Parameters
     ----------
-    in_channels : int, C
+    in_channels : int >= 0, C
     key_size : int, the width of queries and keys
     value_size : int, the width of the values (the channels added)
     dtype : float32 or float64, the parameters' dtype
