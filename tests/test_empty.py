@@ -556,7 +556,8 @@ def cotangent(out, rng):
 
 
 def run(case, x):
-    """(outputs, gradients or None) of the case at sizes x, with the cotangents used."""
+    """The case's call at sizes x: (fn, args, kwargs, outputs, gradients and the
+    cotangents that gave them, both None without attnc.vjp)."""
     fn, args, kwargs = case.call(x)
     if not case.grad:
         return fn, args, kwargs, fn(*args, **kwargs), None, None
