@@ -7,6 +7,7 @@ caller) but its messages are the last line of defence, not the interface.
 
 from __future__ import annotations
 
+import math
 import numbers
 import secrets
 
@@ -78,6 +79,26 @@ def blas_ready(a: np.ndarray) -> np.ndarray:
     if (cs == isz and rs >= cols * isz) or (rs == isz and cs >= rows * isz):
         return a
     return _copy(a)
+
+
+def as_rows(a: np.ndarray, ndim: int = 1) -> np.ndarray:
+    """a (..., *cols) as a matrix (N, prod(cols)), its last ndim dims the
+    columns: N is given, not inferred, so that zero-width rows (a last dim of
+    0, where reshape(-1, 0) cannot infer N) keep their count."""
+    return a.reshape(math.prod(a.shape[:a.ndim - ndim]), math.prod(a.shape[a.ndim - ndim:]))
+
+
+def default_scale(e: int) -> float:
+    """The scaled dot product's default scale for width e: 1/sqrt(e), as
+    torch; 1 for e = 0, whose products are sums of nothing, 0 at any scale
+    (1/sqrt(0) would make them 0 * inf = NaN)."""
+    return 1.0 / math.sqrt(e) if e else 1.0
+
+
+def heads_share(h: int, hkv: int) -> bool:
+    """Whether h query heads share hkv key/value heads evenly (grouped-query
+    attention): h a multiple of hkv; no heads at all (an empty call) too."""
+    return h % hkv == 0 if hkv else h == 0
 
 
 def shape_str(shape) -> str:

@@ -207,8 +207,8 @@ def test_bad_input(rng):
         nn.attention_pool(h, w, b, v, mask=np.ones((3, 7)))
     with pytest.raises(ValueError, match="mask with shape"):
         nn.attention_pool(h, w, b, v, mask=np.ones((3, 6), bool))
-    with pytest.raises(ValueError, match="d must be >= 1"):
-        nn.AttentionPooling(0, 3)
+    with pytest.raises(ValueError, match="d must be >= 0"):
+        nn.AttentionPooling(-1, 3)
     with pytest.raises(TypeError, match="d_attn must be an int"):
         nn.AttentionPooling(3, 2.5)
     (c, a), pb = attnc.vjp(nn.attention_pool, h, w, b, v)

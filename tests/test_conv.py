@@ -341,7 +341,9 @@ def test_bad_input(rng):
     with pytest.raises(TypeError, match="stride"):
         attnc.nn.conv2d(x, w, stride=1.5)
     with pytest.raises(ValueError, match="in_channels"):
-        attnc.nn.Conv2d(0, 3, 3)
+        attnc.nn.Conv2d(-1, 3, 3)
+    with pytest.raises(ValueError, match="out_channels"):
+        attnc.nn.Conv2d(3, 0, 3)
     with pytest.raises(ValueError, match="kernel_size"):
         attnc.nn.CausalConv1d(3, 3, kernel_size=0)
     with pytest.raises(ValueError, match="channels"):

@@ -11,6 +11,7 @@ import numpy as np
 from .._args import (
     blas_ready,
     choice,
+    default_scale,
     elementwise_ready,
     float_array,
     is_constant,
@@ -123,7 +124,7 @@ class Score:
         if not params and (score == "dot" or (score == "scaled_dot" and inp.dq == inp.dk)):
             # The common case, without the general machinery below.
             self.name, self.kind = score, KINDS[score]
-            scale = 1.0 / math.sqrt(inp.dk) if self.kind == 1 and inp.dk else 1.0
+            scale = default_scale(inp.dk) if self.kind == 1 else 1.0
             if self.kind == 0 and inp.dq != inp.dk:
                 self._size_error(inp)
             self.c = self.c_saved = (self.kind, scale, 1.0, 1.0, None, None, None, None, None, None, False)
@@ -145,7 +146,7 @@ class Score:
         weight = w_query = w_key = v = beta = None
         dt = inp.dtype
         if self.kind == 1:
-            scale, arr = _scalar(given.get("scale", 1.0 / math.sqrt(inp.dk) if inp.dk else 1.0), "scale", dt)
+            scale, arr = _scalar(given.get("scale", default_scale(inp.dk)), "scale", dt)
             self._keep("scale", arr)
         elif self.kind == 6:
             bandwidth, arr = _scalar(given.get("bandwidth", 1.0), "bandwidth", dt)

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import math
 import numbers
 from typing import Literal, overload
 
 import numpy as np
 
 from .. import _core
-from .._args import FLOAT_DTYPES, blas_ready, float_array, same_dtype, shape_str
+from .._args import FLOAT_DTYPES, blas_ready, default_scale, float_array, heads_share, same_dtype, shape_str
 from .._typing import Array, ArrayLike, DTypeLike
 from ..grad import register
 
@@ -31,11 +30,13 @@ class KVCache:
 
     Parameters
     ----------
-    batch, heads : int >= 1, the cache's batch size and number of key/value heads
+    batch, heads : int >= 0, the cache's batch size and number of key/value heads
     capacity : int >= 0, the most positions it can hold
-    head_dim : int >= 1, the width of a key (and of a query)
+    head_dim : int >= 0, the width of a key (and of a query)
     dtype : float32 or float64, of the cache and of every array passed to it
-    value_dim : int >= 1, optional, the width of a value (default head_dim)
+    value_dim : int >= 0, optional, the width of a value (default head_dim)
+
+    Any of them may be 0: the arrays, and so the results, are then empty.
 
     Attributes
     ----------
@@ -64,8 +65,8 @@ class KVCache:
         value_dim = head_dim if value_dim is None else value_dim
         for name, n in (("batch", batch), ("heads", heads), ("capacity", capacity), ("head_dim", head_dim),
                         ("value_dim", value_dim)):
-            if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < (0 if name == "capacity" else 1):
-                raise ValueError(f"{name} must be a positive int, got {n!r}")
+            if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 0:
+                raise ValueError(f"{name} must be an int >= 0, got {n!r}")
         dtype = np.dtype(dtype)
         if dtype not in FLOAT_DTYPES:
             raise TypeError(f"dtype must be float32 or float64, got {dtype}")
@@ -137,12 +138,12 @@ def _attend_forward(cache: KVCache, query, *, scale=None, return_weights=False):
     q = float_array(query, "query")
     same_dtype(cache._k.dtype, query=q)
     b, hkv, _, e = cache._k.shape
-    if q.ndim != 4 or q.shape[0] != b or q.shape[3] != e or q.shape[1] % hkv:
+    if q.ndim != 4 or q.shape[0] != b or q.shape[3] != e or not heads_share(q.shape[1], hkv):
         raise ValueError(f"query has shape {shape_str(q.shape)}, expected ({b}, H, t, {e}) with H a multiple of {hkv}")
     h, t, length = q.shape[1], q.shape[2], cache.length
     if t > length:
         raise ValueError(f"{t} queries but only {length} cached positions: append their keys and values first")
-    scale = 1.0 / math.sqrt(e) if scale is None else float(scale)
+    scale = default_scale(e) if scale is None else float(scale)
     spec = (None, None, True, length - t, scale, 0.0, 0)
     q = blas_ready(q)
     k, v = cache._k[:, :, :length], cache._v[:, :, :length]

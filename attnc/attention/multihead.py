@@ -5,14 +5,15 @@ log-sum-exp when asked for."""
 
 from __future__ import annotations
 
-import math
 import numbers
 
 import numpy as np
 
 from .. import _core
 from .._args import (
+    as_rows,
     blas_ready,
+    default_scale,
     elementwise_ready,
     float_array,
     same_dtype,
@@ -139,7 +140,7 @@ def _forward(query, key, value, num_heads, in_proj_weight, in_proj_bias, out_pro
     # is_causal promises that attn_mask is the causal mask: the kernel then also
     # skips the tiles above the diagonal. Not with appended keys: those stay
     # visible to every query, as the padded attn_mask says.
-    spec = (masks[0], masks[1], bool(is_causal) and extra == 0, 0, 1.0 / math.sqrt(hd), float(dropout_p),
+    spec = (masks[0], masks[1], bool(is_causal) and extra == 0, 0, default_scale(hd), float(dropout_p),
             seed_bits(seed) if dropout_p else 0)
 
     attn = np.empty((B, L, E), dtype)
@@ -196,7 +197,7 @@ def _backward(s, cotangents):
     x = s["x"]
     dxs, dws, dbs = {}, {}, {}
     for n, d, w, b in (("q", dq, wq, bq), ("k", dk[:, :S], wk, bk), ("v", dv[:, :S], wv, bv)):
-        dxs[n], dws[n], dbs[n] = linear_rows_backward(d.reshape(-1, E), x[n], w, b is not None)
+        dxs[n], dws[n], dbs[n] = linear_rows_backward(as_rows(d), x[n], w, b is not None)
     if s["separate"]:
         grads.update(q_proj_weight=dws["q"], k_proj_weight=dws["k"], v_proj_weight=dws["v"])
     else:
@@ -226,7 +227,8 @@ def multi_head_attention(query: ArrayLike, key: ArrayLike, value: ArrayLike, num
     ----------
     query : (B, L, E) or (L, E), float32 or float64; key : (B, S, kdim);
         value : (B, S, vdim); all of one dtype (the parameters too)
-    num_heads : int, dividing E
+    num_heads : int, dividing E (E may be 0: the output is then empty and the
+        weights uniform over the keys each query may attend to)
     in_proj_weight : (3E, E) (query, key, value projections stacked), or None
         with ``q_proj_weight`` (E, E), ``k_proj_weight`` (E, kdim), ``v_proj_weight`` (E, vdim)
     in_proj_bias : (3E,) or None; out_proj_weight : (E, E); out_proj_bias : (E,) or None

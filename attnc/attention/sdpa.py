@@ -12,8 +12,10 @@ import numpy as np
 from .. import _core
 from .._args import (
     blas_ready,
+    default_scale,
     elementwise_ready,
     float_array,
+    heads_share,
     same_dtype,
     seed_bits,
     shape_str,
@@ -74,11 +76,11 @@ def _check(query, key, value, enable_gqa):
     repeats = (1, 1)
     if enable_gqa:  # dim -3 is the heads; the dims before it broadcast
         h, hk, hv = q.shape[-3], k.shape[-3], v.shape[-3]
-        if hk == 0 or hv == 0 or h % hk or h % hv:
+        if not (heads_share(h, hk) and heads_share(h, hv)):
             raise ValueError(f"enable_gqa needs query's heads ({h}) to be a multiple of key's ({hk}) and "
                              f"value's ({hv})")
         hkv = math.lcm(hk, hv)  # key and value share the kernel's kv heads: the coarser is repeated
-        repeats = (hkv // hk, hkv // hv)
+        repeats = (hkv // hk, hkv // hv) if hkv else (1, 1)  # hkv 0: no heads at all, an empty call
         k, v = (np.repeat(a, r, axis=-3) if r > 1 else a for a, r in ((k, repeats[0]), (v, repeats[1])))
         lead = _broadcast({n: a.shape[:-3] for n, a in zip(shapes, (q, k, v))},
                           "the batch dims of query, key and value")
@@ -113,7 +115,7 @@ def _forward(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, 
     if isinstance(dropout_p, bool) or not isinstance(dropout_p, numbers.Real) or not 0 <= dropout_p <= 1:
         raise ValueError(f"dropout_p must be a float in [0, 1], got {dropout_p!r}")
     if scale is None:
-        scale = 1.0 / math.sqrt(E) if E else 1.0
+        scale = default_scale(E)
     elif not isinstance(scale, numbers.Real) or isinstance(scale, bool):
         raise TypeError(f"scale must be a float or None, got {type(scale).__name__}")
     mask, mask_arg = None, None
@@ -189,7 +191,7 @@ def scaled_dot_product_attention(query: ArrayLike, key: ArrayLike, value: ArrayL
     dropout_p : float in [0, 1], dropout on the attention probabilities.
     is_causal : bool, query i attends to keys j <= i (top-left aligned when
         L != S). Not together with attn_mask.
-    scale : float, default 1 / sqrt(E).
+    scale : float, default 1 / sqrt(E) (1 for E = 0, whose scores are all 0).
     enable_gqa : bool, grouped-query attention: H a multiple of Hkv, query head
         h reads key/value head h // (H // Hkv) (shared, not copied). Key and
         value may have different head counts, each dividing H, as in torch
@@ -203,7 +205,10 @@ def scaled_dot_product_attention(query: ArrayLike, key: ArrayLike, value: ArrayL
     -------
     output : array (..., H, L, Ev), the input dtype, or ``(output, weights)``
     with return_weights, weights (..., H, L, S).
-    A row with no key to attend to gets zeros (torch gives NaN there).
+    A row with no key to attend to (S = 0 included) gets zeros (torch gives
+    NaN there). Any size may be 0, as in torch: the results are then empty,
+    or, for E = 0, the mean of the values each query may attend to (every
+    score 0); no heads at all (H = Hkv = 0) is an empty call.
 
     Example
     -------

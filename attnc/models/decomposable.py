@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from .. import nn
-from .._args import child_seeds, shape_str, size_arg
+from .._args import as_rows, child_seeds, shape_str, size_arg
 from .._typing import Array, ArrayLike, DTypeLike
 from ..attention.soft import attention
 from ..grad import vjp
@@ -60,7 +60,7 @@ def _window(x, na, B, ma, mb):
     and at padding)."""
     out = []
     for rows, m in ((x[:na], ma), (x[na:], mb)):
-        e = rows.reshape(B, m.shape[1], -1) * m[:, :, None]
+        e = rows.reshape(B, m.shape[1], rows.shape[1]) * m[:, :, None]
         w = np.concatenate([_shift(e, 1), e, _shift(e, -1)], -1) * m[:, :, None]
         out.append(w.reshape(-1, w.shape[-1]))
     return np.concatenate(out).astype(x.dtype, copy=False)
@@ -214,8 +214,8 @@ class DecomposableAttention(nn.Module):
         a = np.asarray(x)
         if a.dtype.kind not in "iu":
             raise TypeError(f"{name} must be an integer array of token ids, got dtype {a.dtype}")
-        if a.ndim != 2 or a.shape[1] == 0:
-            raise ValueError(f"{name} must have shape (B, L) with L >= 1, got {shape_str(a.shape)}")
+        if a.ndim != 2:
+            raise ValueError(f"{name} must have shape (B, L), got {shape_str(a.shape)}")
         V = self.embedding.num_embeddings
         if a.size and (a.min() < 0 or a.max() >= V):
             raise ValueError(f"{name} has token ids outside [0, {V})")
@@ -267,7 +267,7 @@ class DecomposableAttention(nn.Module):
         d = x.shape[1]
         a, b = x[:na].reshape(B, La, d), x[na:].reshape(B, Lb, d)
         f, pf = vjp(self.attend, x)
-        fa, fb = f[:na].reshape(B, La, -1), f[na:].reshape(B, Lb, -1)
+        fa, fb = f[:na].reshape(B, La, f.shape[1]), f[na:].reshape(B, Lb, f.shape[1])
         mab = ma[:, :, None] & mb[:, None, :]
         (beta, w_ab), pab = vjp(attention, fa, fb, b, score="dot", mask=mab)
         (alpha, w_ba), pba = vjp(attention, fb, fa, a, score="dot", mask=mab.transpose(0, 2, 1))
@@ -311,8 +311,7 @@ class DecomposableAttention(nn.Module):
         gba = pba(np.ascontiguousarray(dg[na:, d:].reshape(B, Lb, d)), None)  # query fb, keys fa, values a
         dx[:na] += gba["values"].reshape(na, d)
         dx[na:] += gab["values"].reshape(B * Lb, d)
-        df = np.concatenate([(gab["query"] + gba["keys"]).reshape(na, -1),
-                             (gab["keys"] + gba["query"]).reshape(B * Lb, -1)])
+        df = np.concatenate([as_rows(gab["query"] + gba["keys"]), as_rows(gab["keys"] + gba["query"])])
         gf = pf(df)
         grads.update(_prefixed("attend", gf))
         dx += gf["input"]

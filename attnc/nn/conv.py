@@ -60,6 +60,16 @@ def _padding(padding, n, kernel, stride, dilation):
     return tuple((p, p) for p in _pair(padding, "padding", n, 0))
 
 
+def _out_len(n, pads, k, dilation, stride):
+    """Output positions along a dim of n inputs (torch's formula), or None
+    when the padded input is shorter than the dilated kernel; an empty input
+    has none then (where torch refuses it)."""
+    room = n + sum(pads) - dilation * (k - 1) - 1
+    if room < 0:
+        return None if n else 0
+    return room // stride + 1
+
+
 def _conv_forward(nd, input, weight, bias, stride, padding, dilation, groups, pads=None):
     """The shared forward of conv1d (nd = 1) and conv2d (nd = 2); pads, if
     given, are (before, after) pairs per spatial dim overriding padding."""
@@ -96,16 +106,15 @@ def _conv_forward(nd, input, weight, bias, stride, padding, dilation, groups, pa
     if nd == 1:  # the H = 1 case of the 2-d kernel
         xb, w = xb[:, :, None, :], w[:, :, None, :]
         stride, dilation, pads = (1,) + stride, (1,) + dilation, ((0, 0),) + pads
+    sizes = [_out_len(xb.shape[2 + d], pads[d], w.shape[2 + d], dilation[d], stride[d]) for d in range(2)]
     for d in range(2):
-        span = dilation[d] * (w.shape[2 + d] - 1) + 1
-        if xb.shape[2 + d] + sum(pads[d]) < span:
+        if sizes[d] is None:
+            span = dilation[d] * (w.shape[2 + d] - 1) + 1
             raise ValueError(f"input {shape_str(x.shape)}, padded, is smaller than the dilated kernel "
                              f"(span {span}) of weight {shape_str(np.shape(weight))}")
     xb, w = np.ascontiguousarray(xb), np.ascontiguousarray(w)
     pad4 = pads[0] + pads[1]
-    ho = (xb.shape[2] + sum(pads[0]) - dilation[0] * (w.shape[2] - 1) - 1) // stride[0] + 1
-    wo = (xb.shape[3] + sum(pads[1]) - dilation[1] * (w.shape[3] - 1) - 1) // stride[1] + 1
-    y = np.empty((xb.shape[0], w.shape[0], ho, wo), x.dtype)
+    y = np.empty((xb.shape[0], w.shape[0], *sizes), x.dtype)
     _core.conv2d_forward(y, xb, w, b, stride, pad4, dilation, groups)
     out = y[:, :, 0, :] if nd == 1 else y
     saved = (x.shape, np.shape(weight), xb, w, b is not None, stride, pad4, dilation, groups)
@@ -115,9 +124,8 @@ def _conv_forward(nd, input, weight, bias, stride, padding, dilation, groups, pa
 def _conv_backward(saved, cotangents):
     x_shape, w_shape, xb, w, has_bias, stride, pad4, dilation, groups = saved
     (dy,) = cotangents
-    ho = (xb.shape[2] + pad4[0] + pad4[1] - dilation[0] * (w.shape[2] - 1) - 1) // stride[0] + 1
-    wo = (xb.shape[3] + pad4[2] + pad4[3] - dilation[1] * (w.shape[3] - 1) - 1) // stride[1] + 1
-    shape = (xb.shape[0], w.shape[0], ho, wo)
+    shape = (xb.shape[0], w.shape[0], *(_out_len(xb.shape[2 + d], pad4[2 * d:2 * d + 2], w.shape[2 + d], dilation[d],
+                                                  stride[d]) for d in range(2)))
     dy4 = np.zeros(shape, xb.dtype) if dy is None else np.ascontiguousarray(dy).reshape(shape)
     dx, dw = np.empty(xb.shape, xb.dtype), np.empty(w.shape, w.dtype)
     db = np.empty(w.shape[0], w.dtype) if has_bias else None
@@ -140,8 +148,10 @@ def conv1d(input: ArrayLike, weight: ArrayLike, bias: ArrayLike | None = None, s
            padding: Padding1 = 0, dilation: Size1 = 1, groups: int = 1) -> Array:
     """``torch.nn.functional.conv1d``: a cross-correlation over the last axis.
 
-    Lout = (L + 2 padding - dilation (k - 1) - 1) // stride + 1. Differentiable
-    by ``attnc.vjp`` (gradients "input", "weight", "bias").
+    Lout = (L + 2 padding - dilation (k - 1) - 1) // stride + 1; 0 for an
+    empty input shorter than the kernel, padded (torch refuses it). Cin = 0
+    gives the bias. Differentiable by ``attnc.vjp`` (gradients "input",
+    "weight", "bias").
 
     Parameters
     ----------
@@ -201,6 +211,12 @@ register(conv1d, _forward1, _conv_backward)
 register(conv2d, _forward2, _conv_backward)
 
 
+def _init_bound(fan_in):
+    """torch's default initialisation, kaiming_uniform_(a=sqrt(5)): U(+-1/sqrt(fan_in)),
+    the bias likewise; 0 without inputs (torch leaves such a bias unset)."""
+    return 1 / math.sqrt(fan_in) if fan_in else 0.0
+
+
 class _ConvNd(Module, abstract=True):
     _nd = 2
 
@@ -209,7 +225,7 @@ class _ConvNd(Module, abstract=True):
                  dtype: DTypeLike = np.float32, seed: int | None = None) -> None:
         super().__init__(dtype)
         nd = self._nd
-        self.in_channels = int_arg("in_channels", in_channels)
+        self.in_channels = int_arg("in_channels", in_channels, 0)  # 0: the output is the bias
         self.out_channels = int_arg("out_channels", out_channels)
         self.kernel_size = _pair(kernel_size, "kernel_size", nd, 1)
         self.stride = _pair(stride, "stride", nd, 1)
@@ -226,9 +242,7 @@ class _ConvNd(Module, abstract=True):
         for name, n in (("in_channels", self.in_channels), ("out_channels", self.out_channels)):
             if n % self.groups:
                 raise ValueError(f"{name} ({n}) must be divisible by groups ({self.groups})")
-        # torch's default: kaiming_uniform_(a=sqrt(5)) = U(+-1/sqrt(fan_in)), the bias likewise.
-        fan_in = self.in_channels // self.groups * math.prod(self.kernel_size)
-        bound = 1 / math.sqrt(fan_in)
+        bound = _init_bound(self.in_channels // self.groups * math.prod(self.kernel_size))
         rng = np.random.default_rng(seed)
         uniform = lambda shape: rng.uniform(-bound, bound, shape)  # noqa: E731
         self._init_parameter("weight", (self.out_channels, self.in_channels // self.groups) + self.kernel_size,
@@ -257,7 +271,7 @@ class Conv1d(_ConvNd):
 
     Parameters
     ----------
-    in_channels, out_channels : int, Cin and Cout
+    in_channels, out_channels : int, Cin (>= 0: with 0 the output is the bias) and Cout
     kernel_size : int, k
     stride, dilation : int >= 1
     padding : int >= 0, "valid" or "same" (stride 1)
@@ -288,7 +302,7 @@ class Conv2d(_ConvNd):
 
     Parameters
     ----------
-    in_channels, out_channels : int, Cin and Cout
+    in_channels, out_channels : int, Cin (>= 0: with 0 the output is the bias) and Cout
     kernel_size : int or pair (kH, kW)
     stride, dilation : int >= 1 or a pair
     padding : int or pair >= 0, "valid" or "same" (stride 1)
@@ -321,14 +335,14 @@ class CausalConv1d(Module):
 
     Parameters
     ----------
-    in_channels, out_channels : int, Cin and Cout
+    in_channels, out_channels : int, Cin (>= 0: with 0 the output is the bias) and Cout
     kernel_size : int, k
     dilation : int >= 1
     bias : bool, whether there is a ``bias``
     dtype : float32 or float64, the parameters' dtype
     seed : int or None, for torch.nn.Conv1d's initialisation (uniform in +-1/sqrt(Cin k))
 
-    Forward: input (B, Cin, T) or (Cin, T) -> (B, Cout, T) or (Cout, T).
+    Forward: input (B, Cin, T) or (Cin, T) -> (B, Cout, T) or (Cout, T) (T = 0: empty).
 
     ``state_dict()``: ``weight`` (Cout, Cin, k) and ``bias`` (Cout,), as
     ``torch.nn.Conv1d``'s, so the module equals ``torch.nn.Conv1d(...,
@@ -346,11 +360,11 @@ class CausalConv1d(Module):
     def __init__(self, in_channels: int, out_channels: int, kernel_size: int = 2, dilation: int = 1,
                  bias: bool = True, *, dtype: DTypeLike = np.float32, seed: int | None = None) -> None:
         super().__init__(dtype)
-        self.in_channels = int_arg("in_channels", in_channels)
+        self.in_channels = int_arg("in_channels", in_channels, 0)  # 0: the output is the bias
         self.out_channels = int_arg("out_channels", out_channels)
         self.kernel_size = int_arg("kernel_size", kernel_size)
         self.dilation = int_arg("dilation", dilation)
-        bound = 1 / math.sqrt(self.in_channels * self.kernel_size)
+        bound = _init_bound(self.in_channels * self.kernel_size)
         rng = np.random.default_rng(seed)
         uniform = lambda shape: rng.uniform(-bound, bound, shape)  # noqa: E731
         self._init_parameter("weight", (self.out_channels, self.in_channels, self.kernel_size), uniform)

@@ -7,7 +7,7 @@ import math
 import numpy as np
 
 from .. import _core
-from .._args import blas_ready, float_array, int_arg, same_dtype, shape_str
+from .._args import as_rows, blas_ready, float_array, int_arg, same_dtype, shape_str
 from .._typing import Array, ArrayLike, DTypeLike
 from ..grad import register
 from .module import Module
@@ -26,7 +26,7 @@ def _forward(input, weight, bias=None):
         same_dtype(x.dtype, bias=b)
         if b.shape != (w.shape[0],):
             raise ValueError(f"bias has shape {shape_str(b.shape)}, expected ({w.shape[0]},)")
-    x2 = blas_ready(x.reshape(-1, x.shape[-1]))
+    x2 = blas_ready(as_rows(x))
     w = blas_ready(w)
     y = linear_rows(x2, w, b)
     return y.reshape(x.shape[:-1] + (w.shape[0],)), (x.shape, x2, w, b is not None)
@@ -50,7 +50,7 @@ def linear_rows_backward(dy2, x2, w, has_bias):
 def _backward(saved, cotangents):
     shape, x2, w, has_bias = saved
     (dy,) = cotangents
-    dy2 = np.zeros((x2.shape[0], w.shape[0]), x2.dtype) if dy is None else dy.reshape(-1, w.shape[0])
+    dy2 = np.zeros((x2.shape[0], w.shape[0]), x2.dtype) if dy is None else as_rows(dy)
     dx, dw, db = linear_rows_backward(dy2, x2, w, has_bias)
     grads = {"input": dx.reshape(shape), "weight": dw}
     if has_bias:
@@ -69,7 +69,8 @@ def linear(input: ArrayLike, weight: ArrayLike, bias: ArrayLike | None = None) -
 
     Returns
     -------
-    output : array (..., out), the input's dtype
+    output : array (..., out), the input's dtype; with in = 0 (a product of
+        nothing) the bias broadcast, or zeros, as torch
 
     Example
     -------
@@ -92,7 +93,9 @@ class Linear(Module):
     dtype : float32 or float64, the parameters' dtype
     seed : int or None, for the initialisation (uniform in +-1/sqrt(in), as torch)
 
-    Forward: input (..., in_features) -> (..., out_features), the module's dtype.
+    Forward: input (..., in_features) -> (..., out_features), the module's dtype;
+    either size may be 0 (in_features 0: the output is the bias, which then
+    starts at 0, as torch's).
 
     ``state_dict()``: ``weight`` (out_features, in_features), ``bias`` (out_features,).
 

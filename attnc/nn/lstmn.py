@@ -54,7 +54,7 @@ class LSTMN(Module):
 
     Parameters
     ----------
-    input_size : int, I ("in" below)
+    input_size : int >= 0, I ("in" below)
     hidden_size : int, H
     attention_size : int or None, A, the width of the attention's tanh layer (None: H)
     bias : bool, whether there is the gates' ``bias``
@@ -94,7 +94,7 @@ class LSTMN(Module):
     def __init__(self, input_size: int, hidden_size: int, *, attention_size: int | None = None, bias: bool = True,
                  dtype: DTypeLike = np.float32, seed: int | None = None) -> None:
         super().__init__(dtype)
-        I = int_arg("input_size", input_size, 1)
+        I = int_arg("input_size", input_size, 0)  # 0: the gates from h and the bias alone
         H = int_arg("hidden_size", hidden_size, 1)
         A = H if attention_size is None else int_arg("attention_size", attention_size, 1)
         self.input_size, self.hidden_size, self.attention_size = I, H, A

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import math
 import numbers
 from collections.abc import Iterable, Sequence
 
 import numpy as np
 
 from .. import _core
-from .._args import elementwise_ready, float_array, int_arg, same_dtype, shape_str
+from .._args import as_rows, elementwise_ready, float_array, int_arg, same_dtype, shape_str
 from .._typing import Array, ArrayLike, DTypeLike
 from ..grad import register
 from .module import Module
@@ -45,8 +44,7 @@ def _forward(input, normalized_shape, weight=None, bias=None, eps=1e-5):
             p = elementwise_ready(p.reshape(-1))
         params.append(p)
     eps = _eps(eps)
-    d = math.prod(shape)
-    x2 = elementwise_ready(x.reshape(-1, d))
+    x2 = elementwise_ready(as_rows(x, k))
     y = np.empty(x2.shape, x.dtype)
     mean, rstd = np.empty(x2.shape[0], x.dtype), np.empty(x2.shape[0], x.dtype)
     _core.layer_norm_forward(y, mean, rstd, x2, params[0], params[1], eps)

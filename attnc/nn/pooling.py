@@ -116,14 +116,14 @@ class AttentionPooling(Module):
 
     Parameters
     ----------
-    d : int, the width of the pooled vectors
-    d_attn : int, the width of the scoring layer
+    d : int >= 0, the width of the pooled vectors
+    d_attn : int >= 0, the width of the scoring layer
     bias : bool, whether there is a ``bias``
     dtype : float32 or float64, the parameters' dtype
     seed : int or None, for the initialisation
 
-    ``forward(h, mask=None, return_weights=False)``: h (B, T, d), mask (B, T)
-    bool (True = takes part) -> c (B, d), or (c, alpha (B, T)).
+    ``forward(input, mask=None, return_weights=False)``: input h (B, T, d),
+    mask (B, T) bool (True = takes part) -> c (B, d), or (c, alpha (B, T)).
     ``attnc.vjp(pool, h, mask=...)`` returns gradients keyed "input", "weight",
     "bias", "v" (outputs (c, alpha): give cotangents for both, None for unused).
 
@@ -144,22 +144,20 @@ class AttentionPooling(Module):
     def __init__(self, d: int, d_attn: int, *, bias: bool = True, dtype: DTypeLike = np.float32,
                  seed: int | None = None) -> None:
         super().__init__(dtype)
-        self.d, self.d_attn = d, d_attn = int_arg("d", d), int_arg("d_attn", d_attn)
+        self.d, self.d_attn = d, d_attn = int_arg("d", d, 0), int_arg("d_attn", d_attn, 0)
         rng = np.random.default_rng(seed)
-        bound = 1 / math.sqrt(d)
-        uniform = lambda shape: rng.uniform(-bound, bound, shape)  # noqa: E731
-        self._init_parameter("weight", (d_attn, d), uniform)
-        self._init_parameter("bias", (d_attn,), uniform if bias else None)
-        self._init_parameter("v", (d_attn,), lambda shape: rng.uniform(-1 / math.sqrt(d_attn), 1 / math.sqrt(d_attn),
-                                                                         shape))
+        bound, v_bound = (1 / math.sqrt(n) if n else 0.0 for n in (d, d_attn))  # as torch.nn.Linear's
+        self._init_parameter("weight", (d_attn, d), lambda shape: rng.uniform(-bound, bound, shape))
+        self._init_parameter("bias", (d_attn,), (lambda shape: rng.uniform(-bound, bound, shape)) if bias else None)
+        self._init_parameter("v", (d_attn,), lambda shape: rng.uniform(-v_bound, v_bound, shape))
 
-    def forward(self, h: ArrayLike, mask: ArrayLike | None = None,
+    def forward(self, input: ArrayLike, mask: ArrayLike | None = None,
                 return_weights: bool = False) -> Array | tuple[Array, Array]:
-        c, alpha = attention_pool(h, self.weight, self.bias, self.v, mask)
+        c, alpha = attention_pool(input, self.weight, self.bias, self.v, mask)
         return (c, alpha) if return_weights else c
 
-    def _vjp_forward(self, h, mask=None):
-        return _forward(h, self.weight, self.bias, self.v, mask)
+    def _vjp_forward(self, input, mask=None):
+        return _forward(input, self.weight, self.bias, self.v, mask)
 
     _vjp_backward = staticmethod(_backward)
 

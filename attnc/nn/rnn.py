@@ -19,9 +19,10 @@ _LSTM, _GRU = 0, 1
 
 class _RNNBase(Module, abstract=True):
     _mode = _LSTM
+    _min_input_size = 1  # torch's LSTM and GRU refuse input_size 0 (its cells take it)
 
     def _build(self, input_size, hidden_size, num_layers, bias, batch_first, dropout, bidirectional, seed):
-        self.input_size = int_arg("input_size", input_size, 1)
+        self.input_size = int_arg("input_size", input_size, self._min_input_size)
         self.hidden_size = int_arg("hidden_size", hidden_size, 1)
         self.num_layers = int_arg("num_layers", num_layers, 1)
         if self.num_layers > 64:
@@ -304,9 +305,18 @@ class GRU(_RNNBase):
         return grads
 
 
+class _LSTMStep(LSTM, abstract=True):  # LSTMCell's layer, saved as the cell
+    _min_input_size = 0
+
+
+class _GRUStep(GRU, abstract=True):  # GRUCell's layer, saved as the cell
+    _min_input_size = 0
+
+
 class _CellBase(Module, abstract=True):
     """A cell is a one-layer, one-step recurrent layer: the same C kernels
-    with T = 1, parameters without the ``_l0`` suffix."""
+    with T = 1, parameters without the ``_l0`` suffix. Its input_size may be
+    0 (as torch's cells': the gates then come from h and the biases)."""
 
     def __init__(self, input_size: int, hidden_size: int, bias: bool = True, *, dtype: DTypeLike = np.float32,
                  seed: int | None = None) -> None:
@@ -362,7 +372,7 @@ class LSTMCell(_CellBase):
 
     Parameters
     ----------
-    input_size : int, I
+    input_size : int, I (may be 0, as torch's)
     hidden_size : int, H
     bias : bool, whether there are ``bias_ih`` and ``bias_hh``
     dtype : float32 or float64, the parameters' dtype
@@ -387,7 +397,7 @@ class LSTMCell(_CellBase):
     {'weight_ih': (64, 8), 'weight_hh': (64, 16), 'bias_ih': (64,), 'bias_hh': (64,)}
     """
 
-    _layer_class = LSTM
+    _layer_class = _LSTMStep
 
     def forward(self, input: ArrayLike, hx: tuple[ArrayLike, ArrayLike] | None = None) -> tuple[Array, Array]:
         x, states, batched = self._prepare(input, hx)
@@ -413,7 +423,7 @@ class GRUCell(_CellBase):
 
     Parameters
     ----------
-    input_size : int, I
+    input_size : int, I (may be 0, as torch's)
     hidden_size : int, H
     bias : bool, whether there are ``bias_ih`` and ``bias_hh``
     dtype : float32 or float64, the parameters' dtype
@@ -436,7 +446,7 @@ class GRUCell(_CellBase):
     {'weight_ih': (48, 8), 'weight_hh': (48, 16), 'bias_ih': (48,), 'bias_hh': (48,)}
     """
 
-    _layer_class = GRU
+    _layer_class = _GRUStep
 
     def forward(self, input: ArrayLike, hx: ArrayLike | None = None) -> Array:
         x, states, batched = self._prepare(input, hx)

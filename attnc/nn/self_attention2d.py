@@ -51,7 +51,7 @@ class SelfAttention2d(Module):
     ``forward(input, return_attention=False)``: input (B, C, H, W), the
     module's dtype -> y (B, C, H, W), and with return_attention the (B, N, N)
     attention map (N = H W; row j = where position j looks; position index
-    r W + c).
+    r W + c). B, H or W may be 0: the results are then empty.
 
     ``state_dict()``: ``f.weight``, ``g.weight``, ``h.weight``
     (C/r, C, 1, 1) and ``f.bias``, ``g.bias``, ``h.bias`` (C/r,): the key,
@@ -101,8 +101,6 @@ class SelfAttention2d(Module):
             raise ValueError(f"input has shape {shape_str(x.shape)}, expected (batch, {self.channels}, H, W)")
         B, C, H, W = x.shape
         N, c = H * W, self.inner
-        if B == 0 or N == 0:
-            raise ValueError(f"input has shape {shape_str(x.shape)}: batch and positions must be non-empty")
         # rows (B N, C): position-major, so 1x1 convolutions are linears over rows
         rows = np.ascontiguousarray(x.reshape(B, C, N).transpose(0, 2, 1)).reshape(B * N, C)
         w_qkv = np.concatenate([self.g.weight.reshape(c, C), self.f.weight.reshape(c, C),

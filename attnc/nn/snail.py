@@ -73,7 +73,7 @@ class DenseBlock(Module):
 
     Parameters
     ----------
-    in_channels : int, C
+    in_channels : int >= 0, C
     filters : int, F, the channels added
     dilation : int >= 1, of both convolutions
     dtype : float32 or float64, the parameters' dtype
@@ -101,7 +101,7 @@ class DenseBlock(Module):
     def __init__(self, in_channels: int, filters: int, dilation: int = 1, *, dtype: DTypeLike = np.float32,
                  seed: int | None = None) -> None:
         super().__init__(dtype)
-        self.in_channels = size_arg("in_channels", in_channels)
+        self.in_channels = size_arg("in_channels", in_channels, 0)
         self.filters = size_arg("filters", filters)
         self.dilation = size_arg("dilation", dilation)
         rng = np.random.default_rng(seed)
@@ -168,7 +168,7 @@ class TCBlock(Module):
 
     Parameters
     ----------
-    in_channels : int, C
+    in_channels : int >= 0, C
     seq_len : int, the sequence length the receptive field must cover
     filters : int, F, the channels each dense block adds
     dtype : float32 or float64, the parameters' dtype
@@ -194,7 +194,7 @@ class TCBlock(Module):
     def __init__(self, in_channels: int, seq_len: int, filters: int, *, dtype: DTypeLike = np.float32,
                  seed: int | None = None) -> None:
         super().__init__(dtype)
-        self.in_channels = size_arg("in_channels", in_channels)
+        self.in_channels = size_arg("in_channels", in_channels, 0)
         self.seq_len = size_arg("seq_len", seq_len)
         self.filters = size_arg("filters", filters)
         rng = np.random.default_rng(seed)
@@ -251,7 +251,7 @@ class AttentionBlock(Module):
 
     Parameters
     ----------
-    in_channels : int, C
+    in_channels : int >= 0, C
     key_size : int, the width of queries and keys
     value_size : int, the width of the values (the channels added)
     dtype : float32 or float64, the parameters' dtype
@@ -281,7 +281,7 @@ class AttentionBlock(Module):
     def __init__(self, in_channels: int, key_size: int, value_size: int, *, dtype: DTypeLike = np.float32,
                  seed: int | None = None) -> None:
         super().__init__(dtype)
-        self.in_channels = size_arg("in_channels", in_channels)
+        self.in_channels = size_arg("in_channels", in_channels, 0)
         self.key_size = size_arg("key_size", key_size)
         self.value_size = size_arg("value_size", value_size)
         rng = np.random.default_rng(seed)

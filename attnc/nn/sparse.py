@@ -10,7 +10,7 @@ from typing import Literal
 import numpy as np
 
 from .. import _core
-from .._args import choice, elementwise_ready, float_array, int_arg, same_dtype, shape_str
+from .._args import as_rows, choice, elementwise_ready, float_array, int_arg, same_dtype, shape_str
 from .._typing import Array, ArrayLike, DTypeLike
 from ..grad import register
 from .module import Module
@@ -68,7 +68,7 @@ def _embedding_backward(saved, cotangents):
     flat, wshape, dtype, scale, pad = saved
     (dy,) = cotangents
     dw = np.empty(wshape, dtype)
-    dy2 = np.zeros((flat.shape[0], wshape[1]), dtype) if dy is None else elementwise_ready(dy.reshape(-1, wshape[1]))
+    dy2 = np.zeros((flat.shape[0], wshape[1]), dtype) if dy is None else elementwise_ready(as_rows(dy))
     _core.embedding_backward(dw, dy2, flat, scale, pad)
     return {"weight": dw}
 

@@ -127,10 +127,10 @@ static attnc_status setup(flash_ctx *c, const attnc_tensor *q, const attnc_tenso
     c->S = k->shape[c->batch.nb + 1];
     TRY(check_head_tensor(c, v, "value", dt, c->hkv, c->S, -1));
     c->ev = v->shape[v->ndim - 1];
-    if (c->hkv == 0 || c->H % c->hkv != 0)
+    if (c->hkv == 0 ? c->H != 0 : c->H % c->hkv != 0) /* no heads at all: an empty result, as torch */
         return attnc_fail(ATTNC_ERR_VALUE, "query's %lld heads are not a multiple of key's %lld",
                           (long long)c->H, (long long)c->hkv);
-    c->group = c->H / c->hkv;
+    c->group = c->hkv ? c->H / c->hkv : 1;
     TRY(attnc_check_blas(q, "query"));
     TRY(attnc_check_blas(k, "key"));
     TRY(attnc_check_blas(v, "value"));
@@ -174,6 +174,14 @@ static void pack_task(void *arg, int64_t task, int worker) {
     if (c->vt) attnc_tile_pack_panels(c->vt + task * c->vt_block, head_rows_f32(c, c->v, b, hk, j0, nk));
 }
 
+static void free_packed(flash_ctx *c) {
+    free(c->kt);
+    free(c->vt);
+    c->kt = c->vt = NULL;
+    for (int i = 0; i < c->ncopies; i++) free(c->copies[i].data);
+    c->ncopies = 0;
+}
+
 /* Float32 in a build with the tile kernels: K (and, with `values`, V)
  * packed once per call for the products with K^T (V^T), an extra copy the
  * size of K (V), so that no tile is transposed again for each query block.
@@ -189,9 +197,8 @@ static attnc_status pack_keys(flash_ctx *c, bool values) {
     c->vt_block = values ? attnc_tile_panels_size(c->bk, c->ev) : 0;
     TRY(attnc_calloc((void **)&c->kt, (size_t)(blocks * c->kt_block), sizeof(float), "packed keys"));
     attnc_status st = attnc_calloc((void **)&c->vt, (size_t)(blocks * c->vt_block), sizeof(float), "packed values");
-    if (st != ATTNC_OK || !c->kt) { /* a failure, or nothing to pack */
-        free(c->kt);
-        c->kt = NULL;
+    if (st != ATTNC_OK || !c->kt) { /* a failure, or no keys to pack (E = 0, or no blocks): then */
+        free_packed(c);              /* BLAS does every product, V's too (c->kt says which path) */
         return st;
     }
     attnc_parallel_for(blocks, attnc_workers_for(blocks * c->bk * (c->e + c->ev)), pack_task, c);
@@ -240,14 +247,6 @@ static attnc_status compact(flash_ctx *c, const attnc_tensor **t) {
     attnc_parallel_for(heads, attnc_workers_for(count), copy_task, &j);
     *t = dst;
     return ATTNC_OK;
-}
-
-static void free_packed(flash_ctx *c) {
-    free(c->kt);
-    free(c->vt);
-    c->kt = c->vt = NULL;
-    for (int i = 0; i < c->ncopies; i++) free(c->copies[i].data);
-    c->ncopies = 0;
 }
 
 /* Query rows that see key block kb (under causal attention, fewer for later blocks). */

@@ -145,10 +145,10 @@ static void additive_finish(const attnc_score_ctx *c, char *stash, attnc_tensor 
             attnc_gemm_rows(d->dtype, false, true, 1, dxa, param_mat(side[s].w), 0,
                             rows_mat(side[s].dx->data, B * rows, dim), ADDITIVE_ROWS);
         if (!attnc_present(side[s].dw)) continue;
-        if (B > 0 && stacked(&all, side[s].x, &d->batch, rows))
+        if (stacked(&all, side[s].x, &d->batch, rows)) /* B = 0: a product over no rows, zeros */
             attnc_gemm_rows(d->dtype, true, false, 1, all, dxa, 0, rows_mat(side[s].dw->data, dim, da),
                             ADDITIVE_ROWS);
-        else if (d->dtype == ATTNC_FLOAT32) /* per element, in batch order (zeros for B = 0) */
+        else if (d->dtype == ATTNC_FLOAT32) /* per element, in batch order */
             sum_xty_f32(side[s].dw, c, side[s].x, (const float *)side[s].dxa, rows, da);
         else
             sum_xty_f64(side[s].dw, c, side[s].x, (const double *)side[s].dxa, rows, da);

@@ -51,11 +51,6 @@ typedef struct {
 
 static size_t esize(const cap_run *r) { return attnc_dtype_size(r->dt); }
 
-/* memcpy that accepts the NULL pointers of empty buffers. */
-static void copy(void *dst, const void *src, size_t bytes) {
-    if (bytes) memcpy(dst, src, bytes);
-}
-
 static void *at(const cap_run *r, const void *base, int64_t offset) {
     return (char *)base + offset * (int64_t)esize(r);
 }
@@ -75,7 +70,7 @@ static void gemm(const cap_run *r, bool ta, bool tb, double alpha, attnc_mat a, 
 /* Every row of c (rows, n) (row stride rs) <- bias (n): the start of a
  * product accumulated with beta = 1. */
 static void fill_rows(const cap_run *r, void *c, int64_t rows, int64_t n, int64_t rs, const void *bias) {
-    for (int64_t i = 0; i < rows; i++) copy(at(r, c, i * rs), bias, (size_t)n * esize(r));
+    for (int64_t i = 0; i < rows; i++) attnc_copy(at(r, c, i * rs), bias, (size_t)n * esize(r));
 }
 
 /* x (n) <- tanh(x). */
@@ -220,13 +215,13 @@ int64_t attnc_captioner_saved_size(int64_t B, int64_t T, int64_t L, int64_t F, i
 /* The packed recurrent weight [W_hh; U_a; w_b] (R, H) and its bias [b_hh; 0; b_b]. */
 static void pack_recurrent(const cap_run *r, const attnc_captioner_params *p, void *w_rec, void *b_rec) {
     int64_t H = r->H, A = r->A;
-    copy(w_rec, p->w_hh.data, (size_t)(4 * H * H) * esize(r));
-    copy(at(r, w_rec, 4 * H * H), p->att_hidden_w.data, (size_t)(A * H) * esize(r));
+    attnc_copy(w_rec, p->w_hh.data, (size_t)(4 * H * H) * esize(r));
+    attnc_copy(at(r, w_rec, 4 * H * H), p->att_hidden_w.data, (size_t)(A * H) * esize(r));
     memset(b_rec, 0, (size_t)r->R * esize(r)); /* R >= 5: never empty */
-    copy(b_rec, p->b_hh.data, (size_t)(4 * H) * esize(r));
+    attnc_copy(b_rec, p->b_hh.data, (size_t)(4 * H) * esize(r));
     if (r->gate) {
-        copy(at(r, w_rec, (4 * H + A) * H), p->gate_w.data, (size_t)H * esize(r));
-        copy(at(r, b_rec, 4 * H + A), p->gate_b.data, esize(r));
+        attnc_copy(at(r, w_rec, (4 * H + A) * H), p->gate_w.data, (size_t)H * esize(r));
+        attnc_copy(at(r, b_rec, 4 * H + A), p->gate_b.data, esize(r));
     }
 }
 
@@ -314,7 +309,7 @@ static void step_forward(const cap_run *r, const attnc_captioner_params *p, cons
 static void deep_output(const cap_run *r, const attnc_captioner_params *p, int64_t N, const void *xin,
                         const void *h, void *q, void *logits) {
     int64_t E = r->E, F = r->F, H = r->H, V = r->V;
-    for (int64_t i = 0; i < N; i++) copy(at(r, q, i * E), at(r, xin, i * (E + F)), (size_t)E * esize(r));
+    for (int64_t i = 0; i < N; i++) attnc_copy(at(r, q, i * E), at(r, xin, i * (E + F)), (size_t)E * esize(r));
     gemm(r, false, true, 1, M(h, N, H, H), M(p->out_h_w.data, E, H, H), 1, M(q, N, E, E));
     gemm(r, false, true, 1, M(at(r, xin, E), N, F, E + F), M(p->out_z_w.data, E, F, F), 1, M(q, N, E, E));
     fill_rows(r, logits, N, V, V, p->out_b.data);
@@ -327,7 +322,7 @@ static void embed(const cap_run *r, const attnc_captioner_params *p, const int64
                   void *gxe) {
     int64_t E = r->E, F = r->F, H = r->H;
     for (int64_t i = 0; i < N; i++)
-        copy(at(r, xin, i * (E + F)), at(r, p->embedding.data, ids[i] * E), (size_t)E * esize(r));
+        attnc_copy(at(r, xin, i * (E + F)), at(r, p->embedding.data, ids[i] * E), (size_t)E * esize(r));
     fill_rows(r, gxe, N, 4 * H, 4 * H, p->b_ih.data);
     gemm(r, false, true, 1, M(xin, N, E, E + F), M(p->w_ih.data, 4 * H, E, E + F), 1, M(gxe, N, 4 * H, 4 * H));
 }
@@ -363,10 +358,10 @@ attnc_status attnc_captioner_forward(attnc_tensor *logits, attnc_tensor *alphas,
         prepare(&r, p, features->data, at(&r, base, lo.mean), h0, c0, at(&r, base, lo.pa));
         pack_recurrent(&r, p, s.w_rec, s.b_rec);
         embed(&r, p, tokens->data, B * T, at(&r, base, lo.xin), s.gxe);
-        copy(s.h_run, h0, (size_t)(B * H) * esize(&r));
-        copy(s.c_run, c0, (size_t)(B * H) * esize(&r));
+        attnc_copy(s.h_run, h0, (size_t)(B * H) * esize(&r));
+        attnc_copy(s.c_run, c0, (size_t)(B * H) * esize(&r));
         for (int64_t b = 0; b < B && T > 0; b++)
-            copy(at(&r, base, lo.hprev + b * T * H), at(&r, h0, b * H), (size_t)H * esize(&r));
+            attnc_copy(at(&r, base, lo.hprev + b * T * H), at(&r, h0, b * H), (size_t)H * esize(&r));
         step_arrays arr = {.th = at(&r, base, lo.th), .alpha = at(&r, base, lo.alpha), .beta = at(&r, base, lo.beta),
                            .zhat = at(&r, base, lo.zhat), .xin = at(&r, base, lo.xin),
                            .gates = at(&r, base, lo.gates), .h = at(&r, base, lo.h), .c = at(&r, base, lo.c),
@@ -374,7 +369,7 @@ attnc_status attnc_captioner_forward(attnc_tensor *logits, attnc_tensor *alphas,
                            .samples = r.mode == ATTNC_CAPTION_SOFT ? NULL : samples->data};
         for (int64_t t = 0; t < T; t++) step_forward(&r, p, features->data, &s, &arr, t);
         deep_output(&r, p, B * T, arr.xin, arr.h, at(&r, base, lo.q), logits->data);
-        copy(alphas->data, arr.alpha, (size_t)(B * T * L) * esize(&r));
+        attnc_copy(alphas->data, arr.alpha, (size_t)(B * T * L) * esize(&r));
     }
     scratch_free(&s);
     free(own);
@@ -432,7 +427,7 @@ static attnc_status backward_weights(const cap_run *r, attnc_captioner_params *g
     const void *xin = at(r, base, lo->xin), *hprev = at(r, base, lo->hprev);
     gemm(r, true, false, 1, M(drec, N, 4 * H, R), M(xin, N, E + F, E + F), 0, M(g->w_ih.data, 4 * H, E + F, E + F));
     attnc_col_sums(r->dt, g->b_ih.data, drec, N, 4 * H, R);
-    copy(g->b_hh.data, g->b_ih.data, (size_t)(4 * H) * esize(r));
+    attnc_copy(g->b_hh.data, g->b_ih.data, (size_t)(4 * H) * esize(r));
     gemm(r, true, false, 1, M(drec, N, 4 * H, R), M(hprev, N, H, H), 0, M(g->w_hh.data, 4 * H, H, H));
     gemm(r, true, false, 1, M(at(r, drec, 4 * H), N, A, R), M(hprev, N, H, H), 0, M(g->att_hidden_w.data, A, H, H));
     if (r->gate) {
@@ -525,7 +520,7 @@ attnc_status attnc_captioner_backward(attnc_captioner_params *grads, attnc_tenso
         backward_prepare(&r, grads, p, features->data, saved->data, &lo, dpa, dh, dc, dmean, dfeat, de);
         st = backward_weights(&r, grads, p, tokens, saved->data, &lo, drec, dq);
         if (st == ATTNC_OK && attnc_present(dfeatures))
-            copy(dfeatures->data, dfeat, (size_t)(B * L * F) * esize(&r));
+            attnc_copy(dfeatures->data, dfeat, (size_t)(B * L * F) * esize(&r));
     }
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(*bufs[i].p);
     return st;
@@ -568,8 +563,8 @@ static attnc_status decoder_step(void *ctx, const int64_t *tok, int64_t s) {
 static void permute_rows(cap_decoder *d, void *x, const int64_t *parent) {
     const cap_run *r = &d->r;
     size_t row = (size_t)r->H * esize(r);
-    for (int64_t i = 0; i < r->B; i++) copy(at(r, d->gather, i * r->H), at(r, x, parent[i] * r->H), row);
-    copy(x, d->gather, (size_t)r->B * row);
+    for (int64_t i = 0; i < r->B; i++) attnc_copy(at(r, d->gather, i * r->H), at(r, x, parent[i] * r->H), row);
+    attnc_copy(x, d->gather, (size_t)r->B * row);
 }
 
 /* After beam step s, row i continues row parent[i] (R). */
@@ -609,14 +604,14 @@ static void decoder_prepare(cap_decoder *d, const void *features, int64_t bos) {
     d->feat = features;
     if (d->K > 1) {
         for (int64_t i = 0; i < R; i++)
-            copy(at(r, d->feat_k, i * L * F), at(r, features, (i / d->K) * L * F), (size_t)(L * F) * esize(r));
+            attnc_copy(at(r, d->feat_k, i * L * F), at(r, features, (i / d->K) * L * F), (size_t)(L * F) * esize(r));
         d->feat = d->feat_k;
     }
     void *base = d->base;
     prepare(r, d->p, d->feat, at(r, base, lo->mean), at(r, base, lo->h0), at(r, base, lo->c0), at(r, base, lo->pa));
     pack_recurrent(r, d->p, d->s.w_rec, d->s.b_rec);
-    copy(d->s.h_run, at(r, base, lo->h0), (size_t)(R * H) * esize(r));
-    copy(d->s.c_run, at(r, base, lo->c0), (size_t)(R * H) * esize(r));
+    attnc_copy(d->s.h_run, at(r, base, lo->h0), (size_t)(R * H) * esize(r));
+    attnc_copy(d->s.c_run, at(r, base, lo->c0), (size_t)(R * H) * esize(r));
     for (int64_t i = 0; i < R; i++) d->start[i] = bos;
     d->arr = (step_arrays){.th = at(r, base, lo->th), .alpha = at(r, base, lo->alpha), .beta = at(r, base, lo->beta),
                            .zhat = at(r, base, lo->zhat), .xin = at(r, base, lo->xin), .gates = at(r, base, lo->gates),

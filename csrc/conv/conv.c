@@ -69,13 +69,13 @@ static attnc_status geometry(conv_geom *g, const attnc_tensor *x, const attnc_te
     if (g->kh < 1 || g->kw < 1) return attnc_fail(ATTNC_ERR_VALUE, "the kernel must be at least 1 x 1");
     int64_t eh = g->h + padding[0] + padding[1] - g->dh * (g->kh - 1),
             ew = g->w + padding[2] + padding[3] - g->dw * (g->kw - 1);
-    if (eh < 1 || ew < 1)
+    if ((eh < 1 && g->h > 0) || (ew < 1 && g->w > 0)) /* an empty input has no output position then */
         return attnc_fail(ATTNC_ERR_VALUE,
                           "the padded input (%lld x %lld) is smaller than the dilated kernel (%lld x %lld)",
                           (long long)(g->h + padding[0] + padding[1]), (long long)(g->w + padding[2] + padding[3]),
                           (long long)(g->dh * (g->kh - 1) + 1), (long long)(g->dw * (g->kw - 1) + 1));
-    g->ho = (eh - 1) / g->sh + 1;
-    g->wo = (ew - 1) / g->sw + 1;
+    g->ho = eh < 1 ? 0 : (eh - 1) / g->sh + 1;
+    g->wo = ew < 1 ? 0 : (ew - 1) / g->sw + 1;
     g->k = g->cin * g->kh * g->kw;
     g->kg = g->k / groups;
     g->p = g->ho * g->wo;

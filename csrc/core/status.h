@@ -2,6 +2,7 @@
 #ifndef ATTNC_STATUS_H
 #define ATTNC_STATUS_H
 #include <stddef.h>
+#include <string.h>
 
 #include "../include/attnc.h"
 
@@ -27,5 +28,15 @@ attnc_status attnc_fail_nomem(const char *what, size_t bytes);
 /* *out <- calloc(count, size), or fail with ATTNC_ERR_NOMEM naming what.
  * count == 0 gives a valid (NULL) pointer and OK. */
 attnc_status attnc_calloc(void **out, size_t count, size_t size, const char *what);
+
+/* memcpy and memset for buffers that may be empty: an empty buffer may be
+ * NULL (attnc_calloc's), which memcpy and memset must not be given even
+ * with a size of 0. */
+static inline void attnc_copy(void *dst, const void *src, size_t bytes) {
+    if (bytes) memcpy(dst, src, bytes);
+}
+static inline void attnc_zero(void *dst, size_t bytes) {
+    if (bytes) memset(dst, 0, bytes);
+}
 
 #endif

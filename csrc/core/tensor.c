@@ -47,6 +47,7 @@ int64_t attnc_batch_offset(const attnc_tensor *t, const attnc_batch *batch, int6
     int64_t off = 0;
     for (int d = batch->nb - 1; d >= 0; d--) {
         int64_t n = batch->shape[d];
+        if (n == 0) return 0; /* an empty batch has no element b: its views start at t's data */
         off += (b % n) * t->strides[d];
         b /= n;
     }

@@ -45,7 +45,8 @@ int64_t attnc_numel(const attnc_tensor *t);
 bool attnc_is_contiguous(const attnc_tensor *t);
 
 /* Element offset of batch element b (row-major over batch->shape) in t,
- * whose first batch->nb dims are the batch dims. */
+ * whose first batch->nb dims are the batch dims; 0 for an empty batch (a
+ * view of its "first" element, taken for its shape alone, stays at t's data). */
 int64_t attnc_batch_offset(const attnc_tensor *t, const attnc_batch *batch, int64_t b);
 
 /* The matrix made of t's last two dims at batch element b. */

@@ -100,8 +100,8 @@ static attnc_status setup(lstmn_run *x, const attnc_tensor *input, const attnc_t
     x->H = p->weight_hh.shape[1];
     x->A = p->attn_h.shape[0];
     x->bias = attnc_present(&p->bias);
-    if (x->H < 1 || x->A < 1 || x->I < 1)
-        return attnc_fail(ATTNC_ERR_VALUE, "the LSTMN's input, hidden and attention sizes must be >= 1");
+    if (x->H < 1 || x->A < 1) /* the input may be 0 wide: the gates from h and the bias alone */
+        return attnc_fail(ATTNC_ERR_VALUE, "the LSTMN's hidden and attention sizes must be >= 1");
     TRY(check_params(x, p, false));
     if (attnc_present(lengths)) {
         TRY(attnc_check_array(lengths, "lengths", ATTNC_INT64, 1, &x->B, false));

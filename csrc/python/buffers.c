@@ -58,7 +58,12 @@ int buffers_get(buffers *held, PyObject *obj, const char *name, int writable, at
         }
         t->strides[d] = stride / view->itemsize;
     }
-    if (((uintptr_t)view->buf) % (uintptr_t)view->itemsize != 0) {
+    uintptr_t misaligned = (uintptr_t)view->buf % (uintptr_t)view->itemsize;
+    if (view->len == 0) { /* no element to read or write: the aligned address just below (the allocation */
+        t->data = (char *)view->buf - misaligned; /* starts aligned) will do, for the core's typed pointers */
+        return 1;
+    }
+    if (misaligned) {
         PyErr_Format(PyExc_ValueError, "%s is not aligned to its item size", name);
         return 0;
     }

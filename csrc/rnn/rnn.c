@@ -263,8 +263,8 @@ static attnc_status direction_forward(rnn_run *r, const attnc_tensor *x, const a
                           .c_n = lstm && attnc_present(c_n) ? state_of(r, c_n, k) : NULL};
         return attnc_rnn_fast_forward(&f);
     }
-    if (h0k) memcpy(s->h, h0k, (size_t)(B * H) * es); else memset(s->h, 0, (size_t)(B * H) * es);
-    if (c0k) memcpy(s->c, c0k, (size_t)(B * H) * es); else memset(s->c, 0, (size_t)(B * H) * es);
+    if (h0k) attnc_copy(s->h, h0k, (size_t)(B * H) * es); else attnc_zero(s->h, (size_t)(B * H) * es);
+    if (c0k) attnc_copy(s->c, c0k, (size_t)(B * H) * es); else attnc_zero(s->c, (size_t)(B * H) * es);
     for (int64_t step = 0; step < r->T; step++) {
         colgemm(r, &h, &w->weight_hh, true, &hh);
 #define RUN(SFX)                                                                                       \
@@ -278,8 +278,8 @@ static attnc_status direction_forward(rnn_run *r, const attnc_tensor *x, const a
         ATTNC_BY_DTYPE(r->dt, RUN);
 #undef RUN
     }
-    if (attnc_present(h_n)) memcpy(state_of(r, h_n, k), s->h, (size_t)(B * H) * es);
-    if (attnc_present(c_n) && r->mode == ATTNC_LSTM) memcpy(state_of(r, c_n, k), s->c, (size_t)(B * H) * es);
+    if (attnc_present(h_n)) attnc_copy(state_of(r, h_n, k), s->h, (size_t)(B * H) * es);
+    if (attnc_present(c_n) && r->mode == ATTNC_LSTM) attnc_copy(state_of(r, c_n, k), s->c, (size_t)(B * H) * es);
     return ATTNC_OK;
 }
 
@@ -432,7 +432,7 @@ attnc_status attnc_rnn_forward(attnc_tensor *output, attnc_tensor *h_n, attnc_te
                       .h_n = h_n, .c_n = c_n, .out = out, .s = &s};
         if (st == ATTNC_OK) st = each_direction(&r, forward_one, &a, &a);
     }
-    if (st == ATTNC_OK && last != output->data) memcpy(output->data, last, (size_t)(B * T * DH) * es);
+    if (st == ATTNC_OK && last != output->data) attnc_copy(output->data, last, (size_t)(B * T * DH) * es);
     free(s.gx);
     free(s.hh);
     free(s.h);
@@ -481,8 +481,8 @@ static attnc_status direction_backward(rnn_run *r, const attnc_tensor *x, const 
     int64_t B = r->B, T = r->T, H = r->H, G = r->ng * H, k = l * r->D + r->d;
     size_t es = attnc_dtype_size(r->dt);
     void *dhk = state_of(r, dh_n, k), *dck = r->mode == ATTNC_LSTM ? state_of(r, dc_n, k) : NULL;
-    if (dhk) memcpy(s->dh, dhk, (size_t)(B * H) * es); else memset(s->dh, 0, (size_t)(B * H) * es);
-    if (dck) memcpy(s->dc, dck, (size_t)(B * H) * es); else memset(s->dc, 0, (size_t)(B * H) * es);
+    if (dhk) attnc_copy(s->dh, dhk, (size_t)(B * H) * es); else attnc_zero(s->dh, (size_t)(B * H) * es);
+    if (dck) attnc_copy(s->dc, dck, (size_t)(B * H) * es); else attnc_zero(s->dc, (size_t)(B * H) * es);
     void *dgh = r->mode == ATTNC_LSTM ? s->dgx : s->dgh;
     bool lstm = r->mode == ATTNC_LSTM, fast = attnc_rnn_fast_usable(r);
     bool fused_dx = attnc_rnn_fast_fuses_dx(r, x->shape[1]);
@@ -497,9 +497,9 @@ static attnc_status direction_backward(rnn_run *r, const attnc_tensor *x, const 
                           .w_ih = w->weight_ih.data};
         TRY(attnc_rnn_fast_backward(&f));
     } else {
-        memset(s->dgx, 0, (size_t)(B * T * G) * es);
-        memset(s->hprev, 0, (size_t)(B * T * H) * es);
-        if (dgh != s->dgx) memset(dgh, 0, (size_t)(B * T * G) * es);
+        attnc_zero(s->dgx, (size_t)(B * T * G) * es);
+        attnc_zero(s->hprev, (size_t)(B * T * H) * es);
+        if (dgh != s->dgx) attnc_zero(dgh, (size_t)(B * T * G) * es);
     }
     attnc_tensor dstep = mat(r, s->dstep, B, G), drec = mat(r, s->drec, B, H);
     for (int64_t step = T - 1; step >= 0 && !fast; step--) {
@@ -517,8 +517,8 @@ static attnc_status direction_backward(rnn_run *r, const attnc_tensor *x, const 
         ATTNC_BY_DTYPE(r->dt, RUN);
 #undef RUN
     }
-    if (attnc_present(dh0) && !fast) memcpy(state_of(r, dh0, k), s->dh, (size_t)(B * H) * es);
-    if (attnc_present(dc0) && lstm && !fast) memcpy(state_of(r, dc0, k), s->dc, (size_t)(B * H) * es);
+    if (attnc_present(dh0) && !fast) attnc_copy(state_of(r, dh0, k), s->dh, (size_t)(B * H) * es);
+    if (attnc_present(dc0) && lstm && !fast) attnc_copy(state_of(r, dc0, k), s->dc, (size_t)(B * H) * es);
     attnc_tensor dgx2 = mat(r, s->dgx, B * T, G), dgh2 = mat(r, dgh, B * T, G), hp = mat(r, s->hprev, B * T, H);
     if (!fused_dx && !defer_dx) seq_dx(r, &dgx2, &w->weight_ih, dx, !first);
     seq_weight_grads(r, g, &dgx2, x, &dgh2, &hp);
@@ -602,7 +602,7 @@ attnc_status attnc_rnn_backward(attnc_tensor *dinput, attnc_tensor *dh0, attnc_t
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0] && st == ATTNC_OK; i++) /* dcur: zeros without doutput */
         st = bufs[i].p == &dcur ? attnc_calloc(bufs[i].p, (size_t)bufs[i].n, es, "rnn gradients")
                                 : rnn_malloc(bufs[i].p, (size_t)bufs[i].n, es, "rnn gradients");
-    if (st == ATTNC_OK && attnc_present(doutput)) memcpy(dcur, doutput->data, (size_t)(B * T * DH) * es);
+    if (st == ATTNC_OK && attnc_present(doutput)) attnc_copy(dcur, doutput->data, (size_t)(B * T * DH) * es);
     /* The first layer's weight gradient sums over every row of the input:
      * padding must not be read (it may hold anything, NaN included), so it
      * reads a copy with the padded steps zeroed. */
@@ -628,7 +628,7 @@ attnc_status attnc_rnn_backward(attnc_tensor *dinput, attnc_tensor *dh0, attnc_t
             a[1].s = &s[1];
             a[0].defer_dx = a[1].defer_dx = true;
             if (fused_dx) {
-                memset(dx1, 0, (size_t)(B * T * x.shape[1]) * es); /* steps a row did not run stay 0 */
+                attnc_zero(dx1, (size_t)(B * T * x.shape[1]) * es); /* steps a row did not run stay 0 */
                 a[1].dx = &dx1t;
                 a[1].first = true;
             }

@@ -519,8 +519,8 @@ attnc_status attnc_rnn_fast_forward(const rnn_fast_fwd *f) {
     if (st == ATTNC_OK) st = alloc_floats(&bias, 3 * G, "rnn bias");
     if (st == ATTNC_OK) st = plan_rows(r, &j.rows);
     if (st == ATTNC_OK) {
-        if (f->h0) memcpy(h0, f->h0, (size_t)(B * H) * sizeof(float)); else memset(h0, 0, (size_t)(B * H) * sizeof(float));
-        if (f->c0) memcpy(c, f->c0, (size_t)(B * H) * sizeof(float)); else memset(c, 0, (size_t)(B * H) * sizeof(float));
+        if (f->h0) attnc_copy(h0, f->h0, (size_t)(B * H) * sizeof(float)); else attnc_zero(h0, (size_t)(B * H) * sizeof(float));
+        if (f->c0) attnc_copy(c, f->c0, (size_t)(B * H) * sizeof(float)); else attnc_zero(c, (size_t)(B * H) * sizeof(float));
         j.pk = pk;
         for (int64_t k = 0; k < G; k++) {
             float bx = f->b_ih ? f->b_ih[k] : 0, bh = f->b_hh ? f->b_hh[k] : 0;
@@ -546,7 +546,7 @@ attnc_status attnc_rnn_fast_forward(const rnn_fast_fwd *f) {
             const float *last = n == 0 ? h0 + b * H : f->out + (b * r->T + time_at(r, b, n - 1)) * r->D * H + r->d * H;
             memcpy(f->h_n + b * H, last, (size_t)H * sizeof(float));
         }
-        if (f->c_n && r->mode == ATTNC_LSTM) memcpy(f->c_n, c, (size_t)(B * H) * sizeof(float));
+        if (f->c_n && r->mode == ATTNC_LSTM) attnc_copy(f->c_n, c, (size_t)(B * H) * sizeof(float));
     }
     free_plan(&j.rows);
     free(pk);
@@ -838,7 +838,7 @@ attnc_status attnc_rnn_fast_backward(const rnn_fast_bwd *f) {
     if (st == ATTNC_OK) st = alloc_floats(&direct, B * H, "rnn gradients");
     if (st == ATTNC_OK) st = plan_rows(r, &j.rows);
     if (st == ATTNC_OK) {
-        if (f->dc_n) memcpy(dc, f->dc_n, (size_t)(B * H) * sizeof(float)); else memset(dc, 0, (size_t)(B * H) * sizeof(float));
+        if (f->dc_n) attnc_copy(dc, f->dc_n, (size_t)(B * H) * sizeof(float)); else attnc_zero(dc, (size_t)(B * H) * sizeof(float));
         /* Padding steps (t >= len) are never written: zero them for the weight gradients. */
         for (int64_t b = 0; b < B && r->len; b++) {
             int64_t n = r->len[b];
@@ -858,7 +858,7 @@ attnc_status attnc_rnn_fast_backward(const rnn_fast_bwd *f) {
             st = team_run(f->dh0 || f->dx ? T + 1 : T, j.nchunks + j.nxchunks, parts, bwd_step_chunk, &j);
         }
     }
-    if (st == ATTNC_OK && f->dc0 && r->mode == ATTNC_LSTM) memcpy(f->dc0, dc, (size_t)(B * H) * sizeof(float));
+    if (st == ATTNC_OK && f->dc0 && r->mode == ATTNC_LSTM) attnc_copy(f->dc0, dc, (size_t)(B * H) * sizeof(float));
     free_plan(&j.rows);
     free(pk);
     free(pkx);

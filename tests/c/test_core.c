@@ -1094,6 +1094,7 @@ static void test_rnn_fused(void) {
 #include "test_gated.h"
 #include "test_lstm_cell.h"
 #include "test_tile.h"
+#include "test_empty.h"
 
 /* ---- optim ------------------------------------------------------------ */
 
@@ -1186,6 +1187,7 @@ int main(void) {
     test_gated();
     test_lstm_cell();
     test_adam();
+    test_empty();
     attnc_set_num_threads(1); /* join the workers before exit */
     printf("%d passed, %d failed\n", passed, failed);
     return failed != 0;
