@@ -372,6 +372,8 @@ CASES = [
     Case("attnc.nn.layer_norm", lambda x: call(nn.layer_norm, x.a("B", "T", "E"), x["E"], x.a("E"), x.a("E")),
          "BTE", torch=lambda torch, i, n, w, b: torch.nn.functional.layer_norm(i, (n,), w, b)),
     Case("attnc.nn.relu", lambda x: call(nn.relu, x.a("B", "E")), "BE", torch=lambda torch, i: torch.relu(i)),
+    Case("attnc.nn.gelu", lambda x: call(nn.gelu, x.a("B", "E"), "tanh"), "BE",
+         torch=lambda torch, i, approximate: torch.nn.functional.gelu(i, approximate=approximate)),
     Case("attnc.nn.relu_dropout", lambda x: call(nn.relu_dropout, x.a("B", "E"), 0.5, seed=0), "BE"),
     Case("attnc.nn.gated_activation", lambda x: call(nn.gated_activation, x.a("B", "E"), x.a("B", "E")), "BE",
          torch=lambda torch, a, b: torch.tanh(a) * torch.sigmoid(b)),
@@ -400,6 +402,7 @@ CASES = [
     Case("attnc.nn.LayerNorm", on(module(nn.LayerNorm, "E"), ("B", "T", "E")), "BTE",
          torch=t_torch_module("LayerNorm")),
     Case("attnc.nn.ReLU", on(module(nn.ReLU), ("B", "E")), "BE", torch=t_torch_module("ReLU")),
+    Case("attnc.nn.GELU", on(module(nn.GELU), ("B", "E")), "BE", torch=t_torch_module("GELU")),
     Case("attnc.nn.Embedding", on(module(nn.Embedding, "V", "E"), TOKENS), "BTE",
          torch=t_torch_module("Embedding")),
     Case("attnc.nn.LSTM", on(module(nn.LSTM, "E", "F", num_layers=2, bidirectional=True), ("B", "T", "E")),
@@ -518,6 +521,7 @@ CASES = [
 # Public names with no batch, sequence or feature dim to empty, and why.
 EXCLUDED = {
     "attnc.vjp": "the harness itself: every differentiable case runs through it",
+    "attnc.FileFormatError": "an exception class",
     "attnc.load": "covered with attnc.save (a round trip of zero-width parameters)",
     "attnc.blas_info": "configuration: no arrays",
     "attnc.show_config": "configuration: no arrays",
