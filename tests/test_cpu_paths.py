@@ -50,7 +50,7 @@ KERNEL_TESTS = [
     "test_conv.py", "test_rnn.py", "test_lstmn.py", "test_attention_pooling.py",
     "test_self_attention2d.py", "test_transformer.py", "test_decode.py", "test_ntm.py",
     "test_ntm_model.py", "test_pointer_model.py", "test_seq2seq_rnn.py", "test_captioner.py",
-    "test_snail.py", "test_decomposable.py",
+    "test_snail.py", "test_decomposable.py", "test_strides.py",
 ]
 
 DEFAULT = attnc._core.simd_path()
