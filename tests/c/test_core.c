@@ -1004,6 +1004,7 @@ static void test_rnn_fused(void) {
 #include "test_lstm_cell.h"
 #include "test_tile.h"
 #include "test_blas.h"
+#include "test_fingerprint.h"
 
 /* ---- optim ------------------------------------------------------------ */
 
@@ -1078,6 +1079,7 @@ int main(void) {
     test_rows_f32();
     test_blas_shim();
     test_blas_chunks();
+    test_fingerprint();
     test_sdpa();
     test_linear();
     test_token_layers();
