@@ -4,7 +4,10 @@
  * 32-bit, so a view BLAS cannot take in place (no unit stride, a leading dim
  * beyond blasint) is copied a tile at a time into compact scratch, and sizes
  * beyond CHUNK are split: every call BLAS sees passes its argument checks (an
- * argument it refuses would leave C unwritten), whatever views come in. */
+ * argument it refuses would leave C unwritten), whatever views come in.
+ * OpenBLAS's interface refuses sizes below 0 and leading dims below 1 or
+ * their matrix's extent; past that it computes offsets in 64 bits (a leading
+ * dim of 2^31 - 64 is read right: tests/test_strides.py). */
 #include "blas.h"
 
 #include <cblas.h>
@@ -41,12 +44,13 @@ enum { COPY_TILE = 256, STACK_TILE = 32 };
 static int64_t layout(attnc_mat m, bool trans, enum CBLAS_TRANSPOSE *op) {
     int64_t rs = m.rows == 1 ? MAX(m.cols, 1) : m.rs;
     int64_t cs = m.cols == 1 ? 1 : m.cs;
+    int64_t col_ld = m.cols == 1 ? MAX(m.rows, 1) : m.cs; /* as the transpose */
     int64_t ld = 0;
     bool flip = false;
     if (cs == 1 && rs >= MAX(m.cols, 1)) {
         ld = rs;
-    } else if ((m.rows == 1 || m.rs == 1) && (m.cols == 1 ? MAX(m.rows, 1) : m.cs) >= MAX(m.rows, 1)) {
-        ld = m.cols == 1 ? MAX(m.rows, 1) : m.cs;
+    } else if ((m.rows == 1 || m.rs == 1) && col_ld >= MAX(m.rows, 1)) {
+        ld = col_ld;
         flip = true;
     }
     *op = trans != flip ? CblasTrans : CblasNoTrans;
