@@ -13,6 +13,8 @@ import secrets
 
 import numpy as np
 
+from . import _core
+
 FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
 
@@ -63,22 +65,15 @@ def elementwise_ready(a: np.ndarray) -> np.ndarray:
 
 
 def blas_ready(a: np.ndarray) -> np.ndarray:
-    """An array the C core can hand to BLAS: a unit stride in one of its last
-    two dims (leading dims may have any stride). Otherwise an explicit copy."""
+    """An array the C kernels read as matrices in place: a unit stride in one
+    of its last two dims (leading dims may have any stride; C decides, in
+    attnc_has_unit_stride). Otherwise an explicit copy."""
     flags = a.flags
     if flags.c_contiguous and flags.aligned:
         return a
     if a.ndim < 2 or not _strides_ok(a):
         return _copy(a)
-    isz = a.itemsize
-    rows, cols = a.shape[-2:]
-    if rows == 0 or cols == 0:
-        return a
-    rs = max(cols, 1) * isz if rows == 1 else a.strides[-2]
-    cs = isz if cols == 1 else a.strides[-1]
-    if (cs == isz and rs >= cols * isz) or (rs == isz and cs >= rows * isz):
-        return a
-    return _copy(a)
+    return a if _core.has_unit_stride(a) else _copy(a)
 
 
 def as_rows(a: np.ndarray, ndim: int = 1) -> np.ndarray:

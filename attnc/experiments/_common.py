@@ -94,7 +94,8 @@ def train(model, optimizer, loss_and_grads, batches, steps: int, *, scheduler=No
     with progress(steps, desc, disable_progress) as bar:
         for step in range(steps):
             batch = batches(step)
-            loss, grads = loss_and_grads(batch)
+            with attnc.grad.internal():  # its pullbacks run inside: nothing can change what they read
+                loss, grads = loss_and_grads(batch)
             if not math.isfinite(loss):
                 raise FloatingPointError(f"the loss is {loss} at step {step}")
             if clip:

@@ -16,7 +16,7 @@ import numpy as np
 from .. import _core, nn
 from .._args import float_array, same_dtype, shape_str, size_arg
 from .._typing import Array, ArrayLike, DTypeLike
-from ..grad import vjp
+from ..grad import internal, vjp
 from .seq2seq import _EvalMode, _log_softmax, _reference_decode
 
 __all__ = ["Captioner"]
@@ -285,6 +285,7 @@ class Captioner(nn.Module):
         dalphas = cotangents[1] if return_alphas else None
         return cls._backward_call(state, cotangents[0], dalphas)
 
+    @internal()
     def loss_and_grad(self, batch: Any, *, samples: ArrayLike | None = None) -> tuple[float, dict[str, Array]]:
         """(loss, gradients by state_dict name) of one batch: anything with
         ``features`` (B, L, F), ``tgt_in`` (B, T) and ``tgt_out`` (B, T) (−100

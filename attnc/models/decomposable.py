@@ -39,7 +39,7 @@ from .. import nn
 from .._args import as_rows, child_seeds, shape_str, size_arg
 from .._typing import Array, ArrayLike, DTypeLike
 from ..attention.soft import attention
-from ..grad import vjp
+from ..grad import internal, vjp
 
 __all__ = ["DecomposableAttention", "FeedForward"]
 
@@ -347,6 +347,7 @@ class DecomposableAttention(nn.Module):
         return {"scores": scores, "premise_to_hypothesis": w_ab,
                 "hypothesis_to_premise": w_ba.transpose(0, 2, 1).copy(), "logits": logits}
 
+    @internal()
     def loss_and_grad(self, batch: Any) -> tuple[float, dict[str, Array]]:
         """(mean cross-entropy, gradients by state_dict name) of a batch with
         premise, hypothesis, premise_lengths, hypothesis_lengths and labels

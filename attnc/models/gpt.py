@@ -10,7 +10,7 @@ import numpy as np
 
 from .. import nn
 from .._typing import Array, ArrayLike, DTypeLike
-from ..grad import vjp
+from ..grad import internal, vjp
 from .seq2seq import _causal_mask, _check_decoding, _dropout, _EvalMode, _ids, _log_softmax, _reference_decode, _Tape
 
 __all__ = ["GPT"]
@@ -143,6 +143,7 @@ class GPT(nn.Module):
         grads["wpe.weight"] = pullbacks["wpe"](np.ascontiguousarray(dx.sum(axis=0)))["weight"]
         return grads
 
+    @internal()
     def loss_and_grads(self, idx: ArrayLike, targets: ArrayLike, *, ignore_index: int = -100,
                        label_smoothing: float = 0.0) -> tuple[float, dict[str, Array]]:
         """Mean cross-entropy of the logits against targets (B, T) (ignore_index

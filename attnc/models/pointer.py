@@ -21,7 +21,7 @@ from .. import _core, nn
 from .._args import float_array, same_dtype, shape_str, size_arg
 from .._typing import Array, ArrayLike, DTypeLike
 from ..attention.score import score
-from ..grad import vjp
+from ..grad import internal, vjp
 
 __all__ = ["PointerNet", "PointerOutput"]
 
@@ -335,6 +335,7 @@ class PointerNet(nn.Module):
         grads["inputs"] = dx.astype(self.dtype)
         return grads
 
+    @internal()
     def loss_and_grad(self, batch: Any, *, constraint: Constraint = "permutation") -> tuple[float, dict[str, Array]]:
         """(loss, gradients by state_dict name) of a batch with ``inputs``
         (B, n, D), ``lengths`` (B,) and ``targets`` (B, T) (input indices, −1

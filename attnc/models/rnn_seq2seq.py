@@ -17,7 +17,7 @@ import numpy as np
 from .. import _core
 from .._args import choice, int_arg, shape_str
 from .._typing import Array, ArrayLike, DTypeLike
-from ..grad import vjp
+from ..grad import internal, vjp
 from ..nn import LSTM, Embedding, Linear, LSTMCell, Module, cross_entropy
 from .seq2seq import _check_decoding, _EvalMode, _log_softmax, _reference_decode
 
@@ -298,6 +298,7 @@ class Seq2Seq(Module):
         grads.update(pull_enc(dmem, dfinal))
         return {k: grads[k] for k, _ in self.named_parameters()}
 
+    @internal()
     def loss_and_grad(self, batch: Any, *, sampling: float = 0.0,
                       seed: int | None = None) -> tuple[float, dict[str, Array]]:
         """(loss, grads) of one batch (``.src``, ``.src_lengths``, ``.tgt_in``,

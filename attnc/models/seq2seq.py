@@ -17,7 +17,7 @@ import numpy as np
 
 from .. import nn
 from .._typing import Array, ArrayLike, DTypeLike
-from ..grad import vjp
+from ..grad import internal, vjp
 from ..nn.transformer import Activation
 
 __all__ = ["Seq2SeqTransformer"]
@@ -371,6 +371,7 @@ class Seq2SeqTransformer(nn.Module):
         grads["tgt_embed.weight"] = pullbacks["tgt_embed"](d_tgt)["weight"]
         return grads
 
+    @internal()
     def loss_and_grads(self, src: ArrayLike, tgt_in: ArrayLike, tgt_out: ArrayLike,
                        src_key_padding_mask: ArrayLike | None = None, tgt_key_padding_mask: ArrayLike | None = None,
                        *, label_smoothing: float = 0.0, ignore_index: int = -100) -> tuple[float, dict[str, Array]]:

@@ -24,7 +24,7 @@ import numpy as np
 from .. import nn
 from .._args import float_array, same_dtype, shape_str, size_arg
 from .._typing import Array, ArrayLike, DTypeLike
-from ..grad import vjp
+from ..grad import internal, vjp
 from ..nn.module import ModuleList
 from ..nn.snail import AttentionBlock, TCBlock, _runner
 
@@ -213,6 +213,7 @@ class SNAIL(nn.Module):
         grads["features"] = np.ascontiguousarray(g["input"][..., :self.input_size])
         return grads
 
+    @internal()
     def loss_and_grad(self, episodes: Any) -> tuple[float, dict[str, Array]]:
         """(mean cross-entropy of the queries' logits, gradients by
         state_dict name) for episodes with ``features`` (B, T, input_size),

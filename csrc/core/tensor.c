@@ -104,15 +104,19 @@ attnc_status attnc_check_shape(const attnc_tensor *t, const char *name,
     return ATTNC_OK;
 }
 
-attnc_status attnc_check_blas(const attnc_tensor *t, const char *name) {
+bool attnc_has_unit_stride(const attnc_tensor *t) {
     int n = t->ndim;
-    if (n < 2) return ATTNC_OK;
+    if (n < 2) return true;
     int64_t rows = t->shape[n - 2], cols = t->shape[n - 1];
     int64_t rs = rows == 1 ? (cols > 1 ? cols : 1) : t->strides[n - 2];
     int64_t cs = cols == 1 ? 1 : t->strides[n - 1];
-    if ((cs == 1 && rs >= (cols > 1 ? cols : 1)) || (rs == 1 && cs >= (rows > 1 ? rows : 1)))
-        return ATTNC_OK;
-    if (rows == 0 || cols == 0) return ATTNC_OK;
+    return (cs == 1 && rs >= (cols > 1 ? cols : 1)) || (rs == 1 && cs >= (rows > 1 ? rows : 1)) || rows == 0 ||
+           cols == 0;
+}
+
+attnc_status attnc_check_blas(const attnc_tensor *t, const char *name) {
+    if (attnc_has_unit_stride(t)) return ATTNC_OK;
+    int n = t->ndim;
     return attnc_fail(ATTNC_ERR_LAYOUT,
                       "%s needs a unit stride in one of its last two dims (strides %" PRId64
                       ", %" PRId64 " elements); pass a contiguous copy",

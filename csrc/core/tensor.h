@@ -25,7 +25,7 @@ static inline bool attnc_present(const attnc_tensor *t) { return t && t->data; }
 /* Rows [r0, r0 + n) of m, whose elements are es bytes: a block of a product
  * split by rows over the thread pool. */
 static inline attnc_mat attnc_mat_rows(attnc_mat m, int64_t r0, int64_t n, size_t es) {
-    m.p = (char *)m.p + (size_t)(r0 * m.rs) * es;
+    m.p = (char *)m.p + (ptrdiff_t)(r0 * m.rs) * (ptrdiff_t)es;
     m.rows = n;
     return m;
 }
@@ -61,7 +61,12 @@ attnc_status attnc_check_dtype(const attnc_tensor *t, const char *name, attnc_dt
  * a trailing entry of -1 matches any size and is returned through it). */
 attnc_status attnc_check_shape(const attnc_tensor *t, const char *name,
                                const attnc_batch *batch, int ntrail, int64_t *trail);
-/* A float tensor BLAS can read: unit stride in one of its last two dims. */
+/* The layout the attention kernels read a matrix argument in (their tile
+ * products take rows or columns as vectors): a unit stride in one of the last
+ * two dims, the other at least that dim's extent (a dim of size one has any
+ * stride). attnc.blas_ready (Python) asks this through the binding. */
+bool attnc_has_unit_stride(const attnc_tensor *t);
+/* attnc_has_unit_stride, or fail naming `name`. */
 attnc_status attnc_check_blas(const attnc_tensor *t, const char *name);
 /* Output or gradient: C-contiguous. */
 attnc_status attnc_check_out(const attnc_tensor *t, const char *name);

@@ -47,5 +47,6 @@ extern PyMethodDef attnc_pooling_methods[];
 extern PyMethodDef attnc_conv_methods[];
 extern PyMethodDef attnc_gated_methods[];
 extern PyMethodDef attnc_optim_methods[];
+extern PyMethodDef attnc_array_methods[];
 
 #endif

@@ -80,7 +80,8 @@ PyMODINIT_FUNC MODULE_INIT(ATTNC_SIMD_PATH)(void) {
         PyModule_AddFunctions(m, attnc_pooling_methods) != 0 ||
         PyModule_AddFunctions(m, attnc_conv_methods) != 0 ||
         PyModule_AddFunctions(m, attnc_gated_methods) != 0 ||
-        PyModule_AddFunctions(m, attnc_optim_methods) != 0) {
+        PyModule_AddFunctions(m, attnc_optim_methods) != 0 ||
+        PyModule_AddFunctions(m, attnc_array_methods) != 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -3,6 +3,7 @@
  * Each test compares with a plain loop written here, or with central finite
  * differences for gradients. Prints "N passed, M failed" and exits non-zero
  * on any failure. */
+#define _DEFAULT_SOURCE /* mmap's MAP_ANONYMOUS and MAP_NORESERVE (test_blas.h) */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1095,6 +1096,8 @@ static void test_rnn_fused(void) {
 #include "test_lstm_cell.h"
 #include "test_tile.h"
 #include "test_empty.h"
+#include "test_blas.h"
+#include "test_fingerprint.h"
 
 /* ---- optim ------------------------------------------------------------ */
 
@@ -1167,6 +1170,9 @@ int main(void) {
     test_tile_gemm();
     test_tile_band();
     test_rows_f32();
+    test_blas_shim();
+    test_blas_chunks();
+    test_fingerprint();
     test_sdpa();
     test_linear();
     test_token_layers();
