@@ -39,7 +39,7 @@ class FileFormatError(ValueError):
     weights.npz: no __attnc__ header: not written by attnc.save
     """
 
-    def __init__(self, message: str) -> None:
+    def __init__(self, message: str) -> None:  # annotated, as every public signature (test_docs.py)
         super().__init__(message)
 
 
