@@ -29,6 +29,9 @@ from setuptools.command.build_ext import build_ext
 SOURCES = sorted(glob.glob("csrc/*/*.c"))
 # Every header: a change to one (the typed kernels live in *_impl.h) rebuilds.
 HEADERS = sorted(glob.glob("csrc/*/*.h"))
+# The binding's wrappers and the typed stub attnc/_core.pyi are generated from
+# the operation table (csrc/python/ops/) into the build tree.
+BINDING = runpy.run_path(os.path.join(os.path.dirname(os.path.abspath(__file__)), "csrc", "python", "gen_binding.py"))
 # The SIMD paths and the flags of their builds, shared with the C unit tests.
 FLAGS = runpy.run_path(os.path.join(os.path.dirname(os.path.abspath(__file__)), "build_flags.py"))
 
@@ -80,6 +83,11 @@ class BuildExtBundlingOpenBLAS(build_ext):
     and leaves out the SIMD builds the compiler cannot target."""
 
     def build_extensions(self):
+        generated = os.path.join(self.build_temp, "generated", "ops.c")
+        BINDING["generate"](generated, os.path.join(self.build_lib, "attnc", "_core.pyi"))
+        for ext in self.extensions:
+            if generated not in ext.sources:
+                ext.sources.append(generated)
         kept = []
         for ext in self.extensions:
             flags = FLAGS["simd_flags"](ext.name.rsplit("_", 1)[-1])
@@ -110,14 +118,15 @@ class BuildExtBundlingOpenBLAS(build_ext):
             package_dir = build_py.get_package_dir(".".join(fullname.split(".")[:-1]))
             place(os.path.join(self.build_lib, self.get_ext_filename(fullname)), package_dir)
         place(OPENBLAS_LIBRARY, package_dir)
+        place(os.path.join(self.build_lib, "attnc", "_core.pyi"), package_dir)
 
 
 def core_extension(path: str) -> Extension:
     return Extension(
         f"attnc._core_{path}",
-        sources=SOURCES,
-        depends=HEADERS,
-        include_dirs=["csrc/include", openblas.get_include_dir()],
+        sources=list(SOURCES),
+        depends=HEADERS + BINDING["table_files"](),
+        include_dirs=["csrc/include", "csrc/python", openblas.get_include_dir()],
         library_dirs=[openblas.get_lib_dir()],
         libraries=[openblas.get_library()],
         extra_compile_args=["-std=c11", "-O3", "-Wall", "-Wextra", "-fvisibility=hidden", *FLAGS["FP_FLAGS"]]

@@ -27,7 +27,7 @@ def _act_forward(input, act, p=0.0, seed=None):
         raise ValueError(f"p must be a dropout probability in [0, 1], got {p!r}")
     bits = seed_bits(seed) if p > 0 else 0
     y = np.empty_like(x)
-    _core.activation_forward(y, x, act, float(p), bits, 0)
+    _core.activation_forward(output=y, input=x, activation=act, p=float(p), seed=bits)
     return y, (x, act, float(p), bits)
 
 
@@ -37,7 +37,8 @@ def _act_backward(saved, cotangents):
     if dy is None:
         return {"input": np.zeros_like(x)}
     dx = np.empty_like(x)
-    _core.activation_backward(dx, np.asarray(dy, order="C"), x, act, p, bits, 0)
+    _core.activation_backward(dinput=dx, doutput=np.asarray(dy, order="C"), input=x, activation=act, p=p,
+                              seed=bits)
     return {"input": dx}
 
 

@@ -35,7 +35,7 @@ def _forward(input, weight, bias=None):
 def linear_rows(x2, w, b):
     """The C kernel on checked arrays: x2 (N, in) @ w^T + b -> (N, out)."""
     y = np.empty((x2.shape[0], w.shape[0]), x2.dtype)
-    _core.linear_forward(y, x2, w, b)
+    _core.linear_forward(output=y, input=x2, weight=w, bias=b)
     return y
 
 
@@ -43,7 +43,7 @@ def linear_rows_backward(dy2, x2, w, has_bias):
     """(dx2, dw, db or None) of linear_rows for the cotangent dy2 (N, out)."""
     dx, dw = np.empty(x2.shape, x2.dtype), np.empty(w.shape, w.dtype)
     db = np.empty(w.shape[0], w.dtype) if has_bias else None
-    _core.linear_backward(dx, dw, db, blas_ready(dy2), x2, w)
+    _core.linear_backward(dinput=dx, dweight=dw, dbias=db, doutput=blas_ready(dy2), input=x2, weight=w)
     return dx, dw, db
 
 

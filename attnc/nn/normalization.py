@@ -47,7 +47,7 @@ def _forward(input, normalized_shape, weight=None, bias=None, eps=1e-5):
     x2 = elementwise_ready(as_rows(x, k))
     y = np.empty(x2.shape, x.dtype)
     mean, rstd = np.empty(x2.shape[0], x.dtype), np.empty(x2.shape[0], x.dtype)
-    _core.layer_norm_forward(y, mean, rstd, x2, params[0], params[1], eps)
+    _core.layer_norm_forward(output=y, mean=mean, rstd=rstd, input=x2, weight=params[0], bias=params[1], eps=eps)
     return y.reshape(x.shape), (x.shape, shape, x2, params, mean, rstd)
 
 
@@ -58,7 +58,7 @@ def _backward(saved, cotangents):
     dx = np.empty(x2.shape, x2.dtype)
     dw = np.empty(x2.shape[1], x2.dtype) if w is not None else None
     db = np.empty(x2.shape[1], x2.dtype) if b is not None else None
-    _core.layer_norm_backward(dx, dw, db, dy2, x2, w, mean, rstd)
+    _core.layer_norm_backward(dinput=dx, dweight=dw, dbias=db, doutput=dy2, input=x2, weight=w, mean=mean, rstd=rstd)
     grads = {"input": dx.reshape(xshape)}
     if w is not None:
         grads["weight"] = dw.reshape(shape)

@@ -60,7 +60,8 @@ def _embedding_forward(input, weight, padding_idx=None, max_norm=None, norm_type
         i = int(np.flatnonzero((flat < 0) | (flat >= w.shape[0]))[0])
         raise ValueError(f"input[{i}] = {flat[i]} is outside [0, {w.shape[0]})")
     y = np.empty((flat.shape[0], w.shape[1]), w.dtype)
-    _core.embedding_forward(y, flat, elementwise_ready(w), float(scale), limit, p)
+    _core.embedding_forward(output=y, input=flat, weight=elementwise_ready(w), scale=float(scale), max_norm=limit,
+                            norm_type=p)
     return y.reshape(ids.shape + (w.shape[1],)), (flat, w.shape, w.dtype, float(scale), pad)
 
 
@@ -69,7 +70,7 @@ def _embedding_backward(saved, cotangents):
     (dy,) = cotangents
     dw = np.empty(wshape, dtype)
     dy2 = np.zeros((flat.shape[0], wshape[1]), dtype) if dy is None else elementwise_ready(as_rows(dy))
-    _core.embedding_backward(dw, dy2, flat, scale, pad)
+    _core.embedding_backward(dweight=dw, doutput=dy2, input=flat, scale=scale, padding_idx=pad)
     return {"weight": dw}
 
 
@@ -239,7 +240,8 @@ def _cross_entropy_forward(input, target, weight=None, *, ignore_index=-100, red
     t2, probs, out_shape = _ce_targets(x, target, int(ignore_index))
     x2 = _class_rows(x)
     losses, lse = np.empty(x2.shape[0], x.dtype), np.empty(x2.shape[0], x.dtype)
-    _core.cross_entropy_forward(losses, lse, x2, t2, w, float(label_smoothing), int(ignore_index))
+    _core.cross_entropy_forward(losses=losses, logsumexp=lse, input=x2, target=t2, weight=w,
+                                label_smoothing=float(label_smoothing), ignore_index=int(ignore_index))
     # mean: over the rows (probabilities) or the targets not ignored, each
     # counted with its class's weight, as torch; nothing to count gives 0
     if probs:
@@ -272,7 +274,8 @@ def _cross_entropy_backward(s, cotangents):
     dx = np.empty(x2.shape, dtype)
     dt = np.empty(x2.shape, dtype) if s["probs"] else None
     dw = None if w is None else np.empty(w.shape, dtype)
-    _core.cross_entropy_backward(dx, dt, dw, dl, x2, s["t2"], s["lse"], w, s["eps"], s["ignore"])
+    _core.cross_entropy_backward(dinput=dx, dtarget=dt, dweight=dw, dlosses=dl, input=x2, target=s["t2"],
+                                 logsumexp=s["lse"], weight=w, label_smoothing=s["eps"], ignore_index=s["ignore"])
     grads = {"input": _from_class_rows(dx, s["xshape"])}
     if dt is not None:
         grads["target"] = _from_class_rows(dt, s["xshape"])
@@ -355,7 +358,7 @@ def _log_softmax_forward(input, dim=-1):
         raise ValueError(f"dim must be an int in [-{n}, {n}), got {dim!r}")
     x2 = _rows(x, dim)
     y2 = np.empty(x2.shape, x.dtype)
-    _core.log_softmax_forward(y2, x2)
+    _core.log_softmax_forward(output=y2, input=x2)
     return _unrows(y2, x.shape, dim), (y2, x.shape, int(dim))
 
 
@@ -371,7 +374,7 @@ def _log_softmax_backward(saved, cotangents):
     if dy is None:
         return {"input": np.zeros(shape, y2.dtype)}
     dx2 = np.empty(y2.shape, y2.dtype)
-    _core.log_softmax_backward(dx2, _rows(dy, dim), y2)
+    _core.log_softmax_backward(dinput=dx2, doutput=_rows(dy, dim), output=y2)
     return {"input": _unrows(dx2, shape, dim)}
 
 

@@ -34,7 +34,6 @@ PyObject *buffers_finish(buffers *held, attnc_status status);
 
 /* The functions of each family, for the module table. */
 extern PyMethodDef attnc_attention_methods[];
-extern PyMethodDef attnc_nn_methods[];
 extern PyMethodDef attnc_transformer_methods[];
 extern PyMethodDef attnc_rnn_methods[];
 extern PyMethodDef attnc_seq2seq_methods[];

@@ -1,7 +1,7 @@
 /* module.c: the attnc._core_<path> extension module (one per SIMD path,
  * core/cpu.h; attnc/_dispatch.py loads one as attnc._core): the method
  * table of every family, and the configuration functions. */
-#include "buffers.h"
+#include "args.h"
 
 #include "../core/cpu.h"
 
@@ -64,11 +64,11 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "attnc._core_" MODULE
                                     NULL, NULL, NULL, NULL, NULL};
 
 PyMODINIT_FUNC MODULE_INIT(ATTNC_SIMD_PATH)(void) {
+    if (!attnc_op_keys_init()) return NULL;
     PyObject *m = PyModule_Create(&module);
     if (!m) return NULL;
-    if (PyModule_AddFunctions(m, config_methods) != 0 ||
+    if (PyModule_AddFunctions(m, config_methods) != 0 || PyModule_AddFunctions(m, attnc_op_methods) != 0 ||
         PyModule_AddFunctions(m, attnc_attention_methods) != 0 ||
-        PyModule_AddFunctions(m, attnc_nn_methods) != 0 ||
         PyModule_AddFunctions(m, attnc_transformer_methods) != 0 ||
         PyModule_AddFunctions(m, attnc_rnn_methods) != 0 ||
         PyModule_AddFunctions(m, attnc_seq2seq_methods) != 0 ||

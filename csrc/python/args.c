@@ -1,0 +1,188 @@
+/* args.c: keyword arguments of the generated wrappers (args.h). */
+#include "args.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+int args_intern(const char *const *names, PyObject **keys, int n) {
+    for (int i = 0; i < n; i++)
+        if (!(keys[i] = PyUnicode_InternFromString(names[i]))) return 0;
+    return 1;
+}
+
+/* The index of key among keys, or -1: the interned object first (a call
+ * written with keywords passes those), starting where the previous one
+ * matched (callers pass them in table order); then by value. */
+static int find_key(PyObject *key, PyObject *const *keys, int n, int hint) {
+    for (int j = 0; j < n; j++) {
+        int i = (hint + j) % n;
+        if (keys[i] == key) return i;
+    }
+    for (int i = 0; i < n; i++)
+        if (PyUnicode_Compare(keys[i], key) == 0) return i;
+    return -1;
+}
+
+int args_take(const char *op, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
+              PyObject *const *keys, int n, PyObject **values) {
+    if (nargs != 0) {
+        PyErr_Format(PyExc_TypeError, "%s() takes keyword arguments only, got %zd positional", op, nargs);
+        return 0;
+    }
+    Py_ssize_t count = kwnames ? PyTuple_Size(kwnames) : 0;
+    int hint = 0;
+    for (Py_ssize_t k = 0; k < count; k++) {
+        PyObject *key = PyTuple_GetItem(kwnames, k);
+        int i = n ? find_key(key, keys, n, hint) : -1;
+        if (i < 0) {
+            PyErr_Format(PyExc_TypeError, "%s() got an unexpected keyword argument %R", op, key);
+            return 0;
+        }
+        values[i] = args[k];
+        hint = i + 1;
+    }
+    return 1;
+}
+
+static int missing(PyObject *value, const char *name, int has_default) {
+    if (value || has_default) return 0;
+    PyErr_Format(PyExc_TypeError, "missing required argument '%s'", name);
+    return 1;
+}
+
+int args_double(PyObject *value, const char *name, int has_default, double dflt, double lo, double hi,
+                double *out) {
+    if (missing(value, name, has_default)) return 0;
+    if (!value || value == Py_None) {
+        *out = dflt;
+        return 1;
+    }
+    double x = PyFloat_AsDouble(value);
+    if (x == -1.0 && PyErr_Occurred()) {
+        PyErr_Format(PyExc_TypeError, "%s must be a number, got %R", name, value);
+        return 0;
+    }
+    if (!(x >= lo && x <= hi)) { /* NaN too */
+        char message[256];
+        snprintf(message, sizeof message, "%s must be in [%g, %g], got %g", name, lo, hi, x);
+        PyErr_SetString(PyExc_ValueError, message);
+        return 0;
+    }
+    *out = x;
+    return 1;
+}
+
+int args_int64(PyObject *value, const char *name, int has_default, int64_t dflt, int64_t lo, int64_t hi,
+               int64_t *out) {
+    if (missing(value, name, has_default)) return 0;
+    if (!value || value == Py_None) {
+        *out = dflt;
+        return 1;
+    }
+    long long x = PyLong_AsLongLong(value);
+    if (x == -1 && PyErr_Occurred()) {
+        int overflow = PyErr_ExceptionMatches(PyExc_OverflowError);
+        PyErr_Clear();
+        PyErr_Format(overflow ? PyExc_ValueError : PyExc_TypeError, "%s must be an int%s, got %R", name,
+                     overflow ? " that fits in 64 bits" : "", value);
+        return 0;
+    }
+    if (x < lo || x > hi) {
+        PyErr_Format(PyExc_ValueError, "%s must be in [%lld, %lld], got %lld", name, (long long)lo, (long long)hi,
+                     x);
+        return 0;
+    }
+    *out = x;
+    return 1;
+}
+
+int args_enum(PyObject *value, const char *name, int has_default, int64_t dflt, int64_t lo, int64_t hi,
+              int64_t *out) {
+    return args_int64(value, name, has_default, dflt, lo, hi, out);
+}
+
+int args_uint64(PyObject *value, const char *name, int has_default, uint64_t dflt, uint64_t *out) {
+    if (missing(value, name, has_default)) return 0;
+    if (!value || value == Py_None) {
+        *out = dflt;
+        return 1;
+    }
+    unsigned long long x = PyLong_AsUnsignedLongLong(value);
+    if (x == (unsigned long long)-1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_ValueError, "%s must be an int in [0, 2**64), got %R", name, value);
+        return 0;
+    }
+    *out = x;
+    return 1;
+}
+
+int args_bool(PyObject *value, const char *name, int has_default, int dflt, int *out) {
+    if (missing(value, name, has_default)) return 0;
+    if (!value || value == Py_None) {
+        *out = dflt;
+        return 1;
+    }
+    int x = PyObject_IsTrue(value);
+    if (x < 0) return 0;
+    *out = x;
+    return 1;
+}
+
+int args_ints(PyObject *value, const char *name, int n, int64_t *out) {
+    if (missing(value, name, 0)) return 0;
+    if (!PySequence_Check(value) || PySequence_Size(value) != n) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_TypeError, "%s must be a sequence of %d ints, got %R", name, n, value);
+        return 0;
+    }
+    int ok = 1;
+    for (int i = 0; i < n && ok; i++) {
+        PyObject *item = PySequence_GetItem(value, i);
+        ok = item && args_int64(item, name, 0, 0, INT64_MIN, INT64_MAX, &out[i]);
+        Py_XDECREF(item);
+    }
+    return ok;
+}
+
+int args_dict(PyObject *value, const char *name, const char *const *fields, int n, PyObject **values) {
+    if (missing(value, name, 0)) return 0;
+    if (!PyDict_Check(value)) {
+        PyErr_Format(PyExc_TypeError, "%s must be a dict, got %R", name, value);
+        return 0;
+    }
+    Py_ssize_t found = 0;
+    for (int i = 0; i < n; i++) {
+        values[i] = PyDict_GetItemString(value, fields[i]); /* borrowed */
+        found += values[i] != NULL;
+    }
+    if (found == PyDict_Size(value)) return 1;
+    PyObject *key, *item;
+    Py_ssize_t pos = 0;
+    while (PyDict_Next(value, &pos, &key, &item)) { /* name the first key that is none of the fields */
+        int known = 0;
+        for (int i = 0; i < n && !known; i++) known = PyUnicode_Check(key) &&
+                                                      PyUnicode_CompareWithASCIIString(key, fields[i]) == 0;
+        if (!known) {
+            PyErr_Format(PyExc_TypeError, "%s has an unexpected key %R", name, key);
+            return 0;
+        }
+    }
+    return 1;
+}
+
+int args_list(PyObject *value, const char *name, size_t size, void **items, Py_ssize_t *count) {
+    if (missing(value, name, 0)) return 0;
+    if (!PyList_Check(value)) {
+        PyErr_Format(PyExc_TypeError, "%s must be a list, got %R", name, value);
+        return 0;
+    }
+    *count = PyList_Size(value);
+    *items = PyMem_Calloc((size_t)(*count > 0 ? *count : 1), size);
+    if (!*items) {
+        PyErr_NoMemory();
+        return 0;
+    }
+    return 1;
+}
