@@ -254,10 +254,8 @@ def _wrapper(o: Op) -> str:
             decls.append(f"attnc_tensor {var} = {{.data = NULL}};")
             call_args.append(f"&{var}")
         elif isinstance(p, Scalar):
-            ctype = C_TYPES.get(p.kind, p.kind)
-            decls.append(f"{ctype} {var};")
-            if p.kind not in C_TYPES:
-                decls.append(f"int64_t e_{p.name};")
+            decls.append(f"{C_TYPES.get(p.kind, p.kind)} {var};")
+            decls += _enum_decls(p)
             call_args.append(var)
         elif isinstance(p, Ints):
             decls.append(f"int64_t {var}[{p.n}];")
@@ -275,10 +273,8 @@ def _wrapper(o: Op) -> str:
                 decls.append(f"static const char *const F{i}[] = {{{fields}}};")
                 parse.append(f"args_dict(v[{idx}], \"{p.name}\", F{i}, {len(members)}, d{i})")
                 for j, m in enumerate(members):
-                    for m in [m]:
-                        for e in _enum_decls(m):
-                            decls.append(e)
-                        parse += _member_code(m, f"d{i}[{j}]", f"{var}.{m.field or m.name}")
+                    decls += _enum_decls(m)
+                    parse += _member_code(m, f"d{i}[{j}]", f"{var}.{m.field or m.name}")
         elif isinstance(p, StructList):
             idx = [k for k, (nm, _, _) in enumerate(kws) if nm == p.name][0]
             decls.append(f"{p.ctype} *{var} = NULL;")
@@ -294,18 +290,14 @@ def _wrapper(o: Op) -> str:
         if isinstance(spec, (Struct, StructList)):
             continue
         if owner is None:
-            i = o.params.index(spec)
-            if isinstance(spec, Scalar) and spec.kind not in C_TYPES:
-                pass
-            parse += _member_code(spec, f"v[{k}]", f"a{i}")
+            parse += _member_code(spec, f"v[{k}]", f"a{o.params.index(spec)}")
         else:
             var = struct_vars[id(owner)]
             if isinstance(spec, ScalarOut):
                 decls.append(f"double {spec.name} = 0;")
                 returns.append(spec)
                 continue
-            for e in _enum_decls(spec):
-                decls.append(e)
+            decls += _enum_decls(spec)
             parse += _member_code(spec, f"v[{k}]", f"{var}.{spec.field or spec.name}")
     for spec in returns:  # after every member is parsed: the wants are read
         owner_var = [struct_vars[id(p)] for p in o.params if isinstance(p, Struct) and spec in p.members][0]
