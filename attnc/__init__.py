@@ -11,9 +11,7 @@ import os as _os
 
 import numpy as _np  # noqa: F401  (first: its own OpenBLAS reads the user's settings)
 
-from . import _dispatch
-
-_core = _dispatch.load_core()  # the build for this CPU's best SIMD path (or ATTNC_CPU's)
+from . import _core  # the build for this CPU's best SIMD path (or ATTNC_CPU's)
 
 from .attention import (  # noqa: E402
     KVCache,

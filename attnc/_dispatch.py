@@ -14,7 +14,6 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import os
-import sys
 
 PATHS = ("baseline", "avx2", "avx512")
 
@@ -58,7 +57,5 @@ def choose(requested: str | None) -> str:
 
 
 def load_core():
-    """Load the chosen build as ``attnc._core`` (the name the package imports)."""
-    core = _load(choose(os.environ.get("ATTNC_CPU", "").strip().lower() or None))
-    sys.modules["attnc._core"] = core
-    return core
+    """The chosen build (attnc._core re-exports its functions)."""
+    return _load(choose(os.environ.get("ATTNC_CPU", "").strip().lower() or None))

@@ -120,7 +120,7 @@ def test_extension_under_sanitizers(tmp_path):
     env = dict(os.environ, PYTHONPATH=str(tmp_path), LD_PRELOAD=preload.strip(), ATTNC_CPU=path,
                ASAN_OPTIONS="detect_leaks=0:abort_on_error=0",
                UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1", OPENBLAS_NUM_THREADS="1")
-    where = subprocess.run([sys.executable, "-c", "import attnc; print(attnc._core.__file__)"], env=env,
+    where = subprocess.run([sys.executable, "-c", "import attnc; print(attnc._core._extension.__file__)"], env=env,
                            capture_output=True, text=True, cwd=str(tmp_path))
     assert where.returncode == 0 and where.stdout.startswith(str(tmp_path / "attnc")), where.stdout + where.stderr
     here = Path(__file__).resolve().parent

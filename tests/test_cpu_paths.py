@@ -54,7 +54,7 @@ KERNEL_TESTS = [
     "test_self_attention2d.py", "test_transformer.py", "test_decode.py", "test_ntm.py",
     "test_ntm_model.py", "test_pointer_model.py", "test_seq2seq_rnn.py", "test_captioner.py",
     "test_snail.py", "test_decomposable.py", "test_properties.py",
-    "test_torch_opinfo.py", "test_empty.py", "test_strides.py",
+    "test_torch_opinfo.py", "test_empty.py", "test_strides.py", "test_binding.py",
 ]
 
 DEFAULT = attnc._core.simd_path()

@@ -15,7 +15,7 @@ typedef struct {
     int count;
 } buffers;
 
-/* t <- a view of obj (None: absent, t->data = NULL). Returns 0 and sets a
+/* t <- a view of obj (None or NULL: absent, t->data = NULL). Returns 0 and sets a
  * Python exception naming `name` on failure. */
 int buffers_get(buffers *held, PyObject *obj, const char *name, int writable, attnc_tensor *t);
 void buffers_release(buffers *held);
