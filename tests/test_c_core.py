@@ -90,7 +90,8 @@ def build_sanitized_extension(package: Path, path: str) -> None:
     shutil.copytree(ROOT / "attnc", package, ignore=shutil.ignore_patterns("__pycache__"))
     compiler = c_compiler()
     flags = ["-std=c11", "-g", "-O1", "-fPIC", *FLAGS["FP_FLAGS"], *FLAGS["simd_flags"](path), *SANITIZE,
-             "-DPy_LIMITED_API=0x030B0000", "-I", str(ROOT / "csrc/include"), "-I", openblas.get_include_dir(),
+             "-DPy_LIMITED_API=0x030B0000", "-I", str(ROOT / "csrc/include"), "-I", str(ROOT / "csrc/python"),
+             "-I", openblas.get_include_dir(),
              "-I", sysconfig.get_paths()["include"]]
     objects = package.parent / "objects"
     objects.mkdir()
@@ -101,8 +102,12 @@ def build_sanitized_extension(package: Path, path: str) -> None:
         assert run.returncode == 0, f"{source}:\n{run.stderr}"
         return obj
 
+    # The binding's wrappers are generated at build time, as setup.py does.
+    generated = package.parent / "generated" / "ops.c"
+    runpy.run_path(str(ROOT / "csrc/python/gen_binding.py"))["generate"](str(generated))
+    sources = [*sorted(glob.glob(str(ROOT / "csrc/*/*.c"))), str(generated)]
     with ThreadPoolExecutor(os.cpu_count() or 1) as pool:
-        objs = list(pool.map(compile_one, sorted(glob.glob(str(ROOT / "csrc/*/*.c")))))
+        objs = list(pool.map(compile_one, sources))
     (target,) = package.glob(f"_core_{path}.*so")
     link = subprocess.run([compiler, "-shared", *SANITIZE, *map(str, objs), "-o", str(target),
                            "-L", openblas.get_lib_dir(), "-l" + openblas.get_library(),
