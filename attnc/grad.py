@@ -24,15 +24,21 @@ from . import _core
 from ._args import blas_ready, shape_str
 from ._typing import Array
 
-_RULES: dict = {}
+_REGISTERED: list = []  # the functions register() made differentiable, for vjp's error message
 _NESTED = threading.local()  # depth of internal() blocks running on this thread
 
 
 def register(fn: Callable[..., Any], forward: Callable[..., tuple[Any, Any]],
              backward: Callable[[Any, tuple], dict[str, Array]]) -> Callable[..., Any]:
     """Make fn differentiable: forward(*args, **kwargs) -> (outputs, saved);
-    backward(saved, cotangents) -> {argument name: gradient}."""
-    _RULES[fn] = (forward, backward)
+    backward(saved, cotangents) -> {argument name: gradient}.
+
+    The one rule vjp follows: a differentiable callable carries
+    ``_vjp_forward`` and ``_vjp_backward``. Modules define them as methods;
+    register gives a function (or a method, whose forward then takes self
+    first) the same two attributes."""
+    fn._vjp_forward, fn._vjp_backward = forward, backward
+    _REGISTERED.append(fn)
     return fn
 
 
@@ -255,17 +261,12 @@ def vjp(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[Any, Callabl
     ...
     RuntimeError: attnc.vjp: argument 'query' was modified after the forward, ...
     """
-    if hasattr(fn, "_vjp_forward"):  # a module
-        rule = (fn._vjp_forward, fn._vjp_backward)
-    elif hasattr(fn, "__self__") and getattr(fn, "__func__", None) in _RULES:  # a bound method
-        rule = _RULES[fn.__func__]
-        args = (fn.__self__,) + args
-    else:
-        rule = _RULES.get(fn)
-    if rule is None:
-        names = ", ".join(sorted(f.__qualname__ for f in _RULES))
+    if not hasattr(fn, "_vjp_forward"):
+        names = ", ".join(sorted(f.__qualname__ for f in _REGISTERED))
         raise TypeError(f"attnc.vjp has no gradient rule for {fn!r}; it differentiates: {names}")
-    forward, backward = rule
+    forward, backward = fn._vjp_forward, fn._vjp_backward
+    if isinstance(fn, types.MethodType):  # a registered method, reached through its function: self first
+        args = (fn.__self__,) + args
     # A vjp inside another's forward or pullback (a model's layers) is
     # covered by the outer one's check, which reaches its pullback.
     outer = getattr(_NESTED, "depth", 0) == 0
