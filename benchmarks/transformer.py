@@ -129,20 +129,6 @@ def have_seq2seq():
             and hasattr(getattr(attnc, "nn", None), "Transformer"))
 
 
-def seq2seq_generate_kind():
-    """'reference' while Seq2SeqTransformer.generate is the pure-Python decoder
-    that re-runs the whole forward at every step, else 'C' (or None)."""
-    if not have_seq2seq():
-        return None
-    import inspect
-
-    try:
-        src = inspect.getsource(attnc.models.Seq2SeqTransformer.generate)
-    except (OSError, TypeError):
-        return "C"
-    return "reference" if "_generate_reference" in src else "C"
-
-
 class NotAvailable(Exception):
     """The attnc side of a case does not exist yet."""
 
@@ -951,9 +937,6 @@ def main(argv=None):
             summary.append((f"greedy decoding, batch {b}", sp, TARGETS["decode"]))
         if not have_seq2seq():
             print("attnc: not available (attnc.models.Seq2SeqTransformer.generate, attnc.nn.Transformer)")
-        elif seq2seq_generate_kind() == "reference":
-            print("note: attnc's generate is still the pure-Python reference decoder, which re-runs "
-                  "the whole forward at every step (the C decoder is not in yet)")
         if "torch_cache_vs_full_max_abs_diff" in check:
             d = check["torch_cache_vs_full_max_abs_diff"]
             same = check["torch_cache_tokens_match_full_argmax"]
@@ -985,8 +968,7 @@ def main(argv=None):
                   f"{s['lib']} {'x'.join(map(str, s['shape']))} {s['gflops_median']:.0f}"
                   for s in sgemm.values() if s["shape"] != [sq, sq, sq]))
     return finish(result, summary, quick, errors, failed_checks, load, others, elapsed,
-                  {"attnc_encoder_layer": have_encoder_layer(), "attnc_seq2seq_generate": seq2seq_generate_kind(),
-                   "parent_threads_at_fork": parent_threads}, json_path)
+                  {"attnc_encoder_layer": have_encoder_layer(), "parent_threads_at_fork": parent_threads}, json_path)
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 from helpers import close, same_bits
+from reference import decoding
 from reference.captioner_ref import TorchCaptioner
 
 import attnc
@@ -205,7 +206,7 @@ def test_generate_matches_reference_decoder(dtype, attention, eos):
     m = small_model(dtype, True, attention, scale=1.5, seed=7)
     feats = captions(16, seed=3, dtype=dtype).features
     tokens, alphas = m.generate(feats, 9, bos=1, eos=eos)
-    want_tokens, want_alphas = m._generate_reference(feats, 9, bos=1, eos=eos)
+    want_tokens, want_alphas = decoding.captioner(m, feats, 9, bos=1, eos=eos)
     assert tokens.dtype == np.int64 and alphas.dtype == dtype
     np.testing.assert_array_equal(tokens, want_tokens)
     close(alphas, want_alphas, REL[dtype] / 10, "alphas")
@@ -248,7 +249,7 @@ def test_beam_search_matches_reference_decoder(dtype, attention, eos, length_pen
     m = small_model(dtype, True, attention, scale=1.5, seed=11)
     feats = captions(12, seed=5, dtype=dtype).features
     tokens, alphas = m.generate(feats, 6, bos=1, eos=eos, beam_size=beam_size, length_penalty=length_penalty)
-    want_tokens, want_alphas = m._generate_reference(feats, 6, bos=1, eos=eos, beam_size=beam_size,
+    want_tokens, want_alphas = decoding.captioner(m, feats, 6, bos=1, eos=eos, beam_size=beam_size,
                                                      length_penalty=length_penalty)
     np.testing.assert_array_equal(tokens, want_tokens)
     close(alphas, want_alphas, REL[dtype], "alphas")

@@ -10,7 +10,7 @@ import pytest
 
 import attnc
 from attnc.models import GPT, Seq2SeqTransformer
-from attnc.models.seq2seq import _log_softmax, _reference_decode
+from reference import decoding
 
 
 def _peaky(model, seed, scale=0.4):
@@ -48,9 +48,9 @@ def _ref_seq2seq(model, src, kpm, T, eos=None, beam_size=1, length_penalty=0.0):
     def next_logprobs(prefixes, rows):
         tgt = np.concatenate([np.zeros((len(rows), 1), np.int64), prefixes], axis=1)
         kp = None if kpm is None else kpm[rows]
-        return _log_softmax(model(src[rows], tgt, src_key_padding_mask=kp)[:, -1])
+        return decoding.log_softmax(model(src[rows], tgt, src_key_padding_mask=kp)[:, -1])
 
-    return _reference_decode(next_logprobs, src.shape[0], T, eos, beam_size, length_penalty)
+    return decoding.reference_decode(next_logprobs, src.shape[0], T, eos, beam_size, length_penalty)
 
 
 def _c_gpt(model, idx, T, **kw):
@@ -60,9 +60,9 @@ def _c_gpt(model, idx, T, **kw):
 
 def _ref_gpt(model, idx, T, eos=None, beam_size=1, length_penalty=0.0):
     def next_logprobs(prefixes, rows):
-        return _log_softmax(model(np.concatenate([idx[rows], prefixes], axis=1))[:, -1])
+        return decoding.log_softmax(model(np.concatenate([idx[rows], prefixes], axis=1))[:, -1])
 
-    return _reference_decode(next_logprobs, idx.shape[0], T, eos, beam_size, length_penalty)
+    return decoding.reference_decode(next_logprobs, idx.shape[0], T, eos, beam_size, length_penalty)
 
 
 SEARCHES = [  # beam_size, eos, length_penalty, max_new_tokens
@@ -123,7 +123,7 @@ def _exhaustive(model, idx, T, eos, alpha):
                 if eos is None and length < T:
                     continue
                 ctx = np.array([list(row) + list(seq)], np.int64)
-                lp = _log_softmax(model(ctx[:, :-1])[0, len(row) - 1:])
+                lp = decoding.log_softmax(model(ctx[:, :-1])[0, len(row) - 1:])
                 score = sum(lp[i, t] for i, t in enumerate(seq)) / length**alpha
                 if score > top[0]:
                     top = (score, seq)

@@ -12,7 +12,7 @@ import pytest
 
 import attnc
 from attnc.models import GPT, Seq2SeqTransformer
-from attnc.models.seq2seq import _log_softmax, _reference_decode
+from reference import decoding
 
 V = 6  # tiny vocabulary: tokens 0..3, BOS = 4, EOS = 5
 BOS, EOS = 4, 5
@@ -314,7 +314,7 @@ def _padded(best, eos):
 def _seq2seq_logprobs(model, src, kpm):
     def next_logprobs(prefixes, rows):
         tgt = np.concatenate([np.full((len(rows), 1), BOS), prefixes], axis=1)
-        return _log_softmax(model(src[rows], tgt, kpm[rows])[:, -1])
+        return decoding.log_softmax(model(src[rows], tgt, kpm[rows])[:, -1])
     return next_logprobs
 
 
@@ -325,7 +325,7 @@ def test_seq2seq_beam_search_is_exhaustive_when_the_beam_holds_every_candidate(T
     best of all sequences; for 3 tokens a beam of (V - 1)^2 does."""
     model = tiny_seq2seq(seed=5, d_model=16).eval()
     src, _, _, kpm, _ = seq2seq_batch(rng, B=3)
-    got = model._generate_reference(src, T, BOS, eos=EOS, beam_size=beam, length_penalty=alpha,
+    got = decoding.seq2seq_transformer(model, src, T, BOS, eos=EOS, beam_size=beam, length_penalty=alpha,
                                     src_key_padding_mask=kpm)
     best = _exhaustive(_seq2seq_logprobs(model, src, kpm), 3, T, EOS, alpha, V)
     np.testing.assert_array_equal(got, _padded(best, EOS))
@@ -337,12 +337,12 @@ def test_gpt_beam_search_is_exhaustive(rng):
     idx = rng.integers(0, 4, (4, 3))
 
     def next_logprobs(prefixes, rows):
-        return _log_softmax(model(np.concatenate([idx[rows], prefixes], axis=1))[:, -1])
+        return decoding.log_softmax(model(np.concatenate([idx[rows], prefixes], axis=1))[:, -1])
 
     # (eos, max_new_tokens, beam, length_penalty); 4 tokens exercise the early stop's bound
     for eos, T, beam, alpha in ((3, 2, 4, 0.5), (None, 2, 4, 0.5), (3, 3, 9, 0.5), (None, 3, 16, 0.5),
                                 (3, 4, 27, 0.0), (3, 4, 27, 1.0), (3, 4, 27, 3.0), (3, 4, 27, -1.0)):
-        got = model._generate_reference(idx, T, eos=eos, beam_size=beam, length_penalty=alpha)
+        got = decoding.gpt(model, idx, T, eos=eos, beam_size=beam, length_penalty=alpha)
         best = _exhaustive(next_logprobs, 4, T, eos, alpha, 4)
         np.testing.assert_array_equal(got, _padded(best, eos if eos is not None else 0),
                                       err_msg=f"{eos} {T} {beam} {alpha}")
@@ -383,7 +383,7 @@ def _named_modules(module, prefix=""):
 def test_gpt_reference_decoder_crops_the_context(rng):
     model = tiny_gpt(seed=1).eval()
     idx = rng.integers(0, 4, (2, 6))
-    out = model._generate_reference(idx, 5)
+    out = decoding.gpt(model, idx, 5)
     assert out.shape == (2, 5)
     seq = idx.copy()
     for t in range(5):
@@ -399,7 +399,7 @@ def test_gpt_generate_needs_the_context_to_fit(rng):
     idx = rng.integers(0, 4, (2, 6))
     with pytest.raises(ValueError, match="block_size"):
         model.generate(idx, 5)
-    np.testing.assert_array_equal(model.generate(idx[:, :3], 5), model._generate_reference(idx[:, :3], 5))
+    np.testing.assert_array_equal(model.generate(idx[:, :3], 5), decoding.gpt(model, idx[:, :3], 5))
 
 
 def test_reference_decode_rules():
@@ -419,15 +419,15 @@ def test_reference_decode_rules():
             out.append(np.log(probs))
         return np.array(out)
 
-    greedy = _reference_decode(next_logprobs, 1, 3, eos=2)
+    greedy = decoding.reference_decode(next_logprobs, 1, 3, eos=2)
     assert greedy.tolist() == [[0, 0, 0]]
-    beam = _reference_decode(next_logprobs, 1, 3, eos=2, beam_size=2)
+    beam = decoding.reference_decode(next_logprobs, 1, 3, eos=2, beam_size=2)
     assert beam.tolist() == [[1, 2]]  # log .4 beats log .6 + log .5 + ...
     # (1, 2) has log p = -0.92 over 2 tokens, (0, 0, 0) -1.90 over 3: scored
     # log p / length ** alpha, alpha = 1 keeps the short one, alpha = 2 takes the long one
-    assert _reference_decode(next_logprobs, 1, 3, eos=2, beam_size=2, length_penalty=1.0).tolist() == [[1, 2]]
-    assert _reference_decode(next_logprobs, 1, 3, eos=2, beam_size=2, length_penalty=2.0).tolist() == [[0, 0, 0]]
-    assert _reference_decode(next_logprobs, 1, 0, eos=2, beam_size=2).shape == (1, 0)
+    assert decoding.reference_decode(next_logprobs, 1, 3, eos=2, beam_size=2, length_penalty=1.0).tolist() == [[1, 2]]
+    assert decoding.reference_decode(next_logprobs, 1, 3, eos=2, beam_size=2, length_penalty=2.0).tolist() == [[0, 0, 0]]
+    assert decoding.reference_decode(next_logprobs, 1, 0, eos=2, beam_size=2).shape == (1, 0)
 
 
 def _table_logprobs(table):
@@ -452,5 +452,5 @@ def test_beam_early_stop_is_exact(alpha, T, expected):
     table = {(): [0.2, 0.8, tiny], (1,): [tiny, tiny, 1.0], (0,): [0.9, 0.1, tiny], (0, 0): [1.0, tiny, tiny]}
     if alpha < 0:
         table = {(): [0.75, 0.25, tiny], (1,): [tiny, tiny, 1.0], (0,): [0.9, 0.1, tiny], (0, 0): [tiny, tiny, 1.0]}
-    got = _reference_decode(_table_logprobs(table), 1, T, eos=2, beam_size=2, length_penalty=alpha)
+    got = decoding.reference_decode(_table_logprobs(table), 1, T, eos=2, beam_size=2, length_penalty=alpha)
     assert got.tolist() == [expected]

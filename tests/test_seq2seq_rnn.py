@@ -17,6 +17,7 @@ import attnc.models
 from attnc.models.rnn_seq2seq import KINDS
 from helpers import close, same_bits
 from reference import seq2seq_ref as ref
+from reference import decoding
 
 torch = ref.torch
 DTYPES = [np.float32, np.float64]
@@ -174,7 +175,7 @@ def test_decoding_matches_python_oracle(kind, beam, penalty):
     m = make(kind, seed=3)
     src, lens, _, _ = data(10)
     tokens, _ = m.generate(src, lens, max_len=5, beam_size=beam, length_penalty=penalty)
-    np.testing.assert_array_equal(tokens, m._generate_reference(src, lens, max_len=5, beam_size=beam,
+    np.testing.assert_array_equal(tokens, decoding.rnn_seq2seq(m, src, lens, max_len=5, beam_size=beam,
                                                                 length_penalty=penalty))
 
 

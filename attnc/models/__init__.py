@@ -7,7 +7,7 @@ from .gpt import GPT
 from .ntm import NTM, NTMTrace
 from .pointer import PointerNet, PointerOutput
 from .rnn_seq2seq import Seq2Seq
-from .seq2seq import Seq2SeqTransformer
+from .seq2seq_transformer import Seq2SeqTransformer
 from .snail import SNAIL
 
 __all__ = ["Captioner", "DecomposableAttention", "GPT", "NTM", "NTMTrace", "PointerNet", "PointerOutput", "SNAIL",

@@ -17,7 +17,6 @@ from .. import _core, nn
 from .._args import float_array, same_dtype, shape_str, size_arg
 from .._typing import Array, ArrayLike, DTypeLike
 from ..grad import internal, vjp
-from .seq2seq import _EvalMode, _log_softmax, _reference_decode
 
 __all__ = ["Captioner"]
 
@@ -364,8 +363,8 @@ class Captioner(nn.Module):
         Greedy (beam_size=1): the most probable next token (lowest id on
         ties); decoding stops when every row has ended.
 
-        Beam search (beam_size=K >= 2): the rules of
-        ``attnc.models.seq2seq._reference_decode`` (finished hypotheses scored
+        Beam search (beam_size=K >= 2): the rules of ``attnc.nn.decode``
+        (finished hypotheses scored
         sum(log p) / length ** length_penalty); each row's best hypothesis.
 
         Hard attention decodes with s_t = argmax α_t."""
@@ -378,48 +377,6 @@ class Captioner(nn.Module):
                                  int(bos), -1 if eos is None else int(eos), K, float(length_penalty))
         n = int(lengths.max()) if B else 0
         return tokens[:, :n].copy(), alphas[:, :n].copy()
-
-    def _generate_reference(self, features, max_len, bos, eos=None, beam_size=1, length_penalty=0.0):
-        """Decoding in Python by re-running the teacher-forced forward on every
-        prefix (eval mode): the oracle the C decoder is tested against. Greedy
-        here is written out; beam search is ``_reference_decode``'s. The
-        weights come from the teacher-forced passes (0 after a row's end).
-        Same return values as ``generate``."""
-        a, max_len, K = self._decoding_args(features, max_len, bos, eos, beam_size, length_penalty)
-        B, L, _ = a.shape
-        with _EvalMode(self):
-            if K > 1:
-                def next_logprobs(prefixes, rows):
-                    tgt_in = np.concatenate([np.full((len(rows), 1), bos, np.int64), prefixes], axis=1)
-                    return _log_softmax(self.forward(a[rows], tgt_in)[:, -1])
-
-                seqs = _reference_decode(next_logprobs, B, max_len, eos, K, length_penalty)
-                alphas = np.zeros(seqs.shape + (L,), self.dtype)
-                if seqs.shape[1]:
-                    tgt_in = np.concatenate([np.full((B, 1), bos, np.int64), seqs[:, :-1]], axis=1)
-                    _, al = self.forward(a, tgt_in, return_alphas=True)
-                    width = seqs.shape[1]
-                    ends = np.full(B, width) if eos is None else \
-                        np.minimum(np.argmax(np.c_[seqs == eos, np.ones(B, bool)], axis=1) + 1, width)
-                    keep = np.arange(width)[None, :] < ends[:, None]
-                    alphas = np.where(keep[..., None], al, 0).astype(self.dtype)
-                return seqs, alphas
-            seqs = np.zeros((B, 0), np.int64)
-            alphas = np.zeros((B, 0, L), self.dtype)
-            done = np.zeros(B, bool)
-            for _ in range(max_len):
-                tgt_in = np.concatenate([np.full((B, 1), bos, np.int64), seqs], axis=1)
-                logits, al = self.forward(a, tgt_in, return_alphas=True)
-                tok = logits[:, -1].argmax(axis=-1).astype(np.int64)
-                al = np.where(done[:, None, None], 0, al[:, -1:]).astype(self.dtype)  # 0 after a row's end
-                if eos is not None:
-                    tok[done] = eos
-                    done |= tok == eos
-                seqs = np.concatenate([seqs, tok[:, None]], axis=1)
-                alphas = np.concatenate([alphas, al], axis=1)
-                if eos is not None and done.all():
-                    break
-        return seqs, alphas
 
     def extra_repr(self) -> str:
         return (f"feature_size={self.feature_size}, vocab_size={self.vocab_size}, embed_size={self.embed_size}, "

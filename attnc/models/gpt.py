@@ -11,7 +11,7 @@ import numpy as np
 from .. import nn
 from .._typing import Array, ArrayLike, DTypeLike
 from ..grad import internal, vjp
-from .seq2seq import _causal_mask, _check_decoding, _dropout, _EvalMode, _ids, _log_softmax, _reference_decode, _Tape
+from ._common import _causal_mask, _check_decoding, _dropout, _ids, _Tape
 
 __all__ = ["GPT"]
 
@@ -156,27 +156,13 @@ class GPT(nn.Module):
         return float(loss), pullback(dlogits)
 
     # -- decoding --------------------------------------------------------------------
-    def _generate_reference(self, idx, max_new_tokens, eos=None, beam_size=1, length_penalty=0.0):
-        """Pure-Python decoding by re-running the full forward at every step
-        (in eval mode, the context cropped to the last block_size tokens):
-        the oracle for the C decoder. See ``generate``."""
-        idx = _ids(idx, "idx")
-        _check_decoding(max_new_tokens, eos, beam_size, length_penalty, self.vocab_size)
-
-        def next_logprobs(prefixes, rows):
-            ctx = np.concatenate([idx[rows], prefixes], axis=1)[:, -self.block_size:]
-            return _log_softmax(self.forward(ctx)[:, -1])
-
-        with _EvalMode(self):
-            return _reference_decode(next_logprobs, idx.shape[0], max_new_tokens, eos, beam_size, length_penalty)
-
     def generate(self, idx: ArrayLike, max_new_tokens: int, eos: int | None = None, beam_size: int = 1,
                  length_penalty: float = 0.0) -> Array:
         """Continue the prompts idx (B, T) int, in eval mode; returns int64
         (B, L), L <= max_new_tokens: the new tokens only. Rows that produce
         ``eos`` end with it and are filled with eos after; beam_size=1 is
         greedy; beam search is scored by sum(log p) / length ** length_penalty
-        (the exact rules: attnc.models.seq2seq._reference_decode). Runs in C
+        (the exact rules: attnc.nn.decode). Runs in C
         (attnc.nn.decode) with cached keys and values; the prompt and the new
         tokens must fit in block_size."""
         idx = _ids(idx, "idx")
@@ -184,7 +170,7 @@ class GPT(nn.Module):
         if idx.shape[1] + max_new_tokens - 1 > self.block_size:
             raise ValueError(f"prompt length {idx.shape[1]} + max_new_tokens {max_new_tokens} - 1 exceeds "
                              f"block_size={self.block_size}: the C decoder keeps every position's keys and values "
-                             "and does not crop the context (_generate_reference does)")
+                             "and does not crop the context")
         if idx.size and (idx.min() < 0 or idx.max() >= self.vocab_size):
             raise ValueError(f"idx has token ids outside [0, {self.vocab_size})")
         return nn.decode(list(self.encoder.layers), self.wte.weight, self.wpe.weight, self.lm_head.weight, idx,

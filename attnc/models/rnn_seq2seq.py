@@ -19,7 +19,7 @@ from .._args import choice, int_arg, shape_str
 from .._typing import Array, ArrayLike, DTypeLike
 from ..grad import internal, vjp
 from ..nn import LSTM, Embedding, Linear, LSTMCell, Module, cross_entropy
-from .seq2seq import _check_decoding, _EvalMode, _log_softmax, _reference_decode
+from ._common import _check_decoding, _EvalMode
 
 __all__ = ["Seq2Seq"]
 
@@ -344,19 +344,6 @@ class Seq2Seq(Module):
                            -1 if eos is None else int(eos), int(beam_size), float(length_penalty))
         L = int(lengths.max()) if B else 0
         return tokens[:, :L], align[:, :L]
-
-    def _generate_reference(self, src, src_lengths=None, max_len=30, bos=1, eos=2, beam_size=1, length_penalty=0.0):
-        """Pure-Python decoding by re-running the teacher-forced forward on every
-        prefix (in eval mode): the oracle for the C decoder. Tokens only."""
-        src, _, lens = self._inputs(src, None, src_lengths)
-        _check_decoding(max_len, eos, beam_size, length_penalty, self.out.out_features)
-
-        def next_logprobs(prefixes, rows):
-            tgt_in = np.concatenate([np.full((len(rows), 1), bos, np.int64), prefixes], axis=1)
-            return _log_softmax(self.forward(src[rows], tgt_in, lens[rows])[:, -1])
-
-        with _EvalMode(self):
-            return _reference_decode(next_logprobs, src.shape[0], max_len, eos, beam_size, length_penalty)
 
     def extra_repr(self) -> str:
         return (f"attention={self.attention_kind!r}, hidden_size={self.hidden_size}, "

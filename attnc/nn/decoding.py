@@ -72,8 +72,16 @@ def decode(layers: Sequence[TransformerDecoderLayer] | Sequence[TransformerEncod
         new tokens, ending with eos when it produced one, eos (or 0 without
         eos) after that.
 
-    The search is defined exactly by attnc.models' reference decoder
-    (``attnc.models.seq2seq._reference_decode``), which tests hold it to.
+    Greedy takes the most probable token at each step (the lowest id on
+    ties). Beam search (beam_size K > 1) extends every live hypothesis by
+    every token; a candidate ending in eos is finished, scored sum(log p) /
+    length ** length_penalty (eos counted), and takes no beam slot; of the
+    others the K best by sum(log p) stay live (ties: the earlier hypothesis,
+    then the lower id); live hypotheses reaching max_new_tokens finish with
+    their length. The answer is the best finished hypothesis (the first on
+    ties). A row stops early only when no live hypothesis can still beat its
+    best finished one. Tests hold the C search to a Python one written from
+    these rules (tests/reference/decoding.py).
 
     Example
     -------

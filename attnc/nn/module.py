@@ -119,6 +119,8 @@ class Module:
         super().__init_subclass__(**kwargs)
         if not abstract:
             Module._registry[f"{cls.__module__}.{cls.__qualname__}"] = cls
+            for name in cls.__dict__.get("_former_names", ()):  # files saved before the class moved still load
+                Module._registry[name] = cls
         init = cls.__dict__.get("__init__")
         if init is None:
             return

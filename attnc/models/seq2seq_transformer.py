@@ -1,11 +1,6 @@
 """attnc.models.Seq2SeqTransformer: an encoder-decoder Transformer for token
 sequences, built from attnc.nn modules (embeddings, attnc.nn.Transformer, a
 linear generator), with gradients through ``attnc.vjp``.
-
-Also the decoding reference shared by the models: ``_reference_decode``,
-greedy and beam search over any next-token log-probability function, in
-plain Python and NumPy. It re-runs the model's full forward at every step;
-it is the oracle the tests hold the C decoders to.
 """
 
 from __future__ import annotations
@@ -19,52 +14,9 @@ from .. import nn
 from .._typing import Array, ArrayLike, DTypeLike
 from ..grad import internal, vjp
 from ..nn.transformer import Activation
+from ._common import _causal_mask, _check_decoding, _dropout, _EvalMode, _ids, _Tape
 
 __all__ = ["Seq2SeqTransformer"]
-
-
-# --------------------------------------------------------------------------- shared pieces
-
-class _Tape:
-    """Calls functions and modules, through attnc.vjp when gradients are wanted,
-    keeping each call's pullback under a name."""
-
-    def __init__(self, grad: bool):
-        self.grad = grad
-        self.pullbacks: dict = {}
-
-    def __call__(self, name, fn, *args, **kwargs):
-        if not self.grad:
-            return fn(*args, **kwargs)
-        out, pullback = vjp(fn, *args, **kwargs)
-        self.pullbacks[name] = pullback
-        return out
-
-
-def _dropout(x: np.ndarray, p: float, rng, training: bool):
-    """Inverted dropout in NumPy: (x * mask, mask) with mask in {0, 1/(1-p)},
-    or (x, None) outside training or for p = 0."""
-    if not training or p == 0:
-        return x, None
-    if p >= 1:
-        mask = np.zeros(x.shape, x.dtype)
-    else:
-        mask = (rng.random(x.shape) >= p).astype(x.dtype) / x.dtype.type(1 - p)
-    return x * mask, mask
-
-
-def _causal_mask(T: int) -> np.ndarray:
-    """(T, T) bool, True above the diagonal: position i may not attend to j > i (torch's meaning)."""
-    return np.triu(np.ones((T, T), dtype=bool), 1)
-
-
-def _ids(x, name):
-    a = np.asarray(x)
-    if a.dtype.kind not in "iu":
-        raise TypeError(f"{name} must be an integer array of token ids, got dtype {a.dtype}")
-    if a.ndim != 2:
-        raise ValueError(f"{name} must be (batch, length), got shape {a.shape}")
-    return a.astype(np.int64, copy=False)
 
 
 def _padding_mask(mask, shape, name):
@@ -81,135 +33,6 @@ def _padding_mask(mask, shape, name):
 def _xavier_uniform(rng, shape):
     bound = math.sqrt(6.0 / (shape[0] + shape[1]))
     return rng.uniform(-bound, bound, shape)
-
-
-def _log_softmax(logits: np.ndarray) -> np.ndarray:
-    x = np.asarray(logits, dtype=np.float64)
-    x = x - x.max(axis=-1, keepdims=True)
-    return x - np.log(np.exp(x).sum(axis=-1, keepdims=True))
-
-
-def _check_decoding(max_new_tokens, eos, beam_size, length_penalty, vocab):
-    for name, v, low in (("max_new_tokens", max_new_tokens, 0), ("beam_size", beam_size, 1)):
-        if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < low:
-            raise ValueError(f"{name} must be an int >= {low}, got {v!r}")
-    if eos is not None and not 0 <= eos < vocab:
-        raise ValueError(f"eos {eos} is outside the vocabulary [0, {vocab})")
-    if not math.isfinite(float(length_penalty)):
-        raise ValueError(f"length_penalty must be finite, got {length_penalty}")
-
-
-def _reference_decode(next_logprobs, batch: int, max_new_tokens: int, eos=None, beam_size: int = 1,
-                      length_penalty: float = 0.0) -> np.ndarray:
-    """Greedy (beam_size=1) or beam search, one batch of independent rows.
-
-    next_logprobs(prefixes (N, t) int64, rows (N,) int64) -> (N, V) float64
-    log-probabilities of the next token after each prefix of generated tokens
-    (the row says which batch element the prefix belongs to).
-
-    Returns int64 (batch, L), L <= max_new_tokens: the generated tokens. A row
-    that produced ``eos`` ends with it, and every later position holds ``eos``
-    too; L is the longest row (rows stop at eos; with eos=None every row has
-    max_new_tokens tokens).
-
-    Greedy: the most probable token at each step (the lowest id on ties).
-
-    Beam search (beam_size = K > 1): each step extends every live hypothesis
-    by every token. A candidate that ends in eos is finished, with score
-    ``sum(log p) / length ** length_penalty`` (length = its tokens, eos
-    included); finished hypotheses are all kept and take no beam slot. Of the
-    other candidates the K best by ``sum(log p)`` stay live (ties: earlier
-    hypothesis, then lower token id). Live hypotheses reaching max_new_tokens
-    are finished with their length. The answer is the best finished
-    hypothesis (the first found on ties). A row stops early only when no live
-    hypothesis can still beat its best finished one (an exact bound), so with
-    K at least the number of live candidates the search is exhaustive: for
-    max_new_tokens = 2, K = V suffices.
-    """
-    if max_new_tokens == 0:
-        return np.zeros((batch, 0), np.int64)
-    if beam_size == 1:
-        seqs = np.zeros((batch, 0), np.int64)
-        done = np.zeros(batch, bool)
-        rows = np.arange(batch)
-        for _ in range(max_new_tokens):
-            lp = next_logprobs(seqs, rows)
-            tok = lp.argmax(axis=-1).astype(np.int64)
-            if eos is not None:
-                tok[done] = eos
-                done |= tok == eos
-            seqs = np.concatenate([seqs, tok[:, None]], axis=1)
-            if eos is not None and done.all():
-                break
-        return seqs
-
-    K, T, alpha = int(beam_size), int(max_new_tokens), float(length_penalty)
-    live = [[((), 0.0)] for _ in range(batch)]  # per row: (tokens, sum of log p)
-    best = [(-math.inf, None) for _ in range(batch)]
-    for t in range(T):
-        rows = [r for r in range(batch) if live[r]]
-        if not rows:
-            break
-        prefixes = [h[0] for r in rows for h in live[r]]
-        row_ids = np.array([r for r in rows for _ in live[r]], np.int64)
-        lp = next_logprobs(np.array(prefixes, np.int64).reshape(len(prefixes), t), row_ids)
-        V = lp.shape[1]
-        L = t + 1
-        offset = 0
-        for r in rows:
-            hyps = live[r]
-            n = len(hyps)
-            cand = np.array([h[1] for h in hyps], np.float64)[:, None] + lp[offset : offset + n]
-            offset += n
-            if eos is not None:
-                for i in range(n):
-                    score = cand[i, eos] / L**alpha
-                    if score > best[r][0]:
-                        best[r] = (score, hyps[i][0] + (eos,))
-                cand[:, eos] = -math.inf
-            flat = cand.reshape(-1)
-            order = np.argsort(-flat, kind="stable")[:K]
-            new = [(hyps[j // V][0] + (int(j % V),), float(flat[j])) for j in order if flat[j] > -math.inf]
-            if L == T:
-                for tokens, s in new:
-                    score = s / L**alpha
-                    if score > best[r][0]:
-                        best[r] = (score, tokens)
-                new = []
-            elif new and best[r][1] is not None:
-                # the best any extension of a live hypothesis could still score
-                bound = max(max(s / (L + 1) ** alpha, s / T**alpha) for _, s in new)
-                if best[r][0] >= bound:
-                    new = []
-            live[r] = new
-    length = max(len(b[1]) for b in best)
-    fill = eos if eos is not None else 0
-    out = np.full((batch, length), fill, np.int64)
-    for r, (_, tokens) in enumerate(best):
-        out[r, : len(tokens)] = tokens
-    return out
-
-
-class _EvalMode:
-    """Run a block in eval mode, restoring every submodule's own mode after
-    (one left in eval mode by the user stays so)."""
-
-    def __init__(self, module):
-        self.training = []   # the modules in training mode, found once
-        stack = [module]
-        while stack:
-            m = stack.pop()
-            if m.training:
-                self.training.append(m)
-            stack.extend(m._modules.values())
-
-    def __enter__(self):
-        for m in self.training:
-            object.__setattr__(m, "training", False)
-
-    def __exit__(self, *exc):
-        for m in self.training:
-            object.__setattr__(m, "training", True)
 
 
 # --------------------------------------------------------------------------- the model
@@ -269,6 +92,8 @@ class Seq2SeqTransformer(nn.Module):
     >>> tokens.dtype, tokens.shape[0], tokens.shape[1] <= 4
     (dtype('int64'), 2, True)
     """
+
+    _former_names = ("attnc.models.seq2seq.Seq2SeqTransformer",)  # attnc.load: files saved before its move
 
     def __init__(self, src_vocab: int, tgt_vocab: int, d_model: int = 64, nhead: int = 4,
                  num_encoder_layers: int = 2, num_decoder_layers: int = 2, dim_feedforward: int = 256,
@@ -397,21 +222,6 @@ class Seq2SeqTransformer(nn.Module):
             raise ValueError(f"max_new_tokens {max_new_tokens} exceeds max_len={self.max_len}")
         return src, kpm
 
-    def _generate_reference(self, src, max_new_tokens, bos, eos=None, beam_size=1, length_penalty=0.0, *,
-                            src_key_padding_mask=None):
-        """Pure-Python decoding by re-running the full forward at every step
-        (in eval mode): the oracle for the C decoder. See ``generate``."""
-        src, kpm = self._decoding_args(src, src_key_padding_mask, max_new_tokens, bos, eos, beam_size,
-                                       length_penalty)
-
-        def next_logprobs(prefixes, rows):
-            tgt_in = np.concatenate([np.full((len(rows), 1), bos, np.int64), prefixes], axis=1)
-            logits = self.forward(src[rows], tgt_in, None if kpm is None else kpm[rows])
-            return _log_softmax(logits[:, -1])
-
-        with _EvalMode(self):
-            return _reference_decode(next_logprobs, src.shape[0], max_new_tokens, eos, beam_size, length_penalty)
-
     def generate(self, src: ArrayLike, max_new_tokens: int, bos: int, eos: int | None = None, beam_size: int = 1,
                  length_penalty: float = 0.0, *, src_key_padding_mask: ArrayLike | None = None) -> Array:
         """Decode target sequences for src (B, S) int, in eval mode.
@@ -420,8 +230,8 @@ class Seq2SeqTransformer(nn.Module):
         max_new_tokens: the generated tokens (bos not included). A row that
         produces ``eos`` ends with it and is filled with eos after; decoding
         stops when every row has ended. beam_size=1 is greedy; beam_size > 1 is
-        beam search scored by sum(log p) / length ** length_penalty (see
-        ``_reference_decode`` for the exact rules). src_key_padding_mask (B, S)
+        beam search scored by sum(log p) / length ** length_penalty (the exact
+        rules: ``attnc.nn.decode``). src_key_padding_mask (B, S)
         bool marks source padding (True = padding).
 
         Runs in C (attnc.nn.decode): the encoder once, then the decoder one
