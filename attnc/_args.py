@@ -133,11 +133,11 @@ def lengths(key_lengths, batch_shape: tuple) -> np.ndarray:
         ) from None
 
 
-def mask_spec(mask, key_lengths, causal, batch_shape: tuple, tq: int, tk: int) -> tuple:
-    """The (mask, key_lengths, causal) tuple the C binding takes."""
+def mask_spec(mask, key_lengths, causal, batch_shape: tuple, tq: int, tk: int) -> dict:
+    """The C binding's keyword arguments mask, key_lengths and causal (attnc_mask)."""
     m = None if mask is None else bool_mask(mask, batch_shape + (tq, tk))
     kl = None if key_lengths is None else lengths(key_lengths, batch_shape)
-    return (m, kl, bool(causal))
+    return {"mask": m, "key_lengths": kl, "causal": bool(causal)}
 
 
 def unbroadcast(grad: np.ndarray, shape: tuple) -> np.ndarray:

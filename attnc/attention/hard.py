@@ -22,10 +22,11 @@ def _forward(query, keys, values=None, *, mode="argmax", temperature=1.0, seed=N
     inp = Inputs(query, keys, values)
     sc = Score(score, params, inp)
     ms = mask_spec(mask, key_lengths, causal, inp.batch, inp.tq, inp.tk)
-    opts = (MODES.index(mode), temperature, seed_bits(seed))
+    opts = {"mode": MODES.index(mode), "temperature": temperature, "seed": seed_bits(seed)}
     context, weights = inp.empty(inp.tq, inp.dv), inp.empty(inp.tq, inp.tk)
     indices = inp.empty(inp.tq, dtype="int64")
-    _core.hard_attention_forward(sc.c, ms, opts, inp.query, inp.keys, inp.values, context, weights, indices)
+    _core.hard_attention_forward(context=context, weights=weights, indices=indices, query=inp.query, keys=inp.keys,
+                                 values=inp.values, **sc.c, **ms, **opts)
     return (context, weights, indices), (inp, sc, ms, opts, indices)
 
 
@@ -33,10 +34,10 @@ def _backward(saved, cotangents):
     inp, sc, ms, opts, indices = saved
     dcontext, dweights, _ = cotangents
     dq, dk, dv = inp.backward_outputs()
-    spec, finish = sc.grads(inp)
-    scalars = _core.hard_attention_backward(
-        sc.c_saved, spec, ms, opts, dcontext, dweights, inp.query, inp.keys, inp.values, indices, dq, dk, dv
-    )
+    kwargs, finish = sc.grads(inp)
+    scalars = _core.hard_attention_backward(dquery=dq, dkeys=dk, dvalues=dv, dcontext=dcontext, dweights=dweights,
+                                            query=inp.query, keys=inp.keys, values=inp.values, indices=indices,
+                                            **kwargs, **ms, **opts)
     return {**inp.grads(dq, dk, dv), **finish(scalars)}
 
 

@@ -14,7 +14,8 @@ def _forward(query, keys, values=None, *, score="dot", mask=None, key_lengths=No
     sc = Score(score, params, inp)
     ms = mask_spec(mask, key_lengths, causal, inp.batch, inp.tq, inp.tk)
     context, weights = inp.empty(inp.tq, inp.dv), inp.empty(inp.tq, inp.tk)
-    _core.attention_forward(sc.c, ms, inp.query, inp.keys, inp.values, context, weights)
+    _core.attention_forward(context=context, weights=weights, query=inp.query, keys=inp.keys, values=inp.values,
+                            **sc.c, **ms)
     return (context, weights), (inp, sc, weights)
 
 
@@ -22,10 +23,9 @@ def _backward(saved, cotangents):
     inp, sc, weights = saved
     dcontext, dweights = cotangents
     dq, dk, dv = inp.backward_outputs()
-    spec, finish = sc.grads(inp)
-    scalars = _core.attention_backward(
-        sc.c_saved, spec, dcontext, dweights, inp.query, inp.keys, inp.values, weights, dq, dk, dv
-    )
+    kwargs, finish = sc.grads(inp)
+    scalars = _core.attention_backward(dquery=dq, dkeys=dk, dvalues=dv, dcontext=dcontext, dweights=dweights,
+                                       query=inp.query, keys=inp.keys, values=inp.values, weights=weights, **kwargs)
     return {**inp.grads(dq, dk, dv), **finish(scalars)}
 
 

@@ -15,8 +15,9 @@ typedef struct {
     int count;
 } buffers;
 
-/* t <- a view of obj (None: absent, t->data = NULL). Returns 0 and sets a
- * Python exception naming `name` on failure. */
+/* t <- a view of obj (None, or NULL: a keyword argument not passed, gives
+ * an absent tensor, t->data = NULL). Returns 0 and sets a Python exception
+ * naming `name` on failure. */
 int buffers_get(buffers *held, PyObject *obj, const char *name, int writable, attnc_tensor *t);
 void buffers_release(buffers *held);
 
@@ -33,7 +34,6 @@ PyObject *buffers_finish(buffers *held, attnc_status status);
     Py_END_ALLOW_THREADS
 
 /* The functions of each family, for the module table. */
-extern PyMethodDef attnc_attention_methods[];
 extern PyMethodDef attnc_transformer_methods[];
 extern PyMethodDef attnc_rnn_methods[];
 extern PyMethodDef attnc_seq2seq_methods[];
