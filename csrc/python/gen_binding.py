@@ -77,6 +77,12 @@ class ScalarOut:
 
 
 @dataclasses.dataclass
+class Want:
+    """The call's keyword argument asking for a scalar_out (`of.want`)."""
+    of: ScalarOut
+
+
+@dataclasses.dataclass
 class Struct:
     """A C struct passed by pointer. Without a name its members are keyword
     arguments of the call; with one, the call takes a dict of them under that
@@ -186,11 +192,11 @@ def _keywords(o: Op) -> list:
     out_ = []
     for p in o.params:
         if isinstance(p, Struct) and p.name is None:
-            out_ += [(m.want if isinstance(m, ScalarOut) else m.name, m, p) for m in p.members]
+            out_ += [(m.want, Want(m), p) if isinstance(m, ScalarOut) else (m.name, m, p) for m in p.members]
         elif not isinstance(p, Absent):
             out_.append((p.name, p, None))
         if isinstance(p, Struct) and p.name is not None:  # a named struct's wants are the call's keywords
-            out_ += [(m.want, m, p) for m in p.members if isinstance(m, ScalarOut)]
+            out_ += [(m.want, Want(m), p) for m in p.members if isinstance(m, ScalarOut)]
     names = [n for n, _, _ in out_]
     if len(set(names)) != len(names):
         raise ValueError(f"{o.name}: a keyword argument is named twice: {names}")
@@ -298,10 +304,11 @@ def _wrapper(o: Op) -> str:
             parse += _member_code(spec, f"v[{k}]", f"a{o.params.index(spec)}")
         else:
             var = struct_vars[id(owner)]
-            if isinstance(spec, ScalarOut):
-                decls += [f"double {spec.name} = 0;", f"int want_{spec.name};"]
-                parse.append(f"args_bool(v[{k}], \"{spec.want}\", 1, 0, &want_{spec.name})")
-                parse.append(f"(({var}.{spec.field} = want_{spec.name} ? &{spec.name} : NULL), 1)")
+            if isinstance(spec, Want):
+                s = spec.of
+                decls += [f"double {s.name} = 0;", f"int want_{s.name};"]
+                parse.append(f"args_bool(v[{k}], \"{s.want}\", 1, 0, &want_{s.name})")
+                parse.append(f"(({var}.{s.field} = want_{s.name} ? &{s.name} : NULL), 1)")
                 continue
             decls += _enum_decls(spec)
             parse += _member_code(spec, f"v[{k}]", f"{var}.{spec.field or spec.name}")
@@ -405,8 +412,8 @@ def _py_param(spec) -> str:
         return f"{spec.name}: {t}" + ("" if spec.default is REQUIRED else " = ...")
     if isinstance(spec, Ints):
         return f"{spec.name}: Sequence[int]"
-    if isinstance(spec, ScalarOut):
-        return f"{spec.want}: bool = ..."
+    if isinstance(spec, Want):
+        return f"{spec.of.want}: bool = ..."
     if isinstance(spec, Struct):
         return f"{spec.name}: Mapping[str, Any]"
     if isinstance(spec, StructList):
