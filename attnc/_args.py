@@ -133,11 +133,13 @@ def lengths(key_lengths, batch_shape: tuple) -> np.ndarray:
         ) from None
 
 
-def mask_spec(mask, key_lengths, causal, batch_shape: tuple, tq: int, tk: int) -> tuple:
-    """The (mask, key_lengths, causal) tuple the C binding takes."""
+def mask_arrays(mask, key_lengths, batch_shape: tuple, tq: int, tk: int) -> tuple:
+    """(mask, key_lengths) as the C binding's keyword arguments of those names
+    take them (attnc_mask, with causal): broadcast and checked; None stays None.
+    Passed as keywords, not merged from a dict: the call builds no dict."""
     m = None if mask is None else bool_mask(mask, batch_shape + (tq, tk))
     kl = None if key_lengths is None else lengths(key_lengths, batch_shape)
-    return (m, kl, bool(causal))
+    return m, kl
 
 
 def unbroadcast(grad: np.ndarray, shape: tuple) -> np.ndarray:

@@ -291,9 +291,9 @@ def test_score_nan_propagates(kind, rng, score_params):
                                rtol=1e-12, atol=1e-12)
 
 
-def _recomputing(spec):
-    """A C score spec without the saved projections: the backward recomputes them."""
-    return spec[:-2] + (None, False)
+def _recomputing(kwargs):
+    """A backward's keyword arguments without the saved projections: it recomputes them."""
+    return {**kwargs, "projections": None, "projections_ready": False}
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -316,8 +316,9 @@ def test_additive_backward_reads_saved_projections(dtype, lead, rng):
     inp = Inputs(q, k)
     sc = Score("additive", p, inp)
     dq, dk = inp.empty(inp.tq, inp.dq), inp.empty(inp.tk, inp.dk)
-    spec, finish = sc.grads(inp)
-    _core.score_backward(_recomputing(sc.c), spec, np.ascontiguousarray(ds), inp.query, inp.keys, dq, dk)
+    kwargs, finish = sc.grads(inp)
+    _core.score_backward(dquery=dq, dkeys=dk, dscores=np.ascontiguousarray(ds), query=inp.query, keys=inp.keys,
+                         **_recomputing(kwargs))
     want = {"query": dq, "keys": dk, **finish(())}
     for name in want:
         np.testing.assert_array_equal(g[name], want[name], err_msg=name)
@@ -328,9 +329,9 @@ def test_additive_backward_reads_saved_projections(dtype, lead, rng):
     inp = Inputs(q, k, val)
     sc = Score("additive", p, inp)
     dq, dk, dv = inp.backward_outputs()
-    spec, finish = sc.grads(inp)
-    _core.attention_backward(_recomputing(sc.c), spec, np.ascontiguousarray(dctx), None, inp.query, inp.keys,
-                             inp.values, w, dq, dk, dv)
+    kwargs, finish = sc.grads(inp)
+    _core.attention_backward(dquery=dq, dkeys=dk, dvalues=dv, dcontext=np.ascontiguousarray(dctx), query=inp.query,
+                             keys=inp.keys, values=inp.values, weights=w, **_recomputing(kwargs))
     for name, want in {**inp.grads(dq, dk, dv), **finish(())}.items():
         np.testing.assert_array_equal(g[name], want, err_msg=name)
 
@@ -343,11 +344,11 @@ def test_projections_buffer_is_checked(rng):
     q, k = rng.standard_normal((2, 4, 5)), rng.standard_normal((2, 6, 3))
     p = {"w_query": rng.standard_normal((5, 7)), "w_key": rng.standard_normal((3, 7)), "v": rng.standard_normal(7)}
     inp = Inputs(q, k)
-    spec = Score("additive", p, inp).c
+    params = Score("additive", p, inp).c
     out = inp.empty(inp.tq, inp.tk)
-    with pytest.raises(ValueError, match="projections must be a contiguous vector of at least 147 elements"):
-        _core.score_forward(spec[:-2] + (np.empty(146), False), inp.query, inp.keys, out)
-    with pytest.raises(ValueError, match="projections must be a contiguous vector"):
-        _core.score_forward(spec[:-2] + (np.empty(300)[::2], False), inp.query, inp.keys, out)
-    with pytest.raises(TypeError, match="projections"):
-        _core.score_forward(spec[:-2] + (np.empty(147, np.float32), False), inp.query, inp.keys, out)
+    for projections, error, message in (
+            (np.empty(146), ValueError, "projections must be a contiguous vector of at least 147 elements"),
+            (np.empty(300)[::2], ValueError, "projections must be a contiguous vector"),
+            (np.empty(147, np.float32), TypeError, "projections")):
+        with pytest.raises(error, match=message):
+            _core.score_forward(scores=out, query=inp.query, keys=inp.keys, **{**params, "projections": projections})

@@ -1,5 +1,8 @@
 """What every attention function shares: checking query/keys/values and the
-score parameters, and turning them into the tuples the C binding takes."""
+score parameters, and turning them into the keyword arguments the C binding
+takes (named as the members of attnc_score_params and attnc_score_grads);
+the scaled-dot-product options (attnc_sdpa_options), built here for every
+caller of the fused kernel."""
 
 from __future__ import annotations
 
@@ -16,6 +19,7 @@ from .._args import (
     float_array,
     is_constant,
     same_dtype,
+    seed_bits,
     shape_str,
     unbroadcast,
 )
@@ -127,7 +131,7 @@ class Score:
             scale = default_scale(inp.dk) if self.kind == 1 else 1.0
             if self.kind == 0 and inp.dq != inp.dk:
                 self._size_error(inp)
-            self.c = self.c_saved = (self.kind, scale, 1.0, 1.0, None, None, None, None, None, None, False)
+            self.c = self.c_saved = {"kind": self.kind, "scale": scale}
             return
         name = choice(score, tuple(KINDS), "score")
         self.name, self.kind = name, KINDS[name]
@@ -187,8 +191,9 @@ class Score:
         proj = None
         if self.kind == 3:
             proj = np.empty(math.prod(inp.batch) * (inp.tq + inp.tk) * w_query.shape[1] + w_query.shape[1], dt)
-        self.c = (self.kind, scale, bandwidth, beta_scalar, weight, w_query, w_key, v, beta, proj, False)
-        self.c_saved = self.c[:-1] + (True,)
+        self.c = {"kind": self.kind, "scale": scale, "bandwidth": bandwidth, "beta_scalar": beta_scalar,
+                  "weight": weight, "w_query": w_query, "w_key": w_key, "v": v, "beta": beta, "projections": proj}
+        self.c_saved = self.c if proj is None else {**self.c, "projections_ready": True}
 
     def _size_error(self, inp: Inputs):
         qn, kn, _ = inp.names
@@ -213,13 +218,16 @@ class Score:
         return a
 
     def grads(self, inp: Inputs):
-        """(the C binding's grads tuple, a function of its scalar results
-        giving the parameters' gradient dict)."""
+        """(the backward's keyword arguments: the score's (c_saved), the
+        gradients' dict dparams and the scalar gradients wanted; a function
+        of the call's scalar results (dscale, dbandwidth) giving the
+        parameters' gradient dict)."""
         out = {name: np.empty(shape, dtype=inp.dtype) for name, shape in self.shapes.items()
                if name not in ("beta", "scale", "bandwidth")}
         dbeta = inp.empty(inp.tq) if "beta" in self.shapes else None
-        spec = (out.get("weight"), out.get("w_query"), out.get("w_key"), out.get("v"), dbeta,
-                "scale" in self.shapes, "bandwidth" in self.shapes)
+        dparams = out if dbeta is None else {**out, "beta": dbeta}
+        kwargs = {**self.c_saved, "dparams": dparams, "want_scale": "scale" in self.shapes,
+                  "want_bandwidth": "bandwidth" in self.shapes}
 
         def finish(scalars):
             grads = dict(out)
@@ -230,4 +238,15 @@ class Score:
                     grads[name] = np.asarray(scalars[i], dtype=inp.dtype)
             return grads
 
-        return spec, finish
+        return kwargs, finish
+
+
+def sdpa_options(scale: float, *, attn_mask=None, key_padding_mask=None, causal=False, causal_offset=0,
+                 dropout_p=0.0, seed=None) -> dict:
+    """The fused kernel's options, the keyword arguments of sdpa_forward and
+    sdpa_backward (attnc_sdpa_options by member name). The masks as the
+    kernel takes them (bool, True = takes part; or float, added to the
+    scores); the dropout's seed drawn from ``seed`` only when there is dropout."""
+    return {"attn_mask": attn_mask, "key_padding_mask": key_padding_mask, "causal": bool(causal),
+            "causal_offset": causal_offset, "scale": float(scale), "dropout_p": float(dropout_p),
+            "seed": seed_bits(seed) if dropout_p else 0}

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Literal
 
 from .. import _core
-from .._args import choice, mask_spec, seed_bits
+from .._args import choice, mask_arrays, seed_bits
 from .._typing import Array, ArrayLike
 from ..grad import register
 from ._spec import Inputs, Score, ScoreKind
@@ -21,22 +21,25 @@ def _forward(query, keys, values=None, *, mode="argmax", temperature=1.0, seed=N
         raise ValueError(f"temperature must be > 0, got {temperature}")
     inp = Inputs(query, keys, values)
     sc = Score(score, params, inp)
-    ms = mask_spec(mask, key_lengths, causal, inp.batch, inp.tq, inp.tk)
-    opts = (MODES.index(mode), temperature, seed_bits(seed))
+    m, kl = mask_arrays(mask, key_lengths, inp.batch, inp.tq, inp.tk)
+    # the mask's and the options' keywords, for the forward and the backward
+    opts = {"mask": m, "key_lengths": kl, "causal": bool(causal), "mode": MODES.index(mode),
+            "temperature": temperature, "seed": seed_bits(seed)}
     context, weights = inp.empty(inp.tq, inp.dv), inp.empty(inp.tq, inp.tk)
     indices = inp.empty(inp.tq, dtype="int64")
-    _core.hard_attention_forward(sc.c, ms, opts, inp.query, inp.keys, inp.values, context, weights, indices)
-    return (context, weights, indices), (inp, sc, ms, opts, indices)
+    _core.hard_attention_forward(context=context, weights=weights, indices=indices, query=inp.query, keys=inp.keys,
+                                 values=inp.values, **sc.c, **opts)
+    return (context, weights, indices), (inp, sc, opts, indices)
 
 
 def _backward(saved, cotangents):
-    inp, sc, ms, opts, indices = saved
+    inp, sc, opts, indices = saved
     dcontext, dweights, _ = cotangents
     dq, dk, dv = inp.backward_outputs()
-    spec, finish = sc.grads(inp)
-    scalars = _core.hard_attention_backward(
-        sc.c_saved, spec, ms, opts, dcontext, dweights, inp.query, inp.keys, inp.values, indices, dq, dk, dv
-    )
+    kwargs, finish = sc.grads(inp)
+    scalars = _core.hard_attention_backward(dquery=dq, dkeys=dk, dvalues=dv, dcontext=dcontext, dweights=dweights,
+                                            query=inp.query, keys=inp.keys, values=inp.values, indices=indices,
+                                            **kwargs, **opts)
     return {**inp.grads(dq, dk, dv), **finish(scalars)}
 
 

@@ -27,7 +27,7 @@ def _forward(x_query, x_train, y_train, *, bandwidth=1.0):
     inp = Inputs(*(a if a.ndim == 2 else a[:, None] for a in (xq, xt, yt)), names=NAMES)
     sc = Score("gaussian", {"bandwidth": bandwidth}, inp)
     y, weights = inp.empty(inp.tq, inp.dv), inp.empty(inp.tq, inp.tk)
-    _core.attention_forward(sc.c, (None, None, False), inp.query, inp.keys, inp.values, y, weights)
+    _core.attention_forward(context=y, weights=weights, query=inp.query, keys=inp.keys, values=inp.values, **sc.c)
     y_pred = y.reshape(-1) if yt.ndim == 1 else y
     return (y_pred, weights), (inp, sc, weights, shapes)
 
@@ -38,8 +38,9 @@ def _backward(saved, cotangents):
     if dy is not None:
         dy = dy.reshape(inp.tq, inp.dv)
     dq, dk, dv = inp.backward_outputs()
-    spec, finish = sc.grads(inp)
-    scalars = _core.attention_backward(sc.c_saved, spec, dy, dweights, inp.query, inp.keys, inp.values, weights, dq, dk, dv)
+    kwargs, finish = sc.grads(inp)
+    scalars = _core.attention_backward(dquery=dq, dkeys=dk, dvalues=dv, dcontext=dy, dweights=dweights,
+                                       query=inp.query, keys=inp.keys, values=inp.values, weights=weights, **kwargs)
     grads = {name: g.reshape(shapes[name]) for name, g in inp.grads(dq, dk, dv).items()}
     return {**grads, **finish(scalars)}
 

@@ -11,6 +11,7 @@ from .. import _core
 from .._args import FLOAT_DTYPES, blas_ready, default_scale, float_array, heads_share, same_dtype, shape_str
 from .._typing import Array, ArrayLike, DTypeLike
 from ..grad import register
+from ._spec import sdpa_options
 
 
 class KVCache:
@@ -143,27 +144,27 @@ def _attend_forward(cache: KVCache, query, *, scale=None, return_weights=False):
     h, t, length = q.shape[1], q.shape[2], cache.length
     if t > length:
         raise ValueError(f"{t} queries but only {length} cached positions: append their keys and values first")
-    scale = default_scale(e) if scale is None else float(scale)
-    spec = (None, None, True, length - t, scale, 0.0, 0)
+    options = sdpa_options(default_scale(e) if scale is None else scale, causal=True, causal_offset=length - t)
     q = blas_ready(q)
     k, v = cache._k[:, :, :length], cache._v[:, :, :length]
     out = np.empty((b, h, t, v.shape[3]), q.dtype)
     lse = np.empty((b, h, t), q.dtype)
     weights = np.empty((b, h, t, length), q.dtype) if return_weights else None
-    _core.sdpa_forward(spec, q, k, v, out, lse, weights)
+    _core.sdpa_forward(output=out, lse=lse, weights=weights, query=q, key=k, value=v, **options)
     # The pullback must see the cache as it was: keep copies of the keys and values.
-    saved = (spec, q, k.copy(), v.copy(), out, lse)
+    saved = (options, q, k.copy(), v.copy(), out, lse)
     return ((out, weights) if return_weights else out), saved
 
 
 def _attend_backward(saved, cotangents):
-    spec, q, k, v, out, lse = saved
+    options, q, k, v, out, lse = saved
     dout = cotangents[0]
     dweights = cotangents[1] if len(cotangents) > 1 else None
     if dout is None:
         dout = np.zeros(out.shape, out.dtype)
     dq, dk, dv = np.empty_like(q), np.empty_like(k), np.empty_like(v)
-    _core.sdpa_backward(spec, blas_ready(dout), dweights, q, k, v, out, lse, dq, dk, dv, None)
+    _core.sdpa_backward(dquery=dq, dkey=dk, dvalue=dv, doutput=blas_ready(dout), dweights=dweights, query=q, key=k,
+                        value=v, output=out, lse=lse, **options)
     return {"query": dq, "keys": dk, "values": dv}
 
 

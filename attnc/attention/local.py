@@ -12,7 +12,7 @@ from .._args import (
     choice,
     elementwise_ready,
     float_array,
-    mask_spec,
+    mask_arrays,
     same_dtype,
     shape_str,
     unbroadcast,
@@ -67,7 +67,7 @@ def _forward(query, keys, values=None, *, window, mode="monotonic", positions=No
         raise ValueError(f"window must be >= {least} for mode={mode!r}, got {window}")
     inp = Inputs(query, keys, values)
     sc = Score(score, params, inp)
-    ms = mask_spec(mask, key_lengths, False, inp.batch, inp.tq, inp.tk)
+    m, kl = mask_arrays(mask, key_lengths, inp.batch, inp.tq, inp.tk)
     pos, pos_info, wp, vp = None, None, None, None
     if mode == "monotonic":
         for name, x in (("w_p", w_p), ("v_p", v_p)):
@@ -80,23 +80,27 @@ def _forward(query, keys, values=None, *, window, mode="monotonic", positions=No
         if positions is not None:
             raise TypeError("positions are predicted in mode='predictive'; pass them only with mode='monotonic'")
         wp, vp = _predictor(w_p, v_p, inp)
-    opts = (MODES.index(mode), window, pos, wp, vp)
+    # the mask's and the options' keywords, for the forward and the backward
+    opts = {"mask": m, "key_lengths": kl, "causal": False, "mode": MODES.index(mode), "window": window,
+            "positions": pos, "w_p": wp, "v_p": vp}
     context, weights, out_pos = inp.empty(inp.tq, inp.dv), inp.empty(inp.tq, inp.tk), inp.empty(inp.tq)
-    _core.local_attention_forward(sc.c, ms, opts, inp.query, inp.keys, inp.values, context, weights, out_pos)
-    return (context, weights, out_pos), (inp, sc, ms, opts, weights, out_pos, pos_info)
+    _core.local_attention_forward(context=context, weights=weights, positions_out=out_pos, query=inp.query,
+                                  keys=inp.keys, values=inp.values, **sc.c, **opts)
+    return (context, weights, out_pos), (inp, sc, opts, weights, out_pos, pos_info)
 
 
 def _backward(saved, cotangents):
-    inp, sc, ms, opts, weights, out_pos, pos_info = saved
+    inp, sc, opts, weights, out_pos, pos_info = saved
     dcontext, dweights, dpositions = cotangents
-    predictive = opts[0] == 1
+    predictive = opts["mode"] == 1
     dq, dk, dv = inp.backward_outputs()
-    dwp = np.empty(opts[3].shape, inp.dtype) if predictive else None
-    dvp = np.empty(opts[4].shape, inp.dtype) if predictive else None
-    spec, finish = sc.grads(inp)
+    dwp = np.empty(opts["w_p"].shape, inp.dtype) if predictive else None
+    dvp = np.empty(opts["v_p"].shape, inp.dtype) if predictive else None
+    kwargs, finish = sc.grads(inp)
     scalars = _core.local_attention_backward(
-        sc.c_saved, spec, ms, opts, dcontext, dweights, dpositions if predictive else None,
-        inp.query, inp.keys, inp.values, weights, out_pos, dq, dk, dv, dwp, dvp,
+        dquery=dq, dkeys=dk, dvalues=dv, dw_p=dwp, dv_p=dvp, dcontext=dcontext, dweights=dweights,
+        dpositions=dpositions if predictive else None, query=inp.query, keys=inp.keys, values=inp.values,
+        weights=weights, positions_out=out_pos, **kwargs, **opts,
     )
     grads = {**inp.grads(dq, dk, dv), **finish(scalars)}
     if predictive:

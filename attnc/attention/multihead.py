@@ -17,7 +17,6 @@ from .._args import (
     elementwise_ready,
     float_array,
     same_dtype,
-    seed_bits,
     shape_str,
     torch_mask,
     unbroadcast,
@@ -25,6 +24,7 @@ from .._args import (
 from .._typing import Array, ArrayLike
 from ..grad import register
 from ..nn.linear import linear_rows, linear_rows_backward
+from ._spec import sdpa_options
 
 
 def _param(x, name, shape, dtype, required=True):
@@ -140,19 +140,20 @@ def _forward(query, key, value, num_heads, in_proj_weight, in_proj_bias, out_pro
     # is_causal promises that attn_mask is the causal mask: the kernel then also
     # skips the tiles above the diagonal. Not with appended keys: those stay
     # visible to every query, as the padded attn_mask says.
-    spec = (masks[0], masks[1], bool(is_causal) and extra == 0, 0, default_scale(hd), float(dropout_p),
-            seed_bits(seed) if dropout_p else 0)
+    options = sdpa_options(default_scale(hd), attn_mask=masks[0], key_padding_mask=masks[1],
+                           causal=is_causal and extra == 0, dropout_p=dropout_p, seed=seed)
 
     attn = np.empty((B, L, E), dtype)
     lse = np.empty((B, H, L), dtype)
     average = bool(need_weights and average_attn_weights)
     weights = np.empty((B, L, S2) if average else (B, H, L, S2), dtype) if need_weights else None
     qh, kh, vh = heads(q), heads(k), heads(v)
-    _core.sdpa_forward(spec + (average,), qh, kh, vh, heads(attn), lse, weights)
+    _core.sdpa_forward(output=heads(attn), lse=lse, weights=weights, query=qh, key=kh, value=vh,
+                       average_heads=average, **options)
     attn2 = attn.reshape(B * L, E)
     out = linear_rows(attn2, wo, bo).reshape(B, L, E)
     unbatch = (lambda a: a) if batched else (lambda a: None if a is None else a[0])
-    saved = dict(spec=spec, x=x, shapes=(query, key, value), B=B, L=L, S=S, E=E, H=H, hd=hd, extra=extra,
+    saved = dict(options=options, x=x, shapes=(query, key, value), B=B, L=L, S=S, E=E, H=H, hd=hd, extra=extra,
                  bias_kv=bias_kv, bias_shapes=bias_shapes, add_zero_attn=bool(add_zero_attn), batched=batched, qh=qh, kh=kh, vh=vh,
                  attn=attn, attn2=attn2, lse=lse, w=(wq, wk, wv, wo), b=(bq, bk, bv, bo), b_in=b_in is not None,
                  separate=in_proj_weight is None, mask_args=mask_args, dtype=dtype,
@@ -181,8 +182,9 @@ def _backward(s, cotangents):
     dq, dk, dv = np.empty((B, L, E), dtype), np.empty((B, S2, E), dtype), np.empty((B, S2, E), dtype)
     float_masks = [n for n, (m, _) in s["mask_args"].items() if np.asarray(m).dtype != np.bool_]
     dmask = np.zeros((B, H, L, S2), dtype) if float_masks else None
-    _core.sdpa_backward(s["spec"], heads(dattn2.reshape(B, L, E)), dweights, s["qh"], s["kh"], s["vh"],
-                        heads(s["attn"]), s["lse"], heads(dq), heads(dk), heads(dv), dmask)
+    _core.sdpa_backward(dquery=heads(dq), dkey=heads(dk), dvalue=heads(dv), dmask=dmask,
+                        doutput=heads(dattn2.reshape(B, L, E)), dweights=dweights, query=s["qh"], key=s["kh"],
+                        value=s["vh"], output=heads(s["attn"]), lse=s["lse"], **s["options"])
     for name in float_masks:
         orig, shape = s["mask_args"][name]
         g = dmask[..., :S]

@@ -12,7 +12,7 @@ def _forward(query, keys, *, score="dot", **params):
     inp = Inputs(query, keys)
     sc = Score(score, params, inp)
     out = inp.empty(inp.tq, inp.tk)
-    _core.score_forward(sc.c, inp.query, inp.keys, out)
+    _core.score_forward(scores=out, query=inp.query, keys=inp.keys, **sc.c)
     return out, (inp, sc)
 
 
@@ -23,8 +23,8 @@ def _backward(saved, cotangents):
         ds = inp.empty(inp.tq, inp.tk)
         ds.fill(0)
     dq, dk = inp.empty(inp.tq, inp.dq), inp.empty(inp.tk, inp.dk)
-    spec, finish = sc.grads(inp)
-    scalars = _core.score_backward(sc.c_saved, spec, ds, inp.query, inp.keys, dq, dk)
+    kwargs, finish = sc.grads(inp)
+    scalars = _core.score_backward(dquery=dq, dkeys=dk, dscores=ds, query=inp.query, keys=inp.keys, **kwargs)
     return {"query": dq, "keys": dk, **finish(scalars)}
 
 

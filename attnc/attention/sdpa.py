@@ -17,12 +17,12 @@ from .._args import (
     float_array,
     heads_share,
     same_dtype,
-    seed_bits,
     shape_str,
     unbroadcast,
 )
 from .._typing import Array, ArrayLike
 from ..grad import register
+from ._spec import sdpa_options
 
 
 def _attn_mask(attn_mask, dtype, shape):
@@ -121,20 +121,20 @@ def _forward(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, 
     mask, mask_arg = None, None
     if attn_mask is not None:
         mask_arg, mask = _attn_mask(attn_mask, dtype, batch + (h, L, S))
-    spec = (mask, None, bool(is_causal), 0, float(scale), float(dropout_p), seed_bits(seed) if dropout_p else 0)
+    options = sdpa_options(scale, attn_mask=mask, causal=is_causal, dropout_p=dropout_p, seed=seed)
     q, k, v = blas_ready(q), blas_ready(k), blas_ready(v)
     out = np.empty(batch + (h, L, Ev), dtype)
     lse = np.empty(batch + (h, L), dtype)
     weights = np.empty(batch + (h, L, S), dtype) if return_weights else None
-    _core.sdpa_forward(spec, q, k, v, out, lse, weights)
+    _core.sdpa_forward(output=out, lse=lse, weights=weights, query=q, key=k, value=v, **options)
     unhead = (lambda a: a[0]) if layout[2] else (lambda a: a)
     outputs = (unhead(out), unhead(weights)) if return_weights else unhead(out)
-    saved = (spec, q, k, v, out, lse, layout, mask_arg)
+    saved = (options, q, k, v, out, lse, layout, mask_arg)
     return outputs, saved
 
 
 def _backward(saved, cotangents):
-    spec, q, k, v, out, lse, layout, mask_arg = saved
+    options, q, k, v, out, lse, layout, mask_arg = saved
     dout = cotangents[0]
     dweights = cotangents[1] if len(cotangents) > 1 else None
     if layout[2]:  # the head dim the forward added
@@ -145,7 +145,8 @@ def _backward(saved, cotangents):
     dq, dk, dv = np.empty_like(q, order="C"), np.empty_like(k, order="C"), np.empty_like(v, order="C")
     float_mask = mask_arg is not None and mask_arg.dtype != np.bool_
     dmask = np.zeros(lse.shape + (k.shape[-2],), q.dtype) if float_mask else None
-    _core.sdpa_backward(spec, blas_ready(dout), dweights, q, k, v, out, lse, dq, dk, dv, dmask)
+    _core.sdpa_backward(dquery=dq, dkey=dk, dvalue=dv, dmask=dmask, doutput=blas_ready(dout), dweights=dweights,
+                        query=q, key=k, value=v, output=out, lse=lse, **options)
     grads = _argument_grads((dq, dk, dv), layout)
     if float_mask:
         grads["attn_mask"] = unbroadcast(dmask, mask_arg.shape)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from .. import _core
-from .._args import mask_spec
+from .._args import mask_arrays
 from .._typing import Array, ArrayLike
 from ..grad import register
 from ._spec import Inputs, Score, ScoreKind
@@ -12,9 +12,10 @@ from ._spec import Inputs, Score, ScoreKind
 def _forward(query, keys, values=None, *, score="dot", mask=None, key_lengths=None, causal=False, **params):
     inp = Inputs(query, keys, values)
     sc = Score(score, params, inp)
-    ms = mask_spec(mask, key_lengths, causal, inp.batch, inp.tq, inp.tk)
+    m, kl = mask_arrays(mask, key_lengths, inp.batch, inp.tq, inp.tk)
     context, weights = inp.empty(inp.tq, inp.dv), inp.empty(inp.tq, inp.tk)
-    _core.attention_forward(sc.c, ms, inp.query, inp.keys, inp.values, context, weights)
+    _core.attention_forward(context=context, weights=weights, query=inp.query, keys=inp.keys, values=inp.values,
+                            mask=m, key_lengths=kl, causal=bool(causal), **sc.c)
     return (context, weights), (inp, sc, weights)
 
 
@@ -22,10 +23,9 @@ def _backward(saved, cotangents):
     inp, sc, weights = saved
     dcontext, dweights = cotangents
     dq, dk, dv = inp.backward_outputs()
-    spec, finish = sc.grads(inp)
-    scalars = _core.attention_backward(
-        sc.c_saved, spec, dcontext, dweights, inp.query, inp.keys, inp.values, weights, dq, dk, dv
-    )
+    kwargs, finish = sc.grads(inp)
+    scalars = _core.attention_backward(dquery=dq, dkeys=dk, dvalues=dv, dcontext=dcontext, dweights=dweights,
+                                       query=inp.query, keys=inp.keys, values=inp.values, weights=weights, **kwargs)
     return {**inp.grads(dq, dk, dv), **finish(scalars)}
 
 

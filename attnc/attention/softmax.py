@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import _core
-from .._args import elementwise_ready, float_array, mask_spec, shape_str
+from .._args import elementwise_ready, float_array, mask_arrays, shape_str
 from .._typing import Array, ArrayLike
 from ..grad import register
 
@@ -15,9 +15,9 @@ def _forward(scores, *, mask=None, key_lengths=None, causal=False):
     if s.ndim < 2:
         raise ValueError(f"scores must have shape (..., Tq, Tk), got {shape_str(s.shape)}")
     s = elementwise_ready(s)
-    spec = mask_spec(mask, key_lengths, causal, s.shape[:-2], *s.shape[-2:])
+    m, kl = mask_arrays(mask, key_lengths, s.shape[:-2], *s.shape[-2:])
     w = np.empty(s.shape, dtype=s.dtype)
-    _core.softmax_forward(spec, s, w)
+    _core.softmax_forward(weights=w, scores=s, mask=m, key_lengths=kl, causal=bool(causal))
     return w, w
 
 
@@ -27,7 +27,7 @@ def _backward(w, cotangents):
     if dw is None:
         ds.fill(0)
     else:
-        _core.softmax_backward(dw, w, ds)
+        _core.softmax_backward(dscores=ds, dweights=dw, weights=w)
     return {"scores": ds}
 
 

@@ -66,11 +66,20 @@ class Absent:
 
 @dataclasses.dataclass
 class ScalarOut:
-    """A double the C function writes through the struct member `field` when
-    the bool argument `want` is true; the wrapper returns it (0.0 if not)."""
+    """A double the C function writes through the struct member `field` (a
+    `double *`, of a flattened or a named struct), pointed at only when the
+    call's bool keyword argument `want` (default False) is true: NULL tells
+    the C function it is not wanted. The wrapper returns every scalar_out of
+    the op, in table order, as a tuple of floats (0.0 where not wanted)."""
     name: str
     field: str
     want: str
+
+
+@dataclasses.dataclass
+class Want:
+    """The call's keyword argument asking for a scalar_out (`of.want`)."""
+    of: ScalarOut
 
 
 @dataclasses.dataclass
@@ -183,9 +192,11 @@ def _keywords(o: Op) -> list:
     out_ = []
     for p in o.params:
         if isinstance(p, Struct) and p.name is None:
-            out_ += [(m.name, m, p) for m in p.members]
+            out_ += [(m.want, Want(m), p) if isinstance(m, ScalarOut) else (m.name, m, p) for m in p.members]
         elif not isinstance(p, Absent):
             out_.append((p.name, p, None))
+        if isinstance(p, Struct) and p.name is not None:  # a named struct's wants are the call's keywords
+            out_ += [(m.want, Want(m), p) for m in p.members if isinstance(m, ScalarOut)]
     names = [n for n, _, _ in out_]
     if len(set(names)) != len(names):
         raise ValueError(f"{o.name}: a keyword argument is named twice: {names}")
@@ -243,7 +254,7 @@ def _wrapper(o: Op) -> str:
              f"    if (!args_take(\"{o.name}\", args, nargs, kwnames, KEYS_{o.name}, {n}, v)) return NULL;",
              "    buffers h = {.count = 0};",
              "    attnc_status st = ATTNC_OK;"]
-    decls, parse, call_args, after, returns = [], [], [], [], []
+    decls, parse, call_args, after = [], [], [], []
     struct_vars = {}
     for i, p in enumerate(o.params):
         var = f"a{i}"
@@ -285,7 +296,7 @@ def _wrapper(o: Op) -> str:
             parse.append(f"parse_{o.name}_{i}(&h, v[{idx}], {var}, n{i}, F{i})")
             call_args += [var, f"n{i}"]
             after.append(f"PyMem_Free({var})")
-    # keyword arguments: arrays, scalars and flattened struct members
+    # keyword arguments: arrays, scalars, flattened struct members and the wants of scalar_outs
     for k, (nm, spec, owner) in enumerate(kws):
         if isinstance(spec, (Struct, StructList)):
             continue
@@ -293,16 +304,15 @@ def _wrapper(o: Op) -> str:
             parse += _member_code(spec, f"v[{k}]", f"a{o.params.index(spec)}")
         else:
             var = struct_vars[id(owner)]
-            if isinstance(spec, ScalarOut):
-                decls.append(f"double {spec.name} = 0;")
-                returns.append(spec)
+            if isinstance(spec, Want):
+                s = spec.of
+                decls += [f"double {s.name} = 0;", f"int want_{s.name};"]
+                parse.append(f"args_bool(v[{k}], \"{s.want}\", 1, 0, &want_{s.name})")
+                parse.append(f"(({var}.{s.field} = want_{s.name} ? &{s.name} : NULL), 1)")
                 continue
             decls += _enum_decls(spec)
             parse += _member_code(spec, f"v[{k}]", f"{var}.{spec.field or spec.name}")
-    for spec in returns:  # after every member is parsed: the wants are read
-        owner_var = [struct_vars[id(p)] for p in o.params if isinstance(p, Struct) and spec in p.members][0]
-        want = [s for s in _all_members(o) if getattr(s, "name", None) == spec.want][0]
-        parse.append(f"(({owner_var}.{spec.field} = {owner_var}.{want.field or want.name} ? &{spec.name} : NULL), 1)")
+    returns = [s for s in _all_members(o) if isinstance(s, ScalarOut)]
     lines += [f"    {d}" for d in decls]
     if parse:
         lines.append("    if (!(" + " &&\n          ".join(parse) + "))")
@@ -402,6 +412,8 @@ def _py_param(spec) -> str:
         return f"{spec.name}: {t}" + ("" if spec.default is REQUIRED else " = ...")
     if isinstance(spec, Ints):
         return f"{spec.name}: Sequence[int]"
+    if isinstance(spec, Want):
+        return f"{spec.of.want}: bool = ..."
     if isinstance(spec, Struct):
         return f"{spec.name}: Mapping[str, Any]"
     if isinstance(spec, StructList):
@@ -414,7 +426,7 @@ def stub(ops: list[Op]) -> str:
              "", "from collections.abc import Mapping, Sequence", "from typing import Any", "",
              "from numpy.typing import NDArray", "", "Buffer = NDArray[Any]", ""]
     for o in ops:
-        params = [_py_param(s) for nm, s, _ in _keywords(o) if not isinstance(s, ScalarOut)]
+        params = [_py_param(s) for nm, s, _ in _keywords(o)]
         returns = [s for s in _all_members(o) if isinstance(s, ScalarOut)]
         ret = "int" if o.returns == "int64" else (f"tuple[{', '.join(['float'] * len(returns))}]" if returns
                                                   else "None")

@@ -68,7 +68,6 @@ PyMODINIT_FUNC MODULE_INIT(ATTNC_SIMD_PATH)(void) {
     PyObject *m = PyModule_Create(&module);
     if (!m) return NULL;
     if (PyModule_AddFunctions(m, config_methods) != 0 || PyModule_AddFunctions(m, attnc_op_methods) != 0 ||
-        PyModule_AddFunctions(m, attnc_attention_methods) != 0 ||
         PyModule_AddFunctions(m, attnc_transformer_methods) != 0 ||
         PyModule_AddFunctions(m, attnc_rnn_methods) != 0 ||
         PyModule_AddFunctions(m, attnc_seq2seq_methods) != 0 ||
