@@ -26,6 +26,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 FLAGS = runpy.run_path(str(ROOT / "build_flags.py"))
+# The binding's wrappers, generated at build time from the operation table.
+BINDING = runpy.run_path(str(ROOT / "csrc" / "python" / "gen_binding.py"))
 # The extensions' floating-point flags, then the strictest warnings and the sanitizers.
 SANITIZE = ["-fno-omit-frame-pointer", "-fsanitize=address,undefined", "-fno-sanitize-recover=all"]
 CFLAGS = ["-std=c11", "-g", "-O1", *FLAGS["FP_FLAGS"],
@@ -90,10 +92,12 @@ def build_sanitized_extension(package: Path, path: str) -> None:
     shutil.copytree(ROOT / "attnc", package, ignore=shutil.ignore_patterns("__pycache__"))
     compiler = c_compiler()
     flags = ["-std=c11", "-g", "-O1", "-fPIC", *FLAGS["FP_FLAGS"], *FLAGS["simd_flags"](path), *SANITIZE,
-             "-DPy_LIMITED_API=0x030B0000", "-I", str(ROOT / "csrc/include"), "-I", openblas.get_include_dir(),
-             "-I", sysconfig.get_paths()["include"]]
+             "-DPy_LIMITED_API=0x030B0000", "-I", str(ROOT / "csrc/include"), "-I", str(ROOT / "csrc/python"),
+             "-I", openblas.get_include_dir(), "-I", sysconfig.get_paths()["include"]]
     objects = package.parent / "objects"
     objects.mkdir()
+    generated = objects / "ops.c"
+    BINDING["generate"](str(generated))
 
     def compile_one(source: str) -> Path:
         obj = objects / (Path(source).parent.name + "_" + Path(source).stem + ".o")
@@ -102,7 +106,7 @@ def build_sanitized_extension(package: Path, path: str) -> None:
         return obj
 
     with ThreadPoolExecutor(os.cpu_count() or 1) as pool:
-        objs = list(pool.map(compile_one, sorted(glob.glob(str(ROOT / "csrc/*/*.c")))))
+        objs = list(pool.map(compile_one, sorted(glob.glob(str(ROOT / "csrc/*/*.c"))) + [str(generated)]))
     (target,) = package.glob(f"_core_{path}.*so")
     link = subprocess.run([compiler, "-shared", *SANITIZE, *map(str, objs), "-o", str(target),
                            "-L", openblas.get_lib_dir(), "-l" + openblas.get_library(),

@@ -12,7 +12,7 @@ from .. import _core
 from .._args import float_array, same_dtype, shape_str
 from .._typing import Array, ArrayLike
 from .normalization import LayerNorm
-from .transformer import _ACTIVATIONS, TransformerDecoderLayer, TransformerEncoderLayer
+from .transformer import TransformerDecoderLayer, TransformerEncoderLayer
 
 
 def _int(name, v, low):
@@ -142,9 +142,10 @@ def decode(layers: Sequence[TransformerDecoderLayer] | Sequence[TransformerEncod
     B = ids.shape[0]
     tokens = np.empty((B, max_new_tokens), np.int64)
     lengths = np.empty(B, np.int64)
-    config = (first.nhead, _ACTIVATIONS[first.activation], first.layer_norm_eps, first.norm_first, 0.0, 0)
-    _core.decode(tokens, lengths, [layer._params() for layer in layers], config, arrays["embedding"],
-                 float(embed_scale), arrays["positions"], None if norm is None else norm.weight,
-                 None if norm is None else norm.bias, arrays["out_weight"], arrays["out_bias"], ids, mem, mask,
-                 (max_new_tokens, -1 if eos is None else eos, beam_size, float(length_penalty)))
+    _core.decode(tokens=tokens, lengths=lengths, layers=[layer._params() for layer in layers],
+                 **first._layer_config(training=False), embedding=arrays["embedding"], positions=arrays["positions"],
+                 embed_scale=float(embed_scale), norm_weight=None if norm is None else norm.weight,
+                 norm_bias=None if norm is None else norm.bias, out_weight=arrays["out_weight"],
+                 out_bias=arrays["out_bias"], prompt=ids, memory=mem, memory_mask=mask, max_new_tokens=max_new_tokens,
+                 eos=-1 if eos is None else eos, beam_size=beam_size, length_penalty=float(length_penalty))
     return tokens[:, : int(lengths.max()) if B else 0]
