@@ -166,11 +166,11 @@ class PointerNet(nn.Module):
             nl = np.full(B, n, np.int64)
         else:
             nl = np.asarray(lengths)
-            if nl.dtype.kind not in "iu" or nl.shape != (B,):
-                raise ValueError(f"lengths must be integers of shape ({B},), got {nl.dtype} {shape_str(nl.shape)}")
-            nl = nl.astype(np.int64)
-            if B and (nl.min() < 1 or nl.max() > n):
-                raise ValueError(f"lengths must be in [1, {n}], got values from {nl.min()} to {nl.max()}")
+            if nl.dtype.kind not in "iu":
+                raise ValueError(f"lengths must be integers, got dtype {nl.dtype}")
+            nl = np.ascontiguousarray(nl, np.int64)
+            # its shape (B,) and range [1, n], checked by the C decoder's check before anything reads it
+            _core.pointer_check_lengths(lengths=nl, B=B, n=n)
         return np.ascontiguousarray(x), nl
 
     @staticmethod

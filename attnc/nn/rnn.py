@@ -92,11 +92,7 @@ class _RNNBase(Module, abstract=True):
             lens = np.asarray(lengths)
             if lens.dtype.kind not in "iu":
                 raise TypeError(f"lengths must be integers, got dtype {lens.dtype}")
-            if lens.shape != (B,):
-                raise ValueError(f"lengths must have shape ({B},), got {shape_str(lens.shape)}")
-            if lens.size and (lens.min() < 1 or lens.max() > T):
-                raise ValueError(f"lengths must be in [1, {T}], got values from {lens.min()} to {lens.max()}")
-            lens = np.ascontiguousarray(lens, dtype=np.int64)
+            lens = np.ascontiguousarray(lens, dtype=np.int64)  # its shape (B,) and range [1, T]: checked in C
         return x, states, lens, batched
 
     def _state(self, a, name, B, batched):
