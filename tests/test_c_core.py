@@ -26,6 +26,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 FLAGS = runpy.run_path(str(ROOT / "build_flags.py"))
+# The binding's wrappers, generated at build time from the operation table.
+BINDING = runpy.run_path(str(ROOT / "csrc" / "python" / "gen_binding.py"))
 # The extensions' floating-point flags, then the strictest warnings and the sanitizers.
 SANITIZE = ["-fno-omit-frame-pointer", "-fsanitize=address,undefined", "-fno-sanitize-recover=all"]
 CFLAGS = ["-std=c11", "-g", "-O1", *FLAGS["FP_FLAGS"],
@@ -91,10 +93,11 @@ def build_sanitized_extension(package: Path, path: str) -> None:
     compiler = c_compiler()
     flags = ["-std=c11", "-g", "-O1", "-fPIC", *FLAGS["FP_FLAGS"], *FLAGS["simd_flags"](path), *SANITIZE,
              "-DPy_LIMITED_API=0x030B0000", "-I", str(ROOT / "csrc/include"), "-I", str(ROOT / "csrc/python"),
-             "-I", openblas.get_include_dir(),
-             "-I", sysconfig.get_paths()["include"]]
+             "-I", openblas.get_include_dir(), "-I", sysconfig.get_paths()["include"]]
     objects = package.parent / "objects"
     objects.mkdir()
+    generated = objects / "ops.c"
+    BINDING["generate"](str(generated))
 
     def compile_one(source: str) -> Path:
         obj = objects / (Path(source).parent.name + "_" + Path(source).stem + ".o")
@@ -102,12 +105,8 @@ def build_sanitized_extension(package: Path, path: str) -> None:
         assert run.returncode == 0, f"{source}:\n{run.stderr}"
         return obj
 
-    # The binding's wrappers are generated at build time, as setup.py does.
-    generated = package.parent / "generated" / "ops.c"
-    runpy.run_path(str(ROOT / "csrc/python/gen_binding.py"))["generate"](str(generated))
-    sources = [*sorted(glob.glob(str(ROOT / "csrc/*/*.c"))), str(generated)]
     with ThreadPoolExecutor(os.cpu_count() or 1) as pool:
-        objs = list(pool.map(compile_one, sources))
+        objs = list(pool.map(compile_one, sorted(glob.glob(str(ROOT / "csrc/*/*.c"))) + [str(generated)]))
     (target,) = package.glob(f"_core_{path}.*so")
     link = subprocess.run([compiler, "-shared", *SANITIZE, *map(str, objs), "-o", str(target),
                            "-L", openblas.get_lib_dir(), "-l" + openblas.get_library(),
@@ -125,7 +124,7 @@ def test_extension_under_sanitizers(tmp_path):
     env = dict(os.environ, PYTHONPATH=str(tmp_path), LD_PRELOAD=preload.strip(), ATTNC_CPU=path,
                ASAN_OPTIONS="detect_leaks=0:abort_on_error=0",
                UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1", OPENBLAS_NUM_THREADS="1")
-    where = subprocess.run([sys.executable, "-c", "import attnc; print(attnc._core._extension.__file__)"], env=env,
+    where = subprocess.run([sys.executable, "-c", "import attnc; print(attnc._core.__file__)"], env=env,
                            capture_output=True, text=True, cwd=str(tmp_path))
     assert where.returncode == 0 and where.stdout.startswith(str(tmp_path / "attnc")), where.stdout + where.stderr
     here = Path(__file__).resolve().parent

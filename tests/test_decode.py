@@ -185,7 +185,7 @@ def test_bad_arguments_raise_clear_errors():
         _c_gpt(model, idx, 2, beam_size=0)
     with pytest.raises(ValueError, match="eos"):
         _c_gpt(model, idx, 2, eos=5)
-    with pytest.raises(ValueError, match="length_penalty"):
+    with pytest.raises(ValueError, match="length_penalty must be finite, got inf"):
         _c_gpt(model, idx, 2, beam_size=2, length_penalty=math.inf)
     with pytest.raises(ValueError, match="memory"):
         _c_gpt(model, idx, 2, memory=np.zeros((2, 3, 12)))

@@ -647,10 +647,14 @@ def test_errors(ref):
         m(x, t.astype(np.float64), lengths=nl)
     with pytest.raises(ValueError, match="targets"):
         m(x, t[:1], lengths=nl)
-    for bad_len in ([0, 3], [5, 3], [4], [4.0, 3.0], [[4, 3]]):
-        with pytest.raises(ValueError, match="lengths"):
+    for bad_len, message in (([0, 3], r"lengths\[0\] = 0 is outside \[1, 4\]"),
+                             ([5, 3], r"lengths\[0\] = 5 is outside \[1, 4\]"),
+                             ([4], r"lengths has shape \(1,\), expected \(2,\)"),
+                             ([4.0, 3.0], "lengths must be integers, got dtype float64"),
+                             ([[4, 3]], r"lengths has shape \(1, 2\), expected \(2,\)")):
+        with pytest.raises(ValueError, match=message):   # the same message both ways, not the encoder's n + 1
             m(x, t, lengths=np.array(bad_len))
-        with pytest.raises(ValueError, match="lengths"):
+        with pytest.raises(ValueError, match=message):
             m.generate(x, lengths=np.array(bad_len))
     with pytest.raises(ValueError, match="inputs"):
         m(np.zeros((2, 4, D + 1)), t, lengths=nl)

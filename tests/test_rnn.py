@@ -920,6 +920,18 @@ def test_forward_errors_name_the_argument(kind, case):
 
 
 @pytest.mark.parametrize("kind", KINDS)
+def test_lengths_errors_say_which_row_or_shape(kind):
+    """lengths' shape and range are checked once, in C: the message names the
+    row and its value, or the shape wanted."""
+    m = attnc_module(kind, BIG, np.float32, seed=0)
+    x = np.zeros((B, T, I), np.float32)
+    _raises(ValueError, rf"lengths\[1\] = 0 is outside \[1, {T}\]", m, x, lengths=np.array([3, 0, 5]))
+    _raises(ValueError, rf"lengths\[2\] = {T + 1} is outside \[1, {T}\]", m, x, lengths=[3, 2, T + 1])
+    _raises(ValueError, rf"lengths has shape \(4,\), expected \({B},\)", m, x, lengths=np.array([3, 2, 5, 1]))
+    _raises(ValueError, rf"lengths has shape \({B}, 1\), expected \({B},\)", m, x, lengths=np.array([[3], [2], [5]]))
+
+
+@pytest.mark.parametrize("kind", KINDS)
 def test_cell_errors(kind):
     cls = nn.LSTMCell if kind == "lstm" else nn.GRUCell
     c = cls(I, H, seed=0)

@@ -161,7 +161,7 @@ def _hull_targets(P):
     B, n, _ = P.shape
     hull = np.empty((B, n), np.int64)
     sizes = np.empty(B, np.int64)
-    _core.convex_hull(hull, sizes, P)
+    _core.convex_hull(hull=hull, sizes=sizes, points=P)
     return np.ascontiguousarray(hull[:, : int(sizes.max()) if B else 0]), sizes
 
 
@@ -264,7 +264,7 @@ def tsp_tours(points: ArrayLike, exact: bool | None = None) -> tuple[Array, Arra
     use_exact = n <= HELD_KARP_MAX_N if exact is None else bool(exact)
     tours = np.empty((B, n), np.int64)
     lengths = np.empty(B, np.float64)
-    (_core.tsp_held_karp if use_exact else _core.tsp_two_opt)(tours, lengths, p)
+    (_core.tsp_held_karp if use_exact else _core.tsp_two_opt)(tours=tours, lengths=lengths, points=p)
     return tours, lengths
 
 
@@ -308,7 +308,7 @@ def tour_length(points: ArrayLike, tours: ArrayLike) -> Array:
         t = t[:, :n]
     t = np.ascontiguousarray(t, np.int64)
     lengths = np.empty(B, np.float64)
-    _core.tsp_tour_length(lengths, p, t)
+    _core.tsp_tour_length(lengths=lengths, points=p, tours=t)
     return lengths
 
 

@@ -166,11 +166,11 @@ class PointerNet(nn.Module):
             nl = np.full(B, n, np.int64)
         else:
             nl = np.asarray(lengths)
-            if nl.dtype.kind not in "iu" or nl.shape != (B,):
-                raise ValueError(f"lengths must be integers of shape ({B},), got {nl.dtype} {shape_str(nl.shape)}")
-            nl = nl.astype(np.int64)
-            if B and (nl.min() < 1 or nl.max() > n):
-                raise ValueError(f"lengths must be in [1, {n}], got values from {nl.min()} to {nl.max()}")
+            if nl.dtype.kind not in "iu":
+                raise ValueError(f"lengths must be integers, got dtype {nl.dtype}")
+            nl = np.ascontiguousarray(nl, np.int64)
+            # its shape (B,) and range [1, n], checked by the C decoder's check before anything reads it
+            _core.pointer_check_lengths(lengths=nl, B=B, n=n)
         return np.ascontiguousarray(x), nl
 
     @staticmethod
@@ -384,13 +384,15 @@ class PointerNet(nn.Module):
         # both LSTMs read the raw inputs, the embedding folded into their weights
         enc, (h, c) = self._folded(self.encoder)(enc_in, None, lengths=nl + 1)   # h[0], c[0]: the forward direction's
         keys = np.ascontiguousarray(nn.linear(enc, self.W1.weight))
-        feed, start, dec = x, self.start, self._folded(self.decoder)
-        params = (dec.weight_ih_l0, dec.weight_hh_l0, dec.bias_ih_l0, dec.bias_hh_l0, self.W2.weight,
-                  np.ascontiguousarray(self.v.weight[0]), np.ascontiguousarray(start))
+        dec = self._folded(self.decoder)
+        params = dict(w_ih=dec.weight_ih_l0, w_hh=dec.weight_hh_l0, b_ih=dec.bias_ih_l0, b_hh=dec.bias_hh_l0,
+                      w2=self.W2.weight, v=np.ascontiguousarray(self.v.weight[0]),
+                      start=np.ascontiguousarray(self.start))
         out, lens = np.empty((B, n + 1), np.int64), np.empty(B, np.int64)
         logits = np.empty((B, n + 1, n + 1), self.dtype)   # every output step's pointer logits, end token first
-        _core.pointer_decode(out, lens, logits, feed, nl, keys, np.ascontiguousarray(h[0]), np.ascontiguousarray(c[0]),
-                             params, CONSTRAINTS[constraint], K, float(length_penalty))
+        _core.pointer_decode(out=out, counts=lens, logits=logits, inputs=x, lengths=nl, keys=keys,
+                             h0=np.ascontiguousarray(h[0]), c0=np.ascontiguousarray(c[0]), params=params,
+                             constraint=CONSTRAINTS[constraint], beam_size=K, length_penalty=float(length_penalty))
         taken = lens - 1                                               # inputs chosen per row
         width = int(taken.max()) if B else 0
         indices = np.where(np.arange(width)[None, :] < taken[:, None], out[:, :width] - 1, -1)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import numbers
 from collections.abc import Sequence
 
@@ -12,7 +11,7 @@ from .. import _core
 from .._args import float_array, same_dtype, shape_str
 from .._typing import Array, ArrayLike
 from .normalization import LayerNorm
-from .transformer import _ACTIVATIONS, TransformerDecoderLayer, TransformerEncoderLayer
+from .transformer import TransformerDecoderLayer, TransformerEncoderLayer
 
 
 def _int(name, v, low):
@@ -21,21 +20,17 @@ def _int(name, v, low):
     return int(v)
 
 
-def _check_sizes(arrays, ids, max_new_tokens, eos):
-    """What the C decoder would refuse of the sizes, refused before the
-    output is allocated: the prompt's tokens and eos within the vocabularies,
-    and prompt + max_new_tokens - 1 positions within the table."""
+def _check_sizes(arrays, ids, max_new_tokens):
+    """What the C decoder would refuse of the sizes that size the output,
+    refused before it is allocated: prompt + max_new_tokens - 1 positions
+    within the table. (The C call checks the rest: the prompt's tokens and
+    eos within the vocabularies, the shapes.)"""
     for name in ("embedding", "positions", "out_weight"):
         if arrays[name].ndim != 2:
             raise ValueError(f"{name} must be 2-d, got shape {shape_str(arrays[name].shape)}")
-    vocab, table, out = arrays["embedding"].shape[0], arrays["positions"].shape[0], arrays["out_weight"].shape[0]
+    table = arrays["positions"].shape[0]
     if ids.shape[1] < 1:
         raise ValueError("prompt needs at least one token per row")
-    if ids.size and (ids.min() < 0 or ids.max() >= vocab):
-        bad = ids[(ids < 0) | (ids >= vocab)][0]
-        raise ValueError(f"prompt holds token {bad}, outside the embedding's [0, {vocab})")
-    if eos is not None and eos >= out:
-        raise ValueError(f"eos {eos} is outside the output's vocabulary [0, {out})")
     if max_new_tokens > 0 and ids.shape[1] + max_new_tokens - 1 > table:
         raise ValueError(f"prompt length {ids.shape[1]} + max_new_tokens {max_new_tokens} - 1 exceeds the {table} "
                          "rows of positions")
@@ -126,9 +121,7 @@ def decode(layers: Sequence[TransformerDecoderLayer] | Sequence[TransformerEncod
     beam_size = _int("beam_size", beam_size, 1)
     if eos is not None:
         eos = _int("eos", eos, 0)
-    _check_sizes(arrays, ids, max_new_tokens, eos)
-    if not math.isfinite(float(length_penalty)):
-        raise ValueError(f"length_penalty must be finite, got {length_penalty}")
+    _check_sizes(arrays, ids, max_new_tokens)
     mem = mask = None
     if isinstance(first, TransformerDecoderLayer):
         if memory is None:
@@ -150,9 +143,10 @@ def decode(layers: Sequence[TransformerDecoderLayer] | Sequence[TransformerEncod
     B = ids.shape[0]
     tokens = np.empty((B, max_new_tokens), np.int64)
     lengths = np.empty(B, np.int64)
-    config = (first.nhead, _ACTIVATIONS[first.activation], first.layer_norm_eps, first.norm_first, 0.0, 0)
-    _core.decode(tokens, lengths, [layer._params() for layer in layers], config, arrays["embedding"],
-                 float(embed_scale), arrays["positions"], None if norm is None else norm.weight,
-                 None if norm is None else norm.bias, arrays["out_weight"], arrays["out_bias"], ids, mem, mask,
-                 (max_new_tokens, -1 if eos is None else eos, beam_size, float(length_penalty)))
+    _core.decode(tokens=tokens, lengths=lengths, layers=[layer._params() for layer in layers],
+                 **first._layer_config(training=False), embedding=arrays["embedding"], positions=arrays["positions"],
+                 embed_scale=float(embed_scale), norm_weight=None if norm is None else norm.weight,
+                 norm_bias=None if norm is None else norm.bias, out_weight=arrays["out_weight"],
+                 out_bias=arrays["out_bias"], prompt=ids, memory=mem, memory_mask=mask, max_new_tokens=max_new_tokens,
+                 eos=-1 if eos is None else eos, beam_size=beam_size, length_penalty=float(length_penalty))
     return tokens[:, : int(lengths.max()) if B else 0]

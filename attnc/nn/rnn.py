@@ -56,17 +56,21 @@ class _RNNBase(Module, abstract=True):
         return ("", "_reverse") if self.bidirectional else ("",)
 
     def _weight_names(self):
-        return [tuple(f"{w}_l{layer}{suffix}" for w in ("weight_ih", "weight_hh", "bias_ih", "bias_hh"))
+        """Per layer and direction, attnc_rnn_weights' members -> parameter names."""
+        return [{w: f"{w}_l{layer}{suffix}" for w in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")}
                 for layer in range(self.num_layers) for suffix in self._suffixes]
 
     def _weights(self):
+        """The weights as the C layer takes them: a dict per layer and direction, None for an absent bias."""
         p = self._parameters
-        return [tuple(p.get(n) for n in names) for names in self._weight_names()]
+        return [{w: p.get(n) for w, n in names.items()} for names in self._weight_names()]
 
     def _rnn_config(self, training):
+        """attnc_rnn_config by member: the keywords of the C calls."""
         dropout = self.dropout if training and self.num_layers > 1 else 0.0
         seed = int(self._rng.integers(2**63)) if dropout else 0
-        return (self._mode, self.hidden_size, self.num_layers, self.bidirectional, dropout, seed)
+        return dict(mode=self._mode, hidden_size=self.hidden_size, num_layers=self.num_layers,
+                    bidirectional=self.bidirectional, dropout=dropout, seed=seed)
 
     # -- arguments -----------------------------------------------------------------
     def _prepare(self, input, hx, lengths):
@@ -88,11 +92,7 @@ class _RNNBase(Module, abstract=True):
             lens = np.asarray(lengths)
             if lens.dtype.kind not in "iu":
                 raise TypeError(f"lengths must be integers, got dtype {lens.dtype}")
-            if lens.shape != (B,):
-                raise ValueError(f"lengths must have shape ({B},), got {shape_str(lens.shape)}")
-            if lens.size and (lens.min() < 1 or lens.max() > T):
-                raise ValueError(f"lengths must be in [1, {T}], got values from {lens.min()} to {lens.max()}")
-            lens = np.ascontiguousarray(lens, dtype=np.int64)
+            lens = np.ascontiguousarray(lens, dtype=np.int64)  # its shape (B,) and range [1, T]: checked in C
         return x, states, lens, batched
 
     def _state(self, a, name, B, batched):
@@ -112,24 +112,28 @@ class _RNNBase(Module, abstract=True):
         out = np.empty((B, T, DH), x.dtype)
         h_n = np.empty((LD, B, self.hidden_size), x.dtype)
         c_n = np.empty_like(h_n) if self._mode == _LSTM else None
-        saved = np.empty(_core.rnn_saved_size(config, B, T, self.input_size), x.dtype) if keep else None
+        saved = None
+        if keep:
+            saved = np.empty(_core.rnn_saved_size(**config, B=B, T=T, input_size=self.input_size), x.dtype)
         h0, c0 = states
         weights = self._weights()
-        _core.rnn_forward(out, h_n, c_n, saved, x, lens, h0, c0, weights, config)
+        _core.rnn_forward(output=out, h_n=h_n, c_n=c_n, saved=saved, input=x, lengths=lens, h0=h0, c0=c0,
+                          weights=weights, **config)
         return out, h_n, c_n, (saved, x, lens, h0, c0, weights, config)
 
     def _backward(self, state, dout, dh_n, dc_n):
         saved, x, lens, h0, c0, weights, config = state
-        grads = [tuple(None if w is None else np.empty_like(w) for w in ws) for ws in weights]
+        grads = [{k: None if w is None else np.empty_like(w) for k, w in ws.items()} for ws in weights]
         dx = np.empty_like(x)
         dh0 = np.empty_like(h0) if h0 is not None else None
         dc0 = np.empty_like(c0) if c0 is not None else None
         ready = lambda a: None if a is None else np.ascontiguousarray(a, x.dtype)  # noqa: E731
-        _core.rnn_backward(dx, dh0, dc0, grads, ready(dout), ready(dh_n), ready(dc_n), saved, x, lens, h0, c0,
-                           weights, config)
+        _core.rnn_backward(dinput=dx, dh0=dh0, dc0=dc0, grads=grads, doutput=ready(dout), dh_n=ready(dh_n),
+                           dc_n=ready(dc_n), saved=saved, input=x, lengths=lens, h0=h0, c0=c0, weights=weights,
+                           **config)
         named = {}
         for names, gs in zip(self._weight_names(), grads):
-            named.update({n: g for n, g in zip(names, gs) if g is not None})
+            named.update({names[k]: g for k, g in gs.items() if g is not None})
         return dx, dh0, dc0, named
 
     def extra_repr(self) -> str:

@@ -79,9 +79,16 @@ def _is_causal_mask(mask, size):
     return bool(np.all(np.isneginf(m[above])) and np.all(m[~above] == 0))
 
 
-def _masks(attn_mask, key_padding_mask, is_causal, B, H, L, S, dtype, names, batched):
+# The keywords of a layer's self- and cross-attention masks (attnc_attn_masks:
+# the attention mask, the key padding mask, the causal flag).
+_SELF_MASKS = ("attn_mask", "key_padding_mask", "is_causal")
+_CROSS_MASKS = ("memory_mask", "memory_key_padding_mask", "memory_is_causal")
+
+
+def _masks(attn_mask, key_padding_mask, is_causal, B, H, L, S, dtype, names, batched, keys):
     """A torch-style attention mask and key padding mask as the kernel's
-    (mask, mask, causal) triple, broadcast to (B, H, L, S)."""
+    masks broadcast to (B, H, L, S) and causal flag, by their keywords
+    (_SELF_MASKS or _CROSS_MASKS)."""
     m0 = m1 = None
     if is_causal and attn_mask is None:
         raise ValueError(f"{names[2]}=True is a hint that {names[0]} is the causal mask: pass {names[0]} too "
@@ -101,13 +108,27 @@ def _masks(attn_mask, key_padding_mask, is_causal, B, H, L, S, dtype, names, bat
             raise ValueError(f"{names[1]} has shape {shape_str(np.shape(key_padding_mask))}, expected (B, S) = "
                              f"({B}, {S})")
         m1 = elementwise_ready(torch_mask(m[:, None, None, :], names[1], (B, H, L, S), dtype)[1])
-    return (m0, m1, bool(is_causal))
+    return dict(zip(keys, (m0, m1, bool(is_causal))))
+
+
+def _layer_param_names(decoder):
+    """The C layer's parameter keys (attnc_layer_params' members) -> the
+    layer's state_dict names."""
+    attn = {"in_weight": "in_proj_weight", "in_bias": "in_proj_bias", "out_weight": "out_proj.weight",
+            "out_bias": "out_proj.bias"}
+    blocks = (("self_attn", "self_attn"),) + ((("cross_attn", "multihead_attn"),) if decoder else ())
+    names = {f"{member}.{k}": f"{name}.{v}" for member, name in blocks for k, v in attn.items()}
+    names.update({f"linear{i}_{w}": f"linear{i}.{w}" for i in (1, 2) for w in ("weight", "bias")})
+    norms = ("norm_self", "norm_cross", "norm_ff") if decoder else ("norm_self", "norm_ff")
+    names.update({f"{member}.{w}": f"norm{i + 1}.{w}" for i, member in enumerate(norms) for w in ("weight", "bias")})
+    return names
 
 
 class _Layer(Module, abstract=True):
     """What the encoder and decoder layers share: construction, the C call."""
 
     _decoder = False
+    _param_names = _layer_param_names(False)
 
     def _build(self, d_model, nhead, dim_feedforward, dropout, activation, layer_norm_eps, batch_first, norm_first,
                bias, dtype, seed):
@@ -135,25 +156,18 @@ class _Layer(Module, abstract=True):
             setattr(self, f"norm{i + 1}", LayerNorm(d_model, eps=layer_norm_eps, bias=bias, dtype=dtype))
         self._rng = rng
 
-    # Parameter slots, in the binding's order (csrc/python/transformer.c).
-    def _slot_names(self):
-        cross = ("multihead_attn.in_proj_weight", "multihead_attn.in_proj_bias", "multihead_attn.out_proj.weight",
-                 "multihead_attn.out_proj.bias") if self._decoder else (None,) * 4
-        norms = ("norm1", "norm2", "norm3") if self._decoder else ("norm1", None, "norm2")
-        names = ["self_attn.in_proj_weight", "self_attn.in_proj_bias", "self_attn.out_proj.weight",
-                 "self_attn.out_proj.bias", *cross, "linear1.weight", "linear1.bias", "linear2.weight", "linear2.bias"]
-        for n in norms:
-            names += [None, None] if n is None else [f"{n}.weight", f"{n}.bias"]
-        return names
-
     def _params(self):
+        """The layer's parameters as the C layer takes them (by
+        attnc_layer_params' member: _param_names), None for an absent bias."""
         own = dict(self.named_parameters())
-        return tuple(None if n is None else own.get(n) for n in self._slot_names())
+        return {member: own.get(name) for member, name in self._param_names.items()}
 
     def _layer_config(self, training):
+        """attnc_layer_config by member: the keywords of the C calls."""
         dropout = self.dropout if training else 0.0
         seed = int(self._rng.integers(2**63)) if dropout else 0
-        return (self.nhead, _ACTIVATIONS[self.activation], self.layer_norm_eps, self.norm_first, dropout, seed)
+        return dict(nhead=self.nhead, activation=_ACTIVATIONS[self.activation], eps=self.layer_norm_eps,
+                    norm_first=self.norm_first, dropout=dropout, seed=seed)
 
     def _run(self, x, memory, self_masks, cross_masks, need_weights, keep):
         """One C forward: (out, weights, saved state for _grads)."""
@@ -164,17 +178,18 @@ class _Layer(Module, abstract=True):
         out = np.empty_like(x)
         ws = np.empty((B, H, L, L), x.dtype) if need_weights else None
         wc = np.empty((B, H, L, S), x.dtype) if need_weights and self._decoder else None
-        size = _core.layer_saved_size(B, L, S, E, self.dim_feedforward, H, self._decoder)
-        none = (None, None, False)
+        size = _core.layer_saved_size(B=B, L=L, S=S, E=E, F=self.dim_feedforward, H=H, decoder=self._decoder)
+        cross_masks = cross_masks or {}
         if keep:
             saved = self._activations(size, x.dtype)
-            _core.layer_forward(out, ws, wc, saved.array, x, memory, params, config, self_masks,
-                                cross_masks or none)
+            _core.layer_forward(output=out, weights_self=ws, weights_cross=wc, saved=saved.array, input=x,
+                                memory=memory, params=params, **config, **self_masks, **cross_masks)
         else:
             with self._workspace(size, x.dtype) as work:
-                _core.layer_forward(out, ws, wc, work, x, memory, params, config, self_masks, cross_masks or none)
+                _core.layer_forward(output=out, weights_self=ws, weights_cross=wc, saved=work, input=x, memory=memory,
+                                    params=params, **config, **self_masks, **cross_masks)
             saved = None
-        state = (saved, x, memory, params, config, self_masks, cross_masks or none)
+        state = (saved, x, memory, params, config, self_masks, cross_masks)
         return out, (ws, wc), state
 
     def __getstate__(self):  # copies and pickles leave the working memory and its lock behind
@@ -215,17 +230,17 @@ class _Layer(Module, abstract=True):
     def _grads(self, state, dout):
         """dx, dmemory and {state_dict name: gradient} from one C backward."""
         saved, x, memory, params, config, sm, cm = state
-        saved = saved.array
-        grads = tuple(None if p is None else np.empty_like(p) for p in params)
+        grads = {member: None if p is None else np.empty_like(p) for member, p in params.items()}
         dx = np.empty_like(x)
         dmem = np.empty_like(memory) if memory is not None else None
         dout = np.ascontiguousarray(dout, dtype=x.dtype)
         B, L, E = x.shape
-        size = _core.layer_scratch_size(B, L, 0 if memory is None else memory.shape[1], E, self.dim_feedforward,
-                                        self._decoder)
+        size = _core.layer_scratch_size(B=B, L=L, S=0 if memory is None else memory.shape[1], E=E,
+                                        F=self.dim_feedforward, decoder=self._decoder)
         with self._workspace(size, x.dtype) as work:
-            _core.layer_backward(dx, dmem, grads, work, dout, saved, x, memory, params, config, sm, cm)
-        named = {n: g for n, g in zip(self._slot_names(), grads) if n is not None and g is not None}
+            _core.layer_backward(dinput=dx, dmemory=dmem, grads=grads, scratch=work, doutput=dout, saved=saved.array,
+                                 input=x, memory=memory, params=params, **config, **sm, **cm)
+        named = {self._param_names[member]: g for member, g in grads.items() if g is not None}
         return dx, dmem, named
 
     def extra_repr(self) -> str:
@@ -249,13 +264,13 @@ def _give_back(spare, array):
 
 def _self_masks(layer, x, attn_mask, key_padding_mask, is_causal, batched, names):
     B, L, _ = x.shape
-    return _masks(attn_mask, key_padding_mask, is_causal, B, layer.nhead, L, L, x.dtype, names, batched)
+    return _masks(attn_mask, key_padding_mask, is_causal, B, layer.nhead, L, L, x.dtype, names, batched, _SELF_MASKS)
 
 
 def _cross_masks(layer, x, memory, memory_mask, memory_key_padding_mask, memory_is_causal, batched):
     B, L, _ = x.shape
     return _masks(memory_mask, memory_key_padding_mask, memory_is_causal, B, layer.nhead, L, memory.shape[1],
-                  x.dtype, ("memory_mask", "memory_key_padding_mask", "memory_is_causal"), batched)
+                  x.dtype, _CROSS_MASKS, batched, _CROSS_MASKS)
 
 
 def _unbatch(a, batched):
@@ -401,6 +416,7 @@ class TransformerDecoderLayer(_Layer):
     """
 
     _decoder = True
+    _param_names = _layer_param_names(True)
 
     def __init__(self, d_model: int, nhead: int, dim_feedforward: int = 2048, dropout: float = 0.1,
                  activation: Activation = "relu", layer_norm_eps: float = 1e-5, batch_first: bool = True,

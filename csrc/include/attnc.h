@@ -559,18 +559,21 @@ int64_t attnc_rnn_saved_size(const attnc_rnn_config *config, int64_t B, int64_t 
 /* output (B, T, D H) (0 at padded steps), h_n, c_n (L D, B, H) (c_n: LSTM;
  * each optional), saved (optional, 1-D) <- input (B, T, I), lengths (B)
  * INT64 in [1, T] (optional; padding is never read), h0, c0 (L D, B, H)
- * (optional: zeros), weights[l D + d] (d = 1: the reverse direction). */
+ * (optional: zeros), weights[l D + d] (d = 1: the reverse direction; nweights
+ * = L D of them). */
 attnc_status attnc_rnn_forward(attnc_tensor *output, attnc_tensor *h_n, attnc_tensor *c_n, attnc_tensor *saved,
                                const attnc_tensor *input, const attnc_tensor *lengths, const attnc_tensor *h0,
-                               const attnc_tensor *c0, const attnc_rnn_weights *weights,
+                               const attnc_tensor *c0, const attnc_rnn_weights *weights, int64_t nweights,
                                const attnc_rnn_config *config);
-/* dinput, dh0, dc0, grads[l D + d] (each optional, overwritten) <- doutput,
- * dh_n, dc_n (each optional: zeros), the forward's saved buffer and inputs. */
+/* dinput, dh0, dc0, grads[l D + d] (ngrads = L D; each member optional,
+ * overwritten) <- doutput, dh_n, dc_n (each optional: zeros), the forward's
+ * saved buffer and inputs. */
 attnc_status attnc_rnn_backward(attnc_tensor *dinput, attnc_tensor *dh0, attnc_tensor *dc0,
-                                attnc_rnn_weights *grads, const attnc_tensor *doutput, const attnc_tensor *dh_n,
-                                const attnc_tensor *dc_n, const attnc_tensor *saved, const attnc_tensor *input,
-                                const attnc_tensor *lengths, const attnc_tensor *h0, const attnc_tensor *c0,
-                                const attnc_rnn_weights *weights, const attnc_rnn_config *config);
+                                attnc_rnn_weights *grads, int64_t ngrads, const attnc_tensor *doutput,
+                                const attnc_tensor *dh_n, const attnc_tensor *dc_n, const attnc_tensor *saved,
+                                const attnc_tensor *input, const attnc_tensor *lengths, const attnc_tensor *h0,
+                                const attnc_tensor *c0, const attnc_rnn_weights *weights, int64_t nweights,
+                                const attnc_rnn_config *config);
 
 /* ---- recurrent attention decoder (attnc.models.Seq2Seq) ------------------ */
 

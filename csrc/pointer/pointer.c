@@ -29,8 +29,18 @@ typedef struct {
 #define ATTNC_F64 1
 #include "pointer_impl.h"
 
-static attnc_status check(ptr_run *x, const attnc_tensor *out, const attnc_tensor *lengths,
-                          const attnc_tensor *inputs, const attnc_tensor *input_lengths, const attnc_tensor *keys,
+attnc_status attnc_pointer_check_lengths(const attnc_tensor *lengths, int64_t B, int64_t n) {
+    TRY(attnc_check_array(lengths, "lengths", ATTNC_INT64, 1, (int64_t[]){B}, false));
+    const int64_t *nl = lengths->data;
+    for (int64_t b = 0; b < B; b++)
+        if (nl[b] < 1 || nl[b] > n)
+            return attnc_fail(ATTNC_ERR_VALUE, "lengths[%lld] = %lld is outside [1, %lld]", (long long)b,
+                              (long long)nl[b], (long long)n);
+    return ATTNC_OK;
+}
+
+static attnc_status check(ptr_run *x, const attnc_tensor *out, const attnc_tensor *counts,
+                          const attnc_tensor *inputs, const attnc_tensor *lengths, const attnc_tensor *keys,
                           const attnc_tensor *h0, const attnc_tensor *c0, const attnc_pointer_params *p) {
     if (!attnc_present(inputs)) return attnc_fail(ATTNC_ERR_TYPE, "inputs is required");
     x->dt = inputs->dtype;
@@ -48,7 +58,7 @@ static attnc_status check(ptr_run *x, const attnc_tensor *out, const attnc_tenso
     x->H = ks[2];
     if (x->n < 1 || x->D < 1 || x->H < 1) return attnc_fail(ATTNC_ERR_VALUE, "n, D and H must be >= 1");
     int64_t bh[2] = {x->B, x->H}, g4d[2] = {4 * x->H, x->D}, g4h[2] = {4 * x->H, x->H}, g4[1] = {4 * x->H},
-            hh[2] = {x->H, x->H}, h1[1] = {x->H}, d1[1] = {x->D}, b1[1] = {x->B};
+            hh[2] = {x->H, x->H}, h1[1] = {x->H}, d1[1] = {x->D};
     TRY(attnc_check_array(h0, "h0", x->dt, 2, bh, false));
     TRY(attnc_check_array(c0, "c0", x->dt, 2, (int64_t[]){x->B, x->H}, false));
     TRY(attnc_check_array(&p->w_ih, "decoder.weight_ih_l0", x->dt, 2, g4d, false));
@@ -58,20 +68,15 @@ static attnc_status check(ptr_run *x, const attnc_tensor *out, const attnc_tenso
     TRY(attnc_check_array(&p->w2, "W2.weight", x->dt, 2, hh, false));
     TRY(attnc_check_array(&p->v, "v", x->dt, 1, h1, false));
     TRY(attnc_check_array(&p->start, "start", x->dt, 1, d1, false));
-    TRY(attnc_check_array(input_lengths, "input_lengths", ATTNC_INT64, 1, b1, false));
-    const int64_t *nl = input_lengths->data;
-    for (int64_t b = 0; b < x->B; b++)
-        if (nl[b] < 1 || nl[b] > x->n)
-            return attnc_fail(ATTNC_ERR_VALUE, "input_lengths[%lld] = %lld is outside [1, %lld]", (long long)b,
-                              (long long)nl[b], (long long)x->n);
+    TRY(attnc_pointer_check_lengths(lengths, x->B, x->n));
     int64_t os[2] = {x->B, -1};
     TRY(attnc_check_array(out, "out", ATTNC_INT64, 2, os, true));
     if (os[1] < 1) return attnc_fail(ATTNC_ERR_VALUE, "out needs at least one step");
-    return attnc_check_array(lengths, "lengths", ATTNC_INT64, 1, (int64_t[]){x->B}, true);
+    return attnc_check_array(counts, "counts", ATTNC_INT64, 1, (int64_t[]){x->B}, true);
 }
 
-attnc_status attnc_pointer_decode(attnc_tensor *out, attnc_tensor *lengths, attnc_tensor *logits,
-                                  const attnc_tensor *inputs, const attnc_tensor *input_lengths,
+attnc_status attnc_pointer_decode(attnc_tensor *out, attnc_tensor *counts, attnc_tensor *logits,
+                                  const attnc_tensor *inputs, const attnc_tensor *lengths,
                                   const attnc_tensor *keys, const attnc_tensor *h0, const attnc_tensor *c0,
                                   const attnc_pointer_params *p, attnc_pointer_constraint constraint,
                                   int64_t beam_size, double length_penalty) {
@@ -81,7 +86,7 @@ attnc_status attnc_pointer_decode(attnc_tensor *out, attnc_tensor *lengths, attn
         return attnc_fail(ATTNC_ERR_VALUE, "unknown constraint %d", (int)constraint);
     if (beam_size < 1) return attnc_fail(ATTNC_ERR_VALUE, "beam_size must be >= 1, got %lld", (long long)beam_size);
     if (!isfinite(length_penalty)) return attnc_fail(ATTNC_ERR_VALUE, "length_penalty must be finite");
-    TRY(check(&x, out, lengths, inputs, input_lengths, keys, h0, c0, p));
+    TRY(check(&x, out, counts, inputs, lengths, keys, h0, c0, p));
     if (attnc_present(logits))
         TRY(attnc_check_array(logits, "logits", x.dt, 3, (int64_t[]){x.B, out->shape[1], x.P}, true));
     x.K = beam_size;
@@ -92,7 +97,7 @@ attnc_status attnc_pointer_decode(attnc_tensor *out, attnc_tensor *lengths, attn
     int64_t R = x.R, H = x.H, P = x.P;
     /* one block: h, c, their next copies (4 R H), gates (4 R H), q (R H), logits (R P), xw (4 B n H), sw (4H) */
     int64_t reals = 9 * R * H + R * P + 4 * x.B * x.n * H + 4 * H;
-    void *mem = NULL, *flags = NULL, *counts = NULL;
+    void *mem = NULL, *flags = NULL, *tallies = NULL;
     float *panels = NULL; /* float32 with the tile kernels: W_hh and W2 packed once for every step */
     int64_t hh_size = attnc_tile_panels_size(4 * H, H), w2_size = attnc_tile_panels_size(H, H);
     /* float32 on AVX-512: also e^{2 keys} (B P H) and e^{2 q} (R H) for the factored scores */
@@ -109,11 +114,11 @@ attnc_status attnc_pointer_decode(attnc_tensor *out, attnc_tensor *lengths, attn
     int workers = attnc_workers();
     if (st == ATTNC_OK)
         st = attnc_calloc(&flags, (size_t)(2 * R * P + 2 * R + workers * P + x.B), 1, "the pointer decoder's masks");
-    if (st == ATTNC_OK) st = attnc_calloc(&counts, (size_t)(3 * R), sizeof(int64_t), "the pointer decoder's counts");
+    if (st == ATTNC_OK) st = attnc_calloc(&tallies, (size_t)(3 * R), sizeof(int64_t), "the pointer decoder's counts");
     if (st == ATTNC_OK) {
         unsigned char *f = flags;
-        int64_t *cnt = counts;
-        attnc_search_io io = {.out = out->data, .lengths = lengths->data, .T = out->shape[1], .eos = 0,
+        int64_t *cnt = tallies;
+        attnc_search_io io = {.out = out->data, .lengths = counts->data, .T = out->shape[1], .eos = 0,
                               .alpha = length_penalty, .trace = attnc_present(logits) ? logits->data : NULL};
 #define RUN(SFX, REAL)                                                                                          \
     do {                                                                                                        \
@@ -121,7 +126,7 @@ attnc_status attnc_pointer_decode(attnc_tensor *out, attnc_tensor *lengths, attn
         ptr_state_##SFX S = {.x = &x, .inputs = inputs->data, .keys = keys->data, .h0 = h0->data,              \
                              .c0 = c0->data, .w_ih = p->w_ih.data, .w_hh = p->w_hh.data, .b_ih = p->b_ih.data, \
                              .b_hh = p->b_hh.data, .w2 = p->w2.data, .v = p->v.data, .start = p->start.data,   \
-                             .nlen = input_lengths->data, .h = m, .c = m + R * H, .h_next = m + 2 * R * H,       \
+                             .nlen = lengths->data,       .h = m, .c = m + R * H, .h_next = m + 2 * R * H,       \
                              .c_next = m + 3 * R * H, .gates = m + 4 * R * H, .q = m + 8 * R * H,                \
                              .logits = m + 9 * R * H, .xw = m + 9 * R * H + R * P,                              \
                              .sw = m + 9 * R * H + R * P + 4 * x.B * x.n * H, .chosen = f,                       \
@@ -146,7 +151,7 @@ attnc_status attnc_pointer_decode(attnc_tensor *out, attnc_tensor *lengths, attn
     }
     free(mem);
     free(flags);
-    free(counts);
+    free(tallies);
     free(panels);
     return st;
 }

@@ -33,16 +33,21 @@ typedef struct {
 } attnc_pointer_params;
 
 /* out (B, T) INT64 <- each row's pointer positions (0 = the end token; 0
- * after it), lengths (B) INT64 <- each row's count (its end included) <-
- * inputs (B, n, D), input_lengths (B) INT64 in [1, n], keys (B, P, H),
- * h0 and c0 (B, H). T >= 1 is the step limit. logits (B, T, P) of the
- * inputs' dtype, or absent: each output step's pointer logits (−inf where
- * the constraint forbids; 0 after a row's end), the model's output
- * distribution before its softmax. */
-attnc_status attnc_pointer_decode(attnc_tensor *out, attnc_tensor *lengths, attnc_tensor *logits,
-                                  const attnc_tensor *inputs, const attnc_tensor *input_lengths,
+ * after it), counts (B) INT64 <- each row's count (its end included) <-
+ * inputs (B, n, D), lengths (B) INT64 in [1, n] (each row's real inputs),
+ * keys (B, P, H), h0 and c0 (B, H). T >= 1 is the step limit. logits (B,
+ * T, P) of the inputs' dtype, or absent: each output step's pointer logits
+ * (−inf where the constraint forbids; 0 after a row's end), the model's
+ * output distribution before its softmax. */
+attnc_status attnc_pointer_decode(attnc_tensor *out, attnc_tensor *counts, attnc_tensor *logits,
+                                  const attnc_tensor *inputs, const attnc_tensor *lengths,
                                   const attnc_tensor *keys, const attnc_tensor *h0, const attnc_tensor *c0,
                                   const attnc_pointer_params *p, attnc_pointer_constraint constraint,
                                   int64_t beam_size, double length_penalty);
+
+/* The check attnc_pointer_decode makes of its lengths, for the Python model's
+ * training forward too (which reads them before any C call): lengths (B)
+ * INT64, C-contiguous, each in [1, n]. */
+attnc_status attnc_pointer_check_lengths(const attnc_tensor *lengths, int64_t B, int64_t n);
 
 #endif

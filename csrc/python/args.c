@@ -146,12 +146,17 @@ int args_ints(PyObject *value, const char *name, int n, int64_t *out) {
     return ok;
 }
 
+/* A TypeError naming what value is (its repr could be a stack of arrays); returns 0. */
+static int wrong_type(const char *name, const char *expected, PyObject *value) {
+    PyObject *type = PyType_GetName(Py_TYPE(value));
+    if (type) PyErr_Format(PyExc_TypeError, "%s must be a %s, got %S", name, expected, type);
+    Py_XDECREF(type);
+    return 0;
+}
+
 int args_dict(PyObject *value, const char *name, const char *const *fields, int n, PyObject **values) {
     if (missing(value, name, 0)) return 0;
-    if (!PyDict_Check(value)) {
-        PyErr_Format(PyExc_TypeError, "%s must be a dict, got %R", name, value);
-        return 0;
-    }
+    if (!PyDict_Check(value)) return wrong_type(name, "dict", value);
     Py_ssize_t found = 0;
     for (int i = 0; i < n; i++) {
         values[i] = PyDict_GetItemString(value, fields[i]); /* borrowed */
@@ -174,10 +179,7 @@ int args_dict(PyObject *value, const char *name, const char *const *fields, int 
 
 int args_list(PyObject *value, const char *name, size_t size, void **items, Py_ssize_t *count) {
     if (missing(value, name, 0)) return 0;
-    if (!PyList_Check(value)) {
-        PyErr_Format(PyExc_TypeError, "%s must be a list, got %R", name, value);
-        return 0;
-    }
+    if (!PyList_Check(value)) return wrong_type(name, "list", value);
     *count = PyList_Size(value);
     *items = PyMem_Calloc((size_t)(*count > 0 ? *count : 1), size);
     if (!*items) {

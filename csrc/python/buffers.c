@@ -19,10 +19,13 @@ static int format_dtype(const char *format, Py_ssize_t itemsize, attnc_dtype *dt
 
 int buffers_get(buffers *held, PyObject *obj, const char *name, int writable, attnc_tensor *t) {
     memset(t, 0, sizeof *t);
-    if (!obj || obj == Py_None) return 1; /* absent (NULL: a keyword not passed) */
+    if (!obj || obj == Py_None) return 1;
     if (held->count >= ATTNC_MAX_BUFFERS) {
-        PyErr_SetString(PyExc_RuntimeError, "attnc: too many buffers in one call");
-        return 0;
+        if (!held->more && !(held->more = PyMem_Calloc(1, sizeof *held->more))) {
+            PyErr_NoMemory();
+            return 0;
+        }
+        return buffers_get(held->more, obj, name, writable, t);
     }
     Py_buffer *view = &held->views[held->count];
     int flags = PyBUF_RECORDS_RO | (writable ? PyBUF_WRITABLE : 0);
@@ -73,6 +76,11 @@ int buffers_get(buffers *held, PyObject *obj, const char *name, int writable, at
 void buffers_release(buffers *held) {
     for (int i = 0; i < held->count; i++) PyBuffer_Release(&held->views[i]);
     held->count = 0;
+    if (held->more) {
+        buffers_release(held->more);
+        PyMem_Free(held->more);
+        held->more = NULL;
+    }
 }
 
 PyObject *raise_status(attnc_status status) {

@@ -9,14 +9,18 @@
 
 #define ATTNC_MAX_BUFFERS 64
 
-/* The buffers one call holds; release them all with buffers_release. */
-typedef struct {
+/* The buffers one call holds; release them all with buffers_release. Past
+ * ATTNC_MAX_BUFFERS (a stack of layers' weights) they go on in `more`, a
+ * chain of further blocks on the heap: a held view never moves. */
+typedef struct buffers {
     Py_buffer views[ATTNC_MAX_BUFFERS];
     int count;
+    struct buffers *more;
 } buffers;
 
-/* t <- a view of obj (None or NULL: absent, t->data = NULL). Returns 0 and sets a
- * Python exception naming `name` on failure. */
+/* t <- a view of obj (None or NULL, an argument not passed: absent,
+ * t->data = NULL). Returns 0 and sets a Python exception naming `name` on
+ * failure. */
 int buffers_get(buffers *held, PyObject *obj, const char *name, int writable, attnc_tensor *t);
 void buffers_release(buffers *held);
 
@@ -33,14 +37,9 @@ PyObject *buffers_finish(buffers *held, attnc_status status);
     Py_END_ALLOW_THREADS
 
 /* The functions of each family, for the module table. */
-extern PyMethodDef attnc_attention_methods[];
-extern PyMethodDef attnc_transformer_methods[];
-extern PyMethodDef attnc_rnn_methods[];
 extern PyMethodDef attnc_seq2seq_methods[];
 extern PyMethodDef attnc_captioner_methods[];
 extern PyMethodDef attnc_ntm_methods[];
-extern PyMethodDef attnc_pointer_methods[];
-extern PyMethodDef attnc_tsp_methods[];
 extern PyMethodDef attnc_lstmn_methods[];
 extern PyMethodDef attnc_pooling_methods[];
 extern PyMethodDef attnc_conv_methods[];

@@ -94,11 +94,14 @@ class Struct:
 
 @dataclasses.dataclass
 class StructList:
-    """A list of dicts, each a `ctype` struct with these members, passed as a
-    pointer to the first and their count (a stack of layers)."""
+    """A list of dicts, each a `ctype` struct with these members (a stack of
+    layers): passed as a pointer to the first and their count, or, as a member
+    of a struct, stored in its members `field` (the pointer) and `count`."""
     name: str
     ctype: str
     members: tuple
+    field: str | None = None
+    count: str | None = None
 
 
 @dataclasses.dataclass
@@ -158,19 +161,29 @@ def struct(ctype, *members, name=None):
     return Struct(ctype, members, name)
 
 
-def struct_list(name, ctype, *members):
-    return StructList(name, ctype, members)
+def struct_list(name, ctype, *members, field=None, count=None):
+    return StructList(name, ctype, members, field, count)
 
 
 VOCABULARY = {f.__name__: f for f in (op, arr, out, real, i64, u64, flag, enum, ints, absent, scalar_out, struct,
                                       struct_list)}
 
 
+def _families() -> list[dict]:
+    """Each family file's globals, in name order."""
+    return [runpy.run_path(path, init_globals=dict(VOCABULARY))
+            for path in sorted(glob.glob(os.path.join(HERE, "ops", "*.py")))]
+
+
+def load_includes() -> list[str]:
+    """The headers the families name in INCLUDES (their C types and entry
+    points outside include/attnc.h), each once, in order."""
+    return list(dict.fromkeys(h for family in _families() for h in family.get("INCLUDES", ())))
+
+
 def load_table() -> list[Op]:
     """Every family's OPS, family files in name order."""
-    ops = []
-    for path in sorted(glob.glob(os.path.join(HERE, "ops", "*.py"))):
-        ops.extend(runpy.run_path(path, init_globals=dict(VOCABULARY))["OPS"])
+    ops = [o for family in _families() for o in family["OPS"]]
     names = [o.name for o in ops]
     duplicated = sorted({n for n in names if names.count(n) > 1})
     if duplicated:
@@ -252,8 +265,7 @@ def _wrapper(o: Op) -> str:
              "    (void)self;",
              f"    PyObject *v[{max(n, 1)}] = {{NULL}};",
              f"    if (!args_take(\"{o.name}\", args, nargs, kwnames, KEYS_{o.name}, {n}, v)) return NULL;",
-             "    buffers h = {.count = 0};",
-             "    attnc_status st = ATTNC_OK;"]
+             "    buffers h = {.count = 0};"] + (["    attnc_status st = ATTNC_OK;"] if o.returns == "status" else [])
     decls, parse, call_args, after = [], [], [], []
     struct_vars = {}
     for i, p in enumerate(o.params):
@@ -288,22 +300,21 @@ def _wrapper(o: Op) -> str:
                     parse += _member_code(m, f"d{i}[{j}]", f"{var}.{m.field or m.name}")
         elif isinstance(p, StructList):
             idx = [k for k, (nm, _, _) in enumerate(kws) if nm == p.name][0]
-            decls.append(f"{p.ctype} *{var} = NULL;")
-            decls.append(f"Py_ssize_t n{i} = 0;")
-            fields = ", ".join(f"\"{m.name}\"" for m in p.members)
-            decls.append(f"static const char *const F{i}[] = {{{fields}}};")
-            parse.append(f"args_list(v[{idx}], \"{p.name}\", sizeof *{var}, (void **)&{var}, &n{i})")
-            parse.append(f"parse_{o.name}_{i}(&h, v[{idx}], {var}, n{i}, F{i})")
-            call_args += [var, f"n{i}"]
-            after.append(f"PyMem_Free({var})")
+            _list_code(o, str(i), p, f"v[{idx}]", decls, parse, after)
+            call_args += [f"l{i}", f"n{i}"]
     # keyword arguments: arrays, scalars, flattened struct members and the wants of scalar_outs
     for k, (nm, spec, owner) in enumerate(kws):
-        if isinstance(spec, (Struct, StructList)):
+        if isinstance(spec, Struct) or (isinstance(spec, StructList) and owner is None):
             continue
         if owner is None:
             parse += _member_code(spec, f"v[{k}]", f"a{o.params.index(spec)}")
         else:
             var = struct_vars[id(owner)]
+            if isinstance(spec, StructList):  # a struct's member list: its pointer and count into the struct
+                tag = f"{o.params.index(owner)}_{k}"
+                _list_code(o, tag, spec, f"v[{k}]", decls, parse, after)
+                parse.append(f"(({var}.{spec.field} = l{tag}), ({var}.{spec.count} = n{tag}), 1)")
+                continue
             if isinstance(spec, Want):
                 s = spec.of
                 decls += [f"double {s.name} = 0;", f"int want_{s.name};"]
@@ -349,10 +360,31 @@ def _all_members(o: Op):
             yield p
 
 
-def _list_parser(o: Op, i: int, p: StructList) -> str:
-    """parse_<op>_<i>: each dict of the list into its struct."""
-    lines = [f"static int parse_{o.name}_{i}(buffers *h, PyObject *list, {p.ctype} *items, Py_ssize_t n,",
-             "                              const char *const *fields) {",
+def _list_code(o: Op, tag: str, p: StructList, src: str, decls: list, parse: list, after: list) -> None:
+    """Read the list in keyword value src into l<tag> (its structs, freed
+    after the call) and n<tag> (their count)."""
+    decls += [f"{p.ctype} *l{tag} = NULL;", f"Py_ssize_t n{tag} = 0;"]
+    parse.append(f"args_list({src}, \"{p.name}\", sizeof *l{tag}, (void **)&l{tag}, &n{tag})")
+    parse.append(f"parse_{o.name}_{tag}(&h, {src}, l{tag}, n{tag})")
+    after.append(f"PyMem_Free(l{tag})")
+
+
+def _lists(o: Op):
+    """(tag, StructList) of each list the call reads (see _list_code)."""
+    kws = _keywords(o)
+    for i, p in enumerate(o.params):
+        if isinstance(p, StructList):
+            yield str(i), p
+        elif isinstance(p, Struct) and p.name is None:
+            yield from ((f"{i}_{k}", m) for k, (_, m, owner) in enumerate(kws)
+                        if owner is p and isinstance(m, StructList))
+
+
+def _list_parser(o: Op, tag: str, p: StructList) -> str:
+    """parse_<op>_<tag>: each dict of the list into its struct."""
+    fields = ", ".join(f"\"{m.name}\"" for m in p.members)
+    lines = [f"static int parse_{o.name}_{tag}(buffers *h, PyObject *list, {p.ctype} *items, Py_ssize_t n) {{",
+             f"    static const char *const fields[] = {{{fields}}};",
              "    for (Py_ssize_t k = 0; k < n; k++) {",
              f"        PyObject *d[{max(len(p.members), 1)}] = {{NULL}};",
              f"        if (!args_dict(PyList_GetItem(list, k), \"{p.name}\", fields, {len(p.members)}, d)) return 0;"]
@@ -365,10 +397,10 @@ def _list_parser(o: Op, i: int, p: StructList) -> str:
     return "\n".join(lines)
 
 
-def c_source(ops: list[Op]) -> str:
+def c_source(ops: list[Op], includes: list[str] = ()) -> str:
     parts = ["/* Generated by csrc/python/gen_binding.py from csrc/python/ops/: do not edit. */",
              "#include <math.h>", "#include <stdint.h>", "#include <string.h>", "",
-             "#include \"args.h\"", ""]
+             "#include \"args.h\""] + [f"#include \"{h}\"" for h in includes] + [""]
     for o in ops:
         names = [nm for nm, _, _ in _keywords(o)]
         parts.append(f"static PyObject *KEYS_{o.name}[{max(len(names), 1)}];")
@@ -376,10 +408,9 @@ def c_source(ops: list[Op]) -> str:
                      + ", ".join(f"\"{nm}\"" for nm in names) + ("" if names else "NULL") + "};")
     parts.append("")
     for o in ops:
-        for i, p in enumerate(o.params):
-            if isinstance(p, StructList):
-                parts.append(_list_parser(o, i, p))
-                parts.append("")
+        for tag, p in _lists(o):
+            parts.append(_list_parser(o, tag, p))
+            parts.append("")
         parts.append(_wrapper(o))
         parts.append("")
     parts.append("PyMethodDef attnc_op_methods[] = {")
@@ -414,16 +445,16 @@ def _py_param(spec) -> str:
         return f"{spec.name}: Sequence[int]"
     if isinstance(spec, Want):
         return f"{spec.of.want}: bool = ..."
-    if isinstance(spec, Struct):
-        return f"{spec.name}: Mapping[str, Any]"
+    if isinstance(spec, Struct):  # args_dict and args_list take these exact types
+        return f"{spec.name}: dict[str, Any]"
     if isinstance(spec, StructList):
-        return f"{spec.name}: Sequence[Mapping[str, Any]]"
+        return f"{spec.name}: list[dict[str, Any]]"
     raise TypeError(spec)
 
 
 def stub(ops: list[Op]) -> str:
     lines = ['"""attnc\'s C core (generated by csrc/python/gen_binding.py from csrc/python/ops/)."""',
-             "", "from collections.abc import Mapping, Sequence", "from typing import Any", "",
+             "", "from collections.abc import Sequence", "from typing import Any", "",
              "from numpy.typing import NDArray", "", "Buffer = NDArray[Any]", ""]
     for o in ops:
         params = [_py_param(s) for nm, s, _ in _keywords(o)]
@@ -444,7 +475,7 @@ def generate(c_path: str, stub_path: str | None = None) -> None:
     """Write the wrappers to c_path (and the stub to stub_path), each only if
     it changed (so a rebuild compiles only what did)."""
     ops = load_table()
-    for path, text in ((c_path, c_source(ops)), (stub_path, stub(ops))):
+    for path, text in ((c_path, c_source(ops, load_includes())), (stub_path, stub(ops))):
         if path is None:
             continue
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)

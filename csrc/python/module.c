@@ -68,13 +68,9 @@ PyMODINIT_FUNC MODULE_INIT(ATTNC_SIMD_PATH)(void) {
     PyObject *m = PyModule_Create(&module);
     if (!m) return NULL;
     if (PyModule_AddFunctions(m, config_methods) != 0 || PyModule_AddFunctions(m, attnc_op_methods) != 0 ||
-        PyModule_AddFunctions(m, attnc_transformer_methods) != 0 ||
-        PyModule_AddFunctions(m, attnc_rnn_methods) != 0 ||
         PyModule_AddFunctions(m, attnc_seq2seq_methods) != 0 ||
         PyModule_AddFunctions(m, attnc_captioner_methods) != 0 ||
         PyModule_AddFunctions(m, attnc_ntm_methods) != 0 ||
-        PyModule_AddFunctions(m, attnc_pointer_methods) != 0 ||
-        PyModule_AddFunctions(m, attnc_tsp_methods) != 0 ||
         PyModule_AddFunctions(m, attnc_lstmn_methods) != 0 ||
         PyModule_AddFunctions(m, attnc_pooling_methods) != 0 ||
         PyModule_AddFunctions(m, attnc_conv_methods) != 0 ||

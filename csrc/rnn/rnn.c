@@ -336,8 +336,15 @@ static attnc_status check_state(const rnn_run *r, const attnc_tensor *t, const c
     return ATTNC_OK;
 }
 
+/* weights (or grads): one set per layer and direction. */
+static attnc_status check_count(const rnn_run *r, int64_t n, const char *name) {
+    if (n == r->L * r->D) return ATTNC_OK;
+    return attnc_fail(ATTNC_ERR_VALUE, "%s holds %lld sets, expected one per layer and direction (%lld)", name,
+                      (long long)n, (long long)(r->L * r->D));
+}
+
 static attnc_status setup(rnn_run *r, const attnc_rnn_config *cfg, const attnc_tensor *x,
-                          const attnc_tensor *lengths, const attnc_rnn_weights *w, const attnc_tensor *h0,
+                          const attnc_tensor *lengths, const attnc_rnn_weights *w, int64_t nw, const attnc_tensor *h0,
                           const attnc_tensor *c0) {
     *r = (rnn_run){0};
     if (!cfg || !w) return attnc_fail(ATTNC_ERR_TYPE, "config and weights are required");
@@ -372,6 +379,7 @@ static attnc_status setup(rnn_run *r, const attnc_rnn_config *cfg, const attnc_t
                 return attnc_fail(ATTNC_ERR_VALUE, "lengths[%lld] = %lld is outside [1, %lld]", (long long)b,
                                   (long long)r->len[b], (long long)r->T);
     }
+    TRY(check_count(r, nw, "weights"));
     for (int64_t l = 0; l < r->L; l++)
         for (r->d = 0; r->d < r->D; r->d++) TRY(check_weights(r, &w[l * r->D + r->d], l, l ? r->D * r->H : r->I));
     r->d = 0;
@@ -383,10 +391,10 @@ static attnc_status setup(rnn_run *r, const attnc_rnn_config *cfg, const attnc_t
 
 attnc_status attnc_rnn_forward(attnc_tensor *output, attnc_tensor *h_n, attnc_tensor *c_n, attnc_tensor *saved,
                                const attnc_tensor *input, const attnc_tensor *lengths, const attnc_tensor *h0,
-                               const attnc_tensor *c0, const attnc_rnn_weights *weights,
+                               const attnc_tensor *c0, const attnc_rnn_weights *weights, int64_t nweights,
                                const attnc_rnn_config *cfg) {
     rnn_run r;
-    TRY(setup(&r, cfg, input, lengths, weights, h0, c0));
+    TRY(setup(&r, cfg, input, lengths, weights, nweights, h0, c0));
     int64_t B = r.B, T = r.T, H = r.H, DH = r.D * H, G = r.ng * H;
     if (!attnc_present(output)) return attnc_fail(ATTNC_ERR_TYPE, "output is required");
     int64_t osz[3] = {B, T, DH};
@@ -547,14 +555,16 @@ static attnc_status backward_one(rnn_run *r, void *args) {
 }
 
 attnc_status attnc_rnn_backward(attnc_tensor *dinput, attnc_tensor *dh0, attnc_tensor *dc0,
-                                attnc_rnn_weights *grads, const attnc_tensor *doutput, const attnc_tensor *dh_n,
-                                const attnc_tensor *dc_n, const attnc_tensor *saved, const attnc_tensor *input,
-                                const attnc_tensor *lengths, const attnc_tensor *h0, const attnc_tensor *c0,
-                                const attnc_rnn_weights *weights, const attnc_rnn_config *cfg) {
+                                attnc_rnn_weights *grads, int64_t ngrads, const attnc_tensor *doutput,
+                                const attnc_tensor *dh_n, const attnc_tensor *dc_n, const attnc_tensor *saved,
+                                const attnc_tensor *input, const attnc_tensor *lengths, const attnc_tensor *h0,
+                                const attnc_tensor *c0, const attnc_rnn_weights *weights, int64_t nweights,
+                                const attnc_rnn_config *cfg) {
     rnn_run r;
-    TRY(setup(&r, cfg, input, lengths, weights, h0, c0));
+    TRY(setup(&r, cfg, input, lengths, weights, nweights, h0, c0));
     int64_t B = r.B, T = r.T, H = r.H, DH = r.D * H, G = r.ng * H;
     if (!attnc_present(saved) || !grads) return attnc_fail(ATTNC_ERR_TYPE, "saved and grads are required");
+    TRY(check_count(&r, ngrads, "grads"));
     rnn_layout lo;
     layout(&lo, &r, true);
     TRY(attnc_check_dims(saved, "saved", r.dt, 1, &lo.total, false));

@@ -318,13 +318,14 @@ static attnc_status check_decoder(decode_run *d, const attnc_decoder *m) {
     return ATTNC_OK;
 }
 
-static attnc_status check_ids(const attnc_tensor *t, const char *name, int64_t limit) {
-    int64_t n = attnc_numel(t);
-    const int64_t *p = t->data;
+/* Every prompt token an embedding row. */
+static attnc_status check_prompt_ids(const attnc_tensor *prompt, int64_t vocab) {
+    int64_t n = attnc_numel(prompt);
+    const int64_t *p = prompt->data;
     for (int64_t i = 0; i < n; i++)
-        if (p[i] < 0 || p[i] >= limit)
-            return attnc_fail(ATTNC_ERR_VALUE, "%s holds token %lld, outside [0, %lld)", name, (long long)p[i],
-                              (long long)limit);
+        if (p[i] < 0 || p[i] >= vocab)
+            return attnc_fail(ATTNC_ERR_VALUE, "prompt holds token %lld, outside the embedding's [0, %lld)",
+                              (long long)p[i], (long long)vocab);
     return ATTNC_OK;
 }
 
@@ -433,8 +434,11 @@ attnc_status attnc_decode(attnc_tensor *tokens, attnc_tensor *lengths, const att
     if (!o) return attnc_fail(ATTNC_ERR_TYPE, "options are required");
     if (o->max_new_tokens < 0) return attnc_fail(ATTNC_ERR_VALUE, "max_new_tokens must be >= 0");
     if (o->beam_size < 1) return attnc_fail(ATTNC_ERR_VALUE, "beam_size must be >= 1");
-    if (o->eos >= d.V) return attnc_fail(ATTNC_ERR_VALUE, "eos %lld is outside the vocabulary", (long long)o->eos);
-    if (!isfinite(o->length_penalty)) return attnc_fail(ATTNC_ERR_VALUE, "length_penalty must be finite");
+    if (o->eos >= d.V)
+        return attnc_fail(ATTNC_ERR_VALUE, "eos %lld is outside the output's vocabulary [0, %lld)", (long long)o->eos,
+                          (long long)d.V);
+    if (!isfinite(o->length_penalty))
+        return attnc_fail(ATTNC_ERR_VALUE, "length_penalty must be finite, got %g", o->length_penalty);
     if (!attnc_present(prompt) || !attnc_present(tokens) || !attnc_present(lengths))
         return attnc_fail(ATTNC_ERR_TYPE, "tokens, lengths and prompt are required");
     int64_t bp[2] = {-1, -1};
@@ -443,7 +447,7 @@ attnc_status attnc_decode(attnc_tensor *tokens, attnc_tensor *lengths, const att
     d.B = bp[0];
     d.P = bp[1];
     if (d.P < 1) return attnc_fail(ATTNC_ERR_VALUE, "prompt needs at least one token");
-    TRY(check_ids(prompt, "prompt", decoder->embedding.shape[0]));
+    TRY(check_prompt_ids(prompt, decoder->embedding.shape[0]));
     int64_t bt[2] = {d.B, o->max_new_tokens};
     TRY(attnc_check_dims(tokens, "tokens", ATTNC_INT64, 2, bt, true));
     TRY(attnc_check_dims(lengths, "lengths", ATTNC_INT64, 1, &d.B, true));

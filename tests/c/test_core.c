@@ -941,7 +941,7 @@ static double rnn_loss(attnc_rnn_config *c, attnc_rnn_weights *w, double *x, con
     int64_t bti[3] = {RB, RT, RI}, bto[3] = {RB, RT, 2 * RH};
     double out[RB * RT * 2 * RH];
     attnc_tensor tx = view(x, ATTNC_FLOAT64, 3, bti), to = view(out, ATTNC_FLOAT64, 3, bto), none = {0};
-    if (attnc_rnn_forward(&to, &none, &none, &none, &tx, tl, &none, &none, w, c) != ATTNC_OK) return NAN;
+    if (attnc_rnn_forward(&to, &none, &none, &none, &tx, tl, &none, &none, w, RL * 2, c) != ATTNC_OK) return NAN;
     double l = 0;
     for (int i = 0; i < RB * RT * 2 * RH; i++) l += out[i] * cot[i];
     return l;
@@ -980,9 +980,10 @@ static void test_rnn(void) {
         attnc_tensor tx = view(x, ATTNC_FLOAT64, 3, bti), to = view(out, ATTNC_FLOAT64, 3, bto);
         attnc_tensor tl = view(lens, ATTNC_INT64, 1, &nb), ts = view(saved, ATTNC_FLOAT64, 1, &nsaved);
         attnc_tensor tdx = view(dx, ATTNC_FLOAT64, 3, bti), tcot = view(cot, ATTNC_FLOAT64, 3, bto), none = {0};
-        CHECK(attnc_rnn_forward(&to, &none, &none, &ts, &tx, &tl, &none, &none, w, &c) == ATTNC_OK, "%s",
+        CHECK(attnc_rnn_forward(&to, &none, &none, &ts, &tx, &tl, &none, &none, w, RL * 2, &c) == ATTNC_OK, "%s",
               attnc_last_error());
-        CHECK(attnc_rnn_backward(&tdx, &none, &none, g, &tcot, &none, &none, &ts, &tx, &tl, &none, &none, w, &c) ==
+        CHECK(attnc_rnn_backward(&tdx, &none, &none, g, RL * 2, &tcot, &none, &none, &ts, &tx, &tl, &none, &none, w,
+                                 RL * 2, &c) ==
                   ATTNC_OK,
               "%s", attnc_last_error());
         double worst = 0;
@@ -997,8 +998,15 @@ static void test_rnn(void) {
         }
         CHECK(worst < 1e-7, "%s dinput differs from finite differences by %g", mode ? "gru" : "lstm", worst);
         lens[1] = 4;
-        CHECK(attnc_rnn_forward(&to, &none, &none, &none, &tx, &tl, &none, &none, w, &c) == ATTNC_ERR_VALUE,
+        CHECK(attnc_rnn_forward(&to, &none, &none, &none, &tx, &tl, &none, &none, w, RL * 2, &c) == ATTNC_ERR_VALUE,
               "a length beyond RT accepted");
+        lens[1] = 2;
+        CHECK(attnc_rnn_forward(&to, &none, &none, &none, &tx, &tl, &none, &none, w, RL * 2 - 1, &c) ==
+                  ATTNC_ERR_VALUE,
+              "too few weight sets accepted");
+        CHECK(attnc_rnn_backward(&tdx, &none, &none, g, RL * 2 + 1, &tcot, &none, &none, &ts, &tx, &tl, &none, &none,
+                                 w, RL * 2, &c) == ATTNC_ERR_VALUE,
+              "too many gradient sets accepted");
         free(params);
         free(grads);
         free(x);
@@ -1057,12 +1065,12 @@ static void rnn_fused_case(int64_t FB, int bidir, int64_t FI) {
         attnc_tensor txf = view(xf, ATTNC_FLOAT32, 3, bti), tof = view(of, ATTNC_FLOAT32, 3, bto);
         attnc_tensor tsf = view(sf, ATTNC_FLOAT32, 1, &ns), tdxf = view(dxf, ATTNC_FLOAT32, 3, bti);
         attnc_tensor tcf = view(cf, ATTNC_FLOAT32, 3, bto);
-        CHECK(attnc_rnn_forward(&tod, &none, &none, &tsd, &txd, &tl, &none, &none, wd, &c) == ATTNC_OK &&
-                  attnc_rnn_forward(&tof, &none, &none, &tsf, &txf, &tl, &none, &none, wf, &c) == ATTNC_OK &&
-                  attnc_rnn_backward(&tdxd, &none, &none, gwd, &tcd, &none, &none, &tsd, &txd, &tl, &none, &none, wd,
-                                     &c) == ATTNC_OK &&
-                  attnc_rnn_backward(&tdxf, &none, &none, gwf, &tcf, &none, &none, &tsf, &txf, &tl, &none, &none, wf,
-                                     &c) == ATTNC_OK,
+        CHECK(attnc_rnn_forward(&tod, &none, &none, &tsd, &txd, &tl, &none, &none, wd, D, &c) == ATTNC_OK &&
+                  attnc_rnn_forward(&tof, &none, &none, &tsf, &txf, &tl, &none, &none, wf, D, &c) == ATTNC_OK &&
+                  attnc_rnn_backward(&tdxd, &none, &none, gwd, D, &tcd, &none, &none, &tsd, &txd, &tl, &none, &none,
+                                     wd, D, &c) == ATTNC_OK &&
+                  attnc_rnn_backward(&tdxf, &none, &none, gwf, D, &tcf, &none, &none, &tsf, &txf, &tl, &none, &none,
+                                     wf, D, &c) == ATTNC_OK,
               "fused rnn calls: %s", attnc_last_error());
         double wo = 0, wx = 0, wg = 0;
         for (int64_t i = 0; i < no; i++) wo = fmax(wo, fabs(of[i] - od[i]));

@@ -78,9 +78,9 @@ static void empty_rnn(attnc_rnn_mode mode, attnc_dtype dt) {
     attnc_tensor tx = view(empty, dt, 3, xs), to = view(empty, dt, 3, os), th = view(empty, dt, 3, hs);
     attnc_tensor ts = view(saved, dt, 1, &nsaved), none = {0};
     attnc_tensor tc = mode == ATTNC_LSTM ? th : none;
-    CHECK(attnc_rnn_forward(&to, &th, &tc, &ts, &tx, &none, &th, &tc, w, &c) == ATTNC_OK,
+    CHECK(attnc_rnn_forward(&to, &th, &tc, &ts, &tx, &none, &th, &tc, w, EL * 2, &c) == ATTNC_OK,
           "empty %s forward: %s", mode == ATTNC_LSTM ? "lstm" : "gru", attnc_last_error());
-    CHECK(attnc_rnn_backward(&tx, &th, &tc, g, &to, &th, &tc, &ts, &tx, &none, &th, &tc, w, &c) == ATTNC_OK,
+    CHECK(attnc_rnn_backward(&tx, &th, &tc, g, EL * 2, &to, &th, &tc, &ts, &tx, &none, &th, &tc, w, EL * 2, &c) == ATTNC_OK,
           "empty %s backward: %s", mode == ATTNC_LSTM ? "lstm" : "gru", attnc_last_error());
     int zero = 1;
     for (int k = 0; k < EL * 2; k++) {

@@ -1,0 +1,16 @@
+"""The planar problems of attnc.datasets (csrc/pointer/tsp.h, hull.h): exact
+and heuristic TSP tours, tour lengths and convex hulls. points (B, n, 2)
+float64; the outputs C-contiguous, written in place."""
+
+INCLUDES = ["../pointer/hull.h", "../pointer/tsp.h"]
+
+OPS = [
+    op("tsp_held_karp", "attnc_tsp_held_karp", out("tours"), out("lengths"), arr("points"),
+       doc="tsp_held_karp(*, tours, lengths, points): optimal closed tours (n <= 12), in place."),
+    op("tsp_two_opt", "attnc_tsp_two_opt", out("tours"), out("lengths"), arr("points"),
+       doc="tsp_two_opt(*, tours, lengths, points): nearest-neighbour + 2-opt tours, in place."),
+    op("tsp_tour_length", "attnc_tsp_tour_length", out("lengths"), arr("points"), arr("tours"),
+       doc="tsp_tour_length(*, lengths, points, tours): closed tour lengths, in place."),
+    op("convex_hull", "attnc_convex_hull", out("hull"), out("sizes"), arr("points"),
+       doc="convex_hull(*, hull, sizes, points): hull vertices counter-clockwise from the lowest index, in place."),
+]
