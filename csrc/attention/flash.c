@@ -137,8 +137,8 @@ static attnc_status setup(flash_ctx *c, const attnc_tensor *q, const attnc_tenso
     for (int m = 0; m < 2; m++) {
         const attnc_tensor *mk = &opt->masks[m];
         if (!attnc_present(mk)) continue;
-        TRY(check_head_tensor(c, mk, "attn_mask", mk->dtype == ATTNC_BOOL ? ATTNC_BOOL : dt, c->H,
-                              c->L, c->S));
+        TRY(check_head_tensor(c, mk, m == 0 ? "attn_mask" : "key_padding_mask",
+                              mk->dtype == ATTNC_BOOL ? ATTNC_BOOL : dt, c->H, c->L, c->S));
     }
     if (!(opt->dropout_p >= 0 && opt->dropout_p <= 1))
         return attnc_fail(ATTNC_ERR_VALUE, "dropout_p must be in [0, 1], got %g", opt->dropout_p);

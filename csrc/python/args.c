@@ -45,25 +45,33 @@ int args_take(const char *op, PyObject *const *args, Py_ssize_t nargs, PyObject 
     return 1;
 }
 
-static int missing(PyObject *value, const char *name, int has_default) {
-    if (value || has_default) return 0;
+/* 1: take the default (the keyword not passed, or None), 0: read the value,
+ * -1: a required argument is missing (the exception is set). None is never
+ * a value: a required scalar given None is missing, not defaulted. */
+static int defaulted(PyObject *value, const char *name, int has_default) {
+    if (value && value != Py_None) return 0;
+    if (has_default) return 1;
     PyErr_Format(PyExc_TypeError, "missing required argument '%s'", name);
-    return 1;
+    return -1;
 }
 
 int args_double(PyObject *value, const char *name, int has_default, double dflt, double lo, double hi,
                 double *out) {
-    if (missing(value, name, has_default)) return 0;
-    if (!value || value == Py_None) {
-        *out = dflt;
-        return 1;
+    int d = defaulted(value, name, has_default);
+    if (d) {
+        if (d > 0) *out = dflt;
+        return d > 0;
     }
     double x = PyFloat_AsDouble(value);
     if (x == -1.0 && PyErr_Occurred()) {
         PyErr_Format(PyExc_TypeError, "%s must be a number, got %R", name, value);
         return 0;
     }
-    if (!(x >= lo && x <= hi)) { /* NaN too */
+    if (isnan(x)) {
+        PyErr_Format(PyExc_ValueError, "%s must be a number, got nan", name);
+        return 0;
+    }
+    if (!(x >= lo && x <= hi)) {
         char message[256];
         snprintf(message, sizeof message, "%s must be in [%g, %g], got %g", name, lo, hi, x);
         PyErr_SetString(PyExc_ValueError, message);
@@ -75,10 +83,10 @@ int args_double(PyObject *value, const char *name, int has_default, double dflt,
 
 int args_int64(PyObject *value, const char *name, int has_default, int64_t dflt, int64_t lo, int64_t hi,
                int64_t *out) {
-    if (missing(value, name, has_default)) return 0;
-    if (!value || value == Py_None) {
-        *out = dflt;
-        return 1;
+    int d = defaulted(value, name, has_default);
+    if (d) {
+        if (d > 0) *out = dflt;
+        return d > 0;
     }
     long long x = PyLong_AsLongLong(value);
     if (x == -1 && PyErr_Occurred()) {
@@ -103,10 +111,10 @@ int args_enum(PyObject *value, const char *name, int has_default, int64_t dflt, 
 }
 
 int args_uint64(PyObject *value, const char *name, int has_default, uint64_t dflt, uint64_t *out) {
-    if (missing(value, name, has_default)) return 0;
-    if (!value || value == Py_None) {
-        *out = dflt;
-        return 1;
+    int d = defaulted(value, name, has_default);
+    if (d) {
+        if (d > 0) *out = dflt;
+        return d > 0;
     }
     unsigned long long x = PyLong_AsUnsignedLongLong(value);
     if (x == (unsigned long long)-1 && PyErr_Occurred()) {
@@ -119,10 +127,10 @@ int args_uint64(PyObject *value, const char *name, int has_default, uint64_t dfl
 }
 
 int args_bool(PyObject *value, const char *name, int has_default, int dflt, int *out) {
-    if (missing(value, name, has_default)) return 0;
-    if (!value || value == Py_None) {
-        *out = dflt;
-        return 1;
+    int d = defaulted(value, name, has_default);
+    if (d) {
+        if (d > 0) *out = dflt;
+        return d > 0;
     }
     int x = PyObject_IsTrue(value);
     if (x < 0) return 0;
@@ -131,7 +139,7 @@ int args_bool(PyObject *value, const char *name, int has_default, int dflt, int 
 }
 
 int args_ints(PyObject *value, const char *name, int n, int64_t *out) {
-    if (missing(value, name, 0)) return 0;
+    if (defaulted(value, name, 0)) return 0;
     if (!PySequence_Check(value) || PySequence_Size(value) != n) {
         PyErr_Clear();
         PyErr_Format(PyExc_TypeError, "%s must be a sequence of %d ints, got %R", name, n, value);
@@ -155,7 +163,7 @@ static int wrong_type(const char *name, const char *expected, PyObject *value) {
 }
 
 int args_dict(PyObject *value, const char *name, const char *const *fields, int n, PyObject **values) {
-    if (missing(value, name, 0)) return 0;
+    if (defaulted(value, name, 0)) return 0;
     if (!PyDict_Check(value)) return wrong_type(name, "dict", value);
     Py_ssize_t found = 0;
     for (int i = 0; i < n; i++) {
@@ -178,7 +186,7 @@ int args_dict(PyObject *value, const char *name, const char *const *fields, int 
 }
 
 int args_list(PyObject *value, const char *name, size_t size, void **items, Py_ssize_t *count) {
-    if (missing(value, name, 0)) return 0;
+    if (defaulted(value, name, 0)) return 0;
     if (!PyList_Check(value)) return wrong_type(name, "list", value);
     *count = PyList_Size(value);
     *items = PyMem_Calloc((size_t)(*count > 0 ? *count : 1), size);
