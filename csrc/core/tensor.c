@@ -65,12 +65,13 @@ attnc_mat attnc_batch_mat(const attnc_tensor *t, const attnc_batch *batch, int64
     return m;
 }
 
-static void format_shape(const attnc_tensor *t, char *buf, size_t size) {
+/* "(2, 3)", "(4,)": n sizes as Python writes a shape, -1 as "?" (any size). */
+static void format_sizes(const int64_t *sizes, int n, char *buf, size_t size) {
     size_t used = (size_t)snprintf(buf, size, "(");
-    for (int d = 0; d < t->ndim && used < size; d++)
-        used += (size_t)snprintf(buf + used, size - used, d ? ", %" PRId64 : "%" PRId64,
-                                 t->shape[d]);
-    if (used < size) snprintf(buf + used, size - used, t->ndim == 1 ? ",)" : ")");
+    for (int d = 0; d < n && used < size; d++)
+        used += sizes[d] < 0 ? (size_t)snprintf(buf + used, size - used, d ? ", ?" : "?")
+                             : (size_t)snprintf(buf + used, size - used, d ? ", %" PRId64 : "%" PRId64, sizes[d]);
+    if (used < size) snprintf(buf + used, size - used, n == 1 ? ",)" : ")");
 }
 
 attnc_status attnc_check_dtype(const attnc_tensor *t, const char *name, attnc_dtype dtype) {
@@ -93,11 +94,15 @@ attnc_status attnc_check_shape(const attnc_tensor *t, const char *name,
     for (int d = 0; ok && d < batch->nb; d++) ok = t->shape[d] == batch->shape[d];
     for (int d = 0; ok && d < ntrail; d++)
         ok = trail[d] < 0 || t->shape[batch->nb + d] == trail[d];
-    if (!ok) {
-        char got[256];
-        format_shape(t, got, sizeof got);
-        return attnc_fail(ATTNC_ERR_VALUE, "%s has shape %s, which does not fit the call",
-                          name, got);
+    if (!ok) { /* the expected shape too: the batch dims, then the trailing ones ("?": any) */
+        int64_t want[2 * ATTNC_MAX_DIMS];
+        int n = 0;
+        for (int d = 0; d < batch->nb; d++) want[n++] = batch->shape[d];
+        for (int d = 0; d < ntrail; d++) want[n++] = trail[d];
+        char got[256], expected[256];
+        format_sizes(t->shape, t->ndim, got, sizeof got);
+        format_sizes(want, n, expected, sizeof expected);
+        return attnc_fail(ATTNC_ERR_VALUE, "%s has shape %s, expected %s", name, got, expected);
     }
     for (int d = 0; d < ntrail; d++)
         if (trail[d] < 0) trail[d] = t->shape[batch->nb + d];

@@ -19,7 +19,7 @@ static int format_dtype(const char *format, Py_ssize_t itemsize, attnc_dtype *dt
 
 int buffers_get(buffers *held, PyObject *obj, const char *name, int writable, attnc_tensor *t) {
     memset(t, 0, sizeof *t);
-    if (obj == Py_None) return 1;
+    if (!obj || obj == Py_None) return 1; /* NULL: a keyword or dict key not passed */
     if (held->count >= ATTNC_MAX_BUFFERS) {
         PyErr_SetString(PyExc_RuntimeError, "attnc: too many buffers in one call");
         return 0;

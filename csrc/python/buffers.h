@@ -15,7 +15,7 @@ typedef struct {
     int count;
 } buffers;
 
-/* t <- a view of obj (None: absent, t->data = NULL). Returns 0 and sets a
+/* t <- a view of obj (None or NULL: absent, t->data = NULL). Returns 0 and sets a
  * Python exception naming `name` on failure. */
 int buffers_get(buffers *held, PyObject *obj, const char *name, int writable, attnc_tensor *t);
 void buffers_release(buffers *held);
@@ -36,16 +36,8 @@ PyObject *buffers_finish(buffers *held, attnc_status status);
 extern PyMethodDef attnc_attention_methods[];
 extern PyMethodDef attnc_transformer_methods[];
 extern PyMethodDef attnc_rnn_methods[];
-extern PyMethodDef attnc_seq2seq_methods[];
-extern PyMethodDef attnc_captioner_methods[];
-extern PyMethodDef attnc_ntm_methods[];
 extern PyMethodDef attnc_pointer_methods[];
 extern PyMethodDef attnc_tsp_methods[];
-extern PyMethodDef attnc_lstmn_methods[];
-extern PyMethodDef attnc_pooling_methods[];
-extern PyMethodDef attnc_conv_methods[];
-extern PyMethodDef attnc_gated_methods[];
-extern PyMethodDef attnc_optim_methods[];
 extern PyMethodDef attnc_array_methods[];
 
 #endif
