@@ -176,8 +176,9 @@ class Adam(Optimizer):
         # each operation rounded to p's dtype; a strided parameter (a view in
         # a dict of arrays) through a contiguous copy
         work = p if p.flags.c_contiguous else np.ascontiguousarray(p)
-        _core.adam_step(work, np.ascontiguousarray(g), state["m"], state["v"], self.lr, self.betas[0], self.betas[1],
-                        self.eps, self.weight_decay, self.decoupled, state["step"])
+        _core.adam_step(param=work, grad=np.ascontiguousarray(g), exp_avg=state["m"], exp_avg_sq=state["v"],
+                        lr=self.lr, beta1=self.betas[0], beta2=self.betas[1], eps=self.eps,
+                        weight_decay=self.weight_decay, decoupled=self.decoupled, step=state["step"])
         if work is not p:
             p[...] = work
 

@@ -193,9 +193,9 @@ def test_bad_input(rng):
         nn.attention_pool(h[0], w, b, v)
     with pytest.raises(ValueError, match="weight has shape"):
         nn.attention_pool(h, w[:, :2], b, v)
-    with pytest.raises(ValueError, match="v has shape"):
+    with pytest.raises(ValueError, match=r"v has shape \(2,\), expected \(4,\)"):
         nn.attention_pool(h, w, b, v[:2])
-    with pytest.raises(ValueError, match="bias has shape"):
+    with pytest.raises(ValueError, match=r"bias has shape \(1,\), expected \(4,\)"):
         nn.attention_pool(h, w, b[:1], v)
     with pytest.raises(TypeError, match="v is required"):
         nn.attention_pool(h, w, b)
@@ -221,13 +221,14 @@ def test_c_core_checks(rng):
     from attnc import _core
     kw = _inputs(rng)
     h, w, b, v = kw["input"], kw["weight"], kw["bias"], kw["v"]
-    c, a, u = np.empty((3, 5)), np.empty((3, 7)), np.empty((3, 7, 4))
+    call = dict(output=np.empty((3, 5)), weights=np.empty((3, 7)), saved=np.empty((3, 7, 4)), input=h, weight=w,
+                bias=b, v=v)
     with pytest.raises(ValueError, match="weight"):
-        _core.attention_pool_forward(c, a, u, h, np.ones((4, 3)), b, v, None)
+        _core.attention_pool_forward(**{**call, "weight": np.ones((4, 3))})
     with pytest.raises(ValueError, match="saved"):
-        _core.attention_pool_forward(c, a, np.empty((3, 7, 3)), h, w, b, v, None)
+        _core.attention_pool_forward(**{**call, "saved": np.empty((3, 7, 3))})
     with pytest.raises(ValueError, match="C-contiguous"):
-        _core.attention_pool_forward(c, a, u, h[:, ::-1], w, b, v, None)
+        _core.attention_pool_forward(**{**call, "input": h[:, ::-1]})
 
 
 # ---- attnc.nn.relu -----------------------------------------------------------------------

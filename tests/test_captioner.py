@@ -373,10 +373,10 @@ def test_expected_context_rows():
 def test_state_dict_names_shapes_and_torch_cell(torch):
     m = Captioner(F, V, 8, 12, 7, seed=0)
     sd = m.state_dict()
-    assert set(sd) == set(PARAM_NAMES)
+    assert set(sd) == set(PARAM_NAMES.values())
     assert sd["decoder.weight_ih"].shape == (48, 8 + F) and sd["attention.score.weight"].shape == (1, 7)
-    assert set(Captioner(F, V, 8, 12, 7, gate=False).state_dict()) == set(PARAM_NAMES) - {"gate.weight",
-                                                                                          "gate.bias"}
+    assert set(Captioner(F, V, 8, 12, 7, gate=False).state_dict()) == set(PARAM_NAMES.values()) - {
+        "gate.weight", "gate.bias"}
     cell = torch.nn.LSTMCell(8 + F, 12)
     cell.load_state_dict({k[len("decoder."):]: torch.tensor(v) for k, v in sd.items() if k.startswith("decoder.")})
     m2 = Captioner(F, V, 8, 12, 7, seed=1)

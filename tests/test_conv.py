@@ -308,7 +308,7 @@ def test_bad_input(rng):
         attnc.nn.conv2d(x, rng.standard_normal((4, 3, 3)))
     with pytest.raises(ValueError, match="input has shape"):
         attnc.nn.conv2d(rng.standard_normal((3, 6)), w)
-    with pytest.raises(ValueError, match="bias has shape"):
+    with pytest.raises(ValueError, match=r"bias has shape \(3,\), expected \(4,\)"):
         attnc.nn.conv2d(x, w, np.ones(3))
     with pytest.raises(TypeError, match="dtype"):
         attnc.nn.conv2d(x.astype(np.float32), w)

@@ -247,3 +247,45 @@ def test_bad_input_does_not_modify_or_crash_later_calls(rng):
         with pytest.raises((TypeError, ValueError)):
             bad()
     np.testing.assert_array_equal(attnc.attention(q, k)[0], before)
+
+
+# --------------------------------------------------------------------------- the generated binding
+
+def test_binding_takes_an_omitted_array_as_absent():
+    """An optional array left out of a call (a keyword, or a key of a weights
+    dict) is absent, as None is: no crash (run apart, so a crash fails only
+    this test), the same bits."""
+    import subprocess
+    import sys
+    code = """if True:
+        import numpy as np
+        import attnc
+        from attnc import _core
+        rng = np.random.default_rng(0)
+        a, b, dy = (rng.standard_normal((3, 4)) for _ in range(3))
+        full, alone = np.empty_like(a), np.empty_like(a)
+        _core.gated_backward(dinput=full, dgate=np.empty_like(b), doutput=dy, input=a, gate=b)
+        _core.gated_backward(dinput=alone, doutput=dy, input=a, gate=b)       # dgate left out
+        assert np.array_equal(full, alone)
+        m = attnc.nn.LSTMN(3, 5, attention_size=4, bias=False, dtype=np.float64, seed=0)
+        x = rng.standard_normal((2, 6, 3))
+        out = np.empty((2, 6, 5))
+        _core.lstmn_forward(output=out, input=x, params=m._params())          # no "bias" key; attention, saved left out
+        assert np.array_equal(out, m(x))
+        print("ok")
+    """
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0 and run.stdout.strip() == "ok", (run.returncode, run.stderr[-2000:])
+
+
+def test_binding_names_a_bad_weights_dict():
+    from attnc import _core
+    m = attnc.nn.LSTMN(3, 5, attention_size=4, dtype=np.float64, seed=0)
+    call = dict(output=np.empty((2, 6, 5)), input=np.zeros((2, 6, 3)))
+    with pytest.raises(TypeError, match="params must be a dict, got"):
+        _core.lstmn_forward(**call, params=tuple(m._params().values()))
+    with pytest.raises(TypeError, match="params has an unexpected key 'weight'"):
+        _core.lstmn_forward(**call, params={**m._params(), "weight": m.weight_ih})
+    with pytest.raises(TypeError, match="missing required argument 'params'"):
+        _core.lstmn_forward(**call)
+

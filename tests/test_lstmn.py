@@ -286,7 +286,7 @@ def test_bad_arguments():
         m(np.zeros((4, 6, I), np.float32))
     with pytest.raises(TypeError, match="float32 or float64"):
         m(np.zeros((4, 6, I), np.int64))
-    with pytest.raises(ValueError, match=r"lengths must be in \[0, 6\]"):
+    with pytest.raises(ValueError, match=r"lengths\[0\] = 7 is outside \[0, 6\]"):
         m(data(), lengths=np.array([7, 1, 1, 1]))
     with pytest.raises(ValueError, match=r"lengths must have shape \(4,\)"):
         m(data(), lengths=np.array([1, 1]))
@@ -307,15 +307,16 @@ def test_c_checks_its_arguments():
     x = data()
     p = m._params()
     out = np.empty((4, 6, H))
-    saved = np.empty(attnc._core.lstmn_saved_size(4, 6, H, A))
+    saved = np.empty(attnc._core.lstmn_saved_size(B=4, T=6, H=H, A=A))
+    call = dict(output=out, attention=None, saved=saved, input=x, lengths=None, params=p)
     with pytest.raises(ValueError, match="saved"):
-        attnc._core.lstmn_forward(out, None, saved[:-1], x, None, p)
+        attnc._core.lstmn_forward(**{**call, "saved": saved[:-1]})
     with pytest.raises(ValueError, match="attn_x.weight"):
-        attnc._core.lstmn_forward(out, None, saved, x, None, p[:4] + (np.zeros((A, I + 1)),) + p[5:])
+        attnc._core.lstmn_forward(**{**call, "params": {**p, "attn_x": np.zeros((A, I + 1))}})
     with pytest.raises(ValueError, match=r"lengths\[1\] = 9"):
-        attnc._core.lstmn_forward(out, None, saved, x, np.array([1, 9, 1, 1]), p)
-    with pytest.raises(TypeError, match="tuple of 7"):
-        attnc._core.lstmn_forward(out, None, saved, x, None, p[:6])
+        attnc._core.lstmn_forward(**{**call, "lengths": np.array([1, 9, 1, 1])})
+    with pytest.raises(TypeError, match="params has an unexpected key 'attn_w'"):
+        attnc._core.lstmn_forward(**{**call, "params": {**p, "attn_w": p["attn_x"]}})
 
 
 # ------------------------------------------------------------------------------- task and experiment

@@ -120,21 +120,25 @@ def test_adam_kernel_errors():
     from attnc import _core
 
     p, m, v = np.zeros(8), np.zeros(8), np.zeros(8)
-    args = (0.1, 0.9, 0.999, 1e-8, 0.0, False)
+    options = dict(lr=0.1, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.0, decoupled=False, step=1)
+
+    def step(param=p, grad=np.zeros(8), exp_avg=m, exp_avg_sq=v, **changed):
+        _core.adam_step(param=param, grad=grad, exp_avg=exp_avg, exp_avg_sq=exp_avg_sq, **{**options, **changed})
+
     with pytest.raises(ValueError, match="grad has 7 elements, param 8"):
-        _core.adam_step(p, np.zeros(7), m, v, *args, 1)
+        step(grad=np.zeros(7))
     with pytest.raises(TypeError, match="grad"):
-        _core.adam_step(p, np.zeros(8, np.float32), m, v, *args, 1)
+        step(grad=np.zeros(8, np.float32))
     with pytest.raises(ValueError, match="exp_avg must be C-contiguous"):
-        _core.adam_step(p, np.zeros(8), np.zeros(16)[::2], v, *args, 1)
+        step(exp_avg=np.zeros(16)[::2])
     with pytest.raises(ValueError, match="param and exp_avg share memory"):
-        _core.adam_step(p, np.zeros(8), p, v, *args, 1)
+        step(exp_avg=p)
     with pytest.raises(ValueError, match="step must be >= 1"):
-        _core.adam_step(p, np.zeros(8), m, v, *args, 0)
+        step(step=0)
     with pytest.raises(ValueError, match="betas"):
-        _core.adam_step(p, np.zeros(8), m, v, 0.1, 1.0, 0.999, 1e-8, 0.0, False, 1)
+        step(beta1=1.0)
     with pytest.raises(TypeError, match="param"):
-        _core.adam_step(np.zeros(8, np.int64), np.zeros(8), m, v, *args, 1)
+        step(param=np.zeros(8, np.int64))
 
 
 @pytest.mark.parametrize("max_norm", [0.5, 100.0])

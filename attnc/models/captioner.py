@@ -23,13 +23,16 @@ __all__ = ["Captioner"]
 IGNORE_INDEX = -100
 _SOFT, _HARD_SAMPLE, _HARD_ARGMAX, _HARD_GIVEN = 0, 1, 2, 3
 
-# The order the C binding takes the parameters in (None for an absent gate).
-PARAM_NAMES = (
-    "embedding.weight", "init_h.weight", "init_h.bias", "init_c.weight", "init_c.bias",
-    "attention.feature.weight", "attention.feature.bias", "attention.hidden.weight", "attention.score.weight",
-    "gate.weight", "gate.bias", "decoder.weight_ih", "decoder.weight_hh", "decoder.bias_ih", "decoder.bias_hh",
-    "out_hidden.weight", "out_context.weight", "output.weight", "output.bias",
-)
+# The decoder's parameters: attnc_captioner_params' members and their state_dict
+# names (the gate's are absent without the gate).
+PARAM_NAMES = {
+    "embedding": "embedding.weight", "init_h_w": "init_h.weight", "init_h_b": "init_h.bias",
+    "init_c_w": "init_c.weight", "init_c_b": "init_c.bias", "att_feat_w": "attention.feature.weight",
+    "att_feat_b": "attention.feature.bias", "att_hidden_w": "attention.hidden.weight",
+    "att_score_w": "attention.score.weight", "gate_w": "gate.weight", "gate_b": "gate.bias",
+    "w_ih": "decoder.weight_ih", "w_hh": "decoder.weight_hh", "b_ih": "decoder.bias_ih", "b_hh": "decoder.bias_hh",
+    "out_h_w": "out_hidden.weight", "out_z_w": "out_context.weight", "out_w": "output.weight", "out_b": "output.bias",
+}
 
 
 
@@ -191,7 +194,11 @@ class Captioner(nn.Module):
     # -- arguments ----------------------------------------------------------------------
     def _params(self):
         p = dict(self.named_parameters())
-        return tuple(p.get(n) for n in PARAM_NAMES)
+        return {k: p[n] for k, n in PARAM_NAMES.items() if n in p}
+
+    def _decoder_config(self, mode, seed=0, expect_prob=0.0):
+        """attnc_captioner_config's members: keyword arguments of the captioner_* calls."""
+        return {"mode": mode, "gate": self.gate_enabled, "seed": seed, "expect_prob": expect_prob}
 
     def _features(self, features):
         a = float_array(features, "features")
@@ -211,21 +218,20 @@ class Captioner(nn.Module):
 
     def _call_config(self, samples, shape, L):
         """(C config, samples array) of one call."""
-        gate = self.gate_enabled
         if self.attention_kind == "soft":
             if samples is not None:
                 raise ValueError("samples= needs hard attention")
-            return (_SOFT, gate, 0, 0.0), None
+            return self._decoder_config(_SOFT), None
         if samples is not None:
             s = _int_ids(samples, "samples", shape)
             if s.size and (s.min() < -1 or s.max() >= L):
                 raise ValueError(f"samples must be locations in [0, {L}) or -1 (the expected context), got "
                                  f"values from {s.min()} to {s.max()}")
-            return (_HARD_GIVEN, gate, 0, 0.0), s
+            return self._decoder_config(_HARD_GIVEN), s
         if self.training:
             seed = int(self._rng.integers(2**63))
-            return (_HARD_SAMPLE, gate, seed, self.expected_context), np.empty(shape, np.int64)
-        return (_HARD_ARGMAX, gate, 0, 0.0), np.empty(shape, np.int64)
+            return self._decoder_config(_HARD_SAMPLE, seed, self.expected_context), np.empty(shape, np.int64)
+        return self._decoder_config(_HARD_ARGMAX), np.empty(shape, np.int64)
 
     # -- the C calls ------------------------------------------------------------------------
     def _run(self, features, tgt_in, samples, keep):
@@ -238,24 +244,26 @@ class Captioner(nn.Module):
         alphas = np.empty((B, T, L), self.dtype)
         saved = None
         if keep:
-            n = _core.captioner_saved_size(B, T, L, F, self.embed_size, self.hidden_size, self.attention_size)
+            n = _core.captioner_saved_size(B=B, T=T, L=L, F=F, E=self.embed_size, H=self.hidden_size,
+                                           A=self.attention_size)
             saved = np.empty(n, self.dtype)
         params = self._params()
-        _core.captioner_forward(logits, alphas, s, saved, a, t, params, config)
+        _core.captioner_forward(logits=logits, alphas=alphas, samples=s, saved=saved, features=a, tokens=t,
+                                params=params, **config)
         return logits, alphas, s, (saved, a, t, s, params, config)
 
     @staticmethod
     def _backward_call(state, dlogits, dalphas=None, dlogp=None):
         saved, a, t, s, params, config = state
-        grads = tuple(None if p is None else np.empty_like(p) for p in params)
+        grads = {k: np.empty_like(p) for k, p in params.items()}
         dfeatures = np.empty_like(a)
         if dlogits is None:
-            dlogits = np.zeros((a.shape[0], t.shape[1], params[-1].shape[0]), a.dtype)
-        _core.captioner_backward(grads, dfeatures, np.ascontiguousarray(dlogits, a.dtype),
-                                 None if dalphas is None else np.ascontiguousarray(dalphas, a.dtype),
-                                 None if dlogp is None else np.ascontiguousarray(dlogp, a.dtype),
-                                 saved, a, t, s, params, config)
-        out = {name: g for name, g in zip(PARAM_NAMES, grads) if g is not None}
+            dlogits = np.zeros((a.shape[0], t.shape[1], params["out_b"].shape[0]), a.dtype)
+        _core.captioner_backward(grads=grads, dfeatures=dfeatures, dlogits=np.ascontiguousarray(dlogits, a.dtype),
+                                 dalphas=None if dalphas is None else np.ascontiguousarray(dalphas, a.dtype),
+                                 dlogp=None if dlogp is None else np.ascontiguousarray(dlogp, a.dtype),
+                                 saved=saved, features=a, tokens=t, samples=s, params=params, **config)
+        out = {PARAM_NAMES[k]: g for k, g in grads.items()}
         out["features"] = dfeatures
         return out
 
@@ -373,8 +381,9 @@ class Captioner(nn.Module):
         tokens, lengths = np.empty((B, max_len), np.int64), np.empty(B, np.int64)
         alphas = np.empty((B, max_len, L), self.dtype)
         mode = _SOFT if self.attention_kind == "soft" else _HARD_ARGMAX
-        _core.captioner_generate(tokens, lengths, alphas, a, self._params(), (mode, self.gate_enabled, 0, 0.0),
-                                 int(bos), -1 if eos is None else int(eos), K, float(length_penalty))
+        _core.captioner_generate(tokens=tokens, lengths=lengths, alphas=alphas, features=a, params=self._params(),
+                                 bos=int(bos), eos=-1 if eos is None else int(eos), beam_size=K,
+                                 length_penalty=float(length_penalty), **self._decoder_config(mode))
         n = int(lengths.max()) if B else 0
         return tokens[:, :n].copy(), alphas[:, :n].copy()
 

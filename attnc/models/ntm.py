@@ -166,23 +166,25 @@ class NTM(nn.Module):
             self._init_parameter("memory_init", (N, M), lambda shape: init.uniform(-bound, bound, shape))
 
     # -- arguments ---------------------------------------------------------------------------
-    def _config_tuple(self):
-        return (self.controller_kind == "lstm", self.read_heads, self.write_heads, self.clip)
+    def _core_config(self):
+        """attnc_ntm_config's members: keyword arguments of the ntm_* calls."""
+        return {"lstm": self.controller_kind == "lstm", "read_heads": self.read_heads,
+                "write_heads": self.write_heads, "clip": self.clip}
+
+    # attnc_ntm_params' members and their state_dict names, by controller
+    # (the feedforward one has no w_hh, b_hh)
+    _PARAM_NAMES = {
+        "lstm": {"w_ih": "controller.weight_ih", "w_hh": "controller.weight_hh", "b_ih": "controller.bias_ih",
+                 "b_hh": "controller.bias_hh", "head_w": "heads.weight", "head_b": "heads.bias",
+                 "out_w": "output.weight", "out_b": "output.bias"},
+        "feedforward": {"w_ih": "controller.weight", "b_ih": "controller.bias", "head_w": "heads.weight",
+                        "head_b": "heads.bias", "out_w": "output.weight", "out_b": "output.bias"},
+    }
 
     def _params(self):
-        c, h, o = self.controller, self.heads, self.output
-        if self.controller_kind == "lstm":
-            ctrl = (c.weight_ih, c.weight_hh, c.bias_ih, c.bias_hh)
-        else:
-            ctrl = (c.weight, None, c.bias, None)
-        return ctrl + (h.weight, h.bias, o.weight, o.bias)
-
-    def _param_names(self):
-        if self.controller_kind == "lstm":
-            ctrl = ("controller.weight_ih", "controller.weight_hh", "controller.bias_ih", "controller.bias_hh")
-        else:
-            ctrl = ("controller.weight", None, "controller.bias", None)
-        return ctrl + ("heads.weight", "heads.bias", "output.weight", "output.bias")
+        """The parameters by attnc_ntm_params' member names."""
+        p = dict(self.named_parameters())
+        return {k: p[n] for k, n in self._PARAM_NAMES[self.controller_kind].items()}
 
     def _inputs(self, inputs):
         x = float_array(inputs, "inputs")
@@ -192,7 +194,8 @@ class NTM(nn.Module):
         return np.array(x, order="C")  # a copy: C never sees the caller's array
 
     def _initial_state(self, B):
-        """(memory (B, N, M), reads (B, R, M), weights (B, R + W, N)): the same for every row."""
+        """attnc_ntm_state's members memory (B, N, M), reads (B, R, M), weights
+        (B, R + W, N): the same for every row."""
         N, M = self.memory_slots, self.memory_width
         if self.memory_init_kind == "constant":
             mem = np.full((N, M), CONSTANT_MEMORY, self.dtype)
@@ -200,24 +203,25 @@ class NTM(nn.Module):
             mem = self.memory_init
         w0 = _softmax_rows(self.weight_init.astype(np.float64)).astype(self.dtype)
         rep = lambda a: np.ascontiguousarray(np.broadcast_to(a, (B,) + a.shape))
-        return rep(mem), rep(self.read_init), rep(w0)
+        return {"memory": rep(mem), "reads": rep(self.read_init), "weights": rep(w0)}
 
     # -- the C calls -------------------------------------------------------------------------
     def _run(self, inputs, keep, trace):
         x = self._inputs(inputs)
         B, T, _ = x.shape
         N, M, R, W = self.memory_slots, self.memory_width, self.read_heads, self.write_heads
-        params, config = self._params(), self._config_tuple()
+        params, config = self._params(), self._core_config()
         init = self._initial_state(B)
         logits = np.empty((B, T, self.output_size), self.dtype)
         weights = np.empty((B, T, R + W, N), self.dtype) if trace else None
         memories = np.empty((B, T, N, M), self.dtype) if trace else None
         saved = None
         if keep:
-            n = _core.ntm_saved_size(B, T, self.input_size, self.controller_size, N, M, self.heads.weight.shape[0],
-                                     config)
+            n = _core.ntm_saved_size(B=B, T=T, I=self.input_size, C=self.controller_size, N=N, M=M,
+                                     P=self.heads.weight.shape[0], **config)
             saved = np.empty(n, self.dtype)
-        _core.ntm_forward(logits, weights, memories, saved, x, init, params, config)
+        _core.ntm_forward(logits=logits, weights=weights, memories=memories, saved=saved, inputs=x, init=init,
+                          params=params, **config)
         tr = NTMTrace(weights[:, :, :R], weights[:, :, R:], memories) if trace else None
         return logits, tr, (saved, x, init, params, config)
 
@@ -240,13 +244,15 @@ class NTM(nn.Module):
         B, T, _ = x.shape
         if dlogits is None:
             dlogits = np.zeros((B, T, self.output_size), self.dtype)
-        grads = tuple(None if p is None else np.empty_like(p) for p in params)
-        dinit = tuple(np.empty_like(a) for a in init)
+        grads = {k: np.empty_like(p) for k, p in params.items()}
+        dinit = {k: np.empty_like(a) for k, a in init.items()}
         dinputs = np.empty_like(x)
-        _core.ntm_backward(grads, dinit, dinputs, np.ascontiguousarray(dlogits, self.dtype), saved, x, init, params,
-                           config)
-        out = {name: g for name, g in zip(self._param_names(), grads) if name is not None}
-        dmem, dreads, dweights = (a.astype(np.float64).sum(axis=0) for a in dinit)
+        _core.ntm_backward(grads=grads, dinit=dinit, dinputs=dinputs,
+                           dlogits=np.ascontiguousarray(dlogits, self.dtype), saved=saved, inputs=x, init=init,
+                           params=params, **config)
+        names = self._PARAM_NAMES[self.controller_kind]
+        out = {names[k]: g for k, g in grads.items()}
+        dmem, dreads, dweights = (a.astype(np.float64).sum(axis=0) for a in dinit.values())
         out["read_init"] = dreads.astype(self.dtype)
         w0 = _softmax_rows(self.weight_init.astype(np.float64))
         out["weight_init"] = (w0 * (dweights - (w0 * dweights).sum(axis=-1, keepdims=True))).astype(self.dtype)

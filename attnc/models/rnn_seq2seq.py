@@ -177,20 +177,28 @@ class Seq2Seq(Module):
         self.out = Linear(F, tgt_vocab, dtype=dtype, seed=s[7])
 
     # -- the C decoder's arguments ------------------------------------------------------
-    _WEIGHTS = ("tgt_embedding.weight", "decoder.weight_ih", "decoder.weight_hh", "decoder.bias_ih",
-                "decoder.bias_hh", "bridge.weight", "bridge.bias", "attention.query.weight", "attention.key.weight",
-                "attention.v", "attention.weight", "attention.bias", "attention.position.weight",
-                "attention.position.v", "combine.weight", "out.weight", "out.bias")
+    # the decoder's weights (attnc_s2s_weights' members) and their state_dict names
+    _WEIGHTS = {"embedding": "tgt_embedding.weight", "weight_ih": "decoder.weight_ih",
+                "weight_hh": "decoder.weight_hh", "bias_ih": "decoder.bias_ih", "bias_hh": "decoder.bias_hh",
+                "bridge_weight": "bridge.weight", "bridge_bias": "bridge.bias",
+                "query_weight": "attention.query.weight", "key_weight": "attention.key.weight",
+                "v": "attention.v", "weight": "attention.weight", "bias": "attention.bias",
+                "position_weight": "attention.position.weight", "position_v": "attention.position.v",
+                "combine": "combine.weight", "out_weight": "out.weight", "out_bias": "out.bias"}
+    _NOT_DECODED = ("out_weight", "out_bias")  # the backward leaves them to self.out's pullback
 
     def _weights(self):
+        """The decoder's weights by attnc_s2s_weights' member names (the model's kind has only some)."""
         params = dict(self.named_parameters())
-        return tuple(None if params.get(n) is None else np.ascontiguousarray(params[n]) for n in self._WEIGHTS)
+        return {k: np.ascontiguousarray(params[n]) for k, n in self._WEIGHTS.items() if n in params}
 
     def _decoder_config(self, sampling=0.0, seed=None):
+        """attnc_s2s_config's members: the keyword arguments of every s2s_* call."""
         if seed is None:  # a fresh draw per call from the model's generator (seeded by the constructor)
             seed = int(self._rng.integers(2**63)) if sampling else 0
         seed = int(seed) % 2**64
-        return (KINDS.index(self.attention_kind), self.window, float(sampling), seed)
+        return {"attention": KINDS.index(self.attention_kind), "window": self.window, "sampling": float(sampling),
+                "seed": seed}
 
     def _inputs(self, src, tgt_in, src_lengths):
         src = _ids(src, "src", self.src_embedding.num_embeddings)
@@ -251,8 +259,9 @@ class Seq2Seq(Module):
         feats = np.empty((B, T, self.out.in_features), dt)
         align = np.empty((B, T, src.shape[1]), dt) if alignments else None
         fed = np.empty((B, T), np.int64)
-        saved = np.empty(_core.s2s_saved_size(config, weights, B, src.shape[1], T), dt)
-        _core.s2s_forward(feats, align, fed, saved, mem, final, lens, tgt_in, weights, config)
+        saved = np.empty(_core.s2s_saved_size(weights=weights, B=B, S=src.shape[1], T=T, **config), dt)
+        _core.s2s_forward(features=feats, alignments=align, fed=fed, saved=saved, memory=mem, final=final,
+                          lengths=lens, tgt_in=tgt_in, weights=weights, **config)
         logits, pull_out = vjp(self.out, feats) if keep else (self.out(feats), None)
         state = (saved, fed, mem, final, lens, weights, config, pull_enc, pull_out) if keep else None
         return logits, align, state
@@ -291,10 +300,11 @@ class Seq2Seq(Module):
         g_out = pull_out(np.ascontiguousarray(dlogits, self.dtype))
         grads = {"out.weight": g_out["weight"], "out.bias": g_out["bias"]}
         dfeat = np.ascontiguousarray(g_out["input"])
-        wgrads = tuple(None if w is None or i >= 15 else np.empty_like(w) for i, w in enumerate(weights))
+        wgrads = {k: np.empty_like(w) for k, w in weights.items() if k not in self._NOT_DECODED}
         dmem, dfinal = np.empty_like(mem), np.empty_like(final)
-        _core.s2s_backward(dmem, dfinal, wgrads, dfeat, saved, fed, mem, final, lens, weights, config)
-        grads.update({n: g for n, g in zip(self._WEIGHTS, wgrads) if g is not None})
+        _core.s2s_backward(dmemory=dmem, dfinal=dfinal, grads=wgrads, dfeatures=dfeat, saved=saved, fed=fed,
+                           memory=mem, final=final, lengths=lens, weights=weights, **config)
+        grads.update({self._WEIGHTS[k]: g for k, g in wgrads.items()})
         grads.update(pull_enc(dmem, dfinal))
         return {k: grads[k] for k, _ in self.named_parameters()}
 
@@ -340,8 +350,10 @@ class Seq2Seq(Module):
         B, S = src.shape
         tokens, lengths = np.empty((B, max_len), np.int64), np.empty(B, np.int64)
         align = np.empty((B, max_len, S), self.dtype)
-        _core.s2s_generate(tokens, lengths, align, mem, final, lens, self._weights(), self._decoder_config(), int(bos),
-                           -1 if eos is None else int(eos), int(beam_size), float(length_penalty))
+        _core.s2s_generate(tokens=tokens, out_lengths=lengths, alignments=align, memory=mem, final=final,
+                           lengths=lens, weights=self._weights(), bos=int(bos), eos=-1 if eos is None else int(eos),
+                           beam_size=int(beam_size), length_penalty=float(length_penalty),
+                           **self._decoder_config())
         L = int(lengths.max()) if B else 0
         return tokens[:, :L], align[:, :L]
 

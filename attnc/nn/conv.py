@@ -95,10 +95,8 @@ def _conv_forward(nd, input, weight, bias, stride, padding, dilation, groups, pa
         raise ValueError(f"weight {shape_str(w.shape)} has an empty kernel")
     b = None
     if bias is not None:
-        b = np.ascontiguousarray(float_array(bias, "bias"))
+        b = np.ascontiguousarray(float_array(bias, "bias"))  # C checks its shape, (out_channels,)
         same_dtype(x.dtype, bias=b)
-        if b.shape != (w.shape[0],):
-            raise ValueError(f"bias has shape {shape_str(b.shape)}, expected ({w.shape[0]},)")
     stride = _pair(stride, "stride", nd, 1)
     dilation = _pair(dilation, "dilation", nd, 1)
     if pads is None:
@@ -115,7 +113,8 @@ def _conv_forward(nd, input, weight, bias, stride, padding, dilation, groups, pa
     xb, w = np.ascontiguousarray(xb), np.ascontiguousarray(w)
     pad4 = pads[0] + pads[1]
     y = np.empty((xb.shape[0], w.shape[0], *sizes), x.dtype)
-    _core.conv2d_forward(y, xb, w, b, stride, pad4, dilation, groups)
+    _core.conv2d_forward(output=y, input=xb, weight=w, bias=b, stride=stride, padding=pad4, dilation=dilation,
+                         groups=groups)
     out = y[:, :, 0, :] if nd == 1 else y
     saved = (x.shape, np.shape(weight), xb, w, b is not None, stride, pad4, dilation, groups)
     return (out if batched else out[0]), saved
@@ -129,7 +128,8 @@ def _conv_backward(saved, cotangents):
     dy4 = np.zeros(shape, xb.dtype) if dy is None else np.ascontiguousarray(dy).reshape(shape)
     dx, dw = np.empty(xb.shape, xb.dtype), np.empty(w.shape, w.dtype)
     db = np.empty(w.shape[0], w.dtype) if has_bias else None
-    _core.conv2d_backward(dx, dw, db, dy4, xb, w, stride, pad4, dilation, groups)
+    _core.conv2d_backward(dinput=dx, dweight=dw, dbias=db, doutput=dy4, input=xb, weight=w, stride=stride,
+                          padding=pad4, dilation=dilation, groups=groups)
     grads = {"input": dx.reshape(x_shape), "weight": dw.reshape(w_shape)}
     if has_bias:
         grads["bias"] = db

@@ -19,7 +19,7 @@ def _forward(input, gate):
         raise ValueError(f"input {shape_str(a.shape)} and gate {shape_str(b.shape)} must have the same shape")
     a, b = np.ascontiguousarray(a), np.ascontiguousarray(b)
     y = np.empty(a.shape, a.dtype)
-    _core.gated_forward(y, a, b)
+    _core.gated_forward(output=y, input=a, gate=b)
     return y, (a, b)
 
 
@@ -29,7 +29,7 @@ def _backward(saved, cotangents):
     if dy is None:
         return {"input": np.zeros_like(a), "gate": np.zeros_like(b)}
     da, db = np.empty_like(a), np.empty_like(b)
-    _core.gated_backward(da, db, np.ascontiguousarray(dy), a, b)
+    _core.gated_backward(dinput=da, dgate=db, doutput=np.ascontiguousarray(dy), input=a, gate=b)
     return {"input": da, "gate": db}
 
 

@@ -110,11 +110,14 @@ class LSTMN(Module):
         self.attn_x = Linear(I, A, bias=False, dtype=dtype, seed=sub())
         self.attn_tilde = Linear(H, A, bias=False, dtype=dtype, seed=sub())
 
-    _NAMES = ("weight_ih", "weight_hh", "bias", "attn_h.weight", "attn_x.weight", "attn_tilde.weight", "attn_v")
+    # attnc_lstmn_params' members and their state_dict names
+    _NAMES = {"weight_ih": "weight_ih", "weight_hh": "weight_hh", "bias": "bias", "attn_h": "attn_h.weight",
+              "attn_x": "attn_x.weight", "attn_tilde": "attn_tilde.weight", "attn_v": "attn_v"}
 
     def _params(self):
-        return (self.weight_ih, self.weight_hh, self.bias, self.attn_h.weight, self.attn_x.weight,
-                self.attn_tilde.weight, self.attn_v)
+        """The parameters by attnc_lstmn_params' member names (no "bias" without one)."""
+        p = dict(self.named_parameters())
+        return {k: p[n] for k, n in self._NAMES.items() if n in p}
 
     # -- arguments ---------------------------------------------------------------------------
     def _prepare(self, input, lengths, mask=None):
@@ -135,9 +138,7 @@ class LSTMN(Module):
                 raise TypeError(f"lengths must be integers, got dtype {lens.dtype}")
             if lens.shape != (B,):
                 raise ValueError(f"lengths must have shape ({B},), got {shape_str(lens.shape)}")
-            if lens.size and (lens.min() < 0 or lens.max() > T):
-                raise ValueError(f"lengths must be in [0, {T}], got values from {lens.min()} to {lens.max()}")
-            lens = np.array(lens, dtype=np.int64, order="C")
+            lens = np.array(lens, dtype=np.int64, order="C")  # C checks each is in [0, T]
             x[np.arange(T)[None, :] >= lens[:, None]] = 0  # padding is only ever multiplied by zero
         return x, lens
 
@@ -148,9 +149,9 @@ class LSTMN(Module):
         H, A = self.hidden_size, self.attention_size
         out = np.empty((B, T, H), self.dtype)
         attn = np.empty((B, T, T), self.dtype) if attention else None
-        saved = np.empty(_core.lstmn_saved_size(B, T, H, A), self.dtype)
+        saved = np.empty(_core.lstmn_saved_size(B=B, T=T, H=H, A=A), self.dtype)
         params = self._params()
-        _core.lstmn_forward(out, attn, saved, x, lens, params)
+        _core.lstmn_forward(output=out, attention=attn, saved=saved, input=x, lengths=lens, params=params)
         return out, attn, (saved, x, lens, params)
 
     def forward(self, input: ArrayLike, *, lengths: ArrayLike | None = None, mask: ArrayLike | None = None,
@@ -175,10 +176,10 @@ class LSTMN(Module):
         saved, x, lens, params = state
         dout = np.zeros(x.shape[:2] + (self.hidden_size,), self.dtype) if doutput is None else \
             np.ascontiguousarray(doutput, dtype=self.dtype)
-        grads = tuple(None if p is None else np.empty_like(p) for p in params)
+        grads = {k: np.empty_like(p) for k, p in params.items()}
         dx = np.empty_like(x)
-        _core.lstmn_backward(grads, dx, dout, saved, x, lens, params)
-        named = {n: g for n, g in zip(self._NAMES, grads) if g is not None}
+        _core.lstmn_backward(grads=grads, dinput=dx, doutput=dout, saved=saved, input=x, lengths=lens, params=params)
+        named = {self._NAMES[k]: g for k, g in grads.items()}
         named["input"] = dx
         return named
 

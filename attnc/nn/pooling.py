@@ -46,17 +46,13 @@ def _forward(input, weight, bias=None, v=None, mask=None):
     if w.ndim != 2 or w.shape[1] != h.shape[2]:
         raise ValueError(f"weight has shape {shape_str(w.shape)}, expected (d_attn, {h.shape[2]}) for input "
                          f"{shape_str(h.shape)}")
-    da = w.shape[0]
-    if vv.shape != (da,):
-        raise ValueError(f"v has shape {shape_str(vv.shape)}, expected ({da},)")
-    if b is not None and b.shape != (da,):
-        raise ValueError(f"bias has shape {shape_str(b.shape)}, expected ({da},)")
+    da = w.shape[0]  # C checks v's and bias's shapes, (da,)
     B, T, d = h.shape
     m = _mask(mask, (B, T))
     h, w, vv = np.ascontiguousarray(h), np.ascontiguousarray(w), np.ascontiguousarray(vv)
     b = None if b is None else np.ascontiguousarray(b)
     c, alpha, u = np.empty((B, d), h.dtype), np.empty((B, T), h.dtype), np.empty((B, T, da), h.dtype)
-    _core.attention_pool_forward(c, alpha, u, h, w, b, vv, m)
+    _core.attention_pool_forward(output=c, weights=alpha, saved=u, input=h, weight=w, bias=b, v=vv, mask=m)
     return (c, alpha), (h, w, b is not None, vv, alpha, u)
 
 
@@ -67,8 +63,9 @@ def _backward(saved, cotangents):
         dc = np.zeros((h.shape[0], h.shape[2]), h.dtype)
     dh, dw, dv = np.empty_like(h), np.empty_like(w), np.empty_like(v)
     db = np.empty_like(v) if has_bias else None
-    _core.attention_pool_backward(dh, dw, db, dv, np.ascontiguousarray(dc),
-                                  None if dalpha is None else np.ascontiguousarray(dalpha), h, w, v, alpha, u)
+    _core.attention_pool_backward(dinput=dh, dweight=dw, dbias=db, dv=dv, doutput=np.ascontiguousarray(dc),
+                                  dweights=None if dalpha is None else np.ascontiguousarray(dalpha), input=h,
+                                  weight=w, v=v, weights=alpha, saved=u)
     grads = {"input": dh, "weight": dw, "v": dv}
     if has_bias:
         grads["bias"] = db

@@ -15,15 +15,8 @@ def arrays(**named) -> tuple:
     return tuple(a if (a.flags.c_contiguous and a.flags.aligned) else _copy(a) for a in out)
 
 
-def check_shape(a: np.ndarray, name: str, expected: tuple, what: str) -> None:
-    """a.shape == expected (None entries: any size)."""
-    ok = a.ndim == len(expected) and all(e is None or s == e for s, e in zip(a.shape, expected))
-    if not ok:
-        want = "(" + ", ".join("?" if e is None else str(e) for e in expected) + ")"
-        raise ValueError(f"{name} must have shape {what} = {want}, got {shape_str(a.shape)}")
-
-
 def check_3d(a: np.ndarray, name: str, what: str) -> tuple:
+    """a's three sizes, which size the outputs (C checks how they fit the other arguments)."""
     if a.ndim != 3:
         raise ValueError(f"{name} must have shape {what}, got {shape_str(a.shape)}")
     return a.shape
@@ -33,12 +26,6 @@ def at_least(a: np.ndarray, name: str, lo: float) -> None:
     if a.size and not (a >= lo).all():
         bad = a[~(a >= lo)].flat[0]
         raise ValueError(f"{name} must be >= {lo:g} everywhere, got {bad}")
-
-
-def odd_shifts(s: np.ndarray) -> None:
-    k = s.shape[-1]
-    if k % 2 == 0:
-        raise ValueError(f"s must have an odd number K of shifts (its last dim), got K = {k}")
 
 
 def grad_or_zeros(c, like: np.ndarray):

@@ -11,19 +11,16 @@ import numpy as np
 from .. import _core as core
 from .._typing import Array, ArrayLike
 from ..grad import register
-from ._common import arrays, at_least, check_3d, check_shape, grad_or_zeros, odd_shifts
+from ._common import arrays, at_least, check_3d, grad_or_zeros
 
 
 # ------------------------------------------------------------------ content
 def _content_forward(key, memory, beta):
     key, memory, beta = arrays(key=key, memory=memory, beta=beta)
-    B, H, M = check_3d(key, "key", "(B, H, M)")
-    check_shape(memory, "memory", (B, None, M), "(B, N, M)")
-    N = memory.shape[1]
-    check_shape(beta, "beta", (B, H), "(B, H)")
-    at_least(beta, "beta", 0)
+    B, H, _ = check_3d(key, "key", "(B, H, M)")  # the sizes of w: C checks the rest
+    N = check_3d(memory, "memory", "(B, N, M)")[1]
     w = np.empty((B, H, N), dtype=key.dtype)
-    core.ntm_content_forward(w, key, memory, beta)
+    core.ntm_content_forward(w=w, key=key, memory=memory, beta=beta)
     return w, (key, memory, beta, w)
 
 
@@ -31,7 +28,7 @@ def _content_backward(saved, cotangents):
     key, memory, beta, w = saved
     dw = grad_or_zeros(cotangents[0], w)
     dkey, dmemory, dbeta = np.empty_like(key), np.empty_like(memory), np.empty_like(beta)
-    core.ntm_content_backward(dkey, dmemory, dbeta, dw, key, memory, beta, w)
+    core.ntm_content_backward(dkey=dkey, dmemory=dmemory, dbeta=dbeta, dw=dw, key=key, memory=memory, beta=beta, w=w)
     return {"key": dkey, "memory": dmemory, "beta": dbeta}
 
 
@@ -66,11 +63,8 @@ register(content_weights, _content_forward, _content_backward)
 # ------------------------------------------------------------------ interpolate
 def _interp_forward(w_content, w_prev, g):
     w_content, w_prev, g = arrays(w_content=w_content, w_prev=w_prev, g=g)
-    B, H, N = check_3d(w_content, "w_content", "(B, H, N)")
-    check_shape(w_prev, "w_prev", (B, H, N), "(B, H, N)")
-    check_shape(g, "g", (B, H), "(B, H)")
-    w = np.empty_like(w_content)
-    core.ntm_interpolate_forward(w, w_content, w_prev, g)
+    w = np.empty_like(w_content)  # C checks the shapes
+    core.ntm_interpolate_forward(w=w, w_content=w_content, w_prev=w_prev, g=g)
     return w, (w_content, w_prev, g)
 
 
@@ -78,7 +72,8 @@ def _interp_backward(saved, cotangents):
     w_content, w_prev, g = saved
     dw = grad_or_zeros(cotangents[0], w_content)
     dwc, dwp, dg = np.empty_like(w_content), np.empty_like(w_prev), np.empty_like(g)
-    core.ntm_interpolate_backward(dwc, dwp, dg, dw, w_content, w_prev, g)
+    core.ntm_interpolate_backward(dw_content=dwc, dw_prev=dwp, dg=dg, dw=dw, w_content=w_content, w_prev=w_prev,
+                                  g=g)
     return {"w_content": dwc, "w_prev": dwp, "g": dg}
 
 
@@ -110,11 +105,8 @@ register(interpolate, _interp_forward, _interp_backward)
 # ------------------------------------------------------------------ shift
 def _shift_forward(w, s):
     w, s = arrays(w=w, s=s)
-    B, H, _ = check_3d(w, "w", "(B, H, N)")
-    check_shape(s, "s", (B, H, None), "(B, H, K)")
-    odd_shifts(s)
-    out = np.empty_like(w)
-    core.ntm_shift_forward(out, w, s)
+    out = np.empty_like(w)  # C checks the shapes and that K is odd
+    core.ntm_shift_forward(out=out, w=w, s=s)
     return out, (w, s)
 
 
@@ -122,7 +114,7 @@ def _shift_backward(saved, cotangents):
     w, s = saved
     dout = grad_or_zeros(cotangents[0], w)
     dw, ds = np.empty_like(w), np.empty_like(s)
-    core.ntm_shift_backward(dw, ds, dout, w, s)
+    core.ntm_shift_backward(dw=dw, ds=ds, dout=dout, w=w, s=s)
     return {"w": dw, "s": ds}
 
 
@@ -158,12 +150,9 @@ register(shift, _shift_forward, _shift_backward)
 # ------------------------------------------------------------------ sharpen
 def _sharpen_forward(w, gamma):
     w, gamma = arrays(w=w, gamma=gamma)
-    B, H, _ = check_3d(w, "w", "(B, H, N)")
-    check_shape(gamma, "gamma", (B, H), "(B, H)")
-    at_least(gamma, "gamma", 1)
     at_least(w, "w", 0)
-    out = np.empty_like(w)
-    core.ntm_sharpen_forward(out, w, gamma)
+    out = np.empty_like(w)  # C checks the shapes and gamma >= 1
+    core.ntm_sharpen_forward(out=out, w=w, gamma=gamma)
     return out, (w, gamma, out)
 
 
@@ -171,7 +160,7 @@ def _sharpen_backward(saved, cotangents):
     w, gamma, out = saved
     dout = grad_or_zeros(cotangents[0], w)
     dw, dgamma = np.empty_like(w), np.empty_like(gamma)
-    core.ntm_sharpen_backward(dw, dgamma, dout, w, gamma, out)
+    core.ntm_sharpen_backward(dw=dw, dgamma=dgamma, dout=dout, w=w, gamma=gamma, out=out)
     return {"w": dw, "gamma": dgamma}
 
 
@@ -200,26 +189,14 @@ register(sharpen, _sharpen_forward, _sharpen_backward)
 
 
 # ------------------------------------------------------------------ address
-_NAMES = ("key", "beta", "g", "s", "gamma", "w_prev", "memory")
-
-
 def _address_forward(key, beta, g, s, gamma, w_prev, memory, *, return_intermediates=False):
     key, beta, g, s, gamma, w_prev, memory = arrays(
         key=key, beta=beta, g=g, s=s, gamma=gamma, w_prev=w_prev, memory=memory)
-    B, H, M = check_3d(key, "key", "(B, H, M)")
-    check_shape(memory, "memory", (B, None, M), "(B, N, M)")
-    N = memory.shape[1]
-    check_shape(beta, "beta", (B, H), "(B, H)")
-    check_shape(g, "g", (B, H), "(B, H)")
-    check_shape(s, "s", (B, H, None), "(B, H, K)")
-    odd_shifts(s)
-    check_shape(gamma, "gamma", (B, H), "(B, H)")
-    check_shape(w_prev, "w_prev", (B, H, N), "(B, H, N)")
-    at_least(beta, "beta", 0)
-    at_least(gamma, "gamma", 1)
+    B, H, _ = check_3d(key, "key", "(B, H, M)")  # the sizes of w: C checks the rest
+    N = check_3d(memory, "memory", "(B, N, M)")[1]
     w, wc, wg, wt = (np.empty((B, H, N), dtype=key.dtype) for _ in range(4))
-    core.ntm_address_forward(w, wc, wg, wt, key, beta, g, s, gamma, w_prev, memory)
-    inputs = (key, beta, g, s, gamma, w_prev, memory)
+    inputs = {"key": key, "beta": beta, "g": g, "s": s, "gamma": gamma, "w_prev": w_prev, "memory": memory}
+    core.ntm_address_forward(w=w, w_c=wc, w_g=wg, w_t=wt, **inputs)
     out = (w, (wc, wg, wt)) if return_intermediates else w
     return out, (inputs, (w, wc, wg, wt), return_intermediates)
 
@@ -231,9 +208,10 @@ def _address_backward(saved, cotangents):
     dwc = dwg = dwt = None
     if inter and len(cotangents) > 1 and cotangents[1] is not None:
         dwc, dwg, dwt = (None if c is None else np.ascontiguousarray(c) for c in cotangents[1])
-    grads = tuple(np.empty_like(a) for a in inputs)
-    core.ntm_address_backward(*grads, dw, dwc, dwg, dwt, *inputs, *outs)
-    return dict(zip(_NAMES, grads))
+    grads = {name: np.empty_like(a) for name, a in inputs.items()}
+    core.ntm_address_backward(grads=grads, dw=dw, dw_c=dwc, dw_g=dwg, dw_t=dwt, w=outs[0], w_c=outs[1], w_g=outs[2],
+                              w_t=outs[3], **inputs)
+    return grads
 
 
 @overload

@@ -8,15 +8,15 @@ import numpy as np
 from .. import _core as core
 from .._typing import Array, ArrayLike
 from ..grad import register
-from ._common import arrays, check_3d, check_shape, grad_or_zeros
+from ._common import arrays, check_3d, grad_or_zeros
 
 
 def _read_forward(memory, w):
     memory, w = arrays(memory=memory, w=w)
-    B, N, M = check_3d(memory, "memory", "(B, N, M)")
-    check_shape(w, "w", (B, None, N), "(B, H, N)")
-    r = np.empty((B, w.shape[1], M), dtype=memory.dtype)
-    core.ntm_read_forward(r, memory, w)
+    B, _, M = check_3d(memory, "memory", "(B, N, M)")  # the sizes of r: C checks the rest
+    H = check_3d(w, "w", "(B, H, N)")[1]
+    r = np.empty((B, H, M), dtype=memory.dtype)
+    core.ntm_read_forward(r=r, memory=memory, w=w)
     return r, (memory, w)
 
 
@@ -27,7 +27,7 @@ def _read_backward(saved, cotangents):
     if dr is None:
         dr = np.zeros((memory.shape[0], H, memory.shape[2]), dtype=memory.dtype)
     dmemory, dw = np.empty_like(memory), np.empty_like(w)
-    core.ntm_read_backward(dmemory, dw, np.ascontiguousarray(dr), memory, w)
+    core.ntm_read_backward(dmemory=dmemory, dw=dw, dr=np.ascontiguousarray(dr), memory=memory, w=w)
     return {"memory": dmemory, "w": dw}
 
 
@@ -58,22 +58,18 @@ register(read, _read_forward, _read_backward)
 
 def _write_forward(memory, w, erase, add):
     memory, w, erase, add = arrays(memory=memory, w=w, erase=erase, add=add)
-    B, N, M = check_3d(memory, "memory", "(B, N, M)")
-    check_shape(w, "w", (B, None, N), "(B, H, N)")
-    H = w.shape[1]
-    check_shape(erase, "erase", (B, H, M), "(B, H, M)")
-    check_shape(add, "add", (B, H, M), "(B, H, M)")
-    out = np.empty_like(memory)
-    core.ntm_write_forward(out, memory, w, erase, add)
+    out = np.empty_like(memory)  # C checks the shapes
+    core.ntm_write_forward(out=out, memory=memory, w=w, erase=erase, add=add)
     return out, (memory, w, erase, add)
 
 
 def _write_backward(saved, cotangents):
     memory, w, erase, add = saved
     dout = grad_or_zeros(cotangents[0], memory)
-    grads = tuple(np.empty_like(a) for a in saved)
-    core.ntm_write_backward(*grads, dout, memory, w, erase, add)
-    return dict(zip(("memory", "w", "erase", "add"), grads))
+    dmemory, dw, derase, dadd = (np.empty_like(a) for a in saved)
+    core.ntm_write_backward(dmemory=dmemory, dw=dw, derase=derase, dadd=dadd, dout=dout, memory=memory, w=w,
+                            erase=erase, add=add)
+    return {"memory": dmemory, "w": dw, "erase": derase, "add": dadd}
 
 
 def write(memory: ArrayLike, w: ArrayLike, erase: ArrayLike, add: ArrayLike) -> Array:

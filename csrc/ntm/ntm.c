@@ -273,11 +273,14 @@ attnc_status attnc_ntm_sharpen_backward(attnc_tensor *dw, attnc_tensor *dgamma,
 
 /* ---- read ------------------------------------------------------------------- */
 
+/* memory (B, N, M) sets the sizes (a w that does not fit them is the one named). */
 static attnc_status memory_dims(ntm_dims *d, const attnc_tensor *memory, const attnc_tensor *w) {
-    TRY(weights_dims(d, w, "w"));
-    int64_t b = d->B, n = d->N, m = -1;
-    TRY(check(memory, "memory", d->dtype, 3, &b, &n, &m));
-    d->M = m;
+    TRY(first(d, memory, "memory", &d->M));
+    d->N = d->H;
+    int64_t b = d->B, h = -1, n = d->N;
+    TRY(check(w, "w", d->dtype, 3, &b, &h, &n));
+    d->H = h;
+    d->K = 1;
     return ATTNC_OK;
 }
 

@@ -37,14 +37,6 @@ PyObject *buffers_finish(buffers *held, attnc_status status);
     Py_END_ALLOW_THREADS
 
 /* The functions of each family, for the module table. */
-extern PyMethodDef attnc_seq2seq_methods[];
-extern PyMethodDef attnc_captioner_methods[];
-extern PyMethodDef attnc_ntm_methods[];
-extern PyMethodDef attnc_lstmn_methods[];
-extern PyMethodDef attnc_pooling_methods[];
-extern PyMethodDef attnc_conv_methods[];
-extern PyMethodDef attnc_gated_methods[];
-extern PyMethodDef attnc_optim_methods[];
 extern PyMethodDef attnc_array_methods[];
 
 #endif

@@ -5,7 +5,9 @@ data: a list OPS of op(...) entries, written with the names below (given to
 the file when it is read: it imports nothing). An entry names the Python
 function, the C entry point, and the C function's parameters in order: its
 arrays (inputs, outputs), scalars (C type, default, range) and option or
-weight structs (their fields by name). From the table come, at build time:
+weight structs (their fields by name). A family whose entry points or structs
+are declared outside include/attnc.h lists their headers in INCLUDES (paths
+relative to csrc/python/). From the table come, at build time:
 
 - the C wrappers: keyword arguments only, each parsed into its tensor view,
   scalar or struct field, the C function run without the GIL, its status

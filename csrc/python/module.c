@@ -68,14 +68,6 @@ PyMODINIT_FUNC MODULE_INIT(ATTNC_SIMD_PATH)(void) {
     PyObject *m = PyModule_Create(&module);
     if (!m) return NULL;
     if (PyModule_AddFunctions(m, config_methods) != 0 || PyModule_AddFunctions(m, attnc_op_methods) != 0 ||
-        PyModule_AddFunctions(m, attnc_seq2seq_methods) != 0 ||
-        PyModule_AddFunctions(m, attnc_captioner_methods) != 0 ||
-        PyModule_AddFunctions(m, attnc_ntm_methods) != 0 ||
-        PyModule_AddFunctions(m, attnc_lstmn_methods) != 0 ||
-        PyModule_AddFunctions(m, attnc_pooling_methods) != 0 ||
-        PyModule_AddFunctions(m, attnc_conv_methods) != 0 ||
-        PyModule_AddFunctions(m, attnc_gated_methods) != 0 ||
-        PyModule_AddFunctions(m, attnc_optim_methods) != 0 ||
         PyModule_AddFunctions(m, attnc_array_methods) != 0) {
         Py_DECREF(m);
         return NULL;

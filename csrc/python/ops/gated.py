@@ -1,0 +1,7 @@
+"""The gated activation tanh(input) * sigmoid(gate) (csrc/nn/gated.c)."""
+
+OPS = [
+    op("gated_forward", "attnc_gated_forward", out("output"), arr("input"), arr("gate")),
+    op("gated_backward", "attnc_gated_backward", out("dinput"), out("dgate"), arr("doutput"), arr("input"),
+       arr("gate")),
+]
