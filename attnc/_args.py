@@ -105,13 +105,7 @@ def bool_mask(mask, shape: tuple, name: str = "mask") -> np.ndarray:
     m = np.asarray(mask)
     if m.dtype != np.bool_:
         raise TypeError(f"{name} must be a boolean array (True = may attend), got dtype {m.dtype}")
-    try:
-        return elementwise_ready(np.broadcast_to(m, shape))
-    except ValueError:
-        raise ValueError(
-            f"{name} with shape {shape_str(m.shape)} does not broadcast to "
-            f"(..., Tq, Tk) = {shape_str(shape)}"
-        ) from None
+    return _broadcast(m, shape, name, f"(..., Tq, Tk) = {shape_str(shape)}")
 
 
 def lengths(key_lengths, batch_shape: tuple) -> np.ndarray:
@@ -124,13 +118,15 @@ def lengths(key_lengths, batch_shape: tuple) -> np.ndarray:
     if kl.dtype.kind == "u" and kl.size and kl.max() > np.iinfo(np.int64).max:
         raise ValueError("key_lengths does not fit in int64")
     kl = kl.astype(np.int64, copy=False)
+    return _broadcast(kl, batch_shape, "key_lengths", f"the leading dims {shape_str(batch_shape)}")
+
+
+def _broadcast(a: np.ndarray, shape: tuple, name: str, to: str) -> np.ndarray:
+    """a broadcast to shape without copying; ValueError naming it and `to` (what shape means) if it cannot be."""
     try:
-        return elementwise_ready(np.broadcast_to(kl, batch_shape))
+        return elementwise_ready(np.broadcast_to(a, shape))
     except ValueError:
-        raise ValueError(
-            f"key_lengths with shape {shape_str(kl.shape)} does not broadcast to the leading "
-            f"dims {shape_str(batch_shape)}"
-        ) from None
+        raise ValueError(f"{name} with shape {shape_str(a.shape)} does not broadcast to {to}") from None
 
 
 def mask_arrays(mask, key_lengths, batch_shape: tuple, tq: int, tk: int) -> tuple:

@@ -97,7 +97,8 @@ def test_every_public_result_is_as_the_golden_file_has_it():
 def test_every_other_path_too(path):
     run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=",
                           f"{__file__}::test_every_public_result_is_as_the_golden_file_has_it"],
-                         env=dict(os.environ, ATTNC_CPU=path), capture_output=True, text=True, cwd=str(HERE))
+                         env=dict(os.environ, ATTNC_CPU=path, PYTHONPATH=str(Path(attnc.__file__).parent.parent)),
+                         capture_output=True, text=True, cwd=str(HERE))  # the attnc this process runs
     assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-3000:]
 
 

@@ -1,7 +1,8 @@
 """Plotting helpers for attention weights (optional; needs matplotlib).
 
 Install the extra with ``pip install "attnc[plot]"``. matplotlib is imported
-only when a plotting function is called, so ``import attnc`` never needs it.
+only when a plotting function is called, so ``import attnc`` never needs it;
+without it every plotting function raises ImportError saying what to install.
 
 Each subject has its module; their functions are all here:
 - alignment: ``alignment`` (one alignment matrix), ``heads`` (layer x head grid);

@@ -8,9 +8,10 @@ from typing import TYPE_CHECKING, Any, Union
 import numpy as np
 
 if TYPE_CHECKING:
+    from matplotlib.axes import Axes
     from matplotlib.colors import Colormap
 else:  # matplotlib is imported only when drawing; at run time these annotations resolve to Any
-    Colormap = Any
+    Axes = Colormap = Any
 
 # The argument cmap: a colormap name ("viridis") or a matplotlib Colormap.
 Cmap = Union[str, Colormap]
@@ -41,6 +42,14 @@ def _real_array(value, name, what):
     if np.iscomplexobj(arr):
         raise TypeError(f"{name} must be real, got dtype {arr.dtype}")
     return arr
+
+
+def _squeezed(value, name, what, ndim):
+    """(float64 copy of ``value`` without the leading size-1 dims beyond
+    ndim, the shape it was given): the caller checks the copy's shape and
+    names the given one."""
+    arr = _real_array(value, name, what)
+    return np.array(_squeeze_leading(arr, ndim), dtype=np.float64, copy=True), tuple(arr.shape)
 
 
 def _squeeze_leading(arr, ndim):

@@ -3,30 +3,22 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .._typing import ArrayLike
-from ._common import Cmap, _as_tokens, _empty_mappable, _import_pyplot, _real_array, _squeeze_leading
-
-if TYPE_CHECKING:
-    from matplotlib.axes import Axes
-else:  # matplotlib is imported only when drawing; at run time these annotations resolve to Any
-    Axes = Any
+from ._common import Axes, Cmap, _as_tokens, _empty_mappable, _import_pyplot, _squeeze_leading, _squeezed
 
 
 def _as_matrix(weights):
     """Return ``weights`` as a 2-D float64 array, squeezing leading size-1 dims."""
-    arr = _real_array(weights, "weights", "(Tq, Tk)")
-    shape = tuple(arr.shape)
-    arr = _squeeze_leading(arr, 2)
+    arr, shape = _squeezed(weights, "weights", "(Tq, Tk)", 2)
     if arr.ndim != 2:
         raise ValueError(
             "weights must be a 2-D alignment matrix of shape (Tq, Tk) "
             f"(a leading batch dim of size 1 is allowed), got weights with shape {shape}"
         )
-    return np.array(arr, dtype=np.float64, copy=True)
+    return arr
 
 
 def alignment(
@@ -85,8 +77,6 @@ def alignment(
         does not match the matrix.
     TypeError
         ``weights`` is not numeric, or a token list is a plain string.
-    ImportError
-        matplotlib is missing (``pip install "attnc[plot]"``).
 
     Examples
     --------
@@ -289,8 +279,6 @@ def heads(
         (layers, heads).
     TypeError
         ``weights`` is not numeric, or a token list is a plain string.
-    ImportError
-        matplotlib is missing (``pip install "attnc[plot]"``).
 
     Examples
     --------

@@ -4,12 +4,13 @@ SAGAN's queries over a feature map."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Literal
 
 import numpy as np
 
 from .._typing import ArrayLike
 from ._common import (
+    Axes,
     Cmap,
     _channels_last,
     _finish_panels,
@@ -19,11 +20,6 @@ from ._common import (
     _real_array,
     _squeeze_leading,
 )
-
-if TYPE_CHECKING:
-    from matplotlib.axes import Axes
-else:  # matplotlib is imported only when drawing; at run time these annotations resolve to Any
-    Axes = Any
 
 
 def caption_attention(image: ArrayLike, words: Sequence[str], alphas: ArrayLike, *, grid: tuple[int, int] = (3, 3),

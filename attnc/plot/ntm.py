@@ -9,21 +9,17 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from .._typing import ArrayLike
-from ._common import Cmap, _import_pyplot, _real_array, _squeeze_leading
+from ._common import Axes, Cmap, _import_pyplot, _real_array, _squeezed
 
 if TYPE_CHECKING:
-    from matplotlib.axes import Axes
-
     from ..models import NTMTrace
-else:  # matplotlib is imported only when drawing; at run time these annotations resolve to Any
-    Axes = NTMTrace = Any
+else:  # the models are imported only for the annotation: at run time it resolves to Any
+    NTMTrace = Any
 
 
 def _as_weighting(value, name, n=None):
     """A 1-D float64 copy of one head's weighting (leading size-1 dims squeezed)."""
-    arr = _real_array(value, name, "(N,)")
-    shape = tuple(arr.shape)
-    arr = _squeeze_leading(arr, 1)
+    arr, shape = _squeezed(value, name, "(N,)", 1)
     if arr.ndim != 1 or arr.shape[0] == 0:
         raise ValueError(
             f"{name} must be one head's weighting, a 1-D array of length N >= 1 (select one row and head, "
@@ -31,7 +27,7 @@ def _as_weighting(value, name, n=None):
         )
     if n is not None and arr.shape[0] != n:
         raise ValueError(f"{name} has {arr.shape[0]} slots but w_content has {n}: every stage must have length N = {n}")
-    return np.array(arr, dtype=np.float64, copy=True)
+    return arr
 
 
 def ntm_addressing(w_content: ArrayLike, w_gated: ArrayLike, w_shifted: ArrayLike, w: ArrayLike, *,
@@ -82,8 +78,6 @@ def ntm_addressing(w_content: ArrayLike, w_gated: ArrayLike, w_shifted: ArrayLik
         ``axes`` does not hold one Axes per panel.
     TypeError
         A weighting is not numeric.
-    ImportError
-        matplotlib is missing (``pip install "attnc[plot]"``).
 
     Examples
     --------
@@ -273,8 +267,6 @@ def ntm_trace(trace: NTMTrace | tuple[ArrayLike, ...], *, row: int = 0, inputs: 
         neither "all" nor "first", or ``axes`` does not hold one Axes per panel.
     TypeError
         ``trace`` has no weights, or an array is not numeric.
-    ImportError
-        matplotlib is missing (``pip install "attnc[plot]"``).
 
     Examples
     --------

@@ -2,30 +2,21 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .._typing import ArrayLike
-from ._common import _import_pyplot, _real_array, _squeeze_leading
-
-if TYPE_CHECKING:
-    from matplotlib.axes import Axes
-else:  # matplotlib is imported only when drawing; at run time these annotations resolve to Any
-    Axes = Any
+from ._common import Axes, _import_pyplot, _squeeze_leading, _squeezed
 
 
 def _as_points(points):
     """(n, 2) float64 copy of ``points`` (leading size-1 dims squeezed), finite, n >= 1."""
-    arr = _real_array(points, "points", "(n, 2)")
-    shape = tuple(arr.shape)
-    arr = _squeeze_leading(arr, 2)
+    arr, shape = _squeezed(points, "points", "(n, 2)", 2)
     if arr.ndim != 2 or arr.shape[1] != 2 or arr.shape[0] < 1:
         raise ValueError(
             "points must be the planar points of ONE instance, shape (n, 2) with n >= 1 (select a row of a "
             f"(B, n, 2) batch first, e.g. points[b]), got shape {shape}"
         )
-    arr = np.array(arr, dtype=np.float64, copy=True)
     if not np.isfinite(arr).all():
         raise ValueError("points must be finite (no nan or inf)")
     return arr
@@ -139,8 +130,6 @@ def tours(points: ArrayLike, tours: ArrayLike, *, optimal: ArrayLike | None = No
         an index outside ``-1 .. n-1``.
     TypeError
         ``points`` is not numeric, or a tour does not hold integers.
-    ImportError
-        matplotlib is missing (``pip install "attnc[plot]"``).
 
     Examples
     --------
@@ -221,8 +210,6 @@ def hull(points: ArrayLike, predicted: ArrayLike, *, target: ArrayLike | None = 
         is not 1-D or holds an index outside ``-1 .. n-1``.
     TypeError
         ``points`` is not numeric, or an index array does not hold integers.
-    ImportError
-        matplotlib is missing (``pip install "attnc[plot]"``).
 
     Examples
     --------
