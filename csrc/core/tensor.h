@@ -6,6 +6,7 @@
 #include <stdint.h>
 
 #include "../include/attnc.h"
+#include "typed.h"
 
 /* One matrix of a batch: element (i, j) is at p + i*rs + j*cs (elements). */
 typedef struct {
