@@ -31,15 +31,6 @@ static inline attnc_mat attnc_mat_rows(attnc_mat m, int64_t r0, int64_t n, size_
     return m;
 }
 
-/* RUN(f32) or RUN(f64), by dtype: how a typed kernel (core/real.h) is called. */
-#define ATTNC_BY_DTYPE(dtype, RUN)     \
-    do {                              \
-        if ((dtype) == ATTNC_FLOAT32) \
-            RUN(f32);                 \
-        else                          \
-            RUN(f64);                 \
-    } while (0)
-
 size_t attnc_dtype_size(attnc_dtype dtype);
 const char *attnc_dtype_name(attnc_dtype dtype);
 int64_t attnc_numel(const attnc_tensor *t);
