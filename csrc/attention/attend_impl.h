@@ -40,20 +40,11 @@ void FN(attnc_context)(attnc_tensor *context, const attnc_dims *d, int64_t b, co
          attnc_batch_mat(values, &d->batch, b), 0, attnc_batch_mat(context, &d->batch, b));
 }
 
-typedef struct {
-    attnc_score_ctx c;
-    const attnc_mask *mask;
-    attnc_tensor *context, *weights, *dvalues;
-    const attnc_tensor *values, *dcontext, *dweights, *fwd_weights;
-    REAL *scratch, *g;
-    size_t per_worker;
-} FN(attention_job);
-
 static void FN(attention_forward_task)(void *arg, int64_t b, int worker) {
-    FN(attention_job) *j = arg;
+    attention_job *j = arg;
     const attnc_dims *d = j->c.d;
     REAL *w = (REAL *)j->weights->data + b * d->tq * d->tk;
-    FN(attnc_score_batch)(&j->c, b, w, j->scratch + worker * j->per_worker);
+    FN(attnc_score_batch)(&j->c, b, w, (REAL *)j->scratch + worker * j->per_worker);
     attnc_bmask bm;
     attnc_bmask_at(&bm, j->mask, d, b);
     for (int64_t i = 0; i < d->tq; i++) {
@@ -66,9 +57,9 @@ static void FN(attention_forward_task)(void *arg, int64_t b, int worker) {
 
 /* G_b <- the scores' cotangent dS; dvalues_b. Weights gathered per worker. */
 static void FN(attention_backward_task)(void *arg, int64_t b, int worker) {
-    FN(attention_job) *j = arg;
+    attention_job *j = arg;
     const attnc_dims *d = j->c.d;
-    REAL *g = j->g + b * d->tq * d->tk, *w = j->scratch + worker * j->per_worker;
+    REAL *g = (REAL *)j->g + b * d->tq * d->tk, *w = (REAL *)j->scratch + worker * j->per_worker;
     attnc_mat wm = attnc_batch_mat(j->fwd_weights, &d->batch, b);
     for (int64_t i = 0; i < d->tq; i++)
         for (int64_t k = 0; k < d->tk; k++)

@@ -9,6 +9,15 @@
 #include "attend.h"
 #include "softmax.h"
 
+typedef struct {
+    attnc_score_ctx c;
+    const attnc_mask *mask;
+    attnc_tensor *context, *weights, *dvalues;
+    const attnc_tensor *values, *dcontext, *dweights, *fwd_weights;
+    void *scratch, *g;
+    size_t per_worker;
+} attention_job;
+
 #define ATTNC_F64 0
 #include "attend_impl.h"
 #define ATTNC_F64 1
@@ -48,10 +57,11 @@ attnc_status attnc_attention_forward(attnc_tensor *context, attnc_tensor *weight
                      "attention scratch"));
     attnc_score_ctx c;
     attnc_status st = attnc_score_open(&c, &d, query, keys, params);
-    if (st == ATTNC_OK)
-        ATTNC_PARALLEL_TYPED(d.dtype, workers, attention_job, attention_forward_task, d.batch.count,
-                             .c = c, .mask = mask, .context = context, .weights = weights,
-                             .values = values, .scratch = scratch, .per_worker = per);
+    if (st == ATTNC_OK) {
+        attention_job job = {.c = c, .mask = mask, .context = context, .weights = weights, .values = values,
+                             .scratch = scratch, .per_worker = per};
+        attnc_parallel_for(d.batch.count, workers, ATTNC_TYPED(d.dtype, attention_forward_task), &job);
+    }
     attnc_score_close(&c);
     free(scratch);
     return st;
@@ -77,10 +87,9 @@ attnc_status attnc_attention_backward(attnc_tensor *dquery, attnc_tensor *dkeys,
     attnc_score_ctx c = {0};
     if (st == ATTNC_OK) st = attnc_score_open(&c, &d, query, keys, params);
     if (st == ATTNC_OK) {
-        ATTNC_PARALLEL_TYPED(d.dtype, workers, attention_job, attention_backward_task,
-                             d.batch.count, .c = c, .dvalues = dvalues, .values = values,
-                             .dcontext = dcontext, .dweights = dweights, .fwd_weights = weights,
-                             .scratch = scratch, .g = g, .per_worker = per);
+        attention_job job = {.c = c, .dvalues = dvalues, .values = values, .dcontext = dcontext, .dweights = dweights,
+                             .fwd_weights = weights, .scratch = scratch, .g = g, .per_worker = per};
+        attnc_parallel_for(d.batch.count, workers, ATTNC_TYPED(d.dtype, attention_backward_task), &job);
         st = attnc_score_run_backward(&c, g, dquery, dkeys, dparams);
     }
     attnc_score_close(&c);

@@ -151,13 +151,12 @@ static attnc_status setup(flash_ctx *c, const attnc_tensor *q, const attnc_tenso
     return ATTNC_OK;
 }
 
-static attnc_status run(flash_ctx *c, int64_t tasks, attnc_task_fn f32, attnc_task_fn f64,
-                        size_t per_worker) {
+static attnc_status run(flash_ctx *c, int64_t tasks, attnc_task_fn task, size_t per_worker) {
     int workers = attnc_workers_for(c->batch.count * c->H * c->L * c->S * (c->e + c->ev));
     c->per_worker = per_worker;
     TRY(attnc_calloc(&c->scratch, per_worker * (size_t)workers,
                      attnc_dtype_size(c->q->dtype), "attention tiles"));
-    attnc_parallel_for(tasks, workers, c->q->dtype == ATTNC_FLOAT32 ? f32 : f64, c);
+    attnc_parallel_for(tasks, workers, task, c);
     free(c->scratch);
     c->scratch = NULL;
     return ATTNC_OK;
@@ -278,12 +277,9 @@ static attnc_status two_parts(flash_ctx *c, size_t per) {
     TRY(attnc_calloc(&part.data, (size_t)stride, attnc_dtype_size(dq->dtype), "dquery part"));
     c->dq_part = &part;
     c->split_kb = balanced_split(c);
-    attnc_status st = run(c, 2, part_task_f32, part_task_f64, per);
+    attnc_status st = run(c, 2, ATTNC_TYPED(c->q->dtype, part_task), per);
     if (st == ATTNC_OK) {
-        if (dq->dtype == ATTNC_FLOAT32)
-            add_parts_f32(c);
-        else
-            add_parts_f64(c);
+        ATTNC_TYPED(dq->dtype, add_parts)(c);
     }
     free(part.data);
     c->dq_part = NULL;
@@ -326,11 +322,11 @@ attnc_status attnc_sdpa_forward(attnc_tensor *output, attnc_tensor *lse, attnc_t
          * its tasks keep every thread busy (with average_heads, a task takes a
          * query block of every head). Both paths give the same bits. */
         c.keep_at = (int64_t)per;
-        st = run(&c, weight_tasks, forward_weights_task_f32, forward_weights_task_f64, per + (size_t)(c.bq * c.S));
+        st = run(&c, weight_tasks, ATTNC_TYPED(dt, forward_weights_task), per + (size_t)(c.bq * c.S));
     } else {
-        if (st == ATTNC_OK) st = run(&c, tasks, forward_task_f32, forward_task_f64, per);
+        if (st == ATTNC_OK) st = run(&c, tasks, ATTNC_TYPED(dt, forward_task), per);
         if (st == ATTNC_OK && attnc_present(weights))
-            st = run(&c, weight_tasks, weights_task_f32, weights_task_f64, (size_t)(c.bq * c.bk));
+            st = run(&c, weight_tasks, ATTNC_TYPED(dt, weights_task), (size_t)(c.bq * c.bk));
     }
     free_packed(&c);
     return st;
@@ -381,23 +377,21 @@ attnc_status attnc_sdpa_backward(attnc_tensor *dquery, attnc_tensor *dkey, attnc
         free_packed(&c);
         return st;
     }
-    attnc_parallel_for(c.batch.count * c.H, attnc_workers(),
-                       dt == ATTNC_FLOAT32 ? rowdot_task_f32 : rowdot_task_f64, &c);
+    attnc_parallel_for(c.batch.count * c.H, attnc_workers(), ATTNC_TYPED(dt, rowdot_task), &c);
     size_t per = (size_t)(2 * c.bq * c.bk);
     if (c.dw) /* D += rowsum(P o dweights): the weights' own softmax backward */
-        st = run(&c, c.batch.count * c.H * c.nqb, weights_rowdot_task_f32,
-                 weights_rowdot_task_f64, (size_t)(c.bq * c.bk));
+        st = run(&c, c.batch.count * c.H * c.nqb, ATTNC_TYPED(dt, weights_rowdot_task), (size_t)(c.bq * c.bk));
     int64_t groups = c.batch.count * c.hkv;
     bool all = attnc_present(dquery) && attnc_present(dkey) && attnc_present(dvalue);
     if (st == ATTNC_OK && all && groups == 1 && c.nkb >= 2) {
         st = two_parts(&c, per);
     } else if (st == ATTNC_OK && all && groups >= attnc_workers()) {
-        st = run(&c, groups, fused_task_f32, fused_task_f64, per);
+        st = run(&c, groups, ATTNC_TYPED(dt, fused_task), per);
     } else {
         if (st == ATTNC_OK && (attnc_present(dkey) || attnc_present(dvalue) || attnc_present(dmask)))
-            st = run(&c, groups * c.nkb, dkv_task_f32, dkv_task_f64, per);
+            st = run(&c, groups * c.nkb, ATTNC_TYPED(dt, dkv_task), per);
         if (st == ATTNC_OK && attnc_present(dquery))
-            st = run(&c, c.batch.count * c.H * c.nqb, dq_task_f32, dq_task_f64, per);
+            st = run(&c, c.batch.count * c.H * c.nqb, ATTNC_TYPED(dt, dq_task), per);
     }
     free(c.dvec);
     free_packed(&c);

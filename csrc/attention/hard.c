@@ -10,6 +10,16 @@
 #include "attend.h"
 #include "softmax.h"
 
+typedef struct {
+    attnc_score_ctx c;
+    const attnc_mask *mask;
+    const attnc_hard_options *opt;
+    attnc_tensor *context, *weights, *indices, *dvalues;
+    const attnc_tensor *values, *dcontext, *dweights, *fwd_indices;
+    void *scratch, *g;
+    size_t per_worker;
+} hard_job;
+
 #define ATTNC_F64 0
 #include "hard_impl.h"
 #define ATTNC_F64 1
@@ -50,15 +60,12 @@ attnc_status attnc_hard_attention_forward(attnc_tensor *context, attnc_tensor *w
                      "hard attention scratch"));
     attnc_score_ctx c;
     attnc_status st = attnc_score_open(&c, &d, query, keys, params);
-#define RUN(SFX)                                                                           \
-    do {                                                                                   \
-        hard_job_##SFX job = {.c = c, .mask = mask, .opt = options, .context = context,    \
-                              .weights = weights, .indices = indices, .values = values,    \
-                              .scratch = scratch, .per_worker = per};                      \
-        attnc_parallel_for(d.batch.count, workers, hard_forward_task_##SFX, &job);         \
-    } while (0)
-    if (st == ATTNC_OK) ATTNC_BY_DTYPE(d.dtype, RUN);
-#undef RUN
+    if (st == ATTNC_OK) {
+        hard_job job = {.c = c, .mask = mask, .opt = options, .context = context,
+                        .weights = weights, .indices = indices, .values = values,
+                        .scratch = scratch, .per_worker = per};
+        attnc_parallel_for(d.batch.count, workers, ATTNC_TYPED(d.dtype, hard_forward_task), &job);
+    }
     attnc_score_close(&c);
     free(scratch);
     return st;
@@ -91,16 +98,11 @@ attnc_status attnc_hard_attention_backward(attnc_tensor *dquery, attnc_tensor *d
     attnc_score_ctx c = {0};
     if (st == ATTNC_OK) st = attnc_score_open(&c, &d, query, keys, params);
     if (st == ATTNC_OK) {
-#define RUN(SFX)                                                                           \
-    do {                                                                                   \
-        hard_job_##SFX job = {.c = c, .mask = mask, .opt = options, .dvalues = dvalues,    \
-                              .values = values, .dcontext = dcontext, .dweights = dweights, \
-                              .fwd_indices = indices, .scratch = scratch, .g = g,          \
-                              .per_worker = per};                                          \
-        attnc_parallel_for(d.batch.count, workers, hard_backward_task_##SFX, &job);        \
-    } while (0)
-        ATTNC_BY_DTYPE(d.dtype, RUN);
-#undef RUN
+        hard_job job = {.c = c, .mask = mask, .opt = options, .dvalues = dvalues,
+                        .values = values, .dcontext = dcontext, .dweights = dweights,
+                        .fwd_indices = indices, .scratch = scratch, .g = g,
+                        .per_worker = per};
+        attnc_parallel_for(d.batch.count, workers, ATTNC_TYPED(d.dtype, hard_backward_task), &job);
         st = attnc_score_run_backward(&c, g, dquery, dkeys, dparams);
     }
     attnc_score_close(&c);

@@ -1,18 +1,8 @@
 /* hard_impl.h: typed kernels of hard.c (see core/real.h). */
 #include "../core/real.h"
 
-typedef struct {
-    attnc_score_ctx c;
-    const attnc_mask *mask;
-    const attnc_hard_options *opt;
-    attnc_tensor *context, *weights, *indices, *dvalues;
-    const attnc_tensor *values, *dcontext, *dweights, *fwd_indices;
-    REAL *scratch, *g;
-    size_t per_worker;
-} FN(hard_job);
-
 /* The noise added to score (b, i, j); argmax adds none. */
-static REAL FN(noise)(const FN(hard_job) *j, int64_t b, int64_t i, int64_t k) {
+static REAL FN(noise)(const hard_job *j, int64_t b, int64_t i, int64_t k) {
     if (j->opt->mode == ATTNC_HARD_ARGMAX) return 0;
     const attnc_dims *d = j->c.d;
     return (REAL)attnc_gumbel(j->opt->seed, 0, (uint64_t)((b * d->tq + i) * d->tk + k));
@@ -20,11 +10,11 @@ static REAL FN(noise)(const FN(hard_job) *j, int64_t b, int64_t i, int64_t k) {
 
 static void FN(hard_forward_task)(void *arg, int64_t b, int worker) {
     (void)worker;
-    FN(hard_job) *j = arg;
+    hard_job *j = arg;
     const attnc_dims *d = j->c.d;
     REAL *w = (REAL *)j->weights->data + b * d->tq * d->tk;
     int64_t *idx = (int64_t *)j->indices->data + b * d->tq;
-    FN(attnc_score_batch)(&j->c, b, w, j->scratch + worker * j->per_worker);
+    FN(attnc_score_batch)(&j->c, b, w, (REAL *)j->scratch + worker * j->per_worker);
     attnc_bmask bm;
     attnc_bmask_at(&bm, j->mask, d, b);
     attnc_mat v = attnc_batch_mat(j->values, &d->batch, b);
@@ -53,7 +43,7 @@ static void FN(hard_forward_task)(void *arg, int64_t b, int worker) {
 /* dvalues_b <- onehot^T dcontext_b; for GUMBEL, G_b <- the relaxed scores'
  * cotangent: softmax((s + g) / T) backward, divided by T. */
 static void FN(hard_backward_task)(void *arg, int64_t b, int worker) {
-    FN(hard_job) *j = arg;
+    hard_job *j = arg;
     const attnc_dims *d = j->c.d;
     const int64_t *idx = attnc_at(j->fwd_indices, attnc_batch_offset(j->fwd_indices, &d->batch, b));
     int64_t istride = j->fwd_indices->strides[j->fwd_indices->ndim - 1];
@@ -71,7 +61,7 @@ static void FN(hard_backward_task)(void *arg, int64_t b, int worker) {
         }
     }
     if (j->opt->mode != ATTNC_HARD_GUMBEL) return;
-    REAL *g = j->g + b * d->tq * d->tk, *y = j->scratch + worker * j->per_worker;
+    REAL *g = (REAL *)j->g + b * d->tq * d->tk, *y = (REAL *)j->scratch + worker * j->per_worker;
     REAL *score_scratch = y + d->tq * d->tk, inv_t = (REAL)(1 / j->opt->temperature);
     FN(attnc_weights_cotangent)(g, d, b, j->dcontext, j->dweights, j->values);
     FN(attnc_score_batch)(&j->c, b, y, score_scratch);

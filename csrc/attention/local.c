@@ -9,6 +9,16 @@
 #include "attend.h"
 #include "softmax.h"
 
+typedef struct {
+    attnc_score_ctx c;
+    const attnc_mask *mask;
+    const attnc_local_options *opt;
+    attnc_tensor *context, *weights, *positions_out, *dvalues, *dquery;
+    const attnc_tensor *values, *dcontext, *dweights, *dpositions, *fwd_weights, *fwd_positions;
+    void *scratch, *g, *stash;
+    size_t per_worker;
+} local_job;
+
 #define ATTNC_F64 0
 #include "local_impl.h"
 #define ATTNC_F64 1
@@ -71,15 +81,12 @@ attnc_status attnc_local_attention_forward(attnc_tensor *context, attnc_tensor *
                      "local attention scratch"));
     attnc_score_ctx c;
     attnc_status st = attnc_score_open(&c, &d, query, keys, params);
-#define RUN(SFX)                                                                           \
-    do {                                                                                   \
-        local_job_##SFX job = {.c = c, .mask = mask, .opt = options, .context = context,   \
-                               .weights = weights, .positions_out = positions_out,         \
-                               .values = values, .scratch = scratch, .per_worker = per};   \
-        attnc_parallel_for(d.batch.count, workers, local_forward_task_##SFX, &job);        \
-    } while (0)
-    if (st == ATTNC_OK) ATTNC_BY_DTYPE(d.dtype, RUN);
-#undef RUN
+    if (st == ATTNC_OK) {
+        local_job job = {.c = c, .mask = mask, .opt = options, .context = context,
+                         .weights = weights, .positions_out = positions_out,
+                         .values = values, .scratch = scratch, .per_worker = per};
+        attnc_parallel_for(d.batch.count, workers, ATTNC_TYPED(d.dtype, local_forward_task), &job);
+    }
     attnc_score_close(&c);
     free(scratch);
     return st;
@@ -121,24 +128,19 @@ attnc_status attnc_local_attention_backward(
     attnc_score_ctx c = {0};
     if (st == ATTNC_OK) st = attnc_score_open(&c, &d, query, keys, params);
     if (st == ATTNC_OK) {
-#define RUN(SFX)                                                                             \
-    do {                                                                                     \
-        local_job_##SFX job = {.c = c, .mask = mask, .opt = options, .dvalues = dvalues,     \
-                               .dquery = dquery, .values = values, .dcontext = dcontext,     \
-                               .dweights = dweights, .dpositions = dpositions,               \
-                               .fwd_weights = weights, .fwd_positions = positions,           \
-                               .scratch = scratch, .g = g, .stash = stash,                   \
-                               .per_worker = per};                                           \
-        attnc_parallel_for(d.batch.count, workers, local_backward_task_##SFX, &job);         \
-        st = attnc_score_run_backward(&c, g, dquery, dkeys, dparams);                        \
-        if (st == ATTNC_OK && predictive) {                                                  \
-            if (attnc_present(dquery))                                                       \
-                attnc_parallel_for(d.batch.count, workers, local_query_task_##SFX, &job);    \
-            local_params_##SFX(&job, dw_p, dv_p);                                            \
-        }                                                                                    \
-    } while (0)
-        ATTNC_BY_DTYPE(d.dtype, RUN);
-#undef RUN
+        local_job job = {.c = c, .mask = mask, .opt = options, .dvalues = dvalues,
+                         .dquery = dquery, .values = values, .dcontext = dcontext,
+                         .dweights = dweights, .dpositions = dpositions,
+                         .fwd_weights = weights, .fwd_positions = positions,
+                         .scratch = scratch, .g = g, .stash = stash,
+                         .per_worker = per};
+        attnc_parallel_for(d.batch.count, workers, ATTNC_TYPED(d.dtype, local_backward_task), &job);
+        st = attnc_score_run_backward(&c, g, dquery, dkeys, dparams);
+        if (st == ATTNC_OK && predictive) {
+            if (attnc_present(dquery))
+                attnc_parallel_for(d.batch.count, workers, ATTNC_TYPED(d.dtype, local_query_task), &job);
+            ATTNC_TYPED(d.dtype, local_params)(&job, dw_p, dv_p);
+        }
     }
     attnc_score_close(&c);
     free(scratch);

@@ -3,16 +3,6 @@
  * (Tq, dp), z = H v_p, p = S sigmoid(z) (Tq). */
 #include "../core/real.h"
 
-typedef struct {
-    attnc_score_ctx c;
-    const attnc_mask *mask;
-    const attnc_local_options *opt;
-    attnc_tensor *context, *weights, *positions_out, *dvalues, *dquery;
-    const attnc_tensor *values, *dcontext, *dweights, *dpositions, *fwd_weights, *fwd_positions;
-    REAL *scratch, *g, *stash;
-    size_t per_worker;
-} FN(local_job);
-
 static attnc_mat FN(lmat)(REAL *p, int64_t rows, int64_t cols) {
     attnc_mat m = {p, rows, cols, cols, 1};
     return m;
@@ -25,7 +15,7 @@ static attnc_mat FN(wp_mat)(const attnc_local_options *o) {
 }
 
 /* H <- tanh(Q_b W_p); p[i] <- S sigmoid(H_i . v_p) unless p is NULL. */
-static void FN(predict)(const FN(local_job) *j, int64_t b, int64_t klen, REAL *h, REAL *p) {
+static void FN(predict)(const local_job *j, int64_t b, int64_t klen, REAL *h, REAL *p) {
     const attnc_dims *d = j->c.d;
     const attnc_local_options *o = j->opt;
     int64_t dp = o->w_p.shape[1], vs = o->v_p.strides[0];
@@ -44,7 +34,7 @@ static void FN(predict)(const FN(local_job) *j, int64_t b, int64_t klen, REAL *h
 
 /* Windowed masked softmax of row i around position p (weights row w, scores
  * in place); for PREDICTIVE also times the Gaussian. */
-static void FN(window_row)(const FN(local_job) *j, const attnc_bmask *bm, int64_t i, REAL p,
+static void FN(window_row)(const local_job *j, const attnc_bmask *bm, int64_t i, REAL p,
                            REAL *w) {
     const attnc_dims *d = j->c.d;
     int64_t lo, hi;
@@ -63,7 +53,7 @@ static void FN(window_row)(const FN(local_job) *j, const attnc_bmask *bm, int64_
     }
 }
 
-static REAL FN(position_in)(const FN(local_job) *j, int64_t b, int64_t i) {
+static REAL FN(position_in)(const local_job *j, int64_t b, int64_t i) {
     const attnc_tensor *pos = &j->opt->positions;
     if (!attnc_present(pos)) return (REAL)i;
     int64_t off = attnc_batch_offset(pos, &j->c.d->batch, b) + i * pos->strides[pos->ndim - 1];
@@ -71,11 +61,11 @@ static REAL FN(position_in)(const FN(local_job) *j, int64_t b, int64_t i) {
 }
 
 static void FN(local_forward_task)(void *arg, int64_t b, int worker) {
-    FN(local_job) *j = arg;
+    local_job *j = arg;
     const attnc_dims *d = j->c.d;
     REAL *w = (REAL *)j->weights->data + b * d->tq * d->tk;
     REAL *p = (REAL *)j->positions_out->data + b * d->tq;
-    REAL *scratch = j->scratch + worker * j->per_worker;
+    REAL *scratch = (REAL *)j->scratch + worker * j->per_worker;
     attnc_bmask bm;
     attnc_bmask_at(&bm, j->mask, d, b);
     for (int64_t i = 0; i < d->tq; i++) p[i] = FN(position_in)(j, b, i);
@@ -89,10 +79,10 @@ static void FN(local_forward_task)(void *arg, int64_t b, int worker) {
  * cotangent of Q W_p, and dv_p of element b. Scratch: weights (Tq, Tk), then
  * a = the windowed softmax (Tq, Tk), then H (Tq, dp) or the score scratch. */
 static void FN(local_backward_task)(void *arg, int64_t b, int worker) {
-    FN(local_job) *j = arg;
+    local_job *j = arg;
     const attnc_dims *d = j->c.d;
     int64_t tq = d->tq, tk = d->tk;
-    REAL *g = j->g + b * tq * tk, *w = j->scratch + worker * j->per_worker;
+    REAL *g = (REAL *)j->g + b * tq * tk, *w = (REAL *)j->scratch + worker * j->per_worker;
     REAL *a = w + tq * tk, *h = a + tq * tk;
     attnc_mat wm = attnc_batch_mat(j->fwd_weights, &d->batch, b);
     for (int64_t i = 0; i < tq; i++)
@@ -110,7 +100,7 @@ static void FN(local_backward_task)(void *arg, int64_t b, int worker) {
     int64_t ps = fp->strides[fp->ndim - 1];
     int64_t dp_size = j->opt->w_p.shape[1];
     REAL sigma = (REAL)(j->opt->window / 2);
-    REAL *dpre = j->stash + b * (tq + 1) * dp_size, *dvp = dpre + tq * dp_size;
+    REAL *dpre = (REAL *)j->stash + b * (tq + 1) * dp_size, *dvp = dpre + tq * dp_size;
     attnc_bmask bm;
     attnc_bmask_at(&bm, j->mask, d, b);
     FN(attnc_score_batch)(&j->c, b, a, h);
@@ -150,15 +140,15 @@ static void FN(local_backward_task)(void *arg, int64_t b, int worker) {
 /* dquery_b += dPre_b W_p^T (after the score backward wrote dquery). */
 static void FN(local_query_task)(void *arg, int64_t b, int worker) {
     (void)worker;
-    FN(local_job) *j = arg;
+    local_job *j = arg;
     const attnc_dims *d = j->c.d;
     int64_t dp = j->opt->w_p.shape[1];
-    GEMM(false, true, 1, FN(lmat)(j->stash + b * (d->tq + 1) * dp, d->tq, dp), FN(wp_mat)(j->opt),
+    GEMM(false, true, 1, FN(lmat)((REAL *)j->stash + b * (d->tq + 1) * dp, d->tq, dp), FN(wp_mat)(j->opt),
          1, attnc_batch_mat(j->dquery, &d->batch, b));
 }
 
 /* dW_p = sum_b Q_b^T dPre_b, dv_p = sum_b dv_p(b), in batch order. */
-static void FN(local_params)(FN(local_job) *j, attnc_tensor *dw_p, attnc_tensor *dv_p) {
+static void FN(local_params)(local_job *j, attnc_tensor *dw_p, attnc_tensor *dv_p) {
     const attnc_dims *d = j->c.d;
     int64_t dq = d->dq, dp = j->opt->w_p.shape[1];
     if (attnc_present(dw_p)) {
@@ -166,13 +156,13 @@ static void FN(local_params)(FN(local_job) *j, attnc_tensor *dw_p, attnc_tensor 
         for (int64_t x = 0; x < dq * dp; x++) ((REAL *)out.p)[x] = 0;
         for (int64_t b = 0; b < d->batch.count; b++)
             GEMM(true, false, 1, attnc_batch_mat(j->c.query, &d->batch, b),
-                 FN(lmat)(j->stash + b * (d->tq + 1) * dp, d->tq, dp), 1, out);
+                 FN(lmat)((REAL *)j->stash + b * (d->tq + 1) * dp, d->tq, dp), 1, out);
     }
     if (attnc_present(dv_p)) {
         REAL *out = dv_p->data;
         for (int64_t x = 0; x < dp; x++) out[x] = 0;
         for (int64_t b = 0; b < d->batch.count; b++)
-            for (int64_t x = 0; x < dp; x++) out[x] += j->stash[b * (d->tq + 1) * dp + d->tq * dp + x];
+            for (int64_t x = 0; x < dp; x++) out[x] += ((const REAL *)j->stash)[b * (d->tq + 1) * dp + d->tq * dp + x];
     }
 }
 

@@ -148,10 +148,8 @@ static void additive_finish(const attnc_score_ctx *c, char *stash, attnc_tensor 
         if (stacked(&all, side[s].x, &d->batch, rows)) /* B = 0: a product over no rows, zeros */
             attnc_gemm_rows(d->dtype, true, false, 1, all, dxa, 0, rows_mat(side[s].dw->data, dim, da),
                             ADDITIVE_ROWS);
-        else if (d->dtype == ATTNC_FLOAT32) /* per element, in batch order */
-            sum_xty_f32(side[s].dw, c, side[s].x, (const float *)side[s].dxa, rows, da);
-        else
-            sum_xty_f64(side[s].dw, c, side[s].x, (const double *)side[s].dxa, rows, da);
+        else /* per element, in batch order */
+            ATTNC_TYPED(d->dtype, sum_xty)(side[s].dw, c, side[s].x, side[s].dxa, rows, da);
     }
     if (g && attnc_present(&g->v))
         attnc_col_sums(d->dtype, g->v.data, stash + (size_t)(B * (d->tq + d->tk) * da) * es, B, da, da);
@@ -215,8 +213,7 @@ attnc_status attnc_score_forward(attnc_tensor *scores, const attnc_tensor *query
     TRY(attnc_calloc(&job.scratch, job.per_worker * (size_t)workers, size, "score scratch"));
     attnc_status st = attnc_score_open(&job.c, &d, query, keys, params);
     if (st == ATTNC_OK)
-        attnc_parallel_for(d.batch.count, workers,
-                           d.dtype == ATTNC_FLOAT32 ? forward_task_f32 : forward_task_f64, &job);
+        attnc_parallel_for(d.batch.count, workers, ATTNC_TYPED(d.dtype, forward_task), &job);
     attnc_score_close(&job.c);
     free(job.scratch);
     return st;
@@ -248,15 +245,11 @@ attnc_status attnc_score_run_backward(const attnc_score_ctx *c, const void *ds_a
     attnc_status st = attnc_calloc(&job.stash, attnc_score_stash(d, c->p->kind), size,
                                    "score gradient stash");
     if (st == ATTNC_OK) {
-        bool f32 = d->dtype == ATTNC_FLOAT32;
-        attnc_parallel_for(d->batch.count, workers, f32 ? backward_task_f32 : backward_task_f64,
-                           &job);
+        attnc_parallel_for(d->batch.count, workers, ATTNC_TYPED(d->dtype, backward_task), &job);
         if (c->p->kind == ATTNC_SCORE_ADDITIVE)
             additive_finish(c, job.stash, dquery, dkeys, g);
-        else if (f32)
-            attnc_score_params_backward_f32(c, ds_all, job.stash, g);
         else
-            attnc_score_params_backward_f64(c, ds_all, job.stash, g);
+            ATTNC_TYPED(d->dtype, attnc_score_params_backward)(c, ds_all, job.stash, g);
     }
     free(job.scratch);
     free(job.stash);

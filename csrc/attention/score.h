@@ -45,8 +45,8 @@ size_t attnc_score_stash(const attnc_dims *d, attnc_score_kind kind);
                                           attnc_score_grads *g);                         \
     /* Parameter gradients (but beta's and the additive score's) <- the stash and       \
      * ds_all (B, Tq, Tk). */                                                            \
-    void attnc_score_params_backward_##SFX(const attnc_score_ctx *c, const REAL *ds_all, \
-                                           const REAL *stash, attnc_score_grads *g);
+    void attnc_score_params_backward_##SFX(const attnc_score_ctx *c, const void *ds_all, \
+                                           const void *stash, attnc_score_grads *g);
 
 ATTNC_DECLARE_SCORE(float, f32)
 ATTNC_DECLARE_SCORE(double, f64)

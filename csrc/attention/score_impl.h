@@ -407,7 +407,7 @@ void FN(attnc_score_batch_backward)(const attnc_score_ctx *c, int64_t b, const R
 
 /* dW = sum_b X_b^T Y_b over the batch, in batch order. */
 static void FN(sum_xty)(attnc_tensor *dw, const attnc_score_ctx *c, const attnc_tensor *x,
-                        const REAL *y, int64_t rows, int64_t cols) {
+                        const void *y, int64_t rows, int64_t cols) {
     if (!attnc_present(dw)) return;
     attnc_mat out = {dw->data, dw->shape[0], dw->ndim > 1 ? dw->shape[1] : 1,
                      dw->ndim > 1 ? dw->shape[1] : 1, 1};
@@ -426,9 +426,10 @@ static double FN(sum_stash)(const REAL *stash, int64_t n) {
     return acc;
 }
 
-void FN(attnc_score_params_backward)(const attnc_score_ctx *c, const REAL *ds_all,
-                                     const REAL *stash, attnc_score_grads *g) {
+void FN(attnc_score_params_backward)(const attnc_score_ctx *c, const void *ds_all,
+                                     const void *stash_, attnc_score_grads *g) {
     if (!g) return;
+    const REAL *stash = stash_;
     const attnc_dims *d = c->d;
     const attnc_score_params *p = c->p;
     switch (p->kind) {

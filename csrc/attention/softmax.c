@@ -6,6 +6,13 @@
 #include "../core/status.h"
 #include "../core/threads.h"
 
+typedef struct {
+    const attnc_dims *d;
+    attnc_tensor *out;
+    const attnc_tensor *in, *aux;
+    const attnc_mask *mask;
+} softmax_job;
+
 #define ATTNC_F64 0
 #include "softmax_impl.h"
 #define ATTNC_F64 1
@@ -41,8 +48,8 @@ attnc_status attnc_softmax_forward(attnc_tensor *weights, const attnc_tensor *sc
     if (weights->data == scores->data && !attnc_is_contiguous(scores))
         return attnc_fail(ATTNC_ERR_LAYOUT, "in-place softmax needs contiguous scores");
     TRY(attnc_check_mask(&d, mask));
-    ATTNC_PARALLEL_TYPED(d.dtype, attnc_workers(), softmax_job, softmax_forward_task, d.batch.count,
-                         .d = &d, .out = weights, .in = scores, .mask = mask);
+    softmax_job job = {.d = &d, .out = weights, .in = scores, .mask = mask};
+    attnc_parallel_for(d.batch.count, attnc_workers(), ATTNC_TYPED(d.dtype, softmax_forward_task), &job);
     return ATTNC_OK;
 }
 
@@ -54,7 +61,7 @@ attnc_status attnc_softmax_backward(attnc_tensor *dscores, const attnc_tensor *d
     TRY(attnc_check_like(&d, dscores, "dscores", 2, d.tq, d.tk, true));
     if (!attnc_present(dweights) || !attnc_present(dscores))
         return attnc_fail(ATTNC_ERR_TYPE, "dweights and dscores are required");
-    ATTNC_PARALLEL_TYPED(d.dtype, attnc_workers(), softmax_job, softmax_backward_task,
-                         d.batch.count, .d = &d, .out = dscores, .in = dweights, .aux = weights);
+    softmax_job job = {.d = &d, .out = dscores, .in = dweights, .aux = weights};
+    attnc_parallel_for(d.batch.count, attnc_workers(), ATTNC_TYPED(d.dtype, softmax_backward_task), &job);
     return ATTNC_OK;
 }

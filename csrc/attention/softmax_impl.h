@@ -39,17 +39,10 @@ void FN(attnc_softmax_row_backward)(REAL *ds, const REAL *dw, int64_t dcs, const
     for (int64_t j = 0; j < tk; j++) ds[j] = w[j] != 0 ? w[j] * (dw[j * dcs] - dot) : 0;
 }
 
-typedef struct {
-    const attnc_dims *d;
-    attnc_tensor *out;
-    const attnc_tensor *in, *aux;
-    const attnc_mask *mask;
-} FN(softmax_job);
-
 /* One block: all rows of batch element b. */
 static void FN(softmax_forward_task)(void *arg, int64_t b, int worker) {
     (void)worker;
-    const FN(softmax_job) *job = arg;
+    const softmax_job *job = arg;
     const attnc_dims *d = job->d;
     attnc_mat s = attnc_batch_mat(job->in, &d->batch, b);
     REAL *w = (REAL *)job->out->data + b * d->tq * d->tk;
@@ -65,7 +58,7 @@ static void FN(softmax_forward_task)(void *arg, int64_t b, int worker) {
 
 static void FN(softmax_backward_task)(void *arg, int64_t b, int worker) {
     (void)worker;
-    const FN(softmax_job) *job = arg;
+    const softmax_job *job = arg;
     const attnc_dims *d = job->d;
     attnc_mat dw = attnc_batch_mat(job->in, &d->batch, b);
     attnc_mat w = attnc_batch_mat(job->aux, &d->batch, b);

@@ -42,10 +42,63 @@ typedef struct {
     attnc_dtype dt;
 } cap_run;
 
+/* Row (b, t) of a (B, T, n) array is at (b T + t) n; the step's scratch rows
+ * (rec, zs, zp, h_run, c_run, dh, dc, dzp) are (B, n) and contiguous. */
+typedef struct cap_job {
+    const cap_run *r;
+    int64_t t;
+    void (*row)(const struct cap_job *j, int64_t b); /* what rows_task runs on each image */
+    const void *feat;   /* (B, L, F)                                              */
+    const void *pa;     /* (B, L, A) W_a a_i + b_a                                */
+    const void *v;      /* (A) the score vector                                   */
+    const void *rec;    /* (B, R) h_{t-1} W_rec^T + b_rec: [W_hh h + b_hh | U_a h | w_b h + b_b] */
+    const void *gxe;    /* (B, T, 4H) the embedding's part of the input gates + b_ih */
+    const void *zp;     /* (B, 4H) z_t W_ih[:, E:]^T                              */
+    void *th;           /* (B, T, L, A) tanh(W_a a_i + b_a + U_a h_{t-1})         */
+    void *alpha;        /* (B, T, L)                                              */
+    void *beta;         /* (B, T)                                                 */
+    void *zhat;         /* (B, T, F) sum_i alpha_i a_i (soft) or a_s (hard)       */
+    void *xin;          /* (B, T, E + F) [E y_{t-1}; z_t]                         */
+    void *zs;           /* (B, F) z_t                                             */
+    int64_t *samples;   /* (B, T) locations (hard modes)                          */
+    void *gates;        /* (B, T, 4H) i, f, g, o after their nonlinearities       */
+    void *h, *c;        /* (B, T, H) h_t, c_t                                     */
+    void *hprev;        /* (B, T, H) h_{t-1}, or NULL (decoding)                  */
+    void *h_run, *c_run; /* (B, H) the running state                              */
+    /* backward */
+    const void *c0;      /* (B, H)                                                */
+    const void *dh_out;  /* (B, T, H) d logits / d h_t through the deep output    */
+    const void *dz_out;  /* (B, T, F) the same for z_t                            */
+    const void *dalphas; /* (B, T, L) or NULL                                     */
+    const void *dlogp;   /* (B, T) or NULL                                        */
+    const void *dzp;     /* (B, F) dgates_t W_ih[:, E:]                           */
+    void *dh, *dc;       /* (B, H) running: dL/dh_t from later steps, dL/dc_t     */
+    void *drec;          /* (B, T, R) [dgates | d(U_a h) | d(gate pre-activation)] */
+    void *de;            /* (B, T, L) d scores                                    */
+    void *dpa;           /* (B, L, A) accumulated over steps                      */
+    void *dfeat;         /* (B, L, F) accumulated over steps                      */
+} cap_job;
+
 #define ATTNC_F64 0
 #include "captioner_impl.h"
 #define ATTNC_F64 1
 #include "captioner_impl.h"
+
+/* j->row on images [block ROWS, ...). */
+static void rows_task(void *arg, int64_t block, int worker) {
+    (void)worker;
+    const cap_job *j = arg;
+    for (int64_t b = block * ROWS; b < j->r->B && b < (block + 1) * ROWS; b++) j->row(j, b);
+}
+
+/* row (the attention, the cell or their backward) on every image, over
+ * fixed blocks of ROWS images. */
+static void over_rows(cap_job *j, void (*row)(const cap_job *, int64_t)) {
+    const cap_run *r = j->r;
+    j->row = row;
+    int workers = attnc_workers_for(r->B * (r->L * r->A + 4 * r->H) * 4); /* a few operations per element */
+    attnc_parallel_for((r->B + ROWS - 1) / ROWS, workers, rows_task, j);
+}
 
 /* ---- small helpers ------------------------------------------------------------ */
 
@@ -71,14 +124,6 @@ static void gemm(const cap_run *r, bool ta, bool tb, double alpha, attnc_mat a, 
  * product accumulated with beta = 1. */
 static void fill_rows(const cap_run *r, void *c, int64_t rows, int64_t n, int64_t rs, const void *bias) {
     for (int64_t i = 0; i < rows; i++) attnc_copy(at(r, c, i * rs), bias, (size_t)n * esize(r));
-}
-
-/* x (n) <- tanh(x). */
-static void tanh_all(const cap_run *r, void *x, int64_t n) {
-    if (r->dt == ATTNC_FLOAT32)
-        for (int64_t i = 0; i < n; i++) ((float *)x)[i] = tanhf(((float *)x)[i]);
-    else
-        for (int64_t i = 0; i < n; i++) ((double *)x)[i] = tanh(((double *)x)[i]);
 }
 
 /* ---- checks ------------------------------------------------------------------- */
@@ -229,27 +274,13 @@ static void pack_recurrent(const cap_run *r, const attnc_captioner_params *p, vo
 static void prepare(const cap_run *r, const attnc_captioner_params *p, const void *feat, void *mean, void *h0,
                     void *c0, void *pa) {
     int64_t B = r->B, L = r->L, F = r->F, H = r->H, A = r->A;
-    for (int64_t b = 0; b < B; b++) { /* sum over locations in order, then divide */
-        if (r->dt == ATTNC_FLOAT32) {
-            float *m = (float *)mean + b * F;
-            for (int64_t f = 0; f < F; f++) m[f] = 0;
-            const float *a = (const float *)feat + b * L * F;
-            for (int64_t i = 0; i < L * F; i++) m[i % F] += a[i];
-            for (int64_t f = 0; f < F; f++) m[f] /= (float)L;
-        } else {
-            double *m = (double *)mean + b * F;
-            for (int64_t f = 0; f < F; f++) m[f] = 0;
-            const double *a = (const double *)feat + b * L * F;
-            for (int64_t i = 0; i < L * F; i++) m[i % F] += a[i];
-            for (int64_t f = 0; f < F; f++) m[f] /= (double)L;
-        }
-    }
+    ATTNC_TYPED(r->dt, mean_of)(mean, feat, B, L, F);
     fill_rows(r, h0, B, H, H, p->init_h_b.data);
     gemm(r, false, true, 1, M(mean, B, F, F), M(p->init_h_w.data, H, F, F), 1, M(h0, B, H, H));
-    tanh_all(r, h0, B * H);
+    ATTNC_TYPED(r->dt, tanh_all)(h0, B * H);
     fill_rows(r, c0, B, H, H, p->init_c_b.data);
     gemm(r, false, true, 1, M(mean, B, F, F), M(p->init_c_w.data, H, F, F), 1, M(c0, B, H, H));
-    tanh_all(r, c0, B * H);
+    ATTNC_TYPED(r->dt, tanh_all)(c0, B * H);
     fill_rows(r, pa, B * L, A, A, p->att_feat_b.data);
     gemm(r, false, true, 1, M(feat, B * L, F, F), M(p->att_feat_w.data, A, F, F), 1, M(pa, B * L, A, A));
 }
@@ -288,20 +319,15 @@ static void step_forward(const cap_run *r, const attnc_captioner_params *p, cons
     int64_t B = r->B, H = r->H, F = r->F, E = r->E;
     fill_rows(r, s->rec, B, r->R, r->R, s->b_rec);
     gemm(r, false, true, 1, M(s->h_run, B, H, H), M(s->w_rec, r->R, H, H), 1, M(s->rec, B, r->R, r->R));
-#define RUN(SFX)                                                                                              \
-    do {                                                                                                      \
-        cap_job_##SFX j = {.r = r, .t = t, .feat = feat, .pa = arr->pa, .v = p->att_score_w.data,            \
-                           .rec = s->rec, .gxe = s->gxe, .zp = s->zp, .th = arr->th, .alpha = arr->alpha,    \
-                           .beta = arr->beta, .zhat = arr->zhat, .xin = arr->xin, .zs = s->zs,                \
-                           .samples = arr->samples, .gates = arr->gates, .h = arr->h, .c = arr->c,            \
-                           .hprev = arr->hprev, .h_run = s->h_run, .c_run = s->c_run};                        \
-        over_rows_##SFX(&j, attend_row_##SFX);                                                                \
-        gemm(r, false, true, 1, M(s->zs, B, F, F), M(at(r, p->w_ih.data, E), 4 * H, F, E + F), 0,             \
-             M(s->zp, B, 4 * H, 4 * H));                                                                      \
-        over_rows_##SFX(&j, cell_row_##SFX);                                                                  \
-    } while (0)
-    ATTNC_BY_DTYPE(r->dt, RUN);
-#undef RUN
+    cap_job j = {.r = r, .t = t, .feat = feat, .pa = arr->pa, .v = p->att_score_w.data,
+                 .rec = s->rec, .gxe = s->gxe, .zp = s->zp, .th = arr->th, .alpha = arr->alpha,
+                 .beta = arr->beta, .zhat = arr->zhat, .xin = arr->xin, .zs = s->zs,
+                 .samples = arr->samples, .gates = arr->gates, .h = arr->h, .c = arr->c,
+                 .hprev = arr->hprev, .h_run = s->h_run, .c_run = s->c_run};
+    over_rows(&j, ATTNC_TYPED(r->dt, attend_row));
+    gemm(r, false, true, 1, M(s->zs, B, F, F), M(at(r, p->w_ih.data, E), 4 * H, F, E + F), 0,
+         M(s->zp, B, 4 * H, 4 * H));
+    over_rows(&j, ATTNC_TYPED(r->dt, cell_row));
 }
 
 /* q (N, E) = x[:, :E] + h L_h^T + z L_z^T and logits (N, V) = q L_o^T + b_o,
@@ -391,31 +417,14 @@ static void backward_prepare(const cap_run *r, attnc_captioner_params *g, const 
     gemm(r, false, false, 1, M(dpa, B * L, A, A), M(p->att_feat_w.data, A, F, F), 1, M(dfeat, B * L, F, F));
     gemm(r, true, false, 1, M(de, N, 1, 1), M(at(r, base, lo->th), N, A, A), 0, M(g->att_score_w.data, 1, A, A));
     /* through tanh: d pre-activation = d state (1 - state^2) */
-    for (int64_t i = 0; i < B * H; i++) {
-        if (r->dt == ATTNC_FLOAT32) {
-            float x = ((const float *)h0)[i], y = ((const float *)c0)[i];
-            ((float *)dh)[i] *= 1 - x * x;
-            ((float *)dc)[i] *= 1 - y * y;
-        } else {
-            double x = ((const double *)h0)[i], y = ((const double *)c0)[i];
-            ((double *)dh)[i] *= 1 - x * x;
-            ((double *)dc)[i] *= 1 - y * y;
-        }
-    }
+    ATTNC_TYPED(r->dt, tanh_states_backward)(dh, dc, h0, c0, B * H);
     gemm(r, true, false, 1, M(dh, B, H, H), M(mean, B, F, F), 0, M(g->init_h_w.data, H, F, F));
     attnc_col_sums(r->dt, g->init_h_b.data, dh, B, H, H);
     gemm(r, true, false, 1, M(dc, B, H, H), M(mean, B, F, F), 0, M(g->init_c_w.data, H, F, F));
     attnc_col_sums(r->dt, g->init_c_b.data, dc, B, H, H);
     gemm(r, false, false, 1, M(dh, B, H, H), M(p->init_h_w.data, H, F, F), 0, M(dmean, B, F, F));
     gemm(r, false, false, 1, M(dc, B, H, H), M(p->init_c_w.data, H, F, F), 1, M(dmean, B, F, F));
-    for (int64_t b = 0; b < B; b++)
-        for (int64_t i = 0; i < L; i++)
-            for (int64_t f = 0; f < F; f++) {
-                if (r->dt == ATTNC_FLOAT32)
-                    ((float *)dfeat)[(b * L + i) * F + f] += ((float *)dmean)[b * F + f] / (float)L;
-                else
-                    ((double *)dfeat)[(b * L + i) * F + f] += ((double *)dmean)[b * F + f] / (double)L;
-            }
+    ATTNC_TYPED(r->dt, mean_of_backward)(dfeat, dmean, B, L, F);
 }
 
 /* The recurrent and input weights' gradients and the embedding's, after the
@@ -496,27 +505,22 @@ attnc_status attnc_captioner_backward(attnc_captioner_params *grads, attnc_tenso
         gemm(&r, false, false, 1, M(dq, N, E, E), M(p->out_z_w.data, E, F, F), 0, M(dz_out, N, F, F));
         gemm(&r, true, false, 1, M(dq, N, E, E), M(at(&r, xin, E), N, F, E + F), 0, M(grads->out_z_w.data, E, F, F));
         pack_recurrent(&r, p, w_rec, b_rec);
-#define RUN(SFX)                                                                                                  \
-    do {                                                                                                          \
-        const void *sv = saved->data;                                                                             \
-        cap_job_##SFX j = {.r = &r, .feat = features->data, .v = p->att_score_w.data,                             \
-                           .th = at(&r, sv, lo.th), .alpha = at(&r, sv, lo.alpha), .beta = at(&r, sv, lo.beta),   \
-                           .zhat = at(&r, sv, lo.zhat), .samples = r.mode ? samples->data : NULL,                 \
-                           .gates = at(&r, sv, lo.gates), .h = at(&r, sv, lo.h), .c = at(&r, sv, lo.c),           \
-                           .c0 = at(&r, sv, lo.c0), .dh_out = dh_out, .dz_out = dz_out,                           \
-                           .dalphas = attnc_present(dalphas) ? dalphas->data : NULL,                              \
-                           .dlogp = attnc_present(dlogp) ? dlogp->data : NULL, .dzp = dzp, .dh = dh, .dc = dc,    \
-                           .drec = drec, .de = de, .dpa = dpa, .dfeat = dfeat};                                   \
-        for (j.t = T - 1; j.t >= 0; j.t--) {                                                                      \
-            over_rows_##SFX(&j, cell_back_row_##SFX);                                                             \
-            gemm(&r, false, false, 1, M(at(&r, drec, j.t * R), B, 4 * H, T * R),                                  \
-                 M(at(&r, p->w_ih.data, E), 4 * H, F, E + F), 0, M(dzp, B, F, F));                                \
-            over_rows_##SFX(&j, attend_back_row_##SFX);                                                           \
-            gemm(&r, false, false, 1, M(at(&r, drec, j.t * R), B, R, T * R), M(w_rec, R, H, H), 0, M(dh, B, H, H)); \
-        }                                                                                                         \
-    } while (0)
-        ATTNC_BY_DTYPE(r.dt, RUN);
-#undef RUN
+        const void *sv = saved->data;
+        cap_job j = {.r = &r, .feat = features->data, .v = p->att_score_w.data,
+                     .th = at(&r, sv, lo.th), .alpha = at(&r, sv, lo.alpha), .beta = at(&r, sv, lo.beta),
+                     .zhat = at(&r, sv, lo.zhat), .samples = r.mode ? samples->data : NULL,
+                     .gates = at(&r, sv, lo.gates), .h = at(&r, sv, lo.h), .c = at(&r, sv, lo.c),
+                     .c0 = at(&r, sv, lo.c0), .dh_out = dh_out, .dz_out = dz_out,
+                     .dalphas = attnc_present(dalphas) ? dalphas->data : NULL,
+                     .dlogp = attnc_present(dlogp) ? dlogp->data : NULL, .dzp = dzp, .dh = dh, .dc = dc,
+                     .drec = drec, .de = de, .dpa = dpa, .dfeat = dfeat};
+        for (j.t = T - 1; j.t >= 0; j.t--) {
+            over_rows(&j, ATTNC_TYPED(r.dt, cell_back_row));
+            gemm(&r, false, false, 1, M(at(&r, drec, j.t * R), B, 4 * H, T * R),
+                 M(at(&r, p->w_ih.data, E), 4 * H, F, E + F), 0, M(dzp, B, F, F));
+            over_rows(&j, ATTNC_TYPED(r.dt, attend_back_row));
+            gemm(&r, false, false, 1, M(at(&r, drec, j.t * R), B, R, T * R), M(w_rec, R, H, H), 0, M(dh, B, H, H));
+        }
         backward_prepare(&r, grads, p, features->data, saved->data, &lo, dpa, dh, dc, dmean, dfeat, de);
         st = backward_weights(&r, grads, p, tokens, saved->data, &lo, drec, dq);
         if (st == ATTNC_OK && attnc_present(dfeatures))

@@ -4,43 +4,6 @@
 #include "../core/real.h"
 #include "../core/lstm_cell_impl.h"
 
-/* Row (b, t) of a (B, T, n) array is at (b T + t) n; the step's scratch rows
- * (rec, zs, zp, h_run, c_run, dh, dc, dzp) are (B, n) and contiguous. */
-typedef struct FN(cap_job) {
-    const cap_run *r;
-    int64_t t;
-    void (*row)(const struct FN(cap_job) *j, int64_t b); /* what rows_task runs on each image */
-    const REAL *feat;   /* (B, L, F)                                              */
-    const REAL *pa;     /* (B, L, A) W_a a_i + b_a                                */
-    const REAL *v;      /* (A) the score vector                                   */
-    const REAL *rec;    /* (B, R) h_{t-1} W_rec^T + b_rec: [W_hh h + b_hh | U_a h | w_b h + b_b] */
-    const REAL *gxe;    /* (B, T, 4H) the embedding's part of the input gates + b_ih */
-    const REAL *zp;     /* (B, 4H) z_t W_ih[:, E:]^T                              */
-    REAL *th;           /* (B, T, L, A) tanh(W_a a_i + b_a + U_a h_{t-1})         */
-    REAL *alpha;        /* (B, T, L)                                              */
-    REAL *beta;         /* (B, T)                                                 */
-    REAL *zhat;         /* (B, T, F) sum_i alpha_i a_i (soft) or a_s (hard)       */
-    REAL *xin;          /* (B, T, E + F) [E y_{t-1}; z_t]                         */
-    REAL *zs;           /* (B, F) z_t                                             */
-    int64_t *samples;   /* (B, T) locations (hard modes)                          */
-    REAL *gates;        /* (B, T, 4H) i, f, g, o after their nonlinearities       */
-    REAL *h, *c;        /* (B, T, H) h_t, c_t                                     */
-    REAL *hprev;        /* (B, T, H) h_{t-1}, or NULL (decoding)                  */
-    REAL *h_run, *c_run; /* (B, H) the running state                              */
-    /* backward */
-    const REAL *c0;      /* (B, H)                                                */
-    const REAL *dh_out;  /* (B, T, H) d logits / d h_t through the deep output    */
-    const REAL *dz_out;  /* (B, T, F) the same for z_t                            */
-    const REAL *dalphas; /* (B, T, L) or NULL                                     */
-    const REAL *dlogp;   /* (B, T) or NULL                                        */
-    const REAL *dzp;     /* (B, F) dgates_t W_ih[:, E:]                           */
-    REAL *dh, *dc;       /* (B, H) running: dL/dh_t from later steps, dL/dc_t     */
-    REAL *drec;          /* (B, T, R) [dgates | d(U_a h) | d(gate pre-activation)] */
-    REAL *de;            /* (B, T, L) d scores                                    */
-    REAL *dpa;           /* (B, L, A) accumulated over steps                      */
-    REAL *dfeat;         /* (B, L, F) accumulated over steps                      */
-} FN(cap_job);
-
 /* th (L, A) <- tanh(pa (L, A) + ph (A)), then e (L) <- th v (A). */
 static void FN(scores)(const REAL *restrict pa, const REAL *restrict ph, const REAL *restrict v,
                        REAL *restrict th, REAL *restrict e, int64_t L, int64_t A) {
@@ -55,7 +18,7 @@ static void FN(scores)(const REAL *restrict pa, const REAL *restrict ph, const R
 
 /* The hard location of row b at step t from its weights al (L): given,
  * argmax (lowest index on ties) or sampled; -1 = the expectation. */
-static int64_t FN(location)(const FN(cap_job) *j, int64_t b, const REAL *al) {
+static int64_t FN(location)(const cap_job *j, int64_t b, const REAL *al) {
     const cap_run *r = j->r;
     int64_t L = r->L, bt = b * r->T + j->t;
     if (r->mode == ATTNC_CAPTION_HARD_GIVEN) return j->samples[bt];
@@ -79,11 +42,12 @@ static int64_t FN(location)(const FN(cap_job) *j, int64_t b, const REAL *al) {
 }
 
 /* Scores, stable softmax, location and context of row b at step t. */
-static void FN(attend_row)(const FN(cap_job) *j, int64_t b) {
+static void FN(attend_row)(const cap_job *j, int64_t b) {
     const cap_run *r = j->r;
     int64_t L = r->L, A = r->A, F = r->F, bt = b * r->T + j->t;
-    const REAL *pa = j->pa + b * L * A, *ph = j->rec + b * r->R + 4 * r->H, *a = j->feat + b * L * F;
-    REAL *th = j->th + bt * L * A, *al = j->alpha + bt * L;
+    const REAL *pa = (const REAL *)j->pa + b * L * A, *ph = (const REAL *)j->rec + b * r->R + 4 * r->H;
+    const REAL *a = (const REAL *)j->feat + b * L * F;
+    REAL *th = (REAL *)j->th + bt * L * A, *al = (REAL *)j->alpha + bt * L;
     FN(scores)(pa, ph, j->v, th, al, L, A);
     REAL m = -INFINITY;
     for (int64_t i = 0; i < L; i++) m = al[i] > m ? al[i] : m;
@@ -91,52 +55,56 @@ static void FN(attend_row)(const FN(cap_job) *j, int64_t b) {
     for (int64_t i = 0; i < L; i++) sum += al[i] = EXP(al[i] - m);
     for (int64_t i = 0; i < L; i++) al[i] /= sum;
     REAL beta = r->gate ? 1 / (1 + EXP(-ph[A])) : 1;
-    j->beta[bt] = beta;
-    REAL *zh = j->zhat + bt * F, *z = j->xin + bt * (r->E + F) + r->E;
+    ((REAL *)j->beta)[bt] = beta;
+    REAL *zh = (REAL *)j->zhat + bt * F, *z = (REAL *)j->xin + bt * (r->E + F) + r->E;
     int64_t s = r->mode == ATTNC_CAPTION_SOFT ? -1 : FN(location)(j, b, al);
     if (j->samples) j->samples[bt] = s;
     for (int64_t f = 0; f < F; f++) zh[f] = s < 0 ? 0 : a[s * F + f];
     if (s < 0) /* soft attention, or the expectation in place of a sample */
         for (int64_t i = 0; i < L; i++)
             for (int64_t f = 0; f < F; f++) zh[f] += al[i] * a[i * F + f];
-    for (int64_t f = 0; f < F; f++) j->zs[b * F + f] = z[f] = beta * zh[f];
+    for (int64_t f = 0; f < F; f++) ((REAL *)j->zs)[b * F + f] = z[f] = beta * zh[f];
 }
 
 /* The LSTM cell of row b at step t (torch's i, f, g, o). */
-static void FN(cell_row)(const FN(cap_job) *j, int64_t b) {
+static void FN(cell_row)(const cap_job *j, int64_t b) {
     const cap_run *r = j->r;
     int64_t H = r->H, bt = b * r->T + j->t;
-    const REAL *gx = j->gxe + bt * 4 * H, *zp = j->zp + b * 4 * H, *hh = j->rec + b * r->R;
-    REAL *gate = j->gates + bt * 4 * H, *c = j->c + bt * H, *h = j->h + bt * H;
+    const REAL *gx = (const REAL *)j->gxe + bt * 4 * H, *zp = (const REAL *)j->zp + b * 4 * H;
+    const REAL *hh = (const REAL *)j->rec + b * r->R;
+    REAL *gate = (REAL *)j->gates + bt * 4 * H, *c = (REAL *)j->c + bt * H, *h = (REAL *)j->h + bt * H;
     for (int64_t k = 0; k < 4 * H; k++) gate[k] = gx[k] + zp[k]; /* + hh in the cell: gx + zp + hh */
-    FN(lstm_cell_forward)(gate, hh, j->c_run + b * H, c, h, H);
-    memcpy(j->c_run + b * H, c, (size_t)H * sizeof(REAL));
-    memcpy(j->h_run + b * H, h, (size_t)H * sizeof(REAL));
+    FN(lstm_cell_forward)(gate, hh, (REAL *)j->c_run + b * H, c, h, H);
+    memcpy((REAL *)j->c_run + b * H, c, (size_t)H * sizeof(REAL));
+    memcpy((REAL *)j->h_run + b * H, h, (size_t)H * sizeof(REAL));
     if (j->hprev && j->t + 1 < r->T)
-        for (int64_t k = 0; k < H; k++) j->hprev[(bt + 1) * H + k] = h[k];
+        for (int64_t k = 0; k < H; k++) ((REAL *)j->hprev)[(bt + 1) * H + k] = h[k];
 }
 
 /* Gate gradients of row b at step t into drec[:, :4H]; dc <- dc_{t-1}. */
-static void FN(cell_back_row)(const FN(cap_job) *j, int64_t b) {
+static void FN(cell_back_row)(const cap_job *j, int64_t b) {
     const cap_run *r = j->r;
     int64_t H = r->H, bt = b * r->T + j->t;
-    const REAL *gate = j->gates + bt * 4 * H, *cn = j->c + bt * H;
-    const REAL *cp = j->t ? j->c + (bt - 1) * H : j->c0 + b * H;
-    FN(lstm_cell_backward)(gate, cn, cp, j->dh + b * H, j->dh_out + bt * H, j->dc + b * H, j->drec + bt * r->R, H);
+    const REAL *gate = (const REAL *)j->gates + bt * 4 * H, *cn = (const REAL *)j->c + bt * H;
+    const REAL *cp = j->t ? (const REAL *)j->c + (bt - 1) * H : (const REAL *)j->c0 + b * H;
+    FN(lstm_cell_backward)(gate, cn, cp, (REAL *)j->dh + b * H, (const REAL *)j->dh_out + bt * H,
+       (REAL *)j->dc + b * H, (REAL *)j->drec + bt * r->R, H);
 }
 
 /* Attention gradients of row b at step t: d scores, d(U_a h), the gate's
  * pre-activation, and the features' and W_a a's gradients (accumulated). */
-static void FN(attend_back_row)(const FN(cap_job) *j, int64_t b) {
+static void FN(attend_back_row)(const cap_job *j, int64_t b) {
     const cap_run *r = j->r;
     int64_t L = r->L, A = r->A, F = r->F, bt = b * r->T + j->t;
-    const REAL *a = j->feat + b * L * F, *zh = j->zhat + bt * F, *al = j->alpha + bt * L;
-    const REAL *th = j->th + bt * L * A, *dzo = j->dz_out + bt * F, *dzp = j->dzp + b * F;
-    REAL *da = j->dfeat + b * L * F, *dpa = j->dpa + b * L * A, *de = j->de + bt * L;
-    REAL *dph = j->drec + bt * r->R + 4 * r->H;
-    REAL beta = j->beta[bt], dbeta = 0;
+    const REAL *a = (const REAL *)j->feat + b * L * F, *zh = (const REAL *)j->zhat + bt * F;
+    const REAL *al = (const REAL *)j->alpha + bt * L, *th = (const REAL *)j->th + bt * L * A;
+    const REAL *dzo = (const REAL *)j->dz_out + bt * F, *dzp = (const REAL *)j->dzp + b * F;
+    const REAL *dalphas = j->dalphas, *dlogp = j->dlogp, *v = j->v;
+    REAL *da = (REAL *)j->dfeat + b * L * F, *dpa = (REAL *)j->dpa + b * L * A, *de = (REAL *)j->de + bt * L;
+    REAL *dph = (REAL *)j->drec + bt * r->R + 4 * r->H;
+    REAL beta = ((REAL *)j->beta)[bt], dbeta = 0;
     for (int64_t f = 0; f < F; f++) dbeta += (dzo[f] + dzp[f]) * zh[f];
-    for (int64_t i = 0; i < L; i++) de[i] = j->dalphas ? j->dalphas[bt * L + i] : 0; /* d alpha, for now */
+    for (int64_t i = 0; i < L; i++) de[i] = dalphas ? dalphas[bt * L + i] : 0; /* d alpha, for now */
     int64_t s = r->mode == ATTNC_CAPTION_SOFT ? -1 : j->samples[bt];
     if (s < 0) {
         for (int64_t i = 0; i < L; i++) {
@@ -153,32 +121,55 @@ static void FN(attend_back_row)(const FN(cap_job) *j, int64_t b) {
     }
     REAL dot = 0;
     for (int64_t i = 0; i < L; i++) dot += al[i] * de[i];
-    REAL score_fn = j->dlogp && s >= 0 ? j->dlogp[bt] : 0; /* d log alpha_s / d e_i = [i = s] - alpha_i */
+    REAL score_fn = dlogp && s >= 0 ? dlogp[bt] : 0; /* d log alpha_s / d e_i = [i = s] - alpha_i */
     for (int64_t i = 0; i < L; i++) de[i] = al[i] * (de[i] - dot) + score_fn * ((REAL)(i == s) - al[i]);
     for (int64_t k = 0; k < A; k++) dph[k] = 0;
     for (int64_t i = 0; i < L; i++)
         for (int64_t k = 0; k < A; k++) {
-            REAL x = th[i * A + k], d = de[i] * j->v[k] * (1 - x * x);
+            REAL x = th[i * A + k], d = de[i] * v[k] * (1 - x * x);
             dpa[i * A + k] += d;
             dph[k] += d;
         }
     if (r->gate) dph[A] = dbeta * beta * (1 - beta);
 }
 
-/* j->row on images [block ROWS, ...). */
-static void FN(rows_task)(void *arg, int64_t block, int worker) {
-    (void)worker;
-    const FN(cap_job) *j = arg;
-    for (int64_t b = block * ROWS; b < j->r->B && b < (block + 1) * ROWS; b++) j->row(j, b);
+/* ---- the initial state (captioner.c's prepare and backward_prepare) ----------- */
+
+/* x (n) <- tanh(x). */
+static void FN(tanh_all)(void *x_, int64_t n) {
+    REAL *x = x_;
+    for (int64_t i = 0; i < n; i++) x[i] = TANH(x[i]);
 }
 
-/* row (the attention, the cell or their backward) on every image, over
- * fixed blocks of ROWS images. */
-static void FN(over_rows)(FN(cap_job) *j, void (*row)(const FN(cap_job) *, int64_t)) {
-    const cap_run *r = j->r;
-    j->row = row;
-    int workers = attnc_workers_for(r->B * (r->L * r->A + 4 * r->H) * 4); /* a few operations per element */
-    attnc_parallel_for((r->B + ROWS - 1) / ROWS, workers, FN(rows_task), j);
+/* mean (B, F) <- the mean of feat (B, L, F) over locations: summed in order, then divided. */
+static void FN(mean_of)(void *mean, const void *feat, int64_t B, int64_t L, int64_t F) {
+    for (int64_t b = 0; b < B; b++) {
+        REAL *m = (REAL *)mean + b * F;
+        for (int64_t f = 0; f < F; f++) m[f] = 0;
+        const REAL *a = (const REAL *)feat + b * L * F;
+        for (int64_t i = 0; i < L * F; i++) m[i % F] += a[i];
+        for (int64_t f = 0; f < F; f++) m[f] /= (REAL)L;
+    }
+}
+
+/* dh, dc (n) <- their cotangents through h0 = tanh(.), c0 = tanh(.): times 1 - state^2. */
+static void FN(tanh_states_backward)(void *dh_, void *dc_, const void *h0_, const void *c0_, int64_t n) {
+    REAL *dh = dh_, *dc = dc_;
+    const REAL *h0 = h0_, *c0 = c0_;
+    for (int64_t i = 0; i < n; i++) {
+        REAL x = h0[i], y = c0[i];
+        dh[i] *= 1 - x * x;
+        dc[i] *= 1 - y * y;
+    }
+}
+
+/* dfeat (B, L, F) += dmean (B, F) / L at every location. */
+static void FN(mean_of_backward)(void *dfeat_, const void *dmean_, int64_t B, int64_t L, int64_t F) {
+    REAL *dfeat = dfeat_;
+    const REAL *dmean = dmean_;
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t i = 0; i < L; i++)
+            for (int64_t f = 0; f < F; f++) dfeat[(b * L + i) * F + f] += dmean[b * F + f] / (REAL)L;
 }
 
 #include "../core/real_end.h"

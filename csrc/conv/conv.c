@@ -22,6 +22,13 @@ typedef struct {
 
 enum { SUM_BLOCK = 4096 }; /* dW / db entries per block of the batch sum */
 
+typedef struct {
+    const void *x, *w, *bias, *dy;
+    void *y, *dx, *dw_parts, *db_parts, *dw, *db;
+    void *scratch; /* per worker: 2 * K * P elements (the columns and their gradient) */
+    conv_geom g;
+} conv_job;
+
 #define ATTNC_F64 0
 #include "conv_impl.h"
 #define ATTNC_F64 1
@@ -113,8 +120,9 @@ attnc_status attnc_conv2d_forward(attnc_tensor *y, const attnc_tensor *x, const 
     int workers = attnc_workers_for(g.batch * g.cout * g.kg * g.p);
     void *s;
     TRY(scratch(&s, &g, workers, dt));
-    ATTNC_PARALLEL_TYPED(dt, workers, conv_job, forward_task, g.batch, .x = x->data, .w = weight->data,
-                         .bias = attnc_present(bias) ? bias->data : NULL, .y = y->data, .scratch = s, .g = g);
+    conv_job job = {.x = x->data, .w = weight->data, .bias = attnc_present(bias) ? bias->data : NULL, .y = y->data,
+                    .scratch = s, .g = g};
+    attnc_parallel_for(g.batch, workers, ATTNC_TYPED(dt, forward_task), &job);
     free(s);
     return ATTNC_OK;
 }
@@ -148,17 +156,12 @@ attnc_status attnc_conv2d_backward(attnc_tensor *dx, attnc_tensor *dweight, attn
         return st;
     }
     int64_t nsum = (attnc_present(dweight) ? g.cout * g.kg : 0) + (attnc_present(dbias) ? g.cout : 0);
-#define RUN(SFX)                                                                                           \
-    do {                                                                                                   \
-        conv_job_##SFX j = {.x = x->data, .w = weight->data, .dy = dy->data,                               \
-                            .dx = attnc_present(dx) ? dx->data : NULL, .dw_parts = dwp, .db_parts = dbp,   \
-                            .dw = attnc_present(dweight) ? dweight->data : NULL,                           \
-                            .db = attnc_present(dbias) ? dbias->data : NULL, .scratch = s, .g = g};        \
-        attnc_parallel_for(g.batch, workers, backward_task_##SFX, &j);                                     \
-        if (nsum) attnc_parallel_for((nsum + SUM_BLOCK - 1) / SUM_BLOCK, workers, sum_task_##SFX, &j);     \
-    } while (0)
-    ATTNC_BY_DTYPE(dt, RUN);
-#undef RUN
+    conv_job j = {.x = x->data, .w = weight->data, .dy = dy->data,
+                  .dx = attnc_present(dx) ? dx->data : NULL, .dw_parts = dwp, .db_parts = dbp,
+                  .dw = attnc_present(dweight) ? dweight->data : NULL,
+                  .db = attnc_present(dbias) ? dbias->data : NULL, .scratch = s, .g = g};
+    attnc_parallel_for(g.batch, workers, ATTNC_TYPED(dt, backward_task), &j);
+    if (nsum) attnc_parallel_for((nsum + SUM_BLOCK - 1) / SUM_BLOCK, workers, ATTNC_TYPED(dt, sum_task), &j);
     free(s);
     free(dwp);
     free(dbp);

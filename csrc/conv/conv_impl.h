@@ -1,13 +1,6 @@
 /* conv_impl.h: typed kernels of conv.c (see core/real.h). */
 #include "../core/real.h"
 
-typedef struct {
-    const REAL *x, *w, *bias, *dy;
-    REAL *y, *dx, *dw_parts, *db_parts, *dw, *db;
-    REAL *scratch; /* per worker: 2 * K * P elements (the columns and their gradient) */
-    conv_geom g;
-} FN(conv_job);
-
 /* col (K, P) <- the input patches of one batch element x (Cin, H, W):
  * col[(c kH + i) kW + j][oh Wo + ow] = x[c, oh sh - pt + i dh, ow sw - pl + j dw] (0 outside). */
 static void FN(im2col)(REAL *col, const REAL *x, const conv_geom *g) {
@@ -54,15 +47,15 @@ static void FN(col2im)(REAL *dx, const REAL *dcol, const conv_geom *g) {
             }
 }
 
-static REAL *FN(worker_scratch)(const FN(conv_job) * j, int worker) {
-    return j->scratch ? j->scratch + (int64_t)worker * 2 * j->g.k * j->g.p : NULL;
+static REAL *FN(worker_scratch)(const conv_job *j, int worker) {
+    return j->scratch ? (REAL *)j->scratch + (int64_t)worker * 2 * j->g.k * j->g.p : NULL;
 }
 
 /* The patches of batch element b: x itself for a 1x1, stride-1, unpadded
  * convolution, else im2col into scratch. */
-static const REAL *FN(columns)(const FN(conv_job) * j, int64_t b, REAL *scratch) {
+static const REAL *FN(columns)(const conv_job *j, int64_t b, REAL *scratch) {
     /* scratch is NULL in the identity case */
-    const REAL *xb = j->x + b * j->g.cin * j->g.h * j->g.w;
+    const REAL *xb = (const REAL *)j->x + b * j->g.cin * j->g.h * j->g.w;
     if (j->g.identity) return xb;
     FN(im2col)(scratch, xb, &j->g);
     return scratch;
@@ -85,34 +78,34 @@ static attnc_mat FN(group_rows)(const conv_geom *g, const REAL *rows, int64_t gi
 
 /* y[b] (Cout, P) = W (Cout, K) col (K, P) + bias, one product per group. */
 static void FN(forward_task)(void *arg, int64_t b, int worker) {
-    FN(conv_job) *j = arg;
+    conv_job *j = arg;
     const conv_geom *g = &j->g;
     const REAL *col = FN(columns)(j, b, FN(worker_scratch)(j, worker));
-    REAL *yb = j->y + b * g->cout * g->p;
+    REAL *yb = (REAL *)j->y + b * g->cout * g->p;
     for (int64_t gi = 0; gi < g->groups; gi++)
         GEMM(false, false, 1, FN(group_weight)(g, j->w, gi), FN(group_cols)(g, col, gi), 0,
              FN(group_rows)(g, yb, gi));
     if (j->bias)
         for (int64_t o = 0; o < g->cout; o++)
-            for (int64_t q = 0; q < g->p; q++) yb[o * g->p + q] += j->bias[o];
+            for (int64_t q = 0; q < g->p; q++) yb[o * g->p + q] += ((const REAL *)j->bias)[o];
 }
 
 /* Batch element b's share: dx[b] = col2im(W^T dy[b]); its partial dW
  * (dy[b] col^T) and db (row sums of dy[b]), summed over b later in b order. */
 static void FN(backward_task)(void *arg, int64_t b, int worker) {
-    FN(conv_job) *j = arg;
+    conv_job *j = arg;
     const conv_geom *g = &j->g;
     REAL *scratch = FN(worker_scratch)(j, worker);
-    const REAL *dyb = j->dy + b * g->cout * g->p;
+    const REAL *dyb = (const REAL *)j->dy + b * g->cout * g->p;
     if (j->dw_parts) {
         const REAL *col = FN(columns)(j, b, scratch);
-        REAL *dw = j->dw_parts + b * g->cout * g->kg;
+        REAL *dw = (REAL *)j->dw_parts + b * g->cout * g->kg;
         for (int64_t gi = 0; gi < g->groups; gi++)
             GEMM(false, true, 1, FN(group_rows)(g, dyb, gi), FN(group_cols)(g, col, gi), 0,
                  FN(group_weight)(g, dw, gi));
     }
     if (j->db_parts) {
-        REAL *db = j->db_parts + b * g->cout;
+        REAL *db = (REAL *)j->db_parts + b * g->cout;
         for (int64_t o = 0; o < g->cout; o++) {
             REAL s = 0;
             for (int64_t q = 0; q < g->p; q++) s += dyb[o * g->p + q];
@@ -120,7 +113,7 @@ static void FN(backward_task)(void *arg, int64_t b, int worker) {
         }
     }
     if (j->dx) { /* dcol = W^T dy[b] per group; in the identity case dcol is dx[b] itself */
-        REAL *dxb = j->dx + b * g->cin * g->h * g->w;
+        REAL *dxb = (REAL *)j->dx + b * g->cin * g->h * g->w;
         REAL *dcol = g->identity ? dxb : scratch + g->k * g->p;
         for (int64_t gi = 0; gi < g->groups; gi++)
             GEMM(true, false, 1, FN(group_weight)(g, j->w, gi), FN(group_rows)(g, dyb, gi), 0,
@@ -132,7 +125,7 @@ static void FN(backward_task)(void *arg, int64_t b, int worker) {
 /* Entries [block * SUM_BLOCK, ...) of dW and db: the partials summed in batch order. */
 static void FN(sum_task)(void *arg, int64_t block, int worker) {
     (void)worker;
-    FN(conv_job) *j = arg;
+    conv_job *j = arg;
     const conv_geom *g = &j->g;
     int64_t nw = j->dw ? g->cout * g->kg : 0, nb = j->db ? g->cout : 0;
     int64_t e0 = block * SUM_BLOCK, e1 = e0 + SUM_BLOCK < nw + nb ? e0 + SUM_BLOCK : nw + nb;
@@ -141,9 +134,9 @@ static void FN(sum_task)(void *arg, int64_t block, int worker) {
         const REAL *parts;
         int64_t stride, at;
         if (e < nw) {
-            out = j->dw + e, parts = j->dw_parts, stride = g->cout * g->kg, at = e;
+            out = (REAL *)j->dw + e, parts = j->dw_parts, stride = g->cout * g->kg, at = e;
         } else {
-            out = j->db + (e - nw), parts = j->db_parts, stride = g->cout, at = e - nw;
+            out = (REAL *)j->db + (e - nw), parts = j->db_parts, stride = g->cout, at = e - nw;
         }
         REAL s = 0;
         for (int64_t b = 0; b < g->batch; b++) s += parts[b * stride + at];

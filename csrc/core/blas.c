@@ -19,6 +19,7 @@
 #include "glibc_versions.h"
 #include "simd.h"
 #include "threads.h"
+#include "typed.h"
 
 #define MAX(a, b) ((a) > (b) ? (a) : (b))
 #define MIN(a, b) ((a) < (b) ? (a) : (b))
@@ -62,49 +63,10 @@ static int64_t layout(attnc_mat m, bool trans, enum CBLAS_TRANSPOSE *op) {
 static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
 static void blas_init(void) { scipy_openblas_set_num_threads(1); }
 
-/* c (1, n) = alpha a (1, k) op(b) + beta c, looping along whichever of
- * op(b)'s dims has the unit stride (vectorised for the build's SIMD path). */
-#define ROW_TIMES_MATRIX(NAME, REAL)                                                          \
-    static void NAME(bool trans_a, bool trans_b, REAL alpha, attnc_mat a, attnc_mat b,         \
-                     REAL beta, attnc_mat c, int64_t n, int64_t k) {                          \
-        const REAL *restrict ap = a.p, *restrict bp = b.p;                                    \
-        REAL *restrict cp = c.p;                                                              \
-        int64_t as = trans_a ? a.rs : a.cs; /* along k */                                     \
-        int64_t bk = trans_b ? b.cs : b.rs, bj = trans_b ? b.rs : b.cs;                       \
-        if (bj == 1) { /* rows of op(b) contiguous: c += x row */                             \
-            for (int64_t j = 0; j < n; j++) cp[j] = beta == 0 ? 0 : beta * cp[j];             \
-            for (int64_t q = 0; q < k; q++) {                                                 \
-                REAL x = alpha * ap[q * as];                                                  \
-                const REAL *row = bp + q * bk;                                                \
-                for (int64_t j = 0; j < n; j++) cp[j] += x * row[j];                          \
-            }                                                                                 \
-        } else if (as == 1 && bk == 1) { /* contiguous dot products, 16 vector lanes */      \
-            for (int64_t j = 0; j < n; j++) {                                                 \
-                const REAL *col = bp + j * bj;                                                \
-                REAL lane[16] = {0}, dot = 0;                                                 \
-                int64_t q = 0;                                                                \
-                for (; q + 16 <= k; q += 16)                                                  \
-                    for (int u = 0; u < 16; u++) lane[u] += ap[q + u] * col[q + u];           \
-                for (int u = 0; u < 16; u++) dot += lane[u];                                  \
-                for (; q < k; q++) dot += ap[q] * col[q];                                     \
-                cp[j] = alpha * dot + (beta == 0 ? 0 : beta * cp[j]);                         \
-            }                                                                                 \
-        } else { /* a dot product per output, four partial sums */                           \
-            for (int64_t j = 0; j < n; j++) {                                                 \
-                const REAL *col = bp + j * bj;                                                \
-                REAL acc[4] = {0, 0, 0, 0};                                                   \
-                int64_t q = 0;                                                                \
-                for (; q + 4 <= k; q += 4)                                                    \
-                    for (int u = 0; u < 4; u++) acc[u] += ap[(q + u) * as] * col[(q + u) * bk]; \
-                for (; q < k; q++) acc[0] += ap[q * as] * col[q * bk];                        \
-                REAL dot = (acc[0] + acc[1]) + (acc[2] + acc[3]);                             \
-                cp[j] = alpha * dot + (beta == 0 ? 0 : beta * cp[j]);                         \
-            }                                                                                 \
-        }                                                                                     \
-    }
-
-ROW_TIMES_MATRIX(row_times_matrix_f32, float)
-ROW_TIMES_MATRIX(row_times_matrix_f64, double)
+#define ATTNC_F64 0
+#include "blas_impl.h"
+#define ATTNC_F64 1
+#include "blas_impl.h"
 
 /* One product c = alpha op(a) op(b) + beta c. */
 typedef struct {
@@ -154,6 +116,7 @@ static void blas_call(const gemm_op *g, attnc_mat a, attnc_mat b, double beta, a
     blasint ldc = (blasint)layout(c, false, &opc);
     blasint m = (blasint)c.rows, n = (blasint)c.cols, k = (blasint)(g->ta ? a.rows : a.cols);
     pthread_once(&blas_once, blas_init);
+    /* BLAS's own two names, with scalars of each type: no twins to pick. */
     if (g->dt == ATTNC_FLOAT32)
         scipy_cblas_sgemm(CblasRowMajor, opa, opb, m, n, k, (float)g->alpha, a.p, lda, b.p, ldb, (float)beta, c.p,
                           ldc);
@@ -233,10 +196,7 @@ static void gemm(const gemm_op *g, attnc_mat a, attnc_mat b, attnc_mat c) {
         return;
     }
     if (m == 1 && (n == 1 || c.cs == 1) && n <= 8192 && k <= 8192 && n * k <= 8192) {
-        if (g->dt == ATTNC_FLOAT32)
-            row_times_matrix_f32(g->ta, g->tb, (float)g->alpha, a, b, (float)g->beta, c, n, k);
-        else
-            row_times_matrix_f64(g->ta, g->tb, g->alpha, a, b, g->beta, c, n, k);
+        ATTNC_TYPED(g->dt, row_times_matrix)(g->ta, g->tb, g->alpha, a, b, g->beta, c, n, k);
         return;
     }
     enum CBLAS_TRANSPOSE op;
@@ -288,19 +248,6 @@ int attnc_blas_threads(void) {
     return scipy_openblas_get_num_threads();
 }
 
-#define COL_SUMS(REAL)                                                \
-    do {                                                              \
-        REAL *o = out;                                                \
-        const REAL *p = x;                                            \
-        for (int64_t k = 0; k < n; k++) o[k] = 0;                     \
-        for (int64_t i = 0; i < rows; i++)                            \
-            for (int64_t k = 0; k < n; k++) o[k] += p[i * rs + k];    \
-    } while (0)
-
 void attnc_col_sums(attnc_dtype dtype, void *out, const void *x, int64_t rows, int64_t n, int64_t rs) {
-    if (dtype == ATTNC_FLOAT32)
-        COL_SUMS(float);
-    else
-        COL_SUMS(double);
+    ATTNC_TYPED(dtype, col_sums)(out, x, rows, n, rs);
 }
-#undef COL_SUMS

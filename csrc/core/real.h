@@ -4,7 +4,8 @@
  *     #include "../core/real.h"
  * and is included twice by NAME.c, once with ATTNC_F64 defined to 0 and once
  * to 1. It names its functions FN(name) (name_f32 / name_f64), its element
- * type REAL, and uses the math macros below. real_end.h undoes all of it. */
+ * type REAL, and uses the math macros below. real_end.h undoes all of it.
+ * Callers pick a twin with ATTNC_TYPED(dtype, name) (core/typed.h). */
 #if ATTNC_F64
 #define REAL double
 #define FN(name) name##_f64

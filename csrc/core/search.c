@@ -6,16 +6,13 @@
 
 #include "search.h"
 #include "status.h"
-
-static double get(const void *p, attnc_dtype dt, int64_t i) {
-    return dt == ATTNC_FLOAT32 ? (double)((const float *)p)[i] : ((const double *)p)[i];
-}
+#include "typed.h"
 
 /* log-softmax of row r of the logits, in double, into lp (V). */
 static void log_probs(const attnc_search_model *m, int64_t r, double *lp) {
     double mx = -INFINITY, sum = 0;
     for (int64_t v = 0; v < m->V; v++) {
-        lp[v] = get(m->logits, m->dt, r * m->V + v);
+        lp[v] = attnc_real_get(m->logits, m->dt, r * m->V + v);
         if (lp[v] > mx) mx = lp[v];
     }
     for (int64_t v = 0; v < m->V; v++) sum += exp(lp[v] - mx);
@@ -42,7 +39,8 @@ static attnc_status greedy(const attnc_search_model *m, attnc_search_io *io) {
         for (int64_t b = 0; b < B; b++) {
             int64_t best = 0;
             for (int64_t v = 1; v < m->V; v++)
-                if (get(m->logits, m->dt, b * m->V + v) > get(m->logits, m->dt, b * m->V + best)) best = v;
+                if (attnc_real_get(m->logits, m->dt, b * m->V + v) > attnc_real_get(m->logits, m->dt, b * m->V + best))
+                    best = v;
             if (io->eos >= 0 && done[b]) best = io->eos;
             tok[b] = best;
             io->out[b * T + s] = best;

@@ -6,6 +6,7 @@
 #include <stdint.h>
 
 #include "../include/attnc.h"
+#include "typed.h"
 
 /* One matrix of a batch: element (i, j) is at p + i*rs + j*cs (elements). */
 typedef struct {
@@ -29,15 +30,6 @@ static inline attnc_mat attnc_mat_rows(attnc_mat m, int64_t r0, int64_t n, size_
     m.rows = n;
     return m;
 }
-
-/* RUN(f32) or RUN(f64), by dtype: how a typed kernel (core/real.h) is called. */
-#define ATTNC_BY_DTYPE(dtype, RUN)     \
-    do {                              \
-        if ((dtype) == ATTNC_FLOAT32) \
-            RUN(f32);                 \
-        else                          \
-            RUN(f64);                 \
-    } while (0)
 
 size_t attnc_dtype_size(attnc_dtype dtype);
 const char *attnc_dtype_name(attnc_dtype dtype);

@@ -26,19 +26,4 @@ int attnc_workers_for(int64_t work);
  * max_workers workers (the caller's thread is one of them). */
 void attnc_parallel_for(int64_t nblocks, int max_workers, attnc_task_fn fn, void *ctx);
 
-/* Run TASK##_f32 (or _f64, by dtype) over blocks on at most workers
- * workers (the count per-worker scratch was sized for), with the job
- * JOB##_f32 (or _f64) built from the designated initialisers that follow:
- * how a typed kernel (core/real.h) is called. */
-#define ATTNC_PARALLEL_TYPED(dtype, workers, JOB, TASK, blocks, ...)        \
-    do {                                                               \
-        if ((dtype) == ATTNC_FLOAT32) {                                \
-            JOB##_f32 job_ = {__VA_ARGS__};                            \
-            attnc_parallel_for((blocks), (workers), TASK##_f32, &job_); \
-        } else {                                                       \
-            JOB##_f64 job_ = {__VA_ARGS__};                            \
-            attnc_parallel_for((blocks), (workers), TASK##_f64, &job_); \
-        }                                                              \
-    } while (0)
-
 #endif

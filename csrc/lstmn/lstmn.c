@@ -150,14 +150,8 @@ attnc_status attnc_lstmn_forward(attnc_tensor *output, attnc_tensor *attention, 
     attnc_gemm_rows(x.dt, false, true, 1, X, Wih, 1, G, LSTMN_GEMM_ROWS);
     attnc_gemm_rows(x.dt, false, true, 1, X, Wx, 0, Q, LSTMN_GEMM_ROWS);
     int workers = attnc_workers_for(BT * (x.H * (4 * x.H + 2 * x.A) + x.T * x.A));
-#define RUN(SFX)                                                                                            \
-    do { lstmn_job_##SFX j = {.x = &x, .w_hh = p->weight_hh.data, .attn_h = p->attn_h.data,                      \
-                         .attn_tilde = p->attn_tilde.data, .v = p->attn_v.data, .saved = slots,            \
-                         .output = output->data,                                                           \
-                         .attention = attnc_present(attention) ? attention->data : NULL};                  \
-    attnc_parallel_for((x.B + LSTMN_ROWS - 1) / LSTMN_ROWS, workers, lstmn_forward_task_##SFX, &j); } while (0)
-    ATTNC_BY_DTYPE(x.dt, RUN);
-#undef RUN
+    ATTNC_TYPED(x.dt, lstmn_forward)(&x, p, slots, output->data, attnc_present(attention) ? attention->data : NULL,
+                                     workers);
     free(own);
     return ATTNC_OK;
 }
@@ -200,14 +194,8 @@ attnc_status attnc_lstmn_backward(attnc_lstmn_params *grads, attnc_tensor *dinpu
         st = attnc_calloc(&scratch, (size_t)(workers * LSTMN_ROWS * 4 * H), es, "the LSTMN's scratch");
     if (st == ATTNC_OK) {
         if (BT > 0) {
-#define RUN(SFX)                                                                                              \
-    do { lstmn_job_##SFX j = {.x = &x, .w_hh = p->weight_hh.data, .attn_h = p->attn_h.data,                        \
-                         .attn_tilde = p->attn_tilde.data, .v = p->attn_v.data, .saved = saved->data,        \
-                         .doutput = doutput->data, .dG = dG, .dQ = dQ, .dKH = dKH, .dV = dV, .dHC = dHC,      \
-                         .scratch = scratch};                                                                \
-    attnc_parallel_for((x.B + LSTMN_ROWS - 1) / LSTMN_ROWS, workers, lstmn_backward_task_##SFX, &j); } while (0)
-            ATTNC_BY_DTYPE(x.dt, RUN);
-#undef RUN
+            ATTNC_TYPED(x.dt, lstmn_backward)(&x, p, saved->data, doutput->data, dG, dQ, dKH, dV, dHC, scratch,
+                                              workers);
         }
         const char *sv = saved->data;
         if (BT == 0) {

@@ -166,4 +166,23 @@ static void FN(lstmn_backward_task)(void *arg, int64_t block, int worker) {
     }
 }
 
+/* The forward and backward over every block of rows: lstmn.c's calls (through
+ * ATTNC_TYPED), the typed job built here. */
+static void FN(lstmn_forward)(const lstmn_run *x, const attnc_lstmn_params *p, void *saved, void *output,
+                              void *attention, int workers) {
+    FN(lstmn_job) j = {.x = x, .w_hh = p->weight_hh.data, .attn_h = p->attn_h.data,
+                       .attn_tilde = p->attn_tilde.data, .v = p->attn_v.data, .saved = saved, .output = output,
+                       .attention = attention};
+    attnc_parallel_for((x->B + LSTMN_ROWS - 1) / LSTMN_ROWS, workers, FN(lstmn_forward_task), &j);
+}
+
+static void FN(lstmn_backward)(const lstmn_run *x, const attnc_lstmn_params *p, void *saved, const void *doutput,
+                               void *dG, void *dQ, void *dKH, void *dV, void *dHC, void *scratch, int workers) {
+    FN(lstmn_job) j = {.x = x, .w_hh = p->weight_hh.data, .attn_h = p->attn_h.data,
+                       .attn_tilde = p->attn_tilde.data, .v = p->attn_v.data, .saved = saved,
+                       .doutput = doutput, .dG = dG, .dQ = dQ, .dKH = dKH, .dV = dV, .dHC = dHC,
+                       .scratch = scratch};
+    attnc_parallel_for((x->B + LSTMN_ROWS - 1) / LSTMN_ROWS, workers, FN(lstmn_backward_task), &j);
+}
+
 #include "../core/real_end.h"

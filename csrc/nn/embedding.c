@@ -10,6 +10,16 @@
 
 enum { ROWS = 64 }; /* rows (or dweight columns) per block */
 
+typedef struct {
+    const attnc_tensor *ids, *w, *dy, *logits, *lse_in, *dloss;
+    attnc_tensor *y, *dw, *loss, *lse, *dlogits, *dtargets;
+    const attnc_tensor *probs, *weight; /* cross-entropy: class-probability targets, class weights */
+    int64_t n, d, v;
+    double scale, eps;
+    double max_norm, norm_type; /* embedding: torch's renormalisation (max_norm INFINITY: none) */
+    int64_t special; /* padding_idx or ignore_index */
+} tok_job;
+
 #define ATTNC_F64 0
 #include "embedding_impl.h"
 #define ATTNC_F64 1
@@ -54,9 +64,9 @@ attnc_status attnc_embedding_forward(attnc_tensor *y, const attnc_tensor *ids,
     if (!attnc_present(y)) return attnc_fail(ATTNC_ERR_TYPE, "output is required");
     int64_t yd[2] = {n, d};
     TRY(attnc_check_dims(y, "output", weight->dtype, 2, yd, true));
-    ATTNC_PARALLEL_TYPED(weight->dtype, attnc_workers(), tok_job, embed_task, (n + ROWS - 1) / ROWS,
-                         .ids = ids, .w = weight, .y = y, .n = n, .d = d, .scale = scale,
-                         .max_norm = max_norm, .norm_type = norm_type);
+    tok_job job = {.ids = ids, .w = weight, .y = y, .n = n, .d = d, .scale = scale, .max_norm = max_norm,
+                   .norm_type = norm_type};
+    attnc_parallel_for((n + ROWS - 1) / ROWS, attnc_workers(), ATTNC_TYPED(weight->dtype, embed_task), &job);
     return ATTNC_OK;
 }
 
@@ -70,9 +80,8 @@ attnc_status attnc_embedding_backward(attnc_tensor *dweight, const attnc_tensor 
     TRY(attnc_check_dims(dweight, "dweight", dy->dtype, 2, wd, true));
     v = wd[0];
     TRY(check_ids(ids, "input", &n, v, NULL));
-    ATTNC_PARALLEL_TYPED(dy->dtype, attnc_workers(), tok_job, embed_grad_task,
-                         (d + ROWS - 1) / ROWS, .ids = ids, .dy = dy, .dw = dweight, .n = n, .d = d,
-                         .v = v, .scale = scale, .special = padding_idx);
+    tok_job job = {.ids = ids, .dy = dy, .dw = dweight, .n = n, .d = d, .v = v, .scale = scale, .special = padding_idx};
+    attnc_parallel_for((d + ROWS - 1) / ROWS, attnc_workers(), ATTNC_TYPED(dy->dtype, embed_grad_task), &job);
     return ATTNC_OK;
 }
 
@@ -112,11 +121,11 @@ attnc_status attnc_cross_entropy_forward(attnc_tensor *losses, attnc_tensor *log
         return attnc_fail(ATTNC_ERR_TYPE, "losses and logsumexp are required");
     TRY(attnc_check_dims(losses, "losses", logits->dtype, 1, &n, true));
     TRY(attnc_check_dims(logsumexp, "logsumexp", logits->dtype, 1, &n, true));
-    ATTNC_PARALLEL_TYPED(logits->dtype, attnc_workers(), tok_job, ce_forward_task,
-                         (n + ROWS - 1) / ROWS, .ids = probs ? NULL : targets, .probs = probs,
-                         .weight = attnc_present(&options->weight) ? &options->weight : NULL,
-                         .logits = logits, .loss = losses, .lse = logsumexp, .n = n, .v = c,
-                         .eps = options->label_smoothing, .special = options->ignore_index);
+    tok_job job = {.ids = probs ? NULL : targets, .probs = probs,
+                   .weight = attnc_present(&options->weight) ? &options->weight : NULL, .logits = logits,
+                   .loss = losses, .lse = logsumexp, .n = n, .v = c, .eps = options->label_smoothing,
+                   .special = options->ignore_index};
+    attnc_parallel_for((n + ROWS - 1) / ROWS, attnc_workers(), ATTNC_TYPED(logits->dtype, ce_forward_task), &job);
     return ATTNC_OK;
 }
 
@@ -142,16 +151,14 @@ attnc_status attnc_cross_entropy_backward(attnc_tensor *dlogits, attnc_tensor *d
     }
     TRY(attnc_check_dims(dlosses, "dlosses", dt, 1, &n, false));
     TRY(attnc_check_dims(logsumexp, "logsumexp", dt, 1, &n, false));
-#define JOB .ids = probs ? NULL : targets, .probs = probs, \
-            .weight = attnc_present(&options->weight) ? &options->weight : NULL, .logits = logits, \
-            .dloss = dlosses, .lse_in = logsumexp, .n = n, .v = c, .eps = options->label_smoothing, \
-            .special = options->ignore_index
-    ATTNC_PARALLEL_TYPED(dt, attnc_workers(), tok_job, ce_backward_task, (n + ROWS - 1) / ROWS, JOB,
-                         .dlogits = dlogits, .dtargets = attnc_present(dtargets) ? dtargets : NULL);
+    tok_job job = {.ids = probs ? NULL : targets, .probs = probs,
+                   .weight = attnc_present(&options->weight) ? &options->weight : NULL, .logits = logits,
+                   .dloss = dlosses, .lse_in = logsumexp, .n = n, .v = c, .eps = options->label_smoothing,
+                   .special = options->ignore_index, .dlogits = dlogits,
+                   .dtargets = attnc_present(dtargets) ? dtargets : NULL, .dw = dweight};
+    attnc_parallel_for((n + ROWS - 1) / ROWS, attnc_workers(), ATTNC_TYPED(dt, ce_backward_task), &job);
     if (attnc_present(dweight))
-        ATTNC_PARALLEL_TYPED(dt, attnc_workers(), tok_job, ce_weight_grad_task, (c + ROWS - 1) / ROWS, JOB,
-                             .dw = dweight);
-#undef JOB
+        attnc_parallel_for((c + ROWS - 1) / ROWS, attnc_workers(), ATTNC_TYPED(dt, ce_weight_grad_task), &job);
     return ATTNC_OK;
 }
 
@@ -173,8 +180,8 @@ attnc_status attnc_log_softmax_forward(attnc_tensor *y, const attnc_tensor *x) {
     int64_t n = -1, c = -1;
     TRY(check_rows2(x, "input", dt, &n, &c, false));
     TRY(check_rows2(y, "output", dt, &n, &c, true));
-    ATTNC_PARALLEL_TYPED(dt, attnc_workers(), tok_job, log_softmax_task, (n + ROWS - 1) / ROWS, .logits = x,
-                         .y = y, .n = n, .v = c);
+    tok_job job = {.logits = x, .y = y, .n = n, .v = c};
+    attnc_parallel_for((n + ROWS - 1) / ROWS, attnc_workers(), ATTNC_TYPED(dt, log_softmax_task), &job);
     return ATTNC_OK;
 }
 
@@ -188,7 +195,7 @@ attnc_status attnc_log_softmax_backward(attnc_tensor *dx, const attnc_tensor *dy
     TRY(check_rows2(y, "output", dt, &n, &c, false));
     TRY(check_rows2(dy, "doutput", dt, &n, &c, false));
     TRY(check_rows2(dx, "dinput", dt, &n, &c, true));
-    ATTNC_PARALLEL_TYPED(dt, attnc_workers(), tok_job, log_softmax_grad_task, (n + ROWS - 1) / ROWS, .logits = y,
-                         .dy = dy, .dlogits = dx, .n = n, .v = c);
+    tok_job job = {.logits = y, .dy = dy, .dlogits = dx, .n = n, .v = c};
+    attnc_parallel_for((n + ROWS - 1) / ROWS, attnc_workers(), ATTNC_TYPED(dt, log_softmax_grad_task), &job);
     return ATTNC_OK;
 }

@@ -1,23 +1,13 @@
 /* embedding_impl.h and cross-entropy kernels (see core/real.h). */
 #include "../core/real.h"
 
-typedef struct {
-    const attnc_tensor *ids, *w, *dy, *logits, *lse_in, *dloss;
-    attnc_tensor *y, *dw, *loss, *lse, *dlogits, *dtargets;
-    const attnc_tensor *probs, *weight; /* cross-entropy: class-probability targets, class weights */
-    int64_t n, d, v;
-    double scale, eps;
-    double max_norm, norm_type; /* embedding: torch's renormalisation (max_norm INFINITY: none) */
-    int64_t special; /* padding_idx or ignore_index */
-} FN(tok_job);
-
 #define AT(t, i, j) (((REAL *)(t)->data)[(i) * (t)->strides[0] + (j) * (t)->strides[1]])
 #define ID(j, r) (((const int64_t *)(j)->ids->data)[(r) * (j)->ids->strides[0]])
 
 /* torch's max_norm renormalisation of row `id` of the table: the factor
  * max_norm / (norm + 1e-7) if the row's norm_type-norm exceeds max_norm, else
  * 1 (the norm summed in double). */
-static REAL FN(renorm_factor)(const FN(tok_job) * j, int64_t id) {
+static REAL FN(renorm_factor)(const tok_job * j, int64_t id) {
     if (!(j->max_norm < INFINITY)) return 1;
     double norm = 0, p = j->norm_type;
     for (int64_t c = 0; c < j->d; c++) {
@@ -33,7 +23,7 @@ static REAL FN(renorm_factor)(const FN(tok_job) * j, int64_t id) {
 
 static void FN(embed_task)(void *arg, int64_t block, int worker) {
     (void)worker;
-    const FN(tok_job) *j = arg;
+    const tok_job *j = arg;
     for (int64_t r = block * ROWS; r < j->n && r < (block + 1) * ROWS; r++) {
         int64_t id = ID(j, r);
         REAL renorm = FN(renorm_factor)(j, id);
@@ -45,7 +35,7 @@ static void FN(embed_task)(void *arg, int64_t block, int worker) {
 /* One block of columns of dweight, every token in order. */
 static void FN(embed_grad_task)(void *arg, int64_t block, int worker) {
     (void)worker;
-    const FN(tok_job) *j = arg;
+    const tok_job *j = arg;
     int64_t c0 = block * ROWS, c1 = c0 + ROWS < j->d ? c0 + ROWS : j->d;
     REAL *dw = j->dw->data;
     for (int64_t r = 0; r < j->v; r++)
@@ -58,14 +48,14 @@ static void FN(embed_grad_task)(void *arg, int64_t block, int worker) {
 }
 
 /* The class weight w_c (1 without weights). */
-static REAL FN(class_weight)(const FN(tok_job) * j, int64_t c) {
+static REAL FN(class_weight)(const tok_job * j, int64_t c) {
     return j->weight ? ((const REAL *)j->weight->data)[c * j->weight->strides[0]] : 1;
 }
 
 /* q_rc, row r's target probability of class c after label smoothing:
  * (1 - eps) target + eps / C, the target one-hot for class ids (an ignored
  * row has none: 0). */
-static REAL FN(ce_target)(const FN(tok_job) * j, int64_t r, int64_t c) {
+static REAL FN(ce_target)(const tok_job * j, int64_t r, int64_t c) {
     REAL eps = (REAL)j->eps, smooth = eps / (REAL)j->v;
     if (j->probs) return (1 - eps) * AT(j->probs, r, c) + smooth;
     int64_t t = ID(j, r);
@@ -74,7 +64,7 @@ static REAL FN(ce_target)(const FN(tok_job) * j, int64_t r, int64_t c) {
 }
 
 /* The logsumexp of row r of the logits. */
-static REAL FN(row_lse)(const FN(tok_job) * j, int64_t r) {
+static REAL FN(row_lse)(const tok_job * j, int64_t r) {
     REAL mx = -INFINITY, sum = 0;
     for (int64_t c = 0; c < j->v; c++) mx = AT(j->logits, r, c) > mx ? AT(j->logits, r, c) : mx;
     for (int64_t c = 0; c < j->v; c++) sum += EXP(AT(j->logits, r, c) - mx);
@@ -85,7 +75,7 @@ static REAL FN(row_lse)(const FN(tok_job) * j, int64_t r) {
  * (1 - eps) w_t (lse - x_t) + eps / C sum_c w_c (lse - x_c). A term whose
  * coefficient is 0 is absent, not 0 x inf: a -inf logit (a masked class)
  * that is not a target adds nothing. Ignored rows: 0. */
-static REAL FN(ce_row_loss)(const FN(tok_job) * j, int64_t r, REAL lse) {
+static REAL FN(ce_row_loss)(const tok_job * j, int64_t r, REAL lse) {
     REAL eps = (REAL)j->eps, loss = 0;
     if (j->probs) {
         for (int64_t c = 0; c < j->v; c++) {
@@ -110,7 +100,7 @@ static REAL FN(ce_row_loss)(const FN(tok_job) * j, int64_t r, REAL lse) {
 
 static void FN(ce_forward_task)(void *arg, int64_t block, int worker) {
     (void)worker;
-    const FN(tok_job) *j = arg;
+    const tok_job *j = arg;
     for (int64_t r = block * ROWS; r < j->n && r < (block + 1) * ROWS; r++) {
         REAL lse = FN(row_lse)(j, r);
         ((REAL *)j->lse->data)[r] = lse;
@@ -123,7 +113,7 @@ static void FN(ce_forward_task)(void *arg, int64_t block, int worker) {
  * coefficient is 0). Both times dloss_r. */
 static void FN(ce_backward_task)(void *arg, int64_t block, int worker) {
     (void)worker;
-    const FN(tok_job) *j = arg;
+    const tok_job *j = arg;
     REAL keep = 1 - (REAL)j->eps;
     for (int64_t r = block * ROWS; r < j->n && r < (block + 1) * ROWS; r++) {
         REAL *out = (REAL *)j->dlogits->data + r * j->v;
@@ -151,7 +141,7 @@ static void FN(ce_backward_task)(void *arg, int64_t block, int worker) {
  * every row in order (the same bits for any thread count). */
 static void FN(ce_weight_grad_task)(void *arg, int64_t block, int worker) {
     (void)worker;
-    const FN(tok_job) *j = arg;
+    const tok_job *j = arg;
     int64_t c0 = block * ROWS, c1 = c0 + ROWS < j->v ? c0 + ROWS : j->v;
     REAL *dw = (REAL *)j->dw->data;
     for (int64_t c = c0; c < c1; c++) dw[c] = 0;
@@ -170,7 +160,7 @@ static void FN(ce_weight_grad_task)(void *arg, int64_t block, int worker) {
  * gives -inf (and zero gradient) instead of NaN. */
 static void FN(log_softmax_task)(void *arg, int64_t block, int worker) {
     (void)worker;
-    const FN(tok_job) *j = arg;
+    const tok_job *j = arg;
     REAL *y = j->y->data;
     for (int64_t r = block * ROWS; r < j->n && r < (block + 1) * ROWS; r++) {
         REAL mx = -INFINITY, sum = 0;
@@ -188,7 +178,7 @@ static void FN(log_softmax_task)(void *arg, int64_t block, int worker) {
 /* dx = dy - softmax * sum(dy), softmax = exp(y) from the forward's output. */
 static void FN(log_softmax_grad_task)(void *arg, int64_t block, int worker) {
     (void)worker;
-    const FN(tok_job) *j = arg;
+    const tok_job *j = arg;
     REAL *dx = j->dlogits->data;
     for (int64_t r = block * ROWS; r < j->n && r < (block + 1) * ROWS; r++) {
         REAL total = 0;

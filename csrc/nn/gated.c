@@ -12,6 +12,12 @@
 
 enum { CHUNK = 4096 }; /* elements per block */
 
+typedef struct {
+    const void *a, *b, *dy;
+    void *y, *da, *db;
+    int64_t n;
+} gated_job;
+
 #define ATTNC_F64 0
 #include "gated_impl.h"
 #define ATTNC_F64 1
@@ -34,8 +40,8 @@ attnc_status attnc_gated_forward(attnc_tensor *y, const attnc_tensor *a, const a
     TRY(attnc_check_flat(a, "input", dt, n));
     TRY(attnc_check_flat(b, "gate", dt, n));
     TRY(attnc_check_flat(y, "output", dt, n));
-    ATTNC_PARALLEL_TYPED(dt, attnc_workers_for(n * 8), gated_job, gated_forward_task, (n + CHUNK - 1) / CHUNK,
-                         .a = a->data, .b = b->data, .y = y->data, .n = n);
+    gated_job job = {.a = a->data, .b = b->data, .y = y->data, .n = n};
+    attnc_parallel_for((n + CHUNK - 1) / CHUNK, attnc_workers_for(n * 8), ATTNC_TYPED(dt, gated_forward_task), &job);
     return ATTNC_OK;
 }
 
@@ -49,9 +55,8 @@ attnc_status attnc_gated_backward(attnc_tensor *da, attnc_tensor *db, const attn
     TRY(attnc_check_flat(dy, "doutput", dt, n));
     if (attnc_present(da)) TRY(attnc_check_flat(da, "dinput", dt, n));
     if (attnc_present(db)) TRY(attnc_check_flat(db, "dgate", dt, n));
-    ATTNC_PARALLEL_TYPED(dt, attnc_workers_for(n * 8), gated_job, gated_backward_task, (n + CHUNK - 1) / CHUNK,
-                         .a = a->data, .b = b->data, .dy = dy->data,
-                         .da = attnc_present(da) ? da->data : NULL, .db = attnc_present(db) ? db->data : NULL,
-                         .n = n);
+    gated_job job = {.a = a->data, .b = b->data, .dy = dy->data, .da = attnc_present(da) ? da->data : NULL,
+                     .db = attnc_present(db) ? db->data : NULL, .n = n};
+    attnc_parallel_for((n + CHUNK - 1) / CHUNK, attnc_workers_for(n * 8), ATTNC_TYPED(dt, gated_backward_task), &job);
     return ATTNC_OK;
 }

@@ -4,12 +4,6 @@
 #include "../core/real.h"
 #include "../core/sigmoid_impl.h"
 
-typedef struct {
-    const REAL *a, *b, *dy;
-    REAL *y, *da, *db;
-    int64_t n;
-} FN(gated_job);
-
 static void FN(gated_rows)(const REAL *restrict a, const REAL *restrict b, REAL *restrict y,
                            int64_t n) {
     for (int64_t k = 0; k < n; k++) y[k] = FN(tanh_)(a[k]) * FN(sigmoid)(b[k]);
@@ -29,17 +23,18 @@ static void FN(gated_rows_backward)(const REAL *restrict a, const REAL *restrict
 
 static void FN(gated_forward_task)(void *arg, int64_t block, int worker) {
     (void)worker;
-    const FN(gated_job) *j = arg;
+    const gated_job *j = arg;
     int64_t i0 = block * CHUNK, n = i0 + CHUNK < j->n ? CHUNK : j->n - i0;
-    FN(gated_rows)(j->a + i0, j->b + i0, j->y + i0, n);
+    FN(gated_rows)((const REAL *)j->a + i0, (const REAL *)j->b + i0, (REAL *)j->y + i0, n);
 }
 
 static void FN(gated_backward_task)(void *arg, int64_t block, int worker) {
     (void)worker;
-    const FN(gated_job) *j = arg;
+    const gated_job *j = arg;
     int64_t i0 = block * CHUNK, n = i0 + CHUNK < j->n ? CHUNK : j->n - i0;
-    FN(gated_rows_backward)(j->a + i0, j->b + i0, j->dy + i0, j->da ? j->da + i0 : NULL,
-                            j->db ? j->db + i0 : NULL, n);
+    FN(gated_rows_backward)((const REAL *)j->a + i0, (const REAL *)j->b + i0, (const REAL *)j->dy + i0,
+       j->da ? (REAL *)j->da + i0 : NULL,
+                            j->db ? (REAL *)j->db + i0 : NULL, n);
 }
 
 #include "../core/real_end.h"

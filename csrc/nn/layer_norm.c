@@ -7,6 +7,13 @@
 
 enum { ROWS = 64 }; /* rows (or, for the parameters' gradients, columns) per block */
 
+typedef struct {
+    const attnc_tensor *x, *w, *b, *dy, *mean_in, *rstd_in;
+    attnc_tensor *y, *mean, *rstd, *dx, *dw, *db;
+    int64_t n, d;
+    double eps;
+} ln_job;
+
 #define ATTNC_F64 0
 #include "layer_norm_impl.h"
 #define ATTNC_F64 1
@@ -40,8 +47,9 @@ attnc_status attnc_layer_norm_forward(attnc_tensor *y, attnc_tensor *mean, attnc
     TRY(attnc_check_dims(mean, "mean", dt, 1, &n, true));
     TRY(attnc_check_dims(rstd, "rstd", dt, 1, &n, true));
     int64_t blocks = (n + ROWS - 1) / ROWS;
-    ATTNC_PARALLEL_TYPED(dt, attnc_workers(), ln_job, ln_forward_task, blocks, .x = x, .w = weight,
-                         .b = bias, .y = y, .mean = mean, .rstd = rstd, .n = n, .d = d, .eps = eps);
+    ln_job job = {.x = x, .w = weight, .b = bias, .y = y, .mean = mean, .rstd = rstd, .n = n, .d = d,
+                  .eps = eps};
+    attnc_parallel_for(blocks, attnc_workers(), ATTNC_TYPED(dt, ln_forward_task), &job);
     return ATTNC_OK;
 }
 
@@ -61,17 +69,11 @@ attnc_status attnc_layer_norm_backward(attnc_tensor *dx, attnc_tensor *dweight,
     if (attnc_present(dx)) TRY(attnc_check_dims(dx, "dinput", dt, 2, xd, true));
     if (attnc_present(dweight)) TRY(attnc_check_dims(dweight, "dweight", dt, 1, &d, true));
     if (attnc_present(dbias)) TRY(attnc_check_dims(dbias, "dbias", dt, 1, &d, true));
-#define RUN(SFX)                                                                              \
-    do {                                                                                      \
-        ln_job_##SFX j = {.x = x, .w = weight, .dy = dy, .mean_in = mean, .rstd_in = rstd,    \
-                          .dx = dx, .dw = dweight, .db = dbias, .n = n, .d = d};             \
-        if (attnc_present(dx))                                                                \
-            attnc_parallel_for((n + ROWS - 1) / ROWS, attnc_workers(), ln_dx_task_##SFX, &j); \
-        if (attnc_present(dweight) || attnc_present(dbias))                                   \
-            attnc_parallel_for((d + ROWS - 1) / ROWS, attnc_workers(), ln_dparams_task_##SFX, \
-                               &j);                                                           \
-    } while (0)
-    ATTNC_BY_DTYPE(dt, RUN);
-#undef RUN
+    ln_job j = {.x = x, .w = weight, .dy = dy, .mean_in = mean, .rstd_in = rstd, .dx = dx, .dw = dweight,
+                .db = dbias, .n = n, .d = d};
+    if (attnc_present(dx))
+        attnc_parallel_for((n + ROWS - 1) / ROWS, attnc_workers(), ATTNC_TYPED(dt, ln_dx_task), &j);
+    if (attnc_present(dweight) || attnc_present(dbias))
+        attnc_parallel_for((d + ROWS - 1) / ROWS, attnc_workers(), ATTNC_TYPED(dt, ln_dparams_task), &j);
     return ATTNC_OK;
 }

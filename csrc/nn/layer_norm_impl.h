@@ -2,13 +2,6 @@
  * of x (N, D): mean, rstd = 1 / sqrt(var + eps), xhat = (x - mean) rstd. */
 #include "../core/real.h"
 
-typedef struct {
-    const attnc_tensor *x, *w, *b, *dy, *mean_in, *rstd_in;
-    attnc_tensor *y, *mean, *rstd, *dx, *dw, *db;
-    int64_t n, d;
-    double eps;
-} FN(ln_job);
-
 #define AT(t, i, j) (((REAL *)(t)->data)[(i) * (t)->strides[0] + (j) * (t)->strides[1]])
 #define VEC(t, i) (((REAL *)(t)->data)[(i) * (t)->strides[0]])
 
@@ -35,7 +28,7 @@ static inline REAL FN(lane_sum)(const REAL *a, int64_t s, REAL ma, const REAL *b
 
 static void FN(ln_forward_task)(void *arg, int64_t block, int worker) {
     (void)worker;
-    const FN(ln_job) *j = arg;
+    const ln_job *j = arg;
     int64_t d = j->d, xs = j->x->strides[1];
     const REAL *w = attnc_present(j->w) ? j->w->data : NULL, *b = attnc_present(j->b) ? j->b->data : NULL;
     int64_t ws = w ? j->w->strides[0] : 0, bs = b ? j->b->strides[0] : 0;
@@ -62,7 +55,7 @@ static void FN(ln_forward_task)(void *arg, int64_t block, int worker) {
 /* dx = rstd (g - mean(g) - xhat mean(g xhat)), g = dy * weight. */
 static void FN(ln_dx_task)(void *arg, int64_t block, int worker) {
     (void)worker;
-    const FN(ln_job) *j = arg;
+    const ln_job *j = arg;
     int64_t d = j->d, xs = j->x->strides[1], gs = j->dy->strides[1];
     const REAL *w = attnc_present(j->w) ? j->w->data : NULL;
     int64_t ws = w ? j->w->strides[0] : 0;
@@ -83,7 +76,7 @@ static void FN(ln_dx_task)(void *arg, int64_t block, int worker) {
  * columns at a time so that the sums run in vector lanes across columns. */
 static void FN(ln_dparams_task)(void *arg, int64_t block, int worker) {
     (void)worker;
-    const FN(ln_job) *j = arg;
+    const ln_job *j = arg;
     int64_t c0 = block * ROWS, nc = j->d - c0 < ROWS ? j->d - c0 : ROWS;
     int64_t xs = j->x->strides[1], gs = j->dy->strides[1];
     REAL sw[ROWS] = {0}, sb[ROWS] = {0};

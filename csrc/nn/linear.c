@@ -9,6 +9,13 @@
 /* Rows of x (forward, dx) or of W (dW, db) per block. */
 enum { ROWS = 256 };
 
+typedef struct {
+    attnc_mat x, w, y, dy, dx, dw;
+    const void *bias;
+    int64_t bias_stride;
+    void *dbias;
+} linear_job;
+
 #define ATTNC_F64 0
 #include "linear_impl.h"
 #define ATTNC_F64 1
@@ -52,10 +59,10 @@ attnc_status attnc_linear_forward(attnc_tensor *y, const attnc_tensor *x,
     TRY(check2(y, "output", dt, &n, &out, true));
     if (attnc_present(bias)) TRY(attnc_check_dims(bias, "bias", dt, 1, &out, false));
     int64_t blocks = (n + ROWS - 1) / ROWS;
-    ATTNC_PARALLEL_TYPED(dt, attnc_workers_for(n * in * out), linear_job, forward_task, blocks, .x = mat_of(x),
-                         .w = mat_of(weight), .y = mat_of(y),
-                         .bias = attnc_present(bias) ? bias->data : NULL,
-                         .bias_stride = attnc_present(bias) ? bias->strides[0] : 0);
+    linear_job job = {.x = mat_of(x), .w = mat_of(weight), .y = mat_of(y),
+                      .bias = attnc_present(bias) ? bias->data : NULL,
+                      .bias_stride = attnc_present(bias) ? bias->strides[0] : 0};
+    attnc_parallel_for(blocks, attnc_workers_for(n * in * out), ATTNC_TYPED(dt, forward_task), &job);
     return ATTNC_OK;
 }
 
@@ -71,18 +78,11 @@ attnc_status attnc_linear_backward(attnc_tensor *dx, attnc_tensor *dweight, attn
     if (attnc_present(dweight)) TRY(check2(dweight, "dweight", dt, &out, &in, true));
     if (attnc_present(dbias)) TRY(attnc_check_dims(dbias, "dbias", dt, 1, &out, true));
     attnc_mat none = {0};
-#define RUN(SFX)                                                                              \
-    do {                                                                                      \
-        linear_job_##SFX j = {.x = mat_of(x), .w = mat_of(weight), .dy = mat_of(dy),          \
-                              .dx = attnc_present(dx) ? mat_of(dx) : none,                    \
-                              .dw = attnc_present(dweight) ? mat_of(dweight) : none,          \
-                              .dbias = attnc_present(dbias) ? dbias->data : NULL};            \
-        if (attnc_present(dx))                                                                \
-            attnc_parallel_for((n + ROWS - 1) / ROWS, attnc_workers(), dx_task_##SFX, &j);    \
-        if (attnc_present(dweight) || attnc_present(dbias))                                   \
-            attnc_parallel_for((out + ROWS - 1) / ROWS, attnc_workers(), dw_task_##SFX, &j);  \
-    } while (0)
-    ATTNC_BY_DTYPE(dt, RUN);
-#undef RUN
+    linear_job j = {.x = mat_of(x), .w = mat_of(weight), .dy = mat_of(dy), .dx = attnc_present(dx) ? mat_of(dx) : none,
+                    .dw = attnc_present(dweight) ? mat_of(dweight) : none,
+                    .dbias = attnc_present(dbias) ? dbias->data : NULL};
+    if (attnc_present(dx)) attnc_parallel_for((n + ROWS - 1) / ROWS, attnc_workers(), ATTNC_TYPED(dt, dx_task), &j);
+    if (attnc_present(dweight) || attnc_present(dbias))
+        attnc_parallel_for((out + ROWS - 1) / ROWS, attnc_workers(), ATTNC_TYPED(dt, dw_task), &j);
     return ATTNC_OK;
 }

@@ -34,6 +34,14 @@ static dropout_mask make_mask(double p, uint64_t seed, uint64_t stream) {
     return m;
 }
 
+typedef struct {
+    const void *x, *residual, *dy;
+    void *y, *dx;
+    int64_t n;
+    attnc_activation act;
+    dropout_mask mask;
+} pointwise_job;
+
 #define ATTNC_F64 0
 #include "pointwise_impl.h"
 #define ATTNC_F64 1
@@ -60,10 +68,9 @@ attnc_status attnc_pointwise_forward(attnc_tensor *y, const attnc_tensor *x,
     TRY(attnc_check_flat(x, "input", dt, n));
     TRY(attnc_check_flat(y, "output", dt, n));
     if (attnc_present(residual)) TRY(attnc_check_flat(residual, "residual", dt, n));
-    ATTNC_PARALLEL_TYPED(dt, attnc_workers(), pointwise_job, pointwise_forward_task,
-                         (n + CHUNK - 1) / CHUNK, .x = x->data,
-                         .residual = attnc_present(residual) ? residual->data : NULL, .y = y->data,
-                         .n = n, .act = act, .mask = make_mask(dropout, seed, stream));
+    pointwise_job job = {.x = x->data, .residual = attnc_present(residual) ? residual->data : NULL, .y = y->data,
+                         .n = n, .act = act, .mask = make_mask(dropout, seed, stream)};
+    attnc_parallel_for((n + CHUNK - 1) / CHUNK, attnc_workers(), ATTNC_TYPED(dt, pointwise_forward_task), &job);
     return ATTNC_OK;
 }
 
@@ -83,9 +90,8 @@ attnc_status attnc_pointwise_backward(attnc_tensor *dx, const attnc_tensor *dy,
         if (!attnc_present(x)) return attnc_fail(ATTNC_ERR_TYPE, "input is required with an activation");
         TRY(attnc_check_flat(x, "input", dt, n));
     }
-    ATTNC_PARALLEL_TYPED(dt, attnc_workers(), pointwise_job, pointwise_backward_task,
-                         (n + CHUNK - 1) / CHUNK, .dy = dy->data,
-                         .x = act != ATTNC_ACT_NONE ? x->data : NULL, .dx = dx->data, .n = n,
-                         .act = act, .mask = make_mask(dropout, seed, stream));
+    pointwise_job job = {.dy = dy->data, .x = act != ATTNC_ACT_NONE ? x->data : NULL, .dx = dx->data, .n = n,
+                         .act = act, .mask = make_mask(dropout, seed, stream)};
+    attnc_parallel_for((n + CHUNK - 1) / CHUNK, attnc_workers(), ATTNC_TYPED(dt, pointwise_backward_task), &job);
     return ATTNC_OK;
 }

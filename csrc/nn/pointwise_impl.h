@@ -1,14 +1,6 @@
 /* pointwise_impl.h: typed kernels of pointwise.c (see core/real.h). */
 #include "../core/real.h"
 
-typedef struct {
-    const REAL *x, *residual, *dy;
-    REAL *y, *dx;
-    int64_t n;
-    attnc_activation act;
-    dropout_mask mask;
-} FN(pointwise_job);
-
 /* tanh(sqrt(2 / pi) (x + 0.044715 x^3)), the tanh GELU's inner tanh (the
  * operations in torch's order, so float32 results match its bits closely). */
 static REAL FN(gelu_tanh_inner)(REAL x) {
@@ -69,14 +61,14 @@ static void FN(drop_rows)(const dropout_mask *m, int64_t i0, REAL *v, int64_t n)
 /* y = residual + dropout(act(x)) over elements [block * CHUNK, ...). */
 static void FN(pointwise_forward_task)(void *arg, int64_t block, int worker) {
     (void)worker;
-    const FN(pointwise_job) *j = arg;
+    const pointwise_job *j = arg;
     int64_t i0 = block * CHUNK, n = i0 + CHUNK < j->n ? CHUNK : j->n - i0;
     REAL v[CHUNK];
-    FN(act_rows)(j->act, j->x + i0, v, n);
+    FN(act_rows)(j->act, (const REAL *)j->x + i0, v, n);
     FN(drop_rows)(&j->mask, i0, v, n);
-    REAL *y = j->y + i0;
+    REAL *y = (REAL *)j->y + i0;
     if (j->residual) {
-        const REAL *r = j->residual + i0;
+        const REAL *r = (const REAL *)j->residual + i0;
         for (int64_t k = 0; k < n; k++) y[k] = r[k] + v[k];
     } else {
         memcpy(y, v, (size_t)n * sizeof *y);
@@ -86,13 +78,13 @@ static void FN(pointwise_forward_task)(void *arg, int64_t block, int worker) {
 /* dx = act'(x) * dropout(dy), the same mask as the forward. */
 static void FN(pointwise_backward_task)(void *arg, int64_t block, int worker) {
     (void)worker;
-    const FN(pointwise_job) *j = arg;
+    const pointwise_job *j = arg;
     int64_t i0 = block * CHUNK, n = i0 + CHUNK < j->n ? CHUNK : j->n - i0;
     REAL g[CHUNK];
-    memcpy(g, j->dy + i0, (size_t)n * sizeof *g);
+    memcpy(g, (const REAL *)j->dy + i0, (size_t)n * sizeof *g);
     FN(drop_rows)(&j->mask, i0, g, n);
-    REAL *dx = j->dx + i0;
-    const REAL *x = j->x ? j->x + i0 : NULL;
+    REAL *dx = (REAL *)j->dx + i0;
+    const REAL *x = j->x ? (const REAL *)j->x + i0 : NULL;
     if (j->act == ATTNC_ACT_RELU)
         for (int64_t k = 0; k < n; k++) dx[k] = x[k] <= 0 ? 0 : g[k];
     else if (j->act == ATTNC_ACT_GELU)

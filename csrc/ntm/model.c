@@ -35,6 +35,24 @@ typedef struct {
     int64_t scratch; /* elements per worker */
 } ntm_run;
 
+typedef struct {
+    const ntm_run *x;
+    const void *inputs;                               /* (B, T, I)                              */
+    const void *w_ih, *w_hh, *b_ih, *b_hh;            /* the controller (w_hh, b_hh: LSTM only)  */
+    const void *head_w, *head_b, *out_w, *out_b;
+    const void *mem0, *r0, *w0;                       /* (B, N, M), (B, R, M), (B, Hh, N)       */
+    void *saved;      /* B T slots (model.c's layout); NULL: two slots per row in scratch          */
+    void *scratch;    /* per worker, x->scratch REALs                                            */
+    /* forward */
+    void *logits;                                     /* (B, T, O)                              */
+    void *weights, *memories;                         /* (B, T, Hh, N), (B, T, N, M) or NULL    */
+    /* backward */
+    const void *dlogits;                              /* (B, T, O)                              */
+    void *dG, *dP;                                    /* (B T, G), (B T, P): pre-activation cotangents */
+    void *dinputs;                                    /* (B, T, I) or NULL                      */
+    void *dmem0, *dr0, *dw0;                          /* the initial state's gradients          */
+} ntm_job;
+
 #define ATTNC_F64 0
 #include "model_impl.h"
 #define ATTNC_F64 1
@@ -174,21 +192,14 @@ attnc_status attnc_ntm_forward(attnc_tensor *logits, attnc_tensor *weights, attn
     int workers = attnc_workers_for(x.B * x.T * (x.G * (x.Z + x.C) + x.Hh * x.N * x.M * 4));
     void *scratch = NULL;
     TRY(attnc_calloc(&scratch, (size_t)(workers * x.scratch), attnc_dtype_size(x.dt), "the NTM's scratch"));
-#define RUN(SFX)                                                                                               \
-    ntm_job_##SFX j = {.x = &x, .inputs = inputs->data, .w_ih = p->w_ih.data, .w_hh = p->w_hh.data,            \
-                       .b_ih = p->b_ih.data, .b_hh = p->b_hh.data, .head_w = p->head_w.data,                  \
-                       .head_b = p->head_b.data, .out_w = p->out_w.data, .out_b = p->out_b.data,              \
-                       .mem0 = init->memory.data, .r0 = init->reads.data, .w0 = init->weights.data,           \
-                       .saved = keep ? saved->data : NULL, .scratch = scratch, .logits = logits->data,        \
-                       .weights = attnc_present(weights) ? weights->data : NULL,                              \
-                       .memories = attnc_present(memories) ? memories->data : NULL};                          \
-    attnc_parallel_for((x.B + NTM_ROWS - 1) / NTM_ROWS, workers, ntm_forward_task_##SFX, &j)
-    if (x.dt == ATTNC_FLOAT32) {
-        RUN(f32);
-    } else {
-        RUN(f64);
-    }
-#undef RUN
+    ntm_job j = {.x = &x, .inputs = inputs->data, .w_ih = p->w_ih.data, .w_hh = p->w_hh.data,
+                 .b_ih = p->b_ih.data, .b_hh = p->b_hh.data, .head_w = p->head_w.data,
+                 .head_b = p->head_b.data, .out_w = p->out_w.data, .out_b = p->out_b.data,
+                 .mem0 = init->memory.data, .r0 = init->reads.data, .w0 = init->weights.data,
+                 .saved = keep ? saved->data : NULL, .scratch = scratch, .logits = logits->data,
+                 .weights = attnc_present(weights) ? weights->data : NULL,
+                 .memories = attnc_present(memories) ? memories->data : NULL};
+    attnc_parallel_for((x.B + NTM_ROWS - 1) / NTM_ROWS, workers, ATTNC_TYPED(x.dt, ntm_forward_task), &j);
     free(scratch);
     return ATTNC_OK;
 }
@@ -253,27 +264,20 @@ attnc_status attnc_ntm_backward(attnc_ntm_params *grads, attnc_ntm_state *dinit,
     if (st == ATTNC_OK) st = attnc_calloc(&dG, (size_t)(x.B * x.T * x.G), es, "the NTM's controller cotangents");
     if (st == ATTNC_OK) st = attnc_calloc(&dP, (size_t)(x.B * x.T * x.P), es, "the NTM's head cotangents");
     if (st == ATTNC_OK) {
-#define RUN(SFX)                                                                                                \
-    ntm_job_##SFX j = {.x = &x, .inputs = inputs->data, .w_ih = p->w_ih.data, .w_hh = p->w_hh.data,             \
-                       .b_ih = p->b_ih.data, .b_hh = p->b_hh.data, .head_w = p->head_w.data,                   \
-                       .head_b = p->head_b.data, .out_w = p->out_w.data, .out_b = p->out_b.data,               \
-                       .mem0 = init->memory.data, .r0 = init->reads.data, .w0 = init->weights.data,            \
-                       .saved = saved->data, .scratch = scratch, .dlogits = dlogits->data, .dG = dG, .dP = dP, \
-                       .dinputs = attnc_present(dinputs) ? dinputs->data : NULL,                               \
-                       .dmem0 = dinit->memory.data, .dr0 = dinit->reads.data, .dw0 = dinit->weights.data};     \
-    attnc_parallel_for((x.B + NTM_ROWS - 1) / NTM_ROWS, workers, ntm_backward_task_##SFX, &j)
         if (x.B * x.T > 0) {
-            if (x.dt == ATTNC_FLOAT32) {
-                RUN(f32);
-            } else {
-                RUN(f64);
-            }
+            ntm_job j = {.x = &x, .inputs = inputs->data, .w_ih = p->w_ih.data, .w_hh = p->w_hh.data,
+                         .b_ih = p->b_ih.data, .b_hh = p->b_hh.data, .head_w = p->head_w.data,
+                         .head_b = p->head_b.data, .out_w = p->out_w.data, .out_b = p->out_b.data,
+                         .mem0 = init->memory.data, .r0 = init->reads.data, .w0 = init->weights.data,
+                         .saved = saved->data, .scratch = scratch, .dlogits = dlogits->data, .dG = dG, .dP = dP,
+                         .dinputs = attnc_present(dinputs) ? dinputs->data : NULL,
+                         .dmem0 = dinit->memory.data, .dr0 = dinit->reads.data, .dw0 = dinit->weights.data};
+            attnc_parallel_for((x.B + NTM_ROWS - 1) / NTM_ROWS, workers, ATTNC_TYPED(x.dt, ntm_backward_task), &j);
         } else {
             memset(dinit->memory.data, 0, (size_t)(x.B * x.N * x.M) * es);
             memset(dinit->reads.data, 0, (size_t)(x.B * x.R * x.M) * es);
             memset(dinit->weights.data, 0, (size_t)(x.B * x.Hh * x.N) * es);
         }
-#undef RUN
         weight_grads(&x, grads, dG, dP, dlogits, saved->data);
     }
     free(scratch);

@@ -14,30 +14,12 @@
 #define LOG1P log1pf
 #endif
 
-typedef struct {
-    const ntm_run *x;
-    const REAL *inputs;                               /* (B, T, I)                              */
-    const REAL *w_ih, *w_hh, *b_ih, *b_hh;            /* the controller (w_hh, b_hh: LSTM only)  */
-    const REAL *head_w, *head_b, *out_w, *out_b;
-    const REAL *mem0, *r0, *w0;                       /* (B, N, M), (B, R, M), (B, Hh, N)       */
-    REAL *saved;      /* B T slots (model.c's layout); NULL: two slots per row in scratch          */
-    REAL *scratch;    /* per worker, x->scratch REALs                                            */
-    /* forward */
-    REAL *logits;                                     /* (B, T, O)                              */
-    REAL *weights, *memories;                         /* (B, T, Hh, N), (B, T, N, M) or NULL    */
-    /* backward */
-    const REAL *dlogits;                              /* (B, T, O)                              */
-    REAL *dG, *dP;                                    /* (B T, G), (B T, P): pre-activation cotangents */
-    REAL *dinputs;                                    /* (B, T, I) or NULL                      */
-    REAL *dmem0, *dr0, *dw0;                          /* the initial state's gradients          */
-} FN(ntm_job);
-
 /* Row b's slot of step t; rows of one step are slot_rs apart. */
-static inline REAL *FN(slot)(const FN(ntm_job) *J, REAL *ring, int64_t b, int64_t b0, int64_t t) {
+static inline REAL *FN(slot)(const ntm_job *J, REAL *ring, int64_t b, int64_t b0, int64_t t) {
     const ntm_run *x = J->x;
-    return J->saved ? J->saved + (b * x->T + t) * x->S : ring + ((b - b0) * 2 + (t & 1)) * x->S;
+    return J->saved ? (REAL *)J->saved + (b * x->T + t) * x->S : ring + ((b - b0) * 2 + (t & 1)) * x->S;
 }
-static inline int64_t FN(slot_rs)(const FN(ntm_job) *J) { return J->saved ? J->x->T * J->x->S : 2 * J->x->S; }
+static inline int64_t FN(slot_rs)(const ntm_job *J) { return J->saved ? J->x->T * J->x->S : 2 * J->x->S; }
 
 /* ---- head parameters ------------------------------------------------------------ */
 
@@ -116,18 +98,19 @@ static void FN(activate_backward)(REAL *dp, const ntm_run *x, const REAL *p, int
 
 /* The controller of step t for rows [b0, b0 + n): z, hprev, gates, c and h
  * of every row's slot. */
-static void FN(controller_forward)(const FN(ntm_job) *J, REAL *ring, int64_t b0, int64_t n, int64_t t) {
+static void FN(controller_forward)(const ntm_job *J, REAL *ring, int64_t b0, int64_t n, int64_t t) {
     const ntm_run *x = J->x;
     int64_t rs = FN(slot_rs)(J), C = x->C, I = x->I, RM = x->R * x->M;
     for (int64_t b = b0; b < b0 + n; b++) {
         REAL *s = FN(slot)(J, ring, b, b0, t);
         const REAL *prev = t ? FN(slot)(J, ring, b, b0, t - 1) : NULL;
-        memcpy(s + x->z, J->inputs + (b * x->T + t) * I, (size_t)I * sizeof(REAL));
-        memcpy(s + x->z + I, prev ? prev + x->hr + C : J->r0 + b * RM, (size_t)RM * sizeof(REAL));
+        memcpy(s + x->z, (const REAL *)J->inputs + (b * x->T + t) * I, (size_t)I * sizeof(REAL));
+        memcpy(s + x->z + I, prev ? prev + x->hr + C : (const REAL *)J->r0 + b * RM, (size_t)RM * sizeof(REAL));
         if (x->lstm) {
             if (prev) memcpy(s + x->hprev, prev + x->hr, (size_t)C * sizeof(REAL));
             else memset(s + x->hprev, 0, (size_t)C * sizeof(REAL));
-            for (int64_t k = 0; k < 4 * C; k++) s[x->gates + k] = J->b_ih[k] + J->b_hh[k];
+            const REAL *b_ih = J->b_ih, *b_hh = J->b_hh;
+            for (int64_t k = 0; k < 4 * C; k++) s[x->gates + k] = b_ih[k] + b_hh[k];
         } else {
             memcpy(s + x->hr, J->b_ih, (size_t)C * sizeof(REAL));
         }
@@ -148,11 +131,11 @@ static void FN(controller_forward)(const FN(ntm_job) *J, REAL *ring, int64_t b0,
 }
 
 /* Addressing, reading and writing of step t for row b (its slot s). */
-static void FN(memory_forward)(const FN(ntm_job) *J, REAL *ring, int64_t b, int64_t b0, int64_t t, REAL *work) {
+static void FN(memory_forward)(const ntm_job *J, REAL *ring, int64_t b, int64_t b0, int64_t t, REAL *work) {
     const ntm_run *x = J->x;
     int64_t N = x->N, M = x->M, R = x->R, W = x->W, Hh = x->Hh, K = x->K, T = x->T;
     REAL *s = FN(slot)(J, ring, b, b0, t);
-    const REAL *wprev = t ? FN(slot)(J, ring, b, b0, t - 1) + x->w : J->w0 + b * Hh * N;
+    const REAL *wprev = t ? FN(slot)(J, ring, b, b0, t - 1) + x->w : (const REAL *)J->w0 + b * Hh * N;
     const REAL *mem = s + x->mem;
     REAL *E = work, *A = E + W * M;
     FN(head) hd = {.key = A + W * M, .s = A + W * M + M};
@@ -167,20 +150,20 @@ static void FN(memory_forward)(const FN(ntm_job) *J, REAL *ring, int64_t b, int6
     REAL *next = t + 1 < T ? FN(slot)(J, ring, b, b0, t + 1) + x->mem : hd.s + K;
     if (W) FN(write_elem)(next, mem, s + x->w + R * N, E, A, W, N, M);
     else memcpy(next, mem, (size_t)(N * M) * sizeof(REAL));
-    if (J->weights) memcpy(J->weights + (b * T + t) * Hh * N, s + x->w, (size_t)(Hh * N) * sizeof(REAL));
-    if (J->memories) memcpy(J->memories + (b * T + t) * N * M, next, (size_t)(N * M) * sizeof(REAL));
+    if (J->weights) memcpy((REAL *)J->weights + (b * T + t) * Hh * N, s + x->w, (size_t)(Hh * N) * sizeof(REAL));
+    if (J->memories) memcpy((REAL *)J->memories + (b * T + t) * N * M, next, (size_t)(N * M) * sizeof(REAL));
 }
 
 /* Rows [block NTM_ROWS, ...) through every step. */
 static void FN(ntm_forward_task)(void *arg, int64_t block, int worker) {
-    const FN(ntm_job) *J = arg;
+    const ntm_job *J = arg;
     const ntm_run *x = J->x;
     int64_t b0 = block * NTM_ROWS, n = x->B - b0 < NTM_ROWS ? x->B - b0 : NTM_ROWS;
-    REAL *work = J->scratch + (int64_t)worker * x->scratch;
+    REAL *work = (REAL *)J->scratch + (int64_t)worker * x->scratch;
     REAL *ring = J->saved ? NULL : work, *heads = work + (J->saved ? 0 : 2 * NTM_ROWS * x->S);
     int64_t rs = FN(slot_rs)(J), NM = x->N * x->M;
     for (int64_t b = b0; b < b0 + n; b++)
-        memcpy(FN(slot)(J, ring, b, b0, 0) + x->mem, J->mem0 + b * NM, (size_t)NM * sizeof(REAL));
+        memcpy(FN(slot)(J, ring, b, b0, 0) + x->mem, (const REAL *)J->mem0 + b * NM, (size_t)NM * sizeof(REAL));
     for (int64_t t = 0; t < x->T; t++) {
         FN(controller_forward)(J, ring, b0, n, t);
         REAL *s0 = FN(slot)(J, ring, b0, b0, t);
@@ -188,7 +171,7 @@ static void FN(ntm_forward_task)(void *arg, int64_t block, int worker) {
                                                      (size_t)x->P * sizeof(REAL));
         FN(times_wt)(s0 + x->hr, rs, J->head_w, x->P, x->C, 1, s0 + x->p, rs, n);
         for (int64_t b = b0; b < b0 + n; b++) FN(memory_forward)(J, ring, b, b0, t, heads);
-        REAL *y = J->logits + (b0 * x->T + t) * x->O;
+        REAL *y = (REAL *)J->logits + (b0 * x->T + t) * x->O;
         for (int64_t b = 0; b < n; b++) memcpy(y + b * x->T * x->O, J->out_b, (size_t)x->O * sizeof(REAL));
         FN(times_wt)(s0 + x->hr, rs, J->out_w, x->O, x->HR, 1, y, x->T * x->O, n);
     }
@@ -207,7 +190,7 @@ typedef struct {
 /* Memory, addressing and head activations of step t, backward, for row b:
  * dM, dw, dr of the carry move from step t to step t - 1; the row's dP is
  * written. dr_out (R M) is the cotangent of r_t from the output layer. */
-static void FN(memory_backward)(const FN(ntm_job) *J, const FN(carry) *cy, const REAL *s, const REAL *wprev,
+static void FN(memory_backward)(const ntm_job *J, const FN(carry) *cy, const REAL *s, const REAL *wprev,
                                 const REAL *dr_out, REAL *dp, REAL *work) {
     const ntm_run *x = J->x;
     int64_t N = x->N, M = x->M, R = x->R, W = x->W, Hh = x->Hh, K = x->K;
@@ -238,7 +221,7 @@ static void FN(memory_backward)(const FN(ntm_job) *J, const FN(carry) *cy, const
 
 /* The controller of step t backward for row b: dG (pre-activations) from dh
  * (the cotangent of h_t, all of it) and the carried dc. */
-static void FN(controller_backward)(const FN(ntm_job) *J, const FN(carry) *cy, const REAL *s, const REAL *prev,
+static void FN(controller_backward)(const ntm_job *J, const FN(carry) *cy, const REAL *s, const REAL *prev,
                                     const REAL *dh, REAL *dg) {
     const ntm_run *x = J->x;
     int64_t C = x->C;
@@ -251,12 +234,12 @@ static void FN(controller_backward)(const FN(ntm_job) *J, const FN(carry) *cy, c
 }
 
 static void FN(ntm_backward_task)(void *arg, int64_t block, int worker) {
-    const FN(ntm_job) *J = arg;
+    const ntm_job *J = arg;
     const ntm_run *x = J->x;
     int64_t b0 = block * NTM_ROWS, n = x->B - b0 < NTM_ROWS ? x->B - b0 : NTM_ROWS;
     int64_t T = x->T, C = x->C, NM = x->N * x->M, HN = x->Hh * x->N, RM = x->R * x->M;
     int64_t per_row = NM + HN + RM + 2 * C + x->HR + x->Z;
-    REAL *work = J->scratch + (int64_t)worker * x->scratch, *rows = work + x->scratch - NTM_ROWS * per_row;
+    REAL *work = (REAL *)J->scratch + (int64_t)worker * x->scratch, *rows = work + x->scratch - NTM_ROWS * per_row;
     FN(carry) cy[NTM_ROWS];
     REAL *dh[NTM_ROWS], *dhr[NTM_ROWS], *dz[NTM_ROWS];
     for (int64_t r = 0; r < n; r++) {
@@ -269,36 +252,38 @@ static void FN(ntm_backward_task)(void *arg, int64_t block, int worker) {
     }
     for (int64_t t = T - 1; t >= 0; t--) {
         /* [dh; dr] of the output layer */
-        FN(times_w)(J->dlogits + (b0 * T + t) * x->O, T * x->O, J->out_w, x->O, x->HR, 0, dhr[0], per_row, n);
+        FN(times_w)((const REAL *)J->dlogits + (b0 * T + t) * x->O, T * x->O, J->out_w, x->O, x->HR, 0, dhr[0],
+           per_row, n);
         for (int64_t r = 0; r < n; r++) {
             int64_t b = b0 + r;
             const REAL *s = FN(slot)(J, NULL, b, b0, t);
-            const REAL *wprev = t ? FN(slot)(J, NULL, b, b0, t - 1) + x->w : J->w0 + b * HN;
-            FN(memory_backward)(J, &cy[r], s, wprev, dhr[r] + C, J->dP + (b * T + t) * x->P, work);
+            const REAL *wprev = t ? FN(slot)(J, NULL, b, b0, t - 1) + x->w : (const REAL *)J->w0 + b * HN;
+            FN(memory_backward)(J, &cy[r], s, wprev, dhr[r] + C, (REAL *)J->dP + (b * T + t) * x->P, work);
             for (int64_t k = 0; k < C; k++) dh[r][k] += dhr[r][k];
         }
         /* dh += dP W_head, then the controller */
-        FN(times_w)(J->dP + (b0 * T + t) * x->P, T * x->P, J->head_w, x->P, C, 1, dh[0], per_row, n);
+        FN(times_w)((REAL *)J->dP + (b0 * T + t) * x->P, T * x->P, J->head_w, x->P, C, 1, dh[0], per_row, n);
         for (int64_t r = 0; r < n; r++) {
             int64_t b = b0 + r;
             FN(controller_backward)(J, &cy[r], FN(slot)(J, NULL, b, b0, t),
-                                    t ? FN(slot)(J, NULL, b, b0, t - 1) : NULL, dh[r], J->dG + (b * T + t) * x->G);
+                                    t ? FN(slot)(J, NULL, b, b0,
+                                           t - 1) : NULL, dh[r], (REAL *)J->dG + (b * T + t) * x->G);
         }
-        const REAL *dG = J->dG + (b0 * T + t) * x->G;
+        const REAL *dG = (REAL *)J->dG + (b0 * T + t) * x->G;
         FN(times_w)(dG, T * x->G, J->w_ih, x->G, x->Z, 0, dz[0], per_row, n);
         if (x->lstm) FN(times_w)(dG, T * x->G, J->w_hh, x->G, C, 0, dh[0], per_row, n);
         for (int64_t r = 0; r < n; r++) {
             int64_t b = b0 + r;
             if (!x->lstm) memset(dh[r], 0, (size_t)C * sizeof(REAL));
-            if (J->dinputs) memcpy(J->dinputs + (b * T + t) * x->I, dz[r], (size_t)x->I * sizeof(REAL));
+            if (J->dinputs) memcpy((REAL *)J->dinputs + (b * T + t) * x->I, dz[r], (size_t)x->I * sizeof(REAL));
             memcpy(cy[r].dr, dz[r] + x->I, (size_t)RM * sizeof(REAL));
         }
     }
     for (int64_t r = 0; r < n; r++) {
         int64_t b = b0 + r;
-        memcpy(J->dmem0 + b * NM, cy[r].dM, (size_t)NM * sizeof(REAL));
-        memcpy(J->dr0 + b * RM, cy[r].dr, (size_t)RM * sizeof(REAL));
-        memcpy(J->dw0 + b * HN, cy[r].dw, (size_t)HN * sizeof(REAL));
+        memcpy((REAL *)J->dmem0 + b * NM, cy[r].dM, (size_t)NM * sizeof(REAL));
+        memcpy((REAL *)J->dr0 + b * RM, cy[r].dr, (size_t)RM * sizeof(REAL));
+        memcpy((REAL *)J->dw0 + b * HN, cy[r].dw, (size_t)HN * sizeof(REAL));
     }
 }
 

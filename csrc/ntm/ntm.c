@@ -5,6 +5,7 @@
 #include <math.h>
 #include <stdbool.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "../core/status.h"
 #include "../core/tensor.h"
@@ -69,8 +70,7 @@ static attnc_status first(ntm_dims *d, const attnc_tensor *t, const char *name, 
 static attnc_status at_least(const attnc_tensor *t, const char *name, double lo) {
     int64_t n = attnc_numel(t);
     for (int64_t i = 0; i < n; i++) {
-        double v = t->dtype == ATTNC_FLOAT32 ? ((const float *)t->data)[i]
-                                             : ((const double *)t->data)[i];
+        double v = attnc_real_get(t->data, t->dtype, i);
         if (!(v >= lo)) return attnc_fail(ATTNC_ERR_VALUE, "%s must be >= %g, got %g", name, lo, v);
     }
     return ATTNC_OK;
@@ -86,30 +86,22 @@ static attnc_status odd_k(const ntm_dims *d) {
 /* Run TASK over the B batch elements with the job's pointers. */
 #define RUN(TASK, O, I, ...)                                                           \
     do {                                                                               \
-        if (d.dtype == ATTNC_FLOAT32) {                                                \
-            ntm_job_f32 job_ = {.H = d.H, .N = d.N, .M = d.M, .K = d.K, __VA_ARGS__};  \
-            for (int q_ = 0; q_ < (int)(sizeof O / sizeof O[0]); q_++)                 \
-                job_.o[q_] = O[q_] ? (float *)O[q_]->data : NULL;                      \
-            for (int q_ = 0; q_ < (int)(sizeof I / sizeof I[0]); q_++)                 \
-                job_.in[q_] = attnc_present(I[q_]) ? (const float *)I[q_]->data : NULL; \
-            attnc_parallel_for(d.B, workers_, TASK##_f32, &job_);                      \
-        } else {                                                                       \
-            ntm_job_f64 job_ = {.H = d.H, .N = d.N, .M = d.M, .K = d.K, __VA_ARGS__};  \
-            for (int q_ = 0; q_ < (int)(sizeof O / sizeof O[0]); q_++)                 \
-                job_.o[q_] = O[q_] ? (double *)O[q_]->data : NULL;                     \
-            for (int q_ = 0; q_ < (int)(sizeof I / sizeof I[0]); q_++)                 \
-                job_.in[q_] = attnc_present(I[q_]) ? (const double *)I[q_]->data : NULL; \
-            attnc_parallel_for(d.B, workers_, TASK##_f64, &job_);                      \
-        }                                                                              \
-    } while (0)
-
-#define WORKERS(work) int workers_ = attnc_workers_for(work)
-
-/* ---- content -------------------------------------------------------------- */
-
-static attnc_status content_dims(ntm_dims *d, const attnc_tensor *key, const attnc_tensor *memory,
-                                 const attnc_tensor *beta) {
-    TRY(first(d, key, "key", &d->M));
+        ntm_job job_ = {.H = d.H, .N = d.N, .M = d.M, .K = d.K, __VA_ARGS__};          \
+                        for (int q_ = 0; q_ < (int)(sizeof O / sizeof O[0]); q_++)                     \
+                        job_.o[q_] = O[q_] ? O[q_]->data : NULL;                                   \
+                        for (int q_ = 0; q_ < (int)(sizeof I / sizeof I[0]); q_++)                     \
+                        job_.in[q_] = attnc_present(I[q_]) ? I[q_]->data : NULL;                   \
+                        attnc_parallel_for(d.B, workers_, ATTNC_TYPED(d.dtype, TASK), &job_);          \
+                        } while (0)
+                        
+                        #define WORKERS(work) int workers_ = attnc_workers_for(work)
+                        
+                        /* ---- content -------------------------------------------------------------- */
+                        
+                        static attnc_status content_dims(ntm_dims *d, const attnc_tensor *key,
+                                                         const attnc_tensor *memory,
+                        const attnc_tensor *beta) {
+                        TRY(first(d, key, "key", &d->M));
     int64_t b = d->B, n = -1, m = d->M;
     TRY(check(memory, "memory", d->dtype, 3, &b, &n, &m));
     d->N = n;
@@ -226,10 +218,7 @@ attnc_status attnc_ntm_shift_backward(attnc_tensor *dw, attnc_tensor *ds, const 
     TRY(bhx(&d, ds, "ds", &k));
     if (d.N == 0) {
         int64_t c = attnc_numel(ds);
-        for (int64_t i = 0; i < c; i++) {
-            if (d.dtype == ATTNC_FLOAT32) ((float *)ds->data)[i] = 0;
-            else ((double *)ds->data)[i] = 0;
-        }
+        memset(ds->data, 0, (size_t)c * attnc_dtype_size(d.dtype));
         return ATTNC_OK;
     }
     const attnc_tensor *O[] = {dw, ds}, *I[] = {dout, w, s};
@@ -414,10 +403,7 @@ attnc_status attnc_ntm_address_backward(attnc_ntm_address_args *grads, const att
         attnc_tensor *z[] = {&grads->key, &grads->beta, &grads->g, &grads->s, &grads->gamma};
         for (int i = 0; i < 5; i++) {
             int64_t c = attnc_numel(z[i]);
-            for (int64_t j = 0; j < c; j++) {
-                if (d.dtype == ATTNC_FLOAT32) ((float *)z[i]->data)[j] = 0;
-                else ((double *)z[i]->data)[j] = 0;
-            }
+            memset(z[i]->data, 0, (size_t)c * attnc_dtype_size(d.dtype));
         }
         return ATTNC_OK;
     }

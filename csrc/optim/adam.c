@@ -31,28 +31,10 @@ typedef struct {
     bool decoupled;
 } adam_job;
 
-#define ADAM_TASK(REAL, SFX, SQRT)                                                          \
-    static void adam_task_##SFX(void *arg, int64_t blk, int worker) {                        \
-        (void)worker;                                                                        \
-        const adam_job *j = arg;                                                             \
-        REAL *restrict p = j->p, *restrict m = j->m, *restrict v = j->v;                     \
-        const REAL *restrict g = j->g;                                                       \
-        const REAL keep = (REAL)j->keep, wd = (REAL)j->wd, b1 = (REAL)j->b1,                 \
-                   omb1 = (REAL)j->omb1, b2 = (REAL)j->b2, omb2 = (REAL)j->omb2,             \
-                   bc2 = (REAL)j->bc2, eps = (REAL)j->eps, step = (REAL)j->step;             \
-        int64_t lo = blk * ADAM_BLOCK, hi = lo + ADAM_BLOCK < j->n ? lo + ADAM_BLOCK : j->n; \
-        for (int64_t i = lo; i < hi; i++) {                                                  \
-            REAL pi = j->decoupled ? p[i] * keep : p[i];                                     \
-            REAL gi = j->decoupled || wd == 0 ? g[i] : g[i] + wd * pi;                       \
-            REAL mi = m[i] * b1 + gi * omb1;                                                 \
-            REAL vi = v[i] * b2 + gi * omb2 * gi;                                            \
-            p[i] = pi - mi * step / (SQRT(vi) / bc2 + eps);                                  \
-            m[i] = mi;                                                                       \
-            v[i] = vi;                                                                       \
-        }                                                                                    \
-    }
-ADAM_TASK(float, f32, sqrtf)
-ADAM_TASK(double, f64, sqrt)
+#define ATTNC_F64 0
+#include "adam_impl.h"
+#define ATTNC_F64 1
+#include "adam_impl.h"
 
 /* A C-contiguous array of dtype with n elements. */
 static attnc_status check_flat(const attnc_tensor *t, const char *name, attnc_dtype dtype, int64_t n) {
@@ -105,6 +87,6 @@ attnc_status attnc_adam_step(attnc_tensor *param, const attnc_tensor *grad, attn
                   .bc2 = sqrt(1 - pow(o->beta2, t)), .eps = o->eps, .step = o->lr / (1 - pow(o->beta1, t)),
                   .decoupled = o->decoupled != 0};
     int64_t blocks = (n + ADAM_BLOCK - 1) / ADAM_BLOCK;
-    attnc_parallel_for(blocks, attnc_workers_for(8 * n), dt == ATTNC_FLOAT32 ? adam_task_f32 : adam_task_f64, &j);
+    attnc_parallel_for(blocks, attnc_workers_for(8 * n), ATTNC_TYPED(dt, adam_task), &j);
     return ATTNC_OK;
 }

@@ -120,34 +120,25 @@ attnc_status attnc_pointer_decode(attnc_tensor *out, attnc_tensor *counts, attnc
         int64_t *cnt = tallies;
         attnc_search_io io = {.out = out->data, .lengths = counts->data, .T = out->shape[1], .eos = 0,
                               .alpha = length_penalty, .trace = attnc_present(logits) ? logits->data : NULL};
-#define RUN(SFX, REAL)                                                                                          \
-    do {                                                                                                        \
-        REAL *m = mem;                                                                                          \
-        ptr_state_##SFX S = {.x = &x, .inputs = inputs->data, .keys = keys->data, .h0 = h0->data,              \
-                             .c0 = c0->data, .w_ih = p->w_ih.data, .w_hh = p->w_hh.data, .b_ih = p->b_ih.data, \
-                             .b_hh = p->b_hh.data, .w2 = p->w2.data, .v = p->v.data, .start = p->start.data,   \
-                             .nlen = lengths->data,       .h = m, .c = m + R * H, .h_next = m + 2 * R * H,       \
-                             .c_next = m + 3 * R * H, .gates = m + 4 * R * H, .q = m + 8 * R * H,                \
-                             .logits = m + 9 * R * H, .xw = m + 9 * R * H + R * P,                              \
-                             .sw = m + 9 * R * H + R * P + 4 * x.B * x.n * H, .chosen = f,                       \
-                             .chosen_next = f + R * P, .ended = f + 2 * R * P, .ended_next = f + 2 * R * P + R,  \
-                             .allowed = f + 2 * R * P + 2 * R,                                                  \
-                             .count = cnt, .count_next = cnt + R, .feed = cnt + 2 * R,                         \
-                             .w_hh_panels = panels, .w2_panels = panels ? panels + hh_size : NULL,          \
-                             .ekeys = panels && exp2_size ? panels + hh_size + w2_size : NULL,                 \
-                             .eq = panels && exp2_size ? panels + hh_size + w2_size + x.B * P * H : NULL,      \
-                             .keys_ok = f + 2 * R * P + 2 * R + workers * P};                                  \
-        ptr_init_##SFX(&S);                                                                                     \
-        attnc_search_model sm = {.ctx = &S, .B = x.B, .K = x.K, .V = P, .logits = S.logits, .dt = x.dt,        \
-                                 .step = ptr_step_##SFX, .reorder = ptr_reorder_##SFX, .trace = S.logits,     \
-                                 .trace_bytes = P * (int64_t)es};                                              \
-        st = attnc_search(&sm, &io);                                                                            \
-    } while (0)
-        if (x.dt == ATTNC_FLOAT32)
-            RUN(f32, float);
-        else
-            RUN(f64, double);
-#undef RUN
+        char *m = mem; /* (elements of es bytes) */
+        ptr_state S = {.x = &x, .inputs = inputs->data, .keys = keys->data, .h0 = h0->data, .c0 = c0->data,
+                       .w_ih = p->w_ih.data, .w_hh = p->w_hh.data, .b_ih = p->b_ih.data, .b_hh = p->b_hh.data,
+                       .w2 = p->w2.data, .v = p->v.data, .start = p->start.data, .nlen = lengths->data,
+                       .h = m, .c = m + R * H * es, .h_next = m + 2 * R * H * es, .c_next = m + 3 * R * H * es,
+                       .gates = m + 4 * R * H * es, .q = m + 8 * R * H * es, .logits = m + 9 * R * H * es,
+                       .xw = m + (9 * R * H + R * P) * es, .sw = m + (9 * R * H + R * P + 4 * x.B * x.n * H) * es,
+                       .chosen = f, .chosen_next = f + R * P, .ended = f + 2 * R * P,
+                       .ended_next = f + 2 * R * P + R, .allowed = f + 2 * R * P + 2 * R, .count = cnt,
+                       .count_next = cnt + R, .feed = cnt + 2 * R, .w_hh_panels = panels,
+                       .w2_panels = panels ? panels + hh_size : NULL,
+                       .ekeys = panels && exp2_size ? panels + hh_size + w2_size : NULL,
+                       .eq = panels && exp2_size ? panels + hh_size + w2_size + x.B * P * H : NULL,
+                       .keys_ok = f + 2 * R * P + 2 * R + workers * P};
+        ATTNC_TYPED(x.dt, ptr_init)(&S);
+        attnc_search_model sm = {.ctx = &S, .B = x.B, .K = x.K, .V = P, .logits = S.logits, .dt = x.dt,
+                                 .step = ATTNC_TYPED(x.dt, ptr_step), .reorder = ATTNC_TYPED(x.dt, ptr_reorder),
+                                 .trace = S.logits, .trace_bytes = P * (int64_t)es};
+        st = attnc_search(&sm, &io);
     }
     free(mem);
     free(flags);

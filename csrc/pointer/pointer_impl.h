@@ -9,15 +9,17 @@
 #include "../core/lstm_cell_impl.h"
 #include "../core/rows_f32.h"
 
+#ifndef ATTNC_PTR_STATE /* one state for both dtypes (core/typed.h): defined once */
+#define ATTNC_PTR_STATE
 typedef struct {
     const ptr_run *x;
-    const REAL *inputs, *keys, *h0, *c0;             /* (B, n, D), (B, P, H), (B, H), (B, H) */
-    const REAL *w_ih, *w_hh, *b_ih, *b_hh, *w2, *v, *start;
+    const void *inputs, *keys, *h0, *c0;             /* (B, n, D), (B, P, H), (B, H), (B, H) */
+    const void *w_ih, *w_hh, *b_ih, *b_hh, *w2, *v, *start;
     const float *w_hh_panels, *w2_panels;            /* float32 tile kernels: packed; else NULL */
     const int64_t *nlen;                             /* (B) inputs per row                  */
-    REAL *h, *c, *h_next, *c_next;                   /* (R, H)                              */
-    REAL *xw, *sw;       /* W_ih x of every input (B, n, 4H) and of start (4H), + b_ih + b_hh */
-    REAL *gates, *q, *logits;                        /* (R, 4H), (R, H), (R, P)             */
+    void *h, *c, *h_next, *c_next;                   /* (R, H)                              */
+    void *xw, *sw;       /* W_ih x of every input (B, n, 4H) and of start (4H), + b_ih + b_hh */
+    void *gates, *q, *logits;                        /* (R, 4H), (R, H), (R, P)             */
     unsigned char *chosen, *chosen_next;             /* (R, P)                              */
     int64_t *count, *count_next;                     /* (R) inputs chosen                   */
     int64_t *feed;                                   /* (R) see ptr_feed                    */
@@ -27,7 +29,8 @@ typedef struct {
      * made once per call and e^{2 q} per row and step; NULL elsewhere. */
     float *ekeys, *eq;                               /* (B, P, H), (R, H)                   */
     unsigned char *keys_ok;                          /* (B) every |key entry| <= ATTNC_EXP2_MAX */
-} FN(ptr_state);
+} ptr_state;
+#endif
 
 /* c (R, out) = a (R, in) w^T over the pool (fixed row blocks): from w's
  * panels (core/tile_gemm.h) where there are some, else BLAS. */
@@ -49,7 +52,7 @@ static void FN(ptr_times_wt)(const ptr_run *x, const REAL *a, int64_t in, const 
  * part of its gates (W_ih x + b_ih + b_hh, x the chosen input or start) the
  * cell adds to its recurrent product: feed[r], an input's row of xw, or -1
  * for sw. */
-static void FN(ptr_feed)(FN(ptr_state) *S, int64_t r, int64_t p, int64_t s) {
+static void FN(ptr_feed)(ptr_state *S, int64_t r, int64_t p, int64_t s) {
     const ptr_run *x = S->x;
     int64_t b = r / x->K;
     S->feed[r] = -1;
@@ -65,7 +68,7 @@ static void FN(ptr_feed)(FN(ptr_state) *S, int64_t r, int64_t p, int64_t s) {
 }
 
 /* xw and sw, once per call: one product over every input. */
-static void FN(ptr_input_gates)(FN(ptr_state) *S) {
+static void FN(ptr_input_gates)(ptr_state *S) {
     const ptr_run *x = S->x;
     int64_t G = 4 * x->H, rows = x->B * x->n;
     attnc_mat A = {(void *)S->inputs, rows, x->D, x->D, 1}, W = {(void *)S->w_ih, G, x->D, x->D, 1},
@@ -73,30 +76,31 @@ static void FN(ptr_input_gates)(FN(ptr_state) *S) {
     attnc_gemm_rows(x->dt, false, true, 1, A, W, 0, C, PTR_GEMM_ROWS);
     for (int64_t k = 0; k < G; k++) {
         REAL acc = 0;
-        for (int64_t d = 0; d < x->D; d++) acc += S->w_ih[k * x->D + d] * S->start[d];
-        S->sw[k] = acc;
+        for (int64_t d = 0; d < x->D; d++) acc += ((const REAL *)S->w_ih)[k * x->D + d] * ((const REAL *)S->start)[d];
+        ((REAL *)S->sw)[k] = acc;
     }
     for (int64_t i = 0; i < rows + 1; i++) {
-        REAL *row = i < rows ? S->xw + i * G : S->sw;
-        for (int64_t k = 0; k < G; k++) row[k] += S->b_ih[k] + S->b_hh[k];
+        REAL *row = i < rows ? (REAL *)S->xw + i * G : S->sw;
+        for (int64_t k = 0; k < G; k++) row[k] += ((const REAL *)S->b_ih)[k] + ((const REAL *)S->b_hh)[k];
     }
 }
 
 static void FN(ptr_cell_task)(void *arg, int64_t block, int worker) {
     (void)worker;
-    FN(ptr_state) *S = arg;
+    ptr_state *S = arg;
     const ptr_run *x = S->x;
     int64_t H = x->H;
     /* c_next is free until the reorder (which writes it): it holds c_prev here; gates become activations */
     for (int64_t r = block * PTR_ROWS; r < x->R && r < (block + 1) * PTR_ROWS; r++) {
-        const REAL *in = S->feed[r] < 0 ? S->sw : S->xw + S->feed[r] * 4 * H;
-        memcpy(S->c_next + r * H, S->c + r * H, (size_t)H * sizeof(REAL));
-        FN(lstm_cell_forward)(S->gates + r * 4 * H, in, S->c_next + r * H, S->c + r * H, S->h + r * H, H);
+        const REAL *in = S->feed[r] < 0 ? S->sw : (REAL *)S->xw + S->feed[r] * 4 * H;
+        memcpy((REAL *)S->c_next + r * H, (REAL *)S->c + r * H, (size_t)H * sizeof(REAL));
+        FN(lstm_cell_forward)((REAL *)S->gates + r * 4 * H, in, (REAL *)S->c_next + r * H, (REAL *)S->c + r * H,
+           (REAL *)S->h + r * H, H);
     }
 }
 
 /* Whether row r may point at position j now. */
-static bool FN(ptr_allowed)(const FN(ptr_state) *S, int64_t r, int64_t j) {
+static bool FN(ptr_allowed)(const ptr_state *S, int64_t r, int64_t j) {
     const ptr_run *x = S->x;
     int64_t nb = S->nlen[r / x->K];
     if (j > 0) return j <= nb && !S->chosen[r * x->P + j];
@@ -128,28 +132,28 @@ static void FN(ptr_row_scores)(REAL *restrict u, const REAL *restrict keys, cons
 /* Every row's scores; an ended row gives 0 for the end token and -inf
  * elsewhere. */
 static void FN(ptr_score_task)(void *arg, int64_t block, int worker) {
-    FN(ptr_state) *S = arg;
+    ptr_state *S = arg;
     const ptr_run *x = S->x;
     int64_t H = x->H, P = x->P;
     unsigned char *allowed = S->allowed + (int64_t)worker * P;
     for (int64_t r = block * PTR_ROWS; r < x->R && r < (block + 1) * PTR_ROWS; r++) {
-        REAL *u = S->logits + r * P;
+        REAL *u = (REAL *)S->logits + r * P;
         int64_t b = r / x->K;
         for (int64_t j = 0; j < P; j++) allowed[j] = S->ended[r] ? 0 : FN(ptr_allowed)(S, r, j);
         const float *eq = NULL, *ek = NULL;
 #if !ATTNC_F64 && ATTNC_ROWS_F32
-        if (S->ekeys && S->keys_ok[b] && attnc_exp2x_f32(S->eq + r * H, S->q + r * H, H)) {
+        if (S->ekeys && S->keys_ok[b] && attnc_exp2x_f32(S->eq + r * H, (REAL *)S->q + r * H, H)) {
             eq = S->eq + r * H;
             ek = S->ekeys + b * P * H;
         }
 #endif
-        FN(ptr_row_scores)(u, S->keys + b * P * H, S->q + r * H, eq, ek, S->v, allowed, P, H);
+        FN(ptr_row_scores)(u, (const REAL *)S->keys + b * P * H, (REAL *)S->q + r * H, eq, ek, S->v, allowed, P, H);
         if (S->ended[r]) u[0] = 0;
     }
 }
 
 static attnc_status FN(ptr_step)(void *ctx, const int64_t *tok, int64_t s) {
-    FN(ptr_state) *S = ctx;
+    ptr_state *S = ctx;
     const ptr_run *x = S->x;
     int64_t R = x->R, H = x->H;
     for (int64_t r = 0; r < R; r++) FN(ptr_feed)(S, r, tok ? tok[r] : 0, s);
@@ -165,13 +169,13 @@ static attnc_status FN(ptr_step)(void *ctx, const int64_t *tok, int64_t s) {
 /* After a beam step: row r continues row parent[r]. */
 static void FN(ptr_reorder)(void *ctx, const int64_t *parent, int64_t s) {
     (void)s;
-    FN(ptr_state) *S = ctx;
+    ptr_state *S = ctx;
     const ptr_run *x = S->x;
     int64_t H = x->H, P = x->P;
     for (int64_t r = 0; r < x->R; r++) {
         int64_t q = parent[r];
-        memcpy(S->h_next + r * H, S->h + q * H, (size_t)H * sizeof(REAL));
-        memcpy(S->c_next + r * H, S->c + q * H, (size_t)H * sizeof(REAL));
+        memcpy((REAL *)S->h_next + r * H, (REAL *)S->h + q * H, (size_t)H * sizeof(REAL));
+        memcpy((REAL *)S->c_next + r * H, (REAL *)S->c + q * H, (size_t)H * sizeof(REAL));
         memcpy(S->chosen_next + r * P, S->chosen + q * P, (size_t)P);
         S->count_next[r] = S->count[q];
         S->ended_next[r] = S->ended[q];
@@ -187,17 +191,18 @@ static void FN(ptr_reorder)(void *ctx, const int64_t *parent, int64_t s) {
 
 /* Rows' starting state: h0, c0 of their batch row, nothing chosen; the
  * input gates of every input. */
-static void FN(ptr_init)(FN(ptr_state) *S) {
+static void FN(ptr_init)(ptr_state *S) {
     const ptr_run *x = S->x;
     int64_t H = x->H;
     FN(ptr_input_gates)(S);
 #if !ATTNC_F64 && ATTNC_ROWS_F32
     for (int64_t b = 0; b < x->B && S->ekeys; b++)
-        S->keys_ok[b] = (unsigned char)attnc_exp2x_f32(S->ekeys + b * x->P * H, S->keys + b * x->P * H, x->P * H);
+        S->keys_ok[b] = (unsigned char)attnc_exp2x_f32(S->ekeys + b * x->P * H, (const REAL *)S->keys + b * x->P * H,
+                         x->P * H);
 #endif
     for (int64_t r = 0; r < x->R; r++) {
-        memcpy(S->h + r * H, S->h0 + (r / x->K) * H, (size_t)H * sizeof(REAL));
-        memcpy(S->c + r * H, S->c0 + (r / x->K) * H, (size_t)H * sizeof(REAL));
+        memcpy((REAL *)S->h + r * H, (const REAL *)S->h0 + (r / x->K) * H, (size_t)H * sizeof(REAL));
+        memcpy((REAL *)S->c + r * H, (const REAL *)S->c0 + (r / x->K) * H, (size_t)H * sizeof(REAL));
     }
 }
 

@@ -20,6 +20,13 @@
 
 enum { ROWS = 256 }; /* rows per block of the products */
 
+typedef struct {
+    const void *h, *bias, *v, *dc, *dalpha;
+    const uint8_t *mask; /* (B, T) or NULL */
+    void *u, *alpha, *c, *dh, *dz, *de;
+    int64_t T, d, A;
+} pool_job;
+
 #define ATTNC_F64 0
 #include "pooling_impl.h"
 #define ATTNC_F64 1
@@ -72,10 +79,10 @@ attnc_status attnc_attention_pool_forward(attnc_tensor *c, attnc_tensor *alpha, 
     /* u <- h W^T, (B T, A) */
     attnc_gemm_rows(dt, false, true, 1, mat2(h->data, N, d), mat2(weight->data, A, d), 0, mat2(u->data, N, A),
                     ROWS);
-    ATTNC_PARALLEL_TYPED(dt, attnc_workers_for(N * (A + d)), pool_job, pool_forward_task, B, .h = h->data,
-                         .bias = attnc_present(bias) ? bias->data : NULL, .v = v->data,
-                         .mask = attnc_present(mask) ? mask->data : NULL, .u = u->data, .alpha = alpha->data,
-                         .c = c->data, .T = T, .d = d, .A = A);
+    pool_job job = {.h = h->data, .bias = attnc_present(bias) ? bias->data : NULL, .v = v->data,
+                    .mask = attnc_present(mask) ? mask->data : NULL, .u = u->data, .alpha = alpha->data,
+                    .c = c->data, .T = T, .d = d, .A = A};
+    attnc_parallel_for(B, attnc_workers_for(N * (A + d)), ATTNC_TYPED(dt, pool_forward_task), &job);
     return ATTNC_OK;
 }
 
@@ -102,12 +109,10 @@ attnc_status attnc_attention_pool_backward(attnc_tensor *dh, attnc_tensor *dweig
     void *scratch = malloc(bytes ? bytes : 1);
     if (!scratch) return attnc_fail_nomem("attention pooling scratch", bytes);
     void *dz = scratch, *de = (char *)scratch + (size_t)(N * A) * es;
-    if (N > 0)
-        ATTNC_PARALLEL_TYPED(dt, attnc_workers_for(N * (A + d)), pool_job, pool_backward_task, B, .h = h->data,
-                             .v = v->data, .dc = dc->data,
-                             .dalpha = attnc_present(dalpha) ? dalpha->data : NULL, .u = u->data,
-                             .alpha = alpha->data, .dh = attnc_present(dh) ? dh->data : NULL, .dz = dz, .de = de,
-                             .T = T, .d = d, .A = A);
+    pool_job job = {.h = h->data, .v = v->data, .dc = dc->data, .dalpha = attnc_present(dalpha) ? dalpha->data : NULL,
+                    .u = u->data, .alpha = alpha->data, .dh = attnc_present(dh) ? dh->data : NULL, .dz = dz, .de = de,
+                    .T = T, .d = d, .A = A};
+    if (N > 0) attnc_parallel_for(B, attnc_workers_for(N * (A + d)), ATTNC_TYPED(dt, pool_backward_task), &job);
     /* dh += dz W; dW = dz^T h; db = column sums of dz; dv = de^T u */
     if (attnc_present(dh) && N > 0)
         attnc_gemm_rows(dt, false, false, 1, mat2(dz, N, A), mat2(weight->data, A, d), 1, mat2(dh->data, N, d),

@@ -1,29 +1,22 @@
 /* pooling_impl.h: typed kernels of pooling.c (see core/real.h). */
 #include "../core/real.h"
 
-typedef struct {
-    const REAL *h, *bias, *v, *dc, *dalpha;
-    const uint8_t *mask; /* (B, T) or NULL */
-    REAL *u, *alpha, *c, *dh, *dz, *de;
-    int64_t T, d, A;
-} FN(pool_job);
-
 /* Batch element b: u <- tanh(u + bias) (u holds W h on entry), the scores
  * e_t = v . u_t, the masked stable softmax alpha, c = sum_t alpha_t h_t. */
 static void FN(pool_forward_task)(void *arg, int64_t b, int worker) {
     (void)worker;
-    const FN(pool_job) *j = arg;
+    const pool_job *j = arg;
     int64_t T = j->T, d = j->d, A = j->A;
-    REAL *u = j->u + b * T * A, *alpha = j->alpha + b * T, *c = j->c + b * d;
-    const REAL *h = j->h + b * T * d;
+    REAL *u = (REAL *)j->u + b * T * A, *alpha = (REAL *)j->alpha + b * T, *c = (REAL *)j->c + b * d;
+    const REAL *h = (const REAL *)j->h + b * T * d, *bias = j->bias, *v = j->v;
     const uint8_t *m = j->mask ? j->mask + b * T : NULL;
     REAL best = -INFINITY;
     for (int64_t t = 0; t < T; t++) {
         REAL *ut = u + t * A, e = 0;
-        if (j->bias)
-            for (int64_t a = 0; a < A; a++) ut[a] += j->bias[a];
+        if (bias)
+            for (int64_t a = 0; a < A; a++) ut[a] += bias[a];
         for (int64_t a = 0; a < A; a++) ut[a] = TANH(ut[a]);
-        for (int64_t a = 0; a < A; a++) e += j->v[a] * ut[a];
+        for (int64_t a = 0; a < A; a++) e += v[a] * ut[a];
         alpha[t] = e;
         if ((!m || m[t]) && e > best) best = e;
     }
@@ -52,15 +45,15 @@ static void FN(pool_forward_task)(void *arg, int64_t b, int worker) {
  * afterwards by one product). */
 static void FN(pool_backward_task)(void *arg, int64_t b, int worker) {
     (void)worker;
-    const FN(pool_job) *j = arg;
+    const pool_job *j = arg;
     int64_t T = j->T, d = j->d, A = j->A;
-    const REAL *h = j->h + b * T * d, *alpha = j->alpha + b * T, *dc = j->dc + b * d,
-               *u = j->u + b * T * A;
-    REAL *de = j->de + b * T, *dz = j->dz + b * T * A, *dh = j->dh ? j->dh + b * T * d : NULL;
+    const REAL *h = (const REAL *)j->h + b * T * d, *alpha = (const REAL *)j->alpha + b * T,
+               *dc = (const REAL *)j->dc + b * d, *u = (const REAL *)j->u + b * T * A, *dalpha = j->dalpha, *v = j->v;
+    REAL *de = (REAL *)j->de + b * T, *dz = (REAL *)j->dz + b * T * A, *dh = j->dh ? (REAL *)j->dh + b * T * d : NULL;
     REAL dot = 0;
     for (int64_t t = 0; t < T; t++) {
         const REAL *ht = h + t * d;
-        REAL g = j->dalpha ? j->dalpha[b * T + t] : 0;
+        REAL g = dalpha ? dalpha[b * T + t] : 0;
         for (int64_t k = 0; k < d; k++) g += dc[k] * ht[k];
         de[t] = g;
         dot += alpha[t] * g;
@@ -70,7 +63,7 @@ static void FN(pool_backward_task)(void *arg, int64_t b, int worker) {
         de[t] = e;
         const REAL *ut = u + t * A;
         REAL *zt = dz + t * A;
-        for (int64_t a = 0; a < A; a++) zt[a] = e * j->v[a] * (1 - ut[a] * ut[a]);
+        for (int64_t a = 0; a < A; a++) zt[a] = e * v[a] * (1 - ut[a] * ut[a]);
         if (dh) {
             REAL *dht = dh + t * d;
             for (int64_t k = 0; k < d; k++) dht[k] = alpha[t] * dc[k];

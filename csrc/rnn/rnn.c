@@ -97,13 +97,13 @@ static attnc_mat as_mat(const attnc_tensor *t) {
 static void colgemm(const rnn_run *r, const attnc_tensor *a, const attnc_tensor *w, bool trans_w, attnc_tensor *c) {
     int64_t blocks = (c->shape[1] + COLS - 1) / COLS;
     int workers = attnc_workers_for(a->shape[0] * a->shape[1] * c->shape[1]);
-    ATTNC_PARALLEL_TYPED(r->dt, workers, colgemm_job, colgemm_task, blocks, .a = as_mat(a),
-                         .w = as_mat(w), .c = as_mat(c), .trans_w = trans_w);
+    colgemm_job job = {.a = as_mat(a), .w = as_mat(w), .c = as_mat(c), .trans_w = trans_w};
+    attnc_parallel_for(blocks, workers, ATTNC_TYPED(r->dt, colgemm_task), &job);
 }
 
-static void run_rows(const rnn_run *r, attnc_task_fn f32, attnc_task_fn f64, void *job) {
+static void run_rows(const rnn_run *r, attnc_task_fn task, void *job) {
     int workers = attnc_workers_for(r->B * r->H * 32); /* a gate kernel: tens of operations per element */
-    attnc_parallel_for((r->B + ROWS - 1) / ROWS, workers, r->dt == ATTNC_FLOAT32 ? f32 : f64, job);
+    attnc_parallel_for((r->B + ROWS - 1) / ROWS, workers, task, job);
 }
 
 /* *out <- count elements of size bytes, 64-byte aligned (rows of 16 floats
@@ -138,17 +138,19 @@ static int64_t dw_blocks(int64_t G) {
 static void seq_project(const rnn_run *r, const attnc_tensor *x, const attnc_tensor *w, const void *bias,
                         attnc_tensor *y) {
     int64_t n = x->shape[0], blocks = seq_blocks(n);
-    ATTNC_PARALLEL_TYPED(r->dt, attnc_workers_for(n * x->shape[1] * w->shape[0]), seq_job, seq_rows_task, blocks,
-                         .x = as_mat(x), .w = as_mat(w), .y = as_mat(y), .bias = bias, .blocks = blocks);
+    seq_job job = {.x = as_mat(x), .w = as_mat(w), .y = as_mat(y), .bias = bias, .blocks = blocks};
+    attnc_parallel_for(blocks, attnc_workers_for(n * x->shape[1] * w->shape[0]), ATTNC_TYPED(r->dt, seq_rows_task),
+                       &job);
 }
 
 /* dx (n, in) = dy (n, G) w (+ dx when accumulate); w (G, in). */
 static void seq_dx(const rnn_run *r, const attnc_tensor *dy, const attnc_tensor *w, attnc_tensor *dx,
                    bool accumulate) {
     int64_t n = dy->shape[0], blocks = seq_blocks(n);
-    ATTNC_PARALLEL_TYPED(r->dt, attnc_workers_for(n * dy->shape[1] * w->shape[1]), seq_job, seq_rows_task, blocks,
-                         .x = as_mat(dy), .w = as_mat(w), .y = as_mat(dx), .dx = true, .accumulate = accumulate,
-                         .blocks = blocks);
+    seq_job job = {.x = as_mat(dy), .w = as_mat(w), .y = as_mat(dx), .dx = true, .accumulate = accumulate,
+                   .blocks = blocks};
+    attnc_parallel_for(blocks, attnc_workers_for(n * dy->shape[1] * w->shape[1]), ATTNC_TYPED(r->dt, seq_rows_task),
+                       &job);
 }
 
 /* The matrix view of t, or an empty one (NULL data: skipped) when absent. */
@@ -165,11 +167,11 @@ static void seq_weight_grads(const rnn_run *r, attnc_rnn_weights *g, const attnc
     int64_t G = dgx->shape[1], blocks = dw_blocks(G), n = dgx->shape[0];
     bool same = dgx->data == dgh->data && attnc_present(&g->bias_ih) && attnc_present(&g->bias_hh);
     int workers = attnc_workers_for(n * G * (x->shape[1] + hprev->shape[1]));
-    ATTNC_PARALLEL_TYPED(r->dt, workers, seq_job, seq_dw_task, 2 * blocks, .blocks = blocks,
-                         .dy2 = {as_mat(dgx), as_mat(dgh)}, .x2 = {as_mat(x), as_mat(hprev)},
-                         .dw2 = {mat_or_none(&g->weight_ih), mat_or_none(&g->weight_hh)},
-                         .db2 = {attnc_present(&g->bias_ih) ? g->bias_ih.data : NULL,
-                                 attnc_present(&g->bias_hh) && !same ? g->bias_hh.data : NULL});
+    seq_job job = {.blocks = blocks, .dy2 = {as_mat(dgx), as_mat(dgh)}, .x2 = {as_mat(x), as_mat(hprev)},
+                   .dw2 = {mat_or_none(&g->weight_ih), mat_or_none(&g->weight_hh)},
+                   .db2 = {attnc_present(&g->bias_ih) ? g->bias_ih.data : NULL,
+                   attnc_present(&g->bias_hh) && !same ? g->bias_hh.data : NULL}};
+    attnc_parallel_for(2 * blocks, workers, ATTNC_TYPED(r->dt, seq_dw_task), &job);
     if (same) /* an LSTM: the two biases' gradients are the same sums */
         memcpy(g->bias_hh.data, g->bias_ih.data, (size_t)G * attnc_dtype_size(r->dt));
 }
@@ -267,16 +269,11 @@ static attnc_status direction_forward(rnn_run *r, const attnc_tensor *x, const a
     if (c0k) attnc_copy(s->c, c0k, (size_t)(B * H) * es); else attnc_zero(s->c, (size_t)(B * H) * es);
     for (int64_t step = 0; step < r->T; step++) {
         colgemm(r, &h, &w->weight_hh, true, &hh);
-#define RUN(SFX)                                                                                       \
-    do {                                                                                               \
-        step_job_##SFX j = {.r = r, .s = step, .gx = s->gx, .hh = s->hh,                              \
-                            .b_hh = attnc_present(&w->bias_hh) ? w->bias_hh.data : NULL, .h = s->h,   \
-                            .c = s->c, .gates = at(r, saved, lo->gates[k]),                          \
-                            .cs = at(r, saved, lo->cells[k]), .out = out};                           \
-        run_rows(r, forward_step_task_f32, forward_step_task_f64, &j);                                \
-    } while (0)
-        ATTNC_BY_DTYPE(r->dt, RUN);
-#undef RUN
+        step_job j = {.r = r, .s = step, .gx = s->gx, .hh = s->hh,
+                      .b_hh = attnc_present(&w->bias_hh) ? w->bias_hh.data : NULL, .h = s->h,
+                      .c = s->c, .gates = at(r, saved, lo->gates[k]),
+                      .cs = at(r, saved, lo->cells[k]), .out = out};
+        run_rows(r, ATTNC_TYPED(r->dt, forward_step_task), &j);
     }
     if (attnc_present(h_n)) attnc_copy(state_of(r, h_n, k), s->h, (size_t)(B * H) * es);
     if (attnc_present(c_n) && r->mode == ATTNC_LSTM) attnc_copy(state_of(r, c_n, k), s->c, (size_t)(B * H) * es);
@@ -511,19 +508,14 @@ static attnc_status direction_backward(rnn_run *r, const attnc_tensor *x, const 
     }
     attnc_tensor dstep = mat(r, s->dstep, B, G), drec = mat(r, s->drec, B, H);
     for (int64_t step = T - 1; step >= 0 && !fast; step--) {
-#define RUN(SFX)                                                                                          \
-    do {                                                                                                  \
-        step_job_##SFX j = {.r = r, .s = step, .hh = s->drec, .gates = at(r, saved, lo->gates[k]),        \
-                            .cs = at(r, saved, lo->cells[k]), .out = at(r, saved, lo->out[l]),            \
-                            .dout = dout, .dh = s->dh, .dc = s->dc, .dgx = s->dgx, .dgh = dgh,           \
-                            .dgh_step = s->dstep, .dh_direct = s->direct, .hprev = s->hprev,             \
-                            .h0 = state_of(r, h0, k), .c0 = state_of(r, c0, k)};                          \
-        run_rows(r, backward_step_task_f32, backward_step_task_f64, &j);                                  \
-        colgemm(r, &dstep, &w->weight_hh, false, &drec);                                                  \
-        run_rows(r, merge_dh_task_f32, merge_dh_task_f64, &j);                                            \
-    } while (0)
-        ATTNC_BY_DTYPE(r->dt, RUN);
-#undef RUN
+        step_job j = {.r = r, .s = step, .hh = s->drec, .gates = at(r, saved, lo->gates[k]),
+                      .cs = at(r, saved, lo->cells[k]), .out = at(r, saved, lo->out[l]),
+                      .dout = dout, .dh = s->dh, .dc = s->dc, .dgx = s->dgx, .dgh = dgh,
+                      .dgh_step = s->dstep, .dh_direct = s->direct, .hprev = s->hprev,
+                      .h0 = state_of(r, h0, k), .c0 = state_of(r, c0, k)};
+        run_rows(r, ATTNC_TYPED(r->dt, backward_step_task), &j);
+        colgemm(r, &dstep, &w->weight_hh, false, &drec);
+        run_rows(r, ATTNC_TYPED(r->dt, merge_dh_task), &j);
     }
     if (attnc_present(dh0) && !fast) attnc_copy(state_of(r, dh0, k), s->dh, (size_t)(B * H) * es);
     if (attnc_present(dc0) && lstm && !fast) attnc_copy(state_of(r, dc0, k), s->dc, (size_t)(B * H) * es);

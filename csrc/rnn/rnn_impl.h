@@ -3,25 +3,6 @@
  * product split over column blocks. */
 #include "../core/real.h"
 
-typedef struct {
-    const rnn_run *r;
-    int64_t s;                 /* processing step: time s (forward) or len - 1 - s (reverse) */
-    const REAL *gx;            /* (B T, G) input projections (+ b_ih); G = 4H LSTM, 3H GRU  */
-    const REAL *hh;            /* (B, G) h_prev W_hh^T (before b_hh); backward: dh_rec (B, H) */
-    const REAL *b_hh;          /* (G) or NULL                                                */
-    REAL *h, *c;               /* (B, H) running state                                       */
-    REAL *gates, *cs;          /* saved (B T, 4H), (B T, H)                                  */
-    REAL *out;                 /* (B T, D H) the layer's output; this direction at offset d H */
-    /* backward */
-    const REAL *dout;          /* (B T, D H)                                                 */
-    REAL *dh, *dc;             /* (B, H) running gradient                                    */
-    REAL *dgx, *dgh;           /* (B T, G) (the same array for an LSTM)                      */
-    REAL *dgh_step;            /* (B, G): this step's dgh rows (0 for finished rows)         */
-    REAL *dh_direct;           /* (B, H) GRU: dh * z, the part not through W_hh              */
-    REAL *hprev;               /* (B T, H) h_prev of every step                              */
-    const REAL *h0, *c0;       /* (B, H) or NULL                                             */
-} FN(step_job);
-
 #include <string.h>
 
 #include "../core/lstm_cell_impl.h"
@@ -52,20 +33,20 @@ static int64_t FN(time_of)(const rnn_run *r, int64_t b, int64_t s) {
 
 static void FN(forward_step_task)(void *arg, int64_t block, int worker) {
     (void)worker;
-    const FN(step_job) *j = arg;
+    const step_job *j = arg;
     const rnn_run *r = j->r;
     int64_t H = r->H, G = r->ng * H; /* projections: 4H (LSTM) or 3H (GRU); saved gates: 4H */
     for (int64_t b = block * ROWS; b < r->B && b < (block + 1) * ROWS; b++) {
         int64_t t = FN(time_of)(r, b, j->s);
         if (t < 0) continue;
-        const REAL *gx = j->gx + (b * r->T + t) * G;
+        const REAL *gx = (const REAL *)j->gx + (b * r->T + t) * G;
         REAL *hh = (REAL *)j->hh + b * G; /* this step's scratch: b_hh added in place */
         if (j->b_hh)
-            for (int64_t k = 0; k < G; k++) hh[k] += j->b_hh[k];
-        REAL *gate = j->gates + (b * r->T + t) * 4 * H, *h = j->h + b * H;
-        REAL *o = j->out + (b * r->T + t) * r->D * H + r->d * H;
+            for (int64_t k = 0; k < G; k++) hh[k] += ((const REAL *)j->b_hh)[k];
+        REAL *gate = (REAL *)j->gates + (b * r->T + t) * 4 * H, *h = (REAL *)j->h + b * H;
+        REAL *o = (REAL *)j->out + (b * r->T + t) * r->D * H + r->d * H;
         if (r->mode == ATTNC_LSTM) { /* gates gx + hh; the saved cell and the output, then the running state */
-            REAL *c = j->c + b * H, *cell = j->cs + (b * r->T + t) * H;
+            REAL *c = (REAL *)j->c + b * H, *cell = (REAL *)j->cs + (b * r->T + t) * H;
             memcpy(gate, gx, (size_t)(4 * H) * sizeof(REAL));
             FN(lstm_cell_forward)(gate, hh, c, cell, o, H);
             memcpy(c, cell, (size_t)H * sizeof(REAL));
@@ -98,11 +79,11 @@ static void FN(gru_row_back)(const REAL *restrict gate, const REAL *restrict h_p
 
 static void FN(backward_step_task)(void *arg, int64_t block, int worker) {
     (void)worker;
-    const FN(step_job) *j = arg;
+    const step_job *j = arg;
     const rnn_run *r = j->r;
     int64_t H = r->H, G = r->ng * H;
     for (int64_t b = block * ROWS; b < r->B && b < (block + 1) * ROWS; b++) {
-        REAL *dstep = j->dgh_step + b * G;
+        REAL *dstep = (REAL *)j->dgh_step + b * G;
         int64_t t = FN(time_of)(r, b, j->s);
         if (t < 0) {
             for (int64_t k = 0; k < G; k++) dstep[k] = 0;
@@ -113,21 +94,24 @@ static void FN(backward_step_task)(void *arg, int64_t block, int worker) {
         /* The previous state (h0 / c0 at the first step, zeros without them),
          * copied into hprev (kept for dW_hh) and, for an LSTM, into the
          * row's unused dh_direct. */
-        const REAL *hp = first ? (j->h0 ? j->h0 + b * H : NULL) : j->out + (b * r->T + tp) * r->D * H + r->d * H;
-        REAL *hprev = j->hprev + bt * H;
+        const REAL *h0 = j->h0, *out = j->out;
+        const REAL *hp = first ? (h0 ? h0 + b * H : NULL) : out + (b * r->T + tp) * r->D * H + r->d * H;
+        REAL *hprev = (REAL *)j->hprev + bt * H;
         for (int64_t k = 0; k < H; k++) hprev[k] = hp ? hp[k] : 0;
-        const REAL *gate = j->gates + bt * 4 * H;
-        const REAL *dout = j->dout + bt * r->D * H + r->d * H;
-        REAL *dgx = j->dgx + bt * G;
+        const REAL *gate = (const REAL *)j->gates + bt * 4 * H;
+        const REAL *dout = (const REAL *)j->dout + bt * r->D * H + r->d * H;
+        REAL *dgx = (REAL *)j->dgx + bt * G;
         if (r->mode == ATTNC_LSTM) {
-            const REAL *cp = first ? (j->c0 ? j->c0 + b * H : NULL) : j->cs + (b * r->T + tp) * H;
-            REAL *c_prev = j->dh_direct + b * H;
+            const REAL *c0 = j->c0, *cs = j->cs;
+            const REAL *cp = first ? (c0 ? c0 + b * H : NULL) : cs + (b * r->T + tp) * H;
+            REAL *c_prev = (REAL *)j->dh_direct + b * H;
             for (int64_t k = 0; k < H; k++) c_prev[k] = cp ? cp[k] : 0;
-            FN(lstm_cell_backward)(gate, j->cs + bt * H, c_prev, j->dh + b * H, dout, j->dc + b * H, dgx, H);
+            FN(lstm_cell_backward)(gate, cs + bt * H, c_prev, (REAL *)j->dh + b * H, dout, (REAL *)j->dc + b * H,
+                                   dgx, H);
             memcpy(dstep, dgx, (size_t)(4 * H) * sizeof(REAL));
         } else {
-            FN(gru_row_back)(gate, hprev, j->dh + b * H, dout, dgx, j->dgh + bt * G, dstep, j->dh_direct + b * H,
-                             H);
+            FN(gru_row_back)(gate, hprev, (REAL *)j->dh + b * H, dout, dgx, (REAL *)j->dgh + bt * G, dstep,
+                             (REAL *)j->dh_direct + b * H, H);
         }
     }
 }
@@ -135,24 +119,21 @@ static void FN(backward_step_task)(void *arg, int64_t block, int worker) {
 /* dh (B, H) <- dh_rec + the direct part (GRU), for rows still running. */
 static void FN(merge_dh_task)(void *arg, int64_t block, int worker) {
     (void)worker;
-    const FN(step_job) *j = arg;
+    const step_job *j = arg;
     const rnn_run *r = j->r;
     for (int64_t b = block * ROWS; b < r->B && b < (block + 1) * ROWS; b++) {
         if (FN(time_of)(r, b, j->s) < 0) continue;
+        REAL *dh = j->dh;
+        const REAL *hh = j->hh, *direct = j->dh_direct;
         for (int64_t k = 0; k < r->H; k++)
-            j->dh[b * r->H + k] = j->hh[b * r->H + k] + (r->mode == ATTNC_GRU ? j->dh_direct[b * r->H + k] : 0);
+            dh[b * r->H + k] = hh[b * r->H + k] + (r->mode == ATTNC_GRU ? direct[b * r->H + k] : 0);
     }
 }
-
-typedef struct {
-    attnc_mat a, w, c;
-    bool trans_w;
-} FN(colgemm_job);
 
 /* c[:, block] = a op(w)[:, block], op(w) = w^T (rows of w are output columns) or w. */
 static void FN(colgemm_task)(void *arg, int64_t block, int worker) {
     (void)worker;
-    const FN(colgemm_job) *j = arg;
+    const colgemm_job *j = arg;
     int64_t c0 = block * COLS, n = j->c.cols - c0 < COLS ? j->c.cols - c0 : COLS;
     attnc_mat w = j->w, c = j->c;
     if (j->trans_w) {
@@ -171,21 +152,11 @@ static void FN(colgemm_task)(void *arg, int64_t block, int worker) {
 /* ---- the whole-sequence products, split into blocks fixed by the sizes
  * (never by the thread count) and balanced over 2, 3, 4 or 6 threads ---- */
 
-typedef struct {
-    attnc_mat x, w, y;  /* forward: y (n, G) = x (n, in) w^T + bias; dx: y (n, in) (+)= x (n, G) w */
-    const REAL *bias;   /* (G) or NULL */
-    bool dx, accumulate;
-    int64_t blocks;
-    /* weight gradients: dw[i] (G, in_i) = dy[i]^T x[i], db[i] = column sums of dy[i] (i < 2) */
-    attnc_mat dy2[2], x2[2], dw2[2];
-    REAL *db2[2];
-} FN(seq_job);
-
 /* Rows [block n / blocks, (block + 1) n / blocks) of the input projection
  * (or of dx). */
 static void FN(seq_rows_task)(void *arg, int64_t block, int worker) {
     (void)worker;
-    const FN(seq_job) *j = arg;
+    const seq_job *j = arg;
     int64_t n = j->y.rows, r0 = block * n / j->blocks, r1 = (block + 1) * n / j->blocks;
     attnc_mat x = j->x, y = j->y;
     x.p = (REAL *)x.p + r0 * x.rs;
@@ -197,7 +168,7 @@ static void FN(seq_rows_task)(void *arg, int64_t block, int worker) {
     if (j->bias)
         for (int64_t i = 0; i < y.rows; i++) {
             REAL *restrict row = (REAL *)y.p + i * y.rs; /* unit column stride (contiguous buffers) */
-            for (int64_t o = 0; o < y.cols; o++) row[o] += j->bias[o];
+            for (int64_t o = 0; o < y.cols; o++) row[o] += ((const REAL *)j->bias)[o];
         }
 }
 
@@ -205,7 +176,7 @@ static void FN(seq_rows_task)(void *arg, int64_t block, int worker) {
  * blocks), with the matching bias-gradient entries. */
 static void FN(seq_dw_task)(void *arg, int64_t block, int worker) {
     (void)worker;
-    const FN(seq_job) *j = arg;
+    const seq_job *j = arg;
     int which = block >= j->blocks;
     block -= which * j->blocks;
     attnc_mat dy = j->dy2[which], dw = j->dw2[which];

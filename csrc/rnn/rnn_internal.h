@@ -1,9 +1,11 @@
-/* rnn_internal.h: what rnn.c shares with its fused float kernels (rnn_fast.c). */
+/* rnn_internal.h: what rnn.c shares with its typed kernels (rnn_impl.h) and its
+ * fused float kernels (rnn_fast.c). */
 #ifndef ATTNC_RNN_INTERNAL_H
 #define ATTNC_RNN_INTERNAL_H
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "../core/tensor.h"
 #include "../include/attnc.h"
 
 typedef struct {
@@ -66,5 +68,40 @@ attnc_status attnc_rnn_fast_forward(const rnn_fast_fwd *f);
  * of the vector width). */
 bool attnc_rnn_fast_fuses_dx(const rnn_run *r, int64_t in);
 attnc_status attnc_rnn_fast_backward(const rnn_fast_bwd *b);
+
+/* The jobs of rnn_impl.h's tasks, one for both dtypes (core/typed.h). */
+typedef struct {
+    const rnn_run *r;
+    int64_t s;                 /* processing step: time s (forward) or len - 1 - s (reverse) */
+    const void *gx;            /* (B T, G) input projections (+ b_ih); G = 4H LSTM, 3H GRU  */
+    const void *hh;            /* (B, G) h_prev W_hh^T (before b_hh); backward: dh_rec (B, H) */
+    const void *b_hh;          /* (G) or NULL                                                */
+    void *h, *c;               /* (B, H) running state                                       */
+    void *gates, *cs;          /* saved (B T, 4H), (B T, H)                                  */
+    void *out;                 /* (B T, D H) the layer's output; this direction at offset d H */
+    /* backward */
+    const void *dout;          /* (B T, D H)                                                 */
+    void *dh, *dc;             /* (B, H) running gradient                                    */
+    void *dgx, *dgh;           /* (B T, G) (the same array for an LSTM)                      */
+    void *dgh_step;            /* (B, G): this step's dgh rows (0 for finished rows)         */
+    void *dh_direct;           /* (B, H) GRU: dh * z, the part not through W_hh              */
+    void *hprev;               /* (B T, H) h_prev of every step                              */
+    const void *h0, *c0;       /* (B, H) or NULL                                             */
+} step_job;
+
+typedef struct {
+    attnc_mat a, w, c;
+    bool trans_w;
+} colgemm_job;
+
+typedef struct {
+    attnc_mat x, w, y;  /* forward: y (n, G) = x (n, in) w^T + bias; dx: y (n, in) (+)= x (n, G) w */
+    const void *bias;   /* (G) or NULL */
+    bool dx, accumulate;
+    int64_t blocks;
+    /* weight gradients: dw[i] (G, in_i) = dy[i]^T x[i], db[i] = column sums of dy[i] (i < 2) */
+    attnc_mat dy2[2], x2[2], dw2[2];
+    void *db2[2];
+} seq_job;
 
 #endif

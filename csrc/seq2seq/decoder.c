@@ -17,6 +17,29 @@
 #include "../transformer/layer.h"
 #include "decoder.h"
 
+typedef struct {
+    const s2s_run *x;
+    char *slots;            /* slot -1 .. T-1, each slot_size elements   */
+    int64_t slot_size;
+    const int64_t *tgt_in;  /* (B, T)                                     */
+    int64_t *fed;           /* (B, T)                                     */
+    void *feat, *align;     /* (B, T, F), (B, T, S) or NULL               */
+    double sampling;
+    uint64_t seed;
+    void *scratch;          /* per worker                                 */
+    int64_t scratch_size;
+    /* backward */
+    const void *dfeat;
+    struct { void *dg, *dx, *dpc, *dqw, *de, *dhp; } cot; /* step 0's (s2s_cot); step t's at + t * R * width */
+    void *dmem, *dkeys, *dv, *dvp, *dfinal, *dstart; /* dstart (B, H): of h_{-1}, before the tanh */
+} s2s_job;
+
+typedef struct {
+    void *dw;
+    const void *dy, *x;
+    int64_t out, in, R, steps, dy_step, x_step, x_rs, rows; /* rows: output rows per block */
+} s2s_wgrad;
+
 #define ATTNC_F64 0
 #include "decoder_impl.h"
 #define ATTNC_F64 1
@@ -201,11 +224,8 @@ static attnc_status pack_weights(s2s_run *x, const attnc_s2s_weights *w) {
                (size_t)in * x->es);
         memcpy((char *)x->wcat + (size_t)(g * x->U + in) * x->es,
                (const char *)w->weight_hh.data + (size_t)(g * x->H) * x->es, (size_t)x->H * x->es);
-        if (x->dt == ATTNC_FLOAT32)
-            ((float *)x->bsum)[g] = ((const float *)w->bias_ih.data)[g] + ((const float *)w->bias_hh.data)[g];
-        else
-            ((double *)x->bsum)[g] = ((const double *)w->bias_ih.data)[g] + ((const double *)w->bias_hh.data)[g];
     }
+    ATTNC_TYPED(x->dt, s2s_add)(x->bsum, w->bias_ih.data, w->bias_hh.data, G);
     return ATTNC_OK;
 }
 
@@ -299,16 +319,11 @@ attnc_status attnc_s2s_forward(attnc_tensor *features, attnc_tensor *alignments,
     attnc_status st = attnc_calloc(&work, (size_t)(workers * scratch), x.es, "decoder scratch");
     if (st == ATTNC_OK) {
         char *slots = (char *)saved->data + (size_t)(x.B * x.S * x.Kw) * x.es;
-#define RUN(SFX)                                                                                              \
-    do {                                                                                                      \
-        s2s_job_##SFX j = {.x = &x, .slots = slots, .slot_size = s2s_slot_size(&x), .tgt_in = tgt_in->data,  \
-                           .fed = fed->data, .feat = features->data,                                         \
-                           .align = attnc_present(alignments) ? alignments->data : NULL,                     \
-                           .sampling = cfg->sampling, .seed = cfg->seed, .scratch = work, .scratch_size = scratch}; \
-        attnc_parallel_for((x.B + S2S_ROWS - 1) / S2S_ROWS, workers, s2s_forward_task_##SFX, &j);            \
-    } while (0)
-        ATTNC_BY_DTYPE(x.dt, RUN);
-#undef RUN
+        s2s_job j = {.x = &x, .slots = slots, .slot_size = s2s_slot_size(&x), .tgt_in = tgt_in->data,
+                     .fed = fed->data, .feat = features->data,
+                     .align = attnc_present(alignments) ? alignments->data : NULL,
+                     .sampling = cfg->sampling, .seed = cfg->seed, .scratch = work, .scratch_size = scratch};
+        attnc_parallel_for((x.B + S2S_ROWS - 1) / S2S_ROWS, workers, ATTNC_TYPED(x.dt, s2s_forward_task), &j);
     }
     free(work);
     s2s_release(&x, false);
@@ -324,14 +339,9 @@ static void wgrad(const s2s_run *x, void *dw, const void *dy, int64_t out, int64
     memset(dw, 0, (size_t)(out * in) * x->es);
     int workers = attnc_workers_for(steps * R * out * in);
     int64_t rows = out >= 256 ? 64 : 16;
-#define RUN(SFX)                                                                                              \
-    do {                                                                                                      \
-        s2s_wgrad_##SFX g = {.dw = dw, .dy = dy, .x = xs, .out = out, .in = in, .R = R, .steps = steps,       \
-                             .dy_step = dy_step, .x_step = x_step, .x_rs = x_rs, .rows = rows};               \
-        attnc_parallel_for((out + rows - 1) / rows, workers, s2s_wgrad_task_##SFX, &g);                       \
-    } while (0)
-    ATTNC_BY_DTYPE(x->dt, RUN);
-#undef RUN
+    s2s_wgrad g = {.dw = dw, .dy = dy, .x = xs, .out = out, .in = in, .R = R, .steps = steps,
+                   .dy_step = dy_step, .x_step = x_step, .x_rs = x_rs, .rows = rows};
+    attnc_parallel_for((out + rows - 1) / rows, workers, ATTNC_TYPED(x->dt, s2s_wgrad_task), &g);
 }
 
 /* The backward's buffers (float elements of the call's dtype). */
@@ -413,12 +423,7 @@ static void weight_grads(const s2s_run *x, const s2s_bufs *b, attnc_s2s_weights 
     }
     if (attnc_present(&g->bias_ih)) attnc_col_sums(x->dt, g->bias_ih.data, b->dg, TB, G, G);
     if (attnc_present(&g->bias_hh)) attnc_col_sums(x->dt, g->bias_hh.data, b->dg, TB, G, G);
-    if (attnc_present(&g->embedding)) {
-        if (x->dt == ATTNC_FLOAT32)
-            s2s_embedding_grad_f32(x, g->embedding.data, b->dx, fed);
-        else
-            s2s_embedding_grad_f64(x, g->embedding.data, b->dx, fed);
-    }
+    if (attnc_present(&g->embedding)) ATTNC_TYPED(x->dt, s2s_embedding_grad)(x, g->embedding.data, b->dx, fed);
     if (x->luong && attnc_present(&g->combine))
         wgrad(x, g->combine.data, b->dpc, H, x->He + H, B, x->T, B * H, s0.cat, step, x->He + H);
     if (x->additive && attnc_present(&g->query_weight)) /* bahdanau's query is h_{t-1}, concat's h_t */
@@ -465,16 +470,11 @@ attnc_status attnc_s2s_backward(attnc_tensor *dmemory, attnc_tensor *dfinal, att
     char *slots = (char *)saved->data + (size_t)(x.B * x.S * x.Kw) * x.es;
     int64_t slot_size = s2s_slot_size(&x), scratch = s2s_scratch_size(&x);
     if (st == ATTNC_OK && x.B > 0 && x.T > 0) { /* else every cotangent stays 0 */
-#define RUN(SFX)                                                                                               \
-    do {                                                                                                       \
-        s2s_job_##SFX j = {.x = &x, .slots = slots, .slot_size = slot_size, .scratch = b.scratch,             \
-                           .scratch_size = scratch, .dfeat = dfeatures->data,                                 \
-                           .cot = {b.dg, b.dx, b.dpc, b.dqw, b.de, b.dhp}, .dmem = b.dmem, .dkeys = b.dkeys,  \
-                           .dv = b.dv, .dvp = b.dvp, .dfinal = b.dfinal, .dstart = b.dstart};                 \
-        attnc_parallel_for((x.B + S2S_ROWS - 1) / S2S_ROWS, workers, s2s_backward_task_##SFX, &j);            \
-    } while (0)
-        ATTNC_BY_DTYPE(x.dt, RUN);
-#undef RUN
+        s2s_job j = {.x = &x, .slots = slots, .slot_size = slot_size, .scratch = b.scratch,
+                     .scratch_size = scratch, .dfeat = dfeatures->data,
+                     .cot = {b.dg, b.dx, b.dpc, b.dqw, b.de, b.dhp}, .dmem = b.dmem, .dkeys = b.dkeys,
+                     .dv = b.dv, .dvp = b.dvp, .dfinal = b.dfinal, .dstart = b.dstart};
+        attnc_parallel_for((x.B + S2S_ROWS - 1) / S2S_ROWS, workers, ATTNC_TYPED(x.dt, s2s_backward_task), &j);
     }
     if (st == ATTNC_OK) {
         weight_grads(&x, &b, grads, slots, slot_size, fed->data);

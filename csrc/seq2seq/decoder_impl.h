@@ -314,34 +314,18 @@ static void FN(step_backward)(const s2s_run *x, const s2s_slot *prev, const s2s_
 
 /* ---- whole sequences: block tasks ------------------------------------------------ */
 
-typedef struct {
-    const s2s_run *x;
-    char *slots;            /* slot -1 .. T-1, each slot_size elements   */
-    int64_t slot_size;
-    const int64_t *tgt_in;  /* (B, T)                                     */
-    int64_t *fed;           /* (B, T)                                     */
-    REAL *feat, *align;     /* (B, T, F), (B, T, S) or NULL               */
-    double sampling;
-    uint64_t seed;
-    REAL *scratch;          /* per worker                                 */
-    int64_t scratch_size;
-    /* backward */
-    const REAL *dfeat;
-    FN(s2s_cot) cot;        /* step 0's; step t's at + t * R * width      */
-    REAL *dmem, *dkeys, *dv, *dvp, *dfinal, *dstart; /* dstart (B, H): of h_{-1}, before the tanh */
-} FN(s2s_job);
-
-static s2s_slot FN(slot)(const FN(s2s_job) *j, int64_t t) {
+static s2s_slot FN(slot)(const s2s_job *j, int64_t t) {
     return s2s_slot_at(j->x, j->slots + (t + 1) * j->slot_size * (int64_t)sizeof(REAL));
 }
 
 /* Tokens of step t for rows [r0, r0 + n): tgt_in, or under scheduled
  * sampling the argmax of the previous step's logits. */
-static void FN(choose_tokens)(const FN(s2s_job) *j, int64_t t, int64_t r0, int64_t n, int64_t *tok, REAL *logits) {
+static void FN(choose_tokens)(const s2s_job *j, int64_t t, int64_t r0, int64_t n, int64_t *tok, REAL *logits) {
     const s2s_run *x = j->x;
     for (int64_t i = 0; i < n; i++) tok[i] = j->tgt_in[(r0 + i) * x->T + t];
     if (t == 0 || !(j->sampling > 0)) return;
-    FN(times_wt)(j->feat + (r0 * x->T + t - 1) * x->F, x->T * x->F, x->out_w, x->Vt, x->F, 0, logits, x->Vt, n);
+    FN(times_wt)((const REAL *)j->feat + (r0 * x->T + t - 1) * x->F, x->T * x->F, x->out_w, x->Vt, x->F, 0, logits,
+       x->Vt, n);
     for (int64_t i = 0; i < n; i++) {
         if (!(attnc_uniform(j->seed, 0x5eed, (uint64_t)((r0 + i) * x->T + t)) < j->sampling)) continue;
         const REAL *l = logits + i * x->Vt, *bias = x->out_b;
@@ -353,10 +337,10 @@ static void FN(choose_tokens)(const FN(s2s_job) *j, int64_t t, int64_t r0, int64
 }
 
 static void FN(s2s_forward_task)(void *arg, int64_t block, int worker) {
-    const FN(s2s_job) *j = arg;
+    const s2s_job *j = arg;
     const s2s_run *x = j->x;
     int64_t r0 = block * S2S_ROWS, n = x->B - r0 < S2S_ROWS ? x->B - r0 : S2S_ROWS;
-    REAL *scratch = j->scratch + worker * j->scratch_size;
+    REAL *scratch = (REAL *)j->scratch + worker * j->scratch_size;
     int64_t *tok = (int64_t *)scratch; /* S2S_ROWS int64, then the step's scratch */
     REAL *logits = scratch + 2 * S2S_ROWS, *step_scratch = logits + S2S_ROWS * x->Vt;
     s2s_slot start = FN(slot)(j, -1);
@@ -365,9 +349,9 @@ static void FN(s2s_forward_task)(void *arg, int64_t block, int worker) {
         s2s_slot prev = FN(slot)(j, t - 1), cur = FN(slot)(j, t);
         FN(choose_tokens)(j, t, r0, n, tok, logits);
         for (int64_t i = 0; i < n; i++) j->fed[(r0 + i) * x->T + t] = tok[i];
-        FN(s2s_step_forward)(x, &prev, &cur, t, r0, n, tok, j->feat + t * x->F, x->T * x->F, step_scratch);
+        FN(s2s_step_forward)(x, &prev, &cur, t, r0, n, tok, (REAL *)j->feat + t * x->F, x->T * x->F, step_scratch);
         for (int64_t i = 0; i < n && j->align; i++) {
-            REAL *a = j->align + ((r0 + i) * x->T + t) * x->S;
+            REAL *a = (REAL *)j->align + ((r0 + i) * x->T + t) * x->S;
             if (cur.alpha)
                 memcpy(a, ROW(cur.alpha, r0 + i, x->S), (size_t)x->S * sizeof(REAL));
             else
@@ -377,10 +361,10 @@ static void FN(s2s_forward_task)(void *arg, int64_t block, int worker) {
 }
 
 /* Step t's cotangent rows. */
-static FN(s2s_cot) FN(cot_at)(const FN(s2s_job) *j, int64_t t) {
+static FN(s2s_cot) FN(cot_at)(const s2s_job *j, int64_t t) {
     const s2s_run *x = j->x;
     int64_t R = x->R;
-    FN(s2s_cot) c = j->cot;
+    FN(s2s_cot) c = {j->cot.dg, j->cot.dx, j->cot.dpc, j->cot.dqw, j->cot.de, j->cot.dhp};
 #define STEP(field, width) c.field = c.field ? c.field + t * R * (width) : NULL
     STEP(dg, 4 * x->H);
     STEP(dx, x->E);
@@ -393,10 +377,10 @@ static FN(s2s_cot) FN(cot_at)(const FN(s2s_job) *j, int64_t t) {
 }
 
 static void FN(s2s_backward_task)(void *arg, int64_t block, int worker) {
-    const FN(s2s_job) *j = arg;
+    const s2s_job *j = arg;
     const s2s_run *x = j->x;
     int64_t r0 = block * S2S_ROWS, n = x->B - r0 < S2S_ROWS ? x->B - r0 : S2S_ROWS, H = x->H;
-    REAL *s = j->scratch + worker * j->scratch_size;
+    REAL *s = (REAL *)j->scratch + worker * j->scratch_size;
     memset(s, 0, (size_t)j->scratch_size * sizeof(REAL));
     FN(s2s_carry) k;
     k.dh = s;
@@ -410,38 +394,36 @@ static void FN(s2s_backward_task)(void *arg, int64_t block, int worker) {
     for (int64_t t = x->T - 1; t >= 0; t--) {
         s2s_slot prev = FN(slot)(j, t - 1), cur = FN(slot)(j, t);
         FN(s2s_cot) cot = FN(cot_at)(j, t);
-        FN(step_backward)(x, &prev, &cur, r0, n, j->dfeat + t * x->F, x->T * x->F, &cot, &k, j->dmem, j->dkeys,
+        FN(step_backward)(x, &prev, &cur, r0, n, (const REAL *)j->dfeat + t * x->F, x->T * x->F, &cot, &k, j->dmem,
+           j->dkeys,
                           j->dv, j->dvp, j->dfinal);
     }
     /* h_{-1} = tanh(bridge(final)) */
     s2s_slot start = FN(slot)(j, -1);
     const REAL *h = ROW(start.h, r0, H);
-    REAL *dst = j->dstart + r0 * H;
+    REAL *dst = (REAL *)j->dstart + r0 * H;
     for (int64_t i = 0; i < n * H; i++) dst[i] = k.dh[i] * (1 - h[i] * h[i]);
-    FN(times_w)(dst, H, x->bridge_w, H, x->He, 1, j->dfinal + r0 * x->He, x->He, n);
+    FN(times_w)(dst, H, x->bridge_w, H, x->He, 1, (REAL *)j->dfinal + r0 * x->He, x->He, n);
 }
 
 /* dW (out, in) += sum over steps t of dY_t^T X_t for output rows [o0, o0 +
  * m): dY_t (R, out) at dy + t * dy_step (row stride out), X_t (R, in) at x_
  * + t * x_step (row stride x_rs). */
-typedef struct {
-    REAL *dw;
-    const REAL *dy, *x;
-    int64_t out, in, R, steps, dy_step, x_step, x_rs, rows; /* rows: output rows per block */
-} FN(s2s_wgrad);
-
 static void FN(s2s_wgrad_task)(void *arg, int64_t block, int worker) {
     (void)worker;
-    const FN(s2s_wgrad) *g = arg;
+    const s2s_wgrad *g = arg;
     int64_t o0 = block * g->rows, m = g->out - o0 < g->rows ? g->out - o0 : g->rows;
     for (int64_t t = 0; t < g->steps; t++)
-        GEMM(true, false, 1, FN(m)(g->dy + t * g->dy_step + o0, g->R, m, g->out),
-             FN(m)(g->x + t * g->x_step, g->R, g->in, g->x_rs), 1, FN(m)(g->dw + o0 * g->in, m, g->in, g->in));
+        GEMM(true, false, 1, FN(m)((const REAL *)g->dy + t * g->dy_step + o0, g->R, m, g->out),
+             FN(m)((const REAL *)g->x + t * g->x_step, g->R, g->in, g->x_rs), 1, FN(m)((REAL *)g->dw + o0 * g->in, m,
+                g->in, g->in));
 }
 
 /* demb (Vt, E) <- the sum of the input cotangents dx (T, B, E) of every fed
  * token (fed (B, T)), in (step, row) order. */
-static void FN(s2s_embedding_grad)(const s2s_run *x, REAL *demb, const REAL *dx, const int64_t *fed) {
+static void FN(s2s_embedding_grad)(const s2s_run *x, void *demb_, const void *dx_, const int64_t *fed) {
+    REAL *demb = demb_;
+    const REAL *dx = dx_;
     int64_t E = x->E;
     memset(demb, 0, (size_t)(x->Vt * E) * sizeof(REAL));
     for (int64_t t = 0; t < x->T; t++)
@@ -450,6 +432,13 @@ static void FN(s2s_embedding_grad)(const s2s_run *x, REAL *demb, const REAL *dx,
             const REAL *g = dx + (t * x->B + r) * E;
             for (int64_t k = 0; k < E; k++) d[k] += g[k];
         }
+}
+
+/* out = a + b, n elements: the LSTM's two biases summed once. */
+static void FN(s2s_add)(void *out_, const void *a_, const void *b_, int64_t n) {
+    REAL *out = out_;
+    const REAL *a = a_, *b = b_;
+    for (int64_t i = 0; i < n; i++) out[i] = a[i] + b[i];
 }
 
 #undef ROW

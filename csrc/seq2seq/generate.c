@@ -36,16 +36,8 @@ static void step_task(void *arg, int64_t block, int worker) {
     int64_t r0 = block * S2S_ROWS, n = x->R - r0 < S2S_ROWS ? x->R - r0 : S2S_ROWS;
     s2s_slot *prev = &g->slot[g->s % 2], *cur = &g->slot[(g->s + 1) % 2];
     void *scratch = (char *)g->scratch + (size_t)(worker * s2s_scratch_size(x)) * x->es;
-    if (g->s == 0) {
-        if (x->dt == ATTNC_FLOAT32)
-            s2s_start_f32(x, prev, r0, n);
-        else
-            s2s_start_f64(x, prev, r0, n);
-    }
-    if (x->dt == ATTNC_FLOAT32)
-        s2s_step_forward_f32(x, prev, cur, g->s, r0, n, g->tok + r0, g->feat, x->F, scratch);
-    else
-        s2s_step_forward_f64(x, prev, cur, g->s, r0, n, g->tok + r0, g->feat, x->F, scratch);
+    if (g->s == 0) ATTNC_TYPED(x->dt, s2s_start)(x, prev, r0, n);
+    ATTNC_TYPED(x->dt, s2s_step_forward)(x, prev, cur, g->s, r0, n, g->tok + r0, g->feat, x->F, scratch);
 }
 
 static attnc_status search_step(void *ctx, const int64_t *tok, int64_t s) {

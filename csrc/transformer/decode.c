@@ -51,17 +51,6 @@ typedef struct {
     packed_linear *packed;   /* per layer SELF_IN .. FF_2, then the output; NULL when R > SMALL_ROWS */
 } decode_run;
 
-static double get(const void *p, attnc_dtype dt, int64_t i) {
-    return dt == ATTNC_FLOAT32 ? (double)((const float *)p)[i] : ((const double *)p)[i];
-}
-
-static void put(void *p, attnc_dtype dt, int64_t i, double v) {
-    if (dt == ATTNC_FLOAT32)
-        ((float *)p)[i] = (float)v;
-    else
-        ((double *)p)[i] = v;
-}
-
 static attnc_tensor mat(const decode_run *d, void *data, int64_t rows, int64_t cols) {
     int64_t shape[2] = {rows, cols};
     return attnc_view(data, d->dt, 2, shape);
@@ -73,12 +62,7 @@ static attnc_status linear(const decode_run *d, int64_t which, attnc_tensor *y, 
                            const attnc_tensor *w, const attnc_tensor *b) {
     const packed_linear *p = d->packed ? &d->packed[which] : NULL;
     if (!p || !p->wt || x->shape[0] > SMALL_ROWS) return attnc_linear_forward(y, x, w, b);
-    if (d->dt == ATTNC_FLOAT32)
-        small_linear_f32(x->data, x->shape[0], p->k, (const float *)p->wt, p->m, p->ldw, (const float *)p->b, p->bs,
-                         y->data);
-    else
-        small_linear_f64(x->data, x->shape[0], p->k, (const double *)p->wt, p->m, p->ldw, (const double *)p->b,
-                         p->bs, y->data);
+    ATTNC_TYPED(d->dt, small_linear)(x->data, x->shape[0], p->k, p->wt, p->m, p->ldw, p->b, p->bs, y->data);
     return ATTNC_OK;
 }
 
@@ -118,12 +102,7 @@ static void attend(const decode_run *d, const char *q, const char *kt, int64_t k
                    int64_t vstride, int64_t n, const uint8_t *allowed, int64_t mstride, char *out) {
     int64_t hd = d->E / d->H;
     double scale = 1.0 / sqrt((double)hd);
-    if (d->dt == ATTNC_FLOAT32)
-        attend_one_f32((const float *)q, (const float *)kt, ktstride, (const float *)v, vstride, n, hd, (float)scale,
-                       allowed, mstride, (float *)d->scores, (float *)out);
-    else
-        attend_one_f64((const double *)q, (const double *)kt, ktstride, (const double *)v, vstride, n, hd, scale,
-                       allowed, mstride, (double *)d->scores, (double *)out);
+    ATTNC_TYPED(d->dt, attend_one)(q, kt, ktstride, v, vstride, n, hd, scale, allowed, mstride, d->scores, out);
 }
 
 /* dst[c ld + r] <- src[r rs + c cs] for rows r, columns c: a transposed
@@ -131,17 +110,7 @@ static void attend(const decode_run *d, const char *q, const char *kt, int64_t k
  * a weight (m, k) becomes (k, ld). */
 static void transpose(const decode_run *d, void *dst, int64_t ld, const void *src, int64_t rs, int64_t cs,
                       int64_t rows, int64_t cols) {
-    if (d->dt == ATTNC_FLOAT32) {
-        float *restrict to = dst;
-        const float *from = src;
-        for (int64_t r = 0; r < rows; r++)
-            for (int64_t c = 0; c < cols; c++) to[c * ld + r] = from[r * rs + c * cs];
-    } else {
-        double *restrict to = dst;
-        const double *from = src;
-        for (int64_t r = 0; r < rows; r++)
-            for (int64_t c = 0; c < cols; c++) to[c * ld + r] = from[r * rs + c * cs];
-    }
+    ATTNC_TYPED(d->dt, transpose)(dst, ld, src, rs, cs, rows, cols);
 }
 
 /* Self-attention over positions [t, t + n) of every row, keys and values
@@ -208,8 +177,9 @@ static attnc_status step(decode_run *d, const int64_t *tok, int64_t t, int64_t n
         const char *e = (const char *)emb->data + tok[r] * emb->strides[0] * (int64_t)d->es;
         const char *pe = (const char *)pos->data + (t + r % n) * pos->strides[0] * (int64_t)d->es;
         for (int64_t c = 0; c < E; c++)
-            put(d->x, d->dt, r * E + c,
-                get(e, d->dt, c * emb->strides[1]) * m->embed_scale + get(pe, d->dt, c * pos->strides[1]));
+            attnc_real_set(d->x, d->dt, r * E + c,
+                           attnc_real_get(e, d->dt, c * emb->strides[1]) * m->embed_scale +
+                               attnc_real_get(pe, d->dt, c * pos->strides[1]));
     }
     for (int64_t l = 0; l < m->nlayers; l++) {
         const attnc_layer_params *p = &m->layers[l];

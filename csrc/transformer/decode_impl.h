@@ -1,6 +1,6 @@
-/* decode_impl.h: typed kernel of decode.c (see core/real.h): attention of
+/* decode_impl.h: typed kernels of decode.c (see core/real.h): attention of
  * one query row and one head over cached keys, the inner loop of a decoding
- * step. Plain loops: for a handful of keys the tiled kernel's set-up costs
+ * step; a small linear layer; a transposed copy. Plain loops: for a handful of keys the tiled kernel's set-up costs
  * more than the arithmetic. */
 #include "../core/real.h"
 
@@ -11,9 +11,12 @@
  * one vector holds the partial scores of 16 keys: a head dim of 16 or 32
  * is too short to fill vectors along it. The values are rows, v_j = v + j
  * vstride, hd contiguous. scores: scratch of n. No allowed key: out = 0. */
-static void FN(attend_one)(const REAL *restrict q, const REAL *restrict kt, int64_t ktstride,
-                           const REAL *restrict v, int64_t vstride, int64_t n, int64_t hd, REAL scale,
-                           const uint8_t *allowed, int64_t mstride, REAL *restrict scores, REAL *restrict out) {
+static void FN(attend_one)(const void *q_, const void *kt_, int64_t ktstride, const void *v_, int64_t vstride,
+                           int64_t n, int64_t hd, double scale_, const uint8_t *allowed, int64_t mstride,
+                           void *scores_, void *out_) {
+    const REAL *restrict q = q_, *restrict kt = kt_, *restrict v = v_;
+    REAL *restrict scores = scores_, *restrict out = out_;
+    const REAL scale = (REAL)scale_;
     /* chunks of 16 keys accumulate in registers (a loop that adds into
      * memory waits on its own store at every step), even and odd elements
      * apart to halve the chain of dependent adds; the rows of kt are padded
@@ -67,8 +70,10 @@ static void FN(attend_one)(const REAL *restrict q, const REAL *restrict kt, int6
  * k rows of ldw >= m rounded up to 32). Blocks of 4 rows x 32 outputs
  * accumulate in registers. For the handful of rows of a decoding step this
  * beats BLAS, whose packing of the operands costs more than the product. */
-static void FN(small_linear)(const REAL *restrict x, int64_t n, int64_t k, const REAL *restrict wt, int64_t m,
-                             int64_t ldw, const REAL *b, int64_t bs, REAL *restrict y) {
+static void FN(small_linear)(const void *x_, int64_t n, int64_t k, const void *wt_, int64_t m, int64_t ldw,
+                             const void *b_, int64_t bs, void *y_) {
+    const REAL *restrict x = x_, *restrict wt = wt_, *b = b_;
+    REAL *restrict y = y_;
     for (int64_t i0 = 0; i0 < n; i0 += 4) {
         int64_t ni = n - i0 < 4 ? n - i0 : 4;
         for (int64_t o = 0; o < m; o += 32) {
@@ -85,6 +90,15 @@ static void FN(small_linear)(const REAL *restrict x, int64_t n, int64_t k, const
                 for (int u = 0; u < no; u++) y[(i0 + i) * m + o + u] = b ? acc[i][u] + b[(o + u) * bs] : acc[i][u];
         }
     }
+}
+
+/* dst[c ld + r] <- src[r rs + c cs] for rows r, columns c (decode.c's transpose). */
+static void FN(transpose)(void *dst, int64_t ld, const void *src, int64_t rs, int64_t cs, int64_t rows,
+                          int64_t cols) {
+    REAL *restrict to = dst;
+    const REAL *from = src;
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < cols; c++) to[c * ld + r] = from[r * rs + c * cs];
 }
 
 #include "../core/real_end.h"
