@@ -25,10 +25,10 @@ import scipy_openblas32 as openblas
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
-# Every family folder under csrc/ is compiled; csrc/python/ is the binding.
-SOURCES = sorted(glob.glob("csrc/*/*.c"))
+# Every C file under csrc/ is compiled: core/, ops/<family>/, models/<family>/ and python/ (the binding).
+SOURCES = sorted(glob.glob("csrc/**/*.c", recursive=True))
 # Every header: a change to one (the typed kernels live in *_impl.h) rebuilds.
-HEADERS = sorted(glob.glob("csrc/*/*.h"))
+HEADERS = sorted(glob.glob("csrc/**/*.h", recursive=True))
 # The binding's wrappers and the typed stub attnc/_core.pyi are generated from
 # the operation table (csrc/python/ops/) into the build tree.
 BINDING = runpy.run_path(os.path.join(os.path.dirname(os.path.abspath(__file__)), "csrc", "python", "gen_binding.py"))

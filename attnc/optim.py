@@ -9,7 +9,7 @@ dicts of ``attnc.vjp``, with torch.optim's update rules.
 
 Gradients of names that are not parameters (the inputs) are ignored;
 parameters without a gradient in the dict are left alone. Adam and AdamW
-update each parameter in one pass in C (csrc/optim/adam.c); SGD and RMSprop
+update each parameter in one pass in C (csrc/ops/optim/adam.c); SGD and RMSprop
 are a few NumPy operations in place.
 """
 
@@ -172,7 +172,7 @@ class Adam(Optimizer):
         if not state:   # C-ordered, as the kernel reads them (zeros_like would copy a view's order)
             state.update(step=0, m=np.zeros(p.shape, p.dtype), v=np.zeros(p.shape, p.dtype))
         state["step"] += 1
-        # one pass in C (csrc/optim/adam.c): torch.optim.Adam(W)'s update,
+        # one pass in C (csrc/ops/optim/adam.c): torch.optim.Adam(W)'s update,
         # each operation rounded to p's dtype; a strided parameter (a view in
         # a dict of arrays) through a contiguous copy
         work = p if p.flags.c_contiguous else np.ascontiguousarray(p)

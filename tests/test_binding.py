@@ -56,7 +56,9 @@ def test_scalars_are_checked_by_name():
         _core.layer_norm_forward(**kw)
     with pytest.raises(ValueError, match=r"eps must be in \[0, inf\], got -1"):
         _core.layer_norm_forward(**kw, eps=-1.0)
-    with pytest.raises(ValueError, match=r"eps must be in \[0, inf\], got nan"):
+    with pytest.raises(TypeError, match="missing required argument 'eps'"):  # None is not a value
+        _core.layer_norm_forward(**kw, eps=None)
+    with pytest.raises(ValueError, match=r"eps must be a number, got nan"):
         _core.layer_norm_forward(**kw, eps=float("nan"))
     with pytest.raises(TypeError, match="eps must be a number"):
         _core.layer_norm_forward(**kw, eps="small")

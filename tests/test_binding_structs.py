@@ -12,6 +12,7 @@ import pytest
 import attnc
 from attnc import _core
 from attnc.models import Seq2SeqTransformer
+from reference import decoding
 
 
 def test_an_array_left_out_is_absent():
@@ -135,7 +136,7 @@ def test_decoder_layers_as_a_list_beyond_a_block():
     src = np.random.default_rng(6).integers(0, 7, (3, 5))
     for beam in (1, 3):
         np.testing.assert_array_equal(model.generate(src, 6, bos=0, eos=2, beam_size=beam),
-                                      model._generate_reference(src, 6, bos=0, eos=2, beam_size=beam))
+                                      decoding.seq2seq_transformer(model, src, 6, bos=0, eos=2, beam_size=beam))
 
 
 def test_decoder_layers_refused():

@@ -57,7 +57,7 @@ def build_and_run(tmp: Path, path: str = "baseline") -> subprocess.CompletedProc
 
     compiler = c_compiler()
     # every C family except the Python binding
-    sources = sorted(f for f in glob.glob(str(ROOT / "csrc/*/*.c")) if "/python/" not in f)
+    sources = sorted(f for f in glob.glob(str(ROOT / "csrc/**/*.c"), recursive=True) if "/python/" not in f)
     exe = tmp / "test_core"
     cmd = [compiler, *CFLAGS, *FLAGS["simd_flags"](path),
            "-I", str(ROOT / "csrc/include"), "-I", openblas.get_include_dir(),
@@ -106,7 +106,8 @@ def build_sanitized_extension(package: Path, path: str) -> None:
         return obj
 
     with ThreadPoolExecutor(os.cpu_count() or 1) as pool:
-        objs = list(pool.map(compile_one, sorted(glob.glob(str(ROOT / "csrc/*/*.c"))) + [str(generated)]))
+        sources = sorted(glob.glob(str(ROOT / "csrc/**/*.c"), recursive=True)) + [str(generated)]
+        objs = list(pool.map(compile_one, sources))
     (target,) = package.glob(f"_core_{path}.*so")
     link = subprocess.run([compiler, "-shared", *SANITIZE, *map(str, objs), "-o", str(target),
                            "-L", openblas.get_lib_dir(), "-l" + openblas.get_library(),

@@ -359,7 +359,7 @@ def test_gradients_match_torch_autograd(kind, cfg, dtype, rng, torch):
         grads_vs_torch(torch, tm, m, kind, x, hx, lengths, dtype, rng, f"{kind}/{scen}")
 
 
-# Hidden sizes the fused float32 kernels of csrc/rnn/rnn_fast.c take (multiples of 8 with AVX2,
+# Hidden sizes the fused float32 kernels of csrc/ops/rnn/rnn_fast.c take (multiples of 8 with AVX2,
 # of 16 with AVX-512; 24 takes the AVX2 kernels on an AVX-512 CPU), batches that are not a
 # multiple of their row tiles, lengths that make rows stop at different steps.
 FUSED_HIDDEN = [16, 24, 48, 64]

@@ -2,7 +2,7 @@
 decoder that attends over a grid of image features while it writes a
 caption. The whole teacher-forced sequence, forward and backward through
 time, and decoding (greedy or beam search, through the library's one search
-in csrc/core/search.c) run in C (csrc/captioner/captioner.c).
+in csrc/core/search.c) run in C (csrc/models/captioner/captioner.c).
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ intra-sentence attention adds (F alone sees one word, so it cannot tell
 unchanged.
 
 Everything is a composition of C operations through their pullbacks:
-attnc.nn.embedding, attnc.nn.linear, attnc.nn.relu (csrc/nn/pointwise.c),
+attnc.nn.embedding, attnc.nn.linear, attnc.nn.relu (csrc/ops/nn/pointwise.c),
 and attnc.attention with the "dot" score and padding masks (fully masked
 rows give zero weights, never NaN). The premise's and hypothesis's tokens go
 through the embedding, projection, F and G together as one batch of rows, so

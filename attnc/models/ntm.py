@@ -1,7 +1,7 @@
 """attnc.models.NTM: the Neural Turing Machine (Graves, Wayne & Danihelka
 2014) with Collier & Beel's (2018) clipping and memory initialisation. The
 whole sequence, forward and backward through time, runs in C
-(csrc/ntm/model.c), built from the addressing operations of ``attnc.ntm``.
+(csrc/models/ntm/model.c), built from the addressing operations of ``attnc.ntm``.
 """
 
 from __future__ import annotations

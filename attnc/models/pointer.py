@@ -5,7 +5,7 @@ attention over the inputs is itself the output distribution.
 Training composes C operations (attnc.nn.LSTM's time loops, the additive
 score of attnc.score, attnc.nn.log_softmax) and their C backward passes;
 constrained greedy and beam-search decoding runs in C
-(csrc/pointer/pointer.c, through the library's one search).
+(csrc/models/pointer/pointer.c, through the library's one search).
 """
 
 from __future__ import annotations

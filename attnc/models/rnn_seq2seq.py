@@ -4,7 +4,7 @@
 attention.
 
 The encoder is attnc.nn.LSTM; the decoder's loop over time runs in C, forward
-and backward (csrc/seq2seq), and so do greedy and beam decoding. Nothing runs
+and backward (csrc/models/seq2seq), and so do greedy and beam decoding. Nothing runs
 per time step in Python.
 """
 

@@ -1,6 +1,6 @@
 """attnc.nn.relu, attnc.nn.ReLU, attnc.nn.relu_dropout, attnc.nn.gelu and
 attnc.nn.GELU: max(x, 0) (and dropout after it) and GELU through the C
-pointwise kernel (csrc/nn/pointwise.c), with registered gradients."""
+pointwise kernel (csrc/ops/nn/pointwise.c), with registered gradients."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """attnc.nn.conv1d / conv2d and the modules Conv1d, Conv2d, CausalConv1d (in C:
-csrc/conv).
+csrc/ops/conv).
 
 A convolution here is torch's: a cross-correlation of (B, Cin, H, W) with a
 weight (Cout, Cin / groups, kH, kW), output channel o reading the input

@@ -1,4 +1,4 @@
-"""attnc.nn.decode: greedy and beam-search generation in C (csrc/transformer/decode.c)."""
+"""attnc.nn.decode: greedy and beam-search generation in C (csrc/ops/transformer/decode.c)."""
 
 from __future__ import annotations
 

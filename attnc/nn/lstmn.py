@@ -1,7 +1,7 @@
 """attnc.nn.LSTMN: the long short-term memory-network of Cheng, Dong & Lapata
 (2016), an LSTM that reads its own past hidden states by intra-attention.
 The whole sequence, forward and backward through time, runs in C
-(csrc/lstmn/lstmn.c)."""
+(csrc/models/lstmn/lstmn.c)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """attnc.nn.LSTM, GRU, LSTMCell, GRUCell: torch's recurrent modules (batch
-first), the whole sequence loop in C (csrc/rnn/rnn.c), forward and backward
+first), the whole sequence loop in C (csrc/ops/rnn/rnn.c), forward and backward
 through time."""
 
 from __future__ import annotations

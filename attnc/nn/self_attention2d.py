@@ -16,9 +16,9 @@ h has C/r channels as in the paper (W_h is C-bar x C, C-bar = C/8 there);
 SAGAN's released code gives h C/2 channels instead: with r = 2 for all three
 you get a wider value path, but f, g and h share one width here.
 
-In C: the three projections are one linear (csrc/nn/linear.c) over the N B
+In C: the three projections are one linear (csrc/ops/nn/linear.c) over the N B
 rows, the attention is attnc's fused scaled-dot-product kernel with scale 1
-(csrc/attention/flash.c), v one more linear; the backward chains their C
+(csrc/ops/attention/flash.c), v one more linear; the backward chains their C
 pullbacks. Positions are flattened row-major: position index = r W + c.
 """
 

@@ -1,6 +1,6 @@
 """attnc.nn.Transformer* : torch.nn's transformer modules (always batch first).
 
-Each layer's forward and backward run in C (csrc/transformer/layer.c) in one
+Each layer's forward and backward run in C (csrc/ops/transformer/layer.c) in one
 call; the stacks loop over their layers here and add the final norm. The
 parameters are those of the torch modules, named as in their state_dict().
 Masks keep torch's meanings (bool True = not allowed, float added).

@@ -68,7 +68,7 @@ attnc_status attnc_check_out(const attnc_tensor *t, const char *name);
 attnc_status attnc_check_dims(const attnc_tensor *t, const char *name, attnc_dtype dtype, int ndim,
                               int64_t *sizes, bool output);
 /* The same for a required, C-contiguous tensor: what the fused models
- * (csrc/seq2seq, captioner, ntm, pointer) take for every array. */
+ * (csrc/models/seq2seq, captioner, ntm, pointer) take for every array. */
 attnc_status attnc_check_array(const attnc_tensor *t, const char *name, attnc_dtype dtype, int ndim,
                                int64_t *sizes, bool output);
 /* attnc_check_array of a model's parameter (named label) or, when output, of

@@ -1,10 +1,10 @@
-/* test_captioner.h: C unit tests of csrc/captioner (included by test_core.c).
+/* test_captioner.h: C unit tests of csrc/models/captioner (included by test_core.c).
  * A tiny float64 captioner: the backward against central finite differences
  * of L = sum(logits * cl) + sum(alphas * ca) (+ sum(dlogp * log alpha_s) in
  * the hard mode with fixed locations), for every parameter and feature;
  * softmax rows summing to one; greedy and beam decoding against the
  * teacher-forced forward; and errors. */
-#include "../../csrc/captioner/captioner.h"
+#include "../../csrc/models/captioner/captioner.h"
 
 enum { CB = 2, CT = 3, CL = 3, CF = 2, CE = 2, CH = 3, CA = 2, CV = 4, CNP = 19 };
 

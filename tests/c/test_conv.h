@@ -1,4 +1,4 @@
-/* test_conv.h: C unit tests of csrc/conv/conv.c (included by test_core.c):
+/* test_conv.h: C unit tests of csrc/ops/conv/conv.c (included by test_core.c):
  * the forward against a direct loop (float64 and float32, asymmetric
  * padding, strides, dilations, groups, the 1x1 identity path), gradients against
  * central finite differences, thread-count independence, and refusals. */

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../csrc/attention/common.h"
+#include "../../csrc/ops/attention/common.h"
 #include "../../csrc/core/rng.h"
 #include "../../csrc/core/threads.h"
 #include "attnc.h"
@@ -1015,7 +1015,7 @@ static void test_rnn(void) {
     }
 }
 
-/* The float32 fused path (csrc/rnn/rnn_fast.c, taken when H is a multiple of
+/* The float32 fused path (csrc/ops/rnn/rnn_fast.c, taken when H is a multiple of
  * the vector width) against the float64 BLAS path, forward and backward, over
  * ragged rows, on two threads: bidirectional (the directions side by side),
  * and one direction shared by the threads, split by units (40 rows) and by

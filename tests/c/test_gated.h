@@ -1,4 +1,4 @@
-/* test_gated.h: C unit tests of csrc/nn/gated.c (included by test_core.c):
+/* test_gated.h: C unit tests of csrc/ops/nn/gated.c (included by test_core.c):
  * the gated activation tanh(a) sigmoid(b) against a plain loop (float64 and
  * float32, over several blocks and a ragged last one, saturated inputs
  * included), its backward against central differences, one missing output

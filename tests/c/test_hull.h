@@ -1,10 +1,10 @@
-/* test_hull.h: C unit tests of csrc/pointer/hull.c (included by test_core.c):
+/* test_hull.h: C unit tests of csrc/models/pointer/hull.c (included by test_core.c):
  * on uniform points and on a small integer grid (repeats and collinear
  * points, every cross product exact), each hull must be a strictly convex
  * counter-clockwise polygon of input points with every point on or left of
  * every edge, start at its lowest index and name repeats by their lowest
  * index; a square by hand; the same hulls with 1 and 2 threads; refusals. */
-#include "../../csrc/pointer/hull.h"
+#include "../../csrc/models/pointer/hull.h"
 
 static double hull_cross(const double *p, int64_t o, int64_t a, int64_t c) {
     return (p[2 * a] - p[2 * o]) * (p[2 * c + 1] - p[2 * o + 1]) -

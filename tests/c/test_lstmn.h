@@ -1,4 +1,4 @@
-/* test_lstmn.h: C unit tests of csrc/lstmn (included by test_core.c): the
+/* test_lstmn.h: C unit tests of csrc/models/lstmn (included by test_core.c): the
  * LSTMN's backward against float64 central finite differences of every
  * parameter and the input (with variable lengths), attention rows that sum
  * to one over the past, float32 against float64, thread-count bitwise

@@ -1,8 +1,8 @@
-/* test_ntm.h: C unit tests of csrc/ntm (included by test_core.c): float64
+/* test_ntm.h: C unit tests of csrc/models/ntm (included by test_core.c): float64
  * central finite differences of address, write and the whole NTM model,
  * the shift direction, and the model's refusals. */
-#include "../../csrc/ntm/model.h"
-#include "../../csrc/ntm/ntm.h"
+#include "../../csrc/models/ntm/model.h"
+#include "../../csrc/models/ntm/ntm.h"
 
 /* sum(out * cot) over n entries. */
 static double ntm_dot(const double *a, const double *b, size_t n) {

@@ -1,7 +1,7 @@
-/* test_pointer.h: C unit tests of csrc/pointer/pointer.c (included by
+/* test_pointer.h: C unit tests of csrc/models/pointer/pointer.c (included by
  * test_core.c): decoded sequences obey their constraint (greedy and beam,
  * ragged rows), and bad arguments are refused. */
-#include "../../csrc/pointer/pointer.h"
+#include "../../csrc/models/pointer/pointer.h"
 
 enum { PB = 3, PN = 4, PD = 2, PH = 5 };
 

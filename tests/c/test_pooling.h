@@ -1,4 +1,4 @@
-/* test_pooling.h: C unit tests of csrc/pooling/pooling.c (included by
+/* test_pooling.h: C unit tests of csrc/ops/pooling/pooling.c (included by
  * test_core.c): the forward against plain loops, every gradient against
  * central differences of the loss L = sum(dc . c) + sum(da . alpha), a fully
  * masked row (zeros, no NaN), thread-count independence, and refusals. */

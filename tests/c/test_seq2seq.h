@@ -1,4 +1,4 @@
-/* test_seq2seq.h: C unit tests of csrc/seq2seq (included by test_core.c):
+/* test_seq2seq.h: C unit tests of csrc/models/seq2seq (included by test_core.c):
  * the recurrent attention decoder's gradients against central finite
  * differences in float64 for an additive, a location and a predictive-local
  * kind, its argument checks, and greedy decoding against the teacher-forced

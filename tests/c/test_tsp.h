@@ -1,8 +1,8 @@
-/* test_tsp.h: C unit tests of csrc/pointer/tsp.c (included by test_core.c):
+/* test_tsp.h: C unit tests of csrc/models/pointer/tsp.c (included by test_core.c):
  * Held-Karp against brute force over all tours (n = 1..8), the canonical
  * form, 2-opt tours (valid, never shorter than the optimum), tour lengths
  * against a plain loop, thread-count independence, and the refusals. */
-#include "../../csrc/pointer/tsp.h"
+#include "../../csrc/models/pointer/tsp.h"
 
 static double tsp_dist(const double *p, int64_t i, int64_t j) {
     double dx = p[2 * i] - p[2 * j], dy = p[2 * i + 1] - p[2 * j + 1];

@@ -1,4 +1,4 @@
-"""The attention family (csrc/attention): scores, the masked softmax, soft,
+"""The attention family (csrc/ops/attention): scores, the masked softmax, soft,
 hard and local attention, the fused scaled-dot-product attention."""
 
 # attnc_score_params: the score's kind, scalars and parameters, flattened

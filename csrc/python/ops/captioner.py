@@ -1,7 +1,7 @@
-"""The show-attend-tell captioner's decoder (csrc/captioner): teacher-forced
+"""The show-attend-tell captioner's decoder (csrc/models/captioner): teacher-forced
 forward and backward through time, and decoding."""
 
-INCLUDES = ("../captioner/captioner.h",)
+INCLUDES = ("../models/captioner/captioner.h",)
 
 # attnc_captioner_params' members, in order (gate_w, gate_b absent without the gate)
 PARAMS = ("embedding", "init_h_w", "init_h_b", "init_c_w", "init_c_b", "att_feat_w", "att_feat_b", "att_hidden_w",

@@ -1,4 +1,4 @@
-"""2-d convolution (csrc/conv), torch's conv2d; conv1d is its H = 1 case."""
+"""2-d convolution (csrc/ops/conv), torch's conv2d; conv1d is its H = 1 case."""
 
 OPS = [
     op("conv2d_forward", "attnc_conv2d_forward",

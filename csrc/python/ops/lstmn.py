@@ -1,4 +1,4 @@
-"""The long short-term memory-network (csrc/lstmn): whole-sequence forward and
+"""The long short-term memory-network (csrc/models/lstmn): whole-sequence forward and
 backward."""
 
 # attnc_lstmn_params' members (bias absent: no bias)

@@ -1,4 +1,4 @@
-"""Layers (csrc/nn): linear, layer norm, embedding, cross-entropy, log-softmax,
+"""Layers (csrc/ops/nn): linear, layer norm, embedding, cross-entropy, log-softmax,
 the pointwise activations."""
 
 OPS = [
@@ -26,7 +26,7 @@ OPS = [
               i64("ignore_index", -100))),
     op("log_softmax_forward", "attnc_log_softmax_forward", out("output"), arr("input")),
     op("log_softmax_backward", "attnc_log_softmax_backward", out("dinput"), arr("doutput"), arr("output")),
-    # y = dropout(act(x)), csrc/nn/pointwise.c without its residual
+    # y = dropout(act(x)), csrc/ops/nn/pointwise.c without its residual
     op("activation_forward", "attnc_pointwise_forward",
        out("output"), arr("input"), absent(), enum("activation", "attnc_activation", 4), real("p", 0.0, lo=0, hi=1),
        u64("seed"), u64("stream")),

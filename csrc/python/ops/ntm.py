@@ -1,7 +1,7 @@
-"""The Neural Turing Machine (csrc/ntm): its addressing and memory operations
+"""The Neural Turing Machine (csrc/models/ntm): its addressing and memory operations
 (ntm.h) and the whole model's forward and backward through time (model.h)."""
 
-INCLUDES = ("../ntm/ntm.h", "../ntm/model.h")
+INCLUDES = ("../models/ntm/ntm.h", "../models/ntm/model.h")
 
 # attnc_ntm_address_args' members: the addressing pipeline's inputs
 ADDRESS = ("key", "beta", "g", "s", "gamma", "w_prev", "memory")

@@ -1,4 +1,4 @@
-"""The optimisers' fused updates (csrc/optim)."""
+"""The optimisers' fused updates (csrc/ops/optim)."""
 
 OPS = [
     op("adam_step", "attnc_adam_step",

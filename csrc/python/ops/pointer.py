@@ -1,8 +1,8 @@
 """The pointer network's constrained greedy and beam-search decoding
-(csrc/pointer/pointer.h; attnc.models.PointerNet.generate), and the check of
+(csrc/models/pointer/pointer.h; attnc.models.PointerNet.generate), and the check of
 its lengths the model's training forward asks for."""
 
-INCLUDES = ["../pointer/pointer.h"]
+INCLUDES = ["../models/pointer/pointer.h"]
 
 OPS = [
     op("pointer_decode", "attnc_pointer_decode",

@@ -1,4 +1,4 @@
-"""Attention pooling (csrc/pooling)."""
+"""Attention pooling (csrc/ops/pooling)."""
 
 OPS = [
     op("attention_pool_forward", "attnc_attention_pool_forward",

@@ -1,4 +1,4 @@
-"""Recurrent layers (csrc/rnn): LSTM and GRU over whole sequences, forward
+"""Recurrent layers (csrc/ops/rnn): LSTM and GRU over whole sequences, forward
 and backward through time."""
 
 # attnc_rnn_weights, one dict per layer and direction (l D + d).

@@ -1,4 +1,4 @@
-"""The recurrent encoder-decoder's decoder (csrc/seq2seq): Bahdanau and Luong
+"""The recurrent encoder-decoder's decoder (csrc/models/seq2seq): Bahdanau and Luong
 attention, teacher-forced forward and backward through time, and decoding."""
 
 # attnc_s2s_weights' members, in order (absent when the kind has no use for them)

@@ -1,4 +1,4 @@
-"""Transformer layers (csrc/transformer): a layer's forward and backward, the
+"""Transformer layers (csrc/ops/transformer): a layer's forward and backward, the
 sizes of their buffers, and greedy / beam-search decoding over a stack."""
 
 # attnc_layer_params' members by their C paths (attnc.nn.transformer maps them

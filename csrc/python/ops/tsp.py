@@ -1,8 +1,8 @@
-"""The planar problems of attnc.datasets (csrc/pointer/tsp.h, hull.h): exact
+"""The planar problems of attnc.datasets (csrc/models/pointer/tsp.h, hull.h): exact
 and heuristic TSP tours, tour lengths and convex hulls. points (B, n, 2)
 float64; the outputs C-contiguous, written in place."""
 
-INCLUDES = ["../pointer/hull.h", "../pointer/tsp.h"]
+INCLUDES = ["../models/pointer/hull.h", "../models/pointer/tsp.h"]
 
 OPS = [
     op("tsp_held_karp", "attnc_tsp_held_karp", out("tours"), out("lengths"), arr("points"),
