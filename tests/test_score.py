@@ -293,7 +293,7 @@ def test_score_nan_propagates(kind, rng, score_params):
 
 def _recomputing(kwargs):
     """A backward's keyword arguments without the saved projections: it recomputes them."""
-    return {**kwargs, "projections": None, "projections_ready": False}
+    return {**kwargs, "params": {**kwargs["params"], "projections": None, "projections_ready": False}}
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -351,4 +351,4 @@ def test_projections_buffer_is_checked(rng):
             (np.empty(300)[::2], ValueError, "projections must be a contiguous vector"),
             (np.empty(147, np.float32), TypeError, "projections")):
         with pytest.raises(error, match=message):
-            _core.score_forward(scores=out, query=inp.query, keys=inp.keys, **{**params, "projections": projections})
+            _core.score_forward(scores=out, query=inp.query, keys=inp.keys, params={**params, "projections": projections})

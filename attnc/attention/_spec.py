@@ -226,7 +226,7 @@ class Score:
                if name not in ("beta", "scale", "bandwidth")}
         dbeta = inp.empty(inp.tq) if "beta" in self.shapes else None
         dparams = out if dbeta is None else {**out, "beta": dbeta}
-        kwargs = {**self.c_saved, "dparams": dparams, "want_scale": "scale" in self.shapes,
+        kwargs = {"params": self.c_saved, "dparams": dparams, "want_scale": "scale" in self.shapes,
                   "want_bandwidth": "bandwidth" in self.shapes}
 
         def finish(scalars):
@@ -242,11 +242,12 @@ class Score:
 
 
 def sdpa_options(scale: float, *, attn_mask=None, key_padding_mask=None, causal=False, causal_offset=0,
-                 dropout_p=0.0, seed=None) -> dict:
-    """The fused kernel's options, the keyword arguments of sdpa_forward and
-    sdpa_backward (attnc_sdpa_options by member name). The masks as the
+                 dropout_p=0.0, seed=None, average_heads=False) -> dict:
+    """The fused kernel's options, the ``options`` dict of sdpa_forward and
+    sdpa_backward (attnc_sdpa_options by member name; one dict, read in C by
+    interned keys, rather than keywords merged into every call). The masks as the
     kernel takes them (bool, True = takes part; or float, added to the
     scores); the dropout's seed drawn from ``seed`` only when there is dropout."""
     return {"attn_mask": attn_mask, "key_padding_mask": key_padding_mask, "causal": bool(causal),
             "causal_offset": causal_offset, "scale": float(scale), "dropout_p": float(dropout_p),
-            "seed": seed_bits(seed) if dropout_p else 0}
+            "seed": seed_bits(seed) if dropout_p else 0, "average_heads": bool(average_heads)}

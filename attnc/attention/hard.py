@@ -28,7 +28,7 @@ def _forward(query, keys, values=None, *, mode="argmax", temperature=1.0, seed=N
     context, weights = inp.empty(inp.tq, inp.dv), inp.empty(inp.tq, inp.tk)
     indices = inp.empty(inp.tq, dtype="int64")
     _core.hard_attention_forward(context=context, weights=weights, indices=indices, query=inp.query, keys=inp.keys,
-                                 values=inp.values, **sc.c, **opts)
+                                 values=inp.values, params=sc.c, **opts)
     return (context, weights, indices), (inp, sc, opts, indices)
 
 

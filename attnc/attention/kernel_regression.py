@@ -27,7 +27,7 @@ def _forward(x_query, x_train, y_train, *, bandwidth=1.0):
     inp = Inputs(*(a if a.ndim == 2 else a[:, None] for a in (xq, xt, yt)), names=NAMES)
     sc = Score("gaussian", {"bandwidth": bandwidth}, inp)
     y, weights = inp.empty(inp.tq, inp.dv), inp.empty(inp.tq, inp.tk)
-    _core.attention_forward(context=y, weights=weights, query=inp.query, keys=inp.keys, values=inp.values, **sc.c)
+    _core.attention_forward(context=y, weights=weights, query=inp.query, keys=inp.keys, values=inp.values, params=sc.c)
     y_pred = y.reshape(-1) if yt.ndim == 1 else y
     return (y_pred, weights), (inp, sc, weights, shapes)
 

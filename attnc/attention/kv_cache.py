@@ -150,7 +150,7 @@ def _attend_forward(cache: KVCache, query, *, scale=None, return_weights=False):
     out = np.empty((b, h, t, v.shape[3]), q.dtype)
     lse = np.empty((b, h, t), q.dtype)
     weights = np.empty((b, h, t, length), q.dtype) if return_weights else None
-    _core.sdpa_forward(output=out, lse=lse, weights=weights, query=q, key=k, value=v, **options)
+    _core.sdpa_forward(output=out, lse=lse, weights=weights, query=q, key=k, value=v, options=options)
     # The pullback must see the cache as it was: keep copies of the keys and values.
     saved = (options, q, k.copy(), v.copy(), out, lse)
     return ((out, weights) if return_weights else out), saved
@@ -164,7 +164,7 @@ def _attend_backward(saved, cotangents):
         dout = np.zeros(out.shape, out.dtype)
     dq, dk, dv = np.empty_like(q), np.empty_like(k), np.empty_like(v)
     _core.sdpa_backward(dquery=dq, dkey=dk, dvalue=dv, doutput=blas_ready(dout), dweights=dweights, query=q, key=k,
-                        value=v, output=out, lse=lse, **options)
+                        value=v, output=out, lse=lse, options=options)
     return {"query": dq, "keys": dk, "values": dv}
 
 

@@ -85,7 +85,7 @@ def _forward(query, keys, values=None, *, window, mode="monotonic", positions=No
             "positions": pos, "w_p": wp, "v_p": vp}
     context, weights, out_pos = inp.empty(inp.tq, inp.dv), inp.empty(inp.tq, inp.tk), inp.empty(inp.tq)
     _core.local_attention_forward(context=context, weights=weights, positions_out=out_pos, query=inp.query,
-                                  keys=inp.keys, values=inp.values, **sc.c, **opts)
+                                  keys=inp.keys, values=inp.values, params=sc.c, **opts)
     return (context, weights, out_pos), (inp, sc, opts, weights, out_pos, pos_info)
 
 

@@ -140,16 +140,15 @@ def _forward(query, key, value, num_heads, in_proj_weight, in_proj_bias, out_pro
     # is_causal promises that attn_mask is the causal mask: the kernel then also
     # skips the tiles above the diagonal. Not with appended keys: those stay
     # visible to every query, as the padded attn_mask says.
+    average = bool(need_weights and average_attn_weights)
     options = sdpa_options(default_scale(hd), attn_mask=masks[0], key_padding_mask=masks[1],
-                           causal=is_causal and extra == 0, dropout_p=dropout_p, seed=seed)
+                           causal=is_causal and extra == 0, dropout_p=dropout_p, seed=seed, average_heads=average)
 
     attn = np.empty((B, L, E), dtype)
     lse = np.empty((B, H, L), dtype)
-    average = bool(need_weights and average_attn_weights)
     weights = np.empty((B, L, S2) if average else (B, H, L, S2), dtype) if need_weights else None
     qh, kh, vh = heads(q), heads(k), heads(v)
-    _core.sdpa_forward(output=heads(attn), lse=lse, weights=weights, query=qh, key=kh, value=vh,
-                       average_heads=average, **options)
+    _core.sdpa_forward(output=heads(attn), lse=lse, weights=weights, query=qh, key=kh, value=vh, options=options)
     attn2 = attn.reshape(B * L, E)
     out = linear_rows(attn2, wo, bo).reshape(B, L, E)
     unbatch = (lambda a: a) if batched else (lambda a: None if a is None else a[0])
@@ -184,7 +183,7 @@ def _backward(s, cotangents):
     dmask = np.zeros((B, H, L, S2), dtype) if float_masks else None
     _core.sdpa_backward(dquery=heads(dq), dkey=heads(dk), dvalue=heads(dv), dmask=dmask,
                         doutput=heads(dattn2.reshape(B, L, E)), dweights=dweights, query=s["qh"], key=s["kh"],
-                        value=s["vh"], output=heads(s["attn"]), lse=s["lse"], **s["options"])
+                        value=s["vh"], output=heads(s["attn"]), lse=s["lse"], options=s["options"])
     for name in float_masks:
         orig, shape = s["mask_args"][name]
         g = dmask[..., :S]

@@ -12,7 +12,7 @@ def _forward(query, keys, *, score="dot", **params):
     inp = Inputs(query, keys)
     sc = Score(score, params, inp)
     out = inp.empty(inp.tq, inp.tk)
-    _core.score_forward(scores=out, query=inp.query, keys=inp.keys, **sc.c)
+    _core.score_forward(scores=out, query=inp.query, keys=inp.keys, params=sc.c)
     return out, (inp, sc)
 
 

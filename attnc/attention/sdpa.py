@@ -126,7 +126,7 @@ def _forward(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, 
     out = np.empty(batch + (h, L, Ev), dtype)
     lse = np.empty(batch + (h, L), dtype)
     weights = np.empty(batch + (h, L, S), dtype) if return_weights else None
-    _core.sdpa_forward(output=out, lse=lse, weights=weights, query=q, key=k, value=v, **options)
+    _core.sdpa_forward(output=out, lse=lse, weights=weights, query=q, key=k, value=v, options=options)
     unhead = (lambda a: a[0]) if layout[2] else (lambda a: a)
     outputs = (unhead(out), unhead(weights)) if return_weights else unhead(out)
     saved = (options, q, k, v, out, lse, layout, mask_arg)
@@ -146,7 +146,7 @@ def _backward(saved, cotangents):
     float_mask = mask_arg is not None and mask_arg.dtype != np.bool_
     dmask = np.zeros(lse.shape + (k.shape[-2],), q.dtype) if float_mask else None
     _core.sdpa_backward(dquery=dq, dkey=dk, dvalue=dv, dmask=dmask, doutput=blas_ready(dout), dweights=dweights,
-                        query=q, key=k, value=v, output=out, lse=lse, **options)
+                        query=q, key=k, value=v, output=out, lse=lse, options=options)
     grads = _argument_grads((dq, dk, dv), layout)
     if float_mask:
         grads["attn_mask"] = unbroadcast(dmask, mask_arg.shape)

@@ -15,7 +15,7 @@ def _forward(query, keys, values=None, *, score="dot", mask=None, key_lengths=No
     m, kl = mask_arrays(mask, key_lengths, inp.batch, inp.tq, inp.tk)
     context, weights = inp.empty(inp.tq, inp.dv), inp.empty(inp.tq, inp.tk)
     _core.attention_forward(context=context, weights=weights, query=inp.query, keys=inp.keys, values=inp.values,
-                            mask=m, key_lengths=kl, causal=bool(causal), **sc.c)
+                            mask=m, key_lengths=kl, causal=bool(causal), params=sc.c)
     return (context, weights), (inp, sc, weights)
 
 

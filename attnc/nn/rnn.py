@@ -4,6 +4,7 @@ through time."""
 
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 
@@ -55,15 +56,16 @@ class _RNNBase(Module, abstract=True):
     def _suffixes(self):
         return ("", "_reverse") if self.bidirectional else ("",)
 
+    @functools.cached_property
     def _weight_names(self):
-        """Per layer and direction, attnc_rnn_weights' members -> parameter names."""
+        """Per layer and direction, attnc_rnn_weights' members -> parameter names (fixed at construction)."""
         return [{w: f"{w}_l{layer}{suffix}" for w in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")}
                 for layer in range(self.num_layers) for suffix in self._suffixes]
 
     def _weights(self):
         """The weights as the C layer takes them: a dict per layer and direction, None for an absent bias."""
         p = self._parameters
-        return [{w: p.get(n) for w, n in names.items()} for names in self._weight_names()]
+        return [{w: p.get(n) for w, n in names.items()} for names in self._weight_names]
 
     def _rnn_config(self, training):
         """attnc_rnn_config by member: the keywords of the C calls."""
@@ -132,7 +134,7 @@ class _RNNBase(Module, abstract=True):
                            dc_n=ready(dc_n), saved=saved, input=x, lengths=lens, h0=h0, c0=c0, weights=weights,
                            **config)
         named = {}
-        for names, gs in zip(self._weight_names(), grads):
+        for names, gs in zip(self._weight_names, grads):
             named.update({names[k]: g for k, g in gs.items() if g is not None})
         return dx, dh0, dc0, named
 

@@ -162,12 +162,14 @@ static int wrong_type(const char *name, const char *expected, PyObject *value) {
     return 0;
 }
 
-int args_dict(PyObject *value, const char *name, const char *const *fields, int n, PyObject **values) {
+int args_dict(PyObject *value, const char *name, const char *const *fields, PyObject *const *keys, int n,
+              PyObject **values) {
     if (defaulted(value, name, 0)) return 0;
     if (!PyDict_Check(value)) return wrong_type(name, "dict", value);
     Py_ssize_t found = 0;
     for (int i = 0; i < n; i++) {
-        values[i] = PyDict_GetItemString(value, fields[i]); /* borrowed */
+        values[i] = PyDict_GetItemWithError(value, keys[i]); /* borrowed; an interned key hashes nothing */
+        if (!values[i] && PyErr_Occurred()) return 0;
         found += values[i] != NULL;
     }
     if (found == PyDict_Size(value)) return 1;

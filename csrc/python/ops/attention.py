@@ -1,12 +1,12 @@
 """The attention family (csrc/ops/attention): scores, the masked softmax, soft,
 hard and local attention, the fused scaled-dot-product attention."""
 
-# attnc_score_params: the score's kind, scalars and parameters, flattened
-# (the kind and the parameters' arrays go by the C member names).
+# attnc_score_params: the score's kind, scalars and parameters, a dict
+# `params` keyed by the C member names (built once per call, in _spec.Score).
 PARAMS = struct("attnc_score_params",
                 enum("kind", "attnc_score_kind", 7), real("scale", 1.0), real("bandwidth", 1.0),
                 real("beta_scalar", 1.0), arr("weight"), arr("w_query"), arr("w_key"), arr("v"), arr("beta"),
-                out("projections"), flag("projections_ready"))
+                out("projections"), flag("projections_ready"), name="params")
 # attnc_score_grads: a dict sharing the parameters' names; the two scalar
 # gradients come back as the call's result when wanted.
 DPARAMS = struct("attnc_score_grads",
@@ -19,7 +19,8 @@ LOCAL = struct("attnc_local_options",
                enum("mode", "attnc_local_mode", 2), real("window"), arr("positions"), arr("w_p"), arr("v_p"))
 SDPA = struct("attnc_sdpa_options",
               arr("attn_mask", field="masks[0]"), arr("key_padding_mask", field="masks[1]"), flag("causal"),
-              i64("causal_offset", 0), real("scale"), real("dropout_p", 0.0), u64("seed"), flag("average_heads"))
+              i64("causal_offset", 0), real("scale"), real("dropout_p", 0.0), u64("seed"), flag("average_heads"),
+              name="options")
 
 OPS = [
     op("score_forward", "attnc_score_forward", out("scores"), arr("query"), arr("keys"), PARAMS),
