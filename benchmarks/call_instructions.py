@@ -27,6 +27,7 @@ import tempfile
 
 N = 100
 MARKER = "math_gcd"  # the C function behind math.gcd, which the calls never use
+CHILD = "ATTNC_CALL_INSTRUCTIONS_CHILD"  # set in the measured process: it runs the calls, never measures
 
 
 def calls():
@@ -82,8 +83,9 @@ def measure(tree: str) -> dict:
     """name -> instructions per call, with `tree`'s attnc."""
     with tempfile.TemporaryDirectory() as out:
         run = subprocess.run(["valgrind", "--tool=callgrind", f"--dump-before={MARKER}",
-                              f"--callgrind-out-file={out}/cg.%p", sys.executable, os.path.abspath(__file__), "--child"],
-                             env=dict(os.environ, PYTHONPATH=tree), cwd=out, capture_output=True, text=True)
+                              f"--callgrind-out-file={out}/cg.%p", sys.executable, os.path.abspath(__file__)],
+                             env=dict(os.environ, PYTHONPATH=tree, **{CHILD: "1"}), cwd=out, capture_output=True,
+                             text=True)
         if run.returncode:
             raise SystemExit(f"callgrind failed with {tree}:\n{run.stderr[-3000:]}")
         names = json.loads(run.stdout.strip().splitlines()[-1])
@@ -94,12 +96,11 @@ def measure(tree: str) -> dict:
 
 
 def main():
+    if os.environ.get(CHILD):  # this file run by measure(), under callgrind
+        return child()
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--against", required=True, help="another checkout of attnc, built in place")
-    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
-    args = ap.parse_args(["--against", "-"] if "--child" in sys.argv else None)
-    if args.child:
-        return child()
+    args = ap.parse_args()
     if not shutil.which("valgrind"):
         raise SystemExit("needs valgrind (apt-get install valgrind)")
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
