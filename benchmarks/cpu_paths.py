@@ -189,6 +189,7 @@ def main(argv=None) -> None:
           + "".join(f"{geo[label]:16.2f}" for label in labels[1:]))
     if args.json:
         Path(args.json).write_text(json.dumps({"threads": args.threads, "rounds": args.rounds, "ms": ms,
+                                               "environment": {"machine": machine.describe(attnc)},
                                                "speedup_over_baseline": geo}, indent=1))
 
 

@@ -42,9 +42,21 @@ def cpu_model() -> str:
     return name
 
 
+def load_average() -> list | None:
+    """The 1-, 5- and 15-minute load averages: how busy the machine was (the
+    timings of a shared machine depend on it)."""
+    try:
+        return list(os.getloadavg())
+    except (AttributeError, OSError):
+        return None
+
+
 def describe(attnc) -> dict:
     return {
         "cpu": cpu_model(),
+        "cpus": os.cpu_count(),
+        "kernel": f"{platform.system()} {platform.release()}",
+        "load_average": load_average(),
         "attnc_simd": attnc._core.simd_path() if attnc is not None else None,
         "attnc_blas": attnc.blas_info() if attnc is not None else None,
         "numpy_blas": [f"{lib.internal_api} {lib.version} {lib.architecture}" for lib in numpy_blas(attnc)],
@@ -55,5 +67,6 @@ def describe(attnc) -> dict:
 def line(attnc) -> str:
     m = describe(attnc)
     env = ", ".join(f"{k}={v}" for k, v in m["environment"].items() if v is not None) or "none set"
-    return (f"CPU: {m['cpu']}; attnc: SIMD path {m['attnc_simd']}, {m['attnc_blas']}; "
+    load = "/".join(f"{x:.2f}" for x in m["load_average"]) if m["load_average"] else "unknown"
+    return (f"CPU: {m['cpu']}, {m['cpus']} CPUs; kernel {m['kernel']}; load average {load}; attnc: SIMD path {m['attnc_simd']}, {m['attnc_blas']}; "
             f"numpy's BLAS: {'; '.join(m['numpy_blas']) or '(none found)'}; OpenBLAS variables: {env}")
