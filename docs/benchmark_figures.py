@@ -50,11 +50,12 @@ def describe(name: str, data: dict) -> str:
     cpus = m.get("cpus") or data.get("environment", {}).get("cpu_count")
     load_text = ("/".join(f"{x:.2f}" for x in load) + " (1/5/15 min)" if load and len(load) == 3
                  else f"{load[0]:.2f} (1 min)" if load else "not recorded")
-    quick = data.get("config", {}).get("quick")
+    quick = data.get("config", data).get("quick")
+    kind = {True: "a `--quick` run: tiny sizes and few repeats", False: "a full run"}.get(quick, "quick or full not recorded")
     busy = load and cpus and load[0] > 0.5 * cpus
     lines = [
         f"From `benchmarks/results/{name}.json`"
-        f" ({'a `--quick` run: tiny sizes and few repeats' if quick else 'a full run'}"
+        f" ({kind}"
         f"{', attnc ' + str(data['environment']['attnc_git'])[:10] if data.get('environment', {}).get('attnc_git') else ''}):",
         "",
         "| | |", "|---|---|",
