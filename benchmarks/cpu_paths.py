@@ -188,7 +188,8 @@ def main(argv=None) -> None:
     print(f"{'geometric mean speed-up over ' + base:40s}" + " " * 15 * len(labels)
           + "".join(f"{geo[label]:16.2f}" for label in labels[1:]))
     if args.json:
-        Path(args.json).write_text(json.dumps({"threads": args.threads, "rounds": args.rounds, "quick": args.quick, "ms": ms,
+        Path(args.json).write_text(json.dumps({"threads": args.threads, "rounds": args.rounds, "quick": args.quick,
+                                               "ms": ms,
                                                "environment": {"machine": machine.describe(attnc)},
                                                "speedup_over_baseline": geo}, indent=1))
 

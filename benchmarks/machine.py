@@ -68,5 +68,6 @@ def line(attnc) -> str:
     m = describe(attnc)
     env = ", ".join(f"{k}={v}" for k, v in m["environment"].items() if v is not None) or "none set"
     load = "/".join(f"{x:.2f}" for x in m["load_average"]) if m["load_average"] else "unknown"
-    return (f"CPU: {m['cpu']}, {m['cpus']} CPUs; kernel {m['kernel']}; load average {load}; attnc: SIMD path {m['attnc_simd']}, {m['attnc_blas']}; "
+    return (f"CPU: {m['cpu']}, {m['cpus']} CPUs; kernel {m['kernel']}; load average {load}; "
+            f"attnc: SIMD path {m['attnc_simd']}, {m['attnc_blas']}; "
             f"numpy's BLAS: {'; '.join(m['numpy_blas']) or '(none found)'}; OpenBLAS variables: {env}")

@@ -18,7 +18,7 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.pyplot as plt
 
 MARKER = re.compile(r"^<!-- benchmark: (\w+) -->$", re.MULTILINE)
 FAMILY = ("transformer", "rnn", "seq2seq", "ntm", "pointer")  # transformer.finish's "summary" layout
@@ -48,17 +48,24 @@ def describe(name: str, data: dict) -> str:
     m = machine_of(data)
     load = m.get("load_average")
     cpus = m.get("cpus") or data.get("environment", {}).get("cpu_count")
-    load_text = ("/".join(f"{x:.2f}" for x in load) + " (1/5/15 min)" if load and len(load) == 3
-                 else f"{load[0]:.2f} (1 min)" if load else "not recorded")
+    load_text = (
+        "/".join(f"{x:.2f}" for x in load) + " (1/5/15 min)"
+        if load and len(load) == 3
+        else f"{load[0]:.2f} (1 min)"
+        if load
+        else "not recorded"
+    )
     quick = data.get("config", data).get("quick")
-    kind = {True: "a `--quick` run: tiny sizes and few repeats", False: "a full run"}.get(quick, "quick or full not recorded")
+    kind = {True: "a `--quick` run: tiny sizes and few repeats", False: "a full run"}.get(
+        quick, "quick or full not recorded"
+    )
     busy = load and cpus and load[0] > 0.5 * cpus
+    git = data.get("environment", {}).get("attnc_git")
     lines = [
-        f"From `benchmarks/results/{name}.json`"
-        f" ({kind}"
-        f"{', attnc ' + str(data['environment']['attnc_git'])[:10] if data.get('environment', {}).get('attnc_git') else ''}):",
+        f"From `benchmarks/results/{name}.json` ({kind}{f', attnc {str(git)[:10]}' if git else ''}):",
         "",
-        "| | |", "|---|---|",
+        "| | |",
+        "|---|---|",
         f"| CPU | {m.get('cpu', 'not recorded')}, {cpus or '?'} CPUs |",
         f"| kernel | {m.get('kernel') or data.get('environment', {}).get('platform', 'not recorded')} |",
         f"| load average at the start | {load_text} |",
@@ -67,10 +74,13 @@ def describe(name: str, data: dict) -> str:
         "",
     ]
     if busy:
-        lines += ["!!! warning \"A busy machine\"",
-                  f"    The load average was {load[0]:.1f} on {cpus} CPUs when this run started: other "
-                  "processes had the cores, so its timings (torch's most of all: its OpenMP workers spin "
-                  "when descheduled) say little about either library's speed.", ""]
+        lines += [
+            '!!! warning "A busy machine"',
+            f"    The load average was {load[0]:.1f} on {cpus} CPUs when this run started: other "
+            "processes had the cores, so its timings (torch's most of all: its OpenMP workers spin "
+            "when descheduled) say little about either library's speed.",
+            "",
+        ]
     return "\n".join(lines)
 
 
@@ -128,8 +138,12 @@ def figure(name: str, data: dict) -> bytes:
         fig, ax = plt.subplots(figsize=(7, 0.45 * len(rows) + 1.2), dpi=110)
         width = 0.8 / len(paths)
         for i, p in enumerate(paths):
-            ax.barh([k + (i - (len(paths) - 1) / 2) * width for k in range(len(rows))],
-                    [r[1 + i] for r in rows], height=width, label=p)
+            ax.barh(
+                [k + (i - (len(paths) - 1) / 2) * width for k in range(len(rows))],
+                [r[1 + i] for r in rows],
+                height=width,
+                label=p,
+            )
         ax.set_yticks(range(len(rows)), [r[0] for r in rows], fontsize=8)
         ax.invert_yaxis()
         ax.set_xlabel("ms (median; lower is faster)")
@@ -175,6 +189,9 @@ def expand(markdown: str, results: Path, prefix: str = "") -> str:
     def block(match):
         name = match.group(1)
         data = load(results, name)
-        return (f"{describe(name, data)}\n![benchmarks/{name}.py, drawn from its JSON]({prefix}bench/{name}.png)\n\n"
-                f"{table(name, data)}\n")
+        return (
+            f"{describe(name, data)}\n![benchmarks/{name}.py, drawn from its JSON]({prefix}bench/{name}.png)\n\n"
+            f"{table(name, data)}\n"
+        )
+
     return MARKER.sub(block, markdown)

@@ -24,9 +24,15 @@ def notes_after_lists(text: str) -> str:
     for i, line in enumerate(lines):
         if i + 1 < len(lines) and re.fullmatch(r"\s*-{3,}\s*", lines[i + 1]) and line.strip():
             section = line.strip().lower()
-        elif (section in LISTS and i and not lines[i - 1].strip() and line.strip()
-              and not line[:1].isspace() and not ITEM.match(line)
-              and not (i + 1 < len(lines) and re.fullmatch(r"-{3,}", lines[i + 1].strip()))):
+        elif (
+            section in LISTS
+            and i
+            and not lines[i - 1].strip()
+            and line.strip()
+            and not line[:1].isspace()
+            and not ITEM.match(line)
+            and not (i + 1 < len(lines) and re.fullmatch(r"-{3,}", lines[i + 1].strip()))
+        ):
             out += ["Notes", "-----"]
             section = "notes"
         out.append(line)

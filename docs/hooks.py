@@ -20,7 +20,7 @@ from mkdocs.structure.files import File
 ROOT = Path(__file__).resolve().parents[1]
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import benchmark_figures  # noqa: E402  (docs/benchmark_figures.py)
+import benchmark_figures  # noqa: E402  (docs/benchmark_figures.py, found through sys.path above)
 from site_sources import outside_pages  # noqa: E402  (docs/site_sources.py)
 
 
@@ -28,8 +28,9 @@ from site_sources import outside_pages  # noqa: E402  (docs/site_sources.py)
 def on_files(files, config):
     for uri, source in outside_pages(ROOT).items():
         if source.suffix == ".ipynb":  # a File of its own: mkdocs-jupyter converts those
-            files.append(File(str(source.relative_to(ROOT)), str(ROOT), config["site_dir"],
-                              config["use_directory_urls"]))
+            files.append(
+                File(str(source.relative_to(ROOT)), str(ROOT), config["site_dir"], config["use_directory_urls"])
+            )
         else:
             files.append(File.generated(config, uri, abs_src_path=str(source)))
     pages = [path.read_text() for path in Path(config["docs_dir"]).rglob("*.md")]

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import io
+import itertools
 import re
 from pathlib import Path
 
@@ -40,9 +41,9 @@ def code_blocks(path: Path):
             continue
         end = next(j for j in range(i + 1, len(lines)) if lines[j].startswith("```"))
         reason = NOT_RUN.search(lines[i - 1]) if i else None
-        blocks.append([i + 1, m.group(1), "\n".join(lines[i + 1:end]), reason and reason.group(1), None])
+        blocks.append([i + 1, m.group(1), "\n".join(lines[i + 1 : end]), reason and reason.group(1), None])
         i = end + 1
-    for block, following in zip(blocks, blocks[1:]):
+    for block, following in itertools.pairwise(blocks):
         # a plain block right after a Python block is what it prints
         if block[1] == "python" and following[1] == "" and following[0] == block[0] + block[2].count("\n") + 3:
             block[4] = following[2]
@@ -61,8 +62,9 @@ def test_pages_exist_and_have_examples():
     assert sum(reason is None for *_, reason, _ in BLOCKS) >= 10
 
 
-@pytest.mark.parametrize("page,line,lang,code,reason,expected", BLOCKS,
-                         ids=[f"{b[0].relative_to(ROOT)}:{b[1]}" for b in BLOCKS])
+@pytest.mark.parametrize(
+    "page,line,lang,code,reason,expected", BLOCKS, ids=[f"{b[0].relative_to(ROOT)}:{b[1]}" for b in BLOCKS]
+)
 def test_code_block_runs(page, line, lang, code, reason, expected, tmp_path, monkeypatch, request):
     if reason is not None:
         assert len(reason) > 10, f"{page}:{line}: say why the block is not run"
@@ -80,8 +82,9 @@ def test_code_block_runs(page, line, lang, code, reason, expected, tmp_path, mon
         exec(compile(code, f"{page}:{line}", "exec"), {"__name__": "__docs__"})
     plt.close("all")
     if expected is not None:
-        assert out.getvalue().split() == expected.split(), \
+        assert out.getvalue().split() == expected.split(), (
             f"{page}:{line} printed:\n{out.getvalue()}\nthe page says:\n{expected}"
+        )
 
 
 def site_pages() -> set[Path]:
@@ -108,9 +111,15 @@ def test_relative_links_name_existing_files():
 def test_a_failing_block_fails(tmp_path):
     """The runner itself can fail: a block whose output differs from its page's."""
     page = tmp_path / "page.md"
-    page.write_text("```python\nprint(1 + 1)\n```\n```\n3\n```\n<!-- not run: needs a GPU cluster -->\n"
-                    "```python\nraise SystemExit\n```\n")
-    (_, _, code, _, expected), _, (_, _, _, reason, _), = code_blocks(page)
+    page.write_text(
+        "```python\nprint(1 + 1)\n```\n```\n3\n```\n<!-- not run: needs a GPU cluster -->\n"
+        "```python\nraise SystemExit\n```\n"
+    )
+    (
+        (_, _, code, _, expected),
+        _,
+        (_, _, _, reason, _),
+    ) = code_blocks(page)
     assert expected == "3" and reason == "needs a GPU cluster"
     out = io.StringIO()
     with contextlib.redirect_stdout(out):

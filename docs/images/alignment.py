@@ -12,12 +12,12 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.pyplot as plt
 
-import attnc  # noqa: E402
-import attnc.models  # noqa: E402
-import attnc.plot  # noqa: E402
-from attnc.datasets import dates  # noqa: E402
+import attnc
+import attnc.models
+import attnc.plot
+from attnc.datasets import dates
 
 OUT = Path(__file__).with_suffix(".png")
 
@@ -43,8 +43,13 @@ def main():
     n = int(b.src_lengths[0])
     words = [task.tgt_vocab.tokens[t] for t in tokens[0]]
     fig, ax = plt.subplots(figsize=(9, 4.2), dpi=150)
-    attnc.plot.alignment(alignments[0, :len(words), :n], list(test.sources[i]), words, ax=ax,
-                         title=f"Bahdanau attention: {test.sources[i]!r} -> {''.join(w for w in words if len(w) == 1)!r}")
+    attnc.plot.alignment(
+        alignments[0, : len(words), :n],
+        list(test.sources[i]),
+        words,
+        ax=ax,
+        title=f"Bahdanau attention: {test.sources[i]!r} -> {''.join(w for w in words if len(w) == 1)!r}",
+    )
     fig.tight_layout()
     fig.savefig(OUT)
     print(f"wrote {OUT}")
