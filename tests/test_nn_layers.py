@@ -776,7 +776,7 @@ def test_cross_entropy_errors(rng):
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=DT_IDS)
 def test_strided_logits_and_embedding_table(dtype, rng):
-    """README: any strided input works (copied first when a kernel cannot read it) and
+    """docs/guide/conventions.md: any strided input works (copied first when a kernel cannot read it) and
     gives the same results as its contiguous copy."""
     base = rng.standard_normal((6, 10)).astype(dtype)
     t = np.array([0, 4, 1, -100, 3, 2])

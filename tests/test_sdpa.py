@@ -610,7 +610,7 @@ def test_errors_name_the_argument(case):
 @pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
 @pytest.mark.parametrize("where", ["query", "key", "value", "attn_mask"])
 def test_nan_inputs_propagate(where, dtype, rng, torch):
-    """README: NaN inputs propagate (no crash, no silent zeros): the NaN pattern of the
+    """docs/guide/conventions.md: NaN inputs propagate (no crash, no silent zeros): the NaN pattern of the
     output is torch's, and a NaN query element makes its row NaN, not a zero row."""
     q, k, v = _qkv(rng, (1,), 2, 2, 5, 7, 4, 3, dtype)
     m = rng.standard_normal((5, 7)).astype(dtype)
