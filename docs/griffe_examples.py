@@ -5,7 +5,10 @@ attnc's docstrings as the numpy parser expects, without changing them:
   does not know: read as "Examples", so the examples render as code;
 - prose that follows a Parameters or Returns list after a blank line (what a
   module's forward takes, its state_dict's names) would be read as more
-  items and dropped: it becomes a Notes section of its own.
+  items and dropped: it becomes a Notes section of its own;
+- an item reads "name : type, description" on one line, which the parser
+  would show whole as the type: the description after the type's first
+  top-level comma moves to the item's description.
 """
 
 from __future__ import annotations
@@ -17,6 +20,17 @@ import griffe
 HEADING = re.compile(r"^(\s*)Example\n(\s*)-------$", re.MULTILINE)
 LISTS = {"parameters", "other parameters", "returns", "yields", "raises", "attributes", "receives", "warns"}
 ITEM = re.compile(r"^\*{0,2}[A-Za-z_][\w, *]*( : .*)?$")  # "name : type", "a, b : int", "ValueError"
+
+
+def split_item(line: str) -> list[str]:
+    """'q : array (..., T), float32, the queries' -> ['q : array (..., T)', '    float32, the queries']."""
+    name, sep, rest = line.partition(" : ")
+    depth = 0
+    for i, ch in enumerate(rest):
+        depth += (ch in "([{") - (ch in ")]}")
+        if depth == 0 and rest.startswith(", ", i):
+            return [f"{name}{sep}{rest[:i]}", "    " + rest[i + 2 :]]
+    return [line]
 
 
 def notes_after_lists(text: str) -> str:
@@ -35,6 +49,9 @@ def notes_after_lists(text: str) -> str:
         ):
             out += ["Notes", "-----"]
             section = "notes"
+        if section in LISTS and " : " in line and not line[:1].isspace() and ITEM.match(line):
+            out += split_item(line)
+            continue
         out.append(line)
     return "\n".join(out)
 

@@ -4,6 +4,11 @@
   rendered with their stored outputs by mkdocs-jupyter.
 - CHANGELOG.md and CONTRIBUTING.md (at the repository's root, where people
   and tools look for them) join as changelog.md and contributing.md.
+- Each API reference page (docs/api/) must show every function and class
+  its module exports: griffe reads a function whose name is also a
+  submodule's (attnc.score, attnc.nn.linear) as the submodule and leaves it
+  out, so such pages name them explicitly; a page that misses one is a
+  warning, which fails a strict build.
 - The performance page's figures and machine tables are drawn from the
   benchmarks' JSON (benchmarks/results/*.json) at build time: see
   docs/benchmark_figures.py.
@@ -11,6 +16,10 @@
 
 from __future__ import annotations
 
+import importlib
+import inspect
+import logging
+import re
 import sys
 from pathlib import Path
 
@@ -18,6 +27,8 @@ from mkdocs.plugins import event_priority
 from mkdocs.structure.files import File
 
 ROOT = Path(__file__).resolve().parents[1]
+LOG = logging.getLogger("mkdocs.plugins.attnc")  # under "mkdocs": counted by --strict
+API_PAGE = re.compile(r"^::: (attnc[\w.]*)$", re.MULTILINE)
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import benchmark_figures  # noqa: E402  (docs/benchmark_figures.py, found through sys.path above)
@@ -42,3 +53,25 @@ def on_files(files, config):
 def on_page_markdown(markdown, page, config, files):
     prefix = "../" * page.file.src_uri.count("/")  # bench/ is at the docs' root
     return benchmark_figures.expand(markdown, ROOT / "benchmarks" / "results", prefix)
+
+
+def on_post_page(output, page, config):
+    if page.file.src_uri.startswith("api/"):
+        module = API_PAGE.search(page.file.content_string).group(1)
+        for name in missing_from(output, importlib.import_module(module)):
+            LOG.warning(f"{page.file.src_uri}: {module}.{name} is exported but not shown (name it on the page)")
+    return output
+
+
+def missing_from(html: str, module) -> list[str]:
+    """The functions and classes in module.__all__ that the page has no
+    heading for, under the module's name or the object's own."""
+    ids = set(re.findall(r'id="([\w.]+)"', html))
+    missing = []
+    for name in getattr(module, "__all__", ()):  # attnc.experiments exports modules only
+        obj = getattr(module, name)
+        if not (inspect.isfunction(obj) or inspect.isclass(obj)):
+            continue
+        if f"{module.__name__}.{name}" not in ids and f"{obj.__module__}.{obj.__qualname__}" not in ids:
+            missing.append(name)
+    return missing
