@@ -5,6 +5,7 @@ speed (the timings of a quick run on a shared machine mean nothing).
 """
 
 import json
+import platform
 import subprocess
 import sys
 from pathlib import Path
@@ -120,6 +121,7 @@ def test_cpu_paths_benchmark_quick(tmp_path):
     assert list(data["ms"]) == paths and len(data["ms"]["baseline"]) == 10
     assert all(ms > 0 for path in paths for ms in data["ms"][path].values())
     assert sorted(data["speedup_over_baseline"]) == sorted(paths[1:])
+    assert data["quick"] is True and data["environment"]["machine"]["kernel"]
 
 
 def test_benchmarks_tell_numpys_blas_from_attncs():
@@ -143,3 +145,5 @@ def test_benchmarks_tell_numpys_blas_from_attncs():
     assert others and sorted(others + attncs) == sorted(lib.filepath for lib in loaded)
     m = machine.describe(attnc)
     assert m["attnc_simd"] == attnc._core.simd_path() and m["numpy_blas"] and m["cpu"]
+    # what the documentation's performance page says of each run: the kernel and how busy the machine was
+    assert m["kernel"].startswith(platform.system()) and len(m["load_average"]) == 3 and m["cpus"] >= 1
