@@ -41,7 +41,6 @@ local-p learns where to look.
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 
@@ -66,17 +65,12 @@ FULL = dict(train_size=60000, epochs=2, batch_size=64, lr=3e-3, warmup=100, fina
 QUICK = dict(FULL, train_size=1280, epochs=1, batch_size=32, warmup=5, heldout=200, long_heldout=100)
 
 
-def extra_args(argv=None):
-    """This experiment's own options; the rest go to _common.parse_args."""
-    parser = argparse.ArgumentParser(add_help=False, usage=argparse.SUPPRESS)
-    parser.add_argument("--attention", default="bahdanau", choices=KINDS + ("all",))
-    parser.add_argument("--epochs", type=int, default=None, help="override the number of passes over the train set")
-    ours, rest = parser.parse_known_args(argv)
-    if "-h" in rest or "--help" in rest:
-        print("dates experiment " + parser.format_help().lstrip())
-    if ours.epochs is not None and ours.epochs < 1:
-        parser.error("--epochs must be >= 1")
-    return ours, rest
+def add_flags(parser):
+    """This experiment's own flags."""
+    parser.add_argument("--attention", default="bahdanau", choices=KINDS + ("all",),
+                        help="the attention mechanism, or all (each in turn)")
+    parser.add_argument("--epochs", type=_common.positive_int, default=None,
+                        help="override the number of passes over the train set")
 
 
 def length_buckets(lengths):
@@ -123,7 +117,7 @@ def run(kind, args, cfg, heldout, train_set, disable_progress, long_set):
         return train_set.batch(order[epoch][i * bs:(i + 1) * bs])
 
     result = _common.train(model, opt, model.loss_and_grad, batches, steps, scheduler=sched, clip=cfg["clip"],
-                           desc=f"dates {kind}", disable_progress=disable_progress)
+                           desc=f"dates {kind}", disable_progress=disable_progress, run=args.run)
     start = time.perf_counter()
     correct, _ = evaluate(model, heldout)
     eval_seconds = time.perf_counter() - start
@@ -145,14 +139,9 @@ def run(kind, args, cfg, heldout, train_set, disable_progress, long_set):
 
 
 def main(argv=None):
-    ours, rest = extra_args(sys.argv[1:] if argv is None else argv)
-    args = _common.parse_args(__doc__.strip().splitlines()[0], rest)
-    cfg = dict(QUICK if args.quick else FULL)
-    if ours.epochs is not None:
-        cfg["epochs"] = ours.epochs
-    if args.steps is not None:
-        cfg["steps"] = args.steps
-    kinds = KINDS if ours.attention == "all" else (ours.attention,)
+    args = _common.parse_args(__name__, argv)
+    cfg = _common.config(FULL, QUICK, args, epochs=args.epochs)
+    kinds = KINDS if args.attention == "all" else (args.attention,)
     if len(kinds) > 1 and args.save:
         raise SystemExit("--save needs a single --attention kind")
 
@@ -165,16 +154,15 @@ def main(argv=None):
     for kind in kinds:
         model, result, metrics, eval_seconds = run(kind, args, cfg, heldout, train_set, args.no_progress, long_set)
         if len(kinds) == 1:
-            _common.report("dates", args, model, result, cfg["batch_size"], eval_seconds, **metrics)
-            return
+            return _common.report("dates", args, model, result, cfg["batch_size"], eval_seconds, **metrics)
         per_kind[kind] = {**metrics, "steps": result["steps"], "first_loss": result["first_loss"],
                           "final_loss": result["final_loss"],
                           "parameters": int(sum(p.size for p in model.parameters())),
                           "train_seconds": result["train_seconds"], "eval_seconds": round(eval_seconds, 3)}
         print(f"{kind}: exact match {metrics['exact_match']:.4f} in {result['train_seconds']:.1f} s", file=sys.stderr)
-    _common.emit({"experiment": "dates", "seed": args.seed, "quick": args.quick,
-                  "threads": attnc.get_num_threads(), "attention": "all", "batch_size": cfg["batch_size"],
-                  "kinds": per_kind})
+    return _common.conclude(args, None, {"experiment": "dates", "seed": args.seed, "quick": args.quick,
+                                         "threads": attnc.get_num_threads(), "attention": "all",
+                                         "batch_size": cfg["batch_size"], "kinds": per_kind})
 
 
 if __name__ == "__main__":

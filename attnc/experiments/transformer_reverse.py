@@ -50,8 +50,8 @@ def exact_match(model, task, batch_size=500):
 
 
 def main(argv=None):
-    args = _common.parse_args(__doc__.strip().splitlines()[0], argv)
-    cfg = _common.config(FULL, QUICK, args.quick, args.steps)
+    args = _common.parse_args(__name__, argv)
+    cfg = _common.config(FULL, QUICK, args)
     data_seed, model_seed = np.random.SeedSequence(args.seed).generate_state(2)
 
     heldout = reverse_task(cfg["heldout"], seed=HELDOUT_SEED, unique=True)
@@ -72,11 +72,11 @@ def main(argv=None):
                                     label_smoothing=cfg["label_smoothing"])
 
     result = _common.train(model, opt, loss_and_grads, batches, cfg["steps"], scheduler=sched, clip=cfg["clip"],
-                           desc="transformer_reverse", disable_progress=args.no_progress)
+                           desc="transformer_reverse", disable_progress=args.no_progress, run=args.run)
     start = time.perf_counter()
     em, tok_acc = exact_match(model, heldout)
     eval_seconds = time.perf_counter() - start
-    _common.report("transformer_reverse", args, model, result, bs, eval_seconds, exact_match=em,
+    return _common.report("transformer_reverse", args, model, result, bs, eval_seconds, exact_match=em,
                    token_accuracy=tok_acc, heldout_size=len(heldout), train_sequences=len(train_set))
 
 
