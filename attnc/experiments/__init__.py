@@ -1,7 +1,8 @@
 """attnc.experiments: training runs that reproduce known results.
 
 Each runs as ``python -m attnc.experiments.NAME [--seed N] [--quick]
-[--threads N] [--save PATH]``, shows a progress bar on stderr and prints one
+[--threads N] [--save PATH] [--steps N] [--run-dir DIR | --resume RUN_DIR] ...``
+(``--help`` lists every flag), shows a progress bar on stderr and prints one
 JSON object of metrics as the last line of stdout (at least "train_seconds",
 and the task's own measure: "exact_match", "bits_per_sequence", "gap", ...).
 

@@ -280,7 +280,7 @@ class Run:
         """Where a training loop of `total` planned steps stops (--steps with --schedule-steps)."""
         return total if self.args.steps is None or self.args.schedule_steps is None else min(total, self.args.steps)
 
-    def checkpoint(self, phase: str, loop: "_Loop") -> None:
+    def checkpoint(self, phase: str, loop: _Loop) -> None:
         """Write the loop's state in a new folder, then point latest.json at it (a kill leaves the last whole one)."""
         self._metrics.flush()
         root = self.dir / "checkpoints"
@@ -291,7 +291,7 @@ class Run:
         attnc.save(tmp / "model.npz", loop.model)
         state = loop.state()
         arrays = state.pop("arrays")
-        np.savez(tmp / "optimizer.npz", **arrays)
+        np.savez(tmp / "arrays.npz", **arrays)
         _write_json(tmp / "state.json", {**state, "metrics_bytes": self._metrics.tell()})
         shutil.rmtree(final, ignore_errors=True)
         os.replace(tmp, final)
@@ -301,7 +301,7 @@ class Run:
             if old != final:
                 shutil.rmtree(old)
 
-    def restore(self, phase: str, loop: "_Loop", stop: int) -> None:
+    def restore(self, phase: str, loop: _Loop, stop: int) -> None:
         """Load the phase's last checkpoint into the loop, when resuming and
         there is one. A phase that goes on training (a run of several cut
         short by --steps) drops what the later phases wrote: they train
@@ -314,7 +314,7 @@ class Run:
             return
         folder = found[-1]
         state = _read_json(folder / "state.json")
-        with np.load(folder / "optimizer.npz") as arrays:
+        with np.load(folder / "arrays.npz") as arrays:
             state["arrays"] = {k: arrays[k] for k in arrays.files}
         with np.load(folder / "model.npz") as saved:
             loop.model.load_state_dict({k: saved[k] for k in saved.files if k != "__attnc__"})
@@ -350,14 +350,17 @@ class _Loop:
                     arrays[f"{i}/{k}"] = v
                 else:
                     scalars[f"{i}/{k}"] = v
-        return {"step": self.step, "losses": self.losses, "evaluations": self.evaluations, "seconds": self.seconds,
+        arrays["losses"] = np.array(self.losses, np.float64)  # float64 holds each loss exactly
+        return {"step": self.step, "evaluations": self.evaluations, "seconds": self.seconds,
                 "optimizer": {"param_groups": opt["param_groups"], "steps": opt["steps"], "scalars": scalars},
                 "scheduler": self.scheduler.state_dict() if self.scheduler is not None else None,
                 "rngs": {k: g.bit_generator.state for k, g in self.rngs.items()}, "arrays": arrays}
 
     def load(self, state: dict) -> None:
         entries: dict = {}
-        for key, value in [*state["optimizer"]["scalars"].items(), *state["arrays"].items()]:
+        arrays = dict(state["arrays"])
+        losses = arrays.pop("losses").tolist()
+        for key, value in [*state["optimizer"]["scalars"].items(), *arrays.items()]:
             i, k = key.split("/")
             entries.setdefault(int(i), {})[k] = value
         groups = [dict(g, betas=tuple(g["betas"])) if "betas" in g else g for g in state["optimizer"]["param_groups"]]
@@ -370,7 +373,7 @@ class _Loop:
         for k, g in self.rngs.items():
             g.bit_generator.state = state["rngs"][k]
         self.step, self.losses, self.evaluations, self.seconds = (
-            state["step"], state["losses"], state["evaluations"], state["seconds"])
+            state["step"], losses, state["evaluations"], state["seconds"])
 
 
 def _checkpoints(root: Path, phase: str) -> list:

@@ -10,7 +10,6 @@ norm 1) and batched decoding of held-out sets.
 
 from __future__ import annotations
 
-
 import numpy as np
 
 from attnc.models import PointerNet
