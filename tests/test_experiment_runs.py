@@ -107,10 +107,12 @@ def test_a_run_cut_short_resumes_to_the_run_of_its_plan(name, own, tmp_path):
     """--steps 7 --schedule-steps 20, then --resume --steps 20, equals --steps 20 (a cosine schedule over 20)."""
     kw = dict(quick=True, seed=2, eval_every=5, **({"attention": own[1]} if own else {}))
     reference = quiet_run(name, steps=20, run_dir=tmp_path / "reference", **kw)
+    # the experiment's own measure at each evaluation interval, among the per-step records
+    assert [r["step"] for r in reference.history if "exact_match" in r] == [5, 10, 15, 20]
     short = quiet_run(name, steps=7, schedule_steps=20, run_dir=tmp_path / "short", **kw)
-    assert short.metrics["steps"] == 7 and len([r for r in short.history if "loss" in r]) == 7
+    assert short.metrics["steps"] == 7 and [r["step"] for r in short.history if "loss" in r] == list(range(1, 8))
     # the same first 7 steps as the reference, learning rates included (the schedule is the plan's)
-    assert records(tmp_path / "short") == records(tmp_path / "reference")[:7]
+    assert records(tmp_path / "short") == records(tmp_path / "reference")[:8]   # 7 steps, the evaluation at 5
     resumed = quiet_run(name, resume=tmp_path / "short", steps=20)
     assert_same_run(tmp_path / "short", tmp_path / "reference")
     assert resumed.metrics == json.loads((tmp_path / "short" / "result.json").read_text())

@@ -497,7 +497,8 @@ def train(model, optimizer, loss_and_grads, batches, steps: int, *, scheduler=No
 
     Returns {"steps" (trained), "final_loss" (mean of the last 5% of steps),
     "first_loss", "losses", "evaluations" ([{"step", measures...}]),
-    "train_seconds"} (the time of the whole loop, data included)."""
+    "train_seconds"} (the time of the loop, data included, evaluations and
+    checkpoints not; a resumed run's includes the time before it)."""
     loop = _Loop(model, optimizer, scheduler, rngs)
     phase, stop = (run.phase(desc), run.stop(steps)) if run is not None else (None, steps)
     every = (run.args.eval_every if run is not None else None) or eval_every or max(1, steps // 10)
@@ -514,6 +515,7 @@ def train(model, optimizer, loss_and_grads, batches, steps: int, *, scheduler=No
             if run is not None:
                 run.log({"phase": phase, "step": loop.step, "loss": loop.losses[-1], "lr": loop.lr,
                          "seconds": round(loop.seconds, 3)})
+            aside = time.perf_counter()  # evaluations and checkpoints are not training time
             if evaluate is not None and loop.step % every == 0:
                 model.eval()
                 measures = evaluate()
@@ -523,6 +525,7 @@ def train(model, optimizer, loss_and_grads, batches, steps: int, *, scheduler=No
                     run.log({"phase": phase, "step": loop.step, **measures, "seconds": round(loop.seconds, 3)})
             if run is not None and (loop.step % every == 0 or loop.step == stop):
                 run.checkpoint(phase, loop)
+            start += time.perf_counter() - aside
             bar.update(1)
             if loop.step % 20 == 1 or loop.step == stop:
                 bar.set_postfix(loss=f"{np.mean(loop.losses[-20:]):.4f}", lr=f"{loop.lr:.2e}", refresh=False)

@@ -21,6 +21,9 @@ and ("long_inputs") on a second held-out set of 2,000 inputs of 21-30
 characters, enough of the longest inputs to measure differences of a few
 errors per thousand.
 
+At each evaluation interval (a tenth of the run, --eval-every) metrics.jsonl
+records the exact match on the first 500 held-out dates.
+
 --attention: none, bahdanau (default), luong-dot, luong-general,
 luong-concat, luong-location, local-m, local-p, or all (each in turn, one
 JSON object with a dict per kind).
@@ -59,6 +62,7 @@ HELDOUT = 2000
 MAX_SOURCE_LEN = 30  # attnc.datasets.dates.MAX_INPUT_LEN
 BUCKETS = (("≤10", 0, 10), ("11-15", 11, 15), ("16-20", 16, 20), ("21-30", 21, 30))
 LONG_SEED, LONG_MIN = 20240606, 21  # a second held-out set of long inputs only (the last bucket)
+INTERIM = 500  # the held-out dates scored at each evaluation interval (the first ones)
 
 FULL = dict(train_size=60000, epochs=2, batch_size=64, lr=3e-3, warmup=100, final_lr=0.05, clip=1.0,
             embed_size=32, hidden_size=64, heldout=HELDOUT, long_heldout=2000)
@@ -116,8 +120,13 @@ def run(kind, args, cfg, heldout, train_set, disable_progress, long_set):
             order[epoch] = np.random.default_rng([order_seed, epoch]).permutation(len(train_set))
         return train_set.batch(order[epoch][i * bs:(i + 1) * bs])
 
+    interim = DatesTask(heldout.sources[:INTERIM], heldout.dates[:INTERIM], heldout.formats[:INTERIM], "test")
+
+    def measures():
+        return {"exact_match": float(evaluate(model, interim)[0].mean())}
+
     result = _common.train(model, opt, model.loss_and_grad, batches, steps, scheduler=sched, clip=cfg["clip"],
-                           desc=f"dates {kind}", disable_progress=disable_progress, run=args.run)
+                           desc=f"dates {kind}", disable_progress=disable_progress, run=args.run, evaluate=measures)
     start = time.perf_counter()
     correct, _ = evaluate(model, heldout)
     eval_seconds = time.perf_counter() - start
