@@ -95,6 +95,8 @@ def test_a_killed_run_resumes_to_the_same_bits(name, own, tmp_path):
     assert 5 <= step < 40 and not (killed / "result.json").exists()
     with open(killed / "metrics.jsonl", "a") as f:   # what a kill in the middle of a write leaves
         f.write('{"phase": "' + name + '", "step": 999, "lo')
+    # a kill between a checkpoint's folder and latest.json leaves latest.json one behind: resuming reads the folders
+    latest.write_text(json.dumps({"phase": name, "step": 0, "dir": None, "metrics_bytes": 0}))
     resumed = subprocess.run(command(name, "--resume", str(killed), cwd=tmp_path), env=ENV, capture_output=True,
                              text=True, timeout=300)
     assert resumed.returncode == 0, resumed.stderr[-3000:]

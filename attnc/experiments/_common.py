@@ -224,11 +224,10 @@ class Run:
         self.dir.mkdir(parents=True, exist_ok=True)
         self.resuming = args.resume is not None
         self._phases: list[str] = []
-        self._latest = _read_json(self.dir / "checkpoints" / "latest.json") if self.resuming else None
         metrics = self.dir / "metrics.jsonl"
         if self.resuming:  # what the interrupted run wrote after its last checkpoint goes
             with open(metrics, "a+b") as f:
-                f.truncate(self._latest["metrics_bytes"] if self._latest else 0)
+                f.truncate(_checkpointed_bytes(self.dir / "checkpoints"))
         self._metrics = open(metrics, "ab")
         self._events = _events_writer(self.dir / "events")
         self.write_config()
@@ -281,7 +280,8 @@ class Run:
         return total if self.args.steps is None or self.args.schedule_steps is None else min(total, self.args.steps)
 
     def checkpoint(self, phase: str, loop: _Loop) -> None:
-        """Write the loop's state in a new folder, then point latest.json at it (a kill leaves the last whole one)."""
+        """Write the loop's state in a new folder (hidden until whole), then
+        point latest.json at it (for people and tools; resuming reads the folders)."""
         self._metrics.flush()
         root = self.dir / "checkpoints"
         final = root / f"{phase}-{loop.step:08d}"
@@ -380,6 +380,14 @@ def _checkpoints(root: Path, phase: str) -> list:
     """The phase's checkpoint folders, oldest first."""
     pattern = re.compile(re.escape(phase) + r"-\d{8}")
     return sorted(p for p in root.glob(f"{phase}-*") if pattern.fullmatch(p.name))
+
+
+def _checkpointed_bytes(root: Path) -> int:
+    """How much of metrics.jsonl the newest checkpoint covers. Every folder
+    not hidden is whole (each is written hidden and renamed); latest.json,
+    written after the rename, may lag one behind."""
+    return max((_read_json(p / "state.json")["metrics_bytes"] for p in root.glob("*-*")
+                if p.is_dir() and not p.name.startswith(".")), default=0)
 
 
 def _new_run_dir(name: str) -> Path:
