@@ -110,10 +110,12 @@ def run(name: str, **config: Any) -> Result:
     >>> import tempfile, contextlib, io
     >>> folder = tempfile.mkdtemp()
     >>> with contextlib.redirect_stdout(io.StringIO()):
-    ...     res = attnc.experiments.run("transformer_reverse", quick=True, steps=3, no_progress=True,
-    ...                                 run_dir=folder + "/run")
-    >>> res.metrics["steps"], len(res.history), sorted(res.history[0])
-    (3, 3, ['loss', 'lr', 'phase', 'seconds', 'step'])
+    ...     res = attnc.experiments.run("transformer_reverse", quick=True, steps=4, eval_every=2,
+    ...                                 no_progress=True, run_dir=folder + "/run")
+    >>> res.metrics["steps"], [r["step"] for r in res.history if "loss" in r], sorted(res.history[0])
+    (4, [1, 2, 3, 4], ['loss', 'lr', 'phase', 'seconds', 'step'])
+    >>> [(r["step"], sorted(r)) for r in res.history if "exact_match" in r][0]   # its evaluation interval
+    (2, ['exact_match', 'phase', 'seconds', 'step', 'token_accuracy'])
     >>> attnc.experiments.run("dates", atention="luong-dot")
     Traceback (most recent call last):
     TypeError: dates has no flag 'atention'; its flags: seed, quick, threads, save, steps, schedule_steps, eval_every, run_dir, resume, no_progress, attention, epochs
