@@ -502,12 +502,12 @@ def test_caption_attention_plot():
     plt.close("all")
 
 
-def test_experiment_quick_run():
+def test_experiment_quick_run(tmp_path):  # run folders under tmp_path/runs
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     runs = []
     for attention in ("soft", "hard"):
         proc = subprocess.run([sys.executable, "-m", "attnc.experiments.captions", "--quick", "--threads", "2",
-                               "--attention", attention, "--seed", "1"], cwd=ROOT, env=env, capture_output=True,
+                               "--attention", attention, "--seed", "1"], cwd=str(tmp_path), env=env, capture_output=True,
                               text=True, timeout=120, check=False)
         assert proc.returncode == 0, proc.stderr[-3000:]
         assert "it/s" in proc.stderr or "s/it" in proc.stderr  # tqdm on stderr
@@ -519,7 +519,7 @@ def test_experiment_quick_run():
     assert sum(r["train_seconds"] for r in runs) < 20
     # the same seed gives the same run on one thread
     proc = subprocess.run([sys.executable, "-m", "attnc.experiments.captions", "--quick", "--threads", "1",
-                           "--attention", "hard", "--seed", "1", "--no-progress"], cwd=ROOT, env=env,
+                           "--attention", "hard", "--seed", "1", "--no-progress"], cwd=str(tmp_path), env=env,
                           capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     one = json.loads(proc.stdout.strip().splitlines()[-1])

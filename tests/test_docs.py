@@ -13,7 +13,8 @@ import pytest
 
 import attnc
 
-MODULES = ["attnc", "attnc.nn", "attnc.models", "attnc.datasets", "attnc.ntm", "attnc.optim", "attnc.plot"]
+MODULES = ["attnc", "attnc.nn", "attnc.models", "attnc.datasets", "attnc.ntm", "attnc.optim", "attnc.plot",
+           "attnc.experiments"]
 
 
 def public_objects():

@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 
 import numpy as np
 import pytest
@@ -110,10 +111,13 @@ def test_sort_task_splits_are_disjoint_and_reproducible():
 # --------------------------------------------------------------------------- the experiments
 
 def run_experiment(name, *args):
+    """Run it in a fresh working directory (its run folder goes under runs/ there)."""
     env = dict(os.environ)
     env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
-    proc = subprocess.run([sys.executable, "-m", f"attnc.experiments.{name}", *args], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=300, check=False)
+    with tempfile.TemporaryDirectory() as cwd:
+        proc = subprocess.run([sys.executable, "-m", f"attnc.experiments.{name}", *args], cwd=cwd, env=env,
+                              capture_output=True, text=True, timeout=300, check=False)
+        assert len(os.listdir(os.path.join(cwd, "runs"))) == 1
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = proc.stdout.strip().splitlines()
     assert lines, f"no output; stderr: {proc.stderr[-2000:]}"

@@ -6,6 +6,7 @@ functions a notebook calls)."""
 import json
 import os
 import subprocess
+import tempfile
 import sys
 
 import numpy as np
@@ -149,8 +150,9 @@ def test_bad_arguments():
 def run_experiment(*args):
     env = dict(os.environ)
     env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
-    proc = subprocess.run([sys.executable, "-m", "attnc.experiments.snail_fewshot", *args], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=300, check=False)
+    with tempfile.TemporaryDirectory() as cwd:  # its run folder goes under runs/ there
+        proc = subprocess.run([sys.executable, "-m", "attnc.experiments.snail_fewshot", *args], cwd=cwd, env=env,
+                              capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = proc.stdout.strip().splitlines()
     assert lines, f"no output; stderr: {proc.stderr[-2000:]}"

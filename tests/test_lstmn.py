@@ -10,6 +10,7 @@ quick run. Sizes are tiny: the file takes seconds."""
 import json
 import os
 import subprocess
+import tempfile
 import sys
 
 import numpy as np
@@ -348,8 +349,10 @@ def test_recall_task():
 def _run_quick(seed=0):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.dirname(os.path.dirname(attnc.__file__)),
                                                         os.environ.get("PYTHONPATH", "")]))
-    r = subprocess.run([sys.executable, "-m", "attnc.experiments.lstmn_recall", "--quick", "--threads", "1",
-                        "--seed", str(seed), "--no-progress"], capture_output=True, text=True, env=env, timeout=300)
+    with tempfile.TemporaryDirectory() as cwd:  # its run folder goes under runs/ there
+        r = subprocess.run([sys.executable, "-m", "attnc.experiments.lstmn_recall", "--quick", "--threads", "1",
+                            "--seed", str(seed), "--no-progress"], capture_output=True, text=True, env=env, timeout=300,
+                           cwd=cwd)
     assert r.returncode == 0, r.stderr
     return json.loads(r.stdout.strip().splitlines()[-1])
 

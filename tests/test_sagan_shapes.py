@@ -5,6 +5,7 @@ gradients, the quick run as a subprocess: exit status, JSON, reproducibility,
 import json
 import os
 import subprocess
+import tempfile
 import sys
 
 import numpy as np
@@ -185,8 +186,9 @@ def test_attention_scores_on_known_maps():
 def _run(*args):
     env = dict(os.environ)
     env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
-    proc = subprocess.run([sys.executable, "-m", "attnc.experiments.sagan_shapes", *args], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=300, check=False)
+    with tempfile.TemporaryDirectory() as cwd:  # its run folder goes under runs/ there
+        proc = subprocess.run([sys.executable, "-m", "attnc.experiments.sagan_shapes", *args], cwd=cwd, env=env,
+                              capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1]), proc.stderr
 

@@ -179,7 +179,9 @@ def test_nearest_prototype_is_not_sized_by_n_way():
 
 def test_experiments_refuse_a_save_path_before_training(tmp_path, capsys):
     """--save into a missing directory failed only after the whole run."""
+    import attnc.experiments.gpt_sort as experiment
+
     with pytest.raises(SystemExit):
-        _common.parse_args("an experiment", ["--save", str(tmp_path / "missing" / "model.npz")])
+        _common.parse(_common.build_parser(experiment), ["--save", str(tmp_path / "missing" / "model.npz")])
     assert "is not a writable directory" in capsys.readouterr().err
-    assert _common.parse_args("an experiment", ["--save", str(tmp_path / "model.npz")]).save.endswith("model.npz")
+    assert _common.parse(_common.build_parser(experiment), ["--save", str(tmp_path / "model.npz")]).save.endswith("model.npz")

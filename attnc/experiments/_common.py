@@ -1,52 +1,443 @@
-"""What every experiment shares: the command line, threads, the training loop
-with its progress bar (stderr), and the JSON line of metrics (the last line
-of stdout).
+"""What every experiment shares: the command line (one parser for the CLI and
+``attnc.experiments.run``), threads, the run's folder (config, metrics,
+checkpoints, TensorBoard events), the training loop with its progress bar
+(stderr) and resumption, and the JSON line of metrics (the last line of stdout).
 
     python -m attnc.experiments.NAME [--seed N] [--quick] [--threads N] [--save PATH] [--steps N]
+        [--schedule-steps N] [--eval-every N] [--run-dir DIR | --resume RUN_DIR] [--no-progress] [own flags]
+
+Steps and resumption. ``--schedule-steps N`` is the run's planned length:
+what depends on the length (the learning-rate schedule's total, the training
+data drawn up front) is defined by it; ``--steps K`` stops training after K
+steps (without ``--schedule-steps``, K is also the plan). ``--resume RUN_DIR``
+continues from the last checkpoint with the run's own settings (only
+``--steps``, ``--threads``, ``--no-progress`` and ``--save`` may be given
+again), up to ``--steps`` if given, else to the planned length. A resumed run
+ends with the same bits (parameters, metrics.jsonl except its wall-clock
+"seconds" fields, result.json except timings) as the run never interrupted
+with the same plan: a killed run resumed equals the run not killed; a run of
+``--steps K --schedule-steps N`` resumed with ``--steps N`` equals a run of
+``--steps N``. The plan cannot grow on resumption (the schedule and the data
+already seen were defined by it): ``--steps`` beyond it is refused.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import math
 import os
+import platform
+import re
+import shutil
 import sys
 import time
+from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
 import attnc
 
+RUNS = "runs"  # where runs go without --run-dir (relative to the working directory)
+# the flags a resumed run may change: they do not change what is computed
+RESUMABLE = {"steps", "threads", "no_progress", "save", "resume", "run_dir"}
+def is_timing(key: str) -> bool:
+    """Whether a metric's name is a wall-clock field (or the thread count): the
+    fields a resumed run or another thread count need not reproduce."""
+    return "seconds" in key or key == "threads"
 
-def parse_args(description: str, argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=description)
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, raising ValueError instead of exiting when used by run()."""
+
+    raising = False
+
+    def error(self, message):
+        if self.raising:
+            raise ValueError(message)
+        super().error(message)
+
+
+def at_least(low: int):
+    """An argparse type: an int >= low."""
+
+    def convert(text) -> int:
+        value = int(text)
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be >= {low}, got {text}")
+        return value
+
+    convert.__name__ = f"int >= {low}"  # what argparse's error message calls it
+    return convert
+
+
+positive_int = at_least(1)
+
+
+def build_parser(module, raising: bool = False) -> argparse.ArgumentParser:
+    """An experiment module's parser: the flags every experiment takes, then
+    its own (``module.add_flags(parser)``); described by its docstring's first line."""
+    parser = _Parser(prog=f"python -m {_name(module)}", description=summary(module))
+    parser.raising = raising
     parser.add_argument("--seed", type=int, default=0, help="seed of the data, initialisation and dropout")
     parser.add_argument("--quick", action="store_true", help="a seconds-long run (CI); need not reach the target")
-    parser.add_argument("--threads", type=int, default=None, help="attnc.set_num_threads(N)")
+    parser.add_argument("--threads", type=positive_int, default=None, help="attnc.set_num_threads(N)")
     parser.add_argument("--save", metavar="PATH", default=None, help="save the trained model with attnc.save")
-    parser.add_argument("--steps", type=int, default=None, help="override the number of training steps")
+    parser.add_argument("--steps", type=positive_int, default=None,
+                        help="stop after N training steps (and, without --schedule-steps, plan the run for N)")
+    parser.add_argument("--schedule-steps", type=positive_int, default=None,
+                        help="the planned length: the LR schedule's total and the data drawn (default: --steps)")
+    parser.add_argument("--eval-every", type=positive_int, default=None,
+                        help="evaluate and checkpoint every N steps (default: the experiment's, or a tenth of the run)")
+    parser.add_argument("--run-dir", metavar="DIR", default=None,
+                        help=f"the run's folder (default: a new one under {RUNS}/); must be new or empty")
+    parser.add_argument("--resume", metavar="RUN_DIR", default=None, help="continue that run from its last checkpoint")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    if hasattr(module, "add_flags"):
+        module.add_flags(parser)
+    return parser
+
+
+def parse(parser: argparse.ArgumentParser, argv) -> argparse.Namespace:
+    """Parse and check argv; with --resume, the resumed run's settings."""
     args = parser.parse_args(argv)
-    if args.threads is not None:
-        if args.threads < 1:
-            parser.error("--threads must be >= 1")
-        attnc.set_num_threads(args.threads)
-    if args.steps is not None and args.steps < 1:
-        parser.error("--steps must be >= 1")
+    if args.schedule_steps is not None and args.steps is not None and args.steps > args.schedule_steps:
+        parser.error(f"--steps {args.steps} exceeds --schedule-steps {args.schedule_steps}")
+    if args.resume is not None:
+        _resumed(parser, args)
     if args.save is not None:  # refused now, not after the training run
         folder = os.path.dirname(os.path.abspath(args.save))
         if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
             parser.error(f"--save {args.save}: {folder} is not a writable directory")
+    if args.resume is None and args.run_dir is not None and os.path.isdir(args.run_dir) and os.listdir(args.run_dir):
+        parser.error(f"--run-dir {args.run_dir} is not empty (resume it with --resume {args.run_dir})")
     return args
 
 
-def progress(total: int, desc: str, disable: bool = False):
+def to_argv(parser: argparse.ArgumentParser, name: str, config: dict) -> list:
+    """The command line of run()'s keyword arguments (a flag's dest is its
+    key; True/False for switches; None: the default)."""
+    actions = {a.dest: a for a in parser._actions if a.option_strings and a.dest != "help"}
+    argv = []
+    for key, value in config.items():
+        action = actions.get(key)
+        if action is None:
+            raise TypeError(f"{name} has no flag {key!r}; its flags: {', '.join(actions)}")
+        if value is None:
+            continue
+        flag = action.option_strings[-1]
+        if isinstance(action, argparse._StoreTrueAction):
+            if not isinstance(value, (bool, np.bool_)):
+                raise ValueError(f"{key} is a switch: True or False, got {value!r}")
+            argv += [flag] if value else []
+        else:
+            argv += [flag, str(value)]
+    return argv
+
+
+def _resumed(parser, args) -> None:
+    """Take the resumed run's settings; refuse others given again."""
+    if args.run_dir is not None and os.path.abspath(args.run_dir) != os.path.abspath(args.resume):
+        parser.error("--run-dir and --resume name different folders")
+    try:
+        stored = json.loads((Path(args.resume) / "config.json").read_text())["flags"]
+    except (OSError, ValueError, KeyError) as err:
+        parser.error(f"--resume {args.resume}: no run's config.json there ({err})")
+    for key, value in vars(args).items():
+        if key in RESUMABLE or key == "schedule_steps":
+            continue
+        if value != parser.get_default(key) and value != stored.get(key):
+            parser.error(f"--resume: --{key.replace('_', '-')} {value} differs from the run's {stored.get(key)}")
+        setattr(args, key, stored.get(key, value))
+    plan = stored.get("schedule_steps") or stored.get("steps")
+    if args.schedule_steps is not None and args.schedule_steps != plan:
+        parser.error(f"--resume: the run's plan is {plan} steps; --schedule-steps cannot change it")
+    if plan is not None and args.steps is not None and args.steps > plan:
+        parser.error(f"--resume: --steps {args.steps} exceeds the run's planned {plan} steps "
+                     "(start a run with --schedule-steps to plan a longer one)")
+    args.schedule_steps, args.steps = plan, args.steps if args.steps is not None else plan
+    args.run_dir = args.resume
+
+
+def parse_args(module_name: str, argv=None) -> argparse.Namespace:
+    """The run's settings (argv, or the Namespace run() parsed) for the
+    experiment module of that name; threads set and its folder (args.run, a Run) opened."""
+    module = sys.modules[module_name]
+    if isinstance(argv, argparse.Namespace):
+        args = argv
+    else:
+        args = parse(build_parser(module), argv)
+    if args.threads is not None:
+        attnc.set_num_threads(args.threads)
+    args.run = Run(_name(module).rsplit(".", 1)[-1], args)
+    return args
+
+
+def summary(module) -> str:
+    """The first sentence (paragraph) of an experiment module's docstring, on one line."""
+    return " ".join(module.__doc__.strip().split("\n\n")[0].split())
+
+
+def _name(module) -> str:
+    """The module's import name, also when run as ``python -m`` (then __name__ is "__main__")."""
+    return module.__spec__.name if getattr(module, "__spec__", None) else module.__name__
+
+
+@dataclass
+class Result:
+    """What a run returns (``attnc.experiments.run``, or an experiment's main()).
+
+    metrics : dict, the final metrics (result.json, the last line printed)
+    history : list of dict, the records of metrics.jsonl (per step: "phase",
+        "step", "loss", "lr", "seconds"; at the evaluation interval the
+        experiment's own measures)
+    model : attnc.nn.Module, the trained model (the main one when a run trains
+        several; None for dates' attention="all")
+    run_dir : pathlib.Path, the run's folder (None for a run without one)
+
+    Example
+    -------
+    >>> import contextlib, io, tempfile
+    >>> with contextlib.redirect_stdout(io.StringIO()):
+    ...     res = attnc.experiments.run("pointer_sort", quick=True, steps=2, no_progress=True,
+    ...                                 run_dir=tempfile.mkdtemp() + "/run")
+    >>> res.metrics["steps"], [r["step"] for r in res.history], type(res.model).__name__, res.run_dir.name
+    (2, [1, 2], 'PointerNet', 'run')
+    """
+
+    metrics: dict
+    history: list = field(repr=False)
+    model: object = field(repr=False)
+    run_dir: Path
+
+
+class Run:
+    """A run's folder: config.json, metrics.jsonl, result.json, checkpoints/
+    (one folder per training phase and step) and TensorBoard events (events/,
+    when the tensorboard package is installed)."""
+
+    def __init__(self, name: str, args: argparse.Namespace) -> None:
+        self.name, self.args, self.settings = name, args, {}
+        self.dir = Path(args.run_dir) if args.run_dir else _new_run_dir(name)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.resuming = args.resume is not None
+        self._phases: list[str] = []
+        metrics = self.dir / "metrics.jsonl"
+        if self.resuming:  # what the interrupted run wrote after its last checkpoint goes
+            with open(metrics, "a+b") as f:
+                f.truncate(_checkpointed_bytes(self.dir / "checkpoints"))
+        self._metrics = open(metrics, "ab")
+        self._events = _events_writer(self.dir / "events")
+        self.write_config()
+
+    # -- what is recorded
+    def record(self, settings: dict) -> None:
+        """Add the experiment's settings (its configuration dict) to config.json."""
+        self.settings.update(settings)
+        self.write_config()
+
+    def write_config(self) -> None:
+        flags = {k: v for k, v in vars(self.args).items() if k != "run"}
+        info = attnc.show_config(mode="dicts")
+        _write_json(self.dir / "config.json", {
+            "experiment": self.name, "seed": self.args.seed, "flags": flags, "settings": self.settings,
+            "threads": attnc.get_num_threads(), "simd_path": info["simd"]["path"],
+            "versions": {"attnc": info["attnc"]["version"], "numpy": np.__version__,
+                         "python": platform.python_version()},
+            "show_config": info, "started": datetime.datetime.now(datetime.timezone.utc).isoformat()})
+
+    def log(self, record: dict) -> None:
+        """One line of metrics.jsonl (and its numbers as TensorBoard scalars)."""
+        self._metrics.write((json.dumps(record) + "\n").encode())
+        if self._events is not None:
+            for key, value in record.items():
+                if key not in ("phase", "step", "seconds") and isinstance(value, (int, float)) and not isinstance(value, bool):
+                    self._events.add_scalar(f"{record['phase']}/{key}", value, record["step"])
+
+    def history(self) -> list:
+        self._metrics.flush()
+        with open(self.dir / "metrics.jsonl", encoding="utf-8") as f:
+            return [json.loads(line) for line in f]
+
+    def finish(self, metrics: dict) -> None:
+        _write_json(self.dir / "result.json", metrics)
+        self._metrics.close()
+        if self._events is not None:
+            self._events.close()
+
+    # -- phases, checkpoints
+    def phase(self, desc: str) -> str:
+        """A name for a training loop of this run, unique within it (its checkpoints' folder)."""
+        base = re.sub(r"[^A-Za-z0-9_.-]+", "_", desc).strip("_") or "train"
+        name = base if base not in self._phases else f"{base}_{len(self._phases)}"
+        self._phases.append(name)
+        return name
+
+    def stop(self, total: int) -> int:
+        """Where a training loop of `total` planned steps stops (--steps with --schedule-steps)."""
+        return total if self.args.steps is None or self.args.schedule_steps is None else min(total, self.args.steps)
+
+    def checkpoint(self, phase: str, loop: _Loop) -> None:
+        """Write the loop's state in a new folder (hidden until whole), then
+        point latest.json at it (for people and tools; resuming reads the folders)."""
+        self._metrics.flush()
+        root = self.dir / "checkpoints"
+        final = root / f"{phase}-{loop.step:08d}"
+        tmp = root / f".{final.name}.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        attnc.save(tmp / "model.npz", loop.model)
+        state = loop.state()
+        arrays = state.pop("arrays")
+        np.savez(tmp / "arrays.npz", **arrays)
+        _write_json(tmp / "state.json", {**state, "metrics_bytes": self._metrics.tell()})
+        shutil.rmtree(final, ignore_errors=True)
+        os.replace(tmp, final)
+        _write_json(root / "latest.json", {"phase": phase, "step": loop.step, "dir": final.name,
+                                           "metrics_bytes": self._metrics.tell()})
+        for old in _checkpoints(root, phase):
+            if old != final:
+                shutil.rmtree(old)
+
+    def restore(self, phase: str, loop: _Loop, stop: int) -> None:
+        """Load the phase's last checkpoint into the loop, when resuming and
+        there is one. A phase that goes on training (a run of several cut
+        short by --steps) drops what the later phases wrote: they train
+        again after it, in the order of a run never interrupted."""
+        if not self.resuming:
+            return
+        root = self.dir / "checkpoints"
+        found = _checkpoints(root, phase)
+        if not found:
+            return
+        folder = found[-1]
+        state = _read_json(folder / "state.json")
+        with np.load(folder / "arrays.npz") as arrays:
+            state["arrays"] = {k: arrays[k] for k in arrays.files}
+        with np.load(folder / "model.npz") as saved:
+            loop.model.load_state_dict({k: saved[k] for k in saved.files if k != "__attnc__"})
+        loop.load(state)
+        if loop.step < stop:
+            self._metrics.flush()
+            self._metrics.truncate(state["metrics_bytes"])
+            for later in root.iterdir():
+                if later.is_dir() and later != folder and later.name.rsplit("-", 1)[0] not in self._phases:
+                    shutil.rmtree(later)
+
+
+class _Loop:
+    """The state of one training loop: what a checkpoint holds and restores."""
+
+    def __init__(self, model, optimizer, scheduler, rngs):
+        self.model, self.optimizer, self.scheduler = model, optimizer, scheduler
+        # every generator the run draws from: the data's (given) and the modules' own (dropout, sampling)
+        self.rngs = dict(rngs or {})
+        for i, m in enumerate(model._walk()):
+            for attr, value in vars(m).items():
+                if isinstance(value, np.random.Generator):
+                    self.rngs[f"module{i}.{attr}"] = value
+        self.step, self.losses, self.evaluations, self.seconds = 0, [], [], 0.0
+        self.lr = optimizer.lr
+
+    def state(self) -> dict:
+        opt = self.optimizer.state_dict()
+        arrays, scalars = {}, {}
+        for i, entry in opt["state"].items():
+            for k, v in entry.items():
+                if isinstance(v, np.ndarray):
+                    arrays[f"{i}/{k}"] = v
+                else:
+                    scalars[f"{i}/{k}"] = v
+        arrays["losses"] = np.array(self.losses, np.float64)  # float64 holds each loss exactly
+        return {"step": self.step, "evaluations": self.evaluations, "seconds": self.seconds,
+                "optimizer": {"param_groups": opt["param_groups"], "steps": opt["steps"], "scalars": scalars},
+                "scheduler": self.scheduler.state_dict() if self.scheduler is not None else None,
+                "rngs": {k: g.bit_generator.state for k, g in self.rngs.items()}, "arrays": arrays}
+
+    def load(self, state: dict) -> None:
+        entries: dict = {}
+        arrays = dict(state["arrays"])
+        losses = arrays.pop("losses").tolist()
+        for key, value in [*state["optimizer"]["scalars"].items(), *arrays.items()]:
+            i, k = key.split("/")
+            entries.setdefault(int(i), {})[k] = value
+        groups = [dict(g, betas=tuple(g["betas"])) if "betas" in g else g for g in state["optimizer"]["param_groups"]]
+        self.optimizer.load_state_dict({"state": entries, "param_groups": groups,
+                                        "steps": state["optimizer"]["steps"]})
+        if self.scheduler is not None:
+            self.scheduler.load_state_dict(state["scheduler"])
+        if set(state["rngs"]) != set(self.rngs):
+            raise ValueError(f"the checkpoint's generators {sorted(state['rngs'])} are not the run's {sorted(self.rngs)}")
+        for k, g in self.rngs.items():
+            g.bit_generator.state = state["rngs"][k]
+        self.step, self.losses, self.evaluations, self.seconds = (
+            state["step"], losses, state["evaluations"], state["seconds"])
+
+
+def _checkpoints(root: Path, phase: str) -> list:
+    """The phase's checkpoint folders, oldest first."""
+    pattern = re.compile(re.escape(phase) + r"-\d{8}")
+    return sorted(p for p in root.glob(f"{phase}-*") if pattern.fullmatch(p.name))
+
+
+def _checkpointed_bytes(root: Path) -> int:
+    """How much of metrics.jsonl the newest checkpoint covers. Every folder
+    not hidden is whole (each is written hidden and renamed); latest.json,
+    written after the rename, may lag one behind."""
+    return max((_read_json(p / "state.json")["metrics_bytes"] for p in root.glob("*-*")
+                if p.is_dir() and not p.name.startswith(".")), default=0)
+
+
+def _new_run_dir(name: str) -> Path:
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    for i in range(1000):
+        path = Path(RUNS) / (f"{name}-{stamp}" + (f"-{i}" if i else ""))
+        if not path.exists():
+            return path
+    raise FileExistsError(f"no free run folder under {RUNS}/ for {name}-{stamp}")
+
+
+def _write_json(path: Path, value) -> None:
+    """Write whole or not at all (a kill between checkpoints leaves the previous file)."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(value, indent=1, default=_json_default))
+    os.replace(tmp, path)
+
+
+def _json_default(value):
+    if isinstance(value, np.generic):
+        return value.item()
+    raise TypeError(f"{type(value).__name__} is not JSON serialisable")
+
+
+def _read_json(path: Path):
+    try:
+        return json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        return None
+
+
+def _events_writer(folder: Path):
+    """TensorBoard's own writer (``tensorboard.summary.Writer``, no torch or
+    TensorFlow needed) when the tensorboard package is installed, else None.
+    A resumed run writes a new events file in the same folder; TensorBoard
+    drops the interrupted run's points past the checkpoint (a step going back
+    purges the later ones)."""
+    try:
+        from tensorboard.summary import Writer
+    except ImportError:
+        return None
+    return Writer(str(folder))
+
+
+def progress(total: int, desc: str, disable: bool = False, initial: int = 0):
     """A tqdm progress bar on stderr."""
     from tqdm import tqdm
 
-    return tqdm(total=total, desc=desc, file=sys.stderr, disable=disable, dynamic_ncols=True, mininterval=0.5,
-                leave=False)
+    return tqdm(total=total, initial=initial, desc=desc, file=sys.stderr, disable=disable, dynamic_ncols=True,
+                mininterval=0.5, leave=False)
 
 
 def warmup_cosine(warmup: int, total: int, final: float = 0.0):
@@ -63,13 +454,30 @@ def warmup_cosine(warmup: int, total: int, final: float = 0.0):
     return factor
 
 
-def config(full: dict, quick: dict, is_quick: bool, steps=None) -> dict:
-    """A copy of the run's configuration (``quick`` or ``full``), with
-    ``steps`` (e.g. --steps) replacing its number of steps when given."""
-    cfg = dict(quick if is_quick else full)
-    if steps is not None:
-        cfg["steps"] = int(steps)
+def config(full: dict, quick: dict, args, **overrides) -> dict:
+    """A copy of the run's configuration (``quick`` or ``full``, with the
+    overrides that are not None), its "steps" the planned length
+    (--schedule-steps, else --steps, else the configuration's), recorded in
+    the run's config.json."""
+    cfg = dict(quick if args.quick else full)
+    cfg.update({k: v for k, v in overrides.items() if v is not None})
+    plan = args.schedule_steps or args.steps
+    if plan is not None:
+        cfg["steps"] = int(plan)
+    record(args, cfg)
     return cfg
+
+
+def plain_args(seed=0, quick=False, steps=None, disable_progress=True) -> argparse.Namespace:
+    """The settings of a run without a folder (a notebook's train_model call)."""
+    return argparse.Namespace(seed=seed, quick=quick, steps=steps, schedule_steps=None, eval_every=None,
+                              no_progress=disable_progress, run=None)
+
+
+def record(args, settings: dict) -> None:
+    """Add settings to the run's config.json (when there is a run)."""
+    if getattr(args, "run", None) is not None:
+        args.run.record(settings)
 
 
 def adam_warmup_cosine(model, lr: float, warmup: int, total: int, final: float = 0.0):
@@ -80,52 +488,92 @@ def adam_warmup_cosine(model, lr: float, warmup: int, total: int, final: float =
 
 
 def train(model, optimizer, loss_and_grads, batches, steps: int, *, scheduler=None, clip=1.0, desc="train",
-          disable_progress=False, after_step=None) -> dict:
+          disable_progress=False, after_step=None, run: Run | None = None, rngs: dict | None = None,
+          evaluate=None, eval_every: int | None = None) -> dict:
     """The training loop: for each step, loss, grads = loss_and_grads(batch);
     clip the global gradient norm; step the optimiser and the scheduler;
-    then after_step(step) if given (e.g. a periodic evaluation).
+    then after_step(step) if given; every eval_every steps evaluate() -> dict
+    of measures (in eval mode).
 
-    batches(step) -> the step's batch. Returns {"steps", "final_loss" (mean of
-    the last 5% of steps), "first_loss", "losses", "train_seconds"} (the time
-    of the whole loop, data included)."""
+    batches(step) -> the step's batch; `steps` is the planned length. With a
+    run (a Run), training stops where it says (--steps of a longer plan), each
+    step's loss and lr and each evaluation go to its metrics.jsonl, and a
+    checkpoint is written every eval_every steps (the run's --eval-every, else
+    the given one, else a tenth of the plan) and at the end; resuming, the
+    loop starts from the phase's last checkpoint. rngs: {name: Generator}, the
+    generators batches() draws from (the modules' own are found).
+
+    Returns {"steps" (trained), "final_loss" (mean of the last 5% of steps),
+    "first_loss", "losses", "evaluations" ([{"step", measures...}]),
+    "train_seconds"} (the time of the loop, data included, evaluations and
+    checkpoints not; a resumed run's includes the time before it)."""
+    loop = _Loop(model, optimizer, scheduler, rngs)
+    phase, stop = (run.phase(desc), run.stop(steps)) if run is not None else (None, steps)
+    every = (run.args.eval_every if run is not None else None) or eval_every or max(1, steps // 10)
+    if run is not None:
+        run.restore(phase, loop, stop)
+        if loop.step > stop:
+            raise ValueError(f"{phase}: the run has trained {loop.step} steps already, more than --steps {stop}")
     model.train()
-    losses = []
-    start = time.perf_counter()
-    with progress(steps, desc, disable_progress) as bar:
-        for step in range(steps):
-            batch = batches(step)
-            with attnc.grad.internal():  # its pullbacks run inside: nothing can change what they read
-                loss, grads = loss_and_grads(batch)
-            if not math.isfinite(loss):
-                raise FloatingPointError(f"the loss is {loss} at step {step}")
-            if clip:
-                attnc.optim.clip_grad_norm_(grads, clip, model)
-            optimizer.step(grads)
-            if scheduler is not None:
-                scheduler.step()
-            losses.append(loss)
-            if after_step is not None:
-                after_step(step)
+    start = time.perf_counter() - loop.seconds
+    with progress(stop, desc, disable_progress, initial=loop.step) as bar:
+        while loop.step < stop:
+            _one_step(loop, loss_and_grads, batches, clip, after_step)
+            loop.seconds = time.perf_counter() - start
+            if run is not None:
+                run.log({"phase": phase, "step": loop.step, "loss": loop.losses[-1], "lr": loop.lr,
+                         "seconds": round(loop.seconds, 3)})
+            aside = time.perf_counter()  # evaluations and checkpoints are not training time
+            if evaluate is not None and loop.step % every == 0:
+                model.eval()
+                measures = evaluate()
+                model.train()
+                loop.evaluations.append({"step": loop.step, **measures})
+                if run is not None:
+                    run.log({"phase": phase, "step": loop.step, **measures, "seconds": round(loop.seconds, 3)})
+            if run is not None and (loop.step % every == 0 or loop.step == stop):
+                run.checkpoint(phase, loop)
+            start += time.perf_counter() - aside
             bar.update(1)
-            if step % 20 == 0 or step == steps - 1:
-                bar.set_postfix(loss=f"{np.mean(losses[-20:]):.4f}", lr=f"{optimizer.lr:.2e}", refresh=False)
-    seconds = time.perf_counter() - start
+            if loop.step % 20 == 1 or loop.step == stop:
+                bar.set_postfix(loss=f"{np.mean(loop.losses[-20:]):.4f}", lr=f"{loop.lr:.2e}", refresh=False)
     model.eval()
-    tail = max(1, steps // 20)
+    losses = loop.losses
+    tail = max(1, stop // 20)
     return {
-        "steps": steps,
+        "steps": stop,
         "first_loss": float(losses[0]) if losses else None,
         "final_loss": float(np.mean(losses[-tail:])) if losses else None,
         "losses": losses,
-        "train_seconds": round(seconds, 3),
+        "evaluations": loop.evaluations,
+        "train_seconds": round(time.perf_counter() - start, 3),
     }
 
 
-def report(name, args, model, result, batch_size, eval_seconds, **metrics) -> None:
+def _one_step(loop: _Loop, loss_and_grads, batches, clip, after_step) -> None:
+    step = loop.step
+    batch = batches(step)
+    with attnc.grad.internal():  # its pullbacks run inside: nothing can change what they read
+        loss, grads = loss_and_grads(batch)
+    loss = float(loss)
+    if not math.isfinite(loss):
+        raise FloatingPointError(f"the loss is {loss} at step {step}")
+    if clip:
+        attnc.optim.clip_grad_norm_(grads, clip, loop.model)
+    loop.lr = loop.optimizer.lr  # the step's learning rate
+    loop.optimizer.step(grads)
+    if loop.scheduler is not None:
+        loop.scheduler.step()
+    loop.losses.append(loss)
+    loop.step += 1
+    if after_step is not None:
+        after_step(step)
+
+
+def report(name, args, model, result, batch_size, eval_seconds, **metrics) -> Result:
     """Save the model if asked, then emit the run's metrics with what every
     experiment reports (seed, threads, training curve ends, size, timings)."""
-    save_model(args.save, model)
-    emit({
+    return conclude(args, model, {
         "experiment": name, "seed": args.seed, "quick": args.quick, "threads": attnc.get_num_threads(),
         **metrics,
         "steps": result["steps"], "batch_size": batch_size,
@@ -135,6 +583,21 @@ def report(name, args, model, result, batch_size, eval_seconds, **metrics) -> No
     })
 
 
+def conclude(args, model, metrics: dict) -> Result:
+    """Save the model (--save), write result.json, print the metrics' JSON
+    line; the run's Result."""
+    save_model(args.save, model)
+    run = getattr(args, "run", None)
+    if run is None:
+        emit(metrics)
+        return Result(metrics, [], model, None)
+    metrics = json.loads(json.dumps(metrics, default=_json_default))  # what result.json holds, read back
+    history = run.history()
+    run.finish(metrics)
+    emit(metrics)
+    return Result(metrics, history, model, run.dir)
+
+
 def emit(metrics: dict) -> None:
     """Print the metrics as one JSON object: the last line of stdout."""
     sys.stdout.flush()
@@ -142,6 +605,6 @@ def emit(metrics: dict) -> None:
 
 
 def save_model(path, model) -> None:
-    if path:
+    if path and model is not None:
         attnc.save(path, model)
         print(f"saved the model to {path}", file=sys.stderr)

@@ -58,17 +58,14 @@ def train_ntm(name, args, task, steps, model_kw=None, check=None):
         attnc.optim.clip_grad_value_(grads, GRAD_CLAMP, model)
         return loss, grads
 
-    history = []
-
-    def after_step(step):
-        if check is not None and (step + 1) % CHECK_EVERY == 0:
-            model.eval()
-            history.append([step + 1, round(score(model, check), 4)])
-            model.train()
+    def evaluate():
+        return {"bits_per_sequence": round(score(model, check), 4)}
 
     result = _common.train(model, opt, loss_and_grads, batches, steps, clip=0, desc=name,
-                           disable_progress=args.no_progress, after_step=after_step)
+                           disable_progress=args.no_progress, run=args.run, rngs={"data": rng},
+                           evaluate=evaluate if check is not None else None, eval_every=CHECK_EVERY)
     if check is not None:
+        history = [[e["step"], e["bits_per_sequence"]] for e in result["evaluations"]]
         result["checks"] = history
         result["sequences_to_converge"] = next((n for n, bits in history if bits < CONVERGED), None)
     return model, result
@@ -95,5 +92,5 @@ def finish(name, args, model, result, metrics_fn, **extra):
     metrics = metrics_fn(model)
     if "checks" in result:
         extra.update(sequences_to_converge=result["sequences_to_converge"], checks=result["checks"])
-    _common.report(name, args, model, result, 1, time.perf_counter() - start, **metrics,
+    return _common.report(name, args, model, result, 1, time.perf_counter() - start, **metrics,
                    sequences_seen=result["steps"], finite=True, **extra)

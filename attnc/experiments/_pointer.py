@@ -10,8 +10,6 @@ norm 1) and batched decoding of held-out sets.
 
 from __future__ import annotations
 
-import argparse
-
 import numpy as np
 
 from attnc.models import PointerNet
@@ -21,16 +19,14 @@ from . import _common
 HELDOUT_SEED = 20151122  # the held-out instances are the same for every --seed
 
 
-def parse_args(doc, argv, n_default):
-    """_common.parse_args plus --n (the problem size)."""
-    pre = argparse.ArgumentParser(add_help=False)
-    pre.add_argument("--n", type=int, default=n_default)
-    known, rest = pre.parse_known_args(argv)
-    args = _common.parse_args(doc.strip().splitlines()[0] + " (--n N)", rest)
-    if known.n is not None and known.n < 2:
-        raise SystemExit("--n must be >= 2")
-    args.n = known.n
-    return args
+def n_flag(default):
+    """An experiment's add_flags: --n (the problem size), default `default`."""
+
+    def add_flags(parser):
+        parser.add_argument("--n", type=_common.at_least(2), default=default,
+                            help="the problem size" + (f" (default {default})" if default else " (default: 5 to 10)"))
+
+    return add_flags
 
 
 def sizes(args, lo=5, hi=10):
@@ -59,7 +55,7 @@ def train(name, args, task, cfg, constraint):
         return model.loss_and_grad(batch, constraint=constraint)
 
     result = _common.train(model, opt, loss_and_grads, batches, cfg["steps"], scheduler=sched, clip=1.0, desc=name,
-                           disable_progress=args.no_progress)
+                           disable_progress=args.no_progress, run=args.run, rngs={"data": rng})
     return model, result
 
 

@@ -108,8 +108,12 @@ def train_model(seed=0, quick=False, steps=None, disable_progress=True, dtype=np
     """Train a MarkerClassifier; returns (model, task, metrics) with metrics
     {"accuracy", "marker_attention_mass", "heldout_size", "train" (the
     training loop's summary)}. For notebooks."""
-    cfg = _common.config(FULL, QUICK, quick, steps)
-    data_seed, model_seed = np.random.SeedSequence(seed).generate_state(2)
+    return _train(_common.plain_args(seed, quick, steps, disable_progress), dtype)
+
+
+def _train(args, dtype=np.float32):
+    cfg = _common.config(FULL, QUICK, args)
+    data_seed, model_seed = np.random.SeedSequence(args.seed).generate_state(2)
     task = MarkerTask()
     model = MarkerClassifier(task.vocab_size, task.num_classes, cfg["embed"], cfg["hidden"], cfg["attn"],
                              dtype=dtype, seed=int(model_seed))
@@ -120,7 +124,8 @@ def train_model(seed=0, quick=False, steps=None, disable_progress=True, dtype=np
         return task.batch(cfg["batch_size"], seed=rng)
 
     result = _common.train(model, opt, model.loss_and_grad, batches, cfg["steps"], scheduler=sched, clip=1.0,
-                           desc="attention_pooling", disable_progress=disable_progress)
+                           desc="attention_pooling", disable_progress=args.no_progress, run=args.run,
+                           rngs={"data": rng})
     heldout = task.batch(cfg["heldout"], seed=HELDOUT_SEED)
     start = time.perf_counter()
     metrics = evaluate(model, heldout)
@@ -141,9 +146,9 @@ def pooling_weights(model, task, sentence):
 
 
 def main(argv=None):
-    args = _common.parse_args(__doc__.strip().splitlines()[0], argv)
-    model, task, m = train_model(args.seed, args.quick, args.steps, disable_progress=args.no_progress)
-    _common.report("attention_pooling", args, model, m["train"], m["batch_size"], m["eval_seconds"],
+    args = _common.parse_args(__name__, argv)
+    model, task, m = _train(args)
+    return _common.report("attention_pooling", args, model, m["train"], m["batch_size"], m["eval_seconds"],
                    accuracy=m["accuracy"], marker_attention_mass=m["marker_attention_mass"],
                    heldout_size=m["heldout_size"], num_classes=task.num_classes)
 

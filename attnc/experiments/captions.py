@@ -56,19 +56,16 @@ def exact_match(model, task, batch_size=256):
     return correct / len(task), words_right / words
 
 
-def main(argv=None):
-    import argparse
+def add_flags(parser):
+    """This experiment's own flags."""
+    parser.add_argument("--attention", choices=("soft", "hard"), default="soft",
+                        help="soft (deterministic) or hard (REINFORCE) attention")
 
-    pre = argparse.ArgumentParser(add_help=False)
-    pre.add_argument("--attention", choices=("soft", "hard"), default="soft")
-    known, rest = pre.parse_known_args(argv)
-    args = _common.parse_args(__doc__.strip().splitlines()[0] + " (--attention soft|hard)", rest)
-    args.attention = known.attention
-    cfg = dict(QUICK if args.quick else FULL)
-    if args.attention == "hard" and not args.quick:
-        cfg["steps"] = HARD_STEPS
-    if args.steps is not None:
-        cfg["steps"] = args.steps
+
+def main(argv=None):
+    args = _common.parse_args(__name__, argv)
+    hard = args.attention == "hard" and not args.quick
+    cfg = _common.config(FULL, QUICK, args, steps=HARD_STEPS if hard else None)
     data_seed, model_seed = np.random.SeedSequence(args.seed).generate_state(2)
 
     heldout = captions(cfg["heldout"], seed=HELDOUT_SEED, split="test", unique=True)
@@ -84,11 +81,11 @@ def main(argv=None):
         return train_set.batch(np.arange(step * bs, (step + 1) * bs))
 
     result = _common.train(model, opt, model.loss_and_grad, batches, cfg["steps"], scheduler=sched, clip=cfg["clip"],
-                           desc=f"captions ({args.attention})", disable_progress=args.no_progress)
+                           desc=f"captions ({args.attention})", disable_progress=args.no_progress, run=args.run)
     start = time.perf_counter()
     em, word_acc = exact_match(model, heldout)
     eval_seconds = time.perf_counter() - start
-    _common.report("captions", args, model, result, bs, eval_seconds, exact_match=em, word_accuracy=word_acc,
+    return _common.report("captions", args, model, result, bs, eval_seconds, exact_match=em, word_accuracy=word_acc,
                    attention=args.attention, heldout_size=len(heldout), train_images=len(train_set),
                    doubly_stochastic=cfg["doubly_stochastic"], lr=cfg["lr"],
                    sizes=[cfg["embed_size"], cfg["hidden_size"], cfg["attention_size"]], **extra)

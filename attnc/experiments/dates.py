@@ -21,6 +21,9 @@ and ("long_inputs") on a second held-out set of 2,000 inputs of 21-30
 characters, enough of the longest inputs to measure differences of a few
 errors per thousand.
 
+At each evaluation interval (a tenth of the run, --eval-every) metrics.jsonl
+records the exact match on the first 500 held-out dates.
+
 --attention: none, bahdanau (default), luong-dot, luong-general,
 luong-concat, luong-location, local-m, local-p, or all (each in turn, one
 JSON object with a dict per kind).
@@ -41,7 +44,6 @@ local-p learns where to look.
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 
@@ -60,23 +62,19 @@ HELDOUT = 2000
 MAX_SOURCE_LEN = 30  # attnc.datasets.dates.MAX_INPUT_LEN
 BUCKETS = (("≤10", 0, 10), ("11-15", 11, 15), ("16-20", 16, 20), ("21-30", 21, 30))
 LONG_SEED, LONG_MIN = 20240606, 21  # a second held-out set of long inputs only (the last bucket)
+INTERIM = 500  # the held-out dates scored at each evaluation interval (the first ones)
 
 FULL = dict(train_size=60000, epochs=2, batch_size=64, lr=3e-3, warmup=100, final_lr=0.05, clip=1.0,
             embed_size=32, hidden_size=64, heldout=HELDOUT, long_heldout=2000)
 QUICK = dict(FULL, train_size=1280, epochs=1, batch_size=32, warmup=5, heldout=200, long_heldout=100)
 
 
-def extra_args(argv=None):
-    """This experiment's own options; the rest go to _common.parse_args."""
-    parser = argparse.ArgumentParser(add_help=False, usage=argparse.SUPPRESS)
-    parser.add_argument("--attention", default="bahdanau", choices=KINDS + ("all",))
-    parser.add_argument("--epochs", type=int, default=None, help="override the number of passes over the train set")
-    ours, rest = parser.parse_known_args(argv)
-    if "-h" in rest or "--help" in rest:
-        print("dates experiment " + parser.format_help().lstrip())
-    if ours.epochs is not None and ours.epochs < 1:
-        parser.error("--epochs must be >= 1")
-    return ours, rest
+def add_flags(parser):
+    """This experiment's own flags."""
+    parser.add_argument("--attention", default="bahdanau", choices=KINDS + ("all",),
+                        help="the attention mechanism, or all (each in turn)")
+    parser.add_argument("--epochs", type=_common.positive_int, default=None,
+                        help="override the number of passes over the train set")
 
 
 def length_buckets(lengths):
@@ -122,8 +120,13 @@ def run(kind, args, cfg, heldout, train_set, disable_progress, long_set):
             order[epoch] = np.random.default_rng([order_seed, epoch]).permutation(len(train_set))
         return train_set.batch(order[epoch][i * bs:(i + 1) * bs])
 
+    interim = DatesTask(heldout.sources[:INTERIM], heldout.dates[:INTERIM], heldout.formats[:INTERIM], "test")
+
+    def measures():
+        return {"exact_match": float(evaluate(model, interim)[0].mean())}
+
     result = _common.train(model, opt, model.loss_and_grad, batches, steps, scheduler=sched, clip=cfg["clip"],
-                           desc=f"dates {kind}", disable_progress=disable_progress)
+                           desc=f"dates {kind}", disable_progress=disable_progress, run=args.run, evaluate=measures)
     start = time.perf_counter()
     correct, _ = evaluate(model, heldout)
     eval_seconds = time.perf_counter() - start
@@ -145,14 +148,9 @@ def run(kind, args, cfg, heldout, train_set, disable_progress, long_set):
 
 
 def main(argv=None):
-    ours, rest = extra_args(sys.argv[1:] if argv is None else argv)
-    args = _common.parse_args(__doc__.strip().splitlines()[0], rest)
-    cfg = dict(QUICK if args.quick else FULL)
-    if ours.epochs is not None:
-        cfg["epochs"] = ours.epochs
-    if args.steps is not None:
-        cfg["steps"] = args.steps
-    kinds = KINDS if ours.attention == "all" else (ours.attention,)
+    args = _common.parse_args(__name__, argv)
+    cfg = _common.config(FULL, QUICK, args, epochs=args.epochs)
+    kinds = KINDS if args.attention == "all" else (args.attention,)
     if len(kinds) > 1 and args.save:
         raise SystemExit("--save needs a single --attention kind")
 
@@ -165,16 +163,15 @@ def main(argv=None):
     for kind in kinds:
         model, result, metrics, eval_seconds = run(kind, args, cfg, heldout, train_set, args.no_progress, long_set)
         if len(kinds) == 1:
-            _common.report("dates", args, model, result, cfg["batch_size"], eval_seconds, **metrics)
-            return
+            return _common.report("dates", args, model, result, cfg["batch_size"], eval_seconds, **metrics)
         per_kind[kind] = {**metrics, "steps": result["steps"], "first_loss": result["first_loss"],
                           "final_loss": result["final_loss"],
                           "parameters": int(sum(p.size for p in model.parameters())),
                           "train_seconds": result["train_seconds"], "eval_seconds": round(eval_seconds, 3)}
         print(f"{kind}: exact match {metrics['exact_match']:.4f} in {result['train_seconds']:.1f} s", file=sys.stderr)
-    _common.emit({"experiment": "dates", "seed": args.seed, "quick": args.quick,
-                  "threads": attnc.get_num_threads(), "attention": "all", "batch_size": cfg["batch_size"],
-                  "kinds": per_kind})
+    return _common.conclude(args, None, {"experiment": "dates", "seed": args.seed, "quick": args.quick,
+                                         "threads": attnc.get_num_threads(), "attention": "all",
+                                         "batch_size": cfg["batch_size"], "kinds": per_kind})
 
 
 if __name__ == "__main__":

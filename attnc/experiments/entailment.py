@@ -81,14 +81,15 @@ def train_model(seed=0, quick=False, steps=None, disable_progress=True, dtype=np
     with metrics {"accuracy", "per_class_accuracy", "heldout_size", "train"
     (the training loop's summary), ...}. For notebooks. ``overrides``
     replace entries of the configuration (FULL or QUICK: lr, dropout, ...)."""
-    cfg = dict(QUICK if quick else FULL)
-    unknown = set(overrides) - set(cfg)
+    unknown = set(overrides) - set(QUICK if quick else FULL)
     if unknown:
-        raise ValueError(f"unknown configuration entries {sorted(unknown)}; valid: {sorted(cfg)}")
-    cfg.update(overrides)
-    if steps is not None:
-        cfg["steps"] = steps
-    data_seed, model_seed = np.random.SeedSequence(seed).generate_state(2)
+        raise ValueError(f"unknown configuration entries {sorted(unknown)}; valid: {sorted(QUICK if quick else FULL)}")
+    return _train(_common.plain_args(seed, quick, steps, disable_progress), dtype, **overrides)
+
+
+def _train(args, dtype=np.float32, **overrides):
+    cfg = _common.config(FULL, QUICK, args, **overrides)
+    data_seed, model_seed = np.random.SeedSequence(args.seed).generate_state(2)
     task = EntailmentTask()
     model = DecomposableAttention(task.vocab_size, cfg["embed"], cfg["hidden"], len(task.labels),
                                   project=cfg["project"], context=cfg["context"], dropout=cfg["dropout"], dtype=dtype,
@@ -100,7 +101,7 @@ def train_model(seed=0, quick=False, steps=None, disable_progress=True, dtype=np
         return task.batch(cfg["batch_size"], seed=rng, split="train")
 
     result = _common.train(model, opt, model.loss_and_grad, batches, cfg["steps"], scheduler=sched, clip=1.0,
-                           desc="entailment", disable_progress=disable_progress)
+                           desc="entailment", disable_progress=args.no_progress, run=args.run, rngs={"data": rng})
     heldout = task.batch(cfg["heldout"], seed=HELDOUT_SEED, split="test")
     start = time.perf_counter()
     metrics = evaluate(model, heldout)
@@ -121,9 +122,9 @@ def alignment(model, task, premise: str, hypothesis: str):
 
 
 def main(argv=None):
-    args = _common.parse_args(__doc__.strip().splitlines()[0], argv)
-    model, task, m = train_model(args.seed, args.quick, args.steps, disable_progress=args.no_progress)
-    _common.report("entailment", args, model, m["train"], m["batch_size"], m["eval_seconds"],
+    args = _common.parse_args(__name__, argv)
+    model, task, m = _train(args)
+    return _common.report("entailment", args, model, m["train"], m["batch_size"], m["eval_seconds"],
                    accuracy=m["accuracy"], per_class_accuracy=m["per_class_accuracy"],
                    alignment_accuracy=m["alignment_accuracy"],
                    premise_alignment_accuracy=m["premise_alignment_accuracy"],

@@ -37,8 +37,8 @@ def exact_match(model, task, batch_size=1000):
 
 
 def main(argv=None):
-    args = _common.parse_args(__doc__.strip().splitlines()[0], argv)
-    cfg = _common.config(FULL, QUICK, args.quick, args.steps)
+    args = _common.parse_args(__name__, argv)
+    cfg = _common.config(FULL, QUICK, args)
     train_seed, model_seed, test_seed, eval_train_seed = np.random.SeedSequence(args.seed).generate_state(4)
     L, D = cfg["length"], cfg["num_digits"]
     train_set = sort_task(cfg["steps"] * cfg["batch_size"], L, D, seed=int(train_seed), split="train")
@@ -60,12 +60,12 @@ def main(argv=None):
         return model.loss_and_grads(*batch)
 
     result = _common.train(model, opt, loss_and_grads, batches, cfg["steps"], scheduler=sched, clip=cfg["clip"],
-                           desc="gpt_sort", disable_progress=args.no_progress)
+                           desc="gpt_sort", disable_progress=args.no_progress, run=args.run)
     start = time.perf_counter()
     em, correct = exact_match(model, test_set)
     train_em, _ = exact_match(model, train_eval)
     eval_seconds = time.perf_counter() - start
-    _common.report("gpt_sort", args, model, result, bs, eval_seconds, exact_match=em, correct=correct,
+    return _common.report("gpt_sort", args, model, result, bs, eval_seconds, exact_match=em, correct=correct,
                    heldout_size=len(test_set), train_exact_match=train_em)
 
 

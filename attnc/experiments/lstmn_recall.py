@@ -123,7 +123,8 @@ def _train(kind, args, cfg, task, desc, steps=None):
     opt, sched = _common.adam_warmup_cosine(model, cfg["lr"], cfg["warmup"], steps, 0.05)
     rng = np.random.default_rng(int(data_seed))  # the same batches for both models
     result = _common.train(model, opt, model.loss_and_grad, lambda step: task.batch(cfg["batch_size"], seed=rng),
-                           steps, scheduler=sched, desc=desc, disable_progress=args.no_progress)
+                           steps, scheduler=sched, desc=desc, disable_progress=args.no_progress, run=args.run,
+                           rngs={"data": rng})
     return model, result
 
 
@@ -144,8 +145,8 @@ def attention_at_query(model, held):
 
 
 def main(argv=None):
-    args = _common.parse_args(__doc__, argv)
-    cfg = _common.config(FULL, QUICK, args.quick, args.steps)
+    args = _common.parse_args(__name__, argv)
+    cfg = _common.config(FULL, QUICK, args)
     task = KeyValueRecallTask(cfg["num_keys"], cfg["num_values"], cfg["min_pairs"], cfg["max_pairs"])
     held = task.batch(cfg["heldout"], seed=HELDOUT_SEED)
     model, result = _train("lstmn", args, cfg, task, "LSTMN")
@@ -156,7 +157,7 @@ def main(argv=None):
     acc, acc_lstm, acc_long = _accuracy(model, held), _accuracy(lstm, held), _accuracy(lstm_long, held)
     _, on_key, argmax_on_key = attention_at_query(model, held)
     uniform = float(np.mean(1.0 / (held.lengths - 1)))
-    _common.report("lstmn_recall", args, model, result, cfg["batch_size"], time.perf_counter() - start,
+    return _common.report("lstmn_recall", args, model, result, cfg["batch_size"], time.perf_counter() - start,
                    accuracy=acc, accuracy_lstm=acc_lstm, attention_on_key=on_key,
                    attention_argmax_on_key=argmax_on_key, attention_uniform=uniform,
                    chance=1.0 / task.num_classes, heldout_size=cfg["heldout"],

@@ -28,17 +28,18 @@ FULL = dict(steps=30000, heldout=500, long=100)
 QUICK = dict(steps=300, heldout=20, long=4)
 
 
-def main(argv=None):
-    import argparse
+def add_flags(parser):
+    """This experiment's own flags."""
+    parser.add_argument("--memory-init", choices=("constant", "learned", "random"), default="constant",
+                        help="the memory's initial contents")
 
-    pre = argparse.ArgumentParser(add_help=False)
-    pre.add_argument("--memory-init", choices=("constant", "learned", "random"), default="constant")
-    known, rest = pre.parse_known_args(argv)
-    args = _common.parse_args(__doc__.strip().splitlines()[0] + " (--memory-init constant|learned|random)", rest)
-    cfg = _common.config(FULL, QUICK, args.quick, args.steps)
+
+def main(argv=None):
+    args = _common.parse_args(__name__, argv)
+    cfg = _common.config(FULL, QUICK, args)
     task = CopyTask(bits=8, min_len=1, max_len=20)
     check = [task.batch(50, length=20, seed=_ntm.HELDOUT_SEED - 20)]
-    model, result = _ntm.train_ntm("ntm_copy", args, task, cfg["steps"], {"memory_init": known.memory_init},
+    model, result = _ntm.train_ntm("ntm_copy", args, task, cfg["steps"], {"memory_init": args.memory_init},
                                    check=check)
 
     def metrics(m):
@@ -48,7 +49,7 @@ def main(argv=None):
                 "bits_per_sequence_80": _ntm.score(m, held(80, cfg["long"])),
                 "heldout_size": cfg["heldout"]}
 
-    _ntm.finish("ntm_copy", args, model, result, metrics, memory_init=known.memory_init)
+    return _ntm.finish("ntm_copy", args, model, result, metrics, memory_init=args.memory_init)
 
 
 if __name__ == "__main__":

@@ -23,8 +23,8 @@ QUICK = dict(steps=200, batches=2, rows=5, longest=5)
 
 
 def main(argv=None):
-    args = _common.parse_args(__doc__.strip().splitlines()[0], argv)
-    cfg = _common.config(FULL, QUICK, args.quick, args.steps)
+    args = _common.parse_args(__name__, argv)
+    cfg = _common.config(FULL, QUICK, args)
     task = AssociativeRecallTask(bits=6, item_len=3, min_items=2, max_items=6)
     model, result = _ntm.train_ntm("ntm_recall", args, task, cfg["steps"])
 
@@ -34,7 +34,7 @@ def main(argv=None):
         return {"bits_per_sequence": _ntm.score(m, held), "bits_per_sequence_6_items": _ntm.score(m, six),
                 "heldout_size": cfg["batches"] * cfg["rows"]}
 
-    _ntm.finish("ntm_recall", args, model, result, metrics)
+    return _ntm.finish("ntm_recall", args, model, result, metrics)
 
 
 if __name__ == "__main__":

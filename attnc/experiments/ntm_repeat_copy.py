@@ -23,8 +23,8 @@ QUICK = dict(steps=200, batches=2, rows=5)
 
 
 def main(argv=None):
-    args = _common.parse_args(__doc__.strip().splitlines()[0], argv)
-    cfg = _common.config(FULL, QUICK, args.quick, args.steps)
+    args = _common.parse_args(__name__, argv)
+    cfg = _common.config(FULL, QUICK, args)
     task = RepeatCopyTask(bits=8, min_len=1, max_len=10, min_repeats=1, max_repeats=10)
     model, result = _ntm.train_ntm("ntm_repeat_copy", args, task, cfg["steps"])
 
@@ -32,7 +32,7 @@ def main(argv=None):
         held = [task.batch(cfg["rows"], seed=_ntm.HELDOUT_SEED + i) for i in range(cfg["batches"])]
         return {"bits_per_sequence": _ntm.score(m, held), "heldout_size": cfg["batches"] * cfg["rows"]}
 
-    _ntm.finish("ntm_repeat_copy", args, model, result, metrics)
+    return _ntm.finish("ntm_repeat_copy", args, model, result, metrics)
 
 
 if __name__ == "__main__":

@@ -38,9 +38,12 @@ FULL = dict(steps=45000, batch_size=128, hidden_size=128, bidirectional=True, lr
 QUICK = dict(FULL, steps=150, batch_size=32, hidden_size=32, heldout=20)
 
 
+add_flags = _pointer.n_flag(None)
+
+
 def main(argv=None):
-    args = _pointer.parse_args(__doc__, argv, None)
-    cfg = _common.config(FULL, QUICK, args.quick, args.steps)
+    args = _common.parse_args(__name__, argv)
+    cfg = _common.config(FULL, QUICK, args)
     ns = _pointer.sizes(args)
     task = ConvexHullTask(min_n=ns[0], max_n=ns[-1])
     model, result = _pointer.train("pointer_hull", args, task, cfg, "hull")
@@ -51,7 +54,7 @@ def main(argv=None):
             pred = _pointer.decode(model, held, "hull", beam_size=beam)
             acc[beam][n], cover[beam][n] = hull_accuracy(pred, held), hull_area_coverage(pred, held)
     mean = lambda d: float(np.mean(list(d.values())))
-    _common.report("pointer_hull", args, model, result, cfg["batch_size"], time.perf_counter() - start,
+    return _common.report("pointer_hull", args, model, result, cfg["batch_size"], time.perf_counter() - start,
                    accuracy=mean(acc[1]), area_coverage=mean(cover[1]), accuracy_by_n=acc[1],
                    area_coverage_by_n=cover[1], beam10={"accuracy": mean(acc[10]), "area_coverage": mean(cover[10])},
                    heldout_size=cfg["heldout"] * len(acc[1]))

@@ -25,16 +25,19 @@ FULL = dict(steps=8000, batch_size=128, hidden_size=128, lr=2e-3, warmup=100, fi
 QUICK = dict(FULL, steps=40, batch_size=32, hidden_size=32, heldout=20)
 
 
+add_flags = _pointer.n_flag(None)
+
+
 def main(argv=None):
-    args = _pointer.parse_args(__doc__, argv, None)
-    cfg = _common.config(FULL, QUICK, args.quick, args.steps)
+    args = _common.parse_args(__name__, argv)
+    cfg = _common.config(FULL, QUICK, args)
     ns = _pointer.sizes(args)
     task = PointerSortTask(min_n=ns[0], max_n=ns[-1])
     model, result = _pointer.train("pointer_sort", args, task, cfg, "permutation")
     start = time.perf_counter()
     by_n = {n: sort_exact_match(_pointer.decode(model, held, "permutation"), held)
             for n, held in _pointer.heldout(task, ns, cfg["heldout"]).items()}
-    _common.report("pointer_sort", args, model, result, cfg["batch_size"], time.perf_counter() - start,
+    return _common.report("pointer_sort", args, model, result, cfg["batch_size"], time.perf_counter() - start,
                    exact_match=float(np.mean(list(by_n.values()))), exact_match_by_n=by_n,
                    heldout_size=cfg["heldout"] * len(by_n))
 

@@ -27,11 +27,12 @@ BASE = dict(batch_size=128, hidden_size=128, warmup=100, final_lr=0.02, heldout=
 QUICK = dict(BASE, steps=30, batch_size=32, hidden_size=32, lr=1e-3, heldout=50)
 
 
+add_flags = _pointer.n_flag(5)
+
+
 def main(argv=None):
-    args = _pointer.parse_args(__doc__, argv, 5)
-    cfg = dict(QUICK) if args.quick else dict(BASE, **FULL.get(args.n, FULL[10]))
-    if args.steps is not None:
-        cfg["steps"] = args.steps
+    args = _common.parse_args(__name__, argv)
+    cfg = _common.config(dict(BASE, **FULL.get(args.n, FULL[10])), QUICK, args)
     task = TSPTask(n=args.n)
     model, result = _pointer.train("pointer_tsp", args, task, cfg, "tour")
     start = time.perf_counter()
@@ -42,7 +43,7 @@ def main(argv=None):
         tours = _pointer.decode(model, held, "tour", beam_size=beam)
         length = float(tour_length(held.inputs, tours).mean())
         scores[beam] = {"tour_length": length, "gap": length / optimal - 1}
-    _common.report("pointer_tsp", args, model, result, cfg["batch_size"], time.perf_counter() - start, n=args.n,
+    return _common.report("pointer_tsp", args, model, result, cfg["batch_size"], time.perf_counter() - start, n=args.n,
                    tour_length=scores[1]["tour_length"], optimal_tour_length=optimal, gap=scores[1]["gap"],
                    beam10=scores[10], heldout_size=cfg["heldout"], exact_optimum=args.n <= 12)
 

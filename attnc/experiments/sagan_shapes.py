@@ -231,13 +231,14 @@ def _loss_and_grads(model, tie_qk=False):
 
 
 def train_model(seed: int = 0, *, attention: bool = True, steps: int | None = None, quick: bool = False,
-                disable_progress: bool = True, desc: str = "sagan_shapes", after_step=None, **overrides):
+                disable_progress: bool = True, desc: str = "sagan_shapes", after_step=None, run=None, **overrides):
     """Train a ShapeClassifier (float32) on fresh batches of the task; returns
     (model, result) with result as attnc.experiments._common.train's (losses,
     train_seconds, ...). About a minute with attention at the default steps
     on one core; ``overrides`` replace FULL's (or QUICK's) settings, e.g.
-    ``fg_decay=0`` or ``tie_qk=False``."""
-    cfg = _common.config(FULL, QUICK, quick, steps)
+    ``fg_decay=0`` or ``tie_qk=False``. run: the experiment's Run (its
+    folder, checkpoints and resumption), when main() trains."""
+    cfg = _common.config(FULL, QUICK, _common.plain_args(seed, quick, steps))
     unknown = set(overrides) - set(cfg)
     if unknown:
         raise TypeError(f"unknown settings: {sorted(unknown)}")
@@ -260,7 +261,7 @@ def train_model(seed: int = 0, *, attention: bool = True, steps: int | None = No
     data = np.random.default_rng([seed, 1])  # the same batches with and without attention
     result = _common.train(model, opt, _loss_and_grads(model, attention and cfg["tie_qk"]),
                            lambda step: task.batch(cfg["batch_size"], data), cfg["steps"], scheduler=sched, desc=desc,
-                           disable_progress=disable_progress, after_step=after_step)
+                           disable_progress=disable_progress, after_step=after_step, run=run, rngs={"data": data})
     return model, result
 
 
@@ -383,25 +384,25 @@ def attention_scores(model, batch, maps=None) -> dict:
             "attention_by_label": {"different_colours": part(~same), "same_colour": part(same)}}
 
 
-def main(argv=None):
-    import argparse
-
-    extra = argparse.ArgumentParser(add_help=False)
-    group = extra.add_mutually_exclusive_group()
+def add_flags(parser):
+    """This experiment's own flags."""
+    group = parser.add_mutually_exclusive_group()
     group.add_argument("--no-attention", action="store_true", help="train only the network without attention")
     group.add_argument("--attention-only", action="store_true", help="train only the network with attention")
-    extra.add_argument("--coords", action="store_true", help="append two coordinate channels (CoordConv)")
-    known, rest = extra.parse_known_args(argv)
-    args = _common.parse_args(__doc__, rest)
-    cfg = _common.config(FULL, QUICK, args.quick, args.steps)
+    parser.add_argument("--coords", action="store_true", help="append two coordinate channels (CoordConv)")
+
+
+def main(argv=None):
+    args = _common.parse_args(__name__, argv)
+    cfg = _common.config(FULL, QUICK, args)
     held = heldout(args.seed, cfg["heldout"])
     metrics, models, results = {}, {}, {}
     start_eval = 0.0
     for attention in (True, False):
-        if (attention and known.no_attention) or (not attention and known.attention_only):
+        if (attention and args.no_attention) or (not attention and args.attention_only):
             continue
         model, result = train_model(args.seed, attention=attention, steps=cfg["steps"], quick=args.quick,
-                                    disable_progress=args.no_progress, coords=known.coords,
+                                    disable_progress=args.no_progress, coords=args.coords, run=args.run,
                                     desc="sagan_shapes" + ("" if attention else " (no attention)"))
         t0 = time.perf_counter()
         models[attention], results[attention] = model, result
@@ -420,8 +421,8 @@ def main(argv=None):
         metrics["accuracy"] = metrics["accuracy_no_attention"]
     main_attention = True in models
     model, result = models[main_attention], results[main_attention]
-    _common.report("sagan_shapes", args, model, result, cfg["batch_size"], start_eval, attention=main_attention,
-                   coords=known.coords, heldout_size=cfg["heldout"], **metrics)
+    return _common.report("sagan_shapes", args, model, result, cfg["batch_size"], start_eval, attention=main_attention,
+                   coords=args.coords, heldout_size=cfg["heldout"], **metrics)
 
 
 if __name__ == "__main__":

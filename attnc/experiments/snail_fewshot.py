@@ -30,7 +30,6 @@ block's weights over episodes.
 
 from __future__ import annotations
 
-import argparse
 import os
 import time
 
@@ -50,14 +49,10 @@ QUICK = dict(FULL, steps=40, batch_size=16, warmup=5, heldout=200,
              model=dict(embedding_size=16, filters=8, attention_sizes=((8, 8), (16, 8), (16, 8))))
 
 
-def parse_args(argv=None):
-    """_common.parse_args plus --shots 1|5|all."""
-    pre = argparse.ArgumentParser(add_help=False)
-    pre.add_argument("--shots", choices=("1", "5", "all"), default="all")
-    known, rest = pre.parse_known_args(argv)
-    args = _common.parse_args(__doc__.strip().splitlines()[0] + " (--shots 1|5|all)", rest)
-    args.shots = (1, 5) if known.shots == "all" else (int(known.shots),)
-    return args
+def add_flags(parser):
+    """This experiment's own flags."""
+    parser.add_argument("--shots", choices=("1", "5", "all"), default="all",
+                        help="train the 1-shot or the 5-shot task, or both")
 
 
 def heldout(task, count):
@@ -71,7 +66,7 @@ def predict(model, episodes, chunk=500):
                            for i in range(0, len(episodes), chunk)])
 
 
-def train_one(k_shot, cfg, seed, *, desc=None, disable_progress=False):
+def train_one(k_shot, cfg, seed, *, desc=None, disable_progress=False, run=None):
     """Train a SNAIL on fresh k_shot episodes; returns (model, task, result of _common.train)."""
     task = FewShotTask(N_WAY, k_shot, **TASK)
     data_seed, model_seed = np.random.SeedSequence([seed, k_shot]).generate_state(2)
@@ -80,7 +75,7 @@ def train_one(k_shot, cfg, seed, *, desc=None, disable_progress=False):
     rng = np.random.default_rng(int(data_seed))
     result = _common.train(model, opt, model.loss_and_grad, lambda step: task.episodes(cfg["batch_size"], seed=rng),
                            cfg["steps"], scheduler=sched, clip=1.0, desc=desc or f"snail {k_shot}-shot",
-                           disable_progress=disable_progress)
+                           disable_progress=disable_progress, run=run, rngs={"data": rng})
     return model, task, result
 
 
@@ -98,7 +93,7 @@ def trained_model(k_shot=5, *, quick=None, seed=0, steps=None, progress=False):
     """
     if quick is None:
         quick = os.environ.get("ATTNC_QUICK") == "1"
-    cfg = _common.config(FULL, QUICK, quick, steps)
+    cfg = _common.config(FULL, QUICK, _common.plain_args(seed, quick, steps))
     model, task, _ = train_one(int(k_shot), cfg, seed, disable_progress=not progress)
     return model, task
 
@@ -116,11 +111,12 @@ def episode_attention(model, episodes):
 
 
 def main(argv=None):
-    args = parse_args(argv)
-    cfg = _common.config(FULL, QUICK, args.quick, args.steps)
+    args = _common.parse_args(__name__, argv)
+    cfg = _common.config(FULL, QUICK, args)
+    shots = (1, 5) if args.shots == "all" else (int(args.shots),)
     metrics, details, seconds, eval_seconds, models = {}, {}, 0.0, 0.0, {}
-    for k in args.shots:
-        model, task, result = train_one(k, cfg, args.seed, disable_progress=args.no_progress)
+    for k in shots:
+        model, task, result = train_one(k, cfg, args.seed, disable_progress=args.no_progress, run=args.run)
         start = time.perf_counter()
         held = heldout(task, cfg["heldout"])
         acc = fewshot_accuracy(predict(model, held), held.targets)
@@ -133,16 +129,16 @@ def main(argv=None):
                                "final_loss": result["final_loss"], "train_seconds": result["train_seconds"],
                                "parameters": int(sum(p.size for p in model.parameters()))}
         models[k] = model
-    main_k = 5 if 5 in models else args.shots[0]
+    main_k = 5 if 5 in models else shots[0]
     if args.save and len(models) > 1:   # the other model beside the main one
         root, ext = os.path.splitext(args.save)
         for k, m in models.items():
             if k != main_k:
                 _common.save_model(f"{root}_{k}shot{ext or '.npz'}", m)
-    combined = {"steps": cfg["steps"], "first_loss": details[f"{main_k}shot"]["first_loss"],
+    combined = {"steps": details[f"{main_k}shot"]["steps"], "first_loss": details[f"{main_k}shot"]["first_loss"],
                 "final_loss": details[f"{main_k}shot"]["final_loss"], "train_seconds": round(seconds, 3)}
-    _common.report("snail_fewshot", args, models[main_k], combined, cfg["batch_size"], eval_seconds,
-                   accuracy=metrics[f"accuracy_{main_k}shot"], **metrics, shots=list(args.shots), n_way=N_WAY,
+    return _common.report("snail_fewshot", args, models[main_k], combined, cfg["batch_size"], eval_seconds,
+                   accuracy=metrics[f"accuracy_{main_k}shot"], **metrics, shots=list(shots), n_way=N_WAY,
                    heldout_episodes=cfg["heldout"], task=dict(TASK), by_shots=details)
 
 

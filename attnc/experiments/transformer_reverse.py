@@ -6,7 +6,9 @@ d_model 64, 2 encoder + 2 decoder layers, 4 heads, digits 0-9, lengths 5-12
 (plus PAD, BOS, EOS). Trained on fresh random sequences that never include
 the 1,000 held-out ones; scored by greedy decoding on the held-out set
 (exact match: every token and the EOS right). Target: >= 99.5% exact match,
-trained in under 3 minutes on 2 cores.
+trained in under 3 minutes on 2 cores. At each evaluation interval (a tenth
+of the run, --eval-every) metrics.jsonl records the held-out exact match and
+token accuracy.
 """
 
 from __future__ import annotations
@@ -50,8 +52,8 @@ def exact_match(model, task, batch_size=500):
 
 
 def main(argv=None):
-    args = _common.parse_args(__doc__.strip().splitlines()[0], argv)
-    cfg = _common.config(FULL, QUICK, args.quick, args.steps)
+    args = _common.parse_args(__name__, argv)
+    cfg = _common.config(FULL, QUICK, args)
     data_seed, model_seed = np.random.SeedSequence(args.seed).generate_state(2)
 
     heldout = reverse_task(cfg["heldout"], seed=HELDOUT_SEED, unique=True)
@@ -71,12 +73,17 @@ def main(argv=None):
         return model.loss_and_grads(b.src, b.tgt_in, b.tgt_out, b.src_key_padding_mask, b.tgt_key_padding_mask,
                                     label_smoothing=cfg["label_smoothing"])
 
+    def measures():
+        em, tok_acc = exact_match(model, heldout)
+        return {"exact_match": em, "token_accuracy": tok_acc}
+
     result = _common.train(model, opt, loss_and_grads, batches, cfg["steps"], scheduler=sched, clip=cfg["clip"],
-                           desc="transformer_reverse", disable_progress=args.no_progress)
+                           desc="transformer_reverse", disable_progress=args.no_progress, run=args.run,
+                           evaluate=measures)
     start = time.perf_counter()
     em, tok_acc = exact_match(model, heldout)
     eval_seconds = time.perf_counter() - start
-    _common.report("transformer_reverse", args, model, result, bs, eval_seconds, exact_match=em,
+    return _common.report("transformer_reverse", args, model, result, bs, eval_seconds, exact_match=em,
                    token_accuracy=tok_acc, heldout_size=len(heldout), train_sequences=len(train_set))
 
 
