@@ -508,11 +508,6 @@ def test_thread_counts_give_identical_bits(rng, restore_threads):
         _same_bits(l1[2][n], l2[2][n], f"linear gradient {n}")
 
 
-def test_repr():
-    assert "embed_dim=8" in repr(nn.MultiheadAttention(8, 2)) and "num_heads=2" in repr(nn.MultiheadAttention(8, 2))
-    assert "in_features=3" in repr(nn.Linear(3, 2))
-
-
 def test_warnings_free(rng):
     m = nn.MultiheadAttention(8, 2, seed=0)
     x = rng.standard_normal((1, 2, 8)).astype(np.float32)
