@@ -13,9 +13,12 @@ import typing as _typing_module
 
 import numpy as _np  # noqa: F401  (first: its own OpenBLAS reads the user's settings)
 
-from . import _core  # the build for this CPU's best SIMD path (or ATTNC_CPU's)
+from . import _core  # noqa: F401  (the build for this CPU's best SIMD path, or ATTNC_CPU's)
 
-from .attention import (  # noqa: E402
+# isort: split
+
+from . import nn, ntm, optim
+from .attention import (
     KVCache,
     attention,
     hard_attention,
@@ -26,10 +29,9 @@ from .attention import (  # noqa: E402
     score,
     softmax,
 )
-from .config import blas_info, get_num_threads, set_num_threads, show_config  # noqa: E402
-from .grad import vjp  # noqa: E402
-from . import nn, ntm, optim  # noqa: E402
-from .nn.module import FileFormatError, load, save  # noqa: E402
+from .config import blas_info, get_num_threads, set_num_threads, show_config
+from .grad import vjp
+from .nn.module import FileFormatError, load, save
 
 # Imported on first use (attnc.models.GPT, ...), not by `import attnc`: the
 # models, data sets and experiments are most of the package, and plot is for

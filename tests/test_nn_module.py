@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 import attnc
+from attnc import nn
 from helpers import close as _close
 from helpers import same_bits as _same_bits
-from attnc import nn
 
 DTYPES = [np.float32, np.float64]
 DT_IDS = ["f32", "f64"]

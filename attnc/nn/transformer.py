@@ -146,7 +146,7 @@ class _Layer(Module, abstract=True):
         self.dropout, self.activation = float(dropout), _activation(activation)
         self.layer_norm_eps, self.norm_first = float(layer_norm_eps), bool(norm_first)
         rng = np.random.default_rng(seed)
-        sub = lambda: int(rng.integers(2**63))
+        sub = lambda: int(rng.integers(2**63))  # noqa: E731
         self.self_attn = MultiheadAttention(d_model, nhead, dropout, bias=bias, dtype=dtype, seed=sub())
         if self._decoder:
             self.multihead_attn = MultiheadAttention(d_model, nhead, dropout, bias=bias, dtype=dtype, seed=sub())
