@@ -7,13 +7,18 @@ every input and parameter. All the work happens in attnc's C core.
 
 __version__ = "0.1.0"
 
+import importlib as _importlib
 import os as _os
+import typing as _typing_module
 
 import numpy as _np  # noqa: F401  (first: its own OpenBLAS reads the user's settings)
 
-from . import _core  # the build for this CPU's best SIMD path (or ATTNC_CPU's)
+from . import _core  # noqa: F401  (the build for this CPU's best SIMD path, or ATTNC_CPU's)
 
-from .attention import (  # noqa: E402
+# isort: split
+
+from . import nn, ntm, optim
+from .attention import (
     KVCache,
     attention,
     hard_attention,
@@ -24,10 +29,27 @@ from .attention import (  # noqa: E402
     score,
     softmax,
 )
-from .config import blas_info, get_num_threads, set_num_threads, show_config  # noqa: E402
-from .grad import vjp  # noqa: E402
-from . import nn, ntm, optim, plot  # noqa: E402  (plot imports matplotlib only when drawing)
-from .nn.module import FileFormatError, load, save  # noqa: E402
+from .config import blas_info, get_num_threads, set_num_threads, show_config
+from .grad import vjp
+from .nn.module import FileFormatError, load, save
+
+# Imported on first use (attnc.models.GPT, ...), not by `import attnc`: the
+# models, data sets and experiments are most of the package, and plot is for
+# drawing. A type checker sees them as plain imports (and still catches a
+# misspelt attribute, which a module __getattr__ would hide from it).
+_LAZY = ("datasets", "experiments", "models", "plot")
+if _typing_module.TYPE_CHECKING:  # (mypy reads an aliased TYPE_CHECKING as a plain variable)
+    from . import datasets, experiments, models, plot
+else:
+
+    def __getattr__(name: str):
+        if name in _LAZY:
+            return _importlib.import_module(f"{__name__}.{name}")  # which also sets it here
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
 
 
 def _default_threads() -> int:
@@ -47,12 +69,15 @@ __all__ = [
     "KVCache",
     "attention",
     "blas_info",
+    "datasets",
+    "experiments",
     "get_num_threads",
     "hard_attention",
     "kernel_regression",
     "local_attention",
     "multi_head_attention",
     "load",
+    "models",
     "nn",
     "ntm",
     "optim",

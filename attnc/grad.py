@@ -16,7 +16,8 @@ import contextlib
 import inspect
 import threading
 import types
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import numpy as np
 

@@ -16,7 +16,8 @@ are a few NumPy operations in place.
 from __future__ import annotations
 
 import math
-from typing import Callable, Union
+from collections.abc import Callable
+from typing import Union
 
 import numpy as np
 

@@ -24,6 +24,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from pathlib import Path
 
 N = 100
 MARKER = "math_gcd"  # the C function behind math.gcd, which the calls never use
@@ -90,7 +91,7 @@ def measure(tree: str) -> dict:
             raise SystemExit(f"callgrind failed with {tree}:\n{run.stderr[-3000:]}")
         names = json.loads(run.stdout.strip().splitlines()[-1])
         dumps = sorted(glob.glob(f"{out}/cg.*.*"), key=lambda f: int(f.rsplit(".", 1)[1]))
-        totals = [int(re.search(r"^totals:\s+(\d+)", open(f).read(), re.M).group(1)) for f in dumps]
+        totals = [int(re.search(r"^totals:\s+(\d+)", Path(f).read_text(), re.M).group(1)) for f in dumps]
     # dump 2k + 1 (0-based) holds the k-th call's N calls, between its two markers
     return {name: totals[2 * i + 1] / N for i, name in enumerate(names)}
 

@@ -1,4 +1,5 @@
-"""Pointer network (attnc.models.PointerNet): training step and beam-search decoding, attnc against the same network in PyTorch (CPU).
+"""Pointer network (attnc.models.PointerNet): training step and beam-search decoding,
+attnc against the same network in PyTorch (CPU).
 
     python benchmarks/pointer.py                  # full run, a minute or two
     python benchmarks/pointer.py --quick          # tiny sizes, seconds (the CI smoke test)

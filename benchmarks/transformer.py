@@ -584,7 +584,7 @@ def measure(kind, args, impls, threads, repeats, rounds, min_sample_s, warmup_s,
                                         **{k: v for k, v in res.items() if k != "samples_s"}})
             if r == 0:
                 got[impl]["peak_increase_mb"] = res.get("peak_increase_mb")
-    for impl, g in got.items():
+    for g in got.values():
         if g and g.get("samples_s"):
             s = g["samples_s"]
             g["median_s"] = statistics.median(s)
@@ -877,7 +877,8 @@ def main(argv=None):
             lines.append(
                 f"{p:<8}{(_f(a['median_s'] * 1e3, '{:.1f}', 9) if a_ok else (_status(a) or '-').rjust(9))}"
                 f"{_f(t['median_s'] * 1e3 if t_ok else None, '{:.1f}', 9)}{_f(sp, '{:.2f}x', 9)}"
-                f" {_range(rs):>12}{_f(a['gflops'] if a_ok else None, '{:.1f}', 11)}{_f(t['gflops'] if t_ok else None, '{:.1f}', 11)}"
+                f" {_range(rs):>12}{_f(a['gflops'] if a_ok else None, '{:.1f}', 11)}"
+                f"{_f(t['gflops'] if t_ok else None, '{:.1f}', 11)}"
                 f"{_f(a['pct_sgemm_peak'] if a_ok else None, '{:.0f}%', 9)}"
                 f"{_f(a.get('peak_increase_mb') if a_ok else None, '{:.0f}', 10)}"
                 f"{_f(t.get('peak_increase_mb') if t_ok else None, '{:.0f}', 7)}  "

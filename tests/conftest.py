@@ -44,7 +44,7 @@ def rng():
 def import_torch():
     """Import torch; missing torch is a failure when ATTNC_REQUIRE_TORCH=1, else a skip."""
     try:
-        import torch  # noqa: F401
+        import torch
     except ImportError as exc:  # pragma: no cover - depends on the environment
         if os.environ.get("ATTNC_REQUIRE_TORCH") == "1":
             pytest.fail(f"ATTNC_REQUIRE_TORCH=1 but torch cannot be imported: {exc}")

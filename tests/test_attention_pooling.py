@@ -6,11 +6,11 @@ count independence, inputs never modified, state dict, and bad input."""
 
 import numpy as np
 import pytest
-from helpers import close, same_bits
-from reference.pooling_ref import attention_pool_ref
 
 import attnc
 from attnc import nn
+from helpers import close, same_bits
+from reference.pooling_ref import attention_pool_ref
 
 
 def _inputs(rng, B=3, T=7, d=5, A=4, dtype=np.float64, bias=True):
@@ -274,10 +274,9 @@ def test_relu_nan_inf_and_signed_zero_as_torch(torch, dtype):
 
 def test_marker_classifier_gradients(rng):
     """The experiment's model chains the C pullbacks: check against finite differences (float64)."""
-    from conftest import numeric_vjp
-
     from attnc.datasets import MarkerTask
     from attnc.experiments.attention_pooling import MarkerClassifier
+    from conftest import numeric_vjp
 
     task = MarkerTask(min_len=4, max_len=6, max_markers=2)
     b = task.batch(3, seed=2)

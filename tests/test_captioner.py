@@ -15,14 +15,14 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from helpers import close, same_bits
-from reference import decoding
-from reference.captioner_ref import TorchCaptioner
 
 import attnc
 from attnc.datasets import captions
 from attnc.models import Captioner
 from attnc.models.captioner import PARAM_NAMES
+from helpers import close, same_bits
+from reference import decoding
+from reference.captioner_ref import TorchCaptioner
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DTYPES = [np.float32, np.float64]

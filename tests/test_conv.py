@@ -4,10 +4,10 @@ torch.nn.functional, a NumPy float64 direct-loop reference
 
 import numpy as np
 import pytest
-from helpers import same_bits
-from reference import conv_ref
 
 import attnc
+from helpers import same_bits
+from reference import conv_ref
 
 CASES_2D = [
     dict(),

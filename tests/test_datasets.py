@@ -29,7 +29,6 @@ from attnc.datasets import (
 from attnc.datasets.captions import COLOURS, SHAPES, WORDS
 from attnc.datasets.dates import FORMATS, MAX_INPUT_LEN
 
-
 # --------------------------------------------------------------------------- Vocab
 
 def test_vocab_ids_and_round_trips():

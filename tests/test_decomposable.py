@@ -8,13 +8,13 @@ experiment's --quick run."""
 
 import numpy as np
 import pytest
-from conftest import numeric_vjp
-from helpers import close, same_bits
-from reference.decomposable_ref import decomposable_ref
 
 import attnc
 from attnc.models import DecomposableAttention
 from attnc.models.decomposable import FeedForward
+from conftest import numeric_vjp
+from helpers import close, same_bits
+from reference.decomposable_ref import decomposable_ref
 
 
 def _pair(rng, B=4, La=6, Lb=5, V=11):

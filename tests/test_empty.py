@@ -25,7 +25,7 @@ import inspect
 import tempfile
 import types
 import warnings
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -722,7 +722,7 @@ def public_names() -> set:
             if not inspect.isclass(obj):
                 continue
             for m, member in vars(obj).items():
-                if m.startswith("_") or not callable(member) and not isinstance(member, staticmethod):
+                if m.startswith("_") or (not callable(member) and not isinstance(member, staticmethod)):
                     continue
                 if issubclass(obj, nn.Module) and hasattr(nn.Module, m):
                     continue  # forward (calling the module), extra_repr, state_dict, ...

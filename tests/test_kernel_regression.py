@@ -6,7 +6,6 @@ import pytest
 import attnc
 from reference import attention_ref as ref
 
-
 FORMS = [
     # (x_query shape, x_train shape, y_train shape)
     ((7,), (11,), (11,)),

@@ -8,7 +8,6 @@ import pytest
 import attnc
 from reference import attention_ref as ref
 
-
 # --------------------------------------------------------------------------- layouts
 
 def _noncontig(a):

@@ -468,7 +468,7 @@ def test_members_the_archive_lies_about(tmp_path):
         with pytest.warns(UserWarning, match="Duplicate") if "twice" in match else _nothing():
             path = _zip(tmp_path / f"{i}.npz", members)
         refused(path, match)
-    np.savez_compressed(tmp_path / "compressed.npz", **{"__attnc__": np.array(json.dumps(header_of(m)))},
+    np.savez_compressed(tmp_path / "compressed.npz", __attnc__=np.array(json.dumps(header_of(m))),
                         **m.state_dict())
     refused(tmp_path / "compressed.npz", "compressed")
 

@@ -15,11 +15,11 @@ import sys
 
 import numpy as np
 import pytest
-from helpers import close, same_bits
-from reference.lstmn_ref import lstmn_ref
 
 import attnc
 from attnc.datasets import KeyValueRecallTask
+from helpers import close, same_bits
+from reference.lstmn_ref import lstmn_ref
 
 I, H, A = 3, 5, 4
 REL64 = 1e-10

@@ -238,7 +238,7 @@ def test_training_mode_gradients_follow_the_dropout_masks(rng):
 
     def loss():
         m = fresh()  # the same dropout stream on every call
-        m.load_state_dict({k: v for k, v in params.items()})
+        m.load_state_dict(dict(params))
         return float(attnc.nn.cross_entropy(m(idx).reshape(-1, 4), targets.reshape(-1)))
 
     _fd_check(probe, loss, grads, rng, per_tensor=1)

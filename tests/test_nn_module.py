@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 import attnc
+from attnc import nn
 from helpers import close as _close
 from helpers import same_bits as _same_bits
-from attnc import nn
 
 DTYPES = [np.float32, np.float64]
 DT_IDS = ["f32", "f64"]
@@ -506,11 +506,6 @@ def test_thread_counts_give_identical_bits(rng, restore_threads):
     _same_bits(l1[1], l2[1], "linear output")
     for n in l1[2]:
         _same_bits(l1[2][n], l2[2][n], f"linear gradient {n}")
-
-
-def test_repr():
-    assert "embed_dim=8" in repr(nn.MultiheadAttention(8, 2)) and "num_heads=2" in repr(nn.MultiheadAttention(8, 2))
-    assert "in_features=3" in repr(nn.Linear(3, 2))
 
 
 def test_warnings_free(rng):

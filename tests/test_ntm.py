@@ -3,10 +3,10 @@ float64 reference, gradients against finite differences, edge cases, errors."""
 
 import numpy as np
 import pytest
-from helpers import close, same_bits
-from reference import ntm_ref as ref
 
 import attnc
+from helpers import close, same_bits
+from reference import ntm_ref as ref
 
 B, H, N, M, K = 2, 3, 7, 4, 3
 

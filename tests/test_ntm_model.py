@@ -10,12 +10,12 @@ takes seconds."""
 
 import numpy as np
 import pytest
-from helpers import close, same_bits
 
 import attnc
 import attnc.datasets
 import attnc.models
 import attnc.optim
+from helpers import close, same_bits
 
 I, O, C, N, M = 3, 2, 6, 7, 4          # input, output, controller, memory slots, memory width
 REL64 = 1e-10                           # float64 forward vs torch

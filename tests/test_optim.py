@@ -122,7 +122,9 @@ def test_adam_kernel_errors():
     p, m, v = np.zeros(8), np.zeros(8), np.zeros(8)
     options = dict(lr=0.1, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.0, decoupled=False, step=1)
 
-    def step(param=p, grad=np.zeros(8), exp_avg=m, exp_avg_sq=v, **changed):
+    zeros = np.zeros(8)
+
+    def step(param=p, grad=zeros, exp_avg=m, exp_avg_sq=v, **changed):
         _core.adam_step(param=param, grad=grad, exp_avg=exp_avg, exp_avg_sq=exp_avg_sq, **{**options, **changed})
 
     with pytest.raises(ValueError, match="grad has 7 elements, param 8"):

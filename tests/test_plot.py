@@ -22,7 +22,7 @@ def _close_figures():
     plt.close("all")
 
 
-def _weights(tq=len(TGT), tk=len(SRC), seed=0):
+def _weights(tq=len(TGT), tk=len(SRC), seed=0):  # noqa: B008  (the labels' lengths)
     rng = np.random.default_rng(seed)
     s = rng.standard_normal((tq, tk))
     e = np.exp(s - s.max(axis=-1, keepdims=True))

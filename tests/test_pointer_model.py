@@ -14,10 +14,10 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from helpers import close, same_bits
 
 import attnc
 import attnc.models
+from helpers import close, same_bits
 
 D, H = 2, 5                              # input width, hidden size
 REL64 = 1e-10                            # float64 log-probabilities vs torch

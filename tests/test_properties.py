@@ -14,7 +14,6 @@ import mmap
 import tempfile
 
 import numpy as np
-import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -34,7 +33,7 @@ class _Sparse:
     touch a few pages each and no disk."""
 
     def __init__(self):
-        self.file = tempfile.TemporaryFile()
+        self.file = tempfile.TemporaryFile()  # noqa: SIM115  (open as long as its mapping, for the session)
         self.size = 8 * HUGE * 8 + 2**20  # eight float64 rows a huge stride apart
         self.file.truncate(self.size)
         self.map = mmap.mmap(self.file.fileno(), self.size)

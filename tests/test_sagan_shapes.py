@@ -10,11 +10,11 @@ import sys
 
 import numpy as np
 import pytest
-from helpers import same_bits
 
 import attnc
 from attnc.datasets import PALETTE, SHAPE_KINDS, SameColourShapes
 from attnc.experiments import sagan_shapes
+from helpers import same_bits
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TIMING = {"train_seconds", "eval_seconds", "threads", "train_seconds_no_attention"}

@@ -42,7 +42,7 @@ def _mask_kwargs(kind, rng, lead, h, L, S, dtype):
         return {}
     if kind == "causal":
         return {"is_causal": True}
-    if kind.startswith("bool_") or kind.startswith("float_"):
+    if kind.startswith(("bool_", "float_")):
         typ, shp = kind.split("_", 1)
         shape = {"LS": (L, S), "1HLS": (1, h, L, S), "B11S": (B, 1, 1, S), "full": full,
                  "inf": (L, S)}[shp]

@@ -4,11 +4,11 @@ every gradient), finite differences, and its invariants."""
 
 import numpy as np
 import pytest
+
+import attnc
 from conftest import numeric_vjp
 from helpers import same_bits
 from reference import sagan_ref
-
-import attnc
 
 
 def _module(C=8, r=4, dtype=np.float64, seed=0, gamma=0.7):

@@ -16,8 +16,8 @@ import attnc
 import attnc.models
 from attnc.models.rnn_seq2seq import KINDS
 from helpers import close, same_bits
-from reference import seq2seq_ref as ref
 from reference import decoding
+from reference import seq2seq_ref as ref
 
 torch = ref.torch
 DTYPES = [np.float32, np.float64]

@@ -9,12 +9,12 @@ independence (bitwise), state_dict / save / load, and argument errors. Sizes are
 
 import numpy as np
 import pytest
-from helpers import close, same_bits
-from reference import snail_ref as ref
 
 import attnc
 import attnc.models
 from attnc.datasets import FewShotTask
+from helpers import close, same_bits
+from reference import snail_ref as ref
 
 REL64 = 1e-12     # float64 values vs the NumPy reference
 GREL64 = 1e-10    # float64 gradients vs torch autograd

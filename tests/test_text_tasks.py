@@ -104,7 +104,7 @@ def test_entailment_labels_follow_the_world():
                 assert not set(_entities(hw)) & set(HELDOUT_PAIRS)
             names.add(b.templates[i])
             # targets: a hypothesis animal of the scene points at that animal, its colour at the animal's colour
-            animals = dict((a, k) for k, a in enumerate(pw) if a in ANIMALS)
+            animals = {a: k for k, a in enumerate(pw) if a in ANIMALS}
             t = b.targets[i]
             assert np.all(t[len(hw):] == -1)
             for j, w in enumerate(hw):

@@ -19,7 +19,8 @@ change in torch's lists (or in what attnc takes) fails here.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import pytest
@@ -53,7 +54,7 @@ class Call:
     args: tuple
     kwargs: dict
     grads: dict
-    out: Callable = lambda o: o  # noqa: E731
+    out: Callable = lambda o: o
     grad_layout: dict = dataclasses.field(default_factory=dict)
     torch_kwargs: dict | None = None  # torch's call, when it differs from the sample's (dropout off)
     dropout_off: bool = False
@@ -101,7 +102,7 @@ def adapt_mha(s):
     kw = dict(s.kwargs)
     off = kw.get("training", True) and dropout_p > 0
     batched = q.dim() == 3
-    seq = (lambda a: np.swapaxes(a, 0, 1)) if batched else (lambda a: a)  # noqa: E731
+    seq = (lambda a: np.swapaxes(a, 0, 1)) if batched else (lambda a: a)
     params = dict(in_proj_weight=w_in, in_proj_bias=b_in, out_proj_weight=w_out, out_proj_bias=b_out,
                   bias_k=bias_k, bias_v=bias_v, attn_mask=kw.get("attn_mask"),
                   q_proj_weight=kw.get("q_proj_weight"), k_proj_weight=kw.get("k_proj_weight"),
@@ -116,7 +117,7 @@ def adapt_mha(s):
                      q_proj_weight=a["q_proj_weight"], k_proj_weight=a["k_proj_weight"],
                      v_proj_weight=a["v_proj_weight"]),
                 _grads_of(query=q, key=k, value=v, **params),
-                out=lambda o: (seq(o[0]), o[1]), grad_layout={n: seq for n in ("query", "key", "value")},
+                out=lambda o: (seq(o[0]), o[1]), grad_layout=dict.fromkeys(("query", "key", "value"), seq),
                 dropout_off=off)
     if off:  # torch without dropout: training=False
         call.torch_kwargs = dict(kw, training=False)

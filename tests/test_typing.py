@@ -69,3 +69,15 @@ def test_misuse_is_caught(tmp_path):
     assert 'Argument 1 to "set_num_threads" has incompatible type "str"; expected "int"' in report
     assert '"activation"' in report and "swish" in report
     assert "Found 3 errors in 1 file" in report
+
+
+def test_the_lazy_subpackages_are_typed_and_a_misspelt_one_is_caught(tmp_path):
+    """attnc.models and the other subpackages imported on first use are
+    known to a type checker without an import of their own; a module
+    __getattr__ must not make every misspelt attribute type-check."""
+    run = mypy(tmp_path, "import attnc\n\nreveal_type(attnc.models.GPT)\nreveal_type(attnc.plot.alignment)\n"
+                         "attnc.modles\n")
+    report = run.stdout
+    assert 'Revealed type is "def (' in report and "attnc.models.gpt.GPT" in report, report
+    assert "-> matplotlib.axes._axes.Axes" in report, report
+    assert 'Module has no attribute "modles"' in report and "Found 1 error in 1 file" in report, report

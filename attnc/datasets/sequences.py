@@ -468,9 +468,9 @@ def sort_task(n: int, length: int = 6, num_digits: int = 3, *, seed: int | None 
     num_digits = _check_int("num_digits", num_digits, 1)
     if split not in ("train", "test"):
         raise ValueError(f"split must be 'train' or 'test', got {split!r}")
-    if n and (num_digits == 1 or length * math.log2(num_digits) <= 12):  # a small space: its split may be empty
-        if not any(sort_split(s) == split for s in itertools.product(range(num_digits), repeat=length)):
-            raise ValueError(f"the {split} split of the {num_digits}**{length} sequences is empty: no n can be drawn")
+    small = num_digits == 1 or length * math.log2(num_digits) <= 12  # a small space: its split may be empty
+    if n and small and not any(sort_split(s) == split for s in itertools.product(range(num_digits), repeat=length)):
+        raise ValueError(f"the {split} split of the {num_digits}**{length} sequences is empty: no n can be drawn")
     rng = np.random.default_rng(seed)
     weights = num_digits ** np.arange(length, dtype=np.float64)
     cache: dict = {}

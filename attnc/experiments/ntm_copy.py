@@ -43,7 +43,7 @@ def main(argv=None):
                                    check=check)
 
     def metrics(m):
-        held = lambda length, n: [task.batch(n, length=length, seed=_ntm.HELDOUT_SEED + length)]
+        held = lambda length, n: [task.batch(n, length=length, seed=_ntm.HELDOUT_SEED + length)]  # noqa: E731
         return {"bits_per_sequence": _ntm.score(m, held(20, cfg["heldout"])),
                 "bits_per_sequence_40": _ntm.score(m, held(40, cfg["long"])),
                 "bits_per_sequence_80": _ntm.score(m, held(80, cfg["long"])),

@@ -53,7 +53,7 @@ def main(argv=None):
         for beam in (1, 10):
             pred = _pointer.decode(model, held, "hull", beam_size=beam)
             acc[beam][n], cover[beam][n] = hull_accuracy(pred, held), hull_area_coverage(pred, held)
-    mean = lambda d: float(np.mean(list(d.values())))
+    mean = lambda d: float(np.mean(list(d.values())))  # noqa: E731
     return _common.report("pointer_hull", args, model, result, cfg["batch_size"], time.perf_counter() - start,
                    accuracy=mean(acc[1]), area_coverage=mean(cover[1]), accuracy_by_n=acc[1],
                    area_coverage_by_n=cover[1], beam10={"accuracy": mean(acc[10]), "area_coverage": mean(cover[10])},

@@ -178,7 +178,7 @@ class Captioner(nn.Module):
         if self.expected_context > 1:
             raise ValueError(f"expected_context must be a probability in [0, 1], got {expected_context!r}")
         rng = np.random.default_rng(seed)
-        sub = lambda: int(rng.integers(2**63))
+        sub = lambda: int(rng.integers(2**63))  # noqa: E731
         self.embedding = nn.Embedding(V, Ed, dtype=dtype, seed=sub())
         self.init_h = nn.Linear(F, H, dtype=dtype, seed=sub())
         self.init_c = nn.Linear(F, H, dtype=dtype, seed=sub())

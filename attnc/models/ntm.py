@@ -148,7 +148,7 @@ class NTM(nn.Module):
         self.read_heads, self.write_heads, self.shifts = R, W, K
         self.controller_kind, self.memory_init_kind, self.clip = controller, memory_init, float(clip)
         rng = np.random.default_rng(seed)
-        sub = lambda: int(rng.integers(2**63))
+        sub = lambda: int(rng.integers(2**63))  # noqa: E731
         Z, P = I + R * M, R * (M + K + 3) + W * (3 * M + K + 3)
         if controller == "lstm":
             self.controller = nn.LSTMCell(Z, C, dtype=dtype, seed=sub())
@@ -202,7 +202,7 @@ class NTM(nn.Module):
         else:
             mem = self.memory_init
         w0 = _softmax_rows(self.weight_init.astype(np.float64)).astype(self.dtype)
-        rep = lambda a: np.ascontiguousarray(np.broadcast_to(a, (B,) + a.shape))
+        rep = lambda a: np.ascontiguousarray(np.broadcast_to(a, (B,) + a.shape))  # noqa: E731
         return {"memory": rep(mem), "reads": rep(self.read_init), "weights": rep(w0)}
 
     # -- the C calls -------------------------------------------------------------------------

@@ -143,7 +143,7 @@ class PointerNet(nn.Module):
         self.bidirectional = bool(bidirectional)
         K = 2 * H if self.bidirectional else H   # the width of an encoder state
         rng = np.random.default_rng(seed)
-        sub = lambda: int(rng.integers(2**63))
+        sub = lambda: int(rng.integers(2**63))  # noqa: E731
         # an optional linear embedding of the inputs (and of start and end) before both LSTMs
         self.embedding = nn.Linear(D, E, dtype=dtype, seed=sub()) if E else None
         self.encoder = nn.LSTM(E or D, H, bidirectional=self.bidirectional, dtype=dtype, seed=sub())

@@ -19,7 +19,7 @@ from .. import _core
 from .._args import float_array, int_arg, same_dtype, shape_str
 from .._typing import Array, ArrayLike, DTypeLike
 from ..grad import register
-from .module import _LOADING, Module
+from .module import _LOADING, Module, _settings
 
 Size1 = Union[int, tuple[int]]
 Size2 = Union[int, tuple[int, int]]
@@ -261,9 +261,10 @@ class _ConvNd(Module, abstract=True):
     _vjp_backward = staticmethod(_conv_backward)
 
     def extra_repr(self) -> str:
-        return (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, stride={self.stride}, "
-                f"padding={self.padding}, dilation={self.dilation}, groups={self.groups}, "
-                f"bias={self.bias is not None}")
+        nd = self._nd
+        leading = f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, stride={self.stride}"
+        return _settings(leading, padding=(self.padding, (0,) * nd), dilation=(self.dilation, (1,) * nd),
+                         groups=(self.groups, 1), bias=(self.bias is not None, True))
 
 
 class Conv1d(_ConvNd):

@@ -94,7 +94,10 @@ def decode(layers: Sequence[TransformerDecoderLayer] | Sequence[TransformerEncod
     if not kinds <= {TransformerEncoderLayer, TransformerDecoderLayer} or len(kinds) != 1:
         raise TypeError("layers must all be attnc.nn.TransformerDecoderLayer or all TransformerEncoderLayer")
     first = layers[0]
-    key = lambda layer: (layer.nhead, layer.activation, layer.layer_norm_eps, layer.norm_first, layer.d_model)
+
+    def key(layer):
+        return layer.nhead, layer.activation, layer.layer_norm_eps, layer.norm_first, layer.d_model
+
     if any(key(layer) != key(first) for layer in layers):
         raise ValueError("layers must share nhead, activation, layer_norm_eps, norm_first and d_model")
     dtype = first.dtype

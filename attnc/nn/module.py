@@ -87,6 +87,10 @@ class Module:
     come from ``attnc.vjp(module, *inputs)``, keyed by the same names.
     Calling a module calls its ``forward``. Every subclass records its
     constructor arguments, so ``attnc.save`` / ``attnc.load`` can rebuild it.
+    ``print(module)`` shows its tree as torch prints it (a module mirroring a
+    torch one prints torch's text, but for the Dropout children torch has
+    where attnc fuses dropout into the layer); ``summary()`` adds each
+    module's parameter count and the total.
 
     Parameters
     ----------
@@ -108,6 +112,11 @@ class Module:
     (2, 3)
     >>> m.to(np.float64).weight.dtype, m.eval().training
     (dtype('float64'), False)
+    >>> print(attnc.nn.MultiheadAttention(8, 2).summary())
+    288  MultiheadAttention(
+     72    (out_proj): Linear(in_features=8, out_features=8, bias=True)
+         )
+    Total parameters: 288
     """
 
     _registry: dict = {}
@@ -302,11 +311,61 @@ class Module:
     # saved) and _vjp_backward(saved, cotangents) -> {input or state_dict
     # name: gradient}; modules that support gradients define both.
 
-    def __repr__(self):
-        return f"{type(self).__name__}({self.extra_repr()})"
+    # -- printing ------------------------------------------------------------
+    def __repr__(self) -> str:
+        return "\n".join(text for _, text in self._tree())
 
     def extra_repr(self) -> str:
+        """This module's own settings, as the line inside its parentheses
+        (torch's extra_repr: a module mirroring a torch one prints the same)."""
         return ""
+
+    def num_parameters(self) -> int:
+        """The number of values in every present parameter, submodules included.
+
+        Example
+        -------
+        >>> attnc.nn.Linear(4, 3).num_parameters()  # weight (3, 4) and bias (3,)
+        15
+        """
+        return sum(p.size for _, p in self.named_parameters())
+
+    def summary(self) -> str:
+        """The module tree as ``repr`` prints it (torch's layout), each
+        module's line led by its parameter count (its submodules' included;
+        for torch's grouped copies, ``(0-1): 2 x Layer(``, each copy's),
+        then the total.
+
+        Example
+        -------
+        >>> print(attnc.nn.MultiheadAttention(8, 2).summary())
+        288  MultiheadAttention(
+         72    (out_proj): Linear(in_features=8, out_features=8, bias=True)
+             )
+        Total parameters: 288
+        """
+        tree = self._tree()
+        width = len(f"{tree[0][0]:,}")
+        lines = [f"{count:>{width},}  {text}" if count is not None else f"{'':{width}}  {text}"
+                 for count, text in tree]
+        return "\n".join([*lines, f"Total parameters: {tree[0][0]:,}"])
+
+    def _tree(self) -> list[tuple[int | None, str]]:
+        """(parameter count, or None on a line that starts no module; text)
+        for each line of the repr, laid out as torch's Module.__repr__: the
+        extra_repr alone in the parentheses, or it and the children
+        ``(name): Child(...)`` on lines indented by two."""
+        extra = self.extra_repr().split("\n") if self.extra_repr() else []
+        children = self._children_trees()
+        head = f"{type(self).__name__}("
+        if not children and len(extra) <= 1:
+            return [(self.num_parameters(), head + "".join(extra) + ")")]
+        body = [(None, line) for line in extra] + [line for child in children for line in child]
+        return [(self.num_parameters(), head), *((c, "  " + t) for c, t in body), (None, ")")]
+
+    def _children_trees(self) -> list[list[tuple[int | None, str]]]:
+        """Each child's tree, its first line labelled ``(name): ``."""
+        return [_labelled(f"({name}): ", m._tree()) for name, m in self._modules.items()]
 
     def _saved_config(self) -> dict:
         """The constructor arguments attnc.save writes (those it was built with)."""
@@ -336,6 +395,30 @@ class ModuleList(Module):
 
     def _saved_config(self) -> dict:
         return dict(self._config, modules=list(self))  # the modules it holds (an iterator given is spent)
+
+    def _children_trees(self) -> list[list[tuple[int | None, str]]]:
+        """As torch's ModuleList prints: a run of equal copies once, labelled
+        ``(first-last): n x ``."""
+        runs: list[tuple[int, int, list]] = []  # (first index, last index, tree)
+        for i, m in enumerate(self):
+            tree = m._tree()
+            if runs and [t for _, t in runs[-1][2]] == [t for _, t in tree]:
+                runs[-1] = (runs[-1][0], i, runs[-1][2])
+            else:
+                runs.append((i, i, tree))
+        return [_labelled(f"({a}): " if a == b else f"({a}-{b}): {b - a + 1} x ", tree) for a, b, tree in runs]
+
+
+def _settings(leading: str, **settings: tuple[Any, Any]) -> str:
+    """An extra_repr as torch's modules write theirs: the leading text, then
+    name=value for each setting (value, default) whose value is not the default."""
+    return ", ".join([leading, *(f"{k}={v}" for k, (v, default) in settings.items() if v != default)])
+
+
+def _labelled(label: str, tree: list[tuple[int | None, str]]) -> list[tuple[int | None, str]]:
+    """tree with label before its first line."""
+    (count, first), *rest = tree
+    return [(count, label + first), *rest]
 
 
 def _copies(module: Module, n: int) -> list[Module]:

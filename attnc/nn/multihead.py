@@ -132,6 +132,3 @@ class MultiheadAttention(Module):
             if f"out_proj_{name}" in grads:
                 grads[f"out_proj.{name}"] = grads.pop(f"out_proj_{name}")
         return grads
-
-    def extra_repr(self) -> str:
-        return f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, dropout={self.dropout}"

@@ -140,4 +140,5 @@ class LayerNorm(Module):
     _vjp_backward = staticmethod(_backward)
 
     def extra_repr(self) -> str:
-        return f"{self.normalized_shape}, eps={self.eps}"
+        return (f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.weight is not None}, "
+                f"bias={self.bias is not None}")

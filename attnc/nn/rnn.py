@@ -13,7 +13,7 @@ import numpy as np
 from .. import _core
 from .._args import float_array, int_arg, same_dtype, shape_str
 from .._typing import Array, ArrayLike, DTypeLike
-from .module import Module
+from .module import Module, _settings
 
 _LSTM, _GRU = 0, 1
 
@@ -139,8 +139,9 @@ class _RNNBase(Module, abstract=True):
         return dx, dh0, dc0, named
 
     def extra_repr(self) -> str:
-        return (f"{self.input_size}, {self.hidden_size}, num_layers={self.num_layers}, bias={self.bias}, "
-                f"dropout={self.dropout}, bidirectional={self.bidirectional}")
+        return _settings(f"{self.input_size}, {self.hidden_size}", num_layers=(self.num_layers, 1),
+                         bias=(self.bias, True), batch_first=(True, False),  # torch's default; attnc's always
+                         dropout=(self.dropout, 0), bidirectional=(self.bidirectional, False))
 
 
 def _unbatch(a, batched, axis=0):
@@ -361,7 +362,7 @@ class _CellBase(Module, abstract=True):
         return x2[:, None], states, batched
 
     def extra_repr(self) -> str:
-        return f"{self.input_size}, {self.hidden_size}, bias={self.bias}"
+        return _settings(f"{self.input_size}, {self.hidden_size}", bias=(self.bias, True))
 
 
 def _cell_grads(grads, batched, has_hx, names):

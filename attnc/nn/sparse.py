@@ -13,7 +13,7 @@ from .. import _core
 from .._args import as_rows, choice, elementwise_ready, float_array, int_arg, same_dtype, shape_str
 from .._typing import Array, ArrayLike, DTypeLike
 from ..grad import register
-from .module import Module
+from .module import Module, _settings
 
 
 def _ids(x, name):
@@ -178,8 +178,8 @@ class Embedding(Module):
     _vjp_backward = staticmethod(_embedding_backward)
 
     def extra_repr(self) -> str:
-        extra = "" if self.max_norm is None else f", max_norm={self.max_norm}, norm_type={self.norm_type}"
-        return f"{self.num_embeddings}, {self.embedding_dim}, padding_idx={self.padding_idx}{extra}"
+        return _settings(f"{self.num_embeddings}, {self.embedding_dim}", padding_idx=(self.padding_idx, None),
+                         max_norm=(self.max_norm, None), norm_type=(self.norm_type, 2))
 
 
 REDUCTIONS = ("mean", "sum", "none")

@@ -146,7 +146,7 @@ class _Layer(Module, abstract=True):
         self.dropout, self.activation = float(dropout), _activation(activation)
         self.layer_norm_eps, self.norm_first = float(layer_norm_eps), bool(norm_first)
         rng = np.random.default_rng(seed)
-        sub = lambda: int(rng.integers(2**63))
+        sub = lambda: int(rng.integers(2**63))  # noqa: E731
         self.self_attn = MultiheadAttention(d_model, nhead, dropout, bias=bias, dtype=dtype, seed=sub())
         if self._decoder:
             self.multihead_attn = MultiheadAttention(d_model, nhead, dropout, bias=bias, dtype=dtype, seed=sub())
@@ -242,10 +242,6 @@ class _Layer(Module, abstract=True):
                                  input=x, memory=memory, params=params, **config, **sm, **cm)
         named = {self._param_names[member]: g for member, g in grads.items() if g is not None}
         return dx, dmem, named
-
-    def extra_repr(self) -> str:
-        return (f"d_model={self.d_model}, nhead={self.nhead}, dim_feedforward={self.dim_feedforward}, "
-                f"dropout={self.dropout}, activation={self.activation!r}, norm_first={self.norm_first}")
 
 
 class _Activations:
@@ -595,9 +591,6 @@ class TransformerEncoder(Module):
         grads["src"] = _unbatch(dy, batched)
         return grads
 
-    def extra_repr(self) -> str:
-        return f"num_layers={self.num_layers}"
-
 
 class TransformerDecoder(Module):
     """``torch.nn.TransformerDecoder(decoder_layer, num_layers, norm=None)``:
@@ -691,9 +684,6 @@ class TransformerDecoder(Module):
             grads.update({f"layers.{i}.{k}": v for k, v in g.items()})
         grads["tgt"], grads["memory"] = _unbatch(dy, batched), _unbatch(dmem, batched)
         return grads
-
-    def extra_repr(self) -> str:
-        return f"num_layers={self.num_layers}"
 
 
 class Transformer(Module):
@@ -832,6 +822,3 @@ class Transformer(Module):
         grads.update({f"encoder.{k}": v for k, v in g_enc.items()})
         grads.update({f"decoder.{k}": v for k, v in g_dec.items()})
         return grads
-
-    def extra_repr(self) -> str:
-        return f"d_model={self.d_model}, nhead={self.nhead}"

@@ -19,3 +19,8 @@ from .pointer import hull, tours
 
 __all__ = ["alignment", "caption_attention", "heads", "hull", "image_attention", "ntm_addressing", "ntm_trace",
            "tours"]
+
+
+def __dir__() -> list[str]:
+    """The plotting functions only (not the modules they live in)."""
+    return list(__all__)

@@ -193,6 +193,11 @@ def load_table() -> list[Op]:
     return ops
 
 
+def _read(path: str) -> str:
+    with open(path) as f:
+        return f.read()
+
+
 def table_files() -> list[str]:
     return [os.path.abspath(__file__)] + sorted(glob.glob(os.path.join(HERE, "ops", "*.py")))
 
@@ -291,7 +296,7 @@ def _wrapper(o: Op) -> str:
             call_args.append(f"&{var}")
             struct_vars[id(p)] = var
             if p.name is not None:
-                idx = [k for k, (nm, _, _) in enumerate(kws) if nm == p.name][0]
+                idx = next(k for k, (nm, _, _) in enumerate(kws) if nm == p.name)
                 members = [m for m in p.members if not isinstance(m, ScalarOut)]
                 fields = _field_set(members)
                 decls.append(f"PyObject *d{i}[{max(len(members), 1)}] = {{NULL}};")
@@ -300,11 +305,11 @@ def _wrapper(o: Op) -> str:
                     decls += _enum_decls(m)
                     parse += _member_code(m, f"d{i}[{j}]", f"{var}.{m.field or m.name}")
         elif isinstance(p, StructList):
-            idx = [k for k, (nm, _, _) in enumerate(kws) if nm == p.name][0]
+            idx = next(k for k, (nm, _, _) in enumerate(kws) if nm == p.name)
             _list_code(o, str(i), p, f"v[{idx}]", decls, parse, after)
             call_args += [f"l{i}", f"n{i}"]
     # keyword arguments: arrays, scalars, flattened struct members and the wants of scalar_outs
-    for k, (nm, spec, owner) in enumerate(kws):
+    for k, (_, spec, owner) in enumerate(kws):
         if isinstance(spec, Struct) or (isinstance(spec, StructList) and owner is None):
             continue
         if owner is None:
@@ -504,6 +509,6 @@ def generate(c_path: str, stub_path: str | None = None) -> None:
         if path is None:
             continue
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        if not os.path.exists(path) or open(path).read() != text:
+        if not os.path.exists(path) or _read(path) != text:
             with open(path, "w") as f:
                 f.write(text)

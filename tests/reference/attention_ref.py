@@ -40,7 +40,7 @@ def score_fn(query, keys, kind="dot", **params):
     if kind == "dot":
         return q @ _kt(k)
     if kind == "scaled_dot":
-        scale = params.get("scale", None)
+        scale = params.get("scale")
         scale = 1.0 / np.sqrt(dk) if scale is None else _f64(scale)
         return (q @ _kt(k)) * scale
     if kind == "general":
