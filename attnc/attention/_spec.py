@@ -153,9 +153,7 @@ class Score:
             scale, arr = _scalar(given.get("scale", default_scale(inp.dk)), "scale", dt)
             self._keep("scale", arr)
         elif self.kind == 6:
-            bandwidth, arr = _scalar(given.get("bandwidth", 1.0), "bandwidth", dt)
-            if not bandwidth > 0:
-                raise ValueError(f"bandwidth must be > 0, got {bandwidth}")
+            bandwidth, arr = _scalar(given.get("bandwidth", 1.0), "bandwidth", dt)  # C checks bandwidth > 0
             self._keep("bandwidth", arr)
         elif self.kind in (2, 5):
             want = (inp.dq, inp.dk) if self.kind == 2 else (inp.dq, inp.tk)
