@@ -74,6 +74,29 @@ def test_scalars_are_checked_by_name():
         _core.activation_forward(output=z, input=x, activation=1, seed=-1)
 
 
+def test_dict_members_are_matched_by_name_in_any_order():
+    # args_dict matches each key to a member: by the interned name, or by value
+    # for a key built at run time; absent members take their defaults; any
+    # other key (a string or not) is named
+    r = np.random.default_rng(0)
+    q, k, v = r.standard_normal((2, 3)), r.standard_normal((4, 3)), r.standard_normal((4, 2))
+
+    def context(params):
+        out = np.empty((2, 2)), np.empty((2, 4))
+        _core.attention_forward(context=out[0], weights=out[1], query=q, keys=k, values=v, params=params)
+        return out[0]
+
+    want = context({"kind": 1, "scale": 0.5})
+    np.testing.assert_array_equal(context({"scale": 0.5, "kind": 1}), want)
+    np.testing.assert_array_equal(context({"".join(["ki", "nd"]): 1, "".join(["sc", "ale"]): 0.5}), want)
+    np.testing.assert_array_equal(context({"kind": 1}), context({"kind": 1, "scale": 1.0}))  # the default
+    assert not np.array_equal(context({"kind": 1}), want)
+    got = np.empty((2, 2)), np.empty((2, 4))
+    for bad in ({"kind": 1, "scael": 1.0}, {"kind": 1, 3: 1.0}):
+        with pytest.raises(TypeError, match="params has an unexpected key"):
+            _core.attention_forward(context=got[0], weights=got[1], query=q, keys=k, values=v, params=bad)
+
+
 def test_arrays_are_checked_by_name():
     x = np.ones((2, 3))
     with pytest.raises(TypeError, match="output must be a writable buffer"):

@@ -436,16 +436,16 @@ def _list_parser(o: Op, tag: str, p: StructList) -> str:
 
 
 # The member names of the dicts the wrappers read (weights, list items): each
-# distinct set once, as C strings (for messages) and as interned keys (a
-# lookup by an interned key hashes nothing). Filled while c_source writes.
+# distinct set once, as C strings and as the interned keys args_dict matches
+# the dict's keys against. Filled while c_source writes.
 _FIELD_SETS: dict = {}
 
 
 def _field_set(members) -> str:
-    """`FIELDS_<k>, FIELDKEYS_<k>`: the arguments args_dict takes for these members' names."""
+    """`FIELDKEYS_<k>`: the keys args_dict takes for these members' names."""
     names = tuple(m.name for m in members)
     k = _FIELD_SETS.setdefault(names, len(_FIELD_SETS))
-    return f"FIELDS_{k}, FIELDKEYS_{k}"
+    return f"FIELDKEYS_{k}"
 
 
 def c_source(ops: list[Op], includes: list[str] = ()) -> str:
