@@ -109,12 +109,10 @@ def bool_mask(mask, shape: tuple, name: str = "mask") -> np.ndarray:
 
 
 def lengths(key_lengths, batch_shape: tuple) -> np.ndarray:
-    """key_lengths as int64, broadcast to the leading (batch) dims."""
+    """key_lengths as int64, broadcast to the leading (batch) dims (C checks they are >= 0)."""
     kl = np.asarray(key_lengths)
     if kl.dtype.kind not in "iu":
         raise TypeError(f"key_lengths must be an integer array, got dtype {kl.dtype}")
-    if kl.size and kl.min() < 0:
-        raise ValueError(f"key_lengths must be >= 0, got {kl.min()}")
     if kl.dtype.kind == "u" and kl.size and kl.max() > np.iinfo(np.int64).max:
         raise ValueError("key_lengths does not fit in int64")
     kl = kl.astype(np.int64, copy=False)

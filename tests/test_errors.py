@@ -206,6 +206,18 @@ def test_bad_values_raise_value_error(call, name):
         call()
 
 
+def test_range_messages_come_from_the_one_check_in_c():
+    # checked once, by the C function; its message says the mode's bound and the value
+    with pytest.raises(ValueError, match=r"window must be >= 0 for mode='monotonic', got -1"):
+        attnc.local_attention(Q, K, window=-1)
+    with pytest.raises(ValueError, match=r"window must be >= 1 for mode='predictive', got 0.5"):
+        attnc.local_attention(Q, K, window=0.5, mode="predictive", w_p=_q(4, 2), v_p=_q(2))
+    with pytest.raises(ValueError, match=r"temperature must be > 0, got -1"):
+        attnc.hard_attention(Q, K, mode="gumbel", temperature=-1.0)
+    with pytest.raises(ValueError, match=r"key_lengths must be >= 0, got -1"):
+        attnc.attention(Q, K, V, key_lengths=np.array([2, -1]))
+
+
 def test_errors_leave_thread_count_unchanged():
     n = attnc.get_num_threads()
     with pytest.raises(ValueError):

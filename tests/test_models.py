@@ -91,6 +91,13 @@ def test_argument_errors():
         gpt(np.zeros((1, 8), np.int64))
     with pytest.raises(ValueError, match="beam_size"):
         gpt.generate(np.zeros((1, 2), np.int64), 3, beam_size=0)
+    # the decoding options: checked once, by attnc.nn.decode (and its C call) for every model
+    with pytest.raises(ValueError, match=rf"eos 9 is outside the output's vocabulary \[0, {gpt.vocab_size}\)"):
+        gpt.generate(np.zeros((1, 2), np.int64), 3, eos=9)
+    with pytest.raises(ValueError, match="length_penalty must be finite, got -inf"):
+        gpt.generate(np.zeros((1, 2), np.int64), 3, beam_size=2, length_penalty=-math.inf)
+    with pytest.raises(ValueError, match=rf"eos 9 is outside the output's vocabulary \[0, {model.tgt_vocab}\)"):
+        model.generate(np.zeros((1, 3), np.int64), 3, bos=1, eos=9)
 
 
 # --------------------------------------------------------------------------- against torch

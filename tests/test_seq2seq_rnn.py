@@ -297,6 +297,15 @@ def test_argument_errors_name_the_argument():
         m.generate(src, lens, beam_size=0)
     with pytest.raises(ValueError, match="bos"):
         m.generate(src, lens, bos=VT)
+    # eos and the length penalty are checked by the C decoder, the lengths in Python (one place each)
+    with pytest.raises(ValueError, match=rf"eos {VT} is outside the vocabulary \[0, {VT}\)"):
+        m.generate(src, lens, eos=VT)
+    with pytest.raises(ValueError, match="eos must be an int >= 0, got -1"):
+        m.generate(src, lens, eos=-1)
+    with pytest.raises(ValueError, match="length_penalty must be finite, got inf"):
+        m.generate(src, lens, beam_size=2, length_penalty=float("inf"))
+    with pytest.raises(ValueError, match="max_len must be an int >= 0, got -1"):
+        m.generate(src, lens, max_len=-1)
     with pytest.raises(ValueError, match="luong-location"):
         attnc.models.Seq2Seq(VS, VT, attention="luong-location", max_source_len=3)(src, tgt_in, lens)
     m.eval()

@@ -153,9 +153,7 @@ class Score:
             scale, arr = _scalar(given.get("scale", default_scale(inp.dk)), "scale", dt)
             self._keep("scale", arr)
         elif self.kind == 6:
-            bandwidth, arr = _scalar(given.get("bandwidth", 1.0), "bandwidth", dt)
-            if not bandwidth > 0:
-                raise ValueError(f"bandwidth must be > 0, got {bandwidth}")
+            bandwidth, arr = _scalar(given.get("bandwidth", 1.0), "bandwidth", dt)  # C checks bandwidth > 0
             self._keep("bandwidth", arr)
         elif self.kind in (2, 5):
             want = (inp.dq, inp.dk) if self.kind == 2 else (inp.dq, inp.tk)
@@ -244,10 +242,15 @@ class Score:
 def sdpa_options(scale: float, *, attn_mask=None, key_padding_mask=None, causal=False, causal_offset=0,
                  dropout_p=0.0, seed=None, average_heads=False) -> dict:
     """The fused kernel's options, the ``options`` dict of sdpa_forward and
-    sdpa_backward (attnc_sdpa_options by member name; one dict, read in C by
-    interned keys, rather than keywords merged into every call). The masks as the
-    kernel takes them (bool, True = takes part; or float, added to the
-    scores); the dropout's seed drawn from ``seed`` only when there is dropout."""
+    sdpa_backward (attnc_sdpa_options by member name; one dict, matched in C
+    to the members by interned keys, rather than keywords merged into every
+    call). The masks as the kernel takes them (bool, True = takes part; or
+    float, added to the scores); the dropout's seed drawn from ``seed`` only
+    when there is dropout. Without masks, offset, dropout or averaging (most
+    calls) only the scale and the causal flag: the binding takes the other
+    members' defaults, and the smaller dict costs less to build and read."""
+    if attn_mask is None and key_padding_mask is None and not (causal_offset or dropout_p or average_heads):
+        return {"causal": bool(causal), "scale": float(scale)}
     return {"attn_mask": attn_mask, "key_padding_mask": key_padding_mask, "causal": bool(causal),
             "causal_offset": causal_offset, "scale": float(scale), "dropout_p": float(dropout_p),
             "seed": seed_bits(seed) if dropout_p else 0, "average_heads": bool(average_heads)}

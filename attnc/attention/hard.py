@@ -16,9 +16,7 @@ MODES = ("argmax", "sample", "gumbel")
 def _forward(query, keys, values=None, *, mode="argmax", temperature=1.0, seed=None, score="dot",
              mask=None, key_lengths=None, causal=False, **params):
     mode = choice(mode, MODES, "mode")
-    temperature = float(temperature)
-    if not temperature > 0:
-        raise ValueError(f"temperature must be > 0, got {temperature}")
+    temperature = float(temperature)  # C checks temperature > 0
     inp = Inputs(query, keys, values)
     sc = Score(score, params, inp)
     m, kl = mask_arrays(mask, key_lengths, inp.batch, inp.tq, inp.tk)

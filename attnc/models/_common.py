@@ -1,11 +1,7 @@
 """What the models share: calling functions and modules through attnc.vjp
-(_Tape), NumPy dropout, masks and token-id checks, and the decoding
-arguments' checks."""
+(_Tape), NumPy dropout, masks and token-id checks."""
 
 from __future__ import annotations
-
-import math
-import numbers
 
 import numpy as np
 
@@ -52,16 +48,6 @@ def _ids(x, name):
     if a.ndim != 2:
         raise ValueError(f"{name} must be (batch, length), got shape {a.shape}")
     return a.astype(np.int64, copy=False)
-
-
-def _check_decoding(max_new_tokens, eos, beam_size, length_penalty, vocab):
-    for name, v, low in (("max_new_tokens", max_new_tokens, 0), ("beam_size", beam_size, 1)):
-        if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < low:
-            raise ValueError(f"{name} must be an int >= {low}, got {v!r}")
-    if eos is not None and not 0 <= eos < vocab:
-        raise ValueError(f"eos {eos} is outside the vocabulary [0, {vocab})")
-    if not math.isfinite(float(length_penalty)):
-        raise ValueError(f"length_penalty must be finite, got {length_penalty}")
 
 
 class _EvalMode:

@@ -11,7 +11,8 @@ import numpy as np
 from .. import nn
 from .._typing import Array, ArrayLike, DTypeLike
 from ..grad import internal, vjp
-from ._common import _causal_mask, _check_decoding, _dropout, _ids, _Tape
+from ..nn.decoding import _decoding_ints
+from ._common import _causal_mask, _dropout, _ids, _Tape
 
 __all__ = ["GPT"]
 
@@ -166,7 +167,7 @@ class GPT(nn.Module):
         (attnc.nn.decode) with cached keys and values; the prompt and the new
         tokens must fit in block_size."""
         idx = _ids(idx, "idx")
-        _check_decoding(max_new_tokens, eos, beam_size, length_penalty, self.vocab_size)
+        max_new_tokens, eos, beam_size = _decoding_ints(max_new_tokens, eos, beam_size)
         if idx.shape[1] + max_new_tokens - 1 > self.block_size:
             raise ValueError(f"prompt length {idx.shape[1]} + max_new_tokens {max_new_tokens} - 1 exceeds "
                              f"block_size={self.block_size}: the C decoder keeps every position's keys and values "

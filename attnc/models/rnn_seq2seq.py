@@ -19,7 +19,8 @@ from .._args import choice, int_arg, shape_str
 from .._typing import Array, ArrayLike, DTypeLike
 from ..grad import internal, vjp
 from ..nn import LSTM, Embedding, Linear, LSTMCell, Module, cross_entropy
-from ._common import _check_decoding, _EvalMode
+from ..nn.decoding import _decoding_ints
+from ._common import _EvalMode
 
 __all__ = ["Seq2Seq"]
 
@@ -342,7 +343,7 @@ class Seq2Seq(Module):
         length_penalty (the rules of Seq2SeqTransformer.generate).
         """
         src, _, lens = self._inputs(src, None, src_lengths)
-        _check_decoding(max_len, eos, beam_size, length_penalty, self.out.out_features)
+        max_len, eos, beam_size = _decoding_ints(max_len, eos, beam_size, "max_len")  # C checks eos < V
         if not 0 <= bos < self.out.out_features:
             raise ValueError(f"bos {bos} is outside the vocabulary [0, {self.out.out_features})")
         with _EvalMode(self):
@@ -351,8 +352,8 @@ class Seq2Seq(Module):
         tokens, lengths = np.empty((B, max_len), np.int64), np.empty(B, np.int64)
         align = np.empty((B, max_len, S), self.dtype)
         _core.s2s_generate(tokens=tokens, out_lengths=lengths, alignments=align, memory=mem, final=final,
-                           lengths=lens, weights=self._weights(), bos=int(bos), eos=-1 if eos is None else int(eos),
-                           beam_size=int(beam_size), length_penalty=float(length_penalty),
+                           lengths=lens, weights=self._weights(), bos=int(bos), eos=-1 if eos is None else eos,
+                           beam_size=beam_size, length_penalty=float(length_penalty),
                            **self._decoder_config())
         L = int(lengths.max()) if B else 0
         return tokens[:, :L], align[:, :L]

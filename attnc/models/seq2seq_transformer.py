@@ -13,8 +13,9 @@ import numpy as np
 from .. import nn
 from .._typing import Array, ArrayLike, DTypeLike
 from ..grad import internal, vjp
+from ..nn.decoding import _decoding_ints
 from ..nn.transformer import Activation
-from ._common import _causal_mask, _check_decoding, _dropout, _EvalMode, _ids, _Tape
+from ._common import _causal_mask, _dropout, _EvalMode, _ids, _Tape
 
 __all__ = ["Seq2SeqTransformer"]
 
@@ -215,7 +216,7 @@ class Seq2SeqTransformer(nn.Module):
         """src and its padding mask, checked with the decoding options."""
         src = _ids(src, "src")
         kpm = _padding_mask(src_key_padding_mask, src.shape, "src_key_padding_mask")
-        _check_decoding(max_new_tokens, eos, beam_size, length_penalty, self.tgt_vocab)
+        _decoding_ints(max_new_tokens, eos, beam_size)  # nn.decode checks eos and length_penalty against the model
         if not 0 <= bos < self.tgt_vocab:
             raise ValueError(f"bos {bos} is outside the vocabulary [0, {self.tgt_vocab})")
         if max_new_tokens > self.max_len:

@@ -20,6 +20,16 @@ def _int(name, v, low):
     return int(v)
 
 
+def _decoding_ints(max_new_tokens, eos, beam_size, length="max_new_tokens"):
+    """(max_new_tokens, eos, beam_size) as ints (eos None stays None), for
+    every decoder (decode and the models' generate): checked in Python because
+    the length sizes the output allocated before the C call, and -1 is C's
+    eos for none. The C decoders check the rest: eos inside the vocabulary,
+    a finite length_penalty. `length`: the caller's name for max_new_tokens."""
+    return (_int(length, max_new_tokens, 0), None if eos is None else _int("eos", eos, 0),
+            _int("beam_size", beam_size, 1))
+
+
 def _check_sizes(arrays, ids, max_new_tokens):
     """What the C decoder would refuse of the sizes that size the output,
     refused before it is allocated: prompt + max_new_tokens - 1 positions
@@ -120,10 +130,7 @@ def decode(layers: Sequence[TransformerDecoderLayer] | Sequence[TransformerEncod
     if ids.dtype.kind not in "iu" or ids.ndim != 2:
         raise TypeError(f"prompt must be a (B, P) integer array, got {ids.dtype} {shape_str(ids.shape)}")
     ids = np.ascontiguousarray(ids, dtype=np.int64)
-    max_new_tokens = _int("max_new_tokens", max_new_tokens, 0)
-    beam_size = _int("beam_size", beam_size, 1)
-    if eos is not None:
-        eos = _int("eos", eos, 0)
+    max_new_tokens, eos, beam_size = _decoding_ints(max_new_tokens, eos, beam_size)
     _check_sizes(arrays, ids, max_new_tokens)
     mem = mask = None
     if isinstance(first, TransformerDecoderLayer):

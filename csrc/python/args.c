@@ -162,27 +162,24 @@ static int wrong_type(const char *name, const char *expected, PyObject *value) {
     return 0;
 }
 
-int args_dict(PyObject *value, const char *name, const char *const *fields, PyObject *const *keys, int n,
-              PyObject **values) {
+int args_dict(PyObject *value, const char *name, PyObject *const *keys, int n, PyObject **values) {
     if (defaulted(value, name, 0)) return 0;
     if (!PyDict_Check(value)) return wrong_type(name, "dict", value);
-    Py_ssize_t found = 0;
-    for (int i = 0; i < n; i++) {
-        values[i] = PyDict_GetItemWithError(value, keys[i]); /* borrowed; an interned key hashes nothing */
-        if (!values[i] && PyErr_Occurred()) return 0;
-        found += values[i] != NULL;
-    }
-    if (found == PyDict_Size(value)) return 1;
+    /* Each item to its member by its key, as args_take matches keywords: the
+     * dicts are written with literal keys (interned) in table order, so a
+     * pointer comparison at the hint finds it; nothing is hashed or looked up,
+     * and a key that is no member is named. */
     PyObject *key, *item;
     Py_ssize_t pos = 0;
-    while (PyDict_Next(value, &pos, &key, &item)) { /* name the first key that is none of the fields */
-        int known = 0;
-        for (int i = 0; i < n && !known; i++) known = PyUnicode_Check(key) &&
-                                                      PyUnicode_CompareWithASCIIString(key, fields[i]) == 0;
-        if (!known) {
+    int hint = 0;
+    while (PyDict_Next(value, &pos, &key, &item)) {
+        int i = n && PyUnicode_Check(key) ? find_key(key, keys, n, hint) : -1;
+        if (i < 0) {
             PyErr_Format(PyExc_TypeError, "%s has an unexpected key %R", name, key);
             return 0;
         }
+        values[i] = item; /* borrowed */
+        hint = i + 1;
     }
     return 1;
 }

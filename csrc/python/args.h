@@ -26,10 +26,9 @@ int args_bool(PyObject *value, const char *name, int has_default, int dflt, int 
 /* n int64s from a sequence of n ints. */
 int args_ints(PyObject *value, const char *name, int n, int64_t *out);
 
-/* The values of a dict's keys (each one of `fields`, looked up by `keys`, the
- * same names interned; NULL: absent) into values. */
-int args_dict(PyObject *value, const char *name, const char *const *fields, PyObject *const *keys, int n,
-              PyObject **values);
+/* The values of a dict's keys (each one of `keys`, interned names) into
+ * values (left NULL where absent: values starts zeroed). */
+int args_dict(PyObject *value, const char *name, PyObject *const *keys, int n, PyObject **values);
 /* A list: its length, and *items <- zeroed memory for that many structs of
  * `size` bytes (PyMem_Free it). */
 int args_list(PyObject *value, const char *name, size_t size, void **items, Py_ssize_t *count);

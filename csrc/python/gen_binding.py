@@ -35,10 +35,16 @@ REQUIRED = object()  # a scalar with no default: the caller must pass it
 @dataclasses.dataclass
 class Arr:
     """A tensor view: `out` ones are written (writable buffers); None (or
-    leaving it out) passes an absent tensor, which the C side checks."""
+    leaving it out) passes an absent tensor, which the C side checks.
+
+    `ranks`: the ranks the C function accepts (it checks them; this says
+    them, in the docstring and the stub, and tests/test_binding.py holds C to
+    it): an int, a tuple of ints, or "n+" (n or more: leading batch dims);
+    None where any rank goes (elementwise, or a flat buffer of checked size)."""
     name: str
     out: bool = False
     field: str | None = None  # the struct member it fills, when not `name`
+    ranks: int | tuple | str | None = None
 
 
 @dataclasses.dataclass
@@ -119,12 +125,12 @@ def op(name, c_function, *params, returns="status", doc=""):
     return Op(name, c_function, params, returns, doc)
 
 
-def arr(name, field=None):
-    return Arr(name, False, field)
+def arr(name, field=None, ranks=None):
+    return Arr(name, False, field, ranks)
 
 
-def out(name, field=None):
-    return Arr(name, True, field)
+def out(name, field=None, ranks=None):
+    return Arr(name, True, field, ranks)
 
 
 def real(name, default=REQUIRED, lo=None, hi=None, field=None):
@@ -200,6 +206,38 @@ def _read(path: str) -> str:
 
 def table_files() -> list[str]:
     return [os.path.abspath(__file__)] + sorted(glob.glob(os.path.join(HERE, "ops", "*.py")))
+
+
+def arrays(o: Op):
+    """(path, Arr) of each array the call takes: path is (keyword,) for a
+    keyword argument, (keyword, key) for a member of a dict (a named struct;
+    each dict of a list of them)."""
+    for name, spec, _ in _keywords(o):
+        if isinstance(spec, Arr):
+            yield (name,), spec
+        elif isinstance(spec, (Struct, StructList)):
+            yield from (((name, m.name), m) for m in spec.members if isinstance(m, Arr))
+
+
+def rank_text(ranks) -> str:
+    """The ranks as the docstring says them: "2", "1 or 2", ">= 2", "any"."""
+    if ranks is None:
+        return "any"
+    if isinstance(ranks, str):
+        return ">= " + ranks.rstrip("+")
+    if isinstance(ranks, int):
+        return str(ranks)
+    return " or ".join(map(str, ranks))
+
+
+def docstring(o: Op) -> str:
+    """The method's docstring: the table's doc (or the C entry point), then
+    each array with the ranks C accepts."""
+    lines = [o.doc or o.c_function, "", "Arrays (the ranks the C function accepts; * written):"]
+    for path, a in arrays(o):
+        name = path[0] + "".join(f"[{k!r}]" for k in path[1:])
+        lines.append(f"  {name}{' *' if a.out else ''}: {rank_text(a.ranks)}")
+    return "\n".join(lines)
 
 
 # --------------------------------------------------------------------------- C
@@ -403,16 +441,16 @@ def _list_parser(o: Op, tag: str, p: StructList) -> str:
 
 
 # The member names of the dicts the wrappers read (weights, list items): each
-# distinct set once, as C strings (for messages) and as interned keys (a
-# lookup by an interned key hashes nothing). Filled while c_source writes.
+# distinct set once, as C strings and as the interned keys args_dict matches
+# the dict's keys against. Filled while c_source writes.
 _FIELD_SETS: dict = {}
 
 
 def _field_set(members) -> str:
-    """`FIELDS_<k>, FIELDKEYS_<k>`: the arguments args_dict takes for these members' names."""
+    """`FIELDKEYS_<k>`: the keys args_dict takes for these members' names."""
     names = tuple(m.name for m in members)
     k = _FIELD_SETS.setdefault(names, len(_FIELD_SETS))
-    return f"FIELDS_{k}, FIELDKEYS_{k}"
+    return f"FIELDKEYS_{k}"
 
 
 def c_source(ops: list[Op], includes: list[str] = ()) -> str:
@@ -443,7 +481,7 @@ def _c_body(ops: list[Op]) -> list[str]:
         parts.append("")
     parts.append("PyMethodDef attnc_op_methods[] = {")
     for o in ops:
-        doc = (o.doc or o.c_function).replace("\"", "\\\"")
+        doc = docstring(o).replace("\\", "\\\\").replace("\"", "\\\"").replace("\n", "\\n")
         parts.append(f"    {{\"{o.name}\", (PyCFunction)(void (*)(void))py_{o.name}, METH_FASTCALL | METH_KEYWORDS, "
                      f"\"{doc}\"}},")
     parts.append("    {NULL, NULL, 0, NULL}};")
@@ -491,8 +529,9 @@ def stub(ops: list[Op]) -> str:
         returns = [s for s in _all_members(o) if isinstance(s, ScalarOut)]
         ret = "int" if o.returns == "int64" else (f"tuple[{', '.join(['float'] * len(returns))}]" if returns
                                                   else "None")
-        lines.append(f"def {o.name}(*, {', '.join(params)}) -> {ret}: ..." if params
-                     else f"def {o.name}() -> {ret}: ...")
+        signature = f"def {o.name}(*, {', '.join(params)}) -> {ret}:" if params else f"def {o.name}() -> {ret}:"
+        doc = docstring(o).replace("\n", "\n    ").replace("    \n", "\n")
+        lines += [signature, f'    """{doc}"""', ""]
     lines += ["", "# configuration (csrc/python/module.c)",
               "def set_num_threads(n: int, /) -> None: ...", "def get_num_threads() -> int: ...",
               "def blas_info() -> str: ...", "def blas_threads() -> int: ...", "def simd_path() -> str: ...",

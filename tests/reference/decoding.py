@@ -10,7 +10,8 @@ import math
 
 import numpy as np
 
-from attnc.models._common import _check_decoding, _EvalMode, _ids
+from attnc.models._common import _EvalMode, _ids
+from attnc.nn.decoding import _decoding_ints
 
 
 def log_softmax(logits: np.ndarray) -> np.ndarray:
@@ -132,7 +133,7 @@ def gpt(model, idx, max_new_tokens, eos=None, beam_size=1, length_penalty=0.0):
     """GPT.generate's tokens; the context is cropped to the last block_size
     tokens (GPT.generate refuses contexts that do not fit instead)."""
     idx = _ids(idx, "idx")
-    _check_decoding(max_new_tokens, eos, beam_size, length_penalty, model.vocab_size)
+    _decoding_ints(max_new_tokens, eos, beam_size)
 
     def next_logprobs(prefixes, rows):
         ctx = np.concatenate([idx[rows], prefixes], axis=1)[:, -model.block_size:]
@@ -145,7 +146,7 @@ def gpt(model, idx, max_new_tokens, eos=None, beam_size=1, length_penalty=0.0):
 def rnn_seq2seq(model, src, src_lengths=None, max_len=30, bos=1, eos=2, beam_size=1, length_penalty=0.0):
     """Seq2Seq.generate's tokens (not its alignments)."""
     src, _, lens = model._inputs(src, None, src_lengths)
-    _check_decoding(max_len, eos, beam_size, length_penalty, model.out.out_features)
+    _decoding_ints(max_len, eos, beam_size, "max_len")
 
     def next_logprobs(prefixes, rows):
         return log_softmax(model.forward(src[rows], _bos_prefixed(bos, prefixes), lens[rows])[:, -1])

@@ -194,14 +194,15 @@ static attnc_status setup(cap_run *r, const attnc_tensor *features, const attnc_
     r->F = fs[2];
     if (r->L < 1 || r->F < 1)
         return attnc_fail(ATTNC_ERR_VALUE, "features needs at least one location and one feature (L, F >= 1)");
-    if (!attnc_present(&p->embedding) || p->embedding.ndim != 2 || !attnc_present(&p->w_hh) || p->w_hh.ndim != 2 ||
-        !attnc_present(&p->att_feat_w) || p->att_feat_w.ndim != 2)
-        return attnc_fail(ATTNC_ERR_TYPE, "embedding.weight, decoder.weight_hh and attention.feature.weight "
-                                          "are required 2-D parameters");
-    r->V = p->embedding.shape[0];
-    r->E = p->embedding.shape[1];
-    r->H = p->w_hh.shape[1];
-    r->A = p->att_feat_w.shape[0];
+    /* the sizes the parameters give (each checked whole by check_params) */
+    int64_t emb[2] = {-1, -1}, hh[2] = {-1, -1}, af[2] = {-1, -1};
+    TRY(attnc_check_array(&p->embedding, "embedding.weight", r->dt, 2, emb, false));
+    TRY(attnc_check_array(&p->w_hh, "decoder.weight_hh", r->dt, 2, hh, false));
+    TRY(attnc_check_array(&p->att_feat_w, "attention.feature.weight", r->dt, 2, af, false));
+    r->V = emb[0];
+    r->E = emb[1];
+    r->H = hh[1];
+    r->A = af[0];
     r->gate = cfg->gate != 0;
     r->R = 4 * r->H + r->A + r->gate;
     r->mode = cfg->mode;

@@ -94,11 +94,12 @@ static attnc_status setup(lstmn_run *x, const attnc_tensor *input, const attnc_t
     x->B = in[0];
     x->T = in[1];
     x->I = in[2];
-    if (!attnc_present(&p->weight_hh) || p->weight_hh.ndim != 2 || !attnc_present(&p->attn_h) ||
-        p->attn_h.ndim != 2)
-        return attnc_fail(ATTNC_ERR_TYPE, "weight_hh and attn_h.weight are required 2-D parameters");
-    x->H = p->weight_hh.shape[1];
-    x->A = p->attn_h.shape[0];
+    /* the sizes the parameters give (each checked whole by check_params) */
+    int64_t hh[2] = {-1, -1}, ah[2] = {-1, -1};
+    TRY(attnc_check_array(&p->weight_hh, "weight_hh", x->dt, 2, hh, false));
+    TRY(attnc_check_array(&p->attn_h, "attn_h.weight", x->dt, 2, ah, false));
+    x->H = hh[1];
+    x->A = ah[0];
     x->bias = attnc_present(&p->bias);
     if (x->H < 1 || x->A < 1) /* the input may be 0 wide: the gates from h and the bias alone */
         return attnc_fail(ATTNC_ERR_VALUE, "the LSTMN's hidden and attention sizes must be >= 1");

@@ -132,14 +132,15 @@ static attnc_status setup(ntm_run *x, const attnc_tensor *inputs, const attnc_nt
     x->Hh = x->R + x->W;
     x->lstm = cfg->lstm != 0;
     x->clip = cfg->clip;
-    const attnc_tensor *cw = x->lstm ? &p->w_hh : &p->w_ih;
-    if (!attnc_present(cw) || cw->ndim != 2 || !attnc_present(&p->head_w) || p->head_w.ndim != 2 ||
-        !attnc_present(&p->out_w) || p->out_w.ndim != 2)
-        return attnc_fail(ATTNC_ERR_TYPE, "the controller's weight, heads.weight and output.weight are required "
-                                          "2-D parameters");
-    x->C = x->lstm ? cw->shape[1] : cw->shape[0];
-    x->O = p->out_w.shape[0];
-    x->P = p->head_w.shape[0];
+    /* the sizes the parameters give (each checked whole by check_params) */
+    int64_t cw[2] = {-1, -1}, hw[2] = {-1, -1}, ow[2] = {-1, -1};
+    TRY(attnc_check_array(x->lstm ? &p->w_hh : &p->w_ih, x->lstm ? "controller.weight_hh" : "controller.weight",
+                          x->dt, 2, cw, false));
+    TRY(attnc_check_array(&p->head_w, "heads.weight", x->dt, 2, hw, false));
+    TRY(attnc_check_array(&p->out_w, "output.weight", x->dt, 2, ow, false));
+    x->C = x->lstm ? cw[1] : cw[0];
+    x->O = ow[0];
+    x->P = hw[0];
     if (x->N < 1 || x->M < 1 || x->C < 1 || x->O < 1)
         return attnc_fail(ATTNC_ERR_VALUE, "memory slots, memory width, controller and output sizes must be >= 1");
     int64_t fixed = x->R * (x->M + 3) + x->W * (3 * x->M + 3);

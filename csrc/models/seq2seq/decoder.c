@@ -391,17 +391,19 @@ static void free_bufs(s2s_bufs *b, const attnc_tensor *dmemory, const attnc_tens
 }
 
 static attnc_status check_grads(const s2s_run *x, const attnc_s2s_weights *g, const attnc_s2s_weights *w) {
-    const attnc_tensor *pairs[][2] = {
-        {&g->embedding, &w->embedding},     {&g->weight_ih, &w->weight_ih},     {&g->weight_hh, &w->weight_hh},
-        {&g->bias_ih, &w->bias_ih},         {&g->bias_hh, &w->bias_hh},         {&g->bridge_weight, &w->bridge_weight},
-        {&g->bridge_bias, &w->bridge_bias}, {&g->query_weight, &w->query_weight}, {&g->key_weight, &w->key_weight},
-        {&g->v, &w->v},                     {&g->weight, &w->weight},           {&g->bias, &w->bias},
-        {&g->position_weight, &w->position_weight}, {&g->position_v, &w->position_v}, {&g->combine, &w->combine}};
+#define PAIR(m) {&g->m, &w->m, "the gradient of " #m}
+    const struct {
+        const attnc_tensor *grad, *weight;
+        const char *name;
+    } pairs[] = {PAIR(embedding), PAIR(weight_ih),       PAIR(weight_hh),  PAIR(bias_ih),    PAIR(bias_hh),
+                 PAIR(bridge_weight), PAIR(bridge_bias), PAIR(query_weight), PAIR(key_weight), PAIR(v),
+                 PAIR(weight),    PAIR(bias),            PAIR(position_weight), PAIR(position_v), PAIR(combine)};
+#undef PAIR
     for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++) {
-        const attnc_tensor *gr = pairs[i][0], *wt = pairs[i][1];
+        const attnc_tensor *gr = pairs[i].grad, *wt = pairs[i].weight;
         if (!attnc_present(gr)) continue;
         if (!attnc_present(wt)) return attnc_fail(ATTNC_ERR_VALUE, "a gradient was asked for a weight the decoder lacks");
-        TRY(need(gr, "a weight gradient", x->dt, wt->ndim, wt->shape[0], wt->ndim > 1 ? wt->shape[1] : 0));
+        TRY(need(gr, pairs[i].name, x->dt, wt->ndim, wt->shape[0], wt->ndim > 1 ? wt->shape[1] : 0));
     }
     return ATTNC_OK;
 }

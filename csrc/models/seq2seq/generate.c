@@ -114,8 +114,11 @@ attnc_status attnc_s2s_generate(attnc_tensor *tokens, attnc_tensor *out_lengths,
     if (!attnc_present(&weights->out_weight)) return attnc_fail(ATTNC_ERR_TYPE, "decoding needs out_weight");
     if (beam < 1) return attnc_fail(ATTNC_ERR_VALUE, "beam_size must be >= 1, got %lld", (long long)beam);
     if (bos < 0 || bos >= x->Vt) return attnc_fail(ATTNC_ERR_VALUE, "bos %lld is outside the vocabulary", (long long)bos);
-    if (eos >= x->Vt) return attnc_fail(ATTNC_ERR_VALUE, "eos %lld is outside the vocabulary", (long long)eos);
-    if (!isfinite(length_penalty)) return attnc_fail(ATTNC_ERR_VALUE, "length_penalty must be finite");
+    if (eos >= x->Vt)
+        return attnc_fail(ATTNC_ERR_VALUE, "eos %lld is outside the vocabulary [0, %lld)", (long long)eos,
+                          (long long)x->Vt);
+    if (!isfinite(length_penalty))
+        return attnc_fail(ATTNC_ERR_VALUE, "length_penalty must be finite, got %g", length_penalty);
     int64_t bt[2] = {x->B, -1};
     if (!attnc_present(tokens) || !attnc_present(out_lengths))
         return attnc_fail(ATTNC_ERR_TYPE, "tokens and lengths outputs are required");

@@ -29,7 +29,8 @@ static const attnc_batch NO_BATCH = {.nb = 0, .count = 1};
 static attnc_status check_options(const attnc_dims *d, const attnc_local_options *o) {
     if (o->mode == ATTNC_LOCAL_MONOTONIC) {
         if (!(o->window >= 0))
-            return attnc_fail(ATTNC_ERR_VALUE, "window must be >= 0, got %g", o->window);
+            return attnc_fail(ATTNC_ERR_VALUE, "window must be >= 0 for mode='monotonic', got %g",
+                              o->window);
         if (attnc_present(&o->positions)) {
             TRY(attnc_check_dtype(&o->positions, "positions", d->dtype));
             int64_t tq = d->tq;
@@ -40,7 +41,7 @@ static attnc_status check_options(const attnc_dims *d, const attnc_local_options
     if (o->mode != ATTNC_LOCAL_PREDICTIVE)
         return attnc_fail(ATTNC_ERR_VALUE, "unknown local attention mode %d", (int)o->mode);
     if (!(o->window >= 1))
-        return attnc_fail(ATTNC_ERR_VALUE, "window must be >= 1 for predictive, got %g",
+        return attnc_fail(ATTNC_ERR_VALUE, "window must be >= 1 for mode='predictive', got %g",
                           o->window);
     if (!attnc_present(&o->w_p) || !attnc_present(&o->v_p))
         return attnc_fail(ATTNC_ERR_TYPE, "predictive local attention needs w_p and v_p");

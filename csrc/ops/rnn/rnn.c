@@ -581,12 +581,15 @@ attnc_status attnc_rnn_backward(attnc_tensor *dinput, attnc_tensor *dh0, attnc_t
             attnc_rnn_weights *g = &grads[l * r.D + d];
             const attnc_tensor *pairs[4][2] = {{&g->weight_ih, &w->weight_ih}, {&g->weight_hh, &w->weight_hh},
                                                {&g->bias_ih, &w->bias_ih}, {&g->bias_hh, &w->bias_hh}};
+            static const char *const names[4] = {"weight_ih", "weight_hh", "bias_ih", "bias_hh"};
             for (int i = 0; i < 4; i++) {
                 if (!attnc_present(pairs[i][0])) continue;
                 if (!attnc_present(pairs[i][1]))
                     return attnc_fail(ATTNC_ERR_VALUE, "a gradient is given for an absent bias");
                 int64_t sizes[2] = {pairs[i][1]->shape[0], pairs[i][1]->ndim > 1 ? pairs[i][1]->shape[1] : 0};
-                TRY(attnc_check_dims(pairs[i][0], "weight gradient", r.dt, pairs[i][1]->ndim, sizes, true));
+                char name[64]; /* torch's parameter name: weight_ih_l0, weight_hh_l1_reverse */
+                snprintf(name, sizeof name, "the gradient of %s_l%lld%s", names[i], (long long)l, d ? "_reverse" : "");
+                TRY(attnc_check_dims(pairs[i][0], name, r.dt, pairs[i][1]->ndim, sizes, true));
             }
         }
     size_t es = attnc_dtype_size(r.dt);

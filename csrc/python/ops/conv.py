@@ -2,9 +2,10 @@
 
 OPS = [
     op("conv2d_forward", "attnc_conv2d_forward",
-       out("output"), arr("input"), arr("weight"), arr("bias"), ints("stride", 2), ints("padding", 4),
-       ints("dilation", 2), i64("groups", 1)),
-    op("conv2d_backward", "attnc_conv2d_backward",
-       out("dinput"), out("dweight"), out("dbias"), arr("doutput"), arr("input"), arr("weight"), ints("stride", 2),
+       out("output", ranks=4), arr("input", ranks=4), arr("weight", ranks=4), arr("bias", ranks=1), ints("stride", 2),
        ints("padding", 4), ints("dilation", 2), i64("groups", 1)),
+    op("conv2d_backward", "attnc_conv2d_backward",
+       out("dinput", ranks=4), out("dweight", ranks=4), out("dbias", ranks=1), arr("doutput", ranks=4),
+       arr("input", ranks=4), arr("weight", ranks=4), ints("stride", 2), ints("padding", 4), ints("dilation", 2),
+       i64("groups", 1)),
 ]

@@ -1,4 +1,4 @@
-"""The gated activation tanh(input) * sigmoid(gate) (csrc/ops/nn/gated.c)."""
+"""The gated activation tanh(input) * sigmoid(gate) (csrc/ops/nn/gated.c): elementwise, any rank."""
 
 OPS = [
     op("gated_forward", "attnc_gated_forward", out("output"), arr("input"), arr("gate")),

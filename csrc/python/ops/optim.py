@@ -1,4 +1,4 @@
-"""The optimisers' fused updates (csrc/ops/optim)."""
+"""The optimisers' fused updates (csrc/ops/optim): flat over the elements, any rank."""
 
 OPS = [
     op("adam_step", "attnc_adam_step",

@@ -9,6 +9,11 @@ LAYER_PARAMS = tuple(f"{m}.{t}" for m in ("self_attn", "cross_attn")
     tuple(f"{n}.{t}" for n in ("norm_self", "norm_cross", "norm_ff") for t in ("weight", "bias"))
 
 
+def layer_params(role):
+    """A layer's weights (2-d) and biases and norms' parameters (1-d), by role."""
+    return tuple(role(m, ranks=2 if m.endswith("weight") and not m.startswith("norm") else 1) for m in LAYER_PARAMS)
+
+
 def layer_config(into=""):
     """attnc_layer_config's members as keyword arguments (into: the path of
     the struct member that holds them)."""
@@ -20,12 +25,13 @@ def layer_config(into=""):
 
 CONFIG = struct("attnc_layer_config", *layer_config())
 # Which keys each query sees: a torch-style attention mask and key padding
-# mask (as the kernels take them) and a causal flag, in self- and in
-# cross-attention.
-SELF_MASKS = struct("attnc_attn_masks", arr("attn_mask", field="masks[0]"), arr("key_padding_mask", field="masks[1]"),
-                    flag("is_causal", field="causal"))
-CROSS_MASKS = struct("attnc_attn_masks", arr("memory_mask", field="masks[0]"),
-                     arr("memory_key_padding_mask", field="masks[1]"), flag("memory_is_causal", field="causal"))
+# mask (as the kernels take them: broadcast to (B, H, L, S)) and a causal
+# flag, in self- and in cross-attention.
+SELF_MASKS = struct("attnc_attn_masks", arr("attn_mask", field="masks[0]", ranks=4),
+                    arr("key_padding_mask", field="masks[1]", ranks=4), flag("is_causal", field="causal"))
+CROSS_MASKS = struct("attnc_attn_masks", arr("memory_mask", field="masks[0]", ranks=4),
+                     arr("memory_key_padding_mask", field="masks[1]", ranks=4),
+                     flag("memory_is_causal", field="causal"))
 
 OPS = [
     op("layer_saved_size", "attnc_layer_saved_size",
@@ -33,23 +39,23 @@ OPS = [
     op("layer_scratch_size", "attnc_layer_scratch_size",
        i64("B"), i64("L"), i64("S"), i64("E"), i64("F"), flag("decoder"), returns="int64"),
     op("layer_forward", "attnc_layer_forward",
-       out("output"), out("weights_self"), out("weights_cross"), out("saved"), arr("input"), arr("memory"),
-       struct("attnc_layer_params", *(arr(m) for m in LAYER_PARAMS), name="params"), CONFIG, SELF_MASKS,
-       CROSS_MASKS),
+       out("output", ranks=3), out("weights_self", ranks=4), out("weights_cross", ranks=4), out("saved", ranks=1),
+       arr("input", ranks=3), arr("memory", ranks=3), struct("attnc_layer_params", *layer_params(arr), name="params"),
+       CONFIG, SELF_MASKS, CROSS_MASKS),
     op("layer_backward", "attnc_layer_backward",
-       out("dinput"), out("dmemory"), struct("attnc_layer_params", *(out(m) for m in LAYER_PARAMS), name="grads"),
-       out("scratch"), arr("doutput"), arr("saved"), arr("input"), arr("memory"),
-       struct("attnc_layer_params", *(arr(m) for m in LAYER_PARAMS), name="params"), CONFIG, SELF_MASKS,
+       out("dinput", ranks=3), out("dmemory", ranks=3), struct("attnc_layer_params", *layer_params(out), name="grads"),
+       out("scratch", ranks=1), arr("doutput", ranks=3), arr("saved", ranks=1), arr("input", ranks=3),
+       arr("memory", ranks=3), struct("attnc_layer_params", *layer_params(arr), name="params"), CONFIG, SELF_MASKS,
        CROSS_MASKS),
     op("decode", "attnc_decode",
-       out("tokens"), out("lengths"),
+       out("tokens", ranks=2), out("lengths", ranks=1),
        struct("attnc_decoder",
-              struct_list("layers", "attnc_layer_params", *(arr(m) for m in LAYER_PARAMS), field="layers",
-                          count="nlayers"),
-              *layer_config("config."), arr("embedding"), arr("positions"), real("embed_scale", 1.0),
-              arr("norm_weight", field="final_norm.weight"), arr("norm_bias", field="final_norm.bias"),
-              arr("out_weight"), arr("out_bias")),
-       arr("prompt"), arr("memory"), arr("memory_mask"),
+              struct_list("layers", "attnc_layer_params", *layer_params(arr), field="layers", count="nlayers"),
+              *layer_config("config."), arr("embedding", ranks=2), arr("positions", ranks=2), real("embed_scale", 1.0),
+              arr("norm_weight", field="final_norm.weight", ranks=1),
+              arr("norm_bias", field="final_norm.bias", ranks=1),
+              arr("out_weight", ranks=2), arr("out_bias", ranks=1)),
+       arr("prompt", ranks=2), arr("memory", ranks=3), arr("memory_mask", ranks=2),
        struct("attnc_decode_options", i64("max_new_tokens", lo=0), i64("eos", -1, lo=-1), i64("beam_size", 1, lo=1),
               real("length_penalty", 0.0))),
 ]
