@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Union
+from typing import Any, Union
 
 import numpy as np
 
@@ -194,7 +194,7 @@ def _load_entry(saved, p, buffers: set, where: str, name: str) -> dict:
     if not isinstance(saved, dict) or set(saved) != buffers:
         keys = sorted(saved) if isinstance(saved, dict) else type(saved).__name__
         raise ValueError(f"{where} (parameter {name}) has keys {keys}, expected {sorted(buffers)}")
-    entry = {}
+    entry: dict[str, Any] = {}
     for k, v in saved.items():
         if k == "step":
             entry[k] = _count(v, f"{where}['step']")

@@ -655,7 +655,8 @@ def finish(result, summary, quick, errors, failed_checks, load, others, elapsed,
     print(f"({elapsed:.0f} s)")
     result["environment"] = {
         "attnc": getattr(attnc, "__version__", None), "attnc_blas": attnc.blas_info(),
-        "machine": machine.describe(attnc), "attnc_loaded_from": attnc.__file__, "attnc_source": common.SNAPSHOT_SRC, "attnc_git": common._git_rev(),
+        "machine": machine.describe(attnc), "attnc_loaded_from": attnc.__file__, "attnc_source": common.SNAPSHOT_SRC,
+        "attnc_git": common._git_rev(),
         **environment,
         "torch": torch.__version__ if torch is not None else None, "numpy": np.__version__,
         "python": platform.python_version(), "platform": platform.platform(), "cpu_count": os.cpu_count() or 1,

@@ -507,8 +507,8 @@ def test_experiment_quick_run(tmp_path):  # run folders under tmp_path/runs
     runs = []
     for attention in ("soft", "hard"):
         proc = subprocess.run([sys.executable, "-m", "attnc.experiments.captions", "--quick", "--threads", "2",
-                               "--attention", attention, "--seed", "1"], cwd=str(tmp_path), env=env, capture_output=True,
-                              text=True, timeout=120, check=False)
+                               "--attention", attention, "--seed", "1"], cwd=str(tmp_path), env=env,
+                              capture_output=True, text=True, timeout=120, check=False)
         assert proc.returncode == 0, proc.stderr[-3000:]
         assert "it/s" in proc.stderr or "s/it" in proc.stderr  # tqdm on stderr
         metrics = json.loads(proc.stdout.strip().splitlines()[-1])

@@ -60,7 +60,8 @@ KERNEL_TESTS = [
 ]
 
 DEFAULT = attnc._core.simd_path()
-FUSED_F32 = ("LSTM ", "GRU ", "pointer ", "sdpa ", "transformer layer", "additive ")  # float32 outputs allowed to differ
+# float32 outputs allowed to differ
+FUSED_F32 = ("LSTM ", "GRU ", "pointer ", "sdpa ", "transformer layer", "additive ")
 OTHERS = [p for p in _dispatch.supported_paths() if p != DEFAULT]
 
 
@@ -220,7 +221,8 @@ def test_thread_tests_pass_under_every_openblas_kernel(path, coretype):
     cmd = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-o", "addopts=", "-m", "threads",
            *files]
     run = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=str(HERE))
-    assert run.returncode == 0, f"ATTNC_CPU={path} OPENBLAS_CORETYPE={coretype}:\n{run.stdout[-6000:]}\n{run.stderr[-3000:]}"
+    where = f"ATTNC_CPU={path} OPENBLAS_CORETYPE={coretype}"
+    assert run.returncode == 0, f"{where}:\n{run.stdout[-6000:]}\n{run.stderr[-3000:]}"
     assert " passed" in run.stdout and " deselected" in run.stdout, run.stdout[-2000:]
 
 

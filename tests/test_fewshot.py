@@ -6,8 +6,8 @@ functions a notebook calls)."""
 import json
 import os
 import subprocess
-import tempfile
 import sys
+import tempfile
 
 import numpy as np
 import pytest

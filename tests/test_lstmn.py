@@ -10,8 +10,8 @@ quick run. Sizes are tiny: the file takes seconds."""
 import json
 import os
 import subprocess
-import tempfile
 import sys
+import tempfile
 
 import numpy as np
 import pytest

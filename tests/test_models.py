@@ -433,7 +433,8 @@ def test_reference_decode_rules():
     # (1, 2) has log p = -0.92 over 2 tokens, (0, 0, 0) -1.90 over 3: scored
     # log p / length ** alpha, alpha = 1 keeps the short one, alpha = 2 takes the long one
     assert decoding.reference_decode(next_logprobs, 1, 3, eos=2, beam_size=2, length_penalty=1.0).tolist() == [[1, 2]]
-    assert decoding.reference_decode(next_logprobs, 1, 3, eos=2, beam_size=2, length_penalty=2.0).tolist() == [[0, 0, 0]]
+    longer = decoding.reference_decode(next_logprobs, 1, 3, eos=2, beam_size=2, length_penalty=2.0)
+    assert longer.tolist() == [[0, 0, 0]]
     assert decoding.reference_decode(next_logprobs, 1, 0, eos=2, beam_size=2).shape == (1, 0)
 
 

@@ -92,7 +92,9 @@ def test_attnc_state_continues_in_torch(name, kwargs, rng, torch):
 def test_round_trip_is_bit_exact_and_shares_nothing(name, kwargs, dtype, rng):
     model = attnc.nn.Linear(4, 3, dtype=dtype, seed=0)
     opt, sched = make(name, kwargs, model)
-    grads = lambda: {k: rng.standard_normal(v.shape).astype(dtype) for k, v in model.state_dict().items()}
+    def grads():
+        return {k: rng.standard_normal(v.shape).astype(dtype) for k, v in model.state_dict().items()}
+
     for _ in range(3):
         opt.step(grads())
         sched.step()

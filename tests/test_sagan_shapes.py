@@ -5,8 +5,8 @@ gradients, the quick run as a subprocess: exit status, JSON, reproducibility,
 import json
 import os
 import subprocess
-import tempfile
 import sys
+import tempfile
 
 import numpy as np
 import pytest

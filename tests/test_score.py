@@ -351,4 +351,5 @@ def test_projections_buffer_is_checked(rng):
             (np.empty(300)[::2], ValueError, "projections must be a contiguous vector"),
             (np.empty(147, np.float32), TypeError, "projections")):
         with pytest.raises(error, match=message):
-            _core.score_forward(scores=out, query=inp.query, keys=inp.keys, params={**params, "projections": projections})
+            _core.score_forward(scores=out, query=inp.query, keys=inp.keys,
+                                params={**params, "projections": projections})

@@ -184,4 +184,5 @@ def test_experiments_refuse_a_save_path_before_training(tmp_path, capsys):
     with pytest.raises(SystemExit):
         _common.parse(_common.build_parser(experiment), ["--save", str(tmp_path / "missing" / "model.npz")])
     assert "is not a writable directory" in capsys.readouterr().err
-    assert _common.parse(_common.build_parser(experiment), ["--save", str(tmp_path / "model.npz")]).save.endswith("model.npz")
+    parsed = _common.parse(_common.build_parser(experiment), ["--save", str(tmp_path / "model.npz")])
+    assert parsed.save.endswith("model.npz")

@@ -62,7 +62,8 @@ def test_gated_saturates_without_nan():
 
 def test_gated_gradients(rng, check_vjp, torch):
     a, b = randn(rng, 3, 5, scale=2), randn(rng, 3, 5, scale=2)
-    check_vjp(attnc.nn.gated_activation, lambda input, gate: ref.gated(input, gate), {"input": a, "gate": b}, rng, positional=("input", "gate"))
+    check_vjp(attnc.nn.gated_activation, lambda input, gate: ref.gated(input, gate), {"input": a, "gate": b}, rng,
+              positional=("input", "gate"))
     dy = randn(rng, 3, 5)
     _, pb = attnc.vjp(attnc.nn.gated_activation, a, b)
     g = pb(dy)

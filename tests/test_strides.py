@@ -243,7 +243,8 @@ def test_multi_head_attention(stride, strided, rng, torch):
     B, L, S, E, H = 2, 5, 6, 8, 2
     compact = {"query": _data(rng, (B, L, E), np.float64, rs), "key": _data(rng, (B, S, E), np.float64, rs),
                "value": _data(rng, (B, S, E), np.float64, rs),
-               "in_proj_weight": _data(rng, (3 * E, E), np.float64, rs), "in_proj_bias": _data(rng, (3 * E,), np.float64),
+               "in_proj_weight": _data(rng, (3 * E, E), np.float64, rs),
+               "in_proj_bias": _data(rng, (3 * E,), np.float64),
                "out_proj_weight": _data(rng, (E, E), np.float64, rs), "out_proj_bias": _data(rng, (E,), np.float64)}
     args = {n: strided(a, rs) if a.ndim > 1 else a for n, a in compact.items()}
     dout_ = _data(rng, (B, L, E), np.float64, rs)

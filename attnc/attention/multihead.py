@@ -153,7 +153,8 @@ def _forward(query, key, value, num_heads, in_proj_weight, in_proj_bias, out_pro
     out = linear_rows(attn2, wo, bo).reshape(B, L, E)
     unbatch = (lambda a: a) if batched else (lambda a: None if a is None else a[0])
     saved = dict(options=options, x=x, shapes=(query, key, value), B=B, L=L, S=S, E=E, H=H, hd=hd, extra=extra,
-                 bias_kv=bias_kv, bias_shapes=bias_shapes, add_zero_attn=bool(add_zero_attn), batched=batched, qh=qh, kh=kh, vh=vh,
+                 bias_kv=bias_kv, bias_shapes=bias_shapes, add_zero_attn=bool(add_zero_attn), batched=batched,
+                 qh=qh, kh=kh, vh=vh,
                  attn=attn, attn2=attn2, lse=lse, w=(wq, wk, wv, wo), b=(bq, bk, bv, bo), b_in=b_in is not None,
                  separate=in_proj_weight is None, mask_args=mask_args, dtype=dtype,
                  need_weights=need_weights, average=average_attn_weights)

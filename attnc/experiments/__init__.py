@@ -118,7 +118,7 @@ def run(name: str, **config: Any) -> Result:
     (2, ['exact_match', 'phase', 'seconds', 'step', 'token_accuracy'])
     >>> attnc.experiments.run("dates", atention="luong-dot")
     Traceback (most recent call last):
-    TypeError: dates has no flag 'atention'; its flags: seed, quick, threads, save, steps, schedule_steps, eval_every, run_dir, resume, no_progress, attention, epochs
+    TypeError: dates has no flag 'atention'; its flags: seed, quick, threads, save, steps, schedule_steps, ...
     """
     module = _module(name)
     parser = _common.build_parser(module, raising=True)

@@ -35,6 +35,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -210,7 +211,7 @@ class Result:
     metrics: dict
     history: list = field(repr=False)
     model: object = field(repr=False)
-    run_dir: Path
+    run_dir: Path | None
 
 
 class Run:
@@ -219,7 +220,8 @@ class Run:
     when the tensorboard package is installed)."""
 
     def __init__(self, name: str, args: argparse.Namespace) -> None:
-        self.name, self.args, self.settings = name, args, {}
+        self.name, self.args = name, args
+        self.settings: dict[str, Any] = {}
         self.dir = Path(args.run_dir) if args.run_dir else _new_run_dir(name)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.resuming = args.resume is not None
@@ -228,7 +230,7 @@ class Run:
         if self.resuming:  # what the interrupted run wrote after its last checkpoint goes
             with open(metrics, "a+b") as f:
                 f.truncate(_checkpointed_bytes(self.dir / "checkpoints"))
-        self._metrics = open(metrics, "ab")
+        self._metrics = open(metrics, "ab")  # noqa: SIM115 (open for the run: close() closes it)
         self._events = _events_writer(self.dir / "events")
         self.write_config()
 
@@ -241,19 +243,21 @@ class Run:
     def write_config(self) -> None:
         flags = {k: v for k, v in vars(self.args).items() if k != "run"}
         info = attnc.show_config(mode="dicts")
+        assert info is not None  # mode="dicts" returns them
         _write_json(self.dir / "config.json", {
             "experiment": self.name, "seed": self.args.seed, "flags": flags, "settings": self.settings,
             "threads": attnc.get_num_threads(), "simd_path": info["simd"]["path"],
             "versions": {"attnc": info["attnc"]["version"], "numpy": np.__version__,
                          "python": platform.python_version()},
-            "show_config": info, "started": datetime.datetime.now(datetime.timezone.utc).isoformat()})
+            "show_config": info, "started": datetime.datetime.now(datetime.UTC).isoformat()})
 
     def log(self, record: dict) -> None:
         """One line of metrics.jsonl (and its numbers as TensorBoard scalars)."""
         self._metrics.write((json.dumps(record) + "\n").encode())
         if self._events is not None:
             for key, value in record.items():
-                if key not in ("phase", "step", "seconds") and isinstance(value, (int, float)) and not isinstance(value, bool):
+                number = isinstance(value, (int, float)) and not isinstance(value, bool)
+                if key not in ("phase", "step", "seconds") and number:
                     self._events.add_scalar(f"{record['phase']}/{key}", value, record["step"])
 
     def history(self) -> list:
@@ -369,7 +373,8 @@ class _Loop:
         if self.scheduler is not None:
             self.scheduler.load_state_dict(state["scheduler"])
         if set(state["rngs"]) != set(self.rngs):
-            raise ValueError(f"the checkpoint's generators {sorted(state['rngs'])} are not the run's {sorted(self.rngs)}")
+            raise ValueError(f"the checkpoint's generators {sorted(state['rngs'])} "
+                             f"are not the run's {sorted(self.rngs)}")
         for k, g in self.rngs.items():
             g.bit_generator.state = state["rngs"][k]
         self.step, self.losses, self.evaluations, self.seconds = (
@@ -511,6 +516,7 @@ def train(model, optimizer, loss_and_grads, batches, steps: int, *, scheduler=No
     phase, stop = (run.phase(desc), run.stop(steps)) if run is not None else (None, steps)
     every = (run.args.eval_every if run is not None else None) or eval_every or max(1, steps // 10)
     if run is not None:
+        assert phase is not None  # run.phase() names it
         run.restore(phase, loop, stop)
         if loop.step > stop:
             raise ValueError(f"{phase}: the run has trained {loop.step} steps already, more than --steps {stop}")
@@ -531,7 +537,7 @@ def train(model, optimizer, loss_and_grads, batches, steps: int, *, scheduler=No
                 loop.evaluations.append({"step": loop.step, **measures})
                 if run is not None:
                     run.log({"phase": phase, "step": loop.step, **measures, "seconds": round(loop.seconds, 3)})
-            if run is not None and (loop.step % every == 0 or loop.step == stop):
+            if run is not None and phase is not None and (loop.step % every == 0 or loop.step == stop):
                 run.checkpoint(phase, loop)
             start += time.perf_counter() - aside
             bar.update(1)

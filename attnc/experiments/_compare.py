@@ -45,7 +45,8 @@ def table(run_dirs: list) -> list:
     for d, config, result in zip(run_dirs, configs, results):
         row = {"run_dir": str(d), "experiment": result.get("experiment", config.get("experiment"))}
         row.update({k: config.get(k) for k in differ})
-        row.update({k: v for k, v in result.items() if not is_timing(k.rsplit('.', 1)[-1]) and k not in row and not isinstance(v, list)})
+        row.update({k: v for k, v in result.items()
+                    if not is_timing(k.rsplit(".", 1)[-1]) and k not in row and not isinstance(v, list)})
         rows.append(row)
     return rows
 

@@ -33,8 +33,8 @@ from attnc.datasets import KeyValueRecallTask
 
 from . import _common
 
-FULL = dict(steps=3000, lstm_long_steps=12000, batch_size=64, embed=32, hidden=64, attention=32, lr=3e-3, warmup=100, heldout=2000,
-            num_keys=16, num_values=16, min_pairs=6, max_pairs=10)
+FULL = dict(steps=3000, lstm_long_steps=12000, batch_size=64, embed=32, hidden=64, attention=32, lr=3e-3, warmup=100,
+            heldout=2000, num_keys=16, num_values=16, min_pairs=6, max_pairs=10)
 QUICK = dict(FULL, steps=30, lstm_long_steps=60, batch_size=16, hidden=16, attention=8, heldout=64)
 HELDOUT_SEED = 20261122  # the held-out rows are the same for every --seed
 
