@@ -45,6 +45,7 @@ OTHER_TESTS = [
     "test_experiments.py", "test_install.py", "test_layout.py", "test_load.py", "test_ntm_datasets.py", "test_plot.py",
     "test_pointer_datasets.py", "test_sagan_shapes.py", "test_sizes.py", "test_text_tasks.py", "test_typing.py",
     "test_vjp_unchanged.py", "test_golden.py", "test_binding_structs.py",
+    "test_tour.py", "test_pretrained.py",
     "test_binding.py",  # the binding's surface against its table (the sources): every path compiles the same ops.c
 ]
 KERNEL_TESTS = [
