@@ -28,6 +28,7 @@ from .config import blas_info, get_num_threads, set_num_threads, show_config  # 
 from .grad import vjp  # noqa: E402
 from . import nn, ntm, optim, plot  # noqa: E402  (plot imports matplotlib only when drawing)
 from .nn.module import FileFormatError, load, save  # noqa: E402
+from ._pretrained import pretrained  # noqa: E402  (cheap: it imports attnc.models only when loading)
 
 
 def _default_threads() -> int:
@@ -57,6 +58,7 @@ __all__ = [
     "ntm",
     "optim",
     "plot",
+    "pretrained",
     "save",
     "scaled_dot_product_attention",
     "score",
