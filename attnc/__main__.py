@@ -55,7 +55,7 @@ def _parser() -> argparse.ArgumentParser:
 def _train(args, folder: str):
     """Train with the experiment's own command line; (its metrics, the trained model)."""
     import attnc
-    import attnc.models  # noqa: F401  (attnc.load rebuilds the classes it has seen imported)
+    import attnc.models  # (attnc.load rebuilds the model classes it has seen imported)
     from attnc.experiments import dates
 
     path = os.path.join(folder, "dates.npz")

@@ -38,8 +38,8 @@ def _chunks(n, size):
     return [np.arange(s, min(s + size, n)) for s in range(0, n, size)]
 
 
-def _first_eos(rows, eos, width):
-    """rows (B, L) int padded with -1 to (B, width)."""
+def _padded(rows, width):
+    """rows (B, L) int, cut or padded with -1 to (B, width)."""
     out = np.full((len(rows), width), -1, np.int64)
     out[:, :min(width, rows.shape[1])] = rows[:, :width]
     return out
@@ -65,7 +65,7 @@ def _sequence_match(rows_of, targets, lengths, batch):
     """Exact matches of generated rows against targets up to and with EOS (index lengths[i])."""
     width, right = targets.shape[1], 0
     for idx in _chunks(len(targets), batch):
-        got = _first_eos(rows_of(idx), None, width)
+        got = _padded(rows_of(idx), width)
         valid = np.arange(width)[None, :] <= lengths[idx][:, None]
         right += int(((got == targets[idx]) | ~valid).all(axis=1).sum())
     return right / len(targets), len(targets)

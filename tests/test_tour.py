@@ -31,7 +31,7 @@ def test_quick_tour_prints_accuracy_translations_and_saves_the_heatmap(tmp_path)
     accuracy = re.search(r"held-out exact match: ([\d.]+)% of ([\d,]+) dates", stdout)
     assert accuracy and 0 <= float(accuracy.group(1)) <= 100 and int(accuracy.group(2).replace(",", "")) > 0
 
-    lines = re.findall(r"^  '(.+?)' +→ (\S+)  (✓|✗ \(expected (\S+)\))$", stdout, re.M)
+    lines = re.findall(r"^  '(.+?)' +→ (\S+)  (✓|✗ \(expected (\S+)\))$", stdout, re.MULTILINE)
     assert len(lines) == 5, stdout
     expected = {m[3] for m in lines if m[3]} or {m[1] for m in lines}
     assert len(expected) == 1  # one date, written in five formats
@@ -56,5 +56,5 @@ def test_help_lists_every_experiment_with_its_description():
         assert flag in stdout
     for name in EXPERIMENTS:
         first_line = importlib.import_module(f"attnc.experiments.{name}").__doc__.strip().splitlines()[0]
-        assert re.search(rf"^  {name} +{re.escape(first_line)}", stdout, re.M), name
+        assert re.search(rf"^  {name} +{re.escape(first_line)}", stdout, re.MULTILINE), name
     assert "python -m attnc.experiments.NAME" in stdout

@@ -65,7 +65,7 @@ def pretrained(name: str | None = None, *, info: bool = False) -> Any:
     from importlib import resources
 
     import attnc
-    import attnc.models  # noqa: F401  (attnc.load rebuilds the model classes it has seen imported)
+    import attnc.models  # (attnc.load rebuilds the model classes it has seen imported)
 
     with resources.as_file(resources.files(__package__).joinpath(f"{name}.npz")) as path:
         model = attnc.load(path)
