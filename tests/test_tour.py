@@ -57,4 +57,4 @@ def test_help_lists_every_experiment_with_its_description():
     for name in EXPERIMENTS:
         first_line = importlib.import_module(f"attnc.experiments.{name}").__doc__.strip().splitlines()[0]
         assert re.search(rf"^  {name} +{re.escape(first_line)}", stdout, re.MULTILINE), name
-    assert "python -m attnc.experiments.NAME" in stdout
+    assert "python -m attnc.experiments.NAME" in stdout and "trains the date translator" in stdout
