@@ -89,7 +89,7 @@ def _save_heatmap(path: str, text: str, align, ids) -> None:
     import attnc.plot
     from attnc.datasets.dates import TARGET_VOCAB
 
-    source = [c if c != " " else "␣" for c in text]  # a space would leave its tick blank
+    source = [c if c != " " else "·" for c in text]  # a space would leave its tick blank
     ax = attnc.plot.alignment(align[:len(ids), :len(text)], source, [TARGET_VOCAB.tokens[t] for t in ids],
                               title=f"{text!r} → {TARGET_VOCAB.decode(ids)}\nrow: the character written; "
                                     "column: where the decoder looked")
