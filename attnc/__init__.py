@@ -32,6 +32,7 @@ from .attention import (
 from .config import blas_info, get_num_threads, set_num_threads, show_config
 from .grad import vjp
 from .nn.module import FileFormatError, load, save
+from ._pretrained import pretrained  # cheap: it imports attnc.models only when loading
 
 # Imported on first use (attnc.models.GPT, ...), not by `import attnc`: the
 # models, data sets and experiments are most of the package, and plot is for
@@ -82,6 +83,7 @@ __all__ = [
     "ntm",
     "optim",
     "plot",
+    "pretrained",
     "save",
     "scaled_dot_product_attention",
     "score",

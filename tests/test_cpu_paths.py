@@ -46,6 +46,7 @@ OTHER_TESTS = [
     "test_pointer_datasets.py", "test_sagan_shapes.py", "test_sizes.py", "test_text_tasks.py", "test_typing.py",
     "test_vjp_unchanged.py", "test_golden.py", "test_binding_structs.py", "test_optim_state.py",
     "test_experiment_runs.py", "test_docs_pages.py", "test_packaging.py", "test_module_print.py", "test_lint.py",
+    "test_tour.py", "test_pretrained.py",
     "test_binding.py",  # the binding's surface against its table (the sources): every path compiles the same ops.c
 ]
 KERNEL_TESTS = [

@@ -704,3 +704,36 @@ def test_image_attention_inputs_not_modified_and_saves(tmp_path):
     assert (tmp_path / "maps.png").read_bytes()[:4] == b"\x89PNG"
     assert np.array_equal(image, image_copy) and np.array_equal(att, att_copy)
     plt.close("all")
+
+
+# --------------------------------------------------------------------------- every heatmap: a colour bar, a projector's dpi
+
+def _caption_example():
+    rng = np.random.default_rng(3)
+    alphas = rng.uniform(size=(3, 9))
+    return rng.uniform(size=(6, 6, 3)), ["a", "red", "square"], alphas / alphas.sum(1, keepdims=True)
+
+
+HEATMAPS = {
+    "alignment": lambda: plot.alignment(_weights(), SRC, TGT),
+    "heads": lambda: plot.heads(_head_weights()),
+    "ntm_trace": lambda: plot.ntm_trace(_trace()),
+    "image_attention": lambda: plot.image_attention(*_image_and_attention(), [0, 5]),
+    "caption_attention": lambda: plot.caption_attention(*_caption_example()),
+}
+
+
+@pytest.mark.parametrize("name", HEATMAPS)
+def test_every_heatmap_has_a_colour_bar_and_a_projector_dpi(name):
+    panels = [a for a in np.ravel(np.asarray(HEATMAPS[name](), dtype=object))]
+    fig = panels[0].figure
+    assert fig.dpi == 130  # the figures attnc.plot creates: sharp on a projector
+    bars = [a._colorbar for a in fig.axes if getattr(a, "_colorbar", None) is not None]
+    assert bars, f"{name} drew no colour bar"
+    for panel in panels:
+        heat = panel.get_images()[-1]  # the weights (over a picture, when there is one)
+        assert any(bar.cmap.name == heat.get_cmap().name and (bar.norm.vmin, bar.norm.vmax) == heat.get_clim()
+                   for bar in bars), f"{name}: no colour bar for the scale of {panel.get_title()!r}"
+        fig.canvas.draw()
+        for label in panel.get_xticklabels() + panel.get_yticklabels():
+            assert label.get_fontsize() >= 8  # readable at the default size

@@ -31,6 +31,16 @@ def _import_pyplot():
     return plt
 
 
+# Figures the plots create: sharp on a projector or a high-resolution screen (matplotlib's
+# default, 100, blurs single-character tick labels), and laid out so colour bars fit.
+DPI = 130
+
+
+def _subplots(*args, **kwargs):
+    """plt.subplots with attnc's figure defaults (DPI, constrained layout)."""
+    return _import_pyplot().subplots(*args, dpi=DPI, layout="constrained", **kwargs)
+
+
 def _real_array(value, name, what):
     """``value`` as a real-valued array; TypeError for non-numeric, ValueError when unconvertible."""
     try:
@@ -93,11 +103,9 @@ def _panel_grid(n, ax, ncols, what):
     """(figure, ndarray of n Axes): the given ``ax`` (at least n of them) or a
     new figure with ``ncols`` panels per row."""
     if ax is None:
-        plt = _import_pyplot()
         per_row = max(1, min(int(ncols), n))
         lines = max(1, -(-n // per_row))
-        fig, grid_axes = plt.subplots(lines, per_row, figsize=(2.2 * per_row + 0.8, 2.4 * lines), squeeze=False,
-                                      layout="constrained")
+        fig, grid_axes = _subplots(lines, per_row, figsize=(2.2 * per_row + 0.8, 2.4 * lines), squeeze=False)
         flat = grid_axes.ravel()
         for extra in flat[n:]:
             extra.remove()

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from .._typing import ArrayLike
-from ._common import Axes, Cmap, _as_tokens, _empty_mappable, _import_pyplot, _squeeze_leading, _squeezed
+from ._common import Axes, Cmap, _as_tokens, _empty_mappable, _import_pyplot, _squeeze_leading, _squeezed, _subplots
 
 
 def _as_matrix(weights):
@@ -98,7 +98,7 @@ def alignment(
     xlabels = _as_tokens(source_tokens, tk, "source_tokens", "columns")
     ylabels = _as_tokens(target_tokens, tq, "target_tokens", "rows")
 
-    plt = _import_pyplot()
+    _import_pyplot()  # the install hint, before any work
     from matplotlib.cm import ScalarMappable
     from matplotlib.colors import Normalize
     from matplotlib.ticker import MaxNLocator
@@ -107,7 +107,7 @@ def alignment(
         # About 0.4 inch per cell, within sane bounds; room for labels.
         width = min(max(0.4 * tk + 2.5, 3.5), 14.0)
         height = min(max(0.4 * tq + 1.5, 2.5), 12.0)
-        _, ax = plt.subplots(figsize=(width, height), layout="constrained")
+        _, ax = _subplots(figsize=(width, height))
 
     norm = Normalize(vmin=0.0, vmax=1.0)
     if mat.size:
@@ -138,7 +138,7 @@ def alignment(
         ax.set_title(title)
 
     if annotate and mat.size:
-        fontsize = 8 if max(tq, tk) <= 12 else 6
+        fontsize = 9 if max(tq, tk) <= 12 else 7
         for i in range(tq):
             for j in range(tk):
                 value = mat[i, j]
@@ -299,12 +299,12 @@ def heads(
     _as_tokens(source_tokens, tk, "source_tokens", "columns")
     _as_tokens(target_tokens, tq, "target_tokens", "rows")
 
-    plt = _import_pyplot()
+    _import_pyplot()  # the install hint, before any work
     if axes is None:
         width = float(panel_size)
         height = width * min(max(tq / tk, 0.5), 2.0) if tq and tk else width
-        fig, axes = plt.subplots(
-            n_layers, n_heads, squeeze=False, layout="constrained",
+        fig, axes = _subplots(
+            n_layers, n_heads, squeeze=False,
             figsize=(width * n_heads + (1.0 if colorbar else 0.2), height * n_layers + (0.5 if title else 0.2)),
         )
     else:

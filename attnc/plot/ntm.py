@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from .._typing import ArrayLike
-from ._common import Axes, Cmap, _import_pyplot, _real_array, _squeezed
+from ._common import Axes, Cmap, _import_pyplot, _real_array, _squeezed, _subplots
 
 if TYPE_CHECKING:
     from ..models import NTMTrace
@@ -107,13 +107,12 @@ def ntm_addressing(w_content: ArrayLike, w_gated: ArrayLike, w_shifted: ArrayLik
     ]
     k = len(stages)
 
-    plt = _import_pyplot()
+    _import_pyplot()  # the install hint, before any work
     from matplotlib.ticker import MaxNLocator
 
     if axes is None:
         width = min(max(0.22 * n + 1.0, 2.4), 4.5)
-        fig, grid = plt.subplots(1, k, figsize=(width * k, 2.6 + (0.3 if title else 0.0)), squeeze=False,
-                                 layout="constrained")
+        fig, grid = _subplots(1, k, figsize=(width * k, 2.6 + (0.3 if title else 0.0)), squeeze=False)
         panels = grid[0]
     else:
         panels = np.ravel(np.asarray(axes, dtype=object))
@@ -315,7 +314,7 @@ def ntm_trace(trace: NTMTrace | tuple[ArrayLike, ...], *, row: int = 0, inputs: 
         raise ValueError("nothing to draw: the trace has no heads and no inputs, targets or outputs were given")
     k = len(panels)
 
-    plt = _import_pyplot()
+    _import_pyplot()  # the install hint, before any work
     from matplotlib.colors import Normalize
     from matplotlib.ticker import MaxNLocator
 
@@ -323,7 +322,7 @@ def ntm_trace(trace: NTMTrace | tuple[ArrayLike, ...], *, row: int = 0, inputs: 
         ratios = [min(max(m.shape[0], 3), 40) for _, m, _, _ in panels]
         width = min(max(0.16 * T + 2.5, 6.0), 16.0)
         height = min(0.13 * sum(ratios) + 0.45 * k + (0.3 if title else 0.0), 16.0)
-        fig, grid = plt.subplots(k, 1, figsize=(width, height), sharex=True, squeeze=False, layout="constrained",
+        fig, grid = _subplots(k, 1, figsize=(width, height), sharex=True, squeeze=False,
                                  gridspec_kw={"height_ratios": ratios})
         out = grid[:, 0]
     else:

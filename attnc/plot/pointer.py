@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._typing import ArrayLike
-from ._common import Axes, _import_pyplot, _squeeze_leading, _squeezed
+from ._common import Axes, _import_pyplot, _squeeze_leading, _squeezed, _subplots
 
 
 def _as_points(points):
@@ -72,9 +72,9 @@ def _polygon_length(pts, closed_idx):
 
 
 def _plane_axes(ax, pts, figsize):
-    plt = _import_pyplot()
+    _import_pyplot()  # the install hint, before any work
     if ax is None:
-        _, ax = plt.subplots(figsize=figsize, layout="constrained")
+        _, ax = _subplots(figsize=figsize)
     lo, hi = pts.min(axis=0), pts.max(axis=0)
     pad = 0.08 * max(float(np.max(hi - lo)), 1e-9)
     ax.set_xlim(lo[0] - pad, hi[0] + pad)
@@ -158,8 +158,8 @@ def tours(points: ArrayLike, tours: ArrayLike, *, optimal: ArrayLike | None = No
                 gid="start")
     if labels:
         for i, (x, y) in enumerate(pts):
-            ax.annotate(str(i), (x, y), xytext=(4, 4), textcoords="offset points", fontsize=8, zorder=5)
-    ax.legend(loc="best", fontsize=7, framealpha=0.8, handlelength=1.5)
+            ax.annotate(str(i), (x, y), xytext=(4, 4), textcoords="offset points", fontsize="small", zorder=5)
+    ax.legend(loc="best", fontsize="small", framealpha=0.8, handlelength=1.5)
     if title is not None:
         ax.set_title(title)
     return ax
@@ -235,7 +235,7 @@ def hull(points: ArrayLike, predicted: ArrayLike, *, target: ArrayLike | None = 
     ax.scatter(pts[:, 0], pts[:, 1], s=18, color="#6c757d", zorder=3)
     ax.plot(pts[pred, 0], pts[pred, 1], color="#1d3557", lw=1.6, marker="o", ms=8, mfc="none", mec="#e63946",
             mew=1.5, zorder=2, gid="predicted", label=f"predicted ({max(pred.size - 1, 0)})")
-    ax.legend(loc="best", fontsize=7, framealpha=0.8, handlelength=1.5)
+    ax.legend(loc="best", fontsize="small", framealpha=0.8, handlelength=1.5)
     if title is not None:
         ax.set_title(title)
     return ax
