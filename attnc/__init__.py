@@ -18,6 +18,7 @@ from . import _core  # noqa: F401  (the build for this CPU's best SIMD path, or 
 # isort: split
 
 from . import nn, ntm, optim
+from ._pretrained import pretrained  # cheap: it imports attnc.models only when loading
 from .attention import (
     KVCache,
     attention,
@@ -32,7 +33,6 @@ from .attention import (
 from .config import blas_info, get_num_threads, set_num_threads, show_config
 from .grad import vjp
 from .nn.module import FileFormatError, load, save
-from ._pretrained import pretrained  # cheap: it imports attnc.models only when loading
 
 # Imported on first use (attnc.models.GPT, ...), not by `import attnc`: the
 # models, data sets and experiments are most of the package, and plot is for

@@ -706,7 +706,7 @@ def test_image_attention_inputs_not_modified_and_saves(tmp_path):
     plt.close("all")
 
 
-# --------------------------------------------------------------------------- every heatmap: a colour bar, a projector's dpi
+# ------------------------------------------------------------------ every heatmap: a colour bar, a projector's dpi
 
 def _caption_example():
     rng = np.random.default_rng(3)
@@ -725,7 +725,7 @@ HEATMAPS = {
 
 @pytest.mark.parametrize("name", HEATMAPS)
 def test_every_heatmap_has_a_colour_bar_and_a_projector_dpi(name):
-    panels = [a for a in np.ravel(np.asarray(HEATMAPS[name](), dtype=object))]
+    panels = list(np.ravel(np.asarray(HEATMAPS[name](), dtype=object)))
     fig = panels[0].figure
     assert fig.dpi == 130  # the figures attnc.plot creates: sharp on a projector
     bars = [a._colorbar for a in fig.axes if getattr(a, "_colorbar", None) is not None]
