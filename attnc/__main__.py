@@ -15,7 +15,6 @@ import importlib
 import io
 import json
 import os
-import sys
 import tempfile
 import time
 
@@ -93,8 +92,10 @@ def _save_heatmap(path: str, text: str, align, ids) -> None:
     ax = attnc.plot.alignment(align[:len(ids), :len(text)], source, [TARGET_VOCAB.tokens[t] for t in ids],
                               title=f"{text!r} → {TARGET_VOCAB.decode(ids)}\nrow: the character written; "
                                     "column: where the decoder looked")
-    ax.figure.savefig(path, dpi=130)
-    plt.close(ax.figure)
+    fig = ax.get_figure(root=True)
+    assert fig is not None  # the plot drew on a figure of its own
+    fig.savefig(path, dpi=130)
+    plt.close(fig)
 
 
 def main(argv=None) -> None:
@@ -128,4 +129,4 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()
