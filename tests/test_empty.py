@@ -527,6 +527,7 @@ EXCLUDED = {
     "attnc.show_config": "configuration: no arrays",
     "attnc.get_num_threads": "configuration: no arrays",
     "attnc.set_num_threads": "configuration: no arrays",
+    "attnc.pretrained": "takes a model's name, no arrays (tests/test_pretrained.py scores every shipped model)",
     "attnc.KVCache.reset": "no arrays: forgets the cached steps",
     "attnc.nn.Module": "the base class; its methods handle parameters, not batches",
     "attnc.nn.Transformer.generate_square_subsequent_mask": "a mask of the given size, no batch",
