@@ -20,7 +20,7 @@ import pytest
 
 import attnc
 import attnc.experiments as E
-from attnc.experiments import _common
+from attnc.experiments import _common, _runs
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
@@ -57,7 +57,7 @@ def untimed(run_dir):
 def _untimed(value):
     """result.json without its wall-clock fields, at any depth."""
     if isinstance(value, dict):
-        return {k: _untimed(v) for k, v in value.items() if not _common.is_timing(k)}
+        return {k: _untimed(v) for k, v in value.items() if not _runs.is_timing(k)}
     return value
 
 

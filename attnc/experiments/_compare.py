@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ._common import is_timing
+from ._runs import is_timing
 
 
 def _read(path: Path):
