@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib
 import io
-import json
 import os
 import tempfile
 import time
@@ -26,14 +24,9 @@ PLOTTED = "the_dth_of_month_y"  # the year comes last in the input and first in 
 
 def _experiments() -> str:
     """One line per experiment: its name and its docstring's first sentence."""
-    from attnc.experiments import EXPERIMENTS
+    from attnc.experiments import describe
 
-    lines = []
-    for name in EXPERIMENTS:
-        doc = importlib.import_module(f"attnc.experiments.{name}").__doc__ or ""
-        summary = " ".join(doc.strip().split("\n\n")[0].split())
-        lines.append(f"  {name:20} {summary}")
-    return "\n".join(lines)
+    return "\n".join(f"  {name:20} {summary}" for name, summary in describe().items())
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -52,20 +45,15 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _train(args, folder: str):
-    """Train with the experiment's own command line; (its metrics, the trained model)."""
-    import attnc
-    import attnc.models  # (attnc.load rebuilds the model classes it has seen imported)
-    from attnc.experiments import dates
+    """Train with the experiment itself (its run folder in `folder`); (its metrics, the trained model)."""
+    import attnc.experiments
 
-    path = os.path.join(folder, "dates.npz")
-    argv = ["--attention", KIND, "--seed", str(args.seed), "--save", path]
-    argv += ["--quick"] if args.quick else ["--steps", str(STEPS)]
-    if args.threads is not None:
-        argv += ["--threads", str(args.threads)]
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):  # the experiment's JSON line; its progress bar stays on stderr
-        dates.main(argv)
-    return json.loads(out.getvalue().strip().splitlines()[-1]), attnc.load(path).eval()
+    with contextlib.redirect_stdout(io.StringIO()):  # the experiment's JSON line; its progress bar stays on stderr
+        result = attnc.experiments.run("dates", attention=KIND, seed=args.seed, quick=args.quick,
+                                       steps=None if args.quick else STEPS, threads=args.threads,
+                                       run_dir=os.path.join(folder, "run"))
+    assert result.model is not None  # one attention kind: one model
+    return result.metrics, result.model.eval()
 
 
 def _translate(model, texts):
@@ -99,9 +87,10 @@ def _save_heatmap(path: str, text: str, align, ids) -> None:
 
 
 def main(argv=None) -> None:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
     if args.threads is not None and args.threads < 1:
-        _parser().error("--threads must be >= 1")
+        parser.error("--threads must be >= 1")
     start = time.perf_counter()
     import attnc
     from attnc.datasets import dates as make_dates

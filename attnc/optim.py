@@ -88,6 +88,11 @@ class Optimizer:
         """The hyperparameters (the keys of _hyper) checked and normalised."""
         return hyper
 
+    def _set(self, hyper: dict) -> None:
+        """Set the hyperparameters, checked by _check, as attributes."""
+        for k, v in hyper.items():
+            setattr(self, k, v)
+
     def _buffers(self, hyper: dict) -> set:
         """The keys of a parameter's state under these hyperparameters."""
         raise NotImplementedError  # pragma: no cover - every optimiser defines it
@@ -171,8 +176,7 @@ class Optimizer:
             state[name] = _load_entry(saved, params[name], self._buffers(hyper), f"state[{key!r}]", name)
         steps = state_dict.get("steps", max([s.get("step", 0) for s in state.values()], default=0))
         self.lr, self.base_lr, self.state, self.steps = lr, base_lr, state, _count(steps, "steps")
-        for k, v in hyper.items():
-            setattr(self, k, v)
+        self._set(hyper)
 
 
 def _check_lr(lr) -> float:
@@ -242,8 +246,8 @@ class SGD(Optimizer):
     def __init__(self, params: Params, lr: float = 1e-3, momentum: float = 0.0, dampening: float = 0.0,
                  weight_decay: float = 0.0, nesterov: bool = False) -> None:
         super().__init__(params, lr)
-        hyper = self._check(dict(momentum=momentum, dampening=dampening, weight_decay=weight_decay, nesterov=nesterov))
-        self.momentum, self.dampening, self.weight_decay, self.nesterov = hyper.values()
+        self._set(self._check(dict(momentum=momentum, dampening=dampening, weight_decay=weight_decay,
+                                   nesterov=nesterov)))
 
     _hyper = ("momentum", "dampening", "weight_decay", "nesterov")
     _flags = {"maximize": False}
@@ -305,8 +309,7 @@ class Adam(Optimizer):
     def __init__(self, params: Params, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
                  eps: float = 1e-8, weight_decay: float = 0.0) -> None:
         super().__init__(params, lr)
-        self.betas, self.eps, self.weight_decay = self._check(dict(betas=betas, eps=eps,
-                                                                   weight_decay=weight_decay)).values()
+        self._set(self._check(dict(betas=betas, eps=eps, weight_decay=weight_decay)))
 
     _hyper = ("betas", "eps", "weight_decay")
     _flags = {"amsgrad": False, "maximize": False, "decoupled_weight_decay": False}
@@ -406,9 +409,8 @@ class RMSprop(Optimizer):
     def __init__(self, params: Params, lr: float = 1e-2, alpha: float = 0.99, eps: float = 1e-8,
                  weight_decay: float = 0.0, momentum: float = 0.0, centered: bool = False) -> None:
         super().__init__(params, lr)
-        hyper = self._check(dict(alpha=alpha, eps=eps, weight_decay=weight_decay, momentum=momentum,
-                                 centered=centered))
-        self.alpha, self.eps, self.weight_decay, self.momentum, self.centered = hyper.values()
+        self._set(self._check(dict(alpha=alpha, eps=eps, weight_decay=weight_decay, momentum=momentum,
+                                   centered=centered)))
 
     _hyper = ("alpha", "eps", "weight_decay", "momentum", "centered")
     _flags = {"maximize": False}

@@ -51,7 +51,7 @@ class Result:
 
     metrics: dict
     history: list = field(repr=False)
-    model: object = field(repr=False)
+    model: attnc.nn.Module | None = field(repr=False)
     run_dir: Path | None
 
 
@@ -161,8 +161,7 @@ class Run:
         state = _read_json(folder / "state.json")
         with np.load(folder / "arrays.npz") as arrays:
             state["arrays"] = {k: arrays[k] for k in arrays.files}
-        with np.load(folder / "model.npz") as saved:
-            loop.model.load_state_dict({k: saved[k] for k in saved.files if k != "__attnc__"})
+        loop.model.load_state_dict(attnc.load(folder / "model.npz").state_dict())
         loop.load(state)
         if loop.step < stop:
             self._metrics.flush()
