@@ -355,7 +355,8 @@ class Module:
         for each line of the repr, laid out as torch's Module.__repr__: the
         extra_repr alone in the parentheses, or it and the children
         ``(name): Child(...)`` on lines indented by two."""
-        extra = self.extra_repr().split("\n") if self.extra_repr() else []
+        own = self.extra_repr()
+        extra = own.split("\n") if own else []
         children = self._children_trees()
         head = f"{type(self).__name__}("
         if not children and len(extra) <= 1:
