@@ -30,17 +30,24 @@ def _experiments() -> str:
 
 
 def _parser() -> argparse.ArgumentParser:
-    epilog = ("experiments: python -m attnc.experiments.NAME [--quick] [--seed N] [--threads N] [--save PATH]\n"
-              "(python -m attnc.experiments.NAME --help: its own flags)\n" + _experiments() +
-              "\n\ntrained models: attnc.pretrained() lists them, attnc.pretrained(name) loads one.")
+    epilog = (
+        "experiments: python -m attnc.experiments.NAME [--quick] [--seed N] [--threads N] [--save PATH]\n"
+        "(python -m attnc.experiments.NAME --help: its own flags)\n"
+        + _experiments()
+        + "\n\ntrained models: attnc.pretrained() lists them, attnc.pretrained(name) loads one."
+    )
     parser = argparse.ArgumentParser(
-        prog="python -m attnc", description=__doc__.strip().split("\n\n")[1], epilog=epilog,
-        formatter_class=argparse.RawDescriptionHelpFormatter)
+        prog="python -m attnc",
+        description=__doc__.strip().split("\n\n")[1],
+        epilog=epilog,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--out", default="attnc_tour_alignment.png", help="where to save the alignment heatmap (PNG)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the data and the initial weights")
     parser.add_argument("--threads", type=int, default=None, help="attnc.set_num_threads(N) (default: every core)")
-    parser.add_argument("--quick", action="store_true",
-                        help="a few seconds of training (for CI): the translations will mostly be wrong")
+    parser.add_argument(
+        "--quick", action="store_true", help="a few seconds of training (for CI): the translations will mostly be wrong"
+    )
     return parser
 
 
@@ -49,9 +56,15 @@ def _train(args, folder: str):
     import attnc.experiments
 
     with contextlib.redirect_stdout(io.StringIO()):  # the experiment's JSON line; its progress bar stays on stderr
-        result = attnc.experiments.run("dates", attention=KIND, seed=args.seed, quick=args.quick,
-                                       steps=None if args.quick else STEPS, threads=args.threads,
-                                       run_dir=os.path.join(folder, "run"))
+        result = attnc.experiments.run(
+            "dates",
+            attention=KIND,
+            seed=args.seed,
+            quick=args.quick,
+            steps=None if args.quick else STEPS,
+            threads=args.threads,
+            run_dir=os.path.join(folder, "run"),
+        )
     assert result.model is not None  # one attention kind: one model
     return result.metrics, result.model.eval()
 
@@ -61,9 +74,10 @@ def _translate(model, texts):
     from attnc.datasets.dates import SOURCE_VOCAB, TARGET_LEN, TARGET_VOCAB
 
     src = SOURCE_VOCAB.pad_batch(texts, length=max(map(len, texts)))
-    tokens, align = model.generate(src.ids, src.lengths, max_len=TARGET_LEN + 1, bos=TARGET_VOCAB.bos,
-                                   eos=TARGET_VOCAB.eos)
-    ids = [row[:row.index(TARGET_VOCAB.eos) + 1] if TARGET_VOCAB.eos in row else row for row in tokens.tolist()]
+    tokens, align = model.generate(
+        src.ids, src.lengths, max_len=TARGET_LEN + 1, bos=TARGET_VOCAB.bos, eos=TARGET_VOCAB.eos
+    )
+    ids = [row[: row.index(TARGET_VOCAB.eos) + 1] if TARGET_VOCAB.eos in row else row for row in tokens.tolist()]
     return [TARGET_VOCAB.decode(r) for r in ids], align, ids
 
 
@@ -77,9 +91,12 @@ def _save_heatmap(path: str, text: str, align, ids) -> None:
     from attnc.datasets.dates import TARGET_VOCAB
 
     source = [c if c != " " else "·" for c in text]  # a space would leave its tick blank
-    ax = attnc.plot.alignment(align[:len(ids), :len(text)], source, [TARGET_VOCAB.tokens[t] for t in ids],
-                              title=f"{text!r} → {TARGET_VOCAB.decode(ids)}\nrow: the character written; "
-                                    "column: where the decoder looked")
+    ax = attnc.plot.alignment(
+        align[: len(ids), : len(text)],
+        source,
+        [TARGET_VOCAB.tokens[t] for t in ids],
+        title=f"{text!r} → {TARGET_VOCAB.decode(ids)}\nrow: the character written; column: where the decoder looked",
+    )
     fig = ax.get_figure(root=True)
     assert fig is not None  # the plot drew on a figure of its own
     fig.savefig(path, dpi=130)
@@ -97,13 +114,18 @@ def main(argv=None) -> None:
     from attnc.datasets import format_date
     from attnc.datasets.dates import FORMATS
 
-    print(f"attnc {attnc.__version__}: training a date translator ({KIND} attention, "
-          f"{'a few' if args.quick else f'{STEPS:,}'} steps of dates such as 'sunday 22 november 2026' "
-          f"→ '2026-11-22') on {args.threads or attnc.get_num_threads()} thread(s)...", flush=True)
+    print(
+        f"attnc {attnc.__version__}: training a date translator ({KIND} attention, "
+        f"{'a few' if args.quick else f'{STEPS:,}'} steps of dates such as 'sunday 22 november 2026' "
+        f"→ '2026-11-22') on {args.threads or attnc.get_num_threads()} thread(s)...",
+        flush=True,
+    )
     with tempfile.TemporaryDirectory(prefix="attnc_tour_") as folder:
         metrics, model = _train(args, folder)
-    print(f"held-out exact match: {metrics['exact_match']:.1%} of {metrics['heldout_size']:,} dates never seen in "
-          f"training (trained in {metrics['train_seconds']:.0f} s)")
+    print(
+        f"held-out exact match: {metrics['exact_match']:.1%} of {metrics['heldout_size']:,} dates never seen in "
+        f"training (trained in {metrics['train_seconds']:.0f} s)"
+    )
 
     day = make_dates(1, seed=args.seed + 1, split="test", split_by="date").dates[0].item()
     texts = [format_date(day, f) for f in SHOWN]
@@ -113,8 +135,10 @@ def main(argv=None) -> None:
     k = SHOWN.index(PLOTTED)
     _save_heatmap(args.out, texts[k], align[k], ids[k])
     print(f"alignment heatmap of {texts[k]!r}: {os.path.abspath(args.out)}")
-    print(f"tour done in {time.perf_counter() - start:.0f} s; {len(FORMATS)} input formats in all. "
-          "Next: python -m attnc --help lists the experiments, attnc.pretrained() the trained models.")
+    print(
+        f"tour done in {time.perf_counter() - start:.0f} s; {len(FORMATS)} input formats in all. "
+        "Next: python -m attnc --help lists the experiments, attnc.pretrained() the trained models."
+    )
 
 
 if __name__ == "__main__":

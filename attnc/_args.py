@@ -80,7 +80,7 @@ def as_rows(a: np.ndarray, ndim: int = 1) -> np.ndarray:
     """a (..., *cols) as a matrix (N, prod(cols)), its last ndim dims the
     columns: N is given, not inferred, so that zero-width rows (a last dim of
     0, where reshape(-1, 0) cannot infer N) keep their count."""
-    return a.reshape(math.prod(a.shape[:a.ndim - ndim]), math.prod(a.shape[a.ndim - ndim:]))
+    return a.reshape(math.prod(a.shape[: a.ndim - ndim]), math.prod(a.shape[a.ndim - ndim :]))
 
 
 def default_scale(e: int) -> float:

@@ -86,8 +86,11 @@ def show_config(mode: Literal["stdout", "dicts"] = "stdout") -> dict[str, Any] |
         "attnc": {"version": __version__, "location": os.path.dirname(os.path.abspath(__file__))},
         "python": {"version": sys.version.split()[0], "executable": sys.executable},
         "blas": {"name": "scipy-openblas32 (bundled)", "config": _core.blas_info(), "threads": _core.blas_threads()},
-        "simd": {"path": _core.simd_path(), "cpu_paths": list(_dispatch.supported_paths()),
-                 "ATTNC_CPU": os.environ.get("ATTNC_CPU") or None},
+        "simd": {
+            "path": _core.simd_path(),
+            "cpu_paths": list(_dispatch.supported_paths()),
+            "ATTNC_CPU": os.environ.get("ATTNC_CPU") or None,
+        },
         "threads": {"attnc": _core.get_num_threads(), "ATTNC_NUM_THREADS": os.environ.get("ATTNC_NUM_THREADS") or None},
     }
     if mode == "dicts":

@@ -29,8 +29,9 @@ _REGISTERED: list = []  # the functions register() made differentiable, for vjp'
 _NESTED = threading.local()  # depth of internal() blocks running on this thread
 
 
-def register(fn: Callable[..., Any], forward: Callable[..., tuple[Any, Any]],
-             backward: Callable[[Any, tuple], dict[str, Array]]) -> Callable[..., Any]:
+def register(
+    fn: Callable[..., Any], forward: Callable[..., tuple[Any, Any]], backward: Callable[[Any, tuple], dict[str, Array]]
+) -> Callable[..., Any]:
     """Make fn differentiable: forward(*args, **kwargs) -> (outputs, saved);
     backward(saved, cotangents) -> {argument name: gradient}.
 
@@ -57,8 +58,7 @@ def _cotangent(c, out, index):
     c = np.asarray(c)
     if c.shape != out.shape:
         raise ValueError(
-            f"cotangent {index} has shape {shape_str(c.shape)}, but output {index} has shape "
-            f"{shape_str(out.shape)}"
+            f"cotangent {index} has shape {shape_str(c.shape)}, but output {index} has shape {shape_str(out.shape)}"
         )
     if c.dtype != out.dtype:
         raise TypeError(f"cotangent {index} has dtype {c.dtype}, but output {index} has dtype {out.dtype}")
@@ -142,8 +142,10 @@ def _label(fn: Callable, kind: str, key: Any, path: tuple) -> str:
         target = getattr(fn, "_vjp_forward", None) or getattr(fn, "__func__", fn)
         with contextlib.suppress(TypeError, ValueError):
             params = list(inspect.signature(target).parameters.values())
-            if key < len(params) and params[key].kind in (params[key].POSITIONAL_ONLY,
-                                                          params[key].POSITIONAL_OR_KEYWORD):
+            if key < len(params) and params[key].kind in (
+                params[key].POSITIONAL_ONLY,
+                params[key].POSITIONAL_OR_KEYWORD,
+            ):
                 key = params[key].name
     inside = "".join(f".{p}" if isinstance(p, str) else f"[{p}]" for p in path)
     return (f"{kind} {key!r}" if isinstance(key, str) else f"{kind} {key}") + inside
@@ -174,13 +176,15 @@ class _Unchanged:
 
     def check(self) -> None:
         now = _core.fingerprints(self.arrays)
-        changed = [(where, a) for where, a, f0, f1 in zip(self.wheres, self.arrays, self.fingerprints, now)
-                   if f0 != f1]
+        changed = [(where, a) for where, a, f0, f1 in zip(self.wheres, self.arrays, self.fingerprints, now) if f0 != f1]
         if self.params:  # a parameter set to a new array of other values
             then = dict(zip([id(a) for a in self.arrays], self.fingerprints))
             new = [(n, p) for n, p in self.fn.named_parameters() if p is not self.params.get(n)]
-            changed += [(("parameter", n, ()), p) for (n, p), f in zip(new, _core.fingerprints([p for _, p in new]))
-                        if n not in self.params or f != then[id(self.params[n])]]
+            changed += [
+                (("parameter", n, ()), p)
+                for (n, p), f in zip(new, _core.fingerprints([p for _, p in new]))
+                if n not in self.params or f != then[id(self.params[n])]
+            ]
         if not changed:
             return
         read = list(_arrays(self.needed).values())
@@ -190,7 +194,8 @@ class _Unchanged:
                     f"attnc.vjp: {_label(self.fn, *where)} was modified after the forward, and the pullback "
                     "needs its value at the forward (as torch, which raises when a variable needed for "
                     "gradient computation was modified in place): call attnc.vjp again after changing it, "
-                    "or change a copy")
+                    "or change a copy"
+                )
 
 
 @contextlib.contextmanager

@@ -52,8 +52,8 @@ class Optimizer:
     state of the same torch optimiser over the same parameters (in the order
     of ``named_parameters()``) loads into attnc's and back."""
 
-    _hyper: tuple[str, ...] = ()   # torch's param_group keys of the hyperparameters, besides lr
-    _flags: dict = {}              # torch's switches attnc implements one value of: that value
+    _hyper: tuple[str, ...] = ()  # torch's param_group keys of the hyperparameters, besides lr
+    _flags: dict = {}  # torch's switches attnc implements one value of: that value
     # torch's param_group keys that say how torch computes, not what: any value loads
     _how = ("foreach", "capturable", "differentiable", "fused", "initial_lr", "params")
 
@@ -121,10 +121,18 @@ class Optimizer:
         0.1
         """
         names = list(_params(self._owner))
-        state = {i: {k: v.copy() if isinstance(v, np.ndarray) else v for k, v in self.state[n].items()}
-                 for i, n in enumerate(names) if self.state.get(n)}
-        group = {"lr": self.lr, **{k: getattr(self, k) for k in self._hyper}, **self._flags,
-                 "initial_lr": self.base_lr, "params": list(range(len(names)))}
+        state = {
+            i: {k: v.copy() if isinstance(v, np.ndarray) else v for k, v in self.state[n].items()}
+            for i, n in enumerate(names)
+            if self.state.get(n)
+        }
+        group = {
+            "lr": self.lr,
+            **{k: getattr(self, k) for k in self._hyper},
+            **self._flags,
+            "initial_lr": self.base_lr,
+            "params": list(range(len(names))),
+        }
         return {"state": state, "param_groups": [group], "steps": self.steps}
 
     def load_state_dict(self, state_dict: dict) -> None:
@@ -243,11 +251,19 @@ class SGD(Optimizer):
     True
     """
 
-    def __init__(self, params: Params, lr: float = 1e-3, momentum: float = 0.0, dampening: float = 0.0,
-                 weight_decay: float = 0.0, nesterov: bool = False) -> None:
+    def __init__(
+        self,
+        params: Params,
+        lr: float = 1e-3,
+        momentum: float = 0.0,
+        dampening: float = 0.0,
+        weight_decay: float = 0.0,
+        nesterov: bool = False,
+    ) -> None:
         super().__init__(params, lr)
-        self._set(self._check(dict(momentum=momentum, dampening=dampening, weight_decay=weight_decay,
-                                   nesterov=nesterov)))
+        self._set(
+            self._check(dict(momentum=momentum, dampening=dampening, weight_decay=weight_decay, nesterov=nesterov))
+        )
 
     _hyper = ("momentum", "dampening", "weight_decay", "nesterov")
     _flags = {"maximize": False}
@@ -306,8 +322,14 @@ class Adam(Optimizer):
 
     decoupled = False
 
-    def __init__(self, params: Params, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
-                 eps: float = 1e-8, weight_decay: float = 0.0) -> None:
+    def __init__(
+        self,
+        params: Params,
+        lr: float = 1e-3,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+        weight_decay: float = 0.0,
+    ) -> None:
         super().__init__(params, lr)
         self._set(self._check(dict(betas=betas, eps=eps, weight_decay=weight_decay)))
 
@@ -325,17 +347,26 @@ class Adam(Optimizer):
         return {"step", "exp_avg", "exp_avg_sq"}
 
     def _update(self, name, p, g, state):
-        if not state:   # C-ordered, as the kernel reads them (zeros_like would copy a view's order)
+        if not state:  # C-ordered, as the kernel reads them (zeros_like would copy a view's order)
             state.update(step=0, exp_avg=np.zeros(p.shape, p.dtype), exp_avg_sq=np.zeros(p.shape, p.dtype))
         state["step"] += 1
         # one pass in C (csrc/ops/optim/adam.c): torch.optim.Adam(W)'s update,
         # each operation rounded to p's dtype; a strided parameter (a view in
         # a dict of arrays) through a contiguous copy
         work = p if p.flags.c_contiguous else np.ascontiguousarray(p)
-        _core.adam_step(param=work, grad=np.ascontiguousarray(g), exp_avg=state["exp_avg"],
-                        exp_avg_sq=state["exp_avg_sq"],
-                        lr=self.lr, beta1=self.betas[0], beta2=self.betas[1], eps=self.eps,
-                        weight_decay=self.weight_decay, decoupled=self.decoupled, step=state["step"])
+        _core.adam_step(
+            param=work,
+            grad=np.ascontiguousarray(g),
+            exp_avg=state["exp_avg"],
+            exp_avg_sq=state["exp_avg_sq"],
+            lr=self.lr,
+            beta1=self.betas[0],
+            beta2=self.betas[1],
+            eps=self.eps,
+            weight_decay=self.weight_decay,
+            decoupled=self.decoupled,
+            step=state["step"],
+        )
         if work is not p:
             p[...] = work
 
@@ -371,8 +402,14 @@ class AdamW(Adam):
     decoupled = True
     _flags = {**Adam._flags, "decoupled_weight_decay": True}
 
-    def __init__(self, params: Params, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
-                 eps: float = 1e-8, weight_decay: float = 1e-2) -> None:
+    def __init__(
+        self,
+        params: Params,
+        lr: float = 1e-3,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+        weight_decay: float = 1e-2,
+    ) -> None:
         super().__init__(params, lr, betas, eps, weight_decay)
 
 
@@ -406,11 +443,20 @@ class RMSprop(Optimizer):
     array([-0.02,  0.02])
     """
 
-    def __init__(self, params: Params, lr: float = 1e-2, alpha: float = 0.99, eps: float = 1e-8,
-                 weight_decay: float = 0.0, momentum: float = 0.0, centered: bool = False) -> None:
+    def __init__(
+        self,
+        params: Params,
+        lr: float = 1e-2,
+        alpha: float = 0.99,
+        eps: float = 1e-8,
+        weight_decay: float = 0.0,
+        momentum: float = 0.0,
+        centered: bool = False,
+    ) -> None:
         super().__init__(params, lr)
-        self._set(self._check(dict(alpha=alpha, eps=eps, weight_decay=weight_decay, momentum=momentum,
-                                   centered=centered)))
+        self._set(
+            self._check(dict(alpha=alpha, eps=eps, weight_decay=weight_decay, momentum=momentum, centered=centered))
+        )
 
     _hyper = ("alpha", "eps", "weight_decay", "momentum", "centered")
     _flags = {"maximize": False}
@@ -424,8 +470,11 @@ class RMSprop(Optimizer):
         return {k: bool(v) if k == "centered" else float(v) for k, v in hyper.items()}
 
     def _buffers(self, hyper):
-        return {"step", "square_avg"} | ({"momentum_buffer"} if hyper["momentum"] > 0 else set()) \
+        return (
+            {"step", "square_avg"}
+            | ({"momentum_buffer"} if hyper["momentum"] > 0 else set())
             | ({"grad_avg"} if hyper["centered"] else set())
+        )
 
     def _update(self, name, p, g, state):
         if self.weight_decay:
@@ -551,8 +600,16 @@ class LambdaLR:
         return [self.optimizer.lr]
 
     # torch's LambdaLR.state_dict() keys; lr_lambdas is [None] for functions (neither saves them)
-    _torch_keys = {"base_lrs", "last_epoch", "_step_count", "_is_initial", "_get_lr_called_within_step",
-                   "_last_lr", "lr_lambdas", "verbose"}
+    _torch_keys = {
+        "base_lrs",
+        "last_epoch",
+        "_step_count",
+        "_is_initial",
+        "_get_lr_called_within_step",
+        "_last_lr",
+        "lr_lambdas",
+        "verbose",
+    }
 
     def state_dict(self) -> dict:
         """The schedule's position in torch's LambdaLR layout (the factor
@@ -573,9 +630,15 @@ class LambdaLR:
         >>> sched2.step(); sched2.get_last_lr()
         [0.25]
         """
-        return {"base_lrs": [self.optimizer.base_lr], "last_epoch": self.last_epoch,
-                "_step_count": self.last_epoch + 1, "_is_initial": False, "_get_lr_called_within_step": False,
-                "_last_lr": [self.optimizer.lr], "lr_lambdas": [None]}
+        return {
+            "base_lrs": [self.optimizer.base_lr],
+            "last_epoch": self.last_epoch,
+            "_step_count": self.last_epoch + 1,
+            "_is_initial": False,
+            "_get_lr_called_within_step": False,
+            "_last_lr": [self.optimizer.lr],
+            "lr_lambdas": [None],
+        }
 
     def load_state_dict(self, state_dict: dict) -> None:
         """Continue from a ``state_dict()`` of this schedule or of torch's LambdaLR.

@@ -158,8 +158,7 @@ def _snapshot_attnc():
     src = Path(spec.origin).parent
     SNAPSHOT_SRC = str(src)
     SNAPSHOT_DIR = tempfile.mkdtemp(prefix="attnc-bench-")
-    shutil.copytree(src, Path(SNAPSHOT_DIR) / "attnc",
-                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(src, Path(SNAPSHOT_DIR) / "attnc", ignore=shutil.ignore_patterns("__pycache__"))
     sys.path.insert(0, SNAPSHOT_DIR)
     import atexit
 
@@ -333,6 +332,7 @@ def build_call(impl, mode, causal, q, k, v, dout):
     if impl == "torch":
         tq, tk, tv, tdout = (torch.from_numpy(x) for x in (q, k, v, dout))
         if mode == "fwd":
+
             def fwd():
                 with torch.no_grad():
                     return F.scaled_dot_product_attention(tq, tk, tv, is_causal=causal)
@@ -423,13 +423,16 @@ def job_check(L, E, BH, causal, threads):
     reference (forward output and the three gradients) on one configuration."""
     _set_threads(threads, numpy_blas=False)
     q, k, v, dout = make_inputs(L, L, E, BH, seed=2)
-    ref_out, ref_g = numpy_sdpa(q.astype(np.float64), k.astype(np.float64),
-                                v.astype(np.float64), causal, dout.astype(np.float64))
+    ref_out, ref_g = numpy_sdpa(
+        q.astype(np.float64), k.astype(np.float64), v.astype(np.float64), causal, dout.astype(np.float64)
+    )
     refs = {"out": ref_out, **ref_g}
 
     def rel(got):
-        return max(float(np.max(np.abs(np.asarray(got[n], np.float64) - refs[n]))
-                       / max(float(np.max(np.abs(refs[n]))), 1e-30)) for n in refs)
+        return max(
+            float(np.max(np.abs(np.asarray(got[n], np.float64) - refs[n])) / max(float(np.max(np.abs(refs[n]))), 1e-30))
+            for n in refs
+        )
 
     res = {}
     for impl in ("attnc", "torch"):
@@ -465,9 +468,14 @@ def job_sgemm(shapes, threads, budget, max_repeats):
             samples.append(t_first)
         best, med = min(samples), statistics.median(samples)
         fl = 2.0 * m * kk * n
-        out[f"{m}x{kk}x{n}"] = {"best_s": best, "median_s": med, "gflops": fl / best / 1e9,
-                               "gflops_median": fl / med / 1e9, "repeats": len(samples),
-                               "calls_per_sample": inner}
+        out[f"{m}x{kk}x{n}"] = {
+            "best_s": best,
+            "median_s": med,
+            "gflops": fl / best / 1e9,
+            "gflops_median": fl / med / 1e9,
+            "repeats": len(samples),
+            "calls_per_sample": inner,
+        }
     return out
 
 
@@ -480,14 +488,25 @@ def job_mha(impl, need_weights, threads, budget, max_repeats):
     x = np.random.default_rng(4).standard_normal((B, L, E), dtype=np.float32)
     tx = torch.from_numpy(x)
     if impl == "torch":
+
         def fn():
             with torch.inference_mode():
                 return mod(tx, tx, tx, need_weights=need_weights)
     else:
+
         def fn():
             return attnc.multi_head_attention(
-                x, x, x, H, sd["in_proj_weight"], sd["in_proj_bias"],
-                sd["out_proj.weight"], sd["out_proj.bias"], need_weights=need_weights)
+                x,
+                x,
+                x,
+                H,
+                sd["in_proj_weight"],
+                sd["in_proj_bias"],
+                sd["out_proj.weight"],
+                sd["out_proj.bias"],
+                need_weights=need_weights,
+            )
+
     for _ in range(2):
         fn()
     _trim()
@@ -497,13 +516,14 @@ def job_mha(impl, need_weights, threads, budget, max_repeats):
     peak_kb = _peak_kb()
     out = res[0].numpy() if impl == "torch" else res[0]
     w = None if res[1] is None else (res[1].numpy() if impl == "torch" else res[1])
-    checksum = {"out": out[0, :4, :4].astype(float).tolist(),
-                "w": None if w is None else w[0, :4, :4].astype(float).tolist()}
+    checksum = {
+        "out": out[0, :4, :4].astype(float).tolist(),
+        "w": None if w is None else w[0, :4, :4].astype(float).tolist(),
+    }
     del res, out, w
     _trim()
     samples, _, _ = _repeat(fn, t_first, budget, max(max_repeats, 5))
-    return {"samples_s": samples, "peak_increase_mb": (peak_kb - base_kb) / 1024.0,
-            "sample": checksum}
+    return {"samples_s": samples, "peak_increase_mb": (peak_kb - base_kb) / 1024.0, "sample": checksum}
 
 
 def mha_flops(need_weights):
@@ -559,9 +579,24 @@ def run_memcheck(impl, L, E, BH, threads, timeout=600):
         env["OPENBLAS_NUM_THREADS"] = str(threads)
     try:
         p = subprocess.run(
-            [sys.executable, "-c", MEMCHECK_CHILD, impl, str(L), str(E), str(BH), str(threads),
-             SNAPSHOT_DIR or "", str(REPO)],
-            capture_output=True, text=True, timeout=timeout, env=env, check=False)
+            [
+                sys.executable,
+                "-c",
+                MEMCHECK_CHILD,
+                impl,
+                str(L),
+                str(E),
+                str(BH),
+                str(threads),
+                SNAPSHOT_DIR or "",
+                str(REPO),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=env,
+            check=False,
+        )
     except subprocess.TimeoutExpired:
         return {"ok": False, "error": f"timeout {timeout} s"}
     if p.returncode != 0:
@@ -613,19 +648,30 @@ def _load_report(start, others):
     """Print how busy the machine was, and a warning when timings are unreliable."""
     ncpu = os.cpu_count() or 1
     if others is not None:
-        print(f"other processes used {100 * others:.0f}% of the {ncpu} CPUs during the run "
-              f"(1-minute load average before it: {start['load_before']:.2f})")
+        print(
+            f"other processes used {100 * others:.0f}% of the {ncpu} CPUs during the run "
+            f"(1-minute load average before it: {start['load_before']:.2f})"
+        )
     if (others > 0.15) if others is not None else (start["load_before"] > 0.5 * ncpu):
         print("WARNING: the machine was busy: timings are unreliable")
 
 
-
 def _git_rev():
     try:
-        rev = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
-                             capture_output=True, text=True, timeout=10, check=False).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, timeout=10, check=False).stdout.strip()
+        rev = subprocess.run(
+            ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        ).stdout.strip()
         return rev + ("+dirty" if dirty else "") if rev else None
     except (OSError, subprocess.SubprocessError):
         return None
@@ -640,9 +686,11 @@ def print_tables(rows, sgemm_peak, threads, have_attnc):
     for mode in ("fwd", "fwd+bwd"):
         title = "forward" if mode == "fwd" else "forward + backward"
         print(f"\n== {title}: GFLOP/s (median), ratios, peak memory increase per call (MiB) ==")
-        head = (f"{'L':>5} {'E':>4} {'BH':>3} {'causal':>6} |{'attnc':>7}{'torch':>7}{'numpy':>7}"
-                f"{'sgemm':>7} |{'a/torch':>8}{'a/sgemm':>8}{'c-speedup':>10} |"
-                f"{'MiB attnc':>10}{'torch':>8}{'numpy':>8}")
+        head = (
+            f"{'L':>5} {'E':>4} {'BH':>3} {'causal':>6} |{'attnc':>7}{'torch':>7}{'numpy':>7}"
+            f"{'sgemm':>7} |{'a/torch':>8}{'a/sgemm':>8}{'c-speedup':>10} |"
+            f"{'MiB attnc':>10}{'torch':>8}{'numpy':>8}"
+        )
         print(head)
         print("-" * len(head))
         prev = None
@@ -653,46 +701,65 @@ def print_tables(rows, sgemm_peak, threads, have_attnc):
             if prev is not None and key != prev:
                 print()
             prev = key
-            g = {i: (r["impl"][i]["gflops"] if r["impl"].get(i) else None)
-                 for i in ("attnc", "torch", "numpy")}
-            m = {i: (r["impl"][i]["peak_increase_mb"] if r["impl"].get(i) else None)
-                 for i in ("attnc", "torch", "numpy")}
+            g = {i: (r["impl"][i]["gflops"] if r["impl"].get(i) else None) for i in ("attnc", "torch", "numpy")}
+            m = {
+                i: (r["impl"][i]["peak_increase_mb"] if r["impl"].get(i) else None) for i in ("attnc", "torch", "numpy")
+            }
             cs = r.get("causal_speedup", {}).get("attnc") if have_attnc else None
-            print(f"{r['L']:>5} {r['E']:>4} {r['BH']:>3} {('yes' if r['causal'] else 'no'):>6} |"
-                  f"{_f(g['attnc'])}{_f(g['torch'])}{_f(g['numpy'])}{_f(r['sgemm_gflops'])} |"
-                  f"{_f(r.get('attnc_over_torch'), '{:.2f}', 8)}{_f(r.get('attnc_over_sgemm'), '{:.2f}', 8)}"
-                  f"{_f(cs, '{:.2f}', 10)} |"
-                  f"{_f(m['attnc'], '{:.1f}', 10)}{_f(m['torch'], '{:.1f}', 8)}{_f(m['numpy'], '{:.1f}', 8)}")
-    print(f"\nsgemm practical peak (numpy.matmul float32, {threads} threads, best of repeats): "
-          f"{sgemm_peak:.1f} GFLOP/s. The sgemm column is the best of repeats at the same FLOP count "
-          f"(matrix sides capped at 4096); the other columns are medians.")
-    print("FLOPs: forward 4*BH*L*S*E, halved when causal; forward+backward = 3.5 x forward "
-          "(backward = 2.5 x forward, the FlashAttention convention).")
-    print("a/torch, a/sgemm: attnc GFLOP/s over torch's / over sgemm at the same FLOP count. "
-          "c-speedup: attnc time non-causal / time causal at the same size (ideal 2).")
-    print("MiB: peak RSS increase during one call over the process baseline after imports and "
-          "input allocation (includes the outputs). numpy '-' = skipped (> ~1 GB of scores).")
+            print(
+                f"{r['L']:>5} {r['E']:>4} {r['BH']:>3} {('yes' if r['causal'] else 'no'):>6} |"
+                f"{_f(g['attnc'])}{_f(g['torch'])}{_f(g['numpy'])}{_f(r['sgemm_gflops'])} |"
+                f"{_f(r.get('attnc_over_torch'), '{:.2f}', 8)}{_f(r.get('attnc_over_sgemm'), '{:.2f}', 8)}"
+                f"{_f(cs, '{:.2f}', 10)} |"
+                f"{_f(m['attnc'], '{:.1f}', 10)}{_f(m['torch'], '{:.1f}', 8)}{_f(m['numpy'], '{:.1f}', 8)}"
+            )
+    print(
+        f"\nsgemm practical peak (numpy.matmul float32, {threads} threads, best of repeats): "
+        f"{sgemm_peak:.1f} GFLOP/s. The sgemm column is the best of repeats at the same FLOP count "
+        f"(matrix sides capped at 4096); the other columns are medians."
+    )
+    print(
+        "FLOPs: forward 4*BH*L*S*E, halved when causal; forward+backward = 3.5 x forward "
+        "(backward = 2.5 x forward, the FlashAttention convention)."
+    )
+    print(
+        "a/torch, a/sgemm: attnc GFLOP/s over torch's / over sgemm at the same FLOP count. "
+        "c-speedup: attnc time non-causal / time causal at the same size (ideal 2)."
+    )
+    print(
+        "MiB: peak RSS increase during one call over the process baseline after imports and "
+        "input allocation (includes the outputs). numpy '-' = skipped (> ~1 GB of scores)."
+    )
 
 
 # --------------------------------------------------------------------------- main
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--json", default=str(HERE / "results" / "attention.json"),
-                        help="where to write the results (default: %(default)s)")
+    parser.add_argument(
+        "--json",
+        default=str(HERE / "results" / "attention.json"),
+        help="where to write the results (default: %(default)s)",
+    )
     parser.add_argument("--quick", action="store_true", help="small subset (< 1 minute)")
-    parser.add_argument("--threads", type=int, default=2,
-                        help="threads for attnc, torch and numpy's OpenBLAS (default 2)")
+    parser.add_argument(
+        "--threads", type=int, default=2, help="threads for attnc, torch and numpy's OpenBLAS (default 2)"
+    )
     parser.add_argument("--repeats", type=int, default=5, help="most timed repeats per call")
-    parser.add_argument("--budget", type=float, default=None,
-                        help="seconds of timed repeats per measurement (default 1.0; 0.3 with --quick)")
-    parser.add_argument("--numpy-max-gb", type=float, default=1.1,
-                        help="skip NumPy when one (B*H, L, S) float32 matrix exceeds this")
-    parser.add_argument("--sgemm-cap", type=int, default=4096,
-                        help="largest sgemm matrix dimension (default 4096)")
+    parser.add_argument(
+        "--budget",
+        type=float,
+        default=None,
+        help="seconds of timed repeats per measurement (default 1.0; 0.3 with --quick)",
+    )
+    parser.add_argument(
+        "--numpy-max-gb", type=float, default=1.1, help="skip NumPy when one (B*H, L, S) float32 matrix exceeds this"
+    )
+    parser.add_argument("--sgemm-cap", type=int, default=4096, help="largest sgemm matrix dimension (default 4096)")
     parser.add_argument("--no-memcheck", action="store_true", help="skip the L = 32768 memory check")
     parser.add_argument("--no-mha", action="store_true", help="skip the multi-head table")
-    parser.add_argument("--no-snapshot", action="store_true",
-                        help="import attnc in place instead of from a private copy")
+    parser.add_argument(
+        "--no-snapshot", action="store_true", help="import attnc in place instead of from a private copy"
+    )
     args = parser.parse_args(argv)
     if args.threads < 1:
         parser.error("--threads must be >= 1")
@@ -706,29 +773,37 @@ def main(argv=None):
     load = _load_start()
     grid = QUICK_GRID if args.quick else FULL_GRID
     print(machine.line(attnc))
-    print(f"attnc {getattr(attnc, '__version__', '?')} (BLAS: {attnc.blas_info()}), "
-          f"torch {torch.__version__ if torch is not None else '(not installed)'}, "
-          f"numpy {np.__version__}; float32, {threads} threads, up to {args.repeats} repeats "
-          f"(median) within ~{budget} s per measurement{' (quick)' if args.quick else ''}")
+    print(
+        f"attnc {getattr(attnc, '__version__', '?')} (BLAS: {attnc.blas_info()}), "
+        f"torch {torch.__version__ if torch is not None else '(not installed)'}, "
+        f"numpy {np.__version__}; float32, {threads} threads, up to {args.repeats} repeats "
+        f"(median) within ~{budget} s per measurement{' (quick)' if args.quick else ''}"
+    )
     if not sdpa_ok:
         print("NOTE: attnc.scaled_dot_product_attention does not exist yet: attnc columns skipped")
     impls = [i for i, ok in (("attnc", sdpa_ok), ("torch", torch is not None), ("numpy", True)) if ok]
 
     # ---- the grid
-    configs = [(E, BH, L, c) for E in grid["E"] for BH in grid["BH"] for L in grid["L"]
-               for c in (False, True)]
+    configs = [(E, BH, L, c) for E in grid["E"] for BH in grid["BH"] for L in grid["L"] for c in (False, True)]
     rows = []
     errors = []
     for E, BH, L, causal in configs:
         for mode in ("fwd", "fwd+bwd"):
-            row = {"L": L, "S": L, "E": E, "BH": BH, "causal": causal, "mode": mode,
-                   "flops": flops(L, L, E, BH, causal, mode), "impl": {}}
+            row = {
+                "L": L,
+                "S": L,
+                "E": E,
+                "BH": BH,
+                "causal": causal,
+                "mode": mode,
+                "flops": flops(L, L, E, BH, causal, mode),
+                "impl": {},
+            }
             for impl in impls:
                 if impl == "numpy" and BH * L * L * 4 > args.numpy_max_gb * 1e9:
                     row["impl"][impl] = None
                     continue
-                res = run_forked(job_attention, impl, L, E, BH, causal, mode, threads,
-                                 budget, args.repeats)
+                res = run_forked(job_attention, impl, L, E, BH, causal, mode, threads, budget, args.repeats)
                 if not res["ok"]:
                     errors.append(f"{impl} L={L} E={E} BH={BH} causal={causal} {mode}: {res['error']}")
                     row["impl"][impl] = None
@@ -740,8 +815,11 @@ def main(argv=None):
                 row["impl"][impl] = r
             rows.append(row)
             got = {i: (round(r["gflops"], 1) if r else None) for i, r in row["impl"].items()}
-            print(f"  [{time.perf_counter() - t_start:6.1f} s] L={L} E={E} BH={BH} "
-                  f"causal={causal} {mode}: {got}", file=sys.stderr, flush=True)
+            print(
+                f"  [{time.perf_counter() - t_start:6.1f} s] L={L} E={E} BH={BH} causal={causal} {mode}: {got}",
+                file=sys.stderr,
+                flush=True,
+            )
 
     phases = {"grid_s": time.perf_counter() - t_start}
     # ---- sgemm at the same FLOP counts
@@ -771,7 +849,9 @@ def main(argv=None):
             nc = index.get((r["L"], r["E"], r["BH"], False, r["mode"]))
             r["causal_speedup"] = {
                 i: nc["impl"][i]["median_s"] / r["impl"][i]["median_s"]
-                for i in ("attnc", "torch") if nc and nc["impl"].get(i) and r["impl"].get(i)}
+                for i in ("attnc", "torch")
+                if nc and nc["impl"].get(i) and r["impl"].get(i)
+            }
 
     phases["sgemm_s"] = time.perf_counter() - t_start - sum(phases.values())
     # ---- correctness cross-check on the small sizes
@@ -780,20 +860,27 @@ def main(argv=None):
         if L > 1024:
             continue
         res = run_forked(job_check, L, E, BH, causal, threads)
-        checks.append({"L": L, "E": E, "BH": BH, "causal": causal,
-                       **({"max_rel_diff_vs_numpy_float64": res["result"]} if res["ok"]
-                          else {"error": res["error"]})})
+        checks.append(
+            {
+                "L": L,
+                "E": E,
+                "BH": BH,
+                "causal": causal,
+                **({"max_rel_diff_vs_numpy_float64": res["result"]} if res["ok"] else {"error": res["error"]}),
+            }
+        )
 
     phases["checks_s"] = time.perf_counter() - t_start - sum(phases.values())
     print_tables(rows, sgemm_peak, threads, sdpa_ok)
-    bad = [c for c in checks if "error" in c
-           or any(d > 1e-4 for d in c["max_rel_diff_vs_numpy_float64"].values())]
+    bad = [c for c in checks if "error" in c or any(d > 1e-4 for d in c["max_rel_diff_vs_numpy_float64"].values())]
     worst = {}
     for c in checks:
         for i, d in c.get("max_rel_diff_vs_numpy_float64", {}).items():
             worst[i] = max(worst.get(i, 0.0), d)
-    print("check (L <= 1024, output and gradients vs a float64 NumPy reference, max relative "
-          "error): " + ", ".join(f"{i} {d:.1e}" for i, d in worst.items()))
+    print(
+        "check (L <= 1024, output and gradients vs a float64 NumPy reference, max relative "
+        "error): " + ", ".join(f"{i} {d:.1e}" for i, d in worst.items())
+    )
     for c in bad:
         print(f"WARNING: check failed: {c}")
 
@@ -802,8 +889,10 @@ def main(argv=None):
     if not args.no_memcheck:
         mc = QUICK_MEMCHECK if args.quick else MEMCHECK
         memcheck = {**mc, "mode": "fwd+bwd", "causal": False, "impl": {}}
-        print(f"\n== memory check: L = S = {mc['L']}, E = {mc['E']}, B*H = {mc['BH']}, "
-              f"forward + backward, one call in a new process ==")
+        print(
+            f"\n== memory check: L = S = {mc['L']}, E = {mc['E']}, B*H = {mc['BH']}, "
+            f"forward + backward, one call in a new process =="
+        )
         head = f"{'impl':<6} {'seconds':>8} {'GFLOP/s':>8} {'peak RSS MiB':>13} {'increase MiB':>13}"
         print(head)
         print("-" * len(head))
@@ -819,24 +908,30 @@ def main(argv=None):
             r = res["result"]
             r["gflops"] = fl / r["seconds"] / 1e9
             memcheck["impl"][impl] = r
-            print(f"{impl:<6} {r['seconds']:8.2f} {r['gflops']:8.1f} {r['peak_rss_mb']:13.1f} "
-                  f"{r['peak_increase_mb']:13.1f}")
+            print(
+                f"{impl:<6} {r['seconds']:8.2f} {r['gflops']:8.1f} {r['peak_rss_mb']:13.1f} "
+                f"{r['peak_increase_mb']:13.1f}"
+            )
         print("peak RSS = VmHWM of a process that imported numpy and that library only.")
 
     phases["memcheck_s"] = time.perf_counter() - t_start - sum(phases.values())
     # ---- multi-head attention
     mha = None
     if not args.no_mha:
-        print(f"\n== multi-head attention: B = {MHA['B']}, L = {MHA['L']}, E = {MHA['E']}, "
-              f"{MHA['H']} heads, self-attention, forward (eval), median ms ==")
+        print(
+            f"\n== multi-head attention: B = {MHA['B']}, L = {MHA['L']}, E = {MHA['E']}, "
+            f"{MHA['H']} heads, self-attention, forward (eval), median ms =="
+        )
         if torch is None:
             print("skipped: torch is not installed")
         elif not have_mha():
             print("skipped: attnc.multi_head_attention does not exist yet")
         else:
             mha = {**MHA, "rows": []}
-            head = (f"{'need_weights':<12} {'attnc ms':>9} {'torch ms':>9} {'torch/attnc':>12} "
-                    f"{'attnc GF/s':>11} {'MiB attnc':>10} {'torch':>8} {'max|diff|':>10}")
+            head = (
+                f"{'need_weights':<12} {'attnc ms':>9} {'torch ms':>9} {'torch/attnc':>12} "
+                f"{'attnc GF/s':>11} {'MiB attnc':>10} {'torch':>8} {'max|diff|':>10}"
+            )
             print(head)
             print("-" * len(head))
             for nw in (True, False):
@@ -853,18 +948,24 @@ def main(argv=None):
                 if a and t:
                     diff = float(np.max(np.abs(np.array(a["sample"]["out"]) - np.array(t["sample"]["out"]))))
                     if nw and a["sample"]["w"] is not None and t["sample"]["w"] is not None:
-                        diff = max(diff, float(np.max(np.abs(np.array(a["sample"]["w"])
-                                                             - np.array(t["sample"]["w"])))))
-                row = {"need_weights": nw, "attnc": a, "torch": t, "max_abs_diff_sample": diff,
-                       "flops": mha_flops(nw),
-                       "torch_over_attnc_time": t["median_s"] / a["median_s"] if a and t else None}
+                        diff = max(diff, float(np.max(np.abs(np.array(a["sample"]["w"]) - np.array(t["sample"]["w"])))))
+                row = {
+                    "need_weights": nw,
+                    "attnc": a,
+                    "torch": t,
+                    "max_abs_diff_sample": diff,
+                    "flops": mha_flops(nw),
+                    "torch_over_attnc_time": t["median_s"] / a["median_s"] if a and t else None,
+                }
                 mha["rows"].append(row)
-                print(f"{nw!s:<12} {_f(a and a['median_s'] * 1e3, '{:.2f}', 9)} "
-                      f"{_f(t and t['median_s'] * 1e3, '{:.2f}', 9)} "
-                      f"{_f(row['torch_over_attnc_time'], '{:.2f}', 12)} "
-                      f"{_f(a and mha_flops(nw) / a['median_s'] / 1e9, '{:.1f}', 11)} "
-                      f"{_f(a and a['peak_increase_mb'], '{:.1f}', 10)} "
-                      f"{_f(t and t['peak_increase_mb'], '{:.1f}', 8)} {_f(diff, '{:.1e}', 10)}")
+                print(
+                    f"{nw!s:<12} {_f(a and a['median_s'] * 1e3, '{:.2f}', 9)} "
+                    f"{_f(t and t['median_s'] * 1e3, '{:.2f}', 9)} "
+                    f"{_f(row['torch_over_attnc_time'], '{:.2f}', 12)} "
+                    f"{_f(a and mha_flops(nw) / a['median_s'] / 1e9, '{:.1f}', 11)} "
+                    f"{_f(a and a['peak_increase_mb'], '{:.1f}', 10)} "
+                    f"{_f(t and t['peak_increase_mb'], '{:.1f}', 8)} {_f(diff, '{:.1e}', 10)}"
+                )
 
     elapsed = time.perf_counter() - t_start
     phases["mha_s"] = elapsed - sum(phases.values())
@@ -878,15 +979,20 @@ def main(argv=None):
     result = {
         "benchmark": "scaled dot-product attention throughput and memory",
         "config": {
-            "threads": threads, "dtype": "float32", "quick": args.quick, "grid": grid,
-            "max_repeats": args.repeats, "budget_s": budget, "numpy_max_gb": args.numpy_max_gb,
+            "threads": threads,
+            "dtype": "float32",
+            "quick": args.quick,
+            "grid": grid,
+            "max_repeats": args.repeats,
+            "budget_s": budget,
+            "numpy_max_gb": args.numpy_max_gb,
             "sgemm_cap": args.sgemm_cap,
             "layout": "query/key/value (1, B*H, L, E), S = L, Ev = E",
             "flops": "forward 4*BH*L*S*E, halved when causal; fwd+bwd = 3.5 x forward",
             "statistic": "median wall time of up to max_repeats calls after a warm-up call "
-                         "(the warm-up call alone when it exceeded budget_s)",
+            "(the warm-up call alone when it exceeded budget_s)",
             "memory": "VmHWM - VmRSS baseline (after imports and inputs) around the first call, "
-                      "each measurement in a fresh forked process",
+            "each measurement in a fresh forked process",
         },
         "environment": {
             "attnc": getattr(attnc, "__version__", None),

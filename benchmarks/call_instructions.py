@@ -83,10 +83,20 @@ def child():
 def measure(tree: str) -> dict:
     """name -> instructions per call, with `tree`'s attnc."""
     with tempfile.TemporaryDirectory() as out:
-        run = subprocess.run(["valgrind", "--tool=callgrind", f"--dump-before={MARKER}",
-                              f"--callgrind-out-file={out}/cg.%p", sys.executable, os.path.abspath(__file__)],
-                             env=dict(os.environ, PYTHONPATH=tree, **{CHILD: "1"}), cwd=out, capture_output=True,
-                             text=True)
+        run = subprocess.run(
+            [
+                "valgrind",
+                "--tool=callgrind",
+                f"--dump-before={MARKER}",
+                f"--callgrind-out-file={out}/cg.%p",
+                sys.executable,
+                os.path.abspath(__file__),
+            ],
+            env=dict(os.environ, PYTHONPATH=tree, **{CHILD: "1"}),
+            cwd=out,
+            capture_output=True,
+            text=True,
+        )
         if run.returncode:
             raise SystemExit(f"callgrind failed with {tree}:\n{run.stderr[-3000:]}")
         names = json.loads(run.stdout.strip().splitlines()[-1])

@@ -135,8 +135,15 @@ def run_path(label: str, env_path: str | None, pythonpath: str | None, args) -> 
         env["ATTNC_CPU"] = env_path
     if pythonpath:
         env["PYTHONPATH"] = pythonpath
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", "--repeats", str(args.repeats),
-           "--threads", str(args.threads)] + (["--quick"] if args.quick else [])
+    cmd = [
+        sys.executable,
+        str(Path(__file__).resolve()),
+        "--child",
+        "--repeats",
+        str(args.repeats),
+        "--threads",
+        str(args.threads),
+    ] + (["--quick"] if args.quick else [])
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=str(HERE))
     if out.returncode != 0:
         raise RuntimeError(f"{label}: {out.stderr.strip().splitlines()[-1] if out.stderr.strip() else out.returncode}")
@@ -175,23 +182,40 @@ def main(argv=None) -> None:
     labels = [label for label, _, _ in runs]
     base = labels[0]
     print(machine.line(attnc))
-    print(f"attnc {attnc.__version__}, {args.threads} threads, {args.rounds} rounds; CPU runs: "
-          f"{attnc._core.cpu_paths()}")
-    print(f"{'case':40s}" + "".join(f"{label + ' ms':>15s}" for label in labels)
-          + "".join(f"{label + '/' + base:>16s}" for label in labels[1:]))
+    print(
+        f"attnc {attnc.__version__}, {args.threads} threads, {args.rounds} rounds; CPU runs: {attnc._core.cpu_paths()}"
+    )
+    print(
+        f"{'case':40s}"
+        + "".join(f"{label + ' ms':>15s}" for label in labels)
+        + "".join(f"{label + '/' + base:>16s}" for label in labels[1:])
+    )
     for n in names:
         row = f"{n:40s}" + "".join(f"{ms[label][n]:15.2f}" for label in labels)
         row += "".join(f"{ms[base][n] / ms[label][n]:16.2f}" for label in labels[1:])
         print(row)
-    geo = {label: math.exp(statistics.fmean(math.log(ms[base][n] / ms[label][n]) for n in names))
-           for label in labels[1:]}
-    print(f"{'geometric mean speed-up over ' + base:40s}" + " " * 15 * len(labels)
-          + "".join(f"{geo[label]:16.2f}" for label in labels[1:]))
+    geo = {
+        label: math.exp(statistics.fmean(math.log(ms[base][n] / ms[label][n]) for n in names)) for label in labels[1:]
+    }
+    print(
+        f"{'geometric mean speed-up over ' + base:40s}"
+        + " " * 15 * len(labels)
+        + "".join(f"{geo[label]:16.2f}" for label in labels[1:])
+    )
     if args.json:
-        Path(args.json).write_text(json.dumps({"threads": args.threads, "rounds": args.rounds, "quick": args.quick,
-                                               "ms": ms,
-                                               "environment": {"machine": machine.describe(attnc)},
-                                               "speedup_over_baseline": geo}, indent=1))
+        Path(args.json).write_text(
+            json.dumps(
+                {
+                    "threads": args.threads,
+                    "rounds": args.rounds,
+                    "quick": args.quick,
+                    "ms": ms,
+                    "environment": {"machine": machine.describe(attnc)},
+                    "speedup_over_baseline": geo,
+                },
+                indent=1,
+            )
+        )
 
 
 if __name__ == "__main__":

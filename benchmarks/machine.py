@@ -19,8 +19,11 @@ def numpy_blas(attnc) -> list:
     other than attnc's own (the OpenBLAS bundled in attnc's folder): numpy's
     (and torch's, where it has one of its own). attnc: the module, or None."""
     own = Path(attnc.__file__).resolve().parent if attnc is not None else None
-    return [lib for lib in threadpoolctl.ThreadpoolController().select(user_api="blas").lib_controllers
-            if Path(lib.filepath).resolve().parent != own]
+    return [
+        lib
+        for lib in threadpoolctl.ThreadpoolController().select(user_api="blas").lib_controllers
+        if Path(lib.filepath).resolve().parent != own
+    ]
 
 
 def cpu_model() -> str:
@@ -68,6 +71,8 @@ def line(attnc) -> str:
     m = describe(attnc)
     env = ", ".join(f"{k}={v}" for k, v in m["environment"].items() if v is not None) or "none set"
     load = "/".join(f"{x:.2f}" for x in m["load_average"]) if m["load_average"] else "unknown"
-    return (f"CPU: {m['cpu']}, {m['cpus']} CPUs; kernel {m['kernel']}; load average {load}; "
-            f"attnc: SIMD path {m['attnc_simd']}, {m['attnc_blas']}; "
-            f"numpy's BLAS: {'; '.join(m['numpy_blas']) or '(none found)'}; OpenBLAS variables: {env}")
+    return (
+        f"CPU: {m['cpu']}, {m['cpus']} CPUs; kernel {m['kernel']}; load average {load}; "
+        f"attnc: SIMD path {m['attnc_simd']}, {m['attnc_blas']}; "
+        f"numpy's BLAS: {'; '.join(m['numpy_blas']) or '(none found)'}; OpenBLAS variables: {env}"
+    )

@@ -101,14 +101,25 @@ def have_ntm():
 
 # --------------------------------------------------------------------------- cases
 def make_cases(sizes):
-    return [{"label": label, "B": B, "target": target, "T": 2 * sizes["L"] + 1, "I": sizes["bits"] + 1,
-             "O": sizes["bits"], **sizes} for label, B, target in CASES]
+    return [
+        {
+            "label": label,
+            "B": B,
+            "target": target,
+            "T": 2 * sizes["L"] + 1,
+            "I": sizes["bits"] + 1,
+            "O": sizes["bits"],
+            **sizes,
+        }
+        for label, B, target in CASES
+    ]
 
 
 def shapes(case):
     """{state_dict key: shape}, as the spec lays the model out."""
-    return ref.state_shapes(case["I"], case["O"], CONTROLLER, case["C"], case["N"], case["M"], case["R"], case["W"],
-                            case["K"], MEMORY_INIT)
+    return ref.state_shapes(
+        case["I"], case["O"], CONTROLLER, case["C"], case["N"], case["M"], case["R"], case["W"], case["K"], MEMORY_INIT
+    )
 
 
 def state(case):
@@ -138,19 +149,30 @@ def batch(case, seed=1):
     x[:, :L, :bits] = seq
     x[:, L, bits] = 1
     y = np.zeros((B, T, bits), np.float32)
-    y[:, L + 1:] = seq
+    y[:, L + 1 :] = seq
     mask = np.zeros((B, T), bool)
-    mask[:, L + 1:] = True
+    mask[:, L + 1 :] = True
     return _Batch(x, y, mask)
 
 
 def attnc_model(case):
     if not have_ntm():
         raise tf.NotAvailable("attnc.models.NTM")
-    m = attnc.models.NTM(case["I"], case["O"], controller=CONTROLLER, controller_size=case["C"],
-                         memory_slots=case["N"], memory_width=case["M"], read_heads=case["R"],
-                         write_heads=case["W"], shifts=case["K"], memory_init=MEMORY_INIT, clip=CLIP,
-                         dtype=np.float32, seed=SEED)
+    m = attnc.models.NTM(
+        case["I"],
+        case["O"],
+        controller=CONTROLLER,
+        controller_size=case["C"],
+        memory_slots=case["N"],
+        memory_width=case["M"],
+        read_heads=case["R"],
+        write_heads=case["W"],
+        shifts=case["K"],
+        memory_init=MEMORY_INIT,
+        clip=CLIP,
+        dtype=np.float32,
+        seed=SEED,
+    )
     got = {k: tuple(np.shape(v)) for k, v in m.state_dict().items()}
     want = shapes(case)
     if got != want:
@@ -161,9 +183,16 @@ def attnc_model(case):
 
 
 def torch_model(case, dtype=None):
-    return ref.TorchNTM(state(case), controller=CONTROLLER, read_heads=case["R"], write_heads=case["W"],
-                        shifts=case["K"], memory_init_kind=MEMORY_INIT, clip=CLIP,
-                        dtype=torch.float32 if dtype is None else dtype)
+    return ref.TorchNTM(
+        state(case),
+        controller=CONTROLLER,
+        read_heads=case["R"],
+        write_heads=case["W"],
+        shifts=case["K"],
+        memory_init_kind=MEMORY_INIT,
+        clip=CLIP,
+        dtype=torch.float32 if dtype is None else dtype,
+    )
 
 
 def _torch_inputs(b):
@@ -240,8 +269,13 @@ def job_check(cases, threads):
         if extra:
             rel["unexpected gradients " + ", ".join(extra)] = float("inf")
         rel_t32 = _rel_all(*t32, *t64)
-        res["cases"][case["label"]] = {"loss_attnc": float(a_loss), "loss_torch": t32[0], "loss_torch64": t64[0],
-                                       "rel": rel, "rel_torch32": rel_t32}
+        res["cases"][case["label"]] = {
+            "loss_attnc": float(a_loss),
+            "loss_torch": t32[0],
+            "loss_torch64": t64[0],
+            "rel": rel,
+            "rel_torch32": rel_t32,
+        }
     return res
 
 
@@ -253,20 +287,34 @@ def main(argv=None):
     sizes = QUICK_SIZES if quick else SIZES
 
     errors, failed_checks = [], []
-    impls, parent_threads, load, t_start = tf.begin(_import_libs, not args.no_snapshot, threads, repeats, rounds,
-                                                    quick)
+    impls, parent_threads, load, t_start = tf.begin(_import_libs, not args.no_snapshot, threads, repeats, rounds, quick)
     cases = make_cases(sizes)
     c0 = cases[0]
     print(f"attnc from {common.SNAPSHOT_SRC or Path(attnc.__file__).parent}")
-    print(f"copy task: length {c0['L']} (T = {c0['T']} steps), input {c0['I']}, output {c0['O']}; "
-          f"{CONTROLLER} controller {c0['C']}, memory {c0['N']} x {c0['M']}, {c0['R']} read and {c0['W']} write "
-          f"head(s), {c0['K']} shifts, memory_init {MEMORY_INIT}, clip {CLIP:g}")
-    result = {"benchmark": "NTM training sequence (attnc.models.NTM), attnc vs torch",
-              "config": {"threads": threads, "quick": quick, "repeats": repeats, "rounds": rounds,
-                         "min_sample_s": min_sample_s, "warmup_s": warmup_s, "sizes": sizes,
-                         "batches": [c["B"] for c in cases], "controller": CONTROLLER, "memory_init": MEMORY_INIT,
-                         "clip": CLIP, "targets_speedup": TARGETS, "tolerance_relative": TOLERANCE,
-                         "statistic": "median over samples of all rounds"}}
+    print(
+        f"copy task: length {c0['L']} (T = {c0['T']} steps), input {c0['I']}, output {c0['O']}; "
+        f"{CONTROLLER} controller {c0['C']}, memory {c0['N']} x {c0['M']}, {c0['R']} read and {c0['W']} write "
+        f"head(s), {c0['K']} shifts, memory_init {MEMORY_INIT}, clip {CLIP:g}"
+    )
+    result = {
+        "benchmark": "NTM training sequence (attnc.models.NTM), attnc vs torch",
+        "config": {
+            "threads": threads,
+            "quick": quick,
+            "repeats": repeats,
+            "rounds": rounds,
+            "min_sample_s": min_sample_s,
+            "warmup_s": warmup_s,
+            "sizes": sizes,
+            "batches": [c["B"] for c in cases],
+            "controller": CONTROLLER,
+            "memory_init": MEMORY_INIT,
+            "clip": CLIP,
+            "targets_speedup": TARGETS,
+            "tolerance_relative": TOLERANCE,
+            "statistic": "median over samples of all rounds",
+        },
+    }
     summary = []
 
     check = {}
@@ -279,8 +327,18 @@ def main(argv=None):
         tf.speed_head(14)
         rows = []
         for case in cases:
-            got = tf.measure("ntm_train", (case,), impls, threads, repeats, rounds, min_sample_s, warmup_s,
-                             errors, f"{case['label']} training sequence")
+            got = tf.measure(
+                "ntm_train",
+                (case,),
+                impls,
+                threads,
+                repeats,
+                rounds,
+                min_sample_s,
+                warmup_s,
+                errors,
+                f"{case['label']} training sequence",
+            )
             rel = check.get("cases", {}).get(case["label"], {}).get("rel")
             worst = tf.checked_worst(rel, case["label"], TOLERANCE, failed_checks)
             target = TARGETS.get(case["target"]) if case["target"] else None
@@ -290,8 +348,10 @@ def main(argv=None):
         result["train"] = {"rows": rows}
         if not have_ntm():
             print("attnc: not available (attnc.models.NTM)")
-        print(f"check: largest relative difference from torch in float64 with the same float32 weights and inputs "
-              f"(loss, every parameter's gradient, logits, read and write weights), tolerance {TOLERANCE:.0e}")
+        print(
+            f"check: largest relative difference from torch in float64 with the same float32 weights and inputs "
+            f"(loss, every parameter's gradient, logits, read and write weights), tolerance {TOLERANCE:.0e}"
+        )
         for case in cases:
             t32 = check.get("cases", {}).get(case["label"], {}).get("rel_torch32")
             if t32:
@@ -303,9 +363,19 @@ def main(argv=None):
     # ---- summary
     elapsed = time.perf_counter() - t_start
     others = common._load_share(load, elapsed)
-    return tf.finish(result, summary, quick, errors, failed_checks, load, others, elapsed,
-                     {"attnc_ntm": have_ntm(), "parent_threads_at_fork": parent_threads},
-                     json_path, width=30)
+    return tf.finish(
+        result,
+        summary,
+        quick,
+        errors,
+        failed_checks,
+        load,
+        others,
+        elapsed,
+        {"attnc_ntm": have_ntm(), "parent_threads_at_fork": parent_threads},
+        json_path,
+        width=30,
+    )
 
 
 if __name__ == "__main__":

@@ -145,6 +145,7 @@ def build_cases(dtype, batched):
 
     torch_score_dot = torch_score_sdot = {}
     if have_torch:
+
         def t_score_dot():
             return torch.matmul(tq, tk.transpose(-2, -1))
 
@@ -153,10 +154,17 @@ def build_cases(dtype, batched):
 
         torch_score_dot = {"q @ k.T": t_score_dot}
         torch_score_sdot = {"(q @ k.T) * scale": t_score_sdot}
-    cases.append(("score dot", a_score_dot, torch_score_dot,
-                  lambda: _max_abs_diff(a_score_dot(), t_score_dot().numpy())))
-    cases.append(("score scaled_dot", a_score_sdot, torch_score_sdot,
-                  lambda: _max_abs_diff(a_score_sdot(), t_score_sdot().numpy())))
+    cases.append(
+        ("score dot", a_score_dot, torch_score_dot, lambda: _max_abs_diff(a_score_dot(), t_score_dot().numpy()))
+    )
+    cases.append(
+        (
+            "score scaled_dot",
+            a_score_sdot,
+            torch_score_sdot,
+            lambda: _max_abs_diff(a_score_sdot(), t_score_sdot().numpy()),
+        )
+    )
 
     # ---- forward: softmax
     def a_softmax():
@@ -164,12 +172,12 @@ def build_cases(dtype, batched):
 
     torch_softmax = {}
     if have_torch:
+
         def t_softmax():
             return torch.softmax(ts, dim=-1)
 
         torch_softmax = {"torch.softmax": t_softmax}
-    cases.append(("softmax", a_softmax, torch_softmax,
-                  lambda: _max_abs_diff(a_softmax(), t_softmax().numpy())))
+    cases.append(("softmax", a_softmax, torch_softmax, lambda: _max_abs_diff(a_softmax(), t_softmax().numpy())))
 
     # ---- forward: attention
     def a_att_dot():
@@ -180,6 +188,7 @@ def build_cases(dtype, batched):
 
     torch_att_dot = torch_att_sdot = {}
     if have_torch:
+
         def t_att_dot():
             w = torch.softmax(torch.matmul(tq, tk.transpose(-2, -1)), dim=-1)
             return torch.matmul(w, tv), w
@@ -193,13 +202,29 @@ def build_cases(dtype, batched):
 
         torch_att_dot = {"softmax(q @ k.T) @ v": t_att_dot}
         torch_att_sdot = {"softmax(q @ k.T * scale) @ v": t_att_sdot, "F.sdpa": t_sdpa}
-    cases.append(("attention dot", a_att_dot, torch_att_dot,
-                  lambda: max(_max_abs_diff(a_att_dot()[0], t_att_dot()[0].numpy()),
-                              _max_abs_diff(a_att_dot()[1], t_att_dot()[1].numpy()))))
-    cases.append(("attention scaled_dot", a_att_sdot, torch_att_sdot,
-                  lambda: max(_max_abs_diff(a_att_sdot()[0], t_att_sdot()[0].numpy()),
-                              _max_abs_diff(a_att_sdot()[1], t_att_sdot()[1].numpy()),
-                              _max_abs_diff(a_att_sdot()[0], t_sdpa().numpy()))))
+    cases.append(
+        (
+            "attention dot",
+            a_att_dot,
+            torch_att_dot,
+            lambda: max(
+                _max_abs_diff(a_att_dot()[0], t_att_dot()[0].numpy()),
+                _max_abs_diff(a_att_dot()[1], t_att_dot()[1].numpy()),
+            ),
+        )
+    )
+    cases.append(
+        (
+            "attention scaled_dot",
+            a_att_sdot,
+            torch_att_sdot,
+            lambda: max(
+                _max_abs_diff(a_att_sdot()[0], t_att_sdot()[0].numpy()),
+                _max_abs_diff(a_att_sdot()[1], t_att_sdot()[1].numpy()),
+                _max_abs_diff(a_att_sdot()[0], t_sdpa().numpy()),
+            ),
+        )
+    )
 
     # ---- gradients: vjp + pullback vs autograd (forward and backward both timed)
     def a_grad_score():
@@ -220,6 +245,7 @@ def build_cases(dtype, batched):
 
     tg_score = tg_softmax = tg_att_dot = tg_att_sdot = {}
     if have_torch:
+
         def t_grad_score():
             out = torch.matmul(gq, gk.transpose(-2, -1)) * scale
             return torch.autograd.grad(out, (gq, gk), tdw)
@@ -243,24 +269,43 @@ def build_cases(dtype, batched):
         tg_score = {"autograd (q @ k.T) * scale": t_grad_score}
         tg_softmax = {"autograd softmax": t_grad_softmax}
         tg_att_dot = {"autograd softmax(q @ k.T) @ v": t_grad_att_dot}
-        tg_att_sdot = {"autograd softmax(q @ k.T * scale) @ v": t_grad_att_sdot,
-                       "autograd F.sdpa": t_grad_sdpa}
+        tg_att_sdot = {"autograd softmax(q @ k.T * scale) @ v": t_grad_att_sdot, "autograd F.sdpa": t_grad_sdpa}
 
     def _grad_diff(a_fn, t_fn, names):
         got = a_fn()
         ref = t_fn()
         return max(_max_abs_diff(got[n], r.numpy()) for n, r in zip(names, ref))
 
-    cases.append(("grad score scaled_dot", a_grad_score, tg_score,
-                  lambda: _grad_diff(a_grad_score, t_grad_score, ("query", "keys"))))
-    cases.append(("grad softmax", a_grad_softmax, tg_softmax,
-                  lambda: _grad_diff(a_grad_softmax, t_grad_softmax, ("scores",))))
-    cases.append(("grad attention dot", a_grad_att_dot, tg_att_dot,
-                  lambda: _grad_diff(a_grad_att_dot, t_grad_att_dot, ("query", "keys", "values"))))
-    cases.append(("grad attention scaled_dot", a_grad_att_sdot, tg_att_sdot,
-                  lambda: max(
-                      _grad_diff(a_grad_att_sdot, t_grad_att_sdot, ("query", "keys", "values")),
-                      _grad_diff(a_grad_att_sdot, t_grad_sdpa, ("query", "keys", "values")))))
+    cases.append(
+        (
+            "grad score scaled_dot",
+            a_grad_score,
+            tg_score,
+            lambda: _grad_diff(a_grad_score, t_grad_score, ("query", "keys")),
+        )
+    )
+    cases.append(
+        ("grad softmax", a_grad_softmax, tg_softmax, lambda: _grad_diff(a_grad_softmax, t_grad_softmax, ("scores",)))
+    )
+    cases.append(
+        (
+            "grad attention dot",
+            a_grad_att_dot,
+            tg_att_dot,
+            lambda: _grad_diff(a_grad_att_dot, t_grad_att_dot, ("query", "keys", "values")),
+        )
+    )
+    cases.append(
+        (
+            "grad attention scaled_dot",
+            a_grad_att_sdot,
+            tg_att_sdot,
+            lambda: max(
+                _grad_diff(a_grad_att_sdot, t_grad_att_sdot, ("query", "keys", "values")),
+                _grad_diff(a_grad_att_sdot, t_grad_sdpa, ("query", "keys", "values")),
+            ),
+        )
+    )
     if not have_torch:
         cases = [(op, a, t, None) for op, a, t, _ in cases]
     return cases
@@ -269,15 +314,23 @@ def build_cases(dtype, batched):
 # --------------------------------------------------------------------------- main
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--json", default=str(HERE / "results" / "overhead.json"),
-                        help="where to write the results (default: %(default)s)")
+    parser.add_argument(
+        "--json",
+        default=str(HERE / "results" / "overhead.json"),
+        help="where to write the results (default: %(default)s)",
+    )
     parser.add_argument("--quick", action="store_true", help="short run (a few seconds)")
     parser.add_argument("--dtype", choices=("float32", "float64"), default="float32")
-    parser.add_argument("--threads", type=int, default=None,
-                        help="threads for attnc and torch (default: attnc's current setting)")
+    parser.add_argument(
+        "--threads", type=int, default=None, help="threads for attnc and torch (default: attnc's current setting)"
+    )
     parser.add_argument("--repeats", type=int, default=7)
-    parser.add_argument("--target", type=float, default=None,
-                        help="seconds per repeat per timed call (default 0.05, 0.004 with --quick)")
+    parser.add_argument(
+        "--target",
+        type=float,
+        default=None,
+        help="seconds per repeat per timed call (default 0.05, 0.004 with --quick)",
+    )
     args = parser.parse_args(argv)
     target = args.target if args.target is not None else (0.004 if args.quick else 0.05)
 
@@ -312,23 +365,27 @@ def main(argv=None):
             }
             for label in t_fns:
                 t_us = timed[label]["median_us"]
-                row["torch"].append({
-                    "impl": label,
-                    "median_us": t_us,
-                    "min_us": timed[label]["min_us"],
-                    "samples_us": timed[label]["samples_us"],
-                    "ratio_torch_over_attnc": t_us / a_us,
-                })
+                row["torch"].append(
+                    {
+                        "impl": label,
+                        "median_us": t_us,
+                        "min_us": timed[label]["min_us"],
+                        "samples_us": timed[label]["samples_us"],
+                        "ratio_torch_over_attnc": t_us / a_us,
+                    }
+                )
             rows.append(row)
     elapsed = time.perf_counter() - t_start
 
     # ---- table
     header = f"{'op':<27} {'input':<11} {'attnc us':>9} {'torch us':>9} {'torch/attnc':>11}  torch call"
     print(machine.line(attnc))
-    print(f"attnc {getattr(attnc, '__version__', '?')} vs torch "
-          f"{torch.__version__ if torch is not None else '(not installed)'}; "
-          f"{dtype}, Tq=Tk={TQ}, d={D}, threads={threads}, "
-          f"median of {args.repeats} repeats{' (quick)' if args.quick else ''}")
+    print(
+        f"attnc {getattr(attnc, '__version__', '?')} vs torch "
+        f"{torch.__version__ if torch is not None else '(not installed)'}; "
+        f"{dtype}, Tq=Tk={TQ}, d={D}, threads={threads}, "
+        f"median of {args.repeats} repeats{' (quick)' if args.quick else ''}"
+    )
     print(header)
     print("-" * len(header))
     for row in rows:
@@ -341,24 +398,34 @@ def main(argv=None):
             if t is None:
                 print(f"{op:<27} {inp:<11} {a} {'-':>9} {'-':>11}")
             else:
-                print(f"{op:<27} {inp:<11} {a} {t['median_us']:9.2f} "
-                      f"{t['ratio_torch_over_attnc']:11.2f}  {t['impl']}")
-    bad = [r for r in rows if r["max_abs_diff_vs_torch"] is not None
-           and not r["max_abs_diff_vs_torch"] <= (1e-4 if dtype == np.float32 else 1e-10)]
+                print(f"{op:<27} {inp:<11} {a} {t['median_us']:9.2f} {t['ratio_torch_over_attnc']:11.2f}  {t['impl']}")
+    bad = [
+        r
+        for r in rows
+        if r["max_abs_diff_vs_torch"] is not None
+        and not r["max_abs_diff_vs_torch"] <= (1e-4 if dtype == np.float32 else 1e-10)
+    ]
     for r in bad:
-        print(f"WARNING: {r['op']} {r['input']}: attnc and torch differ by "
-              f"{r['max_abs_diff_vs_torch']:.3g}")
+        print(f"WARNING: {r['op']} {r['input']}: attnc and torch differ by {r['max_abs_diff_vs_torch']:.3g}")
     if busy:
-        print(f"WARNING: the machine was busy (1-minute load average {load_before:.2f} "
-              f"on {ncpu} CPUs); the timings above are unreliable")
+        print(
+            f"WARNING: the machine was busy (1-minute load average {load_before:.2f} "
+            f"on {ncpu} CPUs); the timings above are unreliable"
+        )
     print(f"({elapsed:.1f} s)")
 
     # ---- json
     result = {
         "benchmark": "per-call overhead, tiny inputs",
         "config": {
-            "Tq": TQ, "Tk": TK, "d": D, "dtype": str(dtype), "threads": threads,
-            "repeats": args.repeats, "target_s_per_repeat": target, "quick": args.quick,
+            "Tq": TQ,
+            "Tk": TK,
+            "d": D,
+            "dtype": str(dtype),
+            "threads": threads,
+            "repeats": args.repeats,
+            "target_s_per_repeat": target,
+            "quick": args.quick,
             "statistic": "median over repeats of mean per-call time in a loop (microseconds)",
         },
         "environment": {

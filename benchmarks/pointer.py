@@ -96,8 +96,8 @@ SIZES = {"B": 128, "n": 10, "D": 2, "H": 128, "K": 10}
 QUICK_SIZES = {"B": 8, "n": 5, "D": 2, "H": 16, "K": 3}
 CONSTRAINT = "tour"
 TARGETS = {"pointer_train": 3.0, "pointer_beam": 3.0}
-TOLERANCE = 1e-9             # attnc in float64 against torch in float64
-TOLERANCE32 = {"train": 1e-2, "beam": 1e-4}   # the timed float32 model against torch in float64
+TOLERANCE = 1e-9  # attnc in float64 against torch in float64
+TOLERANCE32 = {"train": 1e-2, "beam": 1e-4}  # the timed float32 model against torch in float64
 SEED = tf.SEED
 
 
@@ -191,8 +191,10 @@ def print_floor(sz, got, floor):
     if tf._ok(t):
         need = 100 * TARGETS["pointer_train"] * floor_ms / (t["median_s"] * 1e3)
         out["pct_peak_for_target"] = need
-        print(f"  {TARGETS['pointer_train']:.0f}x torch ({t['median_s'] * 1e3 / TARGETS['pointer_train']:.2f} ms)"
-              f" needs the step's products at {need:.0f}% of the peak, with nothing else in the step")
+        print(
+            f"  {TARGETS['pointer_train']:.0f}x torch ({t['median_s'] * 1e3 / TARGETS['pointer_train']:.2f} ms)"
+            f" needs the step's products at {need:.0f}% of the peak, with nothing else in the step"
+        )
     return out
 
 
@@ -264,10 +266,11 @@ def _rel_beam(out, n, a_score, best):
     closed = out.indices.shape[1] == n + 1 and bool((out.indices[:, n] == out.indices[:, 0]).all())
     valid = all(sorted(row) == list(range(n)) for row in tours)
     scale = max(float(np.abs(best.score).max()), 1e-30)
-    return {"tour log-probability vs torch beam": float(np.abs(a_score - best.score).max()) / scale,
-            "reported log_probs vs forward": float(np.abs(out.log_probs.astype(np.float64).sum(1) - a_score).max())
-            / scale,
-            "valid closed tours": 0.0 if (valid and closed) else float("inf")}
+    return {
+        "tour log-probability vs torch beam": float(np.abs(a_score - best.score).max()) / scale,
+        "reported log_probs vs forward": float(np.abs(out.log_probs.astype(np.float64).sum(1) - a_score).max()) / scale,
+        "valid closed tours": 0.0 if (valid and closed) else float("inf"),
+    }
 
 
 def job_check(sz, threads):
@@ -288,9 +291,14 @@ def job_check(sz, threads):
     b64 = SimpleNamespace(inputs=b.inputs.astype(np.float64), lengths=b.lengths, targets=b.targets)
     l64, g64 = a64.loss_and_grad(b64, constraint=CONSTRAINT)
     l32, g32 = a32.loss_and_grad(b, constraint=CONSTRAINT)
-    res["train"] = {"loss_attnc": float(l32), "loss_torch": t32[0], "loss_torch64": t64[0],
-                    "rel64": _rel_train(l64, g64, *t64), "rel32": _rel_train(l32, g32, *t64),
-                    "rel_torch32": _rel_train(*t32, *t64)}
+    res["train"] = {
+        "loss_attnc": float(l32),
+        "loss_torch": t32[0],
+        "loss_torch64": t64[0],
+        "rel64": _rel_train(l64, g64, *t64),
+        "rel32": _rel_train(l32, g32, *t64),
+        "rel_torch32": _rel_train(*t32, *t64),
+    }
 
     tm64 = torch_model(sz, torch.float64)
     x64 = b64.inputs
@@ -302,17 +310,22 @@ def job_check(sz, threads):
     s32, _ = ref.sequence_scores(tm64, x64, None, o32.indices[:, :n], CONSTRAINT)
     rel64 = _rel_beam(o64, n, s64, best64)
     rel64["share of tours differing"] = float((o64.indices[:, :n] != best64.indices).any(1).mean())
-    res["beam"] = {"rel64": rel64, "rel32": _rel_beam(o32, n, s32, best64),
-                   "same_tour_float32_vs_torch64": float((o32.indices[:, :n] == best64.indices).all(1).mean()),
-                   "same_tour_torch32_vs_torch64": float((best32.indices == best64.indices).all(1).mean()),
-                   "mean_log_prob_attnc32": float(s32.mean()), "mean_log_prob_torch64": float(best64.score.mean())}
+    res["beam"] = {
+        "rel64": rel64,
+        "rel32": _rel_beam(o32, n, s32, best64),
+        "same_tour_float32_vs_torch64": float((o32.indices[:, :n] == best64.indices).all(1).mean()),
+        "same_tour_torch32_vs_torch64": float((best32.indices == best64.indices).all(1).mean()),
+        "mean_log_prob_attnc32": float(s32.mean()),
+        "mean_log_prob_torch64": float(best64.score.mean()),
+    }
     return res
 
 
 # --------------------------------------------------------------------------- main
-SECTIONS = (("pointer_train", "train", "1. training step: forward + loss + backward of every parameter",
-             "training step"),
-            ("pointer_beam", "beam", "2. beam-search decoding", "beam decoding"))
+SECTIONS = (
+    ("pointer_train", "train", "1. training step: forward + loss + backward of every parameter", "training step"),
+    ("pointer_beam", "beam", "2. beam-search decoding", "beam decoding"),
+)
 
 
 def main(argv=None):
@@ -322,17 +335,29 @@ def main(argv=None):
     sz = QUICK_SIZES if quick else SIZES
 
     errors, failed_checks = [], []
-    impls, parent_threads, load, t_start = tf.begin(_import_libs, not args.no_snapshot, threads, repeats, rounds,
-                                                    quick)
+    impls, parent_threads, load, t_start = tf.begin(_import_libs, not args.no_snapshot, threads, repeats, rounds, quick)
     print(f"attnc from {common.SNAPSHOT_SRC or Path(attnc.__file__).parent}")
-    print(f"{sz['B']} instances of {sz['n']} points in the unit square, hidden size {sz['H']}, constraint "
-          f"{CONSTRAINT!r}; training on random permutation targets, beam width {sz['K']}")
-    result = {"benchmark": "pointer network (attnc.models.PointerNet) training step and beam search, attnc vs torch",
-              "config": {"threads": threads, "quick": quick, "repeats": repeats, "rounds": rounds,
-                         "min_sample_s": min_sample_s, "warmup_s": warmup_s, "sizes": sz, "constraint": CONSTRAINT,
-                         "targets_speedup": TARGETS, "tolerance_relative_float64": TOLERANCE,
-                         "tolerance_relative_float32": TOLERANCE32,
-                         "statistic": "median over samples of all rounds"}}
+    print(
+        f"{sz['B']} instances of {sz['n']} points in the unit square, hidden size {sz['H']}, constraint "
+        f"{CONSTRAINT!r}; training on random permutation targets, beam width {sz['K']}"
+    )
+    result = {
+        "benchmark": "pointer network (attnc.models.PointerNet) training step and beam search, attnc vs torch",
+        "config": {
+            "threads": threads,
+            "quick": quick,
+            "repeats": repeats,
+            "rounds": rounds,
+            "min_sample_s": min_sample_s,
+            "warmup_s": warmup_s,
+            "sizes": sz,
+            "constraint": CONSTRAINT,
+            "targets_speedup": TARGETS,
+            "tolerance_relative_float64": TOLERANCE,
+            "tolerance_relative_float32": TOLERANCE32,
+            "statistic": "median over samples of all rounds",
+        },
+    }
     summary = []
 
     check = {}
@@ -349,28 +374,43 @@ def main(argv=None):
             print(f"\n== {title} ==")
             tf.speed_head(22, 10, 10)
             case = f"B={sz['B']}, n={sz['n']}"
-            got = tf.measure(kind, (sz,), impls, threads, repeats, rounds, min_sample_s, warmup_s, errors,
-                             f"{label} {case}")
+            got = tf.measure(
+                kind, (sz,), impls, threads, repeats, rounds, min_sample_s, warmup_s, errors, f"{label} {case}"
+            )
             chk = check.get(key, {})
             worst = tf.checked_worst(chk.get("rel32"), f"{label} (float32)", TOLERANCE32[key], failed_checks)
             worst64 = tf.checked_worst(chk.get("rel64"), f"{label} (float64)", TOLERANCE, failed_checks)
             target = TARGETS[kind]
             fields = tf.speed_row(case, got, worst, target, 22, 10, 10)
-            result[key] = {"rows": [{"case": case, **fields, "check_worst_float64": None if worst64 is None else
-                                     {"name": worst64[0], "rel": worst64[1]}}]}
+            result[key] = {
+                "rows": [
+                    {
+                        "case": case,
+                        **fields,
+                        "check_worst_float64": None if worst64 is None else {"name": worst64[0], "rel": worst64[1]},
+                    }
+                ]
+            }
             summary.append((f"pointer {label}", fields["speedup"], target))
             if not have_pointer():
                 print("attnc: not available (attnc.models.PointerNet)")
-            what = ("the loss and every parameter's gradient" if key == "train" else
-                    "the decoded tours' log-probabilities (torch's float64 forward) against torch's float64 beam "
-                    "search's best, attnc's reported log_probs, closed tours")
-            print(f"check: {what}; largest relative difference of the float32 model from torch in float64 on the "
-                  f"same float32 weights and inputs (tolerance {TOLERANCE32[key]:.0e}): "
-                  f"{_f(worst[1] if worst else None, '{:.1e}', 0)}"
-                  f"{f' ({worst[0]})' if worst else ''}")
-            print(f"  attnc in float64 against torch in float64 (tolerance {TOLERANCE:.0e}"
-                  f"{', and the very same tours' if key == 'beam' else ''}): "
-                  f"{_f(worst64[1] if worst64 else None, '{:.1e}', 0)}{f' ({worst64[0]})' if worst64 else ''}")
+            what = (
+                "the loss and every parameter's gradient"
+                if key == "train"
+                else "the decoded tours' log-probabilities (torch's float64 forward) against torch's float64 beam "
+                "search's best, attnc's reported log_probs, closed tours"
+            )
+            print(
+                f"check: {what}; largest relative difference of the float32 model from torch in float64 on the "
+                f"same float32 weights and inputs (tolerance {TOLERANCE32[key]:.0e}): "
+                f"{_f(worst[1] if worst else None, '{:.1e}', 0)}"
+                f"{f' ({worst[0]})' if worst else ''}"
+            )
+            print(
+                f"  attnc in float64 against torch in float64 (tolerance {TOLERANCE:.0e}"
+                f"{', and the very same tours' if key == 'beam' else ''}): "
+                f"{_f(worst64[1] if worst64 else None, '{:.1e}', 0)}{f' ({worst64[0]})' if worst64 else ''}"
+            )
             if key == "train" and chk.get("rel_torch32"):
                 t32 = chk["rel_torch32"]
                 name = max(t32, key=t32.get)
@@ -378,18 +418,30 @@ def main(argv=None):
             if key == "train":
                 result[key]["products"] = print_floor(sz, got, floor)
             if key == "beam" and chk:
-                print(f"  (information: attnc float32 chose torch float64's tour for "
-                      f"{100 * chk['same_tour_float32_vs_torch64']:.1f}% of instances, torch float32 for "
-                      f"{100 * chk['same_tour_torch32_vs_torch64']:.1f}% (near-ties of an untrained model); mean "
-                      f"log-probability {chk['mean_log_prob_attnc32']:.6f} attnc float32, "
-                      f"{chk['mean_log_prob_torch64']:.6f} torch float64)")
+                print(
+                    f"  (information: attnc float32 chose torch float64's tour for "
+                    f"{100 * chk['same_tour_float32_vs_torch64']:.1f}% of instances, torch float32 for "
+                    f"{100 * chk['same_tour_torch32_vs_torch64']:.1f}% (near-ties of an untrained model); mean "
+                    f"log-probability {chk['mean_log_prob_attnc32']:.6f} attnc float32, "
+                    f"{chk['mean_log_prob_torch64']:.6f} torch float64)"
+                )
 
     # ---- summary
     elapsed = time.perf_counter() - t_start
     others = common._load_share(load, elapsed)
-    return tf.finish(result, summary, quick, errors, failed_checks, load, others, elapsed,
-                     {"attnc_pointer": have_pointer(), "parent_threads_at_fork": parent_threads},
-                     json_path, width=30)
+    return tf.finish(
+        result,
+        summary,
+        quick,
+        errors,
+        failed_checks,
+        load,
+        others,
+        elapsed,
+        {"attnc_pointer": have_pointer(), "parent_threads_at_fork": parent_threads},
+        json_path,
+        width=30,
+    )
 
 
 if __name__ == "__main__":

@@ -94,8 +94,11 @@ def have_cell(cell):
 
 # --------------------------------------------------------------------------- cases
 def make_cases(sizes):
-    return [{"cell": cell, "label": cell + suffix, "layers": layers, "bidirectional": bidir, "ragged": ragged,
-             **sizes} for cell in CELLS for suffix, layers, bidir, ragged in VARIANTS]
+    return [
+        {"cell": cell, "label": cell + suffix, "layers": layers, "bidirectional": bidir, "ragged": ragged, **sizes}
+        for cell in CELLS
+        for suffix, layers, bidir, ragged in VARIANTS
+    ]
 
 
 def lengths(case, seed=3):
@@ -235,8 +238,9 @@ def job_check(cases, threads):
         if not case["ragged"] and case["layers"] == 1:
             with tf._quiet_stderr(), torch.autograd.profiler.profile() as prof, torch.inference_mode():
                 torch_run(t_m, tx, tl, case["T"])
-            res["torch_ops"][cell] = sorted({e.name for e in prof.function_events
-                                             if any(s in e.name.lower() for s in ("rnn", "lstm", "gru"))})
+            res["torch_ops"][cell] = sorted(
+                {e.name for e in prof.function_events if any(s in e.name.lower() for s in ("rnn", "lstm", "gru"))}
+            )
         if not have_cell(cell):
             continue
         a_m = module("attnc", case).eval()
@@ -270,18 +274,30 @@ def main(argv=None):
     sizes = QUICK_SIZES if quick else SIZES
 
     errors, failed_checks = [], []
-    impls, parent_threads, load, t_start = tf.begin(_import_libs, not args.no_snapshot, threads, repeats, rounds,
-                                                    quick)
+    impls, parent_threads, load, t_start = tf.begin(_import_libs, not args.no_snapshot, threads, repeats, rounds, quick)
     cases = make_cases(sizes)
     print(f"attnc from {common.SNAPSHOT_SRC or Path(attnc.__file__).parent}")
-    print(f"B={sizes['B']} T={sizes['T']} input={sizes['I']} hidden={sizes['H']}, batch first; ragged rows: "
-          f"lengths in [{max(1, sizes['T'] // 5)}, {sizes['T']}], mean "
-          f"{float(np.mean(lengths(cases[2]))):.1f}")
-    result = {"benchmark": "recurrent layers (LSTM, GRU), attnc vs torch",
-              "config": {"threads": threads, "quick": quick, "repeats": repeats, "rounds": rounds,
-                         "min_sample_s": min_sample_s, "warmup_s": warmup_s, "sizes": sizes,
-                         "ragged_lengths": lengths(cases[2]).tolist(), "targets_speedup": TARGETS,
-                         "tolerance_relative": TOLERANCE, "statistic": "median over samples of all rounds"}}
+    print(
+        f"B={sizes['B']} T={sizes['T']} input={sizes['I']} hidden={sizes['H']}, batch first; ragged rows: "
+        f"lengths in [{max(1, sizes['T'] // 5)}, {sizes['T']}], mean "
+        f"{float(np.mean(lengths(cases[2]))):.1f}"
+    )
+    result = {
+        "benchmark": "recurrent layers (LSTM, GRU), attnc vs torch",
+        "config": {
+            "threads": threads,
+            "quick": quick,
+            "repeats": repeats,
+            "rounds": rounds,
+            "min_sample_s": min_sample_s,
+            "warmup_s": warmup_s,
+            "sizes": sizes,
+            "ragged_lengths": lengths(cases[2]).tolist(),
+            "targets_speedup": TARGETS,
+            "tolerance_relative": TOLERANCE,
+            "statistic": "median over samples of all rounds",
+        },
+    }
     summary = []
 
     check = {}
@@ -289,21 +305,26 @@ def main(argv=None):
         check = tf.forked_check(job_check, errors, "check", cases, threads)
     result["check"] = check
 
-    sections = (("forward", "1. forward, eval (torch under inference_mode)", "rnn_forward", 1),
-                ("train", "2. forward + backward, training mode (input and parameter gradients)", "rnn_train", 3))
+    sections = (
+        ("forward", "1. forward, eval (torch under inference_mode)", "rnn_forward", 1),
+        ("train", "2. forward + backward, training mode (input and parameter gradients)", "rnn_train", 3),
+    )
     for key, title, kind, mult in sections:
         if key in args.skip or torch is None:
             continue
         print(f"\n== {title} ==")
-        head = (f"{'case':<24}{'attnc ms':>9}{'torch ms':>9}{'speed-up':>9}{'per round':>11}{'attnc GF/s':>11}"
-                f"{'torch GF/s':>11}{'MiB attnc':>10}{'torch':>7}{'check':>10}")
+        head = (
+            f"{'case':<24}{'attnc ms':>9}{'torch ms':>9}{'speed-up':>9}{'per round':>11}{'attnc GF/s':>11}"
+            f"{'torch GF/s':>11}{'MiB attnc':>10}{'torch':>7}{'check':>10}"
+        )
         print(head)
         print("-" * len(head))
         rows = []
         for case in cases:
             fl = mult * flops(case)
-            got = tf.measure(kind, (case,), impls, threads, repeats, rounds, min_sample_s, warmup_s, errors,
-                             f"{case['label']} {key}")
+            got = tf.measure(
+                kind, (case,), impls, threads, repeats, rounds, min_sample_s, warmup_s, errors, f"{case['label']} {key}"
+            )
             a, t = got.get("attnc"), got.get("torch")
             for g in (a, t):
                 if _ok(g):
@@ -312,43 +333,74 @@ def main(argv=None):
             rs = _round_speedups(got)
             rel = check.get("cases", {}).get(case["label"], {}).get(key)
             worst = tf.checked_worst(rel, f"{case['label']} {key}", TOLERANCE, failed_checks)
-            rows.append({"case": case["label"], "cell": case["cell"], "layers": case["layers"],
-                         "bidirectional": case["bidirectional"], "ragged": case["ragged"], "flops": fl,
-                         "impl": got, "speedup": sp, "speedup_per_round": rs,
-                         "check_worst": None if worst is None else {"name": worst[0], "rel": worst[1]}})
+            rows.append(
+                {
+                    "case": case["label"],
+                    "cell": case["cell"],
+                    "layers": case["layers"],
+                    "bidirectional": case["bidirectional"],
+                    "ragged": case["ragged"],
+                    "flops": fl,
+                    "impl": got,
+                    "speedup": sp,
+                    "speedup_per_round": rs,
+                    "check_worst": None if worst is None else {"name": worst[0], "rel": worst[1]},
+                }
+            )
             a_ok, t_ok = _ok(a), _ok(t)
-            print(f"{case['label']:<24}"
-                  f"{(_f(a['median_s'] * 1e3, '{:.2f}', 9) if a_ok else (_status(a) or '-').rjust(9))}"
-                  f"{_f(t['median_s'] * 1e3 if t_ok else None, '{:.2f}', 9)}{_f(sp, '{:.2f}x', 9)}"
-                  f" {_range(rs):>10}{_f(a['gflops'] if a_ok else None, '{:.1f}', 11)}"
-                  f"{_f(t['gflops'] if t_ok else None, '{:.1f}', 11)}"
-                  f"{_f(a.get('peak_increase_mb') if a_ok else None, '{:.1f}', 10)}"
-                  f"{_f(t.get('peak_increase_mb') if t_ok else None, '{:.1f}', 7)}"
-                  f"{_f(worst[1] if worst else None, '{:.1e}', 10)}")
+            print(
+                f"{case['label']:<24}"
+                f"{(_f(a['median_s'] * 1e3, '{:.2f}', 9) if a_ok else (_status(a) or '-').rjust(9))}"
+                f"{_f(t['median_s'] * 1e3 if t_ok else None, '{:.2f}', 9)}{_f(sp, '{:.2f}x', 9)}"
+                f" {_range(rs):>10}{_f(a['gflops'] if a_ok else None, '{:.1f}', 11)}"
+                f"{_f(t['gflops'] if t_ok else None, '{:.1f}', 11)}"
+                f"{_f(a.get('peak_increase_mb') if a_ok else None, '{:.1f}', 10)}"
+                f"{_f(t.get('peak_increase_mb') if t_ok else None, '{:.1f}', 7)}"
+                f"{_f(worst[1] if worst else None, '{:.1e}', 10)}"
+            )
             if case["label"] == "LSTM":
-                summary.append((f"LSTM layer {'forward + backward' if key == 'train' else 'forward'}", sp,
-                                TARGETS["lstm_train"] if key == "train" else None))
+                summary.append(
+                    (
+                        f"LSTM layer {'forward + backward' if key == 'train' else 'forward'}",
+                        sp,
+                        TARGETS["lstm_train"] if key == "train" else None,
+                    )
+                )
         result[key] = {"rows": rows}
         missing = [c for c in CELLS if not have_cell(c)]
         if missing:
             print("attnc: not available (" + ", ".join(f"attnc.nn.{c}" for c in missing) + ")")
-        print(f"check: largest relative difference from torch "
-              f"({'output, h_n, c_n' if key == 'forward' else 'output, input and parameter gradients'}), "
-              f"tolerance {TOLERANCE:.0e}")
+        print(
+            f"check: largest relative difference from torch "
+            f"({'output, h_n, c_n' if key == 'forward' else 'output, input and parameter gradients'}), "
+            f"tolerance {TOLERANCE:.0e}"
+        )
 
     if "error" not in check and check.get("torch_ops"):
         ops = check["torch_ops"]
-        print("\ntorch's recurrent operators (1 layer, forward): "
-              + "; ".join(f"{c}: {', '.join(v) or '?'}" for c, v in ops.items()))
+        print(
+            "\ntorch's recurrent operators (1 layer, forward): "
+            + "; ".join(f"{c}: {', '.join(v) or '?'}" for c, v in ops.items())
+        )
     if torch is None:
         print("torch is not installed: nothing to compare")
 
     # ---- summary
     elapsed = time.perf_counter() - t_start
     others = common._load_share(load, elapsed)
-    return tf.finish(result, summary, quick, errors, failed_checks, load, others, elapsed,
-                     {"attnc_rnn": {c: have_cell(c) for c in CELLS}, "parent_threads_at_fork": parent_threads},
-                     json_path, width=34)
+    return tf.finish(
+        result,
+        summary,
+        quick,
+        errors,
+        failed_checks,
+        load,
+        others,
+        elapsed,
+        {"attnc_rnn": {c: have_cell(c) for c in CELLS}, "parent_threads_at_fork": parent_threads},
+        json_path,
+        width=34,
+    )
 
 
 if __name__ == "__main__":

@@ -90,8 +90,7 @@ def make_cases(sizes):
 
 def shapes(case):
     """{state_dict key: shape}, as the spec lays the model out."""
-    return ref.state_shapes(case["Vs"], case["Vt"], case["E"], case["H"], case["attention"],
-                        attention_size=case["A"])
+    return ref.state_shapes(case["Vs"], case["Vt"], case["E"], case["H"], case["attention"], attention_size=case["A"])
 
 
 def state(case):
@@ -126,8 +125,16 @@ def batch(case, seed=1):
 def attnc_model(case):
     if not have_seq2seq():
         raise tf.NotAvailable("attnc.models.Seq2Seq")
-    m = attnc.models.Seq2Seq(case["Vs"], case["Vt"], case["E"], case["H"], case["attention"],
-                             attention_size=case["A"], dtype=np.float32, seed=SEED)
+    m = attnc.models.Seq2Seq(
+        case["Vs"],
+        case["Vt"],
+        case["E"],
+        case["H"],
+        case["attention"],
+        attention_size=case["A"],
+        dtype=np.float32,
+        seed=SEED,
+    )
     got = {k: tuple(np.shape(v)) for k, v in m.state_dict().items()}
     want = shapes(case)
     if got != want:
@@ -142,8 +149,12 @@ def torch_model(case):
 
 
 def _torch_inputs(b):
-    return (torch.from_numpy(b.src), torch.from_numpy(b.src_lengths), torch.from_numpy(b.tgt_in),
-            torch.from_numpy(b.tgt_out))
+    return (
+        torch.from_numpy(b.src),
+        torch.from_numpy(b.src_lengths),
+        torch.from_numpy(b.tgt_in),
+        torch.from_numpy(b.tgt_out),
+    )
 
 
 # --------------------------------------------------------------------------- builders
@@ -209,18 +220,30 @@ def main(argv=None):
     sizes = QUICK_SIZES if quick else SIZES
 
     errors, failed_checks = [], []
-    impls, parent_threads, load, t_start = tf.begin(_import_libs, not args.no_snapshot, threads, repeats, rounds,
-                                                    quick)
+    impls, parent_threads, load, t_start = tf.begin(_import_libs, not args.no_snapshot, threads, repeats, rounds, quick)
     cases = make_cases(sizes)
     lens = lengths(cases[0])
-    print(f"B={sizes['B']} S={sizes['S']} T={sizes['T']} embed={sizes['E']} hidden={sizes['H']} "
-          f"attention={sizes['A']} vocab {sizes['Vs']} -> {sizes['Vt']}, batch first; source lengths in "
-          f"[{max(1, sizes['S'] // 4)}, {sizes['S']}], mean {float(np.mean(lens)):.1f}")
-    result = {"benchmark": "recurrent encoder-decoder training step (attnc.models.Seq2Seq), attnc vs torch",
-              "config": {"threads": threads, "quick": quick, "repeats": repeats, "rounds": rounds,
-                         "min_sample_s": min_sample_s, "warmup_s": warmup_s, "sizes": sizes,
-                         "source_lengths": lens.tolist(), "targets_speedup": TARGETS,
-                         "tolerance_relative": TOLERANCE, "statistic": "median over samples of all rounds"}}
+    print(
+        f"B={sizes['B']} S={sizes['S']} T={sizes['T']} embed={sizes['E']} hidden={sizes['H']} "
+        f"attention={sizes['A']} vocab {sizes['Vs']} -> {sizes['Vt']}, batch first; source lengths in "
+        f"[{max(1, sizes['S'] // 4)}, {sizes['S']}], mean {float(np.mean(lens)):.1f}"
+    )
+    result = {
+        "benchmark": "recurrent encoder-decoder training step (attnc.models.Seq2Seq), attnc vs torch",
+        "config": {
+            "threads": threads,
+            "quick": quick,
+            "repeats": repeats,
+            "rounds": rounds,
+            "min_sample_s": min_sample_s,
+            "warmup_s": warmup_s,
+            "sizes": sizes,
+            "source_lengths": lens.tolist(),
+            "targets_speedup": TARGETS,
+            "tolerance_relative": TOLERANCE,
+            "statistic": "median over samples of all rounds",
+        },
+    }
     summary = []
 
     check = {}
@@ -233,8 +256,18 @@ def main(argv=None):
         tf.speed_head(16)
         rows = []
         for case in cases:
-            got = tf.measure("seq2seq_train", (case,), impls, threads, repeats, rounds, min_sample_s, warmup_s,
-                             errors, f"{case['label']} training step")
+            got = tf.measure(
+                "seq2seq_train",
+                (case,),
+                impls,
+                threads,
+                repeats,
+                rounds,
+                min_sample_s,
+                warmup_s,
+                errors,
+                f"{case['label']} training step",
+            )
             rel = check.get("cases", {}).get(case["label"], {}).get("rel")
             worst = tf.checked_worst(rel, case["label"], TOLERANCE, failed_checks)
             target = TARGETS.get(case["target"]) if case["target"] else None
@@ -244,17 +277,29 @@ def main(argv=None):
         result["train"] = {"rows": rows}
         if not have_seq2seq():
             print("attnc: not available (attnc.models.Seq2Seq)")
-        print(f"check: largest relative difference from torch (loss, every parameter's gradient, eval logits "
-              f"and alignments), tolerance {TOLERANCE:.0e}")
+        print(
+            f"check: largest relative difference from torch (loss, every parameter's gradient, eval logits "
+            f"and alignments), tolerance {TOLERANCE:.0e}"
+        )
     else:
         print("torch is not installed: nothing to compare")
 
     # ---- summary
     elapsed = time.perf_counter() - t_start
     others = common._load_share(load, elapsed)
-    return tf.finish(result, summary, quick, errors, failed_checks, load, others, elapsed,
-                     {"attnc_seq2seq": have_seq2seq(), "parent_threads_at_fork": parent_threads},
-                     json_path, width=30)
+    return tf.finish(
+        result,
+        summary,
+        quick,
+        errors,
+        failed_checks,
+        load,
+        others,
+        elapsed,
+        {"attnc_seq2seq": have_seq2seq(), "parent_threads_at_fork": parent_threads},
+        json_path,
+        width=30,
+    )
 
 
 if __name__ == "__main__":

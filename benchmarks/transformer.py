@@ -125,8 +125,9 @@ def have_encoder_layer():
 
 def have_seq2seq():
     models = getattr(attnc, "models", None)
-    return (hasattr(getattr(models, "Seq2SeqTransformer", None), "generate")
-            and hasattr(getattr(attnc, "nn", None), "Transformer"))
+    return hasattr(getattr(models, "Seq2SeqTransformer", None), "generate") and hasattr(
+        getattr(attnc, "nn", None), "Transformer"
+    )
 
 
 class NotAvailable(Exception):
@@ -321,8 +322,9 @@ def torch_seq2seq(dc):
     m = nn.Module()
     m.src_embed = nn.Embedding(dc["V"], dc["d"])
     m.tgt_embed = nn.Embedding(dc["V"], dc["d"])
-    m.transformer = nn.Transformer(dc["d"], dc["H"], dc["layers"], dc["layers"], dc["ff"], dropout=0.1,
-                                   batch_first=True)
+    m.transformer = nn.Transformer(
+        dc["d"], dc["H"], dc["layers"], dc["layers"], dc["ff"], dropout=0.1, batch_first=True
+    )
     m.generator = nn.Linear(dc["d"], dc["V"])
     load_state(m, make_state(_shapes(m)))
     m.pe = torch.from_numpy(sinusoidal(decoder_max_len(dc), dc["d"]))
@@ -353,11 +355,32 @@ def torch_greedy(m, src, n_new, bos, logits_out=None):
         mkv = F.linear(memory, w[d:], b[d:]).view(B, S, 2, H, dh).permute(2, 0, 3, 1, 4)
         # self-attention cache, keys and values together: (B, 2, H, n_new, dh)
         cache = torch.empty(B, 2, H, n_new, dh)
-        plan.append((sa.in_proj_weight, sa.in_proj_bias, sa.out_proj.weight, sa.out_proj.bias,
-                     w[:d], b[:d], mkv[0], mkv[1], ca.out_proj.weight, ca.out_proj.bias,
-                     lay.linear1.weight, lay.linear1.bias, lay.linear2.weight, lay.linear2.bias,
-                     lay.norm1.weight, lay.norm1.bias, lay.norm2.weight, lay.norm2.bias,
-                     lay.norm3.weight, lay.norm3.bias, lay.norm1.eps, cache))
+        plan.append(
+            (
+                sa.in_proj_weight,
+                sa.in_proj_bias,
+                sa.out_proj.weight,
+                sa.out_proj.bias,
+                w[:d],
+                b[:d],
+                mkv[0],
+                mkv[1],
+                ca.out_proj.weight,
+                ca.out_proj.bias,
+                lay.linear1.weight,
+                lay.linear1.bias,
+                lay.linear2.weight,
+                lay.linear2.bias,
+                lay.norm1.weight,
+                lay.norm1.bias,
+                lay.norm2.weight,
+                lay.norm2.bias,
+                lay.norm3.weight,
+                lay.norm3.bias,
+                lay.norm1.eps,
+                cache,
+            )
+        )
     norm = m.transformer.decoder.norm
     gen_w, gen_b = m.generator.weight, m.generator.bias
     emb = m.tgt_embed.weight * math.sqrt(d)
@@ -366,10 +389,32 @@ def torch_greedy(m, src, n_new, bos, logits_out=None):
     tok = torch.full((B,), bos, dtype=torch.long)
     for t in range(n_new):
         x = F.embedding(tok, emb) + pe[t]  # (B, d)
-        for (wi, bi, wo, bo, cwq, cbq, mk, mv, cwo, cbo, w1, b1, w2, b2,
-             n1w, n1b, n2w, n2b, n3w, n3b, eps, cache) in plan:
+        for (
+            wi,
+            bi,
+            wo,
+            bo,
+            cwq,
+            cbq,
+            mk,
+            mv,
+            cwo,
+            cbo,
+            w1,
+            b1,
+            w2,
+            b2,
+            n1w,
+            n1b,
+            n2w,
+            n2b,
+            n3w,
+            n3b,
+            eps,
+            cache,
+        ) in plan:
             qkv = F.linear(x, wi, bi).view(B, 3, H, 1, dh)
-            cache[:, :, :, t:t + 1] = qkv[:, 1:]
+            cache[:, :, :, t : t + 1] = qkv[:, 1:]
             kv = cache[:, :, :, : t + 1]
             a = F.scaled_dot_product_attention(qkv[:, 0], kv[:, 0], kv[:, 1])  # (B, H, 1, dh)
             x = F.layer_norm(x + F.linear(a.view(B, d), wo, bo), shape, n1w, n1b, eps)
@@ -390,8 +435,12 @@ def torch_teacher_forced(m, src, tgt_in):
     d = m.pe.shape[1]
     T = tgt_in.shape[1]
     mask = torch.nn.Transformer.generate_square_subsequent_mask(T)
-    h = m.transformer(m.src_embed(src) * math.sqrt(d) + m.pe[: src.shape[1]],
-                      m.tgt_embed(tgt_in) * math.sqrt(d) + m.pe[:T], tgt_mask=mask, tgt_is_causal=True)
+    h = m.transformer(
+        m.src_embed(src) * math.sqrt(d) + m.pe[: src.shape[1]],
+        m.tgt_embed(tgt_in) * math.sqrt(d) + m.pe[:T],
+        tgt_mask=mask,
+        tgt_is_causal=True,
+    )
     return m.generator(h)
 
 
@@ -399,9 +448,17 @@ def attnc_seq2seq(dc):
     if not have_seq2seq():
         raise NotAvailable("attnc.models.Seq2SeqTransformer.generate")
     m = attnc.models.Seq2SeqTransformer(
-        dc["V"], dc["V"], d_model=dc["d"], nhead=dc["H"], num_encoder_layers=dc["layers"],
-        num_decoder_layers=dc["layers"], dim_feedforward=dc["ff"], dropout=0.1,
-        max_len=decoder_max_len(dc), seed=SEED)
+        dc["V"],
+        dc["V"],
+        d_model=dc["d"],
+        nhead=dc["H"],
+        num_encoder_layers=dc["layers"],
+        num_decoder_layers=dc["layers"],
+        dim_feedforward=dc["ff"],
+        dropout=0.1,
+        max_len=decoder_max_len(dc),
+        seed=SEED,
+    )
     return load_state(m, make_state(_shapes(m))).eval()
 
 
@@ -485,8 +542,7 @@ def job_check_decode(dc, threads):
 
 
 # --------------------------------------------------------------------------- timing
-BUILDERS = {"encoder_forward": build_encoder_forward, "train_step": build_train_step,
-            "decode": build_decode}
+BUILDERS = {"encoder_forward": build_encoder_forward, "train_step": build_train_step, "decode": build_decode}
 
 
 def job_time(kind, impl, args, threads, n_samples, min_sample_s, warmup_s, memory):
@@ -501,8 +557,10 @@ def job_time(kind, impl, args, threads, n_samples, min_sample_s, warmup_s, memor
         fn()
         n += 1
     t_call = (time.perf_counter() - t0) / n
-    res = {"warmup_calls": n, "threads": {"attnc": attnc.get_num_threads(),
-                                          "torch": torch.get_num_threads() if torch is not None else None}}
+    res = {
+        "warmup_calls": n,
+        "threads": {"attnc": attnc.get_num_threads(), "torch": torch.get_num_threads() if torch is not None else None},
+    }
     if memory:
         common._trim()
         base_kb = common._status_kb("VmRSS")
@@ -541,8 +599,7 @@ def job_sgemm(lib, shapes, threads, n_samples):
         if lib == "numpy":
             fn = functools.partial(np.matmul, a, b, out=c)
         else:
-            fn = functools.partial(torch.matmul, torch.from_numpy(a), torch.from_numpy(b),
-                                   out=torch.from_numpy(c))
+            fn = functools.partial(torch.matmul, torch.from_numpy(a), torch.from_numpy(b), out=torch.from_numpy(c))
         for _ in range(2):
             fn()
         t0 = time.perf_counter()
@@ -551,8 +608,11 @@ def job_sgemm(lib, shapes, threads, n_samples):
         samples = _samples(fn, inner, n_samples)
         fl = 2.0 * m * k * n
         out[f"{lib} {m}x{k}x{n}"] = {
-            "lib": lib, "shape": [m, k, n], "gflops_best": fl / min(samples) / 1e9,
-            "gflops_median": fl / statistics.median(samples) / 1e9}
+            "lib": lib,
+            "shape": [m, k, n],
+            "gflops_best": fl / min(samples) / 1e9,
+            "gflops_median": fl / statistics.median(samples) / 1e9,
+        }
     return out
 
 
@@ -567,8 +627,7 @@ def measure(kind, args, impls, threads, repeats, rounds, min_sample_s, warmup_s,
         for impl in order:
             if impl in dead:
                 continue
-            res = common.run_forked(job_time, kind, impl, args, threads, per_round, min_sample_s,
-                                    warmup_s, r == 0)
+            res = common.run_forked(job_time, kind, impl, args, threads, per_round, min_sample_s, warmup_s, r == 0)
             if not res["ok"]:
                 errors.append(f"{label} {impl}: {res['error']}")
                 dead.add(impl)
@@ -580,8 +639,9 @@ def measure(kind, args, impls, threads, repeats, rounds, min_sample_s, warmup_s,
                 got[impl] = {"not_available": res["not_available"]}
                 continue
             got[impl]["samples_s"].extend(res["samples_s"])
-            got[impl]["rounds"].append({"median_s": statistics.median(res["samples_s"]),
-                                        **{k: v for k, v in res.items() if k != "samples_s"}})
+            got[impl]["rounds"].append(
+                {"median_s": statistics.median(res["samples_s"]), **{k: v for k, v in res.items() if k != "samples_s"}}
+            )
             if r == 0:
                 got[impl]["peak_increase_mb"] = res.get("peak_increase_mb")
     for g in got.values():
@@ -635,8 +695,7 @@ def _verdict(speedup, target):
     return f"{'met' if speedup >= target else 'MISSED'} (target >= {target}x)"
 
 
-def finish(result, summary, quick, errors, failed_checks, load, others, elapsed, environment, json_path,
-           width=30):
+def finish(result, summary, quick, errors, failed_checks, load, others, elapsed, environment, json_path, width=30):
     """The end of a benchmark run (here and in rnn.py): the targets table,
     errors and failed checks, how busy the machine was, the JSON file. Returns
     the exit status: 1 when a check failed or a child erred."""
@@ -645,8 +704,10 @@ def finish(result, summary, quick, errors, failed_checks, load, others, elapsed,
         print("(a quick run: sizes far too small for the targets to mean anything)")
     for name, sp, target in summary:
         print(f"{name:<{width}} {_f(sp, '{:.2f}x', 7)}  {_verdict(sp, target)}")
-    result["summary"] = [{"case": n, "speedup": sp, "target": t,
-                          "met": None if sp is None or t is None else sp >= t} for n, sp, t in summary]
+    result["summary"] = [
+        {"case": n, "speedup": sp, "target": t, "met": None if sp is None or t is None else sp >= t}
+        for n, sp, t in summary
+    ]
     for e in errors:
         print(f"ERROR: {e}")
     for c in failed_checks:
@@ -654,13 +715,21 @@ def finish(result, summary, quick, errors, failed_checks, load, others, elapsed,
     common._load_report(load, others)
     print(f"({elapsed:.0f} s)")
     result["environment"] = {
-        "attnc": getattr(attnc, "__version__", None), "attnc_blas": attnc.blas_info(),
-        "machine": machine.describe(attnc), "attnc_loaded_from": attnc.__file__, "attnc_source": common.SNAPSHOT_SRC,
+        "attnc": getattr(attnc, "__version__", None),
+        "attnc_blas": attnc.blas_info(),
+        "machine": machine.describe(attnc),
+        "attnc_loaded_from": attnc.__file__,
+        "attnc_source": common.SNAPSHOT_SRC,
         "attnc_git": common._git_rev(),
         **environment,
-        "torch": torch.__version__ if torch is not None else None, "numpy": np.__version__,
-        "python": platform.python_version(), "platform": platform.platform(), "cpu_count": os.cpu_count() or 1,
-        "load_average_1min_before": load["load_before"], "other_processes_cpu_share": others}
+        "torch": torch.__version__ if torch is not None else None,
+        "numpy": np.__version__,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "cpu_count": os.cpu_count() or 1,
+        "load_average_1min_before": load["load_before"],
+        "other_processes_cpu_share": others,
+    }
     result["errors"] = errors
     result["failed_checks"] = failed_checks
     result["elapsed_s"] = elapsed
@@ -677,19 +746,28 @@ def parse_common(name, description, argv, rounds_help="default 3; 1 with --quick
     split, before --rounds), threads, json_path, min_sample_s, warmup_s."""
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--quick", action="store_true", help="tiny sizes, few repeats (seconds)")
-    parser.add_argument("--threads", type=int, default=None,
-                        help="threads for attnc and torch (default: the machine's cores)")
-    parser.add_argument("--repeats", type=int, default=None,
-                        help="timed samples per implementation and case (default 9; 2 with --quick)")
-    parser.add_argument("--rounds", type=int, default=None,
-                        help=f"alternating rounds the samples are split over ({rounds_help})")
-    parser.add_argument("--json", default=None,
-                        help=f"where to write the results (default benchmarks/results/{name}.json, "
-                             f"{name}-quick.json with --quick)")
+    parser.add_argument(
+        "--threads", type=int, default=None, help="threads for attnc and torch (default: the machine's cores)"
+    )
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=None,
+        help="timed samples per implementation and case (default 9; 2 with --quick)",
+    )
+    parser.add_argument(
+        "--rounds", type=int, default=None, help=f"alternating rounds the samples are split over ({rounds_help})"
+    )
+    parser.add_argument(
+        "--json",
+        default=None,
+        help=f"where to write the results (default benchmarks/results/{name}.json, {name}-quick.json with --quick)",
+    )
     if skip:
         parser.add_argument("--skip", action="append", default=[], choices=skip, help="skip a section")
-    parser.add_argument("--no-snapshot", action="store_true",
-                        help="import attnc in place instead of from a private copy")
+    parser.add_argument(
+        "--no-snapshot", action="store_true", help="import attnc in place instead of from a private copy"
+    )
     args = parser.parse_args(argv)
     quick = args.quick
     repeats = args.repeats if args.repeats is not None else (2 if quick else 9)
@@ -698,11 +776,15 @@ def parse_common(name, description, argv, rounds_help="default 3; 1 with --quick
     if args.threads is not None and args.threads < 1:
         parser.error("--threads must be >= 1")
     settings = {
-        "quick": quick, "repeats": repeats, "rounds": min(args.rounds or (1 if quick else 3), repeats),
+        "quick": quick,
+        "repeats": repeats,
+        "rounds": min(args.rounds or (1 if quick else 3), repeats),
         "threads": args.threads or len(os.sched_getaffinity(0)),
-        "json_path": Path(args.json) if args.json else HERE / "results" / (f"{name}-quick.json" if quick
-                                                                          else f"{name}.json"),
-        "min_sample_s": 0.01 if quick else 0.1, "warmup_s": 0.0 if quick else 0.5,
+        "json_path": Path(args.json)
+        if args.json
+        else HERE / "results" / (f"{name}-quick.json" if quick else f"{name}.json"),
+        "min_sample_s": 0.01 if quick else 0.1,
+        "warmup_s": 0.0 if quick else 0.5,
     }
     return args, settings
 
@@ -717,10 +799,12 @@ def begin(import_libs, snapshot, threads, repeats, rounds, quick, rounds_note=""
     t_start = time.perf_counter()
     load = common._load_start()
     print(machine.line(attnc))
-    print(f"attnc {getattr(attnc, '__version__', '?')} (BLAS: {attnc.blas_info()}), "
-          f"torch {torch.__version__ if torch is not None else '(not installed)'}, numpy {np.__version__}; "
-          f"float32, {threads} threads for attnc and torch, {repeats} samples per case in {rounds} "
-          f"round(s){rounds_note}, medians{' (quick)' if quick else ''}")
+    print(
+        f"attnc {getattr(attnc, '__version__', '?')} (BLAS: {attnc.blas_info()}), "
+        f"torch {torch.__version__ if torch is not None else '(not installed)'}, numpy {np.__version__}; "
+        f"float32, {threads} threads for attnc and torch, {repeats} samples per case in {rounds} "
+        f"round(s){rounds_note}, medians{' (quick)' if quick else ''}"
+    )
     return impls, parent_threads, load, t_start
 
 
@@ -749,8 +833,10 @@ def speed_head(case_width, attnc_width=14, torch_width=9):
     benchmarks of the recurrent models (seq2seq.py, ntm.py, pointer.py) share:
     case, median times, speed-up, its range over rounds, peak memory, check,
     target."""
-    head = (f"{'case':<{case_width}}{'attnc ms':>{attnc_width}}{'torch ms':>{torch_width}}{'speed-up':>9}"
-            f"{'per round':>11}{'MiB attnc':>10}{'torch':>7}{'check':>10}  target")
+    head = (
+        f"{'case':<{case_width}}{'attnc ms':>{attnc_width}}{'torch ms':>{torch_width}}{'speed-up':>9}"
+        f"{'per round':>11}{'MiB attnc':>10}{'torch':>7}{'check':>10}  target"
+    )
     print(head)
     print("-" * len(head))
 
@@ -761,21 +847,31 @@ def speed_row(label, got, worst, target, case_width, attnc_width=14, torch_width
     a, t = got.get("attnc"), got.get("torch")
     sp, rs = _speedup(got), _round_speedups(got)
     a_ok, t_ok = _ok(a), _ok(t)
-    print(f"{label:<{case_width}}"
-          f"{(_f(a['median_s'] * 1e3, '{:.2f}', attnc_width) if a_ok else (_status(a) or '-').rjust(attnc_width))}"
-          f"{_f(t['median_s'] * 1e3 if t_ok else None, '{:.2f}', torch_width)}{_f(sp, '{:.2f}x', 9)}"
-          f" {_range(rs):>10}"
-          f"{_f(a.get('peak_increase_mb') if a_ok else None, '{:.1f}', 10)}"
-          f"{_f(t.get('peak_increase_mb') if t_ok else None, '{:.1f}', 7)}"
-          f"{_f(worst[1] if worst else None, '{:.1e}', 10)}  {_verdict(sp, target)}")
-    return {"impl": got, "speedup": sp, "speedup_per_round": rs,
-            "check_worst": None if worst is None else {"name": worst[0], "rel": worst[1]}}
+    print(
+        f"{label:<{case_width}}"
+        f"{(_f(a['median_s'] * 1e3, '{:.2f}', attnc_width) if a_ok else (_status(a) or '-').rjust(attnc_width))}"
+        f"{_f(t['median_s'] * 1e3 if t_ok else None, '{:.2f}', torch_width)}{_f(sp, '{:.2f}x', 9)}"
+        f" {_range(rs):>10}"
+        f"{_f(a.get('peak_increase_mb') if a_ok else None, '{:.1f}', 10)}"
+        f"{_f(t.get('peak_increase_mb') if t_ok else None, '{:.1f}', 7)}"
+        f"{_f(worst[1] if worst else None, '{:.1e}', 10)}  {_verdict(sp, target)}"
+    )
+    return {
+        "impl": got,
+        "speedup": sp,
+        "speedup_per_round": rs,
+        "check_worst": None if worst is None else {"name": worst[0], "rel": worst[1]},
+    }
 
 
 def main(argv=None):
-    args, st = parse_common("transformer", __doc__.split("\n\n")[0], argv,
-                            "default 3 for the layer, --repeats for decoding; 1 with --quick",
-                            skip=("encoder_forward", "train_step", "decode"))
+    args, st = parse_common(
+        "transformer",
+        __doc__.split("\n\n")[0],
+        argv,
+        "default 3 for the layer, --repeats for decoding; 1 with --quick",
+        skip=("encoder_forward", "train_step", "decode"),
+    )
     quick, repeats, rounds, threads = st["quick"], st["repeats"], st["rounds"], st["threads"]  # rounds: the layer's
     dec_rounds = min(args.rounds or (1 if quick else repeats), repeats)  # decoding
     json_path, min_sample_s, warmup_s = st["json_path"], st["min_sample_s"], st["warmup_s"]
@@ -783,19 +879,34 @@ def main(argv=None):
     dec = QUICK_DECODER if quick else DECODER
 
     errors, failed_checks = [], []
-    impls, parent_threads, load, t_start = begin(_import_libs, not args.no_snapshot, threads, repeats, rounds,
-                                                 quick, f" ({dec_rounds} for decoding)")
-    result = {"benchmark": "transformer layers and greedy decoding, attnc vs torch",
-              "config": {"threads": threads, "quick": quick, "repeats": repeats, "rounds": rounds,
-                         "decode_rounds": dec_rounds,
-                         "min_sample_s": min_sample_s, "warmup_s": warmup_s, "encoder": enc,
-                         "decoder": {**dec, "batches": list(dec["batches"])}, "dropouts": list(DROPOUTS),
-                         "targets_speedup": TARGETS, "statistic": "median over samples of all rounds"}}
+    impls, parent_threads, load, t_start = begin(
+        _import_libs, not args.no_snapshot, threads, repeats, rounds, quick, f" ({dec_rounds} for decoding)"
+    )
+    result = {
+        "benchmark": "transformer layers and greedy decoding, attnc vs torch",
+        "config": {
+            "threads": threads,
+            "quick": quick,
+            "repeats": repeats,
+            "rounds": rounds,
+            "decode_rounds": dec_rounds,
+            "min_sample_s": min_sample_s,
+            "warmup_s": warmup_s,
+            "encoder": enc,
+            "decoder": {**dec, "batches": list(dec["batches"])},
+            "dropouts": list(DROPOUTS),
+            "targets_speedup": TARGETS,
+            "statistic": "median over samples of all rounds",
+        },
+    }
     summary = []
 
     # ---- sgemm peak
-    sg_shapes = [(enc["B"] * enc["L"], enc["d"], 3 * enc["d"]), (enc["B"] * enc["L"], enc["d"], enc["ff"]),
-                 (enc["B"] * enc["L"], enc["ff"], enc["d"])]
+    sg_shapes = [
+        (enc["B"] * enc["L"], enc["d"], 3 * enc["d"]),
+        (enc["B"] * enc["L"], enc["d"], enc["ff"]),
+        (enc["B"] * enc["L"], enc["ff"], enc["d"]),
+    ]
     sq = 256 if quick else 2048
     sg_shapes.append((sq, sq, sq))
     sgemm = {}
@@ -815,13 +926,24 @@ def main(argv=None):
     # ---- 1. encoder forward
     if "encoder_forward" not in args.skip and torch is not None:
         fl = encoder_flops(enc)
-        print(f"\n== 1. encoder layer forward, eval: B={enc['B']} L={enc['L']} d={enc['d']} "
-              f"heads={enc['H']} ff={enc['ff']}, {fl / 1e9:.1f} GFLOP ==")
+        print(
+            f"\n== 1. encoder layer forward, eval: B={enc['B']} L={enc['L']} d={enc['d']} "
+            f"heads={enc['H']} ff={enc['ff']}, {fl / 1e9:.1f} GFLOP =="
+        )
         check = forked_check(job_check_encoder, errors, "encoder check", enc, threads)
-        got = measure("encoder_forward", (enc,), impls, threads, repeats, rounds, min_sample_s,
-                      warmup_s, errors, "encoder forward")
-        head = (f"{'impl':<7}{'median ms':>10}{'min ms':>9}{'max ms':>9}{'GFLOP/s':>9}"
-                f"{'% sgemm':>9}{'peak MiB':>10}")
+        got = measure(
+            "encoder_forward",
+            (enc,),
+            impls,
+            threads,
+            repeats,
+            rounds,
+            min_sample_s,
+            warmup_s,
+            errors,
+            "encoder forward",
+        )
+        head = f"{'impl':<7}{'median ms':>10}{'min ms':>9}{'max ms':>9}{'GFLOP/s':>9}{'% sgemm':>9}{'peak MiB':>10}"
         print(head)
         print("-" * len(head))
         for impl in impls:
@@ -832,40 +954,55 @@ def main(argv=None):
                 continue
             g["gflops"] = fl / g["median_s"] / 1e9
             g["pct_sgemm_peak"] = pct(g["gflops"])
-            print(f"{impl:<7}{g['median_s'] * 1e3:10.1f}{g['min_s'] * 1e3:9.1f}{g['max_s'] * 1e3:9.1f}"
-                  f"{g['gflops']:9.1f}{_f(g['pct_sgemm_peak'], '{:.0f}%', 9)}"
-                  f"{_f(g.get('peak_increase_mb'), '{:.1f}', 10)}")
+            print(
+                f"{impl:<7}{g['median_s'] * 1e3:10.1f}{g['min_s'] * 1e3:9.1f}{g['max_s'] * 1e3:9.1f}"
+                f"{g['gflops']:9.1f}{_f(g['pct_sgemm_peak'], '{:.0f}%', 9)}"
+                f"{_f(g.get('peak_increase_mb'), '{:.1f}', 10)}"
+            )
         sp = _speedup(got)
         fast = check.get("torch_fast_path")
         rs = _round_speedups(got)
-        print(f"speed-up torch/attnc: {_f(sp, '{:.2f}x', 0)} (per round {_range(rs)})  "
-              f"{_verdict(sp, TARGETS['encoder_forward'])}")
-        print(f"torch fast path ({FAST_PATH_OP}) taken: "
-              f"{'yes' if fast else 'NO' if fast is not None else '?'}")
+        print(
+            f"speed-up torch/attnc: {_f(sp, '{:.2f}x', 0)} (per round {_range(rs)})  "
+            f"{_verdict(sp, TARGETS['encoder_forward'])}"
+        )
+        print(f"torch fast path ({FAST_PATH_OP}) taken: {'yes' if fast else 'NO' if fast is not None else '?'}")
         if fast is False:
             failed_checks.append("torch's encoder layer did not take its fast path")
         if "forward_max_abs_diff" in check:
             diff = check["forward_max_abs_diff"]
-            print(f"check: max |attnc - torch| of the output = {diff:.2e} (max |torch| "
-                  f"{check['forward_max_abs_torch']:.2f})")
+            print(
+                f"check: max |attnc - torch| of the output = {diff:.2e} (max |torch| "
+                f"{check['forward_max_abs_torch']:.2f})"
+            )
             if not diff <= 1e-3:
                 failed_checks.append(f"encoder forward: attnc and torch differ by {diff:.3g}")
-        result["encoder_forward"] = {"flops": fl, "impl": got, "speedup": sp, "speedup_per_round": rs,
-                                     "check": check}
+        result["encoder_forward"] = {"flops": fl, "impl": got, "speedup": sp, "speedup_per_round": rs, "check": check}
         summary.append(("encoder layer forward", sp, TARGETS["encoder_forward"]))
 
     # ---- 2. training step
     if "train_step" not in args.skip and torch is not None:
         fl = 3 * encoder_flops(enc)
-        print(f"\n== 2. training step (forward + backward, train mode), same layer, "
-              f"{fl / 1e9:.1f} GFLOP ==")
-        head = (f"{'dropout':<8}{'attnc ms':>9}{'torch ms':>9}{'speed-up':>9}{'per round':>13}{'attnc GF/s':>11}"
-                f"{'torch GF/s':>11}{'a %sgemm':>9}{'MiB attnc':>10}{'torch':>7}  target")
+        print(f"\n== 2. training step (forward + backward, train mode), same layer, {fl / 1e9:.1f} GFLOP ==")
+        head = (
+            f"{'dropout':<8}{'attnc ms':>9}{'torch ms':>9}{'speed-up':>9}{'per round':>13}{'attnc GF/s':>11}"
+            f"{'torch GF/s':>11}{'a %sgemm':>9}{'MiB attnc':>10}{'torch':>7}  target"
+        )
         rows = []
         lines = []
         for p in DROPOUTS:
-            got = measure("train_step", (enc, p), impls, threads, repeats, rounds, min_sample_s,
-                          warmup_s, errors, f"train step dropout={p}")
+            got = measure(
+                "train_step",
+                (enc, p),
+                impls,
+                threads,
+                repeats,
+                rounds,
+                min_sample_s,
+                warmup_s,
+                errors,
+                f"train step dropout={p}",
+            )
             a, t = got.get("attnc"), got.get("torch")
             for g in (a, t):
                 if _ok(g):
@@ -883,7 +1020,8 @@ def main(argv=None):
                 f"{_f(a['pct_sgemm_peak'] if a_ok else None, '{:.0f}%', 9)}"
                 f"{_f(a.get('peak_increase_mb') if a_ok else None, '{:.0f}', 10)}"
                 f"{_f(t.get('peak_increase_mb') if t_ok else None, '{:.0f}', 7)}  "
-                f"{_verdict(sp, TARGETS['train_step'])}")
+                f"{_verdict(sp, TARGETS['train_step'])}"
+            )
             summary.append((f"training step, dropout {p}", sp, TARGETS["train_step"]))
         print(head)
         print("-" * len(head))
@@ -897,31 +1035,46 @@ def main(argv=None):
         if "train_rel_diff" in check:
             rel = check["train_rel_diff"]
             worst = max(rel, key=rel.get)
-            print(f"check (dropout 0): output and {len(rel) - 1} gradients vs torch, largest relative "
-                  f"difference {rel[worst]:.2e} ({worst})")
+            print(
+                f"check (dropout 0): output and {len(rel) - 1} gradients vs torch, largest relative "
+                f"difference {rel[worst]:.2e} ({worst})"
+            )
             if not rel[worst] <= 1e-3:
                 failed_checks.append(f"training step: attnc and torch differ by {rel[worst]:.3g} ({worst})")
             act = check.get("attnc_dropout_changes_output")
-            print(f"check (dropout 0.1): attnc's training-mode output differs from eval: "
-                  f"{'yes' if act else 'NO'}")
+            print(f"check (dropout 0.1): attnc's training-mode output differs from eval: {'yes' if act else 'NO'}")
             if not act:
                 failed_checks.append("attnc's dropout 0.1 does not change the training-mode output")
         result["train_step"] = {"rows": rows, "check": check}
 
     # ---- 3. greedy decoding
     if "decode" not in args.skip and torch is not None:
-        print(f"\n== 3. greedy decoding: encoder-decoder d={dec['d']} heads={dec['H']} "
-              f"layers={dec['layers']}+{dec['layers']} ff={dec['ff']} vocab={dec['V']}, source length "
-              f"{dec['S']}, {dec['new']} new tokens (tokens/s, median) ==")
+        print(
+            f"\n== 3. greedy decoding: encoder-decoder d={dec['d']} heads={dec['H']} "
+            f"layers={dec['layers']}+{dec['layers']} ff={dec['ff']} vocab={dec['V']}, source length "
+            f"{dec['S']}, {dec['new']} new tokens (tokens/s, median) =="
+        )
         check = forked_check(job_check_decode, errors, "decode check", dec, threads)
-        head = (f"{'batch':<6}{'attnc tok/s':>12}{'torch tok/s':>12}{'attnc ms':>9}{'torch ms':>9}"
-                f"{'speed-up':>9}{'per round':>13}  target")
+        head = (
+            f"{'batch':<6}{'attnc tok/s':>12}{'torch tok/s':>12}{'attnc ms':>9}{'torch ms':>9}"
+            f"{'speed-up':>9}{'per round':>13}  target"
+        )
         print(head)
         print("-" * len(head))
         rows = []
         for b in dec["batches"]:
-            got = measure("decode", (dec, b), impls, threads, repeats, dec_rounds, min_sample_s,
-                          warmup_s, errors, f"decode batch={b}")
+            got = measure(
+                "decode",
+                (dec, b),
+                impls,
+                threads,
+                repeats,
+                dec_rounds,
+                min_sample_s,
+                warmup_s,
+                errors,
+                f"decode batch={b}",
+            )
             for g in got.values():
                 if _ok(g):
                     g["tokens_per_s"] = b * dec["new"] / g["median_s"]
@@ -930,28 +1083,37 @@ def main(argv=None):
             rs = _round_speedups(got)
             rows.append({"batch": b, "impl": got, "speedup": sp, "speedup_per_round": rs})
             a_ok, t_ok = _ok(a), _ok(t)
-            print(f"{b:<6}{(_f(a['tokens_per_s'], '{:.0f}', 12) if a_ok else (_status(a) or '-').rjust(12))}"
-                  f"{_f(t['tokens_per_s'] if t_ok else None, '{:.0f}', 12)}"
-                  f"{_f(a['median_s'] * 1e3 if a_ok else None, '{:.2f}', 9)}"
-                  f"{_f(t['median_s'] * 1e3 if t_ok else None, '{:.2f}', 9)}{_f(sp, '{:.2f}x', 9)}"
-                  f" {_range(rs):>12}  "
-                  f"{_verdict(sp, TARGETS['decode'])}")
+            print(
+                f"{b:<6}{(_f(a['tokens_per_s'], '{:.0f}', 12) if a_ok else (_status(a) or '-').rjust(12))}"
+                f"{_f(t['tokens_per_s'] if t_ok else None, '{:.0f}', 12)}"
+                f"{_f(a['median_s'] * 1e3 if a_ok else None, '{:.2f}', 9)}"
+                f"{_f(t['median_s'] * 1e3 if t_ok else None, '{:.2f}', 9)}{_f(sp, '{:.2f}x', 9)}"
+                f" {_range(rs):>12}  "
+                f"{_verdict(sp, TARGETS['decode'])}"
+            )
             summary.append((f"greedy decoding, batch {b}", sp, TARGETS["decode"]))
         if not have_seq2seq():
             print("attnc: not available (attnc.models.Seq2SeqTransformer.generate, attnc.nn.Transformer)")
         if "torch_cache_vs_full_max_abs_diff" in check:
             d = check["torch_cache_vs_full_max_abs_diff"]
             same = check["torch_cache_tokens_match_full_argmax"]
-            print(f"check: torch's cached loop vs a full nn.Transformer forward: logits differ by {d:.1e}, "
-                  f"tokens {'agree' if same else 'DISAGREE'}")
+            print(
+                f"check: torch's cached loop vs a full nn.Transformer forward: logits differ by {d:.1e}, "
+                f"tokens {'agree' if same else 'DISAGREE'}"
+            )
             if not (d <= 1e-4 and same):
                 failed_checks.append(f"torch's cached decoding loop is wrong (logits differ by {d:.3g})")
         if "attnc_tokens_agree" in check:
-            print(f"check: attnc's tokens agree with torch's at {100 * check['attnc_tokens_agree']:.1f}% "
-                  f"of positions" + ("" if check["attnc_tokens_ok"] else " (NOT explained by near-ties)")
-                  + (f"; teacher-forced logits relative difference "
-                     f"{check['attnc_teacher_forced_rel_diff']:.1e}"
-                     if "attnc_teacher_forced_rel_diff" in check else ""))
+            print(
+                f"check: attnc's tokens agree with torch's at {100 * check['attnc_tokens_agree']:.1f}% "
+                f"of positions"
+                + ("" if check["attnc_tokens_ok"] else " (NOT explained by near-ties)")
+                + (
+                    f"; teacher-forced logits relative difference {check['attnc_teacher_forced_rel_diff']:.1e}"
+                    if "attnc_teacher_forced_rel_diff" in check
+                    else ""
+                )
+            )
             if not check["attnc_tokens_ok"]:
                 failed_checks.append("attnc's greedy tokens differ from torch's")
         result["decode"] = {"rows": rows, "check": check}
@@ -964,13 +1126,28 @@ def main(argv=None):
     others = common._load_share(load, elapsed)
     if peak:
         best = max(sgemm.values(), key=lambda s: s["gflops_best"])
-        print(f"\nsgemm practical peak: {peak:.1f} GFLOP/s ({best['lib']}.matmul "
-              f"{'x'.join(map(str, best['shape']))}, best sample, {threads} threads); at the layer's "
-              "shapes (median): " + ", ".join(
-                  f"{s['lib']} {'x'.join(map(str, s['shape']))} {s['gflops_median']:.0f}"
-                  for s in sgemm.values() if s["shape"] != [sq, sq, sq]))
-    return finish(result, summary, quick, errors, failed_checks, load, others, elapsed,
-                  {"attnc_encoder_layer": have_encoder_layer(), "parent_threads_at_fork": parent_threads}, json_path)
+        print(
+            f"\nsgemm practical peak: {peak:.1f} GFLOP/s ({best['lib']}.matmul "
+            f"{'x'.join(map(str, best['shape']))}, best sample, {threads} threads); at the layer's "
+            "shapes (median): "
+            + ", ".join(
+                f"{s['lib']} {'x'.join(map(str, s['shape']))} {s['gflops_median']:.0f}"
+                for s in sgemm.values()
+                if s["shape"] != [sq, sq, sq]
+            )
+        )
+    return finish(
+        result,
+        summary,
+        quick,
+        errors,
+        failed_checks,
+        load,
+        others,
+        elapsed,
+        {"attnc_encoder_layer": have_encoder_layer(), "parent_threads_at_fork": parent_threads},
+        json_path,
+    )
 
 
 if __name__ == "__main__":

@@ -24,14 +24,17 @@ if _HERE not in sys.path:
 # search (the same examples every run); HYPOTHESIS_PROFILE=long searches for
 # longer, with fresh examples, by hand. The fixtures the tests take (torch,
 # assert_unchanged) hold no state between examples.
-_SHARED = dict(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
-                                                     HealthCheck.too_slow, HealthCheck.data_too_large])
+_SHARED = dict(
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 settings.register_profile("ci", max_examples=60, derandomize=True, **_SHARED)
 settings.register_profile("long", max_examples=3000, **_SHARED)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
 # --------------------------------------------------------------------------- rng
+
 
 @pytest.fixture
 def rng():
@@ -40,6 +43,7 @@ def rng():
 
 
 # --------------------------------------------------------------------------- torch
+
 
 def import_torch():
     """Import torch; missing torch is a failure when ATTNC_REQUIRE_TORCH=1, else a skip."""
@@ -58,6 +62,7 @@ def torch():
 
 
 # --------------------------------------------------------------------------- threads
+
 
 @pytest.fixture(autouse=True, scope="session")
 def _torch_single_thread():
@@ -81,6 +86,7 @@ def restore_threads():
     ``threads`` (below): test_cpu_paths.py reruns those tests under each
     OpenBLAS kernel the CPU runs."""
     import attnc
+
     n = attnc.get_num_threads()
     yield
     attnc.set_num_threads(n)
@@ -94,6 +100,7 @@ def pytest_collection_modifyitems(items):
 
 # --------------------------------------------------------------------------- finite differences
 
+
 def _as_tuple(out):
     return tuple(out) if isinstance(out, (tuple, list)) else (out,)
 
@@ -106,6 +113,7 @@ def numeric_vjp(fn, kwargs, cotangents, wrt, eps=1e-6):
     """Central-difference gradients of L = sum_i sum(out_i * cot_i) w.r.t. kwargs[name]
     for name in `wrt`. `fn(**kwargs)` returns an array or a tuple of arrays; cotangents
     has one entry per output (None = that output is not used). Works in float64."""
+
     def loss(kw):
         outs = _as_tuple(fn(**kw))
         assert len(outs) == len(cotangents)
@@ -147,12 +155,10 @@ def assert_grads_close(got, expected, rtol=1e-5, atol=1e-7, names=None):
         e = np.asarray(expected[name])
         assert g.shape == e.shape, f"{name}: gradient shape {g.shape} != {e.shape}"
         scale = max(1.0, float(np.max(np.abs(e))) if e.size else 1.0)
-        np.testing.assert_allclose(g, e, rtol=rtol, atol=atol * scale,
-                                   err_msg=f"gradient of {name!r}")
+        np.testing.assert_allclose(g, e, rtol=rtol, atol=atol * scale, err_msg=f"gradient of {name!r}")
 
 
-def fd_check_impl(fn, kwargs, cotangents, grads, wrt=None, eps=1e-6, rtol=1e-5,
-                  atol=1e-7):
+def fd_check_impl(fn, kwargs, cotangents, grads, wrt=None, eps=1e-6, rtol=1e-5, atol=1e-7):
     """Check a vjp gradient dict against central finite differences of
     L = sum_i sum(out_i * cot_i), with fn called as fn(**kwargs) in float64."""
     if wrt is None:
@@ -179,8 +185,19 @@ def random_cotangents(outputs, rng):
     return cots
 
 
-def check_vjp_impl(attnc_fn, ref_fn, kwargs, rng, *, positional=("query", "keys", "values"),
-                   cotangents=None, eps=1e-6, rtol=1e-5, atol=1e-7, expect_names=None):
+def check_vjp_impl(
+    attnc_fn,
+    ref_fn,
+    kwargs,
+    rng,
+    *,
+    positional=("query", "keys", "values"),
+    cotangents=None,
+    eps=1e-6,
+    rtol=1e-5,
+    atol=1e-7,
+    expect_names=None,
+):
     """Run attnc.vjp(attnc_fn, ...) and compare every returned gradient with central
     finite differences of the *reference* ref_fn (independent of attnc).
 
@@ -213,8 +230,7 @@ def check_vjp_impl(attnc_fn, ref_fn, kwargs, rng, *, positional=("query", "keys"
         assert grads[n].shape == np.shape(kwargs[n]), (n, grads[n].shape)
         assert grads[n].dtype == kwargs[n].dtype, (n, grads[n].dtype)
     cots64 = [None if c is None else np.asarray(c, dtype=np.float64) for c in cotangents]
-    fd_check_impl(ref_fn, kwargs, cots64, grads, wrt=expect_names, eps=eps, rtol=rtol,
-                  atol=atol)
+    fd_check_impl(ref_fn, kwargs, cots64, grads, wrt=expect_names, eps=eps, rtol=rtol, atol=atol)
     return outputs, grads
 
 
@@ -224,6 +240,7 @@ def check_vjp():
 
 
 # --------------------------------------------------------------------------- inputs unchanged
+
 
 def _snapshot(obj):
     if isinstance(obj, np.ndarray):
@@ -241,8 +258,7 @@ def _assert_same(before, obj, where):
         _, data, dtype, shape, strides = before
         assert obj.dtype == dtype and obj.shape == shape and obj.strides == strides, where
         # bitwise comparison (NaNs compare equal to themselves this way)
-        assert data.tobytes() == np.ascontiguousarray(obj).tobytes(), \
-            f"input {where} was modified"
+        assert data.tobytes() == np.ascontiguousarray(obj).tobytes(), f"input {where} was modified"
     elif kind in ("list", "tuple"):
         for i, (b, o) in enumerate(zip(before[1], obj)):
             _assert_same(b, o, f"{where}[{i}]")
@@ -270,6 +286,7 @@ def assert_unchanged():
 
 # --------------------------------------------------------------------------- comparisons
 
+
 def assert_close_rel(actual, expected, rel=1e-12, what=""):
     """|actual - expected| <= rel * max(1, max|expected|) elementwise; shapes must match."""
     actual = np.asarray(actual)
@@ -278,8 +295,7 @@ def assert_close_rel(actual, expected, rel=1e-12, what=""):
     if expected.size == 0:
         return
     scale = max(1.0, float(np.nanmax(np.abs(expected))) if np.isfinite(expected).any() else 1.0)
-    np.testing.assert_allclose(actual.astype(np.float64), expected, rtol=0,
-                               atol=rel * scale, err_msg=what)
+    np.testing.assert_allclose(actual.astype(np.float64), expected, rtol=0, atol=rel * scale, err_msg=what)
 
 
 @pytest.fixture
@@ -291,15 +307,14 @@ def close_rel():
 
 # kinds for which dq must equal dk
 SAME_D_KINDS = ("dot", "scaled_dot", "cosine", "gaussian")
-ALL_KINDS = ("dot", "scaled_dot", "general", "additive", "concat", "cosine", "location",
-             "gaussian")
+ALL_KINDS = ("dot", "scaled_dot", "general", "additive", "concat", "cosine", "location", "gaussian")
 
 
-def make_score_params(kind, rng, dq, dk, tk, beta_shape=None, arrays=True, da=3,
-                      dtype=np.float64):
+def make_score_params(kind, rng, dq, dk, tk, beta_shape=None, arrays=True, da=3, dtype=np.float64):
     """Parameters for score kind `kind`. arrays=True gives differentiable float arrays
     (0-d for scale/bandwidth, `beta_shape` for beta); arrays=False gives Python floats
     where the kind allows it (and nothing for kinds without scalar parameters)."""
+
     def a(*shape, scale=1.0):
         return (rng.standard_normal(shape) * scale).astype(dtype)
 
@@ -310,8 +325,7 @@ def make_score_params(kind, rng, dq, dk, tk, beta_shape=None, arrays=True, da=3,
     if kind == "general":
         return {"weight": a(dq, dk, scale=0.6)}
     if kind in ("additive", "concat"):
-        return {"w_query": a(dq, da, scale=0.6), "w_key": a(dk, da, scale=0.6),
-                "v": a(da)}
+        return {"w_query": a(dq, da, scale=0.6), "w_key": a(dk, da, scale=0.6), "v": a(da)}
     if kind == "cosine":
         if not arrays:
             return {"beta": 2.5}
@@ -320,8 +334,7 @@ def make_score_params(kind, rng, dq, dk, tk, beta_shape=None, arrays=True, da=3,
     if kind == "location":
         return {"weight": a(dq, tk, scale=0.6)}
     if kind == "gaussian":
-        return ({"bandwidth": np.asarray(1.3, dtype=dtype)} if arrays
-                else {"bandwidth": 1.3})
+        return {"bandwidth": np.asarray(1.3, dtype=dtype)} if arrays else {"bandwidth": 1.3}
     raise ValueError(kind)
 
 

@@ -9,8 +9,7 @@ from reference import attention_ref as ref
 KINDS = ref.SCORE_KINDS
 SAME_D = ("dot", "scaled_dot", "cosine", "gaussian")
 
-SHAPES = [((), 5, 7), ((3,), 4, 1), ((2, 3), 3, 5), ((2,), 1, 1), ((), 1, 6),
-          ((2,), 0, 3), ((2,), 3, 0), ((), 0, 0)]
+SHAPES = [((), 5, 7), ((3,), 4, 1), ((2, 3), 3, 5), ((2,), 1, 1), ((), 1, 6), ((2,), 0, 3), ((2,), 3, 0), ((), 0, 0)]
 
 
 def _mask_kwargs(lead, tq, tk, rng):
@@ -36,8 +35,7 @@ def _inputs(kind, lead, tq, tk, rng, score_params, dv=3):
 
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("lead,tq,tk", SHAPES, ids=str)
-def test_attention_matches_reference(kind, lead, tq, tk, rng, score_params, assert_unchanged,
-                                     close_rel):
+def test_attention_matches_reference(kind, lead, tq, tk, rng, score_params, assert_unchanged, close_rel):
     q, k, v, p = _inputs(kind, lead, tq, tk, rng, score_params)
     for mk in _mask_kwargs(lead, tq, tk, rng):
         ctx, w = assert_unchanged(attnc.attention, q, k, v, score=kind, **mk, **p)
@@ -68,8 +66,7 @@ def test_attention_tk_zero_gives_zero_context(rng):
 
 
 def test_attention_tq_zero_gives_empty(rng):
-    ctx, w = attnc.attention(np.zeros((2, 0, 4)), rng.standard_normal((2, 3, 4)),
-                             rng.standard_normal((2, 3, 5)))
+    ctx, w = attnc.attention(np.zeros((2, 0, 4)), rng.standard_normal((2, 3, 4)), rng.standard_normal((2, 3, 5)))
     assert ctx.shape == (2, 0, 5) and w.shape == (2, 0, 3)
 
 
@@ -84,8 +81,7 @@ def test_attention_fully_masked_rows_zero_context(rng):
     np.testing.assert_array_equal(ctx[:, 1], 0.0)
     np.testing.assert_array_equal(ctx[1], 0.0)
     np.testing.assert_array_equal(w[1], 0.0)
-    np.testing.assert_allclose(ctx[0, [0, 2]], ref.attention(q[0], k[0], v[0])[0][[0, 2]],
-                               rtol=1e-12)
+    np.testing.assert_allclose(ctx[0, [0, 2]], ref.attention(q[0], k[0], v[0])[0][[0, 2]], rtol=1e-12)
 
 
 def test_attention_nan_propagates(rng):
@@ -96,23 +92,28 @@ def test_attention_nan_propagates(rng):
     v[0, 2, 1] = np.nan
     ctx, w = attnc.attention(q, k, v)
     assert np.all(np.isnan(w[1, 0])) and np.all(np.isnan(ctx[1, 0]))
-    assert np.all(np.isnan(ctx[0, :, 1]))               # NaN value reaches every query
+    assert np.all(np.isnan(ctx[0, :, 1]))  # NaN value reaches every query
     np.testing.assert_allclose(ctx[0, :, 0], ref.attention(q, k, v)[0][0, :, 0], rtol=1e-12)
     np.testing.assert_allclose(ctx[1, 1:], ref.attention(q, k, v)[0][1, 1:], rtol=1e-12)
 
 
 # --------------------------------------------------------------------------- gradients
 
+
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("lead", [(), (2,), (2, 2)], ids=str)
 def test_attention_grad_fd(kind, lead, rng, score_params, check_vjp):
     dq, dk = (3, 3) if kind in SAME_D else (3, 2)
     tq, tk = 3, 4
-    kw = dict(query=rng.standard_normal(lead + (tq, dq)),
-              keys=rng.standard_normal(lead + (tk, dk)),
-              values=rng.standard_normal(lead + (tk, 2)), score=kind,
-              mask=rng.random((tq, tk)) < 0.8, causal=True)
-    kw["mask"][0, 0] = False                            # row 0 fully masked
+    kw = dict(
+        query=rng.standard_normal(lead + (tq, dq)),
+        keys=rng.standard_normal(lead + (tk, dk)),
+        values=rng.standard_normal(lead + (tk, 2)),
+        score=kind,
+        mask=rng.random((tq, tk)) < 0.8,
+        causal=True,
+    )
+    kw["mask"][0, 0] = False  # row 0 fully masked
     kw.update(score_params(kind, rng, dq, dk, tk, beta_shape=lead + (tq,)))
     _, grads = check_vjp(attnc.attention, ref.attention, kw, rng)
     np.testing.assert_array_equal(grads["query"][..., 0, :], 0.0)
@@ -122,8 +123,12 @@ def test_attention_grad_fd(kind, lead, rng, score_params, check_vjp):
 def test_attention_grad_fd_values_none(kind, rng, score_params, check_vjp):
     d = 3
     tk = 4
-    kw = dict(query=rng.standard_normal((2, 3, d)), keys=rng.standard_normal((2, tk, d)),
-              score=kind, key_lengths=np.array([4, 2]))
+    kw = dict(
+        query=rng.standard_normal((2, 3, d)),
+        keys=rng.standard_normal((2, tk, d)),
+        score=kind,
+        key_lengths=np.array([4, 2]),
+    )
     kw.update(score_params(kind, rng, d, d, tk, beta_shape=(2, 3)))
     _, grads = check_vjp(attnc.attention, ref.attention, kw, rng)
     assert "values" not in grads
@@ -166,6 +171,7 @@ def test_attention_grad_empty(tq, tk, rng):
 
 
 # --------------------------------------------------------------------------- torch
+
 
 @pytest.mark.parametrize("case", ["dot", "scaled_dot", "mask", "causal_kl", "values_none"])
 def test_attention_vs_torch_autograd(case, torch, rng):
@@ -211,12 +217,12 @@ def test_attention_vs_torch_autograd(case, torch, rng):
         assert "values" not in g
     if case == "scaled_dot":
         # cross-check with torch's fused attention too (forward only)
-        sdpa = torch.nn.functional.scaled_dot_product_attention(
-            torch.tensor(q), torch.tensor(k), torch.tensor(v))
+        sdpa = torch.nn.functional.scaled_dot_product_attention(torch.tensor(q), torch.tensor(k), torch.tensor(v))
         np.testing.assert_allclose(ctx, sdpa.numpy(), rtol=1e-10, atol=1e-12)
 
 
 # --------------------------------------------------------------------------- float32
+
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_attention_float32_matches_float64(kind, rng, score_params):
@@ -228,8 +234,9 @@ def test_attention_float32_matches_float64(kind, rng, score_params):
     p32 = {n: a.astype(np.float32) for n, a in p64.items()}
     kw = dict(score=kind, mask=rng.random((4, 7)) < 0.8, key_lengths=np.array([7, 5]))
     o64, pb64 = attnc.vjp(attnc.attention, q, k, v, **kw, **p64)
-    o32, pb32 = attnc.vjp(attnc.attention, q.astype(np.float32), k.astype(np.float32),
-                          v.astype(np.float32), **kw, **p32)
+    o32, pb32 = attnc.vjp(
+        attnc.attention, q.astype(np.float32), k.astype(np.float32), v.astype(np.float32), **kw, **p32
+    )
     for a32, a64 in zip(o32, o64):
         assert a32.dtype == np.float32
         np.testing.assert_allclose(a32, a64, rtol=0, atol=1e-5 * np.max(np.abs(a64)))
@@ -239,5 +246,4 @@ def test_attention_float32_matches_float64(kind, rng, score_params):
     assert set(g32) == set(g64)
     for n in g64:
         assert g32[n].dtype == np.float32, n
-        np.testing.assert_allclose(g32[n], g64[n], rtol=0,
-                                   atol=1e-5 * max(np.max(np.abs(g64[n])), 1e-30), err_msg=n)
+        np.testing.assert_allclose(g32[n], g64[n], rtol=0, atol=1e-5 * max(np.max(np.abs(g64[n])), 1e-30), err_msg=n)

@@ -14,10 +14,12 @@ from reference.pooling_ref import attention_pool_ref
 
 
 def _inputs(rng, B=3, T=7, d=5, A=4, dtype=np.float64, bias=True):
-    return dict(input=rng.standard_normal((B, T, d)).astype(dtype),
-                weight=rng.standard_normal((A, d)).astype(dtype),
-                bias=rng.standard_normal(A).astype(dtype) if bias else None,
-                v=rng.standard_normal(A).astype(dtype))
+    return dict(
+        input=rng.standard_normal((B, T, d)).astype(dtype),
+        weight=rng.standard_normal((A, d)).astype(dtype),
+        bias=rng.standard_normal(A).astype(dtype) if bias else None,
+        v=rng.standard_normal(A).astype(dtype),
+    )
 
 
 def _mask(rng, B=3, T=7):
@@ -81,6 +83,7 @@ def test_weights_only_cotangent(rng, check_vjp):
     da = rng.standard_normal(outs[1].shape)
     got = pullback(None, da)
     from conftest import numeric_vjp
+
     num = numeric_vjp(lambda **k: attention_pool_ref(**k), kw, [None, da], ["input", "weight", "bias", "v"])
     for name in num:
         close(got[name], num[name], 1e-6, name)
@@ -219,10 +222,12 @@ def test_bad_input(rng):
 def test_c_core_checks(rng):
     """The C operation refuses what the Python layer would have caught."""
     from attnc import _core
+
     kw = _inputs(rng)
     h, w, b, v = kw["input"], kw["weight"], kw["bias"], kw["v"]
-    call = dict(output=np.empty((3, 5)), weights=np.empty((3, 7)), saved=np.empty((3, 7, 4)), input=h, weight=w,
-                bias=b, v=v)
+    call = dict(
+        output=np.empty((3, 5)), weights=np.empty((3, 7)), saved=np.empty((3, 7, 4)), input=h, weight=w, bias=b, v=v
+    )
     with pytest.raises(ValueError, match="weight"):
         _core.attention_pool_forward(**{**call, "weight": np.ones((4, 3))})
     with pytest.raises(ValueError, match="saved"):
@@ -301,9 +306,9 @@ def test_marker_classifier_gradients(rng):
 
 def test_attention_pooling_quick_run(tmp_path):
     from test_experiments import TIMING, run_experiment
+
     path = tmp_path / "pool.npz"
-    first, stderr = run_experiment("attention_pooling", "--quick", "--seed", "2", "--threads", "1", "--save",
-                                   str(path))
+    first, stderr = run_experiment("attention_pooling", "--quick", "--seed", "2", "--threads", "1", "--save", str(path))
     assert "it/s" in stderr or "s/it" in stderr
     for key in ("accuracy", "marker_attention_mass", "train_seconds", "heldout_size", "final_loss"):
         assert key in first
@@ -317,6 +322,7 @@ def test_attention_pooling_quick_run(tmp_path):
 
 def test_pooling_notebook_helper():
     from attnc.experiments import attention_pooling
+
     model, task, metrics = attention_pooling.train_model(seed=0, quick=True, steps=5)
     words, weights, probs = attention_pooling.pooling_weights(model, task, "the movie was great and the plot odd")
     assert len(words) == 8 and weights.shape == (8,) and probs.shape == (3,)

@@ -14,8 +14,14 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def _run(script, *args, timeout=600):
-    return subprocess.run([sys.executable, str(REPO / "benchmarks" / script), *args],
-                          capture_output=True, text=True, timeout=timeout, cwd=REPO, check=False)
+    return subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / script), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=REPO,
+        check=False,
+    )
 
 
 def test_transformer_benchmark_quick(tmp_path, torch):
@@ -46,8 +52,14 @@ def test_rnn_benchmark_quick(tmp_path, torch):
     assert len(data["check"]["cases"]) == 6
     for section in ("forward", "train"):
         rows = data[section]["rows"]
-        assert [r["case"] for r in rows] == ["LSTM", "LSTM, 2 layers bidir", "LSTM, ragged lengths",
-                                             "GRU", "GRU, 2 layers bidir", "GRU, ragged lengths"]
+        assert [r["case"] for r in rows] == [
+            "LSTM",
+            "LSTM, 2 layers bidir",
+            "LSTM, ragged lengths",
+            "GRU",
+            "GRU, 2 layers bidir",
+            "GRU, ragged lengths",
+        ]
         for row in rows:
             assert row["impl"]["attnc"]["median_s"] > 0 and row["impl"]["torch"]["median_s"] > 0
             assert row["check_worst"]["rel"] <= 1e-4

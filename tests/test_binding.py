@@ -30,8 +30,10 @@ def test_every_operation_is_in_the_extension():
         assert doc == GEN["docstring"](op), op.name
         assert doc.startswith(op.doc or op.c_function)
         for path, a in GEN["arrays"](op):  # each array with the ranks the table gives it
-            assert f"\n  {path[0]}{''.join(f'[{k!r}]' for k in path[1:])}{' *' if a.out else ''}: " \
-                   f"{GEN['rank_text'](a.ranks)}" in doc, (op.name, path)
+            assert (
+                f"\n  {path[0]}{''.join(f'[{k!r}]' for k in path[1:])}{' *' if a.out else ''}: "
+                f"{GEN['rank_text'](a.ranks)}" in doc
+            ), (op.name, path)
 
 
 def test_the_stub_lists_every_operation_with_its_keywords():
@@ -107,6 +109,7 @@ def test_arrays_are_checked_by_name():
 
 # --------------------------------------------------------------------------- the table's ranks, held to C
 
+
 def _arrays(kw):
     """(path, array) of each array a recorded call passed: (keyword,),
     (keyword, key) in a dict, (keyword, i, key) in a list of dicts."""
@@ -147,11 +150,13 @@ def recorded():
     def recording(name):
         def call(**kw):
             new = {tuple(p for p in path if not isinstance(p, int)) for path, _ in _arrays(kw)} - seen.setdefault(
-                name, set())
+                name, set()
+            )
             if new:
                 seen[name] |= new
                 calls.setdefault(name, []).append((dict(kw), new))
             return real[name](**kw)
+
         return call
 
     for name in real:
@@ -172,7 +177,7 @@ def _reranked(a, rank):
         return np.zeros((), a.dtype)
     if rank > a.ndim:
         return a.reshape((1,) * (rank - a.ndim) + a.shape)
-    return a.reshape((-1,) + a.shape[a.ndim - rank + 1:])
+    return a.reshape((-1,) + a.shape[a.ndim - rank + 1 :])
 
 
 def _replaced(kw, path, new):
@@ -208,11 +213,21 @@ def _labels(op_name) -> dict:
     if op_name.startswith("ntm"):
         maps.append(ntm.NTM._PARAM_NAMES["lstm"])
     if op_name in ("layer_forward", "layer_backward", "decode"):  # an encoder's or a decoder's layer
-        maps += [transformer._layer_param_names(False), transformer._layer_param_names(True),
-                 {"norm_weight": "norm.weight", "norm_bias": "norm.bias"}]
+        maps += [
+            transformer._layer_param_names(False),
+            transformer._layer_param_names(True),
+            {"norm_weight": "norm.weight", "norm_bias": "norm.bias"},
+        ]
     if op_name == "pointer_decode":
-        maps.append({"w_ih": "decoder.weight_ih_l0", "w_hh": "decoder.weight_hh_l0", "b_ih": "decoder.bias_ih_l0",
-                     "b_hh": "decoder.bias_hh_l0", "w2": "W2.weight"})
+        maps.append(
+            {
+                "w_ih": "decoder.weight_ih_l0",
+                "w_hh": "decoder.weight_hh_l0",
+                "b_ih": "decoder.bias_ih_l0",
+                "b_hh": "decoder.bias_hh_l0",
+                "w2": "W2.weight",
+            }
+        )
     labels = {}
     for m in maps:
         for key, label in m.items():

@@ -28,6 +28,7 @@ def test_an_array_left_out_is_absent():
 
 # --------------------------------------------------------------------------- a list passed as (pointer, count)
 
+
 def _lstm(**kw):
     return attnc.nn.LSTM(3, 4, dtype=np.float64, seed=0, **kw).eval()
 
@@ -49,15 +50,21 @@ def test_rnn_weights_by_member():
     np.testing.assert_array_equal(_rnn_forward(m, x, no_bias), m(x)[0])
 
 
-@pytest.mark.parametrize("weights,exc,pattern", [
-    (lambda w: tuple(w), TypeError, "weights must be a list, got tuple"),
-    (lambda w: [3] + w[1:], TypeError, "weights must be a dict, got int"),
-    (lambda w: [w[0] | {"weight_ix": w[0]["weight_ih"]}] + w[1:], TypeError,
-     "weights has an unexpected key 'weight_ix'"),
-    (lambda w: [w[0] | {"weight_hh": "none"}] + w[1:], TypeError, "weight_hh must be a buffer"),
-    (lambda w: w[:1], ValueError, r"weights holds 1 sets, expected one per layer and direction \(2\)"),
-    (lambda w: w + w[:1], ValueError, r"weights holds 3 sets, expected one per layer and direction \(2\)"),
-])
+@pytest.mark.parametrize(
+    "weights,exc,pattern",
+    [
+        (lambda w: tuple(w), TypeError, "weights must be a list, got tuple"),
+        (lambda w: [3] + w[1:], TypeError, "weights must be a dict, got int"),
+        (
+            lambda w: [w[0] | {"weight_ix": w[0]["weight_ih"]}] + w[1:],
+            TypeError,
+            "weights has an unexpected key 'weight_ix'",
+        ),
+        (lambda w: [w[0] | {"weight_hh": "none"}] + w[1:], TypeError, "weight_hh must be a buffer"),
+        (lambda w: w[:1], ValueError, r"weights holds 1 sets, expected one per layer and direction \(2\)"),
+        (lambda w: w + w[:1], ValueError, r"weights holds 3 sets, expected one per layer and direction \(2\)"),
+    ],
+)
 def test_rnn_weights_refused(weights, exc, pattern):
     m = _lstm(num_layers=2)
     x = np.zeros((2, 5, 3))
@@ -71,8 +78,15 @@ def test_rnn_grads_count_refused():
     _, _, _, (saved, x, lens, h0, c0, weights, config) = m._run(x, (None, None), None, keep=True)
     grads = [{k: np.empty_like(v) for k, v in w.items()} for w in weights]
     with pytest.raises(ValueError, match=r"grads holds 1 sets, expected one per layer and direction \(2\)"):
-        _core.rnn_backward(dinput=np.empty_like(x), grads=grads[:1], doutput=np.ones((2, 5, 4)), saved=saved,
-                           input=x, weights=weights, **config)
+        _core.rnn_backward(
+            dinput=np.empty_like(x),
+            grads=grads[:1],
+            doutput=np.ones((2, 5, 4)),
+            saved=saved,
+            input=x,
+            weights=weights,
+            **config,
+        )
 
 
 def test_deep_rnn_holds_more_buffers_than_a_block(torch):
@@ -95,6 +109,7 @@ def test_deep_rnn_holds_more_buffers_than_a_block(torch):
 
 
 # --------------------------------------------------------------------------- nested members, a list in a struct
+
 
 def _encoder_layer():
     return attnc.nn.TransformerEncoderLayer(8, 2, dim_feedforward=16, dtype=np.float64, seed=0).eval()
@@ -123,8 +138,18 @@ def test_layer_params_by_member_path():
 
 def _deep_seq2seq():
     rng = np.random.default_rng(5)
-    model = Seq2SeqTransformer(7, 7, d_model=8, nhead=2, num_encoder_layers=1, num_decoder_layers=5,
-                               dim_feedforward=12, max_len=8, dtype=np.float64, seed=3)
+    model = Seq2SeqTransformer(
+        7,
+        7,
+        d_model=8,
+        nhead=2,
+        num_encoder_layers=1,
+        num_decoder_layers=5,
+        dim_feedforward=12,
+        max_len=8,
+        dtype=np.float64,
+        seed=3,
+    )
     model.load_state_dict({k: v + rng.normal(0, 0.4, v.shape) for k, v in model.state_dict().items()})
     return model.eval()
 
@@ -135,17 +160,27 @@ def test_decoder_layers_as_a_list_beyond_a_block():
     model = _deep_seq2seq()
     src = np.random.default_rng(6).integers(0, 7, (3, 5))
     for beam in (1, 3):
-        np.testing.assert_array_equal(model.generate(src, 6, bos=0, eos=2, beam_size=beam),
-                                      decoding.seq2seq_transformer(model, src, 6, bos=0, eos=2, beam_size=beam))
+        np.testing.assert_array_equal(
+            model.generate(src, 6, bos=0, eos=2, beam_size=beam),
+            decoding.seq2seq_transformer(model, src, 6, bos=0, eos=2, beam_size=beam),
+        )
 
 
 def test_decoder_layers_refused():
     model = _deep_seq2seq()
     layers = [layer._params() for layer in model.transformer.decoder.layers]
     first = model.transformer.decoder.layers[0]
-    kw = dict(tokens=np.empty((1, 2), np.int64), lengths=np.empty(1, np.int64), **first._layer_config(False),
-              embedding=model.tgt_embed.weight, positions=model._positions(4), out_weight=model.generator.weight,
-              prompt=np.zeros((1, 1), np.int64), memory=np.zeros((1, 3, 8)), max_new_tokens=2)
+    kw = dict(
+        tokens=np.empty((1, 2), np.int64),
+        lengths=np.empty(1, np.int64),
+        **first._layer_config(False),
+        embedding=model.tgt_embed.weight,
+        positions=model._positions(4),
+        out_weight=model.generator.weight,
+        prompt=np.zeros((1, 1), np.int64),
+        memory=np.zeros((1, 3, 8)),
+        max_new_tokens=2,
+    )
     with pytest.raises(TypeError, match="layers must be a list, got tuple"):
         _core.decode(layers=tuple(layers), **kw)
     with pytest.raises(TypeError, match="layers has an unexpected key 'linear1.weight'"):

@@ -30,8 +30,18 @@ FLAGS = runpy.run_path(str(ROOT / "build_flags.py"))
 BINDING = runpy.run_path(str(ROOT / "csrc" / "python" / "gen_binding.py"))
 # The extensions' floating-point flags, then the strictest warnings and the sanitizers.
 SANITIZE = ["-fno-omit-frame-pointer", "-fsanitize=address,undefined", "-fno-sanitize-recover=all"]
-CFLAGS = ["-std=c11", "-g", "-O1", *FLAGS["FP_FLAGS"],
-          "-Wall", "-Wextra", "-Wmissing-prototypes", "-Wshadow", "-Werror", *SANITIZE]
+CFLAGS = [
+    "-std=c11",
+    "-g",
+    "-O1",
+    *FLAGS["FP_FLAGS"],
+    "-Wall",
+    "-Wextra",
+    "-Wmissing-prototypes",
+    "-Wshadow",
+    "-Werror",
+    *SANITIZE,
+]
 # The Python tests the sanitized extension runs.
 SANITIZED_TESTS = ["test_empty.py", "test_strides.py", "test_properties.py"]
 
@@ -59,15 +69,33 @@ def build_and_run(tmp: Path, path: str = "baseline") -> subprocess.CompletedProc
     # every C family except the Python binding
     sources = sorted(f for f in glob.glob(str(ROOT / "csrc/**/*.c"), recursive=True) if "/python/" not in f)
     exe = tmp / "test_core"
-    cmd = [compiler, *CFLAGS, *FLAGS["simd_flags"](path),
-           "-I", str(ROOT / "csrc/include"), "-I", openblas.get_include_dir(),
-           *sources, str(ROOT / "tests/c/test_core.c"), "-o", str(exe),
-           "-L", openblas.get_lib_dir(), "-l" + openblas.get_library(),
-           "-Wl,-rpath," + openblas.get_lib_dir(), "-lm", "-pthread"]
+    cmd = [
+        compiler,
+        *CFLAGS,
+        *FLAGS["simd_flags"](path),
+        "-I",
+        str(ROOT / "csrc/include"),
+        "-I",
+        openblas.get_include_dir(),
+        *sources,
+        str(ROOT / "tests/c/test_core.c"),
+        "-o",
+        str(exe),
+        "-L",
+        openblas.get_lib_dir(),
+        "-l" + openblas.get_library(),
+        "-Wl,-rpath," + openblas.get_lib_dir(),
+        "-lm",
+        "-pthread",
+    ]
     build = subprocess.run(cmd, capture_output=True, text=True)
     assert build.returncode == 0, f"build failed:\n{' '.join(cmd)}\n{build.stderr}"
-    env = dict(os.environ, ASAN_OPTIONS="detect_leaks=1:abort_on_error=0",
-               UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1", OPENBLAS_NUM_THREADS="1")
+    env = dict(
+        os.environ,
+        ASAN_OPTIONS="detect_leaks=1:abort_on_error=0",
+        UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1",
+        OPENBLAS_NUM_THREADS="1",
+    )
     env.pop("LD_PRELOAD", None)
     return subprocess.run([str(exe)], capture_output=True, text=True, env=env, timeout=300)
 
@@ -91,9 +119,24 @@ def build_sanitized_extension(package: Path, path: str) -> None:
 
     shutil.copytree(ROOT / "attnc", package, ignore=shutil.ignore_patterns("__pycache__"))
     compiler = c_compiler()
-    flags = ["-std=c11", "-g", "-O1", "-fPIC", *FLAGS["FP_FLAGS"], *FLAGS["simd_flags"](path), *SANITIZE,
-             "-DPy_LIMITED_API=0x030B0000", "-I", str(ROOT / "csrc/include"), "-I", str(ROOT / "csrc/python"),
-             "-I", openblas.get_include_dir(), "-I", sysconfig.get_paths()["include"]]
+    flags = [
+        "-std=c11",
+        "-g",
+        "-O1",
+        "-fPIC",
+        *FLAGS["FP_FLAGS"],
+        *FLAGS["simd_flags"](path),
+        *SANITIZE,
+        "-DPy_LIMITED_API=0x030B0000",
+        "-I",
+        str(ROOT / "csrc/include"),
+        "-I",
+        str(ROOT / "csrc/python"),
+        "-I",
+        openblas.get_include_dir(),
+        "-I",
+        sysconfig.get_paths()["include"],
+    ]
     objects = package.parent / "objects"
     objects.mkdir()
     generated = objects / "ops.c"
@@ -109,9 +152,24 @@ def build_sanitized_extension(package: Path, path: str) -> None:
         sources = sorted(glob.glob(str(ROOT / "csrc/**/*.c"), recursive=True)) + [str(generated)]
         objs = list(pool.map(compile_one, sources))
     (target,) = package.glob(f"_core_{path}.*so")
-    link = subprocess.run([compiler, "-shared", *SANITIZE, *map(str, objs), "-o", str(target),
-                           "-L", openblas.get_lib_dir(), "-l" + openblas.get_library(),
-                           "-Wl,-rpath," + openblas.get_lib_dir(), "-lm", "-pthread"], capture_output=True, text=True)
+    link = subprocess.run(
+        [
+            compiler,
+            "-shared",
+            *SANITIZE,
+            *map(str, objs),
+            "-o",
+            str(target),
+            "-L",
+            openblas.get_lib_dir(),
+            "-l" + openblas.get_library(),
+            "-Wl,-rpath," + openblas.get_lib_dir(),
+            "-lm",
+            "-pthread",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert link.returncode == 0, link.stderr
 
 
@@ -122,16 +180,42 @@ def test_extension_under_sanitizers(tmp_path):
     build_sanitized_extension(tmp_path / "attnc", path)
     preload = subprocess.run([c_compiler(), "-print-file-name=libasan.so"], capture_output=True, text=True).stdout
     # CPython frees little at exit: leak reports would all be its own.
-    env = dict(os.environ, PYTHONPATH=str(tmp_path), LD_PRELOAD=preload.strip(), ATTNC_CPU=path,
-               ASAN_OPTIONS="detect_leaks=0:abort_on_error=0",
-               UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1", OPENBLAS_NUM_THREADS="1")
-    where = subprocess.run([sys.executable, "-c", "import attnc; print(attnc._core.__file__)"], env=env,
-                           capture_output=True, text=True, cwd=str(tmp_path))
+    env = dict(
+        os.environ,
+        PYTHONPATH=str(tmp_path),
+        LD_PRELOAD=preload.strip(),
+        ATTNC_CPU=path,
+        ASAN_OPTIONS="detect_leaks=0:abort_on_error=0",
+        UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1",
+        OPENBLAS_NUM_THREADS="1",
+    )
+    where = subprocess.run(
+        [sys.executable, "-c", "import attnc; print(attnc._core.__file__)"],
+        env=env,
+        capture_output=True,
+        text=True,
+        cwd=str(tmp_path),
+    )
     assert where.returncode == 0 and where.stdout.startswith(str(tmp_path / "attnc")), where.stdout + where.stderr
     here = Path(__file__).resolve().parent
-    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=",
-                          *[str(here / f) for f in SANITIZED_TESTS]],
-                         capture_output=True, text=True, env=env, cwd=str(here), timeout=1800)
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-o",
+            "addopts=",
+            *[str(here / f) for f in SANITIZED_TESTS],
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=str(here),
+        timeout=1800,
+    )
     report = run.stdout[-8000:] + run.stderr[-8000:]
     assert run.returncode == 0, report
     assert "runtime error" not in report and "AddressSanitizer" not in report, report

@@ -33,8 +33,18 @@ F, V = 13, 17  # the captions task's descriptor features and vocabulary
 def small_model(dtype=np.float64, gate=True, attention="soft", seed=0, scale=0.8, **kw):
     """A small captioner with parameters U(-scale, scale), wider than the default
     initialisation, so the nonlinearities are reached."""
-    m = Captioner(F, V, kw.pop("embed_size", 8), kw.pop("hidden_size", 12), kw.pop("attention_size", 7),
-                  gate=gate, attention=attention, dtype=dtype, seed=seed, **kw)
+    m = Captioner(
+        F,
+        V,
+        kw.pop("embed_size", 8),
+        kw.pop("hidden_size", 12),
+        kw.pop("attention_size", 7),
+        gate=gate,
+        attention=attention,
+        dtype=dtype,
+        seed=seed,
+        **kw,
+    )
     rng = np.random.default_rng(seed + 100)
     m.load_state_dict({k: rng.uniform(-scale, scale, v.shape) for k, v in m.state_dict().items()})
     return m
@@ -50,6 +60,7 @@ def assert_grads(got, want, rel, names=None):
 
 
 # --------------------------------------------------------------------------- against torch
+
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
 @pytest.mark.parametrize("gate", [True, False], ids=["gate", "nogate"])
@@ -109,8 +120,9 @@ def test_hard_estimator_matches_torch(torch, dtype, gate):
     m.baseline = -7.5
     loss, grads = m.loss_and_grad(b, samples=samples)
     ref = TorchCaptioner(torch, m.state_dict(), gate=gate, dtype=dtype)
-    t_loss, surrogate = ref.objective(b.features, b.tgt_in, b.tgt_out, 0.7, samples, reinforce=1.3, entropy=0.05,
-                                      baseline=-7.5)
+    t_loss, surrogate = ref.objective(
+        b.features, b.tgt_in, b.tgt_out, 0.7, samples, reinforce=1.3, entropy=0.05, baseline=-7.5
+    )
     assert abs(loss - float(t_loss.detach())) <= REL[dtype] * max(1.0, abs(float(t_loss.detach())))
     assert_grads(grads, ref.grads(surrogate), REL[dtype])
     # the baseline moved: 0.9 b + 0.1 mean log p(y|s)
@@ -137,6 +149,7 @@ def test_hard_eval_mode_uses_argmax_and_no_estimator(torch):
 
 # --------------------------------------------------------------------------- finite differences
 
+
 def _numeric(f, x, eps=1e-6):
     g = np.zeros_like(x)
     flat, gflat = x.reshape(-1), g.reshape(-1)
@@ -156,8 +169,9 @@ def test_gradients_match_finite_differences(attention):
     """float64: every parameter's and the features' gradient of
     L = sum(logits * cl) + sum(alphas * ca) (locations fixed in hard mode), and the
     hard estimator's surrogate with its reward held constant."""
-    m = small_model(np.float64, True, attention, embed_size=3, hidden_size=4, attention_size=3, seed=5,
-                    entropy=0.2, reinforce=0.9)
+    m = small_model(
+        np.float64, True, attention, embed_size=3, hidden_size=4, attention_size=3, seed=5, entropy=0.2, reinforce=0.9
+    )
     b = task_batch(3, seed=2)
     feats = b.features.copy()
     rng = np.random.default_rng(6)
@@ -188,8 +202,9 @@ def test_gradients_match_finite_differences(attention):
         logp = x - np.log(np.exp(x).sum(-1, keepdims=True))
         ce = -(np.take_along_axis(logp, np.where(real, b.tgt_out, 0)[..., None], -1)[..., 0] * real).sum() / n
         cover = 1 - (al * real[..., None]).sum(1)
-        logp_s = (np.log(np.take_along_axis(al, np.maximum(samples, 0)[..., None], -1)[..., 0])
-                  * (real & (samples >= 0))).sum(1)
+        logp_s = (
+            np.log(np.take_along_axis(al, np.maximum(samples, 0)[..., None], -1)[..., 0]) * (real & (samples >= 0))
+        ).sum(1)
         H = -(al * np.log(al)).sum(-1)
         return float(ce + (cover**2).sum() / len(al) - 0.9 / n * (reward * logp_s).sum() - 0.2 / n * (H * real).sum())
 
@@ -198,6 +213,7 @@ def test_gradients_match_finite_differences(attention):
 
 
 # --------------------------------------------------------------------------- decoding
+
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
 @pytest.mark.parametrize("attention", ["soft", "hard"])
@@ -249,8 +265,9 @@ def test_beam_search_matches_reference_decoder(dtype, attention, eos, length_pen
     m = small_model(dtype, True, attention, scale=1.5, seed=11)
     feats = captions(12, seed=5, dtype=dtype).features
     tokens, alphas = m.generate(feats, 6, bos=1, eos=eos, beam_size=beam_size, length_penalty=length_penalty)
-    want_tokens, want_alphas = decoding.captioner(m, feats, 6, bos=1, eos=eos, beam_size=beam_size,
-                                                     length_penalty=length_penalty)
+    want_tokens, want_alphas = decoding.captioner(
+        m, feats, 6, bos=1, eos=eos, beam_size=beam_size, length_penalty=length_penalty
+    )
     np.testing.assert_array_equal(tokens, want_tokens)
     close(alphas, want_alphas, REL[dtype], "alphas")
 
@@ -309,6 +326,7 @@ def test_generate_edge_cases():
 
 
 # --------------------------------------------------------------------------- threads and seeds
+
 
 def test_thread_count_independence(restore_threads):
     m = Captioner(F, V, 32, 96, 48, seed=0, dtype=np.float32)
@@ -370,15 +388,18 @@ def test_expected_context_rows():
 
 # --------------------------------------------------------------------------- module API
 
+
 def test_state_dict_names_shapes_and_torch_cell(torch):
     m = Captioner(F, V, 8, 12, 7, seed=0)
     sd = m.state_dict()
     assert set(sd) == set(PARAM_NAMES.values())
     assert sd["decoder.weight_ih"].shape == (48, 8 + F) and sd["attention.score.weight"].shape == (1, 7)
     assert set(Captioner(F, V, 8, 12, 7, gate=False).state_dict()) == set(PARAM_NAMES.values()) - {
-        "gate.weight", "gate.bias"}
+        "gate.weight",
+        "gate.bias",
+    }
     cell = torch.nn.LSTMCell(8 + F, 12)
-    cell.load_state_dict({k[len("decoder."):]: torch.tensor(v) for k, v in sd.items() if k.startswith("decoder.")})
+    cell.load_state_dict({k[len("decoder.") :]: torch.tensor(v) for k, v in sd.items() if k.startswith("decoder.")})
     m2 = Captioner(F, V, 8, 12, 7, seed=1)
     m2.load_state_dict(sd)
     b = task_batch(dtype=np.float32)
@@ -413,6 +434,7 @@ def test_float64_model_and_to():
 
 # --------------------------------------------------------------------------- errors
 
+
 def test_errors_name_the_argument(assert_unchanged):
     m = Captioner(F, V, 8, 12, 7, seed=0)
     b = task_batch(dtype=np.float32)
@@ -446,17 +468,25 @@ def test_errors_name_the_argument(assert_unchanged):
         with pytest.raises(exc, match=word):
             call()
     h = Captioner(F, V, 8, 12, 7, attention="hard", seed=0)
-    for bad, word in ((np.full_like(t, 9), "samples"), (np.full_like(t, -2), "samples"),
-                      (np.zeros((2, 2), np.int64), "samples"),
-                      (np.zeros(t.shape, np.float32), "samples")):
+    for bad, word in (
+        (np.full_like(t, 9), "samples"),
+        (np.full_like(t, -2), "samples"),
+        (np.zeros((2, 2), np.int64), "samples"),
+        (np.zeros(t.shape, np.float32), "samples"),
+    ):
         with pytest.raises((ValueError, TypeError), match=word):
             h(f, t, samples=bad)
     # inputs are never modified, whatever the call
     assert_unchanged(m.loss_and_grad, b)
     samples = np.zeros_like(t)
-    assert_unchanged(lambda ff, tt, ss: h.train().loss_and_grad(SimpleNamespace(features=ff, tgt_in=tt,
-                                                                                tgt_out=b.tgt_out), samples=ss),
-                     f, t, samples)
+    assert_unchanged(
+        lambda ff, tt, ss: h.train().loss_and_grad(
+            SimpleNamespace(features=ff, tgt_in=tt, tgt_out=b.tgt_out), samples=ss
+        ),
+        f,
+        t,
+        samples,
+    )
     assert_unchanged(m.generate, f, 9, 1, 2)
 
 
@@ -473,6 +503,7 @@ def test_nan_features_do_not_crash():
 
 
 # --------------------------------------------------------------------------- plot and experiment
+
 
 def test_caption_attention_plot():
     import matplotlib
@@ -506,9 +537,26 @@ def test_experiment_quick_run(tmp_path):  # run folders under tmp_path/runs
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     runs = []
     for attention in ("soft", "hard"):
-        proc = subprocess.run([sys.executable, "-m", "attnc.experiments.captions", "--quick", "--threads", "2",
-                               "--attention", attention, "--seed", "1"], cwd=str(tmp_path), env=env,
-                              capture_output=True, text=True, timeout=120, check=False)
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "attnc.experiments.captions",
+                "--quick",
+                "--threads",
+                "2",
+                "--attention",
+                attention,
+                "--seed",
+                "1",
+            ],
+            cwd=str(tmp_path),
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
         assert proc.returncode == 0, proc.stderr[-3000:]
         assert "it/s" in proc.stderr or "s/it" in proc.stderr  # tqdm on stderr
         metrics = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -518,9 +566,27 @@ def test_experiment_quick_run(tmp_path):  # run folders under tmp_path/runs
         runs.append(metrics)
     assert sum(r["train_seconds"] for r in runs) < 20
     # the same seed gives the same run on one thread
-    proc = subprocess.run([sys.executable, "-m", "attnc.experiments.captions", "--quick", "--threads", "1",
-                           "--attention", "hard", "--seed", "1", "--no-progress"], cwd=str(tmp_path), env=env,
-                          capture_output=True, text=True, timeout=120, check=False)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "attnc.experiments.captions",
+            "--quick",
+            "--threads",
+            "1",
+            "--attention",
+            "hard",
+            "--seed",
+            "1",
+            "--no-progress",
+        ],
+        cwd=str(tmp_path),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     one = json.loads(proc.stdout.strip().splitlines()[-1])
     timing = ("train_seconds", "eval_seconds", "threads")

@@ -20,8 +20,12 @@ CASES_2D = [
     dict(padding="same", dilation=(2, 3)),
     dict(padding="valid", stride=3),
 ]
-SHAPES_2D = [((2, 3, 9, 11), (4, 3, 3, 2)), ((1, 1, 5, 5), (1, 1, 1, 1)), ((3, 5, 7, 6), (2, 5, 4, 4)),
-             ((2, 4, 6, 6), (6, 4, 1, 1))]
+SHAPES_2D = [
+    ((2, 3, 9, 11), (4, 3, 3, 2)),
+    ((1, 1, 5, 5), (1, 1, 1, 1)),
+    ((3, 5, 7, 6), (2, 5, 4, 4)),
+    ((2, 4, 6, 6), (6, 4, 1, 1)),
+]
 
 
 def _torch_conv(torch, nd, x, w, b, **kw):
@@ -40,8 +44,9 @@ def _gradients_match_torch(torch, rng, pullback, ty, leaves, dtype, tol):
     for name, t in leaves.items():
         ref = t.grad.numpy()
         assert g[name].shape == ref.shape and g[name].dtype == dtype
-        np.testing.assert_allclose(g[name], ref, rtol=0, atol=tol * 10 * max(1.0, float(np.abs(ref).max())),
-                                   err_msg=name)
+        np.testing.assert_allclose(
+            g[name], ref, rtol=0, atol=tol * 10 * max(1.0, float(np.abs(ref).max())), err_msg=name
+        )
 
 
 @pytest.mark.parametrize("dtype,tol", [(np.float32, 1e-5), (np.float64, 1e-12)])
@@ -65,8 +70,16 @@ def test_conv2d_against_torch(torch, rng, dtype, tol, shapes, kw):
     _gradients_match_torch(torch, rng, pullback, ty, dict(input=tx, weight=tw, bias=tb), dtype, tol)
 
 
-@pytest.mark.parametrize("kw", [dict(), dict(stride=2, padding=3), dict(dilation=3, padding="same"),
-                                dict(padding="same"), dict(stride=3, dilation=2)])
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(),
+        dict(stride=2, padding=3),
+        dict(dilation=3, padding="same"),
+        dict(padding="same"),
+        dict(stride=3, dilation=2),
+    ],
+)
 @pytest.mark.parametrize("bias", [True, False])
 def test_conv1d_against_torch_and_numpy(torch, rng, kw, bias):
     x = rng.standard_normal((3, 4, 17))
@@ -94,8 +107,11 @@ def test_conv2d_against_numpy_reference(rng):
     x = rng.standard_normal((2, 3, 8, 7))
     w = rng.standard_normal((4, 3, 3, 2))
     b = rng.standard_normal(4)
-    for stride, pads, dil in [((1, 1), ((0, 0), (0, 0)), (1, 1)), ((2, 1), ((1, 1), (2, 2)), (1, 2)),
-                              ((1, 2), ((2, 2), (1, 1)), (2, 2))]:
+    for stride, pads, dil in [
+        ((1, 1), ((0, 0), (0, 0)), (1, 1)),
+        ((2, 1), ((1, 1), (2, 2)), (1, 2)),
+        ((1, 2), ((2, 2), (1, 1)), (2, 2)),
+    ]:
         y = attnc.nn.conv2d(x, w, b, stride=stride, padding=(pads[0][0], pads[1][0]), dilation=dil)
         np.testing.assert_allclose(y, conv_ref.conv2d(x, w, b, stride, pads, dil), rtol=0, atol=1e-12)
 
@@ -112,8 +128,14 @@ def test_conv2d_finite_differences(rng, check_vjp, kw):
     def ref(input, weight, bias, **_):
         return conv_ref.conv2d(input, weight, bias, (kw.get("stride", 1),) * 2, pads, (d, d))
 
-    check_vjp(attnc.nn.conv2d, ref, dict(input=x, weight=w, bias=b, **kw), rng,
-              positional=("input", "weight", "bias"), expect_names=["input", "weight", "bias"])
+    check_vjp(
+        attnc.nn.conv2d,
+        ref,
+        dict(input=x, weight=w, bias=b, **kw),
+        rng,
+        positional=("input", "weight", "bias"),
+        expect_names=["input", "weight", "bias"],
+    )
 
 
 # groups: (input shape, weight shape, keywords); depthwise (groups = Cin) among them
@@ -141,8 +163,9 @@ def test_conv2d_groups_against_torch_and_numpy(torch, rng, dtype, tol, case):
     pad = kw.get("padding", 0)
     pads = ((1, 1), (1, 1)) if pad == "same" else tuple((p, p) for p in np.broadcast_to(pad, 2))  # "same": case 2
     xb = x if x.ndim == 4 else x[None]
-    ref = conv_ref.conv2d(xb, w, b, np.broadcast_to(kw.get("stride", 1), 2), pads,
-                          np.broadcast_to(kw.get("dilation", 1), 2), kw["groups"])
+    ref = conv_ref.conv2d(
+        xb, w, b, np.broadcast_to(kw.get("stride", 1), 2), pads, np.broadcast_to(kw.get("dilation", 1), 2), kw["groups"]
+    )
     np.testing.assert_allclose(y.reshape(ref.shape), ref, rtol=0, atol=tol * scale * 10)
     _gradients_match_torch(torch, rng, pullback, ty, dict(input=tx, weight=tw, bias=tb), dtype, tol)
 
@@ -171,19 +194,28 @@ def test_conv2d_groups_finite_differences(rng, check_vjp, groups, kw):
     def ref(input, weight, bias, **_):
         return conv_ref.conv2d(input, weight, bias, (kw.get("stride", 1),) * 2, pads, (d, d), groups)
 
-    check_vjp(attnc.nn.conv2d, ref, dict(input=x, weight=w, bias=b, groups=groups, **kw), rng,
-              positional=("input", "weight", "bias"), expect_names=["input", "weight", "bias"])
+    check_vjp(
+        attnc.nn.conv2d,
+        ref,
+        dict(input=x, weight=w, bias=b, groups=groups, **kw),
+        rng,
+        positional=("input", "weight", "bias"),
+        expect_names=["input", "weight", "bias"],
+    )
 
 
 def test_grouped_modules_match_torch_modules(torch, rng):
-    for cls, tcls, x in [(attnc.nn.Conv2d, torch.nn.Conv2d, rng.standard_normal((2, 6, 7, 8))),
-                         (attnc.nn.Conv1d, torch.nn.Conv1d, rng.standard_normal((2, 6, 10)))]:
+    for cls, tcls, x in [
+        (attnc.nn.Conv2d, torch.nn.Conv2d, rng.standard_normal((2, 6, 7, 8))),
+        (attnc.nn.Conv1d, torch.nn.Conv1d, rng.standard_normal((2, 6, 10))),
+    ]:
         for groups, out in ((2, 4), (3, 9), (6, 6)):
             m = cls(6, out, 3, padding=1, groups=groups, dtype=np.float64, seed=0)
             t = tcls(6, out, 3, padding=1, groups=groups, dtype=torch.float64)
             assert m.groups == groups and f"groups={groups}" in repr(m)
-            assert {k: v.shape for k, v in m.state_dict().items()} == {k: tuple(v.shape)
-                                                                       for k, v in t.state_dict().items()}
+            assert {k: v.shape for k, v in m.state_dict().items()} == {
+                k: tuple(v.shape) for k, v in t.state_dict().items()
+            }
             m.load_state_dict(t.state_dict())
             y, pullback = attnc.vjp(m, x)
             ty = t(torch.tensor(x))
@@ -208,8 +240,9 @@ def test_causal_conv1d_matches_padded_conv_and_is_causal(torch, rng, check_vjp):
         y = m(x)
         assert y.shape == (2, 5, 12)
         F = torch.nn.functional
-        ty = F.conv1d(F.pad(torch.tensor(x), ((k - 1) * d, 0)), torch.tensor(m.weight), torch.tensor(m.bias),
-                      dilation=d)
+        ty = F.conv1d(
+            F.pad(torch.tensor(x), ((k - 1) * d, 0)), torch.tensor(m.weight), torch.tensor(m.bias), dilation=d
+        )
         np.testing.assert_allclose(y, ty.numpy(), rtol=0, atol=1e-12)
         np.testing.assert_allclose(y, conv_ref.causal_conv1d(x, m.weight, m.bias, d), rtol=0, atol=1e-12)
         # changing inputs at t >= t0 leaves outputs before t0 unchanged (bitwise), and changes the rest
@@ -225,8 +258,13 @@ def test_causal_conv1d_matches_padded_conv_and_is_causal(torch, rng, check_vjp):
         g = pullback(dy)
         assert set(g) == {"input", "weight", "bias"}
         from conftest import numeric_vjp
-        num = numeric_vjp(lambda input, weight, bias: conv_ref.causal_conv1d(input, weight, bias, d),
-                          dict(input=x, weight=m.weight, bias=m.bias), [dy], ["input", "weight", "bias"])
+
+        num = numeric_vjp(
+            lambda input, weight, bias: conv_ref.causal_conv1d(input, weight, bias, d),
+            dict(input=x, weight=m.weight, bias=m.bias),
+            [dy],
+            ["input", "weight", "bias"],
+        )
         for name in num:
             np.testing.assert_allclose(g[name], num[name], rtol=1e-6, atol=1e-7)
         # the gradient of the input at t only comes from outputs >= t
@@ -248,10 +286,15 @@ def test_causal_conv1d_unbatched_and_float32(rng):
 
 
 def test_modules_match_torch_modules(torch, rng):
-    for cls, tcls, x in [(attnc.nn.Conv2d, torch.nn.Conv2d, rng.standard_normal((2, 3, 7, 8))),
-                         (attnc.nn.Conv1d, torch.nn.Conv1d, rng.standard_normal((2, 3, 10)))]:
-        for kw in [dict(kernel_size=3, padding="same"), dict(kernel_size=2, stride=2, bias=False),
-                   dict(kernel_size=3, padding=1, dilation=2)]:
+    for cls, tcls, x in [
+        (attnc.nn.Conv2d, torch.nn.Conv2d, rng.standard_normal((2, 3, 7, 8))),
+        (attnc.nn.Conv1d, torch.nn.Conv1d, rng.standard_normal((2, 3, 10))),
+    ]:
+        for kw in [
+            dict(kernel_size=3, padding="same"),
+            dict(kernel_size=2, stride=2, bias=False),
+            dict(kernel_size=3, padding=1, dilation=2),
+        ]:
             m = cls(3, 4, dtype=np.float64, seed=0, **kw)
             t = tcls(3, 4, dtype=torch.float64, **kw)
             assert list(m.state_dict()) == list(t.state_dict())
@@ -294,8 +337,12 @@ def test_inputs_unchanged_and_strided_inputs(rng, assert_unchanged):
     w = rng.standard_normal((4, 3, 3, 3))
     y = assert_unchanged(attnc.nn.conv2d, x, w, None, padding=1)
     xt = np.asfortranarray(x)[:, :, :, ::-1]  # a strided, non-contiguous view
-    np.testing.assert_allclose(attnc.nn.conv2d(xt, w, None, padding=1),
-                               attnc.nn.conv2d(np.ascontiguousarray(xt), w, None, padding=1), rtol=0, atol=0)
+    np.testing.assert_allclose(
+        attnc.nn.conv2d(xt, w, None, padding=1),
+        attnc.nn.conv2d(np.ascontiguousarray(xt), w, None, padding=1),
+        rtol=0,
+        atol=0,
+    )
     assert y.shape == (2, 4, 8, 10)
 
 
@@ -348,7 +395,6 @@ def test_bad_input(rng):
         attnc.nn.CausalConv1d(3, 3, kernel_size=0)
     with pytest.raises(ValueError, match="channels"):
         attnc.nn.CausalConv1d(3, 3)(rng.standard_normal((2, 4, 5)).astype(np.float32))
-
 
 
 def test_modules_take_any_padding_but_a_file_may_not_size_every_output(tmp_path):

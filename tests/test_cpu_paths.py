@@ -41,23 +41,68 @@ HERE = Path(__file__).resolve().parent
 # rerun on every other path; the rest run no C arithmetic of their own or
 # only repeat it at length (experiments, benchmarks, notebooks).
 OTHER_TESTS = [
-    "test_benchmarks_smoke.py", "test_c_core.py", "test_cpu_paths.py", "test_datasets.py", "test_docs.py",
-    "test_experiments.py", "test_install.py", "test_layout.py", "test_load.py", "test_ntm_datasets.py", "test_plot.py",
-    "test_pointer_datasets.py", "test_sagan_shapes.py", "test_sizes.py", "test_text_tasks.py", "test_typing.py",
-    "test_vjp_unchanged.py", "test_golden.py", "test_binding_structs.py", "test_optim_state.py",
-    "test_experiment_runs.py", "test_docs_pages.py", "test_packaging.py", "test_module_print.py", "test_lint.py",
-    "test_tour.py", "test_pretrained.py",
+    "test_benchmarks_smoke.py",
+    "test_c_core.py",
+    "test_cpu_paths.py",
+    "test_datasets.py",
+    "test_docs.py",
+    "test_experiments.py",
+    "test_install.py",
+    "test_layout.py",
+    "test_load.py",
+    "test_ntm_datasets.py",
+    "test_plot.py",
+    "test_pointer_datasets.py",
+    "test_sagan_shapes.py",
+    "test_sizes.py",
+    "test_text_tasks.py",
+    "test_typing.py",
+    "test_vjp_unchanged.py",
+    "test_golden.py",
+    "test_binding_structs.py",
+    "test_optim_state.py",
+    "test_experiment_runs.py",
+    "test_docs_pages.py",
+    "test_packaging.py",
+    "test_module_print.py",
+    "test_lint.py",
+    "test_tour.py",
+    "test_pretrained.py",
     "test_binding.py",  # the binding's surface against its table (the sources): every path compiles the same ops.c
 ]
 KERNEL_TESTS = [
-    "test_models.py", "test_errors.py", "test_nn_module.py", "test_optim.py", "test_fewshot.py",
-    "test_attention.py", "test_score.py", "test_softmax.py", "test_sdpa.py", "test_multihead.py",
-    "test_kv_cache.py", "test_hard_local.py", "test_kernel_regression.py", "test_nn_layers.py",
-    "test_conv.py", "test_rnn.py", "test_lstmn.py", "test_attention_pooling.py",
-    "test_self_attention2d.py", "test_transformer.py", "test_decode.py", "test_ntm.py",
-    "test_ntm_model.py", "test_pointer_model.py", "test_seq2seq_rnn.py", "test_captioner.py",
-    "test_snail.py", "test_decomposable.py", "test_properties.py",
-    "test_torch_opinfo.py", "test_empty.py", "test_strides.py",
+    "test_models.py",
+    "test_errors.py",
+    "test_nn_module.py",
+    "test_optim.py",
+    "test_fewshot.py",
+    "test_attention.py",
+    "test_score.py",
+    "test_softmax.py",
+    "test_sdpa.py",
+    "test_multihead.py",
+    "test_kv_cache.py",
+    "test_hard_local.py",
+    "test_kernel_regression.py",
+    "test_nn_layers.py",
+    "test_conv.py",
+    "test_rnn.py",
+    "test_lstmn.py",
+    "test_attention_pooling.py",
+    "test_self_attention2d.py",
+    "test_transformer.py",
+    "test_decode.py",
+    "test_ntm.py",
+    "test_ntm_model.py",
+    "test_pointer_model.py",
+    "test_seq2seq_rnn.py",
+    "test_captioner.py",
+    "test_snail.py",
+    "test_decomposable.py",
+    "test_properties.py",
+    "test_torch_opinfo.py",
+    "test_empty.py",
+    "test_strides.py",
 ]
 
 DEFAULT = attnc._core.simd_path()
@@ -78,8 +123,7 @@ def battery() -> dict:
         tag = np.dtype(dt).name
         q, k, v = arr(2, 3, 37, 24, dtype=dt), arr(2, 3, 45, 24, dtype=dt), arr(2, 3, 45, 24, dtype=dt)
         for causal in (False, True):
-            (o, w), pull = attnc.vjp(attnc.scaled_dot_product_attention, q, k, v, is_causal=causal,
-                                     return_weights=True)
+            (o, w), pull = attnc.vjp(attnc.scaled_dot_product_attention, q, k, v, is_causal=causal, return_weights=True)
             out[f"sdpa causal={causal} {tag}"] = o
             out[f"sdpa weights causal={causal} {tag}"] = w
             for name, g in pull(np.ones_like(o), None).items():
@@ -104,8 +148,11 @@ def battery() -> dict:
             for g_name, g in pull(np.ones_like(y), None).items():
                 out[f"{name} grad {g_name} {tag}"] = g
         for name, mod, xin in [
-            ("transformer layer", attnc.nn.TransformerEncoderLayer(40, 4, 64, dropout=0.0, batch_first=True,
-                                                                  dtype=dt, seed=2), x),
+            (
+                "transformer layer",
+                attnc.nn.TransformerEncoderLayer(40, 4, 64, dropout=0.0, batch_first=True, dtype=dt, seed=2),
+                x,
+            ),
             ("conv2d", attnc.nn.Conv2d(3, 5, 3, padding=1, dtype=dt, seed=3), arr(2, 3, 9, 10, dtype=dt)),
             ("LSTMN", attnc.nn.LSTMN(40, 16, dtype=dt, seed=4), x),
             ("attention pooling", attnc.nn.AttentionPooling(40, 8, dtype=dt, seed=5), x),
@@ -136,8 +183,18 @@ def test_every_test_file_is_classified():
 @pytest.mark.parametrize("path", OTHERS)
 def test_kernel_tests_pass_on_every_path(path):
     env = dict(os.environ, ATTNC_CPU=path)
-    cmd = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-o", "addopts=",
-           *[str(HERE / f) for f in KERNEL_TESTS]]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-q",
+        "-x",
+        "-p",
+        "no:cacheprovider",
+        "-o",
+        "addopts=",
+        *[str(HERE / f) for f in KERNEL_TESTS],
+    ]
     run = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=str(HERE))
     assert run.returncode == 0, f"ATTNC_CPU={path}:\n{run.stdout[-6000:]}\n{run.stderr[-3000:]}"
 
@@ -146,8 +203,12 @@ def test_paths_agree(tmp_path):
     results = {DEFAULT: battery()}
     for path in OTHERS:
         file = tmp_path / f"{path}.npz"
-        run = subprocess.run([sys.executable, str(Path(__file__).resolve()), str(file)],
-                             env=dict(os.environ, ATTNC_CPU=path), capture_output=True, text=True)
+        run = subprocess.run(
+            [sys.executable, str(Path(__file__).resolve()), str(file)],
+            env=dict(os.environ, ATTNC_CPU=path),
+            capture_output=True,
+            text=True,
+        )
         assert run.returncode == 0, run.stderr[-3000:]
         with np.load(file) as f:
             results[path] = {name: f[name] for name in f.files}
@@ -157,8 +218,13 @@ def test_paths_agree(tmp_path):
         for name, ref in results[DEFAULT].items():
             got = results[path][name]
             if name.startswith(FUSED_F32) and name.endswith("float32"):
-                np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5 * max(1.0, float(np.abs(ref).max())),
-                                           err_msg=f"{name}: {path} vs {DEFAULT}")
+                np.testing.assert_allclose(
+                    got,
+                    ref,
+                    rtol=1e-5,
+                    atol=1e-5 * max(1.0, float(np.abs(ref).max())),
+                    err_msg=f"{name}: {path} vs {DEFAULT}",
+                )
             else:
                 np.testing.assert_array_equal(got, ref, err_msg=f"{name}: {path} vs {DEFAULT}")
 
@@ -185,8 +251,13 @@ def blas_core(coretype: str | None = None) -> str:
     """The kernel the bundled OpenBLAS picks with OPENBLAS_CORETYPE=coretype
     (None: as the environment has it), as its config names it."""
     env = dict(os.environ, **({"OPENBLAS_CORETYPE": coretype} if coretype else {}))
-    run = subprocess.run([sys.executable, "-c", "import attnc; print(attnc.blas_info())"], env=env,
-                         capture_output=True, text=True, check=True)
+    run = subprocess.run(
+        [sys.executable, "-c", "import attnc; print(attnc.blas_info())"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return run.stdout.split("NO_AFFINITY")[-1].split()[0]
 
 
@@ -219,8 +290,20 @@ def test_thread_tests_pass_under_every_openblas_kernel(path, coretype):
     with OpenBLAS forced to each other kernel this CPU runs."""
     env = dict(os.environ, ATTNC_CPU=path, OPENBLAS_CORETYPE=coretype)
     files = [str(p) for p in sorted(HERE.glob("test_*.py")) if "restore_threads" in p.read_text()]
-    cmd = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-o", "addopts=", "-m", "threads",
-           *files]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-q",
+        "-x",
+        "-p",
+        "no:cacheprovider",
+        "-o",
+        "addopts=",
+        "-m",
+        "threads",
+        *files,
+    ]
     run = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=str(HERE))
     where = f"ATTNC_CPU={path} OPENBLAS_CORETYPE={coretype}"
     assert run.returncode == 0, f"{where}:\n{run.stdout[-6000:]}\n{run.stderr[-3000:]}"
@@ -229,8 +312,9 @@ def test_thread_tests_pass_under_every_openblas_kernel(path, coretype):
 
 @pytest.mark.parametrize("value,error", [("sse9", "is not a SIMD path"), ("AVX-512", "is not a SIMD path")])
 def test_a_bad_attnc_cpu_is_a_clear_error(value, error):
-    run = subprocess.run([sys.executable, "-c", "import attnc"], env=dict(os.environ, ATTNC_CPU=value),
-                         capture_output=True, text=True)
+    run = subprocess.run(
+        [sys.executable, "-c", "import attnc"], env=dict(os.environ, ATTNC_CPU=value), capture_output=True, text=True
+    )
     assert run.returncode != 0 and error in run.stderr and "ATTNC_CPU" in run.stderr
 
 

@@ -31,6 +31,7 @@ from attnc.datasets.dates import FORMATS, MAX_INPUT_LEN
 
 # --------------------------------------------------------------------------- Vocab
 
+
 def test_vocab_ids_and_round_trips():
     v = Vocab.chars("abc ")
     assert (v.pad, v.bos, v.eos, v.unk, len(v)) == (0, 1, 2, None, 7)
@@ -302,9 +303,12 @@ def test_captions_match_the_pixels():
     assert words == set(WORDS)  # every colour, shape and relation appears
     assert set(task.num_objects.tolist()) == {1, 2}
     assert task.images([3]).shape == (1, 24, 24, 3) and np.array_equal(task.image(3), images[3])
-    assert task.objects(0) == [(r, c, *_read_cell(images[0, 8 * r : 8 * r + 8, 8 * c : 8 * c + 8]))
-                               for r in range(3) for c in range(3)
-                               if _read_cell(images[0, 8 * r : 8 * r + 8, 8 * c : 8 * c + 8])]
+    assert task.objects(0) == [
+        (r, c, *_read_cell(images[0, 8 * r : 8 * r + 8, 8 * c : 8 * c + 8]))
+        for r in range(3)
+        for c in range(3)
+        if _read_cell(images[0, 8 * r : 8 * r + 8, 8 * c : 8 * c + 8])
+    ]
 
 
 def test_captions_feature_grid():

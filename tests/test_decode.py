@@ -21,8 +21,22 @@ def _peaky(model, seed, scale=0.4):
 
 
 def _seq2seq(dtype, norm_first=False, vocab=7):
-    return _peaky(Seq2SeqTransformer(vocab, vocab, d_model=16, nhead=4, num_encoder_layers=2, num_decoder_layers=2,
-                                     dim_feedforward=24, max_len=16, norm_first=norm_first, dtype=dtype, seed=3), 1)
+    return _peaky(
+        Seq2SeqTransformer(
+            vocab,
+            vocab,
+            d_model=16,
+            nhead=4,
+            num_encoder_layers=2,
+            num_decoder_layers=2,
+            dim_feedforward=24,
+            max_len=16,
+            norm_first=norm_first,
+            dtype=dtype,
+            seed=3,
+        ),
+        1,
+    )
 
 
 def _gpt(dtype, vocab=5, block=11):
@@ -38,10 +52,20 @@ def _memory(model, src, kpm):
 
 def _c_seq2seq(model, src, kpm, T, **kw):
     tr = model.transformer
-    return attnc.nn.decode(tr.decoder.layers, model.tgt_embed.weight, model._positions(model.max_len),
-                           model.generator.weight, np.zeros((src.shape[0], 1), np.int64), T,
-                           out_bias=model.generator.bias, embed_scale=math.sqrt(model.d_model), norm=tr.decoder.norm,
-                           memory=_memory(model, src, kpm), memory_key_padding_mask=kpm, **kw)
+    return attnc.nn.decode(
+        tr.decoder.layers,
+        model.tgt_embed.weight,
+        model._positions(model.max_len),
+        model.generator.weight,
+        np.zeros((src.shape[0], 1), np.int64),
+        T,
+        out_bias=model.generator.bias,
+        embed_scale=math.sqrt(model.d_model),
+        norm=tr.decoder.norm,
+        memory=_memory(model, src, kpm),
+        memory_key_padding_mask=kpm,
+        **kw,
+    )
 
 
 def _ref_seq2seq(model, src, kpm, T, eos=None, beam_size=1, length_penalty=0.0):
@@ -54,8 +78,16 @@ def _ref_seq2seq(model, src, kpm, T, eos=None, beam_size=1, length_penalty=0.0):
 
 
 def _c_gpt(model, idx, T, **kw):
-    return attnc.nn.decode(list(model.encoder.layers), model.wte.weight, model.wpe.weight, model.lm_head.weight,
-                           idx, T, norm=model.ln_f, **kw)
+    return attnc.nn.decode(
+        list(model.encoder.layers),
+        model.wte.weight,
+        model.wpe.weight,
+        model.lm_head.weight,
+        idx,
+        T,
+        norm=model.ln_f,
+        **kw,
+    )
 
 
 def _ref_gpt(model, idx, T, eos=None, beam_size=1, length_penalty=0.0):
@@ -66,7 +98,12 @@ def _ref_gpt(model, idx, T, eos=None, beam_size=1, length_penalty=0.0):
 
 
 SEARCHES = [  # beam_size, eos, length_penalty, max_new_tokens
-    (1, None, 0.0, 9), (1, 2, 0.0, 9), (3, 2, 0.6, 9), (4, None, 0.0, 5), (5, 1, -0.5, 6), (7, 2, 1.0, 3),
+    (1, None, 0.0, 9),
+    (1, 2, 0.0, 9),
+    (3, 2, 0.6, 9),
+    (4, None, 0.0, 5),
+    (5, 1, -0.5, 6),
+    (7, 2, 1.0, 3),
 ]
 
 
@@ -123,7 +160,7 @@ def _exhaustive(model, idx, T, eos, alpha):
                 if eos is None and length < T:
                     continue
                 ctx = np.array([list(row) + list(seq)], np.int64)
-                lp = decoding.log_softmax(model(ctx[:, :-1])[0, len(row) - 1:])
+                lp = decoding.log_softmax(model(ctx[:, :-1])[0, len(row) - 1 :])
                 score = sum(lp[i, t] for i, t in enumerate(seq)) / length**alpha
                 if score > top[0]:
                     top = (score, seq)
@@ -131,8 +168,9 @@ def _exhaustive(model, idx, T, eos, alpha):
     return best
 
 
-@pytest.mark.parametrize("T, beam, eos, alpha", [(2, 3, None, 0.0), (2, 3, 1, 0.8), (2, 3, 0, -0.4),
-                                                  (3, 9, None, 0.0), (3, 9, 2, 1.0)])
+@pytest.mark.parametrize(
+    "T, beam, eos, alpha", [(2, 3, None, 0.0), (2, 3, 1, 0.8), (2, 3, 0, -0.4), (3, 9, None, 0.0), (3, 9, 2, 1.0)]
+)
 def test_beam_search_is_exhaustive_when_the_beam_holds_every_prefix(T, beam, eos, alpha):
     """beam = V is exhaustive for 2 tokens, beam = V^2 for 3."""
     model = _gpt(np.float64, vocab=3, block=8)
@@ -190,16 +228,33 @@ def test_bad_arguments_raise_clear_errors():
     with pytest.raises(ValueError, match="memory"):
         _c_gpt(model, idx, 2, memory=np.zeros((2, 3, 12)))
     with pytest.raises(TypeError, match="embedding"):
-        attnc.nn.decode(list(model.encoder.layers), model.wte.weight.astype(np.float32), model.wpe.weight,
-                        model.lm_head.weight, idx, 2)
+        attnc.nn.decode(
+            list(model.encoder.layers),
+            model.wte.weight.astype(np.float32),
+            model.wpe.weight,
+            model.lm_head.weight,
+            idx,
+            2,
+        )
     s2s = _seq2seq(np.float64)
     with pytest.raises(TypeError, match="memory is required"):
-        attnc.nn.decode(s2s.transformer.decoder.layers, s2s.tgt_embed.weight, s2s._positions(s2s.max_len),
-                        s2s.generator.weight, np.zeros((1, 1), np.int64), 3)
+        attnc.nn.decode(
+            s2s.transformer.decoder.layers,
+            s2s.tgt_embed.weight,
+            s2s._positions(s2s.max_len),
+            s2s.generator.weight,
+            np.zeros((1, 1), np.int64),
+            3,
+        )
     with pytest.raises(TypeError, match="all be"):
-        attnc.nn.decode([s2s.transformer.decoder.layers[0], s2s.transformer.encoder.layers[0]],
-                        s2s.tgt_embed.weight, s2s._positions(s2s.max_len), s2s.generator.weight,
-                        np.zeros((1, 1), np.int64), 3)
+        attnc.nn.decode(
+            [s2s.transformer.decoder.layers[0], s2s.transformer.encoder.layers[0]],
+            s2s.tgt_embed.weight,
+            s2s._positions(s2s.max_len),
+            s2s.generator.weight,
+            np.zeros((1, 1), np.int64),
+            3,
+        )
 
 
 def test_inputs_never_modified(assert_unchanged):
@@ -210,8 +265,20 @@ def test_inputs_never_modified(assert_unchanged):
     prompt = np.zeros((2, 1), np.int64)
     tr = model.transformer
     params = {k: v.copy() for k, v in model.state_dict().items()}
-    assert_unchanged(attnc.nn.decode, tr.decoder.layers, model.tgt_embed.weight, model._positions(model.max_len),
-                     model.generator.weight, prompt, 4, out_bias=model.generator.bias, norm=tr.decoder.norm, memory=mem,
-                     memory_key_padding_mask=kpm, beam_size=2, eos=1)
+    assert_unchanged(
+        attnc.nn.decode,
+        tr.decoder.layers,
+        model.tgt_embed.weight,
+        model._positions(model.max_len),
+        model.generator.weight,
+        prompt,
+        4,
+        out_bias=model.generator.bias,
+        norm=tr.decoder.norm,
+        memory=mem,
+        memory_key_padding_mask=kpm,
+        beam_size=2,
+        eos=1,
+    )
     for k, v in model.state_dict().items():
         np.testing.assert_array_equal(v, params[k])

@@ -173,8 +173,10 @@ def test_threads_bitwise(rng, restore_threads, context):
 def test_state_dict_seed_and_save(tmp_path):
     m = DecomposableAttention(12, 5, 7, num_classes=4, seed=3)
     keys = list(m.state_dict())
-    assert keys[:2] == ["embedding.weight", "projection.weight"] and keys[-2:] == ["classifier.weight",
-                                                                                   "classifier.bias"]
+    assert keys[:2] == ["embedding.weight", "projection.weight"] and keys[-2:] == [
+        "classifier.weight",
+        "classifier.bias",
+    ]
     assert m.state_dict()["compare.linear1.weight"].shape == (7, 14)  # [a_i; beta_i], d = 7 after the projection
     assert m.state_dict()["aggregate.linear1.weight"].shape == (7, 14)  # [v1; v2]
     unprojected = DecomposableAttention(12, 5, 7, project=False).state_dict()
@@ -182,7 +184,9 @@ def test_state_dict_seed_and_save(tmp_path):
     windowed = DecomposableAttention(12, 5, 7, context=1).state_dict()
     assert windowed["projection.weight"].shape == (7, 15)  # [x_{i-1}; x_i; x_{i+1}] -> 7
     assert DecomposableAttention(12, 5, 7, project=False, context=1).state_dict()["attend.linear1.weight"].shape == (
-        7, 15)
+        7,
+        15,
+    )
     same_bits(DecomposableAttention(12, 5, 7, num_classes=4, seed=3).attend.linear1.weight, m.attend.linear1.weight)
     attnc.save(tmp_path / "m.npz", m)
     m2 = attnc.load(tmp_path / "m.npz")
@@ -233,6 +237,7 @@ def test_bad_input():
 
 def test_training_step_lowers_loss():
     from attnc.datasets import EntailmentTask
+
     task = EntailmentTask()
     m = DecomposableAttention(task.vocab_size, 16, 32, seed=0)
     opt = attnc.optim.Adam(m, lr=3e-3)
@@ -247,11 +252,19 @@ def test_training_step_lowers_loss():
 
 def test_entailment_quick_run(tmp_path):
     from test_experiments import TIMING, run_experiment
+
     path = tmp_path / "ent.npz"
     first, stderr = run_experiment("entailment", "--quick", "--seed", "2", "--threads", "1", "--save", str(path))
     assert "it/s" in stderr or "s/it" in stderr
-    for key in ("accuracy", "per_class_accuracy", "train_seconds", "heldout_size", "final_loss", "alignment_accuracy",
-                "premise_alignment_accuracy"):
+    for key in (
+        "accuracy",
+        "per_class_accuracy",
+        "train_seconds",
+        "heldout_size",
+        "final_loss",
+        "alignment_accuracy",
+        "premise_alignment_accuracy",
+    ):
         assert key in first
     assert set(first["per_class_accuracy"]) == {"entailment", "contradiction", "neutral"}
     assert 0 <= first["accuracy"] <= 1 and first["final_loss"] < first["first_loss"]
@@ -264,6 +277,7 @@ def test_entailment_quick_run(tmp_path):
 
 def test_notebook_helpers():
     from attnc.experiments import entailment
+
     model, task, metrics = entailment.train_model(seed=0, quick=True, steps=5)
     words_p, words_h, att, probs = entailment.alignment(model, task, "the red cat and the blue dog", "a blue cat")
     assert att.shape == (len(words_p), len(words_h)) and set(probs) == set(task.labels)
@@ -273,6 +287,7 @@ def test_notebook_helpers():
 
 def test_dropout_train_and_eval(rng):
     from attnc.datasets import EntailmentTask
+
     task = EntailmentTask()
     b = task.batch(16, seed=0)
     m = DecomposableAttention(task.vocab_size, 8, 16, dropout=0.2, seed=4)
@@ -295,6 +310,7 @@ def test_dropout_train_and_eval(rng):
 def test_alignment_accuracy_counts_the_targets(rng):
     from attnc.datasets import EntailmentTask
     from attnc.experiments import entailment
+
     task = EntailmentTask()
     m = DecomposableAttention(task.vocab_size, 8, 16, seed=2, context=1)
     b = task.batch(40, seed=3, split="test")

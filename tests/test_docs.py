@@ -13,8 +13,16 @@ import pytest
 
 import attnc
 
-MODULES = ["attnc", "attnc.nn", "attnc.models", "attnc.datasets", "attnc.ntm", "attnc.optim", "attnc.plot",
-           "attnc.experiments"]
+MODULES = [
+    "attnc",
+    "attnc.nn",
+    "attnc.models",
+    "attnc.datasets",
+    "attnc.ntm",
+    "attnc.optim",
+    "attnc.plot",
+    "attnc.experiments",
+]
 
 
 def public_objects():
@@ -59,8 +67,7 @@ def test_every_public_module_has_all_and_the_package_is_typed():
 def test_signature_is_annotated(name, obj):
     sig = signature_of(obj)
     hints = typing.get_type_hints(obj if inspect.isclass(obj) and issubclass(obj, tuple) else constructor(obj))
-    missing = [p.name for p in sig.parameters.values()
-               if p.name not in ("self", "cls", "_cls") and p.name not in hints]
+    missing = [p.name for p in sig.parameters.values() if p.name not in ("self", "cls", "_cls") and p.name not in hints]
     assert not missing, f"{name}: arguments without annotations: {missing}"
     if not inspect.isclass(obj):
         assert "return" in hints, f"{name}: no return annotation"
@@ -75,8 +82,9 @@ def test_docstring_gives_shapes_dtypes_and_an_example(name, obj):
         return  # plots take arrays but their subject is the figure
     if any(p.name not in ("self", "cls", "_cls") for p in signature_of(obj).parameters.values()):
         lowered = doc.lower()
-        assert "(" in doc and ("float32" in lowered or "dtype" in lowered or "int" in lowered), \
+        assert "(" in doc and ("float32" in lowered or "dtype" in lowered or "int" in lowered), (
             f"{name}: docstring gives no shapes or dtypes"
+        )
 
 
 @pytest.mark.parametrize("name,obj", PUBLIC, ids=IDS)

@@ -94,16 +94,16 @@ class Dims:
 
 @dataclasses.dataclass
 class Case:
-    name: str                      # the public name covered ("attnc.nn.linear", "attnc.models.GPT.generate")
-    call: Callable                 # x -> (fn or module, args, kwargs)
-    zero: str                      # letters set to 0, one at a time
+    name: str  # the public name covered ("attnc.nn.linear", "attnc.models.GPT.generate")
+    call: Callable  # x -> (fn or module, args, kwargs)
+    zero: str  # letters set to 0, one at a time
     torch: Callable | None = None  # functions: (torch, *args, **kwargs) -> outputs; modules: (torch, m) ->
     #                                a torch module, or a function (params, *args, **kwargs) -> outputs
-    grad: bool = True              # differentiable through attnc.vjp
-    refuse: str = ""               # letters whose 0 must raise ValueError (as torch refuses)
-    free: tuple = ()               # outputs that are not reductions (positions, ...): shape checked, not zeros
-    zeros: bool = True             # False: results legitimately non-zero and no torch: shapes, dtypes, finite
-    decodes: int | None = None     # a decoder: its outputs are as wide (axis 1) as its longest row, so an
+    grad: bool = True  # differentiable through attnc.vjp
+    refuse: str = ""  # letters whose 0 must raise ValueError (as torch refuses)
+    free: tuple = ()  # outputs that are not reductions (positions, ...): shape checked, not zeros
+    zeros: bool = True  # False: results legitimately non-zero and no torch: shapes, dtypes, finite
+    decodes: int | None = None  # a decoder: its outputs are as wide (axis 1) as its longest row, so an
     #                                empty batch's this wide (0, or a tour's closing step)
 
 
@@ -112,6 +112,7 @@ def call(fn, *args, **kwargs):
 
 
 # --------------------------------------------------------------------------- torch references
+
 
 def t_softmax(torch, s, dim=-1):
     """Softmax whose fully masked (all -inf) rows are zeros, attnc's rule."""
@@ -132,11 +133,13 @@ def t_attention(torch, q, k, v=None, *, score="dot", mask=None):
 
 def t_torch_module(name):
     """torch.nn.<name> built with the attnc module's constructor arguments."""
+
     def make(torch, m):
         config = {k: v for k, v in m._config.items() if k != "dtype"}
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # "Initializing zero-element tensors is a no-op"
             return getattr(torch.nn, name)(**config)
+
     return make
 
 
@@ -151,6 +154,7 @@ def t_conv(name, x, w, b, **kw):
     """torch.nn.functional.<name>; with no input channels (a sum over none),
     as one channel of zeros, which torch computes (its own answer is empty)."""
     import torch
+
     if x.shape[1] == 0:
         x = x.new_zeros(x.shape[:1] + (1,) + x.shape[2:])
         w = w.new_zeros(w.shape[:1] + (1,) + w.shape[2:])
@@ -159,6 +163,7 @@ def t_conv(name, x, w, b, **kw):
 
 def t_conv_module(name, causal=False):
     """An attnc Conv1d / Conv2d / CausalConv1d as t_conv, with its padding."""
+
     def make(torch, m):
         def run(params, x):
             if causal:  # padded on the left: the output has the input's length
@@ -167,13 +172,15 @@ def t_conv_module(name, causal=False):
                     return x.new_zeros(x.shape[0], m.out_channels, 0)
                 return t_conv(name, x, params["weight"], params["bias"], dilation=m.dilation)
             return t_conv(name, x, params["weight"], params["bias"], padding=m._config["padding"])
+
         return run
+
     return make
 
 
 def t_kernel_regression(torch, xq, xt, y, bandwidth):
     d2 = ((xq[:, None, :] - xt[None, :, :]) ** 2).sum(-1)
-    w = t_softmax(torch, -d2 / (2 * bandwidth ** 2))
+    w = t_softmax(torch, -d2 / (2 * bandwidth**2))
     return w @ y, w
 
 
@@ -189,9 +196,11 @@ def t_sdpa_weights(torch, q, k, v, is_causal, enable_gqa, return_weights):
 
 # --------------------------------------------------------------------------- the cases
 
+
 def module(cls, *args, **kwargs):
     """x -> an attnc module of x's dtype (seeded), sizes given as letters:
     module(nn.Linear, "E", "F")."""
+
     def make(x):
         sized = [x[a] if isinstance(a, str) else a for a in args]
         if "seed" in inspect.signature(cls).parameters:
@@ -199,6 +208,7 @@ def module(cls, *args, **kwargs):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # e.g. dropout with one recurrent layer, as torch warns
             return cls(*sized, **kwargs, dtype=x.dtype)
+
     return make
 
 
@@ -206,18 +216,22 @@ def on(make, *args, **kw):
     """x -> (the module make(x), its arguments): a tuple of letters is a
     random array of those dims, a callable is called with x, the rest is as
     given."""
+
     def build(x):
         m = make(x)
         given = tuple(a(x) if callable(a) else x.a(*a) if isinstance(a, tuple) else a for a in args)
         return m, given, {k: v(x) if callable(v) else v for k, v in kw.items()}
+
     return build
 
 
 def method(make, name, *args, **kw):
     """x -> (the bound method `name` of the module make(x), its arguments, as on's)."""
+
     def build(x):
         m, given, kwargs = on(make, *args, **kw)(x)
         return getattr(m, name), given, kwargs
+
     return build
 
 
@@ -242,20 +256,37 @@ def t_mha(torch, q, k, v, num_heads, w_in, b_in, w_out, b_out, need_weights=True
     """torch's functional multi-head attention (sequence first), batch first here."""
     tr = lambda a: a.transpose(0, 1)  # noqa: E731
     out, w = torch.nn.functional.multi_head_attention_forward(
-        tr(q), tr(k), tr(v), q.shape[-1], num_heads, w_in, b_in, None, None, False, 0.0, w_out, b_out,
-        need_weights=need_weights, **kw)
+        tr(q),
+        tr(k),
+        tr(v),
+        q.shape[-1],
+        num_heads,
+        w_in,
+        b_in,
+        None,
+        None,
+        False,
+        0.0,
+        w_out,
+        b_out,
+        need_weights=need_weights,
+        **kw,
+    )
     return tr(out), w
 
 
 def t_ntm(name):
     """tests/reference/ntm_torch.py's op, with the shift index it needs."""
+
     def run(torch, *args):
         from reference import ntm_torch
+
         fn = getattr(ntm_torch, name)
         if name in ("shift", "address"):
             w = args[0] if name == "shift" else args[5]
             return fn(*args, ntm_torch.shift_index(w.shape[-1], args[1 if name == "shift" else 3].shape[-1]))
         return fn(*args)
+
     return run
 
 
@@ -268,8 +299,11 @@ def kv_cache(x):
 
 def kv_append(x):
     cache = attnc.KVCache(x["B"], x["H"], capacity=8, head_dim=x["E"], dtype=x.dtype)
-    return (lambda k, v: (cache.append(k, v), cache.keys, cache.values)[1:]), \
-        (x.a("B", "H", "S", "E"), x.a("B", "H", "S", "E")), {}
+    return (
+        (lambda k, v: (cache.append(k, v), cache.keys, cache.values)[1:]),
+        (x.a("B", "H", "S", "E"), x.a("B", "H", "S", "E")),
+        {},
+    )
 
 
 def save_load(x):
@@ -280,6 +314,7 @@ def save_load(x):
         with tempfile.TemporaryDirectory() as folder:
             attnc.save(f"{folder}/layer.npz", layer)
             return attnc.load(f"{folder}/layer.npz").state_dict()
+
     return round_trip, (), {}
 
 
@@ -299,223 +334,570 @@ NTM = module(models.NTM, "E", "F", controller_size=4, memory_slots=5, memory_wid
 POINTER = module(models.PointerNet, 2, 6)
 SNAIL = module(models.SNAIL, 2, 1, "E", embedding_size=4, filters=2, attention_sizes=((4, 2),))
 SEQ2SEQ = module(models.Seq2Seq, "V", "V", 4, 6)
-S2S_BATCH = batch(src=lambda x: x.i(x["V"], "B", "S"), src_lengths=lambda x: x.lengths("B", x["S"]),
-                  tgt_in=TOKENS, tgt_out=TOKENS)
-S2S_TRANSFORMER = module(models.Seq2SeqTransformer, "V", "V", d_model=4, nhead=2, num_encoder_layers=1,
-                         num_decoder_layers=1, dim_feedforward=8, dropout=0.0)
+S2S_BATCH = batch(
+    src=lambda x: x.i(x["V"], "B", "S"), src_lengths=lambda x: x.lengths("B", x["S"]), tgt_in=TOKENS, tgt_out=TOKENS
+)
+S2S_TRANSFORMER = module(
+    models.Seq2SeqTransformer,
+    "V",
+    "V",
+    d_model=4,
+    nhead=2,
+    num_encoder_layers=1,
+    num_decoder_layers=1,
+    dim_feedforward=8,
+    dropout=0.0,
+)
 SCORE_PARAMS = dict(general=lambda x: dict(weight=x.a("E", "E")), location=lambda x: dict(weight=x.a("E", "S")))
 
 
 CASES = [
     # ---- attnc: the attention family
-    *[Case("attnc.score", lambda x, kind=kind: call(attnc.score, x.a("B", "T", "E"), x.a("B", "S", "E"), score=kind,
-                                                    **SCORE_PARAMS.get(kind, lambda x: {})(x)), "BTS")
-      for kind in SCORES],
-    Case("attnc.score", lambda x: call(attnc.score, x.a("B", "T", "E"), x.a("B", "S", "E"), score="scaled_dot"),
-         "E", torch=lambda torch, q, k, score: q @ k.transpose(-1, -2)),  # E = 0: 0 at any scale
-    Case("attnc.score", lambda x: call(attnc.score, x.a("B", "T", "E"), x.a("B", "S", "E"), **additive(x)),
-         "BTSEF", torch=lambda torch, q, k, score, v, **w: t_additive(torch, q, k, v_param=v, **w)[0]),
-    Case("attnc.attention", lambda x: call(attnc.attention, x.a("B", "T", "E"), x.a("B", "S", "E"),
-                                           x.a("B", "S", "F"), score="scaled_dot", mask=x.mask("B", "T", "S")),
-         "BTSEF", torch=t_attention),
-    Case("attnc.attention", lambda x: call(attnc.attention, x.a("B", "T", "E"), x.a("B", "S", "E"),
-                                           x.a("B", "S", "C"), **additive(x)),
-         "BTSEFC", torch=lambda torch, q, k, vals, score, v, **w: t_additive(torch, q, k, vals, v_param=v, **w)[1:]),
-    Case("attnc.attention", lambda x: call(attnc.attention, x.a("B", "T", "E"), x.a("B", "S", "E"),
-                                           key_lengths=x.lengths("B", x["S"]), causal=True), "BTS"),
-    Case("attnc.hard_attention", lambda x: call(attnc.hard_attention, x.a("B", "T", "E"), x.a("B", "S", "E"),
-                                                x.a("B", "S", "F")), "BTS"),
-    Case("attnc.hard_attention", lambda x: call(attnc.hard_attention, x.a("B", "T", "E"), x.a("B", "S", "E"),
-                                                mode="sample", seed=0, **additive(x)), "BTS"),
-    Case("attnc.local_attention", lambda x: call(attnc.local_attention, x.a("B", "T", "E"), x.a("B", "S", "E"),
-                                                 x.a("B", "S", "F"), window=1.5), "BTS", free=(2,)),
-    Case("attnc.local_attention", lambda x: call(attnc.local_attention, x.a("B", "T", "E"), x.a("B", "S", "E"),
-                                                 window=1.5, mode="predictive", w_p=x.a("E", "F"), v_p=x.a("F"),
-                                                 **additive(x)), "BTS", free=(2,)),
-    Case("attnc.kernel_regression", lambda x: call(attnc.kernel_regression, x.a("T", "E"), x.a("S", "E"),
-                                                   x.a("S", "F"), bandwidth=x.pos()), "TSEF",
-         torch=t_kernel_regression),
-    Case("attnc.softmax", lambda x: call(attnc.softmax, x.a("B", "T", "S"), mask=x.mask("B", "T", "S")), "BTS",
-         torch=lambda torch, s, mask: t_softmax(torch, s.masked_fill(~mask, float("-inf")))),
-    Case("attnc.softmax", lambda x: call(attnc.softmax, x.a("B", "T", "S"), key_lengths=x.lengths("B", x["S"]),
-                                         causal=True), "BTS"),
-    Case("attnc.scaled_dot_product_attention",
-         lambda x: call(attnc.scaled_dot_product_attention, x.a("B", "H", "T", "E"), x.a("B", "H", "S", "E"),
-                        x.a("B", "H", "S", "F"), attn_mask=x.a("T", "S")), "BHTSEF",
-         torch=lambda torch, q, k, v, attn_mask: torch.nn.functional.scaled_dot_product_attention(
-             q, k, v, attn_mask=attn_mask)),
-    Case("attnc.scaled_dot_product_attention",
-         lambda x: call(attnc.scaled_dot_product_attention, x.a("B", "H", "T", "E"), x.a("B", 1, "S", "E"),
-                        x.a("B", 1, "S", "F"), is_causal=True, enable_gqa=True, return_weights=True), "BHTSEF",
-         torch=t_sdpa_weights),
-    Case("attnc.multi_head_attention",
-         lambda x: call(attnc.multi_head_attention, x.a("B", "T", "E"), x.a("B", "S", "E"), x.a("B", "S", "E"),
-                        x["H"], x.a(3 * x["E"], "E"), x.a(3 * x["E"]), x.a("E", "E"), x.a("E"), need_weights=False),
-         "BTSE", torch=t_mha),
-    Case("attnc.multi_head_attention",
-         lambda x: call(attnc.multi_head_attention, x.a("B", "T", "E"), x.a("B", "S", "E"), x.a("B", "S", "E"),
-                        x["H"], x.a(3 * x["E"], "E"), x.a(3 * x["E"]), x.a("E", "E"), x.a("E")),
-         "BTS", torch=t_mha),  # E = 0 with the weights: torch divides by 0 (ZeroDivisionError); attnc below
-    Case("attnc.multi_head_attention",
-         lambda x: call(attnc.multi_head_attention, x.a("B", "T", "E"), x.a("B", "S", "E"), x.a("B", "S", "E"),
-                        1, x.a(3 * x["E"], "E"), x.a(3 * x["E"]), x.a("E", "E"), x.a("E")),
-         "E", free=(1,)),  # uniform weights (every score 0), an empty output
+    *[
+        Case(
+            "attnc.score",
+            lambda x, kind=kind: call(
+                attnc.score,
+                x.a("B", "T", "E"),
+                x.a("B", "S", "E"),
+                score=kind,
+                **SCORE_PARAMS.get(kind, lambda x: {})(x),
+            ),
+            "BTS",
+        )
+        for kind in SCORES
+    ],
+    Case(
+        "attnc.score",
+        lambda x: call(attnc.score, x.a("B", "T", "E"), x.a("B", "S", "E"), score="scaled_dot"),
+        "E",
+        torch=lambda torch, q, k, score: q @ k.transpose(-1, -2),
+    ),  # E = 0: 0 at any scale
+    Case(
+        "attnc.score",
+        lambda x: call(attnc.score, x.a("B", "T", "E"), x.a("B", "S", "E"), **additive(x)),
+        "BTSEF",
+        torch=lambda torch, q, k, score, v, **w: t_additive(torch, q, k, v_param=v, **w)[0],
+    ),
+    Case(
+        "attnc.attention",
+        lambda x: call(
+            attnc.attention,
+            x.a("B", "T", "E"),
+            x.a("B", "S", "E"),
+            x.a("B", "S", "F"),
+            score="scaled_dot",
+            mask=x.mask("B", "T", "S"),
+        ),
+        "BTSEF",
+        torch=t_attention,
+    ),
+    Case(
+        "attnc.attention",
+        lambda x: call(attnc.attention, x.a("B", "T", "E"), x.a("B", "S", "E"), x.a("B", "S", "C"), **additive(x)),
+        "BTSEFC",
+        torch=lambda torch, q, k, vals, score, v, **w: t_additive(torch, q, k, vals, v_param=v, **w)[1:],
+    ),
+    Case(
+        "attnc.attention",
+        lambda x: call(
+            attnc.attention, x.a("B", "T", "E"), x.a("B", "S", "E"), key_lengths=x.lengths("B", x["S"]), causal=True
+        ),
+        "BTS",
+    ),
+    Case(
+        "attnc.hard_attention",
+        lambda x: call(attnc.hard_attention, x.a("B", "T", "E"), x.a("B", "S", "E"), x.a("B", "S", "F")),
+        "BTS",
+    ),
+    Case(
+        "attnc.hard_attention",
+        lambda x: call(
+            attnc.hard_attention, x.a("B", "T", "E"), x.a("B", "S", "E"), mode="sample", seed=0, **additive(x)
+        ),
+        "BTS",
+    ),
+    Case(
+        "attnc.local_attention",
+        lambda x: call(attnc.local_attention, x.a("B", "T", "E"), x.a("B", "S", "E"), x.a("B", "S", "F"), window=1.5),
+        "BTS",
+        free=(2,),
+    ),
+    Case(
+        "attnc.local_attention",
+        lambda x: call(
+            attnc.local_attention,
+            x.a("B", "T", "E"),
+            x.a("B", "S", "E"),
+            window=1.5,
+            mode="predictive",
+            w_p=x.a("E", "F"),
+            v_p=x.a("F"),
+            **additive(x),
+        ),
+        "BTS",
+        free=(2,),
+    ),
+    Case(
+        "attnc.kernel_regression",
+        lambda x: call(attnc.kernel_regression, x.a("T", "E"), x.a("S", "E"), x.a("S", "F"), bandwidth=x.pos()),
+        "TSEF",
+        torch=t_kernel_regression,
+    ),
+    Case(
+        "attnc.softmax",
+        lambda x: call(attnc.softmax, x.a("B", "T", "S"), mask=x.mask("B", "T", "S")),
+        "BTS",
+        torch=lambda torch, s, mask: t_softmax(torch, s.masked_fill(~mask, float("-inf"))),
+    ),
+    Case(
+        "attnc.softmax",
+        lambda x: call(attnc.softmax, x.a("B", "T", "S"), key_lengths=x.lengths("B", x["S"]), causal=True),
+        "BTS",
+    ),
+    Case(
+        "attnc.scaled_dot_product_attention",
+        lambda x: call(
+            attnc.scaled_dot_product_attention,
+            x.a("B", "H", "T", "E"),
+            x.a("B", "H", "S", "E"),
+            x.a("B", "H", "S", "F"),
+            attn_mask=x.a("T", "S"),
+        ),
+        "BHTSEF",
+        torch=lambda torch, q, k, v, attn_mask: torch.nn.functional.scaled_dot_product_attention(
+            q, k, v, attn_mask=attn_mask
+        ),
+    ),
+    Case(
+        "attnc.scaled_dot_product_attention",
+        lambda x: call(
+            attnc.scaled_dot_product_attention,
+            x.a("B", "H", "T", "E"),
+            x.a("B", 1, "S", "E"),
+            x.a("B", 1, "S", "F"),
+            is_causal=True,
+            enable_gqa=True,
+            return_weights=True,
+        ),
+        "BHTSEF",
+        torch=t_sdpa_weights,
+    ),
+    Case(
+        "attnc.multi_head_attention",
+        lambda x: call(
+            attnc.multi_head_attention,
+            x.a("B", "T", "E"),
+            x.a("B", "S", "E"),
+            x.a("B", "S", "E"),
+            x["H"],
+            x.a(3 * x["E"], "E"),
+            x.a(3 * x["E"]),
+            x.a("E", "E"),
+            x.a("E"),
+            need_weights=False,
+        ),
+        "BTSE",
+        torch=t_mha,
+    ),
+    Case(
+        "attnc.multi_head_attention",
+        lambda x: call(
+            attnc.multi_head_attention,
+            x.a("B", "T", "E"),
+            x.a("B", "S", "E"),
+            x.a("B", "S", "E"),
+            x["H"],
+            x.a(3 * x["E"], "E"),
+            x.a(3 * x["E"]),
+            x.a("E", "E"),
+            x.a("E"),
+        ),
+        "BTS",
+        torch=t_mha,
+    ),  # E = 0 with the weights: torch divides by 0 (ZeroDivisionError); attnc below
+    Case(
+        "attnc.multi_head_attention",
+        lambda x: call(
+            attnc.multi_head_attention,
+            x.a("B", "T", "E"),
+            x.a("B", "S", "E"),
+            x.a("B", "S", "E"),
+            1,
+            x.a(3 * x["E"], "E"),
+            x.a(3 * x["E"]),
+            x.a("E", "E"),
+            x.a("E"),
+        ),
+        "E",
+        free=(1,),
+    ),  # uniform weights (every score 0), an empty output
     Case("attnc.KVCache", lambda x: call(lambda: (lambda c: (c.keys, c.values))(kv_cache(x))), "BHSE", grad=False),
     Case("attnc.KVCache.append", kv_append, "BHSE", grad=False),
-    Case("attnc.KVCache.attend", lambda x: call(kv_cache(x).attend, x.a("B", "H", "T", "E"), return_weights=True),
-         "BHTE", free=(1,)),  # T <= S: the queries are the last T cached positions; E = 0: uniform weights
+    Case(
+        "attnc.KVCache.attend",
+        lambda x: call(kv_cache(x).attend, x.a("B", "H", "T", "E"), return_weights=True),
+        "BHTE",
+        free=(1,),
+    ),  # T <= S: the queries are the last T cached positions; E = 0: uniform weights
     Case("attnc.save", save_load, "EF", grad=False),
-
     # ---- attnc.nn: functions
-    Case("attnc.nn.linear", lambda x: call(nn.linear, x.a("B", "E"), x.a("F", "E"), x.a("F")), "BEF",
-         torch=lambda torch, *a: torch.nn.functional.linear(*a)),
-    Case("attnc.nn.layer_norm", lambda x: call(nn.layer_norm, x.a("B", "T", "E"), x["E"], x.a("E"), x.a("E")),
-         "BTE", torch=lambda torch, i, n, w, b: torch.nn.functional.layer_norm(i, (n,), w, b)),
+    Case(
+        "attnc.nn.linear",
+        lambda x: call(nn.linear, x.a("B", "E"), x.a("F", "E"), x.a("F")),
+        "BEF",
+        torch=lambda torch, *a: torch.nn.functional.linear(*a),
+    ),
+    Case(
+        "attnc.nn.layer_norm",
+        lambda x: call(nn.layer_norm, x.a("B", "T", "E"), x["E"], x.a("E"), x.a("E")),
+        "BTE",
+        torch=lambda torch, i, n, w, b: torch.nn.functional.layer_norm(i, (n,), w, b),
+    ),
     Case("attnc.nn.relu", lambda x: call(nn.relu, x.a("B", "E")), "BE", torch=lambda torch, i: torch.relu(i)),
-    Case("attnc.nn.gelu", lambda x: call(nn.gelu, x.a("B", "E"), "tanh"), "BE",
-         torch=lambda torch, i, approximate: torch.nn.functional.gelu(i, approximate=approximate)),
+    Case(
+        "attnc.nn.gelu",
+        lambda x: call(nn.gelu, x.a("B", "E"), "tanh"),
+        "BE",
+        torch=lambda torch, i, approximate: torch.nn.functional.gelu(i, approximate=approximate),
+    ),
     Case("attnc.nn.relu_dropout", lambda x: call(nn.relu_dropout, x.a("B", "E"), 0.5, seed=0), "BE"),
-    Case("attnc.nn.gated_activation", lambda x: call(nn.gated_activation, x.a("B", "E"), x.a("B", "E")), "BE",
-         torch=lambda torch, a, b: torch.tanh(a) * torch.sigmoid(b)),
-    Case("attnc.nn.log_softmax", lambda x: call(nn.log_softmax, x.a("B", "T", "E")), "BT",
-         torch=lambda torch, i: torch.log_softmax(i, -1)),
-    Case("attnc.nn.embedding", lambda x: call(nn.embedding, x.i(x["V"], "B", "T"), x.a("V", "E")), "BTE",
-         torch=lambda torch, i, w: torch.nn.functional.embedding(i, w)),
-    Case("attnc.nn.cross_entropy", lambda x: call(nn.cross_entropy, x.a("B", "C"), x.i(x["C"], "B"),
-                                                  reduction="sum"), "B",
-         torch=lambda torch, i, t, reduction: torch.nn.functional.cross_entropy(i, t, reduction=reduction)),
+    Case(
+        "attnc.nn.gated_activation",
+        lambda x: call(nn.gated_activation, x.a("B", "E"), x.a("B", "E")),
+        "BE",
+        torch=lambda torch, a, b: torch.tanh(a) * torch.sigmoid(b),
+    ),
+    Case(
+        "attnc.nn.log_softmax",
+        lambda x: call(nn.log_softmax, x.a("B", "T", "E")),
+        "BT",
+        torch=lambda torch, i: torch.log_softmax(i, -1),
+    ),
+    Case(
+        "attnc.nn.embedding",
+        lambda x: call(nn.embedding, x.i(x["V"], "B", "T"), x.a("V", "E")),
+        "BTE",
+        torch=lambda torch, i, w: torch.nn.functional.embedding(i, w),
+    ),
+    Case(
+        "attnc.nn.cross_entropy",
+        lambda x: call(nn.cross_entropy, x.a("B", "C"), x.i(x["C"], "B"), reduction="sum"),
+        "B",
+        torch=lambda torch, i, t, reduction: torch.nn.functional.cross_entropy(i, t, reduction=reduction),
+    ),
     Case("attnc.nn.cross_entropy", lambda x: call(nn.cross_entropy, x.a("B", "C"), x.i(x["C"], "B")), "B"),
-    Case("attnc.nn.sinusoidal_encoding", lambda x: call(nn.sinusoidal_encoding, x["T"], x["E"], x.dtype), "TE",
-         grad=False),
-    Case("attnc.nn.attention_pool", lambda x: call(nn.attention_pool, x.a("B", "T", "E"), x.a("F", "E"), x.a("F"),
-                                                   x.a("F")), "BTEF", torch=t_pool),
-    Case("attnc.nn.conv1d", lambda x: call(nn.conv1d, x.a("B", "C", "T"), x.a("F", "C", 2), x.a("F")), "BC",
-         torch=lambda torch, *a: t_conv("conv1d", *a)),
-    Case("attnc.nn.conv2d", lambda x: call(nn.conv2d, x.a("B", "C", "T", "S"), x.a("F", "C", 2, 2), x.a("F"),
-                                           padding=1), "BC",
-         torch=lambda torch, *a, padding: t_conv("conv2d", *a, padding=padding)),
-    Case("attnc.nn.decode", lambda x: call(nn.decode, [ENC(x)], x.a("V", "E"), x.a(8, "E"), x.a("V", "E"),
-                                           x.i(x["V"], "B", 2), 3, beam_size=2), "B", grad=False, decodes=0),
-
+    Case(
+        "attnc.nn.sinusoidal_encoding",
+        lambda x: call(nn.sinusoidal_encoding, x["T"], x["E"], x.dtype),
+        "TE",
+        grad=False,
+    ),
+    Case(
+        "attnc.nn.attention_pool",
+        lambda x: call(nn.attention_pool, x.a("B", "T", "E"), x.a("F", "E"), x.a("F"), x.a("F")),
+        "BTEF",
+        torch=t_pool,
+    ),
+    Case(
+        "attnc.nn.conv1d",
+        lambda x: call(nn.conv1d, x.a("B", "C", "T"), x.a("F", "C", 2), x.a("F")),
+        "BC",
+        torch=lambda torch, *a: t_conv("conv1d", *a),
+    ),
+    Case(
+        "attnc.nn.conv2d",
+        lambda x: call(nn.conv2d, x.a("B", "C", "T", "S"), x.a("F", "C", 2, 2), x.a("F"), padding=1),
+        "BC",
+        torch=lambda torch, *a, padding: t_conv("conv2d", *a, padding=padding),
+    ),
+    Case(
+        "attnc.nn.decode",
+        lambda x: call(
+            nn.decode, [ENC(x)], x.a("V", "E"), x.a(8, "E"), x.a("V", "E"), x.i(x["V"], "B", 2), 3, beam_size=2
+        ),
+        "B",
+        grad=False,
+        decodes=0,
+    ),
     # ---- attnc.nn: modules
     Case("attnc.nn.Linear", on(module(nn.Linear, "E", "F"), ("B", "E")), "BEF", torch=t_torch_module("Linear")),
-    Case("attnc.nn.LayerNorm", on(module(nn.LayerNorm, "E"), ("B", "T", "E")), "BTE",
-         torch=t_torch_module("LayerNorm")),
+    Case(
+        "attnc.nn.LayerNorm", on(module(nn.LayerNorm, "E"), ("B", "T", "E")), "BTE", torch=t_torch_module("LayerNorm")
+    ),
     Case("attnc.nn.ReLU", on(module(nn.ReLU), ("B", "E")), "BE", torch=t_torch_module("ReLU")),
     Case("attnc.nn.GELU", on(module(nn.GELU), ("B", "E")), "BE", torch=t_torch_module("GELU")),
-    Case("attnc.nn.Embedding", on(module(nn.Embedding, "V", "E"), TOKENS), "BTE",
-         torch=t_torch_module("Embedding")),
-    Case("attnc.nn.LSTM", on(module(nn.LSTM, "E", "F", num_layers=2, bidirectional=True), ("B", "T", "E")),
-         "B", refuse="TE", torch=t_torch_module("LSTM")),
-    Case("attnc.nn.LSTM", on(module(nn.LSTM, "E", "F"), ("B", "T", "E"), lengths=lambda x: x.lengths("B", x["T"])),
-         "B"),
-    Case("attnc.nn.GRU", on(module(nn.GRU, "E", "F", num_layers=2), ("B", "T", "E")), "B", refuse="TE",
-         torch=t_torch_module("GRU")),
-    Case("attnc.nn.LSTMCell", on(module(nn.LSTMCell, "E", "F"), ("B", "E")), "BE",
-         torch=t_torch_module("LSTMCell")),
+    Case("attnc.nn.Embedding", on(module(nn.Embedding, "V", "E"), TOKENS), "BTE", torch=t_torch_module("Embedding")),
+    Case(
+        "attnc.nn.LSTM",
+        on(module(nn.LSTM, "E", "F", num_layers=2, bidirectional=True), ("B", "T", "E")),
+        "B",
+        refuse="TE",
+        torch=t_torch_module("LSTM"),
+    ),
+    Case(
+        "attnc.nn.LSTM", on(module(nn.LSTM, "E", "F"), ("B", "T", "E"), lengths=lambda x: x.lengths("B", x["T"])), "B"
+    ),
+    Case(
+        "attnc.nn.GRU",
+        on(module(nn.GRU, "E", "F", num_layers=2), ("B", "T", "E")),
+        "B",
+        refuse="TE",
+        torch=t_torch_module("GRU"),
+    ),
+    Case("attnc.nn.LSTMCell", on(module(nn.LSTMCell, "E", "F"), ("B", "E")), "BE", torch=t_torch_module("LSTMCell")),
     Case("attnc.nn.GRUCell", on(module(nn.GRUCell, "E", "F"), ("B", "E")), "BE", torch=t_torch_module("GRUCell")),
     Case("attnc.nn.LSTMN", on(module(nn.LSTMN, "E", "F"), ("B", "T", "E")), "BT"),
     Case("attnc.nn.LSTMN", on(module(nn.LSTMN, "E", "F"), ("B", "T", "E")), "E", zeros=False),  # h from the bias
-    Case("attnc.nn.Conv1d", on(module(nn.Conv1d, "C", "F", 2), ("B", "C", "T")), "BC",
-         torch=t_conv_module("conv1d")),
-    Case("attnc.nn.Conv2d", on(module(nn.Conv2d, "C", "F", 2, padding=1), ("B", "C", "T", "S")), "BC",
-         torch=t_conv_module("conv2d")),
-    Case("attnc.nn.CausalConv1d", on(module(nn.CausalConv1d, "C", "F"), ("B", "C", "T")), "BTC",
-         torch=t_conv_module("conv1d", causal=True)),
+    Case("attnc.nn.Conv1d", on(module(nn.Conv1d, "C", "F", 2), ("B", "C", "T")), "BC", torch=t_conv_module("conv1d")),
+    Case(
+        "attnc.nn.Conv2d",
+        on(module(nn.Conv2d, "C", "F", 2, padding=1), ("B", "C", "T", "S")),
+        "BC",
+        torch=t_conv_module("conv2d"),
+    ),
+    Case(
+        "attnc.nn.CausalConv1d",
+        on(module(nn.CausalConv1d, "C", "F"), ("B", "C", "T")),
+        "BTC",
+        torch=t_conv_module("conv1d", causal=True),
+    ),
     Case("attnc.nn.DenseBlock", on(module(nn.DenseBlock, "C", "F"), ("B", "C", "T")), "BT"),
     Case("attnc.nn.DenseBlock", on(module(nn.DenseBlock, "C", "F"), ("B", "C", "T")), "C", zeros=False),
     Case("attnc.nn.TCBlock", on(module(nn.TCBlock, "C", 4, "F"), ("B", "C", "T")), "BT"),
     Case("attnc.nn.TCBlock", on(module(nn.TCBlock, "C", 4, "F"), ("B", "C", "T")), "C", zeros=False),
     Case("attnc.nn.AttentionBlock", on(module(nn.AttentionBlock, "C", "K", "F"), ("B", "T", "C")), "BT"),
-    Case("attnc.nn.AttentionBlock", on(module(nn.AttentionBlock, "C", "K", "F"), ("B", "T", "C")), "C",
-         zeros=False),
-    Case("attnc.nn.AttentionPooling", on(module(nn.AttentionPooling, "E", "F"), ("B", "T", "E")), "BTEF",
-         torch=lambda torch, m: lambda p, h: t_pool(torch, h, p["weight"], p["bias"], p["v"])),
+    Case("attnc.nn.AttentionBlock", on(module(nn.AttentionBlock, "C", "K", "F"), ("B", "T", "C")), "C", zeros=False),
+    Case(
+        "attnc.nn.AttentionPooling",
+        on(module(nn.AttentionPooling, "E", "F"), ("B", "T", "E")),
+        "BTEF",
+        torch=lambda torch, m: lambda p, h: t_pool(torch, h, p["weight"], p["bias"], p["v"]),
+    ),
     Case("attnc.nn.SelfAttention2d", on(module(nn.SelfAttention2d, 8, reduction=4), ("B", 8, "T", "S")), "BTS"),
-    Case("attnc.nn.MultiheadAttention", on(module(nn.MultiheadAttention, "E", "H"), ("B", "T", "E"),
-                                           ("B", "S", "E"), ("B", "S", "E")), "BTS", refuse="E",
-         torch=t_torch_module("MultiheadAttention")),
-    Case("attnc.nn.TransformerEncoderLayer", on(ENC, ("B", "T", "E")), "BT", refuse="E",
-         torch=t_torch_module("TransformerEncoderLayer")),
-    Case("attnc.nn.TransformerDecoderLayer", on(DEC, ("B", "T", "E"), ("B", "S", "E")), "BT", refuse="E",
-         torch=t_torch_module("TransformerDecoderLayer")),
+    Case(
+        "attnc.nn.MultiheadAttention",
+        on(module(nn.MultiheadAttention, "E", "H"), ("B", "T", "E"), ("B", "S", "E"), ("B", "S", "E")),
+        "BTS",
+        refuse="E",
+        torch=t_torch_module("MultiheadAttention"),
+    ),
+    Case(
+        "attnc.nn.TransformerEncoderLayer",
+        on(ENC, ("B", "T", "E")),
+        "BT",
+        refuse="E",
+        torch=t_torch_module("TransformerEncoderLayer"),
+    ),
+    Case(
+        "attnc.nn.TransformerDecoderLayer",
+        on(DEC, ("B", "T", "E"), ("B", "S", "E")),
+        "BT",
+        refuse="E",
+        torch=t_torch_module("TransformerDecoderLayer"),
+    ),
     Case("attnc.nn.TransformerEncoder", on(lambda x: nn.TransformerEncoder(ENC(x), 2), ("B", "T", "E")), "BT"),
-    Case("attnc.nn.TransformerDecoder", on(lambda x: nn.TransformerDecoder(DEC(x), 2), ("B", "T", "E"),
-                                           ("B", "S", "E")), "BT"),
-    Case("attnc.nn.Transformer", on(module(nn.Transformer, "E", "H", 1, 1, 8, dropout=0.0), ("B", "S", "E"),
-                                    ("B", "T", "E"), tgt_mask=lambda x: square_mask(x["T"])), "BT"),
-
+    Case(
+        "attnc.nn.TransformerDecoder",
+        on(lambda x: nn.TransformerDecoder(DEC(x), 2), ("B", "T", "E"), ("B", "S", "E")),
+        "BT",
+    ),
+    Case(
+        "attnc.nn.Transformer",
+        on(
+            module(nn.Transformer, "E", "H", 1, 1, 8, dropout=0.0),
+            ("B", "S", "E"),
+            ("B", "T", "E"),
+            tgt_mask=lambda x: square_mask(x["T"]),
+        ),
+        "BT",
+    ),
     # ---- attnc.ntm
-    Case("attnc.ntm.content_weights", lambda x: call(ntm.content_weights, x.a("B", "H", "M"), x.a("B", "N", "M"),
-                                                     x.pos("B", "H")), "BHM", torch=t_ntm("content_weights")),
-    Case("attnc.ntm.interpolate", lambda x: call(ntm.interpolate, x.simplex("B", "H", "N"), x.simplex("B", "H", "N"),
-                                                 x.pos("B", "H") / 2), "BHN",
-         torch=lambda torch, wc, wp, g: g[..., None] * wc + (1 - g[..., None]) * wp),
-    Case("attnc.ntm.shift", lambda x: call(ntm.shift, x.simplex("B", "H", "N"), x.simplex("B", "H", 3)), "BH",
-         torch=t_ntm("shift")),
-    Case("attnc.ntm.sharpen", lambda x: call(ntm.sharpen, x.simplex("B", "H", "N"), 1 + x.pos("B", "H")), "BH",
-         torch=t_ntm("sharpen")),
-    Case("attnc.ntm.address", lambda x: call(ntm.address, x.a("B", "H", "M"), x.pos("B", "H"), x.pos("B", "H") / 2,
-                                             x.simplex("B", "H", 3), 1 + x.pos("B", "H"), x.simplex("B", "H", "N"),
-                                             x.a("B", "N", "M")), "BH", torch=t_ntm("address")),
-    Case("attnc.ntm.read", lambda x: call(ntm.read, x.a("B", "N", "M"), x.simplex("B", "H", "N")), "BHNM",
-         torch=t_ntm("read")),
-    Case("attnc.ntm.write", lambda x: call(ntm.write, x.a("B", "N", "M"), x.simplex("B", "H", "N"),
-                                           x.pos("B", "H", "M") / 2, x.a("B", "H", "M")), "BHNM",
-         torch=t_ntm("write")),
-
+    Case(
+        "attnc.ntm.content_weights",
+        lambda x: call(ntm.content_weights, x.a("B", "H", "M"), x.a("B", "N", "M"), x.pos("B", "H")),
+        "BHM",
+        torch=t_ntm("content_weights"),
+    ),
+    Case(
+        "attnc.ntm.interpolate",
+        lambda x: call(ntm.interpolate, x.simplex("B", "H", "N"), x.simplex("B", "H", "N"), x.pos("B", "H") / 2),
+        "BHN",
+        torch=lambda torch, wc, wp, g: g[..., None] * wc + (1 - g[..., None]) * wp,
+    ),
+    Case(
+        "attnc.ntm.shift",
+        lambda x: call(ntm.shift, x.simplex("B", "H", "N"), x.simplex("B", "H", 3)),
+        "BH",
+        torch=t_ntm("shift"),
+    ),
+    Case(
+        "attnc.ntm.sharpen",
+        lambda x: call(ntm.sharpen, x.simplex("B", "H", "N"), 1 + x.pos("B", "H")),
+        "BH",
+        torch=t_ntm("sharpen"),
+    ),
+    Case(
+        "attnc.ntm.address",
+        lambda x: call(
+            ntm.address,
+            x.a("B", "H", "M"),
+            x.pos("B", "H"),
+            x.pos("B", "H") / 2,
+            x.simplex("B", "H", 3),
+            1 + x.pos("B", "H"),
+            x.simplex("B", "H", "N"),
+            x.a("B", "N", "M"),
+        ),
+        "BH",
+        torch=t_ntm("address"),
+    ),
+    Case(
+        "attnc.ntm.read",
+        lambda x: call(ntm.read, x.a("B", "N", "M"), x.simplex("B", "H", "N")),
+        "BHNM",
+        torch=t_ntm("read"),
+    ),
+    Case(
+        "attnc.ntm.write",
+        lambda x: call(
+            ntm.write, x.a("B", "N", "M"), x.simplex("B", "H", "N"), x.pos("B", "H", "M") / 2, x.a("B", "H", "M")
+        ),
+        "BHNM",
+        torch=t_ntm("write"),
+    ),
     # ---- attnc.models (sizes tiny; every loss over an empty batch is 0, every gradient zeros)
     Case("attnc.models.Captioner", on(CAPTIONER, ("B", "N", "F"), TOKENS), "BT"),
-    Case("attnc.models.Captioner.loss_and_grad",
-         method(CAPTIONER, "loss_and_grad", batch(features=("B", "N", "F"), tgt_in=TOKENS, tgt_out=TOKENS)), "B",
-         grad=False),  # T = 0 is not empty: the doubly stochastic penalty asks every cell for attention
-    Case("attnc.models.Captioner.generate", method(lambda x: CAPTIONER(x).eval(), "generate", ("B", "N", "F"),
-                                                   max_len=3, bos=1, beam_size=2), "B", grad=False, decodes=0),
+    Case(
+        "attnc.models.Captioner.loss_and_grad",
+        method(CAPTIONER, "loss_and_grad", batch(features=("B", "N", "F"), tgt_in=TOKENS, tgt_out=TOKENS)),
+        "B",
+        grad=False,
+    ),  # T = 0 is not empty: the doubly stochastic penalty asks every cell for attention
+    Case(
+        "attnc.models.Captioner.generate",
+        method(lambda x: CAPTIONER(x).eval(), "generate", ("B", "N", "F"), max_len=3, bos=1, beam_size=2),
+        "B",
+        grad=False,
+        decodes=0,
+    ),
     Case("attnc.models.DecomposableAttention", on(DECOMPOSABLE, TOKENS, lambda x: x.i(x["V"], "B", "S")), "B"),
-    Case("attnc.models.DecomposableAttention", on(DECOMPOSABLE, TOKENS, lambda x: x.i(x["V"], "B", "S")), "TS",
-         zeros=False),  # an empty sentence is still classified
-    Case("attnc.models.DecomposableAttention.align",
-         method(DECOMPOSABLE, "align", TOKENS, lambda x: x.i(x["V"], "B", "S")), "BTS", grad=False, zeros=False),
-    Case("attnc.models.DecomposableAttention.loss_and_grad",
-         method(DECOMPOSABLE, "loss_and_grad", batch(premise=TOKENS, hypothesis=lambda x: x.i(x["V"], "B", "S"),
-                                                     premise_lengths=lambda x: x.lengths("B", x["T"]),
-                                                     hypothesis_lengths=lambda x: x.lengths("B", x["S"]),
-                                                     labels=lambda x: x.i(3, "B"))), "B", grad=False),
+    Case(
+        "attnc.models.DecomposableAttention",
+        on(DECOMPOSABLE, TOKENS, lambda x: x.i(x["V"], "B", "S")),
+        "TS",
+        zeros=False,
+    ),  # an empty sentence is still classified
+    Case(
+        "attnc.models.DecomposableAttention.align",
+        method(DECOMPOSABLE, "align", TOKENS, lambda x: x.i(x["V"], "B", "S")),
+        "BTS",
+        grad=False,
+        zeros=False,
+    ),
+    Case(
+        "attnc.models.DecomposableAttention.loss_and_grad",
+        method(
+            DECOMPOSABLE,
+            "loss_and_grad",
+            batch(
+                premise=TOKENS,
+                hypothesis=lambda x: x.i(x["V"], "B", "S"),
+                premise_lengths=lambda x: x.lengths("B", x["T"]),
+                hypothesis_lengths=lambda x: x.lengths("B", x["S"]),
+                labels=lambda x: x.i(3, "B"),
+            ),
+        ),
+        "B",
+        grad=False,
+    ),
     Case("attnc.models.GPT", on(GPT, TOKENS), "BT"),
     Case("attnc.models.GPT.loss_and_grads", method(GPT, "loss_and_grads", TOKENS, TOKENS), "BT", grad=False),
-    Case("attnc.models.GPT.generate", method(GPT, "generate", lambda x: x.i(x["V"], "B", 2), 3, beam_size=2), "B",
-         grad=False, decodes=0),
+    Case(
+        "attnc.models.GPT.generate",
+        method(GPT, "generate", lambda x: x.i(x["V"], "B", 2), 3, beam_size=2),
+        "B",
+        grad=False,
+        decodes=0,
+    ),
     Case("attnc.models.NTM", on(NTM, ("B", "T", "E")), "BT"),
-    Case("attnc.models.NTM.loss_and_grad",
-         method(NTM, "loss_and_grad", batch(inputs=("B", "T", "E"), targets=("B", "T", "F"),
-                                            mask=lambda x: x.mask("B", "T"))), "BT", grad=False),
+    Case(
+        "attnc.models.NTM.loss_and_grad",
+        method(
+            NTM,
+            "loss_and_grad",
+            batch(inputs=("B", "T", "E"), targets=("B", "T", "F"), mask=lambda x: x.mask("B", "T")),
+        ),
+        "BT",
+        grad=False,
+    ),
     Case("attnc.models.PointerNet", on(POINTER, ("B", "N", 2), lambda x: x.perm("B", "N")), "B"),
-    Case("attnc.models.PointerNet.loss_and_grad",
-         method(POINTER, "loss_and_grad", batch(inputs=("B", "N", 2), targets=lambda x: x.perm("B", "N"))), "B",
-         grad=False),
-    *[Case("attnc.models.PointerNet.generate", method(POINTER, "generate", ("B", "N", 2), beam_size=2,
-                                                      constraint=constraint), "B", grad=False, decodes=int(closing))
-      for constraint, closing in (("permutation", False), ("tour", True))],  # a hull's width depends on the points
+    Case(
+        "attnc.models.PointerNet.loss_and_grad",
+        method(POINTER, "loss_and_grad", batch(inputs=("B", "N", 2), targets=lambda x: x.perm("B", "N"))),
+        "B",
+        grad=False,
+    ),
+    *[
+        Case(
+            "attnc.models.PointerNet.generate",
+            method(POINTER, "generate", ("B", "N", 2), beam_size=2, constraint=constraint),
+            "B",
+            grad=False,
+            decodes=int(closing),
+        )
+        for constraint, closing in (("permutation", False), ("tour", True))
+    ],  # a hull's width depends on the points
     Case("attnc.models.SNAIL", on(SNAIL, ("B", 3, "E"), lambda x: x.i(2, "B", 2)), "B"),
-    Case("attnc.models.SNAIL.loss_and_grad",
-         method(SNAIL, "loss_and_grad", batch(features=("B", 3, "E"), labels=lambda x: x.i(2, "B", 2),
-                                              targets=lambda x: x.i(2, "B"))), "B", grad=False),
-    Case("attnc.models.SNAIL.predict", method(SNAIL, "predict", ("B", 3, "E"), lambda x: x.i(2, "B", 2)), "B",
-         grad=False),
-    Case("attnc.models.Seq2Seq", on(SEQ2SEQ, lambda x: x.i(x["V"], "B", "S"), TOKENS,
-                                    lambda x: x.lengths("B", x["S"])), "BT"),
+    Case(
+        "attnc.models.SNAIL.loss_and_grad",
+        method(
+            SNAIL,
+            "loss_and_grad",
+            batch(features=("B", 3, "E"), labels=lambda x: x.i(2, "B", 2), targets=lambda x: x.i(2, "B")),
+        ),
+        "B",
+        grad=False,
+    ),
+    Case(
+        "attnc.models.SNAIL.predict", method(SNAIL, "predict", ("B", 3, "E"), lambda x: x.i(2, "B", 2)), "B", grad=False
+    ),
+    Case(
+        "attnc.models.Seq2Seq",
+        on(SEQ2SEQ, lambda x: x.i(x["V"], "B", "S"), TOKENS, lambda x: x.lengths("B", x["S"])),
+        "BT",
+    ),
     Case("attnc.models.Seq2Seq.loss_and_grad", method(SEQ2SEQ, "loss_and_grad", S2S_BATCH), "BT", grad=False),
     Case("attnc.models.Seq2Seq.loss", method(SEQ2SEQ, "loss", S2S_BATCH), "BT", grad=False),
-    Case("attnc.models.Seq2Seq.generate", method(SEQ2SEQ, "generate", lambda x: x.i(x["V"], "B", "S"),
-                                                 lambda x: x.lengths("B", x["S"]), 3, beam_size=2, eos=None), "B",
-         grad=False, decodes=0),
+    Case(
+        "attnc.models.Seq2Seq.generate",
+        method(
+            SEQ2SEQ,
+            "generate",
+            lambda x: x.i(x["V"], "B", "S"),
+            lambda x: x.lengths("B", x["S"]),
+            3,
+            beam_size=2,
+            eos=None,
+        ),
+        "B",
+        grad=False,
+        decodes=0,
+    ),
     Case("attnc.models.Seq2SeqTransformer", on(S2S_TRANSFORMER, lambda x: x.i(x["V"], "B", "S"), TOKENS), "BT"),
-    Case("attnc.models.Seq2SeqTransformer.loss_and_grads",
-         method(S2S_TRANSFORMER, "loss_and_grads", lambda x: x.i(x["V"], "B", "S"), TOKENS, TOKENS), "BT",
-         grad=False),
-    Case("attnc.models.Seq2SeqTransformer.generate",
-         method(S2S_TRANSFORMER, "generate", lambda x: x.i(x["V"], "B", "S"), 3, 1, beam_size=2), "B", grad=False,
-         decodes=0),
+    Case(
+        "attnc.models.Seq2SeqTransformer.loss_and_grads",
+        method(S2S_TRANSFORMER, "loss_and_grads", lambda x: x.i(x["V"], "B", "S"), TOKENS, TOKENS),
+        "BT",
+        grad=False,
+    ),
+    Case(
+        "attnc.models.Seq2SeqTransformer.generate",
+        method(S2S_TRANSFORMER, "generate", lambda x: x.i(x["V"], "B", "S"), 3, 1, beam_size=2),
+        "B",
+        grad=False,
+        decodes=0,
+    ),
 ]
 
 # Public names with no batch, sequence or feature dim to empty, and why.
@@ -537,6 +919,7 @@ EXCLUDED = {
 }
 
 # --------------------------------------------------------------------------- the harness
+
 
 def flat(out, numbers=True) -> list:
     """The arrays of a result in order: tuples, lists and dicts (by key) opened,
@@ -618,13 +1001,19 @@ def torch_run(torch, case, fn, args, kwargs, cots):
     else:
         out = case.torch(torch, *targs, **tkwargs)
     outs = flat_torch(out)
-    loss = sum((o * torch.from_numpy(c.astype(np.float64))).sum()
-               for o, c in zip(outs, flat(cots)) if c is not None and o.dtype.is_floating_point)
+    loss = sum(
+        (o * torch.from_numpy(c.astype(np.float64))).sum()
+        for o, c in zip(outs, flat(cots))
+        if c is not None and o.dtype.is_floating_point
+    )
     leaves = {**{n: t for n, t in arguments(fn, targs, tkwargs).items() if isinstance(t, torch.Tensor)}, **params}
     if isinstance(loss, torch.Tensor) and loss.requires_grad:
         loss.backward()
-    grads = {n: (t.grad if t.grad is not None else torch.zeros_like(t)).numpy() for n, t in leaves.items()
-             if t.dtype.is_floating_point}
+    grads = {
+        n: (t.grad if t.grad is not None else torch.zeros_like(t)).numpy()
+        for n, t in leaves.items()
+        if t.dtype.is_floating_point
+    }
     return [o.detach().numpy() for o in outs], grads
 
 
@@ -659,9 +1048,12 @@ def run_forward(case, x):
     return fn(*args, **kwargs)
 
 
-PARAMS = [pytest.param(case, letter, dt, id=f"{case.name}[{i}]-{letter}=0-{dt_id}")
-          for i, case in enumerate(CASES) for letter in case.zero + case.refuse
-          for dt, dt_id in zip(DTYPES, DT_IDS)]
+PARAMS = [
+    pytest.param(case, letter, dt, id=f"{case.name}[{i}]-{letter}=0-{dt_id}")
+    for i, case in enumerate(CASES)
+    for letter in case.zero + case.refuse
+    for dt, dt_id in zip(DTYPES, DT_IDS)
+]
 
 
 @pytest.mark.parametrize("case,letter,dtype", PARAMS)
@@ -710,6 +1102,7 @@ def test_zero_size(case, letter, dtype, request):
 
 # --------------------------------------------------------------------------- coverage
 
+
 def public_names() -> set:
     """attnc's public functions, classes and their public methods, by qualified
     name (an alias counts as the function it names)."""
@@ -744,6 +1137,7 @@ def test_every_public_name_has_a_case():
 
 # --------------------------------------------------------------------------- zero-width heads
 
+
 def test_sdpa_zero_width_heads_float_mask_gradient(torch, fd_check):
     """float32 attention with E = 0, a float attn_mask and 32 or more query rows
     per kv head, where the AVX2 and AVX-512 builds pack K and V for their tile
@@ -766,12 +1160,19 @@ def test_sdpa_zero_width_heads_float_mask_gradient(torch, fd_check):
     for name, t in (("attn_mask", tm), ("value", tv)):
         close(grads[name], t.grad.numpy(), REL[np.float32], f"gradient of {name}")
     # and against central differences of the NumPy float64 reference (E = 0: any scale)
-    fd_check(lambda **kw: sdpa_ref.scaled_dot_product_attention(**kw, scale=1.0),
-             dict(query=q, key=k, value=v, attn_mask=mask), [dout.astype(np.float64)], grads,
-             wrt=["attn_mask", "value"], rtol=0, atol=1e-5)
+    fd_check(
+        lambda **kw: sdpa_ref.scaled_dot_product_attention(**kw, scale=1.0),
+        dict(query=q, key=k, value=v, attn_mask=mask),
+        [dout.astype(np.float64)],
+        grads,
+        wrt=["attn_mask", "value"],
+        rtol=0,
+        atol=1e-5,
+    )
 
 
 # --------------------------------------------------------------------------- misaligned empty buffers
+
 
 def misaligned_empty(shape, dtype):
     """An empty array at an address no float is aligned to (NumPy calls an
@@ -782,15 +1183,20 @@ def misaligned_empty(shape, dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=DT_IDS)
-@pytest.mark.parametrize("name,call", [
-    ("nn.linear", lambda e, x: nn.linear(e(0, 4), x.a(3, 4), x.a(3))),
-    ("nn.relu", lambda e, x: nn.relu(e(0, 4))),
-    ("nn.layer_norm", lambda e, x: nn.layer_norm(e(0, 4), 4)),
-    ("softmax", lambda e, x: attnc.softmax(e(0, 2, 3))),
-    ("attention", lambda e, x: attnc.attention(e(0, 2, 4), e(0, 3, 4))),
-    ("scaled_dot_product_attention", lambda e, x: attnc.scaled_dot_product_attention(e(0, 1, 2, 4), e(0, 1, 3, 4),
-                                                                                      e(0, 1, 3, 4))),
-])
+@pytest.mark.parametrize(
+    "name,call",
+    [
+        ("nn.linear", lambda e, x: nn.linear(e(0, 4), x.a(3, 4), x.a(3))),
+        ("nn.relu", lambda e, x: nn.relu(e(0, 4))),
+        ("nn.layer_norm", lambda e, x: nn.layer_norm(e(0, 4), 4)),
+        ("softmax", lambda e, x: attnc.softmax(e(0, 2, 3))),
+        ("attention", lambda e, x: attnc.attention(e(0, 2, 4), e(0, 3, 4))),
+        (
+            "scaled_dot_product_attention",
+            lambda e, x: attnc.scaled_dot_product_attention(e(0, 1, 2, 4), e(0, 1, 3, 4), e(0, 1, 3, 4)),
+        ),
+    ],
+)
 def test_misaligned_empty_buffers_are_empty_inputs(name, call, dtype):
     """Nothing is read from an empty buffer, so where it starts does not matter
     (it was refused as "not aligned"): the results are an aligned empty

@@ -80,10 +80,19 @@ KINDS = [("transformer_reverse", []), ("dates", ["--attention", "luong-general"]
 def test_a_killed_run_resumes_to_the_same_bits(name, own, tmp_path):
     args = ["--quick", "--seed", "1", "--steps", "40", "--eval-every", "5", *own]
     reference, killed = tmp_path / "reference", tmp_path / "killed"
-    subprocess.run(command(name, *args, "--run-dir", str(reference), cwd=tmp_path), env=ENV, check=True,
-                   capture_output=True, timeout=300)
-    proc = subprocess.Popen(command(name, *args, "--run-dir", str(killed), cwd=tmp_path), env=ENV,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    subprocess.run(
+        command(name, *args, "--run-dir", str(reference), cwd=tmp_path),
+        env=ENV,
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    proc = subprocess.Popen(
+        command(name, *args, "--run-dir", str(killed), cwd=tmp_path),
+        env=ENV,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     latest = killed / "checkpoints" / "latest.json"
     deadline = time.monotonic() + 120
     while not latest.exists() and time.monotonic() < deadline and proc.poll() is None:
@@ -93,12 +102,13 @@ def test_a_killed_run_resumes_to_the_same_bits(name, own, tmp_path):
     proc.wait()
     step = json.loads(latest.read_text())["step"]
     assert 5 <= step < 40 and not (killed / "result.json").exists()
-    with open(killed / "metrics.jsonl", "a") as f:   # what a kill in the middle of a write leaves
+    with open(killed / "metrics.jsonl", "a") as f:  # what a kill in the middle of a write leaves
         f.write('{"phase": "' + name + '", "step": 999, "lo')
     # a kill between a checkpoint's folder and latest.json leaves latest.json one behind: resuming reads the folders
     latest.write_text(json.dumps({"phase": name, "step": 0, "dir": None, "metrics_bytes": 0}))
-    resumed = subprocess.run(command(name, "--resume", str(killed), cwd=tmp_path), env=ENV, capture_output=True,
-                             text=True, timeout=300)
+    resumed = subprocess.run(
+        command(name, "--resume", str(killed), cwd=tmp_path), env=ENV, capture_output=True, text=True, timeout=300
+    )
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert_same_run(killed, reference)
     assert json.loads(resumed.stdout.strip().splitlines()[-1])["steps"] == 40
@@ -114,7 +124,7 @@ def test_a_run_cut_short_resumes_to_the_run_of_its_plan(name, own, tmp_path):
     short = quiet_run(name, steps=7, schedule_steps=20, run_dir=tmp_path / "short", **kw)
     assert short.metrics["steps"] == 7 and [r["step"] for r in short.history if "loss" in r] == list(range(1, 8))
     # the same first 7 steps as the reference, learning rates included (the schedule is the plan's)
-    assert records(tmp_path / "short") == records(tmp_path / "reference")[:8]   # 7 steps, the evaluation at 5
+    assert records(tmp_path / "short") == records(tmp_path / "reference")[:8]  # 7 steps, the evaluation at 5
     resumed = quiet_run(name, resume=tmp_path / "short", steps=20)
     assert_same_run(tmp_path / "short", tmp_path / "reference")
     assert resumed.metrics == json.loads((tmp_path / "short" / "result.json").read_text())
@@ -132,7 +142,7 @@ def test_every_experiment_resumes_in_quick_mode(name, tmp_path):
     kw = dict(quick=True, seed=1, eval_every=2, schedule_steps=4)
     quiet_run(name, steps=4, run_dir=tmp_path / "reference", **kw)
     quiet_run(name, steps=2, run_dir=tmp_path / "resumed", **kw)
-    quiet_run(name, resume=tmp_path / "resumed")   # to the plan's end
+    quiet_run(name, resume=tmp_path / "resumed")  # to the plan's end
     assert_same_run(tmp_path / "resumed", tmp_path / "reference")
 
 
@@ -149,9 +159,10 @@ def test_a_run_killed_between_its_phases_resumes(tmp_path):
         shutil.rmtree(later)
     (killed / "result.json").unlink()
     state = json.loads((first / "state.json").read_text())
-    (killed / "checkpoints" / "latest.json").write_text(json.dumps(
-        {"phase": "sagan_shapes", "step": 4, "dir": first.name, "metrics_bytes": state["metrics_bytes"]}))
-    assert len(records(killed)) == 8   # the second training's 4 lines are there
+    (killed / "checkpoints" / "latest.json").write_text(
+        json.dumps({"phase": "sagan_shapes", "step": 4, "dir": first.name, "metrics_bytes": state["metrics_bytes"]})
+    )
+    assert len(records(killed)) == 8  # the second training's 4 lines are there
     quiet_run("sagan_shapes", resume=killed)
     assert_same_run(killed, tmp_path / "reference")
 
@@ -170,24 +181,36 @@ def test_resuming_refuses_other_settings(tmp_path):
 
 # --------------------------------------------------------------------------- the folder
 
+
 def test_the_run_folder(tmp_path):
-    res = quiet_run("ntm_copy", quick=True, steps=6, eval_every=3, seed=4, memory_init="learned",
-                    run_dir=tmp_path / "run", threads=1)
+    res = quiet_run(
+        "ntm_copy",
+        quick=True,
+        steps=6,
+        eval_every=3,
+        seed=4,
+        memory_init="learned",
+        run_dir=tmp_path / "run",
+        threads=1,
+    )
     folder = tmp_path / "run"
     assert res.run_dir == folder
     config = json.loads((folder / "config.json").read_text())
     assert config["experiment"] == "ntm_copy" and config["seed"] == 4 and config["threads"] == 1
     assert config["flags"]["memory_init"] == "learned" and config["flags"]["steps"] == 6
-    assert config["settings"]["steps"] == 6 and config["settings"]["heldout"] == 20   # QUICK's, the plan
-    assert config["versions"] == {"attnc": attnc.__version__, "numpy": np.__version__,
-                                  "python": ".".join(map(str, sys.version_info[:3]))}
+    assert config["settings"]["steps"] == 6 and config["settings"]["heldout"] == 20  # QUICK's, the plan
+    assert config["versions"] == {
+        "attnc": attnc.__version__,
+        "numpy": np.__version__,
+        "python": ".".join(map(str, sys.version_info[:3])),
+    }
     assert config["simd_path"] == attnc._core.simd_path() == config["show_config"]["simd"]["path"]
     steps = [r for r in res.history if "loss" in r]
     evals = [r for r in res.history if "bits_per_sequence" in r]
     assert [r["step"] for r in steps] == list(range(1, 7)) and [r["step"] for r in evals] == [3, 6]
     assert all(r["lr"] == 1e-4 and r["phase"] == "ntm_copy" for r in steps)
     losses = [r["loss"] for r in records(folder) if "loss" in r]
-    assert res.metrics["first_loss"] == losses[0] and res.metrics["final_loss"] == losses[-1]   # tail of 6 // 20 → 1
+    assert res.metrics["first_loss"] == losses[0] and res.metrics["final_loss"] == losses[-1]  # tail of 6 // 20 → 1
     assert res.metrics["checks"] == [[3, evals[0]["bits_per_sequence"]], [6, evals[1]["bits_per_sequence"]]]
     assert json.loads((folder / "result.json").read_text()) == res.metrics
     # checkpoints: the last one of the phase (attnc.load reads its model), the optimiser and generators
@@ -218,22 +241,46 @@ def test_run_takes_the_flags_names(tmp_path):
 
 
 def test_every_experiment_lists_its_flags(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "attnc.experiments"], env=ENV, capture_output=True, text=True,
-                         check=True, cwd=tmp_path).stdout
+    out = subprocess.run(
+        [sys.executable, "-m", "attnc.experiments"], env=ENV, capture_output=True, text=True, check=True, cwd=tmp_path
+    ).stdout
     for name, line in E.describe().items():
         assert f"  {name}" in out and line in out and len(line) > 20
-    own = {"dates": ["--attention", "--epochs"], "captions": ["--attention"], "ntm_copy": ["--memory-init"],
-           "pointer_sort": ["--n"], "pointer_tsp": ["--n"], "pointer_hull": ["--n"], "snail_fewshot": ["--shots"],
-           "sagan_shapes": ["--no-attention", "--attention-only", "--coords"]}
-    common = ["--seed", "--quick", "--threads", "--save", "--steps", "--schedule-steps", "--eval-every", "--run-dir",
-              "--resume", "--no-progress"]
+    own = {
+        "dates": ["--attention", "--epochs"],
+        "captions": ["--attention"],
+        "ntm_copy": ["--memory-init"],
+        "pointer_sort": ["--n"],
+        "pointer_tsp": ["--n"],
+        "pointer_hull": ["--n"],
+        "snail_fewshot": ["--shots"],
+        "sagan_shapes": ["--no-attention", "--attention-only", "--coords"],
+    }
+    common = [
+        "--seed",
+        "--quick",
+        "--threads",
+        "--save",
+        "--steps",
+        "--schedule-steps",
+        "--eval-every",
+        "--run-dir",
+        "--resume",
+        "--no-progress",
+    ]
     for name in E.EXPERIMENTS:
         text = _common.build_parser(E._module(name)).format_help()
         for flag in common + own.get(name, []):
             assert flag in text, (name, flag)
     # the command line's --help is that parser's (dates' own flags were hidden by a two-stage parser)
-    out = subprocess.run([sys.executable, "-m", "attnc.experiments.dates", "--help"], env=ENV, capture_output=True,
-                         text=True, check=True, cwd=tmp_path).stdout
+    out = subprocess.run(
+        [sys.executable, "-m", "attnc.experiments.dates", "--help"],
+        env=ENV,
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=tmp_path,
+    ).stdout
     assert "--attention" in out and "--epochs" in out and "--resume RUN_DIR" in out
     assert not (tmp_path / "runs").exists()
 
@@ -250,11 +297,11 @@ def test_tensorboard_events(tmp_path):
         events = acc.Tensors(f"gpt_sort/{key}")
         want = [r[key] for r in records(tmp_path / "run")]
         assert [e.step for e in events] == [1, 2, 3, 4, 5]
-        np.testing.assert_array_equal([tensor_util.make_ndarray(e.tensor_proto) for e in events],
-                                      np.float32(want))
+        np.testing.assert_array_equal([tensor_util.make_ndarray(e.tensor_proto) for e in events], np.float32(want))
 
 
 # --------------------------------------------------------------------------- compare
+
 
 def test_compare_and_plot(tmp_path, monkeypatch):
     import matplotlib
@@ -264,24 +311,26 @@ def test_compare_and_plot(tmp_path, monkeypatch):
     for seed, d in enumerate(dirs):
         quiet_run("attention_pooling", quick=True, steps=4, seed=seed, run_dir=d)
     quiet_run("attention_pooling", quick=True, steps=2, seed=0, run_dir=tmp_path / "short")
-    monkeypatch.setitem(sys.modules, "pandas", None)   # without pandas: a list of dicts
+    monkeypatch.setitem(sys.modules, "pandas", None)  # without pandas: a list of dicts
     rows = E.compare(dirs + [tmp_path / "short"])
     assert [r["seed"] for r in rows] == [0, 1, 0] and [r["steps"] for r in rows] == [4, 4, 2]
     assert [r["run_dir"] for r in rows] == [str(d) for d in dirs + [tmp_path / "short"]]
-    assert "warmup" not in rows[0] and "eval_every" not in rows[0]      # settings the same in every run
+    assert "warmup" not in rows[0] and "eval_every" not in rows[0]  # settings the same in every run
     for r, d in zip(rows, dirs):
         result = json.loads((d / "result.json").read_text())
         assert r["accuracy"] == result["accuracy"] and r["final_loss"] == result["final_loss"]
         assert "train_seconds" not in r
     monkeypatch.delitem(sys.modules, "pandas")
     import pandas
+
     frame, ax = E.compare(dirs, plot=True)
     assert isinstance(frame, pandas.DataFrame) and list(frame["seed"]) == [0, 1]
     assert [line.get_label() for line in ax.lines] == ["s0", "s1"]
     for line, d in zip(ax.lines, dirs):
         assert list(line.get_ydata()) == [r["loss"] for r in records(d)]
     ax = E.plot_losses(dirs, smooth=2)
-    np.testing.assert_allclose(ax.lines[0].get_ydata(), np.convolve([r["loss"] for r in records(dirs[0])], [0.5, 0.5],
-                                                                    "valid"))
+    np.testing.assert_allclose(
+        ax.lines[0].get_ydata(), np.convolve([r["loss"] for r in records(dirs[0])], [0.5, 0.5], "valid")
+    )
     with pytest.raises(ValueError, match="not a run folder"):
         E.compare([tmp_path])

@@ -20,6 +20,7 @@ TIMING = {"train_seconds", "eval_seconds", "threads"}
 
 # --------------------------------------------------------------------------- the reversal task
 
+
 def test_reverse_task_batches():
     task = reverse_task(200, vocab=10, min_len=5, max_len=12, seed=3)
     pad, bos, eos = special_tokens(10)
@@ -75,6 +76,7 @@ def test_pad_sequences():
 
 # --------------------------------------------------------------------------- the sorting task (minGPT)
 
+
 def test_sort_task_is_mingpt_format():
     task = sort_task(500, length=6, num_digits=3, seed=0)
     assert task.inputs.shape == task.targets.shape == (500, 11) and task.block_size == 11 and task.vocab_size == 3
@@ -110,13 +112,21 @@ def test_sort_task_splits_are_disjoint_and_reproducible():
 
 # --------------------------------------------------------------------------- the experiments
 
+
 def run_experiment(name, *args):
     """Run it in a fresh working directory (its run folder goes under runs/ there)."""
     env = dict(os.environ)
     env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
     with tempfile.TemporaryDirectory() as cwd:
-        proc = subprocess.run([sys.executable, "-m", f"attnc.experiments.{name}", *args], cwd=cwd, env=env,
-                              capture_output=True, text=True, timeout=300, check=False)
+        proc = subprocess.run(
+            [sys.executable, "-m", f"attnc.experiments.{name}", *args],
+            cwd=cwd,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
         assert len(os.listdir(os.path.join(cwd, "runs"))) == 1
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = proc.stdout.strip().splitlines()
@@ -156,11 +166,14 @@ def test_quick_run_reproducible(name, tmp_path):
         assert out.shape[0] == 2 and out.shape[1] <= 6
 
 
-@pytest.mark.parametrize("name,keys", [
-    ("ntm_copy", ("bits_per_sequence", "bits_per_sequence_40", "bits_per_sequence_80")),
-    ("ntm_repeat_copy", ("bits_per_sequence",)),
-    ("ntm_recall", ("bits_per_sequence", "bits_per_sequence_6_items")),
-])
+@pytest.mark.parametrize(
+    "name,keys",
+    [
+        ("ntm_copy", ("bits_per_sequence", "bits_per_sequence_40", "bits_per_sequence_80")),
+        ("ntm_repeat_copy", ("bits_per_sequence",)),
+        ("ntm_recall", ("bits_per_sequence", "bits_per_sequence_6_items")),
+    ],
+)
 def test_ntm_quick_runs(name, keys, tmp_path):
     path = tmp_path / "ntm.npz"
     first, stderr = run_experiment(name, "--quick", "--seed", "5", "--threads", "1", "--save", str(path))
@@ -178,11 +191,14 @@ def test_ntm_quick_runs(name, keys, tmp_path):
     assert logits.shape == (2, 5, model.output_size)
 
 
-@pytest.mark.parametrize("name,keys", [
-    ("pointer_sort", ("exact_match", "exact_match_by_n")),
-    ("pointer_tsp", ("tour_length", "optimal_tour_length", "gap", "beam10")),
-    ("pointer_hull", ("accuracy", "area_coverage", "accuracy_by_n")),
-])
+@pytest.mark.parametrize(
+    "name,keys",
+    [
+        ("pointer_sort", ("exact_match", "exact_match_by_n")),
+        ("pointer_tsp", ("tour_length", "optimal_tour_length", "gap", "beam10")),
+        ("pointer_hull", ("accuracy", "area_coverage", "accuracy_by_n")),
+    ],
+)
 def test_pointer_quick_runs(name, keys, tmp_path):
     path = tmp_path / "pointer.npz"
     first, stderr = run_experiment(name, "--quick", "--seed", "2", "--threads", "1", "--save", str(path))

@@ -27,6 +27,7 @@ TIMING = {"train_seconds", "eval_seconds", "threads"}
 
 # --------------------------------------------------------------------------- the task
 
+
 @pytest.mark.parametrize("n,k,d", [(5, 1, 32), (5, 5, 32), (3, 4, 7), (2, 1, 1)])
 def test_episode_shapes_and_labels(n, k, d):
     task = FewShotTask(n, k, dim=d)
@@ -47,7 +48,7 @@ def test_episode_shapes_and_labels(n, k, d):
 def test_examples_are_prototype_plus_noise():
     task = FewShotTask(5, 5, dim=16, noise=0.7)
     ep = task.episodes(400, seed=2, dtype=np.float64)
-    protos = np.take_along_axis(ep.prototypes, ep.labels[:, :, None], axis=1)          # (B, NK, d)
+    protos = np.take_along_axis(ep.prototypes, ep.labels[:, :, None], axis=1)  # (B, NK, d)
     noise = ep.features[:, :-1] - protos
     qnoise = ep.features[:, -1] - ep.prototypes[np.arange(400), ep.targets]
     assert abs(noise.std() - 0.7) < 0.01 and abs(noise.mean()) < 0.01
@@ -57,8 +58,9 @@ def test_examples_are_prototype_plus_noise():
     flat = ep.prototypes.reshape(-1, 16)
     assert len(np.unique(flat.round(6), axis=0)) == flat.shape[0]
     exact = FewShotTask(5, 2, dim=4, noise=0.0).episodes(10, seed=3, dtype=np.float64)
-    np.testing.assert_array_equal(exact.features[:, :-1], np.take_along_axis(exact.prototypes,
-                                                                             exact.labels[:, :, None], 1))
+    np.testing.assert_array_equal(
+        exact.features[:, :-1], np.take_along_axis(exact.prototypes, exact.labels[:, :, None], 1)
+    )
 
 
 def test_order_is_shuffled_and_query_uniform():
@@ -84,8 +86,7 @@ def test_seeds():
     again = np.random.default_rng(0)
     np.testing.assert_array_equal(task.episodes(8, seed=again).features, first.features)
     # float32 is the float64 draw, rounded
-    np.testing.assert_array_equal(task.episodes(8, seed=7, dtype=np.float64).features.astype(np.float32),
-                                  a.features)
+    np.testing.assert_array_equal(task.episodes(8, seed=7, dtype=np.float64).features.astype(np.float32), a.features)
     sub = a[2:5]
     assert len(sub) == 3 and np.array_equal(sub.labels, a.labels[2:5]) and len(a[0]) == 1
 
@@ -102,10 +103,14 @@ def test_nearest_prototype():
         dist = [((m - ep.features[b, -1]) ** 2).sum() for m in means]
         assert pred[b] == int(np.argmin(dist))
     # the default task: hard but learnable (about 84% at 1 shot, 98% at 5)
-    acc1 = fewshot_accuracy(nearest_prototype(*_fl(FewShotTask(5, 1).episodes(4000, seed=9)), 5),
-                            FewShotTask(5, 1).episodes(4000, seed=9).targets)
-    acc5 = fewshot_accuracy(nearest_prototype(*_fl(FewShotTask(5, 5).episodes(4000, seed=9)), 5),
-                            FewShotTask(5, 5).episodes(4000, seed=9).targets)
+    acc1 = fewshot_accuracy(
+        nearest_prototype(*_fl(FewShotTask(5, 1).episodes(4000, seed=9)), 5),
+        FewShotTask(5, 1).episodes(4000, seed=9).targets,
+    )
+    acc5 = fewshot_accuracy(
+        nearest_prototype(*_fl(FewShotTask(5, 5).episodes(4000, seed=9)), 5),
+        FewShotTask(5, 5).episodes(4000, seed=9).targets,
+    )
     assert 0.80 < acc1 < 0.88 and 0.96 < acc5 < 0.995
     # a class without support examples is never predicted
     f = np.zeros((1, 3, 2))
@@ -147,12 +152,20 @@ def test_bad_arguments():
 
 # --------------------------------------------------------------------------- the experiment
 
+
 def run_experiment(*args):
     env = dict(os.environ)
     env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
     with tempfile.TemporaryDirectory() as cwd:  # its run folder goes under runs/ there
-        proc = subprocess.run([sys.executable, "-m", "attnc.experiments.snail_fewshot", *args], cwd=cwd, env=env,
-                              capture_output=True, text=True, timeout=300, check=False)
+        proc = subprocess.run(
+            [sys.executable, "-m", "attnc.experiments.snail_fewshot", *args],
+            cwd=cwd,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = proc.stdout.strip().splitlines()
     assert lines, f"no output; stderr: {proc.stderr[-2000:]}"
@@ -163,8 +176,16 @@ def test_quick_run(tmp_path):
     path = tmp_path / "snail.npz"
     first, stderr = run_experiment("--quick", "--seed", "4", "--threads", "1", "--save", str(path))
     assert "it/s" in stderr or "s/it" in stderr
-    for key in ("accuracy", "accuracy_1shot", "accuracy_5shot", "nearest_prototype_1shot",
-                "nearest_prototype_5shot", "train_seconds", "final_loss", "by_shots"):
+    for key in (
+        "accuracy",
+        "accuracy_1shot",
+        "accuracy_5shot",
+        "nearest_prototype_1shot",
+        "nearest_prototype_5shot",
+        "train_seconds",
+        "final_loss",
+        "by_shots",
+    ):
         assert key in first, key
     assert first["accuracy"] == first["accuracy_5shot"] and first["shots"] == [1, 5]
     assert all(0 <= first[k] <= 1 for k in ("accuracy_1shot", "accuracy_5shot"))

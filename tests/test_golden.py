@@ -89,16 +89,34 @@ def test_every_public_result_is_as_the_golden_file_has_it():
             np.testing.assert_array_equal(g, w, err_msg=f"{name} ({path}, {kernel()}: bit for bit)")
         else:
             scale = max(1.0, float(np.abs(w).max(initial=0.0)))
-            np.testing.assert_allclose(g, w, rtol=0, atol=TOLERANCE[g.dtype.name] * scale,
-                                       err_msg=f"{name} ({path}, {kernel()} against {meta})")
+            np.testing.assert_allclose(
+                g,
+                w,
+                rtol=0,
+                atol=TOLERANCE[g.dtype.name] * scale,
+                err_msg=f"{name} ({path}, {kernel()} against {meta})",
+            )
 
 
 @pytest.mark.parametrize("path", [p for p in _dispatch.supported_paths() if p != attnc._core.simd_path()])
 def test_every_other_path_too(path):
-    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=",
-                          f"{__file__}::test_every_public_result_is_as_the_golden_file_has_it"],
-                         env=dict(os.environ, ATTNC_CPU=path, PYTHONPATH=str(Path(attnc.__file__).parent.parent)),
-                         capture_output=True, text=True, cwd=str(HERE))  # the attnc this process runs
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-o",
+            "addopts=",
+            f"{__file__}::test_every_public_result_is_as_the_golden_file_has_it",
+        ],
+        env=dict(os.environ, ATTNC_CPU=path, PYTHONPATH=str(Path(attnc.__file__).parent.parent)),
+        capture_output=True,
+        text=True,
+        cwd=str(HERE),
+    )  # the attnc this process runs
     assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-3000:]
 
 
@@ -108,6 +126,7 @@ if __name__ == "__main__":
         sys.exit(0)
     GOLDEN.mkdir(exist_ok=True)
     for p in _dispatch.supported_paths():
-        subprocess.run([sys.executable, __file__, str(GOLDEN / f"{p}.npz")], env=dict(os.environ, ATTNC_CPU=p),
-                       check=True)
+        subprocess.run(
+            [sys.executable, __file__, str(GOLDEN / f"{p}.npz")], env=dict(os.environ, ATTNC_CPU=p), check=True
+        )
         print(f"wrote {GOLDEN / p}.npz")

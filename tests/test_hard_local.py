@@ -36,22 +36,24 @@ def _check_one_hot(ctx, w, idx, values, allowed):
 
 # =========================================================================== hard: argmax
 
-HARD_SHAPES = [((), 5, 7), ((3,), 4, 1), ((2, 3), 3, 5), ((2,), 0, 3), ((2,), 3, 0),
-               ((), 1, 1)]
+HARD_SHAPES = [((), 5, 7), ((3,), 4, 1), ((2, 3), 3, 5), ((2,), 0, 3), ((2,), 3, 0), ((), 1, 1)]
 
 
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("lead,tq,tk", HARD_SHAPES, ids=str)
-def test_hard_argmax_matches_reference(kind, lead, tq, tk, rng, score_params,
-                                       assert_unchanged):
+def test_hard_argmax_matches_reference(kind, lead, tq, tk, rng, score_params, assert_unchanged):
     dq, dk = (4, 4) if kind in SAME_D else (4, 5)
     q = rng.standard_normal(lead + (tq, dq))
     k = rng.standard_normal(lead + (tk, dk))
     v = rng.standard_normal(lead + (tk, 3))
     p = score_params(kind, rng, dq, dk, tk, beta_shape=lead + (tq,))
     kl = rng.integers(0, tk + 1, size=lead)
-    for mk in ({}, {"mask": rng.random((tq, tk)) < 0.6}, {"causal": True},
-               {"key_lengths": kl, "causal": True, "mask": rng.random((tk,)) < 0.7}):
+    for mk in (
+        {},
+        {"mask": rng.random((tq, tk)) < 0.6},
+        {"causal": True},
+        {"key_lengths": kl, "causal": True, "mask": rng.random((tk,)) < 0.7},
+    ):
         ctx, w, idx = assert_unchanged(attnc.hard_attention, q, k, v, score=kind, **mk, **p)
         ectx, ew, eidx = ref.hard_attention(q, k, v, score=kind, **mk, **p)
         np.testing.assert_array_equal(idx, eidx, err_msg=str(mk))
@@ -87,6 +89,7 @@ def test_hard_argmax_grad_fd(kind, values_none, rng, score_params, check_vjp):
 
 # =========================================================================== hard: sample
 
+
 def _sample_inputs(rng, n_rows, tk=6, d=3):
     q1 = rng.standard_normal((1, 1, d))
     k1 = rng.standard_normal((1, tk, d))
@@ -120,7 +123,7 @@ def test_random_modes_frequencies_match_masked_softmax(mode, rng):
     mask = np.array([True, True, False, True, True, True])
     kw = dict(mode=mode, seed=12345, mask=mask)
     if mode == "gumbel":
-        kw["temperature"] = 0.5       # the forward pick does not depend on the temperature
+        kw["temperature"] = 0.5  # the forward pick does not depend on the temperature
     ctx, w, idx = attnc.hard_attention(q, k, v, **kw)
     allowed = np.broadcast_to(mask, (n, 1, tk))
     _check_one_hot(ctx, w, idx, v, allowed)
@@ -156,8 +159,7 @@ def test_random_modes_never_pick_masked_keys(mode, rng):
     mask = rng.random((tq, tk)) < 0.5
     mask[2] = False
     kl = rng.integers(0, tk + 1, size=lead)
-    ctx, w, idx = attnc.hard_attention(q, k, v, mode=mode, seed=3, mask=mask, key_lengths=kl,
-                                       causal=True)
+    ctx, w, idx = attnc.hard_attention(q, k, v, mode=mode, seed=3, mask=mask, key_lengths=kl, causal=True)
     allowed = ref.allowed_mask(lead + (tq, tk), mask, kl, True)
     assert (~allowed.any(-1)).any() and allowed.any(-1).any()
     _check_one_hot(ctx, w, idx, v, allowed)
@@ -169,8 +171,7 @@ def test_sample_and_argmax_query_gradient_zero_values_gradient_onehot(rng):
     v = rng.standard_normal((3, 6, 2))
     w_gen = rng.standard_normal((5, 5))
     for mode in ("argmax", "sample"):
-        (ctx, w, idx), pb = attnc.vjp(attnc.hard_attention, q, k, v, mode=mode, seed=1,
-                                      score="general", weight=w_gen)
+        (ctx, w, idx), pb = attnc.vjp(attnc.hard_attention, q, k, v, mode=mode, seed=1, score="general", weight=w_gen)
         dc = rng.standard_normal(ctx.shape)
         g = pb(dc, rng.standard_normal(w.shape), None)
         np.testing.assert_array_equal(g["query"], 0.0)
@@ -182,11 +183,11 @@ def test_sample_and_argmax_query_gradient_zero_values_gradient_onehot(rng):
 
 # =========================================================================== hard: gumbel
 
+
 def test_gumbel_forward_independent_of_temperature(rng):
     q = rng.standard_normal((30, 3, 4))
     k = rng.standard_normal((30, 5, 4))
-    picks = [attnc.hard_attention(q, k, mode="gumbel", seed=11, temperature=t)[2]
-             for t in (0.1, 1.0, 7.0)]
+    picks = [attnc.hard_attention(q, k, mode="gumbel", seed=11, temperature=t)[2] for t in (0.1, 1.0, 7.0)]
     np.testing.assert_array_equal(picks[0], picks[1])
     np.testing.assert_array_equal(picks[0], picks[2])
 
@@ -195,8 +196,7 @@ def test_gumbel_values_gradient_is_onehot_transpose(rng):
     q = rng.standard_normal((3, 4, 5))
     k = rng.standard_normal((3, 6, 5))
     v = rng.standard_normal((3, 6, 2))
-    (ctx, w, idx), pb = attnc.vjp(attnc.hard_attention, q, k, v, mode="gumbel", seed=5,
-                                  temperature=0.7)
+    (ctx, w, idx), pb = attnc.vjp(attnc.hard_attention, q, k, v, mode="gumbel", seed=5, temperature=0.7)
     _check_one_hot(ctx, w, idx, v, np.ones(w.shape, bool))
     dc = rng.standard_normal(ctx.shape)
     g = pb(dc, None, None)
@@ -213,8 +213,7 @@ def test_gumbel_values_gradient_is_onehot_transpose(rng):
     for n in ("query", "keys"):
         np.testing.assert_allclose(g_w[n], g[n], rtol=1e-12, atol=1e-14, err_msg=n)
     # a new call with the same seed uses the same noise: same gradients
-    (_, _, idx2), pb2 = attnc.vjp(attnc.hard_attention, q, k, v, mode="gumbel", seed=5,
-                                  temperature=0.7)
+    (_, _, idx2), pb2 = attnc.vjp(attnc.hard_attention, q, k, v, mode="gumbel", seed=5, temperature=0.7)
     np.testing.assert_array_equal(idx2, idx)
     g2 = pb2(dc, None, None)
     for n in g:
@@ -225,10 +224,8 @@ def test_gumbel_values_gradient_is_onehot_transpose(rng):
 def test_hard_values_none_keys_gradient_covers_both_uses(mode, rng):
     q = rng.standard_normal((3, 4, 5))
     k = rng.standard_normal((3, 6, 5))
-    (ctx, w, idx), pb = attnc.vjp(attnc.hard_attention, q, k, mode=mode, seed=9,
-                                  temperature=0.8)
-    (ctx2, w2, idx2), pb2 = attnc.vjp(attnc.hard_attention, q, k, k.copy(), mode=mode,
-                                      seed=9, temperature=0.8)
+    (ctx, w, idx), pb = attnc.vjp(attnc.hard_attention, q, k, mode=mode, seed=9, temperature=0.8)
+    (ctx2, w2, idx2), pb2 = attnc.vjp(attnc.hard_attention, q, k, k.copy(), mode=mode, seed=9, temperature=0.8)
     np.testing.assert_array_equal(idx, idx2)
     dc = rng.standard_normal(ctx.shape)
     dw = rng.standard_normal(w.shape)
@@ -251,8 +248,7 @@ def test_gumbel_straight_through_is_tempered_softmax_jacobian(rng):
     q = rng.standard_normal((n, 1, tk)) * 0.7
     keys = np.broadcast_to(np.eye(tk), (n, tk, tk)).copy()
     values = rng.standard_normal((n, tk, 2))
-    (ctx, w, idx), pb = attnc.vjp(attnc.hard_attention, q, keys, values, mode="gumbel",
-                                  temperature=T, seed=2024)
+    (ctx, w, idx), pb = attnc.vjp(attnc.hard_attention, q, keys, values, mode="gumbel", temperature=T, seed=2024)
     J = np.empty((n, tk, tk))
     for j in range(tk):
         dw = np.zeros(w.shape)
@@ -271,10 +267,9 @@ def test_gumbel_straight_through_is_tempered_softmax_jacobian(rng):
     g_est = T * np.log(y) - s
     diffs = (g_est[:, 1:] - g_est[:, :1]).ravel()
     assert abs(diffs.mean()) < 0.12, diffs.mean()
-    assert abs(diffs.var() / (np.pi ** 2 / 3) - 1) < 0.12, diffs.var()
+    assert abs(diffs.var() / (np.pi**2 / 3) - 1) < 0.12, diffs.var()
     # same seed at another temperature: the same noise g (up to a per-row constant)
-    (_, _, idx3), pb3 = attnc.vjp(attnc.hard_attention, q, keys, values, mode="gumbel",
-                                  temperature=0.5, seed=2024)
+    (_, _, idx3), pb3 = attnc.vjp(attnc.hard_attention, q, keys, values, mode="gumbel", temperature=0.5, seed=2024)
     np.testing.assert_array_equal(idx3, idx)
     J3 = np.empty((n, tk, tk))
     for j in range(tk):
@@ -294,8 +289,9 @@ def test_gumbel_masked_rows(rng):
     k = rng.standard_normal((2, 5, 4))
     v = rng.standard_normal((2, 5, 3))
     mask = np.array([True, False, True, False, True])
-    (ctx, w, idx), pb = attnc.vjp(attnc.hard_attention, q, k, v, mode="gumbel", seed=0,
-                                  mask=mask, key_lengths=np.array([5, 0]))
+    (ctx, w, idx), pb = attnc.vjp(
+        attnc.hard_attention, q, k, v, mode="gumbel", seed=0, mask=mask, key_lengths=np.array([5, 0])
+    )
     allowed = ref.allowed_mask(w.shape, mask, np.array([5, 0]))
     _check_one_hot(ctx, w, idx, v, allowed)
     g = pb(rng.standard_normal(ctx.shape), rng.standard_normal(w.shape), None)
@@ -308,11 +304,11 @@ def test_gumbel_masked_rows(rng):
 
 @pytest.mark.parametrize("mode", ["argmax", "sample", "gumbel"])
 def test_hard_empty(mode, rng):
-    c, w, i = attnc.hard_attention(rng.standard_normal((2, 0, 3)),
-                                   rng.standard_normal((2, 4, 3)), mode=mode, seed=0)
+    c, w, i = attnc.hard_attention(rng.standard_normal((2, 0, 3)), rng.standard_normal((2, 4, 3)), mode=mode, seed=0)
     assert c.shape == (2, 0, 3) and w.shape == (2, 0, 4) and i.shape == (2, 0)
-    c, w, i = attnc.hard_attention(rng.standard_normal((2, 3, 3)), np.zeros((2, 0, 3)),
-                                   np.zeros((2, 0, 2)), mode=mode, seed=0)
+    c, w, i = attnc.hard_attention(
+        rng.standard_normal((2, 3, 3)), np.zeros((2, 0, 3)), np.zeros((2, 0, 2)), mode=mode, seed=0
+    )
     assert c.shape == (2, 3, 2) and w.shape == (2, 3, 0) and i.shape == (2, 3)
     np.testing.assert_array_equal(c, 0.0)
     np.testing.assert_array_equal(i, -1)
@@ -325,8 +321,9 @@ def test_hard_float32(mode, rng):
     k = rng.standard_normal((3, 6, 5))
     v = rng.standard_normal((3, 6, 2))
     c64, w64, i64 = attnc.hard_attention(q, k, v, mode=mode, seed=4)
-    c32, w32, i32 = attnc.hard_attention(q.astype(np.float32), k.astype(np.float32),
-                                         v.astype(np.float32), mode=mode, seed=4)
+    c32, w32, i32 = attnc.hard_attention(
+        q.astype(np.float32), k.astype(np.float32), v.astype(np.float32), mode=mode, seed=4
+    )
     assert c32.dtype == np.float32 and w32.dtype == np.float32 and i32.dtype == np.int64
     _check_one_hot(c32, w32, i32, v.astype(np.float32), np.ones(w32.shape, bool))
     if mode == "argmax":
@@ -349,23 +346,19 @@ def test_hard_nan_does_not_crash(rng):
 
 # =========================================================================== local attention
 
-LOCAL_SHAPES = [((), 5, 7), ((2,), 6, 4), ((2, 3), 3, 5), ((2,), 1, 1), ((2,), 0, 3),
-                ((2,), 3, 0)]
+LOCAL_SHAPES = [((), 5, 7), ((2,), 6, 4), ((2, 3), 3, 5), ((2,), 1, 1), ((2,), 0, 3), ((2,), 3, 0)]
 
 
 @pytest.mark.parametrize("lead,tq,tk", LOCAL_SHAPES, ids=str)
 @pytest.mark.parametrize("window", [0, 1, 1.5, 2.7])
-def test_local_monotonic_matches_reference(lead, tq, tk, window, rng, assert_unchanged,
-                                           close_rel):
+def test_local_monotonic_matches_reference(lead, tq, tk, window, rng, assert_unchanged, close_rel):
     d = 4
     q = rng.standard_normal(lead + (tq, d))
     k = rng.standard_normal(lead + (tk, d))
     v = rng.standard_normal(lead + (tk, 3))
-    pos_cases = [None, rng.random(lead + (tq,)) * (tk + 1) - 0.5,
-                 rng.integers(0, tk + 1, size=(tq,))]
+    pos_cases = [None, rng.random(lead + (tq,)) * (tk + 1) - 0.5, rng.integers(0, tk + 1, size=(tq,))]
     for pos in pos_cases:
-        for mk in ({}, {"mask": rng.random((tq, tk)) < 0.7},
-                   {"key_lengths": rng.integers(0, tk + 1, size=lead)}):
+        for mk in ({}, {"mask": rng.random((tq, tk)) < 0.7}, {"key_lengths": rng.integers(0, tk + 1, size=lead)}):
             kw = dict(window=window, **mk)
             if pos is not None:
                 kw["positions"] = pos
@@ -412,12 +405,12 @@ def test_local_empty_window_gives_zeros(rng):
     np.testing.assert_array_equal(g["positions"], 0.0)
 
 
-@pytest.mark.parametrize("lead,tq,tk", [((), 5, 7), ((2,), 6, 4), ((2, 3), 3, 9),
-                                        ((2,), 0, 3), ((2,), 3, 0), ((), 1, 1)], ids=str)
+@pytest.mark.parametrize(
+    "lead,tq,tk", [((), 5, 7), ((2,), 6, 4), ((2, 3), 3, 9), ((2,), 0, 3), ((2,), 3, 0), ((), 1, 1)], ids=str
+)
 @pytest.mark.parametrize("window", [1, 2.5])
 @pytest.mark.parametrize("kind", ["dot", "general", "gaussian"])
-def test_local_predictive_matches_reference(lead, tq, tk, window, kind, rng, score_params,
-                                            assert_unchanged, close_rel):
+def test_local_predictive_matches_reference(lead, tq, tk, window, kind, rng, score_params, assert_unchanged, close_rel):
     d, dp = 4, 3
     q = rng.standard_normal(lead + (tq, d))
     k = rng.standard_normal(lead + (tk, d))
@@ -425,8 +418,7 @@ def test_local_predictive_matches_reference(lead, tq, tk, window, kind, rng, sco
     p = score_params(kind, rng, d, d, tk)
     wp = rng.standard_normal((d, dp))
     vp = rng.standard_normal((dp,)) * 2
-    for mk in ({}, {"key_lengths": rng.integers(0, tk + 3, size=lead)},
-               {"mask": rng.random((tk,)) < 0.7}):
+    for mk in ({}, {"key_lengths": rng.integers(0, tk + 3, size=lead)}, {"mask": rng.random((tk,)) < 0.7}):
         kw = dict(window=window, mode="predictive", w_p=wp, v_p=vp, score=kind, **mk, **p)
         ctx, w, pos = assert_unchanged(attnc.local_attention, q, k, v, **kw)
         ectx, ew, epos = ref.local_attention(q, k, v, **kw)
@@ -450,7 +442,7 @@ def test_local_predictive_not_renormalised(rng):
     # dividing out the Gaussian factor gives the window softmax, which sums to one
     dist = np.arange(tk) - p[..., None]
     inside = np.abs(dist) <= D
-    gauss = np.exp(-dist ** 2 / (2 * (D / 2) ** 2))
+    gauss = np.exp(-(dist**2) / (2 * (D / 2) ** 2))
     soft = np.where(inside, w / gauss, 0.0)
     np.testing.assert_allclose(soft.sum(-1), 1.0, rtol=1e-12)
     s = ref.score(q, k)
@@ -465,8 +457,7 @@ def _predictive_data(rng, lead, tq, tk, d, dp, window, kl=None, tries=200):
         wp = rng.standard_normal((d, dp))
         vp = rng.standard_normal(dp) * 1.5
         lead_shape = lead
-        pos = ref.local_positions(q, tk, lead_shape, mode="predictive", w_p=wp, v_p=vp,
-                                  key_lengths=kl)
+        pos = ref.local_positions(q, tk, lead_shape, mode="predictive", w_p=wp, v_p=vp, key_lengths=kl)
         margin = np.min(np.abs(np.abs(np.arange(tk) - pos[..., None]) - window))
         if margin > 1e-3:
             return q, wp, vp
@@ -493,23 +484,30 @@ def test_local_predictive_grad_through_positions_cotangent(rng, fd_check):
     lead, tq, tk, d, dp, D = (2,), 3, 7, 3, 2, 2.0
     q, wp, vp = _predictive_data(rng, lead, tq, tk, d, dp, D)
     k = rng.standard_normal(lead + (tk, d))
-    outs, pb = attnc.vjp(attnc.local_attention, q, k, window=D, mode="predictive",
-                         w_p=wp, v_p=vp)
+    outs, pb = attnc.vjp(attnc.local_attention, q, k, window=D, mode="predictive", w_p=wp, v_p=vp)
     cp = rng.standard_normal(outs[2].shape)
     g = pb(None, None, cp)
-    fd_check(ref.local_attention,
-             dict(query=q, keys=k, window=D, mode="predictive", w_p=wp, v_p=vp),
-             [None, None, cp], g, wrt=["query", "keys", "w_p", "v_p"])
+    fd_check(
+        ref.local_attention,
+        dict(query=q, keys=k, window=D, mode="predictive", w_p=wp, v_p=vp),
+        [None, None, cp],
+        g,
+        wrt=["query", "keys", "w_p", "v_p"],
+    )
 
 
 @pytest.mark.parametrize("kind", ["dot", "cosine", "location"])
 @pytest.mark.parametrize("with_positions", [False, True])
 def test_local_monotonic_grad_fd(kind, with_positions, rng, score_params, check_vjp):
     lead, tq, tk, d = (2,), 4, 5, 3
-    kw = dict(query=rng.standard_normal(lead + (tq, d)),
-              keys=rng.standard_normal(lead + (tk, d)),
-              values=rng.standard_normal(lead + (tk, 2)), window=1.5, score=kind,
-              mask=rng.random((tq, tk)) < 0.8)
+    kw = dict(
+        query=rng.standard_normal(lead + (tq, d)),
+        keys=rng.standard_normal(lead + (tk, d)),
+        values=rng.standard_normal(lead + (tk, 2)),
+        window=1.5,
+        score=kind,
+        mask=rng.random((tq, tk)) < 0.8,
+    )
     if with_positions:
         # offsets of 0.25 keep every |s - p| at least 0.25 away from the window edge
         kw["positions"] = np.arange(tq) + rng.choice([-0.25, 0.25], size=lead + (tq,))
@@ -531,10 +529,10 @@ def test_local_float32(rng):
     vp = rng.standard_normal(3)
     for kw in (dict(window=2), dict(window=2.0, mode="predictive", w_p=wp, v_p=vp)):
         o64, pb64 = attnc.vjp(attnc.local_attention, q, k, v, **kw)
-        kw32 = {n: (a.astype(np.float32) if isinstance(a, np.ndarray) else a)
-                for n, a in kw.items()}
-        o32, pb32 = attnc.vjp(attnc.local_attention, q.astype(np.float32),
-                              k.astype(np.float32), v.astype(np.float32), **kw32)
+        kw32 = {n: (a.astype(np.float32) if isinstance(a, np.ndarray) else a) for n, a in kw.items()}
+        o32, pb32 = attnc.vjp(
+            attnc.local_attention, q.astype(np.float32), k.astype(np.float32), v.astype(np.float32), **kw32
+        )
         for a32, a64 in zip(o32, o64):
             assert a32.dtype == np.float32
             np.testing.assert_allclose(a32, a64, rtol=0, atol=1e-5 * np.max(np.abs(a64)))
@@ -543,9 +541,9 @@ def test_local_float32(rng):
         g32 = pb32(*[c.astype(np.float32) for c in cots])
         for n in g64:
             assert g32[n].dtype == np.float32
-            np.testing.assert_allclose(g32[n], g64[n], rtol=0,
-                                       atol=1e-5 * max(np.max(np.abs(g64[n])), 1e-30),
-                                       err_msg=n)
+            np.testing.assert_allclose(
+                g32[n], g64[n], rtol=0, atol=1e-5 * max(np.max(np.abs(g64[n])), 1e-30), err_msg=n
+            )
 
 
 def test_gumbel_straight_through_reaches_score_parameters(rng):
@@ -559,17 +557,15 @@ def test_gumbel_straight_through_reaches_score_parameters(rng):
     values = rng.standard_normal((n, tk, 2))
     kw = dict(mode="gumbel", temperature=0.6, seed=77)
     (c1, w1, i1), pb1 = attnc.vjp(attnc.hard_attention, q @ wgen, keys, values, **kw)
-    (c2, w2, i2), pb2 = attnc.vjp(attnc.hard_attention, q, keys, values, score="general",
-                                  weight=wgen, **kw)
+    (c2, w2, i2), pb2 = attnc.vjp(attnc.hard_attention, q, keys, values, score="general", weight=wgen, **kw)
     np.testing.assert_array_equal(i1, i2)
     dc = rng.standard_normal(c1.shape)
     dw = rng.standard_normal(w1.shape)
-    ds = pb1(dc, dw, None)["query"]            # keys = I: d query = ds
+    ds = pb1(dc, dw, None)["query"]  # keys = I: d query = ds
     g = pb2(dc, dw, None)
     assert np.any(ds != 0)
     np.testing.assert_allclose(g["query"], ds @ wgen.T, rtol=1e-10, atol=1e-12)
-    np.testing.assert_allclose(g["weight"], np.einsum("btd,btk->dk", q, ds), rtol=1e-10,
-                               atol=1e-12)
+    np.testing.assert_allclose(g["weight"], np.einsum("btd,btk->dk", q, ds), rtol=1e-10, atol=1e-12)
 
 
 def test_local_nan_propagates(rng):

@@ -59,9 +59,14 @@ def test_each_build_uses_only_its_paths_instructions():
     """The baseline build has no AVX (VEX) instruction at all, so it runs on
     any x86-64 CPU; the AVX2 build no AVX-512 register; the AVX-512 build
     uses 512-bit registers (it is not an AVX2 build under another name)."""
+
     def count(ext, pattern):
-        code = subprocess.run([tool("objdump"), "-d", "--no-show-raw-insn", str(PACKAGE / ext)],
-                              capture_output=True, text=True, check=True).stdout
+        code = subprocess.run(
+            [tool("objdump"), "-d", "--no-show-raw-insn", str(PACKAGE / ext)],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
         return len(re.findall(pattern, code))
 
     assert count("_core_baseline.abi3.so", r"\tv[a-z0-9]+ ") == 0

@@ -21,8 +21,7 @@ FORMS = [
 
 @pytest.mark.parametrize("xq_shape,xt_shape,y_shape", FORMS, ids=str)
 @pytest.mark.parametrize("bandwidth", [1.0, 0.3, "array"])
-def test_kernel_regression_matches_reference(xq_shape, xt_shape, y_shape, bandwidth, rng,
-                                             assert_unchanged, close_rel):
+def test_kernel_regression_matches_reference(xq_shape, xt_shape, y_shape, bandwidth, rng, assert_unchanged, close_rel):
     xq = rng.standard_normal(xq_shape) * 2
     xt = rng.standard_normal(xt_shape) * 2
     y = rng.standard_normal(y_shape)
@@ -43,7 +42,7 @@ def test_kernel_regression_default_bandwidth(rng):
     xt = rng.standard_normal(6)
     y = rng.standard_normal(6)
     yp, w = attnc.kernel_regression(xq, xt, y)
-    e = np.exp(-(xq[:, None] - xt[None, :]) ** 2 / 2.0)
+    e = np.exp(-((xq[:, None] - xt[None, :]) ** 2) / 2.0)
     np.testing.assert_allclose(w, e / e.sum(1, keepdims=True), rtol=1e-13)
     np.testing.assert_allclose(yp, (e / e.sum(1, keepdims=True)) @ y, rtol=1e-12)
 
@@ -86,19 +85,22 @@ def test_kernel_regression_tiny_bandwidth_stays_finite():
 
 @pytest.mark.parametrize("xq_shape,xt_shape,y_shape", FORMS[:4], ids=str)
 def test_kernel_regression_grad_fd(xq_shape, xt_shape, y_shape, rng, check_vjp):
-    kw = dict(x_query=rng.standard_normal(xq_shape)[:4],
-              x_train=rng.standard_normal(xt_shape)[:5] * 1.5,
-              y_train=rng.standard_normal(y_shape)[:5],
-              bandwidth=np.asarray(0.9))
-    check_vjp(attnc.kernel_regression, ref.kernel_regression, kw, rng,
-              positional=("x_query", "x_train", "y_train"))
+    kw = dict(
+        x_query=rng.standard_normal(xq_shape)[:4],
+        x_train=rng.standard_normal(xt_shape)[:5] * 1.5,
+        y_train=rng.standard_normal(y_shape)[:5],
+        bandwidth=np.asarray(0.9),
+    )
+    check_vjp(attnc.kernel_regression, ref.kernel_regression, kw, rng, positional=("x_query", "x_train", "y_train"))
 
 
 def test_kernel_regression_float_bandwidth_no_gradient(rng, check_vjp):
-    kw = dict(x_query=rng.standard_normal(3), x_train=rng.standard_normal(4),
-              y_train=rng.standard_normal(4), bandwidth=0.8)
-    _, g = check_vjp(attnc.kernel_regression, ref.kernel_regression, kw, rng,
-                     positional=("x_query", "x_train", "y_train"))
+    kw = dict(
+        x_query=rng.standard_normal(3), x_train=rng.standard_normal(4), y_train=rng.standard_normal(4), bandwidth=0.8
+    )
+    _, g = check_vjp(
+        attnc.kernel_regression, ref.kernel_regression, kw, rng, positional=("x_query", "x_train", "y_train")
+    )
     assert set(g) == {"x_query", "x_train", "y_train"}
 
 
@@ -122,10 +124,11 @@ def test_kernel_regression_vs_torch(torch, rng):
     cy = rng.standard_normal(yp.shape)
     cw = rng.standard_normal(w.shape)
     g = pb(cy, cw)
-    t = {n: torch.tensor(a, requires_grad=True) for n, a in
-         (("x_query", xq), ("x_train", xt), ("y_train", y), ("bandwidth", bw))}
-    tw = torch.softmax(-(t["x_query"][:, None] - t["x_train"][None, :]) ** 2
-                       / (2 * t["bandwidth"] ** 2), dim=-1)
+    t = {
+        n: torch.tensor(a, requires_grad=True)
+        for n, a in (("x_query", xq), ("x_train", xt), ("y_train", y), ("bandwidth", bw))
+    }
+    tw = torch.softmax(-((t["x_query"][:, None] - t["x_train"][None, :]) ** 2) / (2 * t["bandwidth"] ** 2), dim=-1)
     typ = tw @ t["y_train"]
     ((typ * torch.tensor(cy)).sum() + (tw * torch.tensor(cw)).sum()).backward()
     np.testing.assert_allclose(yp, typ.detach().numpy(), rtol=1e-12)
@@ -139,9 +142,13 @@ def test_kernel_regression_float32(rng):
     y = rng.standard_normal((9, 2))
     bw = np.asarray(0.9)
     o64, pb64 = attnc.vjp(attnc.kernel_regression, xq, xt, y, bandwidth=bw)
-    o32, pb32 = attnc.vjp(attnc.kernel_regression, xq.astype(np.float32),
-                          xt.astype(np.float32), y.astype(np.float32),
-                          bandwidth=bw.astype(np.float32))
+    o32, pb32 = attnc.vjp(
+        attnc.kernel_regression,
+        xq.astype(np.float32),
+        xt.astype(np.float32),
+        y.astype(np.float32),
+        bandwidth=bw.astype(np.float32),
+    )
     for a32, a64 in zip(o32, o64):
         assert a32.dtype == np.float32
         np.testing.assert_allclose(a32, a64, rtol=0, atol=1e-5 * np.max(np.abs(a64)))
@@ -150,8 +157,7 @@ def test_kernel_regression_float32(rng):
     g32 = pb32(*[c.astype(np.float32) for c in cots])
     for n in g64:
         assert g32[n].dtype == np.float32 and g32[n].shape == g64[n].shape
-        np.testing.assert_allclose(g32[n], g64[n], rtol=0,
-                                   atol=1e-5 * np.max(np.abs(g64[n])), err_msg=n)
+        np.testing.assert_allclose(g32[n], g64[n], rtol=0, atol=1e-5 * np.max(np.abs(g64[n])), err_msg=n)
 
 
 def test_kernel_regression_nan_propagates(rng):

@@ -20,9 +20,11 @@ HEAD_IDS = [f"H{h}kv{k}E{e}Ev{v}" for h, k, e, v in HEADS]
 
 
 def _seq(rng, B, H, Hkv, T, E, Ev, dtype):
-    return (rng.standard_normal((B, H, T, E)).astype(dtype),
-            rng.standard_normal((B, Hkv, T, E)).astype(dtype),
-            rng.standard_normal((B, Hkv, T, Ev)).astype(dtype))
+    return (
+        rng.standard_normal((B, H, T, E)).astype(dtype),
+        rng.standard_normal((B, Hkv, T, E)).astype(dtype),
+        rng.standard_normal((B, Hkv, T, Ev)).astype(dtype),
+    )
 
 
 def _bottom_right(t, length):
@@ -37,9 +39,9 @@ def _decode(q, k, v, chunks, dtype, capacity=None, return_weights=False):
     cache = attnc.KVCache(B, Hkv, capacity or T, E, dtype, value_dim=Ev)
     res, start = [], 0
     for t in chunks:
-        cache.append(k[:, :, start:start + t], v[:, :, start:start + t])
+        cache.append(k[:, :, start : start + t], v[:, :, start : start + t])
         assert len(cache) == start + t
-        res.append((start, start + t, cache.attend(q[:, :, start:start + t], return_weights=return_weights)))
+        res.append((start, start + t, cache.attend(q[:, :, start : start + t], return_weights=return_weights)))
         start += t
     assert start == T
     return cache, res
@@ -49,18 +51,19 @@ def _torch_sdpa(torch, q, k, v, mask=None, lower_right=None, grad=False, scale=N
     tq, tk, tv = (torch.from_numpy(np.array(x)).requires_grad_(grad) for x in (q, k, v))
     if lower_right is not None:
         from torch.nn.attention.bias import causal_lower_right
+
         m = causal_lower_right(*lower_right)
     else:
         m = None if mask is None else torch.from_numpy(mask)
-    out = torch.nn.functional.scaled_dot_product_attention(tq, tk, tv, attn_mask=m, scale=scale,
-                                                           enable_gqa=q.shape[1] != k.shape[1])
+    out = torch.nn.functional.scaled_dot_product_attention(
+        tq, tk, tv, attn_mask=m, scale=scale, enable_gqa=q.shape[1] != k.shape[1]
+    )
     return out, (tq, tk, tv)
 
 
 # --------------------------------------------------------------------------- forward
 
-CHUNKINGS = {"one_by_one": [1] * 9, "chunks": [3, 1, 4, 1], "prefill_then_single": [6, 1, 1, 1],
-             "all_at_once": [9]}
+CHUNKINGS = {"one_by_one": [1] * 9, "chunks": [3, 1, 4, 1], "prefill_then_single": [6, 1, 1, 1], "all_at_once": [9]}
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=DT_IDS)
@@ -77,14 +80,14 @@ def test_decoding_matches_full_causal_attention(chunking, heads, dtype, rng, tor
     gqa = H != Hkv
     full = attnc.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)
     _close(out, full, rel, "vs attnc full causal")
-    _close(out, ref.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa), rel,
-           "vs reference")
+    _close(out, ref.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa), rel, "vs reference")
     tfull, _ = _torch_sdpa(torch, q, k, v, lower_right=(T, T))
     _close(out, tfull.detach().numpy(), rel, "vs torch full")
     # each block against torch's SDPA on the prefix, bottom-right aligned
     for start, stop, r in res:
-        tout, _ = _torch_sdpa(torch, q[:, :, start:stop], k[:, :, :stop], v[:, :, :stop],
-                              lower_right=(stop - start, stop))
+        tout, _ = _torch_sdpa(
+            torch, q[:, :, start:stop], k[:, :, :stop], v[:, :, :stop], lower_right=(stop - start, stop)
+        )
         _close(r, tout.detach().numpy(), rel, f"block {start}:{stop} vs torch lower-right")
 
 
@@ -96,9 +99,9 @@ def test_fewer_queries_than_appended(dtype, rng, torch):
     cache.append(k, v)
     full = attnc.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
     for t in (1, 3, 7):
-        out = cache.attend(q[:, :, 7 - t:])
-        _close(out, full[:, :, 7 - t:], REL[dtype], f"last {t} queries")
-        tout, _ = _torch_sdpa(torch, q[:, :, 7 - t:], k, v, lower_right=(t, 7))
+        out = cache.attend(q[:, :, 7 - t :])
+        _close(out, full[:, :, 7 - t :], REL[dtype], f"last {t} queries")
+        tout, _ = _torch_sdpa(torch, q[:, :, 7 - t :], k, v, lower_right=(t, 7))
         _close(out, tout.detach().numpy(), REL[dtype], f"last {t} queries vs torch")
     assert cache.attend(q[:, :, :0]).shape == (1, 4, 0, 5)
 
@@ -118,8 +121,9 @@ def test_return_weights_and_scale(dtype, rng, torch):
         out, w = res
         assert w.dtype == dtype and w.shape == (B, H, t, stop)
         mask = _bottom_right(t, stop)
-        eo, ew = ref.scaled_dot_product_attention(qb, k[:, :, :stop], v[:, :, :stop], attn_mask=mask,
-                                                  enable_gqa=True, return_weights=True)
+        eo, ew = ref.scaled_dot_product_attention(
+            qb, k[:, :, :stop], v[:, :, :stop], attn_mask=mask, enable_gqa=True, return_weights=True
+        )
         _close(out, eo, REL[dtype], "output with weights")
         _close(w, ew, REL[dtype], "weights")
         assert np.all(w[..., ~mask] == 0.0), "weights beyond the causal frontier"
@@ -134,6 +138,7 @@ def test_return_weights_and_scale(dtype, rng, torch):
 
 # --------------------------------------------------------------------------- state
 
+
 def test_capacity_len_reset_and_views(rng):
     dtype = np.float64
     cache = attnc.KVCache(2, 2, 5, 4, dtype, value_dim=3)
@@ -142,7 +147,7 @@ def test_capacity_len_reset_and_views(rng):
     k, v = rng.standard_normal((2, 2, 4, 4)), rng.standard_normal((2, 2, 4, 3))
     k_src, v_src = k.copy(), v.copy()
     cache.append(k, v)
-    k[:] = 0.0                      # append copies: the cache keeps its own data
+    k[:] = 0.0  # append copies: the cache keeps its own data
     v[:] = 0.0
     _same_bits(cache.keys, k_src, "keys")
     _same_bits(cache.values, v_src, "values")
@@ -154,18 +159,18 @@ def test_capacity_len_reset_and_views(rng):
         cache.append(rng.standard_normal((2, 2, 2, 4)), rng.standard_normal((2, 2, 2, 3)))
     assert len(cache) == 4, "a refused append changed the length"
     _same_bits(cache.keys, k_src, "keys after a refused append")
-    cache.append(k_src[:, :, :1], v_src[:, :, :1])    # exactly at capacity
+    cache.append(k_src[:, :, :1], v_src[:, :, :1])  # exactly at capacity
     assert len(cache) == 5
     with pytest.raises(ValueError, match="capacity"):
         cache.append(k_src[:, :, :1], v_src[:, :, :1])
-    cache.append(k_src[:, :, :0], v_src[:, :, :0])    # nothing is fine even when full
+    cache.append(k_src[:, :, :0], v_src[:, :, :0])  # nothing is fine even when full
     assert len(cache) == 5
     q = rng.standard_normal((2, 4, 1, 4))
     before = cache.attend(q)
     cache.reset()
     assert len(cache) == 0 and cache.keys.shape[2] == 0 and cache.capacity == 5
     with pytest.raises(ValueError, match=r"quer|cached|append"):
-        cache.attend(q)             # nothing cached to attend to
+        cache.attend(q)  # nothing cached to attend to
     # after reset the cache behaves as a fresh one
     fresh = attnc.KVCache(2, 2, 5, 4, dtype, value_dim=3)
     k2, v2 = rng.standard_normal((2, 2, 5, 4)), rng.standard_normal((2, 2, 5, 3))
@@ -213,10 +218,19 @@ def test_errors_name_the_argument(case):
     _same_bits(cache.keys, np.ones((2, 2, 2, 4)), "keys after a refused call")
 
 
-@pytest.mark.parametrize("kw,exc", [
-    (dict(batch=-1), ValueError), (dict(heads=-1), ValueError), (dict(head_dim=-1), ValueError),
-    (dict(capacity=-1), ValueError), (dict(batch=2.0), ValueError), (dict(heads=True), ValueError),
-    (dict(dtype=np.int32), TypeError), (dict(dtype=np.float16), TypeError)])
+@pytest.mark.parametrize(
+    "kw,exc",
+    [
+        (dict(batch=-1), ValueError),
+        (dict(heads=-1), ValueError),
+        (dict(head_dim=-1), ValueError),
+        (dict(capacity=-1), ValueError),
+        (dict(batch=2.0), ValueError),
+        (dict(heads=True), ValueError),
+        (dict(dtype=np.int32), TypeError),
+        (dict(dtype=np.float16), TypeError),
+    ],
+)
 def test_constructor_errors(kw, exc):
     args = dict(batch=1, heads=1, capacity=4, head_dim=2)
     args.update(kw)
@@ -243,11 +257,12 @@ def test_inputs_never_modified(rng, assert_unchanged):
 
 # --------------------------------------------------------------------------- gradients
 
+
 def _vjp_case(rng, dtype, B=2, H=4, Hkv=2, L=6, t=3, E=5, Ev=4):
     q, k, v = _seq(rng, B, H, Hkv, L, E, Ev, dtype)
     cache = attnc.KVCache(B, Hkv, L + 2, E, dtype, value_dim=Ev)
     cache.append(k, v)
-    return cache, q[:, :, L - t:], k, v
+    return cache, q[:, :, L - t :], k, v
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=DT_IDS)
@@ -302,9 +317,11 @@ def test_gradients_with_weights_cotangent(dtype, rng):
     dout = rng.standard_normal(out.shape).astype(dtype)
     dw = rng.standard_normal(w.shape).astype(dtype)
     mask = _bottom_right(t, L)
-    for cots, kw in (((dout, dw), dict(dout=dout, dweights=dw)),
-                     ((None, dw), dict(dout=np.zeros_like(dout), dweights=dw)),
-                     ((dout, None), dict(dout=dout))):
+    for cots, kw in (
+        ((dout, dw), dict(dout=dout, dweights=dw)),
+        ((None, dw), dict(dout=np.zeros_like(dout), dweights=dw)),
+        ((dout, None), dict(dout=dout)),
+    ):
         grads = pullback(*cots)
         eg = ref.sdpa_grads(q, k, v, attn_mask=mask, enable_gqa=True, **kw)
         for n, rn in (("query", "query"), ("keys", "key"), ("values", "value")):
@@ -330,8 +347,11 @@ def test_pullback_sees_the_cache_as_it_was(rng):
 
 def test_gradients_match_finite_differences(rng, fd_check):
     B, H, Hkv, L, t, E, Ev = 1, 2, 1, 4, 2, 3, 2
-    kw = dict(query=rng.standard_normal((B, H, t, E)), keys=rng.standard_normal((B, Hkv, L, E)),
-              values=rng.standard_normal((B, Hkv, L, Ev)))
+    kw = dict(
+        query=rng.standard_normal((B, H, t, E)),
+        keys=rng.standard_normal((B, Hkv, L, E)),
+        values=rng.standard_normal((B, Hkv, L, Ev)),
+    )
 
     def fn(query, keys, values):
         c = attnc.KVCache(B, Hkv, L, E, np.float64, value_dim=Ev)
@@ -346,6 +366,7 @@ def test_gradients_match_finite_differences(rng, fd_check):
 
 
 # --------------------------------------------------------------------------- threads
+
 
 def test_thread_counts_give_identical_bits(rng, restore_threads):
     B, H, Hkv, T, E, Ev = 1, 4, 2, 300, 32, 24

@@ -10,6 +10,7 @@ from reference import attention_ref as ref
 
 # --------------------------------------------------------------------------- layouts
 
+
 def _noncontig(a):
     """Same values, every axis strided (step 2 into a larger buffer)."""
     if a.ndim == 0:
@@ -21,7 +22,7 @@ def _noncontig(a):
 
 
 def _fortran(a):
-    if a.ndim == 0:                 # np.asfortranarray would make it 1-d
+    if a.ndim == 0:  # np.asfortranarray would make it 1-d
         return a.copy()
     return np.asfortranarray(a)
 
@@ -48,8 +49,13 @@ def _readonly(a):
     return v
 
 
-LAYOUTS = {"noncontig": _noncontig, "fortran": _fortran, "transposed": _transposed,
-           "negstride": _negstride, "readonly": _readonly}
+LAYOUTS = {
+    "noncontig": _noncontig,
+    "fortran": _fortran,
+    "transposed": _transposed,
+    "negstride": _negstride,
+    "readonly": _readonly,
+}
 
 
 def _relayout(obj, fn):
@@ -90,30 +96,30 @@ def _cases(rng):
     yt = rng.standard_normal((9, 3))
     return [
         ("score_dot", attnc.score, (q, k), {}),
-        ("score_general", attnc.score, (q, k), {"score": "general",
-                                                "weight": rng.standard_normal((4, 4))}),
-        ("score_additive", attnc.score, (q, k), {"score": "additive", "w_query": wq,
-                                                 "w_key": wk, "v": va}),
+        ("score_general", attnc.score, (q, k), {"score": "general", "weight": rng.standard_normal((4, 4))}),
+        ("score_additive", attnc.score, (q, k), {"score": "additive", "w_query": wq, "w_key": wk, "v": va}),
         ("score_cosine", attnc.score, (q, k), {"score": "cosine", "beta": beta}),
-        ("score_location", attnc.score, (q, k), {"score": "location",
-                                                 "weight": rng.standard_normal((4, 6))}),
+        ("score_location", attnc.score, (q, k), {"score": "location", "weight": rng.standard_normal((4, 6))}),
         ("score_gaussian", attnc.score, (q, k), {"score": "gaussian"}),
-        ("softmax", attnc.softmax, (rng.standard_normal((2, 3, 5, 6)),),
-         {"mask": mask, "key_lengths": kl, "causal": True}),
+        (
+            "softmax",
+            attnc.softmax,
+            (rng.standard_normal((2, 3, 5, 6)),),
+            {"mask": mask, "key_lengths": kl, "causal": True},
+        ),
         ("attention", attnc.attention, (q, k, v), {"mask": mask, "key_lengths": kl}),
         ("attention_vnone", attnc.attention, (q, k), {"score": "scaled_dot", "causal": True}),
         ("hard_argmax", attnc.hard_attention, (q, k, v), {"mask": mask}),
-        ("hard_gumbel", attnc.hard_attention, (q, k, v), {"mode": "gumbel", "seed": 3,
-                                                          "temperature": 0.5}),
-        ("hard_sample", attnc.hard_attention, (q, k, v), {"mode": "sample", "seed": 3,
-                                                          "key_lengths": kl}),
-        ("local_m", attnc.local_attention, (q, k, v), {"window": 1.5, "positions": pos,
-                                                       "mask": mask}),
-        ("local_p", attnc.local_attention, (q, k, v), {"window": 2, "mode": "predictive",
-                                                       "w_p": wp, "v_p": vp,
-                                                       "key_lengths": kl}),
-        ("kernel_regression", attnc.kernel_regression, (xq, xt, yt),
-         {"bandwidth": np.asarray(0.8)}),
+        ("hard_gumbel", attnc.hard_attention, (q, k, v), {"mode": "gumbel", "seed": 3, "temperature": 0.5}),
+        ("hard_sample", attnc.hard_attention, (q, k, v), {"mode": "sample", "seed": 3, "key_lengths": kl}),
+        ("local_m", attnc.local_attention, (q, k, v), {"window": 1.5, "positions": pos, "mask": mask}),
+        (
+            "local_p",
+            attnc.local_attention,
+            (q, k, v),
+            {"window": 2, "mode": "predictive", "w_p": wp, "v_p": vp, "key_lengths": kl},
+        ),
+        ("kernel_regression", attnc.kernel_regression, (xq, xt, yt), {"bandwidth": np.asarray(0.8)}),
     ]
 
 
@@ -139,8 +145,7 @@ def test_layouts_match_contiguous(layout, case, rng, assert_unchanged):
     # gradients too
     outs_e, pb_e = attnc.vjp(fn, *args, **kwargs)
     outs_g, pb_g = attnc.vjp(fn, *args_l, **kwargs_l)
-    cots = [rng.standard_normal(np.shape(o)) if np.asarray(o).dtype.kind == "f" else None
-            for o in _tuple(outs_e)]
+    cots = [rng.standard_normal(np.shape(o)) if np.asarray(o).dtype.kind == "f" else None for o in _tuple(outs_e)]
     ge = pb_e(*cots)
     gg = pb_g(*cots)
     assert set(ge) == set(gg)
@@ -179,6 +184,7 @@ def test_unaligned_buffer(rng):
 
 # --------------------------------------------------------------------------- exporters
 
+
 def _mv_2d(a, code):
     """A multi-dimensional memoryview over an array.array (no NumPy underneath)."""
     arr = array.array(code, np.asarray(a, dtype=np.float64).ravel().tolist())
@@ -214,8 +220,7 @@ def test_array_array_one_dimensional(rng):
     xq = rng.standard_normal(4)
     xt = rng.standard_normal(6)
     y = rng.standard_normal(6)
-    yp, w = attnc.kernel_regression(array.array("d", xq), array.array("d", xt),
-                                    array.array("d", y), bandwidth=0.7)
+    yp, w = attnc.kernel_regression(array.array("d", xq), array.array("d", xt), array.array("d", y), bandwidth=0.7)
     eyp, ew = ref.kernel_regression(xq, xt, y, bandwidth=0.7)
     np.testing.assert_allclose(yp, eyp, rtol=1e-12)
     np.testing.assert_allclose(w, ew, rtol=1e-12)
@@ -226,8 +231,7 @@ def test_array_array_one_dimensional(rng):
     wk = rng.standard_normal((4, 3))
     va = rng.standard_normal(3)
     s = attnc.score(q, k, score="additive", w_query=wq, w_key=wk, v=array.array("d", va))
-    np.testing.assert_allclose(s, ref.score(q, k, score="additive", w_query=wq, w_key=wk,
-                                            v=va), rtol=1e-12)
+    np.testing.assert_allclose(s, ref.score(q, k, score="additive", w_query=wq, w_key=wk, v=va), rtol=1e-12)
 
 
 def test_memoryview_mask_and_key_lengths(rng):
@@ -241,8 +245,7 @@ def test_memoryview_mask_and_key_lengths(rng):
 def test_torch_numpy_inputs(torch, rng):
     tq = torch.randn(2, 3, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
     tk = torch.randn(2, 6, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
-    tv = torch.randn(2, 3, 6, dtype=torch.float64,
-                     generator=torch.Generator().manual_seed(2)).transpose(-1, -2)
+    tv = torch.randn(2, 3, 6, dtype=torch.float64, generator=torch.Generator().manual_seed(2)).transpose(-1, -2)
     assert not tv.is_contiguous()
     q, k, v = tq.numpy(), tk.numpy(), tv.numpy()
     ctx, w = attnc.attention(q, k, v, causal=True)
@@ -260,6 +263,7 @@ def test_torch_numpy_inputs(torch, rng):
 
 # --------------------------------------------------------------------------- threads
 
+
 def test_set_get_num_threads(restore_threads):
     attnc.set_num_threads(1)
     assert attnc.get_num_threads() == 1
@@ -274,25 +278,26 @@ def _thread_cases(rng):
     v = rng.standard_normal((b, tk, 5))
     kl = rng.integers(0, tk + 1, size=b)
     mask = rng.random((tq, tk)) < 0.8
-    p_add = dict(w_query=rng.standard_normal((d, 6)), w_key=rng.standard_normal((d, 6)),
-                 v=rng.standard_normal(6))
+    p_add = dict(w_query=rng.standard_normal((d, 6)), w_key=rng.standard_normal((d, 6)), v=rng.standard_normal(6))
     return [
         (attnc.score, (q, k), dict(score="additive", **p_add)),
         (attnc.score, (q, k), dict(score="cosine", beta=rng.random((b, tq)) + 0.5)),
-        (attnc.softmax, (rng.standard_normal((b, tq, tk)),), dict(mask=mask, key_lengths=kl,
-                                                                  causal=True)),
+        (attnc.softmax, (rng.standard_normal((b, tq, tk)),), dict(mask=mask, key_lengths=kl, causal=True)),
         (attnc.attention, (q, k, v), dict(mask=mask, key_lengths=kl)),
         (attnc.attention, (q, k), dict(score="general", weight=rng.standard_normal((d, d)))),
         (attnc.hard_attention, (q, k, v), dict(mode="gumbel", seed=17, temperature=0.7)),
         (attnc.hard_attention, (q, k, v), dict(mode="sample", seed=17, key_lengths=kl)),
-        (attnc.local_attention, (q, k, v), dict(window=3, mode="predictive",
-                                                w_p=rng.standard_normal((d, 4)),
-                                                v_p=rng.standard_normal(4))),
+        (
+            attnc.local_attention,
+            (q, k, v),
+            dict(window=3, mode="predictive", w_p=rng.standard_normal((d, 4)), v_p=rng.standard_normal(4)),
+        ),
         (attnc.local_attention, (q, k, v), dict(window=2.5, mask=mask)),
-        (attnc.kernel_regression, (rng.standard_normal((300, 2)),
-                                   rng.standard_normal((200, 2)),
-                                   rng.standard_normal((200, 3))),
-         dict(bandwidth=np.asarray(0.5))),
+        (
+            attnc.kernel_regression,
+            (rng.standard_normal((300, 2)), rng.standard_normal((200, 2)), rng.standard_normal((200, 3))),
+            dict(bandwidth=np.asarray(0.5)),
+        ),
     ]
 
 
@@ -305,11 +310,11 @@ def test_threads_bitwise_identical(rng, restore_threads):
         res = []
         for fn, args, kwargs in cases:
             outs, pb = attnc.vjp(fn, *args, **kwargs)
-            cots = [crng.standard_normal(np.shape(o)) if np.asarray(o).dtype.kind == "f"
-                    else None for o in _tuple(outs)]
+            cots = [
+                crng.standard_normal(np.shape(o)) if np.asarray(o).dtype.kind == "f" else None for o in _tuple(outs)
+            ]
             grads = pb(*cots)
-            res.append(([np.asarray(o).tobytes() for o in _tuple(outs)],
-                        {g: a.tobytes() for g, a in grads.items()}))
+            res.append(([np.asarray(o).tobytes() for o in _tuple(outs)], {g: a.tobytes() for g, a in grads.items()}))
         results[n] = res
     for i, ((o1, g1), (o2, g2)) in enumerate(zip(results[1], results[2])):
         assert o1 == o2, f"case {i}: outputs differ between 1 and 2 threads"

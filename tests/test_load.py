@@ -62,10 +62,12 @@ FACTORIES = {
     "attnc.nn.conv.CausalConv1d": lambda: nn.CausalConv1d(3, 2, 2, dilation=3, dtype=np.float64, seed=3),
     "attnc.nn.linear.Linear": lambda: nn.Linear(5, 3, seed=4),
     "attnc.nn.lstmn.LSTMN": lambda: nn.LSTMN(4, 6, attention_size=5, seed=5),
-    "attnc.nn.module.ModuleList": lambda: module_py.ModuleList([nn.Linear(2, 3, seed=6), nn.ReLU(),
-                                                         nn.LayerNorm((3,), eps=1e-3)]),
-    "attnc.nn.multihead.MultiheadAttention": lambda: nn.MultiheadAttention(6, 2, add_bias_kv=True, kdim=4, vdim=5,
-                                                                           seed=7),
+    "attnc.nn.module.ModuleList": lambda: module_py.ModuleList(
+        [nn.Linear(2, 3, seed=6), nn.ReLU(), nn.LayerNorm((3,), eps=1e-3)]
+    ),
+    "attnc.nn.multihead.MultiheadAttention": lambda: nn.MultiheadAttention(
+        6, 2, add_bias_kv=True, kdim=4, vdim=5, seed=7
+    ),
     "attnc.nn.normalization.LayerNorm": lambda: nn.LayerNorm((2, 3), bias=False, dtype=np.float64),
     "attnc.nn.pooling.AttentionPooling": lambda: nn.AttentionPooling(5, 4, bias=False, seed=8),
     "attnc.nn.rnn.GRU": lambda: nn.GRU(3, 4, num_layers=2, bidirectional=True, seed=9),
@@ -82,23 +84,23 @@ FACTORIES = {
     "attnc.nn.transformer.TransformerDecoderLayer": lambda: nn.TransformerDecoderLayer(8, 4, 16, bias=False, seed=20),
     "attnc.nn.transformer.TransformerEncoder": lambda: _encoder(21),
     "attnc.nn.transformer.TransformerEncoderLayer": lambda: nn.TransformerEncoderLayer(8, 2, 16, seed=22),
-    "attnc.models.captioner.Captioner": lambda: models.Captioner(6, 9, 4, 5, 3, attention="hard", gate=False,
-                                                                 seed=23),
+    "attnc.models.captioner.Captioner": lambda: models.Captioner(6, 9, 4, 5, 3, attention="hard", gate=False, seed=23),
     "attnc.models.captioner._Attention": lambda: CaptionerAttention(6, 5, 3, seed=24),
     "attnc.models.decomposable.DecomposableAttention": lambda: models.DecomposableAttention(
-        9, 4, 5, 3, padding_idx=None, context=1, project=False, seed=25),
+        9, 4, 5, 3, padding_idx=None, context=1, project=False, seed=25
+    ),
     "attnc.models.decomposable.FeedForward": lambda: models.decomposable.FeedForward(4, 5, 0.2, seed=26),
     "attnc.models.gpt.GPT": lambda: models.GPT(7, 6, n_layer=2, n_head=2, n_embd=8, seed=27),
-    "attnc.models.ntm.NTM": lambda: models.NTM(3, 2, "feedforward", 6, 5, 4, read_heads=2, memory_init="learned",
-                                               seed=28),
-    "attnc.models.pointer.PointerNet": lambda: models.PointerNet(2, 5, embedding_size=4, bidirectional=True,
-                                                                 seed=29),
-    "attnc.models.rnn_seq2seq.Seq2Seq": lambda: models.Seq2Seq(7, 8, 4, 5, "luong-location", max_source_len=6,
-                                                               seed=30),
+    "attnc.models.ntm.NTM": lambda: models.NTM(
+        3, 2, "feedforward", 6, 5, 4, read_heads=2, memory_init="learned", seed=28
+    ),
+    "attnc.models.pointer.PointerNet": lambda: models.PointerNet(2, 5, embedding_size=4, bidirectional=True, seed=29),
+    "attnc.models.rnn_seq2seq.Seq2Seq": lambda: models.Seq2Seq(7, 8, 4, 5, "luong-location", max_source_len=6, seed=30),
     "attnc.models.rnn_seq2seq._Attention": lambda: Seq2SeqAttention("local-p", 4, 8, 3, None, seed=31),
     "attnc.models.rnn_seq2seq._Position": lambda: _Position(4, 3, dtype=np.float64, seed=32),
     "attnc.models.seq2seq_transformer.Seq2SeqTransformer": lambda: models.Seq2SeqTransformer(
-        7, 9, 8, 2, 1, 2, 12, max_len=10, norm_first=True, seed=33),
+        7, 9, 8, 2, 1, 2, 12, max_len=10, norm_first=True, seed=33
+    ),
     "attnc.models.snail.SNAIL": lambda: models.SNAIL(3, 1, 4, 6, 3, ((4, 3), (5, 2)), seed=34),
     "attnc.experiments.attention_pooling.MarkerClassifier": lambda: MarkerClassifier(9, 3, 4, 5, 3, seed=35),
     "attnc.experiments.lstmn_recall.RecallClassifier": lambda: RecallClassifier((5, 6), 4, 3, 5, 4, seed=36),
@@ -108,9 +110,13 @@ FACTORIES = {
 
 def attnc_classes():
     """The registered classes that attnc's own modules define."""
-    return {name: cls for name, cls in module_py.Module._registry.items()
-            if cls.__module__.startswith("attnc.") and getattr(sys.modules[cls.__module__], cls.__name__, None) is cls
-            and name == f"{cls.__module__}.{cls.__qualname__}"}  # not the names of files saved before a move
+    return {
+        name: cls
+        for name, cls in module_py.Module._registry.items()
+        if cls.__module__.startswith("attnc.")
+        and getattr(sys.modules[cls.__module__], cls.__name__, None) is cls
+        and name == f"{cls.__module__}.{cls.__qualname__}"
+    }  # not the names of files saved before a move
 
 
 def test_a_file_saved_before_its_class_moved_loads(tmp_path):
@@ -133,8 +139,12 @@ def test_every_registered_class_has_a_factory_here():
 
 
 def test_abstract_bases_are_not_registered():
-    for name in ("attnc.nn.conv._ConvNd", "attnc.nn.rnn._RNNBase", "attnc.nn.rnn._CellBase",
-                 "attnc.nn.transformer._Layer"):
+    for name in (
+        "attnc.nn.conv._ConvNd",
+        "attnc.nn.rnn._RNNBase",
+        "attnc.nn.rnn._CellBase",
+        "attnc.nn.transformer._Layer",
+    ):
         assert name not in module_py.Module._registry
 
 
@@ -143,7 +153,8 @@ def test_classes_are_imported_only_from_attnc_modules_that_define_them():
     ``import attnc`` imports, they are where every class is defined."""
     for name, cls in attnc_classes().items():
         assert cls.__module__.startswith("attnc.nn.") or any(
-            name.startswith(m + ".") for m in module_py._MODULE_SOURCES), name
+            name.startswith(m + ".") for m in module_py._MODULE_SOURCES
+        ), name
 
 
 def _parameters_equal(a, b):
@@ -185,8 +196,10 @@ def test_loaded_modules_compute_as_the_saved_ones(tmp_path):
         (FACTORIES["attnc.nn.rnn.LSTMCell"](), (rng.standard_normal((2, 3)),)),
         (FACTORIES["attnc.nn.transformer.TransformerEncoder"](), (rng.standard_normal((2, 5, 8)).astype(np.float32),)),
         (FACTORIES["attnc.models.gpt.GPT"](), (rng.integers(0, 7, (2, 6)),)),
-        (FACTORIES["attnc.models.seq2seq_transformer.Seq2SeqTransformer"](),
-         (rng.integers(0, 7, (2, 4)), rng.integers(0, 9, (2, 3)))),
+        (
+            FACTORIES["attnc.models.seq2seq_transformer.Seq2SeqTransformer"](),
+            (rng.integers(0, 7, (2, 4)), rng.integers(0, 9, (2, 3))),
+        ),
     ]
     for i, (m, args) in enumerate(cases):
         m.eval()
@@ -202,16 +215,24 @@ def test_classes_load_in_a_fresh_interpreter(tmp_path):
     for i, name in enumerate(sorted(FACTORIES)):
         paths.append(str(tmp_path / f"{i}.npz"))
         attnc.save(paths[-1], FACTORIES[name]())
-    code = ("import sys, attnc\n"
-            "for p in sys.argv[1:]:\n"
-            "    m = attnc.load(p)\n"
-            "    print(f'{type(m).__module__}.{type(m).__qualname__}')\n")
-    out = subprocess.run([sys.executable, "-c", code, *paths], capture_output=True, text=True, check=True,
-                         cwd=os.path.dirname(os.path.dirname(attnc.__file__)))
+    code = (
+        "import sys, attnc\n"
+        "for p in sys.argv[1:]:\n"
+        "    m = attnc.load(p)\n"
+        "    print(f'{type(m).__module__}.{type(m).__qualname__}')\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, *paths],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=os.path.dirname(os.path.dirname(attnc.__file__)),
+    )
     assert out.stdout.split() == sorted(FACTORIES)
 
 
 # --------------------------------------------------------------------------- refusing files
+
 
 def refused(path, match=None, *, seconds=2.0, slack=4 * MiB):
     """attnc.load(path) raises FileFormatError (matching), within seconds and
@@ -234,8 +255,9 @@ def refused(path, match=None, *, seconds=2.0, slack=4 * MiB):
 
 def write(path, header, arrays=None, **kw):
     """An archive as attnc.save writes it, with any header (a dict is JSON-encoded) and arrays."""
-    members = {} if header is None else {"__attnc__": np.array(json.dumps(header) if isinstance(header, dict)
-                                                                else header)}
+    members = (
+        {} if header is None else {"__attnc__": np.array(json.dumps(header) if isinstance(header, dict) else header)}
+    )
     members.update(arrays or {})
     np.savez(path, **members, **kw)
     return path
@@ -259,14 +281,16 @@ def linear_file(tmp_path, config=(), arrays=(), name="linear.npz"):
 def test_the_issues_files_are_refused_at_once(tmp_path):
     """A 1 KB file declaring Linear(20000, 20000) took 3.2 GB, a 30,000-layer
     encoder seconds and 530 MB: now both are refused from the headers."""
-    refused(linear_file(tmp_path, {"in_features": 20000, "out_features": 20000}),
-            "more parameters than the file stores")
+    refused(
+        linear_file(tmp_path, {"in_features": 20000, "out_features": 20000}), "more parameters than the file stores"
+    )
     enc = nn.TransformerEncoder(nn.TransformerEncoderLayer(8, 2, 16), 1)
     for layers in (30_000, 10**6, 10**15):
         header = header_of(enc)
         header["config"]["num_layers"] = layers
-        refused(write(tmp_path / "deep.npz", header, enc.state_dict()), "more parameters than the file stores",
-                seconds=0.5)
+        refused(
+            write(tmp_path / "deep.npz", header, enc.state_dict()), "more parameters than the file stores", seconds=0.5
+        )
     gpt = models.GPT(5, 4, n_layer=1, n_head=1, n_embd=4)
     header = header_of(gpt)
     header["config"]["n_layer"] = 10**9
@@ -276,15 +300,16 @@ def test_the_issues_files_are_refused_at_once(tmp_path):
 def test_damaged_archives(tmp_path):
     good = linear_file(tmp_path)
     data = good.read_bytes()
-    for i, damaged in enumerate([data[: len(data) // 2], data[:-10], b"", b"not a zip file at all",
-                                 data[:100] + bytes(200) + data[300:]]):
+    for i, damaged in enumerate(
+        [data[: len(data) // 2], data[:-10], b"", b"not a zip file at all", data[:100] + bytes(200) + data[300:]]
+    ):
         path = tmp_path / f"damaged{i}.npz"
         path.write_bytes(damaged)
         refused(path)
     # a flipped bit in an array's data: the zip's CRC
     offset = data.index(np.load(good)["weight"].tobytes())
     path = tmp_path / "crc.npz"
-    path.write_bytes(data[:offset] + bytes([data[offset] ^ 1]) + data[offset + 1:])
+    path.write_bytes(data[:offset] + bytes([data[offset] ^ 1]) + data[offset + 1 :])
     refused(path, "CRC")
 
 
@@ -299,12 +324,18 @@ def test_headers_that_are_not_a_description(tmp_path):
         ('{"class": "attnc.nn.linear.Linear"}', "described as"),
         ('{"class": "attnc.nn.linear.Linear", "config": [3, 2]}', "described as"),
         ('{"class": "attnc.nn.linear.Linear", "config": {}, "other": 1}', "described as"),
-        ('{"class": "attnc.nn.linear.Linear", "config": {"in_features": 3, "out_features": 2}, "dtype": "float16"}',
-         "dtype must be"),
-        ('{"class": "attnc.nn.linear.Linear", "config": {"in_features": 3, "out_features": 2}, "dtype": null}',
-         "dtype must be"),
-        ('{"class": "attnc.nn.linear.Linear", "config": {"in_features": 1' + "0" * 5000 + ', "out_features": 2}}',
-         "not JSON"),  # Python's limit on an int's digits
+        (
+            '{"class": "attnc.nn.linear.Linear", "config": {"in_features": 3, "out_features": 2}, "dtype": "float16"}',
+            "dtype must be",
+        ),
+        (
+            '{"class": "attnc.nn.linear.Linear", "config": {"in_features": 3, "out_features": 2}, "dtype": null}',
+            "dtype must be",
+        ),
+        (
+            '{"class": "attnc.nn.linear.Linear", "config": {"in_features": 1' + "0" * 5000 + ', "out_features": 2}}',
+            "not JSON",
+        ),  # Python's limit on an int's digits
     ]
     for i, (text, match) in enumerate(cases):
         refused(write(tmp_path / f"h{i}.npz", text, {"weight": np.zeros((2, 3), np.float32)}), match)
@@ -322,9 +353,20 @@ def test_classes_outside_the_registry(tmp_path, monkeypatch):
     calls = []
     monkeypatch.setattr(os, "system", lambda *a: calls.append(a))
     before = set(sys.modules)
-    for name in ("attnc.os.system", "builtins.eval", "os.system", "subprocess.run", "attnc.nn.module.Module",
-                 "attnc.nn.rnn._RNNBase", "attnc.nn.linear.Nope", "attnc.models.os.system",
-                 "attnc.experiments.ntm_copy.main", "attnc.nn.linear.Linear.__init__", "", "attnc."):
+    for name in (
+        "attnc.os.system",
+        "builtins.eval",
+        "os.system",
+        "subprocess.run",
+        "attnc.nn.module.Module",
+        "attnc.nn.rnn._RNNBase",
+        "attnc.nn.linear.Nope",
+        "attnc.models.os.system",
+        "attnc.experiments.ntm_copy.main",
+        "attnc.nn.linear.Linear.__init__",
+        "",
+        "attnc.",
+    ):
         refused(write(tmp_path / "c.npz", {"class": name, "config": {"command": "touch x"}}), "unknown module class")
     assert not calls and set(sys.modules) == before
     assert set(imported) <= set(module_py._MODULE_SOURCES)
@@ -346,23 +388,26 @@ def test_files_never_unpickle(tmp_path):
     assert not marker.exists()
 
 
-@pytest.mark.parametrize("changes,match", [
-    ({"in_features": "3"}, "in_features must be an int"),
-    ({"in_features": 3.0}, "in_features must be an int"),
-    ({"in_features": True}, "in_features must be an int"),
-    ({"in_features": -3}, "in_features must be >= 0"),
-    ({"in_features": [3]}, "in_features must be an int"),
-    ({"in_features": {"__module__": {"class": "attnc.nn.activation.ReLU", "config": {}}}}, "in_features"),
-    ({"in_features": {"__module__": 5}}, "described as"),
-    ({"in_features": 10**12}, "more parameters"),
-    ({"in_features": 2**64, "out_features": 0}, "Maximum allowed dimension"),
-    ({"in_features": 10**300}, "more parameters"),
-    ({"bias": None}, r"unexpected \['bias'\]"),
-    ({"unknown": 1}, "unexpected keyword"),
-    ({"dtype": "object"}, "dtype must be float32 or float64"),
-    ({"dtype": "no such type"}, "TypeError"),
-    ({"seed": "abc"}, "Linear"),
-])
+@pytest.mark.parametrize(
+    "changes,match",
+    [
+        ({"in_features": "3"}, "in_features must be an int"),
+        ({"in_features": 3.0}, "in_features must be an int"),
+        ({"in_features": True}, "in_features must be an int"),
+        ({"in_features": -3}, "in_features must be >= 0"),
+        ({"in_features": [3]}, "in_features must be an int"),
+        ({"in_features": {"__module__": {"class": "attnc.nn.activation.ReLU", "config": {}}}}, "in_features"),
+        ({"in_features": {"__module__": 5}}, "described as"),
+        ({"in_features": 10**12}, "more parameters"),
+        ({"in_features": 2**64, "out_features": 0}, "Maximum allowed dimension"),
+        ({"in_features": 10**300}, "more parameters"),
+        ({"bias": None}, r"unexpected \['bias'\]"),
+        ({"unknown": 1}, "unexpected keyword"),
+        ({"dtype": "object"}, "dtype must be float32 or float64"),
+        ({"dtype": "no such type"}, "TypeError"),
+        ({"seed": "abc"}, "Linear"),
+    ],
+)
 def test_configurations_constructors_refuse(tmp_path, changes, match):
     refused(linear_file(tmp_path, changes), match)
 
@@ -392,8 +437,11 @@ def test_configurations_of_other_classes(tmp_path):
         (models.NTM(2, 2, "feedforward", 4, 3, 2), {"clip": float("nan")}, "clip"),
         (models.GPT(5, 4, 1, 1, 4), {"dropout": 1.5}, "dropout"),
         (nn.TransformerEncoderLayer(4, 2, 8), {"activation": "os.system"}, "activation"),
-        (module_py.ModuleList([nn.ReLU()]), {"modules": [{"__module__": {"class": "builtins.eval", "config": {}}}]},
-         "unknown module class"),
+        (
+            module_py.ModuleList([nn.ReLU()]),
+            {"modules": [{"__module__": {"class": "builtins.eval", "config": {}}}]},
+            "unknown module class",
+        ),
         (module_py.ModuleList([nn.ReLU()]), {"modules": [1, "os.system"]}, r"modules\[0\] must be an attnc.nn.Module"),
         (module_py.ModuleList([nn.ReLU()]), {"modules": 5}, "ModuleList"),
     ]
@@ -414,18 +462,21 @@ def test_nesting(tmp_path):
     refused(write(tmp_path / "lists.npz", header), "nests more than")
 
 
-@pytest.mark.parametrize("arrays,match", [
-    ({"bias": None}, "more parameters than the file stores"),  # the budget notices first
-    ({"weights": np.zeros((2, 3), np.float32), "weight": None}, r"missing \['weight'\], unexpected \['weights'\]"),
-    ({"extra": np.zeros(2, np.float32)}, r"unexpected \['extra'\]"),
-    ({"weight": np.zeros((3, 2), np.float32)}, r"shape \(3, 2\), the module's is \(2, 3\)"),
-    ({"weight": np.zeros((2, 3), np.float64)}, "dtype float64, the file's header says float32"),
-    ({"weight": np.zeros((2, 3), np.float16)}, "not float32 or float64"),
-    ({"weight": np.zeros((2, 3), np.int32)}, "not float32 or float64"),
-    ({"weight": np.zeros((2, 3), np.complex64)}, "not float32 or float64"),
-    ({"weight": np.zeros((2, 3), [("a", np.float32)])}, "not float32 or float64"),
-    ({"weight": np.array("text")}, "not float32 or float64"),
-])
+@pytest.mark.parametrize(
+    "arrays,match",
+    [
+        ({"bias": None}, "more parameters than the file stores"),  # the budget notices first
+        ({"weights": np.zeros((2, 3), np.float32), "weight": None}, r"missing \['weight'\], unexpected \['weights'\]"),
+        ({"extra": np.zeros(2, np.float32)}, r"unexpected \['extra'\]"),
+        ({"weight": np.zeros((3, 2), np.float32)}, r"shape \(3, 2\), the module's is \(2, 3\)"),
+        ({"weight": np.zeros((2, 3), np.float64)}, "dtype float64, the file's header says float32"),
+        ({"weight": np.zeros((2, 3), np.float16)}, "not float32 or float64"),
+        ({"weight": np.zeros((2, 3), np.int32)}, "not float32 or float64"),
+        ({"weight": np.zeros((2, 3), np.complex64)}, "not float32 or float64"),
+        ({"weight": np.zeros((2, 3), [("a", np.float32)])}, "not float32 or float64"),
+        ({"weight": np.array("text")}, "not float32 or float64"),
+    ],
+)
 def test_arrays_that_do_not_fit(tmp_path, arrays, match):
     refused(linear_file(tmp_path, arrays=arrays), match)
 
@@ -441,9 +492,14 @@ def _zip(path, members):
 def _npy(array, shape=None):
     """array's .npy bytes, its header claiming shape if given."""
     buf = io.BytesIO()
-    np.lib.format.write_array_header_1_0(buf, {"descr": np.lib.format.dtype_to_descr(array.dtype),
-                                              "fortran_order": False,
-                                              "shape": array.shape if shape is None else shape})
+    np.lib.format.write_array_header_1_0(
+        buf,
+        {
+            "descr": np.lib.format.dtype_to_descr(array.dtype),
+            "fortran_order": False,
+            "shape": array.shape if shape is None else shape,
+        },
+    )
     return buf.getvalue() + array.tobytes()
 
 
@@ -468,8 +524,7 @@ def test_members_the_archive_lies_about(tmp_path):
         with pytest.warns(UserWarning, match="Duplicate") if "twice" in match else _nothing():
             path = _zip(tmp_path / f"{i}.npz", members)
         refused(path, match)
-    np.savez_compressed(tmp_path / "compressed.npz", __attnc__=np.array(json.dumps(header_of(m))),
-                        **m.state_dict())
+    np.savez_compressed(tmp_path / "compressed.npz", __attnc__=np.array(json.dumps(header_of(m))), **m.state_dict())
     refused(tmp_path / "compressed.npz", "compressed")
 
 
@@ -498,6 +553,7 @@ def test_overlapping_members(tmp_path):
 
 
 # --------------------------------------------------------------------------- good files
+
 
 def test_loading_takes_the_parameters_memory_once(tmp_path):
     """A 16 MiB module loads in 16 MiB and a little: no random initialisation,
@@ -535,8 +591,13 @@ def test_values_a_file_sets_size_nothing_but_parameters(tmp_path):
 def test_fortran_order_and_big_endian_arrays_load(tmp_path):
     """Any .npy a NumPy writes of the right shape and float dtype is read right."""
     m = nn.Linear(3, 2, dtype=np.float64, seed=0)
-    path = linear_file(tmp_path, arrays={"weight": np.asfortranarray(m.weight.astype(np.float32)),
-                                         "bias": m.bias.astype(np.float32).astype(">f4")})
+    path = linear_file(
+        tmp_path,
+        arrays={
+            "weight": np.asfortranarray(m.weight.astype(np.float32)),
+            "bias": m.bias.astype(np.float32).astype(">f4"),
+        },
+    )
     loaded = attnc.load(path)
     np.testing.assert_array_equal(loaded.weight, m.weight.astype(np.float32))
     np.testing.assert_array_equal(loaded.bias, m.bias.astype(np.float32))

@@ -37,8 +37,9 @@ def make(dtype=np.float64, seed=0, bias=True, scale=2.0, **kw):
     """An LSTMN with weights wider than the default init (sharper attention)."""
     m = attnc.nn.LSTMN(I, H, attention_size=A, bias=bias, dtype=dtype, seed=seed, **kw)
     rng = np.random.default_rng(seed + 100)
-    m.load_state_dict({k: scale * rng.uniform(-1, 1, v.shape) / np.sqrt(v.shape[-1])
-                       for k, v in m.state_dict().items()})
+    m.load_state_dict(
+        {k: scale * rng.uniform(-1, 1, v.shape) / np.sqrt(v.shape[-1]) for k, v in m.state_dict().items()}
+    )
     return m
 
 
@@ -54,6 +55,7 @@ def lid(x):
 
 
 # ------------------------------------------------------------------------------- forward
+
 
 @pytest.mark.parametrize("lengths", LENGTHS, ids=lid)
 @pytest.mark.parametrize("bias", [True, False])
@@ -84,7 +86,7 @@ def test_first_step_is_an_lstm_step_from_zero():
     m, x = make(), data(B=2, T=1)
     z = x[:, 0] @ m.weight_ih.T + m.bias
     sig = lambda v: 1 / (1 + np.exp(-v))  # noqa: E731
-    i, g, o = sig(z[:, :H]), np.tanh(z[:, 2 * H:3 * H]), sig(z[:, 3 * H:])
+    i, g, o = sig(z[:, :H]), np.tanh(z[:, 2 * H : 3 * H]), sig(z[:, 3 * H :])
     close(m(x)[:, 0], o * np.tanh(i * g), REL64)
 
 
@@ -157,8 +159,7 @@ def test_gradients_match_torch_autograd(ref_torch, torch, lengths, dtype, rel):
     g = pb(dy, None)
     assert sorted(g) == sorted(NAMES)
     # the float32 kernels against torch in float64: attnc's own rounding, not torch's
-    to, ta, tg = _torch_grads(ref_torch, torch, m, x.astype(np.float64), lengths, dy.astype(np.float64),
-                              np.float64)
+    to, ta, tg = _torch_grads(ref_torch, torch, m, x.astype(np.float64), lengths, dy.astype(np.float64), np.float64)
     close(out, to, rel, "output")
     close(attn, ta, rel, "attention")
     for k in NAMES:
@@ -260,11 +261,19 @@ def test_strided_and_empty_inputs():
 
 # ------------------------------------------------------------------------------- module
 
+
 def test_state_dict_names_shapes_and_round_trip(tmp_path):
     m = attnc.nn.LSTMN(7, 6, attention_size=5, seed=1)
     shapes = {k: v.shape for k, v in m.state_dict().items()}
-    assert shapes == {"weight_ih": (24, 7), "weight_hh": (24, 6), "bias": (24,), "attn_v": (5,),
-                      "attn_h.weight": (5, 6), "attn_x.weight": (5, 7), "attn_tilde.weight": (5, 6)}
+    assert shapes == {
+        "weight_ih": (24, 7),
+        "weight_hh": (24, 6),
+        "bias": (24,),
+        "attn_v": (5,),
+        "attn_h.weight": (5, 6),
+        "attn_x.weight": (5, 7),
+        "attn_tilde.weight": (5, 6),
+    }
     assert attnc.nn.LSTMN(7, 6).attention_size == 6
     assert "bias" not in attnc.nn.LSTMN(7, 6, bias=False).state_dict()
     m2 = attnc.nn.LSTMN(7, 6, attention_size=5, seed=2)
@@ -322,6 +331,7 @@ def test_c_checks_its_arguments():
 
 # ------------------------------------------------------------------------------- task and experiment
 
+
 def test_recall_task():
     task = KeyValueRecallTask(num_keys=8, num_values=5, min_pairs=2, max_pairs=6)
     b = task.batch(300, seed=4)
@@ -335,7 +345,7 @@ def test_recall_task():
         q = b.tokens[r, n, 0] - 8
         assert b.tokens[r, n, 1] == 0 and keys[b.key_positions[r]] == q
         assert values[b.key_positions[r]] - 1 == b.targets[r]
-        assert np.all(b.tokens[r, n + 1:] == 0)
+        assert np.all(b.tokens[r, n + 1 :] == 0)
     assert task.vocab_sizes == (17, 6) and task.num_classes == 5
     assert len(np.unique(b.key_positions)) == 6 and len(np.unique(b.targets)) == 5
     with pytest.raises(ValueError, match="num_keys"):
@@ -347,12 +357,31 @@ def test_recall_task():
 
 
 def _run_quick(seed=0):
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.dirname(os.path.dirname(attnc.__file__)),
-                                                        os.environ.get("PYTHONPATH", "")]))
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join(
+            [os.path.dirname(os.path.dirname(attnc.__file__)), os.environ.get("PYTHONPATH", "")]
+        ),
+    )
     with tempfile.TemporaryDirectory() as cwd:  # its run folder goes under runs/ there
-        r = subprocess.run([sys.executable, "-m", "attnc.experiments.lstmn_recall", "--quick", "--threads", "1",
-                            "--seed", str(seed), "--no-progress"], capture_output=True, text=True, env=env, timeout=300,
-                           cwd=cwd)
+        r = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "attnc.experiments.lstmn_recall",
+                "--quick",
+                "--threads",
+                "1",
+                "--seed",
+                str(seed),
+                "--no-progress",
+            ],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=300,
+            cwd=cwd,
+        )
     assert r.returncode == 0, r.stderr
     return json.loads(r.stdout.strip().splitlines()[-1])
 

@@ -36,13 +36,14 @@ def seq2seq_batch(rng, B=3, S=5, T=4):
     src_kpm = np.arange(S)[None, :] >= src_lengths[:, None]
     tgt_in = np.concatenate([np.full((B, 1), BOS), rng.integers(0, 4, (B, T - 1))], axis=1)
     tgt_kpm = np.zeros((B, T), bool)
-    tgt_kpm[1, T - 1:] = True
+    tgt_kpm[1, T - 1 :] = True
     tgt_out = rng.integers(0, V, (B, T))
     tgt_out[tgt_kpm] = -100
     return src, tgt_in, tgt_out, src_kpm, tgt_kpm
 
 
 # --------------------------------------------------------------------------- forward
+
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_seq2seq_forward_shapes(dtype, rng):
@@ -102,6 +103,7 @@ def test_argument_errors():
 
 # --------------------------------------------------------------------------- against torch
 
+
 def _torch_seq2seq(torch, model):
     class Ref(torch.nn.Module):
         def __init__(self):
@@ -116,8 +118,14 @@ def _torch_seq2seq(torch, model):
             xs = self.src_embed(src) * math.sqrt(8) + pe[: src.shape[1]]
             xt = self.tgt_embed(tgt) * math.sqrt(8) + pe[: tgt.shape[1]]
             mask = torch.nn.Transformer.generate_square_subsequent_mask(tgt.shape[1], dtype=torch.float64)
-            h = self.transformer(xs, xt, tgt_mask=mask, src_key_padding_mask=src_kpm, tgt_key_padding_mask=tgt_kpm,
-                                 memory_key_padding_mask=src_kpm)
+            h = self.transformer(
+                xs,
+                xt,
+                tgt_mask=mask,
+                src_key_padding_mask=src_kpm,
+                tgt_key_padding_mask=tgt_kpm,
+                memory_key_padding_mask=src_kpm,
+            )
             return self.generator(h)
 
     ref = Ref().double().eval()
@@ -133,31 +141,34 @@ def test_seq2seq_matches_torch(rng, torch):
     with torch.no_grad():
         expected = ref(*(torch.from_numpy(a) for a in (src, tgt_in, src_kpm, tgt_kpm))).numpy()
     valid = ~tgt_kpm  # torch's fast path may leave padded query rows as anything
-    np.testing.assert_allclose(model(src, tgt_in, src_kpm, tgt_kpm)[valid], expected[valid], rtol=1e-10,
-                               atol=1e-10)
+    np.testing.assert_allclose(model(src, tgt_in, src_kpm, tgt_kpm)[valid], expected[valid], rtol=1e-10, atol=1e-10)
 
 
 def test_gpt_matches_torch(rng, torch):
     model = tiny_gpt().eval()
-    layer = torch.nn.TransformerEncoderLayer(8, 2, 32, 0.0, activation="gelu", batch_first=True, norm_first=True,
-                                             dtype=torch.float64)
+    layer = torch.nn.TransformerEncoderLayer(
+        8, 2, 32, 0.0, activation="gelu", batch_first=True, norm_first=True, dtype=torch.float64
+    )
     blocks = torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
     sd = model.state_dict()
-    blocks.load_state_dict({k[len("encoder."):]: torch.from_numpy(v) for k, v in sd.items()
-                            if k.startswith("encoder.")})
+    blocks.load_state_dict(
+        {k[len("encoder.") :]: torch.from_numpy(v) for k, v in sd.items() if k.startswith("encoder.")}
+    )
     idx = rng.integers(0, 4, (3, 7))
     T = idx.shape[1]
     with torch.no_grad():
         x = torch.from_numpy(sd["wte.weight"][idx] + sd["wpe.weight"][:T])
         mask = torch.nn.Transformer.generate_square_subsequent_mask(T, dtype=torch.float64)
         h = blocks.eval()(x, mask=mask, is_causal=True)
-        h = torch.nn.functional.layer_norm(h, (8,), torch.from_numpy(sd["ln_f.weight"]),
-                                           torch.from_numpy(sd["ln_f.bias"]))
+        h = torch.nn.functional.layer_norm(
+            h, (8,), torch.from_numpy(sd["ln_f.weight"]), torch.from_numpy(sd["ln_f.bias"])
+        )
         expected = (h @ torch.from_numpy(sd["lm_head.weight"]).T).numpy()
     np.testing.assert_allclose(model(idx), expected, rtol=1e-10, atol=1e-10)
 
 
 # --------------------------------------------------------------------------- gradients
+
 
 def _fd_check(model, loss_fn, grads, rng, per_tensor=4, eps=1e-6, rtol=1e-6, atol=1e-8):
     """Central differences of loss_fn() for a few random entries of every parameter."""
@@ -176,8 +187,12 @@ def _fd_check(model, loss_fn, grads, rng, per_tensor=4, eps=1e-6, rtol=1e-6, ato
             down = loss_fn()
             flat[i] = old
             numeric = (up - down) / (2 * eps)
-            assert abs(g.reshape(-1)[i] - numeric) <= atol + rtol * max(1.0, abs(numeric)), (name, i, g.reshape(-1)[i],
-                                                                                           numeric)
+            assert abs(g.reshape(-1)[i] - numeric) <= atol + rtol * max(1.0, abs(numeric)), (
+                name,
+                i,
+                g.reshape(-1)[i],
+                numeric,
+            )
 
 
 def test_seq2seq_gradients_match_finite_differences(rng):
@@ -253,11 +268,14 @@ def test_training_mode_gradients_follow_the_dropout_masks(rng):
 
 # --------------------------------------------------------------------------- state dicts
 
+
 def test_state_dict_round_trip_and_save_load(rng, tmp_path):
     model = tiny_seq2seq(np.float32, dropout=0.1, seed=1)
     names = list(model.state_dict())
-    assert names[:2] == ["src_embed.weight", "tgt_embed.weight"] and names[-2:] == ["generator.weight",
-                                                                                    "generator.bias"]
+    assert names[:2] == ["src_embed.weight", "tgt_embed.weight"] and names[-2:] == [
+        "generator.weight",
+        "generator.bias",
+    ]
     assert "transformer.decoder.layers.1.multihead_attn.in_proj_weight" in names
     other = tiny_seq2seq(np.float32, dropout=0.1, seed=2)
     src, tgt_in, _, src_kpm, tgt_kpm = seq2seq_batch(rng)
@@ -288,6 +306,7 @@ def test_gpt_init_as_mingpt():
 
 
 # --------------------------------------------------------------------------- decoding
+
 
 def _score_all(next_logprobs, row, sequences):
     """sum log p of each complete sequence, by teacher forcing (one call per position)."""
@@ -322,6 +341,7 @@ def _seq2seq_logprobs(model, src, kpm):
     def next_logprobs(prefixes, rows):
         tgt = np.concatenate([np.full((len(rows), 1), BOS), prefixes], axis=1)
         return decoding.log_softmax(model(src[rows], tgt, kpm[rows])[:, -1])
+
     return next_logprobs
 
 
@@ -332,8 +352,9 @@ def test_seq2seq_beam_search_is_exhaustive_when_the_beam_holds_every_candidate(T
     best of all sequences; for 3 tokens a beam of (V - 1)^2 does."""
     model = tiny_seq2seq(seed=5, d_model=16).eval()
     src, _, _, kpm, _ = seq2seq_batch(rng, B=3)
-    got = decoding.seq2seq_transformer(model, src, T, BOS, eos=EOS, beam_size=beam, length_penalty=alpha,
-                                    src_key_padding_mask=kpm)
+    got = decoding.seq2seq_transformer(
+        model, src, T, BOS, eos=EOS, beam_size=beam, length_penalty=alpha, src_key_padding_mask=kpm
+    )
     best = _exhaustive(_seq2seq_logprobs(model, src, kpm), 3, T, EOS, alpha, V)
     np.testing.assert_array_equal(got, _padded(best, EOS))
     assert np.array_equal(model.generate(src, T, BOS, EOS, beam, alpha, src_key_padding_mask=kpm), got)
@@ -347,12 +368,21 @@ def test_gpt_beam_search_is_exhaustive(rng):
         return decoding.log_softmax(model(np.concatenate([idx[rows], prefixes], axis=1))[:, -1])
 
     # (eos, max_new_tokens, beam, length_penalty); 4 tokens exercise the early stop's bound
-    for eos, T, beam, alpha in ((3, 2, 4, 0.5), (None, 2, 4, 0.5), (3, 3, 9, 0.5), (None, 3, 16, 0.5),
-                                (3, 4, 27, 0.0), (3, 4, 27, 1.0), (3, 4, 27, 3.0), (3, 4, 27, -1.0)):
+    for eos, T, beam, alpha in (
+        (3, 2, 4, 0.5),
+        (None, 2, 4, 0.5),
+        (3, 3, 9, 0.5),
+        (None, 3, 16, 0.5),
+        (3, 4, 27, 0.0),
+        (3, 4, 27, 1.0),
+        (3, 4, 27, 3.0),
+        (3, 4, 27, -1.0),
+    ):
         got = decoding.gpt(model, idx, T, eos=eos, beam_size=beam, length_penalty=alpha)
         best = _exhaustive(next_logprobs, 4, T, eos, alpha, 4)
-        np.testing.assert_array_equal(got, _padded(best, eos if eos is not None else 0),
-                                      err_msg=f"{eos} {T} {beam} {alpha}")
+        np.testing.assert_array_equal(
+            got, _padded(best, eos if eos is not None else 0), err_msg=f"{eos} {T} {beam} {alpha}"
+        )
 
 
 def test_greedy_takes_the_argmax_at_every_step(rng):
@@ -368,7 +398,7 @@ def test_greedy_takes_the_argmax_at_every_step(rng):
             if tok == EOS:
                 break
         assert list(out[r, : len(seq)]) == seq
-        assert np.all(out[r, len(seq):] == EOS)
+        assert np.all(out[r, len(seq) :] == EOS)
     assert out.shape[1] <= 6
     # eval mode is used and the mode restored; without an eos every row has max_new_tokens tokens
     model.train()
@@ -413,6 +443,7 @@ def test_reference_decode_rules():
     """The decoding rules on a hand-made distribution: beam search finds a
     sequence greedy misses, and the length penalty moves the choice between
     a short and a long answer."""
+
     # step 1: token 0 (p .6) or 1 (p .4); after 0: p = (.5, .3, .2); after 1, token 2 = eos is certain
     def next_logprobs(prefixes, rows):
         out = []
@@ -441,12 +472,14 @@ def test_reference_decode_rules():
 def _table_logprobs(table):
     """next_logprobs from a table {prefix: probabilities over 3 tokens}, matched
     by the longest listed prefix (uniform when none is listed)."""
+
     def next_logprobs(prefixes, rows):
         out = []
         for p in prefixes.tolist():
             key = max((k for k in table if tuple(p[: len(k)]) == k), key=len, default=None)
             out.append(np.log(table[key] if key is not None else [1 / 3] * 3))
         return np.array(out)
+
     return next_logprobs
 
 

@@ -27,13 +27,15 @@ PAIRS = {
     "LayerNorm no affine": ("LayerNorm", (8,), {"elementwise_affine": False}),
     "MultiheadAttention": ("MultiheadAttention", (8, 2), {"batch_first": True}),
     "TransformerEncoderLayer": ("TransformerEncoderLayer", (8, 2, 16), {"batch_first": True}),
-    "TransformerEncoderLayer gelu": ("TransformerEncoderLayer", (8, 2, 16),
-                                     {"activation": "gelu", "norm_first": True, "batch_first": True}),
+    "TransformerEncoderLayer gelu": (
+        "TransformerEncoderLayer",
+        (8, 2, 16),
+        {"activation": "gelu", "norm_first": True, "batch_first": True},
+    ),
     "TransformerDecoderLayer": ("TransformerDecoderLayer", (8, 2, 16), {"batch_first": True}),
     "Transformer": ("Transformer", (8, 2, 2, 1, 16), {"batch_first": True}),
     "LSTM": ("LSTM", (4, 8), {"batch_first": True}),
-    "LSTM deep": ("LSTM", (4, 8, 2), {"batch_first": True, "dropout": 0.25, "bidirectional": True,
-                                      "bias": False}),
+    "LSTM deep": ("LSTM", (4, 8, 2), {"batch_first": True, "dropout": 0.25, "bidirectional": True, "bias": False}),
     "GRU": ("GRU", (4, 8), {"batch_first": True, "num_layers": 3}),
     "LSTMCell": ("LSTMCell", (4, 8), {}),
     "GRUCell no bias": ("GRUCell", (4, 8), {"bias": False}),
@@ -67,8 +69,7 @@ def summary_rows(text: str) -> tuple[list[tuple[int | None, str]], str]:
     """([(count or None, repr line) for each line of a summary], its total line)."""
     *body, total = text.split("\n")
     width = len(body[0]) - len(body[0].lstrip()) + len(body[0].split()[0])  # the first count's column
-    rows = [(int(line[:width].replace(",", "")) if line[:width].strip() else None, line[width + 2:])
-            for line in body]
+    rows = [(int(line[:width].replace(",", "")) if line[:width].strip() else None, line[width + 2 :]) for line in body]
     return rows, total
 
 
@@ -121,11 +122,12 @@ def test_summary_of_a_model_totals_its_state_dict():
     assert rows[0][1] == "PointerNet(" and rows[-1] == (None, ")")
     for count, text in rows[1:-1]:
         if text.startswith("  (") and count is not None:  # a direct child: its state_dict prefix
-            name = text[3:text.index(")")]
+            name = text[3 : text.index(")")]
             assert count == sum(v.size for k, v in state.items() if k.startswith(name + "."))
 
 
 def test_summary_aligns_counts_of_a_million_and_more():
     layer = A.Linear(1000, 1000, dtype=np.float32)
-    assert layer.summary() == ("1,001,000  Linear(in_features=1000, out_features=1000, bias=True)\n"
-                               "Total parameters: 1,001,000")
+    assert layer.summary() == (
+        "1,001,000  Linear(in_features=1000, out_features=1000, bias=True)\nTotal parameters: 1,001,000"
+    )

@@ -12,8 +12,8 @@ import attnc
 from helpers import close as _close
 from helpers import same_bits as _same_bits
 
-REL = {np.float32: 1e-5, np.float64: 1e-12}      # forward vs torch
-GREL = {np.float32: 1e-5, np.float64: 1e-10}     # gradients vs torch autograd
+REL = {np.float32: 1e-5, np.float64: 1e-12}  # forward vs torch
+GREL = {np.float32: 1e-5, np.float64: 1e-10}  # gradients vs torch autograd
 DTYPES = [np.float32, np.float64]
 DT_IDS = ["f32", "f64"]
 
@@ -34,9 +34,19 @@ CONFIGS = {
 EXTRA_KEYS = ("add_bias_kv", "add_zero_attn")
 
 # mask kinds of one call; "causal" uses L == S
-CALLS = ["none", "kpm_bool", "kpm_float", "am_bool_LS", "am_float_LS", "am_bool_BHLS",
-         "am_float_BHLS", "am_bool_kpm_bool", "am_float_kpm_float", "causal",
-         "causal_kpm"]
+CALLS = [
+    "none",
+    "kpm_bool",
+    "kpm_float",
+    "am_bool_LS",
+    "am_float_LS",
+    "am_bool_BHLS",
+    "am_float_BHLS",
+    "am_bool_kpm_bool",
+    "am_float_kpm_float",
+    "causal",
+    "causal_kpm",
+]
 # (need_weights, average_attn_weights)
 WEIGHT_MODES = [(True, True), (True, False), (False, True)]
 
@@ -44,6 +54,7 @@ B, E, L, S = 2, 12, 5, 7
 
 
 # --------------------------------------------------------------------------- helpers
+
 
 def _tdtype(torch, dtype):
     return torch.float64 if dtype == np.float64 else torch.float32
@@ -108,18 +119,22 @@ def make_call(kind, rng, dtype, h, L=L, S=S, batch=(B,)):
     if kind == "am_float_BHLS":
         return {"attn_mask": rng.standard_normal(bh + (L, S)).astype(dtype)}
     if kind == "am_bool_kpm_bool":
-        return {"attn_mask": _bool_ignore(rng, (L, S)),
-                "key_padding_mask": _bool_ignore(rng, batch + (S,))}
+        return {"attn_mask": _bool_ignore(rng, (L, S)), "key_padding_mask": _bool_ignore(rng, batch + (S,))}
     if kind == "am_float_kpm_float":
-        return {"attn_mask": rng.standard_normal(bh + (L, S)).astype(dtype),
-                "key_padding_mask": rng.standard_normal(batch + (S,)).astype(dtype)}
+        return {
+            "attn_mask": rng.standard_normal(bh + (L, S)).astype(dtype),
+            "key_padding_mask": rng.standard_normal(batch + (S,)).astype(dtype),
+        }
     if kind == "causal":
         assert L == S
         return {"attn_mask": np.triu(np.ones((L, S), bool), 1), "is_causal": True}
     if kind == "causal_kpm":
         assert L == S
-        return {"attn_mask": np.triu(np.ones((L, S), bool), 1), "is_causal": True,
-                "key_padding_mask": _bool_ignore(rng, batch + (S,))}
+        return {
+            "attn_mask": np.triu(np.ones((L, S), bool), 1),
+            "is_causal": True,
+            "key_padding_mask": _bool_ignore(rng, batch + (S,)),
+        }
     raise ValueError(kind)
 
 
@@ -141,10 +156,10 @@ def _torch_call(torch, tm, q, k, v, call, grad=False):
     tq, tk, tv = t("query", q), t("key", k), t("value", v)
     tcall = {n: (t(n, x) if isinstance(x, np.ndarray) else x) for n, x in call.items()}
     for p in tm.parameters():
-        p.requires_grad_(True)   # also keeps torch off its inference fast path
+        p.requires_grad_(True)  # also keeps torch off its inference fast path
         p.grad = None
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")   # mismatched mask types are deprecated in torch
+        warnings.simplefilter("ignore")  # mismatched mask types are deprecated in torch
         out, w = tm(tq, tk, tv, **tcall)
     return out, w, leaves
 
@@ -157,11 +172,22 @@ def _functional(m, q, k, v, call):
     """attnc.multi_head_attention with the module's parameters."""
     p = dict(m.named_parameters())
     return attnc.multi_head_attention(
-        q, k, v, m.num_heads, p.get("in_proj_weight"), p.get("in_proj_bias"),
-        p["out_proj.weight"], p.get("out_proj.bias"),
-        q_proj_weight=p.get("q_proj_weight"), k_proj_weight=p.get("k_proj_weight"),
-        v_proj_weight=p.get("v_proj_weight"), bias_k=p.get("bias_k"), bias_v=p.get("bias_v"),
-        add_zero_attn=m.add_zero_attn, **call)
+        q,
+        k,
+        v,
+        m.num_heads,
+        p.get("in_proj_weight"),
+        p.get("in_proj_bias"),
+        p["out_proj.weight"],
+        p.get("out_proj.bias"),
+        q_proj_weight=p.get("q_proj_weight"),
+        k_proj_weight=p.get("k_proj_weight"),
+        v_proj_weight=p.get("v_proj_weight"),
+        bias_k=p.get("bias_k"),
+        bias_v=p.get("bias_v"),
+        add_zero_attn=m.add_zero_attn,
+        **call,
+    )
 
 
 def _skip_combo(cfg, kind):
@@ -172,6 +198,7 @@ def _skip_combo(cfg, kind):
 
 
 # --------------------------------------------------------------------------- forward
+
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=DT_IDS)
 @pytest.mark.parametrize("cfg_name", list(CONFIGS))
@@ -214,8 +241,7 @@ def test_unbatched_inputs(cfg_name, dtype, rng, torch):
     h = m.num_heads
     extra = sum(bool(cfg.get(x)) for x in EXTRA_KEYS)
     q, k, v = make_inputs(rng, cfg, dtype, batch=())
-    for kind in ["none", "kpm_bool", "kpm_float", "am_bool_LS", "am_float_LS", "am_float_BHLS",
-                 "am_bool_kpm_bool"]:
+    for kind in ["none", "kpm_bool", "kpm_float", "am_bool_LS", "am_float_LS", "am_float_BHLS", "am_bool_kpm_bool"]:
         call = make_call(kind, rng, dtype, h, batch=())
         for need, avg in WEIGHT_MODES:
             kw = dict(call, need_weights=need, average_attn_weights=avg)
@@ -231,8 +257,7 @@ def test_unbatched_inputs(cfg_name, dtype, rng, torch):
             else:
                 assert w is None, what
             # the unbatched result is the batched one of a batch of one
-            bkw = {n: (x[None] if isinstance(x, np.ndarray) and n == "key_padding_mask" else x)
-                   for n, x in kw.items()}
+            bkw = {n: (x[None] if isinstance(x, np.ndarray) and n == "key_padding_mask" else x) for n, x in kw.items()}
             bout, bw = m(q[None], k[None], v[None], **bkw)
             _close(out, bout[0], REL[dtype], what + " vs batch of one")
 
@@ -265,17 +290,17 @@ def test_causal_hint_with_appended_keys(rng, torch):
     o_false, _ = m(q, k, v, attn_mask=mask, is_causal=True, need_weights=False)
     _close(o_true, o_false, 1e-12, "attnc output depends on need_weights")
     with torch.no_grad():
-        answers = [_torch_call(torch, tm, q, k, v, dict(attn_mask=mask, is_causal=True,
-                                                        need_weights=n))[0].numpy()
-                   for n in (True, False)]
+        answers = [
+            _torch_call(torch, tm, q, k, v, dict(attn_mask=mask, is_causal=True, need_weights=n))[0].numpy()
+            for n in (True, False)
+        ]
     errs = [np.max(np.abs(o_true - a)) for a in answers]
     assert min(errs) < 1e-12, errs
 
 
 # --------------------------------------------------------------------------- gradients
 
-GRAD_CALLS = ["none", "kpm_float", "am_float_LS", "am_float_BHLS", "am_bool_kpm_bool",
-              "am_float_kpm_float", "causal"]
+GRAD_CALLS = ["none", "kpm_float", "am_float_LS", "am_float_BHLS", "am_bool_kpm_bool", "am_float_kpm_float", "causal"]
 
 
 def _check_grads(torch, tm, m, q, k, v, call, dtype, rng, what, form="module"):
@@ -286,11 +311,23 @@ def _check_grads(torch, tm, m, q, k, v, call, dtype, rng, what, form="module"):
     else:
         p = dict(m.named_parameters())
         (out, w), pullback = attnc.vjp(
-            attnc.multi_head_attention, q, k, v, m.num_heads, p.get("in_proj_weight"),
-            p.get("in_proj_bias"), p["out_proj.weight"], p.get("out_proj.bias"),
-            q_proj_weight=p.get("q_proj_weight"), k_proj_weight=p.get("k_proj_weight"),
-            v_proj_weight=p.get("v_proj_weight"), bias_k=p.get("bias_k"), bias_v=p.get("bias_v"),
-            add_zero_attn=m.add_zero_attn, **call)
+            attnc.multi_head_attention,
+            q,
+            k,
+            v,
+            m.num_heads,
+            p.get("in_proj_weight"),
+            p.get("in_proj_bias"),
+            p["out_proj.weight"],
+            p.get("out_proj.bias"),
+            q_proj_weight=p.get("q_proj_weight"),
+            k_proj_weight=p.get("k_proj_weight"),
+            v_proj_weight=p.get("v_proj_weight"),
+            bias_k=p.get("bias_k"),
+            bias_v=p.get("bias_v"),
+            add_zero_attn=m.add_zero_attn,
+            **call,
+        )
     assert (w is None) == (not need), what
     dout = rng.standard_normal(out.shape).astype(dtype)
     dw = rng.standard_normal(w.shape).astype(dtype) if need else None
@@ -327,8 +364,7 @@ def test_gradients_match_torch_autograd(cfg_name, dtype, rng, torch):
         call = make_call(kind, rng, dtype, m.num_heads, Lk, Sk)
         for need, avg in WEIGHT_MODES:
             kw = dict(call, need_weights=need, average_attn_weights=avg)
-            grads = _check_grads(torch, tm, m, q, k, v, kw, dtype, rng,
-                                 f"{cfg_name}/{kind}/{need}/{avg}")
+            grads = _check_grads(torch, tm, m, q, k, v, kw, dtype, rng, f"{cfg_name}/{kind}/{need}/{avg}")
             # every state_dict name has a gradient, plus the inputs and float masks
             floats = {n for n, x in call.items() if isinstance(x, np.ndarray) and x.dtype.kind == "f"}
             assert set(grads) == set(sd) | {"query", "key", "value"} | floats, sorted(grads)
@@ -343,8 +379,19 @@ def test_functional_gradients_match_torch_autograd(cfg_name, dtype, rng, torch):
         q, k, v = make_inputs(rng, cfg, dtype)
         call = make_call(kind, rng, dtype, m.num_heads)
         for need, avg in WEIGHT_MODES:
-            _check_grads(torch, tm, m, q, k, v, dict(call, need_weights=need, average_attn_weights=avg),
-                         dtype, rng, f"functional {cfg_name}/{kind}/{need}/{avg}", form="functional")
+            _check_grads(
+                torch,
+                tm,
+                m,
+                q,
+                k,
+                v,
+                dict(call, need_weights=need, average_attn_weights=avg),
+                dtype,
+                rng,
+                f"functional {cfg_name}/{kind}/{need}/{avg}",
+                form="functional",
+            )
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=DT_IDS)
@@ -355,8 +402,18 @@ def test_unbatched_gradients_match_torch_autograd(dtype, rng, torch):
     for kind in ["none", "am_float_kpm_float", "am_float_LS"]:
         call = make_call(kind, rng, dtype, m.num_heads, batch=())
         for need, avg in WEIGHT_MODES:
-            grads = _check_grads(torch, tm, m, q, k, v, dict(call, need_weights=need, average_attn_weights=avg),
-                                 dtype, rng, f"unbatched {kind}/{need}/{avg}")
+            grads = _check_grads(
+                torch,
+                tm,
+                m,
+                q,
+                k,
+                v,
+                dict(call, need_weights=need, average_attn_weights=avg),
+                dtype,
+                rng,
+                f"unbatched {kind}/{need}/{avg}",
+            )
             assert grads["query"].shape == q.shape and grads["key"].shape == k.shape
 
 
@@ -378,7 +435,7 @@ def test_weights_cotangent_alone(rng, torch):
     grads = pullback(None, dw)
     _, tw, leaves = _torch_call(torch, tm, q, k, v, {"average_attn_weights": False}, grad=True)
     (tw * torch.from_numpy(dw)).sum().backward()
-    for n in ("query", "key", "value"):   # torch leaves .grad None for an unused input
+    for n in ("query", "key", "value"):  # torch leaves .grad None for an unused input
         g = leaves[n].grad
         _close(grads[n], np.zeros(leaves[n].shape) if g is None else g.numpy(), 1e-10, n)
     for n, p in tm.named_parameters():
@@ -391,13 +448,22 @@ def test_weights_cotangent_alone(rng, torch):
 
 # --------------------------------------------------------------------------- finite differences
 
+
 def _fd_case(rng, separate):
     E4, H2 = 4, 2
     a = lambda *s: rng.standard_normal(s) * 0.5  # noqa: E731
-    kw = dict(query=a(1, 3, E4), key=a(1, 4, 3 if separate else E4),
-              value=a(1, 4, 2 if separate else E4), in_proj_bias=a(3 * E4),
-              out_proj_weight=a(E4, E4), out_proj_bias=a(E4), bias_k=a(E4),  # (E,), as torch's functional form
-              bias_v=a(1, 1, E4), attn_mask=a(3, 4), key_padding_mask=a(1, 4))
+    kw = dict(
+        query=a(1, 3, E4),
+        key=a(1, 4, 3 if separate else E4),
+        value=a(1, 4, 2 if separate else E4),
+        in_proj_bias=a(3 * E4),
+        out_proj_weight=a(E4, E4),
+        out_proj_bias=a(E4),
+        bias_k=a(E4),  # (E,), as torch's functional form
+        bias_v=a(1, 1, E4),
+        attn_mask=a(3, 4),
+        key_padding_mask=a(1, 4),
+    )
     if separate:
         kw.update(q_proj_weight=a(E4, E4), k_proj_weight=a(E4, 3), v_proj_weight=a(E4, 2))
     else:
@@ -415,16 +481,34 @@ def test_gradients_match_finite_differences(separate, average, dropout, rng, fd_
 
     def fn(**x):
         x = dict(x)
-        return attnc.multi_head_attention(x.pop("query"), x.pop("key"), x.pop("value"), h,
-                                          x.pop("in_proj_weight", None), x.pop("in_proj_bias"),
-                                          x.pop("out_proj_weight"), x.pop("out_proj_bias"), **x, **opts)
+        return attnc.multi_head_attention(
+            x.pop("query"),
+            x.pop("key"),
+            x.pop("value"),
+            h,
+            x.pop("in_proj_weight", None),
+            x.pop("in_proj_bias"),
+            x.pop("out_proj_weight"),
+            x.pop("out_proj_bias"),
+            **x,
+            **opts,
+        )
 
     args = {n: kw[n] for n in ("query", "key", "value")}
     rest = {n: x for n, x in kw.items() if n not in args}
     (out, w), pullback = attnc.vjp(
-        attnc.multi_head_attention, args["query"], args["key"], args["value"], h,
-        rest.pop("in_proj_weight", None), rest.pop("in_proj_bias"), rest.pop("out_proj_weight"),
-        rest.pop("out_proj_bias"), **rest, **opts)
+        attnc.multi_head_attention,
+        args["query"],
+        args["key"],
+        args["value"],
+        h,
+        rest.pop("in_proj_weight", None),
+        rest.pop("in_proj_bias"),
+        rest.pop("out_proj_weight"),
+        rest.pop("out_proj_bias"),
+        **rest,
+        **opts,
+    )
     cots = [rng.standard_normal(out.shape), rng.standard_normal(w.shape)]
     grads = pullback(*cots)
     assert set(grads) == set(kw), sorted(grads)
@@ -440,20 +524,50 @@ def test_bias_kv_shapes_of_torch_functional(bias_shape, dtype, rng, torch):
     one's own shape, against torch's functional form and autograd."""
     a = lambda *sh: rng.standard_normal(sh).astype(dtype)  # noqa: E731
     q, k, v = a(B, L, E), a(B, S, E), a(B, S, E)
-    params = dict(in_proj_weight=a(3 * E, E), in_proj_bias=a(3 * E), out_proj_weight=a(E, E),
-                  out_proj_bias=a(E), bias_k=a(*bias_shape), bias_v=a(*bias_shape))
+    params = dict(
+        in_proj_weight=a(3 * E, E),
+        in_proj_bias=a(3 * E),
+        out_proj_weight=a(E, E),
+        out_proj_bias=a(E),
+        bias_k=a(*bias_shape),
+        bias_v=a(*bias_shape),
+    )
     mask = a(L, S)  # torch pads it for the appended key, as attnc does
-    (out, w), pullback = attnc.vjp(attnc.multi_head_attention, q, k, v, 3, params["in_proj_weight"],
-                                   params["in_proj_bias"], params["out_proj_weight"], params["out_proj_bias"],
-                                   bias_k=params["bias_k"], bias_v=params["bias_v"], attn_mask=mask)
+    (out, w), pullback = attnc.vjp(
+        attnc.multi_head_attention,
+        q,
+        k,
+        v,
+        3,
+        params["in_proj_weight"],
+        params["in_proj_bias"],
+        params["out_proj_weight"],
+        params["out_proj_bias"],
+        bias_k=params["bias_k"],
+        bias_v=params["bias_v"],
+        attn_mask=mask,
+    )
     dout, dw = a(*out.shape), a(*w.shape)
     grads = pullback(dout, dw)
     t = {n: torch.from_numpy(x).requires_grad_() for n, x in dict(params, query=q, key=k, value=v).items()}
     seq = lambda x: x.transpose(0, 1)  # noqa: E731  (torch's functional form is sequence first)
     tout, tw = torch.nn.functional.multi_head_attention_forward(
-        seq(t["query"]), seq(t["key"]), seq(t["value"]), E, 3, t["in_proj_weight"], t["in_proj_bias"],
-        t["bias_k"], t["bias_v"], False, 0.0, t["out_proj_weight"], t["out_proj_bias"],
-        attn_mask=torch.from_numpy(mask), training=False)
+        seq(t["query"]),
+        seq(t["key"]),
+        seq(t["value"]),
+        E,
+        3,
+        t["in_proj_weight"],
+        t["in_proj_bias"],
+        t["bias_k"],
+        t["bias_v"],
+        False,
+        0.0,
+        t["out_proj_weight"],
+        t["out_proj_bias"],
+        attn_mask=torch.from_numpy(mask),
+        training=False,
+    )
     ((seq(tout) * torch.from_numpy(dout)).sum() + (tw * torch.from_numpy(dw)).sum()).backward()
     _close(out, seq(tout).detach().numpy(), REL[dtype], "output")
     _close(w, tw.detach().numpy(), REL[dtype], "weights")
@@ -492,8 +606,18 @@ def test_multi_tile_sizes_match_torch(cfg_name, kind, dtype, rng, torch):
     q, k, v = make_inputs(rng, cfg, dtype, Lb, Sb)
     call = make_call(kind, rng, dtype, 4, Lb, Sb)
     for need, avg in [(True, False), (False, True)]:
-        _check_grads(torch, tm, m, q, k, v, dict(call, need_weights=need, average_attn_weights=avg), dtype,
-                     rng, f"{cfg_name}/{kind}/L{Lb}S{Sb}/{need}")
+        _check_grads(
+            torch,
+            tm,
+            m,
+            q,
+            k,
+            v,
+            dict(call, need_weights=need, average_attn_weights=avg),
+            dtype,
+            rng,
+            f"{cfg_name}/{kind}/L{Lb}S{Sb}/{need}",
+        )
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=DT_IDS)
@@ -528,6 +652,7 @@ def test_thread_counts_give_identical_bits(dtype, rng, torch, restore_threads):
 
 
 # --------------------------------------------------------------------------- module vs functional
+
 
 @pytest.mark.parametrize("cfg_name", ["default", "kdim_vdim", "bias_kv_zero_attn"])
 def test_module_equals_functional_bitwise(cfg_name, rng):

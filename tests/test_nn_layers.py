@@ -25,6 +25,7 @@ def _t(torch, a, grad=False):
 
 # --------------------------------------------------------------------------- references
 
+
 def ln_ref(input, normalized_shape, weight=None, bias=None, eps=1e-5):
     x = np.asarray(input, dtype=np.float64)
     k = 1 if isinstance(normalized_shape, int) else len(normalized_shape)
@@ -127,8 +128,13 @@ def test_layer_norm_non_contiguous_input(dtype, rng, torch):
     base = rng.standard_normal((6, 3, 10)).astype(dtype)
     w = rng.standard_normal(5).astype(dtype)
     b = rng.standard_normal(5).astype(dtype)
-    for x in (base[:, :, ::2], base.transpose(1, 0, 2)[..., 3:8], base[::-1, :, 1:6],
-              np.asfortranarray(base[:, 0, :5]), base[0, :, ::2]):
+    for x in (
+        base[:, :, ::2],
+        base.transpose(1, 0, 2)[..., 3:8],
+        base[::-1, :, 1:6],
+        np.asfortranarray(base[:, 0, :5]),
+        base[0, :, ::2],
+    ):
         assert not x.flags.c_contiguous
         y, pullback = attnc.vjp(nn.layer_norm, x, 5, weight=w, bias=b)
         cot = rng.standard_normal(y.shape).astype(dtype)
@@ -144,8 +150,9 @@ def test_layer_norm_non_contiguous_input(dtype, rng, torch):
             same_bits(g[name], gc[name], f"strided vs contiguous d{name}")
 
 
-@pytest.mark.parametrize("case", ["int_wb_lead1", "tuple_wb", "no_params", "weight_only",
-                                  "bias_only", "big_eps", "int_wb_lead0"])
+@pytest.mark.parametrize(
+    "case", ["int_wb_lead1", "tuple_wb", "no_params", "weight_only", "bias_only", "big_eps", "int_wb_lead0"]
+)
 def test_layer_norm_finite_differences(case, rng, check_vjp):
     lead, ns, wb, bb, eps = LN_CASES[case]
     x, w, b = _ln_inputs(rng, lead, ns, wb, bb, np.float64)
@@ -235,10 +242,10 @@ def test_layer_norm_errors(rng):
 
 # --------------------------------------------------------------------------- embedding
 
+
 def _torch_emb(torch, ids, w, padding_idx, cot):
     tw = _t(torch, w, True)
-    y = torch.nn.functional.embedding(torch.from_numpy(np.asarray(ids, np.int64)), tw,
-                                      padding_idx=padding_idx)
+    y = torch.nn.functional.embedding(torch.from_numpy(np.asarray(ids, np.int64)), tw, padding_idx=padding_idx)
     y.backward(torch.from_numpy(np.asarray(cot, np.float64)))
     return y.detach().numpy(), tw.grad.numpy()
 
@@ -295,8 +302,13 @@ def test_embedding_finite_differences(padding_idx, rng, check_vjp):
             weff[padding_idx] = w0[padding_idx]
         return weff[input] * scale
 
-    check_vjp(nn.embedding, ref, {"input": ids, "weight": w, "padding_idx": padding_idx,
-                                  "scale": 1.7}, rng, positional=("input", "weight"))
+    check_vjp(
+        nn.embedding,
+        ref,
+        {"input": ids, "weight": w, "padding_idx": padding_idx, "scale": 1.7},
+        rng,
+        positional=("input", "weight"),
+    )
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=DT_IDS)
@@ -392,8 +404,13 @@ def test_embedding_max_norm_finite_differences(rng, check_vjp):
             weff[padding_idx] = w[padding_idx] + shift[padding_idx]
         return weff[input]
 
-    check_vjp(nn.embedding, ref, {"input": ids, "weight": w, "padding_idx": 4, "max_norm": 1.5}, rng,
-              positional=("input", "weight"))
+    check_vjp(
+        nn.embedding,
+        ref,
+        {"input": ids, "weight": w, "padding_idx": 4, "max_norm": 1.5},
+        rng,
+        positional=("input", "weight"),
+    )
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=DT_IDS)
@@ -436,10 +453,11 @@ def test_embedding_max_norm_errors(rng):
 
 # --------------------------------------------------------------------------- gelu
 
+
 def gelu_ref(input, approximate="none"):
     x = np.asarray(input, np.float64)
     if approximate == "tanh":
-        return 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))
+        return 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3)))
     return 0.5 * x * (1 + np.vectorize(math.erf, otypes=[np.float64])(x / math.sqrt(2)))
 
 
@@ -467,8 +485,13 @@ def test_gelu_matches_torch(shape, approximate, dtype, rng, torch, assert_unchan
 
 @pytest.mark.parametrize("approximate", ["none", "tanh"])
 def test_gelu_finite_differences(approximate, rng, check_vjp):
-    check_vjp(nn.gelu, gelu_ref, {"input": rng.standard_normal((4, 6)) * 2, "approximate": approximate}, rng,
-              positional=("input",))
+    check_vjp(
+        nn.gelu,
+        gelu_ref,
+        {"input": rng.standard_normal((4, 6)) * 2, "approximate": approximate},
+        rng,
+        positional=("input",),
+    )
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=DT_IDS)
@@ -527,6 +550,7 @@ def test_torch_compat_paths_thread_count_bitwise(dtype, rng, restore_threads):
 
 # --------------------------------------------------------------------------- cross_entropy
 
+
 def _ce_inputs(rng, kind, ignore_index, dtype, N=6, C=5, d1=3):
     if kind == "NC":
         x = rng.standard_normal((N, C)) * 2
@@ -562,8 +586,7 @@ def _ce_kwargs(ignore, reduction, ls):
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
 @pytest.mark.parametrize("ignore", list(CE_IGNORE))
 @pytest.mark.parametrize("kind", ["NC", "C", "NCd"])
-def test_cross_entropy_matches_torch(kind, ignore, reduction, ls, dtype, rng, torch,
-                                     assert_unchanged):
+def test_cross_entropy_matches_torch(kind, ignore, reduction, ls, dtype, rng, torch, assert_unchanged):
     ig = CE_IGNORE[ignore]
     x, t = _ce_inputs(rng, kind, -100 if ig is None else ig, dtype)
     kw = _ce_kwargs(ignore, reduction, ls)
@@ -581,7 +604,7 @@ def test_cross_entropy_matches_torch(kind, ignore, reduction, ls, dtype, rng, to
     assert grads["input"].dtype == dtype and grads["input"].shape == x.shape
     close(grads["input"], tx.grad.numpy(), REL[dtype], "cross_entropy dinput")
     if t.ndim:  # ignored targets get no gradient, the others do
-        ignored = (t == (-100 if ig is None else ig))
+        ignored = t == (-100 if ig is None else ig)
         gi = np.moveaxis(grads["input"], 1, -1)
         assert ignored.any() and np.all(gi[ignored] == 0)
         assert np.all(np.abs(gi[~ignored]).sum(-1) > 0)
@@ -592,9 +615,13 @@ def test_cross_entropy_matches_torch(kind, ignore, reduction, ls, dtype, rng, to
 @pytest.mark.parametrize("kind", ["NC", "C", "NCd"])
 def test_cross_entropy_finite_differences(kind, reduction, ls, rng, check_vjp):
     x, t = _ce_inputs(rng, kind, 3, np.float64, N=4, C=4, d1=2)
-    check_vjp(nn.cross_entropy, ce_ref, {"input": x, "target": t, "ignore_index": 3,
-                                         "reduction": reduction, "label_smoothing": ls}, rng,
-              positional=("input", "target"))
+    check_vjp(
+        nn.cross_entropy,
+        ce_ref,
+        {"input": x, "target": t, "ignore_index": 3, "reduction": reduction, "label_smoothing": ls},
+        rng,
+        positional=("input", "target"),
+    )
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=DT_IDS)
@@ -608,8 +635,7 @@ def test_cross_entropy_all_ignored(ls, dtype, rng, torch):
     g = pullback(np.asarray(1.0, dtype))["input"]
     assert np.all(g == 0) and g.shape == x.shape
     # torch gives NaN here: attnc's documented choice differs on purpose
-    tout = torch.nn.functional.cross_entropy(torch.from_numpy(x), torch.from_numpy(t),
-                                             label_smoothing=ls)
+    tout = torch.nn.functional.cross_entropy(torch.from_numpy(x), torch.from_numpy(t), label_smoothing=ls)
     assert torch.isnan(tout)
     # sum and none: zeros, as torch
     assert nn.cross_entropy(x, t, reduction="sum") == 0
@@ -675,8 +701,9 @@ def _ce_probs(rng, x, dtype):
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
 @pytest.mark.parametrize("target_kind", ["ids", "probs", "probs_unnormalised"])
 @pytest.mark.parametrize("kind", ["NC", "C", "NCd"])
-def test_cross_entropy_weight_and_probabilities_match_torch(kind, target_kind, reduction, ls, dtype, rng, torch,
-                                                            assert_unchanged):
+def test_cross_entropy_weight_and_probabilities_match_torch(
+    kind, target_kind, reduction, ls, dtype, rng, torch, assert_unchanged
+):
     """weight= and class-probability targets, as torch: the loss, the input's gradient,
     and for probabilities the target's and the weight's (torch differentiates the
     weight only there; test_cross_entropy_weight_finite_differences checks class ids)."""
@@ -687,8 +714,9 @@ def test_cross_entropy_weight_and_probabilities_match_torch(kind, target_kind, r
     kw = dict(reduction=reduction, label_smoothing=ls, ignore_index=2 if target_kind == "ids" else -100)
     out = assert_unchanged(nn.cross_entropy, x, t, w, **kw)
     close(out, ce_full_ref(x, t, w, **kw), REL[dtype], "forward vs NumPy")
-    tt = {n: _t(torch, a, n != "target" or target_kind != "ids") for n, a in (("input", x), ("target", t),
-                                                                             ("weight", w))}
+    tt = {
+        n: _t(torch, a, n != "target" or target_kind != "ids") for n, a in (("input", x), ("target", t), ("weight", w))
+    }
     if target_kind == "ids":
         tt["target"], tt["weight"] = torch.from_numpy(t.astype(np.int64)), torch.from_numpy(w.astype(np.float64))
     tout = torch.nn.functional.cross_entropy(tt["input"], tt["target"], tt["weight"], **kw)
@@ -784,8 +812,7 @@ def test_strided_logits_and_embedding_table(dtype, rng):
     for x in (base[:, ::2], np.asfortranarray(base[:, :5]), base[::-1, 1:6]):
         for red in ("mean", "none"):
             out, pb = attnc.vjp(nn.cross_entropy, x, t, reduction=red, label_smoothing=0.1)
-            outc, pbc = attnc.vjp(nn.cross_entropy, np.ascontiguousarray(x), t, reduction=red,
-                                  label_smoothing=0.1)
+            outc, pbc = attnc.vjp(nn.cross_entropy, np.ascontiguousarray(x), t, reduction=red, label_smoothing=0.1)
             same_bits(out, outc, f"cross_entropy {red} strided vs contiguous")
             c = np.ones(out.shape, dtype)
             same_bits(pb(c)["input"], pbc(c)["input"], "cross_entropy dinput strided")
@@ -797,6 +824,7 @@ def test_strided_logits_and_embedding_table(dtype, rng):
 
 
 # --------------------------------------------------------------------------- sinusoidal
+
 
 @pytest.mark.parametrize("length,d_model", [(7, 8), (5, 7), (3, 1), (0, 6), (4, 0), (50, 16)])
 def test_sinusoidal_encoding_formula(length, d_model):
@@ -823,6 +851,7 @@ def test_sinusoidal_encoding_errors():
 
 
 # --------------------------------------------------------------------------- threads
+
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=DT_IDS)
 def test_thread_count_bitwise(dtype, rng, restore_threads):
@@ -860,6 +889,7 @@ def test_thread_count_bitwise(dtype, rng, restore_threads):
 
 # --------------------------------------------------------------------------- log_softmax
 
+
 def _log_softmax_ref(input, dim=-1):
     x = np.asarray(input, np.float64)
     if x.ndim == 0 or x.size == 0:  # one element normalised alone: 0; nothing: nothing
@@ -869,11 +899,23 @@ def _log_softmax_ref(input, dim=-1):
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=DT_IDS)
-@pytest.mark.parametrize("shape, dim", [((7,), 0), ((3, 5), -1), ((3, 5), 0), ((2, 4, 6), 1),
-                                        # 0-d, a zero-length dim and an empty batch (torch's OpInfo has the
-                                        # first two): torch's results, empty where torch's are
-                                        ((), 0), ((), -1), ((5, 0, 0), -1), ((4, 0, 3), 1), ((4, 0, 3), 0),
-                                        ((0, 3), 1)])
+@pytest.mark.parametrize(
+    "shape, dim",
+    [
+        ((7,), 0),
+        ((3, 5), -1),
+        ((3, 5), 0),
+        ((2, 4, 6), 1),
+        # 0-d, a zero-length dim and an empty batch (torch's OpInfo has the
+        # first two): torch's results, empty where torch's are
+        ((), 0),
+        ((), -1),
+        ((5, 0, 0), -1),
+        ((4, 0, 3), 1),
+        ((4, 0, 3), 0),
+        ((0, 3), 1),
+    ],
+)
 def test_log_softmax_matches_torch(shape, dim, dtype, rng, torch, assert_unchanged):
     x = (rng.standard_normal(shape) * 3).astype(dtype)
     y, pull = assert_unchanged(attnc.vjp, nn.log_softmax, x, dim=dim)
@@ -890,8 +932,13 @@ def test_log_softmax_matches_torch(shape, dim, dtype, rng, torch, assert_unchang
 
 
 def test_log_softmax_finite_differences(rng, check_vjp):
-    check_vjp(nn.log_softmax, _log_softmax_ref, {"input": rng.standard_normal((3, 4, 5)), "dim": 1}, rng,
-              positional=("input",))
+    check_vjp(
+        nn.log_softmax,
+        _log_softmax_ref,
+        {"input": rng.standard_normal((3, 4, 5)), "dim": 1},
+        rng,
+        positional=("input",),
+    )
 
 
 def test_log_softmax_stable_and_minus_inf_rows():

@@ -34,17 +34,21 @@ MHA_CONFIGS = {
 
 def _inputs(rng, e, kw, dtype, b=2, L=4, S=5):
     kdim, vdim = kw.get("kdim") or e, kw.get("vdim") or e
-    return (rng.standard_normal((b, L, e)).astype(dtype),
-            rng.standard_normal((b, S, kdim)).astype(dtype),
-            rng.standard_normal((b, S, vdim)).astype(dtype))
+    return (
+        rng.standard_normal((b, L, e)).astype(dtype),
+        rng.standard_normal((b, S, kdim)).astype(dtype),
+        rng.standard_normal((b, S, vdim)).astype(dtype),
+    )
 
 
 def _torch_mha(torch, e, h, kw, dtype=np.float32):
-    return torch.nn.MultiheadAttention(e, h, batch_first=True, **kw,
-                                       dtype=torch.float64 if dtype == np.float64 else torch.float32)
+    return torch.nn.MultiheadAttention(
+        e, h, batch_first=True, **kw, dtype=torch.float64 if dtype == np.float64 else torch.float32
+    )
 
 
 # --------------------------------------------------------------------------- state dicts
+
 
 @pytest.mark.parametrize("cfg", list(MHA_CONFIGS))
 def test_state_dict_names_order_shapes_match_torch(cfg, torch):
@@ -87,7 +91,7 @@ def test_torch_tensors_load_directly(rng, torch):
     e, h, kw = MHA_CONFIGS["bias_kv"]
     tm = _torch_mha(torch, e, h, kw)
     m = nn.MultiheadAttention(e, h, seed=1, **kw)
-    m.load_state_dict(tm.state_dict())     # tensors, some requiring grad
+    m.load_state_dict(tm.state_dict())  # tensors, some requiring grad
     for n, t in tm.state_dict().items():
         _same_bits(m.state_dict()[n], t.detach().numpy(), n)
 
@@ -104,7 +108,7 @@ def test_load_state_dict_strict_and_shapes(rng):
     with pytest.raises((KeyError, RuntimeError)) as exc:
         m.load_state_dict(unexpected)
     assert "extra.weight" in str(exc.value)
-    for n in sd:   # a failed strict load changes nothing
+    for n in sd:  # a failed strict load changes nothing
         _same_bits(m.state_dict()[n], before[n], n)
 
     # strict=False loads what fits and reports the rest
@@ -132,14 +136,14 @@ def test_load_state_dict_strict_and_shapes(rng):
 def test_state_dict_copies_and_load_casts(rng):
     m = nn.MultiheadAttention(8, 2, seed=0)
     sd = m.state_dict()
-    sd["in_proj_weight"][:] = 7.0                      # a copy: the module is unchanged
+    sd["in_proj_weight"][:] = 7.0  # a copy: the module is unchanged
     assert not np.any(m.in_proj_weight == 7.0)
-    src = {k: rng.standard_normal(v.shape) for k, v in m.state_dict().items()}   # float64
+    src = {k: rng.standard_normal(v.shape) for k, v in m.state_dict().items()}  # float64
     m.load_state_dict(src)
     for n, p in m.named_parameters():
         assert p.dtype == np.float32, n
         _same_bits(p, src[n].astype(np.float32), n)
-    src["out_proj.weight"][:] = 3.0                    # loaded values are copies too
+    src["out_proj.weight"][:] = 3.0  # loaded values are copies too
     assert not np.any(m.out_proj.weight == 3.0)
 
 
@@ -179,6 +183,7 @@ def test_to_dtype(rng):
 
 # --------------------------------------------------------------------------- dropout
 
+
 def test_dropout(rng):
     x = rng.standard_normal((2, 6, 8)).astype(np.float32)
     a = nn.MultiheadAttention(8, 2, dropout=0.5, seed=11)
@@ -214,9 +219,8 @@ def test_dropout(rng):
 def test_dropout_one_and_bounds(rng):
     x = rng.standard_normal((1, 3, 4))
     m = nn.MultiheadAttention(4, 1, dropout=1.0, seed=0, dtype=np.float64)
-    m.load_state_dict({"in_proj_bias": rng.standard_normal(12), "out_proj.bias": rng.standard_normal(4)},
-                      strict=False)
-    out, w = m(x, x, x)   # every probability dropped: zero context, output = out_proj.bias
+    m.load_state_dict({"in_proj_bias": rng.standard_normal(12), "out_proj.bias": rng.standard_normal(4)}, strict=False)
+    out, w = m(x, x, x)  # every probability dropped: zero context, output = out_proj.bias
     _close(out, np.broadcast_to(m.out_proj.bias, out.shape), 1e-12, "dropout=1")
     _close(w.sum(-1), np.ones(w.shape[:-1]), 1e-12, "weights before dropout")
     for p in (-0.1, 1.5):
@@ -225,6 +229,7 @@ def test_dropout_one_and_bounds(rng):
 
 
 # --------------------------------------------------------------------------- initialisation
+
 
 def test_same_seed_same_parameters():
     for kw in ({}, {"kdim": 3, "vdim": 5, "add_bias_kv": True}):
@@ -253,7 +258,7 @@ def test_init_statistics(torch):
     # torch: xavier_uniform_ on (3E, E): bound sqrt(6 / (E + 3E))
     _check_uniform(m.in_proj_weight, math.sqrt(6 / (4 * E)), "in_proj_weight")
     # the three blocks are independent draws, not copies
-    assert not np.array_equal(m.in_proj_weight[:E], m.in_proj_weight[E:2 * E])
+    assert not np.array_equal(m.in_proj_weight[:E], m.in_proj_weight[E : 2 * E])
     # out_proj: torch.nn.Linear's kaiming_uniform(a=sqrt(5)): bound 1 / sqrt(E)
     _check_uniform(m.out_proj.weight, 1 / math.sqrt(E), "out_proj.weight")
     assert np.all(m.in_proj_bias == 0) and np.all(m.out_proj.bias == 0)
@@ -273,14 +278,19 @@ def test_init_statistics(torch):
     torch.manual_seed(0)
     t = torch.nn.MultiheadAttention(E, 4, batch_first=True)
     np.testing.assert_allclose(np.std(m.in_proj_weight), t.in_proj_weight.detach().std().item(), rtol=0.08)
-    np.testing.assert_allclose(np.std(m.out_proj.weight), t.out_proj.weight.detach().std().item(),
-                               rtol=0.08)
+    np.testing.assert_allclose(np.std(m.out_proj.weight), t.out_proj.weight.detach().std().item(), rtol=0.08)
 
 
 # --------------------------------------------------------------------------- Linear
 
-LINEAR_CASES = [((4, 5), 3, True), ((2, 3, 5), 3, False), ((5,), 2, True), ((2, 1, 3, 7), 4, True),
-                ((0, 5), 3, True), ((3, 5), 1, False)]
+LINEAR_CASES = [
+    ((4, 5), 3, True),
+    ((2, 3, 5), 3, False),
+    ((5,), 2, True),
+    ((2, 1, 3, 7), 4, True),
+    ((0, 5), 3, True),
+    ((3, 5), 1, False),
+]
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=DT_IDS)
@@ -311,7 +321,7 @@ def test_linear_matches_torch(case, dtype, rng, torch):
         _close(grads[n], g, GREL[dtype], f"linear gradient {n}")
     # the module form, with the same parameters
     lin = nn.Linear(in_f, out_f, bias=has_bias, dtype=dtype, seed=0)
-    assert [n for n, _ in lin.named_parameters()] == ["weight", "bias"][:1 + has_bias]
+    assert [n for n, _ in lin.named_parameters()] == ["weight", "bias"][: 1 + has_bias]
     lin.load_state_dict({"weight": w, **({"bias": b} if has_bias else {})})
     _same_bits(lin(x), y, "Linear module")
     y3, pullback = attnc.vjp(lin, x)
@@ -330,8 +340,7 @@ def test_linear_state_dict_matches_torch(torch):
 
 
 def test_linear_finite_differences(rng, fd_check):
-    kw = dict(input=rng.standard_normal((2, 3)), weight=rng.standard_normal((4, 3)),
-              bias=rng.standard_normal(4))
+    kw = dict(input=rng.standard_normal((2, 3)), weight=rng.standard_normal((4, 3)), bias=rng.standard_normal(4))
     y, pullback = attnc.vjp(nn.linear, **kw)
     dy = rng.standard_normal(y.shape)
     fd_check(lambda **a: nn.linear(**a), kw, [dy], pullback(dy))
@@ -339,17 +348,36 @@ def test_linear_finite_differences(rng, fd_check):
 
 # --------------------------------------------------------------------------- errors
 
+
 def _mha_args(rng, dtype=np.float64, E=8, L=3, S=4):
     a = lambda *s: rng.standard_normal(s).astype(dtype)  # noqa: E731
-    return dict(query=a(2, L, E), key=a(2, S, E), value=a(2, S, E), num_heads=2,
-                in_proj_weight=a(3 * E, E), in_proj_bias=a(3 * E), out_proj_weight=a(E, E),
-                out_proj_bias=a(E))
+    return dict(
+        query=a(2, L, E),
+        key=a(2, S, E),
+        value=a(2, S, E),
+        num_heads=2,
+        in_proj_weight=a(3 * E, E),
+        in_proj_bias=a(3 * E),
+        out_proj_weight=a(E, E),
+        out_proj_bias=a(E),
+    )
 
 
 def _call(kw):
     kw = dict(kw)
-    pos = [kw.pop(n) for n in ("query", "key", "value", "num_heads", "in_proj_weight", "in_proj_bias",
-                               "out_proj_weight", "out_proj_bias")]
+    pos = [
+        kw.pop(n)
+        for n in (
+            "query",
+            "key",
+            "value",
+            "num_heads",
+            "in_proj_weight",
+            "in_proj_bias",
+            "out_proj_weight",
+            "out_proj_bias",
+        )
+    ]
     return attnc.multi_head_attention(*pos, **kw)
 
 
@@ -366,9 +394,11 @@ def _err_cases():
         "out_proj_bias_shape": (ValueError, r"out_proj_bias", dict(base, out_proj_bias=a(4))),
         "in_proj_with_kdim": (ValueError, r"in_proj_weight|\bkey\b", dict(base, key=a(2, 4, 5))),
         "no_weights": (TypeError, r"q_proj_weight", dict(base, in_proj_weight=None)),
-        "k_proj_weight_shape": (ValueError, r"k_proj_weight",
-                                dict(base, in_proj_weight=None, q_proj_weight=a(8, 8),
-                                     k_proj_weight=a(8, 5), v_proj_weight=a(8, 8))),
+        "k_proj_weight_shape": (
+            ValueError,
+            r"k_proj_weight",
+            dict(base, in_proj_weight=None, q_proj_weight=a(8, 8), k_proj_weight=a(8, 5), v_proj_weight=a(8, 8)),
+        ),
         "bias_k_shape": (ValueError, r"bias_k", dict(base, bias_k=a(2, 8), bias_v=a(1, 1, 8))),
         "bias_v_width": (ValueError, r"bias_v", dict(base, bias_k=a(8), bias_v=a(1, 7))),
         "bias_k_alone": (ValueError, r"bias_k|bias_v", dict(base, bias_k=a(1, 1, 8))),
@@ -379,12 +409,14 @@ def _err_cases():
         "attn_mask_int": (TypeError, r"attn_mask", dict(base, attn_mask=np.zeros((3, 4), np.int64))),
         "kpm_shape": (ValueError, r"key_padding_mask", dict(base, key_padding_mask=np.zeros((2, 3), bool))),
         "kpm_batch": (ValueError, r"key_padding_mask", dict(base, key_padding_mask=np.zeros((1, 4), bool))),
-        "kpm_dtype": (TypeError, r"key_padding_mask",
-                      dict(base, key_padding_mask=np.zeros((2, 4), np.float32))),
+        "kpm_dtype": (TypeError, r"key_padding_mask", dict(base, key_padding_mask=np.zeros((2, 4), np.float32))),
         "query_dtype": (TypeError, r"\bquery\b", dict(base, query=base["query"].astype(np.int32))),
         "key_dtype": (TypeError, r"\bkey\b", dict(base, key=base["key"].astype(np.float32))),
-        "weight_dtype": (TypeError, r"in_proj_weight",
-                         dict(base, in_proj_weight=base["in_proj_weight"].astype(np.float32))),
+        "weight_dtype": (
+            TypeError,
+            r"in_proj_weight",
+            dict(base, in_proj_weight=base["in_proj_weight"].astype(np.float32)),
+        ),
         "query_4d": (ValueError, r"\bquery\b", dict(base, query=a(1, 2, 3, 8))),
         "batch_mismatch": (ValueError, r"\bkey\b|\bvalue\b", dict(base, key=a(3, 4, 8), value=a(3, 4, 8))),
         "key_value_length": (ValueError, r"\bkey\b|\bvalue\b", dict(base, value=a(2, 5, 8))),
@@ -435,15 +467,31 @@ def test_module_and_linear_errors(rng):
 
 # --------------------------------------------------------------------------- inputs unchanged
 
+
 def test_inputs_never_modified(rng, assert_unchanged):
     kw = _mha_args(rng)
-    kw.update(attn_mask=rng.standard_normal((3, 4)), key_padding_mask=rng.random((2, 4)) < 0.3,
-              bias_k=rng.standard_normal((1, 1, 8)), bias_v=rng.standard_normal((1, 1, 8)),
-              add_zero_attn=True)
+    kw.update(
+        attn_mask=rng.standard_normal((3, 4)),
+        key_padding_mask=rng.random((2, 4)) < 0.3,
+        bias_k=rng.standard_normal((1, 1, 8)),
+        bias_v=rng.standard_normal((1, 1, 8)),
+        add_zero_attn=True,
+    )
     kw["key_padding_mask"][:, 0] = False
     assert_unchanged(_call, kw)
-    pos = {n: kw[n] for n in ("query", "key", "value", "num_heads", "in_proj_weight", "in_proj_bias",
-                              "out_proj_weight", "out_proj_bias")}
+    pos = {
+        n: kw[n]
+        for n in (
+            "query",
+            "key",
+            "value",
+            "num_heads",
+            "in_proj_weight",
+            "in_proj_bias",
+            "out_proj_weight",
+            "out_proj_bias",
+        )
+    }
     rest = {n: x for n, x in kw.items() if n not in pos}
     (out, w), pullback = assert_unchanged(attnc.vjp, attnc.multi_head_attention, *pos.values(), **rest)
     cots = [rng.standard_normal(out.shape), rng.standard_normal(w.shape)]
@@ -468,7 +516,7 @@ def test_inputs_never_modified(rng, assert_unchanged):
 def test_non_contiguous_inputs(rng):
     m = nn.MultiheadAttention(8, 2, kdim=6, seed=0, dtype=np.float64).eval()
     big = rng.standard_normal((4, 7, 16))
-    q, k, v = big[::2, :3, ::2], big[1::2, 3:, 3:9], big[::-2, 6:2:-1, :8]   # strided, reversed
+    q, k, v = big[::2, :3, ::2], big[1::2, 3:, 3:9], big[::-2, 6:2:-1, :8]  # strided, reversed
     o1, w1 = m(q, k, v)
     o2, w2 = m(*(np.ascontiguousarray(a) for a in (q, k, v)))
     _same_bits(o1, o2, "strided output")
@@ -476,6 +524,7 @@ def test_non_contiguous_inputs(rng):
 
 
 # --------------------------------------------------------------------------- threads
+
 
 def test_thread_counts_give_identical_bits(rng, restore_threads):
     cfg = dict(add_bias_kv=True, kdim=24, vdim=40)
@@ -517,6 +566,7 @@ def test_warnings_free(rng):
 
 
 # --------------------------------------------------------------------------- argument types
+
 
 def test_numpy_integer_num_heads(rng):
     x = rng.standard_normal((1, 3, 8)).astype(np.float32)

@@ -64,14 +64,12 @@ def test_matches_reference(name, dtype, rel, rng, assert_unchanged):
 
 
 @pytest.mark.parametrize("name", sorted(OPS))
-@pytest.mark.parametrize("shape", [(B, H, N, M, K), (1, 1, 5, 3, 5), (3, 2, 2, 1, 3),
-                                   (1, 2, 3, 2, 7)], ids=str)
+@pytest.mark.parametrize("shape", [(B, H, N, M, K), (1, 1, 5, 3, 5), (3, 2, 2, 1, 3), (1, 2, 3, 2, 7)], ids=str)
 def test_gradients_finite_differences(name, shape, rng, check_vjp):
     b, h, n, m, k = shape
     x = _inputs(rng, b, h, n, m, k)
     kw = {a: x[a] for a in OPS[name]}
-    check_vjp(getattr(attnc.ntm, name), _ref(name), kw, rng, positional=OPS[name],
-              eps=1e-6, rtol=1e-6, atol=1e-7)
+    check_vjp(getattr(attnc.ntm, name), _ref(name), kw, rng, positional=OPS[name], eps=1e-6, rtol=1e-6, atol=1e-7)
 
 
 def test_address_intermediates_and_gradients(rng, check_vjp):
@@ -90,18 +88,19 @@ def test_address_intermediates_and_gradients(rng, check_vjp):
     cots = [rng.standard_normal(w.shape) for _ in range(4)]
     grads = pull(cots[0], tuple(cots[1:]))
     from conftest import fd_check_impl
+
     fd_check_impl(ref_all, kw, cots, grads, eps=1e-6, rtol=1e-6, atol=1e-7)
     # intermediates with a None cotangent entry
     grads = pull(cots[0], (None, cots[2], None))
-    fd_check_impl(ref_all, kw, [cots[0], None, cots[2], None], grads, eps=1e-6, rtol=1e-6,
-                  atol=1e-7)
+    fd_check_impl(ref_all, kw, [cots[0], None, cots[2], None], grads, eps=1e-6, rtol=1e-6, atol=1e-7)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_address_is_the_composition(dtype, rng):
     x = {k: v.astype(dtype) for k, v in _inputs(rng).items()}
-    w, (wc, wg, wt) = attnc.ntm.address(x["key"], x["beta"], x["g"], x["s"], x["gamma"],
-                                        x["w_prev"], x["memory"], return_intermediates=True)
+    w, (wc, wg, wt) = attnc.ntm.address(
+        x["key"], x["beta"], x["g"], x["s"], x["gamma"], x["w_prev"], x["memory"], return_intermediates=True
+    )
     c = attnc.ntm.content_weights(x["key"], x["memory"], x["beta"])
     i = attnc.ntm.interpolate(c, x["w_prev"], x["g"])
     t = attnc.ntm.shift(i, x["s"])
@@ -112,8 +111,7 @@ def test_address_is_the_composition(dtype, rng):
     same_bits(w, f, "w")
     # gradients of the fused call match the chain of the four pullbacks
     dw = rng.standard_normal(w.shape).astype(dtype)
-    _, pa = attnc.vjp(attnc.ntm.address, x["key"], x["beta"], x["g"], x["s"], x["gamma"],
-                      x["w_prev"], x["memory"])
+    _, pa = attnc.vjp(attnc.ntm.address, x["key"], x["beta"], x["g"], x["s"], x["gamma"], x["w_prev"], x["memory"])
     ga = pa(dw)
     _, p4 = attnc.vjp(attnc.ntm.sharpen, t, x["gamma"])
     g4 = p4(dw)
@@ -124,9 +122,15 @@ def test_address_is_the_composition(dtype, rng):
     _, p1 = attnc.vjp(attnc.ntm.content_weights, x["key"], x["memory"], x["beta"])
     g1 = p1(g2["w_content"])
     rel = 1e-12 if dtype == np.float64 else 1e-5
-    for name, got in [("gamma", g4["gamma"]), ("s", g3["s"]), ("g", g2["g"]),
-                      ("w_prev", g2["w_prev"]), ("key", g1["key"]), ("memory", g1["memory"]),
-                      ("beta", g1["beta"])]:
+    for name, got in [
+        ("gamma", g4["gamma"]),
+        ("s", g3["s"]),
+        ("g", g2["g"]),
+        ("w_prev", g2["w_prev"]),
+        ("key", g1["key"]),
+        ("memory", g1["memory"]),
+        ("beta", g1["beta"]),
+    ]:
         close(ga[name], got, rel, name)
 
 
@@ -148,8 +152,9 @@ def test_shift_direction():
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_sharpen_exact_zeros(dtype, rng):
-    w = np.array([[[0.0, 0.2, 0.0, 0.8], [0.0, 0.0, 0.0, 0.0]],
-                  [[0.5, 0.0, 0.5, 0.0], [0.0, 1.0, 0.0, 0.0]]], dtype=dtype)
+    w = np.array(
+        [[[0.0, 0.2, 0.0, 0.8], [0.0, 0.0, 0.0, 0.0]], [[0.5, 0.0, 0.5, 0.0], [0.0, 1.0, 0.0, 0.0]]], dtype=dtype
+    )
     gamma = np.array([[1.0, 2.0], [1.5, 3.0]], dtype=dtype)
     out, pull = attnc.vjp(attnc.ntm.sharpen, w, gamma)
     close(out, ref.sharpen(w, gamma), 1e-6)
@@ -181,6 +186,7 @@ def test_sharpen_gradient_with_zeros_fd(rng, check_vjp):
     d = rng.standard_normal(w.shape)
     g = pull(d)
     from conftest import numeric_vjp
+
     num = numeric_vjp(lambda **k: ref.sharpen(**k), {"w": w, "gamma": gamma}, [d], ["gamma"])
     close(g["gamma"], num["gamma"], 1e-7)
     # dw at the zero: gamma = 1 -> d/dw_j (w_j / sum) = (d_j - sum d out)/sum; gamma > 1 -> 0
@@ -269,8 +275,7 @@ def test_errors_name_arguments(rng):
     _raises(ValueError, "beta", ntm.content_weights, x["key"], x["memory"], x["beta"][:, :1])
     _raises(ValueError, "beta", ntm.content_weights, x["key"], x["memory"], -x["beta"])
     _raises(ValueError, "key", ntm.content_weights, x["key"][0], x["memory"], x["beta"])
-    _raises(TypeError, "memory", ntm.content_weights, x["key"], x["memory"].astype(np.float32),
-            x["beta"])
+    _raises(TypeError, "memory", ntm.content_weights, x["key"], x["memory"].astype(np.float32), x["beta"])
     _raises(TypeError, "key", ntm.content_weights, x["key"].astype(int), x["memory"], x["beta"])
     _raises(ValueError, "g", ntm.interpolate, x["w_content"], x["w_prev"], x["g"][:, :, None])
     _raises(ValueError, "w_prev", ntm.interpolate, x["w_content"], x["w_prev"][:, :, 1:], x["g"])
@@ -302,6 +307,7 @@ def test_errors_name_arguments(rng):
 def test_c_core_checks_too(rng):
     """The C core refuses bad shapes itself, naming the argument."""
     from attnc import _core
+
     x = _inputs(rng)
     out = np.empty((B, H, N))
     with pytest.raises(ValueError, match="beta"):

@@ -22,6 +22,7 @@ def _assert_binary(a):
 
 # --------------------------------------------------------------------------- copy
 
+
 def test_copy_layout_by_hand():
     task = CopyTask(bits=3, min_len=1, max_len=5)
     assert (task.input_size, task.output_size) == (4, 3)
@@ -56,7 +57,7 @@ def test_copy_long_lengths_for_generalisation():
     for L in (40, 80):
         b = task.batch(2, length=L, seed=0)
         assert b.inputs.shape == (2, 2 * L + 1, 9)
-        np.testing.assert_array_equal(b.targets[:, L + 1:], b.inputs[:, :L, :8])
+        np.testing.assert_array_equal(b.targets[:, L + 1 :], b.inputs[:, :L, :8])
         assert b.mask.sum(axis=1).tolist() == [L, L]
 
 
@@ -76,6 +77,7 @@ def test_copy_drawn_lengths_cover_the_range():
 
 # --------------------------------------------------------------------------- repeat copy
 
+
 def test_repeat_copy_layout_by_hand():
     task = RepeatCopyTask(bits=2, min_len=1, max_len=5, min_repeats=1, max_repeats=4)
     assert (task.input_size, task.output_size) == (4, 3)
@@ -88,15 +90,15 @@ def test_repeat_copy_layout_by_hand():
     assert (b.inputs[:, :L, 2:] == 0).all()
     np.testing.assert_array_equal(b.inputs[:, L], np.tile([0, 0, 1, 0], (3, 1)))  # delimiter
     np.testing.assert_array_equal(b.inputs[:, L + 1], np.tile([0, 0, 0, 0.75], (3, 1)))  # 3 / max_repeats
-    assert (b.inputs[:, L + 2:] == 0).all()
+    assert (b.inputs[:, L + 2 :] == 0).all()
     assert (b.targets[:, : L + 2] == 0).all()
     for row in range(3):
         s = seq[row]
-        np.testing.assert_array_equal(b.targets[row, L + 2: T - 1, :2], np.concatenate([s, s, s]))
-    assert (b.targets[:, L + 2: T - 1, 2] == 0).all()
+        np.testing.assert_array_equal(b.targets[row, L + 2 : T - 1, :2], np.concatenate([s, s, s]))
+    assert (b.targets[:, L + 2 : T - 1, 2] == 0).all()
     np.testing.assert_array_equal(b.targets[:, T - 1], np.tile([0, 0, 1], (3, 1)))  # end marker
     expected_mask = np.zeros(T, bool)
-    expected_mask[L + 2:] = True
+    expected_mask[L + 2 :] = True
     np.testing.assert_array_equal(b.mask, np.tile(expected_mask, (3, 1)))
 
 
@@ -110,7 +112,7 @@ def test_repeat_copy_drawn_ranges_and_repeat_channel():
         R = round(float(b.inputs[0, L + 1, 4]) * 3)
         assert 2 <= L <= 4 and 1 <= R <= 3
         assert b.inputs.shape[1] == L * (R + 1) + 3 and b.mask[0].sum() == L * R + 1
-        np.testing.assert_array_equal(b.targets[0, L + 2: -1, :3], np.tile(b.inputs[0, :L, :3], (R, 1)))
+        np.testing.assert_array_equal(b.targets[0, L + 2 : -1, :3], np.tile(b.inputs[0, :L, :3], (R, 1)))
         seen.add((L, R))
     assert seen == {(L, R) for L in (2, 3, 4) for R in (1, 2, 3)}
 
@@ -123,14 +125,15 @@ def test_repeat_copy_more_repeats_than_trained_on():
 
 # --------------------------------------------------------------------------- associative recall
 
+
 def _parse_recall(inputs, bits, item_len):
     """(items, query) of one row, read back from its input alone."""
     item_delims = np.flatnonzero(inputs[:, bits] == 1)
     query_delims = np.flatnonzero(inputs[:, bits + 1] == 1)
     assert len(query_delims) == 2 and query_delims[1] - query_delims[0] == item_len + 1
     assert (item_delims < query_delims[0]).all()
-    items = [inputs[d + 1: d + 1 + item_len, :bits] for d in item_delims]
-    query = inputs[query_delims[0] + 1: query_delims[1], :bits]
+    items = [inputs[d + 1 : d + 1 + item_len, :bits] for d in item_delims]
+    query = inputs[query_delims[0] + 1 : query_delims[1], :bits]
     return items, query, query_delims[1]
 
 
@@ -143,18 +146,18 @@ def test_associative_recall_target_is_the_item_after_the_query():
     assert b.inputs.shape == (64, T, 6) and b.targets.shape == (64, T, 4)
     _assert_binary(b.inputs)
     expected_mask = np.zeros(T, bool)
-    expected_mask[T - K:] = True
+    expected_mask[T - K :] = True
     np.testing.assert_array_equal(b.mask, np.tile(expected_mask, (64, 1)))
     assert (b.targets[:, : T - K] == 0).all()
     positions = set()
     for row in range(64):
         items, query, last = _parse_recall(b.inputs[row], bits, K)
         assert len(items) == N and last == T - K - 1
-        assert (b.inputs[row, last + 1:] == 0).all()  # the answer phase is silent
+        assert (b.inputs[row, last + 1 :] == 0).all()  # the answer phase is silent
         assert len({it.tobytes() for it in items}) == N  # distinct items
         matches = [i for i, it in enumerate(items) if np.array_equal(it, query)]
         assert len(matches) == 1 and matches[0] < N - 1  # the query copies an earlier item, never the last
-        np.testing.assert_array_equal(b.targets[row, T - K:], items[matches[0] + 1])
+        np.testing.assert_array_equal(b.targets[row, T - K :], items[matches[0] + 1])
         positions.add(matches[0])
     assert positions == set(range(N - 1))
 
@@ -183,6 +186,7 @@ def test_associative_recall_drawn_number_of_items():
 
 
 # --------------------------------------------------------------------------- seeding, dtypes, repr
+
 
 @pytest.mark.parametrize("task", [CopyTask(), RepeatCopyTask(), AssociativeRecallTask()], ids=repr)
 def test_same_seed_same_arrays_different_seeds_differ(task):
@@ -220,6 +224,7 @@ def test_repr_and_exports():
 
 # --------------------------------------------------------------------------- bits per sequence
 
+
 def test_bits_per_sequence_counts_scored_bits_only():
     b = CopyTask(bits=4).batch(5, length=3, seed=2)
     perfect = 2 * b.targets - 1
@@ -254,28 +259,32 @@ def test_bits_per_sequence_errors():
 
 # --------------------------------------------------------------------------- argument errors
 
-@pytest.mark.parametrize("make, name", [
-    (lambda: CopyTask(bits=0), "bits"),
-    (lambda: CopyTask(bits=2.5), "bits"),
-    (lambda: CopyTask(min_len=0), "min_len"),
-    (lambda: CopyTask(min_len=5, max_len=4), "max_len"),
-    (lambda: RepeatCopyTask(bits=0), "bits"),
-    (lambda: RepeatCopyTask(min_len=3, max_len=2), "max_len"),
-    (lambda: RepeatCopyTask(min_repeats=0), "min_repeats"),
-    (lambda: RepeatCopyTask(min_repeats=4, max_repeats=3), "max_repeats"),
-    (lambda: AssociativeRecallTask(bits=0), "bits"),
-    (lambda: AssociativeRecallTask(item_len=0), "item_len"),
-    (lambda: AssociativeRecallTask(min_items=1), "min_items"),
-    (lambda: AssociativeRecallTask(min_items=4, max_items=3), "max_items"),
-    (lambda: CopyTask().batch(0), "batch_size"),
-    (lambda: CopyTask().batch(True), "batch_size"),
-    (lambda: CopyTask().batch(2, length=0), "length"),
-    (lambda: RepeatCopyTask().batch(2, length=0), "length"),
-    (lambda: RepeatCopyTask().batch(2, repeats=0), "repeats"),
-    (lambda: AssociativeRecallTask().batch(2, items=1), "items"),
-    (lambda: AssociativeRecallTask().batch(-1), "batch_size"),
-    (lambda: CopyTask().batch(2, seed=-1), "seed"),
-])
+
+@pytest.mark.parametrize(
+    "make, name",
+    [
+        (lambda: CopyTask(bits=0), "bits"),
+        (lambda: CopyTask(bits=2.5), "bits"),
+        (lambda: CopyTask(min_len=0), "min_len"),
+        (lambda: CopyTask(min_len=5, max_len=4), "max_len"),
+        (lambda: RepeatCopyTask(bits=0), "bits"),
+        (lambda: RepeatCopyTask(min_len=3, max_len=2), "max_len"),
+        (lambda: RepeatCopyTask(min_repeats=0), "min_repeats"),
+        (lambda: RepeatCopyTask(min_repeats=4, max_repeats=3), "max_repeats"),
+        (lambda: AssociativeRecallTask(bits=0), "bits"),
+        (lambda: AssociativeRecallTask(item_len=0), "item_len"),
+        (lambda: AssociativeRecallTask(min_items=1), "min_items"),
+        (lambda: AssociativeRecallTask(min_items=4, max_items=3), "max_items"),
+        (lambda: CopyTask().batch(0), "batch_size"),
+        (lambda: CopyTask().batch(True), "batch_size"),
+        (lambda: CopyTask().batch(2, length=0), "length"),
+        (lambda: RepeatCopyTask().batch(2, length=0), "length"),
+        (lambda: RepeatCopyTask().batch(2, repeats=0), "repeats"),
+        (lambda: AssociativeRecallTask().batch(2, items=1), "items"),
+        (lambda: AssociativeRecallTask().batch(-1), "batch_size"),
+        (lambda: CopyTask().batch(2, seed=-1), "seed"),
+    ],
+)
 def test_bad_arguments_raise_value_error(make, name):
     with pytest.raises(ValueError, match=name):
         make()

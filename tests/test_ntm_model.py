@@ -17,17 +17,27 @@ import attnc.models
 import attnc.optim
 from helpers import close, same_bits
 
-I, O, C, N, M = 3, 2, 6, 7, 4          # input, output, controller, memory slots, memory width
-REL64 = 1e-10                           # float64 forward vs torch
-GREL64 = 1e-9                           # float64 gradients vs torch autograd
-REL32 = 1e-4                            # float32 model vs float64 torch (forward and gradients)
+I, O, C, N, M = 3, 2, 6, 7, 4  # input, output, controller, memory slots, memory width
+REL64 = 1e-10  # float64 forward vs torch
+GREL64 = 1e-9  # float64 gradients vs torch autograd
+REL32 = 1e-4  # float32 model vs float64 torch (forward and gradients)
 
 # (controller, read heads, write heads, shifts, memory_init, T)
-CASES = [(ctrl, R, W, K, mi, 12) for ctrl in ("lstm", "feedforward") for mi in ("constant", "learned", "random")
-         for R, W, K in ((1, 1, 3), (2, 2, 5))]
-CASES += [("lstm", 1, 1, 3, "constant", 1), ("feedforward", 2, 2, 5, "learned", 1), ("lstm", 2, 2, 3, "random", 1),
-          ("lstm", 1, 2, 5, "learned", 7), ("feedforward", 2, 1, 3, "random", 7),
-          ("lstm", 0, 1, 3, "learned", 6), ("feedforward", 1, 0, 3, "random", 6)]   # no read / no write head
+CASES = [
+    (ctrl, R, W, K, mi, 12)
+    for ctrl in ("lstm", "feedforward")
+    for mi in ("constant", "learned", "random")
+    for R, W, K in ((1, 1, 3), (2, 2, 5))
+]
+CASES += [
+    ("lstm", 1, 1, 3, "constant", 1),
+    ("feedforward", 2, 2, 5, "learned", 1),
+    ("lstm", 2, 2, 3, "random", 1),
+    ("lstm", 1, 2, 5, "learned", 7),
+    ("feedforward", 2, 1, 3, "random", 7),
+    ("lstm", 0, 1, 3, "learned", 6),
+    ("feedforward", 1, 0, 3, "random", 6),
+]  # no read / no write head
 
 
 def case_id(c):
@@ -42,8 +52,17 @@ def ref(torch):
 
 
 def config(ctrl="lstm", R=1, W=1, K=3, mi="constant", **kw):
-    return dict(controller=ctrl, controller_size=C, memory_slots=N, memory_width=M, read_heads=R, write_heads=W,
-                shifts=K, memory_init=mi, **kw)
+    return dict(
+        controller=ctrl,
+        controller_size=C,
+        memory_slots=N,
+        memory_width=M,
+        read_heads=R,
+        write_heads=W,
+        shifts=K,
+        memory_init=mi,
+        **kw,
+    )
 
 
 def make(ctrl="lstm", R=1, W=1, K=3, mi="constant", dtype=np.float64, seed=0, **kw):
@@ -62,8 +81,17 @@ def inputs(B, T, seed=0, dtype=np.float64):
 def torch_run(ref, model, x, ctrl, R, W, K, mi, torch, clip=20.0):
     """The torch NTM in float64 with the model's weights (whatever its dtype)."""
     sd = {k: np.asarray(v, np.float64) for k, v in model.state_dict().items()}
-    return ref.torch_ntm(sd, np.asarray(x, np.float64), controller=ctrl, read_heads=R, write_heads=W, shifts=K,
-                         memory_init_kind=mi, clip=clip, dtype=torch.float64)
+    return ref.torch_ntm(
+        sd,
+        np.asarray(x, np.float64),
+        controller=ctrl,
+        read_heads=R,
+        write_heads=W,
+        shifts=K,
+        memory_init_kind=mi,
+        clip=clip,
+        dtype=torch.float64,
+    )
 
 
 def expected_grad_names(model, mi):
@@ -94,6 +122,7 @@ def compare(model, x, run, rel, grel, dlogits, mi):
 
 # --------------------------------------------------------------------------- spec: names and shapes
 
+
 @pytest.mark.parametrize("ctrl", ["lstm", "feedforward"])
 @pytest.mark.parametrize("mi", ["constant", "learned", "random"])
 def test_state_dict_follows_the_spec(ref, ctrl, mi):
@@ -105,6 +134,7 @@ def test_state_dict_follows_the_spec(ref, ctrl, mi):
 
 
 # --------------------------------------------------------------------------- float64 vs torch
+
 
 @pytest.mark.parametrize("case", CASES, ids=case_id)
 def test_float64_forward_trace_and_gradients_match_torch(ref, torch, case):
@@ -142,19 +172,24 @@ def test_the_trace_is_a_distribution_and_the_memory_starts_as_specified(ref, tor
 
 # --------------------------------------------------------------------------- float32
 
-@pytest.mark.parametrize("case", [("lstm", 1, 1, 3, "learned", 12), ("feedforward", 2, 2, 5, "random", 12),
-                                  ("lstm", 2, 2, 3, "constant", 1)], ids=case_id)
+
+@pytest.mark.parametrize(
+    "case",
+    [("lstm", 1, 1, 3, "learned", 12), ("feedforward", 2, 2, 5, "random", 12), ("lstm", 2, 2, 3, "constant", 1)],
+    ids=case_id,
+)
 def test_float32_matches_float64_torch(ref, torch, case):
     ctrl, R, W, K, mi, T = case
     m = make(ctrl, R, W, K, mi, dtype=np.float32)
     m.load_state_dict(spec_state(ref, ctrl, R, W, K, mi, seed=11))
     x = inputs(3, T, seed=7, dtype=np.float32)
-    run = torch_run(ref, m, x, ctrl, R, W, K, mi, torch)   # the float32 weights and inputs, in float64
+    run = torch_run(ref, m, x, ctrl, R, W, K, mi, torch)  # the float32 weights and inputs, in float64
     dlogits = np.random.default_rng(8).standard_normal((3, T, O)).astype(np.float32)
     compare(m, x, run, REL32, REL32, dlogits.astype(np.float64), mi)
 
 
 # --------------------------------------------------------------------------- loss_and_grad
+
 
 class Batch:
     def __init__(self, inputs, targets, mask):
@@ -167,7 +202,7 @@ def bits_batch(B, T, seed, dtype=np.float64):
     targets = rng.integers(0, 2, (B, T, O)).astype(dtype)
     mask = rng.random((B, T)) < 0.6
     mask[0] = True
-    mask[1] = False            # a row with nothing scored
+    mask[1] = False  # a row with nothing scored
     return Batch(x, targets, mask)
 
 
@@ -179,9 +214,17 @@ def test_loss_and_grad_match_torch_bce(ref, torch, ctrl, mi, dtype):
     batch = bits_batch(4, 8, seed=13, dtype=dtype)
     loss, grads = m.loss_and_grad(batch)
     sd = {k: np.asarray(v, np.float64) for k, v in m.state_dict().items()}
-    tloss, tgrads = ref.torch_loss_and_grad(sd, batch.inputs.astype(np.float64), batch.targets.astype(np.float64),
-                                            batch.mask, controller=ctrl, read_heads=2, write_heads=1, shifts=3,
-                                            memory_init_kind=mi)
+    tloss, tgrads = ref.torch_loss_and_grad(
+        sd,
+        batch.inputs.astype(np.float64),
+        batch.targets.astype(np.float64),
+        batch.mask,
+        controller=ctrl,
+        read_heads=2,
+        write_heads=1,
+        shifts=3,
+        memory_init_kind=mi,
+    )
     rel = GREL64 if dtype == np.float64 else REL32
     assert np.isfinite(loss)
     close(loss, tloss, rel, "loss")
@@ -202,6 +245,7 @@ def test_loss_and_grad_match_torch_bce(ref, torch, ctrl, mi, dtype):
 
 
 # --------------------------------------------------------------------------- clipping
+
 
 @pytest.mark.parametrize("clip", [20.0, 2.5])
 def test_clipped_head_parameters_match_torch_clamp(ref, torch, clip):
@@ -225,6 +269,7 @@ def test_clipped_head_parameters_match_torch_clamp(ref, torch, clip):
 
 
 # --------------------------------------------------------------------------- finite differences
+
 
 def test_gradients_match_finite_differences():
     """An independent check of the C backward: central differences of the model itself."""
@@ -259,6 +304,7 @@ def test_gradients_match_finite_differences():
 
 # --------------------------------------------------------------------------- inputs, threads, seeds, save / load
 
+
 def test_inputs_are_never_modified(assert_unchanged):
     m = make("lstm", 2, 2, 3, "learned")
     x = inputs(3, 6, seed=21)
@@ -273,7 +319,7 @@ def test_inputs_are_never_modified(assert_unchanged):
     m.loss_and_grad(batch)
     for a, b in zip(before, (batch.inputs, batch.targets, batch.mask)):
         same_bits(a, b, "batch")
-    for k, v in m.state_dict().items():    # the forward and backward do not move the parameters
+    for k, v in m.state_dict().items():  # the forward and backward do not move the parameters
         same_bits(v, state[k], k)
 
 
@@ -283,7 +329,7 @@ def test_strided_inputs_give_the_contiguous_result():
     wide = np.zeros((4, 6, 2 * I))
     wide[:, :, ::2] = x
     same_bits(m(wide[:, :, ::2]), m(x), "strided inputs")
-    xt = np.ascontiguousarray(x.transpose(1, 0, 2)).transpose(1, 0, 2)   # (B, T, I) view, T outermost
+    xt = np.ascontiguousarray(x.transpose(1, 0, 2)).transpose(1, 0, 2)  # (B, T, I) view, T outermost
     same_bits(m(xt), m(x), "transposed inputs")
 
 
@@ -317,7 +363,7 @@ def test_rows_are_independent():
     x = inputs(5, 7, seed=30)
     whole = m(x)
     for b in (0, 3):
-        close(m(x[b:b + 1])[0], whole[b], 1e-13, f"row {b}")
+        close(m(x[b : b + 1])[0], whole[b], 1e-13, f"row {b}")
 
 
 def test_seeded_initialisation():
@@ -325,7 +371,7 @@ def test_seeded_initialisation():
         a, b, c = make("lstm", mi=mi, seed=1), make("lstm", mi=mi, seed=1), make("lstm", mi=mi, seed=2)
         for name in a.state_dict():
             same_bits(a.state_dict()[name], b.state_dict()[name], name)
-        if mi == "random":   # a fixed tensor drawn from the seed
+        if mi == "random":  # a fixed tensor drawn from the seed
             assert not np.array_equal(a.state_dict()["memory_init"], c.state_dict()["memory_init"])
         assert any(not np.array_equal(a.state_dict()[n], c.state_dict()[n]) for n in a.state_dict())
 
@@ -352,14 +398,26 @@ def test_state_dict_round_trip_and_save_load(tmp_path, mi):
 
 # --------------------------------------------------------------------------- errors
 
-@pytest.mark.parametrize("kw,match", [
-    ({"shifts": 4}, "shifts"), ({"shifts": 0}, "shifts"), ({"shifts": -1}, "shifts"),
-    ({"controller": "gru"}, "controller"), ({"memory_init": "zeros"}, "memory_init"),
-    ({"controller_size": 0}, "controller_size"), ({"memory_slots": 0}, "memory_slots"),
-    ({"memory_width": 0}, "memory_width"), ({"read_heads": -1}, "read_heads"), ({"write_heads": -1}, "write_heads"),
-    ({"read_heads": 0, "write_heads": 0}, "head"), ({"clip": 0.0}, "clip"), ({"clip": -1.0}, "clip"),
-    ({"clip": float("inf")}, "clip"),
-])
+
+@pytest.mark.parametrize(
+    "kw,match",
+    [
+        ({"shifts": 4}, "shifts"),
+        ({"shifts": 0}, "shifts"),
+        ({"shifts": -1}, "shifts"),
+        ({"controller": "gru"}, "controller"),
+        ({"memory_init": "zeros"}, "memory_init"),
+        ({"controller_size": 0}, "controller_size"),
+        ({"memory_slots": 0}, "memory_slots"),
+        ({"memory_width": 0}, "memory_width"),
+        ({"read_heads": -1}, "read_heads"),
+        ({"write_heads": -1}, "write_heads"),
+        ({"read_heads": 0, "write_heads": 0}, "head"),
+        ({"clip": 0.0}, "clip"),
+        ({"clip": -1.0}, "clip"),
+        ({"clip": float("inf")}, "clip"),
+    ],
+)
 def test_bad_constructor_arguments_name_the_argument(kw, match):
     args = config()
     args.update(kw)
@@ -377,13 +435,13 @@ def test_bad_inputs_raise_clear_errors():
     m = make()
     x = inputs(2, 4)
     with pytest.raises(ValueError, match="inputs"):
-        m(x[0])                                         # (T, I): no batch dim
+        m(x[0])  # (T, I): no batch dim
     with pytest.raises(ValueError, match="inputs"):
-        m(x[..., None])                                 # 4-D
+        m(x[..., None])  # 4-D
     with pytest.raises(ValueError, match=f"{I}|input"):
-        m(np.zeros((2, 4, I + 1)))                      # wrong width
+        m(np.zeros((2, 4, I + 1)))  # wrong width
     with pytest.raises((TypeError, ValueError), match="dtype|float"):
-        m(x.astype(np.float32))                         # float32 into a float64 model
+        m(x.astype(np.float32))  # float32 into a float64 model
     with pytest.raises((TypeError, ValueError), match="dtype|float"):
         m(x.astype(np.int64))
     with pytest.raises(ValueError, match="inputs"):
@@ -392,13 +450,25 @@ def test_bad_inputs_raise_clear_errors():
 
 # --------------------------------------------------------------------------- training
 
+
 def test_training_is_stable():
     """~150 Adam steps with gradient clipping on the copy task (attnc.datasets.CopyTask, lengths
     1-4): every logit, loss and gradient finite, and the loss goes down."""
     task = attnc.datasets.CopyTask(bits=4, min_len=1, max_len=4)
-    m = attnc.models.NTM(task.input_size, task.output_size, controller="lstm", controller_size=24, memory_slots=12,
-                         memory_width=6, read_heads=1, write_heads=1, shifts=3, memory_init="learned",
-                         dtype=np.float64, seed=35)
+    m = attnc.models.NTM(
+        task.input_size,
+        task.output_size,
+        controller="lstm",
+        controller_size=24,
+        memory_slots=12,
+        memory_width=6,
+        read_heads=1,
+        write_heads=1,
+        shifts=3,
+        memory_init="learned",
+        dtype=np.float64,
+        seed=35,
+    )
     opt = attnc.optim.Adam(m, lr=5e-3)
     rng = np.random.default_rng(36)
     losses = []
@@ -427,8 +497,9 @@ def test_training_through_the_plateau_is_stable():
 
     def run():
         task = CopyTask(bits=4, min_len=1, max_len=4)
-        m = attnc.models.NTM(task.input_size, task.output_size, controller_size=32, memory_slots=16,
-                             memory_width=8, seed=0)
+        m = attnc.models.NTM(
+            task.input_size, task.output_size, controller_size=32, memory_slots=16, memory_width=8, seed=0
+        )
         opt = attnc.optim.RMSprop(m, lr=1e-3, alpha=0.95, momentum=0.9)
         rng = np.random.default_rng(0)
         losses = []
@@ -442,7 +513,7 @@ def test_training_through_the_plateau_is_stable():
         return np.array(losses), bits_per_sequence(m(test.inputs), test), m.state_dict()
 
     losses, bits, state = run()
-    assert losses[:100].mean() > 0.5                  # the plateau: near chance
+    assert losses[:100].mean() > 0.5  # the plateau: near chance
     assert losses[-200:].mean() < 0.05 and bits < 0.5  # through it: the task is learned
     again, _, state2 = run()
     assert np.array_equal(losses, again) and all(np.array_equal(state[k], state2[k]) for k in state)

@@ -100,8 +100,13 @@ def test_adam_float32_bits(name, wd, rng, restore_threads):
     dict of arrays (updated through a copy, in place), at 1 and 2 threads."""
     big = rng.standard_normal(70001).astype(np.float32)
     base = rng.standard_normal((9, 6)).astype(np.float32)
-    grads = [(rng.standard_normal(70001).astype(np.float32) * np.float32(10.0 ** k),
-              rng.standard_normal((6, 9)).astype(np.float32)) for k in range(-6, 2)]
+    grads = [
+        (
+            rng.standard_normal(70001).astype(np.float32) * np.float32(10.0**k),
+            rng.standard_normal((6, 9)).astype(np.float32),
+        )
+        for k in range(-6, 2)
+    ]
     want_big = _adam_f32_reference(big, [g for g, _ in grads], 3e-3, 0.9, 0.99, 1e-8, wd, name == "AdamW")
     want_view = _adam_f32_reference(base.T, [g for _, g in grads], 3e-3, 0.9, 0.99, 1e-8, wd, name == "AdamW")
     for threads in (1, 2):
@@ -112,7 +117,7 @@ def test_adam_float32_bits(name, wd, rng, restore_threads):
         for g_big, g_view in grads:
             opt.step({"big": g_big, "view": g_view})
         np.testing.assert_array_equal(params["big"], want_big)
-        np.testing.assert_array_equal(owner.T, want_view)   # the caller's array itself
+        np.testing.assert_array_equal(owner.T, want_view)  # the caller's array itself
 
 
 def test_adam_kernel_errors():
@@ -177,12 +182,15 @@ def test_transformer_lr_and_lambda(torch):
         tsched.step()
 
 
-@pytest.mark.parametrize("module", [
-    lambda: attnc.nn.MultiheadAttention(12, 3, add_bias_kv=True, kdim=5, vdim=7, seed=3),
-    lambda: attnc.nn.LayerNorm((4, 6), eps=1e-3, bias=False),
-    lambda: attnc.nn.Embedding(11, 6, padding_idx=2, seed=4),
-    lambda: attnc.nn.Linear(6, 3, bias=False, dtype=np.float64, seed=5),
-])
+@pytest.mark.parametrize(
+    "module",
+    [
+        lambda: attnc.nn.MultiheadAttention(12, 3, add_bias_kv=True, kdim=5, vdim=7, seed=3),
+        lambda: attnc.nn.LayerNorm((4, 6), eps=1e-3, bias=False),
+        lambda: attnc.nn.Embedding(11, 6, padding_idx=2, seed=4),
+        lambda: attnc.nn.Linear(6, 3, bias=False, dtype=np.float64, seed=5),
+    ],
+)
 def test_save_load_roundtrip(module, tmp_path):
     m = module()
     path = tmp_path / "m.npz"
@@ -205,8 +213,10 @@ def test_load_rejects_foreign_files(tmp_path):
 def test_clip_grad_value_matches_torch(rng, torch):
     grads = {"a": rng.standard_normal((4, 5)) * 3, "b": rng.standard_normal(7) * 3, "other": np.full(3, 9.0)}
     tg = [torch.tensor(grads["a"]), torch.tensor(grads["b"])]
-    ps = [torch.zeros(4, 5, dtype=torch.float64, requires_grad=True), torch.zeros(7, dtype=torch.float64,
-                                                                                   requires_grad=True)]
+    ps = [
+        torch.zeros(4, 5, dtype=torch.float64, requires_grad=True),
+        torch.zeros(7, dtype=torch.float64, requires_grad=True),
+    ]
     for p, g in zip(ps, tg):
         p.grad = g
     torch.nn.utils.clip_grad_value_(ps, 1.5)

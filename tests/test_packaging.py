@@ -11,8 +11,12 @@ import pytest
 
 def imported_after(code: str) -> set:
     """The top-level names in sys.modules after running code in a fresh interpreter."""
-    run = subprocess.run([sys.executable, "-c", f"{code}\nimport sys\nprint(' '.join(sys.modules))"],
-                         capture_output=True, text=True, check=True)
+    run = subprocess.run(
+        [sys.executable, "-c", f"{code}\nimport sys\nprint(' '.join(sys.modules))"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return set(run.stdout.split())
 
 
@@ -30,11 +34,13 @@ def test_import_attnc_leaves_the_subpackages_for_their_first_use():
 
 
 def test_the_subpackages_are_reachable_after_import_attnc():
-    modules = imported_after("import attnc\n"
-                             "assert attnc.models.GPT.__name__ == 'GPT'\n"
-                             "assert attnc.datasets.DatesTask.__name__ == 'DatesTask'\n"
-                             "assert 'dates' in attnc.experiments.EXPERIMENTS and callable(attnc.plot.alignment)\n"
-                             "assert {'datasets', 'experiments', 'models', 'plot', 'nn'} <= set(dir(attnc))")
+    modules = imported_after(
+        "import attnc\n"
+        "assert attnc.models.GPT.__name__ == 'GPT'\n"
+        "assert attnc.datasets.DatesTask.__name__ == 'DatesTask'\n"
+        "assert 'dates' in attnc.experiments.EXPERIMENTS and callable(attnc.plot.alignment)\n"
+        "assert {'datasets', 'experiments', 'models', 'plot', 'nn'} <= set(dir(attnc))"
+    )
     assert {f"attnc.{name}" for name in LAZY} <= modules
 
 

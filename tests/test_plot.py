@@ -182,10 +182,10 @@ def test_missing_matplotlib_gives_install_hint(monkeypatch):
 
 # --------------------------------------------------------------------------- heads: a layer x head grid
 
+
 def _head_weights(layers=2, heads=3, seed=0):
     """Per-layer weights (1, heads, Tq, Tk), as the models return them for one example."""
-    return [np.stack([_weights(seed=100 * seed + 10 * l + h) for h in range(heads)])[None]
-            for l in range(layers)]
+    return [np.stack([_weights(seed=100 * seed + 10 * l + h) for h in range(heads)])[None] for l in range(layers)]
 
 
 def test_heads_returns_layer_by_head_axes_with_titles_and_tokens():
@@ -234,12 +234,16 @@ def test_heads_no_colorbar_and_row_label():
 def test_heads_accepts_arrays_of_every_documented_shape():
     ws = _head_weights(2, 3)
     stacked = np.concatenate(ws)  # (layers, heads, Tq, Tk)
-    for arg, shape in ((stacked, (2, 3)), (stacked[None], (2, 3)), (stacked[0], (1, 3)),
-                       ([w[0] for w in ws], (2, 3)), ([w.tolist() for w in ws], (2, 3))):
+    for arg, shape in (
+        (stacked, (2, 3)),
+        (stacked[None], (2, 3)),
+        (stacked[0], (1, 3)),
+        ([w[0] for w in ws], (2, 3)),
+        ([w.tolist() for w in ws], (2, 3)),
+    ):
         axes = plot.heads(arg)
         assert axes.shape == shape
-        np.testing.assert_array_equal(np.asarray(axes[-1, -1].images[0].get_array()),
-                                      stacked[shape[0] - 1, -1])
+        np.testing.assert_array_equal(np.asarray(axes[-1, -1].images[0].get_array()), stacked[shape[0] - 1, -1])
         plt.close("all")
 
 
@@ -288,6 +292,7 @@ def test_heads_input_not_modified_and_saves(tmp_path):
 
 # --------------------------------------------------------------------------- NTM: addressing stages and traces
 
+
 def _weighting(n=10, seed=0):
     rng = np.random.default_rng(seed)
     w = rng.random(n) ** 4
@@ -322,8 +327,9 @@ def test_ntm_addressing_with_previous_and_address_outputs():
     key = memory[:, None, 3] + 0.05
     w_prev = np.eye(10)[None, None, 7]
     s = np.array([[[0.0, 0.1, 0.9]]])
-    w, (w_c, w_g, w_t) = attnc.ntm.address(key, np.array([[5.0]]), np.array([[0.8]]), s, np.array([[3.0]]),
-                                          w_prev, memory, return_intermediates=True)
+    w, (w_c, w_g, w_t) = attnc.ntm.address(
+        key, np.array([[5.0]]), np.array([[0.8]]), s, np.array([[3.0]]), w_prev, memory, return_intermediates=True
+    )
     # (1, 1, N) arrays are squeezed to (N,)
     axes = plot.ntm_addressing(w_c, w_g[0], w_t[0, 0], w[0, 0], w_prev=w_prev[0, 0])
     assert axes.shape == (5,)
@@ -395,11 +401,15 @@ def test_ntm_trace_with_sequences_and_slot_range():
     inputs = rng.integers(0, 2, (2, 7, 5)).astype(np.float32)
     targets = rng.integers(0, 2, (2, 7, 4)).astype(np.float32)
     outputs = rng.random((7, 4))  # (T, C): already one row
-    axes = plot.ntm_trace(tr, row=0, inputs=inputs, targets=targets, outputs=outputs, slots=(3, 8),
-                          title="copy")
+    axes = plot.ntm_trace(tr, row=0, inputs=inputs, targets=targets, outputs=outputs, slots=(3, 8), title="copy")
     assert axes.shape == (5,)
-    assert [ax.get_title() for ax in axes] == ["inputs", "targets", "outputs", "write weights (head 0)",
-                                               "read weights (head 0)"]
+    assert [ax.get_title() for ax in axes] == [
+        "inputs",
+        "targets",
+        "outputs",
+        "write weights (head 0)",
+        "read weights (head 0)",
+    ]
     assert axes[0].figure.get_suptitle() == "copy"
     np.testing.assert_array_equal(np.asarray(axes[0].images[0].get_array()), inputs[0].T)
     np.testing.assert_array_equal(np.asarray(axes[1].images[0].get_array()), targets[0].T)
@@ -420,7 +430,8 @@ def test_ntm_trace_every_head_or_the_first():
     axes = plot.ntm_trace(tr)
     assert axes.shape == (5,)
     assert [ax.get_title() for ax in axes] == [f"write weights (head {h})" for h in range(3)] + [
-        f"read weights (head {h})" for h in range(2)]
+        f"read weights (head {h})" for h in range(2)
+    ]
     np.testing.assert_array_equal(np.asarray(axes[2].images[0].get_array()), tr.write_weights[0, :, 2].T)
     np.testing.assert_array_equal(np.asarray(axes[4].images[0].get_array()), tr.read_weights[0, :, 1].T)
     axes = plot.ntm_trace(tr, heads="first")
@@ -487,6 +498,7 @@ def test_ntm_trace_input_not_modified_and_saves(tmp_path):
 
 # --------------------------------------------------------------------------- pointer networks: tours and hulls
 
+
 def _points(n=7, seed=0):
     return np.random.default_rng(seed).random((n, 2))
 
@@ -549,7 +561,7 @@ def test_tours_from_a_pointer_net_and_given_axes():
 def test_hull_draws_predicted_until_the_end_token_over_target():
     pts = _points(10)
     target = np.array([0, 4, 7, 2, -1, -1])
-    predicted = np.array([0, 4, 2, -1, 7, 5])   # everything from the first -1 on is ignored
+    predicted = np.array([0, 4, 2, -1, 7, 5])  # everything from the first -1 on is ignored
     ax = plot.hull(pts, predicted, target=target, title="hull")
     assert isinstance(ax, Axes)
     assert ax.get_title() == "hull"
@@ -585,8 +597,9 @@ def test_hull_from_a_pointer_net():
         expected = batch.inputs[b][np.append(out.indices[b][:k], out.indices[b][0])].astype(float)
         np.testing.assert_array_equal(_xy(_line(ax, "predicted")), expected)
         t = batch.target_lengths[b]
-        np.testing.assert_array_equal(_xy(_line(ax, "target")),
-                                      batch.inputs[b][np.append(batch.targets[b][:t], batch.targets[b][0])])
+        np.testing.assert_array_equal(
+            _xy(_line(ax, "target")), batch.inputs[b][np.append(batch.targets[b][:t], batch.targets[b][0])]
+        )
 
 
 @pytest.mark.parametrize("func,arg", [(plot.tours, "tours"), (plot.hull, "predicted")])
@@ -637,6 +650,7 @@ def test_tours_and_hull_inputs_not_modified_and_save(tmp_path):
 
 # --------------------------------------------------------------------------- image self-attention maps
 
+
 def _image_and_attention(rows=4, cols=6, seed=0):
     rng = np.random.default_rng(seed)
     image = rng.uniform(size=(3, rows, cols))  # channel-first, as attnc's convolutions
@@ -668,8 +682,9 @@ def test_image_attention_fixed_scale_grid_and_given_axes():
     image, att = _image_and_attention(2, 3)
     big = np.kron(np.moveaxis(image, 0, -1), np.ones((4, 4, 1)))  # (8, 12, 3): the map is coarser than the image
     fig, given = plt.subplots(1, 3)
-    out = plot.image_attention(big[None], att[None], [(0, 0)], grid=(2, 3), ax=given, scale="fixed",
-                                     colorbar=False, title="t")
+    out = plot.image_attention(
+        big[None], att[None], [(0, 0)], grid=(2, 3), ax=given, scale="fixed", colorbar=False, title="t"
+    )
     assert out[0] is given[0] and fig._suptitle.get_text() == "t"
     np.testing.assert_allclose(_overlay_data(out[0]), att[0].reshape(2, 3))
     x, y = out[0].get_lines()[0].get_data()
@@ -677,16 +692,19 @@ def test_image_attention_fixed_scale_grid_and_given_axes():
     plt.close("all")
 
 
-@pytest.mark.parametrize("kwargs, error, match", [
-    (dict(attention=np.ones((5, 5))), ValueError, "grid 4 × 6 has 24 positions; pass grid"),
-    (dict(attention=np.ones((24, 23))), ValueError, "attention must be a square"),
-    (dict(queries=[(4, 0)]), ValueError, r"query \(4, 0\) is outside the 4 × 6 grid"),
-    (dict(queries="ab"), TypeError, "queries must be a sequence"),
-    (dict(scale="log"), ValueError, "scale must be 'max' or 'fixed'"),
-    (dict(image=np.ones((4, 6, 5))), ValueError, "image must be"),
-    (dict(image=[["a"]]), TypeError, "image must hold real numbers"),
-    (dict(ax=[None]), ValueError, "ax holds 1 Axes, 2 queries need one each"),
-])
+@pytest.mark.parametrize(
+    "kwargs, error, match",
+    [
+        (dict(attention=np.ones((5, 5))), ValueError, "grid 4 × 6 has 24 positions; pass grid"),
+        (dict(attention=np.ones((24, 23))), ValueError, "attention must be a square"),
+        (dict(queries=[(4, 0)]), ValueError, r"query \(4, 0\) is outside the 4 × 6 grid"),
+        (dict(queries="ab"), TypeError, "queries must be a sequence"),
+        (dict(scale="log"), ValueError, "scale must be 'max' or 'fixed'"),
+        (dict(image=np.ones((4, 6, 5))), ValueError, "image must be"),
+        (dict(image=[["a"]]), TypeError, "image must hold real numbers"),
+        (dict(ax=[None]), ValueError, "ax holds 1 Axes, 2 queries need one each"),
+    ],
+)
 def test_image_attention_bad_inputs_name_the_argument(kwargs, error, match):
     image, att = _image_and_attention()
     args = dict(image=image, attention=att, queries=[(0, 0), (1, 1)])
@@ -707,6 +725,7 @@ def test_image_attention_inputs_not_modified_and_saves(tmp_path):
 
 
 # ------------------------------------------------------------------ every heatmap: a colour bar, a projector's dpi
+
 
 def _caption_example():
     rng = np.random.default_rng(3)
@@ -732,8 +751,9 @@ def test_every_heatmap_has_a_colour_bar_and_a_projector_dpi(name):
     assert bars, f"{name} drew no colour bar"
     for panel in panels:
         heat = panel.get_images()[-1]  # the weights (over a picture, when there is one)
-        assert any(bar.cmap.name == heat.get_cmap().name and (bar.norm.vmin, bar.norm.vmax) == heat.get_clim()
-                   for bar in bars), f"{name}: no colour bar for the scale of {panel.get_title()!r}"
+        assert any(
+            bar.cmap.name == heat.get_cmap().name and (bar.norm.vmin, bar.norm.vmax) == heat.get_clim() for bar in bars
+        ), f"{name}: no colour bar for the scale of {panel.get_title()!r}"
         fig.canvas.draw()
         for label in panel.get_xticklabels() + panel.get_yticklabels():
             assert label.get_fontsize() >= 8  # readable at the default size

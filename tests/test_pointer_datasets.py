@@ -26,6 +26,7 @@ from attnc.datasets import (
 
 # --------------------------------------------------------------------------- references
 
+
 def np_tour_length(points, tour):
     """Closed length of one tour (n,) over points (n, 2), NumPy."""
     p = np.asarray(points, np.float64)[np.asarray(tour)]
@@ -51,8 +52,11 @@ def cross(o, a, b):
 
 
 def on_segment(p, a, b):
-    return (cross(a, b, p) == 0 and min(a[0], b[0]) <= p[0] <= max(a[0], b[0])
-            and min(a[1], b[1]) <= p[1] <= max(a[1], b[1]))
+    return (
+        cross(a, b, p) == 0
+        and min(a[0], b[0]) <= p[0] <= max(a[0], b[0])
+        and min(a[1], b[1]) <= p[1] <= max(a[1], b[1])
+    )
 
 
 def in_closed_triangle(p, a, b, c):
@@ -72,8 +76,9 @@ def brute_force_hull(points):
         if any(pts[j] == pts[i] for j in range(i)):
             continue
         others = [q for q in set(pts) if q != pts[i]]
-        inside = (any(on_segment(pts[i], *seg) for seg in itertools.combinations(others, 2))
-                  or any(in_closed_triangle(pts[i], *tri) for tri in itertools.combinations(others, 3)))
+        inside = any(on_segment(pts[i], *seg) for seg in itertools.combinations(others, 2)) or any(
+            in_closed_triangle(pts[i], *tri) for tri in itertools.combinations(others, 3)
+        )
         if not inside:
             vertices.append(i)
     centre = np.mean([pts[i] for i in vertices], axis=0)
@@ -101,6 +106,7 @@ def hull_batch(points, targets):
 
 
 # --------------------------------------------------------------------------- TSP
+
 
 @pytest.mark.parametrize("n", [3, 4, 5, 6, 7])
 def test_held_karp_equals_brute_force(n):
@@ -210,6 +216,7 @@ def test_tsp_task():
 
 # --------------------------------------------------------------------------- convex hull
 
+
 def test_hull_targets_against_brute_force():
     task = ConvexHullTask(min_n=5, max_n=10)
     assert (task.input_size, task.constraint) == (2, "hull")
@@ -219,7 +226,7 @@ def test_hull_targets_against_brute_force():
         assert b.targets.shape == (25, int(b.target_lengths.max()))
         for r in range(25):
             t = b.targets[r, : b.target_lengths[r]].tolist()
-            assert (b.targets[r, b.target_lengths[r]:] == -1).all()
+            assert (b.targets[r, b.target_lengths[r] :] == -1).all()
             assert t == brute_force_hull(b.inputs[r])
             assert signed_area(b.inputs[r], t) > 0
             assert t[0] == min(t)
@@ -229,6 +236,7 @@ def test_hull_degenerate_cases_by_hand():
     # a square with points on its edges (not vertices), an inside point and a duplicate corner
     pts = [[0.5, 0.5], [1, 0], [0.5, 0], [1, 1], [0, 1], [0, 0.5], [1, 1], [0, 0]]
     from attnc.datasets.pointer_tasks import _hull_targets
+
     targets, sizes = _hull_targets(np.array([pts], float))
     assert targets.tolist() == [[1, 3, 4, 7]] and sizes.tolist() == [4]
     assert brute_force_hull(pts) == [1, 3, 4, 7]
@@ -239,10 +247,11 @@ def test_hull_degenerate_cases_by_hand():
 
 def test_hull_many_rows_match_row_by_row():
     from attnc.datasets.pointer_tasks import _hull_targets
+
     points = np.random.default_rng(4).integers(0, 5, (400, 12, 2)).astype(float)  # collinear and repeated points, exact
     targets, sizes = _hull_targets(points)
     for r in range(0, 400, 7):
-        one, s = _hull_targets(points[r:r + 1])
+        one, s = _hull_targets(points[r : r + 1])
         assert one[0, : s[0]].tolist() == targets[r, : sizes[r]].tolist() == brute_force_hull(points[r])
 
 
@@ -250,6 +259,7 @@ def test_hull_larger_n_and_threads(restore_threads):
     """n = 24, uniform and on a grid (collinear and repeated points): brute
     force's hulls, the same bits with 1 and 2 threads."""
     from attnc.datasets.pointer_tasks import _hull_targets
+
     rng = np.random.default_rng(6)
     uniform = rng.random((300, 24, 2))
     grid = rng.integers(0, 7, (300, 24, 2)).astype(float)
@@ -266,11 +276,13 @@ def test_hull_larger_n_and_threads(restore_threads):
 
 def test_hull_targets_refuse_bad_points():
     from attnc.datasets.pointer_tasks import _hull_targets
+
     with pytest.raises(ValueError, match=r"points\[0, 1, 0\] is nan"):
         _hull_targets(np.array([[[0, 0], [np.nan, 1], [1, 0]]]))
 
 
 # --------------------------------------------------------------------------- sort
+
 
 def test_sort_targets():
     task = PointerSortTask(min_n=5, max_n=10)
@@ -286,6 +298,7 @@ def test_sort_targets():
 
 
 # --------------------------------------------------------------------------- metrics
+
 
 def test_sort_exact_match():
     b = PointerSortTask().batch(4, n=5, seed=0)
@@ -340,6 +353,7 @@ def test_hull_area_coverage_by_hand():
 
 # --------------------------------------------------------------------------- seeding
 
+
 @pytest.mark.parametrize("task", [PointerSortTask(), ConvexHullTask(), TSPTask(n=5)])
 def test_reproducible(task):
     a, b = task.batch(8, seed=11), task.batch(8, seed=11)
@@ -357,6 +371,7 @@ def test_reproducible(task):
 
 
 # --------------------------------------------------------------------------- errors
+
 
 def test_errors():
     with pytest.raises(ValueError, match="min_n"):
@@ -408,6 +423,15 @@ def test_errors():
 
 
 def test_exported():
-    for name in ("PointerBatch", "PointerSortTask", "ConvexHullTask", "TSPTask", "sort_exact_match",
-                 "hull_accuracy", "hull_area_coverage", "tour_length", "tsp_tours"):
+    for name in (
+        "PointerBatch",
+        "PointerSortTask",
+        "ConvexHullTask",
+        "TSPTask",
+        "sort_exact_match",
+        "hull_accuracy",
+        "hull_area_coverage",
+        "tour_length",
+        "tsp_tours",
+    ):
         assert name in datasets.__all__ and hasattr(datasets, name)

@@ -19,15 +19,20 @@ import attnc
 import attnc.models
 from helpers import close, same_bits
 
-D, H = 2, 5                              # input width, hidden size
-REL64 = 1e-10                            # float64 log-probabilities vs torch
-GREL64 = 1e-9                            # float64 gradients vs torch autograd
-REL32 = 1e-4                             # float32 model vs float64 torch
+D, H = 2, 5  # input width, hidden size
+REL64 = 1e-10  # float64 log-probabilities vs torch
+GREL64 = 1e-9  # float64 gradients vs torch autograd
+REL32 = 1e-4  # float32 model vs float64 torch
 CONSTRAINTS = ("permutation", "tour", "hull")
 
 # (B, n, lengths or None, extra target columns beyond n)
-SHAPES = [(1, 1, None, 0), (3, 4, None, 0), (5, 4, [4, 1, 3, 2, 4], 0), (6, 7, [7, 3, 1, 5, 7, 2], 2),
-          (4, 7, [2, 6, 4, 3], 0)]
+SHAPES = [
+    (1, 1, None, 0),
+    (3, 4, None, 0),
+    (5, 4, [4, 1, 3, 2, 4], 0),
+    (6, 7, [7, 3, 1, 5, 7, 2], 2),
+    (4, 7, [2, 6, 4, 3], 0),
+]
 
 
 @pytest.fixture
@@ -112,7 +117,7 @@ def as_reference(indices, nl, n, constraint):
     """generate's indices in the torch reference's layout (B, n): -1 after each row's
     last choice, a tour's closing index dropped."""
     got = np.full((len(indices), n), -1)
-    got[:, :min(indices.shape[1], n)] = indices[:, :n]
+    got[:, : min(indices.shape[1], n)] = indices[:, :n]
     if constraint == "tour":
         got = np.where(np.arange(n)[None, :] < nl[:, None], got, -1)
     return got
@@ -149,9 +154,9 @@ def test_forward_matches_torch_float64(ref, constraint, shape):
     counts = (t >= 0).sum(1)
     for b in range(B):
         assert np.isfinite(got[b, counts[b], n])
-        assert (got[b, counts[b] + 1:] == -np.inf).all()
+        assert (got[b, counts[b] + 1 :] == -np.inf).all()
         if constraint != "hull":
-            assert got[b, counts[b], n] == 0.0       # certain once every input is chosen
+            assert got[b, counts[b], n] == 0.0  # certain once every input is chosen
 
 
 @pytest.mark.parametrize("constraint", CONSTRAINTS)
@@ -170,7 +175,7 @@ def test_gradients_match_torch_float64(ref, constraint, shape, assert_unchanged)
         rel_close(grads[name], g, GREL64, f"{constraint} gradient of {name}")
     # padding inputs get no gradient
     for b in range(B):
-        assert (grads["inputs"][b, nl[b]:] == 0).all()
+        assert (grads["inputs"][b, nl[b] :] == 0).all()
 
 
 @pytest.mark.parametrize("embedding_size", [None, 5])
@@ -222,10 +227,13 @@ def test_loss_and_grad_matches_torch_nll(ref, constraint, assert_unchanged):
     logp = tm(x, t, nl, constraint)
     counts = (t >= 0).sum(1)
     target = np.full((B, t.shape[1] + 1), -100)
-    target[:, :t.shape[1]] = np.where(t >= 0, t, -100)
+    target[:, : t.shape[1]] = np.where(t >= 0, t, -100)
     target[np.arange(B), counts] = n
-    nll = torch.nn.functional.nll_loss(torch.where(torch.isfinite(logp), logp, -1e300).reshape(-1, n + 1),
-                                       torch.from_numpy(target).reshape(-1), ignore_index=-100)
+    nll = torch.nn.functional.nll_loss(
+        torch.where(torch.isfinite(logp), logp, -1e300).reshape(-1, n + 1),
+        torch.from_numpy(target).reshape(-1),
+        ignore_index=-100,
+    )
     nll_value = float(nll.detach())
     assert abs(loss - nll_value) <= REL64 * max(1.0, abs(nll_value))
     assert set(grads) == set(m.state_dict())
@@ -274,8 +282,9 @@ def check_finite_differences(fd_check, build, names, data_seed, cot_seed):
 
 
 def test_finite_differences(ref, fd_check):
-    check_finite_differences(fd_check, lambda: make(ref, seed=5),
-                             ["v.weight", "start", "end", "W2.weight", "decoder.bias_hh_l0"], 13, 3)
+    check_finite_differences(
+        fd_check, lambda: make(ref, seed=5), ["v.weight", "start", "end", "W2.weight", "decoder.bias_hh_l0"], 13, 3
+    )
 
 
 @pytest.mark.parametrize("constraint", CONSTRAINTS)
@@ -299,8 +308,7 @@ def test_embedding_matches_torch(ref, constraint):
 
 # --------------------------------------------------------------------------- bidirectional encoder
 def bi_state(ref, seed, dtype=np.float64, embedding_size=None):
-    return ref.random_state(D, H, seed=seed, dtype=dtype, scale=2.0, embedding_size=embedding_size,
-                            bidirectional=True)
+    return ref.random_state(D, H, seed=seed, dtype=dtype, scale=2.0, embedding_size=embedding_size, bidirectional=True)
 
 
 def bi_make(ref, seed, dtype=np.float64, embedding_size=None):
@@ -327,7 +335,7 @@ def test_bidirectional_matches_torch(ref, constraint, E, assert_unchanged):
         vjp = lambda *a, **k: assert_unchanged(attnc.vjp, *a, **k)  # noqa: E731
         grads = check_against_torch(ref, st, vjp, m, x, t, lens, constraint, f"bidirectional {shape}")
         for b in range(B):
-            assert (grads["inputs"][b, nl[b]:] == 0).all()
+            assert (grads["inputs"][b, nl[b] :] == 0).all()
     # loss_and_grad against torch's loss
     x, nl, t = draw(6, 7, [7, 3, 1, 5, 7, 2], constraint, seed=16, extra=1)
     loss, grads = m.loss_and_grad(SimpleNamespace(inputs=x, lengths=nl, targets=t), constraint=constraint)
@@ -342,8 +350,11 @@ def test_bidirectional_matches_torch(ref, constraint, E, assert_unchanged):
     n = x.shape[1]
     for K, alpha in ((1, 0.0), (3, 0.0), (4, 0.6)):
         out = assert_unchanged(m.generate, x, lengths=nl, constraint=constraint, beam_size=K, length_penalty=alpha)
-        dec = tm.greedy(x, nl, constraint) if K == 1 else \
-            tm.beam_search(x, nl, constraint, beam_size=K, length_penalty=alpha)
+        dec = (
+            tm.greedy(x, nl, constraint)
+            if K == 1
+            else tm.beam_search(x, nl, constraint, beam_size=K, length_penalty=alpha)
+        )
         np.testing.assert_array_equal(as_reference(out.indices, nl, n, constraint), dec.indices)
         close(out.log_probs.sum(1), dec.score, 1e-10, f"bidirectional beam {K} log-probability")
         total, _ = totals(m, x, nl, out.indices, constraint)
@@ -362,9 +373,20 @@ def test_bidirectional_float32(ref, constraint):
 
 
 def test_bidirectional_finite_differences(ref, fd_check):
-    check_finite_differences(fd_check, lambda: bi_make(ref, 18),
-                             ["W1.weight", "encoder.weight_hh_l0_reverse", "encoder.bias_ih_l0_reverse",
-                              "encoder.weight_ih_l0", "end", "decoder.weight_hh_l0"], 19, 4)
+    check_finite_differences(
+        fd_check,
+        lambda: bi_make(ref, 18),
+        [
+            "W1.weight",
+            "encoder.weight_hh_l0_reverse",
+            "encoder.bias_ih_l0_reverse",
+            "encoder.weight_ih_l0",
+            "end",
+            "decoder.weight_hh_l0",
+        ],
+        19,
+        4,
+    )
 
 
 def test_bidirectional_state_dict_save_load(ref, tmp_path):
@@ -377,22 +399,27 @@ def test_bidirectional_state_dict_save_load(ref, tmp_path):
     m2 = attnc.models.PointerNet(D, H, embedding_size=3, bidirectional=True, dtype=np.float64, seed=99)
     m2.load_state_dict(sd)
     same_bits(m2(x, t, lengths=nl, constraint="hull"), want, "load_state_dict")
-    with pytest.raises(KeyError, match="unexpected keys.*_reverse"):   # a unidirectional model has no reverse weights
+    with pytest.raises(KeyError, match="unexpected keys.*_reverse"):  # a unidirectional model has no reverse weights
         attnc.models.PointerNet(D, H, embedding_size=3, dtype=np.float64).load_state_dict(sd)
     attnc.save(tmp_path / "bi.npz", m)
     m3 = attnc.load(tmp_path / "bi.npz")
     assert m3.bidirectional and "bidirectional=True" in repr(m3)
     same_bits(m3(x, t, lengths=nl, constraint="hull"), want, "attnc.load")
     for K in (1, 3):
-        a, b = m.generate(x, lengths=nl, constraint="hull", beam_size=K), \
-            m3.generate(x, lengths=nl, constraint="hull", beam_size=K)
+        a, b = (
+            m.generate(x, lengths=nl, constraint="hull", beam_size=K),
+            m3.generate(x, lengths=nl, constraint="hull", beam_size=K),
+        )
         for f, u, v in zip(a._fields, a, b):
             same_bits(u, v, f)
     # the default stays unidirectional, with the same initialisation as before the option
     d = attnc.models.PointerNet(D, H, seed=3)
     assert not d.bidirectional and set(d.state_dict()) == set(ref.state_shapes(D, H))
-    same_bits(d.state_dict()["W1.weight"], attnc.models.PointerNet(D, H, bidirectional=False, seed=3)
-              .state_dict()["W1.weight"], "W1")
+    same_bits(
+        d.state_dict()["W1.weight"],
+        attnc.models.PointerNet(D, H, bidirectional=False, seed=3).state_dict()["W1.weight"],
+        "W1",
+    )
 
 
 # --------------------------------------------------------------------------- decoding
@@ -422,8 +449,9 @@ def test_greedy_matches_torch_and_pointer_argmax(ref, constraint, assert_unchang
             assert (j if j < n else -1) == out.indices[b, i], (b, i)
 
 
-@pytest.mark.parametrize("constraint,alpha", [("permutation", 0.0), ("tour", 0.0), ("hull", 0.0), ("hull", 0.8),
-                                              ("hull", -0.5)])
+@pytest.mark.parametrize(
+    "constraint,alpha", [("permutation", 0.0), ("tour", 0.0), ("hull", 0.0), ("hull", 0.8), ("hull", -0.5)]
+)
 def test_beam_matches_torch_beam(ref, constraint, alpha, assert_unchanged):
     m = make(ref, seed=7)
     x, nl = decode_case(2)
@@ -440,8 +468,14 @@ def test_beam_matches_torch_beam(ref, constraint, alpha, assert_unchanged):
 
 # (constraint, n, length penalty, weight seed): weights for which greedy decoding misses the best sequence of
 # some row (and a beam of 2 often too), so the case tells a full search from a narrow one
-EXHAUSTIVE = [("permutation", 4, 0.0, 23), ("permutation", 5, 0.0, 42), ("hull", 4, 0.0, 23), ("hull", 5, 0.0, 46),
-              ("hull", 4, 0.7, 36), ("hull", 5, 1.0, 10)]
+EXHAUSTIVE = [
+    ("permutation", 4, 0.0, 23),
+    ("permutation", 5, 0.0, 42),
+    ("hull", 4, 0.0, 23),
+    ("hull", 5, 0.0, 46),
+    ("hull", 4, 0.7, 36),
+    ("hull", 5, 1.0, 10),
+]
 
 
 @pytest.mark.parametrize("constraint,n,alpha,seed", EXHAUSTIVE)
@@ -449,11 +483,11 @@ def test_full_width_beam_is_exhaustive(ref, constraint, n, alpha, seed):
     m = make(ref, seed=seed)
     B = 4
     x, nl = draw(B, n, [n, n - 1, n, n], constraint, seed=n)[:2]
-    K = len(ref.candidates(n, constraint))                 # every complete candidate: beam search is exhaustive
+    K = len(ref.candidates(n, constraint))  # every complete candidate: beam search is exhaustive
     out = m.generate(x, lengths=nl, constraint=constraint, beam_size=K, length_penalty=alpha)
     tm = ref.TorchPointerNet.from_state(state(ref, seed=seed))
     best = ref.exhaustive(tm, x, nl, constraint, length_penalty=alpha)
-    assert (tm.greedy(x, nl, constraint).indices != best.indices).any()      # the case is not easy
+    assert (tm.greedy(x, nl, constraint).indices != best.indices).any()  # the case is not easy
     np.testing.assert_array_equal(as_reference(out.indices, nl, n, constraint), best.indices)
     close(out.log_probs.sum(1), best.score, 1e-10, "exhaustive best log-probability")
     # and attnc's greedy decoding is not that search
@@ -480,27 +514,27 @@ def test_decoded_structure(ref, constraint, K, dtype):
     for b in range(B):
         row = idx[b]
         if constraint in ("permutation", "tour"):
-            assert sorted(row[:nl[b]]) == list(range(nl[b])), row
+            assert sorted(row[: nl[b]]) == list(range(nl[b])), row
             live = nl[b]
-            if constraint == "tour":                        # closed right after the row's last choice
+            if constraint == "tour":  # closed right after the row's last choice
                 assert idx.shape[1] == n + 1
-                assert row[nl[b]] == row[0] and (row[nl[b] + 1:] == -1).all(), row
+                assert row[nl[b]] == row[0] and (row[nl[b] + 1 :] == -1).all(), row
                 assert lp[b, nl[b]] == 0 and (ptr[b, nl[b]] == 0).all()
             else:
-                assert (row[nl[b]:] == -1).all(), row
+                assert (row[nl[b] :] == -1).all(), row
         else:
-            k = int(np.argmax(row < 0))                     # the end step
+            k = int(np.argmax(row < 0))  # the end step
             assert row[-1] == -1 and k >= 1, row
             chosen = row[:k]
             assert len(set(chosen)) == k and chosen.max() < nl[b], row
             assert (row[k:] == -1).all(), row
-            live = k + 1                                    # the end token is a choice
+            live = k + 1  # the end token is a choice
         sums = ptr[b].astype(np.float64).sum(1)
         tol = 1e-12 if dtype == np.float64 else 1e-5
         assert np.abs(sums[:live] - 1).max() <= tol, sums
         assert (sums[live:] == 0).all() and (lp[b, live:] == 0).all()
         # pointers put no mass on padding inputs
-        assert (ptr[b, :, nl[b]:n] == 0).all()
+        assert (ptr[b, :, nl[b] : n] == 0).all()
     # log_probs sum to the sequence's total under the forward
     total, _ = totals(m, x, nl, idx, constraint)
     close(lp.astype(np.float64).sum(1), total, 1e-12 if dtype == np.float64 else 1e-5, "log_probs sum")
@@ -508,8 +542,12 @@ def test_decoded_structure(ref, constraint, K, dtype):
     fwd = np.exp(teacher_forced(m, x, nl, idx, constraint)[1])
     T = min(ptr.shape[1], fwd.shape[1])
     live = (ptr[:, :T].sum(2) > 0)[:, :, None]
-    close(np.where(live, ptr[:, :T], 0), np.where(live, fwd[:, :T], 0), 1e-12 if dtype == np.float64 else 1e-5,
-          "pointer distributions vs the forward")
+    close(
+        np.where(live, ptr[:, :T], 0),
+        np.where(live, fwd[:, :T], 0),
+        1e-12 if dtype == np.float64 else 1e-5,
+        "pointer distributions vs the forward",
+    )
 
 
 @pytest.mark.parametrize("w1_scale", [1.0, 100.0])
@@ -540,7 +578,7 @@ def test_single_input_rows(ref):
         for K in (1, 2):
             out = m.generate(x, constraint=c, beam_size=K)
             assert (out.indices[:, 0] == 0).all()
-            assert np.all(out.log_probs[:, 0] == 0)            # one choice: certain
+            assert np.all(out.log_probs[:, 0] == 0)  # one choice: certain
     out = m.generate(x, constraint="hull")
     np.testing.assert_array_equal(out.indices, np.tile([0, -1], (3, 1)))
     np.testing.assert_array_equal(m.generate(x, constraint="tour").indices, np.zeros((3, 2), np.int64))
@@ -630,11 +668,11 @@ def test_errors(ref):
     with pytest.raises(ValueError, match="repeats"):
         m(x, np.array([[1, 1, -1, -1], [0, -1, -1, -1]]), lengths=nl, constraint="hull")
     with pytest.raises(ValueError, match="past"):
-        m(x, np.array([[0, 1, 2, 3], [0, 1, 3, -1]]), lengths=nl)     # row 1 has 3 inputs
+        m(x, np.array([[0, 1, 2, 3], [0, 1, 3, -1]]), lengths=nl)  # row 1 has 3 inputs
     with pytest.raises(ValueError, match="past"):
         m(x, np.array([[4, -1, -1, -1], [0, -1, -1, -1]]), constraint="hull")
     with pytest.raises(ValueError, match="needs all"):
-        m(x, np.array([[0, 1, 2, -1], [0, 1, 2, -1]]), lengths=nl)    # a permutation of 3 of 4
+        m(x, np.array([[0, 1, 2, -1], [0, 1, 2, -1]]), lengths=nl)  # a permutation of 3 of 4
     with pytest.raises(ValueError, match="needs all"):
         m(x, np.array([[0, 1, 2, 3], [0, 1, -1, -1]]), lengths=nl, constraint="tour")
     with pytest.raises(ValueError, match="empty"):
@@ -647,12 +685,14 @@ def test_errors(ref):
         m(x, t.astype(np.float64), lengths=nl)
     with pytest.raises(ValueError, match="targets"):
         m(x, t[:1], lengths=nl)
-    for bad_len, message in (([0, 3], r"lengths\[0\] = 0 is outside \[1, 4\]"),
-                             ([5, 3], r"lengths\[0\] = 5 is outside \[1, 4\]"),
-                             ([4], r"lengths has shape \(1,\), expected \(2,\)"),
-                             ([4.0, 3.0], "lengths must be integers, got dtype float64"),
-                             ([[4, 3]], r"lengths has shape \(1, 2\), expected \(2,\)")):
-        with pytest.raises(ValueError, match=message):   # the same message both ways, not the encoder's n + 1
+    for bad_len, message in (
+        ([0, 3], r"lengths\[0\] = 0 is outside \[1, 4\]"),
+        ([5, 3], r"lengths\[0\] = 5 is outside \[1, 4\]"),
+        ([4], r"lengths has shape \(1,\), expected \(2,\)"),
+        ([4.0, 3.0], "lengths must be integers, got dtype float64"),
+        ([[4, 3]], r"lengths has shape \(1, 2\), expected \(2,\)"),
+    ):
+        with pytest.raises(ValueError, match=message):  # the same message both ways, not the encoder's n + 1
             m(x, t, lengths=np.array(bad_len))
         with pytest.raises(ValueError, match=message):
             m.generate(x, lengths=np.array(bad_len))

@@ -41,11 +41,12 @@ def _chunks(n, size):
 def _padded(rows, width):
     """rows (B, L) int, cut or padded with -1 to (B, width)."""
     out = np.full((len(rows), width), -1, np.int64)
-    out[:, :min(width, rows.shape[1])] = rows[:, :width]
+    out[:, : min(width, rows.shape[1])] = rows[:, :width]
     return out
 
 
 # --------------------------------------------------------------- one scorer per experiment: (value, count)
+
 
 def score_dates(model, record):
     held = datasets.dates(2000, seed=20240605, split="test", split_by="date", unique=True)
@@ -55,8 +56,11 @@ def score_dates(model, record):
         tokens, _ = model.generate(b.src, b.src_lengths, max_len=11, bos=held.bos, eos=held.eos)
         tgt = held.tgt_vocab
         for row, i in zip(tokens.tolist(), idx):
-            text = "".join(tgt.tokens[t] for t in row[:row.index(held.eos)] if t not in (tgt.pad, tgt.bos)) \
-                if held.eos in row else None
+            text = (
+                "".join(tgt.tokens[t] for t in row[: row.index(held.eos)] if t not in (tgt.pad, tgt.bos))
+                if held.eos in row
+                else None
+            )
             right += text == held.targets[i]
     return right / len(held), len(held)
 
@@ -76,8 +80,13 @@ def score_transformer_reverse(model, record):
 
     def rows_of(idx):
         b = held.batch(idx)
-        return model.generate(b.src, max_new_tokens=held.targets_padded().shape[1], bos=held.bos, eos=held.eos,
-                              src_key_padding_mask=b.src_key_padding_mask)
+        return model.generate(
+            b.src,
+            max_new_tokens=held.targets_padded().shape[1],
+            bos=held.bos,
+            eos=held.eos,
+            src_key_padding_mask=b.src_key_padding_mask,
+        )
 
     return _sequence_match(rows_of, held.targets_padded(), held.lengths, 500)
 
@@ -85,15 +94,21 @@ def score_transformer_reverse(model, record):
 def score_captions(model, record):
     held = datasets.captions(600, seed=20240602, split="test", unique=True)
     width = held.targets_padded().shape[1]
-    return _sequence_match(lambda idx: model.generate(held.features[idx], width, bos=held.bos, eos=held.eos)[0],
-                           held.targets_padded(), held.caption_lengths, 256)
+    return _sequence_match(
+        lambda idx: model.generate(held.features[idx], width, bos=held.bos, eos=held.eos)[0],
+        held.targets_padded(),
+        held.caption_lengths,
+        256,
+    )
 
 
 def score_gpt_sort(model, record):
     test_seed = np.random.SeedSequence(record["seed"]).generate_state(4)[2]
     held = datasets.sort_task(5000, 6, 3, seed=int(test_seed), split="test")
-    right = sum(int((model.generate(held.sequences[idx], max_new_tokens=6) == held.solutions[idx]).all(axis=1).sum())
-                for idx in _chunks(len(held), 1000))
+    right = sum(
+        int((model.generate(held.sequences[idx], max_new_tokens=6) == held.solutions[idx]).all(axis=1).sum())
+        for idx in _chunks(len(held), 1000)
+    )
     return right / len(held), len(held)
 
 
@@ -110,8 +125,10 @@ def score_ntm_copy(model, record):
 
 
 def _pointer_rows(model, batch, constraint):
-    parts = [model.generate(batch.inputs[idx], lengths=batch.lengths[idx], constraint=constraint).indices
-             for idx in _chunks(len(batch.inputs), 500)]
+    parts = [
+        model.generate(batch.inputs[idx], lengths=batch.lengths[idx], constraint=constraint).indices
+        for idx in _chunks(len(batch.inputs), 500)
+    ]
     width = max(p.shape[1] for p in parts)
     return np.concatenate([np.pad(p, ((0, 0), (0, width - p.shape[1])), constant_values=-1) for p in parts])
 
@@ -140,12 +157,19 @@ def score_pointer_hull(model, record):
     return float(np.mean(per_n)), 500
 
 
-SCORERS = {"dates": score_dates, "transformer_reverse": score_transformer_reverse, "captions": score_captions,
-           "gpt_sort": score_gpt_sort, "ntm_copy": score_ntm_copy, "pointer_tsp": score_pointer_tsp,
-           "pointer_hull": score_pointer_hull}
+SCORERS = {
+    "dates": score_dates,
+    "transformer_reverse": score_transformer_reverse,
+    "captions": score_captions,
+    "gpt_sort": score_gpt_sort,
+    "ntm_copy": score_ntm_copy,
+    "pointer_tsp": score_pointer_tsp,
+    "pointer_hull": score_pointer_hull,
+}
 
 
 # --------------------------------------------------------------------------- the tests
+
 
 def test_listing_matches_the_manifest_and_the_files():
     listed = attnc.pretrained()
@@ -156,8 +180,17 @@ def test_listing_matches_the_manifest_and_the_files():
     total = sum(os.path.getsize(os.path.join(folder, f"{k}.npz")) for k in manifest)
     assert total < 8 * 2**20  # "at most a few MB" all together
     for name, record in manifest.items():
-        for key in ("experiment", "command", "seed", "attnc_version", "train_seconds", "metric", "value",
-                    "metrics", "description"):
+        for key in (
+            "experiment",
+            "command",
+            "seed",
+            "attnc_version",
+            "train_seconds",
+            "metric",
+            "value",
+            "metrics",
+            "description",
+        ):
             assert key in record, (name, key)
         assert record["command"].startswith(f"python -m attnc.experiments.{record['experiment']} ")
         assert "--quick" not in record["command"] and record["metrics"]["quick"] is False

@@ -28,6 +28,7 @@ HUGE = 2**31 + 16
 
 # --------------------------------------------------------------------------- layouts
 
+
 class _Sparse:
     """One sparse file, mapped once: arrays placed in it with huge row strides
     touch a few pages each and no disk."""
@@ -124,15 +125,21 @@ def attention_cases(draw):
     dq, dv = draw(st.integers(1, 5)), draw(st.integers(0, 4))
     kind = draw(st.sampled_from(KINDS))
     dk = dq if kind in ("dot", "scaled_dot", "cosine") else draw(st.integers(1, 5))
-    args = {"query": draw(arrays(lead + (tq, dq), dtype)), "keys": draw(arrays(lead + (tk, dk), dtype)),
-            "values": draw(arrays(lead + (tk, dv), dtype))}
+    args = {
+        "query": draw(arrays(lead + (tq, dq), dtype)),
+        "keys": draw(arrays(lead + (tk, dk), dtype)),
+        "values": draw(arrays(lead + (tk, dv), dtype)),
+    }
     params = {}
     if kind == "general":
         params["weight"] = draw(arrays((dq, dk), dtype, 0.5))
     if kind == "additive":
         da = draw(st.integers(1, 4))
-        params.update(w_query=draw(arrays((dq, da), dtype, 0.5)), w_key=draw(arrays((dk, da), dtype, 0.5)),
-                      v=draw(arrays((da,), dtype)))
+        params.update(
+            w_query=draw(arrays((dq, da), dtype, 0.5)),
+            w_key=draw(arrays((dk, da), dtype, 0.5)),
+            v=draw(arrays((da,), dtype)),
+        )
     masking = draw(st.sampled_from(("none", "mask", "key_lengths", "causal")))
     if masking == "mask":
         seed = draw(st.integers(0, 2**32 - 1))
@@ -177,19 +184,18 @@ def test_attention_matches_the_references(torch, assert_unchanged, case):
     grads = pullback(dctx, dw)
 
     weights = {n: params[n] for n in ("weight", "w_query", "w_key", "v") if n in params}
-    tensors = {n: torch.tensor(np.array(a, np.float64), requires_grad=True)
-               for n, a in {**args, **weights}.items()}
-    allowed = ref.allowed_mask(want_w.shape, params.get("mask"), params.get("key_lengths"),
-                               params.get("causal", False))
-    tctx, tw = torch_attention(torch, tensors["query"], tensors["keys"], tensors["values"], kind, tensors,
-                               allowed)
-    ((tctx * torch.tensor(dctx, dtype=torch.float64)).sum() + (tw * torch.tensor(dw, dtype=torch.float64)).sum()
-     ).backward()
+    tensors = {n: torch.tensor(np.array(a, np.float64), requires_grad=True) for n, a in {**args, **weights}.items()}
+    allowed = ref.allowed_mask(want_w.shape, params.get("mask"), params.get("key_lengths"), params.get("causal", False))
+    tctx, tw = torch_attention(torch, tensors["query"], tensors["keys"], tensors["values"], kind, tensors, allowed)
+    (
+        (tctx * torch.tensor(dctx, dtype=torch.float64)).sum() + (tw * torch.tensor(dw, dtype=torch.float64)).sum()
+    ).backward()
     for name, t in tensors.items():
         close(grads[name], t.grad.numpy(), dtype, f"gradient of {name}")
 
 
 # --------------------------------------------------------------------------- fused SDPA
+
 
 @st.composite
 def sdpa_cases(draw):
@@ -220,8 +226,9 @@ def sdpa_cases(draw):
 @given(sdpa_cases())
 def test_sdpa_matches_the_references(torch, assert_unchanged, case):
     dtype, (q, k, v), kw = case
-    (out, w), pullback = assert_unchanged(attnc.vjp, attnc.scaled_dot_product_attention, q, k, v,
-                                          return_weights=True, **kw)
+    (out, w), pullback = assert_unchanged(
+        attnc.vjp, attnc.scaled_dot_product_attention, q, k, v, return_weights=True, **kw
+    )
     want_out, want_w = sdpa_ref.scaled_dot_product_attention(q, k, v, return_weights=True, **kw)
     close(out, want_out, dtype, "output")
     close(w, want_w, dtype, "weights")
@@ -235,8 +242,9 @@ def test_sdpa_matches_the_references(torch, assert_unchanged, case):
 
     # torch where it defines the result: every row has a key to attend to
     # (torch gives NaN where attnc gives zeros) and no head or feature is empty
-    _, allowed, _, _ = sdpa_ref.sdpa_parts(q, k, v, kw.get("attn_mask"), kw.get("is_causal", False),
-                                           kw.get("scale"), kw["enable_gqa"])
+    _, allowed, _, _ = sdpa_ref.sdpa_parts(
+        q, k, v, kw.get("attn_mask"), kw.get("is_causal", False), kw.get("scale"), kw["enable_gqa"]
+    )
     if 0 in q.shape or 0 in k.shape or 0 in v.shape or not allowed.any(-1).all():
         return
     t = {n: torch.tensor(np.array(a, np.float64), requires_grad=True) for n, a in zip("qkv", (q, k, v))}
@@ -253,6 +261,7 @@ def test_sdpa_matches_the_references(torch, assert_unchanged, case):
 
 
 # --------------------------------------------------------------------------- softmax
+
 
 @st.composite
 def softmax_cases(draw):

@@ -22,19 +22,22 @@ from attnc import nn
 from helpers import close, same_bits
 from reference import rnn_ref as ref
 
-B, T, I, H = 3, 5, 3, 4                  # batch, steps, input size, hidden size
-LENGTHS = np.array([3, 5, 1])            # ragged, unsorted: a full row and a length-1 row
+B, T, I, H = 3, 5, 3, 4  # batch, steps, input size, hidden size
+LENGTHS = np.array([3, 5, 1])  # ragged, unsorted: a full row and a length-1 row
 DTYPES = [np.float32, np.float64]
 DT_IDS = ["f32", "f64"]
-REL = {np.float32: 1e-5, np.float64: 1e-12}     # forward vs torch
-GREL = {np.float32: 1e-4, np.float64: 1e-9}     # gradients vs torch autograd
+REL = {np.float32: 1e-5, np.float64: 1e-12}  # forward vs torch
+GREL = {np.float32: 1e-4, np.float64: 1e-9}  # gradients vs torch autograd
 
 KINDS = ["lstm", "gru"]
-CFGS = [dict(num_layers=nl, bidirectional=bd, bias=bias)
-        for nl, bd, bias in itertools.product([1, 2], [False, True], [True, False])]
-CFG_IDS = [f"L{c['num_layers']}-{'bi' if c['bidirectional'] else 'uni'}-{'bias' if c['bias'] else 'nobias'}"
-           for c in CFGS]
-BIG = dict(num_layers=2, bidirectional=True, bias=True)   # the configuration that has everything
+CFGS = [
+    dict(num_layers=nl, bidirectional=bd, bias=bias)
+    for nl, bd, bias in itertools.product([1, 2], [False, True], [True, False])
+]
+CFG_IDS = [
+    f"L{c['num_layers']}-{'bi' if c['bidirectional'] else 'uni'}-{'bias' if c['bias'] else 'nobias'}" for c in CFGS
+]
+BIG = dict(num_layers=2, bidirectional=True, bias=True)  # the configuration that has everything
 SCENARIOS = ["plain", "hx", "lengths", "hx_lengths"]
 
 
@@ -52,13 +55,21 @@ def nstates(kind):
 
 # --------------------------------------------------------------------------- modules
 
+
 def torch_module(torch, kind, cfg, dtype, seed=0, randomise=True, input_size=I, hidden=H):
     """A torch LSTM / GRU (batch first) with parameters U(-0.8, 0.8) (wider than torch's
     default, to reach the nonlinearities), in eval mode."""
     torch.manual_seed(seed)
     cls = torch.nn.LSTM if kind == "lstm" else torch.nn.GRU
-    tm = cls(input_size, hidden, num_layers=cfg["num_layers"], bias=cfg["bias"], batch_first=True,
-             bidirectional=cfg["bidirectional"], dtype=_tdtype(torch, dtype))
+    tm = cls(
+        input_size,
+        hidden,
+        num_layers=cfg["num_layers"],
+        bias=cfg["bias"],
+        batch_first=True,
+        bidirectional=cfg["bidirectional"],
+        dtype=_tdtype(torch, dtype),
+    )
     if randomise:
         with torch.no_grad():
             for p in tm.parameters():
@@ -69,9 +80,18 @@ def torch_module(torch, kind, cfg, dtype, seed=0, randomise=True, input_size=I, 
 def attnc_module(kind, cfg, dtype, seed=0, dropout=0.0, input_size=I, hidden=H):
     cls = nn.LSTM if kind == "lstm" else nn.GRU
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")   # torch warns about dropout with one layer; attnc may too
-        return cls(input_size, hidden, num_layers=cfg["num_layers"], bias=cfg["bias"], batch_first=True,
-                   dropout=dropout, bidirectional=cfg["bidirectional"], dtype=dtype, seed=seed)
+        warnings.simplefilter("ignore")  # torch warns about dropout with one layer; attnc may too
+        return cls(
+            input_size,
+            hidden,
+            num_layers=cfg["num_layers"],
+            bias=cfg["bias"],
+            batch_first=True,
+            dropout=dropout,
+            bidirectional=cfg["bidirectional"],
+            dtype=dtype,
+            seed=seed,
+        )
 
 
 def torch_state(tm):
@@ -111,6 +131,7 @@ def padded(lengths, t_len=T):
 
 # --------------------------------------------------------------------------- running
 
+
 def run(m, x, hx=None, lengths=None):
     kw = {} if lengths is None else {"lengths": lengths}
     return m(x, hx, **kw) if hx is not None else m(x, **kw)
@@ -130,11 +151,13 @@ def split(kind, res, what=""):
 
 def check_shapes(kind, cfg, out, states, dtype, batch=B, t_len=T, hidden=H, what=""):
     bdim = () if batch is None else (batch,)
-    assert out.dtype == dtype and out.shape == bdim + (t_len, ndir(cfg) * hidden), \
+    assert out.dtype == dtype and out.shape == bdim + (t_len, ndir(cfg) * hidden), (
         f"{what}: output {out.dtype} {out.shape}"
+    )
     for s in states:
-        assert s.dtype == dtype and s.shape == (cfg["num_layers"] * ndir(cfg),) + bdim + (hidden,), \
+        assert s.dtype == dtype and s.shape == (cfg["num_layers"] * ndir(cfg),) + bdim + (hidden,), (
             f"{what}: state {s.dtype} {s.shape}"
+        )
 
 
 def torch_run(torch, tm, kind, x, hx=None, lengths=None, grad=False):
@@ -158,8 +181,8 @@ def torch_run(torch, tm, kind, x, hx=None, lengths=None, grad=False):
     inp = tx
     if lengths is not None:
         inp = torch.nn.utils.rnn.pack_padded_sequence(
-            tx, torch.as_tensor(np.asarray(lengths), dtype=torch.int64), batch_first=True,
-            enforce_sorted=False)
+            tx, torch.as_tensor(np.asarray(lengths), dtype=torch.int64), batch_first=True, enforce_sorted=False
+        )
     out, st = tm(inp, thx)
     if lengths is not None:
         out, _ = torch.nn.utils.rnn.pad_packed_sequence(out, batch_first=True, total_length=x.shape[1])
@@ -167,8 +190,9 @@ def torch_run(torch, tm, kind, x, hx=None, lengths=None, grad=False):
 
 
 def ref_run(kind, sd, cfg, x, hx=None, lengths=None, masks=None):
-    out, st = ref.rnn(kind, sd, x, hx, lengths, num_layers=cfg["num_layers"],
-                      bidirectional=cfg["bidirectional"], masks=masks)
+    out, st = ref.rnn(
+        kind, sd, x, hx, lengths, num_layers=cfg["num_layers"], bidirectional=cfg["bidirectional"], masks=masks
+    )
     return out, (list(st) if kind == "lstm" else [st])
 
 
@@ -190,6 +214,7 @@ def expected_grad_names(kind, m, with_hx):
 
 # --------------------------------------------------------------------------- forward vs torch
 
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=DT_IDS)
 @pytest.mark.parametrize("cfg", CFGS, ids=CFG_IDS)
 @pytest.mark.parametrize("kind", KINDS)
@@ -208,7 +233,7 @@ def test_forward_matches_torch(kind, cfg, dtype, rng, torch):
             close(s, ts.detach().numpy(), REL[dtype], f"{what}: final state {i}")
         if lengths is not None:
             assert np.all(out[padded(lengths)] == 0), f"{what}: padded outputs are not 0"
-        if dtype == np.float64:   # the independent reference agrees with both
+        if dtype == np.float64:  # the independent reference agrees with both
             rout, rstates = ref_run(kind, sd, cfg, x, hx, lengths)
             close(rout, tout.detach().numpy(), 1e-12, f"{what}: reference vs torch")
             close(out, rout, 1e-12, f"{what}: output vs reference")
@@ -305,6 +330,7 @@ def test_lengths_forms_and_edge_cases(kind, rng, torch):
 
 # --------------------------------------------------------------------------- gradients vs torch
 
+
 def grads_vs_torch(torch, tm, m, kind, x, hx, lengths, dtype, rng, what, parts=(True, True, True), out_rel=None):
     """Compare attnc.vjp with torch autograd for L = <dout, out> + <dh, h_n> (+ <dc, c_n>),
     where parts says which cotangents are given (the others passed as None); the outputs
@@ -337,12 +363,14 @@ def grads_vs_torch(torch, tm, m, kind, x, hx, lengths, dtype, rng, what, parts=(
     expected = {n: (np.zeros(a.shape) if a.grad is None else a.grad.numpy()) for n, a in leaves.items()}
     for n, p in tm.named_parameters():
         expected[n] = np.zeros(p.shape) if p.grad is None else p.grad.numpy()
-    assert set(grads) == set(expected), \
-        f"{what}: gradient keys: missing {sorted(set(expected) - set(grads))}, " \
+    assert set(grads) == set(expected), (
+        f"{what}: gradient keys: missing {sorted(set(expected) - set(grads))}, "
         f"unexpected {sorted(set(grads) - set(expected))}"
+    )
     for n, e in expected.items():
-        assert grads[n].dtype == dtype and grads[n].shape == e.shape, \
+        assert grads[n].dtype == dtype and grads[n].shape == e.shape, (
             f"{what}: gradient {n} {grads[n].dtype} {grads[n].shape}"
+        )
         close(grads[n], e, GREL[dtype], f"{what}: gradient {n}")
     return grads
 
@@ -370,8 +398,11 @@ FUSED_HIDDEN = [16, 24, 48, 64]
 def test_fused_sizes_match_torch(kind, hidden, rng, torch):
     b, t, i = 13, 9, 5
     lengths = np.array([9, 1, 4, 9, 2, 7, 3, 9, 5, 8, 6, 1, 9])
-    for cfg in (dict(num_layers=1, bidirectional=False, bias=True), BIG, dict(num_layers=1, bidirectional=True,
-                                                                               bias=False)):
+    for cfg in (
+        dict(num_layers=1, bidirectional=False, bias=True),
+        BIG,
+        dict(num_layers=1, bidirectional=True, bias=False),
+    ):
         tm = torch_module(torch, kind, cfg, np.float32, seed=hidden, input_size=i, hidden=hidden)
         m = attnc_module(kind, cfg, np.float32, input_size=i, hidden=hidden)
         m.load_state_dict(torch_state(tm))
@@ -457,6 +488,7 @@ def _fd_fn(kind, build, training):
         hx = (h0, c0) if kind == "lstm" else h0
         out, st = split(kind, mod(input, hx, lengths=FD_LENGTHS))
         return (out, *st)
+
     return fn
 
 
@@ -473,7 +505,7 @@ def test_gradients_match_finite_differences(kind, training, rng, fd_check):
     mod.train(training)
     res, pullback = attnc_vjp(mod, x, hx, FD_LENGTHS)
     out, states = split(kind, res)
-    if training:   # dropout did something (else this would only repeat the eval case)
+    if training:  # dropout did something (else this would only repeat the eval case)
         ev = build()
         ev.load_state_dict(params)
         ev_out, _ = split(kind, ev.eval()(x, hx, lengths=FD_LENGTHS))
@@ -483,11 +515,13 @@ def test_gradients_match_finite_differences(kind, training, rng, fd_check):
     grads = pull(kind, pullback, dout, dst)
     kwargs = dict(input=x, **dict(zip(state_names(kind), hx_parts(kind, hx))), **params)
     assert set(grads) == set(kwargs), sorted(grads)
-    fd_check(_fd_fn(kind, build, training), kwargs, [dout] + dst, grads, wrt=list(kwargs),
-             eps=1e-6, rtol=1e-6, atol=1e-8)
+    fd_check(
+        _fd_fn(kind, build, training), kwargs, [dout] + dst, grads, wrt=list(kwargs), eps=1e-6, rtol=1e-6, atol=1e-8
+    )
 
 
 # --------------------------------------------------------------------------- padding
+
 
 def _garbage(x, lengths, value=None, rng=None):
     y = x.copy()
@@ -552,6 +586,7 @@ def test_padding_may_hold_nan(kind, rng):
 
 # --------------------------------------------------------------------------- cells
 
+
 def cell_pair(torch, kind, dtype, bias, seed=0):
     torch.manual_seed(seed)
     tcls = torch.nn.LSTMCell if kind == "lstm" else torch.nn.GRUCell
@@ -608,7 +643,7 @@ def test_cells_match_torch(kind, dtype, bias, rng, torch):
                 h = np.zeros(bdim + (H,))
                 cst = np.zeros(bdim + (H,))
             args = (sd["weight_ih"], sd["weight_hh"], sd.get("bias_ih"), sd.get("bias_hh"))
-            r = (list(ref.lstm_cell(x, h, cst, *args)) if kind == "lstm" else [ref.gru_cell(x, h, *args)])
+            r = list(ref.lstm_cell(x, h, cst, *args)) if kind == "lstm" else [ref.gru_cell(x, h, *args)]
             for o, ro in zip(outs, r):
                 close(o, ro, 1e-12, f"{what}: vs reference")
         # gradients
@@ -625,8 +660,7 @@ def test_cells_match_torch(kind, dtype, bias, rng, torch):
                 expected[n] = tp.grad.numpy()
         for n, p in tc.named_parameters():
             expected[n] = p.grad.numpy()
-        assert set(grads) == set(expected), \
-            f"{what}: gradient keys {sorted(grads)}, expected {sorted(expected)}"
+        assert set(grads) == set(expected), f"{what}: gradient keys {sorted(grads)}, expected {sorted(expected)}"
         for n, e in expected.items():
             assert grads[n].dtype == dtype and grads[n].shape == e.shape, (what, n)
             close(grads[n], e, GREL[dtype], f"{what}: gradient {n}")
@@ -656,6 +690,7 @@ def test_cell_finite_differences(kind, rng, fd_check):
 
 
 # --------------------------------------------------------------------------- state dicts, init
+
 
 @pytest.mark.parametrize("cfg", CFGS, ids=CFG_IDS)
 @pytest.mark.parametrize("kind", KINDS)
@@ -700,7 +735,7 @@ def test_initialisation_distribution_and_seed(kind):
     assert abs(allp.mean()) < 0.05 * k, allp.mean()
     assert abs(allp.std() / (k / np.sqrt(3)) - 1) < 0.05, allp.std()
     assert np.abs(allp).max() > 0.95 * k
-    for v in sd.values():   # every tensor is spread over the range, not only the pool
+    for v in sd.values():  # every tensor is spread over the range, not only the pool
         assert v.std() > 0.4 * k, "a parameter is not initialised U(-k, k)"
     vals = list(sd.values())
     for a, b in itertools.combinations(range(len(vals)), 2):
@@ -761,6 +796,7 @@ def test_save_load(kind, dtype, rng, tmp_path):
 
 
 # --------------------------------------------------------------------------- dropout
+
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_dropout_seeding_and_modes(kind, rng):
@@ -839,6 +875,7 @@ def test_dropout_one_layer_is_inert_and_dropout_one(kind, rng):
 
 # --------------------------------------------------------------------------- errors
 
+
 def _raises(exc, pattern, fn, *args, **kw):
     """fn raises exc matching pattern, also through attnc.vjp."""
     with pytest.raises(exc, match=pattern):
@@ -900,11 +937,13 @@ def _error_cases(kind):
         "unbatched_input_batched_hx": (ValueError, r"h0|hx", z(T, I), hx(z(L, B, H)), None),
     }
     if kind == "lstm":
-        cases.update({
-            "c0_hidden": (ValueError, r"c0|hx", x, (z(L, B, H), z(L, B, H + 1)), None),
-            "c0_f64": (TypeError, r"c0|hx", x, (z(L, B, H), z(L, B, H, dtype=np.float64)), None),
-            "hx_not_a_pair": ((TypeError, ValueError), r"hx", x, z(L, B, H), None),
-        })
+        cases.update(
+            {
+                "c0_hidden": (ValueError, r"c0|hx", x, (z(L, B, H), z(L, B, H + 1)), None),
+                "c0_f64": (TypeError, r"c0|hx", x, (z(L, B, H), z(L, B, H, dtype=np.float64)), None),
+                "hx_not_a_pair": ((TypeError, ValueError), r"hx", x, z(L, B, H), None),
+            }
+        )
     else:
         cases["hx_pair"] = ((TypeError, ValueError), r"hx|h0", x, (z(L, B, H), z(L, B, H)), None)
     return cases
@@ -983,6 +1022,7 @@ def test_inputs_and_parameters_never_modified(kind, rng, assert_unchanged):
 
 
 # --------------------------------------------------------------------------- threads, layouts
+
 
 @pytest.mark.parametrize("b, i, h", [(9, 6, 4), (9, 6, 24), (9, 6, 64), (100, 16, 64), (100, 256, 256)])
 @pytest.mark.parametrize("bidirectional", [True, False])

@@ -154,18 +154,24 @@ def test_attention_scores_on_known_maps():
     assert by_label["different_colours"]["attention_on_other"] == 1.0
     assert by_label["same_colour"]["attention_mass_on_other"] == pytest.approx(1.0)
     uniform = np.mean([own[1 - w].sum(-1) / (N - own[w].sum(-1)) for w in (0, 1)])
-    assert scores == {"attention_on_other": 1.0, "attention_on_other_chance": pytest.approx(uniform),
-                      "attention_near_other": 1.0, "attention_mass_on_other": pytest.approx(1.0),
-                      "attention_mass_on_other_uniform": pytest.approx(uniform), "attention_mass_on_own": 0.0,
-                      "attention_argmax_on_other_any": 1.0}
+    assert scores == {
+        "attention_on_other": 1.0,
+        "attention_on_other_chance": pytest.approx(uniform),
+        "attention_near_other": 1.0,
+        "attention_mass_on_other": pytest.approx(1.0),
+        "attention_mass_on_other_uniform": pytest.approx(uniform),
+        "attention_mass_on_own": 0.0,
+        "attention_argmax_on_other_any": 1.0,
+    }
     assert 0.03 < uniform < 0.07
     img = sagan_shapes.query_attention(None, b, 0, maps)
     assert img.shape == (n, 12, 12) and np.allclose(img.sum((1, 2)), 1)
     # 2) most of the mass on the own shape, the rest on the other shape: the own shape is left out of the check
     maps2 = np.zeros((n, N, N))
     for which in (0, 1):
-        maps2[rows, _centre_rows(b, which)] = (0.8 * own[which] / own[which].sum(-1, keepdims=True)
-                                               + 0.2 * own[1 - which] / own[1 - which].sum(-1, keepdims=True))
+        maps2[rows, _centre_rows(b, which)] = 0.8 * own[which] / own[which].sum(-1, keepdims=True) + 0.2 * own[
+            1 - which
+        ] / own[1 - which].sum(-1, keepdims=True)
     s2 = sagan_shapes.attention_scores(None, b, maps2)
     assert s2["attention_on_other"] == 1.0 and s2["attention_argmax_on_other_any"] == 0.0
     assert s2["attention_mass_on_other"] == pytest.approx(1.0) and s2["attention_mass_on_own"] == pytest.approx(0.8)
@@ -174,8 +180,9 @@ def test_attention_scores_on_known_maps():
     assert s3["attention_mass_on_other"] == pytest.approx(s3["attention_mass_on_other_uniform"])
     assert s3["attention_on_other"] == 0.0  # a flat map has no peak
     maps4 = np.full((n, N, N), 0.5 / (N - 1))
-    background = np.argmax(~b.masks.any(1).reshape(n, -1) & ~(np.arange(N) % 12 < 4)[None] & ~(np.arange(N) % 12 > 7),
-                           -1)  # a background pixel in the gap
+    background = np.argmax(
+        ~b.masks.any(1).reshape(n, -1) & ~(np.arange(N) % 12 < 4)[None] & ~(np.arange(N) % 12 > 7), -1
+    )  # a background pixel in the gap
     maps4[rows, :, background] = 0.5 + 0.5 / (N - 1)
     maps4 /= maps4.sum(-1, keepdims=True)
     s4 = sagan_shapes.attention_scores(None, b, maps4)
@@ -187,8 +194,15 @@ def _run(*args):
     env = dict(os.environ)
     env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
     with tempfile.TemporaryDirectory() as cwd:  # its run folder goes under runs/ there
-        proc = subprocess.run([sys.executable, "-m", "attnc.experiments.sagan_shapes", *args], cwd=cwd, env=env,
-                              capture_output=True, text=True, timeout=300, check=False)
+        proc = subprocess.run(
+            [sys.executable, "-m", "attnc.experiments.sagan_shapes", *args],
+            cwd=cwd,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1]), proc.stderr
 
@@ -197,8 +211,18 @@ def test_quick_run(tmp_path):
     path = tmp_path / "sagan.npz"
     first, stderr = _run("--quick", "--seed", "2", "--threads", "1", "--save", str(path))
     assert "it/s" in stderr or "s/it" in stderr
-    for key in ("accuracy", "accuracy_no_attention", "accuracy_gain", "attention_on_other", "attention_mass_on_other",
-                "attention_mass_on_own", "train_seconds", "train_seconds_no_attention", "gamma", "heldout_size"):
+    for key in (
+        "accuracy",
+        "accuracy_no_attention",
+        "accuracy_gain",
+        "attention_on_other",
+        "attention_mass_on_other",
+        "attention_mass_on_own",
+        "train_seconds",
+        "train_seconds_no_attention",
+        "gamma",
+        "heldout_size",
+    ):
         assert key in first, key
     assert 0 <= first["accuracy"] <= 1 and 0 <= first["attention_on_other"] <= 1 and first["quick"] is True
     second, _ = _run("--quick", "--seed", "2", "--threads", "2")

@@ -22,8 +22,7 @@ def _dims(kind):
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("lead", LEADS, ids=str)
 @pytest.mark.parametrize("tq,tk", TQTK)
-def test_score_matches_reference(kind, lead, tq, tk, rng, score_params, assert_unchanged,
-                                 close_rel):
+def test_score_matches_reference(kind, lead, tq, tk, rng, score_params, assert_unchanged, close_rel):
     dq, dk = _dims(kind)
     q = rng.standard_normal(lead + (tq, dq))
     k = rng.standard_normal(lead + (tk, dk))
@@ -40,8 +39,7 @@ def test_score_python_float_params(kind, rng, score_params, close_rel):
     q = rng.standard_normal((2, 3, 4))
     k = rng.standard_normal((2, 5, 4))
     params = score_params(kind, rng, 4, 4, 5, arrays=False)
-    close_rel(attnc.score(q, k, score=kind, **params),
-              ref.score(q, k, score=kind, **params), 1e-12)
+    close_rel(attnc.score(q, k, score=kind, **params), ref.score(q, k, score=kind, **params), 1e-12)
 
 
 def test_score_defaults(rng, close_rel):
@@ -60,8 +58,7 @@ def test_concat_is_alias_of_additive(rng, score_params):
     q = rng.standard_normal((2, 3, 4))
     k = rng.standard_normal((2, 5, 6))
     p = score_params("additive", rng, 4, 6, 5)
-    np.testing.assert_array_equal(attnc.score(q, k, score="concat", **p),
-                                  attnc.score(q, k, score="additive", **p))
+    np.testing.assert_array_equal(attnc.score(q, k, score="concat", **p), attnc.score(q, k, score="additive", **p))
 
 
 @pytest.mark.parametrize("beta_shape", [(), (3,), (2, 3), (2, 1), (1, 3)], ids=str)
@@ -69,8 +66,7 @@ def test_cosine_beta_broadcast(beta_shape, rng, close_rel):
     q = rng.standard_normal((2, 3, 4))
     k = rng.standard_normal((2, 5, 4))
     beta = rng.random(beta_shape) * 3 + 0.5
-    close_rel(attnc.score(q, k, score="cosine", beta=beta),
-              ref.score(q, k, score="cosine", beta=beta), 1e-12)
+    close_rel(attnc.score(q, k, score="cosine", beta=beta), ref.score(q, k, score="cosine", beta=beta), 1e-12)
 
 
 def test_cosine_zero_vector_is_finite(rng):
@@ -96,13 +92,13 @@ def test_location_ignores_key_values(rng):
 
 # --------------------------------------------------------------------------- gradients
 
+
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("lead", [(), (2,), (2, 2)], ids=str)
 def test_score_grad_fd(kind, lead, rng, score_params, check_vjp):
     dq, dk = (3, 3) if kind in SAME_D else (3, 2)
     tq, tk = 3, 4
-    kw = dict(query=rng.standard_normal(lead + (tq, dq)),
-              keys=rng.standard_normal(lead + (tk, dk)), score=kind)
+    kw = dict(query=rng.standard_normal(lead + (tq, dq)), keys=rng.standard_normal(lead + (tk, dk)), score=kind)
     kw.update(score_params(kind, rng, dq, dk, tk, beta_shape=lead + (tq,)))
     _, grads = check_vjp(attnc.score, ref.score, kw, rng)
     if kind == "location":
@@ -111,15 +107,18 @@ def test_score_grad_fd(kind, lead, rng, score_params, check_vjp):
 
 @pytest.mark.parametrize("beta_shape", [(), (3,), (2, 1), (1, 3)], ids=str)
 def test_cosine_beta_grad_broadcast(beta_shape, rng, check_vjp):
-    kw = dict(query=rng.standard_normal((2, 3, 4)), keys=rng.standard_normal((2, 5, 4)),
-              score="cosine", beta=rng.random(beta_shape) + 0.5)
+    kw = dict(
+        query=rng.standard_normal((2, 3, 4)),
+        keys=rng.standard_normal((2, 5, 4)),
+        score="cosine",
+        beta=rng.random(beta_shape) + 0.5,
+    )
     check_vjp(attnc.score, ref.score, kw, rng)
 
 
 @pytest.mark.parametrize("kind", ["scaled_dot", "cosine", "gaussian"])
 def test_python_float_params_get_no_gradient(kind, rng, score_params, check_vjp):
-    kw = dict(query=rng.standard_normal((3, 4)), keys=rng.standard_normal((5, 4)),
-              score=kind)
+    kw = dict(query=rng.standard_normal((3, 4)), keys=rng.standard_normal((5, 4)), score=kind)
     kw.update(score_params(kind, rng, 4, 4, 5, arrays=False))
     _, grads = check_vjp(attnc.score, ref.score, kw, rng)
     assert set(grads) == {"query", "keys"}
@@ -172,6 +171,7 @@ def test_vjp_keyword_arguments(rng, check_vjp):
 
 # --------------------------------------------------------------------------- torch
 
+
 def _torch_score(torch, kind, q, k, p):
     kt = k.transpose(-1, -2)
     if kind == "dot":
@@ -184,8 +184,7 @@ def _torch_score(torch, kind, q, k, p):
         h = torch.tanh((q @ p["w_query"]).unsqueeze(-2) + (k @ p["w_key"]).unsqueeze(-3))
         return h @ p["v"]
     if kind == "cosine":
-        cos = torch.nn.functional.cosine_similarity(q.unsqueeze(-2), k.unsqueeze(-3),
-                                                    dim=-1, eps=1e-8)
+        cos = torch.nn.functional.cosine_similarity(q.unsqueeze(-2), k.unsqueeze(-3), dim=-1, eps=1e-8)
         return p["beta"].unsqueeze(-1) * cos
     if kind == "location":
         return (q @ p["weight"]).expand(*q.shape[:-1], p["weight"].shape[-1])
@@ -222,6 +221,7 @@ def test_score_vs_torch_autograd(kind, torch, rng, score_params):
 
 # --------------------------------------------------------------------------- float32
 
+
 @pytest.mark.parametrize("kind", KINDS)
 def test_score_float32_matches_float64(kind, rng, score_params):
     dq, dk = (6, 6) if kind in SAME_D else (6, 5)
@@ -230,8 +230,7 @@ def test_score_float32_matches_float64(kind, rng, score_params):
     p64 = score_params(kind, rng, dq, dk, 7, beta_shape=(2, 4))
     p32 = {n: v.astype(np.float32) for n, v in p64.items()}
     out64, pb64 = attnc.vjp(attnc.score, q, k, score=kind, **p64)
-    out32, pb32 = attnc.vjp(attnc.score, q.astype(np.float32), k.astype(np.float32),
-                            score=kind, **p32)
+    out32, pb32 = attnc.vjp(attnc.score, q.astype(np.float32), k.astype(np.float32), score=kind, **p32)
     assert out32.dtype == np.float32
     scale = np.max(np.abs(out64))
     np.testing.assert_allclose(out32, out64, rtol=0, atol=1e-5 * scale)
@@ -255,8 +254,11 @@ def test_additive_float32_over_ranges(tq, rng):
     scales = np.array([0.002, 1.0, 40.0])[:, None, None]
     q = rng.standard_normal((3, tq, dq)) * scales
     k = rng.standard_normal((3, tk, dk)) * np.array([0.002, 1.0, 1.0])[:, None, None]
-    p = dict(w_query=rng.standard_normal((dq, da)) / np.sqrt(dq), w_key=rng.standard_normal((dk, da)) / np.sqrt(dk),
-             v=rng.standard_normal(da))
+    p = dict(
+        w_query=rng.standard_normal((dq, da)) / np.sqrt(dq),
+        w_key=rng.standard_normal((dk, da)) / np.sqrt(dk),
+        v=rng.standard_normal(da),
+    )
     p32 = {n: a.astype(np.float32) for n, a in p.items()}
     q32, k32 = q.astype(np.float32), k.astype(np.float32)
     assert np.abs(q32[2] @ p32["w_query"]).max() > 20 > np.abs(q32[1] @ p32["w_query"]).max()
@@ -266,7 +268,7 @@ def test_additive_float32_over_ranges(tq, rng):
     out, pb = attnc.vjp(attnc.score, q32, k32, score="additive", **p32)
     pre = (q32.astype(np.float64) @ p64["w_query"])[:, :, None] + (k32.astype(np.float64) @ p64["w_key"])[:, None]
     terms = np.abs(np.tanh(pre) * p64["v"]).sum(-1)
-    assert np.abs(pre[0]).max() < 0.125                  # element 0: tanh on its series only
+    assert np.abs(pre[0]).max() < 0.125  # element 0: tanh on its series only
     # each tanh within 1.5e-6 relative, plus the sums' rounding
     assert np.all(np.abs(out - want) <= 3e-6 * terms), np.max(np.abs(out - want) / terms)
     cot = rng.standard_normal(out.shape)
@@ -278,6 +280,7 @@ def test_additive_float32_over_ranges(tq, rng):
 
 # --------------------------------------------------------------------------- NaN
 
+
 @pytest.mark.parametrize("kind", KINDS)
 def test_score_nan_propagates(kind, rng, score_params):
     dq, dk = (4, 4) if kind in SAME_D else (4, 5)
@@ -287,8 +290,7 @@ def test_score_nan_propagates(kind, rng, score_params):
     p = score_params(kind, rng, dq, dk, 5)
     s = attnc.score(q, k, score=kind, **p)
     assert np.all(np.isnan(s[1]))
-    np.testing.assert_allclose(s[[0, 2]], ref.score(q, k, score=kind, **p)[[0, 2]],
-                               rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(s[[0, 2]], ref.score(q, k, score=kind, **p)[[0, 2]], rtol=1e-12, atol=1e-12)
 
 
 def _recomputing(kwargs):
@@ -308,8 +310,11 @@ def test_additive_backward_reads_saved_projections(dtype, lead, rng):
     q = rng.standard_normal(lead + (4, 5)).astype(dtype)
     k = rng.standard_normal(lead + (6, 3)).astype(dtype)
     val = rng.standard_normal(lead + (6, 2)).astype(dtype)
-    p = {"w_query": rng.standard_normal((5, 7)).astype(dtype), "w_key": rng.standard_normal((3, 7)).astype(dtype),
-         "v": rng.standard_normal(7).astype(dtype)}
+    p = {
+        "w_query": rng.standard_normal((5, 7)).astype(dtype),
+        "w_key": rng.standard_normal((3, 7)).astype(dtype),
+        "v": rng.standard_normal(7).astype(dtype),
+    }
     out, pb = attnc.vjp(attnc.score, q, k, score="additive", **p)
     ds = rng.standard_normal(out.shape).astype(dtype)
     g = pb(ds)
@@ -317,8 +322,9 @@ def test_additive_backward_reads_saved_projections(dtype, lead, rng):
     sc = Score("additive", p, inp)
     dq, dk = inp.empty(inp.tq, inp.dq), inp.empty(inp.tk, inp.dk)
     kwargs, finish = sc.grads(inp)
-    _core.score_backward(dquery=dq, dkeys=dk, dscores=np.ascontiguousarray(ds), query=inp.query, keys=inp.keys,
-                         **_recomputing(kwargs))
+    _core.score_backward(
+        dquery=dq, dkeys=dk, dscores=np.ascontiguousarray(ds), query=inp.query, keys=inp.keys, **_recomputing(kwargs)
+    )
     want = {"query": dq, "keys": dk, **finish(())}
     for name in want:
         np.testing.assert_array_equal(g[name], want[name], err_msg=name)
@@ -330,8 +336,17 @@ def test_additive_backward_reads_saved_projections(dtype, lead, rng):
     sc = Score("additive", p, inp)
     dq, dk, dv = inp.backward_outputs()
     kwargs, finish = sc.grads(inp)
-    _core.attention_backward(dquery=dq, dkeys=dk, dvalues=dv, dcontext=np.ascontiguousarray(dctx), query=inp.query,
-                             keys=inp.keys, values=inp.values, weights=w, **_recomputing(kwargs))
+    _core.attention_backward(
+        dquery=dq,
+        dkeys=dk,
+        dvalues=dv,
+        dcontext=np.ascontiguousarray(dctx),
+        query=inp.query,
+        keys=inp.keys,
+        values=inp.values,
+        weights=w,
+        **_recomputing(kwargs),
+    )
     for name, want in {**inp.grads(dq, dk, dv), **finish(())}.items():
         np.testing.assert_array_equal(g[name], want, err_msg=name)
 
@@ -347,9 +362,11 @@ def test_projections_buffer_is_checked(rng):
     params = Score("additive", p, inp).c
     out = inp.empty(inp.tq, inp.tk)
     for projections, error, message in (
-            (np.empty(146), ValueError, "projections must be a contiguous vector of at least 147 elements"),
-            (np.empty(300)[::2], ValueError, "projections must be a contiguous vector"),
-            (np.empty(147, np.float32), TypeError, "projections")):
+        (np.empty(146), ValueError, "projections must be a contiguous vector of at least 147 elements"),
+        (np.empty(300)[::2], ValueError, "projections must be a contiguous vector"),
+        (np.empty(147, np.float32), TypeError, "projections"),
+    ):
         with pytest.raises(error, match=message):
-            _core.score_forward(scores=out, query=inp.query, keys=inp.keys,
-                                params={**params, "projections": projections})
+            _core.score_forward(
+                scores=out, query=inp.query, keys=inp.keys, params={**params, "projections": projections}
+            )

@@ -10,8 +10,8 @@ from helpers import close as _close
 from helpers import same_bits as _same_bits
 from reference import sdpa_ref as ref
 
-REL = {np.float32: 1e-5, np.float64: 1e-12}         # forward, vs torch and reference
-GREL = {np.float32: 1e-5, np.float64: 1e-10}        # gradients
+REL = {np.float32: 1e-5, np.float64: 1e-12}  # forward, vs torch and reference
+GREL = {np.float32: 1e-5, np.float64: 1e-10}  # gradients
 DTYPES = [np.float32, np.float64]
 GRAD_NAMES = ("query", "key", "value")
 
@@ -21,6 +21,7 @@ def sdpa(*args, **kwargs):
 
 
 # --------------------------------------------------------------------------- helpers
+
 
 def _qkv(rng, lead, h, hkv, L, S, E, Ev, dtype=np.float64):
     q = rng.standard_normal(lead + (h, L, E)).astype(dtype)
@@ -44,20 +45,30 @@ def _mask_kwargs(kind, rng, lead, h, L, S, dtype):
         return {"is_causal": True}
     if kind.startswith(("bool_", "float_")):
         typ, shp = kind.split("_", 1)
-        shape = {"LS": (L, S), "1HLS": (1, h, L, S), "B11S": (B, 1, 1, S), "full": full,
-                 "inf": (L, S)}[shp]
+        shape = {"LS": (L, S), "1HLS": (1, h, L, S), "B11S": (B, 1, 1, S), "full": full, "inf": (L, S)}[shp]
         if typ == "bool":
             return {"attn_mask": _bool_mask(rng, shape)}
         m = rng.standard_normal(shape)
-        if shp == "inf":                # -inf entries, including whole rows
+        if shp == "inf":  # -inf entries, including whole rows
             m = np.where(rng.random(shape) < 0.6, m, -np.inf)
             m[L // 2, :] = -np.inf
         return {"attn_mask": m.astype(dtype)}
     raise ValueError(kind)
 
 
-MASK_KINDS = ["none", "causal", "bool_LS", "bool_1HLS", "bool_B11S", "bool_full",
-              "float_LS", "float_1HLS", "float_B11S", "float_full", "float_inf"]
+MASK_KINDS = [
+    "none",
+    "causal",
+    "bool_LS",
+    "bool_1HLS",
+    "bool_B11S",
+    "bool_full",
+    "float_LS",
+    "float_1HLS",
+    "float_B11S",
+    "float_full",
+    "float_inf",
+]
 
 
 def _allowed_rows(q, k, v, kw):
@@ -70,8 +81,7 @@ def _allowed_rows(q, k, v, kw):
 def _torch_sdpa(torch, q, k, v, kw, dout=None):
     """Run torch's SDPA in the inputs' dtype; returns (output, grads or None)."""
     F = torch.nn.functional
-    tq, tk, tv = (torch.from_numpy(np.array(x)).requires_grad_(dout is not None)
-                  for x in (q, k, v))
+    tq, tk, tv = (torch.from_numpy(np.array(x)).requires_grad_(dout is not None) for x in (q, k, v))
     tkw = {}
     tmask = None
     for n, x in kw.items():
@@ -128,8 +138,7 @@ def _check_forward(torch, q, k, v, kw, dtype, what):
 
 # --------------------------------------------------------------------------- forward
 
-SHAPES = [(5, 7, 8, 8), (7, 5, 8, 8), (6, 6, 24, 5), (1, 9, 8, 3), (9, 1, 8, 3),
-          (37, 53, 24, 24), (1, 1, 4, 4)]
+SHAPES = [(5, 7, 8, 8), (7, 5, 8, 8), (6, 6, 24, 5), (1, 9, 8, 3), (9, 1, 8, 3), (37, 53, 24, 24), (1, 1, 4, 4)]
 HEADS = [(4, 4, False), (4, 2, True), (4, 1, True), (2, 2, True)]
 
 
@@ -165,22 +174,32 @@ def test_2d_3d_5d_inputs(dtype, rng, torch):
     q = rng.standard_normal((6, 8)).astype(dtype)
     k = rng.standard_normal((9, 8)).astype(dtype)
     v = rng.standard_normal((9, 5)).astype(dtype)
-    for kw in [{}, {"is_causal": True}, {"attn_mask": _bool_mask(rng, (6, 9))},
-               {"attn_mask": rng.standard_normal((1, 9)).astype(dtype)},
-               {"scale": 0.3}]:
+    for kw in [
+        {},
+        {"is_causal": True},
+        {"attn_mask": _bool_mask(rng, (6, 9))},
+        {"attn_mask": rng.standard_normal((1, 9)).astype(dtype)},
+        {"scale": 0.3},
+    ]:
         out = _check_forward(torch, q, k, v, kw, dtype, f"2-D {sorted(kw)}")
         assert out.shape == (6, 5)
     # 3-D: (H, L, E), GQA
     q, k, v = _qkv(rng, (), 4, 2, 5, 7, 8, 3, dtype)
-    for kw in [{"enable_gqa": True}, {"enable_gqa": True, "is_causal": True},
-               {"enable_gqa": True, "attn_mask": rng.standard_normal((4, 1, 7)).astype(dtype)}]:
+    for kw in [
+        {"enable_gqa": True},
+        {"enable_gqa": True, "is_causal": True},
+        {"enable_gqa": True, "attn_mask": rng.standard_normal((4, 1, 7)).astype(dtype)},
+    ]:
         _check_forward(torch, q, k, v, kw, dtype, f"3-D {sorted(kw)}")
     # 5-D: (B1, B2, H, L, E), GQA, broadcast masks
     q, k, v = _qkv(rng, (2, 3), 4, 2, 5, 7, 8, 3, dtype)
-    for kw in [{"enable_gqa": True}, {"enable_gqa": True, "is_causal": True},
-               {"enable_gqa": True, "attn_mask": _bool_mask(rng, (3, 1, 1, 7))},
-               {"enable_gqa": True, "attn_mask": rng.standard_normal((2, 1, 1, 5, 7)).astype(dtype)},
-               {"enable_gqa": True, "attn_mask": rng.standard_normal((5, 7)).astype(dtype)}]:
+    for kw in [
+        {"enable_gqa": True},
+        {"enable_gqa": True, "is_causal": True},
+        {"enable_gqa": True, "attn_mask": _bool_mask(rng, (3, 1, 1, 7))},
+        {"enable_gqa": True, "attn_mask": rng.standard_normal((2, 1, 1, 5, 7)).astype(dtype)},
+        {"enable_gqa": True, "attn_mask": rng.standard_normal((5, 7)).astype(dtype)},
+    ]:
         out = _check_forward(torch, q, k, v, kw, dtype, f"5-D {sorted(kw)}")
         assert out.shape == (2, 3, 4, 5, 3)
 
@@ -227,13 +246,17 @@ def test_fully_masked_rows_are_zero(dtype, rng, torch):
 @pytest.mark.parametrize("L,S", [(300, 300), (257, 331), (331, 129)])
 def test_multi_tile_sizes(L, S, dtype, rng, torch):
     q, k, v = _qkv(rng, (1,), 2, 2, L, S, 32, 16, dtype)
-    for kw in [{}, {"is_causal": True},
-               {"attn_mask": rng.standard_normal((L, S)).astype(dtype)},
-               {"attn_mask": _bool_mask(rng, (1, 1, 1, S), 0.5)}]:
+    for kw in [
+        {},
+        {"is_causal": True},
+        {"attn_mask": rng.standard_normal((L, S)).astype(dtype)},
+        {"attn_mask": _bool_mask(rng, (1, 1, 1, S), 0.5)},
+    ]:
         _check_forward(torch, q, k, v, kw, dtype, f"L{L} S{S} {sorted(kw)}")
 
 
 # --------------------------------------------------------------------------- gradients vs torch
+
 
 def _grad_cases(rng, dtype):
     def fl(*shape):
@@ -249,8 +272,7 @@ def _grad_cases(rng, dtype):
         "causal_L<S": (qkv((2,), 2, 2, 5, 9, 8, 6), {"is_causal": True}),
         "causal_L>S": (qkv((2,), 2, 2, 9, 5, 8, 6), {"is_causal": True}),
         "causal_L=S": (qkv((2,), 2, 2, 7, 7, 8, 6), {"is_causal": True}),
-        "gqa2_mask1HLS": (qkv((2,), 4, 2, 5, 7, 8, 3),
-                          {"enable_gqa": True, "attn_mask": fl(1, 4, 5, 7)}),
+        "gqa2_mask1HLS": (qkv((2,), 4, 2, 5, 7, 8, 3), {"enable_gqa": True, "attn_mask": fl(1, 4, 5, 7)}),
         "gqa1_causal": (qkv((2,), 4, 1, 6, 6, 8, 3), {"enable_gqa": True, "is_causal": True}),
         "bool_LS": (qkv((2,), 2, 2, 5, 7, 8, 4), {"attn_mask": every_row}),
         "float_B11S": (qkv((2,), 2, 2, 5, 7, 8, 4), {"attn_mask": fl(2, 1, 1, 7)}),
@@ -260,8 +282,7 @@ def _grad_cases(rng, dtype):
         "2d": ((fl(5, 8), fl(7, 8), fl(7, 3)), {"attn_mask": fl(5, 7)}),
         "5d_gqa": (qkv((2, 3), 4, 2, 5, 7, 8, 3), {"enable_gqa": True, "is_causal": True}),
         "tiles": (qkv((1,), 2, 2, 300, 300, 32, 32), {}),
-        "tiles_causal_gqa": (qkv((1,), 2, 1, 300, 280, 32, 16),
-                             {"enable_gqa": True, "is_causal": True}),
+        "tiles_causal_gqa": (qkv((1,), 2, 1, 300, 280, 32, 16), {"enable_gqa": True, "is_causal": True}),
         "tiles_mask": (qkv((1,), 1, 1, 290, 310, 32, 32), {"attn_mask": fl(290, 310)}),
     }
 
@@ -292,6 +313,7 @@ def test_gradients_match_torch(case, dtype, rng, torch):
 
 # --------------------------------------------------------------------------- finite differences
 
+
 def _fd_cases(rng):
     def a(*shape):
         return rng.standard_normal(shape)
@@ -302,27 +324,29 @@ def _fd_cases(rng):
     finf[0, 1, 2] = -np.inf
     return {
         "plain": dict(query=a(1, 2, 4, 3), key=a(1, 2, 5, 3), value=a(1, 2, 5, 2)),
-        "causal_L<S": dict(query=a(1, 2, 3, 3), key=a(1, 2, 5, 3), value=a(1, 2, 5, 2),
-                           is_causal=True),
-        "causal_L>S": dict(query=a(1, 2, 5, 3), key=a(1, 2, 3, 3), value=a(1, 2, 3, 2),
-                           is_causal=True),
-        "gqa2_float_mask": dict(query=a(1, 4, 3, 3), key=a(1, 2, 4, 3), value=a(1, 2, 4, 2),
-                                attn_mask=a(4, 1, 4), enable_gqa=True),
-        "gqa1_causal": dict(query=a(2, 2, 4, 3), key=a(2, 1, 4, 3), value=a(2, 1, 4, 2),
-                            is_causal=True, enable_gqa=True),
-        "float_mask_full": dict(query=a(2, 1, 3, 3), key=a(2, 1, 4, 3), value=a(2, 1, 4, 2),
-                                attn_mask=a(2, 1, 3, 4)),
-        "float_mask_inf": dict(query=a(1, 2, 4, 3), key=a(1, 2, 5, 3), value=a(1, 2, 5, 2),
-                               attn_mask=finf),
-        "bool_mask_dead_row": dict(query=a(1, 2, 4, 3), key=a(1, 2, 5, 3),
-                                   value=a(1, 2, 5, 2), attn_mask=dead),
-        "weights_too": dict(query=a(1, 2, 4, 3), key=a(1, 2, 5, 3), value=a(1, 2, 5, 2),
-                            attn_mask=a(4, 5), return_weights=True),
-        "weights_causal_gqa": dict(query=a(1, 2, 4, 3), key=a(1, 1, 4, 3),
-                                   value=a(1, 1, 4, 2), is_causal=True, enable_gqa=True,
-                                   return_weights=True),
-        "2d_scale": dict(query=a(3, 4), key=a(5, 4), value=a(5, 3), scale=0.7,
-                         attn_mask=a(3, 5)),
+        "causal_L<S": dict(query=a(1, 2, 3, 3), key=a(1, 2, 5, 3), value=a(1, 2, 5, 2), is_causal=True),
+        "causal_L>S": dict(query=a(1, 2, 5, 3), key=a(1, 2, 3, 3), value=a(1, 2, 3, 2), is_causal=True),
+        "gqa2_float_mask": dict(
+            query=a(1, 4, 3, 3), key=a(1, 2, 4, 3), value=a(1, 2, 4, 2), attn_mask=a(4, 1, 4), enable_gqa=True
+        ),
+        "gqa1_causal": dict(
+            query=a(2, 2, 4, 3), key=a(2, 1, 4, 3), value=a(2, 1, 4, 2), is_causal=True, enable_gqa=True
+        ),
+        "float_mask_full": dict(query=a(2, 1, 3, 3), key=a(2, 1, 4, 3), value=a(2, 1, 4, 2), attn_mask=a(2, 1, 3, 4)),
+        "float_mask_inf": dict(query=a(1, 2, 4, 3), key=a(1, 2, 5, 3), value=a(1, 2, 5, 2), attn_mask=finf),
+        "bool_mask_dead_row": dict(query=a(1, 2, 4, 3), key=a(1, 2, 5, 3), value=a(1, 2, 5, 2), attn_mask=dead),
+        "weights_too": dict(
+            query=a(1, 2, 4, 3), key=a(1, 2, 5, 3), value=a(1, 2, 5, 2), attn_mask=a(4, 5), return_weights=True
+        ),
+        "weights_causal_gqa": dict(
+            query=a(1, 2, 4, 3),
+            key=a(1, 1, 4, 3),
+            value=a(1, 1, 4, 2),
+            is_causal=True,
+            enable_gqa=True,
+            return_weights=True,
+        ),
+        "2d_scale": dict(query=a(3, 4), key=a(5, 4), value=a(5, 3), scale=0.7, attn_mask=a(3, 5)),
         "E!=Ev": dict(query=a(1, 1, 3, 5), key=a(1, 1, 4, 5), value=a(1, 1, 4, 2)),
     }
 
@@ -330,14 +354,21 @@ def _fd_cases(rng):
 @pytest.mark.parametrize("case", list(_fd_cases(np.random.default_rng(0))))
 def test_gradients_match_finite_differences(case, rng, check_vjp):
     kw = _fd_cases(rng)[case]
-    check_vjp(attnc.scaled_dot_product_attention, ref.scaled_dot_product_attention, kw, rng,
-              positional=("query", "key", "value"))
+    check_vjp(
+        attnc.scaled_dot_product_attention,
+        ref.scaled_dot_product_attention,
+        kw,
+        rng,
+        positional=("query", "key", "value"),
+    )
 
 
 # --------------------------------------------------------------------------- broadcasting
 
+
 def _broadcast_cases(rng, dtype):
     """(query, key, value, kwargs): leading dims that torch broadcasts."""
+
     def a(*shape):
         return rng.standard_normal(shape).astype(dtype)
 
@@ -348,8 +379,7 @@ def _broadcast_cases(rng, dtype):
         "kv_lead_differ": (a(2, 1, 5, 8), a(1, 3, 7, 8), a(2, 3, 7, 4), {"attn_mask": a(5, 7)}),
         "q_heads_1": (a(2, 1, 5, 8), a(2, 3, 7, 8), a(2, 3, 7, 4), {"attn_mask": a(2, 1, 5, 7)}),
         "gqa_lead": (a(1, 4, 5, 8), a(3, 2, 7, 8), a(1, 2, 7, 4), {"enable_gqa": True}),
-        "gqa_k_v_heads_differ": (a(2, 4, 5, 8), a(2, 2, 7, 8), a(2, 1, 7, 4),
-                                 {"enable_gqa": True, "is_causal": True}),
+        "gqa_k_v_heads_differ": (a(2, 4, 5, 8), a(2, 2, 7, 8), a(2, 1, 7, 4), {"enable_gqa": True, "is_causal": True}),
     }
 
 
@@ -384,8 +414,7 @@ def _broadcast_ref(query, key, value, attn_mask=None, is_causal=False, enable_gq
     else:
         lead = np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
         q, k, v = (np.broadcast_to(x, lead + x.shape[-2:]) for x in (q, k, v))
-    return ref.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=is_causal,
-                                            enable_gqa=enable_gqa)
+    return ref.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=is_causal, enable_gqa=enable_gqa)
 
 
 @pytest.mark.parametrize("case", ["q2d_kv4d_causal", "kv_lead_differ", "gqa_k_v_heads_differ"])
@@ -394,11 +423,17 @@ def test_broadcast_gradients_match_finite_differences(case, rng, check_vjp):
     q, k, v = q[..., :3, :3], k[..., :4, :3], v[..., :4, :2]  # small: every entry is perturbed
     if "attn_mask" in kw:
         kw = {"attn_mask": kw["attn_mask"][..., :3, :4]}
-    check_vjp(attnc.scaled_dot_product_attention, _broadcast_ref, dict(query=q, key=k, value=v, **kw), rng,
-              positional=("query", "key", "value"))
+    check_vjp(
+        attnc.scaled_dot_product_attention,
+        _broadcast_ref,
+        dict(query=q, key=k, value=v, **kw),
+        rng,
+        positional=("query", "key", "value"),
+    )
 
 
 # --------------------------------------------------------------------------- dropout
+
 
 def _recover_keep(q, k, seed, p, lead, hkv, S, **kw):
     """attnc's keep-mask for this call shape, recovered with value = identity (S x S):
@@ -439,19 +474,18 @@ def test_dropout_matches_reference_with_recovered_keep_mask(dtype, rng):
     assert not np.array_equal(keep[..., 0], keep[..., 1]), "same keep-mask per column"
     # the same seed with other values: the reference with that keep-mask
     out, w = sdpa(q, k, v, dropout_p=p, seed=5, enable_gqa=True, return_weights=True)
-    eout = ref.scaled_dot_product_attention(q, k, v, dropout_p=p, enable_gqa=True,
-                                            keep_mask=keep)
+    eout = ref.scaled_dot_product_attention(q, k, v, dropout_p=p, enable_gqa=True, keep_mask=keep)
     _close(out, eout, REL[dtype], "output with dropout")
     _close(w, probs, REL[dtype], "weights are taken before dropout")
     # gradients: the reference's with the same keep-mask
-    (o2, w2), pb = attnc.vjp(attnc.scaled_dot_product_attention, q, k, v, dropout_p=p,
-                             seed=5, enable_gqa=True, return_weights=True)
+    (o2, w2), pb = attnc.vjp(
+        attnc.scaled_dot_product_attention, q, k, v, dropout_p=p, seed=5, enable_gqa=True, return_weights=True
+    )
     _same_bits(o2, out, "vjp forward = plain forward")
     dout = rng.standard_normal(out.shape).astype(dtype)
     dw = rng.standard_normal(w.shape).astype(dtype)
     g = pb(dout, dw)
-    eg = _ref_grads(q, k, v, dout, {"dropout_p": p, "enable_gqa": True}, dweights=dw,
-                    keep_mask=keep)
+    eg = _ref_grads(q, k, v, dout, {"dropout_p": p, "enable_gqa": True}, dweights=dw, keep_mask=keep)
     for n in GRAD_NAMES:
         _close(g[n], eg[n], GREL[dtype], f"dropout gradient {n}")
 
@@ -474,10 +508,10 @@ def test_dropout_mean_over_seeds_is_undropped_output(rng):
     for s in range(N):
         acc += sdpa(q, k, v, dropout_p=p, seed=1000 + s, is_causal=True)
     mean = acc / N
-    var = (P ** 2 @ v ** 2) * p / (1 - p)          # variance of one draw, per element
+    var = (P**2 @ v**2) * p / (1 - p)  # variance of one draw, per element
     z = (mean - o0) / np.sqrt(var / N)
     assert np.abs(z).max() < 5.5, f"max |z| = {np.abs(z).max()}"
-    assert 0.4 < np.mean(z ** 2) < 2.0, f"mean z^2 = {np.mean(z ** 2)}"
+    assert 0.4 < np.mean(z**2) < 2.0, f"mean z^2 = {np.mean(z**2)}"
 
 
 def test_dropout_extremes(rng):
@@ -485,8 +519,7 @@ def test_dropout_extremes(rng):
     _close(sdpa(q, k, v, dropout_p=0.0, seed=4), sdpa(q, k, v), 1e-12, "p = 0")
     out, w = sdpa(q, k, v, dropout_p=1.0, seed=4, return_weights=True)
     assert np.all(out == 0.0), "p = 1 must give zeros"
-    _close(w, ref.scaled_dot_product_attention(q, k, v, return_weights=True)[1], 1e-12,
-           "weights with p = 1")
+    _close(w, ref.scaled_dot_product_attention(q, k, v, return_weights=True)[1], 1e-12, "weights with p = 1")
     o, pb = attnc.vjp(attnc.scaled_dot_product_attention, q, k, v, dropout_p=1.0, seed=4)
     g = pb(np.ones_like(o))
     for n in GRAD_NAMES:
@@ -495,19 +528,26 @@ def test_dropout_extremes(rng):
 
 @pytest.mark.parametrize("weights", [False, True])
 def test_dropout_gradient_matches_finite_differences(weights, rng, fd_check):
-    kw = dict(query=rng.standard_normal((1, 2, 4, 3)), key=rng.standard_normal((1, 1, 5, 3)),
-              value=rng.standard_normal((1, 1, 5, 2)), attn_mask=rng.standard_normal((4, 5)),
-              dropout_p=0.35, seed=21, enable_gqa=True, return_weights=weights)
+    kw = dict(
+        query=rng.standard_normal((1, 2, 4, 3)),
+        key=rng.standard_normal((1, 1, 5, 3)),
+        value=rng.standard_normal((1, 1, 5, 2)),
+        attn_mask=rng.standard_normal((4, 5)),
+        dropout_p=0.35,
+        seed=21,
+        enable_gqa=True,
+        return_weights=weights,
+    )
     outs, pb = attnc.vjp(attnc.scaled_dot_product_attention, **kw)
     outs = outs if weights else (outs,)
     cots = [rng.standard_normal(o.shape) for o in outs]
     grads = pb(*cots)
     assert set(grads) == {"query", "key", "value", "attn_mask"}
-    fd_check(attnc.scaled_dot_product_attention, kw, cots, grads,
-             wrt=["query", "key", "value", "attn_mask"])
+    fd_check(attnc.scaled_dot_product_attention, kw, cots, grads, wrt=["query", "key", "value", "attn_mask"])
 
 
 # --------------------------------------------------------------------------- threads
+
 
 def _thread_cases(rng):
     return [
@@ -519,15 +559,23 @@ def _thread_cases(rng):
         # the single-pass backward, two in a pass of its own; causal, so the
         # diagonal tiles are narrower than the key block (flash.c's tile_keys)
         ((_qkv(rng, (1,), 2, 1, 150, 200, 16, 16, np.float32)), {"is_causal": True, "enable_gqa": True}),
-        ((_qkv(rng, (1,), 1, 1, 270, 310, 24, 16, np.float32)),
-         {"attn_mask": rng.standard_normal((270, 310)).astype(np.float32)}),
-        ((_qkv(rng, (2,), 4, 2, 200, 260, 16, 8)),
-         {"enable_gqa": True, "attn_mask": _bool_mask(rng, (2, 1, 1, 260)),
-          "dropout_p": 0.2, "seed": 7}),
+        (
+            (_qkv(rng, (1,), 1, 1, 270, 310, 24, 16, np.float32)),
+            {"attn_mask": rng.standard_normal((270, 310)).astype(np.float32)},
+        ),
+        (
+            (_qkv(rng, (2,), 4, 2, 200, 260, 16, 8)),
+            {"enable_gqa": True, "attn_mask": _bool_mask(rng, (2, 1, 1, 260)), "dropout_p": 0.2, "seed": 7},
+        ),
         # broadcast leading dims: the gradients' sums over them
-        ((rng.standard_normal((1, 3, 150, 16)), rng.standard_normal((2, 1, 270, 16)),
-          rng.standard_normal((2, 3, 270, 8))),
-         {"attn_mask": rng.standard_normal((150, 270))}),
+        (
+            (
+                rng.standard_normal((1, 3, 150, 16)),
+                rng.standard_normal((2, 1, 270, 16)),
+                rng.standard_normal((2, 3, 270, 8)),
+            ),
+            {"attn_mask": rng.standard_normal((150, 270))},
+        ),
     ]
 
 
@@ -536,12 +584,10 @@ def test_thread_counts_give_identical_bits(rng, restore_threads):
         results = []
         for n in (1, 2):
             attnc.set_num_threads(n)
-            (out, w), pb = attnc.vjp(attnc.scaled_dot_product_attention, q, k, v,
-                                     return_weights=True, **kw)
+            (out, w), pb = attnc.vjp(attnc.scaled_dot_product_attention, q, k, v, return_weights=True, **kw)
             dout = np.random.default_rng(1).standard_normal(out.shape).astype(q.dtype)
             dw = np.random.default_rng(2).standard_normal(w.shape).astype(q.dtype)
-            results.append((out, w, pb(dout, None), pb(dout, dw),
-                            sdpa(q, k, v, **kw)))
+            results.append((out, w, pb(dout, None), pb(dout, dw), sdpa(q, k, v, **kw)))
         (o1, w1, g1, h1, p1), (o2, w2, g2, h2, p2) = results
         _same_bits(o1, o2, f"case {i} output")
         _same_bits(w1, w2, f"case {i} weights")
@@ -552,6 +598,7 @@ def test_thread_counts_give_identical_bits(rng, restore_threads):
 
 
 # --------------------------------------------------------------------------- errors
+
 
 def _err_cases():
     r = np.random.default_rng(0)
@@ -567,29 +614,30 @@ def _err_cases():
         "2d_query_lead_mismatch": (ValueError, r"\bquery\b|\bkey\b", (a(5, 8), k, a(3, 4, 7, 3)), {}),
         "E_mismatch": (ValueError, r"\bkey\b", (q, a(2, 4, 7, 6), v), {}),
         "S_mismatch": (ValueError, r"\bvalue\b", (q, k, a(2, 4, 6, 3)), {}),
-        "Hkv_not_dividing": (ValueError, r"\bvalue\b", (q, k, a(2, 3, 7, 3)),
-                         {"enable_gqa": True}),
-        "lead_mismatch": (ValueError, r"\bquery\b|\bkey\b", (q, a(3, 4, 7, 8), a(3, 4, 7, 3)),
-                          {}),
-        "gqa_not_divisible": (ValueError, r"\bquery\b|\bkey\b|enable_gqa",
-                              (q, a(2, 3, 7, 8), a(2, 3, 7, 3)), {"enable_gqa": True}),
-        "heads_without_gqa": (ValueError, r"\bquery\b|\bkey\b|enable_gqa",
-                              (q, a(2, 2, 7, 8), a(2, 2, 7, 3)), {}),
+        "Hkv_not_dividing": (ValueError, r"\bvalue\b", (q, k, a(2, 3, 7, 3)), {"enable_gqa": True}),
+        "lead_mismatch": (ValueError, r"\bquery\b|\bkey\b", (q, a(3, 4, 7, 8), a(3, 4, 7, 3)), {}),
+        "gqa_not_divisible": (
+            ValueError,
+            r"\bquery\b|\bkey\b|enable_gqa",
+            (q, a(2, 3, 7, 8), a(2, 3, 7, 3)),
+            {"enable_gqa": True},
+        ),
+        "heads_without_gqa": (ValueError, r"\bquery\b|\bkey\b|enable_gqa", (q, a(2, 2, 7, 8), a(2, 2, 7, 3)), {}),
         "int_query": (TypeError, r"\bquery\b", (q.astype(np.int64), k, v), {}),
         "f16_value": (TypeError, r"\bvalue\b", (q, k, v.astype(np.float16)), {}),
         "mixed_dtype_key": (TypeError, r"\bkey\b", (q, k.astype(np.float32), v), {}),
-        "mask_dtype": (TypeError, r"\battn_mask\b", (q, k, v),
-                       {"attn_mask": a(5, 7, dtype=np.float32)}),
-        "int_mask": (TypeError, r"\battn_mask\b", (q, k, v),
-                     {"attn_mask": np.zeros((5, 7), np.int64)}),
+        "mask_dtype": (TypeError, r"\battn_mask\b", (q, k, v), {"attn_mask": a(5, 7, dtype=np.float32)}),
+        "int_mask": (TypeError, r"\battn_mask\b", (q, k, v), {"attn_mask": np.zeros((5, 7), np.int64)}),
         "mask_S": (ValueError, r"\battn_mask\b", (q, k, v), {"attn_mask": a(5, 8)}),
-        "mask_L": (ValueError, r"\battn_mask\b", (q, k, v),
-                   {"attn_mask": np.ones((4, 7), bool)}),
+        "mask_L": (ValueError, r"\battn_mask\b", (q, k, v), {"attn_mask": np.ones((4, 7), bool)}),
         "mask_batch": (ValueError, r"\battn_mask\b", (q, k, v), {"attn_mask": a(3, 1, 1, 7)}),
-        "mask_too_many_dims": (ValueError, r"\battn_mask\b", (q, k, v),
-                               {"attn_mask": a(2, 2, 4, 5, 7)}),
-        "mask_and_causal": (ValueError, r"\battn_mask\b|\bis_causal\b", (q, k, v),
-                            {"attn_mask": np.ones((5, 7), bool), "is_causal": True}),
+        "mask_too_many_dims": (ValueError, r"\battn_mask\b", (q, k, v), {"attn_mask": a(2, 2, 4, 5, 7)}),
+        "mask_and_causal": (
+            ValueError,
+            r"\battn_mask\b|\bis_causal\b",
+            (q, k, v),
+            {"attn_mask": np.ones((5, 7), bool), "is_causal": True},
+        ),
         "dropout_negative": (ValueError, r"\bdropout_p\b", (q, k, v), {"dropout_p": -0.1}),
         "dropout_above_1": (ValueError, r"\bdropout_p\b", (q, k, v), {"dropout_p": 1.5}),
         "dropout_nan": (ValueError, r"\bdropout_p\b", (q, k, v), {"dropout_p": float("nan")}),
@@ -607,6 +655,7 @@ def test_errors_name_the_argument(case):
 
 # --------------------------------------------------------------------------- NaN
 
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
 @pytest.mark.parametrize("where", ["query", "key", "value", "attn_mask"])
 def test_nan_inputs_propagate(where, dtype, rng, torch):
@@ -622,11 +671,13 @@ def test_nan_inputs_propagate(where, dtype, rng, torch):
     out = sdpa(args["query"], args["key"], args["value"], **kw)
     tout, _ = _torch_sdpa(torch, args["query"], args["key"], args["value"], kw)
     assert np.isnan(tout).any()
-    np.testing.assert_array_equal(np.isnan(out), np.isnan(tout),
-                                  err_msg=f"NaN in {where}: NaN pattern differs from torch")
+    np.testing.assert_array_equal(
+        np.isnan(out), np.isnan(tout), err_msg=f"NaN in {where}: NaN pattern differs from torch"
+    )
 
 
 # --------------------------------------------------------------------------- inputs, layouts
+
 
 def test_inputs_never_modified(rng, assert_unchanged):
     q, k, v = _qkv(rng, (2,), 4, 2, 6, 7, 8, 3)
@@ -670,13 +721,14 @@ def test_non_contiguous_inputs(layout, dtype, rng):
         assert not y.flags.c_contiguous and np.array_equal(x, y)
     rel = 1e-14 if dtype == np.float64 else 1e-6
     mb = m > 0.3
-    for extra, extra_l in [({"attn_mask": m}, {"attn_mask": ml}), ({"is_causal": True},) * 2,
-                           ({"attn_mask": mb}, {"attn_mask": f(mb)}),
-                           ({"attn_mask": np.broadcast_to(m[:1, :1], m.shape)},
-                            {"attn_mask": np.broadcast_to(ml[:1, :1], m.shape)})]:
+    for extra, extra_l in [
+        ({"attn_mask": m}, {"attn_mask": ml}),
+        ({"is_causal": True},) * 2,
+        ({"attn_mask": mb}, {"attn_mask": f(mb)}),
+        ({"attn_mask": np.broadcast_to(m[:1, :1], m.shape)}, {"attn_mask": np.broadcast_to(ml[:1, :1], m.shape)}),
+    ]:
         (eo, ew), epb = attnc.vjp(attnc.scaled_dot_product_attention, q, k, v, **kw, **extra)
-        (go, gw), gpb = attnc.vjp(attnc.scaled_dot_product_attention, ql, kl, vl, **kw,
-                                  **extra_l)
+        (go, gw), gpb = attnc.vjp(attnc.scaled_dot_product_attention, ql, kl, vl, **kw, **extra_l)
         _close(go, eo, rel, f"{layout}: output")
         _close(gw, ew, rel, f"{layout}: weights")
         do = rng.standard_normal(eo.shape).astype(dtype)

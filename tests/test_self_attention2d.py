@@ -83,8 +83,9 @@ def test_finite_differences(rng):
 
     num = numeric_vjp(ref, dict(input=x, **params), [dy, dw], ["input"] + list(params))
     for name in num:
-        np.testing.assert_allclose(grads[name], num[name], rtol=1e-6, atol=1e-7 * max(1, np.abs(num[name]).max()),
-                                   err_msg=name)
+        np.testing.assert_allclose(
+            grads[name], num[name], rtol=1e-6, atol=1e-7 * max(1, np.abs(num[name]).max()), err_msg=name
+        )
 
 
 def test_gamma_zero_is_identity_and_still_learns(rng):
@@ -119,8 +120,16 @@ def test_state_dict_and_seed(torch):
     m = attnc.nn.SelfAttention2d(16, reduction=4, seed=1)
     sd = m.state_dict()
     assert {k: v.shape for k, v in sd.items()} == {
-        "gamma": (1,), "f.weight": (4, 16, 1, 1), "f.bias": (4,), "g.weight": (4, 16, 1, 1), "g.bias": (4,),
-        "h.weight": (4, 16, 1, 1), "h.bias": (4,), "v.weight": (16, 4, 1, 1), "v.bias": (16,)}
+        "gamma": (1,),
+        "f.weight": (4, 16, 1, 1),
+        "f.bias": (4,),
+        "g.weight": (4, 16, 1, 1),
+        "g.bias": (4,),
+        "h.weight": (4, 16, 1, 1),
+        "h.bias": (4,),
+        "v.weight": (16, 4, 1, 1),
+        "v.bias": (16,),
+    }
     m2 = attnc.nn.SelfAttention2d(16, reduction=4, seed=1)
     for k in sd:
         same_bits(m2.state_dict()[k], sd[k], k)

@@ -22,16 +22,17 @@ from reference import seq2seq_ref as ref
 torch = ref.torch
 DTYPES = [np.float32, np.float64]
 DT_IDS = ["f32", "f64"]
-REL = {np.float32: 1e-5, np.float64: 1e-12}     # forward vs torch
-GREL = {np.float32: 1e-4, np.float64: 1e-9}     # gradients vs torch autograd
+REL = {np.float32: 1e-5, np.float64: 1e-12}  # forward vs torch
+GREL = {np.float32: 1e-4, np.float64: 1e-9}  # gradients vs torch autograd
 VS, VT, E, H, A, S, T = 9, 7, 4, 5, 3, 6, 4
-LENGTHS = np.array([6, 2, 4, 1, 5])             # unsorted, with a full row and a length-1 row
+LENGTHS = np.array([6, 2, 4, 1, 5])  # unsorted, with a full row and a length-1 row
 
 
 def make(kind, dtype=np.float64, seed=0, **kw):
     kw.setdefault("window", 1.5)
-    return attnc.models.Seq2Seq(VS, VT, E, H, kind, attention_size=A, max_source_len=S + 2, dtype=dtype,
-                                seed=seed, **kw)
+    return attnc.models.Seq2Seq(
+        VS, VT, E, H, kind, attention_size=A, max_source_len=S + 2, dtype=dtype, seed=seed, **kw
+    )
 
 
 def data(seed=0, B=5, lengths=LENGTHS):
@@ -40,7 +41,7 @@ def data(seed=0, B=5, lengths=LENGTHS):
     src[np.arange(S)[None, :] >= lengths[:, None]] = 0
     tgt_in = rng.integers(1, VT, (B, T))
     tgt_out = rng.integers(0, VT, (B, T))
-    tgt_out[1, T - 2:] = -100
+    tgt_out[1, T - 2 :] = -100
     return src, lengths.copy(), tgt_in, tgt_out
 
 
@@ -55,6 +56,7 @@ def oracle(model, dtype):
 
 
 # --------------------------------------------------------------------------- forward and gradients vs torch
+
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=DT_IDS)
 @pytest.mark.parametrize("kind", KINDS)
@@ -104,8 +106,9 @@ def test_free_running_scheduled_sampling_matches_torch(kind):
     batch = Batch(*data(4))
     loss, grads = m.loss_and_grad(batch, sampling=1.0, seed=0)
     mask = np.ones((5, T), bool)
-    tloss, tgrads = oracle(m, np.float64).loss_and_grad(batch.src, batch.src_lengths, batch.tgt_in, batch.tgt_out,
-                                                       sample_mask=mask)
+    tloss, tgrads = oracle(m, np.float64).loss_and_grad(
+        batch.src, batch.src_lengths, batch.tgt_in, batch.tgt_out, sample_mask=mask
+    )
     close(loss, tloss, GREL[np.float64], "loss")
     for name, g in grads.items():
         close(g, tgrads[name], GREL[np.float64], name)
@@ -134,6 +137,7 @@ def test_scheduled_sampling_is_seeded_and_mixes():
 
 # --------------------------------------------------------------------------- finite differences
 
+
 @pytest.mark.parametrize("kind", KINDS)
 def test_gradients_match_finite_differences(kind):
     m = make(kind, seed=1)
@@ -158,6 +162,7 @@ def test_gradients_match_finite_differences(kind):
 
 # --------------------------------------------------------------------------- decoding
 
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=DT_IDS)
 @pytest.mark.parametrize("kind", KINDS)
 def test_greedy_matches_torch_step_loop(kind, dtype):
@@ -175,8 +180,9 @@ def test_decoding_matches_python_oracle(kind, beam, penalty):
     m = make(kind, seed=3)
     src, lens, _, _ = data(10)
     tokens, _ = m.generate(src, lens, max_len=5, beam_size=beam, length_penalty=penalty)
-    np.testing.assert_array_equal(tokens, decoding.rnn_seq2seq(m, src, lens, max_len=5, beam_size=beam,
-                                                                length_penalty=penalty))
+    np.testing.assert_array_equal(
+        tokens, decoding.rnn_seq2seq(m, src, lens, max_len=5, beam_size=beam, length_penalty=penalty)
+    )
 
 
 @pytest.mark.parametrize("kind", ["bahdanau", "local-p"])
@@ -200,7 +206,7 @@ def test_beam_as_wide_as_every_prefix_is_exhaustive():
         best, best_score = None, -np.inf
         for seq in itertools.product(range(VT), repeat=2):
             tgt_in = np.array([[1, seq[0]]])
-            lp = attnc.nn.log_softmax(m(src[b:b + 1], tgt_in, lens[b:b + 1]))[0]
+            lp = attnc.nn.log_softmax(m(src[b : b + 1], tgt_in, lens[b : b + 1]))[0]
             score = lp[0, seq[0]] + lp[1, seq[1]]
             if score > best_score:
                 best, best_score = seq, score
@@ -211,7 +217,7 @@ def test_generate_stops_rows_at_eos():
     m = make("bahdanau", seed=6)
     src, lens, _, _ = data(13)
     biased = m.state_dict()
-    biased["out.bias"][2] += 3.0   # make eos likely
+    biased["out.bias"][2] += 3.0  # make eos likely
     m.load_state_dict(biased)
     tokens, align = m.generate(src, lens, max_len=8, eos=2)
     for b in range(5):
@@ -219,10 +225,11 @@ def test_generate_stops_rows_at_eos():
         if 2 in row:
             end = row.index(2)
             assert all(t == 2 for t in row[end:])
-            assert (align[b, end + 1:] == 0).all()
+            assert (align[b, end + 1 :] == 0).all()
 
 
 # --------------------------------------------------------------------------- threads, seeds, save / load
+
 
 @pytest.mark.parametrize("kind", ["bahdanau", "luong-location", "local-p"])
 def test_results_do_not_depend_on_the_thread_count(kind, restore_threads):
@@ -250,10 +257,21 @@ def test_seeded_initialisation_and_state_dict_names():
         same_bits(a.state_dict()[name], b.state_dict()[name], name)
     assert any(not np.array_equal(a.state_dict()[n], c.state_dict()[n]) for n in a.state_dict())
     names = set(a.state_dict())
-    assert {"attention.query.weight", "attention.key.weight", "attention.v", "bridge.weight",
-            "decoder.weight_ih", "encoder.weight_ih_l0_reverse", "out.weight"} <= names
-    assert set(make("local-p").state_dict()) >= {"attention.weight", "attention.position.weight",
-                                                  "attention.position.v", "combine.weight"}
+    assert {
+        "attention.query.weight",
+        "attention.key.weight",
+        "attention.v",
+        "bridge.weight",
+        "decoder.weight_ih",
+        "encoder.weight_ih_l0_reverse",
+        "out.weight",
+    } <= names
+    assert set(make("local-p").state_dict()) >= {
+        "attention.weight",
+        "attention.position.weight",
+        "attention.position.v",
+        "combine.weight",
+    }
     assert "encoder.weight_ih_l0_reverse" not in make("luong-dot").state_dict()
 
 
@@ -267,6 +285,7 @@ def test_save_and_load_round_trip(tmp_path):
 
 
 # --------------------------------------------------------------------------- errors and inputs
+
 
 def test_argument_errors_name_the_argument():
     with pytest.raises(ValueError, match="attention"):
@@ -329,8 +348,10 @@ def test_inputs_are_never_modified():
 @pytest.mark.parametrize("dtype", DTYPES, ids=DT_IDS)
 def test_empty_batches_and_no_target_steps(dtype):
     m = make("local-p", dtype)
-    for src, tgt_in in ((np.ones((2, S), np.int64), np.zeros((2, 0), np.int64)),
-                        (np.zeros((0, S), np.int64), np.zeros((0, 3), np.int64))):
+    for src, tgt_in in (
+        (np.ones((2, S), np.int64), np.zeros((2, 0), np.int64)),
+        (np.zeros((0, S), np.int64), np.zeros((0, 3), np.int64)),
+    ):
         logits, pullback = attnc.vjp(m, src, tgt_in)
         assert logits.shape == (src.shape[0], tgt_in.shape[1], VT)
         for name, g in pullback(np.zeros_like(logits)).items():

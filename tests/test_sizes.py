@@ -98,19 +98,24 @@ def test_embedding_checks_ids_before_its_output():
         refused(lambda: attnc.vjp(attnc.nn.embedding, ids_bad, w), rf"input\[{i}\]")
     layer = attnc.nn.Embedding(10, 1000)
     refused(lambda: layer(np.full((300, 300), 10)), r"input\[0\] = 10")
-    np.testing.assert_array_equal(attnc.nn.embedding(np.array([[9, 0]]), np.arange(20.0).reshape(10, 2)),
-                                  [[[18.0, 19.0], [0.0, 1.0]]])
+    np.testing.assert_array_equal(
+        attnc.nn.embedding(np.array([[9, 0]]), np.arange(20.0).reshape(10, 2)), [[[18.0, 19.0], [0.0, 1.0]]]
+    )
 
 
 def test_reverse_task_refuses_more_distinct_sequences_than_exist():
     """unique=True with n above the number of sequences drew until the space
     was exhausted (or forever: 10**8 of the 7.2 million sequences over 3
     digits of lengths 1..14 ran for minutes, gigabytes)."""
-    refused(lambda: attnc.datasets.reverse_task(10**8, vocab=3, min_len=1, max_len=14, unique=True),
-            r"n \(100000000\) exceeds the 7174452 distinct sequences of lengths 1..14 over 3 digits")
+    refused(
+        lambda: attnc.datasets.reverse_task(10**8, vocab=3, min_len=1, max_len=14, unique=True),
+        r"n \(100000000\) exceeds the 7174452 distinct sequences of lengths 1..14 over 3 digits",
+    )
     space = sum(2**k for k in range(1, 7))  # 126
-    refused(lambda: attnc.datasets.reverse_task(space + 1, vocab=2, min_len=1, max_len=6, unique=True),
-            "exceeds the 126 distinct")
+    refused(
+        lambda: attnc.datasets.reverse_task(space + 1, vocab=2, min_len=1, max_len=6, unique=True),
+        "exceeds the 126 distinct",
+    )
     every = attnc.datasets.reverse_task(space, vocab=2, min_len=1, max_len=6, unique=True)
     assert len(set(every.keys().tolist())) == space
     refused(lambda: attnc.datasets.reverse_task(6, vocab=1, min_len=1, max_len=5, unique=True), "the 5 distinct")
@@ -125,8 +130,10 @@ def test_sort_task_refuses_an_empty_split():
             if split in splits:
                 assert len(attnc.datasets.sort_task(5, length, digits, split=split)) == 5
             else:
-                refused(lambda: attnc.datasets.sort_task(5, length, digits, split=split),
-                        rf"the {split} split of the {digits}\*\*{length} sequences is empty")
+                refused(
+                    lambda: attnc.datasets.sort_task(5, length, digits, split=split),
+                    rf"the {split} split of the {digits}\*\*{length} sequences is empty",
+                )
     assert len(attnc.datasets.sort_task(0, 1, 1, split="test")) == 0
 
 
@@ -136,8 +143,10 @@ def test_dates_refuse_more_distinct_sources_than_days_times_formats():
     bound = days * len(dates_module.FORMATS)
     refused(lambda: attnc.datasets.dates(10**9, unique=True), rf"exceeds the {bound} distinct sources")
     two = datetime.date(1951, 12, 31).toordinal() - datetime.date(1950, 1, 1).toordinal() + 1
-    refused(lambda: attnc.datasets.dates(two * 2 + 1, unique=True, years=(1950, 1951),
-                                         formats=dates_module.FORMATS[:2]), f"the {two * 2} distinct")
+    refused(
+        lambda: attnc.datasets.dates(two * 2 + 1, unique=True, years=(1950, 1951), formats=dates_module.FORMATS[:2]),
+        f"the {two * 2} distinct",
+    )
 
 
 def test_captions_refuse_more_distinct_images_than_exist():

@@ -16,9 +16,9 @@ from attnc.datasets import FewShotTask
 from helpers import close, same_bits
 from reference import snail_ref as ref
 
-REL64 = 1e-12     # float64 values vs the NumPy reference
-GREL64 = 1e-10    # float64 gradients vs torch autograd
-REL32 = 2e-5      # float32 vs float64
+REL64 = 1e-12  # float64 values vs the NumPy reference
+GREL64 = 1e-10  # float64 gradients vs torch autograd
+REL32 = 2e-5  # float32 vs float64
 
 
 def randn(rng, *shape, scale=1.0, dtype=np.float64):
@@ -41,6 +41,7 @@ def compare_grads(got, want, rel, what=""):
 
 # --------------------------------------------------------------------------- the gated activation
 
+
 @pytest.mark.parametrize("shape", [(7,), (2, 3, 5), (3, 4100), (0, 4)])
 def test_gated_against_numpy(rng, shape):
     a, b = randn(rng, *shape, scale=3), randn(rng, *shape, scale=3)
@@ -62,8 +63,13 @@ def test_gated_saturates_without_nan():
 
 def test_gated_gradients(rng, check_vjp, torch):
     a, b = randn(rng, 3, 5, scale=2), randn(rng, 3, 5, scale=2)
-    check_vjp(attnc.nn.gated_activation, lambda input, gate: ref.gated(input, gate), {"input": a, "gate": b}, rng,
-              positional=("input", "gate"))
+    check_vjp(
+        attnc.nn.gated_activation,
+        lambda input, gate: ref.gated(input, gate),
+        {"input": a, "gate": b},
+        rng,
+        positional=("input", "gate"),
+    )
     dy = randn(rng, 3, 5)
     _, pb = attnc.vjp(attnc.nn.gated_activation, a, b)
     g = pb(dy)
@@ -96,6 +102,7 @@ def test_gated_strided_inputs_unchanged(rng, assert_unchanged):
 
 # --------------------------------------------------------------------------- dense and TC blocks
 
+
 def dense(C=3, F=4, dilation=2, dtype=np.float64, seed=0):
     return attnc.nn.DenseBlock(C, F, dilation, dtype=dtype, seed=seed)
 
@@ -108,8 +115,7 @@ def test_dense_block_against_numpy(rng):
         assert y.shape == (2, 7, 9)
         close(y, ref.dense_block(x, block.state_dict(), "", dilation), REL64, f"dilation {dilation}")
         same_bits(y[:, :3], x, "the input passes through")
-    assert list(block.state_dict()) == ["filter_conv.weight", "filter_conv.bias", "gate_conv.weight",
-                                        "gate_conv.bias"]
+    assert list(block.state_dict()) == ["filter_conv.weight", "filter_conv.bias", "gate_conv.weight", "gate_conv.bias"]
     assert block.filter_conv.weight.shape == (4, 3, 2) and block.out_channels == 7
 
 
@@ -170,11 +176,11 @@ def test_convolution_blocks_are_causal(rng):
     y = tc(x)
     for t in (0, 5, 15):
         x2 = x.copy()
-        x2[:, :, t + 1:] += randn(rng, 1, 2, 15 - t, scale=5)
+        x2[:, :, t + 1 :] += randn(rng, 1, 2, 15 - t, scale=5)
         y2 = tc(x2)
-        same_bits(y2[:, :, :t + 1], y[:, :, :t + 1], f"TC output up to {t}")
+        same_bits(y2[:, :, : t + 1], y[:, :, : t + 1], f"TC output up to {t}")
         if t < 15:
-            assert not np.allclose(y2[:, :, t + 1:], y[:, :, t + 1:])
+            assert not np.allclose(y2[:, :, t + 1 :], y[:, :, t + 1 :])
     # the receptive field: output 15 depends on input 0 (2^4 = 16 steps)
     x3 = x.copy()
     x3[:, :, 0] += 1
@@ -182,6 +188,7 @@ def test_convolution_blocks_are_causal(rng):
 
 
 # --------------------------------------------------------------------------- the attention block
+
 
 def test_attention_block_against_numpy(rng):
     att = attnc.nn.AttentionBlock(5, 4, 3, dtype=np.float64, seed=2)
@@ -195,8 +202,14 @@ def test_attention_block_against_numpy(rng):
     same_bits(y, y2)
     assert np.all(np.triu(A, 1) == 0) and np.allclose(A.sum(-1), 1)
     assert A[:, 0, 0].tolist() == [1.0, 1.0, 1.0]
-    assert list(att.state_dict()) == ["query.weight", "query.bias", "key.weight", "key.bias", "value.weight",
-                                      "value.bias"]
+    assert list(att.state_dict()) == [
+        "query.weight",
+        "query.bias",
+        "key.weight",
+        "key.bias",
+        "value.weight",
+        "value.bias",
+    ]
     assert att.query.weight.shape == (4, 5) and att.value.weight.shape == (3, 5) and att.out_channels == 8
 
 
@@ -250,7 +263,7 @@ def test_attention_block_is_causal(rng):
 
 # --------------------------------------------------------------------------- the model
 
-N, K, D = 3, 2, 4             # a tiny 3-way 2-shot task over 4 features
+N, K, D = 3, 2, 4  # a tiny 3-way 2-shot task over 4 features
 SIZES = ((4, 3), (5, 2), (3, 3))
 
 
@@ -276,8 +289,10 @@ def test_snail_structure():
     assert m.blocks[4].in_channels == C and m.classifier.weight.shape == (N, C + 3)
     assert m.embedding.weight.shape == (6, D + N)
     names = list(m.state_dict())
-    assert names[:2] == ["embedding.weight", "embedding.bias"] and names[-2:] == ["classifier.weight",
-                                                                                  "classifier.bias"]
+    assert names[:2] == ["embedding.weight", "embedding.bias"] and names[-2:] == [
+        "classifier.weight",
+        "classifier.bias",
+    ]
     assert "blocks.3.blocks.2.filter_conv.weight" in names and "blocks.4.value.bias" in names
     paper = attnc.models.SNAIL(5, 1, 8, filters=128, attention_sizes=attnc.models.snail.PAPER_ATTENTION, seed=0)
     assert [getattr(b, "key_size", None) for b in paper.blocks] == [64, None, 256, None, 512]
@@ -326,8 +341,14 @@ def test_snail_finite_differences(rng, fd_check):
     dl = randn(rng, *logits.shape)
     g = pb(dl)
     p = m.state_dict()
-    chosen = ["embedding.weight", "blocks.0.key.weight", "blocks.1.blocks.1.gate_conv.weight",
-              "blocks.1.blocks.2.filter_conv.bias", "blocks.2.value.weight", "classifier.bias"]
+    chosen = [
+        "embedding.weight",
+        "blocks.0.key.weight",
+        "blocks.1.blocks.1.gate_conv.weight",
+        "blocks.1.blocks.2.filter_conv.bias",
+        "blocks.2.value.weight",
+        "classifier.bias",
+    ]
 
     def f(features, **params):
         q = dict(p)

@@ -9,6 +9,7 @@ from reference import attention_ref as ref
 
 def _mask_cases(lead, tq, tk, rng):
     """(id, kwargs) pairs exercising every mask kind and their combinations."""
+
     def bmask(shape, p=0.7):
         return rng.random(shape) < p
 
@@ -27,13 +28,11 @@ def _mask_cases(lead, tq, tk, rng):
             ("kl_full", {"key_lengths": rng.integers(0, tk + 2, size=lead)}),
             ("kl_last", {"key_lengths": rng.integers(0, tk + 1, size=lead[-1:])}),
             ("kl_scalar", {"key_lengths": np.array(max(tk - 1, 0))}),
-            ("all3", {"mask": bmask((tq, tk)), "causal": True,
-                      "key_lengths": rng.integers(0, tk + 1, size=lead)}),
+            ("all3", {"mask": bmask((tq, tk)), "causal": True, "key_lengths": rng.integers(0, tk + 1, size=lead)}),
             ("kl_causal", {"causal": True, "key_lengths": rng.integers(0, tk + 1, size=lead)}),
         ]
         if len(lead) == 2:
-            cases.append(("kl_col", {"key_lengths": rng.integers(0, tk + 1,
-                                                                 size=(lead[0], 1))}))
+            cases.append(("kl_col", {"key_lengths": rng.integers(0, tk + 1, size=(lead[0], 1))}))
     else:
         cases += [
             ("kl_0d", {"key_lengths": np.array(max(tk - 2, 0))}),
@@ -42,8 +41,7 @@ def _mask_cases(lead, tq, tk, rng):
     return cases
 
 
-SHAPES = [((), 5, 7), ((3,), 4, 4), ((2, 3), 3, 5), ((2,), 6, 3), ((2,), 1, 1),
-          ((), 1, 6), ((2,), 0, 3), ((2,), 3, 0)]
+SHAPES = [((), 5, 7), ((3,), 4, 4), ((2, 3), 3, 5), ((2,), 6, 3), ((2,), 1, 1), ((), 1, 6), ((2,), 0, 3), ((2,), 3, 0)]
 
 
 @pytest.mark.parametrize("lead,tq,tk", SHAPES, ids=str)
@@ -55,8 +53,7 @@ def test_softmax_matches_reference(lead, tq, tk, rng, assert_unchanged, close_re
         expected = ref.softmax(s, **kw)
         close_rel(w, expected, 1e-13, name)
         # rows with an allowed key sum to one; the others are exactly zero
-        allowed = ref.allowed_mask(s.shape, kw.get("mask"), kw.get("key_lengths"),
-                                   kw.get("causal", False))
+        allowed = ref.allowed_mask(s.shape, kw.get("mask"), kw.get("key_lengths"), kw.get("causal", False))
         any_ = allowed.any(-1)
         np.testing.assert_allclose(w.sum(-1)[any_], 1.0, rtol=1e-13, err_msg=name)
         np.testing.assert_array_equal(w[~allowed], 0.0, err_msg=name)
@@ -89,22 +86,18 @@ def test_causal_with_more_queries_than_keys(rng):
 
 def test_key_lengths_larger_than_tk_are_clipped(rng):
     s = rng.standard_normal((2, 3, 4))
-    np.testing.assert_allclose(attnc.softmax(s, key_lengths=np.array([4, 100])),
-                               ref.softmax(s), rtol=1e-13)
+    np.testing.assert_allclose(attnc.softmax(s, key_lengths=np.array([4, 100])), ref.softmax(s), rtol=1e-13)
 
 
 @pytest.mark.parametrize("kl_dtype", [np.int32, np.int64, np.int16, np.uint8])
 def test_key_lengths_integer_dtypes(kl_dtype, rng):
     s = rng.standard_normal((3, 2, 5))
     kl = np.array([1, 5, 3], dtype=kl_dtype)
-    np.testing.assert_allclose(attnc.softmax(s, key_lengths=kl),
-                               ref.softmax(s, key_lengths=kl), rtol=1e-13, atol=1e-16)
+    np.testing.assert_allclose(attnc.softmax(s, key_lengths=kl), ref.softmax(s, key_lengths=kl), rtol=1e-13, atol=1e-16)
 
 
 def test_softmax_large_scores_exact():
-    s = np.array([[1e4, 1e4 - 1.0, -1e4, 1e4 - 2.0],
-                  [-1e4, -1e4 - 1.0, -1e4 - 3.0, -1e4],
-                  [1e4, -1e4, -1e4, -1e4]])
+    s = np.array([[1e4, 1e4 - 1.0, -1e4, 1e4 - 2.0], [-1e4, -1e4 - 1.0, -1e4 - 3.0, -1e4], [1e4, -1e4, -1e4, -1e4]])
     w = attnc.softmax(s)
     assert np.all(np.isfinite(w))
     e = np.exp(np.array([0.0, -1.0, -2e4, -2.0]))
@@ -160,10 +153,8 @@ GRAD_SHAPES = [((), 4, 5), ((2,), 3, 4), ((2, 2), 3, 3), ((2,), 1, 1)]
 def test_softmax_grad_fd(lead, tq, tk, rng, check_vjp):
     s = rng.standard_normal(lead + (tq, tk))
     for name, kw in _mask_cases(lead, tq, tk, rng):
-        outs, grads = check_vjp(attnc.softmax, ref.softmax, dict(scores=s, **kw), rng,
-                                positional=("scores",))
-        allowed = ref.allowed_mask(s.shape, kw.get("mask"), kw.get("key_lengths"),
-                                   kw.get("causal", False))
+        outs, grads = check_vjp(attnc.softmax, ref.softmax, dict(scores=s, **kw), rng, positional=("scores",))
+        allowed = ref.allowed_mask(s.shape, kw.get("mask"), kw.get("key_lengths"), kw.get("causal", False))
         # masked entries and fully masked rows get exactly zero gradient
         np.testing.assert_array_equal(grads["scores"][~allowed], 0.0, err_msg=name)
 
@@ -174,7 +165,7 @@ def test_fully_masked_row_gradient_zero(rng):
     g = pb(rng.standard_normal(s.shape))["scores"]
     np.testing.assert_array_equal(g[0], 0.0)
     np.testing.assert_array_equal(g[1, :, 2:], 0.0)
-    np.testing.assert_array_equal(g[1, 0, 0], 0.0)   # single allowed key: constant weight 1
+    np.testing.assert_array_equal(g[1, 0, 0], 0.0)  # single allowed key: constant weight 1
 
 
 def test_softmax_grad_empty(rng):
@@ -187,6 +178,7 @@ def test_softmax_grad_empty(rng):
 
 
 # --------------------------------------------------------------------------- torch
+
 
 def test_masked_softmax_vs_torch(torch, rng):
     lead, tq, tk = (2, 3), 4, 6
@@ -203,12 +195,13 @@ def test_masked_softmax_vs_torch(torch, rng):
     tw = torch.softmax(ts.masked_fill(~allowed, -torch.inf), dim=-1)
     tw = torch.where(allowed.any(-1, keepdim=True), tw, torch.zeros_like(tw))
     (tw * torch.tensor(cot)).sum().backward()
-    assert allowed.any(-1).logical_not().any()       # the case has fully masked rows
+    assert allowed.any(-1).logical_not().any()  # the case has fully masked rows
     np.testing.assert_allclose(out, tw.detach().numpy(), rtol=1e-12, atol=1e-15)
     np.testing.assert_allclose(g, ts.grad.numpy(), rtol=1e-10, atol=1e-13)
 
 
 # --------------------------------------------------------------------------- float32
+
 
 def test_softmax_float32_matches_float64(rng):
     s = rng.standard_normal((3, 5, 7)) * 2

@@ -18,8 +18,7 @@ from helpers import close
 from reference import attention_ref as aref
 from reference import sdpa_ref
 
-ROW_STRIDES = {"2^31-64": 2**31 - 64, "2^31+64": 2**31 + 64, "2^32+16": 2**32 + 16,
-               "-(2^31+64)": -(2**31 + 64), "0": 0}
+ROW_STRIDES = {"2^31-64": 2**31 - 64, "2^31+64": 2**31 + 64, "2^32+16": 2**32 + 16, "-(2^31+64)": -(2**31 + 64), "0": 0}
 HUGE = ["2^31+64", "2^32+16"]
 DTYPES = [np.float32, np.float64]
 DT_IDS = ["f32", "f64"]
@@ -59,11 +58,12 @@ def strided(tmp_path):
         path = tmp_path / f"view{len(maps)}.bin"
         mm = np.memmap(path, dtype=data.dtype, mode="w+", shape=(max(count, 1) * span,))
         maps.append(path)
-        lead_strides = [span * int(np.prod(lead[i + 1:], dtype=np.int64)) for i in range(len(lead))]
+        lead_strides = [span * int(np.prod(lead[i + 1 :], dtype=np.int64)) for i in range(len(lead))]
         first = (rows - 1) * abs(row_stride) if row_stride < 0 else 0
         it = data.itemsize
-        view = as_strided(mm[first:], shape=data.shape,
-                          strides=tuple(s * it for s in lead_strides) + (row_stride * it, it))
+        view = as_strided(
+            mm[first:], shape=data.shape, strides=tuple(s * it for s in lead_strides) + (row_stride * it, it)
+        )
         view[...] = data
         view.flags.writeable = False
         return view
@@ -93,6 +93,7 @@ def test_a_huge_view_is_what_it_claims(strided, rng):
 
 # --------------------------------------------------------------------------- linear
 
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=DT_IDS)
 @pytest.mark.parametrize("weight_layout", ["rows", "cols"])
 @pytest.mark.parametrize("stride", list(ROW_STRIDES))
@@ -101,8 +102,11 @@ def test_linear(stride, weight_layout, dtype, strided, rng):
     x_, w_, b = _data(rng, (2, 5, 6), dtype, rs), _data(rng, (4, 6), dtype), _data(rng, (4,), dtype)
     dy_ = _data(rng, (2, 5, 4), dtype, rs)
     if rs == 0:
-        w_ = np.broadcast_to(w_[:1], w_.shape).copy() if weight_layout == "rows" else \
-            np.broadcast_to(w_[:, :1], w_.shape).copy()
+        w_ = (
+            np.broadcast_to(w_[:1], w_.shape).copy()
+            if weight_layout == "rows"
+            else np.broadcast_to(w_[:, :1], w_.shape).copy()
+        )
     x, dy = strided(x_, rs), strided(dy_, rs)
     w = strided(w_, rs, transposed=weight_layout == "cols")
     y, pullback = attnc.vjp(attnc.nn.linear, x, w, b)
@@ -136,6 +140,7 @@ def test_a_size_beyond_32_bits_is_refused_by_name(tmp_path):
 
 # --------------------------------------------------------------------------- the attention family
 
+
 def _score_params(kind, rng, dtype, dq, dk, tk, strided, rs):
     """The score's parameter arrays; matrices strided like the inputs."""
     mat = lambda shape: strided(_data(rng, shape, dtype, rs), rs)  # noqa: E731
@@ -166,8 +171,12 @@ def test_attention_forward(stride, kind, dtype, strided, rng):
     ref_ctx, ref_w = aref.attention(np.array(q), np.array(k), np.array(v), score=kind, **compact)
     close(ctx, ref_ctx, REL[dtype], "context")
     close(w, ref_w, REL[dtype], "weights")
-    close(attnc.score(q, k, score=kind, **params),
-          aref.score(np.array(q), np.array(k), score=kind, **compact), 10 * REL[dtype], "score")
+    close(
+        attnc.score(q, k, score=kind, **params),
+        aref.score(np.array(q), np.array(k), score=kind, **compact),
+        10 * REL[dtype],
+        "score",
+    )
     ctx_h, w_h, idx = attnc.hard_attention(q, k, v, score=kind, **params)
     ref_idx = np.argmax(aref.score(np.array(q), np.array(k), score=kind, **compact), axis=-1)
     assert np.array_equal(idx, ref_idx)
@@ -196,11 +205,19 @@ def test_local_attention_predictive(stride, strided, rng, check_vjp):
     ref = aref.local_attention(**{n: np.array(a) if isinstance(a, np.ndarray) else a for n, a in kwargs.items()})
     for got, want, what in zip(out, ref, ("context", "weights", "positions")):
         close(got, want, 1e-12, what)
-    check_vjp(attnc.local_attention, aref.local_attention, kwargs, rng,
-              cotangents=[_data(rng, (2, 5, 3), np.float64), None, None], rtol=1e-6, atol=1e-8)
+    check_vjp(
+        attnc.local_attention,
+        aref.local_attention,
+        kwargs,
+        rng,
+        cotangents=[_data(rng, (2, 5, 3), np.float64), None, None],
+        rtol=1e-6,
+        atol=1e-8,
+    )
 
 
 # --------------------------------------------------------------------------- SDPA
+
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=DT_IDS)
 @pytest.mark.parametrize("L", [5, 40])
@@ -211,10 +228,15 @@ def test_sdpa_forward_and_backward(stride, L, dtype, strided, rng):
     compact = {n: _data(rng, s, dtype, rs) for n, s in shapes.items()}
     views = {n: strided(a, rs) for n, a in compact.items()}
     dout_ = _data(rng, (1, 2, L, 5), dtype, rs)
-    (out, w), pullback = attnc.vjp(attnc.scaled_dot_product_attention, views["query"], views["key"],
-                                   views["value"], is_causal=L == 40, return_weights=True)
-    ref_out, ref_w = sdpa_ref.scaled_dot_product_attention(*compact.values(), is_causal=L == 40,
-                                                           return_weights=True)
+    (out, w), pullback = attnc.vjp(
+        attnc.scaled_dot_product_attention,
+        views["query"],
+        views["key"],
+        views["value"],
+        is_causal=L == 40,
+        return_weights=True,
+    )
+    ref_out, ref_w = sdpa_ref.scaled_dot_product_attention(*compact.values(), is_causal=L == 40, return_weights=True)
     close(out, ref_out, REL[dtype], "output")
     close(w, ref_w, REL[dtype], "weights")
     grads = pullback(strided(dout_, rs), None)
@@ -237,27 +259,46 @@ def test_kv_cache_attend(stride, strided, rng):
 
 # --------------------------------------------------------------------------- multi-head attention
 
+
 @pytest.mark.parametrize("stride", list(ROW_STRIDES))
 def test_multi_head_attention(stride, strided, rng, torch):
     rs = ROW_STRIDES[stride]
     B, L, S, E, H = 2, 5, 6, 8, 2
-    compact = {"query": _data(rng, (B, L, E), np.float64, rs), "key": _data(rng, (B, S, E), np.float64, rs),
-               "value": _data(rng, (B, S, E), np.float64, rs),
-               "in_proj_weight": _data(rng, (3 * E, E), np.float64, rs),
-               "in_proj_bias": _data(rng, (3 * E,), np.float64),
-               "out_proj_weight": _data(rng, (E, E), np.float64, rs), "out_proj_bias": _data(rng, (E,), np.float64)}
+    compact = {
+        "query": _data(rng, (B, L, E), np.float64, rs),
+        "key": _data(rng, (B, S, E), np.float64, rs),
+        "value": _data(rng, (B, S, E), np.float64, rs),
+        "in_proj_weight": _data(rng, (3 * E, E), np.float64, rs),
+        "in_proj_bias": _data(rng, (3 * E,), np.float64),
+        "out_proj_weight": _data(rng, (E, E), np.float64, rs),
+        "out_proj_bias": _data(rng, (E,), np.float64),
+    }
     args = {n: strided(a, rs) if a.ndim > 1 else a for n, a in compact.items()}
     dout_ = _data(rng, (B, L, E), np.float64, rs)
     dw_ = _data(rng, (B, L, S), np.float64)
     names = list(compact)
-    (out, w), pullback = attnc.vjp(attnc.multi_head_attention, args["query"], args["key"], args["value"], H,
-                                   *(args[n] for n in names[3:]))
+    (out, w), pullback = attnc.vjp(
+        attnc.multi_head_attention, args["query"], args["key"], args["value"], H, *(args[n] for n in names[3:])
+    )
     grads = pullback(strided(dout_, rs), dw_)
     leaves = {n: torch.tensor(a, requires_grad=True) for n, a in compact.items()}
     t = {n: x.transpose(0, 1) if n in ("query", "key", "value") else x for n, x in leaves.items()}
     tout, tw = torch.nn.functional.multi_head_attention_forward(
-        t["query"], t["key"], t["value"], E, H, t["in_proj_weight"], t["in_proj_bias"], None, None, False, 0.0,
-        t["out_proj_weight"], t["out_proj_bias"], training=False)
+        t["query"],
+        t["key"],
+        t["value"],
+        E,
+        H,
+        t["in_proj_weight"],
+        t["in_proj_bias"],
+        None,
+        None,
+        False,
+        0.0,
+        t["out_proj_weight"],
+        t["out_proj_bias"],
+        training=False,
+    )
     tout = tout.transpose(0, 1)
     ((tout * torch.tensor(dout_)).sum() + (tw * torch.tensor(dw_)).sum()).backward()
     close(out, tout.detach().numpy(), 1e-12, "output")

@@ -96,7 +96,7 @@ def test_entailment_labels_follow_the_world():
         for i in range(len(b)):
             pw, hw = task.decode(b.premise[i]), task.decode(b.hypothesis[i])
             assert len(pw) == b.premise_lengths[i] and len(hw) == b.hypothesis_lengths[i]
-            assert np.all(b.premise[i, len(pw):] == 0) and np.all(b.hypothesis[i, len(hw):] == 0)
+            assert np.all(b.premise[i, len(pw) :] == 0) and np.all(b.hypothesis[i, len(hw) :] == 0)
             assert judge(pw, hw) == b.labels[i], (pw, hw, b.labels[i], b.templates[i])
             scene = _entities(pw)
             assert all((pair in HELDOUT_PAIRS) == (split == "test") for pair in scene)
@@ -106,7 +106,7 @@ def test_entailment_labels_follow_the_world():
             # targets: a hypothesis animal of the scene points at that animal, its colour at the animal's colour
             animals = {a: k for k, a in enumerate(pw) if a in ANIMALS}
             t = b.targets[i]
-            assert np.all(t[len(hw):] == -1)
+            assert np.all(t[len(hw) :] == -1)
             for j, w in enumerate(hw):
                 if w in ANIMALS:
                     expect = animals.get(w, -1)

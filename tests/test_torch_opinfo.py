@@ -84,15 +84,21 @@ def _grads_of(**named):
 
 # --------------------------------------------------------------------------- adapters
 
+
 def adapt_sdpa(s):
     q, (k, v), kw = s.input, s.args, dict(s.kwargs)
     off = kw.get("dropout_p", 0.0) > 0
     if off:  # attnc's dropout draws its own counter-based bits (tests/test_sdpa.py checks it)
         kw["dropout_p"] = 0.0
     mask = kw.pop("attn_mask", None)
-    return Call(attnc.scaled_dot_product_attention, (_np(q), _np(k), _np(v)), dict(kw, attn_mask=_np(mask)),
-                _grads_of(query=q, key=k, value=v, attn_mask=mask), torch_kwargs=dict(kw, attn_mask=mask),
-                dropout_off=off)
+    return Call(
+        attnc.scaled_dot_product_attention,
+        (_np(q), _np(k), _np(v)),
+        dict(kw, attn_mask=_np(mask)),
+        _grads_of(query=q, key=k, value=v, attn_mask=mask),
+        torch_kwargs=dict(kw, attn_mask=mask),
+        dropout_off=off,
+    )
 
 
 def adapt_mha(s):
@@ -103,22 +109,47 @@ def adapt_mha(s):
     off = kw.get("training", True) and dropout_p > 0
     batched = q.dim() == 3
     seq = (lambda a: np.swapaxes(a, 0, 1)) if batched else (lambda a: a)
-    params = dict(in_proj_weight=w_in, in_proj_bias=b_in, out_proj_weight=w_out, out_proj_bias=b_out,
-                  bias_k=bias_k, bias_v=bias_v, attn_mask=kw.get("attn_mask"),
-                  q_proj_weight=kw.get("q_proj_weight"), k_proj_weight=kw.get("k_proj_weight"),
-                  v_proj_weight=kw.get("v_proj_weight"))
+    params = dict(
+        in_proj_weight=w_in,
+        in_proj_bias=b_in,
+        out_proj_weight=w_out,
+        out_proj_bias=b_out,
+        bias_k=bias_k,
+        bias_v=bias_v,
+        attn_mask=kw.get("attn_mask"),
+        q_proj_weight=kw.get("q_proj_weight"),
+        k_proj_weight=kw.get("k_proj_weight"),
+        v_proj_weight=kw.get("v_proj_weight"),
+    )
     assert embed_dim == q.shape[-1] and kw.get("use_separate_proj_weight", False) == (w_in is None)
     a = {n: _np(t) for n, t in params.items()}
-    call = Call(attnc.multi_head_attention,
-                (seq(_np(q)), seq(_np(k)), seq(_np(v)), heads, a["in_proj_weight"], a["in_proj_bias"],
-                 a["out_proj_weight"], a["out_proj_bias"]),
-                dict(bias_k=a["bias_k"], bias_v=a["bias_v"], add_zero_attn=zero_attn,
-                     dropout_p=0.0 if off else dropout_p, attn_mask=a["attn_mask"],
-                     q_proj_weight=a["q_proj_weight"], k_proj_weight=a["k_proj_weight"],
-                     v_proj_weight=a["v_proj_weight"]),
-                _grads_of(query=q, key=k, value=v, **params),
-                out=lambda o: (seq(o[0]), o[1]), grad_layout=dict.fromkeys(("query", "key", "value"), seq),
-                dropout_off=off)
+    call = Call(
+        attnc.multi_head_attention,
+        (
+            seq(_np(q)),
+            seq(_np(k)),
+            seq(_np(v)),
+            heads,
+            a["in_proj_weight"],
+            a["in_proj_bias"],
+            a["out_proj_weight"],
+            a["out_proj_bias"],
+        ),
+        dict(
+            bias_k=a["bias_k"],
+            bias_v=a["bias_v"],
+            add_zero_attn=zero_attn,
+            dropout_p=0.0 if off else dropout_p,
+            attn_mask=a["attn_mask"],
+            q_proj_weight=a["q_proj_weight"],
+            k_proj_weight=a["k_proj_weight"],
+            v_proj_weight=a["v_proj_weight"],
+        ),
+        _grads_of(query=q, key=k, value=v, **params),
+        out=lambda o: (seq(o[0]), o[1]),
+        grad_layout=dict.fromkeys(("query", "key", "value"), seq),
+        dropout_off=off,
+    )
     if off:  # torch without dropout: training=False
         call.torch_kwargs = dict(kw, training=False)
     return call
@@ -130,8 +161,9 @@ def adapt_layer_norm(s):
     eps = s.kwargs.get("eps", 1e-5)
     if eps < 0:  # var + eps may be negative: attnc refuses eps < 0 (torch takes it)
         raise Excluded("eps < 0")
-    return Call(nn.layer_norm, (_np(s.input), shape, _np(w), _np(b), eps), {},
-                _grads_of(input=s.input, weight=w, bias=b))
+    return Call(
+        nn.layer_norm, (_np(s.input), shape, _np(w), _np(b), eps), {}, _grads_of(input=s.input, weight=w, bias=b)
+    )
 
 
 def adapt_log_softmax(s):
@@ -147,8 +179,12 @@ def adapt_cross_entropy(s):
     (target,) = s.args
     kw = dict(s.kwargs)
     weight = kw.pop("weight", None)
-    return Call(nn.cross_entropy, (_np(s.input), _np(target), _np(weight)), kw,
-                _grads_of(input=s.input, target=target, weight=weight))
+    return Call(
+        nn.cross_entropy,
+        (_np(s.input), _np(target), _np(weight)),
+        kw,
+        _grads_of(input=s.input, target=target, weight=weight),
+    )
 
 
 def adapt_embedding(s):
@@ -170,12 +206,14 @@ def adapt_conv(fn):
     def adapt(s):
         w, b = s.args
         return Call(fn, (_np(s.input), _np(w), _np(b)), dict(s.kwargs), _grads_of(input=s.input, weight=w, bias=b))
+
     return adapt
 
 
 def adapt_unary(fn):
     def adapt(s):
         return Call(fn, (_np(s.input),), dict(s.kwargs), _grads_of(input=s.input))
+
     return adapt
 
 
@@ -197,17 +235,26 @@ def _counts(ran, excluded=None, dropout_off=0):
 BOTH = lambda c: {"float32": c, "float64": c}  # noqa: E731
 
 OPS = {
-    "scaled_dot_product_attention": Op("nn.functional.scaled_dot_product_attention", adapt_sdpa,
-                                       expect=BOTH(_counts(25, dropout_off=12))),
-    "multi_head_attention": Op("nn.functional.multi_head_attention_forward", adapt_mha, also_no_grad_samples=True,
-                               expect=BOTH(_counts(1 + 192, dropout_off=1 + 96)),
-                               tol={"float32": MHA_FLOAT32_TOL}),
+    "scaled_dot_product_attention": Op(
+        "nn.functional.scaled_dot_product_attention", adapt_sdpa, expect=BOTH(_counts(25, dropout_off=12))
+    ),
+    "multi_head_attention": Op(
+        "nn.functional.multi_head_attention_forward",
+        adapt_mha,
+        also_no_grad_samples=True,
+        expect=BOTH(_counts(1 + 192, dropout_off=1 + 96)),
+        tol={"float32": MHA_FLOAT32_TOL},
+    ),
     "layer_norm": Op("nn.functional.layer_norm", adapt_layer_norm, expect=BOTH(_counts(5, {"eps < 0": 1}))),
     "log_softmax": Op("log_softmax", adapt_log_softmax, expect=BOTH(_counts(7))),
     "log_softmax.with_dtype": Op("log_softmax.with_dtype", adapt_log_softmax, expect=BOTH(_counts(7))),
     "cross_entropy": Op("nn.functional.cross_entropy", adapt_cross_entropy, expect=BOTH(_counts(21))),
-    "embedding": Op("nn.functional.embedding", adapt_embedding, also_no_grad_samples=True,
-                    expect=BOTH(_counts(3 + 8, {"scale_grad_by_freq": 2}))),
+    "embedding": Op(
+        "nn.functional.embedding",
+        adapt_embedding,
+        also_no_grad_samples=True,
+        expect=BOTH(_counts(3 + 8, {"scale_grad_by_freq": 2})),
+    ),
     "linear": Op("nn.functional.linear", adapt_linear, expect=BOTH(_counts(18))),
     "conv1d": Op("nn.functional.conv1d", adapt_conv(nn.conv1d), expect=BOTH(_counts(10))),
     "conv2d": Op("nn.functional.conv2d", adapt_conv(nn.conv2d), expect=BOTH(_counts(30))),
@@ -225,6 +272,7 @@ _OP_DB: dict = {}  # imported once (seconds): the torch fixture is per test, so 
 def op_db(torch):
     if not _OP_DB:
         from torch.testing._internal.common_methods_invocations import op_db
+
         _OP_DB.update((op.name + (f".{op.variant_test_name}" if op.variant_test_name else ""), op) for op in op_db)
     return _OP_DB
 
@@ -233,10 +281,12 @@ def _leaves(sample, every_float):
     """The sample with its tensors made leaves (same strides) that require grad as
     they did, or every float one: a reference input may be a view made without
     grad of a tensor that requires it, which torch's autograd does not connect."""
+
     def leaf(t):
         if not hasattr(t, "detach"):  # transform also hands over the dtype of log_softmax.with_dtype
             return t
         return t.detach().requires_grad_(t.is_floating_point() and (every_float or t.requires_grad))
+
     return sample.transform(leaf)
 
 
@@ -264,8 +314,7 @@ def _close(got, want, tol, what, scale=None):
     got = np.asarray(got)
     assert got.shape == want.shape, f"{what}: shape {got.shape} != torch's {want.shape}"
     scale = _scale(want) if scale is None else scale
-    np.testing.assert_allclose(got.astype(np.float64), want, rtol=0, atol=tol * scale, equal_nan=True,
-                               err_msg=what)
+    np.testing.assert_allclose(got.astype(np.float64), want, rtol=0, atol=tol * scale, equal_nan=True, err_msg=what)
 
 
 def _torch_run(torch, info, s, call):

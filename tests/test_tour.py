@@ -18,8 +18,15 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def tour(*args):
     env = dict(os.environ, MPLBACKEND="Agg", PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    proc = subprocess.run([sys.executable, "-m", "attnc", *args], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=300, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-m", "attnc", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc.stdout, proc.stderr
 

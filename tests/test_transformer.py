@@ -22,23 +22,31 @@ from attnc import nn
 from helpers import close, same_bits
 from reference import transformer_ref as ref
 
-B, T, S, E, H, FF = 2, 5, 7, 16, 4, 32   # batch, target length, source length, d_model, heads, ff
-NL = 2                                    # layers in the stacks
+B, T, S, E, H, FF = 2, 5, 7, 16, 4, 32  # batch, target length, source length, d_model, heads, ff
+NL = 2  # layers in the stacks
 DTYPES = [np.float32, np.float64]
 DT_IDS = ["f32", "f64"]
-REL = {np.float32: 1e-5, np.float64: 1e-12}     # forward vs torch
-GREL = {np.float32: 1e-4, np.float64: 1e-9}     # gradients vs torch autograd
+REL = {np.float32: 1e-5, np.float64: 1e-12}  # forward vs torch
+GREL = {np.float32: 1e-4, np.float64: 1e-9}  # gradients vs torch autograd
 
 KINDS = ["enc_layer", "dec_layer", "encoder", "decoder", "transformer"]
 # the inputs of each kind, in positional order
-INPUTS = {"enc_layer": ("src",), "encoder": ("src",), "dec_layer": ("tgt", "memory"),
-          "decoder": ("tgt", "memory"), "transformer": ("src", "tgt")}
+INPUTS = {
+    "enc_layer": ("src",),
+    "encoder": ("src",),
+    "dec_layer": ("tgt", "memory"),
+    "decoder": ("tgt", "memory"),
+    "transformer": ("src", "tgt"),
+}
 LENGTH = {"src": S, "tgt": T, "memory": S}
 
-CFGS = [dict(norm_first=nf, activation=act, bias=bias)
-        for nf, act, bias in itertools.product([False, True], ["relu", "gelu"], [True, False])]
-CFG_IDS = [f"{'pre' if c['norm_first'] else 'post'}-{c['activation']}-{'bias' if c['bias'] else 'nobias'}"
-           for c in CFGS]
+CFGS = [
+    dict(norm_first=nf, activation=act, bias=bias)
+    for nf, act, bias in itertools.product([False, True], ["relu", "gelu"], [True, False])
+]
+CFG_IDS = [
+    f"{'pre' if c['norm_first'] else 'post'}-{c['activation']}-{'bias' if c['bias'] else 'nobias'}" for c in CFGS
+]
 
 
 def _final_norm(cfg):
@@ -53,15 +61,24 @@ def _tdtype(torch, dtype):
 
 # --------------------------------------------------------------------------- modules
 
+
 def torch_module(torch, kind, cfg, dtype, seed=0, eps=1e-5, randomise=True):
     """A torch module with random parameters (norm weights near 1), in eval mode."""
     tdt = _tdtype(torch, dtype)
-    kw = dict(dim_feedforward=FF, dropout=0.1, activation=cfg["activation"], layer_norm_eps=eps,
-              batch_first=True, norm_first=cfg["norm_first"], bias=cfg["bias"], dtype=tdt)
+    kw = dict(
+        dim_feedforward=FF,
+        dropout=0.1,
+        activation=cfg["activation"],
+        layer_norm_eps=eps,
+        batch_first=True,
+        norm_first=cfg["norm_first"],
+        bias=cfg["bias"],
+        dtype=tdt,
+    )
     tnn = torch.nn
     torch.manual_seed(seed)
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")   # enable_nested_tensor with norm_first
+        warnings.simplefilter("ignore")  # enable_nested_tensor with norm_first
         if kind == "enc_layer":
             tm = tnn.TransformerEncoderLayer(E, H, **kw)
         elif kind == "dec_layer":
@@ -85,8 +102,16 @@ def torch_module(torch, kind, cfg, dtype, seed=0, eps=1e-5, randomise=True):
 
 
 def attnc_module(kind, cfg, dtype, seed=0, dropout=0.1, eps=1e-5, e=E, h=H, ff=FF, nl=NL):
-    kw = dict(dim_feedforward=ff, dropout=dropout, activation=cfg["activation"], layer_norm_eps=eps,
-              norm_first=cfg["norm_first"], bias=cfg["bias"], dtype=dtype, seed=seed)
+    kw = dict(
+        dim_feedforward=ff,
+        dropout=dropout,
+        activation=cfg["activation"],
+        layer_norm_eps=eps,
+        norm_first=cfg["norm_first"],
+        bias=cfg["bias"],
+        dtype=dtype,
+        seed=seed,
+    )
     if kind == "enc_layer":
         return nn.TransformerEncoderLayer(e, h, **kw)
     if kind == "dec_layer":
@@ -123,13 +148,25 @@ def make_inputs(rng, kind, dtype, batch=B):
 NAMES = {
     "enc_layer": {"s_mask": "src_mask", "s_kpm": "src_key_padding_mask", "s_causal": "is_causal"},
     "encoder": {"s_mask": "mask", "s_kpm": "src_key_padding_mask", "s_causal": "is_causal"},
-    "dec_layer": {"t_mask": "tgt_mask", "m_mask": "memory_mask", "t_kpm": "tgt_key_padding_mask",
-                  "m_kpm": "memory_key_padding_mask", "t_causal": "tgt_is_causal",
-                  "m_causal": "memory_is_causal"},
-    "transformer": {"s_mask": "src_mask", "t_mask": "tgt_mask", "m_mask": "memory_mask",
-                    "s_kpm": "src_key_padding_mask", "t_kpm": "tgt_key_padding_mask",
-                    "m_kpm": "memory_key_padding_mask", "s_causal": "src_is_causal",
-                    "t_causal": "tgt_is_causal", "m_causal": "memory_is_causal"},
+    "dec_layer": {
+        "t_mask": "tgt_mask",
+        "m_mask": "memory_mask",
+        "t_kpm": "tgt_key_padding_mask",
+        "m_kpm": "memory_key_padding_mask",
+        "t_causal": "tgt_is_causal",
+        "m_causal": "memory_is_causal",
+    },
+    "transformer": {
+        "s_mask": "src_mask",
+        "t_mask": "tgt_mask",
+        "m_mask": "memory_mask",
+        "s_kpm": "src_key_padding_mask",
+        "t_kpm": "tgt_key_padding_mask",
+        "m_kpm": "memory_key_padding_mask",
+        "s_causal": "src_is_causal",
+        "t_causal": "tgt_is_causal",
+        "m_causal": "memory_is_causal",
+    },
 }
 NAMES["decoder"] = NAMES["dec_layer"]
 SHAPES = {"s": (S, S), "t": (T, T), "m": (T, S)}
@@ -161,9 +198,9 @@ SCENARIOS = {
     "s_float_kpm": {"s_mask": "float", "s_kpm": "bool"},
     "s_causal": {"s_mask": "causal", "s_causal": True},
     "s_causal_float_kpm": {"s_mask": "causal_float", "s_causal": True, "s_kpm": "bool"},
-    "s_causal_nohint": {"s_mask": "causal"},                  # stacks detect it (is_causal=None)
+    "s_causal_nohint": {"s_mask": "causal"},  # stacks detect it (is_causal=None)
     "s_causal_float_nohint": {"s_mask": "causal_float"},
-    "s_almost_causal": {"s_mask": "almost_causal"},           # causal plus one more masked key
+    "s_almost_causal": {"s_mask": "almost_causal"},  # causal plus one more masked key
     "t_bool": {"t_mask": "bool"},
     "t_float_3d": {"t_mask": "float3"},
     "t_kpm": {"t_kpm": "bool"},
@@ -176,8 +213,15 @@ SCENARIOS = {
     "m_bool_3d": {"m_mask": "bool3"},
     "m_kpm": {"m_kpm": "bool"},
     "m_causal": {"m_mask": "causal", "m_causal": True},
-    "all": {"s_mask": "float3", "s_kpm": "bool", "t_mask": "causal", "t_causal": True, "t_kpm": "bool",
-            "m_mask": "bool", "m_kpm": "bool"},
+    "all": {
+        "s_mask": "float3",
+        "s_kpm": "bool",
+        "t_mask": "causal",
+        "t_causal": True,
+        "t_kpm": "bool",
+        "m_mask": "bool",
+        "m_kpm": "bool",
+    },
 }
 CAUSAL_KINDS = ("causal", "causal_float")
 
@@ -186,7 +230,7 @@ def scenarios_for(kind, names=None):
     """The scenarios that use at least one mask slot of kind (plus "none")."""
     have = NAMES[kind]
     out = []
-    for name in (names or SCENARIOS):
+    for name in names or SCENARIOS:
         spec = SCENARIOS[name]
         if not spec or any(k in have for k in spec):
             out.append(name)
@@ -194,14 +238,14 @@ def scenarios_for(kind, names=None):
 
 
 def rotating(kind, names, cfg, dtype, k):
-    """"none" and "all" plus every k-th other scenario, starting at an offset fixed by
+    """ "none" and "all" plus every k-th other scenario, starting at an offset fixed by
     (cfg, dtype): across the 16 (cfg, dtype) cases of a kind every scenario runs in both
     dtypes and several configurations, at 1/k of the cost."""
     scen = scenarios_for(kind, names)
     fixed = [s for s in ("none", "all") if s in scen]
     rest = [s for s in scen if s not in fixed]
     i = CFGS.index(cfg) * len(DTYPES) + DTYPES.index(dtype)
-    return fixed + rest[i % k::k]
+    return fixed + rest[i % k :: k]
 
 
 def make_call(kind, scenario, rng, dtype):
@@ -249,6 +293,7 @@ def make_call(kind, scenario, rng, dtype):
 
 # --------------------------------------------------------------------------- running
 
+
 def torch_forward(torch, tm, kind, inputs, call, grad_masks=()):
     """Run the torch module (grad enabled: keeps torch off its fast paths); returns
     (output tensor, {name: leaf tensor} for inputs and the masks in grad_masks)."""
@@ -267,7 +312,7 @@ def torch_forward(torch, tm, kind, inputs, call, grad_masks=()):
         p.requires_grad_(True)
         p.grad = None
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")   # mismatched mask types are deprecated in torch
+        warnings.simplefilter("ignore")  # mismatched mask types are deprecated in torch
         out = tm(*args, **kw)
     return out, leaves
 
@@ -290,8 +335,9 @@ def ref_forward(kind, sd, inputs, call, cfg, eps=1e-5):
         out, ws = ref.encoder(sd, "", inputs["src"], H, NL, final_norm=_final_norm(cfg), eps=eps, **lkw, **rc)
         return out, {"encoder": ws}
     if kind == "decoder":
-        out, w = ref.decoder(sd, "", inputs["tgt"], inputs["memory"], H, NL, final_norm=_final_norm(cfg),
-                             eps=eps, **lkw, **rc)
+        out, w = ref.decoder(
+            sd, "", inputs["tgt"], inputs["memory"], H, NL, final_norm=_final_norm(cfg), eps=eps, **lkw, **rc
+        )
         return out, {"decoder_self": w["self"], "decoder_cross": w["cross"]}
     return ref.transformer(sd, inputs["src"], inputs["tgt"], H, NL, NL, eps=eps, **lkw, **rc)
 
@@ -310,8 +356,9 @@ def weights_dict(kind, w):
     if kind == "decoder":
         assert isinstance(w, dict) and set(w) == {"self", "cross"}, w.keys() if isinstance(w, dict) else type(w)
         return {"decoder_self": list(w["self"]), "decoder_cross": list(w["cross"])}
-    assert isinstance(w, dict) and set(w) == {"encoder", "decoder_self", "decoder_cross"}, \
+    assert isinstance(w, dict) and set(w) == {"encoder", "decoder_self", "decoder_cross"}, (
         w.keys() if isinstance(w, dict) else type(w)
+    )
     return {k: list(v) for k, v in w.items()}
 
 
@@ -320,6 +367,7 @@ def out_shape(kind):
 
 
 # --------------------------------------------------------------------------- forward vs torch
+
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=DT_IDS)
 @pytest.mark.parametrize("cfg", CFGS, ids=CFG_IDS)
@@ -342,7 +390,7 @@ def test_forward_matches_torch(kind, cfg, dtype, rng, torch):
 def test_layer_norm_eps_and_batch_of_one(kind, dtype, rng, torch):
     """A large layer_norm_eps changes the result (it must reach every norm), and a batch
     of one works."""
-    cfg = CFGS[5]   # pre-norm, relu, no bias: final norms present in the stacks
+    cfg = CFGS[5]  # pre-norm, relu, no bias: final norms present in the stacks
     tm, m, _ = make_pair(torch, kind, cfg, dtype, eps=0.3)
     inputs = make_inputs(rng, kind, dtype, batch=1)
     out = attnc_forward(m, kind, inputs, {})
@@ -363,10 +411,8 @@ def test_unbatched_inputs(kind, rng, torch):
     call, _ = make_call(kind, "all", rng, dtype)
     # unbatched: 2-D attn masks stay, key padding masks lose the batch, (B*H, L, S) masks
     # become (H, L, S)
-    ucall = {n: (x[0] if n.endswith("key_padding_mask") else x[:H] if np.ndim(x) == 3 else x)
-             for n, x in call.items()}
-    bcall = {n: (x[:1] if n.endswith("key_padding_mask") else x[:H] if np.ndim(x) == 3 else x)
-             for n, x in call.items()}
+    ucall = {n: (x[0] if n.endswith("key_padding_mask") else x[:H] if np.ndim(x) == 3 else x) for n, x in call.items()}
+    bcall = {n: (x[:1] if n.endswith("key_padding_mask") else x[:H] if np.ndim(x) == 3 else x) for n, x in call.items()}
     uin = {n: x[0] for n, x in inputs.items()}
     out = attnc_forward(m, kind, uin, ucall)
     assert out.shape == out_shape(kind)[1:]
@@ -381,6 +427,7 @@ def test_unbatched_inputs(kind, rng, torch):
 
 # --------------------------------------------------------------------------- state dicts
 
+
 @pytest.mark.parametrize("cfg", CFGS, ids=CFG_IDS)
 @pytest.mark.parametrize("kind", KINDS)
 def test_state_dict_keys_shapes_and_round_trip(kind, cfg, rng, torch):
@@ -391,8 +438,7 @@ def test_state_dict_keys_shapes_and_round_trip(kind, cfg, rng, torch):
     tm = torch_module(torch, kind, cfg, dtype, randomise=False)
     sd = m.state_dict()
     tsd = tm.state_dict()
-    assert set(sd) == set(tsd), (f"missing {sorted(set(tsd) - set(sd))}, "
-                                 f"unexpected {sorted(set(sd) - set(tsd))}")
+    assert set(sd) == set(tsd), f"missing {sorted(set(tsd) - set(sd))}, unexpected {sorted(set(sd) - set(tsd))}"
     assert list(sd) == list(tsd), "state_dict order differs from torch's"
     for k in tsd:
         assert sd[k].shape == tuple(tsd[k].shape), (k, sd[k].shape, tuple(tsd[k].shape))
@@ -437,8 +483,7 @@ def test_stack_layers_are_distinct(rng):
 
 # --------------------------------------------------------------------------- gradients vs torch
 
-GRAD_SCENARIOS = ["none", "s_float_kpm", "s_float_3d", "s_causal", "t_causal", "t_float_3d", "m_float",
-                  "m_kpm", "all"]
+GRAD_SCENARIOS = ["none", "s_float_kpm", "s_float_3d", "s_causal", "t_causal", "t_float_3d", "m_float", "m_kpm", "all"]
 
 
 def check_grads_vs_torch(torch, tm, m, kind, inputs, call, diff_masks, dtype, rng, what, need_weights=False):
@@ -458,12 +503,13 @@ def check_grads_vs_torch(torch, tm, m, kind, inputs, call, diff_masks, dtype, rn
     float_masks = {n for n, x in call.items() if isinstance(x, np.ndarray) and x.dtype.kind == "f"}
     extra = set(grads) - set(expected)
     assert extra <= float_masks, f"{what}: unexpected gradient keys {sorted(extra - float_masks)}"
-    for n in extra & diff_masks:   # float masks: compare when attnc gives them
+    for n in extra & diff_masks:  # float masks: compare when attnc gives them
         g = leaves[n].grad
         expected[n] = np.zeros(leaves[n].shape) if g is None else g.numpy()
     for n, g in expected.items():
-        assert grads[n].dtype == dtype and grads[n].shape == g.shape, \
+        assert grads[n].dtype == dtype and grads[n].shape == g.shape, (
             f"{what}: gradient {n} {grads[n].dtype} {grads[n].shape}"
+        )
         close(grads[n], g, GREL[dtype], f"{what}: gradient {n}")
     return grads
 
@@ -488,8 +534,7 @@ def test_gradients_with_need_weights(kind, dtype, rng, torch):
     tm, m, _ = make_pair(torch, kind, cfg, dtype)
     inputs = make_inputs(rng, kind, dtype)
     call, diff = make_call(kind, "all", rng, dtype)
-    check_grads_vs_torch(torch, tm, m, kind, inputs, call, diff, dtype, rng, f"{kind}/need_weights",
-                         need_weights=True)
+    check_grads_vs_torch(torch, tm, m, kind, inputs, call, diff, dtype, rng, f"{kind}/need_weights", need_weights=True)
 
 
 def test_pullback_repeatable_and_cotangent_checked(rng):
@@ -521,17 +566,22 @@ def _fd_masks(rng, kind):
     """Non-trivial masks for the tiny model (float attn masks, bool key padding)."""
     if kind in ("enc_layer", "encoder"):
         kpm = np.array([[False, True, False]])
-        return {("src_mask" if kind == "enc_layer" else "mask"): rng.standard_normal((3, 3)) * 0.5,
-                "src_key_padding_mask": kpm}
-    call = {"tgt_mask": _causal_bool((2, 2)), "tgt_is_causal": True,
-            "memory_mask": rng.standard_normal((2, 3)) * 0.5,
-            "memory_key_padding_mask": np.array([[False, False, True]])}
+        return {
+            ("src_mask" if kind == "enc_layer" else "mask"): rng.standard_normal((3, 3)) * 0.5,
+            "src_key_padding_mask": kpm,
+        }
+    call = {
+        "tgt_mask": _causal_bool((2, 2)),
+        "tgt_is_causal": True,
+        "memory_mask": rng.standard_normal((2, 3)) * 0.5,
+        "memory_key_padding_mask": np.array([[False, False, True]]),
+    }
     if kind == "transformer":
         call["src_key_padding_mask"] = np.array([[False, True, False]])
     return call
 
 
-FD_CASES = {   # id: (kind, cfg, also in training mode with dropout)
+FD_CASES = {  # id: (kind, cfg, also in training mode with dropout)
     "enc_layer-post-relu": ("enc_layer", CFGS[0], True),
     "enc_layer-pre-gelu-nobias": ("enc_layer", CFGS[7], False),
     "dec_layer-post-gelu": ("dec_layer", CFGS[2], False),
@@ -539,12 +589,14 @@ FD_CASES = {   # id: (kind, cfg, also in training mode with dropout)
     "encoder-pre-relu": ("encoder", CFGS[4], True),
     "transformer-post-gelu-nobias": ("transformer", CFGS[3], True),
 }
-FD_PARAMS = [(case, dropout) for case, (_, _, train) in FD_CASES.items()
-             for dropout in ([0.0, 0.3] if train else [0.0])]
+FD_PARAMS = [
+    (case, dropout) for case, (_, _, train) in FD_CASES.items() for dropout in ([0.0, 0.3] if train else [0.0])
+]
 
 
-@pytest.mark.parametrize("case,dropout", FD_PARAMS,
-                         ids=[f"{c}-{'train-dropout' if d else 'eval'}" for c, d in FD_PARAMS])
+@pytest.mark.parametrize(
+    "case,dropout", FD_PARAMS, ids=[f"{c}-{'train-dropout' if d else 'eval'}" for c, d in FD_PARAMS]
+)
 def test_gradients_match_finite_differences(case, dropout, rng, fd_check):
     """Input and parameter gradients against central differences (float64). With
     dropout in training mode every evaluation uses a freshly built module of the same
@@ -555,8 +607,9 @@ def test_gradients_match_finite_differences(case, dropout, rng, fd_check):
     nl = 2 if kind == "encoder" else 1
 
     def fresh():
-        mod = attnc_module(kind, cfg, np.float64, seed=FD_SEED, dropout=dropout, e=FD["e"], h=FD["h"],
-                           ff=FD["ff"], nl=nl)
+        mod = attnc_module(
+            kind, cfg, np.float64, seed=FD_SEED, dropout=dropout, e=FD["e"], h=FD["h"], ff=FD["ff"], nl=nl
+        )
         return mod.train(training)
 
     params = {k: v + 0.3 * rng.standard_normal(v.shape) for k, v in fresh().state_dict().items()}
@@ -573,11 +626,12 @@ def test_gradients_match_finite_differences(case, dropout, rng, fd_check):
     mod.load_state_dict(params)
     out, pullback = attnc.vjp(mod, *[inputs[n] for n in INPUTS[kind]], **call)
     same_bits(out, fn(**inputs, **params), "vjp forward vs forward of a same-seed module")
-    if training:   # the dropout really acts
+    if training:  # the dropout really acts
         ev = fresh().eval()
         ev.load_state_dict(params)
-        assert np.max(np.abs(out - ev(*[inputs[n] for n in INPUTS[kind]], **call))) > 1e-3, \
+        assert np.max(np.abs(out - ev(*[inputs[n] for n in INPUTS[kind]], **call))) > 1e-3, (
             "training-mode dropout had no effect"
+        )
     cot = rng.standard_normal(out.shape)
     grads = pullback(cot)
     assert set(grads) == set(inputs) | set(params), sorted(set(grads) ^ (set(inputs) | set(params)))
@@ -591,6 +645,7 @@ def test_gradients_match_finite_differences(case, dropout, rng, fd_check):
 
 # --------------------------------------------------------------------------- attention weights
 
+
 def test_reference_attention_matches_torch_mha(rng, torch):
     """The NumPy reference's attention (used for the weights below) against
     torch.nn.MultiheadAttention(need_weights=True, average_attn_weights=False)."""
@@ -602,15 +657,23 @@ def test_reference_attention_matches_torch_mha(rng, torch):
     sd = torch_state(mha)
     q = rng.standard_normal((B, T, E))
     kv = rng.standard_normal((B, S, E))
-    for am, kpm in [(None, None), (_bool_ignore(rng, (T, S)), None),
-                    (rng.standard_normal((B * H, T, S)), _bool_ignore(rng, (B, S))),
-                    (rng.standard_normal((T, S)), None)]:
+    for am, kpm in [
+        (None, None),
+        (_bool_ignore(rng, (T, S)), None),
+        (rng.standard_normal((B * H, T, S)), _bool_ignore(rng, (B, S))),
+        (rng.standard_normal((T, S)), None),
+    ]:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            to, tw = mha(torch.from_numpy(q), torch.from_numpy(kv), torch.from_numpy(kv),
-                         attn_mask=None if am is None else torch.from_numpy(am),
-                         key_padding_mask=None if kpm is None else torch.from_numpy(kpm),
-                         need_weights=True, average_attn_weights=False)
+            to, tw = mha(
+                torch.from_numpy(q),
+                torch.from_numpy(kv),
+                torch.from_numpy(kv),
+                attn_mask=None if am is None else torch.from_numpy(am),
+                key_padding_mask=None if kpm is None else torch.from_numpy(kpm),
+                need_weights=True,
+                average_attn_weights=False,
+            )
         o, w = ref.mha(sd, "", q, kv, H, am, kpm)
         close(o, to.detach().numpy(), 1e-12, "reference mha output")
         close(w, tw.detach().numpy(), 1e-12, "reference mha weights")
@@ -648,8 +711,7 @@ def test_need_weights_per_layer_per_head(kind, cfg, dtype, rng, torch):
             assert len(w[part]) == nlayers, f"{what}: {part} has {len(w[part])} layers"
             for i, (a, r) in enumerate(zip(w[part], rw[part])):
                 wh = f"{what}: {part}[{i}]"
-                assert a.dtype == dtype and a.shape == (B, H, qlen[part], klen[part]), \
-                    f"{wh}: {a.dtype} {a.shape}"
+                assert a.dtype == dtype and a.shape == (B, H, qlen[part], klen[part]), f"{wh}: {a.dtype} {a.shape}"
                 close(a, r, REL[dtype] * 10, wh)
                 close(a.sum(-1), np.ones(a.shape[:-1]), REL[dtype] * 10, f"{wh}: rows sum to 1")
                 assert np.all(a >= 0)
@@ -666,14 +728,14 @@ def test_fully_masked_rows(kind, rng):
     inputs = make_inputs(rng, kind, dtype)
     if kind == "enc_layer":
         mask = _bool_ignore(rng, (S, S))
-        mask[2] = True                                   # query 2 sees nothing
+        mask[2] = True  # query 2 sees nothing
         kpm = np.zeros((B, S), bool)
-        kpm[1] = True                                    # batch 1 sees nothing at all
+        kpm[1] = True  # batch 1 sees nothing at all
         call = {"src_mask": mask, "src_key_padding_mask": kpm}
         dead = {"encoder": [(slice(None), slice(None), 2), (1,)]}
     else:
         mm = _bool_ignore(rng, (T, S))
-        mm[3] = True                                     # target 3 sees no memory
+        mm[3] = True  # target 3 sees no memory
         call = {"memory_mask": mm}
         dead = {"decoder_cross": [(slice(None), slice(None), 3)]}
     out, w = attnc_forward(m, kind, inputs, call, need_weights=True)
@@ -696,6 +758,7 @@ def test_fully_masked_rows(kind, rng):
 
 
 # --------------------------------------------------------------------------- dropout
+
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_dropout_seeding_and_modes(kind, rng):
@@ -755,8 +818,9 @@ def test_dropout_one_and_bounds(rng):
     m = nn.TransformerEncoderLayer(E, H, FF, dropout=1.0, seed=0, dtype=dtype)
     x = rng.standard_normal((B, S, E))
     sd = m.state_dict()
-    expect = ref.layer_norm(ref.layer_norm(x, sd["norm1.weight"], sd["norm1.bias"], 1e-5),
-                            sd["norm2.weight"], sd["norm2.bias"], 1e-5)
+    expect = ref.layer_norm(
+        ref.layer_norm(x, sd["norm1.weight"], sd["norm1.bias"], 1e-5), sd["norm2.weight"], sd["norm2.bias"], 1e-5
+    )
     close(m(x), expect, 1e-12, "dropout=1")
     for p in (-0.1, 1.5):
         with pytest.raises(ValueError, match="dropout"):
@@ -764,6 +828,7 @@ def test_dropout_one_and_bounds(rng):
 
 
 # --------------------------------------------------------------------------- errors
+
 
 def test_constructor_errors():
     for cls in (nn.TransformerEncoderLayer, nn.TransformerDecoderLayer):
@@ -834,8 +899,12 @@ def _transformer_error_cases():
         "src_mask": (ValueError, r"src_mask", [src, tgt], {"src_mask": np.zeros((T, T), bool)}),
         "tgt_mask": (ValueError, r"tgt_mask", [src, tgt], {"tgt_mask": np.zeros((S, S), bool)}),
         "memory_mask": (ValueError, r"memory_mask", [src, tgt], {"memory_mask": np.zeros((S, T), bool)}),
-        "src_key_padding_mask": (ValueError, r"src_key_padding_mask", [src, tgt],
-                                 {"src_key_padding_mask": np.zeros((B, T), bool)}),
+        "src_key_padding_mask": (
+            ValueError,
+            r"src_key_padding_mask",
+            [src, tgt],
+            {"src_key_padding_mask": np.zeros((B, T), bool)},
+        ),
         "src_is_causal": (ValueError, r"src_is_causal", [src, tgt], {"src_is_causal": True}),
         "tgt_is_causal": (ValueError, r"tgt_is_causal", [src, tgt], {"tgt_is_causal": True}),
         "dtype": (TypeError, r"\btgt\b", [src, "f64"], {}),
@@ -846,8 +915,9 @@ def _transformer_error_cases():
 def test_forward_errors_transformer_name_the_argument(case, rng):
     exc, pattern, shapes, kw = _transformer_error_cases()[case]
     tr = attnc_module("transformer", CFGS[0], np.float32, seed=0)
-    args = [rng.standard_normal(sh).astype(np.float32) if sh != "f64" else rng.standard_normal((B, T, E))
-            for sh in shapes]
+    args = [
+        rng.standard_normal(sh).astype(np.float32) if sh != "f64" else rng.standard_normal((B, T, E)) for sh in shapes
+    ]
     _raises(exc, pattern, tr, *args, **kw)
 
 
@@ -873,6 +943,7 @@ def test_inputs_and_parameters_never_modified(kind, rng, assert_unchanged):
 
 # --------------------------------------------------------------------------- square subsequent mask
 
+
 @pytest.mark.parametrize("sz", [1, 2, 5])
 def test_generate_square_subsequent_mask(sz, torch):
     tmask = torch.nn.Transformer.generate_square_subsequent_mask(sz)
@@ -881,14 +952,16 @@ def test_generate_square_subsequent_mask(sz, torch):
     np.testing.assert_array_equal(m, tmask.numpy())
     m64 = nn.Transformer.generate_square_subsequent_mask(sz, dtype=np.float64)
     assert m64.dtype == np.float64
-    np.testing.assert_array_equal(m64, torch.nn.Transformer.generate_square_subsequent_mask(
-        sz, dtype=torch.float64).numpy())
+    np.testing.assert_array_equal(
+        m64, torch.nn.Transformer.generate_square_subsequent_mask(sz, dtype=torch.float64).numpy()
+    )
     # also callable on an instance (a static method)
     inst = nn.Transformer(8, 2, 1, 1, 16, seed=0)
     np.testing.assert_array_equal(inst.generate_square_subsequent_mask(sz), m)
 
 
 # --------------------------------------------------------------------------- threads, layouts
+
 
 def test_thread_count_gives_identical_bits(rng, restore_threads):
     """Forward and gradients (training mode, seeded dropout) do not depend on the number
@@ -913,25 +986,34 @@ def test_non_contiguous_inputs_and_masks(rng):
     big_s = rng.standard_normal((B, 2 * S, 2 * E))
     big_t = rng.standard_normal((2 * B, T, E))
     src, tgt = big_s[:, ::2, 1::2], big_t[::-2]
-    mm = (0.5 * rng.standard_normal((S, T))).T                       # (T, S), transposed
+    mm = (0.5 * rng.standard_normal((S, T))).T  # (T, S), transposed
     kpm = np.zeros((B, 2 * S), bool)[:, ::2]
     kpm[:, 3] = True
-    call = dict(memory_mask=mm, memory_key_padding_mask=kpm, src_key_padding_mask=kpm,
-                tgt_mask=_causal_bool((T, T)), tgt_is_causal=True)
+    call = dict(
+        memory_mask=mm,
+        memory_key_padding_mask=kpm,
+        src_key_padding_mask=kpm,
+        tgt_mask=_causal_bool((T, T)),
+        tgt_is_causal=True,
+    )
     ccall = {k: (np.ascontiguousarray(v) if isinstance(v, np.ndarray) else v) for k, v in call.items()}
     assert not src.flags.c_contiguous and not tgt.flags.c_contiguous and not mm.flags.c_contiguous
-    same_bits(m(src, tgt, **call), m(np.ascontiguousarray(src), np.ascontiguousarray(tgt), **ccall),
-              "non-contiguous vs contiguous")
+    same_bits(
+        m(src, tgt, **call),
+        m(np.ascontiguousarray(src), np.ascontiguousarray(tgt), **ccall),
+        "non-contiguous vs contiguous",
+    )
 
 
 # --------------------------------------------------------------------------- save / load
+
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=DT_IDS)
 @pytest.mark.parametrize("kind", KINDS)
 def test_save_load(kind, dtype, rng, tmp_path):
     """attnc.save / attnc.load keep the class, the configuration (a non-default one) and
     the parameters: the loaded module, in eval mode, gives the same bits."""
-    cfg = CFGS[7]   # pre-norm, gelu, no bias
+    cfg = CFGS[7]  # pre-norm, gelu, no bias
     m = attnc_module(kind, cfg, dtype, seed=4, eps=1e-3)
     sd = {k: v + 0.3 * rng.standard_normal(v.shape) for k, v in m.state_dict().items()}
     m.load_state_dict(sd)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import attnc
 
-GOOD = '''
+GOOD = """
 import numpy as np
 
 import attnc
@@ -29,9 +29,9 @@ opt = attnc.optim.Adam(model, lr=1e-3)
 attnc.set_num_threads(2)
 info = attnc.show_config(mode="dicts")
 print(context.shape, weights.shape, layer(q).shape, len(grads), info)
-'''
+"""
 
-BAD = '''
+BAD = """
 import numpy as np
 
 import attnc
@@ -41,7 +41,7 @@ q = np.random.rand(2, 4, 8)
 attnc.attention(q, q, q, score="addtive")
 attnc.set_num_threads("2")
 attnc.nn.TransformerEncoderLayer(8, 2, activation="swish")
-'''
+"""
 
 
 def mypy(tmp_path: Path, source: str) -> subprocess.CompletedProcess:
@@ -51,9 +51,22 @@ def mypy(tmp_path: Path, source: str) -> subprocess.CompletedProcess:
     package_root = str(Path(attnc.__file__).resolve().parent.parent)
     if package_root != sysconfig.get_paths()["purelib"]:  # a source checkout (editable install)
         env["MYPYPATH"] = package_root
-    return subprocess.run([sys.executable, "-m", "mypy", "--follow-imports=silent", "--no-incremental",
-                           "--cache-dir", str(tmp_path / "cache"), str(script)],
-                          capture_output=True, text=True, env=env, cwd=tmp_path)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mypy",
+            "--follow-imports=silent",
+            "--no-incremental",
+            "--cache-dir",
+            str(tmp_path / "cache"),
+            str(script),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+    )
 
 
 def test_correct_use_type_checks(tmp_path):
@@ -75,8 +88,9 @@ def test_the_lazy_subpackages_are_typed_and_a_misspelt_one_is_caught(tmp_path):
     """attnc.models and the other subpackages imported on first use are
     known to a type checker without an import of their own; a module
     __getattr__ must not make every misspelt attribute type-check."""
-    run = mypy(tmp_path, "import attnc\n\nreveal_type(attnc.models.GPT)\nreveal_type(attnc.plot.alignment)\n"
-                         "attnc.modles\n")
+    run = mypy(
+        tmp_path, "import attnc\n\nreveal_type(attnc.models.GPT)\nreveal_type(attnc.plot.alignment)\nattnc.modles\n"
+    )
     report = run.stdout
     assert 'Revealed type is "def (' in report and "attnc.models.gpt.GPT" in report, report
     assert "-> matplotlib.axes._axes.Axes" in report, report

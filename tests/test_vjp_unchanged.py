@@ -38,6 +38,7 @@ def _bump(a, index=0):
 
     def restore():
         a[flat_index] = old
+
     return change, restore
 
 
@@ -49,19 +50,53 @@ def _calls(rng):
     x, w, b = f(7, 4), f(3, 4), f(3)
     E = 4
     return [
-        ("attention query", attnc.attention, (q, k, v), {"score": "general", "weight": f(4, 4)},
-         (f(2, 5, 3), None), 0, "argument 'query'"),
-        ("attention score weight", attnc.attention, (q, k, v), {"score": "general", "weight": f(4, 4)},
-         (f(2, 5, 3), f(2, 5, 6)), "weight", "argument 'weight'"),
-        ("sdpa attn_mask", attnc.scaled_dot_product_attention, (f(1, 2, 5, 4), f(1, 2, 6, 4), f(1, 2, 6, 3)),
-         {"attn_mask": mask[:1, None]}, (f(1, 2, 5, 3),), "attn_mask", "argument 'attn_mask'"),
-        ("sdpa key", attnc.scaled_dot_product_attention, (f(1, 2, 5, 4), f(1, 2, 6, 4), f(1, 2, 6, 3)), {},
-         (f(1, 2, 5, 3),), 1, "argument 'key'"),
+        (
+            "attention query",
+            attnc.attention,
+            (q, k, v),
+            {"score": "general", "weight": f(4, 4)},
+            (f(2, 5, 3), None),
+            0,
+            "argument 'query'",
+        ),
+        (
+            "attention score weight",
+            attnc.attention,
+            (q, k, v),
+            {"score": "general", "weight": f(4, 4)},
+            (f(2, 5, 3), f(2, 5, 6)),
+            "weight",
+            "argument 'weight'",
+        ),
+        (
+            "sdpa attn_mask",
+            attnc.scaled_dot_product_attention,
+            (f(1, 2, 5, 4), f(1, 2, 6, 4), f(1, 2, 6, 3)),
+            {"attn_mask": mask[:1, None]},
+            (f(1, 2, 5, 3),),
+            "attn_mask",
+            "argument 'attn_mask'",
+        ),
+        (
+            "sdpa key",
+            attnc.scaled_dot_product_attention,
+            (f(1, 2, 5, 4), f(1, 2, 6, 4), f(1, 2, 6, 3)),
+            {},
+            (f(1, 2, 5, 3),),
+            1,
+            "argument 'key'",
+        ),
         ("linear weight", attnc.nn.linear, (x, w, b), {}, (f(7, 3),), 1, "argument 'weight'"),
         ("linear input", attnc.nn.linear, (x, w, b), {}, (f(7, 3),), 0, "argument 'input'"),
-        ("multi-head in_proj_weight", attnc.multi_head_attention,
-         (f(2, 3, E), f(2, 3, E), f(2, 3, E), 2, f(3 * E, E), f(3 * E), f(E, E), f(E)), {},
-         (f(2, 3, E), None), 4, "argument 'in_proj_weight'"),
+        (
+            "multi-head in_proj_weight",
+            attnc.multi_head_attention,
+            (f(2, 3, E), f(2, 3, E), f(2, 3, E), 2, f(3 * E, E), f(3 * E), f(E, E), f(E)),
+            {},
+            (f(2, 3, E), None),
+            4,
+            "argument 'in_proj_weight'",
+        ),
         ("softmax output", attnc.softmax, (f(3, 5),), {}, (f(3, 5),), None, "output 0"),
     ]
 
@@ -104,7 +139,7 @@ def test_what_the_backward_does_not_read_may_change(rng):
     saves neither), and an input the forward had to copy (a strided view)
     is read from the copy: changing them changes no gradient."""
     x, w, b = rng.standard_normal((7, 8)), rng.standard_normal((3, 4)), rng.standard_normal(3)
-    view = x[:, ::2]                        # no unit stride: the forward reads a copy
+    view = x[:, ::2]  # no unit stride: the forward reads a copy
     y, pullback = attnc.vjp(attnc.nn.linear, view, w, b)
     dy = rng.standard_normal(y.shape)
     before = pullback(dy)
@@ -124,11 +159,11 @@ def test_torch_raises_for_the_same_changes(rng, torch):
     x = torch.tensor(rng.standard_normal((5, 4)), requires_grad=True)
     w = torch.tensor(rng.standard_normal((3, 4)), requires_grad=True)
     b = torch.tensor(rng.standard_normal(3), requires_grad=True)
-    F.linear(x, w, b).sum().backward()       # a plain run
+    F.linear(x, w, b).sum().backward()  # a plain run
     y = F.linear(x, w, b)
     with torch.no_grad():
         b += 1
-    y.sum().backward()                       # the bias is not saved: fine
+    y.sum().backward()  # the bias is not saved: fine
     lin = torch.nn.Linear(4, 3)
     opt = torch.optim.SGD(lin.parameters(), lr=0.1)
     loss = lin(x.float()).sum()
@@ -149,7 +184,7 @@ def test_an_optimiser_step_before_the_pullback_raises(optimiser, rng):
     opt.step(grads)
     with pytest.raises(RuntimeError, match="parameter 'weight' was modified after the forward"):
         pullback(dy)
-    y2, pullback2 = attnc.vjp(lin, x)        # a new forward after the step: fine
+    y2, pullback2 = attnc.vjp(lin, x)  # a new forward after the step: fine
     fresh = pullback2(dy)
     np.testing.assert_allclose(fresh["input"], dy @ lin.weight, rtol=1e-12)
 
@@ -214,8 +249,14 @@ def test_the_fingerprint_sees_every_change_and_no_layout(rng):
 
     a = rng.standard_normal((6, 11))
     digest = fingerprint(a)
-    for same in (a.copy(), np.asfortranarray(a), a[::-1, ::-1][::-1, ::-1], np.ascontiguousarray(a.T).T,
-                 np.broadcast_to(a, (1,) + a.shape)[0], a.view(np.int64)):
+    for same in (
+        a.copy(),
+        np.asfortranarray(a),
+        a[::-1, ::-1][::-1, ::-1],
+        np.ascontiguousarray(a.T).T,
+        np.broadcast_to(a, (1,) + a.shape)[0],
+        a.view(np.int64),
+    ):
         assert fingerprint(same) == digest
     assert fingerprint(a[::-1]) == fingerprint(np.ascontiguousarray(a[::-1]))
     flat = a.ravel()

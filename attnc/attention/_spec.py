@@ -189,8 +189,18 @@ class Score:
         proj = None
         if self.kind == 3:
             proj = np.empty(math.prod(inp.batch) * (inp.tq + inp.tk) * w_query.shape[1] + w_query.shape[1], dt)
-        self.c = {"kind": self.kind, "scale": scale, "bandwidth": bandwidth, "beta_scalar": beta_scalar,
-                  "weight": weight, "w_query": w_query, "w_key": w_key, "v": v, "beta": beta, "projections": proj}
+        self.c = {
+            "kind": self.kind,
+            "scale": scale,
+            "bandwidth": bandwidth,
+            "beta_scalar": beta_scalar,
+            "weight": weight,
+            "w_query": w_query,
+            "w_key": w_key,
+            "v": v,
+            "beta": beta,
+            "projections": proj,
+        }
         self.c_saved = self.c if proj is None else {**self.c, "projections_ready": True}
 
     def _size_error(self, inp: Inputs):
@@ -220,12 +230,19 @@ class Score:
         gradients' dict dparams and the scalar gradients wanted; a function
         of the call's scalar results (dscale, dbandwidth) giving the
         parameters' gradient dict)."""
-        out = {name: np.empty(shape, dtype=inp.dtype) for name, shape in self.shapes.items()
-               if name not in ("beta", "scale", "bandwidth")}
+        out = {
+            name: np.empty(shape, dtype=inp.dtype)
+            for name, shape in self.shapes.items()
+            if name not in ("beta", "scale", "bandwidth")
+        }
         dbeta = inp.empty(inp.tq) if "beta" in self.shapes else None
         dparams = out if dbeta is None else {**out, "beta": dbeta}
-        kwargs = {"params": self.c_saved, "dparams": dparams, "want_scale": "scale" in self.shapes,
-                  "want_bandwidth": "bandwidth" in self.shapes}
+        kwargs = {
+            "params": self.c_saved,
+            "dparams": dparams,
+            "want_scale": "scale" in self.shapes,
+            "want_bandwidth": "bandwidth" in self.shapes,
+        }
 
         def finish(scalars):
             grads = dict(out)
@@ -239,8 +256,17 @@ class Score:
         return kwargs, finish
 
 
-def sdpa_options(scale: float, *, attn_mask=None, key_padding_mask=None, causal=False, causal_offset=0,
-                 dropout_p=0.0, seed=None, average_heads=False) -> dict:
+def sdpa_options(
+    scale: float,
+    *,
+    attn_mask=None,
+    key_padding_mask=None,
+    causal=False,
+    causal_offset=0,
+    dropout_p=0.0,
+    seed=None,
+    average_heads=False,
+) -> dict:
     """The fused kernel's options, the ``options`` dict of sdpa_forward and
     sdpa_backward (attnc_sdpa_options by member name; one dict, matched in C
     to the members by interned keys, rather than keywords merged into every
@@ -251,6 +277,13 @@ def sdpa_options(scale: float, *, attn_mask=None, key_padding_mask=None, causal=
     members' defaults, and the smaller dict costs less to build and read."""
     if attn_mask is None and key_padding_mask is None and not (causal_offset or dropout_p or average_heads):
         return {"causal": bool(causal), "scale": float(scale)}
-    return {"attn_mask": attn_mask, "key_padding_mask": key_padding_mask, "causal": bool(causal),
-            "causal_offset": causal_offset, "scale": float(scale), "dropout_p": float(dropout_p),
-            "seed": seed_bits(seed) if dropout_p else 0, "average_heads": bool(average_heads)}
+    return {
+        "attn_mask": attn_mask,
+        "key_padding_mask": key_padding_mask,
+        "causal": bool(causal),
+        "causal_offset": causal_offset,
+        "scale": float(scale),
+        "dropout_p": float(dropout_p),
+        "seed": seed_bits(seed) if dropout_p else 0,
+        "average_heads": bool(average_heads),
+    }

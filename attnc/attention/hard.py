@@ -13,20 +13,46 @@ from ._spec import Inputs, Score, ScoreKind
 MODES = ("argmax", "sample", "gumbel")
 
 
-def _forward(query, keys, values=None, *, mode="argmax", temperature=1.0, seed=None, score="dot",
-             mask=None, key_lengths=None, causal=False, **params):
+def _forward(
+    query,
+    keys,
+    values=None,
+    *,
+    mode="argmax",
+    temperature=1.0,
+    seed=None,
+    score="dot",
+    mask=None,
+    key_lengths=None,
+    causal=False,
+    **params,
+):
     mode = choice(mode, MODES, "mode")
     temperature = float(temperature)  # C checks temperature > 0
     inp = Inputs(query, keys, values)
     sc = Score(score, params, inp)
     m, kl = mask_arrays(mask, key_lengths, inp.batch, inp.tq, inp.tk)
     # the mask's and the options' keywords, for the forward and the backward
-    opts = {"mask": m, "key_lengths": kl, "causal": bool(causal), "mode": MODES.index(mode),
-            "temperature": temperature, "seed": seed_bits(seed)}
+    opts = {
+        "mask": m,
+        "key_lengths": kl,
+        "causal": bool(causal),
+        "mode": MODES.index(mode),
+        "temperature": temperature,
+        "seed": seed_bits(seed),
+    }
     context, weights = inp.empty(inp.tq, inp.dv), inp.empty(inp.tq, inp.tk)
     indices = inp.empty(inp.tq, dtype="int64")
-    _core.hard_attention_forward(context=context, weights=weights, indices=indices, query=inp.query, keys=inp.keys,
-                                 values=inp.values, params=sc.c, **opts)
+    _core.hard_attention_forward(
+        context=context,
+        weights=weights,
+        indices=indices,
+        query=inp.query,
+        keys=inp.keys,
+        values=inp.values,
+        params=sc.c,
+        **opts,
+    )
     return (context, weights, indices), (inp, sc, opts, indices)
 
 
@@ -35,17 +61,36 @@ def _backward(saved, cotangents):
     dcontext, dweights, _ = cotangents
     dq, dk, dv = inp.backward_outputs()
     kwargs, finish = sc.grads(inp)
-    scalars = _core.hard_attention_backward(dquery=dq, dkeys=dk, dvalues=dv, dcontext=dcontext, dweights=dweights,
-                                            query=inp.query, keys=inp.keys, values=inp.values, indices=indices,
-                                            **kwargs, **opts)
+    scalars = _core.hard_attention_backward(
+        dquery=dq,
+        dkeys=dk,
+        dvalues=dv,
+        dcontext=dcontext,
+        dweights=dweights,
+        query=inp.query,
+        keys=inp.keys,
+        values=inp.values,
+        indices=indices,
+        **kwargs,
+        **opts,
+    )
     return {**inp.grads(dq, dk, dv), **finish(scalars)}
 
 
-def hard_attention(query: ArrayLike, keys: ArrayLike, values: ArrayLike | None = None, *,
-                   mode: Literal["argmax", "sample", "gumbel"] = "argmax", temperature: float = 1.0,
-                   seed: int | None = None, score: ScoreKind = "dot", mask: ArrayLike | None = None,
-                   key_lengths: ArrayLike | None = None, causal: bool = False,
-                   **params: float | ArrayLike) -> tuple[Array, Array, Array]:
+def hard_attention(
+    query: ArrayLike,
+    keys: ArrayLike,
+    values: ArrayLike | None = None,
+    *,
+    mode: Literal["argmax", "sample", "gumbel"] = "argmax",
+    temperature: float = 1.0,
+    seed: int | None = None,
+    score: ScoreKind = "dot",
+    mask: ArrayLike | None = None,
+    key_lengths: ArrayLike | None = None,
+    causal: bool = False,
+    **params: float | ArrayLike,
+) -> tuple[Array, Array, Array]:
     """Hard attention: each query reads exactly one key's value.
 
     context[..., i] = values[..., idx_i], idx_i picked from the scores of query i.
@@ -84,8 +129,19 @@ def hard_attention(query: ArrayLike, keys: ArrayLike, values: ArrayLike | None =
     >>> bool((context == k[idx]).all())
     True
     """
-    return _forward(query, keys, values, mode=mode, temperature=temperature, seed=seed, score=score,
-                    mask=mask, key_lengths=key_lengths, causal=causal, **params)[0]
+    return _forward(
+        query,
+        keys,
+        values,
+        mode=mode,
+        temperature=temperature,
+        seed=seed,
+        score=score,
+        mask=mask,
+        key_lengths=key_lengths,
+        causal=causal,
+        **params,
+    )[0]
 
 
 register(hard_attention, _forward, _backward)

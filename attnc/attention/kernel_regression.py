@@ -39,14 +39,25 @@ def _backward(saved, cotangents):
         dy = dy.reshape(inp.tq, inp.dv)
     dq, dk, dv = inp.backward_outputs()
     kwargs, finish = sc.grads(inp)
-    scalars = _core.attention_backward(dquery=dq, dkeys=dk, dvalues=dv, dcontext=dy, dweights=dweights,
-                                       query=inp.query, keys=inp.keys, values=inp.values, weights=weights, **kwargs)
+    scalars = _core.attention_backward(
+        dquery=dq,
+        dkeys=dk,
+        dvalues=dv,
+        dcontext=dy,
+        dweights=dweights,
+        query=inp.query,
+        keys=inp.keys,
+        values=inp.values,
+        weights=weights,
+        **kwargs,
+    )
     grads = {name: g.reshape(shapes[name]) for name, g in inp.grads(dq, dk, dv).items()}
     return {**grads, **finish(scalars)}
 
 
-def kernel_regression(x_query: ArrayLike, x_train: ArrayLike, y_train: ArrayLike, *,
-                      bandwidth: float | ArrayLike = 1.0) -> tuple[Array, Array]:
+def kernel_regression(
+    x_query: ArrayLike, x_train: ArrayLike, y_train: ArrayLike, *, bandwidth: float | ArrayLike = 1.0
+) -> tuple[Array, Array]:
     """Nadaraya-Watson kernel regression as attention.
 
     y_pred(x) = sum_i softmax_i(-|x - x_i|^2 / (2 bandwidth^2)) y_i

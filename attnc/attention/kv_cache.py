@@ -61,11 +61,24 @@ class KVCache:
     ((1, 4, 1, 3), (1, 2, 3, 8))
     """
 
-    def __init__(self, batch: int, heads: int, capacity: int, head_dim: int, dtype: DTypeLike = np.float32, *,
-                 value_dim: int | None = None) -> None:
+    def __init__(
+        self,
+        batch: int,
+        heads: int,
+        capacity: int,
+        head_dim: int,
+        dtype: DTypeLike = np.float32,
+        *,
+        value_dim: int | None = None,
+    ) -> None:
         value_dim = head_dim if value_dim is None else value_dim
-        for name, n in (("batch", batch), ("heads", heads), ("capacity", capacity), ("head_dim", head_dim),
-                        ("value_dim", value_dim)):
+        for name, n in (
+            ("batch", batch),
+            ("heads", heads),
+            ("capacity", capacity),
+            ("head_dim", head_dim),
+            ("value_dim", value_dim),
+        ):
             if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 0:
                 raise ValueError(f"{name} must be an int >= 0, got {n!r}")
         dtype = np.dtype(dtype)
@@ -121,13 +134,16 @@ class KVCache:
     @overload
     def attend(self, query: ArrayLike, *, scale: float | None = ..., return_weights: Literal[False] = ...) -> Array: ...
     @overload
-    def attend(self, query: ArrayLike, *, scale: float | None = ...,
-               return_weights: Literal[True]) -> tuple[Array, Array]: ...
+    def attend(
+        self, query: ArrayLike, *, scale: float | None = ..., return_weights: Literal[True]
+    ) -> tuple[Array, Array]: ...
     @overload
-    def attend(self, query: ArrayLike, *, scale: float | None = ...,
-               return_weights: bool = ...) -> Array | tuple[Array, Array]: ...
-    def attend(self, query: ArrayLike, *, scale: float | None = None,
-               return_weights: bool = False) -> Array | tuple[Array, Array]:
+    def attend(
+        self, query: ArrayLike, *, scale: float | None = ..., return_weights: bool = ...
+    ) -> Array | tuple[Array, Array]: ...
+    def attend(
+        self, query: ArrayLike, *, scale: float | None = None, return_weights: bool = False
+    ) -> Array | tuple[Array, Array]:
         """Attention of t new queries (batch, H, t, head_dim) on the cache; the
         last t cached positions are the queries' own (causal among them).
         Returns (batch, H, t, value_dim), and the (batch, H, t, length)
@@ -163,8 +179,19 @@ def _attend_backward(saved, cotangents):
     if dout is None:
         dout = np.zeros(out.shape, out.dtype)
     dq, dk, dv = np.empty_like(q), np.empty_like(k), np.empty_like(v)
-    _core.sdpa_backward(dquery=dq, dkey=dk, dvalue=dv, doutput=blas_ready(dout), dweights=dweights, query=q, key=k,
-                        value=v, output=out, lse=lse, options=options)
+    _core.sdpa_backward(
+        dquery=dq,
+        dkey=dk,
+        dvalue=dv,
+        doutput=blas_ready(dout),
+        dweights=dweights,
+        query=q,
+        key=k,
+        value=v,
+        output=out,
+        lse=lse,
+        options=options,
+    )
     return {"query": dq, "keys": dk, "values": dv}
 
 

@@ -58,8 +58,21 @@ def _predictor(w_p, v_p, inp: Inputs):
     return blas_ready(w), elementwise_ready(v)
 
 
-def _forward(query, keys, values=None, *, window, mode="monotonic", positions=None, w_p=None, v_p=None,
-             score="dot", mask=None, key_lengths=None, **params):
+def _forward(
+    query,
+    keys,
+    values=None,
+    *,
+    window,
+    mode="monotonic",
+    positions=None,
+    w_p=None,
+    v_p=None,
+    score="dot",
+    mask=None,
+    key_lengths=None,
+    **params,
+):
     mode = choice(mode, MODES, "mode")
     window = float(window)  # C checks its range, which depends on the mode
     inp = Inputs(query, keys, values)
@@ -78,11 +91,27 @@ def _forward(query, keys, values=None, *, window, mode="monotonic", positions=No
             raise TypeError("positions are predicted in mode='predictive'; pass them only with mode='monotonic'")
         wp, vp = _predictor(w_p, v_p, inp)
     # the mask's and the options' keywords, for the forward and the backward
-    opts = {"mask": m, "key_lengths": kl, "causal": False, "mode": MODES.index(mode), "window": window,
-            "positions": pos, "w_p": wp, "v_p": vp}
+    opts = {
+        "mask": m,
+        "key_lengths": kl,
+        "causal": False,
+        "mode": MODES.index(mode),
+        "window": window,
+        "positions": pos,
+        "w_p": wp,
+        "v_p": vp,
+    }
     context, weights, out_pos = inp.empty(inp.tq, inp.dv), inp.empty(inp.tq, inp.tk), inp.empty(inp.tq)
-    _core.local_attention_forward(context=context, weights=weights, positions_out=out_pos, query=inp.query,
-                                  keys=inp.keys, values=inp.values, params=sc.c, **opts)
+    _core.local_attention_forward(
+        context=context,
+        weights=weights,
+        positions_out=out_pos,
+        query=inp.query,
+        keys=inp.keys,
+        values=inp.values,
+        params=sc.c,
+        **opts,
+    )
     return (context, weights, out_pos), (inp, sc, opts, weights, out_pos, pos_info)
 
 
@@ -95,9 +124,21 @@ def _backward(saved, cotangents):
     dvp = np.empty(opts["v_p"].shape, inp.dtype) if predictive else None
     kwargs, finish = sc.grads(inp)
     scalars = _core.local_attention_backward(
-        dquery=dq, dkeys=dk, dvalues=dv, dw_p=dwp, dv_p=dvp, dcontext=dcontext, dweights=dweights,
-        dpositions=dpositions if predictive else None, query=inp.query, keys=inp.keys, values=inp.values,
-        weights=weights, positions_out=out_pos, **kwargs, **opts,
+        dquery=dq,
+        dkeys=dk,
+        dvalues=dv,
+        dw_p=dwp,
+        dv_p=dvp,
+        dcontext=dcontext,
+        dweights=dweights,
+        dpositions=dpositions if predictive else None,
+        query=inp.query,
+        keys=inp.keys,
+        values=inp.values,
+        weights=weights,
+        positions_out=out_pos,
+        **kwargs,
+        **opts,
     )
     grads = {**inp.grads(dq, dk, dv), **finish(scalars)}
     if predictive:
@@ -112,11 +153,21 @@ def _backward(saved, cotangents):
     return grads
 
 
-def local_attention(query: ArrayLike, keys: ArrayLike, values: ArrayLike | None = None, *, window: float,
-                    mode: Literal["monotonic", "predictive"] = "monotonic", positions: ArrayLike | None = None,
-                    w_p: ArrayLike | None = None, v_p: ArrayLike | None = None, score: ScoreKind = "dot",
-                    mask: ArrayLike | None = None, key_lengths: ArrayLike | None = None,
-                    **params: float | ArrayLike) -> tuple[Array, Array, Array]:
+def local_attention(
+    query: ArrayLike,
+    keys: ArrayLike,
+    values: ArrayLike | None = None,
+    *,
+    window: float,
+    mode: Literal["monotonic", "predictive"] = "monotonic",
+    positions: ArrayLike | None = None,
+    w_p: ArrayLike | None = None,
+    v_p: ArrayLike | None = None,
+    score: ScoreKind = "dot",
+    mask: ArrayLike | None = None,
+    key_lengths: ArrayLike | None = None,
+    **params: float | ArrayLike,
+) -> tuple[Array, Array, Array]:
     """Local attention (Luong et al. 2015): each query attends to a window of keys.
 
     Soft attention restricted to the keys s with |s - p_t| <= window around a
@@ -158,8 +209,20 @@ def local_attention(query: ArrayLike, keys: ArrayLike, values: ArrayLike | None 
     >>> context.shape, weights.shape, p.shape
     ((5, 8), (5, 9), (5,))
     """
-    return _forward(query, keys, values, window=window, mode=mode, positions=positions, w_p=w_p, v_p=v_p,
-                    score=score, mask=mask, key_lengths=key_lengths, **params)[0]
+    return _forward(
+        query,
+        keys,
+        values,
+        window=window,
+        mode=mode,
+        positions=positions,
+        w_p=w_p,
+        v_p=v_p,
+        score=score,
+        mask=mask,
+        key_lengths=key_lengths,
+        **params,
+    )[0]
 
 
 register(local_attention, _forward, _backward)

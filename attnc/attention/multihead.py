@@ -57,24 +57,48 @@ def _pad_keys(view, extra):
     return np.concatenate([view, pad(view.shape[:-1] + (extra,), view.dtype)], axis=-1)
 
 
-def _forward(query, key, value, num_heads, in_proj_weight, in_proj_bias, out_proj_weight, out_proj_bias, *,
-             key_padding_mask=None, attn_mask=None, need_weights=True, average_attn_weights=True, is_causal=False,
-             q_proj_weight=None, k_proj_weight=None, v_proj_weight=None, bias_k=None, bias_v=None,
-             add_zero_attn=False, dropout_p=0.0, seed=None):
+def _forward(
+    query,
+    key,
+    value,
+    num_heads,
+    in_proj_weight,
+    in_proj_bias,
+    out_proj_weight,
+    out_proj_bias,
+    *,
+    key_padding_mask=None,
+    attn_mask=None,
+    need_weights=True,
+    average_attn_weights=True,
+    is_causal=False,
+    q_proj_weight=None,
+    k_proj_weight=None,
+    v_proj_weight=None,
+    bias_k=None,
+    bias_v=None,
+    add_zero_attn=False,
+    dropout_p=0.0,
+    seed=None,
+):
     q_in, k_in, v_in = (float_array(a, n) for a, n in ((query, "query"), (key, "key"), (value, "value")))
     dtype = q_in.dtype
     same_dtype(dtype, key=k_in, value=v_in)
     batched = q_in.ndim == 3
     if q_in.ndim not in (2, 3) or k_in.ndim != q_in.ndim or v_in.ndim != q_in.ndim:
-        raise ValueError(f"query {shape_str(q_in.shape)}, key {shape_str(k_in.shape)} and value "
-                         f"{shape_str(v_in.shape)} must all be (B, L, E) (batch first) or all (L, E)")
+        raise ValueError(
+            f"query {shape_str(q_in.shape)}, key {shape_str(k_in.shape)} and value "
+            f"{shape_str(v_in.shape)} must all be (B, L, E) (batch first) or all (L, E)"
+        )
     if not batched:
         q_in, k_in, v_in = q_in[None], k_in[None], v_in[None]
     B, L, E = q_in.shape
     S = k_in.shape[1]
     if k_in.shape[0] != B or v_in.shape[:2] != (B, S):
-        raise ValueError(f"key {shape_str(k_in.shape)} and value {shape_str(v_in.shape)} need query's batch "
-                         f"({B}) and the same length")
+        raise ValueError(
+            f"key {shape_str(k_in.shape)} and value {shape_str(v_in.shape)} need query's batch "
+            f"({B}) and the same length"
+        )
     if isinstance(num_heads, bool) or not isinstance(num_heads, numbers.Integral):
         raise TypeError(f"num_heads must be an int, got {type(num_heads).__name__}")
     if num_heads < 1 or E % num_heads:
@@ -84,15 +108,16 @@ def _forward(query, key, value, num_heads, in_proj_weight, in_proj_bias, out_pro
     if in_proj_weight is not None:
         w_in = _param(in_proj_weight, "in_proj_weight", (3 * E, E), dtype)
         if kdim != E or vdim != E:
-            raise ValueError(f"in_proj_weight needs key and value of width {E}; use q/k/v_proj_weight for "
-                             f"kdim={kdim}, vdim={vdim}")
-        wq, wk, wv = w_in[:E], w_in[E:2 * E], w_in[2 * E:]
+            raise ValueError(
+                f"in_proj_weight needs key and value of width {E}; use q/k/v_proj_weight for kdim={kdim}, vdim={vdim}"
+            )
+        wq, wk, wv = w_in[:E], w_in[E : 2 * E], w_in[2 * E :]
     else:
         wq = _param(q_proj_weight, "q_proj_weight", (E, E), dtype)
         wk = _param(k_proj_weight, "k_proj_weight", (E, kdim), dtype)
         wv = _param(v_proj_weight, "v_proj_weight", (E, vdim), dtype)
     b_in = _param(in_proj_bias, "in_proj_bias", (3 * E,), dtype, required=False)
-    bq, bk, bv = (None, None, None) if b_in is None else (b_in[:E], b_in[E:2 * E], b_in[2 * E:])
+    bq, bk, bv = (None, None, None) if b_in is None else (b_in[:E], b_in[E : 2 * E], b_in[2 * E :])
     wo = _param(out_proj_weight, "out_proj_weight", (E, E), dtype)
     bo = _param(out_proj_bias, "out_proj_bias", (E,), dtype, required=False)
     if (bias_k is None) != (bias_v is None):
@@ -141,8 +166,15 @@ def _forward(query, key, value, num_heads, in_proj_weight, in_proj_bias, out_pro
     # skips the tiles above the diagonal. Not with appended keys: those stay
     # visible to every query, as the padded attn_mask says.
     average = bool(need_weights and average_attn_weights)
-    options = sdpa_options(default_scale(hd), attn_mask=masks[0], key_padding_mask=masks[1],
-                           causal=is_causal and extra == 0, dropout_p=dropout_p, seed=seed, average_heads=average)
+    options = sdpa_options(
+        default_scale(hd),
+        attn_mask=masks[0],
+        key_padding_mask=masks[1],
+        causal=is_causal and extra == 0,
+        dropout_p=dropout_p,
+        seed=seed,
+        average_heads=average,
+    )
 
     attn = np.empty((B, L, E), dtype)
     lse = np.empty((B, H, L), dtype)
@@ -152,12 +184,36 @@ def _forward(query, key, value, num_heads, in_proj_weight, in_proj_bias, out_pro
     attn2 = attn.reshape(B * L, E)
     out = linear_rows(attn2, wo, bo).reshape(B, L, E)
     unbatch = (lambda a: a) if batched else (lambda a: None if a is None else a[0])
-    saved = dict(options=options, x=x, shapes=(query, key, value), B=B, L=L, S=S, E=E, H=H, hd=hd, extra=extra,
-                 bias_kv=bias_kv, bias_shapes=bias_shapes, add_zero_attn=bool(add_zero_attn), batched=batched,
-                 qh=qh, kh=kh, vh=vh,
-                 attn=attn, attn2=attn2, lse=lse, w=(wq, wk, wv, wo), b=(bq, bk, bv, bo), b_in=b_in is not None,
-                 separate=in_proj_weight is None, mask_args=mask_args, dtype=dtype,
-                 need_weights=need_weights, average=average_attn_weights)
+    saved = dict(
+        options=options,
+        x=x,
+        shapes=(query, key, value),
+        B=B,
+        L=L,
+        S=S,
+        E=E,
+        H=H,
+        hd=hd,
+        extra=extra,
+        bias_kv=bias_kv,
+        bias_shapes=bias_shapes,
+        add_zero_attn=bool(add_zero_attn),
+        batched=batched,
+        qh=qh,
+        kh=kh,
+        vh=vh,
+        attn=attn,
+        attn2=attn2,
+        lse=lse,
+        w=(wq, wk, wv, wo),
+        b=(bq, bk, bv, bo),
+        b_in=b_in is not None,
+        separate=in_proj_weight is None,
+        mask_args=mask_args,
+        dtype=dtype,
+        need_weights=need_weights,
+        average=average_attn_weights,
+    )
     return (unbatch(out), unbatch(weights)), saved
 
 
@@ -182,9 +238,20 @@ def _backward(s, cotangents):
     dq, dk, dv = np.empty((B, L, E), dtype), np.empty((B, S2, E), dtype), np.empty((B, S2, E), dtype)
     float_masks = [n for n, (m, _) in s["mask_args"].items() if np.asarray(m).dtype != np.bool_]
     dmask = np.zeros((B, H, L, S2), dtype) if float_masks else None
-    _core.sdpa_backward(dquery=heads(dq), dkey=heads(dk), dvalue=heads(dv), dmask=dmask,
-                        doutput=heads(dattn2.reshape(B, L, E)), dweights=dweights, query=s["qh"], key=s["kh"],
-                        value=s["vh"], output=heads(s["attn"]), lse=s["lse"], options=s["options"])
+    _core.sdpa_backward(
+        dquery=heads(dq),
+        dkey=heads(dk),
+        dvalue=heads(dv),
+        dmask=dmask,
+        doutput=heads(dattn2.reshape(B, L, E)),
+        dweights=dweights,
+        query=s["qh"],
+        key=s["kh"],
+        value=s["vh"],
+        output=heads(s["attn"]),
+        lse=s["lse"],
+        options=s["options"],
+    )
     for name in float_masks:
         orig, shape = s["mask_args"][name]
         g = dmask[..., :S]
@@ -211,15 +278,30 @@ def _backward(s, cotangents):
     return grads
 
 
-def multi_head_attention(query: ArrayLike, key: ArrayLike, value: ArrayLike, num_heads: int,
-                         in_proj_weight: ArrayLike | None, in_proj_bias: ArrayLike | None,
-                         out_proj_weight: ArrayLike, out_proj_bias: ArrayLike | None, *,
-                         key_padding_mask: ArrayLike | None = None, attn_mask: ArrayLike | None = None,
-                         need_weights: bool = True, average_attn_weights: bool = True, is_causal: bool = False,
-                         q_proj_weight: ArrayLike | None = None, k_proj_weight: ArrayLike | None = None,
-                         v_proj_weight: ArrayLike | None = None, bias_k: ArrayLike | None = None,
-                         bias_v: ArrayLike | None = None, add_zero_attn: bool = False, dropout_p: float = 0.0,
-                         seed: int | None = None) -> tuple[Array, Array | None]:
+def multi_head_attention(
+    query: ArrayLike,
+    key: ArrayLike,
+    value: ArrayLike,
+    num_heads: int,
+    in_proj_weight: ArrayLike | None,
+    in_proj_bias: ArrayLike | None,
+    out_proj_weight: ArrayLike,
+    out_proj_bias: ArrayLike | None,
+    *,
+    key_padding_mask: ArrayLike | None = None,
+    attn_mask: ArrayLike | None = None,
+    need_weights: bool = True,
+    average_attn_weights: bool = True,
+    is_causal: bool = False,
+    q_proj_weight: ArrayLike | None = None,
+    k_proj_weight: ArrayLike | None = None,
+    v_proj_weight: ArrayLike | None = None,
+    bias_k: ArrayLike | None = None,
+    bias_v: ArrayLike | None = None,
+    add_zero_attn: bool = False,
+    dropout_p: float = 0.0,
+    seed: int | None = None,
+) -> tuple[Array, Array | None]:
     """Multi-head attention, as ``torch.nn.MultiheadAttention(batch_first=True)``.
 
     out = concat_h(softmax(q_h k_h^T / sqrt(E / H) + mask) v_h) W_out^T + b_out,
@@ -267,11 +349,29 @@ def multi_head_attention(query: ArrayLike, key: ArrayLike, value: ArrayLike, num
     >>> w.shape, float(w[0, 0, 0, 1])
     ((2, 4, 5, 5), 0.0)
     """
-    return _forward(query, key, value, num_heads, in_proj_weight, in_proj_bias, out_proj_weight, out_proj_bias,
-                    key_padding_mask=key_padding_mask, attn_mask=attn_mask, need_weights=need_weights,
-                    average_attn_weights=average_attn_weights, is_causal=is_causal, q_proj_weight=q_proj_weight,
-                    k_proj_weight=k_proj_weight, v_proj_weight=v_proj_weight, bias_k=bias_k, bias_v=bias_v,
-                    add_zero_attn=add_zero_attn, dropout_p=dropout_p, seed=seed)[0]
+    return _forward(
+        query,
+        key,
+        value,
+        num_heads,
+        in_proj_weight,
+        in_proj_bias,
+        out_proj_weight,
+        out_proj_bias,
+        key_padding_mask=key_padding_mask,
+        attn_mask=attn_mask,
+        need_weights=need_weights,
+        average_attn_weights=average_attn_weights,
+        is_causal=is_causal,
+        q_proj_weight=q_proj_weight,
+        k_proj_weight=k_proj_weight,
+        v_proj_weight=v_proj_weight,
+        bias_k=bias_k,
+        bias_v=bias_v,
+        add_zero_attn=add_zero_attn,
+        dropout_p=dropout_p,
+        seed=seed,
+    )[0]
 
 
 register(multi_head_attention, _forward, _backward)

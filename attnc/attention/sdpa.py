@@ -77,18 +77,21 @@ def _check(query, key, value, enable_gqa):
     if enable_gqa:  # dim -3 is the heads; the dims before it broadcast
         h, hk, hv = q.shape[-3], k.shape[-3], v.shape[-3]
         if not (heads_share(h, hk) and heads_share(h, hv)):
-            raise ValueError(f"enable_gqa needs query's heads ({h}) to be a multiple of key's ({hk}) and "
-                             f"value's ({hv})")
+            raise ValueError(
+                f"enable_gqa needs query's heads ({h}) to be a multiple of key's ({hk}) and value's ({hv})"
+            )
         hkv = math.lcm(hk, hv)  # key and value share the kernel's kv heads: the coarser is repeated
         repeats = (hkv // hk, hkv // hv) if hkv else (1, 1)  # hkv 0: no heads at all, an empty call
         k, v = (np.repeat(a, r, axis=-3) if r > 1 else a for a, r in ((k, repeats[0]), (v, repeats[1])))
-        lead = _broadcast({n: a.shape[:-3] for n, a in zip(shapes, (q, k, v))},
-                          "the batch dims of query, key and value")
+        lead = _broadcast(
+            {n: a.shape[:-3] for n, a in zip(shapes, (q, k, v))}, "the batch dims of query, key and value"
+        )
         q = np.broadcast_to(q, lead + q.shape[-3:])
         k, v = (np.broadcast_to(a, lead + (hkv,) + a.shape[-2:]) for a in (k, v))
     else:  # every dim before the last two broadcasts, the heads' included
-        lead = _broadcast({n: a.shape[:-2] for n, a in zip(shapes, (q, k, v))},
-                          "the batch and head dims of query, key and value")
+        lead = _broadcast(
+            {n: a.shape[:-2] for n, a in zip(shapes, (q, k, v))}, "the batch and head dims of query, key and value"
+        )
         q, k, v = (np.broadcast_to(a, lead + a.shape[-2:]) for a in (q, k, v))
     return q, k, v, (shapes, (1,) + repeats, added_head)
 
@@ -105,8 +108,19 @@ def _argument_grads(grads, layout):
     return out
 
 
-def _forward(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False,
-             *, return_weights=False, seed=None):
+def _forward(
+    query,
+    key,
+    value,
+    attn_mask=None,
+    dropout_p=0.0,
+    is_causal=False,
+    scale=None,
+    enable_gqa=False,
+    *,
+    return_weights=False,
+    seed=None,
+):
     q, k, v, layout = _check(query, key, value, enable_gqa)
     dtype = q.dtype
     batch, (h, L, E), (S, Ev) = q.shape[:-3], q.shape[-3:], v.shape[-2:]
@@ -145,8 +159,20 @@ def _backward(saved, cotangents):
     dq, dk, dv = np.empty_like(q, order="C"), np.empty_like(k, order="C"), np.empty_like(v, order="C")
     float_mask = mask_arg is not None and mask_arg.dtype != np.bool_
     dmask = np.zeros(lse.shape + (k.shape[-2],), q.dtype) if float_mask else None
-    _core.sdpa_backward(dquery=dq, dkey=dk, dvalue=dv, dmask=dmask, doutput=blas_ready(dout), dweights=dweights,
-                        query=q, key=k, value=v, output=out, lse=lse, options=options)
+    _core.sdpa_backward(
+        dquery=dq,
+        dkey=dk,
+        dvalue=dv,
+        dmask=dmask,
+        doutput=blas_ready(dout),
+        dweights=dweights,
+        query=q,
+        key=k,
+        value=v,
+        output=out,
+        lse=lse,
+        options=options,
+    )
     grads = _argument_grads((dq, dk, dv), layout)
     if float_mask:
         grads["attn_mask"] = unbroadcast(dmask, mask_arg.shape)
@@ -154,24 +180,60 @@ def _backward(saved, cotangents):
 
 
 @overload
-def scaled_dot_product_attention(query: ArrayLike, key: ArrayLike, value: ArrayLike, attn_mask: ArrayLike | None = ...,
-                                 dropout_p: float = ..., is_causal: bool = ..., scale: float | None = ...,
-                                 enable_gqa: bool = ..., *, return_weights: Literal[False] = ...,
-                                 seed: int | None = ...) -> Array: ...
+def scaled_dot_product_attention(
+    query: ArrayLike,
+    key: ArrayLike,
+    value: ArrayLike,
+    attn_mask: ArrayLike | None = ...,
+    dropout_p: float = ...,
+    is_causal: bool = ...,
+    scale: float | None = ...,
+    enable_gqa: bool = ...,
+    *,
+    return_weights: Literal[False] = ...,
+    seed: int | None = ...,
+) -> Array: ...
 @overload
-def scaled_dot_product_attention(query: ArrayLike, key: ArrayLike, value: ArrayLike, attn_mask: ArrayLike | None = ...,
-                                 dropout_p: float = ..., is_causal: bool = ..., scale: float | None = ...,
-                                 enable_gqa: bool = ..., *, return_weights: Literal[True],
-                                 seed: int | None = ...) -> tuple[Array, Array]: ...
+def scaled_dot_product_attention(
+    query: ArrayLike,
+    key: ArrayLike,
+    value: ArrayLike,
+    attn_mask: ArrayLike | None = ...,
+    dropout_p: float = ...,
+    is_causal: bool = ...,
+    scale: float | None = ...,
+    enable_gqa: bool = ...,
+    *,
+    return_weights: Literal[True],
+    seed: int | None = ...,
+) -> tuple[Array, Array]: ...
 @overload
-def scaled_dot_product_attention(query: ArrayLike, key: ArrayLike, value: ArrayLike, attn_mask: ArrayLike | None = ...,
-                                 dropout_p: float = ..., is_causal: bool = ..., scale: float | None = ...,
-                                 enable_gqa: bool = ..., *, return_weights: bool = ...,
-                                 seed: int | None = ...) -> Array | tuple[Array, Array]: ...
-def scaled_dot_product_attention(query: ArrayLike, key: ArrayLike, value: ArrayLike, attn_mask: ArrayLike | None = None,
-                                 dropout_p: float = 0.0, is_causal: bool = False, scale: float | None = None,
-                                 enable_gqa: bool = False, *, return_weights: bool = False,
-                                 seed: int | None = None) -> Array | tuple[Array, Array]:
+def scaled_dot_product_attention(
+    query: ArrayLike,
+    key: ArrayLike,
+    value: ArrayLike,
+    attn_mask: ArrayLike | None = ...,
+    dropout_p: float = ...,
+    is_causal: bool = ...,
+    scale: float | None = ...,
+    enable_gqa: bool = ...,
+    *,
+    return_weights: bool = ...,
+    seed: int | None = ...,
+) -> Array | tuple[Array, Array]: ...
+def scaled_dot_product_attention(
+    query: ArrayLike,
+    key: ArrayLike,
+    value: ArrayLike,
+    attn_mask: ArrayLike | None = None,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+    scale: float | None = None,
+    enable_gqa: bool = False,
+    *,
+    return_weights: bool = False,
+    seed: int | None = None,
+) -> Array | tuple[Array, Array]:
     """Fused scaled-dot-product attention, as ``torch.nn.functional.scaled_dot_product_attention``.
 
     softmax(query @ key^T * scale + mask) @ value, computed tile by tile with an
@@ -222,8 +284,9 @@ def scaled_dot_product_attention(query: ArrayLike, key: ArrayLike, value: ArrayL
     >>> out.shape, w.shape, round(float(w.sum(axis=-1).min()), 5)
     ((2, 4, 3, 64), (2, 4, 3, 10), 1.0)
     """
-    return _forward(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa,
-                    return_weights=return_weights, seed=seed)[0]
+    return _forward(
+        query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, return_weights=return_weights, seed=seed
+    )[0]
 
 
 register(scaled_dot_product_attention, _forward, _backward)

@@ -14,8 +14,17 @@ def _forward(query, keys, values=None, *, score="dot", mask=None, key_lengths=No
     sc = Score(score, params, inp)
     m, kl = mask_arrays(mask, key_lengths, inp.batch, inp.tq, inp.tk)
     context, weights = inp.empty(inp.tq, inp.dv), inp.empty(inp.tq, inp.tk)
-    _core.attention_forward(context=context, weights=weights, query=inp.query, keys=inp.keys, values=inp.values,
-                            mask=m, key_lengths=kl, causal=bool(causal), params=sc.c)
+    _core.attention_forward(
+        context=context,
+        weights=weights,
+        query=inp.query,
+        keys=inp.keys,
+        values=inp.values,
+        mask=m,
+        key_lengths=kl,
+        causal=bool(causal),
+        params=sc.c,
+    )
     return (context, weights), (inp, sc, weights)
 
 
@@ -24,14 +33,32 @@ def _backward(saved, cotangents):
     dcontext, dweights = cotangents
     dq, dk, dv = inp.backward_outputs()
     kwargs, finish = sc.grads(inp)
-    scalars = _core.attention_backward(dquery=dq, dkeys=dk, dvalues=dv, dcontext=dcontext, dweights=dweights,
-                                       query=inp.query, keys=inp.keys, values=inp.values, weights=weights, **kwargs)
+    scalars = _core.attention_backward(
+        dquery=dq,
+        dkeys=dk,
+        dvalues=dv,
+        dcontext=dcontext,
+        dweights=dweights,
+        query=inp.query,
+        keys=inp.keys,
+        values=inp.values,
+        weights=weights,
+        **kwargs,
+    )
     return {**inp.grads(dq, dk, dv), **finish(scalars)}
 
 
-def attention(query: ArrayLike, keys: ArrayLike, values: ArrayLike | None = None, *, score: ScoreKind = "dot",
-              mask: ArrayLike | None = None, key_lengths: ArrayLike | None = None, causal: bool = False,
-              **params: float | ArrayLike) -> tuple[Array, Array]:
+def attention(
+    query: ArrayLike,
+    keys: ArrayLike,
+    values: ArrayLike | None = None,
+    *,
+    score: ScoreKind = "dot",
+    mask: ArrayLike | None = None,
+    key_lengths: ArrayLike | None = None,
+    causal: bool = False,
+    **params: float | ArrayLike,
+) -> tuple[Array, Array]:
     """Soft attention: context = softmax(score(query, keys)) @ values.
 
     weights[..., i, j] = softmax_j(score(query[..., i], keys[..., j])) over the

@@ -31,8 +31,9 @@ def _backward(w, cotangents):
     return {"scores": ds}
 
 
-def softmax(scores: ArrayLike, *, mask: ArrayLike | None = None, key_lengths: ArrayLike | None = None,
-            causal: bool = False) -> Array:
+def softmax(
+    scores: ArrayLike, *, mask: ArrayLike | None = None, key_lengths: ArrayLike | None = None, causal: bool = False
+) -> Array:
     """Softmax over the last axis (keys), restricted to the keys each query may attend to.
 
     weights[..., i, j] = exp(s_ij) / sum_{j' allowed} exp(s_ij') for allowed j, else 0.

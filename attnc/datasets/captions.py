@@ -77,30 +77,9 @@ VOCAB = Vocab.words(WORDS)
 NUM_OBJECTS = len(COLOURS) * len(SHAPES)
 
 _MASK_ART = {
-    "square": ["........",
-               ".######.",
-               ".######.",
-               ".######.",
-               ".######.",
-               ".######.",
-               ".######.",
-               "........"],
-    "circle": ["........",
-               "..####..",
-               ".######.",
-               ".######.",
-               ".######.",
-               ".######.",
-               "..####..",
-               "........"],
-    "triangle": ["........",
-                 "...##...",
-                 "...##...",
-                 "..####..",
-                 "..####..",
-                 ".######.",
-                 ".######.",
-                 "........"],
+    "square": ["........", ".######.", ".######.", ".######.", ".######.", ".######.", ".######.", "........"],
+    "circle": ["........", "..####..", ".######.", ".######.", ".######.", ".######.", "..####..", "........"],
+    "triangle": ["........", "...##...", "...##...", "..####..", "..####..", ".######.", ".######.", "........"],
 }
 SHAPE_MASKS = np.array([[[ch == "#" for ch in row] for row in _MASK_ART[s]] for s in SHAPES])  # (3, 8, 8) bool
 
@@ -165,8 +144,9 @@ def render(grid: ArrayLike) -> Array:
     return cells.transpose(order).reshape(lead + (IMAGE_SIZE, IMAGE_SIZE, 3))
 
 
-def grid_features(grid: ArrayLike, kind: Literal["descriptors", "pixels"] = "descriptors",
-                  dtype: DTypeLike = np.float32) -> Array:
+def grid_features(
+    grid: ArrayLike, kind: Literal["descriptors", "pixels"] = "descriptors", dtype: DTypeLike = np.float32
+) -> Array:
     """The feature grid (..., 9, F) of grid codes (..., 3, 3) (see the module docstring)."""
     grid = np.asarray(grid, dtype=np.int64)
     codes = grid.reshape(grid.shape[:-2] + (NUM_CELLS,))
@@ -232,7 +212,7 @@ def content_keys(grid: ArrayLike) -> Array:
 
 
 def caption_split(grid: ArrayLike) -> Literal["train", "test"]:
-    """"test" or "train" for one image, by a stable hash: blake2b of its
+    """ "test" or "train" for one image, by a stable hash: blake2b of its
     grid's int64 codes (little-endian, row-major), "test" when 0 mod 4.
 
     Parameters
@@ -333,8 +313,13 @@ class CaptionsTask:
     [True]
     """
 
-    def __init__(self, grid: ArrayLike, split: Literal["train", "test"],
-                 features: Literal["descriptors", "pixels"] = "descriptors", dtype: DTypeLike = np.float32):
+    def __init__(
+        self,
+        grid: ArrayLike,
+        split: Literal["train", "test"],
+        features: Literal["descriptors", "pixels"] = "descriptors",
+        dtype: DTypeLike = np.float32,
+    ):
         self.grid = np.ascontiguousarray(grid, dtype=np.int64)
         self.split = split
         self.vocab = VOCAB
@@ -386,8 +371,9 @@ class CaptionsTask:
         tf = teacher_forcing_arrays(self.caption_ids[idx], self.caption_lengths[idx])
         return CaptionBatch(self.features[idx], tf.tgt_in, tf.tgt_out, tf.key_padding_mask, tf.lengths)
 
-    def batches(self, batch_size: int, *, shuffle: bool = False, seed: int | None = None,
-                drop_last: bool = False) -> Iterator[CaptionBatch]:
+    def batches(
+        self, batch_size: int, *, shuffle: bool = False, seed: int | None = None, drop_last: bool = False
+    ) -> Iterator[CaptionBatch]:
         """Iterate over the task in batches (in order, or shuffled with seed)."""
         return _batches(self, batch_size, shuffle, seed, drop_last)
 
@@ -411,13 +397,22 @@ class CaptionsTask:
 
     def __repr__(self) -> str:
         two = int((self.num_objects == 2).sum())
-        return (f"CaptionsTask(n={len(self)}, split={self.split!r}, {two} with two objects, "
-                f"features {self.feature_kind} (9, {self.feature_size}), vocab {len(self.vocab)})")
+        return (
+            f"CaptionsTask(n={len(self)}, split={self.split!r}, {two} with two objects, "
+            f"features {self.feature_kind} (9, {self.feature_size}), vocab {len(self.vocab)})"
+        )
 
 
-def captions(n: int, seed: int | None = 0, *, split: Literal["train", "test"] = "train", p_two: float = 0.75,
-             features: Literal["descriptors", "pixels"] = "descriptors", dtype: DTypeLike = np.float32,
-             unique: bool = False) -> CaptionsTask:
+def captions(
+    n: int,
+    seed: int | None = 0,
+    *,
+    split: Literal["train", "test"] = "train",
+    p_two: float = 0.75,
+    features: Literal["descriptors", "pixels"] = "descriptors",
+    dtype: DTypeLike = np.float32,
+    unique: bool = False,
+) -> CaptionsTask:
     """n captioned images of shapes, from one split (with replacement unless
     ``unique``).
 

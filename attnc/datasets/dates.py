@@ -66,8 +66,20 @@ TARGET_ALPHABET = "-0123456789"
 SOURCE_VOCAB = Vocab.chars(SOURCE_ALPHABET)
 TARGET_VOCAB = Vocab.chars(TARGET_ALPHABET)
 
-MONTHS = ("january", "february", "march", "april", "may", "june", "july", "august",
-          "september", "october", "november", "december")
+MONTHS = (
+    "january",
+    "february",
+    "march",
+    "april",
+    "may",
+    "june",
+    "july",
+    "august",
+    "september",
+    "october",
+    "november",
+    "december",
+)
 MONTHS_SHORT = tuple(m[:3] for m in MONTHS)
 WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")  # date.weekday()
 WEEKDAYS_SHORT = tuple(w[:3] for w in WEEKDAYS)
@@ -85,6 +97,7 @@ def _fmt(name):
     def wrap(fn):
         _FORMATTERS.append((name, fn))
         return fn
+
     return wrap
 
 
@@ -143,7 +156,7 @@ def format_date(date: datetime.date | str | np.datetime64, fmt: str) -> str:
 
 
 def date_split(text: str) -> Literal["train", "test"]:
-    """"test" or "train" for a source string (or ISO date), by a stable hash:
+    """ "test" or "train" for a source string (or ISO date), by a stable hash:
     blake2b of its UTF-8 bytes (an 8-byte digest read as a little-endian
     int), "test" when 0 mod 4.
 
@@ -203,8 +216,7 @@ class DatesTask:
     ([True], {'mon_d,_y': 1.0})
     """
 
-    def __init__(self, sources: Iterable[str], dates: ArrayLike, formats: ArrayLike,
-                 split: Literal["train", "test"]):
+    def __init__(self, sources: Iterable[str], dates: ArrayLike, formats: ArrayLike, split: Literal["train", "test"]):
         self.sources = list(sources)
         self.dates = np.asarray(dates, dtype="datetime64[D]")
         self.targets = [str(d) for d in self.dates]
@@ -217,10 +229,14 @@ class DatesTask:
         self.max_input_len = MAX_INPUT_LEN
         self.target_len = TARGET_LEN
         n = len(self.sources)
-        self.src_ids = SOURCE_VOCAB.pad_batch(self.sources, length=MAX_INPUT_LEN).ids if n else \
-            np.zeros((0, MAX_INPUT_LEN), np.int64)
-        self.tgt_ids = TARGET_VOCAB.pad_batch(self.targets, length=TARGET_LEN).ids if n else \
-            np.zeros((0, TARGET_LEN), np.int64)
+        self.src_ids = (
+            SOURCE_VOCAB.pad_batch(self.sources, length=MAX_INPUT_LEN).ids
+            if n
+            else np.zeros((0, MAX_INPUT_LEN), np.int64)
+        )
+        self.tgt_ids = (
+            TARGET_VOCAB.pad_batch(self.targets, length=TARGET_LEN).ids if n else np.zeros((0, TARGET_LEN), np.int64)
+        )
 
     def __len__(self) -> int:
         return len(self.sources)
@@ -241,11 +257,19 @@ class DatesTask:
         S = int(lengths.max()) if idx.size else 0
         src = self.src_ids[idx, :S].copy()
         tf = teacher_forcing_arrays(self.tgt_ids[idx], np.full(idx.size, TARGET_LEN, np.int64))
-        return TextBatch(src, np.arange(S)[None, :] >= lengths[:, None], tf.tgt_in, tf.tgt_out,
-                         tf.key_padding_mask, lengths.copy(), tf.lengths)
+        return TextBatch(
+            src,
+            np.arange(S)[None, :] >= lengths[:, None],
+            tf.tgt_in,
+            tf.tgt_out,
+            tf.key_padding_mask,
+            lengths.copy(),
+            tf.lengths,
+        )
 
-    def batches(self, batch_size: int, *, shuffle: bool = False, seed: int | None = None,
-                drop_last: bool = False) -> Iterator[TextBatch]:
+    def batches(
+        self, batch_size: int, *, shuffle: bool = False, seed: int | None = None, drop_last: bool = False
+    ) -> Iterator[TextBatch]:
         """Iterate over the task in batches (in order, or shuffled with seed)."""
         return _batches(self, batch_size, shuffle, seed, drop_last)
 
@@ -279,13 +303,22 @@ class DatesTask:
 
     def __repr__(self) -> str:
         lo, hi = (int(self.input_lengths.min()), int(self.input_lengths.max())) if len(self) else (0, 0)
-        return (f"DatesTask(n={len(self)}, split={self.split!r}, formats={len(np.unique(self.formats))}, "
-                f"input lengths {lo}-{hi}, src vocab {len(self.src_vocab)}, tgt vocab {len(self.tgt_vocab)})")
+        return (
+            f"DatesTask(n={len(self)}, split={self.split!r}, formats={len(np.unique(self.formats))}, "
+            f"input lengths {lo}-{hi}, src vocab {len(self.src_vocab)}, tgt vocab {len(self.tgt_vocab)})"
+        )
 
 
-def dates(n: int, seed: int | None = 0, *, split: Literal["train", "test"] = "train",
-          formats: Sequence[str] | None = None, years: tuple[int, int] = (1950, 2049),
-          split_by: Literal["source", "date"] = "source", unique: bool = False) -> DatesTask:
+def dates(
+    n: int,
+    seed: int | None = 0,
+    *,
+    split: Literal["train", "test"] = "train",
+    formats: Sequence[str] | None = None,
+    years: tuple[int, int] = (1950, 2049),
+    split_by: Literal["source", "date"] = "source",
+    unique: bool = False,
+) -> DatesTask:
     """n human-readable dates and their ISO forms, from one split.
 
     Parameters
@@ -333,8 +366,11 @@ def dates(n: int, seed: int | None = 0, *, split: Literal["train", "test"] = "tr
     first = datetime.date(y0, 1, 1).toordinal()
     last = datetime.date(y1, 12, 31).toordinal()
     if unique:  # at most one source per day and format
-        _check_distinct(n, (last - first + 1) * len(set(names)), f"sources of {len(set(names))} formats over "
-                        f"{last - first + 1} days")
+        _check_distinct(
+            n,
+            (last - first + 1) * len(set(names)),
+            f"sources of {len(set(names))} formats over {last - first + 1} days",
+        )
     fns = [_FORMAT_FN[FORMATS[k]] for k in fmt_index]
     rng = np.random.default_rng(seed)
     sources: list[str] = []

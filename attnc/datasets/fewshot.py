@@ -81,8 +81,7 @@ class FewShotEpisodes:
         """The episodes at index (an int keeps a batch of one), e.g. ``episodes[:8]``."""
         if isinstance(index, (int, np.integer)):
             index = slice(int(index), int(index) + 1 if index != -1 else None)
-        return FewShotEpisodes(self.features[index], self.labels[index], self.targets[index],
-                               self.prototypes[index])
+        return FewShotEpisodes(self.features[index], self.labels[index], self.targets[index], self.prototypes[index])
 
 
 class FewShotTask:
@@ -115,8 +114,11 @@ class FewShotTask:
         self.n_way = _check_int("n_way", n_way, 2)
         self.k_shot = _check_int("k_shot", k_shot, 1)
         self.dim = _check_int("dim", dim, 1)
-        if isinstance(noise, bool) or not isinstance(noise, (int, float, np.floating, np.integer)) or not (
-                0 <= float(noise) < np.inf):
+        if (
+            isinstance(noise, bool)
+            or not isinstance(noise, (int, float, np.floating, np.integer))
+            or not (0 <= float(noise) < np.inf)
+        ):
             raise ValueError(f"noise must be a finite float >= 0, got {noise!r}")
         self.noise = float(noise)
 
@@ -140,7 +142,7 @@ class FewShotTask:
         targets = rng.integers(0, N, B).astype(np.int64)
         query = protos[np.arange(B), targets] + self.noise * rng.standard_normal((B, d))
         order = rng.permuted(np.broadcast_to(np.arange(N * K), (B, N * K)), axis=1)
-        labels = (order // K).astype(np.int64)                       # example j of class c is at c * K + j
+        labels = (order // K).astype(np.int64)  # example j of class c is at c * K + j
         feats = np.take_along_axis(support.reshape(B, N * K, d), order[:, :, None], axis=1)
         features = np.ascontiguousarray(np.concatenate([feats, query[:, None, :]], axis=1), dtype=dt)
         return FewShotEpisodes(features, labels, targets, protos)
@@ -181,8 +183,8 @@ def nearest_prototype(features: ArrayLike, labels: ArrayLike, n_way: int) -> Arr
     if y.dtype.kind not in "iu" or (y.size and (y.min() < 0 or y.max() >= N)):
         raise ValueError(f"labels must be integers in [0, {N})")
     N = int(y.max()) + 1 if y.size else 1  # classes above every label have no support: never predicted
-    onehot = (y[:, :, None] == np.arange(N)).astype(np.float64)      # (B, T, N)
-    counts = onehot.sum(axis=1)                                      # (B, N)
+    onehot = (y[:, :, None] == np.arange(N)).astype(np.float64)  # (B, T, N)
+    counts = onehot.sum(axis=1)  # (B, N)
     means = np.einsum("btn,btd->bnd", onehot, x[:, :-1]) / np.maximum(counts, 1)[:, :, None]
     dist = ((means - x[:, -1:, :]) ** 2).sum(axis=-1)
     dist[counts == 0] = np.inf

@@ -44,6 +44,7 @@ __all__ = ["AssociativeRecallTask", "CopyTask", "NTMBatch", "RepeatCopyTask", "b
 
 # --------------------------------------------------------------------------- helpers
 
+
 @dataclass(frozen=True)
 class NTMBatch:
     """One batch of an NTM task (what ``CopyTask.batch`` and the others return).
@@ -99,6 +100,7 @@ def _bits(rng, shape) -> np.ndarray:
 
 # --------------------------------------------------------------------------- copy (4.1)
 
+
 class CopyTask:
     """Copy (Graves et al. 2014, sec. 4.1).
 
@@ -139,8 +141,9 @@ class CopyTask:
         self.input_size = self.bits + 1
         self.output_size = self.bits
 
-    def batch(self, batch_size: int, *, length: int | None = None, seed: SeedLike = None,
-              dtype: DTypeLike = np.float32) -> NTMBatch:
+    def batch(
+        self, batch_size: int, *, length: int | None = None, seed: SeedLike = None, dtype: DTypeLike = np.float32
+    ) -> NTMBatch:
         """batch_size sequences of one length: ``length`` when given (any
         length >= 1, e.g. longer than max_len to test generalisation), else
         drawn uniformly in [min_len, max_len]. dtype: float32 or float64."""
@@ -154,9 +157,9 @@ class CopyTask:
         inputs[:, :L, : self.bits] = seq
         inputs[:, L, self.bits] = 1
         targets = np.zeros((B, T, self.output_size), dt)
-        targets[:, L + 1:] = seq
+        targets[:, L + 1 :] = seq
         mask = np.zeros((B, T), bool)
-        mask[:, L + 1:] = True
+        mask[:, L + 1 :] = True
         return NTMBatch(inputs, targets, mask)
 
     def __repr__(self) -> str:
@@ -164,6 +167,7 @@ class CopyTask:
 
 
 # --------------------------------------------------------------------------- repeat copy (4.2)
+
 
 class RepeatCopyTask:
     """Repeat copy (Graves et al. 2014, sec. 4.2).
@@ -207,8 +211,7 @@ class RepeatCopyTask:
     7
     """
 
-    def __init__(self, bits: int = 8, min_len: int = 1, max_len: int = 10,
-                 min_repeats: int = 1, max_repeats: int = 10):
+    def __init__(self, bits: int = 8, min_len: int = 1, max_len: int = 10, min_repeats: int = 1, max_repeats: int = 10):
         self.bits = _check_int("bits", bits, 1)
         self.min_len = _check_int("min_len", min_len, 1)
         self.max_len = _check_int("max_len", max_len, self.min_len)
@@ -217,8 +220,15 @@ class RepeatCopyTask:
         self.input_size = self.bits + 2
         self.output_size = self.bits + 1
 
-    def batch(self, batch_size: int, *, length: int | None = None, repeats: int | None = None,
-              seed: SeedLike = None, dtype: DTypeLike = np.float32) -> NTMBatch:
+    def batch(
+        self,
+        batch_size: int,
+        *,
+        length: int | None = None,
+        repeats: int | None = None,
+        seed: SeedLike = None,
+        dtype: DTypeLike = np.float32,
+    ) -> NTMBatch:
         """batch_size sequences of one length (``length``, else uniform in
         [min_len, max_len]) and one repeat count (``repeats``, else uniform in
         [min_repeats, max_repeats]); given values may be any int >= 1.
@@ -239,18 +249,21 @@ class RepeatCopyTask:
         inputs[:, L, self.bits] = 1
         inputs[:, L + 1, self.bits + 1] = R / self.max_repeats
         targets = np.zeros((B, T, self.output_size), dt)
-        targets[:, start: T - 1, : self.bits] = np.tile(seq, (1, R, 1))
+        targets[:, start : T - 1, : self.bits] = np.tile(seq, (1, R, 1))
         targets[:, T - 1, self.bits] = 1
         mask = np.zeros((B, T), bool)
         mask[:, start:] = True
         return NTMBatch(inputs, targets, mask)
 
     def __repr__(self) -> str:
-        return (f"RepeatCopyTask(bits={self.bits}, min_len={self.min_len}, max_len={self.max_len}, "
-                f"min_repeats={self.min_repeats}, max_repeats={self.max_repeats})")
+        return (
+            f"RepeatCopyTask(bits={self.bits}, min_len={self.min_len}, max_len={self.max_len}, "
+            f"min_repeats={self.min_repeats}, max_repeats={self.max_repeats})"
+        )
 
 
 # --------------------------------------------------------------------------- associative recall (4.3)
+
 
 class AssociativeRecallTask:
     """Associative recall (Graves et al. 2014, sec. 4.3).
@@ -304,11 +317,14 @@ class AssociativeRecallTask:
     def _check_space(self, name: str, n: int) -> None:
         width = self.bits * self.item_len
         if width < 63 and 2**width < n:
-            raise ValueError(f"{name}={n} distinct items do not exist with bits={self.bits} and "
-                             f"item_len={self.item_len} (only {2**width})")
+            raise ValueError(
+                f"{name}={n} distinct items do not exist with bits={self.bits} and "
+                f"item_len={self.item_len} (only {2**width})"
+            )
 
-    def batch(self, batch_size: int, *, items: int | None = None, seed: SeedLike = None,
-              dtype: DTypeLike = np.float32) -> NTMBatch:
+    def batch(
+        self, batch_size: int, *, items: int | None = None, seed: SeedLike = None, dtype: DTypeLike = np.float32
+    ) -> NTMBatch:
         """batch_size rows of one number of items (``items``, any int >= 2,
         else uniform in [min_items, max_items]). dtype: float32 or float64."""
         B = _check_int("batch_size", batch_size, 1)
@@ -337,20 +353,23 @@ class AssociativeRecallTask:
         inputs[:, (starts[:, None] + 1 + np.arange(K)).ravel(), :bits] = data.reshape(B, N * K, bits)
         q0 = N * (K + 1)  # the query delimiter
         inputs[:, q0, bits + 1] = 1
-        inputs[:, q0 + 1: q0 + 1 + K, :bits] = data[rows, query]
+        inputs[:, q0 + 1 : q0 + 1 + K, :bits] = data[rows, query]
         inputs[:, q0 + 1 + K, bits + 1] = 1
         targets = np.zeros((B, T, self.output_size), dt)
-        targets[:, T - K:] = data[rows, query + 1]
+        targets[:, T - K :] = data[rows, query + 1]
         mask = np.zeros((B, T), bool)
-        mask[:, T - K:] = True
+        mask[:, T - K :] = True
         return NTMBatch(inputs, targets, mask)
 
     def __repr__(self) -> str:
-        return (f"AssociativeRecallTask(bits={self.bits}, item_len={self.item_len}, "
-                f"min_items={self.min_items}, max_items={self.max_items})")
+        return (
+            f"AssociativeRecallTask(bits={self.bits}, item_len={self.item_len}, "
+            f"min_items={self.min_items}, max_items={self.max_items})"
+        )
 
 
 # --------------------------------------------------------------------------- scoring
+
 
 def bits_per_sequence(logits: ArrayLike, batch: NTMBatch) -> float:
     """Mean over rows of the number of wrong bits on the scored steps (the

@@ -52,11 +52,12 @@ __all__ = [
     "tsp_tours",
 ]
 
-HELD_KARP_MAX_N = 12   # the largest n solved exactly (attnc_tsp_held_karp)
+HELD_KARP_MAX_N = 12  # the largest n solved exactly (attnc_tsp_held_karp)
 _AREA_CHUNK = 1 << 20  # edge pairs per vectorised simple-polygon test
 
 
 # --------------------------------------------------------------------------- the batch
+
 
 @dataclass(frozen=True)
 class PointerBatch:
@@ -103,6 +104,7 @@ def _full(B, n):
 
 # --------------------------------------------------------------------------- sort
 
+
 class PointerSortTask:
     """Sorting by pointing: n numbers uniform in [0, 1), the target the indices
     that sort them ascending (T = n).
@@ -133,8 +135,9 @@ class PointerSortTask:
         self.min_n = _check_int("min_n", min_n, 1)
         self.max_n = _check_int("max_n", max_n, self.min_n)
 
-    def batch(self, batch_size: int, *, n: int | None = None, seed: SeedLike = None,
-              dtype: DTypeLike = np.float32) -> PointerBatch:
+    def batch(
+        self, batch_size: int, *, n: int | None = None, seed: SeedLike = None, dtype: DTypeLike = np.float32
+    ) -> PointerBatch:
         """batch_size rows of one length: ``n`` when given (any int >= 1, e.g.
         longer than max_n to test generalisation), else drawn uniformly in
         [min_n, max_n]."""
@@ -152,11 +155,13 @@ class PointerSortTask:
 
 # --------------------------------------------------------------------------- convex hull
 
+
 def _hull_targets(P):
     """(targets (B, T) padded with -1, sizes (B,)) of the points P (B, n, 2):
     each row's hull vertices counter-clockwise from the lowest index, by
     Andrew's monotone chain in C (attnc_convex_hull, on attnc's threads)."""
     from .. import _core
+
     P = np.ascontiguousarray(P, np.float64)
     B, n, _ = P.shape
     hull = np.empty((B, n), np.int64)
@@ -198,8 +203,9 @@ class ConvexHullTask:
         self.min_n = _check_int("min_n", min_n, 3)
         self.max_n = _check_int("max_n", max_n, self.min_n)
 
-    def batch(self, batch_size: int, *, n: int | None = None, seed: SeedLike = None,
-              dtype: DTypeLike = np.float32) -> PointerBatch:
+    def batch(
+        self, batch_size: int, *, n: int | None = None, seed: SeedLike = None, dtype: DTypeLike = np.float32
+    ) -> PointerBatch:
         """batch_size rows of one number of points: ``n`` when given (any int
         >= 3), else drawn uniformly in [min_n, max_n]."""
         B = _check_int("batch_size", batch_size, 1)
@@ -215,6 +221,7 @@ class ConvexHullTask:
 
 
 # --------------------------------------------------------------------------- TSP
+
 
 def _points(points: ArrayLike, name: str = "points") -> Array:
     p = np.asarray(points)
@@ -259,8 +266,10 @@ def tsp_tours(points: ArrayLike, exact: bool | None = None) -> tuple[Array, Arra
         raise TypeError(f"exact must be None, True or False, got {exact!r}")
     B, n, _ = p.shape
     if exact and n > HELD_KARP_MAX_N:
-        raise ValueError(f"exact=True solves n <= {HELD_KARP_MAX_N} cities (Held-Karp), got n = {n}; "
-                         "pass exact=False or None for 2-opt tours")
+        raise ValueError(
+            f"exact=True solves n <= {HELD_KARP_MAX_N} cities (Held-Karp), got n = {n}; "
+            "pass exact=False or None for 2-opt tours"
+        )
     use_exact = n <= HELD_KARP_MAX_N if exact is None else bool(exact)
     tours = np.empty((B, n), np.int64)
     lengths = np.empty(B, np.float64)
@@ -297,14 +306,17 @@ def tour_length(points: ArrayLike, tours: ArrayLike) -> Array:
     if t.dtype.kind not in "iu":
         raise TypeError(f"tours must be an integer array, got dtype {t.dtype}")
     if t.ndim != 2 or t.shape[0] != B or t.shape[1] not in (n, n + 1):
-        raise ValueError(f"tours must have shape ({B}, {n}) or ({B}, {n + 1}) (closed) for points "
-                         f"of shape {p.shape}, got {t.shape}")
+        raise ValueError(
+            f"tours must have shape ({B}, {n}) or ({B}, {n + 1}) (closed) for points of shape {p.shape}, got {t.shape}"
+        )
     if t.shape[1] == n + 1:
         open_ = t[:, 0] != t[:, -1]
         if open_.any():
             row = int(np.flatnonzero(open_)[0])
-            raise ValueError(f"tours has n + 1 = {n + 1} columns, so each row must end where it starts; "
-                             f"row {row} starts at {t[row, 0]} and ends at {t[row, -1]}")
+            raise ValueError(
+                f"tours has n + 1 = {n + 1} columns, so each row must end where it starts; "
+                f"row {row} starts at {t[row, 0]} and ends at {t[row, -1]}"
+            )
         t = t[:, :n]
     t = np.ascontiguousarray(t, np.int64)
     lengths = np.empty(B, np.float64)
@@ -344,8 +356,9 @@ class TSPTask:
     def __init__(self, n: int = 5):
         self.n = _check_int("n", n, 3)
 
-    def batch(self, batch_size: int, *, n: int | None = None, seed: SeedLike = None,
-              dtype: DTypeLike = np.float32) -> PointerBatch:
+    def batch(
+        self, batch_size: int, *, n: int | None = None, seed: SeedLike = None, dtype: DTypeLike = np.float32
+    ) -> PointerBatch:
         """batch_size instances of ``n`` cities (default: the task's n; any
         int >= 3). Tours are solved on the inputs as cast to dtype."""
         B = _check_int("batch_size", batch_size, 1)
@@ -362,6 +375,7 @@ class TSPTask:
 
 # --------------------------------------------------------------------------- scoring
 
+
 def _check_batch(batch: PointerBatch) -> None:
     if not isinstance(batch, PointerBatch):
         raise TypeError(f"batch must be a PointerBatch, got {type(batch).__name__}")
@@ -376,8 +390,7 @@ def _indices(indices: ArrayLike, batch: PointerBatch, min_width: int = 1) -> Arr
     if a.ndim != 2 or a.shape[0] != B or a.shape[1] < min_width:
         raise ValueError(f"indices must have shape ({B}, L) with L >= {min_width}, got {a.shape}")
     if a.size and (a.min() < -1 or a.max() >= n):
-        raise ValueError(f"indices must lie in [-1, {n - 1}] (-1: padding), got values in "
-                         f"[{a.min()}, {a.max()}]")
+        raise ValueError(f"indices must lie in [-1, {n - 1}] (-1: padding), got values in [{a.min()}, {a.max()}]")
     return a.astype(np.int64, copy=False)
 
 
@@ -464,8 +477,12 @@ def _orient(a, b, c):
 
 def _on_box(a, b, c):
     """c within the bounding box of segment ab (used for collinear c)."""
-    return ((np.minimum(a[..., 0], b[..., 0]) <= c[..., 0]) & (c[..., 0] <= np.maximum(a[..., 0], b[..., 0]))
-            & (np.minimum(a[..., 1], b[..., 1]) <= c[..., 1]) & (c[..., 1] <= np.maximum(a[..., 1], b[..., 1])))
+    return (
+        (np.minimum(a[..., 0], b[..., 0]) <= c[..., 0])
+        & (c[..., 0] <= np.maximum(a[..., 0], b[..., 0]))
+        & (np.minimum(a[..., 1], b[..., 1]) <= c[..., 1])
+        & (c[..., 1] <= np.maximum(a[..., 1], b[..., 1]))
+    )
 
 
 def _simple(V, m):
@@ -485,13 +502,16 @@ def _simple(V, m):
     p1, p2 = A[:, :, None], Bv[:, :, None]
     p3, p4 = A[:, None, :], Bv[:, None, :]
     o1, o2, o3, o4 = _orient(p1, p2, p3), _orient(p1, p2, p4), _orient(p3, p4, p1), _orient(p3, p4, p2)
-    meet = (((o1 > 0) & (o2 < 0) | (o1 < 0) & (o2 > 0)) & ((o3 > 0) & (o4 < 0) | (o3 < 0) & (o4 > 0))
-            | (o1 == 0) & _on_box(p1, p2, p3) | (o2 == 0) & _on_box(p1, p2, p4)
-            | (o3 == 0) & _on_box(p3, p4, p1) | (o4 == 0) & _on_box(p3, p4, p2))
+    meet = (
+        ((o1 > 0) & (o2 < 0) | (o1 < 0) & (o2 > 0)) & ((o3 > 0) & (o4 < 0) | (o3 < 0) & (o4 > 0))
+        | (o1 == 0) & _on_box(p1, p2, p3)
+        | (o2 == 0) & _on_box(p1, p2, p4)
+        | (o3 == 0) & _on_box(p3, p4, p1)
+        | (o4 == 0) & _on_box(p3, p4, p2)
+    )
     i, k = np.arange(M)[:, None], np.arange(M)[None, :]
     mm = m[:, None, None]
-    pair = ((i[None] < k[None]) & (k[None] < mm) & (k[None] != i[None] + 1)
-            & ~((i[None] == 0) & (k[None] == mm - 1)))
+    pair = (i[None] < k[None]) & (k[None] < mm) & (k[None] != i[None] + 1) & ~((i[None] == 0) & (k[None] == mm - 1))
     crossing = (meet & pair).any(axis=(1, 2))
     return ~(zero_edge.any(axis=1) | fold.any(axis=1) | crossing)
 
@@ -538,7 +558,7 @@ def hull_area_coverage(indices: ArrayLike, batch: PointerBatch) -> float:
     ok = (m >= 3) & distinct & (true_area > 0)
     step = max(1, _AREA_CHUNK // max(int(m[ok].max(initial=1)), 1) ** 2)  # (rows, M, M) pair tests per chunk
     for s in range(0, B, step):
-        r = rows[s:s + step][ok[s:s + step]]
+        r = rows[s : s + step][ok[s : s + step]]
         if r.size == 0:
             continue
         M = int(m[r].max())

@@ -111,12 +111,16 @@ class KeyValueRecallTask:
         which = np.minimum((rng.random(B) * n).astype(np.int64), n - 1)  # the queried pair, uniform in [0, n)
         live = np.arange(P)[None, :] < n[:, None]
         tokens = np.zeros((B, T, 2), np.int64)
-        tokens[:, :T - 1, 0] = np.where(live, keys + 1, 0)[:, :T - 1]
-        tokens[:, :T - 1, 1] = np.where(live, values + 1, 0)[:, :T - 1]
+        tokens[:, : T - 1, 0] = np.where(live, keys + 1, 0)[:, : T - 1]
+        tokens[:, : T - 1, 1] = np.where(live, values + 1, 0)[:, : T - 1]
         rows = np.arange(B)
         tokens[rows, n, 0] = K + 1 + keys[rows, which]
-        return RecallBatch(tokens=tokens, lengths=(n + 1).astype(np.int64),
-                           targets=values[rows, which].astype(np.int64), key_positions=which.astype(np.int64))
+        return RecallBatch(
+            tokens=tokens,
+            lengths=(n + 1).astype(np.int64),
+            targets=values[rows, which].astype(np.int64),
+            key_positions=which.astype(np.int64),
+        )
 
     def step_labels(self, tokens: ArrayLike) -> list[str]:
         """Labels of one row's steps (tokens (T, 2), padding dropped): "k3:v7"
@@ -133,5 +137,7 @@ class KeyValueRecallTask:
         return out
 
     def __repr__(self) -> str:
-        return (f"KeyValueRecallTask(num_keys={self.num_keys}, num_values={self.num_values}, "
-                f"min_pairs={self.min_pairs}, max_pairs={self.max_pairs})")
+        return (
+            f"KeyValueRecallTask(num_keys={self.num_keys}, num_values={self.num_values}, "
+            f"min_pairs={self.min_pairs}, max_pairs={self.max_pairs})"
+        )

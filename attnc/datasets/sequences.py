@@ -112,6 +112,7 @@ def _sequence_keys(tokens: np.ndarray, lengths: np.ndarray, vocab: int):
 
 # --------------------------------------------------------------------------- padding
 
+
 def pad_sequences(sequences: Sequence[Sequence[int] | Array], pad: int, length: int | None = None) -> Array:
     """Right-pad 1-d integer sequences into one array.
 
@@ -250,8 +251,9 @@ class ReverseTask:
         tgt_pad = np.arange(T)[None, :] > lengths[:, None]  # BOS + length tokens are real
         return Seq2SeqBatch(src, src_pad, tgt_in, tgt_out, tgt_pad)
 
-    def batches(self, batch_size: int, *, shuffle: bool = False, seed: int | None = None,
-                drop_last: bool = False) -> Iterator[Seq2SeqBatch]:
+    def batches(
+        self, batch_size: int, *, shuffle: bool = False, seed: int | None = None, drop_last: bool = False
+    ) -> Iterator[Seq2SeqBatch]:
         """Iterate over the task in batches (in order, or shuffled with seed)."""
         return _batches(self, batch_size, shuffle, seed, drop_last)
 
@@ -262,12 +264,22 @@ class ReverseTask:
         return pad_sequences(rows, self.pad, self.sequences.shape[1] + int(eos))
 
     def __repr__(self):
-        return (f"ReverseTask(n={len(self)}, vocab={self.vocab}, lengths {int(self.lengths.min())}-"
-                f"{int(self.lengths.max())}, PAD={self.pad}, BOS={self.bos}, EOS={self.eos})")
+        return (
+            f"ReverseTask(n={len(self)}, vocab={self.vocab}, lengths {int(self.lengths.min())}-"
+            f"{int(self.lengths.max())}, PAD={self.pad}, BOS={self.bos}, EOS={self.eos})"
+        )
 
 
-def reverse_task(n: int, vocab: int = 10, min_len: int = 5, max_len: int = 12, *, seed: int | None = 0,
-                 exclude: ReverseTask | ArrayLike | None = None, unique: bool = False) -> ReverseTask:
+def reverse_task(
+    n: int,
+    vocab: int = 10,
+    min_len: int = 5,
+    max_len: int = 12,
+    *,
+    seed: int | None = 0,
+    exclude: ReverseTask | ArrayLike | None = None,
+    unique: bool = False,
+) -> ReverseTask:
     """n random digit sequences for the reversal task (an encoder-decoder
     learns to write each sequence backwards).
 
@@ -308,8 +320,11 @@ def reverse_task(n: int, vocab: int = 10, min_len: int = 5, max_len: int = 12, *
     min_len = _check_int("min_len", min_len, 1)
     max_len = _check_int("max_len", max_len, min_len)
     if unique and n:
-        _check_distinct(n, _sequence_count(vocab, min_len, max_len, n), f"sequences of lengths {min_len}..{max_len} "
-                        f"over {vocab} digits")
+        _check_distinct(
+            n,
+            _sequence_count(vocab, min_len, max_len, n),
+            f"sequences of lengths {min_len}..{max_len} over {vocab} digits",
+        )
     pad = vocab
     if exclude is None:
         excluded = None
@@ -349,8 +364,9 @@ def reverse_task(n: int, vocab: int = 10, min_len: int = 5, max_len: int = 12, *
 
 # --------------------------------------------------------------------------- sorting (minGPT)
 
+
 def sort_split(sequence: ArrayLike) -> Literal["train", "test"]:
-    """"test" or "train" for one sequence of ``sort_task``, by a stable hash.
+    """ "test" or "train" for one sequence of ``sort_task``, by a stable hash.
 
     minGPT uses Python's salted ``hash(pickle.dumps(...)) % 4 == 0``; this is
     the same rule with blake2b of the int64 bytes, so the split is the same in
@@ -422,8 +438,9 @@ class SortTask:
         idx = np.asarray(indices, dtype=np.int64).reshape(-1)
         return self.inputs[idx], self.targets[idx]
 
-    def batches(self, batch_size: int, *, shuffle: bool = False,
-                seed: int | None = None) -> Iterator[tuple[Array, Array]]:
+    def batches(
+        self, batch_size: int, *, shuffle: bool = False, seed: int | None = None
+    ) -> Iterator[tuple[Array, Array]]:
         """Iterate over (inputs, targets) batches (in order, or shuffled with seed)."""
         return _batches(self, batch_size, shuffle, seed)
 
@@ -431,8 +448,9 @@ class SortTask:
         return f"SortTask(n={len(self)}, length={self.length}, num_digits={self.num_digits}, split={self.split!r})"
 
 
-def sort_task(n: int, length: int = 6, num_digits: int = 3, *, seed: int | None = 0,
-              split: Literal["train", "test"] = "train") -> SortTask:
+def sort_task(
+    n: int, length: int = 6, num_digits: int = 3, *, seed: int | None = 0, split: Literal["train", "test"] = "train"
+) -> SortTask:
     """n sequences of minGPT's sorting demo from one split (drawn with
     replacement, as minGPT's SortDataset draws them).
 

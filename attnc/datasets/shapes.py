@@ -113,8 +113,16 @@ class SameColourShapes:
     ((4, 3, 12, 12), dtype('float32'), dtype('int64'), 2)
     """
 
-    def __init__(self, size: int = 20, colours: int = 6, gap: int = 6, noise: float = 0.05, jitter: float = 0.05,
-                 max_radius: int = 2, clutter: int = 0):
+    def __init__(
+        self,
+        size: int = 20,
+        colours: int = 6,
+        gap: int = 6,
+        noise: float = 0.05,
+        jitter: float = 0.05,
+        max_radius: int = 2,
+        clutter: int = 0,
+    ):
         self.gap = _check_int("gap", gap, 1)
         self.max_radius = _check_int("max_radius", max_radius, 1)
         self.size = _check_int("size", size, gap + 2 * (2 * self.max_radius + 1))
@@ -127,12 +135,16 @@ class SameColourShapes:
         self.part = (self.size - self.gap) // 2  # columns [0, part) and [size - part, size)
         self.clutter = _check_int("clutter", clutter, 0)
         if self.clutter > self.size * (self.size - 2 * self.part):
-            raise ValueError(f"clutter must be <= the {self.size * (self.size - 2 * self.part)} pixels between "
-                             f"the parts, got {clutter}")
+            raise ValueError(
+                f"clutter must be <= the {self.size * (self.size - 2 * self.part)} pixels between "
+                f"the parts, got {clutter}"
+            )
 
     def __repr__(self) -> str:
-        return (f"SameColourShapes(size={self.size}, colours={self.colours}, gap={self.gap}, noise={self.noise}, "
-                f"max_radius={self.max_radius}, clutter={self.clutter})")
+        return (
+            f"SameColourShapes(size={self.size}, colours={self.colours}, gap={self.gap}, noise={self.noise}, "
+            f"max_radius={self.max_radius}, clutter={self.clutter})"
+        )
 
     def batch(self, n: int, seed: SeedLike = None, dtype: DTypeLike = np.float32) -> ShapePairBatch:
         """n images, half of each label (⌊n/2⌋ or ⌈n/2⌉); dtype float32 or float64."""
@@ -157,10 +169,19 @@ class SameColourShapes:
         r = radii[:, :, None, None]
         k = kinds[:, :, None, None]
         cheb = np.maximum(dr, dc)
-        masks = np.where(k == 0, cheb <= r,
-                         np.where(k == 1, dr + dc <= r,
-                                  np.where(k == 2, ((dr == 0) & (dc <= r)) | ((dc == 0) & (dr <= r)),
-                                           np.where(k == 3, cheb == r, (dr == dc) & (dr <= r)))))
+        masks = np.where(
+            k == 0,
+            cheb <= r,
+            np.where(
+                k == 1,
+                dr + dc <= r,
+                np.where(
+                    k == 2,
+                    ((dr == 0) & (dc <= r)) | ((dc == 0) & (dr <= r)),
+                    np.where(k == 3, cheb == r, (dr == dc) & (dr <= r)),
+                ),
+            ),
+        )
         palette = np.array([c for _, c in PALETTE], np.float64)
         rgb = palette[colours] + self.jitter * rng.standard_normal((n, 2, 3))  # (n, 2, 3)
         images = self.noise * rng.standard_normal((n, 3, S, S))
@@ -168,7 +189,7 @@ class SameColourShapes:
             images += masks[:, s, None] * rgb[:, s, :, None, None]
         if self.clutter:  # single pixels of random palette colours between the two parts
             between = S * (S - 2 * part)
-            spots = np.argsort(rng.random((n, between)), axis=1)[:, :self.clutter]  # distinct, (n, k)
+            spots = np.argsort(rng.random((n, between)), axis=1)[:, : self.clutter]  # distinct, (n, k)
             spot_rows, spot_cols = spots // (S - 2 * part), part + spots % (S - 2 * part)
             spot_rgb = palette[rng.integers(0, self.colours, (n, self.clutter))]  # (n, k, 3)
             idx = np.arange(n)[:, None]

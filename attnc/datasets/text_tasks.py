@@ -68,11 +68,54 @@ __all__ = ["EntailmentBatch", "EntailmentTask", "MarkerBatch", "MarkerTask", "PA
 
 PAD = 0
 
-DISTRACTORS = ("the", "a", "movie", "was", "and", "it", "of", "plot", "actor", "scene", "film", "to", "in", "story",
-               "this", "that", "with", "music", "ending", "very", "quite", "long", "short", "i", "we", "saw", "felt",
-               "some", "all", "part", "end", "start", "cast", "set", "script", "is", "on", "for", "at", "by")
-MARKERS = (("good", "great", "superb"), ("bad", "awful", "poor"), ("odd", "weird", "strange"),
-           ("funny", "witty", "comic"))
+DISTRACTORS = (
+    "the",
+    "a",
+    "movie",
+    "was",
+    "and",
+    "it",
+    "of",
+    "plot",
+    "actor",
+    "scene",
+    "film",
+    "to",
+    "in",
+    "story",
+    "this",
+    "that",
+    "with",
+    "music",
+    "ending",
+    "very",
+    "quite",
+    "long",
+    "short",
+    "i",
+    "we",
+    "saw",
+    "felt",
+    "some",
+    "all",
+    "part",
+    "end",
+    "start",
+    "cast",
+    "set",
+    "script",
+    "is",
+    "on",
+    "for",
+    "at",
+    "by",
+)
+MARKERS = (
+    ("good", "great", "superb"),
+    ("bad", "awful", "poor"),
+    ("odd", "weird", "strange"),
+    ("funny", "witty", "comic"),
+)
 
 
 @dataclass(frozen=True)
@@ -279,13 +322,18 @@ class EntailmentTask:
         if split == "test":
             return [HELDOUT_PAIRS[i] for i in rng.choice(len(HELDOUT_PAIRS), n, replace=False)]
         while True:
-            scene = list(zip((COLOURS[i] for i in rng.choice(len(COLOURS), n, replace=False)),
-                             (ANIMALS[i] for i in rng.choice(len(ANIMALS), n, replace=False))))
+            scene = list(
+                zip(
+                    (COLOURS[i] for i in rng.choice(len(COLOURS), n, replace=False)),
+                    (ANIMALS[i] for i in rng.choice(len(ANIMALS), n, replace=False)),
+                )
+            )
             if not set(scene) & set(HELDOUT_PAIRS):
                 return scene
 
-    def sample(self, rng: np.random.Generator, split: Literal["train", "test"] = "train"
-               ) -> tuple[str, str, int, tuple[str, str], list[int]]:
+    def sample(
+        self, rng: np.random.Generator, split: Literal["train", "test"] = "train"
+    ) -> tuple[str, str, int, tuple[str, str], list[int]]:
         """(premise, hypothesis, label, (premise template, hypothesis template),
         targets (a list, one per hypothesis word: see EntailmentBatch))."""
         if split not in ("train", "test"):
@@ -308,8 +356,10 @@ class EntailmentTask:
             elif kind == "N":
                 mention[changed] = (_pick(rng, COLOURS), _pick(rng, ANIMALS, [s[1] for s in scene]), -1)
             # an entailed or neutral mention may leave the colour out; a contradicted one keeps it
-            mention = [(None if (kind == "E" or m != changed) and rng.random() < 0.3 else col, an, si)
-                       for m, (col, an, si) in enumerate(mention)]
+            mention = [
+                (None if (kind == "E" or m != changed) and rng.random() < 0.3 else col, an, si)
+                for m, (col, an, si) in enumerate(mention)
+            ]
             if split == "test" or not {(col, an) for col, an, _ in mention} & set(HELDOUT_PAIRS):
                 break
         premise = " and ".join(f"the {col} {an}" for col, an in scene)
@@ -324,8 +374,9 @@ class EntailmentTask:
             targets.append(4 * si + 2 if si >= 0 else -1)
         return premise, " ".join(words), label, (f"P{n}", f"{kind}{k}"), targets
 
-    def batch(self, batch_size: int, seed: SeedLike = None,
-              split: Literal["train", "test"] = "train") -> EntailmentBatch:
+    def batch(
+        self, batch_size: int, seed: SeedLike = None, split: Literal["train", "test"] = "train"
+    ) -> EntailmentBatch:
         """Draw batch_size pairs ("train": no held-out combination anywhere;
         "test": scenes made only of HELDOUT_PAIRS)."""
         B = size_arg("batch_size", batch_size, 1)
@@ -333,10 +384,15 @@ class EntailmentTask:
         rows = [self.sample(rng, split) for _ in range(B)]
         prem = [self.encode(r[0]) for r in rows]
         hyp = [self.encode(r[1]) for r in rows]
-        return EntailmentBatch(_pad(prem), _pad(hyp), np.array([len(p) for p in prem], np.int64),
-                               np.array([len(h) for h in hyp], np.int64),
-                               np.array([r[2] for r in rows], np.int64), tuple(r[3] for r in rows),
-                               _pad([np.array(r[4], np.int64) for r in rows], -1))
+        return EntailmentBatch(
+            _pad(prem),
+            _pad(hyp),
+            np.array([len(p) for p in prem], np.int64),
+            np.array([len(h) for h in hyp], np.int64),
+            np.array([r[2] for r in rows], np.int64),
+            tuple(r[3] for r in rows),
+            _pad([np.array(r[4], np.int64) for r in rows], -1),
+        )
 
 
 def _pad(seqs: list[Array], fill: int = PAD) -> Array:

@@ -158,8 +158,7 @@ class Vocab:
     'red cat'
     """
 
-    def __init__(self, tokens: Iterable[str], *, kind: Literal["char", "word"] = "char",
-                 unk: bool | None = None):
+    def __init__(self, tokens: Iterable[str], *, kind: Literal["char", "word"] = "char", unk: bool | None = None):
         if kind not in ("char", "word"):
             raise ValueError(f"kind must be 'char' or 'word', got {kind!r}")
         tokens = list(tokens)
@@ -221,7 +220,7 @@ class Vocab:
         return hash((self.kind, tuple(self.tokens)))
 
     def __repr__(self) -> str:
-        body = "".join(self.tokens[self.first_id:]) if self.kind == "char" else " ".join(self.tokens[self.first_id:])
+        body = "".join(self.tokens[self.first_id :]) if self.kind == "char" else " ".join(self.tokens[self.first_id :])
         if len(body) > 60:
             body = body[:57] + "..."
         unk = ", UNK=3" if self.has_unk else ""
@@ -262,8 +261,11 @@ class Vocab:
         else:
             toks = self.tokenize(text) if isinstance(text, str) else list(text)
             ids = np.array([self.id(t) for t in toks], dtype=np.int64)
-        parts = ([np.array([BOS], np.int64)] if bos else []) + [ids.astype(np.int64, copy=False)] + \
-            ([np.array([EOS], np.int64)] if eos else [])
+        parts = (
+            ([np.array([BOS], np.int64)] if bos else [])
+            + [ids.astype(np.int64, copy=False)]
+            + ([np.array([EOS], np.int64)] if eos else [])
+        )
         return np.concatenate(parts) if len(parts) > 1 else ids.astype(np.int64)
 
     def decode(self, ids: ArrayLike, *, stop_at_eos: bool = True, skip_special: bool = True) -> str:
@@ -289,8 +291,9 @@ class Vocab:
     def _encode_all(self, seqs: Sequence[Text]) -> list[Array]:
         return [s if isinstance(s, np.ndarray) else self.encode(s) for s in seqs]
 
-    def pad_batch(self, seqs: Sequence[Text], *, bos: bool = False, eos: bool = False,
-                  length: int | None = None) -> Padded:
+    def pad_batch(
+        self, seqs: Sequence[Text], *, bos: bool = False, eos: bool = False, length: int | None = None
+    ) -> Padded:
         """Encode (strings, token lists, or id arrays as they are) and right-pad
         with PAD to (B, length) (default: the longest)."""
         rows = []
@@ -317,13 +320,18 @@ class Vocab:
         p = self.pad_batch(targets)
         return teacher_forcing_arrays(p.ids, p.lengths, length=length)
 
-    def batch(self, sources: Sequence[Text], targets: Sequence[Text], *, src_length: int | None = None,
-              tgt_length: int | None = None) -> TextBatch:
+    def batch(
+        self,
+        sources: Sequence[Text],
+        targets: Sequence[Text],
+        *,
+        src_length: int | None = None,
+        tgt_length: int | None = None,
+    ) -> TextBatch:
         """A ``TextBatch`` of sources (no BOS/EOS) and targets (teacher forcing)."""
         s = self.pad_batch(sources, length=src_length)
         t = self.teacher_forcing(targets, length=tgt_length)
-        return TextBatch(s.ids, s.key_padding_mask, t.tgt_in, t.tgt_out, t.key_padding_mask,
-                         s.lengths, t.lengths)
+        return TextBatch(s.ids, s.key_padding_mask, t.tgt_in, t.tgt_out, t.key_padding_mask, s.lengths, t.lengths)
 
 
 def teacher_forcing_arrays(ids: ArrayLike, lengths: ArrayLike, *, length: int | None = None) -> TeacherForcing:

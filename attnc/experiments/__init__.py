@@ -56,9 +56,23 @@ from ._common import Result
 
 __all__ = ["EXPERIMENTS", "Result", "compare", "describe", "plot_losses", "run"]
 
-EXPERIMENTS = ("transformer_reverse", "gpt_sort", "dates", "captions", "ntm_copy", "ntm_repeat_copy", "ntm_recall",
-               "pointer_sort", "pointer_tsp", "pointer_hull", "sagan_shapes", "attention_pooling", "entailment",
-               "snail_fewshot", "lstmn_recall")
+EXPERIMENTS = (
+    "transformer_reverse",
+    "gpt_sort",
+    "dates",
+    "captions",
+    "ntm_copy",
+    "ntm_repeat_copy",
+    "ntm_recall",
+    "pointer_sort",
+    "pointer_tsp",
+    "pointer_hull",
+    "sagan_shapes",
+    "attention_pooling",
+    "entailment",
+    "snail_fewshot",
+    "lstmn_recall",
+)
 
 
 def _module(name: str):

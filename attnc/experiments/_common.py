@@ -41,6 +41,7 @@ from ._runs import RUNS, Result, Run, _Loop, json_default
 # the flags a resumed run may change: they do not change what is computed
 RESUMABLE = {"steps", "threads", "no_progress", "save", "resume", "run_dir"}
 
+
 class _Parser(argparse.ArgumentParser):
     """argparse, raising ValueError instead of exiting when used by run()."""
 
@@ -77,14 +78,30 @@ def build_parser(module, raising: bool = False) -> argparse.ArgumentParser:
     parser.add_argument("--quick", action="store_true", help="a seconds-long run (CI); need not reach the target")
     parser.add_argument("--threads", type=positive_int, default=None, help="attnc.set_num_threads(N)")
     parser.add_argument("--save", metavar="PATH", default=None, help="save the trained model with attnc.save")
-    parser.add_argument("--steps", type=positive_int, default=None,
-                        help="stop after N training steps (and, without --schedule-steps, plan the run for N)")
-    parser.add_argument("--schedule-steps", type=positive_int, default=None,
-                        help="the planned length: the LR schedule's total and the data drawn (default: --steps)")
-    parser.add_argument("--eval-every", type=positive_int, default=None,
-                        help="evaluate and checkpoint every N steps (default: the experiment's, or a tenth of the run)")
-    parser.add_argument("--run-dir", metavar="DIR", default=None,
-                        help=f"the run's folder (default: a new one under {RUNS}/); must be new or empty")
+    parser.add_argument(
+        "--steps",
+        type=positive_int,
+        default=None,
+        help="stop after N training steps (and, without --schedule-steps, plan the run for N)",
+    )
+    parser.add_argument(
+        "--schedule-steps",
+        type=positive_int,
+        default=None,
+        help="the planned length: the LR schedule's total and the data drawn (default: --steps)",
+    )
+    parser.add_argument(
+        "--eval-every",
+        type=positive_int,
+        default=None,
+        help="evaluate and checkpoint every N steps (default: the experiment's, or a tenth of the run)",
+    )
+    parser.add_argument(
+        "--run-dir",
+        metavar="DIR",
+        default=None,
+        help=f"the run's folder (default: a new one under {RUNS}/); must be new or empty",
+    )
     parser.add_argument("--resume", metavar="RUN_DIR", default=None, help="continue that run from its last checkpoint")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     if hasattr(module, "add_flags"):
@@ -147,8 +164,10 @@ def _resumed(parser, args) -> None:
     if args.schedule_steps is not None and args.schedule_steps != plan:
         parser.error(f"--resume: the run's plan is {plan} steps; --schedule-steps cannot change it")
     if plan is not None and args.steps is not None and args.steps > plan:
-        parser.error(f"--resume: --steps {args.steps} exceeds the run's planned {plan} steps "
-                     "(start a run with --schedule-steps to plan a longer one)")
+        parser.error(
+            f"--resume: --steps {args.steps} exceeds the run's planned {plan} steps "
+            "(start a run with --schedule-steps to plan a longer one)"
+        )
     args.schedule_steps, args.steps = plan, args.steps if args.steps is not None else plan
     args.run_dir = args.resume
 
@@ -181,8 +200,16 @@ def progress(total: int, desc: str, disable: bool = False, initial: int = 0):
     """A tqdm progress bar on stderr."""
     from tqdm import tqdm
 
-    return tqdm(total=total, initial=initial, desc=desc, file=sys.stderr, disable=disable, dynamic_ncols=True,
-                mininterval=0.5, leave=False)
+    return tqdm(
+        total=total,
+        initial=initial,
+        desc=desc,
+        file=sys.stderr,
+        disable=disable,
+        dynamic_ncols=True,
+        mininterval=0.5,
+        leave=False,
+    )
 
 
 def warmup_cosine(warmup: int, total: int, final: float = 0.0):
@@ -215,8 +242,15 @@ def config(full: dict, quick: dict, args, **overrides) -> dict:
 
 def plain_args(seed=0, quick=False, steps=None, disable_progress=True) -> argparse.Namespace:
     """The settings of a run without a folder (a notebook's train_model call)."""
-    return argparse.Namespace(seed=seed, quick=quick, steps=steps, schedule_steps=None, eval_every=None,
-                              no_progress=disable_progress, run=None)
+    return argparse.Namespace(
+        seed=seed,
+        quick=quick,
+        steps=steps,
+        schedule_steps=None,
+        eval_every=None,
+        no_progress=disable_progress,
+        run=None,
+    )
 
 
 def record(args, settings: dict) -> None:
@@ -232,9 +266,23 @@ def adam_warmup_cosine(model, lr: float, warmup: int, total: int, final: float =
     return opt, attnc.optim.LambdaLR(opt, warmup_cosine(warmup, total, final))
 
 
-def train(model, optimizer, loss_and_grads, batches, steps: int, *, scheduler=None, clip=1.0, desc="train",
-          disable_progress=False, after_step=None, run: Run | None = None, rngs: dict | None = None,
-          evaluate=None, eval_every: int | None = None) -> dict:
+def train(
+    model,
+    optimizer,
+    loss_and_grads,
+    batches,
+    steps: int,
+    *,
+    scheduler=None,
+    clip=1.0,
+    desc="train",
+    disable_progress=False,
+    after_step=None,
+    run: Run | None = None,
+    rngs: dict | None = None,
+    evaluate=None,
+    eval_every: int | None = None,
+) -> dict:
     """The training loop: for each step, loss, grads = loss_and_grads(batch);
     clip the global gradient norm; step the optimiser and the scheduler;
     then after_step(step) if given; every eval_every steps evaluate() -> dict
@@ -267,8 +315,15 @@ def train(model, optimizer, loss_and_grads, batches, steps: int, *, scheduler=No
             _one_step(loop, loss_and_grads, batches, clip, after_step)
             loop.seconds = time.perf_counter() - start
             if run is not None:
-                run.log({"phase": phase, "step": loop.step, "loss": loop.losses[-1], "lr": loop.lr,
-                         "seconds": round(loop.seconds, 3)})
+                run.log(
+                    {
+                        "phase": phase,
+                        "step": loop.step,
+                        "loss": loop.losses[-1],
+                        "lr": loop.lr,
+                        "seconds": round(loop.seconds, 3),
+                    }
+                )
             aside = time.perf_counter()  # evaluations and checkpoints are not training time
             if evaluate is not None and loop.step % every == 0:
                 model.eval()
@@ -319,14 +374,24 @@ def _one_step(loop: _Loop, loss_and_grads, batches, clip, after_step) -> None:
 def report(name, args, model, result, batch_size, eval_seconds, **metrics) -> Result:
     """Save the model if asked, then emit the run's metrics with what every
     experiment reports (seed, threads, training curve ends, size, timings)."""
-    return conclude(args, model, {
-        "experiment": name, "seed": args.seed, "quick": args.quick, "threads": attnc.get_num_threads(),
-        **metrics,
-        "steps": result["steps"], "batch_size": batch_size,
-        "first_loss": result["first_loss"], "final_loss": result["final_loss"],
-        "parameters": int(sum(p.size for p in model.parameters())),
-        "train_seconds": result["train_seconds"], "eval_seconds": round(eval_seconds, 3),
-    })
+    return conclude(
+        args,
+        model,
+        {
+            "experiment": name,
+            "seed": args.seed,
+            "quick": args.quick,
+            "threads": attnc.get_num_threads(),
+            **metrics,
+            "steps": result["steps"],
+            "batch_size": batch_size,
+            "first_loss": result["first_loss"],
+            "final_loss": result["final_loss"],
+            "parameters": int(sum(p.size for p in model.parameters())),
+            "train_seconds": result["train_seconds"],
+            "eval_seconds": round(eval_seconds, 3),
+        },
+    )
 
 
 def conclude(args, model, metrics: dict) -> Result:

@@ -45,8 +45,13 @@ def table(run_dirs: list) -> list:
     for d, config, result in zip(run_dirs, configs, results):
         row = {"run_dir": str(d), "experiment": result.get("experiment", config.get("experiment"))}
         row.update({k: config.get(k) for k in differ})
-        row.update({k: v for k, v in result.items()
-                    if not is_timing(k.rsplit(".", 1)[-1]) and k not in row and not isinstance(v, list)})
+        row.update(
+            {
+                k: v
+                for k, v in result.items()
+                if not is_timing(k.rsplit(".", 1)[-1]) and k not in row and not isinstance(v, list)
+            }
+        )
         rows.append(row)
     return rows
 
@@ -77,7 +82,7 @@ def plot_losses(run_dirs: list, ax=None, smooth: int = 1):
             kernel = np.ones(int(smooth)) / int(smooth)
             y = np.convolve(values, kernel, mode="valid") if len(values) >= smooth else np.asarray(values)
             label = d.name if len(curves) == 1 else f"{d.name}: {phase}"
-            ax.plot(steps[len(steps) - len(y):], y, label=label)
+            ax.plot(steps[len(steps) - len(y) :], y, label=label)
     ax.set_xlabel("step")
     ax.set_ylabel("training loss" + (f" (mean of {smooth} steps)" if smooth > 1 else ""))
     ax.legend(fontsize="small")

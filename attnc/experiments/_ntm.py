@@ -23,15 +23,23 @@ from attnc.models import NTM
 
 from . import _common
 
-MODEL = dict(controller="lstm", controller_size=100, memory_slots=128, memory_width=20, read_heads=1,
-             write_heads=1, shifts=3, memory_init="constant")
+MODEL = dict(
+    controller="lstm",
+    controller_size=100,
+    memory_slots=128,
+    memory_width=20,
+    read_heads=1,
+    write_heads=1,
+    shifts=3,
+    memory_init="constant",
+)
 OPTIMISER = dict(lr=1e-4, alpha=0.95, momentum=0.9)
 GRAD_CLAMP = 10.0
 HELDOUT_SEED = 20241122  # the held-out sequences are the same for every --seed
 
 
-CHECK_EVERY = 1000   # sequences between the convergence checks
-CONVERGED = 0.1      # wrong bits per sequence on the check set
+CHECK_EVERY = 1000  # sequences between the convergence checks
+CONVERGED = 0.1  # wrong bits per sequence on the check set
 
 
 def train_ntm(name, args, task, steps, model_kw=None, check=None):
@@ -61,9 +69,20 @@ def train_ntm(name, args, task, steps, model_kw=None, check=None):
     def evaluate():
         return {"bits_per_sequence": round(score(model, check), 4)}
 
-    result = _common.train(model, opt, loss_and_grads, batches, steps, clip=0, desc=name,
-                           disable_progress=args.no_progress, run=args.run, rngs={"data": rng},
-                           evaluate=evaluate if check is not None else None, eval_every=CHECK_EVERY)
+    result = _common.train(
+        model,
+        opt,
+        loss_and_grads,
+        batches,
+        steps,
+        clip=0,
+        desc=name,
+        disable_progress=args.no_progress,
+        run=args.run,
+        rngs={"data": rng},
+        evaluate=evaluate if check is not None else None,
+        eval_every=CHECK_EVERY,
+    )
     if check is not None:
         history = [[e["step"], e["bits_per_sequence"]] for e in result["evaluations"]]
         result["checks"] = history
@@ -77,7 +96,9 @@ def score(model, batches, chunk=50):
     total, rows = 0.0, 0
     for b in batches:
         for start in range(0, len(b), chunk):
-            part = type(b)(b.inputs[start:start + chunk], b.targets[start:start + chunk], b.mask[start:start + chunk])
+            part = type(b)(
+                b.inputs[start : start + chunk], b.targets[start : start + chunk], b.mask[start : start + chunk]
+            )
             logits = model(part.inputs)
             if not np.all(np.isfinite(logits)):
                 raise FloatingPointError("non-finite logits on held-out data")
@@ -92,5 +113,15 @@ def finish(name, args, model, result, metrics_fn, **extra):
     metrics = metrics_fn(model)
     if "checks" in result:
         extra.update(sequences_to_converge=result["sequences_to_converge"], checks=result["checks"])
-    return _common.report(name, args, model, result, 1, time.perf_counter() - start, **metrics,
-                   sequences_seen=result["steps"], finite=True, **extra)
+    return _common.report(
+        name,
+        args,
+        model,
+        result,
+        1,
+        time.perf_counter() - start,
+        **metrics,
+        sequences_seen=result["steps"],
+        finite=True,
+        **extra,
+    )

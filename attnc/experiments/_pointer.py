@@ -23,8 +23,12 @@ def n_flag(default):
     """An experiment's add_flags: --n (the problem size), default `default`."""
 
     def add_flags(parser):
-        parser.add_argument("--n", type=_common.at_least(2), default=default,
-                            help="the problem size" + (f" (default {default})" if default else " (default: 5 to 10)"))
+        parser.add_argument(
+            "--n",
+            type=_common.at_least(2),
+            default=default,
+            help="the problem size" + (f" (default {default})" if default else " (default: 5 to 10)"),
+        )
 
     return add_flags
 
@@ -43,8 +47,13 @@ def heldout(task, ns, count):
 def train(name, args, task, cfg, constraint):
     """Train a PointerNet on fresh batches of task; returns (model, result)."""
     data_seed, model_seed = np.random.SeedSequence(args.seed).generate_state(2)
-    model = PointerNet(task.input_size, cfg["hidden_size"], embedding_size=cfg["hidden_size"],
-                       bidirectional=cfg.get("bidirectional", False), seed=int(model_seed))
+    model = PointerNet(
+        task.input_size,
+        cfg["hidden_size"],
+        embedding_size=cfg["hidden_size"],
+        bidirectional=cfg.get("bidirectional", False),
+        seed=int(model_seed),
+    )
     opt, sched = _common.adam_warmup_cosine(model, cfg["lr"], cfg["warmup"], cfg["steps"], cfg["final_lr"])
     rng = np.random.default_rng(int(data_seed))
 
@@ -54,8 +63,19 @@ def train(name, args, task, cfg, constraint):
     def loss_and_grads(batch):
         return model.loss_and_grad(batch, constraint=constraint)
 
-    result = _common.train(model, opt, loss_and_grads, batches, cfg["steps"], scheduler=sched, clip=1.0, desc=name,
-                           disable_progress=args.no_progress, run=args.run, rngs={"data": rng})
+    result = _common.train(
+        model,
+        opt,
+        loss_and_grads,
+        batches,
+        cfg["steps"],
+        scheduler=sched,
+        clip=1.0,
+        desc=name,
+        disable_progress=args.no_progress,
+        run=args.run,
+        rngs={"data": rng},
+    )
     return model, result
 
 

@@ -21,6 +21,8 @@ import numpy as np
 import attnc
 
 RUNS = "runs"  # where runs go without --run-dir (relative to the working directory)
+
+
 def is_timing(key: str) -> bool:
     """Whether a metric's name is a wall-clock field (or the thread count): the
     fields a resumed run or another thread count need not reproduce."""
@@ -85,12 +87,24 @@ class Run:
         flags = {k: v for k, v in vars(self.args).items() if k != "run"}
         info = attnc.show_config(mode="dicts")
         assert info is not None  # mode="dicts" returns them
-        _write_json(self.dir / "config.json", {
-            "experiment": self.name, "seed": self.args.seed, "flags": flags, "settings": self.settings,
-            "threads": attnc.get_num_threads(), "simd_path": info["simd"]["path"],
-            "versions": {"attnc": info["attnc"]["version"], "numpy": np.__version__,
-                         "python": platform.python_version()},
-            "show_config": info, "started": datetime.datetime.now(datetime.UTC).isoformat()})
+        _write_json(
+            self.dir / "config.json",
+            {
+                "experiment": self.name,
+                "seed": self.args.seed,
+                "flags": flags,
+                "settings": self.settings,
+                "threads": attnc.get_num_threads(),
+                "simd_path": info["simd"]["path"],
+                "versions": {
+                    "attnc": info["attnc"]["version"],
+                    "numpy": np.__version__,
+                    "python": platform.python_version(),
+                },
+                "show_config": info,
+                "started": datetime.datetime.now(datetime.UTC).isoformat(),
+            },
+        )
 
     def log(self, record: dict) -> None:
         """One line of metrics.jsonl (and its numbers as TensorBoard scalars)."""
@@ -140,8 +154,10 @@ class Run:
         _write_json(tmp / "state.json", {**state, "metrics_bytes": self._metrics.tell()})
         shutil.rmtree(final, ignore_errors=True)
         os.replace(tmp, final)
-        _write_json(root / "latest.json", {"phase": phase, "step": loop.step, "dir": final.name,
-                                           "metrics_bytes": self._metrics.tell()})
+        _write_json(
+            root / "latest.json",
+            {"phase": phase, "step": loop.step, "dir": final.name, "metrics_bytes": self._metrics.tell()},
+        )
         for old in _checkpoints(root, phase):
             if old != final:
                 shutil.rmtree(old)
@@ -195,10 +211,15 @@ class _Loop:
                 else:
                     scalars[f"{i}/{k}"] = v
         arrays["losses"] = np.array(self.losses, np.float64)  # float64 holds each loss exactly
-        return {"step": self.step, "evaluations": self.evaluations, "seconds": self.seconds,
-                "optimizer": {"param_groups": opt["param_groups"], "steps": opt["steps"], "scalars": scalars},
-                "scheduler": self.scheduler.state_dict() if self.scheduler is not None else None,
-                "rngs": {k: g.bit_generator.state for k, g in self.rngs.items()}, "arrays": arrays}
+        return {
+            "step": self.step,
+            "evaluations": self.evaluations,
+            "seconds": self.seconds,
+            "optimizer": {"param_groups": opt["param_groups"], "steps": opt["steps"], "scalars": scalars},
+            "scheduler": self.scheduler.state_dict() if self.scheduler is not None else None,
+            "rngs": {k: g.bit_generator.state for k, g in self.rngs.items()},
+            "arrays": arrays,
+        }
 
     def load(self, state: dict) -> None:
         entries: dict = {}
@@ -208,17 +229,21 @@ class _Loop:
             i, k = key.split("/")
             entries.setdefault(int(i), {})[k] = value
         groups = [dict(g, betas=tuple(g["betas"])) if "betas" in g else g for g in state["optimizer"]["param_groups"]]
-        self.optimizer.load_state_dict({"state": entries, "param_groups": groups,
-                                        "steps": state["optimizer"]["steps"]})
+        self.optimizer.load_state_dict({"state": entries, "param_groups": groups, "steps": state["optimizer"]["steps"]})
         if self.scheduler is not None:
             self.scheduler.load_state_dict(state["scheduler"])
         if set(state["rngs"]) != set(self.rngs):
-            raise ValueError(f"the checkpoint's generators {sorted(state['rngs'])} "
-                             f"are not the run's {sorted(self.rngs)}")
+            raise ValueError(
+                f"the checkpoint's generators {sorted(state['rngs'])} are not the run's {sorted(self.rngs)}"
+            )
         for k, g in self.rngs.items():
             g.bit_generator.state = state["rngs"][k]
         self.step, self.losses, self.evaluations, self.seconds = (
-            state["step"], losses, state["evaluations"], state["seconds"])
+            state["step"],
+            losses,
+            state["evaluations"],
+            state["seconds"],
+        )
 
 
 def _checkpoints(root: Path, phase: str) -> list:
@@ -231,8 +256,14 @@ def _checkpointed_bytes(root: Path) -> int:
     """How much of metrics.jsonl the newest checkpoint covers. Every folder
     not hidden is whole (each is written hidden and renamed); latest.json,
     written after the rename, may lag one behind."""
-    return max((_read_json(p / "state.json")["metrics_bytes"] for p in root.glob("*-*")
-                if p.is_dir() and not p.name.startswith(".")), default=0)
+    return max(
+        (
+            _read_json(p / "state.json")["metrics_bytes"]
+            for p in root.glob("*-*")
+            if p.is_dir() and not p.name.startswith(".")
+        ),
+        default=0,
+    )
 
 
 def _new_run_dir(name: str) -> Path:

@@ -32,8 +32,7 @@ from attnc.datasets import MarkerTask
 from . import _common
 
 HELDOUT_SEED = 20261122
-FULL = dict(steps=600, batch_size=64, lr=5e-3, warmup=30, final_lr=0.05, heldout=2000, embed=32, hidden=32,
-            attn=32)
+FULL = dict(steps=600, batch_size=64, lr=5e-3, warmup=30, final_lr=0.05, heldout=2000, embed=32, hidden=32, attn=32)
 QUICK = dict(FULL, steps=150, heldout=200)
 
 
@@ -45,8 +44,17 @@ class MarkerClassifier(nn.Module):
     or (logits, weights (B, T)). ``loss_and_grad(batch)`` -> (mean
     cross-entropy, gradients by state_dict name)."""
 
-    def __init__(self, vocab_size: int, num_classes: int, embed: int = 32, hidden: int = 32, attn: int = 32, *,
-                 dtype=np.float32, seed=None):
+    def __init__(
+        self,
+        vocab_size: int,
+        num_classes: int,
+        embed: int = 32,
+        hidden: int = 32,
+        attn: int = 32,
+        *,
+        dtype=np.float32,
+        seed=None,
+    ):
         super().__init__(dtype)
         seeds = child_seeds(seed, 4)
         self.embedding = nn.Embedding(vocab_size, embed, padding_idx=0, dtype=dtype, seed=seeds[0])
@@ -115,22 +123,37 @@ def _train(args, dtype=np.float32):
     cfg = _common.config(FULL, QUICK, args)
     data_seed, model_seed = np.random.SeedSequence(args.seed).generate_state(2)
     task = MarkerTask()
-    model = MarkerClassifier(task.vocab_size, task.num_classes, cfg["embed"], cfg["hidden"], cfg["attn"],
-                             dtype=dtype, seed=int(model_seed))
+    model = MarkerClassifier(
+        task.vocab_size, task.num_classes, cfg["embed"], cfg["hidden"], cfg["attn"], dtype=dtype, seed=int(model_seed)
+    )
     opt, sched = _common.adam_warmup_cosine(model, cfg["lr"], cfg["warmup"], cfg["steps"], cfg["final_lr"])
     rng = np.random.default_rng(int(data_seed))
 
     def batches(step):
         return task.batch(cfg["batch_size"], seed=rng)
 
-    result = _common.train(model, opt, model.loss_and_grad, batches, cfg["steps"], scheduler=sched, clip=1.0,
-                           desc="attention_pooling", disable_progress=args.no_progress, run=args.run,
-                           rngs={"data": rng})
+    result = _common.train(
+        model,
+        opt,
+        model.loss_and_grad,
+        batches,
+        cfg["steps"],
+        scheduler=sched,
+        clip=1.0,
+        desc="attention_pooling",
+        disable_progress=args.no_progress,
+        run=args.run,
+        rngs={"data": rng},
+    )
     heldout = task.batch(cfg["heldout"], seed=HELDOUT_SEED)
     start = time.perf_counter()
     metrics = evaluate(model, heldout)
-    metrics.update(heldout_size=cfg["heldout"], train=result, eval_seconds=time.perf_counter() - start,
-                   batch_size=cfg["batch_size"])
+    metrics.update(
+        heldout_size=cfg["heldout"],
+        train=result,
+        eval_seconds=time.perf_counter() - start,
+        batch_size=cfg["batch_size"],
+    )
     return model, task, metrics
 
 
@@ -148,9 +171,18 @@ def pooling_weights(model, task, sentence):
 def main(argv=None):
     args = _common.parse_args(__name__, argv)
     model, task, m = _train(args)
-    return _common.report("attention_pooling", args, model, m["train"], m["batch_size"], m["eval_seconds"],
-                   accuracy=m["accuracy"], marker_attention_mass=m["marker_attention_mass"],
-                   heldout_size=m["heldout_size"], num_classes=task.num_classes)
+    return _common.report(
+        "attention_pooling",
+        args,
+        model,
+        m["train"],
+        m["batch_size"],
+        m["eval_seconds"],
+        accuracy=m["accuracy"],
+        marker_attention_mass=m["marker_attention_mass"],
+        heldout_size=m["heldout_size"],
+        num_classes=task.num_classes,
+    )
 
 
 if __name__ == "__main__":

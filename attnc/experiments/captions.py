@@ -30,8 +30,19 @@ HELDOUT_SEED = 20240602  # the held-out images are the same for every --seed
 # and λ = 1 (Xu et al.'s value, which asks every cell to get about one unit of
 # attention over the caption) keeps the model from learning the relations
 # (after 1,000 steps: 22% exact match with λ = 1, 82% with λ = 0.1, 100% with 0).
-FULL = dict(steps=1000, batch_size=64, lr=1e-2, warmup=50, final_lr=0.01, clip=5.0, heldout=600, embed_size=64,
-            hidden_size=64, attention_size=32, doubly_stochastic=0.0)
+FULL = dict(
+    steps=1000,
+    batch_size=64,
+    lr=1e-2,
+    warmup=50,
+    final_lr=0.01,
+    clip=5.0,
+    heldout=600,
+    embed_size=64,
+    hidden_size=64,
+    attention_size=32,
+    doubly_stochastic=0.0,
+)
 QUICK = dict(FULL, steps=60, batch_size=32, heldout=64)
 HARD = dict(reinforce=1.0, entropy=0.01, expected_context=0.5)
 HARD_STEPS = 2000  # REINFORCE learns more slowly: 86-95% exact match after 1,000 steps
@@ -58,8 +69,12 @@ def exact_match(model, task, batch_size=256):
 
 def add_flags(parser):
     """This experiment's own flags."""
-    parser.add_argument("--attention", choices=("soft", "hard"), default="soft",
-                        help="soft (deterministic) or hard (REINFORCE) attention")
+    parser.add_argument(
+        "--attention",
+        choices=("soft", "hard"),
+        default="soft",
+        help="soft (deterministic) or hard (REINFORCE) attention",
+    )
 
 
 def main(argv=None):
@@ -71,24 +86,55 @@ def main(argv=None):
     heldout = captions(cfg["heldout"], seed=HELDOUT_SEED, split="test", unique=True)
     train_set = captions(cfg["steps"] * cfg["batch_size"], seed=int(data_seed), split="train")
     extra = HARD if args.attention == "hard" else {}
-    model = Captioner(train_set.feature_size, len(train_set.vocab), cfg["embed_size"], cfg["hidden_size"],
-                      cfg["attention_size"], attention=args.attention, doubly_stochastic=cfg["doubly_stochastic"],
-                      seed=int(model_seed), **extra)
+    model = Captioner(
+        train_set.feature_size,
+        len(train_set.vocab),
+        cfg["embed_size"],
+        cfg["hidden_size"],
+        cfg["attention_size"],
+        attention=args.attention,
+        doubly_stochastic=cfg["doubly_stochastic"],
+        seed=int(model_seed),
+        **extra,
+    )
     opt, sched = _common.adam_warmup_cosine(model, cfg["lr"], cfg["warmup"], cfg["steps"], cfg["final_lr"])
     bs = cfg["batch_size"]
 
     def batches(step):
         return train_set.batch(np.arange(step * bs, (step + 1) * bs))
 
-    result = _common.train(model, opt, model.loss_and_grad, batches, cfg["steps"], scheduler=sched, clip=cfg["clip"],
-                           desc=f"captions ({args.attention})", disable_progress=args.no_progress, run=args.run)
+    result = _common.train(
+        model,
+        opt,
+        model.loss_and_grad,
+        batches,
+        cfg["steps"],
+        scheduler=sched,
+        clip=cfg["clip"],
+        desc=f"captions ({args.attention})",
+        disable_progress=args.no_progress,
+        run=args.run,
+    )
     start = time.perf_counter()
     em, word_acc = exact_match(model, heldout)
     eval_seconds = time.perf_counter() - start
-    return _common.report("captions", args, model, result, bs, eval_seconds, exact_match=em, word_accuracy=word_acc,
-                   attention=args.attention, heldout_size=len(heldout), train_images=len(train_set),
-                   doubly_stochastic=cfg["doubly_stochastic"], lr=cfg["lr"],
-                   sizes=[cfg["embed_size"], cfg["hidden_size"], cfg["attention_size"]], **extra)
+    return _common.report(
+        "captions",
+        args,
+        model,
+        result,
+        bs,
+        eval_seconds,
+        exact_match=em,
+        word_accuracy=word_acc,
+        attention=args.attention,
+        heldout_size=len(heldout),
+        train_images=len(train_set),
+        doubly_stochastic=cfg["doubly_stochastic"],
+        lr=cfg["lr"],
+        sizes=[cfg["embed_size"], cfg["hidden_size"], cfg["attention_size"]],
+        **extra,
+    )
 
 
 if __name__ == "__main__":

@@ -64,17 +64,33 @@ BUCKETS = (("≤10", 0, 10), ("11-15", 11, 15), ("16-20", 16, 20), ("21-30", 21,
 LONG_SEED, LONG_MIN = 20240606, 21  # a second held-out set of long inputs only (the last bucket)
 INTERIM = 500  # the held-out dates scored at each evaluation interval (the first ones)
 
-FULL = dict(train_size=60000, epochs=2, batch_size=64, lr=3e-3, warmup=100, final_lr=0.05, clip=1.0,
-            embed_size=32, hidden_size=64, heldout=HELDOUT, long_heldout=2000)
+FULL = dict(
+    train_size=60000,
+    epochs=2,
+    batch_size=64,
+    lr=3e-3,
+    warmup=100,
+    final_lr=0.05,
+    clip=1.0,
+    embed_size=32,
+    hidden_size=64,
+    heldout=HELDOUT,
+    long_heldout=2000,
+)
 QUICK = dict(FULL, train_size=1280, epochs=1, batch_size=32, warmup=5, heldout=200, long_heldout=100)
 
 
 def add_flags(parser):
     """This experiment's own flags."""
-    parser.add_argument("--attention", default="bahdanau", choices=KINDS + ("all",),
-                        help="the attention mechanism, or all (each in turn)")
-    parser.add_argument("--epochs", type=_common.positive_int, default=None,
-                        help="override the number of passes over the train set")
+    parser.add_argument(
+        "--attention",
+        default="bahdanau",
+        choices=KINDS + ("all",),
+        help="the attention mechanism, or all (each in turn)",
+    )
+    parser.add_argument(
+        "--epochs", type=_common.positive_int, default=None, help="override the number of passes over the train set"
+    )
 
 
 def length_buckets(lengths):
@@ -105,8 +121,15 @@ def run(kind, args, cfg, heldout, train_set, disable_progress, long_set):
     # every kind sees the same dates in the same order; the initial weights depend on the kind
     order_seed = int(np.random.SeedSequence(args.seed).generate_state(2)[1])
     model_seed = int(np.random.SeedSequence([args.seed, 1 + KINDS.index(kind)]).generate_state(1)[0])
-    model = attnc.models.Seq2Seq(len(train_set.src_vocab), len(train_set.tgt_vocab), cfg["embed_size"],
-                                 cfg["hidden_size"], kind, max_source_len=MAX_SOURCE_LEN, seed=model_seed)
+    model = attnc.models.Seq2Seq(
+        len(train_set.src_vocab),
+        len(train_set.tgt_vocab),
+        cfg["embed_size"],
+        cfg["hidden_size"],
+        kind,
+        max_source_len=MAX_SOURCE_LEN,
+        seed=model_seed,
+    )
     bs = cfg["batch_size"]
     per_epoch = len(train_set) // bs
     steps = cfg["steps"] if cfg.get("steps") else per_epoch * cfg["epochs"]
@@ -118,15 +141,26 @@ def run(kind, args, cfg, heldout, train_set, disable_progress, long_set):
         if epoch not in order:
             order.clear()
             order[epoch] = np.random.default_rng([order_seed, epoch]).permutation(len(train_set))
-        return train_set.batch(order[epoch][i * bs:(i + 1) * bs])
+        return train_set.batch(order[epoch][i * bs : (i + 1) * bs])
 
     interim = DatesTask(heldout.sources[:INTERIM], heldout.dates[:INTERIM], heldout.formats[:INTERIM], "test")
 
     def measures():
         return {"exact_match": float(evaluate(model, interim)[0].mean())}
 
-    result = _common.train(model, opt, model.loss_and_grad, batches, steps, scheduler=sched, clip=cfg["clip"],
-                           desc=f"dates {kind}", disable_progress=disable_progress, run=args.run, evaluate=measures)
+    result = _common.train(
+        model,
+        opt,
+        model.loss_and_grad,
+        batches,
+        steps,
+        scheduler=sched,
+        clip=cfg["clip"],
+        desc=f"dates {kind}",
+        disable_progress=disable_progress,
+        run=args.run,
+        evaluate=measures,
+    )
     start = time.perf_counter()
     correct, _ = evaluate(model, heldout)
     eval_seconds = time.perf_counter() - start
@@ -138,10 +172,14 @@ def run(kind, args, cfg, heldout, train_set, disable_progress, long_set):
         "accuracy_by_length": {k: float(correct[m].mean()) if m.any() else None for k, m in buckets.items()},
         "length_bucket_sizes": {k: int(m.sum()) for k, m in buckets.items()},
         "accuracy_by_format": heldout.accuracy_by(correct, by="format"),
-        "long_inputs": {"size": len(long_set), "min_length": LONG_MIN,
-                        "exact_match": float(long_correct.mean()) if len(long_set) else None,
-                        "errors": int((~long_correct).sum())},
-        "heldout_size": len(heldout), "train_dates": len(train_set),
+        "long_inputs": {
+            "size": len(long_set),
+            "min_length": LONG_MIN,
+            "exact_match": float(long_correct.mean()) if len(long_set) else None,
+            "errors": int((~long_correct).sum()),
+        },
+        "heldout_size": len(heldout),
+        "train_dates": len(train_set),
         "epochs": round(steps / per_epoch, 3),
     }
     return model, result, metrics, eval_seconds
@@ -156,22 +194,41 @@ def main(argv=None):
 
     heldout = make_dates(cfg["heldout"], seed=HELDOUT_SEED, split="test", split_by="date", unique=True)
     long_set = long_inputs(cfg["long_heldout"])
-    train_set = make_dates(cfg["train_size"], seed=int(np.random.SeedSequence(args.seed).generate_state(2)[0]),
-                           split="train", split_by="date")
+    train_set = make_dates(
+        cfg["train_size"],
+        seed=int(np.random.SeedSequence(args.seed).generate_state(2)[0]),
+        split="train",
+        split_by="date",
+    )
 
     per_kind = {}
     for kind in kinds:
         model, result, metrics, eval_seconds = run(kind, args, cfg, heldout, train_set, args.no_progress, long_set)
         if len(kinds) == 1:
             return _common.report("dates", args, model, result, cfg["batch_size"], eval_seconds, **metrics)
-        per_kind[kind] = {**metrics, "steps": result["steps"], "first_loss": result["first_loss"],
-                          "final_loss": result["final_loss"],
-                          "parameters": int(sum(p.size for p in model.parameters())),
-                          "train_seconds": result["train_seconds"], "eval_seconds": round(eval_seconds, 3)}
+        per_kind[kind] = {
+            **metrics,
+            "steps": result["steps"],
+            "first_loss": result["first_loss"],
+            "final_loss": result["final_loss"],
+            "parameters": int(sum(p.size for p in model.parameters())),
+            "train_seconds": result["train_seconds"],
+            "eval_seconds": round(eval_seconds, 3),
+        }
         print(f"{kind}: exact match {metrics['exact_match']:.4f} in {result['train_seconds']:.1f} s", file=sys.stderr)
-    return _common.conclude(args, None, {"experiment": "dates", "seed": args.seed, "quick": args.quick,
-                                         "threads": attnc.get_num_threads(), "attention": "all",
-                                         "batch_size": cfg["batch_size"], "kinds": per_kind})
+    return _common.conclude(
+        args,
+        None,
+        {
+            "experiment": "dates",
+            "seed": args.seed,
+            "quick": args.quick,
+            "threads": attnc.get_num_threads(),
+            "attention": "all",
+            "batch_size": cfg["batch_size"],
+            "kinds": per_kind,
+        },
+    )
 
 
 if __name__ == "__main__":

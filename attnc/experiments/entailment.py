@@ -39,16 +39,32 @@ from attnc.models import DecomposableAttention
 from . import _common
 
 HELDOUT_SEED = 20261123
-FULL = dict(steps=2000, batch_size=64, lr=1.5e-3, warmup=50, final_lr=0.05, heldout=3000, embed=32, hidden=64,
-            dropout=0.0, project=True, context=1)
+FULL = dict(
+    steps=2000,
+    batch_size=64,
+    lr=1.5e-3,
+    warmup=50,
+    final_lr=0.05,
+    heldout=3000,
+    embed=32,
+    hidden=64,
+    dropout=0.0,
+    project=True,
+    context=1,
+)
 QUICK = dict(FULL, steps=150, heldout=300)
 
 
 def evaluate(model, batch, chunk=1000) -> dict:
     """accuracy and per-class accuracy of model on an EntailmentBatch."""
-    pred = np.concatenate([
-        model(batch.premise[s], batch.hypothesis[s], batch.premise_lengths[s], batch.hypothesis_lengths[s]).argmax(1)
-        for s in (slice(i, i + chunk) for i in range(0, len(batch), chunk))])
+    pred = np.concatenate(
+        [
+            model(batch.premise[s], batch.hypothesis[s], batch.premise_lengths[s], batch.hypothesis_lengths[s]).argmax(
+                1
+            )
+            for s in (slice(i, i + chunk) for i in range(0, len(batch), chunk))
+        ]
+    )
     right = pred == batch.labels
     per_class = {name: float(right[batch.labels == k].mean()) for k, name in enumerate(EntailmentTask().labels)}
     return {"accuracy": float(right.mean()), "per_class_accuracy": per_class}
@@ -91,23 +107,46 @@ def _train(args, dtype=np.float32, **overrides):
     cfg = _common.config(FULL, QUICK, args, **overrides)
     data_seed, model_seed = np.random.SeedSequence(args.seed).generate_state(2)
     task = EntailmentTask()
-    model = DecomposableAttention(task.vocab_size, cfg["embed"], cfg["hidden"], len(task.labels),
-                                  project=cfg["project"], context=cfg["context"], dropout=cfg["dropout"], dtype=dtype,
-                                  seed=int(model_seed))
+    model = DecomposableAttention(
+        task.vocab_size,
+        cfg["embed"],
+        cfg["hidden"],
+        len(task.labels),
+        project=cfg["project"],
+        context=cfg["context"],
+        dropout=cfg["dropout"],
+        dtype=dtype,
+        seed=int(model_seed),
+    )
     opt, sched = _common.adam_warmup_cosine(model, cfg["lr"], cfg["warmup"], cfg["steps"], cfg["final_lr"])
     rng = np.random.default_rng(int(data_seed))
 
     def batches(step):
         return task.batch(cfg["batch_size"], seed=rng, split="train")
 
-    result = _common.train(model, opt, model.loss_and_grad, batches, cfg["steps"], scheduler=sched, clip=1.0,
-                           desc="entailment", disable_progress=args.no_progress, run=args.run, rngs={"data": rng})
+    result = _common.train(
+        model,
+        opt,
+        model.loss_and_grad,
+        batches,
+        cfg["steps"],
+        scheduler=sched,
+        clip=1.0,
+        desc="entailment",
+        disable_progress=args.no_progress,
+        run=args.run,
+        rngs={"data": rng},
+    )
     heldout = task.batch(cfg["heldout"], seed=HELDOUT_SEED, split="test")
     start = time.perf_counter()
     metrics = evaluate(model, heldout)
     metrics.update(alignment_accuracy(model, heldout))
-    metrics.update(heldout_size=cfg["heldout"], train=result, eval_seconds=time.perf_counter() - start,
-                   batch_size=cfg["batch_size"])
+    metrics.update(
+        heldout_size=cfg["heldout"],
+        train=result,
+        eval_seconds=time.perf_counter() - start,
+        batch_size=cfg["batch_size"],
+    )
     return model, task, metrics
 
 
@@ -124,11 +163,20 @@ def alignment(model, task, premise: str, hypothesis: str):
 def main(argv=None):
     args = _common.parse_args(__name__, argv)
     model, task, m = _train(args)
-    return _common.report("entailment", args, model, m["train"], m["batch_size"], m["eval_seconds"],
-                   accuracy=m["accuracy"], per_class_accuracy=m["per_class_accuracy"],
-                   alignment_accuracy=m["alignment_accuracy"],
-                   premise_alignment_accuracy=m["premise_alignment_accuracy"],
-                   heldout_size=m["heldout_size"], heldout_pairs="scenes of unseen (colour, animal) combinations")
+    return _common.report(
+        "entailment",
+        args,
+        model,
+        m["train"],
+        m["batch_size"],
+        m["eval_seconds"],
+        accuracy=m["accuracy"],
+        per_class_accuracy=m["per_class_accuracy"],
+        alignment_accuracy=m["alignment_accuracy"],
+        premise_alignment_accuracy=m["premise_alignment_accuracy"],
+        heldout_size=m["heldout_size"],
+        heldout_pairs="scenes of unseen (colour, animal) combinations",
+    )
 
 
 if __name__ == "__main__":

@@ -21,8 +21,22 @@ from attnc.models import GPT
 
 from . import _common
 
-FULL = dict(steps=2000, batch_size=64, lr=5e-4, warmup=0, final_lr=1.0, weight_decay=0.1, dropout=0.1, clip=1.0,
-            eval_size=5000, length=6, num_digits=3, n_layer=3, n_head=3, n_embd=48)
+FULL = dict(
+    steps=2000,
+    batch_size=64,
+    lr=5e-4,
+    warmup=0,
+    final_lr=1.0,
+    weight_decay=0.1,
+    dropout=0.1,
+    clip=1.0,
+    eval_size=5000,
+    length=6,
+    num_digits=3,
+    n_layer=3,
+    n_head=3,
+    n_embd=48,
+)
 QUICK = dict(FULL, steps=25, eval_size=100)
 
 
@@ -44,13 +58,19 @@ def main(argv=None):
     train_set = sort_task(cfg["steps"] * cfg["batch_size"], L, D, seed=int(train_seed), split="train")
     test_set = sort_task(cfg["eval_size"], L, D, seed=int(test_seed), split="test")
     train_eval = sort_task(cfg["eval_size"], L, D, seed=int(eval_train_seed), split="train")
-    model = GPT(D, train_set.block_size, n_layer=cfg["n_layer"], n_head=cfg["n_head"], n_embd=cfg["n_embd"],
-                dropout=cfg["dropout"], seed=int(model_seed))
+    model = GPT(
+        D,
+        train_set.block_size,
+        n_layer=cfg["n_layer"],
+        n_head=cfg["n_head"],
+        n_embd=cfg["n_embd"],
+        dropout=cfg["dropout"],
+        seed=int(model_seed),
+    )
     opt = attnc.optim.AdamW(model, lr=cfg["lr"], betas=(0.9, 0.95), weight_decay=cfg["weight_decay"])
     sched = None
     if cfg["warmup"] or cfg["final_lr"] != 1.0:
-        sched = attnc.optim.LambdaLR(opt, _common.warmup_cosine(max(1, cfg["warmup"]), cfg["steps"],
-                                                                cfg["final_lr"]))
+        sched = attnc.optim.LambdaLR(opt, _common.warmup_cosine(max(1, cfg["warmup"]), cfg["steps"], cfg["final_lr"]))
     bs = cfg["batch_size"]
 
     def batches(step):
@@ -59,14 +79,34 @@ def main(argv=None):
     def loss_and_grads(batch):
         return model.loss_and_grads(*batch)
 
-    result = _common.train(model, opt, loss_and_grads, batches, cfg["steps"], scheduler=sched, clip=cfg["clip"],
-                           desc="gpt_sort", disable_progress=args.no_progress, run=args.run)
+    result = _common.train(
+        model,
+        opt,
+        loss_and_grads,
+        batches,
+        cfg["steps"],
+        scheduler=sched,
+        clip=cfg["clip"],
+        desc="gpt_sort",
+        disable_progress=args.no_progress,
+        run=args.run,
+    )
     start = time.perf_counter()
     em, correct = exact_match(model, test_set)
     train_em, _ = exact_match(model, train_eval)
     eval_seconds = time.perf_counter() - start
-    return _common.report("gpt_sort", args, model, result, bs, eval_seconds, exact_match=em, correct=correct,
-                   heldout_size=len(test_set), train_exact_match=train_em)
+    return _common.report(
+        "gpt_sort",
+        args,
+        model,
+        result,
+        bs,
+        eval_seconds,
+        exact_match=em,
+        correct=correct,
+        heldout_size=len(test_set),
+        train_exact_match=train_em,
+    )
 
 
 if __name__ == "__main__":

@@ -33,8 +33,21 @@ from attnc.datasets import KeyValueRecallTask
 
 from . import _common
 
-FULL = dict(steps=3000, lstm_long_steps=12000, batch_size=64, embed=32, hidden=64, attention=32, lr=3e-3, warmup=100,
-            heldout=2000, num_keys=16, num_values=16, min_pairs=6, max_pairs=10)
+FULL = dict(
+    steps=3000,
+    lstm_long_steps=12000,
+    batch_size=64,
+    embed=32,
+    hidden=64,
+    attention=32,
+    lr=3e-3,
+    warmup=100,
+    heldout=2000,
+    num_keys=16,
+    num_values=16,
+    min_pairs=6,
+    max_pairs=10,
+)
 QUICK = dict(FULL, steps=30, lstm_long_steps=60, batch_size=16, hidden=16, attention=8, heldout=64)
 HELDOUT_SEED = 20261122  # the held-out rows are the same for every --seed
 
@@ -117,14 +130,24 @@ class RecallClassifier(nn.Module):
 
 def _train(kind, args, cfg, task, desc, steps=None):
     data_seed, model_seed = np.random.SeedSequence(args.seed).generate_state(2)
-    model = RecallClassifier(task.vocab_sizes, task.num_classes, cfg["embed"], cfg["hidden"], cfg["attention"], kind,
-                             seed=int(model_seed))
+    model = RecallClassifier(
+        task.vocab_sizes, task.num_classes, cfg["embed"], cfg["hidden"], cfg["attention"], kind, seed=int(model_seed)
+    )
     steps = steps or cfg["steps"]
     opt, sched = _common.adam_warmup_cosine(model, cfg["lr"], cfg["warmup"], steps, 0.05)
     rng = np.random.default_rng(int(data_seed))  # the same batches for both models
-    result = _common.train(model, opt, model.loss_and_grad, lambda step: task.batch(cfg["batch_size"], seed=rng),
-                           steps, scheduler=sched, desc=desc, disable_progress=args.no_progress, run=args.run,
-                           rngs={"data": rng})
+    result = _common.train(
+        model,
+        opt,
+        model.loss_and_grad,
+        lambda step: task.batch(cfg["batch_size"], seed=rng),
+        steps,
+        scheduler=sched,
+        desc=desc,
+        disable_progress=args.no_progress,
+        run=args.run,
+        rngs={"data": rng},
+    )
     return model, result
 
 
@@ -140,8 +163,7 @@ def attention_at_query(model, held):
     w = model.attention(held.tokens, held.lengths)
     rows = np.arange(len(held))
     q = w[rows, held.lengths - 1]
-    return (q, float(np.mean(q[rows, held.key_positions])),
-            float(np.mean(q.argmax(-1) == held.key_positions)))
+    return (q, float(np.mean(q[rows, held.key_positions])), float(np.mean(q.argmax(-1) == held.key_positions)))
 
 
 def main(argv=None):
@@ -157,14 +179,27 @@ def main(argv=None):
     acc, acc_lstm, acc_long = _accuracy(model, held), _accuracy(lstm, held), _accuracy(lstm_long, held)
     _, on_key, argmax_on_key = attention_at_query(model, held)
     uniform = float(np.mean(1.0 / (held.lengths - 1)))
-    return _common.report("lstmn_recall", args, model, result, cfg["batch_size"], time.perf_counter() - start,
-                   accuracy=acc, accuracy_lstm=acc_lstm, attention_on_key=on_key,
-                   attention_argmax_on_key=argmax_on_key, attention_uniform=uniform,
-                   chance=1.0 / task.num_classes, heldout_size=cfg["heldout"],
-                   final_loss_lstm=result_lstm["final_loss"], train_seconds_lstm=result_lstm["train_seconds"],
-                   accuracy_lstm_long=acc_long, steps_lstm_long=cfg["lstm_long_steps"],
-                   train_seconds_lstm_long=result_long["train_seconds"],
-                   parameters_lstm=int(sum(p.size for p in lstm.parameters())))
+    return _common.report(
+        "lstmn_recall",
+        args,
+        model,
+        result,
+        cfg["batch_size"],
+        time.perf_counter() - start,
+        accuracy=acc,
+        accuracy_lstm=acc_lstm,
+        attention_on_key=on_key,
+        attention_argmax_on_key=argmax_on_key,
+        attention_uniform=uniform,
+        chance=1.0 / task.num_classes,
+        heldout_size=cfg["heldout"],
+        final_loss_lstm=result_lstm["final_loss"],
+        train_seconds_lstm=result_lstm["train_seconds"],
+        accuracy_lstm_long=acc_long,
+        steps_lstm_long=cfg["lstm_long_steps"],
+        train_seconds_lstm_long=result_long["train_seconds"],
+        parameters_lstm=int(sum(p.size for p in lstm.parameters())),
+    )
 
 
 if __name__ == "__main__":

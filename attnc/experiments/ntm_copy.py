@@ -30,8 +30,12 @@ QUICK = dict(steps=300, heldout=20, long=4)
 
 def add_flags(parser):
     """This experiment's own flags."""
-    parser.add_argument("--memory-init", choices=("constant", "learned", "random"), default="constant",
-                        help="the memory's initial contents")
+    parser.add_argument(
+        "--memory-init",
+        choices=("constant", "learned", "random"),
+        default="constant",
+        help="the memory's initial contents",
+    )
 
 
 def main(argv=None):
@@ -39,15 +43,16 @@ def main(argv=None):
     cfg = _common.config(FULL, QUICK, args)
     task = CopyTask(bits=8, min_len=1, max_len=20)
     check = [task.batch(50, length=20, seed=_ntm.HELDOUT_SEED - 20)]
-    model, result = _ntm.train_ntm("ntm_copy", args, task, cfg["steps"], {"memory_init": args.memory_init},
-                                   check=check)
+    model, result = _ntm.train_ntm("ntm_copy", args, task, cfg["steps"], {"memory_init": args.memory_init}, check=check)
 
     def metrics(m):
         held = lambda length, n: [task.batch(n, length=length, seed=_ntm.HELDOUT_SEED + length)]  # noqa: E731
-        return {"bits_per_sequence": _ntm.score(m, held(20, cfg["heldout"])),
-                "bits_per_sequence_40": _ntm.score(m, held(40, cfg["long"])),
-                "bits_per_sequence_80": _ntm.score(m, held(80, cfg["long"])),
-                "heldout_size": cfg["heldout"]}
+        return {
+            "bits_per_sequence": _ntm.score(m, held(20, cfg["heldout"])),
+            "bits_per_sequence_40": _ntm.score(m, held(40, cfg["long"])),
+            "bits_per_sequence_80": _ntm.score(m, held(80, cfg["long"])),
+            "heldout_size": cfg["heldout"],
+        }
 
     return _ntm.finish("ntm_copy", args, model, result, metrics, memory_init=args.memory_init)
 

@@ -31,8 +31,11 @@ def main(argv=None):
     def metrics(m):
         held = [task.batch(cfg["rows"], seed=_ntm.HELDOUT_SEED + i) for i in range(cfg["batches"])]
         six = [task.batch(cfg["longest"], items=6, seed=_ntm.HELDOUT_SEED - 1)]
-        return {"bits_per_sequence": _ntm.score(m, held), "bits_per_sequence_6_items": _ntm.score(m, six),
-                "heldout_size": cfg["batches"] * cfg["rows"]}
+        return {
+            "bits_per_sequence": _ntm.score(m, held),
+            "bits_per_sequence_6_items": _ntm.score(m, six),
+            "heldout_size": cfg["batches"] * cfg["rows"],
+        }
 
     return _ntm.finish("ntm_recall", args, model, result, metrics)
 

@@ -33,8 +33,9 @@ from attnc.datasets import ConvexHullTask, hull_accuracy, hull_area_coverage
 
 from . import _common, _pointer
 
-FULL = dict(steps=45000, batch_size=128, hidden_size=128, bidirectional=True, lr=3e-3, warmup=100, final_lr=0.02,
-            heldout=500)
+FULL = dict(
+    steps=45000, batch_size=128, hidden_size=128, bidirectional=True, lr=3e-3, warmup=100, final_lr=0.02, heldout=500
+)
 QUICK = dict(FULL, steps=150, batch_size=32, hidden_size=32, heldout=20)
 
 
@@ -54,10 +55,20 @@ def main(argv=None):
             pred = _pointer.decode(model, held, "hull", beam_size=beam)
             acc[beam][n], cover[beam][n] = hull_accuracy(pred, held), hull_area_coverage(pred, held)
     mean = lambda d: float(np.mean(list(d.values())))  # noqa: E731
-    return _common.report("pointer_hull", args, model, result, cfg["batch_size"], time.perf_counter() - start,
-                   accuracy=mean(acc[1]), area_coverage=mean(cover[1]), accuracy_by_n=acc[1],
-                   area_coverage_by_n=cover[1], beam10={"accuracy": mean(acc[10]), "area_coverage": mean(cover[10])},
-                   heldout_size=cfg["heldout"] * len(acc[1]))
+    return _common.report(
+        "pointer_hull",
+        args,
+        model,
+        result,
+        cfg["batch_size"],
+        time.perf_counter() - start,
+        accuracy=mean(acc[1]),
+        area_coverage=mean(cover[1]),
+        accuracy_by_n=acc[1],
+        area_coverage_by_n=cover[1],
+        beam10={"accuracy": mean(acc[10]), "area_coverage": mean(cover[10])},
+        heldout_size=cfg["heldout"] * len(acc[1]),
+    )
 
 
 if __name__ == "__main__":

@@ -35,11 +35,21 @@ def main(argv=None):
     task = PointerSortTask(min_n=ns[0], max_n=ns[-1])
     model, result = _pointer.train("pointer_sort", args, task, cfg, "permutation")
     start = time.perf_counter()
-    by_n = {n: sort_exact_match(_pointer.decode(model, held, "permutation"), held)
-            for n, held in _pointer.heldout(task, ns, cfg["heldout"]).items()}
-    return _common.report("pointer_sort", args, model, result, cfg["batch_size"], time.perf_counter() - start,
-                   exact_match=float(np.mean(list(by_n.values()))), exact_match_by_n=by_n,
-                   heldout_size=cfg["heldout"] * len(by_n))
+    by_n = {
+        n: sort_exact_match(_pointer.decode(model, held, "permutation"), held)
+        for n, held in _pointer.heldout(task, ns, cfg["heldout"]).items()
+    }
+    return _common.report(
+        "pointer_sort",
+        args,
+        model,
+        result,
+        cfg["batch_size"],
+        time.perf_counter() - start,
+        exact_match=float(np.mean(list(by_n.values()))),
+        exact_match_by_n=by_n,
+        heldout_size=cfg["heldout"] * len(by_n),
+    )
 
 
 if __name__ == "__main__":

@@ -43,9 +43,21 @@ def main(argv=None):
         tours = _pointer.decode(model, held, "tour", beam_size=beam)
         length = float(tour_length(held.inputs, tours).mean())
         scores[beam] = {"tour_length": length, "gap": length / optimal - 1}
-    return _common.report("pointer_tsp", args, model, result, cfg["batch_size"], time.perf_counter() - start, n=args.n,
-                   tour_length=scores[1]["tour_length"], optimal_tour_length=optimal, gap=scores[1]["gap"],
-                   beam10=scores[10], heldout_size=cfg["heldout"], exact_optimum=args.n <= 12)
+    return _common.report(
+        "pointer_tsp",
+        args,
+        model,
+        result,
+        cfg["batch_size"],
+        time.perf_counter() - start,
+        n=args.n,
+        tour_length=scores[1]["tour_length"],
+        optimal_tour_length=optimal,
+        gap=scores[1]["gap"],
+        beam10=scores[10],
+        heldout_size=cfg["heldout"],
+        exact_optimum=args.n <= 12,
+    )
 
 
 if __name__ == "__main__":

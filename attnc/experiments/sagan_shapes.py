@@ -130,8 +130,21 @@ from attnc.nn import Conv2d, Linear, Module, SelfAttention2d, relu
 
 from . import _common
 
-FULL = dict(steps=3000, batch_size=32, lr=5e-3, final_lr=0.05, gamma0=1.0, fg_scale=8.0, fg_decay=1.0, heldout=1000,
-            channels=32, hidden=16, reduction=4, coords=False, tie_qk=True)
+FULL = dict(
+    steps=3000,
+    batch_size=32,
+    lr=5e-3,
+    final_lr=0.05,
+    gamma0=1.0,
+    fg_scale=8.0,
+    fg_decay=1.0,
+    heldout=1000,
+    channels=32,
+    hidden=16,
+    reduction=4,
+    coords=False,
+    tie_qk=True,
+)
 QUICK = dict(FULL, steps=25, batch_size=16, heldout=64)
 TASK = dict(size=12, colours=6, gap=6, max_radius=1, noise=0.0)
 
@@ -147,8 +160,17 @@ class ShapeClassifier(Module):
     the (B, N, N) attention (None without the block). Parameters: conv1.*,
     conv2.*, attn.* (SelfAttention2d's names), conv3.*, head.*."""
 
-    def __init__(self, channels: int = 32, hidden: int = 16, attention: bool = True, coords: bool = True,
-                 reduction: int = 4, *, dtype=np.float32, seed=None):
+    def __init__(
+        self,
+        channels: int = 32,
+        hidden: int = 16,
+        attention: bool = True,
+        coords: bool = True,
+        reduction: int = 4,
+        *,
+        dtype=np.float32,
+        seed=None,
+    ):
         super().__init__(dtype)
         s = child_seeds(seed, 5)
         self.attention, self.coords = bool(attention), bool(coords)
@@ -230,8 +252,18 @@ def _loss_and_grads(model, tie_qk=False):
     return step
 
 
-def train_model(seed: int = 0, *, attention: bool = True, steps: int | None = None, quick: bool = False,
-                disable_progress: bool = True, desc: str = "sagan_shapes", after_step=None, run=None, **overrides):
+def train_model(
+    seed: int = 0,
+    *,
+    attention: bool = True,
+    steps: int | None = None,
+    quick: bool = False,
+    disable_progress: bool = True,
+    desc: str = "sagan_shapes",
+    after_step=None,
+    run=None,
+    **overrides,
+):
     """Train a ShapeClassifier (float32) on fresh batches of the task; returns
     (model, result) with result as attnc.experiments._common.train's (losses,
     train_seconds, ...). About a minute with attention at the default steps
@@ -244,8 +276,9 @@ def train_model(seed: int = 0, *, attention: bool = True, steps: int | None = No
         raise TypeError(f"unknown settings: {sorted(unknown)}")
     cfg.update(overrides)
     task = SameColourShapes(**TASK)
-    model = ShapeClassifier(cfg["channels"], cfg["hidden"], attention=attention, coords=cfg["coords"],
-                            reduction=cfg["reduction"], seed=seed)
+    model = ShapeClassifier(
+        cfg["channels"], cfg["hidden"], attention=attention, coords=cfg["coords"], reduction=cfg["reduction"], seed=seed
+    )
     for conv in (model.conv1, model.conv2):  # the black background starts with zero features
         conv.bias = np.zeros_like(conv.bias)
     if attention:  # see the docstring
@@ -259,9 +292,19 @@ def train_model(seed: int = 0, *, attention: bool = True, steps: int | None = No
     if attention and cfg["fg_decay"]:
         after_step = _decay_fg(model, opt, cfg["fg_decay"], after_step)
     data = np.random.default_rng([seed, 1])  # the same batches with and without attention
-    result = _common.train(model, opt, _loss_and_grads(model, attention and cfg["tie_qk"]),
-                           lambda step: task.batch(cfg["batch_size"], data), cfg["steps"], scheduler=sched, desc=desc,
-                           disable_progress=disable_progress, after_step=after_step, run=run, rngs={"data": data})
+    result = _common.train(
+        model,
+        opt,
+        _loss_and_grads(model, attention and cfg["tie_qk"]),
+        lambda step: task.batch(cfg["batch_size"], data),
+        cfg["steps"],
+        scheduler=sched,
+        desc=desc,
+        disable_progress=disable_progress,
+        after_step=after_step,
+        run=run,
+        rngs={"data": data},
+    )
     return model, result
 
 
@@ -285,7 +328,7 @@ def heldout(seed: int = 0, n: int = 1000):
 
 
 def _batched(model, images, return_attention, chunk=250):
-    outs = [model(images[i:i + chunk], return_attention=return_attention) for i in range(0, len(images), chunk)]
+    outs = [model(images[i : i + chunk], return_attention=return_attention) for i in range(0, len(images), chunk)]
     if not return_attention:
         return np.concatenate(outs), None
     return np.concatenate([o[0] for o in outs]), np.concatenate([o[1] for o in outs])
@@ -318,7 +361,7 @@ def _dilate(masks):
     out = np.zeros_like(masks)
     for dr in range(3):
         for dc in range(3):
-            out |= padded[:, dr:dr + S, dc:dc + S]
+            out |= padded[:, dr : dr + S, dc : dc + S]
     return out
 
 
@@ -371,17 +414,21 @@ def attention_scores(model, batch, maps=None) -> dict:
     same = np.concatenate([batch.labels == 1] * 2)
 
     def part(sel):
-        return {"attention_on_other": float(np.mean(cat["on_other"][sel])),
-                "attention_mass_on_other": float(np.mean(cat["share_other"][sel]))}
+        return {
+            "attention_on_other": float(np.mean(cat["on_other"][sel])),
+            "attention_mass_on_other": float(np.mean(cat["share_other"][sel])),
+        }
 
-    return {"attention_on_other": float(np.mean(cat["on_other"])),
-            "attention_on_other_chance": float(np.mean(cat["share_uniform"])),
-            "attention_near_other": float(np.mean(cat["near_other"])),
-            "attention_mass_on_other": float(np.mean(cat["share_other"])),
-            "attention_mass_on_other_uniform": float(np.mean(cat["share_uniform"])),
-            "attention_mass_on_own": float(np.mean(cat["mass_own"])),
-            "attention_argmax_on_other_any": float(np.mean(cat["any_other"])),
-            "attention_by_label": {"different_colours": part(~same), "same_colour": part(same)}}
+    return {
+        "attention_on_other": float(np.mean(cat["on_other"])),
+        "attention_on_other_chance": float(np.mean(cat["share_uniform"])),
+        "attention_near_other": float(np.mean(cat["near_other"])),
+        "attention_mass_on_other": float(np.mean(cat["share_other"])),
+        "attention_mass_on_other_uniform": float(np.mean(cat["share_uniform"])),
+        "attention_mass_on_own": float(np.mean(cat["mass_own"])),
+        "attention_argmax_on_other_any": float(np.mean(cat["any_other"])),
+        "attention_by_label": {"different_colours": part(~same), "same_colour": part(same)},
+    }
 
 
 def add_flags(parser):
@@ -401,9 +448,16 @@ def main(argv=None):
     for attention in (True, False):
         if (attention and args.no_attention) or (not attention and args.attention_only):
             continue
-        model, result = train_model(args.seed, attention=attention, steps=cfg["steps"], quick=args.quick,
-                                    disable_progress=args.no_progress, coords=args.coords, run=args.run,
-                                    desc="sagan_shapes" + ("" if attention else " (no attention)"))
+        model, result = train_model(
+            args.seed,
+            attention=attention,
+            steps=cfg["steps"],
+            quick=args.quick,
+            disable_progress=args.no_progress,
+            coords=args.coords,
+            run=args.run,
+            desc="sagan_shapes" + ("" if attention else " (no attention)"),
+        )
         t0 = time.perf_counter()
         models[attention], results[attention] = model, result
         if attention:
@@ -421,8 +475,18 @@ def main(argv=None):
         metrics["accuracy"] = metrics["accuracy_no_attention"]
     main_attention = True in models
     model, result = models[main_attention], results[main_attention]
-    return _common.report("sagan_shapes", args, model, result, cfg["batch_size"], start_eval, attention=main_attention,
-                   coords=args.coords, heldout_size=cfg["heldout"], **metrics)
+    return _common.report(
+        "sagan_shapes",
+        args,
+        model,
+        result,
+        cfg["batch_size"],
+        start_eval,
+        attention=main_attention,
+        coords=args.coords,
+        heldout_size=cfg["heldout"],
+        **metrics,
+    )
 
 
 if __name__ == "__main__":

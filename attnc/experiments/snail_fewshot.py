@@ -43,16 +43,30 @@ from . import _common
 N_WAY = 5
 HELDOUT_SEED = 20170711  # the held-out episodes are the same for every --seed
 TASK = dict(dim=32, noise=1.2)
-FULL = dict(steps=3000, batch_size=32, lr=3e-3, warmup=100, final_lr=0.02, heldout=2000,
-            model=dict(embedding_size=64, filters=32, attention_sizes=((32, 16), (64, 32), (128, 64))))
-QUICK = dict(FULL, steps=40, batch_size=16, warmup=5, heldout=200,
-             model=dict(embedding_size=16, filters=8, attention_sizes=((8, 8), (16, 8), (16, 8))))
+FULL = dict(
+    steps=3000,
+    batch_size=32,
+    lr=3e-3,
+    warmup=100,
+    final_lr=0.02,
+    heldout=2000,
+    model=dict(embedding_size=64, filters=32, attention_sizes=((32, 16), (64, 32), (128, 64))),
+)
+QUICK = dict(
+    FULL,
+    steps=40,
+    batch_size=16,
+    warmup=5,
+    heldout=200,
+    model=dict(embedding_size=16, filters=8, attention_sizes=((8, 8), (16, 8), (16, 8))),
+)
 
 
 def add_flags(parser):
     """This experiment's own flags."""
-    parser.add_argument("--shots", choices=("1", "5", "all"), default="all",
-                        help="train the 1-shot or the 5-shot task, or both")
+    parser.add_argument(
+        "--shots", choices=("1", "5", "all"), default="all", help="train the 1-shot or the 5-shot task, or both"
+    )
 
 
 def heldout(task, count):
@@ -62,8 +76,12 @@ def heldout(task, count):
 
 def predict(model, episodes, chunk=500):
     """Predicted query classes (B,) over episodes, in chunks."""
-    return np.concatenate([model.predict(episodes.features[i:i + chunk], episodes.labels[i:i + chunk])
-                           for i in range(0, len(episodes), chunk)])
+    return np.concatenate(
+        [
+            model.predict(episodes.features[i : i + chunk], episodes.labels[i : i + chunk])
+            for i in range(0, len(episodes), chunk)
+        ]
+    )
 
 
 def train_one(k_shot, cfg, seed, *, desc=None, disable_progress=False, run=None):
@@ -73,9 +91,19 @@ def train_one(k_shot, cfg, seed, *, desc=None, disable_progress=False, run=None)
     model = SNAIL(N_WAY, k_shot, task.dim, **cfg["model"], seed=int(model_seed))
     opt, sched = _common.adam_warmup_cosine(model, cfg["lr"], cfg["warmup"], cfg["steps"], cfg["final_lr"])
     rng = np.random.default_rng(int(data_seed))
-    result = _common.train(model, opt, model.loss_and_grad, lambda step: task.episodes(cfg["batch_size"], seed=rng),
-                           cfg["steps"], scheduler=sched, clip=1.0, desc=desc or f"snail {k_shot}-shot",
-                           disable_progress=disable_progress, run=run, rngs={"data": rng})
+    result = _common.train(
+        model,
+        opt,
+        model.loss_and_grad,
+        lambda step: task.episodes(cfg["batch_size"], seed=rng),
+        cfg["steps"],
+        scheduler=sched,
+        clip=1.0,
+        desc=desc or f"snail {k_shot}-shot",
+        disable_progress=disable_progress,
+        run=run,
+        rngs={"data": rng},
+    )
     return model, task, result
 
 
@@ -105,9 +133,14 @@ def episode_attention(model, episodes):
     the query's), "labels" (B, T − 1) (the support labels, for axis ticks),
     "nearest_prototype" (B,)}."""
     logits, attention = model(episodes.features, episodes.labels, return_attention=True)
-    return {"logits": logits, "predictions": logits.argmax(axis=1), "targets": episodes.targets,
-            "attention": attention, "labels": episodes.labels,
-            "nearest_prototype": nearest_prototype(episodes.features, episodes.labels, model.n_way)}
+    return {
+        "logits": logits,
+        "predictions": logits.argmax(axis=1),
+        "targets": episodes.targets,
+        "attention": attention,
+        "labels": episodes.labels,
+        "nearest_prototype": nearest_prototype(episodes.features, episodes.labels, model.n_way),
+    }
 
 
 def main(argv=None):
@@ -125,21 +158,41 @@ def main(argv=None):
         seconds += result["train_seconds"]
         metrics[f"accuracy_{k}shot"] = acc
         metrics[f"nearest_prototype_{k}shot"] = proto
-        details[f"{k}shot"] = {"steps": result["steps"], "first_loss": result["first_loss"],
-                               "final_loss": result["final_loss"], "train_seconds": result["train_seconds"],
-                               "parameters": int(sum(p.size for p in model.parameters()))}
+        details[f"{k}shot"] = {
+            "steps": result["steps"],
+            "first_loss": result["first_loss"],
+            "final_loss": result["final_loss"],
+            "train_seconds": result["train_seconds"],
+            "parameters": int(sum(p.size for p in model.parameters())),
+        }
         models[k] = model
     main_k = 5 if 5 in models else shots[0]
-    if args.save and len(models) > 1:   # the other model beside the main one
+    if args.save and len(models) > 1:  # the other model beside the main one
         root, ext = os.path.splitext(args.save)
         for k, m in models.items():
             if k != main_k:
                 _common.save_model(f"{root}_{k}shot{ext or '.npz'}", m)
-    combined = {"steps": details[f"{main_k}shot"]["steps"], "first_loss": details[f"{main_k}shot"]["first_loss"],
-                "final_loss": details[f"{main_k}shot"]["final_loss"], "train_seconds": round(seconds, 3)}
-    return _common.report("snail_fewshot", args, models[main_k], combined, cfg["batch_size"], eval_seconds,
-                   accuracy=metrics[f"accuracy_{main_k}shot"], **metrics, shots=list(shots), n_way=N_WAY,
-                   heldout_episodes=cfg["heldout"], task=dict(TASK), by_shots=details)
+    combined = {
+        "steps": details[f"{main_k}shot"]["steps"],
+        "first_loss": details[f"{main_k}shot"]["first_loss"],
+        "final_loss": details[f"{main_k}shot"]["final_loss"],
+        "train_seconds": round(seconds, 3),
+    }
+    return _common.report(
+        "snail_fewshot",
+        args,
+        models[main_k],
+        combined,
+        cfg["batch_size"],
+        eval_seconds,
+        accuracy=metrics[f"accuracy_{main_k}shot"],
+        **metrics,
+        shots=list(shots),
+        n_way=N_WAY,
+        heldout_episodes=cfg["heldout"],
+        task=dict(TASK),
+        by_shots=details,
+    )
 
 
 if __name__ == "__main__":

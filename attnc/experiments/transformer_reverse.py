@@ -25,8 +25,22 @@ from . import _common
 
 HELDOUT_SEED = 20240601  # the held-out set is the same for every --seed
 
-FULL = dict(steps=1200, batch_size=64, lr=1e-3, warmup=120, final_lr=0.02, weight_decay=0.01, dropout=0.0,
-            label_smoothing=0.0, clip=1.0, heldout=1000, d_model=64, nhead=4, layers=2, dim_feedforward=256)
+FULL = dict(
+    steps=1200,
+    batch_size=64,
+    lr=1e-3,
+    warmup=120,
+    final_lr=0.02,
+    weight_decay=0.01,
+    dropout=0.0,
+    label_smoothing=0.0,
+    clip=1.0,
+    heldout=1000,
+    d_model=64,
+    nhead=4,
+    layers=2,
+    dim_feedforward=256,
+)
 QUICK = dict(FULL, steps=25, batch_size=32, warmup=10, heldout=64)
 
 
@@ -38,8 +52,9 @@ def exact_match(model, task, batch_size=500):
     for start in range(0, len(task), batch_size):
         idx = np.arange(start, min(start + batch_size, len(task)))
         b = task.batch(idx)
-        out = model.generate(b.src, max_new_tokens=width, bos=task.bos, eos=task.eos,
-                             src_key_padding_mask=b.src_key_padding_mask)
+        out = model.generate(
+            b.src, max_new_tokens=width, bos=task.bos, eos=task.eos, src_key_padding_mask=b.src_key_padding_mask
+        )
         got = np.full((len(idx), width), -1, np.int64)
         got[:, : out.shape[1]] = out[:, :width]
         want = targets[idx]
@@ -59,9 +74,18 @@ def main(argv=None):
     heldout = reverse_task(cfg["heldout"], seed=HELDOUT_SEED, unique=True)
     train_set = reverse_task(cfg["steps"] * cfg["batch_size"], seed=int(data_seed), exclude=heldout)
     V = heldout.num_tokens
-    model = Seq2SeqTransformer(V, V, d_model=cfg["d_model"], nhead=cfg["nhead"], num_encoder_layers=cfg["layers"],
-                               num_decoder_layers=cfg["layers"], dim_feedforward=cfg["dim_feedforward"],
-                               dropout=cfg["dropout"], max_len=32, seed=int(model_seed))
+    model = Seq2SeqTransformer(
+        V,
+        V,
+        d_model=cfg["d_model"],
+        nhead=cfg["nhead"],
+        num_encoder_layers=cfg["layers"],
+        num_decoder_layers=cfg["layers"],
+        dim_feedforward=cfg["dim_feedforward"],
+        dropout=cfg["dropout"],
+        max_len=32,
+        seed=int(model_seed),
+    )
     opt = attnc.optim.AdamW(model, lr=cfg["lr"], betas=(0.9, 0.98), eps=1e-9, weight_decay=cfg["weight_decay"])
     sched = attnc.optim.LambdaLR(opt, _common.warmup_cosine(cfg["warmup"], cfg["steps"], cfg["final_lr"]))
     bs = cfg["batch_size"]
@@ -70,21 +94,47 @@ def main(argv=None):
         return train_set.batch(np.arange(step * bs, (step + 1) * bs))
 
     def loss_and_grads(b):
-        return model.loss_and_grads(b.src, b.tgt_in, b.tgt_out, b.src_key_padding_mask, b.tgt_key_padding_mask,
-                                    label_smoothing=cfg["label_smoothing"])
+        return model.loss_and_grads(
+            b.src,
+            b.tgt_in,
+            b.tgt_out,
+            b.src_key_padding_mask,
+            b.tgt_key_padding_mask,
+            label_smoothing=cfg["label_smoothing"],
+        )
 
     def measures():
         em, tok_acc = exact_match(model, heldout)
         return {"exact_match": em, "token_accuracy": tok_acc}
 
-    result = _common.train(model, opt, loss_and_grads, batches, cfg["steps"], scheduler=sched, clip=cfg["clip"],
-                           desc="transformer_reverse", disable_progress=args.no_progress, run=args.run,
-                           evaluate=measures)
+    result = _common.train(
+        model,
+        opt,
+        loss_and_grads,
+        batches,
+        cfg["steps"],
+        scheduler=sched,
+        clip=cfg["clip"],
+        desc="transformer_reverse",
+        disable_progress=args.no_progress,
+        run=args.run,
+        evaluate=measures,
+    )
     start = time.perf_counter()
     em, tok_acc = exact_match(model, heldout)
     eval_seconds = time.perf_counter() - start
-    return _common.report("transformer_reverse", args, model, result, bs, eval_seconds, exact_match=em,
-                   token_accuracy=tok_acc, heldout_size=len(heldout), train_sequences=len(train_set))
+    return _common.report(
+        "transformer_reverse",
+        args,
+        model,
+        result,
+        bs,
+        eval_seconds,
+        exact_match=em,
+        token_accuracy=tok_acc,
+        heldout_size=len(heldout),
+        train_sequences=len(train_set),
+    )
 
 
 if __name__ == "__main__":

@@ -10,5 +10,15 @@ from .rnn_seq2seq import Seq2Seq
 from .seq2seq_transformer import Seq2SeqTransformer
 from .snail import SNAIL
 
-__all__ = ["Captioner", "DecomposableAttention", "GPT", "NTM", "NTMTrace", "PointerNet", "PointerOutput", "SNAIL",
-           "Seq2Seq", "Seq2SeqTransformer"]
+__all__ = [
+    "Captioner",
+    "DecomposableAttention",
+    "GPT",
+    "NTM",
+    "NTMTrace",
+    "PointerNet",
+    "PointerOutput",
+    "SNAIL",
+    "Seq2Seq",
+    "Seq2SeqTransformer",
+]

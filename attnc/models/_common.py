@@ -55,7 +55,7 @@ class _EvalMode:
     (one left in eval mode by the user stays so)."""
 
     def __init__(self, module):
-        self.training = []   # the modules in training mode, found once
+        self.training = []  # the modules in training mode, found once
         stack = [module]
         while stack:
             m = stack.pop()

@@ -26,14 +26,26 @@ _SOFT, _HARD_SAMPLE, _HARD_ARGMAX, _HARD_GIVEN = 0, 1, 2, 3
 # The decoder's parameters: attnc_captioner_params' members and their state_dict
 # names (the gate's are absent without the gate).
 PARAM_NAMES = {
-    "embedding": "embedding.weight", "init_h_w": "init_h.weight", "init_h_b": "init_h.bias",
-    "init_c_w": "init_c.weight", "init_c_b": "init_c.bias", "att_feat_w": "attention.feature.weight",
-    "att_feat_b": "attention.feature.bias", "att_hidden_w": "attention.hidden.weight",
-    "att_score_w": "attention.score.weight", "gate_w": "gate.weight", "gate_b": "gate.bias",
-    "w_ih": "decoder.weight_ih", "w_hh": "decoder.weight_hh", "b_ih": "decoder.bias_ih", "b_hh": "decoder.bias_hh",
-    "out_h_w": "out_hidden.weight", "out_z_w": "out_context.weight", "out_w": "output.weight", "out_b": "output.bias",
+    "embedding": "embedding.weight",
+    "init_h_w": "init_h.weight",
+    "init_h_b": "init_h.bias",
+    "init_c_w": "init_c.weight",
+    "init_c_b": "init_c.bias",
+    "att_feat_w": "attention.feature.weight",
+    "att_feat_b": "attention.feature.bias",
+    "att_hidden_w": "attention.hidden.weight",
+    "att_score_w": "attention.score.weight",
+    "gate_w": "gate.weight",
+    "gate_b": "gate.bias",
+    "w_ih": "decoder.weight_ih",
+    "w_hh": "decoder.weight_hh",
+    "b_ih": "decoder.bias_ih",
+    "b_hh": "decoder.bias_hh",
+    "out_h_w": "out_hidden.weight",
+    "out_z_w": "out_context.weight",
+    "out_w": "output.weight",
+    "out_b": "output.bias",
 }
-
 
 
 def _nonneg(name, v):
@@ -160,14 +172,30 @@ class Captioner(nn.Module):
     (64, 21)
     """
 
-    def __init__(self, feature_size: int, vocab_size: int, embed_size: int = 32, hidden_size: int = 128,
-                 attention_size: int = 64, *, attention: Literal["soft", "hard"] = "soft",
-                 doubly_stochastic: float = 1.0, gate: bool = True, reinforce: float = 1.0, entropy: float = 0.01,
-                 expected_context: float = 0.5, dtype: DTypeLike = np.float32, seed: int | None = None) -> None:
+    def __init__(
+        self,
+        feature_size: int,
+        vocab_size: int,
+        embed_size: int = 32,
+        hidden_size: int = 128,
+        attention_size: int = 64,
+        *,
+        attention: Literal["soft", "hard"] = "soft",
+        doubly_stochastic: float = 1.0,
+        gate: bool = True,
+        reinforce: float = 1.0,
+        entropy: float = 0.01,
+        expected_context: float = 0.5,
+        dtype: DTypeLike = np.float32,
+        seed: int | None = None,
+    ) -> None:
         super().__init__(dtype)
         F, V = size_arg("feature_size", feature_size), size_arg("vocab_size", vocab_size)
-        Ed, H, A = size_arg("embed_size", embed_size), size_arg("hidden_size", hidden_size), size_arg("attention_size",
-                                                                                             attention_size)
+        Ed, H, A = (
+            size_arg("embed_size", embed_size),
+            size_arg("hidden_size", hidden_size),
+            size_arg("attention_size", attention_size),
+        )
         if attention not in ("soft", "hard"):
             raise ValueError(f"attention must be 'soft' or 'hard', got {attention!r}")
         self.feature_size, self.vocab_size, self.embed_size, self.hidden_size, self.attention_size = F, V, Ed, H, A
@@ -204,8 +232,9 @@ class Captioner(nn.Module):
         a = float_array(features, "features")
         same_dtype(self.dtype, features=a)
         if a.ndim != 3 or a.shape[2] != self.feature_size or a.shape[1] < 1:
-            raise ValueError(f"features has shape {shape_str(a.shape)}, expected (B, L, {self.feature_size}) "
-                             "with L >= 1")
+            raise ValueError(
+                f"features has shape {shape_str(a.shape)}, expected (B, L, {self.feature_size}) with L >= 1"
+            )
         return np.ascontiguousarray(a)
 
     def _tokens(self, tgt_in, B):
@@ -225,8 +254,10 @@ class Captioner(nn.Module):
         if samples is not None:
             s = _int_ids(samples, "samples", shape)
             if s.size and (s.min() < -1 or s.max() >= L):
-                raise ValueError(f"samples must be locations in [0, {L}) or -1 (the expected context), got "
-                                 f"values from {s.min()} to {s.max()}")
+                raise ValueError(
+                    f"samples must be locations in [0, {L}) or -1 (the expected context), got "
+                    f"values from {s.min()} to {s.max()}"
+                )
             return self._decoder_config(_HARD_GIVEN), s
         if self.training:
             seed = int(self._rng.integers(2**63))
@@ -244,12 +275,14 @@ class Captioner(nn.Module):
         alphas = np.empty((B, T, L), self.dtype)
         saved = None
         if keep:
-            n = _core.captioner_saved_size(B=B, T=T, L=L, F=F, E=self.embed_size, H=self.hidden_size,
-                                           A=self.attention_size)
+            n = _core.captioner_saved_size(
+                B=B, T=T, L=L, F=F, E=self.embed_size, H=self.hidden_size, A=self.attention_size
+            )
             saved = np.empty(n, self.dtype)
         params = self._params()
-        _core.captioner_forward(logits=logits, alphas=alphas, samples=s, saved=saved, features=a, tokens=t,
-                                params=params, **config)
+        _core.captioner_forward(
+            logits=logits, alphas=alphas, samples=s, saved=saved, features=a, tokens=t, params=params, **config
+        )
         return logits, alphas, s, (saved, a, t, s, params, config)
 
     @staticmethod
@@ -259,10 +292,19 @@ class Captioner(nn.Module):
         dfeatures = np.empty_like(a)
         if dlogits is None:
             dlogits = np.zeros((a.shape[0], t.shape[1], params["out_b"].shape[0]), a.dtype)
-        _core.captioner_backward(grads=grads, dfeatures=dfeatures, dlogits=np.ascontiguousarray(dlogits, a.dtype),
-                                 dalphas=None if dalphas is None else np.ascontiguousarray(dalphas, a.dtype),
-                                 dlogp=None if dlogp is None else np.ascontiguousarray(dlogp, a.dtype),
-                                 saved=saved, features=a, tokens=t, samples=s, params=params, **config)
+        _core.captioner_backward(
+            grads=grads,
+            dfeatures=dfeatures,
+            dlogits=np.ascontiguousarray(dlogits, a.dtype),
+            dalphas=None if dalphas is None else np.ascontiguousarray(dalphas, a.dtype),
+            dlogp=None if dlogp is None else np.ascontiguousarray(dlogp, a.dtype),
+            saved=saved,
+            features=a,
+            tokens=t,
+            samples=s,
+            params=params,
+            **config,
+        )
         out = {PARAM_NAMES[k]: g for k, g in grads.items()}
         out["features"] = dfeatures
         return out
@@ -277,8 +319,15 @@ class Captioner(nn.Module):
         return out if len(out) > 1 else logits
 
     # -- the computation --------------------------------------------------------------------
-    def forward(self, features: ArrayLike, tgt_in: ArrayLike, *, return_alphas: bool = False,
-                samples: ArrayLike | None = None, return_samples: bool = False) -> Array | tuple[Array, ...]:
+    def forward(
+        self,
+        features: ArrayLike,
+        tgt_in: ArrayLike,
+        *,
+        return_alphas: bool = False,
+        samples: ArrayLike | None = None,
+        return_samples: bool = False,
+    ) -> Array | tuple[Array, ...]:
         logits, alphas, s, _ = self._run(features, tgt_in, samples, keep=False)
         return self._outputs(logits, alphas, s, return_alphas, return_samples)
 
@@ -307,8 +356,7 @@ class Captioner(nn.Module):
         if np.any(real & ((tgt_out < 0) | (tgt_out >= V))):
             raise ValueError(f"tgt_out has targets outside [0, {V}) that are not {IGNORE_INDEX}")
         n = max(int(real.sum()), 1)
-        ce, ce_pullback = vjp(nn.cross_entropy, logits.reshape(-1, V), tgt_out.reshape(-1),
-                              ignore_index=IGNORE_INDEX)
+        ce, ce_pullback = vjp(nn.cross_entropy, logits.reshape(-1, V), tgt_out.reshape(-1), ignore_index=IGNORE_INDEX)
         dlogits = ce_pullback(np.ones((), self.dtype))["input"].reshape(B, T, V)
         al = alphas.astype(np.float64)
         m = real[:, :, None].astype(np.float64)
@@ -328,8 +376,9 @@ class Captioner(nn.Module):
             dalphas = dalphas + (self.entropy / n) * (np.log(np.maximum(al, 1e-30)) + 1.0) * m
             if rows.any():
                 self.baseline = 0.9 * self.baseline + 0.1 * float(logp_y[rows].mean())
-        grads = self._backward_call(state, dlogits, dalphas.astype(self.dtype),
-                                    None if dlogp is None else dlogp.astype(self.dtype))
+        grads = self._backward_call(
+            state, dlogits, dalphas.astype(self.dtype), None if dlogp is None else dlogp.astype(self.dtype)
+        )
         grads.pop("features")
         return float(ce) + penalty, grads
 
@@ -354,13 +403,23 @@ class Captioner(nn.Module):
                 continue
             if isinstance(v, bool) or not isinstance(v, numbers.Integral) or not 0 <= v < self.vocab_size:
                 raise ValueError(f"{name} must be a token id in [0, {self.vocab_size}), got {v!r}")
-        if isinstance(length_penalty, bool) or not isinstance(length_penalty, numbers.Real) or \
-                not math.isfinite(length_penalty):
+        if (
+            isinstance(length_penalty, bool)
+            or not isinstance(length_penalty, numbers.Real)
+            or not math.isfinite(length_penalty)
+        ):
             raise ValueError(f"length_penalty must be a finite number, got {length_penalty!r}")
         return a, max_len, beam_size
 
-    def generate(self, features: ArrayLike, max_len: int, bos: int, eos: int | None = None, beam_size: int = 1,
-                 length_penalty: float = 0.0) -> tuple[Array, Array]:
+    def generate(
+        self,
+        features: ArrayLike,
+        max_len: int,
+        bos: int,
+        eos: int | None = None,
+        beam_size: int = 1,
+        length_penalty: float = 0.0,
+    ) -> tuple[Array, Array]:
         """Captions of features (B, L, F), decoded in C (the search of
         ``attnc.models.Seq2Seq.generate``). Every row starts from ``bos``.
         Returns (tokens int64 (B, n), alphas (B, n, L)), n <= max_len the
@@ -381,13 +440,24 @@ class Captioner(nn.Module):
         tokens, lengths = np.empty((B, max_len), np.int64), np.empty(B, np.int64)
         alphas = np.empty((B, max_len, L), self.dtype)
         mode = _SOFT if self.attention_kind == "soft" else _HARD_ARGMAX
-        _core.captioner_generate(tokens=tokens, lengths=lengths, alphas=alphas, features=a, params=self._params(),
-                                 bos=int(bos), eos=-1 if eos is None else int(eos), beam_size=K,
-                                 length_penalty=float(length_penalty), **self._decoder_config(mode))
+        _core.captioner_generate(
+            tokens=tokens,
+            lengths=lengths,
+            alphas=alphas,
+            features=a,
+            params=self._params(),
+            bos=int(bos),
+            eos=-1 if eos is None else int(eos),
+            beam_size=K,
+            length_penalty=float(length_penalty),
+            **self._decoder_config(mode),
+        )
         n = int(lengths.max()) if B else 0
         return tokens[:, :n].copy(), alphas[:, :n].copy()
 
     def extra_repr(self) -> str:
-        return (f"feature_size={self.feature_size}, vocab_size={self.vocab_size}, embed_size={self.embed_size}, "
-                f"hidden_size={self.hidden_size}, attention_size={self.attention_size}, "
-                f"attention={self.attention_kind!r}, gate={self.gate_enabled}")
+        return (
+            f"feature_size={self.feature_size}, vocab_size={self.vocab_size}, embed_size={self.embed_size}, "
+            f"hidden_size={self.hidden_size}, attention_size={self.attention_size}, "
+            f"attention={self.attention_kind!r}, gate={self.gate_enabled}"
+        )

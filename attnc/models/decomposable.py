@@ -72,7 +72,7 @@ def _window_backward(dw, na, B, ma, mb):
     out = []
     for rows, m in ((dw[:na], ma), (dw[na:], mb)):
         g = rows.reshape(B, m.shape[1], 3 * E) * m[:, :, None]
-        d = (g[..., E:2 * E] + _shift(g[..., :E], -1) + _shift(g[..., 2 * E:], 1)) * m[:, :, None]
+        d = (g[..., E : 2 * E] + _shift(g[..., :E], -1) + _shift(g[..., 2 * E :], 1)) * m[:, :, None]
         out.append(d.reshape(-1, E))
     return np.concatenate(out).astype(dw.dtype, copy=False)
 
@@ -97,8 +97,15 @@ class FeedForward(nn.Module):
     (2, 3, 8)
     """
 
-    def __init__(self, in_features: int, hidden_size: int, dropout: float = 0.0, *, dtype: DTypeLike = np.float32,
-                 seed: int | None = None) -> None:
+    def __init__(
+        self,
+        in_features: int,
+        hidden_size: int,
+        dropout: float = 0.0,
+        *,
+        dtype: DTypeLike = np.float32,
+        seed: int | None = None,
+    ) -> None:
         super().__init__(dtype)
         if not 0 <= dropout < 1:
             raise ValueError(f"dropout must be in [0, 1), got {dropout}")
@@ -185,9 +192,20 @@ class DecomposableAttention(nn.Module):
     {'embedding.weight': (10, 8), 'projection.weight': (16, 8), 'classifier.weight': (3, 16), 'classifier.bias': (3,)}
     """
 
-    def __init__(self, vocab_size: int, embedding_dim: int = 32, hidden_size: int = 64, num_classes: int = 3, *,
-                 padding_idx: int | None = 0, project: bool = True, context: int = 0, dropout: float = 0.0,
-                 dtype: DTypeLike = np.float32, seed: int | None = None) -> None:
+    def __init__(
+        self,
+        vocab_size: int,
+        embedding_dim: int = 32,
+        hidden_size: int = 64,
+        num_classes: int = 3,
+        *,
+        padding_idx: int | None = 0,
+        project: bool = True,
+        context: int = 0,
+        dropout: float = 0.0,
+        dtype: DTypeLike = np.float32,
+        seed: int | None = None,
+    ) -> None:
         super().__init__(dtype)
         size_arg("vocab_size", vocab_size)
         size_arg("embedding_dim", embedding_dim)
@@ -201,8 +219,9 @@ class DecomposableAttention(nn.Module):
         self.embedding = nn.Embedding(vocab_size, embedding_dim, padding_idx, dtype=dtype, seed=s[0])
         self.project = bool(project)
         if self.project:
-            self.projection = nn.Linear((1 + 2 * self.context) * embedding_dim, hidden_size, bias=False, dtype=dtype,
-                                        seed=s[1])
+            self.projection = nn.Linear(
+                (1 + 2 * self.context) * embedding_dim, hidden_size, bias=False, dtype=dtype, seed=s[1]
+            )
         d = hidden_size if self.project else (1 + 2 * self.context) * embedding_dim
         self.attend = FeedForward(d, hidden_size, dropout, dtype=dtype, seed=s[2])
         self.compare = FeedForward(2 * d, hidden_size, dropout, dtype=dtype, seed=s[3])
@@ -248,10 +267,15 @@ class DecomposableAttention(nn.Module):
     def _inputs(self, premise, hypothesis, premise_lengths, hypothesis_lengths, premise_mask, hypothesis_mask):
         p, h = self._ids(premise, "premise"), self._ids(hypothesis, "hypothesis")
         if p.shape[0] != h.shape[0]:
-            raise ValueError(f"premise {shape_str(p.shape)} and hypothesis {shape_str(h.shape)} have different "
-                             "batch sizes")
-        return (p, h, self._mask(p, premise_lengths, premise_mask, "premise"),
-                self._mask(h, hypothesis_lengths, hypothesis_mask, "hypothesis"))
+            raise ValueError(
+                f"premise {shape_str(p.shape)} and hypothesis {shape_str(h.shape)} have different batch sizes"
+            )
+        return (
+            p,
+            h,
+            self._mask(p, premise_lengths, premise_mask, "premise"),
+            self._mask(h, hypothesis_lengths, hypothesis_mask, "hypothesis"),
+        )
 
     # -- the model -------------------------------------------------------------------------------
     def _run(self, p, h, ma, mb):
@@ -271,8 +295,9 @@ class DecomposableAttention(nn.Module):
         mab = ma[:, :, None] & mb[:, None, :]
         (beta, w_ab), pab = vjp(attention, fa, fb, b, score="dot", mask=mab)
         (alpha, w_ba), pba = vjp(attention, fb, fa, a, score="dot", mask=mab.transpose(0, 2, 1))
-        g_in = np.concatenate([np.concatenate([a, beta], -1).reshape(na, 2 * d),
-                               np.concatenate([b, alpha], -1).reshape(B * Lb, 2 * d)])
+        g_in = np.concatenate(
+            [np.concatenate([a, beta], -1).reshape(na, 2 * d), np.concatenate([b, alpha], -1).reshape(B * Lb, 2 * d)]
+        )
         v, pg = vjp(self.compare, g_in)
         H = v.shape[1]
         v1 = (v[:na].reshape(B, La, H) * ma[:, :, None]).sum(axis=1)
@@ -282,8 +307,16 @@ class DecomposableAttention(nn.Module):
         saved = (B, La, Lb, d, H, ma, mb, pe, pp, pf, pab, pba, pg, ph, pc)
         return logits, (w_ab, w_ba, fa, fb), saved
 
-    def _vjp_forward(self, premise, hypothesis, premise_lengths=None, hypothesis_lengths=None, *,
-                     premise_mask=None, hypothesis_mask=None):
+    def _vjp_forward(
+        self,
+        premise,
+        hypothesis,
+        premise_lengths=None,
+        hypothesis_lengths=None,
+        *,
+        premise_mask=None,
+        hypothesis_mask=None,
+    ):
         args = self._inputs(premise, hypothesis, premise_lengths, hypothesis_lengths, premise_mask, hypothesis_mask)
         logits, _, saved = self._run(*args)
         return logits, saved
@@ -301,8 +334,9 @@ class DecomposableAttention(nn.Module):
         grads.update(_prefixed("aggregate", gh))
         dv1, dv2 = gh["input"][:, :H], gh["input"][:, H:]
         dt = self.dtype
-        dv = np.concatenate([(dv1[:, None, :] * ma[:, :, None]).reshape(na, H),
-                             (dv2[:, None, :] * mb[:, :, None]).reshape(B * Lb, H)]).astype(dt, copy=False)
+        dv = np.concatenate(
+            [(dv1[:, None, :] * ma[:, :, None]).reshape(na, H), (dv2[:, None, :] * mb[:, :, None]).reshape(B * Lb, H)]
+        ).astype(dt, copy=False)
         gg = pg(dv)
         grads.update(_prefixed("compare", gg))
         dg = gg["input"]
@@ -324,42 +358,64 @@ class DecomposableAttention(nn.Module):
         grads.update(_prefixed("embedding", pe(dx)))
         return grads
 
-    def forward(self, premise: ArrayLike, hypothesis: ArrayLike, premise_lengths: ArrayLike | None = None,
-                hypothesis_lengths: ArrayLike | None = None, *, premise_mask: ArrayLike | None = None,
-                hypothesis_mask: ArrayLike | None = None,
-                return_attention: bool = False) -> Array | tuple[Array, Array]:
+    def forward(
+        self,
+        premise: ArrayLike,
+        hypothesis: ArrayLike,
+        premise_lengths: ArrayLike | None = None,
+        hypothesis_lengths: ArrayLike | None = None,
+        *,
+        premise_mask: ArrayLike | None = None,
+        hypothesis_mask: ArrayLike | None = None,
+        return_attention: bool = False,
+    ) -> Array | tuple[Array, Array]:
         args = self._inputs(premise, hypothesis, premise_lengths, hypothesis_lengths, premise_mask, hypothesis_mask)
         logits, (w_ab, *_), _ = self._run(*args)
         return (logits, w_ab) if return_attention else logits
 
-    def align(self, premise: ArrayLike, hypothesis: ArrayLike, premise_lengths: ArrayLike | None = None,
-              hypothesis_lengths: ArrayLike | None = None, *, premise_mask: ArrayLike | None = None,
-              hypothesis_mask: ArrayLike | None = None) -> dict[str, Array]:
+    def align(
+        self,
+        premise: ArrayLike,
+        hypothesis: ArrayLike,
+        premise_lengths: ArrayLike | None = None,
+        hypothesis_lengths: ArrayLike | None = None,
+        *,
+        premise_mask: ArrayLike | None = None,
+        hypothesis_mask: ArrayLike | None = None,
+    ) -> dict[str, Array]:
         """The attend step's matrices, each (B, La, Lb): "scores" e_ij
         (0 where either token is padding), "premise_to_hypothesis"
         softmax_j(e_ij) (the weights of β_i), "hypothesis_to_premise"
         softmax_i(e_ij) (the weights of α_j, transposed to premise × hypothesis);
         and "logits" (B, num_classes)."""
-        p, h, ma, mb = self._inputs(premise, hypothesis, premise_lengths, hypothesis_lengths, premise_mask,
-                                    hypothesis_mask)
+        p, h, ma, mb = self._inputs(
+            premise, hypothesis, premise_lengths, hypothesis_lengths, premise_mask, hypothesis_mask
+        )
         logits, (w_ab, w_ba, fa, fb), _ = self._run(p, h, ma, mb)
         scores = np.einsum("bik,bjk->bij", fa, fb) * (ma[:, :, None] & mb[:, None, :])
-        return {"scores": scores, "premise_to_hypothesis": w_ab,
-                "hypothesis_to_premise": w_ba.transpose(0, 2, 1).copy(), "logits": logits}
+        return {
+            "scores": scores,
+            "premise_to_hypothesis": w_ab,
+            "hypothesis_to_premise": w_ba.transpose(0, 2, 1).copy(),
+            "logits": logits,
+        }
 
     @internal()
     def loss_and_grad(self, batch: Any) -> tuple[float, dict[str, Array]]:
         """(mean cross-entropy, gradients by state_dict name) of a batch with
         premise, hypothesis, premise_lengths, hypothesis_lengths and labels
         (an attnc.datasets.EntailmentBatch)."""
-        logits, saved = self._vjp_forward(batch.premise, batch.hypothesis, batch.premise_lengths,
-                                          batch.hypothesis_lengths)
+        logits, saved = self._vjp_forward(
+            batch.premise, batch.hypothesis, batch.premise_lengths, batch.hypothesis_lengths
+        )
         loss, pb = vjp(nn.cross_entropy, logits, batch.labels)
         return float(loss), self._vjp_backward(saved, (pb(np.ones((), self.dtype))["input"],))
 
     loss_and_grads = loss_and_grad
 
     def extra_repr(self) -> str:
-        return (f"vocab_size={self.embedding.num_embeddings}, embedding_dim={self.embedding.embedding_dim}, "
-                f"hidden_size={self.classifier.in_features}, num_classes={self.classifier.out_features}, "
-                f"project={self.project}")
+        return (
+            f"vocab_size={self.embedding.num_embeddings}, embedding_dim={self.embedding.embedding_dim}, "
+            f"hidden_size={self.classifier.in_features}, num_classes={self.classifier.out_features}, "
+            f"project={self.project}"
+        )

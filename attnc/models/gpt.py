@@ -67,11 +67,25 @@ class GPT(nn.Module):
     (4, 3)
     """
 
-    def __init__(self, vocab_size: int, block_size: int, n_layer: int = 3, n_head: int = 3, n_embd: int = 48,
-                 dropout: float = 0.1, *, dtype: DTypeLike = np.float32, seed: int | None = None) -> None:
+    def __init__(
+        self,
+        vocab_size: int,
+        block_size: int,
+        n_layer: int = 3,
+        n_head: int = 3,
+        n_embd: int = 48,
+        dropout: float = 0.1,
+        *,
+        dtype: DTypeLike = np.float32,
+        seed: int | None = None,
+    ) -> None:
         super().__init__(dtype)
-        for name, v in (("vocab_size", vocab_size), ("block_size", block_size), ("n_layer", n_layer),
-                        ("n_embd", n_embd)):
+        for name, v in (
+            ("vocab_size", vocab_size),
+            ("block_size", block_size),
+            ("n_layer", n_layer),
+            ("n_embd", n_embd),
+        ):
             if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 1:
                 raise ValueError(f"{name} must be an int >= 1, got {v!r}")
         if not 0 <= dropout < 1:
@@ -81,9 +95,17 @@ class GPT(nn.Module):
         self.n_embd, self.dropout = int(n_embd), float(dropout)
         self.wte = nn.Embedding(vocab_size, n_embd, dtype=dtype, seed=int(rng.integers(2**63)))
         self.wpe = nn.Embedding(block_size, n_embd, dtype=dtype, seed=int(rng.integers(2**63)))
-        layer = nn.TransformerEncoderLayer(n_embd, n_head, dim_feedforward=4 * n_embd, dropout=dropout,
-                                           activation="gelu", batch_first=True, norm_first=True, dtype=dtype,
-                                           seed=int(rng.integers(2**63)))
+        layer = nn.TransformerEncoderLayer(
+            n_embd,
+            n_head,
+            dim_feedforward=4 * n_embd,
+            dropout=dropout,
+            activation="gelu",
+            batch_first=True,
+            norm_first=True,
+            dtype=dtype,
+            seed=int(rng.integers(2**63)),
+        )
         self.encoder = nn.TransformerEncoder(layer, n_layer, enable_nested_tensor=False)
         self.ln_f = nn.LayerNorm(n_embd, dtype=dtype)
         self.lm_head = nn.Linear(n_embd, vocab_size, bias=False, dtype=dtype, seed=int(rng.integers(2**63)))
@@ -145,20 +167,32 @@ class GPT(nn.Module):
         return grads
 
     @internal()
-    def loss_and_grads(self, idx: ArrayLike, targets: ArrayLike, *, ignore_index: int = -100,
-                       label_smoothing: float = 0.0) -> tuple[float, dict[str, Array]]:
+    def loss_and_grads(
+        self, idx: ArrayLike, targets: ArrayLike, *, ignore_index: int = -100, label_smoothing: float = 0.0
+    ) -> tuple[float, dict[str, Array]]:
         """Mean cross-entropy of the logits against targets (B, T) (ignore_index
         counts for nothing) and its gradients: (loss, grads by state_dict name)."""
         logits, pullback = vjp(self, idx)
         V = logits.shape[-1]
-        loss, ce_pullback = vjp(nn.cross_entropy, logits.reshape(-1, V), np.asarray(targets).reshape(-1),
-                                ignore_index=ignore_index, label_smoothing=label_smoothing)
+        loss, ce_pullback = vjp(
+            nn.cross_entropy,
+            logits.reshape(-1, V),
+            np.asarray(targets).reshape(-1),
+            ignore_index=ignore_index,
+            label_smoothing=label_smoothing,
+        )
         dlogits = ce_pullback(np.ones((), logits.dtype))["input"].reshape(logits.shape)
         return float(loss), pullback(dlogits)
 
     # -- decoding --------------------------------------------------------------------
-    def generate(self, idx: ArrayLike, max_new_tokens: int, eos: int | None = None, beam_size: int = 1,
-                 length_penalty: float = 0.0) -> Array:
+    def generate(
+        self,
+        idx: ArrayLike,
+        max_new_tokens: int,
+        eos: int | None = None,
+        beam_size: int = 1,
+        length_penalty: float = 0.0,
+    ) -> Array:
         """Continue the prompts idx (B, T) int, in eval mode; returns int64
         (B, L), L <= max_new_tokens: the new tokens only. Rows that produce
         ``eos`` end with it and are filled with eos after; beam_size=1 is
@@ -169,14 +203,28 @@ class GPT(nn.Module):
         idx = _ids(idx, "idx")
         max_new_tokens, eos, beam_size = _decoding_ints(max_new_tokens, eos, beam_size)
         if idx.shape[1] + max_new_tokens - 1 > self.block_size:
-            raise ValueError(f"prompt length {idx.shape[1]} + max_new_tokens {max_new_tokens} - 1 exceeds "
-                             f"block_size={self.block_size}: the C decoder keeps every position's keys and values "
-                             "and does not crop the context")
+            raise ValueError(
+                f"prompt length {idx.shape[1]} + max_new_tokens {max_new_tokens} - 1 exceeds "
+                f"block_size={self.block_size}: the C decoder keeps every position's keys and values "
+                "and does not crop the context"
+            )
         if idx.size and (idx.min() < 0 or idx.max() >= self.vocab_size):
             raise ValueError(f"idx has token ids outside [0, {self.vocab_size})")
-        return nn.decode(list(self.encoder.layers), self.wte.weight, self.wpe.weight, self.lm_head.weight, idx,
-                         max_new_tokens, norm=self.ln_f, eos=eos, beam_size=beam_size, length_penalty=length_penalty)
+        return nn.decode(
+            list(self.encoder.layers),
+            self.wte.weight,
+            self.wpe.weight,
+            self.lm_head.weight,
+            idx,
+            max_new_tokens,
+            norm=self.ln_f,
+            eos=eos,
+            beam_size=beam_size,
+            length_penalty=length_penalty,
+        )
 
     def extra_repr(self) -> str:
-        return (f"vocab_size={self.vocab_size}, block_size={self.block_size}, n_layer={self.n_layer}, "
-                f"n_embd={self.n_embd}, dropout={self.dropout}")
+        return (
+            f"vocab_size={self.vocab_size}, block_size={self.block_size}, n_layer={self.n_layer}, "
+            f"n_embd={self.n_embd}, dropout={self.dropout}"
+        )

@@ -122,15 +122,30 @@ class NTM(nn.Module):
     ((32, 12), (2, 16))
     """
 
-    def __init__(self, input_size: int, output_size: int, controller: Literal["lstm", "feedforward"] = "lstm",
-                 controller_size: int = 100, memory_slots: int = 128, memory_width: int = 20, read_heads: int = 1,
-                 write_heads: int = 1, shifts: int = 3,
-                 memory_init: Literal["constant", "learned", "random"] = "constant", *, clip: float = 20.0,
-                 dtype: DTypeLike = np.float32, seed: int | None = None) -> None:
+    def __init__(
+        self,
+        input_size: int,
+        output_size: int,
+        controller: Literal["lstm", "feedforward"] = "lstm",
+        controller_size: int = 100,
+        memory_slots: int = 128,
+        memory_width: int = 20,
+        read_heads: int = 1,
+        write_heads: int = 1,
+        shifts: int = 3,
+        memory_init: Literal["constant", "learned", "random"] = "constant",
+        *,
+        clip: float = 20.0,
+        dtype: DTypeLike = np.float32,
+        seed: int | None = None,
+    ) -> None:
         super().__init__(dtype)
         I, O = size_arg("input_size", input_size), size_arg("output_size", output_size)
-        C, N, M = (size_arg("controller_size", controller_size), size_arg("memory_slots", memory_slots),
-                   size_arg("memory_width", memory_width))
+        C, N, M = (
+            size_arg("controller_size", controller_size),
+            size_arg("memory_slots", memory_slots),
+            size_arg("memory_width", memory_width),
+        )
         R, W = size_arg("read_heads", read_heads, 0), size_arg("write_heads", write_heads, 0)
         K = size_arg("shifts", shifts)
         if R + W < 1:
@@ -168,17 +183,34 @@ class NTM(nn.Module):
     # -- arguments ---------------------------------------------------------------------------
     def _core_config(self):
         """attnc_ntm_config's members: keyword arguments of the ntm_* calls."""
-        return {"lstm": self.controller_kind == "lstm", "read_heads": self.read_heads,
-                "write_heads": self.write_heads, "clip": self.clip}
+        return {
+            "lstm": self.controller_kind == "lstm",
+            "read_heads": self.read_heads,
+            "write_heads": self.write_heads,
+            "clip": self.clip,
+        }
 
     # attnc_ntm_params' members and their state_dict names, by controller
     # (the feedforward one has no w_hh, b_hh)
     _PARAM_NAMES = {
-        "lstm": {"w_ih": "controller.weight_ih", "w_hh": "controller.weight_hh", "b_ih": "controller.bias_ih",
-                 "b_hh": "controller.bias_hh", "head_w": "heads.weight", "head_b": "heads.bias",
-                 "out_w": "output.weight", "out_b": "output.bias"},
-        "feedforward": {"w_ih": "controller.weight", "b_ih": "controller.bias", "head_w": "heads.weight",
-                        "head_b": "heads.bias", "out_w": "output.weight", "out_b": "output.bias"},
+        "lstm": {
+            "w_ih": "controller.weight_ih",
+            "w_hh": "controller.weight_hh",
+            "b_ih": "controller.bias_ih",
+            "b_hh": "controller.bias_hh",
+            "head_w": "heads.weight",
+            "head_b": "heads.bias",
+            "out_w": "output.weight",
+            "out_b": "output.bias",
+        },
+        "feedforward": {
+            "w_ih": "controller.weight",
+            "b_ih": "controller.bias",
+            "head_w": "heads.weight",
+            "head_b": "heads.bias",
+            "out_w": "output.weight",
+            "out_b": "output.bias",
+        },
     }
 
     def _params(self):
@@ -217,11 +249,13 @@ class NTM(nn.Module):
         memories = np.empty((B, T, N, M), self.dtype) if trace else None
         saved = None
         if keep:
-            n = _core.ntm_saved_size(B=B, T=T, I=self.input_size, C=self.controller_size, N=N, M=M,
-                                     P=self.heads.weight.shape[0], **config)
+            n = _core.ntm_saved_size(
+                B=B, T=T, I=self.input_size, C=self.controller_size, N=N, M=M, P=self.heads.weight.shape[0], **config
+            )
             saved = np.empty(n, self.dtype)
-        _core.ntm_forward(logits=logits, weights=weights, memories=memories, saved=saved, inputs=x, init=init,
-                          params=params, **config)
+        _core.ntm_forward(
+            logits=logits, weights=weights, memories=memories, saved=saved, inputs=x, init=init, params=params, **config
+        )
         tr = NTMTrace(weights[:, :, :R], weights[:, :, R:], memories) if trace else None
         return logits, tr, (saved, x, init, params, config)
 
@@ -247,9 +281,17 @@ class NTM(nn.Module):
         grads = {k: np.empty_like(p) for k, p in params.items()}
         dinit = {k: np.empty_like(a) for k, a in init.items()}
         dinputs = np.empty_like(x)
-        _core.ntm_backward(grads=grads, dinit=dinit, dinputs=dinputs,
-                           dlogits=np.ascontiguousarray(dlogits, self.dtype), saved=saved, inputs=x, init=init,
-                           params=params, **config)
+        _core.ntm_backward(
+            grads=grads,
+            dinit=dinit,
+            dinputs=dinputs,
+            dlogits=np.ascontiguousarray(dlogits, self.dtype),
+            saved=saved,
+            inputs=x,
+            init=init,
+            params=params,
+            **config,
+        )
         names = self._PARAM_NAMES[self.controller_kind]
         out = {names[k]: g for k, g in grads.items()}
         dmem, dreads, dweights = (a.astype(np.float64).sum(axis=0) for a in dinit.values())
@@ -273,8 +315,9 @@ class NTM(nn.Module):
         if targets.shape != (B, T, O):
             raise ValueError(f"targets has shape {shape_str(targets.shape)}, expected {shape_str((B, T, O))}")
         if mask.shape != (B, T) or mask.dtype != bool:
-            raise ValueError(f"mask must be a bool array of shape {shape_str((B, T))}, got "
-                             f"{mask.dtype} {shape_str(mask.shape)}")
+            raise ValueError(
+                f"mask must be a bool array of shape {shape_str((B, T))}, got {mask.dtype} {shape_str(mask.shape)}"
+            )
         y = logits.astype(np.float64)
         m = mask[:, :, None]
         count = max(int(mask.sum()) * O, 1)
@@ -288,8 +331,9 @@ class NTM(nn.Module):
     loss_and_grads = loss_and_grad
 
     def extra_repr(self) -> str:
-        return (f"input_size={self.input_size}, output_size={self.output_size}, "
-                f"controller={self.controller_kind!r}, controller_size={self.controller_size}, "
-                f"memory={self.memory_slots}x{self.memory_width}, read_heads={self.read_heads}, "
-                f"write_heads={self.write_heads}, shifts={self.shifts}, memory_init={self.memory_init_kind!r}")
-
+        return (
+            f"input_size={self.input_size}, output_size={self.output_size}, "
+            f"controller={self.controller_kind!r}, controller_size={self.controller_size}, "
+            f"memory={self.memory_slots}x{self.memory_width}, read_heads={self.read_heads}, "
+            f"write_heads={self.write_heads}, shifts={self.shifts}, memory_init={self.memory_init_kind!r}"
+        )

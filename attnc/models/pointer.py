@@ -134,14 +134,22 @@ class PointerNet(nn.Module):
     (2, 5)
     """
 
-    def __init__(self, input_size: int, hidden_size: int = 128, *, embedding_size: int | None = None,
-                 bidirectional: bool = False, dtype: DTypeLike = np.float32, seed: int | None = None) -> None:
+    def __init__(
+        self,
+        input_size: int,
+        hidden_size: int = 128,
+        *,
+        embedding_size: int | None = None,
+        bidirectional: bool = False,
+        dtype: DTypeLike = np.float32,
+        seed: int | None = None,
+    ) -> None:
         super().__init__(dtype)
         D, H = size_arg("input_size", input_size), size_arg("hidden_size", hidden_size)
         E = None if embedding_size is None else size_arg("embedding_size", embedding_size)
         self.input_size, self.hidden_size, self.embedding_size = D, H, E
         self.bidirectional = bool(bidirectional)
-        K = 2 * H if self.bidirectional else H   # the width of an encoder state
+        K = 2 * H if self.bidirectional else H  # the width of an encoder state
         rng = np.random.default_rng(seed)
         sub = lambda: int(rng.integers(2**63))  # noqa: E731
         # an optional linear embedding of the inputs (and of start and end) before both LSTMs
@@ -198,7 +206,7 @@ class PointerNet(nn.Module):
         empty = (counts < 1) if constraint == "hull" else np.zeros(B, bool)
         partial = (counts != nl) if constraint != "hull" else np.zeros(B, bool)
         if np.any(repeats | empty | partial):
-            b = int(np.argmax(repeats | empty | partial))       # the first bad row, its first problem
+            b = int(np.argmax(repeats | empty | partial))  # the first bad row, its first problem
             if repeats[b]:
                 raise ValueError(f"targets row {b} repeats an input: every constraint forbids it")
             if empty[b]:
@@ -212,22 +220,22 @@ class PointerNet(nn.Module):
         B, T = t.shape
         P = n + 1
         steps = np.arange(T + 1)
-        real = steps[None, :T] < counts[:, None]                               # the rows' choices
-        pos = np.where(real, t + 1, 0)                                          # internal positions, 0 = end
-        when = np.full((B, P), T + 1, np.int64)                                 # the step each was chosen at
+        real = steps[None, :T] < counts[:, None]  # the rows' choices
+        pos = np.where(real, t + 1, 0)  # internal positions, 0 = end
+        when = np.full((B, P), T + 1, np.int64)  # the step each was chosen at
         rows, at = np.nonzero(real)
         when[rows, pos[rows, at]] = at
-        mask = when[:, None, :] < steps[None, :, None]                          # chosen before step i
-        mask[:, :, 1:] |= np.arange(n)[None, None, :] >= nl[:, None, None]   # padding inputs
+        mask = when[:, None, :] < steps[None, :, None]  # chosen before step i
+        mask[:, :, 1:] |= np.arange(n)[None, None, :] >= nl[:, None, None]  # padding inputs
         if constraint == "hull":
-            mask[:, 0, 0] = True                                              # not before one input
-        else:                                                                 # the end once all are chosen
+            mask[:, 0, 0] = True  # not before one input
+        else:  # the end once all are chosen
             mask[:, :, 0] = np.minimum(steps[None, :], counts[:, None]) < nl[:, None]
         target = np.full((B, T + 1), IGNORE, np.int64)
         target[:, :T] = np.where(steps[None, :T] < counts[:, None], pos, IGNORE)
-        target[np.arange(B), counts] = 0                                      # the end step
+        target[np.arange(B), counts] = 0  # the end step
         after = steps[None, :] > counts[:, None]
-        mask |= after[:, :, None]                                             # nothing after the end
+        mask |= after[:, :, None]  # nothing after the end
         return mask, target
 
     # -- the computation ----------------------------------------------------------------------
@@ -244,9 +252,9 @@ class PointerNet(nn.Module):
             if name.startswith("weight_ih"):
                 p = p @ W_e
             elif name.startswith("bias_ih"):
-                p = p + lstm._parameters["weight_ih" + name[len("bias_ih"):]] @ b_e
+                p = p + lstm._parameters["weight_ih" + name[len("bias_ih") :]] @ b_e
             folded[name] = np.ascontiguousarray(p, self.dtype)
-        f = copy.copy(lstm)   # the same LSTM (mode, sizes, training) on the folded weights
+        f = copy.copy(lstm)  # the same LSTM (mode, sizes, training) on the folded weights
         object.__setattr__(f, "_parameters", folded)
         object.__setattr__(f, "input_size", self.input_size)
         return f
@@ -263,7 +271,7 @@ class PointerNet(nn.Module):
         for name, W_ih in getattr(self, prefix)._parameters.items():
             if not name.startswith("weight_ih"):
                 continue
-            G_W, G_b = g[name], g["bias_ih" + name[len("weight_ih"):]]
+            G_W, G_b = g[name], g["bias_ih" + name[len("weight_ih") :]]
             grads[f"{prefix}.{name}"] = (G_W @ W_e.T + np.outer(G_b, b_e)).astype(self.dtype)
             grads["embedding.weight"] = grads.get("embedding.weight", 0) + W_ih.T @ G_W
             grads["embedding.bias"] = grads.get("embedding.bias", 0) + W_ih.T @ G_b
@@ -276,16 +284,18 @@ class PointerNet(nn.Module):
         dt = self.dtype
         enc_in = np.concatenate([np.broadcast_to(self.end, (B, 1, D)), x], axis=1)
         prev = np.where(t >= 0, t, 0)
-        dec_in = np.concatenate([np.broadcast_to(self.start, (B, 1, D)), np.take_along_axis(x, prev[:, :, None], 1)],
-                                axis=1)
+        dec_in = np.concatenate(
+            [np.broadcast_to(self.start, (B, 1, D)), np.take_along_axis(x, prev[:, :, None], 1)], axis=1
+        )
         run = (lambda f, *a, **k: vjp(f, *a, **k)) if keep else (lambda f, *a, **k: (f(*a, **k), None))
         # the embedding, folded into both LSTMs: they read the raw inputs
         encoder, decoder = self._folded(self.encoder), self._folded(self.decoder)
         (enc, (h, c)), enc_pb = run(encoder, enc_in, None, lengths=nl + 1)
         # the decoder starts from the (forward) encoder's final state
         (dec, _), dec_pb = run(decoder, dec_in, (h[:1], c[:1]), lengths=counts + 1)
-        u, score_pb = run(score, dec, enc, score="additive", w_query=self.W2.weight.T, w_key=self.W1.weight.T,
-                          v=self.v.weight[0])
+        u, score_pb = run(
+            score, dec, enc, score="additive", w_query=self.W2.weight.T, w_key=self.W1.weight.T, v=self.v.weight[0]
+        )
         mask, target = self._masks(t, counts, nl, n, constraint)
         masked = np.where(mask, np.asarray(-np.inf, dt), u).astype(dt)
         logp, lsm_pb = run(nn.log_softmax, masked, dim=-1)
@@ -293,8 +303,14 @@ class PointerNet(nn.Module):
         # the user's column order: inputs 0..n-1, then the end token
         return np.concatenate([logp[..., 1:], logp[..., :1]], axis=-1), target, state
 
-    def forward(self, inputs: ArrayLike, targets: ArrayLike, *, lengths: ArrayLike | None = None,
-                constraint: Constraint = "permutation") -> Array:
+    def forward(
+        self,
+        inputs: ArrayLike,
+        targets: ArrayLike,
+        *,
+        lengths: ArrayLike | None = None,
+        constraint: Constraint = "permutation",
+    ) -> Array:
         return self._run(inputs, targets, lengths, constraint, keep=False)[0]
 
     def _vjp_forward(self, inputs, targets, *, lengths=None, constraint="permutation"):
@@ -315,7 +331,7 @@ class PointerNet(nn.Module):
         g = score_pb(du)
         gd = dec_pb(g["query"], (None, None))
         dh, dc = gd["h0"], gd["c0"]
-        if self.bidirectional:   # the reverse direction's final state is not used
+        if self.bidirectional:  # the reverse direction's final state is not used
             dh, dc = (np.concatenate([a, np.zeros_like(a)]) for a in (dh, dc))
         ge = enc_pb(g["keys"], (dh, dc))
         grads = {}
@@ -330,8 +346,8 @@ class PointerNet(nn.Module):
         if not inputs:
             return grads
         dx = denc[:, 1:].astype(np.float64)
-        rows, steps = np.nonzero(np.arange(prev.shape[1])[None, :] < counts[:, None])   # the real choices
-        dx[rows, prev[rows, steps]] += ddec[:, 1:][rows, steps]   # each input is fed at most once per row
+        rows, steps = np.nonzero(np.arange(prev.shape[1])[None, :] < counts[:, None])  # the real choices
+        dx[rows, prev[rows, steps]] += ddec[:, 1:][rows, steps]  # each input is fed at most once per row
         grads["inputs"] = dx.astype(self.dtype)
         return grads
 
@@ -341,8 +357,9 @@ class PointerNet(nn.Module):
         (B, n, D), ``lengths`` (B,) and ``targets`` (B, T) (input indices, −1
         padding), such as ``attnc.datasets.TSPTask(10).batch(...)``: the mean
         negative log-likelihood over the target steps and each row's end step."""
-        logp, target, state = self._run(batch.inputs, batch.targets, getattr(batch, "lengths", None), constraint,
-                                        keep=True)
+        logp, target, state = self._run(
+            batch.inputs, batch.targets, getattr(batch, "lengths", None), constraint, keep=True
+        )
         internal = np.concatenate([logp[..., -1:], logp[..., :-1]], axis=-1)
         B, T1, P = internal.shape
         keep = target != IGNORE
@@ -350,15 +367,26 @@ class PointerNet(nn.Module):
         picked = np.take_along_axis(internal, np.where(keep, target, 0)[:, :, None], axis=2)[:, :, 0]
         loss = -float(np.where(keep, picked, 0).astype(np.float64).sum()) / count
         dlogp = np.zeros((B, T1, P), self.dtype)
-        np.put_along_axis(dlogp, np.where(keep, target, 0)[:, :, None], np.where(keep, -1.0 / count, 0)[:, :, None]
-                          .astype(self.dtype), axis=2)
+        np.put_along_axis(
+            dlogp,
+            np.where(keep, target, 0)[:, :, None],
+            np.where(keep, -1.0 / count, 0)[:, :, None].astype(self.dtype),
+            axis=2,
+        )
         return loss, self._backward(state, dlogp, inputs=False)
 
     loss_and_grads = loss_and_grad
 
     # -- decoding ---------------------------------------------------------------------------
-    def generate(self, inputs: ArrayLike, *, lengths: ArrayLike | None = None, constraint: Constraint = "permutation",
-                 beam_size: int = 1, length_penalty: float = 0.0) -> PointerOutput:
+    def generate(
+        self,
+        inputs: ArrayLike,
+        *,
+        lengths: ArrayLike | None = None,
+        constraint: Constraint = "permutation",
+        beam_size: int = 1,
+        length_penalty: float = 0.0,
+    ) -> PointerOutput:
         """Decode inputs (B, n, D) under a constraint, in C:
 
         - "permutation": every input once;
@@ -375,28 +403,48 @@ class PointerNet(nn.Module):
         on the decoded sequence)."""
         constraint = self._constraint(constraint)
         K = size_arg("beam_size", beam_size)
-        if isinstance(length_penalty, bool) or not isinstance(length_penalty, numbers.Real) or \
-                not np.isfinite(length_penalty):
+        if (
+            isinstance(length_penalty, bool)
+            or not isinstance(length_penalty, numbers.Real)
+            or not np.isfinite(length_penalty)
+        ):
             raise ValueError(f"length_penalty must be a finite number, got {length_penalty!r}")
         x, nl = self._inputs(inputs, lengths)
         B, n, D = x.shape
         enc_in = np.ascontiguousarray(np.concatenate([np.broadcast_to(self.end, (B, 1, D)), x], axis=1))
         # both LSTMs read the raw inputs, the embedding folded into their weights
-        enc, (h, c) = self._folded(self.encoder)(enc_in, None, lengths=nl + 1)   # h[0], c[0]: the forward direction's
+        enc, (h, c) = self._folded(self.encoder)(enc_in, None, lengths=nl + 1)  # h[0], c[0]: the forward direction's
         keys = np.ascontiguousarray(nn.linear(enc, self.W1.weight))
         dec = self._folded(self.decoder)
-        params = dict(w_ih=dec.weight_ih_l0, w_hh=dec.weight_hh_l0, b_ih=dec.bias_ih_l0, b_hh=dec.bias_hh_l0,
-                      w2=self.W2.weight, v=np.ascontiguousarray(self.v.weight[0]),
-                      start=np.ascontiguousarray(self.start))
+        params = dict(
+            w_ih=dec.weight_ih_l0,
+            w_hh=dec.weight_hh_l0,
+            b_ih=dec.bias_ih_l0,
+            b_hh=dec.bias_hh_l0,
+            w2=self.W2.weight,
+            v=np.ascontiguousarray(self.v.weight[0]),
+            start=np.ascontiguousarray(self.start),
+        )
         out, lens = np.empty((B, n + 1), np.int64), np.empty(B, np.int64)
-        logits = np.empty((B, n + 1, n + 1), self.dtype)   # every output step's pointer logits, end token first
-        _core.pointer_decode(out=out, counts=lens, logits=logits, inputs=x, lengths=nl, keys=keys,
-                             h0=np.ascontiguousarray(h[0]), c0=np.ascontiguousarray(c[0]), params=params,
-                             constraint=CONSTRAINTS[constraint], beam_size=K, length_penalty=float(length_penalty))
-        taken = lens - 1                                               # inputs chosen per row
+        logits = np.empty((B, n + 1, n + 1), self.dtype)  # every output step's pointer logits, end token first
+        _core.pointer_decode(
+            out=out,
+            counts=lens,
+            logits=logits,
+            inputs=x,
+            lengths=nl,
+            keys=keys,
+            h0=np.ascontiguousarray(h[0]),
+            c0=np.ascontiguousarray(c[0]),
+            params=params,
+            constraint=CONSTRAINTS[constraint],
+            beam_size=K,
+            length_penalty=float(length_penalty),
+        )
+        taken = lens - 1  # inputs chosen per row
         width = int(taken.max()) if B else 0
         indices = np.where(np.arange(width)[None, :] < taken[:, None], out[:, :width] - 1, -1)
-        logp = nn.log_softmax(np.concatenate([logits[:, :width + 1, 1:], logits[:, :width + 1, :1]], axis=-1), dim=-1)
+        logp = nn.log_softmax(np.concatenate([logits[:, : width + 1, 1:], logits[:, : width + 1, :1]], axis=-1), dim=-1)
         # a hull's end token is one of its choices (its probability counts); a
         # permutation's is certain, and left out
         T_out = width + 1 if constraint == "hull" else width
@@ -407,7 +455,7 @@ class PointerNet(nn.Module):
         picked = np.take_along_axis(logp[:, :T_out], cols[:, :, None], axis=2)[:, :, 0]
         log_probs = np.where(live, picked, 0).astype(self.dtype)
         pointers = np.where(live[:, :, None], np.exp(logp[:, :T_out]), 0).astype(self.dtype)
-        if constraint == "tour":   # the start again, right after each row's last choice
+        if constraint == "tour":  # the start again, right after each row's last choice
             closed = np.pad(indices, ((0, 0), (0, 1)), constant_values=-1)
             closed[np.arange(B), taken] = indices[:, 0] if width else -1
             indices = closed
@@ -416,5 +464,7 @@ class PointerNet(nn.Module):
         return PointerOutput(indices, log_probs, pointers)
 
     def extra_repr(self) -> str:
-        return (f"input_size={self.input_size}, hidden_size={self.hidden_size}, embedding_size={self.embedding_size}, "
-                f"bidirectional={self.bidirectional}")
+        return (
+            f"input_size={self.input_size}, hidden_size={self.hidden_size}, embedding_size={self.embedding_size}, "
+            f"bidirectional={self.bidirectional}"
+        )

@@ -26,8 +26,9 @@ __all__ = ["Seq2Seq"]
 
 KINDS = ("none", "bahdanau", "luong-dot", "luong-general", "luong-concat", "luong-location", "local-m", "local-p")
 _LUONG = KINDS[2:]
-AttentionKind = Literal["none", "bahdanau", "luong-dot", "luong-general", "luong-concat", "luong-location", "local-m",
-                        "local-p"]
+AttentionKind = Literal[
+    "none", "bahdanau", "luong-dot", "luong-general", "luong-concat", "luong-location", "local-m", "local-p"
+]
 IGNORE_INDEX = -100
 
 
@@ -46,14 +47,16 @@ class _Position(Module):
 class _Attention(Module):
     """The score's parameters of one attention kind (see Seq2Seq)."""
 
-    def __init__(self, kind, hidden_size, memory_size, attention_size, max_source_len, *, dtype=np.float32,
-                 seed=None):
+    def __init__(self, kind, hidden_size, memory_size, attention_size, max_source_len, *, dtype=np.float32, seed=None):
         super().__init__(dtype)
         seeds = _spawn(seed, 3)
         rng = np.random.default_rng(seeds[0])
         kind = choice(kind, KINDS, "kind")
-        H, He, A = int_arg("hidden_size", hidden_size), int_arg("memory_size", memory_size), \
-            int_arg("attention_size", attention_size)
+        H, He, A = (
+            int_arg("hidden_size", hidden_size),
+            int_arg("memory_size", memory_size),
+            int_arg("attention_size", attention_size),
+        )
         uniform = lambda bound: lambda shape: rng.uniform(-bound, bound, shape)  # noqa: E731
         if kind in ("bahdanau", "luong-concat"):
             self.query = Linear(H, A, bias=False, dtype=dtype, seed=seeds[1])
@@ -140,10 +143,21 @@ class Seq2Seq(Module):
     ((16, 16), (16, 32))
     """
 
-    def __init__(self, src_vocab: int, tgt_vocab: int, embed_size: int = 32, hidden_size: int = 64,
-                 attention: AttentionKind = "bahdanau", *, bidirectional: bool | None = None,
-                 attention_size: int | None = None, window: float = 5, max_source_len: int | None = None,
-                 dtype: DTypeLike = np.float32, seed: int | None = None) -> None:
+    def __init__(
+        self,
+        src_vocab: int,
+        tgt_vocab: int,
+        embed_size: int = 32,
+        hidden_size: int = 64,
+        attention: AttentionKind = "bahdanau",
+        *,
+        bidirectional: bool | None = None,
+        attention_size: int | None = None,
+        window: float = 5,
+        max_source_len: int | None = None,
+        dtype: DTypeLike = np.float32,
+        seed: int | None = None,
+    ) -> None:
         super().__init__(dtype)
         kind = choice(attention, KINDS, "attention")
         src_vocab, tgt_vocab = int_arg("src_vocab", src_vocab), int_arg("tgt_vocab", tgt_vocab)
@@ -179,13 +193,25 @@ class Seq2Seq(Module):
 
     # -- the C decoder's arguments ------------------------------------------------------
     # the decoder's weights (attnc_s2s_weights' members) and their state_dict names
-    _WEIGHTS = {"embedding": "tgt_embedding.weight", "weight_ih": "decoder.weight_ih",
-                "weight_hh": "decoder.weight_hh", "bias_ih": "decoder.bias_ih", "bias_hh": "decoder.bias_hh",
-                "bridge_weight": "bridge.weight", "bridge_bias": "bridge.bias",
-                "query_weight": "attention.query.weight", "key_weight": "attention.key.weight",
-                "v": "attention.v", "weight": "attention.weight", "bias": "attention.bias",
-                "position_weight": "attention.position.weight", "position_v": "attention.position.v",
-                "combine": "combine.weight", "out_weight": "out.weight", "out_bias": "out.bias"}
+    _WEIGHTS = {
+        "embedding": "tgt_embedding.weight",
+        "weight_ih": "decoder.weight_ih",
+        "weight_hh": "decoder.weight_hh",
+        "bias_ih": "decoder.bias_ih",
+        "bias_hh": "decoder.bias_hh",
+        "bridge_weight": "bridge.weight",
+        "bridge_bias": "bridge.bias",
+        "query_weight": "attention.query.weight",
+        "key_weight": "attention.key.weight",
+        "v": "attention.v",
+        "weight": "attention.weight",
+        "bias": "attention.bias",
+        "position_weight": "attention.position.weight",
+        "position_v": "attention.position.v",
+        "combine": "combine.weight",
+        "out_weight": "out.weight",
+        "out_bias": "out.bias",
+    }
     _NOT_DECODED = ("out_weight", "out_bias")  # the backward leaves them to self.out's pullback
 
     def _weights(self):
@@ -198,8 +224,12 @@ class Seq2Seq(Module):
         if seed is None:  # a fresh draw per call from the model's generator (seeded by the constructor)
             seed = int(self._rng.integers(2**63)) if sampling else 0
         seed = int(seed) % 2**64
-        return {"attention": KINDS.index(self.attention_kind), "window": self.window, "sampling": float(sampling),
-                "seed": seed}
+        return {
+            "attention": KINDS.index(self.attention_kind),
+            "window": self.window,
+            "sampling": float(sampling),
+            "seed": seed,
+        }
 
     def _inputs(self, src, tgt_in, src_lengths):
         src = _ids(src, "src", self.src_embedding.num_embeddings)
@@ -261,15 +291,32 @@ class Seq2Seq(Module):
         align = np.empty((B, T, src.shape[1]), dt) if alignments else None
         fed = np.empty((B, T), np.int64)
         saved = np.empty(_core.s2s_saved_size(weights=weights, B=B, S=src.shape[1], T=T, **config), dt)
-        _core.s2s_forward(features=feats, alignments=align, fed=fed, saved=saved, memory=mem, final=final,
-                          lengths=lens, tgt_in=tgt_in, weights=weights, **config)
+        _core.s2s_forward(
+            features=feats,
+            alignments=align,
+            fed=fed,
+            saved=saved,
+            memory=mem,
+            final=final,
+            lengths=lens,
+            tgt_in=tgt_in,
+            weights=weights,
+            **config,
+        )
         logits, pull_out = vjp(self.out, feats) if keep else (self.out(feats), None)
         state = (saved, fed, mem, final, lens, weights, config, pull_enc, pull_out) if keep else None
         return logits, align, state
 
-    def forward(self, src: ArrayLike, tgt_in: ArrayLike, src_lengths: ArrayLike | None = None, *,
-                sampling: float = 0.0, seed: int | None = None,
-                return_alignments: bool = False) -> Array | tuple[Array, Array]:
+    def forward(
+        self,
+        src: ArrayLike,
+        tgt_in: ArrayLike,
+        src_lengths: ArrayLike | None = None,
+        *,
+        sampling: float = 0.0,
+        seed: int | None = None,
+        return_alignments: bool = False,
+    ) -> Array | tuple[Array, Array]:
         """logits (B, T, tgt_vocab) of every target step given src (B, S) int,
         tgt_in (B, T) int (the decoder's inputs: BOS, then the target) and
         src_lengths (B,) (default: every row S); with ``return_alignments``
@@ -278,14 +325,16 @@ class Seq2Seq(Module):
         instead of tgt_in (scheduled sampling); ``seed`` fixes its draws, and
         without one every call draws a new seed from the model's generator
         (seeded by the constructor's ``seed``, so a seeded run replays)."""
-        logits, align, _ = self._run(src, tgt_in, src_lengths, sampling=sampling, seed=seed,
-                                     alignments=return_alignments)
+        logits, align, _ = self._run(
+            src, tgt_in, src_lengths, sampling=sampling, seed=seed, alignments=return_alignments
+        )
         return (logits, align) if return_alignments else logits
 
     # -- gradients -----------------------------------------------------------------------------
     def _vjp_forward(self, src, tgt_in, src_lengths=None, *, sampling=0.0, seed=None, return_alignments=False):
-        logits, align, state = self._run(src, tgt_in, src_lengths, sampling=sampling, seed=seed, keep=True,
-                                         alignments=return_alignments)
+        logits, align, state = self._run(
+            src, tgt_in, src_lengths, sampling=sampling, seed=seed, keep=True, alignments=return_alignments
+        )
         out = (logits, align) if return_alignments else logits
         return out, (self, state, return_alignments)
 
@@ -303,21 +352,34 @@ class Seq2Seq(Module):
         dfeat = np.ascontiguousarray(g_out["input"])
         wgrads = {k: np.empty_like(w) for k, w in weights.items() if k not in self._NOT_DECODED}
         dmem, dfinal = np.empty_like(mem), np.empty_like(final)
-        _core.s2s_backward(dmemory=dmem, dfinal=dfinal, grads=wgrads, dfeatures=dfeat, saved=saved, fed=fed,
-                           memory=mem, final=final, lengths=lens, weights=weights, **config)
+        _core.s2s_backward(
+            dmemory=dmem,
+            dfinal=dfinal,
+            grads=wgrads,
+            dfeatures=dfeat,
+            saved=saved,
+            fed=fed,
+            memory=mem,
+            final=final,
+            lengths=lens,
+            weights=weights,
+            **config,
+        )
         grads.update({self._WEIGHTS[k]: g for k, g in wgrads.items()})
         grads.update(pull_enc(dmem, dfinal))
         return {k: grads[k] for k, _ in self.named_parameters()}
 
     @internal()
-    def loss_and_grad(self, batch: Any, *, sampling: float = 0.0,
-                      seed: int | None = None) -> tuple[float, dict[str, Array]]:
+    def loss_and_grad(
+        self, batch: Any, *, sampling: float = 0.0, seed: int | None = None
+    ) -> tuple[float, dict[str, Array]]:
         """(loss, grads) of one batch (``.src``, ``.src_lengths``, ``.tgt_in``,
         ``.tgt_out``, as attnc.datasets' TextBatch): the mean cross-entropy over
         target tokens that are not -100, and its gradient for every parameter,
         keyed like ``state_dict()``."""
-        logits, _, state = self._run(batch.src, batch.tgt_in, batch.src_lengths, sampling=sampling, seed=seed,
-                                     keep=True)
+        logits, _, state = self._run(
+            batch.src, batch.tgt_in, batch.src_lengths, sampling=sampling, seed=seed, keep=True
+        )
         B, T, V = logits.shape
         loss, pull_loss = vjp(cross_entropy, logits.reshape(B * T, V), np.asarray(batch.tgt_out).reshape(B * T))
         dlogits = pull_loss(np.ones((), self.dtype))["input"].reshape(B, T, V)
@@ -330,8 +392,16 @@ class Seq2Seq(Module):
         return float(cross_entropy(logits.reshape(B * T, V), np.asarray(batch.tgt_out).reshape(B * T)))
 
     # -- decoding ------------------------------------------------------------------------------
-    def generate(self, src: ArrayLike, src_lengths: ArrayLike | None = None, max_len: int = 30, bos: int = 1,
-                 eos: int | None = 2, beam_size: int = 1, length_penalty: float = 0.0) -> tuple[Array, Array]:
+    def generate(
+        self,
+        src: ArrayLike,
+        src_lengths: ArrayLike | None = None,
+        max_len: int = 30,
+        bos: int = 1,
+        eos: int | None = 2,
+        beam_size: int = 1,
+        length_penalty: float = 0.0,
+    ) -> tuple[Array, Array]:
         """Decode target sequences for src (B, S) int, in eval mode, in C.
 
         Returns ``(tokens, alignments)``: tokens int64 (B, L), L <= max_len,
@@ -351,16 +421,25 @@ class Seq2Seq(Module):
         B, S = src.shape
         tokens, lengths = np.empty((B, max_len), np.int64), np.empty(B, np.int64)
         align = np.empty((B, max_len, S), self.dtype)
-        _core.s2s_generate(tokens=tokens, out_lengths=lengths, alignments=align, memory=mem, final=final,
-                           lengths=lens, weights=self._weights(), bos=int(bos), eos=-1 if eos is None else eos,
-                           beam_size=beam_size, length_penalty=float(length_penalty),
-                           **self._decoder_config())
+        _core.s2s_generate(
+            tokens=tokens,
+            out_lengths=lengths,
+            alignments=align,
+            memory=mem,
+            final=final,
+            lengths=lens,
+            weights=self._weights(),
+            bos=int(bos),
+            eos=-1 if eos is None else eos,
+            beam_size=beam_size,
+            length_penalty=float(length_penalty),
+            **self._decoder_config(),
+        )
         L = int(lengths.max()) if B else 0
         return tokens[:, :L], align[:, :L]
 
     def extra_repr(self) -> str:
-        return (f"attention={self.attention_kind!r}, hidden_size={self.hidden_size}, "
-                f"bidirectional={self.bidirectional}")
+        return f"attention={self.attention_kind!r}, hidden_size={self.hidden_size}, bidirectional={self.bidirectional}"
 
 
 def _spawn(seed, n):

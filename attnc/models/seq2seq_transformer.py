@@ -38,6 +38,7 @@ def _xavier_uniform(rng, shape):
 
 # --------------------------------------------------------------------------- the model
 
+
 class Seq2SeqTransformer(nn.Module):
     """Encoder-decoder Transformer over token ids (Vaswani et al. 2017), batch first.
 
@@ -96,13 +97,25 @@ class Seq2SeqTransformer(nn.Module):
 
     _former_names = ("attnc.models.seq2seq.Seq2SeqTransformer",)  # attnc.load: files saved before its move
 
-    def __init__(self, src_vocab: int, tgt_vocab: int, d_model: int = 64, nhead: int = 4,
-                 num_encoder_layers: int = 2, num_decoder_layers: int = 2, dim_feedforward: int = 256,
-                 dropout: float = 0.1, max_len: int = 64, norm_first: bool = False, activation: Activation = "relu", *,
-                 dtype: DTypeLike = np.float32, seed: int | None = None) -> None:
+    def __init__(
+        self,
+        src_vocab: int,
+        tgt_vocab: int,
+        d_model: int = 64,
+        nhead: int = 4,
+        num_encoder_layers: int = 2,
+        num_decoder_layers: int = 2,
+        dim_feedforward: int = 256,
+        dropout: float = 0.1,
+        max_len: int = 64,
+        norm_first: bool = False,
+        activation: Activation = "relu",
+        *,
+        dtype: DTypeLike = np.float32,
+        seed: int | None = None,
+    ) -> None:
         super().__init__(dtype)
-        for name, v in (("src_vocab", src_vocab), ("tgt_vocab", tgt_vocab), ("d_model", d_model),
-                        ("max_len", max_len)):
+        for name, v in (("src_vocab", src_vocab), ("tgt_vocab", tgt_vocab), ("d_model", d_model), ("max_len", max_len)):
             if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 1:
                 raise ValueError(f"{name} must be an int >= 1, got {v!r}")
         if not 0 <= dropout < 1:
@@ -113,10 +126,18 @@ class Seq2SeqTransformer(nn.Module):
         self.src_embed = nn.Embedding(src_vocab, d_model, dtype=dtype, seed=int(rng.integers(2**63)))
         self.tgt_embed = nn.Embedding(tgt_vocab, d_model, dtype=dtype, seed=int(rng.integers(2**63)))
         self.transformer = nn.Transformer(
-            d_model=d_model, nhead=nhead, num_encoder_layers=num_encoder_layers,
-            num_decoder_layers=num_decoder_layers, dim_feedforward=dim_feedforward, dropout=dropout,
-            activation=activation, batch_first=True, norm_first=norm_first, dtype=dtype,
-            seed=int(rng.integers(2**63)))
+            d_model=d_model,
+            nhead=nhead,
+            num_encoder_layers=num_encoder_layers,
+            num_decoder_layers=num_decoder_layers,
+            dim_feedforward=dim_feedforward,
+            dropout=dropout,
+            activation=activation,
+            batch_first=True,
+            norm_first=norm_first,
+            dtype=dtype,
+            seed=int(rng.integers(2**63)),
+        )
         self.generator = nn.Linear(d_model, tgt_vocab, dtype=dtype, seed=int(rng.integers(2**63)))
         # Xavier-uniform for every matrix (as PyTorch's translation tutorial does)
         self._initialise(lambda name, p: _xavier_uniform(rng, p.shape) if p.ndim > 1 else None)
@@ -133,8 +154,12 @@ class Seq2SeqTransformer(nn.Module):
                 raise ValueError(f"{name} has length {ids.shape[1]}, longer than max_len={self.max_len}")
             if ids.size and (ids.min() < 0 or ids.max() >= vocab):
                 raise ValueError(f"{name} has token ids outside [0, {vocab})")
-        return (src, tgt_in, _padding_mask(src_key_padding_mask, src.shape, "src_key_padding_mask"),
-                _padding_mask(tgt_key_padding_mask, tgt_in.shape, "tgt_key_padding_mask"))
+        return (
+            src,
+            tgt_in,
+            _padding_mask(src_key_padding_mask, src.shape, "src_key_padding_mask"),
+            _padding_mask(tgt_key_padding_mask, tgt_in.shape, "tgt_key_padding_mask"),
+        )
 
     def _positions(self, n):
         """The sinusoidal table's first n rows (n <= max_len), in the module's
@@ -156,9 +181,18 @@ class Seq2SeqTransformer(nn.Module):
         xs, src_drop = self._embed(tape, "src_embed", src, self.src_embed.weight)
         xt, tgt_drop = self._embed(tape, "tgt_embed", tgt_in, self.tgt_embed.weight)
         T = tgt_in.shape[1]
-        out = tape("transformer", self.transformer, xs, xt, tgt_mask=_causal_mask(T),
-                   src_key_padding_mask=src_kpm, tgt_key_padding_mask=tgt_kpm,
-                   memory_key_padding_mask=src_kpm, tgt_is_causal=True, need_weights=need_weights)
+        out = tape(
+            "transformer",
+            self.transformer,
+            xs,
+            xt,
+            tgt_mask=_causal_mask(T),
+            src_key_padding_mask=src_kpm,
+            tgt_key_padding_mask=tgt_kpm,
+            memory_key_padding_mask=src_kpm,
+            tgt_is_causal=True,
+            need_weights=need_weights,
+        )
         weights = None
         if need_weights:
             out, weights = out
@@ -166,13 +200,18 @@ class Seq2SeqTransformer(nn.Module):
         result = (logits, weights) if need_weights else logits
         return result, (tape.pullbacks, src_drop, tgt_drop, need_weights)
 
-    def forward(self, src: ArrayLike, tgt_in: ArrayLike, src_key_padding_mask: ArrayLike | None = None,
-                tgt_key_padding_mask: ArrayLike | None = None, *,
-                need_weights: bool = False) -> Array | tuple[Array, dict[str, list[Array]]]:
+    def forward(
+        self,
+        src: ArrayLike,
+        tgt_in: ArrayLike,
+        src_key_padding_mask: ArrayLike | None = None,
+        tgt_key_padding_mask: ArrayLike | None = None,
+        *,
+        need_weights: bool = False,
+    ) -> Array | tuple[Array, dict[str, list[Array]]]:
         return self._run(False, src, tgt_in, src_key_padding_mask, tgt_key_padding_mask, need_weights)[0]
 
-    def _vjp_forward(self, src, tgt_in, src_key_padding_mask=None, tgt_key_padding_mask=None, *,
-                     need_weights=False):
+    def _vjp_forward(self, src, tgt_in, src_key_padding_mask=None, tgt_key_padding_mask=None, *, need_weights=False):
         return self._run(True, src, tgt_in, src_key_padding_mask, tgt_key_padding_mask, need_weights)
 
     @staticmethod
@@ -198,16 +237,29 @@ class Seq2SeqTransformer(nn.Module):
         return grads
 
     @internal()
-    def loss_and_grads(self, src: ArrayLike, tgt_in: ArrayLike, tgt_out: ArrayLike,
-                       src_key_padding_mask: ArrayLike | None = None, tgt_key_padding_mask: ArrayLike | None = None,
-                       *, label_smoothing: float = 0.0, ignore_index: int = -100) -> tuple[float, dict[str, Array]]:
+    def loss_and_grads(
+        self,
+        src: ArrayLike,
+        tgt_in: ArrayLike,
+        tgt_out: ArrayLike,
+        src_key_padding_mask: ArrayLike | None = None,
+        tgt_key_padding_mask: ArrayLike | None = None,
+        *,
+        label_smoothing: float = 0.0,
+        ignore_index: int = -100,
+    ) -> tuple[float, dict[str, Array]]:
         """Mean cross-entropy of the logits against tgt_out (B, T) (targets equal
         to ignore_index count for nothing) and its gradients: (loss, grads by
         state_dict name)."""
         logits, pullback = vjp(self, src, tgt_in, src_key_padding_mask, tgt_key_padding_mask)
         V = logits.shape[-1]
-        loss, ce_pullback = vjp(nn.cross_entropy, logits.reshape(-1, V), np.asarray(tgt_out).reshape(-1),
-                                ignore_index=ignore_index, label_smoothing=label_smoothing)
+        loss, ce_pullback = vjp(
+            nn.cross_entropy,
+            logits.reshape(-1, V),
+            np.asarray(tgt_out).reshape(-1),
+            ignore_index=ignore_index,
+            label_smoothing=label_smoothing,
+        )
         dlogits = ce_pullback(np.ones((), logits.dtype))["input"].reshape(logits.shape)
         return float(loss), pullback(dlogits)
 
@@ -223,8 +275,17 @@ class Seq2SeqTransformer(nn.Module):
             raise ValueError(f"max_new_tokens {max_new_tokens} exceeds max_len={self.max_len}")
         return src, kpm
 
-    def generate(self, src: ArrayLike, max_new_tokens: int, bos: int, eos: int | None = None, beam_size: int = 1,
-                 length_penalty: float = 0.0, *, src_key_padding_mask: ArrayLike | None = None) -> Array:
+    def generate(
+        self,
+        src: ArrayLike,
+        max_new_tokens: int,
+        bos: int,
+        eos: int | None = None,
+        beam_size: int = 1,
+        length_penalty: float = 0.0,
+        *,
+        src_key_padding_mask: ArrayLike | None = None,
+    ) -> Array:
         """Decode target sequences for src (B, S) int, in eval mode.
 
         Starts every row from ``bos`` and returns int64 (B, L), L <=
@@ -238,20 +299,32 @@ class Seq2SeqTransformer(nn.Module):
         Runs in C (attnc.nn.decode): the encoder once, then the decoder one
         token at a time with cached keys and values.
         """
-        src, kpm = self._decoding_args(src, src_key_padding_mask, max_new_tokens, bos, eos, beam_size,
-                                       length_penalty)
+        src, kpm = self._decoding_args(src, src_key_padding_mask, max_new_tokens, bos, eos, beam_size, length_penalty)
         if src.shape[1] > self.max_len:
             raise ValueError(f"src has length {src.shape[1]}, longer than max_len={self.max_len}")
         tr = self.transformer
         with _EvalMode(self):
             xs, _ = self._embed(_Tape(False), "src_embed", src, self.src_embed.weight)
             memory = tr.encoder(xs, src_key_padding_mask=kpm)
-        return nn.decode(tr.decoder.layers, self.tgt_embed.weight, self._positions(max_new_tokens),
-                         self.generator.weight, np.full((src.shape[0], 1), bos, np.int64), max_new_tokens,
-                         out_bias=self.generator.bias,
-                         embed_scale=math.sqrt(self.d_model), norm=tr.decoder.norm, memory=memory,
-                         memory_key_padding_mask=kpm, eos=eos, beam_size=beam_size, length_penalty=length_penalty)
+        return nn.decode(
+            tr.decoder.layers,
+            self.tgt_embed.weight,
+            self._positions(max_new_tokens),
+            self.generator.weight,
+            np.full((src.shape[0], 1), bos, np.int64),
+            max_new_tokens,
+            out_bias=self.generator.bias,
+            embed_scale=math.sqrt(self.d_model),
+            norm=tr.decoder.norm,
+            memory=memory,
+            memory_key_padding_mask=kpm,
+            eos=eos,
+            beam_size=beam_size,
+            length_penalty=length_penalty,
+        )
 
     def extra_repr(self) -> str:
-        return (f"src_vocab={self.src_vocab}, tgt_vocab={self.tgt_vocab}, d_model={self.d_model}, "
-                f"dropout={self.dropout}, max_len={self.max_len}")
+        return (
+            f"src_vocab={self.src_vocab}, tgt_vocab={self.tgt_vocab}, d_model={self.d_model}, "
+            f"dropout={self.dropout}, max_len={self.max_len}"
+        )

@@ -92,9 +92,18 @@ class SNAIL(nn.Module):
     ((5, 48), dtype('int64'))
     """
 
-    def __init__(self, n_way: int, k_shot: int, input_size: int, embedding_size: int = 64, filters: int = 32,
-                 attention_sizes: Sequence[tuple[int, int]] = ((32, 16), (64, 32), (128, 64)), *,
-                 dtype: DTypeLike = np.float32, seed: int | None = None) -> None:
+    def __init__(
+        self,
+        n_way: int,
+        k_shot: int,
+        input_size: int,
+        embedding_size: int = 64,
+        filters: int = 32,
+        attention_sizes: Sequence[tuple[int, int]] = ((32, 16), (64, 32), (128, 64)),
+        *,
+        dtype: DTypeLike = np.float32,
+        seed: int | None = None,
+    ) -> None:
         super().__init__(dtype)
         self.n_way = size_arg("n_way", n_way, 2)
         self.k_shot = size_arg("k_shot", k_shot)
@@ -121,12 +130,15 @@ class SNAIL(nn.Module):
         try:
             sizes = tuple((int(k), int(v)) for k, v in attention_sizes)
             ok = len(sizes) >= 1 and all(
-                k >= 1 and v >= 1 and k == kk and v == vv for (k, v), (kk, vv) in zip(sizes, attention_sizes))
+                k >= 1 and v >= 1 and k == kk and v == vv for (k, v), (kk, vv) in zip(sizes, attention_sizes)
+            )
         except (TypeError, ValueError):
             ok = False
         if not ok:
-            raise ValueError("attention_sizes must be a non-empty sequence of (key_size, value_size) pairs of "
-                             f"ints >= 1, got {attention_sizes!r}")
+            raise ValueError(
+                "attention_sizes must be a non-empty sequence of (key_size, value_size) pairs of "
+                f"ints >= 1, got {attention_sizes!r}"
+            )
         return sizes
 
     @property
@@ -140,13 +152,17 @@ class SNAIL(nn.Module):
         x = float_array(features, "features")
         same_dtype(self.dtype, features=x)
         if x.ndim != 3 or x.shape[2] != self.input_size or x.shape[1] < 1:
-            raise ValueError(f"features has shape {shape_str(x.shape)}, expected (B, T, {self.input_size}) "
-                             "with T >= 1 (the support examples, then the query)")
+            raise ValueError(
+                f"features has shape {shape_str(x.shape)}, expected (B, T, {self.input_size}) "
+                "with T >= 1 (the support examples, then the query)"
+            )
         B, T, _ = x.shape
         y = np.asarray(labels)
         if y.dtype.kind not in "iu" or y.shape != (B, T - 1):
-            raise ValueError(f"labels must be integers of shape ({B}, {T - 1}) (one per support example), "
-                             f"got {y.dtype} {shape_str(y.shape)}")
+            raise ValueError(
+                f"labels must be integers of shape ({B}, {T - 1}) (one per support example), "
+                f"got {y.dtype} {shape_str(y.shape)}"
+            )
         if y.size and (y.min() < 0 or y.max() >= self.n_way):
             raise ValueError(f"labels must be in [0, {self.n_way}), got values from {y.min()} to {y.max()}")
         onehot = np.zeros((B, T, self.n_way), self.dtype)
@@ -174,8 +190,9 @@ class SNAIL(nn.Module):
         state = (emb_pb, states, cls_pb, h.shape, x.shape) if keep else None
         return outputs, state
 
-    def forward(self, features: ArrayLike, labels: ArrayLike,
-                return_attention: bool = False) -> Array | tuple[Array, tuple[Array, ...]]:
+    def forward(
+        self, features: ArrayLike, labels: ArrayLike, return_attention: bool = False
+    ) -> Array | tuple[Array, tuple[Array, ...]]:
         return self._run(features, labels, return_attention, keep=False)[0]
 
     def _vjp_forward(self, features, labels, return_attention=False):
@@ -210,7 +227,7 @@ class SNAIL(nn.Module):
             grads.update({f"blocks.{i}.{k}": v for k, v in g.items()})
         g = emb_pb(np.ascontiguousarray(dh))
         grads["embedding.weight"], grads["embedding.bias"] = g["weight"], g["bias"]
-        grads["features"] = np.ascontiguousarray(g["input"][..., :self.input_size])
+        grads["features"] = np.ascontiguousarray(g["input"][..., : self.input_size])
         return grads
 
     @internal()
@@ -231,6 +248,8 @@ class SNAIL(nn.Module):
         return self.forward(features, labels).argmax(axis=1).astype(np.int64)
 
     def extra_repr(self) -> str:
-        return (f"n_way={self.n_way}, k_shot={self.k_shot}, input_size={self.input_size}, "
-                f"embedding_size={self.embedding_size}, filters={self.filters}, "
-                f"attention_sizes={self.attention_sizes}")
+        return (
+            f"n_way={self.n_way}, k_shot={self.k_shot}, input_size={self.input_size}, "
+            f"embedding_size={self.embedding_size}, filters={self.filters}, "
+            f"attention_sizes={self.attention_sizes}"
+        )

@@ -37,8 +37,7 @@ def _act_backward(saved, cotangents):
     if dy is None:
         return {"input": np.zeros_like(x)}
     dx = np.empty_like(x)
-    _core.activation_backward(dinput=dx, doutput=np.asarray(dy, order="C"), input=x, activation=act, p=p,
-                              seed=bits)
+    _core.activation_backward(dinput=dx, doutput=np.asarray(dy, order="C"), input=x, activation=act, p=p, seed=bits)
     return {"input": dx}
 
 

@@ -78,19 +78,25 @@ def _conv_forward(nd, input, weight, bias, stride, padding, dilation, groups, pa
     same_dtype(x.dtype, weight=w)
     groups = int_arg("groups", groups)
     if w.ndim != nd + 2:
-        raise ValueError(f"weight has shape {shape_str(w.shape)}, expected {nd + 2} dims (out, in, "
-                         f"{'k' if nd == 1 else 'kH, kW'})")
+        raise ValueError(
+            f"weight has shape {shape_str(w.shape)}, expected {nd + 2} dims (out, in, {'k' if nd == 1 else 'kH, kW'})"
+        )
     if x.ndim not in (nd + 1, nd + 2):
-        raise ValueError(f"input has shape {shape_str(x.shape)}, expected (batch, channels, "
-                         f"{'length' if nd == 1 else 'H, W'}) or the same without batch")
+        raise ValueError(
+            f"input has shape {shape_str(x.shape)}, expected (batch, channels, "
+            f"{'length' if nd == 1 else 'H, W'}) or the same without batch"
+        )
     batched = x.ndim == nd + 2
     xb = x if batched else x[None]
     if w.shape[0] % groups:
-        raise ValueError(f"weight {shape_str(w.shape)} has {w.shape[0]} output channels, not divisible by "
-                         f"groups={groups}")
+        raise ValueError(
+            f"weight {shape_str(w.shape)} has {w.shape[0]} output channels, not divisible by groups={groups}"
+        )
     if xb.shape[1] != w.shape[1] * groups:
-        raise ValueError(f"input {shape_str(x.shape)} has {xb.shape[1]} channels but weight "
-                         f"{shape_str(w.shape)} with groups={groups} expects {w.shape[1] * groups}")
+        raise ValueError(
+            f"input {shape_str(x.shape)} has {xb.shape[1]} channels but weight "
+            f"{shape_str(w.shape)} with groups={groups} expects {w.shape[1] * groups}"
+        )
     if min(w.shape[2:], default=1) < 1:
         raise ValueError(f"weight {shape_str(w.shape)} has an empty kernel")
     b = None
@@ -108,13 +114,16 @@ def _conv_forward(nd, input, weight, bias, stride, padding, dilation, groups, pa
     for d in range(2):
         if sizes[d] is None:
             span = dilation[d] * (w.shape[2 + d] - 1) + 1
-            raise ValueError(f"input {shape_str(x.shape)}, padded, is smaller than the dilated kernel "
-                             f"(span {span}) of weight {shape_str(np.shape(weight))}")
+            raise ValueError(
+                f"input {shape_str(x.shape)}, padded, is smaller than the dilated kernel "
+                f"(span {span}) of weight {shape_str(np.shape(weight))}"
+            )
     xb, w = np.ascontiguousarray(xb), np.ascontiguousarray(w)
     pad4 = pads[0] + pads[1]
     y = np.empty((xb.shape[0], w.shape[0], *sizes), x.dtype)
-    _core.conv2d_forward(output=y, input=xb, weight=w, bias=b, stride=stride, padding=pad4, dilation=dilation,
-                         groups=groups)
+    _core.conv2d_forward(
+        output=y, input=xb, weight=w, bias=b, stride=stride, padding=pad4, dilation=dilation, groups=groups
+    )
     out = y[:, :, 0, :] if nd == 1 else y
     saved = (x.shape, np.shape(weight), xb, w, b is not None, stride, pad4, dilation, groups)
     return (out if batched else out[0]), saved
@@ -123,13 +132,26 @@ def _conv_forward(nd, input, weight, bias, stride, padding, dilation, groups, pa
 def _conv_backward(saved, cotangents):
     x_shape, w_shape, xb, w, has_bias, stride, pad4, dilation, groups = saved
     (dy,) = cotangents
-    shape = (xb.shape[0], w.shape[0], *(_out_len(xb.shape[2 + d], pad4[2 * d:2 * d + 2], w.shape[2 + d], dilation[d],
-                                                  stride[d]) for d in range(2)))
+    shape = (
+        xb.shape[0],
+        w.shape[0],
+        *(_out_len(xb.shape[2 + d], pad4[2 * d : 2 * d + 2], w.shape[2 + d], dilation[d], stride[d]) for d in range(2)),
+    )
     dy4 = np.zeros(shape, xb.dtype) if dy is None else np.ascontiguousarray(dy).reshape(shape)
     dx, dw = np.empty(xb.shape, xb.dtype), np.empty(w.shape, w.dtype)
     db = np.empty(w.shape[0], w.dtype) if has_bias else None
-    _core.conv2d_backward(dinput=dx, dweight=dw, dbias=db, doutput=dy4, input=xb, weight=w, stride=stride,
-                          padding=pad4, dilation=dilation, groups=groups)
+    _core.conv2d_backward(
+        dinput=dx,
+        dweight=dw,
+        dbias=db,
+        doutput=dy4,
+        input=xb,
+        weight=w,
+        stride=stride,
+        padding=pad4,
+        dilation=dilation,
+        groups=groups,
+    )
     grads = {"input": dx.reshape(x_shape), "weight": dw.reshape(w_shape)}
     if has_bias:
         grads["bias"] = db
@@ -144,8 +166,15 @@ def _forward2(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=
     return _conv_forward(2, input, weight, bias, stride, padding, dilation, groups)
 
 
-def conv1d(input: ArrayLike, weight: ArrayLike, bias: ArrayLike | None = None, stride: Size1 = 1,
-           padding: Padding1 = 0, dilation: Size1 = 1, groups: int = 1) -> Array:
+def conv1d(
+    input: ArrayLike,
+    weight: ArrayLike,
+    bias: ArrayLike | None = None,
+    stride: Size1 = 1,
+    padding: Padding1 = 0,
+    dilation: Size1 = 1,
+    groups: int = 1,
+) -> Array:
     """``torch.nn.functional.conv1d``: a cross-correlation over the last axis.
 
     Lout = (L + 2 padding - dilation (k - 1) - 1) // stride + 1; 0 for an
@@ -175,8 +204,15 @@ def conv1d(input: ArrayLike, weight: ArrayLike, bias: ArrayLike | None = None, s
     return _forward1(input, weight, bias, stride, padding, dilation, groups)[0]
 
 
-def conv2d(input: ArrayLike, weight: ArrayLike, bias: ArrayLike | None = None, stride: Size2 = 1,
-           padding: Padding2 = 0, dilation: Size2 = 1, groups: int = 1) -> Array:
+def conv2d(
+    input: ArrayLike,
+    weight: ArrayLike,
+    bias: ArrayLike | None = None,
+    stride: Size2 = 1,
+    padding: Padding2 = 0,
+    dilation: Size2 = 1,
+    groups: int = 1,
+) -> Array:
     """``torch.nn.functional.conv2d``: a 2-d cross-correlation.
 
     Ho = (H + 2 padding - dilation (kH - 1) - 1) // stride + 1, Wo likewise.
@@ -220,9 +256,20 @@ def _init_bound(fan_in):
 class _ConvNd(Module, abstract=True):
     _nd = 2
 
-    def __init__(self, in_channels: int, out_channels: int, kernel_size: Size2, stride: Size2 = 1,
-                 padding: Padding2 = 0, dilation: Size2 = 1, groups: int = 1, bias: bool = True, *,
-                 dtype: DTypeLike = np.float32, seed: int | None = None) -> None:
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size: Size2,
+        stride: Size2 = 1,
+        padding: Padding2 = 0,
+        dilation: Size2 = 1,
+        groups: int = 1,
+        bias: bool = True,
+        *,
+        dtype: DTypeLike = np.float32,
+        seed: int | None = None,
+    ) -> None:
         super().__init__(dtype)
         nd = self._nd
         self.in_channels = int_arg("in_channels", in_channels, 0)  # 0: the output is the bias
@@ -235,8 +282,10 @@ class _ConvNd(Module, abstract=True):
         if _LOADING.get() is not None and any(before > f for (before, _), f in zip(pads, full)):
             # torch takes any padding, but a file's would size every output: columns
             # beyond dilation (k - 1) see no input, and no file needs them
-            raise ValueError(f"padding {padding!r} exceeds dilation * (kernel_size - 1) = {full}, "
-                             "which attnc.load does not take from a file")
+            raise ValueError(
+                f"padding {padding!r} exceeds dilation * (kernel_size - 1) = {full}, "
+                "which attnc.load does not take from a file"
+            )
         self.padding = padding if isinstance(padding, str) else _pair(padding, "padding", nd, 0)
         self.groups = int_arg("groups", groups)
         for name, n in (("in_channels", self.in_channels), ("out_channels", self.out_channels)):
@@ -245,8 +294,7 @@ class _ConvNd(Module, abstract=True):
         bound = _init_bound(self.in_channels // self.groups * math.prod(self.kernel_size))
         rng = np.random.default_rng(seed)
         uniform = lambda shape: rng.uniform(-bound, bound, shape)  # noqa: E731
-        self._init_parameter("weight", (self.out_channels, self.in_channels // self.groups) + self.kernel_size,
-                             uniform)
+        self._init_parameter("weight", (self.out_channels, self.in_channels // self.groups) + self.kernel_size, uniform)
         self._init_parameter("bias", (self.out_channels,), uniform if bias else None)
 
     def _args(self):
@@ -263,8 +311,13 @@ class _ConvNd(Module, abstract=True):
     def extra_repr(self) -> str:
         nd = self._nd
         leading = f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, stride={self.stride}"
-        return _settings(leading, padding=(self.padding, (0,) * nd), dilation=(self.dilation, (1,) * nd),
-                         groups=(self.groups, 1), bias=(self.bias is not None, True))
+        return _settings(
+            leading,
+            padding=(self.padding, (0,) * nd),
+            dilation=(self.dilation, (1,) * nd),
+            groups=(self.groups, 1),
+            bias=(self.bias is not None, True),
+        )
 
 
 class Conv1d(_ConvNd):
@@ -358,8 +411,17 @@ class CausalConv1d(Module):
     {'weight': (8, 4, 2), 'bias': (8,)}
     """
 
-    def __init__(self, in_channels: int, out_channels: int, kernel_size: int = 2, dilation: int = 1,
-                 bias: bool = True, *, dtype: DTypeLike = np.float32, seed: int | None = None) -> None:
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size: int = 2,
+        dilation: int = 1,
+        bias: bool = True,
+        *,
+        dtype: DTypeLike = np.float32,
+        seed: int | None = None,
+    ) -> None:
         super().__init__(dtype)
         self.in_channels = int_arg("in_channels", in_channels, 0)  # 0: the output is the bias
         self.out_channels = int_arg("out_channels", out_channels)
@@ -380,8 +442,10 @@ class CausalConv1d(Module):
     _vjp_backward = staticmethod(_conv_backward)
 
     def extra_repr(self) -> str:
-        return (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
-                f"dilation={self.dilation}, bias={self.bias is not None}")
+        return (
+            f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
+            f"dilation={self.dilation}, bias={self.bias is not None}"
+        )
 
 
 def causal_conv1d_forward(input, weight, bias=None, dilation=1):

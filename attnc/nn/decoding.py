@@ -26,8 +26,11 @@ def _decoding_ints(max_new_tokens, eos, beam_size, length="max_new_tokens"):
     the length sizes the output allocated before the C call, and -1 is C's
     eos for none. The C decoders check the rest: eos inside the vocabulary,
     a finite length_penalty. `length`: the caller's name for max_new_tokens."""
-    return (_int(length, max_new_tokens, 0), None if eos is None else _int("eos", eos, 0),
-            _int("beam_size", beam_size, 1))
+    return (
+        _int(length, max_new_tokens, 0),
+        None if eos is None else _int("eos", eos, 0),
+        _int("beam_size", beam_size, 1),
+    )
 
 
 def _check_sizes(arrays, ids, max_new_tokens):
@@ -42,15 +45,28 @@ def _check_sizes(arrays, ids, max_new_tokens):
     if ids.shape[1] < 1:
         raise ValueError("prompt needs at least one token per row")
     if max_new_tokens > 0 and ids.shape[1] + max_new_tokens - 1 > table:
-        raise ValueError(f"prompt length {ids.shape[1]} + max_new_tokens {max_new_tokens} - 1 exceeds the {table} "
-                         "rows of positions")
+        raise ValueError(
+            f"prompt length {ids.shape[1]} + max_new_tokens {max_new_tokens} - 1 exceeds the {table} rows of positions"
+        )
 
 
-def decode(layers: Sequence[TransformerDecoderLayer] | Sequence[TransformerEncoderLayer], embedding: ArrayLike,
-           positions: ArrayLike, out_weight: ArrayLike, prompt: ArrayLike, max_new_tokens: int, *,
-           out_bias: ArrayLike | None = None, embed_scale: float = 1.0, norm: LayerNorm | None = None,
-           memory: ArrayLike | None = None, memory_key_padding_mask: ArrayLike | None = None, eos: int | None = None,
-           beam_size: int = 1, length_penalty: float = 0.0) -> Array:
+def decode(
+    layers: Sequence[TransformerDecoderLayer] | Sequence[TransformerEncoderLayer],
+    embedding: ArrayLike,
+    positions: ArrayLike,
+    out_weight: ArrayLike,
+    prompt: ArrayLike,
+    max_new_tokens: int,
+    *,
+    out_bias: ArrayLike | None = None,
+    embed_scale: float = 1.0,
+    norm: LayerNorm | None = None,
+    memory: ArrayLike | None = None,
+    memory_key_padding_mask: ArrayLike | None = None,
+    eos: int | None = None,
+    beam_size: int = 1,
+    length_penalty: float = 0.0,
+) -> Array:
     """Generate tokens with a stack of transformer layers, in one C call.
 
     Parameters
@@ -112,8 +128,12 @@ def decode(layers: Sequence[TransformerDecoderLayer] | Sequence[TransformerEncod
         raise ValueError("layers must share nhead, activation, layer_norm_eps, norm_first and d_model")
     dtype = first.dtype
     arrays = {}
-    for name, a, required in (("embedding", embedding, True), ("positions", positions, True),
-                              ("out_weight", out_weight, True), ("out_bias", out_bias, False)):
+    for name, a, required in (
+        ("embedding", embedding, True),
+        ("positions", positions, True),
+        ("out_weight", out_weight, True),
+        ("out_bias", out_bias, False),
+    ):
         if a is None:
             if required:
                 raise TypeError(f"{name} is required")
@@ -140,23 +160,38 @@ def decode(layers: Sequence[TransformerDecoderLayer] | Sequence[TransformerEncod
         same_dtype(dtype, memory=mem)
         mem = np.ascontiguousarray(mem)
         if mem.ndim != 3 or mem.shape[0] != ids.shape[0]:
-            raise ValueError(f"memory {shape_str(mem.shape)} must be (B, S, E) with the prompt's batch "
-                             f"{ids.shape[0]}")
+            raise ValueError(f"memory {shape_str(mem.shape)} must be (B, S, E) with the prompt's batch {ids.shape[0]}")
         if memory_key_padding_mask is not None:
             m = np.asarray(memory_key_padding_mask)
             if m.dtype != np.bool_ or m.shape != mem.shape[:2]:
-                raise ValueError(f"memory_key_padding_mask must be bool {shape_str(mem.shape[:2])}, got "
-                                 f"{m.dtype} {shape_str(m.shape)}")
+                raise ValueError(
+                    f"memory_key_padding_mask must be bool {shape_str(mem.shape[:2])}, got "
+                    f"{m.dtype} {shape_str(m.shape)}"
+                )
             mask = np.ascontiguousarray(~m)
     elif memory is not None:
         raise ValueError("memory is only read by decoder layers")
     B = ids.shape[0]
     tokens = np.empty((B, max_new_tokens), np.int64)
     lengths = np.empty(B, np.int64)
-    _core.decode(tokens=tokens, lengths=lengths, layers=[layer._params() for layer in layers],
-                 **first._layer_config(training=False), embedding=arrays["embedding"], positions=arrays["positions"],
-                 embed_scale=float(embed_scale), norm_weight=None if norm is None else norm.weight,
-                 norm_bias=None if norm is None else norm.bias, out_weight=arrays["out_weight"],
-                 out_bias=arrays["out_bias"], prompt=ids, memory=mem, memory_mask=mask, max_new_tokens=max_new_tokens,
-                 eos=-1 if eos is None else eos, beam_size=beam_size, length_penalty=float(length_penalty))
+    _core.decode(
+        tokens=tokens,
+        lengths=lengths,
+        layers=[layer._params() for layer in layers],
+        **first._layer_config(training=False),
+        embedding=arrays["embedding"],
+        positions=arrays["positions"],
+        embed_scale=float(embed_scale),
+        norm_weight=None if norm is None else norm.weight,
+        norm_bias=None if norm is None else norm.bias,
+        out_weight=arrays["out_weight"],
+        out_bias=arrays["out_bias"],
+        prompt=ids,
+        memory=mem,
+        memory_mask=mask,
+        max_new_tokens=max_new_tokens,
+        eos=-1 if eos is None else eos,
+        beam_size=beam_size,
+        length_penalty=float(length_penalty),
+    )
     return tokens[:, : int(lengths.max()) if B else 0]

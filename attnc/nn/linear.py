@@ -18,8 +18,9 @@ def _forward(input, weight, bias=None):
     w = float_array(weight, "weight")
     same_dtype(x.dtype, weight=w)
     if w.ndim != 2 or x.ndim < 1 or x.shape[-1] != w.shape[1]:
-        raise ValueError(f"input {shape_str(x.shape)} and weight {shape_str(w.shape)} do not fit: "
-                         "input (..., in), weight (out, in)")
+        raise ValueError(
+            f"input {shape_str(x.shape)} and weight {shape_str(w.shape)} do not fit: input (..., in), weight (out, in)"
+        )
     b = None
     if bias is not None:
         b = float_array(bias, "bias")
@@ -108,8 +109,15 @@ class Linear(Module):
     {'weight': (2, 3), 'bias': (2,)}
     """
 
-    def __init__(self, in_features: int, out_features: int, bias: bool = True, *, dtype: DTypeLike = np.float32,
-                 seed: int | None = None) -> None:
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        bias: bool = True,
+        *,
+        dtype: DTypeLike = np.float32,
+        seed: int | None = None,
+    ) -> None:
         super().__init__(dtype)
         in_features, out_features = int_arg("in_features", in_features, 0), int_arg("out_features", out_features, 0)
         self.in_features, self.out_features = in_features, out_features

@@ -24,12 +24,15 @@ def _mask_lengths(mask, input_shape):
     if m.dtype != np.bool_:
         raise TypeError(f"mask must be a boolean array (True = a valid step), got dtype {m.dtype}")
     if len(input_shape) != 3 or m.shape != tuple(input_shape[:2]):
-        raise ValueError(f"mask has shape {shape_str(m.shape)}, expected (B, T) of the input "
-                         f"{shape_str(tuple(input_shape))}")
+        raise ValueError(
+            f"mask has shape {shape_str(m.shape)}, expected (B, T) of the input {shape_str(tuple(input_shape))}"
+        )
     lengths = m.sum(axis=1)
     if np.any(m != (np.arange(m.shape[1])[None, :] < lengths[:, None])):
-        raise ValueError("mask must be a prefix in every row (True steps, then False steps): "
-                         "the LSTMN reads its sequence from the start")
+        raise ValueError(
+            "mask must be a prefix in every row (True steps, then False steps): "
+            "the LSTMN reads its sequence from the start"
+        )
     return lengths.astype(np.int64)
 
 
@@ -91,8 +94,16 @@ class LSTMN(Module):
      'attn_x.weight': (16, 8), 'attn_tilde.weight': (16, 16)}
     """
 
-    def __init__(self, input_size: int, hidden_size: int, *, attention_size: int | None = None, bias: bool = True,
-                 dtype: DTypeLike = np.float32, seed: int | None = None) -> None:
+    def __init__(
+        self,
+        input_size: int,
+        hidden_size: int,
+        *,
+        attention_size: int | None = None,
+        bias: bool = True,
+        dtype: DTypeLike = np.float32,
+        seed: int | None = None,
+    ) -> None:
         super().__init__(dtype)
         I = int_arg("input_size", input_size, 0)  # 0: the gates from h and the bias alone
         H = int_arg("hidden_size", hidden_size, 1)
@@ -111,8 +122,15 @@ class LSTMN(Module):
         self.attn_tilde = Linear(H, A, bias=False, dtype=dtype, seed=sub())
 
     # attnc_lstmn_params' members and their state_dict names
-    _NAMES = {"weight_ih": "weight_ih", "weight_hh": "weight_hh", "bias": "bias", "attn_h": "attn_h.weight",
-              "attn_x": "attn_x.weight", "attn_tilde": "attn_tilde.weight", "attn_v": "attn_v"}
+    _NAMES = {
+        "weight_ih": "weight_ih",
+        "weight_hh": "weight_hh",
+        "bias": "bias",
+        "attn_h": "attn_h.weight",
+        "attn_x": "attn_x.weight",
+        "attn_tilde": "attn_tilde.weight",
+        "attn_v": "attn_v",
+    }
 
     def _params(self):
         """The parameters by attnc_lstmn_params' member names (no "bias" without one)."""
@@ -154,8 +172,14 @@ class LSTMN(Module):
         _core.lstmn_forward(output=out, attention=attn, saved=saved, input=x, lengths=lens, params=params)
         return out, attn, (saved, x, lens, params)
 
-    def forward(self, input: ArrayLike, *, lengths: ArrayLike | None = None, mask: ArrayLike | None = None,
-                return_attention: bool = False) -> Array | tuple[Array, Array]:
+    def forward(
+        self,
+        input: ArrayLike,
+        *,
+        lengths: ArrayLike | None = None,
+        mask: ArrayLike | None = None,
+        return_attention: bool = False,
+    ) -> Array | tuple[Array, Array]:
         out, attn, _ = self._run(input, lengths, mask, return_attention)
         return (out, attn) if return_attention else out
 
@@ -174,8 +198,11 @@ class LSTMN(Module):
         and the output's cotangent (B, T, H) (None: zeros). For composite
         models that keep the state of :meth:`_vjp_forward`."""
         saved, x, lens, params = state
-        dout = np.zeros(x.shape[:2] + (self.hidden_size,), self.dtype) if doutput is None else \
-            np.ascontiguousarray(doutput, dtype=self.dtype)
+        dout = (
+            np.zeros(x.shape[:2] + (self.hidden_size,), self.dtype)
+            if doutput is None
+            else np.ascontiguousarray(doutput, dtype=self.dtype)
+        )
         grads = {k: np.empty_like(p) for k, p in params.items()}
         dx = np.empty_like(x)
         _core.lstmn_backward(grads=grads, dinput=dx, doutput=dout, saved=saved, input=x, lengths=lens, params=params)
@@ -184,5 +211,6 @@ class LSTMN(Module):
         return named
 
     def extra_repr(self) -> str:
-        return (f"{self.input_size}, {self.hidden_size}, attention_size={self.attention_size}, "
-                f"bias={self.bias is not None}")
+        return (
+            f"{self.input_size}, {self.hidden_size}, attention_size={self.attention_size}, bias={self.bias is not None}"
+        )

@@ -240,15 +240,17 @@ class Module:
         missing = [k for k in own if k not in state_dict]
         unexpected = [k for k in state_dict if k not in own]
         if strict and (missing or unexpected):
-            raise KeyError(f"state_dict does not fit {type(self).__name__}: missing keys {missing}, "
-                           f"unexpected keys {unexpected}")
+            raise KeyError(
+                f"state_dict does not fit {type(self).__name__}: missing keys {missing}, unexpected keys {unexpected}"
+            )
         for name, value in state_dict.items():
             if name not in own:
                 continue
             a = np.asarray(value.detach().cpu().numpy() if hasattr(value, "detach") else value)
             if a.shape != own[name].shape:
-                raise ValueError(f"state_dict[{name!r}] has shape {shape_str(a.shape)}, "
-                                 f"the module's is {shape_str(own[name].shape)}")
+                raise ValueError(
+                    f"state_dict[{name!r}] has shape {shape_str(a.shape)}, the module's is {shape_str(own[name].shape)}"
+                )
             self._set_by_name(name, a)
         return IncompatibleKeys(missing, unexpected)
 
@@ -346,8 +348,7 @@ class Module:
         """
         tree = self._tree()
         width = len(f"{tree[0][0]:,}")
-        lines = [f"{count:>{width},}  {text}" if count is not None else f"{'':{width}}  {text}"
-                 for count, text in tree]
+        lines = [f"{count:>{width},}  {text}" if count is not None else f"{'':{width}}  {text}" for count, text in tree]
         return "\n".join([*lines, f"Total parameters: {tree[0][0]:,}"])
 
     def _tree(self) -> list[tuple[int | None, str]]:
@@ -441,8 +442,12 @@ def _copies(module: Module, n: int) -> list[Module]:
 
 # Where attnc's module classes are defined: attnc.load imports one of these
 # (and nothing else) when a file names a class not imported yet.
-_MODULE_SOURCES = ("attnc.models", "attnc.experiments.attention_pooling", "attnc.experiments.lstmn_recall",
-                   "attnc.experiments.sagan_shapes")
+_MODULE_SOURCES = (
+    "attnc.models",
+    "attnc.experiments.attention_pooling",
+    "attnc.experiments.lstmn_recall",
+    "attnc.experiments.sagan_shapes",
+)
 _HEADER = "__attnc__"
 _NESTING = 32  # modules and lists within a description, at most this deep
 
@@ -454,8 +459,10 @@ def _describe(module: Module) -> dict:
     config = dict(module._saved_config())
     if "dtype" in config:
         config["dtype"] = module.dtype.name
-    return {"class": f"{type(module).__module__}.{type(module).__qualname__}",
-            "config": {k: _encode(v) for k, v in config.items()}}
+    return {
+        "class": f"{type(module).__module__}.{type(module).__qualname__}",
+        "config": {k: _encode(v) for k, v in config.items()},
+    }
 
 
 def _encode(value):
@@ -485,8 +492,11 @@ def _module_class(name) -> type:
 def _build(description, depth: int = 0) -> Module:
     """The module a description names, built from its (decoded) arguments;
     any error of its constructor (a wrong type or value) is the file's."""
-    if (not isinstance(description, dict) or set(description) - {"class", "config", "dtype"}
-            or not isinstance(description.get("config"), dict)):
+    if (
+        not isinstance(description, dict)
+        or set(description) - {"class", "config", "dtype"}
+        or not isinstance(description.get("config"), dict)
+    ):
         raise FileFormatError('a module is described as {"class": name, "config": {argument: value}}')
     cls = _module_class(description.get("class"))
     config = {k: _decode(v, depth + 1) for k, v in description["config"].items()}
@@ -590,8 +600,16 @@ def load(path: str | os.PathLike) -> Module:
             raise FileFormatError(f"{os.fspath(path)}: {e}") from e.__cause__
 
 
-_ZIP_ERRORS = (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError, ValueError, RuntimeError,
-               NotImplementedError, struct.error)
+_ZIP_ERRORS = (
+    zipfile.BadZipFile,
+    zipfile.LargeZipFile,
+    OSError,
+    EOFError,
+    ValueError,
+    RuntimeError,
+    NotImplementedError,
+    struct.error,
+)
 
 
 def _load(file, size: int) -> Module:
@@ -655,8 +673,7 @@ def _members(zf: zipfile.ZipFile, size: int) -> dict[str, _Member]:
                 version = np.lib.format.read_magic(f)
                 if version not in ((1, 0), (2, 0)):
                     raise ValueError(f"unsupported .npy version {version}")
-                read = np.lib.format.read_array_header_1_0 if version == (1, 0) else \
-                    np.lib.format.read_array_header_2_0
+                read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
                 shape, fortran_order, dtype = read(f)
                 offset = f.tell()
         except _ZIP_ERRORS as e:
@@ -664,8 +681,10 @@ def _members(zf: zipfile.ZipFile, size: int) -> dict[str, _Member]:
         if dtype.hasobject or dtype.itemsize == 0:
             raise FileFormatError(f"member {name!r} has dtype {dtype}: attnc files hold numbers only")
         if any(n < 0 for n in shape) or info.file_size != offset + math.prod(shape) * dtype.itemsize:
-            raise FileFormatError(f"member {name!r} declares shape {shape_str(shape)} of {dtype} but holds "
-                                  f"{info.file_size - offset} bytes of data")
+            raise FileFormatError(
+                f"member {name!r} declares shape {shape_str(shape)} of {dtype} but holds "
+                f"{info.file_size - offset} bytes of data"
+            )
         members[key] = _Member(info, shape, fortran_order, dtype, offset)
     return members
 
@@ -682,7 +701,7 @@ def _read(zf: zipfile.ZipFile, m: _Member) -> np.ndarray:
                 piece = f.read(min(1 << 18, len(view) - filled))
                 if not piece:
                     raise EOFError("it ends early")
-                view[filled: filled + len(piece)] = piece
+                view[filled : filled + len(piece)] = piece
                 filled += len(piece)
             f.read(1)  # at the member's end: zipfile checks its CRC
     except _ZIP_ERRORS as e:
@@ -716,12 +735,10 @@ def _check_fit(module: Module, members: dict[str, _Member], dtype: np.dtype) -> 
     own = {name: p.shape for name, p in module.named_parameters()}
     missing, extra = [k for k in own if k not in members], [k for k in members if k not in own]
     if missing or extra:
-        raise FileFormatError(f"its arrays do not fit {type(module).__name__}: missing {missing}, "
-                              f"unexpected {extra}")
+        raise FileFormatError(f"its arrays do not fit {type(module).__name__}: missing {missing}, unexpected {extra}")
     for name, shape in own.items():
         m = members[name]
         if m.shape != shape:
-            raise FileFormatError(f"array {name!r} has shape {shape_str(m.shape)}, the module's is "
-                                  f"{shape_str(shape)}")
+            raise FileFormatError(f"array {name!r} has shape {shape_str(m.shape)}, the module's is {shape_str(shape)}")
         if m.dtype.newbyteorder("=") != dtype:
             raise FileFormatError(f"array {name!r} has dtype {m.dtype}, the file's header says {dtype}")

@@ -56,10 +56,21 @@ class MultiheadAttention(Module):
     {'in_proj_weight': (48, 16), 'in_proj_bias': (48,), 'out_proj.weight': (16, 16), 'out_proj.bias': (16,)}
     """
 
-    def __init__(self, embed_dim: int, num_heads: int, dropout: float = 0.0, bias: bool = True,
-                 add_bias_kv: bool = False, add_zero_attn: bool = False, kdim: int | None = None,
-                 vdim: int | None = None, batch_first: bool = True, *, dtype: DTypeLike = np.float32,
-                 seed: int | None = None) -> None:
+    def __init__(
+        self,
+        embed_dim: int,
+        num_heads: int,
+        dropout: float = 0.0,
+        bias: bool = True,
+        add_bias_kv: bool = False,
+        add_zero_attn: bool = False,
+        kdim: int | None = None,
+        vdim: int | None = None,
+        batch_first: bool = True,
+        *,
+        dtype: DTypeLike = np.float32,
+        seed: int | None = None,
+    ) -> None:
         super().__init__(dtype)
         if not batch_first:
             raise ValueError("attnc's modules are always batch first (batch_first=True)")
@@ -99,31 +110,65 @@ class MultiheadAttention(Module):
         p = self._parameters
         dropout = self.dropout if self.training else 0.0
         return dict(
-            key_padding_mask=key_padding_mask, attn_mask=attn_mask, need_weights=need_weights,
-            average_attn_weights=average_attn_weights, is_causal=is_causal,
-            q_proj_weight=p.get("q_proj_weight"), k_proj_weight=p.get("k_proj_weight"),
-            v_proj_weight=p.get("v_proj_weight"), bias_k=p["bias_k"], bias_v=p["bias_v"],
-            add_zero_attn=self.add_zero_attn, dropout_p=dropout,
+            key_padding_mask=key_padding_mask,
+            attn_mask=attn_mask,
+            need_weights=need_weights,
+            average_attn_weights=average_attn_weights,
+            is_causal=is_causal,
+            q_proj_weight=p.get("q_proj_weight"),
+            k_proj_weight=p.get("k_proj_weight"),
+            v_proj_weight=p.get("v_proj_weight"),
+            bias_k=p["bias_k"],
+            bias_v=p["bias_v"],
+            add_zero_attn=self.add_zero_attn,
+            dropout_p=dropout,
             seed=int(self._rng.integers(2**63)) if dropout else None,
         )
 
     def _args(self, query, key, value):
         p = self._parameters
-        return (query, key, value, self.num_heads, p.get("in_proj_weight"), p["in_proj_bias"],
-                self.out_proj.weight, self.out_proj.bias)
+        return (
+            query,
+            key,
+            value,
+            self.num_heads,
+            p.get("in_proj_weight"),
+            p["in_proj_bias"],
+            self.out_proj.weight,
+            self.out_proj.bias,
+        )
 
-    def forward(self, query: ArrayLike, key: ArrayLike, value: ArrayLike, key_padding_mask: ArrayLike | None = None,
-                need_weights: bool = True, attn_mask: ArrayLike | None = None, average_attn_weights: bool = True,
-                is_causal: bool = False) -> tuple[Array, Array | None]:
+    def forward(
+        self,
+        query: ArrayLike,
+        key: ArrayLike,
+        value: ArrayLike,
+        key_padding_mask: ArrayLike | None = None,
+        need_weights: bool = True,
+        attn_mask: ArrayLike | None = None,
+        average_attn_weights: bool = True,
+        is_causal: bool = False,
+    ) -> tuple[Array, Array | None]:
         return multihead.multi_head_attention(
             *self._args(query, key, value),
-            **self._kwargs(key_padding_mask, need_weights, attn_mask, average_attn_weights, is_causal))
+            **self._kwargs(key_padding_mask, need_weights, attn_mask, average_attn_weights, is_causal),
+        )
 
-    def _vjp_forward(self, query, key, value, key_padding_mask=None, need_weights=True, attn_mask=None,
-                     average_attn_weights=True, is_causal=False):
+    def _vjp_forward(
+        self,
+        query,
+        key,
+        value,
+        key_padding_mask=None,
+        need_weights=True,
+        attn_mask=None,
+        average_attn_weights=True,
+        is_causal=False,
+    ):
         return multihead._forward(
             *self._args(query, key, value),
-            **self._kwargs(key_padding_mask, need_weights, attn_mask, average_attn_weights, is_causal))
+            **self._kwargs(key_padding_mask, need_weights, attn_mask, average_attn_weights, is_causal),
+        )
 
     @staticmethod
     def _vjp_backward(saved, cotangents):

@@ -32,7 +32,7 @@ def _forward(input, normalized_shape, weight=None, bias=None, eps=1e-5):
     x = float_array(input, "input")
     shape = _shape(normalized_shape)
     k = len(shape)
-    if k == 0 or x.shape[x.ndim - k:] != shape or x.ndim < k:
+    if k == 0 or x.shape[x.ndim - k :] != shape or x.ndim < k:
         raise ValueError(f"input {shape_str(x.shape)} does not end with normalized_shape {shape_str(shape)}")
     params = []
     for name, p in (("weight", weight), ("bias", bias)):
@@ -67,8 +67,13 @@ def _backward(saved, cotangents):
     return grads
 
 
-def layer_norm(input: ArrayLike, normalized_shape: int | Sequence[int], weight: ArrayLike | None = None,
-               bias: ArrayLike | None = None, eps: float = 1e-5) -> Array:
+def layer_norm(
+    input: ArrayLike,
+    normalized_shape: int | Sequence[int],
+    weight: ArrayLike | None = None,
+    bias: ArrayLike | None = None,
+    eps: float = 1e-5,
+) -> Array:
     """Layer normalisation over the trailing ``normalized_shape`` dims, as
     ``torch.nn.functional.layer_norm``.
 
@@ -124,8 +129,15 @@ class LayerNorm(Module):
     {'weight': (8,), 'bias': (8,)}
     """
 
-    def __init__(self, normalized_shape: int | Sequence[int], eps: float = 1e-5, elementwise_affine: bool = True,
-                 bias: bool = True, *, dtype: DTypeLike = np.float32) -> None:
+    def __init__(
+        self,
+        normalized_shape: int | Sequence[int],
+        eps: float = 1e-5,
+        elementwise_affine: bool = True,
+        bias: bool = True,
+        *,
+        dtype: DTypeLike = np.float32,
+    ) -> None:
         super().__init__(dtype)
         self.normalized_shape, self.eps = _shape(normalized_shape), _eps(eps)
         self._init_parameter("weight", self.normalized_shape, np.ones if elementwise_affine else None)
@@ -140,5 +152,7 @@ class LayerNorm(Module):
     _vjp_backward = staticmethod(_backward)
 
     def extra_repr(self) -> str:
-        return (f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.weight is not None}, "
-                f"bias={self.bias is not None}")
+        return (
+            f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.weight is not None}, "
+            f"bias={self.bias is not None}"
+        )

@@ -29,8 +29,9 @@ def _mask(mask, shape):
     try:
         return np.ascontiguousarray(np.broadcast_to(m, shape))
     except ValueError:
-        raise ValueError(f"mask with shape {shape_str(m.shape)} does not broadcast to (B, T) = "
-                         f"{shape_str(shape)}") from None
+        raise ValueError(
+            f"mask with shape {shape_str(m.shape)} does not broadcast to (B, T) = {shape_str(shape)}"
+        ) from None
 
 
 def _forward(input, weight, bias=None, v=None, mask=None):
@@ -44,8 +45,9 @@ def _forward(input, weight, bias=None, v=None, mask=None):
     if h.ndim != 3:
         raise ValueError(f"input must have shape (B, T, d), got {shape_str(h.shape)}")
     if w.ndim != 2 or w.shape[1] != h.shape[2]:
-        raise ValueError(f"weight has shape {shape_str(w.shape)}, expected (d_attn, {h.shape[2]}) for input "
-                         f"{shape_str(h.shape)}")
+        raise ValueError(
+            f"weight has shape {shape_str(w.shape)}, expected (d_attn, {h.shape[2]}) for input {shape_str(h.shape)}"
+        )
     da = w.shape[0]  # C checks v's and bias's shapes, (da,)
     B, T, d = h.shape
     m = _mask(mask, (B, T))
@@ -63,17 +65,32 @@ def _backward(saved, cotangents):
         dc = np.zeros((h.shape[0], h.shape[2]), h.dtype)
     dh, dw, dv = np.empty_like(h), np.empty_like(w), np.empty_like(v)
     db = np.empty_like(v) if has_bias else None
-    _core.attention_pool_backward(dinput=dh, dweight=dw, dbias=db, dv=dv, doutput=np.ascontiguousarray(dc),
-                                  dweights=None if dalpha is None else np.ascontiguousarray(dalpha), input=h,
-                                  weight=w, v=v, weights=alpha, saved=u)
+    _core.attention_pool_backward(
+        dinput=dh,
+        dweight=dw,
+        dbias=db,
+        dv=dv,
+        doutput=np.ascontiguousarray(dc),
+        dweights=None if dalpha is None else np.ascontiguousarray(dalpha),
+        input=h,
+        weight=w,
+        v=v,
+        weights=alpha,
+        saved=u,
+    )
     grads = {"input": dh, "weight": dw, "v": dv}
     if has_bias:
         grads["bias"] = db
     return grads
 
 
-def attention_pool(input: ArrayLike, weight: ArrayLike, bias: ArrayLike | None = None, v: ArrayLike | None = None,
-                   mask: ArrayLike | None = None) -> tuple[Array, Array]:
+def attention_pool(
+    input: ArrayLike,
+    weight: ArrayLike,
+    bias: ArrayLike | None = None,
+    v: ArrayLike | None = None,
+    mask: ArrayLike | None = None,
+) -> tuple[Array, Array]:
     """Attention pooling: ``c = sum_t alpha_t h_t`` with ``alpha = softmax_t(v . tanh(W h_t + b))``.
 
     Parameters
@@ -138,8 +155,9 @@ class AttentionPooling(Module):
     {'weight': (16, 8), 'bias': (16,), 'v': (16,)}
     """
 
-    def __init__(self, d: int, d_attn: int, *, bias: bool = True, dtype: DTypeLike = np.float32,
-                 seed: int | None = None) -> None:
+    def __init__(
+        self, d: int, d_attn: int, *, bias: bool = True, dtype: DTypeLike = np.float32, seed: int | None = None
+    ) -> None:
         super().__init__(dtype)
         self.d, self.d_attn = d, d_attn = int_arg("d", d, 0), int_arg("d_attn", d_attn, 0)
         rng = np.random.default_rng(seed)
@@ -148,8 +166,9 @@ class AttentionPooling(Module):
         self._init_parameter("bias", (d_attn,), (lambda shape: rng.uniform(-bound, bound, shape)) if bias else None)
         self._init_parameter("v", (d_attn,), lambda shape: rng.uniform(-v_bound, v_bound, shape))
 
-    def forward(self, input: ArrayLike, mask: ArrayLike | None = None,
-                return_weights: bool = False) -> Array | tuple[Array, Array]:
+    def forward(
+        self, input: ArrayLike, mask: ArrayLike | None = None, return_weights: bool = False
+    ) -> Array | tuple[Array, Array]:
         c, alpha = attention_pool(input, self.weight, self.bias, self.v, mask)
         return (c, alpha) if return_weights else c
 

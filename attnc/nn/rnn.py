@@ -59,8 +59,11 @@ class _RNNBase(Module, abstract=True):
     @functools.cached_property
     def _weight_names(self):
         """Per layer and direction, attnc_rnn_weights' members -> parameter names (fixed at construction)."""
-        return [{w: f"{w}_l{layer}{suffix}" for w in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")}
-                for layer in range(self.num_layers) for suffix in self._suffixes]
+        return [
+            {w: f"{w}_l{layer}{suffix}" for w in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")}
+            for layer in range(self.num_layers)
+            for suffix in self._suffixes
+        ]
 
     def _weights(self):
         """The weights as the C layer takes them: a dict per layer and direction, None for an absent bias."""
@@ -71,16 +74,24 @@ class _RNNBase(Module, abstract=True):
         """attnc_rnn_config by member: the keywords of the C calls."""
         dropout = self.dropout if training and self.num_layers > 1 else 0.0
         seed = int(self._rng.integers(2**63)) if dropout else 0
-        return dict(mode=self._mode, hidden_size=self.hidden_size, num_layers=self.num_layers,
-                    bidirectional=self.bidirectional, dropout=dropout, seed=seed)
+        return dict(
+            mode=self._mode,
+            hidden_size=self.hidden_size,
+            num_layers=self.num_layers,
+            bidirectional=self.bidirectional,
+            dropout=dropout,
+            seed=seed,
+        )
 
     # -- arguments -----------------------------------------------------------------
     def _prepare(self, input, hx, lengths):
         x = float_array(input, "input")
         same_dtype(self.dtype, input=x)
         if x.ndim not in (2, 3) or x.shape[-1] != self.input_size:
-            raise ValueError(f"input has shape {shape_str(x.shape)}, expected (B, T, {self.input_size}) (batch "
-                             f"first) or (T, {self.input_size})")
+            raise ValueError(
+                f"input has shape {shape_str(x.shape)}, expected (B, T, {self.input_size}) (batch "
+                f"first) or (T, {self.input_size})"
+            )
         batched = x.ndim == 3
         x = np.ascontiguousarray(x if batched else x[None])
         B, T, _ = x.shape
@@ -119,8 +130,9 @@ class _RNNBase(Module, abstract=True):
             saved = np.empty(_core.rnn_saved_size(**config, B=B, T=T, input_size=self.input_size), x.dtype)
         h0, c0 = states
         weights = self._weights()
-        _core.rnn_forward(output=out, h_n=h_n, c_n=c_n, saved=saved, input=x, lengths=lens, h0=h0, c0=c0,
-                          weights=weights, **config)
+        _core.rnn_forward(
+            output=out, h_n=h_n, c_n=c_n, saved=saved, input=x, lengths=lens, h0=h0, c0=c0, weights=weights, **config
+        )
         return out, h_n, c_n, (saved, x, lens, h0, c0, weights, config)
 
     def _backward(self, state, dout, dh_n, dc_n):
@@ -130,18 +142,36 @@ class _RNNBase(Module, abstract=True):
         dh0 = np.empty_like(h0) if h0 is not None else None
         dc0 = np.empty_like(c0) if c0 is not None else None
         ready = lambda a: None if a is None else np.ascontiguousarray(a, x.dtype)  # noqa: E731
-        _core.rnn_backward(dinput=dx, dh0=dh0, dc0=dc0, grads=grads, doutput=ready(dout), dh_n=ready(dh_n),
-                           dc_n=ready(dc_n), saved=saved, input=x, lengths=lens, h0=h0, c0=c0, weights=weights,
-                           **config)
+        _core.rnn_backward(
+            dinput=dx,
+            dh0=dh0,
+            dc0=dc0,
+            grads=grads,
+            doutput=ready(dout),
+            dh_n=ready(dh_n),
+            dc_n=ready(dc_n),
+            saved=saved,
+            input=x,
+            lengths=lens,
+            h0=h0,
+            c0=c0,
+            weights=weights,
+            **config,
+        )
         named = {}
         for names, gs in zip(self._weight_names, grads):
             named.update({names[k]: g for k, g in gs.items() if g is not None})
         return dx, dh0, dc0, named
 
     def extra_repr(self) -> str:
-        return _settings(f"{self.input_size}, {self.hidden_size}", num_layers=(self.num_layers, 1),
-                         bias=(self.bias, True), batch_first=(True, False),  # torch's default; attnc's always
-                         dropout=(self.dropout, 0), bidirectional=(self.bidirectional, False))
+        return _settings(
+            f"{self.input_size}, {self.hidden_size}",
+            num_layers=(self.num_layers, 1),
+            bias=(self.bias, True),
+            batch_first=(True, False),  # torch's default; attnc's always
+            dropout=(self.dropout, 0),
+            bidirectional=(self.bidirectional, False),
+        )
 
 
 def _unbatch(a, batched, axis=0):
@@ -192,9 +222,20 @@ class LSTM(_RNNBase):
 
     _mode = _LSTM
 
-    def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
-                 batch_first: bool = True, dropout: float = 0.0, bidirectional: bool = False, proj_size: int = 0, *,
-                 dtype: DTypeLike = np.float32, seed: int | None = None) -> None:
+    def __init__(
+        self,
+        input_size: int,
+        hidden_size: int,
+        num_layers: int = 1,
+        bias: bool = True,
+        batch_first: bool = True,
+        dropout: float = 0.0,
+        bidirectional: bool = False,
+        proj_size: int = 0,
+        *,
+        dtype: DTypeLike = np.float32,
+        seed: int | None = None,
+    ) -> None:
         super().__init__(dtype)
         if proj_size:
             raise ValueError("proj_size is not supported (LSTMs with projections are not in attnc)")
@@ -207,8 +248,9 @@ class LSTM(_RNNBase):
             raise TypeError("hx must be a tuple (h0, c0) for an LSTM")
         return self._state(hx[0], "h0", B, batched), self._state(hx[1], "c0", B, batched)
 
-    def forward(self, input: ArrayLike, hx: tuple[ArrayLike, ArrayLike] | None = None, *,
-                lengths: ArrayLike | None = None) -> tuple[Array, tuple[Array, Array]]:
+    def forward(
+        self, input: ArrayLike, hx: tuple[ArrayLike, ArrayLike] | None = None, *, lengths: ArrayLike | None = None
+    ) -> tuple[Array, tuple[Array, Array]]:
         x, states, lens, batched = self._prepare(input, hx, lengths)
         out, h_n, c_n, _ = self._run(x, states, lens, keep=False)
         return _unbatch(out, batched), (_unbatch(h_n, batched, 1), _unbatch(c_n, batched, 1))
@@ -278,17 +320,28 @@ class GRU(_RNNBase):
 
     _mode = _GRU
 
-    def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
-                 batch_first: bool = True, dropout: float = 0.0, bidirectional: bool = False, *,
-                 dtype: DTypeLike = np.float32, seed: int | None = None) -> None:
+    def __init__(
+        self,
+        input_size: int,
+        hidden_size: int,
+        num_layers: int = 1,
+        bias: bool = True,
+        batch_first: bool = True,
+        dropout: float = 0.0,
+        bidirectional: bool = False,
+        *,
+        dtype: DTypeLike = np.float32,
+        seed: int | None = None,
+    ) -> None:
         super().__init__(dtype)
         self._build(input_size, hidden_size, num_layers, bias, batch_first, dropout, bidirectional, seed)
 
     def _states(self, hx, B, batched):
         return (None, None) if hx is None else (self._state(hx, "h0", B, batched), None)
 
-    def forward(self, input: ArrayLike, hx: ArrayLike | None = None, *,
-                lengths: ArrayLike | None = None) -> tuple[Array, Array]:
+    def forward(
+        self, input: ArrayLike, hx: ArrayLike | None = None, *, lengths: ArrayLike | None = None
+    ) -> tuple[Array, Array]:
         x, states, lens, batched = self._prepare(input, hx, lengths)
         out, h_n, _, _ = self._run(x, states, lens, keep=False)
         return _unbatch(out, batched), _unbatch(h_n, batched, 1)
@@ -325,8 +378,15 @@ class _CellBase(Module, abstract=True):
     with T = 1, parameters without the ``_l0`` suffix. Its input_size may be
     0 (as torch's cells': the gates then come from h and the biases)."""
 
-    def __init__(self, input_size: int, hidden_size: int, bias: bool = True, *, dtype: DTypeLike = np.float32,
-                 seed: int | None = None) -> None:
+    def __init__(
+        self,
+        input_size: int,
+        hidden_size: int,
+        bias: bool = True,
+        *,
+        dtype: DTypeLike = np.float32,
+        seed: int | None = None,
+    ) -> None:
         super().__init__(dtype)
         layer = self._layer_class(input_size, hidden_size, bias=bias, dtype=dtype, seed=seed)
         object.__setattr__(self, "_layer", layer)
@@ -345,8 +405,9 @@ class _CellBase(Module, abstract=True):
     def _prepare(self, input, hx):
         x = float_array(input, "input")
         if x.ndim not in (1, 2):
-            raise ValueError(f"input has shape {shape_str(x.shape)}, expected (B, {self.input_size}) or "
-                             f"({self.input_size},)")
+            raise ValueError(
+                f"input has shape {shape_str(x.shape)}, expected (B, {self.input_size}) or ({self.input_size},)"
+            )
         batched = x.ndim == 2
         x2 = x if batched else x[None]
         states = hx

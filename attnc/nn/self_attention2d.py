@@ -73,8 +73,9 @@ class SelfAttention2d(Module):
      'v.weight': (16, 2, 1, 1)}
     """
 
-    def __init__(self, channels: int, reduction: int = 8, *, dtype: DTypeLike = np.float32,
-                 seed: int | None = None) -> None:
+    def __init__(
+        self, channels: int, reduction: int = 8, *, dtype: DTypeLike = np.float32, seed: int | None = None
+    ) -> None:
         super().__init__(dtype)
         self.channels = int_arg("channels", channels)
         self.reduction = int_arg("reduction", reduction)
@@ -103,11 +104,10 @@ class SelfAttention2d(Module):
         N, c = H * W, self.inner
         # rows (B N, C): position-major, so 1x1 convolutions are linears over rows
         rows = np.ascontiguousarray(x.reshape(B, C, N).transpose(0, 2, 1)).reshape(B * N, C)
-        w_qkv = np.concatenate([self.g.weight.reshape(c, C), self.f.weight.reshape(c, C),
-                                self.h.weight.reshape(c, C)])
+        w_qkv = np.concatenate([self.g.weight.reshape(c, C), self.f.weight.reshape(c, C), self.h.weight.reshape(c, C)])
         b_qkv = np.concatenate([self.g.bias, self.f.bias, self.h.bias])
         qkv = linear_rows(rows, w_qkv, b_qkv).reshape(B, N, 3 * c)
-        q, k, val = qkv[..., :c], qkv[..., c:2 * c], qkv[..., 2 * c:]  # g (queries), f (keys), h (values)
+        q, k, val = qkv[..., :c], qkv[..., c : 2 * c], qkv[..., 2 * c :]  # g (queries), f (keys), h (values)
         attn_out, sdpa_saved = _sdpa._forward(q, k, val, scale=1.0, return_weights=return_attention)
         read, weights = attn_out if return_attention else (attn_out, None)
         read2 = read.reshape(B * N, c)
@@ -136,8 +136,8 @@ class SelfAttention2d(Module):
         dx = dy + drows.reshape(B, N, C).transpose(0, 2, 1).reshape(shape)
         grads = {"input": dx, "gamma": dgamma}
         for i, name in enumerate("gfh"):
-            grads[f"{name}.weight"] = dw_qkv[i * c:(i + 1) * c].reshape(c, C, 1, 1)
-            grads[f"{name}.bias"] = db_qkv[i * c:(i + 1) * c]
+            grads[f"{name}.weight"] = dw_qkv[i * c : (i + 1) * c].reshape(c, C, 1, 1)
+            grads[f"{name}.bias"] = db_qkv[i * c : (i + 1) * c]
         grads["v.weight"] = dwv.reshape(C, c, 1, 1)
         grads["v.bias"] = dbv
         return grads

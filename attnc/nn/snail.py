@@ -63,6 +63,7 @@ def tc_depth(seq_len: int) -> int:
 
 # --------------------------------------------------------------------------- dense block
 
+
 class DenseBlock(Module):
     r"""SNAIL's dense block: two causal dilated convolutions (kernel 2) and the
     gated activation, concatenated to the input along the channels::
@@ -98,17 +99,26 @@ class DenseBlock(Module):
     {'filter_conv.weight': (8, 4, 2), 'filter_conv.bias': (8,), 'gate_conv.weight': (8, 4, 2), 'gate_conv.bias': (8,)}
     """
 
-    def __init__(self, in_channels: int, filters: int, dilation: int = 1, *, dtype: DTypeLike = np.float32,
-                 seed: int | None = None) -> None:
+    def __init__(
+        self,
+        in_channels: int,
+        filters: int,
+        dilation: int = 1,
+        *,
+        dtype: DTypeLike = np.float32,
+        seed: int | None = None,
+    ) -> None:
         super().__init__(dtype)
         self.in_channels = size_arg("in_channels", in_channels, 0)
         self.filters = size_arg("filters", filters)
         self.dilation = size_arg("dilation", dilation)
         rng = np.random.default_rng(seed)
-        self.filter_conv = CausalConv1d(self.in_channels, self.filters, 2, self.dilation, dtype=dtype,
-                                        seed=int(rng.integers(2**63)))
-        self.gate_conv = CausalConv1d(self.in_channels, self.filters, 2, self.dilation, dtype=dtype,
-                                      seed=int(rng.integers(2**63)))
+        self.filter_conv = CausalConv1d(
+            self.in_channels, self.filters, 2, self.dilation, dtype=dtype, seed=int(rng.integers(2**63))
+        )
+        self.gate_conv = CausalConv1d(
+            self.in_channels, self.filters, 2, self.dilation, dtype=dtype, seed=int(rng.integers(2**63))
+        )
 
     @property
     def out_channels(self) -> int:
@@ -155,6 +165,7 @@ class DenseBlock(Module):
 
 # --------------------------------------------------------------------------- TC block
 
+
 class TCBlock(Module):
     r"""SNAIL's temporal-convolution block: dense blocks with dilations 1, 2,
     4, ..., 2^(n−1), n = ⌈log2 seq_len⌉ (``tc_depth``), each adding
@@ -191,15 +202,20 @@ class TCBlock(Module):
     (8, 36, 2)
     """
 
-    def __init__(self, in_channels: int, seq_len: int, filters: int, *, dtype: DTypeLike = np.float32,
-                 seed: int | None = None) -> None:
+    def __init__(
+        self, in_channels: int, seq_len: int, filters: int, *, dtype: DTypeLike = np.float32, seed: int | None = None
+    ) -> None:
         super().__init__(dtype)
         self.in_channels = size_arg("in_channels", in_channels, 0)
         self.seq_len = size_arg("seq_len", seq_len)
         self.filters = size_arg("filters", filters)
         rng = np.random.default_rng(seed)
-        blocks = [DenseBlock(self.in_channels + i * self.filters, self.filters, 2**i, dtype=dtype,
-                             seed=int(rng.integers(2**63))) for i in range(tc_depth(self.seq_len))]
+        blocks = [
+            DenseBlock(
+                self.in_channels + i * self.filters, self.filters, 2**i, dtype=dtype, seed=int(rng.integers(2**63))
+            )
+            for i in range(tc_depth(self.seq_len))
+        ]
         self.blocks = ModuleList(blocks, dtype)
 
     @property
@@ -242,6 +258,7 @@ class TCBlock(Module):
 
 # --------------------------------------------------------------------------- attention block
 
+
 class AttentionBlock(Module):
     r"""SNAIL's causal key-value attention block::
 
@@ -278,8 +295,15 @@ class AttentionBlock(Module):
     ((2, 5, 14), (2, 5, 5), True)
     """
 
-    def __init__(self, in_channels: int, key_size: int, value_size: int, *, dtype: DTypeLike = np.float32,
-                 seed: int | None = None) -> None:
+    def __init__(
+        self,
+        in_channels: int,
+        key_size: int,
+        value_size: int,
+        *,
+        dtype: DTypeLike = np.float32,
+        seed: int | None = None,
+    ) -> None:
         super().__init__(dtype)
         self.in_channels = size_arg("in_channels", in_channels, 0)
         self.key_size = size_arg("key_size", key_size)
@@ -301,9 +325,16 @@ class AttentionBlock(Module):
         w = np.concatenate([self.query.weight, self.key.weight, self.value.weight])
         b = np.concatenate([self.query.bias, self.key.bias, self.value.bias])
         qkv, lin_pb = run(linear, x, w, b)
-        q, k, v = qkv[..., :K], qkv[..., K:2 * K], qkv[..., 2 * K:]
-        out, att_pb = run(scaled_dot_product_attention, q, k, v, is_causal=True, scale=1.0 / math.sqrt(K),
-                          return_weights=bool(return_attention))
+        q, k, v = qkv[..., :K], qkv[..., K : 2 * K], qkv[..., 2 * K :]
+        out, att_pb = run(
+            scaled_dot_product_attention,
+            q,
+            k,
+            v,
+            is_causal=True,
+            scale=1.0 / math.sqrt(K),
+            return_weights=bool(return_attention),
+        )
         read, weights = out if return_attention else (out, None)
         y = np.concatenate([x, read], axis=-1)
         outputs = (y, weights) if return_attention else y

@@ -60,8 +60,9 @@ def _embedding_forward(input, weight, padding_idx=None, max_norm=None, norm_type
         i = int(np.flatnonzero((flat < 0) | (flat >= w.shape[0]))[0])
         raise ValueError(f"input[{i}] = {flat[i]} is outside [0, {w.shape[0]})")
     y = np.empty((flat.shape[0], w.shape[1]), w.dtype)
-    _core.embedding_forward(output=y, input=flat, weight=elementwise_ready(w), scale=float(scale), max_norm=limit,
-                            norm_type=p)
+    _core.embedding_forward(
+        output=y, input=flat, weight=elementwise_ready(w), scale=float(scale), max_norm=limit, norm_type=p
+    )
     return y.reshape(ids.shape + (w.shape[1],)), (flat, w.shape, w.dtype, float(scale), pad)
 
 
@@ -74,8 +75,15 @@ def _embedding_backward(saved, cotangents):
     return {"weight": dw}
 
 
-def embedding(input: ArrayLike, weight: ArrayLike, padding_idx: int | None = None, max_norm: float | None = None,
-              norm_type: float = 2.0, *, scale: float = 1.0) -> Array:
+def embedding(
+    input: ArrayLike,
+    weight: ArrayLike,
+    padding_idx: int | None = None,
+    max_norm: float | None = None,
+    norm_type: float = 2.0,
+    *,
+    scale: float = 1.0,
+) -> Array:
     """Rows of ``weight`` for each token id, times ``scale``, as
     ``torch.nn.functional.embedding`` (scale is attnc's: the Transformer's
     sqrt(d_model)).
@@ -148,9 +156,17 @@ class Embedding(Module):
     (1.0, True)
     """
 
-    def __init__(self, num_embeddings: int, embedding_dim: int, padding_idx: int | None = None,
-                 max_norm: float | None = None, norm_type: float = 2.0, *,
-                 dtype: DTypeLike = np.float32, seed: int | None = None) -> None:
+    def __init__(
+        self,
+        num_embeddings: int,
+        embedding_dim: int,
+        padding_idx: int | None = None,
+        max_norm: float | None = None,
+        norm_type: float = 2.0,
+        *,
+        dtype: DTypeLike = np.float32,
+        seed: int | None = None,
+    ) -> None:
         super().__init__(dtype)
         self.num_embeddings = int_arg("num_embeddings", num_embeddings, 0)
         self.embedding_dim = int_arg("embedding_dim", embedding_dim, 0)
@@ -178,8 +194,12 @@ class Embedding(Module):
     _vjp_backward = staticmethod(_embedding_backward)
 
     def extra_repr(self) -> str:
-        return _settings(f"{self.num_embeddings}, {self.embedding_dim}", padding_idx=(self.padding_idx, None),
-                         max_norm=(self.max_norm, None), norm_type=(self.norm_type, 2))
+        return _settings(
+            f"{self.num_embeddings}, {self.embedding_dim}",
+            padding_idx=(self.padding_idx, None),
+            max_norm=(self.max_norm, None),
+            norm_type=(self.norm_type, 2),
+        )
 
 
 REDUCTIONS = ("mean", "sum", "none")
@@ -209,14 +229,17 @@ def _ce_targets(x, target, ignore_index):
         t = float_array(t, "target")
         same_dtype(x.dtype, target=t)
         if ignore_index >= 0:
-            raise ValueError(f"ignore_index ({ignore_index}) is not supported with class-probability targets "
-                             "(as in torch)")
+            raise ValueError(
+                f"ignore_index ({ignore_index}) is not supported with class-probability targets (as in torch)"
+            )
         return _class_rows(t), True, x.shape[:1] + x.shape[2:] if x.ndim > 1 else ()
     t = _ids(target, "target")
     want = () if x.ndim == 1 else (x.shape[0],) + x.shape[2:]
     if t.shape != want:
-        raise ValueError(f"target {shape_str(t.shape)} does not fit input {shape_str(x.shape)}: expected class ids "
-                         f"{shape_str(want)} or class probabilities {shape_str(x.shape)}")
+        raise ValueError(
+            f"target {shape_str(t.shape)} does not fit input {shape_str(x.shape)}: expected class ids "
+            f"{shape_str(want)} or class probabilities {shape_str(x.shape)}"
+        )
     return t.reshape(-1), False, want
 
 
@@ -225,8 +248,11 @@ def _cross_entropy_forward(input, target, weight=None, *, ignore_index=-100, red
     choice(reduction, REDUCTIONS, "reduction")
     if isinstance(ignore_index, bool) or not isinstance(ignore_index, numbers.Integral):
         raise TypeError(f"ignore_index must be an int, got {type(ignore_index).__name__}")
-    if isinstance(label_smoothing, bool) or not isinstance(label_smoothing, numbers.Real) \
-            or not 0 <= label_smoothing <= 1:
+    if (
+        isinstance(label_smoothing, bool)
+        or not isinstance(label_smoothing, numbers.Real)
+        or not 0 <= label_smoothing <= 1
+    ):
         raise ValueError(f"label_smoothing must be in [0, 1], got {label_smoothing!r}")
     if x.ndim == 0:
         raise ValueError("input must have at least one dim: (C,) or (N, C, d1, ...)")
@@ -240,8 +266,15 @@ def _cross_entropy_forward(input, target, weight=None, *, ignore_index=-100, red
     t2, probs, out_shape = _ce_targets(x, target, int(ignore_index))
     x2 = _class_rows(x)
     losses, lse = np.empty(x2.shape[0], x.dtype), np.empty(x2.shape[0], x.dtype)
-    _core.cross_entropy_forward(losses=losses, logsumexp=lse, input=x2, target=t2, weight=w,
-                                label_smoothing=float(label_smoothing), ignore_index=int(ignore_index))
+    _core.cross_entropy_forward(
+        losses=losses,
+        logsumexp=lse,
+        input=x2,
+        target=t2,
+        weight=w,
+        label_smoothing=float(label_smoothing),
+        ignore_index=int(ignore_index),
+    )
     # mean: over the rows (probabilities) or the targets not ignored, each
     # counted with its class's weight, as torch; nothing to count gives 0
     if probs:
@@ -255,8 +288,19 @@ def _cross_entropy_forward(input, target, weight=None, *, ignore_index=-100, red
         out = np.asarray(losses.sum(), x.dtype)
     else:
         out = np.asarray(losses.sum() / total if total else 0.0, x.dtype)
-    saved = dict(xshape=x.shape, x2=x2, t2=t2, probs=probs, w=w, lse=lse, eps=float(label_smoothing),
-                 ignore=int(ignore_index), reduction=reduction, total=total, out=out)
+    saved = dict(
+        xshape=x.shape,
+        x2=x2,
+        t2=t2,
+        probs=probs,
+        w=w,
+        lse=lse,
+        eps=float(label_smoothing),
+        ignore=int(ignore_index),
+        reduction=reduction,
+        total=total,
+        out=out,
+    )
     return out, saved
 
 
@@ -274,8 +318,18 @@ def _cross_entropy_backward(s, cotangents):
     dx = np.empty(x2.shape, dtype)
     dt = np.empty(x2.shape, dtype) if s["probs"] else None
     dw = None if w is None else np.empty(w.shape, dtype)
-    _core.cross_entropy_backward(dinput=dx, dtarget=dt, dweight=dw, dlosses=dl, input=x2, target=s["t2"],
-                                 logsumexp=s["lse"], weight=w, label_smoothing=s["eps"], ignore_index=s["ignore"])
+    _core.cross_entropy_backward(
+        dinput=dx,
+        dtarget=dt,
+        dweight=dw,
+        dlosses=dl,
+        input=x2,
+        target=s["t2"],
+        logsumexp=s["lse"],
+        weight=w,
+        label_smoothing=s["eps"],
+        ignore_index=s["ignore"],
+    )
     grads = {"input": _from_class_rows(dx, s["xshape"])}
     if dt is not None:
         grads["target"] = _from_class_rows(dt, s["xshape"])
@@ -290,8 +344,15 @@ def _cross_entropy_backward(s, cotangents):
     return grads
 
 
-def cross_entropy(input: ArrayLike, target: ArrayLike, weight: ArrayLike | None = None, *, ignore_index: int = -100,
-                  reduction: Literal["mean", "sum", "none"] = "mean", label_smoothing: float = 0.0) -> Array:
+def cross_entropy(
+    input: ArrayLike,
+    target: ArrayLike,
+    weight: ArrayLike | None = None,
+    *,
+    ignore_index: int = -100,
+    reduction: Literal["mean", "sum", "none"] = "mean",
+    label_smoothing: float = 0.0,
+) -> Array:
     """Cross-entropy of logits against class ids or class probabilities, as
     ``torch.nn.functional.cross_entropy``.
 
@@ -336,8 +397,9 @@ def cross_entropy(input: ArrayLike, target: ArrayLike, weight: ArrayLike | None 
     >>> round(float(attnc.nn.cross_entropy(x, np.array([[0.5, 0.5], [1.0, 0.0]]))), 4)   # probabilities
     0.4701
     """
-    return _cross_entropy_forward(input, target, weight, ignore_index=ignore_index, reduction=reduction,
-                                  label_smoothing=label_smoothing)[0]
+    return _cross_entropy_forward(
+        input, target, weight, ignore_index=ignore_index, reduction=reduction, label_smoothing=label_smoothing
+    )[0]
 
 
 register(cross_entropy, _cross_entropy_forward, _cross_entropy_backward)

@@ -52,8 +52,10 @@ def _rows(x, name, dtype, d_model, length="T"):
     a = float_array(x, name)
     same_dtype(dtype, **{name: a})
     if a.ndim not in (2, 3) or a.shape[-1] != d_model:
-        raise ValueError(f"{name} has shape {shape_str(a.shape)}, expected (B, {length}, {d_model}) (batch first) "
-                         f"or ({length}, {d_model})")
+        raise ValueError(
+            f"{name} has shape {shape_str(a.shape)}, expected (B, {length}, {d_model}) (batch first) "
+            f"or ({length}, {d_model})"
+        )
     batched = a.ndim == 3
     return np.ascontiguousarray(a if batched else a[None]), batched
 
@@ -63,8 +65,10 @@ def _tgt_and_memory(tgt, memory, dtype, d_model):
     x, batched = _rows(tgt, "tgt", dtype, d_model)
     mem, mem_batched = _rows(memory, "memory", dtype, d_model, "S")
     if mem_batched != batched or mem.shape[0] != x.shape[0]:
-        raise ValueError(f"tgt {shape_str(np.shape(tgt))} and memory {shape_str(np.shape(memory))} need the "
-                         "same batch size (both batched or both unbatched)")
+        raise ValueError(
+            f"tgt {shape_str(np.shape(tgt))} and memory {shape_str(np.shape(memory))} need the "
+            "same batch size (both batched or both unbatched)"
+        )
     return x, mem, batched
 
 
@@ -91,22 +95,26 @@ def _masks(attn_mask, key_padding_mask, is_causal, B, H, L, S, dtype, names, bat
     (_SELF_MASKS or _CROSS_MASKS)."""
     m0 = m1 = None
     if is_causal and attn_mask is None:
-        raise ValueError(f"{names[2]}=True is a hint that {names[0]} is the causal mask: pass {names[0]} too "
-                         "(as torch; Transformer.generate_square_subsequent_mask builds it)")
+        raise ValueError(
+            f"{names[2]}=True is a hint that {names[0]} is the causal mask: pass {names[0]} too "
+            "(as torch; Transformer.generate_square_subsequent_mask builds it)"
+        )
     if attn_mask is not None:
         m = np.asarray(attn_mask)
         if m.ndim == 3 and m.shape == (B * H, L, S):
             m = m.reshape(B, H, L, S)
         elif m.ndim != 2:
-            raise ValueError(f"{names[0]} must be (L, S) or (B * nhead, L, S) = ({B * H}, {L}, {S}), got "
-                             f"{shape_str(m.shape)}")
+            raise ValueError(
+                f"{names[0]} must be (L, S) or (B * nhead, L, S) = ({B * H}, {L}, {S}), got {shape_str(m.shape)}"
+            )
         m0 = elementwise_ready(torch_mask(m, names[0], (B, H, L, S), dtype)[1])
     if key_padding_mask is not None:
         m = np.asarray(key_padding_mask)
         m = m[None] if not batched and m.ndim == 1 else m
         if m.shape != (B, S):
-            raise ValueError(f"{names[1]} has shape {shape_str(np.shape(key_padding_mask))}, expected (B, S) = "
-                             f"({B}, {S})")
+            raise ValueError(
+                f"{names[1]} has shape {shape_str(np.shape(key_padding_mask))}, expected (B, S) = ({B}, {S})"
+            )
         m1 = elementwise_ready(torch_mask(m[:, None, None, :], names[1], (B, H, L, S), dtype)[1])
     return dict(zip(keys, (m0, m1, bool(is_causal))))
 
@@ -114,8 +122,12 @@ def _masks(attn_mask, key_padding_mask, is_causal, B, H, L, S, dtype, names, bat
 def _layer_param_names(decoder):
     """The C layer's parameter keys (attnc_layer_params' members) -> the
     layer's state_dict names."""
-    attn = {"in_weight": "in_proj_weight", "in_bias": "in_proj_bias", "out_weight": "out_proj.weight",
-            "out_bias": "out_proj.bias"}
+    attn = {
+        "in_weight": "in_proj_weight",
+        "in_bias": "in_proj_bias",
+        "out_weight": "out_proj.weight",
+        "out_bias": "out_proj.bias",
+    }
     blocks = (("self_attn", "self_attn"),) + ((("cross_attn", "multihead_attn"),) if decoder else ())
     names = {f"{member}.{k}": f"{name}.{v}" for member, name in blocks for k, v in attn.items()}
     names.update({f"linear{i}_{w}": f"linear{i}.{w}" for i in (1, 2) for w in ("weight", "bias")})
@@ -130,8 +142,20 @@ class _Layer(Module, abstract=True):
     _decoder = False
     _param_names = _layer_param_names(False)
 
-    def _build(self, d_model, nhead, dim_feedforward, dropout, activation, layer_norm_eps, batch_first, norm_first,
-               bias, dtype, seed):
+    def _build(
+        self,
+        d_model,
+        nhead,
+        dim_feedforward,
+        dropout,
+        activation,
+        layer_norm_eps,
+        batch_first,
+        norm_first,
+        bias,
+        dtype,
+        seed,
+    ):
         d_model, nhead = int_arg("d_model", d_model), int_arg("nhead", nhead)
         dim_feedforward = int_arg("dim_feedforward", dim_feedforward)
         if d_model % nhead:
@@ -166,8 +190,14 @@ class _Layer(Module, abstract=True):
         """attnc_layer_config by member: the keywords of the C calls."""
         dropout = self.dropout if training else 0.0
         seed = int(self._rng.integers(2**63)) if dropout else 0
-        return dict(nhead=self.nhead, activation=_ACTIVATIONS[self.activation], eps=self.layer_norm_eps,
-                    norm_first=self.norm_first, dropout=dropout, seed=seed)
+        return dict(
+            nhead=self.nhead,
+            activation=_ACTIVATIONS[self.activation],
+            eps=self.layer_norm_eps,
+            norm_first=self.norm_first,
+            dropout=dropout,
+            seed=seed,
+        )
 
     def _run(self, x, memory, self_masks, cross_masks, need_weights, keep):
         """One C forward: (out, weights, saved state for _grads)."""
@@ -182,12 +212,32 @@ class _Layer(Module, abstract=True):
         cross_masks = cross_masks or {}
         if keep:
             saved = self._activations(size, x.dtype)
-            _core.layer_forward(output=out, weights_self=ws, weights_cross=wc, saved=saved.array, input=x,
-                                memory=memory, params=params, **config, **self_masks, **cross_masks)
+            _core.layer_forward(
+                output=out,
+                weights_self=ws,
+                weights_cross=wc,
+                saved=saved.array,
+                input=x,
+                memory=memory,
+                params=params,
+                **config,
+                **self_masks,
+                **cross_masks,
+            )
         else:
             with self._workspace(size, x.dtype) as work:
-                _core.layer_forward(output=out, weights_self=ws, weights_cross=wc, saved=work, input=x, memory=memory,
-                                    params=params, **config, **self_masks, **cross_masks)
+                _core.layer_forward(
+                    output=out,
+                    weights_self=ws,
+                    weights_cross=wc,
+                    saved=work,
+                    input=x,
+                    memory=memory,
+                    params=params,
+                    **config,
+                    **self_masks,
+                    **cross_masks,
+                )
             saved = None
         state = (saved, x, memory, params, config, self_masks, cross_masks)
         return out, (ws, wc), state
@@ -235,11 +285,24 @@ class _Layer(Module, abstract=True):
         dmem = np.empty_like(memory) if memory is not None else None
         dout = np.ascontiguousarray(dout, dtype=x.dtype)
         B, L, E = x.shape
-        size = _core.layer_scratch_size(B=B, L=L, S=0 if memory is None else memory.shape[1], E=E,
-                                        F=self.dim_feedforward, decoder=self._decoder)
+        size = _core.layer_scratch_size(
+            B=B, L=L, S=0 if memory is None else memory.shape[1], E=E, F=self.dim_feedforward, decoder=self._decoder
+        )
         with self._workspace(size, x.dtype) as work:
-            _core.layer_backward(dinput=dx, dmemory=dmem, grads=grads, scratch=work, doutput=dout, saved=saved.array,
-                                 input=x, memory=memory, params=params, **config, **sm, **cm)
+            _core.layer_backward(
+                dinput=dx,
+                dmemory=dmem,
+                grads=grads,
+                scratch=work,
+                doutput=dout,
+                saved=saved.array,
+                input=x,
+                memory=memory,
+                params=params,
+                **config,
+                **sm,
+                **cm,
+            )
         named = {self._param_names[member]: g for member, g in grads.items() if g is not None}
         return dx, dmem, named
 
@@ -265,8 +328,19 @@ def _self_masks(layer, x, attn_mask, key_padding_mask, is_causal, batched, names
 
 def _cross_masks(layer, x, memory, memory_mask, memory_key_padding_mask, memory_is_causal, batched):
     B, L, _ = x.shape
-    return _masks(memory_mask, memory_key_padding_mask, memory_is_causal, B, layer.nhead, L, memory.shape[1],
-                  x.dtype, _CROSS_MASKS, batched, _CROSS_MASKS)
+    return _masks(
+        memory_mask,
+        memory_key_padding_mask,
+        memory_is_causal,
+        B,
+        layer.nhead,
+        L,
+        memory.shape[1],
+        x.dtype,
+        _CROSS_MASKS,
+        batched,
+        _CROSS_MASKS,
+    )
 
 
 def _unbatch(a, batched):
@@ -317,18 +391,47 @@ class TransformerEncoderLayer(_Layer):
     (12, (32, 16))
     """
 
-    def __init__(self, d_model: int, nhead: int, dim_feedforward: int = 2048, dropout: float = 0.1,
-                 activation: Activation = "relu", layer_norm_eps: float = 1e-5, batch_first: bool = True,
-                 norm_first: bool = False, bias: bool = True, *, dtype: DTypeLike = np.float32,
-                 seed: int | None = None) -> None:
+    def __init__(
+        self,
+        d_model: int,
+        nhead: int,
+        dim_feedforward: int = 2048,
+        dropout: float = 0.1,
+        activation: Activation = "relu",
+        layer_norm_eps: float = 1e-5,
+        batch_first: bool = True,
+        norm_first: bool = False,
+        bias: bool = True,
+        *,
+        dtype: DTypeLike = np.float32,
+        seed: int | None = None,
+    ) -> None:
         super().__init__(dtype)
-        self._build(d_model, nhead, dim_feedforward, dropout, activation, layer_norm_eps, batch_first, norm_first,
-                    bias, dtype, seed)
+        self._build(
+            d_model,
+            nhead,
+            dim_feedforward,
+            dropout,
+            activation,
+            layer_norm_eps,
+            batch_first,
+            norm_first,
+            bias,
+            dtype,
+            seed,
+        )
 
     def _prepare(self, src, src_mask, src_key_padding_mask, is_causal):
         x, batched = _rows(src, "src", self.dtype, self.d_model)
-        masks = _self_masks(self, x, src_mask, src_key_padding_mask, is_causal, batched,
-                            ("src_mask", "src_key_padding_mask", "is_causal"))
+        masks = _self_masks(
+            self,
+            x,
+            src_mask,
+            src_key_padding_mask,
+            is_causal,
+            batched,
+            ("src_mask", "src_key_padding_mask", "is_causal"),
+        )
         return x, masks, batched
 
     def _call(self, src, src_mask, src_key_padding_mask, is_causal, need_weights, keep):
@@ -337,8 +440,15 @@ class TransformerEncoderLayer(_Layer):
         outputs = (_unbatch(out, batched), _unbatch(w, batched)) if need_weights else _unbatch(out, batched)
         return outputs, (self, state, batched, need_weights)
 
-    def forward(self, src: ArrayLike, src_mask: ArrayLike | None = None, src_key_padding_mask: ArrayLike | None = None,
-                is_causal: bool = False, *, need_weights: bool = False) -> Array | tuple[Array, Array]:
+    def forward(
+        self,
+        src: ArrayLike,
+        src_mask: ArrayLike | None = None,
+        src_key_padding_mask: ArrayLike | None = None,
+        is_causal: bool = False,
+        *,
+        need_weights: bool = False,
+    ) -> Array | tuple[Array, Array]:
         return self._call(src, src_mask, src_key_padding_mask, is_causal, need_weights, keep=False)[0]
 
     def _vjp_forward(self, src, src_mask=None, src_key_padding_mask=None, is_causal=False, *, need_weights=False):
@@ -356,8 +466,10 @@ class TransformerEncoderLayer(_Layer):
 def _no_weights_cotangent(need_weights, cotangents):
     """Gradients do not flow back through returned attention weights."""
     if need_weights and cotangents[1] is not None:
-        raise NotImplementedError("gradients through the returned attention weights of a transformer are not "
-                                  "supported; pass None as their cotangent")
+        raise NotImplementedError(
+            "gradients through the returned attention weights of a transformer are not "
+            "supported; pass None as their cotangent"
+        )
 
 
 def _cotangent_rows(c, x):
@@ -414,26 +526,83 @@ class TransformerDecoderLayer(_Layer):
     _decoder = True
     _param_names = _layer_param_names(True)
 
-    def __init__(self, d_model: int, nhead: int, dim_feedforward: int = 2048, dropout: float = 0.1,
-                 activation: Activation = "relu", layer_norm_eps: float = 1e-5, batch_first: bool = True,
-                 norm_first: bool = False, bias: bool = True, *, dtype: DTypeLike = np.float32,
-                 seed: int | None = None) -> None:
+    def __init__(
+        self,
+        d_model: int,
+        nhead: int,
+        dim_feedforward: int = 2048,
+        dropout: float = 0.1,
+        activation: Activation = "relu",
+        layer_norm_eps: float = 1e-5,
+        batch_first: bool = True,
+        norm_first: bool = False,
+        bias: bool = True,
+        *,
+        dtype: DTypeLike = np.float32,
+        seed: int | None = None,
+    ) -> None:
         super().__init__(dtype)
-        self._build(d_model, nhead, dim_feedforward, dropout, activation, layer_norm_eps, batch_first, norm_first,
-                    bias, dtype, seed)
+        self._build(
+            d_model,
+            nhead,
+            dim_feedforward,
+            dropout,
+            activation,
+            layer_norm_eps,
+            batch_first,
+            norm_first,
+            bias,
+            dtype,
+            seed,
+        )
 
-    def _prepare(self, tgt, memory, tgt_mask, memory_mask, tgt_key_padding_mask, memory_key_padding_mask,
-                 tgt_is_causal, memory_is_causal):
+    def _prepare(
+        self,
+        tgt,
+        memory,
+        tgt_mask,
+        memory_mask,
+        tgt_key_padding_mask,
+        memory_key_padding_mask,
+        tgt_is_causal,
+        memory_is_causal,
+    ):
         x, mem, batched = _tgt_and_memory(tgt, memory, self.dtype, self.d_model)
-        sm = _self_masks(self, x, tgt_mask, tgt_key_padding_mask, tgt_is_causal, batched,
-                         ("tgt_mask", "tgt_key_padding_mask", "tgt_is_causal"))
+        sm = _self_masks(
+            self,
+            x,
+            tgt_mask,
+            tgt_key_padding_mask,
+            tgt_is_causal,
+            batched,
+            ("tgt_mask", "tgt_key_padding_mask", "tgt_is_causal"),
+        )
         cm = _cross_masks(self, x, mem, memory_mask, memory_key_padding_mask, memory_is_causal, batched)
         return x, mem, sm, cm, batched
 
-    def _call(self, tgt, memory, tgt_mask, memory_mask, tgt_key_padding_mask, memory_key_padding_mask,
-              tgt_is_causal, memory_is_causal, need_weights, keep):
-        x, mem, sm, cm, batched = self._prepare(tgt, memory, tgt_mask, memory_mask, tgt_key_padding_mask,
-                                                memory_key_padding_mask, tgt_is_causal, memory_is_causal)
+    def _call(
+        self,
+        tgt,
+        memory,
+        tgt_mask,
+        memory_mask,
+        tgt_key_padding_mask,
+        memory_key_padding_mask,
+        tgt_is_causal,
+        memory_is_causal,
+        need_weights,
+        keep,
+    ):
+        x, mem, sm, cm, batched = self._prepare(
+            tgt,
+            memory,
+            tgt_mask,
+            memory_mask,
+            tgt_key_padding_mask,
+            memory_key_padding_mask,
+            tgt_is_causal,
+            memory_is_causal,
+        )
         out, (ws, wc), state = self._run(x, mem, sm, cm, need_weights, keep)
         if need_weights:
             outputs = (_unbatch(out, batched), (_unbatch(ws, batched), _unbatch(wc, batched)))
@@ -441,19 +610,57 @@ class TransformerDecoderLayer(_Layer):
             outputs = _unbatch(out, batched)
         return outputs, (self, state, batched, need_weights)
 
-    def forward(self, tgt: ArrayLike, memory: ArrayLike, tgt_mask: ArrayLike | None = None,
-                memory_mask: ArrayLike | None = None, tgt_key_padding_mask: ArrayLike | None = None,
-                memory_key_padding_mask: ArrayLike | None = None, tgt_is_causal: bool = False,
-                memory_is_causal: bool = False, *,
-                need_weights: bool = False) -> Array | tuple[Array, tuple[Array, Array]]:
-        return self._call(tgt, memory, tgt_mask, memory_mask, tgt_key_padding_mask, memory_key_padding_mask,
-                          tgt_is_causal, memory_is_causal, need_weights, keep=False)[0]
+    def forward(
+        self,
+        tgt: ArrayLike,
+        memory: ArrayLike,
+        tgt_mask: ArrayLike | None = None,
+        memory_mask: ArrayLike | None = None,
+        tgt_key_padding_mask: ArrayLike | None = None,
+        memory_key_padding_mask: ArrayLike | None = None,
+        tgt_is_causal: bool = False,
+        memory_is_causal: bool = False,
+        *,
+        need_weights: bool = False,
+    ) -> Array | tuple[Array, tuple[Array, Array]]:
+        return self._call(
+            tgt,
+            memory,
+            tgt_mask,
+            memory_mask,
+            tgt_key_padding_mask,
+            memory_key_padding_mask,
+            tgt_is_causal,
+            memory_is_causal,
+            need_weights,
+            keep=False,
+        )[0]
 
-    def _vjp_forward(self, tgt, memory, tgt_mask=None, memory_mask=None, tgt_key_padding_mask=None,
-                     memory_key_padding_mask=None, tgt_is_causal=False, memory_is_causal=False, *,
-                     need_weights=False):
-        return self._call(tgt, memory, tgt_mask, memory_mask, tgt_key_padding_mask, memory_key_padding_mask,
-                          tgt_is_causal, memory_is_causal, need_weights, keep=True)
+    def _vjp_forward(
+        self,
+        tgt,
+        memory,
+        tgt_mask=None,
+        memory_mask=None,
+        tgt_key_padding_mask=None,
+        memory_key_padding_mask=None,
+        tgt_is_causal=False,
+        memory_is_causal=False,
+        *,
+        need_weights=False,
+    ):
+        return self._call(
+            tgt,
+            memory,
+            tgt_mask,
+            memory_mask,
+            tgt_key_padding_mask,
+            memory_key_padding_mask,
+            tgt_is_causal,
+            memory_is_causal,
+            need_weights,
+            keep=True,
+        )
 
     @staticmethod
     def _vjp_backward(saved, cotangents):
@@ -544,12 +751,26 @@ class TransformerEncoder(Module):
     ['layers.1.norm2.weight', 'layers.1.norm2.bias', 'norm.weight', 'norm.bias']
     """
 
-    def __init__(self, encoder_layer: TransformerEncoderLayer, num_layers: int, norm: LayerNorm | None = None,
-                 enable_nested_tensor: bool = True, mask_check: bool = True) -> None:
+    def __init__(
+        self,
+        encoder_layer: TransformerEncoderLayer,
+        num_layers: int,
+        norm: LayerNorm | None = None,
+        enable_nested_tensor: bool = True,
+        mask_check: bool = True,
+    ) -> None:
         _stack(self, encoder_layer, TransformerEncoderLayer, num_layers, norm, "encoder_layer")
 
-    def _forward(self, src, mask, src_key_padding_mask, is_causal, need_weights, keep,
-                 names=("mask", "src_key_padding_mask", "is_causal")):
+    def _forward(
+        self,
+        src,
+        mask,
+        src_key_padding_mask,
+        is_causal,
+        need_weights,
+        keep,
+        names=("mask", "src_key_padding_mask", "is_causal"),
+    ):
         """(outputs, saved for _vjp_backward); names: the caller's argument names, for errors."""
         first = self.layers[0] if self.num_layers else None
         d_model = first.d_model if first else np.shape(src)[-1]
@@ -566,11 +787,24 @@ class TransformerEncoder(Module):
                 weights.append(_unbatch(w, batched))
         y, norm_state = _final_norm(self.norm, x, keep)
         out = _unbatch(y, batched)
-        return ((out, weights) if need_weights else out), (self, states, norm_state, batched, need_weights,
-                                                            np.shape(src))
+        return ((out, weights) if need_weights else out), (
+            self,
+            states,
+            norm_state,
+            batched,
+            need_weights,
+            np.shape(src),
+        )
 
-    def forward(self, src: ArrayLike, mask: ArrayLike | None = None, src_key_padding_mask: ArrayLike | None = None,
-                is_causal: bool | None = None, *, need_weights: bool = False) -> Array | tuple[Array, list[Array]]:
+    def forward(
+        self,
+        src: ArrayLike,
+        mask: ArrayLike | None = None,
+        src_key_padding_mask: ArrayLike | None = None,
+        is_causal: bool | None = None,
+        *,
+        need_weights: bool = False,
+    ) -> Array | tuple[Array, list[Array]]:
         return self._forward(src, mask, src_key_padding_mask, is_causal, need_weights, keep=False)[0]
 
     def _vjp_forward(self, src, mask=None, src_key_padding_mask=None, is_causal=None, *, need_weights=False):
@@ -629,12 +863,22 @@ class TransformerDecoder(Module):
     (16, 16)
     """
 
-    def __init__(self, decoder_layer: TransformerDecoderLayer, num_layers: int,
-                 norm: LayerNorm | None = None) -> None:
+    def __init__(self, decoder_layer: TransformerDecoderLayer, num_layers: int, norm: LayerNorm | None = None) -> None:
         _stack(self, decoder_layer, TransformerDecoderLayer, num_layers, norm, "decoder_layer")
 
-    def _forward(self, tgt, memory, tgt_mask, memory_mask, tgt_key_padding_mask, memory_key_padding_mask,
-                 tgt_is_causal, memory_is_causal, need_weights, keep):
+    def _forward(
+        self,
+        tgt,
+        memory,
+        tgt_mask,
+        memory_mask,
+        tgt_key_padding_mask,
+        memory_key_padding_mask,
+        tgt_is_causal,
+        memory_is_causal,
+        need_weights,
+        keep,
+    ):
         first = self.layers[0] if self.num_layers else None
         d_model = first.d_model if first else np.shape(tgt)[-1]
         x, mem, batched = _tgt_and_memory(tgt, memory, self.dtype, d_model)
@@ -642,8 +886,15 @@ class TransformerDecoder(Module):
             tgt_is_causal = tgt_mask is not None and _is_causal_mask(tgt_mask, x.shape[1])
         states, ws, wc = [], [], []
         if first is not None:
-            sm = _self_masks(first, x, tgt_mask, tgt_key_padding_mask, tgt_is_causal, batched,
-                             ("tgt_mask", "tgt_key_padding_mask", "tgt_is_causal"))
+            sm = _self_masks(
+                first,
+                x,
+                tgt_mask,
+                tgt_key_padding_mask,
+                tgt_is_causal,
+                batched,
+                ("tgt_mask", "tgt_key_padding_mask", "tgt_is_causal"),
+            )
             cm = _cross_masks(first, x, mem, memory_mask, memory_key_padding_mask, memory_is_causal, batched)
             for layer in self.layers:
                 x, (w_self, w_cross), state = layer._run(x, mem, sm, cm, need_weights, keep)
@@ -655,19 +906,57 @@ class TransformerDecoder(Module):
         outputs = (out, {"self": ws, "cross": wc}) if need_weights else out
         return outputs, (self, (states, norm_state, batched, need_weights, x.shape, mem))
 
-    def forward(self, tgt: ArrayLike, memory: ArrayLike, tgt_mask: ArrayLike | None = None,
-                memory_mask: ArrayLike | None = None, tgt_key_padding_mask: ArrayLike | None = None,
-                memory_key_padding_mask: ArrayLike | None = None, tgt_is_causal: bool | None = None,
-                memory_is_causal: bool = False, *,
-                need_weights: bool = False) -> Array | tuple[Array, dict[str, list[Array]]]:
-        return self._forward(tgt, memory, tgt_mask, memory_mask, tgt_key_padding_mask, memory_key_padding_mask,
-                             tgt_is_causal, memory_is_causal, need_weights, keep=False)[0]
+    def forward(
+        self,
+        tgt: ArrayLike,
+        memory: ArrayLike,
+        tgt_mask: ArrayLike | None = None,
+        memory_mask: ArrayLike | None = None,
+        tgt_key_padding_mask: ArrayLike | None = None,
+        memory_key_padding_mask: ArrayLike | None = None,
+        tgt_is_causal: bool | None = None,
+        memory_is_causal: bool = False,
+        *,
+        need_weights: bool = False,
+    ) -> Array | tuple[Array, dict[str, list[Array]]]:
+        return self._forward(
+            tgt,
+            memory,
+            tgt_mask,
+            memory_mask,
+            tgt_key_padding_mask,
+            memory_key_padding_mask,
+            tgt_is_causal,
+            memory_is_causal,
+            need_weights,
+            keep=False,
+        )[0]
 
-    def _vjp_forward(self, tgt, memory, tgt_mask=None, memory_mask=None, tgt_key_padding_mask=None,
-                     memory_key_padding_mask=None, tgt_is_causal=None, memory_is_causal=False, *,
-                     need_weights=False):
-        return self._forward(tgt, memory, tgt_mask, memory_mask, tgt_key_padding_mask, memory_key_padding_mask,
-                             tgt_is_causal, memory_is_causal, need_weights, keep=True)
+    def _vjp_forward(
+        self,
+        tgt,
+        memory,
+        tgt_mask=None,
+        memory_mask=None,
+        tgt_key_padding_mask=None,
+        memory_key_padding_mask=None,
+        tgt_is_causal=None,
+        memory_is_causal=False,
+        *,
+        need_weights=False,
+    ):
+        return self._forward(
+            tgt,
+            memory,
+            tgt_mask,
+            memory_mask,
+            tgt_key_padding_mask,
+            memory_key_padding_mask,
+            tgt_is_causal,
+            memory_is_causal,
+            need_weights,
+            keep=True,
+        )
 
     @staticmethod
     def _vjp_backward(saved, cotangents):
@@ -735,29 +1024,56 @@ class Transformer(Module):
     (64, (48, 16), (16,))
     """
 
-    def __init__(self, d_model: int = 512, nhead: int = 8, num_encoder_layers: int = 6, num_decoder_layers: int = 6,
-                 dim_feedforward: int = 2048, dropout: float = 0.1, activation: Activation = "relu",
-                 custom_encoder: TransformerEncoder | None = None, custom_decoder: TransformerDecoder | None = None,
-                 layer_norm_eps: float = 1e-5, batch_first: bool = True, norm_first: bool = False, bias: bool = True,
-                 *, dtype: DTypeLike = np.float32, seed: int | None = None) -> None:
+    def __init__(
+        self,
+        d_model: int = 512,
+        nhead: int = 8,
+        num_encoder_layers: int = 6,
+        num_decoder_layers: int = 6,
+        dim_feedforward: int = 2048,
+        dropout: float = 0.1,
+        activation: Activation = "relu",
+        custom_encoder: TransformerEncoder | None = None,
+        custom_decoder: TransformerDecoder | None = None,
+        layer_norm_eps: float = 1e-5,
+        batch_first: bool = True,
+        norm_first: bool = False,
+        bias: bool = True,
+        *,
+        dtype: DTypeLike = np.float32,
+        seed: int | None = None,
+    ) -> None:
         super().__init__(dtype)
         if custom_encoder is not None and not isinstance(custom_encoder, TransformerEncoder):
-            raise TypeError("custom_encoder must be an attnc.nn.TransformerEncoder, got "
-                            f"{type(custom_encoder).__name__}")
+            raise TypeError(
+                f"custom_encoder must be an attnc.nn.TransformerEncoder, got {type(custom_encoder).__name__}"
+            )
         if custom_decoder is not None and not isinstance(custom_decoder, TransformerDecoder):
-            raise TypeError("custom_decoder must be an attnc.nn.TransformerDecoder, got "
-                            f"{type(custom_decoder).__name__}")
+            raise TypeError(
+                f"custom_decoder must be an attnc.nn.TransformerDecoder, got {type(custom_decoder).__name__}"
+            )
         rng = np.random.default_rng(seed)
         seeds = int(rng.integers(2**63)), int(rng.integers(2**63))
-        kw = dict(dim_feedforward=dim_feedforward, dropout=dropout, activation=activation,
-                  layer_norm_eps=layer_norm_eps, batch_first=batch_first, norm_first=norm_first, bias=bias,
-                  dtype=dtype)
+        kw = dict(
+            dim_feedforward=dim_feedforward,
+            dropout=dropout,
+            activation=activation,
+            layer_norm_eps=layer_norm_eps,
+            batch_first=batch_first,
+            norm_first=norm_first,
+            bias=bias,
+            dtype=dtype,
+        )
         for name, custom, stack, layer, num_layers, s in (
-                ("encoder", custom_encoder, TransformerEncoder, TransformerEncoderLayer, num_encoder_layers, seeds[0]),
-                ("decoder", custom_decoder, TransformerDecoder, TransformerDecoderLayer, num_decoder_layers, seeds[1])):
+            ("encoder", custom_encoder, TransformerEncoder, TransformerEncoderLayer, num_encoder_layers, seeds[0]),
+            ("decoder", custom_decoder, TransformerDecoder, TransformerDecoderLayer, num_decoder_layers, seeds[1]),
+        ):
             if custom is None:  # only the stacks used are built
-                custom = stack(layer(d_model, nhead, seed=s, **kw), num_layers,
-                               LayerNorm(d_model, eps=layer_norm_eps, bias=bias, dtype=dtype))
+                custom = stack(
+                    layer(d_model, nhead, seed=s, **kw),
+                    num_layers,
+                    LayerNorm(d_model, eps=layer_norm_eps, bias=bias, dtype=dtype),
+                )
             setattr(self, name, custom)
         self.d_model, self.nhead, self.batch_first = int_arg("d_model", d_model), int_arg("nhead", nhead), True
 
@@ -775,39 +1091,116 @@ class Transformer(Module):
         sz = int_arg("sz", sz, low=0)
         return np.triu(np.full((sz, sz), -np.inf, dtype=dtype), 1)
 
-    def _forward(self, src, tgt, src_mask, tgt_mask, memory_mask, src_key_padding_mask, tgt_key_padding_mask,
-                 memory_key_padding_mask, src_is_causal, tgt_is_causal, memory_is_causal, need_weights, keep):
+    def _forward(
+        self,
+        src,
+        tgt,
+        src_mask,
+        tgt_mask,
+        memory_mask,
+        src_key_padding_mask,
+        tgt_key_padding_mask,
+        memory_key_padding_mask,
+        src_is_causal,
+        tgt_is_causal,
+        memory_is_causal,
+        need_weights,
+        keep,
+    ):
         s, t = np.shape(src), np.shape(tgt)
         if len(s) != len(t) or (len(s) == 3 and s[0] != t[0]):
             raise ValueError(f"src {shape_str(s)} and tgt {shape_str(t)} need the same batch size")
-        enc_out, enc_state = self.encoder._forward(src, src_mask, src_key_padding_mask, src_is_causal, need_weights,
-                                                   keep, ("src_mask", "src_key_padding_mask", "src_is_causal"))
+        enc_out, enc_state = self.encoder._forward(
+            src,
+            src_mask,
+            src_key_padding_mask,
+            src_is_causal,
+            need_weights,
+            keep,
+            ("src_mask", "src_key_padding_mask", "src_is_causal"),
+        )
         memory, enc_w = enc_out if need_weights else (enc_out, None)
-        dec_out, dec_state = self.decoder._forward(tgt, memory, tgt_mask, memory_mask, tgt_key_padding_mask,
-                                                   memory_key_padding_mask, tgt_is_causal, memory_is_causal,
-                                                   need_weights, keep)
+        dec_out, dec_state = self.decoder._forward(
+            tgt,
+            memory,
+            tgt_mask,
+            memory_mask,
+            tgt_key_padding_mask,
+            memory_key_padding_mask,
+            tgt_is_causal,
+            memory_is_causal,
+            need_weights,
+            keep,
+        )
         if not need_weights:
             return dec_out, (enc_state, dec_state)
         out, dec_w = dec_out
         weights = {"encoder": enc_w, "decoder_self": dec_w["self"], "decoder_cross": dec_w["cross"]}
         return (out, weights), (enc_state, dec_state)
 
-    def forward(self, src: ArrayLike, tgt: ArrayLike, src_mask: ArrayLike | None = None,
-                tgt_mask: ArrayLike | None = None, memory_mask: ArrayLike | None = None,
-                src_key_padding_mask: ArrayLike | None = None, tgt_key_padding_mask: ArrayLike | None = None,
-                memory_key_padding_mask: ArrayLike | None = None, src_is_causal: bool | None = None,
-                tgt_is_causal: bool | None = None, memory_is_causal: bool = False, *,
-                need_weights: bool = False) -> Array | tuple[Array, dict[str, list[Array]]]:
-        return self._forward(src, tgt, src_mask, tgt_mask, memory_mask, src_key_padding_mask, tgt_key_padding_mask,
-                             memory_key_padding_mask, src_is_causal, tgt_is_causal, memory_is_causal,
-                             need_weights, keep=False)[0]
+    def forward(
+        self,
+        src: ArrayLike,
+        tgt: ArrayLike,
+        src_mask: ArrayLike | None = None,
+        tgt_mask: ArrayLike | None = None,
+        memory_mask: ArrayLike | None = None,
+        src_key_padding_mask: ArrayLike | None = None,
+        tgt_key_padding_mask: ArrayLike | None = None,
+        memory_key_padding_mask: ArrayLike | None = None,
+        src_is_causal: bool | None = None,
+        tgt_is_causal: bool | None = None,
+        memory_is_causal: bool = False,
+        *,
+        need_weights: bool = False,
+    ) -> Array | tuple[Array, dict[str, list[Array]]]:
+        return self._forward(
+            src,
+            tgt,
+            src_mask,
+            tgt_mask,
+            memory_mask,
+            src_key_padding_mask,
+            tgt_key_padding_mask,
+            memory_key_padding_mask,
+            src_is_causal,
+            tgt_is_causal,
+            memory_is_causal,
+            need_weights,
+            keep=False,
+        )[0]
 
-    def _vjp_forward(self, src, tgt, src_mask=None, tgt_mask=None, memory_mask=None, src_key_padding_mask=None,
-                     tgt_key_padding_mask=None, memory_key_padding_mask=None, src_is_causal=None,
-                     tgt_is_causal=None, memory_is_causal=False, *, need_weights=False):
-        outputs, states = self._forward(src, tgt, src_mask, tgt_mask, memory_mask, src_key_padding_mask,
-                                        tgt_key_padding_mask, memory_key_padding_mask, src_is_causal,
-                                        tgt_is_causal, memory_is_causal, need_weights, keep=True)
+    def _vjp_forward(
+        self,
+        src,
+        tgt,
+        src_mask=None,
+        tgt_mask=None,
+        memory_mask=None,
+        src_key_padding_mask=None,
+        tgt_key_padding_mask=None,
+        memory_key_padding_mask=None,
+        src_is_causal=None,
+        tgt_is_causal=None,
+        memory_is_causal=False,
+        *,
+        need_weights=False,
+    ):
+        outputs, states = self._forward(
+            src,
+            tgt,
+            src_mask,
+            tgt_mask,
+            memory_mask,
+            src_key_padding_mask,
+            tgt_key_padding_mask,
+            memory_key_padding_mask,
+            src_is_causal,
+            tgt_is_causal,
+            memory_is_causal,
+            need_weights,
+            keep=True,
+        )
         return outputs, (self, states, need_weights)
 
     @staticmethod

@@ -72,8 +72,7 @@ def _interp_backward(saved, cotangents):
     w_content, w_prev, g = saved
     dw = grad_or_zeros(cotangents[0], w_content)
     dwc, dwp, dg = np.empty_like(w_content), np.empty_like(w_prev), np.empty_like(g)
-    core.ntm_interpolate_backward(dw_content=dwc, dw_prev=dwp, dg=dg, dw=dw, w_content=w_content, w_prev=w_prev,
-                                  g=g)
+    core.ntm_interpolate_backward(dw_content=dwc, dw_prev=dwp, dg=dg, dw=dw, w_content=w_content, w_prev=w_prev, g=g)
     return {"w_content": dwc, "w_prev": dwp, "g": dg}
 
 
@@ -191,7 +190,8 @@ register(sharpen, _sharpen_forward, _sharpen_backward)
 # ------------------------------------------------------------------ address
 def _address_forward(key, beta, g, s, gamma, w_prev, memory, *, return_intermediates=False):
     key, beta, g, s, gamma, w_prev, memory = arrays(
-        key=key, beta=beta, g=g, s=s, gamma=gamma, w_prev=w_prev, memory=memory)
+        key=key, beta=beta, g=g, s=s, gamma=gamma, w_prev=w_prev, memory=memory
+    )
     B, H, _ = check_3d(key, "key", "(B, H, M)")  # the sizes of w: C checks the rest
     N = check_3d(memory, "memory", "(B, N, M)")[1]
     w, wc, wg, wt = (np.empty((B, H, N), dtype=key.dtype) for _ in range(4))
@@ -209,24 +209,59 @@ def _address_backward(saved, cotangents):
     if inter and len(cotangents) > 1 and cotangents[1] is not None:
         dwc, dwg, dwt = (None if c is None else np.ascontiguousarray(c) for c in cotangents[1])
     grads = {name: np.empty_like(a) for name, a in inputs.items()}
-    core.ntm_address_backward(grads=grads, dw=dw, dw_c=dwc, dw_g=dwg, dw_t=dwt, w=outs[0], w_c=outs[1], w_g=outs[2],
-                              w_t=outs[3], **inputs)
+    core.ntm_address_backward(
+        grads=grads, dw=dw, dw_c=dwc, dw_g=dwg, dw_t=dwt, w=outs[0], w_c=outs[1], w_g=outs[2], w_t=outs[3], **inputs
+    )
     return grads
 
 
 @overload
-def address(key: ArrayLike, beta: ArrayLike, g: ArrayLike, s: ArrayLike, gamma: ArrayLike, w_prev: ArrayLike,
-            memory: ArrayLike, *, return_intermediates: Literal[False] = ...) -> Array: ...
+def address(
+    key: ArrayLike,
+    beta: ArrayLike,
+    g: ArrayLike,
+    s: ArrayLike,
+    gamma: ArrayLike,
+    w_prev: ArrayLike,
+    memory: ArrayLike,
+    *,
+    return_intermediates: Literal[False] = ...,
+) -> Array: ...
 @overload
-def address(key: ArrayLike, beta: ArrayLike, g: ArrayLike, s: ArrayLike, gamma: ArrayLike, w_prev: ArrayLike,
-            memory: ArrayLike, *, return_intermediates: Literal[True]) -> tuple[Array, tuple[Array, Array, Array]]: ...
+def address(
+    key: ArrayLike,
+    beta: ArrayLike,
+    g: ArrayLike,
+    s: ArrayLike,
+    gamma: ArrayLike,
+    w_prev: ArrayLike,
+    memory: ArrayLike,
+    *,
+    return_intermediates: Literal[True],
+) -> tuple[Array, tuple[Array, Array, Array]]: ...
 @overload
-def address(key: ArrayLike, beta: ArrayLike, g: ArrayLike, s: ArrayLike, gamma: ArrayLike, w_prev: ArrayLike,
-            memory: ArrayLike, *,
-            return_intermediates: bool = ...) -> Array | tuple[Array, tuple[Array, Array, Array]]: ...
-def address(key: ArrayLike, beta: ArrayLike, g: ArrayLike, s: ArrayLike, gamma: ArrayLike, w_prev: ArrayLike,
-            memory: ArrayLike, *,
-            return_intermediates: bool = False) -> Array | tuple[Array, tuple[Array, Array, Array]]:
+def address(
+    key: ArrayLike,
+    beta: ArrayLike,
+    g: ArrayLike,
+    s: ArrayLike,
+    gamma: ArrayLike,
+    w_prev: ArrayLike,
+    memory: ArrayLike,
+    *,
+    return_intermediates: bool = ...,
+) -> Array | tuple[Array, tuple[Array, Array, Array]]: ...
+def address(
+    key: ArrayLike,
+    beta: ArrayLike,
+    g: ArrayLike,
+    s: ArrayLike,
+    gamma: ArrayLike,
+    w_prev: ArrayLike,
+    memory: ArrayLike,
+    *,
+    return_intermediates: bool = False,
+) -> Array | tuple[Array, tuple[Array, Array, Array]]:
     """The NTM's whole addressing pipeline in one C call:
     content -> interpolate -> shift -> sharpen.
 
@@ -260,8 +295,7 @@ def address(key: ArrayLike, beta: ArrayLike, g: ArrayLike, s: ArrayLike, gamma: 
     >>> w.shape, w.argmax(axis=-1).tolist(), w.sum(axis=-1).round(6).tolist()
     ((2, 1, 8), [[5], [5]], [[1.0], [1.0]])
     """
-    return _address_forward(key, beta, g, s, gamma, w_prev, memory,
-                            return_intermediates=return_intermediates)[0]
+    return _address_forward(key, beta, g, s, gamma, w_prev, memory, return_intermediates=return_intermediates)[0]
 
 
 register(address, _address_forward, _address_backward)

@@ -67,8 +67,9 @@ def _write_backward(saved, cotangents):
     memory, w, erase, add = saved
     dout = grad_or_zeros(cotangents[0], memory)
     dmemory, dw, derase, dadd = (np.empty_like(a) for a in saved)
-    core.ntm_write_backward(dmemory=dmemory, dw=dw, derase=derase, dadd=dadd, dout=dout, memory=memory, w=w,
-                            erase=erase, add=add)
+    core.ntm_write_backward(
+        dmemory=dmemory, dw=dw, derase=derase, dadd=dadd, dout=dout, memory=memory, w=w, erase=erase, add=add
+    )
     return {"memory": dmemory, "w": dw, "erase": derase, "add": dadd}
 
 

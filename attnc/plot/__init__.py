@@ -17,8 +17,7 @@ from .images import caption_attention, image_attention
 from .ntm import ntm_addressing, ntm_trace
 from .pointer import hull, tours
 
-__all__ = ["alignment", "caption_attention", "heads", "hull", "image_attention", "ntm_addressing", "ntm_trace",
-           "tours"]
+__all__ = ["alignment", "caption_attention", "heads", "hull", "image_attention", "ntm_addressing", "ntm_trace", "tours"]
 
 
 def __dir__() -> list[str]:

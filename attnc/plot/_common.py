@@ -17,10 +17,8 @@ else:  # matplotlib is imported only when drawing; at run time these annotations
 Cmap = Union[str, Colormap]
 
 _INSTALL_HINT = (
-    'attnc.plot needs matplotlib, which is not installed. '
-    'Install the plotting extra with: pip install "attnc[plot]"'
+    'attnc.plot needs matplotlib, which is not installed. Install the plotting extra with: pip install "attnc[plot]"'
 )
-
 
 
 def _import_pyplot():
@@ -129,8 +127,9 @@ def _overlay(panel, shown, extent, weights, cmap, alpha):
     from matplotlib.colors import Normalize
 
     panel.imshow(shown, extent=extent, interpolation="nearest", cmap="gray" if shown.ndim == 2 else None)
-    panel.imshow(weights, extent=extent, cmap=cmap, norm=Normalize(vmin=0.0, vmax=1.0), alpha=alpha,
-                 interpolation="nearest")
+    panel.imshow(
+        weights, extent=extent, cmap=cmap, norm=Normalize(vmin=0.0, vmax=1.0), alpha=alpha, interpolation="nearest"
+    )
     panel.set_xticks([])
     panel.set_yticks([])
 

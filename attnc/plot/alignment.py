@@ -112,7 +112,11 @@ def alignment(
     norm = Normalize(vmin=0.0, vmax=1.0)
     if mat.size:
         mappable = ax.imshow(
-            mat, cmap=cmap, norm=norm, aspect="auto", interpolation="nearest",
+            mat,
+            cmap=cmap,
+            norm=norm,
+            aspect="auto",
+            interpolation="nearest",
             origin="upper",
         )
     else:
@@ -304,7 +308,9 @@ def heads(
         width = float(panel_size)
         height = width * min(max(tq / tk, 0.5), 2.0) if tq and tk else width
         fig, axes = _subplots(
-            n_layers, n_heads, squeeze=False,
+            n_layers,
+            n_heads,
+            squeeze=False,
             figsize=(width * n_heads + (1.0 if colorbar else 0.2), height * n_layers + (0.5 if title else 0.2)),
         )
     else:
@@ -313,23 +319,33 @@ def heads(
             if axes.size == n_layers * n_heads and axes.ndim <= 1:
                 axes = axes.reshape(n_layers, n_heads)
             else:
-                raise ValueError(
-                    f"axes has shape {axes.shape}, expected (layers, heads) = {(n_layers, n_heads)}"
-                )
+                raise ValueError(f"axes has shape {axes.shape}, expected (layers, heads) = {(n_layers, n_heads)}")
         fig = axes[0, 0].figure
 
     for l in range(n_layers):
         for h in range(n_heads):
             ax = axes[l, h]
-            alignment(stack[l, h], source_tokens, target_tokens, ax=ax, title=f"{row_label} {l}, head {h}",
-                      cmap=cmap, colorbar=False, annotate=annotate)
+            alignment(
+                stack[l, h],
+                source_tokens,
+                target_tokens,
+                ax=ax,
+                title=f"{row_label} {l}, head {h}",
+                cmap=cmap,
+                colorbar=False,
+                annotate=annotate,
+            )
             if l != n_layers - 1:
                 ax.set_xlabel("")
             if h != 0:
                 ax.set_ylabel("")
     if colorbar:
-        cbar = fig.colorbar(axes[0, 0].images[0] if axes[0, 0].images else _empty_mappable(cmap),
-                            ax=axes.ravel().tolist(), shrink=min(1.0, 0.5 + 0.25 * n_layers), pad=0.02)
+        cbar = fig.colorbar(
+            axes[0, 0].images[0] if axes[0, 0].images else _empty_mappable(cmap),
+            ax=axes.ravel().tolist(),
+            shrink=min(1.0, 0.5 + 0.25 * n_layers),
+            pad=0.02,
+        )
         cbar.set_label("attention weight")
     if title is not None:
         fig.suptitle(title)

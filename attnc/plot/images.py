@@ -22,9 +22,19 @@ from ._common import (
 )
 
 
-def caption_attention(image: ArrayLike, words: Sequence[str], alphas: ArrayLike, *, grid: tuple[int, int] = (3, 3),
-                      ax: Axes | Sequence[Axes] | None = None, cmap: Cmap = "viridis", overlay_alpha: float = 0.6,
-                      ncols: int = 5, colorbar: bool = True, title: str | None = None) -> np.ndarray:
+def caption_attention(
+    image: ArrayLike,
+    words: Sequence[str],
+    alphas: ArrayLike,
+    *,
+    grid: tuple[int, int] = (3, 3),
+    ax: Axes | Sequence[Axes] | None = None,
+    cmap: Cmap = "viridis",
+    overlay_alpha: float = 0.6,
+    ncols: int = 5,
+    colorbar: bool = True,
+    title: str | None = None,
+) -> np.ndarray:
     """Show where a captioner looked for each word (as Xu et al. 2015, Fig. 3).
 
     The image is drawn once per word with that word's attention weights over
@@ -79,8 +89,10 @@ def caption_attention(image: ArrayLike, words: Sequence[str], alphas: ArrayLike,
     if weights.ndim == 3:
         weights = weights.reshape(weights.shape[0], -1)
     if weights.ndim != 2 or weights.shape != (n, rows * cols):
-        raise ValueError(f"alphas must be (n words = {n}, {rows * cols} cells) for grid {rows} × {cols}, "
-                         f"got shape {tuple(np.shape(alphas))}")
+        raise ValueError(
+            f"alphas must be (n words = {n}, {rows * cols} cells) for grid {rows} × {cols}, "
+            f"got shape {tuple(np.shape(alphas))}"
+        )
     fig, panels = _panel_grid(n, ax, ncols, "words")
     shown, extent = _picture(img)
     for k, (panel, word) in enumerate(zip(panels, words)):
@@ -90,11 +102,21 @@ def caption_attention(image: ArrayLike, words: Sequence[str], alphas: ArrayLike,
     return panels
 
 
-def image_attention(image: ArrayLike, attention: ArrayLike, queries: Sequence[tuple[int, int]] | Sequence[int], *,
-                    grid: tuple[int, int] | None = None, ax: Axes | Sequence[Axes] | None = None,
-                    scale: Literal["max", "fixed"] = "max", cmap: Cmap = "viridis", overlay_alpha: float = 0.6,
-                    ncols: int = 4, colorbar: bool = True, title: str | None = None,
-                    marker_color: str = "red") -> np.ndarray:
+def image_attention(
+    image: ArrayLike,
+    attention: ArrayLike,
+    queries: Sequence[tuple[int, int]] | Sequence[int],
+    *,
+    grid: tuple[int, int] | None = None,
+    ax: Axes | Sequence[Axes] | None = None,
+    scale: Literal["max", "fixed"] = "max",
+    cmap: Cmap = "viridis",
+    overlay_alpha: float = 0.6,
+    ncols: int = 4,
+    colorbar: bool = True,
+    title: str | None = None,
+    marker_color: str = "red",
+) -> np.ndarray:
     """Show where chosen positions of a feature map attend: self-attention maps
     over an image (SAGAN, Zhang et al. 2018, Fig. 1; non-local networks).
 
@@ -148,8 +170,10 @@ def image_attention(image: ArrayLike, attention: ArrayLike, queries: Sequence[tu
     n_pos = att.shape[0]
     rows, cols = img.shape[:2] if grid is None else (int(g) for g in grid)
     if rows * cols != n_pos:
-        raise ValueError(f"attention is ({n_pos}, {n_pos}) but grid {rows} × {cols} has {rows * cols} positions"
-                         + ("; pass grid=(rows, cols)" if grid is None else ""))
+        raise ValueError(
+            f"attention is ({n_pos}, {n_pos}) but grid {rows} × {cols} has {rows * cols} positions"
+            + ("; pass grid=(rows, cols)" if grid is None else "")
+        )
     if scale not in ("max", "fixed"):
         raise ValueError(f"scale must be 'max' or 'fixed', got {scale!r}")
     if isinstance(queries, (str, bytes)):
@@ -169,8 +193,14 @@ def image_attention(image: ArrayLike, attention: ArrayLike, queries: Sequence[tu
             peak = w.max()
             w = w / peak if peak > 0 else w
         _overlay(panel, shown, extent, w, cmap, overlay_alpha)
-        panel.plot([(c + 0.5) * width / cols], [(r + 0.5) * height / rows], marker="x", markersize=9,
-                   markeredgewidth=2.5, color=marker_color)
+        panel.plot(
+            [(c + 0.5) * width / cols],
+            [(r + 0.5) * height / rows],
+            marker="x",
+            markersize=9,
+            markeredgewidth=2.5,
+            color=marker_color,
+        )
         panel.set_title(f"query ({r}, {c})")
     label = "attention / its maximum" if scale == "max" else "attention weight"
     _finish_panels(fig, panels, cmap, colorbar, label, title)

@@ -30,9 +30,16 @@ def _as_weighting(value, name, n=None):
     return arr
 
 
-def ntm_addressing(w_content: ArrayLike, w_gated: ArrayLike, w_shifted: ArrayLike, w: ArrayLike, *,
-                   w_prev: ArrayLike | None = None, axes: Sequence[Axes] | None = None,
-                   title: str | None = None) -> np.ndarray:
+def ntm_addressing(
+    w_content: ArrayLike,
+    w_gated: ArrayLike,
+    w_shifted: ArrayLike,
+    w: ArrayLike,
+    *,
+    w_prev: ArrayLike | None = None,
+    axes: Sequence[Axes] | None = None,
+    title: str | None = None,
+) -> np.ndarray:
     r"""Draw the addressing stages of one NTM head as a row of bar plots.
 
     Graves et al. (2014, sec. 3.3) compute a head's weighting over the N
@@ -168,13 +175,15 @@ def _trace_channels(value, name, B, T, row):
     shape = tuple(arr.shape)
     if arr.ndim == 3:
         if arr.shape[0] != B or arr.shape[1] != T:
-            raise ValueError(f"{name} must have shape (B, T, C) = ({B}, {T}, C) like the trace, or (T, C), "
-                             f"got shape {shape}")
+            raise ValueError(
+                f"{name} must have shape (B, T, C) = ({B}, {T}, C) like the trace, or (T, C), got shape {shape}"
+            )
         arr = arr[row]
     elif arr.ndim == 2:
         if arr.shape[0] != T:
-            raise ValueError(f"{name} must have shape (T, C) with T = {T} steps like the trace, or (B, T, C), "
-                             f"got shape {shape}")
+            raise ValueError(
+                f"{name} must have shape (T, C) with T = {T} steps like the trace, or (B, T, C), got shape {shape}"
+            )
     else:
         raise ValueError(f"{name} must have shape (B, T, C) = ({B}, {T}, C) or (T, C) = ({T}, C), got shape {shape}")
     return np.array(arr, dtype=np.float64, copy=True)
@@ -198,16 +207,26 @@ def _slot_range(slots, n):
         except (TypeError, ValueError) as exc:
             raise ValueError(f"slots must be None, a (start, stop) pair, a range or a slice, got {slots!r}") from exc
     if not (0 <= start < stop <= n):
-        raise ValueError(f"slots must select a non-empty range within 0..{n} (N = {n} slots), got "
-                         f"start {start}, stop {stop}")
+        raise ValueError(
+            f"slots must select a non-empty range within 0..{n} (N = {n} slots), got start {start}, stop {stop}"
+        )
     return start, stop
 
 
-def ntm_trace(trace: NTMTrace | tuple[ArrayLike, ...], *, row: int = 0, inputs: ArrayLike | None = None,
-              targets: ArrayLike | None = None, outputs: ArrayLike | None = None,
-              axes: Sequence[Axes] | None = None, slots: tuple[int, int] | range | slice | None = None,
-              heads: Literal["all", "first"] = "all", colorbar: bool = True, title: str | None = None,
-              cmap: Cmap = "viridis") -> np.ndarray:
+def ntm_trace(
+    trace: NTMTrace | tuple[ArrayLike, ...],
+    *,
+    row: int = 0,
+    inputs: ArrayLike | None = None,
+    targets: ArrayLike | None = None,
+    outputs: ArrayLike | None = None,
+    axes: Sequence[Axes] | None = None,
+    slots: tuple[int, int] | range | slice | None = None,
+    heads: Literal["all", "first"] = "all",
+    colorbar: bool = True,
+    title: str | None = None,
+    cmap: Cmap = "viridis",
+) -> np.ndarray:
     r"""Draw what an NTM's heads did over time (as Graves et al. 2014, Fig. 6).
 
     For one row of a batch, heat maps with time on the x axis: optionally the
@@ -308,8 +327,9 @@ def ntm_trace(trace: NTMTrace | tuple[ArrayLike, ...], *, row: int = 0, inputs: 
     n_read = read.shape[2] if heads == "all" else min(1, read.shape[2])
     for kind, arr, count in (("write", write, n_write), ("read", read, n_read)):
         for h in range(count):
-            panels.append((f"{kind} weights (head {h})", np.array(arr[row, :, h, start:stop].T, dtype=np.float64),
-                           "slot", start))
+            panels.append(
+                (f"{kind} weights (head {h})", np.array(arr[row, :, h, start:stop].T, dtype=np.float64), "slot", start)
+            )
     if not panels:
         raise ValueError("nothing to draw: the trace has no heads and no inputs, targets or outputs were given")
     k = len(panels)
@@ -322,21 +342,30 @@ def ntm_trace(trace: NTMTrace | tuple[ArrayLike, ...], *, row: int = 0, inputs: 
         ratios = [min(max(m.shape[0], 3), 40) for _, m, _, _ in panels]
         width = min(max(0.16 * T + 2.5, 6.0), 16.0)
         height = min(0.13 * sum(ratios) + 0.45 * k + (0.3 if title else 0.0), 16.0)
-        fig, grid = _subplots(k, 1, figsize=(width, height), sharex=True, squeeze=False,
-                                 gridspec_kw={"height_ratios": ratios})
+        fig, grid = _subplots(
+            k, 1, figsize=(width, height), sharex=True, squeeze=False, gridspec_kw={"height_ratios": ratios}
+        )
         out = grid[:, 0]
     else:
         out = np.ravel(np.asarray(axes, dtype=object))
         if out.size != k:
-            raise ValueError(f"axes holds {out.size} Axes, expected {k}: one per panel ("
-                             + ", ".join(p[0] for p in panels) + ")")
+            raise ValueError(
+                f"axes holds {out.size} Axes, expected {k}: one per panel (" + ", ".join(p[0] for p in panels) + ")"
+            )
         fig = out[0].figure
 
     norm = Normalize(vmin=0.0, vmax=1.0)
     for ax, (label, mat, ylabel, first) in zip(out, panels):
         rows = mat.shape[0]
-        ax.imshow(mat, cmap=cmap, norm=norm, aspect="auto", interpolation="nearest", origin="upper",
-                  extent=(-0.5, T - 0.5, first + rows - 0.5, first - 0.5))
+        ax.imshow(
+            mat,
+            cmap=cmap,
+            norm=norm,
+            aspect="auto",
+            interpolation="nearest",
+            origin="upper",
+            extent=(-0.5, T - 0.5, first + rows - 0.5, first - 0.5),
+        )
         ax.set_title(label, fontsize="medium")
         ax.set_ylabel(ylabel)
         ax.yaxis.set_major_locator(MaxNLocator(integer=True, nbins=min(rows, 6)))

@@ -83,8 +83,15 @@ def _plane_axes(ax, pts, figsize):
     return ax
 
 
-def tours(points: ArrayLike, tours: ArrayLike, *, optimal: ArrayLike | None = None, ax: Axes | None = None,
-          labels: bool = True, title: str | None = None) -> Axes:
+def tours(
+    points: ArrayLike,
+    tours: ArrayLike,
+    *,
+    optimal: ArrayLike | None = None,
+    ax: Axes | None = None,
+    labels: bool = True,
+    title: str | None = None,
+) -> Axes:
     """Draw a tour through planar points (e.g. a pointer network's TSP tour),
     over the optimal tour.
 
@@ -147,15 +154,30 @@ def tours(points: ArrayLike, tours: ArrayLike, *, optimal: ArrayLike | None = No
 
     ax = _plane_axes(ax, pts, (4.0, 4.0))
     if best is not None:
-        ax.plot(pts[best, 0], pts[best, 1], color="#f4a261", lw=6.0, alpha=0.55, solid_joinstyle="round",
-                solid_capstyle="round", zorder=1, gid="optimal",
-                label=f"optimal ({_polygon_length(pts, best):.3f})")
-    ax.plot(pts[tour, 0], pts[tour, 1], color="#1d3557", lw=1.6, zorder=2, gid="tour",
-            label=f"tour ({_polygon_length(pts, tour):.3f})")
+        ax.plot(
+            pts[best, 0],
+            pts[best, 1],
+            color="#f4a261",
+            lw=6.0,
+            alpha=0.55,
+            solid_joinstyle="round",
+            solid_capstyle="round",
+            zorder=1,
+            gid="optimal",
+            label=f"optimal ({_polygon_length(pts, best):.3f})",
+        )
+    ax.plot(
+        pts[tour, 0],
+        pts[tour, 1],
+        color="#1d3557",
+        lw=1.6,
+        zorder=2,
+        gid="tour",
+        label=f"tour ({_polygon_length(pts, tour):.3f})",
+    )
     ax.scatter(pts[:, 0], pts[:, 1], s=22, color="#e63946", zorder=3)
     if tour.size:
-        ax.plot(pts[tour[0], 0], pts[tour[0], 1], "s", ms=8, mfc="none", mec="#1d3557", mew=1.5, zorder=4,
-                gid="start")
+        ax.plot(pts[tour[0], 0], pts[tour[0], 1], "s", ms=8, mfc="none", mec="#1d3557", mew=1.5, zorder=4, gid="start")
     if labels:
         for i, (x, y) in enumerate(pts):
             ax.annotate(str(i), (x, y), xytext=(4, 4), textcoords="offset points", fontsize="small", zorder=5)
@@ -165,8 +187,14 @@ def tours(points: ArrayLike, tours: ArrayLike, *, optimal: ArrayLike | None = No
     return ax
 
 
-def hull(points: ArrayLike, predicted: ArrayLike, *, target: ArrayLike | None = None, ax: Axes | None = None,
-         title: str | None = None) -> Axes:
+def hull(
+    points: ArrayLike,
+    predicted: ArrayLike,
+    *,
+    target: ArrayLike | None = None,
+    ax: Axes | None = None,
+    title: str | None = None,
+) -> Axes:
     """Draw a predicted convex hull (e.g. a pointer network's) over the true one.
 
     The predicted polygon joins ``points[predicted[0]]``, ``points[predicted[1]]``,
@@ -230,11 +258,33 @@ def hull(points: ArrayLike, predicted: ArrayLike, *, target: ArrayLike | None = 
 
         if true.size:
             ax.add_patch(Polygon(pts[true], closed=True, facecolor="#a8dadc", edgecolor="none", alpha=0.5, zorder=0))
-        ax.plot(pts[true, 0], pts[true, 1], color="#f4a261", lw=6.0, alpha=0.55, solid_joinstyle="round",
-                solid_capstyle="round", zorder=1, gid="target", label=f"true hull ({max(true.size - 1, 0)})")
+        ax.plot(
+            pts[true, 0],
+            pts[true, 1],
+            color="#f4a261",
+            lw=6.0,
+            alpha=0.55,
+            solid_joinstyle="round",
+            solid_capstyle="round",
+            zorder=1,
+            gid="target",
+            label=f"true hull ({max(true.size - 1, 0)})",
+        )
     ax.scatter(pts[:, 0], pts[:, 1], s=18, color="#6c757d", zorder=3)
-    ax.plot(pts[pred, 0], pts[pred, 1], color="#1d3557", lw=1.6, marker="o", ms=8, mfc="none", mec="#e63946",
-            mew=1.5, zorder=2, gid="predicted", label=f"predicted ({max(pred.size - 1, 0)})")
+    ax.plot(
+        pts[pred, 0],
+        pts[pred, 1],
+        color="#1d3557",
+        lw=1.6,
+        marker="o",
+        ms=8,
+        mfc="none",
+        mec="#e63946",
+        mew=1.5,
+        zorder=2,
+        gid="predicted",
+        label=f"predicted ({max(pred.size - 1, 0)})",
+    )
     ax.legend(loc="best", fontsize="small", framealpha=0.8, handlelength=1.5)
     if title is not None:
         ax.set_title(title)

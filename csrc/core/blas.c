@@ -118,8 +118,7 @@ static void blas_call(const gemm_op *g, attnc_mat a, attnc_mat b, double beta, a
     pthread_once(&blas_once, blas_init);
     /* BLAS's own two names, with scalars of each type: no twins to pick. */
     if (g->dt == ATTNC_FLOAT32)
-        scipy_cblas_sgemm(CblasRowMajor, opa, opb, m, n, k, (float)g->alpha, a.p, lda, b.p, ldb, (float)beta, c.p,
-                          ldc);
+        scipy_cblas_sgemm(CblasRowMajor, opa, opb, m, n, k, (float)g->alpha, a.p, lda, b.p, ldb, (float)beta, c.p, ldc);
     else
         scipy_cblas_dgemm(CblasRowMajor, opa, opb, m, n, k, g->alpha, a.p, lda, b.p, ldb, beta, c.p, ldc);
 }
@@ -206,14 +205,12 @@ static void gemm(const gemm_op *g, attnc_mat a, attnc_mat b, attnc_mat c) {
         gemm_copied(g, a, b, c);
 }
 
-void attnc_gemm_f32(bool trans_a, bool trans_b, float alpha, attnc_mat a, attnc_mat b,
-                    float beta, attnc_mat c) {
+void attnc_gemm_f32(bool trans_a, bool trans_b, float alpha, attnc_mat a, attnc_mat b, float beta, attnc_mat c) {
     gemm_op g = {ATTNC_FLOAT32, trans_a, trans_b, alpha, beta};
     gemm(&g, a, b, c);
 }
 
-void attnc_gemm_f64(bool trans_a, bool trans_b, double alpha, attnc_mat a, attnc_mat b,
-                    double beta, attnc_mat c) {
+void attnc_gemm_f64(bool trans_a, bool trans_b, double alpha, attnc_mat a, attnc_mat b, double beta, attnc_mat c) {
     gemm_op g = {ATTNC_FLOAT64, trans_a, trans_b, alpha, beta};
     gemm(&g, a, b, c);
 }
@@ -233,12 +230,11 @@ static void rows_task(void *arg, int64_t block, int worker) {
     gemm(&j->g, op_block(j->a, j->g.ta, r0, n, 0, k, es), j->b, op_block(j->c, false, r0, n, 0, j->c.cols, es));
 }
 
-void attnc_gemm_rows(attnc_dtype dtype, bool trans_a, bool trans_b, double alpha, attnc_mat a, attnc_mat b,
-                     double beta, attnc_mat c, int64_t block_rows) {
+void attnc_gemm_rows(attnc_dtype dtype, bool trans_a, bool trans_b, double alpha, attnc_mat a, attnc_mat b, double beta,
+                     attnc_mat c, int64_t block_rows) {
     int64_t k = trans_a ? a.rows : a.cols;
     rows_job j = {{dtype, trans_a, trans_b, alpha, beta}, a, b, c, block_rows};
-    attnc_parallel_for((c.rows + block_rows - 1) / block_rows, attnc_workers_for(c.rows * c.cols * k), rows_task,
-                       &j);
+    attnc_parallel_for((c.rows + block_rows - 1) / block_rows, attnc_workers_for(c.rows * c.cols * k), rows_task, &j);
 }
 
 const char *attnc_blas_info(void) { return scipy_openblas_get_config(); }

@@ -16,16 +16,14 @@
  * split into calls of at most this many. */
 #define ATTNC_BLAS_CHUNK ((int64_t)1 << 29)
 
-void attnc_gemm_f32(bool trans_a, bool trans_b, float alpha, attnc_mat a, attnc_mat b,
-                    float beta, attnc_mat c);
-void attnc_gemm_f64(bool trans_a, bool trans_b, double alpha, attnc_mat a, attnc_mat b,
-                    double beta, attnc_mat c);
+void attnc_gemm_f32(bool trans_a, bool trans_b, float alpha, attnc_mat a, attnc_mat b, float beta, attnc_mat c);
+void attnc_gemm_f64(bool trans_a, bool trans_b, double alpha, attnc_mat a, attnc_mat b, double beta, attnc_mat c);
 
 /* The same over the thread pool: C's rows in fixed blocks of block_rows (a
  * split by shape, so results do not depend on the thread count), each block
  * one call of the above. dtype: ATTNC_FLOAT32 or ATTNC_FLOAT64. */
-void attnc_gemm_rows(attnc_dtype dtype, bool trans_a, bool trans_b, double alpha, attnc_mat a, attnc_mat b,
-                     double beta, attnc_mat c, int64_t block_rows);
+void attnc_gemm_rows(attnc_dtype dtype, bool trans_a, bool trans_b, double alpha, attnc_mat a, attnc_mat b, double beta,
+                     attnc_mat c, int64_t block_rows);
 
 /* out (n) <- the sum of the rows of x (rows, n; row stride rs), in row order:
  * a bias's gradient, 1^T dY. dtype: ATTNC_FLOAT32 or ATTNC_FLOAT64. */

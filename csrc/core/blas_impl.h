@@ -3,8 +3,8 @@
 
 /* c (1, n) = alpha a (1, k) op(b) + beta c, looping along whichever of
  * op(b)'s dims has the unit stride (vectorised for the build's SIMD path). */
-static void FN(row_times_matrix)(bool trans_a, bool trans_b, double alpha_, attnc_mat a, attnc_mat b,
-                                 double beta_, attnc_mat c, int64_t n, int64_t k) {
+static void FN(row_times_matrix)(bool trans_a, bool trans_b, double alpha_, attnc_mat a, attnc_mat b, double beta_,
+                                 attnc_mat c, int64_t n, int64_t k) {
     const REAL alpha = (REAL)alpha_, beta = (REAL)beta_;
     const REAL *restrict ap = a.p, *restrict bp = b.p;
     REAL *restrict cp = c.p;

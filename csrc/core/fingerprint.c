@@ -72,8 +72,7 @@ static void feed_dims(digest *d, const unsigned char *p, int dim, int ndim, cons
     }
 }
 
-uint64_t attnc_fingerprint(const void *data, int ndim, const int64_t *shape, const int64_t *strides,
-                           size_t itemsize) {
+uint64_t attnc_fingerprint(const void *data, int ndim, const int64_t *shape, const int64_t *strides, size_t itemsize) {
     digest d = {{P1 + P2, P2, 0, (uint64_t)0 - P1}, {0}, 0, 0};
     uint64_t size = itemsize;
     feed(&d, (const unsigned char *)&size, sizeof size);

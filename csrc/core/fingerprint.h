@@ -11,7 +11,6 @@
  * each, read in C order) of the ndim-dimensional array at data with the
  * given shape and strides (in bytes): the same values give the same digest
  * whatever the strides. */
-uint64_t attnc_fingerprint(const void *data, int ndim, const int64_t *shape, const int64_t *strides,
-                           size_t itemsize);
+uint64_t attnc_fingerprint(const void *data, int ndim, const int64_t *shape, const int64_t *strides, size_t itemsize);
 
 #endif

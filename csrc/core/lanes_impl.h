@@ -38,8 +38,7 @@ static inline REAL FN(additive)(const REAL *restrict q, const REAL *restrict k, 
 /* a = v . tanh(q + k) backward for one key (n each): dk += e, dq += e,
  * dv += da tanh(q + k), e = da v (1 - tanh^2(q + k)). */
 static inline void FN(additive_backward)(const REAL *restrict k, const REAL *restrict q, const REAL *restrict v,
-                                         REAL da, REAL *restrict dk, REAL *restrict dq, REAL *restrict dv,
-                                         int64_t n) {
+                                         REAL da, REAL *restrict dk, REAL *restrict dq, REAL *restrict dv, int64_t n) {
     for (int64_t j = 0; j < n; j++) {
         REAL u = FN(tanh_)(k[j] + q[j]), e = da * v[j] * (1 - u * u);
         dk[j] += e;

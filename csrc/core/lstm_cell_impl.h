@@ -79,21 +79,23 @@ static inline __attribute__((always_inline)) void FN(lstm_cell_forward_units)(RE
  * to add; added first, pre + add); out, the activations. c_prev (H) or NULL
  * (zeros); c, h (H) written. */
 ATTNC_UNUSED static void FN(lstm_cell_forward)(REAL *restrict gates, const REAL *restrict add,
-                                               const REAL *restrict c_prev, REAL *restrict c,
-                                               REAL *restrict h, int64_t H) {
+                                               const REAL *restrict c_prev, REAL *restrict c, REAL *restrict h,
+                                               int64_t H) {
     if (add)
         for (int64_t k = 0; k < 4 * H; k++) gates[k] += add[k];
-    if (c_prev) FN(lstm_cell_forward_units)(gates, c_prev, true, c, h, H, H);
-    else FN(lstm_cell_forward_units)(gates, NULL, false, c, h, H, H);
+    if (c_prev)
+        FN(lstm_cell_forward_units)(gates, c_prev, true, c, h, H, H);
+    else
+        FN(lstm_cell_forward_units)(gates, NULL, false, c, h, H, H);
 }
 
 /* The backward loop over n units, gate blocks S apart (as the forward's);
  * prev and two (constants after inlining) say whether c_prev and dh2 are
  * read. */
-static inline __attribute__((always_inline)) void FN(lstm_cell_backward_units)(
-    const REAL *restrict gates, const REAL *restrict c, const REAL *restrict c_prev, bool prev,
-    const REAL *restrict dh1, const REAL *restrict dh2, bool two, REAL *restrict dc, REAL *restrict dgates,
-    int64_t n, int64_t S) {
+static inline __attribute__((always_inline)) void
+FN(lstm_cell_backward_units)(const REAL *restrict gates, const REAL *restrict c, const REAL *restrict c_prev, bool prev,
+                             const REAL *restrict dh1, const REAL *restrict dh2, bool two, REAL *restrict dc,
+                             REAL *restrict dgates, int64_t n, int64_t S) {
 #if LSTM_CELL_VEC
     const __m512 one = _mm512_set1_ps(1.0f);
     for (int64_t k = 0; k < n; k += 16) {
@@ -137,12 +139,16 @@ static inline __attribute__((always_inline)) void FN(lstm_cell_backward_units)(
  * of c_prev; dgates (4H) written, the cotangents of the pre-activations. */
 ATTNC_UNUSED static void FN(lstm_cell_backward)(const REAL *restrict gates, const REAL *restrict c,
                                                 const REAL *restrict c_prev, const REAL *restrict dh1,
-                                                const REAL *restrict dh2, REAL *restrict dc,
-                                                REAL *restrict dgates, int64_t H) {
-    if (c_prev && dh2) FN(lstm_cell_backward_units)(gates, c, c_prev, true, dh1, dh2, true, dc, dgates, H, H);
-    else if (c_prev) FN(lstm_cell_backward_units)(gates, c, c_prev, true, dh1, NULL, false, dc, dgates, H, H);
-    else if (dh2) FN(lstm_cell_backward_units)(gates, c, NULL, false, dh1, dh2, true, dc, dgates, H, H);
-    else FN(lstm_cell_backward_units)(gates, c, NULL, false, dh1, NULL, false, dc, dgates, H, H);
+                                                const REAL *restrict dh2, REAL *restrict dc, REAL *restrict dgates,
+                                                int64_t H) {
+    if (c_prev && dh2)
+        FN(lstm_cell_backward_units)(gates, c, c_prev, true, dh1, dh2, true, dc, dgates, H, H);
+    else if (c_prev)
+        FN(lstm_cell_backward_units)(gates, c, c_prev, true, dh1, NULL, false, dc, dgates, H, H);
+    else if (dh2)
+        FN(lstm_cell_backward_units)(gates, c, NULL, false, dh1, dh2, true, dc, dgates, H, H);
+    else
+        FN(lstm_cell_backward_units)(gates, c, NULL, false, dh1, NULL, false, dc, dgates, H, H);
 }
 
 #undef LSTM_CELL_VEC

@@ -30,8 +30,7 @@ static void philox4x32_10(uint32_t c[4], uint32_t k0, uint32_t k1) {
 }
 
 double attnc_uniform(uint64_t seed, uint64_t stream, uint64_t index) {
-    uint32_t c[4] = {(uint32_t)index, (uint32_t)(index >> 32), (uint32_t)stream,
-                     (uint32_t)(stream >> 32)};
+    uint32_t c[4] = {(uint32_t)index, (uint32_t)(index >> 32), (uint32_t)stream, (uint32_t)(stream >> 32)};
     philox4x32_10(c, (uint32_t)seed, (uint32_t)(seed >> 32));
     uint64_t bits = ((uint64_t)c[0] << 21) ^ ((uint64_t)c[1] >> 11); /* 53 bits */
     bits &= (UINT64_C(1) << 53) - 1;
@@ -39,8 +38,7 @@ double attnc_uniform(uint64_t seed, uint64_t stream, uint64_t index) {
 }
 
 void attnc_random_bits4(uint64_t seed, uint64_t stream, uint64_t index, uint32_t out[4]) {
-    uint32_t c[4] = {(uint32_t)index, (uint32_t)(index >> 32), (uint32_t)stream,
-                     (uint32_t)(stream >> 32)};
+    uint32_t c[4] = {(uint32_t)index, (uint32_t)(index >> 32), (uint32_t)stream, (uint32_t)(stream >> 32)};
     philox4x32_10(c, (uint32_t)seed, (uint32_t)(seed >> 32));
     for (int i = 0; i < 4; i++) out[i] = c[i];
 }

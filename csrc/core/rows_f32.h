@@ -29,9 +29,7 @@
 #include <immintrin.h>
 
 /* The first min(n, 16) lanes (n >= 1): a row's last, maybe partial, vector. */
-static inline __mmask16 attnc_lanes16(int64_t n) {
-    return n >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << n) - 1u);
-}
+static inline __mmask16 attnc_lanes16(int64_t n) { return n >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << n) - 1u); }
 
 static inline __m512 attnc_exp512(__m512 x) {
     /* Below lo, exp(x) is under the normal range: 0, as attnc_expf, and

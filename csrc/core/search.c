@@ -46,7 +46,8 @@ static attnc_status greedy(const attnc_search_model *m, attnc_search_io *io) {
             io->out[b * T + s] = best;
             if (!done[b]) {
                 io->lengths[b] = s + 1;
-                if (io->trace) memcpy(trace_at(m, io->trace, b * T + s), trace_at(m, m->trace, b), (size_t)m->trace_bytes);
+                if (io->trace)
+                    memcpy(trace_at(m, io->trace, b * T + s), trace_at(m, m->trace, b), (size_t)m->trace_bytes);
             }
             if (io->eos >= 0 && best == io->eos) done[b] = true;
             all = all && done[b];
@@ -79,7 +80,7 @@ static void keep_best(candidate *top, int64_t *n, int64_t k, candidate c) {
 }
 
 typedef struct {
-    int64_t *hist, *next_hist; /* (R, T) tokens of each live hypothesis */
+    int64_t *hist, *next_hist;  /* (R, T) tokens of each live hypothesis */
     double *score, *next_score; /* (R) sum of log p                   */
     int64_t *live;              /* (B) live hypotheses per row         */
     double *best;               /* (B) best finished score            */
@@ -100,7 +101,8 @@ static void finish(const attnc_search_model *m, attnc_search_io *io, beam_state 
     io->out[b * io->T + len - 1] = last;
     io->lengths[b] = len;
     if (io->trace) { /* steps before the last from the row's history, the last one just run */
-        memcpy(trace_at(m, io->trace, b * io->T), trace_at(m, s->trace, row * io->T), (size_t)((len - 1) * m->trace_bytes));
+        memcpy(trace_at(m, io->trace, b * io->T), trace_at(m, s->trace, row * io->T),
+               (size_t)((len - 1) * m->trace_bytes));
         memcpy(trace_at(m, io->trace, b * io->T + len - 1), trace_at(m, m->trace, row), (size_t)m->trace_bytes);
     }
 }
@@ -108,7 +110,8 @@ static void finish(const attnc_search_model *m, attnc_search_io *io, beam_state 
 /* After step i: hypothesis r's trace <- its parent's, then the parent's step i. */
 static void reorder_traces(const attnc_search_model *m, beam_state *s, int64_t R, int64_t T, int64_t i) {
     for (int64_t r = 0; r < R; r++) {
-        memcpy(trace_at(m, s->next_trace, r * T), trace_at(m, s->trace, s->parent[r] * T), (size_t)(i * m->trace_bytes));
+        memcpy(trace_at(m, s->next_trace, r * T), trace_at(m, s->trace, s->parent[r] * T),
+               (size_t)(i * m->trace_bytes));
         memcpy(trace_at(m, s->next_trace, r * T + i), trace_at(m, m->trace, s->parent[r]), (size_t)m->trace_bytes);
     }
     char *t = s->trace;

@@ -19,8 +19,7 @@ attnc_status attnc_fail(attnc_status status, const char *fmt, ...) {
 }
 
 attnc_status attnc_fail_nomem(const char *what, size_t bytes) {
-    return attnc_fail(ATTNC_ERR_NOMEM, "out of memory allocating %zu bytes for %s", bytes,
-                      what);
+    return attnc_fail(ATTNC_ERR_NOMEM, "out of memory allocating %zu bytes for %s", bytes, what);
 }
 
 attnc_status attnc_calloc(void **out, size_t count, size_t size, const char *what) {

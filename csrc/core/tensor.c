@@ -60,8 +60,8 @@ void *attnc_at(const attnc_tensor *t, int64_t offset) {
 
 attnc_mat attnc_batch_mat(const attnc_tensor *t, const attnc_batch *batch, int64_t b) {
     int n = t->ndim;
-    attnc_mat m = {attnc_at(t, attnc_batch_offset(t, batch, b)), t->shape[n - 2],
-                   t->shape[n - 1], t->strides[n - 2], t->strides[n - 1]};
+    attnc_mat m = {attnc_at(t, attnc_batch_offset(t, batch, b)), t->shape[n - 2], t->shape[n - 1], t->strides[n - 2],
+                   t->strides[n - 1]};
     return m;
 }
 
@@ -78,24 +78,22 @@ static void format_sizes(const int64_t *sizes, int n, char *buf, size_t size) {
 
 attnc_status attnc_check_dtype(const attnc_tensor *t, const char *name, attnc_dtype dtype) {
     if (t->dtype != dtype)
-        return attnc_fail(ATTNC_ERR_TYPE, "%s has dtype %s, expected %s", name,
-                          attnc_dtype_name(t->dtype), attnc_dtype_name(dtype));
+        return attnc_fail(ATTNC_ERR_TYPE, "%s has dtype %s, expected %s", name, attnc_dtype_name(t->dtype),
+                          attnc_dtype_name(dtype));
     if (t->ndim < 0 || t->ndim > ATTNC_MAX_DIMS)
-        return attnc_fail(ATTNC_ERR_VALUE, "%s has %d dims, at most %d are supported", name,
-                          t->ndim, ATTNC_MAX_DIMS);
+        return attnc_fail(ATTNC_ERR_VALUE, "%s has %d dims, at most %d are supported", name, t->ndim, ATTNC_MAX_DIMS);
     for (int d = 0; d < t->ndim; d++)
         if (t->shape[d] < 0 || t->shape[d] > INT_MAX)
-            return attnc_fail(ATTNC_ERR_VALUE, "%s has a dim of size %" PRId64
-                              " (sizes must be in [0, %d])", name, t->shape[d], INT_MAX);
+            return attnc_fail(ATTNC_ERR_VALUE, "%s has a dim of size %" PRId64 " (sizes must be in [0, %d])", name,
+                              t->shape[d], INT_MAX);
     return ATTNC_OK;
 }
 
-attnc_status attnc_check_shape(const attnc_tensor *t, const char *name,
-                               const attnc_batch *batch, int ntrail, int64_t *trail) {
+attnc_status attnc_check_shape(const attnc_tensor *t, const char *name, const attnc_batch *batch, int ntrail,
+                               int64_t *trail) {
     bool ok = t->ndim == batch->nb + ntrail;
     for (int d = 0; ok && d < batch->nb; d++) ok = t->shape[d] == batch->shape[d];
-    for (int d = 0; ok && d < ntrail; d++)
-        ok = trail[d] < 0 || t->shape[batch->nb + d] == trail[d];
+    for (int d = 0; ok && d < ntrail; d++) ok = trail[d] < 0 || t->shape[batch->nb + d] == trail[d];
     if (!ok) {
         int64_t want[2 * ATTNC_MAX_DIMS];
         for (int d = 0; d < batch->nb; d++) want[d] = batch->shape[d];
@@ -124,35 +122,34 @@ attnc_status attnc_check_blas(const attnc_tensor *t, const char *name) {
     if (attnc_has_unit_stride(t)) return ATTNC_OK;
     int n = t->ndim;
     return attnc_fail(ATTNC_ERR_LAYOUT,
-                      "%s needs a unit stride in one of its last two dims (strides %" PRId64
-                      ", %" PRId64 " elements); pass a contiguous copy",
+                      "%s needs a unit stride in one of its last two dims (strides %" PRId64 ", %" PRId64
+                      " elements); pass a contiguous copy",
                       name, t->strides[n - 2], t->strides[n - 1]);
 }
 
 attnc_status attnc_check_out(const attnc_tensor *t, const char *name) {
-    if (!attnc_is_contiguous(t))
-        return attnc_fail(ATTNC_ERR_LAYOUT, "output %s must be C-contiguous", name);
+    if (!attnc_is_contiguous(t)) return attnc_fail(ATTNC_ERR_LAYOUT, "output %s must be C-contiguous", name);
     return ATTNC_OK;
 }
 
-attnc_status attnc_check_dims(const attnc_tensor *t, const char *name, attnc_dtype dtype, int ndim,
-                              int64_t *sizes, bool output) {
+attnc_status attnc_check_dims(const attnc_tensor *t, const char *name, attnc_dtype dtype, int ndim, int64_t *sizes,
+                              bool output) {
     static const attnc_batch none = {.nb = 0, .count = 1};
     TRY(attnc_check_dtype(t, name, dtype));
     TRY(attnc_check_shape(t, name, &none, ndim, sizes));
     return output ? attnc_check_out(t, name) : ATTNC_OK;
 }
 
-attnc_status attnc_check_array(const attnc_tensor *t, const char *name, attnc_dtype dtype, int ndim,
-                               int64_t *sizes, bool output) {
+attnc_status attnc_check_array(const attnc_tensor *t, const char *name, attnc_dtype dtype, int ndim, int64_t *sizes,
+                               bool output) {
     if (!attnc_present(t)) return attnc_fail(ATTNC_ERR_TYPE, "%s is required", name);
     TRY(attnc_check_dims(t, name, dtype, ndim, sizes, output));
     if (!attnc_is_contiguous(t)) return attnc_fail(ATTNC_ERR_LAYOUT, "%s must be C-contiguous", name);
     return ATTNC_OK;
 }
 
-attnc_status attnc_check_param(const attnc_tensor *t, const char *label, attnc_dtype dtype, int ndim,
-                               int64_t *sizes, bool output) {
+attnc_status attnc_check_param(const attnc_tensor *t, const char *label, attnc_dtype dtype, int ndim, int64_t *sizes,
+                               bool output) {
     char name[128];
     snprintf(name, sizeof name, "%s%s", output ? "the gradient of " : "", label);
     return attnc_check_array(t, name, dtype, ndim, sizes, output);

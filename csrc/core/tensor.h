@@ -16,9 +16,9 @@ typedef struct {
 
 /* The leading "batch" dims shared by the tensors of one call. */
 typedef struct {
-    int nb;                          /* number of batch dims             */
+    int nb; /* number of batch dims             */
     int64_t shape[ATTNC_MAX_DIMS];
-    int64_t count;                   /* product of shape                 */
+    int64_t count; /* product of shape                 */
 } attnc_batch;
 
 static inline bool attnc_present(const attnc_tensor *t) { return t && t->data; }
@@ -51,8 +51,8 @@ void *attnc_at(const attnc_tensor *t, int64_t offset);
 attnc_status attnc_check_dtype(const attnc_tensor *t, const char *name, attnc_dtype dtype);
 /* t has exactly the shape [batch..., d0, d1, ...] (ndims trailing dims;
  * a trailing entry of -1 matches any size and is returned through it). */
-attnc_status attnc_check_shape(const attnc_tensor *t, const char *name,
-                               const attnc_batch *batch, int ntrail, int64_t *trail);
+attnc_status attnc_check_shape(const attnc_tensor *t, const char *name, const attnc_batch *batch, int ntrail,
+                               int64_t *trail);
 /* The layout the attention kernels read a matrix argument in (their tile
  * products take rows or columns as vectors): a unit stride in one of the last
  * two dims, the other at least that dim's extent (a dim of size one has any
@@ -65,23 +65,24 @@ attnc_status attnc_check_out(const attnc_tensor *t, const char *name);
 /* A tensor of dtype with ndim dims of the given sizes (-1: any, returned
  * through the array); outputs must be contiguous, inputs may have any
  * strides. */
-attnc_status attnc_check_dims(const attnc_tensor *t, const char *name, attnc_dtype dtype, int ndim,
-                              int64_t *sizes, bool output);
+attnc_status attnc_check_dims(const attnc_tensor *t, const char *name, attnc_dtype dtype, int ndim, int64_t *sizes,
+                              bool output);
 /* The same for a required, C-contiguous tensor: what the fused models
  * (csrc/models/seq2seq, captioner, ntm, pointer) take for every array. */
-attnc_status attnc_check_array(const attnc_tensor *t, const char *name, attnc_dtype dtype, int ndim,
-                               int64_t *sizes, bool output);
+attnc_status attnc_check_array(const attnc_tensor *t, const char *name, attnc_dtype dtype, int ndim, int64_t *sizes,
+                               bool output);
 /* attnc_check_array of a model's parameter (named label) or, when output, of
  * its gradient ("the gradient of label"). */
-attnc_status attnc_check_param(const attnc_tensor *t, const char *label, attnc_dtype dtype, int ndim,
-                               int64_t *sizes, bool output);
+attnc_status attnc_check_param(const attnc_tensor *t, const char *label, attnc_dtype dtype, int ndim, int64_t *sizes,
+                               bool output);
 
 /* A required, C-contiguous tensor of dtype with n elements, any shape:
  * element-wise operations. */
 attnc_status attnc_check_flat(const attnc_tensor *t, const char *name, attnc_dtype dtype, int64_t n);
 
 /* The sizes listed as (ndim, array) arguments: ATTNC_SIZES(B, T, H). */
-#define ATTNC_SIZES(...) (int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), (int64_t[]){__VA_ARGS__}
+#define ATTNC_SIZES(...) \
+    (int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), (int64_t[]) { __VA_ARGS__ }
 /* attnc_check_array / attnc_check_param with the sizes listed. */
 #define ATTNC_NEED(t, name, dtype, output, ...) attnc_check_array(t, name, dtype, ATTNC_SIZES(__VA_ARGS__), output)
 #define ATTNC_NEED_PARAM(t, label, dtype, output, ...) \

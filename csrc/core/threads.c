@@ -19,23 +19,23 @@
 #define MAX_THREADS 256
 
 typedef struct {
-    pthread_mutex_t lock;      /* guards everything below but `next`        */
-    pthread_cond_t wake;       /* a new job (or shutdown) for the workers    */
-    pthread_cond_t done;       /* the last worker left the job               */
-    pthread_mutex_t job_lock;  /* held by the thread whose job is running    */
+    pthread_mutex_t lock;     /* guards everything below but `next`        */
+    pthread_cond_t wake;      /* a new job (or shutdown) for the workers    */
+    pthread_cond_t done;      /* the last worker left the job               */
+    pthread_mutex_t job_lock; /* held by the thread whose job is running    */
     pthread_t tids[MAX_THREADS];
-    uint64_t born[MAX_THREADS];  /* generation when each worker was started  */
-    int started;               /* workers running (threads - 1 at most)      */
-    int threads;               /* configured thread count                    */
-    int shutdown;              /* workers with index >= this must exit       */
-    uint64_t generation;       /* bumped per job                             */
+    uint64_t born[MAX_THREADS]; /* generation when each worker was started  */
+    int started;                /* workers running (threads - 1 at most)      */
+    int threads;                /* configured thread count                    */
+    int shutdown;               /* workers with index >= this must exit       */
+    uint64_t generation;        /* bumped per job                             */
     attnc_task_fn fn;
     void *ctx;
     int64_t nblocks;
-    int job_workers;           /* workers (beyond the caller) in this job    */
-    int open;                  /* workers may still join the job             */
-    int busy;                  /* workers that joined and have not left      */
-    atomic_llong next;         /* next block to claim                        */
+    int job_workers;   /* workers (beyond the caller) in this job    */
+    int open;          /* workers may still join the job             */
+    int busy;          /* workers that joined and have not left      */
+    atomic_llong next; /* next block to claim                        */
 } pool_t;
 
 static pool_t pool = {
@@ -61,8 +61,7 @@ static void *worker_main(void *arg) {
     /* Not pool.generation: a job may have started before this thread ran. */
     uint64_t seen = pool.born[id];
     for (;;) {
-        while (pool.generation == seen && id < pool.shutdown)
-            pthread_cond_wait(&pool.wake, &pool.lock);
+        while (pool.generation == seen && id < pool.shutdown) pthread_cond_wait(&pool.wake, &pool.lock);
         if (id >= pool.shutdown) break;
         seen = pool.generation;
         /* Not needed, or woken after the caller ran every block itself. */
@@ -101,8 +100,7 @@ static void start_workers(void) {
     while (pool.started < pool.threads - 1) {
         int id = pool.started + 1;
         pool.born[id] = pool.generation;
-        if (pthread_create(&pool.tids[id], NULL, worker_main, (void *)(intptr_t)id) != 0)
-            break;
+        if (pthread_create(&pool.tids[id], NULL, worker_main, (void *)(intptr_t)id) != 0) break;
         pool.started = id;
     }
     pthread_mutex_unlock(&pool.lock);
@@ -125,8 +123,7 @@ static void register_atfork(void) { pthread_atfork(NULL, NULL, atfork_child); }
 
 attnc_status attnc_set_num_threads(int n) {
     if (n < 1 || n > MAX_THREADS)
-        return attnc_fail(ATTNC_ERR_VALUE, "num_threads must be in [1, %d], got %d",
-                          MAX_THREADS, n);
+        return attnc_fail(ATTNC_ERR_VALUE, "num_threads must be in [1, %d], got %d", MAX_THREADS, n);
     pthread_once(&atfork_once, register_atfork);
     pthread_mutex_lock(&pool.job_lock);
     pthread_mutex_lock(&pool.lock);

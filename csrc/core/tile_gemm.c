@@ -52,46 +52,46 @@ void attnc_tile_pack_panels(float *dst, attnc_mat b) {
 
 /* c (MR, NV vectors) = alpha * sum_k a[r, k] b[k, :] + beta c. The last
  * vector is masked by `mask`. */
-#define TILE_KERNEL(NAME, VT, VW, MT, LOAD, LOADM, STORE, STOREM, SET1, FMA, MUL, ADD, ZERO, MR, NV)      \
-    static void NAME(int64_t k, const float *a, int64_t ars, int64_t acs, const float *b, int64_t ldb, \
-                     float *c, int64_t ldc, float alpha, float beta, MT mask) {                        \
-        VT acc[MR][NV];                                                                                \
-        _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++)                                           \
-            _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) acc[r][v] = ZERO();                   \
-        for (int64_t kk = 0; kk < k; kk++) {                                                           \
-            const float *bk = b + kk * ldb, *ak = a + kk * acs;                                        \
-            VT bv[NV];                                                                                 \
-            _Pragma("GCC unroll 4") for (int v = 0; v < NV - 1; v++) bv[v] = LOAD(bk + v * VW);        \
-            bv[NV - 1] = LOADM(bk + (NV - 1) * VW, mask);                                              \
-            _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++) {                                     \
-                VT x = SET1(ak[r * ars]);                                                              \
-                _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) acc[r][v] = FMA(x, bv[v], acc[r][v]); \
-            }                                                                                          \
-        }                                                                                              \
-        VT va = SET1(alpha), vb = SET1(beta);                                                          \
-        _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++) {                                         \
-            float *cr = c + r * ldc;                                                                   \
-            _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) {                                     \
-                VT y = MUL(acc[r][v], va);                                                             \
-                if (beta != 0)                                                                         \
-                    y = ADD(y, MUL(vb, v < NV - 1 ? LOAD(cr + v * VW) : LOADM(cr + v * VW, mask)));    \
-                if (v < NV - 1)                                                                        \
-                    STORE(cr + v * VW, y);                                                             \
-                else                                                                                   \
-                    STOREM(cr + v * VW, mask, y);                                                      \
-            }                                                                                          \
-        }                                                                                              \
+#define TILE_KERNEL(NAME, VT, VW, MT, LOAD, LOADM, STORE, STOREM, SET1, FMA, MUL, ADD, ZERO, MR, NV)              \
+    static void NAME(int64_t k, const float *a, int64_t ars, int64_t acs, const float *b, int64_t ldb, float *c,  \
+                     int64_t ldc, float alpha, float beta, MT mask) {                                             \
+        VT acc[MR][NV];                                                                                           \
+        _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++) _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) \
+            acc[r][v] = ZERO();                                                                                   \
+        for (int64_t kk = 0; kk < k; kk++) {                                                                      \
+            const float *bk = b + kk * ldb, *ak = a + kk * acs;                                                   \
+            VT bv[NV];                                                                                            \
+            _Pragma("GCC unroll 4") for (int v = 0; v < NV - 1; v++) bv[v] = LOAD(bk + v * VW);                   \
+            bv[NV - 1] = LOADM(bk + (NV - 1) * VW, mask);                                                         \
+            _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++) {                                                \
+                VT x = SET1(ak[r * ars]);                                                                         \
+                _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) acc[r][v] = FMA(x, bv[v], acc[r][v]);        \
+            }                                                                                                     \
+        }                                                                                                         \
+        VT va = SET1(alpha), vb = SET1(beta);                                                                     \
+        _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++) {                                                    \
+            float *cr = c + r * ldc;                                                                              \
+            _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) {                                                \
+                VT y = MUL(acc[r][v], va);                                                                        \
+                if (beta != 0) y = ADD(y, MUL(vb, v < NV - 1 ? LOAD(cr + v * VW) : LOADM(cr + v * VW, mask)));    \
+                if (v < NV - 1)                                                                                   \
+                    STORE(cr + v * VW, y);                                                                        \
+                else                                                                                              \
+                    STOREM(cr + v * VW, mask, y);                                                                 \
+            }                                                                                                     \
+        }                                                                                                         \
     }
 
-typedef void (*tile_fn)(int64_t k, const float *a, int64_t ars, int64_t acs, const float *b, int64_t ldb,
-                        float *c, int64_t ldc, float alpha, float beta, const void *mask);
+typedef void (*tile_fn)(int64_t k, const float *a, int64_t ars, int64_t acs, const float *b, int64_t ldb, float *c,
+                        int64_t ldc, float alpha, float beta, const void *mask);
 
 /* One kernel per (rows, vectors) of a block, up to MAX_MR x NV_USED:
  * FOR_NV(K, PREFIX, MR) lists a row count's kernels (per instruction set). */
-#define KERNELS(PREFIX, K) FOR_NV(K, PREFIX, 1) FOR_NV(K, PREFIX, 2) FOR_NV(K, PREFIX, 3) \
-    FOR_NV(K, PREFIX, 4) FOR_NV(K, PREFIX, 5) FOR_NV(K, PREFIX, 6)
-#define TABLE(PREFIX) {NV_ROW(PREFIX, 1), NV_ROW(PREFIX, 2), NV_ROW(PREFIX, 3), \
-    NV_ROW(PREFIX, 4), NV_ROW(PREFIX, 5), NV_ROW(PREFIX, 6)}
+#define KERNELS(PREFIX, K) \
+    FOR_NV(K, PREFIX, 1)   \
+    FOR_NV(K, PREFIX, 2) FOR_NV(K, PREFIX, 3) FOR_NV(K, PREFIX, 4) FOR_NV(K, PREFIX, 5) FOR_NV(K, PREFIX, 6)
+#define TABLE(PREFIX) \
+    {NV_ROW(PREFIX, 1), NV_ROW(PREFIX, 2), NV_ROW(PREFIX, 3), NV_ROW(PREFIX, 4), NV_ROW(PREFIX, 5), NV_ROW(PREFIX, 6)}
 enum { MAX_MR = 6, KC = 128 };
 
 #if defined(__AVX512F__)
@@ -100,16 +100,11 @@ enum { VW = 16, NV_USED = 4 };
 #define FOR_NV(K, P, MR) K(P##MR##_1, MR, 1) K(P##MR##_2, MR, 2) K(P##MR##_3, MR, 3) K(P##MR##_4, MR, 4)
 #define NV_ROW(P, MR) {P##MR##_1, P##MR##_2, P##MR##_3, P##MR##_4}
 typedef __mmask16 mask_t;
-static inline __m512 load_masked(const float *p, const void *m) {
-    return _mm512_maskz_loadu_ps(*(const mask_t *)m, p);
-}
-static inline void store_masked(float *p, const void *m, __m512 v) {
-    _mm512_mask_storeu_ps(p, *(const mask_t *)m, v);
-}
-#define K_VEC(NAME, MR, NV)                                                                              \
-    TILE_KERNEL(NAME, __m512, 16, const void *, _mm512_loadu_ps, load_masked, _mm512_storeu_ps,         \
-                store_masked, _mm512_set1_ps, _mm512_fmadd_ps, _mm512_mul_ps, _mm512_add_ps,            \
-                _mm512_setzero_ps, MR, NV)
+static inline __m512 load_masked(const float *p, const void *m) { return _mm512_maskz_loadu_ps(*(const mask_t *)m, p); }
+static inline void store_masked(float *p, const void *m, __m512 v) { _mm512_mask_storeu_ps(p, *(const mask_t *)m, v); }
+#define K_VEC(NAME, MR, NV)                                                                                   \
+    TILE_KERNEL(NAME, __m512, 16, const void *, _mm512_loadu_ps, load_masked, _mm512_storeu_ps, store_masked, \
+                _mm512_set1_ps, _mm512_fmadd_ps, _mm512_mul_ps, _mm512_add_ps, _mm512_setzero_ps, MR, NV)
 static mask_t tail_mask(int64_t cols) { return (mask_t)((1u << cols) - 1u); }
 #else
 /* AVX2: 6 x 2 accumulators + 2 rows of B + a broadcast: 15 of 16 registers. */
@@ -117,16 +112,11 @@ enum { VW = 8, NV_USED = 2 };
 #define FOR_NV(K, P, MR) K(P##MR##_1, MR, 1) K(P##MR##_2, MR, 2)
 #define NV_ROW(P, MR) {P##MR##_1, P##MR##_2}
 typedef __m256i mask_t;
-static inline __m256 load_masked(const float *p, const void *m) {
-    return _mm256_maskload_ps(p, *(const mask_t *)m);
-}
-static inline void store_masked(float *p, const void *m, __m256 v) {
-    _mm256_maskstore_ps(p, *(const mask_t *)m, v);
-}
-#define K_VEC(NAME, MR, NV)                                                                              \
-    TILE_KERNEL(NAME, __m256, 8, const void *, _mm256_loadu_ps, load_masked, _mm256_storeu_ps,          \
-                store_masked, _mm256_set1_ps, _mm256_fmadd_ps, _mm256_mul_ps, _mm256_add_ps,            \
-                _mm256_setzero_ps, MR, NV)
+static inline __m256 load_masked(const float *p, const void *m) { return _mm256_maskload_ps(p, *(const mask_t *)m); }
+static inline void store_masked(float *p, const void *m, __m256 v) { _mm256_maskstore_ps(p, *(const mask_t *)m, v); }
+#define K_VEC(NAME, MR, NV)                                                                                  \
+    TILE_KERNEL(NAME, __m256, 8, const void *, _mm256_loadu_ps, load_masked, _mm256_storeu_ps, store_masked, \
+                _mm256_set1_ps, _mm256_fmadd_ps, _mm256_mul_ps, _mm256_add_ps, _mm256_setzero_ps, MR, NV)
 static mask_t tail_mask(int64_t cols) {
     return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)cols), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 }
@@ -176,8 +166,8 @@ bool attnc_tile_sgemm_band(float alpha, attnc_mat a, attnc_mat b, float beta, at
 void attnc_tile_sgemm_panels(float alpha, attnc_mat a, const float *panels, float beta, attnc_mat c,
                              attnc_tile_band band) {
     for (int64_t j0 = 0; j0 < c.cols; j0 += ATTNC_TILE_PANEL) {
-        attnc_mat cb = {(float *)c.p + j0 * c.cs, c.rows, c.cols - j0 < ATTNC_TILE_PANEL ? c.cols - j0 : ATTNC_TILE_PANEL,
-                        c.rs, c.cs};
+        attnc_mat cb = {(float *)c.p + j0 * c.cs, c.rows,
+                        c.cols - j0 < ATTNC_TILE_PANEL ? c.cols - j0 : ATTNC_TILE_PANEL, c.rs, c.cs};
         attnc_tile_band shifted = band;
         shifted.n_hi -= j0;
         blocks(alpha, a, panels + j0 * a.cols, ATTNC_TILE_PANEL, beta, cb, shifted);
@@ -202,8 +192,8 @@ static void rows_task(void *arg, int64_t block, int worker) {
 void attnc_tile_sgemm_panels_rows(float alpha, attnc_mat a, const float *panels, float beta, attnc_mat c,
                                   int64_t block_rows) {
     rows_job j = {alpha, beta, a, c, panels, block_rows};
-    attnc_parallel_for((c.rows + block_rows - 1) / block_rows, attnc_workers_for(c.rows * c.cols * a.cols),
-                       rows_task, &j);
+    attnc_parallel_for((c.rows + block_rows - 1) / block_rows, attnc_workers_for(c.rows * c.cols * a.cols), rows_task,
+                       &j);
 }
 
 #else

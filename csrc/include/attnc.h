@@ -33,25 +33,25 @@ extern "C" {
 
 typedef enum {
     ATTNC_OK = 0,
-    ATTNC_ERR_VALUE = 1,  /* a bad shape or value: the Python ValueError   */
-    ATTNC_ERR_TYPE = 2,   /* a bad dtype or missing argument: TypeError     */
-    ATTNC_ERR_NOMEM = 3,  /* an allocation failed: MemoryError              */
-    ATTNC_ERR_LAYOUT = 4  /* strides a kernel cannot use: ValueError        */
+    ATTNC_ERR_VALUE = 1, /* a bad shape or value: the Python ValueError   */
+    ATTNC_ERR_TYPE = 2,  /* a bad dtype or missing argument: TypeError     */
+    ATTNC_ERR_NOMEM = 3, /* an allocation failed: MemoryError              */
+    ATTNC_ERR_LAYOUT = 4 /* strides a kernel cannot use: ValueError        */
 } attnc_status;
 
 typedef enum {
     ATTNC_FLOAT32 = 0,
     ATTNC_FLOAT64 = 1,
-    ATTNC_BOOL = 2,   /* one byte, 0 or 1 */
+    ATTNC_BOOL = 2, /* one byte, 0 or 1 */
     ATTNC_INT64 = 3
 } attnc_dtype;
 
 typedef struct {
-    void *data;                       /* NULL: absent                     */
+    void *data; /* NULL: absent                     */
     attnc_dtype dtype;
     int ndim;
     int64_t shape[ATTNC_MAX_DIMS];
-    int64_t strides[ATTNC_MAX_DIMS];  /* in elements                      */
+    int64_t strides[ATTNC_MAX_DIMS]; /* in elements                      */
 } attnc_tensor;
 
 /* ---- core ------------------------------------------------------------ */
@@ -107,14 +107,14 @@ typedef enum {
 
 typedef struct {
     attnc_score_kind kind;
-    double scale;          /* scaled_dot                                   */
-    double bandwidth;      /* gaussian, > 0                                */
-    double beta_scalar;    /* cosine, used when beta.data == NULL          */
-    attnc_tensor weight;   /* general, location                            */
-    attnc_tensor w_query;  /* additive                                     */
-    attnc_tensor w_key;    /* additive                                     */
-    attnc_tensor v;        /* additive                                     */
-    attnc_tensor beta;     /* cosine, (..., Tq), may broadcast             */
+    double scale;         /* scaled_dot                                   */
+    double bandwidth;     /* gaussian, > 0                                */
+    double beta_scalar;   /* cosine, used when beta.data == NULL          */
+    attnc_tensor weight;  /* general, location                            */
+    attnc_tensor w_query; /* additive                                     */
+    attnc_tensor w_key;   /* additive                                     */
+    attnc_tensor v;       /* additive                                     */
+    attnc_tensor beta;    /* cosine, (..., Tq), may broadcast             */
     /* additive, optional: a contiguous buffer of at least B (Tq + Tk) da + da
      * elements of the call's dtype (B the batch count) for the projections
      * Q W_q, K W_k and v. A forward writes them there; a backward given the
@@ -136,16 +136,12 @@ typedef struct {
 } attnc_score_grads;
 
 /* scores (..., Tq, Tk) <- query (..., Tq, dq), keys (..., Tk, dk). */
-attnc_status attnc_score_forward(attnc_tensor *scores, const attnc_tensor *query,
-                                 const attnc_tensor *keys,
+attnc_status attnc_score_forward(attnc_tensor *scores, const attnc_tensor *query, const attnc_tensor *keys,
                                  const attnc_score_params *params);
 /* dquery, dkeys (like query, keys; either may be absent), param grads
  * <- dscores (..., Tq, Tk), query, keys. */
-attnc_status attnc_score_backward(attnc_tensor *dquery, attnc_tensor *dkeys,
-                                  attnc_score_grads *dparams,
-                                  const attnc_tensor *dscores,
-                                  const attnc_tensor *query,
-                                  const attnc_tensor *keys,
+attnc_status attnc_score_backward(attnc_tensor *dquery, attnc_tensor *dkeys, attnc_score_grads *dparams,
+                                  const attnc_tensor *dscores, const attnc_tensor *query, const attnc_tensor *keys,
                                   const attnc_score_params *params);
 
 /* ---- masked softmax --------------------------------------------------- */
@@ -154,80 +150,63 @@ attnc_status attnc_score_backward(attnc_tensor *dquery, attnc_tensor *dkeys,
  * exp(s - max) / sum; the rest, and whole rows with nothing allowed (or only
  * -inf scores), get 0. In place (weights->data == scores->data) is allowed
  * when both are contiguous. */
-attnc_status attnc_softmax_forward(attnc_tensor *weights, const attnc_tensor *scores,
-                                   const attnc_mask *mask);
+attnc_status attnc_softmax_forward(attnc_tensor *weights, const attnc_tensor *scores, const attnc_mask *mask);
 /* dscores <- dweights, weights (the forward's output). Zero where weights
  * is zero, so masked entries and rows get zero gradient. */
-attnc_status attnc_softmax_backward(attnc_tensor *dscores, const attnc_tensor *dweights,
-                                    const attnc_tensor *weights);
+attnc_status attnc_softmax_backward(attnc_tensor *dscores, const attnc_tensor *dweights, const attnc_tensor *weights);
 
 /* ---- soft attention --------------------------------------------------- */
 
 /* context (..., Tq, dv), weights (..., Tq, Tk)
  *   <- query (..., Tq, dq), keys (..., Tk, dk), values (..., Tk, dv). */
-attnc_status attnc_attention_forward(attnc_tensor *context, attnc_tensor *weights,
-                                     const attnc_tensor *query, const attnc_tensor *keys,
-                                     const attnc_tensor *values,
-                                     const attnc_score_params *params,
-                                     const attnc_mask *mask);
+attnc_status attnc_attention_forward(attnc_tensor *context, attnc_tensor *weights, const attnc_tensor *query,
+                                     const attnc_tensor *keys, const attnc_tensor *values,
+                                     const attnc_score_params *params, const attnc_mask *mask);
 /* dquery, dkeys, dvalues, param grads <- dcontext (or absent), dweights (or
  * absent), the inputs and the forward's weights. */
-attnc_status attnc_attention_backward(attnc_tensor *dquery, attnc_tensor *dkeys,
-                                      attnc_tensor *dvalues, attnc_score_grads *dparams,
-                                      const attnc_tensor *dcontext,
-                                      const attnc_tensor *dweights,
-                                      const attnc_tensor *query, const attnc_tensor *keys,
-                                      const attnc_tensor *values,
-                                      const attnc_tensor *weights,
+attnc_status attnc_attention_backward(attnc_tensor *dquery, attnc_tensor *dkeys, attnc_tensor *dvalues,
+                                      attnc_score_grads *dparams, const attnc_tensor *dcontext,
+                                      const attnc_tensor *dweights, const attnc_tensor *query, const attnc_tensor *keys,
+                                      const attnc_tensor *values, const attnc_tensor *weights,
                                       const attnc_score_params *params);
 
 /* ---- hard attention --------------------------------------------------- */
 
 typedef enum {
-    ATTNC_HARD_ARGMAX = 0,  /* the best allowed key (first NaN wins, as
+    ATTNC_HARD_ARGMAX = 0, /* the best allowed key (first NaN wins, as
                                numpy.argmax)                               */
-    ATTNC_HARD_SAMPLE = 1,  /* a draw from the masked softmax (Gumbel-max)  */
-    ATTNC_HARD_GUMBEL = 2   /* Gumbel-max forward, straight-through backward
+    ATTNC_HARD_SAMPLE = 1, /* a draw from the masked softmax (Gumbel-max)  */
+    ATTNC_HARD_GUMBEL = 2  /* Gumbel-max forward, straight-through backward
                                via softmax((s + g) / temperature)           */
 } attnc_hard_mode;
 
 typedef struct {
     attnc_hard_mode mode;
-    double temperature;  /* > 0, gumbel backward only                     */
-    uint64_t seed;       /* noise g[b, i, j] is a pure function of
+    double temperature; /* > 0, gumbel backward only                     */
+    uint64_t seed;      /* noise g[b, i, j] is a pure function of
                             (seed, b, i, j): any thread count, same bits  */
 } attnc_hard_options;
 
 /* context (..., Tq, dv), weights (..., Tq, Tk) one-hot, indices (..., Tq)
  * INT64 (-1 for a row with no allowed key) <- query, keys, values. */
-attnc_status attnc_hard_attention_forward(attnc_tensor *context, attnc_tensor *weights,
-                                          attnc_tensor *indices,
-                                          const attnc_tensor *query,
-                                          const attnc_tensor *keys,
-                                          const attnc_tensor *values,
-                                          const attnc_score_params *params,
-                                          const attnc_mask *mask,
-                                          const attnc_hard_options *options);
+attnc_status attnc_hard_attention_forward(attnc_tensor *context, attnc_tensor *weights, attnc_tensor *indices,
+                                          const attnc_tensor *query, const attnc_tensor *keys,
+                                          const attnc_tensor *values, const attnc_score_params *params,
+                                          const attnc_mask *mask, const attnc_hard_options *options);
 /* dvalues = onehot^T dcontext in every mode; for GUMBEL also dquery, dkeys
  * and param grads through the relaxed softmax (zero for the other modes). */
-attnc_status attnc_hard_attention_backward(attnc_tensor *dquery, attnc_tensor *dkeys,
-                                           attnc_tensor *dvalues,
-                                           attnc_score_grads *dparams,
-                                           const attnc_tensor *dcontext,
-                                           const attnc_tensor *dweights,
-                                           const attnc_tensor *query,
-                                           const attnc_tensor *keys,
-                                           const attnc_tensor *values,
-                                           const attnc_tensor *indices,
-                                           const attnc_score_params *params,
-                                           const attnc_mask *mask,
-                                           const attnc_hard_options *options);
+attnc_status attnc_hard_attention_backward(attnc_tensor *dquery, attnc_tensor *dkeys, attnc_tensor *dvalues,
+                                           attnc_score_grads *dparams, const attnc_tensor *dcontext,
+                                           const attnc_tensor *dweights, const attnc_tensor *query,
+                                           const attnc_tensor *keys, const attnc_tensor *values,
+                                           const attnc_tensor *indices, const attnc_score_params *params,
+                                           const attnc_mask *mask, const attnc_hard_options *options);
 
 /* ---- local attention (Luong et al. 2015) ------------------------------ */
 
 typedef enum {
-    ATTNC_LOCAL_MONOTONIC = 0,  /* local-m: p_t given (or t)              */
-    ATTNC_LOCAL_PREDICTIVE = 1  /* local-p: p_t = S sigmoid(v_p^T tanh(q_t W_p)) */
+    ATTNC_LOCAL_MONOTONIC = 0, /* local-m: p_t given (or t)              */
+    ATTNC_LOCAL_PREDICTIVE = 1 /* local-p: p_t = S sigmoid(v_p^T tanh(q_t W_p)) */
 } attnc_local_mode;
 
 typedef struct {
@@ -242,32 +221,21 @@ typedef struct {
 /* context (..., Tq, dv), weights (..., Tq, Tk), positions_out (..., Tq)
  * <- query, keys, values. For predictive, the windowed softmax is multiplied
  * by exp(-(s - p_t)^2 / (2 sigma^2)), sigma = D / 2, not renormalised. */
-attnc_status attnc_local_attention_forward(attnc_tensor *context, attnc_tensor *weights,
-                                           attnc_tensor *positions_out,
-                                           const attnc_tensor *query,
-                                           const attnc_tensor *keys,
-                                           const attnc_tensor *values,
-                                           const attnc_score_params *params,
-                                           const attnc_mask *mask,
-                                           const attnc_local_options *options);
+attnc_status attnc_local_attention_forward(attnc_tensor *context, attnc_tensor *weights, attnc_tensor *positions_out,
+                                           const attnc_tensor *query, const attnc_tensor *keys,
+                                           const attnc_tensor *values, const attnc_score_params *params,
+                                           const attnc_mask *mask, const attnc_local_options *options);
 /* dquery, dkeys, dvalues, param grads, dw_p, dv_p (predictive; absent
  * otherwise) <- dcontext, dweights, dpositions (predictive; each may be
  * absent), the inputs and the forward's weights and positions. The window
  * is a step function of p_t: positions given to local-m get no gradient. */
-attnc_status attnc_local_attention_backward(attnc_tensor *dquery, attnc_tensor *dkeys,
-                                            attnc_tensor *dvalues,
-                                            attnc_score_grads *dparams,
-                                            attnc_tensor *dw_p, attnc_tensor *dv_p,
-                                            const attnc_tensor *dcontext,
-                                            const attnc_tensor *dweights,
-                                            const attnc_tensor *dpositions,
-                                            const attnc_tensor *query,
-                                            const attnc_tensor *keys,
-                                            const attnc_tensor *values,
-                                            const attnc_tensor *weights,
-                                            const attnc_tensor *positions,
-                                            const attnc_score_params *params,
-                                            const attnc_mask *mask,
+attnc_status attnc_local_attention_backward(attnc_tensor *dquery, attnc_tensor *dkeys, attnc_tensor *dvalues,
+                                            attnc_score_grads *dparams, attnc_tensor *dw_p, attnc_tensor *dv_p,
+                                            const attnc_tensor *dcontext, const attnc_tensor *dweights,
+                                            const attnc_tensor *dpositions, const attnc_tensor *query,
+                                            const attnc_tensor *keys, const attnc_tensor *values,
+                                            const attnc_tensor *weights, const attnc_tensor *positions,
+                                            const attnc_score_params *params, const attnc_mask *mask,
                                             const attnc_local_options *options);
 
 /* ---- fused scaled-dot-product attention (FlashAttention-style) --------- */
@@ -284,13 +252,13 @@ typedef struct {
     /* Up to two masks, each BOOL (nonzero = takes part) or FLOAT (added to
      * the scores), broadcast by strides to (..., H, L, S); absent: unused. */
     attnc_tensor masks[2];
-    int causal;             /* key j takes part only if j <= i + causal_offset */
-    int64_t causal_offset;  /* 0: top-left aligned; S - L: bottom-right      */
-    double scale;           /* scores = scale * q.k                          */
-    double dropout_p;       /* in [0, 1]; kept probabilities scaled by 1/(1-p) */
-    uint64_t seed;          /* dropout keep[b,h,i,j] is a pure function of
+    int causal;            /* key j takes part only if j <= i + causal_offset */
+    int64_t causal_offset; /* 0: top-left aligned; S - L: bottom-right      */
+    double scale;          /* scores = scale * q.k                          */
+    double dropout_p;      /* in [0, 1]; kept probabilities scaled by 1/(1-p) */
+    uint64_t seed;         /* dropout keep[b,h,i,j] is a pure function of
                                (seed, b, h, i, j)                           */
-    int average_heads;      /* forward: weights averaged over the H heads,
+    int average_heads;     /* forward: weights averaged over the H heads,
                                shape (..., L, S)                            */
 } attnc_sdpa_options;
 
@@ -299,30 +267,27 @@ typedef struct {
  * dropout) <- query, key, value. A row with
  * no key to attend to gets a zero output, zero weights and lse = -inf. */
 attnc_status attnc_sdpa_forward(attnc_tensor *output, attnc_tensor *lse, attnc_tensor *weights,
-                                const attnc_tensor *query, const attnc_tensor *key,
-                                const attnc_tensor *value, const attnc_sdpa_options *options);
+                                const attnc_tensor *query, const attnc_tensor *key, const attnc_tensor *value,
+                                const attnc_sdpa_options *options);
 /* dquery, dkey, dvalue (each optional), dmask (optional: the gradient of a
  * FLOAT masks[0], as a full contiguous (..., H, L, S) array, zero-filled by
  * the caller) <- doutput, dweights (optional: the cotangent of the returned
  * weights) and the forward's inputs, output and lse. */
-attnc_status attnc_sdpa_backward(attnc_tensor *dquery, attnc_tensor *dkey, attnc_tensor *dvalue,
-                                 attnc_tensor *dmask, const attnc_tensor *doutput,
-                                 const attnc_tensor *dweights,
-                                 const attnc_tensor *query, const attnc_tensor *key,
-                                 const attnc_tensor *value, const attnc_tensor *output,
+attnc_status attnc_sdpa_backward(attnc_tensor *dquery, attnc_tensor *dkey, attnc_tensor *dvalue, attnc_tensor *dmask,
+                                 const attnc_tensor *doutput, const attnc_tensor *dweights, const attnc_tensor *query,
+                                 const attnc_tensor *key, const attnc_tensor *value, const attnc_tensor *output,
                                  const attnc_tensor *lse, const attnc_sdpa_options *options);
 
 /* ---- nn: linear ------------------------------------------------------- */
 
 /* y (N, out) <- x (N, in) W^T + b; weight (out, in), bias (out) optional.
  * Rows are split into fixed blocks, so results never depend on threads. */
-attnc_status attnc_linear_forward(attnc_tensor *y, const attnc_tensor *x,
-                                  const attnc_tensor *weight, const attnc_tensor *bias);
+attnc_status attnc_linear_forward(attnc_tensor *y, const attnc_tensor *x, const attnc_tensor *weight,
+                                  const attnc_tensor *bias);
 /* dx (N, in), dweight (out, in), dbias (out) (each optional) <- dy (N, out),
  * x, weight. dweight and dbias are overwritten, not accumulated. */
-attnc_status attnc_linear_backward(attnc_tensor *dx, attnc_tensor *dweight, attnc_tensor *dbias,
-                                   const attnc_tensor *dy, const attnc_tensor *x,
-                                   const attnc_tensor *weight);
+attnc_status attnc_linear_backward(attnc_tensor *dx, attnc_tensor *dweight, attnc_tensor *dbias, const attnc_tensor *dy,
+                                   const attnc_tensor *x, const attnc_tensor *weight);
 
 /* ---- optim ------------------------------------------------------------------ */
 
@@ -343,13 +308,11 @@ attnc_status attnc_adam_step(attnc_tensor *param, const attnc_tensor *grad, attn
 /* y (N, D) <- (x - mean) / sqrt(var + eps) * weight + bias over each row of
  * x (N, D); weight, bias (D) optional. mean, rstd (N) are saved for the
  * backward (contiguous outputs). */
-attnc_status attnc_layer_norm_forward(attnc_tensor *y, attnc_tensor *mean, attnc_tensor *rstd,
-                                      const attnc_tensor *x, const attnc_tensor *weight,
-                                      const attnc_tensor *bias, double eps);
+attnc_status attnc_layer_norm_forward(attnc_tensor *y, attnc_tensor *mean, attnc_tensor *rstd, const attnc_tensor *x,
+                                      const attnc_tensor *weight, const attnc_tensor *bias, double eps);
 /* dx (N, D), dweight, dbias (D) (each optional) <- dy, x, weight, mean, rstd. */
-attnc_status attnc_layer_norm_backward(attnc_tensor *dx, attnc_tensor *dweight,
-                                       attnc_tensor *dbias, const attnc_tensor *dy,
-                                       const attnc_tensor *x, const attnc_tensor *weight,
+attnc_status attnc_layer_norm_backward(attnc_tensor *dx, attnc_tensor *dweight, attnc_tensor *dbias,
+                                       const attnc_tensor *dy, const attnc_tensor *x, const attnc_tensor *weight,
                                        const attnc_tensor *mean, const attnc_tensor *rstd);
 
 /* y (N, D) <- weight[ids] * scale; ids (N) INT64 in [0, V), weight (V, D).
@@ -358,14 +321,12 @@ attnc_status attnc_layer_norm_backward(attnc_tensor *dx, attnc_tensor *dweight,
  * max_norm = INFINITY: rows as they are. weight is not modified (torch
  * renormalises its rows in place: a caller that owns the table may write
  * the looked-up rows back). */
-attnc_status attnc_embedding_forward(attnc_tensor *y, const attnc_tensor *ids,
-                                     const attnc_tensor *weight, double scale, double max_norm,
-                                     double norm_type);
+attnc_status attnc_embedding_forward(attnc_tensor *y, const attnc_tensor *ids, const attnc_tensor *weight, double scale,
+                                     double max_norm, double norm_type);
 /* dweight (V, D) <- the sum of scale * dy rows over the tokens of each id;
  * the row of padding_idx (if >= 0) gets zero. */
-attnc_status attnc_embedding_backward(attnc_tensor *dweight, const attnc_tensor *dy,
-                                      const attnc_tensor *ids, double scale,
-                                      int64_t padding_idx);
+attnc_status attnc_embedding_backward(attnc_tensor *dweight, const attnc_tensor *dy, const attnc_tensor *ids,
+                                      double scale, int64_t padding_idx);
 
 /* Cross-entropy of logits (N, C), as torch's cross_entropy before its
  * reduction: loss_n = sum_c q_nc w_c (lse_n - x_nc), q_n row n's target
@@ -382,9 +343,8 @@ typedef struct {
 } attnc_cross_entropy_options;
 
 /* losses (N), logsumexp (N) (saved for the backward) <- logits, targets. */
-attnc_status attnc_cross_entropy_forward(attnc_tensor *losses, attnc_tensor *logsumexp,
-                                         const attnc_tensor *logits, const attnc_tensor *targets,
-                                         const attnc_cross_entropy_options *options);
+attnc_status attnc_cross_entropy_forward(attnc_tensor *losses, attnc_tensor *logsumexp, const attnc_tensor *logits,
+                                         const attnc_tensor *targets, const attnc_cross_entropy_options *options);
 /* y (N, C) <- log_softmax of each row of x (N, C) (a row of only -inf gives
  * -inf, not NaN). */
 attnc_status attnc_log_softmax_forward(attnc_tensor *y, const attnc_tensor *x);
@@ -403,24 +363,17 @@ attnc_status attnc_cross_entropy_backward(attnc_tensor *dlogits, attnc_tensor *d
 
 /* GELU is torch's gelu(approximate="none"), x Phi(x) with erf; GELU_TANH is
  * approximate="tanh", x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))) / 2. */
-typedef enum {
-    ATTNC_ACT_NONE = 0,
-    ATTNC_ACT_RELU = 1,
-    ATTNC_ACT_GELU = 2,
-    ATTNC_ACT_GELU_TANH = 3
-} attnc_activation;
+typedef enum { ATTNC_ACT_NONE = 0, ATTNC_ACT_RELU = 1, ATTNC_ACT_GELU = 2, ATTNC_ACT_GELU_TANH = 3 } attnc_activation;
 
 /* y <- residual (optional) + dropout(act(x)); all contiguous, any shape, the
  * same element count. Dropout keeps element k when Philox word k of
  * (seed, stream) is >= dropout * 2^32 and scales it by 1 / (1 - dropout). */
-attnc_status attnc_pointwise_forward(attnc_tensor *y, const attnc_tensor *x,
-                                     const attnc_tensor *residual, attnc_activation act,
-                                     double dropout, uint64_t seed, uint64_t stream);
+attnc_status attnc_pointwise_forward(attnc_tensor *y, const attnc_tensor *x, const attnc_tensor *residual,
+                                     attnc_activation act, double dropout, uint64_t seed, uint64_t stream);
 /* dx <- act'(x) * dropout(dy) with the forward's mask (x may be absent for
  * ATTNC_ACT_NONE). The residual's gradient is dy itself. */
-attnc_status attnc_pointwise_backward(attnc_tensor *dx, const attnc_tensor *dy,
-                                      const attnc_tensor *x, attnc_activation act, double dropout,
-                                      uint64_t seed, uint64_t stream);
+attnc_status attnc_pointwise_backward(attnc_tensor *dx, const attnc_tensor *dy, const attnc_tensor *x,
+                                      attnc_activation act, double dropout, uint64_t seed, uint64_t stream);
 
 /* ---- transformer layers (Vaswani et al. 2017) ---------------------------- */
 
@@ -468,19 +421,16 @@ typedef struct {
 
 /* Elements of the `saved` buffer a layer's forward fills for its backward:
  * x (B, L, E), memory (B, S, E) (S = 0 for an encoder layer), F, H. */
-int64_t attnc_layer_saved_size(int64_t B, int64_t L, int64_t S, int64_t E, int64_t F, int64_t H,
-                               int decoder);
+int64_t attnc_layer_saved_size(int64_t B, int64_t L, int64_t S, int64_t E, int64_t F, int64_t H, int decoder);
 
 /* out (B, L, E), weights_self (B, H, L, L), weights_cross (B, H, L, S)
  * (optional: softmax probabilities before dropout), saved (optional, 1-D,
  * attnc_layer_saved_size elements: what the backward needs)
  * <- x (B, L, E), memory (B, S, E) (decoder layers). */
-attnc_status attnc_layer_forward(attnc_tensor *out, attnc_tensor *weights_self,
-                                 attnc_tensor *weights_cross, attnc_tensor *saved,
-                                 const attnc_tensor *x, const attnc_tensor *memory,
+attnc_status attnc_layer_forward(attnc_tensor *out, attnc_tensor *weights_self, attnc_tensor *weights_cross,
+                                 attnc_tensor *saved, const attnc_tensor *x, const attnc_tensor *memory,
                                  const attnc_layer_params *params, const attnc_layer_config *config,
-                                 const attnc_attn_masks *self_masks,
-                                 const attnc_attn_masks *cross_masks);
+                                 const attnc_attn_masks *self_masks, const attnc_attn_masks *cross_masks);
 /* Elements of the backward's scratch buffer. */
 int64_t attnc_layer_scratch_size(int64_t B, int64_t L, int64_t S, int64_t E, int64_t F, int decoder);
 
@@ -491,9 +441,8 @@ int64_t attnc_layer_scratch_size(int64_t B, int64_t L, int64_t S, int64_t E, int
  * allocates its own. */
 attnc_status attnc_layer_backward(attnc_tensor *dx, attnc_tensor *dmemory, attnc_layer_params *grads,
                                   attnc_tensor *scratch, const attnc_tensor *dout, const attnc_tensor *saved,
-                                  const attnc_tensor *x, const attnc_tensor *memory,
-                                  const attnc_layer_params *params, const attnc_layer_config *config,
-                                  const attnc_attn_masks *self_masks,
+                                  const attnc_tensor *x, const attnc_tensor *memory, const attnc_layer_params *params,
+                                  const attnc_layer_config *config, const attnc_attn_masks *self_masks,
                                   const attnc_attn_masks *cross_masks);
 
 /* ---- transformer decoding: greedy and beam search ------------------------- */
@@ -531,8 +480,8 @@ typedef struct {
  * others by sum(log p) stay live (ties: earlier hypothesis, lower token); a
  * row stops when no live hypothesis can beat its best finished one. */
 attnc_status attnc_decode(attnc_tensor *tokens, attnc_tensor *lengths, const attnc_decoder *decoder,
-                          const attnc_tensor *prompt, const attnc_tensor *memory,
-                          const attnc_tensor *memory_mask, const attnc_decode_options *options);
+                          const attnc_tensor *prompt, const attnc_tensor *memory, const attnc_tensor *memory_mask,
+                          const attnc_decode_options *options);
 
 /* ---- recurrent layers: LSTM and GRU over whole sequences ----------------- */
 
@@ -549,7 +498,7 @@ typedef struct {
     attnc_rnn_mode mode;
     int64_t hidden_size, num_layers; /* num_layers <= 64                    */
     int bidirectional;
-    double dropout;                  /* on each layer's output but the last */
+    double dropout; /* on each layer's output but the last */
     uint64_t seed;
 } attnc_rnn_config;
 
@@ -568,12 +517,11 @@ attnc_status attnc_rnn_forward(attnc_tensor *output, attnc_tensor *h_n, attnc_te
 /* dinput, dh0, dc0, grads[l D + d] (ngrads = L D; each member optional,
  * overwritten) <- doutput, dh_n, dc_n (each optional: zeros), the forward's
  * saved buffer and inputs. */
-attnc_status attnc_rnn_backward(attnc_tensor *dinput, attnc_tensor *dh0, attnc_tensor *dc0,
-                                attnc_rnn_weights *grads, int64_t ngrads, const attnc_tensor *doutput,
-                                const attnc_tensor *dh_n, const attnc_tensor *dc_n, const attnc_tensor *saved,
-                                const attnc_tensor *input, const attnc_tensor *lengths, const attnc_tensor *h0,
-                                const attnc_tensor *c0, const attnc_rnn_weights *weights, int64_t nweights,
-                                const attnc_rnn_config *config);
+attnc_status attnc_rnn_backward(attnc_tensor *dinput, attnc_tensor *dh0, attnc_tensor *dc0, attnc_rnn_weights *grads,
+                                int64_t ngrads, const attnc_tensor *doutput, const attnc_tensor *dh_n,
+                                const attnc_tensor *dc_n, const attnc_tensor *saved, const attnc_tensor *input,
+                                const attnc_tensor *lengths, const attnc_tensor *h0, const attnc_tensor *c0,
+                                const attnc_rnn_weights *weights, int64_t nweights, const attnc_rnn_config *config);
 
 /* ---- recurrent attention decoder (attnc.models.Seq2Seq) ------------------ */
 
@@ -582,28 +530,28 @@ attnc_status attnc_rnn_backward(attnc_tensor *dinput, attnc_tensor *dh0, attnc_t
  * rows, S source steps, T target steps, He encoder width, H hidden size, E
  * embedding size, Vt target vocabulary, A attention size. */
 typedef enum {
-    ATTNC_S2S_NONE = 0,      /* feed the encoder's final state at every step          */
-    ATTNC_S2S_BAHDANAU = 1,  /* additive score on h_{t-1}, context fed with the input  */
-    ATTNC_S2S_DOT = 2,       /* Luong: scores on h_t, then h~ = tanh(Wc [ctx; h])      */
+    ATTNC_S2S_NONE = 0,     /* feed the encoder's final state at every step          */
+    ATTNC_S2S_BAHDANAU = 1, /* additive score on h_{t-1}, context fed with the input  */
+    ATTNC_S2S_DOT = 2,      /* Luong: scores on h_t, then h~ = tanh(Wc [ctx; h])      */
     ATTNC_S2S_GENERAL = 3,
     ATTNC_S2S_CONCAT = 4,
     ATTNC_S2S_LOCATION = 5,
-    ATTNC_S2S_LOCAL_M = 6,   /* general score in a window around p_t = t                */
-    ATTNC_S2S_LOCAL_P = 7    /* ... around a predicted p_t, times a Gaussian            */
+    ATTNC_S2S_LOCAL_M = 6, /* general score in a window around p_t = t                */
+    ATTNC_S2S_LOCAL_P = 7  /* ... around a predicted p_t, times a Gaussian            */
 } attnc_s2s_attention;
 
 /* Weights (torch layouts, (out, in)); absent when the kind has no use for
  * them. Fin = He (none, bahdanau) or H (Luong kinds). */
 typedef struct {
-    attnc_tensor embedding;                           /* (Vt, E)                     */
+    attnc_tensor embedding;                              /* (Vt, E)                     */
     attnc_tensor weight_ih, weight_hh, bias_ih, bias_hh; /* (4H, E+Fin), (4H, H), (4H) */
-    attnc_tensor bridge_weight, bridge_bias;          /* (H, He), (H): h_{-1}       */
-    attnc_tensor query_weight, key_weight, v;         /* additive: (A, H), (A, He), (A) */
-    attnc_tensor weight, bias;                        /* general, local: (H, He);
+    attnc_tensor bridge_weight, bridge_bias;             /* (H, He), (H): h_{-1}       */
+    attnc_tensor query_weight, key_weight, v;            /* additive: (A, H), (A, He), (A) */
+    attnc_tensor weight, bias;                           /* general, local: (H, He);
                                                          location: (Smax, H), (Smax)  */
-    attnc_tensor position_weight, position_v;         /* local-p: (A, H), (A)        */
-    attnc_tensor combine;                             /* Luong: (H, He + H)          */
-    attnc_tensor out_weight, out_bias;                /* (Vt, F), (Vt): sampling and
+    attnc_tensor position_weight, position_v;            /* local-p: (A, H), (A)        */
+    attnc_tensor combine;                                /* Luong: (H, He + H)          */
+    attnc_tensor out_weight, out_bias;                   /* (Vt, F), (Vt): sampling and
                                                          generation only             */
 } attnc_s2s_weights;
 
@@ -616,16 +564,16 @@ typedef struct {
 
 /* Elements (of the float dtype) of the forward's saved buffer; -1 if the
  * weights do not describe a decoder. */
-int64_t attnc_s2s_saved_size(const attnc_s2s_config *config, const attnc_s2s_weights *weights, int64_t B,
-                             int64_t S, int64_t T);
+int64_t attnc_s2s_saved_size(const attnc_s2s_config *config, const attnc_s2s_weights *weights, int64_t B, int64_t S,
+                             int64_t T);
 /* features (B, T, F) (F = H none, H + He bahdanau, H Luong), alignments
  * (B, T, S) (optional), fed (B, T) int64 (the tokens fed: tgt_in, or argmax
  * under scheduled sampling), saved <- memory (B, S, He) (0 past each row's
  * length), final (B, He), lengths (B) int64 in [1, S], tgt_in (B, T) int64. */
-attnc_status attnc_s2s_forward(attnc_tensor *features, attnc_tensor *alignments, attnc_tensor *fed,
-                               attnc_tensor *saved, const attnc_tensor *memory, const attnc_tensor *final,
-                               const attnc_tensor *lengths, const attnc_tensor *tgt_in,
-                               const attnc_s2s_weights *weights, const attnc_s2s_config *config);
+attnc_status attnc_s2s_forward(attnc_tensor *features, attnc_tensor *alignments, attnc_tensor *fed, attnc_tensor *saved,
+                               const attnc_tensor *memory, const attnc_tensor *final, const attnc_tensor *lengths,
+                               const attnc_tensor *tgt_in, const attnc_s2s_weights *weights,
+                               const attnc_s2s_config *config);
 /* dmemory, dfinal, grads (each optional, overwritten; out_weight and
  * out_bias are not touched) <- dfeatures (B, T, F), the forward's saved
  * buffer, fed and inputs. */
@@ -685,8 +633,8 @@ attnc_status attnc_lstmn_forward(attnc_tensor *output, attnc_tensor *attention, 
  * parameters have one), dinput (B, T, I) (optional) <- doutput (B, T, H),
  * the forward's saved buffer, its input and lengths. */
 attnc_status attnc_lstmn_backward(attnc_lstmn_params *grads, attnc_tensor *dinput, const attnc_tensor *doutput,
-                                  const attnc_tensor *saved, const attnc_tensor *input,
-                                  const attnc_tensor *lengths, const attnc_lstmn_params *params);
+                                  const attnc_tensor *saved, const attnc_tensor *input, const attnc_tensor *lengths,
+                                  const attnc_lstmn_params *params);
 /* ---- pooling: attention pooling (Raffel & Ellis 2015; Yang et al. 2016) -- */
 
 /* u_t = tanh(W h_t + b), e_t = v . u_t, alpha = softmax over the positions
@@ -696,17 +644,15 @@ attnc_status attnc_lstmn_backward(attnc_lstmn_params *grads, attnc_tensor *dinpu
  * weight (A, d), bias (A) (optional), v (A), mask (B, T) bool (optional).
  * Every array C-contiguous, one float dtype. */
 attnc_status attnc_attention_pool_forward(attnc_tensor *c, attnc_tensor *alpha, attnc_tensor *saved,
-                                          const attnc_tensor *h, const attnc_tensor *weight,
-                                          const attnc_tensor *bias, const attnc_tensor *v,
-                                          const attnc_tensor *mask);
+                                          const attnc_tensor *h, const attnc_tensor *weight, const attnc_tensor *bias,
+                                          const attnc_tensor *v, const attnc_tensor *mask);
 /* dh (B, T, d), dweight (A, d), dbias (A), dv (A) (each optional,
  * overwritten) <- dc (B, d), dalpha (B, T) (optional: the cotangent of the
  * weights), h, weight, v, and the forward's alpha and saved. */
 attnc_status attnc_attention_pool_backward(attnc_tensor *dh, attnc_tensor *dweight, attnc_tensor *dbias,
                                            attnc_tensor *dv, const attnc_tensor *dc, const attnc_tensor *dalpha,
-                                           const attnc_tensor *h, const attnc_tensor *weight,
-                                           const attnc_tensor *v, const attnc_tensor *alpha,
-                                           const attnc_tensor *saved);
+                                           const attnc_tensor *h, const attnc_tensor *weight, const attnc_tensor *v,
+                                           const attnc_tensor *alpha, const attnc_tensor *saved);
 /* ---- conv: 2-d convolution (torch's conv2d) ------------------------------ */
 
 /* y (B, Cout, Ho, Wo) <- x (B, Cin, H, W) cross-correlated with weight
@@ -727,10 +673,9 @@ attnc_status attnc_conv2d_forward(attnc_tensor *y, const attnc_tensor *x, const 
  * optional, overwritten) <- dy (B, Cout, Ho, Wo), x, weight and the
  * forward's options. The weight and bias gradients are summed over the batch
  * in batch order (the same bits for any thread count). */
-attnc_status attnc_conv2d_backward(attnc_tensor *dx, attnc_tensor *dweight, attnc_tensor *dbias,
-                                   const attnc_tensor *dy, const attnc_tensor *x, const attnc_tensor *weight,
-                                   const int64_t stride[2], const int64_t padding[4], const int64_t dilation[2],
-                                   int64_t groups);
+attnc_status attnc_conv2d_backward(attnc_tensor *dx, attnc_tensor *dweight, attnc_tensor *dbias, const attnc_tensor *dy,
+                                   const attnc_tensor *x, const attnc_tensor *weight, const int64_t stride[2],
+                                   const int64_t padding[4], const int64_t dilation[2], int64_t groups);
 
 /* ---- gated activation (WaveNet, SNAIL's dense blocks) ----------------------- */
 
@@ -739,8 +684,8 @@ attnc_status attnc_conv2d_backward(attnc_tensor *dx, attnc_tensor *dweight, attn
 attnc_status attnc_gated_forward(attnc_tensor *y, const attnc_tensor *a, const attnc_tensor *b);
 /* da <- dy (1 - tanh(a)^2) sigmoid(b), db <- dy tanh(a) sigmoid(b) (1 - sigmoid(b))
  * (each optional, overwritten; all C-contiguous of a's element count). */
-attnc_status attnc_gated_backward(attnc_tensor *da, attnc_tensor *db, const attnc_tensor *dy,
-                                  const attnc_tensor *a, const attnc_tensor *b);
+attnc_status attnc_gated_backward(attnc_tensor *da, attnc_tensor *db, const attnc_tensor *dy, const attnc_tensor *a,
+                                  const attnc_tensor *b);
 
 #ifdef __cplusplus
 }

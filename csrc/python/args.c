@@ -24,8 +24,8 @@ static int find_key(PyObject *key, PyObject *const *keys, int n, int hint) {
     return -1;
 }
 
-int args_take(const char *op, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
-              PyObject *const *keys, int n, PyObject **values) {
+int args_take(const char *op, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames, PyObject *const *keys, int n,
+              PyObject **values) {
     if (nargs != 0) {
         PyErr_Format(PyExc_TypeError, "%s() takes keyword arguments only, got %zd positional", op, nargs);
         return 0;
@@ -55,8 +55,7 @@ static int defaulted(PyObject *value, const char *name, int has_default) {
     return -1;
 }
 
-int args_double(PyObject *value, const char *name, int has_default, double dflt, double lo, double hi,
-                double *out) {
+int args_double(PyObject *value, const char *name, int has_default, double dflt, double lo, double hi, double *out) {
     int d = defaulted(value, name, has_default);
     if (d) {
         if (d > 0) *out = dflt;
@@ -81,8 +80,7 @@ int args_double(PyObject *value, const char *name, int has_default, double dflt,
     return 1;
 }
 
-int args_int64(PyObject *value, const char *name, int has_default, int64_t dflt, int64_t lo, int64_t hi,
-               int64_t *out) {
+int args_int64(PyObject *value, const char *name, int has_default, int64_t dflt, int64_t lo, int64_t hi, int64_t *out) {
     int d = defaulted(value, name, has_default);
     if (d) {
         if (d > 0) *out = dflt;
@@ -97,16 +95,14 @@ int args_int64(PyObject *value, const char *name, int has_default, int64_t dflt,
         return 0;
     }
     if (x < lo || x > hi) {
-        PyErr_Format(PyExc_ValueError, "%s must be in [%lld, %lld], got %lld", name, (long long)lo, (long long)hi,
-                     x);
+        PyErr_Format(PyExc_ValueError, "%s must be in [%lld, %lld], got %lld", name, (long long)lo, (long long)hi, x);
         return 0;
     }
     *out = x;
     return 1;
 }
 
-int args_enum(PyObject *value, const char *name, int has_default, int64_t dflt, int64_t lo, int64_t hi,
-              int64_t *out) {
+int args_enum(PyObject *value, const char *name, int has_default, int64_t dflt, int64_t lo, int64_t hi, int64_t *out) {
     return args_int64(value, name, has_default, dflt, lo, hi, out);
 }
 

@@ -12,15 +12,12 @@ int args_intern(const char *const *names, PyObject **keys, int n);
 
 /* Sort a vectorcall's keyword arguments into values (by the index of their
  * name in keys); positional arguments and unknown names are TypeErrors. */
-int args_take(const char *op, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
-              PyObject *const *keys, int n, PyObject **values);
+int args_take(const char *op, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames, PyObject *const *keys, int n,
+              PyObject **values);
 
-int args_double(PyObject *value, const char *name, int has_default, double dflt, double lo, double hi,
-                double *out);
-int args_int64(PyObject *value, const char *name, int has_default, int64_t dflt, int64_t lo, int64_t hi,
-               int64_t *out);
-int args_enum(PyObject *value, const char *name, int has_default, int64_t dflt, int64_t lo, int64_t hi,
-              int64_t *out);
+int args_double(PyObject *value, const char *name, int has_default, double dflt, double lo, double hi, double *out);
+int args_int64(PyObject *value, const char *name, int has_default, int64_t dflt, int64_t lo, int64_t hi, int64_t *out);
+int args_enum(PyObject *value, const char *name, int has_default, int64_t dflt, int64_t lo, int64_t hi, int64_t *out);
 int args_uint64(PyObject *value, const char *name, int has_default, uint64_t dflt, uint64_t *out);
 int args_bool(PyObject *value, const char *name, int has_default, int dflt, int *out);
 /* n int64s from a sequence of n ints. */

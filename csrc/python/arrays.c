@@ -55,7 +55,6 @@ static PyObject *py_fingerprints(PyObject *self, PyObject *arg) {
     return out;
 }
 
-PyMethodDef attnc_array_methods[] = {
-    {"has_unit_stride", py_has_unit_stride, METH_O, NULL},
-    {"fingerprints", py_fingerprints, METH_O, NULL},
-    {NULL, NULL, 0, NULL}};
+PyMethodDef attnc_array_methods[] = {{"has_unit_stride", py_has_unit_stride, METH_O, NULL},
+                                     {"fingerprints", py_fingerprints, METH_O, NULL},
+                                     {NULL, NULL, 0, NULL}};

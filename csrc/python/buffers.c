@@ -12,7 +12,8 @@ static int format_dtype(const char *format, Py_ssize_t itemsize, attnc_dtype *dt
     case 'f': *dtype = ATTNC_FLOAT32; return itemsize == 4 ? 0 : -1;
     case 'd': *dtype = ATTNC_FLOAT64; return itemsize == 8 ? 0 : -1;
     case '?': *dtype = ATTNC_BOOL; return itemsize == 1 ? 0 : -1;
-    case 'q': case 'l': *dtype = ATTNC_INT64; return itemsize == 8 ? 0 : -1;
+    case 'q':
+    case 'l': *dtype = ATTNC_INT64; return itemsize == 8 ? 0 : -1;
     default: return -1;
     }
 }
@@ -32,8 +33,8 @@ int buffers_get(buffers *held, PyObject *obj, const char *name, int writable, at
     if (PyObject_GetBuffer(obj, view, flags) != 0) {
         PyErr_Clear();
         PyObject *type_name = PyType_GetName(Py_TYPE(obj));
-        PyErr_Format(PyExc_TypeError, "%s must be a %sbuffer of numbers, got %S", name,
-                     writable ? "writable " : "", type_name ? type_name : Py_None);
+        PyErr_Format(PyExc_TypeError, "%s must be a %sbuffer of numbers, got %S", name, writable ? "writable " : "",
+                     type_name ? type_name : Py_None);
         Py_XDECREF(type_name);
         return 0;
     }
@@ -44,8 +45,7 @@ int buffers_get(buffers *held, PyObject *obj, const char *name, int writable, at
         return 0;
     }
     if (view->ndim > ATTNC_MAX_DIMS) {
-        PyErr_Format(PyExc_ValueError, "%s has %d dims; at most %d are supported", name,
-                     view->ndim, ATTNC_MAX_DIMS);
+        PyErr_Format(PyExc_ValueError, "%s has %d dims; at most %d are supported", name, view->ndim, ATTNC_MAX_DIMS);
         return 0;
     }
     t->data = view->buf;
@@ -54,8 +54,7 @@ int buffers_get(buffers *held, PyObject *obj, const char *name, int writable, at
         t->shape[d] = view->shape[d];
         Py_ssize_t stride = view->strides ? view->strides[d] : 0;
         if (stride % view->itemsize != 0) {
-            PyErr_Format(PyExc_ValueError,
-                         "%s has a stride of %zd bytes, not a multiple of its item size", name,
+            PyErr_Format(PyExc_ValueError, "%s has a stride of %zd bytes, not a multiple of its item size", name,
                          stride);
             return 0;
         }

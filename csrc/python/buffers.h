@@ -32,8 +32,8 @@ PyObject *raise_status(attnc_status status);
 PyObject *buffers_finish(buffers *held, attnc_status status);
 
 /* Run a C call without the GIL. */
-#define ATTNC_NOGIL(status, call) \
-    Py_BEGIN_ALLOW_THREADS(status) = (call);  \
+#define ATTNC_NOGIL(status, call)            \
+    Py_BEGIN_ALLOW_THREADS(status) = (call); \
     Py_END_ALLOW_THREADS
 
 /* The functions of each family, for the module table. */

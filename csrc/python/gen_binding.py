@@ -32,6 +32,7 @@ REQUIRED = object()  # a scalar with no default: the caller must pass it
 
 # --------------------------------------------------------------------------- the table's vocabulary
 
+
 @dataclasses.dataclass
 class Arr:
     """A tensor view: `out` ones are written (writable buffers); None (or
@@ -41,6 +42,7 @@ class Arr:
     them, in the docstring and the stub, and tests/test_binding.py holds C to
     it): an int, a tuple of ints, or "n+" (n or more: leading batch dims);
     None where any rank goes (elementwise, or a flat buffer of checked size)."""
+
     name: str
     out: bool = False
     field: str | None = None  # the struct member it fills, when not `name`
@@ -51,6 +53,7 @@ class Arr:
 class Scalar:
     """A scalar of C type `kind`: "double", "int64", "uint64", "bool" or an
     enum type (an int in [lo, hi] cast to it)."""
+
     name: str
     kind: str
     default: object = REQUIRED
@@ -62,6 +65,7 @@ class Scalar:
 @dataclasses.dataclass
 class Ints:
     """n int64s, from any sequence of n ints (a pair of strides, four paddings)."""
+
     name: str
     n: int
     field: str | None = None
@@ -79,6 +83,7 @@ class ScalarOut:
     call's bool keyword argument `want` (default False) is true: NULL tells
     the C function it is not wanted. The wrapper returns every scalar_out of
     the op, in table order, as a tuple of floats (0.0 where not wanted)."""
+
     name: str
     field: str
     want: str
@@ -87,6 +92,7 @@ class ScalarOut:
 @dataclasses.dataclass
 class Want:
     """The call's keyword argument asking for a scalar_out (`of.want`)."""
+
     of: ScalarOut
 
 
@@ -95,6 +101,7 @@ class Struct:
     """A C struct passed by pointer. Without a name its members are keyword
     arguments of the call; with one, the call takes a dict of them under that
     name (a set of weights, whose gradients, another dict, share its keys)."""
+
     ctype: str
     members: tuple
     name: str | None = None
@@ -105,6 +112,7 @@ class StructList:
     """A list of dicts, each a `ctype` struct with these members (a stack of
     layers): passed as a pointer to the first and their count, or, as a member
     of a struct, stored in its members `field` (the pointer) and `count`."""
+
     name: str
     ctype: str
     members: tuple
@@ -173,14 +181,17 @@ def struct_list(name, ctype, *members, field=None, count=None):
     return StructList(name, ctype, members, field, count)
 
 
-VOCABULARY = {f.__name__: f for f in (op, arr, out, real, i64, u64, flag, enum, ints, absent, scalar_out, struct,
-                                      struct_list)}
+VOCABULARY = {
+    f.__name__: f for f in (op, arr, out, real, i64, u64, flag, enum, ints, absent, scalar_out, struct, struct_list)
+}
 
 
 def _families() -> list[dict]:
     """Each family file's globals, in name order."""
-    return [runpy.run_path(path, init_globals=dict(VOCABULARY))
-            for path in sorted(glob.glob(os.path.join(HERE, "ops", "*.py")))]
+    return [
+        runpy.run_path(path, init_globals=dict(VOCABULARY))
+        for path in sorted(glob.glob(os.path.join(HERE, "ops", "*.py")))
+    ]
 
 
 def load_includes() -> list[str]:
@@ -263,8 +274,11 @@ def _keywords(o: Op) -> list:
 
 def _literal(value, kind) -> str:
     if kind == "double":
-        return repr(float(value)) if value not in (float("inf"), float("-inf")) else \
-            ("INFINITY" if value > 0 else "-INFINITY")
+        return (
+            repr(float(value))
+            if value not in (float("inf"), float("-inf"))
+            else ("INFINITY" if value > 0 else "-INFINITY")
+        )
     if kind == "bool":
         return "1" if value else "0"
     return str(int(value))
@@ -277,40 +291,43 @@ def _scalar_code(s: Scalar, src: str, dst: str) -> str:
     if s.kind == "double":
         lo = "-INFINITY" if s.lo is None else _literal(s.lo, "double")
         hi = "INFINITY" if s.hi is None else _literal(s.hi, "double")
-        return f"args_double({src}, \"{s.name}\", {int(has_default)}, {default}, {lo}, {hi}, &{dst})"
+        return f'args_double({src}, "{s.name}", {int(has_default)}, {default}, {lo}, {hi}, &{dst})'
     if s.kind == "uint64":
-        return f"args_uint64({src}, \"{s.name}\", {int(has_default)}, {default}ULL, &{dst})"
+        return f'args_uint64({src}, "{s.name}", {int(has_default)}, {default}ULL, &{dst})'
     if s.kind == "bool":
-        return f"args_bool({src}, \"{s.name}\", {int(has_default)}, {default}, &{dst})"
+        return f'args_bool({src}, "{s.name}", {int(has_default)}, {default}, &{dst})'
     lo = "INT64_MIN" if s.lo is None else str(int(s.lo))
     hi = "INT64_MAX" if s.hi is None else str(int(s.hi))
     if s.kind == "int64":
-        return f"args_int64({src}, \"{s.name}\", {int(has_default)}, {default}, {lo}, {hi}, &{dst})"
+        return f'args_int64({src}, "{s.name}", {int(has_default)}, {default}, {lo}, {hi}, &{dst})'
     # an enum: read as int64, stored as its C type
-    return (f"args_enum({src}, \"{s.name}\", {int(has_default)}, {default}, {lo}, {hi}, &e_{s.name}) && "
-            f"(({dst} = ({s.kind})e_{s.name}), 1)")
+    return (
+        f'args_enum({src}, "{s.name}", {int(has_default)}, {default}, {lo}, {hi}, &e_{s.name}) && '
+        f"(({dst} = ({s.kind})e_{s.name}), 1)"
+    )
 
 
 def _member_code(m, src: str, dst: str, held: str = "&h") -> list[str]:
     """Statements (each an int expression, 0 on failure) parsing src into dst."""
     if isinstance(m, Arr):
-        return [f"buffers_get({held}, {src}, \"{m.name}\", {int(m.out)}, &{dst})"]
+        return [f'buffers_get({held}, {src}, "{m.name}", {int(m.out)}, &{dst})']
     if isinstance(m, Scalar):
         return [_scalar_code(m, src, dst)]
     if isinstance(m, Ints):
-        return [f"args_ints({src}, \"{m.name}\", {m.n}, {dst})"]
+        return [f'args_ints({src}, "{m.name}", {m.n}, {dst})']
     raise TypeError(m)
 
 
 def _wrapper(o: Op) -> str:
     kws = _keywords(o)
     n = len(kws)
-    lines = [f"static PyObject *py_{o.name}(PyObject *self, PyObject *const *args, Py_ssize_t nargs, "
-             f"PyObject *kwnames) {{",
-             "    (void)self;",
-             f"    PyObject *v[{max(n, 1)}] = {{NULL}};",
-             f"    if (!args_take(\"{o.name}\", args, nargs, kwnames, KEYS_{o.name}, {n}, v)) return NULL;",
-             "    buffers h = {.count = 0};"] + (["    attnc_status st = ATTNC_OK;"] if o.returns == "status" else [])
+    lines = [
+        f"static PyObject *py_{o.name}(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {{",
+        "    (void)self;",
+        f"    PyObject *v[{max(n, 1)}] = {{NULL}};",
+        f'    if (!args_take("{o.name}", args, nargs, kwnames, KEYS_{o.name}, {n}, v)) return NULL;',
+        "    buffers h = {.count = 0};",
+    ] + (["    attnc_status st = ATTNC_OK;"] if o.returns == "status" else [])
     decls, parse, call_args, after = [], [], [], []
     struct_vars = {}
     for i, p in enumerate(o.params):
@@ -338,7 +355,7 @@ def _wrapper(o: Op) -> str:
                 members = [m for m in p.members if not isinstance(m, ScalarOut)]
                 fields = _field_set(members)
                 decls.append(f"PyObject *d{i}[{max(len(members), 1)}] = {{NULL}};")
-                parse.append(f"args_dict(v[{idx}], \"{p.name}\", {fields}, {len(members)}, d{i})")
+                parse.append(f'args_dict(v[{idx}], "{p.name}", {fields}, {len(members)}, d{i})')
                 for j, m in enumerate(members):
                     decls += _enum_decls(m)
                     parse += _member_code(m, f"d{i}[{j}]", f"{var}.{m.field or m.name}")
@@ -362,7 +379,7 @@ def _wrapper(o: Op) -> str:
             if isinstance(spec, Want):
                 s = spec.of
                 decls += [f"double {s.name} = 0;", f"int want_{s.name};"]
-                parse.append(f"args_bool(v[{k}], \"{s.want}\", 1, 0, &want_{s.name})")
+                parse.append(f'args_bool(v[{k}], "{s.want}", 1, 0, &want_{s.name})')
                 parse.append(f"(({var}.{s.field} = want_{s.name} ? &{s.name} : NULL), 1)")
                 continue
             decls += _enum_decls(spec)
@@ -385,7 +402,7 @@ def _wrapper(o: Op) -> str:
             lines.append("    if (st != ATTNC_OK) return buffers_finish(&h, st);")
             lines.append("    buffers_release(&h);")
             fmt = "(" + "d" * len(returns) + ")"
-            lines.append(f"    return Py_BuildValue(\"{fmt}\", {', '.join(s.name for s in returns)});")
+            lines.append(f'    return Py_BuildValue("{fmt}", {", ".join(s.name for s in returns)});')
         else:
             lines.append("    return buffers_finish(&h, st);")
     lines.append("}")
@@ -408,7 +425,7 @@ def _list_code(o: Op, tag: str, p: StructList, src: str, decls: list, parse: lis
     """Read the list in keyword value src into l<tag> (its structs, freed
     after the call) and n<tag> (their count)."""
     decls += [f"{p.ctype} *l{tag} = NULL;", f"Py_ssize_t n{tag} = 0;"]
-    parse.append(f"args_list({src}, \"{p.name}\", sizeof *l{tag}, (void **)&l{tag}, &n{tag})")
+    parse.append(f'args_list({src}, "{p.name}", sizeof *l{tag}, (void **)&l{tag}, &n{tag})')
     parse.append(f"parse_{o.name}_{tag}(&h, {src}, l{tag}, n{tag})")
     after.append(f"PyMem_Free(l{tag})")
 
@@ -420,17 +437,20 @@ def _lists(o: Op):
         if isinstance(p, StructList):
             yield str(i), p
         elif isinstance(p, Struct) and p.name is None:
-            yield from ((f"{i}_{k}", m) for k, (_, m, owner) in enumerate(kws)
-                        if owner is p and isinstance(m, StructList))
+            yield from (
+                (f"{i}_{k}", m) for k, (_, m, owner) in enumerate(kws) if owner is p and isinstance(m, StructList)
+            )
 
 
 def _list_parser(o: Op, tag: str, p: StructList) -> str:
     """parse_<op>_<tag>: each dict of the list into its struct."""
     fields = _field_set(p.members)
-    lines = [f"static int parse_{o.name}_{tag}(buffers *h, PyObject *list, {p.ctype} *items, Py_ssize_t n) {{",
-             "    for (Py_ssize_t k = 0; k < n; k++) {",
-             f"        PyObject *d[{max(len(p.members), 1)}] = {{NULL}};",
-             f"        if (!args_dict(PyList_GetItem(list, k), \"{p.name}\", {fields}, {len(p.members)}, d)) return 0;"]
+    lines = [
+        f"static int parse_{o.name}_{tag}(buffers *h, PyObject *list, {p.ctype} *items, Py_ssize_t n) {{",
+        "    for (Py_ssize_t k = 0; k < n; k++) {",
+        f"        PyObject *d[{max(len(p.members), 1)}] = {{NULL}};",
+        f'        if (!args_dict(PyList_GetItem(list, k), "{p.name}", {fields}, {len(p.members)}, d)) return 0;',
+    ]
     for j, m in enumerate(p.members):
         for e in _enum_decls(m):
             lines.append(f"        {e}")
@@ -456,11 +476,20 @@ def _field_set(members) -> str:
 def c_source(ops: list[Op], includes: list[str] = ()) -> str:
     _FIELD_SETS.clear()
     body = _c_body(ops)
-    parts = ["/* Generated by csrc/python/gen_binding.py from csrc/python/ops/: do not edit. */",
-             "#include <math.h>", "#include <stdint.h>", "#include <string.h>", "",
-             "#include \"args.h\""] + [f"#include \"{h}\"" for h in includes] + [""]
+    parts = (
+        [
+            "/* Generated by csrc/python/gen_binding.py from csrc/python/ops/: do not edit. */",
+            "#include <math.h>",
+            "#include <stdint.h>",
+            "#include <string.h>",
+            "",
+            '#include "args.h"',
+        ]
+        + [f'#include "{h}"' for h in includes]
+        + [""]
+    )
     for names, k in _FIELD_SETS.items():
-        parts.append(f"static const char *const FIELDS_{k}[] = {{" + ", ".join(f"\"{n}\"" for n in names) + "};")
+        parts.append(f"static const char *const FIELDS_{k}[] = {{" + ", ".join(f'"{n}"' for n in names) + "};")
         parts.append(f"static PyObject *FIELDKEYS_{k}[{max(len(names), 1)}];")
     return "\n".join(parts + body) + "\n"
 
@@ -470,8 +499,12 @@ def _c_body(ops: list[Op]) -> list[str]:
     for o in ops:
         names = [nm for nm, _, _ in _keywords(o)]
         parts.append(f"static PyObject *KEYS_{o.name}[{max(len(names), 1)}];")
-        parts.append(f"static const char *const NAMES_{o.name}[] = {{"
-                     + ", ".join(f"\"{nm}\"" for nm in names) + ("" if names else "NULL") + "};")
+        parts.append(
+            f"static const char *const NAMES_{o.name}[] = {{"
+            + ", ".join(f'"{nm}"' for nm in names)
+            + ("" if names else "NULL")
+            + "};"
+        )
     parts.append("")
     for o in ops:
         for tag, p in _lists(o):
@@ -481,9 +514,10 @@ def _c_body(ops: list[Op]) -> list[str]:
         parts.append("")
     parts.append("PyMethodDef attnc_op_methods[] = {")
     for o in ops:
-        doc = docstring(o).replace("\\", "\\\\").replace("\"", "\\\"").replace("\n", "\\n")
-        parts.append(f"    {{\"{o.name}\", (PyCFunction)(void (*)(void))py_{o.name}, METH_FASTCALL | METH_KEYWORDS, "
-                     f"\"{doc}\"}},")
+        doc = docstring(o).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+        parts.append(
+            f'    {{"{o.name}", (PyCFunction)(void (*)(void))py_{o.name}, METH_FASTCALL | METH_KEYWORDS, "{doc}"}},'
+        )
     parts.append("    {NULL, NULL, 0, NULL}};")
     parts.append("")
     parts.append("int attnc_op_keys_init(void) {")
@@ -521,22 +555,38 @@ def _py_param(spec) -> str:
 
 
 def stub(ops: list[Op]) -> str:
-    lines = ['"""attnc\'s C core (generated by csrc/python/gen_binding.py from csrc/python/ops/)."""',
-             "", "from collections.abc import Sequence", "from typing import Any", "",
-             "from numpy.typing import NDArray", "", "Buffer = NDArray[Any]", ""]
+    lines = [
+        '"""attnc\'s C core (generated by csrc/python/gen_binding.py from csrc/python/ops/)."""',
+        "",
+        "from collections.abc import Sequence",
+        "from typing import Any",
+        "",
+        "from numpy.typing import NDArray",
+        "",
+        "Buffer = NDArray[Any]",
+        "",
+    ]
     for o in ops:
         params = [_py_param(s) for nm, s, _ in _keywords(o)]
         returns = [s for s in _all_members(o) if isinstance(s, ScalarOut)]
-        ret = "int" if o.returns == "int64" else (f"tuple[{', '.join(['float'] * len(returns))}]" if returns
-                                                  else "None")
+        ret = (
+            "int" if o.returns == "int64" else (f"tuple[{', '.join(['float'] * len(returns))}]" if returns else "None")
+        )
         signature = f"def {o.name}(*, {', '.join(params)}) -> {ret}:" if params else f"def {o.name}() -> {ret}:"
         doc = docstring(o).replace("\n", "\n    ").replace("    \n", "\n")
         lines += [signature, f'    """{doc}"""', ""]
-    lines += ["", "# configuration (csrc/python/module.c)",
-              "def set_num_threads(n: int, /) -> None: ...", "def get_num_threads() -> int: ...",
-              "def blas_info() -> str: ...", "def blas_threads() -> int: ...", "def simd_path() -> str: ...",
-              "def cpu_paths() -> str: ...", "def fingerprints(arrays: Sequence[Buffer], /) -> tuple[int, ...]: ...",
-              "def has_unit_stride(array: Buffer, /) -> bool: ..."]
+    lines += [
+        "",
+        "# configuration (csrc/python/module.c)",
+        "def set_num_threads(n: int, /) -> None: ...",
+        "def get_num_threads() -> int: ...",
+        "def blas_info() -> str: ...",
+        "def blas_threads() -> int: ...",
+        "def simd_path() -> str: ...",
+        "def cpu_paths() -> str: ...",
+        "def fingerprints(arrays: Sequence[Buffer], /) -> tuple[int, ...]: ...",
+        "def has_unit_stride(array: Buffer, /) -> bool: ...",
+    ]
     return "\n".join(lines) + "\n"
 
 

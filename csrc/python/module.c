@@ -50,18 +50,23 @@ static PyObject *py_cpu_paths(PyObject *self, PyObject *unused) {
     return PyUnicode_FromString(attnc_cpu_paths());
 }
 
-static PyMethodDef config_methods[] = {
-    {"set_num_threads", py_set_num_threads, METH_O, NULL},
-    {"get_num_threads", py_get_num_threads, METH_NOARGS, NULL},
-    {"blas_info", py_blas_info, METH_NOARGS, NULL},
-    {"blas_threads", py_blas_threads, METH_NOARGS, NULL},
-    {"simd_path", py_simd_path, METH_NOARGS, NULL},
-    {"cpu_paths", py_cpu_paths, METH_NOARGS, NULL},
-    {NULL, NULL, 0, NULL}};
+static PyMethodDef config_methods[] = {{"set_num_threads", py_set_num_threads, METH_O, NULL},
+                                       {"get_num_threads", py_get_num_threads, METH_NOARGS, NULL},
+                                       {"blas_info", py_blas_info, METH_NOARGS, NULL},
+                                       {"blas_threads", py_blas_threads, METH_NOARGS, NULL},
+                                       {"simd_path", py_simd_path, METH_NOARGS, NULL},
+                                       {"cpu_paths", py_cpu_paths, METH_NOARGS, NULL},
+                                       {NULL, NULL, 0, NULL}};
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "attnc._core_" MODULE_STR(ATTNC_SIMD_PATH),
-                                    "attnc's C core (private: use the attnc package).", -1,
-                                    NULL, NULL, NULL, NULL, NULL};
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT,
+                                    "attnc._core_" MODULE_STR(ATTNC_SIMD_PATH),
+                                    "attnc's C core (private: use the attnc package).",
+                                    -1,
+                                    NULL,
+                                    NULL,
+                                    NULL,
+                                    NULL,
+                                    NULL};
 
 PyMODINIT_FUNC MODULE_INIT(ATTNC_SIMD_PATH)(void) {
     if (!attnc_op_keys_init()) return NULL;

@@ -74,7 +74,7 @@ static void test_blas_shim(void) {
     double small_d[3 * SHIM_M * SHIM_K], c0[SHIM_M * SHIM_N];
     for (int dt = 0; dt < 2; dt++)
         for (int si = 0; si < 5; si++)
-            for (int which = 0; which < 3; which++)        /* the operand with the long stride: A, B or C */
+            for (int which = 0; which < 3; which++)             /* the operand with the long stride: A, B or C */
                 for (int variant = 0; variant < 4; variant++) { /* its transposition and layout, beta */
                     size_t es = dt ? sizeof(double) : sizeof(float);
                     char *small = dt ? (char *)small_d : (char *)small_f;
@@ -124,9 +124,9 @@ static void test_blas_chunks(void) {
         return;
     }
     float *a = (float *)region, *b = a + 2 * K, c[4] = {1, 2, 3, 4};
-    a[K - 1] = 3, b[(K - 1) * 2] = 2;                                             /* c00 += 6 */
-    a[K + ATTNC_BLAS_CHUNK] = 1, b[ATTNC_BLAS_CHUNK * 2 + 1] = 5;                 /* c11 += 5 */
-    a[ATTNC_BLAS_CHUNK - 1] = 7, b[(ATTNC_BLAS_CHUNK - 1) * 2 + 1] = -1;          /* c01 -= 7 */
+    a[K - 1] = 3, b[(K - 1) * 2] = 2;                                    /* c00 += 6 */
+    a[K + ATTNC_BLAS_CHUNK] = 1, b[ATTNC_BLAS_CHUNK * 2 + 1] = 5;        /* c11 += 5 */
+    a[ATTNC_BLAS_CHUNK - 1] = 7, b[(ATTNC_BLAS_CHUNK - 1) * 2 + 1] = -1; /* c01 -= 7 */
     attnc_mat am = {a, 2, K, K, 1}, bm = {b, K, 2, 2, 1}, cm = {c, 2, 2, 2, 1};
     attnc_gemm_f32(false, false, 1, am, bm, 0.5f, cm);
     CHECK(c[0] == 6.5f && c[1] == -6 && c[2] == 1.5f && c[3] == 7,

@@ -10,17 +10,17 @@ enum { CB = 2, CT = 3, CL = 3, CF = 2, CE = 2, CH = 3, CA = 2, CV = 4, CNP = 19 
 
 /* Shapes of the 19 parameters, in attnc_captioner_params order (n1 = 0: 1-D). */
 static const int64_t cap_shapes[CNP][2] = {
-    {CV, CE}, {CH, CF}, {CH, 0}, {CH, CF}, {CH, 0}, {CA, CF}, {CA, 0}, {CA, CH}, {1, CA}, {1, CH}, {1, 0},
-    {4 * CH, CE + CF}, {4 * CH, CH}, {4 * CH, 0}, {4 * CH, 0}, {CE, CH}, {CE, CF}, {CV, CE}, {CV, 0}};
+    {CV, CE}, {CH, CF},          {CH, 0},      {CH, CF},    {CH, 0},     {CA, CF}, {CA, 0},  {CA, CH}, {1, CA}, {1, CH},
+    {1, 0},   {4 * CH, CE + CF}, {4 * CH, CH}, {4 * CH, 0}, {4 * CH, 0}, {CE, CH}, {CE, CF}, {CV, CE}, {CV, 0}};
 
 static int64_t cap_count(int k) { return cap_shapes[k][0] * (cap_shapes[k][1] ? cap_shapes[k][1] : 1); }
 
 /* Point the 19 tensors of p into buf (laid out one after the other). */
 static void cap_bind(attnc_captioner_params *p, double *buf) {
-    attnc_tensor *slots[CNP] = {&p->embedding, &p->init_h_w, &p->init_h_b, &p->init_c_w, &p->init_c_b,
-                                &p->att_feat_w, &p->att_feat_b, &p->att_hidden_w, &p->att_score_w,
-                                &p->gate_w, &p->gate_b, &p->w_ih, &p->w_hh, &p->b_ih, &p->b_hh,
-                                &p->out_h_w, &p->out_z_w, &p->out_w, &p->out_b};
+    attnc_tensor *slots[CNP] = {&p->embedding,  &p->init_h_w,   &p->init_h_b,     &p->init_c_w,    &p->init_c_b,
+                                &p->att_feat_w, &p->att_feat_b, &p->att_hidden_w, &p->att_score_w, &p->gate_w,
+                                &p->gate_b,     &p->w_ih,       &p->w_hh,         &p->b_ih,        &p->b_hh,
+                                &p->out_h_w,    &p->out_z_w,    &p->out_w,        &p->out_b};
     for (int k = 0; k < CNP; k++) {
         *slots[k] = view(buf, ATTNC_FLOAT64, cap_shapes[k][1] ? 2 : 1, cap_shapes[k]);
         buf += cap_count(k);
@@ -56,8 +56,7 @@ static double cap_loss(const cap_case *k) {
     for (int i = 0; i < CB * CT * CV; i++) L += logits[i] * k->cl[i];
     for (int i = 0; i < CB * CT * CL; i++) L += alphas[i] * k->ca[i];
     if (k->cp)
-        for (int i = 0; i < CB * CT; i++)
-            L += k->samples[i] < 0 ? 0 : k->cp[i] * log(alphas[i * CL + k->samples[i]]);
+        for (int i = 0; i < CB * CT; i++) L += k->samples[i] < 0 ? 0 : k->cp[i] * log(alphas[i * CL + k->samples[i]]);
     return L;
 }
 
@@ -82,7 +81,7 @@ static void test_captioner_gradients(attnc_caption_mode mode) {
     double *params = randn((size_t)n, 101), *grads = calloc((size_t)n, sizeof *grads);
     double *feat = randn(CB * CL * CF, 102), *cl = randn(CB * CT * CV, 103), *ca = randn(CB * CT * CL, 104);
     double *cp = mode == ATTNC_CAPTION_SOFT ? NULL : randn(CB * CT, 105);
-    for (int64_t i = 0; i < n; i++) params[i] *= 1.5; /* reach the nonlinearities */
+    for (int64_t i = 0; i < n; i++) params[i] *= 1.5;                                  /* reach the nonlinearities */
     int64_t tok[CB * CT] = {1, 3, 0, 1, 2, 2}, samples[CB * CT] = {0, 2, -1, 1, 1, 0}; /* -1: expectation */
     attnc_captioner_config c = {.mode = mode, .gate = 1, .seed = 0};
     attnc_captioner_params p, g;
@@ -162,8 +161,7 @@ static void test_captioner_decode_and_errors(void) {
     double eal[CB * ML * CL];
     attnc_tensor te = view(ended, ATTNC_INT64, 2, os), ten = view(elen, ATTNC_INT64, 1, bs);
     attnc_tensor tea = view(eal, ATTNC_FLOAT64, 3, oa);
-    CHECK(attnc_captioner_generate(&te, &ten, &tea, &tf, &p, &c, 1, eos, 1, 0) == ATTNC_OK, "%s",
-          attnc_last_error());
+    CHECK(attnc_captioner_generate(&te, &ten, &tea, &tf, &p, &c, 1, eos, 1, 0) == ATTNC_OK, "%s", attnc_last_error());
     int ends_ok = elen[0] <= 2;
     for (int b = 0; b < CB; b++)
         for (int t = 0; t < ML; t++)
@@ -175,8 +173,7 @@ static void test_captioner_decode_and_errors(void) {
     CHECK(ends_ok, "greedy decoding with eos %lld: wrong tokens or weights around the ends (lengths %lld, %lld)",
           (long long)eos, (long long)elen[0], (long long)elen[1]);
     /* beam search: tokens in range; a full beam over ML = 1 step picks the argmax */
-    CHECK(attnc_captioner_generate(&to, &tn, &ta, &tf, &p, &c, 1, 2, 3, 0.5) == ATTNC_OK, "%s",
-          attnc_last_error());
+    CHECK(attnc_captioner_generate(&to, &tn, &ta, &tf, &p, &c, 1, 2, 3, 0.5) == ATTNC_OK, "%s", attnc_last_error());
     int in_range = 1;
     for (int b = 0; b < CB; b++) in_range &= len[b] >= 1 && len[b] <= ML;
     for (int r = 0; r < CB * ML; r++) in_range &= out[r] >= 0 && out[r] < CV;
@@ -190,11 +187,10 @@ static void test_captioner_decode_and_errors(void) {
     CHECK(max_abs_diff(al1, alphas, CL) < 1e-14 && max_abs_diff(al1 + CL, alphas + ML * CL, CL) < 1e-14,
           "beam weights differ from the forward's");
     one[0] = one[1] = -1;
-    CHECK(attnc_captioner_generate(&to1, &tn, &none, &tf, &p, &c, 1, -1, CV, 0) == ATTNC_OK &&
-              one[0] == tok[1] && one[1] == tok[ML + 1],
+    CHECK(attnc_captioner_generate(&to1, &tn, &none, &tf, &p, &c, 1, -1, CV, 0) == ATTNC_OK && one[0] == tok[1] &&
+              one[1] == tok[ML + 1],
           "beam search without the weights output: %s", attnc_last_error());
-    CHECK(attnc_captioner_generate(&to, &tn, &ta, &tf, &p, &c, 1, 2, 0, 0) == ATTNC_ERR_VALUE,
-          "beam_size 0 accepted");
+    CHECK(attnc_captioner_generate(&to, &tn, &ta, &tf, &p, &c, 1, 2, 0, 0) == ATTNC_ERR_VALUE, "beam_size 0 accepted");
     /* errors */
     tok[3] = CV;
     CHECK(attnc_captioner_forward(&tl, &tal, &none, &none, &tf, &tt, &p, &c) == ATTNC_ERR_VALUE &&

@@ -6,8 +6,8 @@
 /* y (nbatch, Co, Ho, Wo) by the definition; output channel o reads the Ci / G
  * input channels of its group. */
 static void conv_direct(double *y, const double *x, const double *w, const double *b, int64_t nbatch, int64_t Ci,
-                        int64_t H, int64_t W, int64_t Co, int64_t kh, int64_t kw, const int64_t *s,
-                        const int64_t *p, const int64_t *d, int64_t Ho, int64_t Wo, int64_t G) {
+                        int64_t H, int64_t W, int64_t Co, int64_t kh, int64_t kw, const int64_t *s, const int64_t *p,
+                        const int64_t *d, int64_t Ho, int64_t Wo, int64_t G) {
     int64_t cig = Ci / G;
     for (int64_t n = 0; n < nbatch; n++)
         for (int64_t o = 0; o < Co; o++)
@@ -33,12 +33,12 @@ static void test_conv(void) {
     } cases[] = {
         {2, 3, 6, 7, 4, 3, 3, {1, 1}, {1, 1, 1, 1}, {1, 1}, 1},
         {3, 2, 7, 5, 3, 2, 3, {2, 1}, {0, 1, 2, 0}, {1, 2}, 1},
-        {2, 4, 5, 5, 3, 1, 1, {1, 1}, {0, 0, 0, 0}, {1, 1}, 1}, /* the identity path */
+        {2, 4, 5, 5, 3, 1, 1, {1, 1}, {0, 0, 0, 0}, {1, 1}, 1},  /* the identity path */
         {2, 3, 1, 12, 2, 1, 3, {1, 1}, {0, 0, 4, 0}, {1, 2}, 1}, /* causal 1-d */
         {1, 2, 8, 9, 2, 3, 2, {3, 2}, {2, 0, 1, 1}, {2, 3}, 1},
-        {2, 6, 5, 6, 4, 3, 2, {1, 2}, {1, 1, 0, 1}, {1, 1}, 2},  /* groups */
-        {2, 4, 6, 5, 8, 3, 3, {2, 1}, {1, 1, 1, 1}, {1, 2}, 4},  /* depthwise, 2 outputs per channel */
-        {2, 6, 4, 4, 3, 1, 1, {1, 1}, {0, 0, 0, 0}, {1, 1}, 3},  /* groups on the identity path */
+        {2, 6, 5, 6, 4, 3, 2, {1, 2}, {1, 1, 0, 1}, {1, 1}, 2}, /* groups */
+        {2, 4, 6, 5, 8, 3, 3, {2, 1}, {1, 1, 1, 1}, {1, 2}, 4}, /* depthwise, 2 outputs per channel */
+        {2, 6, 4, 4, 3, 1, 1, {1, 1}, {0, 0, 0, 0}, {1, 1}, 3}, /* groups on the identity path */
     };
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
         int64_t nbatch = cases[ci].nbatch, Ci = cases[ci].Ci, H = cases[ci].H, W = cases[ci].W, Co = cases[ci].Co,
@@ -145,6 +145,7 @@ static void test_conv(void) {
     CHECK(attnc_conv2d_forward(&ty, &tx, &tw, NULL, s1, p0, d1, 2) == ATTNC_ERR_VALUE, "weight of groups=1 accepted");
     tw = view(buf, ATTNC_FLOAT64, 4, (const int64_t[4]){1, 1, 2, 2});
     CHECK(attnc_conv2d_forward(&ty, &tx, &tw, NULL, s1, p0, d1, 2) == ATTNC_ERR_VALUE, "1 output in 2 groups accepted");
-    CHECK(attnc_conv2d_forward(&ty, &tx, &tw, NULL, s1, p0, d1, 3) == ATTNC_ERR_VALUE, "groups=3 of 2 channels accepted");
+    CHECK(attnc_conv2d_forward(&ty, &tx, &tw, NULL, s1, p0, d1, 3) == ATTNC_ERR_VALUE,
+          "groups=3 of 2 channels accepted");
     CHECK(attnc_conv2d_forward(&ty, &tx, &tw, NULL, s1, p0, d1, 0) == ATTNC_ERR_VALUE, "groups=0 accepted");
 }

@@ -16,16 +16,16 @@
 
 static int passed, failed;
 
-#define CHECK(cond, ...)                                              \
-    do {                                                              \
-        if (cond) {                                                   \
-            passed++;                                                 \
-        } else {                                                      \
-            failed++;                                                 \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__);               \
-            printf(__VA_ARGS__);                                      \
-            printf("\n");                                             \
-        }                                                             \
+#define CHECK(cond, ...)                                \
+    do {                                                \
+        if (cond) {                                     \
+            passed++;                                   \
+        } else {                                        \
+            failed++;                                   \
+            printf("FAIL %s:%d: ", __FILE__, __LINE__); \
+            printf(__VA_ARGS__);                        \
+            printf("\n");                               \
+        }                                               \
     } while (0)
 
 /* A contiguous tensor view over data. */
@@ -116,8 +116,7 @@ static void test_softmax(void) {
     CHECK(attnc_softmax_forward(&tw, &ts, &mask) == ATTNC_OK, "%s", attnc_last_error());
     CHECK(w[0] == 0 && w[1] == 0 && w[2] == 0 && w[3] == 0, "masked row not zero");
     double e = exp(-1.0);
-    CHECK(fabs(w[4] - 1 / (1 + e)) < 1e-15 && fabs(w[6] - e / (1 + e)) < 1e-15 && w[5] == 0 &&
-              w[7] == 0,
+    CHECK(fabs(w[4] - 1 / (1 + e)) < 1e-15 && fabs(w[6] - e / (1 + e)) < 1e-15 && w[5] == 0 && w[7] == 0,
           "stable softmax wrong: %g %g %g %g", w[4], w[5], w[6], w[7]);
     /* backward: masked entries and rows get zero gradient, even a NaN one. */
     double dw[8] = {NAN, 1, 1, 1, 1, 2, 3, NAN}, ds[8];
@@ -218,8 +217,7 @@ static void test_attention(void) {
                 }
                 if (p.mask[(b * TQ + i) * TK + j]) mx = fmax(mx, s[j]);
             }
-            for (int j = 0; j < TK; j++)
-                sum += s[j] = p.mask[(b * TQ + i) * TK + j] ? exp(s[j] - mx) : 0;
+            for (int j = 0; j < TK; j++) sum += s[j] = p.mask[(b * TQ + i) * TK + j] ? exp(s[j] - mx) : 0;
             for (int j = 0; j < TK; j++) {
                 double ref = sum > 0 ? s[j] / sum : 0;
                 worst = fmax(worst, fabs(ref - w[(b * TQ + i) * TK + j]));
@@ -246,9 +244,8 @@ static void test_attention(void) {
     attnc_score_grads g = {.w_query = view(dwq, ATTNC_FLOAT64, 2, wqs),
                            .w_key = view(dwk, ATTNC_FLOAT64, 2, wks),
                            .v = view(dva, ATTNC_FLOAT64, 1, vas)};
-    CHECK(attnc_attention_backward(&tdq, &tdk, &tdv, &g, &tcot, NULL, &tq, &tk, &tv, &tw, &sp) ==
-              ATTNC_OK,
-          "%s", attnc_last_error());
+    CHECK(attnc_attention_backward(&tdq, &tdk, &tdv, &g, &tcot, NULL, &tq, &tk, &tv, &tw, &sp) == ATTNC_OK, "%s",
+          attnc_last_error());
     CHECK(fd_error(&p, p.q, B * TQ * DQ, dq, cot) < 1e-7, "dquery");
     CHECK(fd_error(&p, p.k, B * TK * DK, dk, cot) < 1e-7, "dkeys");
     CHECK(fd_error(&p, p.v, B * TK * DV, dv, cot) < 1e-7, "dvalues");
@@ -263,8 +260,7 @@ static void test_attention(void) {
     run(&p, ctx1, w1);
     attnc_set_num_threads(3);
     run(&p, ctx, w);
-    CHECK(memcmp(ctx, ctx1, sizeof ctx) == 0 && memcmp(w, w1, sizeof w) == 0,
-          "results depend on the thread count");
+    CHECK(memcmp(ctx, ctx1, sizeof ctx) == 0 && memcmp(w, w1, sizeof w) == 0, "results depend on the thread count");
     attnc_set_num_threads(2);
 
     /* Errors: a bad shape, a dtype mismatch, a missing parameter. */
@@ -276,8 +272,7 @@ static void test_attention(void) {
     CHECK(strstr(attnc_last_error(), "values") != NULL, "message: %s", attnc_last_error());
     attnc_tensor tf32 = tk;
     tf32.dtype = ATTNC_FLOAT32;
-    CHECK(attnc_attention_forward(&tc, &tw, &tq, &tf32, &tv, &sp, NULL) == ATTNC_ERR_TYPE,
-          "dtype mismatch accepted");
+    CHECK(attnc_attention_forward(&tc, &tw, &tq, &tf32, &tv, &sp, NULL) == ATTNC_ERR_TYPE, "dtype mismatch accepted");
     attnc_score_params general = {.kind = ATTNC_SCORE_GENERAL};
     CHECK(attnc_attention_forward(&tc, &tw, &tq, &tk, &tv, &general, NULL) == ATTNC_ERR_TYPE,
           "missing weight accepted");
@@ -304,16 +299,18 @@ static void test_additive_layouts(void) {
     attnc_tensor keys[2] = {view(k, ATTNC_FLOAT64, 3, ks), view(kt, ATTNC_FLOAT64, 3, ks)};
     keys[1].strides[1] = 1;
     keys[1].strides[2] = AK;
-    attnc_score_params sp = {.kind = ATTNC_SCORE_ADDITIVE, .w_query = view(wq, ATTNC_FLOAT64, 2, ws),
-                             .w_key = view(wk, ATTNC_FLOAT64, 2, ws), .v = view(va, ATTNC_FLOAT64, 1, vs)};
+    attnc_score_params sp = {.kind = ATTNC_SCORE_ADDITIVE,
+                             .w_query = view(wq, ATTNC_FLOAT64, 2, ws),
+                             .w_key = view(wk, ATTNC_FLOAT64, 2, ws),
+                             .v = view(va, ATTNC_FLOAT64, 1, vs)};
     for (int l = 0; l < 2; l++) {
         attnc_tensor ts = view(s[l], ATTNC_FLOAT64, 3, ss), tdq = view(dq[l], ATTNC_FLOAT64, 3, qs),
                      tdk = view(dk[l], ATTNC_FLOAT64, 3, ks);
         attnc_score_grads g = {.w_query = view(dwq[l], ATTNC_FLOAT64, 2, ws),
-                               .w_key = view(dwk[l], ATTNC_FLOAT64, 2, ws), .v = view(dva[l], ATTNC_FLOAT64, 1, vs)};
+                               .w_key = view(dwk[l], ATTNC_FLOAT64, 2, ws),
+                               .v = view(dva[l], ATTNC_FLOAT64, 1, vs)};
         CHECK(attnc_score_forward(&ts, &tq, &keys[l], &sp) == ATTNC_OK, "%s", attnc_last_error());
-        CHECK(attnc_score_backward(&tdq, &tdk, &g, &tds, &tq, &keys[l], &sp) == ATTNC_OK, "%s",
-              attnc_last_error());
+        CHECK(attnc_score_backward(&tdq, &tdk, &g, &tds, &tq, &keys[l], &sp) == ATTNC_OK, "%s", attnc_last_error());
     }
     double worst = 0;
     for (int b = 0; b < AB; b++)
@@ -378,11 +375,10 @@ static void test_hard(void) {
     attnc_score_params sp = {.kind = ATTNC_SCORE_DOT};
     attnc_mask mask = {.mask = view(m, ATTNC_BOOL, 2, ws)};
     attnc_hard_options o = {.mode = ATTNC_HARD_SAMPLE, .temperature = 1, .seed = 5};
-    CHECK(attnc_hard_attention_forward(&tc, &tw, &ti, &tq, &tk, &tk, &sp, &mask, &o) == ATTNC_OK,
-          "%s", attnc_last_error());
-    CHECK(attnc_hard_attention_forward(&tc2, &tw2, &ti2, &tq, &tk, &tk, &sp, &mask, &o) ==
-              ATTNC_OK,
-          "%s", attnc_last_error());
+    CHECK(attnc_hard_attention_forward(&tc, &tw, &ti, &tq, &tk, &tk, &sp, &mask, &o) == ATTNC_OK, "%s",
+          attnc_last_error());
+    CHECK(attnc_hard_attention_forward(&tc2, &tw2, &ti2, &tq, &tk, &tk, &sp, &mask, &o) == ATTNC_OK, "%s",
+          attnc_last_error());
     int ok = 1;
     for (int i = 0; i < Q; i++) {
         ok &= idx[i] >= 0 && idx[i] < K && m[i * K + idx[i]] && w[i * K + idx[i]] == 1;
@@ -395,14 +391,14 @@ static void test_hard(void) {
      * dcontext V^T) / T, times K, with the noise the kernel used. */
     o.mode = ATTNC_HARD_GUMBEL;
     o.temperature = 0.7;
-    CHECK(attnc_hard_attention_forward(&tc, &tw, &ti, &tq, &tk, &tk, &sp, &mask, &o) == ATTNC_OK,
-          "%s", attnc_last_error());
+    CHECK(attnc_hard_attention_forward(&tc, &tw, &ti, &tq, &tk, &tk, &sp, &mask, &o) == ATTNC_OK, "%s",
+          attnc_last_error());
     double *dc = randn(Q * D, 3), dq[Q * D], dv[Q * D * 3], ref[Q * D] = {0};
     int64_t vs[2] = {K, D};
     attnc_tensor tdc = view(dc, ATTNC_FLOAT64, 2, qs), tdq = view(dq, ATTNC_FLOAT64, 2, qs);
     attnc_tensor tdv = view(dv, ATTNC_FLOAT64, 2, vs);
-    CHECK(attnc_hard_attention_backward(&tdq, NULL, &tdv, NULL, &tdc, NULL, &tq, &tk, &tk, &ti,
-                                        &sp, &mask, &o) == ATTNC_OK,
+    CHECK(attnc_hard_attention_backward(&tdq, NULL, &tdv, NULL, &tdc, NULL, &tq, &tk, &tk, &ti, &sp, &mask, &o) ==
+              ATTNC_OK,
           "%s", attnc_last_error());
     for (int i = 0; i < Q; i++) {
         double y[K], g[K], mx = -INFINITY, sum = 0, dot = 0;
@@ -417,15 +413,13 @@ static void test_hard(void) {
         for (int j = 0; j < K; j++) sum += y[j] = m[i * K + j] ? exp(y[j] - mx) : 0;
         for (int j = 0; j < K; j++) dot += (y[j] /= sum) * g[j];
         for (int j = 0; j < K; j++)
-            for (int a = 0; a < D; a++)
-                ref[i * D + a] += y[j] * (g[j] - dot) / o.temperature * k[j * D + a];
+            for (int a = 0; a < D; a++) ref[i * D + a] += y[j] * (g[j] - dot) / o.temperature * k[j * D + a];
     }
     CHECK(max_abs_diff(dq, ref, Q * D) < 1e-12, "gumbel straight-through gradient differs by %g",
           max_abs_diff(dq, ref, Q * D));
     free(dc);
     o.temperature = 0;
-    CHECK(attnc_hard_attention_forward(&tc, &tw, &ti, &tq, &tk, &tk, &sp, &mask, &o) ==
-              ATTNC_ERR_VALUE,
+    CHECK(attnc_hard_attention_forward(&tc, &tw, &ti, &tq, &tk, &tk, &sp, &mask, &o) == ATTNC_ERR_VALUE,
           "temperature 0 accepted");
     free(q), free(k);
 }
@@ -440,10 +434,11 @@ static void test_local(void) {
     attnc_tensor tc = view(ctx, ATTNC_FLOAT64, 2, qs), tw = view(w, ATTNC_FLOAT64, 2, ws);
     attnc_tensor tp = view(pos, ATTNC_FLOAT64, 1, ps);
     attnc_score_params sp = {.kind = ATTNC_SCORE_DOT};
-    attnc_local_options o = {.mode = ATTNC_LOCAL_MONOTONIC, .window = 1.5,
+    attnc_local_options o = {.mode = ATTNC_LOCAL_MONOTONIC,
+                             .window = 1.5,
                              .positions = view(given, ATTNC_FLOAT64, 1, ps)};
-    CHECK(attnc_local_attention_forward(&tc, &tw, &tp, &tq, &tk, &tk, &sp, NULL, &o) == ATTNC_OK,
-          "%s", attnc_last_error());
+    CHECK(attnc_local_attention_forward(&tc, &tw, &tp, &tq, &tk, &tk, &sp, NULL, &o) == ATTNC_OK, "%s",
+          attnc_last_error());
     int ok = 1;
     for (int i = 0; i < Q; i++) {
         double sum = 0;
@@ -459,13 +454,12 @@ static void test_local(void) {
     attnc_tensor tq0 = view(q, ATTNC_FLOAT64, 2, q0), tc0 = view(ctx, ATTNC_FLOAT64, 2, q0);
     attnc_tensor tw0 = view(w, ATTNC_FLOAT64, 2, w0), tp0 = view(pos, ATTNC_FLOAT64, 1, p0);
     o.positions.data = NULL;
-    CHECK(attnc_local_attention_forward(&tc0, &tw0, &tp0, &tq0, &tk, &tk, &sp, NULL, &o) ==
-              ATTNC_OK,
-          "Tq = 0: %s", attnc_last_error());
+    CHECK(attnc_local_attention_forward(&tc0, &tw0, &tp0, &tq0, &tk, &tk, &sp, NULL, &o) == ATTNC_OK, "Tq = 0: %s",
+          attnc_last_error());
     attnc_tensor tk0 = view(k, ATTNC_FLOAT64, 2, k0), twk0 = view(w, ATTNC_FLOAT64, 2, wk0);
     for (int i = 0; i < Q * D; i++) ctx[i] = 7;
-    CHECK(attnc_attention_forward(&tc, &twk0, &tq, &tk0, &tk0, &sp, NULL) == ATTNC_OK,
-          "Tk = 0: %s", attnc_last_error());
+    CHECK(attnc_attention_forward(&tc, &twk0, &tq, &tk0, &tk0, &sp, NULL) == ATTNC_OK, "Tk = 0: %s",
+          attnc_last_error());
     ok = 1;
     for (int i = 0; i < Q * D; i++) ok &= ctx[i] == 0;
     CHECK(ok, "Tk = 0 context not zero");
@@ -474,9 +468,8 @@ static void test_local(void) {
 
 /* Fused attention against plain loops: several query and key tiles, GQA,
  * a float mask, causal with L < S, and central differences for dK. */
-static void sdpa_reference(const double *q, const double *k, const double *v, const double *mask,
-                           int H, int HKV, int L, int S, int E, int EV, int causal, double scale,
-                           double *out) {
+static void sdpa_reference(const double *q, const double *k, const double *v, const double *mask, int H, int HKV, int L,
+                           int S, int E, int EV, int causal, double scale, double *out) {
     double *s = malloc((size_t)S * sizeof *s);
     for (int h = 0; h < H; h++)
         for (int i = 0; i < L; i++) {
@@ -513,8 +506,7 @@ static void test_sdpa(void) {
     tm.strides[0] = 0; /* one (L, S) mask shared by the heads */
     for (int causal = 0; causal < 2; causal++) {
         attnc_sdpa_options o = {.masks = {tm}, .causal = causal, .scale = 0.4};
-        CHECK(attnc_sdpa_forward(&to, &tl, NULL, &tq, &tk, &tv, &o) == ATTNC_OK, "%s",
-              attnc_last_error());
+        CHECK(attnc_sdpa_forward(&to, &tl, NULL, &tq, &tk, &tv, &o) == ATTNC_OK, "%s", attnc_last_error());
         sdpa_reference(q, k, v, mask, H, HKV, L, S, E, EV, causal, 0.4, ref);
         CHECK(max_abs_diff(out, ref, H * L * EV) < 1e-12, "sdpa (causal %d) differs by %g", causal,
               max_abs_diff(out, ref, H * L * EV));
@@ -524,9 +516,8 @@ static void test_sdpa(void) {
     double *cot = randn(H * L * EV, 25), *dk = malloc(HKV * S * E * sizeof(double));
     attnc_tensor tcot = view(cot, ATTNC_FLOAT64, 3, os), tdk = view(dk, ATTNC_FLOAT64, 3, ks);
     attnc_sdpa_forward(&to, &tl, NULL, &tq, &tk, &tv, &o);
-    CHECK(attnc_sdpa_backward(NULL, &tdk, NULL, NULL, &tcot, NULL, &tq, &tk, &tv, &to, &tl, &o) ==
-              ATTNC_OK,
-          "%s", attnc_last_error());
+    CHECK(attnc_sdpa_backward(NULL, &tdk, NULL, NULL, &tcot, NULL, &tq, &tk, &tv, &to, &tl, &o) == ATTNC_OK, "%s",
+          attnc_last_error());
     double worst = 0;
     for (int x = 0; x < HKV * S * E; x += 37) {
         double old = k[x], lp = 0, lm = 0;
@@ -555,10 +546,9 @@ static void test_sdpa(void) {
         double *dv1 = malloc(S * EV * sizeof(double));
         attnc_tensor tdv1 = view(dv1, ATTNC_FLOAT64, 3, v1s);
         attnc_sdpa_options o1o = {.scale = 0.4};
-        CHECK(attnc_sdpa_forward(&to1, &tl1, NULL, &tq1, &tk1, &tv1, &o1o) == ATTNC_OK, "%s",
-              attnc_last_error());
-        CHECK(attnc_sdpa_backward(&tdq1, &tdk1, &tdv1, NULL, &tc1, NULL, &tq1, &tk1, &tv1, &to1, &tl1,
-                                  &o1o) == ATTNC_OK,
+        CHECK(attnc_sdpa_forward(&to1, &tl1, NULL, &tq1, &tk1, &tv1, &o1o) == ATTNC_OK, "%s", attnc_last_error());
+        CHECK(attnc_sdpa_backward(&tdq1, &tdk1, &tdv1, NULL, &tc1, NULL, &tq1, &tk1, &tv1, &to1, &tl1, &o1o) ==
+                  ATTNC_OK,
               "%s", attnc_last_error());
         double worst1 = 0;
         for (int x = 0; x < H1 * L1 * E; x += 7) {
@@ -594,8 +584,7 @@ static void test_linear(void) {
     attnc_tensor tdy = view(dy, ATTNC_FLOAT64, 2, ys), tdx = view(dx, ATTNC_FLOAT64, 2, xs);
     attnc_tensor tdw = view(dw, ATTNC_FLOAT64, 2, ws), tdb = view(db, ATTNC_FLOAT64, 1, bs);
     CHECK(attnc_linear_forward(&ty, &tx, &tw, &tb) == ATTNC_OK, "%s", attnc_last_error());
-    CHECK(attnc_linear_backward(&tdx, &tdw, &tdb, &tdy, &tx, &tw) == ATTNC_OK, "%s",
-          attnc_last_error());
+    CHECK(attnc_linear_backward(&tdx, &tdw, &tdb, &tdy, &tx, &tw) == ATTNC_OK, "%s", attnc_last_error());
     double e1 = 0, e2 = 0, e3 = 0, e4 = 0;
     for (int n = 0; n < N; n++)
         for (int o = 0; o < OUT; o++) {
@@ -619,8 +608,7 @@ static void test_linear(void) {
             for (int o = 0; o < OUT; o++) sx += dy[n * OUT + o] * w[o * IN + i];
             e4 = fmax(e4, fabs(sx - dx[n * IN + i]));
         }
-    CHECK(e1 < 1e-12 && e2 < 1e-12 && e3 < 1e-11 && e4 < 1e-12, "linear: %g %g %g %g", e1, e2, e3,
-          e4);
+    CHECK(e1 < 1e-12 && e2 < 1e-12 && e3 < 1e-11 && e4 < 1e-12, "linear: %g %g %g %g", e1, e2, e3, e4);
     free(x), free(w), free(b), free(y), free(dy), free(dx);
 }
 
@@ -632,7 +620,8 @@ static double ce_total(double *logits, const int64_t *ids, const double *probs, 
     attnc_tensor tl = view(logits, ATTNC_FLOAT64, 2, ls), tloss = view(loss, ATTNC_FLOAT64, 1, ns),
                  tlse = view(lse, ATTNC_FLOAT64, 1, ns);
     attnc_tensor tt = probs ? view((double *)probs, ATTNC_FLOAT64, 2, ls) : view((int64_t *)ids, ATTNC_INT64, 1, ns);
-    attnc_cross_entropy_options o = {.weight = view((double *)w, ATTNC_FLOAT64, 1, &ls[1]), .label_smoothing = 0.2,
+    attnc_cross_entropy_options o = {.weight = view((double *)w, ATTNC_FLOAT64, 1, &ls[1]),
+                                     .label_smoothing = 0.2,
                                      .ignore_index = -100};
     CHECK(attnc_cross_entropy_forward(&tloss, &tlse, &tl, &tt, &o) == ATTNC_OK, "%s", attnc_last_error());
     double total = 0;
@@ -656,7 +645,8 @@ static void test_weighted_cross_entropy(void) {
                      tones = view(ones, ATTNC_FLOAT64, 1, ns), tlse = view(lse, ATTNC_FLOAT64, 1, ns),
                      tloss = view(loss, ATTNC_FLOAT64, 1, ns), none = {0};
         attnc_tensor tt = kind ? view(p, ATTNC_FLOAT64, 2, ls) : view(ids, ATTNC_INT64, 1, ns);
-        attnc_cross_entropy_options o = {.weight = view(w, ATTNC_FLOAT64, 1, cs), .label_smoothing = 0.2,
+        attnc_cross_entropy_options o = {.weight = view(w, ATTNC_FLOAT64, 1, cs),
+                                         .label_smoothing = 0.2,
                                          .ignore_index = -100};
         CHECK(attnc_cross_entropy_forward(&tloss, &tlse, &tl, &tt, &o) == ATTNC_OK, "%s", attnc_last_error());
         CHECK(kind || loss[1] == 0, "ignored row's loss %g", loss[1]);
@@ -694,8 +684,7 @@ static void test_token_layers(void) {
     attnc_tensor tx = view(x, ATTNC_FLOAT64, 2, xs), ty = view(y, ATTNC_FLOAT64, 2, xs);
     attnc_tensor tw = view(w, ATTNC_FLOAT64, 1, ds), tb = view(b, ATTNC_FLOAT64, 1, ds);
     attnc_tensor tm = view(mean, ATTNC_FLOAT64, 1, ns), tr = view(rstd, ATTNC_FLOAT64, 1, ns);
-    CHECK(attnc_layer_norm_forward(&ty, &tm, &tr, &tx, &tw, &tb, 1e-5) == ATTNC_OK, "%s",
-          attnc_last_error());
+    CHECK(attnc_layer_norm_forward(&ty, &tm, &tr, &tx, &tw, &tb, 1e-5) == ATTNC_OK, "%s", attnc_last_error());
     double worst = 0;
     for (int r = 0; r < N; r++) {
         double m = 0, v = 0;
@@ -717,8 +706,7 @@ static void test_token_layers(void) {
     for (int i = 0; i < 4 * D; i++) ones[i] = 1;
     attnc_tensor tones = view(ones, ATTNC_FLOAT64, 2, es);
     CHECK(attnc_embedding_backward(&tdt, &tones, &ti, 2.0, 2) == ATTNC_OK, "%s", attnc_last_error());
-    CHECK(dtable[4 * D] == 4.0 && dtable[2 * D] == 0 && dtable[1 * D] == 0 && dtable[0] == 2.0,
-          "embedding gradient");
+    CHECK(dtable[4 * D] == 4.0 && dtable[2 * D] == 0 && dtable[1 * D] == 0 && dtable[0] == 2.0, "embedding gradient");
     ids[2] = 5;
     CHECK(attnc_embedding_forward(&te, &ti, &tt, 1.0, INFINITY, 2) == ATTNC_ERR_VALUE, "id 5 of 5 accepted");
     ids[2] = -1;
@@ -791,10 +779,8 @@ static void test_pointwise(void) {
     }
     CHECK(worst < 1e-15 && worst_d < 1e-8, "gelu %g, gelu' %g", worst, worst_d);
     /* the tanh GELU (torch's approximate="tanh") */
-    CHECK(attnc_pointwise_forward(&ty, &tx, NULL, ATTNC_ACT_GELU_TANH, 0, 0, 0) == ATTNC_OK, "%s",
-          attnc_last_error());
-    CHECK(attnc_pointwise_backward(&tdx, &t1, &tx, ATTNC_ACT_GELU_TANH, 0, 0, 0) == ATTNC_OK, "%s",
-          attnc_last_error());
+    CHECK(attnc_pointwise_forward(&ty, &tx, NULL, ATTNC_ACT_GELU_TANH, 0, 0, 0) == ATTNC_OK, "%s", attnc_last_error());
+    CHECK(attnc_pointwise_backward(&tdx, &t1, &tx, ATTNC_ACT_GELU_TANH, 0, 0, 0) == ATTNC_OK, "%s", attnc_last_error());
     worst = worst_d = 0;
     for (int i = 0; i < 1000; i++) {
         double h = 1e-6, g[3];
@@ -828,18 +814,20 @@ typedef struct {
 static attnc_layer_params layer_params(layer_data *d, int decoder) {
     int64_t w3[2] = {3 * LE, LE}, b3 = 3 * LE, we[2] = {LE, LE}, be = LE, w1[2] = {LF, LE}, b1 = LF;
     int64_t w2[2] = {LE, LF};
-    attnc_layer_params p = {
-        .self_attn = {view(d->in_w, ATTNC_FLOAT64, 2, w3), view(d->in_b, ATTNC_FLOAT64, 1, &b3),
-                      view(d->out_w, ATTNC_FLOAT64, 2, we), view(d->out_b, ATTNC_FLOAT64, 1, &be)},
-        .linear1_weight = view(d->w1, ATTNC_FLOAT64, 2, w1), .linear1_bias = view(d->b1, ATTNC_FLOAT64, 1, &b1),
-        .linear2_weight = view(d->w2, ATTNC_FLOAT64, 2, w2), .linear2_bias = view(d->b2, ATTNC_FLOAT64, 1, &be),
-        .norm_self = {view(d->nw[0], ATTNC_FLOAT64, 1, &be), view(d->nb[0], ATTNC_FLOAT64, 1, &be)},
-        .norm_ff = {view(d->nw[2], ATTNC_FLOAT64, 1, &be), view(d->nb[2], ATTNC_FLOAT64, 1, &be)}};
+    attnc_layer_params p = {.self_attn = {view(d->in_w, ATTNC_FLOAT64, 2, w3), view(d->in_b, ATTNC_FLOAT64, 1, &b3),
+                                          view(d->out_w, ATTNC_FLOAT64, 2, we), view(d->out_b, ATTNC_FLOAT64, 1, &be)},
+                            .linear1_weight = view(d->w1, ATTNC_FLOAT64, 2, w1),
+                            .linear1_bias = view(d->b1, ATTNC_FLOAT64, 1, &b1),
+                            .linear2_weight = view(d->w2, ATTNC_FLOAT64, 2, w2),
+                            .linear2_bias = view(d->b2, ATTNC_FLOAT64, 1, &be),
+                            .norm_self = {view(d->nw[0], ATTNC_FLOAT64, 1, &be), view(d->nb[0], ATTNC_FLOAT64, 1, &be)},
+                            .norm_ff = {view(d->nw[2], ATTNC_FLOAT64, 1, &be), view(d->nb[2], ATTNC_FLOAT64, 1, &be)}};
     if (decoder) {
         p.cross_attn = (attnc_mha_params){view(d->x_in_w, ATTNC_FLOAT64, 2, w3), view(d->x_in_b, ATTNC_FLOAT64, 1, &b3),
                                           view(d->x_out_w, ATTNC_FLOAT64, 2, we),
                                           view(d->x_out_b, ATTNC_FLOAT64, 1, &be)};
-        p.norm_cross = (attnc_norm_params){view(d->nw[1], ATTNC_FLOAT64, 1, &be), view(d->nb[1], ATTNC_FLOAT64, 1, &be)};
+        p.norm_cross = (attnc_norm_params){view(d->nw[1], ATTNC_FLOAT64, 1, &be),
+                                           view(d->nb[1], ATTNC_FLOAT64, 1, &be)};
     }
     return p;
 }
@@ -908,10 +896,13 @@ static void test_decode(void) {
     double *emb = randn(LV * LE, 42), *pos = randn(8 * LE, 43), *ow = randn(LV * LE, 44);
     attnc_layer_params layers[2] = {layer_params(&d[0], 0), layer_params(&d[1], 0)};
     int64_t ve[2] = {LV, LE}, pe[2] = {8, LE};
-    attnc_decoder m = {.layers = layers, .nlayers = 2,
+    attnc_decoder m = {.layers = layers,
+                       .nlayers = 2,
                        .config = {.nhead = LH, .activation = ATTNC_ACT_RELU, .eps = 1e-5, .norm_first = 1},
-                       .embedding = view(emb, ATTNC_FLOAT64, 2, ve), .positions = view(pos, ATTNC_FLOAT64, 2, pe),
-                       .embed_scale = 1, .out_weight = view(ow, ATTNC_FLOAT64, 2, ve)};
+                       .embedding = view(emb, ATTNC_FLOAT64, 2, ve),
+                       .positions = view(pos, ATTNC_FLOAT64, 2, pe),
+                       .embed_scale = 1,
+                       .out_weight = view(ow, ATTNC_FLOAT64, 2, ve)};
     int64_t prompt[LB * 2] = {1, 2, 3, 4}, bp[2] = {LB, 2}, tokens[LB * 8], lengths[LB], bt[2] = {LB, 6}, b = LB;
     attnc_tensor tp = view(prompt, ATTNC_INT64, 2, bp), tt = view(tokens, ATTNC_INT64, 2, bt);
     attnc_tensor tl = view(lengths, ATTNC_INT64, 1, &b), none = {0};
@@ -971,8 +962,12 @@ static void test_rnn(void) {
             p += 2 * G;
             q += 2 * G;
         }
-        attnc_rnn_config c = {.mode = (attnc_rnn_mode)mode, .hidden_size = RH, .num_layers = RL, .bidirectional = 1,
-                              .dropout = 0.3, .seed = 9};
+        attnc_rnn_config c = {.mode = (attnc_rnn_mode)mode,
+                              .hidden_size = RH,
+                              .num_layers = RL,
+                              .bidirectional = 1,
+                              .dropout = 0.3,
+                              .seed = 9};
         double *x = randn(RB * RT * RI, 60), *cot = randn(RB * RT * 2 * RH, 61);
         int64_t lens[RB] = {3, 2}, nb = RB, bti[3] = {RB, RT, RI}, bto[3] = {RB, RT, 2 * RH};
         int64_t nsaved = attnc_rnn_saved_size(&c, RB, RT, RI);
@@ -983,8 +978,7 @@ static void test_rnn(void) {
         CHECK(attnc_rnn_forward(&to, &none, &none, &ts, &tx, &tl, &none, &none, w, RL * 2, &c) == ATTNC_OK, "%s",
               attnc_last_error());
         CHECK(attnc_rnn_backward(&tdx, &none, &none, g, RL * 2, &tcot, &none, &none, &ts, &tx, &tl, &none, &none, w,
-                                 RL * 2, &c) ==
-                  ATTNC_OK,
+                                 RL * 2, &c) == ATTNC_OK,
               "%s", attnc_last_error());
         double worst = 0;
         for (int i = 0; i < RB * RT * RI; i++) {
@@ -1001,11 +995,10 @@ static void test_rnn(void) {
         CHECK(attnc_rnn_forward(&to, &none, &none, &none, &tx, &tl, &none, &none, w, RL * 2, &c) == ATTNC_ERR_VALUE,
               "a length beyond RT accepted");
         lens[1] = 2;
-        CHECK(attnc_rnn_forward(&to, &none, &none, &none, &tx, &tl, &none, &none, w, RL * 2 - 1, &c) ==
-                  ATTNC_ERR_VALUE,
+        CHECK(attnc_rnn_forward(&to, &none, &none, &none, &tx, &tl, &none, &none, w, RL * 2 - 1, &c) == ATTNC_ERR_VALUE,
               "too few weight sets accepted");
-        CHECK(attnc_rnn_backward(&tdx, &none, &none, g, RL * 2 + 1, &tcot, &none, &none, &ts, &tx, &tl, &none, &none,
-                                 w, RL * 2, &c) == ATTNC_ERR_VALUE,
+        CHECK(attnc_rnn_backward(&tdx, &none, &none, g, RL * 2 + 1, &tcot, &none, &none, &ts, &tx, &tl, &none, &none, w,
+                                 RL * 2, &c) == ATTNC_ERR_VALUE,
               "too many gradient sets accepted");
         free(params);
         free(grads);
@@ -1067,10 +1060,10 @@ static void rnn_fused_case(int64_t FB, int bidir, int64_t FI) {
         attnc_tensor tcf = view(cf, ATTNC_FLOAT32, 3, bto);
         CHECK(attnc_rnn_forward(&tod, &none, &none, &tsd, &txd, &tl, &none, &none, wd, D, &c) == ATTNC_OK &&
                   attnc_rnn_forward(&tof, &none, &none, &tsf, &txf, &tl, &none, &none, wf, D, &c) == ATTNC_OK &&
-                  attnc_rnn_backward(&tdxd, &none, &none, gwd, D, &tcd, &none, &none, &tsd, &txd, &tl, &none, &none,
-                                     wd, D, &c) == ATTNC_OK &&
-                  attnc_rnn_backward(&tdxf, &none, &none, gwf, D, &tcf, &none, &none, &tsf, &txf, &tl, &none, &none,
-                                     wf, D, &c) == ATTNC_OK,
+                  attnc_rnn_backward(&tdxd, &none, &none, gwd, D, &tcd, &none, &none, &tsd, &txd, &tl, &none, &none, wd,
+                                     D, &c) == ATTNC_OK &&
+                  attnc_rnn_backward(&tdxf, &none, &none, gwf, D, &tcf, &none, &none, &tsf, &txf, &tl, &none, &none, wf,
+                                     D, &c) == ATTNC_OK,
               "fused rnn calls: %s", attnc_last_error());
         double wo = 0, wx = 0, wg = 0;
         for (int64_t i = 0; i < no; i++) wo = fmax(wo, fabs(of[i] - od[i]));
@@ -1121,8 +1114,8 @@ static void test_adam(void) {
             int64_t shape[1] = {N};
             attnc_tensor tp = view(p, ATTNC_FLOAT64, 1, shape), tm = view(m, ATTNC_FLOAT64, 1, shape),
                          tv = view(v, ATTNC_FLOAT64, 1, shape);
-            attnc_adam_options o = {.lr = 0.01, .beta1 = 0.9, .beta2 = 0.99, .eps = 1e-8, .weight_decay = 0.1,
-                                    .decoupled = decoupled};
+            attnc_adam_options o =
+                {.lr = 0.01, .beta1 = 0.9, .beta2 = 0.99, .eps = 1e-8, .weight_decay = 0.1, .decoupled = decoupled};
             for (int t = 1; t <= STEPS; t++) {
                 double *g = randn(N, 10 + (uint64_t)t);
                 attnc_tensor tg = view(g, ATTNC_FLOAT64, 1, shape);
@@ -1154,13 +1147,14 @@ static void test_adam(void) {
                  tc = view(c, ATTNC_FLOAT64, 1, n8), short_b = view(b, ATTNC_FLOAT64, 1, n7),
                  tf = view(f, ATTNC_FLOAT32, 1, n8), inside = view(a + 1, ATTNC_FLOAT64, 1, n7);
     attnc_adam_options o = {.lr = 0.1, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .step = 1};
-    CHECK(attnc_adam_step(&ta, &short_b, &tb, &tc, &o) == ATTNC_ERR_VALUE &&
-              strstr(attnc_last_error(), "grad") != NULL, "short grad: %s", attnc_last_error());
-    CHECK(attnc_adam_step(&ta, &tf, &tb, &tc, &o) == ATTNC_ERR_TYPE &&
-              strstr(attnc_last_error(), "grad") != NULL, "float32 grad: %s", attnc_last_error());
+    CHECK(attnc_adam_step(&ta, &short_b, &tb, &tc, &o) == ATTNC_ERR_VALUE && strstr(attnc_last_error(), "grad") != NULL,
+          "short grad: %s", attnc_last_error());
+    CHECK(attnc_adam_step(&ta, &tf, &tb, &tc, &o) == ATTNC_ERR_TYPE && strstr(attnc_last_error(), "grad") != NULL,
+          "float32 grad: %s", attnc_last_error());
     attnc_tensor ta7 = view(a, ATTNC_FLOAT64, 1, n7), tc7 = view(c, ATTNC_FLOAT64, 1, n7);
     CHECK(attnc_adam_step(&ta7, &short_b, &inside, &tc7, &o) == ATTNC_ERR_VALUE &&
-              strstr(attnc_last_error(), "share memory") != NULL, "overlap: %s", attnc_last_error());
+              strstr(attnc_last_error(), "share memory") != NULL,
+          "overlap: %s", attnc_last_error());
     o.step = 0;
     CHECK(attnc_adam_step(&ta, &tb, &tc, &tc, &o) != ATTNC_OK, "step 0 accepted");
     o.step = 1, o.beta1 = 1;

@@ -28,9 +28,12 @@ static void empty_additive(const int64_t batch[2]) {
     attnc_tensor tds = view(ds, ATTNC_FLOAT64, 4, ss), tdc = view(ds, ATTNC_FLOAT64, 4, cs);
     attnc_tensor tdq = view(dq, ATTNC_FLOAT64, 4, qs), tdk = view(dk, ATTNC_FLOAT64, 4, ks);
     attnc_tensor tdv = view(dv, ATTNC_FLOAT64, 4, ks);
-    attnc_score_params sp = {.kind = ATTNC_SCORE_ADDITIVE, .w_query = view(wq, ATTNC_FLOAT64, 2, ws),
-                             .w_key = view(wk, ATTNC_FLOAT64, 2, ws), .v = view(va, ATTNC_FLOAT64, 1, as)};
-    attnc_score_grads g = {.w_query = view(dwq, ATTNC_FLOAT64, 2, ws), .w_key = view(dwk, ATTNC_FLOAT64, 2, ws),
+    attnc_score_params sp = {.kind = ATTNC_SCORE_ADDITIVE,
+                             .w_query = view(wq, ATTNC_FLOAT64, 2, ws),
+                             .w_key = view(wk, ATTNC_FLOAT64, 2, ws),
+                             .v = view(va, ATTNC_FLOAT64, 1, as)};
+    attnc_score_grads g = {.w_query = view(dwq, ATTNC_FLOAT64, 2, ws),
+                           .w_key = view(dwk, ATTNC_FLOAT64, 2, ws),
                            .v = view(dva, ATTNC_FLOAT64, 1, as)};
     CHECK(attnc_score_forward(&ts, &tq, &tk, &sp) == ATTNC_OK, "empty additive score: %s", attnc_last_error());
     CHECK(attnc_score_backward(&tdq, &tdk, &g, &tds, &tq, &tk, &sp) == ATTNC_OK, "its backward: %s",
@@ -80,7 +83,8 @@ static void empty_rnn(attnc_rnn_mode mode, attnc_dtype dt) {
     attnc_tensor tc = mode == ATTNC_LSTM ? th : none;
     CHECK(attnc_rnn_forward(&to, &th, &tc, &ts, &tx, &none, &th, &tc, w, EL * 2, &c) == ATTNC_OK,
           "empty %s forward: %s", mode == ATTNC_LSTM ? "lstm" : "gru", attnc_last_error());
-    CHECK(attnc_rnn_backward(&tx, &th, &tc, g, EL * 2, &to, &th, &tc, &ts, &tx, &none, &th, &tc, w, EL * 2, &c) == ATTNC_OK,
+    CHECK(attnc_rnn_backward(&tx, &th, &tc, g, EL * 2, &to, &th, &tc, &ts, &tx, &none, &th, &tc, w, EL * 2, &c) ==
+              ATTNC_OK,
           "empty %s backward: %s", mode == ATTNC_LSTM ? "lstm" : "gru", attnc_last_error());
     int zero = 1;
     for (int k = 0; k < EL * 2; k++) {

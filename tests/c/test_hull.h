@@ -18,23 +18,23 @@ static int hull_valid(const double *p, int64_t n, const int64_t *h, int64_t m) {
         if (h[k] != -1) return 0;
     for (int64_t k = 0; k < m; k++) {
         if (h[k] < 0 || h[k] >= n || h[k] < h[0]) return 0;
-        for (int64_t j = 0; j < h[k]; j++)   /* the lowest index of a repeated point */
+        for (int64_t j = 0; j < h[k]; j++) /* the lowest index of a repeated point */
             if (p[2 * j] == p[2 * h[k]] && p[2 * j + 1] == p[2 * h[k] + 1]) return 0;
         for (int64_t j = 0; j < k; j++)
             if (h[j] == h[k]) return 0;
     }
-    if (m == 1) {   /* every point the same */
+    if (m == 1) { /* every point the same */
         for (int64_t i = 0; i < n; i++)
             if (p[2 * i] != p[2 * h[0]] || p[2 * i + 1] != p[2 * h[0] + 1]) return 0;
         return 1;
     }
     for (int64_t k = 0; k < m; k++) {
         int64_t a = h[k], b = h[(k + 1) % m], c = h[(k + 2) % m];
-        if (m > 2 && hull_cross(p, a, b, c) <= 0) return 0;   /* strictly convex */
+        if (m > 2 && hull_cross(p, a, b, c) <= 0) return 0; /* strictly convex */
         for (int64_t i = 0; i < n; i++)
-            if (hull_cross(p, a, b, i) < 0) return 0;   /* nothing outside */
+            if (hull_cross(p, a, b, i) < 0) return 0; /* nothing outside */
     }
-    if (m == 2) {   /* a segment: every point on it, between its ends */
+    if (m == 2) { /* a segment: every point on it, between its ends */
         double dx = p[2 * h[1]] - p[2 * h[0]], dy = p[2 * h[1] + 1] - p[2 * h[0] + 1];
         for (int64_t i = 0; i < n; i++) {
             double t = (p[2 * i] - p[2 * h[0]]) * dx + (p[2 * i + 1] - p[2 * h[0] + 1]) * dy;
@@ -50,7 +50,7 @@ static void test_hull(void) {
     for (int grid = 0; grid < 2; grid++)
         for (int64_t n = 1; n <= HN; n += (n < 12 ? 1 : 6)) {
             double *p = randn((size_t)(HB * n * 2), 900 + (uint64_t)n);
-            if (grid)   /* coordinates in {0, .., 4} */
+            if (grid) /* coordinates in {0, .., 4} */
                 for (int64_t i = 0; i < HB * n * 2; i++) p[i] = floor((p[i] + 1) * 2.5);
             const int64_t ps[3] = {HB, n, 2}, hs[2] = {HB, n}, ss[1] = {HB};
             attnc_tensor tp = view(p, ATTNC_FLOAT64, 3, ps), th = view(hull, ATTNC_INT64, 2, hs),
@@ -63,8 +63,8 @@ static void test_hull(void) {
             CHECK(memcmp(hull, hull2, sizeof(int64_t) * HB * n) == 0 && memcmp(sizes, sizes2, sizeof sizes) == 0,
                   "hull n=%d depends on the thread count", (int)n);
             for (int64_t b = 0; b < HB; b++)
-                CHECK(hull_valid(p + b * n * 2, n, hull + b * n, sizes[b]), "hull n=%d grid=%d row %d wrong",
-                      (int)n, grid, (int)b);
+                CHECK(hull_valid(p + b * n * 2, n, hull + b * n, sizes[b]), "hull n=%d grid=%d row %d wrong", (int)n,
+                      grid, (int)b);
             free(p);
         }
     /* a square with points on its edges, one inside and a repeated corner */

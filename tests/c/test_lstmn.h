@@ -7,13 +7,13 @@
 enum { MNB = 3, MNT = 5, MNI = 3, MNH = 4, MNA = 3, MNP = 8 }; /* MNP: the input plus the 7 parameters */
 
 static const int64_t lstmn_sizes[MNP] = {MNB * MNT * MNI, 4 * MNH * MNI, 4 * MNH * MNH, 4 * MNH,
-                                        MNA * MNH,      MNA * MNI,     MNA * MNH,     MNA};
+                                         MNA * MNH,       MNA * MNI,     MNA * MNH,     MNA};
 static const int64_t lstmn_lens[MNB] = {5, 3, 1};
 
 /* Views of p (input, weight_ih, weight_hh, bias, attn_h, attn_x, attn_tilde, attn_v). */
 static void lstmn_views(void **p, attnc_dtype dt, attnc_tensor *in, attnc_lstmn_params *pr) {
-    int64_t si[3] = {MNB, MNT, MNI}, s1[2] = {4 * MNH, MNI}, s2[2] = {4 * MNH, MNH}, s3[1] = {4 * MNH}, s4[2] = {MNA, MNH},
-            s5[2] = {MNA, MNI}, s7[1] = {MNA};
+    int64_t si[3] = {MNB, MNT, MNI}, s1[2] = {4 * MNH, MNI}, s2[2] = {4 * MNH, MNH}, s3[1] = {4 * MNH},
+            s4[2] = {MNA, MNH}, s5[2] = {MNA, MNI}, s7[1] = {MNA};
     *in = view(p[0], dt, 3, si);
     *pr = (attnc_lstmn_params){view(p[1], dt, 2, s1), view(p[2], dt, 2, s2), view(p[3], dt, 1, s3),
                                view(p[4], dt, 2, s4), view(p[5], dt, 2, s5), view(p[6], dt, 2, s4),

@@ -40,17 +40,15 @@ static void ntm_fd_check(ntm_loss_fn loss_of, double **p, double **g, const int6
 }
 
 /* The address inputs (key, beta, g, s, gamma, w_prev, memory) over flat buffers. */
-static const int64_t ntm_sizes[7] = {NB * NH * NM, NB * NH, NB * NH, NB * NH * NK,
-                                     NB * NH,      NB * NH * NN, NB * NN * NM};
+static const int64_t ntm_sizes[7] = {NB * NH * NM, NB * NH, NB * NH, NB * NH * NK, NB * NH, NB * NH * NN, NB * NN * NM};
 
 static attnc_ntm_address_args ntm_views(double **p) {
-    const int64_t bhm[] = {NB, NH, NM}, bh[] = {NB, NH}, bhk[] = {NB, NH, NK},
-                  bhn[] = {NB, NH, NN}, bnm[] = {NB, NN, NM};
-    return (attnc_ntm_address_args){
-        view(p[0], ATTNC_FLOAT64, 3, bhm), view(p[1], ATTNC_FLOAT64, 2, bh),
-        view(p[2], ATTNC_FLOAT64, 2, bh),  view(p[3], ATTNC_FLOAT64, 3, bhk),
-        view(p[4], ATTNC_FLOAT64, 2, bh),  view(p[5], ATTNC_FLOAT64, 3, bhn),
-        view(p[6], ATTNC_FLOAT64, 3, bnm)};
+    const int64_t bhm[] = {NB, NH, NM}, bh[] = {NB, NH}, bhk[] = {NB, NH, NK}, bhn[] = {NB, NH, NN},
+                  bnm[] = {NB, NN, NM};
+    return (attnc_ntm_address_args){view(p[0], ATTNC_FLOAT64, 3, bhm), view(p[1], ATTNC_FLOAT64, 2, bh),
+                                    view(p[2], ATTNC_FLOAT64, 2, bh),  view(p[3], ATTNC_FLOAT64, 3, bhk),
+                                    view(p[4], ATTNC_FLOAT64, 2, bh),  view(p[5], ATTNC_FLOAT64, 3, bhn),
+                                    view(p[6], ATTNC_FLOAT64, 3, bnm)};
 }
 
 /* L = sum(address(p) * cot). */
@@ -87,8 +85,7 @@ static void test_ntm_address(void) {
     attnc_ntm_address_args in = ntm_views(p), gr = ntm_views(g);
     CHECK(attnc_ntm_address_forward(&tw, &tc, &tg, &tt, &in) == ATTNC_OK, "address forward");
     attnc_tensor none = {0};
-    CHECK(attnc_ntm_address_backward(&gr, &tcot, &none, &none, &none, &in, &tw, &tc, &tg, &tt) ==
-              ATTNC_OK,
+    CHECK(attnc_ntm_address_backward(&gr, &tcot, &none, &none, &none, &in, &tw, &tc, &tg, &tt) == ATTNC_OK,
           "address backward");
     ntm_fd_check(ntm_address_loss, p, g, ntm_sizes, 7, cot, 0, 1, "address");
     /* bad input: even K, negative beta */
@@ -122,8 +119,7 @@ static void test_ntm_write(void) {
                  tc = view(cot, ATTNC_FLOAT64, 3, bnm);
     attnc_tensor dm = view(g[0], ATTNC_FLOAT64, 3, bnm), dw = view(g[1], ATTNC_FLOAT64, 3, bhn),
                  de = view(g[2], ATTNC_FLOAT64, 3, bhm), da = view(g[3], ATTNC_FLOAT64, 3, bhm);
-    CHECK(attnc_ntm_write_backward(&dm, &dw, &de, &da, &tc, &tm, &tw, &te, &ta) == ATTNC_OK,
-          "write backward");
+    CHECK(attnc_ntm_write_backward(&dm, &dw, &de, &da, &tc, &tm, &tw, &te, &ta) == ATTNC_OK, "write backward");
     ntm_fd_check(ntm_write_loss, p, g, sizes, 4, cot, 0, 1, "write");
     for (int i = 0; i < 4; i++) free(p[i]), free(g[i]);
     free(cot);
@@ -149,8 +145,8 @@ enum { MB = 10, MT = 4, MI = 3, MO = 2, MC = 4, MN = 5, MM = 3, MP = 24, MZ = MI
 
 /* Parameters w_ih, w_hh, b_ih, b_hh, head_w, head_b, out_w, out_b, then
  * inputs, memory, reads, weights: sizes and shapes. */
-static const int64_t ntm_model_sizes[12] = {4 * MC * MZ, 4 * MC * MC, 4 * MC, 4 * MC, MP * MC, MP, MO * MHR, MO,
-                                            MB * MT * MI, MB * MN * MM, MB * MM, MB * 2 * MN};
+static const int64_t ntm_model_sizes[12] = {4 * MC * MZ, 4 * MC * MC, 4 * MC,       4 * MC,       MP * MC, MP,
+                                            MO * MHR,    MO,          MB * MT * MI, MB * MN * MM, MB * MM, MB * 2 * MN};
 
 static void ntm_model_views(double **p, attnc_ntm_params *pr, attnc_ntm_state *st, attnc_tensor *in) {
     const int64_t s0[] = {4 * MC, MZ}, s1[] = {4 * MC, MC}, s2[] = {4 * MC}, s4[] = {MP, MC}, s5[] = {MP},

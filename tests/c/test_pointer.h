@@ -55,10 +55,12 @@ static void test_pointer(void) {
         }
     nlen[1] = PN + 1;
     CHECK(attnc_pointer_decode(&to, &tl, &none, &tx, &tn, &tk, &th, &tc, &p, ATTNC_POINTER_PERMUTATION, 1, 0.0) ==
-              ATTNC_ERR_VALUE, "input_lengths past n refused");
+              ATTNC_ERR_VALUE,
+          "input_lengths past n refused");
     nlen[1] = 2;
     CHECK(attnc_pointer_decode(&to, &tl, &none, &tx, &tn, &tk, &th, &tc, &p, ATTNC_POINTER_PERMUTATION, 0, 0.0) ==
-              ATTNC_ERR_VALUE, "beam_size 0 refused");
+              ATTNC_ERR_VALUE,
+          "beam_size 0 refused");
     double *bufs[] = {x, keys, h0, c0, wih, whh, bih, bhh, w2, v, start};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
 }

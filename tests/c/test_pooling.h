@@ -6,8 +6,8 @@
 enum { PLB = 3, PLT = 5, PLD = 4, PLA = 3 };
 
 /* The forward as plain loops: c (PLB, PLD), alpha (PLB, PLT). */
-static void pool_loops(const double *h, const double *w, const double *b, const double *v,
-                       const uint8_t *mask, double *c, double *alpha) {
+static void pool_loops(const double *h, const double *w, const double *b, const double *v, const uint8_t *mask,
+                       double *c, double *alpha) {
     for (int bb = 0; bb < PLB; bb++) {
         double e[PLT], best = -INFINITY, sum = 0;
         for (int t = 0; t < PLT; t++) {

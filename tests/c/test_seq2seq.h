@@ -120,12 +120,13 @@ static void test_s2s_gradients(attnc_s2s_attention k) {
     CHECK(st == ATTNC_OK, "s2s backward (kind %d): %s", (int)k, attnc_last_error());
     free(saved);
     /* every present weight, the memory and final: central differences */
-    attnc_tensor *ws[] = {&w.embedding, &w.weight_ih, &w.weight_hh, &w.bias_ih, &w.bias_hh, &w.bridge_weight,
-                          &w.bridge_bias, &w.query_weight, &w.key_weight, &w.v, &w.weight, &w.bias,
-                          &w.position_weight, &w.position_v, &w.combine, &tm, &tfin};
-    attnc_tensor *gs[] = {&gw.embedding, &gw.weight_ih, &gw.weight_hh, &gw.bias_ih, &gw.bias_hh, &gw.bridge_weight,
-                          &gw.bridge_bias, &gw.query_weight, &gw.key_weight, &gw.v, &gw.weight, &gw.bias,
-                          &gw.position_weight, &gw.position_v, &gw.combine, &tdm, &tdfin};
+    attnc_tensor *ws[] = {&w.embedding,       &w.weight_ih,    &w.weight_hh,  &w.bias_ih, &w.bias_hh, &w.bridge_weight,
+                          &w.bridge_bias,     &w.query_weight, &w.key_weight, &w.v,       &w.weight,  &w.bias,
+                          &w.position_weight, &w.position_v,   &w.combine,    &tm,        &tfin};
+    attnc_tensor *gs[] = {
+        &gw.embedding,       &gw.weight_ih,    &gw.weight_hh,  &gw.bias_ih, &gw.bias_hh, &gw.bridge_weight,
+        &gw.bridge_bias,     &gw.query_weight, &gw.key_weight, &gw.v,       &gw.weight,  &gw.bias,
+        &gw.position_weight, &gw.position_v,   &gw.combine,    &tdm,        &tdfin};
     double worst = 0;
     for (size_t a = 0; a < sizeof ws / sizeof ws[0]; a++) {
         if (!ws[a]->data) continue;
@@ -155,7 +156,8 @@ static void test_s2s_greedy(void) {
     attnc_s2s_config cfg = {.attention = ATTNC_S2S_GENERAL};
     int64_t tok[S2_B * S2_T], olen[S2_B];
     double align[S2_B * S2_T * S2_S];
-    attnc_tensor tt = view(tok, ATTNC_INT64, 2, (int64_t[]){S2_B, S2_T}), tol = view(olen, ATTNC_INT64, 1, (int64_t[]){S2_B});
+    attnc_tensor tt = view(tok, ATTNC_INT64, 2, (int64_t[]){S2_B, S2_T}),
+                 tol = view(olen, ATTNC_INT64, 1, (int64_t[]){S2_B});
     attnc_tensor ta = view(align, ATTNC_FLOAT64, 3, (int64_t[]){S2_B, S2_T, S2_S});
     attnc_tensor tm = view(in.mem, ATTNC_FLOAT64, 3, (int64_t[]){S2_B, S2_S, S2_H});
     attnc_tensor tfin = view(in.fin, ATTNC_FLOAT64, 2, (int64_t[]){S2_B, S2_H});
@@ -171,8 +173,10 @@ static void test_s2s_greedy(void) {
     s2_objective(&p, &in, ATTNC_S2S_GENERAL, &saved, fed);
     free(saved);
     saved = calloc((size_t)n, sizeof *saved);
-    attnc_tensor tf = view(feat, ATTNC_FLOAT64, 3, (int64_t[]){S2_B, S2_T, S2_H}), ts = view(saved, ATTNC_FLOAT64, 1, &n);
-    attnc_tensor tfed = view(fed, ATTNC_INT64, 2, (int64_t[]){S2_B, S2_T}), tgt = view(in.tgt, ATTNC_INT64, 2, (int64_t[]){S2_B, S2_T}), none = {0};
+    attnc_tensor tf = view(feat, ATTNC_FLOAT64, 3, (int64_t[]){S2_B, S2_T, S2_H}),
+                 ts = view(saved, ATTNC_FLOAT64, 1, &n);
+    attnc_tensor tfed = view(fed, ATTNC_INT64, 2, (int64_t[]){S2_B, S2_T}),
+                 tgt = view(in.tgt, ATTNC_INT64, 2, (int64_t[]){S2_B, S2_T}), none = {0};
     CHECK(attnc_s2s_forward(&tf, &none, &tfed, &ts, &tm, &tfin, &tl, &tgt, &w, &cfg) == ATTNC_OK, "forward");
     int agree = 1;
     for (int b = 0; b < S2_B; b++)
@@ -199,29 +203,34 @@ static void test_s2s_errors(void) {
     attnc_s2s_config cfg = {.attention = ATTNC_S2S_BAHDANAU};
     double feat[S2_B * S2_T * 2 * S2_H], saved[1];
     int64_t fed[S2_B * S2_T], n = 1;
-    attnc_tensor tf = view(feat, ATTNC_FLOAT64, 3, (int64_t[]){S2_B, S2_T, 2 * S2_H}), ts = view(saved, ATTNC_FLOAT64, 1, &n);
+    attnc_tensor tf = view(feat, ATTNC_FLOAT64, 3, (int64_t[]){S2_B, S2_T, 2 * S2_H}),
+                 ts = view(saved, ATTNC_FLOAT64, 1, &n);
     attnc_tensor tfed = view(fed, ATTNC_INT64, 2, (int64_t[]){S2_B, S2_T}), none = {0};
     attnc_tensor tm = view(in.mem, ATTNC_FLOAT64, 3, (int64_t[]){S2_B, S2_S, S2_H});
     attnc_tensor tfin = view(in.fin, ATTNC_FLOAT64, 2, (int64_t[]){S2_B, S2_H});
     attnc_tensor tl = view(in.len, ATTNC_INT64, 1, (int64_t[]){S2_B});
     attnc_tensor tt = view(in.tgt, ATTNC_INT64, 2, (int64_t[]){S2_B, S2_T});
     CHECK(attnc_s2s_forward(&tf, &none, &tfed, &ts, &tm, &tfin, &tl, &tt, &w, &cfg) == ATTNC_ERR_VALUE &&
-              strstr(attnc_last_error(), "saved"), "a short saved buffer is refused: %s", attnc_last_error());
+              strstr(attnc_last_error(), "saved"),
+          "a short saved buffer is refused: %s", attnc_last_error());
     in.len[1] = 0;
     CHECK(attnc_s2s_forward(&tf, &none, &tfed, &ts, &tm, &tfin, &tl, &tt, &w, &cfg) == ATTNC_ERR_VALUE &&
-              strstr(attnc_last_error(), "lengths"), "a zero length is refused: %s", attnc_last_error());
+              strstr(attnc_last_error(), "lengths"),
+          "a zero length is refused: %s", attnc_last_error());
     in.len[1] = 2;
     in.tgt[2] = S2_V;
     CHECK(attnc_s2s_forward(&tf, &none, &tfed, &ts, &tm, &tfin, &tl, &tt, &w, &cfg) == ATTNC_ERR_VALUE &&
-              strstr(attnc_last_error(), "tgt_in"), "an out-of-range token is refused: %s", attnc_last_error());
+              strstr(attnc_last_error(), "tgt_in"),
+          "an out-of-range token is refused: %s", attnc_last_error());
     w.v.data = NULL;
     CHECK(attnc_s2s_forward(&tf, &none, &tfed, &ts, &tm, &tfin, &tl, &tt, &w, &cfg) == ATTNC_ERR_TYPE &&
-              strstr(attnc_last_error(), "v"), "a missing weight is refused: %s", attnc_last_error());
+              strstr(attnc_last_error(), "v"),
+          "a missing weight is refused: %s", attnc_last_error());
 }
 
 static void test_seq2seq(void) {
-    attnc_s2s_attention kinds[] = {ATTNC_S2S_NONE,    ATTNC_S2S_BAHDANAU, ATTNC_S2S_DOT,     ATTNC_S2S_GENERAL,
-                                   ATTNC_S2S_CONCAT,  ATTNC_S2S_LOCATION, ATTNC_S2S_LOCAL_M, ATTNC_S2S_LOCAL_P};
+    attnc_s2s_attention kinds[] = {ATTNC_S2S_NONE,   ATTNC_S2S_BAHDANAU, ATTNC_S2S_DOT,     ATTNC_S2S_GENERAL,
+                                   ATTNC_S2S_CONCAT, ATTNC_S2S_LOCATION, ATTNC_S2S_LOCAL_M, ATTNC_S2S_LOCAL_P};
     for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) test_s2s_gradients(kinds[i]);
     test_s2s_greedy();
     test_s2s_errors();

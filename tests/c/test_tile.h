@@ -5,9 +5,8 @@
 #include "../../csrc/core/tile_gemm.h"
 
 /* C (m, n) = alpha A B + beta C in double, A with strides (ars, acs), B (k, n) row stride ldb. */
-static void tile_reference(int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t ars,
-                           int64_t acs, const float *b, int64_t ldb, float beta, const float *c0,
-                           int64_t ldc, double *out) {
+static void tile_reference(int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t ars, int64_t acs,
+                           const float *b, int64_t ldb, float beta, const float *c0, int64_t ldc, double *out) {
     for (int64_t i = 0; i < m; i++)
         for (int64_t j = 0; j < n; j++) {
             double acc = 0;
@@ -36,8 +35,10 @@ static void test_tile_gemm(void) {
                     float alpha = 0.3f, beta = variant == 0 ? 0.0f : variant == 1 ? 1.0f : -0.5f;
                     size_t na = (size_t)(m * k + 1), nb = (size_t)(k * n + 1), nc = (size_t)(m * ldc);
                     float *a = malloc(na * sizeof *a), *b = malloc(nb * sizeof *b), *c = malloc(nc * sizeof *c);
-                    float *c0 = malloc(nc * sizeof *c0), *panels = malloc((size_t)attnc_tile_panels_size(n, k + 1) * sizeof *panels);
-                    double *ref = malloc((size_t)(m * n + 1) * sizeof *ref), *da = randn(na + nb + nc, 40 + (uint64_t)mi);
+                    float *c0 = malloc(nc * sizeof *c0),
+                          *panels = malloc((size_t)attnc_tile_panels_size(n, k + 1) * sizeof *panels);
+                    double *ref = malloc((size_t)(m * n + 1) * sizeof *ref),
+                           *da = randn(na + nb + nc, 40 + (uint64_t)mi);
                     for (size_t x = 0; x < na; x++) a[x] = (float)da[x];
                     for (size_t x = 0; x < nb; x++) b[x] = (float)da[na + x];
                     for (int64_t i = 0; i < m; i++)
@@ -76,8 +77,7 @@ static void test_tile_gemm(void) {
     /* B or C without a unit column stride: refused, left to BLAS. */
     float x[4] = {1, 2, 3, 4};
     attnc_mat sq = {x, 2, 2, 2, 1}, col = {x, 2, 2, 1, 2};
-    CHECK(!attnc_tile_sgemm(1, sq, col, 0, sq) && !attnc_tile_sgemm(1, sq, sq, 0, col),
-          "a strided B or C was taken");
+    CHECK(!attnc_tile_sgemm(1, sq, col, 0, sq) && !attnc_tile_sgemm(1, sq, sq, 0, col), "a strided B or C was taken");
 }
 
 /* Causal bands: with A zero outside each row's terms, the entries a band
@@ -87,10 +87,10 @@ static void test_tile_band(void) {
     if (!attnc_tile_sgemm_available()) return;
     const attnc_tile_band bands[] = {
         {-(INT64_MAX / 4), 5, INT64_MAX / 4},   /* keys as terms (P V)                  */
-        {-3, INT64_MAX / 4, INT64_MAX / 4},    /* queries as terms (P^T dO)            */
-        {-(INT64_MAX / 4), INT64_MAX / 4, 4},  /* keys as columns (Q K^T)              */
+        {-3, INT64_MAX / 4, INT64_MAX / 4},     /* queries as terms (P^T dO)            */
+        {-(INT64_MAX / 4), INT64_MAX / 4, 4},   /* keys as columns (Q K^T)              */
         {-(INT64_MAX / 4), -10, INT64_MAX / 4}, /* the first rows have no terms at all */
-        {140, INT64_MAX / 4, -20},             /* terms start past the first KC block  */
+        {140, INT64_MAX / 4, -20},              /* terms start past the first KC block  */
     };
     const int64_t m = 150, n = 70, k = 300, ldc = n + 2;
     int ok = 1;

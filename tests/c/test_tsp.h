@@ -60,32 +60,24 @@ static void test_tsp(void) {
         double *p = randn((size_t)(TB * n * 2), 500 + (uint64_t)n);
         const int64_t ps[3] = {TB, n, 2}, ts[2] = {TB, n}, ls[1] = {TB};
         attnc_tensor tp = view(p, ATTNC_FLOAT64, 3, ps), tt = view(tours, ATTNC_INT64, 2, ts),
-                     tl = view(lengths, ATTNC_FLOAT64, 1, ls),
-                     tt2 = view(tours2, ATTNC_INT64, 2, ts),
-                     tl2 = view(lengths2, ATTNC_FLOAT64, 1, ls),
-                     tc = view(check, ATTNC_FLOAT64, 1, ls);
-        CHECK(attnc_tsp_held_karp(&tt, &tl, &tp) == ATTNC_OK, "held_karp n=%d: %s", (int)n,
-              attnc_last_error());
-        CHECK(attnc_tsp_two_opt(&tt2, &tl2, &tp) == ATTNC_OK, "two_opt n=%d: %s", (int)n,
-              attnc_last_error());
-        CHECK(attnc_tsp_tour_length(&tc, &tp, &tt) == ATTNC_OK, "tour_length n=%d: %s", (int)n,
-              attnc_last_error());
+                     tl = view(lengths, ATTNC_FLOAT64, 1, ls), tt2 = view(tours2, ATTNC_INT64, 2, ts),
+                     tl2 = view(lengths2, ATTNC_FLOAT64, 1, ls), tc = view(check, ATTNC_FLOAT64, 1, ls);
+        CHECK(attnc_tsp_held_karp(&tt, &tl, &tp) == ATTNC_OK, "held_karp n=%d: %s", (int)n, attnc_last_error());
+        CHECK(attnc_tsp_two_opt(&tt2, &tl2, &tp) == ATTNC_OK, "two_opt n=%d: %s", (int)n, attnc_last_error());
+        CHECK(attnc_tsp_tour_length(&tc, &tp, &tt) == ATTNC_OK, "tour_length n=%d: %s", (int)n, attnc_last_error());
         for (int64_t b = 0; b < TB; b++) {
             const double *pb = p + b * n * 2;
             const int64_t *t = tours + b * n, *t2 = tours2 + b * n;
             double opt = tsp_brute(pb, n);
-            CHECK(tsp_is_perm(t, n) && t[0] == 0, "held_karp n=%d row %d: not a tour from 0",
-                  (int)n, (int)b);
-            CHECK(n < 3 || t[1] < t[n - 1], "held_karp n=%d row %d: not canonical", (int)n,
-                  (int)b);
-            CHECK(fabs(lengths[b] - opt) <= 1e-12 * (1 + opt), "held_karp n=%d row %d: %.17g vs %.17g",
-                  (int)n, (int)b, lengths[b], opt);
+            CHECK(tsp_is_perm(t, n) && t[0] == 0, "held_karp n=%d row %d: not a tour from 0", (int)n, (int)b);
+            CHECK(n < 3 || t[1] < t[n - 1], "held_karp n=%d row %d: not canonical", (int)n, (int)b);
+            CHECK(fabs(lengths[b] - opt) <= 1e-12 * (1 + opt), "held_karp n=%d row %d: %.17g vs %.17g", (int)n, (int)b,
+                  lengths[b], opt);
             CHECK(lengths[b] == tsp_closed(pb, t, n) && check[b] == lengths[b],
                   "n=%d row %d: length not that of the tour", (int)n, (int)b);
             CHECK(tsp_is_perm(t2, n) && t2[0] == 0 && (n < 3 || t2[1] < t2[n - 1]),
                   "two_opt n=%d row %d: not a canonical tour", (int)n, (int)b);
-            CHECK(lengths2[b] >= opt - 1e-12 && lengths2[b] <= 2 * opt + 1e-12 &&
-                      lengths2[b] == tsp_closed(pb, t2, n),
+            CHECK(lengths2[b] >= opt - 1e-12 && lengths2[b] <= 2 * opt + 1e-12 && lengths2[b] == tsp_closed(pb, t2, n),
                   "two_opt n=%d row %d: %g vs optimum %g", (int)n, (int)b, lengths2[b], opt);
         }
         free(p);
@@ -96,19 +88,16 @@ static void test_tsp(void) {
         double *p = randn((size_t)(TB * n * 2), 77);
         const int64_t ps[3] = {TB, n, 2}, ts[2] = {TB, n}, ls[1] = {TB};
         attnc_tensor tp = view(p, ATTNC_FLOAT64, 3, ps), tt = view(tours, ATTNC_INT64, 2, ts),
-                     tl = view(lengths, ATTNC_FLOAT64, 1, ls),
-                     tt2 = view(tours2, ATTNC_INT64, 2, ts),
+                     tl = view(lengths, ATTNC_FLOAT64, 1, ls), tt2 = view(tours2, ATTNC_INT64, 2, ts),
                      tl2 = view(lengths2, ATTNC_FLOAT64, 1, ls);
         attnc_set_num_threads(1);
         CHECK(attnc_tsp_two_opt(&tt, &tl, &tp) == ATTNC_OK, "%s", attnc_last_error());
         attnc_set_num_threads(2);
         CHECK(attnc_tsp_two_opt(&tt2, &tl2, &tp) == ATTNC_OK, "%s", attnc_last_error());
-        CHECK(memcmp(tours, tours2, sizeof(int64_t) * TB * n) == 0 &&
-                  memcmp(lengths, lengths2, sizeof lengths) == 0,
+        CHECK(memcmp(tours, tours2, sizeof(int64_t) * TB * n) == 0 && memcmp(lengths, lengths2, sizeof lengths) == 0,
               "two_opt depends on the thread count");
         for (int64_t b = 0; b < TB; b++)
-            CHECK(tsp_is_perm(tours + b * n, n) && tours[b * n] == 0 &&
-                      tours[b * n + 1] < tours[b * n + n - 1],
+            CHECK(tsp_is_perm(tours + b * n, n) && tours[b * n] == 0 && tours[b * n + 1] < tours[b * n + n - 1],
                   "two_opt n=20 row %d: not a canonical tour", (int)b);
         /* Held-Karp refuses n = 13 (and leaves a message naming the limit). */
         const int64_t ps13[3] = {1, 13, 2}, ts13[2] = {1, 13}, ls1[1] = {1};
@@ -116,8 +105,7 @@ static void test_tsp(void) {
                      l13 = view(lengths, ATTNC_FLOAT64, 1, ls1);
         CHECK(attnc_tsp_held_karp(&t13, &l13, &p13) == ATTNC_ERR_VALUE, "n = 13 accepted");
         CHECK(strstr(attnc_last_error(), "n = 13") != NULL, "message: %s", attnc_last_error());
-        CHECK(attnc_tsp_two_opt(&t13, &l13, &p13) == ATTNC_OK, "two_opt n = 13: %s",
-              attnc_last_error());
+        CHECK(attnc_tsp_two_opt(&t13, &l13, &p13) == ATTNC_OK, "two_opt n = 13: %s", attnc_last_error());
         /* tour_length refuses a row that is not a permutation, naming it. */
         const int64_t ps4[3] = {2, 4, 2}, ts4[2] = {2, 4}, ls2[1] = {2};
         int64_t bad[8] = {0, 1, 2, 3, 0, 1, 1, 3};

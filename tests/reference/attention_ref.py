@@ -17,8 +17,7 @@ import numpy as np
 
 COSINE_EPS = 1e-8
 
-SCORE_KINDS = ("dot", "scaled_dot", "general", "additive", "concat", "cosine",
-               "location", "gaussian")
+SCORE_KINDS = ("dot", "scaled_dot", "general", "additive", "concat", "cosine", "location", "gaussian")
 
 
 def _f64(x):
@@ -32,6 +31,7 @@ def _kt(x):
 
 # --------------------------------------------------------------------------- scores
 
+
 def score_fn(query, keys, kind="dot", **params):
     """Raw alignment scores (..., Tq, Tk) of score kind `kind`."""
     q = _f64(query)
@@ -44,27 +44,27 @@ def score_fn(query, keys, kind="dot", **params):
         scale = 1.0 / np.sqrt(dk) if scale is None else _f64(scale)
         return (q @ _kt(k)) * scale
     if kind == "general":
-        w = _f64(params["weight"])                      # (dq, dk)
+        w = _f64(params["weight"])  # (dq, dk)
         return (q @ w) @ _kt(k)
     if kind in ("additive", "concat"):
-        wq = _f64(params["w_query"])                    # (dq, da)
-        wk = _f64(params["w_key"])                      # (dk, da)
-        v = _f64(params["v"])                           # (da,)
-        hq = q @ wq                                     # (..., Tq, da)
-        hk = k @ wk                                     # (..., Tk, da)
-        h = np.tanh(hq[..., :, None, :] + hk[..., None, :, :])   # (..., Tq, Tk, da)
+        wq = _f64(params["w_query"])  # (dq, da)
+        wk = _f64(params["w_key"])  # (dk, da)
+        v = _f64(params["v"])  # (da,)
+        hq = q @ wq  # (..., Tq, da)
+        hk = k @ wk  # (..., Tk, da)
+        h = np.tanh(hq[..., :, None, :] + hk[..., None, :, :])  # (..., Tq, Tk, da)
         return h @ v
     if kind == "cosine":
         beta = params.get("beta", 1.0)
         beta = _f64(beta)
         dots = q @ _kt(k)
-        nq = np.sqrt(np.sum(q * q, axis=-1))            # (..., Tq)
-        nk = np.sqrt(np.sum(k * k, axis=-1))            # (..., Tk)
+        nq = np.sqrt(np.sum(q * q, axis=-1))  # (..., Tq)
+        nk = np.sqrt(np.sum(k * k, axis=-1))  # (..., Tk)
         denom = np.maximum(nq[..., :, None] * nk[..., None, :], COSINE_EPS)
         return beta[..., None] * (dots / denom)
     if kind == "location":
-        w = _f64(params["weight"])                      # (dq, Tk)
-        s = q @ w                                       # (..., Tq, Tk)
+        w = _f64(params["weight"])  # (dq, Tk)
+        s = q @ w  # (..., Tq, Tk)
         lead = np.broadcast_shapes(q.shape[:-2], k.shape[:-2])
         return np.broadcast_to(s, lead + s.shape[-2:]).copy()
     if kind == "gaussian":
@@ -81,6 +81,7 @@ def score(query, keys, *, score="dot", **params):
 
 # --------------------------------------------------------------------------- masks
 
+
 def allowed_mask(shape, mask=None, key_lengths=None, causal=False):
     """Boolean array of `shape` (..., Tq, Tk): True where a query may attend a key."""
     shape = tuple(shape)
@@ -90,12 +91,12 @@ def allowed_mask(shape, mask=None, key_lengths=None, causal=False):
         allowed &= np.broadcast_to(np.asarray(mask, dtype=bool), shape)
     if key_lengths is not None:
         kl = np.asarray(key_lengths)
-        valid = np.arange(tk) < kl[..., None, None]    # (..., 1, Tk)
+        valid = np.arange(tk) < kl[..., None, None]  # (..., 1, Tk)
         allowed &= np.broadcast_to(valid, shape)
     if causal:
         i = np.arange(tq)[:, None]
         j = np.arange(tk)[None, :]
-        allowed &= (j <= i)
+        allowed &= j <= i
     return allowed
 
 
@@ -126,8 +127,8 @@ def _scores_shape(q, k):
 
 # --------------------------------------------------------------------------- attention
 
-def attention(query, keys, values=None, *, score="dot", mask=None, key_lengths=None,
-              causal=False, **params):
+
+def attention(query, keys, values=None, *, score="dot", mask=None, key_lengths=None, causal=False, **params):
     """Soft attention -> (context (..., Tq, dv), weights (..., Tq, Tk))."""
     q = _f64(query)
     k = _f64(keys)
@@ -138,6 +139,7 @@ def attention(query, keys, values=None, *, score="dot", mask=None, key_lengths=N
 
 
 # --------------------------------------------------------------------------- hard attention
+
 
 def hard_argmax_indices(scores, allowed):
     """Index of the best allowed key per row (first on ties), -1 for rows with none."""
@@ -153,12 +155,13 @@ def one_hot_attention(indices, tk, values):
     """Given chosen key indices (..., Tq) (-1 = none), build the one-hot weights
     (..., Tq, Tk) and the context weights @ values."""
     idx = np.asarray(indices)
-    w = (np.arange(tk) == idx[..., None]).astype(np.float64)   # -1 never matches
+    w = (np.arange(tk) == idx[..., None]).astype(np.float64)  # -1 never matches
     return w @ _f64(values), w
 
 
-def hard_attention(query, keys, values=None, *, mode="argmax", score="dot", mask=None,
-                   key_lengths=None, causal=False, **params):
+def hard_attention(
+    query, keys, values=None, *, mode="argmax", score="dot", mask=None, key_lengths=None, causal=False, **params
+):
     """Reference for mode="argmax" only (the random modes are checked by property)."""
     if mode != "argmax":
         raise ValueError("the reference implements only mode='argmax'")
@@ -173,12 +176,12 @@ def hard_attention(query, keys, values=None, *, mode="argmax", score="dot", mask
 
 # --------------------------------------------------------------------------- local attention
 
+
 def _sigmoid(x):
     return 1.0 / (1.0 + np.exp(-x))
 
 
-def local_positions(query, tk, lead, *, mode="monotonic", positions=None, w_p=None,
-                    v_p=None, key_lengths=None):
+def local_positions(query, tk, lead, *, mode="monotonic", positions=None, w_p=None, v_p=None, key_lengths=None):
     """The window centres p_t, shape lead + (Tq,)."""
     q = _f64(query)
     tq = q.shape[-2]
@@ -194,14 +197,27 @@ def local_positions(query, tk, lead, *, mode="monotonic", positions=None, w_p=No
         else:
             s_valid = np.minimum(np.broadcast_to(np.asarray(key_lengths), lead), tk)
             s_valid = s_valid.astype(np.float64)
-        h = np.tanh(q @ _f64(w_p))                     # (..., Tq, dp)
+        h = np.tanh(q @ _f64(w_p))  # (..., Tq, dp)
         p = s_valid[..., None] * _sigmoid(h @ _f64(v_p))
         return np.broadcast_to(p, lead + (tq,)).astype(np.float64)
     raise ValueError(f"unknown mode {mode!r}")
 
 
-def local_attention(query, keys, values=None, *, window, mode="monotonic", positions=None,
-                    w_p=None, v_p=None, score="dot", mask=None, key_lengths=None, **params):
+def local_attention(
+    query,
+    keys,
+    values=None,
+    *,
+    window,
+    mode="monotonic",
+    positions=None,
+    w_p=None,
+    v_p=None,
+    score="dot",
+    mask=None,
+    key_lengths=None,
+    **params,
+):
     """Luong local attention -> (context, weights, positions)."""
     q = _f64(query)
     k = _f64(keys)
@@ -209,9 +225,8 @@ def local_attention(query, keys, values=None, *, window, mode="monotonic", posit
     s = score_fn(q, k, score, **params)
     lead = s.shape[:-2]
     tk = s.shape[-1]
-    p = local_positions(q, tk, lead, mode=mode, positions=positions, w_p=w_p, v_p=v_p,
-                        key_lengths=key_lengths)
-    dist = np.arange(tk, dtype=np.float64) - p[..., None]      # (..., Tq, Tk): s - p_t
+    p = local_positions(q, tk, lead, mode=mode, positions=positions, w_p=w_p, v_p=v_p, key_lengths=key_lengths)
+    dist = np.arange(tk, dtype=np.float64) - p[..., None]  # (..., Tq, Tk): s - p_t
     in_window = np.abs(dist) <= window
     allowed = allowed_mask(s.shape, mask, key_lengths, False) & in_window
     w = masked_softmax(s, allowed)
@@ -224,6 +239,7 @@ def local_attention(query, keys, values=None, *, window, mode="monotonic", posit
 
 # --------------------------------------------------------------------------- kernel regression
 
+
 def kernel_regression(x_query, x_train, y_train, *, bandwidth=1.0):
     """Nadaraya-Watson with a Gaussian kernel -> (y_pred, weights (m, n))."""
     xq = _f64(x_query)
@@ -234,7 +250,7 @@ def kernel_regression(x_query, x_train, y_train, *, bandwidth=1.0):
     if xt.ndim == 1:
         xt = xt[:, None]
     bw = _f64(bandwidth)
-    d2 = np.sum((xq[:, None, :] - xt[None, :, :]) ** 2, axis=-1)   # (m, n)
+    d2 = np.sum((xq[:, None, :] - xt[None, :, :]) ** 2, axis=-1)  # (m, n)
     s = -d2 / (2.0 * bw * bw)
     w = masked_softmax(s, np.ones(s.shape, dtype=bool))
     return w @ y, w

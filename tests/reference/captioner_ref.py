@@ -86,8 +86,9 @@ class TorchCaptioner:
             sampled = real * (s >= 0).to(self.tdt)  # no score-function term for the expectation
             logp_s = (torch.log(alphas.gather(-1, s.clamp(min=0)[:, :, None])[:, :, 0]) * sampled).sum(1)
             H = -(alphas * torch.log(alphas)).sum(-1)
-            surrogate = (loss - reinforce / n * ((logp_y - baseline).detach() * logp_s).sum()
-                         - entropy / n * (H * real).sum())
+            surrogate = (
+                loss - reinforce / n * ((logp_y - baseline).detach() * logp_s).sum() - entropy / n * (H * real).sum()
+            )
         return loss, surrogate
 
     def grads(self, value, features=None):

@@ -36,8 +36,15 @@ def conv2d(x, w, bias=None, stride=(1, 1), pads=((0, 0), (0, 0)), dilation=(1, 1
 
 def conv1d(x, w, bias=None, stride=1, pads=(0, 0), dilation=1, groups=1):
     """x (B, Cin, L), w (Cout, Cin / groups, k); pads (left, right)."""
-    y = conv2d(np.asarray(x)[:, :, None, :], np.asarray(w)[:, :, None, :], bias, (1, stride),
-               ((0, 0), tuple(pads)), (1, dilation), groups)
+    y = conv2d(
+        np.asarray(x)[:, :, None, :],
+        np.asarray(w)[:, :, None, :],
+        bias,
+        (1, stride),
+        ((0, 0), tuple(pads)),
+        (1, dilation),
+        groups,
+    )
     return y[:, :, 0, :]
 
 

@@ -21,8 +21,9 @@ def log_softmax(logits: np.ndarray) -> np.ndarray:
     return x - np.log(np.exp(x).sum(axis=-1, keepdims=True))
 
 
-def reference_decode(next_logprobs, batch: int, max_new_tokens: int, eos=None, beam_size: int = 1,
-                      length_penalty: float = 0.0) -> np.ndarray:
+def reference_decode(
+    next_logprobs, batch: int, max_new_tokens: int, eos=None, beam_size: int = 1, length_penalty: float = 0.0
+) -> np.ndarray:
     """Greedy (beam_size=1) or beam search, one batch of independent rows.
 
     next_logprobs(prefixes (N, t) int64, rows (N,) int64) -> (N, V) float64
@@ -116,8 +117,9 @@ def _bos_prefixed(bos, prefixes):
     return np.concatenate([np.full((len(prefixes), 1), bos, np.int64), prefixes], axis=1)
 
 
-def seq2seq_transformer(model, src, max_new_tokens, bos, eos=None, beam_size=1, length_penalty=0.0, *,
-                        src_key_padding_mask=None):
+def seq2seq_transformer(
+    model, src, max_new_tokens, bos, eos=None, beam_size=1, length_penalty=0.0, *, src_key_padding_mask=None
+):
     """Seq2SeqTransformer.generate's tokens."""
     src, kpm = model._decoding_args(src, src_key_padding_mask, max_new_tokens, bos, eos, beam_size, length_penalty)
 
@@ -136,7 +138,7 @@ def gpt(model, idx, max_new_tokens, eos=None, beam_size=1, length_penalty=0.0):
     _decoding_ints(max_new_tokens, eos, beam_size)
 
     def next_logprobs(prefixes, rows):
-        ctx = np.concatenate([idx[rows], prefixes], axis=1)[:, -model.block_size:]
+        ctx = np.concatenate([idx[rows], prefixes], axis=1)[:, -model.block_size :]
         return log_softmax(model.forward(ctx)[:, -1])
 
     with _EvalMode(model):
@@ -163,6 +165,7 @@ def captioner(model, features, max_len, bos, eos=None, beam_size=1, length_penal
     B, L, _ = a.shape
     with _EvalMode(model):
         if K > 1:
+
             def next_logprobs(prefixes, rows):
                 return log_softmax(model.forward(a[rows], _bos_prefixed(bos, prefixes))[:, -1])
 
@@ -171,8 +174,11 @@ def captioner(model, features, max_len, bos, eos=None, beam_size=1, length_penal
             if seqs.shape[1]:
                 _, al = model.forward(a, _bos_prefixed(bos, seqs[:, :-1]), return_alphas=True)
                 width = seqs.shape[1]
-                ends = np.full(B, width) if eos is None else \
-                    np.minimum(np.argmax(np.c_[seqs == eos, np.ones(B, bool)], axis=1) + 1, width)
+                ends = (
+                    np.full(B, width)
+                    if eos is None
+                    else np.minimum(np.argmax(np.c_[seqs == eos, np.ones(B, bool)], axis=1) + 1, width)
+                )
                 keep = np.arange(width)[None, :] < ends[:, None]
                 alphas = np.where(keep[..., None], al, 0).astype(model.dtype)
             return seqs, alphas

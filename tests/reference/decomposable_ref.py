@@ -34,7 +34,7 @@ def _window(x, m):
     for i in range(n):
         for k, src in enumerate((i - 1, i, i + 1)):
             if 0 <= src < n:
-                out[i, k * E:(k + 1) * E] = x[src]
+                out[i, k * E : (k + 1) * E] = x[src]
     return out
 
 

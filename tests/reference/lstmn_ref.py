@@ -30,17 +30,22 @@ def lstmn_ref(x, params, lengths=None):
             if t == 0:  # empty tape
                 h_tilde, c_tilde = np.zeros(H), np.zeros(H)
             else:
-                scores = np.array([
-                    p["attn_v"] @ np.tanh(p["attn_h.weight"] @ hs[i] + p["attn_x.weight"] @ xt
-                                          + p["attn_tilde.weight"] @ h_tilde_prev)
-                    for i in range(t)])
+                scores = np.array(
+                    [
+                        p["attn_v"]
+                        @ np.tanh(
+                            p["attn_h.weight"] @ hs[i] + p["attn_x.weight"] @ xt + p["attn_tilde.weight"] @ h_tilde_prev
+                        )
+                        for i in range(t)
+                    ]
+                )
                 e = np.exp(scores - scores.max())
                 s = e / e.sum()
                 attn[r, t, :t] = s
                 h_tilde = sum(s[i] * hs[i] for i in range(t))
                 c_tilde = sum(s[i] * cs[i] for i in range(t))
             z = p["weight_ih"] @ xt + p["weight_hh"] @ h_tilde + (0 if b is None else b)
-            i_, f_, g_, o_ = _sigmoid(z[:H]), _sigmoid(z[H:2 * H]), np.tanh(z[2 * H:3 * H]), _sigmoid(z[3 * H:])
+            i_, f_, g_, o_ = _sigmoid(z[:H]), _sigmoid(z[H : 2 * H]), np.tanh(z[2 * H : 3 * H]), _sigmoid(z[3 * H :])
             c = f_ * c_tilde + i_ * g_
             h = o_ * np.tanh(c)
             hs.append(h)

@@ -32,9 +32,9 @@ def lstmn_torch(x, params, lengths=None, dtype=None):
             h_tilde, c_tilde = torch.zeros(B, H, dtype=dt), torch.zeros(B, H, dtype=dt)
             s = torch.zeros(B, 0, dtype=dt)
         else:
-            q = xt @ W_x.T + h_tilde_prev @ W_t.T                       # (B, A)
-            K = torch.stack(keys, 1)                                    # (B, t, A)
-            a = torch.tanh(K + q[:, None]) @ v                          # (B, t)
+            q = xt @ W_x.T + h_tilde_prev @ W_t.T  # (B, A)
+            K = torch.stack(keys, 1)  # (B, t, A)
+            a = torch.tanh(K + q[:, None]) @ v  # (B, t)
             s = torch.softmax(a, dim=1)
             h_tilde = (s[:, :, None] * torch.stack(hs, 1)).sum(1)
             c_tilde = (s[:, :, None] * torch.stack(cs, 1)).sum(1)

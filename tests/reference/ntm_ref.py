@@ -23,7 +23,7 @@ def shift(w, s):
     K, c = s.shape[-1], (s.shape[-1] - 1) // 2
     out = np.zeros_like(w)
     for k in range(K):
-        out += s[:, :, k:k + 1] * np.roll(w, k - c, axis=-1)
+        out += s[:, :, k : k + 1] * np.roll(w, k - c, axis=-1)
     return out
 
 

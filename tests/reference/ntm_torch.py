@@ -65,27 +65,57 @@ def head_sizes(memory_width: int, shifts: int) -> tuple[int, int]:
     return M + K + 3, 3 * M + K + 3
 
 
-def state_shapes(input_size, output_size, controller="lstm", controller_size=100, memory_slots=128,
-                 memory_width=20, read_heads=1, write_heads=1, shifts=3, memory_init="constant") -> dict:
+def state_shapes(
+    input_size,
+    output_size,
+    controller="lstm",
+    controller_size=100,
+    memory_slots=128,
+    memory_width=20,
+    read_heads=1,
+    write_heads=1,
+    shifts=3,
+    memory_init="constant",
+) -> dict:
     """{state_dict key: shape} of the spec's model (the spec's defaults), in the spec's order."""
     if controller not in CONTROLLERS:
         raise ValueError(f"unknown controller {controller!r}")
     if memory_init not in MEMORY_INITS:
         raise ValueError(f"unknown memory_init {memory_init!r}")
-    I, O, C, N, M, R, W, K = (input_size, output_size, controller_size, memory_slots, memory_width, read_heads,
-                              write_heads, shifts)
+    I, O, C, N, M, R, W, K = (
+        input_size,
+        output_size,
+        controller_size,
+        memory_slots,
+        memory_width,
+        read_heads,
+        write_heads,
+        shifts,
+    )
     if K % 2 == 0:
         raise ValueError(f"shifts must be odd, got {K}")
     Z = I + R * M
     if controller == "lstm":
-        shapes = {"controller.weight_ih": (4 * C, Z), "controller.weight_hh": (4 * C, C),
-                  "controller.bias_ih": (4 * C,), "controller.bias_hh": (4 * C,)}
+        shapes = {
+            "controller.weight_ih": (4 * C, Z),
+            "controller.weight_hh": (4 * C, C),
+            "controller.bias_ih": (4 * C,),
+            "controller.bias_hh": (4 * C,),
+        }
     else:
         shapes = {"controller.weight": (C, Z), "controller.bias": (C,)}
     rs, ws = head_sizes(M, K)
     P = R * rs + W * ws
-    shapes.update({"heads.weight": (P, C), "heads.bias": (P,), "output.weight": (O, C + R * M),
-                   "output.bias": (O,), "read_init": (R, M), "weight_init": (R + W, N)})
+    shapes.update(
+        {
+            "heads.weight": (P, C),
+            "heads.bias": (P,),
+            "output.weight": (O, C + R * M),
+            "output.bias": (O,),
+            "read_init": (R, M),
+            "weight_init": (R + W, N),
+        }
+    )
     if memory_init != "constant":
         shapes["memory_init"] = (N, M)
     return shapes
@@ -164,9 +194,9 @@ def write(memory, w, erase, add):
 
 # --------------------------------------------------------------------------- the model
 class NTMTrace(NamedTuple):
-    read_weights: torch.Tensor   # (B, T, R, N)
+    read_weights: torch.Tensor  # (B, T, R, N)
     write_weights: torch.Tensor  # (B, T, W, N)
-    memory: torch.Tensor         # (B, T, N, M), after each step
+    memory: torch.Tensor  # (B, T, N, M), after each step
 
 
 class TorchNTM(nn.Module):
@@ -174,8 +204,18 @@ class TorchNTM(nn.Module):
     (the sizes are read off the state dict's shapes). memory_init="random" keeps
     memory_init as a buffer (in the state dict, never trained)."""
 
-    def __init__(self, state_dict: dict, *, controller="lstm", read_heads=1, write_heads=1, shifts=3,
-                 memory_init_kind="constant", clip=20.0, dtype=torch.float64):
+    def __init__(
+        self,
+        state_dict: dict,
+        *,
+        controller="lstm",
+        read_heads=1,
+        write_heads=1,
+        shifts=3,
+        memory_init_kind="constant",
+        clip=20.0,
+        dtype=torch.float64,
+    ):
         super().__init__()
         if controller not in CONTROLLERS:
             raise ValueError(f"unknown controller {controller!r}")
@@ -229,16 +269,16 @@ class TorchNTM(nn.Module):
             else:
                 h = torch.tanh(self.controller(z))
             p = torch.clamp(self.heads(h), -self.clip, self.clip)
-            p_read = p[:, :R * rs].reshape(B, R, rs)
-            p_write = p[:, R * rs:].reshape(B, W, ws)
+            p_read = p[:, : R * rs].reshape(B, R, rs)
+            p_write = p[:, R * rs :].reshape(B, W, ws)
             q = torch.cat([p_read, p_write[:, :, :common]], dim=1)  # (B, Hh, M + K + 3)
             key = q[:, :, :M]
             beta = softplus(q[:, :, M])
             g = torch.sigmoid(q[:, :, M + 1])
-            shift_w = torch.softmax(q[:, :, M + 2:M + 2 + K], dim=-1)
+            shift_w = torch.softmax(q[:, :, M + 2 : M + 2 + K], dim=-1)
             gamma = 1 + softplus(q[:, :, M + 2 + K])
-            erase = torch.sigmoid(p_write[:, :, common:common + M])
-            add = torch.tanh(p_write[:, :, common + M:])
+            erase = torch.sigmoid(p_write[:, :, common : common + M])
+            add = torch.tanh(p_write[:, :, common + M :])
             w = address(key, beta, g, shift_w, gamma, w, mem, self.shift_index)
             r = read(mem, w[:, :R])
             mem = write(mem, w[:, R:], erase, add)
@@ -263,12 +303,12 @@ class TorchNTM(nn.Module):
 
 # --------------------------------------------------------------------------- one-call interface for the tests
 class NTMRun(NamedTuple):
-    logits: torch.Tensor         # (B, T, O)
-    read_weights: torch.Tensor   # (B, T, R, N)
+    logits: torch.Tensor  # (B, T, O)
+    read_weights: torch.Tensor  # (B, T, R, N)
     write_weights: torch.Tensor  # (B, T, W, N)
-    memory: torch.Tensor         # (B, T, N, M)
-    params: dict                 # {state_dict name: leaf tensor} of the trained parameters
-    inputs: torch.Tensor         # the (B, T, I) leaf
+    memory: torch.Tensor  # (B, T, N, M)
+    params: dict  # {state_dict name: leaf tensor} of the trained parameters
+    inputs: torch.Tensor  # the (B, T, I) leaf
     model: TorchNTM
 
     def grads(self, dlogits) -> dict:
@@ -285,18 +325,36 @@ class NTMRun(NamedTuple):
         return out
 
 
-def torch_ntm(state_dict: dict, inputs: np.ndarray, *, controller="lstm", read_heads=1, write_heads=1, shifts=3,
-              memory_init_kind="constant", clip=20.0, dtype=torch.float64, requires_grad=True) -> NTMRun:
+def torch_ntm(
+    state_dict: dict,
+    inputs: np.ndarray,
+    *,
+    controller="lstm",
+    read_heads=1,
+    write_heads=1,
+    shifts=3,
+    memory_init_kind="constant",
+    clip=20.0,
+    dtype=torch.float64,
+    requires_grad=True,
+) -> NTMRun:
     """Run the torch NTM on inputs (B, T, I) with the weights of an attnc state dict.
     With requires_grad the parameters and the inputs are leaves that take gradients."""
-    model = TorchNTM(state_dict, controller=controller, read_heads=read_heads, write_heads=write_heads,
-                     shifts=shifts, memory_init_kind=memory_init_kind, clip=clip, dtype=dtype)
+    model = TorchNTM(
+        state_dict,
+        controller=controller,
+        read_heads=read_heads,
+        write_heads=write_heads,
+        shifts=shifts,
+        memory_init_kind=memory_init_kind,
+        clip=clip,
+        dtype=dtype,
+    )
     model.requires_grad_(requires_grad)
     x = torch.as_tensor(np.array(inputs)).to(dtype).requires_grad_(requires_grad)
     with torch.set_grad_enabled(requires_grad):
         y, trace = model(x, return_trace=True)
-    return NTMRun(y, trace.read_weights, trace.write_weights, trace.memory, dict(model.named_parameters()), x,
-                  model)
+    return NTMRun(y, trace.read_weights, trace.write_weights, trace.memory, dict(model.named_parameters()), x, model)
 
 
 def torch_loss_and_grad(state_dict, inputs, targets, mask, **kw) -> tuple[float, dict]:

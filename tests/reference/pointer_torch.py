@@ -69,36 +69,49 @@ class Decoded(NamedTuple):
     normalized: np.ndarray
 
 
-def state_shapes(input_size: int, hidden_size: int, embedding_size: int | None = None,
-                 bidirectional: bool = False) -> dict:
+def state_shapes(
+    input_size: int, hidden_size: int, embedding_size: int | None = None, bidirectional: bool = False
+) -> dict:
     D, H, E = input_size, hidden_size, embedding_size
     shapes = {"start": (D,), "end": (D,)}
     if E:
         shapes.update({"embedding.weight": (E, D), "embedding.bias": (E,)})
     for part in ("encoder", "decoder"):
         for suffix in ("", "_reverse") if part == "encoder" and bidirectional else ("",):
-            shapes.update({f"{part}.weight_ih_l0{suffix}": (4 * H, E or D), f"{part}.weight_hh_l0{suffix}": (4 * H, H),
-                           f"{part}.bias_ih_l0{suffix}": (4 * H,), f"{part}.bias_hh_l0{suffix}": (4 * H,)})
+            shapes.update(
+                {
+                    f"{part}.weight_ih_l0{suffix}": (4 * H, E or D),
+                    f"{part}.weight_hh_l0{suffix}": (4 * H, H),
+                    f"{part}.bias_ih_l0{suffix}": (4 * H,),
+                    f"{part}.bias_hh_l0{suffix}": (4 * H,),
+                }
+            )
     shapes.update({"W1.weight": (H, 2 * H if bidirectional else H), "W2.weight": (H, H), "v.weight": (1, H)})
     return shapes
 
 
-def random_state(input_size, hidden_size, seed=0, dtype=np.float64, scale=1.0, embedding_size=None,
-                 bidirectional=False) -> dict:
+def random_state(
+    input_size, hidden_size, seed=0, dtype=np.float64, scale=1.0, embedding_size=None, bidirectional=False
+) -> dict:
     """Weights U(±scale/sqrt(H)) for the LSTMs and W1, W2, v, U(±scale/sqrt(D)) for the
     embedding, U(-1, 1) for start and end."""
     rng = np.random.default_rng(seed)
     state = {}
     for name, shape in state_shapes(input_size, hidden_size, embedding_size, bidirectional).items():
-        bound = 1.0 if name in ("start", "end") else scale / np.sqrt(input_size if "embedding" in name
-                                                                     else hidden_size)
+        bound = 1.0 if name in ("start", "end") else scale / np.sqrt(input_size if "embedding" in name else hidden_size)
         state[name] = rng.uniform(-bound, bound, shape).astype(dtype)
     return state
 
 
 class TorchPointerNet(nn.Module):
-    def __init__(self, input_size: int, hidden_size: int, dtype=torch.float64, embedding_size: int | None = None,
-                 bidirectional: bool = False):
+    def __init__(
+        self,
+        input_size: int,
+        hidden_size: int,
+        dtype=torch.float64,
+        embedding_size: int | None = None,
+        bidirectional: bool = False,
+    ):
         super().__init__()
         D, H, E = input_size, hidden_size, embedding_size
         self.input_size, self.hidden_size, self.embedding_size = D, H, E
@@ -177,15 +190,15 @@ class TorchPointerNet(nn.Module):
         mask[:, :, :n] |= (torch.arange(n)[None, :] >= nl[:, None])[:, None, :]
         # inputs chosen before step i: step i sees targets[:, :i]
         real = targets >= 0
-        onehot = F.one_hot(targets.clamp(min=0), n + 1) * real[:, :, None]        # (B, T, n + 1)
+        onehot = F.one_hot(targets.clamp(min=0), n + 1) * real[:, :, None]  # (B, T, n + 1)
         chosen = torch.cat([torch.zeros(B, 1, n + 1, dtype=onehot.dtype), onehot.cumsum(dim=1)], dim=1) > 0
         mask |= chosen
-        n_chosen = chosen[:, :, :n].sum(dim=2)                      # (B, T + 1)
+        n_chosen = chosen[:, :, :n].sum(dim=2)  # (B, T + 1)
         if constraint == "hull":
             mask[:, 0, n] = True
         else:
             mask[:, :, n] |= n_chosen < nl[:, None]
-        mask |= (steps[None, :] > counts[:, None])[:, :, None]      # nothing after the end step
+        mask |= (steps[None, :] > counts[:, None])[:, :, None]  # nothing after the end step
         return mask, counts
 
     # ----------------------------------------------------------------------- teacher forcing
@@ -198,10 +211,10 @@ class TorchPointerNet(nn.Module):
         keys, state = self.encode(x, None if lengths is None else nl)
         fed = torch.gather(x, 1, targets.clamp(min=0)[:, :, None].expand(B, T, D))
         dec_in = self.embed(torch.cat([self.start.expand(B, 1, D), fed], dim=1))
-        d, _ = self.decoder(dec_in, state)                 # causal: steps after a row's end are unused
+        d, _ = self.decoder(dec_in, state)  # causal: steps after a row's end are unused
         u = self.scores(keys, d)
         mask, _ = self.masks(targets, nl, n, constraint)
-        dead = mask.all(dim=2, keepdim=True)               # steps after the end: all -inf, no NaN
+        dead = mask.all(dim=2, keepdim=True)  # steps after the end: all -inf, no NaN
         safe = torch.where(dead, torch.zeros_like(u), u.masked_fill(mask, float("-inf")))
         logp = F.log_softmax(safe, dim=-1)
         return logp.masked_fill(mask, float("-inf"))
@@ -214,7 +227,7 @@ class TorchPointerNet(nn.Module):
         n = logp.shape[2] - 1
         counts = (targets >= 0).sum(dim=1)
         full = torch.cat([targets, torch.full((B, 1), -1, dtype=torch.int64)], dim=1)
-        full[torch.arange(B), counts] = n                                  # the end step
+        full[torch.arange(B), counts] = n  # the end step
         keep = full >= 0
         picked = torch.gather(logp, 2, full.clamp(min=0)[:, :, None])[:, :, 0]
         return -picked[keep].sum() / keep.sum()
@@ -226,7 +239,7 @@ class TorchPointerNet(nn.Module):
         nl = self._lengths(lengths, B, n)
         keys, (h, c) = self.encode(x, None if lengths is None else nl)
         R = B * K
-        keys = keys.repeat_interleave(K, dim=0)            # (R, n + 1, H)
+        keys = keys.repeat_interleave(K, dim=0)  # (R, n + 1, H)
         h, c = h.repeat_interleave(K, dim=1), c.repeat_interleave(K, dim=1)
         pad = torch.arange(n)[None, :] >= nl.repeat_interleave(K)[:, None]
         return x, nl, keys, (h, c), pad, R, self.embed(x), self.embed(self.start)
@@ -234,7 +247,7 @@ class TorchPointerNet(nn.Module):
     def _step(self, inp, state, keys, chosen, pad, nlr, constraint, step):
         """One decoder step of every row: log-probabilities (R, n + 1), the new state."""
         out, state = self.decoder(inp[:, None, :], state)
-        u = self.scores(keys, out)[:, 0]                   # (R, n + 1)
+        u = self.scores(keys, out)[:, 0]  # (R, n + 1)
         n = pad.shape[1]
         mask = torch.cat([pad | chosen, torch.zeros_like(pad[:, :1])], dim=1)
         taken = (chosen & ~pad).sum(dim=1)
@@ -283,11 +296,11 @@ class TorchPointerNet(nn.Module):
         K, alpha = int(beam_size), float(length_penalty)
         x, nl, keys, (h, c), pad, R, feed, start = self._prepare(x, lengths, K)
         B, n, _ = x.shape
-        T = n + 1                                           # the most steps a sequence takes
+        T = n + 1  # the most steps a sequence takes
         nlr = nl.repeat_interleave(K)
         ninf = float("-inf")
         scores = torch.full((B, K), ninf, dtype=self.dtype)
-        scores[:, 0] = 0                                    # one live hypothesis to begin with
+        scores[:, 0] = 0  # one live hypothesis to begin with
         hist = torch.zeros(B, K, 0, dtype=torch.int64)
         chosen = torch.zeros(R, n, dtype=torch.bool)
         best = torch.full((B,), ninf, dtype=torch.float64)
@@ -297,7 +310,7 @@ class TorchPointerNet(nn.Module):
         inp = start.expand(R, start.shape[0])
         state = (h, c)
         rows = torch.arange(B)
-        base = (rows * K)[:, None]                          # (B, 1): each row's first decoder row
+        base = (rows * K)[:, None]  # (B, 1): each row's first decoder row
         for step in range(T):
             lp, state = self._step(inp, state, keys, chosen, pad, nlr, constraint, step)
             lp = lp.view(B, K, n + 1)
@@ -377,11 +390,12 @@ def exhaustive(model: TorchPointerNet, x, lengths=None, constraint="permutation"
         seqs = candidates(int(nl[b]), constraint)
         targets = np.full((len(seqs), n), -1, np.int64)
         for i, s in enumerate(seqs):
-            targets[i, :len(s)] = s
-        raw, counts = sequence_scores(model, np.repeat(x[b:b + 1], len(seqs), 0), np.full(len(seqs), nl[b]),
-                                      targets, constraint)
+            targets[i, : len(s)] = s
+        raw, counts = sequence_scores(
+            model, np.repeat(x[b : b + 1], len(seqs), 0), np.full(len(seqs), nl[b]), targets, constraint
+        )
         normed = raw / (counts + 1.0) ** length_penalty
         i = int(np.argmax(normed))
-        indices[b, :counts[i]] = seqs[i]
+        indices[b, : counts[i]] = seqs[i]
         count[b], score[b], norm[b] = counts[i], raw[i], normed[i]
     return Decoded(indices, count, score, norm)

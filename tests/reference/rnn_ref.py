@@ -59,8 +59,12 @@ def gru_cell(x, h, w_ih, w_hh, b_ih=None, b_hh=None):
 
 
 def _params(sd, suffix):
-    return (_f64(sd["weight_ih" + suffix]), _f64(sd["weight_hh" + suffix]),
-            _f64(sd.get("bias_ih" + suffix)), _f64(sd.get("bias_hh" + suffix)))
+    return (
+        _f64(sd["weight_ih" + suffix]),
+        _f64(sd["weight_hh" + suffix]),
+        _f64(sd.get("bias_ih" + suffix)),
+        _f64(sd.get("bias_hh" + suffix)),
+    )
 
 
 def rnn(kind, sd, x, hx=None, lengths=None, *, num_layers=1, bidirectional=False, masks=None):
@@ -91,7 +95,7 @@ def rnn(kind, sd, x, hx=None, lengths=None, *, num_layers=1, bidirectional=False
             c = None if c0 is None else c0[k].copy()
             steps = range(t_len - 1, -1, -1) if direction else range(t_len)
             for t in steps:
-                live = t < lengths                       # rows whose step t is valid
+                live = t < lengths  # rows whose step t is valid
                 if not live.any():
                     continue
                 xt = layer_in[live, t]
@@ -101,7 +105,7 @@ def rnn(kind, sd, x, hx=None, lengths=None, *, num_layers=1, bidirectional=False
                 else:
                     hn = gru_cell(xt, h[live], w_ih, w_hh, b_ih, b_hh)
                 h[live] = hn
-                out[live, t, direction * hidden:(direction + 1) * hidden] = hn
+                out[live, t, direction * hidden : (direction + 1) * hidden] = hn
             h_n[k] = h
             if c is not None:
                 c_n[k] = c

@@ -36,8 +36,7 @@ def _expand_kv(x, h, enable_gqa):
     return np.repeat(x, h // hkv, axis=-3)
 
 
-def sdpa_parts(query, key, value, attn_mask=None, is_causal=False, scale=None,
-               enable_gqa=False):
+def sdpa_parts(query, key, value, attn_mask=None, is_causal=False, scale=None, enable_gqa=False):
     """Scores and probabilities: returns (scores, allowed, probs, v) in float64, with
     scores (..., H, L, S) including the float mask (-inf where not allowed), allowed the
     bool pattern of keys taking part, probs the masked softmax (zero rows when nothing
@@ -85,17 +84,26 @@ def sdpa_parts(query, key, value, attn_mask=None, is_causal=False, scale=None,
     allowed = allowed & (scores > -np.inf)
     s = np.where(allowed, scores, -np.inf)
     has_any = allowed.any(axis=-1, keepdims=True)
-    mx = np.where(has_any, np.max(np.where(allowed, s, -np.inf), axis=-1, keepdims=True, initial=-np.inf),
-                  0.0)
+    mx = np.where(has_any, np.max(np.where(allowed, s, -np.inf), axis=-1, keepdims=True, initial=-np.inf), 0.0)
     e = np.where(allowed, np.exp(np.where(allowed, s, 0.0) - mx), 0.0)
     den = np.sum(e, axis=-1, keepdims=True)
     probs = np.where(has_any, e / np.where(has_any, den, 1.0), 0.0)
     return s, allowed, probs, v
 
 
-def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0,
-                                 is_causal=False, scale=None, enable_gqa=False, *,
-                                 return_weights=False, keep_mask=None):
+def scaled_dot_product_attention(
+    query,
+    key,
+    value,
+    attn_mask=None,
+    dropout_p=0.0,
+    is_causal=False,
+    scale=None,
+    enable_gqa=False,
+    *,
+    return_weights=False,
+    keep_mask=None,
+):
     """Same signature as attnc's, except `seed` is replaced by an explicit `keep_mask`
     (bool, broadcastable to the weights' shape, True = kept). With dropout_p > 0 a
     keep_mask is required."""
@@ -117,14 +125,24 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     return out
 
 
-def sdpa_grads(query, key, value, dout, attn_mask=None, dropout_p=0.0, is_causal=False,
-               scale=None, enable_gqa=False, keep_mask=None, dweights=None):
+def sdpa_grads(
+    query,
+    key,
+    value,
+    dout,
+    attn_mask=None,
+    dropout_p=0.0,
+    is_causal=False,
+    scale=None,
+    enable_gqa=False,
+    keep_mask=None,
+    dweights=None,
+):
     """Analytic float64 gradients of sum(out * dout) (+ sum(weights * dweights)):
     dict with "query", "key", "value" (summed over GQA groups) and "attn_mask" (summed
     back to the mask's shape) when the mask is a float array."""
     q, k = _f64(query), _f64(key)
-    _, allowed, probs, v = sdpa_parts(query, key, value, attn_mask, is_causal, scale,
-                                      enable_gqa)
+    _, allowed, probs, v = sdpa_parts(query, key, value, attn_mask, is_causal, scale, enable_gqa)
     dout = _f64(dout)
     if dropout_p > 0.0:
         if dropout_p >= 1.0:

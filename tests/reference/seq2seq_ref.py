@@ -49,15 +49,23 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-KINDS = ("none", "bahdanau", "luong-dot", "luong-general", "luong-concat", "luong-location", "local-m",
-         "local-p")
+KINDS = ("none", "bahdanau", "luong-dot", "luong-general", "luong-concat", "luong-location", "local-m", "local-p")
 LUONG = ("luong-dot", "luong-general", "luong-concat", "luong-location", "local-m", "local-p")
 IGNORE_INDEX = -100
 
 
 # --------------------------------------------------------------------------- shapes from the spec
-def state_shapes(src_vocab, tgt_vocab, embed_size=32, hidden_size=64, attention="bahdanau", *,
-                 bidirectional=None, attention_size=None, max_source_len=None):
+def state_shapes(
+    src_vocab,
+    tgt_vocab,
+    embed_size=32,
+    hidden_size=64,
+    attention="bahdanau",
+    *,
+    bidirectional=None,
+    attention_size=None,
+    max_source_len=None,
+):
     """{state_dict key: shape} of the spec's model (the spec's defaults)."""
     if attention not in KINDS:
         raise ValueError(f"unknown attention {attention!r}")
@@ -71,12 +79,24 @@ def state_shapes(src_vocab, tgt_vocab, embed_size=32, hidden_size=64, attention=
         raise ValueError("luong-location needs max_source_len")
     shapes = {"src_embedding.weight": (src_vocab, E), "tgt_embedding.weight": (tgt_vocab, E)}
     for sfx in ("", "_reverse")[:D]:
-        shapes.update({f"encoder.weight_ih_l0{sfx}": (4 * H, E), f"encoder.weight_hh_l0{sfx}": (4 * H, H),
-                       f"encoder.bias_ih_l0{sfx}": (4 * H,), f"encoder.bias_hh_l0{sfx}": (4 * H,)})
+        shapes.update(
+            {
+                f"encoder.weight_ih_l0{sfx}": (4 * H, E),
+                f"encoder.weight_hh_l0{sfx}": (4 * H, H),
+                f"encoder.bias_ih_l0{sfx}": (4 * H,),
+                f"encoder.bias_hh_l0{sfx}": (4 * H,),
+            }
+        )
     shapes.update({"bridge.weight": (H, He), "bridge.bias": (H,)})
     fin = He if attention in ("none", "bahdanau") else H
-    shapes.update({"decoder.weight_ih": (4 * H, E + fin), "decoder.weight_hh": (4 * H, H),
-                   "decoder.bias_ih": (4 * H,), "decoder.bias_hh": (4 * H,)})
+    shapes.update(
+        {
+            "decoder.weight_ih": (4 * H, E + fin),
+            "decoder.weight_hh": (4 * H, H),
+            "decoder.bias_ih": (4 * H,),
+            "decoder.bias_hh": (4 * H,),
+        }
+    )
     if attention in ("bahdanau", "luong-concat"):
         shapes.update({"attention.query.weight": (A, H), "attention.key.weight": (A, He), "attention.v": (A,)})
     if attention in ("luong-general", "local-m", "local-p"):
@@ -195,8 +215,7 @@ class TorchSeq2Seq(nn.Module):
         if lengths.shape != (B,) or int(lengths.min()) < 1 or int(lengths.max()) > S:
             raise ValueError("src_lengths must be (B,) with 1 <= len <= S")
         nnu = nn.utils.rnn
-        packed = nnu.pack_padded_sequence(self.src_embedding(src), lengths, batch_first=True,
-                                          enforce_sorted=False)
+        packed = nnu.pack_padded_sequence(self.src_embedding(src), lengths, batch_first=True, enforce_sorted=False)
         out, (h_n, _) = self.encoder(packed)
         enc, _ = nnu.pad_packed_sequence(out, batch_first=True, total_length=S)
         final = torch.cat([h_n[0], h_n[1]], -1) if self.D == 2 else h_n[0]
@@ -214,10 +233,16 @@ class TorchSeq2Seq(nn.Module):
     def _start(self, src, src_lengths):
         enc, final, lengths = self.encode(src, src_lengths)
         B, S, _ = enc.shape
-        st = {"enc": enc, "final": final, "lengths": lengths, "keys": self._keys(enc),
-              "valid": torch.arange(S)[None, :] < lengths[:, None],
-              "h": torch.tanh(self.bridge(final)), "c": enc.new_zeros(B, self.H),
-              "feed": enc.new_zeros(B, self.H) if self.kind in LUONG else None}
+        st = {
+            "enc": enc,
+            "final": final,
+            "lengths": lengths,
+            "keys": self._keys(enc),
+            "valid": torch.arange(S)[None, :] < lengths[:, None],
+            "h": torch.tanh(self.bridge(final)),
+            "c": enc.new_zeros(B, self.H),
+            "feed": enc.new_zeros(B, self.H) if self.kind in LUONG else None,
+        }
         return st
 
     def _attend(self, st, q, t):
@@ -308,8 +333,9 @@ class TorchSeq2Seq(nn.Module):
     def loss(self, src, src_lengths, tgt_in, tgt_out, sample_mask=None):
         """Mean cross-entropy over the tokens of tgt_out that are not -100 (a torch scalar)."""
         logits = self(src, src_lengths, tgt_in, sample_mask=sample_mask)
-        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), _long(tgt_out).reshape(-1),
-                               ignore_index=IGNORE_INDEX)
+        return F.cross_entropy(
+            logits.reshape(-1, logits.shape[-1]), _long(tgt_out).reshape(-1), ignore_index=IGNORE_INDEX
+        )
 
     def loss_and_grad(self, src, src_lengths, tgt_in, tgt_out, sample_mask=None):
         """(loss float, {state_dict key: gradient as NumPy}); gradients reset first."""
@@ -317,8 +343,10 @@ class TorchSeq2Seq(nn.Module):
             p.grad = None
         loss = self.loss(src, src_lengths, tgt_in, tgt_out, sample_mask)
         loss.backward()
-        return float(loss.detach()), {n: (p.grad if p.grad is not None else torch.zeros_like(p)).detach().numpy().copy()
-                             for n, p in self.named_parameters()}
+        return float(loss.detach()), {
+            n: (p.grad if p.grad is not None else torch.zeros_like(p)).detach().numpy().copy()
+            for n, p in self.named_parameters()
+        }
 
     def grads(self, src, src_lengths, tgt_in, tgt_out, sample_mask=None):
         """{state_dict key: gradient of the mean loss (NumPy)}."""
@@ -356,14 +384,22 @@ def _inputs(rng, B, S, T, Vs, Vt, lengths=None, ignore=True):
     tgt_in = rng.integers(1, Vt, (B, T))
     tgt_out = rng.integers(0, Vt, (B, T))
     if ignore:
-        tgt_out[1, T - 2:] = IGNORE_INDEX
+        tgt_out[1, T - 2 :] = IGNORE_INDEX
     return src, lengths, tgt_in, tgt_out
 
 
 def _tiny(kind, bidirectional=None, seed=0, window=1.5, S=5, scale=2.0):
     Vs, Vt, E, H, A = 7, 5, 3, 4, 3
-    shapes = state_shapes(Vs, Vt, E, H, kind, bidirectional=bidirectional, attention_size=A,
-                          max_source_len=S + 2 if kind == "luong-location" else None)
+    shapes = state_shapes(
+        Vs,
+        Vt,
+        E,
+        H,
+        kind,
+        bidirectional=bidirectional,
+        attention_size=A,
+        max_source_len=S + 2 if kind == "luong-location" else None,
+    )
     state = random_state(shapes, seed=seed, scale=scale)
     return state, TorchSeq2Seq(state, kind, window=window, dtype=torch.float64)
 
@@ -374,7 +410,8 @@ def self_check(verbose=True):
     import os
 
     spec = importlib.util.spec_from_file_location(
-        "rnn_ref", os.path.join(os.path.dirname(os.path.abspath(__file__)), "rnn_ref.py"))
+        "rnn_ref", os.path.join(os.path.dirname(os.path.abspath(__file__)), "rnn_ref.py")
+    )
     rnn_ref = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(rnn_ref)
 
@@ -405,8 +442,10 @@ def self_check(verbose=True):
         g = m.grads(src, lens, tgt_in, tgt_out)
         assert sorted(g) == sorted(state) and all(g[k].shape == state[k].shape for k in state)
         assert all(np.isfinite(v).all() for v in g.values())
-        log(f"gradcheck float64 ok: {kind}{'' if bidir is None else f' (bidirectional={bidir})'} "
-            f"({sum(p.numel() for p in params)} parameters)")
+        log(
+            f"gradcheck float64 ok: {kind}{'' if bidir is None else f' (bidirectional={bidir})'} "
+            f"({sum(p.numel() for p in params)} parameters)"
+        )
 
     # 2. encoder against the NumPy reference (packed semantics, final state = [fwd ; rev])
     for bidir in (False, True):
@@ -414,7 +453,7 @@ def self_check(verbose=True):
         src, lens, tgt_in, _ = _inputs(rng, 4, 6, 3, 7, 5, [6, 1, 4, 2])
         with torch.no_grad():
             enc, final, _ = m.encode(src, lens)
-        sd = {k[len("encoder."):]: v for k, v in state.items() if k.startswith("encoder.")}
+        sd = {k[len("encoder.") :]: v for k, v in state.items() if k.startswith("encoder.")}
         x = state["src_embedding.weight"][src]
         out, (h_n, _) = rnn_ref.rnn("lstm", sd, x, lengths=lens, bidirectional=bidir)
         want_final = np.concatenate(list(h_n), -1)
@@ -466,8 +505,10 @@ def self_check(verbose=True):
                 assert np.all(al.sum(-1) <= 1 + 1e-12)
             assert np.abs(ctx - np.einsum("bts,bsd->btd", al, enc)).max() < 1e-12
         m.record = False
-    log("alignments: 0 at padding, global rows sum to 1, local-m window [ceil(t-D), floor(t+D)] with "
-        "empty windows -> alpha = 0 and ctx = 0, local-p = softmax x Gaussian recomputed in NumPy")
+    log(
+        "alignments: 0 at padding, global rows sum to 1, local-m window [ceil(t-D), floor(t+D)] with "
+        "empty windows -> alpha = 0 and ctx = 0, local-p = softmax x Gaussian recomputed in NumPy"
+    )
 
     # 4. the loss is the mean cross-entropy over the counted tokens
     for kind in ("bahdanau", "luong-general", "local-p"):
@@ -496,8 +537,8 @@ def self_check(verbose=True):
         for b in range(4):
             hit = np.flatnonzero(toks[b] == 2)
             if hit.size:
-                live[b, hit[0] + 1:] = False
-                assert np.all(toks[b, hit[0]:] == 2)
+                live[b, hit[0] + 1 :] = False
+                assert np.all(toks[b, hit[0] :] == 2)
         assert np.array_equal(lg.numpy().argmax(-1)[live], toks[live])
         assert np.abs(al_tf.numpy()[live] - al[live]).max() < 1e-12 and np.all(al[~live] == 0)
         m32 = TorchSeq2Seq(state, kind, window=1.5, dtype=torch.float32)
@@ -523,8 +564,9 @@ def self_check(verbose=True):
 
 def _loss_call(m, names, ps, src, lens, tgt_in, tgt_out):
     logits = torch.func.functional_call(m, dict(zip(names, ps)), (src, lens, tgt_in))
-    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), torch.from_numpy(tgt_out).reshape(-1),
-                           ignore_index=IGNORE_INDEX)
+    return F.cross_entropy(
+        logits.reshape(-1, logits.shape[-1]), torch.from_numpy(tgt_out).reshape(-1), ignore_index=IGNORE_INDEX
+    )
 
 
 if __name__ == "__main__":

@@ -32,7 +32,7 @@ def causal_conv1d(x, w, b, dilation):
         if shift >= T:
             continue
         xs = np.zeros_like(x)
-        xs[:, :, shift:] = x[:, :, :T - shift]
+        xs[:, :, shift:] = x[:, :, : T - shift]
         y += np.einsum("fc,bct->bft", w[:, :, k], xs)
     return y
 

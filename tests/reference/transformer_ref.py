@@ -66,14 +66,14 @@ def mha(sd, prefix, query, kv, nhead, attn_mask=None, key_padding_mask=None):
     d = E // H
     w = _f64(sd[prefix + "in_proj_weight"])
     b = _f64(sd.get(prefix + "in_proj_bias"))
-    bq, bk, bv = (None, None, None) if b is None else (b[:E], b[E:2 * E], b[2 * E:])
+    bq, bk, bv = (None, None, None) if b is None else (b[:E], b[E : 2 * E], b[2 * E :])
     q = linear(q_in, w[:E], bq)
-    k = linear(kv_in, w[E:2 * E], bk)
-    v = linear(kv_in, w[2 * E:], bv)
+    k = linear(kv_in, w[E : 2 * E], bk)
+    v = linear(kv_in, w[2 * E :], bv)
     q = q.reshape(B, L, H, d).transpose(0, 2, 1, 3)
     k = k.reshape(B, S, H, d).transpose(0, 2, 1, 3)
     v = v.reshape(B, S, H, d).transpose(0, 2, 1, 3)
-    scores = q @ k.transpose(0, 1, 3, 2) / math.sqrt(d)          # (B, H, L, S)
+    scores = q @ k.transpose(0, 1, 3, 2) / math.sqrt(d)  # (B, H, L, S)
     shape = scores.shape
     allowed = np.ones(shape, bool)
     if attn_mask is not None:
@@ -108,8 +108,9 @@ def _ff(sd, prefix, x, act):
     return linear(h, _f64(sd[prefix + "linear2.weight"]), _f64(sd.get(prefix + "linear2.bias")))
 
 
-def encoder_layer(sd, prefix, src, nhead, *, norm_first=False, activation="relu", eps=1e-5,
-                  src_mask=None, src_key_padding_mask=None):
+def encoder_layer(
+    sd, prefix, src, nhead, *, norm_first=False, activation="relu", eps=1e-5, src_mask=None, src_key_padding_mask=None
+):
     """torch.nn.TransformerEncoderLayer (eval). Returns (out, weights (B, H, L, L))."""
     x = _f64(src)
 
@@ -127,9 +128,21 @@ def encoder_layer(sd, prefix, src, nhead, *, norm_first=False, activation="relu"
     return x, w
 
 
-def decoder_layer(sd, prefix, tgt, memory, nhead, *, norm_first=False, activation="relu", eps=1e-5,
-                  tgt_mask=None, memory_mask=None, tgt_key_padding_mask=None,
-                  memory_key_padding_mask=None):
+def decoder_layer(
+    sd,
+    prefix,
+    tgt,
+    memory,
+    nhead,
+    *,
+    norm_first=False,
+    activation="relu",
+    eps=1e-5,
+    tgt_mask=None,
+    memory_mask=None,
+    tgt_key_padding_mask=None,
+    memory_key_padding_mask=None,
+):
     """torch.nn.TransformerDecoderLayer (eval). Returns (out, self weights, cross weights)."""
     x = _f64(tgt)
     mem = _f64(memory)
@@ -155,29 +168,62 @@ def decoder_layer(sd, prefix, tgt, memory, nhead, *, norm_first=False, activatio
     return x, ws, wc
 
 
-def encoder(sd, prefix, src, nhead, num_layers, *, final_norm=False, eps=1e-5, mask=None,
-            src_key_padding_mask=None, **layer_kw):
+def encoder(
+    sd, prefix, src, nhead, num_layers, *, final_norm=False, eps=1e-5, mask=None, src_key_padding_mask=None, **layer_kw
+):
     """torch.nn.TransformerEncoder. Returns (out, [weights per layer])."""
     x = _f64(src)
     ws = []
     for i in range(num_layers):
-        x, w = encoder_layer(sd, f"{prefix}layers.{i}.", x, nhead, eps=eps, src_mask=mask,
-                             src_key_padding_mask=src_key_padding_mask, **layer_kw)
+        x, w = encoder_layer(
+            sd,
+            f"{prefix}layers.{i}.",
+            x,
+            nhead,
+            eps=eps,
+            src_mask=mask,
+            src_key_padding_mask=src_key_padding_mask,
+            **layer_kw,
+        )
         ws.append(w)
     if final_norm:
         x = _ln(sd, prefix + "norm", x, eps)
     return x, ws
 
 
-def decoder(sd, prefix, tgt, memory, nhead, num_layers, *, final_norm=False, eps=1e-5, tgt_mask=None,
-            memory_mask=None, tgt_key_padding_mask=None, memory_key_padding_mask=None, **layer_kw):
+def decoder(
+    sd,
+    prefix,
+    tgt,
+    memory,
+    nhead,
+    num_layers,
+    *,
+    final_norm=False,
+    eps=1e-5,
+    tgt_mask=None,
+    memory_mask=None,
+    tgt_key_padding_mask=None,
+    memory_key_padding_mask=None,
+    **layer_kw,
+):
     """torch.nn.TransformerDecoder. Returns (out, {"self": [...], "cross": [...]})."""
     x = _f64(tgt)
     ws, wc = [], []
     for i in range(num_layers):
-        x, a, c = decoder_layer(sd, f"{prefix}layers.{i}.", x, memory, nhead, eps=eps, tgt_mask=tgt_mask,
-                                memory_mask=memory_mask, tgt_key_padding_mask=tgt_key_padding_mask,
-                                memory_key_padding_mask=memory_key_padding_mask, **layer_kw)
+        x, a, c = decoder_layer(
+            sd,
+            f"{prefix}layers.{i}.",
+            x,
+            memory,
+            nhead,
+            eps=eps,
+            tgt_mask=tgt_mask,
+            memory_mask=memory_mask,
+            tgt_key_padding_mask=tgt_key_padding_mask,
+            memory_key_padding_mask=memory_key_padding_mask,
+            **layer_kw,
+        )
         ws.append(a)
         wc.append(c)
     if final_norm:
@@ -185,13 +231,49 @@ def decoder(sd, prefix, tgt, memory, nhead, num_layers, *, final_norm=False, eps
     return x, {"self": ws, "cross": wc}
 
 
-def transformer(sd, src, tgt, nhead, num_encoder_layers, num_decoder_layers, *, eps=1e-5, src_mask=None,
-                tgt_mask=None, memory_mask=None, src_key_padding_mask=None, tgt_key_padding_mask=None,
-                memory_key_padding_mask=None, **layer_kw):
+def transformer(
+    sd,
+    src,
+    tgt,
+    nhead,
+    num_encoder_layers,
+    num_decoder_layers,
+    *,
+    eps=1e-5,
+    src_mask=None,
+    tgt_mask=None,
+    memory_mask=None,
+    src_key_padding_mask=None,
+    tgt_key_padding_mask=None,
+    memory_key_padding_mask=None,
+    **layer_kw,
+):
     """torch.nn.Transformer (both final norms present). Returns (out, weights dict)."""
-    mem, we = encoder(sd, "encoder.", src, nhead, num_encoder_layers, final_norm=True, eps=eps,
-                      mask=src_mask, src_key_padding_mask=src_key_padding_mask, **layer_kw)
-    out, wd = decoder(sd, "decoder.", tgt, mem, nhead, num_decoder_layers, final_norm=True, eps=eps,
-                      tgt_mask=tgt_mask, memory_mask=memory_mask, tgt_key_padding_mask=tgt_key_padding_mask,
-                      memory_key_padding_mask=memory_key_padding_mask, **layer_kw)
+    mem, we = encoder(
+        sd,
+        "encoder.",
+        src,
+        nhead,
+        num_encoder_layers,
+        final_norm=True,
+        eps=eps,
+        mask=src_mask,
+        src_key_padding_mask=src_key_padding_mask,
+        **layer_kw,
+    )
+    out, wd = decoder(
+        sd,
+        "decoder.",
+        tgt,
+        mem,
+        nhead,
+        num_decoder_layers,
+        final_norm=True,
+        eps=eps,
+        tgt_mask=tgt_mask,
+        memory_mask=memory_mask,
+        tgt_key_padding_mask=tgt_key_padding_mask,
+        memory_key_padding_mask=memory_key_padding_mask,
+        **layer_kw,
+    )
     return out, {"encoder": we, "decoder_self": wd["self"], "decoder_cross": wd["cross"]}

@@ -48,22 +48,22 @@ typedef struct cap_job {
     const cap_run *r;
     int64_t t;
     void (*row)(const struct cap_job *j, int64_t b); /* what rows_task runs on each image */
-    const void *feat;   /* (B, L, F)                                              */
-    const void *pa;     /* (B, L, A) W_a a_i + b_a                                */
-    const void *v;      /* (A) the score vector                                   */
-    const void *rec;    /* (B, R) h_{t-1} W_rec^T + b_rec: [W_hh h + b_hh | U_a h | w_b h + b_b] */
-    const void *gxe;    /* (B, T, 4H) the embedding's part of the input gates + b_ih */
-    const void *zp;     /* (B, 4H) z_t W_ih[:, E:]^T                              */
-    void *th;           /* (B, T, L, A) tanh(W_a a_i + b_a + U_a h_{t-1})         */
-    void *alpha;        /* (B, T, L)                                              */
-    void *beta;         /* (B, T)                                                 */
-    void *zhat;         /* (B, T, F) sum_i alpha_i a_i (soft) or a_s (hard)       */
-    void *xin;          /* (B, T, E + F) [E y_{t-1}; z_t]                         */
-    void *zs;           /* (B, F) z_t                                             */
-    int64_t *samples;   /* (B, T) locations (hard modes)                          */
-    void *gates;        /* (B, T, 4H) i, f, g, o after their nonlinearities       */
-    void *h, *c;        /* (B, T, H) h_t, c_t                                     */
-    void *hprev;        /* (B, T, H) h_{t-1}, or NULL (decoding)                  */
+    const void *feat;                                /* (B, L, F)                                              */
+    const void *pa;                                  /* (B, L, A) W_a a_i + b_a                                */
+    const void *v;                                   /* (A) the score vector                                   */
+    const void *rec;     /* (B, R) h_{t-1} W_rec^T + b_rec: [W_hh h + b_hh | U_a h | w_b h + b_b] */
+    const void *gxe;     /* (B, T, 4H) the embedding's part of the input gates + b_ih */
+    const void *zp;      /* (B, 4H) z_t W_ih[:, E:]^T                              */
+    void *th;            /* (B, T, L, A) tanh(W_a a_i + b_a + U_a h_{t-1})         */
+    void *alpha;         /* (B, T, L)                                              */
+    void *beta;          /* (B, T)                                                 */
+    void *zhat;          /* (B, T, F) sum_i alpha_i a_i (soft) or a_s (hard)       */
+    void *xin;           /* (B, T, E + F) [E y_{t-1}; z_t]                         */
+    void *zs;            /* (B, F) z_t                                             */
+    int64_t *samples;    /* (B, T) locations (hard modes)                          */
+    void *gates;         /* (B, T, 4H) i, f, g, o after their nonlinearities       */
+    void *h, *c;         /* (B, T, H) h_t, c_t                                     */
+    void *hprev;         /* (B, T, H) h_{t-1}, or NULL (decoding)                  */
     void *h_run, *c_run; /* (B, H) the running state                              */
     /* backward */
     const void *c0;      /* (B, H)                                                */
@@ -115,8 +115,7 @@ static attnc_mat M(const void *p, int64_t rows, int64_t cols, int64_t rs) {
 }
 
 /* c (m, n) = alpha op(a) op(b) + beta c over fixed blocks of c's rows. */
-static void gemm(const cap_run *r, bool ta, bool tb, double alpha, attnc_mat a, attnc_mat b, double beta,
-                 attnc_mat c) {
+static void gemm(const cap_run *r, bool ta, bool tb, double alpha, attnc_mat a, attnc_mat b, double beta, attnc_mat c) {
     attnc_gemm_rows(r->dt, ta, tb, alpha, a, b, beta, c, GEMM_ROWS);
 }
 
@@ -144,14 +143,22 @@ static attnc_status check_params(const cap_run *r, const attnc_captioner_params 
         const attnc_tensor *t;
         const char *name;
         int64_t n0, n1;
-    } parts[] = {{&p->embedding, "embedding.weight", V, E},       {&p->init_h_w, "init_h.weight", H, F},
-                 {&p->init_h_b, "init_h.bias", H, 0},             {&p->init_c_w, "init_c.weight", H, F},
-                 {&p->init_c_b, "init_c.bias", H, 0},             {&p->att_feat_w, "attention.feature.weight", A, F},
-                 {&p->att_feat_b, "attention.feature.bias", A, 0}, {&p->att_hidden_w, "attention.hidden.weight", A, H},
-                 {&p->att_score_w, "attention.score.weight", 1, A}, {&p->w_ih, "decoder.weight_ih", 4 * H, E + F},
-                 {&p->w_hh, "decoder.weight_hh", 4 * H, H},       {&p->b_ih, "decoder.bias_ih", 4 * H, 0},
-                 {&p->b_hh, "decoder.bias_hh", 4 * H, 0},         {&p->out_h_w, "out_hidden.weight", E, H},
-                 {&p->out_z_w, "out_context.weight", E, F},       {&p->out_w, "output.weight", V, E},
+    } parts[] = {{&p->embedding, "embedding.weight", V, E},
+                 {&p->init_h_w, "init_h.weight", H, F},
+                 {&p->init_h_b, "init_h.bias", H, 0},
+                 {&p->init_c_w, "init_c.weight", H, F},
+                 {&p->init_c_b, "init_c.bias", H, 0},
+                 {&p->att_feat_w, "attention.feature.weight", A, F},
+                 {&p->att_feat_b, "attention.feature.bias", A, 0},
+                 {&p->att_hidden_w, "attention.hidden.weight", A, H},
+                 {&p->att_score_w, "attention.score.weight", 1, A},
+                 {&p->w_ih, "decoder.weight_ih", 4 * H, E + F},
+                 {&p->w_hh, "decoder.weight_hh", 4 * H, H},
+                 {&p->b_ih, "decoder.bias_ih", 4 * H, 0},
+                 {&p->b_hh, "decoder.bias_hh", 4 * H, 0},
+                 {&p->out_h_w, "out_hidden.weight", E, H},
+                 {&p->out_z_w, "out_context.weight", E, F},
+                 {&p->out_w, "output.weight", V, E},
                  {&p->out_b, "output.bias", V, 0}};
     for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++)
         TRY(check_param(r, parts[i].t, parts[i].name, parts[i].n0, parts[i].n1, output));
@@ -169,8 +176,10 @@ static attnc_status check_ids(const attnc_tensor *t, const char *name, int64_t n
     const int64_t *id = t->data;
     for (int64_t i = 0; i < n; i++)
         if (id[i] < low || id[i] >= limit)
-            return attnc_fail(ATTNC_ERR_VALUE, "%s has the value %" PRId64 " at flat index %" PRId64
-                              ", outside [%" PRId64 ", %" PRId64 ")", name, id[i], i, low, limit);
+            return attnc_fail(ATTNC_ERR_VALUE,
+                              "%s has the value %" PRId64 " at flat index %" PRId64 ", outside [%" PRId64 ", %" PRId64
+                              ")",
+                              name, id[i], i, low, limit);
     return ATTNC_OK;
 }
 
@@ -238,10 +247,10 @@ typedef struct {
 
 static void layout(cap_layout *lo, int64_t B, int64_t T, int64_t L, int64_t F, int64_t E, int64_t H, int64_t A) {
     int64_t at = 0, BT = B * T;
-    int64_t *slots[] = {&lo->mean, &lo->h0, &lo->c0, &lo->pa, &lo->xin, &lo->hprev, &lo->h, &lo->c,
-                        &lo->gates, &lo->th, &lo->alpha, &lo->beta, &lo->zhat, &lo->q};
-    int64_t sizes[] = {B * F, B * H, B * H, B * L * A, BT * (E + F), BT * H, BT * H, BT * H,
-                       BT * 4 * H, BT * L * A, BT * L, BT, BT * F, BT * E};
+    int64_t *slots[] = {&lo->mean, &lo->h0,    &lo->c0, &lo->pa,    &lo->xin,  &lo->hprev, &lo->h,
+                        &lo->c,    &lo->gates, &lo->th, &lo->alpha, &lo->beta, &lo->zhat,  &lo->q};
+    int64_t sizes[] = {B * F,  B * H,      B * H,      B * L * A, BT * (E + F), BT * H, BT * H,
+                       BT * H, BT * 4 * H, BT * L * A, BT * L,    BT,           BT * F, BT * E};
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
         *slots[i] = at;
         at += sizes[i];
@@ -272,8 +281,8 @@ static void pack_recurrent(const cap_run *r, const attnc_captioner_params *p, vo
 }
 
 /* mean (B, F), h0 = tanh(W_h mean + b_h), c0 (B, H), and pa (B L, A) = a W_a^T + b_a. */
-static void prepare(const cap_run *r, const attnc_captioner_params *p, const void *feat, void *mean, void *h0,
-                    void *c0, void *pa) {
+static void prepare(const cap_run *r, const attnc_captioner_params *p, const void *feat, void *mean, void *h0, void *c0,
+                    void *pa) {
     int64_t B = r->B, L = r->L, F = r->F, H = r->H, A = r->A;
     ATTNC_TYPED(r->dt, mean_of)(mean, feat, B, L, F);
     fill_rows(r, h0, B, H, H, p->init_h_b.data);
@@ -296,8 +305,8 @@ static attnc_status scratch_alloc(const cap_run *r, step_scratch *s, int64_t gxe
     struct {
         void **p;
         int64_t n;
-    } bufs[] = {{&s->w_rec, r->R * H}, {&s->b_rec, r->R},   {&s->rec, B * r->R}, {&s->zs, B * r->F},
-                {&s->zp, B * 4 * H},    {&s->h_run, B * H}, {&s->c_run, B * H},  {&s->gxe, gxe_rows * 4 * H}};
+    } bufs[] = {{&s->w_rec, r->R * H}, {&s->b_rec, r->R},  {&s->rec, B * r->R}, {&s->zs, B * r->F},
+                {&s->zp, B * 4 * H},   {&s->h_run, B * H}, {&s->c_run, B * H},  {&s->gxe, gxe_rows * 4 * H}};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         TRY(attnc_calloc(bufs[i].p, (size_t)bufs[i].n, esize(r), "captioner scratch"));
     return ATTNC_OK;
@@ -320,11 +329,27 @@ static void step_forward(const cap_run *r, const attnc_captioner_params *p, cons
     int64_t B = r->B, H = r->H, F = r->F, E = r->E;
     fill_rows(r, s->rec, B, r->R, r->R, s->b_rec);
     gemm(r, false, true, 1, M(s->h_run, B, H, H), M(s->w_rec, r->R, H, H), 1, M(s->rec, B, r->R, r->R));
-    cap_job j = {.r = r, .t = t, .feat = feat, .pa = arr->pa, .v = p->att_score_w.data,
-                 .rec = s->rec, .gxe = s->gxe, .zp = s->zp, .th = arr->th, .alpha = arr->alpha,
-                 .beta = arr->beta, .zhat = arr->zhat, .xin = arr->xin, .zs = s->zs,
-                 .samples = arr->samples, .gates = arr->gates, .h = arr->h, .c = arr->c,
-                 .hprev = arr->hprev, .h_run = s->h_run, .c_run = s->c_run};
+    cap_job j = {.r = r,
+                 .t = t,
+                 .feat = feat,
+                 .pa = arr->pa,
+                 .v = p->att_score_w.data,
+                 .rec = s->rec,
+                 .gxe = s->gxe,
+                 .zp = s->zp,
+                 .th = arr->th,
+                 .alpha = arr->alpha,
+                 .beta = arr->beta,
+                 .zhat = arr->zhat,
+                 .xin = arr->xin,
+                 .zs = s->zs,
+                 .samples = arr->samples,
+                 .gates = arr->gates,
+                 .h = arr->h,
+                 .c = arr->c,
+                 .hprev = arr->hprev,
+                 .h_run = s->h_run,
+                 .c_run = s->c_run};
     over_rows(&j, ATTNC_TYPED(r->dt, attend_row));
     gemm(r, false, true, 1, M(s->zs, B, F, F), M(at(r, p->w_ih.data, E), 4 * H, F, E + F), 0,
          M(s->zp, B, 4 * H, 4 * H));
@@ -333,8 +358,8 @@ static void step_forward(const cap_run *r, const attnc_captioner_params *p, cons
 
 /* q (N, E) = x[:, :E] + h L_h^T + z L_z^T and logits (N, V) = q L_o^T + b_o,
  * for N rows of x = [emb; z] (N, E + F) and h (N, H). */
-static void deep_output(const cap_run *r, const attnc_captioner_params *p, int64_t N, const void *xin,
-                        const void *h, void *q, void *logits) {
+static void deep_output(const cap_run *r, const attnc_captioner_params *p, int64_t N, const void *xin, const void *h,
+                        void *q, void *logits) {
     int64_t E = r->E, F = r->F, H = r->H, V = r->V;
     for (int64_t i = 0; i < N; i++) attnc_copy(at(r, q, i * E), at(r, xin, i * (E + F)), (size_t)E * esize(r));
     gemm(r, false, true, 1, M(h, N, H, H), M(p->out_h_w.data, E, H, H), 1, M(q, N, E, E));
@@ -357,9 +382,8 @@ static void embed(const cap_run *r, const attnc_captioner_params *p, const int64
 /* ---- forward -------------------------------------------------------------------- */
 
 attnc_status attnc_captioner_forward(attnc_tensor *logits, attnc_tensor *alphas, attnc_tensor *samples,
-                                     attnc_tensor *saved, const attnc_tensor *features,
-                                     const attnc_tensor *tokens, const attnc_captioner_params *p,
-                                     const attnc_captioner_config *cfg) {
+                                     attnc_tensor *saved, const attnc_tensor *features, const attnc_tensor *tokens,
+                                     const attnc_captioner_params *p, const attnc_captioner_config *cfg) {
     cap_run r;
     if (!tokens) return attnc_fail(ATTNC_ERR_TYPE, "tokens is required");
     TRY(setup(&r, features, tokens, p, cfg));
@@ -389,10 +413,16 @@ attnc_status attnc_captioner_forward(attnc_tensor *logits, attnc_tensor *alphas,
         attnc_copy(s.c_run, c0, (size_t)(B * H) * esize(&r));
         for (int64_t b = 0; b < B && T > 0; b++)
             attnc_copy(at(&r, base, lo.hprev + b * T * H), at(&r, h0, b * H), (size_t)H * esize(&r));
-        step_arrays arr = {.th = at(&r, base, lo.th), .alpha = at(&r, base, lo.alpha), .beta = at(&r, base, lo.beta),
-                           .zhat = at(&r, base, lo.zhat), .xin = at(&r, base, lo.xin),
-                           .gates = at(&r, base, lo.gates), .h = at(&r, base, lo.h), .c = at(&r, base, lo.c),
-                           .hprev = at(&r, base, lo.hprev), .pa = at(&r, base, lo.pa),
+        step_arrays arr = {.th = at(&r, base, lo.th),
+                           .alpha = at(&r, base, lo.alpha),
+                           .beta = at(&r, base, lo.beta),
+                           .zhat = at(&r, base, lo.zhat),
+                           .xin = at(&r, base, lo.xin),
+                           .gates = at(&r, base, lo.gates),
+                           .h = at(&r, base, lo.h),
+                           .c = at(&r, base, lo.c),
+                           .hprev = at(&r, base, lo.hprev),
+                           .pa = at(&r, base, lo.pa),
                            .samples = r.mode == ATTNC_CAPTION_SOFT ? NULL : samples->data};
         for (int64_t t = 0; t < T; t++) step_forward(&r, p, features->data, &s, &arr, t);
         deep_output(&r, p, B * T, arr.xin, arr.h, at(&r, base, lo.q), logits->data);
@@ -409,8 +439,8 @@ attnc_status attnc_captioner_forward(attnc_tensor *logits, attnc_tensor *alphas,
  * the score vector, after the loop: dfeat (B, L, F) gets dpa W_a and the
  * mean's share. dh, dc (B, H) are dL/dh0, dL/dc0 (overwritten as scratch). */
 static void backward_prepare(const cap_run *r, attnc_captioner_params *g, const attnc_captioner_params *p,
-                             const void *feat, const void *base, const cap_layout *lo, void *dpa, void *dh,
-                             void *dc, void *dmean, void *dfeat, const void *de) {
+                             const void *feat, const void *base, const cap_layout *lo, void *dpa, void *dh, void *dc,
+                             void *dmean, void *dfeat, const void *de) {
     int64_t B = r->B, L = r->L, F = r->F, H = r->H, A = r->A, N = B * r->T * L;
     const void *h0 = at(r, base, lo->h0), *c0 = at(r, base, lo->c0), *mean = at(r, base, lo->mean);
     gemm(r, true, false, 1, M(dpa, B * L, A, A), M(feat, B * L, F, F), 0, M(g->att_feat_w.data, A, F, F));
@@ -488,9 +518,9 @@ attnc_status attnc_captioner_backward(attnc_captioner_params *grads, attnc_tenso
     struct {
         void **p;
         int64_t n;
-    } bufs[] = {{&dq, N * E},  {&dh_out, N * H}, {&dz_out, N * F}, {&drec, N * R},  {&de, N * L},
-                {&dpa, B * L * A}, {&dfeat, B * L * F}, {&dh, B * H}, {&dc, B * H}, {&dzp, B * F},
-                {&dmean, B * F}, {&w_rec, R * H}, {&b_rec, R}};
+    } bufs[] = {{&dq, N * E},      {&dh_out, N * H},    {&dz_out, N * F}, {&drec, N * R}, {&de, N * L},
+                {&dpa, B * L * A}, {&dfeat, B * L * F}, {&dh, B * H},     {&dc, B * H},   {&dzp, B * F},
+                {&dmean, B * F},   {&w_rec, R * H},     {&b_rec, R}};
     attnc_status st = ATTNC_OK;
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0] && st == ATTNC_OK; i++)
         st = attnc_calloc(bufs[i].p, (size_t)bufs[i].n, esize(&r), "captioner gradients");
@@ -507,14 +537,29 @@ attnc_status attnc_captioner_backward(attnc_captioner_params *grads, attnc_tenso
         gemm(&r, true, false, 1, M(dq, N, E, E), M(at(&r, xin, E), N, F, E + F), 0, M(grads->out_z_w.data, E, F, F));
         pack_recurrent(&r, p, w_rec, b_rec);
         const void *sv = saved->data;
-        cap_job j = {.r = &r, .feat = features->data, .v = p->att_score_w.data,
-                     .th = at(&r, sv, lo.th), .alpha = at(&r, sv, lo.alpha), .beta = at(&r, sv, lo.beta),
-                     .zhat = at(&r, sv, lo.zhat), .samples = r.mode ? samples->data : NULL,
-                     .gates = at(&r, sv, lo.gates), .h = at(&r, sv, lo.h), .c = at(&r, sv, lo.c),
-                     .c0 = at(&r, sv, lo.c0), .dh_out = dh_out, .dz_out = dz_out,
+        cap_job j = {.r = &r,
+                     .feat = features->data,
+                     .v = p->att_score_w.data,
+                     .th = at(&r, sv, lo.th),
+                     .alpha = at(&r, sv, lo.alpha),
+                     .beta = at(&r, sv, lo.beta),
+                     .zhat = at(&r, sv, lo.zhat),
+                     .samples = r.mode ? samples->data : NULL,
+                     .gates = at(&r, sv, lo.gates),
+                     .h = at(&r, sv, lo.h),
+                     .c = at(&r, sv, lo.c),
+                     .c0 = at(&r, sv, lo.c0),
+                     .dh_out = dh_out,
+                     .dz_out = dz_out,
                      .dalphas = attnc_present(dalphas) ? dalphas->data : NULL,
-                     .dlogp = attnc_present(dlogp) ? dlogp->data : NULL, .dzp = dzp, .dh = dh, .dc = dc,
-                     .drec = drec, .de = de, .dpa = dpa, .dfeat = dfeat};
+                     .dlogp = attnc_present(dlogp) ? dlogp->data : NULL,
+                     .dzp = dzp,
+                     .dh = dh,
+                     .dc = dc,
+                     .drec = drec,
+                     .de = de,
+                     .dpa = dpa,
+                     .dfeat = dfeat};
         for (j.t = T - 1; j.t >= 0; j.t--) {
             over_rows(&j, ATTNC_TYPED(r.dt, cell_back_row));
             gemm(&r, false, false, 1, M(at(&r, drec, j.t * R), B, 4 * H, T * R),
@@ -539,15 +584,15 @@ attnc_status attnc_captioner_backward(attnc_captioner_params *grads, attnc_tenso
  * a reorder moves is h_run and c_run. Each step's weights are the search's
  * trace, which it keeps per hypothesis. */
 typedef struct {
-    cap_run r;                         /* r.B = R rows; r.T = 1: the step arrays hold one step */
+    cap_run r; /* r.B = R rows; r.T = 1: the step arrays hold one step */
     const attnc_captioner_params *p;
-    cap_layout lo;                     /* of base                                              */
-    void *base;                        /* (lo.total) one step's activations of the R rows      */
-    const void *feat;                  /* (R, L, F) row i's image: the features when K = 1     */
-    void *feat_k;                      /* (R, L, F) their copy when K > 1                      */
-    void *logits;                      /* (R, V)                                               */
-    void *gather;                      /* (R, H) the reorder's scratch                         */
-    int64_t *start, *hard;             /* (R) bos; (R) the argmax locations                    */
+    cap_layout lo;         /* of base                                              */
+    void *base;            /* (lo.total) one step's activations of the R rows      */
+    const void *feat;      /* (R, L, F) row i's image: the features when K = 1     */
+    void *feat_k;          /* (R, L, F) their copy when K > 1                      */
+    void *logits;          /* (R, V)                                               */
+    void *gather;          /* (R, H) the reorder's scratch                         */
+    int64_t *start, *hard; /* (R) bos; (R) the argmax locations                    */
     int64_t K, T;
     step_scratch s;
     step_arrays arr;
@@ -587,8 +632,8 @@ static attnc_status decoder_alloc(cap_decoder *d) {
         void **p;
         int64_t n;
         size_t size;
-    } bufs[] = {{&d->base, d->lo.total, esize(r)},     {&d->feat_k, beam ? R * r->L * r->F : 0, esize(r)},
-                {&d->logits, R * r->V, esize(r)},      {&d->gather, R * r->H, esize(r)},
+    } bufs[] = {{&d->base, d->lo.total, esize(r)},        {&d->feat_k, beam ? R * r->L * r->F : 0, esize(r)},
+                {&d->logits, R * r->V, esize(r)},         {&d->gather, R * r->H, esize(r)},
                 {(void **)&d->start, R, sizeof(int64_t)}, {(void **)&d->hard, R, sizeof(int64_t)}};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         TRY(attnc_calloc(bufs[i].p, (size_t)bufs[i].n, bufs[i].size, "captioner decoding"));
@@ -618,17 +663,23 @@ static void decoder_prepare(cap_decoder *d, const void *features, int64_t bos) {
     attnc_copy(d->s.h_run, at(r, base, lo->h0), (size_t)(R * H) * esize(r));
     attnc_copy(d->s.c_run, at(r, base, lo->c0), (size_t)(R * H) * esize(r));
     for (int64_t i = 0; i < R; i++) d->start[i] = bos;
-    d->arr = (step_arrays){.th = at(r, base, lo->th), .alpha = at(r, base, lo->alpha), .beta = at(r, base, lo->beta),
-                           .zhat = at(r, base, lo->zhat), .xin = at(r, base, lo->xin), .gates = at(r, base, lo->gates),
-                           .h = at(r, base, lo->h), .c = at(r, base, lo->c), .hprev = NULL,
-                           .pa = at(r, base, lo->pa), .samples = d->hard};
+    d->arr = (step_arrays){.th = at(r, base, lo->th),
+                           .alpha = at(r, base, lo->alpha),
+                           .beta = at(r, base, lo->beta),
+                           .zhat = at(r, base, lo->zhat),
+                           .xin = at(r, base, lo->xin),
+                           .gates = at(r, base, lo->gates),
+                           .h = at(r, base, lo->h),
+                           .c = at(r, base, lo->c),
+                           .hprev = NULL,
+                           .pa = at(r, base, lo->pa),
+                           .samples = d->hard};
 }
 
 /* The decoder's outputs tokens (B, T), lengths (B) INT64 and alphas (B, T, L)
  * (optional), T returned, and its other arguments. */
-static attnc_status check_decoding(const cap_run *r, attnc_tensor *tokens, attnc_tensor *lengths,
-                                   attnc_tensor *alphas, int64_t bos, int64_t eos, int64_t beam_size,
-                                   double length_penalty, int64_t *T) {
+static attnc_status check_decoding(const cap_run *r, attnc_tensor *tokens, attnc_tensor *lengths, attnc_tensor *alphas,
+                                   int64_t bos, int64_t eos, int64_t beam_size, double length_penalty, int64_t *T) {
     if (r->mode != ATTNC_CAPTION_SOFT && r->mode != ATTNC_CAPTION_HARD_ARGMAX)
         return attnc_fail(ATTNC_ERR_VALUE, "decoding needs the soft or the argmax attention mode");
     int64_t ts[2] = {r->B, -1}, ls[1] = {r->B};
@@ -648,8 +699,8 @@ static attnc_status check_decoding(const cap_run *r, attnc_tensor *tokens, attnc
 
 attnc_status attnc_captioner_generate(attnc_tensor *tokens, attnc_tensor *lengths, attnc_tensor *alphas,
                                       const attnc_tensor *features, const attnc_captioner_params *p,
-                                      const attnc_captioner_config *cfg, int64_t bos, int64_t eos,
-                                      int64_t beam_size, double length_penalty) {
+                                      const attnc_captioner_config *cfg, int64_t bos, int64_t eos, int64_t beam_size,
+                                      double length_penalty) {
     cap_decoder d = {0};
     cap_run *r = &d.r;
     TRY(setup(r, features, NULL, p, cfg));
@@ -667,11 +718,22 @@ attnc_status attnc_captioner_generate(attnc_tensor *tokens, attnc_tensor *length
     attnc_status st = decoder_alloc(&d);
     if (st == ATTNC_OK) {
         decoder_prepare(&d, features->data, bos);
-        attnc_search_model m = {.ctx = &d, .B = B, .K = beam_size, .V = r->V, .logits = d.logits, .dt = r->dt,
-                                .step = decoder_step, .reorder = decoder_reorder, .trace = d.arr.alpha,
+        attnc_search_model m = {.ctx = &d,
+                                .B = B,
+                                .K = beam_size,
+                                .V = r->V,
+                                .logits = d.logits,
+                                .dt = r->dt,
+                                .step = decoder_step,
+                                .reorder = decoder_reorder,
+                                .trace = d.arr.alpha,
                                 .trace_bytes = r->L * (int64_t)esize(r)};
-        attnc_search_io io = {.out = tokens->data, .lengths = lengths->data, .T = T, .eos = eos,
-                              .alpha = length_penalty, .trace = attnc_present(alphas) ? alphas->data : NULL};
+        attnc_search_io io = {.out = tokens->data,
+                              .lengths = lengths->data,
+                              .T = T,
+                              .eos = eos,
+                              .alpha = length_penalty,
+                              .trace = attnc_present(alphas) ? alphas->data : NULL};
         st = attnc_search(&m, &io);
     }
     decoder_free(&d);

@@ -32,8 +32,8 @@ typedef enum {
 
 typedef struct {
     attnc_caption_mode mode;
-    int gate;      /* 1: the gate beta_t (gate_w, gate_b present); 0: beta_t = 1 */
-    uint64_t seed; /* for ATTNC_CAPTION_HARD_SAMPLE                             */
+    int gate;           /* 1: the gate beta_t (gate_w, gate_b present); 0: beta_t = 1 */
+    uint64_t seed;      /* for ATTNC_CAPTION_HARD_SAMPLE                             */
     double expect_prob; /* HARD_SAMPLE: the chance a row uses the expected context
                          * (Xu et al. 2015, sec. 4.1: halves the estimator's variance) */
 } attnc_captioner_config;
@@ -54,8 +54,7 @@ typedef struct {
 } attnc_captioner_params;
 
 /* Elements of the `saved` buffer a forward fills for its backward. */
-int64_t attnc_captioner_saved_size(int64_t B, int64_t T, int64_t L, int64_t F, int64_t E, int64_t H,
-                                   int64_t A);
+int64_t attnc_captioner_saved_size(int64_t B, int64_t T, int64_t L, int64_t F, int64_t E, int64_t H, int64_t A);
 
 /* Teacher-forced forward over whole sequences.
  * logits (B, T, V), alphas (B, T, L) <- features (B, L, F), tokens (B, T)
@@ -65,9 +64,8 @@ int64_t attnc_captioner_saved_size(int64_t B, int64_t T, int64_t L, int64_t F, i
  * absent in soft mode.
  * saved (attnc_captioner_saved_size) is optional (absent: no backward). */
 attnc_status attnc_captioner_forward(attnc_tensor *logits, attnc_tensor *alphas, attnc_tensor *samples,
-                                     attnc_tensor *saved, const attnc_tensor *features,
-                                     const attnc_tensor *tokens, const attnc_captioner_params *p,
-                                     const attnc_captioner_config *cfg);
+                                     attnc_tensor *saved, const attnc_tensor *features, const attnc_tensor *tokens,
+                                     const attnc_captioner_params *p, const attnc_captioner_config *cfg);
 
 /* Backward through time. grads (every parameter's gradient, overwritten;
  * gate ones only with the gate) and dfeatures (B, L, F) (optional) <-
@@ -99,7 +97,7 @@ attnc_status attnc_captioner_backward(attnc_captioner_params *grads, attnc_tenso
  * be SOFT or HARD_ARGMAX. */
 attnc_status attnc_captioner_generate(attnc_tensor *tokens, attnc_tensor *lengths, attnc_tensor *alphas,
                                       const attnc_tensor *features, const attnc_captioner_params *p,
-                                      const attnc_captioner_config *cfg, int64_t bos, int64_t eos,
-                                      int64_t beam_size, double length_penalty);
+                                      const attnc_captioner_config *cfg, int64_t bos, int64_t eos, int64_t beam_size,
+                                      double length_penalty);
 
 #endif

@@ -5,8 +5,8 @@
 #include "../../core/lstm_cell_impl.h"
 
 /* th (L, A) <- tanh(pa (L, A) + ph (A)), then e (L) <- th v (A). */
-static void FN(scores)(const REAL *restrict pa, const REAL *restrict ph, const REAL *restrict v,
-                       REAL *restrict th, REAL *restrict e, int64_t L, int64_t A) {
+static void FN(scores)(const REAL *restrict pa, const REAL *restrict ph, const REAL *restrict v, REAL *restrict th,
+                       REAL *restrict e, int64_t L, int64_t A) {
     for (int64_t i = 0; i < L; i++)
         for (int64_t k = 0; k < A; k++) th[i * A + k] = FN(tanh_)(pa[i * A + k] + ph[k]);
     for (int64_t i = 0; i < L; i++) {
@@ -87,8 +87,8 @@ static void FN(cell_back_row)(const cap_job *j, int64_t b) {
     int64_t H = r->H, bt = b * r->T + j->t;
     const REAL *gate = (const REAL *)j->gates + bt * 4 * H, *cn = (const REAL *)j->c + bt * H;
     const REAL *cp = j->t ? (const REAL *)j->c + (bt - 1) * H : (const REAL *)j->c0 + b * H;
-    FN(lstm_cell_backward)(gate, cn, cp, (REAL *)j->dh + b * H, (const REAL *)j->dh_out + bt * H,
-       (REAL *)j->dc + b * H, (REAL *)j->drec + bt * r->R, H);
+    FN(lstm_cell_backward)(gate, cn, cp, (REAL *)j->dh + b * H, (const REAL *)j->dh_out + bt * H, (REAL *)j->dc + b * H,
+                           (REAL *)j->drec + bt * r->R, H);
 }
 
 /* Attention gradients of row b at step t: d scores, d(U_a h), the gate's

@@ -87,8 +87,7 @@ static attnc_status setup(lstmn_run *x, const attnc_tensor *input, const attnc_t
     if (!attnc_present(input)) return attnc_fail(ATTNC_ERR_TYPE, "input is required");
     x->dt = input->dtype;
     if (x->dt != ATTNC_FLOAT32 && x->dt != ATTNC_FLOAT64)
-        return attnc_fail(ATTNC_ERR_TYPE, "input has dtype %s, expected float32 or float64",
-                          attnc_dtype_name(x->dt));
+        return attnc_fail(ATTNC_ERR_TYPE, "input has dtype %s, expected float32 or float64", attnc_dtype_name(x->dt));
     int64_t in[3] = {-1, -1, -1};
     TRY(attnc_check_array(input, "input", x->dt, 3, in, false));
     x->B = in[0];
@@ -123,8 +122,7 @@ static attnc_status check_saved(const lstmn_run *x, const attnc_tensor *saved, b
 /* ---- forward --------------------------------------------------------------------- */
 
 attnc_status attnc_lstmn_forward(attnc_tensor *output, attnc_tensor *attention, attnc_tensor *saved,
-                                 const attnc_tensor *input, const attnc_tensor *lengths,
-                                 const attnc_lstmn_params *p) {
+                                 const attnc_tensor *input, const attnc_tensor *lengths, const attnc_lstmn_params *p) {
     lstmn_run x;
     TRY(setup(&x, input, lengths, p));
     TRY(ATTNC_NEED(output, "output", x.dt, true, x.B, x.T, x.H));
@@ -142,8 +140,10 @@ attnc_status attnc_lstmn_forward(attnc_tensor *output, attnc_tensor *attention, 
     char *sv = slots;
     for (int64_t r = 0; r < BT; r++) {
         char *g = sv + (r * x.S + x.gates) * (int64_t)es;
-        if (x.bias) memcpy(g, p->bias.data, (size_t)(4 * x.H) * es);
-        else memset(g, 0, (size_t)(4 * x.H) * es);
+        if (x.bias)
+            memcpy(g, p->bias.data, (size_t)(4 * x.H) * es);
+        else
+            memset(g, 0, (size_t)(4 * x.H) * es);
     }
     attnc_mat X = {input->data, BT, x.I, x.I, 1};
     attnc_mat Wih = {p->weight_ih.data, 4 * x.H, x.I, x.I, 1}, Wx = {p->attn_x.data, x.A, x.I, x.I, 1};
@@ -168,8 +168,8 @@ static void wgrad(const lstmn_run *x, void *dw, const void *dy, int64_t out, con
 }
 
 attnc_status attnc_lstmn_backward(attnc_lstmn_params *grads, attnc_tensor *dinput, const attnc_tensor *doutput,
-                                  const attnc_tensor *saved, const attnc_tensor *input,
-                                  const attnc_tensor *lengths, const attnc_lstmn_params *p) {
+                                  const attnc_tensor *saved, const attnc_tensor *input, const attnc_tensor *lengths,
+                                  const attnc_lstmn_params *p) {
     lstmn_run x;
     TRY(setup(&x, input, lengths, p));
     if (!grads) return attnc_fail(ATTNC_ERR_TYPE, "the gradients are required");
@@ -191,8 +191,7 @@ attnc_status attnc_lstmn_backward(attnc_lstmn_params *grads, attnc_tensor *dinpu
     if (st == ATTNC_OK) st = attnc_calloc(&dKH, (size_t)(BT * A), es, "the LSTMN's key cotangents");
     if (st == ATTNC_OK) st = attnc_calloc(&dV, (size_t)(BT * A), es, "the LSTMN's score cotangents");
     if (st == ATTNC_OK) st = attnc_calloc(&dHC, (size_t)(BT * 2 * H), es, "the LSTMN's tape cotangents");
-    if (st == ATTNC_OK)
-        st = attnc_calloc(&scratch, (size_t)(workers * LSTMN_ROWS * 4 * H), es, "the LSTMN's scratch");
+    if (st == ATTNC_OK) st = attnc_calloc(&scratch, (size_t)(workers * LSTMN_ROWS * 4 * H), es, "the LSTMN's scratch");
     if (st == ATTNC_OK) {
         if (BT > 0) {
             ATTNC_TYPED(x.dt, lstmn_backward)(&x, p, saved->data, doutput->data, dG, dQ, dKH, dV, dHC, scratch,
@@ -200,7 +199,7 @@ attnc_status attnc_lstmn_backward(attnc_lstmn_params *grads, attnc_tensor *dinpu
         }
         const char *sv = saved->data;
         if (BT == 0) {
-            attnc_tensor *all[] = {&grads->weight_ih, &grads->weight_hh, &grads->bias,      &grads->attn_h,
+            attnc_tensor *all[] = {&grads->weight_ih, &grads->weight_hh,  &grads->bias,  &grads->attn_h,
                                    &grads->attn_x,    &grads->attn_tilde, &grads->attn_v};
             for (int i = 0; i < 7; i++)
                 if (attnc_present(all[i])) memset(all[i]->data, 0, (size_t)attnc_numel(all[i]) * es);

@@ -13,22 +13,22 @@ typedef struct {
     const REAL *w_hh, *attn_h, *attn_tilde, *v; /* (4H, H), (A, H), (A, H), (A)          */
     REAL *saved;                                /* B T slots (lstmn.c's layout)            */
     /* forward */
-    REAL *output;                               /* (B, T, H)                               */
-    REAL *attention;                            /* (B, T, T) or NULL                       */
+    REAL *output;    /* (B, T, H)                               */
+    REAL *attention; /* (B, T, T) or NULL                       */
     /* backward */
-    const REAL *doutput;                        /* (B, T, H)                               */
-    REAL *dG, *dQ, *dKH, *dV, *dHC;             /* per (row, step): see lstmn.c            */
-    REAL *scratch;                              /* per worker LSTMN_ROWS rows of 4H        */
+    const REAL *doutput;            /* (B, T, H)                               */
+    REAL *dG, *dQ, *dKH, *dV, *dHC; /* per (row, step): see lstmn.c            */
+    REAL *scratch;                  /* per worker LSTMN_ROWS rows of 4H        */
 } FN(lstmn_job);
 
-static inline REAL *FN(slot)(const FN(lstmn_job) *J, int64_t b, int64_t t) {
+static inline REAL *FN(slot)(const FN(lstmn_job) * J, int64_t b, int64_t t) {
     return J->saved + (b * J->x->T + t) * J->x->S;
 }
 
 static inline bool FN(active)(const lstmn_run *x, int64_t b, int64_t t) { return !x->len || t < x->len[b]; }
 
 /* a_i = v . tanh(kh_i + q) for i < t, then s = softmax(a) (written to s[0, t), zeros after). */
-static void FN(scores)(const lstmn_run *x, const FN(lstmn_job) *J, int64_t b, int64_t t, REAL *s) {
+static void FN(scores)(const lstmn_run *x, const FN(lstmn_job) * J, int64_t b, int64_t t, REAL *s) {
     const REAL *q = FN(slot)(J, b, t) + x->q;
     REAL mx = -INFINITY;
     for (int64_t i = 0; i < t; i++) {
@@ -42,8 +42,8 @@ static void FN(scores)(const lstmn_run *x, const FN(lstmn_job) *J, int64_t b, in
 }
 
 /* ht += w hi, ct += w ci (H each). */
-static void FN(read_tape)(REAL *restrict ht, REAL *restrict ct, const REAL *restrict hi,
-                          const REAL *restrict ci, REAL w, int64_t H) {
+static void FN(read_tape)(REAL *restrict ht, REAL *restrict ct, const REAL *restrict hi, const REAL *restrict ci,
+                          REAL w, int64_t H) {
     for (int64_t k = 0; k < H; k++) {
         ht[k] += w * hi[k];
         ct[k] += w * ci[k];
@@ -63,8 +63,10 @@ static void FN(lstmn_forward_task)(void *arg, int64_t block, int worker) {
         /* the query: q += W_h~ h~_{t-1} (h~_0 = 0: the tape is empty at step 0) */
         for (int64_t b = b0; b < b0 + n; b++) {
             REAL *sl = FN(slot)(J, b, t);
-            if (t) memcpy(sl + x->hq, FN(slot)(J, b, t - 1) + x->ht, (size_t)H * sizeof(REAL));
-            else memset(sl + x->hq, 0, (size_t)H * sizeof(REAL));
+            if (t)
+                memcpy(sl + x->hq, FN(slot)(J, b, t - 1) + x->ht, (size_t)H * sizeof(REAL));
+            else
+                memset(sl + x->hq, 0, (size_t)H * sizeof(REAL));
         }
         if (t) FN(times_wt)(s0 + x->hq, rs, J->attn_tilde, A, H, 1, s0 + x->q, rs, n);
         /* attention over the tape and the summaries h~_t, c~_t */
@@ -104,7 +106,7 @@ static void FN(lstmn_forward_task)(void *arg, int64_t block, int worker) {
 /* The attention of step t backward for row b: from dh~_t and dc~_t, the
  * cotangents of the tape entries h_i, c_i, kh_i (i < t; accumulated), of the
  * query (dQ, written) and v's part (dV, written). */
-static void FN(attend_backward)(const FN(lstmn_job) *J, int64_t b, int64_t t, const REAL *dht, const REAL *dct) {
+static void FN(attend_backward)(const FN(lstmn_job) * J, int64_t b, int64_t t, const REAL *dht, const REAL *dct) {
     const lstmn_run *x = J->x;
     int64_t H = x->H, A = x->A, T = x->T, r = b * T + t;
     const REAL *sl = FN(slot)(J, b, t), *s = sl + x->s, *q = sl + x->q;
@@ -170,18 +172,34 @@ static void FN(lstmn_backward_task)(void *arg, int64_t block, int worker) {
  * ATTNC_TYPED), the typed job built here. */
 static void FN(lstmn_forward)(const lstmn_run *x, const attnc_lstmn_params *p, void *saved, void *output,
                               void *attention, int workers) {
-    FN(lstmn_job) j = {.x = x, .w_hh = p->weight_hh.data, .attn_h = p->attn_h.data,
-                       .attn_tilde = p->attn_tilde.data, .v = p->attn_v.data, .saved = saved, .output = output,
-                       .attention = attention};
+    FN(lstmn_job)
+    j = {.x = x,
+         .w_hh = p->weight_hh.data,
+         .attn_h = p->attn_h.data,
+         .attn_tilde = p->attn_tilde.data,
+         .v = p->attn_v.data,
+         .saved = saved,
+         .output = output,
+         .attention = attention};
     attnc_parallel_for((x->B + LSTMN_ROWS - 1) / LSTMN_ROWS, workers, FN(lstmn_forward_task), &j);
 }
 
 static void FN(lstmn_backward)(const lstmn_run *x, const attnc_lstmn_params *p, void *saved, const void *doutput,
                                void *dG, void *dQ, void *dKH, void *dV, void *dHC, void *scratch, int workers) {
-    FN(lstmn_job) j = {.x = x, .w_hh = p->weight_hh.data, .attn_h = p->attn_h.data,
-                       .attn_tilde = p->attn_tilde.data, .v = p->attn_v.data, .saved = saved,
-                       .doutput = doutput, .dG = dG, .dQ = dQ, .dKH = dKH, .dV = dV, .dHC = dHC,
-                       .scratch = scratch};
+    FN(lstmn_job)
+    j = {.x = x,
+         .w_hh = p->weight_hh.data,
+         .attn_h = p->attn_h.data,
+         .attn_tilde = p->attn_tilde.data,
+         .v = p->attn_v.data,
+         .saved = saved,
+         .doutput = doutput,
+         .dG = dG,
+         .dQ = dQ,
+         .dKH = dKH,
+         .dV = dV,
+         .dHC = dHC,
+         .scratch = scratch};
     attnc_parallel_for((x->B + LSTMN_ROWS - 1) / LSTMN_ROWS, workers, FN(lstmn_backward_task), &j);
 }
 

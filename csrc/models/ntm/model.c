@@ -37,20 +37,20 @@ typedef struct {
 
 typedef struct {
     const ntm_run *x;
-    const void *inputs;                               /* (B, T, I)                              */
-    const void *w_ih, *w_hh, *b_ih, *b_hh;            /* the controller (w_hh, b_hh: LSTM only)  */
+    const void *inputs;                    /* (B, T, I)                              */
+    const void *w_ih, *w_hh, *b_ih, *b_hh; /* the controller (w_hh, b_hh: LSTM only)  */
     const void *head_w, *head_b, *out_w, *out_b;
-    const void *mem0, *r0, *w0;                       /* (B, N, M), (B, R, M), (B, Hh, N)       */
-    void *saved;      /* B T slots (model.c's layout); NULL: two slots per row in scratch          */
-    void *scratch;    /* per worker, x->scratch REALs                                            */
+    const void *mem0, *r0, *w0; /* (B, N, M), (B, R, M), (B, Hh, N)       */
+    void *saved;                /* B T slots (model.c's layout); NULL: two slots per row in scratch          */
+    void *scratch;              /* per worker, x->scratch REALs                                            */
     /* forward */
-    void *logits;                                     /* (B, T, O)                              */
-    void *weights, *memories;                         /* (B, T, Hh, N), (B, T, N, M) or NULL    */
+    void *logits;             /* (B, T, O)                              */
+    void *weights, *memories; /* (B, T, Hh, N), (B, T, N, M) or NULL    */
     /* backward */
-    const void *dlogits;                              /* (B, T, O)                              */
-    void *dG, *dP;                                    /* (B T, G), (B T, P): pre-activation cotangents */
-    void *dinputs;                                    /* (B, T, I) or NULL                      */
-    void *dmem0, *dr0, *dw0;                          /* the initial state's gradients          */
+    const void *dlogits;     /* (B, T, O)                              */
+    void *dG, *dP;           /* (B T, G), (B T, P): pre-activation cotangents */
+    void *dinputs;           /* (B, T, I) or NULL                      */
+    void *dmem0, *dr0, *dw0; /* the initial state's gradients          */
 } ntm_job;
 
 #define ATTNC_F64 0
@@ -63,8 +63,8 @@ typedef struct {
  * raw head parameters p_t (P), w_c, w_g, w~ and w_t of every head (Hh N
  * each) and the memory M_{t-1} (N M). */
 static void ntm_layout(ntm_run *x) {
-    int64_t widths[] = {x->Z, x->lstm ? x->C : 0, x->lstm ? 4 * x->C : 0, x->lstm ? x->C : 0, x->HR, x->P,
-                        x->Hh * x->N, x->Hh * x->N, x->Hh * x->N, x->Hh * x->N, x->N * x->M};
+    int64_t widths[] = {x->Z,         x->lstm ? x->C : 0, x->lstm ? 4 * x->C : 0, x->lstm ? x->C : 0, x->HR,      x->P,
+                        x->Hh * x->N, x->Hh * x->N,       x->Hh * x->N,           x->Hh * x->N,       x->N * x->M};
     int64_t *offsets[] = {&x->z, &x->hprev, &x->gates, &x->c, &x->hr, &x->p, &x->wc, &x->wg, &x->wt, &x->w, &x->mem};
     int64_t at = 0;
     for (int i = 0; i < 11; i++) {
@@ -115,8 +115,7 @@ static attnc_status setup(ntm_run *x, const attnc_tensor *inputs, const attnc_nt
     if (!attnc_present(inputs)) return attnc_fail(ATTNC_ERR_TYPE, "inputs is required");
     x->dt = inputs->dtype;
     if (x->dt != ATTNC_FLOAT32 && x->dt != ATTNC_FLOAT64)
-        return attnc_fail(ATTNC_ERR_TYPE, "inputs has dtype %s, expected float32 or float64",
-                          attnc_dtype_name(x->dt));
+        return attnc_fail(ATTNC_ERR_TYPE, "inputs has dtype %s, expected float32 or float64", attnc_dtype_name(x->dt));
     int64_t in[3] = {-1, -1, -1}, mem[3] = {-1, -1, -1};
     TRY(attnc_check_dims(inputs, "inputs", x->dt, 3, in, false));
     if (!attnc_is_contiguous(inputs)) return attnc_fail(ATTNC_ERR_LAYOUT, "inputs must be C-contiguous");
@@ -134,8 +133,8 @@ static attnc_status setup(ntm_run *x, const attnc_tensor *inputs, const attnc_nt
     x->clip = cfg->clip;
     /* the sizes the parameters give (each checked whole by check_params) */
     int64_t cw[2] = {-1, -1}, hw[2] = {-1, -1}, ow[2] = {-1, -1};
-    TRY(attnc_check_array(x->lstm ? &p->w_hh : &p->w_ih, x->lstm ? "controller.weight_hh" : "controller.weight",
-                          x->dt, 2, cw, false));
+    TRY(attnc_check_array(x->lstm ? &p->w_hh : &p->w_ih, x->lstm ? "controller.weight_hh" : "controller.weight", x->dt,
+                          2, cw, false));
     TRY(attnc_check_array(&p->head_w, "heads.weight", x->dt, 2, hw, false));
     TRY(attnc_check_array(&p->out_w, "output.weight", x->dt, 2, ow, false));
     x->C = x->lstm ? cw[1] : cw[0];
@@ -162,8 +161,16 @@ static attnc_status setup(ntm_run *x, const attnc_tensor *inputs, const attnc_nt
 
 int64_t attnc_ntm_saved_size(int64_t B, int64_t T, int64_t I, int64_t C, int64_t N, int64_t M, int64_t P,
                              const attnc_ntm_config *cfg) {
-    ntm_run x = {.B = B, .T = T, .I = I, .C = C, .N = N, .M = M, .P = P, .lstm = cfg->lstm != 0,
-                 .R = cfg->read_heads, .W = cfg->write_heads};
+    ntm_run x = {.B = B,
+                 .T = T,
+                 .I = I,
+                 .C = C,
+                 .N = N,
+                 .M = M,
+                 .P = P,
+                 .lstm = cfg->lstm != 0,
+                 .R = cfg->read_heads,
+                 .W = cfg->write_heads};
     x.Hh = x.R + x.W;
     if (x.Hh < 1) return 0;
     x.K = (P - x.R * (M + 3) - x.W * (3 * M + 3)) / x.Hh;
@@ -179,9 +186,9 @@ static attnc_status check_saved(const ntm_run *x, const attnc_tensor *saved, boo
 
 /* ---- forward --------------------------------------------------------------------- */
 
-attnc_status attnc_ntm_forward(attnc_tensor *logits, attnc_tensor *weights, attnc_tensor *memories,
-                               attnc_tensor *saved, const attnc_tensor *inputs, const attnc_ntm_state *init,
-                               const attnc_ntm_params *p, const attnc_ntm_config *cfg) {
+attnc_status attnc_ntm_forward(attnc_tensor *logits, attnc_tensor *weights, attnc_tensor *memories, attnc_tensor *saved,
+                               const attnc_tensor *inputs, const attnc_ntm_state *init, const attnc_ntm_params *p,
+                               const attnc_ntm_config *cfg) {
     ntm_run x;
     TRY(setup(&x, inputs, init, p, cfg));
     TRY(ATTNC_NEED(logits, "logits", x.dt, true, x.B, x.T, x.O));
@@ -193,11 +200,22 @@ attnc_status attnc_ntm_forward(attnc_tensor *logits, attnc_tensor *weights, attn
     int workers = attnc_workers_for(x.B * x.T * (x.G * (x.Z + x.C) + x.Hh * x.N * x.M * 4));
     void *scratch = NULL;
     TRY(attnc_calloc(&scratch, (size_t)(workers * x.scratch), attnc_dtype_size(x.dt), "the NTM's scratch"));
-    ntm_job j = {.x = &x, .inputs = inputs->data, .w_ih = p->w_ih.data, .w_hh = p->w_hh.data,
-                 .b_ih = p->b_ih.data, .b_hh = p->b_hh.data, .head_w = p->head_w.data,
-                 .head_b = p->head_b.data, .out_w = p->out_w.data, .out_b = p->out_b.data,
-                 .mem0 = init->memory.data, .r0 = init->reads.data, .w0 = init->weights.data,
-                 .saved = keep ? saved->data : NULL, .scratch = scratch, .logits = logits->data,
+    ntm_job j = {.x = &x,
+                 .inputs = inputs->data,
+                 .w_ih = p->w_ih.data,
+                 .w_hh = p->w_hh.data,
+                 .b_ih = p->b_ih.data,
+                 .b_hh = p->b_hh.data,
+                 .head_w = p->head_w.data,
+                 .head_b = p->head_b.data,
+                 .out_w = p->out_w.data,
+                 .out_b = p->out_b.data,
+                 .mem0 = init->memory.data,
+                 .r0 = init->reads.data,
+                 .w0 = init->weights.data,
+                 .saved = keep ? saved->data : NULL,
+                 .scratch = scratch,
+                 .logits = logits->data,
                  .weights = attnc_present(weights) ? weights->data : NULL,
                  .memories = attnc_present(memories) ? memories->data : NULL};
     attnc_parallel_for((x.B + NTM_ROWS - 1) / NTM_ROWS, workers, ATTNC_TYPED(x.dt, ntm_forward_task), &j);
@@ -250,9 +268,8 @@ static void weight_grads(const ntm_run *x, attnc_ntm_params *g, const void *dG, 
 }
 
 attnc_status attnc_ntm_backward(attnc_ntm_params *grads, attnc_ntm_state *dinit, attnc_tensor *dinputs,
-                                const attnc_tensor *dlogits, const attnc_tensor *saved,
-                                const attnc_tensor *inputs, const attnc_ntm_state *init,
-                                const attnc_ntm_params *p, const attnc_ntm_config *cfg) {
+                                const attnc_tensor *dlogits, const attnc_tensor *saved, const attnc_tensor *inputs,
+                                const attnc_ntm_state *init, const attnc_ntm_params *p, const attnc_ntm_config *cfg) {
     ntm_run x;
     TRY(setup(&x, inputs, init, p, cfg));
     if (!grads || !dinit) return attnc_fail(ATTNC_ERR_TYPE, "the gradients are required");
@@ -266,13 +283,28 @@ attnc_status attnc_ntm_backward(attnc_ntm_params *grads, attnc_ntm_state *dinit,
     if (st == ATTNC_OK) st = attnc_calloc(&dP, (size_t)(x.B * x.T * x.P), es, "the NTM's head cotangents");
     if (st == ATTNC_OK) {
         if (x.B * x.T > 0) {
-            ntm_job j = {.x = &x, .inputs = inputs->data, .w_ih = p->w_ih.data, .w_hh = p->w_hh.data,
-                         .b_ih = p->b_ih.data, .b_hh = p->b_hh.data, .head_w = p->head_w.data,
-                         .head_b = p->head_b.data, .out_w = p->out_w.data, .out_b = p->out_b.data,
-                         .mem0 = init->memory.data, .r0 = init->reads.data, .w0 = init->weights.data,
-                         .saved = saved->data, .scratch = scratch, .dlogits = dlogits->data, .dG = dG, .dP = dP,
+            ntm_job j = {.x = &x,
+                         .inputs = inputs->data,
+                         .w_ih = p->w_ih.data,
+                         .w_hh = p->w_hh.data,
+                         .b_ih = p->b_ih.data,
+                         .b_hh = p->b_hh.data,
+                         .head_w = p->head_w.data,
+                         .head_b = p->head_b.data,
+                         .out_w = p->out_w.data,
+                         .out_b = p->out_b.data,
+                         .mem0 = init->memory.data,
+                         .r0 = init->reads.data,
+                         .w0 = init->weights.data,
+                         .saved = saved->data,
+                         .scratch = scratch,
+                         .dlogits = dlogits->data,
+                         .dG = dG,
+                         .dP = dP,
                          .dinputs = attnc_present(dinputs) ? dinputs->data : NULL,
-                         .dmem0 = dinit->memory.data, .dr0 = dinit->reads.data, .dw0 = dinit->weights.data};
+                         .dmem0 = dinit->memory.data,
+                         .dr0 = dinit->reads.data,
+                         .dw0 = dinit->weights.data};
             attnc_parallel_for((x.B + NTM_ROWS - 1) / NTM_ROWS, workers, ATTNC_TYPED(x.dt, ntm_backward_task), &j);
         } else {
             memset(dinit->memory.data, 0, (size_t)(x.B * x.N * x.M) * es);

@@ -30,9 +30,9 @@
 #include "../../include/attnc.h"
 
 typedef struct {
-    int lstm;                         /* 1: LSTM controller; 0: feedforward (tanh) */
-    int64_t read_heads, write_heads;  /* R >= 0, W >= 0, R + W >= 1 */
-    double clip;                      /* > 0 */
+    int lstm;                        /* 1: LSTM controller; 0: feedforward (tanh) */
+    int64_t read_heads, write_heads; /* R >= 0, W >= 0, R + W >= 1 */
+    double clip;                     /* > 0 */
 } attnc_ntm_config;
 
 /* The parameters (for the backward, their gradients: same shapes). */
@@ -58,16 +58,15 @@ int64_t attnc_ntm_saved_size(int64_t B, int64_t T, int64_t I, int64_t C, int64_t
  * weights (B, T, R + W, N) every step's w_t; memories (B, T, N, M) every
  * step's M_t (after its write); saved (attnc_ntm_saved_size) for the
  * backward. */
-attnc_status attnc_ntm_forward(attnc_tensor *logits, attnc_tensor *weights, attnc_tensor *memories,
-                               attnc_tensor *saved, const attnc_tensor *inputs, const attnc_ntm_state *init,
-                               const attnc_ntm_params *p, const attnc_ntm_config *cfg);
+attnc_status attnc_ntm_forward(attnc_tensor *logits, attnc_tensor *weights, attnc_tensor *memories, attnc_tensor *saved,
+                               const attnc_tensor *inputs, const attnc_ntm_state *init, const attnc_ntm_params *p,
+                               const attnc_ntm_config *cfg);
 
 /* Backward through time from dlogits (B, T, O) and the forward's saved
  * buffer: grads (every parameter's gradient, overwritten) and dinit (the
  * initial state's, overwritten); dinputs (B, T, I) optional. */
 attnc_status attnc_ntm_backward(attnc_ntm_params *grads, attnc_ntm_state *dinit, attnc_tensor *dinputs,
-                                const attnc_tensor *dlogits, const attnc_tensor *saved,
-                                const attnc_tensor *inputs, const attnc_ntm_state *init,
-                                const attnc_ntm_params *p, const attnc_ntm_config *cfg);
+                                const attnc_tensor *dlogits, const attnc_tensor *saved, const attnc_tensor *inputs,
+                                const attnc_ntm_state *init, const attnc_ntm_params *p, const attnc_ntm_config *cfg);
 
 #endif

@@ -39,7 +39,7 @@ typedef struct {
 } FN(head);
 
 /* hd <- the activations of head h's chunk of the raw p (clamped first). */
-static void FN(activate)(FN(head) *hd, const ntm_run *x, const REAL *p, int64_t h) {
+static void FN(activate)(FN(head) * hd, const ntm_run *x, const REAL *p, int64_t h) {
     REAL c = (REAL)x->clip;
     const REAL *q = p + FN(head_at)(x, h);
     int64_t M = x->M, K = x->K;
@@ -68,9 +68,9 @@ static void FN(erase_add)(REAL *e, REAL *a, const ntm_run *x, const REAL *p, int
 
 /* dq (the cotangent of the raw p, head h's chunk) <- the cotangents of the
  * activated parameters; zero where the clamp was active. */
-static void FN(activate_backward)(REAL *dp, const ntm_run *x, const REAL *p, int64_t h, const FN(head) *hd,
-                                  const REAL *dkey, REAL dbeta, REAL dg, const REAL *ds, REAL dgamma,
-                                  const REAL *e, const REAL *a, const REAL *de, const REAL *da) {
+static void FN(activate_backward)(REAL *dp, const ntm_run *x, const REAL *p, int64_t h, const FN(head) * hd,
+                                  const REAL *dkey, REAL dbeta, REAL dg, const REAL *ds, REAL dgamma, const REAL *e,
+                                  const REAL *a, const REAL *de, const REAL *da) {
     REAL c = (REAL)x->clip;
     int64_t at = FN(head_at)(x, h), M = x->M, K = x->K;
     const REAL *q = p + at;
@@ -107,8 +107,10 @@ static void FN(controller_forward)(const ntm_job *J, REAL *ring, int64_t b0, int
         memcpy(s + x->z, (const REAL *)J->inputs + (b * x->T + t) * I, (size_t)I * sizeof(REAL));
         memcpy(s + x->z + I, prev ? prev + x->hr + C : (const REAL *)J->r0 + b * RM, (size_t)RM * sizeof(REAL));
         if (x->lstm) {
-            if (prev) memcpy(s + x->hprev, prev + x->hr, (size_t)C * sizeof(REAL));
-            else memset(s + x->hprev, 0, (size_t)C * sizeof(REAL));
+            if (prev)
+                memcpy(s + x->hprev, prev + x->hr, (size_t)C * sizeof(REAL));
+            else
+                memset(s + x->hprev, 0, (size_t)C * sizeof(REAL));
             const REAL *b_ih = J->b_ih, *b_hh = J->b_hh;
             for (int64_t k = 0; k < 4 * C; k++) s[x->gates + k] = b_ih[k] + b_hh[k];
         } else {
@@ -141,15 +143,17 @@ static void FN(memory_forward)(const ntm_job *J, REAL *ring, int64_t b, int64_t 
     FN(head) hd = {.key = A + W * M, .s = A + W * M + M};
     for (int64_t h = 0; h < Hh; h++) {
         FN(activate)(&hd, x, s + x->p, h);
-        FN(address_row)(s + x->w + h * N, s + x->wc + h * N, s + x->wg + h * N, s + x->wt + h * N, hd.key, mem,
-                        hd.beta, hd.g, hd.s, hd.gamma, wprev + h * N, N, M, K);
+        FN(address_row)(s + x->w + h * N, s + x->wc + h * N, s + x->wg + h * N, s + x->wt + h * N, hd.key, mem, hd.beta,
+                        hd.g, hd.s, hd.gamma, wprev + h * N, N, M, K);
         if (h >= R) FN(erase_add)(E + (h - R) * M, A + (h - R) * M, x, s + x->p, h);
     }
     FN(read_elem)(s + x->hr + x->C, mem, s + x->w, R, N, M);
     /* M_t goes to the next step's slot, or (last step) to the scratch after the head buffers. */
     REAL *next = t + 1 < T ? FN(slot)(J, ring, b, b0, t + 1) + x->mem : hd.s + K;
-    if (W) FN(write_elem)(next, mem, s + x->w + R * N, E, A, W, N, M);
-    else memcpy(next, mem, (size_t)(N * M) * sizeof(REAL));
+    if (W)
+        FN(write_elem)(next, mem, s + x->w + R * N, E, A, W, N, M);
+    else
+        memcpy(next, mem, (size_t)(N * M) * sizeof(REAL));
     if (J->weights) memcpy((REAL *)J->weights + (b * T + t) * Hh * N, s + x->w, (size_t)(Hh * N) * sizeof(REAL));
     if (J->memories) memcpy((REAL *)J->memories + (b * T + t) * N * M, next, (size_t)(N * M) * sizeof(REAL));
 }
@@ -167,8 +171,8 @@ static void FN(ntm_forward_task)(void *arg, int64_t block, int worker) {
     for (int64_t t = 0; t < x->T; t++) {
         FN(controller_forward)(J, ring, b0, n, t);
         REAL *s0 = FN(slot)(J, ring, b0, b0, t);
-        for (int64_t b = b0; b < b0 + n; b++) memcpy(FN(slot)(J, ring, b, b0, t) + x->p, J->head_b,
-                                                     (size_t)x->P * sizeof(REAL));
+        for (int64_t b = b0; b < b0 + n; b++)
+            memcpy(FN(slot)(J, ring, b, b0, t) + x->p, J->head_b, (size_t)x->P * sizeof(REAL));
         FN(times_wt)(s0 + x->hr, rs, J->head_w, x->P, x->C, 1, s0 + x->p, rs, n);
         for (int64_t b = b0; b < b0 + n; b++) FN(memory_forward)(J, ring, b, b0, t, heads);
         REAL *y = (REAL *)J->logits + (b0 * x->T + t) * x->O;
@@ -181,16 +185,16 @@ static void FN(ntm_forward_task)(void *arg, int64_t block, int worker) {
 
 /* The per-row carries of the backward (each row's part of the block's scratch). */
 typedef struct {
-    REAL *dM;     /* (N, M): the cotangent of M_t, then of M_{t-1}     */
-    REAL *dw;     /* (Hh, N): of w_t (from step t + 1's interpolation) */
-    REAL *dr;     /* (R M): of r_t (from z_{t+1})                      */
-    REAL *dc;     /* (C): of c_t (LSTM)                                */
+    REAL *dM; /* (N, M): the cotangent of M_t, then of M_{t-1}     */
+    REAL *dw; /* (Hh, N): of w_t (from step t + 1's interpolation) */
+    REAL *dr; /* (R M): of r_t (from z_{t+1})                      */
+    REAL *dc; /* (C): of c_t (LSTM)                                */
 } FN(carry);
 
 /* Memory, addressing and head activations of step t, backward, for row b:
  * dM, dw, dr of the carry move from step t to step t - 1; the row's dP is
  * written. dr_out (R M) is the cotangent of r_t from the output layer. */
-static void FN(memory_backward)(const ntm_job *J, const FN(carry) *cy, const REAL *s, const REAL *wprev,
+static void FN(memory_backward)(const ntm_job *J, const FN(carry) * cy, const REAL *s, const REAL *wprev,
                                 const REAL *dr_out, REAL *dp, REAL *work) {
     const ntm_run *x = J->x;
     int64_t N = x->N, M = x->M, R = x->R, W = x->W, Hh = x->Hh, K = x->K;
@@ -206,22 +210,30 @@ static void FN(memory_backward)(const ntm_job *J, const FN(carry) *cy, const REA
     for (int64_t h = 0; h < Hh; h++) {
         FN(activate)(&hd, x, s + x->p, h);
         for (int64_t i = 0; i < N; i++) dW[h * N + i] += cy->dw[h * N + i];
-        FN(address_in) a = {.k = hd.key, .mem = mem, .s = hd.s, .wprev = wprev + h * N, .beta = hd.beta,
-                            .g = hd.g, .gamma = hd.gamma, .w = w + h * N, .wc = s + x->wc + h * N,
-                            .wg = s + x->wg + h * N, .wt = s + x->wt + h * N};
+        FN(address_in)
+        a = {.k = hd.key,
+             .mem = mem,
+             .s = hd.s,
+             .wprev = wprev + h * N,
+             .beta = hd.beta,
+             .g = hd.g,
+             .gamma = hd.gamma,
+             .w = w + h * N,
+             .wc = s + x->wc + h * N,
+             .wg = s + x->wg + h * N,
+             .wt = s + x->wt + h * N};
         REAL dbeta, dg, dgamma;
-        FN(address_row_backward)(dk, &dbeta, &dg, ds, &dgamma, cy->dw + h * N, cy->dM, dW + h * N, NULL, NULL,
-                                 NULL, &a, N, M, K, tmp);
+        FN(address_row_backward)(dk, &dbeta, &dg, ds, &dgamma, cy->dw + h * N, cy->dM, dW + h * N, NULL, NULL, NULL, &a,
+                                 N, M, K, tmp);
         bool wr = h >= R;
         FN(activate_backward)(dp, x, s + x->p, h, &hd, dk, dbeta, dg, ds, dgamma, wr ? E + (h - R) * M : NULL,
-                              wr ? A + (h - R) * M : NULL, wr ? dE + (h - R) * M : NULL,
-                              wr ? dA + (h - R) * M : NULL);
+                              wr ? A + (h - R) * M : NULL, wr ? dE + (h - R) * M : NULL, wr ? dA + (h - R) * M : NULL);
     }
 }
 
 /* The controller of step t backward for row b: dG (pre-activations) from dh
  * (the cotangent of h_t, all of it) and the carried dc. */
-static void FN(controller_backward)(const ntm_job *J, const FN(carry) *cy, const REAL *s, const REAL *prev,
+static void FN(controller_backward)(const ntm_job *J, const FN(carry) * cy, const REAL *s, const REAL *prev,
                                     const REAL *dh, REAL *dg) {
     const ntm_run *x = J->x;
     int64_t C = x->C;
@@ -252,8 +264,8 @@ static void FN(ntm_backward_task)(void *arg, int64_t block, int worker) {
     }
     for (int64_t t = T - 1; t >= 0; t--) {
         /* [dh; dr] of the output layer */
-        FN(times_w)((const REAL *)J->dlogits + (b0 * T + t) * x->O, T * x->O, J->out_w, x->O, x->HR, 0, dhr[0],
-           per_row, n);
+        FN(times_w)((const REAL *)J->dlogits + (b0 * T + t) * x->O, T * x->O, J->out_w, x->O, x->HR, 0, dhr[0], per_row,
+                    n);
         for (int64_t r = 0; r < n; r++) {
             int64_t b = b0 + r;
             const REAL *s = FN(slot)(J, NULL, b, b0, t);
@@ -265,9 +277,8 @@ static void FN(ntm_backward_task)(void *arg, int64_t block, int worker) {
         FN(times_w)((REAL *)J->dP + (b0 * T + t) * x->P, T * x->P, J->head_w, x->P, C, 1, dh[0], per_row, n);
         for (int64_t r = 0; r < n; r++) {
             int64_t b = b0 + r;
-            FN(controller_backward)(J, &cy[r], FN(slot)(J, NULL, b, b0, t),
-                                    t ? FN(slot)(J, NULL, b, b0,
-                                           t - 1) : NULL, dh[r], (REAL *)J->dG + (b * T + t) * x->G);
+            FN(controller_backward)(J, &cy[r], FN(slot)(J, NULL, b, b0, t), t ? FN(slot)(J, NULL, b, b0, t - 1) : NULL,
+                                    dh[r], (REAL *)J->dG + (b * T + t) * x->G);
         }
         const REAL *dG = (REAL *)J->dG + (b0 * T + t) * x->G;
         FN(times_w)(dG, T * x->G, J->w_ih, x->G, x->Z, 0, dz[0], per_row, n);

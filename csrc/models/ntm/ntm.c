@@ -22,15 +22,14 @@ typedef struct {
 } ntm_dims;
 
 /* t is a C-contiguous (d0, d1[, d2]) tensor of dtype (-1 sizes: any, returned). */
-static attnc_status check(const attnc_tensor *t, const char *name, attnc_dtype dtype, int ndim,
-                          int64_t *d0, int64_t *d1, int64_t *d2) {
+static attnc_status check(const attnc_tensor *t, const char *name, attnc_dtype dtype, int ndim, int64_t *d0,
+                          int64_t *d1, int64_t *d2) {
     if (!attnc_present(t)) return attnc_fail(ATTNC_ERR_TYPE, "%s is required", name);
     int64_t sizes[3] = {*d0, *d1, d2 ? *d2 : 0};
     TRY(attnc_check_dtype(t, name, dtype));
     static const attnc_batch none = {.nb = 0, .count = 1};
     TRY(attnc_check_shape(t, name, &none, ndim, sizes));
-    if (!attnc_is_contiguous(t))
-        return attnc_fail(ATTNC_ERR_LAYOUT, "%s must be C-contiguous", name);
+    if (!attnc_is_contiguous(t)) return attnc_fail(ATTNC_ERR_LAYOUT, "%s must be C-contiguous", name);
     *d0 = sizes[0];
     *d1 = sizes[1];
     if (d2) *d2 = sizes[2];
@@ -78,30 +77,27 @@ static attnc_status at_least(const attnc_tensor *t, const char *name, double lo)
 
 static attnc_status odd_k(const ntm_dims *d) {
     if (d->K < 1 || d->K % 2 == 0)
-        return attnc_fail(ATTNC_ERR_VALUE, "s must have an odd number K of shifts, got K = %lld",
-                          (long long)d->K);
+        return attnc_fail(ATTNC_ERR_VALUE, "s must have an odd number K of shifts, got K = %lld", (long long)d->K);
     return ATTNC_OK;
 }
 
 /* Run TASK over the B batch elements with the job's pointers. */
-#define RUN(TASK, O, I, ...)                                                           \
-    do {                                                                               \
-        ntm_job job_ = {.H = d.H, .N = d.N, .M = d.M, .K = d.K, __VA_ARGS__};          \
-                        for (int q_ = 0; q_ < (int)(sizeof O / sizeof O[0]); q_++)                     \
-                        job_.o[q_] = O[q_] ? O[q_]->data : NULL;                                   \
-                        for (int q_ = 0; q_ < (int)(sizeof I / sizeof I[0]); q_++)                     \
-                        job_.in[q_] = attnc_present(I[q_]) ? I[q_]->data : NULL;                   \
-                        attnc_parallel_for(d.B, workers_, ATTNC_TYPED(d.dtype, TASK), &job_);          \
-                        } while (0)
-                        
-                        #define WORKERS(work) int workers_ = attnc_workers_for(work)
-                        
-                        /* ---- content -------------------------------------------------------------- */
-                        
-                        static attnc_status content_dims(ntm_dims *d, const attnc_tensor *key,
-                                                         const attnc_tensor *memory,
-                        const attnc_tensor *beta) {
-                        TRY(first(d, key, "key", &d->M));
+#define RUN(TASK, O, I, ...)                                                                                \
+    do {                                                                                                    \
+        ntm_job job_ = {.H = d.H, .N = d.N, .M = d.M, .K = d.K, __VA_ARGS__};                               \
+        for (int q_ = 0; q_ < (int)(sizeof O / sizeof O[0]); q_++) job_.o[q_] = O[q_] ? O[q_]->data : NULL; \
+        for (int q_ = 0; q_ < (int)(sizeof I / sizeof I[0]); q_++)                                          \
+            job_.in[q_] = attnc_present(I[q_]) ? I[q_]->data : NULL;                                        \
+        attnc_parallel_for(d.B, workers_, ATTNC_TYPED(d.dtype, TASK), &job_);                               \
+    } while (0)
+
+#define WORKERS(work) int workers_ = attnc_workers_for(work)
+
+/* ---- content -------------------------------------------------------------- */
+
+static attnc_status content_dims(ntm_dims *d, const attnc_tensor *key, const attnc_tensor *memory,
+                                 const attnc_tensor *beta) {
+    TRY(first(d, key, "key", &d->M));
     int64_t b = d->B, n = -1, m = d->M;
     TRY(check(memory, "memory", d->dtype, 3, &b, &n, &m));
     d->N = n;
@@ -109,8 +105,8 @@ static attnc_status odd_k(const ntm_dims *d) {
     return bh(d, beta, "beta");
 }
 
-attnc_status attnc_ntm_content_forward(attnc_tensor *w, const attnc_tensor *key,
-                                       const attnc_tensor *memory, const attnc_tensor *beta) {
+attnc_status attnc_ntm_content_forward(attnc_tensor *w, const attnc_tensor *key, const attnc_tensor *memory,
+                                       const attnc_tensor *beta) {
     ntm_dims d = {0};
     TRY(content_dims(&d, key, memory, beta));
     TRY(at_least(beta, "beta", 0));
@@ -122,9 +118,8 @@ attnc_status attnc_ntm_content_forward(attnc_tensor *w, const attnc_tensor *key,
     return ATTNC_OK;
 }
 
-attnc_status attnc_ntm_content_backward(attnc_tensor *dkey, attnc_tensor *dmemory,
-                                        attnc_tensor *dbeta, const attnc_tensor *dw,
-                                        const attnc_tensor *key, const attnc_tensor *memory,
+attnc_status attnc_ntm_content_backward(attnc_tensor *dkey, attnc_tensor *dmemory, attnc_tensor *dbeta,
+                                        const attnc_tensor *dw, const attnc_tensor *key, const attnc_tensor *memory,
                                         const attnc_tensor *beta, const attnc_tensor *w) {
     ntm_dims d = {0};
     TRY(content_dims(&d, key, memory, beta));
@@ -157,8 +152,8 @@ static attnc_status interp_dims(ntm_dims *d, const attnc_tensor *w_content, cons
     return bh(d, g, "g");
 }
 
-attnc_status attnc_ntm_interpolate_forward(attnc_tensor *w, const attnc_tensor *w_content,
-                                           const attnc_tensor *w_prev, const attnc_tensor *g) {
+attnc_status attnc_ntm_interpolate_forward(attnc_tensor *w, const attnc_tensor *w_content, const attnc_tensor *w_prev,
+                                           const attnc_tensor *g) {
     ntm_dims d = {0};
     TRY(interp_dims(&d, w_content, w_prev, g));
     int64_t n = d.N;
@@ -169,9 +164,8 @@ attnc_status attnc_ntm_interpolate_forward(attnc_tensor *w, const attnc_tensor *
     return ATTNC_OK;
 }
 
-attnc_status attnc_ntm_interpolate_backward(attnc_tensor *dw_content, attnc_tensor *dw_prev,
-                                            attnc_tensor *dg, const attnc_tensor *dw,
-                                            const attnc_tensor *w_content,
+attnc_status attnc_ntm_interpolate_backward(attnc_tensor *dw_content, attnc_tensor *dw_prev, attnc_tensor *dg,
+                                            const attnc_tensor *dw, const attnc_tensor *w_content,
                                             const attnc_tensor *w_prev, const attnc_tensor *g) {
     ntm_dims d = {0};
     TRY(interp_dims(&d, w_content, w_prev, g));
@@ -195,8 +189,7 @@ static attnc_status shift_dims(ntm_dims *d, const attnc_tensor *w, const attnc_t
     return odd_k(d);
 }
 
-attnc_status attnc_ntm_shift_forward(attnc_tensor *out, const attnc_tensor *w,
-                                     const attnc_tensor *s) {
+attnc_status attnc_ntm_shift_forward(attnc_tensor *out, const attnc_tensor *w, const attnc_tensor *s) {
     ntm_dims d = {0};
     TRY(shift_dims(&d, w, s));
     int64_t n = d.N;
@@ -229,8 +222,7 @@ attnc_status attnc_ntm_shift_backward(attnc_tensor *dw, attnc_tensor *ds, const 
 
 /* ---- sharpen ---------------------------------------------------------------- */
 
-attnc_status attnc_ntm_sharpen_forward(attnc_tensor *out, const attnc_tensor *w,
-                                       const attnc_tensor *gamma) {
+attnc_status attnc_ntm_sharpen_forward(attnc_tensor *out, const attnc_tensor *w, const attnc_tensor *gamma) {
     ntm_dims d = {0};
     TRY(weights_dims(&d, w, "w"));
     TRY(bh(&d, gamma, "gamma"));
@@ -243,9 +235,8 @@ attnc_status attnc_ntm_sharpen_forward(attnc_tensor *out, const attnc_tensor *w,
     return ATTNC_OK;
 }
 
-attnc_status attnc_ntm_sharpen_backward(attnc_tensor *dw, attnc_tensor *dgamma,
-                                        const attnc_tensor *dout, const attnc_tensor *w,
-                                        const attnc_tensor *gamma, const attnc_tensor *out) {
+attnc_status attnc_ntm_sharpen_backward(attnc_tensor *dw, attnc_tensor *dgamma, const attnc_tensor *dout,
+                                        const attnc_tensor *w, const attnc_tensor *gamma, const attnc_tensor *out) {
     ntm_dims d = {0};
     TRY(weights_dims(&d, w, "w"));
     TRY(bh(&d, gamma, "gamma"));
@@ -273,8 +264,7 @@ static attnc_status memory_dims(ntm_dims *d, const attnc_tensor *memory, const a
     return ATTNC_OK;
 }
 
-attnc_status attnc_ntm_read_forward(attnc_tensor *r, const attnc_tensor *memory,
-                                    const attnc_tensor *w) {
+attnc_status attnc_ntm_read_forward(attnc_tensor *r, const attnc_tensor *memory, const attnc_tensor *w) {
     ntm_dims d = {0};
     TRY(memory_dims(&d, memory, w));
     int64_t m = d.M;
@@ -285,9 +275,8 @@ attnc_status attnc_ntm_read_forward(attnc_tensor *r, const attnc_tensor *memory,
     return ATTNC_OK;
 }
 
-attnc_status attnc_ntm_read_backward(attnc_tensor *dmemory, attnc_tensor *dw,
-                                     const attnc_tensor *dr, const attnc_tensor *memory,
-                                     const attnc_tensor *w) {
+attnc_status attnc_ntm_read_backward(attnc_tensor *dmemory, attnc_tensor *dw, const attnc_tensor *dr,
+                                     const attnc_tensor *memory, const attnc_tensor *w) {
     ntm_dims d = {0};
     TRY(memory_dims(&d, memory, w));
     int64_t m = d.M, n = d.N;
@@ -310,9 +299,8 @@ static attnc_status write_dims(ntm_dims *d, const attnc_tensor *memory, const at
     return bhx(d, add, "add", &m);
 }
 
-attnc_status attnc_ntm_write_forward(attnc_tensor *out, const attnc_tensor *memory,
-                                     const attnc_tensor *w, const attnc_tensor *erase,
-                                     const attnc_tensor *add) {
+attnc_status attnc_ntm_write_forward(attnc_tensor *out, const attnc_tensor *memory, const attnc_tensor *w,
+                                     const attnc_tensor *erase, const attnc_tensor *add) {
     ntm_dims d = {0};
     TRY(write_dims(&d, memory, w, erase, add));
     TRY(bnm(&d, out, "out"));
@@ -322,11 +310,9 @@ attnc_status attnc_ntm_write_forward(attnc_tensor *out, const attnc_tensor *memo
     return ATTNC_OK;
 }
 
-attnc_status attnc_ntm_write_backward(attnc_tensor *dmemory, attnc_tensor *dw,
-                                      attnc_tensor *derase, attnc_tensor *dadd,
-                                      const attnc_tensor *dout, const attnc_tensor *memory,
-                                      const attnc_tensor *w, const attnc_tensor *erase,
-                                      const attnc_tensor *add) {
+attnc_status attnc_ntm_write_backward(attnc_tensor *dmemory, attnc_tensor *dw, attnc_tensor *derase, attnc_tensor *dadd,
+                                      const attnc_tensor *dout, const attnc_tensor *memory, const attnc_tensor *w,
+                                      const attnc_tensor *erase, const attnc_tensor *add) {
     ntm_dims d = {0};
     TRY(write_dims(&d, memory, w, erase, add));
     int64_t n = d.N, m = d.M;
@@ -354,8 +340,8 @@ static attnc_status address_dims(ntm_dims *d, const attnc_ntm_address_args *a) {
     return odd_k(d);
 }
 
-attnc_status attnc_ntm_address_forward(attnc_tensor *w, attnc_tensor *w_c, attnc_tensor *w_g,
-                                       attnc_tensor *w_t, const attnc_ntm_address_args *in) {
+attnc_status attnc_ntm_address_forward(attnc_tensor *w, attnc_tensor *w_c, attnc_tensor *w_g, attnc_tensor *w_t,
+                                       const attnc_ntm_address_args *in) {
     ntm_dims d = {0};
     TRY(address_dims(&d, in));
     TRY(at_least(&in->beta, "beta", 0));
@@ -367,19 +353,16 @@ attnc_status attnc_ntm_address_forward(attnc_tensor *w, attnc_tensor *w_c, attnc
     TRY(bhx(&d, w_t, "w_t", &n));
     if (d.N == 0) return ATTNC_OK;
     const attnc_tensor *O[] = {w, w_c, w_g, w_t};
-    const attnc_tensor *I[] = {&in->key, &in->beta, &in->g, &in->s, &in->gamma, &in->w_prev,
-                               &in->memory};
+    const attnc_tensor *I[] = {&in->key, &in->beta, &in->g, &in->s, &in->gamma, &in->w_prev, &in->memory};
     WORKERS(d.B * d.H * d.N * (d.M + d.K));
     RUN(address_fwd_task, O, I, .scratch = NULL);
     return ATTNC_OK;
 }
 
-attnc_status attnc_ntm_address_backward(attnc_ntm_address_args *grads, const attnc_tensor *dw,
-                                        const attnc_tensor *dw_c, const attnc_tensor *dw_g,
-                                        const attnc_tensor *dw_t,
-                                        const attnc_ntm_address_args *in,
-                                        const attnc_tensor *w, const attnc_tensor *w_c,
-                                        const attnc_tensor *w_g, const attnc_tensor *w_t) {
+attnc_status attnc_ntm_address_backward(attnc_ntm_address_args *grads, const attnc_tensor *dw, const attnc_tensor *dw_c,
+                                        const attnc_tensor *dw_g, const attnc_tensor *dw_t,
+                                        const attnc_ntm_address_args *in, const attnc_tensor *w,
+                                        const attnc_tensor *w_c, const attnc_tensor *w_g, const attnc_tensor *w_t) {
     ntm_dims d = {0};
     TRY(address_dims(&d, in));
     int64_t n = d.N, m = d.M, k = d.K;
@@ -413,9 +396,8 @@ attnc_status attnc_ntm_address_backward(attnc_ntm_address_args *grads, const att
                      "the NTM address backward's scratch"));
     attnc_tensor *O[] = {&grads->key,   &grads->beta,   &grads->g,     &grads->s,
                          &grads->gamma, &grads->w_prev, &grads->memory};
-    const attnc_tensor *I[] = {&in->key, &in->beta, &in->g, &in->s,  &in->gamma,
-                               &in->w_prev, &in->memory, dw, dw_c, dw_g,
-                               dw_t,     w,         w_c,    w_g,     w_t};
+    const attnc_tensor *I[] = {&in->key, &in->beta, &in->g, &in->s, &in->gamma, &in->w_prev, &in->memory, dw,
+                               dw_c,     dw_g,      dw_t,   w,      w_c,        w_g,         w_t};
     RUN(address_bwd_task, O, I, .scratch = scratch);
     free(scratch);
     return ATTNC_OK;

@@ -12,8 +12,7 @@
 /* ---- one head ------------------------------------------------------------- */
 
 /* w[N] <- softmax_i(beta cos(k, mem_i)); k[M], mem (N,M). */
-static inline void FN(content_row)(REAL *w, const REAL *k, const REAL *mem, REAL beta, int64_t N,
-                            int64_t M) {
+static inline void FN(content_row)(REAL *w, const REAL *k, const REAL *mem, REAL beta, int64_t N, int64_t M) {
     REAL kk = 0;
     for (int64_t j = 0; j < M; j++) kk += k[j] * k[j];
     REAL kn = SQRT(kk), mx = -INFINITY;
@@ -32,9 +31,8 @@ static inline void FN(content_row)(REAL *w, const REAL *k, const REAL *mem, REAL
 }
 
 /* From dw[N] and w[N]: dk[M] (written), dmem (N,M) (added to), *dbeta. */
-static inline void FN(content_row_backward)(REAL *dk, REAL *dmem, REAL *dbeta, const REAL *dw,
-                                     const REAL *w, const REAL *k, const REAL *mem, REAL beta,
-                                     int64_t N, int64_t M) {
+static inline void FN(content_row_backward)(REAL *dk, REAL *dmem, REAL *dbeta, const REAL *dw, const REAL *w,
+                                            const REAL *k, const REAL *mem, REAL beta, int64_t N, int64_t M) {
     REAL kk = 0, dot_w = 0, db = 0;
     for (int64_t j = 0; j < M; j++) kk += k[j] * k[j], dk[j] = 0;
     for (int64_t i = 0; i < N; i++) dot_w += w[i] * dw[i];
@@ -75,8 +73,8 @@ static inline void FN(shift_row)(REAL *out, const REAL *w, const REAL *s, int64_
 }
 
 /* dw[N] and ds[K] (written) from dout[N]. */
-static inline void FN(shift_row_backward)(REAL *dw, REAL *ds, const REAL *dout, const REAL *w, const REAL *s,
-                                          int64_t N, int64_t K) {
+static inline void FN(shift_row_backward)(REAL *dw, REAL *ds, const REAL *dout, const REAL *w, const REAL *s, int64_t N,
+                                          int64_t K) {
     int64_t c = (K - 1) / 2;
     for (int64_t j = 0; j < N; j++) dw[j] = 0;
     for (int64_t k = 0; k < K; k++) {
@@ -119,8 +117,8 @@ static inline void FN(sharpen_row)(REAL *out, const REAL *w, REAL gamma, int64_t
  * v = w / max w and S = sum v^gamma: d out_i / d w_j = gamma v_j^(gamma-1) /
  * (max w S) (delta_ij - out_i), exact at w_j = 0 too (1 / sum w when gamma =
  * 1, else 0); d out_i / d gamma = out_i (ln w_i - sum_j out_j ln w_j). */
-static inline void FN(sharpen_row_backward)(REAL *dw, REAL *dgamma, const REAL *dout, const REAL *w,
-                                            REAL gamma, const REAL *out, int64_t N) {
+static inline void FN(sharpen_row_backward)(REAL *dw, REAL *dgamma, const REAL *dout, const REAL *w, REAL gamma,
+                                            const REAL *out, int64_t N) {
     REAL mx = FN(row_max)(w, N), sum = 0, dot = 0, dg = 0;
     if (!(mx > 0)) {
         for (int64_t i = 0; i < N; i++) dw[i] = 0;
@@ -140,9 +138,9 @@ static inline void FN(sharpen_row_backward)(REAL *dw, REAL *dgamma, const REAL *
 
 /* The whole pipeline of one head: wc <- content(k, mem, beta), wg <- g wc +
  * (1 - g) wprev, wt <- shift(wg, s), w <- sharpen(wt, gamma); all (N). */
-static inline void FN(address_row)(REAL *w, REAL *wc, REAL *wg, REAL *wt, const REAL *k, const REAL *mem,
-                                   REAL beta, REAL g, const REAL *s, REAL gamma, const REAL *wprev, int64_t N,
-                                   int64_t M, int64_t K) {
+static inline void FN(address_row)(REAL *w, REAL *wc, REAL *wg, REAL *wt, const REAL *k, const REAL *mem, REAL beta,
+                                   REAL g, const REAL *s, REAL gamma, const REAL *wprev, int64_t N, int64_t M,
+                                   int64_t K) {
     FN(content_row)(wc, k, mem, beta, N, M);
     for (int64_t i = 0; i < N; i++) wg[i] = g * wc[i] + (1 - g) * wprev[i];
     FN(shift_row)(wt, wg, s, N, K);
@@ -159,10 +157,10 @@ typedef struct {
 /* Backward of address_row from dw (N) and the optional cotangents of the
  * intermediates dwc, dwg, dwt (NULL: none): dk (M), ds (K), dwprev (N) and
  * the scalars are written; dmem (N, M) is added to. tmp: 2 N scratch. */
-static inline void FN(address_row_backward)(REAL *dk, REAL *dbeta, REAL *dg, REAL *ds, REAL *dgamma,
-                                            REAL *dwprev, REAL *dmem, const REAL *dw, const REAL *dwc,
-                                            const REAL *dwg, const REAL *dwt, const FN(address_in) *a,
-                                            int64_t N, int64_t M, int64_t K, REAL *tmp) {
+static inline void FN(address_row_backward)(REAL *dk, REAL *dbeta, REAL *dg, REAL *ds, REAL *dgamma, REAL *dwprev,
+                                            REAL *dmem, const REAL *dw, const REAL *dwc, const REAL *dwg,
+                                            const REAL *dwt, const FN(address_in) * a, int64_t N, int64_t M, int64_t K,
+                                            REAL *tmp) {
     REAL *A = tmp, *Bv = tmp + N;
     /* sharpen: A <- d wt */
     FN(sharpen_row_backward)(A, dgamma, dw, a->wt, a->gamma, a->w, N);
@@ -221,8 +219,8 @@ static inline REAL FN(keep)(const REAL *w, const REAL *e, int64_t H, int64_t N, 
 }
 
 /* out (N, M) <- mem o prod_h (1 - w_h e_h^T) + sum_h w_h a_h^T; w (H, N), e and a (H, M). */
-static inline void FN(write_elem)(REAL *out, const REAL *mem, const REAL *w, const REAL *e, const REAL *a,
-                                  int64_t H, int64_t N, int64_t M) {
+static inline void FN(write_elem)(REAL *out, const REAL *mem, const REAL *w, const REAL *e, const REAL *a, int64_t H,
+                                  int64_t N, int64_t M) {
     for (int64_t i = 0; i < N; i++)
         for (int64_t j = 0; j < M; j++) {
             REAL add = 0;
@@ -232,9 +230,9 @@ static inline void FN(write_elem)(REAL *out, const REAL *mem, const REAL *w, con
 }
 
 /* dmem (N, M), dw (H, N), de and da (H, M), all written, from dout (N, M). */
-static inline void FN(write_elem_backward)(REAL *dmem, REAL *dw, REAL *de, REAL *da, const REAL *dout,
-                                           const REAL *mem, const REAL *w, const REAL *e, const REAL *a,
-                                           int64_t H, int64_t N, int64_t M) {
+static inline void FN(write_elem_backward)(REAL *dmem, REAL *dw, REAL *de, REAL *da, const REAL *dout, const REAL *mem,
+                                           const REAL *w, const REAL *e, const REAL *a, int64_t H, int64_t N,
+                                           int64_t M) {
     for (int64_t x = 0; x < H * N; x++) dw[x] = 0;
     for (int64_t x = 0; x < H * M; x++) de[x] = da[x] = 0;
     for (int64_t i = 0; i < N; i++)

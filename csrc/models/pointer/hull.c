@@ -39,10 +39,9 @@ static int left_turn(const hull_point *o, const hull_point *a, const hull_point 
 static void hull_one(const hull_job *job, int64_t b, hull_point *pts, int64_t *stack) {
     int64_t n = job->n, m = 0, top = 0;
     const double *row = job->p + b * job->ps0;
-    for (int64_t i = 0; i < n; i++)
-        pts[i] = (hull_point){row[i * job->ps1], row[i * job->ps1 + job->ps2], i};
+    for (int64_t i = 0; i < n; i++) pts[i] = (hull_point){row[i * job->ps1], row[i * job->ps1 + job->ps2], i};
     qsort(pts, (size_t)n, sizeof *pts, by_xy);
-    for (int64_t k = 0; k < n; k++)   /* repeats keep their first (lowest) index */
+    for (int64_t k = 0; k < n; k++) /* repeats keep their first (lowest) index */
         if (m == 0 || pts[k].x != pts[m - 1].x || pts[k].y != pts[m - 1].y) pts[m++] = pts[k];
     /* lower chain left to right, then the upper one back to the first point */
     for (int64_t k = 0; k < m; k++) {
@@ -53,7 +52,7 @@ static void hull_one(const hull_job *job, int64_t b, hull_point *pts, int64_t *s
         while (top >= bottom && !left_turn(&pts[stack[top - 2]], &pts[stack[top - 1]], &pts[k])) top--;
         stack[top++] = k;
     }
-    int64_t size = top > 1 ? top - 1 : 1, start = 0;   /* the chain ends where it began */
+    int64_t size = top > 1 ? top - 1 : 1, start = 0; /* the chain ends where it began */
     for (int64_t k = 1; k < size; k++)
         if (pts[stack[k]].i < pts[stack[start]].i) start = k;
     int64_t *out = job->hull + b * n;
@@ -77,16 +76,21 @@ attnc_status attnc_convex_hull(attnc_tensor *hull, attnc_tensor *sizes, const at
     int64_t hs[2] = {ps[0], ps[1]}, ss[1] = {ps[0]};
     TRY(attnc_check_dims(hull, "hull", ATTNC_INT64, 2, hs, true));
     TRY(attnc_check_dims(sizes, "sizes", ATTNC_INT64, 1, ss, true));
-    hull_job job = {.p = points->data, .ps0 = points->strides[0], .ps1 = points->strides[1],
-                    .ps2 = points->strides[2], .hull = hull->data, .sizes = sizes->data, .B = ps[0],
+    hull_job job = {.p = points->data,
+                    .ps0 = points->strides[0],
+                    .ps1 = points->strides[1],
+                    .ps2 = points->strides[2],
+                    .hull = hull->data,
+                    .sizes = sizes->data,
+                    .B = ps[0],
                     .n = ps[1]};
     if (job.B == 0) return ATTNC_OK;
-    int64_t cost = 16 * job.n + 64;   /* per instance, about n log n */
+    int64_t cost = 16 * job.n + 64; /* per instance, about n log n */
     job.rows = cost >= 8192 ? 1 : 8192 / cost;
     int workers = attnc_workers_for(job.B * cost);
     TRY(attnc_calloc((void **)&job.pts, (size_t)workers * (size_t)job.n, sizeof *job.pts, "hull scratch"));
-    attnc_status st = attnc_calloc((void **)&job.stack, (size_t)workers * (size_t)(2 * job.n + 1),
-                                   sizeof *job.stack, "hull scratch");
+    attnc_status st = attnc_calloc((void **)&job.stack, (size_t)workers * (size_t)(2 * job.n + 1), sizeof *job.stack,
+                                   "hull scratch");
     if (st == ATTNC_OK) attnc_parallel_for((job.B + job.rows - 1) / job.rows, workers, hull_task, &job);
     free(job.pts);
     free(job.stack);

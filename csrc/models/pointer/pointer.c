@@ -39,14 +39,13 @@ attnc_status attnc_pointer_check_lengths(const attnc_tensor *lengths, int64_t B,
     return ATTNC_OK;
 }
 
-static attnc_status check(ptr_run *x, const attnc_tensor *out, const attnc_tensor *counts,
-                          const attnc_tensor *inputs, const attnc_tensor *lengths, const attnc_tensor *keys,
-                          const attnc_tensor *h0, const attnc_tensor *c0, const attnc_pointer_params *p) {
+static attnc_status check(ptr_run *x, const attnc_tensor *out, const attnc_tensor *counts, const attnc_tensor *inputs,
+                          const attnc_tensor *lengths, const attnc_tensor *keys, const attnc_tensor *h0,
+                          const attnc_tensor *c0, const attnc_pointer_params *p) {
     if (!attnc_present(inputs)) return attnc_fail(ATTNC_ERR_TYPE, "inputs is required");
     x->dt = inputs->dtype;
     if (x->dt != ATTNC_FLOAT32 && x->dt != ATTNC_FLOAT64)
-        return attnc_fail(ATTNC_ERR_TYPE, "inputs has dtype %s, expected float32 or float64",
-                          attnc_dtype_name(x->dt));
+        return attnc_fail(ATTNC_ERR_TYPE, "inputs has dtype %s, expected float32 or float64", attnc_dtype_name(x->dt));
     int64_t in[3] = {-1, -1, -1};
     TRY(attnc_check_array(inputs, "inputs", x->dt, 3, in, false));
     x->B = in[0];
@@ -76,10 +75,9 @@ static attnc_status check(ptr_run *x, const attnc_tensor *out, const attnc_tenso
 }
 
 attnc_status attnc_pointer_decode(attnc_tensor *out, attnc_tensor *counts, attnc_tensor *logits,
-                                  const attnc_tensor *inputs, const attnc_tensor *lengths,
-                                  const attnc_tensor *keys, const attnc_tensor *h0, const attnc_tensor *c0,
-                                  const attnc_pointer_params *p, attnc_pointer_constraint constraint,
-                                  int64_t beam_size, double length_penalty) {
+                                  const attnc_tensor *inputs, const attnc_tensor *lengths, const attnc_tensor *keys,
+                                  const attnc_tensor *h0, const attnc_tensor *c0, const attnc_pointer_params *p,
+                                  attnc_pointer_constraint constraint, int64_t beam_size, double length_penalty) {
     ptr_run x = {0};
     if (!p) return attnc_fail(ATTNC_ERR_TYPE, "the parameters are required");
     if (constraint < ATTNC_POINTER_PERMUTATION || constraint > ATTNC_POINTER_HULL)
@@ -118,26 +116,59 @@ attnc_status attnc_pointer_decode(attnc_tensor *out, attnc_tensor *counts, attnc
     if (st == ATTNC_OK) {
         unsigned char *f = flags;
         int64_t *cnt = tallies;
-        attnc_search_io io = {.out = out->data, .lengths = counts->data, .T = out->shape[1], .eos = 0,
-                              .alpha = length_penalty, .trace = attnc_present(logits) ? logits->data : NULL};
+        attnc_search_io io = {.out = out->data,
+                              .lengths = counts->data,
+                              .T = out->shape[1],
+                              .eos = 0,
+                              .alpha = length_penalty,
+                              .trace = attnc_present(logits) ? logits->data : NULL};
         char *m = mem; /* (elements of es bytes) */
-        ptr_state S = {.x = &x, .inputs = inputs->data, .keys = keys->data, .h0 = h0->data, .c0 = c0->data,
-                       .w_ih = p->w_ih.data, .w_hh = p->w_hh.data, .b_ih = p->b_ih.data, .b_hh = p->b_hh.data,
-                       .w2 = p->w2.data, .v = p->v.data, .start = p->start.data, .nlen = lengths->data,
-                       .h = m, .c = m + R * H * es, .h_next = m + 2 * R * H * es, .c_next = m + 3 * R * H * es,
-                       .gates = m + 4 * R * H * es, .q = m + 8 * R * H * es, .logits = m + 9 * R * H * es,
-                       .xw = m + (9 * R * H + R * P) * es, .sw = m + (9 * R * H + R * P + 4 * x.B * x.n * H) * es,
-                       .chosen = f, .chosen_next = f + R * P, .ended = f + 2 * R * P,
-                       .ended_next = f + 2 * R * P + R, .allowed = f + 2 * R * P + 2 * R, .count = cnt,
-                       .count_next = cnt + R, .feed = cnt + 2 * R, .w_hh_panels = panels,
+        ptr_state S = {.x = &x,
+                       .inputs = inputs->data,
+                       .keys = keys->data,
+                       .h0 = h0->data,
+                       .c0 = c0->data,
+                       .w_ih = p->w_ih.data,
+                       .w_hh = p->w_hh.data,
+                       .b_ih = p->b_ih.data,
+                       .b_hh = p->b_hh.data,
+                       .w2 = p->w2.data,
+                       .v = p->v.data,
+                       .start = p->start.data,
+                       .nlen = lengths->data,
+                       .h = m,
+                       .c = m + R * H * es,
+                       .h_next = m + 2 * R * H * es,
+                       .c_next = m + 3 * R * H * es,
+                       .gates = m + 4 * R * H * es,
+                       .q = m + 8 * R * H * es,
+                       .logits = m + 9 * R * H * es,
+                       .xw = m + (9 * R * H + R * P) * es,
+                       .sw = m + (9 * R * H + R * P + 4 * x.B * x.n * H) * es,
+                       .chosen = f,
+                       .chosen_next = f + R * P,
+                       .ended = f + 2 * R * P,
+                       .ended_next = f + 2 * R * P + R,
+                       .allowed = f + 2 * R * P + 2 * R,
+                       .count = cnt,
+                       .count_next = cnt + R,
+                       .feed = cnt + 2 * R,
+                       .w_hh_panels = panels,
                        .w2_panels = panels ? panels + hh_size : NULL,
                        .ekeys = panels && exp2_size ? panels + hh_size + w2_size : NULL,
                        .eq = panels && exp2_size ? panels + hh_size + w2_size + x.B * P * H : NULL,
                        .keys_ok = f + 2 * R * P + 2 * R + workers * P};
         ATTNC_TYPED(x.dt, ptr_init)(&S);
-        attnc_search_model sm = {.ctx = &S, .B = x.B, .K = x.K, .V = P, .logits = S.logits, .dt = x.dt,
-                                 .step = ATTNC_TYPED(x.dt, ptr_step), .reorder = ATTNC_TYPED(x.dt, ptr_reorder),
-                                 .trace = S.logits, .trace_bytes = P * (int64_t)es};
+        attnc_search_model sm = {.ctx = &S,
+                                 .B = x.B,
+                                 .K = x.K,
+                                 .V = P,
+                                 .logits = S.logits,
+                                 .dt = x.dt,
+                                 .step = ATTNC_TYPED(x.dt, ptr_step),
+                                 .reorder = ATTNC_TYPED(x.dt, ptr_reorder),
+                                 .trace = S.logits,
+                                 .trace_bytes = P * (int64_t)es};
         st = attnc_search(&sm, &io);
     }
     free(mem);

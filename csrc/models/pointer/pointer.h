@@ -40,10 +40,9 @@ typedef struct {
  * (−inf where the constraint forbids; 0 after a row's end), the model's
  * output distribution before its softmax. */
 attnc_status attnc_pointer_decode(attnc_tensor *out, attnc_tensor *counts, attnc_tensor *logits,
-                                  const attnc_tensor *inputs, const attnc_tensor *lengths,
-                                  const attnc_tensor *keys, const attnc_tensor *h0, const attnc_tensor *c0,
-                                  const attnc_pointer_params *p, attnc_pointer_constraint constraint,
-                                  int64_t beam_size, double length_penalty);
+                                  const attnc_tensor *inputs, const attnc_tensor *lengths, const attnc_tensor *keys,
+                                  const attnc_tensor *h0, const attnc_tensor *c0, const attnc_pointer_params *p,
+                                  attnc_pointer_constraint constraint, int64_t beam_size, double length_penalty);
 
 /* The check attnc_pointer_decode makes of its lengths, for the Python model's
  * training forward too (which reads them before any C call): lengths (B)

@@ -13,22 +13,22 @@
 #define ATTNC_PTR_STATE
 typedef struct {
     const ptr_run *x;
-    const void *inputs, *keys, *h0, *c0;             /* (B, n, D), (B, P, H), (B, H), (B, H) */
+    const void *inputs, *keys, *h0, *c0; /* (B, n, D), (B, P, H), (B, H), (B, H) */
     const void *w_ih, *w_hh, *b_ih, *b_hh, *w2, *v, *start;
-    const float *w_hh_panels, *w2_panels;            /* float32 tile kernels: packed; else NULL */
-    const int64_t *nlen;                             /* (B) inputs per row                  */
-    void *h, *c, *h_next, *c_next;                   /* (R, H)                              */
-    void *xw, *sw;       /* W_ih x of every input (B, n, 4H) and of start (4H), + b_ih + b_hh */
-    void *gates, *q, *logits;                        /* (R, 4H), (R, H), (R, P)             */
-    unsigned char *chosen, *chosen_next;             /* (R, P)                              */
-    int64_t *count, *count_next;                     /* (R) inputs chosen                   */
-    int64_t *feed;                                   /* (R) see ptr_feed                    */
-    unsigned char *ended, *ended_next;               /* (R) fed the end token               */
-    unsigned char *allowed;                          /* (workers, P) scratch                */
+    const float *w_hh_panels, *w2_panels; /* float32 tile kernels: packed; else NULL */
+    const int64_t *nlen;                  /* (B) inputs per row                  */
+    void *h, *c, *h_next, *c_next;        /* (R, H)                              */
+    void *xw, *sw;                        /* W_ih x of every input (B, n, 4H) and of start (4H), + b_ih + b_hh */
+    void *gates, *q, *logits;             /* (R, 4H), (R, H), (R, P)             */
+    unsigned char *chosen, *chosen_next;  /* (R, P)                              */
+    int64_t *count, *count_next;          /* (R) inputs chosen                   */
+    int64_t *feed;                        /* (R) see ptr_feed                    */
+    unsigned char *ended, *ended_next;    /* (R) fed the end token               */
+    unsigned char *allowed;               /* (workers, P) scratch                */
     /* Float32 on AVX-512: the additive score's factored tanh (core/rows_f32.h), e^{2 keys}
      * made once per call and e^{2 q} per row and step; NULL elsewhere. */
-    float *ekeys, *eq;                               /* (B, P, H), (R, H)                   */
-    unsigned char *keys_ok;                          /* (B) every |key entry| <= ATTNC_EXP2_MAX */
+    float *ekeys, *eq;      /* (B, P, H), (R, H)                   */
+    unsigned char *keys_ok; /* (B) every |key entry| <= ATTNC_EXP2_MAX */
 } ptr_state;
 #endif
 
@@ -95,7 +95,7 @@ static void FN(ptr_cell_task)(void *arg, int64_t block, int worker) {
         const REAL *in = S->feed[r] < 0 ? S->sw : (REAL *)S->xw + S->feed[r] * 4 * H;
         memcpy((REAL *)S->c_next + r * H, (REAL *)S->c + r * H, (size_t)H * sizeof(REAL));
         FN(lstm_cell_forward)((REAL *)S->gates + r * 4 * H, in, (REAL *)S->c_next + r * H, (REAL *)S->c + r * H,
-           (REAL *)S->h + r * H, H);
+                              (REAL *)S->h + r * H, H);
     }
 }
 
@@ -115,9 +115,9 @@ static bool FN(ptr_allowed)(const ptr_state *S, int64_t r, int64_t j) {
  * beam step's time), factored as the forward's (e^{2 (q + k)} = e^{2q}
  * e^{2k}: no exp per key and unit) where eq, ek are given: equal to the
  * forward's within rounding. */
-static void FN(ptr_row_scores)(REAL *restrict u, const REAL *restrict keys, const REAL *restrict q,
-                               const float *eq, const float *ek, const REAL *restrict v,
-                               const unsigned char *restrict allowed, int64_t P, int64_t H) {
+static void FN(ptr_row_scores)(REAL *restrict u, const REAL *restrict keys, const REAL *restrict q, const float *eq,
+                               const float *ek, const REAL *restrict v, const unsigned char *restrict allowed,
+                               int64_t P, int64_t H) {
 #if !ATTNC_F64 && ATTNC_ROWS_F32
     for (int64_t j = 0; j < P; j++)
         u[j] = !allowed[j] ? -INFINITY
@@ -180,7 +180,12 @@ static void FN(ptr_reorder)(void *ctx, const int64_t *parent, int64_t s) {
         S->count_next[r] = S->count[q];
         S->ended_next[r] = S->ended[q];
     }
-#define SWAP(T, a, b) do { T t_ = S->a; S->a = S->b; S->b = t_; } while (0)
+#define SWAP(T, a, b) \
+    do {              \
+        T t_ = S->a;  \
+        S->a = S->b;  \
+        S->b = t_;    \
+    } while (0)
     SWAP(REAL *, h, h_next);
     SWAP(REAL *, c, c_next);
     SWAP(unsigned char *, chosen, chosen_next);
@@ -198,7 +203,7 @@ static void FN(ptr_init)(ptr_state *S) {
 #if !ATTNC_F64 && ATTNC_ROWS_F32
     for (int64_t b = 0; b < x->B && S->ekeys; b++)
         S->keys_ok[b] = (unsigned char)attnc_exp2x_f32(S->ekeys + b * x->P * H, (const REAL *)S->keys + b * x->P * H,
-                         x->P * H);
+                                                       x->P * H);
 #endif
     for (int64_t r = 0; r < x->R; r++) {
         memcpy((REAL *)S->h + r * H, (const REAL *)S->h0 + (r / x->K) * H, (size_t)H * sizeof(REAL));

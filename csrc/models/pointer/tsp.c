@@ -25,15 +25,15 @@
 /* ---- shared ----------------------------------------------------------------- */
 
 typedef struct {
-    const double *p;       /* points (B, n, 2), strides ps0, ps1, ps2        */
+    const double *p; /* points (B, n, 2), strides ps0, ps1, ps2        */
     int64_t ps0, ps1, ps2;
-    int64_t *tours;        /* (B, n) contiguous                             */
-    double *lengths;       /* (B)                                            */
-    int64_t B, n, rows;    /* rows: instances per block                      */
-    double *work;          /* per-worker doubles, `wsize` each               */
-    unsigned char *bytes;  /* per-worker bytes, `bsize` each                 */
+    int64_t *tours;       /* (B, n) contiguous                             */
+    double *lengths;      /* (B)                                            */
+    int64_t B, n, rows;   /* rows: instances per block                      */
+    double *work;         /* per-worker doubles, `wsize` each               */
+    unsigned char *bytes; /* per-worker bytes, `bsize` each                 */
     size_t wsize, bsize;
-    bool table;            /* 2-opt: keep the distance table                 */
+    bool table; /* 2-opt: keep the distance table                 */
 } tsp_job;
 
 static inline double dist_xy(const double *xy, int64_t i, int64_t j) {
@@ -84,8 +84,7 @@ attnc_status attnc_check_planar_points(const attnc_tensor *points, int64_t dims[
     dims[0] = dims[1] = -1;
     dims[2] = 2;
     TRY(attnc_check_dims(points, "points", ATTNC_FLOAT64, 3, dims, false));
-    if (dims[1] < 1)
-        return attnc_fail(ATTNC_ERR_VALUE, "points must hold at least 1 point per instance, got n = 0");
+    if (dims[1] < 1) return attnc_fail(ATTNC_ERR_VALUE, "points must hold at least 1 point per instance, got n = 0");
     /* Every coordinate finite (a NaN would make every comparison false). */
     const double *p = points->data;
     for (int64_t b = 0; b < dims[0]; b++)
@@ -102,8 +101,7 @@ attnc_status attnc_check_planar_points(const attnc_tensor *points, int64_t dims[
 }
 
 /* Check points, tours and lengths for a solver; sets the job's geometry. */
-static attnc_status solver_dims(tsp_job *job, attnc_tensor *tours, attnc_tensor *lengths,
-                                const attnc_tensor *points) {
+static attnc_status solver_dims(tsp_job *job, attnc_tensor *tours, attnc_tensor *lengths, const attnc_tensor *points) {
     if (!attnc_present(tours)) return attnc_fail(ATTNC_ERR_TYPE, "tours is required");
     if (!attnc_present(lengths)) return attnc_fail(ATTNC_ERR_TYPE, "lengths is required");
     int64_t ps[3];
@@ -111,9 +109,14 @@ static attnc_status solver_dims(tsp_job *job, attnc_tensor *tours, attnc_tensor 
     int64_t ts[2] = {ps[0], ps[1]}, ls[1] = {ps[0]};
     TRY(attnc_check_dims(tours, "tours", ATTNC_INT64, 2, ts, true));
     TRY(attnc_check_dims(lengths, "lengths", ATTNC_FLOAT64, 1, ls, true));
-    *job = (tsp_job){.p = points->data, .ps0 = points->strides[0], .ps1 = points->strides[1],
-                     .ps2 = points->strides[2], .tours = tours->data, .lengths = lengths->data,
-                     .B = ps[0], .n = ps[1]};
+    *job = (tsp_job){.p = points->data,
+                     .ps0 = points->strides[0],
+                     .ps1 = points->strides[1],
+                     .ps2 = points->strides[2],
+                     .tours = tours->data,
+                     .lengths = lengths->data,
+                     .B = ps[0],
+                     .n = ps[1]};
     return ATTNC_OK;
 }
 
@@ -155,8 +158,7 @@ static inline int64_t lowest_bit(uint32_t x) {
 /* Cities 1..m (m = n - 1) are bits 0..m-1 of a subset S; dp[S m + j] is the
  * shortest path from city 0 through the cities of S ending at city j + 1
  * (bit j in S), par[S m + j] the bit of the city before it (-1: city 0). */
-static void held_karp_one(const tsp_job *job, double *xy, double *d, double *dp, signed char *par,
-                          int64_t *t) {
+static void held_karp_one(const tsp_job *job, double *xy, double *d, double *dp, signed char *par, int64_t *t) {
     const int64_t n = job->n, m = n - 1;
     t[0] = 0;
     if (n <= 3) { /* one tour up to direction */
@@ -224,8 +226,7 @@ static void held_karp_task(void *ctx, int64_t block, int worker) {
     }
 }
 
-attnc_status attnc_tsp_held_karp(attnc_tensor *tours, attnc_tensor *lengths,
-                                 const attnc_tensor *points) {
+attnc_status attnc_tsp_held_karp(attnc_tensor *tours, attnc_tensor *lengths, const attnc_tensor *points) {
     tsp_job job;
     TRY(solver_dims(&job, tours, lengths, points));
     const int64_t n = job.n, m = n - 1;
@@ -309,8 +310,7 @@ static void two_opt_task(void *ctx, int64_t block, int worker) {
     }
 }
 
-attnc_status attnc_tsp_two_opt(attnc_tensor *tours, attnc_tensor *lengths,
-                               const attnc_tensor *points) {
+attnc_status attnc_tsp_two_opt(attnc_tensor *tours, attnc_tensor *lengths, const attnc_tensor *points) {
     tsp_job job;
     TRY(solver_dims(&job, tours, lengths, points));
     const int64_t n = job.n;
@@ -349,8 +349,7 @@ static void length_task(void *ctx, int64_t block, int worker) {
     }
 }
 
-attnc_status attnc_tsp_tour_length(attnc_tensor *lengths, const attnc_tensor *points,
-                                   const attnc_tensor *tours) {
+attnc_status attnc_tsp_tour_length(attnc_tensor *lengths, const attnc_tensor *points, const attnc_tensor *tours) {
     if (!attnc_present(lengths)) return attnc_fail(ATTNC_ERR_TYPE, "lengths is required");
     if (!attnc_present(points)) return attnc_fail(ATTNC_ERR_TYPE, "points is required");
     if (!attnc_present(tours)) return attnc_fail(ATTNC_ERR_TYPE, "tours is required");
@@ -359,9 +358,16 @@ attnc_status attnc_tsp_tour_length(attnc_tensor *lengths, const attnc_tensor *po
     int64_t ts[2] = {ps[0], ps[1]}, ls[1] = {ps[0]};
     TRY(attnc_check_dims(tours, "tours", ATTNC_INT64, 2, ts, false));
     TRY(attnc_check_dims(lengths, "lengths", ATTNC_FLOAT64, 1, ls, true));
-    length_job job = {.p = points->data, .ps0 = points->strides[0], .ps1 = points->strides[1],
-                      .ps2 = points->strides[2], .t = tours->data, .ts0 = tours->strides[0],
-                      .ts1 = tours->strides[1], .lengths = lengths->data, .B = ps[0], .n = ps[1]};
+    length_job job = {.p = points->data,
+                      .ps0 = points->strides[0],
+                      .ps1 = points->strides[1],
+                      .ps2 = points->strides[2],
+                      .t = tours->data,
+                      .ts0 = tours->strides[0],
+                      .ts1 = tours->strides[1],
+                      .lengths = lengths->data,
+                      .B = ps[0],
+                      .n = ps[1]};
     if (job.B == 0 || job.n == 0) {
         for (int64_t b = 0; b < job.B; b++) job.lengths[b] = 0;
         return ATTNC_OK;
@@ -377,12 +383,12 @@ attnc_status attnc_tsp_tour_length(attnc_tensor *lengths, const attnc_tensor *po
                 free(stamp);
                 if (c < 0 || c >= job.n)
                     return attnc_fail(ATTNC_ERR_VALUE,
-                                      "tours[%" PRId64 "] is not a permutation of 0..%" PRId64
-                                      ": entry %" PRId64 " is %" PRId64 ", out of range",
+                                      "tours[%" PRId64 "] is not a permutation of 0..%" PRId64 ": entry %" PRId64
+                                      " is %" PRId64 ", out of range",
                                       b, job.n - 1, k, c);
                 return attnc_fail(ATTNC_ERR_VALUE,
-                                  "tours[%" PRId64 "] is not a permutation of 0..%" PRId64
-                                  ": city %" PRId64 " appears twice",
+                                  "tours[%" PRId64 "] is not a permutation of 0..%" PRId64 ": city %" PRId64
+                                  " appears twice",
                                   b, job.n - 1, c);
             }
             stamp[c] = b + 1;

@@ -21,19 +21,16 @@
 /* Optimal closed tours, 1 <= n <= 12 (larger n fails with ATTNC_ERR_VALUE).
  * Ties are broken deterministically (the lowest city index wins at every
  * step of the recursion). */
-attnc_status attnc_tsp_held_karp(attnc_tensor *tours, attnc_tensor *lengths,
-                                 const attnc_tensor *points);
+attnc_status attnc_tsp_held_karp(attnc_tensor *tours, attnc_tensor *lengths, const attnc_tensor *points);
 
 /* Heuristic tours, any n >= 1: the nearest-neighbour tour from city 0 (ties:
  * the lowest index), then first-improvement 2-opt moves (segment reversals,
  * scanned in a fixed order) until none shortens the tour by more than 1e-12. */
-attnc_status attnc_tsp_two_opt(attnc_tensor *tours, attnc_tensor *lengths,
-                               const attnc_tensor *points);
+attnc_status attnc_tsp_two_opt(attnc_tensor *tours, attnc_tensor *lengths, const attnc_tensor *points);
 
 /* lengths (B) <- closed length of each tour (B, n) INT64 (any strides); every
  * tour must be a permutation of 0..n-1 (else ATTNC_ERR_VALUE naming the row). */
-attnc_status attnc_tsp_tour_length(attnc_tensor *lengths, const attnc_tensor *points,
-                                   const attnc_tensor *tours);
+attnc_status attnc_tsp_tour_length(attnc_tensor *lengths, const attnc_tensor *points, const attnc_tensor *tours);
 
 /* Check points (B, n, 2) FLOAT64, n >= 1, every coordinate finite (the errors
  * name "points"); dims <- (B, n, 2). Shared with hull.c. */

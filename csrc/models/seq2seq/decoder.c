@@ -19,18 +19,20 @@
 
 typedef struct {
     const s2s_run *x;
-    char *slots;            /* slot -1 .. T-1, each slot_size elements   */
+    char *slots; /* slot -1 .. T-1, each slot_size elements   */
     int64_t slot_size;
-    const int64_t *tgt_in;  /* (B, T)                                     */
-    int64_t *fed;           /* (B, T)                                     */
-    void *feat, *align;     /* (B, T, F), (B, T, S) or NULL               */
+    const int64_t *tgt_in; /* (B, T)                                     */
+    int64_t *fed;          /* (B, T)                                     */
+    void *feat, *align;    /* (B, T, F), (B, T, S) or NULL               */
     double sampling;
     uint64_t seed;
-    void *scratch;          /* per worker                                 */
+    void *scratch; /* per worker                                 */
     int64_t scratch_size;
     /* backward */
     const void *dfeat;
-    struct { void *dg, *dx, *dpc, *dqw, *de, *dhp; } cot; /* step 0's (s2s_cot); step t's at + t * R * width */
+    struct {
+        void *dg, *dx, *dpc, *dqw, *de, *dhp;
+    } cot;                                           /* step 0's (s2s_cot); step t's at + t * R * width */
     void *dmem, *dkeys, *dv, *dvp, *dfinal, *dstart; /* dstart (B, H): of h_{-1}, before the tanh */
 } s2s_job;
 
@@ -50,8 +52,17 @@ typedef struct {
 /* The width of every slot array, in s2s_slot's order (0: unused). */
 static void slot_widths(const s2s_run *x, int64_t w[11]) {
     bool local = x->kind == ATTNC_S2S_LOCAL_M || x->kind == ATTNC_S2S_LOCAL_P, lp = x->kind == ATTNC_S2S_LOCAL_P;
-    int64_t v[11] = {x->U, 4 * x->H, x->H, x->H, x->additive ? x->A : 0, x->kind != ATTNC_S2S_NONE ? x->S : 0,
-                     lp ? x->S : 0, local ? 1 : 0, lp ? x->A : 0, x->luong ? x->He + x->H : 0, x->luong ? x->H : 0};
+    int64_t v[11] = {x->U,
+                     4 * x->H,
+                     x->H,
+                     x->H,
+                     x->additive ? x->A : 0,
+                     x->kind != ATTNC_S2S_NONE ? x->S : 0,
+                     lp ? x->S : 0,
+                     local ? 1 : 0,
+                     lp ? x->A : 0,
+                     x->luong ? x->He + x->H : 0,
+                     x->luong ? x->H : 0};
     memcpy(w, v, sizeof v);
 }
 
@@ -107,9 +118,7 @@ static int64_t key_width(const s2s_run *x) {
 }
 
 /* Elements of the saved buffer: the keys, then slots -1 .. T - 1. */
-static int64_t saved_elements(const s2s_run *x, int64_t T) {
-    return x->B * x->S * x->Kw + (T + 1) * s2s_slot_size(x);
-}
+static int64_t saved_elements(const s2s_run *x, int64_t T) { return x->B * x->S * x->Kw + (T + 1) * s2s_slot_size(x); }
 
 static attnc_status check_attention(s2s_run *x, const attnc_s2s_weights *w) {
     attnc_dtype dt = x->dt;
@@ -120,7 +129,8 @@ static attnc_status check_attention(s2s_run *x, const attnc_s2s_weights *w) {
         TRY(need(&w->v, "v", dt, 1, x->A, 0));
     } else if (x->kind == ATTNC_S2S_DOT) {
         if (x->He != x->H)
-            return attnc_fail(ATTNC_ERR_VALUE, "luong-dot needs the memory width (%lld) to equal the hidden size (%lld)",
+            return attnc_fail(ATTNC_ERR_VALUE,
+                              "luong-dot needs the memory width (%lld) to equal the hidden size (%lld)",
                               (long long)x->He, (long long)x->H);
     } else if (x->kind == ATTNC_S2S_LOCATION) {
         TRY(need(&w->weight, "weight", dt, 2, -1, x->H));
@@ -141,8 +151,8 @@ static attnc_status check_attention(s2s_run *x, const attnc_s2s_weights *w) {
     return ATTNC_OK;
 }
 
-attnc_status s2s_setup(s2s_run *x, const attnc_s2s_weights *w, const attnc_s2s_config *cfg,
-                       const attnc_tensor *memory, const attnc_tensor *final, const attnc_tensor *lengths) {
+attnc_status s2s_setup(s2s_run *x, const attnc_s2s_weights *w, const attnc_s2s_config *cfg, const attnc_tensor *memory,
+                       const attnc_tensor *final, const attnc_tensor *lengths) {
     memset(x, 0, sizeof *x);
     if (!w || !cfg) return attnc_fail(ATTNC_ERR_TYPE, "the decoder needs weights and a config");
     if (cfg->attention < ATTNC_S2S_NONE || cfg->attention > ATTNC_S2S_LOCAL_P)
@@ -253,13 +263,17 @@ void s2s_release(s2s_run *x, bool keys_owned) {
 
 /* ---- forward ------------------------------------------------------------------ */
 
-int64_t attnc_s2s_saved_size(const attnc_s2s_config *cfg, const attnc_s2s_weights *w, int64_t B, int64_t S,
-                             int64_t T) {
+int64_t attnc_s2s_saved_size(const attnc_s2s_config *cfg, const attnc_s2s_weights *w, int64_t B, int64_t S, int64_t T) {
     if (!cfg || !w || B < 0 || S < 1 || T < 0 || !attnc_present(&w->weight_hh) || w->weight_hh.ndim != 2 ||
         !attnc_present(&w->bridge_weight) || w->bridge_weight.ndim != 2)
         return -1;
-    s2s_run x = {.kind = cfg->attention, .B = B, .S = S, .R = B, .H = w->weight_hh.shape[1],
-                 .He = w->bridge_weight.shape[1], .E = attnc_present(&w->embedding) ? w->embedding.shape[1] : 0};
+    s2s_run x = {.kind = cfg->attention,
+                 .B = B,
+                 .S = S,
+                 .R = B,
+                 .H = w->weight_hh.shape[1],
+                 .He = w->bridge_weight.shape[1],
+                 .E = attnc_present(&w->embedding) ? w->embedding.shape[1] : 0};
     bool additive = x.kind == ATTNC_S2S_BAHDANAU || x.kind == ATTNC_S2S_CONCAT;
     const attnc_tensor *a = additive ? &w->query_weight : &w->position_weight;
     x.A = attnc_present(a) && a->ndim == 2 ? a->shape[0] : 0;
@@ -289,10 +303,10 @@ static attnc_status check_tokens(const attnc_tensor *t, const char *name, int64_
 
 static int workers_for(const s2s_run *x) { return attnc_workers_for(x->B * x->T * x->U * 4 * x->H); }
 
-attnc_status attnc_s2s_forward(attnc_tensor *features, attnc_tensor *alignments, attnc_tensor *fed,
-                               attnc_tensor *saved, const attnc_tensor *memory, const attnc_tensor *final,
-                               const attnc_tensor *lengths, const attnc_tensor *tgt_in,
-                               const attnc_s2s_weights *weights, const attnc_s2s_config *cfg) {
+attnc_status attnc_s2s_forward(attnc_tensor *features, attnc_tensor *alignments, attnc_tensor *fed, attnc_tensor *saved,
+                               const attnc_tensor *memory, const attnc_tensor *final, const attnc_tensor *lengths,
+                               const attnc_tensor *tgt_in, const attnc_s2s_weights *weights,
+                               const attnc_s2s_config *cfg) {
     s2s_run x;
     TRY(s2s_setup(&x, weights, cfg, memory, final, lengths));
     TRY(check_tokens(tgt_in, "tgt_in", x.B, x.Vt));
@@ -319,10 +333,17 @@ attnc_status attnc_s2s_forward(attnc_tensor *features, attnc_tensor *alignments,
     attnc_status st = attnc_calloc(&work, (size_t)(workers * scratch), x.es, "decoder scratch");
     if (st == ATTNC_OK) {
         char *slots = (char *)saved->data + (size_t)(x.B * x.S * x.Kw) * x.es;
-        s2s_job j = {.x = &x, .slots = slots, .slot_size = s2s_slot_size(&x), .tgt_in = tgt_in->data,
-                     .fed = fed->data, .feat = features->data,
+        s2s_job j = {.x = &x,
+                     .slots = slots,
+                     .slot_size = s2s_slot_size(&x),
+                     .tgt_in = tgt_in->data,
+                     .fed = fed->data,
+                     .feat = features->data,
                      .align = attnc_present(alignments) ? alignments->data : NULL,
-                     .sampling = cfg->sampling, .seed = cfg->seed, .scratch = work, .scratch_size = scratch};
+                     .sampling = cfg->sampling,
+                     .seed = cfg->seed,
+                     .scratch = work,
+                     .scratch_size = scratch};
         attnc_parallel_for((x.B + S2S_ROWS - 1) / S2S_ROWS, workers, ATTNC_TYPED(x.dt, s2s_forward_task), &j);
     }
     free(work);
@@ -339,14 +360,23 @@ static void wgrad(const s2s_run *x, void *dw, const void *dy, int64_t out, int64
     memset(dw, 0, (size_t)(out * in) * x->es);
     int workers = attnc_workers_for(steps * R * out * in);
     int64_t rows = out >= 256 ? 64 : 16;
-    s2s_wgrad g = {.dw = dw, .dy = dy, .x = xs, .out = out, .in = in, .R = R, .steps = steps,
-                   .dy_step = dy_step, .x_step = x_step, .x_rs = x_rs, .rows = rows};
+    s2s_wgrad g = {.dw = dw,
+                   .dy = dy,
+                   .x = xs,
+                   .out = out,
+                   .in = in,
+                   .R = R,
+                   .steps = steps,
+                   .dy_step = dy_step,
+                   .x_step = x_step,
+                   .x_rs = x_rs,
+                   .rows = rows};
     attnc_parallel_for((out + rows - 1) / rows, workers, ATTNC_TYPED(x->dt, s2s_wgrad_task), &g);
 }
 
 /* The backward's buffers (float elements of the call's dtype). */
 typedef struct {
-    void *dg, *dx, *dpc, *dqw, *de, *dhp;   /* per step (T, B, width)      */
+    void *dg, *dx, *dpc, *dqw, *de, *dhp; /* per step (T, B, width)      */
     void *dkeys, *dmem, *dfinal, *dv, *dvp, *dstart, *dwcat, *scratch;
 } s2s_bufs;
 
@@ -385,24 +415,38 @@ static attnc_status alloc_bufs(const s2s_run *x, s2s_bufs *b, int workers, const
 }
 
 static void free_bufs(s2s_bufs *b, const attnc_tensor *dmemory, const attnc_tensor *dfinal) {
-    void *own[] = {b->dg, b->dx, b->dpc, b->dqw, b->de, b->dhp, b->dkeys, attnc_present(dmemory) ? NULL : b->dmem,
-                   attnc_present(dfinal) ? NULL : b->dfinal, b->dv, b->dvp, b->dstart, b->dwcat, b->scratch};
+    void *own[] = {b->dg,
+                   b->dx,
+                   b->dpc,
+                   b->dqw,
+                   b->de,
+                   b->dhp,
+                   b->dkeys,
+                   attnc_present(dmemory) ? NULL : b->dmem,
+                   attnc_present(dfinal) ? NULL : b->dfinal,
+                   b->dv,
+                   b->dvp,
+                   b->dstart,
+                   b->dwcat,
+                   b->scratch};
     for (size_t i = 0; i < sizeof own / sizeof own[0]; i++) free(own[i]);
 }
 
 static attnc_status check_grads(const s2s_run *x, const attnc_s2s_weights *g, const attnc_s2s_weights *w) {
-#define PAIR(m) {&g->m, &w->m, "the gradient of " #m}
+#define PAIR(m) \
+    { &g->m, &w->m, "the gradient of " #m }
     const struct {
         const attnc_tensor *grad, *weight;
         const char *name;
-    } pairs[] = {PAIR(embedding), PAIR(weight_ih),       PAIR(weight_hh),  PAIR(bias_ih),    PAIR(bias_hh),
-                 PAIR(bridge_weight), PAIR(bridge_bias), PAIR(query_weight), PAIR(key_weight), PAIR(v),
-                 PAIR(weight),    PAIR(bias),            PAIR(position_weight), PAIR(position_v), PAIR(combine)};
+    } pairs[] = {PAIR(embedding),     PAIR(weight_ih),   PAIR(weight_hh),       PAIR(bias_ih),    PAIR(bias_hh),
+                 PAIR(bridge_weight), PAIR(bridge_bias), PAIR(query_weight),    PAIR(key_weight), PAIR(v),
+                 PAIR(weight),        PAIR(bias),        PAIR(position_weight), PAIR(position_v), PAIR(combine)};
 #undef PAIR
     for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++) {
         const attnc_tensor *gr = pairs[i].grad, *wt = pairs[i].weight;
         if (!attnc_present(gr)) continue;
-        if (!attnc_present(wt)) return attnc_fail(ATTNC_ERR_VALUE, "a gradient was asked for a weight the decoder lacks");
+        if (!attnc_present(wt))
+            return attnc_fail(ATTNC_ERR_VALUE, "a gradient was asked for a weight the decoder lacks");
         TRY(need(gr, pairs[i].name, x->dt, wt->ndim, wt->shape[0], wt->ndim > 1 ? wt->shape[1] : 0));
     }
     return ATTNC_OK;
@@ -429,8 +473,8 @@ static void weight_grads(const s2s_run *x, const s2s_bufs *b, attnc_s2s_weights 
     if (x->luong && attnc_present(&g->combine))
         wgrad(x, g->combine.data, b->dpc, H, x->He + H, B, x->T, B * H, s0.cat, step, x->He + H);
     if (x->additive && attnc_present(&g->query_weight)) /* bahdanau's query is h_{t-1}, concat's h_t */
-        wgrad(x, g->query_weight.data, b->dqw, x->A, H, B, x->T, B * x->A,
-              x->kind == ATTNC_S2S_BAHDANAU ? sm.h : s0.h, step, H);
+        wgrad(x, g->query_weight.data, b->dqw, x->A, H, B, x->T, B * x->A, x->kind == ATTNC_S2S_BAHDANAU ? sm.h : s0.h,
+              step, H);
     if (x->additive && attnc_present(&g->v)) attnc_col_sums(x->dt, g->v.data, b->dv, B, x->A, x->A);
     if (x->kind == ATTNC_S2S_LOCATION) {
         if (attnc_present(&g->weight)) wgrad(x, g->weight.data, b->de, x->Smax, H, B, x->T, B * x->Smax, s0.h, step, H);
@@ -444,7 +488,8 @@ static void weight_grads(const s2s_run *x, const s2s_bufs *b, attnc_s2s_weights 
     const attnc_tensor *gk = x->additive ? &g->key_weight : &g->weight;
     if (x->Kw > 0 && attnc_present(gk)) /* keys = memory W^T */
         wgrad(x, gk->data, b->dkeys, x->Kw, x->He, B * x->S, 1, 0, x->memory, 0, x->He);
-    if (attnc_present(&g->bridge_weight)) wgrad(x, g->bridge_weight.data, b->dstart, H, x->He, B, 1, 0, x->final, 0, x->He);
+    if (attnc_present(&g->bridge_weight))
+        wgrad(x, g->bridge_weight.data, b->dstart, H, x->He, B, 1, 0, x->final, 0, x->He);
     if (attnc_present(&g->bridge_bias)) attnc_col_sums(x->dt, g->bridge_bias.data, b->dstart, B, H, H);
 }
 
@@ -472,17 +517,27 @@ attnc_status attnc_s2s_backward(attnc_tensor *dmemory, attnc_tensor *dfinal, att
     char *slots = (char *)saved->data + (size_t)(x.B * x.S * x.Kw) * x.es;
     int64_t slot_size = s2s_slot_size(&x), scratch = s2s_scratch_size(&x);
     if (st == ATTNC_OK && x.B > 0 && x.T > 0) { /* else every cotangent stays 0 */
-        s2s_job j = {.x = &x, .slots = slots, .slot_size = slot_size, .scratch = b.scratch,
-                     .scratch_size = scratch, .dfeat = dfeatures->data,
-                     .cot = {b.dg, b.dx, b.dpc, b.dqw, b.de, b.dhp}, .dmem = b.dmem, .dkeys = b.dkeys,
-                     .dv = b.dv, .dvp = b.dvp, .dfinal = b.dfinal, .dstart = b.dstart};
+        s2s_job j = {.x = &x,
+                     .slots = slots,
+                     .slot_size = slot_size,
+                     .scratch = b.scratch,
+                     .scratch_size = scratch,
+                     .dfeat = dfeatures->data,
+                     .cot = {b.dg, b.dx, b.dpc, b.dqw, b.de, b.dhp},
+                     .dmem = b.dmem,
+                     .dkeys = b.dkeys,
+                     .dv = b.dv,
+                     .dvp = b.dvp,
+                     .dfinal = b.dfinal,
+                     .dstart = b.dstart};
         attnc_parallel_for((x.B + S2S_ROWS - 1) / S2S_ROWS, workers, ATTNC_TYPED(x.dt, s2s_backward_task), &j);
     }
     if (st == ATTNC_OK) {
         weight_grads(&x, &b, grads, slots, slot_size, fed->data);
         if (x.Kw > 0 && x.B > 0) { /* keys = memory W^T: dmemory += dkeys W */
             int64_t n = x.B * x.S;
-            attnc_mat dk = {b.dkeys, n, x.Kw, x.Kw, 1}, w = {(void *)(x.additive ? x.wkey : x.watt), x.Kw, x.He, x.He, 1},
+            attnc_mat dk = {b.dkeys, n, x.Kw, x.Kw, 1},
+                      w = {(void *)(x.additive ? x.wkey : x.watt), x.Kw, x.He, x.He, 1},
                       dm = {b.dmem, n, x.He, x.He, 1};
             attnc_gemm_rows(x.dt, false, false, 1, dk, w, 1, dm, S2S_KEY_ROWS);
         }

@@ -11,7 +11,7 @@
 
 #include "../../core/tensor.h"
 
-enum { S2S_ROWS = 32 }; /* rows per block: fixed, so results do not depend on the thread count */
+enum { S2S_ROWS = 32 };      /* rows per block: fixed, so results do not depend on the thread count */
 enum { S2S_KEY_ROWS = 256 }; /* rows of the keys' backward per block */
 
 /* Sizes, weights (data pointers of contiguous tensors) and shared buffers. */
@@ -56,10 +56,10 @@ int64_t s2s_scratch_size(const s2s_run *x);
 
 /* Step t on rows [r0, r0 + n): from slot prev to slot cur, tokens tok[r]
  * of the block (tok[i]: row r0 + i), features (row r at feat + r * fstride), scratch. */
-void s2s_step_forward_f32(const s2s_run *x, const s2s_slot *prev, const s2s_slot *cur, int64_t t, int64_t r0,
-                          int64_t n, const int64_t *tok, void *feat, int64_t fstride, void *scratch);
-void s2s_step_forward_f64(const s2s_run *x, const s2s_slot *prev, const s2s_slot *cur, int64_t t, int64_t r0,
-                          int64_t n, const int64_t *tok, void *feat, int64_t fstride, void *scratch);
+void s2s_step_forward_f32(const s2s_run *x, const s2s_slot *prev, const s2s_slot *cur, int64_t t, int64_t r0, int64_t n,
+                          const int64_t *tok, void *feat, int64_t fstride, void *scratch);
+void s2s_step_forward_f64(const s2s_run *x, const s2s_slot *prev, const s2s_slot *cur, int64_t t, int64_t r0, int64_t n,
+                          const int64_t *tok, void *feat, int64_t fstride, void *scratch);
 
 /* The starting slot's rows [r0, r0 + n): h = tanh(bridge(final)), c = 0,
  * h~ = 0. */
@@ -68,8 +68,8 @@ void s2s_start_f64(const s2s_run *x, const s2s_slot *s, int64_t r0, int64_t n);
 
 /* Checks and derived sizes shared by the entry points: x filled from the
  * weights, config, memory (B, S, He), final (B, He) and lengths (B). */
-attnc_status s2s_setup(s2s_run *x, const attnc_s2s_weights *w, const attnc_s2s_config *cfg,
-                       const attnc_tensor *memory, const attnc_tensor *final, const attnc_tensor *lengths);
+attnc_status s2s_setup(s2s_run *x, const attnc_s2s_weights *w, const attnc_s2s_config *cfg, const attnc_tensor *memory,
+                       const attnc_tensor *final, const attnc_tensor *lengths);
 /* x->wcat, x->bsum and x->keys allocated and filled (keys into keys_buf
  * when not NULL, else allocated); s2s_release frees what was allocated. */
 attnc_status s2s_prepare(s2s_run *x, const attnc_s2s_weights *w, void *keys_buf);

@@ -27,8 +27,8 @@ static void FN(range)(const s2s_run *x, int64_t b, REAL p, int64_t *lo, int64_t 
 
 /* Scores e[s], s in [lo, hi), of row i (row r of the call) for query q (H);
  * loc: the location scores of the row (Smax), qw: W_q q (A). */
-static void FN(scores)(const s2s_run *x, int64_t b, const REAL *q, const REAL *qw, const REAL *loc,
-                       int64_t lo, int64_t hi, REAL *e) {
+static void FN(scores)(const s2s_run *x, int64_t b, const REAL *q, const REAL *qw, const REAL *loc, int64_t lo,
+                       int64_t hi, REAL *e) {
     for (int64_t s = lo; s < hi; s++) {
         if (x->additive)
             e[s] = FN(additive)(qw, ROW(x->keys, b * x->S + s, x->Kw), x->v, x->A);
@@ -116,8 +116,8 @@ void FN(s2s_start)(const s2s_run *x, const s2s_slot *s, int64_t r0, int64_t n) {
     }
 }
 
-void FN(s2s_step_forward)(const s2s_run *x, const s2s_slot *prev, const s2s_slot *cur, int64_t t, int64_t r0,
-                          int64_t n, const int64_t *tok, void *feat, int64_t fstride, void *scratch) {
+void FN(s2s_step_forward)(const s2s_run *x, const s2s_slot *prev, const s2s_slot *cur, int64_t t, int64_t r0, int64_t n,
+                          const int64_t *tok, void *feat, int64_t fstride, void *scratch) {
     int64_t E = x->E, H = x->H, He = x->He, U = x->U;
     size_t es = sizeof(REAL);
     REAL *u = ROW(cur->u, r0, U);
@@ -159,12 +159,12 @@ void FN(s2s_step_forward)(const s2s_run *x, const s2s_slot *prev, const s2s_slot
 /* Per-step cotangent rows the weight gradients are formed from after the
  * loop, each (R, width) per step (NULL: unused by the kind). */
 typedef struct {
-    REAL *dg;   /* (4H) gates, before their nonlinearities */
-    REAL *dx;   /* (E) the embedded input                  */
-    REAL *dpc;  /* (H) Luong: before the combine's tanh    */
-    REAL *dqw;  /* (A) additive: of W_q q                  */
-    REAL *de;   /* (Smax) location: of the scores          */
-    REAL *dhp;  /* (A) local-p: of W_p h, before the tanh  */
+    REAL *dg;  /* (4H) gates, before their nonlinearities */
+    REAL *dx;  /* (E) the embedded input                  */
+    REAL *dpc; /* (H) Luong: before the combine's tanh    */
+    REAL *dqw; /* (A) additive: of W_q q                  */
+    REAL *de;  /* (Smax) location: of the scores          */
+    REAL *dhp; /* (A) local-p: of W_p h, before the tanh  */
 } FN(s2s_cot);
 
 /* Running gradients of a block (n rows each) and per-row parameter sums. */
@@ -179,9 +179,8 @@ typedef struct {
 
 /* dw_s = dctx . mem_s and dmem_s += w_s dctx over s in [lo, hi); mem and
  * dmem (S, He) of one source row. */
-static void FN(context_backward)(const REAL *restrict mem, const REAL *restrict w,
-                                 const REAL *restrict dctx, int64_t lo, int64_t hi, int64_t He,
-                                 REAL *restrict dw, REAL *restrict dmem) {
+static void FN(context_backward)(const REAL *restrict mem, const REAL *restrict w, const REAL *restrict dctx,
+                                 int64_t lo, int64_t hi, int64_t He, REAL *restrict dw, REAL *restrict dmem) {
     for (int64_t s = lo; s < hi; s++) {
         dw[s] = FN(dot)(dctx, mem + s * He, He);
         for (int64_t k = 0; k < He; k++) dmem[s * He + k] += w[s] * dctx[k];
@@ -190,19 +189,17 @@ static void FN(context_backward)(const REAL *restrict mem, const REAL *restrict 
 
 /* e_s = v . tanh(qw + k_s): dqw, dk_s (keys (S, A) of one source row) and dv
  * from de_s (in dw) over s in [lo, hi); dqw is overwritten. */
-static void FN(additive_rows_backward)(const REAL *restrict keys, const REAL *restrict qw,
-                                       const REAL *restrict v, const REAL *restrict de, int64_t lo,
-                                       int64_t hi, int64_t A, REAL *restrict dqw, REAL *restrict dkeys,
-                                       REAL *restrict dv) {
+static void FN(additive_rows_backward)(const REAL *restrict keys, const REAL *restrict qw, const REAL *restrict v,
+                                       const REAL *restrict de, int64_t lo, int64_t hi, int64_t A, REAL *restrict dqw,
+                                       REAL *restrict dkeys, REAL *restrict dv) {
     for (int64_t k = 0; k < A; k++) dqw[k] = 0;
     for (int64_t s = lo; s < hi; s++) FN(additive_backward)(keys + s * A, qw, v, de[s], dkeys + s * A, dqw, dv, A);
 }
 
 /* e_s = q . k_s: dq += sum de_s k_s, dk_s += de_s q over s in [lo, hi);
  * keys, dkeys (S, W) of one source row. */
-static void FN(dot_backward)(const REAL *restrict keys, const REAL *restrict q, const REAL *restrict de,
-                             int64_t lo, int64_t hi, int64_t W, REAL *restrict dq,
-                             REAL *restrict dkeys) {
+static void FN(dot_backward)(const REAL *restrict keys, const REAL *restrict q, const REAL *restrict de, int64_t lo,
+                             int64_t hi, int64_t W, REAL *restrict dq, REAL *restrict dkeys) {
     for (int64_t s = lo; s < hi; s++)
         for (int64_t k = 0; k < W; k++) {
             dq[k] += de[s] * keys[s * W + k];
@@ -214,9 +211,9 @@ static void FN(dot_backward)(const REAL *restrict keys, const REAL *restrict q, 
  * at dctx + i * cs) -> dq (n, H) += ..., dmemory and dkeys of each row's
  * source (row-local: training rows are their own source), per-row sums dv
  * and dvp (R, A), cotangent rows dqw, de, dhp. */
-static void FN(attend_backward)(const s2s_run *x, const s2s_slot *cur, int64_t r0, int64_t n,
-                                const REAL *q, int64_t qs, const REAL *dctx, int64_t cs, REAL *dq,
-                                const FN(s2s_cot) *cot, REAL *dmem, REAL *dkeys, REAL *dv, REAL *dvp, REAL *dw) {
+static void FN(attend_backward)(const s2s_run *x, const s2s_slot *cur, int64_t r0, int64_t n, const REAL *q, int64_t qs,
+                                const REAL *dctx, int64_t cs, REAL *dq, const FN(s2s_cot) * cot, REAL *dmem,
+                                REAL *dkeys, REAL *dv, REAL *dvp, REAL *dw) {
     int64_t S = x->S, He = x->He, A = x->A, H = x->H, Kw = x->Kw;
     for (int64_t i = 0; i < n; i++) {
         int64_t r = r0 + i, b = FN(src)(x, r), lo, hi;
@@ -266,9 +263,9 @@ static void FN(attend_backward)(const s2s_run *x, const s2s_slot *cur, int64_t r
 /* One step backward on rows [r0, r0 + n), from slot prev to slot cur:
  * carry (dh, dc, dht from the next step) updated to the previous step's; cot
  * (this step's cotangent rows) written; dfeat row r at dfeat + r * fstride. */
-static void FN(step_backward)(const s2s_run *x, const s2s_slot *prev, const s2s_slot *cur, int64_t r0,
-                              int64_t n, const REAL *dfeat, int64_t fstride, const FN(s2s_cot) *cot,
-                              FN(s2s_carry) *k, REAL *dmem, REAL *dkeys, REAL *dv, REAL *dvp, REAL *dfinal) {
+static void FN(step_backward)(const s2s_run *x, const s2s_slot *prev, const s2s_slot *cur, int64_t r0, int64_t n,
+                              const REAL *dfeat, int64_t fstride, const FN(s2s_cot) * cot, FN(s2s_carry) * k,
+                              REAL *dmem, REAL *dkeys, REAL *dv, REAL *dvp, REAL *dfinal) {
     int64_t E = x->E, H = x->H, He = x->He, U = x->U, C = He + H;
     for (int64_t i = 0; i < n; i++) {
         const REAL *df = dfeat + (r0 + i) * fstride;
@@ -285,8 +282,7 @@ static void FN(step_backward)(const s2s_run *x, const s2s_slot *prev, const s2s_
         for (int64_t i = 0; i < n; i++)
             for (int64_t j = 0; j < H; j++) k->dh[i * H + j] += k->dcat[i * C + He + j];
         memset(k->dq, 0, (size_t)(n * H) * sizeof(REAL));
-        FN(attend_backward)(x, cur, r0, n, ROW(cur->h, r0, H), H, k->dcat, C, k->dq, cot, dmem, dkeys, dv, dvp,
-                            k->dw);
+        FN(attend_backward)(x, cur, r0, n, ROW(cur->h, r0, H), H, k->dcat, C, k->dq, cot, dmem, dkeys, dv, dvp, k->dw);
         for (int64_t j = 0; j < n * H; j++) k->dh[j] += k->dq[j];
     }
     REAL *dg = cot->dg + r0 * 4 * H;
@@ -308,8 +304,8 @@ static void FN(step_backward)(const s2s_run *x, const s2s_slot *prev, const s2s_
         }
     }
     if (x->kind == ATTNC_S2S_BAHDANAU) /* the context came from h_{t-1} */
-        FN(attend_backward)(x, cur, r0, n, ROW(prev->h, r0, H), H, k->dctx, He, k->dh, cot, dmem, dkeys, dv,
-                            dvp, k->dw);
+        FN(attend_backward)(x, cur, r0, n, ROW(prev->h, r0, H), H, k->dctx, He, k->dh, cot, dmem, dkeys, dv, dvp,
+                            k->dw);
 }
 
 /* ---- whole sequences: block tasks ------------------------------------------------ */
@@ -325,7 +321,7 @@ static void FN(choose_tokens)(const s2s_job *j, int64_t t, int64_t r0, int64_t n
     for (int64_t i = 0; i < n; i++) tok[i] = j->tgt_in[(r0 + i) * x->T + t];
     if (t == 0 || !(j->sampling > 0)) return;
     FN(times_wt)((const REAL *)j->feat + (r0 * x->T + t - 1) * x->F, x->T * x->F, x->out_w, x->Vt, x->F, 0, logits,
-       x->Vt, n);
+                 x->Vt, n);
     for (int64_t i = 0; i < n; i++) {
         if (!(attnc_uniform(j->seed, 0x5eed, (uint64_t)((r0 + i) * x->T + t)) < j->sampling)) continue;
         const REAL *l = logits + i * x->Vt, *bias = x->out_b;
@@ -395,8 +391,7 @@ static void FN(s2s_backward_task)(void *arg, int64_t block, int worker) {
         s2s_slot prev = FN(slot)(j, t - 1), cur = FN(slot)(j, t);
         FN(s2s_cot) cot = FN(cot_at)(j, t);
         FN(step_backward)(x, &prev, &cur, r0, n, (const REAL *)j->dfeat + t * x->F, x->T * x->F, &cot, &k, j->dmem,
-           j->dkeys,
-                          j->dv, j->dvp, j->dfinal);
+                          j->dkeys, j->dv, j->dvp, j->dfinal);
     }
     /* h_{-1} = tanh(bridge(final)) */
     s2s_slot start = FN(slot)(j, -1);
@@ -415,8 +410,8 @@ static void FN(s2s_wgrad_task)(void *arg, int64_t block, int worker) {
     int64_t o0 = block * g->rows, m = g->out - o0 < g->rows ? g->out - o0 : g->rows;
     for (int64_t t = 0; t < g->steps; t++)
         GEMM(true, false, 1, FN(m)((const REAL *)g->dy + t * g->dy_step + o0, g->R, m, g->out),
-             FN(m)((const REAL *)g->x + t * g->x_step, g->R, g->in, g->x_rs), 1, FN(m)((REAL *)g->dw + o0 * g->in, m,
-                g->in, g->in));
+             FN(m)((const REAL *)g->x + t * g->x_step, g->R, g->in, g->x_rs), 1,
+             FN(m)((REAL *)g->dw + o0 * g->in, m, g->in, g->in));
 }
 
 /* demb (Vt, E) <- the sum of the input cotangents dx (T, B, E) of every fed

@@ -17,14 +17,14 @@
 typedef struct {
     s2s_run x;
     int64_t K, Tmax, bos;
-    int64_t *src, *start;  /* (R): source row, bos                      */
-    void *slot_mem[2];     /* two slots: the step reads one, writes the other */
+    int64_t *src, *start; /* (R): source row, bos                      */
+    void *slot_mem[2];    /* two slots: the step reads one, writes the other */
     s2s_slot slot[2], *cur;
-    void *feat, *logits;   /* (R, F), (R, Vt)                            */
-    void *trace;           /* (R, S): this step's alignments (0 for "none"), when asked for */
+    void *feat, *logits; /* (R, F), (R, Vt)                            */
+    void *trace;         /* (R, S): this step's alignments (0 for "none"), when asked for */
     bool want_trace;
-    void *gather;          /* (R, H)                                     */
-    void *scratch;         /* per worker                                 */
+    void *gather;  /* (R, H)                                     */
+    void *scratch; /* per worker                                 */
     int workers;
     const int64_t *tok;
     int64_t s;
@@ -98,8 +98,8 @@ static attnc_status alloc_gen(gen_run *g) {
 }
 
 static void free_gen(gen_run *g) {
-    void *own[] = {g->src, g->start, g->slot_mem[0], g->slot_mem[1], g->feat, g->logits, g->trace, g->gather,
-                   g->scratch};
+    void *own[] = {g->src,    g->start, g->slot_mem[0], g->slot_mem[1], g->feat,
+                   g->logits, g->trace, g->gather,      g->scratch};
     for (size_t i = 0; i < sizeof own / sizeof own[0]; i++) free(own[i]);
 }
 
@@ -113,7 +113,8 @@ attnc_status attnc_s2s_generate(attnc_tensor *tokens, attnc_tensor *out_lengths,
     TRY(s2s_setup(x, weights, config, memory, final, lengths));
     if (!attnc_present(&weights->out_weight)) return attnc_fail(ATTNC_ERR_TYPE, "decoding needs out_weight");
     if (beam < 1) return attnc_fail(ATTNC_ERR_VALUE, "beam_size must be >= 1, got %lld", (long long)beam);
-    if (bos < 0 || bos >= x->Vt) return attnc_fail(ATTNC_ERR_VALUE, "bos %lld is outside the vocabulary", (long long)bos);
+    if (bos < 0 || bos >= x->Vt)
+        return attnc_fail(ATTNC_ERR_VALUE, "bos %lld is outside the vocabulary", (long long)bos);
     if (eos >= x->Vt)
         return attnc_fail(ATTNC_ERR_VALUE, "eos %lld is outside the vocabulary [0, %lld)", (long long)eos,
                           (long long)x->Vt);
@@ -141,11 +142,22 @@ attnc_status attnc_s2s_generate(attnc_tensor *tokens, attnc_tensor *out_lengths,
     attnc_status st = alloc_gen(&g);
     if (st == ATTNC_OK) st = s2s_prepare(x, weights, NULL);
     if (st == ATTNC_OK) {
-        attnc_search_model m = {.ctx = &g, .B = x->B, .K = beam, .V = x->Vt, .logits = g.logits, .dt = x->dt,
-                                .step = search_step, .reorder = search_reorder, .trace = g.trace,
+        attnc_search_model m = {.ctx = &g,
+                                .B = x->B,
+                                .K = beam,
+                                .V = x->Vt,
+                                .logits = g.logits,
+                                .dt = x->dt,
+                                .step = search_step,
+                                .reorder = search_reorder,
+                                .trace = g.trace,
                                 .trace_bytes = x->S * (int64_t)x->es};
-        attnc_search_io io = {.out = tokens->data, .lengths = out_lengths->data, .T = g.Tmax, .eos = eos,
-                              .alpha = length_penalty, .trace = g.want_trace ? alignments->data : NULL};
+        attnc_search_io io = {.out = tokens->data,
+                              .lengths = out_lengths->data,
+                              .T = g.Tmax,
+                              .eos = eos,
+                              .alpha = length_penalty,
+                              .trace = g.want_trace ? alignments->data : NULL};
         st = attnc_search(&m, &io);
         s2s_release(x, true);
     }

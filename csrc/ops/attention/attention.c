@@ -30,9 +30,8 @@ attnc_status attnc_check_outputs(const attnc_dims *d, attnc_tensor *context, att
     return attnc_check_like(d, weights, "weights", 2, d->tq, d->tk, true);
 }
 
-attnc_status attnc_check_backward(const attnc_dims *d, const attnc_tensor *dcontext,
-                                  const attnc_tensor *dweights, attnc_tensor *dquery,
-                                  attnc_tensor *dkeys, attnc_tensor *dvalues,
+attnc_status attnc_check_backward(const attnc_dims *d, const attnc_tensor *dcontext, const attnc_tensor *dweights,
+                                  attnc_tensor *dquery, attnc_tensor *dkeys, attnc_tensor *dvalues,
                                   const attnc_score_params *params, attnc_score_grads *dparams) {
     TRY(attnc_check_like(d, dcontext, "dcontext", 2, d->tq, d->dv, false));
     TRY(attnc_check_like(d, dweights, "dweights", 2, d->tq, d->tk, false));
@@ -42,24 +41,26 @@ attnc_status attnc_check_backward(const attnc_dims *d, const attnc_tensor *dcont
     return attnc_score_check_grads(d, params, dparams);
 }
 
-attnc_status attnc_attention_forward(attnc_tensor *context, attnc_tensor *weights,
-                                     const attnc_tensor *query, const attnc_tensor *keys,
-                                     const attnc_tensor *values,
-                                     const attnc_score_params *params,
-                                     const attnc_mask *mask) {
+attnc_status attnc_attention_forward(attnc_tensor *context, attnc_tensor *weights, const attnc_tensor *query,
+                                     const attnc_tensor *keys, const attnc_tensor *values,
+                                     const attnc_score_params *params, const attnc_mask *mask) {
     attnc_dims d;
     TRY(attnc_check_inputs(&d, query, keys, values, params, mask));
     TRY(attnc_check_outputs(&d, context, weights));
     int workers = attnc_workers();
     size_t per = attnc_score_scratch(&d, params->kind);
     void *scratch;
-    TRY(attnc_calloc(&scratch, per * (size_t)workers, attnc_dtype_size(d.dtype),
-                     "attention scratch"));
+    TRY(attnc_calloc(&scratch, per * (size_t)workers, attnc_dtype_size(d.dtype), "attention scratch"));
     attnc_score_ctx c;
     attnc_status st = attnc_score_open(&c, &d, query, keys, params);
     if (st == ATTNC_OK) {
-        attention_job job = {.c = c, .mask = mask, .context = context, .weights = weights, .values = values,
-                             .scratch = scratch, .per_worker = per};
+        attention_job job = {.c = c,
+                             .mask = mask,
+                             .context = context,
+                             .weights = weights,
+                             .values = values,
+                             .scratch = scratch,
+                             .per_worker = per};
         attnc_parallel_for(d.batch.count, workers, ATTNC_TYPED(d.dtype, attention_forward_task), &job);
     }
     attnc_score_close(&c);
@@ -67,12 +68,10 @@ attnc_status attnc_attention_forward(attnc_tensor *context, attnc_tensor *weight
     return st;
 }
 
-attnc_status attnc_attention_backward(attnc_tensor *dquery, attnc_tensor *dkeys,
-                                      attnc_tensor *dvalues, attnc_score_grads *dparams,
-                                      const attnc_tensor *dcontext,
-                                      const attnc_tensor *dweights, const attnc_tensor *query,
-                                      const attnc_tensor *keys, const attnc_tensor *values,
-                                      const attnc_tensor *weights,
+attnc_status attnc_attention_backward(attnc_tensor *dquery, attnc_tensor *dkeys, attnc_tensor *dvalues,
+                                      attnc_score_grads *dparams, const attnc_tensor *dcontext,
+                                      const attnc_tensor *dweights, const attnc_tensor *query, const attnc_tensor *keys,
+                                      const attnc_tensor *values, const attnc_tensor *weights,
                                       const attnc_score_params *params) {
     attnc_dims d;
     TRY(attnc_check_inputs(&d, query, keys, values, params, NULL));
@@ -87,8 +86,15 @@ attnc_status attnc_attention_backward(attnc_tensor *dquery, attnc_tensor *dkeys,
     attnc_score_ctx c = {0};
     if (st == ATTNC_OK) st = attnc_score_open(&c, &d, query, keys, params);
     if (st == ATTNC_OK) {
-        attention_job job = {.c = c, .dvalues = dvalues, .values = values, .dcontext = dcontext, .dweights = dweights,
-                             .fwd_weights = weights, .scratch = scratch, .g = g, .per_worker = per};
+        attention_job job = {.c = c,
+                             .dvalues = dvalues,
+                             .values = values,
+                             .dcontext = dcontext,
+                             .dweights = dweights,
+                             .fwd_weights = weights,
+                             .scratch = scratch,
+                             .g = g,
+                             .per_worker = per};
         attnc_parallel_for(d.batch.count, workers, ATTNC_TYPED(d.dtype, attention_backward_task), &job);
         st = attnc_score_run_backward(&c, g, dquery, dkeys, dparams);
     }

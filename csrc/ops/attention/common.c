@@ -10,8 +10,8 @@ static const attnc_batch NO_BATCH = {.nb = 0, .count = 1};
 
 /* A parameter matrix (rows, cols) of the call's dtype that BLAS can read;
  * -1 leaves a size free and returns it. */
-static attnc_status check_param(const attnc_dims *d, const attnc_tensor *t, const char *name,
-                                int ndim, int64_t *rows, int64_t *cols) {
+static attnc_status check_param(const attnc_dims *d, const attnc_tensor *t, const char *name, int ndim, int64_t *rows,
+                                int64_t *cols) {
     if (!attnc_present(t)) return attnc_fail(ATTNC_ERR_TYPE, "missing parameter %s", name);
     TRY(attnc_check_dtype(t, name, d->dtype));
     int64_t trail[2] = {*rows, cols ? *cols : 0};
@@ -30,7 +30,8 @@ static attnc_status check_score(attnc_dims *d, const attnc_score_params *p) {
         if (d->dq != d->dk)
             return attnc_fail(ATTNC_ERR_VALUE,
                               "query and keys must have the same feature size for this "
-                              "score, got %" PRId64 " and %" PRId64, d->dq, d->dk);
+                              "score, got %" PRId64 " and %" PRId64,
+                              d->dq, d->dk);
         if (p->kind == ATTNC_SCORE_GAUSSIAN && !(p->bandwidth > 0))
             return attnc_fail(ATTNC_ERR_VALUE, "bandwidth must be > 0, got %g", p->bandwidth);
         if (p->kind == ATTNC_SCORE_COSINE && attnc_present(&p->beta)) {
@@ -71,31 +72,24 @@ attnc_status attnc_check_mask(const attnc_dims *d, const attnc_mask *m) {
         TRY(attnc_check_dtype(&m->key_lengths, "key_lengths", ATTNC_INT64));
         TRY(attnc_check_shape(&m->key_lengths, "key_lengths", &d->batch, 0, NULL));
         for (int64_t b = 0; b < d->batch.count; b++) {
-            int64_t len =
-                *(const int64_t *)attnc_at(&m->key_lengths,
-                                           attnc_batch_offset(&m->key_lengths, &d->batch, b));
-            if (len < 0)
-                return attnc_fail(ATTNC_ERR_VALUE, "key_lengths must be >= 0, got %" PRId64,
-                                  len);
+            int64_t len = *(const int64_t *)attnc_at(&m->key_lengths,
+                                                     attnc_batch_offset(&m->key_lengths, &d->batch, b));
+            if (len < 0) return attnc_fail(ATTNC_ERR_VALUE, "key_lengths must be >= 0, got %" PRId64, len);
         }
     }
     return ATTNC_OK;
 }
 
-attnc_status attnc_check_inputs(attnc_dims *d, const attnc_tensor *query,
-                                const attnc_tensor *keys, const attnc_tensor *values,
-                                const attnc_score_params *params, const attnc_mask *mask) {
+attnc_status attnc_check_inputs(attnc_dims *d, const attnc_tensor *query, const attnc_tensor *keys,
+                                const attnc_tensor *values, const attnc_score_params *params, const attnc_mask *mask) {
     memset(d, 0, sizeof *d);
-    if (!attnc_present(query) || !attnc_present(keys))
-        return attnc_fail(ATTNC_ERR_TYPE, "query and keys are required");
+    if (!attnc_present(query) || !attnc_present(keys)) return attnc_fail(ATTNC_ERR_TYPE, "query and keys are required");
     d->dtype = query->dtype;
     if (d->dtype != ATTNC_FLOAT32 && d->dtype != ATTNC_FLOAT64)
         return attnc_fail(ATTNC_ERR_TYPE, "query has dtype %s, expected float32 or float64",
                           attnc_dtype_name(d->dtype));
     TRY(attnc_check_dtype(query, "query", d->dtype));
-    if (query->ndim < 2)
-        return attnc_fail(ATTNC_ERR_VALUE, "query must have at least 2 dims, got %d",
-                          query->ndim);
+    if (query->ndim < 2) return attnc_fail(ATTNC_ERR_VALUE, "query must have at least 2 dims, got %d", query->ndim);
     d->batch.nb = query->ndim - 2;
     d->batch.count = 1;
     for (int i = 0; i < d->batch.nb; i++) {
@@ -122,8 +116,8 @@ attnc_status attnc_check_inputs(attnc_dims *d, const attnc_tensor *query,
     return attnc_check_mask(d, mask);
 }
 
-attnc_status attnc_check_like(const attnc_dims *d, const attnc_tensor *t, const char *name,
-                              int ntrail, int64_t t0, int64_t t1, bool output) {
+attnc_status attnc_check_like(const attnc_dims *d, const attnc_tensor *t, const char *name, int ntrail, int64_t t0,
+                              int64_t t1, bool output) {
     if (!attnc_present(t)) return ATTNC_OK;
     TRY(attnc_check_dtype(t, name, d->dtype));
     int64_t trail[2] = {t0, t1};

@@ -19,17 +19,16 @@ typedef struct {
 
 /* Check query, keys, values (may be NULL), the score parameters and the
  * mask against each other, filling d. */
-attnc_status attnc_check_inputs(attnc_dims *d, const attnc_tensor *query,
-                                const attnc_tensor *keys, const attnc_tensor *values,
-                                const attnc_score_params *params, const attnc_mask *mask);
+attnc_status attnc_check_inputs(attnc_dims *d, const attnc_tensor *query, const attnc_tensor *keys,
+                                const attnc_tensor *values, const attnc_score_params *params, const attnc_mask *mask);
 
 /* mask against the sizes in d (NULL passes). */
 attnc_status attnc_check_mask(const attnc_dims *d, const attnc_mask *mask);
 
 /* A float tensor shaped [batch..., trailing...] of the call's dtype
  * (outputs and gradients also C-contiguous). Absent tensors pass. */
-attnc_status attnc_check_like(const attnc_dims *d, const attnc_tensor *t, const char *name,
-                              int ntrail, int64_t t0, int64_t t1, bool output);
+attnc_status attnc_check_like(const attnc_dims *d, const attnc_tensor *t, const char *name, int ntrail, int64_t t0,
+                              int64_t t1, bool output);
 
 /* The mask of one batch element. */
 typedef struct {

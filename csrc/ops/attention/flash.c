@@ -35,13 +35,13 @@
 #include "common.h"
 
 typedef struct {
-    attnc_batch batch;          /* the dims before the head dim              */
+    attnc_batch batch; /* the dims before the head dim              */
     int64_t H, hkv, group, L, S, e, ev;
-    int64_t bq, bk, nqb, nkb;   /* tile sizes and block counts               */
+    int64_t bq, bk, nqb, nkb; /* tile sizes and block counts               */
     const attnc_tensor *q, *k, *v, *o, *lse, *dout, *dw;
     attnc_tensor *out, *lse_out, *weights, *dq, *dk, *dv, *dmask;
-    attnc_tensor *dq_part;      /* two-part backward: dQ of the second part  */
-    int64_t split_kb;           /* two-part backward: its first key block    */
+    attnc_tensor *dq_part; /* two-part backward: dQ of the second part  */
+    int64_t split_kb;      /* two-part backward: its first key block    */
     const attnc_sdpa_options *opt;
     void *scratch, *dvec;
     size_t per_worker;
@@ -85,16 +85,16 @@ static attnc_tile_band causal_band(const flash_ctx *c, enum band_kind kind, int6
 #define ATTNC_F64 1
 #include "flash_impl.h"
 
-static attnc_status check_head_tensor(const flash_ctx *c, const attnc_tensor *t, const char *name,
-                                      attnc_dtype dtype, int64_t h, int64_t rows, int64_t cols) {
+static attnc_status check_head_tensor(const flash_ctx *c, const attnc_tensor *t, const char *name, attnc_dtype dtype,
+                                      int64_t h, int64_t rows, int64_t cols) {
     TRY(attnc_check_dtype(t, name, dtype));
     int64_t trail[3] = {h, rows, cols};
     return attnc_check_shape(t, name, &c->batch, 3, trail);
 }
 
 /* A gradient the kernel accumulates into with BLAS: unit column stride. */
-static attnc_status check_grad(const flash_ctx *c, const attnc_tensor *t, const char *name,
-                               attnc_dtype dtype, int64_t h, int64_t rows, int64_t cols) {
+static attnc_status check_grad(const flash_ctx *c, const attnc_tensor *t, const char *name, attnc_dtype dtype,
+                               int64_t h, int64_t rows, int64_t cols) {
     if (!attnc_present(t)) return ATTNC_OK;
     TRY(check_head_tensor(c, t, name, dtype, h, rows, cols));
     int n = t->ndim;
@@ -103,22 +103,19 @@ static attnc_status check_grad(const flash_ctx *c, const attnc_tensor *t, const 
     return ATTNC_OK;
 }
 
-static attnc_status setup(flash_ctx *c, const attnc_tensor *q, const attnc_tensor *k,
-                          const attnc_tensor *v, const attnc_sdpa_options *opt) {
+static attnc_status setup(flash_ctx *c, const attnc_tensor *q, const attnc_tensor *k, const attnc_tensor *v,
+                          const attnc_sdpa_options *opt) {
     *c = (flash_ctx){.q = q, .k = k, .v = v, .opt = opt};
     if (!attnc_present(q) || !attnc_present(k) || !attnc_present(v))
         return attnc_fail(ATTNC_ERR_TYPE, "query, key and value are required");
     attnc_dtype dt = q->dtype;
     if (dt != ATTNC_FLOAT32 && dt != ATTNC_FLOAT64)
-        return attnc_fail(ATTNC_ERR_TYPE, "query has dtype %s, expected float32 or float64",
-                          attnc_dtype_name(dt));
+        return attnc_fail(ATTNC_ERR_TYPE, "query has dtype %s, expected float32 or float64", attnc_dtype_name(dt));
     TRY(attnc_check_dtype(q, "query", dt));
-    if (q->ndim < 3)
-        return attnc_fail(ATTNC_ERR_VALUE, "query must be (..., H, L, E), got %d dims", q->ndim);
+    if (q->ndim < 3) return attnc_fail(ATTNC_ERR_VALUE, "query must be (..., H, L, E), got %d dims", q->ndim);
     c->batch.nb = q->ndim - 3;
     c->batch.count = 1;
-    for (int d = 0; d < c->batch.nb; d++)
-        c->batch.count *= c->batch.shape[d] = q->shape[d];
+    for (int d = 0; d < c->batch.nb; d++) c->batch.count *= c->batch.shape[d] = q->shape[d];
     c->H = q->shape[c->batch.nb];
     c->L = q->shape[c->batch.nb + 1];
     c->e = q->shape[c->batch.nb + 2];
@@ -128,8 +125,8 @@ static attnc_status setup(flash_ctx *c, const attnc_tensor *q, const attnc_tenso
     TRY(check_head_tensor(c, v, "value", dt, c->hkv, c->S, -1));
     c->ev = v->shape[v->ndim - 1];
     if (c->hkv == 0 ? c->H != 0 : c->H % c->hkv != 0) /* no heads at all: an empty result, as torch */
-        return attnc_fail(ATTNC_ERR_VALUE, "query's %lld heads are not a multiple of key's %lld",
-                          (long long)c->H, (long long)c->hkv);
+        return attnc_fail(ATTNC_ERR_VALUE, "query's %lld heads are not a multiple of key's %lld", (long long)c->H,
+                          (long long)c->hkv);
     c->group = c->hkv ? c->H / c->hkv : 1;
     TRY(attnc_check_blas(q, "query"));
     TRY(attnc_check_blas(k, "key"));
@@ -154,8 +151,7 @@ static attnc_status setup(flash_ctx *c, const attnc_tensor *q, const attnc_tenso
 static attnc_status run(flash_ctx *c, int64_t tasks, attnc_task_fn task, size_t per_worker) {
     int workers = attnc_workers_for(c->batch.count * c->H * c->L * c->S * (c->e + c->ev));
     c->per_worker = per_worker;
-    TRY(attnc_calloc(&c->scratch, per_worker * (size_t)workers,
-                     attnc_dtype_size(c->q->dtype), "attention tiles"));
+    TRY(attnc_calloc(&c->scratch, per_worker * (size_t)workers, attnc_dtype_size(c->q->dtype), "attention tiles"));
     attnc_parallel_for(tasks, workers, task, c);
     free(c->scratch);
     c->scratch = NULL;
@@ -197,7 +193,7 @@ static attnc_status pack_keys(flash_ctx *c, bool values) {
     TRY(attnc_calloc((void **)&c->kt, (size_t)(blocks * c->kt_block), sizeof(float), "packed keys"));
     attnc_status st = attnc_calloc((void **)&c->vt, (size_t)(blocks * c->vt_block), sizeof(float), "packed values");
     if (st != ATTNC_OK || !c->kt) { /* a failure, or no keys to pack (E = 0, or no blocks): then */
-        free_packed(c);              /* BLAS does every product, V's too (c->kt says which path) */
+        free_packed(c);             /* BLAS does every product, V's too (c->kt says which path) */
         return st;
     }
     attnc_parallel_for(blocks, attnc_workers_for(blocks * c->bk * (c->e + c->ev)), pack_task, c);
@@ -287,13 +283,12 @@ static attnc_status two_parts(flash_ctx *c, size_t per) {
 }
 
 attnc_status attnc_sdpa_forward(attnc_tensor *output, attnc_tensor *lse, attnc_tensor *weights,
-                                const attnc_tensor *query, const attnc_tensor *key,
-                                const attnc_tensor *value, const attnc_sdpa_options *options) {
+                                const attnc_tensor *query, const attnc_tensor *key, const attnc_tensor *value,
+                                const attnc_sdpa_options *options) {
     flash_ctx c;
     TRY(setup(&c, query, key, value, options));
     attnc_dtype dt = query->dtype;
-    if (!attnc_present(output) || !attnc_present(lse))
-        return attnc_fail(ATTNC_ERR_TYPE, "output and lse are required");
+    if (!attnc_present(output) || !attnc_present(lse)) return attnc_fail(ATTNC_ERR_TYPE, "output and lse are required");
     TRY(check_head_tensor(&c, output, "output", dt, c.H, c.L, c.ev));
     TRY(attnc_check_dtype(lse, "lse", dt));
     int64_t hl[2] = {c.H, c.L};
@@ -332,11 +327,9 @@ attnc_status attnc_sdpa_forward(attnc_tensor *output, attnc_tensor *lse, attnc_t
     return st;
 }
 
-attnc_status attnc_sdpa_backward(attnc_tensor *dquery, attnc_tensor *dkey, attnc_tensor *dvalue,
-                                 attnc_tensor *dmask, const attnc_tensor *doutput,
-                                 const attnc_tensor *dweights,
-                                 const attnc_tensor *query, const attnc_tensor *key,
-                                 const attnc_tensor *value, const attnc_tensor *output,
+attnc_status attnc_sdpa_backward(attnc_tensor *dquery, attnc_tensor *dkey, attnc_tensor *dvalue, attnc_tensor *dmask,
+                                 const attnc_tensor *doutput, const attnc_tensor *dweights, const attnc_tensor *query,
+                                 const attnc_tensor *key, const attnc_tensor *value, const attnc_tensor *output,
                                  const attnc_tensor *lse, const attnc_sdpa_options *options) {
     flash_ctx c;
     TRY(setup(&c, query, key, value, options));

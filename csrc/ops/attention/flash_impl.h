@@ -4,11 +4,10 @@
 #include "../../core/real.h"
 
 /* Matrix view of rows [row0, row0 + nrows) of head h of batch element b. */
-static attnc_mat FN(head_rows)(const flash_ctx *c, const attnc_tensor *t, int64_t b, int64_t h,
-                               int64_t row0, int64_t nrows) {
+static attnc_mat FN(head_rows)(const flash_ctx *c, const attnc_tensor *t, int64_t b, int64_t h, int64_t row0,
+                               int64_t nrows) {
     int n = t->ndim;
-    int64_t off = attnc_batch_offset(t, &c->batch, b) + h * t->strides[n - 3] +
-                  row0 * t->strides[n - 2];
+    int64_t off = attnc_batch_offset(t, &c->batch, b) + h * t->strides[n - 3] + row0 * t->strides[n - 2];
     attnc_mat m = {attnc_at(t, off), nrows, t->shape[n - 1], t->strides[n - 2], t->strides[n - 1]};
     return m;
 }
@@ -21,8 +20,8 @@ static attnc_mat FN(tile)(REAL *p, int64_t rows, int64_t cols) {
 /* C = alpha op(A) B + beta C: the float32 tile kernels where the call
  * packed K for them (op(A) = A^T as a strided view; skipping what the
  * causal band allows), else BLAS. */
-static void FN(product)(const flash_ctx *x, bool ta, REAL alpha, attnc_mat a, attnc_mat b, REAL beta,
-                        attnc_mat c, attnc_tile_band band) {
+static void FN(product)(const flash_ctx *x, bool ta, REAL alpha, attnc_mat a, attnc_mat b, REAL beta, attnc_mat c,
+                        attnc_tile_band band) {
 #if !ATTNC_F64
     attnc_mat at = ta ? (attnc_mat){a.p, a.cols, a.rows, a.cs, a.rs} : a;
     if (x->kt && attnc_tile_sgemm_band(alpha, at, b, beta, c, band)) return;
@@ -35,8 +34,8 @@ static void FN(product)(const flash_ctx *x, bool ta, REAL alpha, attnc_mat a, at
 /* C = alpha A X_j^T for key block j0 of kv head hk, X = K (which 0) or V
  * (1), A query rows i0..: from the packed panels where there are some
  * (columns past the causal band unspecified), else BLAS. */
-static void FN(times_block_t)(const flash_ctx *c, int which, REAL alpha, attnc_mat a, int64_t b, int64_t hk,
-                              int64_t i0, int64_t j0, int64_t nk, attnc_mat out) {
+static void FN(times_block_t)(const flash_ctx *c, int which, REAL alpha, attnc_mat a, int64_t b, int64_t hk, int64_t i0,
+                              int64_t j0, int64_t nk, attnc_mat out) {
 #if !ATTNC_F64
     const float *packed = which ? c->vt : c->kt;
     if (packed) {
@@ -91,8 +90,8 @@ static REAL FN(row_exp)(REAL *x, int64_t n, REAL shift) {
 
 /* s (nq, nk) <- scale * Q_i K_j^T, then the masks: excluded keys -inf,
  * float masks added. */
-static void FN(scores)(const flash_ctx *c, int64_t b, int64_t h, int64_t i0, int64_t nq,
-                       int64_t j0, int64_t nk, REAL *s) {
+static void FN(scores)(const flash_ctx *c, int64_t b, int64_t h, int64_t i0, int64_t nq, int64_t j0, int64_t nk,
+                       REAL *s) {
     const attnc_sdpa_options *o = c->opt;
     FN(times_block_t)(c, 0, (REAL)o->scale, FN(head_rows)(c, c->q, b, h, i0, nq), b, h / c->group, i0, j0, nk,
                       FN(tile)(s, nq, nk));
@@ -101,8 +100,7 @@ static void FN(scores)(const flash_ctx *c, int64_t b, int64_t h, int64_t i0, int
         if (!attnc_present(mk)) continue;
         int n = mk->ndim;
         int64_t rs = mk->strides[n - 2], cs = mk->strides[n - 1];
-        int64_t base = attnc_batch_offset(mk, &c->batch, b) + h * mk->strides[n - 3] + i0 * rs +
-                       j0 * cs;
+        int64_t base = attnc_batch_offset(mk, &c->batch, b) + h * mk->strides[n - 3] + i0 * rs + j0 * cs;
         if (mk->dtype == ATTNC_BOOL) {
             const uint8_t *p = (const uint8_t *)mk->data + base;
             for (int64_t i = 0; i < nq; i++)
@@ -121,8 +119,8 @@ static void FN(scores)(const flash_ctx *c, int64_t b, int64_t h, int64_t i0, int
 }
 
 /* Multiply probabilities (nq, nk) by the dropout keep mask / (1 - p). */
-static void FN(dropout)(const flash_ctx *c, int64_t b, int64_t h, int64_t i0, int64_t nq,
-                        int64_t j0, int64_t nk, REAL *p) {
+static void FN(dropout)(const flash_ctx *c, int64_t b, int64_t h, int64_t i0, int64_t nq, int64_t j0, int64_t nk,
+                        REAL *p) {
     const attnc_sdpa_options *o = c->opt;
     if (o->dropout_p <= 0) return;
     REAL keep_scale = o->dropout_p >= 1 ? 0 : (REAL)(1 / (1 - o->dropout_p));
@@ -199,8 +197,7 @@ static void FN(forward_block)(const flash_ctx *c, int64_t b, int64_t h, int64_t 
     for (int64_t i = 0; i < nq; i++) {
         bool empty = !(l[i] > 0) && l[i] == l[i]; /* NaN propagates */
         REAL inv = empty ? 0 : 1 / l[i];
-        for (int64_t e = 0; e < c->ev; e++)
-            ((REAL *)out.p)[i * out.rs + e * out.cs] = acc[i * c->ev + e] * inv;
+        for (int64_t e = 0; e < c->ev; e++) ((REAL *)out.p)[i * out.rs + e * out.cs] = acc[i * c->ev + e] * inv;
         lse[i] = empty ? -INFINITY : m[i] + LOG(l[i]);
     }
 }
@@ -227,8 +224,8 @@ static void FN(probabilities)(const REAL *lse, int64_t nq, int64_t nk, int64_t l
 
 /* The weights of one (batch, head, query block) from the saved lse, written
  * (or, averaging over heads, added times 1/H) into w, row stride S. */
-static void FN(head_weights)(const flash_ctx *c, int64_t b, int64_t h, int64_t i0, int64_t nq,
-                             REAL *s, REAL *w, bool average) {
+static void FN(head_weights)(const flash_ctx *c, int64_t b, int64_t h, int64_t i0, int64_t nq, REAL *s, REAL *w,
+                             bool average) {
     const REAL *lse = (const REAL *)c->lse_out->data + (b * c->H + h) * c->L + i0;
     REAL share = (REAL)1 / (REAL)c->H;
     int64_t kend = FN(key_end)(c, i0 + nq - 1), nk;
@@ -256,8 +253,7 @@ static void FN(weights_task)(void *arg, int64_t task, int worker) {
     int64_t qb = task % c->nqb, i0 = qb * c->bq, nq = c->L - i0 < c->bq ? c->L - i0 : c->bq;
     if (!c->opt->average_heads) {
         int64_t bh = task / c->nqb;
-        FN(head_weights)(c, bh / c->H, bh % c->H, i0, nq, s,
-                         (REAL *)c->weights->data + (bh * c->L + i0) * c->S, false);
+        FN(head_weights)(c, bh / c->H, bh % c->H, i0, nq, s, (REAL *)c->weights->data + (bh * c->L + i0) * c->S, false);
         return;
     }
     int64_t b = task / c->nqb;
@@ -314,10 +310,11 @@ static void FN(rowdot_task)(void *arg, int64_t bh, int worker) {
 }
 
 /* The tile (nq, nk) of the weights' cotangent at rows i0.., keys j0... */
-#define DW_AT(c, b, h, i0, j0, i, j) \
-    (*(const REAL *)attnc_at((c)->dw, attnc_batch_offset((c)->dw, &(c)->batch, b) + \
-        (h) * (c)->dw->strides[(c)->dw->ndim - 3] + ((i0) + (i)) * (c)->dw->strides[(c)->dw->ndim - 2] + \
-        ((j0) + (j)) * (c)->dw->strides[(c)->dw->ndim - 1]))
+#define DW_AT(c, b, h, i0, j0, i, j)                                                           \
+    (*(const REAL *)attnc_at((c)->dw, attnc_batch_offset((c)->dw, &(c)->batch, b) +            \
+                                          (h) * (c)->dw->strides[(c)->dw->ndim - 3] +          \
+                                          ((i0) + (i)) * (c)->dw->strides[(c)->dw->ndim - 2] + \
+                                          ((j0) + (j)) * (c)->dw->strides[(c)->dw->ndim - 1]))
 
 /* D[bh, i] += sum_j P_ij dW_ij, one task = (batch, head, query block). */
 static void FN(weights_rowdot_task)(void *arg, int64_t task, int worker) {
@@ -337,8 +334,7 @@ static void FN(weights_rowdot_task)(void *arg, int64_t task, int worker) {
 }
 
 /* s <- s o (dp - d_i) row by row (0 where s is 0). */
-static void FN(softmax_grad_tile)(REAL *s, const REAL *dp, const REAL *d, int64_t nq,
-                                 int64_t nk) {
+static void FN(softmax_grad_tile)(REAL *s, const REAL *dp, const REAL *d, int64_t nq, int64_t nk) {
     for (int64_t i = 0; i < nq; i++)
         for (int64_t j = 0; j < nk; j++) {
             REAL p = s[i * nk + j];
@@ -349,8 +345,8 @@ static void FN(softmax_grad_tile)(REAL *s, const REAL *dp, const REAL *d, int64_
 /* dS (in s) <- P o (dP' + dW - D), where P is in s, dP' = dropout(dO V^T)
  * in dp, dW the weights' cotangent (if any) and D = rowsum(dO o O) (+
  * rowsum(P o dW)). */
-static void FN(score_grad)(const flash_ctx *c, int64_t b, int64_t h, int64_t i0, int64_t nq,
-                           int64_t j0, int64_t nk, REAL *s, REAL *dp) {
+static void FN(score_grad)(const flash_ctx *c, int64_t b, int64_t h, int64_t i0, int64_t nq, int64_t j0, int64_t nk,
+                           REAL *s, REAL *dp) {
     FN(times_block_t)(c, 1, 1, FN(head_rows)(c, c->dout, b, h, i0, nq), b, h / c->group, i0, j0, nk,
                       FN(tile)(dp, nq, nk));
     FN(dropout)(c, b, h, i0, nq, j0, nk, dp);
@@ -361,8 +357,7 @@ static void FN(score_grad)(const flash_ctx *c, int64_t b, int64_t h, int64_t i0,
 }
 
 /* Zero rows [row0, row0 + n) of head h of a contiguous gradient. */
-static void FN(zero_rows)(const flash_ctx *c, attnc_tensor *t, int64_t b, int64_t h,
-                          int64_t row0, int64_t n) {
+static void FN(zero_rows)(const flash_ctx *c, attnc_tensor *t, int64_t b, int64_t h, int64_t row0, int64_t n) {
     attnc_mat m = FN(head_rows)(c, t, b, h, row0, n);
     for (int64_t i = 0; i < n; i++)
         for (int64_t x = 0; x < m.cols; x++) ((REAL *)m.p)[i * m.rs + x] = 0;
@@ -371,8 +366,7 @@ static void FN(zero_rows)(const flash_ctx *c, attnc_tensor *t, int64_t b, int64_
 /* Key block j0 of kv head hk: dK_j, dV_j (and dmask) over every query head
  * of the group and every query block that can see the keys; with dq (not
  * NULL), also dQ_i += scale dS K_j into it (the single-pass backward). */
-static void FN(key_block)(const flash_ctx *c, int64_t b, int64_t hk, int64_t j0, REAL *s,
-                          attnc_tensor *dq) {
+static void FN(key_block)(const flash_ctx *c, int64_t b, int64_t hk, int64_t j0, REAL *s, attnc_tensor *dq) {
     int64_t block = c->S - j0 < c->bk ? c->S - j0 : c->bk;
     REAL *dp = s + c->bq * c->bk;
     bool want_k = attnc_present(c->dk), want_v = attnc_present(c->dv);
@@ -392,8 +386,8 @@ static void FN(key_block)(const flash_ctx *c, int64_t b, int64_t hk, int64_t j0,
                     FN(dropout)(c, b, h, i0, nq, j0, nk, dp);
                     pd = dp;
                 }
-                FN(product)(c, true, 1, FN(tile)(pd, nq, nk), FN(head_rows)(c, c->dout, b, h, i0, nq),
-                            1, FN(head_rows)(c, c->dv, b, hk, j0, nk), causal_band(c, QUERY_TERMS, i0, j0));
+                FN(product)(c, true, 1, FN(tile)(pd, nq, nk), FN(head_rows)(c, c->dout, b, h, i0, nq), 1,
+                            FN(head_rows)(c, c->dv, b, hk, j0, nk), causal_band(c, QUERY_TERMS, i0, j0));
             }
             if (!want_k && !dq && !attnc_present(c->dmask)) continue;
             FN(score_grad)(c, b, h, i0, nq, j0, nk, s, dp);
@@ -403,13 +397,11 @@ static void FN(key_block)(const flash_ctx *c, int64_t b, int64_t hk, int64_t j0,
                     for (int64_t j = 0; j < nk; j++) dm[i * c->S + j] = s[i * nk + j];
             }
             if (want_k)
-                FN(product)(c, true, (REAL)c->opt->scale, FN(tile)(s, nq, nk),
-                            FN(head_rows)(c, c->q, b, h, i0, nq), 1, FN(head_rows)(c, c->dk, b, hk, j0, nk),
-                            causal_band(c, QUERY_TERMS, i0, j0));
+                FN(product)(c, true, (REAL)c->opt->scale, FN(tile)(s, nq, nk), FN(head_rows)(c, c->q, b, h, i0, nq), 1,
+                            FN(head_rows)(c, c->dk, b, hk, j0, nk), causal_band(c, QUERY_TERMS, i0, j0));
             if (dq)
-                FN(product)(c, false, (REAL)c->opt->scale, FN(tile)(s, nq, nk),
-                            FN(head_rows)(c, c->k, b, hk, j0, nk), 1, FN(head_rows)(c, dq, b, h, i0, nq),
-                            causal_band(c, KEY_TERMS, i0, j0));
+                FN(product)(c, false, (REAL)c->opt->scale, FN(tile)(s, nq, nk), FN(head_rows)(c, c->k, b, hk, j0, nk),
+                            1, FN(head_rows)(c, dq, b, h, i0, nq), causal_band(c, KEY_TERMS, i0, j0));
         }
 }
 
@@ -417,8 +409,7 @@ static void FN(key_block)(const flash_ctx *c, int64_t b, int64_t hk, int64_t j0,
 static void FN(dkv_task)(void *arg, int64_t task, int worker) {
     const flash_ctx *c = arg;
     int64_t kb = task % c->nkb, bhk = task / c->nkb;
-    FN(key_block)(c, bhk / c->hkv, bhk % c->hkv, kb * c->bk,
-                  (REAL *)c->scratch + (size_t)worker * c->per_worker, NULL);
+    FN(key_block)(c, bhk / c->hkv, bhk % c->hkv, kb * c->bk, (REAL *)c->scratch + (size_t)worker * c->per_worker, NULL);
 }
 
 /* Everything of one (batch, kv head) in a single pass over its tiles: used
@@ -468,9 +459,8 @@ static void FN(dq_task)(void *arg, int64_t task, int worker) {
         FN(scores)(c, b, h, i0, nq, j0, nk, s);
         FN(probabilities)((const REAL *)c->lse->data + bh * c->L + i0, nq, nk, nk, s);
         FN(score_grad)(c, b, h, i0, nq, j0, nk, s, dp);
-        FN(product)(c, false, (REAL)c->opt->scale, FN(tile)(s, nq, nk),
-                    FN(head_rows)(c, c->k, b, h / c->group, j0, nk), 1, FN(head_rows)(c, c->dq, b, h, i0, nq),
-                    causal_band(c, KEY_TERMS, i0, j0));
+        FN(product)(c, false, (REAL)c->opt->scale, FN(tile)(s, nq, nk), FN(head_rows)(c, c->k, b, h / c->group, j0, nk),
+                    1, FN(head_rows)(c, c->dq, b, h, i0, nq), causal_band(c, KEY_TERMS, i0, j0));
     }
 }
 

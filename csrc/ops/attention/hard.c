@@ -26,8 +26,7 @@ typedef struct {
 #include "hard_impl.h"
 
 static attnc_status check_options(const attnc_hard_options *opt) {
-    if (opt->mode != ATTNC_HARD_ARGMAX && opt->mode != ATTNC_HARD_SAMPLE &&
-        opt->mode != ATTNC_HARD_GUMBEL)
+    if (opt->mode != ATTNC_HARD_ARGMAX && opt->mode != ATTNC_HARD_SAMPLE && opt->mode != ATTNC_HARD_GUMBEL)
         return attnc_fail(ATTNC_ERR_VALUE, "unknown hard attention mode %d", (int)opt->mode);
     if (!(opt->temperature > 0))
         return attnc_fail(ATTNC_ERR_VALUE, "temperature must be > 0, got %g", opt->temperature);
@@ -41,12 +40,10 @@ static attnc_status check_indices(const attnc_dims *d, const attnc_tensor *t, bo
     return output ? attnc_check_out(t, "indices") : ATTNC_OK;
 }
 
-attnc_status attnc_hard_attention_forward(attnc_tensor *context, attnc_tensor *weights,
-                                          attnc_tensor *indices, const attnc_tensor *query,
-                                          const attnc_tensor *keys, const attnc_tensor *values,
-                                          const attnc_score_params *params,
-                                          const attnc_mask *mask,
-                                          const attnc_hard_options *options) {
+attnc_status attnc_hard_attention_forward(attnc_tensor *context, attnc_tensor *weights, attnc_tensor *indices,
+                                          const attnc_tensor *query, const attnc_tensor *keys,
+                                          const attnc_tensor *values, const attnc_score_params *params,
+                                          const attnc_mask *mask, const attnc_hard_options *options) {
     attnc_dims d;
     TRY(check_options(options));
     TRY(attnc_check_inputs(&d, query, keys, values, params, mask));
@@ -56,14 +53,19 @@ attnc_status attnc_hard_attention_forward(attnc_tensor *context, attnc_tensor *w
     int workers = attnc_workers();
     size_t per = attnc_score_scratch(&d, params->kind);
     void *scratch;
-    TRY(attnc_calloc(&scratch, per * (size_t)workers, attnc_dtype_size(d.dtype),
-                     "hard attention scratch"));
+    TRY(attnc_calloc(&scratch, per * (size_t)workers, attnc_dtype_size(d.dtype), "hard attention scratch"));
     attnc_score_ctx c;
     attnc_status st = attnc_score_open(&c, &d, query, keys, params);
     if (st == ATTNC_OK) {
-        hard_job job = {.c = c, .mask = mask, .opt = options, .context = context,
-                        .weights = weights, .indices = indices, .values = values,
-                        .scratch = scratch, .per_worker = per};
+        hard_job job = {.c = c,
+                        .mask = mask,
+                        .opt = options,
+                        .context = context,
+                        .weights = weights,
+                        .indices = indices,
+                        .values = values,
+                        .scratch = scratch,
+                        .per_worker = per};
         attnc_parallel_for(d.batch.count, workers, ATTNC_TYPED(d.dtype, hard_forward_task), &job);
     }
     attnc_score_close(&c);
@@ -71,16 +73,12 @@ attnc_status attnc_hard_attention_forward(attnc_tensor *context, attnc_tensor *w
     return st;
 }
 
-attnc_status attnc_hard_attention_backward(attnc_tensor *dquery, attnc_tensor *dkeys,
-                                           attnc_tensor *dvalues, attnc_score_grads *dparams,
-                                           const attnc_tensor *dcontext,
-                                           const attnc_tensor *dweights,
-                                           const attnc_tensor *query, const attnc_tensor *keys,
-                                           const attnc_tensor *values,
-                                           const attnc_tensor *indices,
-                                           const attnc_score_params *params,
-                                           const attnc_mask *mask,
-                                           const attnc_hard_options *options) {
+attnc_status attnc_hard_attention_backward(attnc_tensor *dquery, attnc_tensor *dkeys, attnc_tensor *dvalues,
+                                           attnc_score_grads *dparams, const attnc_tensor *dcontext,
+                                           const attnc_tensor *dweights, const attnc_tensor *query,
+                                           const attnc_tensor *keys, const attnc_tensor *values,
+                                           const attnc_tensor *indices, const attnc_score_params *params,
+                                           const attnc_mask *mask, const attnc_hard_options *options) {
     attnc_dims d;
     TRY(check_options(options));
     TRY(attnc_check_inputs(&d, query, keys, values, params, mask));
@@ -93,14 +91,20 @@ attnc_status attnc_hard_attention_backward(attnc_tensor *dquery, attnc_tensor *d
     void *scratch, *g;
     TRY(attnc_calloc(&scratch, per * (size_t)workers, size, "hard attention scratch"));
     /* G stays zero except under GUMBEL: then the score gradients are zero. */
-    attnc_status st = attnc_calloc(&g, (size_t)(d.batch.count * d.tq * d.tk), size,
-                                   "score gradient");
+    attnc_status st = attnc_calloc(&g, (size_t)(d.batch.count * d.tq * d.tk), size, "score gradient");
     attnc_score_ctx c = {0};
     if (st == ATTNC_OK) st = attnc_score_open(&c, &d, query, keys, params);
     if (st == ATTNC_OK) {
-        hard_job job = {.c = c, .mask = mask, .opt = options, .dvalues = dvalues,
-                        .values = values, .dcontext = dcontext, .dweights = dweights,
-                        .fwd_indices = indices, .scratch = scratch, .g = g,
+        hard_job job = {.c = c,
+                        .mask = mask,
+                        .opt = options,
+                        .dvalues = dvalues,
+                        .values = values,
+                        .dcontext = dcontext,
+                        .dweights = dweights,
+                        .fwd_indices = indices,
+                        .scratch = scratch,
+                        .g = g,
                         .per_worker = per};
         attnc_parallel_for(d.batch.count, workers, ATTNC_TYPED(d.dtype, hard_backward_task), &job);
         st = attnc_score_run_backward(&c, g, dquery, dkeys, dparams);

@@ -35,8 +35,7 @@ static void FN(hard_forward_task)(void *arg, int64_t b, int worker) {
         idx[i] = best;
         REAL *row = w + i * d->tk, *out = (REAL *)ctx.p + i * d->dv;
         for (int64_t k = 0; k < d->tk; k++) row[k] = k == best;
-        for (int64_t a = 0; a < d->dv; a++)
-            out[a] = best < 0 ? 0 : ((const REAL *)v.p)[best * v.rs + a * v.cs];
+        for (int64_t a = 0; a < d->dv; a++) out[a] = best < 0 ? 0 : ((const REAL *)v.p)[best * v.rs + a * v.cs];
     }
 }
 
@@ -55,8 +54,7 @@ static void FN(hard_backward_task)(void *arg, int64_t b, int worker) {
             for (int64_t i = 0; i < d->tq; i++) {
                 int64_t k = idx[i * istride];
                 if (k < 0 || k >= d->tk) continue;
-                for (int64_t a = 0; a < d->dv; a++)
-                    dv[k * d->dv + a] += ((const REAL *)dc.p)[i * dc.rs + a * dc.cs];
+                for (int64_t a = 0; a < d->dv; a++) dv[k * d->dv + a] += ((const REAL *)dc.p)[i * dc.rs + a * dc.cs];
             }
         }
     }

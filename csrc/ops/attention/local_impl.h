@@ -9,8 +9,7 @@ static attnc_mat FN(lmat)(REAL *p, int64_t rows, int64_t cols) {
 }
 
 static attnc_mat FN(wp_mat)(const attnc_local_options *o) {
-    attnc_mat m = {o->w_p.data, o->w_p.shape[0], o->w_p.shape[1], o->w_p.strides[0],
-                   o->w_p.strides[1]};
+    attnc_mat m = {o->w_p.data, o->w_p.shape[0], o->w_p.shape[1], o->w_p.strides[0], o->w_p.strides[1]};
     return m;
 }
 
@@ -20,8 +19,7 @@ static void FN(predict)(const local_job *j, int64_t b, int64_t klen, REAL *h, RE
     const attnc_local_options *o = j->opt;
     int64_t dp = o->w_p.shape[1], vs = o->v_p.strides[0];
     const REAL *v = o->v_p.data;
-    GEMM(false, false, 1, attnc_batch_mat(j->c.query, &d->batch, b), FN(wp_mat)(o), 0,
-         FN(lmat)(h, d->tq, dp));
+    GEMM(false, false, 1, attnc_batch_mat(j->c.query, &d->batch, b), FN(wp_mat)(o), 0, FN(lmat)(h, d->tq, dp));
     for (int64_t i = 0; i < d->tq; i++) {
         REAL z = 0;
         for (int64_t a = 0; a < dp; a++) {
@@ -34,8 +32,7 @@ static void FN(predict)(const local_job *j, int64_t b, int64_t klen, REAL *h, RE
 
 /* Windowed masked softmax of row i around position p (weights row w, scores
  * in place); for PREDICTIVE also times the Gaussian. */
-static void FN(window_row)(const local_job *j, const attnc_bmask *bm, int64_t i, REAL p,
-                           REAL *w) {
+static void FN(window_row)(const local_job *j, const attnc_bmask *bm, int64_t i, REAL p, REAL *w) {
     const attnc_dims *d = j->c.d;
     int64_t lo, hi;
     attnc_row_range(bm, i, &lo, &hi);
@@ -90,8 +87,7 @@ static void FN(local_backward_task)(void *arg, int64_t b, int worker) {
     FN(attnc_weights_cotangent)(g, d, b, j->dcontext, j->dweights, j->values);
     FN(attnc_values_backward)(j->dvalues, d, b, w, j->dcontext);
     if (j->opt->mode != ATTNC_LOCAL_PREDICTIVE) {
-        for (int64_t i = 0; i < tq; i++)
-            FN(attnc_softmax_row_backward)(g + i * tk, g + i * tk, 1, w + i * tk, tk);
+        for (int64_t i = 0; i < tq; i++) FN(attnc_softmax_row_backward)(g + i * tk, g + i * tk, 1, w + i * tk, tk);
         return;
     }
     /* w = a * gauss: dA = G gauss; dp = sum_k G a gauss (k - p) / sigma^2. */
@@ -124,15 +120,14 @@ static void FN(local_backward_task)(void *arg, int64_t b, int worker) {
         }
         FN(attnc_softmax_row_backward)(gr, gr, 1, ar, tk);
         if (attnc_present(dpos))
-            dpi += *(const REAL *)attnc_at(dpos, attnc_batch_offset(dpos, &d->batch, b) +
-                                                     i * dpos->strides[dpos->ndim - 1]);
+            dpi += *(const REAL *)attnc_at(dpos,
+                                           attnc_batch_offset(dpos, &d->batch, b) + i * dpos->strides[dpos->ndim - 1]);
         /* p = S sigmoid(z): dp/dz = p (1 - p / S). */
         REAL dz = bm.klen > 0 ? dpi * pi * (1 - pi / (REAL)bm.klen) : 0;
         for (int64_t x = 0; x < dp_size; x++) {
             REAL hx = h[i * dp_size + x];
             dvp[x] += dz * hx;
-            dpre[i * dp_size + x] =
-                dz * ((const REAL *)j->opt->v_p.data)[x * j->opt->v_p.strides[0]] * (1 - hx * hx);
+            dpre[i * dp_size + x] = dz * ((const REAL *)j->opt->v_p.data)[x * j->opt->v_p.strides[0]] * (1 - hx * hx);
         }
     }
 }
@@ -143,8 +138,8 @@ static void FN(local_query_task)(void *arg, int64_t b, int worker) {
     local_job *j = arg;
     const attnc_dims *d = j->c.d;
     int64_t dp = j->opt->w_p.shape[1];
-    GEMM(false, true, 1, FN(lmat)((REAL *)j->stash + b * (d->tq + 1) * dp, d->tq, dp), FN(wp_mat)(j->opt),
-         1, attnc_batch_mat(j->dquery, &d->batch, b));
+    GEMM(false, true, 1, FN(lmat)((REAL *)j->stash + b * (d->tq + 1) * dp, d->tq, dp), FN(wp_mat)(j->opt), 1,
+         attnc_batch_mat(j->dquery, &d->batch, b));
 }
 
 /* dW_p = sum_b Q_b^T dPre_b, dv_p = sum_b dv_p(b), in batch order. */

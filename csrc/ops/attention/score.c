@@ -18,8 +18,7 @@ static attnc_mat rows_mat(void *p, int64_t rows, int64_t cols) {
 
 /* A parameter (a matrix, or a vector as a column) as a matrix view. */
 static attnc_mat param_mat(const attnc_tensor *t) {
-    attnc_mat m = {t->data, t->shape[0], t->ndim > 1 ? t->shape[1] : 1, t->strides[0],
-                   t->ndim > 1 ? t->strides[1] : 1};
+    attnc_mat m = {t->data, t->shape[0], t->ndim > 1 ? t->shape[1] : 1, t->strides[0], t->ndim > 1 ? t->strides[1] : 1};
     return m;
 }
 
@@ -67,19 +66,16 @@ static bool stacked(attnc_mat *all, const attnc_tensor *t, const attnc_batch *ba
 
 /* out (B rows, da) <- t W: one GEMM over the stacked batch, else one per
  * element (broadcast or strided batches). */
-static void project(void *out, const attnc_dims *d, const attnc_tensor *t, int64_t rows,
-                    const attnc_tensor *w) {
+static void project(void *out, const attnc_dims *d, const attnc_tensor *t, int64_t rows, const attnc_tensor *w) {
     size_t es = attnc_dtype_size(d->dtype);
     attnc_mat all;
     if (stacked(&all, t, &d->batch, rows)) {
-        attnc_gemm_rows(d->dtype, false, false, 1, all, param_mat(w), 0,
-                        rows_mat(out, all.rows, d->da), ADDITIVE_ROWS);
+        attnc_gemm_rows(d->dtype, false, false, 1, all, param_mat(w), 0, rows_mat(out, all.rows, d->da), ADDITIVE_ROWS);
         return;
     }
     for (int64_t b = 0; b < d->batch.count; b++)
         attnc_gemm_rows(d->dtype, false, false, 1, attnc_batch_mat(t, &d->batch, b), param_mat(w), 0,
-                        rows_mat((char *)out + (size_t)(b * rows * d->da) * es, rows, d->da),
-                        ADDITIVE_ROWS);
+                        rows_mat((char *)out + (size_t)(b * rows * d->da) * es, rows, d->da), ADDITIVE_ROWS);
 }
 
 /* c->pre <- params' projections buffer (checked), else a new one. */
@@ -125,8 +121,8 @@ void attnc_score_close(attnc_score_ctx *c) {
  * elements left (dQA (B Tq, da), dKA (B Tk, da), dv (B, da)):
  * dquery = dQA W_q^T, dkeys = dKA W_k^T, dW_q = Q^T dQA, dW_k = K^T dKA,
  * dv = the sum of the elements' dv in batch order. */
-static void additive_finish(const attnc_score_ctx *c, char *stash, attnc_tensor *dquery,
-                            attnc_tensor *dkeys, attnc_score_grads *g) {
+static void additive_finish(const attnc_score_ctx *c, char *stash, attnc_tensor *dquery, attnc_tensor *dkeys,
+                            attnc_score_grads *g) {
     const attnc_dims *d = c->d;
     const attnc_score_params *p = c->p;
     int64_t B = d->batch.count, da = d->da;
@@ -146,8 +142,7 @@ static void additive_finish(const attnc_score_ctx *c, char *stash, attnc_tensor 
                             rows_mat(side[s].dx->data, B * rows, dim), ADDITIVE_ROWS);
         if (!attnc_present(side[s].dw)) continue;
         if (stacked(&all, side[s].x, &d->batch, rows)) /* B = 0: a product over no rows, zeros */
-            attnc_gemm_rows(d->dtype, true, false, 1, all, dxa, 0, rows_mat(side[s].dw->data, dim, da),
-                            ADDITIVE_ROWS);
+            attnc_gemm_rows(d->dtype, true, false, 1, all, dxa, 0, rows_mat(side[s].dw->data, dim, da), ADDITIVE_ROWS);
         else /* per element, in batch order */
             ATTNC_TYPED(d->dtype, sum_xty)(side[s].dw, c, side[s].x, side[s].dxa, rows, da);
     }
@@ -155,13 +150,17 @@ static void additive_finish(const attnc_score_ctx *c, char *stash, attnc_tensor 
         attnc_col_sums(d->dtype, g->v.data, stash + (size_t)(B * (d->tq + d->tk) * da) * es, B, da, da);
 }
 
-attnc_status attnc_score_check_grads(const attnc_dims *d, const attnc_score_params *p,
-                                     attnc_score_grads *g) {
+attnc_status attnc_score_check_grads(const attnc_dims *d, const attnc_score_params *p, attnc_score_grads *g) {
     static const attnc_batch none = {.nb = 0, .count = 1};
     if (!g) return ATTNC_OK;
-    struct { attnc_tensor *t; const attnc_tensor *like; const char *name; } all[] = {
-        {&g->weight, &p->weight, "dweight"}, {&g->w_query, &p->w_query, "dw_query"},
-        {&g->w_key, &p->w_key, "dw_key"}, {&g->v, &p->v, "dv"}};
+    struct {
+        attnc_tensor *t;
+        const attnc_tensor *like;
+        const char *name;
+    } all[] = {{&g->weight, &p->weight, "dweight"},
+               {&g->w_query, &p->w_query, "dw_query"},
+               {&g->w_key, &p->w_key, "dw_key"},
+               {&g->v, &p->v, "dv"}};
     for (size_t n = 0; n < sizeof all / sizeof all[0]; n++) {
         if (!attnc_present(all[n].t)) continue;
         if (!attnc_present(all[n].like))
@@ -178,31 +177,31 @@ attnc_status attnc_score_check_grads(const attnc_dims *d, const attnc_score_para
 typedef struct {
     attnc_score_ctx c;
     attnc_tensor *out, *dquery, *dkeys;
-    const void *ds;  /* contiguous (B, Tq, Tk) */
+    const void *ds; /* contiguous (B, Tq, Tk) */
     void *scratch, *stash;
     size_t per_worker;
     attnc_score_grads *g;
 } score_job;
 
-#define SCORE_TASKS(REAL, SFX)                                                           \
-    static void forward_task_##SFX(void *arg, int64_t b, int worker) {                   \
-        score_job *j = arg;                                                              \
-        const attnc_dims *d = j->c.d;                                                    \
-        attnc_score_batch_##SFX(&j->c, b, (REAL *)j->out->data + b * d->tq * d->tk,      \
-                                (REAL *)j->scratch + worker * j->per_worker);            \
-    }                                                                                    \
-    static void backward_task_##SFX(void *arg, int64_t b, int worker) {                  \
-        score_job *j = arg;                                                              \
-        const attnc_dims *d = j->c.d;                                                    \
-        attnc_score_batch_backward_##SFX(&j->c, b, (const REAL *)j->ds + b * d->tq * d->tk, \
-                                         (REAL *)j->scratch + worker * j->per_worker,    \
-                                         j->stash, j->dquery, j->dkeys, j->g);           \
+#define SCORE_TASKS(REAL, SFX)                                                                                       \
+    static void forward_task_##SFX(void *arg, int64_t b, int worker) {                                               \
+        score_job *j = arg;                                                                                          \
+        const attnc_dims *d = j->c.d;                                                                                \
+        attnc_score_batch_##SFX(&j->c, b, (REAL *)j->out->data + b * d->tq * d->tk,                                  \
+                                (REAL *)j->scratch + worker * j->per_worker);                                        \
+    }                                                                                                                \
+    static void backward_task_##SFX(void *arg, int64_t b, int worker) {                                              \
+        score_job *j = arg;                                                                                          \
+        const attnc_dims *d = j->c.d;                                                                                \
+        attnc_score_batch_backward_##SFX(&j->c, b, (const REAL *)j->ds + b * d->tq * d->tk,                          \
+                                         (REAL *)j->scratch + worker * j->per_worker, j->stash, j->dquery, j->dkeys, \
+                                         j->g);                                                                      \
     }
 SCORE_TASKS(float, f32)
 SCORE_TASKS(double, f64)
 
-attnc_status attnc_score_forward(attnc_tensor *scores, const attnc_tensor *query,
-                                 const attnc_tensor *keys, const attnc_score_params *params) {
+attnc_status attnc_score_forward(attnc_tensor *scores, const attnc_tensor *query, const attnc_tensor *keys,
+                                 const attnc_score_params *params) {
     attnc_dims d;
     TRY(attnc_check_inputs(&d, query, keys, NULL, params, NULL));
     if (!attnc_present(scores)) return attnc_fail(ATTNC_ERR_TYPE, "scores is required");
@@ -212,8 +211,7 @@ attnc_status attnc_score_forward(attnc_tensor *scores, const attnc_tensor *query
     score_job job = {.out = scores, .per_worker = attnc_score_scratch(&d, params->kind)};
     TRY(attnc_calloc(&job.scratch, job.per_worker * (size_t)workers, size, "score scratch"));
     attnc_status st = attnc_score_open(&job.c, &d, query, keys, params);
-    if (st == ATTNC_OK)
-        attnc_parallel_for(d.batch.count, workers, ATTNC_TYPED(d.dtype, forward_task), &job);
+    if (st == ATTNC_OK) attnc_parallel_for(d.batch.count, workers, ATTNC_TYPED(d.dtype, forward_task), &job);
     attnc_score_close(&job.c);
     free(job.scratch);
     return st;
@@ -233,17 +231,19 @@ static attnc_status gather(void **out, const attnc_tensor *t, const attnc_dims *
     return ATTNC_OK;
 }
 
-attnc_status attnc_score_run_backward(const attnc_score_ctx *c, const void *ds_all,
-                                      attnc_tensor *dquery, attnc_tensor *dkeys,
-                                      attnc_score_grads *g) {
+attnc_status attnc_score_run_backward(const attnc_score_ctx *c, const void *ds_all, attnc_tensor *dquery,
+                                      attnc_tensor *dkeys, attnc_score_grads *g) {
     const attnc_dims *d = c->d;
     int workers = attnc_workers();
     size_t size = attnc_dtype_size(d->dtype);
-    score_job job = {.c = *c, .dquery = dquery, .dkeys = dkeys, .ds = ds_all, .g = g,
+    score_job job = {.c = *c,
+                     .dquery = dquery,
+                     .dkeys = dkeys,
+                     .ds = ds_all,
+                     .g = g,
                      .per_worker = attnc_score_scratch(d, c->p->kind)};
     TRY(attnc_calloc(&job.scratch, job.per_worker * (size_t)workers, size, "score scratch"));
-    attnc_status st = attnc_calloc(&job.stash, attnc_score_stash(d, c->p->kind), size,
-                                   "score gradient stash");
+    attnc_status st = attnc_calloc(&job.stash, attnc_score_stash(d, c->p->kind), size, "score gradient stash");
     if (st == ATTNC_OK) {
         attnc_parallel_for(d->batch.count, workers, ATTNC_TYPED(d->dtype, backward_task), &job);
         if (c->p->kind == ATTNC_SCORE_ADDITIVE)
@@ -256,9 +256,8 @@ attnc_status attnc_score_run_backward(const attnc_score_ctx *c, const void *ds_a
     return st;
 }
 
-attnc_status attnc_score_backward(attnc_tensor *dquery, attnc_tensor *dkeys,
-                                  attnc_score_grads *dparams, const attnc_tensor *dscores,
-                                  const attnc_tensor *query, const attnc_tensor *keys,
+attnc_status attnc_score_backward(attnc_tensor *dquery, attnc_tensor *dkeys, attnc_score_grads *dparams,
+                                  const attnc_tensor *dscores, const attnc_tensor *query, const attnc_tensor *keys,
                                   const attnc_score_params *params) {
     attnc_dims d;
     TRY(attnc_check_inputs(&d, query, keys, NULL, params, NULL));

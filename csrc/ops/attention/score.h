@@ -33,32 +33,28 @@ size_t attnc_score_scratch(const attnc_dims *d, attnc_score_kind kind);
 /* Stash (elements) the backward needs for the whole batch. */
 size_t attnc_score_stash(const attnc_dims *d, attnc_score_kind kind);
 
-#define ATTNC_DECLARE_SCORE(REAL, SFX)                                                   \
-    /* s (Tq, Tk) contiguous <- scores of batch element b. */                          \
-    void attnc_score_batch_##SFX(const attnc_score_ctx *c, int64_t b, REAL *s,           \
-                                 REAL *scratch);                                         \
+#define ATTNC_DECLARE_SCORE(REAL, SFX)                                                                        \
+    /* s (Tq, Tk) contiguous <- scores of batch element b. */                                                 \
+    void attnc_score_batch_##SFX(const attnc_score_ctx *c, int64_t b, REAL *s, REAL *scratch);                \
     /* dquery, dkeys of element b (each may be absent), beta's gradient, and the stash   \
-     * <- ds (Tq, Tk) contiguous. */                                                     \
-    void attnc_score_batch_backward_##SFX(const attnc_score_ctx *c, int64_t b,           \
-                                          const REAL *ds, REAL *scratch, REAL *stash,    \
-                                          attnc_tensor *dquery, attnc_tensor *dkeys,     \
-                                          attnc_score_grads *g);                         \
+     * <- ds (Tq, Tk) contiguous. */                    \
+    void attnc_score_batch_backward_##SFX(const attnc_score_ctx *c, int64_t b, const REAL *ds, REAL *scratch, \
+                                          REAL *stash, attnc_tensor *dquery, attnc_tensor *dkeys,             \
+                                          attnc_score_grads *g);                                              \
     /* Parameter gradients (but beta's and the additive score's) <- the stash and       \
-     * ds_all (B, Tq, Tk). */                                                            \
-    void attnc_score_params_backward_##SFX(const attnc_score_ctx *c, const void *ds_all, \
-                                           const void *stash, attnc_score_grads *g);
+     * ds_all (B, Tq, Tk). */                     \
+    void attnc_score_params_backward_##SFX(const attnc_score_ctx *c, const void *ds_all, const void *stash,   \
+                                           attnc_score_grads *g);
 
 ATTNC_DECLARE_SCORE(float, f32)
 ATTNC_DECLARE_SCORE(double, f64)
 
 /* Both backward phases over the whole batch: dquery, dkeys (each may be
  * absent) and g <- ds_all, contiguous (B, Tq, Tk) of the call's dtype. */
-attnc_status attnc_score_run_backward(const attnc_score_ctx *c, const void *ds_all,
-                                      attnc_tensor *dquery, attnc_tensor *dkeys,
-                                      attnc_score_grads *g);
+attnc_status attnc_score_run_backward(const attnc_score_ctx *c, const void *ds_all, attnc_tensor *dquery,
+                                      attnc_tensor *dkeys, attnc_score_grads *g);
 
 /* Check parameter gradients (each optional) against the parameters. */
-attnc_status attnc_score_check_grads(const attnc_dims *d, const attnc_score_params *p,
-                                     attnc_score_grads *g);
+attnc_status attnc_score_check_grads(const attnc_dims *d, const attnc_score_params *p, attnc_score_grads *g);
 
 #endif

@@ -45,8 +45,8 @@ static inline float tanh_exp2(float x, float y) {
  * (its sums, in 16 lanes then a tree, differ from the other builds' within
  * rounding), elsewhere 16 lanes summed pairwise. */
 static void additive_rows_exp2(float *restrict s, const float *restrict qa, const float *restrict ka,
-                               const float *restrict eq, const float *restrict ek, const float *restrict v,
-                               int64_t tq, int64_t tk, int64_t da) {
+                               const float *restrict eq, const float *restrict ek, const float *restrict v, int64_t tq,
+                               int64_t tk, int64_t da) {
     for (int64_t i = 0; i < tq; i++)
         for (int64_t j = 0; j < tk; j++) {
             const float *q = qa + i * da, *k = ka + j * da, *e = eq + i * da, *f = ek + j * da;
@@ -70,10 +70,9 @@ static void additive_rows_exp2(float *restrict s, const float *restrict qa, cons
  * dQA row are summed in registers (over every query and key, and over the
  * keys), only dKA's rows go through memory. dqa, dka, dv added to. */
 static void additive_rows_backward_512(float *restrict dqa, float *restrict dka, float *restrict dv,
-                                       const float *restrict ds, const float *restrict qa,
-                                       const float *restrict ka, const float *restrict eq,
-                                       const float *restrict ek, const float *restrict v, int64_t tq, int64_t tk,
-                                       int64_t da) {
+                                       const float *restrict ds, const float *restrict qa, const float *restrict ka,
+                                       const float *restrict eq, const float *restrict ek, const float *restrict v,
+                                       int64_t tq, int64_t tk, int64_t da) {
     for (int64_t a = 0; a < da; a += 16) {
         __mmask16 m = attnc_lanes16(da - a);
         __m512 va = _mm512_maskz_loadu_ps(m, v + a), dva = _mm512_setzero_ps();
@@ -84,7 +83,7 @@ static void additive_rows_backward_512(float *restrict dqa, float *restrict dka,
                 float dsij = ds[i * tk + j];
                 if (dsij == 0) continue;
                 __m512 t = attnc_tanh_exp2_512(_mm512_add_ps(q, _mm512_maskz_loadu_ps(m, ka + j * da + a)),
-                                         _mm512_mul_ps(e, _mm512_maskz_loadu_ps(m, ek + j * da + a)));
+                                               _mm512_mul_ps(e, _mm512_maskz_loadu_ps(m, ek + j * da + a)));
                 __m512 dsv = _mm512_mul_ps(_mm512_set1_ps(dsij), va);
                 __m512 gpre = _mm512_fnmadd_ps(_mm512_mul_ps(dsv, t), t, dsv); /* ds v (1 - t^2) */
                 dq = _mm512_add_ps(dq, gpre);
@@ -103,8 +102,7 @@ static void additive_rows_backward_512(float *restrict dqa, float *restrict dka,
 /* Whether element b takes the factored path: more than one query and key
  * (else the exps cost what they save), projections in range; then scratch
  * holds e^{2 QA} (tq, da) and e^{2 KA} (tk, da). */
-static bool additive_use_exp2(float *scratch, const float *qa, const float *ka, int64_t tq, int64_t tk,
-                              int64_t da) {
+static bool additive_use_exp2(float *scratch, const float *qa, const float *ka, int64_t tq, int64_t tk, int64_t da) {
     if (tq < 2 || tk < 2) return false;
     bool q_ok = additive_exp2(scratch, qa, tq * da);
     return additive_exp2(scratch + tq * da, ka, tk * da) && q_ok;
@@ -127,10 +125,10 @@ static inline REAL FN(pair_tanh)(REAL x, bool factored, const REAL *e, const REA
  * ek = e^{2 KA}. Always inlined, `factored` a constant at each call: each
  * path keeps a loop without a branch (one with the test inside measured 30%
  * slower). */
-static inline __attribute__((always_inline)) void FN(additive_rows_backward)(
-    REAL *restrict dqa, REAL *restrict dka, REAL *restrict dv, const REAL *restrict ds, const REAL *restrict qa,
-    const REAL *restrict ka, bool factored, const REAL *restrict eq, const REAL *restrict ek,
-    const REAL *restrict v, int64_t tq, int64_t tk, int64_t da) {
+static inline __attribute__((always_inline)) void
+FN(additive_rows_backward)(REAL *restrict dqa, REAL *restrict dka, REAL *restrict dv, const REAL *restrict ds,
+                           const REAL *restrict qa, const REAL *restrict ka, bool factored, const REAL *restrict eq,
+                           const REAL *restrict ek, const REAL *restrict v, int64_t tq, int64_t tk, int64_t da) {
     for (int64_t i = 0; i < tq; i++)
         for (int64_t j = 0; j < tk; j++) {
             REAL dsij = ds[i * tk + j];
@@ -166,8 +164,7 @@ static REAL FN(beta_at)(const attnc_score_ctx *c, int64_t b, int64_t i) {
 
 /* Element b's rows of the additive score's projections, and v (see
  * attnc_score_ctx.pre). */
-static void FN(additive_parts)(const attnc_score_ctx *c, int64_t b, const REAL **qa, const REAL **ka,
-                               const REAL **v) {
+static void FN(additive_parts)(const attnc_score_ctx *c, int64_t b, const REAL **qa, const REAL **ka, const REAL **v) {
     const attnc_dims *d = c->d;
     const REAL *pre = c->pre;
     *qa = pre + b * d->tq * d->da;
@@ -183,18 +180,14 @@ void FN(attnc_score_batch)(const attnc_score_ctx *c, int64_t b, REAL *s, REAL *s
     attnc_mat sm = rows_mat(s, d->tq, d->tk);
     switch (p->kind) {
     case ATTNC_SCORE_DOT:
-    case ATTNC_SCORE_SCALED_DOT:
-        GEMM(false, true, p->kind == ATTNC_SCORE_DOT ? 1 : (REAL)p->scale, q, k, 0, sm);
-        break;
+    case ATTNC_SCORE_SCALED_DOT: GEMM(false, true, p->kind == ATTNC_SCORE_DOT ? 1 : (REAL)p->scale, q, k, 0, sm); break;
     case ATTNC_SCORE_GENERAL: {
         attnc_mat qw = rows_mat(scratch, d->tq, d->dk);
         GEMM(false, false, 1, q, param_mat(&p->weight), 0, qw);
         GEMM(false, true, 1, qw, k, 0, sm);
         break;
     }
-    case ATTNC_SCORE_LOCATION:
-        GEMM(false, false, 1, q, param_mat(&p->weight), 0, sm);
-        break;
+    case ATTNC_SCORE_LOCATION: GEMM(false, false, 1, q, param_mat(&p->weight), 0, sm); break;
     case ATTNC_SCORE_ADDITIVE: {
         /* S_ij = sum_a v_a tanh(QA_ia + KA_ja), QA and KA from attnc_score_open. */
         const REAL *qa, *ka, *v;
@@ -248,9 +241,8 @@ static void FN(zero_grad)(attnc_tensor *t, const attnc_dims *d, int64_t b) {
     for (int64_t i = 0; i < m.rows * m.cols; i++) ((REAL *)m.p)[i] = 0;
 }
 
-static void FN(cosine_backward)(const attnc_score_ctx *c, int64_t b, const REAL *ds,
-                                REAL *scratch, attnc_mat q, attnc_mat k, attnc_tensor *dquery,
-                                attnc_tensor *dkeys, attnc_score_grads *g) {
+static void FN(cosine_backward)(const attnc_score_ctx *c, int64_t b, const REAL *ds, REAL *scratch, attnc_mat q,
+                                attnc_mat k, attnc_tensor *dquery, attnc_tensor *dkeys, attnc_score_grads *g) {
     /* c_ij = D_ij / n_ij, n_ij = max(|q_i||k_j|, eps), S = beta_i c_ij.
      * With dc = dS beta and G = dc / n:
      *   dq_i = sum_j G_ij k_j - q_i / |q_i|^2 sum_j [n > eps] dc_ij c_ij
@@ -263,8 +255,7 @@ static void FN(cosine_backward)(const attnc_score_ctx *c, int64_t b, const REAL 
     for (int64_t i = 0; i < tq; i++) nq[i] = FN(norm)(ROW(q, i), d->dq, q.cs), rq[i] = 0;
     for (int64_t j = 0; j < tk; j++) nk[j] = FN(norm)(ROW(k, j), d->dk, k.cs), rk[j] = 0;
     REAL *dbeta = NULL;
-    if (attnc_present(&g->beta))
-        dbeta = (REAL *)g->beta.data + b * tq;
+    if (attnc_present(&g->beta)) dbeta = (REAL *)g->beta.data + b * tq;
     for (int64_t i = 0; i < tq; i++) {
         REAL beta = FN(beta_at)(c, b, i), db = 0;
         for (int64_t j = 0; j < tk; j++) {
@@ -302,9 +293,8 @@ static void FN(cosine_backward)(const attnc_score_ctx *c, int64_t b, const REAL 
     }
 }
 
-static void FN(gaussian_backward)(const attnc_score_ctx *c, int64_t b, const REAL *ds,
-                                  attnc_mat q, attnc_mat k, REAL *stash, attnc_tensor *dquery,
-                                  attnc_tensor *dkeys, attnc_score_grads *g) {
+static void FN(gaussian_backward)(const attnc_score_ctx *c, int64_t b, const REAL *ds, attnc_mat q, attnc_mat k,
+                                  REAL *stash, attnc_tensor *dquery, attnc_tensor *dkeys, attnc_score_grads *g) {
     /* S_ij = -|q_i - k_j|^2 / (2h^2): dq_i = -sum_j dS_ij (q_i - k_j) / h^2,
      * dk_j = -dq contributions, dh = sum dS_ij |q_i - k_j|^2 / h^3. */
     const attnc_dims *d = c->d;
@@ -329,9 +319,8 @@ static void FN(gaussian_backward)(const attnc_score_ctx *c, int64_t b, const REA
     if (g && g->bandwidth) stash[b] = dh;
 }
 
-void FN(attnc_score_batch_backward)(const attnc_score_ctx *c, int64_t b, const REAL *ds,
-                                    REAL *scratch, REAL *stash, attnc_tensor *dquery,
-                                    attnc_tensor *dkeys, attnc_score_grads *g) {
+void FN(attnc_score_batch_backward)(const attnc_score_ctx *c, int64_t b, const REAL *ds, REAL *scratch, REAL *stash,
+                                    attnc_tensor *dquery, attnc_tensor *dkeys, attnc_score_grads *g) {
     const attnc_dims *d = c->d;
     const attnc_score_params *p = c->p;
     attnc_mat q = attnc_batch_mat(c->query, &d->batch, b);
@@ -378,8 +367,7 @@ void FN(attnc_score_batch_backward)(const attnc_score_ctx *c, int64_t b, const R
         int64_t da = d->da, tq = d->tq, tk = d->tk, B = d->batch.count;
         const REAL *qa, *ka, *v;
         FN(additive_parts)(c, b, &qa, &ka, &v);
-        REAL *dqa = stash + b * tq * da, *dka = stash + (B * tq + b * tk) * da,
-             *dv = stash + (B * (tq + tk) + b) * da;
+        REAL *dqa = stash + b * tq * da, *dka = stash + (B * tq + b * tk) * da, *dv = stash + (B * (tq + tk) + b) * da;
         for (int64_t x = 0; x < tq * da; x++) dqa[x] = 0;
         for (int64_t x = 0; x < tk * da; x++) dka[x] = 0;
         for (int64_t x = 0; x < da; x++) dv[x] = 0;
@@ -396,28 +384,23 @@ void FN(attnc_score_batch_backward)(const attnc_score_ctx *c, int64_t b, const R
         FN(additive_rows_backward)(dqa, dka, dv, ds, qa, ka, false, NULL, NULL, v, tq, tk, da);
         break;
     }
-    case ATTNC_SCORE_COSINE:
-        FN(cosine_backward)(c, b, ds, scratch, q, k, dquery, dkeys, g);
-        break;
-    case ATTNC_SCORE_GAUSSIAN:
-        FN(gaussian_backward)(c, b, ds, q, k, stash, dquery, dkeys, g);
-        break;
+    case ATTNC_SCORE_COSINE: FN(cosine_backward)(c, b, ds, scratch, q, k, dquery, dkeys, g); break;
+    case ATTNC_SCORE_GAUSSIAN: FN(gaussian_backward)(c, b, ds, q, k, stash, dquery, dkeys, g); break;
     }
 }
 
 /* dW = sum_b X_b^T Y_b over the batch, in batch order. */
-static void FN(sum_xty)(attnc_tensor *dw, const attnc_score_ctx *c, const attnc_tensor *x,
-                        const void *y, int64_t rows, int64_t cols) {
+static void FN(sum_xty)(attnc_tensor *dw, const attnc_score_ctx *c, const attnc_tensor *x, const void *y, int64_t rows,
+                        int64_t cols) {
     if (!attnc_present(dw)) return;
-    attnc_mat out = {dw->data, dw->shape[0], dw->ndim > 1 ? dw->shape[1] : 1,
-                     dw->ndim > 1 ? dw->shape[1] : 1, 1};
+    attnc_mat out = {dw->data, dw->shape[0], dw->ndim > 1 ? dw->shape[1] : 1, dw->ndim > 1 ? dw->shape[1] : 1, 1};
     if (c->d->batch.count == 0 || rows == 0) {
         for (int64_t i = 0; i < out.rows * out.cols; i++) ((REAL *)out.p)[i] = 0;
         return;
     }
     for (int64_t b = 0; b < c->d->batch.count; b++)
-        GEMM(true, false, 1, attnc_batch_mat(x, &c->d->batch, b),
-             rows_mat((REAL *)y + b * rows * cols, rows, cols), b ? 1 : 0, out);
+        GEMM(true, false, 1, attnc_batch_mat(x, &c->d->batch, b), rows_mat((REAL *)y + b * rows * cols, rows, cols),
+             b ? 1 : 0, out);
 }
 
 static double FN(sum_stash)(const REAL *stash, int64_t n) {
@@ -426,8 +409,8 @@ static double FN(sum_stash)(const REAL *stash, int64_t n) {
     return acc;
 }
 
-void FN(attnc_score_params_backward)(const attnc_score_ctx *c, const void *ds_all,
-                                     const void *stash_, attnc_score_grads *g) {
+void FN(attnc_score_params_backward)(const attnc_score_ctx *c, const void *ds_all, const void *stash_,
+                                     attnc_score_grads *g) {
     if (!g) return;
     const REAL *stash = stash_;
     const attnc_dims *d = c->d;
@@ -439,16 +422,11 @@ void FN(attnc_score_params_backward)(const attnc_score_ctx *c, const void *ds_al
     case ATTNC_SCORE_GAUSSIAN:
         if (g->bandwidth) *g->bandwidth = FN(sum_stash)(stash, d->batch.count);
         break;
-    case ATTNC_SCORE_GENERAL:
-        FN(sum_xty)(&g->weight, c, c->query, stash, d->tq, d->dk);
-        break;
-    case ATTNC_SCORE_LOCATION:
-        FN(sum_xty)(&g->weight, c, c->query, ds_all, d->tq, d->tk);
-        break;
+    case ATTNC_SCORE_GENERAL: FN(sum_xty)(&g->weight, c, c->query, stash, d->tq, d->dk); break;
+    case ATTNC_SCORE_LOCATION: FN(sum_xty)(&g->weight, c, c->query, ds_all, d->tq, d->tk); break;
     case ATTNC_SCORE_DOT:
     case ATTNC_SCORE_COSINE:
-    case ATTNC_SCORE_ADDITIVE: /* score.c's additive_finish */
-        break;
+    case ATTNC_SCORE_ADDITIVE: /* score.c's additive_finish */ break;
     }
 }
 

@@ -25,9 +25,7 @@ static attnc_status dims_of(attnc_dims *d, const attnc_tensor *t, const char *na
         return attnc_fail(ATTNC_ERR_TYPE, "%s has dtype %s, expected float32 or float64", name,
                           attnc_dtype_name(t->dtype));
     TRY(attnc_check_dtype(t, name, t->dtype));
-    if (t->ndim < 2)
-        return attnc_fail(ATTNC_ERR_VALUE, "%s must have at least 2 dims, got %d", name,
-                          t->ndim);
+    if (t->ndim < 2) return attnc_fail(ATTNC_ERR_VALUE, "%s must have at least 2 dims, got %d", name, t->ndim);
     d->batch.nb = t->ndim - 2;
     d->batch.count = 1;
     for (int i = 0; i < d->batch.nb; i++) {
@@ -39,8 +37,7 @@ static attnc_status dims_of(attnc_dims *d, const attnc_tensor *t, const char *na
     return ATTNC_OK;
 }
 
-attnc_status attnc_softmax_forward(attnc_tensor *weights, const attnc_tensor *scores,
-                                   const attnc_mask *mask) {
+attnc_status attnc_softmax_forward(attnc_tensor *weights, const attnc_tensor *scores, const attnc_mask *mask) {
     attnc_dims d = {0};
     TRY(dims_of(&d, scores, "scores"));
     TRY(attnc_check_like(&d, weights, "weights", 2, d.tq, d.tk, true));
@@ -53,8 +50,7 @@ attnc_status attnc_softmax_forward(attnc_tensor *weights, const attnc_tensor *sc
     return ATTNC_OK;
 }
 
-attnc_status attnc_softmax_backward(attnc_tensor *dscores, const attnc_tensor *dweights,
-                                    const attnc_tensor *weights) {
+attnc_status attnc_softmax_backward(attnc_tensor *dscores, const attnc_tensor *dweights, const attnc_tensor *weights) {
     attnc_dims d = {0};
     TRY(dims_of(&d, weights, "weights"));
     TRY(attnc_check_like(&d, dweights, "dweights", 2, d.tq, d.tk, false));

@@ -1,8 +1,8 @@
 /* softmax_impl.h: typed kernels of softmax.c (see core/real.h). */
 #include "../../core/real.h"
 
-int64_t FN(attnc_softmax_row)(REAL *w, const REAL *s, int64_t scs, int64_t tk, int64_t lo,
-                              int64_t hi, const attnc_bmask *m, int64_t i) {
+int64_t FN(attnc_softmax_row)(REAL *w, const REAL *s, int64_t scs, int64_t tk, int64_t lo, int64_t hi,
+                              const attnc_bmask *m, int64_t i) {
     REAL mx = -INFINITY;
     int64_t allowed = 0;
     bool saw_nan = false;
@@ -31,8 +31,7 @@ int64_t FN(attnc_softmax_row)(REAL *w, const REAL *s, int64_t scs, int64_t tk, i
     return allowed;
 }
 
-void FN(attnc_softmax_row_backward)(REAL *ds, const REAL *dw, int64_t dcs, const REAL *w,
-                                    int64_t tk) {
+void FN(attnc_softmax_row_backward)(REAL *ds, const REAL *dw, int64_t dcs, const REAL *w, int64_t tk) {
     REAL dot = 0;
     for (int64_t j = 0; j < tk; j++)
         if (w[j] != 0) dot += w[j] * dw[j * dcs];
@@ -51,8 +50,7 @@ static void FN(softmax_forward_task)(void *arg, int64_t b, int worker) {
     for (int64_t i = 0; i < d->tq; i++) {
         int64_t lo, hi;
         attnc_row_range(&bm, i, &lo, &hi);
-        FN(attnc_softmax_row)(w + i * d->tk, (const REAL *)s.p + i * s.rs, s.cs, d->tk, lo, hi,
-                              &bm, i);
+        FN(attnc_softmax_row)(w + i * d->tk, (const REAL *)s.p + i * s.rs, s.cs, d->tk, lo, hi, &bm, i);
     }
 }
 

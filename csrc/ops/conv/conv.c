@@ -34,45 +34,54 @@ typedef struct {
 #define ATTNC_F64 1
 #include "conv_impl.h"
 
-static attnc_status check_options(const int64_t stride[2], const int64_t padding[4],
-                                  const int64_t dilation[2]) {
+static attnc_status check_options(const int64_t stride[2], const int64_t padding[4], const int64_t dilation[2]) {
     for (int d = 0; d < 2; d++) {
         if (stride[d] < 1) return attnc_fail(ATTNC_ERR_VALUE, "stride must be >= 1, got %lld", (long long)stride[d]);
         if (dilation[d] < 1)
             return attnc_fail(ATTNC_ERR_VALUE, "dilation must be >= 1, got %lld", (long long)dilation[d]);
     }
     for (int d = 0; d < 4; d++)
-        if (padding[d] < 0)
-            return attnc_fail(ATTNC_ERR_VALUE, "padding must be >= 0, got %lld", (long long)padding[d]);
+        if (padding[d] < 0) return attnc_fail(ATTNC_ERR_VALUE, "padding must be >= 0, got %lld", (long long)padding[d]);
     return ATTNC_OK;
 }
 
 /* Checks x (B, Cin, H, W) and weight (Cout, Cin / groups, kH, kW), both
  * contiguous, and fills the geometry. */
-static attnc_status geometry(conv_geom *g, const attnc_tensor *x, const attnc_tensor *weight,
-                             const int64_t stride[2], const int64_t padding[4], const int64_t dilation[2],
-                             int64_t groups) {
-    if (!attnc_present(x) || !attnc_present(weight))
-        return attnc_fail(ATTNC_ERR_TYPE, "input and weight are required");
+static attnc_status geometry(conv_geom *g, const attnc_tensor *x, const attnc_tensor *weight, const int64_t stride[2],
+                             const int64_t padding[4], const int64_t dilation[2], int64_t groups) {
+    if (!attnc_present(x) || !attnc_present(weight)) return attnc_fail(ATTNC_ERR_TYPE, "input and weight are required");
     attnc_dtype dt = x->dtype;
     if (dt != ATTNC_FLOAT32 && dt != ATTNC_FLOAT64)
         return attnc_fail(ATTNC_ERR_TYPE, "input has dtype %s, expected float32 or float64", attnc_dtype_name(dt));
-    if (!stride || !padding || !dilation) return attnc_fail(ATTNC_ERR_TYPE, "stride, padding and dilation are required");
+    if (!stride || !padding || !dilation)
+        return attnc_fail(ATTNC_ERR_TYPE, "stride, padding and dilation are required");
     TRY(check_options(stride, padding, dilation));
     if (groups < 1) return attnc_fail(ATTNC_ERR_VALUE, "groups must be >= 1, got %lld", (long long)groups);
     int64_t xs[4] = {-1, -1, -1, -1}, ws[4] = {-1, -1, -1, -1};
     TRY(attnc_check_array(x, "input", dt, 4, xs, false));
     if (xs[1] % groups)
-        return attnc_fail(ATTNC_ERR_VALUE, "input's %lld channels are not divisible by groups = %lld",
-                          (long long)xs[1], (long long)groups);
+        return attnc_fail(ATTNC_ERR_VALUE, "input's %lld channels are not divisible by groups = %lld", (long long)xs[1],
+                          (long long)groups);
     ws[1] = xs[1] / groups;
     TRY(attnc_check_array(weight, "weight", dt, 4, ws, false));
     if (ws[0] % groups)
         return attnc_fail(ATTNC_ERR_VALUE, "weight's %lld output channels are not divisible by groups = %lld",
                           (long long)ws[0], (long long)groups);
-    *g = (conv_geom){.batch = xs[0], .cin = xs[1], .h = xs[2], .w = xs[3], .cout = ws[0], .kh = ws[2],
-                     .kw = ws[3], .sh = stride[0], .sw = stride[1], .pt = padding[0], .pl = padding[2],
-                     .dh = dilation[0], .dw = dilation[1], .groups = groups, .cout_g = ws[0] / groups};
+    *g = (conv_geom){.batch = xs[0],
+                     .cin = xs[1],
+                     .h = xs[2],
+                     .w = xs[3],
+                     .cout = ws[0],
+                     .kh = ws[2],
+                     .kw = ws[3],
+                     .sh = stride[0],
+                     .sw = stride[1],
+                     .pt = padding[0],
+                     .pl = padding[2],
+                     .dh = dilation[0],
+                     .dw = dilation[1],
+                     .groups = groups,
+                     .cout_g = ws[0] / groups};
     if (g->kh < 1 || g->kw < 1) return attnc_fail(ATTNC_ERR_VALUE, "the kernel must be at least 1 x 1");
     int64_t eh = g->h + padding[0] + padding[1] - g->dh * (g->kh - 1),
             ew = g->w + padding[2] + padding[3] - g->dw * (g->kw - 1);
@@ -91,8 +100,8 @@ static attnc_status geometry(conv_geom *g, const attnc_tensor *x, const attnc_te
     return ATTNC_OK;
 }
 
-static attnc_status check_out(const attnc_tensor *t, const char *name, attnc_dtype dt, int64_t a, int64_t b,
-                              int64_t c, int64_t d, bool output) {
+static attnc_status check_out(const attnc_tensor *t, const char *name, attnc_dtype dt, int64_t a, int64_t b, int64_t c,
+                              int64_t d, bool output) {
     int64_t s[4] = {a, b, c, d};
     return attnc_check_array(t, name, dt, 4, s, output);
 }
@@ -120,17 +129,20 @@ attnc_status attnc_conv2d_forward(attnc_tensor *y, const attnc_tensor *x, const 
     int workers = attnc_workers_for(g.batch * g.cout * g.kg * g.p);
     void *s;
     TRY(scratch(&s, &g, workers, dt));
-    conv_job job = {.x = x->data, .w = weight->data, .bias = attnc_present(bias) ? bias->data : NULL, .y = y->data,
-                    .scratch = s, .g = g};
+    conv_job job = {.x = x->data,
+                    .w = weight->data,
+                    .bias = attnc_present(bias) ? bias->data : NULL,
+                    .y = y->data,
+                    .scratch = s,
+                    .g = g};
     attnc_parallel_for(g.batch, workers, ATTNC_TYPED(dt, forward_task), &job);
     free(s);
     return ATTNC_OK;
 }
 
-attnc_status attnc_conv2d_backward(attnc_tensor *dx, attnc_tensor *dweight, attnc_tensor *dbias,
-                                   const attnc_tensor *dy, const attnc_tensor *x, const attnc_tensor *weight,
-                                   const int64_t stride[2], const int64_t padding[4], const int64_t dilation[2],
-                                   int64_t groups) {
+attnc_status attnc_conv2d_backward(attnc_tensor *dx, attnc_tensor *dweight, attnc_tensor *dbias, const attnc_tensor *dy,
+                                   const attnc_tensor *x, const attnc_tensor *weight, const int64_t stride[2],
+                                   const int64_t padding[4], const int64_t dilation[2], int64_t groups) {
     conv_geom g;
     TRY(geometry(&g, x, weight, stride, padding, dilation, groups));
     attnc_dtype dt = x->dtype;
@@ -156,10 +168,16 @@ attnc_status attnc_conv2d_backward(attnc_tensor *dx, attnc_tensor *dweight, attn
         return st;
     }
     int64_t nsum = (attnc_present(dweight) ? g.cout * g.kg : 0) + (attnc_present(dbias) ? g.cout : 0);
-    conv_job j = {.x = x->data, .w = weight->data, .dy = dy->data,
-                  .dx = attnc_present(dx) ? dx->data : NULL, .dw_parts = dwp, .db_parts = dbp,
+    conv_job j = {.x = x->data,
+                  .w = weight->data,
+                  .dy = dy->data,
+                  .dx = attnc_present(dx) ? dx->data : NULL,
+                  .dw_parts = dwp,
+                  .db_parts = dbp,
                   .dw = attnc_present(dweight) ? dweight->data : NULL,
-                  .db = attnc_present(dbias) ? dbias->data : NULL, .scratch = s, .g = g};
+                  .db = attnc_present(dbias) ? dbias->data : NULL,
+                  .scratch = s,
+                  .g = g};
     attnc_parallel_for(g.batch, workers, ATTNC_TYPED(dt, backward_task), &j);
     if (nsum) attnc_parallel_for((nsum + SUM_BLOCK - 1) / SUM_BLOCK, workers, ATTNC_TYPED(dt, sum_task), &j);
     free(s);

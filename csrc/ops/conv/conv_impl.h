@@ -83,8 +83,7 @@ static void FN(forward_task)(void *arg, int64_t b, int worker) {
     const REAL *col = FN(columns)(j, b, FN(worker_scratch)(j, worker));
     REAL *yb = (REAL *)j->y + b * g->cout * g->p;
     for (int64_t gi = 0; gi < g->groups; gi++)
-        GEMM(false, false, 1, FN(group_weight)(g, j->w, gi), FN(group_cols)(g, col, gi), 0,
-             FN(group_rows)(g, yb, gi));
+        GEMM(false, false, 1, FN(group_weight)(g, j->w, gi), FN(group_cols)(g, col, gi), 0, FN(group_rows)(g, yb, gi));
     if (j->bias)
         for (int64_t o = 0; o < g->cout; o++)
             for (int64_t q = 0; q < g->p; q++) yb[o * g->p + q] += ((const REAL *)j->bias)[o];

@@ -17,7 +17,7 @@ typedef struct {
     int64_t n, d, v;
     double scale, eps;
     double max_norm, norm_type; /* embedding: torch's renormalisation (max_norm INFINITY: none) */
-    int64_t special; /* padding_idx or ignore_index */
+    int64_t special;            /* padding_idx or ignore_index */
 } tok_job;
 
 #define ATTNC_F64 0
@@ -34,8 +34,8 @@ static attnc_status check_ids(const attnc_tensor *ids, const char *name, int64_t
     for (int64_t r = 0; r < *n; r++) {
         int64_t id = ((const int64_t *)ids->data)[r * ids->strides[0]];
         if ((id < 0 || id >= limit) && !(special && id == *special))
-            return attnc_fail(ATTNC_ERR_VALUE, "%s[%" PRId64 "] = %" PRId64 " is outside [0, %" PRId64 ")",
-                              name, r, id, limit);
+            return attnc_fail(ATTNC_ERR_VALUE, "%s[%" PRId64 "] = %" PRId64 " is outside [0, %" PRId64 ")", name, r, id,
+                              limit);
     }
     return ATTNC_OK;
 }
@@ -52,27 +52,24 @@ static attnc_status float_dims(const attnc_tensor *t, const char *name, int64_t 
     return ATTNC_OK;
 }
 
-attnc_status attnc_embedding_forward(attnc_tensor *y, const attnc_tensor *ids,
-                                     const attnc_tensor *weight, double scale, double max_norm,
-                                     double norm_type) {
+attnc_status attnc_embedding_forward(attnc_tensor *y, const attnc_tensor *ids, const attnc_tensor *weight, double scale,
+                                     double max_norm, double norm_type) {
     int64_t v = -1, d = -1, n;
     TRY(float_dims(weight, "weight", &v, &d));
     TRY(check_ids(ids, "input", &n, v, NULL));
     if (!(max_norm >= 0)) return attnc_fail(ATTNC_ERR_VALUE, "max_norm must be >= 0, got %g", max_norm);
-    if (!(norm_type > 0))
-        return attnc_fail(ATTNC_ERR_VALUE, "norm_type must be > 0 (or inf), got %g", norm_type);
+    if (!(norm_type > 0)) return attnc_fail(ATTNC_ERR_VALUE, "norm_type must be > 0 (or inf), got %g", norm_type);
     if (!attnc_present(y)) return attnc_fail(ATTNC_ERR_TYPE, "output is required");
     int64_t yd[2] = {n, d};
     TRY(attnc_check_dims(y, "output", weight->dtype, 2, yd, true));
-    tok_job job = {.ids = ids, .w = weight, .y = y, .n = n, .d = d, .scale = scale, .max_norm = max_norm,
-                   .norm_type = norm_type};
+    tok_job job =
+        {.ids = ids, .w = weight, .y = y, .n = n, .d = d, .scale = scale, .max_norm = max_norm, .norm_type = norm_type};
     attnc_parallel_for((n + ROWS - 1) / ROWS, attnc_workers(), ATTNC_TYPED(weight->dtype, embed_task), &job);
     return ATTNC_OK;
 }
 
-attnc_status attnc_embedding_backward(attnc_tensor *dweight, const attnc_tensor *dy,
-                                      const attnc_tensor *ids, double scale,
-                                      int64_t padding_idx) {
+attnc_status attnc_embedding_backward(attnc_tensor *dweight, const attnc_tensor *dy, const attnc_tensor *ids,
+                                      double scale, int64_t padding_idx) {
     int64_t v = -1, d = -1, n = -1;
     if (!attnc_present(dweight)) return attnc_fail(ATTNC_ERR_TYPE, "dweight is required");
     TRY(float_dims(dy, "doutput", &n, &d));
@@ -89,8 +86,7 @@ attnc_status attnc_embedding_backward(attnc_tensor *dweight, const attnc_tensor 
  * ignore_index, or probabilities (N, C) of the logits' dtype (*probs set to
  * them); the optional class weights (C). */
 static attnc_status check_ce(const attnc_tensor *logits, const attnc_tensor *targets,
-                             const attnc_cross_entropy_options *o, int64_t *n, int64_t *c,
-                             const attnc_tensor **probs) {
+                             const attnc_cross_entropy_options *o, int64_t *n, int64_t *c, const attnc_tensor **probs) {
     *n = *c = -1;
     *probs = NULL;
     if (!o) return attnc_fail(ATTNC_ERR_TYPE, "options are required");
@@ -111,9 +107,8 @@ static attnc_status check_ce(const attnc_tensor *logits, const attnc_tensor *tar
     return ATTNC_OK;
 }
 
-attnc_status attnc_cross_entropy_forward(attnc_tensor *losses, attnc_tensor *logsumexp,
-                                         const attnc_tensor *logits, const attnc_tensor *targets,
-                                         const attnc_cross_entropy_options *options) {
+attnc_status attnc_cross_entropy_forward(attnc_tensor *losses, attnc_tensor *logsumexp, const attnc_tensor *logits,
+                                         const attnc_tensor *targets, const attnc_cross_entropy_options *options) {
     int64_t n, c;
     const attnc_tensor *probs;
     TRY(check_ce(logits, targets, options, &n, &c, &probs));
@@ -121,9 +116,15 @@ attnc_status attnc_cross_entropy_forward(attnc_tensor *losses, attnc_tensor *log
         return attnc_fail(ATTNC_ERR_TYPE, "losses and logsumexp are required");
     TRY(attnc_check_dims(losses, "losses", logits->dtype, 1, &n, true));
     TRY(attnc_check_dims(logsumexp, "logsumexp", logits->dtype, 1, &n, true));
-    tok_job job = {.ids = probs ? NULL : targets, .probs = probs,
-                   .weight = attnc_present(&options->weight) ? &options->weight : NULL, .logits = logits,
-                   .loss = losses, .lse = logsumexp, .n = n, .v = c, .eps = options->label_smoothing,
+    tok_job job = {.ids = probs ? NULL : targets,
+                   .probs = probs,
+                   .weight = attnc_present(&options->weight) ? &options->weight : NULL,
+                   .logits = logits,
+                   .loss = losses,
+                   .lse = logsumexp,
+                   .n = n,
+                   .v = c,
+                   .eps = options->label_smoothing,
                    .special = options->ignore_index};
     attnc_parallel_for((n + ROWS - 1) / ROWS, attnc_workers(), ATTNC_TYPED(logits->dtype, ce_forward_task), &job);
     return ATTNC_OK;
@@ -151,11 +152,19 @@ attnc_status attnc_cross_entropy_backward(attnc_tensor *dlogits, attnc_tensor *d
     }
     TRY(attnc_check_dims(dlosses, "dlosses", dt, 1, &n, false));
     TRY(attnc_check_dims(logsumexp, "logsumexp", dt, 1, &n, false));
-    tok_job job = {.ids = probs ? NULL : targets, .probs = probs,
-                   .weight = attnc_present(&options->weight) ? &options->weight : NULL, .logits = logits,
-                   .dloss = dlosses, .lse_in = logsumexp, .n = n, .v = c, .eps = options->label_smoothing,
-                   .special = options->ignore_index, .dlogits = dlogits,
-                   .dtargets = attnc_present(dtargets) ? dtargets : NULL, .dw = dweight};
+    tok_job job = {.ids = probs ? NULL : targets,
+                   .probs = probs,
+                   .weight = attnc_present(&options->weight) ? &options->weight : NULL,
+                   .logits = logits,
+                   .dloss = dlosses,
+                   .lse_in = logsumexp,
+                   .n = n,
+                   .v = c,
+                   .eps = options->label_smoothing,
+                   .special = options->ignore_index,
+                   .dlogits = dlogits,
+                   .dtargets = attnc_present(dtargets) ? dtargets : NULL,
+                   .dw = dweight};
     attnc_parallel_for((n + ROWS - 1) / ROWS, attnc_workers(), ATTNC_TYPED(dt, ce_backward_task), &job);
     if (attnc_present(dweight))
         attnc_parallel_for((c + ROWS - 1) / ROWS, attnc_workers(), ATTNC_TYPED(dt, ce_weight_grad_task), &job);

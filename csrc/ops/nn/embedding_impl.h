@@ -7,7 +7,7 @@
 /* torch's max_norm renormalisation of row `id` of the table: the factor
  * max_norm / (norm + 1e-7) if the row's norm_type-norm exceeds max_norm, else
  * 1 (the norm summed in double). */
-static REAL FN(renorm_factor)(const tok_job * j, int64_t id) {
+static REAL FN(renorm_factor)(const tok_job *j, int64_t id) {
     if (!(j->max_norm < INFINITY)) return 1;
     double norm = 0, p = j->norm_type;
     for (int64_t c = 0; c < j->d; c++) {
@@ -48,14 +48,14 @@ static void FN(embed_grad_task)(void *arg, int64_t block, int worker) {
 }
 
 /* The class weight w_c (1 without weights). */
-static REAL FN(class_weight)(const tok_job * j, int64_t c) {
+static REAL FN(class_weight)(const tok_job *j, int64_t c) {
     return j->weight ? ((const REAL *)j->weight->data)[c * j->weight->strides[0]] : 1;
 }
 
 /* q_rc, row r's target probability of class c after label smoothing:
  * (1 - eps) target + eps / C, the target one-hot for class ids (an ignored
  * row has none: 0). */
-static REAL FN(ce_target)(const tok_job * j, int64_t r, int64_t c) {
+static REAL FN(ce_target)(const tok_job *j, int64_t r, int64_t c) {
     REAL eps = (REAL)j->eps, smooth = eps / (REAL)j->v;
     if (j->probs) return (1 - eps) * AT(j->probs, r, c) + smooth;
     int64_t t = ID(j, r);
@@ -64,7 +64,7 @@ static REAL FN(ce_target)(const tok_job * j, int64_t r, int64_t c) {
 }
 
 /* The logsumexp of row r of the logits. */
-static REAL FN(row_lse)(const tok_job * j, int64_t r) {
+static REAL FN(row_lse)(const tok_job *j, int64_t r) {
     REAL mx = -INFINITY, sum = 0;
     for (int64_t c = 0; c < j->v; c++) mx = AT(j->logits, r, c) > mx ? AT(j->logits, r, c) : mx;
     for (int64_t c = 0; c < j->v; c++) sum += EXP(AT(j->logits, r, c) - mx);
@@ -75,7 +75,7 @@ static REAL FN(row_lse)(const tok_job * j, int64_t r) {
  * (1 - eps) w_t (lse - x_t) + eps / C sum_c w_c (lse - x_c). A term whose
  * coefficient is 0 is absent, not 0 x inf: a -inf logit (a masked class)
  * that is not a target adds nothing. Ignored rows: 0. */
-static REAL FN(ce_row_loss)(const tok_job * j, int64_t r, REAL lse) {
+static REAL FN(ce_row_loss)(const tok_job *j, int64_t r, REAL lse) {
     REAL eps = (REAL)j->eps, loss = 0;
     if (j->probs) {
         for (int64_t c = 0; c < j->v; c++) {

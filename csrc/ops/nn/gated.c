@@ -28,8 +28,7 @@ static attnc_status check_dtype(const attnc_tensor *a, attnc_dtype *dt) {
     if (!attnc_present(a)) return attnc_fail(ATTNC_ERR_TYPE, "input is required");
     *dt = a->dtype;
     if (*dt != ATTNC_FLOAT32 && *dt != ATTNC_FLOAT64)
-        return attnc_fail(ATTNC_ERR_TYPE, "input has dtype %s, expected float32 or float64",
-                          attnc_dtype_name(*dt));
+        return attnc_fail(ATTNC_ERR_TYPE, "input has dtype %s, expected float32 or float64", attnc_dtype_name(*dt));
     return ATTNC_OK;
 }
 
@@ -45,8 +44,8 @@ attnc_status attnc_gated_forward(attnc_tensor *y, const attnc_tensor *a, const a
     return ATTNC_OK;
 }
 
-attnc_status attnc_gated_backward(attnc_tensor *da, attnc_tensor *db, const attnc_tensor *dy,
-                                  const attnc_tensor *a, const attnc_tensor *b) {
+attnc_status attnc_gated_backward(attnc_tensor *da, attnc_tensor *db, const attnc_tensor *dy, const attnc_tensor *a,
+                                  const attnc_tensor *b) {
     attnc_dtype dt = ATTNC_FLOAT32;
     TRY(check_dtype(a, &dt));
     int64_t n = attnc_numel(a);
@@ -55,8 +54,12 @@ attnc_status attnc_gated_backward(attnc_tensor *da, attnc_tensor *db, const attn
     TRY(attnc_check_flat(dy, "doutput", dt, n));
     if (attnc_present(da)) TRY(attnc_check_flat(da, "dinput", dt, n));
     if (attnc_present(db)) TRY(attnc_check_flat(db, "dgate", dt, n));
-    gated_job job = {.a = a->data, .b = b->data, .dy = dy->data, .da = attnc_present(da) ? da->data : NULL,
-                     .db = attnc_present(db) ? db->data : NULL, .n = n};
+    gated_job job = {.a = a->data,
+                     .b = b->data,
+                     .dy = dy->data,
+                     .da = attnc_present(da) ? da->data : NULL,
+                     .db = attnc_present(db) ? db->data : NULL,
+                     .n = n};
     attnc_parallel_for((n + CHUNK - 1) / CHUNK, attnc_workers_for(n * 8), ATTNC_TYPED(dt, gated_backward_task), &job);
     return ATTNC_OK;
 }

@@ -23,8 +23,7 @@ static attnc_status check_x(const attnc_tensor *x, const attnc_tensor *w, int64_
     if (!attnc_present(x)) return attnc_fail(ATTNC_ERR_TYPE, "input is required");
     attnc_dtype dt = x->dtype;
     if (dt != ATTNC_FLOAT32 && dt != ATTNC_FLOAT64)
-        return attnc_fail(ATTNC_ERR_TYPE, "input has dtype %s, expected float32 or float64",
-                          attnc_dtype_name(dt));
+        return attnc_fail(ATTNC_ERR_TYPE, "input has dtype %s, expected float32 or float64", attnc_dtype_name(dt));
     int64_t sizes[2] = {-1, -1};
     TRY(attnc_check_dims(x, "input", dt, 2, sizes, false));
     *n = sizes[0];
@@ -32,9 +31,8 @@ static attnc_status check_x(const attnc_tensor *x, const attnc_tensor *w, int64_
     return attnc_present(w) ? attnc_check_dims(w, "weight", dt, 1, d, false) : ATTNC_OK;
 }
 
-attnc_status attnc_layer_norm_forward(attnc_tensor *y, attnc_tensor *mean, attnc_tensor *rstd,
-                                      const attnc_tensor *x, const attnc_tensor *weight,
-                                      const attnc_tensor *bias, double eps) {
+attnc_status attnc_layer_norm_forward(attnc_tensor *y, attnc_tensor *mean, attnc_tensor *rstd, const attnc_tensor *x,
+                                      const attnc_tensor *weight, const attnc_tensor *bias, double eps) {
     int64_t n, d;
     TRY(check_x(x, weight, &n, &d));
     attnc_dtype dt = x->dtype;
@@ -47,15 +45,13 @@ attnc_status attnc_layer_norm_forward(attnc_tensor *y, attnc_tensor *mean, attnc
     TRY(attnc_check_dims(mean, "mean", dt, 1, &n, true));
     TRY(attnc_check_dims(rstd, "rstd", dt, 1, &n, true));
     int64_t blocks = (n + ROWS - 1) / ROWS;
-    ln_job job = {.x = x, .w = weight, .b = bias, .y = y, .mean = mean, .rstd = rstd, .n = n, .d = d,
-                  .eps = eps};
+    ln_job job = {.x = x, .w = weight, .b = bias, .y = y, .mean = mean, .rstd = rstd, .n = n, .d = d, .eps = eps};
     attnc_parallel_for(blocks, attnc_workers(), ATTNC_TYPED(dt, ln_forward_task), &job);
     return ATTNC_OK;
 }
 
-attnc_status attnc_layer_norm_backward(attnc_tensor *dx, attnc_tensor *dweight,
-                                       attnc_tensor *dbias, const attnc_tensor *dy,
-                                       const attnc_tensor *x, const attnc_tensor *weight,
+attnc_status attnc_layer_norm_backward(attnc_tensor *dx, attnc_tensor *dweight, attnc_tensor *dbias,
+                                       const attnc_tensor *dy, const attnc_tensor *x, const attnc_tensor *weight,
                                        const attnc_tensor *mean, const attnc_tensor *rstd) {
     int64_t n, d;
     TRY(check_x(x, weight, &n, &d));
@@ -69,10 +65,17 @@ attnc_status attnc_layer_norm_backward(attnc_tensor *dx, attnc_tensor *dweight,
     if (attnc_present(dx)) TRY(attnc_check_dims(dx, "dinput", dt, 2, xd, true));
     if (attnc_present(dweight)) TRY(attnc_check_dims(dweight, "dweight", dt, 1, &d, true));
     if (attnc_present(dbias)) TRY(attnc_check_dims(dbias, "dbias", dt, 1, &d, true));
-    ln_job j = {.x = x, .w = weight, .dy = dy, .mean_in = mean, .rstd_in = rstd, .dx = dx, .dw = dweight,
-                .db = dbias, .n = n, .d = d};
-    if (attnc_present(dx))
-        attnc_parallel_for((n + ROWS - 1) / ROWS, attnc_workers(), ATTNC_TYPED(dt, ln_dx_task), &j);
+    ln_job j = {.x = x,
+                .w = weight,
+                .dy = dy,
+                .mean_in = mean,
+                .rstd_in = rstd,
+                .dx = dx,
+                .dw = dweight,
+                .db = dbias,
+                .n = n,
+                .d = d};
+    if (attnc_present(dx)) attnc_parallel_for((n + ROWS - 1) / ROWS, attnc_workers(), ATTNC_TYPED(dt, ln_dx_task), &j);
     if (attnc_present(dweight) || attnc_present(dbias))
         attnc_parallel_for((d + ROWS - 1) / ROWS, attnc_workers(), ATTNC_TYPED(dt, ln_dparams_task), &j);
     return ATTNC_OK;

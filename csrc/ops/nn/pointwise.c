@@ -54,35 +54,33 @@ static attnc_status check_options(attnc_activation act, double p) {
     return ATTNC_OK;
 }
 
-attnc_status attnc_pointwise_forward(attnc_tensor *y, const attnc_tensor *x,
-                                     const attnc_tensor *residual, attnc_activation act,
-                                     double dropout, uint64_t seed, uint64_t stream) {
-    if (!attnc_present(y) || !attnc_present(x))
-        return attnc_fail(ATTNC_ERR_TYPE, "output and input are required");
+attnc_status attnc_pointwise_forward(attnc_tensor *y, const attnc_tensor *x, const attnc_tensor *residual,
+                                     attnc_activation act, double dropout, uint64_t seed, uint64_t stream) {
+    if (!attnc_present(y) || !attnc_present(x)) return attnc_fail(ATTNC_ERR_TYPE, "output and input are required");
     attnc_dtype dt = x->dtype;
     if (dt != ATTNC_FLOAT32 && dt != ATTNC_FLOAT64)
-        return attnc_fail(ATTNC_ERR_TYPE, "input has dtype %s, expected float32 or float64",
-                          attnc_dtype_name(dt));
+        return attnc_fail(ATTNC_ERR_TYPE, "input has dtype %s, expected float32 or float64", attnc_dtype_name(dt));
     TRY(check_options(act, dropout));
     int64_t n = attnc_numel(y);
     TRY(attnc_check_flat(x, "input", dt, n));
     TRY(attnc_check_flat(y, "output", dt, n));
     if (attnc_present(residual)) TRY(attnc_check_flat(residual, "residual", dt, n));
-    pointwise_job job = {.x = x->data, .residual = attnc_present(residual) ? residual->data : NULL, .y = y->data,
-                         .n = n, .act = act, .mask = make_mask(dropout, seed, stream)};
+    pointwise_job job = {.x = x->data,
+                         .residual = attnc_present(residual) ? residual->data : NULL,
+                         .y = y->data,
+                         .n = n,
+                         .act = act,
+                         .mask = make_mask(dropout, seed, stream)};
     attnc_parallel_for((n + CHUNK - 1) / CHUNK, attnc_workers(), ATTNC_TYPED(dt, pointwise_forward_task), &job);
     return ATTNC_OK;
 }
 
-attnc_status attnc_pointwise_backward(attnc_tensor *dx, const attnc_tensor *dy,
-                                      const attnc_tensor *x, attnc_activation act, double dropout,
-                                      uint64_t seed, uint64_t stream) {
-    if (!attnc_present(dx) || !attnc_present(dy))
-        return attnc_fail(ATTNC_ERR_TYPE, "dinput and doutput are required");
+attnc_status attnc_pointwise_backward(attnc_tensor *dx, const attnc_tensor *dy, const attnc_tensor *x,
+                                      attnc_activation act, double dropout, uint64_t seed, uint64_t stream) {
+    if (!attnc_present(dx) || !attnc_present(dy)) return attnc_fail(ATTNC_ERR_TYPE, "dinput and doutput are required");
     attnc_dtype dt = dy->dtype;
     if (dt != ATTNC_FLOAT32 && dt != ATTNC_FLOAT64)
-        return attnc_fail(ATTNC_ERR_TYPE, "doutput has dtype %s, expected float32 or float64",
-                          attnc_dtype_name(dt));
+        return attnc_fail(ATTNC_ERR_TYPE, "doutput has dtype %s, expected float32 or float64", attnc_dtype_name(dt));
     TRY(check_options(act, dropout));
     int64_t n = attnc_numel(dy);
     TRY(attnc_check_flat(dx, "dinput", dt, n));
@@ -90,8 +88,12 @@ attnc_status attnc_pointwise_backward(attnc_tensor *dx, const attnc_tensor *dy,
         if (!attnc_present(x)) return attnc_fail(ATTNC_ERR_TYPE, "input is required with an activation");
         TRY(attnc_check_flat(x, "input", dt, n));
     }
-    pointwise_job job = {.dy = dy->data, .x = act != ATTNC_ACT_NONE ? x->data : NULL, .dx = dx->data, .n = n,
-                         .act = act, .mask = make_mask(dropout, seed, stream)};
+    pointwise_job job = {.dy = dy->data,
+                         .x = act != ATTNC_ACT_NONE ? x->data : NULL,
+                         .dx = dx->data,
+                         .n = n,
+                         .act = act,
+                         .mask = make_mask(dropout, seed, stream)};
     attnc_parallel_for((n + CHUNK - 1) / CHUNK, attnc_workers(), ATTNC_TYPED(dt, pointwise_backward_task), &job);
     return ATTNC_OK;
 }

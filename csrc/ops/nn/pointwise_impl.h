@@ -3,9 +3,7 @@
 
 /* tanh(sqrt(2 / pi) (x + 0.044715 x^3)), the tanh GELU's inner tanh (the
  * operations in torch's order, so float32 results match its bits closely). */
-static REAL FN(gelu_tanh_inner)(REAL x) {
-    return TANH((REAL)SQRT_2_PI * (x + (REAL)GELU_KAPPA * (x * x * x)));
-}
+static REAL FN(gelu_tanh_inner)(REAL x) { return TANH((REAL)SQRT_2_PI * (x + (REAL)GELU_KAPPA * (x * x * x))); }
 
 /* ReLU as torch's clamp_min(x, 0): NaN and -0 pass through (x < 0 is
  * false for both); its derivative torch's threshold_backward: 0 where
@@ -25,8 +23,7 @@ static REAL FN(act_grad)(attnc_activation act, REAL x) {
     switch (act) {
     case ATTNC_ACT_RELU: return x <= 0 ? 0 : 1;
     case ATTNC_ACT_GELU:
-        return (REAL)0.5 * (1 + ERF(x * (REAL)SQRT1_2)) +
-               x * EXP(-(REAL)0.5 * x * x) * (REAL)INV_SQRT_2PI;
+        return (REAL)0.5 * (1 + ERF(x * (REAL)SQRT1_2)) + x * EXP(-(REAL)0.5 * x * x) * (REAL)INV_SQRT_2PI;
     case ATTNC_ACT_GELU_TANH: {
         REAL t = FN(gelu_tanh_inner)(x);
         REAL inner_grad = (REAL)SQRT_2_PI * (1 + 3 * (REAL)GELU_KAPPA * (x * x));

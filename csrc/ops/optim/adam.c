@@ -43,8 +43,7 @@ static attnc_status check_flat(const attnc_tensor *t, const char *name, attnc_dt
     int64_t count = 1;
     for (int d = 0; d < t->ndim; d++) count *= t->shape[d];
     if (count != n)
-        return attnc_fail(ATTNC_ERR_VALUE, "%s has %lld elements, param %lld", name, (long long)count,
-                          (long long)n);
+        return attnc_fail(ATTNC_ERR_VALUE, "%s has %lld elements, param %lld", name, (long long)count, (long long)n);
     if (!attnc_is_contiguous(t)) return attnc_fail(ATTNC_ERR_LAYOUT, "%s must be C-contiguous", name);
     return ATTNC_OK;
 }
@@ -81,10 +80,20 @@ attnc_status attnc_adam_step(attnc_tensor *param, const attnc_tensor *grad, attn
     if (!(o->beta1 >= 0 && o->beta1 < 1 && o->beta2 >= 0 && o->beta2 < 1))
         return attnc_fail(ATTNC_ERR_VALUE, "betas must be in [0, 1), got %g and %g", o->beta1, o->beta2);
     double t = (double)o->step;
-    adam_job j = {.p = param->data, .g = grad->data, .m = exp_avg->data, .v = exp_avg_sq->data, .n = n,
-                  .keep = 1 - o->lr * o->weight_decay, .wd = o->weight_decay, .b1 = o->beta1,
-                  .omb1 = 1 - o->beta1, .b2 = o->beta2, .omb2 = 1 - o->beta2,
-                  .bc2 = sqrt(1 - pow(o->beta2, t)), .eps = o->eps, .step = o->lr / (1 - pow(o->beta1, t)),
+    adam_job j = {.p = param->data,
+                  .g = grad->data,
+                  .m = exp_avg->data,
+                  .v = exp_avg_sq->data,
+                  .n = n,
+                  .keep = 1 - o->lr * o->weight_decay,
+                  .wd = o->weight_decay,
+                  .b1 = o->beta1,
+                  .omb1 = 1 - o->beta1,
+                  .b2 = o->beta2,
+                  .omb2 = 1 - o->beta2,
+                  .bc2 = sqrt(1 - pow(o->beta2, t)),
+                  .eps = o->eps,
+                  .step = o->lr / (1 - pow(o->beta1, t)),
                   .decoupled = o->decoupled != 0};
     int64_t blocks = (n + ADAM_BLOCK - 1) / ADAM_BLOCK;
     attnc_parallel_for(blocks, attnc_workers_for(8 * n), ATTNC_TYPED(dt, adam_task), &j);

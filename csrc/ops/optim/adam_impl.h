@@ -7,9 +7,8 @@ static void FN(adam_task)(void *arg, int64_t blk, int worker) {
     const adam_job *j = arg;
     REAL *restrict p = j->p, *restrict m = j->m, *restrict v = j->v;
     const REAL *restrict g = j->g;
-    const REAL keep = (REAL)j->keep, wd = (REAL)j->wd, b1 = (REAL)j->b1,
-               omb1 = (REAL)j->omb1, b2 = (REAL)j->b2, omb2 = (REAL)j->omb2,
-               bc2 = (REAL)j->bc2, eps = (REAL)j->eps, step = (REAL)j->step;
+    const REAL keep = (REAL)j->keep, wd = (REAL)j->wd, b1 = (REAL)j->b1, omb1 = (REAL)j->omb1, b2 = (REAL)j->b2,
+               omb2 = (REAL)j->omb2, bc2 = (REAL)j->bc2, eps = (REAL)j->eps, step = (REAL)j->step;
     int64_t lo = blk * ADAM_BLOCK, hi = lo + ADAM_BLOCK < j->n ? lo + ADAM_BLOCK : j->n;
     for (int64_t i = lo; i < hi; i++) {
         REAL pi = j->decoupled ? p[i] * keep : p[i];

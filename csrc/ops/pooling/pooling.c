@@ -40,8 +40,8 @@ static attnc_mat mat2(void *p, int64_t rows, int64_t cols) {
 /* h (B, T, d), weight (A, d), v (A), bias (A) optional, mask (B, T) bool
  * optional: every array C-contiguous, one float dtype. */
 static attnc_status check_inputs(const attnc_tensor *h, const attnc_tensor *weight, const attnc_tensor *bias,
-                                 const attnc_tensor *v, const attnc_tensor *mask, int64_t *B, int64_t *T,
-                                 int64_t *d, int64_t *A) {
+                                 const attnc_tensor *v, const attnc_tensor *mask, int64_t *B, int64_t *T, int64_t *d,
+                                 int64_t *A) {
     if (!attnc_present(h)) return attnc_fail(ATTNC_ERR_TYPE, "input is required");
     attnc_dtype dt = h->dtype;
     if (dt != ATTNC_FLOAT32 && dt != ATTNC_FLOAT64)
@@ -61,9 +61,8 @@ static attnc_status check_inputs(const attnc_tensor *h, const attnc_tensor *weig
     return ATTNC_OK;
 }
 
-attnc_status attnc_attention_pool_forward(attnc_tensor *c, attnc_tensor *alpha, attnc_tensor *u,
-                                          const attnc_tensor *h, const attnc_tensor *weight,
-                                          const attnc_tensor *bias, const attnc_tensor *v,
+attnc_status attnc_attention_pool_forward(attnc_tensor *c, attnc_tensor *alpha, attnc_tensor *u, const attnc_tensor *h,
+                                          const attnc_tensor *weight, const attnc_tensor *bias, const attnc_tensor *v,
                                           const attnc_tensor *mask) {
     int64_t B = 0, T = 0, d = 0, A = 0;
     TRY(check_inputs(h, weight, bias, v, mask, &B, &T, &d, &A));
@@ -77,20 +76,25 @@ attnc_status attnc_attention_pool_forward(attnc_tensor *c, attnc_tensor *alpha, 
         return ATTNC_OK;
     }
     /* u <- h W^T, (B T, A) */
-    attnc_gemm_rows(dt, false, true, 1, mat2(h->data, N, d), mat2(weight->data, A, d), 0, mat2(u->data, N, A),
-                    ROWS);
-    pool_job job = {.h = h->data, .bias = attnc_present(bias) ? bias->data : NULL, .v = v->data,
-                    .mask = attnc_present(mask) ? mask->data : NULL, .u = u->data, .alpha = alpha->data,
-                    .c = c->data, .T = T, .d = d, .A = A};
+    attnc_gemm_rows(dt, false, true, 1, mat2(h->data, N, d), mat2(weight->data, A, d), 0, mat2(u->data, N, A), ROWS);
+    pool_job job = {.h = h->data,
+                    .bias = attnc_present(bias) ? bias->data : NULL,
+                    .v = v->data,
+                    .mask = attnc_present(mask) ? mask->data : NULL,
+                    .u = u->data,
+                    .alpha = alpha->data,
+                    .c = c->data,
+                    .T = T,
+                    .d = d,
+                    .A = A};
     attnc_parallel_for(B, attnc_workers_for(N * (A + d)), ATTNC_TYPED(dt, pool_forward_task), &job);
     return ATTNC_OK;
 }
 
 attnc_status attnc_attention_pool_backward(attnc_tensor *dh, attnc_tensor *dweight, attnc_tensor *dbias,
                                            attnc_tensor *dv, const attnc_tensor *dc, const attnc_tensor *dalpha,
-                                           const attnc_tensor *h, const attnc_tensor *weight,
-                                           const attnc_tensor *v, const attnc_tensor *alpha,
-                                           const attnc_tensor *u) {
+                                           const attnc_tensor *h, const attnc_tensor *weight, const attnc_tensor *v,
+                                           const attnc_tensor *alpha, const attnc_tensor *u) {
     int64_t B = 0, T = 0, d = 0, A = 0;
     TRY(check_inputs(h, weight, NULL, v, NULL, &B, &T, &d, &A));
     attnc_dtype dt = h->dtype;
@@ -109,17 +113,24 @@ attnc_status attnc_attention_pool_backward(attnc_tensor *dh, attnc_tensor *dweig
     void *scratch = malloc(bytes ? bytes : 1);
     if (!scratch) return attnc_fail_nomem("attention pooling scratch", bytes);
     void *dz = scratch, *de = (char *)scratch + (size_t)(N * A) * es;
-    pool_job job = {.h = h->data, .v = v->data, .dc = dc->data, .dalpha = attnc_present(dalpha) ? dalpha->data : NULL,
-                    .u = u->data, .alpha = alpha->data, .dh = attnc_present(dh) ? dh->data : NULL, .dz = dz, .de = de,
-                    .T = T, .d = d, .A = A};
+    pool_job job = {.h = h->data,
+                    .v = v->data,
+                    .dc = dc->data,
+                    .dalpha = attnc_present(dalpha) ? dalpha->data : NULL,
+                    .u = u->data,
+                    .alpha = alpha->data,
+                    .dh = attnc_present(dh) ? dh->data : NULL,
+                    .dz = dz,
+                    .de = de,
+                    .T = T,
+                    .d = d,
+                    .A = A};
     if (N > 0) attnc_parallel_for(B, attnc_workers_for(N * (A + d)), ATTNC_TYPED(dt, pool_backward_task), &job);
     /* dh += dz W; dW = dz^T h; db = column sums of dz; dv = de^T u */
     if (attnc_present(dh) && N > 0)
-        attnc_gemm_rows(dt, false, false, 1, mat2(dz, N, A), mat2(weight->data, A, d), 1, mat2(dh->data, N, d),
-                        ROWS);
+        attnc_gemm_rows(dt, false, false, 1, mat2(dz, N, A), mat2(weight->data, A, d), 1, mat2(dh->data, N, d), ROWS);
     if (attnc_present(dweight))
-        attnc_gemm_rows(dt, true, false, 1, mat2(dz, N, A), mat2(h->data, N, d), 0, mat2(dweight->data, A, d),
-                        ROWS);
+        attnc_gemm_rows(dt, true, false, 1, mat2(dz, N, A), mat2(h->data, N, d), 0, mat2(dweight->data, A, d), ROWS);
     if (attnc_present(dbias)) attnc_col_sums(dt, dbias->data, dz, N, A, A);
     if (attnc_present(dv))
         attnc_gemm_rows(dt, true, false, 1, mat2(de, N, 1), mat2(u->data, N, A), 0, mat2(dv->data, 1, A), ROWS);

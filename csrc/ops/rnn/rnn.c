@@ -70,8 +70,14 @@ static void layout(rnn_layout *lo, const rnn_run *r, bool keep) {
 
 int64_t attnc_rnn_saved_size(const attnc_rnn_config *cfg, int64_t B, int64_t T, int64_t input_size) {
     if (!cfg || cfg->num_layers < 1 || cfg->num_layers > 64) return -1; /* the layout holds 64 layers */
-    rnn_run r = {.mode = cfg->mode, .B = B, .T = T, .I = input_size, .H = cfg->hidden_size,
-                 .L = cfg->num_layers, .D = cfg->bidirectional ? 2 : 1, .dropout = cfg->dropout};
+    rnn_run r = {.mode = cfg->mode,
+                 .B = B,
+                 .T = T,
+                 .I = input_size,
+                 .H = cfg->hidden_size,
+                 .L = cfg->num_layers,
+                 .D = cfg->bidirectional ? 2 : 1,
+                 .dropout = cfg->dropout};
     rnn_layout lo;
     layout(&lo, &r, true);
     return lo.total;
@@ -144,11 +150,10 @@ static void seq_project(const rnn_run *r, const attnc_tensor *x, const attnc_ten
 }
 
 /* dx (n, in) = dy (n, G) w (+ dx when accumulate); w (G, in). */
-static void seq_dx(const rnn_run *r, const attnc_tensor *dy, const attnc_tensor *w, attnc_tensor *dx,
-                   bool accumulate) {
+static void seq_dx(const rnn_run *r, const attnc_tensor *dy, const attnc_tensor *w, attnc_tensor *dx, bool accumulate) {
     int64_t n = dy->shape[0], blocks = seq_blocks(n);
-    seq_job job = {.x = as_mat(dy), .w = as_mat(w), .y = as_mat(dx), .dx = true, .accumulate = accumulate,
-                   .blocks = blocks};
+    seq_job job =
+        {.x = as_mat(dy), .w = as_mat(w), .y = as_mat(dx), .dx = true, .accumulate = accumulate, .blocks = blocks};
     attnc_parallel_for(blocks, attnc_workers_for(n * dy->shape[1] * w->shape[1]), ATTNC_TYPED(r->dt, seq_rows_task),
                        &job);
 }
@@ -162,15 +167,17 @@ static attnc_mat mat_or_none(const attnc_tensor *t) {
 /* The weight gradients of one direction: dW_ih (G, in) = dgx^T x, dW_hh
  * (G, H) = dgh^T hprev, and the biases' (column sums), absent ones skipped;
  * dgx, dgh (B T, G), x (B T, in), hprev (B T, H). */
-static void seq_weight_grads(const rnn_run *r, attnc_rnn_weights *g, const attnc_tensor *dgx,
-                             const attnc_tensor *x, const attnc_tensor *dgh, const attnc_tensor *hprev) {
+static void seq_weight_grads(const rnn_run *r, attnc_rnn_weights *g, const attnc_tensor *dgx, const attnc_tensor *x,
+                             const attnc_tensor *dgh, const attnc_tensor *hprev) {
     int64_t G = dgx->shape[1], blocks = dw_blocks(G), n = dgx->shape[0];
     bool same = dgx->data == dgh->data && attnc_present(&g->bias_ih) && attnc_present(&g->bias_hh);
     int workers = attnc_workers_for(n * G * (x->shape[1] + hprev->shape[1]));
-    seq_job job = {.blocks = blocks, .dy2 = {as_mat(dgx), as_mat(dgh)}, .x2 = {as_mat(x), as_mat(hprev)},
+    seq_job job = {.blocks = blocks,
+                   .dy2 = {as_mat(dgx), as_mat(dgh)},
+                   .x2 = {as_mat(x), as_mat(hprev)},
                    .dw2 = {mat_or_none(&g->weight_ih), mat_or_none(&g->weight_hh)},
                    .db2 = {attnc_present(&g->bias_ih) ? g->bias_ih.data : NULL,
-                   attnc_present(&g->bias_hh) && !same ? g->bias_hh.data : NULL}};
+                           attnc_present(&g->bias_hh) && !same ? g->bias_hh.data : NULL}};
     attnc_parallel_for(2 * blocks, workers, ATTNC_TYPED(r->dt, seq_dw_task), &job);
     if (same) /* an LSTM: the two biases' gradients are the same sums */
         memcpy(g->bias_hh.data, g->bias_ih.data, (size_t)G * attnc_dtype_size(r->dt));
@@ -241,10 +248,9 @@ typedef struct {
     void *gx, *hh, *h, *c;
 } fwd_scratch;
 
-static attnc_status direction_forward(rnn_run *r, const attnc_tensor *x, const attnc_rnn_weights *w,
-                                      void *saved, const rnn_layout *lo, int64_t l, const attnc_tensor *h0,
-                                      const attnc_tensor *c0, attnc_tensor *h_n, attnc_tensor *c_n,
-                                      void *out, fwd_scratch *s) {
+static attnc_status direction_forward(rnn_run *r, const attnc_tensor *x, const attnc_rnn_weights *w, void *saved,
+                                      const rnn_layout *lo, int64_t l, const attnc_tensor *h0, const attnc_tensor *c0,
+                                      attnc_tensor *h_n, attnc_tensor *c_n, void *out, fwd_scratch *s) {
     int64_t B = r->B, H = r->H, G = r->ng * H, k = l * r->D + r->d;
     size_t es = attnc_dtype_size(r->dt);
     attnc_tensor gx = mat(r, s->gx, B * r->T, G), hh = mat(r, s->hh, B, G), h = mat(r, s->h, B, H);
@@ -254,9 +260,14 @@ static attnc_status direction_forward(rnn_run *r, const attnc_tensor *x, const a
     void *h0k = state_of(r, h0, k), *c0k = state_of(r, c0, k);
     if (fast) {
         bool lstm = r->mode == ATTNC_LSTM;
-        rnn_fast_fwd f = {.r = r, .x = x->data, .in = x->shape[1], .w_ih = w->weight_ih.data,
-                          .w_hh = w->weight_hh.data, .b_ih = b_ih,
-                          .b_hh = attnc_present(&w->bias_hh) ? w->bias_hh.data : NULL, .h0 = h0k,
+        rnn_fast_fwd f = {.r = r,
+                          .x = x->data,
+                          .in = x->shape[1],
+                          .w_ih = w->weight_ih.data,
+                          .w_hh = w->weight_hh.data,
+                          .b_ih = b_ih,
+                          .b_hh = attnc_present(&w->bias_hh) ? w->bias_hh.data : NULL,
+                          .h0 = h0k,
                           .c0 = lstm ? c0k : NULL,
                           .gates = lo->gates[k] >= 0 ? at(r, saved, lo->gates[k]) : NULL,
                           .cells = lstm && lo->cells[k] >= 0 ? at(r, saved, lo->cells[k]) : NULL,
@@ -265,14 +276,26 @@ static attnc_status direction_forward(rnn_run *r, const attnc_tensor *x, const a
                           .c_n = lstm && attnc_present(c_n) ? state_of(r, c_n, k) : NULL};
         return attnc_rnn_fast_forward(&f);
     }
-    if (h0k) attnc_copy(s->h, h0k, (size_t)(B * H) * es); else attnc_zero(s->h, (size_t)(B * H) * es);
-    if (c0k) attnc_copy(s->c, c0k, (size_t)(B * H) * es); else attnc_zero(s->c, (size_t)(B * H) * es);
+    if (h0k)
+        attnc_copy(s->h, h0k, (size_t)(B * H) * es);
+    else
+        attnc_zero(s->h, (size_t)(B * H) * es);
+    if (c0k)
+        attnc_copy(s->c, c0k, (size_t)(B * H) * es);
+    else
+        attnc_zero(s->c, (size_t)(B * H) * es);
     for (int64_t step = 0; step < r->T; step++) {
         colgemm(r, &h, &w->weight_hh, true, &hh);
-        step_job j = {.r = r, .s = step, .gx = s->gx, .hh = s->hh,
-                      .b_hh = attnc_present(&w->bias_hh) ? w->bias_hh.data : NULL, .h = s->h,
-                      .c = s->c, .gates = at(r, saved, lo->gates[k]),
-                      .cs = at(r, saved, lo->cells[k]), .out = out};
+        step_job j = {.r = r,
+                      .s = step,
+                      .gx = s->gx,
+                      .hh = s->hh,
+                      .b_hh = attnc_present(&w->bias_hh) ? w->bias_hh.data : NULL,
+                      .h = s->h,
+                      .c = s->c,
+                      .gates = at(r, saved, lo->gates[k]),
+                      .cs = at(r, saved, lo->cells[k]),
+                      .out = out};
         run_rows(r, ATTNC_TYPED(r->dt, forward_step_task), &j);
     }
     if (attnc_present(h_n)) attnc_copy(state_of(r, h_n, k), s->h, (size_t)(B * H) * es);
@@ -294,8 +317,7 @@ typedef struct {
 
 static attnc_status forward_one(rnn_run *r, void *args) {
     fwd_args *a = args;
-    return direction_forward(r, a->x, &a->w[r->d], a->saved, a->lo, a->l, a->h0, a->c0, a->h_n, a->c_n, a->out,
-                             a->s);
+    return direction_forward(r, a->x, &a->w[r->d], a->saved, a->lo, a->l, a->h0, a->c0, a->h_n, a->c_n, a->out, a->s);
 }
 
 /* ---- checks ---------------------------------------------------------------- */
@@ -310,8 +332,10 @@ static attnc_status check_weights(const rnn_run *r, const attnc_rnn_weights *w, 
         int ndim;
         int64_t d0, d1;
         bool required;
-    } parts[] = {{&w->weight_ih, "weight_ih", 2, G, in, true}, {&w->weight_hh, "weight_hh", 2, G, r->H, true},
-                 {&w->bias_ih, "bias_ih", 1, G, 0, false}, {&w->bias_hh, "bias_hh", 1, G, 0, false}};
+    } parts[] = {{&w->weight_ih, "weight_ih", 2, G, in, true},
+                 {&w->weight_hh, "weight_hh", 2, G, r->H, true},
+                 {&w->bias_ih, "bias_ih", 1, G, 0, false},
+                 {&w->bias_hh, "bias_hh", 1, G, 0, false}};
     for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
         snprintf(name, sizeof name, "%s_l%lld%s", parts[i].what, (long long)l, suffix);
         if (!attnc_present(parts[i].t)) {
@@ -340,9 +364,8 @@ static attnc_status check_count(const rnn_run *r, int64_t n, const char *name) {
                       (long long)n, (long long)(r->L * r->D));
 }
 
-static attnc_status setup(rnn_run *r, const attnc_rnn_config *cfg, const attnc_tensor *x,
-                          const attnc_tensor *lengths, const attnc_rnn_weights *w, int64_t nw, const attnc_tensor *h0,
-                          const attnc_tensor *c0) {
+static attnc_status setup(rnn_run *r, const attnc_rnn_config *cfg, const attnc_tensor *x, const attnc_tensor *lengths,
+                          const attnc_rnn_weights *w, int64_t nw, const attnc_tensor *h0, const attnc_tensor *c0) {
     *r = (rnn_run){0};
     if (!cfg || !w) return attnc_fail(ATTNC_ERR_TYPE, "config and weights are required");
     if (cfg->mode != ATTNC_LSTM && cfg->mode != ATTNC_GRU) return attnc_fail(ATTNC_ERR_VALUE, "unknown rnn mode");
@@ -433,8 +456,17 @@ attnc_status attnc_rnn_forward(attnc_tensor *output, attnc_tensor *h_n, attnc_te
                 x = dropped;
             }
         }
-        fwd_args a = {.x = &x, .w = &weights[l * r.D], .saved = base, .lo = &lo, .l = l, .h0 = h0, .c0 = c0,
-                      .h_n = h_n, .c_n = c_n, .out = out, .s = &s};
+        fwd_args a = {.x = &x,
+                      .w = &weights[l * r.D],
+                      .saved = base,
+                      .lo = &lo,
+                      .l = l,
+                      .h0 = h0,
+                      .c0 = c0,
+                      .h_n = h_n,
+                      .c_n = c_n,
+                      .out = out,
+                      .s = &s};
         if (st == ATTNC_OK) st = each_direction(&r, forward_one, &a, &a);
     }
     if (st == ATTNC_OK && last != output->data) attnc_copy(output->data, last, (size_t)(B * T * DH) * es);
@@ -463,9 +495,10 @@ static attnc_status bwd_scratch_alloc(const rnn_run *r, bwd_scratch *s) {
     struct {
         void **p;
         int64_t n;
-    } bufs[] = {{&s->dgx, B * T * G}, {&s->dgh, r->mode == ATTNC_GRU ? B * T * G : 1}, {&s->dstep, B * G},
-                {&s->dh, B * H},      {&s->dc, B * H},   {&s->drec, B * H},   {&s->direct, B * H},
-                {&s->hprev, B * T * H}};
+    } bufs[] = {{&s->dgx, B * T * G}, {&s->dgh, r->mode == ATTNC_GRU ? B * T * G : 1},
+                {&s->dstep, B * G},   {&s->dh, B * H},
+                {&s->dc, B * H},      {&s->drec, B * H},
+                {&s->direct, B * H},  {&s->hprev, B * T * H}};
     *s = (bwd_scratch){0};
     attnc_status st = ATTNC_OK;
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0] && st == ATTNC_OK; i++)
@@ -481,24 +514,40 @@ static attnc_status direction_backward(rnn_run *r, const attnc_tensor *x, const 
                                        attnc_rnn_weights *g, void *saved, const rnn_layout *lo, int64_t l,
                                        const void *dout, const attnc_tensor *h0, const attnc_tensor *c0,
                                        const attnc_tensor *dh_n, const attnc_tensor *dc_n, attnc_tensor *dh0,
-                                       attnc_tensor *dc0, attnc_tensor *dx, bool first, bool defer_dx,
-                                       bwd_scratch *s) {
+                                       attnc_tensor *dc0, attnc_tensor *dx, bool first, bool defer_dx, bwd_scratch *s) {
     int64_t B = r->B, T = r->T, H = r->H, G = r->ng * H, k = l * r->D + r->d;
     size_t es = attnc_dtype_size(r->dt);
     void *dhk = state_of(r, dh_n, k), *dck = r->mode == ATTNC_LSTM ? state_of(r, dc_n, k) : NULL;
-    if (dhk) attnc_copy(s->dh, dhk, (size_t)(B * H) * es); else attnc_zero(s->dh, (size_t)(B * H) * es);
-    if (dck) attnc_copy(s->dc, dck, (size_t)(B * H) * es); else attnc_zero(s->dc, (size_t)(B * H) * es);
+    if (dhk)
+        attnc_copy(s->dh, dhk, (size_t)(B * H) * es);
+    else
+        attnc_zero(s->dh, (size_t)(B * H) * es);
+    if (dck)
+        attnc_copy(s->dc, dck, (size_t)(B * H) * es);
+    else
+        attnc_zero(s->dc, (size_t)(B * H) * es);
     void *dgh = r->mode == ATTNC_LSTM ? s->dgx : s->dgh;
     bool lstm = r->mode == ATTNC_LSTM, fast = attnc_rnn_fast_usable(r);
     bool fused_dx = attnc_rnn_fast_fuses_dx(r, x->shape[1]);
     if (fast) {
-        rnn_fast_bwd f = {.r = r, .w_hh = w->weight_hh.data, .gates = at(r, saved, lo->gates[k]),
-                          .cells = lstm ? at(r, saved, lo->cells[k]) : NULL, .out = at(r, saved, lo->out[l]),
-                          .dout = dout, .h0 = state_of(r, h0, k), .c0 = lstm ? state_of(r, c0, k) : NULL,
-                          .dh_n = dhk, .dc_n = dck, .dgx = s->dgx, .dgh = dgh, .hprev = s->hprev,
+        rnn_fast_bwd f = {.r = r,
+                          .w_hh = w->weight_hh.data,
+                          .gates = at(r, saved, lo->gates[k]),
+                          .cells = lstm ? at(r, saved, lo->cells[k]) : NULL,
+                          .out = at(r, saved, lo->out[l]),
+                          .dout = dout,
+                          .h0 = state_of(r, h0, k),
+                          .c0 = lstm ? state_of(r, c0, k) : NULL,
+                          .dh_n = dhk,
+                          .dc_n = dck,
+                          .dgx = s->dgx,
+                          .dgh = dgh,
+                          .hprev = s->hprev,
                           .dh0 = attnc_present(dh0) ? state_of(r, dh0, k) : NULL,
                           .dc0 = lstm && attnc_present(dc0) ? state_of(r, dc0, k) : NULL,
-                          .dx = fused_dx ? dx->data : NULL, .dx_add = !first, .in = x->shape[1],
+                          .dx = fused_dx ? dx->data : NULL,
+                          .dx_add = !first,
+                          .in = x->shape[1],
                           .w_ih = w->weight_ih.data};
         TRY(attnc_rnn_fast_backward(&f));
     } else {
@@ -508,11 +557,22 @@ static attnc_status direction_backward(rnn_run *r, const attnc_tensor *x, const 
     }
     attnc_tensor dstep = mat(r, s->dstep, B, G), drec = mat(r, s->drec, B, H);
     for (int64_t step = T - 1; step >= 0 && !fast; step--) {
-        step_job j = {.r = r, .s = step, .hh = s->drec, .gates = at(r, saved, lo->gates[k]),
-                      .cs = at(r, saved, lo->cells[k]), .out = at(r, saved, lo->out[l]),
-                      .dout = dout, .dh = s->dh, .dc = s->dc, .dgx = s->dgx, .dgh = dgh,
-                      .dgh_step = s->dstep, .dh_direct = s->direct, .hprev = s->hprev,
-                      .h0 = state_of(r, h0, k), .c0 = state_of(r, c0, k)};
+        step_job j = {.r = r,
+                      .s = step,
+                      .hh = s->drec,
+                      .gates = at(r, saved, lo->gates[k]),
+                      .cs = at(r, saved, lo->cells[k]),
+                      .out = at(r, saved, lo->out[l]),
+                      .dout = dout,
+                      .dh = s->dh,
+                      .dc = s->dc,
+                      .dgx = s->dgx,
+                      .dgh = dgh,
+                      .dgh_step = s->dstep,
+                      .dh_direct = s->direct,
+                      .hprev = s->hprev,
+                      .h0 = state_of(r, h0, k),
+                      .c0 = state_of(r, c0, k)};
         run_rows(r, ATTNC_TYPED(r->dt, backward_step_task), &j);
         colgemm(r, &dstep, &w->weight_hh, false, &drec);
         run_rows(r, ATTNC_TYPED(r->dt, merge_dh_task), &j);
@@ -541,17 +601,15 @@ typedef struct {
 
 static attnc_status backward_one(rnn_run *r, void *args) {
     bwd_args *a = args;
-    return direction_backward(r, a->x, &a->w[r->d], &a->g[r->d], a->saved, a->lo, a->l, a->dout, a->h0, a->c0,
-                              a->dh_n, a->dc_n, a->dh0, a->dc0, a->dx, a->first,
-                              a->defer_dx, a->s);
+    return direction_backward(r, a->x, &a->w[r->d], &a->g[r->d], a->saved, a->lo, a->l, a->dout, a->h0, a->c0, a->dh_n,
+                              a->dc_n, a->dh0, a->dc0, a->dx, a->first, a->defer_dx, a->s);
 }
 
-attnc_status attnc_rnn_backward(attnc_tensor *dinput, attnc_tensor *dh0, attnc_tensor *dc0,
-                                attnc_rnn_weights *grads, int64_t ngrads, const attnc_tensor *doutput,
-                                const attnc_tensor *dh_n, const attnc_tensor *dc_n, const attnc_tensor *saved,
-                                const attnc_tensor *input, const attnc_tensor *lengths, const attnc_tensor *h0,
-                                const attnc_tensor *c0, const attnc_rnn_weights *weights, int64_t nweights,
-                                const attnc_rnn_config *cfg) {
+attnc_status attnc_rnn_backward(attnc_tensor *dinput, attnc_tensor *dh0, attnc_tensor *dc0, attnc_rnn_weights *grads,
+                                int64_t ngrads, const attnc_tensor *doutput, const attnc_tensor *dh_n,
+                                const attnc_tensor *dc_n, const attnc_tensor *saved, const attnc_tensor *input,
+                                const attnc_tensor *lengths, const attnc_tensor *h0, const attnc_tensor *c0,
+                                const attnc_rnn_weights *weights, int64_t nweights, const attnc_rnn_config *cfg) {
     rnn_run r;
     TRY(setup(&r, cfg, input, lengths, weights, nweights, h0, c0));
     int64_t B = r.B, T = r.T, H = r.H, DH = r.D * H, G = r.ng * H;
@@ -579,8 +637,10 @@ attnc_status attnc_rnn_backward(attnc_tensor *dinput, attnc_tensor *dh0, attnc_t
         for (int64_t d = 0; d < r.D; d++) {
             const attnc_rnn_weights *w = &weights[l * r.D + d];
             attnc_rnn_weights *g = &grads[l * r.D + d];
-            const attnc_tensor *pairs[4][2] = {{&g->weight_ih, &w->weight_ih}, {&g->weight_hh, &w->weight_hh},
-                                               {&g->bias_ih, &w->bias_ih}, {&g->bias_hh, &w->bias_hh}};
+            const attnc_tensor *pairs[4][2] = {{&g->weight_ih, &w->weight_ih},
+                                               {&g->weight_hh, &w->weight_hh},
+                                               {&g->bias_ih, &w->bias_ih},
+                                               {&g->bias_hh, &w->bias_hh}};
             static const char *const names[4] = {"weight_ih", "weight_hh", "bias_ih", "bias_hh"};
             for (int i = 0; i < 4; i++) {
                 if (!attnc_present(pairs[i][0])) continue;
@@ -594,15 +654,17 @@ attnc_status attnc_rnn_backward(attnc_tensor *dinput, attnc_tensor *dh0, attnc_t
         }
     size_t es = attnc_dtype_size(r.dt);
     bool at_once = directions_at_once(&r);
-    bwd_scratch s[2] = {{0}};  /* the second for the second direction when at_once */
+    bwd_scratch s[2] = {{0}};                      /* the second for the second direction when at_once */
     void *dcur = NULL, *dnext = NULL, *dx0 = NULL; /* dx0: the input's gradient when not wanted */
-    void *dx1 = NULL; /* at_once: the second direction's fused dx, added after */
+    void *dx1 = NULL;                              /* at_once: the second direction's fused dx, added after */
     attnc_status st = bwd_scratch_alloc(&r, &s[0]);
     if (st == ATTNC_OK && at_once) st = bwd_scratch_alloc(&r, &s[1]);
     struct {
         void **p;
         int64_t n;
-    } bufs[] = {{&dcur, B * T * DH}, {&dnext, B * T * DH}, {&dx0, attnc_present(dinput) ? 1 : B * T * r.I},
+    } bufs[] = {{&dcur, B * T * DH},
+                {&dnext, B * T * DH},
+                {&dx0, attnc_present(dinput) ? 1 : B * T * r.I},
                 {&dx1, at_once ? B * T * (r.I > DH ? r.I : DH) : 0}};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0] && st == ATTNC_OK; i++) /* dcur: zeros without doutput */
         st = bufs[i].p == &dcur ? attnc_calloc(bufs[i].p, (size_t)bufs[i].n, es, "rnn gradients")
@@ -626,9 +688,22 @@ attnc_status attnc_rnn_backward(attnc_tensor *dinput, attnc_tensor *dh0, attnc_t
         attnc_tensor dx1t = mat(&r, dx1, B * T, x.shape[1]);
         bwd_args a[2];
         for (int d = 0; d < 2; d++)
-            a[d] = (bwd_args){.x = &x, .w = &weights[l * r.D], .g = &grads[l * r.D], .saved = saved->data, .lo = &lo,
-                              .l = l, .dout = dcur, .h0 = h0, .c0 = c0, .dh_n = dh_n, .dc_n = dc_n, .dh0 = dh0,
-                              .dc0 = dc0, .dx = &dx, .first = d == 0, .s = &s[0]};
+            a[d] = (bwd_args){.x = &x,
+                              .w = &weights[l * r.D],
+                              .g = &grads[l * r.D],
+                              .saved = saved->data,
+                              .lo = &lo,
+                              .l = l,
+                              .dout = dcur,
+                              .h0 = h0,
+                              .c0 = c0,
+                              .dh_n = dh_n,
+                              .dc_n = dc_n,
+                              .dh0 = dh0,
+                              .dc0 = dc0,
+                              .dx = &dx,
+                              .first = d == 0,
+                              .s = &s[0]};
         if (at_once) { /* the second direction keeps its own scratch and dx; dx made after, in order */
             a[1].s = &s[1];
             a[0].defer_dx = a[1].defer_dx = true;

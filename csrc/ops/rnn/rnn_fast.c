@@ -153,31 +153,30 @@ static attnc_status team_run(int64_t steps, int64_t nchunks, int parts, chunk_fn
 /* out (MR, NV VW) = sum over k < K of a[r][k] p[k][:], p (K, NV VW) packed, the
  * MR row pointers a[r] each with K values: MR x NV accumulators in registers,
  * one broadcast per row and NV loads per k. */
-#define MICRO_KERNEL(NAME, VT, VW, LOAD, SET1, FMA, ZERO, STORE, MR, NV)                \
-    static void NAME(const float *const *a, const float *restrict p, int64_t K,          \
-                     float *restrict out) {                                              \
-        VT acc[MR][NV];                                                                  \
-        const float *ar[MR];                                                             \
-        _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++) {                           \
-            ar[r] = a[r];                                                                \
-            _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) acc[r][v] = ZERO();     \
-        }                                                                                \
-        for (int64_t k = 0; k < K; k++, p += NV * VW) {                                  \
-            VT bv[NV];                                                                   \
-            _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) bv[v] = LOAD(p + v * VW); \
-            _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++) {                       \
-                VT x = SET1(ar[r][k]);                                                   \
-                _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) acc[r][v] = FMA(x, bv[v], acc[r][v]); \
-            }                                                                            \
-        }                                                                                \
-        _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++)                             \
-            _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) STORE(out + (r * NV + v) * VW, acc[r][v]); \
+#define MICRO_KERNEL(NAME, VT, VW, LOAD, SET1, FMA, ZERO, STORE, MR, NV)                                          \
+    static void NAME(const float *const *a, const float *restrict p, int64_t K, float *restrict out) {            \
+        VT acc[MR][NV];                                                                                           \
+        const float *ar[MR];                                                                                      \
+        _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++) {                                                    \
+            ar[r] = a[r];                                                                                         \
+            _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) acc[r][v] = ZERO();                              \
+        }                                                                                                         \
+        for (int64_t k = 0; k < K; k++, p += NV * VW) {                                                           \
+            VT bv[NV];                                                                                            \
+            _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) bv[v] = LOAD(p + v * VW);                        \
+            _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++) {                                                \
+                VT x = SET1(ar[r][k]);                                                                            \
+                _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) acc[r][v] = FMA(x, bv[v], acc[r][v]);        \
+            }                                                                                                     \
+        }                                                                                                         \
+        _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++) _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) \
+            STORE(out + (r * NV + v) * VW, acc[r][v]);                                                            \
     }
 
-#define K512(NAME, MR, NV) \
+#define K512(NAME, MR, NV)                                                                              \
     MICRO_KERNEL(NAME, __m512, 16, _mm512_loadu_ps, _mm512_set1_ps, _mm512_fmadd_ps, _mm512_setzero_ps, \
                  _mm512_storeu_ps, MR, NV)
-#define K256(NAME, MR, NV) \
+#define K256(NAME, MR, NV)                                                                             \
     MICRO_KERNEL(NAME, __m256, 8, _mm256_loadu_ps, _mm256_set1_ps, _mm256_fmadd_ps, _mm256_setzero_ps, \
                  _mm256_storeu_ps, MR, NV)
 
@@ -252,7 +251,7 @@ static attnc_status plan_rows(const rnn_run *r, row_plan *p) {
     /* Counting sort by length, longest first. */
     int64_t *at = p->active; /* at[s] counts rows with len > s, by a running sum below */
     for (int64_t b = 0; b < r->B; b++) at[r->len ? r->len[b] - 1 : r->T - 1]++; /* rows of length s + 1 */
-    for (int64_t s = r->T - 1; s > 0; s--) at[s - 1] += at[s];                 /* rows of length > s   */
+    for (int64_t s = r->T - 1; s > 0; s--) at[s - 1] += at[s];                  /* rows of length > s   */
     int64_t k = 0;
     for (int64_t n = r->T; n >= 1; n--)
         for (int64_t b = 0; b < r->B; b++)
@@ -281,9 +280,7 @@ static attnc_status alloc_floats(float **p, int64_t count, const char *what) {
 
 /* Threads a direction's loop plans for: one when a step's products are too
  * small to share (a decoding-sized batch). */
-static int parts_for(const rnn_run *r) {
-    return r->solo ? 1 : attnc_workers_for(r->B * r->H * r->ng * r->H);
-}
+static int parts_for(const rnn_run *r) { return r->solo ? 1 : attnc_workers_for(r->B * r->H * r->ng * r->H); }
 
 /* Chunks of nblocks unit blocks: four per planned thread where there are
  * enough blocks (one each would idle a thread whose partner is late: with
@@ -304,8 +301,7 @@ enum { ROW_SPLIT_BYTES = 512 * 1024 };
  * step: that needs them to fit its L2 beside the rest, and enough rows for
  * two chunks a thread. One thread: one chunk of every row. */
 static bool splits_by_rows(const rnn_run *r, int64_t in, int parts) {
-    return parts == 1 ||
-           ((r->H + in) * r->ng * r->H * (int64_t)sizeof(float) <= ROW_SPLIT_BYTES && r->B >= 32 * parts);
+    return parts == 1 || ((r->H + in) * r->ng * r->H * (int64_t)sizeof(float) <= ROW_SPLIT_BYTES && r->B >= 32 * parts);
 }
 
 /* Row chunks: about 16 rows each, two to four per thread. */
@@ -322,11 +318,11 @@ typedef struct {
     const rnn_run *r;
     int isa;
     int64_t vw, nblocks, nchunks;
-    const float *pk;  /* (H / vw) panels (H, ng vw) of W_hh^T  */
-    const float *pkx; /* (H / vw) panels (in, ng vw) of W_ih^T */
+    const float *pk;   /* (H / vw) panels (H, ng vw) of W_hh^T  */
+    const float *pkx;  /* (H / vw) panels (in, ng vw) of W_ih^T */
     const float *bias; /* (3, G): b_ih + b_hh, b_ih, b_hh (absent ones 0) */
-    float *h0;        /* (B, H): h0, or zeros (step 0's h_prev; later steps read it from out) */
-    float *c;         /* (B, H) */
+    float *h0;         /* (B, H): h0, or zeros (step 0's h_prev; later steps read it from out) */
+    float *c;          /* (B, H) */
     row_plan rows;
 } fwd_job;
 
@@ -363,48 +359,47 @@ static inline void add_16(float *dst, const float *a, const float *b) {
  * (4 VW) the input's, bias (b_ih + b_hh) at the block's units with gates H
  * apart; c (VW) updated; h into o;
  * gates and cells saved when gate is not NULL. The cell is core/lstm_cell_impl.h's. */
-#define LSTM_FWD_EPI(VW)                                                                                   \
-    static inline __attribute__((always_inline)) void lstm_fwd_epi##VW(                                    \
+#define LSTM_FWD_EPI(VW)                                                                                    \
+    static inline __attribute__((always_inline)) void lstm_fwd_epi##VW(                                     \
         const float *restrict acc, const float *restrict gx, const float *restrict bias, float *restrict c, \
-        float *restrict o, float *restrict gate, float *restrict cell, int64_t H) {                       \
-        float pre[4 * VW], cn[VW], h[VW];                                                                  \
-        for (int g = 0; g < 4; g++) {                                                                      \
-            add_##VW(pre + g * VW, acc + g * VW, gx + g * VW);                                             \
-            add_##VW(pre + g * VW, pre + g * VW, bias + g * H);                                            \
-        }                                                                                                  \
-        lstm_cell_forward_units_f32(pre, c, true, cn, h, VW, VW);                                          \
-        /* Fixed-size copies: one vector move each (element loops here became scalar moves). */          \
-        memcpy(c, cn, sizeof cn);                                                                          \
-        memcpy(o, h, sizeof h);                                                                            \
-        if (gate) {                                                                                        \
-            for (int g = 0; g < 4; g++) memcpy(gate + g * H, pre + g * VW, sizeof cn);                     \
-            memcpy(cell, cn, sizeof cn);                                                                   \
-        }                                                                                                  \
+        float *restrict o, float *restrict gate, float *restrict cell, int64_t H) {                         \
+        float pre[4 * VW], cn[VW], h[VW];                                                                   \
+        for (int g = 0; g < 4; g++) {                                                                       \
+            add_##VW(pre + g * VW, acc + g * VW, gx + g * VW);                                              \
+            add_##VW(pre + g * VW, pre + g * VW, bias + g * H);                                             \
+        }                                                                                                   \
+        lstm_cell_forward_units_f32(pre, c, true, cn, h, VW, VW);                                           \
+        /* Fixed-size copies: one vector move each (element loops here became scalar moves). */             \
+        memcpy(c, cn, sizeof cn);                                                                           \
+        memcpy(o, h, sizeof h);                                                                             \
+        if (gate) {                                                                                         \
+            for (int g = 0; g < 4; g++) memcpy(gate + g * H, pre + g * VW, sizeof cn);                      \
+            memcpy(cell, cn, sizeof cn);                                                                    \
+        }                                                                                                   \
     }
 
 /* The GRU's (torch's r, z, n; hn = W_hn h + b_hn saved for the backward);
  * bias (3, G) as in fwd_job, n taking b_in and b_hn apart. */
-#define GRU_FWD_EPI(VW)                                                                                    \
-    static inline __attribute__((always_inline)) void gru_fwd_epi##VW(                                     \
-        const float *restrict acc, const float *restrict gx, const float *restrict bias,                  \
-        const float *restrict hp, float *restrict o, float *restrict gate, int64_t H) {                   \
-        const float *restrict bx = bias + 3 * H, *restrict bh = bias + 6 * H; /* b_ih, b_hh (G = 3H) */  \
-        float gr[VW], gz[VW], gn[VW], ghn[VW], h[VW];                                                      \
-        _Pragma("GCC ivdep") for (int u = 0; u < VW; u++) {                                             \
+#define GRU_FWD_EPI(VW)                                                                                            \
+    static inline __attribute__((always_inline)) void gru_fwd_epi##VW(                                             \
+        const float *restrict acc, const float *restrict gx, const float *restrict bias, const float *restrict hp, \
+        float *restrict o, float *restrict gate, int64_t H) {                                                      \
+        const float *restrict bx = bias + 3 * H, *restrict bh = bias + 6 * H; /* b_ih, b_hh (G = 3H) */            \
+        float gr[VW], gz[VW], gn[VW], ghn[VW], h[VW];                                                              \
+        _Pragma("GCC ivdep") for (int u = 0; u < VW; u++) {                                                        \
             gr[u] = sigmoid_f32(acc[u] + gx[u] + bias[u]);                                                         \
             gz[u] = sigmoid_f32(acc[VW + u] + gx[VW + u] + bias[H + u]);                                           \
-            ghn[u] = acc[2 * VW + u] + bh[2 * H + u];                                                      \
-            gn[u] = tanh__f32(gx[2 * VW + u] + bx[2 * H + u] + gr[u] * ghn[u]);                                \
-            h[u] = (1 - gz[u]) * gn[u] + gz[u] * hp[u];                                                    \
-            o[u] = h[u];                                                                                   \
-        }                                                                                                  \
-        if (gate)                                                                                          \
-            _Pragma("GCC ivdep") for (int u = 0; u < VW; u++) {                                         \
-                gate[u] = gr[u];                                                                           \
-                gate[H + u] = gz[u];                                                                       \
-                gate[2 * H + u] = gn[u];                                                                   \
-                gate[3 * H + u] = ghn[u];                                                                  \
-            }                                                                                              \
+            ghn[u] = acc[2 * VW + u] + bh[2 * H + u];                                                              \
+            gn[u] = tanh__f32(gx[2 * VW + u] + bx[2 * H + u] + gr[u] * ghn[u]);                                    \
+            h[u] = (1 - gz[u]) * gn[u] + gz[u] * hp[u];                                                            \
+            o[u] = h[u];                                                                                           \
+        }                                                                                                          \
+        if (gate) _Pragma("GCC ivdep") for (int u = 0; u < VW; u++) {                                              \
+                gate[u] = gr[u];                                                                                   \
+                gate[H + u] = gz[u];                                                                               \
+                gate[2 * H + u] = gn[u];                                                                           \
+                gate[3 * H + u] = ghn[u];                                                                          \
+            }                                                                                                      \
     }
 
 LSTM_FWD_EPI(16)
@@ -417,55 +412,55 @@ GRU_FWD_EPI(8)
  * (h_prev W_hh^T), then their gates. The input's product is made here, not
  * as one matrix product before the loop: only the rows still running are
  * computed, and nothing (B T G) goes through memory. */
-#define FWD_TILES(NAME, VW)                                                                      \
-    static void NAME(const fwd_job *j, int64_t s, int64_t b0, int64_t b1, int64_t r0, int64_t r1) { \
-        const rnn_fast_fwd *f = j->f;                                                                    \
-        const rnn_run *r = j->r;                                                                         \
-        int64_t T = r->T, H = r->H, DH = r->D * H, in = f->in;                                          \
-        int64_t n = j->rows.active[s] < r1 ? j->rows.active[s] : r1;                                     \
-        micro mk = micro_for(j->isa, r->ng);                                                             \
-        float tile[MAXMR * 4 * MAXVW] __attribute__((aligned(64)));                                      \
-        float xtile[MAXMR * 4 * MAXVW] __attribute__((aligned(64)));                                     \
-        for (int64_t blk = b0; blk < b1; blk++) {                                                        \
-            const float *panel = j->pk + blk * H * r->ng * VW, *xpanel = j->pkx + blk * in * r->ng * VW; \
-            int64_t u0 = blk * VW;                                                                       \
-            for (int64_t i = r0, mr = 0; i < n; i += mr) {                                                    \
-                micro mt = micro_tail(mk, n - i);                                                             \
-                mr = mt.mr;                                                                                   \
-                const float *a[MAXMR], *ax[MAXMR];                                                       \
-                int64_t rows[MAXMR], bts[MAXMR];                                                         \
-                for (int q = 0; q < mt.mr; q++) {                                                        \
-                    rows[q] = j->rows.order[i + q < n ? i + q : n - 1];                                  \
-                    bts[q] = rows[q] * T + time_at(r, rows[q], s);                                       \
-                    /* h_prev: h0's row at step 0, else the row's output at its previous step */      \
-                    a[q] = s == 0 ? j->h0 + rows[q] * H                                                  \
-                                  : f->out + (rows[q] * T + time_at(r, rows[q], s - 1)) * DH + r->d * H; \
-                    ax[q] = f->x + bts[q] * in;                                                          \
-                }                                                                                        \
+#define FWD_TILES(NAME, VW)                                                                                \
+    static void NAME(const fwd_job *j, int64_t s, int64_t b0, int64_t b1, int64_t r0, int64_t r1) {        \
+        const rnn_fast_fwd *f = j->f;                                                                      \
+        const rnn_run *r = j->r;                                                                           \
+        int64_t T = r->T, H = r->H, DH = r->D * H, in = f->in;                                             \
+        int64_t n = j->rows.active[s] < r1 ? j->rows.active[s] : r1;                                       \
+        micro mk = micro_for(j->isa, r->ng);                                                               \
+        float tile[MAXMR * 4 * MAXVW] __attribute__((aligned(64)));                                        \
+        float xtile[MAXMR * 4 * MAXVW] __attribute__((aligned(64)));                                       \
+        for (int64_t blk = b0; blk < b1; blk++) {                                                          \
+            const float *panel = j->pk + blk * H * r->ng * VW, *xpanel = j->pkx + blk * in * r->ng * VW;   \
+            int64_t u0 = blk * VW;                                                                         \
+            for (int64_t i = r0, mr = 0; i < n; i += mr) {                                                 \
+                micro mt = micro_tail(mk, n - i);                                                          \
+                mr = mt.mr;                                                                                \
+                const float *a[MAXMR], *ax[MAXMR];                                                         \
+                int64_t rows[MAXMR], bts[MAXMR];                                                           \
+                for (int q = 0; q < mt.mr; q++) {                                                          \
+                    rows[q] = j->rows.order[i + q < n ? i + q : n - 1];                                    \
+                    bts[q] = rows[q] * T + time_at(r, rows[q], s);                                         \
+                    /* h_prev: h0's row at step 0, else the row's output at its previous step */           \
+                    a[q] = s == 0 ? j->h0 + rows[q] * H                                                    \
+                                  : f->out + (rows[q] * T + time_at(r, rows[q], s - 1)) * DH + r->d * H;   \
+                    ax[q] = f->x + bts[q] * in;                                                            \
+                }                                                                                          \
                 /* The lines the gates write (one per gate row and unit block of 16 floats; rows of \
                  * a step lie T steps apart in memory, beyond the hardware prefetcher's reach): asked \
-                 * for now, written after the product tiles. */                                        \
-                for (int q = 0; q < mt.mr && i + q < n && f->gates; q++) {                               \
-                    for (int64_t g = 0; g < 4; g++)                                                      \
+                 * for now, written after the product tiles. */      \
+                for (int q = 0; q < mt.mr && i + q < n && f->gates; q++) {                                 \
+                    for (int64_t g = 0; g < 4; g++)                                                        \
                         _mm_prefetch((const char *)(f->gates + bts[q] * 4 * H + g * H + u0), _MM_HINT_T1); \
-                    if (f->cells) _mm_prefetch((const char *)(f->cells + bts[q] * H + u0), _MM_HINT_T1); \
-                    _mm_prefetch((const char *)(f->out + bts[q] * DH + r->d * H + u0), _MM_HINT_T1);     \
-                }                                                                                        \
-                mt.fn(ax, xpanel, in, xtile);                                                            \
-                mt.fn(a, panel, H, tile);                                                                \
-                for (int q = 0; q < mt.mr && i + q < n; q++) {                                           \
-                    int64_t b = rows[q], bt = bts[q];                                                    \
-                    const float *acc = tile + q * r->ng * VW, *gx = xtile + q * r->ng * VW;              \
-                    float *o = f->out + bt * DH + r->d * H + u0;                                         \
-                    float *gate = f->gates ? f->gates + bt * 4 * H + u0 : NULL;                          \
-                    if (r->mode == ATTNC_LSTM)                                                           \
-                        lstm_fwd_epi##VW(acc, gx, j->bias + u0, j->c + b * H + u0, o, gate,              \
-                                         f->cells ? f->cells + bt * H + u0 : NULL, H);                   \
-                    else                                                                                 \
-                        gru_fwd_epi##VW(acc, gx, j->bias + u0, a[q] + u0, o, gate, H);                   \
-                }                                                                                        \
-            }                                                                                            \
-        }                                                                                                \
+                    if (f->cells) _mm_prefetch((const char *)(f->cells + bts[q] * H + u0), _MM_HINT_T1);   \
+                    _mm_prefetch((const char *)(f->out + bts[q] * DH + r->d * H + u0), _MM_HINT_T1);       \
+                }                                                                                          \
+                mt.fn(ax, xpanel, in, xtile);                                                              \
+                mt.fn(a, panel, H, tile);                                                                  \
+                for (int q = 0; q < mt.mr && i + q < n; q++) {                                             \
+                    int64_t b = rows[q], bt = bts[q];                                                      \
+                    const float *acc = tile + q * r->ng * VW, *gx = xtile + q * r->ng * VW;                \
+                    float *o = f->out + bt * DH + r->d * H + u0;                                           \
+                    float *gate = f->gates ? f->gates + bt * 4 * H + u0 : NULL;                            \
+                    if (r->mode == ATTNC_LSTM)                                                             \
+                        lstm_fwd_epi##VW(acc, gx, j->bias + u0, j->c + b * H + u0, o, gate,                \
+                                         f->cells ? f->cells + bt * H + u0 : NULL, H);                     \
+                    else                                                                                   \
+                        gru_fwd_epi##VW(acc, gx, j->bias + u0, a[q] + u0, o, gate, H);                     \
+                }                                                                                          \
+            }                                                                                              \
+        }                                                                                                  \
     }
 
 #if RNN_512
@@ -519,8 +514,14 @@ attnc_status attnc_rnn_fast_forward(const rnn_fast_fwd *f) {
     if (st == ATTNC_OK) st = alloc_floats(&bias, 3 * G, "rnn bias");
     if (st == ATTNC_OK) st = plan_rows(r, &j.rows);
     if (st == ATTNC_OK) {
-        if (f->h0) attnc_copy(h0, f->h0, (size_t)(B * H) * sizeof(float)); else attnc_zero(h0, (size_t)(B * H) * sizeof(float));
-        if (f->c0) attnc_copy(c, f->c0, (size_t)(B * H) * sizeof(float)); else attnc_zero(c, (size_t)(B * H) * sizeof(float));
+        if (f->h0)
+            attnc_copy(h0, f->h0, (size_t)(B * H) * sizeof(float));
+        else
+            attnc_zero(h0, (size_t)(B * H) * sizeof(float));
+        if (f->c0)
+            attnc_copy(c, f->c0, (size_t)(B * H) * sizeof(float));
+        else
+            attnc_zero(c, (size_t)(B * H) * sizeof(float));
         j.pk = pk;
         for (int64_t k = 0; k < G; k++) {
             float bx = f->b_ih ? f->b_ih[k] : 0, bh = f->b_hh ? f->b_hh[k] : 0;
@@ -576,38 +577,37 @@ typedef struct {
  * rec (VW): the product's, or dh_n / zeros at the row's last step) + dout
  * (core/lstm_cell_impl.h's cell, gates H apart); the previous state hp / cp
  * copied into hprev. */
-#define LSTM_BWD_EPI(VW)                                                                                   \
-    static inline __attribute__((always_inline)) void lstm_bwd_epi##VW(                                    \
-        const float *restrict rec, const float *restrict dout, const float *restrict gate,                \
-        const float *restrict cell, const float *restrict cp, const float *restrict hp,                   \
-        float *restrict hprev, float *restrict dc, float *restrict dgx, int64_t H) {                      \
-        lstm_cell_backward_units_f32(gate, cell, cp, true, rec, dout, true, dc, dgx, VW, H);              \
-        memcpy(hprev, hp, VW * sizeof(float)); /* a fixed size: vector moves */                            \
+#define LSTM_BWD_EPI(VW)                                                                                               \
+    static inline __attribute__((always_inline)) void lstm_bwd_epi##VW(                                                \
+        const float *restrict rec, const float *restrict dout, const float *restrict gate, const float *restrict cell, \
+        const float *restrict cp, const float *restrict hp, float *restrict hprev, float *restrict dc,                 \
+        float *restrict dgx, int64_t H) {                                                                              \
+        lstm_cell_backward_units_f32(gate, cell, cp, true, rec, dout, true, dc, dgx, VW, H);                           \
+        memcpy(hprev, hp, VW * sizeof(float)); /* a fixed size: vector moves */                                        \
     }
 
 /* The GRU's: rec already holds the direct part; direct (VW) <- dh z. */
-#define GRU_BWD_EPI(VW)                                                                                    \
-    static inline __attribute__((always_inline)) void gru_bwd_epi##VW(                                     \
-        const float *restrict rec, const float *restrict dout, const float *restrict gate,                \
-        const float *restrict hp, float *restrict hprev, float *restrict direct, float *restrict dgx,     \
-        float *restrict dgh, int64_t H) {                                                                 \
-        float dh[VW], h[VW];                                                                               \
-        _Pragma("GCC ivdep") for (int u = 0; u < VW; u++) {                                             \
-            dh[u] = rec[u] + dout[u];                                                                      \
-            h[u] = hp[u];                                                                                  \
-            hprev[u] = h[u];                                                                               \
-        }                                                                                                  \
-        _Pragma("GCC ivdep") for (int u = 0; u < VW; u++) {                                             \
-            float rg = gate[u], z = gate[H + u], n = gate[2 * H + u], hn = gate[3 * H + u];                \
-            float dn = dh[u] * (1 - z) * (1 - n * n);                                                      \
-            float dr = dn * hn * rg * (1 - rg);                                                            \
-            float dz = dh[u] * (h[u] - n) * z * (1 - z);                                                   \
-            dgx[u] = dgh[u] = dr;                                                                          \
-            dgx[H + u] = dgh[H + u] = dz;                                                                  \
-            dgx[2 * H + u] = dn;                                                                           \
-            dgh[2 * H + u] = dn * rg;                                                                      \
-            direct[u] = dh[u] * z;                                                                         \
-        }                                                                                                  \
+#define GRU_BWD_EPI(VW)                                                                                              \
+    static inline __attribute__((always_inline)) void gru_bwd_epi##VW(                                               \
+        const float *restrict rec, const float *restrict dout, const float *restrict gate, const float *restrict hp, \
+        float *restrict hprev, float *restrict direct, float *restrict dgx, float *restrict dgh, int64_t H) {        \
+        float dh[VW], h[VW];                                                                                         \
+        _Pragma("GCC ivdep") for (int u = 0; u < VW; u++) {                                                          \
+            dh[u] = rec[u] + dout[u];                                                                                \
+            h[u] = hp[u];                                                                                            \
+            hprev[u] = h[u];                                                                                         \
+        }                                                                                                            \
+        _Pragma("GCC ivdep") for (int u = 0; u < VW; u++) {                                                          \
+            float rg = gate[u], z = gate[H + u], n = gate[2 * H + u], hn = gate[3 * H + u];                          \
+            float dn = dh[u] * (1 - z) * (1 - n * n);                                                                \
+            float dr = dn * hn * rg * (1 - rg);                                                                      \
+            float dz = dh[u] * (h[u] - n) * z * (1 - z);                                                             \
+            dgx[u] = dgh[u] = dr;                                                                                    \
+            dgx[H + u] = dgh[H + u] = dz;                                                                            \
+            dgx[2 * H + u] = dn;                                                                                     \
+            dgh[2 * H + u] = dn * rg;                                                                                \
+            direct[u] = dh[u] * z;                                                                                   \
+        }                                                                                                            \
     }
 
 LSTM_BWD_EPI(16)
@@ -618,24 +618,24 @@ GRU_BWD_EPI(8)
 /* Row b's gradients at processing step s for the VW units from u0, rec its
  * recurrent dh (VW; GRU: the direct part added) or NULL at the row's last
  * step (dh_n or zeros then). */
-#define BWD_ROW(VW)                                                                                       \
-    static inline __attribute__((always_inline)) void bwd_row##VW(const bwd_job *j, int64_t s, int64_t b, \
-                                                                   int64_t u0, const float *rec) {      \
-        const rnn_fast_bwd *f = j->f;                                                                     \
-        const rnn_run *r = j->r;                                                                          \
-        int64_t T = r->T, H = r->H, G = r->ng * H, DH = r->D * H;                                        \
-        if (!rec) rec = f->dh_n ? f->dh_n + b * H + u0 : zeros;                                          \
-        int64_t t = time_at(r, b, s), bt = b * T + t, tp = r->d ? t + 1 : t - 1;                          \
-        const float *hp = s == 0 ? (f->h0 ? f->h0 + b * H + u0 : zeros) : f->out + (b * T + tp) * DH + r->d * H + u0; \
-        const float *dout = f->dout + bt * DH + r->d * H + u0, *gate = f->gates + bt * 4 * H + u0;       \
-        if (r->mode == ATTNC_LSTM) {                                                                      \
-            const float *cp = s == 0 ? (f->c0 ? f->c0 + b * H + u0 : zeros) : f->cells + (b * T + tp) * H + u0; \
-            lstm_bwd_epi##VW(rec, dout, gate, f->cells + bt * H + u0, cp, hp, f->hprev + bt * H + u0,     \
-                             j->dc + b * H + u0, f->dgx + bt * G + u0, H);                                \
-        } else {                                                                                          \
-            gru_bwd_epi##VW(rec, dout, gate, hp, f->hprev + bt * H + u0, j->direct + b * H + u0,          \
-                            f->dgx + bt * G + u0, f->dgh + bt * G + u0, H);                               \
-        }                                                                                                 \
+#define BWD_ROW(VW)                                                                                                    \
+    static inline __attribute__((always_inline)) void bwd_row##VW(const bwd_job *j, int64_t s, int64_t b, int64_t u0,  \
+                                                                  const float *rec) {                                  \
+        const rnn_fast_bwd *f = j->f;                                                                                  \
+        const rnn_run *r = j->r;                                                                                       \
+        int64_t T = r->T, H = r->H, G = r->ng * H, DH = r->D * H;                                                      \
+        if (!rec) rec = f->dh_n ? f->dh_n + b * H + u0 : zeros;                                                        \
+        int64_t t = time_at(r, b, s), bt = b * T + t, tp = r->d ? t + 1 : t - 1;                                       \
+        const float *hp = s == 0 ? (f->h0 ? f->h0 + b * H + u0 : zeros) : f->out + (b * T + tp) * DH + r->d * H + u0;  \
+        const float *dout = f->dout + bt * DH + r->d * H + u0, *gate = f->gates + bt * 4 * H + u0;                     \
+        if (r->mode == ATTNC_LSTM) {                                                                                   \
+            const float *cp = s == 0 ? (f->c0 ? f->c0 + b * H + u0 : zeros) : f->cells + (b * T + tp) * H + u0;        \
+            lstm_bwd_epi##VW(rec, dout, gate, f->cells + bt * H + u0, cp, hp, f->hprev + bt * H + u0,                  \
+                             j->dc + b * H + u0, f->dgx + bt * G + u0, H);                                             \
+        } else {                                                                                                       \
+            gru_bwd_epi##VW(rec, dout, gate, hp, f->hprev + bt * H + u0, j->direct + b * H + u0, f->dgx + bt * G + u0, \
+                            f->dgh + bt * G + u0, H);                                                                  \
+        }                                                                                                              \
     }
 
 BWD_ROW(16)
@@ -682,39 +682,39 @@ static void pack_bwd_block(const bwd_job *j, int64_t blk, bool x) {
  * rows that ran then, dgx (rows, G) x W_ih (G, columns), stored or added
  * (the second direction). Off the recurrence's critical path, but made here
  * so that both threads share it and dgates is read while in cache. */
-#define DX_TILES(VW)                                                                                      \
+#define DX_TILES(VW)                                                                                         \
     static inline __attribute__((always_inline)) void dx_tiles##VW(const bwd_job *j, int64_t it, int64_t b0, \
-                                                                    int64_t b1, int64_t r0, int64_t r1) {   \
-        const rnn_fast_bwd *f = j->f;                                                                     \
-        const rnn_run *r = j->r;                                                                          \
-        int64_t T = r->T, G = r->ng * r->H, s = T - 1 - it, in = f->in, W = j->nvx * VW;                  \
-        if (it == 0) return;                                                                              \
-        int64_t m = j->rows.active[s + 1] < r1 ? j->rows.active[s + 1] : r1;                              \
-        micro mk = micro_for(j->isa, j->nvx);                                                             \
-        float tile[MAXMR * 4 * MAXVW] __attribute__((aligned(64)));                                       \
-        for (int64_t blk = b0; blk < b1; blk++) {                                                         \
-            const float *panel = j->pkx + blk * G * W;                                                    \
-            for (int64_t i = r0, mr = 0; i < m; i += mr) {                                                     \
-                micro mt = micro_tail(mk, m - i);                                                              \
-                mr = mt.mr;                                                                                    \
-                const float *a[MAXMR];                                                                    \
-                int64_t rows[MAXMR], bts[MAXMR];                                                          \
-                for (int q = 0; q < mt.mr; q++) {                                                         \
-                    rows[q] = j->rows.order[i + q < m ? i + q : m - 1];                                   \
-                    bts[q] = rows[q] * T + time_at(r, rows[q], s + 1);                                    \
-                    a[q] = f->dgx + bts[q] * G; /* dgx: the GRU's is not its dgh */                           \
-                }                                                                                         \
-                mt.fn(a, panel, G, tile);                                                                 \
-                for (int q = 0; q < mt.mr && i + q < m; q++) {                                            \
-                    float *restrict dst = f->dx + bts[q] * in + blk * W;                                  \
-                    const float *restrict src = tile + q * W;                                             \
-                    if (f->dx_add)                                                                        \
-                        for (int64_t w = 0; w < W; w += VW) add_##VW(dst + w, dst + w, src + w);          \
-                    else                                                                                  \
-                        memcpy(dst, src, (size_t)W * sizeof(float));                                      \
-                }                                                                                         \
-            }                                                                                             \
-        }                                                                                                 \
+                                                                   int64_t b1, int64_t r0, int64_t r1) {     \
+        const rnn_fast_bwd *f = j->f;                                                                        \
+        const rnn_run *r = j->r;                                                                             \
+        int64_t T = r->T, G = r->ng * r->H, s = T - 1 - it, in = f->in, W = j->nvx * VW;                     \
+        if (it == 0) return;                                                                                 \
+        int64_t m = j->rows.active[s + 1] < r1 ? j->rows.active[s + 1] : r1;                                 \
+        micro mk = micro_for(j->isa, j->nvx);                                                                \
+        float tile[MAXMR * 4 * MAXVW] __attribute__((aligned(64)));                                          \
+        for (int64_t blk = b0; blk < b1; blk++) {                                                            \
+            const float *panel = j->pkx + blk * G * W;                                                       \
+            for (int64_t i = r0, mr = 0; i < m; i += mr) {                                                   \
+                micro mt = micro_tail(mk, m - i);                                                            \
+                mr = mt.mr;                                                                                  \
+                const float *a[MAXMR];                                                                       \
+                int64_t rows[MAXMR], bts[MAXMR];                                                             \
+                for (int q = 0; q < mt.mr; q++) {                                                            \
+                    rows[q] = j->rows.order[i + q < m ? i + q : m - 1];                                      \
+                    bts[q] = rows[q] * T + time_at(r, rows[q], s + 1);                                       \
+                    a[q] = f->dgx + bts[q] * G; /* dgx: the GRU's is not its dgh */                          \
+                }                                                                                            \
+                mt.fn(a, panel, G, tile);                                                                    \
+                for (int q = 0; q < mt.mr && i + q < m; q++) {                                               \
+                    float *restrict dst = f->dx + bts[q] * in + blk * W;                                     \
+                    const float *restrict src = tile + q * W;                                                \
+                    if (f->dx_add)                                                                           \
+                        for (int64_t w = 0; w < W; w += VW) add_##VW(dst + w, dst + w, src + w);             \
+                    else                                                                                     \
+                        memcpy(dst, src, (size_t)W * sizeof(float));                                         \
+                }                                                                                            \
+            }                                                                                                \
+        }                                                                                                    \
     }
 
 DX_TILES(16)
@@ -724,46 +724,46 @@ DX_TILES(8)
  * dh_rec of the rows that ran at s + 1 from that step's dgates (tiles of
  * the product) and their gate gradients at s, then the gate gradients of
  * the rows whose last step is s (no recurrent part). */
-#define BWD_TILES(NAME, VW)                                                                       \
-    static void NAME(const bwd_job *j, int64_t it, int64_t b0, int64_t b1, int64_t r0, int64_t r1) { \
-        const rnn_run *r = j->r;                                                                          \
-        int64_t T = r->T, H = r->H, G = r->ng * H, s = T - 1 - it;                                        \
-        if (it == T && !j->f->dh0) return;                                                                \
-        int64_t m = it == 0 ? 0 : j->rows.active[s + 1]; /* rows with a recurrent gradient */            \
-        int64_t n = it == T ? 0 : j->rows.active[s];     /* rows running at s */                         \
-        m = m < r1 ? m : r1;                                                                              \
-        n = n < r1 ? n : r1;                                                                              \
-        micro mk = micro_for(j->isa, j->nv);                                                              \
-        int64_t W = j->nv * VW;                                                                           \
-        float tile[MAXMR * 4 * MAXVW] __attribute__((aligned(64)));                                                                  \
-        for (int64_t blk = b0; blk < b1; blk++) {                                                         \
-            const float *panel = j->pk + blk * G * W;                                                     \
-            for (int64_t i = r0, mr = 0; i < m; i += mr) {                                                     \
-                micro mt = micro_tail(mk, m - i);                                                              \
-                mr = mt.mr;                                                                                    \
-                const float *a[MAXMR];                                                                    \
-                int64_t rows[MAXMR];                                                                      \
-                for (int q = 0; q < mt.mr; q++) {                                                         \
-                    rows[q] = j->rows.order[i + q < m ? i + q : m - 1];                                   \
-                    /* the product's rows: the dgates (dgh) of step s + 1, read where they were saved */ \
-                    a[q] = j->f->dgh + (rows[q] * T + time_at(r, rows[q], s + 1)) * G;                    \
-                }                                                                                         \
-                for (int q = 0; q < mt.mr && i + q < m && it < T; q++) bwd_prefetch(j, s, rows[q], blk * W, W); \
-                mt.fn(a, panel, G, tile);                                                                 \
-                for (int q = 0; q < mt.mr && i + q < m; q++)                                              \
-                    for (int64_t v = 0; v < j->nv; v++) {                                                 \
-                        int64_t b = rows[q], u0 = blk * W + v * VW;                                       \
-                        float *rec = tile + q * W + v * VW;                                               \
-                        if (r->mode == ATTNC_GRU) add_##VW(rec, rec, j->direct + b * H + u0);             \
-                        if (it == T)                                                                      \
-                            memcpy(j->f->dh0 + b * H + u0, rec, VW * sizeof(float));                      \
-                        else                                                                              \
-                            bwd_row##VW(j, s, b, u0, rec);                                                \
-                    }                                                                                     \
-            }                                                                                             \
-            for (int64_t i = m > r0 ? m : r0; i < n; i++)                                                 \
+#define BWD_TILES(NAME, VW)                                                                                      \
+    static void NAME(const bwd_job *j, int64_t it, int64_t b0, int64_t b1, int64_t r0, int64_t r1) {             \
+        const rnn_run *r = j->r;                                                                                 \
+        int64_t T = r->T, H = r->H, G = r->ng * H, s = T - 1 - it;                                               \
+        if (it == T && !j->f->dh0) return;                                                                       \
+        int64_t m = it == 0 ? 0 : j->rows.active[s + 1]; /* rows with a recurrent gradient */                    \
+        int64_t n = it == T ? 0 : j->rows.active[s];     /* rows running at s */                                 \
+        m = m < r1 ? m : r1;                                                                                     \
+        n = n < r1 ? n : r1;                                                                                     \
+        micro mk = micro_for(j->isa, j->nv);                                                                     \
+        int64_t W = j->nv * VW;                                                                                  \
+        float tile[MAXMR * 4 * MAXVW] __attribute__((aligned(64)));                                              \
+        for (int64_t blk = b0; blk < b1; blk++) {                                                                \
+            const float *panel = j->pk + blk * G * W;                                                            \
+            for (int64_t i = r0, mr = 0; i < m; i += mr) {                                                       \
+                micro mt = micro_tail(mk, m - i);                                                                \
+                mr = mt.mr;                                                                                      \
+                const float *a[MAXMR];                                                                           \
+                int64_t rows[MAXMR];                                                                             \
+                for (int q = 0; q < mt.mr; q++) {                                                                \
+                    rows[q] = j->rows.order[i + q < m ? i + q : m - 1];                                          \
+                    /* the product's rows: the dgates (dgh) of step s + 1, read where they were saved */         \
+                    a[q] = j->f->dgh + (rows[q] * T + time_at(r, rows[q], s + 1)) * G;                           \
+                }                                                                                                \
+                for (int q = 0; q < mt.mr && i + q < m && it < T; q++) bwd_prefetch(j, s, rows[q], blk * W, W);  \
+                mt.fn(a, panel, G, tile);                                                                        \
+                for (int q = 0; q < mt.mr && i + q < m; q++)                                                     \
+                    for (int64_t v = 0; v < j->nv; v++) {                                                        \
+                        int64_t b = rows[q], u0 = blk * W + v * VW;                                              \
+                        float *rec = tile + q * W + v * VW;                                                      \
+                        if (r->mode == ATTNC_GRU) add_##VW(rec, rec, j->direct + b * H + u0);                    \
+                        if (it == T)                                                                             \
+                            memcpy(j->f->dh0 + b * H + u0, rec, VW * sizeof(float));                             \
+                        else                                                                                     \
+                            bwd_row##VW(j, s, b, u0, rec);                                                       \
+                    }                                                                                            \
+            }                                                                                                    \
+            for (int64_t i = m > r0 ? m : r0; i < n; i++)                                                        \
                 for (int64_t v = 0; v < j->nv; v++) bwd_row##VW(j, s, j->rows.order[i], blk * W + v * VW, NULL); \
-        }                                                                                                 \
+        }                                                                                                        \
     }
 
 #if RNN_512
@@ -838,7 +838,10 @@ attnc_status attnc_rnn_fast_backward(const rnn_fast_bwd *f) {
     if (st == ATTNC_OK) st = alloc_floats(&direct, B * H, "rnn gradients");
     if (st == ATTNC_OK) st = plan_rows(r, &j.rows);
     if (st == ATTNC_OK) {
-        if (f->dc_n) attnc_copy(dc, f->dc_n, (size_t)(B * H) * sizeof(float)); else attnc_zero(dc, (size_t)(B * H) * sizeof(float));
+        if (f->dc_n)
+            attnc_copy(dc, f->dc_n, (size_t)(B * H) * sizeof(float));
+        else
+            attnc_zero(dc, (size_t)(B * H) * sizeof(float));
         /* Padding steps (t >= len) are never written: zero them for the weight gradients. */
         for (int64_t b = 0; b < B && r->len; b++) {
             int64_t n = r->len[b];

@@ -8,8 +8,8 @@
 #include "../../core/lstm_cell_impl.h"
 
 /* One row's GRU gates (torch's r, z, n; hn = W_hn h + b_hn kept for the backward). */
-static void FN(gru_row)(const REAL *restrict gx, const REAL *restrict hh, REAL *restrict h,
-                        REAL *restrict gate, REAL *restrict o, int64_t H) {
+static void FN(gru_row)(const REAL *restrict gx, const REAL *restrict hh, REAL *restrict h, REAL *restrict gate,
+                        REAL *restrict o, int64_t H) {
     for (int64_t k = 0; k < H; k++) {
         REAL rg = FN(sigmoid)(gx[k] + hh[k]);
         REAL z = FN(sigmoid)(gx[H + k] + hh[H + k]);
@@ -59,9 +59,8 @@ static void FN(forward_step_task)(void *arg, int64_t block, int worker) {
 
 /* One row's GRU gate gradients: dgx, dgh and dstep (3H), dh z (the part of
  * dh_prev not through W_hh) into direct. */
-static void FN(gru_row_back)(const REAL *restrict gate, const REAL *restrict h_prev,
-                             const REAL *restrict dh_next, const REAL *restrict dout,
-                             REAL *restrict dgx, REAL *restrict dgh, REAL *restrict dstep,
+static void FN(gru_row_back)(const REAL *restrict gate, const REAL *restrict h_prev, const REAL *restrict dh_next,
+                             const REAL *restrict dout, REAL *restrict dgx, REAL *restrict dgh, REAL *restrict dstep,
                              REAL *restrict direct, int64_t H) {
     for (int64_t k = 0; k < H; k++) {
         REAL dh = dh_next[k] + dout[k];
@@ -106,8 +105,8 @@ static void FN(backward_step_task)(void *arg, int64_t block, int worker) {
             const REAL *cp = first ? (c0 ? c0 + b * H : NULL) : cs + (b * r->T + tp) * H;
             REAL *c_prev = (REAL *)j->dh_direct + b * H;
             for (int64_t k = 0; k < H; k++) c_prev[k] = cp ? cp[k] : 0;
-            FN(lstm_cell_backward)(gate, cs + bt * H, c_prev, (REAL *)j->dh + b * H, dout, (REAL *)j->dc + b * H,
-                                   dgx, H);
+            FN(lstm_cell_backward)(gate, cs + bt * H, c_prev, (REAL *)j->dh + b * H, dout, (REAL *)j->dc + b * H, dgx,
+                                   H);
             memcpy(dstep, dgx, (size_t)(4 * H) * sizeof(REAL));
         } else {
             FN(gru_row_back)(gate, hprev, (REAL *)j->dh + b * H, dout, dgx, (REAL *)j->dgh + bt * G, dstep,

@@ -39,16 +39,16 @@ typedef struct {
     attnc_dtype dt;
     size_t es;
     int64_t B, K, R, E, F, H, V, S, Tmax, P;
-    int64_t Tpad, Spad;      /* Tmax and S rounded up to 16: the transposed keys' rows */
+    int64_t Tpad, Spad; /* Tmax and S rounded up to 16: the transposed keys' rows */
     bool cross;
     const attnc_tensor *memory_mask;
-    char **kcache;           /* per layer (R, H, hd, Tpad): keys transposed per head */
-    char **vcache;           /* per layer (R, Tmax, E)                 */
-    char **cross_kv;         /* per layer (B, S, 2E): keys, values     */
-    char **cross_kt;         /* per layer (B, H, hd, Spad): keys transposed per head */
+    char **kcache;   /* per layer (R, H, hd, Tpad): keys transposed per head */
+    char **vcache;   /* per layer (R, Tmax, E)                 */
+    char **cross_kv; /* per layer (B, S, 2E): keys, values     */
+    char **cross_kt; /* per layer (B, H, hd, Spad): keys transposed per head */
     char *x, *a, *tmp, *qkv, *attn, *ff, *mean, *rstd, *scores, *last, *logits, *gather;
-    int64_t *start;          /* (R, P) the prompt of every row         */
-    packed_linear *packed;   /* per layer SELF_IN .. FF_2, then the output; NULL when R > SMALL_ROWS */
+    int64_t *start;        /* (R, P) the prompt of every row         */
+    packed_linear *packed; /* per layer SELF_IN .. FF_2, then the output; NULL when R > SMALL_ROWS */
 } decode_run;
 
 static attnc_tensor mat(const decode_run *d, void *data, int64_t rows, int64_t cols) {
@@ -98,8 +98,8 @@ static attnc_status residual(decode_run *d, int64_t n, const attnc_norm_params *
 
 /* One head of one query row over n cached keys (see decode_impl.h): kt the
  * head's transposed keys (hd rows of ktstride), v its first value row. */
-static void attend(const decode_run *d, const char *q, const char *kt, int64_t ktstride, const char *v,
-                   int64_t vstride, int64_t n, const uint8_t *allowed, int64_t mstride, char *out) {
+static void attend(const decode_run *d, const char *q, const char *kt, int64_t ktstride, const char *v, int64_t vstride,
+                   int64_t n, const uint8_t *allowed, int64_t mstride, char *out) {
     int64_t hd = d->E / d->H;
     double scale = 1.0 / sqrt((double)hd);
     ATTNC_TYPED(d->dt, attend_one)(q, kt, ktstride, v, vstride, n, hd, scale, allowed, mstride, d->scores, out);
@@ -108,8 +108,8 @@ static void attend(const decode_run *d, const char *q, const char *kt, int64_t k
 /* dst[c ld + r] <- src[r rs + c cs] for rows r, columns c: a transposed
  * copy. Keys (n, E) become (H, hd, ld), one row per element of each head;
  * a weight (m, k) becomes (k, ld). */
-static void transpose(const decode_run *d, void *dst, int64_t ld, const void *src, int64_t rs, int64_t cs,
-                      int64_t rows, int64_t cols) {
+static void transpose(const decode_run *d, void *dst, int64_t ld, const void *src, int64_t rs, int64_t cs, int64_t rows,
+                      int64_t cols) {
     ATTNC_TYPED(d->dt, transpose)(dst, ld, src, rs, cs, rows, cols);
 }
 
@@ -197,8 +197,7 @@ static attnc_status step(decode_run *d, const int64_t *tok, int64_t t, int64_t n
         TRY(residual(d, rows, &p->norm_ff));
     }
     for (int64_t r = 0; r < d->R; r++)
-        memcpy(d->last + r * E * (int64_t)d->es, d->x + ((r * n + n - 1) * E) * (int64_t)d->es,
-               (size_t)E * d->es);
+        memcpy(d->last + r * E * (int64_t)d->es, d->x + ((r * n + n - 1) * E) * (int64_t)d->es, (size_t)E * d->es);
     attnc_tensor last = mat(d, d->last, d->R, E), logits = mat(d, d->logits, d->R, d->V);
     if (attnc_present(&m->final_norm.weight) || attnc_present(&m->final_norm.bias)) {
         attnc_tensor normed = mat(d, d->a, d->R, E);
@@ -315,9 +314,9 @@ static attnc_status alloc_run(decode_run *d) {
     struct {
         char **p;
         int64_t n;
-    } bufs[] = {{&d->x, rows * E},       {&d->a, rows * E},          {&d->tmp, rows * E},
-                {&d->qkv, rows * 3 * E}, {&d->attn, rows * E},       {&d->ff, rows * d->F},
-                {&d->mean, rows},        {&d->rstd, rows},           {&d->scores, d->Tmax + d->S},
+    } bufs[] = {{&d->x, rows * E},       {&d->a, rows * E},         {&d->tmp, rows * E},
+                {&d->qkv, rows * 3 * E}, {&d->attn, rows * E},      {&d->ff, rows * d->F},
+                {&d->mean, rows},        {&d->rstd, rows},          {&d->scores, d->Tmax + d->S},
                 {&d->last, d->R * E},    {&d->logits, d->R * d->V}, {&d->gather, d->R * d->Tpad * E}};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         TRY(attnc_calloc((void **)bufs[i].p, (size_t)bufs[i].n, d->es, "decoding buffers"));
@@ -338,7 +337,8 @@ static void free_run(decode_run *d) {
     if (d->packed)
         for (int64_t i = 0; i < d->m->nlayers * PACKED_PER_LAYER + 1; i++) free(d->packed[i].wt);
     free(d->packed);
-    char *bufs[] = {d->x, d->a, d->tmp, d->qkv, d->attn, d->ff, d->mean, d->rstd, d->scores, d->last, d->logits, d->gather};
+    char *bufs[] = {d->x,    d->a,    d->tmp,    d->qkv,  d->attn,   d->ff,
+                    d->mean, d->rstd, d->scores, d->last, d->logits, d->gather};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
 }
 
@@ -396,8 +396,8 @@ static attnc_status memory_keys(decode_run *d, const attnc_tensor *memory) {
 }
 
 attnc_status attnc_decode(attnc_tensor *tokens, attnc_tensor *lengths, const attnc_decoder *decoder,
-                          const attnc_tensor *prompt, const attnc_tensor *memory,
-                          const attnc_tensor *memory_mask, const attnc_decode_options *o) {
+                          const attnc_tensor *prompt, const attnc_tensor *memory, const attnc_tensor *memory_mask,
+                          const attnc_decode_options *o) {
     decode_run d = {.m = decoder};
     TRY(check_decoder(&d, decoder));
     d.es = attnc_dtype_size(d.dt);
@@ -453,9 +453,18 @@ attnc_status attnc_decode(attnc_tensor *tokens, attnc_tensor *lengths, const att
     if (st == ATTNC_OK) {
         const int64_t *p = prompt->data;
         for (int64_t r = 0; r < d.R; r++) memcpy(d.start + r * d.P, p + (r / d.K) * d.P, (size_t)d.P * sizeof *p);
-        attnc_search_model sm = {.ctx = &d, .B = d.B, .K = d.K, .V = d.V, .logits = d.logits, .dt = d.dt,
-                                 .step = search_step, .reorder = search_reorder};
-        attnc_search_io io = {.out = tokens->data, .lengths = lengths->data, .T = o->max_new_tokens, .eos = o->eos,
+        attnc_search_model sm = {.ctx = &d,
+                                 .B = d.B,
+                                 .K = d.K,
+                                 .V = d.V,
+                                 .logits = d.logits,
+                                 .dt = d.dt,
+                                 .step = search_step,
+                                 .reorder = search_reorder};
+        attnc_search_io io = {.out = tokens->data,
+                              .lengths = lengths->data,
+                              .T = o->max_new_tokens,
+                              .eos = o->eos,
                               .alpha = o->length_penalty};
         st = attnc_search(&sm, &io);
     }

@@ -12,8 +12,8 @@
  * is too short to fill vectors along it. The values are rows, v_j = v + j
  * vstride, hd contiguous. scores: scratch of n. No allowed key: out = 0. */
 static void FN(attend_one)(const void *q_, const void *kt_, int64_t ktstride, const void *v_, int64_t vstride,
-                           int64_t n, int64_t hd, double scale_, const uint8_t *allowed, int64_t mstride,
-                           void *scores_, void *out_) {
+                           int64_t n, int64_t hd, double scale_, const uint8_t *allowed, int64_t mstride, void *scores_,
+                           void *out_) {
     const REAL *restrict q = q_, *restrict kt = kt_, *restrict v = v_;
     REAL *restrict scores = scores_, *restrict out = out_;
     const REAL scale = (REAL)scale_;
@@ -93,8 +93,7 @@ static void FN(small_linear)(const void *x_, int64_t n, int64_t k, const void *w
 }
 
 /* dst[c ld + r] <- src[r rs + c cs] for rows r, columns c (decode.c's transpose). */
-static void FN(transpose)(void *dst, int64_t ld, const void *src, int64_t rs, int64_t cs, int64_t rows,
-                          int64_t cols) {
+static void FN(transpose)(void *dst, int64_t ld, const void *src, int64_t rs, int64_t cs, int64_t rows, int64_t cols) {
     REAL *restrict to = dst;
     const REAL *from = src;
     for (int64_t r = 0; r < rows; r++)

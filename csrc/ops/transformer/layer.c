@@ -20,7 +20,9 @@
 #include "layer.h"
 
 enum { SELF = 0, CROSS = 1, FF = 2, NSUB = 3 };
-enum { STREAM_HIDDEN = 8 }; /* dropout stream of the feed-forward hidden layer
+enum {
+    STREAM_HIDDEN = 8
+}; /* dropout stream of the feed-forward hidden layer
                                (residual branch k uses stream k + 1)        */
 
 typedef struct {
@@ -32,10 +34,10 @@ typedef struct {
 /* Element offsets into the saved buffer. */
 typedef struct {
     int64_t in[NSUB], mid[NSUB], mean[NSUB], rstd[NSUB];
-    int64_t qkv, attn_self, lse_self;      /* self-attention */
-    int64_t q, kv, attn_cross, lse_cross;  /* cross-attention */
-    int64_t f1, hidden;                    /* feed-forward: pre-activation, dropout(act(f1)) */
-    int64_t branch;                        /* the forward's scratch: a branch's output */
+    int64_t qkv, attn_self, lse_self;     /* self-attention */
+    int64_t q, kv, attn_cross, lse_cross; /* cross-attention */
+    int64_t f1, hidden;                   /* feed-forward: pre-activation, dropout(act(f1)) */
+    int64_t branch;                       /* the forward's scratch: a branch's output */
     int64_t total;
 } layer_layout;
 
@@ -65,10 +67,8 @@ static void layout(layer_layout *lo, const layer_dims *d) {
     lo->total = at;
 }
 
-int64_t attnc_layer_saved_size(int64_t B, int64_t L, int64_t S, int64_t E, int64_t F, int64_t H,
-                               int decoder) {
-    layer_dims d = {.B = B, .L = L, .S = S, .E = E, .F = F, .H = H, .N = B * L, .M = B * S,
-                    .decoder = decoder != 0};
+int64_t attnc_layer_saved_size(int64_t B, int64_t L, int64_t S, int64_t E, int64_t F, int64_t H, int decoder) {
+    layer_dims d = {.B = B, .L = L, .S = S, .E = E, .F = F, .H = H, .N = B * L, .M = B * S, .decoder = decoder != 0};
     layer_layout lo;
     layout(&lo, &d);
     return lo.total;
@@ -95,8 +95,7 @@ attnc_tensor attnc_rows(const attnc_tensor *t, int64_t r0, int64_t n) {
     return r;
 }
 
-attnc_tensor attnc_heads(void *data, attnc_dtype dt, int64_t B, int64_t H, int64_t T, int64_t E,
-                         int64_t stride) {
+attnc_tensor attnc_heads(void *data, attnc_dtype dt, int64_t B, int64_t H, int64_t T, int64_t E, int64_t stride) {
     attnc_tensor t = {.data = data, .dtype = dt, .ndim = 4};
     int64_t shape[4] = {B, H, T, E / H}, strides[4] = {T * stride, E / H, stride, 1};
     memcpy(t.shape, shape, sizeof shape);
@@ -154,8 +153,8 @@ static attnc_sdpa_options sdpa_options(const layer_run *r, int k) {
     return o;
 }
 
-attnc_status attnc_norm_rows(attnc_tensor *y, attnc_tensor *mean, attnc_tensor *rstd,
-                             const attnc_tensor *x, const attnc_norm_params *norm, double eps) {
+attnc_status attnc_norm_rows(attnc_tensor *y, attnc_tensor *mean, attnc_tensor *rstd, const attnc_tensor *x,
+                             const attnc_norm_params *norm, double eps) {
     return attnc_layer_norm_forward(y, mean, rstd, x, &norm->weight, &norm->bias, eps);
 }
 
@@ -196,8 +195,7 @@ static attnc_status branch_forward(const layer_run *r, int k, const attnc_tensor
     if (k == FF) {
         attnc_tensor f1 = saved_mat(r, r->lo.f1, d->N, d->F), h = saved_mat(r, r->lo.hidden, d->N, d->F);
         TRY(attnc_linear_forward(&f1, a, &p->linear1_weight, &p->linear1_bias));
-        TRY(attnc_pointwise_forward(&h, &f1, NULL, r->cfg->activation, r->cfg->dropout, r->cfg->seed,
-                                    STREAM_HIDDEN));
+        TRY(attnc_pointwise_forward(&h, &f1, NULL, r->cfg->activation, r->cfg->dropout, r->cfg->seed, STREAM_HIDDEN));
         return attnc_linear_forward(out, &h, &p->linear2_weight, &p->linear2_bias);
     }
     const attnc_mha_params *m = mha_of(p, k);
@@ -227,19 +225,16 @@ typedef struct {
 
 /* da (N, E) <- d f_k / da^T dout (N, E); parameter gradients into g;
  * dmemory (cross-attention) into dmem. */
-static attnc_status branch_backward(const layer_run *r, int k, const attnc_tensor *dout,
-                                    const attnc_tensor *a, attnc_tensor *da, attnc_layer_params *g,
-                                    attnc_tensor *dmem, scratch *s) {
+static attnc_status branch_backward(const layer_run *r, int k, const attnc_tensor *dout, const attnc_tensor *a,
+                                    attnc_tensor *da, attnc_layer_params *g, attnc_tensor *dmem, scratch *s) {
     const layer_dims *d = &r->d;
     const attnc_layer_params *p = r->p;
     if (k == FF) {
         attnc_tensor f1 = saved_mat(r, r->lo.f1, d->N, d->F), h = saved_mat(r, r->lo.hidden, d->N, d->F);
-        TRY(attnc_linear_backward(&s->dhidden, &g->linear2_weight, &g->linear2_bias, dout, &h,
-                                  &p->linear2_weight));
-        TRY(attnc_pointwise_backward(&s->dhidden, &s->dhidden, &f1, r->cfg->activation,
-                                     r->cfg->dropout, r->cfg->seed, STREAM_HIDDEN));
-        return attnc_linear_backward(da, &g->linear1_weight, &g->linear1_bias, &s->dhidden, a,
-                                     &p->linear1_weight);
+        TRY(attnc_linear_backward(&s->dhidden, &g->linear2_weight, &g->linear2_bias, dout, &h, &p->linear2_weight));
+        TRY(attnc_pointwise_backward(&s->dhidden, &s->dhidden, &f1, r->cfg->activation, r->cfg->dropout, r->cfg->seed,
+                                     STREAM_HIDDEN));
+        return attnc_linear_backward(da, &g->linear1_weight, &g->linear1_bias, &s->dhidden, a, &p->linear1_weight);
     }
     const attnc_mha_params *m = mha_of(p, k);
     attnc_mha_params *gm = k == SELF ? &g->self_attn : &g->cross_attn;
@@ -298,9 +293,8 @@ static attnc_norm_params *grad_norm_of(attnc_layer_params *g, int k) {
 }
 
 /* dx (N, E) <- dy (N, E) through sublayer k whose input was x. */
-static attnc_status sublayer_backward(const layer_run *r, int k, const attnc_tensor *dy,
-                                      const attnc_tensor *x, attnc_tensor *dx, attnc_layer_params *g,
-                                      attnc_tensor *dmem, scratch *s) {
+static attnc_status sublayer_backward(const layer_run *r, int k, const attnc_tensor *dy, const attnc_tensor *x,
+                                      attnc_tensor *dx, attnc_layer_params *g, attnc_tensor *dmem, scratch *s) {
     const layer_dims *d = &r->d;
     attnc_tensor mid = saved_mat(r, r->lo.mid[k], d->N, d->E);
     attnc_tensor mean = saved_mat(r, r->lo.mean[k], d->N, 1), rstd = saved_mat(r, r->lo.rstd[k], d->N, 1);
@@ -312,8 +306,7 @@ static attnc_status sublayer_backward(const layer_run *r, int k, const attnc_ten
     if (r->cfg->norm_first) { /* y = x + dropout(f(norm(x))) */
         TRY(attnc_pointwise_backward(&s->dbranch, dy, NULL, ATTNC_ACT_NONE, p, r->cfg->seed, stream));
         TRY(branch_backward(r, k, &s->dbranch, &mid, &s->dmid, g, dmem, s));
-        TRY(attnc_layer_norm_backward(&s->dx_branch, &gn->weight, &gn->bias, &s->dmid, x, &norm->weight,
-                                      &mean, &rstd));
+        TRY(attnc_layer_norm_backward(&s->dx_branch, &gn->weight, &gn->bias, &s->dmid, x, &norm->weight, &mean, &rstd));
         return attnc_pointwise_forward(dx, &s->dx_branch, dy, ATTNC_ACT_NONE, 0, 0, 0);
     }
     /* y = norm(mid), mid = x + dropout(f(x)) */
@@ -325,10 +318,9 @@ static attnc_status sublayer_backward(const layer_run *r, int k, const attnc_ten
 
 /* ---- checks ---------------------------------------------------------------- */
 
-static attnc_status check_param(const attnc_tensor *t, const char *name, attnc_dtype dt, int ndim,
-                                int64_t d0, int64_t d1, bool required) {
-    if (!attnc_present(t))
-        return required ? attnc_fail(ATTNC_ERR_TYPE, "%s is required", name) : ATTNC_OK;
+static attnc_status check_param(const attnc_tensor *t, const char *name, attnc_dtype dt, int ndim, int64_t d0,
+                                int64_t d1, bool required) {
+    if (!attnc_present(t)) return required ? attnc_fail(ATTNC_ERR_TYPE, "%s is required", name) : ATTNC_OK;
     int64_t sizes[2] = {d0, d1};
     TRY(attnc_check_dims(t, name, dt, ndim, sizes, false));
     return ndim == 2 ? attnc_check_blas(t, name) : ATTNC_OK;
@@ -346,12 +338,12 @@ static attnc_status check_mha(const attnc_mha_params *m, const char *which, attn
     return check_param(&m->out_bias, name, dt, 1, E, 0, false);
 }
 
-attnc_status attnc_check_layer_params(const attnc_layer_params *p, const attnc_layer_config *cfg,
-                                      attnc_dtype dt, int64_t E, bool decoder, int64_t *F) {
+attnc_status attnc_check_layer_params(const attnc_layer_params *p, const attnc_layer_config *cfg, attnc_dtype dt,
+                                      int64_t E, bool decoder, int64_t *F) {
     if (!p || !cfg) return attnc_fail(ATTNC_ERR_TYPE, "params and config are required");
     if (cfg->nhead < 1 || E % cfg->nhead)
-        return attnc_fail(ATTNC_ERR_VALUE, "d_model (%lld) must be divisible by nhead (%lld)",
-                          (long long)E, (long long)cfg->nhead);
+        return attnc_fail(ATTNC_ERR_VALUE, "d_model (%lld) must be divisible by nhead (%lld)", (long long)E,
+                          (long long)cfg->nhead);
     if (cfg->activation != ATTNC_ACT_RELU && cfg->activation != ATTNC_ACT_GELU)
         return attnc_fail(ATTNC_ERR_VALUE, "activation must be relu or gelu");
     if (!(cfg->eps >= 0)) return attnc_fail(ATTNC_ERR_VALUE, "layer_norm_eps must be >= 0");
@@ -377,8 +369,8 @@ attnc_status attnc_check_layer_params(const attnc_layer_params *p, const attnc_l
     return ATTNC_OK;
 }
 
-static attnc_status check_rows(const attnc_tensor *t, const char *name, attnc_dtype dt, int64_t B,
-                               int64_t T, int64_t E, bool output) {
+static attnc_status check_rows(const attnc_tensor *t, const char *name, attnc_dtype dt, int64_t B, int64_t T, int64_t E,
+                               bool output) {
     int64_t sizes[3] = {B, T, E};
     TRY(attnc_check_dims(t, name, dt, 3, sizes, output));
     if (!attnc_is_contiguous(t)) return attnc_fail(ATTNC_ERR_LAYOUT, "%s must be contiguous", name);
@@ -386,15 +378,14 @@ static attnc_status check_rows(const attnc_tensor *t, const char *name, attnc_dt
 }
 
 /* Fills r from the call's arguments (everything but the buffers). */
-static attnc_status setup(layer_run *r, const attnc_tensor *x, const attnc_tensor *memory,
-                          const attnc_layer_params *p, const attnc_layer_config *cfg,
-                          const attnc_attn_masks *self_masks, const attnc_attn_masks *cross_masks) {
+static attnc_status setup(layer_run *r, const attnc_tensor *x, const attnc_tensor *memory, const attnc_layer_params *p,
+                          const attnc_layer_config *cfg, const attnc_attn_masks *self_masks,
+                          const attnc_attn_masks *cross_masks) {
     *r = (layer_run){.p = p, .cfg = cfg};
     if (!attnc_present(x)) return attnc_fail(ATTNC_ERR_TYPE, "input is required");
     attnc_dtype dt = x->dtype;
     if (dt != ATTNC_FLOAT32 && dt != ATTNC_FLOAT64)
-        return attnc_fail(ATTNC_ERR_TYPE, "input has dtype %s, expected float32 or float64",
-                          attnc_dtype_name(dt));
+        return attnc_fail(ATTNC_ERR_TYPE, "input has dtype %s, expected float32 or float64", attnc_dtype_name(dt));
     if (x->ndim != 3) return attnc_fail(ATTNC_ERR_VALUE, "input must be (B, L, E), got %d dims", x->ndim);
     layer_dims *d = &r->d;
     d->dt = dt;
@@ -434,12 +425,10 @@ static int prev_sublayer(const layer_run *r, int k) { return k == FF && !r->d.de
 
 /* ---- the layer -------------------------------------------------------------- */
 
-attnc_status attnc_layer_forward(attnc_tensor *out, attnc_tensor *weights_self,
-                                 attnc_tensor *weights_cross, attnc_tensor *saved,
-                                 const attnc_tensor *x, const attnc_tensor *memory,
+attnc_status attnc_layer_forward(attnc_tensor *out, attnc_tensor *weights_self, attnc_tensor *weights_cross,
+                                 attnc_tensor *saved, const attnc_tensor *x, const attnc_tensor *memory,
                                  const attnc_layer_params *params, const attnc_layer_config *config,
-                                 const attnc_attn_masks *self_masks,
-                                 const attnc_attn_masks *cross_masks) {
+                                 const attnc_attn_masks *self_masks, const attnc_attn_masks *cross_masks) {
     layer_run r;
     TRY(setup(&r, x, memory, params, config, self_masks, cross_masks));
     const layer_dims *d = &r.d;
@@ -472,22 +461,43 @@ attnc_status attnc_layer_forward(attnc_tensor *out, attnc_tensor *weights_self,
 static attnc_status check_grads(const layer_run *r, const attnc_layer_params *g) {
     const attnc_layer_params *p = r->p;
     const attnc_tensor *pairs[][2] = {
-        {&g->self_attn.in_weight, &p->self_attn.in_weight}, {&g->self_attn.in_bias, &p->self_attn.in_bias},
-        {&g->self_attn.out_weight, &p->self_attn.out_weight}, {&g->self_attn.out_bias, &p->self_attn.out_bias},
-        {&g->cross_attn.in_weight, &p->cross_attn.in_weight}, {&g->cross_attn.in_bias, &p->cross_attn.in_bias},
-        {&g->cross_attn.out_weight, &p->cross_attn.out_weight}, {&g->cross_attn.out_bias, &p->cross_attn.out_bias},
-        {&g->linear1_weight, &p->linear1_weight}, {&g->linear1_bias, &p->linear1_bias},
-        {&g->linear2_weight, &p->linear2_weight}, {&g->linear2_bias, &p->linear2_bias},
-        {&g->norm_self.weight, &p->norm_self.weight}, {&g->norm_self.bias, &p->norm_self.bias},
-        {&g->norm_cross.weight, &p->norm_cross.weight}, {&g->norm_cross.bias, &p->norm_cross.bias},
-        {&g->norm_ff.weight, &p->norm_ff.weight}, {&g->norm_ff.bias, &p->norm_ff.bias},
+        {&g->self_attn.in_weight, &p->self_attn.in_weight},
+        {&g->self_attn.in_bias, &p->self_attn.in_bias},
+        {&g->self_attn.out_weight, &p->self_attn.out_weight},
+        {&g->self_attn.out_bias, &p->self_attn.out_bias},
+        {&g->cross_attn.in_weight, &p->cross_attn.in_weight},
+        {&g->cross_attn.in_bias, &p->cross_attn.in_bias},
+        {&g->cross_attn.out_weight, &p->cross_attn.out_weight},
+        {&g->cross_attn.out_bias, &p->cross_attn.out_bias},
+        {&g->linear1_weight, &p->linear1_weight},
+        {&g->linear1_bias, &p->linear1_bias},
+        {&g->linear2_weight, &p->linear2_weight},
+        {&g->linear2_bias, &p->linear2_bias},
+        {&g->norm_self.weight, &p->norm_self.weight},
+        {&g->norm_self.bias, &p->norm_self.bias},
+        {&g->norm_cross.weight, &p->norm_cross.weight},
+        {&g->norm_cross.bias, &p->norm_cross.bias},
+        {&g->norm_ff.weight, &p->norm_ff.weight},
+        {&g->norm_ff.bias, &p->norm_ff.bias},
     };
-    static const char *names[] = {
-        "self_attn.in_proj_weight", "self_attn.in_proj_bias", "self_attn.out_proj.weight",
-        "self_attn.out_proj.bias", "multihead_attn.in_proj_weight", "multihead_attn.in_proj_bias",
-        "multihead_attn.out_proj.weight", "multihead_attn.out_proj.bias", "linear1.weight", "linear1.bias",
-        "linear2.weight", "linear2.bias", "norm_self.weight", "norm_self.bias", "norm_cross.weight",
-        "norm_cross.bias", "norm_ff.weight", "norm_ff.bias"};
+    static const char *names[] = {"self_attn.in_proj_weight",
+                                  "self_attn.in_proj_bias",
+                                  "self_attn.out_proj.weight",
+                                  "self_attn.out_proj.bias",
+                                  "multihead_attn.in_proj_weight",
+                                  "multihead_attn.in_proj_bias",
+                                  "multihead_attn.out_proj.weight",
+                                  "multihead_attn.out_proj.bias",
+                                  "linear1.weight",
+                                  "linear1.bias",
+                                  "linear2.weight",
+                                  "linear2.bias",
+                                  "norm_self.weight",
+                                  "norm_self.bias",
+                                  "norm_cross.weight",
+                                  "norm_cross.bias",
+                                  "norm_ff.weight",
+                                  "norm_ff.bias"};
     for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++) {
         const attnc_tensor *gt = pairs[i][0], *pt = pairs[i][1];
         if (!attnc_present(gt)) continue;
@@ -505,9 +515,7 @@ static attnc_status check_grads(const layer_run *r, const attnc_layer_params *g)
 /* The backward's scratch, carved from one buffer: six (N, E) buffers (the
  * last two carry the gradient between sublayers), then dqkv (N, 3E), dkv
  * (M, 2E) and dhidden (N, F). */
-static int64_t scratch_size(const layer_dims *d) {
-    return 9 * d->N * d->E + 2 * d->M * d->E + d->N * d->F;
-}
+static int64_t scratch_size(const layer_dims *d) { return 9 * d->N * d->E + 2 * d->M * d->E + d->N * d->F; }
 
 int64_t attnc_layer_scratch_size(int64_t B, int64_t L, int64_t S, int64_t E, int64_t F, int decoder) {
     layer_dims d = {.N = B * L, .M = decoder ? B * S : 0, .E = E, .F = F};
@@ -530,9 +538,8 @@ static void carve_scratch(scratch *s, attnc_tensor bufs[2], char *base, const la
 
 attnc_status attnc_layer_backward(attnc_tensor *dx, attnc_tensor *dmemory, attnc_layer_params *grads,
                                   attnc_tensor *work, const attnc_tensor *dout, const attnc_tensor *saved,
-                                  const attnc_tensor *x, const attnc_tensor *memory,
-                                  const attnc_layer_params *params, const attnc_layer_config *config,
-                                  const attnc_attn_masks *self_masks,
+                                  const attnc_tensor *x, const attnc_tensor *memory, const attnc_layer_params *params,
+                                  const attnc_layer_config *config, const attnc_attn_masks *self_masks,
                                   const attnc_attn_masks *cross_masks) {
     layer_run r;
     TRY(setup(&r, x, memory, params, config, self_masks, cross_masks));

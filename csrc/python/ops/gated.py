@@ -2,6 +2,7 @@
 
 OPS = [
     op("gated_forward", "attnc_gated_forward", out("output"), arr("input"), arr("gate")),
-    op("gated_backward", "attnc_gated_backward", out("dinput"), out("dgate"), arr("doutput"), arr("input"),
-       arr("gate")),
+    op(
+        "gated_backward", "attnc_gated_backward", out("dinput"), out("dgate"), arr("doutput"), arr("input"), arr("gate")
+    ),
 ]

@@ -11,10 +11,25 @@ def params(name, role):
 
 OPS = [
     op("lstmn_saved_size", "attnc_lstmn_saved_size", i64("B"), i64("T"), i64("H"), i64("A"), returns="int64"),
-    op("lstmn_forward", "attnc_lstmn_forward",
-       out("output", ranks=3), out("attention", ranks=3), out("saved", ranks=1), arr("input", ranks=3),
-       arr("lengths", ranks=1), params("params", arr)),
-    op("lstmn_backward", "attnc_lstmn_backward",
-       params("grads", out), out("dinput", ranks=3), arr("doutput", ranks=3), arr("saved", ranks=1),
-       arr("input", ranks=3), arr("lengths", ranks=1), params("params", arr)),
+    op(
+        "lstmn_forward",
+        "attnc_lstmn_forward",
+        out("output", ranks=3),
+        out("attention", ranks=3),
+        out("saved", ranks=1),
+        arr("input", ranks=3),
+        arr("lengths", ranks=1),
+        params("params", arr),
+    ),
+    op(
+        "lstmn_backward",
+        "attnc_lstmn_backward",
+        params("grads", out),
+        out("dinput", ranks=3),
+        arr("doutput", ranks=3),
+        arr("saved", ranks=1),
+        arr("input", ranks=3),
+        arr("lengths", ranks=1),
+        params("params", arr),
+    ),
 ]

@@ -3,10 +3,11 @@ sizes of their buffers, and greedy / beam-search decoding over a stack."""
 
 # attnc_layer_params' members by their C paths (attnc.nn.transformer maps them
 # to torch's state_dict names): the dict of a layer's weights and of its gradients.
-LAYER_PARAMS = tuple(f"{m}.{t}" for m in ("self_attn", "cross_attn")
-                     for t in ("in_weight", "in_bias", "out_weight", "out_bias")) + \
-    ("linear1_weight", "linear1_bias", "linear2_weight", "linear2_bias") + \
-    tuple(f"{n}.{t}" for n in ("norm_self", "norm_cross", "norm_ff") for t in ("weight", "bias"))
+LAYER_PARAMS = (
+    tuple(f"{m}.{t}" for m in ("self_attn", "cross_attn") for t in ("in_weight", "in_bias", "out_weight", "out_bias"))
+    + ("linear1_weight", "linear1_bias", "linear2_weight", "linear2_bias")
+    + tuple(f"{n}.{t}" for n in ("norm_self", "norm_cross", "norm_ff") for t in ("weight", "bias"))
+)
 
 
 def layer_params(role):
@@ -17,45 +18,113 @@ def layer_params(role):
 def layer_config(into=""):
     """attnc_layer_config's members as keyword arguments (into: the path of
     the struct member that holds them)."""
-    return (i64("nhead", lo=1, field=into + "nhead"),
-            enum("activation", "attnc_activation", 4, field=into + "activation"),
-            real("eps", lo=0, field=into + "eps"), flag("norm_first", field=into + "norm_first"),
-            real("dropout", 0.0, lo=0, hi=1, field=into + "dropout"), u64("seed", field=into + "seed"))
+    return (
+        i64("nhead", lo=1, field=into + "nhead"),
+        enum("activation", "attnc_activation", 4, field=into + "activation"),
+        real("eps", lo=0, field=into + "eps"),
+        flag("norm_first", field=into + "norm_first"),
+        real("dropout", 0.0, lo=0, hi=1, field=into + "dropout"),
+        u64("seed", field=into + "seed"),
+    )
 
 
 CONFIG = struct("attnc_layer_config", *layer_config())
 # Which keys each query sees: a torch-style attention mask and key padding
 # mask (as the kernels take them: broadcast to (B, H, L, S)) and a causal
 # flag, in self- and in cross-attention.
-SELF_MASKS = struct("attnc_attn_masks", arr("attn_mask", field="masks[0]", ranks=4),
-                    arr("key_padding_mask", field="masks[1]", ranks=4), flag("is_causal", field="causal"))
-CROSS_MASKS = struct("attnc_attn_masks", arr("memory_mask", field="masks[0]", ranks=4),
-                     arr("memory_key_padding_mask", field="masks[1]", ranks=4),
-                     flag("memory_is_causal", field="causal"))
+SELF_MASKS = struct(
+    "attnc_attn_masks",
+    arr("attn_mask", field="masks[0]", ranks=4),
+    arr("key_padding_mask", field="masks[1]", ranks=4),
+    flag("is_causal", field="causal"),
+)
+CROSS_MASKS = struct(
+    "attnc_attn_masks",
+    arr("memory_mask", field="masks[0]", ranks=4),
+    arr("memory_key_padding_mask", field="masks[1]", ranks=4),
+    flag("memory_is_causal", field="causal"),
+)
 
 OPS = [
-    op("layer_saved_size", "attnc_layer_saved_size",
-       i64("B"), i64("L"), i64("S"), i64("E"), i64("F"), i64("H"), flag("decoder"), returns="int64"),
-    op("layer_scratch_size", "attnc_layer_scratch_size",
-       i64("B"), i64("L"), i64("S"), i64("E"), i64("F"), flag("decoder"), returns="int64"),
-    op("layer_forward", "attnc_layer_forward",
-       out("output", ranks=3), out("weights_self", ranks=4), out("weights_cross", ranks=4), out("saved", ranks=1),
-       arr("input", ranks=3), arr("memory", ranks=3), struct("attnc_layer_params", *layer_params(arr), name="params"),
-       CONFIG, SELF_MASKS, CROSS_MASKS),
-    op("layer_backward", "attnc_layer_backward",
-       out("dinput", ranks=3), out("dmemory", ranks=3), struct("attnc_layer_params", *layer_params(out), name="grads"),
-       out("scratch", ranks=1), arr("doutput", ranks=3), arr("saved", ranks=1), arr("input", ranks=3),
-       arr("memory", ranks=3), struct("attnc_layer_params", *layer_params(arr), name="params"), CONFIG, SELF_MASKS,
-       CROSS_MASKS),
-    op("decode", "attnc_decode",
-       out("tokens", ranks=2), out("lengths", ranks=1),
-       struct("attnc_decoder",
-              struct_list("layers", "attnc_layer_params", *layer_params(arr), field="layers", count="nlayers"),
-              *layer_config("config."), arr("embedding", ranks=2), arr("positions", ranks=2), real("embed_scale", 1.0),
-              arr("norm_weight", field="final_norm.weight", ranks=1),
-              arr("norm_bias", field="final_norm.bias", ranks=1),
-              arr("out_weight", ranks=2), arr("out_bias", ranks=1)),
-       arr("prompt", ranks=2), arr("memory", ranks=3), arr("memory_mask", ranks=2),
-       struct("attnc_decode_options", i64("max_new_tokens", lo=0), i64("eos", -1, lo=-1), i64("beam_size", 1, lo=1),
-              real("length_penalty", 0.0))),
+    op(
+        "layer_saved_size",
+        "attnc_layer_saved_size",
+        i64("B"),
+        i64("L"),
+        i64("S"),
+        i64("E"),
+        i64("F"),
+        i64("H"),
+        flag("decoder"),
+        returns="int64",
+    ),
+    op(
+        "layer_scratch_size",
+        "attnc_layer_scratch_size",
+        i64("B"),
+        i64("L"),
+        i64("S"),
+        i64("E"),
+        i64("F"),
+        flag("decoder"),
+        returns="int64",
+    ),
+    op(
+        "layer_forward",
+        "attnc_layer_forward",
+        out("output", ranks=3),
+        out("weights_self", ranks=4),
+        out("weights_cross", ranks=4),
+        out("saved", ranks=1),
+        arr("input", ranks=3),
+        arr("memory", ranks=3),
+        struct("attnc_layer_params", *layer_params(arr), name="params"),
+        CONFIG,
+        SELF_MASKS,
+        CROSS_MASKS,
+    ),
+    op(
+        "layer_backward",
+        "attnc_layer_backward",
+        out("dinput", ranks=3),
+        out("dmemory", ranks=3),
+        struct("attnc_layer_params", *layer_params(out), name="grads"),
+        out("scratch", ranks=1),
+        arr("doutput", ranks=3),
+        arr("saved", ranks=1),
+        arr("input", ranks=3),
+        arr("memory", ranks=3),
+        struct("attnc_layer_params", *layer_params(arr), name="params"),
+        CONFIG,
+        SELF_MASKS,
+        CROSS_MASKS,
+    ),
+    op(
+        "decode",
+        "attnc_decode",
+        out("tokens", ranks=2),
+        out("lengths", ranks=1),
+        struct(
+            "attnc_decoder",
+            struct_list("layers", "attnc_layer_params", *layer_params(arr), field="layers", count="nlayers"),
+            *layer_config("config."),
+            arr("embedding", ranks=2),
+            arr("positions", ranks=2),
+            real("embed_scale", 1.0),
+            arr("norm_weight", field="final_norm.weight", ranks=1),
+            arr("norm_bias", field="final_norm.bias", ranks=1),
+            arr("out_weight", ranks=2),
+            arr("out_bias", ranks=1),
+        ),
+        arr("prompt", ranks=2),
+        arr("memory", ranks=3),
+        arr("memory_mask", ranks=2),
+        struct(
+            "attnc_decode_options",
+            i64("max_new_tokens", lo=0),
+            i64("eos", -1, lo=-1),
+            i64("beam_size", 1, lo=1),
+            real("length_penalty", 0.0),
+        ),
+    ),
 ]
