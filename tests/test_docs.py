@@ -5,7 +5,9 @@ example, and every example runs and prints what its docstring says."""
 
 import doctest
 import importlib
+import importlib.util
 import inspect
+import os
 import typing
 
 import numpy as np
@@ -22,7 +24,12 @@ MODULES = [
     "attnc.optim",
     "attnc.plot",
     "attnc.experiments",
+    "attnc.torch",
 ]
+# attnc.torch needs torch: without it (and without ATTNC_REQUIRE_TORCH=1, which
+# makes its absence an import error here) its docstrings are not collected.
+if importlib.util.find_spec("torch") is None and os.environ.get("ATTNC_REQUIRE_TORCH") != "1":
+    MODULES.remove("attnc.torch")
 
 
 def public_objects():
@@ -93,7 +100,10 @@ def test_example_runs(name, obj, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # examples that save files write here
     np.random.seed(0)  # noqa: NPY002  (examples may draw from NumPy's global generator)
     finder = doctest.DocTestFinder(recurse=False)
-    tests = finder.find(obj, name, globs={"np": np, "attnc": attnc})
+    globs = {"np": np, "attnc": attnc}
+    if name.startswith("attnc.torch."):
+        globs["torch"] = importlib.import_module("torch")
+    tests = finder.find(obj, name, globs=globs)
     runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
     examples = 0
     for test in tests:
