@@ -30,8 +30,8 @@ def _flatten(x: Any, path: str, leaves: list) -> Any:
     if isinstance(x, (torch.Tensor, np.ndarray, np.generic)):
         leaves.append((path, x))
         return _Leaf(len(leaves) - 1)
-    if type(x) in (tuple, list):
-        return type(x)(_flatten(item, f"{path}[{i}]", leaves) for i, item in enumerate(x))
+    if isinstance(x, (tuple, list)):
+        return _rebuild(x, [_flatten(item, f"{path}[{i}]", leaves) for i, item in enumerate(x)])
     return x
 
 
@@ -43,9 +43,14 @@ def _fill(tree: Any, values: list) -> Any:
     """_flatten's inverse: every _Leaf of tree replaced by values[leaf]."""
     if isinstance(tree, _Leaf):
         return values[tree]
-    if type(tree) in (tuple, list):
-        return type(tree)(_fill(item, values) for item in tree)
+    if isinstance(tree, (tuple, list)):
+        return _rebuild(tree, [_fill(item, values) for item in tree])
     return tree
+
+
+def _rebuild(like: tuple | list, items: list) -> Any:
+    """items in like's type: a tuple, a list or a named tuple (NTMTrace)."""
+    return type(like)(*items) if hasattr(like, "_fields") else type(like)(items)
 
 
 def _names(fn: Callable, n: int) -> list[str]:
@@ -96,21 +101,34 @@ class _Call:
 
     def gradients(self, grads: dict[str, np.ndarray], params: list[torch.Tensor]) -> list[torch.Tensor | None]:
         """The pullback's gradients in the order of (parameters, tensor arguments).
-        An argument inside a tuple (an LSTM's hx = (h0, c0)) has a name of
-        its function's choosing: those left after the names match are taken
-        in order, each shaped as its argument."""
+        Most come under their argument's name; a state a function names its
+        own way (a GRU's hx is "h0", an LSTM's hx = (h0, c0)) is matched in
+        order with the gradients left, when they are as many and shaped alike."""
         grads = dict(grads)
         out = [_tensor_grad(grads.pop(n, None), p) for n, p in zip(self.params, params)]
-        named = [grads.pop(path, None) for path, _ in self.leaves]
-        rest = iter(grads.values())
-        for i, ((path, leaf), g) in enumerate(zip(self.leaves, named)):
-            if g is None and "[" in path and _floating(leaf):
-                g = next(rest, None)
-                if g is not None and g.shape != tuple(leaf.shape):
-                    raise RuntimeError(f"attnc.torch: cannot tell which gradient belongs to {path}")
-            named[i] = g
-        out += [_tensor_grad(g, t) for (_, t), g in zip(self.leaves, named) if isinstance(t, torch.Tensor)]
+        found = [grads.pop(path, None) for path, _ in self.leaves]
+        owner = getattr(self.fn, "__self__", None)  # a bound method's object: KVCache.attend's cache
+        left = [g for name, g in grads.items() if not hasattr(owner, name)]
+        unmatched = [i for i, ((_, leaf), g) in enumerate(zip(self.leaves, found)) if g is None and _floating(leaf)]
+        if len(left) == len(unmatched) and all(
+            g.shape == tuple(self.leaves[i][1].shape) for i, g in zip(unmatched, left)
+        ):
+            for i, g in zip(unmatched, left):
+                found[i] = g
+        else:
+            for i in unmatched:
+                path, leaf = self.leaves[i]
+                if getattr(leaf, "requires_grad", False):
+                    raise RuntimeError(
+                        f"attnc.torch: attnc.vjp({_name(self.fn)}) gave gradients {sorted(grads)}, "
+                        f"and none can be told to belong to {path}"
+                    )
+        out += [_tensor_grad(g, t) for (_, t), g in zip(self.leaves, found) if isinstance(t, torch.Tensor)]
         return out
+
+
+def _name(fn: Callable) -> str:
+    return type(fn).__name__ if isinstance(fn, _AttncModule) else getattr(fn, "__qualname__", repr(fn))
 
 
 def _floating(x: Any) -> bool:
@@ -155,7 +173,7 @@ class _VJP(torch.autograd.Function):
         ]
         tree = ctx.call.outputs
         cot_tree = _fill(tree, cots)
-        grads = ctx.pullback(*(cot_tree if type(tree) is tuple else (cot_tree,)))
+        grads = ctx.pullback(*(cot_tree if isinstance(tree, tuple) else (cot_tree,)))
         return (None, *ctx.call.gradients(grads, list(ctx.params)))
 
 
