@@ -23,14 +23,63 @@ def is_constant(x) -> bool:
     return isinstance(x, (numbers.Number, np.generic)) and not isinstance(x, np.ndarray)
 
 
+# DLPack's device types (dlpack.h's DLDeviceType) other than the CPU's, 1.
+_DEVICES = {
+    2: "CUDA",
+    3: "CUDA host",
+    4: "OpenCL",
+    7: "Vulkan",
+    8: "Metal",
+    9: "VPI",
+    10: "ROCm",
+    13: "CUDA managed",
+    14: "oneAPI",
+}
+
+
+def as_array(x, name: str) -> np.ndarray:
+    """x as a NumPy array, the one door every array argument comes in by:
+    an ndarray as it is; an object with ``__dlpack__`` (a torch CPU tensor,
+    a JAX array) viewed in place (np.from_dlpack), once its device is the
+    CPU; anything else through ``__array__`` or NumPy's conversions. A
+    tensor that requires grad is refused, naming the fix (attnc's NumPy
+    functions would silently drop its gradient)."""
+    if type(x) is np.ndarray:
+        return x
+    if getattr(x, "requires_grad", False) is True:
+        raise TypeError(
+            f"{name} is a tensor that requires grad, and attnc's NumPy functions do not differentiate: "
+            "use attnc.torch (its op of the same name, or attnc.torch.function(fn) / attnc.torch.Module(module)), "
+            f"or pass {name}.detach()"
+        )
+    device = getattr(x, "__dlpack_device__", None)
+    if device is not None and not isinstance(x, np.ndarray):
+        try:
+            kind = device()[0]
+        except Exception as exc:  # torch's meta tensors: no DLPack device at all
+            raise TypeError(f"{name} is on a device DLPack cannot name ({exc}): attnc takes CPU arrays only") from exc
+        if kind != 1:
+            where = _DEVICES.get(kind, f"DLPack device type {kind}")
+            raise TypeError(f"{name} is on a {where} device: attnc takes CPU arrays only (copy it to the host first)")
+        try:
+            return np.from_dlpack(x)
+        except (BufferError, TypeError, ValueError, RuntimeError):  # a dtype NumPy lacks (bfloat16): __array__ says
+            pass
+    try:
+        return np.asarray(x)
+    except Exception as exc:
+        if not hasattr(x, "dtype"):  # a Python object (a ragged list): NumPy's own error
+            raise
+        raise TypeError(
+            f"{name} cannot be read as an array ({type(x).__name__}, dtype {getattr(x, 'dtype', '?')}): {exc}"
+        ) from exc
+
+
 def float_array(x, name: str) -> np.ndarray:
-    """x as a float32 or float64 ndarray (any buffer exporter works)."""
+    """x as a float32 or float64 ndarray (any array object works: as_array)."""
     if type(x) is np.ndarray and x.dtype in FLOAT_DTYPES:
         return x
-    try:
-        a = np.asarray(x)
-    except Exception as exc:  # pragma: no cover - numpy's own message is kept
-        raise TypeError(f"{name} must be an array of float32 or float64, got {type(x).__name__}") from exc
+    a = as_array(x, name)
     if a.dtype not in FLOAT_DTYPES:
         raise TypeError(f"{name} has dtype {a.dtype}; attnc takes float32 or float64 arrays")
     return a
@@ -102,7 +151,7 @@ def shape_str(shape) -> str:
 
 def bool_mask(mask, shape: tuple, name: str = "mask") -> np.ndarray:
     """mask broadcast (without copying) to shape; must be boolean."""
-    m = np.asarray(mask)
+    m = as_array(mask, name)
     if m.dtype != np.bool_:
         raise TypeError(f"{name} must be a boolean array (True = may attend), got dtype {m.dtype}")
     return _broadcast(m, shape, name, f"(..., Tq, Tk) = {shape_str(shape)}")
@@ -110,7 +159,7 @@ def bool_mask(mask, shape: tuple, name: str = "mask") -> np.ndarray:
 
 def lengths(key_lengths, batch_shape: tuple) -> np.ndarray:
     """key_lengths as int64, broadcast to the leading (batch) dims (C checks they are >= 0)."""
-    kl = np.asarray(key_lengths)
+    kl = as_array(key_lengths, "key_lengths")
     if kl.dtype.kind not in "iu":
         raise TypeError(f"key_lengths must be an integer array, got dtype {kl.dtype}")
     if kl.dtype.kind == "u" and kl.size and kl.max() > np.iinfo(np.int64).max:
@@ -173,7 +222,7 @@ def seed_bits(seed) -> int:
 def torch_mask(mask, name, shape, dtype):
     """A torch-style mask (bool True = ignore, or float added) as attnc's
     kernel takes it (bool True = takes part, or float), broadcast to shape."""
-    m = np.asarray(mask)
+    m = as_array(mask, name)
     if m.dtype == np.bool_:
         kernel = ~m
     else:

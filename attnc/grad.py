@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from . import _core
-from ._args import blas_ready, shape_str
+from ._args import as_array, blas_ready, shape_str
 from ._typing import Array
 
 _REGISTERED: list = []  # the functions register() made differentiable, for vjp's error message
@@ -55,7 +55,7 @@ def _cotangent(c, out, index):
         raise TypeError(f"cotangent {index} must be None: output {index} is None (not computed)")
     if out.dtype.kind != "f":
         raise TypeError(f"output {index} is an integer array ({out.dtype}); its cotangent must be None")
-    c = np.asarray(c)
+    c = as_array(c, f"cotangent {index}")
     if c.shape != out.shape:
         raise ValueError(
             f"cotangent {index} has shape {shape_str(c.shape)}, but output {index} has shape {shape_str(out.shape)}"
@@ -128,7 +128,7 @@ def _buffer(x: Any) -> dict[tuple, np.ndarray]:
     if isinstance(x, (np.ndarray, list, tuple, dict) + _LEAVES) or _ours(type(x).__module__):
         return {}
     with contextlib.suppress(Exception):
-        view = np.asarray(x)
+        view = as_array(x, "")
         if view.base is not None:
             return {(): view}
     return {}
