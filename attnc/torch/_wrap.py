@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -91,7 +91,8 @@ class _Call:
         """fn on NumPy views of the tensors (parameters first: a module reads
         them from its own arrays, which Module._share made views of them);
         (outputs, pullback) through attnc.vjp, else (outputs, None)."""
-        views = iter([_view(t, name) for name, t in zip(self.names(), tensors)][len(self.params) :])
+        n = len(self.params)
+        views = iter([_view(t, name) for name, t in zip(self.names()[n:], tensors[n:])])
         leaves = [next(views) if isinstance(t, torch.Tensor) else t for _, t in self.leaves]
         args = _fill(self.args, leaves)
         kwargs = {k: _fill(v, leaves) for k, v in self.kwargs.items()}
@@ -155,7 +156,7 @@ class _VJP(torch.autograd.Function):
     """forward(call, *tensors): call.fn through attnc.vjp; backward: its pullback."""
 
     @staticmethod
-    def forward(ctx, call: _Call, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:  # type: ignore[override]
+    def forward(ctx, call: _Call, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
         outputs, ctx.pullback = call.run(tensors, vjp=True)
         call.outputs, flat = _outputs(outputs)
         ctx.call, ctx.params = call, tensors[: len(call.params)]
@@ -166,7 +167,7 @@ class _VJP(torch.autograd.Function):
 
     @staticmethod
     @torch.autograd.function.once_differentiable
-    def backward(ctx, *cotangents: torch.Tensor | None) -> tuple[torch.Tensor | None, ...]:  # type: ignore[override]
+    def backward(ctx, *cotangents: torch.Tensor | None) -> tuple[torch.Tensor | None, ...]:
         cots = [
             None if c is None or not floating else _view(c, f"the gradient of output {i}")
             for i, (c, floating) in enumerate(zip(cotangents, ctx.kinds))
@@ -177,7 +178,7 @@ class _VJP(torch.autograd.Function):
         return (None, *ctx.call.gradients(grads, list(ctx.params)))
 
 
-def _apply(fn: Callable, params: dict[str, torch.Tensor], args: tuple, kwargs: dict) -> Any:
+def _apply(fn: Callable, params: Mapping[str, torch.Tensor], args: tuple, kwargs: dict) -> Any:
     call = _Call(fn, list(params), args, kwargs)
     tensors = list(params.values()) + call.tensors()
     if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
@@ -295,7 +296,7 @@ class Module(torch.nn.Module):
             holder.register_parameter(name.rsplit(".", 1)[-1], torch.nn.Parameter(to_tensor(p)))
             self._shared[name] = p
 
-    def _share(self) -> dict[str, torch.Tensor]:
+    def _share(self) -> dict[str, torch.nn.Parameter]:
         """The Parameters, after making each share memory with the attnc
         module's parameter again if either side was replaced."""
         params = dict(self.named_parameters())
@@ -305,7 +306,7 @@ class Module(torch.nn.Module):
             if current is not self._shared[name]:  # the attnc side was replaced: its values win
                 with torch.no_grad():
                     p.copy_(to_tensor(current))
-            elif p.data_ptr() == current.ctypes.data and p.dtype == to_tensor(current).dtype:
+            elif p.data_ptr() == current.ctypes.data:  # new data (another dtype too) has another pointer
                 continue
             view = _view(p, name)
             if view.dtype != self.attnc_module.dtype or not view.flags.c_contiguous:
