@@ -10,6 +10,8 @@ from __future__ import annotations
 import math
 import numbers
 import secrets
+import sys
+import types
 
 import numpy as np
 
@@ -49,8 +51,7 @@ def as_array(x, name: str) -> np.ndarray:
     if getattr(x, "requires_grad", False) is True:
         raise TypeError(
             f"{name} is a tensor that requires grad, and attnc's NumPy functions do not differentiate: "
-            "use attnc.torch (its op of the same name, or attnc.torch.function(fn) / attnc.torch.Module(module)), "
-            f"or pass {name}.detach()"
+            f"use attnc.torch ({_torch_fix()}), or pass {name}.detach()"
         )
     device = getattr(x, "__dlpack_device__", None)
     if device is not None and not isinstance(x, np.ndarray):
@@ -73,6 +74,29 @@ def as_array(x, name: str) -> np.ndarray:
         raise TypeError(
             f"{name} cannot be read as an array ({type(x).__name__}, dtype {getattr(x, 'dtype', '?')}): {exc}"
         ) from exc
+
+
+def ours(module: str | None) -> bool:
+    """Whether a module's name is attnc's (attnc or attnc.something)."""
+    return module is not None and (module == "attnc" or module.startswith("attnc."))
+
+
+def _torch_fix() -> str:
+    """What to call instead of the attnc function or module the user called
+    (the outermost attnc frame on the stack), for as_array's message."""
+    frame: types.FrameType | None = sys._getframe(1)
+    entry = None
+    while frame is not None and ours(frame.f_globals.get("__name__")):
+        frame, entry = frame.f_back, frame
+    name = entry.f_code.co_name if entry is not None else ""
+    owner = entry.f_locals.get("self") if entry is not None else None
+    if name in ("__call__", "forward") and hasattr(owner, "named_parameters"):  # an attnc module
+        return f"attnc.torch.Module(your {type(owner).__name__})"
+    for space in ("attnc", "attnc.nn", "attnc.ntm"):
+        public = getattr(sys.modules.get(space), name, None)
+        if entry is not None and getattr(public, "__code__", None) is entry.f_code and hasattr(public, "_vjp_forward"):
+            return f"attnc.torch.function({space}.{name}), or attnc.torch's op of that name where it has one"
+    return "attnc.torch.function(fn) or attnc.torch.Module(module)"
 
 
 def float_array(x, name: str) -> np.ndarray:

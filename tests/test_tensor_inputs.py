@@ -150,6 +150,19 @@ def test_a_tensor_requiring_grad_names_the_fix(case, torch):
             fn(*args, **kwargs)
 
 
+def test_the_fix_names_what_to_call(torch):
+    """The requires-grad message names the wrapper of what was called."""
+    q, w = torch.randn(2, 3, 4, requires_grad=True), torch.rand(2, 3, 5, requires_grad=True)
+    memory = np.ones((2, 5, 4), np.float32)
+    for call, fix in (
+        (lambda: attnc.attention(q, memory), r"attnc\.torch\.function\(attnc\.attention\).* or pass query\.detach\(\)"),
+        (lambda: attnc.ntm.read(memory, w), r"attnc\.torch\.function\(attnc\.ntm\.read\).* or pass w\.detach\(\)"),
+        (lambda: attnc.nn.LSTM(4, 3)(q), r"attnc\.torch\.Module\(your LSTM\)\), or pass input\.detach\(\)"),
+    ):
+        with pytest.raises(TypeError, match=fix):
+            call()
+
+
 @pytest.mark.parametrize("case", CASE_PARAMS)
 def test_another_device_is_refused(case):
     fn, args, kwargs = case.call(Dims(np.float32))
