@@ -10,6 +10,8 @@ from __future__ import annotations
 import math
 import numbers
 import secrets
+import sys
+import types
 
 import numpy as np
 
@@ -23,14 +25,85 @@ def is_constant(x) -> bool:
     return isinstance(x, (numbers.Number, np.generic)) and not isinstance(x, np.ndarray)
 
 
+# DLPack's device types (dlpack.h's DLDeviceType) other than the CPU's, 1.
+_DEVICES = {
+    2: "CUDA",
+    3: "CUDA host",
+    4: "OpenCL",
+    7: "Vulkan",
+    8: "Metal",
+    9: "VPI",
+    10: "ROCm",
+    13: "CUDA managed",
+    14: "oneAPI",
+}
+
+
+def as_array(x, name: str) -> np.ndarray:
+    """x as a NumPy array, the one door every array argument comes in by:
+    an ndarray as it is; an object with ``__dlpack__`` (a torch CPU tensor,
+    a JAX array) viewed in place (np.from_dlpack), once its device is the
+    CPU; anything else through ``__array__`` or NumPy's conversions. A
+    tensor that requires grad is refused, naming the fix (attnc's NumPy
+    functions would silently drop its gradient)."""
+    if type(x) is np.ndarray:
+        return x
+    if getattr(x, "requires_grad", False) is True:
+        raise TypeError(
+            f"{name} is a tensor that requires grad, and attnc's NumPy functions do not differentiate: "
+            f"use attnc.torch ({_torch_fix()}), or pass {name}.detach()"
+        )
+    device = getattr(x, "__dlpack_device__", None)
+    if device is not None and not isinstance(x, np.ndarray):
+        try:
+            kind = device()[0]
+        except Exception as exc:  # torch's meta tensors: no DLPack device at all
+            raise TypeError(f"{name} is on a device DLPack cannot name ({exc}): attnc takes CPU arrays only") from exc
+        if kind != 1:
+            where = _DEVICES.get(kind, f"DLPack device type {kind}")
+            raise TypeError(f"{name} is on a {where} device: attnc takes CPU arrays only (copy it to the host first)")
+        try:
+            return np.from_dlpack(x)
+        except (BufferError, TypeError, ValueError, RuntimeError):  # a dtype NumPy lacks (bfloat16): __array__ says
+            pass
+    try:
+        return np.asarray(x)
+    except Exception as exc:
+        if not hasattr(x, "dtype"):  # a Python object (a ragged list): NumPy's own error
+            raise
+        raise TypeError(
+            f"{name} cannot be read as an array ({type(x).__name__}, dtype {getattr(x, 'dtype', '?')}): {exc}"
+        ) from exc
+
+
+def ours(module: str | None) -> bool:
+    """Whether a module's name is attnc's (attnc or attnc.something)."""
+    return module is not None and (module == "attnc" or module.startswith("attnc."))
+
+
+def _torch_fix() -> str:
+    """What to call instead of the attnc function or module the user called
+    (the outermost attnc frame on the stack), for as_array's message."""
+    frame: types.FrameType | None = sys._getframe(1)
+    entry = None
+    while frame is not None and ours(frame.f_globals.get("__name__")):
+        frame, entry = frame.f_back, frame
+    name = entry.f_code.co_name if entry is not None else ""
+    owner = entry.f_locals.get("self") if entry is not None else None
+    if name in ("__call__", "forward") and hasattr(owner, "named_parameters"):  # an attnc module
+        return f"attnc.torch.Module(your {type(owner).__name__})"
+    for space in ("attnc", "attnc.nn", "attnc.ntm"):
+        public = getattr(sys.modules.get(space), name, None)
+        if entry is not None and getattr(public, "__code__", None) is entry.f_code and hasattr(public, "_vjp_forward"):
+            return f"attnc.torch.function({space}.{name}), or attnc.torch's op of that name where it has one"
+    return "attnc.torch.function(fn) or attnc.torch.Module(module)"
+
+
 def float_array(x, name: str) -> np.ndarray:
-    """x as a float32 or float64 ndarray (any buffer exporter works)."""
+    """x as a float32 or float64 ndarray (any array object works: as_array)."""
     if type(x) is np.ndarray and x.dtype in FLOAT_DTYPES:
         return x
-    try:
-        a = np.asarray(x)
-    except Exception as exc:  # pragma: no cover - numpy's own message is kept
-        raise TypeError(f"{name} must be an array of float32 or float64, got {type(x).__name__}") from exc
+    a = as_array(x, name)
     if a.dtype not in FLOAT_DTYPES:
         raise TypeError(f"{name} has dtype {a.dtype}; attnc takes float32 or float64 arrays")
     return a
@@ -102,7 +175,7 @@ def shape_str(shape) -> str:
 
 def bool_mask(mask, shape: tuple, name: str = "mask") -> np.ndarray:
     """mask broadcast (without copying) to shape; must be boolean."""
-    m = np.asarray(mask)
+    m = as_array(mask, name)
     if m.dtype != np.bool_:
         raise TypeError(f"{name} must be a boolean array (True = may attend), got dtype {m.dtype}")
     return _broadcast(m, shape, name, f"(..., Tq, Tk) = {shape_str(shape)}")
@@ -110,7 +183,7 @@ def bool_mask(mask, shape: tuple, name: str = "mask") -> np.ndarray:
 
 def lengths(key_lengths, batch_shape: tuple) -> np.ndarray:
     """key_lengths as int64, broadcast to the leading (batch) dims (C checks they are >= 0)."""
-    kl = np.asarray(key_lengths)
+    kl = as_array(key_lengths, "key_lengths")
     if kl.dtype.kind not in "iu":
         raise TypeError(f"key_lengths must be an integer array, got dtype {kl.dtype}")
     if kl.dtype.kind == "u" and kl.size and kl.max() > np.iinfo(np.int64).max:
@@ -173,7 +246,7 @@ def seed_bits(seed) -> int:
 def torch_mask(mask, name, shape, dtype):
     """A torch-style mask (bool True = ignore, or float added) as attnc's
     kernel takes it (bool True = takes part, or float), broadcast to shape."""
-    m = np.asarray(mask)
+    m = as_array(mask, name)
     if m.dtype == np.bool_:
         kernel = ~m
     else:

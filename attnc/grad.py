@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from . import _core
-from ._args import blas_ready, shape_str
+from ._args import as_array, blas_ready, ours, shape_str
 from ._typing import Array
 
 _REGISTERED: list = []  # the functions register() made differentiable, for vjp's error message
@@ -55,7 +55,7 @@ def _cotangent(c, out, index):
         raise TypeError(f"cotangent {index} must be None: output {index} is None (not computed)")
     if out.dtype.kind != "f":
         raise TypeError(f"output {index} is an integer array ({out.dtype}); its cotangent must be None")
-    c = np.asarray(c)
+    c = as_array(c, f"cotangent {index}")
     if c.shape != out.shape:
         raise ValueError(
             f"cotangent {index} has shape {shape_str(c.shape)}, but output {index} has shape {shape_str(out.shape)}"
@@ -63,10 +63,6 @@ def _cotangent(c, out, index):
     if c.dtype != out.dtype:
         raise TypeError(f"cotangent {index} has dtype {c.dtype}, but output {index} has dtype {out.dtype}")
     return blas_ready(c)
-
-
-def _ours(module: str | None) -> bool:
-    return module is not None and (module == "attnc" or module.startswith("attnc."))
 
 
 def _cells(f: types.FunctionType) -> Iterator[tuple[str, Any]]:
@@ -111,8 +107,8 @@ def _arrays(root: Any) -> dict[tuple, np.ndarray]:
         elif kind is types.MethodType:
             children = (("__self__", x.__self__), ("__func__", x.__func__))
         elif kind is types.FunctionType:
-            children = _cells(x) if _ours(x.__module__) else ()
-        elif not _ours(kind.__module__):
+            children = _cells(x) if ours(x.__module__) else ()
+        elif not ours(kind.__module__):
             continue
         elif hasattr(x, "named_parameters"):  # a module: its parameters
             children = x.named_parameters()
@@ -125,10 +121,10 @@ def _arrays(root: Any) -> dict[tuple, np.ndarray]:
 def _buffer(x: Any) -> dict[tuple, np.ndarray]:
     """{(): the array viewing x's memory} for a buffer that is not an array
     (a memoryview, a torch tensor), which forwards read in place; else {}."""
-    if isinstance(x, (np.ndarray, list, tuple, dict) + _LEAVES) or _ours(type(x).__module__):
+    if isinstance(x, (np.ndarray, list, tuple, dict) + _LEAVES) or ours(type(x).__module__):
         return {}
     with contextlib.suppress(Exception):
-        view = np.asarray(x)
+        view = as_array(x, "")
         if view.base is not None:
             return {(): view}
     return {}

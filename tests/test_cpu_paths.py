@@ -68,6 +68,9 @@ OTHER_TESTS = [
     "test_lint.py",
     "test_tour.py",
     "test_pretrained.py",
+    "test_torch_wrap.py",
+    "test_tensor_inputs.py",
+    "test_ddp.py",
     "test_binding.py",  # the binding's surface against its table (the sources): every path compiles the same ops.c
 ]
 KERNEL_TESTS = [

@@ -8,6 +8,7 @@ import numpy as np
 
 from .. import _core
 from .._args import (
+    as_array,
     blas_ready,
     choice,
     elementwise_ready,
@@ -27,7 +28,7 @@ MODES = ("monotonic", "predictive")
 def _positions(positions, inp: Inputs):
     """Given positions as an array of the call's dtype, broadcast to (..., Tq);
     (the array, whether it is differentiable, its own shape)."""
-    p = np.asarray(positions)
+    p = as_array(positions, "positions")
     if p.dtype.kind in "iu":
         p, differentiable = p.astype(inp.dtype), False
     else:

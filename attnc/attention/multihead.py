@@ -11,6 +11,7 @@ import numpy as np
 
 from .. import _core
 from .._args import (
+    as_array,
     as_rows,
     blas_ready,
     default_scale,
@@ -149,13 +150,13 @@ def _forward(
 
     masks, mask_args = [None, None], {}
     if attn_mask is not None:
-        m = np.asarray(attn_mask)
+        m = attn_mask = as_array(attn_mask, "attn_mask")
         if m.ndim == 3 and m.shape[0] == B * H:
             m = m.reshape(B, H, *m.shape[1:])
         orig, kernel = torch_mask(m, "attn_mask", (B, H, L, S), dtype)
         masks[0], mask_args["attn_mask"] = elementwise_ready(_pad_keys(kernel, extra)), (attn_mask, orig.shape)
     if key_padding_mask is not None:
-        m = np.asarray(key_padding_mask)
+        m = key_padding_mask = as_array(key_padding_mask, "key_padding_mask")
         m = m[None] if not batched and m.ndim == 1 else m
         if m.shape != (B, S):
             raise ValueError(f"key_padding_mask has shape {shape_str(m.shape)}, expected (B, S) = ({B}, {S})")

@@ -11,6 +11,7 @@ import numpy as np
 
 from .. import _core
 from .._args import (
+    as_array,
     blas_ready,
     default_scale,
     elementwise_ready,
@@ -28,7 +29,7 @@ from ._spec import sdpa_options
 def _attn_mask(attn_mask, dtype, shape):
     """attn_mask as a view broadcast to shape: bool (True = takes part) or
     float of the call's dtype (added to the scores)."""
-    m = np.asarray(attn_mask)
+    m = as_array(attn_mask, "attn_mask")
     if m.dtype != np.bool_:
         m = float_array(m, "attn_mask")
         same_dtype(dtype, attn_mask=m)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._args import as_array
 from ..grad import vjp
 
 
@@ -42,7 +43,7 @@ def _causal_mask(T: int) -> np.ndarray:
 
 
 def _ids(x, name):
-    a = np.asarray(x)
+    a = as_array(x, name)
     if a.dtype.kind not in "iu":
         raise TypeError(f"{name} must be an integer array of token ids, got dtype {a.dtype}")
     if a.ndim != 2:

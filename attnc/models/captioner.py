@@ -14,7 +14,7 @@ from typing import Any, Literal
 import numpy as np
 
 from .. import _core, nn
-from .._args import float_array, same_dtype, shape_str, size_arg
+from .._args import as_array, float_array, same_dtype, shape_str, size_arg
 from .._typing import Array, ArrayLike, DTypeLike
 from ..grad import internal, vjp
 
@@ -55,7 +55,7 @@ def _nonneg(name, v):
 
 
 def _int_ids(x, name, shape=None):
-    a = np.asarray(x)
+    a = as_array(x, name)
     if a.dtype.kind not in "iu":
         raise TypeError(f"{name} must be an integer array, got dtype {a.dtype}")
     if a.ndim != 2:

@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from .. import nn
-from .._args import as_rows, child_seeds, shape_str, size_arg
+from .._args import as_array, as_rows, child_seeds, shape_str, size_arg
 from .._typing import Array, ArrayLike, DTypeLike
 from ..attention.soft import attention
 from ..grad import internal, vjp
@@ -230,7 +230,7 @@ class DecomposableAttention(nn.Module):
 
     # -- inputs --------------------------------------------------------------------------------
     def _ids(self, x, name):
-        a = np.asarray(x)
+        a = as_array(x, name)
         if a.dtype.kind not in "iu":
             raise TypeError(f"{name} must be an integer array of token ids, got dtype {a.dtype}")
         if a.ndim != 2:
@@ -245,7 +245,7 @@ class DecomposableAttention(nn.Module):
         if lengths is not None and mask is not None:
             raise ValueError(f"give {name}_lengths or {name}_mask, not both")
         if lengths is not None:
-            n = np.asarray(lengths)
+            n = as_array(lengths, f"{name}_lengths")
             if n.dtype.kind not in "iu":
                 raise TypeError(f"{name}_lengths must be an integer array, got dtype {n.dtype}")
             if n.shape != (B,):
@@ -254,7 +254,7 @@ class DecomposableAttention(nn.Module):
                 raise ValueError(f"{name}_lengths must be in [0, {L}]")
             return np.arange(L)[None, :] < n[:, None]
         if mask is not None:
-            m = np.asarray(mask)
+            m = as_array(mask, f"{name}_mask")
             if m.dtype != np.bool_:
                 raise TypeError(f"{name}_mask must be a boolean array (True = real token), got dtype {m.dtype}")
             if m.shape != (B, L):

@@ -9,6 +9,7 @@ import numbers
 import numpy as np
 
 from .. import nn
+from .._args import as_array
 from .._typing import Array, ArrayLike, DTypeLike
 from ..grad import internal, vjp
 from ..nn.decoding import _decoding_ints
@@ -177,7 +178,7 @@ class GPT(nn.Module):
         loss, ce_pullback = vjp(
             nn.cross_entropy,
             logits.reshape(-1, V),
-            np.asarray(targets).reshape(-1),
+            as_array(targets, "targets").reshape(-1),
             ignore_index=ignore_index,
             label_smoothing=label_smoothing,
         )

@@ -13,7 +13,7 @@ from typing import Any, Literal, NamedTuple
 import numpy as np
 
 from .. import _core, nn
-from .._args import float_array, same_dtype, shape_str, size_arg
+from .._args import as_array, float_array, same_dtype, shape_str, size_arg
 from .._typing import Array, ArrayLike, DTypeLike
 
 __all__ = ["NTM", "NTMTrace"]
@@ -310,8 +310,8 @@ class NTM(nn.Module):
         binary cross-entropy with logits over every channel of the scored steps."""
         logits, _, state = self._run(batch.inputs, keep=True, trace=False)
         B, T, O = logits.shape
-        targets = np.asarray(batch.targets, np.float64)
-        mask = np.asarray(batch.mask)
+        targets = as_array(batch.targets, "targets").astype(np.float64, copy=False)
+        mask = as_array(batch.mask, "mask")
         if targets.shape != (B, T, O):
             raise ValueError(f"targets has shape {shape_str(targets.shape)}, expected {shape_str((B, T, O))}")
         if mask.shape != (B, T) or mask.dtype != bool:

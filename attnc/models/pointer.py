@@ -18,7 +18,7 @@ from typing import Any, Literal, NamedTuple
 import numpy as np
 
 from .. import _core, nn
-from .._args import float_array, same_dtype, shape_str, size_arg
+from .._args import as_array, float_array, same_dtype, shape_str, size_arg
 from .._typing import Array, ArrayLike, DTypeLike
 from ..attention.score import score
 from ..grad import internal, vjp
@@ -173,7 +173,7 @@ class PointerNet(nn.Module):
         if lengths is None:
             nl = np.full(B, n, np.int64)
         else:
-            nl = np.asarray(lengths)
+            nl = as_array(lengths, "lengths")
             if nl.dtype.kind not in "iu":
                 raise ValueError(f"lengths must be integers, got dtype {nl.dtype}")
             nl = np.ascontiguousarray(nl, np.int64)
@@ -190,7 +190,7 @@ class PointerNet(nn.Module):
     @staticmethod
     def _targets(targets, nl, constraint):
         """(targets (B, T) int64, counts (B,)): checked against the constraint."""
-        t = np.asarray(targets)
+        t = as_array(targets, "targets")
         B = nl.shape[0]
         if t.dtype.kind not in "iu" or t.ndim != 2 or t.shape[0] != B:
             raise ValueError(f"targets must be integers of shape ({B}, T), got {t.dtype} {shape_str(t.shape)}")

@@ -15,7 +15,7 @@ from typing import Any, Literal
 import numpy as np
 
 from .. import _core
-from .._args import choice, int_arg, shape_str
+from .._args import as_array, choice, int_arg, shape_str
 from .._typing import Array, ArrayLike, DTypeLike
 from ..grad import internal, vjp
 from ..nn import LSTM, Embedding, Linear, LSTMCell, Module, cross_entropy
@@ -239,7 +239,7 @@ class Seq2Seq(Module):
         if src_lengths is None:
             lens = np.full(B, S, np.int64)
         else:
-            lens = np.asarray(src_lengths)
+            lens = as_array(src_lengths, "src_lengths")
             if lens.dtype.kind not in "iu":
                 raise TypeError(f"src_lengths must be integers, got dtype {lens.dtype}")
             if lens.shape != (B,):
@@ -381,7 +381,9 @@ class Seq2Seq(Module):
             batch.src, batch.tgt_in, batch.src_lengths, sampling=sampling, seed=seed, keep=True
         )
         B, T, V = logits.shape
-        loss, pull_loss = vjp(cross_entropy, logits.reshape(B * T, V), np.asarray(batch.tgt_out).reshape(B * T))
+        loss, pull_loss = vjp(
+            cross_entropy, logits.reshape(B * T, V), as_array(batch.tgt_out, "tgt_out").reshape(B * T)
+        )
         dlogits = pull_loss(np.ones((), self.dtype))["input"].reshape(B, T, V)
         return float(loss), self._backward(state, dlogits)
 
@@ -389,7 +391,7 @@ class Seq2Seq(Module):
         """The mean cross-entropy of a batch (see loss_and_grad), without gradients."""
         logits = self.forward(batch.src, batch.tgt_in, batch.src_lengths)
         B, T, V = logits.shape
-        return float(cross_entropy(logits.reshape(B * T, V), np.asarray(batch.tgt_out).reshape(B * T)))
+        return float(cross_entropy(logits.reshape(B * T, V), as_array(batch.tgt_out, "tgt_out").reshape(B * T)))
 
     # -- decoding ------------------------------------------------------------------------------
     def generate(
@@ -448,7 +450,7 @@ def _spawn(seed, n):
 
 
 def _ids(a, name, vocab):
-    x = np.asarray(a)
+    x = as_array(a, name)
     if x.dtype.kind not in "iu":
         raise TypeError(f"{name} must hold integer token ids, got dtype {x.dtype}")
     if x.ndim != 2:

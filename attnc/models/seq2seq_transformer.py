@@ -11,6 +11,7 @@ import numbers
 import numpy as np
 
 from .. import nn
+from .._args import as_array
 from .._typing import Array, ArrayLike, DTypeLike
 from ..grad import internal, vjp
 from ..nn.decoding import _decoding_ints
@@ -23,7 +24,7 @@ __all__ = ["Seq2SeqTransformer"]
 def _padding_mask(mask, shape, name):
     if mask is None:
         return None
-    m = np.asarray(mask)
+    m = as_array(mask, name)
     if m.dtype != np.bool_:
         raise TypeError(f"{name} must be a bool array (True = padding), got dtype {m.dtype}")
     if m.shape != shape:
@@ -256,7 +257,7 @@ class Seq2SeqTransformer(nn.Module):
         loss, ce_pullback = vjp(
             nn.cross_entropy,
             logits.reshape(-1, V),
-            np.asarray(tgt_out).reshape(-1),
+            as_array(tgt_out, "tgt_out").reshape(-1),
             ignore_index=ignore_index,
             label_smoothing=label_smoothing,
         )

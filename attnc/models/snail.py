@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from .. import nn
-from .._args import float_array, same_dtype, shape_str, size_arg
+from .._args import as_array, float_array, same_dtype, shape_str, size_arg
 from .._typing import Array, ArrayLike, DTypeLike
 from ..grad import internal, vjp
 from ..nn.module import ModuleList
@@ -157,7 +157,7 @@ class SNAIL(nn.Module):
                 "with T >= 1 (the support examples, then the query)"
             )
         B, T, _ = x.shape
-        y = np.asarray(labels)
+        y = as_array(labels, "labels")
         if y.dtype.kind not in "iu" or y.shape != (B, T - 1):
             raise ValueError(
                 f"labels must be integers of shape ({B}, {T - 1}) (one per support example), "
@@ -237,7 +237,7 @@ class SNAIL(nn.Module):
         ``labels`` (B, T − 1) and ``targets`` (B,), such as
         ``attnc.datasets.FewShotTask(...).episodes(...)``."""
         logits, state = self._run(episodes.features, episodes.labels, False, keep=True)
-        loss, ce_pb = vjp(nn.cross_entropy, logits, np.asarray(episodes.targets, np.int64))
+        loss, ce_pb = vjp(nn.cross_entropy, logits, as_array(episodes.targets, "targets").astype(np.int64, copy=False))
         dlogits = ce_pb(np.ones((), logits.dtype))["input"]
         grads = self._grads(state, dlogits)
         del grads["features"]

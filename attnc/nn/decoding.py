@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from .. import _core
-from .._args import float_array, same_dtype, shape_str
+from .._args import as_array, float_array, same_dtype, shape_str
 from .._typing import Array, ArrayLike
 from .normalization import LayerNorm
 from .transformer import TransformerDecoderLayer, TransformerEncoderLayer
@@ -146,7 +146,7 @@ def decode(
         raise TypeError(f"norm must be an attnc.nn.LayerNorm or None, got {type(norm).__name__}")
     if norm is not None and norm.eps != first.layer_norm_eps:
         raise ValueError(f"norm.eps ({norm.eps}) must equal the layers' layer_norm_eps ({first.layer_norm_eps})")
-    ids = np.asarray(prompt)
+    ids = as_array(prompt, "prompt")
     if ids.dtype.kind not in "iu" or ids.ndim != 2:
         raise TypeError(f"prompt must be a (B, P) integer array, got {ids.dtype} {shape_str(ids.shape)}")
     ids = np.ascontiguousarray(ids, dtype=np.int64)
@@ -162,7 +162,7 @@ def decode(
         if mem.ndim != 3 or mem.shape[0] != ids.shape[0]:
             raise ValueError(f"memory {shape_str(mem.shape)} must be (B, S, E) with the prompt's batch {ids.shape[0]}")
         if memory_key_padding_mask is not None:
-            m = np.asarray(memory_key_padding_mask)
+            m = as_array(memory_key_padding_mask, "memory_key_padding_mask")
             if m.dtype != np.bool_ or m.shape != mem.shape[:2]:
                 raise ValueError(
                     f"memory_key_padding_mask must be bool {shape_str(mem.shape[:2])}, got "

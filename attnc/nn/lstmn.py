@@ -10,7 +10,7 @@ import math
 import numpy as np
 
 from .. import _core
-from .._args import float_array, int_arg, same_dtype, shape_str
+from .._args import as_array, float_array, int_arg, same_dtype, shape_str
 from .._typing import Array, ArrayLike, DTypeLike
 from .linear import Linear
 from .module import Module
@@ -20,7 +20,7 @@ __all__ = ["LSTMN"]
 
 def _mask_lengths(mask, input_shape):
     """lengths (B,) from a (B, T) boolean prefix mask (True = a valid step)."""
-    m = np.asarray(mask)
+    m = as_array(mask, "mask")
     if m.dtype != np.bool_:
         raise TypeError(f"mask must be a boolean array (True = a valid step), got dtype {m.dtype}")
     if len(input_shape) != 3 or m.shape != tuple(input_shape[:2]):
@@ -151,7 +151,7 @@ class LSTMN(Module):
         x = np.array(x, order="C", copy=True)  # C never sees the caller's array
         lens = None
         if lengths is not None:
-            lens = np.asarray(lengths)
+            lens = as_array(lengths, "lengths")
             if lens.dtype.kind not in "iu":
                 raise TypeError(f"lengths must be integers, got dtype {lens.dtype}")
             if lens.shape != (B,):

@@ -14,7 +14,7 @@ import math
 import numpy as np
 
 from .. import _core
-from .._args import float_array, int_arg, same_dtype, shape_str
+from .._args import as_array, float_array, int_arg, same_dtype, shape_str
 from .._typing import Array, ArrayLike, DTypeLike
 from ..grad import register
 from .module import Module
@@ -23,7 +23,7 @@ from .module import Module
 def _mask(mask, shape):
     if mask is None:
         return None
-    m = np.asarray(mask)
+    m = as_array(mask, "mask")
     if m.dtype != np.bool_:
         raise TypeError(f"mask must be a boolean array (True = takes part), got dtype {m.dtype}")
     try:

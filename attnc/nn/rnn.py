@@ -11,7 +11,7 @@ import numbers
 import numpy as np
 
 from .. import _core
-from .._args import float_array, int_arg, same_dtype, shape_str
+from .._args import as_array, float_array, int_arg, same_dtype, shape_str
 from .._typing import Array, ArrayLike, DTypeLike
 from .module import Module, _settings
 
@@ -102,7 +102,7 @@ class _RNNBase(Module, abstract=True):
         if lengths is not None:
             if not batched:
                 raise ValueError("lengths needs a batched (B, T, I) input")
-            lens = np.asarray(lengths)
+            lens = as_array(lengths, "lengths")
             if lens.dtype.kind not in "iu":
                 raise TypeError(f"lengths must be integers, got dtype {lens.dtype}")
             lens = np.ascontiguousarray(lens, dtype=np.int64)  # its shape (B,) and range [1, T]: checked in C
@@ -414,7 +414,7 @@ class _CellBase(Module, abstract=True):
         if hx is not None:
             parts = hx if isinstance(hx, (tuple, list)) else (hx,)
             for a, n in zip(parts, ("h", "c")):
-                a = np.asarray(a)
+                a = as_array(a, "hx")
                 want = (x2.shape[0], self.hidden_size) if batched else (self.hidden_size,)
                 if a.shape != want:
                     raise ValueError(f"hx's {n} has shape {shape_str(a.shape)}, expected {shape_str(want)}")

@@ -10,14 +10,14 @@ from typing import Literal
 import numpy as np
 
 from .. import _core
-from .._args import as_rows, choice, elementwise_ready, float_array, int_arg, same_dtype, shape_str
+from .._args import as_array, as_rows, choice, elementwise_ready, float_array, int_arg, same_dtype, shape_str
 from .._typing import Array, ArrayLike, DTypeLike
 from ..grad import register
 from .module import Module, _settings
 
 
 def _ids(x, name):
-    a = np.asarray(x)
+    a = as_array(x, name)
     if a.dtype.kind not in "iu":
         raise TypeError(f"{name} must be an integer array of token ids, got dtype {a.dtype}")
     return elementwise_ready(a.astype(np.int64, copy=False))
@@ -224,7 +224,7 @@ def _ce_targets(x, target, ignore_index):
     """(rows of target, probabilities?, the loss's shape without reduction):
     class probabilities when target is a float array of the input's shape
     (as torch decides), else class ids (N, d1, ...) (() for a (C,) input)."""
-    t = np.asarray(target)
+    t = as_array(target, "target")
     if t.dtype.kind == "f" and t.shape == x.shape:
         t = float_array(t, "target")
         same_dtype(x.dtype, target=t)

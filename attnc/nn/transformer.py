@@ -22,7 +22,7 @@ from typing import Any, Literal, Union
 import numpy as np
 
 from .. import _core
-from .._args import elementwise_ready, float_array, int_arg, same_dtype, shape_str, torch_mask
+from .._args import as_array, elementwise_ready, float_array, int_arg, same_dtype, shape_str, torch_mask
 from .._typing import Array, ArrayLike, DTypeLike
 from .linear import Linear
 from .module import Module, ModuleList, _copies
@@ -74,7 +74,7 @@ def _tgt_and_memory(tgt, memory, dtype, d_model):
 
 def _is_causal_mask(mask, size):
     """Whether mask is exactly the causal mask (torch's _detect_is_causal_mask)."""
-    m = np.asarray(mask)
+    m = as_array(mask, "mask")
     if m.shape != (size, size):
         return False
     above = np.triu(np.ones((size, size), bool), 1)
@@ -100,7 +100,7 @@ def _masks(attn_mask, key_padding_mask, is_causal, B, H, L, S, dtype, names, bat
             "(as torch; Transformer.generate_square_subsequent_mask builds it)"
         )
     if attn_mask is not None:
-        m = np.asarray(attn_mask)
+        m = as_array(attn_mask, names[0])
         if m.ndim == 3 and m.shape == (B * H, L, S):
             m = m.reshape(B, H, L, S)
         elif m.ndim != 2:
@@ -109,7 +109,7 @@ def _masks(attn_mask, key_padding_mask, is_causal, B, H, L, S, dtype, names, bat
             )
         m0 = elementwise_ready(torch_mask(m, names[0], (B, H, L, S), dtype)[1])
     if key_padding_mask is not None:
-        m = np.asarray(key_padding_mask)
+        m = as_array(key_padding_mask, names[1])
         m = m[None] if not batched and m.ndim == 1 else m
         if m.shape != (B, S):
             raise ValueError(

@@ -14,5 +14,6 @@ except ImportError as _exc:  # pragma: no cover - CI installs torch
     ) from _exc
 
 from ._tensors import from_tensor, to_tensor
+from ._wrap import Module, function
 
-__all__ = ["from_tensor", "to_tensor"]
+__all__ = ["Module", "from_tensor", "function", "to_tensor"]

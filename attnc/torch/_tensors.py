@@ -10,6 +10,8 @@ sparse or nested layout.
 
 from __future__ import annotations
 
+from typing import overload
+
 import numpy as np
 import torch
 
@@ -55,6 +57,10 @@ def from_tensor(t: torch.Tensor, name: str, *, floats_only: bool = True) -> np.n
     return t.detach().resolve_conj().resolve_neg().numpy()
 
 
+@overload
+def to_tensor(a: np.ndarray) -> torch.Tensor: ...
+@overload
+def to_tensor(a: None) -> None: ...
 def to_tensor(a: np.ndarray | None) -> torch.Tensor | None:
     """A tensor owning (sharing) the NumPy array attnc returned; None stays None.
 
