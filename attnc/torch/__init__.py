@@ -13,6 +13,7 @@ except ImportError as _exc:  # pragma: no cover - CI installs torch
         'attnc.torch needs PyTorch, which is not installed: pip install "attnc[torch]" (or pip install torch)'
     ) from _exc
 
+from ._ops import attention, score, softmax
 from ._tensors import from_tensor, to_tensor
 
-__all__ = ["from_tensor", "to_tensor"]
+__all__ = ["attention", "from_tensor", "score", "softmax", "to_tensor"]

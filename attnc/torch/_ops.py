@@ -1,0 +1,357 @@
+"""attnc's classic operations as torch ops: the score family, soft, hard and
+local attention, kernel regression, a KV cache's attention, the NTM's
+addressing and memory, layer norm, LSTM and GRU.
+
+Each is a pair of custom ops made by one builder (`_op`) from a schema, the
+attnc function it runs and the shapes of its outputs: ``attnc::NAME`` runs
+the attnc function (so its results are attnc's, bit for bit) and
+``attnc::NAME_backward`` takes the forward's inputs and the cotangents, runs
+attnc's registered ``_vjp_forward`` again and its ``_vjp_backward`` (the C
+backward), and returns the gradient of every floating-point tensor input.
+Recomputing the forward inside the backward op, rather than keeping attnc's
+saved state on the autograd context, is what lets ``torch.compile`` trace
+the backward: a compiled graph can only carry tensors from the forward to
+the backward. It costs one more forward per backward.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import types
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from .. import attention as _attention
+from .. import ntm as _ntm
+from .. import score as _score_fn
+from .. import softmax as _softmax_fn
+from ..attention.kv_cache import KVCache
+from ..grad import _cotangent
+from ..nn import GRU, LSTM, layer_norm as _layer_norm
+from ._tensors import from_tensor, to_tensor
+
+_EMPTY = (0,)  # the shape of an output attnc did not compute (None)
+
+
+def _parse(schema: str) -> list[tuple[str, str]]:
+    """[(type, name)] of a schema's arguments ("Tensor query, str score")."""
+    return [tuple(arg.rsplit(" ", 1)) for arg in schema.split(", ")]  # type: ignore[misc]
+
+
+def _flatten(x: Any) -> list:
+    """attnc's outputs (nested tuples, such as an LSTM's (out, (h, c))) as a flat list."""
+    if isinstance(x, (tuple, list)):
+        return [leaf for item in x for leaf in _flatten(item)]
+    return [x]
+
+
+def _nest(flat: list, like: Any) -> Any:
+    """flat's items (consumed from its front) in the structure of like."""
+    if isinstance(like, (tuple, list)):
+        return tuple(_nest(flat, item) for item in like)
+    return flat.pop(0)
+
+
+class _Op:
+    """The description of one attnc operation as a torch op.
+
+    schema: its arguments in torch's schema language; a ``Tensor[] NAME``
+        comes with a ``str[] NAME_names``, the attnc argument (or parameter)
+        name of each tensor.
+    call: arguments (a dict of NumPy arrays, lists and options) -> (the attnc
+        callable, args, kwargs); the callable is registered with attnc.vjp.
+    fake: the same dict of fake tensors -> the outputs' shapes (and dtypes).
+    """
+
+    def __init__(self, name: str, schema: str, call: Callable, fake: Callable, outputs: int) -> None:
+        self.name, self.call, self.shapes, self.outputs = name, call, fake, outputs
+        self.args = _parse(schema)
+        results = "Tensor" if outputs == 1 else "(" + ", ".join(["Tensor"] * outputs) + ")"
+        self.forward = torch.library.custom_op(
+            f"attnc::{name}", self._forward, mutates_args=(), schema=f"({schema}) -> {results}"
+        )
+        self.backward = torch.library.custom_op(
+            f"attnc::{name}_backward",
+            self._backward,
+            mutates_args=(),
+            schema=f"({schema}, Tensor?[] cotangents) -> Tensor[]",
+        )
+        self.forward.register_fake(self._fake_forward)
+        self.backward.register_fake(self._fake_backward)
+        self.forward.register_autograd(self._autograd_backward, setup_context=self._setup_context)
+
+    # -- crossing ------------------------------------------------------------------
+    def _numpy(self, args: Sequence) -> dict:
+        out = {}
+        for (kind, name), value in zip(self.args, args):
+            if kind.startswith("Tensor[]"):
+                value = [from_tensor(t, f"{name}[{i}]") for i, t in enumerate(value)]
+            elif kind.startswith("Tensor") and value is not None:
+                value = from_tensor(value, name, floats_only=False)
+            out[name] = value
+        return out
+
+    def _slots(self, args: Sequence) -> list[tuple[int, int | None]]:
+        """Where the differentiable inputs are: (argument index, list index or
+        None) of every floating-point tensor, in argument order."""
+        slots = []
+        for i, ((kind, _), value) in enumerate(zip(self.args, args)):
+            if kind == "Tensor[]":
+                slots += [(i, j) for j, t in enumerate(value) if t.is_floating_point()]
+            elif kind.startswith("Tensor") and value is not None and value.is_floating_point():
+                slots.append((i, None))
+        return slots
+
+    def _grad_name(self, args: Sequence, slot: tuple[int, int | None]) -> str:
+        i, j = slot
+        name = self.args[i][1]
+        return name if j is None else args[[n for _, n in self.args].index(f"{name}_names")][j]
+
+    @staticmethod
+    def _owned(results: list, inputs: dict) -> list[torch.Tensor]:
+        """attnc's arrays as tensors, copied only where one views an input
+        (an op's outputs may not alias its inputs)."""
+        arrays = [a for v in inputs.values() for a in (v if isinstance(v, list) else [v]) if isinstance(a, np.ndarray)]
+        return [
+            r if isinstance(r, torch.Tensor)
+            else to_tensor(r.copy() if any(np.may_share_memory(r, a) for a in arrays) else r)
+            for r in results
+        ]
+
+    # -- the two kernels -----------------------------------------------------------------
+    def _forward(self, *args):
+        inputs = self._numpy(args)
+        fn, a, kw = self.call(inputs)
+        flat = [np.empty(_EMPTY, inputs[self.args[0][1]].dtype) if r is None else r for r in _flatten(fn(*a, **kw))]
+        out = self._owned(flat, inputs)
+        return out[0] if self.outputs == 1 else tuple(out)
+
+    def _backward(self, *args):
+        *args, cotangents = args
+        inputs = self._numpy(args)
+        fn, a, kw = self.call(inputs)
+        if isinstance(fn, types.MethodType):  # a registered method (KVCache.attend): self first
+            a = (fn.__self__,) + tuple(a)
+        outputs, saved = fn._vjp_forward(*a, **kw)
+        flat = _flatten(outputs)
+        cots = [
+            None if c is None or o is None or o.dtype.kind != "f" else from_tensor(c, f"cotangent {k}")
+            for k, (c, o) in enumerate(zip(cotangents, flat))
+        ]
+        outs = outputs if isinstance(outputs, tuple) else (outputs,)
+        nested = _nest(cots, outs)
+        grads = fn._vjp_backward(saved, tuple(_cotangent(c, o, k) for k, (c, o) in enumerate(zip(nested, outs))))
+        results = []
+        for slot in self._slots(args):
+            g = grads.get(self._grad_name(args, slot))
+            like = args[slot[0]] if slot[1] is None else args[slot[0]][slot[1]]
+            results.append(torch.zeros_like(like) if g is None else g)
+        return self._owned(results, inputs)
+
+    # -- fakes and autograd ------------------------------------------------------------------
+    def _fake_forward(self, *args):
+        given = dict(zip([n for _, n in self.args], args))
+        like = args[0]
+        out = [like.new_empty(s) for s in self.shapes(given)]
+        return out[0] if self.outputs == 1 else tuple(out)
+
+    def _fake_backward(self, *args):
+        *args, _ = args
+        return [
+            (args[i] if j is None else args[i][j]).new_empty((args[i] if j is None else args[i][j]).shape)
+            for i, j in self._slots(args)
+        ]
+
+    def _setup_context(self, ctx, inputs, output):
+        tensors, layout = [], []
+        for value in inputs:
+            if isinstance(value, torch.Tensor):
+                layout.append(len(tensors))
+                tensors.append(value)
+            elif isinstance(value, (list, tuple)) and value and isinstance(value[0], torch.Tensor):
+                layout.append(list(range(len(tensors), len(tensors) + len(value))))
+                tensors.extend(value)
+            else:
+                layout.append(("value", value))
+        ctx.save_for_backward(*tensors)
+        ctx.layout = layout
+
+    def _autograd_backward(self, ctx, *cotangents):
+        saved = ctx.saved_tensors
+        args = [
+            saved[x] if isinstance(x, int) else [saved[k] for k in x] if isinstance(x, list) else x[1]
+            for x in ctx.layout
+        ]
+        grads = self.backward(*args, list(cotangents))
+        # torch wants a list where it found one: a list of tensors (an empty list too)
+        out: list[Any] = [
+            [None] * len(v) if kind == "Tensor[]" or (isinstance(v, list) and not v) else None
+            for (kind, _), v in zip(self.args, args)
+        ]
+        for (i, j), g in zip(self._slots(args), grads):
+            if j is None:
+                out[i] = g
+            else:
+                out[i][j] = g
+        return tuple(out)
+
+
+def _rows(t, *trailing):
+    """A fake output: t's leading dims, then the trailing sizes."""
+    return tuple(t.shape[:-2]) + trailing
+
+
+# -- the score family ----------------------------------------------------------------------------
+_PARAMS = "Tensor[] params, str[] params_names, str[] constants_names, float[] constants"
+_MASKS = "Tensor? mask, Tensor? key_lengths"
+
+
+def _params(a: dict) -> dict:
+    """The score parameters, tensors (differentiable) and floats, by name."""
+    return {**dict(zip(a["params_names"], a["params"])), **dict(zip(a["constants_names"], a["constants"]))}
+
+
+def _split(params: dict) -> tuple[list, list, list, list]:
+    """A user's score parameters as the op's four lists: tensors (which get
+    gradients) and Python numbers (constants)."""
+    tensors = {k: v for k, v in params.items() if isinstance(v, torch.Tensor)}
+    constants = {k: v for k, v in params.items() if k not in tensors}
+    for k, v in constants.items():
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise TypeError(f"{k} must be a torch.Tensor or a Python float, got {type(v).__name__}")
+    return list(tensors.values()), list(tensors), list(constants), [float(v) for v in constants.values()]
+
+
+def _keys_values(a: dict) -> tuple:
+    return a["keys"] if a["values"] is None else a["values"]
+
+
+_score = _Op(
+    "score",
+    f"Tensor query, Tensor keys, str score, {_PARAMS}",
+    lambda a: (_score_fn, (a["query"], a["keys"]), {"score": a["score"], **_params(a)}),
+    lambda a: [_rows(a["query"], a["query"].shape[-2], a["keys"].shape[-2])],
+    1,
+)
+_softmax = _Op(
+    "softmax",
+    f"Tensor scores, {_MASKS}, bool causal",
+    lambda a: (_softmax_fn, (a["scores"],), {k: a[k] for k in ("mask", "key_lengths", "causal")}),
+    lambda a: [a["scores"].shape],
+    1,
+)
+
+
+def _attention_shapes(a, extra=()):
+    q = a["query"]
+    return [_rows(q, q.shape[-2], _keys_values(a).shape[-1]), _rows(q, q.shape[-2], a["keys"].shape[-2]), *extra]
+
+
+_soft = _Op(
+    "attention",
+    f"Tensor query, Tensor keys, Tensor? values, str score, {_MASKS}, bool causal, {_PARAMS}",
+    lambda a: (
+        _attention,
+        (a["query"], a["keys"], a["values"]),
+        {"score": a["score"], "mask": a["mask"], "key_lengths": a["key_lengths"], "causal": a["causal"], **_params(a)},
+    ),
+    _attention_shapes,
+    2,
+)
+
+
+def score(query: torch.Tensor, keys: torch.Tensor, *, score: str = "dot", **params: Any) -> torch.Tensor:
+    """``attnc.score`` on tensors, differentiable (torch op ``attnc::score``).
+
+    Parameters
+    ----------
+    query : Tensor (..., Tq, dq), float32 or float64, on the CPU
+    keys : Tensor (..., Tk, dk), the same dtype and leading dims
+    score : one of ``attnc.score``'s kinds
+    **params : the score's parameters (``weight``, ``w_query``, ``w_key``,
+        ``v``, ``beta``, ``scale``, ``bandwidth``): tensors of the call's
+        dtype, which get gradients, or Python floats (constants)
+
+    Returns
+    -------
+    scores : Tensor (..., Tq, Tk), the input dtype
+
+    Example
+    -------
+    >>> q = torch.rand(3, 4, dtype=torch.float64, requires_grad=True)
+    >>> w = torch.rand(4, 4, dtype=torch.float64, requires_grad=True)
+    >>> s = attnc.torch.score(q, torch.rand(5, 4, dtype=torch.float64), score="general", weight=w)
+    >>> s.sum().backward()
+    >>> s.shape, w.grad.shape
+    (torch.Size([3, 5]), torch.Size([4, 4]))
+    """
+    return _score.forward(query, keys, score, *_split(params))
+
+
+def softmax(
+    scores: torch.Tensor,
+    *,
+    mask: torch.Tensor | None = None,
+    key_lengths: torch.Tensor | None = None,
+    causal: bool = False,
+) -> torch.Tensor:
+    """``attnc.softmax`` on tensors, differentiable (torch op ``attnc::softmax``).
+
+    Parameters
+    ----------
+    scores : Tensor (..., Tq, Tk), float32 or float64, on the CPU
+    mask : bool Tensor broadcastable to (..., Tq, Tk), optional; True = may attend
+    key_lengths : int Tensor broadcastable to (...), optional
+    causal : bool
+
+    Returns
+    -------
+    weights : Tensor (..., Tq, Tk), rows summing to 1 (0 when fully masked)
+
+    Example
+    -------
+    >>> w = attnc.torch.softmax(torch.tensor([[1.0, 2.0, 3.0]]), key_lengths=torch.tensor(2))
+    >>> w
+    tensor([[0.2689, 0.7311, 0.0000]])
+    """
+    return _softmax.forward(scores, mask, key_lengths, causal)
+
+
+def attention(
+    query: torch.Tensor,
+    keys: torch.Tensor,
+    values: torch.Tensor | None = None,
+    *,
+    score: str = "dot",
+    mask: torch.Tensor | None = None,
+    key_lengths: torch.Tensor | None = None,
+    causal: bool = False,
+    **params: Any,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``attnc.attention`` on tensors, differentiable in every float input
+    and in both outputs (torch op ``attnc::attention``).
+
+    Parameters
+    ----------
+    query : Tensor (..., Tq, dq), float32 or float64, on the CPU
+    keys : Tensor (..., Tk, dk); values : Tensor (..., Tk, dv) or None (the keys)
+    score, mask, key_lengths, causal, **params : as in ``attnc.attention``;
+        array parameters are tensors (they get gradients), floats constants
+
+    Returns
+    -------
+    context : Tensor (..., Tq, dv); weights : Tensor (..., Tq, Tk)
+
+    Example
+    -------
+    >>> q = torch.rand(2, 3, 8, requires_grad=True); k = torch.rand(2, 5, 8)
+    >>> context, weights = attnc.torch.attention(q, k, score="scaled_dot", causal=True)
+    >>> context.sum().backward()
+    >>> context.shape, weights.shape, q.grad.shape
+    (torch.Size([2, 3, 8]), torch.Size([2, 3, 5]), torch.Size([2, 3, 8]))
+    """
+    return _soft.forward(query, keys, values, score, mask, key_lengths, causal, *_split(params))
