@@ -13,7 +13,16 @@ except ImportError as _exc:  # pragma: no cover - CI installs torch
         'attnc.torch needs PyTorch, which is not installed: pip install "attnc[torch]" (or pip install torch)'
     ) from _exc
 
-from ._ops import attention, score, softmax
+from ._ops import attention, hard_attention, kernel_regression, local_attention, score, softmax
 from ._tensors import from_tensor, to_tensor
 
-__all__ = ["attention", "from_tensor", "score", "softmax", "to_tensor"]
+__all__ = [
+    "attention",
+    "from_tensor",
+    "hard_attention",
+    "kernel_regression",
+    "local_attention",
+    "score",
+    "softmax",
+    "to_tensor",
+]

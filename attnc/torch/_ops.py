@@ -26,6 +26,9 @@ import numpy as np
 import torch
 
 from .. import attention as _attention
+from .. import hard_attention as _hard_attention
+from .. import kernel_regression as _kernel_regression
+from .. import local_attention as _local_attention
 from .. import ntm as _ntm
 from .. import score as _score_fn
 from .. import softmax as _softmax_fn
@@ -64,11 +67,14 @@ class _Op:
         name of each tensor.
     call: arguments (a dict of NumPy arrays, lists and options) -> (the attnc
         callable, args, kwargs); the callable is registered with attnc.vjp.
-    fake: the same dict of fake tensors -> the outputs' shapes (and dtypes).
+    fake: the same dict of fake tensors -> the outputs (empty tensors of
+        their shapes and dtypes).
+    outputs: how many tensors the op returns; attnc's outputs are
+        flattened, and one it did not compute (None) is an empty tensor.
     """
 
     def __init__(self, name: str, schema: str, call: Callable, fake: Callable, outputs: int) -> None:
-        self.name, self.call, self.shapes, self.outputs = name, call, fake, outputs
+        self.name, self.call, self.fake, self.outputs = name, call, fake, outputs
         self.args = _parse(schema)
         results = "Tensor" if outputs == 1 else "(" + ", ".join(["Tensor"] * outputs) + ")"
         self.forward = torch.library.custom_op(
@@ -126,7 +132,9 @@ class _Op:
     def _forward(self, *args):
         inputs = self._numpy(args)
         fn, a, kw = self.call(inputs)
-        flat = [np.empty(_EMPTY, inputs[self.args[0][1]].dtype) if r is None else r for r in _flatten(fn(*a, **kw))]
+        flat = _flatten(fn(*a, **kw))
+        flat += [None] * (self.outputs - len(flat))
+        flat = [np.empty(_EMPTY, inputs[self.args[0][1]].dtype) if r is None else r for r in flat]
         out = self._owned(flat, inputs)
         return out[0] if self.outputs == 1 else tuple(out)
 
@@ -154,9 +162,7 @@ class _Op:
 
     # -- fakes and autograd ------------------------------------------------------------------
     def _fake_forward(self, *args):
-        given = dict(zip([n for _, n in self.args], args))
-        like = args[0]
-        out = [like.new_empty(s) for s in self.shapes(given)]
+        out = self.fake(dict(zip([n for _, n in self.args], args)))
         return out[0] if self.outputs == 1 else tuple(out)
 
     def _fake_backward(self, *args):
@@ -200,9 +206,9 @@ class _Op:
         return tuple(out)
 
 
-def _rows(t, *trailing):
-    """A fake output: t's leading dims, then the trailing sizes."""
-    return tuple(t.shape[:-2]) + trailing
+def _rows(t, *trailing, dtype=None):
+    """A fake output: t's leading dims (all but two), then the trailing sizes."""
+    return t.new_empty(tuple(t.shape[:-2]) + trailing, dtype=dtype)
 
 
 # -- the score family ----------------------------------------------------------------------------
@@ -241,14 +247,19 @@ _softmax = _Op(
     "softmax",
     f"Tensor scores, {_MASKS}, bool causal",
     lambda a: (_softmax_fn, (a["scores"],), {k: a[k] for k in ("mask", "key_lengths", "causal")}),
-    lambda a: [a["scores"].shape],
+    lambda a: [torch.empty_like(a["scores"])],
     1,
 )
 
 
-def _attention_shapes(a, extra=()):
+def _attention_fake(a, extra=None):
+    """context (..., Tq, dv), weights (..., Tq, Tk), and a third output
+    (..., Tq) of dtype extra (hard attention's indices, local attention's
+    positions)."""
     q = a["query"]
-    return [_rows(q, q.shape[-2], _keys_values(a).shape[-1]), _rows(q, q.shape[-2], a["keys"].shape[-2]), *extra]
+    tq = q.shape[-2]
+    out = [_rows(q, tq, _keys_values(a).shape[-1]), _rows(q, tq, a["keys"].shape[-2])]
+    return out if extra is None else out + [_rows(q, tq, dtype=extra)]
 
 
 _soft = _Op(
@@ -259,7 +270,7 @@ _soft = _Op(
         (a["query"], a["keys"], a["values"]),
         {"score": a["score"], "mask": a["mask"], "key_lengths": a["key_lengths"], "causal": a["causal"], **_params(a)},
     ),
-    _attention_shapes,
+    _attention_fake,
     2,
 )
 
@@ -355,3 +366,165 @@ def attention(
     (torch.Size([2, 3, 8]), torch.Size([2, 3, 5]), torch.Size([2, 3, 8]))
     """
     return _soft.forward(query, keys, values, score, mask, key_lengths, causal, *_split(params))
+
+
+_hard = _Op(
+    "hard_attention",
+    f"Tensor query, Tensor keys, Tensor? values, str mode, float temperature, int seed, str score, {_MASKS}, "
+    f"bool causal, {_PARAMS}",
+    lambda a: (
+        _hard_attention,
+        (a["query"], a["keys"], a["values"]),
+        {k: a[k] for k in ("mode", "temperature", "seed", "score", "mask", "key_lengths", "causal")} | _params(a),
+    ),
+    lambda a: _attention_fake(a, torch.int64),
+    3,
+)
+_local = _Op(
+    "local_attention",
+    f"Tensor query, Tensor keys, Tensor? values, float window, str mode, Tensor? positions, Tensor? w_p, "
+    f"Tensor? v_p, str score, {_MASKS}, {_PARAMS}",
+    lambda a: (
+        _local_attention,
+        (a["query"], a["keys"], a["values"]),
+        {k: a[k] for k in ("window", "mode", "positions", "w_p", "v_p", "score", "mask", "key_lengths")} | _params(a),
+    ),
+    lambda a: _attention_fake(a, a["query"].dtype),
+    3,
+)
+_regression = _Op(
+    "kernel_regression",
+    f"Tensor x_query, Tensor x_train, Tensor y_train, {_PARAMS}",
+    lambda a: (_kernel_regression, (a["x_query"], a["x_train"], a["y_train"]), _params(a)),
+    lambda a: [
+        a["y_train"].new_empty((a["x_query"].shape[0],) + tuple(a["y_train"].shape[1:])),
+        a["x_query"].new_empty((a["x_query"].shape[0], a["x_train"].shape[0])),
+    ],
+    2,
+)
+
+
+def _seed(seed: int | None) -> int:
+    """A seed for attnc's generator; None draws one from torch's default
+    generator (so torch.manual_seed makes the call repeatable)."""
+    if seed is None:
+        return int(torch.randint(0, 2**62, ()).item())
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise TypeError(f"seed must be an int or None, got {type(seed).__name__}")
+    return seed % 2**63  # the op's int is 64-bit signed; attnc takes the seed modulo 2**64
+
+
+def hard_attention(
+    query: torch.Tensor,
+    keys: torch.Tensor,
+    values: torch.Tensor | None = None,
+    *,
+    mode: str = "argmax",
+    temperature: float = 1.0,
+    seed: int | None = None,
+    score: str = "dot",
+    mask: torch.Tensor | None = None,
+    key_lengths: torch.Tensor | None = None,
+    causal: bool = False,
+    **params: Any,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``attnc.hard_attention`` on tensors (torch op ``attnc::hard_attention``),
+    with attnc's straight-through gradient: values get theirs through the
+    one-hot weights in every mode; in ``"gumbel"`` mode query, keys and the
+    score's parameters get the gradient of softmax((s + g) / temperature)
+    with the forward's noise g.
+
+    Parameters
+    ----------
+    query, keys, values, score, mask, key_lengths, causal, **params
+        As in ``attnc.torch.attention``.
+    mode : ``"argmax"``, ``"sample"`` or ``"gumbel"``
+    temperature : float > 0 (the Gumbel backward's)
+    seed : int, or None to draw one from torch's generator (``torch.manual_seed``
+        then makes the picks repeatable)
+
+    Returns
+    -------
+    context : Tensor (..., Tq, dv); weights : Tensor (..., Tq, Tk), one-hot rows;
+    indices : int64 Tensor (..., Tq), -1 where nothing may be attended
+
+    Example
+    -------
+    >>> q = torch.rand(4, 8, dtype=torch.float64); k = torch.rand(6, 8, dtype=torch.float64, requires_grad=True)
+    >>> context, weights, idx = attnc.torch.hard_attention(q, k, mode="gumbel", seed=0)
+    >>> bool((context == k[idx]).all()), idx.dtype
+    (True, torch.int64)
+    >>> context.sum().backward(); k.grad.shape
+    torch.Size([6, 8])
+    """
+    return _hard.forward(
+        query, keys, values, mode, temperature, _seed(seed), score, mask, key_lengths, causal, *_split(params)
+    )
+
+
+def local_attention(
+    query: torch.Tensor,
+    keys: torch.Tensor,
+    values: torch.Tensor | None = None,
+    *,
+    window: float,
+    mode: str = "monotonic",
+    positions: torch.Tensor | None = None,
+    w_p: torch.Tensor | None = None,
+    v_p: torch.Tensor | None = None,
+    score: str = "dot",
+    mask: torch.Tensor | None = None,
+    key_lengths: torch.Tensor | None = None,
+    **params: Any,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``attnc.local_attention`` on tensors, differentiable (torch op
+    ``attnc::local_attention``): query, keys, values, the score's tensor
+    parameters, float ``positions`` (``"monotonic"``) and ``w_p``, ``v_p``
+    (``"predictive"``) get gradients.
+
+    Parameters
+    ----------
+    As ``attnc.local_attention``, with tensors for arrays.
+
+    Returns
+    -------
+    context : Tensor (..., Tq, dv); weights : Tensor (..., Tq, Tk);
+    positions : Tensor (..., Tq), the windows' centres
+
+    Example
+    -------
+    >>> q = torch.rand(5, 8, dtype=torch.float64); k = torch.rand(9, 8, dtype=torch.float64)
+    >>> w_p = torch.rand(8, 4, dtype=torch.float64, requires_grad=True); v_p = torch.rand(4, dtype=torch.float64)
+    >>> context, weights, p = attnc.torch.local_attention(q, k, window=2, mode="predictive", w_p=w_p, v_p=v_p)
+    >>> p.sum().backward(); w_p.grad.shape
+    torch.Size([8, 4])
+    """
+    return _local.forward(
+        query, keys, values, float(window), mode, positions, w_p, v_p, score, mask, key_lengths, *_split(params)
+    )
+
+
+def kernel_regression(
+    x_query: torch.Tensor, x_train: torch.Tensor, y_train: torch.Tensor, *, bandwidth: float | torch.Tensor = 1.0
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``attnc.kernel_regression`` (Nadaraya-Watson) on tensors, differentiable
+    (torch op ``attnc::kernel_regression``); a 0-d tensor ``bandwidth`` gets a
+    gradient, a float is a constant.
+
+    Parameters
+    ----------
+    x_query : Tensor (m,) or (m, d), float32 or float64; x_train : (n,) or (n, d);
+    y_train : (n,) or (n, dy); bandwidth : float > 0 or a 0-d Tensor
+
+    Returns
+    -------
+    y_pred : Tensor (m,) or (m, dy); weights : Tensor (m, n)
+
+    Example
+    -------
+    >>> x = torch.linspace(0, 5, 50, dtype=torch.float64); h = torch.tensor(0.3, dtype=torch.float64, requires_grad=True)
+    >>> y_pred, w = attnc.torch.kernel_regression(torch.tensor([1.0, 2.0], dtype=torch.float64), x, x.sin(), bandwidth=h)
+    >>> y_pred.sum().backward(); y_pred.shape, h.grad.shape
+    (torch.Size([2]), torch.Size([]))
+    """
+    return _regression.forward(x_query, x_train, y_train, *_split({"bandwidth": bandwidth}))
