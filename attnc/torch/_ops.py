@@ -528,3 +528,181 @@ def kernel_regression(
     (torch.Size([2]), torch.Size([]))
     """
     return _regression.forward(x_query, x_train, y_train, *_split({"bandwidth": bandwidth}))
+
+
+# -- a KV cache's attention ---------------------------------------------------------------------------
+
+
+def _cache(keys: np.ndarray, values: np.ndarray) -> KVCache:
+    """A KVCache holding exactly these keys and values (b, h, L, e)."""
+    for name, a in (("keys", keys), ("values", values)):
+        if a.ndim != 4:
+            raise ValueError(f"{name} must have shape (batch, heads, length, dim), got {tuple(a.shape)}")
+    b, h, length, e = keys.shape
+    cache = KVCache(b, h, length, e, keys.dtype, value_dim=values.shape[3])
+    cache.append(keys, values)
+    return cache
+
+
+_kv = _Op(
+    "kv_cache_attend",
+    "Tensor query, Tensor keys, Tensor values, float? scale, bool return_weights",
+    lambda a: (
+        _cache(a["keys"], a["values"]).attend,
+        (a["query"],),
+        {"scale": a["scale"], "return_weights": a["return_weights"]},
+    ),
+    lambda a: [
+        a["query"].new_empty(tuple(a["query"].shape[:3]) + (a["values"].shape[3],)),
+        a["query"].new_empty(tuple(a["query"].shape[:3]) + (a["keys"].shape[2],) if a["return_weights"] else _EMPTY),
+    ],
+    2,
+)
+
+
+def kv_cache_attend(
+    query: torch.Tensor,
+    keys: torch.Tensor,
+    values: torch.Tensor,
+    *,
+    scale: float | None = None,
+    return_weights: bool = False,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """``attnc.KVCache.attend`` as a function of the cache's tensors
+    (torch op ``attnc::kv_cache_attend``): t new queries against the L
+    cached positions, the last t of which are the queries' own (causal among
+    them: query i sees positions up to L - t + i). Differentiable in query,
+    keys and values (and in the weights with ``return_weights``).
+
+    Parameters
+    ----------
+    query : Tensor (batch, H, t, head_dim), float32 or float64, H a multiple of heads
+    keys : Tensor (batch, heads, L, head_dim), L >= t, the cached keys
+    values : Tensor (batch, heads, L, value_dim)
+    scale : float or None (1/sqrt(head_dim))
+    return_weights : bool
+
+    Returns
+    -------
+    output : Tensor (batch, H, t, value_dim); with return_weights, also
+    weights : Tensor (batch, H, t, L)
+
+    Example
+    -------
+    >>> k = torch.rand(1, 2, 5, 8); v = torch.rand(1, 2, 5, 8)
+    >>> q = torch.rand(1, 4, 1, 8, requires_grad=True)   # 4 query heads share 2 cached heads
+    >>> out, w = attnc.torch.kv_cache_attend(q, k, v, return_weights=True)
+    >>> out.shape, w.shape
+    (torch.Size([1, 4, 1, 8]), torch.Size([1, 4, 1, 5]))
+    """
+    out, weights = _kv.forward(query, keys, values, scale, return_weights)
+    return (out, weights) if return_weights else out
+
+
+# -- the NTM ----------------------------------------------------------------------------------------
+
+
+def _ntm_op(name: str, arrays: str, fake: Callable, outputs: int = 1, **options: Any) -> _Op:
+    """An attnc.ntm function of tensors only (and fixed options)."""
+    fn, names = getattr(_ntm, name), arrays.split()
+    return _Op(
+        f"ntm_{name}",
+        ", ".join(f"Tensor {n}" for n in names),
+        lambda a: (fn, tuple(a[n] for n in names), options),
+        fake,
+        outputs,
+    )
+
+
+def _slots_fake(a):  # (B, H, N) from key (B, H, M) and memory (B, N, M)
+    return a["key"].new_empty(tuple(a["key"].shape[:2]) + (a["memory"].shape[1],))
+
+
+_content = _ntm_op("content_weights", "key memory beta", lambda a: [_slots_fake(a)])
+_interpolate = _ntm_op("interpolate", "w_content w_prev g", lambda a: [torch.empty_like(a["w_content"])])
+_shift = _ntm_op("shift", "w s", lambda a: [torch.empty_like(a["w"])])
+_sharpen = _ntm_op("sharpen", "w gamma", lambda a: [torch.empty_like(a["w"])])
+_address = _ntm_op(
+    "address",
+    "key beta g s gamma w_prev memory",
+    lambda a: [_slots_fake(a) for _ in range(4)],
+    4,
+    return_intermediates=True,
+)
+_read = _ntm_op(
+    "read",
+    "memory w",
+    lambda a: [a["memory"].new_empty((a["memory"].shape[0], a["w"].shape[1], a["memory"].shape[2]))],
+)
+_write = _ntm_op("write", "memory w erase add", lambda a: [torch.empty_like(a["memory"])])
+
+
+# -- layer norm, LSTM, GRU ------------------------------------------------------------------------------
+
+_norm = _Op(
+    "layer_norm",
+    "Tensor input, int[] normalized_shape, Tensor? weight, Tensor? bias, float eps",
+    lambda a: (_layer_norm, (a["input"], tuple(a["normalized_shape"]), a["weight"], a["bias"], a["eps"]), {}),
+    lambda a: [torch.empty_like(a["input"])],
+    1,
+)
+
+
+@functools.lru_cache(maxsize=32)
+def _rnn_template(mode: str, input_size: int, hidden_size: int, num_layers: int, bias: bool, bidirectional: bool, dropout: float, dtype: str):
+    """An attnc LSTM or GRU of this configuration, whose parameters each call replaces."""
+    cls = LSTM if mode == "lstm" else GRU
+    return cls(input_size, hidden_size, num_layers, bias, dropout=dropout, bidirectional=bidirectional, dtype=dtype)
+
+
+def _rnn(a: dict):
+    """The attnc module running one call: a copy of the configuration's
+    template with the call's weights (views, no copies), mode and seed."""
+    x, names, weights = a["input"], a["weights_names"], a["weights"]
+    if "weight_hh_l0" not in names:
+        raise ValueError(f"weights have no 'weight_hh_l0' (got {', '.join(names) or 'none'}): pass the state_dict of torch's {a['mode'].upper()}")
+    hidden = weights[names.index("weight_hh_l0")].shape[1]
+    template = _rnn_template(
+        a["mode"], x.shape[-1], hidden, a["num_layers"], "bias_ih_l0" in names, a["bidirectional"], a["dropout"], x.dtype.name
+    )
+    expected = dict(template.named_parameters())
+    if set(names) != set(expected):
+        raise ValueError(
+            f"weights are {', '.join(sorted(names))}; this {a['mode'].upper()} needs {', '.join(sorted(expected))}"
+        )
+    params = {}
+    for name, w in zip(names, weights):
+        if w.dtype != x.dtype:
+            raise TypeError(f"weights[{name!r}] has dtype {w.dtype}, but input has dtype {x.dtype}")
+        if w.shape != expected[name].shape:
+            raise ValueError(f"weights[{name!r}] has shape {tuple(w.shape)}, expected {expected[name].shape}")
+        params[name] = np.ascontiguousarray(w)
+    module = copy.copy(template)
+    object.__setattr__(module, "_parameters", {n: params.get(n) for n in template._parameters})
+    object.__setattr__(module, "training", a["training"])
+    object.__setattr__(module, "_rng", np.random.default_rng(a["seed"]))
+    h0, c0 = a["h0"], a["c0"]
+    if a["mode"] == "lstm":
+        hx = None if h0 is None and c0 is None else (h0, c0)
+    else:
+        hx = h0
+    return module, (x, hx), {"lengths": a["lengths"]}
+
+
+def _rnn_fake(a):
+    x, names = a["input"], a["weights_names"]
+    hidden = a["weights"][names.index("weight_hh_l0")].shape[1]
+    d = 2 if a["bidirectional"] else 1
+    state = (a["num_layers"] * d,) + tuple(x.shape[:-2]) + (hidden,)
+    h_n = x.new_empty(state)
+    return [x.new_empty(tuple(x.shape[:-1]) + (d * hidden,)), h_n, torch.empty_like(h_n) if a["mode"] == "lstm" else x.new_empty(_EMPTY)]
+
+
+_recurrent = _Op(
+    "rnn",
+    "Tensor input, Tensor? h0, Tensor? c0, Tensor[] weights, str[] weights_names, Tensor? lengths, str mode, "
+    "int num_layers, bool bidirectional, float dropout, bool training, int seed",
+    _rnn,
+    _rnn_fake,
+    3,
+)
