@@ -13,15 +13,44 @@ except ImportError as _exc:  # pragma: no cover - CI installs torch
         'attnc.torch needs PyTorch, which is not installed: pip install "attnc[torch]" (or pip install torch)'
     ) from _exc
 
-from ._ops import attention, hard_attention, kernel_regression, local_attention, score, softmax
+from ._ops import (
+    attention,
+    gru,
+    hard_attention,
+    kernel_regression,
+    kv_cache_attend,
+    layer_norm,
+    local_attention,
+    lstm,
+    ntm_address,
+    ntm_content_weights,
+    ntm_interpolate,
+    ntm_read,
+    ntm_sharpen,
+    ntm_shift,
+    ntm_write,
+    score,
+    softmax,
+)
 from ._tensors import from_tensor, to_tensor
 
 __all__ = [
     "attention",
     "from_tensor",
+    "gru",
     "hard_attention",
     "kernel_regression",
+    "kv_cache_attend",
+    "layer_norm",
     "local_attention",
+    "lstm",
+    "ntm_address",
+    "ntm_content_weights",
+    "ntm_interpolate",
+    "ntm_read",
+    "ntm_sharpen",
+    "ntm_shift",
+    "ntm_write",
     "score",
     "softmax",
     "to_tensor",

@@ -34,7 +34,8 @@ from .. import score as _score_fn
 from .. import softmax as _softmax_fn
 from ..attention.kv_cache import KVCache
 from ..grad import _cotangent
-from ..nn import GRU, LSTM, layer_norm as _layer_norm
+from ..nn import GRU, LSTM
+from ..nn import layer_norm as _layer_norm
 from ._tensors import from_tensor, to_tensor
 
 _EMPTY = (0,)  # the shape of an output attnc did not compute (None)
@@ -123,7 +124,8 @@ class _Op:
         (an op's outputs may not alias its inputs)."""
         arrays = [a for v in inputs.values() for a in (v if isinstance(v, list) else [v]) if isinstance(a, np.ndarray)]
         return [
-            r if isinstance(r, torch.Tensor)
+            r
+            if isinstance(r, torch.Tensor)
             else to_tensor(r.copy() if any(np.may_share_memory(r, a) for a in arrays) else r)
             for r in results
         ]
@@ -522,8 +524,9 @@ def kernel_regression(
 
     Example
     -------
-    >>> x = torch.linspace(0, 5, 50, dtype=torch.float64); h = torch.tensor(0.3, dtype=torch.float64, requires_grad=True)
-    >>> y_pred, w = attnc.torch.kernel_regression(torch.tensor([1.0, 2.0], dtype=torch.float64), x, x.sin(), bandwidth=h)
+    >>> x = torch.linspace(0, 5, 50, dtype=torch.float64)
+    >>> h = torch.tensor(0.3, dtype=torch.float64, requires_grad=True)
+    >>> y_pred, w = attnc.torch.kernel_regression(x[[10, 20]], x, x.sin(), bandwidth=h)
     >>> y_pred.sum().backward(); y_pred.shape, h.grad.shape
     (torch.Size([2]), torch.Size([]))
     """
@@ -649,7 +652,16 @@ _norm = _Op(
 
 
 @functools.lru_cache(maxsize=32)
-def _rnn_template(mode: str, input_size: int, hidden_size: int, num_layers: int, bias: bool, bidirectional: bool, dropout: float, dtype: str):
+def _rnn_template(
+    mode: str,
+    input_size: int,
+    hidden_size: int,
+    num_layers: int,
+    bias: bool,
+    bidirectional: bool,
+    dropout: float,
+    dtype: str,
+):
     """An attnc LSTM or GRU of this configuration, whose parameters each call replaces."""
     cls = LSTM if mode == "lstm" else GRU
     return cls(input_size, hidden_size, num_layers, bias, dropout=dropout, bidirectional=bidirectional, dtype=dtype)
@@ -660,10 +672,20 @@ def _rnn(a: dict):
     template with the call's weights (views, no copies), mode and seed."""
     x, names, weights = a["input"], a["weights_names"], a["weights"]
     if "weight_hh_l0" not in names:
-        raise ValueError(f"weights have no 'weight_hh_l0' (got {', '.join(names) or 'none'}): pass the state_dict of torch's {a['mode'].upper()}")
+        raise ValueError(
+            f"weights have no 'weight_hh_l0' (got {', '.join(names) or 'none'}): "
+            f"pass dict(named_parameters()) of a torch.nn.{a['mode'].upper()}"
+        )
     hidden = weights[names.index("weight_hh_l0")].shape[1]
     template = _rnn_template(
-        a["mode"], x.shape[-1], hidden, a["num_layers"], "bias_ih_l0" in names, a["bidirectional"], a["dropout"], x.dtype.name
+        a["mode"],
+        x.shape[-1],
+        hidden,
+        a["num_layers"],
+        "bias_ih_l0" in names,
+        a["bidirectional"],
+        a["dropout"],
+        x.dtype.name,
     )
     expected = dict(template.named_parameters())
     if set(names) != set(expected):
@@ -695,7 +717,11 @@ def _rnn_fake(a):
     d = 2 if a["bidirectional"] else 1
     state = (a["num_layers"] * d,) + tuple(x.shape[:-2]) + (hidden,)
     h_n = x.new_empty(state)
-    return [x.new_empty(tuple(x.shape[:-1]) + (d * hidden,)), h_n, torch.empty_like(h_n) if a["mode"] == "lstm" else x.new_empty(_EMPTY)]
+    return [
+        x.new_empty(tuple(x.shape[:-1]) + (d * hidden,)),
+        h_n,
+        torch.empty_like(h_n) if a["mode"] == "lstm" else x.new_empty(_EMPTY),
+    ]
 
 
 _recurrent = _Op(
@@ -706,3 +732,258 @@ _recurrent = _Op(
     _rnn_fake,
     3,
 )
+
+
+def layer_norm(
+    input: torch.Tensor,
+    normalized_shape: int | Sequence[int],
+    weight: torch.Tensor | None = None,
+    bias: torch.Tensor | None = None,
+    eps: float = 1e-5,
+) -> torch.Tensor:
+    """``attnc.nn.layer_norm`` on tensors, as ``torch.nn.functional.layer_norm``
+    (torch op ``attnc::layer_norm``), differentiable in input, weight and bias.
+
+    Parameters
+    ----------
+    input : Tensor (..., *normalized_shape), float32 or float64
+    normalized_shape : int or tuple of ints
+    weight, bias : Tensors of shape normalized_shape, or None
+    eps : float >= 0
+
+    Returns
+    -------
+    output : Tensor, the input's shape and dtype
+
+    Example
+    -------
+    >>> x = torch.rand(2, 5, 8)
+    >>> y = attnc.torch.layer_norm(x, 8, torch.ones(8), torch.zeros(8))
+    >>> bool(torch.allclose(y, torch.nn.functional.layer_norm(x, (8,)), atol=1e-5))
+    True
+    """
+    shape = [normalized_shape] if isinstance(normalized_shape, int) else list(normalized_shape)
+    return _norm.forward(input, shape, weight, bias, float(eps))
+
+
+def _recurrent_call(mode, input, h0, c0, weights, num_layers, bidirectional, dropout, training, lengths, seed):
+    if not isinstance(weights, dict):
+        raise TypeError(
+            f"weights must be a dict of tensors by torch's names (dict(named_parameters()) of a "
+            f"torch.nn.{mode.upper()}), got {type(weights).__name__}"
+        )
+    return _recurrent.forward(
+        input,
+        h0,
+        c0,
+        list(weights.values()),
+        list(weights),
+        lengths,
+        mode,
+        num_layers,
+        bidirectional,
+        float(dropout),
+        training,
+        _seed(seed) if training and dropout else 0,
+    )
+
+
+def lstm(
+    input: torch.Tensor,
+    hx: tuple[torch.Tensor, torch.Tensor] | None,
+    weights: dict[str, torch.Tensor],
+    *,
+    num_layers: int = 1,
+    bidirectional: bool = False,
+    dropout: float = 0.0,
+    training: bool = False,
+    lengths: torch.Tensor | None = None,
+    seed: int | None = None,
+) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+    """A batch-first LSTM over a whole sequence in attnc's C loop (torch op
+    ``attnc::rnn``), with torch's weights: ``weights`` is a ``torch.nn.LSTM``'s
+    ``dict(named_parameters())`` (``weight_ih_l0``, ``weight_hh_l0``,
+    ``bias_ih_l0``, ...; the biases may be absent), each of which gets a
+    gradient, as input, h0 and c0 do.
+
+    Parameters
+    ----------
+    input : Tensor (B, T, I) or (T, I), float32 or float64
+    hx : (h0, c0), each (num_layers * D, B, H) (or (num_layers * D, H)), or None (zeros)
+    weights : dict of Tensors by torch's names; H is weight_hh_l0's width
+    num_layers, bidirectional : as the module's (D = 2 if bidirectional)
+    dropout, training : dropout between layers, applied only when training
+    lengths : int Tensor (B,), each row's valid prefix (in [1, T]), or None
+    seed : the dropout's seed; None draws one from torch's generator
+
+    Returns
+    -------
+    output : Tensor (B, T, D * H); (h_n, c_n) : Tensors (num_layers * D, B, H)
+
+    Example
+    -------
+    >>> ref = torch.nn.LSTM(3, 4, batch_first=True)
+    >>> x = torch.rand(2, 5, 3)
+    >>> out, (h, c) = attnc.torch.lstm(x, None, dict(ref.named_parameters()))
+    >>> bool(torch.allclose(out, ref(x)[0], atol=1e-6)), h.shape
+    (True, torch.Size([1, 2, 4]))
+    """
+    h0, c0 = (None, None) if hx is None else hx
+    out, h_n, c_n = _recurrent_call(
+        "lstm", input, h0, c0, weights, num_layers, bidirectional, dropout, training, lengths, seed
+    )
+    return out, (h_n, c_n)
+
+
+def gru(
+    input: torch.Tensor,
+    hx: torch.Tensor | None,
+    weights: dict[str, torch.Tensor],
+    *,
+    num_layers: int = 1,
+    bidirectional: bool = False,
+    dropout: float = 0.0,
+    training: bool = False,
+    lengths: torch.Tensor | None = None,
+    seed: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """A batch-first GRU over a whole sequence in attnc's C loop (torch op
+    ``attnc::rnn``), with a ``torch.nn.GRU``'s ``dict(named_parameters())``
+    as ``weights``: as ``attnc.torch.lstm``, with hx = h0.
+
+    Parameters
+    ----------
+    input : Tensor (B, T, I) or (T, I), float32 or float64
+    hx : Tensor (num_layers * D, B, H) or None
+    weights, num_layers, bidirectional, dropout, training, lengths, seed
+        As in ``attnc.torch.lstm``.
+
+    Returns
+    -------
+    output : Tensor (B, T, D * H); h_n : Tensor (num_layers * D, B, H)
+
+    Example
+    -------
+    >>> ref = torch.nn.GRU(3, 4, batch_first=True)
+    >>> x = torch.rand(2, 5, 3)
+    >>> out, h = attnc.torch.gru(x, None, dict(ref.named_parameters()))
+    >>> bool(torch.allclose(out, ref(x)[0], atol=1e-6)), h.shape
+    (True, torch.Size([1, 2, 4]))
+    """
+    out, h_n, _ = _recurrent_call(
+        "gru", input, hx, None, weights, num_layers, bidirectional, dropout, training, lengths, seed
+    )
+    return out, h_n
+
+
+# -- the NTM's public functions -----------------------------------------------------------------------
+
+
+def ntm_content_weights(key: torch.Tensor, memory: torch.Tensor, beta: torch.Tensor) -> torch.Tensor:
+    """``attnc.ntm.content_weights`` on tensors (torch op ``attnc::ntm_content_weights``).
+
+    key (B, H, M), memory (B, N, M), beta (B, H), float32 or float64 -> w_c (B, H, N).
+
+    Example
+    -------
+    >>> memory = torch.rand(1, 6, 4)
+    >>> attnc.torch.ntm_content_weights(memory[:, [2]], memory, torch.tensor([[50.0]])).argmax().item()
+    2
+    """
+    return _content.forward(key, memory, beta)
+
+
+def ntm_interpolate(w_content: torch.Tensor, w_prev: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
+    """``attnc.ntm.interpolate`` on tensors (torch op ``attnc::ntm_interpolate``).
+
+    w_content (B, H, N), w_prev (B, H, N), g (B, H), float32 or float64 -> w_g (B, H, N).
+
+    Example
+    -------
+    >>> attnc.torch.ntm_interpolate(torch.ones(1, 1, 2), torch.zeros(1, 1, 2), torch.tensor([[0.25]]))
+    tensor([[[0.2500, 0.2500]]])
+    """
+    return _interpolate.forward(w_content, w_prev, g)
+
+
+def ntm_shift(w: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+    """``attnc.ntm.shift`` on tensors (torch op ``attnc::ntm_shift``).
+
+    w (B, H, N), s (B, H, K) with K odd, float32 or float64 -> (B, H, N).
+
+    Example
+    -------
+    >>> attnc.torch.ntm_shift(torch.eye(5)[None, None, 4], torch.tensor([[[0.0, 0.0, 1.0]]])).argmax().item()
+    0
+    """
+    return _shift.forward(w, s)
+
+
+def ntm_sharpen(w: torch.Tensor, gamma: torch.Tensor) -> torch.Tensor:
+    """``attnc.ntm.sharpen`` on tensors (torch op ``attnc::ntm_sharpen``).
+
+    w (B, H, N) >= 0, gamma (B, H) >= 1, float32 or float64 -> (B, H, N).
+
+    Example
+    -------
+    >>> attnc.torch.ntm_sharpen(torch.tensor([[[0.25, 0.25, 0.5]]]), torch.tensor([[2.0]]))
+    tensor([[[0.1667, 0.1667, 0.6667]]])
+    """
+    return _sharpen.forward(w, gamma)
+
+
+def ntm_address(
+    key: torch.Tensor,
+    beta: torch.Tensor,
+    g: torch.Tensor,
+    s: torch.Tensor,
+    gamma: torch.Tensor,
+    w_prev: torch.Tensor,
+    memory: torch.Tensor,
+) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+    """``attnc.ntm.address`` on tensors, the whole addressing pipeline in one
+    C call (torch op ``attnc::ntm_address``), with its intermediates.
+
+    key (B, H, M), beta, g, gamma (B, H), s (B, H, K), w_prev (B, H, N),
+    memory (B, N, M), float32 or float64 -> (w, (w_c, w_g, w_t)), each (B, H, N).
+
+    Example
+    -------
+    >>> memory = torch.rand(2, 8, 4); ones = torch.ones(2, 1)
+    >>> s = torch.tensor([0.0, 1.0, 0.0]).expand(2, 1, 3)
+    >>> w_prev = torch.full((2, 1, 8), 0.125)
+    >>> w, _ = attnc.torch.ntm_address(memory[:, [5]], 100 * ones, ones, s, 10 * ones, w_prev, memory)
+    >>> w.argmax(-1).tolist()
+    [[5], [5]]
+    """
+    w, w_c, w_g, w_t = _address.forward(key, beta, g, s, gamma, w_prev, memory)
+    return w, (w_c, w_g, w_t)
+
+
+def ntm_read(memory: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """``attnc.ntm.read`` on tensors (torch op ``attnc::ntm_read``).
+
+    memory (B, N, M), w (B, H, N), float32 or float64 -> r (B, H, M).
+
+    Example
+    -------
+    >>> attnc.torch.ntm_read(torch.arange(6.0).reshape(1, 3, 2), torch.tensor([[[0.0, 1.0, 0.0]]]))
+    tensor([[[2., 3.]]])
+    """
+    return _read.forward(memory, w)
+
+
+def ntm_write(memory: torch.Tensor, w: torch.Tensor, erase: torch.Tensor, add: torch.Tensor) -> torch.Tensor:
+    """``attnc.ntm.write`` on tensors (torch op ``attnc::ntm_write``); memory is not modified.
+
+    memory (B, N, M), w (B, H, N), erase and add (B, H, M), float32 or float64 -> memory' (B, N, M).
+
+    Example
+    -------
+    >>> w = torch.tensor([[[0.0, 1.0, 0.0]]])
+    >>> attnc.torch.ntm_write(torch.ones(1, 3, 2), w, torch.ones(1, 1, 2), torch.tensor([[[5.0, 7.0]]]))
+    tensor([[[1., 1.],
+             [5., 7.],
+             [1., 1.]]])
+    """
+    return _write.forward(memory, w, erase, add)
