@@ -68,6 +68,7 @@ OTHER_TESTS = [
     "test_lint.py",
     "test_tour.py",
     "test_pretrained.py",
+    "test_torch_ops.py",
     "test_binding.py",  # the binding's surface against its table (the sources): every path compiles the same ops.c
 ]
 KERNEL_TESTS = [
