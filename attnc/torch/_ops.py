@@ -105,7 +105,7 @@ class _Op:
     def _slots(self, args: Sequence) -> list[tuple[int, int | None]]:
         """Where the differentiable inputs are: (argument index, list index or
         None) of every floating-point tensor, in argument order."""
-        slots = []
+        slots: list[tuple[int, int | None]] = []
         for i, ((kind, _), value) in enumerate(zip(self.args, args)):
             if kind == "Tensor[]":
                 slots += [(i, j) for j, t in enumerate(value) if t.is_floating_point()]
@@ -118,18 +118,6 @@ class _Op:
         name = self.args[i][1]
         return name if j is None else args[[n for _, n in self.args].index(f"{name}_names")][j]
 
-    @staticmethod
-    def _owned(results: list, inputs: dict) -> list[torch.Tensor]:
-        """attnc's arrays as tensors, copied only where one views an input
-        (an op's outputs may not alias its inputs)."""
-        arrays = [a for v in inputs.values() for a in (v if isinstance(v, list) else [v]) if isinstance(a, np.ndarray)]
-        return [
-            r
-            if isinstance(r, torch.Tensor)
-            else to_tensor(r.copy() if any(np.may_share_memory(r, a) for a in arrays) else r)
-            for r in results
-        ]
-
     # -- the two kernels -----------------------------------------------------------------
     def _forward(self, *args):
         inputs = self._numpy(args)
@@ -137,7 +125,7 @@ class _Op:
         flat = _flatten(fn(*a, **kw))
         flat += [None] * (self.outputs - len(flat))
         flat = [np.empty(_EMPTY, inputs[self.args[0][1]].dtype) if r is None else r for r in flat]
-        out = self._owned(flat, inputs)
+        out = [to_tensor(r) for r in flat]
         return out[0] if self.outputs == 1 else tuple(out)
 
     def _backward(self, *args):
@@ -160,7 +148,7 @@ class _Op:
             g = grads.get(self._grad_name(args, slot))
             like = args[slot[0]] if slot[1] is None else args[slot[0]][slot[1]]
             results.append(torch.zeros_like(like) if g is None else g)
-        return self._owned(results, inputs)
+        return [g if isinstance(g, torch.Tensor) else to_tensor(g) for g in results]
 
     # -- fakes and autograd ------------------------------------------------------------------
     def _fake_forward(self, *args):
