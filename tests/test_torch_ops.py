@@ -563,7 +563,7 @@ def test_seed_none_follows_torch_manual_seed(torch):
         picks.append(idx)
     assert torch.equal(*picks)
     torch.manual_seed(11)
-    seed = int(torch.randint(0, 2**62, ()).item())
+    seed = int(torch.randint(0, 2**62, ()))
     torch.manual_seed(11)
     context, _, _ = T.hard_attention(q, k, mode="gumbel")
     (g,) = torch.autograd.grad(context.sum(), q)
@@ -572,6 +572,16 @@ def test_seed_none_follows_torch_manual_seed(torch):
     )
     want = pullback(np.ones(context.shape), None, None)["query"]
     assert np.array_equal(g.numpy(), want)
+    # the seed is drawn inside the graph: no graph break under torch.compile
+    gumbel = lambda q, k: T.hard_attention(q, k, mode="gumbel")[0].sum()  # noqa: E731
+    compiled = torch.compile(gumbel, backend="aot_eager", fullgraph=True)
+    runs = []
+    for fn in (gumbel, compiled):
+        torch.manual_seed(11)
+        loss = fn(q, k)
+        runs.append((loss, *torch.autograd.grad(loss, (q, k))))
+    for a, b in zip(*runs):
+        assert torch.equal(a, b)
 
 
 @pytest.mark.parametrize(

@@ -360,12 +360,14 @@ def attention(
 
 _hard = _Op(
     "hard_attention",
-    f"Tensor query, Tensor keys, Tensor? values, str mode, float temperature, int seed, str score, {_MASKS}, "
+    f"Tensor query, Tensor keys, Tensor? values, str mode, float temperature, Tensor seed, str score, {_MASKS}, "
     f"bool causal, {_PARAMS}",
     lambda a: (
         _hard_attention,
         (a["query"], a["keys"], a["values"]),
-        {k: a[k] for k in ("mode", "temperature", "seed", "score", "mask", "key_lengths", "causal")} | _params(a),
+        {k: a[k] for k in ("mode", "temperature", "score", "mask", "key_lengths", "causal")}
+        | {"seed": int(a["seed"])}
+        | _params(a),
     ),
     lambda a: _attention_fake(a, torch.int64),
     3,
@@ -394,14 +396,15 @@ _regression = _Op(
 )
 
 
-def _seed(seed: int | None) -> int:
-    """A seed for attnc's generator; None draws one from torch's default
-    generator (so torch.manual_seed makes the call repeatable)."""
+def _seed(seed: int | None) -> torch.Tensor:
+    """A seed for attnc's generator, as a 0-d int64 tensor; None draws one
+    from torch's default generator (so torch.manual_seed makes the call
+    repeatable), inside the graph under torch.compile (no .item())."""
     if seed is None:
-        return int(torch.randint(0, 2**62, ()).item())
+        return torch.randint(0, 2**62, ())
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise TypeError(f"seed must be an int or None, got {type(seed).__name__}")
-    return seed % 2**63  # the op's int is 64-bit signed; attnc takes the seed modulo 2**64
+    return torch.tensor(seed % 2**63)  # int64; attnc takes the seed modulo 2**64
 
 
 def hard_attention(
@@ -690,7 +693,7 @@ def _rnn(a: dict):
     module = copy.copy(template)
     object.__setattr__(module, "_parameters", {n: params.get(n) for n in template._parameters})
     object.__setattr__(module, "training", a["training"])
-    object.__setattr__(module, "_rng", np.random.default_rng(a["seed"]))
+    object.__setattr__(module, "_rng", np.random.default_rng(int(a["seed"])))
     h0, c0 = a["h0"], a["c0"]
     if a["mode"] == "lstm":
         hx = None if h0 is None and c0 is None else (h0, c0)
@@ -715,7 +718,7 @@ def _rnn_fake(a):
 _recurrent = _Op(
     "rnn",
     "Tensor input, Tensor? h0, Tensor? c0, Tensor[] weights, str[] weights_names, Tensor? lengths, str mode, "
-    "int num_layers, bool bidirectional, float dropout, bool training, int seed",
+    "int num_layers, bool bidirectional, float dropout, bool training, Tensor seed",
     _rnn,
     _rnn_fake,
     3,
@@ -772,7 +775,7 @@ def _recurrent_call(mode, input, h0, c0, weights, num_layers, bidirectional, dro
         bidirectional,
         float(dropout),
         training,
-        _seed(seed) if training and dropout else 0,
+        _seed(seed if training and dropout else 0),
     )
 
 
