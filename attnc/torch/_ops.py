@@ -95,7 +95,7 @@ class _Op:
     def _numpy(self, args: Sequence) -> dict:
         out = {}
         for (kind, name), value in zip(self.args, args):
-            if kind.startswith("Tensor[]"):
+            if kind == "Tensor[]":
                 value = [from_tensor(t, f"{name}[{i}]") for i, t in enumerate(value)]
             elif kind.startswith("Tensor") and value is not None:
                 value = from_tensor(value, name, floats_only=False)
@@ -113,6 +113,12 @@ class _Op:
                 slots.append((i, None))
         return slots
 
+    @staticmethod
+    def _at(args: Sequence, slot: tuple[int, int | None]) -> torch.Tensor:
+        """The tensor in a slot."""
+        i, j = slot
+        return args[i] if j is None else args[i][j]
+
     def _grad_name(self, args: Sequence, slot: tuple[int, int | None]) -> str:
         i, j = slot
         name = self.args[i][1]
@@ -120,6 +126,7 @@ class _Op:
 
     # -- the two kernels -----------------------------------------------------------------
     def _forward(self, *args):
+        """attnc::NAME: the attnc function on the tensors' memory."""
         inputs = self._numpy(args)
         fn, a, kw = self.call(inputs)
         flat = _flatten(fn(*a, **kw))
@@ -129,6 +136,9 @@ class _Op:
         return out[0] if self.outputs == 1 else tuple(out)
 
     def _backward(self, *args):
+        """attnc::NAME_backward: the forward's arguments and one cotangent per
+        output -> the gradient of every floating-point tensor argument (zeros
+        for one attnc gives none), by attnc's registered forward and C backward."""
         *args, cotangents = args
         inputs = self._numpy(args)
         fn, a, kw = self.call(inputs)
@@ -143,12 +153,8 @@ class _Op:
         outs = outputs if isinstance(outputs, tuple) else (outputs,)
         nested = _nest(cots, outs)
         grads = fn._vjp_backward(saved, tuple(_cotangent(c, o, k) for k, (c, o) in enumerate(zip(nested, outs))))
-        results = []
-        for slot in self._slots(args):
-            g = grads.get(self._grad_name(args, slot))
-            like = args[slot[0]] if slot[1] is None else args[slot[0]][slot[1]]
-            results.append(torch.zeros_like(like) if g is None else g)
-        return [g if isinstance(g, torch.Tensor) else to_tensor(g) for g in results]
+        named = [(slot, grads.get(self._grad_name(args, slot))) for slot in self._slots(args)]
+        return [torch.zeros_like(self._at(args, slot)) if g is None else to_tensor(g) for slot, g in named]
 
     # -- fakes and autograd ------------------------------------------------------------------
     def _fake_forward(self, *args):
@@ -157,10 +163,7 @@ class _Op:
 
     def _fake_backward(self, *args):
         *args, _ = args
-        return [
-            (args[i] if j is None else args[i][j]).new_empty((args[i] if j is None else args[i][j]).shape)
-            for i, j in self._slots(args)
-        ]
+        return [torch.empty_like(self._at(args, slot)) for slot in self._slots(args)]
 
     def _setup_context(self, ctx, inputs, output):
         tensors, layout = [], []
