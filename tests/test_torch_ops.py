@@ -538,6 +538,24 @@ def test_compile_fullgraph_matches_eager(torch):
         assert torch.equal(a, b)
 
 
+def test_strided_inputs_are_read_in_place(torch):
+    """Transposed, sliced and broadcast (stride-0) tensors give what their
+    contiguous copies give, gradients included."""
+    T = _t()
+    rng = np.random.default_rng(7)
+    q = torch.tensor(rng.normal(size=(B, D, TQ))).transpose(1, 2).requires_grad_()
+    k = torch.tensor(rng.normal(size=(B, TK, 2 * D)))[..., ::2].requires_grad_()
+    mask = torch.from_numpy(MASK).expand(B, TQ, TK)
+    got = T.attention(q, k, mask=mask)
+    qc, kc = q.detach().contiguous().requires_grad_(), k.detach().contiguous().requires_grad_()
+    want = T.attention(qc, kc, mask=mask.contiguous())
+    for a, b in zip(got, want):
+        assert torch.equal(a, b)
+    grads = torch.autograd.grad(got[0].sum(), (q, k))
+    for a, b in zip(grads, torch.autograd.grad(want[0].sum(), (qc, kc))):
+        assert torch.equal(a, b)
+
+
 def test_empty_inputs_give_empty_results(torch):
     T = _t()
     q = torch.zeros(B, 0, D, requires_grad=True)
