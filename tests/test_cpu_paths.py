@@ -71,6 +71,7 @@ OTHER_TESTS = [
     "test_torch_wrap.py",
     "test_tensor_inputs.py",
     "test_ddp.py",
+    "test_torch_ops.py",
     "test_binding.py",  # the binding's surface against its table (the sources): every path compiles the same ops.c
 ]
 KERNEL_TESTS = [

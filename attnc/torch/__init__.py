@@ -13,7 +13,51 @@ except ImportError as _exc:  # pragma: no cover - CI installs torch
         'attnc.torch needs PyTorch, which is not installed: pip install "attnc[torch]" (or pip install torch)'
     ) from _exc
 
+from ._ops import (
+    attention,
+    gru,
+    hard_attention,
+    kernel_regression,
+    kv_cache_attend,
+    layer_norm,
+    local_attention,
+    lstm,
+    ntm_address,
+    ntm_content_weights,
+    ntm_interpolate,
+    ntm_read,
+    ntm_sharpen,
+    ntm_shift,
+    ntm_write,
+    score,
+    softmax,
+)
 from ._tensors import from_tensor, to_tensor
 from ._wrap import Module, function
 
-__all__ = ["Module", "from_tensor", "function", "to_tensor"]
+__all__ = [
+    # the classic family and the rest, as torch ops (_ops.py)
+    "attention",
+    "score",
+    "softmax",
+    "hard_attention",
+    "local_attention",
+    "kernel_regression",
+    "kv_cache_attend",
+    "ntm_address",
+    "ntm_content_weights",
+    "ntm_interpolate",
+    "ntm_read",
+    "ntm_sharpen",
+    "ntm_shift",
+    "ntm_write",
+    "layer_norm",
+    "lstm",
+    "gru",
+    # any attnc function or module inside torch autograd (_wrap.py)
+    "function",
+    "Module",
+    # the crossing (_tensors.py)
+    "from_tensor",
+    "to_tensor",
+]
