@@ -356,7 +356,7 @@ def test_recall_task():
     assert labels[b.key_positions[0]] == f"k{k}:v{v}" and labels[-1] == f"k{k}?"
 
 
-def _run_quick(seed=0):
+def _run_quick(seed=0, *extra):
     env = dict(
         os.environ,
         PYTHONPATH=os.pathsep.join(
@@ -375,6 +375,7 @@ def _run_quick(seed=0):
                 "--seed",
                 str(seed),
                 "--no-progress",
+                *extra,
             ],
             capture_output=True,
             text=True,
@@ -386,13 +387,21 @@ def _run_quick(seed=0):
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
-def test_experiment_quick_run():
-    a, b = _run_quick(), _run_quick()
+def test_experiment_quick_run(tmp_path):
+    path = tmp_path / "lstmn.npz"
+    a, b = _run_quick(0, "--save", str(path)), _run_quick()
     for k in ("accuracy", "accuracy_lstm", "train_seconds", "attention_on_key", "attention_argmax_on_key"):
         assert k in a, k
     assert 0 <= a["accuracy"] <= 1 and 0 <= a["accuracy_lstm"] <= 1
     timing = {"train_seconds", "eval_seconds", "train_seconds_lstm", "train_seconds_lstm_long"}
     assert {k: v for k, v in a.items() if k not in timing} == {k: v for k, v in b.items() if k not in timing}
+    # the saved LSTMN loads (its class recorded as the importable module's, not __main__'s) and scores the same
+    from attnc.experiments import lstmn_recall
+
+    model = attnc.load(path)
+    assert isinstance(model, lstmn_recall.RecallClassifier) and model.kind == "lstmn"
+    held = KeyValueRecallTask(16, 16, 6, 10).batch(64, seed=lstmn_recall.HELDOUT_SEED)
+    assert np.mean(model(held.tokens, held.lengths).argmax(-1) == held.targets) == a["accuracy"]
 
 
 def test_experiment_attention_for_a_notebook():

@@ -231,6 +231,9 @@ def test_quick_run(tmp_path):
     assert isinstance(model, sagan_shapes.ShapeClassifier) and model.attention and not model.training
     held = sagan_shapes.heldout(2, 64)
     assert sagan_shapes.accuracy(model, held) == first["accuracy"]
+    baseline = attnc.load(tmp_path / "sagan_baseline.npz")  # saved beside the model with attention
+    assert isinstance(baseline, sagan_shapes.ShapeClassifier) and not baseline.attention
+    assert sagan_shapes.accuracy(baseline, held) == first["accuracy_no_attention"]
     only, _ = _run("--quick", "--seed", "2", "--threads", "1", "--no-attention")
     assert only["attention"] is False and only["accuracy"] == only["accuracy_no_attention"]
     assert only["accuracy_no_attention"] == first["accuracy_no_attention"]

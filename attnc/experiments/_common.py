@@ -419,3 +419,11 @@ def save_model(path, model) -> None:
     if path and model is not None:
         attnc.save(path, model)
         print(f"saved the model to {path}", file=sys.stderr)
+
+
+def save_beside(path, tag: str, model) -> None:
+    """Save a run's second model next to its main one (--save PATH): as
+    ROOT_TAG.npz for PATH = ROOT.npz; nothing without a path."""
+    if path:
+        root, ext = os.path.splitext(path)
+        save_model(f"{root}_{tag}{ext or '.npz'}", model)

@@ -203,4 +203,8 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    # the imported module's main, so that --save records attnc.experiments.lstmn_recall.RecallClassifier
+    # (attnc.load finds it), not __main__'s
+    import attnc.experiments.lstmn_recall as _module
+
+    _module.main()

@@ -25,7 +25,9 @@ channels to the image (CoordConv) so that it could also tell positions
 apart (with the earlier recipe, 3x3 convolutions before the attention, that
 variant learned less reliably; not retried with this one). The baseline is
 the same network without the attention block (by default both are trained,
-with the same data and steps).
+with the same data and steps; ``--save PATH`` then writes the network with
+attention to PATH and the baseline beside it, ROOT_baseline.npz for
+PATH = ROOT.npz).
 
 Training: 3000 fresh batches of 32, Adam 5e-3 with a cosine decay to 5%,
 gradients clipped to norm 1. The choices below are the experiment's, not
@@ -475,6 +477,8 @@ def main(argv=None):
         metrics["accuracy"] = metrics["accuracy_no_attention"]
     main_attention = True in models
     model, result = models[main_attention], results[main_attention]
+    if main_attention and False in models:  # --save PATH: the baseline beside it, as ROOT_baseline.npz
+        _common.save_beside(args.save, "baseline", models[False])
     return _common.report(
         "sagan_shapes",
         args,

@@ -167,11 +167,9 @@ def main(argv=None):
         }
         models[k] = model
     main_k = 5 if 5 in models else shots[0]
-    if args.save and len(models) > 1:  # the other model beside the main one
-        root, ext = os.path.splitext(args.save)
-        for k, m in models.items():
-            if k != main_k:
-                _common.save_model(f"{root}_{k}shot{ext or '.npz'}", m)
+    for k, m in models.items():  # the other model beside the main one
+        if k != main_k:
+            _common.save_beside(args.save, f"{k}shot", m)
     combined = {
         "steps": details[f"{main_k}shot"]["steps"],
         "first_loss": details[f"{main_k}shot"]["first_loss"],
