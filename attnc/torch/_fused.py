@@ -1,0 +1,246 @@
+"""The fused kernels as torch custom ops: attnc::scaled_dot_product_attention
+and attnc::multi_head_attention, each with a fake (shapes and dtypes, for
+torch.compile) and an autograd rule whose backward is another custom op
+calling attnc's C backward.
+
+The backward ops take tensors only (torch.compile cannot carry a Python
+object from a forward to its backward): the forward op returns what the
+backward needs (the output and its log-sum-exp) and the backward rebuilds the
+kernel's arguments from the same inputs. Dropout's seed crosses as a 0-d
+int64 tensor, drawn from torch's generator when the caller gives none, so a
+compiled graph draws a fresh one each call and torch.manual_seed governs it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from .._args import seed_bits
+from ..attention import multihead as _mha
+from ..attention import sdpa as _sdpa
+from ._tensors import check_tensor, from_tensor
+
+_EMPTY = (0,)  # the shape of an output that was not asked for (custom ops return tensors, not None)
+
+
+def _tensor(a: np.ndarray | None, like: torch.Tensor) -> torch.Tensor:
+    """attnc's array as a contiguous tensor (the fakes promise contiguous
+    outputs); None as the empty placeholder."""
+    if a is None:
+        return like.new_empty(_EMPTY)
+    return torch.from_numpy(np.ascontiguousarray(a))
+
+
+def _array(t: torch.Tensor | None, name: str) -> np.ndarray | None:
+    return None if t is None else from_tensor(t, name, floats_only=False)
+
+
+def _seed_tensor(seed: int | None, dropout_p: float) -> torch.Tensor | None:
+    """The dropout seed as the ops take it: None without dropout; the int64
+    whose bits are the seed's (attnc takes seeds modulo 2**64); a draw from
+    torch's default generator for seed=None."""
+    if not dropout_p:
+        return None
+    if seed is None:
+        return torch.randint(-(2**63), 2**63 - 1, (), dtype=torch.int64)
+    bits = seed_bits(seed)
+    return torch.tensor(bits - 2**64 if bits >= 2**63 else bits, dtype=torch.int64)
+
+
+def _seed(seed: torch.Tensor | None) -> int | None:
+    return None if seed is None else int(seed) % 2**64
+
+
+def _check_args(named: dict, masks: dict) -> None:
+    for name, t in named.items():
+        check_tensor(t, name)
+    for name, t in masks.items():
+        if t is not None:
+            check_tensor(t, name, floats_only=False)
+
+
+# --------------------------------------------------------------------------- scaled_dot_product_attention
+
+
+@torch.library.custom_op("attnc::scaled_dot_product_attention", mutates_args=())
+def _sdpa_op(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attn_mask: torch.Tensor | None,
+    dropout_p: float,
+    is_causal: bool,
+    scale: float | None,
+    enable_gqa: bool,
+    return_weights: bool,
+    seed: torch.Tensor | None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(output, weights or an empty placeholder, the kernel's log-sum-exp)."""
+    outputs, saved = _sdpa._forward(
+        from_tensor(query, "query"),
+        from_tensor(key, "key"),
+        from_tensor(value, "value"),
+        _array(attn_mask, "attn_mask"),
+        dropout_p,
+        is_causal,
+        scale,
+        enable_gqa,
+        return_weights=return_weights,
+        seed=_seed(seed),
+    )
+    out, weights = outputs if return_weights else (outputs, None)
+    return _tensor(out, query), _tensor(weights, query), _tensor(saved[5], query)
+
+
+def _sdpa_shapes(query, key, value, enable_gqa):
+    """Shapes of (output, weights, lse) as attnc's _check makes them."""
+    shapes = [tuple(t.shape) for t in (query, key, value)]
+    added_head = max(len(s) for s in shapes) == 2
+    if added_head or enable_gqa:
+        shapes = [(1,) + s if len(s) == 2 else s for s in shapes]
+    kept = 3 if enable_gqa else 2  # the dims that do not broadcast
+    lead = tuple(torch.broadcast_shapes(*(s[:-kept] for s in shapes)))
+    lse = lead + shapes[0][-3:-2] * enable_gqa + shapes[0][-2:-1]
+    out, weights = lse + shapes[2][-1:], lse + shapes[1][-2:-1]
+    return (out[1:], weights[1:], lse) if added_head else (out, weights, lse)
+
+
+@_sdpa_op.register_fake
+def _(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, return_weights, seed):
+    out, weights, lse = _sdpa_shapes(query, key, value, enable_gqa)
+    return query.new_empty(out), query.new_empty(weights if return_weights else _EMPTY), query.new_empty(lse)
+
+
+@torch.library.custom_op("attnc::scaled_dot_product_attention_backward", mutates_args=())
+def _sdpa_backward_op(
+    grad_output: torch.Tensor | None,
+    grad_weights: torch.Tensor | None,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attn_mask: torch.Tensor | None,
+    output: torch.Tensor,
+    lse: torch.Tensor,
+    dropout_p: float,
+    is_causal: bool,
+    scale: float | None,
+    enable_gqa: bool,
+    seed: torch.Tensor | None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(dquery, dkey, dvalue, dattn_mask or an empty placeholder) by attnc's C backward."""
+    q, k, v, layout, options, mask_arg = _sdpa._prepare(
+        from_tensor(query, "query"),
+        from_tensor(key, "key"),
+        from_tensor(value, "value"),
+        _array(attn_mask, "attn_mask"),
+        dropout_p,
+        is_causal,
+        scale,
+        enable_gqa,
+        _seed(seed),
+    )
+    out = from_tensor(output, "output")
+    saved = (options, q, k, v, out[None] if layout[2] else out, from_tensor(lse, "lse"), layout, mask_arg)
+    cotangents = (_array(grad_output, "grad_output"), _array(grad_weights, "grad_weights"))
+    grads = _sdpa._backward(saved, cotangents)
+    return (*(_tensor(grads[n], query) for n in ("query", "key", "value")), _tensor(grads.get("attn_mask"), query))
+
+
+@_sdpa_backward_op.register_fake
+def _(
+    grad_output, grad_weights, query, key, value, attn_mask, output, lse, dropout_p, is_causal, scale, enable_gqa, seed
+):
+    float_mask = attn_mask is not None and attn_mask.dtype != torch.bool
+    dmask = query.new_empty(attn_mask.shape) if float_mask else query.new_empty(_EMPTY)
+    return query.new_empty(query.shape), key.new_empty(key.shape), value.new_empty(value.shape), dmask
+
+
+def _sdpa_setup(ctx, inputs, output):
+    query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, return_weights, seed = inputs
+    ctx.save_for_backward(query, key, value, attn_mask, output[0], output[2], seed)
+    ctx.options = (dropout_p, is_causal, scale, enable_gqa)
+    ctx.return_weights = return_weights
+    ctx.float_mask = attn_mask is not None and attn_mask.dtype != torch.bool
+    ctx.mark_non_differentiable(output[2])
+
+
+def _sdpa_grad(ctx, grad_output, grad_weights, _):
+    query, key, value, attn_mask, output, lse, seed = ctx.saved_tensors
+    if not ctx.return_weights:  # the placeholder's cotangent (zeros, under torch.compile)
+        grad_weights = None
+    dq, dk, dv, dmask = _sdpa_backward_op(
+        grad_output, grad_weights, query, key, value, attn_mask, output, lse, *ctx.options, seed
+    )
+    return dq, dk, dv, dmask if ctx.float_mask else None, None, None, None, None, None, None
+
+
+_sdpa_op.register_autograd(_sdpa_grad, setup_context=_sdpa_setup)
+
+
+def scaled_dot_product_attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attn_mask: torch.Tensor | None = None,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+    scale: float | None = None,
+    enable_gqa: bool = False,
+    *,
+    return_weights: bool = False,
+    seed: int | None = None,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """attnc.scaled_dot_product_attention on tensors, differentiable by torch
+    autograd (the custom op ``torch.ops.attnc.scaled_dot_product_attention``,
+    whose backward is attnc's C backward), and by torch.compile without
+    graph breaks.
+
+    Arguments, shapes and meanings are those of
+    ``attnc.scaled_dot_product_attention`` (which keeps
+    ``torch.nn.functional.scaled_dot_product_attention``'s): query
+    (..., H, L, E), key (..., Hkv, S, E), value (..., Hkv, S, Ev), CPU
+    tensors, float32 or float64; attn_mask bool (True = takes part) or float
+    (added, and differentiable); is_causal, scale, enable_gqa, dropout_p.
+
+    return_weights : bool, also return the (..., H, L, S) attention weights
+        (before dropout), which torch's own SDPA cannot return; they are
+        differentiable too: a loss on the weights reaches query and key.
+    seed : int or None, the dropout seed (the same seed gives the NumPy call's
+        bits); None draws one from torch's generator (torch.manual_seed
+        makes it reproducible).
+
+    Returns
+    -------
+    output : tensor (..., H, L, Ev), or ``(output, weights)`` with
+    return_weights, weights (..., H, L, S); the input dtype.
+
+    Raises
+    ------
+    TypeError naming the argument for a tensor that is not on the CPU, not
+    float32/float64 (a mask may be bool), or not strided (sparse, nested).
+
+    Example
+    -------
+    >>> q = torch.randn(2, 4, 6, 8, dtype=torch.float64, requires_grad=True)
+    >>> out, w = attnc.torch.scaled_dot_product_attention(q, q, q, is_causal=True, return_weights=True)
+    >>> out.shape, w.shape
+    (torch.Size([2, 4, 6, 8]), torch.Size([2, 4, 6, 6]))
+    >>> (out.sum() + w[..., 0].sum()).backward()
+    >>> q.grad.shape
+    torch.Size([2, 4, 6, 8])
+    """
+    _check_args({"query": query, "key": key, "value": value}, {"attn_mask": attn_mask})
+    out, weights, _ = _sdpa_op(
+        query,
+        key,
+        value,
+        attn_mask,
+        dropout_p,
+        is_causal,
+        scale,
+        enable_gqa,
+        return_weights,
+        _seed_tensor(seed, dropout_p),
+    )
+    return (out, weights) if return_weights else out
