@@ -244,3 +244,249 @@ def scaled_dot_product_attention(
         _seed_tensor(seed, dropout_p),
     )
     return (out, weights) if return_weights else out
+
+
+# --------------------------------------------------------------------------- multi_head_attention
+
+# The op's tensor arguments after query, key and value, in order, and which
+# of the op's arguments are tensors that may get a gradient.
+_MHA_PARAMS = ("in_proj_weight", "in_proj_bias", "out_proj_weight", "out_proj_bias")
+_MHA_MASKS = ("key_padding_mask", "attn_mask")
+_MHA_SEPARATE = ("q_proj_weight", "k_proj_weight", "v_proj_weight", "bias_k", "bias_v")
+_MHA_GRADS = ("query", "key", "value") + _MHA_PARAMS + _MHA_MASKS + _MHA_SEPARATE
+
+
+def _mha_call(tensors: tuple, num_heads, need_weights, average_attn_weights, is_causal, add_zero_attn, dropout_p, seed):
+    """attnc's multi_head_attention vjp forward on the tensors' arrays
+    (tensors: the op's tensor arguments in _MHA_GRADS's order)."""
+    arrays = {n: _array(t, n) for n, t in zip(_MHA_GRADS, tensors)}
+    return _mha._forward(
+        arrays.pop("query"),
+        arrays.pop("key"),
+        arrays.pop("value"),
+        num_heads,
+        *(arrays.pop(n) for n in _MHA_PARAMS),
+        need_weights=need_weights,
+        average_attn_weights=average_attn_weights,
+        is_causal=is_causal,
+        add_zero_attn=add_zero_attn,
+        dropout_p=dropout_p,
+        seed=_seed(seed),
+        **arrays,
+    )
+
+
+@torch.library.custom_op("attnc::multi_head_attention", mutates_args=())
+def _mha_op(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    num_heads: int,
+    in_proj_weight: torch.Tensor | None,
+    in_proj_bias: torch.Tensor | None,
+    out_proj_weight: torch.Tensor,
+    out_proj_bias: torch.Tensor | None,
+    key_padding_mask: torch.Tensor | None,
+    attn_mask: torch.Tensor | None,
+    need_weights: bool,
+    average_attn_weights: bool,
+    is_causal: bool,
+    q_proj_weight: torch.Tensor | None,
+    k_proj_weight: torch.Tensor | None,
+    v_proj_weight: torch.Tensor | None,
+    bias_k: torch.Tensor | None,
+    bias_v: torch.Tensor | None,
+    add_zero_attn: bool,
+    dropout_p: float,
+    seed: torch.Tensor | None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(output, weights or an empty placeholder)."""
+    tensors = (query, key, value, in_proj_weight, in_proj_bias, out_proj_weight, out_proj_bias)
+    tensors += (key_padding_mask, attn_mask, q_proj_weight, k_proj_weight, v_proj_weight, bias_k, bias_v)
+    (out, weights), _ = _mha_call(
+        tensors, num_heads, need_weights, average_attn_weights, is_causal, add_zero_attn, dropout_p, seed
+    )
+    return _tensor(out, query), _tensor(weights, query)
+
+
+@_mha_op.register_fake
+def _(
+    query,
+    key,
+    value,
+    num_heads,
+    in_proj_weight,
+    in_proj_bias,
+    out_proj_weight,
+    out_proj_bias,
+    key_padding_mask,
+    attn_mask,
+    need_weights,
+    average_attn_weights,
+    is_causal,
+    q_proj_weight,
+    k_proj_weight,
+    v_proj_weight,
+    bias_k,
+    bias_v,
+    add_zero_attn,
+    dropout_p,
+    seed,
+):
+    if not need_weights:
+        return query.new_empty(query.shape), query.new_empty(_EMPTY)
+    *batch, L, _ = query.shape
+    S = key.shape[-2] + (bias_k is not None) + add_zero_attn
+    heads = () if average_attn_weights else (num_heads,)
+    return query.new_empty(query.shape), query.new_empty((*batch[:1], *heads, L, S))
+
+
+@torch.library.custom_op("attnc::multi_head_attention_backward", mutates_args=())
+def _mha_backward_op(
+    grad_output: torch.Tensor | None,
+    grad_weights: torch.Tensor | None,
+    tensors: list[torch.Tensor | None],
+    num_heads: int,
+    need_weights: bool,
+    average_attn_weights: bool,
+    is_causal: bool,
+    add_zero_attn: bool,
+    dropout_p: float,
+    seed: torch.Tensor | None,
+) -> list[torch.Tensor]:
+    """The gradients of the tensors (in _MHA_GRADS's order; empty placeholders
+    for absent or bool ones) by attnc's C backward, after running the forward
+    again (its state is many arrays; the seed gives the same dropout)."""
+    _, saved = _mha_call(
+        tuple(tensors), num_heads, need_weights, average_attn_weights, is_causal, add_zero_attn, dropout_p, seed
+    )
+    cotangents = (_array(grad_output, "grad_output"), _array(grad_weights, "grad_weights"))
+    grads = _mha._backward(saved, cotangents)
+    return [_tensor(grads.get(n), tensors[0]) for n in _MHA_GRADS]
+
+
+def _differentiable(t: torch.Tensor | None) -> bool:
+    return t is not None and t.dtype != torch.bool
+
+
+@_mha_backward_op.register_fake
+def _(grad_output, grad_weights, tensors, *_):
+    return [tensors[0].new_empty(t.shape if _differentiable(t) else _EMPTY) for t in tensors]
+
+
+_MHA_TENSOR_ARGS = (0, 1, 2, 4, 5, 6, 7, 8, 9, 13, 14, 15, 16, 17)  # the op's arguments in _MHA_GRADS
+_MHA_OPTIONS = (
+    3,
+    10,
+    11,
+    12,
+    18,
+    19,
+)  # num_heads, need_weights, average_attn_weights, is_causal, add_zero_attn, dropout_p
+
+
+def _mha_setup(ctx, inputs, output):
+    ctx.save_for_backward(*(inputs[i] for i in _MHA_TENSOR_ARGS), inputs[20])
+    ctx.options = tuple(inputs[i] for i in _MHA_OPTIONS)
+    ctx.differentiable = [_differentiable(inputs[i]) for i in _MHA_TENSOR_ARGS]
+
+
+def _mha_grad(ctx, grad_output, grad_weights):
+    *tensors, seed = ctx.saved_tensors
+    if not ctx.options[1]:  # need_weights=False: the placeholder's cotangent
+        grad_weights = None
+    grads = _mha_backward_op(grad_output, grad_weights, tensors, *ctx.options, seed)
+    out: list = [None] * 21
+    for i, g, keep in zip(_MHA_TENSOR_ARGS, grads, ctx.differentiable):
+        out[i] = g if keep else None
+    return tuple(out)
+
+
+_mha_op.register_autograd(_mha_grad, setup_context=_mha_setup)
+
+
+def multi_head_attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    num_heads: int,
+    in_proj_weight: torch.Tensor | None,
+    in_proj_bias: torch.Tensor | None,
+    out_proj_weight: torch.Tensor,
+    out_proj_bias: torch.Tensor | None,
+    *,
+    key_padding_mask: torch.Tensor | None = None,
+    attn_mask: torch.Tensor | None = None,
+    need_weights: bool = True,
+    average_attn_weights: bool = True,
+    is_causal: bool = False,
+    q_proj_weight: torch.Tensor | None = None,
+    k_proj_weight: torch.Tensor | None = None,
+    v_proj_weight: torch.Tensor | None = None,
+    bias_k: torch.Tensor | None = None,
+    bias_v: torch.Tensor | None = None,
+    add_zero_attn: bool = False,
+    dropout_p: float = 0.0,
+    seed: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """attnc.multi_head_attention on tensors (batch first, as
+    ``torch.nn.MultiheadAttention(batch_first=True)``), differentiable by
+    torch autograd in every tensor argument (inputs, projections, float
+    masks, bias_k/bias_v) through the custom op
+    ``torch.ops.attnc.multi_head_attention``, whose backward is attnc's C
+    backward; and by torch.compile without graph breaks.
+
+    Arguments, shapes and meanings are those of ``attnc.multi_head_attention``:
+    query (B, L, E) or (L, E), key (B, S, kdim), value (B, S, vdim), CPU
+    tensors of one dtype, float32 or float64; masks keep torch's meaning
+    (bool True = ignore, or float added). The weights (averaged over heads
+    unless ``average_attn_weights=False``) come from the fused kernel and are
+    differentiable. seed : the dropout seed; None draws one from torch's
+    generator.
+
+    Returns
+    -------
+    output : tensor (B, L, E) (or (L, E)); weights : tensor (B, L, S) or
+    (B, H, L, S), or None without need_weights.
+
+    Example
+    -------
+    >>> E, H = 8, 2
+    >>> x = torch.randn(2, 5, E, requires_grad=True)
+    >>> w_in, w_out = torch.randn(3 * E, E, requires_grad=True), torch.eye(E)
+    >>> out, w = attnc.torch.multi_head_attention(x, x, x, H, w_in, None, w_out, None)
+    >>> out.shape, w.shape
+    (torch.Size([2, 5, 8]), torch.Size([2, 5, 5]))
+    >>> (out.sum() + w[:, :, 0].sum()).backward()
+    >>> x.grad.shape, w_in.grad.shape
+    (torch.Size([2, 5, 8]), torch.Size([24, 8]))
+    """
+    tensors = (query, key, value, in_proj_weight, in_proj_bias, out_proj_weight, out_proj_bias)
+    tensors += (key_padding_mask, attn_mask, q_proj_weight, k_proj_weight, v_proj_weight, bias_k, bias_v)
+    named = dict(zip(_MHA_GRADS, tensors))
+    masks = {n: named.pop(n) for n in _MHA_MASKS}
+    _check_args({n: t for n, t in named.items() if t is not None}, masks)
+    out, weights = _mha_op(
+        query,
+        key,
+        value,
+        num_heads,
+        in_proj_weight,
+        in_proj_bias,
+        out_proj_weight,
+        out_proj_bias,
+        key_padding_mask,
+        attn_mask,
+        need_weights,
+        average_attn_weights,
+        is_causal,
+        q_proj_weight,
+        k_proj_weight,
+        v_proj_weight,
+        bias_k,
+        bias_v,
+        add_zero_attn,
+        dropout_p,
+        _seed_tensor(seed, dropout_p),
+    )
+    return out, (weights if need_weights else None)
