@@ -13,6 +13,8 @@ compiled graph draws a fresh one each call and torch.manual_seed governs it.
 
 from __future__ import annotations
 
+from typing import cast
+
 import numpy as np
 import torch
 
@@ -144,7 +146,8 @@ def _sdpa_backward_op(
     saved = (options, q, k, v, out[None] if layout[2] else out, from_tensor(lse, "lse"), layout, mask_arg)
     cotangents = (_array(grad_output, "grad_output"), _array(grad_weights, "grad_weights"))
     grads = _sdpa._backward(saved, cotangents)
-    return (*(_tensor(grads[n], query) for n in ("query", "key", "value")), _tensor(grads.get("attn_mask"), query))
+    dq, dk, dv, dmask = (_tensor(grads.get(n), query) for n in ("query", "key", "value", "attn_mask"))
+    return dq, dk, dv, dmask
 
 
 @_sdpa_backward_op.register_fake
@@ -301,8 +304,15 @@ def _mha_op(
     seed: torch.Tensor | None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(output, weights or an empty placeholder)."""
-    tensors = (query, key, value, in_proj_weight, in_proj_bias, out_proj_weight, out_proj_bias)
-    tensors += (key_padding_mask, attn_mask, q_proj_weight, k_proj_weight, v_proj_weight, bias_k, bias_v)
+    tensors = (query, key, value, in_proj_weight, in_proj_bias, out_proj_weight, out_proj_bias) + (
+        key_padding_mask,
+        attn_mask,
+        q_proj_weight,
+        k_proj_weight,
+        v_proj_weight,
+        bias_k,
+        bias_v,
+    )
     (out, weights), _ = _mha_call(
         tensors, num_heads, need_weights, average_attn_weights, is_causal, add_zero_attn, dropout_p, seed
     )
@@ -362,7 +372,8 @@ def _mha_backward_op(
     )
     cotangents = (_array(grad_output, "grad_output"), _array(grad_weights, "grad_weights"))
     grads = _mha._backward(saved, cotangents)
-    return [_tensor(grads.get(n), tensors[0]) for n in _MHA_GRADS]
+    query = cast(torch.Tensor, tensors[0])  # always given
+    return [_tensor(grads.get(n), query) for n in _MHA_GRADS]
 
 
 def _differentiable(t: torch.Tensor | None) -> bool:
@@ -461,8 +472,15 @@ def multi_head_attention(
     >>> x.grad.shape, w_in.grad.shape
     (torch.Size([2, 5, 8]), torch.Size([24, 8]))
     """
-    tensors = (query, key, value, in_proj_weight, in_proj_bias, out_proj_weight, out_proj_bias)
-    tensors += (key_padding_mask, attn_mask, q_proj_weight, k_proj_weight, v_proj_weight, bias_k, bias_v)
+    tensors = (query, key, value, in_proj_weight, in_proj_bias, out_proj_weight, out_proj_bias) + (
+        key_padding_mask,
+        attn_mask,
+        q_proj_weight,
+        k_proj_weight,
+        v_proj_weight,
+        bias_k,
+        bias_v,
+    )
     named = dict(zip(_MHA_GRADS, tensors))
     masks = {n: named.pop(n) for n in _MHA_MASKS}
     _check_args({n: t for n, t in named.items() if t is not None}, masks)
