@@ -13,7 +13,8 @@ except ImportError as _exc:  # pragma: no cover - CI installs torch
         'attnc.torch needs PyTorch, which is not installed: pip install "attnc[torch]" (or pip install torch)'
     ) from _exc
 
+from . import nn
 from ._fused import multi_head_attention, scaled_dot_product_attention
 from ._tensors import from_tensor, to_tensor
 
-__all__ = ["from_tensor", "to_tensor", "scaled_dot_product_attention", "multi_head_attention"]
+__all__ = ["from_tensor", "to_tensor", "scaled_dot_product_attention", "multi_head_attention", "nn"]
