@@ -359,3 +359,112 @@ def test_refused_tensors_name_the_argument(torch, at, rng):
         sdpa(q, k, v, torch.ones(3, 5, dtype=torch.bool), is_causal=True)
     with pytest.raises(ValueError, match="embed_dim 8 must be divisible by num_heads"):
         _mha(at, x, kv, 3, params)
+
+
+# --------------------------------------------------------------------------- attnc.torch.nn
+
+MHA_CONFIGS = {
+    "sequence_first": dict(),
+    "batch_first_no_bias": dict(bias=False, batch_first=True),
+    "kdim_vdim_bias_kv_zero_attn": dict(kdim=3, vdim=5, add_bias_kv=True, add_zero_attn=True),
+}
+
+
+def _pair(torch, cls, ours, *args, **kwargs):
+    """torch's module and attnc's, attnc's loaded from torch's state_dict."""
+    ref = getattr(torch.nn, cls)(*args, dtype=torch.float64, **kwargs)
+    mine = getattr(ours, cls)(*args, dtype=torch.float64, **kwargs)
+    assert list(mine.state_dict()) == list(ref.state_dict())
+    assert all(isinstance(p, torch.nn.Parameter) for p in mine.parameters())
+    mine.load_state_dict(ref.state_dict())
+    return ref, mine
+
+
+def _same_outputs_and_grads(torch, ref, mine, inputs, call):
+    want, got = call(ref, *inputs), call(mine, *inputs)
+    cots = [torch.randn_like(w) for w in want]
+    leaves = [t for t in inputs if t.requires_grad]
+    grads = torch.autograd.grad(want, leaves + list(ref.parameters()), cots)
+    mine_grads = torch.autograd.grad(got, leaves + list(mine.parameters()), cots)
+    for a, b in zip((*got, *mine_grads), (*want, *grads)):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("config", MHA_CONFIGS)
+def test_nn_multihead_attention_is_torchs(torch, at, rng, config):
+    kwargs = MHA_CONFIGS[config]
+    ref, mine = _pair(torch, "MultiheadAttention", at.nn, 8, 2, **kwargs)
+    B, L, S = 3, 4, 6
+    shapes = [(L, B, 8), (S, B, kwargs.get("kdim", 8)), (S, B, kwargs.get("vdim", 8))]
+    q, k, v = _tensors(torch, rng, "float64", *shapes)
+    if kwargs.get("batch_first"):
+        q, k, v = (t.detach().transpose(0, 1).requires_grad_() for t in (q, k, v))
+    kpm = torch.tensor(rng.random((B, S)) < 0.3)
+    kpm[:, 0] = False
+    causal = torch.ones(L, S, dtype=torch.bool).triu(1)
+    for average in (True, False):
+        call = lambda m, q, k, v: m(q, k, v, key_padding_mask=kpm, attn_mask=causal, average_attn_weights=average)  # noqa: E731
+        _same_outputs_and_grads(torch, ref, mine, (q, k, v), call)
+    out, w = mine(q, k, v, need_weights=False)
+    assert w is None and out.shape == q.shape
+    x = q[:, 0] if not kwargs.get("batch_first") and not kwargs.get("kdim") else None
+    if x is not None:  # unbatched (L, E)
+        _same_outputs_and_grads(torch, ref, mine, (x,), lambda m, x: m(x, x, x))
+
+
+def test_nn_transformer_layers_are_torchs(torch, at, rng):
+    layer = dict(dim_feedforward=16, dropout=0.0)
+    src, tgt = _tensors(torch, rng, "float64", (5, 2, 8), (3, 2, 8))
+    mask = torch.nn.Transformer.generate_square_subsequent_mask(3, dtype=torch.float64)
+    ref, mine = _pair(torch, "TransformerEncoderLayer", at.nn, 8, 2, norm_first=True, **layer)
+    _same_outputs_and_grads(torch, ref, mine, (src,), lambda m, s: (m(s),))
+    ref, mine = _pair(torch, "TransformerDecoderLayer", at.nn, 8, 2, **layer)
+    _same_outputs_and_grads(torch, ref, mine, (tgt, src), lambda m, t, s: (m(t, s, tgt_mask=mask, tgt_is_causal=True),))
+    ref, mine = _pair(torch, "Transformer", at.nn, 8, 2, 2, 1, **layer)
+    assert all(type(m) is not torch.nn.MultiheadAttention for m in mine.modules())
+    assert all(type(m) is at.nn.TransformerEncoderLayer for m in mine.encoder.layers)  # no fused fast path
+    _same_outputs_and_grads(torch, ref, mine, (src, tgt), lambda m, s, t: (m(s, t, tgt_mask=mask),))
+    ref.eval(), mine.eval()
+    with torch.no_grad():  # where torch's encoder takes its fused fast path
+        torch.testing.assert_close(mine(src, tgt), ref(src, tgt), rtol=1e-12, atol=1e-12)
+
+
+def test_nn_adam_loss_curve_is_torchs(torch, at):
+    """A small causal language model trained 50 steps by torch.optim.Adam:
+    the same loss curve (1e-6) with attnc's modules as with torch's, the
+    weights of its attention logged each step as people do."""
+
+    class LM(torch.nn.Module):
+        def __init__(self, nn, vocab=11, d=16):
+            super().__init__()
+            self.embed = torch.nn.Embedding(vocab, d, dtype=torch.float64)
+            self.attn = nn.MultiheadAttention(d, 4, batch_first=True, dtype=torch.float64)
+            self.block = nn.TransformerEncoderLayer(d, 2, 32, dropout=0.0, batch_first=True, dtype=torch.float64)
+            self.head = torch.nn.Linear(d, vocab, dtype=torch.float64)
+
+        def forward(self, ids):
+            x = self.embed(ids)
+            mask = torch.nn.Transformer.generate_square_subsequent_mask(ids.shape[1], dtype=torch.float64)
+            h, w = self.attn(x, x, x, attn_mask=mask, need_weights=True)
+            return self.head(self.block(x + h, src_mask=mask, is_causal=True)), w
+
+    def curve(nn):
+        torch.manual_seed(0)
+        model = LM(nn)
+        ids = torch.randint(0, 11, (4, 9))
+        opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+        losses = []
+        for _ in range(50):
+            logits, w = model(ids[:, :-1])
+            loss = torch.nn.functional.cross_entropy(logits.reshape(-1, 11), ids[:, 1:].reshape(-1))
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+        return np.array(losses), w.detach()
+
+    want, want_w = curve(torch.nn)
+    got, got_w = curve(at.nn)
+    assert want[-1] < want[0] / 2  # it learns
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-6)
+    torch.testing.assert_close(got_w, want_w, rtol=0, atol=1e-6)
