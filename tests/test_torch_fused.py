@@ -284,11 +284,11 @@ def test_opcheck_every_op(torch, at, rng):
     torch.library.opcheck(ops.multi_head_attention, mha_args + (0.1, _seed_tensor(4, 0.1)))
     x, kv, am = x.detach(), kv.detach(), am.detach()
     params = {n: t.detach() for n, t in params.items()}
-    out, w = ops.multi_head_attention(x, kv, kv, 2, *params.values(), *mha_args[8:], 0.0, None)
+    out, w, *saved = ops.multi_head_attention(x, kv, kv, 2, *params.values(), *mha_args[8:], 0.0, None)
     tensors = [x, kv, kv, *params.values(), kpm, am, None, None, None, None, None]
     torch.library.opcheck(
         ops.multi_head_attention_backward,
-        (torch.randn_like(out), torch.randn_like(w), tensors, 2, True, False, False, False, 0.0, None),
+        (torch.randn_like(out), torch.randn_like(w), tensors, saved, 2, True, False, False, False, 0.0, None),
     )
 
 

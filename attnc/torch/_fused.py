@@ -259,11 +259,13 @@ _MHA_SEPARATE = ("q_proj_weight", "k_proj_weight", "v_proj_weight", "bias_k", "b
 _MHA_GRADS = ("query", "key", "value") + _MHA_PARAMS + _MHA_MASKS + _MHA_SEPARATE
 
 
-def _mha_call(tensors: tuple, num_heads, need_weights, average_attn_weights, is_causal, add_zero_attn, dropout_p, seed):
-    """attnc's multi_head_attention vjp forward on the tensors' arrays
+def _mha_state(
+    tensors: tuple, num_heads, need_weights, average_attn_weights, is_causal, add_zero_attn, dropout_p, seed
+):
+    """attnc's multi_head_attention call checked, before its arithmetic
     (tensors: the op's tensor arguments in _MHA_GRADS's order)."""
     arrays = {n: _array(t, n) for n, t in zip(_MHA_GRADS, tensors)}
-    return _mha._forward(
+    return _mha._prepare(
         arrays.pop("query"),
         arrays.pop("key"),
         arrays.pop("value"),
@@ -302,8 +304,10 @@ def _mha_op(
     add_zero_attn: bool,
     dropout_p: float,
     seed: torch.Tensor | None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """(output, weights or an empty placeholder)."""
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(output, weights or an empty placeholder, and for the backward: the
+    projections q, k, v, the attention before the output projection and the
+    kernel's log-sum-exp)."""
     tensors = (query, key, value, in_proj_weight, in_proj_bias, out_proj_weight, out_proj_bias) + (
         key_padding_mask,
         attn_mask,
@@ -313,10 +317,10 @@ def _mha_op(
         bias_k,
         bias_v,
     )
-    (out, weights), _ = _mha_call(
-        tensors, num_heads, need_weights, average_attn_weights, is_causal, add_zero_attn, dropout_p, seed
-    )
-    return _tensor(out, query), _tensor(weights, query)
+    s = _mha_state(tensors, num_heads, need_weights, average_attn_weights, is_causal, add_zero_attn, dropout_p, seed)
+    q, k, v = _mha._project(s)
+    out, weights = _mha._attend(s, q, k, v)
+    return tuple(_tensor(a, query) for a in (out, weights, q, k, v, s["attn"], s["lse"]))  # type: ignore[return-value]
 
 
 @_mha_op.register_fake
@@ -343,12 +347,13 @@ def _(
     dropout_p,
     seed,
 ):
-    if not need_weights:
-        return query.new_empty(query.shape), query.new_empty(_EMPTY)
-    *batch, L, _ = query.shape
+    *batch, L, E = query.shape
     S = key.shape[-2] + (bias_k is not None) + add_zero_attn
     heads = () if average_attn_weights else (num_heads,)
-    return query.new_empty(query.shape), query.new_empty((*batch[:1], *heads, L, S))
+    weights = (*batch, *heads, L, S) if need_weights else _EMPTY
+    B = batch[0] if batch else 1
+    shapes = (query.shape, weights, (B, L, E), (B, S, E), (B, S, E), (B, L, E), (B, num_heads, L))
+    return tuple(query.new_empty(shape) for shape in shapes)
 
 
 @torch.library.custom_op("attnc::multi_head_attention_backward", mutates_args=())
@@ -356,6 +361,7 @@ def _mha_backward_op(
     grad_output: torch.Tensor | None,
     grad_weights: torch.Tensor | None,
     tensors: list[torch.Tensor | None],
+    saved: list[torch.Tensor],
     num_heads: int,
     need_weights: bool,
     average_attn_weights: bool,
@@ -365,13 +371,14 @@ def _mha_backward_op(
     seed: torch.Tensor | None,
 ) -> list[torch.Tensor]:
     """The gradients of the tensors (in _MHA_GRADS's order; empty placeholders
-    for absent or bool ones) by attnc's C backward, after running the forward
-    again (its state is many arrays; the seed gives the same dropout)."""
-    _, saved = _mha_call(
+    for absent or bool ones) by attnc's C backward, from the forward's
+    saved q, k, v, attention and log-sum-exp."""
+    s = _mha_state(
         tuple(tensors), num_heads, need_weights, average_attn_weights, is_causal, add_zero_attn, dropout_p, seed
     )
+    _mha._keep(s, *(from_tensor(t, "saved") for t in saved))
     cotangents = (_array(grad_output, "grad_output"), _array(grad_weights, "grad_weights"))
-    grads = _mha._backward(saved, cotangents)
+    grads = _mha._backward(s, cotangents)
     query = cast(torch.Tensor, tensors[0])  # always given
     return [_tensor(grads.get(n), query) for n in _MHA_GRADS]
 
@@ -397,16 +404,18 @@ _MHA_OPTIONS = (
 
 
 def _mha_setup(ctx, inputs, output):
-    ctx.save_for_backward(*(inputs[i] for i in _MHA_TENSOR_ARGS), inputs[20])
+    ctx.save_for_backward(*(inputs[i] for i in _MHA_TENSOR_ARGS), *output[2:], inputs[20])
     ctx.options = tuple(inputs[i] for i in _MHA_OPTIONS)
     ctx.differentiable = [_differentiable(inputs[i]) for i in _MHA_TENSOR_ARGS]
+    ctx.mark_non_differentiable(*output[2:])
 
 
-def _mha_grad(ctx, grad_output, grad_weights):
-    *tensors, seed = ctx.saved_tensors
+def _mha_grad(ctx, grad_output, grad_weights, *_):
+    *saved, seed = ctx.saved_tensors
+    tensors, saved = saved[: len(_MHA_TENSOR_ARGS)], saved[len(_MHA_TENSOR_ARGS) :]
     if not ctx.options[1]:  # need_weights=False: the placeholder's cotangent
         grad_weights = None
-    grads = _mha_backward_op(grad_output, grad_weights, tensors, *ctx.options, seed)
+    grads = _mha_backward_op(grad_output, grad_weights, tensors, saved, *ctx.options, seed)
     out: list = [None] * 21
     for i, g, keep in zip(_MHA_TENSOR_ARGS, grads, ctx.differentiable):
         out[i] = g if keep else None
@@ -484,7 +493,7 @@ def multi_head_attention(
     named = dict(zip(_MHA_GRADS, tensors))
     masks = {n: named.pop(n) for n in _MHA_MASKS}
     _check_args({n: t for n, t in named.items() if t is not None}, masks)
-    out, weights = _mha_op(
+    out, weights, *_ = _mha_op(
         query,
         key,
         value,
