@@ -320,7 +320,10 @@ def _mha_op(
     s = _mha_state(tensors, num_heads, need_weights, average_attn_weights, is_causal, add_zero_attn, dropout_p, seed)
     q, k, v = _mha._project(s)
     out, weights = _mha._attend(s, q, k, v)
-    return tuple(_tensor(a, query) for a in (out, weights, q, k, v, s["attn"], s["lse"]))  # type: ignore[return-value]
+    out_t, weights_t, q_t, k_t, v_t, attn_t, lse_t = (
+        _tensor(a, query) for a in (out, weights, q, k, v, s["attn"], s["lse"])
+    )
+    return out_t, weights_t, q_t, k_t, v_t, attn_t, lse_t
 
 
 @_mha_op.register_fake
