@@ -260,6 +260,26 @@ def test_mha_gradcheck(torch, at, rng):
     assert torch.autograd.gradcheck(f, tuple(ts))
 
 
+def test_unused_outputs_send_no_cotangent(torch, at, rng, monkeypatch):
+    """Weights only logged (or only the weights in the loss): the backward op
+    gets None for the unused output, not zeros that the C backward would go
+    through (a GPT step logging its weights cost 1.5 times as much)."""
+    from attnc.torch import _fused
+
+    got = []
+    for name in ("_sdpa_backward_op", "_mha_backward_op"):
+        op = getattr(_fused, name)
+        monkeypatch.setattr(
+            _fused, name, lambda go, gw, *a, op=op: got.append((go is None, gw is None)) or op(go, gw, *a)
+        )
+    x, kv, params, _, _ = _mha_inputs(torch, rng, "float64")
+    out, w = _mha(at, x, kv, 2, params)
+    out.sum().backward()
+    out, w = at.scaled_dot_product_attention(x, kv, kv, return_weights=True)
+    w.sum().backward()
+    assert got == [(False, True), (True, False)]
+
+
 # --------------------------------------------------------------------------- opcheck, compile
 
 

@@ -166,6 +166,7 @@ def _sdpa_setup(ctx, inputs, output):
     ctx.return_weights = return_weights
     ctx.float_mask = attn_mask is not None and attn_mask.dtype != torch.bool
     ctx.mark_non_differentiable(output[2])
+    ctx.set_materialize_grads(False)  # an unused output's cotangent stays None: the C backward skips its work
 
 
 def _sdpa_grad(ctx, grad_output, grad_weights, _):
@@ -411,6 +412,7 @@ def _mha_setup(ctx, inputs, output):
     ctx.options = tuple(inputs[i] for i in _MHA_OPTIONS)
     ctx.differentiable = [_differentiable(inputs[i]) for i in _MHA_TENSOR_ARGS]
     ctx.mark_non_differentiable(*output[2:])
+    ctx.set_materialize_grads(False)  # weights only logged: no zero cotangent for the C backward to go through
 
 
 def _mha_grad(ctx, grad_output, grad_weights, *_):
