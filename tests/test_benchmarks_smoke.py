@@ -136,6 +136,22 @@ def test_cpu_paths_benchmark_quick(tmp_path):
     assert data["quick"] is True and data["environment"]["machine"]["kernel"]
 
 
+def test_torch_ops_benchmark_quick(tmp_path, torch):
+    """The custom op's calls and the GPT step, with their checks (the torch
+    wrapper bit for bit attnc's NumPy call, torch's SDPA close, the two GPTs'
+    first losses equal)."""
+    out = tmp_path / "torch_ops.json"
+    p = _run("torch_ops.py", "--quick", "--json", str(out))
+    assert p.returncode == 0, f"stdout:\n{p.stdout}\nstderr:\n{p.stderr}"
+    data = json.loads(out.read_text())
+    assert data["failed_checks"] == [] and data["config"]["quick"] is True
+    assert [(r["size"], r["pass"]) for r in data["per_call"]] == [
+        (size, kind) for size in ("tiny", "large") for kind in ("forward", "forward+backward")
+    ]
+    assert all(ms > 0 for r in data["gpt_step"] for ms in r["median_ms"].values())
+    assert [r["need_weights"] for r in data["gpt_step"]] == [True, False]
+
+
 def test_benchmarks_tell_numpys_blas_from_attncs():
     """The benchmarks set numpy's BLAS threads through threadpoolctl and tell
     it from attnc's bundled OpenBLAS by folder, not by name (a clone or a

@@ -53,6 +53,7 @@ OTHER_TESTS = [
     "test_ntm_datasets.py",
     "test_plot.py",
     "test_pointer_datasets.py",
+    "test_torch_fused.py",
     "test_sagan_shapes.py",
     "test_sizes.py",
     "test_text_tasks.py",

@@ -25,11 +25,13 @@ MODULES = [
     "attnc.plot",
     "attnc.experiments",
     "attnc.torch",
+    "attnc.torch.nn",
 ]
 # attnc.torch needs torch: without it (and without ATTNC_REQUIRE_TORCH=1, which
 # makes its absence an import error here) its docstrings are not collected.
 if importlib.util.find_spec("torch") is None and os.environ.get("ATTNC_REQUIRE_TORCH") != "1":
     MODULES.remove("attnc.torch")
+    MODULES.remove("attnc.torch.nn")
 
 
 def public_objects():

@@ -58,7 +58,7 @@ def _pad_keys(view, extra):
     return np.concatenate([view, pad(view.shape[:-1] + (extra,), view.dtype)], axis=-1)
 
 
-def _forward(
+def _prepare(
     query,
     key,
     value,
@@ -82,6 +82,9 @@ def _forward(
     dropout_p=0.0,
     seed=None,
 ):
+    """The arguments checked: the state of a call (its backward's `saved`)
+    before any arithmetic. The same arguments (and an int seed) give the
+    same state again: attnc.torch's backward rebuilds a forward's here."""
     q_in, k_in, v_in = (float_array(a, n) for a, n in ((query, "query"), (key, "key"), (value, "value")))
     dtype = q_in.dtype
     same_dtype(dtype, key=k_in, value=v_in)
@@ -133,20 +136,7 @@ def _forward(
         raise ValueError(f"dropout_p must be in [0, 1], got {dropout_p}")
 
     x = {n: blas_ready(a.reshape(B * a.shape[1], a.shape[2])) for n, a in (("q", q_in), ("k", k_in), ("v", v_in))}
-    q = linear_rows(x["q"], wq, bq).reshape(B, L, E)
-    k = linear_rows(x["k"], wk, bk).reshape(B, S, E)
-    v = linear_rows(x["v"], wv, bv).reshape(B, S, E)
     extra = int(bias_kv) + int(bool(add_zero_attn))
-    if extra:
-        tail_k = [np.broadcast_to(bias_k, (B, 1, E))] if bias_kv else []
-        tail_v = [np.broadcast_to(bias_v, (B, 1, E))] if bias_kv else []
-        if add_zero_attn:
-            tail_k.append(np.zeros((B, 1, E), dtype))
-            tail_v.append(np.zeros((B, 1, E), dtype))
-        k = np.concatenate([k, *tail_k], axis=1)
-        v = np.concatenate([v, *tail_v], axis=1)
-    S2 = S + extra
-    heads = lambda a: a.reshape(a.shape[0], a.shape[1], H, hd).transpose(0, 2, 1, 3)  # noqa: E731
 
     masks, mask_args = [None, None], {}
     if attn_mask is not None:
@@ -176,16 +166,7 @@ def _forward(
         seed=seed,
         average_heads=average,
     )
-
-    attn = np.empty((B, L, E), dtype)
-    lse = np.empty((B, H, L), dtype)
-    weights = np.empty((B, L, S2) if average else (B, H, L, S2), dtype) if need_weights else None
-    qh, kh, vh = heads(q), heads(k), heads(v)
-    _core.sdpa_forward(output=heads(attn), lse=lse, weights=weights, query=qh, key=kh, value=vh, options=options)
-    attn2 = attn.reshape(B * L, E)
-    out = linear_rows(attn2, wo, bo).reshape(B, L, E)
-    unbatch = (lambda a: a) if batched else (lambda a: None if a is None else a[0])
-    saved = dict(
+    return dict(
         options=options,
         x=x,
         shapes=(query, key, value),
@@ -194,18 +175,12 @@ def _forward(
         S=S,
         E=E,
         H=H,
-        hd=hd,
         extra=extra,
         bias_kv=bias_kv,
         bias_shapes=bias_shapes,
         add_zero_attn=bool(add_zero_attn),
         batched=batched,
-        qh=qh,
-        kh=kh,
-        vh=vh,
-        attn=attn,
-        attn2=attn2,
-        lse=lse,
+        bias_kv_arrays=(bias_k, bias_v),
         w=(wq, wk, wv, wo),
         b=(bq, bk, bv, bo),
         b_in=b_in is not None,
@@ -214,13 +189,75 @@ def _forward(
         dtype=dtype,
         need_weights=need_weights,
         average=average_attn_weights,
+        average_heads=average,
     )
-    return (unbatch(out), unbatch(weights)), saved
+
+
+def _project(s):
+    """The input projections (B, L, E), (B, S2, E), (B, S2, E): the keys and
+    values with bias_k/bias_v and the zero key appended."""
+    B, L, S, E, dtype = s["B"], s["L"], s["S"], s["E"], s["dtype"]
+    (wq, wk, wv, _), (bq, bk, bv, _), x = s["w"], s["b"], s["x"]
+    q = linear_rows(x["q"], wq, bq).reshape(B, L, E)
+    k = linear_rows(x["k"], wk, bk).reshape(B, S, E)
+    v = linear_rows(x["v"], wv, bv).reshape(B, S, E)
+    if s["extra"]:
+        bias_k, bias_v = s["bias_kv_arrays"]
+        tail_k = [np.broadcast_to(bias_k, (B, 1, E))] if s["bias_kv"] else []
+        tail_v = [np.broadcast_to(bias_v, (B, 1, E))] if s["bias_kv"] else []
+        if s["add_zero_attn"]:
+            tail_k.append(np.zeros((B, 1, E), dtype))
+            tail_v.append(np.zeros((B, 1, E), dtype))
+        k = np.concatenate([k, *tail_k], axis=1)
+        v = np.concatenate([v, *tail_v], axis=1)
+    return q, k, v
+
+
+def _heads(a, H):
+    """(B, T, E) as (B, H, T, E / H): a strided view."""
+    return a.reshape(a.shape[0], a.shape[1], H, a.shape[2] // H).transpose(0, 2, 1, 3)
+
+
+def _keep(s, q, k, v, attn, lse):
+    """Record in s the arrays of the kernel's call the backward reads."""
+    H = s["H"]
+    s.update(qh=_heads(q, H), kh=_heads(k, H), vh=_heads(v, H), attn=attn, attn2=attn.reshape(-1, s["E"]), lse=lse)
+
+
+def _attend(s, q, k, v):
+    """The kernel and the output projection on the projections q, k, v;
+    records in s what the backward reads. Returns (output, weights) as the
+    caller's batching has them."""
+    B, L, E, H, dtype = s["B"], s["L"], s["E"], s["H"], s["dtype"]
+    S2 = s["S"] + s["extra"]
+    attn = np.empty((B, L, E), dtype)
+    lse = np.empty((B, H, L), dtype)
+    shape = (B, L, S2) if s["average_heads"] else (B, H, L, S2)
+    weights = np.empty(shape, dtype) if s["need_weights"] else None
+    _keep(s, q, k, v, attn, lse)
+    _core.sdpa_forward(
+        output=_heads(attn, H),
+        lse=lse,
+        weights=weights,
+        query=s["qh"],
+        key=s["kh"],
+        value=s["vh"],
+        options=s["options"],
+    )
+    out = linear_rows(s["attn2"], s["w"][3], s["b"][3]).reshape(B, L, E)
+    if s["batched"]:
+        return out, weights
+    return out[0], None if weights is None else weights[0]
+
+
+def _forward(*args, **kwargs):
+    s = _prepare(*args, **kwargs)
+    return _attend(s, *_project(s)), s
 
 
 def _backward(s, cotangents):
     dout, dweights = cotangents
-    B, L, S, E, H, hd, extra, dtype = s["B"], s["L"], s["S"], s["E"], s["H"], s["hd"], s["extra"], s["dtype"]
+    B, L, S, E, H, extra, dtype = s["B"], s["L"], s["S"], s["E"], s["H"], s["extra"], s["dtype"]
     S2 = S + extra
     if not s["batched"]:
         dout = None if dout is None else dout[None]
@@ -235,7 +272,7 @@ def _backward(s, cotangents):
     if dweights is not None:  # averaged weights: each head's share is 1/H
         dweights = np.broadcast_to(dweights[:, None] / H, (B, H, L, S2)) if s["average"] else dweights
         dweights = elementwise_ready(dweights)
-    heads = lambda a: a.reshape(a.shape[0], a.shape[1], H, hd).transpose(0, 2, 1, 3)  # noqa: E731
+    heads = lambda a: _heads(a, H)  # noqa: E731
     dq, dk, dv = np.empty((B, L, E), dtype), np.empty((B, S2, E), dtype), np.empty((B, S2, E), dtype)
     float_masks = [n for n, (m, _) in s["mask_args"].items() if np.asarray(m).dtype != np.bool_]
     dmask = np.zeros((B, H, L, S2), dtype) if float_masks else None

@@ -122,9 +122,28 @@ def _forward(
     return_weights=False,
     seed=None,
 ):
+    q, k, v, layout, options, mask_arg = _prepare(
+        query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, seed
+    )
+    dtype = q.dtype
+    batch, (h, L), Ev = q.shape[:-3], q.shape[-3:-1], v.shape[-1]
+    out = np.empty(batch + (h, L, Ev), dtype)
+    lse = np.empty(batch + (h, L), dtype)
+    weights = np.empty(batch + (h, L, k.shape[-2]), dtype) if return_weights else None
+    _core.sdpa_forward(output=out, lse=lse, weights=weights, query=q, key=k, value=v, options=options)
+    unhead = (lambda a: a[0]) if layout[2] else (lambda a: a)
+    outputs = (unhead(out), unhead(weights)) if return_weights else unhead(out)
+    saved = (options, q, k, v, out, lse, layout, mask_arg)
+    return outputs, saved
+
+
+def _prepare(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, seed):
+    """The arguments checked, as the kernel takes them: (q, k, v, layout,
+    options, mask_arg). The same arguments (and an int seed) give the same
+    options again: attnc.torch's backward rebuilds a forward's state here."""
     q, k, v, layout = _check(query, key, value, enable_gqa)
     dtype = q.dtype
-    batch, (h, L, E), (S, Ev) = q.shape[:-3], q.shape[-3:], v.shape[-2:]
+    batch, (h, L, E), S = q.shape[:-3], q.shape[-3:], v.shape[-2]
     if attn_mask is not None and is_causal:
         raise ValueError("pass either attn_mask or is_causal=True, not both (as torch does)")
     if isinstance(dropout_p, bool) or not isinstance(dropout_p, numbers.Real) or not 0 <= dropout_p <= 1:
@@ -137,15 +156,7 @@ def _forward(
     if attn_mask is not None:
         mask_arg, mask = _attn_mask(attn_mask, dtype, batch + (h, L, S))
     options = sdpa_options(scale, attn_mask=mask, causal=is_causal, dropout_p=dropout_p, seed=seed)
-    q, k, v = blas_ready(q), blas_ready(k), blas_ready(v)
-    out = np.empty(batch + (h, L, Ev), dtype)
-    lse = np.empty(batch + (h, L), dtype)
-    weights = np.empty(batch + (h, L, S), dtype) if return_weights else None
-    _core.sdpa_forward(output=out, lse=lse, weights=weights, query=q, key=k, value=v, options=options)
-    unhead = (lambda a: a[0]) if layout[2] else (lambda a: a)
-    outputs = (unhead(out), unhead(weights)) if return_weights else unhead(out)
-    saved = (options, q, k, v, out, lse, layout, mask_arg)
-    return outputs, saved
+    return blas_ready(q), blas_ready(k), blas_ready(v), layout, options, mask_arg
 
 
 def _backward(saved, cotangents):

@@ -13,6 +13,8 @@ except ImportError as _exc:  # pragma: no cover - CI installs torch
         'attnc.torch needs PyTorch, which is not installed: pip install "attnc[torch]" (or pip install torch)'
     ) from _exc
 
+from . import nn
+from ._fused import multi_head_attention, scaled_dot_product_attention
 from ._ops import (
     attention,
     gru,
@@ -36,6 +38,10 @@ from ._tensors import from_tensor, to_tensor
 from ._wrap import Module, function
 
 __all__ = [
+    # the fused family as torch ops (_fused.py) and torch's modules on them (nn.py)
+    "scaled_dot_product_attention",
+    "multi_head_attention",
+    "nn",
     # the classic family and the rest, as torch ops (_ops.py)
     "attention",
     "score",

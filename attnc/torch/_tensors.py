@@ -44,6 +44,15 @@ def from_tensor(t: torch.Tensor, name: str, *, floats_only: bool = True) -> np.n
     >>> a.shape, np.shares_memory(a, t.numpy())
     ((3, 2), True)
     """
+    check_tensor(t, name, floats_only=floats_only)
+    return t.detach().resolve_conj().resolve_neg().numpy()
+
+
+def check_tensor(t: torch.Tensor, name: str, *, floats_only: bool = True) -> None:
+    """Raise from_tensor's TypeError for a tensor attnc cannot read; reads
+    only the tensor's device, layout and dtype, so torch.compile traces it
+    (attnc.torch's ops check their arguments here before dispatching: a meta
+    or CUDA tensor would otherwise reach the ops' fake implementations)."""
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
     if t.device.type != "cpu":
@@ -54,7 +63,6 @@ def from_tensor(t: torch.Tensor, name: str, *, floats_only: bool = True) -> np.n
     if t.dtype not in allowed:
         kinds = "float32 or float64" if floats_only else "float32, float64, bool, int32 or int64"
         raise TypeError(f"{name} has dtype {t.dtype}: attnc takes {kinds} tensors")
-    return t.detach().resolve_conj().resolve_neg().numpy()
 
 
 @overload

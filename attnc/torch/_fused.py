@@ -1,0 +1,524 @@
+"""The fused kernels as torch custom ops: attnc::scaled_dot_product_attention
+and attnc::multi_head_attention, each with a fake (shapes and dtypes, for
+torch.compile) and an autograd rule whose backward is another custom op
+calling attnc's C backward.
+
+The backward ops take tensors only (torch.compile cannot carry a Python
+object from a forward to its backward): the forward op returns what the
+backward needs (the output and its log-sum-exp) and the backward rebuilds the
+kernel's arguments from the same inputs. Dropout's seed crosses as a 0-d
+int64 tensor, drawn from torch's generator when the caller gives none, so a
+compiled graph draws a fresh one each call and torch.manual_seed governs it.
+"""
+
+from __future__ import annotations
+
+from typing import cast
+
+import numpy as np
+import torch
+
+from .._args import seed_bits
+from ..attention import multihead as _mha
+from ..attention import sdpa as _sdpa
+from ._tensors import check_tensor, from_tensor
+
+_EMPTY = (0,)  # the shape of an output that was not asked for (custom ops return tensors, not None)
+
+
+def _tensor(a: np.ndarray | None, like: torch.Tensor) -> torch.Tensor:
+    """attnc's array as a contiguous tensor (the fakes promise contiguous
+    outputs); None as the empty placeholder."""
+    if a is None:
+        return like.new_empty(_EMPTY)
+    return torch.from_numpy(np.ascontiguousarray(a))
+
+
+def _array(t: torch.Tensor | None, name: str) -> np.ndarray | None:
+    return None if t is None else from_tensor(t, name, floats_only=False)
+
+
+def _seed_tensor(seed: int | None, dropout_p: float) -> torch.Tensor | None:
+    """The dropout seed as the ops take it: None without dropout; the int64
+    whose bits are the seed's (attnc takes seeds modulo 2**64); a draw from
+    torch's default generator for seed=None."""
+    if not dropout_p:
+        return None
+    if seed is None:
+        return torch.randint(-(2**63), 2**63 - 1, (), dtype=torch.int64)
+    bits = seed_bits(seed)
+    return torch.tensor(bits - 2**64 if bits >= 2**63 else bits, dtype=torch.int64)
+
+
+def _seed(seed: torch.Tensor | None) -> int | None:
+    return None if seed is None else int(seed) % 2**64
+
+
+def _check_args(named: dict, masks: dict) -> None:
+    for name, t in named.items():
+        check_tensor(t, name)
+    for name, t in masks.items():
+        if t is not None:
+            check_tensor(t, name, floats_only=False)
+
+
+# --------------------------------------------------------------------------- scaled_dot_product_attention
+
+
+@torch.library.custom_op("attnc::scaled_dot_product_attention", mutates_args=())
+def _sdpa_op(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attn_mask: torch.Tensor | None,
+    dropout_p: float,
+    is_causal: bool,
+    scale: float | None,
+    enable_gqa: bool,
+    return_weights: bool,
+    seed: torch.Tensor | None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(output, weights or an empty placeholder, the kernel's log-sum-exp)."""
+    outputs, saved = _sdpa._forward(
+        from_tensor(query, "query"),
+        from_tensor(key, "key"),
+        from_tensor(value, "value"),
+        _array(attn_mask, "attn_mask"),
+        dropout_p,
+        is_causal,
+        scale,
+        enable_gqa,
+        return_weights=return_weights,
+        seed=_seed(seed),
+    )
+    out, weights = outputs if return_weights else (outputs, None)
+    return _tensor(out, query), _tensor(weights, query), _tensor(saved[5], query)
+
+
+def _sdpa_shapes(query, key, value, enable_gqa):
+    """Shapes of (output, weights, lse) as attnc's _check makes them."""
+    shapes = [tuple(t.shape) for t in (query, key, value)]
+    added_head = max(len(s) for s in shapes) == 2
+    if added_head or enable_gqa:
+        shapes = [(1,) + s if len(s) == 2 else s for s in shapes]
+    kept = 3 if enable_gqa else 2  # the dims that do not broadcast
+    lead = tuple(torch.broadcast_shapes(*(s[:-kept] for s in shapes)))
+    lse = lead + shapes[0][-3:-2] * enable_gqa + shapes[0][-2:-1]
+    out, weights = lse + shapes[2][-1:], lse + shapes[1][-2:-1]
+    return (out[1:], weights[1:], lse) if added_head else (out, weights, lse)
+
+
+@_sdpa_op.register_fake
+def _(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, return_weights, seed):
+    out, weights, lse = _sdpa_shapes(query, key, value, enable_gqa)
+    return query.new_empty(out), query.new_empty(weights if return_weights else _EMPTY), query.new_empty(lse)
+
+
+@torch.library.custom_op("attnc::scaled_dot_product_attention_backward", mutates_args=())
+def _sdpa_backward_op(
+    grad_output: torch.Tensor | None,
+    grad_weights: torch.Tensor | None,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attn_mask: torch.Tensor | None,
+    output: torch.Tensor,
+    lse: torch.Tensor,
+    dropout_p: float,
+    is_causal: bool,
+    scale: float | None,
+    enable_gqa: bool,
+    seed: torch.Tensor | None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(dquery, dkey, dvalue, dattn_mask or an empty placeholder) by attnc's C backward."""
+    q, k, v, layout, options, mask_arg = _sdpa._prepare(
+        from_tensor(query, "query"),
+        from_tensor(key, "key"),
+        from_tensor(value, "value"),
+        _array(attn_mask, "attn_mask"),
+        dropout_p,
+        is_causal,
+        scale,
+        enable_gqa,
+        _seed(seed),
+    )
+    out = from_tensor(output, "output")
+    saved = (options, q, k, v, out[None] if layout[2] else out, from_tensor(lse, "lse"), layout, mask_arg)
+    cotangents = (_array(grad_output, "grad_output"), _array(grad_weights, "grad_weights"))
+    grads = _sdpa._backward(saved, cotangents)
+    dq, dk, dv, dmask = (_tensor(grads.get(n), query) for n in ("query", "key", "value", "attn_mask"))
+    return dq, dk, dv, dmask
+
+
+@_sdpa_backward_op.register_fake
+def _(
+    grad_output, grad_weights, query, key, value, attn_mask, output, lse, dropout_p, is_causal, scale, enable_gqa, seed
+):
+    float_mask = attn_mask is not None and attn_mask.dtype != torch.bool
+    dmask = query.new_empty(attn_mask.shape) if float_mask else query.new_empty(_EMPTY)
+    return query.new_empty(query.shape), key.new_empty(key.shape), value.new_empty(value.shape), dmask
+
+
+def _sdpa_setup(ctx, inputs, output):
+    query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, return_weights, seed = inputs
+    ctx.save_for_backward(query, key, value, attn_mask, output[0], output[2], seed)
+    ctx.options = (dropout_p, is_causal, scale, enable_gqa)
+    ctx.return_weights = return_weights
+    ctx.float_mask = attn_mask is not None and attn_mask.dtype != torch.bool
+    ctx.mark_non_differentiable(output[2])
+    ctx.set_materialize_grads(False)  # an unused output's cotangent stays None: the C backward skips its work
+
+
+def _sdpa_grad(ctx, grad_output, grad_weights, _):
+    query, key, value, attn_mask, output, lse, seed = ctx.saved_tensors
+    if not ctx.return_weights:  # the placeholder's cotangent (zeros, under torch.compile)
+        grad_weights = None
+    dq, dk, dv, dmask = _sdpa_backward_op(
+        grad_output, grad_weights, query, key, value, attn_mask, output, lse, *ctx.options, seed
+    )
+    return dq, dk, dv, dmask if ctx.float_mask else None, None, None, None, None, None, None
+
+
+_sdpa_op.register_autograd(_sdpa_grad, setup_context=_sdpa_setup)
+
+
+def scaled_dot_product_attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attn_mask: torch.Tensor | None = None,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+    scale: float | None = None,
+    enable_gqa: bool = False,
+    *,
+    return_weights: bool = False,
+    seed: int | None = None,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """attnc.scaled_dot_product_attention on tensors, differentiable by torch
+    autograd (the custom op ``torch.ops.attnc.scaled_dot_product_attention``,
+    whose backward is attnc's C backward), and by torch.compile without
+    graph breaks.
+
+    Arguments, shapes and meanings are those of
+    ``attnc.scaled_dot_product_attention`` (which keeps
+    ``torch.nn.functional.scaled_dot_product_attention``'s): query
+    (..., H, L, E), key (..., Hkv, S, E), value (..., Hkv, S, Ev), CPU
+    tensors, float32 or float64; attn_mask bool (True = takes part) or float
+    (added, and differentiable); is_causal, scale, enable_gqa, dropout_p.
+
+    return_weights : bool, also return the (..., H, L, S) attention weights
+        (before dropout), which torch's own SDPA cannot return; they are
+        differentiable too: a loss on the weights reaches query and key.
+    seed : int or None, the dropout seed (the same seed gives the NumPy call's
+        bits); None draws one from torch's generator (torch.manual_seed
+        makes it reproducible).
+
+    Returns
+    -------
+    output : tensor (..., H, L, Ev), or ``(output, weights)`` with
+    return_weights, weights (..., H, L, S); the input dtype.
+
+    Raises
+    ------
+    TypeError naming the argument for a tensor that is not on the CPU, not
+    float32/float64 (a mask may be bool), or not strided (sparse, nested).
+
+    Example
+    -------
+    >>> q = torch.randn(2, 4, 6, 8, dtype=torch.float64, requires_grad=True)
+    >>> out, w = attnc.torch.scaled_dot_product_attention(q, q, q, is_causal=True, return_weights=True)
+    >>> out.shape, w.shape
+    (torch.Size([2, 4, 6, 8]), torch.Size([2, 4, 6, 6]))
+    >>> (out.sum() + w[..., 0].sum()).backward()
+    >>> q.grad.shape
+    torch.Size([2, 4, 6, 8])
+    """
+    _check_args({"query": query, "key": key, "value": value}, {"attn_mask": attn_mask})
+    out, weights, _ = _sdpa_op(
+        query,
+        key,
+        value,
+        attn_mask,
+        dropout_p,
+        is_causal,
+        scale,
+        enable_gqa,
+        return_weights,
+        _seed_tensor(seed, dropout_p),
+    )
+    return (out, weights) if return_weights else out
+
+
+# --------------------------------------------------------------------------- multi_head_attention
+
+# The op's tensor arguments after query, key and value, in order, and which
+# of the op's arguments are tensors that may get a gradient.
+_MHA_PARAMS = ("in_proj_weight", "in_proj_bias", "out_proj_weight", "out_proj_bias")
+_MHA_MASKS = ("key_padding_mask", "attn_mask")
+_MHA_SEPARATE = ("q_proj_weight", "k_proj_weight", "v_proj_weight", "bias_k", "bias_v")
+_MHA_GRADS = ("query", "key", "value") + _MHA_PARAMS + _MHA_MASKS + _MHA_SEPARATE
+
+
+def _mha_state(
+    tensors: tuple, num_heads, need_weights, average_attn_weights, is_causal, add_zero_attn, dropout_p, seed
+):
+    """attnc's multi_head_attention call checked, before its arithmetic
+    (tensors: the op's tensor arguments in _MHA_GRADS's order)."""
+    arrays = {n: _array(t, n) for n, t in zip(_MHA_GRADS, tensors)}
+    return _mha._prepare(
+        arrays.pop("query"),
+        arrays.pop("key"),
+        arrays.pop("value"),
+        num_heads,
+        *(arrays.pop(n) for n in _MHA_PARAMS),
+        need_weights=need_weights,
+        average_attn_weights=average_attn_weights,
+        is_causal=is_causal,
+        add_zero_attn=add_zero_attn,
+        dropout_p=dropout_p,
+        seed=_seed(seed),
+        **arrays,
+    )
+
+
+@torch.library.custom_op("attnc::multi_head_attention", mutates_args=())
+def _mha_op(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    num_heads: int,
+    in_proj_weight: torch.Tensor | None,
+    in_proj_bias: torch.Tensor | None,
+    out_proj_weight: torch.Tensor,
+    out_proj_bias: torch.Tensor | None,
+    key_padding_mask: torch.Tensor | None,
+    attn_mask: torch.Tensor | None,
+    need_weights: bool,
+    average_attn_weights: bool,
+    is_causal: bool,
+    q_proj_weight: torch.Tensor | None,
+    k_proj_weight: torch.Tensor | None,
+    v_proj_weight: torch.Tensor | None,
+    bias_k: torch.Tensor | None,
+    bias_v: torch.Tensor | None,
+    add_zero_attn: bool,
+    dropout_p: float,
+    seed: torch.Tensor | None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(output, weights or an empty placeholder, and for the backward: the
+    projections q, k, v, the attention before the output projection and the
+    kernel's log-sum-exp)."""
+    tensors = (query, key, value, in_proj_weight, in_proj_bias, out_proj_weight, out_proj_bias) + (
+        key_padding_mask,
+        attn_mask,
+        q_proj_weight,
+        k_proj_weight,
+        v_proj_weight,
+        bias_k,
+        bias_v,
+    )
+    s = _mha_state(tensors, num_heads, need_weights, average_attn_weights, is_causal, add_zero_attn, dropout_p, seed)
+    q, k, v = _mha._project(s)
+    out, weights = _mha._attend(s, q, k, v)
+    out_t, weights_t, q_t, k_t, v_t, attn_t, lse_t = (
+        _tensor(a, query) for a in (out, weights, q, k, v, s["attn"], s["lse"])
+    )
+    return out_t, weights_t, q_t, k_t, v_t, attn_t, lse_t
+
+
+@_mha_op.register_fake
+def _(
+    query,
+    key,
+    value,
+    num_heads,
+    in_proj_weight,
+    in_proj_bias,
+    out_proj_weight,
+    out_proj_bias,
+    key_padding_mask,
+    attn_mask,
+    need_weights,
+    average_attn_weights,
+    is_causal,
+    q_proj_weight,
+    k_proj_weight,
+    v_proj_weight,
+    bias_k,
+    bias_v,
+    add_zero_attn,
+    dropout_p,
+    seed,
+):
+    *batch, L, E = query.shape
+    S = key.shape[-2] + (bias_k is not None) + add_zero_attn
+    heads = () if average_attn_weights else (num_heads,)
+    weights = (*batch, *heads, L, S) if need_weights else _EMPTY
+    B = batch[0] if batch else 1
+    shapes = (query.shape, weights, (B, L, E), (B, S, E), (B, S, E), (B, L, E), (B, num_heads, L))
+    return tuple(query.new_empty(shape) for shape in shapes)
+
+
+@torch.library.custom_op("attnc::multi_head_attention_backward", mutates_args=())
+def _mha_backward_op(
+    grad_output: torch.Tensor | None,
+    grad_weights: torch.Tensor | None,
+    tensors: list[torch.Tensor | None],
+    saved: list[torch.Tensor],
+    num_heads: int,
+    need_weights: bool,
+    average_attn_weights: bool,
+    is_causal: bool,
+    add_zero_attn: bool,
+    dropout_p: float,
+    seed: torch.Tensor | None,
+) -> list[torch.Tensor]:
+    """The gradients of the tensors (in _MHA_GRADS's order; empty placeholders
+    for absent or bool ones) by attnc's C backward, from the forward's
+    saved q, k, v, attention and log-sum-exp."""
+    s = _mha_state(
+        tuple(tensors), num_heads, need_weights, average_attn_weights, is_causal, add_zero_attn, dropout_p, seed
+    )
+    _mha._keep(s, *(from_tensor(t, "saved") for t in saved))
+    cotangents = (_array(grad_output, "grad_output"), _array(grad_weights, "grad_weights"))
+    grads = _mha._backward(s, cotangents)
+    query = cast(torch.Tensor, tensors[0])  # always given
+    return [_tensor(grads.get(n), query) for n in _MHA_GRADS]
+
+
+def _differentiable(t: torch.Tensor | None) -> bool:
+    return t is not None and t.dtype != torch.bool
+
+
+@_mha_backward_op.register_fake
+def _(grad_output, grad_weights, tensors, *_):
+    return [tensors[0].new_empty(t.shape if _differentiable(t) else _EMPTY) for t in tensors]
+
+
+_MHA_TENSOR_ARGS = (0, 1, 2, 4, 5, 6, 7, 8, 9, 13, 14, 15, 16, 17)  # the op's arguments in _MHA_GRADS
+_MHA_OPTIONS = (
+    3,
+    10,
+    11,
+    12,
+    18,
+    19,
+)  # num_heads, need_weights, average_attn_weights, is_causal, add_zero_attn, dropout_p
+
+
+def _mha_setup(ctx, inputs, output):
+    ctx.save_for_backward(*(inputs[i] for i in _MHA_TENSOR_ARGS), *output[2:], inputs[20])
+    ctx.options = tuple(inputs[i] for i in _MHA_OPTIONS)
+    ctx.differentiable = [_differentiable(inputs[i]) for i in _MHA_TENSOR_ARGS]
+    ctx.mark_non_differentiable(*output[2:])
+    ctx.set_materialize_grads(False)  # weights only logged: no zero cotangent for the C backward to go through
+
+
+def _mha_grad(ctx, grad_output, grad_weights, *_):
+    *saved, seed = ctx.saved_tensors
+    tensors, saved = saved[: len(_MHA_TENSOR_ARGS)], saved[len(_MHA_TENSOR_ARGS) :]
+    if not ctx.options[1]:  # need_weights=False: the placeholder's cotangent
+        grad_weights = None
+    grads = _mha_backward_op(grad_output, grad_weights, tensors, saved, *ctx.options, seed)
+    out: list = [None] * 21
+    for i, g, keep in zip(_MHA_TENSOR_ARGS, grads, ctx.differentiable):
+        out[i] = g if keep else None
+    return tuple(out)
+
+
+_mha_op.register_autograd(_mha_grad, setup_context=_mha_setup)
+
+
+def multi_head_attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    num_heads: int,
+    in_proj_weight: torch.Tensor | None,
+    in_proj_bias: torch.Tensor | None,
+    out_proj_weight: torch.Tensor,
+    out_proj_bias: torch.Tensor | None,
+    *,
+    key_padding_mask: torch.Tensor | None = None,
+    attn_mask: torch.Tensor | None = None,
+    need_weights: bool = True,
+    average_attn_weights: bool = True,
+    is_causal: bool = False,
+    q_proj_weight: torch.Tensor | None = None,
+    k_proj_weight: torch.Tensor | None = None,
+    v_proj_weight: torch.Tensor | None = None,
+    bias_k: torch.Tensor | None = None,
+    bias_v: torch.Tensor | None = None,
+    add_zero_attn: bool = False,
+    dropout_p: float = 0.0,
+    seed: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """attnc.multi_head_attention on tensors (batch first, as
+    ``torch.nn.MultiheadAttention(batch_first=True)``), differentiable by
+    torch autograd in every tensor argument (inputs, projections, float
+    masks, bias_k/bias_v) through the custom op
+    ``torch.ops.attnc.multi_head_attention``, whose backward is attnc's C
+    backward; and by torch.compile without graph breaks.
+
+    Arguments, shapes and meanings are those of ``attnc.multi_head_attention``:
+    query (B, L, E) or (L, E), key (B, S, kdim), value (B, S, vdim), CPU
+    tensors of one dtype, float32 or float64; masks keep torch's meaning
+    (bool True = ignore, or float added). The weights (averaged over heads
+    unless ``average_attn_weights=False``) come from the fused kernel and are
+    differentiable. seed : the dropout seed; None draws one from torch's
+    generator.
+
+    Returns
+    -------
+    output : tensor (B, L, E) (or (L, E)); weights : tensor (B, L, S) or
+    (B, H, L, S), or None without need_weights.
+
+    Example
+    -------
+    >>> E, H = 8, 2
+    >>> x = torch.randn(2, 5, E, requires_grad=True)
+    >>> w_in, w_out = torch.randn(3 * E, E, requires_grad=True), torch.eye(E)
+    >>> out, w = attnc.torch.multi_head_attention(x, x, x, H, w_in, None, w_out, None)
+    >>> out.shape, w.shape
+    (torch.Size([2, 5, 8]), torch.Size([2, 5, 5]))
+    >>> (out.sum() + w[:, :, 0].sum()).backward()
+    >>> x.grad.shape, w_in.grad.shape
+    (torch.Size([2, 5, 8]), torch.Size([24, 8]))
+    """
+    tensors = (query, key, value, in_proj_weight, in_proj_bias, out_proj_weight, out_proj_bias) + (
+        key_padding_mask,
+        attn_mask,
+        q_proj_weight,
+        k_proj_weight,
+        v_proj_weight,
+        bias_k,
+        bias_v,
+    )
+    named = dict(zip(_MHA_GRADS, tensors))
+    masks = {n: named.pop(n) for n in _MHA_MASKS}
+    _check_args({n: t for n, t in named.items() if t is not None}, masks)
+    out, weights, *_ = _mha_op(
+        query,
+        key,
+        value,
+        num_heads,
+        in_proj_weight,
+        in_proj_bias,
+        out_proj_weight,
+        out_proj_bias,
+        key_padding_mask,
+        attn_mask,
+        need_weights,
+        average_attn_weights,
+        is_causal,
+        q_proj_weight,
+        k_proj_weight,
+        v_proj_weight,
+        bias_k,
+        bias_v,
+        add_zero_attn,
+        dropout_p,
+        _seed_tensor(seed, dropout_p),
+    )
+    return out, (weights if need_weights else None)

@@ -1,0 +1,216 @@
+"""torch.nn's attention modules with attnc's fused kernel inside.
+
+Each class is a subclass of torch's: the same constructor arguments,
+parameters (``torch.nn.Parameter``, initialised as torch initialises them),
+``state_dict()`` keys and forward signature; only the attention runs in
+attnc (``attnc.torch.multi_head_attention``, whose weights come from the
+fused kernel, so ``need_weights=True`` costs no slow path). A model written
+with ``torch.nn.MultiheadAttention`` switches by changing the import, and
+loads the state_dicts torch's modules saved.
+
+Differences from torch: with dropout, the returned weights are the
+probabilities before dropout (torch returns them after); inputs are CPU
+tensors, float32 or float64; the fused fast paths of torch's encoder
+(nested tensors) are not taken.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from ._fused import multi_head_attention
+
+__all__ = ["MultiheadAttention", "TransformerEncoderLayer", "TransformerDecoderLayer", "Transformer"]
+
+
+class MultiheadAttention(torch.nn.MultiheadAttention):
+    """``torch.nn.MultiheadAttention`` computed by attnc's fused kernel.
+
+    Constructor (embed_dim, num_heads, dropout=0.0, bias=True,
+    add_bias_kv=False, add_zero_attn=False, kdim=None, vdim=None,
+    batch_first=False, device=None, dtype=None), parameters and state_dict
+    keys (in_proj_weight or q/k/v_proj_weight, in_proj_bias,
+    out_proj.weight, out_proj.bias, bias_k, bias_v) are torch's.
+
+    forward(query, key, value, key_padding_mask=None, need_weights=True,
+    attn_mask=None, average_attn_weights=True, is_causal=False): query
+    (L, B, E) ((B, L, E) with batch_first, (L, E) unbatched), key (S, B,
+    kdim), value (S, B, vdim), float32 or float64 CPU tensors; masks as torch
+    takes them (bool True = ignore, or float added). Returns (output like
+    query, weights (B, L, S) averaged over heads or (B, H, L, S), or None
+    without need_weights), both differentiable. Dropout (in training mode)
+    draws its seed from torch's generator.
+
+    Example
+    -------
+    >>> mha = attnc.torch.nn.MultiheadAttention(16, 4, batch_first=True)
+    >>> x = torch.randn(2, 5, 16)
+    >>> out, w = mha(x, x, x)
+    >>> out.shape, w.shape
+    (torch.Size([2, 5, 16]), torch.Size([2, 5, 5]))
+    >>> sorted(mha.state_dict()) == sorted(torch.nn.MultiheadAttention(16, 4).state_dict())
+    True
+    """
+
+    def __init__(
+        self,
+        embed_dim: int,
+        num_heads: int,
+        dropout: float = 0.0,
+        bias: bool = True,
+        add_bias_kv: bool = False,
+        add_zero_attn: bool = False,
+        kdim: int | None = None,
+        vdim: int | None = None,
+        batch_first: bool = False,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        super().__init__(
+            embed_dim, num_heads, dropout, bias, add_bias_kv, add_zero_attn, kdim, vdim, batch_first, device, dtype
+        )
+
+    def forward(
+        self,
+        query: Tensor,
+        key: Tensor,
+        value: Tensor,
+        key_padding_mask: Tensor | None = None,
+        need_weights: bool = True,
+        attn_mask: Tensor | None = None,
+        average_attn_weights: bool = True,
+        is_causal: bool = False,
+    ) -> tuple[Tensor, Tensor | None]:
+        sequence_first = not self.batch_first and query.dim() == 3
+        if sequence_first:  # attnc's op is batch first: (L, B, E) viewed as (B, L, E)
+            query, key, value = (t.transpose(0, 1) for t in (query, key, value))
+        out, weights = multi_head_attention(
+            query,
+            key,
+            value,
+            self.num_heads,
+            self.in_proj_weight,
+            self.in_proj_bias,
+            self.out_proj.weight,
+            self.out_proj.bias,
+            key_padding_mask=key_padding_mask,
+            attn_mask=attn_mask,
+            need_weights=need_weights,
+            average_attn_weights=average_attn_weights,
+            is_causal=is_causal,
+            q_proj_weight=self.q_proj_weight,
+            k_proj_weight=self.k_proj_weight,
+            v_proj_weight=self.v_proj_weight,
+            bias_k=self.bias_k,
+            bias_v=self.bias_v,
+            add_zero_attn=self.add_zero_attn,
+            dropout_p=self.dropout if self.training else 0.0,
+        )
+        return (out.transpose(0, 1) if sequence_first else out), weights
+
+
+def _attnc_attention(layer: torch.nn.Module) -> None:
+    """Give layer's torch MultiheadAttention modules attnc's forward: the
+    modules torch built (same parameters, initialised from the same draws
+    of torch's generator), of attnc's subclass."""
+    for module in layer.modules():
+        if type(module) is torch.nn.MultiheadAttention:
+            module.__class__ = MultiheadAttention
+
+
+class TransformerEncoderLayer(torch.nn.TransformerEncoderLayer):
+    """``torch.nn.TransformerEncoderLayer`` whose self-attention is
+    attnc.torch.nn.MultiheadAttention.
+
+    Constructor (d_model, nhead, dim_feedforward=2048, dropout=0.1,
+    activation=relu, layer_norm_eps=1e-5, batch_first=False,
+    norm_first=False, bias=True, device=None, dtype=None), parameters and
+    state_dict keys are torch's; forward(src, src_mask=None,
+    src_key_padding_mask=None, is_causal=False) is torch's path without its
+    fused fast path. src (S, B, E) ((B, S, E) with batch_first), float32 or
+    float64; returns a tensor like src.
+
+    Example
+    -------
+    >>> layer = attnc.torch.nn.TransformerEncoderLayer(16, 4, dim_feedforward=32, batch_first=True)
+    >>> layer(torch.randn(2, 5, 16)).shape
+    torch.Size([2, 5, 16])
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        _attnc_attention(self)
+
+    def forward(
+        self,
+        src: Tensor,
+        src_mask: Tensor | None = None,
+        src_key_padding_mask: Tensor | None = None,
+        is_causal: bool = False,
+    ) -> Tensor:
+        x = src
+        if self.norm_first:
+            x = x + self._sa_block(self.norm1(x), src_mask, src_key_padding_mask, is_causal=is_causal)
+            return x + self._ff_block(self.norm2(x))
+        x = self.norm1(x + self._sa_block(x, src_mask, src_key_padding_mask, is_causal=is_causal))
+        return self.norm2(x + self._ff_block(x))
+
+
+class TransformerDecoderLayer(torch.nn.TransformerDecoderLayer):
+    """``torch.nn.TransformerDecoderLayer`` whose self- and cross-attention
+    are attnc.torch.nn.MultiheadAttention.
+
+    Constructor (d_model, nhead, dim_feedforward=2048, dropout=0.1,
+    activation=relu, layer_norm_eps=1e-5, batch_first=False,
+    norm_first=False, bias=True, device=None, dtype=None), parameters,
+    state_dict keys and forward(tgt, memory, tgt_mask=None, memory_mask=None,
+    tgt_key_padding_mask=None, memory_key_padding_mask=None,
+    tgt_is_causal=False, memory_is_causal=False) are torch's. tgt (T, B, E),
+    memory (S, B, E) (batch first with batch_first), float32 or float64;
+    returns a tensor like tgt.
+
+    Example
+    -------
+    >>> layer = attnc.torch.nn.TransformerDecoderLayer(16, 4, dim_feedforward=32, batch_first=True)
+    >>> layer(torch.randn(2, 3, 16), torch.randn(2, 5, 16)).shape
+    torch.Size([2, 3, 16])
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        _attnc_attention(self)
+
+
+class Transformer(torch.nn.Transformer):
+    """``torch.nn.Transformer`` whose attention modules are
+    attnc.torch.nn.MultiheadAttention (its encoder never takes torch's
+    nested-tensor fast path).
+
+    Constructor (d_model=512, nhead=8, num_encoder_layers=6,
+    num_decoder_layers=6, dim_feedforward=2048, dropout=0.1, activation=relu,
+    custom_encoder=None, custom_decoder=None, layer_norm_eps=1e-5,
+    batch_first=False, norm_first=False, bias=True, device=None, dtype=None),
+    parameters, state_dict keys and forward(src, tgt, src_mask=None,
+    tgt_mask=None, memory_mask=None, src_key_padding_mask=None,
+    tgt_key_padding_mask=None, memory_key_padding_mask=None,
+    src_is_causal=None, tgt_is_causal=None, memory_is_causal=False) are
+    torch's. src (S, B, E), tgt (T, B, E) (batch first with batch_first),
+    float32 or float64; returns (T, B, E).
+
+    Example
+    -------
+    >>> model = attnc.torch.nn.Transformer(16, 4, 1, 1, dim_feedforward=32, batch_first=True)
+    >>> model(torch.randn(2, 5, 16), torch.randn(2, 3, 16)).shape
+    torch.Size([2, 3, 16])
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        _attnc_attention(self)
+        for layer in getattr(self.encoder, "layers", ()):
+            if type(layer) is torch.nn.TransformerEncoderLayer:
+                layer.__class__ = TransformerEncoderLayer  # its forward: no fused fast path
+        self.encoder.use_nested_tensor = False
