@@ -5,6 +5,7 @@ log-sum-exp when asked for."""
 
 from __future__ import annotations
 
+import inspect
 import numbers
 
 import numpy as np
@@ -221,7 +222,8 @@ def _heads(a, H):
 def _keep(s, q, k, v, attn, lse):
     """Record in s the arrays of the kernel's call the backward reads."""
     H = s["H"]
-    s.update(qh=_heads(q, H), kh=_heads(k, H), vh=_heads(v, H), attn=attn, attn2=attn.reshape(-1, s["E"]), lse=lse)
+    B, L, E = attn.shape  # (not reshape(-1, E): E may be 0)
+    s.update(qh=_heads(q, H), kh=_heads(k, H), vh=_heads(v, H), attn=attn, attn2=attn.reshape(B * L, E), lse=lse)
 
 
 def _attend(s, q, k, v):
@@ -253,6 +255,10 @@ def _attend(s, q, k, v):
 def _forward(*args, **kwargs):
     s = _prepare(*args, **kwargs)
     return _attend(s, *_project(s)), s
+
+
+# multi_head_attention's arguments: attnc.vjp names a changed one from here.
+_forward.__signature__ = inspect.signature(_prepare)  # type: ignore[attr-defined]
 
 
 def _backward(s, cotangents):
