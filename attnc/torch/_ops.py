@@ -2,7 +2,7 @@
 local attention, kernel regression, a KV cache's attention, the NTM's
 addressing and memory, layer norm, LSTM and GRU.
 
-Each is a pair of custom ops made by one builder (`_op`) from a schema, the
+Each is a pair of custom ops made by one builder (`_Op`) from a schema, the
 attnc function it runs and the shapes of its outputs: ``attnc::NAME`` runs
 the attnc function (so its results are attnc's, bit for bit) and
 ``attnc::NAME_backward`` takes the forward's inputs and the cotangents, runs
