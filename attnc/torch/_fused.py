@@ -18,10 +18,9 @@ from typing import cast
 import numpy as np
 import torch
 
-from .._args import seed_bits
 from ..attention import multihead as _mha
 from ..attention import sdpa as _sdpa
-from ._tensors import check_tensor, from_tensor
+from ._tensors import check_tensor, from_tensor, seed_int, seed_tensor
 
 _EMPTY = (0,)  # the shape of an output that was not asked for (custom ops return tensors, not None)
 
@@ -39,19 +38,12 @@ def _array(t: torch.Tensor | None, name: str) -> np.ndarray | None:
 
 
 def _seed_tensor(seed: int | None, dropout_p: float) -> torch.Tensor | None:
-    """The dropout seed as the ops take it: None without dropout; the int64
-    whose bits are the seed's (attnc takes seeds modulo 2**64); a draw from
-    torch's default generator for seed=None."""
-    if not dropout_p:
-        return None
-    if seed is None:
-        return torch.randint(-(2**63), 2**63 - 1, (), dtype=torch.int64)
-    bits = seed_bits(seed)
-    return torch.tensor(bits - 2**64 if bits >= 2**63 else bits, dtype=torch.int64)
+    """The dropout seed as the ops take it: None without dropout."""
+    return seed_tensor(seed) if dropout_p else None
 
 
 def _seed(seed: torch.Tensor | None) -> int | None:
-    return None if seed is None else int(seed) % 2**64
+    return None if seed is None else seed_int(seed)
 
 
 def _check_args(named: dict, masks: dict) -> None:

@@ -36,7 +36,7 @@ from ..attention.kv_cache import KVCache
 from ..grad import _cotangent
 from ..nn import GRU, LSTM
 from ..nn import layer_norm as _layer_norm
-from ._tensors import from_tensor, to_tensor
+from ._tensors import from_tensor, seed_int, seed_tensor, to_tensor
 
 _EMPTY = (0,)  # the shape of an output attnc did not compute (None)
 
@@ -369,7 +369,7 @@ _hard = _Op(
         _hard_attention,
         (a["query"], a["keys"], a["values"]),
         {k: a[k] for k in ("mode", "temperature", "score", "mask", "key_lengths", "causal")}
-        | {"seed": int(a["seed"])}
+        | {"seed": seed_int(a["seed"])}
         | _params(a),
     ),
     lambda a: _attention_fake(a, torch.int64),
@@ -397,17 +397,6 @@ _regression = _Op(
     ],
     2,
 )
-
-
-def _seed(seed: int | None) -> torch.Tensor:
-    """A seed for attnc's generator, as a 0-d int64 tensor; None draws one
-    from torch's default generator (so torch.manual_seed makes the call
-    repeatable), inside the graph under torch.compile (no .item())."""
-    if seed is None:
-        return torch.randint(0, 2**62, ())
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise TypeError(f"seed must be an int or None, got {type(seed).__name__}")
-    return torch.tensor(seed % 2**63)  # int64; attnc takes the seed modulo 2**64
 
 
 def hard_attention(
@@ -454,7 +443,7 @@ def hard_attention(
     torch.Size([6, 8])
     """
     return _hard.forward(
-        query, keys, values, mode, temperature, _seed(seed), score, mask, key_lengths, causal, *_split(params)
+        query, keys, values, mode, temperature, seed_tensor(seed), score, mask, key_lengths, causal, *_split(params)
     )
 
 
@@ -696,7 +685,7 @@ def _rnn(a: dict):
     module = copy.copy(template)
     object.__setattr__(module, "_parameters", {n: params.get(n) for n in template._parameters})
     object.__setattr__(module, "training", a["training"])
-    object.__setattr__(module, "_rng", np.random.default_rng(int(a["seed"])))
+    object.__setattr__(module, "_rng", np.random.default_rng(seed_int(a["seed"])))
     h0, c0 = a["h0"], a["c0"]
     if a["mode"] == "lstm":
         hx = None if h0 is None and c0 is None else (h0, c0)
@@ -778,7 +767,7 @@ def _recurrent_call(mode, input, h0, c0, weights, num_layers, bidirectional, dro
         bidirectional,
         float(dropout),
         training,
-        _seed(seed if training and dropout else 0),
+        seed_tensor(seed if training and dropout else 0),
     )
 
 

@@ -15,6 +15,8 @@ from typing import overload
 import numpy as np
 import torch
 
+from .._args import seed_bits
+
 _FLOATS = (torch.float32, torch.float64)
 _OTHERS = (torch.bool, torch.int64, torch.int32)
 
@@ -82,3 +84,19 @@ def to_tensor(a: np.ndarray | None) -> torch.Tensor | None:
     if a is None:
         return None
     return torch.from_numpy(np.asarray(a))
+
+
+def seed_tensor(seed: int | None) -> torch.Tensor:
+    """A seed as attnc.torch's ops carry it: a 0-d int64 tensor holding its
+    64 bits (attnc takes seeds modulo 2**64); None draws one from torch's
+    default generator (so torch.manual_seed repeats a call), inside the graph
+    under torch.compile (no .item())."""
+    if seed is None:
+        return torch.randint(0, 2**62, ())
+    bits = seed_bits(seed)
+    return torch.tensor(bits - 2**64 if bits >= 2**63 else bits, dtype=torch.int64)
+
+
+def seed_int(seed: torch.Tensor) -> int:
+    """seed_tensor's inverse: the seed attnc takes (0 <= seed < 2**64)."""
+    return int(seed) % 2**64
