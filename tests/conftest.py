@@ -61,6 +61,20 @@ def torch():
     return import_torch()
 
 
+@pytest.fixture(params=["eager", "op"])
+def torch_path(request, monkeypatch):
+    """Run a test of attnc.torch on both of its paths: attnc called directly
+    (eager mode on plain tensors) and the registered custom ops (what
+    torch.compile and torch.func transforms run), forced by making the
+    eager test say no."""
+    if request.param == "op":
+        from attnc.torch import _fused, _ops
+
+        for module in (_fused, _ops):
+            monkeypatch.setattr(module, "eager", lambda *tensors: False)
+    return request.param
+
+
 # --------------------------------------------------------------------------- threads
 
 

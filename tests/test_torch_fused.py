@@ -61,7 +61,7 @@ def _sdpa_inputs(torch, rng, dtype, case):
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("case", SDPA_CASES)
-def test_sdpa_is_attncs_numpy_call_bit_for_bit(torch, at, rng, dtype, case):
+def test_sdpa_is_attncs_numpy_call_bit_for_bit(torch_path, torch, at, rng, dtype, case):
     q, k, v, m, kwargs = _sdpa_inputs(torch, rng, dtype, case)
     kwargs = dict(kwargs, dropout_p=0.25, seed=7)
     out, w = at.scaled_dot_product_attention(q, k, v, m, return_weights=True, **kwargs)
@@ -91,7 +91,7 @@ def _torch_weights(torch, q, k, m, scale=None, is_causal=False, enable_gqa=False
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("case", SDPA_CASES)
-def test_sdpa_matches_torch(torch, at, rng, dtype, case):
+def test_sdpa_matches_torch(torch_path, torch, at, rng, dtype, case):
     """Outputs, weights and every gradient against torch's SDPA (weights: in torch ops)."""
     q, k, v, m, kwargs = _sdpa_inputs(torch, rng, dtype, case)
     out, w = at.scaled_dot_product_attention(q, k, v, m, return_weights=True, **kwargs)
@@ -117,7 +117,7 @@ GRADCHECK = {
 
 
 @pytest.mark.parametrize("case", GRADCHECK)
-def test_sdpa_gradcheck(torch, at, rng, case):
+def test_sdpa_gradcheck(torch_path, torch, at, rng, case):
     """Both outputs differentiable: gradcheck sums random cotangents of the
     output and of the weights, so the weights' backward is checked too."""
     shapes, mask, kwargs = GRADCHECK[case]
@@ -132,7 +132,7 @@ def test_sdpa_gradcheck(torch, at, rng, case):
     assert torch.autograd.gradcheck(f, tuple(inputs))
 
 
-def test_sdpa_dropout_seed(torch, at, rng):
+def test_sdpa_dropout_seed(torch_path, torch, at, rng):
     """The same seed gives the same bits; seed=None draws from torch's
     generator, so torch.manual_seed reproduces a call and fresh draws differ."""
     q, k, v = _tensors(torch, rng, "float64", (2, 5, 4), (2, 6, 4), (2, 6, 3), grad=False)
@@ -145,7 +145,7 @@ def test_sdpa_dropout_seed(torch, at, rng):
     assert torch.equal(call(-1), call(2**64 - 1))  # attnc takes seeds modulo 2**64
 
 
-def test_sdpa_empty(torch, at):
+def test_sdpa_empty(torch_path, torch, at):
     q = torch.zeros(2, 0, 4, dtype=torch.float64, requires_grad=True)
     k = torch.ones(2, 3, 4, dtype=torch.float64, requires_grad=True)
     out, w = at.scaled_dot_product_attention(q, k, k, return_weights=True)
@@ -177,7 +177,7 @@ def _mha(at, x, kv, H, params, **kwargs):
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("average", [True, False])
-def test_mha_is_attncs_numpy_call_bit_for_bit(torch, at, rng, dtype, average):
+def test_mha_is_attncs_numpy_call_bit_for_bit(torch_path, torch, at, rng, dtype, average):
     x, kv, params, kpm, am = _mha_inputs(torch, rng, dtype)
     kwargs = dict(key_padding_mask=kpm, attn_mask=am, average_attn_weights=average, dropout_p=0.3, seed=2)
     out, w = _mha(at, x, kv, 2, params, **kwargs)
@@ -196,7 +196,7 @@ def test_mha_is_attncs_numpy_call_bit_for_bit(torch, at, rng, dtype, average):
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
-def test_mha_matches_torch(torch, at, rng, dtype):
+def test_mha_matches_torch(torch_path, torch, at, rng, dtype):
     x, kv, params, kpm, am = _mha_inputs(torch, rng, dtype)
     H = 2
     out, w = _mha(at, x, kv, H, params, key_padding_mask=kpm, attn_mask=am, average_attn_weights=False)
@@ -227,7 +227,7 @@ def test_mha_matches_torch(torch, at, rng, dtype):
         _close(torch, g, r, TOL[dtype])
 
 
-def test_mha_gradcheck(torch, at, rng):
+def test_mha_gradcheck(torch_path, torch, at, rng):
     """Every differentiable argument: inputs, separate projections, biases,
     bias_k/bias_v, float masks; add_zero_attn, dropout with a seed, weights."""
     E, H, B, L, S, kdim, vdim = 4, 2, 2, 3, 4, 3, 5
@@ -260,17 +260,21 @@ def test_mha_gradcheck(torch, at, rng):
     assert torch.autograd.gradcheck(f, tuple(ts))
 
 
-def test_unused_outputs_send_no_cotangent(torch, at, rng, monkeypatch):
-    """Weights only logged (or only the weights in the loss): the backward op
-    gets None for the unused output, not zeros that the C backward would go
-    through (a GPT step logging its weights cost 1.5 times as much)."""
-    from attnc.torch import _fused
+def test_unused_outputs_send_no_cotangent(torch_path, torch, at, rng, monkeypatch):
+    """Weights only logged (or only the weights in the loss): the C backward
+    gets None for the unused output, not zeros that it would go through (a
+    GPT step logging its weights cost 1.5 times as much)."""
+    from attnc.attention import multihead, sdpa
 
     got = []
-    for name in ("_sdpa_backward_op", "_mha_backward_op"):
-        op = getattr(_fused, name)
+    for module in (sdpa, multihead):
+        backward = module._backward
         monkeypatch.setattr(
-            _fused, name, lambda go, gw, *a, op=op: got.append((go is None, gw is None)) or op(go, gw, *a)
+            module,
+            "_backward",
+            lambda saved, cots, backward=backward: (
+                got.append((cots[0] is None, cots[1] is None)) or backward(saved, cots)
+            ),
         )
     x, kv, params, _, _ = _mha_inputs(torch, rng, "float64")
     out, w = _mha(at, x, kv, 2, params)
@@ -317,7 +321,7 @@ def _loss_and_grads(torch, f, inputs):
     return loss, torch.autograd.grad(loss, inputs)
 
 
-def test_compile_fullgraph_matches_eager(torch, at, rng):
+def test_compile_fullgraph_matches_eager(torch_path, torch, at, rng):
     """A small use of both ops, weights in the loss (and one op's weights not
     asked for), traced with the ops' fakes and backward ops (aot_eager)."""
     x, kv, params, kpm, am = _mha_inputs(torch, rng, "float64")
@@ -334,7 +338,7 @@ def test_compile_fullgraph_matches_eager(torch, at, rng):
     torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
 
 
-def test_compile_inductor_matches_eager(torch, at, rng):
+def test_compile_inductor_matches_eager(torch_path, torch, at, rng):
     """The default backend once (its C++ compile takes tens of seconds here)."""
     (q,) = _tensors(torch, rng, "float64", (2, 4, 3))
 
@@ -347,7 +351,7 @@ def test_compile_inductor_matches_eager(torch, at, rng):
     )
 
 
-def test_compile_draws_a_fresh_seed_each_call(torch, at, rng):
+def test_compile_draws_a_fresh_seed_each_call(torch_path, torch, at, rng):
     """seed=None under torch.compile: the seed is drawn in the graph, not baked into it."""
     (q,) = _tensors(torch, rng, "float64", (3, 4, 5), grad=False)
     f = torch.compile(
@@ -411,7 +415,7 @@ def _same_outputs_and_grads(torch, ref, mine, inputs, call):
 
 
 @pytest.mark.parametrize("config", MHA_CONFIGS)
-def test_nn_multihead_attention_is_torchs(torch, at, rng, config):
+def test_nn_multihead_attention_is_torchs(torch_path, torch, at, rng, config):
     kwargs = MHA_CONFIGS[config]
     ref, mine = _pair(torch, "MultiheadAttention", at.nn, 8, 2, **kwargs)
     B, L, S = 3, 4, 6
@@ -432,7 +436,7 @@ def test_nn_multihead_attention_is_torchs(torch, at, rng, config):
         _same_outputs_and_grads(torch, ref, mine, (x,), lambda m, x: m(x, x, x))
 
 
-def test_nn_transformer_layers_are_torchs(torch, at, rng):
+def test_nn_transformer_layers_are_torchs(torch_path, torch, at, rng):
     layer = dict(dim_feedforward=16, dropout=0.0)
     src, tgt = _tensors(torch, rng, "float64", (5, 2, 8), (3, 2, 8))
     mask = torch.nn.Transformer.generate_square_subsequent_mask(3, dtype=torch.float64)
@@ -449,7 +453,7 @@ def test_nn_transformer_layers_are_torchs(torch, at, rng):
         torch.testing.assert_close(mine(src, tgt), ref(src, tgt), rtol=1e-12, atol=1e-12)
 
 
-def test_nn_adam_loss_curve_is_torchs(torch, at):
+def test_nn_adam_loss_curve_is_torchs(torch_path, torch, at):
     """A small causal language model trained 50 steps by torch.optim.Adam:
     the same loss curve (1e-6) with attnc's modules as with torch's, the
     weights of its attention logged each step as people do."""
@@ -488,3 +492,74 @@ def test_nn_adam_loss_curve_is_torchs(torch, at):
     assert want[-1] < want[0] / 2  # it learns
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-6)
     torch.testing.assert_close(got_w, want_w, rtol=0, atol=1e-6)
+
+
+# --------------------------------------------------------------------------- the eager path
+
+
+def test_eager_calls_skip_the_dispatcher(torch, at, rng, monkeypatch):
+    """In eager mode on plain tensors attnc is called directly (the custom
+    op's dispatcher costs ~0.1 ms a call); under a dispatch mode (a tracer,
+    FlopCounterMode) the op runs, so the mode sees it; the same bits."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from attnc.torch import _fused, _ops
+
+    seen = []
+
+    class Mode(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            seen.append(func.namespace)
+            return func(*args, **(kwargs or {}))
+
+    q, k, v = _tensors(torch, rng, "float64", (2, 5, 4), (2, 6, 4), (2, 6, 3), grad=True)
+    with Mode():
+        traced = at.scaled_dot_product_attention(q, k, v)
+        traced_softmax = at.softmax(q, causal=True)
+    assert seen.count("attnc") == 2
+    for name in ("_sdpa_op", "_mha_op"):
+        monkeypatch.setattr(_fused, name, None)  # calling one raises
+    monkeypatch.setattr(_ops._softmax, "forward", None)
+    out = at.scaled_dot_product_attention(q, k, v)
+    assert torch.equal(out, traced) and torch.equal(at.softmax(q, causal=True), traced_softmax)
+    out.sum().backward()
+    assert q.grad is not None
+
+
+def test_eager_backward_refuses_inputs_changed_in_place(torch_path, torch, at, rng):
+    """attnc's backward reads the inputs' memory: torch's version counter
+    refuses a backward after an input changed in place (on both paths)."""
+    q, k, v = _tensors(torch, rng, "float64", (2, 5, 4), (2, 6, 4), (2, 6, 3), grad=True)
+    kk = k * 1.0
+    out = at.scaled_dot_product_attention(q, kk, v)
+    kk.add_(1.0)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        out.sum().backward()
+
+
+def test_double_backward_raises(torch_path, torch, at, rng):
+    """attnc's backward is not differentiable: a second derivative raises
+    rather than returning wrong zeros."""
+    q, k, v = _tensors(torch, rng, "float64", (2, 5, 4), (2, 6, 4), (2, 6, 3), grad=True)
+    (dq,) = torch.autograd.grad(at.scaled_dot_product_attention(q, k, v).square().sum(), q, create_graph=True)
+    with pytest.raises(RuntimeError):
+        dq.sum().backward()
+
+
+def test_constant_float_mask_gets_no_gradient_pass(torch, at, rng, monkeypatch):
+    """A float mask that does not require grad (a causal mask buffer) is a
+    constant on the eager path: the C backward skips the mask's gradient
+    (a (B, H, L, S) pass); one that requires grad gets it."""
+    from attnc import _core
+
+    backward, dmasks = _core.sdpa_backward, []
+    monkeypatch.setattr(_core, "sdpa_backward", lambda **kw: dmasks.append(kw["dmask"] is None) or backward(**kw))
+    q, k, v = _tensors(torch, rng, "float64", (2, 5, 4), (2, 6, 4), (2, 6, 3), grad=True)
+    x, kv, params, _, _ = _mha_inputs(torch, rng, "float64")
+    for needs in (False, True):
+        mask = torch.randn(5, 6, dtype=torch.float64, requires_grad=needs)
+        at.scaled_dot_product_attention(q, k, v, mask).sum().backward()
+        mha_mask = torch.randn(x.shape[1], kv.shape[1], dtype=torch.float64, requires_grad=needs)
+        _mha(at, x, kv, 2, params, attn_mask=mha_mask)[0].sum().backward()
+        assert (mask.grad is not None, mha_mask.grad is not None) == (needs, needs)
+    assert dmasks == [True, True, False, False]

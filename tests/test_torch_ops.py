@@ -385,7 +385,7 @@ def _differentiable(torch, outputs):
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("case", CASES, ids=IDS)
-def test_outputs_and_gradients_are_attncs_bit_for_bit(torch, case, dtype):
+def test_outputs_and_gradients_are_attncs_bit_for_bit(torch_path, torch, case, dtype):
     arrays = {n: a.astype(dtype) for n, a in case.arrays(np.random.default_rng(0)).items()}
     t = _tensors(torch, arrays, dtype, grad=True)
     outputs = case.run(_t(), t)
@@ -414,7 +414,7 @@ def test_outputs_and_gradients_are_attncs_bit_for_bit(torch, case, dtype):
 
 
 @pytest.mark.parametrize("case", [c for c in CASES if c.gradcheck], ids=[c.id for c in CASES if c.gradcheck])
-def test_gradcheck(torch, case):
+def test_gradcheck(torch_path, torch, case):
     t = _tensors(torch, case.arrays(np.random.default_rng(2)), np.float64, grad=True)
     names = list(t)
 
@@ -478,7 +478,7 @@ def test_opcheck_every_registered_op(torch):
         torch.library.opcheck(func, tuple(fresh(a) for a in args), kwargs, test_utils=utils)
 
 
-def test_torchs_own_ops(torch):
+def test_torchs_own_ops(torch_path, torch):
     """softmax (masked), layer_norm, LSTM and GRU against torch's: 1e-5 in
     float32, 1e-12 in float64, outputs and gradients."""
     T = _t()
@@ -503,7 +503,7 @@ def test_torchs_own_ops(torch):
             assert torch.allclose(ga, gw, atol=tol)
 
 
-def test_compile_fullgraph_matches_eager(torch):
+def test_compile_fullgraph_matches_eager(torch_path, torch):
     """A small model of several attnc ops under torch.compile(fullgraph=True)
     (aot_eager: the graph and the backward ops traced, no graph break), and
     the attention op once under the default backend (inductor)."""
@@ -538,7 +538,7 @@ def test_compile_fullgraph_matches_eager(torch):
         assert torch.equal(a, b)
 
 
-def test_strided_inputs_are_read_in_place(torch):
+def test_strided_inputs_are_read_in_place(torch_path, torch):
     """Transposed, sliced and broadcast (stride-0) tensors give what their
     contiguous copies give, gradients included."""
     T = _t()
@@ -556,7 +556,7 @@ def test_strided_inputs_are_read_in_place(torch):
         assert torch.equal(a, b)
 
 
-def test_empty_inputs_give_empty_results(torch):
+def test_empty_inputs_give_empty_results(torch_path, torch):
     T = _t()
     q = torch.zeros(B, 0, D, requires_grad=True)
     k = torch.rand(B, TK, D)
@@ -566,7 +566,7 @@ def test_empty_inputs_give_empty_results(torch):
     assert g.shape == q.shape
 
 
-def test_seed_none_follows_torch_manual_seed(torch):
+def test_seed_none_follows_torch_manual_seed(torch_path, torch):
     """hard_attention and dropout draw their seed from torch's generator when
     none is given: torch.manual_seed repeats the picks, and the backward op's
     rerun of the forward picks what the forward picked."""

@@ -20,7 +20,8 @@ import torch
 
 from ..attention import multihead as _mha
 from ..attention import sdpa as _sdpa
-from ._tensors import check_tensor, from_tensor, seed_int, seed_tensor
+from ._eager import eager, run
+from ._tensors import check_tensor, from_tensor, seed_int, seed_tensor, view
 
 _EMPTY = (0,)  # the shape of an output that was not asked for (custom ops return tensors, not None)
 
@@ -227,19 +228,44 @@ def scaled_dot_product_attention(
     torch.Size([2, 4, 6, 8])
     """
     _check_args({"query": query, "key": key, "value": value}, {"attn_mask": attn_mask})
-    out, weights, _ = _sdpa_op(
-        query,
-        key,
-        value,
-        attn_mask,
-        dropout_p,
-        is_causal,
-        scale,
-        enable_gqa,
-        return_weights,
-        _seed_tensor(seed, dropout_p),
-    )
-    return (out, weights) if return_weights else out
+    args = (query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, return_weights)
+    seed_t = _seed_tensor(seed, dropout_p)
+    if eager(query, key, value, attn_mask, seed_t):
+        out, *weights = _sdpa_eager(*args, seed_t)
+    else:
+        out, *weights, _ = _sdpa_op(*args, seed_t)
+    return (out, weights[0]) if return_weights else out
+
+
+def _sdpa_eager(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, return_weights, seed):
+    """The op's outputs (without the log-sum-exp) on the eager path."""
+    float_mask = attn_mask is not None and attn_mask.dtype != torch.bool
+    inputs = (query, key, value) + ((attn_mask,) if float_mask else ())
+
+    def call(differentiable):
+        outputs, saved = _sdpa._forward(
+            view(query),
+            view(key),
+            view(value),
+            None if attn_mask is None else view(attn_mask),
+            dropout_p,
+            is_causal,
+            scale,
+            enable_gqa,
+            return_weights=return_weights,
+            seed=_seed(seed),
+        )
+
+        def pullback(cotangents, needs):
+            # a float mask that needs no gradient (a causal mask buffer) is a constant: no dmask pass
+            kept = saved if needs[3:] == (True,) else saved[:-1] + (None,)
+            grads = _sdpa._backward(kept, [_array(c, "cotangent") for c in cotangents])
+            names = ("query", "key", "value", "attn_mask")[: len(inputs)]
+            return [_tensor(grads[n], query) if n in grads else None for n in names]
+
+        return [_tensor(a, query) for a in (outputs if return_weights else (outputs,))], (), pullback
+
+    return run(call, inputs)
 
 
 # --------------------------------------------------------------------------- multi_head_attention
@@ -389,14 +415,8 @@ def _(grad_output, grad_weights, tensors, *_):
 
 
 _MHA_TENSOR_ARGS = (0, 1, 2, 4, 5, 6, 7, 8, 9, 13, 14, 15, 16, 17)  # the op's arguments in _MHA_GRADS
-_MHA_OPTIONS = (
-    3,
-    10,
-    11,
-    12,
-    18,
-    19,
-)  # num_heads, need_weights, average_attn_weights, is_causal, add_zero_attn, dropout_p
+# num_heads, need_weights, average_attn_weights, is_causal, add_zero_attn, dropout_p: the op's arguments
+_MHA_OPTIONS = (3, 10, 11, 12, 18, 19)
 
 
 def _mha_setup(ctx, inputs, output):
@@ -490,27 +510,40 @@ def multi_head_attention(
     named = dict(zip(_MHA_GRADS, tensors))
     masks = {n: named.pop(n) for n in _MHA_MASKS}
     _check_args({n: t for n, t in named.items() if t is not None}, masks)
-    out, weights, *_ = _mha_op(
-        query,
-        key,
-        value,
-        num_heads,
-        in_proj_weight,
-        in_proj_bias,
-        out_proj_weight,
-        out_proj_bias,
-        key_padding_mask,
-        attn_mask,
-        need_weights,
-        average_attn_weights,
-        is_causal,
-        q_proj_weight,
-        k_proj_weight,
-        v_proj_weight,
-        bias_k,
-        bias_v,
-        add_zero_attn,
-        dropout_p,
-        _seed_tensor(seed, dropout_p),
-    )
+    options = (num_heads, need_weights, average_attn_weights, is_causal, add_zero_attn, dropout_p)
+    seed_t = _seed_tensor(seed, dropout_p)
+    if eager(*tensors, seed_t):
+        out, *weights = _mha_eager(tensors, options, seed_t)
+        return out, (weights[0] if need_weights else None)
+    args: list = [None] * 21  # the op's arguments, in its order
+    for i, t in zip(_MHA_TENSOR_ARGS, tensors):
+        args[i] = t
+    for i, o in zip(_MHA_OPTIONS, options):
+        args[i] = o
+    args[20] = seed_t
+    out, weights, *_ = _mha_op(*args)
     return out, (weights if need_weights else None)
+
+
+def _mha_eager(tensors: tuple, options: tuple, seed: torch.Tensor | None) -> list[torch.Tensor]:
+    """(output, and the weights with need_weights) on the eager path
+    (tensors: in _MHA_GRADS's order; options: in _MHA_OPTIONS's)."""
+    query = tensors[0]
+    names = [n for n, t in zip(_MHA_GRADS, tensors) if _differentiable(t)]
+    inputs = [t for t in tensors if _differentiable(t)]
+
+    def call(differentiable):
+        s = _mha_state(tensors, *options, seed)
+        out, weights = _mha._attend(s, *_mha._project(s))
+
+        def pullback(cotangents, needs):
+            needed = {n for n, need in zip(names, needs) if need}
+            s["mask_args"] = {n: m for n, m in s["mask_args"].items() if n in needed}  # constants: no dmask pass
+            cots = [_array(c, "cotangent") for c in cotangents] + [None]  # no weights: their cotangent None
+            grads = _mha._backward(s, cots[:2])
+            return [_tensor(grads[n], query) if n in grads else None for n in names]
+
+        outputs = (out, weights) if options[1] else (out,)
+        return [_tensor(a, query) for a in outputs], (), pullback
+
+    return run(call, inputs)

@@ -36,6 +36,7 @@ from ..attention.kv_cache import KVCache
 from ..grad import _cotangent
 from ..nn import GRU, LSTM
 from ..nn import layer_norm as _layer_norm
+from ._eager import eager, run
 from ._tensors import from_tensor, seed_int, seed_tensor, to_tensor
 
 _EMPTY = (0,)  # the shape of an output attnc did not compute (None)
@@ -125,26 +126,25 @@ class _Op:
         return name if j is None else args[[n for _, n in self.args].index(f"{name}_names")][j]
 
     # -- the two kernels -----------------------------------------------------------------
-    def _forward(self, *args):
-        """attnc::NAME: the attnc function on the tensors' memory."""
-        inputs = self._numpy(args)
-        fn, a, kw = self.call(inputs)
-        flat = _flatten(fn(*a, **kw))
-        flat += [None] * (self.outputs - len(flat))
-        flat = [np.empty(_EMPTY, inputs[self.args[0][1]].dtype) if r is None else r for r in flat]
-        out = [to_tensor(r) for r in flat]
-        return out[0] if self.outputs == 1 else tuple(out)
+    def _attnc(self, args: Sequence) -> tuple[Callable, tuple, dict]:
+        """(the attnc callable, args, kwargs) on the tensors' memory."""
+        fn, a, kw = self.call(self._numpy(args))
+        return fn, tuple(a), kw
 
-    def _backward(self, *args):
-        """attnc::NAME_backward: the forward's arguments and one cotangent per
-        output -> the gradient of every floating-point tensor argument (zeros
-        for one attnc gives none), by attnc's registered forward and C backward."""
-        *args, cotangents = args
-        inputs = self._numpy(args)
-        fn, a, kw = self.call(inputs)
-        if isinstance(fn, types.MethodType):  # a registered method (KVCache.attend): self first
-            a = (fn.__self__,) + tuple(a)
-        outputs, saved = fn._vjp_forward(*a, **kw)
+    @staticmethod
+    def _registered(fn: Callable, a: tuple) -> tuple:
+        """The arguments of fn's registered forward: a method's take self first."""
+        return (fn.__self__,) + a if isinstance(fn, types.MethodType) else a
+
+    def _tensors(self, outputs: Any, like: torch.Tensor) -> list[torch.Tensor]:
+        """attnc's outputs as the op's flat list of tensors (one it did not compute: empty)."""
+        flat = _flatten(outputs)
+        flat += [None] * (self.outputs - len(flat))
+        return [like.new_empty(_EMPTY) if r is None else to_tensor(r) for r in flat]
+
+    def _pullback(self, args: Sequence, fn: Callable, saved: Any, outputs: Any, cotangents: Sequence) -> list:
+        """The gradient (an array, or None where attnc gives none) of every
+        floating-point tensor argument, by fn's registered C backward."""
         flat = _flatten(outputs)
         cots = [
             None if c is None or o is None or o.dtype.kind != "f" else from_tensor(c, f"cotangent {k}")
@@ -153,8 +153,51 @@ class _Op:
         outs = outputs if isinstance(outputs, tuple) else (outputs,)
         nested = _nest(cots, outs)
         grads = fn._vjp_backward(saved, tuple(_cotangent(c, o, k) for k, (c, o) in enumerate(zip(nested, outs))))
-        named = [(slot, grads.get(self._grad_name(args, slot))) for slot in self._slots(args)]
-        return [torch.zeros_like(self._at(args, slot)) if g is None else to_tensor(g) for slot, g in named]
+        return [grads.get(self._grad_name(args, slot)) for slot in self._slots(args)]
+
+    def _forward(self, *args):
+        """attnc::NAME: the attnc function on the tensors' memory."""
+        fn, a, kw = self._attnc(args)
+        out = self._tensors(fn(*a, **kw), args[0])
+        return out[0] if self.outputs == 1 else tuple(out)
+
+    def _backward(self, *args):
+        """attnc::NAME_backward: the forward's arguments and one cotangent per
+        output -> the gradient of every floating-point tensor argument (zeros
+        for one attnc gives none), by attnc's registered forward and C backward."""
+        *args, cotangents = args
+        fn, a, kw = self._attnc(args)
+        outputs, saved = fn._vjp_forward(*self._registered(fn, a), **kw)
+        grads = self._pullback(args, fn, saved, outputs, cotangents)
+        return [
+            torch.zeros_like(self._at(args, slot)) if g is None else to_tensor(g)
+            for slot, g in zip(self._slots(args), grads)
+        ]
+
+    def __call__(self, *args):
+        """The op's outputs: attnc called directly on the eager path (see
+        _eager), the registered op under torch.compile."""
+        tensors = [t for t in args if isinstance(t, torch.Tensor)]
+        tensors += [t for v in args if isinstance(v, list) for t in v if isinstance(t, torch.Tensor)]
+        if not eager(*tensors):
+            return self.forward(*args)
+
+        def call(differentiable):
+            fn, a, kw = self._attnc(args)
+            if not differentiable:
+                return self._tensors(fn(*a, **kw), args[0]), (), None
+            outputs, saved = fn._vjp_forward(*self._registered(fn, a), **kw)
+            out = self._tensors(outputs, args[0])
+            frozen = [i for i, t in enumerate(out) if not t.is_floating_point()]
+
+            def pullback(cotangents, needs):
+                grads = self._pullback(args, fn, saved, outputs, cotangents)
+                return [None if g is None else to_tensor(g) for g in grads]
+
+            return out, frozen, pullback
+
+        out = run(call, [self._at(args, slot) for slot in self._slots(args)])
+        return out[0] if self.outputs == 1 else tuple(out)
 
     # -- fakes and autograd ------------------------------------------------------------------
     def _fake_forward(self, *args):
@@ -293,7 +336,7 @@ def score(query: torch.Tensor, keys: torch.Tensor, *, score: str = "dot", **para
     >>> s.shape, w.grad.shape
     (torch.Size([3, 5]), torch.Size([4, 4]))
     """
-    return _score.forward(query, keys, score, *_split(params))
+    return _score(query, keys, score, *_split(params))
 
 
 def softmax(
@@ -322,7 +365,7 @@ def softmax(
     >>> w
     tensor([[0.2689, 0.7311, 0.0000]])
     """
-    return _softmax.forward(scores, mask, key_lengths, causal)
+    return _softmax(scores, mask, key_lengths, causal)
 
 
 def attention(
@@ -358,7 +401,7 @@ def attention(
     >>> context.shape, weights.shape, q.grad.shape
     (torch.Size([2, 3, 8]), torch.Size([2, 3, 5]), torch.Size([2, 3, 8]))
     """
-    return _soft.forward(query, keys, values, score, mask, key_lengths, causal, *_split(params))
+    return _soft(query, keys, values, score, mask, key_lengths, causal, *_split(params))
 
 
 _hard = _Op(
@@ -442,7 +485,7 @@ def hard_attention(
     >>> context.sum().backward(); k.grad.shape
     torch.Size([6, 8])
     """
-    return _hard.forward(
+    return _hard(
         query, keys, values, mode, temperature, seed_tensor(seed), score, mask, key_lengths, causal, *_split(params)
     )
 
@@ -484,7 +527,7 @@ def local_attention(
     >>> p.sum().backward(); w_p.grad.shape
     torch.Size([8, 4])
     """
-    return _local.forward(
+    return _local(
         query, keys, values, float(window), mode, positions, w_p, v_p, score, mask, key_lengths, *_split(params)
     )
 
@@ -513,7 +556,7 @@ def kernel_regression(
     >>> y_pred.sum().backward(); y_pred.shape, h.grad.shape
     (torch.Size([2]), torch.Size([]))
     """
-    return _regression.forward(x_query, x_train, y_train, *_split({"bandwidth": bandwidth}))
+    return _regression(x_query, x_train, y_train, *_split({"bandwidth": bandwidth}))
 
 
 # -- a KV cache's attention ---------------------------------------------------------------------------
@@ -581,7 +624,7 @@ def kv_cache_attend(
     >>> out.shape, w.shape
     (torch.Size([1, 4, 1, 8]), torch.Size([1, 4, 1, 5]))
     """
-    out, weights = _kv.forward(query, keys, values, scale, return_weights)
+    out, weights = _kv(query, keys, values, scale, return_weights)
     return (out, weights) if return_weights else out
 
 
@@ -746,7 +789,7 @@ def layer_norm(
     True
     """
     shape = [normalized_shape] if isinstance(normalized_shape, int) else list(normalized_shape)
-    return _norm.forward(input, shape, weight, bias, float(eps))
+    return _norm(input, shape, weight, bias, float(eps))
 
 
 def _recurrent_call(mode, input, h0, c0, weights, num_layers, bidirectional, dropout, training, lengths, seed):
@@ -755,7 +798,7 @@ def _recurrent_call(mode, input, h0, c0, weights, num_layers, bidirectional, dro
             f"weights must be a dict of tensors by torch's names (dict(named_parameters()) of a "
             f"torch.nn.{mode.upper()}), got {type(weights).__name__}"
         )
-    return _recurrent.forward(
+    return _recurrent(
         input,
         h0,
         c0,
@@ -873,7 +916,7 @@ def ntm_content_weights(key: torch.Tensor, memory: torch.Tensor, beta: torch.Ten
     >>> attnc.torch.ntm_content_weights(memory[:, [2]], memory, torch.tensor([[50.0]])).argmax().item()
     2
     """
-    return _content.forward(key, memory, beta)
+    return _content(key, memory, beta)
 
 
 def ntm_interpolate(w_content: torch.Tensor, w_prev: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
@@ -886,7 +929,7 @@ def ntm_interpolate(w_content: torch.Tensor, w_prev: torch.Tensor, g: torch.Tens
     >>> attnc.torch.ntm_interpolate(torch.ones(1, 1, 2), torch.zeros(1, 1, 2), torch.tensor([[0.25]]))
     tensor([[[0.2500, 0.2500]]])
     """
-    return _interpolate.forward(w_content, w_prev, g)
+    return _interpolate(w_content, w_prev, g)
 
 
 def ntm_shift(w: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
@@ -899,7 +942,7 @@ def ntm_shift(w: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
     >>> attnc.torch.ntm_shift(torch.eye(5)[None, None, 4], torch.tensor([[[0.0, 0.0, 1.0]]])).argmax().item()
     0
     """
-    return _shift.forward(w, s)
+    return _shift(w, s)
 
 
 def ntm_sharpen(w: torch.Tensor, gamma: torch.Tensor) -> torch.Tensor:
@@ -912,7 +955,7 @@ def ntm_sharpen(w: torch.Tensor, gamma: torch.Tensor) -> torch.Tensor:
     >>> attnc.torch.ntm_sharpen(torch.tensor([[[0.25, 0.25, 0.5]]]), torch.tensor([[2.0]]))
     tensor([[[0.1667, 0.1667, 0.6667]]])
     """
-    return _sharpen.forward(w, gamma)
+    return _sharpen(w, gamma)
 
 
 def ntm_address(
@@ -939,7 +982,7 @@ def ntm_address(
     >>> w.argmax(-1).tolist()
     [[5], [5]]
     """
-    w, w_c, w_g, w_t = _address.forward(key, beta, g, s, gamma, w_prev, memory)
+    w, w_c, w_g, w_t = _address(key, beta, g, s, gamma, w_prev, memory)
     return w, (w_c, w_g, w_t)
 
 
@@ -953,7 +996,7 @@ def ntm_read(memory: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     >>> attnc.torch.ntm_read(torch.arange(6.0).reshape(1, 3, 2), torch.tensor([[[0.0, 1.0, 0.0]]]))
     tensor([[[2., 3.]]])
     """
-    return _read.forward(memory, w)
+    return _read(memory, w)
 
 
 def ntm_write(memory: torch.Tensor, w: torch.Tensor, erase: torch.Tensor, add: torch.Tensor) -> torch.Tensor:
@@ -969,4 +1012,4 @@ def ntm_write(memory: torch.Tensor, w: torch.Tensor, erase: torch.Tensor, add: t
              [5., 7.],
              [1., 1.]]])
     """
-    return _write.forward(memory, w, erase, add)
+    return _write(memory, w, erase, add)

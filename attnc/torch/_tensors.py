@@ -47,7 +47,16 @@ def from_tensor(t: torch.Tensor, name: str, *, floats_only: bool = True) -> np.n
     ((3, 2), True)
     """
     check_tensor(t, name, floats_only=floats_only)
-    return t.detach().resolve_conj().resolve_neg().numpy()
+    return view(t)
+
+
+def view(t: torch.Tensor) -> np.ndarray:
+    """from_tensor without its checks, for a tensor check_tensor passed."""
+    if t.requires_grad:
+        t = t.detach()
+    if t.is_neg():  # a lazily negated view (torch._neg_view): numpy() needs the values
+        t = t.resolve_neg()
+    return t.numpy()  # (the dtypes allowed are real: no conjugate bit)
 
 
 def check_tensor(t: torch.Tensor, name: str, *, floats_only: bool = True) -> None:
@@ -57,7 +66,7 @@ def check_tensor(t: torch.Tensor, name: str, *, floats_only: bool = True) -> Non
     or CUDA tensor would otherwise reach the ops' fake implementations)."""
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-    if t.device.type != "cpu":
+    if not t.is_cpu:
         raise TypeError(f"{name} is on {t.device}: attnc runs on the CPU only (move it with {name}.cpu())")
     if t.layout != torch.strided or t.is_nested:
         raise TypeError(f"{name} has layout {t.layout}: attnc takes dense (strided) tensors ({name}.to_dense())")
