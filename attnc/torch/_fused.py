@@ -345,30 +345,15 @@ def _mha_op(
     return out_t, weights_t, q_t, k_t, v_t, attn_t, lse_t
 
 
+_MHA_TENSOR_ARGS = (0, 1, 2, 4, 5, 6, 7, 8, 9, 13, 14, 15, 16, 17)  # the op's arguments in _MHA_GRADS
+# num_heads, need_weights, average_attn_weights, is_causal, add_zero_attn, dropout_p: the op's arguments
+_MHA_OPTIONS = (3, 10, 11, 12, 18, 19)
+
+
 @_mha_op.register_fake
-def _(
-    query,
-    key,
-    value,
-    num_heads,
-    in_proj_weight,
-    in_proj_bias,
-    out_proj_weight,
-    out_proj_bias,
-    key_padding_mask,
-    attn_mask,
-    need_weights,
-    average_attn_weights,
-    is_causal,
-    q_proj_weight,
-    k_proj_weight,
-    v_proj_weight,
-    bias_k,
-    bias_v,
-    add_zero_attn,
-    dropout_p,
-    seed,
-):
+def _(*args):
+    query, key, bias_k = args[0], args[1], args[_MHA_TENSOR_ARGS[_MHA_GRADS.index("bias_k")]]
+    num_heads, need_weights, average_attn_weights, _, add_zero_attn, _ = (args[i] for i in _MHA_OPTIONS)
     *batch, L, E = query.shape
     S = key.shape[-2] + (bias_k is not None) + add_zero_attn
     heads = () if average_attn_weights else (num_heads,)
@@ -412,11 +397,6 @@ def _differentiable(t: torch.Tensor | None) -> bool:
 @_mha_backward_op.register_fake
 def _(grad_output, grad_weights, tensors, *_):
     return [tensors[0].new_empty(t.shape if _differentiable(t) else _EMPTY) for t in tensors]
-
-
-_MHA_TENSOR_ARGS = (0, 1, 2, 4, 5, 6, 7, 8, 9, 13, 14, 15, 16, 17)  # the op's arguments in _MHA_GRADS
-# num_heads, need_weights, average_attn_weights, is_causal, add_zero_attn, dropout_p: the op's arguments
-_MHA_OPTIONS = (3, 10, 11, 12, 18, 19)
 
 
 def _mha_setup(ctx, inputs, output):
