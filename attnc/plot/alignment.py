@@ -420,7 +420,7 @@ def heads(
     >>> axes.shape
     (2, 3)
     >>> axes = attnc.plot.heads(weights, tokens, tokens, batch=1, layer=1, head=[0, 2], normalize="head")
-    >>> [ax.get_title() for ax in axes.flat], axes[0, 1].images[0].get_clim()[1] == weights[1][1, 2].max()
+    >>> [ax.get_title() for ax in axes.flat], axes[0, 1].images[0].get_clim() == (0.0, weights[1][1, 2].max())
     (['layer 1, head 0', 'layer 1, head 2'], True)
     """
     stack, layer_ids, has_heads = _as_head_stack(weights, batch, layer)
