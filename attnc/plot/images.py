@@ -48,7 +48,9 @@ def caption_attention(
     Parameters
     ----------
     image : array-like, (H, W, 3) or (H, W)
-        The picture, e.g. ``attnc.datasets.captions(...).image(i)``.
+        The picture, e.g. ``attnc.datasets.captions(...).image(i)``, drawn
+        in grey (its luminance; values in [0, 1] on that scale, others from
+        their minimum to their maximum).
     words : sequence of str, length n
         The caption's words (or tokens), one panel each.
     alphas : array-like, (n, rows · cols) or (n, rows, cols)
@@ -141,7 +143,9 @@ def image_attention(
     Parameters
     ----------
     image : array-like, (H, W), (H, W, 3) or channel-first (3, H, W)
-        The picture (a leading batch of one is squeezed).
+        The picture (a leading batch of one is squeezed), drawn in grey (its
+        luminance; values in [0, 1] on that scale, others from their minimum
+        to their maximum).
     attention : array-like, (N, N), N = rows · cols
         Row q is how much position q attends to each position, in row-major
         order over the feature map (``SelfAttention2d(..., return_attention=True)``'s
