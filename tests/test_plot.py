@@ -965,6 +965,12 @@ def test_overlay_alpha_out_of_range(alpha):
         plot.image_attention(*_image_and_attention(), [0], overlay_alpha=alpha)
 
 
+@pytest.mark.parametrize("cmap", ["no such map", 3])
+def test_overlay_cmap_must_be_a_colour_map(cmap):
+    with pytest.raises(ValueError, match=r"^cmap must be None, a colormap name or a matplotlib Colormap"):
+        plot.caption_attention(*_caption_example(), cmap=cmap)
+
+
 # ------------------------------------------------------------------ every heatmap: a colour bar; every plot: exports
 
 
