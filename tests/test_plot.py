@@ -231,20 +231,27 @@ def test_heads_no_colorbar_and_row_label():
     assert [ax.get_title() for ax in axes.flat] == ["block 0, head 0", "block 0, head 1"]
 
 
-def test_heads_accepts_arrays_of_every_documented_shape():
-    ws = _head_weights(2, 3)
-    stacked = np.concatenate(ws)  # (layers, heads, Tq, Tk)
+def test_heads_accepts_every_documented_form():
+    ws = _head_weights(2, 3)  # a list of (1, heads, Tq, Tk): one example's need_weights output
+    last = ws[1][0, -1]
     for arg, shape in (
-        (stacked, (2, 3)),
-        (stacked[None], (2, 3)),
-        (stacked[0], (1, 3)),
-        ([w[0] for w in ws], (2, 3)),
+        (ws, (2, 3)),
+        ([w[0] for w in ws], (2, 3)),  # unbatched (heads, Tq, Tk) per layer
         ([w.tolist() for w in ws], (2, 3)),
+        (ws[1], (1, 3)),  # one layer, (1, heads, Tq, Tk)
+        (ws[1][0], (1, 3)),  # one layer, (heads, Tq, Tk)
     ):
         axes = plot.heads(arg)
         assert axes.shape == shape
-        np.testing.assert_array_equal(np.asarray(axes[-1, -1].images[0].get_array()), stacked[shape[0] - 1, -1])
+        np.testing.assert_array_equal(np.asarray(axes[-1, -1].images[0].get_array()), last)
         plt.close("all")
+    # per-layer (Tq, Tk): one panel per layer, titled without a head
+    axes = plot.heads([w[0, 0] for w in ws])
+    assert axes.shape == (2, 1) and [ax.get_title() for ax in axes.flat] == ["layer 0", "layer 1"]
+    np.testing.assert_array_equal(np.asarray(axes[1, 0].images[0].get_array()), ws[1][0, 0])
+    # a (layers, heads, Tq, Tk) stack reads as a batch: the error says what to do
+    with pytest.raises(ValueError, match=r"batch of 2 examples.*batch=0\.\.1.*list\(weights\)"):
+        plot.heads(np.concatenate(ws))
 
 
 def test_heads_draws_into_given_axes():
@@ -263,14 +270,18 @@ def test_heads_draws_into_given_axes():
 
 def test_heads_bad_inputs():
     ws = _head_weights(2, 3)
-    with pytest.raises(ValueError, match="one example"):  # a batch of two
+    with pytest.raises(ValueError, match=r"^weights\[0\] holds a batch of 2 examples.*batch=0\.\.1$"):
         plot.heads([np.concatenate([w, w]) for w in ws])
+    with pytest.raises(ValueError, match=r"^weights must be one layer's .*\(1, 2, 3, 4, 7\)"):
+        plot.heads(np.concatenate(ws)[None])
     with pytest.raises(ValueError, match="same"):
         plot.heads([ws[0], _head_weights(1, 2)[0]])
     with pytest.raises(ValueError, match="empty"):
         plot.heads([])
     with pytest.raises(ValueError, match=r"\(7,\)"):
         plot.heads(np.zeros(7))
+    with pytest.raises(TypeError, match=r"^weights is a dict \(keys 'self', 'cross'\): pass one of its lists"):
+        plot.heads({"self": ws, "cross": ws})
     with pytest.raises(ValueError, match="source_tokens"):
         plot.heads(ws, SRC[:-1], TGT)
     with pytest.raises(ValueError, match="target_tokens"):
@@ -288,6 +299,173 @@ def test_heads_input_not_modified_and_saves(tmp_path):
     path = tmp_path / "heads.png"
     axes[0, 0].figure.savefig(path)
     assert path.read_bytes()[:4] == b"\x89PNG"
+
+
+def _panel(ax):
+    return np.asarray(ax.images[0].get_array())
+
+
+def _gpt_weights(batch=3):
+    from attnc.models import GPT
+
+    gpt = GPT(4, 9, n_layer=2, n_head=3, seed=0).eval()
+    idx = np.random.default_rng(0).integers(0, 4, (batch, 7))
+    _, weights = gpt(idx, need_weights=True)
+    return weights
+
+
+def test_heads_takes_a_models_batch_with_a_batch_index():
+    ws = _gpt_weights(3)  # 2 layers of (3, 3, 7, 7), as GPT returns them
+    assert [w.shape for w in ws] == [(3, 3, 7, 7)] * 2
+    for b in (1, -1):
+        axes = plot.heads(ws, batch=b)
+        assert axes.shape == (2, 3)
+        for l in range(2):
+            for h in range(3):
+                np.testing.assert_array_equal(_panel(axes[l, h]), ws[l][b % 3, h])
+        plt.close("all")
+
+
+def test_heads_takes_encoder_decoder_and_transformer_outputs():
+    import attnc
+
+    rng = np.random.default_rng(1)
+    src, tgt = rng.random((2, 6, 8)).astype(np.float32), rng.random((2, 4, 8)).astype(np.float32)
+    encoder = attnc.nn.TransformerEncoder(attnc.nn.TransformerEncoderLayer(8, 2, dim_feedforward=16, seed=0), 2)
+    _, ws = encoder.eval()(src, need_weights=True)
+    axes = plot.heads(ws, batch=1)
+    np.testing.assert_array_equal(_panel(axes[1, 1]), ws[1][1, 1])
+    decoder = attnc.nn.TransformerDecoder(attnc.nn.TransformerDecoderLayer(8, 2, dim_feedforward=16, seed=0), 2)
+    _, w = decoder.eval()(tgt, src, need_weights=True)
+    with pytest.raises(TypeError, match="dict"):
+        plot.heads(w, batch=0)
+    axes = plot.heads(w["cross"], batch=0, title="cross")
+    assert axes.shape == (2, 2) and _panel(axes[0, 0]).shape == (4, 6)
+    np.testing.assert_array_equal(_panel(axes[1, 0]), w["cross"][1][0, 0])
+    model = attnc.nn.Transformer(8, 2, 1, 1, dim_feedforward=16, seed=0).eval()
+    _, w = model(src, tgt, need_weights=True)
+    axes = plot.heads(w["decoder_self"], batch=1)
+    np.testing.assert_array_equal(_panel(axes[0, 1]), w["decoder_self"][0][1, 1])
+
+
+def test_heads_takes_multihead_attention_weights_averaged_or_per_head(torch):
+    import attnc
+
+    torch.manual_seed(0)
+    mha = torch.nn.MultiheadAttention(8, 2, batch_first=True)
+    q = torch.randn(3, 4, 8, requires_grad=True)  # the weights need grad: they are detached
+    kv = torch.randn(3, 5, 8)
+    _, averaged = mha(q, kv, kv)  # (B, L, S)
+    _, per_head = mha(q, kv, kv, average_attn_weights=False)  # (B, H, L, S)
+    assert averaged.shape == (3, 4, 5) and per_head.shape == (3, 2, 4, 5) and averaged.requires_grad
+    axes = plot.heads(averaged, batch=2)
+    assert axes.shape == (1, 1) and axes[0, 0].get_title() == "layer 0"
+    np.testing.assert_allclose(_panel(axes[0, 0]), averaged[2].detach().numpy())
+    with pytest.raises(ValueError, match="^head selects heads, but the weights have none"):
+        plot.heads(averaged, batch=2, head=0)
+    axes = plot.heads(per_head, batch=0)
+    assert axes.shape == (1, 2)
+    for h in range(2):
+        np.testing.assert_allclose(_panel(axes[0, h]), per_head[0, h].detach().numpy())
+    ours = attnc.nn.MultiheadAttention(8, 2, seed=0)
+    _, w = ours(q.detach().numpy(), kv.numpy(), kv.numpy(), average_attn_weights=False)
+    np.testing.assert_array_equal(_panel(plot.heads(w, batch=1)[0, 1]), w[1, 1])
+
+
+def test_heads_selects_layers_and_heads_and_titles_them_by_their_indices():
+    ws = _head_weights(3, 4)
+    for layer, head, expected in (
+        (1, [2, 0], [(1, 2), (1, 0)]),
+        ([2, 0], 3, [(2, 3), (0, 3)]),
+        (slice(None, None, -2), slice(1, 3), [(2, 1), (2, 2), (0, 1), (0, 2)]),
+        (-1, np.array([-1]), [(2, 3)]),
+    ):
+        axes = plot.heads(ws, layer=layer, head=head)
+        rows = len({l for l, _ in expected})
+        assert axes.shape == (rows, len(expected) // rows)
+        for ax, (l, h) in zip(axes.flat, expected):
+            assert ax.get_title() == f"layer {l}, head {h}"
+            np.testing.assert_array_equal(_panel(ax), ws[l][0, h])
+        plt.close("all")
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, match",
+    [
+        (dict(layer=3), ValueError, r"^layer 3 is out of range: there are 3 layers \(0\.\.2, or -3\.\.-1\)$"),
+        (dict(head=-5), ValueError, r"^head -5 is out of range: there are 4 heads"),
+        (dict(layer=[0, 7]), ValueError, r"^layer 7 is out of range"),
+        (dict(layer=slice(5, None)), ValueError, r"^layer=slice\(5, None, None\) selects none of the 3 layers$"),
+        (dict(head=[]), ValueError, r"^head is an empty list"),
+        (dict(layer="0"), TypeError, r"^layer must be an int, a list of ints or a slice, got str$"),
+        (dict(head=[0.5]), TypeError, r"^head must be .*got an element 0\.5$"),
+        (dict(head=True), TypeError, r"^head must be an int"),
+        (dict(batch=1), ValueError, r"^batch 1 is out of range: weights\[0\] holds B = 1 examples"),
+        (dict(batch=0.0), TypeError, r"^batch must be an int"),
+        (dict(vmax=0), ValueError, r"^vmax must be a positive finite number"),
+        (dict(vmax=np.nan), ValueError, r"^vmax must be a positive finite number"),
+        (dict(vmax="1"), TypeError, r"^vmax must be a number"),
+        (dict(normalize="layer"), ValueError, r"^normalize must be None .* or \"head\" .*got 'layer'$"),
+        (dict(normalize="head", vmax=0.5), ValueError, r"^vmax sets one scale .*pass one of them$"),
+        (dict(dpi=0), ValueError, r"^dpi must be in \(0, 1200\]"),
+    ],
+)
+def test_heads_bad_selections_name_the_argument(kwargs, error, match):
+    with pytest.raises(error, match=match):
+        plot.heads(_head_weights(3, 4), **kwargs)
+    assert not plt.get_fignums()  # refused before drawing
+
+
+def test_heads_batch_needs_a_batch_axis():
+    with pytest.raises(ValueError, match=r"^with batch given, weights\[0\] must be \(B, heads, Tq, Tk\).*\(4, 7\)"):
+        plot.heads([_weights(), _weights()], batch=0)
+
+
+def test_heads_vmax_sets_the_shared_scale():
+    ws = _head_weights(2, 2)
+    axes = plot.heads(ws, vmax=0.3)
+    cmap = plt.get_cmap("viridis")
+    for l in range(2):
+        for h in range(2):
+            im = axes[l, h].images[0]
+            assert im.get_clim() == (0.0, 0.3)
+            w = ws[l][0, h]
+            np.testing.assert_array_equal(np.asarray(im.get_array()), w)  # the weights, not rescaled
+            # a weight at or above 0.3 draws in the top colour; one of 0.15 half-way up
+            high = w >= 0.3
+            assert high.any()
+            np.testing.assert_allclose(im.to_rgba(w)[high], np.tile(cmap(1.0), (high.sum(), 1)))
+    bar = axes[0, 0].images[0].colorbar
+    assert tuple(bar.ax.get_ylim()) == (0.0, 0.3) and bar.ax.get_ylabel() == "attention weight"
+    ax = plot.alignment(_weights(), vmax=0.5)
+    assert ax.images[0].get_clim() == (0.0, 0.5) and tuple(ax.images[0].colorbar.ax.get_ylim()) == (0.0, 0.5)
+
+
+def test_heads_normalize_head_gives_each_panel_its_maximum_and_colour_bar():
+    ws = _head_weights(2, 2)
+    ws[1] = ws[1].copy()
+    ws[1][0, 0] = 1 / SRC.__len__() + 0.01 * ws[1][0, 0]  # a diffuse head: weights near 1/7 everywhere
+    ws[1][0, 1] = 0.0  # a head of zeros: its scale stays 0..1
+    cmap = plt.get_cmap("viridis")
+    default = plot.heads(ws)
+    diffuse = default[1, 0].images[0]
+    assert np.all(diffuse.to_rgba(ws[1][0, 0])[..., 1] < 0.5)  # on the 0..1 scale: uniformly dark
+    plt.close("all")
+    axes = plot.heads(ws, normalize="head")
+    fig = axes[0, 0].figure
+    bars = [a for a in fig.axes if a not in set(axes.flat)]
+    assert len(bars) == 4  # one colour bar per panel
+    for l in range(2):
+        for h in range(2):
+            w = ws[l][0, h]
+            im = axes[l, h].images[0]
+            np.testing.assert_array_equal(np.asarray(im.get_array()), w)
+            top = w.max() if w.max() > 0 else 1.0
+            assert im.get_clim() == (0.0, top)
+            assert tuple(im.colorbar.ax.get_ylim()) == (0.0, top)
+            assert [t.get_text() for t in im.colorbar.ax.get_yticklabels()] == ["0", f"{top:.2g}"]
+            if w.max() > 0:  # each panel's largest weight draws in the top colour
+                np.testing.assert_allclose(im.to_rgba(np.array([[w.max()]]))[0, 0], cmap(1.0))
 
 
 # --------------------------------------------------------------------------- NTM: addressing stages and traces
@@ -658,6 +836,10 @@ def _image_and_attention(rows=4, cols=6, seed=0):
     return image, att / att.sum(1, keepdims=True)
 
 
+def _luminance(rgb):
+    return 0.2126 * rgb[..., 0] + 0.7152 * rgb[..., 1] + 0.0722 * rgb[..., 2]
+
+
 def _overlay_data(panel):
     return np.asarray(panel.get_images()[1].get_array())
 
@@ -670,7 +852,10 @@ def test_image_attention_one_panel_per_query_scaled_by_its_maximum():
     for panel, q in zip(panels, (1 * 6 + 2, 20)):
         expected = att[q].reshape(4, 6) / att[q].max()
         np.testing.assert_allclose(_overlay_data(panel), expected)
-        assert np.allclose(np.asarray(panel.get_images()[0].get_array()), np.moveaxis(image, 0, -1))
+        # the picture in grey (Rec. 709 luminance), under the weights
+        base = panel.get_images()[0]
+        np.testing.assert_allclose(np.asarray(base.get_array()), _luminance(np.moveaxis(image, 0, -1)))
+        assert base.get_cmap().name == "gray" and base.get_clim() == (0.0, 1.0)
     # the query's cross sits at the centre of its cell, in image coordinates
     x, y = panels[0].get_lines()[0].get_data()
     assert (x[0], y[0]) == (2.5, 1.5)
@@ -724,7 +909,69 @@ def test_image_attention_inputs_not_modified_and_saves(tmp_path):
     plt.close("all")
 
 
-# ------------------------------------------------------------------ every heatmap: a colour bar, a projector's dpi
+def _pixel(fig, panel, x, y):
+    """The RGB (0-255) drawn at data point (x, y) of panel."""
+    fig.canvas.draw()
+    rgba = np.asarray(fig.canvas.buffer_rgba())
+    px, py = panel.transData.transform((x, y))
+    return rgba[round(rgba.shape[0] - py), round(px), :3].astype(int)
+
+
+def test_overlay_cannot_be_taken_for_the_picture():
+    # a yellow square (cell (1, 1) of a 3 x 3 grid) on blue; the word looks at cell (0, 2)
+    image = np.zeros((30, 30, 3))
+    image[..., 2] = 0.6
+    image[10:20, 10:20] = (1.0, 0.9, 0.0)
+    alphas = np.eye(9)[[2, 4]]
+    panels = plot.caption_attention(image, ["away", "on it"], alphas)
+    fig = panels[0].figure
+    # the picture is grey everywhere, the yellow object too: no hue but the weights'
+    for x, y in ((15, 15), (5, 25), (25, 25)):
+        r, g, b = _pixel(fig, panels[0], x, y)
+        assert max(r, g, b) - min(r, g, b) <= 2, (x, y, (r, g, b))
+    # the attended cell is the overlay's orange-red, and so is the object when looked at
+    for panel, (x, y) in ((panels[0], (25, 5)), (panels[1], (15, 15))):
+        r, g, b = _pixel(fig, panel, x, y)
+        assert r - g > 60 and g - b > 20, (r, g, b)
+
+
+def test_overlay_opacity_grows_with_the_weight_in_one_hue():
+    from matplotlib.colors import to_rgb
+
+    image, words, alphas = _caption_example()
+    weights = np.linspace(0, 1, 11)
+    for kwargs, alpha in ((dict(), 0.75), (dict(overlay_alpha=0.5), 0.5)):
+        panels = plot.caption_attention(image, words, alphas, **kwargs)
+        base, over = panels[0].get_images()
+        np.testing.assert_allclose(np.asarray(base.get_array()), _luminance(image))
+        np.testing.assert_allclose(np.asarray(over.get_array()), alphas[0].reshape(3, 3))
+        rgba = over.to_rgba(weights)
+        np.testing.assert_allclose(rgba[:, 3], alpha * weights, atol=1 / 255)  # transparent at 0
+        np.testing.assert_allclose(rgba[:, :3], np.tile(to_rgb("#ff4500"), (11, 1)))  # one hue
+        (bar,) = [a._colorbar for a in panels[0].figure.axes if getattr(a, "_colorbar", None)]
+        np.testing.assert_allclose(bar.cmap(weights), rgba)  # the colour bar shows the same colours
+        plt.close("all")
+    panels = plot.image_attention(*_image_and_attention(), [0], cmap="viridis", overlay_alpha=0.9)
+    rgba = panels[0].get_images()[1].to_rgba(weights)
+    np.testing.assert_allclose(rgba[:, :3], plt.get_cmap("viridis")(weights)[:, :3], atol=1 / 255)
+    np.testing.assert_allclose(rgba[:, 3], 0.9 * weights, atol=1 / 255)
+
+
+@pytest.mark.parametrize("alpha", [0, 1.5, -0.1, np.nan, "0.5", True])
+def test_overlay_alpha_out_of_range(alpha):
+    with pytest.raises(ValueError, match=r"^overlay_alpha must be a number in \(0, 1\]"):
+        plot.caption_attention(*_caption_example(), overlay_alpha=alpha)
+    with pytest.raises(ValueError, match=r"^overlay_alpha must be a number in \(0, 1\]"):
+        plot.image_attention(*_image_and_attention(), [0], overlay_alpha=alpha)
+
+
+@pytest.mark.parametrize("cmap", ["no such map", 3])
+def test_overlay_cmap_must_be_a_colour_map(cmap):
+    with pytest.raises(ValueError, match=r"^cmap must be None, a colormap name or a matplotlib Colormap"):
+        plot.caption_attention(*_caption_example(), cmap=cmap)
+
+
+# ------------------------------------------------------------------ every heatmap: a colour bar; every plot: exports
 
 
 def _caption_example():
@@ -736,6 +983,7 @@ def _caption_example():
 HEATMAPS = {
     "alignment": lambda: plot.alignment(_weights(), SRC, TGT),
     "heads": lambda: plot.heads(_head_weights()),
+    "heads normalized": lambda: plot.heads(_head_weights(), normalize="head"),
     "ntm_trace": lambda: plot.ntm_trace(_trace()),
     "image_attention": lambda: plot.image_attention(*_image_and_attention(), [0, 5]),
     "caption_attention": lambda: plot.caption_attention(*_caption_example()),
@@ -743,10 +991,9 @@ HEATMAPS = {
 
 
 @pytest.mark.parametrize("name", HEATMAPS)
-def test_every_heatmap_has_a_colour_bar_and_a_projector_dpi(name):
+def test_every_heatmap_has_a_colour_bar_for_each_scale(name):
     panels = list(np.ravel(np.asarray(HEATMAPS[name](), dtype=object)))
     fig = panels[0].figure
-    assert fig.dpi == 130  # the figures attnc.plot creates: sharp on a projector
     bars = [a._colorbar for a in fig.axes if getattr(a, "_colorbar", None) is not None]
     assert bars, f"{name} drew no colour bar"
     for panel in panels:
@@ -757,3 +1004,83 @@ def test_every_heatmap_has_a_colour_bar_and_a_projector_dpi(name):
         fig.canvas.draw()
         for label in panel.get_xticklabels() + panel.get_yticklabels():
             assert label.get_fontsize() >= 8  # readable at the default size
+
+
+def _tsp():
+    pts = _points(6)
+    return pts, [0, 2, 4, 1, 3, 5]
+
+
+# every plot function, drawing into a new figure; each takes dpi
+PLOTS = {
+    "alignment": lambda **kw: plot.alignment(_weights(), SRC, TGT, annotate=True, **kw),
+    "heads": lambda **kw: plot.heads(_head_weights(), SRC, TGT, **kw),
+    "ntm_addressing": lambda **kw: plot.ntm_addressing(*[_weighting(seed=s) for s in range(4)], **kw),
+    "ntm_trace": lambda **kw: plot.ntm_trace(_trace(), inputs=np.ones((2, 9, 3)), **kw),
+    "tours": lambda **kw: plot.tours(*_tsp(), optimal=[0, 1, 2, 3, 4, 5], **kw),
+    "hull": lambda **kw: plot.hull(_points(6), [0, 2, 4, -1], target=[0, 1, 2], **kw),
+    "image_attention": lambda **kw: plot.image_attention(*_image_and_attention(), [0, 5], **kw),
+    "caption_attention": lambda **kw: plot.caption_attention(*_caption_example(), **kw),
+}
+
+
+def test_plots_cover_every_function():
+    assert set(PLOTS) == set(plot.__all__)
+
+
+def _figure(drawn):
+    return np.ravel(np.asarray(drawn, dtype=object))[0].figure
+
+
+def _png_size(data):
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and data[12:16] == b"IHDR"
+    return int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+
+
+@pytest.mark.parametrize("name", PLOTS)
+def test_every_plot_saves_png_svg_and_pdf_at_its_dpi(name, tmp_path):
+    import xml.etree.ElementTree as ET
+
+    from matplotlib.image import imread
+
+    for dpi in (None, 90):
+        fig = _figure(PLOTS[name]() if dpi is None else PLOTS[name](dpi=dpi))
+        assert fig.dpi == (200 if dpi is None else dpi)  # 200 by default: sharp in a paper at its own size
+        width_in, height_in = fig.get_size_inches()
+        for ext in ("png", "svg", "pdf"):
+            fig.savefig(tmp_path / f"{name}.{ext}")
+        # dpi x figsize, whole pixels (Agg drops the fraction)
+        width, height = int(width_in * fig.dpi + 1e-6), int(height_in * fig.dpi + 1e-6)
+        assert _png_size((tmp_path / f"{name}.png").read_bytes()) == (width, height)
+        pixels = imread(tmp_path / f"{name}.png")
+        assert pixels.shape[:2] == (height, width)
+        assert pixels[..., :3].var() > 1e-3  # not blank
+        root = ET.parse(tmp_path / f"{name}.svg").getroot()
+        assert root.tag == "{http://www.w3.org/2000/svg}svg"
+        assert float(root.get("width").removesuffix("pt")) == pytest.approx(72 * width_in)
+        assert len(list(root.iter("{http://www.w3.org/2000/svg}path"))) > 10  # drawn, not an empty page
+        pdf = (tmp_path / f"{name}.pdf").read_bytes()
+        assert pdf.startswith(b"%PDF-") and pdf.rstrip().endswith(b"%%EOF") and len(pdf) > 2000
+        plt.close("all")
+
+
+@pytest.mark.parametrize("name", PLOTS)
+def test_every_plot_checks_dpi(name):
+    for dpi, error, match in (
+        (0, ValueError, r"^dpi must be in \(0, 1200\] dots per inch, got 0$"),
+        (1201, ValueError, r"^dpi must be in \(0, 1200\]"),
+        (np.nan, ValueError, r"^dpi must be in \(0, 1200\]"),
+        ("300", TypeError, r"^dpi must be a number \(dots per inch\), got str$"),
+        (True, TypeError, r"^dpi must be a number"),
+    ):
+        with pytest.raises(error, match=match):
+            PLOTS[name](dpi=dpi)
+    assert not plt.get_fignums()  # refused before a figure was made
+    # given Axes: the figure is the caller's, dpi has nothing to set
+    drawn = PLOTS[name]()
+    given = np.ravel(np.asarray(drawn, dtype=object))
+    if name == "heads":
+        given = given.reshape(drawn.shape)
+    keyword = "axes" if name in ("heads", "ntm_addressing", "ntm_trace") else "ax"
+    with pytest.raises(ValueError, match=r"^dpi sets the resolution of the figure attnc.plot creates"):
+        PLOTS[name](dpi=300, **{keyword: given if given.size > 1 else given[0]})

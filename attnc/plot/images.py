@@ -13,10 +13,12 @@ from ._common import (
     Axes,
     Cmap,
     _channels_last,
+    _check_alpha,
+    _figure_dpi,
     _finish_panels,
     _overlay,
+    _overlay_cmap,
     _panel_grid,
-    _picture,
     _real_array,
     _squeeze_leading,
 )
@@ -29,22 +31,26 @@ def caption_attention(
     *,
     grid: tuple[int, int] = (3, 3),
     ax: Axes | Sequence[Axes] | None = None,
-    cmap: Cmap = "viridis",
-    overlay_alpha: float = 0.6,
+    cmap: Cmap | None = None,
+    overlay_alpha: float = 0.75,
     ncols: int = 5,
     colorbar: bool = True,
     title: str | None = None,
+    dpi: float | None = None,
 ) -> np.ndarray:
     """Show where a captioner looked for each word (as Xu et al. 2015, Fig. 3).
 
-    The image is drawn once per word with that word's attention weights over
-    the grid cells laid over it (a fixed 0–1 colour scale), the word as the
-    panel's title.
+    The image is drawn in grey once per word, with that word's attention
+    weights over the grid cells laid over it in one colour whose opacity grows
+    with the weight (a fixed 0–1 scale), the word as the panel's title: a grey
+    picture has no hue that could be taken for attention.
 
     Parameters
     ----------
     image : array-like, (H, W, 3) or (H, W)
-        The picture, e.g. ``attnc.datasets.captions(...).image(i)``.
+        The picture, e.g. ``attnc.datasets.captions(...).image(i)``, drawn
+        in grey (its luminance; values in [0, 1] on that scale, others from
+        their minimum to their maximum).
     words : sequence of str, length n
         The caption's words (or tokens), one panel each.
     alphas : array-like, (n, rows · cols) or (n, rows, cols)
@@ -55,11 +61,20 @@ def caption_attention(
     ax : sequence of at least n matplotlib Axes, optional
         Axes to draw into (a single Axes when n = 1); by default a new
         figure with ``ncols`` panels per row.
-    cmap, overlay_alpha : the weights' colour map and opacity.
+    cmap : str, matplotlib colormap or None, default None
+        The weights' colours. None draws them all in one orange-red, the
+        weight shown by opacity alone; with a colour map the opacity still
+        rises with the weight.
+    overlay_alpha : float in (0, 1], default 0.75
+        The overlay's opacity at weight 1 (it is 0 at weight 0).
     colorbar : bool, default True
-        One colour bar (0 to 1) for all panels.
+        One colour bar (0 to 1) for all panels, drawn with the overlay's
+        colours and opacities (as a weight looks over white).
     title : str, optional
         The figure's title.
+    dpi : float, optional
+        Resolution of the new figure (default 200 dpi);
+        ``ValueError`` when ``ax`` is given (set it on that figure).
 
     Returns
     -------
@@ -85,7 +100,7 @@ def caption_attention(
         raise TypeError("words must be a sequence of words, not one string")
     words = [str(w) for w in words]
     n = len(words)
-    weights = np.asarray(alphas, dtype=np.float64)
+    weights = _real_array(alphas, "alphas", "(n, rows · cols)").astype(np.float64)
     if weights.ndim == 3:
         weights = weights.reshape(weights.shape[0], -1)
     if weights.ndim != 2 or weights.shape != (n, rows * cols):
@@ -93,12 +108,12 @@ def caption_attention(
             f"alphas must be (n words = {n}, {rows * cols} cells) for grid {rows} × {cols}, "
             f"got shape {tuple(np.shape(alphas))}"
         )
-    fig, panels = _panel_grid(n, ax, ncols, "words")
-    shown, extent = _picture(img)
+    overlay = _overlay_cmap(cmap, _check_alpha(overlay_alpha))
+    fig, panels = _panel_grid(n, ax, ncols, "words", _figure_dpi(dpi, ax is not None))
     for k, (panel, word) in enumerate(zip(panels, words)):
-        _overlay(panel, shown, extent, weights[k].reshape(rows, cols), cmap, overlay_alpha)
+        _overlay(panel, img, weights[k].reshape(rows, cols), overlay)
         panel.set_title(word)
-    _finish_panels(fig, panels, cmap, colorbar, "attention weight", title)
+    _finish_panels(fig, panels, overlay, colorbar, "attention weight", title)
     return panels
 
 
@@ -110,23 +125,27 @@ def image_attention(
     grid: tuple[int, int] | None = None,
     ax: Axes | Sequence[Axes] | None = None,
     scale: Literal["max", "fixed"] = "max",
-    cmap: Cmap = "viridis",
-    overlay_alpha: float = 0.6,
+    cmap: Cmap | None = None,
+    overlay_alpha: float = 0.75,
     ncols: int = 4,
     colorbar: bool = True,
     title: str | None = None,
-    marker_color: str = "red",
+    marker_color: str = "#0050ff",
+    dpi: float | None = None,
 ) -> np.ndarray:
     """Show where chosen positions of a feature map attend: self-attention maps
     over an image (SAGAN, Zhang et al. 2018, Fig. 1; non-local networks).
 
-    One panel per query position: the image with that position's attention
-    over all positions laid over it, and the query marked with a cross.
+    One panel per query position: the image in grey with that position's
+    attention over all positions laid over it in one colour whose opacity
+    grows with the weight, and the query marked with a cross.
 
     Parameters
     ----------
     image : array-like, (H, W), (H, W, 3) or channel-first (3, H, W)
-        The picture (a leading batch of one is squeezed).
+        The picture (a leading batch of one is squeezed), drawn in grey (its
+        luminance; values in [0, 1] on that scale, others from their minimum
+        to their maximum).
     attention : array-like, (N, N), N = rows · cols
         Row q is how much position q attends to each position, in row-major
         order over the feature map (``SelfAttention2d(..., return_attention=True)``'s
@@ -141,9 +160,20 @@ def image_attention(
         "max" divides each query's map by its largest weight (a map over
         hundreds of positions has small weights everywhere); "fixed" draws the
         weights themselves on the 0–1 scale.
-    cmap, overlay_alpha, marker_color : colours and opacity.
+    cmap : str, matplotlib colormap or None, default None
+        The weights' colours over the image, drawn in grey. None draws them
+        all in one orange-red, the weight shown by opacity alone; with a
+        colour map the opacity still rises with the weight.
+    overlay_alpha : float in (0, 1], default 0.75
+        The overlay's opacity at the top of the scale (it is 0 at weight 0).
+    marker_color : matplotlib colour, default "#0050ff" (blue)
+        The query's cross (outlined in white).
     colorbar : bool, default True
+        One colour bar for all panels, with the overlay's colours and opacities.
     title : str, optional, the figure's title.
+    dpi : float, optional
+        Resolution of the new figure (default 200 dpi);
+        ``ValueError`` when ``ax`` is given (set it on that figure).
 
     Returns
     -------
@@ -184,15 +214,17 @@ def image_attention(
         if not (0 <= r < rows and 0 <= c < cols):
             raise ValueError(f"query {q!r} is outside the {rows} × {cols} grid")
         flat.append((r, c))
-    fig, panels = _panel_grid(len(flat), ax, ncols, "queries")
-    shown, extent = _picture(img)
+    overlay = _overlay_cmap(cmap, _check_alpha(overlay_alpha))
+    fig, panels = _panel_grid(len(flat), ax, ncols, "queries", _figure_dpi(dpi, ax is not None))
+    from matplotlib.patheffects import withStroke
+
     height, width = img.shape[:2]
     for panel, (r, c) in zip(panels, flat):
         w = att[r * cols + c].reshape(rows, cols)
         if scale == "max":
             peak = w.max()
             w = w / peak if peak > 0 else w
-        _overlay(panel, shown, extent, w, cmap, overlay_alpha)
+        _overlay(panel, img, w, overlay)
         panel.plot(
             [(c + 0.5) * width / cols],
             [(r + 0.5) * height / rows],
@@ -200,8 +232,9 @@ def image_attention(
             markersize=9,
             markeredgewidth=2.5,
             color=marker_color,
+            path_effects=[withStroke(linewidth=4.5, foreground="white")],  # seen over dark and light alike
         )
         panel.set_title(f"query ({r}, {c})")
     label = "attention / its maximum" if scale == "max" else "attention weight"
-    _finish_panels(fig, panels, cmap, colorbar, label, title)
+    _finish_panels(fig, panels, overlay, colorbar, label, title)
     return panels

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from .._typing import ArrayLike
-from ._common import Axes, Cmap, _import_pyplot, _real_array, _squeezed, _subplots
+from ._common import Axes, Cmap, _figure_dpi, _import_pyplot, _real_array, _squeezed, _subplots
 
 if TYPE_CHECKING:
     from ..models import NTMTrace
@@ -39,6 +39,7 @@ def ntm_addressing(
     w_prev: ArrayLike | None = None,
     axes: Sequence[Axes] | None = None,
     title: str | None = None,
+    dpi: float | None = None,
 ) -> np.ndarray:
     r"""Draw the addressing stages of one NTM head as a row of bar plots.
 
@@ -70,6 +71,9 @@ def ntm_addressing(
         a new figure with one row of panels is made.
     title : str, optional
         Title of the figure (``fig.suptitle``).
+    dpi : float, optional
+        Resolution of the new figure (default 200 dpi);
+        ``ValueError`` when ``axes`` are given (set it on their figure).
 
     Returns
     -------
@@ -113,13 +117,14 @@ def ntm_addressing(
         ("sharpened $w$", _as_weighting(w, "w", n)),
     ]
     k = len(stages)
+    fig_dpi = _figure_dpi(dpi, axes is not None)
 
     _import_pyplot()  # the install hint, before any work
     from matplotlib.ticker import MaxNLocator
 
     if axes is None:
         width = min(max(0.22 * n + 1.0, 2.4), 4.5)
-        fig, grid = _subplots(1, k, figsize=(width * k, 2.6 + (0.3 if title else 0.0)), squeeze=False)
+        fig, grid = _subplots(1, k, figsize=(width * k, 2.6 + (0.3 if title else 0.0)), squeeze=False, dpi=fig_dpi)
         panels = grid[0]
     else:
         panels = np.ravel(np.asarray(axes, dtype=object))
@@ -226,6 +231,7 @@ def ntm_trace(
     colorbar: bool = True,
     title: str | None = None,
     cmap: Cmap = "viridis",
+    dpi: float | None = None,
 ) -> np.ndarray:
     r"""Draw what an NTM's heads did over time (as Graves et al. 2014, Fig. 6).
 
@@ -266,6 +272,9 @@ def ntm_trace(
     title : str, optional
         Title of the figure (``fig.suptitle``).
     cmap : str or matplotlib colormap, default "viridis"
+    dpi : float, optional
+        Resolution of the new figure (default 200 dpi);
+        ``ValueError`` when ``axes`` are given (set it on their figure).
 
     Returns
     -------
@@ -333,6 +342,7 @@ def ntm_trace(
     if not panels:
         raise ValueError("nothing to draw: the trace has no heads and no inputs, targets or outputs were given")
     k = len(panels)
+    fig_dpi = _figure_dpi(dpi, axes is not None)
 
     _import_pyplot()  # the install hint, before any work
     from matplotlib.colors import Normalize
@@ -343,7 +353,13 @@ def ntm_trace(
         width = min(max(0.16 * T + 2.5, 6.0), 16.0)
         height = min(0.13 * sum(ratios) + 0.45 * k + (0.3 if title else 0.0), 16.0)
         fig, grid = _subplots(
-            k, 1, figsize=(width, height), sharex=True, squeeze=False, gridspec_kw={"height_ratios": ratios}
+            k,
+            1,
+            figsize=(width, height),
+            sharex=True,
+            squeeze=False,
+            gridspec_kw={"height_ratios": ratios},
+            dpi=fig_dpi,
         )
         out = grid[:, 0]
     else:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._typing import ArrayLike
-from ._common import Axes, _import_pyplot, _squeeze_leading, _squeezed, _subplots
+from ._common import Axes, _figure_dpi, _import_pyplot, _squeeze_leading, _squeezed, _subplots
 
 
 def _as_points(points):
@@ -71,10 +71,11 @@ def _polygon_length(pts, closed_idx):
     return float(np.sum(np.hypot(*np.diff(pts[closed_idx], axis=0).T)))
 
 
-def _plane_axes(ax, pts, figsize):
+def _plane_axes(ax, pts, figsize, dpi):
+    fig_dpi = _figure_dpi(dpi, ax is not None)
     _import_pyplot()  # the install hint, before any work
     if ax is None:
-        _, ax = _subplots(figsize=figsize)
+        _, ax = _subplots(figsize=figsize, dpi=fig_dpi)
     lo, hi = pts.min(axis=0), pts.max(axis=0)
     pad = 0.08 * max(float(np.max(hi - lo)), 1e-9)
     ax.set_xlim(lo[0] - pad, hi[0] + pad)
@@ -91,6 +92,7 @@ def tours(
     ax: Axes | None = None,
     labels: bool = True,
     title: str | None = None,
+    dpi: float | None = None,
 ) -> Axes:
     """Draw a tour through planar points (e.g. a pointer network's TSP tour),
     over the optimal tour.
@@ -119,6 +121,9 @@ def tours(
         Write each point's index next to it.
     title : str, optional
         Axes title. The legend gives both tours' closed lengths.
+    dpi : float, optional
+        Resolution of the new figure (default 200 dpi);
+        ``ValueError`` when ``ax`` is given (set it on its figure).
 
     Returns
     -------
@@ -152,7 +157,7 @@ def tours(
     tour = _closed(_as_indices(tours, "tours", n, until_first_pad=False))
     best = None if optimal is None else _closed(_as_indices(optimal, "optimal", n, until_first_pad=False))
 
-    ax = _plane_axes(ax, pts, (4.0, 4.0))
+    ax = _plane_axes(ax, pts, (4.0, 4.0), dpi)
     if best is not None:
         ax.plot(
             pts[best, 0],
@@ -194,6 +199,7 @@ def hull(
     target: ArrayLike | None = None,
     ax: Axes | None = None,
     title: str | None = None,
+    dpi: float | None = None,
 ) -> Axes:
     """Draw a predicted convex hull (e.g. a pointer network's) over the true one.
 
@@ -220,6 +226,9 @@ def hull(
         Axes to draw into; by default a new figure.
     title : str, optional
         Axes title.
+    dpi : float, optional
+        Resolution of the new figure (default 200 dpi);
+        ``ValueError`` when ``ax`` is given (set it on its figure).
 
     Returns
     -------
@@ -252,7 +261,7 @@ def hull(
     pred = _closed(_as_indices(predicted, "predicted", n, until_first_pad=True))
     true = None if target is None else _closed(_as_indices(target, "target", n, until_first_pad=True))
 
-    ax = _plane_axes(ax, pts, (4.0, 4.0))
+    ax = _plane_axes(ax, pts, (4.0, 4.0), dpi)
     if true is not None:
         from matplotlib.patches import Polygon
 
