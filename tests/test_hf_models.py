@@ -439,3 +439,15 @@ def test_torch_model_built_on_nn_transformer_loads_and_its_attention_matches(tor
         close(weights[i], as_numpy(w), 1e-6, f"layer {i} weights")
         h = layer(h, src_key_padding_mask=torch.tensor(padding))
     close(out, as_numpy(tagger.encoder(x, src_key_padding_mask=torch.tensor(padding))), 1e-5, "encoder output")
+
+
+def test_loaded_models_save_and_load(transformers, torch, tmp_path, rng):
+    """attnc.save / attnc.load keep a loaded GPT-2 (its GELU(approximate="tanh")
+    activation argument, the tied head) and BERT (no pooler) as they are."""
+    ids, mask = ids_and_mask(rng)
+    for hf in (gpt2(transformers, torch), bert(transformers, torch, "BertForMaskedLM")):
+        model = attnc.models.from_pretrained(hf)
+        attnc.save(tmp_path / "model.npz", model)
+        again = attnc.load(tmp_path / "model.npz")
+        assert list(again.state_dict()) == list(model.state_dict())
+        np.testing.assert_array_equal(again(ids), model(ids))
