@@ -359,6 +359,19 @@ def test_missing_and_wrong_sources(transformers, torch, tmp_path):
         attnc.models.from_pretrained(path)
 
 
+def test_bfloat16_checkpoints(transformers, torch, tmp_path, rng):
+    """A bfloat16 model object loads (its tensors cast); a bfloat16 directory,
+    which NumPy cannot read, raises an error saying what to do."""
+    hf = gpt2(transformers, torch).to(torch.bfloat16)
+    ids = rng.integers(0, V, (B, L))
+    model = attnc.models.from_pretrained(hf)
+    np.testing.assert_array_equal(model.state_dict()["wpe.weight"], hf.transformer.wpe.weight.float().detach().numpy())
+    assert np.isfinite(model(ids)).all()
+    path = saved(hf, tmp_path / "checkpoint")
+    with pytest.raises(TypeError, match="bfloat16 weights; load the model with transformers"):
+        attnc.models.from_pretrained(path)
+
+
 def test_weights_that_do_not_fit_are_named(transformers, torch, tmp_path):
     from safetensors.numpy import load_file, save_file
 

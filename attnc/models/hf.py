@@ -236,7 +236,13 @@ def _read_directory(path: str) -> tuple[dict, dict[str, np.ndarray]]:
         raise ImportError(
             "reading model.safetensors needs the safetensors package: pip install safetensors (or 'attnc[hf]')"
         ) from e
-    return config, load_file(files["model.safetensors"])
+    try:
+        return config, load_file(files["model.safetensors"])
+    except TypeError as e:  # NumPy has no bfloat16
+        raise TypeError(
+            f"{files['model.safetensors']}: {e}: NumPy cannot read bfloat16 weights; load the model with "
+            "transformers and pass it (attnc casts its tensors), or save it as float32"
+        ) from e
 
 
 def _tensor_array(t) -> np.ndarray:
