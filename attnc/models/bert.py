@@ -106,7 +106,8 @@ class BERT(nn.Module):
     spreads it evenly over the padding). ``model.pooler(hidden_states)`` ->
     (B, D), Hugging Face's ``pooler_output``.
     ``attnc.vjp(model, input_ids, ...)``: pullback(dhidden) -> gradients by
-    state_dict name (the pooler's are ``attnc.vjp(model.pooler, ...)``'s).
+    state_dict name (the pooler's are zeros: the hidden states do not
+    depend on it; ``attnc.vjp(model.pooler, hidden_states)`` differentiates it).
 
     Example
     -------
@@ -226,7 +227,7 @@ class BERT(nn.Module):
         x = tape("embeddings_norm", self.embeddings_norm, words + kinds + pos)  # Hugging Face's order of sums
         x, drop = _dropout(x, self.dropout, self._rng, self.training)
         out = tape("encoder", self.encoder, x, src_key_padding_mask=padding, need_weights=need_weights)
-        return out, (tape.pullbacks, drop, need_weights)
+        return out, (tape.pullbacks, drop, self.pooler)
 
     def forward(
         self,
@@ -243,7 +244,7 @@ class BERT(nn.Module):
 
     @staticmethod
     def _vjp_backward(saved, cotangents):
-        pullbacks, drop, need_weights = saved
+        pullbacks, drop, pooler = saved
         g = pullbacks["encoder"](*cotangents)
         dx = g.pop("src")
         grads = {f"encoder.{name}": value for name, value in g.items()}
@@ -256,6 +257,8 @@ class BERT(nn.Module):
         grads["token_type_embeddings.weight"] = pullbacks["token_type_embeddings"](dx)["weight"]
         dpos = np.ascontiguousarray(dx.sum(axis=0))
         grads["position_embeddings.weight"] = pullbacks["position_embeddings"](dpos)["weight"]
+        if pooler is not None:  # the hidden states do not depend on it
+            grads.update({f"pooler.{k}": np.zeros_like(p) for k, p in pooler.named_parameters()})
         return grads
 
     def extra_repr(self) -> str:
