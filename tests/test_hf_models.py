@@ -125,6 +125,26 @@ def test_gpt2_model_without_head_gives_the_tied_heads_logits(transformers, torch
     close(attnc.models.from_pretrained(hf)(ids), expected, 1e-5, "logits")
 
 
+def test_gpt2_original_checkpoint_layout(transformers, torch, tmp_path, rng):
+    """The layout of the original GPT-2 checkpoints: GPT2Model's names (no
+    transformer. prefix, no lm_head) and each layer's causal-mask buffers
+    attn.bias and attn.masked_bias, which are skipped."""
+    from safetensors.numpy import load_file, save_file
+
+    hf = gpt2(transformers, torch, "GPT2Model")
+    path = saved(hf, tmp_path / "checkpoint")
+    file = os.path.join(path, "model.safetensors")
+    tensors = load_file(file)
+    assert "wte.weight" in tensors and "lm_head.weight" not in tensors
+    for i in range(NL):
+        tensors[f"h.{i}.attn.bias"] = np.tril(np.ones((1, 1, P, P), np.float32))
+        tensors[f"h.{i}.attn.masked_bias"] = np.array(-1e4, np.float32)
+    save_file(tensors, file)
+    ids = rng.integers(0, V, (B, L))
+    expected = as_numpy(hf(torch.tensor(ids)).last_hidden_state @ hf.wte.weight.T)
+    close(attnc.models.from_pretrained(path)(ids), expected, 1e-5, "logits")
+
+
 @pytest.mark.parametrize(
     "overrides",
     [dict(activation_function="gelu"), dict(activation_function="relu", n_inner=24), dict(layer_norm_epsilon=1e-3)],
