@@ -6,6 +6,7 @@ NumPy reference lives in ``tests/reference`` (importable as ``reference``).
 """
 
 import copy
+import importlib
 import os
 import sys
 
@@ -45,15 +46,20 @@ def rng():
 # --------------------------------------------------------------------------- torch
 
 
-def import_torch():
-    """Import torch; missing torch is a failure when ATTNC_REQUIRE_TORCH=1, else a skip."""
+def _import_required(name):
+    """Import a test dependency; missing is a failure when ATTNC_REQUIRE_TORCH=1 (CI
+    installs the test extra, torch and transformers with it), else a skip."""
     try:
-        import torch
+        return importlib.import_module(name)
     except ImportError as exc:  # pragma: no cover - depends on the environment
         if os.environ.get("ATTNC_REQUIRE_TORCH") == "1":
-            pytest.fail(f"ATTNC_REQUIRE_TORCH=1 but torch cannot be imported: {exc}")
-        pytest.skip("torch is not installed (set ATTNC_REQUIRE_TORCH=1 to make this fail)")
-    return torch
+            pytest.fail(f"ATTNC_REQUIRE_TORCH=1 but {name} cannot be imported: {exc}")
+        pytest.skip(f"{name} is not installed (set ATTNC_REQUIRE_TORCH=1 to make this fail)")
+
+
+def import_torch():
+    """Import torch; missing torch is a failure when ATTNC_REQUIRE_TORCH=1, else a skip."""
+    return _import_required("torch")
 
 
 @pytest.fixture
@@ -73,6 +79,12 @@ def torch_path(request, monkeypatch):
         for module in (_fused, _ops):
             monkeypatch.setattr(module, "eager", lambda *tensors: False)
     return request.param
+
+
+@pytest.fixture
+def transformers(torch):
+    """Hugging Face transformers (the oracle of tests/test_hf_models.py), as the torch fixture."""
+    return _import_required("transformers")
 
 
 # --------------------------------------------------------------------------- threads

@@ -77,6 +77,7 @@ OTHER_TESTS = [
 ]
 KERNEL_TESTS = [
     "test_models.py",
+    "test_hf_models.py",
     "test_errors.py",
     "test_nn_module.py",
     "test_optim.py",

@@ -49,6 +49,8 @@ def public_objects():
 
 
 PUBLIC = public_objects()
+# Examples that build a Hugging Face model to load.
+NEEDS_TRANSFORMERS = {"attnc.models.from_pretrained"}
 IDS = [name for name, _ in PUBLIC]
 
 
@@ -97,8 +99,10 @@ def test_docstring_gives_shapes_dtypes_and_an_example(name, obj):
 
 
 @pytest.mark.parametrize("name,obj", PUBLIC, ids=IDS)
-def test_example_runs(name, obj, tmp_path, monkeypatch):
+def test_example_runs(name, obj, tmp_path, monkeypatch, request):
     """Run the docstring's example as a doctest: it must print what it says."""
+    if name in NEEDS_TRANSFORMERS:
+        request.getfixturevalue("transformers")  # a skip or, under ATTNC_REQUIRE_TORCH=1, a failure without it
     monkeypatch.chdir(tmp_path)  # examples that save files write here
     np.random.seed(0)  # noqa: NPY002  (examples may draw from NumPy's global generator)
     finder = doctest.DocTestFinder(recurse=False)

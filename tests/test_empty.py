@@ -326,10 +326,25 @@ TINY_LAYER = dict(dim_feedforward=8, dropout=0.0, batch_first=True)
 ENC = lambda x: nn.TransformerEncoderLayer(x["E"], x["H"], **TINY_LAYER, dtype=x.dtype, seed=0)  # noqa: E731
 DEC = lambda x: nn.TransformerDecoderLayer(x["E"], x["H"], **TINY_LAYER, dtype=x.dtype, seed=0)  # noqa: E731
 TOKENS = lambda x: x.i(x["V"], "B", "T")  # noqa: E731
+TOKENS2 = lambda x: x.i(2, "B", "T")  # noqa: E731  (BERT's token types)
 SCORES = ["dot", "scaled_dot", "general", "cosine", "location", "gaussian"]
 CAPTIONER = module(models.Captioner, "F", "V", 4, 6, 5)
 DECOMPOSABLE = module(models.DecomposableAttention, "V", 4, 6, 3)
 GPT = module(models.GPT, "V", 8, n_layer=1, n_head=2, n_embd=4, dropout=0.0)
+GPT2 = module(  # GPT-2's shape (tanh GELU, tied head), as from_pretrained builds it
+    models.GPT,
+    "V",
+    8,
+    n_layer=1,
+    n_head=2,
+    n_embd=4,
+    dropout=0.0,
+    activation=nn.GELU(approximate="tanh"),
+    tie_word_embeddings=True,
+)
+BERT = module(
+    models.BERT, "V", 8, 2, num_hidden_layers=1, num_attention_heads=2, hidden_size=4, intermediate_size=8, dropout=0.0
+)
 NTM = module(models.NTM, "E", "F", controller_size=4, memory_slots=5, memory_width=3)
 POINTER = module(models.PointerNet, 2, 6)
 SNAIL = module(models.SNAIL, 2, 1, "E", embedding_size=4, filters=2, attention_sizes=((4, 2),))
@@ -812,6 +827,13 @@ CASES = [
         grad=False,
     ),
     Case("attnc.models.GPT", on(GPT, TOKENS), "BT"),
+    Case("attnc.models.GPT", on(GPT2, TOKENS), "BT"),
+    Case(
+        "attnc.models.BERT",
+        on(BERT, TOKENS, attention_mask=lambda x: x.mask("B", "T").astype(np.int64), token_type_ids=TOKENS2),
+        "BT",
+    ),
+    Case("attnc.models.BERTPooler", on(module(models.BERTPooler, "E"), ("B", "T", "E")), "BE", refuse="T"),
     Case("attnc.models.GPT.loss_and_grads", method(GPT, "loss_and_grads", TOKENS, TOKENS), "BT", grad=False),
     Case(
         "attnc.models.GPT.generate",
@@ -916,6 +938,7 @@ EXCLUDED = {
     "attnc.nn.LSTMN.backward_from": "the backward attnc.vjp(LSTMN) runs: covered by LSTMN's case",
     "attnc.models.NTMTrace": "a named tuple of results",
     "attnc.models.PointerOutput": "a named tuple of results",
+    "attnc.models.from_pretrained": "takes a checkpoint, no arrays; the models it returns (GPT, BERT) have cases here",
 }
 
 # --------------------------------------------------------------------------- the harness

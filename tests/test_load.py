@@ -84,6 +84,10 @@ FACTORIES = {
     "attnc.nn.transformer.TransformerDecoderLayer": lambda: nn.TransformerDecoderLayer(8, 4, 16, bias=False, seed=20),
     "attnc.nn.transformer.TransformerEncoder": lambda: _encoder(21),
     "attnc.nn.transformer.TransformerEncoderLayer": lambda: nn.TransformerEncoderLayer(8, 2, 16, seed=22),
+    "attnc.models.bert.BERT": lambda: models.BERT(
+        9, 6, 2, num_hidden_layers=2, num_attention_heads=2, hidden_size=8, intermediate_size=12, seed=35
+    ),
+    "attnc.models.bert.BERTPooler": lambda: models.BERTPooler(8, seed=36),
     "attnc.models.captioner.Captioner": lambda: models.Captioner(6, 9, 4, 5, 3, attention="hard", gate=False, seed=23),
     "attnc.models.captioner._Attention": lambda: CaptionerAttention(6, 5, 3, seed=24),
     "attnc.models.decomposable.DecomposableAttention": lambda: models.DecomposableAttention(

@@ -1,7 +1,7 @@
 """What `import attnc` costs: the optional dependencies (matplotlib for
-attnc.plot, tqdm for the experiments' progress bars, torch) are imported
-only when used. Each check runs in a fresh interpreter, since this test
-process has imported them already."""
+attnc.plot, tqdm for the experiments' progress bars, torch, safetensors for
+attnc.models.from_pretrained) are imported only when used. Each check runs
+in a fresh interpreter, since this test process has imported them already."""
 
 import subprocess
 import sys
@@ -20,9 +20,15 @@ def imported_after(code: str) -> set:
     return set(run.stdout.split())
 
 
-@pytest.mark.parametrize("dependency", ["matplotlib", "tqdm", "torch"])
+@pytest.mark.parametrize("dependency", ["matplotlib", "tqdm", "torch", "transformers", "safetensors"])
 def test_import_attnc_imports_no_optional_dependency(dependency):
     assert dependency not in imported_after("import attnc")
+
+
+@pytest.mark.parametrize("dependency", ["torch", "transformers", "safetensors"])
+def test_import_attnc_models_imports_no_checkpoint_reader(dependency):
+    """attnc.models.from_pretrained imports safetensors when it reads a directory, and never torch or transformers."""
+    assert dependency not in imported_after("import attnc.models")
 
 
 LAZY = ["datasets", "experiments", "models", "plot"]

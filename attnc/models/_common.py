@@ -51,6 +51,12 @@ def _ids(x, name):
     return a.astype(np.int64, copy=False)
 
 
+def _in_range(ids, name, n):
+    """Token ids must index a table of n rows."""
+    if ids.size and (ids.min() < 0 or ids.max() >= n):
+        raise ValueError(f"{name} has token ids outside [0, {n})")
+
+
 class _EvalMode:
     """Run a block in eval mode, restoring every submodule's own mode after
     (one left in eval mode by the user stays so)."""

@@ -13,7 +13,8 @@ from .._args import as_array
 from .._typing import Array, ArrayLike, DTypeLike
 from ..grad import internal, vjp
 from ..nn.decoding import _decoding_ints
-from ._common import _causal_mask, _dropout, _ids, _Tape
+from ..nn.transformer import Activation
+from ._common import _causal_mask, _dropout, _ids, _in_range, _Tape
 
 __all__ = ["GPT"]
 
@@ -29,17 +30,30 @@ class GPT(nn.Module):
     n_head : int, heads per layer; divides n_embd
     n_embd : int, E, the model's width
     dropout : float in [0, 1), after the embeddings and inside the layers (training mode only)
+    activation : the layers' feed-forward activation, as
+        attnc.nn.TransformerEncoderLayer takes it: "gelu" (exact, minGPT's),
+        "relu", or attnc.nn.GELU(approximate="tanh") (GPT-2's)
+    n_inner : int or None, the feed-forward width (None: 4 n_embd)
+    layer_norm_epsilon : float, every LayerNorm's eps
+    tie_word_embeddings : bool, the output layer is the token embedding
+        (``logits = h @ wte.weight^T``, as GPT-2): no ``lm_head`` module, and
+        ``wte.weight``'s gradient sums both uses
     dtype : float32 or float64, the parameters' dtype
     seed : int or None, for the initialisation and the dropout streams
 
     Submodules (state_dict prefixes): ``wte`` (token Embedding), ``wpe``
     (learned position Embedding, block_size rows), ``encoder``
     (attnc.nn.TransformerEncoder of n_layer pre-norm layers:
-    TransformerEncoderLayer(n_embd, n_head, 4 * n_embd, dropout,
-    activation="gelu", norm_first=True), run with a causal mask), ``ln_f``
+    TransformerEncoderLayer(n_embd, n_head, n_inner, dropout, activation,
+    layer_norm_epsilon, norm_first=True), run with a causal mask), ``ln_f``
     (the final LayerNorm) and ``lm_head`` (Linear(n_embd, vocab_size,
-    bias=False)). Dropout after the embeddings and inside the layers, in
-    training mode only. Initialised as minGPT: matrices N(0, 0.02), the
+    bias=False); none with tie_word_embeddings). Dropout after the
+    embeddings and inside the layers, in training mode only. With
+    ``activation=attnc.nn.GELU(approximate="tanh")`` and
+    ``tie_word_embeddings=True`` this is GPT-2 (Radford et al. 2019), which
+    ``attnc.models.from_pretrained`` loads into it (in training mode the
+    dropout sits where torch's layers put it, also after the feed-forward
+    activation, where GPT-2 has none). Initialised as minGPT: matrices N(0, 0.02), the
     projections into the residual stream (``self_attn.out_proj.weight``,
     ``linear2.weight``) N(0, 0.02 / sqrt(2 n_layer)), biases 0, LayerNorms 1 and 0.
 
@@ -52,7 +66,8 @@ class GPT(nn.Module):
 
     ``state_dict()``: ``wte.weight`` (V, E), ``wpe.weight`` (block_size, E),
     ``encoder.layers.{i}.*`` (torch.nn.TransformerEncoderLayer's names, with
-    dim_feedforward 4E), ``ln_f.weight``, ``ln_f.bias`` (E,), ``lm_head.weight`` (V, E).
+    dim_feedforward n_inner), ``ln_f.weight``, ``ln_f.bias`` (E,),
+    ``lm_head.weight`` (V, E) (without tie_word_embeddings).
 
     Example
     -------
@@ -77,6 +92,10 @@ class GPT(nn.Module):
         n_embd: int = 48,
         dropout: float = 0.1,
         *,
+        activation: Activation = "gelu",
+        n_inner: int | None = None,
+        layer_norm_epsilon: float = 1e-5,
+        tie_word_embeddings: bool = False,
         dtype: DTypeLike = np.float32,
         seed: int | None = None,
     ) -> None:
@@ -99,17 +118,21 @@ class GPT(nn.Module):
         layer = nn.TransformerEncoderLayer(
             n_embd,
             n_head,
-            dim_feedforward=4 * n_embd,
+            dim_feedforward=4 * n_embd if n_inner is None else n_inner,
             dropout=dropout,
-            activation="gelu",
+            activation=activation,
+            layer_norm_eps=layer_norm_epsilon,
             batch_first=True,
             norm_first=True,
             dtype=dtype,
             seed=int(rng.integers(2**63)),
         )
         self.encoder = nn.TransformerEncoder(layer, n_layer, enable_nested_tensor=False)
-        self.ln_f = nn.LayerNorm(n_embd, dtype=dtype)
-        self.lm_head = nn.Linear(n_embd, vocab_size, bias=False, dtype=dtype, seed=int(rng.integers(2**63)))
+        self.ln_f = nn.LayerNorm(n_embd, eps=layer_norm_epsilon, dtype=dtype)
+        self.tie_word_embeddings = bool(tie_word_embeddings)
+        head_seed = int(rng.integers(2**63))  # drawn either way: the other parameters' values do not depend on tying
+        if not self.tie_word_embeddings:
+            self.lm_head = nn.Linear(n_embd, vocab_size, bias=False, dtype=dtype, seed=head_seed)
 
         def init(name, p):
             leaf = name.rsplit(".", 1)[-1]
@@ -130,8 +153,7 @@ class GPT(nn.Module):
         T = idx.shape[1]
         if T > self.block_size:
             raise ValueError(f"idx has length {T}, longer than block_size={self.block_size}")
-        if idx.size and (idx.min() < 0 or idx.max() >= self.vocab_size):
-            raise ValueError(f"idx has token ids outside [0, {self.vocab_size})")
+        _in_range(idx, "idx", self.vocab_size)
         tape = _Tape(grad)
         tok = tape("wte", nn.embedding, idx, self.wte.weight)
         pos = tape("wpe", nn.embedding, np.arange(T, dtype=np.int64), self.wpe.weight)
@@ -141,8 +163,13 @@ class GPT(nn.Module):
         if need_weights:
             h, weights = h
         h = tape("ln_f", self.ln_f, h)
-        logits = tape("lm_head", self.lm_head, h)
-        return ((logits, weights) if need_weights else logits), (tape.pullbacks, drop, need_weights)
+        logits = tape("lm_head", nn.linear, h, self._out_weight())
+        saved = (tape.pullbacks, drop, need_weights, self.tie_word_embeddings)
+        return ((logits, weights) if need_weights else logits), saved
+
+    def _out_weight(self):
+        """The output layer's weight (V, E): lm_head's, or wte's when tied."""
+        return self.wte.weight if self.tie_word_embeddings else self.lm_head.weight
 
     def forward(self, idx: ArrayLike, *, need_weights: bool = False) -> Array | tuple[Array, list[Array]]:
         return self._run(False, idx, need_weights)[0]
@@ -152,10 +179,12 @@ class GPT(nn.Module):
 
     @staticmethod
     def _vjp_backward(saved, cotangents):
-        pullbacks, drop, need_weights = saved
+        pullbacks, drop, need_weights, tied = saved
         grads = {}
         g = pullbacks["lm_head"](cotangents[0])
-        grads["lm_head.weight"] = g["weight"]
+        head = g["weight"]
+        if not tied:
+            grads["lm_head.weight"] = head
         g = pullbacks["ln_f"](g["input"])
         grads["ln_f.weight"], grads["ln_f.bias"] = g["weight"], g["bias"]
         g = pullbacks["encoder"](g["input"], None) if need_weights else pullbacks["encoder"](g["input"])
@@ -164,6 +193,8 @@ class GPT(nn.Module):
         if drop is not None:
             dx = dx * drop
         grads["wte.weight"] = pullbacks["wte"](dx)["weight"]
+        if tied:
+            grads["wte.weight"] += head
         grads["wpe.weight"] = pullbacks["wpe"](np.ascontiguousarray(dx.sum(axis=0)))["weight"]
         return grads
 
@@ -209,13 +240,12 @@ class GPT(nn.Module):
                 f"block_size={self.block_size}: the C decoder keeps every position's keys and values "
                 "and does not crop the context"
             )
-        if idx.size and (idx.min() < 0 or idx.max() >= self.vocab_size):
-            raise ValueError(f"idx has token ids outside [0, {self.vocab_size})")
+        _in_range(idx, "idx", self.vocab_size)
         return nn.decode(
             list(self.encoder.layers),
             self.wte.weight,
             self.wpe.weight,
-            self.lm_head.weight,
+            self._out_weight(),
             idx,
             max_new_tokens,
             norm=self.ln_f,
@@ -228,4 +258,5 @@ class GPT(nn.Module):
         return (
             f"vocab_size={self.vocab_size}, block_size={self.block_size}, n_layer={self.n_layer}, "
             f"n_embd={self.n_embd}, dropout={self.dropout}"
+            + (", tie_word_embeddings=True" if self.tie_word_embeddings else "")
         )

@@ -31,19 +31,27 @@ from .normalization import LayerNorm
 from .normalization import _backward as _norm_backward
 from .normalization import _forward as _norm_forward
 
-_ACTIVATIONS = {"relu": 1, "gelu": 2}
+# The C layer's activations (attnc_activation); "gelu_tanh" is torch's
+# GELU(approximate="tanh"), given as a module (torch takes no such string).
+_ACTIVATIONS = {"relu": 1, "gelu": 2, "gelu_tanh": 3}
 Activation = Union[Literal["relu", "gelu"], Callable[..., Any]]
 
 
 def _activation(activation):
-    if callable(activation) and not isinstance(activation, str):
-        name = getattr(activation, "__name__", "").lower()
-        if name in _ACTIVATIONS:
-            return name
-        raise ValueError(f"activation must be 'relu' or 'gelu' (the layers run in C), got {activation!r}")
-    if activation not in _ACTIVATIONS:
-        raise ValueError(f"activation must be 'relu' or 'gelu', got {activation!r}")
-    return activation
+    """torch's activation argument as the C layer's name: "relu" or "gelu",
+    torch's or attnc's relu / gelu functions, or a GELU module (torch's or
+    attnc's) with approximate "none" or "tanh"."""
+    if isinstance(activation, str):
+        if activation in ("relu", "gelu"):
+            return activation
+    elif type(activation).__name__ == "GELU" and getattr(activation, "approximate", None) in ("none", "tanh"):
+        return "gelu" if activation.approximate == "none" else "gelu_tanh"
+    elif callable(activation) and getattr(activation, "__name__", "").lower() in ("relu", "gelu"):
+        return activation.__name__.lower()
+    raise ValueError(
+        "activation must be 'relu' or 'gelu', torch's or attnc's relu / gelu, or a GELU module "
+        f"(approximate 'none' or 'tanh'): the layers run in C; got {activation!r}"
+    )
 
 
 def _rows(x, name, dtype, d_model, length="T"):
@@ -358,7 +366,8 @@ class TransformerEncoderLayer(_Layer):
     nhead : int, divides d_model
     dim_feedforward : int, the feed-forward block's hidden width
     dropout : float in [0, 1] (training mode only)
-    activation : "relu" or "gelu" (or torch.nn.functional.relu / gelu)
+    activation : "relu" or "gelu" (or torch.nn.functional.relu / gelu), or
+        attnc.nn.GELU(approximate="tanh") (torch.nn.GELU's works too)
     layer_norm_eps : float, the norms' eps
     batch_first : must be True (attnc's modules are batch first)
     norm_first : bool, the norms before each block (pre-norm) instead of after
@@ -487,7 +496,8 @@ class TransformerDecoderLayer(_Layer):
     nhead : int, divides d_model
     dim_feedforward : int, the feed-forward block's hidden width
     dropout : float in [0, 1] (training mode only)
-    activation : "relu" or "gelu" (or torch.nn.functional.relu / gelu)
+    activation : "relu" or "gelu" (or torch.nn.functional.relu / gelu), or
+        attnc.nn.GELU(approximate="tanh") (torch.nn.GELU's works too)
     layer_norm_eps : float, the norms' eps
     batch_first : must be True (attnc's modules are batch first)
     norm_first : bool, the norms before each block (pre-norm) instead of after
@@ -987,7 +997,7 @@ class Transformer(Module):
     num_encoder_layers, num_decoder_layers : int, the stacks' depths
     dim_feedforward : int, the feed-forward blocks' hidden width
     dropout : float in [0, 1] (training mode only)
-    activation : "relu" or "gelu"
+    activation : "relu" or "gelu", or attnc.nn.GELU(approximate="tanh") (see TransformerEncoderLayer)
     custom_encoder : attnc.nn.TransformerEncoder or None, used instead of building one
     custom_decoder : attnc.nn.TransformerDecoder or None, likewise
     layer_norm_eps : float, the norms' eps

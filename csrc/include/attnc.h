@@ -402,7 +402,7 @@ typedef struct {
 
 typedef struct {
     int64_t nhead;
-    attnc_activation activation; /* of the feed-forward block: RELU or GELU   */
+    attnc_activation activation; /* of the feed-forward block: RELU, GELU or GELU_TANH */
     double eps;                  /* layer norm epsilon                         */
     int norm_first;              /* pre-norm: x + f(norm(x)); post-norm (the paper's):
                                     norm(x + f(x))                             */

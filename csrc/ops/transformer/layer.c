@@ -344,8 +344,9 @@ attnc_status attnc_check_layer_params(const attnc_layer_params *p, const attnc_l
     if (cfg->nhead < 1 || E % cfg->nhead)
         return attnc_fail(ATTNC_ERR_VALUE, "d_model (%lld) must be divisible by nhead (%lld)", (long long)E,
                           (long long)cfg->nhead);
-    if (cfg->activation != ATTNC_ACT_RELU && cfg->activation != ATTNC_ACT_GELU)
-        return attnc_fail(ATTNC_ERR_VALUE, "activation must be relu or gelu");
+    if (cfg->activation != ATTNC_ACT_RELU && cfg->activation != ATTNC_ACT_GELU &&
+        cfg->activation != ATTNC_ACT_GELU_TANH)
+        return attnc_fail(ATTNC_ERR_VALUE, "activation must be relu, gelu or gelu with the tanh approximation");
     if (!(cfg->eps >= 0)) return attnc_fail(ATTNC_ERR_VALUE, "layer_norm_eps must be >= 0");
     if (!(cfg->dropout >= 0 && cfg->dropout <= 1))
         return attnc_fail(ATTNC_ERR_VALUE, "dropout must be in [0, 1], got %g", cfg->dropout);
