@@ -1,0 +1,464 @@
+// attnc.viz: the attention views' one rendering core, plain JavaScript with
+// no dependency. Loaded by anywidget as an ES module (render) and inlined by
+// View.save into a standalone page (mountPage). The spec is the JSON that
+// attnc/viz/_views.py lays out; the weights are float32, every attention's
+// (layers, H, L, S) one after the other.
+
+const SVG_NS = "http://www.w3.org/2000/svg"; // a namespace name, never fetched
+const PALETTE = [
+  "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b",
+  "#e377c2", "#7f7f7f", "#bcbd22", "#17becf", "#393b79", "#637939",
+];
+// viridis at nine evenly spaced stops, interpolated into a 256-entry table
+const VIRIDIS = [
+  [68, 1, 84], [71, 44, 122], [59, 81, 139], [44, 113, 142], [33, 144, 141],
+  [39, 173, 129], [92, 200, 99], [170, 220, 50], [253, 231, 37],
+];
+const LUT = (() => {
+  const lut = new Uint8Array(256 * 3);
+  for (let i = 0; i < 256; i++) {
+    const x = (i / 255) * (VIRIDIS.length - 1), k = Math.min(Math.floor(x), VIRIDIS.length - 2), t = x - k;
+    for (let c = 0; c < 3; c++) lut[3 * i + c] = Math.round(VIRIDIS[k][c] * (1 - t) + VIRIDIS[k + 1][c] * t);
+  }
+  return lut;
+})();
+
+function headColour(h, H) {
+  return H <= PALETTE.length ? PALETTE[h] : `hsl(${Math.round((360 * h) / H)},65%,45%)`;
+}
+
+// An HTML (or, with ns, SVG) element with attributes, appended to parent.
+function make(tag, attrs = {}, parent = null, text = null, ns = null) {
+  const e = ns ? document.createElementNS(ns, tag) : document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) e.setAttribute(k, v);
+  if (text !== null) e.textContent = text; // labels are text, never markup
+  if (parent) parent.appendChild(e);
+  return e;
+}
+const svg = (tag, attrs, parent, text = null) => make(tag, attrs, parent, text, SVG_NS);
+
+function choice(parent, label, names, value, onchange) {
+  const wrap = make("label", { class: "attnc-choice" }, parent, label + " ");
+  const sel = make("select", { "data-role": label }, wrap);
+  names.forEach((n, i) => make("option", { value: String(i) }, sel, n));
+  sel.value = String(value);
+  sel.addEventListener("change", () => onchange(Number(sel.value)));
+  return sel;
+}
+
+// The weights as a Float32Array: base64 text (the standalone page) or the
+// widget's binary buffer (a DataView).
+function floats(data) {
+  if (typeof data === "string") {
+    const text = data.trim();
+    let bytes;
+    if (Uint8Array.fromBase64) bytes = Uint8Array.fromBase64(text);
+    else {
+      const bin = atob(text);
+      bytes = new Uint8Array(bin.length);
+      for (let i = 0; i < bin.length; i++) bytes[i] = bin.charCodeAt(i);
+    }
+    return new Float32Array(bytes.buffer, 0, bytes.length >> 2);
+  }
+  const view = ArrayBuffer.isView(data) ? data : new DataView(data);
+  if (view.byteOffset % 4 === 0) return new Float32Array(view.buffer, view.byteOffset, view.byteLength >> 2);
+  return new Float32Array(view.buffer.slice(view.byteOffset, view.byteOffset + view.byteLength));
+}
+
+// One attention's (L, S) matrix for a layer and head, and its labels.
+class Weights {
+  constructor(spec, data) {
+    this.spec = spec;
+    this.data = data;
+  }
+  attention(a) {
+    return this.spec.attentions[a];
+  }
+  matrix(a, layer, head) {
+    const at = this.attention(a), n = at.rows.length * at.cols.length;
+    const start = at.offset + (layer * at.heads + head) * n;
+    return this.data.subarray(start, start + n);
+  }
+}
+
+// ------------------------------------------------------------------ head view
+
+const ROW = 18, COL = 120, GAP = 140;
+
+function headView(root, W, init = {}, onBack = null) {
+  const minWeight = W.spec.options.min_weight ?? 0.01;
+  const st = { a: init.attention ?? 0, layer: init.layer ?? 0, heads: new Set(init.heads ?? []), hover: null };
+  const bar = make("div", { class: "attnc-bar" }, root);
+  const body = make("div", { class: "attnc-body" }, root);
+  if (onBack) make("button", { "data-role": "back" }, bar, "← all heads").addEventListener("click", onBack);
+  if (W.spec.attentions.length > 1) {
+    const names = W.spec.attentions.map((a) => a.name);
+    choice(bar, "attention", names, st.a, (v) => {
+      Object.assign(st, { a: v, layer: 0, heads: new Set(), hover: null });
+      build();
+    });
+  }
+  let layerBar = make("span", {}, bar), headBar = make("span", { class: "attnc-heads" }, bar);
+  let lines = null;
+
+  function build() {
+    const at = W.attention(st.a);
+    if (!st.heads.size) for (let h = 0; h < at.heads; h++) st.heads.add(h);
+    layerBar.replaceChildren();
+    choice(layerBar, "layer", at.layer_ids.map((l) => `${l}`), st.layer, (v) => {
+      st.layer = v;
+      draw();
+    });
+    headBar.replaceChildren();
+    for (let h = 0; h < at.heads; h++) {
+      const box = make("span", { class: "attnc-head", "data-head": h, title: `head ${at.head_ids[h]}` }, headBar);
+      box.style.background = headColour(h, at.heads);
+      box.addEventListener("click", () => {
+        st.heads.has(h) ? st.heads.delete(h) : st.heads.add(h);
+        draw();
+      });
+      box.addEventListener("dblclick", () => {
+        st.heads = new Set([h]);
+        draw();
+      });
+    }
+    body.replaceChildren();
+    const n = Math.max(at.rows.length, at.cols.length);
+    const root_svg = svg("svg", { class: "attnc-head-svg", width: 2 * COL + GAP, height: n * ROW + 4 }, body);
+    lines = svg("g", { class: "attnc-lines" }, root_svg);
+    tokens(root_svg, at.rows, "row", 0, "end", COL - 6);
+    tokens(root_svg, at.cols, "col", COL + GAP, "start", 6);
+    draw();
+  }
+
+  function tokens(parent, labels, side, x, anchor, dx) {
+    labels.forEach((label, i) => {
+      const g = svg("g", { class: "attnc-token", "data-side": side, "data-index": i }, parent);
+      svg("rect", { x, y: i * ROW, width: COL, height: ROW }, g);
+      const t = svg("text", { x: x + dx, y: i * ROW + ROW / 2, "text-anchor": anchor }, g);
+      t.textContent = label.length > 16 ? label.slice(0, 15) + "…" : label;
+      svg("title", {}, g, label);
+      g.addEventListener("mouseenter", () => {
+        st.hover = { side, index: i };
+        draw();
+      });
+      g.addEventListener("mouseleave", () => {
+        st.hover = null;
+        draw();
+      });
+    });
+  }
+
+  function draw() {
+    const at = W.attention(st.a), L = at.rows.length, S = at.cols.length;
+    Object.assign(root.dataset, { attention: st.a, layer: st.layer, heads: [...st.heads].sort((x, y) => x - y) });
+    for (const box of headBar.children) box.classList.toggle("attnc-off", !st.heads.has(Number(box.dataset.head)));
+    for (const g of root.querySelectorAll(".attnc-token")) {
+      const on = st.hover && g.dataset.side === st.hover.side && Number(g.dataset.index) === st.hover.index;
+      g.classList.toggle("attnc-active", !!on);
+    }
+    const [i0, i1] = st.hover?.side === "row" ? [st.hover.index, st.hover.index + 1] : [0, L];
+    const [j0, j1] = st.hover?.side === "col" ? [st.hover.index, st.hover.index + 1] : [0, S];
+    const frag = document.createDocumentFragment();
+    for (const h of [...st.heads].sort((x, y) => x - y)) {
+      const M = W.matrix(st.a, st.layer, h), colour = headColour(h, at.heads);
+      for (let i = i0; i < i1; i++)
+        for (let j = j0; j < j1; j++) {
+          const w = M[i * S + j];
+          if (w < minWeight) continue;
+          svg("line", {
+            x1: COL, y1: i * ROW + ROW / 2, x2: COL + GAP, y2: j * ROW + ROW / 2,
+            stroke: colour, "stroke-opacity": Math.min(1, w), "data-head": h, "data-row": i, "data-col": j,
+          }, frag);
+        }
+    }
+    lines.replaceChildren(frag);
+  }
+
+  build();
+}
+
+// ------------------------------------------------------------------ model view
+
+const THUMB = 72;
+
+function modelView(root, W) {
+  let a = 0;
+  function grid() {
+    root.replaceChildren();
+    const bar = make("div", { class: "attnc-bar" }, root);
+    if (W.spec.attentions.length > 1)
+      choice(bar, "attention", W.spec.attentions.map((x) => x.name), a, (v) => {
+        a = v;
+        grid();
+      });
+    make("span", { class: "attnc-hint" }, bar, "click a head to open it");
+    const at = W.attention(a);
+    const table = make("div", { class: "attnc-grid" }, root);
+    table.style.gridTemplateColumns = `auto repeat(${at.heads}, ${THUMB + 4}px)`;
+    make("span", {}, table, "");
+    at.head_ids.forEach((h) => make("span", { class: "attnc-grid-label" }, table, `head ${h}`));
+    for (let l = 0; l < at.layers; l++) {
+      make("span", { class: "attnc-grid-label" }, table, `layer ${at.layer_ids[l]}`);
+      for (let h = 0; h < at.heads; h++) {
+        const c = make("canvas", { class: "attnc-thumb", width: THUMB, height: THUMB, "data-layer": l, "data-head": h }, table);
+        thumbnail(c, W.matrix(a, l, h), at.rows.length, at.cols.length, headColour(h, at.heads));
+        c.addEventListener("click", () => {
+          root.replaceChildren();
+          headView(root, W, { attention: a, layer: l, heads: [h] }, grid);
+        });
+      }
+    }
+  }
+  grid();
+}
+
+function thumbnail(canvas, M, L, S, colour) {
+  const ctx = canvas.getContext("2d"), pad = 6, span = THUMB - 2 * pad;
+  ctx.strokeStyle = colour;
+  for (let i = 0; i < L; i++)
+    for (let j = 0; j < S; j++) {
+      const w = M[i * S + j];
+      if (w < 0.01) continue;
+      ctx.globalAlpha = Math.min(1, w);
+      ctx.beginPath();
+      ctx.moveTo(pad + span * 0.2, pad + (span * (i + 0.5)) / L);
+      ctx.lineTo(pad + span * 0.8, pad + (span * (j + 0.5)) / S);
+      ctx.stroke();
+    }
+}
+
+// ------------------------------------------------------------------ matrix view
+
+const PLOT = 640, MARGIN = 96, MAX_CELL = 48;
+
+// Levels of 2x2 pooling, level 0 the matrix itself: max pooling keeps every
+// peak visible when zoomed out; mean pooling keeps sums (divided by the
+// block's cell count when drawn, exact at the ragged edges).
+function pyramid(base, L, S, mean) {
+  const levels = [{ w: S, h: L, a: base }];
+  for (let p = levels[0]; p.w > 1 || p.h > 1; p = levels[levels.length - 1]) {
+    const w = Math.ceil(p.w / 2), h = Math.ceil(p.h / 2), a = new Float32Array(w * h), src = p.a;
+    for (let r = 0; r < h; r++) {
+      const r0 = 2 * r * p.w, r1 = 2 * r + 1 < p.h ? r0 + p.w : -1;
+      for (let c = 0; c < w; c++) {
+        const c0 = 2 * c, c1 = c0 + 1 < p.w ? c0 + 1 : -1;
+        let v = src[r0 + c0];
+        if (mean) {
+          if (c1 >= 0) v += src[r0 + c1];
+          if (r1 >= 0) v += src[r1 + c0] + (c1 >= 0 ? src[r1 + c1] : 0);
+        } else {
+          if (c1 >= 0) v = Math.max(v, src[r0 + c1]);
+          if (r1 >= 0) v = Math.max(v, src[r1 + c0], c1 >= 0 ? src[r1 + c1] : 0);
+        }
+        a[r * w + c] = v;
+      }
+    }
+    levels.push({ w, h, a });
+  }
+  return levels;
+}
+
+function matrixView(root, W) {
+  const opts = W.spec.options;
+  const st = { a: 0, layer: 0, head: 0, shared: opts.scale === "shared", mean: opts.pool === "mean" };
+  const bar = make("div", { class: "attnc-bar" }, root);
+  const controls = make("span", {}, bar);
+  const colourbar = make("span", { class: "attnc-colourbar" }, bar);
+  const canvas = make("canvas", { class: "attnc-matrix", width: MARGIN + PLOT + 8, height: MARGIN + PLOT + 8 }, root);
+  const readout = make("div", { class: "attnc-readout", "data-role": "readout" }, root, " ");
+  const ctx = canvas.getContext("2d"), off = document.createElement("canvas"), cache = new Map();
+  let fit = 1;
+
+  const at = () => W.attention(st.a);
+  function levels() {
+    const key = `${st.a}/${st.layer}/${st.head}/${st.mean}`;
+    if (!cache.has(key)) {
+      if (cache.size >= 8) cache.delete(cache.keys().next().value); // bounded memory
+      cache.set(key, pyramid(W.matrix(st.a, st.layer, st.head), at().rows.length, at().cols.length, st.mean));
+    }
+    return cache.get(key);
+  }
+  function vmax() {
+    const m = at().vmax;
+    return st.shared ? Math.max(0, ...m.flat()) : m[st.layer][st.head];
+  }
+
+  function buildControls() {
+    controls.replaceChildren();
+    const x = at();
+    if (W.spec.attentions.length > 1)
+      choice(controls, "attention", W.spec.attentions.map((a) => a.name), st.a, (v) => {
+        Object.assign(st, { a: v, layer: 0, head: 0 });
+        reset();
+      });
+    choice(controls, "layer", x.layer_ids.map(String), st.layer, (v) => ((st.layer = v), draw()));
+    choice(controls, "head", x.head_ids.map(String), st.head, (v) => ((st.head = v), draw()));
+    choice(controls, "scale", ["per head", "shared"], +st.shared, (v) => ((st.shared = !!v), draw()));
+    choice(controls, "pool", ["max", "mean"], +st.mean, (v) => ((st.mean = !!v), draw()));
+    make("button", { "data-role": "fit" }, controls, "fit").addEventListener("click", reset);
+  }
+  function reset() {
+    const { rows, cols } = at();
+    fit = Math.min(PLOT / Math.max(cols.length, 1), PLOT / Math.max(rows.length, 1));
+    Object.assign(st, { scale: fit, ox: 0, oy: 0 });
+    buildControls();
+    draw();
+  }
+  function clampView() {
+    const { rows, cols } = at();
+    st.scale = Math.min(Math.max(st.scale, fit), Math.max(MAX_CELL, fit));
+    st.ox = Math.max(0, Math.min(st.ox, cols.length - PLOT / st.scale));
+    st.oy = Math.max(0, Math.min(st.oy, rows.length - PLOT / st.scale));
+  }
+  // The pyramid level drawn: its cells are at least one screen pixel wide.
+  function level(lv) {
+    const k = st.scale >= 1 ? 0 : Math.ceil(Math.log2(1 / st.scale) - 1e-9);
+    return Math.min(k, lv.length - 1);
+  }
+  function cellValue(lv, k, r, c) {
+    const { rows, cols } = at(), f = 2 ** k, v = lv[k].a[r * lv[k].w + c];
+    if (!st.mean) return v;
+    return v / (Math.min(f, rows.length - r * f) * Math.min(f, cols.length - c * f));
+  }
+
+  function draw() {
+    const { rows, cols } = at(), L = rows.length, S = cols.length;
+    ctx.setTransform(1, 0, 0, 1, 0, 0);
+    ctx.clearRect(0, 0, canvas.width, canvas.height);
+    const top = vmax();
+    colourbar.replaceChildren();
+    make("span", {}, colourbar, "0");
+    make("span", { class: "attnc-ramp" }, colourbar);
+    make("span", { "data-role": "vmax" }, colourbar, top.toPrecision(3));
+    if (!L || !S) return;
+    clampView();
+    const lv = levels(), k = level(lv), f = 2 ** k, p = lv[k], s = st.scale;
+    const c0 = Math.floor(st.ox / f), c1 = Math.min(p.w, Math.ceil((st.ox + PLOT / s) / f));
+    const r0 = Math.floor(st.oy / f), r1 = Math.min(p.h, Math.ceil((st.oy + PLOT / s) / f));
+    const nw = c1 - c0, nh = r1 - r0, img = ctx.createImageData(nw, nh), px = img.data;
+    const inv = top > 0 ? 255 / top : 0;
+    for (let r = 0; r < nh; r++)
+      for (let c = 0; c < nw; c++) {
+        const q = 3 * Math.min(255, Math.floor(cellValue(lv, k, r0 + r, c0 + c) * inv)), o = 4 * (r * nw + c);
+        px[o] = LUT[q];
+        px[o + 1] = LUT[q + 1];
+        px[o + 2] = LUT[q + 2];
+        px[o + 3] = 255;
+      }
+    off.width = nw;
+    off.height = nh;
+    off.getContext("2d").putImageData(img, 0, 0);
+    ctx.save();
+    ctx.beginPath();
+    ctx.rect(MARGIN, MARGIN, Math.min(PLOT, (S - st.ox) * s), Math.min(PLOT, (L - st.oy) * s));
+    ctx.clip();
+    ctx.imageSmoothingEnabled = false;
+    ctx.drawImage(off, MARGIN + (c0 * f - st.ox) * s, MARGIN + (r0 * f - st.oy) * s, nw * f * s, nh * f * s);
+    ctx.restore();
+    axes(rows, cols);
+    Object.assign(canvas.dataset, { level: k, scale: s, ox: st.ox, oy: st.oy });
+  }
+
+  // Token labels once a cell is tall enough to hold one, else index ticks.
+  function axes(rows, cols) {
+    const s = st.scale, labels = s >= 9;
+    const step = labels ? 1 : [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000].find((t) => t * s >= 40) ?? 10000;
+    ctx.fillStyle = "#333";
+    ctx.font = `${labels ? Math.min(12, s - 2) : 10}px sans-serif`;
+    const text = (i, names) => (labels ? (names[i].length > 12 ? names[i].slice(0, 11) + "…" : names[i]) : String(i));
+    const first = (o) => Math.ceil(o / step) * step;
+    ctx.textAlign = "right";
+    ctx.textBaseline = "middle";
+    for (let r = first(Math.floor(st.oy)); r < Math.min(rows.length, st.oy + PLOT / s); r += step)
+      ctx.fillText(text(r, rows), MARGIN - 4, MARGIN + (r - st.oy + 0.5) * s);
+    ctx.save();
+    ctx.rotate(-Math.PI / 2);
+    ctx.textAlign = "left";
+    for (let c = first(Math.floor(st.ox)); c < Math.min(cols.length, st.ox + PLOT / s); c += step)
+      ctx.fillText(text(c, cols), -(MARGIN - 4), MARGIN + (c - st.ox + 0.5) * s);
+    ctx.restore();
+  }
+
+  function plotPoint(e) {
+    const box = canvas.getBoundingClientRect();
+    return [e.clientX - box.left - MARGIN, e.clientY - box.top - MARGIN];
+  }
+  function zoomAt(x, y, factor) {
+    const cx = st.ox + x / st.scale, cy = st.oy + y / st.scale;
+    st.scale *= factor;
+    clampView();
+    st.ox = cx - x / st.scale;
+    st.oy = cy - y / st.scale;
+    draw();
+  }
+  function showValue(e) {
+    const [x, y] = plotPoint(e), { rows, cols } = at();
+    const r = Math.floor(st.oy + y / st.scale), c = Math.floor(st.ox + x / st.scale);
+    if (x < 0 || y < 0 || r >= rows.length || c >= cols.length) return void (readout.textContent = " ");
+    const lv = levels(), k = level(lv), f = 2 ** k, v = cellValue(lv, k, Math.floor(r / f), Math.floor(c / f));
+    if (k === 0) {
+      readout.textContent = `${rows[r]} → ${cols[c]}   w[${r}, ${c}] = ${v.toPrecision(6)}`;
+      return;
+    }
+    const R = Math.floor(r / f) * f, C = Math.floor(c / f) * f, how = st.mean ? "mean" : "max";
+    const span = (a, n) => `${a}–${Math.min(a + f, n) - 1}`;
+    readout.textContent = `rows ${span(R, rows.length)}, cols ${span(C, cols.length)}: ${how} ${v.toPrecision(6)} (zoom in for single cells)`;
+  }
+
+  canvas.addEventListener(
+    "wheel",
+    (e) => {
+      e.preventDefault();
+      const [x, y] = plotPoint(e), unit = e.deltaMode === 1 ? 16 : e.deltaMode === 2 ? PLOT : 1;
+      zoomAt(Math.min(Math.max(x, 0), PLOT), Math.min(Math.max(y, 0), PLOT), Math.exp(-e.deltaY * unit * 0.002));
+      showValue(e);
+    },
+    { passive: false },
+  );
+  let drag = null;
+  canvas.addEventListener("mousedown", (e) => (drag = [e.clientX, e.clientY]));
+  window.addEventListener("mouseup", () => (drag = null));
+  canvas.addEventListener("mousemove", (e) => {
+    if (drag) {
+      st.ox -= (e.clientX - drag[0]) / st.scale;
+      st.oy -= (e.clientY - drag[1]) / st.scale;
+      drag = [e.clientX, e.clientY];
+      draw();
+    }
+    showValue(e);
+  });
+  canvas.addEventListener("mouseleave", () => (readout.textContent = " "));
+  canvas.addEventListener("dblclick", reset);
+  reset();
+}
+
+// ------------------------------------------------------------------ entry points
+
+const VIEWS = { head: headView, model: modelView, matrix: matrixView };
+
+function mount(el, spec, data) {
+  el.replaceChildren();
+  el.classList.add("attnc-viz");
+  VIEWS[spec.kind](el, new Weights(spec, floats(data)));
+}
+
+// The standalone page: the spec and the base64 weights in <script> elements.
+function mountPage(doc) {
+  const spec = JSON.parse(doc.getElementById("attnc-spec").textContent);
+  mount(doc.getElementById("attnc-view"), spec, doc.getElementById("attnc-data").textContent);
+}
+
+// anywidget: the spec and the weights are the widget's traitlets.
+function render({ model, el }) {
+  const draw = () => mount(el, model.get("spec"), model.get("data"));
+  draw();
+  model.on("change:spec", draw);
+  model.on("change:data", draw);
+  return () => {
+    model.off("change:spec", draw);
+    model.off("change:data", draw);
+  };
+}
+
+export default { render };
