@@ -77,15 +77,15 @@ def stack_layers(weights: Any, name: str) -> np.ndarray:
     return stacked
 
 
-def labels(tokens: Sequence[object] | None, n: int, name: str, axis: str) -> list[str]:
-    """tokens as n strings (positions 0..n-1 when None)."""
+def labels(tokens: Sequence[object] | None, n: int, name: str, what: str) -> list[str]:
+    """tokens as n strings (positions 0..n-1 when None); what says where n comes from."""
     if tokens is None:
         return [str(i) for i in range(n)]
-    if isinstance(tokens, str) or not isinstance(tokens, Sequence) and not hasattr(tokens, "__len__"):
+    if isinstance(tokens, (str, bytes)) or not hasattr(tokens, "__len__"):
         raise TypeError(f"{name} must be a sequence of tokens (one per position), got {type(tokens).__name__}")
-    out = [str(t) for t in tokens]  # type: ignore[union-attr]
+    out = [str(t) for t in tokens]
     if len(out) != n:
-        raise ValueError(f"{name} has {len(out)} entries but the weights have {axis} = {n}")
+        raise ValueError(f"{name} has {len(out)} entries but {what}")
     return out
 
 
@@ -111,13 +111,14 @@ def pick(index: Sequence[int] | None, n: int, name: str) -> list[int]:
     return [int(i) % n for i in index]
 
 
-def _sides(name: str, tokens, target_tokens):
-    """(row tokens, column tokens) of a named attention: names with "cross"
-    attend from the target to the source; "self" and names starting with
-    "decoder" attend within the target; the rest within the source."""
+def _sides(name: str | None, tokens, target_tokens):
+    """(row tokens, column tokens) of an attention: one without a name (not
+    in a dict) and names with "cross" attend from the target to the source;
+    "self" and names starting with "decoder" attend within the target; the
+    rest within the source."""
     if target_tokens is None:
         return tokens, tokens
-    if "cross" in name:
+    if name is None or "cross" in name:
         return target_tokens, tokens
     if name == "self" or name.startswith("decoder"):
         return target_tokens, target_tokens
@@ -139,16 +140,16 @@ def attentions(
         stacked = stack_layers(w, label)
         b = batch_index(batch, stacked.shape[1])
         L, S = stacked.shape[-2:]
-        row_tokens, col_tokens = _sides(str(key), tokens, target_tokens)
+        row_tokens, col_tokens = _sides(str(key) if isinstance(weights, Mapping) else None, tokens, target_tokens)
         col_name = "tokens" if col_tokens is tokens else "target_tokens"
-        cols = labels(col_tokens, S, col_name, f"S = {S} key positions (their last axis) in {label}")
+        cols = labels(col_tokens, S, col_name, f"{label} has S = {S} key positions (its last axis)")
         if row_tokens is tokens and target_tokens is None and tokens is not None and L != S:
             raise ValueError(
                 f"{label} attends from L = {L} positions to S = {S}: give target_tokens "
                 "(L labels of the attending sequence) for cross-attention"
             )
         row_name = "tokens" if row_tokens is tokens else "target_tokens"
-        rows = labels(row_tokens, L, row_name, f"L = {L} query positions (their axis -2) in {label}")
+        rows = labels(row_tokens, L, row_name, f"{label} has L = {L} query positions (its axis -2)")
         out.append(Attention(str(key), stacked[:, b].astype(np.float32), rows, cols))
     return out
 

@@ -85,7 +85,7 @@ class View:
 
         return AttentionWidget(spec=self.spec, data=self.payload())
 
-    def _repr_mimebundle_(self, **kwargs: Any) -> dict[str, Any]:
+    def _repr_mimebundle_(self, **kwargs: Any) -> Any:
         """Jupyter shows the widget; without anywidget, the page in an iframe."""
         try:
             return self.widget()._repr_mimebundle_(**kwargs)
@@ -110,7 +110,9 @@ def build(
     the inputs checked, the layers and heads chosen, the spec and payload laid out."""
     if is_model(weights):
         if target_tokens is not None:
-            raise ValueError("target_tokens labels weights given as arrays; a model's labels are its input ids (decode=)")
+            raise ValueError(
+                "target_tokens labels weights given as arrays; a model's labels are its input ids (decode=)"
+            )
         weights, tokens, target_tokens = model_weights(weights, tokens, batch, decode)
     elif decode is not None:
         raise ValueError("decode names a model's input ids; with weights as arrays give tokens as strings")

@@ -12,7 +12,7 @@ except ImportError as e:  # the optional extra
 from ._views import static_file
 
 
-class AttentionWidget(anywidget.AnyWidget):  # type: ignore[misc]
+class AttentionWidget(anywidget.AnyWidget):
     """An attnc.viz view in a notebook: ``spec`` (the view's JSON) and
     ``data`` (its weights, little-endian float32 bytes, sent as a binary buffer)."""
 
