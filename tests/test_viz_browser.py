@@ -1,0 +1,255 @@
+"""attnc.viz's saved pages in a real browser: Debian's chromium, headless,
+driven by selenium through chromedriver (.ci/run installs both packages).
+
+Each page must load with no request leaving it (the browser records every
+request it sends, and blocks any to the network) and no console error;
+then the test works it as a user would (selects a layer and heads, hovers
+a token, clicks a thumbnail, zooms a 4,096-token matrix) and reads the
+page's state back from its DOM, comparing with the weights computed here.
+Screenshots must not be blank (their pixels vary).
+"""
+
+import io
+import json
+import re
+import shutil
+
+import numpy as np
+import pytest
+from selenium import webdriver
+from selenium.webdriver.common.action_chains import ActionChains
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import Select
+
+import attnc.viz as viz
+
+NETWORK = ["http://*", "https://*", "ws://*", "wss://*", "ftp://*"]
+
+
+@pytest.fixture(scope="module")
+def browser():
+    chromium, driver_path = shutil.which("chromium"), shutil.which("chromedriver")
+    if not chromium or not driver_path:
+        pytest.fail(
+            "the browser tests need Debian's chromium and chromium-driver (apt-get install chromium chromium-driver)"
+        )
+    options = webdriver.ChromeOptions()
+    options.binary_location = chromium
+    for arg in ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1000,900"]:
+        options.add_argument(arg)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL", "performance": "ALL"})
+    driver = webdriver.Chrome(options=options, service=webdriver.ChromeService(executable_path=driver_path))
+    driver.execute_cdp_cmd("Network.enable", {})
+    driver.execute_cdp_cmd("Network.setBlockedURLs", {"urls": NETWORK})
+    yield driver
+    driver.quit()
+
+
+def console_problems(driver):
+    """The console's warnings and errors since the last look."""
+    return [e for e in driver.get_log("browser") if e["level"] in ("SEVERE", "WARNING")]
+
+
+def open_page(driver, path):
+    """Load a page: (the URLs it requested, those the browser blocked, its
+    console's warnings and errors)."""
+    driver.get_log("performance"), driver.get_log("browser")  # forget what came before
+    driver.get(path.as_uri())
+    events = [json.loads(e["message"])["message"] for e in driver.get_log("performance")]
+    sent = {
+        m["params"]["requestId"]: m["params"]["request"]["url"]
+        for m in events
+        if m["method"] == "Network.requestWillBeSent"
+    }
+    failed = [m["params"] for m in events if m["method"] == "Network.loadingFailed"]
+    blocked = [sent[f["requestId"]] for f in failed if f.get("blockedReason")]
+    return list(sent.values()), blocked, console_problems(driver)
+
+
+def open_offline(driver, path):
+    requests, _, problems = open_page(driver, path)
+    assert requests == [path.as_uri()], f"the page requested {requests}"
+    assert problems == [], problems
+
+
+def assert_not_blank(driver, path):
+    from PIL import Image
+
+    driver.save_screenshot(str(path))
+    rgb = np.asarray(Image.open(io.BytesIO(path.read_bytes())).convert("RGB"), np.int64)
+    pixels = (rgb[..., 0] << 16 | rgb[..., 1] << 8 | rgb[..., 2]).ravel()
+    colours, counts = np.unique(pixels, return_counts=True)
+    drawn = 1 - counts.max() / len(pixels)  # the pixels not of the background's colour
+    assert drawn > 0.01 and len(colours) > 20, f"{path.name} is blank ({drawn:.2%} drawn, {len(colours)} colours)"
+
+
+def test_the_checks_see_a_request_and_a_console_error(browser, tmp_path):
+    """The two checks every page passes can fail: a page that fetches an
+    image and logs an error is caught by both (and its request is blocked)."""
+    page = tmp_path / "bad.html"
+    page.write_text('<img src="http://example.invalid/x.png"><script>console.error("broken")</script>')
+    requests, blocked, problems = open_page(browser, page)
+    assert requests == [page.as_uri(), "http://example.invalid/x.png"]
+    assert blocked == ["http://example.invalid/x.png"]
+    assert [e["message"].split(" ", 2)[-1] for e in problems] == ['"broken"']
+
+
+def lines(driver):
+    """The head view's drawn lines as {(head, row, col): opacity}."""
+    found = driver.execute_script(
+        "return [...document.querySelectorAll('.attnc-lines line')].map(l => "
+        "[+l.dataset.head, +l.dataset.row, +l.dataset.col, +l.getAttribute('stroke-opacity')])"
+    )
+    return {(h, i, j): w for h, i, j, w in found}
+
+
+def expected_lines(w, heads, rows=None, cols=None, min_weight=0.01):
+    """{(head, row, col): weight} of the lines a head view draws for (H, L, S) weights w."""
+    H, L, S = w.shape
+    return {
+        (h, i, j): float(w[h, i, j])
+        for h in heads
+        for i in (range(L) if rows is None else rows)
+        for j in (range(S) if cols is None else cols)
+        if w[h, i, j] >= min_weight
+    }
+
+
+def assert_lines(driver, expected):
+    got = lines(driver)
+    assert got.keys() == expected.keys()
+    np.testing.assert_allclose([got[k] for k in expected], list(expected.values()), rtol=1e-6)
+
+
+def test_head_view_layer_and_heads_selected_and_a_token_hovered(browser, tmp_path):
+    rng = np.random.default_rng(0)
+    layers = [rng.dirichlet(np.full(7, 0.3), (1, 4, 7)).astype(np.float32) for _ in range(3)]
+    tokens = ["[CLS]", "the", "cat", "</script>", "on", "the", "mat"]
+    viz.head_view(layers, tokens).save(tmp_path / "head.html")
+    open_offline(browser, tmp_path / "head.html")
+    root = browser.find_element(By.ID, "attnc-view")
+    assert [t.text for t in root.find_elements(By.CSS_SELECTOR, '.attnc-token[data-side="col"] text')] == tokens
+    assert_lines(browser, expected_lines(layers[0][0], range(4)))
+
+    Select(root.find_element(By.CSS_SELECTOR, 'select[data-role="layer"]')).select_by_visible_text("2")
+    heads = root.find_elements(By.CSS_SELECTOR, ".attnc-head")
+    ActionChains(browser).double_click(heads[1]).perform()  # head 1 alone
+    heads[3].click()  # and head 3
+    assert (root.get_attribute("data-layer"), root.get_attribute("data-heads")) == ("2", "1,3")
+    w = layers[2][0]
+    assert_lines(browser, expected_lines(w, [1, 3]))
+
+    ActionChains(browser).move_to_element(
+        root.find_element(By.CSS_SELECTOR, '[data-side="row"][data-index="4"]')
+    ).perform()
+    assert_lines(browser, expected_lines(w, [1, 3], rows=[4]))
+    active = root.find_elements(By.CSS_SELECTOR, ".attnc-token.attnc-active")
+    assert [(a.get_attribute("data-side"), a.get_attribute("data-index")) for a in active] == [("row", "4")]
+    assert_not_blank(browser, tmp_path / "head_hover.png")
+
+    ActionChains(browser).move_to_element(
+        root.find_element(By.CSS_SELECTOR, '[data-side="col"][data-index="2"]')
+    ).perform()
+    assert_lines(browser, expected_lines(w, [1, 3], cols=[2]))
+    ActionChains(browser).move_to_element(heads[0]).perform()  # off the tokens: every line again
+    assert_lines(browser, expected_lines(w, [1, 3]))
+    assert console_problems(browser) == []
+
+
+def test_model_view_opens_a_thumbnail_and_cross_attention_is_labelled(browser, tmp_path):
+    rng = np.random.default_rng(1)
+    src, tgt = ["ich", "bin", "ein", "Berliner"], ["<s>", "I", "am"]
+    weights = {
+        "encoder": [rng.dirichlet(np.ones(4), (1, 3, 4)) for _ in range(2)],
+        "decoder_cross": [rng.dirichlet(np.full(4, 0.5), (1, 3, 3)) for _ in range(2)],
+    }
+    viz.model_view(weights, src, target_tokens=tgt).save(tmp_path / "model.html")
+    open_offline(browser, tmp_path / "model.html")
+    root = browser.find_element(By.ID, "attnc-view")
+    assert len(root.find_elements(By.CSS_SELECTOR, "canvas.attnc-thumb")) == 2 * 3
+    Select(root.find_element(By.CSS_SELECTOR, 'select[data-role="attention"]')).select_by_visible_text("decoder_cross")
+    assert_not_blank(browser, tmp_path / "model_grid.png")
+
+    root.find_element(By.CSS_SELECTOR, 'canvas.attnc-thumb[data-layer="1"][data-head="2"]').click()
+    assert [root.get_attribute(k) for k in ("data-attention", "data-layer", "data-heads")] == ["1", "1", "2"]
+    assert [t.text for t in root.find_elements(By.CSS_SELECTOR, '[data-side="row"] text')] == tgt
+    assert [t.text for t in root.find_elements(By.CSS_SELECTOR, '[data-side="col"] text')] == src
+    assert_lines(browser, expected_lines(weights["decoder_cross"][1][0], [2]))
+    assert_not_blank(browser, tmp_path / "model_open.png")
+    root.find_element(By.CSS_SELECTOR, 'button[data-role="back"]').click()
+    assert len(root.find_elements(By.CSS_SELECTOR, "canvas.attnc-thumb")) == 2 * 3
+    assert console_problems(browser) == []
+
+
+# One wheel event on the matrix and the next animation frame, timed in the page.
+ZOOM = """
+const done = arguments[arguments.length - 1], [x, y, deltaY] = [arguments[0], arguments[1], arguments[2]];
+const c = document.querySelector("canvas.attnc-matrix"), box = c.getBoundingClientRect();
+const t0 = performance.now();
+const at = {clientX: box.left + x, clientY: box.top + y};
+c.dispatchEvent(new WheelEvent("wheel", {deltaY, ...at, bubbles: true, cancelable: true}));
+requestAnimationFrame(() => done([performance.now() - t0, {...c.dataset}]));
+"""
+HOVER = """
+const [x, y] = [arguments[0], arguments[1]];
+const c = document.querySelector("canvas.attnc-matrix"), box = c.getBoundingClientRect();
+c.dispatchEvent(new MouseEvent("mousemove", {clientX: box.left + x, clientY: box.top + y, bubbles: true}));
+return document.querySelector('[data-role="readout"]').textContent;
+"""
+MARGIN = 96  # viz.js's MARGIN: the plot's offset in the canvas
+
+
+def long_attention(n):
+    """(1, n, n) float32 rows on the simplex: a local band, a few global columns, noise."""
+    rng = np.random.default_rng(2)
+    w = rng.random((n, n), np.float32) * 0.02
+    i = np.arange(n)
+    for d in range(-3, 4):
+        w[i, (i + d) % n] += 1.0 / (1 + abs(d))
+    w[:, [0, n // 3, n // 2]] += 0.5
+    return (w / w.sum(1, keepdims=True))[None]
+
+
+def test_matrix_view_zooms_a_4096_token_input_within_a_second(browser, tmp_path):
+    n = 4096
+    w = long_attention(n)
+    page = tmp_path / "matrix.html"
+    viz.matrix_view(w, [f"tok{k}" for k in range(n)]).save(page)
+    print(f"matrix view of {n} tokens: {page.stat().st_size / 2**20:.1f} MiB")
+    open_offline(browser, page)
+    canvas = browser.find_element(By.CSS_SELECTOR, "canvas.attnc-matrix")
+    state = {k: canvas.get_attribute(f"data-{k}") for k in ("level", "scale")}
+    assert state == {"level": "3", "scale": str(640 / n)}  # 8 x 8 cells a pixel: level 3 of the pyramid
+
+    # Zoomed out the readout is the pyramid's max over the block under the pointer.
+    text = browser.execute_script(HOVER, MARGIN + 300.5, MARGIN + 200.5)
+    r0, r1, c0, c1, value = re.fullmatch(
+        r"rows (\d+)–(\d+), cols (\d+)–(\d+): max (\S+) \(zoom in for single cells\)", text
+    ).groups()
+    assert (int(r1) - int(r0), int(c1) - int(c0)) == (7, 7)
+    np.testing.assert_allclose(float(value), w[0, int(r0) : int(r1) + 1, int(c0) : int(c1) + 1].max(), rtol=1e-5)
+    Select(browser.find_element(By.CSS_SELECTOR, 'select[data-role="pool"]')).select_by_visible_text("mean")
+    mean = re.search(r"mean (\S+)", browser.execute_script(HOVER, MARGIN + 300.5, MARGIN + 200.5)).group(1)
+    np.testing.assert_allclose(float(mean), w[0, int(r0) : int(r1) + 1, int(c0) : int(c1) + 1].mean(), rtol=1e-5)
+    assert_not_blank(browser, tmp_path / "matrix_fit.png")
+
+    # Zoom in about a point until single cells show, each step timed in the page.
+    times, levels = [], []
+    for _ in range(4):
+        ms, data = browser.execute_async_script(ZOOM, MARGIN + 320, MARGIN + 320, -600)
+        times.append(ms)
+        levels.append(int(data["level"]))
+    print(f"zoom steps (ms, wheel event to the next frame): {[round(t) for t in times]}")
+    assert max(times) < 1000, times
+    assert levels == sorted(levels, reverse=True) and levels[-1] == 0, levels
+    scale, ox, oy = (float(canvas.get_attribute(f"data-{k}")) for k in ("scale", "ox", "oy"))
+    assert scale > 9  # the cells hold their labels
+
+    # Zoomed in, the readout is one cell's exact weight.
+    x, y = 200.5, 100.5
+    r, c = int(oy + y / scale), int(ox + x / scale)
+    text = browser.execute_script(HOVER, MARGIN + x, MARGIN + y)
+    assert text.startswith(f"tok{r} → tok{c}   w[{r}, {c}] = "), text
+    np.testing.assert_allclose(float(text.rsplit("= ", 1)[1]), w[0, r, c], rtol=1e-5)
+    assert_not_blank(browser, tmp_path / "matrix_zoomed.png")
+    assert console_problems(browser) == []  # nothing went wrong on the way
