@@ -190,13 +190,16 @@ const at = {clientX: box.left + x, clientY: box.top + y};
 c.dispatchEvent(new WheelEvent("wheel", {deltaY, ...at, bubbles: true, cancelable: true}));
 requestAnimationFrame(() => done([performance.now() - t0, {...c.dataset}]));
 """
+# The readout with the pointer at each of the plot's points [(x, y), ...].
 HOVER = """
-const [x, y] = [arguments[0], arguments[1]];
 const c = document.querySelector("canvas.attnc-matrix"), box = c.getBoundingClientRect();
-c.dispatchEvent(new MouseEvent("mousemove", {clientX: box.left + x, clientY: box.top + y, bubbles: true}));
-return document.querySelector('[data-role="readout"]').textContent;
+return arguments[0].map(([x, y]) => {
+  c.dispatchEvent(new MouseEvent("mousemove", {clientX: box.left + 96 + x, clientY: box.top + 96 + y, bubbles: true}));
+  return document.querySelector('[data-role="readout"]').textContent;
+});
 """
-MARGIN = 96  # viz.js's MARGIN: the plot's offset in the canvas
+MARGIN = 96  # viz.js's MARGIN: the plot's offset in the canvas (as HOVER adds it)
+POOLED = re.compile(r"rows (\d+)–(\d+), cols (\d+)–(\d+): (max|mean) (\S+) \(zoom in for single cells\)")
 
 
 def long_attention(n):
@@ -221,16 +224,18 @@ def test_matrix_view_zooms_a_4096_token_input_within_a_second(browser, tmp_path)
     state = {k: canvas.get_attribute(f"data-{k}") for k in ("level", "scale")}
     assert state == {"level": "3", "scale": str(640 / n)}  # 8 x 8 cells a pixel: level 3 of the pyramid
 
-    # Zoomed out the readout is the pyramid's max over the block under the pointer.
-    text = browser.execute_script(HOVER, MARGIN + 300.5, MARGIN + 200.5)
-    r0, r1, c0, c1, value = re.fullmatch(
-        r"rows (\d+)–(\d+), cols (\d+)–(\d+): max (\S+) \(zoom in for single cells\)", text
-    ).groups()
-    assert (int(r1) - int(r0), int(c1) - int(c0)) == (7, 7)
-    np.testing.assert_allclose(float(value), w[0, int(r0) : int(r1) + 1, int(c0) : int(c1) + 1].max(), rtol=1e-5)
-    Select(browser.find_element(By.CSS_SELECTOR, 'select[data-role="pool"]')).select_by_visible_text("mean")
-    mean = re.search(r"mean (\S+)", browser.execute_script(HOVER, MARGIN + 300.5, MARGIN + 200.5)).group(1)
-    np.testing.assert_allclose(float(mean), w[0, int(r0) : int(r1) + 1, int(c0) : int(c1) + 1].mean(), rtol=1e-5)
+    # Zoomed out, the readout is the pyramid's max (then mean) over the 8 x 8
+    # block under the pointer: at points over the plot, on the band and on a
+    # global column (col 2048 at x = 320), and at the edges.
+    points = [(x + 0.5, y + 0.5) for x in (1, 37, 320, 321, 500, 638) for y in (1, 81, 320, 411, 638)]
+    for pool, reduce in (("max", np.max), ("mean", np.mean)):
+        Select(browser.find_element(By.CSS_SELECTOR, 'select[data-role="pool"]')).select_by_visible_text(pool)
+        for (x, y), text in zip(points, browser.execute_script(HOVER, points)):
+            r0, r1, c0, c1, how, value = POOLED.fullmatch(text).groups()
+            r0, r1, c0, c1 = int(r0), int(r1) + 1, int(c0), int(c1) + 1
+            assert (r0 % 8, r1 - r0, c0 % 8, c1 - c0, how) == (0, 8, 0, 8, pool)
+            assert abs(r0 + 4 - y / 0.15625) <= 10 and abs(c0 + 4 - x / 0.15625) <= 10  # (pixels round)
+            np.testing.assert_allclose(float(value), reduce(w[0, r0:r1, c0:c1]), rtol=1e-5, err_msg=text)
     assert_not_blank(browser, tmp_path / "matrix_fit.png")
 
     # Zoom in about a point until single cells show, each step timed in the page.
@@ -248,7 +253,7 @@ def test_matrix_view_zooms_a_4096_token_input_within_a_second(browser, tmp_path)
     # Zoomed in, the readout is one cell's exact weight.
     x, y = 200.5, 100.5
     r, c = int(oy + y / scale), int(ox + x / scale)
-    text = browser.execute_script(HOVER, MARGIN + x, MARGIN + y)
+    (text,) = browser.execute_script(HOVER, [(x, y)])
     assert text.startswith(f"tok{r} → tok{c}   w[{r}, {c}] = "), text
     np.testing.assert_allclose(float(text.rsplit("= ", 1)[1]), w[0, r, c], rtol=1e-5)
     assert_not_blank(browser, tmp_path / "matrix_zoomed.png")
