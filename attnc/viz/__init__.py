@@ -16,6 +16,13 @@ are inlined, the weights travel as base64 float32.
   pointer, token labels, a per-head or shared colour scale; long inputs
   (4,096 tokens) stay responsive.
 
+Beyond transformers, a step slider over a model's run (one core draws them):
+:func:`alignment_view` (a seq2seq decoder's alignment, local windows
+marked), :func:`ntm_view` (an NTM's memory, read and write weightings and
+addressing stages), :func:`pointer_view` (a pointer network's choices over
+its points) and :func:`image_view` (a caption's word or a self-attention
+position, its map over the image).
+
 Weights are what attnc's transformers return with ``need_weights=True`` (a
 list of (B, H, L, S) per layer, or a dict of such lists from
 ``attnc.nn.Transformer``), torch's ``nn.MultiheadAttention(...,
@@ -28,9 +35,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ._steps import alignment_view, image_view, ntm_view, pointer_view
 from ._views import View, build
 
-__all__ = ["View", "head_view", "matrix_view", "model_view"]
+__all__ = ["View", "alignment_view", "head_view", "image_view", "matrix_view", "model_view", "ntm_view", "pointer_view"]
 
 
 def head_view(

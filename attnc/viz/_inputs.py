@@ -41,6 +41,19 @@ def as_array(x: Any, name: str) -> np.ndarray:
     return arr
 
 
+def checked(x: Any, name: str, shape: str, ndims: tuple[int, ...], *, weights: bool = True) -> np.ndarray:
+    """x as a finite float64 array of one of the ranks ndims (shape names
+    them in the message); weights must also be >= 0."""
+    arr = as_array(x, name).astype(np.float64)
+    if arr.ndim not in ndims:
+        raise ValueError(f"{name} must be {shape}, got shape {arr.shape}")
+    if not np.isfinite(arr).all():
+        raise ValueError(f"{name} has non-finite values (nan or inf)")
+    if weights and (arr < 0).any():
+        raise ValueError(f"{name} has negative values: attention weights are >= 0")
+    return arr
+
+
 def stack_layers(weights: Any, name: str) -> np.ndarray:
     """A list of per-layer (B, H, L, S) arrays (or (H, L, S) arrays), or one
     such array, as float64 (layers, B, H, L, S)."""
@@ -67,13 +80,9 @@ def stack_layers(weights: Any, name: str) -> np.ndarray:
         stacked = arr[None]
     if stacked.ndim == 4:  # (layers, H, L, S): one sequence, no batch axis
         stacked = stacked[:, None]
-    stacked = stacked.astype(np.float64)
     for i, layer in enumerate(stacked):
-        where = f"{name}[{i}]" if isinstance(weights, (list, tuple)) else name
-        if not np.isfinite(layer).all():
-            raise ValueError(f"{where} has non-finite values (nan or inf)")
-        if (layer < 0).any():
-            raise ValueError(f"{where} has negative values: attention weights are >= 0")
+        checked(layer, f"{name}[{i}]" if isinstance(weights, (list, tuple)) else name, "", (layer.ndim,))
+    stacked = stacked.astype(np.float64)
     return stacked
 
 

@@ -46,12 +46,17 @@ class View:
     """
 
     def __init__(self, spec: dict[str, Any], data: np.ndarray) -> None:
+        if data.nbytes > MAX_BYTES:
+            raise ValueError(
+                f"the weights take {data.nbytes / 2**20:.0f} MiB as float32, more than a page holds "
+                f"({MAX_BYTES // 2**20} MiB): choose fewer layers or heads (matrix_view's layers= and heads=) "
+                "or a shorter input"
+            )
         self.spec = spec
         self.data = data
 
     def __repr__(self) -> str:
-        names = ", ".join(a["name"] for a in self.spec["attentions"])
-        return f"<attnc.viz {self.spec['kind']} view of {names}: {self.data.nbytes} bytes of weights>"
+        return f"<attnc.viz {self.spec['kind']} view: {self.data.nbytes} bytes of weights>"
 
     def payload(self) -> bytes:
         """The weights as little-endian float32 bytes (what the page decodes)."""
@@ -128,11 +133,15 @@ def build(
         specs.append(dict(spec, layer_ids=layer_ids, head_ids=head_ids))
         chunks.append(w.ravel())
         offset += w.size
-    data = np.concatenate(chunks)
-    if data.nbytes > MAX_BYTES:
-        raise ValueError(
-            f"the weights take {data.nbytes / 2**20:.0f} MiB as float32, more than a page holds "
-            f"({MAX_BYTES // 2**20} MiB): choose fewer layers or heads (matrix_view's layers= and heads=) "
-            "or a shorter input"
-        )
-    return View(dict(kind=kind, attentions=specs, options=options), data)
+    return View(dict(kind=kind, attentions=specs, options=options), np.concatenate(chunks))
+
+
+def pack(kind: str, arrays: dict[str, np.ndarray], **spec: Any) -> View:
+    """A step view's page data: each array's offset and shape in the spec
+    (``spec["arrays"][name]``), the arrays as float32 one after the other."""
+    found, offset = {}, 0
+    for name, a in arrays.items():
+        found[name] = dict(offset=offset, shape=list(a.shape))
+        offset += a.size
+    data = np.concatenate([np.ravel(a).astype(np.float32) for a in arrays.values()] or [np.zeros(0, np.float32)])
+    return View(dict(kind=kind, arrays=found, **spec), data)

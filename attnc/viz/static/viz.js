@@ -74,6 +74,11 @@ class Weights {
   attention(a) {
     return this.spec.attentions[a];
   }
+  // A step view's named array: its values and its shape.
+  array(name) {
+    const { offset, shape } = this.spec.arrays[name];
+    return { a: this.data.subarray(offset, offset + shape.reduce((x, y) => x * y, 1)), shape };
+  }
   matrix(a, layer, head) {
     const at = this.attention(a), n = at.rows.length * at.cols.length;
     const start = at.offset + (layer * at.heads + head) * n;
@@ -433,9 +438,204 @@ function matrixView(root, W) {
   reset();
 }
 
+
+// ------------------------------------------------------------------ step views
+// One core for the views of a run step by step: a slider over the steps, and
+// panels (bars over positions, heatmaps, points, an image) that redraw for a step.
+
+function stepper(root, T, label, onStep) {
+  const bar = make("div", { class: "attnc-bar" }, root);
+  const prev = make("button", { "data-role": "prev" }, bar, "◀");
+  const slider = make("input", { type: "range", min: 0, max: Math.max(0, T - 1), value: 0, "data-role": "step" }, bar);
+  const next = make("button", { "data-role": "next" }, bar, "▶");
+  const text = make("span", { "data-role": "step-label" }, bar);
+  const set = (t) => {
+    t = Math.min(Math.max(0, t), Math.max(0, T - 1));
+    slider.value = String(t);
+    root.dataset.step = t;
+    text.textContent = T ? label(t) : "no steps";
+    if (T) onStep(t);
+  };
+  slider.addEventListener("input", () => set(Number(slider.value)));
+  prev.addEventListener("click", () => set(Number(slider.value) - 1));
+  next.addEventListener("click", () => set(Number(slider.value) + 1));
+  return set;
+}
+
+function panel(parent, title, role) {
+  const box = make("div", { class: "attnc-panel", "data-role": role }, parent);
+  make("div", { class: "attnc-panel-title" }, box, title);
+  return box;
+}
+
+// Bars over n positions (labels under them when given); update(values, top, mark, window).
+function bars(parent, title, role, n, names = null) {
+  const box = panel(parent, title, role), bw = Math.max(3, Math.min(28, 560 / Math.max(n, 1))), H = 70;
+  const lab = names ? 60 : 4;
+  const root = svg("svg", { width: n * bw + 2, height: H + lab }, box);
+  const win = svg("rect", { class: "attnc-window", y: 0, height: H, width: 0 }, root);
+  const rects = [];
+  for (let i = 0; i < n; i++) {
+    rects.push(svg("rect", { class: "attnc-bar-rect", x: i * bw + 1, width: bw - 2, "data-index": i }, root));
+    if (names) {
+      const t = svg("text", { transform: `translate(${i * bw + bw / 2},${H + 4}) rotate(60)` }, root);
+      t.textContent = names[i].length > 8 ? names[i].slice(0, 7) + "…" : names[i];
+    }
+  }
+  return (values, top = 1, mark = -1, window = null) => {
+    rects.forEach((r, i) => {
+      const h = top > 0 ? (H * values[i]) / top : 0;
+      Object.entries({ y: H - h, height: h, "data-value": values[i] }).forEach(([k, v]) => r.setAttribute(k, v));
+      r.classList.toggle("attnc-marked", i === mark);
+    });
+    win.setAttribute("x", window ? window[0] * bw : 0);
+    win.setAttribute("width", window ? (window[1] - window[0]) * bw : 0);
+  };
+}
+
+// A heatmap of an (r, c) matrix in cells of px pixels; update(values, lo, hi, outlined row).
+function heat(parent, title, role, r, c, px) {
+  const box = panel(parent, title, role);
+  const canvas = make("canvas", { width: Math.max(1, c * px), height: Math.max(1, r * px) }, box);
+  const ctx = canvas.getContext("2d");
+  return (values, lo, hi, row = -1) => {
+    for (let i = 0; i < r; i++)
+      for (let j = 0; j < c; j++) {
+        const q = 3 * Math.min(255, Math.max(0, Math.floor(((values[i * c + j] - lo) / (hi - lo || 1)) * 255)));
+        ctx.fillStyle = `rgb(${LUT[q]},${LUT[q + 1]},${LUT[q + 2]})`;
+        ctx.fillRect(j * px, i * px, px, px);
+      }
+    if (row >= 0) {
+      ctx.strokeStyle = "#e00";
+      ctx.lineWidth = 2;
+      ctx.strokeRect(1, row * px + 1, c * px - 2, px - 2);
+    }
+  };
+}
+
+const maxOf = (a) => a.reduce((m, v) => Math.max(m, v), 0);
+const minOf = (a) => a.reduce((m, v) => Math.min(m, v), 0);
+
+function alignmentView(root, W) {
+  const { rows, cols, steps } = W.spec, { a } = W.array("weights"), S = cols.length;
+  const windows = W.spec.arrays.windows ? W.array("windows").a : null;
+  const body = make("div", { class: "attnc-panels" }, root);
+  const out = panel(body, "output", "output");
+  const words = rows.map((t, i) => make("span", { class: "attnc-word", "data-index": i }, out, t));
+  const update = bars(body, "attention over the source", "bars", S, cols);
+  const cell = Math.max(2, Math.min(16, Math.floor(480 / Math.max(S, steps, 1))));
+  const grid = heat(body, "alignment (rows: output steps)", "alignment", steps, S, cell);
+  const top = maxOf(a);
+  const set = stepper(root, steps, (t) => `step ${t}: ${rows[t]}`, (t) => {
+    words.forEach((w, i) => (w.className = "attnc-word " + (i < t ? "attnc-past" : i === t ? "attnc-now" : "attnc-future")));
+    const row = a.subarray(t * S, (t + 1) * S);
+    update(row, maxOf(row), -1, windows ? [windows[2 * t], windows[2 * t + 1]] : null);
+    grid(a, 0, top, t);
+  });
+  root.prepend(root.lastChild); // the slider above the panels
+  set(0);
+}
+
+function ntmView(root, W) {
+  const read = W.array("read"), write = W.array("write"), memory = W.array("memory");
+  const [T, N, M] = memory.shape, R = read.shape[1], Wh = write.shape[1];
+  const body = make("div", { class: "attnc-panels" }, root);
+  const mem = heat(body, `memory (${N} slots x ${M})`, "memory", N, M, Math.max(3, Math.min(18, Math.floor(300 / Math.max(N, M, 1)))));
+  const heads = [];
+  for (let k = 0; k < Wh; k++) heads.push(["write", k, bars(body, `write head ${k}`, `write-${k}`, N)]);
+  for (let k = 0; k < R; k++) heads.push(["read", k, bars(body, `read head ${k}`, `read-${k}`, N)]);
+  const stages = W.spec.stages.map((s) => [W.array(`stage:${s}`).a, bars(body, `stage: ${s}`, `stage-${s}`, N)]);
+  const lo = minOf(memory.a), hi = Math.max(maxOf(memory.a), lo + 1e-12);
+  const set = stepper(root, T, (t) => `step ${t}`, (t) => {
+    mem(memory.a.subarray(t * N * M, (t + 1) * N * M), lo, hi);
+    for (const [kind, k, update] of heads) {
+      const src = kind === "read" ? read : write, n = src.shape[1];
+      update(src.a.subarray((t * n + k) * N, (t * n + k + 1) * N), 1);
+    }
+    for (const [a, update] of stages) update(a.subarray(t * N, (t + 1) * N), 1);
+  });
+  root.prepend(root.lastChild);
+  set(0);
+}
+
+function pointerView(root, W) {
+  const points = W.array("points").a, p = W.array("pointers"), idx = W.array("indices").a;
+  const [T, cols] = p.shape, n = points.length / 2, size = 420, pad = 24;
+  const xs = [...Array(n).keys()].map((i) => points[2 * i]), ys = [...Array(n).keys()].map((i) => points[2 * i + 1]);
+  const [x0, x1, y0, y1] = [Math.min(...xs), Math.max(...xs), Math.min(...ys), Math.max(...ys)];
+  const span = Math.max(x1 - x0, y1 - y0) || 1;
+  const X = (i) => pad + ((xs[i] - x0) / span) * (size - 2 * pad), Y = (i) => size - pad - ((ys[i] - y0) / span) * (size - 2 * pad);
+  const body = make("div", { class: "attnc-panels" }, root);
+  const plot = svg("svg", { width: size, height: size, class: "attnc-points" }, panel(body, "points (area: the step's probability)", "points"));
+  const path = svg("polyline", { class: "attnc-path" }, plot);
+  const dots = [...Array(n).keys()].map((i) => svg("circle", { cx: X(i), cy: Y(i), "data-index": i }, plot));
+  const end = make("div", { "data-role": "end" }, body);
+  const set = stepper(root, T, (t) => `step ${t}: ${idx[t] < 0 ? "ended" : idx[t] === n ? "end" : `point ${idx[t]}`}`, (t) => {
+    dots.forEach((d, i) => {
+      const q = p.a[t * cols + i];
+      Object.entries({ r: 3 + 14 * Math.sqrt(q), "data-p": q }).forEach(([k, v]) => d.setAttribute(k, v));
+      d.classList.toggle("attnc-marked", idx[t] === i);
+    });
+    const chosen = [...idx.subarray(0, t + 1)].filter((i) => i >= 0 && i < n);
+    path.setAttribute("points", chosen.map((i) => `${X(i)},${Y(i)}`).join(" "));
+    path.dataset.path = chosen.join(",");
+    end.textContent = W.spec.end ? `end token: ${p.a[t * cols + n].toPrecision(4)}` : "";
+  });
+  root.prepend(root.lastChild);
+  set(0);
+}
+
+function imageView(root, W) {
+  const img = W.array("image"), maps = W.array("maps"), [H, Wd] = img.shape, [T, h, w] = maps.shape;
+  const zoom = Math.max(1, Math.floor(360 / Math.max(H, Wd)));
+  const body = make("div", { class: "attnc-panels" }, root);
+  const words = W.spec.positions ? [] : W.spec.rows.map((t, i) => make("span", { class: "attnc-word", "data-index": i }, panel(body, "", "words"), t));
+  if (words.length) body.lastChild.querySelector(".attnc-panel-title").remove();
+  const canvas = make("canvas", { class: "attnc-image", width: Wd * zoom, height: H * zoom }, body);
+  const ctx = canvas.getContext("2d"), picture = document.createElement("canvas"), shade = document.createElement("canvas");
+  picture.width = Wd;
+  picture.height = H;
+  const pix = new ImageData(Wd, H);
+  for (let i = 0; i < H * Wd; i++) {
+    for (let c = 0; c < 3; c++) pix.data[4 * i + c] = Math.round(255 * img.a[3 * i + c]);
+    pix.data[4 * i + 3] = 255;
+  }
+  picture.getContext("2d").putImageData(pix, 0, 0);
+  shade.width = w;
+  shade.height = h;
+  const set = stepper(root, T, (t) => (W.spec.positions ? `position (${Math.floor(t / w)}, ${t % w})` : `word ${t}: ${W.spec.rows[t]}`), (t) => {
+    words.forEach((e, i) => e.classList.toggle("attnc-now", i === t));
+    const m = maps.a.subarray(t * h * w, (t + 1) * h * w), top = maxOf(m), dark = new ImageData(w, h);
+    for (let i = 0; i < h * w; i++) dark.data[4 * i + 3] = Math.round(255 * 0.85 * (1 - (top > 0 ? m[i] / top : 0)));
+    shade.getContext("2d").putImageData(dark, 0, 0);
+    ctx.imageSmoothingEnabled = false;
+    ctx.drawImage(picture, 0, 0, Wd * zoom, H * zoom);
+    ctx.imageSmoothingEnabled = true; // the map's cells blend into light, not blocks
+    ctx.drawImage(shade, 0, 0, Wd * zoom, H * zoom);
+    if (W.spec.positions) {
+      const [cx, cy] = [((t % w) + 0.5) * (Wd / w) * zoom, (Math.floor(t / w) + 0.5) * (H / h) * zoom];
+      ctx.strokeStyle = "#f0f";
+      ctx.lineWidth = 2;
+      ctx.strokeRect(cx - 5, cy - 5, 10, 10);
+    }
+  });
+  words.forEach((e, i) => e.addEventListener("click", () => set(i)));
+  if (W.spec.positions)
+    canvas.addEventListener("click", (e) => {
+      const box = canvas.getBoundingClientRect();
+      const r = Math.floor(((e.clientY - box.top) / box.height) * h), c = Math.floor(((e.clientX - box.left) / box.width) * w);
+      set(Math.min(h - 1, Math.max(0, r)) * w + Math.min(w - 1, Math.max(0, c)));
+    });
+  root.prepend(root.lastChild);
+  set(0);
+}
+
 // ------------------------------------------------------------------ entry points
 
-const VIEWS = { head: headView, model: modelView, matrix: matrixView };
+const VIEWS = {
+  head: headView, model: modelView, matrix: matrixView,
+  alignment: alignmentView, ntm: ntmView, pointer: pointerView, image: imageView,
+};
 
 function mount(el, spec, data) {
   el.replaceChildren();
