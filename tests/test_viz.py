@@ -316,3 +316,101 @@ def test_without_anywidget_the_notebook_gets_the_page_in_a_frame_and_import_attn
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.splitlines() == ['attnc.viz\'s notebook widgets need anywidget: pip install "attnc[viz]"', "False False"]
+
+
+# --------------------------------------------------------------------------- the step views
+
+
+def arrays_of(view):
+    """A step view's arrays by name, read back from its payload and spec."""
+    return {
+        name: view.data[a["offset"] : a["offset"] + int(np.prod(a["shape"]))].reshape(a["shape"])
+        for name, a in view.spec["arrays"].items()
+    }
+
+
+def test_alignment_view_ships_the_batch_items_alignment_and_windows():
+    rng = np.random.default_rng(8)
+    w = dirichlet(rng, 2, 3, 5)  # (B, T, S)
+    windows = np.array([[[0, 2], [1, 3], [2, 5]]] * 2)
+    v = viz.alignment_view(w, list("abcde"), ["x", "y", "z"], batch=1, windows=windows)
+    got = arrays_of(v)
+    np.testing.assert_array_equal(got["weights"], w[1].astype(np.float32))
+    np.testing.assert_array_equal(got["windows"], windows[1])
+    assert (v.spec["steps"], v.spec["rows"], v.spec["cols"]) == (3, ["x", "y", "z"], list("abcde"))
+
+
+def test_ntm_view_ships_a_real_runs_trace():
+    m = attnc.models.NTM(3, 2, controller_size=8, memory_slots=6, memory_width=4, read_heads=2, seed=0)
+    _, trace = m(np.random.default_rng(9).random((2, 5, 3)).astype(np.float32), return_trace=True)
+    stage = trace.read_weights[:, :, 1]
+    v = viz.ntm_view(trace, batch=1, stages={"sharpened": stage})
+    got = arrays_of(v)
+    for name, field in (("read", "read_weights"), ("write", "write_weights"), ("memory", "memory")):
+        np.testing.assert_array_equal(got[name], getattr(trace, field)[1])
+    np.testing.assert_array_equal(got["stage:sharpened"], stage[1])
+    assert v.spec["stages"] == ["sharpened"] and v.spec["steps"] == 5
+
+
+def test_pointer_view_takes_generates_output():
+    m = attnc.models.PointerNet(2, 8, seed=0)
+    pts = np.random.default_rng(10).random((2, 5, 2)).astype(np.float32)
+    out = m.generate(pts, constraint="tour")
+    v = viz.pointer_view(pts, out, batch=1)
+    got = arrays_of(v)
+    np.testing.assert_array_equal(got["points"], pts[1])
+    np.testing.assert_array_equal(got["pointers"], out.pointers[1])
+    np.testing.assert_array_equal(got["indices"], out.indices[1])
+    assert v.spec["end"] is True and v.spec["steps"] == out.pointers.shape[1]
+    plain = viz.pointer_view(pts[0], out.pointers[0][:, :5])  # no end column, indices the argmax
+    np.testing.assert_array_equal(arrays_of(plain)["indices"], out.pointers[0][:, :5].argmax(1))
+    assert plain.spec["end"] is False
+
+
+def test_image_view_scales_integers_and_reorders_channels():
+    rng = np.random.default_rng(11)
+    rgb = rng.integers(0, 256, (3, 6, 4), dtype=np.uint8)  # channel first
+    maps = dirichlet(rng, 2, 6).reshape(2, 2, 3)
+    got = arrays_of(viz.image_view(rgb, maps, ["a", "b"]))
+    np.testing.assert_allclose(got["image"], rgb.transpose(1, 2, 0) / 255, rtol=1e-6)
+    np.testing.assert_array_equal(got["maps"], maps.astype(np.float32))
+    grey = arrays_of(viz.image_view(rng.random((4, 4)), dirichlet(rng, 16, 16)))  # (N, N) over the image's grid
+    assert grey["image"].shape == (4, 4, 3) and grey["maps"].shape == (16, 4, 4)
+    np.testing.assert_array_equal(grey["image"][..., 0], grey["image"][..., 2])
+
+
+STEP_BAD = [
+    ("windows past the source", lambda: viz.alignment_view(np.full((2, 3), 1 / 3), windows=[[0, 2], [1, 4]]),
+     ValueError, r"windows must hold 0 <= start <= end <= S = 3"),
+    ("float windows", lambda: viz.alignment_view(np.full((2, 3), 1 / 3), windows=[[0, 2.0], [1, 3]]),
+     ValueError, r"windows must be int \(T, 2\) = \(2, 2\)"),
+    ("alignment tokens", lambda: viz.alignment_view(np.full((2, 3), 1 / 3), ["a", "b"]), ValueError,
+     "source_tokens has 2 entries but weights has S = 3 source positions"),
+    ("alignment of the wrong ndim", lambda: viz.alignment_view(np.ones(3)), ValueError,
+     r"weights must be \(T, S\) or \(B, T, S\), got shape \(3,\)"),
+    ("a trace of two", lambda: viz.ntm_view((np.ones((2, 1, 3)), np.ones((2, 1, 3)))), ValueError,
+     "trace must be an NTMTrace"),
+    ("read heads over other slots", lambda: viz.ntm_view((np.ones((2, 1, 4)), np.ones((2, 1, 3)), np.ones((2, 3, 5)))),
+     ValueError, r"trace.read_weights has shape \(2, 1, 4\)"),
+    ("a stage of the wrong shape", lambda: viz.ntm_view((np.ones((2, 1, 3)),) * 2 + (np.ones((2, 3, 5)),),
+                                                        stages={"content": np.ones((3, 3))}),
+     ValueError, r"stages\['content'\] has shape \(3, 3\)"),
+    ("3-d points", lambda: viz.pointer_view(np.ones((4, 3)), np.full((2, 4), 0.25)), ValueError,
+     "points must be .* planar points"),
+    ("pointers over other points", lambda: viz.pointer_view(np.ones((4, 2)), np.full((2, 3), 0.25)), ValueError,
+     "pointers has 3 columns: n = 4 points"),
+    ("indices out of range", lambda: viz.pointer_view(np.ones((4, 2)), np.full((2, 4), 0.25), [0, 7]), ValueError,
+     r"indices must be int \(T,\) = \(2,\) in \[-1, 4\]"),
+    ("maps off the grid", lambda: viz.image_view(np.ones((4, 4)), np.full((9, 9), 1 / 9)), ValueError,
+     r"maps of shape \(9, 9\) must be \(N, N\) with N = h w = 16"),
+    ("an image of 4 channels", lambda: viz.image_view(np.ones((4, 4, 4)), np.ones((1, 2, 2))), ValueError,
+     r"image must be \(H, W\), \(H, W, 3\) or \(3, H, W\)"),
+    ("negative maps", lambda: viz.image_view(np.ones((4, 4)), -np.ones((1, 2, 2))), ValueError,
+     "maps has negative values"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("call,error,match", [b[1:] for b in STEP_BAD], ids=[b[0] for b in STEP_BAD])
+def test_step_views_refuse_bad_input_naming_the_argument(call, error, match):
+    with pytest.raises(error, match=match):
+        call()

@@ -19,8 +19,10 @@ import pytest
 from selenium import webdriver
 from selenium.webdriver.common.action_chains import ActionChains
 from selenium.webdriver.common.by import By
+from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.support.ui import Select
 
+import attnc.models
 import attnc.viz as viz
 
 NETWORK = ["http://*", "https://*", "ws://*", "wss://*", "ftp://*"]
@@ -258,3 +260,76 @@ def test_matrix_view_zooms_a_4096_token_input_within_a_second(browser, tmp_path)
     np.testing.assert_allclose(float(text.rsplit("= ", 1)[1]), w[0, r, c], rtol=1e-5)
     assert_not_blank(browser, tmp_path / "matrix_zoomed.png")
     assert console_problems(browser) == []  # nothing went wrong on the way
+
+
+def values(driver, selector, attribute):
+    """An attribute of every element the selector finds, as floats."""
+    script = f"return [...document.querySelectorAll('{selector}')].map(e => +e.getAttribute('{attribute}'))"
+    return np.array(driver.execute_script(script))
+
+
+def test_step_views_walk_through_a_run(browser, tmp_path):
+    """The slider, its buttons and the arrow keys move the step; each panel
+    then draws that step's values, read back here against the arrays."""
+    rng = np.random.default_rng(3)
+    root = lambda: browser.find_element(By.ID, "attnc-view")  # noqa: E731  (each page has its own)
+    step = lambda: int(root().get_attribute("data-step"))  # noqa: E731
+
+    w = rng.dirichlet(np.ones(6), 4).astype(np.float32)
+    windows = np.array([[0, 3], [1, 4], [2, 5], [3, 6]])
+    viz.alignment_view(w, list("abcdef"), ["w", "x", "y", "z"], windows=windows).save(tmp_path / "alignment.html")
+    open_offline(browser, tmp_path / "alignment.html")
+    for _ in range(3):
+        root().find_element(By.CSS_SELECTOR, 'button[data-role="next"]').click()
+    root().find_element(By.CSS_SELECTOR, 'button[data-role="prev"]').click()
+    assert step() == 2
+    np.testing.assert_allclose(values(browser, ".attnc-bar-rect", "data-value"), w[2], rtol=1e-6)
+    assert [values(browser, ".attnc-window", k)[0] for k in ("data-start", "data-end")] == [2, 5]
+    classes = [e.get_attribute("class") for e in root().find_elements(By.CSS_SELECTOR, ".attnc-word")]
+    assert [c.split()[-1] for c in classes] == ["attnc-past", "attnc-past", "attnc-now", "attnc-future"]
+    assert_not_blank(browser, tmp_path / "alignment.png")
+
+    m = attnc.models.NTM(3, 2, controller_size=8, memory_slots=8, memory_width=5, seed=0)
+    _, trace = m(rng.random((1, 6, 3)).astype(np.float32), return_trace=True)
+    viz.ntm_view(trace).save(tmp_path / "ntm.html")
+    open_offline(browser, tmp_path / "ntm.html")
+    root().find_element(By.CSS_SELECTOR, 'input[data-role="step"]').send_keys(Keys.ARROW_RIGHT * 4)
+    assert step() == 4
+    np.testing.assert_allclose(
+        values(browser, '[data-role="read-0"] rect[data-index]', "data-value"), trace.read_weights[0, 4, 0], rtol=1e-6
+    )
+    np.testing.assert_allclose(
+        values(browser, '[data-role="write-0"] rect[data-index]', "data-value"), trace.write_weights[0, 4, 0], rtol=1e-6
+    )
+    assert_not_blank(browser, tmp_path / "ntm.png")
+
+    net = attnc.models.PointerNet(2, 8, seed=0)
+    pts = rng.random((1, 7, 2)).astype(np.float32)
+    out = net.generate(pts, constraint="tour")
+    viz.pointer_view(pts, out).save(tmp_path / "pointer.html")
+    open_offline(browser, tmp_path / "pointer.html")
+    root().find_element(By.CSS_SELECTOR, 'input[data-role="step"]').send_keys(Keys.ARROW_RIGHT * 3)
+    np.testing.assert_allclose(values(browser, "circle", "data-p"), out.pointers[0, 3, :7], rtol=1e-6)
+    path = browser.find_element(By.CSS_SELECTOR, ".attnc-path").get_attribute("data-path")
+    assert path == ",".join(str(i) for i in out.indices[0, :4])
+    assert_not_blank(browser, tmp_path / "pointer.png")
+
+    image = np.zeros((32, 32, 3))
+    image[8:24, 8:24, 0], image[..., 2] = 1, np.linspace(0, 1, 32)
+    viz.image_view(image, rng.dirichlet(np.ones(16), 3).reshape(3, 4, 4), ["a", "red", "ball"]).save(
+        tmp_path / "caption.html"
+    )
+    open_offline(browser, tmp_path / "caption.html")
+    root().find_elements(By.CSS_SELECTOR, ".attnc-word")[2].click()
+    assert step() == 2
+    assert_not_blank(browser, tmp_path / "caption.png")
+    viz.image_view(image, rng.dirichlet(np.ones(64), 64), grid=(8, 8)).save(tmp_path / "sagan.html")
+    open_offline(browser, tmp_path / "sagan.html")
+    canvas = root().find_element(By.CSS_SELECTOR, "canvas.attnc-image")
+    size = canvas.size["width"]  # square: 32 x 32 pixels drawn at 11x
+    ActionChains(browser).move_to_element_with_offset(
+        canvas, -size // 2 + size * 5 // 8 + 3, -size // 2 + size * 2 // 8 + 3
+    ).click().perform()
+    assert step() == 2 * 8 + 5  # row 2, column 5 of the 8 x 8 grid
+    assert_not_blank(browser, tmp_path / "sagan.png")
+    assert console_problems(browser) == []

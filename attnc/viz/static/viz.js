@@ -488,8 +488,10 @@ function bars(parent, title, role, n, names = null) {
       Object.entries({ y: H - h, height: h, "data-value": values[i] }).forEach(([k, v]) => r.setAttribute(k, v));
       r.classList.toggle("attnc-marked", i === mark);
     });
-    win.setAttribute("x", window ? window[0] * bw : 0);
-    win.setAttribute("width", window ? (window[1] - window[0]) * bw : 0);
+    const [start, end] = window ?? [0, 0];
+    Object.entries({ x: start * bw, width: (end - start) * bw, "data-start": start, "data-end": end }).forEach(([k, v]) =>
+      win.setAttribute(k, v),
+    );
   };
 }
 
