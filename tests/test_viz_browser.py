@@ -82,7 +82,7 @@ def assert_not_blank(driver, path):
     pixels = (rgb[..., 0] << 16 | rgb[..., 1] << 8 | rgb[..., 2]).ravel()
     colours, counts = np.unique(pixels, return_counts=True)
     drawn = 1 - counts.max() / len(pixels)  # the pixels not of the background's colour
-    assert drawn > 0.01 and len(colours) > 20, f"{path.name} is blank ({drawn:.2%} drawn, {len(colours)} colours)"
+    assert drawn > 0.002 and len(colours) > 20, f"{path.name} is blank ({drawn:.2%} drawn, {len(colours)} colours)"
 
 
 def test_the_checks_see_a_request_and_a_console_error(browser, tmp_path):
