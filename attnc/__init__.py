@@ -90,5 +90,6 @@ __all__ = [
     "set_num_threads",
     "show_config",
     "softmax",
+    "viz",
     "vjp",
 ]

@@ -41,6 +41,13 @@ from ._views import View, build
 __all__ = ["View", "alignment_view", "head_view", "image_view", "matrix_view", "model_view", "ntm_view", "pointer_view"]
 
 
+def _lines(min_weight: float) -> dict[str, float]:
+    """The options of the views that draw weights as lines."""
+    if not 0 <= min_weight <= 1:
+        raise ValueError(f"min_weight must be in [0, 1], got {min_weight}")
+    return dict(min_weight=float(min_weight))
+
+
 def head_view(
     weights: Any,
     tokens: Any = None,
@@ -86,9 +93,7 @@ def head_view(
     >>> attnc.viz.head_view(gpt, np.array([[1, 2, 3]]), decode="abcdefghij".__getitem__).spec["attentions"][0]["rows"]
     ['b', 'c', 'd']
     """
-    if not 0 <= min_weight <= 1:
-        raise ValueError(f"min_weight must be in [0, 1], got {min_weight}")
-    return build("head", weights, tokens, target_tokens, batch, decode, dict(min_weight=float(min_weight)))
+    return build("head", weights, tokens, target_tokens, batch, decode, _lines(min_weight))
 
 
 def model_view(
@@ -114,9 +119,7 @@ def model_view(
     >>> view.spec["kind"], view.data.size
     ('model', 300)
     """
-    if not 0 <= min_weight <= 1:
-        raise ValueError(f"min_weight must be in [0, 1], got {min_weight}")
-    return build("model", weights, tokens, target_tokens, batch, decode, dict(min_weight=float(min_weight)))
+    return build("model", weights, tokens, target_tokens, batch, decode, _lines(min_weight))
 
 
 def matrix_view(
