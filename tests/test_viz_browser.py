@@ -333,3 +333,22 @@ def test_step_views_walk_through_a_run(browser, tmp_path):
     assert step() == 2 * 8 + 5  # row 2, column 5 of the 8 x 8 grid
     assert_not_blank(browser, tmp_path / "sagan.png")
     assert console_problems(browser) == []
+
+
+EMPTY = {
+    "head": lambda: viz.head_view(np.zeros((2, 0, 0))),
+    "model": lambda: viz.model_view(np.zeros((0, 3, 3))),
+    "matrix": lambda: viz.matrix_view(np.zeros((1, 0, 5)), target_tokens=[]),
+    "alignment": lambda: viz.alignment_view(np.zeros((0, 4))),
+    "ntm": lambda: viz.ntm_view((np.zeros((0, 1, 4)), np.zeros((0, 1, 4)), np.zeros((0, 4, 3)))),
+    "pointer": lambda: viz.pointer_view(np.zeros((3, 2)), np.zeros((0, 3))),
+    "image": lambda: viz.image_view(np.zeros((4, 4)), np.zeros((0, 2, 2)), []),
+}
+
+
+def test_empty_views_open_without_error(browser, tmp_path):
+    """Zero heads, tokens or steps: the page opens, draws nothing and logs no error."""
+    for kind, make in EMPTY.items():
+        make().save(tmp_path / f"{kind}.html")
+        open_offline(browser, tmp_path / f"{kind}.html")
+        assert browser.find_element(By.ID, "attnc-view").get_attribute("class") == "attnc-viz", kind
