@@ -97,11 +97,9 @@ def test_the_checks_see_a_request_and_a_console_error(browser, tmp_path):
 
 
 def lines(driver):
-    """The head view's drawn lines as {(head, row, col): opacity}."""
-    found = driver.execute_script(
-        "return [...document.querySelectorAll('.attnc-lines line')].map(l => "
-        "[+l.dataset.head, +l.dataset.row, +l.dataset.col, +l.getAttribute('stroke-opacity')])"
-    )
+    """The head view's drawn lines as {(head, row, col): opacity} (the page
+    keeps them on its lines canvas, one entry a stroke)."""
+    found = driver.execute_script("return document.querySelector('canvas.attnc-lines').attncLines")
     return {(h, i, j): w for h, i, j, w in found}
 
 
@@ -145,6 +143,13 @@ def test_head_view_layer_and_heads_selected_and_a_token_hovered(browser, tmp_pat
         root.find_element(By.CSS_SELECTOR, '[data-side="row"][data-index="4"]')
     ).perform()
     assert_lines(browser, expected_lines(w, [1, 3], rows=[4]))
+    # and on the canvas: at its right edge, ink at exactly the keys row 4 sends a line to
+    ink = browser.execute_script(
+        "const c = document.querySelector('canvas.attnc-lines');"
+        "const column = c.getContext('2d').getImageData(c.width - 1, 0, 1, c.height).data;"
+        "return [...Array(7).keys()].map(j => column[4 * (j * 18 + 9) + 3]);"
+    )
+    assert [a > 0 for a in ink] == [bool((w[[1, 3], 4, j] >= 0.01).any()) for j in range(7)], ink
     active = root.find_elements(By.CSS_SELECTOR, ".attnc-token.attnc-active")
     assert [(a.get_attribute("data-side"), a.get_attribute("data-index")) for a in active] == [("row", "4")]
     assert_not_blank(browser, tmp_path / "head_hover.png")

@@ -88,7 +88,9 @@ class Weights {
 
 // ------------------------------------------------------------------ head view
 
-const ROW = 18, COL = 120, GAP = 140;
+// A token row's height (less for thousands of tokens: a canvas is at most
+// 32,767 pixels tall), the token columns' width and the gap the lines cross.
+const ROW = 18, COL = 120, GAP = 140, TALLEST = 30000;
 
 function headView(root, W, init = {}, onBack = null) {
   const minWeight = W.spec.options.min_weight ?? 0.01;
@@ -104,7 +106,7 @@ function headView(root, W, init = {}, onBack = null) {
     });
   }
   let layerBar = make("span", {}, bar), headBar = make("span", { class: "attnc-heads" }, bar);
-  let lines = null;
+  let lines = null, row = ROW;
 
   function build() {
     const at = W.attention(st.a);
@@ -129,8 +131,14 @@ function headView(root, W, init = {}, onBack = null) {
     }
     body.replaceChildren();
     const n = Math.max(at.rows.length, at.cols.length);
-    const root_svg = svg("svg", { class: "attnc-head-svg", width: 2 * COL + GAP, height: n * ROW + 4 }, body);
-    lines = svg("g", { class: "attnc-lines" }, root_svg);
+    row = Math.min(ROW, TALLEST / Math.max(n, 1));
+    const stack = make("div", { class: "attnc-stack" }, body);
+    // The lines on a canvas (tens of thousands of SVG lines take seconds), the tokens in SVG over it.
+    lines = make("canvas", { class: "attnc-lines" }, stack);
+    Object.assign(lines.style, { left: `${COL}px`, width: `${GAP}px`, height: `${n * row}px` });
+    const dpr = window.devicePixelRatio || 1;
+    [lines.width, lines.height] = [Math.round(GAP * dpr), Math.max(1, Math.round(n * row * dpr))];
+    const root_svg = svg("svg", { class: "attnc-head-svg", width: 2 * COL + GAP, height: n * row + 4 }, stack);
     tokens(root_svg, at.rows, "row", 0, "end", COL - 6);
     tokens(root_svg, at.cols, "col", COL + GAP, "start", 6);
     draw();
@@ -139,8 +147,8 @@ function headView(root, W, init = {}, onBack = null) {
   function tokens(parent, labels, side, x, anchor, dx) {
     labels.forEach((label, i) => {
       const g = svg("g", { class: "attnc-token", "data-side": side, "data-index": i }, parent);
-      svg("rect", { x, y: i * ROW, width: COL, height: ROW }, g);
-      const t = svg("text", { x: x + dx, y: i * ROW + ROW / 2, "text-anchor": anchor }, g);
+      svg("rect", { x, y: i * row, width: COL, height: row }, g);
+      const t = svg("text", { x: x + dx, y: i * row + row / 2, "text-anchor": anchor }, g);
       t.textContent = label.length > 16 ? label.slice(0, 15) + "…" : label;
       svg("title", {}, g, label);
       g.addEventListener("mouseenter", () => {
@@ -164,23 +172,67 @@ function headView(root, W, init = {}, onBack = null) {
     }
     const [i0, i1] = st.hover?.side === "row" ? [st.hover.index, st.hover.index + 1] : [0, L];
     const [j0, j1] = st.hover?.side === "col" ? [st.hover.index, st.hover.index + 1] : [0, S];
-    const frag = document.createDocumentFragment();
+    const drawn = [], raster = new Raster(lines);
     for (const h of [...st.heads].sort((x, y) => x - y)) {
-      const M = W.matrix(st.a, st.layer, h), colour = headColour(h, at.heads);
+      const M = W.matrix(st.a, st.layer, h), colour = rgbOf(headColour(h, at.heads));
       for (let i = i0; i < i1; i++)
         for (let j = j0; j < j1; j++) {
           const w = M[i * S + j];
           if (w < minWeight) continue;
-          svg("line", {
-            x1: COL, y1: i * ROW + ROW / 2, x2: COL + GAP, y2: j * ROW + ROW / 2,
-            stroke: colour, "stroke-opacity": Math.min(1, w), "data-head": h, "data-row": i, "data-col": j,
-          }, frag);
+          raster.line(i * row + row / 2, j * row + row / 2, colour, Math.min(1, w));
+          drawn.push([h, i, j, w]);
         }
     }
-    lines.replaceChildren(frag);
+    raster.show();
+    lines.attncLines = drawn; // (head, row, col, weight) of every line drawn: the page's state, for tests
+    lines.dataset.lines = drawn.length;
   }
 
   build();
+}
+
+// Lines across a canvas from its left edge (height y1) to its right (y2),
+// composited "over" in JavaScript: a canvas stroke per line takes seconds for
+// the tens of thousands a dozen diffuse heads over 128 tokens draw.
+class Raster {
+  constructor(canvas) {
+    this.canvas = canvas;
+    this.dpr = canvas.width / GAP;
+    this.buf = new Float32Array(4 * canvas.width * canvas.height); // premultiplied RGBA
+  }
+  line(y1, y2, [r, g, b], a) {
+    const Wpx = this.canvas.width, Hpx = this.canvas.height, buf = this.buf, k = 1 - a, half = this.dpr;
+    const dy = ((y2 - y1) * this.dpr) / Wpx;
+    for (let x = 0, ya = y1 * this.dpr; x < Wpx; x++, ya += dy) {
+      const lo = Math.max(0, Math.floor(Math.min(ya, ya + dy) - half)), hi = Math.min(Hpx, Math.ceil(Math.max(ya, ya + dy) + half));
+      for (let y = lo, o = 4 * (lo * Wpx + x); y < hi; y++, o += 4 * Wpx) {
+        buf[o] = r * a + buf[o] * k;
+        buf[o + 1] = g * a + buf[o + 1] * k;
+        buf[o + 2] = b * a + buf[o + 2] * k;
+        buf[o + 3] = a + buf[o + 3] * k;
+      }
+    }
+  }
+  show() {
+    const img = new ImageData(this.canvas.width, this.canvas.height), px = img.data, buf = this.buf;
+    for (let o = 0; o < buf.length; o += 4) {
+      const a = buf[o + 3];
+      if (!a) continue;
+      px[o] = buf[o] / a;
+      px[o + 1] = buf[o + 1] / a;
+      px[o + 2] = buf[o + 2] / a;
+      px[o + 3] = 255 * a;
+    }
+    this.canvas.getContext("2d").putImageData(img, 0, 0);
+  }
+}
+
+// [r, g, b] (0-255) of a "#rrggbb" or "hsl(h,s%,l%)" colour, as the browser computes it.
+function rgbOf(colour) {
+  const ctx = document.createElement("canvas").getContext("2d");
+  ctx.fillStyle = colour;
+  ctx.fillRect(0, 0, 1, 1);
+  return [...ctx.getImageData(0, 0, 1, 1).data.slice(0, 3)];
 }
 
 // ------------------------------------------------------------------ model view
