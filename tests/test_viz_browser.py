@@ -20,7 +20,7 @@ from selenium import webdriver
 from selenium.webdriver.common.action_chains import ActionChains
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
-from selenium.webdriver.support.ui import Select
+from selenium.webdriver.support.ui import Select, WebDriverWait
 
 import attnc.models
 import attnc.viz as viz
@@ -357,3 +357,45 @@ def test_empty_views_open_without_error(browser, tmp_path):
         make().save(tmp_path / f"{kind}.html")
         open_offline(browser, tmp_path / f"{kind}.html")
         assert browser.find_element(By.ID, "attnc-view").get_attribute("class") == "attnc-viz", kind
+
+
+# anywidget's side of a view: the module imported as a notebook front end
+# does (from a blob), render() called with a model holding the widget's
+# traitlets, the weights a DataView into a larger buffer at an odd offset.
+WIDGET_PAGE = """<!DOCTYPE html><html><head><style>{css}</style></head><body><div id="attnc-view"></div>
+<script type="module">
+const source = {js}, spec = {spec}, bytes = Uint8Array.from(atob("{payload}"), (c) => c.charCodeAt(0));
+const buffer = new Uint8Array(bytes.length + 3);
+buffer.set(bytes, 1);
+const data = new DataView(buffer.buffer, 1, bytes.length);
+const module = await import(URL.createObjectURL(new Blob([source], {{ type: "text/javascript" }})));
+const handlers = {{}};
+const model = {{ get: (k) => ({{ spec, data }})[k], on: (e, f) => (handlers[e] = f), off: (e) => delete handlers[e] }};
+const cleanup = module.default.render({{ model, el: document.getElementById("attnc-view") }});
+const subscribed = Object.keys(handlers);
+cleanup();
+window.widgetState = [subscribed, Object.keys(handlers)];
+</script></body></html>"""
+
+
+def test_the_widget_module_renders_the_widgets_traitlets(browser, tmp_path):
+    import base64
+
+    rng = np.random.default_rng(4)
+    layers = [rng.dirichlet(np.full(5, 0.3), (1, 2, 5)).astype(np.float32) for _ in range(2)]
+    widget = viz.head_view(layers, list("abcde")).widget()
+    page = tmp_path / "widget.html"
+    page.write_text(
+        WIDGET_PAGE.format(
+            css=widget._css,
+            js=json.dumps(widget._esm),
+            spec=json.dumps(widget.spec),
+            payload=base64.b64encode(widget.data).decode(),
+        )
+    )
+    requests, _, problems = open_page(browser, page)
+    assert [u.split(":")[0] for u in requests] == ["file", "blob"] and problems == []
+    WebDriverWait(browser, 5).until(lambda d: d.execute_script("return window.widgetState"))  # (top-level await)
+    subscribed, left = browser.execute_script("return window.widgetState")
+    assert (sorted(subscribed), left) == (["change:data", "change:spec"], [])  # render() redraws on changes
+    assert_lines(browser, expected_lines(layers[0][0], [0, 1]))
