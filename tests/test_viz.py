@@ -132,6 +132,19 @@ def test_a_seq2seq_transformer_gives_its_three_attentions():
     np.testing.assert_array_equal(v.data, expected)
 
 
+def test_a_transformer_on_embeddings_gives_positions_and_each_decoder_layers_weights():
+    m = attnc.nn.Transformer(8, 2, 2, 1, dim_feedforward=16, seed=0).eval()
+    rng = np.random.default_rng(12)
+    src, tgt = rng.random((2, 4, 8)).astype(np.float32), rng.random((2, 3, 8)).astype(np.float32)
+    _, weights = m(src, tgt, need_weights=True)
+    v = viz.matrix_view(m, (src, tgt), batch=1)
+    got = {a["name"]: (a["layers"], a["rows"], a["cols"]) for a in v.spec["attentions"]}
+    p4, p3 = ["0", "1", "2", "3"], ["0", "1", "2"]
+    assert got == {"encoder": (2, p4, p4), "decoder_self": (1, p3, p3), "decoder_cross": (1, p3, p4)}
+    expected = np.concatenate([np.stack([w[1] for w in weights[k]]).ravel() for k in got])
+    np.testing.assert_array_equal(v.data, expected)
+
+
 def test_multihead_attention_shows_every_head_not_their_average():
     mha = attnc.nn.MultiheadAttention(8, 4, batch_first=True, seed=0)
     x = np.random.default_rng(5).standard_normal((1, 6, 8)).astype(np.float32)

@@ -72,7 +72,8 @@ def head_view(
         one (B, H, L, S) or (H, L, S) array, a dict of named such lists (as
         attnc.nn.Transformer returns), or an attnc model (attnc.models.GPT,
         Seq2SeqTransformer, attnc.nn's transformer modules, MultiheadAttention),
-        which is run once with ``need_weights=True``.
+        which is run once with ``need_weights=True`` in its present mode
+        (call ``model.eval()`` first for weights without dropout).
     tokens : the S key tokens' labels (default: positions); with a model, its
         input instead: ids (B, T) int, or a tuple of the forward's arguments
         (a seq2seq model's (src, tgt_in)); integer inputs label the tokens.
