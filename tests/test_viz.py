@@ -353,6 +353,24 @@ def test_alignment_view_ships_the_batch_items_alignment_and_windows():
     assert (v.spec["steps"], v.spec["rows"], v.spec["cols"]) == (3, ["x", "y", "z"], list("abcde"))
 
 
+def test_alignment_view_decodes_with_a_seq2seq_model_and_finds_local_windows():
+    m = attnc.models.Seq2Seq(20, 12, embed_size=8, hidden_size=16, attention="local-m", window=1, seed=0)
+    src = np.array([[3, 4, 5, 6, 7, 8], [9, 8, 7, 6, 5, 4]])
+    tokens, align = m.generate(src)
+    v = viz.alignment_view(m, src, batch=1, decode=lambda i: f"w{i}")
+    got = arrays_of(v)
+    np.testing.assert_array_equal(got["weights"], align[1])
+    assert v.spec["cols"] == [f"w{i}" for i in src[1]] and v.spec["rows"] == [f"w{i}" for i in tokens[1]]
+    for row, (start, end) in zip(align[1], got["windows"].astype(int)):
+        if not row.any():  # a step after the end
+            assert start == end == 0
+            continue
+        assert (row[:start] == 0).all() and (row[end:] == 0).all() and row[start] > 0 < row[end - 1]
+        assert end - start <= 3  # local-m's window: the step's position +- 1
+    with pytest.raises(ValueError, match="target_tokens labels weights given as arrays"):
+        viz.alignment_view(m, src, ["a"])
+
+
 def test_ntm_view_ships_a_real_runs_trace():
     m = attnc.models.NTM(3, 2, controller_size=8, memory_slots=6, memory_width=4, read_heads=2, seed=0)
     _, trace = m(np.random.default_rng(9).random((2, 5, 3)).astype(np.float32), return_trace=True)

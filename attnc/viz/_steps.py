@@ -3,12 +3,12 @@ slider and the panels each step shows, drawn by one core in static/viz.js)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
-from ._inputs import as_array, batch_index, checked, labels
+from ._inputs import as_array, batch_index, checked, is_model, labels
 from ._views import View, pack
 
 
@@ -17,13 +17,29 @@ def _one(arr: np.ndarray, batch: int, ndim: int) -> np.ndarray:
     return arr[batch_index(batch, len(arr))] if arr.ndim == ndim + 1 else arr
 
 
+def _decoded(model: Any, src: Any, batch: int, decode: Callable[[int], object] | None) -> tuple:
+    """A recurrent seq2seq model's greedy decoding of src (B, S) int: (its
+    alignments (B, L, S), the source's and the output's labels of batch item
+    ``batch``, local attention's windows: the span of each step's nonzero weights)."""
+    ids = np.asarray(src)
+    tokens, align = model.generate(ids)
+    b = batch_index(batch, len(ids))
+    name = (lambda i: decode(int(i))) if decode else (lambda i: int(i))
+    windows = None
+    if str(getattr(model, "attention_kind", "")).startswith("local"):
+        spans = [np.flatnonzero(row) for row in align[b]]
+        windows = np.array([[s[0], s[-1] + 1] if len(s) else [0, 0] for s in spans], np.int64).reshape(-1, 2)
+    return align, [name(i) for i in ids[b]], [name(i) for i in tokens[b]], windows
+
+
 def alignment_view(
     weights: Any,
-    source_tokens: Sequence[object] | None = None,
+    source_tokens: Any = None,
     target_tokens: Sequence[object] | None = None,
     *,
     batch: int = 0,
     windows: Any = None,
+    decode: Callable[[int], object] | None = None,
 ) -> View:
     """A seq2seq alignment as the decoder steps through its output.
 
@@ -35,11 +51,16 @@ def alignment_view(
     Parameters
     ----------
     weights : (T, S) or (B, T, S) float, >= 0: step t's weights over the S
-        source positions (an RNN seq2seq model's attention, Bahdanau or Luong)
+        source positions (an RNN seq2seq model's attention, Bahdanau or
+        Luong); or an attnc.models.Seq2Seq, which decodes ``source_tokens``
+        (then its input ids, (B, S) int) greedily with ``generate``, its ids
+        (through ``decode``) labelling source and output, and local
+        attention's windows found as the span of each step's weights
     source_tokens, target_tokens : S and T labels (default positions)
     batch : the batch item shown, when weights has a batch axis
     windows : optional (T, 2) or (B, T, 2) int, step t's local window
         [start, end) over the source (Luong's local attention)
+    decode : with a model, maps an id (int) to its label
 
     Example
     -------
@@ -47,7 +68,20 @@ def alignment_view(
     >>> view = attnc.viz.alignment_view(w, list("abcde"), ["x", "y", "z"], windows=[[0, 3], [1, 4], [2, 5]])
     >>> view.spec["steps"], view.spec["arrays"]["windows"]["shape"]
     (3, [3, 2])
+    >>> m = attnc.models.Seq2Seq(20, 12, embed_size=8, hidden_size=16, attention="local-p", window=1, seed=0)
+    >>> view = attnc.viz.alignment_view(m, np.array([[3, 4, 5, 6, 7]]))
+    >>> view.spec["cols"], "windows" in view.spec["arrays"]
+    (['3', '4', '5', '6', '7'], True)
     """
+    if is_model(weights):
+        if target_tokens is not None:
+            raise ValueError(
+                "target_tokens labels weights given as arrays; a model's output labels are its ids (decode=)"
+            )
+        weights, source_tokens, target_tokens, found = _decoded(weights, source_tokens, batch, decode)
+        windows = found if windows is None else windows
+    elif decode is not None:
+        raise ValueError("decode names a model's ids; with weights as arrays give the tokens as strings")
     w = _one(checked(weights, "weights", "(T, S) or (B, T, S)", (2, 3)), batch, 2)
     T, S = w.shape
     arrays = dict(weights=w)
