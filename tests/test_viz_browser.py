@@ -150,6 +150,8 @@ def test_head_view_layer_and_heads_selected_and_a_token_hovered(browser, tmp_pat
         "return [...Array(7).keys()].map(j => column[4 * (j * 18 + 9) + 3]);"
     )
     assert [a > 0 for a in ink] == [bool((w[[1, 3], 4, j] >= 0.01).any()) for j in range(7)], ink
+    shaded = values(browser, '.attnc-token[data-side="col"]', "data-weight")
+    np.testing.assert_allclose(shaded, w[[1, 3], 4].max(0), rtol=1e-6)  # the keys shaded by their weight
     active = root.find_elements(By.CSS_SELECTOR, ".attnc-token.attnc-active")
     assert [(a.get_attribute("data-side"), a.get_attribute("data-index")) for a in active] == [("row", "4")]
     assert_not_blank(browser, tmp_path / "head_hover.png")

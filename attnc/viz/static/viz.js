@@ -166,14 +166,27 @@ function headView(root, W, init = {}, onBack = null) {
     const at = W.attention(st.a), L = at.rows.length, S = at.cols.length;
     Object.assign(root.dataset, { attention: st.a, layer: st.layer, heads: [...st.heads].sort((x, y) => x - y) });
     for (const box of headBar.children) box.classList.toggle("attnc-off", !st.heads.has(Number(box.dataset.head)));
+    const heads = [...st.heads].sort((x, y) => x - y);
     for (const g of root.querySelectorAll(".attnc-token")) {
-      const on = st.hover && g.dataset.side === st.hover.side && Number(g.dataset.index) === st.hover.index;
+      const k = Number(g.dataset.index), side = g.dataset.side, on = st.hover && side === st.hover.side && k === st.hover.index;
       g.classList.toggle("attnc-active", !!on);
+      // The other column's tokens shaded by the weight they share with the hovered one (its strongest head's colour).
+      let best = -1, top = 0;
+      if (st.hover && side !== st.hover.side)
+        for (const h of heads) {
+          const M = W.matrix(st.a, st.layer, h), w = side === "col" ? M[st.hover.index * S + k] : M[k * S + st.hover.index];
+          if (w > top) [best, top] = [h, w];
+        }
+      const rect = g.querySelector("rect");
+      rect.style.fill = best >= 0 ? headColour(best, at.heads) : "";
+      rect.style.fillOpacity = best >= 0 ? String(Math.min(1, top) * 0.6) : "";
+      if (st.hover && side !== st.hover.side) g.dataset.weight = top;
+      else delete g.dataset.weight;
     }
     const [i0, i1] = st.hover?.side === "row" ? [st.hover.index, st.hover.index + 1] : [0, L];
     const [j0, j1] = st.hover?.side === "col" ? [st.hover.index, st.hover.index + 1] : [0, S];
     const drawn = [], raster = new Raster(lines);
-    for (const h of [...st.heads].sort((x, y) => x - y)) {
+    for (const h of heads) {
       const M = W.matrix(st.a, st.layer, h), colour = rgbOf(headColour(h, at.heads));
       for (let i = i0; i < i1; i++)
         for (let j = j0; j < j1; j++) {
