@@ -80,10 +80,8 @@ def stack_layers(weights: Any, name: str) -> np.ndarray:
         stacked = arr[None]
     if stacked.ndim == 4:  # (layers, H, L, S): one sequence, no batch axis
         stacked = stacked[:, None]
-    for i, layer in enumerate(stacked):
-        checked(layer, f"{name}[{i}]" if isinstance(weights, (list, tuple)) else name, "", (layer.ndim,))
-    stacked = stacked.astype(np.float64)
-    return stacked
+    where = (lambda i: f"{name}[{i}]") if isinstance(weights, (list, tuple)) else (lambda i: name)
+    return np.stack([checked(layer, where(i), "", (layer.ndim,)) for i, layer in enumerate(stacked)])
 
 
 def labels(tokens: Sequence[object] | None, n: int, name: str, what: str) -> list[str]:
@@ -184,4 +182,5 @@ def model_weights(model: nn.Module, inputs: Any, batch: int, decode: Callable[[i
 
 
 def is_model(x: Any) -> bool:
+    """Whether a view's first argument is an attnc module to run rather than weights."""
     return isinstance(x, nn.Module)

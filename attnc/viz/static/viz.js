@@ -488,7 +488,7 @@ function matrixView(root, W) {
   );
   let drag = null;
   canvas.addEventListener("mousedown", (e) => (drag = [e.clientX, e.clientY]));
-  window.addEventListener("mouseup", () => (drag = null));
+  canvas.addEventListener("mouseup", () => (drag = null)); // (no listener on window: re-rendered widgets would pile them up)
   canvas.addEventListener("mousemove", (e) => {
     if (drag) {
       st.ox -= (e.clientX - drag[0]) / st.scale;
@@ -498,7 +498,10 @@ function matrixView(root, W) {
     }
     showValue(e);
   });
-  canvas.addEventListener("mouseleave", () => (readout.textContent = " "));
+  canvas.addEventListener("mouseleave", () => {
+    readout.textContent = " ";
+    drag = null;
+  });
   canvas.addEventListener("dblclick", reset);
   reset();
 }
