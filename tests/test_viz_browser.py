@@ -259,6 +259,12 @@ def test_matrix_view_zooms_a_4096_token_input_within_a_second(browser, tmp_path)
     scale, ox, oy = (float(canvas.get_attribute(f"data-{k}")) for k in ("scale", "ox", "oy"))
     assert scale > 9  # the cells hold their labels
 
+    # Dragging pans: 100 pixels left and 50 up move the view 100 / scale cells right and 50 / scale down.
+    ActionChains(browser).move_to_element(canvas).click_and_hold().move_by_offset(-100, -50).release().perform()
+    moved = [float(canvas.get_attribute(f"data-{k}")) - v for k, v in (("ox", ox), ("oy", oy))]
+    np.testing.assert_allclose(moved, [100 / scale, 50 / scale], rtol=1e-6)
+    ox, oy = ox + moved[0], oy + moved[1]
+
     # Zoomed in, the readout is one cell's exact weight.
     x, y = 200.5, 100.5
     r, c = int(oy + y / scale), int(ox + x / scale)
