@@ -38,9 +38,9 @@ from .nn.module import FileFormatError, load, save
 # models, data sets and experiments are most of the package, and plot is for
 # drawing. A type checker sees them as plain imports (and still catches a
 # misspelt attribute, which a module __getattr__ would hide from it).
-_LAZY = ("datasets", "experiments", "models", "plot")
+_LAZY = ("datasets", "experiments", "models", "plot", "viz")
 if _typing_module.TYPE_CHECKING:  # (mypy reads an aliased TYPE_CHECKING as a plain variable)
-    from . import datasets, experiments, models, plot
+    from . import datasets, experiments, models, plot, viz
 else:
 
     def __getattr__(name: str):
@@ -90,5 +90,6 @@ __all__ = [
     "set_num_threads",
     "show_config",
     "softmax",
+    "viz",
     "vjp",
 ]

@@ -73,6 +73,8 @@ OTHER_TESTS = [
     "test_tensor_inputs.py",
     "test_ddp.py",
     "test_torch_ops.py",
+    "test_viz.py",
+    "test_viz_browser.py",  # attnc.viz's pages in chromium: no C arithmetic of their own
     "test_binding.py",  # the binding's surface against its table (the sources): every path compiles the same ops.c
 ]
 KERNEL_TESTS = [

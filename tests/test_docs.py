@@ -23,6 +23,7 @@ MODULES = [
     "attnc.ntm",
     "attnc.optim",
     "attnc.plot",
+    "attnc.viz",
     "attnc.experiments",
     "attnc.torch",
     "attnc.torch.nn",

@@ -89,3 +89,10 @@ def test_glibc_symbol_versions_are_at_most_2_27(lib):
 def test_package_is_typed_and_its_version_is_the_distributions():
     assert importlib.resources.files("attnc").joinpath("py.typed").is_file()
     assert importlib.metadata.version("attnc") == attnc.__version__
+
+
+def test_the_views_script_and_style_are_in_the_package():
+    """attnc.viz inlines these into every saved page (pyproject's package data)."""
+    static = importlib.resources.files("attnc.viz").joinpath("static")
+    assert sorted(p.name for p in static.iterdir()) == ["viz.css", "viz.js"]
+    assert "function mountPage(" in static.joinpath("viz.js").read_text(encoding="utf-8")

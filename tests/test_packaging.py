@@ -20,7 +20,9 @@ def imported_after(code: str) -> set:
     return set(run.stdout.split())
 
 
-@pytest.mark.parametrize("dependency", ["matplotlib", "tqdm", "torch", "transformers", "safetensors"])
+@pytest.mark.parametrize(
+    "dependency", ["matplotlib", "tqdm", "torch", "transformers", "safetensors", "anywidget", "traitlets"]
+)
 def test_import_attnc_imports_no_optional_dependency(dependency):
     assert dependency not in imported_after("import attnc")
 
@@ -31,7 +33,11 @@ def test_import_attnc_models_imports_no_checkpoint_reader(dependency):
     assert dependency not in imported_after("import attnc.models")
 
 
-LAZY = ["datasets", "experiments", "models", "plot"]
+def test_import_attnc_viz_leaves_anywidget_for_the_first_widget():
+    assert not {"anywidget", "traitlets", "ipywidgets"} & imported_after("import attnc.viz")
+
+
+LAZY = ["datasets", "experiments", "models", "plot", "viz"]
 
 
 def test_import_attnc_leaves_the_subpackages_for_their_first_use():
@@ -45,7 +51,8 @@ def test_the_subpackages_are_reachable_after_import_attnc():
         "assert attnc.models.GPT.__name__ == 'GPT'\n"
         "assert attnc.datasets.DatesTask.__name__ == 'DatesTask'\n"
         "assert 'dates' in attnc.experiments.EXPERIMENTS and callable(attnc.plot.alignment)\n"
-        "assert {'datasets', 'experiments', 'models', 'plot', 'nn'} <= set(dir(attnc))"
+        "assert callable(attnc.viz.head_view)\n"
+        "assert {'datasets', 'experiments', 'models', 'plot', 'viz', 'nn'} <= set(dir(attnc))"
     )
     assert {f"attnc.{name}" for name in LAZY} <= modules
 
