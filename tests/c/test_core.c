@@ -866,7 +866,7 @@ static void test_transformer_layer(void) {
     attnc_layer_params none = {0};
     CHECK(attnc_layer_forward(&to, NULL, NULL, &ts, &tx, &tm, &p, &c, &causal, NULL) == ATTNC_OK, "%s",
           attnc_last_error());
-    CHECK(attnc_layer_backward(&tdx, &tdm, &none, NULL, &tcot, &ts, &tx, &tm, &p, &c, &causal, NULL) == ATTNC_OK, "%s",
+    CHECK(attnc_layer_backward(&tdx, &tdm, NULL, &none, NULL, &tcot, &ts, &tx, &tm, &p, &c, &causal, NULL) == ATTNC_OK, "%s",
           attnc_last_error());
     double worst = 0;
     for (int i = 0; i < LB * LL * LE; i++) {
