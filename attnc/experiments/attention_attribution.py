@@ -1,5 +1,4 @@
-"""Attention rollout and flow (Abnar & Zuidema 2020) against raw attention:
-which agrees better with input ablation on what a trained GPT's outputs depend on.
+"""Attention rollout and flow (Abnar & Zuidema 2020) against raw attention, on what a trained GPT's outputs use.
 
     python -m attnc.experiments.attention_attribution [--seed N] [--quick] [--threads N] [--train]
 
@@ -121,7 +120,7 @@ def evaluate(model, task, batch_size):
     hits = {m: [] for m in METHODS}
     for start in range(0, len(task), batch_size):
         idx = task.inputs[start : start + batch_size]
-        targets = task.targets[start : start + batch_size]
+        targets = np.maximum(task.targets[start : start + batch_size], 0)  # -100 (no target) at the unsorted half
         imp = ablation_importance(model, idx, targets)
         att = attributions(model, idx, targets, outputs)
         for b in range(len(idx)):
@@ -150,6 +149,7 @@ def main(argv=None):
     args = _common.parse_args(__name__, argv)
     cfg = _common.config(FULL, QUICK, args)
     model, trained = _model(args)
+    model = model.to(np.float64)  # a confident model's probability drops are small: measured in float64
     task = sort_task(
         cfg["examples"], 6, 3, seed=int(np.random.SeedSequence(args.seed).generate_state(1)[0]), split="test"
     )
