@@ -235,7 +235,7 @@ def attention_gradients(
     -------
     >>> layer = attnc.nn.TransformerEncoderLayer(8, 2, dim_feedforward=16, dropout=0.0, seed=0)
     >>> encoder = attnc.nn.TransformerEncoder(layer, 2)
-    >>> x = np.random.rand(3, 4, 8)
+    >>> x = np.random.rand(3, 4, 8).astype(np.float32)
     >>> ws, gs = attnc.attribution.attention_gradients(encoder, x, lambda out: out)  # score: sum(out**2) / 2
     >>> len(gs), gs[0].shape
     (2, (3, 2, 4, 4))

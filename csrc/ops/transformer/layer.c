@@ -452,6 +452,10 @@ attnc_status attnc_layer_forward(attnc_tensor *out, attnc_tensor *weights_self, 
     const layer_dims *d = &r.d;
     if (!attnc_present(out)) return attnc_fail(ATTNC_ERR_TYPE, "output is required");
     TRY(check_rows(out, "output", d->dt, d->B, d->L, d->E, true));
+    /* checked here, by their names (the attention would call either "weights") */
+    if (attnc_present(weights_self)) TRY(ATTNC_NEED(weights_self, "weights_self", d->dt, true, d->B, d->H, d->L, d->L));
+    if (attnc_present(weights_cross) && d->decoder)
+        TRY(ATTNC_NEED(weights_cross, "weights_cross", d->dt, true, d->B, d->H, d->L, d->S));
     r.weights[SELF] = attnc_present(weights_self) ? weights_self : NULL;
     r.weights[CROSS] = attnc_present(weights_cross) && d->decoder ? weights_cross : NULL;
     size_t es = attnc_dtype_size(d->dt);
