@@ -112,23 +112,34 @@ static void finish(attr_job *job) {
     free(job->scratch);
 }
 
-/* The output (B, L, L), of the weights' dtype. */
-static attnc_status check_out(attnc_tensor *out, const char *name, const attnc_tensor *weights, const attr_job *job) {
+/* The checks of every call: the stack (and grads, for relevance; the
+ * weights non-negative otherwise), the fusion and residual when mixed, and
+ * the output (B, L, L) of the weights' dtype. */
+static attnc_status prepare(attr_job *job, attnc_tensor *out, const char *name, const attnc_tensor *weights,
+                            const attnc_tensor *grads, attnc_head_fusion fusion, double residual) {
+    TRY(check_stack(weights, grads, !grads, job));
+    if (!grads) TRY(check_fusion(fusion, residual, job));
     return ATTNC_NEED(out, name, weights->dtype, true, job->B, job->L, job->L);
+}
+
+/* task over nblocks blocks, each worker with per_worker bytes of scratch,
+ * on as many workers as about `work` multiply-adds deserve. */
+static attnc_status run(attr_job *job, attnc_tensor *out, int64_t work, size_t per_worker, int64_t nblocks,
+                        attnc_task_fn task) {
+    int workers = attnc_workers_for(work);
+    TRY(start(job, out, !job->grads, per_worker, workers));
+    if (nblocks * job->L > 0) attnc_parallel_for(nblocks, workers, task, job);
+    finish(job);
+    return ATTNC_OK;
 }
 
 attnc_status attnc_attention_rollout(attnc_tensor *rollout, const attnc_tensor *weights, attnc_head_fusion fusion,
                                      double residual) {
     attr_job job = {0};
-    TRY(check_stack(weights, NULL, true, &job));
-    TRY(check_fusion(fusion, residual, &job));
-    TRY(check_out(rollout, "rollout", weights, &job));
+    TRY(prepare(&job, rollout, "rollout", weights, NULL, fusion, residual));
     int64_t LL = job.L * job.L;
-    int workers = attnc_workers_for(job.B * job.N * LL * job.L);
-    TRY(start(&job, rollout, true, (size_t)LL * attnc_dtype_size(weights->dtype), workers));
-    if (job.B * LL > 0) attnc_parallel_for(job.B, workers, ATTNC_TYPED(weights->dtype, rollout_task), &job);
-    finish(&job);
-    return ATTNC_OK;
+    return run(&job, rollout, job.B * job.N * LL * job.L, (size_t)LL * attnc_dtype_size(weights->dtype), job.B,
+               ATTNC_TYPED(weights->dtype, rollout_task));
 }
 
 /* Flow's per-worker scratch: residual and flow per edge (2 N L L reals),
@@ -141,9 +152,7 @@ static size_t flow_scratch(const attr_job *j, size_t es) {
 attnc_status attnc_attention_flow(attnc_tensor *flow, const attnc_tensor *weights, attnc_head_fusion fusion,
                                   double residual) {
     attr_job job = {0};
-    TRY(check_stack(weights, NULL, true, &job));
-    TRY(check_fusion(fusion, residual, &job));
-    TRY(check_out(flow, "flow", weights, &job));
+    TRY(prepare(&job, flow, "flow", weights, NULL, fusion, residual));
     /* L^2 max-flow problems per batch element, each over N L^2 edges: the
      * guard keeps a call to minutes, not days. */
     double L = (double)job.L, work = (double)job.B * (double)job.N * L * L * L * L;
@@ -152,23 +161,16 @@ attnc_status attnc_attention_flow(attnc_tensor *flow, const attnc_tensor *weight
                           "attention flow over B=%lld, %lld layers, L=%lld solves B L^2 max-flow problems of N L^2 "
                           "edges (B N L^4 = %.3g > %.3g): too slow; use rollout, or fewer tokens",
                           (long long)job.B, (long long)job.N, (long long)job.L, work, ATTNC_FLOW_MAX_WORK);
-    int workers = attnc_workers_for((int64_t)work);
-    TRY(start(&job, flow, true, flow_scratch(&job, attnc_dtype_size(weights->dtype)), workers));
-    if (job.B * job.L > 0) attnc_parallel_for(job.B * job.L, workers, ATTNC_TYPED(weights->dtype, flow_task), &job);
-    finish(&job);
-    return ATTNC_OK;
+    return run(&job, flow, (int64_t)work, flow_scratch(&job, attnc_dtype_size(weights->dtype)), job.B * job.L,
+               ATTNC_TYPED(weights->dtype, flow_task));
 }
 
 attnc_status attnc_attention_relevance(attnc_tensor *relevance, const attnc_tensor *weights,
                                        const attnc_tensor *grads) {
     attr_job job = {0};
     if (!attnc_present(grads)) return attnc_fail(ATTNC_ERR_TYPE, "grads is required");
-    TRY(check_stack(weights, grads, false, &job));
-    TRY(check_out(relevance, "relevance", weights, &job));
+    TRY(prepare(&job, relevance, "relevance", weights, grads, ATTNC_HEADS_MEAN, 0));
     int64_t LL = job.L * job.L;
-    int workers = attnc_workers_for(job.B * job.N * (job.H + job.L) * LL);
-    TRY(start(&job, relevance, false, 2 * (size_t)LL * attnc_dtype_size(weights->dtype), workers));
-    if (job.B * LL > 0) attnc_parallel_for(job.B, workers, ATTNC_TYPED(weights->dtype, relevance_task), &job);
-    finish(&job);
-    return ATTNC_OK;
+    return run(&job, relevance, job.B * job.N * (job.H + job.L) * LL, 2 * (size_t)LL * attnc_dtype_size(weights->dtype),
+               job.B, ATTNC_TYPED(weights->dtype, relevance_task));
 }
