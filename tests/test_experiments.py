@@ -226,7 +226,7 @@ def test_pointer_quick_runs(name, keys, tmp_path):
 
 def test_attention_attribution_quick_run():
     first, _ = run_experiment("attention_attribution", "--quick", "--seed", "2", "--threads", "1")
-    methods = {"raw_attention", "rollout", "flow", "relevance"}
+    methods = {"raw_attention", "rollout", "flow", "relevance"} | {f"raw_attention_layer{l}" for l in (1, 2, 3)}
     assert (
         first["quick"] is True and first["model"] == "attnc.pretrained('gpt_sort')" and first["train_metrics"] is None
     )
