@@ -17,7 +17,7 @@ from . import _core  # noqa: F401  (the build for this CPU's best SIMD path, or 
 
 # isort: split
 
-from . import nn, ntm, optim
+from . import attribution, nn, ntm, optim
 from ._pretrained import pretrained  # cheap: it imports attnc.models only when loading
 from .attention import (
     KVCache,
@@ -69,6 +69,7 @@ __all__ = [
     "FileFormatError",
     "KVCache",
     "attention",
+    "attribution",
     "blas_info",
     "datasets",
     "experiments",

@@ -97,6 +97,7 @@ KERNEL_TESTS = [
     "test_rnn.py",
     "test_lstmn.py",
     "test_attention_pooling.py",
+    "test_attribution.py",
     "test_self_attention2d.py",
     "test_transformer.py",
     "test_decode.py",

@@ -17,6 +17,7 @@ import attnc
 
 MODULES = [
     "attnc",
+    "attnc.attribution",
     "attnc.nn",
     "attnc.models",
     "attnc.datasets",

@@ -32,7 +32,7 @@ import pytest
 
 import attnc
 import attnc.models
-from attnc import models, nn, ntm
+from attnc import attribution, models, nn, ntm
 
 DTYPES = [np.float32, np.float64]
 DT_IDS = ["f32", "f64"]
@@ -920,6 +920,35 @@ CASES = [
         grad=False,
         decodes=0,
     ),
+    # ---- attnc.attribution: (B, T, T) from every layer's (B, H, T, T); no heads to fuse is refused
+    *[
+        Case(
+            f"attnc.attribution.{fn.__name__}",
+            lambda x, fn=fn: call(fn, [x.pos("B", "H", "T", "T") for _ in range(2)]),
+            "BT",
+            grad=False,
+            refuse="H",
+            zeros=False,
+        )
+        for fn in (attribution.rollout, attribution.flow)
+    ],
+    Case(
+        "attnc.attribution.relevance",
+        lambda x: call(attribution.relevance, *([x.a("B", "H", "T", "T") for _ in range(2)] for _ in range(2))),
+        "BT",
+        grad=False,
+        refuse="H",
+        zeros=False,
+    ),
+    Case(
+        "attnc.attribution.attention_gradients",
+        lambda x: call(
+            attribution.attention_gradients, nn.TransformerEncoder(ENC(x), 2), x.a("B", "T", "E"), np.ones_like
+        ),
+        "BT",
+        grad=False,
+        zeros=False,
+    ),
 ]
 
 # Public names with no batch, sequence or feature dim to empty, and why.
@@ -1130,7 +1159,7 @@ def public_names() -> set:
     """attnc's public functions, classes and their public methods, by qualified
     name (an alias counts as the function it names)."""
     names = set()
-    for mod in (attnc, nn, ntm, models):
+    for mod in (attnc, nn, ntm, models, attribution):
         for n in mod.__all__:
             obj = getattr(mod, n)
             if inspect.ismodule(obj):

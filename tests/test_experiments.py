@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import warnings
 
 import numpy as np
 import pytest
@@ -218,3 +219,45 @@ def test_pointer_quick_runs(name, keys, tmp_path):
     assert isinstance(model, attnc.models.PointerNet)
     out = model.generate(np.random.default_rng(0).random((2, 6, model.input_size), np.float32))
     assert out.indices.shape == (2, 6) and sorted(out.indices[0]) == list(range(6))
+
+
+# --------------------------------------------------------------------------- attention attribution
+
+
+def test_attention_attribution_quick_run():
+    first, _ = run_experiment("attention_attribution", "--quick", "--seed", "2", "--threads", "1")
+    methods = {"raw_attention", "rollout", "flow", "relevance"} | {f"raw_attention_layer{l}" for l in (1, 2, 3)}
+    assert (
+        first["quick"] is True and first["model"] == "attnc.pretrained('gpt_sort')" and first["train_metrics"] is None
+    )
+    assert first["pairs"] == 6 * first["heldout_size"] > 0  # 6 sorted digits per sequence
+    for key in ("spearman", "spearman_mean", "source_accuracy", "undefined_pairs"):
+        assert set(first[key]) == methods, key
+    assert all(-1 <= v <= 1 for v in first["spearman"].values())
+    assert all(0 <= v <= 1 for v in first["source_accuracy"].values())
+    assert set(first["paper_spearman"]) == {"raw_attention", "rollout", "flow"}
+    assert isinstance(first["rollout_and_flow_beat_raw"], bool)
+    second, _ = run_experiment("attention_attribution", "--quick", "--seed", "2", "--threads", "2")
+    assert {k: v for k, v in first.items() if k not in TIMING} == {k: v for k, v in second.items() if k not in TIMING}
+
+
+def test_attention_attribution_trains_with_train_flag():
+    metrics, stderr = run_experiment("attention_attribution", "--quick", "--train", "--seed", "1", "--threads", "1")
+    assert metrics["model"] == "trained (gpt_sort's recipe)"
+    assert metrics["train_metrics"]["experiment"] == "gpt_sort" and metrics["train_metrics"]["steps"] == 25
+
+
+def test_attention_attribution_spearman_matches_scipy(rng):
+    from scipy.stats import spearmanr
+
+    from attnc.experiments.attention_attribution import spearman
+
+    for n in (2, 5, 11):
+        for _ in range(20):
+            a, b = rng.integers(0, 4, n).astype(float), rng.standard_normal(n)  # a has ties
+            with warnings.catch_warnings():  # scipy warns of a constant input (a's values all tied)
+                warnings.simplefilter("ignore")
+                expected = spearmanr(a, b).statistic
+            got = spearman(a, b)
+            assert (np.isnan(got) and np.isnan(expected)) or abs(got - expected) < 1e-12, (a, b)
+    assert np.isnan(spearman(np.ones(4), np.arange(4.0)))

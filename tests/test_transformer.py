@@ -491,6 +491,8 @@ def check_grads_vs_torch(torch, tm, m, kind, inputs, call, diff_masks, dtype, rn
     out = res[0] if need_weights else res
     dout = rng.standard_normal(out.shape).astype(dtype)
     grads = pullback(dout, None) if need_weights else pullback(dout)
+    if need_weights and kind == "encoder":  # its attention weights' gradients: tests/test_attribution.py checks them
+        assert len(grads.pop("attn_weights")) == m.num_layers
 
     tout, leaves = torch_forward(torch, tm, kind, inputs, call, grad_masks=diff_masks)
     (tout * torch.from_numpy(dout)).sum().backward()

@@ -60,7 +60,11 @@ class GPT(nn.Module):
     ``forward(idx, *, need_weights=False)``: idx (B, T) int, T <= block_size ->
     logits (B, T, vocab_size), the model's dtype, or (logits, [weights (B,
     n_head, T, T) per layer]).
-    ``attnc.vjp(model, idx)``: pullback(dlogits) -> gradients by state_dict name.
+    ``attnc.vjp(model, idx)``: pullback(dlogits) -> gradients by state_dict name;
+    with ``need_weights=True``, pullback(dlogits, None) also gives
+    ``"attn_weights"``: per layer, the gradient with respect to its attention
+    weights (B, n_head, T, T) (None for a layer run with dropout), which
+    ``attnc.attribution.relevance`` takes.
     ``loss_and_grads(idx, targets)`` -> (mean cross-entropy, gradients);
     ``generate(idx, max_new_tokens, ...)`` -> the new tokens, int64 (B, L).
 
@@ -189,6 +193,8 @@ class GPT(nn.Module):
         grads["ln_f.weight"], grads["ln_f.bias"] = g["weight"], g["bias"]
         g = pullbacks["encoder"](g["input"], None) if need_weights else pullbacks["encoder"](g["input"])
         dx = g.pop("src")
+        if need_weights:
+            grads["attn_weights"] = g.pop("attn_weights")
         grads.update({f"encoder.{name}": value for name, value in g.items()})
         if drop is not None:
             dx = dx * drop

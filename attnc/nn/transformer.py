@@ -285,8 +285,10 @@ class _Layer(Module, abstract=True):
         finally:
             lock.release()
 
-    def _grads(self, state, dout):
-        """dx, dmemory and {state_dict name: gradient} from one C backward."""
+    def _grads(self, state, dout, dweights=None):
+        """dx, dmemory and {state_dict name: gradient} from one C backward;
+        dweights (B, H, L, L), when given, receives the gradient with respect
+        to the self-attention probabilities."""
         saved, x, memory, params, config, sm, cm = state
         grads = {member: None if p is None else np.empty_like(p) for member, p in params.items()}
         dx = np.empty_like(x)
@@ -300,6 +302,7 @@ class _Layer(Module, abstract=True):
             _core.layer_backward(
                 dinput=dx,
                 dmemory=dmem,
+                dweights_self=dweights,
                 grads=grads,
                 scratch=work,
                 doutput=dout,
@@ -470,6 +473,17 @@ class TransformerEncoderLayer(_Layer):
         dx, _, grads = layer._grads(state, _cotangent_rows(cotangents[0], state[1]))
         grads["src"] = _unbatch(dx, batched)
         return grads
+
+
+def _weights_gradient_buffer(state):
+    """Where a layer's backward writes the gradient with respect to its
+    self-attention probabilities: (B, H, L, L), or None when the forward ran
+    with dropout (the returned weights are then not the ones used)."""
+    x, config = state[1], state[4]
+    if config["dropout"] != 0:
+        return None
+    B, L, _ = x.shape
+    return np.empty((B, config["nhead"], L, L), x.dtype)
 
 
 def _no_weights_cotangent(need_weights, cotangents):
@@ -746,6 +760,12 @@ class TransformerEncoder(Module):
     nhead, L, L). With is_causal None, a mask equal to the causal mask is
     detected (as torch) and its masked tiles are skipped.
 
+    ``attnc.vjp(encoder, src, ..., need_weights=True)``: pullback(dout, None)
+    gives, besides the gradients by state_dict name and ``"src"``,
+    ``"attn_weights"``: per layer, the gradient with respect to its attention
+    weights (B, nhead, L, L) (None for a layer run with dropout, in training
+    mode), which ``attnc.attribution.relevance`` takes.
+
     ``state_dict()``: ``layers.{i}.`` + each layer's names (see
     TransformerEncoderLayer), and ``norm.weight``, ``norm.bias`` (E,) with a norm.
 
@@ -829,10 +849,13 @@ class TransformerEncoder(Module):
         shape = (1,) + tuple(src_shape) if not batched else tuple(src_shape)
         dy = np.zeros(shape, self.dtype) if dy is None else np.asarray(dy, self.dtype).reshape(shape)
         dy = _final_norm_backward(self.norm, norm_state, dy, "", grads)
+        dweights = [_weights_gradient_buffer(state) if need_weights else None for state in states]
         for i in reversed(range(len(states))):
-            dy, _, g = self.layers[i]._grads(states[i], dy)
+            dy, _, g = self.layers[i]._grads(states[i], dy, dweights[i])
             grads.update({f"layers.{i}.{k}": v for k, v in g.items()})
         grads["src"] = _unbatch(dy, batched)
+        if need_weights:
+            grads["attn_weights"] = [_unbatch(w, batched) for w in dweights]
         return grads
 
 
@@ -1221,6 +1244,7 @@ class Transformer(Module):
         g_dec = TransformerDecoder._vjp_backward(dec_state, dec_cot)
         enc_cot = (g_dec.pop("memory"), None) if need_weights else (g_dec.pop("memory"),)
         g_enc = TransformerEncoder._vjp_backward(enc_state, enc_cot)
+        g_enc.pop("attn_weights", None)  # the encoder-decoder's pullback gives parameters' and inputs' gradients only
         grads = {"src": g_enc.pop("src"), "tgt": g_dec.pop("tgt")}
         grads.update({f"encoder.{k}": v for k, v in g_enc.items()})
         grads.update({f"decoder.{k}": v for k, v in g_dec.items()})

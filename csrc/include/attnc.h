@@ -434,16 +434,18 @@ attnc_status attnc_layer_forward(attnc_tensor *out, attnc_tensor *weights_self, 
 /* Elements of the backward's scratch buffer. */
 int64_t attnc_layer_scratch_size(int64_t B, int64_t L, int64_t S, int64_t E, int64_t F, int decoder);
 
-/* dx (B, L, E), dmemory (B, S, E), grads (each present member: the gradient
+/* dx (B, L, E), dmemory (B, S, E), dweights_self (B, H, L, L) (optional:
+ * the gradient with respect to the self-attention probabilities, for
+ * attribution; dropout must be 0), grads (each present member: the gradient
  * of that parameter, contiguous, overwritten) <- dout (B, L, E), the
  * forward's saved buffer and its inputs. scratch (optional, 1-D,
  * attnc_layer_scratch_size elements) is working memory; absent, the call
  * allocates its own. */
-attnc_status attnc_layer_backward(attnc_tensor *dx, attnc_tensor *dmemory, attnc_layer_params *grads,
-                                  attnc_tensor *scratch, const attnc_tensor *dout, const attnc_tensor *saved,
-                                  const attnc_tensor *x, const attnc_tensor *memory, const attnc_layer_params *params,
-                                  const attnc_layer_config *config, const attnc_attn_masks *self_masks,
-                                  const attnc_attn_masks *cross_masks);
+attnc_status attnc_layer_backward(attnc_tensor *dx, attnc_tensor *dmemory, attnc_tensor *dweights_self,
+                                  attnc_layer_params *grads, attnc_tensor *scratch, const attnc_tensor *dout,
+                                  const attnc_tensor *saved, const attnc_tensor *x, const attnc_tensor *memory,
+                                  const attnc_layer_params *params, const attnc_layer_config *config,
+                                  const attnc_attn_masks *self_masks, const attnc_attn_masks *cross_masks);
 
 /* ---- transformer decoding: greedy and beam search ------------------------- */
 
@@ -686,6 +688,33 @@ attnc_status attnc_gated_forward(attnc_tensor *y, const attnc_tensor *a, const a
  * (each optional, overwritten; all C-contiguous of a's element count). */
 attnc_status attnc_gated_backward(attnc_tensor *da, attnc_tensor *db, const attnc_tensor *dy, const attnc_tensor *a,
                                   const attnc_tensor *b);
+
+/* ---- attribution: attention rollout and flow (Abnar & Zuidema 2020),
+ * relevance (Chefer, Gur & Wolf 2021) ------------------------------------- */
+
+/* How the heads of a layer are fused: their mean (the paper's), max or min. */
+typedef enum { ATTNC_HEADS_MEAN = 0, ATTNC_HEADS_MAX = 1, ATTNC_HEADS_MIN = 2 } attnc_head_fusion;
+
+/* Every layer's mixed matrix A_l = normalise_rows((1 - residual) fuse_h(W_l)
+ * + residual I) (a row summing to 0 stays 0), and rollout (B, L, L) <- the
+ * product A_N ... A_1 (I when N = 0) of weights (N, B, H, L, L): N layers,
+ * first layer first, each (B, H, L, L) of non-negative finite values;
+ * residual in [0, 1]. Row: output position, column: input token. */
+attnc_status attnc_attention_rollout(attnc_tensor *rollout, const attnc_tensor *weights, attnc_head_fusion fusion,
+                                     double residual);
+/* flow (B, L, L) <- for every output position i and input token j, the
+ * value of the maximum flow from node i of layer N to node j of layer 0 in
+ * the layered graph whose edges run from node p of layer l to node q of
+ * layer l - 1 with capacity A_l[p, q] (the A of attnc_attention_rollout).
+ * Refused (ATTNC_ERR_VALUE) when B N L^4 exceeds ATTNC_FLOW_MAX_WORK. */
+#define ATTNC_FLOW_MAX_WORK ((double)((int64_t)1 << 33))
+attnc_status attnc_attention_flow(attnc_tensor *flow, const attnc_tensor *weights, attnc_head_fusion fusion,
+                                  double residual);
+/* relevance (B, L, L) <- R, where R = I and, for each layer l = 1..N in
+ * order, R <- R + mean_h(max(G_l * W_l, 0)) R; weights W and grads G (N, B,
+ * H, L, L) finite: the attention probabilities and the gradient of a score
+ * with respect to them. */
+attnc_status attnc_attention_relevance(attnc_tensor *relevance, const attnc_tensor *weights, const attnc_tensor *grads);
 
 #ifdef __cplusplus
 }

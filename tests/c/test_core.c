@@ -866,8 +866,8 @@ static void test_transformer_layer(void) {
     attnc_layer_params none = {0};
     CHECK(attnc_layer_forward(&to, NULL, NULL, &ts, &tx, &tm, &p, &c, &causal, NULL) == ATTNC_OK, "%s",
           attnc_last_error());
-    CHECK(attnc_layer_backward(&tdx, &tdm, &none, NULL, &tcot, &ts, &tx, &tm, &p, &c, &causal, NULL) == ATTNC_OK, "%s",
-          attnc_last_error());
+    CHECK(attnc_layer_backward(&tdx, &tdm, NULL, &none, NULL, &tcot, &ts, &tx, &tm, &p, &c, &causal, NULL) == ATTNC_OK,
+          "%s", attnc_last_error());
     double worst = 0;
     for (int i = 0; i < LB * LL * LE; i++) {
         double keep = x[i], h = 1e-6;
@@ -1092,6 +1092,7 @@ static void test_rnn_fused(void) {
 #include "test_hull.h"
 #include "test_lstmn.h"
 #include "test_pooling.h"
+#include "test_attribution.h"
 #include "test_conv.h"
 #include "test_gated.h"
 #include "test_lstm_cell.h"
@@ -1191,6 +1192,7 @@ int main(void) {
     test_hull();
     test_lstmn();
     test_pooling();
+    test_attribution();
     test_conv();
     test_gated();
     test_lstm_cell();

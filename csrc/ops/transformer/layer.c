@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../../core/blas.h"
 #include "../../core/status.h"
 #include "../../core/tensor.h"
 #include "layer.h"
@@ -112,6 +113,7 @@ typedef struct {
     const attnc_attn_masks *masks[NSUB]; /* self, cross */
     attnc_tensor memory;                 /* (M, E): the memory's rows (decoder) */
     attnc_tensor *weights[NSUB];         /* optional outputs: self, cross */
+    attnc_tensor *dweights;              /* optional output of the backward: self */
 } layer_run;
 
 /* A contiguous (rows, cols) tensor at element offset off of the saved buffer. */
@@ -223,6 +225,21 @@ typedef struct {
     attnc_tensor dmid, dbranch, dx_branch, dattn, dqkv, dkv, dhidden;
 } scratch;
 
+/* dweights (B, H, L, L) <- dout_h V^T per batch element and head: the
+ * gradient with respect to the attention probabilities (dropout 0). */
+static void self_weights_gradient(const layer_dims *d, attnc_tensor *dweights, const attnc_tensor *dout_h,
+                                  const attnc_tensor *v) {
+    attnc_batch batch = {.nb = 2, .shape = {d->B, d->H}, .count = d->B * d->H};
+    for (int64_t i = 0; i < batch.count; i++) {
+        attnc_mat a = attnc_batch_mat(dout_h, &batch, i), b = attnc_batch_mat(v, &batch, i);
+        attnc_mat c = attnc_batch_mat(dweights, &batch, i);
+        if (d->dt == ATTNC_FLOAT32)
+            attnc_gemm_f32(false, true, 1, a, b, 0, c);
+        else
+            attnc_gemm_f64(false, true, 1, a, b, 0, c);
+    }
+}
+
 /* da (N, E) <- d f_k / da^T dout (N, E); parameter gradients into g;
  * dmemory (cross-attention) into dmem. */
 static attnc_status branch_backward(const layer_run *r, int k, const attnc_tensor *dout, const attnc_tensor *a,
@@ -245,6 +262,7 @@ static attnc_status branch_backward(const layer_run *r, int k, const attnc_tenso
     size_t es = attnc_dtype_size(d->dt);
     attnc_tensor dout_h = attnc_heads(s->dattn.data, d->dt, d->B, d->H, d->L, d->E, d->E);
     char *dq = s->dqkv.data;
+    if (k == SELF && r->dweights) self_weights_gradient(d, r->dweights, &dout_h, &v.v);
     if (k == SELF) {
         attnc_tensor hq = attnc_heads(dq, d->dt, d->B, d->H, d->L, d->E, 3 * d->E);
         attnc_tensor hk = attnc_heads(dq + d->E * es, d->dt, d->B, d->H, d->L, d->E, 3 * d->E);
@@ -435,6 +453,10 @@ attnc_status attnc_layer_forward(attnc_tensor *out, attnc_tensor *weights_self, 
     const layer_dims *d = &r.d;
     if (!attnc_present(out)) return attnc_fail(ATTNC_ERR_TYPE, "output is required");
     TRY(check_rows(out, "output", d->dt, d->B, d->L, d->E, true));
+    /* checked here, by their names (the attention would call either "weights") */
+    if (attnc_present(weights_self)) TRY(ATTNC_NEED(weights_self, "weights_self", d->dt, true, d->B, d->H, d->L, d->L));
+    if (attnc_present(weights_cross) && d->decoder)
+        TRY(ATTNC_NEED(weights_cross, "weights_cross", d->dt, true, d->B, d->H, d->L, d->S));
     r.weights[SELF] = attnc_present(weights_self) ? weights_self : NULL;
     r.weights[CROSS] = attnc_present(weights_cross) && d->decoder ? weights_cross : NULL;
     size_t es = attnc_dtype_size(d->dt);
@@ -537,11 +559,11 @@ static void carve_scratch(scratch *s, attnc_tensor bufs[2], char *base, const la
     s->dhidden = mat_of(at, d->dt, d->N, d->F);
 }
 
-attnc_status attnc_layer_backward(attnc_tensor *dx, attnc_tensor *dmemory, attnc_layer_params *grads,
-                                  attnc_tensor *work, const attnc_tensor *dout, const attnc_tensor *saved,
-                                  const attnc_tensor *x, const attnc_tensor *memory, const attnc_layer_params *params,
-                                  const attnc_layer_config *config, const attnc_attn_masks *self_masks,
-                                  const attnc_attn_masks *cross_masks) {
+attnc_status attnc_layer_backward(attnc_tensor *dx, attnc_tensor *dmemory, attnc_tensor *dweights_self,
+                                  attnc_layer_params *grads, attnc_tensor *work, const attnc_tensor *dout,
+                                  const attnc_tensor *saved, const attnc_tensor *x, const attnc_tensor *memory,
+                                  const attnc_layer_params *params, const attnc_layer_config *config,
+                                  const attnc_attn_masks *self_masks, const attnc_attn_masks *cross_masks) {
     layer_run r;
     TRY(setup(&r, x, memory, params, config, self_masks, cross_masks));
     const layer_dims *d = &r.d;
@@ -551,6 +573,13 @@ attnc_status attnc_layer_backward(attnc_tensor *dx, attnc_tensor *dmemory, attnc
     TRY(check_saved(&r, saved, false));
     TRY(check_grads(&r, grads));
     if (attnc_present(dx)) TRY(check_rows(dx, "dinput", d->dt, d->B, d->L, d->E, true));
+    if (attnc_present(dweights_self)) {
+        if (r.cfg->dropout != 0)
+            return attnc_fail(ATTNC_ERR_VALUE, "dweights_self needs dropout 0 (evaluation mode), got dropout %g",
+                              r.cfg->dropout);
+        TRY(ATTNC_NEED(dweights_self, "dweights_self", d->dt, true, d->B, d->H, d->L, d->L));
+        r.dweights = dweights_self;
+    }
     bool want_dmem = d->decoder && attnc_present(dmemory);
     if (want_dmem) TRY(check_rows(dmemory, "dmemory", d->dt, d->B, d->S, d->E, true));
     r.saved = saved->data;

@@ -88,6 +88,7 @@ OPS = [
         "attnc_layer_backward",
         out("dinput", ranks=3),
         out("dmemory", ranks=3),
+        out("dweights_self", ranks=4),
         struct("attnc_layer_params", *layer_params(out), name="grads"),
         out("scratch", ranks=1),
         arr("doutput", ranks=3),
