@@ -823,7 +823,7 @@ class TransformerEncoder(Module):
             norm_state,
             batched,
             need_weights,
-            np.shape(src),
+            out.shape,  # src's (not np.shape(src): src may be any array object, such as a DLPack capsule's owner)
         )
 
     def forward(

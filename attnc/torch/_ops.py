@@ -142,7 +142,7 @@ class _Op:
         flat += [None] * (self.outputs - len(flat))
         return [like.new_empty(_EMPTY) if r is None else to_tensor(r) for r in flat]
 
-    def _pullback(self, args: Sequence, fn: Callable, saved: Any, outputs: Any, cotangents: Sequence) -> list:
+    def _pullback(self, args: Sequence, fn: Any, saved: Any, outputs: Any, cotangents: Sequence) -> list:
         """The gradient (an array, or None where attnc gives none) of every
         floating-point tensor argument, by fn's registered C backward."""
         flat = _flatten(outputs)
