@@ -12,6 +12,7 @@ import numbers
 import secrets
 import sys
 import types
+from typing import Any
 
 import numpy as np
 
@@ -37,6 +38,16 @@ _DEVICES = {
     13: "CUDA managed",
     14: "oneAPI",
 }
+
+
+def host_array(value: Any) -> Any:
+    """value as something NumPy converts: a torch tensor (which may need grad
+    or live on a GPU, as torch.nn.MultiheadAttention's weights do) detached
+    and copied to the CPU. For what only draws weights (attnc.plot,
+    attnc.viz), never for arithmetic, which refuses such tensors."""
+    if hasattr(value, "detach") and hasattr(value, "cpu"):
+        return value.detach().cpu()
+    return value
 
 
 def as_array(x, name: str) -> np.ndarray:

@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING, Any, Union
 
 import numpy as np
 
+from .._args import host_array
+
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.colors import Colormap
@@ -62,18 +64,10 @@ def _subplots(*args, dpi, **kwargs):
     return _import_pyplot().subplots(*args, dpi=dpi, layout="constrained", **kwargs)
 
 
-def _host_array(value):
-    """``value`` as something NumPy converts: a torch tensor (which may need grad or live on a
-    GPU, as torch.nn.MultiheadAttention's weights do) is detached and copied to the CPU."""
-    if hasattr(value, "detach") and hasattr(value, "cpu"):
-        return value.detach().cpu()
-    return value
-
-
 def _real_array(value, name, what):
     """``value`` as a real-valued array; TypeError for non-numeric, ValueError when unconvertible."""
     try:
-        arr = np.asarray(_host_array(value))
+        arr = np.asarray(host_array(value))
     except Exception as exc:  # e.g. ragged nested lists
         raise ValueError(f"{name} must be array-like of shape {what}; could not convert it: {exc}") from exc
     if arr.dtype == object or not (np.issubdtype(arr.dtype, np.number) or arr.dtype == np.bool_):

@@ -30,9 +30,10 @@ _PLAIN = (torch.Tensor, torch.nn.Parameter)
 def eager(*tensors: torch.Tensor | None) -> bool:
     """Whether attnc may be called directly: not tracing, no torch.func
     transform (grad, vmap: their wrapped tensors have no memory to view;
-    the op raises torch's own message for them), no dispatch mode (FlopCounterMode, a tracer: it is shown the
-    op), and every tensor a plain torch.Tensor or Parameter (another
-    subclass, such as a fake tensor, needs the op)."""
+    the op raises torch's own message for them), no dispatch mode
+    (FlopCounterMode, a tracer: it is shown the op), and every tensor a
+    plain torch.Tensor or Parameter (another subclass, such as a fake
+    tensor, needs the op)."""
     if (
         torch.compiler.is_compiling()
         or torch._C._are_functorch_transforms_active()

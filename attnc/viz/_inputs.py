@@ -10,6 +10,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from .. import nn
+from .._args import host_array
 
 # The largest payload a view ships. Its base64 text becomes one JavaScript
 # string, and V8 caps strings at 2**29 - 24 characters (~512 MiB): 256 MiB of
@@ -30,10 +31,8 @@ class Attention(NamedTuple):
 
 def as_array(x: Any, name: str) -> np.ndarray:
     """x as a NumPy array (a torch tensor is detached and copied to the CPU first)."""
-    if hasattr(x, "detach") and hasattr(x, "cpu"):
-        x = x.detach().cpu()
     try:
-        arr = np.asarray(x)
+        arr = np.asarray(host_array(x))
     except (TypeError, ValueError) as e:
         raise TypeError(f"{name} must be an array of attention weights: {e}") from None
     if arr.dtype.kind not in "fiub":
