@@ -62,34 +62,40 @@ def c_compiler() -> str:
     return compiler
 
 
+def compile_objects(sources: list, flags: list, objects: Path) -> list:
+    """Each source compiled to objects/<folder>_<stem>.o, on every core (one
+    compiler call for all sources would use one)."""
+    objects.mkdir(exist_ok=True)
+    compiler = c_compiler()
+
+    def compile_one(source: str) -> str:
+        obj = objects / (Path(source).parent.name + "_" + Path(source).stem + ".o")
+        run = subprocess.run([compiler, *flags, "-c", source, "-o", str(obj)], capture_output=True, text=True)
+        assert run.returncode == 0, f"{source}:\n{' '.join(run.args)}\n{run.stderr}"
+        return str(obj)
+
+    with ThreadPoolExecutor(os.cpu_count() or 1) as pool:
+        return list(pool.map(compile_one, sources))
+
+
+def link(objs: list, output: Path, *extra: str) -> None:
+    """objs linked with the sanitizers' runtime and OpenBLAS into output."""
+    import scipy_openblas32 as openblas
+
+    cmd = [c_compiler(), *extra, *SANITIZE, *objs, "-o", str(output), "-L", openblas.get_lib_dir()]
+    cmd += ["-l" + openblas.get_library(), "-Wl,-rpath," + openblas.get_lib_dir(), "-lm", "-pthread"]
+    run = subprocess.run(cmd, capture_output=True, text=True)
+    assert run.returncode == 0, f"link failed:\n{' '.join(cmd)}\n{run.stderr}"
+
+
 def build_and_run(tmp: Path, path: str = "baseline") -> subprocess.CompletedProcess:
     import scipy_openblas32 as openblas
 
-    compiler = c_compiler()
     # every C family except the Python binding
     sources = sorted(f for f in glob.glob(str(ROOT / "csrc/**/*.c"), recursive=True) if "/python/" not in f)
+    flags = [*CFLAGS, *FLAGS["simd_flags"](path), "-I", str(ROOT / "csrc/include"), "-I", openblas.get_include_dir()]
     exe = tmp / "test_core"
-    cmd = [
-        compiler,
-        *CFLAGS,
-        *FLAGS["simd_flags"](path),
-        "-I",
-        str(ROOT / "csrc/include"),
-        "-I",
-        openblas.get_include_dir(),
-        *sources,
-        str(ROOT / "tests/c/test_core.c"),
-        "-o",
-        str(exe),
-        "-L",
-        openblas.get_lib_dir(),
-        "-l" + openblas.get_library(),
-        "-Wl,-rpath," + openblas.get_lib_dir(),
-        "-lm",
-        "-pthread",
-    ]
-    build = subprocess.run(cmd, capture_output=True, text=True)
-    assert build.returncode == 0, f"build failed:\n{' '.join(cmd)}\n{build.stderr}"
+    link(compile_objects([*sources, str(ROOT / "tests/c/test_core.c")], flags, tmp / "objects"), exe)
     env = dict(
         os.environ,
         ASAN_OPTIONS="detect_leaks=1:abort_on_error=0",
@@ -118,7 +124,6 @@ def build_sanitized_extension(package: Path, path: str) -> None:
     import scipy_openblas32 as openblas
 
     shutil.copytree(ROOT / "attnc", package, ignore=shutil.ignore_patterns("__pycache__"))
-    compiler = c_compiler()
     flags = [
         "-std=c11",
         "-g",
@@ -137,40 +142,12 @@ def build_sanitized_extension(package: Path, path: str) -> None:
         "-I",
         sysconfig.get_paths()["include"],
     ]
-    objects = package.parent / "objects"
-    objects.mkdir()
-    generated = objects / "ops.c"
+    generated = package.parent / "ops.c"
     BINDING["generate"](str(generated))
-
-    def compile_one(source: str) -> Path:
-        obj = objects / (Path(source).parent.name + "_" + Path(source).stem + ".o")
-        run = subprocess.run([compiler, *flags, "-c", source, "-o", str(obj)], capture_output=True, text=True)
-        assert run.returncode == 0, f"{source}:\n{run.stderr}"
-        return obj
-
-    with ThreadPoolExecutor(os.cpu_count() or 1) as pool:
-        sources = sorted(glob.glob(str(ROOT / "csrc/**/*.c"), recursive=True)) + [str(generated)]
-        objs = list(pool.map(compile_one, sources))
+    sources = sorted(glob.glob(str(ROOT / "csrc/**/*.c"), recursive=True)) + [str(generated)]
+    objs = compile_objects(sources, flags, package.parent / "objects")
     (target,) = package.glob(f"_core_{path}.*so")
-    link = subprocess.run(
-        [
-            compiler,
-            "-shared",
-            *SANITIZE,
-            *map(str, objs),
-            "-o",
-            str(target),
-            "-L",
-            openblas.get_lib_dir(),
-            "-l" + openblas.get_library(),
-            "-Wl,-rpath," + openblas.get_lib_dir(),
-            "-lm",
-            "-pthread",
-        ],
-        capture_output=True,
-        text=True,
-    )
-    assert link.returncode == 0, link.stderr
+    link(objs, target, "-shared")
 
 
 def test_extension_under_sanitizers(tmp_path):
