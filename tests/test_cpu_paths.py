@@ -45,6 +45,7 @@ OTHER_TESTS = [
     "test_c_core.py",
     "test_cpu_paths.py",
     "test_datasets.py",
+    "test_mqar.py",
     "test_docs.py",
     "test_experiments.py",
     "test_install.py",

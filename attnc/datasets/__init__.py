@@ -3,6 +3,7 @@
 from .captions import CaptionBatch, CaptionsTask, caption_of, caption_split, captions
 from .dates import DatesTask, date_split, dates, format_date
 from .fewshot import FewShotEpisodes, FewShotTask, fewshot_accuracy, nearest_prototype
+from .mqar import MQARTask, mqar_task
 from .ntm_tasks import (
     AssociativeRecallTask,
     CopyTask,
@@ -54,6 +55,7 @@ __all__ = [
     "KeyValueRecallTask",
     "MarkerBatch",
     "MarkerTask",
+    "MQARTask",
     "NTMBatch",
     "PALETTE",
     "Padded",
@@ -80,6 +82,7 @@ __all__ = [
     "format_date",
     "hull_accuracy",
     "hull_area_coverage",
+    "mqar_task",
     "pad_sequences",
     "reverse_task",
     "sort_exact_match",
