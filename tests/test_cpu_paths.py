@@ -46,6 +46,7 @@ OTHER_TESTS = [
     "test_cpu_paths.py",
     "test_datasets.py",
     "test_mqar.py",
+    "test_markov.py",
     "test_docs.py",
     "test_experiments.py",
     "test_install.py",

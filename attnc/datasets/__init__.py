@@ -3,6 +3,7 @@
 from .captions import CaptionBatch, CaptionsTask, caption_of, caption_split, captions
 from .dates import DatesTask, date_split, dates, format_date
 from .fewshot import FewShotEpisodes, FewShotTask, fewshot_accuracy, nearest_prototype
+from .markov import MarkovTask, markov_task
 from .mqar import MQARTask, mqar_task
 from .ntm_tasks import (
     AssociativeRecallTask,
@@ -55,6 +56,7 @@ __all__ = [
     "KeyValueRecallTask",
     "MarkerBatch",
     "MarkerTask",
+    "MarkovTask",
     "MQARTask",
     "NTMBatch",
     "PALETTE",
@@ -82,6 +84,7 @@ __all__ = [
     "format_date",
     "hull_accuracy",
     "hull_area_coverage",
+    "markov_task",
     "mqar_task",
     "pad_sequences",
     "reverse_task",
