@@ -47,6 +47,7 @@ OTHER_TESTS = [
     "test_datasets.py",
     "test_mqar.py",
     "test_markov.py",
+    "test_translation.py",
     "test_docs.py",
     "test_experiments.py",
     "test_install.py",

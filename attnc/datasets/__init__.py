@@ -37,6 +37,7 @@ from .sequences import (
 )
 from .shapes import PALETTE, SHAPE_KINDS, SameColourShapes, ShapePairBatch
 from .text_tasks import EntailmentBatch, EntailmentTask, MarkerBatch, MarkerTask
+from .translation import TranslationTask, translation_split, translation_task
 from .vocab import Padded, TeacherForcing, TextBatch, Vocab
 
 __all__ = [
@@ -73,6 +74,7 @@ __all__ = [
     "SortTask",
     "TSPTask",
     "TeacherForcing",
+    "TranslationTask",
     "TextBatch",
     "Vocab",
     "bits_per_sequence",
@@ -93,5 +95,7 @@ __all__ = [
     "sort_task",
     "special_tokens",
     "tour_length",
+    "translation_split",
+    "translation_task",
     "tsp_tours",
 ]
