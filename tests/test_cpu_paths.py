@@ -77,6 +77,7 @@ OTHER_TESTS = [
     "test_ddp.py",
     "test_torch_ops.py",
     "test_viz.py",
+    "test_viz_jupyter.py",  # the widget in a JupyterLab served here
     "test_viz_browser.py",  # attnc.viz's pages in chromium: no C arithmetic of their own
     "test_hf_models.py",  # loading Hugging Face checkpoints: the layers' arithmetic is test_transformer's
     "test_binding.py",  # the binding's surface against its table (the sources): every path compiles the same ops.c
