@@ -75,6 +75,7 @@ OTHER_TESTS = [
     "test_torch_ops.py",
     "test_viz.py",
     "test_viz_browser.py",  # attnc.viz's pages in chromium: no C arithmetic of their own
+    "test_viz_static.py",  # attnc.viz's matplotlib form: draws what the views ship
     "test_binding.py",  # the binding's surface against its table (the sources): every path compiles the same ops.c
 ]
 KERNEL_TESTS = [

@@ -307,8 +307,12 @@ def _pointer(view: Any, ax: Any, dpi: float, step: Any) -> Any:
     ax.plot(points[path, 0], points[path, 1], color="#1d3557", lw=1.6, gid="path", zorder=2)
     # area as the page's (radius 3 + 14 sqrt(p) pixels): p[t, i] readable from the sizes
     sizes = (0.75 * (3 + 14 * np.sqrt(p[t, :n]))) ** 2
-    marked = ["#e63946" if i == chosen[t] else "none" for i in range(n)]
-    ax.scatter(points[:, 0], points[:, 1], s=sizes, c="#457b9d", alpha=0.8, edgecolors=marked, linewidths=2, zorder=3)
+    ax.scatter(points[:, 0], points[:, 1], s=sizes, c="#457b9d", alpha=0.8, linewidths=0, zorder=3)
+    if 0 <= chosen[t] < n:  # the step's choice ringed
+        x, y = points[chosen[t]]
+        ax.plot(
+            [x], [y], "o", ms=np.sqrt(sizes[chosen[t]]) + 4, mfc="none", mec="#e63946", mew=2, gid="choice", zorder=4
+        )
     what = "ended" if chosen[t] < 0 else "end" if chosen[t] == n else f"point {chosen[t]}"
     end = f", end token {p[t, n]:.3g}" if view.spec["end"] else ""
     ax.set_title(f"step {t}: {what}{end}")
