@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from ._inputs import MAX_BYTES, attentions, is_model, model_weights, pick
+from ._inputs import MAX_BYTES, attentions, is_model, model_weights, pick, tokenized
 
 STATIC = resources.files(__package__).joinpath("static")
 # The notebook's static fallback: matplotlib's own default resolution keeps a stored output small.
@@ -223,6 +223,7 @@ def build(
     options: dict[str, Any],
     layers: Sequence[int] | None = None,
     heads: Sequence[int] | None = None,
+    tokenizer: Any = None,
 ) -> View:
     """Every view's construction: a model run (when weights is a model),
     the inputs checked, the layers and heads chosen, the spec and payload laid out."""
@@ -231,9 +232,11 @@ def build(
             raise ValueError(
                 "target_tokens labels weights given as arrays; a model's labels are its input ids (decode=)"
             )
+        tokens, decode = tokenized(tokens, tokenizer, decode)
         weights, tokens, target_tokens = model_weights(weights, tokens, batch, decode)
-    elif decode is not None:
-        raise ValueError("decode names a model's input ids; with weights as arrays give tokens as strings")
+    elif decode is not None or tokenizer is not None:
+        name = "decode" if decode is not None else "tokenizer"
+        raise ValueError(f"{name} names a model's input ids; with weights as arrays give tokens as strings")
     found = attentions(weights, tokens, target_tokens, batch)
     specs, chunks, offset = [], [], 0
     for a in found:
