@@ -308,3 +308,17 @@ def test_without_anywidget_the_bundle_has_the_page_and_the_png():
     env = {"MPLBACKEND": "Agg", **__import__("os").environ}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env).stdout
     assert out.strip() == "['image/png', 'text/html', 'text/plain'] <iframe srcdoc=\"&lt; b'\\x89PNG'"
+
+
+def test_empty_views_draw_empty_plots():
+    for shape in [(1, 2, 0, 0), (1, 2, 0, 3)]:
+        w = [np.zeros(shape)]
+        tgt = [] if shape[3] else None
+        assert viz.head_view(w, target_tokens=tgt).plot().collections[0].get_segments() == []
+        assert len(viz.matrix_view(w, target_tokens=tgt).plot()[0, 0].images) == 0  # alignment's empty heatmap
+    no_heads = viz.model_view([np.zeros((1, 0, 3, 3))])
+    assert no_heads.plot().shape == (1, 0) and viz.matrix_view([np.zeros((1, 0, 3, 3))]).plot().shape == (1, 0)
+    with pytest.raises(ValueError, match="nothing to draw: the view holds no heads"):
+        no_heads.savefig("never.png")
+    with pytest.raises(ValueError, match="the view has no steps to draw"):
+        viz.alignment_view(np.zeros((0, 4))).plot()

@@ -58,7 +58,11 @@ def draw(view: Any, ax: Any, dpi: float | None, selected: dict[str, Any]) -> Any
 
 def figure_of(drawn: Any) -> Any:
     """The figure of what View.plot returns (one Axes or an array of them)."""
-    return np.ravel(np.asarray(drawn, dtype=object))[0].figure if isinstance(drawn, np.ndarray) else drawn.figure
+    if isinstance(drawn, np.ndarray):
+        if not drawn.size:
+            raise ValueError("nothing to draw: the view holds no heads")
+        return drawn.flat[0].figure
+    return drawn.figure
 
 
 # --------------------------------------------------------------------------- selectors
@@ -131,7 +135,9 @@ def _array(view: Any, name: str) -> np.ndarray:
 
 
 def _panels(ax: Any, shape: tuple[int, int], figsize: tuple[float, float], dpi: float, what: str) -> np.ndarray:
-    """A (rows, cols) array of Axes: the given ones (one a panel) or a new figure's."""
+    """A (rows, cols) array of Axes: the given ones (one a panel) or a new figure's (none for no panels)."""
+    if ax is None and not shape[0] * shape[1]:
+        return np.empty(shape, dtype=object)
     if ax is None:
         return _subplots(*shape, figsize=figsize, squeeze=False, dpi=dpi)[1]
     given = np.ravel(np.asarray(ax, dtype=object))
@@ -231,7 +237,9 @@ def _matrix(view: Any, ax: Any, dpi: float, attention: Any, layer: Any, head: An
     heads = _chosen(head, a["head_ids"], "head")
     w = _weights(view, a)
     L, S = w.shape[2:]
-    f = -(-max(L, S) // MAX_CELLS)
+    if not heads:  # a view of no heads: no panels
+        return np.empty((len(layers), 0), dtype=object)
+    f = max(1, -(-max(L, S) // MAX_CELLS))
     shown = [np.stack([_pooled(w[l, k], f, view.spec["options"]["pool"] == "mean") for k in heads]) for l in layers]
     labelled = max(L, S) <= MAX_LABELS
     shared = view.spec["options"]["scale"] == "shared"

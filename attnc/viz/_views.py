@@ -180,7 +180,7 @@ class View:
 
             plt.close(fig)
 
-    def png(self, dpi: float = NOTEBOOK_DPI) -> bytes:
+    def _png(self, dpi: float = NOTEBOOK_DPI) -> bytes:
         """The matplotlib form (default selectors) as PNG bytes."""
         from ._static import draw, figure_of
 
@@ -207,7 +207,7 @@ class View:
             found = {"text/html": frame, "text/plain": repr(self)}
         data, metadata = found if isinstance(found, tuple) else (found, {})  # ipywidgets 8 gives both
         try:
-            data = {**data, "image/png": base64.b64encode(self.png()).decode("ascii")}
+            data = {**data, "image/png": base64.b64encode(self._png()).decode("ascii")}
         except (ImportError, ValueError):  # no matplotlib, or nothing to draw (a view with no steps)
             pass
         return (data, metadata) if isinstance(found, tuple) else data
