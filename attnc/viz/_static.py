@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import colorsys
 import numbers
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -103,7 +104,7 @@ def _chosen(value: Any, ids: list[int], name: str, *, one: bool = False) -> list
             raise TypeError(f"{name} must be an int or a list of ints, got {value!r}")
         if i not in ids:
             raise ValueError(f"{name}={i} is not in this view: it holds {name}s {ids}")
-        out.append(ids.index(i))
+        out.append(ids.index(int(i)))
     if not out:
         raise ValueError(f"{name} is an empty list: select at least one of {ids}")
     return out
@@ -163,9 +164,7 @@ def _lines(ax: Any, w: np.ndarray, heads: list[int], a: dict[str, Any], min_weig
         colours = np.tile([*head_colour(k, a["heads"]), 1.0], (i.size, 1))
         colours[:, 3] = np.minimum(1.0, w[m][i, j])
         name = f"head {a['head_ids'][k]}"
-        ax.add_collection(
-            LineCollection(segments.reshape(-1, 2, 2), colors=colours, linewidths=1.2, gid=name, label=name)
-        )
+        ax.add_collection(LineCollection(list(segments), colors=colours, linewidths=1.2, gid=name, label=name))
     L, S = w.shape[1:]
     ax.set_xlim(0, 1)
     ax.set_ylim(max(L, S, 1), 0)
@@ -276,8 +275,13 @@ def _alignment(view: Any, ax: Any, dpi: float, step: Any) -> Any:
     upto = np.where(np.arange(len(w))[:, None] <= t, w, np.nan)  # the rows to come left blank
     top = float(w.max()) if w.size and w.max() > 0 else 1.0
     labelled = max(w.shape) <= MAX_LABELS
-    names = (view.spec["cols"], view.spec["rows"]) if labelled else (None, None)
-    ax = plot.alignment(upto, *names, ax=ax if ax is not None else _subplots(figsize=(6, 5), dpi=dpi)[1], vmax=top)
+    ax = plot.alignment(
+        upto,
+        view.spec["cols"] if labelled else None,
+        view.spec["rows"] if labelled else None,
+        ax=ax if ax is not None else _subplots(figsize=(6, 5), dpi=dpi)[1],
+        vmax=top,
+    )
     if "windows" in view.spec["arrays"]:
         for r, (start, end) in enumerate(_array(view, "windows")[: t + 1]):
             box = Rectangle((start - 0.5, r - 0.5), end - start, 1, fill=False, ec="white", lw=1.2, gid="window")
@@ -343,4 +347,6 @@ def _image(view: Any, ax: Any, dpi: float, step: Any) -> Any:
     return panels[0]
 
 
-DRAW = dict(head=_head, model=_model, matrix=_matrix, alignment=_alignment, ntm=_ntm, pointer=_pointer, image=_image)
+DRAW: dict[str, Callable[..., Any]] = dict(
+    head=_head, model=_model, matrix=_matrix, alignment=_alignment, ntm=_ntm, pointer=_pointer, image=_image
+)
