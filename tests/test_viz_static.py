@@ -285,7 +285,7 @@ def png_of(bundle):
 
 
 def test_the_notebook_bundle_carries_the_widget_and_the_views_png():
-    view = KINDS["model"]()
+    view = viz.model_view(layers(n=2, H=3))
     bundle = view._repr_mimebundle_()
     data = bundle[0] if isinstance(bundle, tuple) else bundle
     assert data["application/vnd.jupyter.widget-view+json"]["model_id"]
@@ -322,3 +322,17 @@ def test_empty_views_draw_empty_plots():
         no_heads.savefig("never.png")
     with pytest.raises(ValueError, match="the view has no steps to draw"):
         viz.alignment_view(np.zeros((0, 4))).plot()
+
+
+def test_the_notebook_png_is_left_out_of_views_slow_to_draw():
+    """A grid past 8 panels or a head view past 20,000 lines: drawing it
+    would stall the notebook (a 12 x 12 matrix grid takes minutes)."""
+
+    def keys(view):
+        bundle = view._repr_mimebundle_()
+        return sorted(bundle[0] if isinstance(bundle, tuple) else bundle)
+
+    widget_only = ["application/vnd.jupyter.widget-view+json", "text/plain"]
+    assert keys(viz.matrix_view(layers(n=3, H=3))) == widget_only  # 9 panels
+    assert keys(viz.head_view(layers(n=1, H=2, L=100, S=101))) == widget_only  # 20,200 lines
+    assert keys(viz.head_view(layers(n=1, H=2, L=100, S=100))) == sorted([*widget_only, "image/png"])

@@ -25,6 +25,9 @@ MAX_LABELS = 64
 # The matrix view's largest side drawn cell by cell: longer inputs are pooled (max or mean, as the page
 # pools when zoomed out) into blocks, so a 4,096-token heatmap stays a few MiB.
 MAX_CELLS = 1024
+# The notebook's PNG is drawn only for views quick to draw (see quick): 8 panels
+# (a 2 x 4 grid; constrained layout of many colour bars is slow) and 20,000 lines take about a second.
+QUICK_PANELS, QUICK_LINES, QUICK_FLOATS = 8, 20_000, 2**22
 # What each kind selects: the others raise.
 SELECTORS = {
     "head": ("attention", "layer", "head"),
@@ -55,6 +58,21 @@ def draw(view: Any, ax: Any, dpi: float | None, selected: dict[str, Any]) -> Any
             raise ValueError(f"{name} does not apply to a {kind} view: it takes {', '.join(SELECTORS[kind])}")
     fig_dpi = _figure_dpi(dpi, ax is not None)
     return DRAW[kind](view, ax, fig_dpi, **{name: selected.get(name) for name in SELECTORS[kind]})
+
+
+def quick(view: Any) -> bool:
+    """Whether the view's matplotlib form is quick to draw (a second or so)
+    and small, for the notebook's static fallback: at most QUICK_PANELS
+    heads in a grid and QUICK_LINES lines, and at most QUICK_FLOATS weights."""
+    if view.data.size > QUICK_FLOATS:
+        return False
+    if view.spec["kind"] not in ("head", "model", "matrix"):
+        return True
+    a = view.spec["attentions"][0]
+    size = len(a["rows"]) * len(a["cols"])
+    if view.spec["kind"] == "head":
+        return a["heads"] * size <= QUICK_LINES
+    return a["layers"] * a["heads"] <= QUICK_PANELS and a["layers"] * a["heads"] * size <= QUICK_LINES
 
 
 def figure_of(drawn: Any) -> Any:

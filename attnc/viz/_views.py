@@ -167,28 +167,18 @@ class View:
         >>> open("heads.pdf", "rb").read(5)
         b'%PDF-'
         """
-        from ._static import draw, figure_of
-
         suffix = os.path.splitext(os.fspath(path))[1].lower()
         if suffix not in (".png", ".svg", ".pdf"):
             raise ValueError(f"path must end in .png, .svg or .pdf (the format), got {os.fspath(path)!r}")
-        fig = figure_of(draw(self, None, dpi, selectors))
-        try:
-            fig.savefig(path, dpi=dpi)
-        finally:
-            import matplotlib.pyplot as plt
+        self._write(path, dpi, selectors)
 
-            plt.close(fig)
-
-    def _png(self, dpi: float = NOTEBOOK_DPI) -> bytes:
-        """The matplotlib form (default selectors) as PNG bytes."""
+    def _write(self, target: Any, dpi: float, selectors: dict[str, Any], **kwargs: Any) -> None:
+        """The matplotlib form saved to target (a path or a file), its figure closed."""
         from ._static import draw, figure_of
 
-        fig = figure_of(draw(self, None, dpi, {}))
+        fig = figure_of(draw(self, None, dpi, selectors))
         try:
-            out = io.BytesIO()
-            fig.savefig(out, format="png", dpi=dpi)
-            return out.getvalue()
+            fig.savefig(target, dpi=dpi, **kwargs)
         finally:
             import matplotlib.pyplot as plt
 
@@ -206,10 +196,15 @@ class View:
             frame = f'<iframe srcdoc="{page}" style="width:100%;height:720px;border:0"></iframe>'
             found = {"text/html": frame, "text/plain": repr(self)}
         data, metadata = found if isinstance(found, tuple) else (found, {})  # ipywidgets 8 gives both
-        try:
-            data = {**data, "image/png": base64.b64encode(self._png()).decode("ascii")}
-        except (ImportError, ValueError):  # no matplotlib, or nothing to draw (a view with no steps)
-            pass
+        from ._static import quick
+
+        if quick(self):  # a large grid would stall the notebook and swell its file
+            try:
+                png = io.BytesIO()
+                self._write(png, NOTEBOOK_DPI, {}, format="png")
+                data = {**data, "image/png": base64.b64encode(png.getvalue()).decode("ascii")}
+            except (ImportError, ValueError):  # no matplotlib, or nothing to draw (a view with no steps)
+                pass
         return (data, metadata) if isinstance(found, tuple) else data
 
 
