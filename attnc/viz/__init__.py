@@ -23,6 +23,12 @@ addressing stages), :func:`pointer_view` (a pointer network's choices over
 its points) and :func:`image_view` (a caption's word or a self-attention
 position, its map over the image).
 
+Every view also has a static, matplotlib form for papers:
+``view.plot(layer=..., head=..., step=...)`` draws it as the page does and
+``view.savefig("x.pdf", dpi=300)`` writes PNG, SVG or PDF. In a notebook the
+view's output also carries that PNG, which GitHub's notebook view (where
+widgets do not run) shows in the widget's place.
+
 Weights are what attnc's transformers return with ``need_weights=True`` (a
 list of (B, H, L, S) per layer, or a dict of such lists from
 ``attnc.nn.Transformer``), torch's ``nn.MultiheadAttention(...,
