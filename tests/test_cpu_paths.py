@@ -80,6 +80,7 @@ OTHER_TESTS = [
     "test_viz_jupyter.py",  # the widget in a JupyterLab served here
     "test_viz_browser.py",  # attnc.viz's pages in chromium: no C arithmetic of their own
     "test_hf_models.py",  # loading Hugging Face checkpoints: the layers' arithmetic is test_transformer's
+    "test_viz_static.py",  # attnc.viz's matplotlib form: draws what the views ship
     "test_binding.py",  # the binding's surface against its table (the sources): every path compiles the same ops.c
 ]
 KERNEL_TESTS = [

@@ -485,3 +485,86 @@ def test_loaded_models_save_and_load(transformers, torch, tmp_path, rng):
         again = attnc.load(tmp_path / "model.npz")
         assert list(again.state_dict()) == list(model.state_dict())
         np.testing.assert_array_equal(again(ids), model(ids))
+
+
+# ---------------------------------------------------------------------------- the views of a real model's text
+
+TEXT = "The cat sat on the mat ."
+
+
+def word_tokenizer(transformers):
+    """A GPT-2-style tokenizer built here (tokenizers' WordLevel over whitespace), no files, no network."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    vocab = {w: i for i, w in enumerate(["<unk>", "The", "cat", "sat", "on", "the", "mat", "."])}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    return transformers.PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>")
+
+
+def bert_tokenizer(transformers, tmp_path):
+    """BERT's WordPiece tokenizer from a vocabulary file written here: it lower-cases and adds [CLS] and [SEP]."""
+    words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "cat", "sat", "on", "mat", "."]
+    (tmp_path / "vocab.txt").write_text("\n".join(words) + "\n", encoding="utf-8")
+    return transformers.BertTokenizer(str(tmp_path / "vocab.txt"))
+
+
+@pytest.mark.parametrize("view", ["head_view", "model_view", "matrix_view"])
+@pytest.mark.parametrize("kind", ["gpt2", "bert"])
+def test_the_views_show_a_checkpoints_heads_for_a_text(kind, view, transformers, torch, tmp_path):
+    """view(model, text, tokenizer=tok): the weights transformers' own eager
+    attention gives for the tokenizer's ids, labelled by its tokens."""
+    import attnc.viz
+
+    hf = gpt2(transformers, torch) if kind == "gpt2" else bert(transformers, torch)
+    tok = word_tokenizer(transformers) if kind == "gpt2" else bert_tokenizer(transformers, tmp_path)
+    ids = tok(TEXT)["input_ids"]
+    tokens = tok.convert_ids_to_tokens(ids)
+    assert tokens == (TEXT.split() if kind == "gpt2" else ["[CLS]", *TEXT.lower().split(), "[SEP]"])
+    shown = getattr(attnc.viz, view)(attnc.models.from_pretrained(hf), TEXT, tokenizer=tok)
+    expected = np.stack([as_numpy(w[0]) for w in hf(torch.tensor([ids]), output_attentions=True).attentions])
+    assert shown.data.shape == (expected.size,)
+    close(shown.data, expected.ravel(), 1e-5, f"{kind} {view}'s weights")
+    (a,) = shown.spec["attentions"]
+    assert a["rows"] == a["cols"] == tokens
+
+
+def test_a_tokenizer_labels_ids_and_text_needs_one(transformers, torch):
+    import attnc.viz
+
+    model = attnc.models.from_pretrained(gpt2(transformers, torch))
+    tok = word_tokenizer(transformers)
+    ids = np.array([[2, 3, 1], [4, 5, 6]])
+    a = attnc.viz.head_view(model, ids, tokenizer=tok, batch=1).spec["attentions"][0]
+    assert a["cols"] == ["on", "the", "mat"]
+    with pytest.raises(TypeError, match=r"input given as text needs its tokenizer: pass tokenizer="):
+        attnc.viz.head_view(model, TEXT)
+    with pytest.raises(ValueError, match="give decode or tokenizer, not both"):
+        attnc.viz.model_view(model, TEXT, tokenizer=tok, decode=str)
+    with pytest.raises(TypeError, match="tokenizer must have the transformers tokenizer interface"):
+        attnc.viz.matrix_view(model, TEXT, tokenizer={"The": 1})
+    with pytest.raises(ValueError, match="tokenizer names a model's input ids; with weights as arrays"):
+        attnc.viz.head_view(np.full((1, 2, 2), 0.5), ["a", "b"], tokenizer=tok)
+
+
+def test_torch_transformer_encoder_weights_go_into_the_views(torch, rng):
+    """torch's nn.TransformerEncoder: its layers' nn.MultiheadAttention
+    weights (average_attn_weights=False) as they come, a list of torch
+    tensors, and the attnc encoder its state dict loads into, run by the
+    view, both show torch's weights."""
+    import attnc.viz
+
+    torch.manual_seed(3)
+    layer = torch.nn.TransformerEncoderLayer(E, H, 32, dropout=0.0, batch_first=True)
+    encoder = _randomise(torch, torch.nn.TransformerEncoder(layer, NL, enable_nested_tensor=False))
+    x = torch.randn(2, L, E)
+    weights, h = [], x
+    for block in encoder.layers:
+        weights.append(block.self_attn(h, h, h, need_weights=True, average_attn_weights=False)[1])  # (B, H, L, L)
+        h = block(h)
+    expected = np.stack([as_numpy(w[1]) for w in weights])
+    from_torch = attnc.viz.head_view(weights, [f"t{i}" for i in range(L)], batch=1)
+    np.testing.assert_array_equal(from_torch.data, expected.ravel())
+    mine = nn.TransformerEncoder(nn.TransformerEncoderLayer(E, H, 32, dropout=0.0, seed=0), NL).eval()
+    mine.load_state_dict(encoder.state_dict())
+    close(attnc.viz.matrix_view(mine, as_numpy(x), batch=1).data, expected.ravel(), 1e-6, "the attnc encoder's view")

@@ -23,6 +23,12 @@ addressing stages), :func:`pointer_view` (a pointer network's choices over
 its points) and :func:`image_view` (a caption's word or a self-attention
 position, its map over the image).
 
+Every view also has a static, matplotlib form for papers:
+``view.plot(layer=..., head=..., step=...)`` draws it as the page does and
+``view.savefig("x.pdf", dpi=300)`` writes PNG, SVG or PDF. In a notebook the
+view's output also carries that PNG, which GitHub's notebook view (where
+widgets do not run) shows in the widget's place.
+
 Weights are what attnc's transformers return with ``need_weights=True`` (a
 list of (B, H, L, S) per layer, or a dict of such lists from
 ``attnc.nn.Transformer``), torch's ``nn.MultiheadAttention(...,
@@ -56,6 +62,7 @@ def head_view(
     batch: int = 0,
     decode: Callable[[int], object] | None = None,
     min_weight: float = 0.01,
+    tokenizer: Any = None,
 ) -> View:
     """The head view: tokens in two columns, lines weighted by attention.
 
@@ -77,11 +84,17 @@ def head_view(
     tokens : the S key tokens' labels (default: positions); with a model, its
         input instead: ids (B, T) int, or a tuple of the forward's arguments
         (a seq2seq model's (src, tgt_in)); integer inputs label the tokens.
+        With a model and ``tokenizer``, also a text (str).
     target_tokens : the L query tokens' labels for cross-attention (L != S, or
         the decoder's attentions in a dict); default ``tokens``.
     batch : which batch item to show (the others are not shipped).
     decode : with a model, maps an input id (int) to its label.
     min_weight : lines below this weight are not drawn (they would be invisible).
+    tokenizer : with a model, its tokenizer: any object with the
+        ``transformers`` tokenizer interface (``tokenizer(text)["input_ids"]``,
+        ``convert_ids_to_tokens(id)``). A text is tokenized into one sequence
+        (with the special tokens it adds: BERT's [CLS] and [SEP]), and the
+        tokenizer's tokens label the ids (in place of ``decode``).
 
     Example
     -------
@@ -93,8 +106,16 @@ def head_view(
     >>> gpt = attnc.models.GPT(10, 8, n_layer=2, n_head=2, n_embd=8, seed=0)
     >>> attnc.viz.head_view(gpt, np.array([[1, 2, 3]]), decode="abcdefghij".__getitem__).spec["attentions"][0]["rows"]
     ['b', 'c', 'd']
+    >>> class Words:  # the tokenizer interface: text -> input_ids, an id -> its token
+    ...     vocab = ["<s>", "the", "cat", "sat"]
+    ...     def __call__(self, text):
+    ...         return {"input_ids": [0] + [self.vocab.index(w) for w in text.split()]}
+    ...     def convert_ids_to_tokens(self, i):
+    ...         return self.vocab[i]
+    >>> attnc.viz.head_view(gpt, "the cat sat", tokenizer=Words()).spec["attentions"][0]["cols"]
+    ['<s>', 'the', 'cat', 'sat']
     """
-    return build("head", weights, tokens, target_tokens, batch, decode, _lines(min_weight))
+    return build("head", weights, tokens, target_tokens, batch, decode, _lines(min_weight), tokenizer=tokenizer)
 
 
 def model_view(
@@ -105,13 +126,15 @@ def model_view(
     batch: int = 0,
     decode: Callable[[int], object] | None = None,
     min_weight: float = 0.01,
+    tokenizer: Any = None,
 ) -> View:
     """The model view: every layer x head as a thumbnail; click one to open
     it as a head view (and go back to the grid from there).
 
     Arguments as :func:`head_view`'s: weights a per-layer list of (B, H, L, S)
     arrays (float32 or float64, >= 0), one (B, H, L, S) or (H, L, S) array, a
-    dict of them, or an attnc model (with ``tokens`` its input ids, (B, T) int).
+    dict of them, or an attnc model (with ``tokens`` its input ids, (B, T)
+    int, or a text with ``tokenizer``).
 
     Example
     -------
@@ -120,7 +143,7 @@ def model_view(
     >>> view.spec["kind"], view.data.size
     ('model', 300)
     """
-    return build("model", weights, tokens, target_tokens, batch, decode, _lines(min_weight))
+    return build("model", weights, tokens, target_tokens, batch, decode, _lines(min_weight), tokenizer=tokenizer)
 
 
 def matrix_view(
@@ -134,6 +157,7 @@ def matrix_view(
     pool: str = "max",
     layers: Sequence[int] | None = None,
     heads: Sequence[int] | None = None,
+    tokenizer: Any = None,
 ) -> View:
     """A zoomable heatmap of each layer's and head's (L, S) weights, readable
     at thousands of tokens.
@@ -148,8 +172,9 @@ def matrix_view(
 
     Parameters
     ----------
-    weights, tokens, target_tokens, batch, decode : as :func:`head_view`'s
-        (weights (B, H, L, S) per layer, float32 or float64, >= 0).
+    weights, tokens, target_tokens, batch, decode, tokenizer : as
+        :func:`head_view`'s (weights (B, H, L, S) per layer, float32 or
+        float64, >= 0; a model's input ids or, with tokenizer, its text).
     scale : "head" (each head's own maximum is the top colour) or "shared"
         (one maximum over every layer and head shown); switchable in the page.
     pool : "max" or "mean", how cells sharing a pixel combine; switchable.
@@ -167,4 +192,6 @@ def matrix_view(
         raise ValueError(f'scale must be "head" or "shared", got {scale!r}')
     if pool not in ("max", "mean"):
         raise ValueError(f'pool must be "max" or "mean", got {pool!r}')
-    return build("matrix", weights, tokens, target_tokens, batch, decode, dict(scale=scale, pool=pool), layers, heads)
+    return build(
+        "matrix", weights, tokens, target_tokens, batch, decode, dict(scale=scale, pool=pool), layers, heads, tokenizer
+    )

@@ -180,6 +180,30 @@ def model_weights(model: nn.Module, inputs: Any, batch: int, decode: Callable[[i
     return result[1], found[0], found[1]
 
 
+def tokenized(inputs: Any, tokenizer: Any, decode: Callable[[int], object] | None) -> tuple:
+    """A model's input and the decode of its ids: text goes through
+    ``tokenizer`` (the transformers interface: ``tokenizer(text)["input_ids"]``,
+    one sequence, with the special tokens it adds) and the tokenizer's
+    ``convert_ids_to_tokens`` labels the ids."""
+    if tokenizer is None:
+        if isinstance(inputs, str):
+            raise TypeError(
+                "a model's input given as text needs its tokenizer: pass tokenizer= (a transformers tokenizer, "
+                "e.g. AutoTokenizer.from_pretrained(checkpoint_directory)), or the token ids as a (B, T) int array"
+            )
+        return inputs, decode
+    if decode is not None:
+        raise ValueError("give decode or tokenizer, not both: the tokenizer's convert_ids_to_tokens labels the ids")
+    if not (callable(tokenizer) and hasattr(tokenizer, "convert_ids_to_tokens")):
+        raise TypeError(
+            "tokenizer must have the transformers tokenizer interface (called on text for input_ids, "
+            f"convert_ids_to_tokens), got {type(tokenizer).__name__}"
+        )
+    if isinstance(inputs, str):
+        inputs = np.asarray([tokenizer(inputs)["input_ids"]], dtype=np.int64)
+    return inputs, lambda i: tokenizer.convert_ids_to_tokens(i)
+
+
 def is_model(x: Any) -> bool:
     """Whether a view's first argument is an attnc module to run rather than weights."""
     return isinstance(x, nn.Module)

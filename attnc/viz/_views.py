@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import html
+import io
 import json
 import os
 from collections.abc import Callable, Sequence
@@ -14,9 +15,11 @@ from typing import Any
 
 import numpy as np
 
-from ._inputs import MAX_BYTES, attentions, is_model, model_weights, pick
+from ._inputs import MAX_BYTES, attentions, is_model, model_weights, pick, tokenized
 
 STATIC = resources.files(__package__).joinpath("static")
+# The notebook's static fallback: matplotlib's own default resolution keeps a stored output small.
+NOTEBOOK_DPI = 100
 
 
 def static_file(name: str) -> str:
@@ -90,14 +93,119 @@ class View:
 
         return AttentionWidget(spec=self.spec, data=self.payload())
 
-    def _repr_mimebundle_(self, **kwargs: Any) -> Any:
-        """Jupyter shows the widget; without anywidget, the page in an iframe."""
+    def plot(
+        self,
+        ax: Any = None,
+        *,
+        attention: int | str | None = None,
+        layer: int | Sequence[int] | None = None,
+        head: int | Sequence[int] | None = None,
+        step: int | None = None,
+        dpi: float | None = None,
+    ) -> Any:
+        """The view's matplotlib form, drawn as the page draws it, for papers.
+
+        - head view: the query tokens (left) and key tokens (right) joined by
+          lines whose opacity is the weight, one colour per head (the page's),
+          lines under ``min_weight`` left out; ``layer`` (one, default the
+          first) and ``head`` (default all). Returns the Axes; head h's lines
+          are the LineCollection with gid ``"head h"``, their colours' alpha
+          the weights.
+        - model view: the layer x head grid of those thumbnails. Returns an
+          array of Axes (layers, heads).
+        - matrix view: the heatmaps, drawn by :func:`attnc.plot.heads` on the
+          view's colour scale (per head or shared) with colour bars, token
+          labels up to 64 a side; past 1,024 tokens pooled into blocks (the
+          view's max or mean). Returns an array of Axes (layers, heads).
+        - alignment view: the alignment up to ``step`` (later rows blank),
+          local windows outlined white, the step's row red. Returns the Axes.
+        - NTM view: at ``step`` the memory (a heatmap) and each write and
+          read head's and stage's weighting (bars). Returns an array of Axes.
+        - pointer view: at ``step`` the points, each one's area its
+          probability, the choice ringed red, the path chosen so far. Returns
+          the Axes (the points' sizes ``ax.collections[0].get_sizes()``).
+        - image view: the map of word or position ``step`` over the image,
+          drawn by :func:`attnc.plot.caption_attention` (a caption's word, on
+          the 0-1 scale) or :func:`attnc.plot.image_attention` (a position,
+          scaled by its maximum). Returns the Axes.
+
+        Parameters
+        ----------
+        ax : matplotlib Axes to draw into (for the multi-panel views a
+            sequence of them, one a panel); default a new figure
+        attention : which attention (a name such as "decoder_cross", or an
+            index) of a view holding several; default the first
+        layer, head : int or list of ints, the layers and heads to draw, as
+            the weights index them (those the view holds)
+        step : int, the step of a step view (default the last; the image
+            view's first word or position)
+        dpi : the new figure's resolution (default 200); ValueError with ``ax``
+
+        Raises ValueError naming the selector that is out of range or does
+        not apply to the view's kind.
+
+        Example
+        -------
+        >>> w = np.random.dirichlet(np.ones(4), (2, 3, 4))  # (H, L, S): 2 heads
+        >>> ax = attnc.viz.head_view(w, ["the", "cat", "sat", "."]).plot(head=1, dpi=100)
+        >>> [c.get_gid() for c in ax.collections], ax.figure.dpi
+        (['head 1'], 100.0)
+        """
+        from ._static import draw
+
+        return draw(self, ax, dpi, dict(attention=attention, layer=layer, head=head, step=step))
+
+    def savefig(self, path: str | os.PathLike[str], *, dpi: float = 200, **selectors: Any) -> None:
+        """Save the view's matplotlib form (:meth:`plot`, with the same
+        selectors) as PNG, SVG or PDF, by the path's suffix, at ``dpi``.
+
+        Example
+        -------
+        >>> view = attnc.viz.matrix_view(np.random.dirichlet(np.ones(6), (1, 2, 6)))
+        >>> view.savefig("heads.pdf", head=[1])
+        >>> view.savefig("heads.png", dpi=300, layer=0, head=0)
+        >>> open("heads.pdf", "rb").read(5)
+        b'%PDF-'
+        """
+        suffix = os.path.splitext(os.fspath(path))[1].lower()
+        if suffix not in (".png", ".svg", ".pdf"):
+            raise ValueError(f"path must end in .png, .svg or .pdf (the format), got {os.fspath(path)!r}")
+        self._write(path, dpi, selectors)
+
+    def _write(self, target: Any, dpi: float, selectors: dict[str, Any], **kwargs: Any) -> None:
+        """The matplotlib form saved to target (a path or a file), its figure closed."""
+        from ._static import draw, figure_of
+
+        fig = figure_of(draw(self, None, dpi, selectors))
         try:
-            return self.widget()._repr_mimebundle_(**kwargs)
+            fig.savefig(target, dpi=dpi, **kwargs)
+        finally:
+            import matplotlib.pyplot as plt
+
+            plt.close(fig)
+
+    def _repr_mimebundle_(self, **kwargs: Any) -> Any:
+        """Jupyter shows the widget (without anywidget, the page in an
+        iframe); the bundle also carries the matplotlib form as a PNG, which
+        what runs no widgets and strips iframes (GitHub's notebook view,
+        nbviewer without the widget state) shows instead."""
+        try:
+            found = self.widget()._repr_mimebundle_(**kwargs)
         except ImportError:
             page = html.escape(self.to_html(), quote=True)
             frame = f'<iframe srcdoc="{page}" style="width:100%;height:720px;border:0"></iframe>'
-            return {"text/html": frame, "text/plain": repr(self)}
+            found = {"text/html": frame, "text/plain": repr(self)}
+        data, metadata = found if isinstance(found, tuple) else (found, {})  # ipywidgets 8 gives both
+        from ._static import quick
+
+        if quick(self):  # a large grid would stall the notebook and swell its file
+            try:
+                png = io.BytesIO()
+                self._write(png, NOTEBOOK_DPI, {}, format="png")
+                data = {**data, "image/png": base64.b64encode(png.getvalue()).decode("ascii")}
+            except (ImportError, ValueError):  # no matplotlib, or nothing to draw (a view with no steps)
+                pass
+        return (data, metadata) if isinstance(found, tuple) else data
 
 
 def build(
@@ -110,6 +218,7 @@ def build(
     options: dict[str, Any],
     layers: Sequence[int] | None = None,
     heads: Sequence[int] | None = None,
+    tokenizer: Any = None,
 ) -> View:
     """Every view's construction: a model run (when weights is a model),
     the inputs checked, the layers and heads chosen, the spec and payload laid out."""
@@ -118,9 +227,11 @@ def build(
             raise ValueError(
                 "target_tokens labels weights given as arrays; a model's labels are its input ids (decode=)"
             )
+        tokens, decode = tokenized(tokens, tokenizer, decode)
         weights, tokens, target_tokens = model_weights(weights, tokens, batch, decode)
-    elif decode is not None:
-        raise ValueError("decode names a model's input ids; with weights as arrays give tokens as strings")
+    elif decode is not None or tokenizer is not None:
+        name = "decode" if decode is not None else "tokenizer"
+        raise ValueError(f"{name} names a model's input ids; with weights as arrays give tokens as strings")
     found = attentions(weights, tokens, target_tokens, batch)
     specs, chunks, offset = [], [], 0
     for a in found:
