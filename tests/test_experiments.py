@@ -330,6 +330,11 @@ def test_attention_attribution_quick_run():
     assert isinstance(first["rollout_and_flow_beat_raw"], bool)
     second, _ = run_experiment("attention_attribution", "--quick", "--seed", "2", "--threads", "2")
     assert {k: v for k, v in first.items() if k not in TIMING} == {k: v for k, v in second.items() if k not in TIMING}
+    shallow, _ = run_experiment("attention_attribution", "--quick", "--layers", "2")
+    assert {m for m in shallow["spearman"] if m.startswith("raw_attention_layer")} == {
+        "raw_attention_layer1",
+        "raw_attention_layer2",
+    }
 
 
 def test_attention_attribution_spearman_matches_scipy(rng):

@@ -50,6 +50,12 @@ class CueBatch:
     labels  (B,) int64 in [0, num_classes): the source word's class
     cue     (B,) int64: the cue's position in ids (1 .. length - 1)
     source  (B,) int64: the source word's position in ids (cue + 1)
+
+    Example
+    -------
+    >>> b = attnc.datasets.CueTask(length=5, words_per_class=2).batch(1, seed=3)
+    >>> b.ids.tolist(), b.cue.tolist(), b.source.tolist(), b.labels.tolist(), len(b)
+    ([[1, 6, 3, 3, 2, 3]], [4], [5], [0], 1)
     """
 
     ids: Array

@@ -1,13 +1,13 @@
 """Attention rollout and flow (Abnar & Zuidema 2020) against raw attention: what a classifier's [CLS] draws on.
 
-    python -m attnc.experiments.attention_attribution [--seed N] [--quick] [--threads N] [--steps N] [--save PATH]
+    python -m attnc.experiments.attention_attribution [--seed N] [--quick] [--threads N] [--steps N] [--layers N]
 
 The paper's setting, on a task whose true source is known. Task:
 attnc.datasets.CueTask: [CLS], then 12 words of 2 classes (4 words each);
 a cue token marks the one word (the next) whose class is the label, every
 other word is drawn from both classes (attractors, as in subject-verb
 agreement). Model (CLSClassifier): token and position embeddings, a
-6-layer pre-norm attnc.nn.TransformerEncoder (d_model 64, 4 heads,
+6-layer (--layers) pre-norm attnc.nn.TransformerEncoder (d_model 64, 4 heads,
 feed-forward 128, no dropout) and a linear classifier on the [CLS]
 position's output, trained from scratch (fresh batches of 64, Adam 2e-3
 with a warm-up and a cosine decay, gradients clipped to norm 1).
@@ -70,6 +70,12 @@ QUICK = dict(FULL, steps=20, heldout=12, eval_batch=6)
 # Abnar & Zuidema 2020, Table 1 (subject-verb agreement, Spearman's rho with
 # blank-out importance): raw attention 0.12-0.29 over the layers, rollout and flow about 0.7.
 PAPER = {"raw_attention": "0.12-0.29", "rollout": "~0.7", "flow": "~0.7"}
+
+
+def add_flags(parser) -> None:
+    parser.add_argument(
+        "--layers", type=_common.positive_int, default=None, help=f"the encoder's depth (default {FULL['num_layers']})"
+    )
 
 
 class CLSClassifier(nn.Module):
@@ -230,7 +236,7 @@ def evaluate(model, batch, chunk):
 
 def main(argv=None):
     args = _common.parse_args(__name__, argv)
-    cfg = _common.config(FULL, QUICK, args)
+    cfg = _common.config(FULL, QUICK, args, num_layers=args.layers)
     data_seed, model_seed, heldout_seed = np.random.SeedSequence(args.seed).generate_state(3)
     task = CueTask(cfg["length"], cfg["num_classes"], cfg["words_per_class"])
     model = CLSClassifier(
@@ -260,9 +266,9 @@ def main(argv=None):
     )
     heldout = task.batch(cfg["heldout"], seed=int(heldout_seed))
     start = time.perf_counter()
-    exact = model.to(np.float64)  # a confident model's probability drops are small: measured in float64
-    accuracy = float(np.mean(exact(heldout.ids).argmax(axis=1) == heldout.labels))
-    rho, top = evaluate(exact, heldout, cfg["eval_batch"])
+    model.to(np.float64)  # in place: a confident model's probability drops are small, measured in float64
+    accuracy = float(np.mean(model(heldout.ids).argmax(axis=1) == heldout.labels))
+    rho, top = evaluate(model, heldout, cfg["eval_batch"])
     finite = {m: np.array([r for r in rho[m] if np.isfinite(r)]) for m in rho}
     median = {m: round(float(np.median(finite[m])), 4) for m in rho}
     return _common.report(
