@@ -28,7 +28,9 @@ share of sequences where a method's correlation beats the last layer's raw
 attention ("above_raw_attention"); and how often each method's (and the
 importance's own, "blank_out") strongest position is the source word
 ("source_accuracy") or the cue or the source ("evidence_accuracy": removing
-either takes the label's evidence away). A reference row,
+either takes the label's evidence away), and the share of the positions
+that tie at a method's maximum ("tied_at_max": flow's maximum flow is 1 for
+many tokens at once). A reference row,
 "evidence_indicator", correlates the importance with 1 at the cue and the
 source and 0 elsewhere: an attribution that knows the rule and nothing
 else. Only two positions matter here, so the ranks of the other ten (tiny
@@ -217,10 +219,12 @@ def evidence_indicator(batch, rows):
 
 def evaluate(model, batch, chunk):
     """Per method, each sequence's Spearman correlation with the blank-out
-    importance over positions 1..T-1 (also of the evidence indicator), and its
-    strongest position (also the importance's own, "blank_out")."""
+    importance over positions 1..T-1 (also of the evidence indicator), its
+    strongest position and the share of positions tied at its maximum (also
+    the importance's own, "blank_out")."""
     rho: dict = {}
     top: dict = {}
+    tied: dict = {}
     for start in range(0, len(batch), chunk):
         rows = slice(start, start + chunk)
         ids, labels = batch.ids[rows], batch.labels[rows]
@@ -228,10 +232,11 @@ def evaluate(model, batch, chunk):
         att = attributions(model, ids, labels)
         for m, a in {**att, "blank_out": imp}.items():
             top.setdefault(m, []).extend(1 + np.argmax(a[:, 1:], axis=1))
+            tied.setdefault(m, []).extend(np.isclose(a[:, 1:], a[:, 1:].max(axis=1, keepdims=True), 1e-9, 0).mean(1))
         att["evidence_indicator"] = evidence_indicator(batch, rows)
         for m, a in att.items():
             rho.setdefault(m, []).extend(spearman(i[1:], r[1:]) for i, r in zip(imp, a))
-    return rho, {m: np.array(t) for m, t in top.items()}
+    return rho, {m: np.array(t) for m, t in top.items()}, tied
 
 
 def main(argv=None):
@@ -268,7 +273,7 @@ def main(argv=None):
     start = time.perf_counter()
     model.to(np.float64)  # in place: a confident model's probability drops are small, measured in float64
     accuracy = float(np.mean(model(heldout.ids).argmax(axis=1) == heldout.labels))
-    rho, top = evaluate(model, heldout, cfg["eval_batch"])
+    rho, top, tied = evaluate(model, heldout, cfg["eval_batch"])
     finite = {m: np.array([r for r in rho[m] if np.isfinite(r)]) for m in rho}
     median = {m: round(float(np.median(finite[m])), 4) for m in rho}
     return _common.report(
@@ -287,6 +292,7 @@ def main(argv=None):
         evidence_accuracy={
             m: round(float(np.mean((t == heldout.source) | (t == heldout.cue))), 4) for m, t in top.items()
         },
+        tied_at_max={m: round(float(np.mean(t)), 4) for m, t in tied.items()},
         above_raw_attention={  # paired: the share of sequences where the method's rho beats the last layer's
             m: round(float(np.mean(np.array(r) > np.array(rho["raw_attention"]))), 4) for m, r in rho.items()
         },
