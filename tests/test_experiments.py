@@ -325,7 +325,7 @@ def test_attention_attribution_quick_run():
         assert set(first[key]) == methods | {"blank_out"}, key
         assert all(0 <= v <= 1 for v in first[key].values())
     assert all(first["source_accuracy"][m] <= v for m, v in first["evidence_accuracy"].items())
-    assert all(v >= 1 / 12 for v in first["tied_at_max"].values())  # the maximum itself, of 12 positions
+    assert all(v >= round(1 / 12, 4) for v in first["tied_at_max"].values())  # the maximum itself, of 12 positions
     assert all(-1 <= v <= 1 for v in first["spearman"].values())
     assert set(first["paper_spearman"]) == {"raw_attention", "rollout", "flow"}
     assert isinstance(first["rollout_and_flow_beat_raw"], bool)
