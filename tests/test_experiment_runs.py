@@ -136,11 +136,7 @@ def test_a_run_cut_short_resumes_to_the_run_of_its_plan(name, own, tmp_path):
         quiet_run(name, resume=tmp_path / "unplanned", steps=5)
 
 
-# Experiments that evaluate a shipped model and train nothing: no checkpoint to resume from.
-EVALUATES_ONLY = {"attention_attribution"}
-
-
-@pytest.mark.parametrize("name", [n for n in E.EXPERIMENTS if n not in EVALUATES_ONLY])
+@pytest.mark.parametrize("name", E.EXPERIMENTS)
 def test_every_experiment_resumes_in_quick_mode(name, tmp_path):
     """Cut short after 2 of 4 planned steps and resumed: the 4-step run's bits."""
     kw = dict(quick=True, seed=1, eval_every=2, schedule_steps=4)

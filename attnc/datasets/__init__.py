@@ -1,6 +1,7 @@
 """attnc.datasets: seeded synthetic tasks for the experiments (NumPy only)."""
 
 from .captions import CaptionBatch, CaptionsTask, caption_of, caption_split, captions
+from .cue_task import CueBatch, CueTask
 from .dates import DatesTask, date_split, dates, format_date
 from .fewshot import FewShotEpisodes, FewShotTask, fewshot_accuracy, nearest_prototype
 from .markov import MarkovTask, markov_task
@@ -50,6 +51,8 @@ __all__ = [
     "CaptionsTask",
     "ConvexHullTask",
     "CopyTask",
+    "CueBatch",
+    "CueTask",
     "DatesTask",
     "EntailmentBatch",
     "EntailmentTask",

@@ -26,9 +26,10 @@ and the task's own measure: "exact_match", "bits_per_sequence", "gap", ...).
 - ``sagan_shapes``: a small convolutional classifier with SAGAN's self-attention
   (``--no-attention``: without it) tells whether two distant shapes share a colour.
 - ``lstmn_recall``: an LSTMN (intra-attention, Cheng et al. 2016) against an LSTM on key-value recall.
-- ``attention_attribution``: attention rollout, flow and gradient-weighted
-  relevance against raw attention, scored by their Spearman correlation with
-  input-ablation importance on gpt_sort's trained GPT (Abnar & Zuidema 2020).
+- ``attention_attribution`` (``--layers N``): attention rollout, flow and
+  gradient-weighted relevance against raw attention, scored by their
+  Spearman correlation with blank-out importance on a [CLS] classifier whose
+  deciding word is known (Abnar & Zuidema 2020's setting).
 
 ``python -m attnc.experiments`` lists them. From Python, ``run(name,
 **flags)`` runs one and returns its Result (metrics, history, model,

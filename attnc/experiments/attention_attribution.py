@@ -1,23 +1,41 @@
-"""Attention rollout and flow (Abnar & Zuidema 2020) against raw attention, on what a trained GPT's outputs use.
+"""Attention rollout and flow (Abnar & Zuidema 2020) against raw attention: what a classifier's [CLS] draws on.
 
-    python -m attnc.experiments.attention_attribution [--seed N] [--quick] [--threads N] [--train]
+    python -m attnc.experiments.attention_attribution [--seed N] [--quick] [--threads N] [--steps N] [--layers N]
 
-The model is gpt_sort's (attnc.pretrained("gpt_sort"): 3 layers, 3 heads,
-sorting 6 digits of {0, 1, 2}; with --train, a fresh one trained by
-gpt_sort's recipe). On held-out sequences (the test split, never trained on),
-for each output position (each digit of the sorted half) and each earlier
-position q, the input-ablation importance of q is the drop in the
-probability of the right next digit when q's token embedding is removed
-(its position embedding kept). Over the positions an output sees, the
-Spearman correlation of that importance with (a) the last layer's raw
-attention (mean over heads), (b) attention rollout, (c) attention flow and
-(d) gradient-weighted relevance (Chefer et al. 2021), and of each layer's raw
-attention ("raw_attention_layer1", ...: the paper reports raw attention per
-layer) is taken per (sequence, output position); the metrics are their
-medians ("spearman"), next to the
-paper's Table 1 numbers for input ablation on subject-verb agreement
-("paper_spearman"), and how often each method's strongest input digit holds
-the output's value, the output's true source ("source_accuracy").
+The paper's setting, on a task whose true source is known. Task:
+attnc.datasets.CueTask: [CLS], then 12 words of 2 classes (4 words each);
+a cue token marks the one word (the next) whose class is the label, every
+other word is drawn from both classes (attractors, as in subject-verb
+agreement). Model (CLSClassifier): token and position embeddings, a
+4-layer (--layers) pre-norm attnc.nn.TransformerEncoder (d_model 64, 4 heads,
+feed-forward 128, no dropout) and a linear classifier on the [CLS]
+position's output, trained from scratch (800 steps of fresh batches of 64, Adam 2e-3
+with a warm-up and a cosine decay, gradients clipped to norm 1).
+
+Scored on 500 held-out sequences (a seed of their own), in float64. The
+blank-out importance of input position j (1..12) is the drop in the true
+class's probability when j's token is replaced by PAD, whose embedding row
+is zero: the token's embedding is removed, its position embedding kept.
+Each method's attribution of the [CLS] output over positions 1..12: the
+[CLS] row of raw attention (mean over heads) of each layer
+("raw_attention_layer1", ...; "raw_attention" is the last layer's), of
+attention rollout, of attention flow, and gradient-weighted relevance
+(Chefer et al. 2021) of the true class's logit. Per sequence, Spearman's
+correlation of each with the importance; the metrics are their medians
+("spearman") and means ("spearman_mean"), next to the paper's Table 1
+numbers for blank-out on subject-verb agreement ("paper_spearman"); the
+share of sequences where a method's correlation beats the last layer's raw
+attention ("above_raw_attention"); and how often each method's (and the
+importance's own, "blank_out") strongest position is the source word
+("source_accuracy") or the cue or the source ("evidence_accuracy": removing
+either takes the label's evidence away), and the share of the positions
+that tie at a method's maximum ("tied_at_max": flow's maximum flow is 1 for
+many tokens at once). A reference row,
+"evidence_indicator", correlates the importance with 1 at the cue and the
+source and 0 elsewhere: an attribution that knows the rule and nothing
+else. Only two positions matter here, so the ranks of the other ten (tiny
+probability drops) weigh heavily in any Spearman correlation: that
+indicator gets about 0.65, not 1.
 """
 
 from __future__ import annotations
@@ -27,23 +45,112 @@ import time
 import numpy as np
 
 import attnc
-from attnc import attribution
-from attnc.datasets import sort_task
+from attnc import attribution, nn
+from attnc._args import child_seeds
+from attnc.datasets import CueTask
+from attnc.models._common import _Tape
 
 from . import _common
 
-FULL = dict(examples=500, batch_size=100)
-QUICK = dict(FULL, examples=12, batch_size=6)
+FULL = dict(
+    steps=800,
+    batch_size=64,
+    lr=2e-3,
+    warmup=50,
+    final_lr=0.05,
+    length=12,
+    num_classes=2,
+    words_per_class=4,
+    num_layers=4,
+    d_model=64,
+    nhead=4,
+    dim_feedforward=128,
+    heldout=500,
+    eval_batch=100,
+)
+QUICK = dict(FULL, steps=20, heldout=12, eval_batch=6)
 # Abnar & Zuidema 2020, Table 1 (subject-verb agreement, Spearman's rho with
-# input-ablation importance), as quoted in attnc's issue 29: raw attention
-# 0.12-0.29 over the layers, rollout and flow about 0.7.
+# blank-out importance): raw attention 0.12-0.29 over the layers, rollout and flow about 0.7.
 PAPER = {"raw_attention": "0.12-0.29", "rollout": "~0.7", "flow": "~0.7"}
 
 
 def add_flags(parser) -> None:
     parser.add_argument(
-        "--train", action="store_true", help="train a fresh GPT by gpt_sort's recipe instead of loading its checkpoint"
+        "--layers", type=_common.positive_int, default=None, help=f"the encoder's depth (default {FULL['num_layers']})"
     )
+
+
+class CLSClassifier(nn.Module):
+    """Token and position embeddings -> TransformerEncoder -> Linear on the
+    first ([CLS]) position.
+
+    ``forward(ids, *, need_weights=False)``: ids (B, T) int, T <= max_len ->
+    logits (B, num_classes), or (logits, [weights (B, nhead, T, T) per
+    layer]). ``attnc.vjp(model, ids, need_weights=True)``'s pullback gives
+    the parameters' gradients and ``"attn_weights"`` (what
+    ``attnc.attribution.attention_gradients`` reads). Token 0 is padding: a
+    zero embedding row that gets no gradient. ``loss_and_grads(batch)`` ->
+    (mean cross-entropy, gradients by state_dict name) for a CueBatch."""
+
+    def __init__(
+        self,
+        vocab_size: int,
+        max_len: int,
+        num_classes: int,
+        d_model: int = 64,
+        nhead: int = 4,
+        num_layers: int = 4,
+        dim_feedforward: int = 128,
+        *,
+        dtype=np.float32,
+        seed=None,
+    ):
+        super().__init__(dtype)
+        seeds = child_seeds(seed, 4)
+        self.tokens = nn.Embedding(vocab_size, d_model, padding_idx=0, dtype=dtype, seed=seeds[0])
+        self.positions = nn.Embedding(max_len, d_model, dtype=dtype, seed=seeds[1])
+        layer = nn.TransformerEncoderLayer(
+            d_model, nhead, dim_feedforward=dim_feedforward, dropout=0.0, norm_first=True, dtype=dtype, seed=seeds[2]
+        )
+        norm = nn.LayerNorm(d_model, dtype=dtype)
+        self.encoder = nn.TransformerEncoder(layer, num_layers, norm=norm, enable_nested_tensor=False)
+        self.head = nn.Linear(d_model, num_classes, dtype=dtype, seed=seeds[3])
+
+    def _run(self, grad, ids, need_weights):
+        tape = _Tape(grad)
+        x = tape("tokens", nn.embedding, ids, self.tokens.weight, 0)
+        x = x + tape("positions", nn.embedding, np.arange(ids.shape[1], dtype=np.int64), self.positions.weight)
+        h = tape("encoder", self.encoder, x, need_weights=need_weights)
+        h, weights = h if need_weights else (h, None)
+        logits = tape("head", self.head, np.ascontiguousarray(h[:, 0]))
+        return ((logits, weights) if need_weights else logits), (tape.pullbacks, need_weights, h.shape)
+
+    def forward(self, ids, *, need_weights=False):
+        return self._run(False, np.asarray(ids), need_weights)[0]
+
+    def _vjp_forward(self, ids, *, need_weights=False):
+        return self._run(True, np.asarray(ids), need_weights)
+
+    @staticmethod
+    def _vjp_backward(saved, cotangents):
+        pullbacks, need_weights, shape = saved
+        g = pullbacks["head"](cotangents[0])
+        grads = {"head.weight": g["weight"], "head.bias": g["bias"]}
+        dh = np.zeros(shape, g["input"].dtype)
+        dh[:, 0] = g["input"]
+        g = pullbacks["encoder"](dh, None) if need_weights else pullbacks["encoder"](dh)
+        dx = g.pop("src")
+        if need_weights:
+            grads["attn_weights"] = g.pop("attn_weights")
+        grads.update({f"encoder.{k}": v for k, v in g.items()})
+        grads["tokens.weight"] = pullbacks["tokens"](dx)["weight"]
+        grads["positions.weight"] = pullbacks["positions"](np.ascontiguousarray(dx.sum(axis=0)))["weight"]
+        return grads
+
+    def loss_and_grads(self, batch):
+        logits, pullback = attnc.vjp(self, batch.ids)
+        loss, ce_pullback = attnc.vjp(nn.cross_entropy, logits, batch.labels)
+        return float(loss), pullback(ce_pullback(np.ones((), self.dtype))["input"])
 
 
 def spearman(a, b) -> float:
@@ -65,121 +172,138 @@ def _ranks(x):
     return ranks
 
 
-def _logits(model, idx, ablate):
-    """The GPT's logits for idx (B, T), the token embedding of (row, position)
-    pairs in `ablate` removed (their position embedding kept)."""
-    T = idx.shape[1]
-    x = model.wte.weight[idx] + model.wpe.weight[:T]
-    rows, cols = ablate
-    x[rows, cols] = model.wpe.weight[cols]
-    mask = attnc.nn.Transformer.generate_square_subsequent_mask(T, model.dtype)
-    h = model.encoder(x, mask=mask, is_causal=True)
-    return model.lm_head(model.ln_f(h))
+def _true_class_probability(model, ids, labels):
+    z = model(ids)
+    z = z - z.max(axis=1, keepdims=True)
+    p = np.exp(z) / np.exp(z).sum(axis=1, keepdims=True)
+    return p[np.arange(len(labels)), labels]
 
 
-def _probs(logits, targets):
-    z = logits - logits.max(-1, keepdims=True)
-    p = np.exp(z) / np.exp(z).sum(-1, keepdims=True)
-    return np.take_along_axis(p, targets[..., None], -1)[..., 0]
+def blank_out_importance(model, ids, labels):
+    """(B, T): [b, j] = p(label b) - p(label b | token j replaced by PAD), for
+    j >= 1 (column 0, [CLS], is 0)."""
+    B, T = ids.shape
+    blanked = np.repeat(ids, T - 1, axis=0)  # row b (T - 1) + j - 1: sequence b with token j blanked
+    blanked[np.arange(B * (T - 1)), np.tile(np.arange(1, T), B)] = CueTask.PAD
+    dropped = _true_class_probability(model, blanked, np.repeat(labels, T - 1)).reshape(B, T - 1)
+    imp = np.zeros((B, T))
+    imp[:, 1:] = _true_class_probability(model, ids, labels)[:, None] - dropped
+    return imp
 
 
-def ablation_importance(model, idx, targets):
-    """(B, T, T): [b, t, q] = p(target t) - p(target t | q's token removed),
-    for q <= t (0 above the diagonal: a causal model's later tokens)."""
-    B, T = idx.shape
-    base = _probs(_logits(model, idx, ([], [])), targets)
-    rep = np.repeat(idx, T, axis=0)  # row b T + q: sequence b without token q
-    ablated = _probs(_logits(model, rep, (np.arange(B * T), np.tile(np.arange(T), B))), np.repeat(targets, T, 0))
-    imp = base[:, :, None] - ablated.reshape(B, T, T).transpose(0, 2, 1)
-    return np.tril(imp)
-
-
-def attributions(model, idx, targets, outputs):
-    """{method: (B, T, T)}: row t is output position t's attribution over
-    the positions; relevance's rows are filled at the output positions."""
-    logits, ws = model(idx, need_weights=True)
+def attributions(model, ids, labels):
+    """{method: (B, T)}: the [CLS] output's attribution over the positions."""
+    logits, ws = model(ids, need_weights=True)
+    one_hot = np.zeros_like(logits)
+    one_hot[np.arange(len(ids)), labels] = 1  # the true class's logit
+    ws_g, gs = attribution.attention_gradients(model, ids, one_hot)
     out = {
-        "raw_attention": ws[-1].mean(axis=1),
-        "rollout": attribution.rollout(ws),
-        "flow": attribution.flow(ws),
-        "relevance": np.zeros_like(ws[0][:, 0]),
+        "raw_attention": ws[-1].mean(axis=1)[:, 0],
+        "rollout": attribution.rollout(ws)[:, 0],
+        "flow": attribution.flow(ws)[:, 0],
+        "relevance": attribution.relevance(ws_g, gs)[:, 0],
     }
-    out.update({f"raw_attention_layer{l}": w.mean(axis=1) for l, w in enumerate(ws, 1)})  # the paper's per layer
-    for t in outputs:
-        cot = np.zeros_like(logits)
-        cot[np.arange(len(idx)), t, targets[:, t]] = 1
-        ws_t, gs = attribution.attention_gradients(model, idx, cot)
-        out["relevance"][:, t] = attribution.relevance(ws_t, gs)[:, t]
+    out.update({f"raw_attention_layer{l}": w.mean(axis=1)[:, 0] for l, w in enumerate(ws, 1)})  # the paper's per layer
     return out
 
 
-def evaluate(model, task, batch_size):
-    """Per method: every (sequence, output position)'s Spearman correlation
-    and whether its strongest input digit is a true source."""
-    L = task.length
-    outputs = range(L - 1, 2 * L - 1)  # positions predicting the sorted digits
+def evidence_indicator(batch, rows):
+    """(B, T): 1 at the cue and the source of batch's rows, 0 elsewhere: the
+    attribution of an oracle that knows the task's rule, the reference for
+    what a Spearman correlation can reach when only the evidence matters."""
+    out = np.zeros(batch.ids[rows].shape)
+    index = np.arange(len(out))
+    out[index, batch.cue[rows]] = out[index, batch.source[rows]] = 1
+    return out
+
+
+def evaluate(model, batch, chunk):
+    """Per method, each sequence's Spearman correlation with the blank-out
+    importance over positions 1..T-1 (also of the evidence indicator), its
+    strongest position and the share of positions tied at its maximum (also
+    the importance's own, "blank_out")."""
     rho: dict = {}
-    hits: dict = {}
-    for start in range(0, len(task), batch_size):
-        idx = task.inputs[start : start + batch_size]
-        targets = np.maximum(task.targets[start : start + batch_size], 0)  # -100 (no target) at the unsorted half
-        imp = ablation_importance(model, idx, targets)
-        att = attributions(model, idx, targets, outputs)
-        for b in range(len(idx)):
-            for t in outputs:
-                for m, a in att.items():
-                    rho.setdefault(m, []).append(spearman(imp[b, t, : t + 1], a[b, t, : t + 1]))
-                    strongest = int(np.argmax(a[b, t, :L]))  # among the unsorted input digits
-                    hits.setdefault(m, []).append(idx[b, strongest] == targets[b, t])
-    return rho, hits
-
-
-def _model(args):
-    """The checkpoint, or (--train) a GPT trained by gpt_sort in a run folder
-    inside this run's, and that run's metrics."""
-    if not args.train:
-        return attnc.pretrained("gpt_sort"), None
-    from . import gpt_sort
-
-    argv = ["--seed", str(args.seed), "--run-dir", str(args.run.dir / "gpt_sort")]
-    argv += ["--quick"] * args.quick + ["--no-progress"] * args.no_progress
-    result = gpt_sort.main(argv)
-    return result.model.eval(), result.metrics
+    top: dict = {}
+    tied: dict = {}
+    for start in range(0, len(batch), chunk):
+        rows = slice(start, start + chunk)
+        ids, labels = batch.ids[rows], batch.labels[rows]
+        imp = blank_out_importance(model, ids, labels)
+        att = attributions(model, ids, labels)
+        for m, a in {**att, "blank_out": imp}.items():
+            top.setdefault(m, []).extend(1 + np.argmax(a[:, 1:], axis=1))
+            tied.setdefault(m, []).extend(np.isclose(a[:, 1:], a[:, 1:].max(axis=1, keepdims=True), 1e-9, 0).mean(1))
+        att["evidence_indicator"] = evidence_indicator(batch, rows)
+        for m, a in att.items():
+            rho.setdefault(m, []).extend(spearman(i[1:], r[1:]) for i, r in zip(imp, a))
+    return rho, {m: np.array(t) for m, t in top.items()}, tied
 
 
 def main(argv=None):
     args = _common.parse_args(__name__, argv)
-    cfg = _common.config(FULL, QUICK, args)
-    model, trained = _model(args)
-    model = model.to(np.float64)  # a confident model's probability drops are small: measured in float64
-    task = sort_task(
-        cfg["examples"], 6, 3, seed=int(np.random.SeedSequence(args.seed).generate_state(1)[0]), split="test"
+    cfg = _common.config(FULL, QUICK, args, num_layers=args.layers)
+    data_seed, model_seed, heldout_seed = np.random.SeedSequence(args.seed).generate_state(3)
+    task = CueTask(cfg["length"], cfg["num_classes"], cfg["words_per_class"])
+    model = CLSClassifier(
+        task.vocab_size,
+        1 + task.length,
+        task.num_classes,
+        cfg["d_model"],
+        cfg["nhead"],
+        cfg["num_layers"],
+        cfg["dim_feedforward"],
+        seed=int(model_seed),
     )
+    opt, sched = _common.adam_warmup_cosine(model, cfg["lr"], cfg["warmup"], cfg["steps"], cfg["final_lr"])
+    rng = np.random.default_rng(int(data_seed))
+    result = _common.train(
+        model,
+        opt,
+        model.loss_and_grads,
+        lambda step: task.batch(cfg["batch_size"], seed=rng),
+        cfg["steps"],
+        scheduler=sched,
+        clip=1.0,
+        desc="attention_attribution",
+        disable_progress=args.no_progress,
+        run=args.run,
+        rngs={"data": rng},
+    )
+    heldout = task.batch(cfg["heldout"], seed=int(heldout_seed))
     start = time.perf_counter()
-    rho, hits = evaluate(model, task, cfg["batch_size"])
-    seconds = time.perf_counter() - start
+    model.to(np.float64)  # in place: a confident model's probability drops are small, measured in float64
+    accuracy = float(np.mean(model(heldout.ids).argmax(axis=1) == heldout.labels))
+    rho, top, tied = evaluate(model, heldout, cfg["eval_batch"])
     finite = {m: np.array([r for r in rho[m] if np.isfinite(r)]) for m in rho}
-    metrics = {
-        "experiment": "attention_attribution",
-        "seed": args.seed,
-        "quick": args.quick,
-        "threads": attnc.get_num_threads(),
-        "model": "trained (gpt_sort's recipe)" if trained else "attnc.pretrained('gpt_sort')",
-        "heldout_size": len(task),
-        "pairs": len(rho["rollout"]),
-        "spearman": {m: round(float(np.median(finite[m])), 4) for m in rho},
-        "spearman_mean": {m: round(float(finite[m].mean()), 4) for m in rho},
-        "undefined_pairs": {m: int(len(rho[m]) - len(finite[m])) for m in rho},
-        "source_accuracy": {m: round(float(np.mean(hits[m])), 4) for m in rho},
-        "paper_spearman": PAPER,
-        "rollout_and_flow_beat_raw": bool(
-            min(np.median(finite["rollout"]), np.median(finite["flow"])) > np.median(finite["raw_attention"])
-        ),
-        "train_metrics": trained,
-        "eval_seconds": round(seconds, 3),
-    }
-    return _common.conclude(args, model, metrics)
+    median = {m: round(float(np.median(finite[m])), 4) for m in rho}
+    return _common.report(
+        "attention_attribution",
+        args,
+        model,
+        result,
+        cfg["batch_size"],
+        time.perf_counter() - start,
+        accuracy=accuracy,
+        heldout_size=len(heldout),
+        spearman=median,
+        spearman_mean={m: round(float(finite[m].mean()), 4) for m in rho},
+        undefined=({m: int(len(rho[m]) - len(finite[m])) for m in rho}),
+        source_accuracy={m: round(float(np.mean(t == heldout.source)), 4) for m, t in top.items()},
+        evidence_accuracy={
+            m: round(float(np.mean((t == heldout.source) | (t == heldout.cue))), 4) for m, t in top.items()
+        },
+        tied_at_max={m: round(float(np.mean(t)), 4) for m, t in tied.items()},
+        above_raw_attention={  # paired: the share of sequences where the method's rho beats the last layer's
+            m: round(float(np.mean(np.array(r) > np.array(rho["raw_attention"]))), 4) for m, r in rho.items()
+        },
+        paper_spearman=PAPER,
+        rollout_and_flow_beat_raw=bool(min(median["rollout"], median["flow"]) > median["raw_attention"]),
+    )
 
 
 if __name__ == "__main__":
-    main()
+    # run the imported module's main, so that a saved model's class is
+    # attnc.experiments.attention_attribution.CLSClassifier (attnc.load finds it), not __main__'s
+    from attnc.experiments.attention_attribution import main as _main
+
+    _main()
