@@ -230,10 +230,10 @@ class DifferentialAttention(Module):
         dq, dk, dv2 = g["query"], g["key"], g["value"]
         if self.rotary is not None:
             dq, dk = pb["rope_q"](dq)["x"], pb["rope_k"](dk)["x"]
-        dv = dv2.reshape(B, Hkv, 2, L, 2 * d).sum(axis=2).transpose(0, 2, 1, 3).reshape(B, L, -1)
+        dv = dv2.reshape(B, Hkv, 2, L, 2 * d).sum(axis=2).transpose(0, 2, 1, 3).reshape(B, L, Hkv * 2 * d)
         dx = np.zeros(shape, o.dtype)
         for name, dproj in (("q", dq.transpose(0, 2, 1, 3)), ("k", dk.transpose(0, 2, 1, 3)), ("v", dv)):
-            g = pb[name](np.ascontiguousarray(dproj.reshape(B, L, -1)))
+            g = pb[name](np.ascontiguousarray(dproj.reshape(B, L, math.prod(dproj.shape[2:]))))
             dx += g["input"]
             grads.update({f"{name}_proj.{k}": v for k, v in g.items() if k != "input"})
         p = self._parameters

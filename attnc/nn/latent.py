@@ -205,7 +205,7 @@ class MultiheadLatentAttention(Module):
             qa = call("q_a", linear, x, self.q_a_proj.weight)
             qn, norms["q"] = _rms_norm(qa, self.q_a_layernorm.weight, self.eps)
             q = call("q_b", linear, qn, self.q_b_proj.weight)
-        q = q.reshape(B, L, H, -1).transpose(0, 2, 1, 3)
+        q = q.reshape(B, L, H, dn + self.qk_rope_head_dim).transpose(0, 2, 1, 3)
         kva = call("kv_a", linear, x, self.kv_a_proj_with_mqa.weight)
         c, norms["kv"] = _rms_norm(kva[..., :dc], self.kv_a_layernorm.weight, self.eps)
         rope = dict(base=self.rope_base, interleaved=self.rope_interleaved)
@@ -217,12 +217,12 @@ class MultiheadLatentAttention(Module):
         """Keys and values up-projected from the latent: (B, L, E)."""
         B, H, L, dn = q_nope.shape
         S = c.shape[1]
-        kv = call("kv_b", linear, c, self.kv_b_proj.weight).reshape(B, S, H, -1).transpose(0, 2, 1, 3)
+        kv = call("kv_b", linear, c, self.kv_b_proj.weight).reshape(B, S, H, dn + self.v_head_dim).transpose(0, 2, 1, 3)
         k = np.concatenate([kv[..., :dn], np.broadcast_to(k_pe[:, None], (B, H, S, k_pe.shape[-1]))], axis=-1)
         q = np.concatenate([q_nope, q_pe], axis=-1)
         scale = 1.0 / np.sqrt(q.shape[-1])
         o = call("sdpa", scaled_dot_product_attention, q, k, kv[..., dn:], mask, scale=scale)
-        return call("o", linear, o.transpose(0, 2, 1, 3).reshape(B, L, -1), self.o_proj.weight)
+        return call("o", linear, o.transpose(0, 2, 1, 3).reshape(B, L, H * self.v_head_dim), self.o_proj.weight)
 
     def absorbed_weights(self) -> tuple[Array, Array]:
         """The absorbed form's matrices: W_UK (H, d_h, d_c), the query side's
@@ -240,7 +240,7 @@ class MultiheadLatentAttention(Module):
         k = np.concatenate([c, k_pe], axis=-1)[:, None]
         scale = 1.0 / np.sqrt(self.qk_nope_head_dim + self.qk_rope_head_dim)
         o = scaled_dot_product_attention(q, k, c[:, None], mask, scale=scale, enable_gqa=True)
-        return linear(o.transpose(0, 2, 1, 3).reshape(B, L, -1), w_out)
+        return linear(o.transpose(0, 2, 1, 3).reshape(B, L, H * self.kv_lora_rank), w_out)
 
     def _run(self, x, cache, absorbed, is_causal, pb):
         a = float_array(x, "x")
@@ -292,16 +292,18 @@ class MultiheadLatentAttention(Module):
             grads[f"{param}.weight"] = g["weight"]
             return g["input"]
 
-        do = back("o", dout, "o_proj").reshape(B, L, H, -1).transpose(0, 2, 1, 3)
+        do = back("o", dout, "o_proj").reshape(B, L, H, self.v_head_dim).transpose(0, 2, 1, 3)
         g = pb["sdpa"](do)
         dq, dk = g["query"], g["key"]
-        dkv = np.concatenate([dk[..., :dn], g["value"]], axis=-1).transpose(0, 2, 1, 3).reshape(B, L, -1)
+        dkv = np.concatenate([dk[..., :dn], g["value"]], axis=-1).transpose(0, 2, 1, 3)
+        dkv = dkv.reshape(B, L, H * (dn + self.v_head_dim))
         dc_lat = back("kv_b", dkv, "kv_b_proj")
         dk_pe = pb["rope_k"](np.ascontiguousarray(dk[..., dn:].sum(axis=1)[:, None]))["x"][:, 0]
         dc_raw, grads["kv_a_layernorm.weight"] = _rms_norm_backward(norms["kv"], dc_lat)
         dx = back("kv_a", np.concatenate([dc_raw, dk_pe], axis=-1), "kv_a_proj_with_mqa")
         dq_pe = pb["rope_q"](np.ascontiguousarray(dq[..., dn:]))["x"]
-        dq = np.concatenate([dq[..., :dn], dq_pe], axis=-1).transpose(0, 2, 1, 3).reshape(B, L, -1)
+        dq = np.concatenate([dq[..., :dn], dq_pe], axis=-1).transpose(0, 2, 1, 3)
+        dq = dq.reshape(B, L, H * (dn + self.qk_rope_head_dim))
         if self.q_lora_rank is None:
             dx = dx + back("q", dq, "q_proj")
         else:
