@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import attnc
+import attnc.models
 from attnc import nn
 
 
@@ -401,3 +402,23 @@ def test_mla_state_and_errors(rng):
     m(x, cache=cache)
     with pytest.raises(ValueError, match="cache holds"):
         m(np.zeros((2, 1, 32)), cache=cache)
+
+
+def test_save_and_load_round_trips(rng, tmp_path):
+    """attnc.save / attnc.load keep the new options (num_kv_heads, rotary, positional) and parameters."""
+    x = rng.standard_normal((1, 3, 8)).astype(np.float32)
+    rope = nn.RotaryEmbedding(4, rotary_dim=2, interleaved=True)
+    cases = [
+        (nn.TransformerEncoderLayer(8, 2, dim_feedforward=4, num_kv_heads=1, rotary=rope, seed=0).eval(), x),
+        (nn.MultiheadLatentAttention(8, 2, kv_lora_rank=3, q_lora_rank=4, qk_rope_head_dim=2, seed=0), x),
+        (nn.DifferentialAttention(8, 2, layer_index=3, rotary=nn.RotaryEmbedding(2), seed=0), x),
+        (
+            attnc.models.GPT(5, 8, n_layer=1, n_head=2, n_embd=8, positional="rope", num_kv_heads=1, seed=0).eval(),
+            np.array([[1, 2, 3]]),
+        ),
+    ]
+    for i, (m, arg) in enumerate(cases):
+        path = tmp_path / f"m{i}.npz"
+        attnc.save(path, m)
+        loaded = attnc.load(path)
+        assert type(loaded) is type(m) and np.array_equal(loaded(arg), m(arg))

@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import attnc
+import attnc.models
 from attnc import nn
 
 
