@@ -117,6 +117,8 @@ KERNEL_TESTS = [
     "test_torch_opinfo.py",
     "test_empty.py",
     "test_strides.py",
+    "test_rotary.py",
+    "test_modern_attention.py",
 ]
 
 DEFAULT = attnc._core.simd_path()

@@ -131,11 +131,15 @@ def t_attention(torch, q, k, v=None, *, score="dot", mask=None):
     return w @ (k if v is None else v), w
 
 
+ATTNC_ONLY = ("num_kv_heads", "rotary")
+
+
 def t_torch_module(name):
     """torch.nn.<name> built with the attnc module's constructor arguments."""
 
     def make(torch, m):
-        config = {k: v for k, v in m._config.items() if k != "dtype"}
+        # (attnc's own options left at their defaults: torch has no such arguments)
+        config = {k: v for k, v in m._config.items() if k != "dtype" and not (k in ATTNC_ONLY and v is None)}
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # "Initializing zero-element tensors is a no-op"
             return getattr(torch.nn, name)(**config)
@@ -691,6 +695,33 @@ CASES = [
     ),
     Case("attnc.nn.SelfAttention2d", on(module(nn.SelfAttention2d, 8, reduction=4), ("B", 8, "T", "S")), "BTS"),
     Case(
+        "attnc.nn.rotary_embedding",
+        lambda x: call(nn.rotary_embedding, x.a("B", "H", "T", 4), 1, interleaved=True),
+        "BHT",  # (zero-width features: tests/test_rotary.py; an odd width cannot turn in pairs)
+    ),
+    Case("attnc.nn.RotaryEmbedding", on(module(nn.RotaryEmbedding, 4), ("B", "T", 4)), "BT"),
+    Case(
+        "attnc.nn.DifferentialAttention",
+        on(module(nn.DifferentialAttention, "E", "H"), ("B", "T", "E"), is_causal=True),
+        "BT",
+    ),
+    Case(
+        "attnc.nn.MultiheadLatentAttention",
+        on(module(nn.MultiheadLatentAttention, "E", "H", 3, qk_rope_head_dim=2), ("B", "T", "E")),
+        "BT",
+    ),
+    Case(
+        "attnc.nn.LatentCache",
+        lambda x: call(
+            lambda h: (lambda c: (module(nn.MultiheadLatentAttention, "E", "H", 3)(x)(h, cache=c), c.latent))(
+                nn.LatentCache()
+            ),
+            x.a("B", "T", "E"),
+        ),
+        "BT",
+        grad=False,
+    ),
+    Case(
         "attnc.nn.MultiheadAttention",
         on(module(nn.MultiheadAttention, "E", "H"), ("B", "T", "E"), ("B", "S", "E"), ("B", "S", "E")),
         "BTS",
@@ -968,6 +999,8 @@ EXCLUDED = {
     "attnc.models.NTMTrace": "a named tuple of results",
     "attnc.models.PointerOutput": "a named tuple of results",
     "attnc.models.from_pretrained": "takes a checkpoint, no arrays; the models it returns (GPT, BERT) have cases here",
+    "attnc.nn.DifferentialAttention.lambda_full": "a number from the parameters, no batch",
+    "attnc.nn.MultiheadLatentAttention.absorbed_weights": "the parameters folded together, no batch",
 }
 
 # --------------------------------------------------------------------------- the harness

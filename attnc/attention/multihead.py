@@ -82,6 +82,7 @@ def _prepare(
     add_zero_attn=False,
     dropout_p=0.0,
     seed=None,
+    num_kv_heads=None,
 ):
     """The arguments checked: the state of a call (its backward's `saved`)
     before any arithmetic. The same arguments (and an int seed) give the
@@ -109,20 +110,22 @@ def _prepare(
     if num_heads < 1 or E % num_heads:
         raise ValueError(f"embed_dim {E} must be divisible by num_heads ({int(num_heads)})")
     H, hd = int(num_heads), E // int(num_heads)
+    Hkv = kv_heads(num_kv_heads, H)
+    Ekv = Hkv * hd  # the width of the keys and values: E, or less with grouped-query attention
     kdim, vdim = k_in.shape[2], v_in.shape[2]
     if in_proj_weight is not None:
-        w_in = _param(in_proj_weight, "in_proj_weight", (3 * E, E), dtype)
+        w_in = _param(in_proj_weight, "in_proj_weight", (E + 2 * Ekv, E), dtype)
         if kdim != E or vdim != E:
             raise ValueError(
                 f"in_proj_weight needs key and value of width {E}; use q/k/v_proj_weight for kdim={kdim}, vdim={vdim}"
             )
-        wq, wk, wv = w_in[:E], w_in[E : 2 * E], w_in[2 * E :]
+        wq, wk, wv = w_in[:E], w_in[E : E + Ekv], w_in[E + Ekv :]
     else:
         wq = _param(q_proj_weight, "q_proj_weight", (E, E), dtype)
-        wk = _param(k_proj_weight, "k_proj_weight", (E, kdim), dtype)
-        wv = _param(v_proj_weight, "v_proj_weight", (E, vdim), dtype)
-    b_in = _param(in_proj_bias, "in_proj_bias", (3 * E,), dtype, required=False)
-    bq, bk, bv = (None, None, None) if b_in is None else (b_in[:E], b_in[E : 2 * E], b_in[2 * E :])
+        wk = _param(k_proj_weight, "k_proj_weight", (Ekv, kdim), dtype)
+        wv = _param(v_proj_weight, "v_proj_weight", (Ekv, vdim), dtype)
+    b_in = _param(in_proj_bias, "in_proj_bias", (E + 2 * Ekv,), dtype, required=False)
+    bq, bk, bv = (None, None, None) if b_in is None else (b_in[:E], b_in[E : E + Ekv], b_in[E + Ekv :])
     wo = _param(out_proj_weight, "out_proj_weight", (E, E), dtype)
     bo = _param(out_proj_bias, "out_proj_bias", (E,), dtype, required=False)
     if (bias_k is None) != (bias_v is None):
@@ -130,7 +133,7 @@ def _prepare(
     bias_kv = bias_k is not None
     bias_shapes = (np.shape(bias_k), np.shape(bias_v))
     if bias_kv:
-        bias_k, bias_v = _key_bias(bias_k, "bias_k", E, dtype), _key_bias(bias_v, "bias_v", E, dtype)
+        bias_k, bias_v = _key_bias(bias_k, "bias_k", Ekv, dtype), _key_bias(bias_v, "bias_v", Ekv, dtype)
     if is_causal and attn_mask is None:
         raise ValueError("is_causal is a hint that attn_mask is the causal mask: pass attn_mask too (as torch)")
     if not 0 <= dropout_p <= 1:
@@ -176,6 +179,8 @@ def _prepare(
         S=S,
         E=E,
         H=H,
+        Hkv=Hkv,
+        Ekv=Ekv,
         extra=extra,
         bias_kv=bias_kv,
         bias_shapes=bias_shapes,
@@ -197,21 +202,33 @@ def _prepare(
 def _project(s):
     """The input projections (B, L, E), (B, S2, E), (B, S2, E): the keys and
     values with bias_k/bias_v and the zero key appended."""
-    B, L, S, E, dtype = s["B"], s["L"], s["S"], s["E"], s["dtype"]
+    B, L, S, E, Ekv, dtype = s["B"], s["L"], s["S"], s["E"], s["Ekv"], s["dtype"]
     (wq, wk, wv, _), (bq, bk, bv, _), x = s["w"], s["b"], s["x"]
     q = linear_rows(x["q"], wq, bq).reshape(B, L, E)
-    k = linear_rows(x["k"], wk, bk).reshape(B, S, E)
-    v = linear_rows(x["v"], wv, bv).reshape(B, S, E)
+    k = linear_rows(x["k"], wk, bk).reshape(B, S, Ekv)
+    v = linear_rows(x["v"], wv, bv).reshape(B, S, Ekv)
     if s["extra"]:
         bias_k, bias_v = s["bias_kv_arrays"]
-        tail_k = [np.broadcast_to(bias_k, (B, 1, E))] if s["bias_kv"] else []
-        tail_v = [np.broadcast_to(bias_v, (B, 1, E))] if s["bias_kv"] else []
+        tail_k = [np.broadcast_to(bias_k, (B, 1, Ekv))] if s["bias_kv"] else []
+        tail_v = [np.broadcast_to(bias_v, (B, 1, Ekv))] if s["bias_kv"] else []
         if s["add_zero_attn"]:
-            tail_k.append(np.zeros((B, 1, E), dtype))
-            tail_v.append(np.zeros((B, 1, E), dtype))
+            tail_k.append(np.zeros((B, 1, Ekv), dtype))
+            tail_v.append(np.zeros((B, 1, Ekv), dtype))
         k = np.concatenate([k, *tail_k], axis=1)
         v = np.concatenate([v, *tail_v], axis=1)
     return q, k, v
+
+
+def kv_heads(num_kv_heads, num_heads):
+    """num_kv_heads checked (None: num_heads): grouped-query attention's
+    number of key and value heads, dividing num_heads."""
+    if num_kv_heads is None:
+        return num_heads
+    if isinstance(num_kv_heads, bool) or not isinstance(num_kv_heads, numbers.Integral):
+        raise TypeError(f"num_kv_heads must be an int or None, got {type(num_kv_heads).__name__}")
+    if num_kv_heads < 1 or num_heads % num_kv_heads:
+        raise ValueError(f"num_kv_heads ({num_kv_heads}) must be >= 1 and divide num_heads ({num_heads})")
+    return int(num_kv_heads)
 
 
 def _heads(a, H):
@@ -221,9 +238,9 @@ def _heads(a, H):
 
 def _keep(s, q, k, v, attn, lse):
     """Record in s the arrays of the kernel's call the backward reads."""
-    H = s["H"]
+    H, Hkv = s["H"], s["Hkv"]
     B, L, E = attn.shape  # (not reshape(-1, E): E may be 0)
-    s.update(qh=_heads(q, H), kh=_heads(k, H), vh=_heads(v, H), attn=attn, attn2=attn.reshape(B * L, E), lse=lse)
+    s.update(qh=_heads(q, H), kh=_heads(k, Hkv), vh=_heads(v, Hkv), attn=attn, attn2=attn.reshape(B * L, E), lse=lse)
 
 
 def _attend(s, q, k, v):
@@ -264,6 +281,7 @@ _forward.__signature__ = inspect.signature(_prepare)  # type: ignore[attr-define
 def _backward(s, cotangents):
     dout, dweights = cotangents
     B, L, S, E, H, extra, dtype = s["B"], s["L"], s["S"], s["E"], s["H"], s["extra"], s["dtype"]
+    Hkv, Ekv = s["Hkv"], s["Ekv"]
     S2 = S + extra
     if not s["batched"]:
         dout = None if dout is None else dout[None]
@@ -279,13 +297,13 @@ def _backward(s, cotangents):
         dweights = np.broadcast_to(dweights[:, None] / H, (B, H, L, S2)) if s["average"] else dweights
         dweights = elementwise_ready(dweights)
     heads = lambda a: _heads(a, H)  # noqa: E731
-    dq, dk, dv = np.empty((B, L, E), dtype), np.empty((B, S2, E), dtype), np.empty((B, S2, E), dtype)
+    dq, dk, dv = np.empty((B, L, E), dtype), np.empty((B, S2, Ekv), dtype), np.empty((B, S2, Ekv), dtype)
     float_masks = [n for n, (m, _) in s["mask_args"].items() if np.asarray(m).dtype != np.bool_]
     dmask = np.zeros((B, H, L, S2), dtype) if float_masks else None
     _core.sdpa_backward(
         dquery=heads(dq),
-        dkey=heads(dk),
-        dvalue=heads(dv),
+        dkey=_heads(dk, Hkv),
+        dvalue=_heads(dv, Hkv),
         dmask=dmask,
         doutput=heads(dattn2.reshape(B, L, E)),
         dweights=dweights,
@@ -345,6 +363,7 @@ def multi_head_attention(
     add_zero_attn: bool = False,
     dropout_p: float = 0.0,
     seed: int | None = None,
+    num_kv_heads: int | None = None,
 ) -> tuple[Array, Array | None]:
     """Multi-head attention, as ``torch.nn.MultiheadAttention(batch_first=True)``.
 
@@ -368,6 +387,13 @@ def multi_head_attention(
     bias_k, bias_v : (1, 1, E) (or (E,) or (1, E), as torch's functional form takes), an extra
         key/value appended to the sequence; add_zero_attn appends zeros
     dropout_p, seed : dropout on the attention probabilities, reproducible from seed
+    num_kv_heads : int dividing num_heads, or None (num_heads): grouped-query
+        attention (Ainslie et al. 2023; 1 is multi-query attention, Shazeer
+        2019): the keys and values have num_kv_heads heads of width E / H
+        (E_kv = num_kv_heads E / H), query head h reading key/value head
+        h // (H / num_kv_heads); in_proj_weight is then (E + 2 E_kv, E)
+        (query, key, value rows), k_proj_weight (E_kv, kdim), v_proj_weight
+        (E_kv, vdim), in_proj_bias (E + 2 E_kv,), bias_k/bias_v (1, 1, E_kv)
 
     Masks here keep PyTorch's meaning (True = ignore), because the argument
     names are PyTorch's. The returned weights are the probabilities before
@@ -392,6 +418,9 @@ def multi_head_attention(
     ...                                     average_attn_weights=False)
     >>> w.shape, float(w[0, 0, 0, 1])
     ((2, 4, 5, 5), 0.0)
+    >>> w_mqa = np.random.rand(E + 2 * 4, E).astype(np.float32)     # one key/value head of width E / H
+    >>> attnc.multi_head_attention(x, x, x, H, w_mqa, None, w_out, None, num_kv_heads=1)[0].shape
+    (2, 5, 16)
     """
     return _forward(
         query,
@@ -415,6 +444,7 @@ def multi_head_attention(
         add_zero_attn=add_zero_attn,
         dropout_p=dropout_p,
         seed=seed,
+        num_kv_heads=num_kv_heads,
     )[0]
 
 

@@ -9,7 +9,7 @@ import numbers
 import numpy as np
 
 from .. import nn
-from .._args import as_array
+from .._args import as_array, choice
 from .._typing import Array, ArrayLike, DTypeLike
 from ..grad import internal, vjp
 from ..nn.decoding import _decoding_ints
@@ -35,6 +35,14 @@ class GPT(nn.Module):
         "relu", or attnc.nn.GELU(approximate="tanh") (GPT-2's)
     n_inner : int or None, the feed-forward width (None: 4 n_embd)
     layer_norm_epsilon : float, every LayerNorm's eps
+    positional : "learned" (the position table ``wpe``, GPT-2's) or "rope":
+        rotary position embeddings (attnc.nn.RotaryEmbedding, the half-split
+        layout of GPT-NeoX and Llama) on every layer's queries and keys,
+        no ``wpe``
+    rope_base, rotary_dim : RoPE's base and the features of each head that
+        turn (None: all), with positional="rope"
+    num_kv_heads : int dividing n_head, or None: grouped-query attention in
+        every layer (1: multi-query), as attnc.nn.TransformerEncoderLayer takes it
     tie_word_embeddings : bool, the output layer is the token embedding
         (``logits = h @ wte.weight^T``, as GPT-2): no ``lm_head`` module, and
         ``wte.weight``'s gradient sums both uses
@@ -100,6 +108,10 @@ class GPT(nn.Module):
         n_inner: int | None = None,
         layer_norm_epsilon: float = 1e-5,
         tie_word_embeddings: bool = False,
+        positional: str = "learned",
+        rope_base: float = 10000.0,
+        rotary_dim: int | None = None,
+        num_kv_heads: int | None = None,
         dtype: DTypeLike = np.float32,
         seed: int | None = None,
     ) -> None:
@@ -114,11 +126,19 @@ class GPT(nn.Module):
                 raise ValueError(f"{name} must be an int >= 1, got {v!r}")
         if not 0 <= dropout < 1:
             raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+        self.positional = choice(positional, ("learned", "rope"), "positional")
         rng = np.random.default_rng(seed)
         self.vocab_size, self.block_size, self.n_layer = int(vocab_size), int(block_size), int(n_layer)
         self.n_embd, self.dropout = int(n_embd), float(dropout)
         self.wte = nn.Embedding(vocab_size, n_embd, dtype=dtype, seed=int(rng.integers(2**63)))
-        self.wpe = nn.Embedding(block_size, n_embd, dtype=dtype, seed=int(rng.integers(2**63)))
+        wpe_seed = int(rng.integers(2**63))  # drawn either way: the other parameters do not depend on positional
+        rotary = None
+        if self.positional == "learned":
+            self.wpe = nn.Embedding(block_size, n_embd, dtype=dtype, seed=wpe_seed)
+        else:
+            if isinstance(n_head, bool) or not isinstance(n_head, numbers.Integral) or n_head < 1 or n_embd % n_head:
+                raise ValueError(f"n_head must be an int >= 1 dividing n_embd ({n_embd}), got {n_head!r}")
+            rotary = nn.RotaryEmbedding(n_embd // n_head, rope_base, rotary_dim, dtype=dtype)
         layer = nn.TransformerEncoderLayer(
             n_embd,
             n_head,
@@ -130,6 +150,8 @@ class GPT(nn.Module):
             norm_first=True,
             dtype=dtype,
             seed=int(rng.integers(2**63)),
+            num_kv_heads=num_kv_heads,
+            rotary=rotary,
         )
         self.encoder = nn.TransformerEncoder(layer, n_layer, enable_nested_tensor=False)
         self.ln_f = nn.LayerNorm(n_embd, eps=layer_norm_epsilon, dtype=dtype)
@@ -159,9 +181,10 @@ class GPT(nn.Module):
             raise ValueError(f"idx has length {T}, longer than block_size={self.block_size}")
         _in_range(idx, "idx", self.vocab_size)
         tape = _Tape(grad)
-        tok = tape("wte", nn.embedding, idx, self.wte.weight)
-        pos = tape("wpe", nn.embedding, np.arange(T, dtype=np.int64), self.wpe.weight)
-        x, drop = _dropout(tok + pos, self.dropout, self._rng, self.training)
+        x = tape("wte", nn.embedding, idx, self.wte.weight)
+        if self.positional == "learned":
+            x = x + tape("wpe", nn.embedding, np.arange(T, dtype=np.int64), self.wpe.weight)
+        x, drop = _dropout(x, self.dropout, self._rng, self.training)
         h = tape("encoder", self.encoder, x, mask=_causal_mask(T), is_causal=True, need_weights=need_weights)
         weights = None
         if need_weights:
@@ -201,7 +224,8 @@ class GPT(nn.Module):
         grads["wte.weight"] = pullbacks["wte"](dx)["weight"]
         if tied:
             grads["wte.weight"] += head
-        grads["wpe.weight"] = pullbacks["wpe"](np.ascontiguousarray(dx.sum(axis=0)))["weight"]
+        if "wpe" in pullbacks:
+            grads["wpe.weight"] = pullbacks["wpe"](np.ascontiguousarray(dx.sum(axis=0)))["weight"]
         return grads
 
     @internal()
@@ -247,10 +271,14 @@ class GPT(nn.Module):
                 "and does not crop the context"
             )
         _in_range(idx, "idx", self.vocab_size)
+        # RoPE turns the queries and keys inside the layers: no position is added to the input
+        positions = (
+            self.wpe.weight if self.positional == "learned" else np.zeros((self.block_size, self.n_embd), self.dtype)
+        )
         return nn.decode(
             list(self.encoder.layers),
             self.wte.weight,
-            self.wpe.weight,
+            positions,
             self._out_weight(),
             idx,
             max_new_tokens,
@@ -265,4 +293,5 @@ class GPT(nn.Module):
             f"vocab_size={self.vocab_size}, block_size={self.block_size}, n_layer={self.n_layer}, "
             f"n_embd={self.n_embd}, dropout={self.dropout}"
             + (", tie_word_embeddings=True" if self.tie_word_embeddings else "")
+            + (", positional='rope'" if self.positional == "rope" else "")
         )

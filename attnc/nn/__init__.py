@@ -4,7 +4,9 @@ named as in torch's state_dict(), with C forward and backward."""
 from .activation import GELU, ReLU, gelu, relu, relu_dropout
 from .conv import CausalConv1d, Conv1d, Conv2d, conv1d, conv2d
 from .decoding import decode
+from .differential import DifferentialAttention
 from .gated import gated_activation
+from .latent import LatentCache, MultiheadLatentAttention
 from .linear import Linear, linear
 from .lstmn import LSTMN
 from .module import Module
@@ -12,6 +14,7 @@ from .multihead import MultiheadAttention
 from .normalization import LayerNorm, layer_norm
 from .pooling import AttentionPooling, attention_pool
 from .rnn import GRU, LSTM, GRUCell, LSTMCell
+from .rotary import RotaryEmbedding, rotary_embedding
 from .self_attention2d import SelfAttention2d
 from .snail import AttentionBlock, DenseBlock, TCBlock
 from .sparse import (
@@ -39,15 +42,19 @@ __all__ = [
     "Conv1d",
     "Conv2d",
     "DenseBlock",
+    "DifferentialAttention",
     "Embedding",
     "GELU",
     "GRUCell",
     "LSTMCell",
+    "LatentCache",
     "LayerNorm",
     "Linear",
     "Module",
     "MultiheadAttention",
+    "MultiheadLatentAttention",
     "ReLU",
+    "RotaryEmbedding",
     "SelfAttention2d",
     "TCBlock",
     "Transformer",
@@ -68,5 +75,6 @@ __all__ = [
     "log_softmax",
     "relu",
     "relu_dropout",
+    "rotary_embedding",
     "sinusoidal_encoding",
 ]

@@ -122,10 +122,13 @@ def decode(
     first = layers[0]
 
     def key(layer):
-        return layer.nhead, layer.activation, layer.layer_norm_eps, layer.norm_first, layer.d_model
+        config = layer._layer_config(training=False)
+        return (layer.d_model,) + tuple(config[k] for k in sorted(config) if k != "seed")
 
     if any(key(layer) != key(first) for layer in layers):
-        raise ValueError("layers must share nhead, activation, layer_norm_eps, norm_first and d_model")
+        raise ValueError(
+            "layers must share nhead, activation, layer_norm_eps, norm_first, d_model, num_kv_heads and rotary"
+        )
     dtype = first.dtype
     arrays = {}
     for name, a, required in (

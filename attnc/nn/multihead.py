@@ -9,6 +9,7 @@ import numpy as np
 from .._args import int_arg
 from .._typing import Array, ArrayLike, DTypeLike
 from ..attention import multihead
+from ..attention.multihead import kv_heads
 from .linear import Linear
 from .module import Module
 
@@ -28,12 +29,20 @@ class MultiheadAttention(Module):
     batch_first : must be True (attnc's modules are batch first)
     dtype : float32 or float64, the parameters' dtype
     seed : int or None, for the initialisation and the dropout streams
+    num_kv_heads : int dividing num_heads, or None (num_heads): grouped-query
+        attention (1: multi-query attention), as attnc.multi_head_attention
+        takes it: num_kv_heads key and value heads of width E / H, E_kv =
+        num_kv_heads E / H
 
     ``state_dict()`` (torch's names): ``in_proj_weight``
     (3E, E) or ``q_proj_weight``/``k_proj_weight``/``v_proj_weight`` when kdim
     or vdim differ from E, ``in_proj_bias`` (3E,), ``out_proj.weight`` (E, E),
     ``out_proj.bias`` (E,), and ``bias_k``/``bias_v`` (1, 1, E) with
-    add_bias_kv. Initialised as torch does, from ``seed``. Dropout applies in
+    add_bias_kv. With num_kv_heads < num_heads the projections are always
+    separate (torch's names, Hugging Face Llama's ``q_proj``/``k_proj``/
+    ``v_proj`` weights): ``q_proj_weight`` (E, E), ``k_proj_weight``
+    (E_kv, kdim), ``v_proj_weight`` (E_kv, vdim), ``in_proj_bias``
+    (E + 2 E_kv,), ``bias_k``/``bias_v`` (1, 1, E_kv). Initialised as torch does, from ``seed``. Dropout applies in
     training mode only; each call draws its dropout seed from the module's
     generator, so a seeded module replays the same dropout masks.
 
@@ -54,6 +63,9 @@ class MultiheadAttention(Module):
     ((2, 5, 16), (2, 5, 5), 1.0)
     >>> {k: v.shape for k, v in mha.state_dict().items()}
     {'in_proj_weight': (48, 16), 'in_proj_bias': (48,), 'out_proj.weight': (16, 16), 'out_proj.bias': (16,)}
+    >>> mqa = attnc.nn.MultiheadAttention(16, 4, num_kv_heads=1, seed=0)    # multi-query attention
+    >>> mqa(x, x, x)[0].shape, mqa.state_dict()["k_proj_weight"].shape
+    ((2, 5, 16), (4, 16))
     """
 
     def __init__(
@@ -70,6 +82,7 @@ class MultiheadAttention(Module):
         *,
         dtype: DTypeLike = np.float32,
         seed: int | None = None,
+        num_kv_heads: int | None = None,
     ) -> None:
         super().__init__(dtype)
         if not batch_first:
@@ -80,12 +93,15 @@ class MultiheadAttention(Module):
         if not 0 <= dropout <= 1:
             raise ValueError(f"dropout must be in [0, 1], got {dropout}")
         self.embed_dim, self.num_heads, self.dropout = embed_dim, num_heads, dropout
+        self.num_kv_heads = kv_heads(num_kv_heads, num_heads)
         self.kdim = int_arg("kdim", kdim) if kdim is not None else embed_dim
         self.vdim = int_arg("vdim", vdim) if vdim is not None else embed_dim
         self.add_zero_attn = add_zero_attn
-        self._qkv_same = self.kdim == embed_dim and self.vdim == embed_dim
+        grouped = self.num_kv_heads != num_heads
+        self._qkv_same = self.kdim == embed_dim and self.vdim == embed_dim and not grouped
         rng = np.random.default_rng(seed)
         E = embed_dim
+        Ekv = self.num_kv_heads * (E // num_heads)
 
         def xavier_uniform(shape):
             bound = math.sqrt(6.0 / (shape[0] + shape[1]))
@@ -95,13 +111,13 @@ class MultiheadAttention(Module):
             self._init_parameter("in_proj_weight", (3 * E, E), xavier_uniform)
         else:
             self._init_parameter("q_proj_weight", (E, E), xavier_uniform)
-            self._init_parameter("k_proj_weight", (E, self.kdim), xavier_uniform)
-            self._init_parameter("v_proj_weight", (E, self.vdim), xavier_uniform)
-        self._init_parameter("in_proj_bias", (3 * E,), np.zeros if bias else None)
-        std = math.sqrt(2.0 / (2 * E))  # torch's xavier_normal_ on (1, 1, E)
+            self._init_parameter("k_proj_weight", (Ekv, self.kdim), xavier_uniform)
+            self._init_parameter("v_proj_weight", (Ekv, self.vdim), xavier_uniform)
+        self._init_parameter("in_proj_bias", (E + 2 * Ekv,), np.zeros if bias else None)
+        std = math.sqrt(2.0 / (2 * Ekv))  # torch's xavier_normal_ on (1, 1, E)
         normal = (lambda shape: rng.normal(0, std, shape)) if add_bias_kv else None
-        self._init_parameter("bias_k", (1, 1, E), normal)
-        self._init_parameter("bias_v", (1, 1, E), normal)
+        self._init_parameter("bias_k", (1, 1, Ekv), normal)
+        self._init_parameter("bias_v", (1, 1, Ekv), normal)
         self.out_proj = Linear(E, E, bias=bias, dtype=dtype, seed=rng.integers(2**63))
         self.out_proj._initialise(lambda name, p: np.zeros(p.shape) if name == "bias" else None)
         self._rng = rng
@@ -123,6 +139,7 @@ class MultiheadAttention(Module):
             add_zero_attn=self.add_zero_attn,
             dropout_p=dropout,
             seed=int(self._rng.integers(2**63)) if dropout else None,
+            num_kv_heads=self.num_kv_heads,
         )
 
     def _args(self, query, key, value):

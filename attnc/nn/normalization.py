@@ -67,6 +67,36 @@ def _backward(saved, cotangents):
     return grads
 
 
+def _rms_norm(a, weight, eps):
+    """RMSNorm over the last dim (Zhang & Sennrich 2019), in NumPy, for the
+    attention modules that normalise inside (differential attention's heads,
+    latent attention's latents): (a / rms(a) * weight, saved)."""
+    r = 1.0 / np.sqrt(np.mean(a * a, axis=-1, keepdims=True) + eps)
+    xhat = a * r
+    return (xhat * weight).astype(a.dtype), (xhat, r, weight)
+
+
+def _rms_norm_backward(saved, dy):
+    """(da, dweight) of _rms_norm for the cotangent dy."""
+    xhat, r, weight = saved
+    dxhat = dy * weight
+    dweight = (dy * xhat).reshape(-1, xhat.shape[-1]).sum(axis=0).astype(weight.dtype)
+    da = r * (dxhat - xhat * np.mean(dxhat * xhat, axis=-1, keepdims=True))
+    return da.astype(dy.dtype), dweight
+
+
+class _RMSWeight(Module):
+    """An RMSNorm's elementwise weight (state_dict ``weight``), ones at first:
+    a submodule, so the weight is named as torch's RMSNorm names it."""
+
+    def __init__(self, dim, dtype):
+        super().__init__(dtype)
+        self._init_parameter("weight", (dim,), np.ones)
+
+    def forward(self, x):
+        return _rms_norm(x, self.weight, 1e-6)[0]
+
+
 def layer_norm(
     input: ArrayLike,
     normalized_shape: int | Sequence[int],

@@ -30,6 +30,7 @@ from .multihead import MultiheadAttention
 from .normalization import LayerNorm
 from .normalization import _backward as _norm_backward
 from .normalization import _forward as _norm_forward
+from .rotary import RotaryEmbedding
 
 # The C layer's activations (attnc_activation); "gelu_tanh" is torch's
 # GELU(approximate="tanh"), given as a module (torch takes no such string).
@@ -163,6 +164,8 @@ class _Layer(Module, abstract=True):
         bias,
         dtype,
         seed,
+        num_kv_heads,
+        rotary,
     ):
         d_model, nhead = int_arg("d_model", d_model), int_arg("nhead", nhead)
         dim_feedforward = int_arg("dim_feedforward", dim_feedforward)
@@ -179,9 +182,16 @@ class _Layer(Module, abstract=True):
         self.layer_norm_eps, self.norm_first = float(layer_norm_eps), bool(norm_first)
         rng = np.random.default_rng(seed)
         sub = lambda: int(rng.integers(2**63))  # noqa: E731
-        self.self_attn = MultiheadAttention(d_model, nhead, dropout, bias=bias, dtype=dtype, seed=sub())
+        gqa = dict(num_kv_heads=num_kv_heads) if num_kv_heads is not None else {}
+        self.self_attn = MultiheadAttention(d_model, nhead, dropout, bias=bias, dtype=dtype, seed=sub(), **gqa)
+        self.num_kv_heads = self.self_attn.num_kv_heads
+        if rotary is not None and not isinstance(rotary, RotaryEmbedding):
+            raise TypeError(f"rotary must be an attnc.nn.RotaryEmbedding or None, got {type(rotary).__name__}")
+        if rotary is not None and rotary.dim != d_model // nhead:
+            raise ValueError(f"rotary.dim ({rotary.dim}) must be the heads' width d_model / nhead = {d_model // nhead}")
+        self.rotary = rotary
         if self._decoder:
-            self.multihead_attn = MultiheadAttention(d_model, nhead, dropout, bias=bias, dtype=dtype, seed=sub())
+            self.multihead_attn = MultiheadAttention(d_model, nhead, dropout, bias=bias, dtype=dtype, seed=sub(), **gqa)
         self.linear1 = Linear(d_model, dim_feedforward, bias=bias, dtype=dtype, seed=sub())
         self.linear2 = Linear(dim_feedforward, d_model, bias=bias, dtype=dtype, seed=sub())
         for i in range(3 if self._decoder else 2):
@@ -192,12 +202,38 @@ class _Layer(Module, abstract=True):
         """The layer's parameters as the C layer takes them (by
         attnc_layer_params' member: _param_names), None for an absent bias."""
         own = dict(self.named_parameters())
-        return {member: own.get(name) for member, name in self._param_names.items()}
+        params = {member: own.get(name) for member, name in self._param_names.items()}
+        for member, attn in self._attentions():
+            if not attn._qkv_same:  # grouped-query attention's q/k/v_proj_weight, stacked as the C layer reads them
+                params[f"{member}.in_weight"] = np.concatenate(
+                    [attn.q_proj_weight, attn.k_proj_weight, attn.v_proj_weight]
+                )
+        return params
+
+    def _attentions(self):
+        """(attnc_layer_params member, MultiheadAttention) of each attention block."""
+        yield "self_attn", self.self_attn
+        if self._decoder:
+            yield "cross_attn", self.multihead_attn
+
+    def _split_in_proj(self, named):
+        """named's stacked in_proj_weight gradients as q/k/v_proj_weight's
+        where the block has those (grouped-query attention)."""
+        for member, attn in self._attentions():
+            prefix = self._param_names[f"{member}.in_weight"].rsplit(".", 1)[0]
+            if attn._qkv_same or f"{prefix}.in_proj_weight" not in named:
+                continue
+            g, E = named.pop(f"{prefix}.in_proj_weight"), self.d_model
+            Ekv = (g.shape[0] - E) // 2
+            for part, rows in zip("qkv", (g[:E], g[E : E + Ekv], g[E + Ekv :])):
+                named[f"{prefix}.{part}_proj_weight"] = rows
+        return named
 
     def _layer_config(self, training):
         """attnc_layer_config by member: the keywords of the C calls."""
         dropout = self.dropout if training else 0.0
         seed = int(self._rng.integers(2**63)) if dropout else 0
+        rope = self.rotary
         return dict(
             nhead=self.nhead,
             activation=_ACTIVATIONS[self.activation],
@@ -205,6 +241,10 @@ class _Layer(Module, abstract=True):
             norm_first=self.norm_first,
             dropout=dropout,
             seed=seed,
+            kv_heads=self.num_kv_heads,
+            rotary_dim=0 if rope is None else rope.rotary_dim,
+            rope_base=10000.0 if rope is None else rope.base,
+            rope_interleaved=False if rope is None else rope.interleaved,
         )
 
     def _run(self, x, memory, self_masks, cross_masks, need_weights, keep):
@@ -315,7 +355,7 @@ class _Layer(Module, abstract=True):
                 **cm,
             )
         named = {self._param_names[member]: g for member, g in grads.items() if g is not None}
-        return dx, dmem, named
+        return dx, dmem, self._split_in_proj(named)
 
 
 class _Activations:
@@ -377,6 +417,12 @@ class TransformerEncoderLayer(_Layer):
     bias : bool, whether the linear layers and norms have biases
     dtype : float32 or float64, the parameters' dtype
     seed : int or None, for the initialisation (torch's) and the dropout streams
+    num_kv_heads : int dividing nhead, or None (nhead): grouped-query
+        attention in every attention block (1: multi-query attention), as
+        attnc.nn.MultiheadAttention takes it
+    rotary : attnc.nn.RotaryEmbedding of dim d_model / nhead, or None: RoPE
+        on the self-attention's queries and keys (each head's), at positions
+        0 .. L - 1, in the C layer (forward and backward)
 
     ``forward(src, src_mask=None, src_key_padding_mask=None, is_causal=False,
     *, need_weights=False)``: src (B, L, E) or (L, E), the module's dtype;
@@ -417,6 +463,8 @@ class TransformerEncoderLayer(_Layer):
         *,
         dtype: DTypeLike = np.float32,
         seed: int | None = None,
+        num_kv_heads: int | None = None,
+        rotary: RotaryEmbedding | None = None,
     ) -> None:
         super().__init__(dtype)
         self._build(
@@ -431,6 +479,8 @@ class TransformerEncoderLayer(_Layer):
             bias,
             dtype,
             seed,
+            num_kv_heads,
+            rotary,
         )
 
     def _prepare(self, src, src_mask, src_key_padding_mask, is_causal):
@@ -518,6 +568,12 @@ class TransformerDecoderLayer(_Layer):
     bias : bool, whether the linear layers and norms have biases
     dtype : float32 or float64, the parameters' dtype
     seed : int or None, for the initialisation (torch's) and the dropout streams
+    num_kv_heads : int dividing nhead, or None (nhead): grouped-query
+        attention in every attention block (1: multi-query attention), as
+        attnc.nn.MultiheadAttention takes it
+    rotary : attnc.nn.RotaryEmbedding of dim d_model / nhead, or None: RoPE
+        on the self-attention's queries and keys (each head's), at positions
+        0 .. L - 1, in the C layer (forward and backward)
 
     ``forward(tgt, memory, tgt_mask=None, memory_mask=None,
     tgt_key_padding_mask=None, memory_key_padding_mask=None,
@@ -564,6 +620,8 @@ class TransformerDecoderLayer(_Layer):
         *,
         dtype: DTypeLike = np.float32,
         seed: int | None = None,
+        num_kv_heads: int | None = None,
+        rotary: RotaryEmbedding | None = None,
     ) -> None:
         super().__init__(dtype)
         self._build(
@@ -578,6 +636,8 @@ class TransformerDecoderLayer(_Layer):
             bias,
             dtype,
             seed,
+            num_kv_heads,
+            rotary,
         )
 
     def _prepare(

@@ -377,8 +377,9 @@ attnc_status attnc_pointwise_backward(attnc_tensor *dx, const attnc_tensor *dy, 
 
 /* ---- transformer layers (Vaswani et al. 2017) ---------------------------- */
 
-/* Multi-head attention parameters, torch's layout: in_weight (3E, E) stacks
- * the query, key and value projections; in_bias (3E), out_bias (E) optional;
+/* Multi-head attention parameters, torch's layout: in_weight (E + 2 E_kv, E)
+ * stacks the query, key and value projections (E_kv = E unless the layer's
+ * config has fewer kv_heads); in_bias (E + 2 E_kv), out_bias (E) optional;
  * out_weight (E, E). */
 typedef struct {
     attnc_tensor in_weight, in_bias, out_weight, out_bias;
@@ -409,6 +410,15 @@ typedef struct {
     double dropout;              /* on attention probabilities, the feed-forward
                                     hidden layer and every residual branch     */
     uint64_t seed;               /* dropout masks are pure functions of seed   */
+    int64_t kv_heads;            /* key and value heads of both attentions (grouped-
+                                    query attention; 1: multi-query), dividing
+                                    nhead; 0: nhead. E_kv = kv_heads E / nhead */
+    int64_t rotary_dim;          /* RoPE on the self-attention's queries and keys:
+                                    the leading features of each head that turn
+                                    (even, <= E / nhead; 0: none), at positions
+                                    0 .. L - 1 (decoding: the token's position) */
+    double rope_base;            /* > 0 when rotary_dim is                     */
+    int rope_interleaved;        /* pairs (2i, 2i + 1), else (i, i + rotary_dim / 2) */
 } attnc_layer_config;
 
 /* Which keys each query sees in one attention sublayer, as in
@@ -688,6 +698,20 @@ attnc_status attnc_gated_forward(attnc_tensor *y, const attnc_tensor *a, const a
  * (each optional, overwritten; all C-contiguous of a's element count). */
 attnc_status attnc_gated_backward(attnc_tensor *da, attnc_tensor *db, const attnc_tensor *dy, const attnc_tensor *a,
                                   const attnc_tensor *b);
+
+/* ---- rotary position embeddings (RoPE; Su et al. 2021) -------------------- */
+
+/* y (..., L, D) <- x (..., L, D) (any strides) with its first rotary_dim
+ * features (even, <= D) turned in pairs: pair i by the angle
+ * positions[..., l] * base^(-2i / rotary_dim). Pairs are (2i, 2i + 1) when
+ * interleaved (RoFormer, GPT-J), else (i, i + rotary_dim / 2) (GPT-NeoX,
+ * Llama); the other features are copied. positions (..., L) float64, finite,
+ * each leading dim x's or 1; y C-contiguous. Angles are computed in double. */
+attnc_status attnc_rotary_forward(attnc_tensor *y, const attnc_tensor *x, const attnc_tensor *positions, double base,
+                                  int64_t rotary_dim, int interleaved);
+/* dx <- dy turned back (the opposite angles): the forward's transpose. */
+attnc_status attnc_rotary_backward(attnc_tensor *dx, const attnc_tensor *dy, const attnc_tensor *positions, double base,
+                                   int64_t rotary_dim, int interleaved);
 
 /* ---- attribution: attention rollout and flow (Abnar & Zuidema 2020),
  * relevance (Chefer, Gur & Wolf 2021) ------------------------------------- */

@@ -13,6 +13,7 @@
 #include "../../core/simd.h"
 #include "../../core/status.h"
 #include "../../core/tensor.h"
+#include "../nn/rotary.h"
 #include "layer.h"
 
 #define ATTNC_F64 0
@@ -39,13 +40,14 @@ typedef struct {
     attnc_dtype dt;
     size_t es;
     int64_t B, K, R, E, F, H, V, S, Tmax, P;
+    int64_t Hkv, Ekv;   /* key and value heads and their width (E_kv = E without grouped-query attention) */
     int64_t Tpad, Spad; /* Tmax and S rounded up to 16: the transposed keys' rows */
     bool cross;
     const attnc_tensor *memory_mask;
-    char **kcache;   /* per layer (R, H, hd, Tpad): keys transposed per head */
-    char **vcache;   /* per layer (R, Tmax, E)                 */
-    char **cross_kv; /* per layer (B, S, 2E): keys, values     */
-    char **cross_kt; /* per layer (B, H, hd, Spad): keys transposed per head */
+    char **kcache;   /* per layer (R, Hkv, hd, Tpad): keys transposed per head */
+    char **vcache;   /* per layer (R, Tmax, E_kv)              */
+    char **cross_kv; /* per layer (B, S, 2 E_kv): keys, values */
+    char **cross_kt; /* per layer (B, Hkv, hd, Spad): keys transposed per head */
     char *x, *a, *tmp, *qkv, *attn, *ff, *mean, *rstd, *scores, *last, *logits, *gather;
     int64_t *start;        /* (R, P) the prompt of every row         */
     packed_linear *packed; /* per layer SELF_IN .. FF_2, then the output; NULL when R > SMALL_ROWS */
@@ -113,26 +115,48 @@ static void transpose(const decode_run *d, void *dst, int64_t ld, const void *sr
     ATTNC_TYPED(d->dt, transpose)(dst, ld, src, rs, cs, rows, cols);
 }
 
+/* RoPE on the queries and keys of the new rows (R n, E + 2 E_kv) in qkv,
+ * at positions [t, t + n), in place (before the keys are cached). */
+static attnc_status rope_new_rows(decode_run *d, int64_t t, int64_t n) {
+    const attnc_layer_config *c = &d->m->config;
+    if (!c->rotary_dim) return ATTNC_OK;
+    double *at = NULL;
+    TRY(attnc_calloc((void **)&at, (size_t)n, sizeof *at, "RoPE positions"));
+    for (int64_t i = 0; i < n; i++) at[i] = (double)(t + i);
+    int64_t shape[3] = {1, 1, n}, W = d->E + 2 * d->Ekv;
+    attnc_tensor pos = attnc_view(at, ATTNC_FLOAT64, 3, shape);
+    attnc_tensor q = attnc_heads(d->qkv, d->dt, d->R, d->H, n, d->E, W);
+    attnc_tensor k = attnc_heads(d->qkv + d->E * (int64_t)d->es, d->dt, d->R, d->Hkv, n, d->Ekv, W);
+    attnc_status st = attnc_rotary_apply(&q, &q, &pos, c->rope_base, c->rotary_dim, c->rope_interleaved, 1.0);
+    if (st == ATTNC_OK) st = attnc_rotary_apply(&k, &k, &pos, c->rope_base, c->rotary_dim, c->rope_interleaved, 1.0);
+    free(at);
+    return st;
+}
+
 /* Self-attention over positions [t, t + n) of every row, keys and values
- * appended to layer l's cache. */
+ * appended to layer l's cache; query head h reads key and value head
+ * h / (H / Hkv). */
 static attnc_status self_attention(decode_run *d, int64_t l, int64_t t, int64_t n, const attnc_tensor *in) {
     const attnc_mha_params *p = &d->m->layers[l].self_attn;
-    int64_t E = d->E, rows = d->R * n;
-    attnc_tensor qkv = mat(d, d->qkv, rows, 3 * E);
+    int64_t E = d->E, Ekv = d->Ekv, W = E + 2 * Ekv, rows = d->R * n;
+    attnc_tensor qkv = mat(d, d->qkv, rows, W);
     TRY(linear(d, l * PACKED_PER_LAYER + SELF_IN, &qkv, in, &p->in_weight, &p->in_bias));
-    int64_t es = (int64_t)d->es, Tmax = d->Tmax, Tpad = d->Tpad, hd = E / d->H;
+    TRY(rope_new_rows(d, t, n));
+    int64_t es = (int64_t)d->es, Tmax = d->Tmax, Tpad = d->Tpad, hd = E / d->H, group = d->H / d->Hkv;
     for (int64_t r = 0; r < d->R; r++) {
-        const char *src = d->qkv + (r * n * 3 * E + E) * es;
-        transpose(d, d->kcache[l] + (r * Tpad * E + t) * es, Tpad, src, 3 * E, 1, n, E);
+        const char *src = d->qkv + (r * n * W + E) * es;
+        transpose(d, d->kcache[l] + (r * Tpad * Ekv + t) * es, Tpad, src, W, 1, n, Ekv);
         for (int64_t i = 0; i < n; i++)
-            memcpy(d->vcache[l] + ((r * Tmax + t + i) * E) * es, src + (i * 3 * E + E) * es, (size_t)E * d->es);
+            memcpy(d->vcache[l] + ((r * Tmax + t + i) * Ekv) * es, src + (i * W + Ekv) * es, (size_t)Ekv * d->es);
     }
     for (int64_t r = 0; r < d->R; r++)
         for (int64_t i = 0; i < n; i++) /* causal: position t + i sees keys 0 .. t + i */
-            for (int64_t h = 0; h < d->H; h++)
-                attend(d, d->qkv + ((r * n + i) * 3 * E + h * hd) * es, d->kcache[l] + (r * E + h * hd) * Tpad * es,
-                       Tpad, d->vcache[l] + (r * Tmax * E + h * hd) * es, E, t + i + 1, NULL, 0,
+            for (int64_t h = 0; h < d->H; h++) {
+                int64_t hk = h / group;
+                attend(d, d->qkv + ((r * n + i) * W + h * hd) * es, d->kcache[l] + (r * Ekv + hk * hd) * Tpad * es,
+                       Tpad, d->vcache[l] + (r * Tmax * Ekv + hk * hd) * es, Ekv, t + i + 1, NULL, 0,
                        d->attn + ((r * n + i) * E + h * hd) * es);
+            }
     attnc_tensor attn = mat(d, d->attn, rows, E), out = mat(d, d->tmp, rows, E);
     return linear(d, l * PACKED_PER_LAYER + SELF_OUT, &out, &attn, &p->out_weight, &p->out_bias);
 }
@@ -141,7 +165,7 @@ static attnc_status self_attention(decode_run *d, int64_t l, int64_t t, int64_t 
  * batch dims, the keys and values of batch b shared by its K beams. */
 static attnc_status cross_attention(decode_run *d, int64_t l, int64_t n, const attnc_tensor *in) {
     const attnc_mha_params *p = &d->m->layers[l].cross_attn;
-    int64_t E = d->E, hd = E / d->H, rows = d->R * n, S = d->S;
+    int64_t E = d->E, Ekv = d->Ekv, hd = E / d->H, rows = d->R * n, S = d->S, group = d->H / d->Hkv;
     attnc_tensor wq = attnc_rows(&p->in_weight, 0, E), bq = attnc_rows(&p->in_bias, 0, E);
     attnc_tensor q2 = mat(d, d->qkv, rows, E);
     TRY(linear(d, l * PACKED_PER_LAYER + CROSS_Q, &q2, in, &wq, &bq));
@@ -152,8 +176,8 @@ static attnc_status cross_attention(decode_run *d, int64_t l, int64_t n, const a
         for (int64_t i = 0; i < n; i++)
             for (int64_t h = 0; h < d->H; h++)
                 attend(d, d->qkv + ((r * n + i) * E + h * hd) * (int64_t)d->es,
-                       d->cross_kt[l] + (b * E + h * hd) * d->Spad * (int64_t)d->es, d->Spad,
-                       d->cross_kv[l] + (b * S * 2 * E + E + h * hd) * (int64_t)d->es, 2 * E, S, allowed,
+                       d->cross_kt[l] + (b * Ekv + h / group * hd) * d->Spad * (int64_t)d->es, d->Spad,
+                       d->cross_kv[l] + (b * S * 2 * Ekv + Ekv + h / group * hd) * (int64_t)d->es, 2 * Ekv, S, allowed,
                        attnc_present(mm) ? mm->strides[1] : 0, d->attn + ((r * n + i) * E + h * hd) * (int64_t)d->es);
     }
     attnc_tensor attn = mat(d, d->attn, rows, E), out = mat(d, d->tmp, rows, E);
@@ -210,14 +234,14 @@ static attnc_status step(decode_run *d, const int64_t *tok, int64_t t, int64_t n
 }
 
 /* Rows of every self-attention cache (positions [0, t)) <- rows parent[]:
- * t values of E, and for the keys, E runs of t (one per element of a head). */
+ * t values of E_kv, and for the keys, E_kv runs of t (one per element of a head). */
 static void reorder_caches(decode_run *d, const int64_t *parent, int64_t t) {
     for (int64_t l = 0; l < d->m->nlayers; l++)
         for (int c = 0; c < 2; c++) {
             char *cache = c ? d->vcache[l] : d->kcache[l];
-            size_t stride = (size_t)((c ? d->Tmax : d->Tpad) * d->E) * d->es;
-            int64_t runs = c ? 1 : d->E, step = c ? 0 : d->Tpad * (int64_t)d->es;
-            size_t run = (size_t)(c ? t * d->E : t) * d->es;
+            size_t stride = (size_t)((c ? d->Tmax : d->Tpad) * d->Ekv) * d->es;
+            int64_t runs = c ? 1 : d->Ekv, step = c ? 0 : d->Tpad * (int64_t)d->es;
+            size_t run = (size_t)(c ? t * d->Ekv : t) * d->es;
             for (int64_t r = 0; r < d->R; r++)
                 for (int64_t k = 0; k < runs; k++)
                     memcpy(d->gather + r * stride + k * step, cache + parent[r] * stride + k * step, run);
@@ -284,6 +308,8 @@ static attnc_status check_decoder(decode_run *d, const attnc_decoder *m) {
     if (m->config.nhead < 1 || d->E % m->config.nhead)
         return attnc_fail(ATTNC_ERR_VALUE, "d_model (%lld) must be divisible by nhead", (long long)d->E);
     d->H = m->config.nhead;
+    d->Hkv = attnc_layer_kv_heads(&m->config);
+    d->Ekv = d->Hkv * (d->E / d->H);
     return ATTNC_OK;
 }
 
@@ -305,19 +331,27 @@ static attnc_status alloc_run(decode_run *d) {
     TRY(attnc_calloc((void **)&d->cross_kv, (size_t)L, sizeof *d->cross_kv, "caches"));
     TRY(attnc_calloc((void **)&d->cross_kt, (size_t)L, sizeof *d->cross_kt, "caches"));
     for (int64_t l = 0; l < L; l++) {
-        TRY(attnc_calloc((void **)&d->kcache[l], (size_t)(d->R * d->Tpad * E), d->es, "key cache"));
-        TRY(attnc_calloc((void **)&d->vcache[l], (size_t)(d->R * d->Tmax * E), d->es, "value cache"));
+        TRY(attnc_calloc((void **)&d->kcache[l], (size_t)(d->R * d->Tpad * d->Ekv), d->es, "key cache"));
+        TRY(attnc_calloc((void **)&d->vcache[l], (size_t)(d->R * d->Tmax * d->Ekv), d->es, "value cache"));
         if (!d->cross) continue;
-        TRY(attnc_calloc((void **)&d->cross_kv[l], (size_t)(d->B * d->S * 2 * E), d->es, "memory keys"));
-        TRY(attnc_calloc((void **)&d->cross_kt[l], (size_t)(d->B * d->Spad * E), d->es, "memory keys"));
+        TRY(attnc_calloc((void **)&d->cross_kv[l], (size_t)(d->B * d->S * 2 * d->Ekv), d->es, "memory keys"));
+        TRY(attnc_calloc((void **)&d->cross_kt[l], (size_t)(d->B * d->Spad * d->Ekv), d->es, "memory keys"));
     }
     struct {
         char **p;
         int64_t n;
-    } bufs[] = {{&d->x, rows * E},       {&d->a, rows * E},         {&d->tmp, rows * E},
-                {&d->qkv, rows * 3 * E}, {&d->attn, rows * E},      {&d->ff, rows * d->F},
-                {&d->mean, rows},        {&d->rstd, rows},          {&d->scores, d->Tmax + d->S},
-                {&d->last, d->R * E},    {&d->logits, d->R * d->V}, {&d->gather, d->R * d->Tpad * E}};
+    } bufs[] = {{&d->x, rows * E},
+                {&d->a, rows * E},
+                {&d->tmp, rows * E},
+                {&d->qkv, rows * (E + 2 * d->Ekv)},
+                {&d->attn, rows * E},
+                {&d->ff, rows * d->F},
+                {&d->mean, rows},
+                {&d->rstd, rows},
+                {&d->scores, d->Tmax + d->S},
+                {&d->last, d->R * E},
+                {&d->logits, d->R * d->V},
+                {&d->gather, d->R * d->Tpad * E}};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         TRY(attnc_calloc((void **)bufs[i].p, (size_t)bufs[i].n, d->es, "decoding buffers"));
     return ATTNC_OK;
@@ -378,19 +412,20 @@ static attnc_status pack_all(decode_run *d) {
     return pack_linear(d, d->packed + m->nlayers * PACKED_PER_LAYER, &m->out_weight, &m->out_bias);
 }
 
-/* Cross-attention keys and values of every layer, once: (B S, 2E), and the
- * keys transposed per head (B, H, hd, Spad). */
+/* Cross-attention keys and values of every layer, once: (B S, 2 E_kv), and
+ * the keys transposed per head (B, Hkv, hd, Spad). */
 static attnc_status memory_keys(decode_run *d, const attnc_tensor *memory) {
     int64_t rows[2] = {d->B * d->S, d->E};
     attnc_tensor mem = attnc_view(memory->data, d->dt, 2, rows);
     for (int64_t l = 0; l < d->m->nlayers; l++) {
         const attnc_mha_params *p = &d->m->layers[l].cross_attn;
-        attnc_tensor w = attnc_rows(&p->in_weight, d->E, 2 * d->E), b = attnc_rows(&p->in_bias, d->E, 2 * d->E);
-        attnc_tensor kv = mat(d, d->cross_kv[l], d->B * d->S, 2 * d->E);
+        int64_t Ekv = d->Ekv;
+        attnc_tensor w = attnc_rows(&p->in_weight, d->E, 2 * Ekv), b = attnc_rows(&p->in_bias, d->E, 2 * Ekv);
+        attnc_tensor kv = mat(d, d->cross_kv[l], d->B * d->S, 2 * Ekv);
         TRY(attnc_linear_forward(&kv, &mem, &w, &b));
         for (int64_t i = 0; i < d->B; i++)
-            transpose(d, d->cross_kt[l] + i * d->Spad * d->E * (int64_t)d->es, d->Spad,
-                      d->cross_kv[l] + i * d->S * 2 * d->E * (int64_t)d->es, 2 * d->E, 1, d->S, d->E);
+            transpose(d, d->cross_kt[l] + i * d->Spad * Ekv * (int64_t)d->es, d->Spad,
+                      d->cross_kv[l] + i * d->S * 2 * Ekv * (int64_t)d->es, 2 * Ekv, 1, d->S, Ekv);
     }
     return ATTNC_OK;
 }

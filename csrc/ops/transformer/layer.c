@@ -18,6 +18,7 @@
 #include "../../core/blas.h"
 #include "../../core/status.h"
 #include "../../core/tensor.h"
+#include "../nn/rotary.h"
 #include "layer.h"
 
 enum { SELF = 0, CROSS = 1, FF = 2, NSUB = 3 };
@@ -28,6 +29,7 @@ enum {
 
 typedef struct {
     int64_t B, L, S, E, F, H, N, M; /* N = B L query rows, M = B S memory rows */
+    int64_t Hkv, Ekv;               /* key and value heads, their width (grouped-query attention) */
     bool decoder;
     attnc_dtype dt;
 } layer_dims;
@@ -52,7 +54,7 @@ static void layout(layer_layout *lo, const layer_dims *d) {
         TAKE(mean[k], N);
         TAKE(rstd[k], N);
     }
-    TAKE(qkv, N * 3 * E);
+    TAKE(qkv, N * 3 * E); /* (N, E + 2 E_kv) used: the size does not depend on kv_heads */
     TAKE(attn_self, N * E);
     TAKE(lse_self, d->B * d->H * d->L);
     if (d->decoder) {
@@ -67,6 +69,8 @@ static void layout(layer_layout *lo, const layer_dims *d) {
 #undef TAKE
     lo->total = at;
 }
+
+int64_t attnc_layer_kv_heads(const attnc_layer_config *cfg) { return cfg->kv_heads ? cfg->kv_heads : cfg->nhead; }
 
 int64_t attnc_layer_saved_size(int64_t B, int64_t L, int64_t S, int64_t E, int64_t F, int64_t H, int decoder) {
     layer_dims d = {.B = B, .L = L, .S = S, .E = E, .F = F, .H = H, .N = B * L, .M = B * S, .decoder = decoder != 0};
@@ -167,6 +171,31 @@ typedef struct {
     attnc_tensor q, k, v, out, lse;
 } attn_views;
 
+/* The query, key and value heads of rows (N, E + 2 E_kv) at data. */
+static void qkv_heads(const layer_dims *d, char *data, attnc_tensor *q, attnc_tensor *k, attnc_tensor *v) {
+    int64_t w = d->E + 2 * d->Ekv, es = (int64_t)attnc_dtype_size(d->dt);
+    *q = attnc_heads(data, d->dt, d->B, d->H, d->L, d->E, w);
+    *k = attnc_heads(data + d->E * es, d->dt, d->B, d->Hkv, d->L, d->Ekv, w);
+    *v = attnc_heads(data + (d->E + d->Ekv) * es, d->dt, d->B, d->Hkv, d->L, d->Ekv, w);
+}
+
+/* RoPE on the self-attention's query and key heads, in place, at positions
+ * 0 .. L - 1: sign 1 turns the projections, -1 turns their gradients back. */
+static attnc_status rope_heads(const layer_run *r, attnc_tensor *q, attnc_tensor *k, double sign) {
+    const layer_dims *d = &r->d;
+    if (!r->cfg->rotary_dim) return ATTNC_OK;
+    double *at = NULL;
+    TRY(attnc_calloc((void **)&at, (size_t)d->L, sizeof *at, "RoPE positions"));
+    for (int64_t i = 0; i < d->L; i++) at[i] = (double)i;
+    int64_t shape[3] = {1, 1, d->L};
+    attnc_tensor pos = attnc_view(at, ATTNC_FLOAT64, 3, shape);
+    const attnc_layer_config *c = r->cfg;
+    attnc_status st = attnc_rotary_apply(q, q, &pos, c->rope_base, c->rotary_dim, c->rope_interleaved, sign);
+    if (st == ATTNC_OK) st = attnc_rotary_apply(k, k, &pos, c->rope_base, c->rotary_dim, c->rope_interleaved, sign);
+    free(at);
+    return st;
+}
+
 static attn_views attention_views(const layer_run *r, int k) {
     const layer_dims *d = &r->d;
     size_t es = attnc_dtype_size(d->dt);
@@ -174,16 +203,14 @@ static attn_views attention_views(const layer_run *r, int k) {
     int64_t hl[3] = {d->B, d->H, d->L};
     if (k == SELF) {
         char *qkv = r->saved + r->lo.qkv * (int64_t)es;
-        a.q = attnc_heads(qkv, d->dt, d->B, d->H, d->L, d->E, 3 * d->E);
-        a.k = attnc_heads(qkv + d->E * es, d->dt, d->B, d->H, d->L, d->E, 3 * d->E);
-        a.v = attnc_heads(qkv + 2 * d->E * es, d->dt, d->B, d->H, d->L, d->E, 3 * d->E);
+        qkv_heads(d, qkv, &a.q, &a.k, &a.v);
         a.out = attnc_heads(r->saved + r->lo.attn_self * (int64_t)es, d->dt, d->B, d->H, d->L, d->E, d->E);
         a.lse = attnc_view(r->saved + r->lo.lse_self * (int64_t)es, d->dt, 3, hl);
     } else {
         char *kv = r->saved + r->lo.kv * (int64_t)es;
         a.q = attnc_heads(r->saved + r->lo.q * (int64_t)es, d->dt, d->B, d->H, d->L, d->E, d->E);
-        a.k = attnc_heads(kv, d->dt, d->B, d->H, d->S, d->E, 2 * d->E);
-        a.v = attnc_heads(kv + d->E * es, d->dt, d->B, d->H, d->S, d->E, 2 * d->E);
+        a.k = attnc_heads(kv, d->dt, d->B, d->Hkv, d->S, d->Ekv, 2 * d->Ekv);
+        a.v = attnc_heads(kv + d->Ekv * es, d->dt, d->B, d->Hkv, d->S, d->Ekv, 2 * d->Ekv);
         a.out = attnc_heads(r->saved + r->lo.attn_cross * (int64_t)es, d->dt, d->B, d->H, d->L, d->E, d->E);
         a.lse = attnc_view(r->saved + r->lo.lse_cross * (int64_t)es, d->dt, 3, hl);
     }
@@ -201,18 +228,19 @@ static attnc_status branch_forward(const layer_run *r, int k, const attnc_tensor
         return attnc_linear_forward(out, &h, &p->linear2_weight, &p->linear2_bias);
     }
     const attnc_mha_params *m = mha_of(p, k);
+    attn_views v = attention_views(r, k);
     if (k == SELF) {
-        attnc_tensor qkv = saved_mat(r, r->lo.qkv, d->N, 3 * d->E);
+        attnc_tensor qkv = saved_mat(r, r->lo.qkv, d->N, d->E + 2 * d->Ekv);
         TRY(attnc_linear_forward(&qkv, a, &m->in_weight, &m->in_bias));
+        TRY(rope_heads(r, &v.q, &v.k, 1.0));
     } else {
-        attnc_tensor q = saved_mat(r, r->lo.q, d->N, d->E), kv = saved_mat(r, r->lo.kv, d->M, 2 * d->E);
+        attnc_tensor q = saved_mat(r, r->lo.q, d->N, d->E), kv = saved_mat(r, r->lo.kv, d->M, 2 * d->Ekv);
         attnc_tensor wq = attnc_rows(&m->in_weight, 0, d->E), bq = attnc_rows(&m->in_bias, 0, d->E);
-        attnc_tensor wkv = attnc_rows(&m->in_weight, d->E, 2 * d->E);
-        attnc_tensor bkv = attnc_rows(&m->in_bias, d->E, 2 * d->E);
+        attnc_tensor wkv = attnc_rows(&m->in_weight, d->E, 2 * d->Ekv);
+        attnc_tensor bkv = attnc_rows(&m->in_bias, d->E, 2 * d->Ekv);
         TRY(attnc_linear_forward(&q, a, &wq, &bq));
         TRY(attnc_linear_forward(&kv, &r->memory, &wkv, &bkv));
     }
-    attn_views v = attention_views(r, k);
     attnc_sdpa_options o = sdpa_options(r, k);
     attnc_tensor none = {0}, *w = r->weights[k] ? r->weights[k] : &none;
     TRY(attnc_sdpa_forward(&v.out, &v.lse, w, &v.q, &v.k, &v.v, &o));
@@ -225,13 +253,16 @@ typedef struct {
     attnc_tensor dmid, dbranch, dx_branch, dattn, dqkv, dkv, dhidden;
 } scratch;
 
-/* dweights (B, H, L, L) <- dout_h V^T per batch element and head: the
- * gradient with respect to the attention probabilities (dropout 0). */
+/* dweights (B, H, L, L) <- dout_h V^T per batch element and head (query
+ * head h reads value head h / (H / Hkv)): the gradient with respect to the
+ * attention probabilities (dropout 0). */
 static void self_weights_gradient(const layer_dims *d, attnc_tensor *dweights, const attnc_tensor *dout_h,
                                   const attnc_tensor *v) {
     attnc_batch batch = {.nb = 2, .shape = {d->B, d->H}, .count = d->B * d->H};
+    attnc_batch kv = {.nb = 2, .shape = {d->B, d->Hkv}, .count = d->B * d->Hkv};
     for (int64_t i = 0; i < batch.count; i++) {
-        attnc_mat a = attnc_batch_mat(dout_h, &batch, i), b = attnc_batch_mat(v, &batch, i);
+        int64_t ikv = i / d->H * d->Hkv + i % d->H / (d->H / d->Hkv);
+        attnc_mat a = attnc_batch_mat(dout_h, &batch, i), b = attnc_batch_mat(v, &kv, ikv);
         attnc_mat c = attnc_batch_mat(dweights, &batch, i);
         if (d->dt == ATTNC_FLOAT32)
             attnc_gemm_f32(false, true, 1, a, b, 0, c);
@@ -264,23 +295,23 @@ static attnc_status branch_backward(const layer_run *r, int k, const attnc_tenso
     char *dq = s->dqkv.data;
     if (k == SELF && r->dweights) self_weights_gradient(d, r->dweights, &dout_h, &v.v);
     if (k == SELF) {
-        attnc_tensor hq = attnc_heads(dq, d->dt, d->B, d->H, d->L, d->E, 3 * d->E);
-        attnc_tensor hk = attnc_heads(dq + d->E * es, d->dt, d->B, d->H, d->L, d->E, 3 * d->E);
-        attnc_tensor hv = attnc_heads(dq + 2 * d->E * es, d->dt, d->B, d->H, d->L, d->E, 3 * d->E);
+        attnc_tensor hq, hk, hv;
+        qkv_heads(d, dq, &hq, &hk, &hv);
         TRY(attnc_sdpa_backward(&hq, &hk, &hv, NULL, &dout_h, NULL, &v.q, &v.k, &v.v, &v.out, &v.lse, &o));
-        attnc_tensor dqkv = mat_of(dq, d->dt, d->N, 3 * d->E);
+        TRY(rope_heads(r, &hq, &hk, -1.0));
+        attnc_tensor dqkv = mat_of(dq, d->dt, d->N, d->E + 2 * d->Ekv);
         return attnc_linear_backward(da, &gm->in_weight, &gm->in_bias, &dqkv, a, &m->in_weight);
     }
     char *dkv = s->dkv.data;
     attnc_tensor hq = attnc_heads(dq, d->dt, d->B, d->H, d->L, d->E, d->E);
-    attnc_tensor hk = attnc_heads(dkv, d->dt, d->B, d->H, d->S, d->E, 2 * d->E);
-    attnc_tensor hv = attnc_heads(dkv + d->E * es, d->dt, d->B, d->H, d->S, d->E, 2 * d->E);
+    attnc_tensor hk = attnc_heads(dkv, d->dt, d->B, d->Hkv, d->S, d->Ekv, 2 * d->Ekv);
+    attnc_tensor hv = attnc_heads(dkv + d->Ekv * es, d->dt, d->B, d->Hkv, d->S, d->Ekv, 2 * d->Ekv);
     TRY(attnc_sdpa_backward(&hq, &hk, &hv, NULL, &dout_h, NULL, &v.q, &v.k, &v.v, &v.out, &v.lse, &o));
-    attnc_tensor dq2 = mat_of(dq, d->dt, d->N, d->E), dkv2 = mat_of(dkv, d->dt, d->M, 2 * d->E);
-    attnc_tensor wq = attnc_rows(&m->in_weight, 0, d->E), wkv = attnc_rows(&m->in_weight, d->E, 2 * d->E);
+    attnc_tensor dq2 = mat_of(dq, d->dt, d->N, d->E), dkv2 = mat_of(dkv, d->dt, d->M, 2 * d->Ekv);
+    attnc_tensor wq = attnc_rows(&m->in_weight, 0, d->E), wkv = attnc_rows(&m->in_weight, d->E, 2 * d->Ekv);
     attnc_tensor gwq = attnc_rows(&gm->in_weight, 0, d->E), gbq = attnc_rows(&gm->in_bias, 0, d->E);
-    attnc_tensor gwkv = attnc_rows(&gm->in_weight, d->E, 2 * d->E);
-    attnc_tensor gbkv = attnc_rows(&gm->in_bias, d->E, 2 * d->E);
+    attnc_tensor gwkv = attnc_rows(&gm->in_weight, d->E, 2 * d->Ekv);
+    attnc_tensor gbkv = attnc_rows(&gm->in_bias, d->E, 2 * d->Ekv);
     TRY(attnc_linear_backward(da, &gwq, &gbq, &dq2, a, &wq));
     return attnc_linear_backward(dmem, &gwkv, &gbkv, &dkv2, &r->memory, &wkv);
 }
@@ -344,12 +375,12 @@ static attnc_status check_param(const attnc_tensor *t, const char *name, attnc_d
     return ndim == 2 ? attnc_check_blas(t, name) : ATTNC_OK;
 }
 
-static attnc_status check_mha(const attnc_mha_params *m, const char *which, attnc_dtype dt, int64_t E) {
+static attnc_status check_mha(const attnc_mha_params *m, const char *which, attnc_dtype dt, int64_t E, int64_t Ekv) {
     char name[64];
     snprintf(name, sizeof name, "%s.in_proj_weight", which);
-    TRY(check_param(&m->in_weight, name, dt, 2, 3 * E, E, true));
+    TRY(check_param(&m->in_weight, name, dt, 2, E + 2 * Ekv, E, true));
     snprintf(name, sizeof name, "%s.in_proj_bias", which);
-    TRY(check_param(&m->in_bias, name, dt, 1, 3 * E, 0, false));
+    TRY(check_param(&m->in_bias, name, dt, 1, E + 2 * Ekv, 0, false));
     snprintf(name, sizeof name, "%s.out_proj.weight", which);
     TRY(check_param(&m->out_weight, name, dt, 2, E, E, true));
     snprintf(name, sizeof name, "%s.out_proj.bias", which);
@@ -368,8 +399,17 @@ attnc_status attnc_check_layer_params(const attnc_layer_params *p, const attnc_l
     if (!(cfg->eps >= 0)) return attnc_fail(ATTNC_ERR_VALUE, "layer_norm_eps must be >= 0");
     if (!(cfg->dropout >= 0 && cfg->dropout <= 1))
         return attnc_fail(ATTNC_ERR_VALUE, "dropout must be in [0, 1], got %g", cfg->dropout);
-    TRY(check_mha(&p->self_attn, "self_attn", dt, E));
-    if (decoder) TRY(check_mha(&p->cross_attn, "multihead_attn", dt, E));
+    int64_t Hkv = attnc_layer_kv_heads(cfg), hd = E / cfg->nhead;
+    if (Hkv < 1 || cfg->nhead % Hkv)
+        return attnc_fail(ATTNC_ERR_VALUE, "num_kv_heads (%lld) must divide nhead (%lld)", (long long)cfg->kv_heads,
+                          (long long)cfg->nhead);
+    if (cfg->rotary_dim < 0 || cfg->rotary_dim > hd || cfg->rotary_dim % 2)
+        return attnc_fail(ATTNC_ERR_VALUE, "rotary_dim must be even and in [0, d_model / nhead = %lld], got %lld",
+                          (long long)hd, (long long)cfg->rotary_dim);
+    if (cfg->rotary_dim && !(cfg->rope_base > 0 && isfinite(cfg->rope_base)))
+        return attnc_fail(ATTNC_ERR_VALUE, "rope_base must be positive and finite, got %g", cfg->rope_base);
+    TRY(check_mha(&p->self_attn, "self_attn", dt, E, Hkv * hd));
+    if (decoder) TRY(check_mha(&p->cross_attn, "multihead_attn", dt, E, Hkv * hd));
     if (!attnc_present(&p->linear1_weight)) return attnc_fail(ATTNC_ERR_TYPE, "linear1.weight is required");
     *F = p->linear1_weight.shape[0];
     TRY(check_param(&p->linear1_weight, "linear1.weight", dt, 2, *F, E, true));
@@ -415,6 +455,8 @@ static attnc_status setup(layer_run *r, const attnc_tensor *x, const attnc_tenso
     TRY(check_rows(x, "input", dt, d->B, d->L, d->E, false));
     TRY(attnc_check_layer_params(p, cfg, dt, d->E, d->decoder, &d->F));
     d->H = cfg->nhead;
+    d->Hkv = attnc_layer_kv_heads(cfg);
+    d->Ekv = d->Hkv * (d->E / d->H);
     d->N = d->B * d->L;
     if (d->decoder) {
         if (!attnc_present(memory)) return attnc_fail(ATTNC_ERR_TYPE, "memory is required by a decoder layer");

@@ -12,6 +12,8 @@ attnc_tensor attnc_rows(const attnc_tensor *t, int64_t r0, int64_t n);
 /* The (B, H, T, E / H) heads of rows of width E laid out every `stride`
  * elements in a (B, T, stride) buffer starting at data. */
 attnc_tensor attnc_heads(void *data, attnc_dtype dt, int64_t B, int64_t H, int64_t T, int64_t E, int64_t stride);
+/* The key and value heads of the layers cfg configures (kv_heads, or nhead). */
+int64_t attnc_layer_kv_heads(const attnc_layer_config *cfg);
 /* Checks the layer's parameters against E (d_model) and returns F. */
 attnc_status attnc_check_layer_params(const attnc_layer_params *p, const attnc_layer_config *cfg, attnc_dtype dt,
                                       int64_t E, bool decoder, int64_t *F);

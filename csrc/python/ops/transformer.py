@@ -25,6 +25,10 @@ def layer_config(into=""):
         flag("norm_first", field=into + "norm_first"),
         real("dropout", 0.0, lo=0, hi=1, field=into + "dropout"),
         u64("seed", field=into + "seed"),
+        i64("kv_heads", 0, lo=0, field=into + "kv_heads"),
+        i64("rotary_dim", 0, lo=0, field=into + "rotary_dim"),
+        real("rope_base", 10000.0, field=into + "rope_base"),
+        flag("rope_interleaved", field=into + "rope_interleaved"),
     )
 
 
