@@ -6,6 +6,7 @@ from .conv import CausalConv1d, Conv1d, Conv2d, conv1d, conv2d
 from .decoding import decode
 from .gated import gated_activation
 from .linear import Linear, linear
+from .linear_attention import LinearAttention
 from .lstmn import LSTMN
 from .module import Module
 from .multihead import MultiheadAttention
@@ -45,6 +46,7 @@ __all__ = [
     "LSTMCell",
     "LayerNorm",
     "Linear",
+    "LinearAttention",
     "Module",
     "MultiheadAttention",
     "ReLU",
