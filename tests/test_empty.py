@@ -283,7 +283,7 @@ def t_linear_module(torch, m):
         w = None if m.projection is None else torch.tensor(m.projection, dtype=torch.float64)
         out = t_linear(torch, q, k, v, is_causal, m.feature_map, w, m.eps).transpose(1, 2)
         return torch.nn.functional.linear(
-            out.reshape(out.shape[0], out.shape[1], -1), p["out_proj.weight"], p["out_proj.bias"]
+            out.reshape(out.shape[0], out.shape[1], m.embed_dim), p["out_proj.weight"], p["out_proj.bias"]
         )
 
     return run

@@ -83,10 +83,10 @@ class LinearAttention(Module):
         self.vdim = int_arg("vdim", vdim) if vdim is not None else embed_dim
         rng = np.random.default_rng(seed)
         E = embed_dim
-        self.q_proj = Linear(E, E, bias=bias, dtype=dtype, seed=rng.integers(2**63))
-        self.k_proj = Linear(self.kdim, E, bias=bias, dtype=dtype, seed=rng.integers(2**63))
-        self.v_proj = Linear(self.vdim, E, bias=bias, dtype=dtype, seed=rng.integers(2**63))
-        self.out_proj = Linear(E, E, bias=bias, dtype=dtype, seed=rng.integers(2**63))
+        self.q_proj = Linear(E, E, bias=bias, dtype=dtype, seed=int(rng.integers(2**63)))
+        self.k_proj = Linear(self.kdim, E, bias=bias, dtype=dtype, seed=int(rng.integers(2**63)))
+        self.v_proj = Linear(self.vdim, E, bias=bias, dtype=dtype, seed=int(rng.integers(2**63)))
+        self.out_proj = Linear(E, E, bias=bias, dtype=dtype, seed=int(rng.integers(2**63)))
         self._projection = None
         if feature_map == "favor+":
             m = (
@@ -105,6 +105,11 @@ class LinearAttention(Module):
         """(B, T, E) -> (B, H, T, head_dim)."""
         B, T, _ = x.shape
         return np.ascontiguousarray(x.reshape(B, T, self.num_heads, self.head_dim).transpose(0, 2, 1, 3))
+
+    def _merge(self, x):
+        """(B, H, T, head_dim) -> (B, T, E)."""
+        B, _, T, _ = x.shape
+        return np.ascontiguousarray(x.transpose(0, 2, 1, 3)).reshape(B, T, self.embed_dim)
 
     def _vjp_forward(self, query, key, value, key_padding_mask=None, is_causal=False):
         arrays = []
@@ -128,30 +133,22 @@ class LinearAttention(Module):
             key_padding_mask=key_padding_mask,
             eps=self.eps,
         )
-        B, H, L, d = heads.shape
-        merged = np.ascontiguousarray(heads.transpose(0, 2, 1, 3)).reshape(B, L, H * d)
-        out, out_saved = self.out_proj._vjp_forward(merged)
+        out, out_saved = self.out_proj._vjp_forward(self._merge(heads))
         return out, (saved, attn_saved, out_saved)
+
+    def _layer_backward(self, grads, layer, saved, d):
+        """The input's gradient of projection `layer` for d; its parameters' into grads."""
+        g = getattr(self, layer)._vjp_backward(saved, (d,))
+        grads.update({f"{layer}.{n}": g[n] for n in ("weight", "bias") if n in g})
+        return g["input"]
 
     def _vjp_backward(self, saved, cotangents):
         proj_saved, attn_saved, out_saved = saved
-        (dout,) = cotangents
-        grads = {}
-        g = self.out_proj._vjp_backward(out_saved, (dout,))
-        grads["out_proj.weight"], dmerged = g["weight"], g["input"]
-        if "bias" in g:
-            grads["out_proj.bias"] = g["bias"]
-        B, L, _ = dmerged.shape
-        dheads = np.ascontiguousarray(dmerged.reshape(B, L, self.num_heads, self.head_dim).transpose(0, 2, 1, 3))
-        dattn = lin._backward(attn_saved, (dheads,))
+        grads: dict = {}
+        dmerged = self._layer_backward(grads, "out_proj", out_saved, cotangents[0])
+        dattn = lin._backward(attn_saved, (self._heads(dmerged),))
         for name, layer, s in zip(lin.NAMES, ("q_proj", "k_proj", "v_proj"), proj_saved):
-            d = dattn[name]
-            d = np.ascontiguousarray(d.transpose(0, 2, 1, 3)).reshape(d.shape[0], d.shape[2], -1)
-            g = getattr(self, layer)._vjp_backward(s, (d,))
-            grads[name] = g["input"]
-            grads[f"{layer}.weight"] = g["weight"]
-            if "bias" in g:
-                grads[f"{layer}.bias"] = g["bias"]
+            grads[name] = self._layer_backward(grads, layer, s, self._merge(dattn[name]))
         return grads
 
     def forward(
