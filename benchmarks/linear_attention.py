@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import statistics
 import sys
 import time
@@ -25,7 +24,13 @@ from pathlib import Path
 
 import numpy as np
 
-import attnc
+import machine  # benchmarks/machine.py
+
+try:
+    import attnc
+except ImportError:  # a source checkout that is built but not installed
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    import attnc
 
 B, H, E = 1, 2, 32
 
@@ -99,6 +104,8 @@ def main(argv=None):
         + ", ".join(f"{n} {g:.1f}x" for n, g in growth.items())
     )
     data = {
+        "benchmark": "causal linear attention vs softmax SDPA and a torch cumsum form, one thread",
+        "torch": torch.__version__,
         "config": {
             "B": B,
             "H": H,
@@ -109,13 +116,7 @@ def main(argv=None):
             "repeats": repeats,
             "quick": args.quick,
         },
-        "machine": {
-            "platform": platform.platform(),
-            "processor": platform.processor(),
-            "python": sys.version.split()[0],
-            "simd": attnc._core.simd_path(),
-            "torch": torch.__version__,
-        },
+        "machine": machine.describe(attnc),
         "rows": rows,
         "growth": growth,
     }

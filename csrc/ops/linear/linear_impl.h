@@ -209,23 +209,39 @@ static REAL FN(start)(const lin_job *j, int64_t block, FN(lin_scratch) * s) {
     return start;
 }
 
+/* What a sweep does at query i, the sums holding the keys it reads,
+ * stabilised by prev. */
+typedef void (*FN(query_step))(const lin_job *j, int64_t b, int64_t h, int64_t i, FN(lin_scratch) * s, REAL prev);
+
+/* Block `block`'s sums built key by key, each query's step run when the
+ * sums hold the keys it reads (all of them, or j <= i when causal); returns
+ * the final stabiliser. */
+static REAL FN(sweep)(const lin_job *j, int64_t block, FN(lin_scratch) * s, FN(query_step) step) {
+    int64_t b = block / j->H, h = block % j->H;
+    REAL prev = FN(start)(j, block, s);
+    if (!j->causal)
+        for (int64_t k = 0; k < j->S; k++) FN(add_key)(j, b, h, k, s->G, s->Cs, s->kv, s->z, s->v, &prev);
+    for (int64_t i = 0; i < j->L; i++) {
+        if (j->causal) FN(add_key)(j, b, h, i, s->G, s->Cs, s->kv, s->z, s->v, &prev);
+        step(j, b, h, i, s, prev);
+    }
+    return prev;
+}
+
+static void FN(query_forward)(const lin_job *j, int64_t b, int64_t h, int64_t i, FN(lin_scratch) * s, REAL prev) {
+    REAL c = FN(query_features)(j, b, h, i, s->x, s->f);
+    FN(readout)(j, s->kv, s->z, s->f, c, prev, FN(out_row)(j->out, b, h, i));
+}
+
 static void FN(lin_forward_task)(void *arg, int64_t block, int worker) {
     const lin_job *j = arg;
-    int64_t b = block / j->H, h = block % j->H;
     FN(lin_scratch) s = FN(cut)(j, block, worker);
-    REAL prev = FN(start)(j, block, &s);
-    if (!j->causal)
-        for (int64_t k = 0; k < j->S; k++) FN(add_key)(j, b, h, k, s.G, s.Cs, s.kv, s.z, s.v, &prev);
-    for (int64_t i = 0; i < j->L; i++) {
-        if (j->causal) FN(add_key)(j, b, h, i, s.G, s.Cs, s.kv, s.z, s.v, &prev);
-        REAL c = FN(query_features)(j, b, h, i, s.x, s.f);
-        FN(readout)(j, s.kv, s.z, s.f, c, prev, FN(out_row)(j->out, b, h, i));
-    }
+    REAL last = FN(sweep)(j, block, &s, FN(query_forward));
     if (!j->state) return;
     REAL *kv = (REAL *)j->state->kv.data + block * j->F * j->Ev, *z = (REAL *)j->state->k.data + block * j->F;
     for (int64_t i = 0; i < j->F * j->Ev; i++) kv[i] = s.kv[i];
     for (int64_t m = 0; m < j->F; m++) z[m] = s.z[m];
-    ((REAL *)j->state->max.data)[block] = prev;
+    ((REAL *)j->state->max.data)[block] = last;
 }
 
 /* Query i's u_i = dout_i / den_i (into U) and r_i = -dout_i . out_i / den_i,
@@ -285,13 +301,7 @@ static void FN(lin_backward_task)(void *arg, int64_t block, int worker) {
     const lin_job *j = arg;
     int64_t b = block / j->H, h = block % j->H, F = j->F, Ev = j->Ev;
     FN(lin_scratch) s = FN(cut)(j, block, worker);
-    REAL prev = FN(start)(j, block, &s);
-    if (!j->causal)
-        for (int64_t k = 0; k < j->S; k++) FN(add_key)(j, b, h, k, s.G, s.Cs, s.kv, s.z, s.v, &prev);
-    for (int64_t i = 0; i < j->L; i++) {
-        if (j->causal) FN(add_key)(j, b, h, i, s.G, s.Cs, s.kv, s.z, s.v, &prev);
-        FN(query_backward)(j, b, h, i, &s, prev);
-    }
+    FN(sweep)(j, block, &s, FN(query_backward));
     if (!j->dk && !j->dv && !s.dw) return;
     for (int64_t i = 0; i < F * Ev; i++) s.R[i] = 0;
     for (int64_t m = 0; m < F; m++) s.rho[m] = 0;
