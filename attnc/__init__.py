@@ -21,11 +21,14 @@ from . import attribution, nn, ntm, optim
 from ._pretrained import pretrained  # cheap: it imports attnc.models only when loading
 from .attention import (
     KVCache,
+    LinearAttentionState,
     attention,
     hard_attention,
     kernel_regression,
+    linear_attention,
     local_attention,
     multi_head_attention,
+    performer_projection,
     scaled_dot_product_attention,
     score,
     softmax,
@@ -68,6 +71,7 @@ set_num_threads(_default_threads())
 __all__ = [
     "FileFormatError",
     "KVCache",
+    "LinearAttentionState",
     "attention",
     "attribution",
     "blas_info",
@@ -76,6 +80,7 @@ __all__ = [
     "get_num_threads",
     "hard_attention",
     "kernel_regression",
+    "linear_attention",
     "local_attention",
     "multi_head_attention",
     "load",
@@ -83,6 +88,7 @@ __all__ = [
     "nn",
     "ntm",
     "optim",
+    "performer_projection",
     "plot",
     "pretrained",
     "save",

@@ -175,3 +175,15 @@ def test_benchmarks_tell_numpys_blas_from_attncs():
     assert m["attnc_simd"] == attnc._core.simd_path() and m["numpy_blas"] and m["cpu"]
     # what the documentation's performance page says of each run: the kernel and how busy the machine was
     assert m["kernel"].startswith(platform.system()) and len(m["load_average"]) == 3 and m["cpus"] >= 1
+
+
+def test_linear_attention_benchmark_quick(tmp_path, torch):
+    out = tmp_path / "linear_attention.json"
+    p = _run("linear_attention.py", "--quick", "--json", str(out))
+    assert p.returncode == 0, f"stdout:\n{p.stdout}\nstderr:\n{p.stderr}"
+    data = json.loads(out.read_text())
+    assert data["config"]["quick"] is True
+    assert [r["L"] for r in data["rows"]] == [128, 256]
+    for row in data["rows"]:
+        assert row["max_abs_diff_vs_torch"] < 1e-5
+        assert set(row["median_s"]) == {"linear", "linear_fwd_bwd", "sdpa", "torch_linear"}

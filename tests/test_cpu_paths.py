@@ -97,6 +97,7 @@ KERNEL_TESTS = [
     "test_kv_cache.py",
     "test_hard_local.py",
     "test_kernel_regression.py",
+    "test_linear_attention.py",
     "test_nn_layers.py",
     "test_conv.py",
     "test_rnn.py",
@@ -151,6 +152,13 @@ def battery() -> dict:
         out[f"additive context {tag}"] = ctx
         for name, g in pull(np.ones_like(ctx), None).items():
             out[f"additive grad {name} {tag}"] = g
+        proj = attnc.performer_projection(20, 24, seed=0, dtype=dt)
+        for fmap, causal in (("elu", False), ("favor+", True)):
+            kw = dict(feature_map=fmap, causal=causal, projection=proj if fmap == "favor+" else None)
+            o, pull = attnc.vjp(attnc.linear_attention, q, k[:, :, :37], v[:, :, :37], **kw)
+            out[f"linear attention {fmap} {tag}"] = o
+            for name, g in pull(np.ones_like(o)).items():
+                out[f"linear attention grad {name} {fmap} {tag}"] = g
         x = arr(4, 11, 40, dtype=dt)
         out[f"softmax {tag}"] = attnc.softmax(x, causal=True)
         out[f"log_softmax {tag}"] = attnc.nn.log_softmax(x)

@@ -256,6 +256,43 @@ def t_additive(torch, q, k, v=None, *, w_query, w_key, v_param=None, **_):
     return s, w @ (k if v is None else v), w
 
 
+def t_linear(torch, q, k, v, causal=False, feature_map="elu", projection=None, eps=1e-6):
+    """attnc.linear_attention's quadratic form: phi(Q) phi(K)^T (causally
+    masked), each row over its sum + eps."""
+
+    def phi(x):
+        if feature_map == "elu":
+            return torch.nn.functional.elu(x) + 1
+        e = x.shape[-1]
+        xs = x * (e**-0.25 if e else 1.0)
+        return torch.exp(xs @ projection.T - 0.5 * (xs * xs).sum(-1, keepdim=True)) / projection.shape[0] ** 0.5
+
+    a = phi(q) @ phi(k).transpose(-1, -2)
+    if causal:
+        a = a * torch.ones(a.shape[-2:], dtype=a.dtype).tril()
+    return (a @ v) / (a.sum(-1, keepdim=True) + eps)
+
+
+def t_linear_module(torch, m):
+    """attnc.nn.LinearAttention in torch ops: t_linear between the projections."""
+
+    def run(p, query, key, value, is_causal=False):
+        def heads(x):
+            return x.reshape(x.shape[0], x.shape[1], m.num_heads, m.head_dim).transpose(1, 2)
+
+        q, k, v = (
+            heads(torch.nn.functional.linear(x, p[f"{n}.weight"], p[f"{n}.bias"]))
+            for x, n in ((query, "q_proj"), (key, "k_proj"), (value, "v_proj"))
+        )
+        w = None if m.projection is None else torch.tensor(m.projection, dtype=torch.float64)
+        out = t_linear(torch, q, k, v, is_causal, m.feature_map, w, m.eps).transpose(1, 2)
+        return torch.nn.functional.linear(
+            out.reshape(out.shape[0], out.shape[1], m.embed_dim), p["out_proj.weight"], p["out_proj.bias"]
+        )
+
+    return run
+
+
 def t_mha(torch, q, k, v, num_heads, w_in, b_in, w_out, b_out, need_weights=True, **kw):
     """torch's functional multi-head attention (sequence first), batch first here."""
     tr = lambda a: a.transpose(0, 1)  # noqa: E731
@@ -551,6 +588,45 @@ CASES = [
         "E",
         free=(1,),
     ),  # uniform weights (every score 0), an empty output
+    # ---- linear attention: elu + 1 and FAVOR+ features (S = 0: no key, zeros)
+    Case(
+        "attnc.linear_attention",
+        lambda x: call(
+            attnc.linear_attention, x.a("B", "H", "T", "E"), x.a("B", "H", "S", "E"), x.a("B", "H", "S", "F")
+        ),
+        "BHTSEF",
+        torch=t_linear,
+    ),
+    Case(
+        "attnc.linear_attention",
+        lambda x: call(
+            attnc.linear_attention,
+            x.a("B", "H", "T", "E"),
+            x.a("B", "H", "T", "E"),
+            x.a("B", "H", "T", "F"),
+            causal=True,
+            feature_map="favor+",
+            projection=x.a("M", "E"),
+        ),
+        "BHTEFM",
+        torch=t_linear,
+    ),
+    Case(
+        "attnc.performer_projection",
+        lambda x: call(attnc.performer_projection, x["M"], x["E"], seed=0, dtype=x.dtype),
+        "ME",
+        grad=False,
+        zeros=False,
+    ),
+    Case(
+        "attnc.LinearAttentionState.step",
+        lambda x: call(
+            attnc.LinearAttentionState().step, x.a("B", "H", "T", "E"), x.a("B", "H", "T", "E"), x.a("B", "H", "T", "F")
+        ),
+        "BHTEF",
+        grad=False,
+        torch=lambda torch, q, k, v: t_linear(torch, q, k, v, causal=True),
+    ),
     Case("attnc.KVCache", lambda x: call(lambda: (lambda c: (c.keys, c.values))(kv_cache(x))), "BHSE", grad=False),
     Case("attnc.KVCache.append", kv_append, "BHSE", grad=False),
     Case(
@@ -720,6 +796,26 @@ CASES = [
         ),
         "BT",
         grad=False,
+    ),
+    Case(
+        "attnc.nn.LinearAttention",
+        on(
+            module(nn.LinearAttention, "E", "H", feature_map="favor+"),
+            ("B", "T", "E"),
+            ("B", "T", "E"),
+            ("B", "T", "E"),
+            is_causal=True,
+        ),
+        "BT",
+        refuse="E",
+        torch=t_linear_module,
+    ),
+    Case(
+        "attnc.nn.LinearAttention",
+        on(module(nn.LinearAttention, "E", "H"), ("B", "T", "E"), ("B", "S", "E"), ("B", "S", "E")),
+        "BTS",
+        refuse="E",
+        torch=t_linear_module,
     ),
     Case(
         "attnc.nn.MultiheadAttention",
@@ -993,6 +1089,7 @@ EXCLUDED = {
     "attnc.set_num_threads": "configuration: no arrays",
     "attnc.pretrained": "takes a model's name, no arrays (tests/test_pretrained.py scores every shipped model)",
     "attnc.KVCache.reset": "no arrays: forgets the cached steps",
+    "attnc.LinearAttentionState": "its constructor takes no arrays; its step has a case",
     "attnc.nn.Module": "the base class; its methods handle parameters, not batches",
     "attnc.nn.Transformer.generate_square_subsequent_mask": "a mask of the given size, no batch",
     "attnc.nn.LSTMN.backward_from": "the backward attnc.vjp(LSTMN) runs: covered by LSTMN's case",

@@ -8,6 +8,7 @@ from .differential import DifferentialAttention
 from .gated import gated_activation
 from .latent import LatentCache, MultiheadLatentAttention
 from .linear import Linear, linear
+from .linear_attention import LinearAttention
 from .lstmn import LSTMN
 from .module import Module
 from .multihead import MultiheadAttention
@@ -50,6 +51,7 @@ __all__ = [
     "LatentCache",
     "LayerNorm",
     "Linear",
+    "LinearAttention",
     "Module",
     "MultiheadAttention",
     "MultiheadLatentAttention",

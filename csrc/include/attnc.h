@@ -740,6 +740,55 @@ attnc_status attnc_attention_flow(attnc_tensor *flow, const attnc_tensor *weight
  * with respect to them. */
 attnc_status attnc_attention_relevance(attnc_tensor *relevance, const attnc_tensor *weights, const attnc_tensor *grads);
 
+/* ---- linear attention (Katharopoulos et al. 2020) and Performer's FAVOR+
+ * (Choromanski et al. 2021) ------------------------------------------------ */
+
+/* The feature map phi: elu(x) + 1 element-wise (F = E features), or FAVOR+'s
+ * positive random features phi(x) = exp(w_m . x' - |x'|^2 / 2) / sqrt(M),
+ * x' = x E^-1/4, m < M, the w_m the rows of a projection (M, E) (F = M). */
+typedef enum { ATTNC_FEATURES_ELU = 0, ATTNC_FEATURES_FAVOR = 1 } attnc_feature_map;
+
+typedef struct {
+    attnc_feature_map feature_map;
+    attnc_tensor projection;       /* favor+ only: (M, E), C-contiguous     */
+    attnc_tensor key_padding_mask; /* optional (B, S) bool: true = ignored  */
+    int causal;                    /* L == S; query i sums keys j <= i      */
+    double eps;                    /* >= 0, added to every denominator      */
+} attnc_linear_options;
+
+/* A causal call's running sums over the keys seen so far (recurrent
+ * decoding), each C-contiguous: kv (B, H, F, Ev) = sum_j phi(k_j) v_j^T and
+ * k (B, H, F) = sum_j phi(k_j), both times exp(-max); max (B, H) the
+ * FAVOR+ stabiliser (the largest exponent seen; -inf before any key; 0 and
+ * unused for elu). Read before the call, overwritten with the sums that
+ * include the call's keys. */
+typedef struct {
+    attnc_tensor kv, k, max;
+} attnc_linear_state;
+
+/* out (B, H, L, Ev) <- query (B, H, L, E), key (B, H, S, E), value (B, H,
+ * S, Ev) (any strides):
+ *     out_i = phi(q_i)^T (sum_j phi(k_j) v_j^T) / (phi(q_i)^T sum_j phi(k_j) + eps),
+ * j over the keys not padded (and j <= i when causal); a row whose
+ * denominator is 0 gives zeros. FAVOR+ computes its features stabilised
+ * (each query row divided by its largest feature, the keys by the largest
+ * over the keys summed so far: the running maximum when causal), which
+ * cancels in the ratio: eps is added in the unstabilised scale. state
+ * (optional, causal only) carries the sums from an earlier call. */
+attnc_status attnc_linear_attention_forward(attnc_tensor *out, attnc_linear_state *state, const attnc_tensor *query,
+                                            const attnc_tensor *key, const attnc_tensor *value,
+                                            const attnc_linear_options *options);
+/* dquery (B, H, L, E), dkey (B, H, S, E), dvalue (B, H, S, Ev) and, for
+ * favor+, dprojection (M, E) (each optional, C-contiguous, overwritten) <-
+ * dout (B, H, L, Ev) and the forward's inputs (recomputed, in O((L + S) F
+ * (E + Ev)); the causal form by a forward and a reverse running sum, never
+ * an L x S matrix). The stabilisers are constants of the gradient: the
+ * output does not depend on them. */
+attnc_status attnc_linear_attention_backward(attnc_tensor *dquery, attnc_tensor *dkey, attnc_tensor *dvalue,
+                                             attnc_tensor *dprojection, const attnc_tensor *dout,
+                                             const attnc_tensor *query, const attnc_tensor *key,
+                                             const attnc_tensor *value, const attnc_linear_options *options);
+
 #ifdef __cplusplus
 }
 #endif

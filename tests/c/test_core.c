@@ -1095,6 +1095,7 @@ static void test_rnn_fused(void) {
 #include "test_attribution.h"
 #include "test_conv.h"
 #include "test_gated.h"
+#include "test_linear_attention.h"
 #include "test_lstm_cell.h"
 #include "test_tile.h"
 #include "test_empty.h"
@@ -1195,6 +1196,7 @@ int main(void) {
     test_attribution();
     test_conv();
     test_gated();
+    test_linear_attention();
     test_lstm_cell();
     test_adam();
     test_empty();
