@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._typing import Array, ArrayLike
-from .sequences import _batches, _check_int
+from .sequences import _check_int, _TokenRows
 
 __all__ = ["MarkovTask", "markov_task"]
 
@@ -30,7 +30,7 @@ __all__ = ["MarkovTask", "markov_task"]
 MAX_TABLE = 2**24
 
 
-class MarkovTask:
+class MarkovTask(_TokenRows):
     """Sequences of a Markov chain of order k (built by :func:`markov_task`).
 
     Attributes
@@ -67,18 +67,6 @@ class MarkovTask:
             ctx = _contexts(tokens, order, self.vocab_size)[:, : T - order]  # the contexts of tokens k .. T-1
             lp[:, order - 1 :] = np.log(transition[ctx, tokens[:, order:]])
         self.log_probs = lp
-
-    def __len__(self) -> int:
-        return self.inputs.shape[0]
-
-    def batch(self, indices: ArrayLike) -> tuple[Array, Array]:
-        """(inputs, targets) rows for indices: two (B, length) int64 arrays."""
-        idx = np.asarray(indices, dtype=np.int64).reshape(-1)
-        return self.inputs[idx], self.targets[idx]
-
-    def batches(self, batch_size: int, *, shuffle: bool = False, seed: int | None = None):
-        """Iterate over (inputs, targets) batches (in order, or shuffled with seed)."""
-        return _batches(self, batch_size, shuffle, seed)
 
     def optimal_loss(self, positions: ArrayLike | None = None) -> float | Array:
         """The true chain's cross-entropy (nats per token), the least any

@@ -23,12 +23,12 @@ from __future__ import annotations
 import numpy as np
 
 from .._typing import Array, ArrayLike
-from .sequences import IGNORE_INDEX, _batches, _check_int
+from .sequences import IGNORE_INDEX, _check_int, _TokenRows
 
 __all__ = ["MQARTask", "mqar_task"]
 
 
-class MQARTask:
+class MQARTask(_TokenRows):
     """Rows of multi-query associative recall (built by :func:`mqar_task`).
 
     Attributes
@@ -58,18 +58,6 @@ class MQARTask:
         self.inputs, self.targets = inputs, targets
         self.keys, self.values, self.query_positions = keys, values, query_positions
         self.num_kv_pairs, self.length, self.vocab_size = keys.shape[1], inputs.shape[1], vocab_size
-
-    def __len__(self) -> int:
-        return self.inputs.shape[0]
-
-    def batch(self, indices: ArrayLike) -> tuple[Array, Array]:
-        """(inputs, targets) rows for indices: two (B, length) int64 arrays."""
-        idx = np.asarray(indices, dtype=np.int64).reshape(-1)
-        return self.inputs[idx], self.targets[idx]
-
-    def batches(self, batch_size: int, *, shuffle: bool = False, seed: int | None = None):
-        """Iterate over (inputs, targets) batches (in order, or shuffled with seed)."""
-        return _batches(self, batch_size, shuffle, seed)
 
     def accuracy(self, predictions: ArrayLike) -> float:
         """The fraction of queries answered right: predictions (n, length)

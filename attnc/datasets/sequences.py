@@ -390,7 +390,29 @@ def sort_split(sequence: ArrayLike) -> Literal["train", "test"]:
     return "test" if h % 4 == 0 else "train"
 
 
-class SortTask:
+class _TokenRows:
+    """What a language-model task holding ``inputs`` and ``targets`` (n, T)
+    int64 rows offers: ``len``, ``batch(indices)`` and ``batches(batch_size)``."""
+
+    inputs: Array
+    targets: Array
+
+    def __len__(self) -> int:
+        return self.inputs.shape[0]
+
+    def batch(self, indices: ArrayLike) -> tuple[Array, Array]:
+        """(inputs, targets) rows for indices: two (B, T) int64 arrays."""
+        idx = np.asarray(indices, dtype=np.int64).reshape(-1)
+        return self.inputs[idx], self.targets[idx]
+
+    def batches(
+        self, batch_size: int, *, shuffle: bool = False, seed: int | None = None
+    ) -> Iterator[tuple[Array, Array]]:
+        """Iterate over (inputs, targets) batches (in order, or shuffled with seed)."""
+        return _batches(self, batch_size, shuffle, seed)
+
+
+class SortTask(_TokenRows):
     """minGPT's sorting demo (built by ``sort_task``).
 
     Parameters
@@ -429,20 +451,6 @@ class SortTask:
         self.targets = targets
         self.block_size = 2 * length - 1
         self.vocab_size = num_digits
-
-    def __len__(self) -> int:
-        return self.sequences.shape[0]
-
-    def batch(self, indices: ArrayLike) -> tuple[Array, Array]:
-        """(inputs, targets) rows for indices: two (B, 2 length - 1) int64 arrays."""
-        idx = np.asarray(indices, dtype=np.int64).reshape(-1)
-        return self.inputs[idx], self.targets[idx]
-
-    def batches(
-        self, batch_size: int, *, shuffle: bool = False, seed: int | None = None
-    ) -> Iterator[tuple[Array, Array]]:
-        """Iterate over (inputs, targets) batches (in order, or shuffled with seed)."""
-        return _batches(self, batch_size, shuffle, seed)
 
     def __repr__(self):
         return f"SortTask(n={len(self)}, length={self.length}, num_digits={self.num_digits}, split={self.split!r})"
