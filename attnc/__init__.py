@@ -21,6 +21,7 @@ from . import attribution, nn, ntm, optim
 from ._pretrained import pretrained  # cheap: it imports attnc.models only when loading
 from .attention import (
     KVCache,
+    alibi_slopes,
     attention,
     hard_attention,
     kernel_regression,
@@ -68,6 +69,7 @@ set_num_threads(_default_threads())
 __all__ = [
     "FileFormatError",
     "KVCache",
+    "alibi_slopes",
     "attention",
     "attribution",
     "blas_info",
