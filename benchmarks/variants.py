@@ -14,10 +14,13 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # this checkout's attnc, as attention.py does
 import attnc
 
 H, E = 4, 64

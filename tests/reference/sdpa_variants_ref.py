@@ -63,8 +63,8 @@ def weights(
     q, k, v = (np.asarray(a, np.float64) for a in (query, key, value))
     h, L, E = q.shape[-3:]
     S = k.shape[-2]
-    k = np.repeat(k, h // k.shape[-3], axis=-3)
-    v = np.repeat(v, h // v.shape[-3], axis=-3)
+    group = h // k.shape[-3] if k.shape[-3] else 1  # no heads at all: an empty call
+    k, v = np.repeat(k, group, axis=-3), np.repeat(v, group, axis=-3)
     sc = (1 / np.sqrt(E) if E else 1.0) if scale is None else scale
     s = (q @ np.swapaxes(k, -1, -2)) * sc
     if softcap is not None:
