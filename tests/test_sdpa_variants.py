@@ -9,6 +9,7 @@ import warnings
 
 import numpy as np
 import pytest
+from test_sdpa import check_thread_bits
 
 import attnc
 from helpers import close, same_bits
@@ -418,22 +419,10 @@ def _thread_cases(rng):
 
 
 def test_thread_counts_give_identical_bits(rng, restore_threads):
-    for i, ((q, k, v), kw) in enumerate(_thread_cases(rng)):
+    cases = _thread_cases(rng)
+    for _, kw in cases:
         kw.setdefault("enable_gqa", True)
-        results = []
-        for n in (1, 2):
-            attnc.set_num_threads(n)
-            (out, w), pb = attnc.vjp(attnc.scaled_dot_product_attention, q, k, v, return_weights=True, **kw)
-            dout = np.random.default_rng(1).standard_normal(out.shape).astype(q.dtype)
-            dw = np.random.default_rng(2).standard_normal(w.shape).astype(q.dtype)
-            results.append((out, w, pb(dout, None), pb(dout, dw), sdpa(q, k, v, **kw)))
-        (o1, w1, g1, h1, p1), (o2, w2, g2, h2, p2) = results
-        same_bits(o1, o2, f"case {i} output")
-        same_bits(w1, w2, f"case {i} weights")
-        same_bits(p1, p2, f"case {i} output without weights")
-        for n in g1:
-            same_bits(g1[n], g2[n], f"case {i} gradient {n}")
-            same_bits(h1[n], h2[n], f"case {i} gradient {n} with dweights")
+    check_thread_bits(cases)
 
 
 # --------------------------------------------------------------------------- KVCache.attend
