@@ -194,9 +194,9 @@ class KVCache:
         Example
         -------
         >>> cache = attnc.KVCache(1, 2, capacity=16, head_dim=4)
-        >>> x = np.random.rand(1, 2, 10, 4)
+        >>> x = np.random.rand(1, 2, 10, 4).astype(np.float32)
         >>> cache.append(x, x)
-        >>> cache.attend(x[:, :, -1:], window=(3, 0), sinks=np.zeros(2)).shape
+        >>> cache.attend(x[:, :, -1:], window=(3, 0), sinks=np.zeros(2, np.float32)).shape
         (1, 2, 1, 4)
         """
         return _attend_forward(

@@ -92,14 +92,15 @@ static REAL FN(row_exp)(REAL *x, int64_t n, REAL shift) {
 static REAL FN(head_entry)(const attnc_tensor *t, int64_t h) { return *(const REAL *)attnc_at(t, h * t->strides[0]); }
 
 /* s <- softcap tanh(s / softcap); with tanh_out, the tanh kept there (the
- * backward's chain rule). */
+ * backward's chain rule). tanh(y) = 1 - 2 / (exp(2y) + 1) through EXPV,
+ * which the compiler vectorises (tanhf, a call per score, made the capped
+ * forward 2.3 times the plain one); exp's overflow to inf gives 1. */
 static void FN(cap_scores)(REAL cap, int64_t n, REAL *s, REAL *tanh_out) {
-    REAL inv = 1 / cap;
-    for (int64_t x = 0; x < n; x++) {
-        REAL t = TANH(s[x] * inv);
-        s[x] = cap * t;
-        if (tanh_out) tanh_out[x] = t;
-    }
+    REAL twice_inv = 2 / cap;
+    for (int64_t x = 0; x < n; x++) s[x] = 1 - 2 / (EXPV(s[x] * twice_inv) + 1);
+    if (tanh_out)
+        for (int64_t x = 0; x < n; x++) tanh_out[x] = s[x];
+    for (int64_t x = 0; x < n; x++) s[x] *= cap;
 }
 
 /* ds <- ds (1 - tanh^2): through the soft cap (masked entries, whose
