@@ -294,9 +294,10 @@ def variant_options(heads: int, dtype, *, alibi_slopes=None, window=None, softca
     if softcap is not None:
         if isinstance(softcap, bool) or not isinstance(softcap, numbers.Real):
             raise TypeError(f"softcap must be a float > 0 or None, got {type(softcap).__name__}")
-        if not (math.isfinite(softcap) and softcap > 0):
+        cap = float(softcap)
+        if not (math.isfinite(cap) and cap > 0):
             raise ValueError(f"softcap must be a finite float > 0, got {softcap!r}")
-        options["softcap"] = float(softcap)
+        options["softcap"] = cap
     if sinks is not None:
         options["sinks"] = _head_vector(sinks, "sinks", heads, dtype)
     return options
