@@ -22,6 +22,7 @@ from ._pretrained import pretrained  # cheap: it imports attnc.models only when 
 from .attention import (
     KVCache,
     LinearAttentionState,
+    alibi_slopes,
     attention,
     hard_attention,
     kernel_regression,
@@ -72,6 +73,7 @@ __all__ = [
     "FileFormatError",
     "KVCache",
     "LinearAttentionState",
+    "alibi_slopes",
     "attention",
     "attribution",
     "blas_info",

@@ -93,6 +93,7 @@ KERNEL_TESTS = [
     "test_score.py",
     "test_softmax.py",
     "test_sdpa.py",
+    "test_sdpa_variants.py",
     "test_multihead.py",
     "test_kv_cache.py",
     "test_hard_local.py",

@@ -1076,6 +1076,23 @@ CASES = [
         grad=False,
         zeros=False,
     ),
+    Case(  # the options of today's models: empty inputs still give empty results
+        "attnc.scaled_dot_product_attention",
+        lambda x: call(
+            attnc.scaled_dot_product_attention,
+            x.a("B", "H", "T", "E"),
+            x.a("B", "H", "S", "E"),
+            x.a("B", "H", "S", "F"),
+            alibi_slopes=x.pos("H"),
+            window=(1, 0),
+            softcap=1.5,
+            sinks=x.a("H"),
+            return_weights=True,
+        ),
+        "BHTSEF",
+        zeros=False,  # E = 0: every score 0, the output, weights and gradients not
+    ),
+    Case("attnc.alibi_slopes", lambda x: call(attnc.alibi_slopes, x["H"], x.dtype), "H", grad=False),
 ]
 
 # Public names with no batch, sequence or feature dim to empty, and why.

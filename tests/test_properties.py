@@ -289,3 +289,71 @@ def test_softmax_matches_the_reference(case):
     # the softmax's Jacobian-vector product, from the float64 reference weights
     expect = want * (dw - np.sum(dw * want, axis=-1, keepdims=True))
     close(got, expect, dtype, "gradient of scores")
+
+
+# --------------------------------------------------------------------------- the options of today's models
+
+
+@st.composite
+def sdpa_variant_cases(draw):
+    """Shapes (0 and 1 included) and a random combination of ALiBi, window,
+    softcap, sinks, causal and a mask."""
+    dtype = draw(st.sampled_from(DTYPES))
+    hkv = draw(st.integers(0, 2))
+    h = hkv * draw(st.integers(1, 2))
+    L, S = draw(st.integers(0, 6)), draw(st.integers(0, 7))
+    E, Ev = draw(st.integers(0, 4)), draw(st.integers(0, 3))
+    q, k, v = (
+        draw(arrays((1, h, L, E), dtype)),
+        draw(arrays((1, hkv, S, E), dtype)),
+        draw(arrays((1, hkv, S, Ev), dtype)),
+    )
+    kw = {"enable_gqa": True}
+    side = st.one_of(st.none(), st.integers(0, 7))
+    if draw(st.booleans()):
+        kw["alibi_slopes"] = draw(arrays((h,), dtype))
+    if draw(st.booleans()):
+        kw["window"] = (draw(side), draw(side))
+    if draw(st.booleans()):
+        kw["softcap"] = draw(st.floats(0.1, 5.0))
+    if draw(st.booleans()):
+        kw["sinks"] = draw(arrays((h,), dtype))
+    masking = draw(st.sampled_from(("none", "bool", "float", "causal")))
+    if masking == "bool":
+        kw["attn_mask"] = np.random.default_rng(draw(st.integers(0, 99))).random((L, S)) < 0.7
+    elif masking == "float":
+        kw["attn_mask"] = draw(arrays((L, S), dtype))
+    elif masking == "causal":
+        kw["is_causal"] = True
+    return dtype, (q, k, v), kw
+
+
+@given(sdpa_variant_cases())
+def test_sdpa_variants_match_the_reference(assert_unchanged, case):
+    """Forward against the NumPy reference; gradients (every float input, the
+    weights' cotangent included) against its central differences."""
+    from conftest import numeric_vjp
+    from reference import sdpa_variants_ref
+
+    dtype, (q, k, v), kw = case
+    (out, w), pullback = assert_unchanged(
+        attnc.vjp, attnc.scaled_dot_product_attention, q, k, v, return_weights=True, **kw
+    )
+    ref_kw = {n: a for n, a in kw.items() if n != "enable_gqa"}
+
+    def reference(query, key, value, **more):
+        return sdpa_variants_ref.scaled_dot_product_attention(query, key, value, return_weights=True, **more)
+
+    want_out, want_w = reference(q, k, v, **ref_kw)
+    close(out, want_out, dtype, "output")
+    close(w, want_w, dtype, "weights")
+    rng = np.random.default_rng(1)
+    dout, dw = rng.standard_normal(out.shape).astype(dtype), rng.standard_normal(w.shape).astype(dtype)
+    grads = pullback(dout, dw)
+    args = {"query": q, "key": k, "value": v, **ref_kw}
+    names = [n for n, a in args.items() if isinstance(a, np.ndarray) and a.dtype != bool]
+    assert set(grads) == set(names)
+    want = numeric_vjp(reference, args, [np.asarray(dout, np.float64), np.asarray(dw, np.float64)], names, 1e-6)
+    for name in names:
+        tol = 2e-4 if dtype == np.float32 else 1e-6  # central differences: O(eps^2) and rounding
+        np.testing.assert_allclose(grads[name], want[name], atol=tol * max(1.0, np.abs(want[name]).max(initial=0)))

@@ -8,13 +8,14 @@ from .linear import LinearAttentionState, linear_attention, performer_projection
 from .local import local_attention
 from .multihead import multi_head_attention
 from .score import score
-from .sdpa import scaled_dot_product_attention
+from .sdpa import alibi_slopes, scaled_dot_product_attention
 from .soft import attention
 from .softmax import softmax
 
 __all__ = [
     "KVCache",
     "LinearAttentionState",
+    "alibi_slopes",
     "attention",
     "hard_attention",
     "kernel_regression",

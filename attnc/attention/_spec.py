@@ -7,6 +7,7 @@ caller of the fused kernel."""
 from __future__ import annotations
 
 import math
+import numbers
 from typing import Literal
 
 import numpy as np
@@ -256,6 +257,52 @@ class Score:
         return kwargs, finish
 
 
+def _head_vector(x, name: str, heads: int, dtype) -> np.ndarray:
+    """An (H,) option of the call's dtype, finite: one entry per query head."""
+    a = float_array(x, name)
+    same_dtype(dtype, **{name: a})
+    if a.shape != (heads,):
+        raise ValueError(f"{name} must have shape ({heads},), one entry per query head; got {shape_str(a.shape)}")
+    if not np.isfinite(a).all():
+        raise ValueError(f"{name} must be finite")
+    return a
+
+
+def _window_side(x, which: str) -> int:
+    """A side of the window: None (unbounded, -1 for the kernel) or an int >= 0."""
+    if x is None:
+        return -1
+    if isinstance(x, bool) or not isinstance(x, numbers.Integral):
+        raise TypeError(f"window's {which} side must be an int >= 0 or None, got {type(x).__name__}")
+    if x < 0:
+        raise ValueError(f"window's {which} side must be >= 0 or None, got {x}")
+    return min(int(x), 2**62)  # past every key: the same as unbounded, and fits C's int64
+
+
+def variant_options(heads: int, dtype, *, alibi_slopes=None, window=None, softcap=None, sinks=None) -> dict:
+    """The options of today's models checked, as attnc_sdpa_options members
+    (none given: an empty dict). heads: the query heads H of the kernel's
+    call; dtype: the call's."""
+    options: dict = {}
+    if alibi_slopes is not None:
+        options["alibi_slopes"] = _head_vector(alibi_slopes, "alibi_slopes", heads, dtype)
+    if window is not None:
+        if not isinstance(window, (tuple, list)) or len(window) != 2:
+            raise TypeError(f"window must be a pair (left, right), each an int >= 0 or None; got {window!r}")
+        options.update(window=True, window_left=_window_side(window[0], "left"))
+        options["window_right"] = _window_side(window[1], "right")
+    if softcap is not None:
+        if isinstance(softcap, bool) or not isinstance(softcap, numbers.Real):
+            raise TypeError(f"softcap must be a float > 0 or None, got {type(softcap).__name__}")
+        cap = float(softcap)
+        if not (math.isfinite(cap) and cap > 0):
+            raise ValueError(f"softcap must be a finite float > 0, got {softcap!r}")
+        options["softcap"] = cap
+    if sinks is not None:
+        options["sinks"] = _head_vector(sinks, "sinks", heads, dtype)
+    return options
+
+
 def sdpa_options(
     scale: float,
     *,
@@ -266,6 +313,7 @@ def sdpa_options(
     dropout_p=0.0,
     seed=None,
     average_heads=False,
+    variants: dict | None = None,
 ) -> dict:
     """The fused kernel's options, the ``options`` dict of sdpa_forward and
     sdpa_backward (attnc_sdpa_options by member name; one dict, matched in C
@@ -274,10 +322,12 @@ def sdpa_options(
     float, added to the scores); the dropout's seed drawn from ``seed`` only
     when there is dropout. Without masks, offset, dropout or averaging (most
     calls) only the scale and the causal flag: the binding takes the other
-    members' defaults, and the smaller dict costs less to build and read."""
+    members' defaults, and the smaller dict costs less to build and read.
+    variants: variant_options' members, added as they are."""
     if attn_mask is None and key_padding_mask is None and not (causal_offset or dropout_p or average_heads):
-        return {"causal": bool(causal), "scale": float(scale)}
+        return {"causal": bool(causal), "scale": float(scale), **(variants or {})}
     return {
+        **(variants or {}),
         "attn_mask": attn_mask,
         "key_padding_mask": key_padding_mask,
         "causal": bool(causal),

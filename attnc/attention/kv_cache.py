@@ -11,7 +11,7 @@ from .. import _core
 from .._args import FLOAT_DTYPES, blas_ready, default_scale, float_array, heads_share, same_dtype, shape_str
 from .._typing import Array, ArrayLike, DTypeLike
 from ..grad import register
-from ._spec import sdpa_options
+from ._spec import sdpa_options, variant_options
 
 
 class KVCache:
@@ -132,26 +132,86 @@ class KVCache:
         self.length += t
 
     @overload
-    def attend(self, query: ArrayLike, *, scale: float | None = ..., return_weights: Literal[False] = ...) -> Array: ...
+    def attend(
+        self,
+        query: ArrayLike,
+        *,
+        scale: float | None = ...,
+        return_weights: Literal[False] = ...,
+        alibi_slopes: ArrayLike | None = ...,
+        window: tuple[int | None, int | None] | None = ...,
+        softcap: float | None = ...,
+        sinks: ArrayLike | None = ...,
+    ) -> Array: ...
     @overload
     def attend(
-        self, query: ArrayLike, *, scale: float | None = ..., return_weights: Literal[True]
+        self,
+        query: ArrayLike,
+        *,
+        scale: float | None = ...,
+        return_weights: Literal[True],
+        alibi_slopes: ArrayLike | None = ...,
+        window: tuple[int | None, int | None] | None = ...,
+        softcap: float | None = ...,
+        sinks: ArrayLike | None = ...,
     ) -> tuple[Array, Array]: ...
     @overload
     def attend(
-        self, query: ArrayLike, *, scale: float | None = ..., return_weights: bool = ...
+        self,
+        query: ArrayLike,
+        *,
+        scale: float | None = ...,
+        return_weights: bool = ...,
+        alibi_slopes: ArrayLike | None = ...,
+        window: tuple[int | None, int | None] | None = ...,
+        softcap: float | None = ...,
+        sinks: ArrayLike | None = ...,
     ) -> Array | tuple[Array, Array]: ...
     def attend(
-        self, query: ArrayLike, *, scale: float | None = None, return_weights: bool = False
+        self,
+        query: ArrayLike,
+        *,
+        scale: float | None = None,
+        return_weights: bool = False,
+        alibi_slopes: ArrayLike | None = None,
+        window: tuple[int | None, int | None] | None = None,
+        softcap: float | None = None,
+        sinks: ArrayLike | None = None,
     ) -> Array | tuple[Array, Array]:
         """Attention of t new queries (batch, H, t, head_dim) on the cache; the
         last t cached positions are the queries' own (causal among them).
         Returns (batch, H, t, value_dim), and the (batch, H, t, length)
-        weights with return_weights."""
-        return _attend_forward(self, query, scale=scale, return_weights=return_weights)[0]
+        weights with return_weights.
+
+        alibi_slopes, window, softcap, sinks: as in
+        attnc.scaled_dot_product_attention, with the queries at their own
+        positions: query i of the block sits at key position length - t + i
+        (bottom-right aligned), so ALiBi's distance and the window count back
+        from it (window=(W - 1, 0) keeps the last W positions; the right side
+        is moot under causal attention). Decoding step by step gives what one
+        call over the whole sequence gives.
+
+        Example
+        -------
+        >>> cache = attnc.KVCache(1, 2, capacity=16, head_dim=4)
+        >>> x = np.random.rand(1, 2, 10, 4).astype(np.float32)
+        >>> cache.append(x, x)
+        >>> cache.attend(x[:, :, -1:], window=(3, 0), sinks=np.zeros(2, np.float32)).shape
+        (1, 2, 1, 4)
+        """
+        return _attend_forward(
+            self,
+            query,
+            scale=scale,
+            return_weights=return_weights,
+            alibi_slopes=alibi_slopes,
+            window=window,
+            softcap=softcap,
+            sinks=sinks,
+        )[0]
 
 
-def _attend_forward(cache: KVCache, query, *, scale=None, return_weights=False):
+def _attend_forward(cache: KVCache, query, *, scale=None, return_weights=False, **variants):
     q = float_array(query, "query")
     same_dtype(cache._k.dtype, query=q)
     b, hkv, _, e = cache._k.shape
@@ -160,7 +220,10 @@ def _attend_forward(cache: KVCache, query, *, scale=None, return_weights=False):
     h, t, length = q.shape[1], q.shape[2], cache.length
     if t > length:
         raise ValueError(f"{t} queries but only {length} cached positions: append their keys and values first")
-    options = sdpa_options(default_scale(e) if scale is None else scale, causal=True, causal_offset=length - t)
+    extra = variant_options(h, q.dtype, **variants)
+    options = sdpa_options(
+        default_scale(e) if scale is None else scale, causal=True, causal_offset=length - t, variants=extra
+    )
     q = blas_ready(q)
     k, v = cache._k[:, :, :length], cache._v[:, :, :length]
     out = np.empty((b, h, t, v.shape[3]), q.dtype)
@@ -179,10 +242,13 @@ def _attend_backward(saved, cotangents):
     if dout is None:
         dout = np.zeros(out.shape, out.dtype)
     dq, dk, dv = np.empty_like(q), np.empty_like(k), np.empty_like(v)
+    dsinks, dslopes = (np.empty(q.shape[1], q.dtype) if n in options else None for n in ("sinks", "alibi_slopes"))
     _core.sdpa_backward(
         dquery=dq,
         dkey=dk,
         dvalue=dv,
+        dsinks=dsinks,
+        dalibi_slopes=dslopes,
         doutput=blas_ready(dout),
         dweights=dweights,
         query=q,
@@ -192,7 +258,9 @@ def _attend_backward(saved, cotangents):
         lse=lse,
         options=options,
     )
-    return {"query": dq, "keys": dk, "values": dv}
+    grads = {"query": dq, "keys": dk, "values": dv}
+    grads.update({n: g for n, g in (("sinks", dsinks), ("alibi_slopes", dslopes)) if g is not None})
+    return grads
 
 
 register(KVCache.attend, _attend_forward, _attend_backward)

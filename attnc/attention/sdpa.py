@@ -23,7 +23,7 @@ from .._args import (
 )
 from .._typing import Array, ArrayLike
 from ..grad import register
-from ._spec import sdpa_options
+from ._spec import sdpa_options, variant_options
 
 
 def _attn_mask(attn_mask, dtype, shape):
@@ -121,9 +121,25 @@ def _forward(
     *,
     return_weights=False,
     seed=None,
+    alibi_slopes=None,
+    window=None,
+    softcap=None,
+    sinks=None,
 ):
     q, k, v, layout, options, mask_arg = _prepare(
-        query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, seed
+        query,
+        key,
+        value,
+        attn_mask,
+        dropout_p,
+        is_causal,
+        scale,
+        enable_gqa,
+        seed,
+        alibi_slopes=alibi_slopes,
+        window=window,
+        softcap=softcap,
+        sinks=sinks,
     )
     dtype = q.dtype
     batch, (h, L), Ev = q.shape[:-3], q.shape[-3:-1], v.shape[-1]
@@ -137,10 +153,11 @@ def _forward(
     return outputs, saved
 
 
-def _prepare(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, seed):
+def _prepare(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, seed, **variants):
     """The arguments checked, as the kernel takes them: (q, k, v, layout,
     options, mask_arg). The same arguments (and an int seed) give the same
-    options again: attnc.torch's backward rebuilds a forward's state here."""
+    options again: attnc.torch's backward rebuilds a forward's state here.
+    variants: alibi_slopes, window, softcap, sinks (_spec.variant_options)."""
     q, k, v, layout = _check(query, key, value, enable_gqa)
     dtype = q.dtype
     batch, (h, L, E), S = q.shape[:-3], q.shape[-3:], v.shape[-2]
@@ -155,7 +172,8 @@ def _prepare(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_g
     mask, mask_arg = None, None
     if attn_mask is not None:
         mask_arg, mask = _attn_mask(attn_mask, dtype, batch + (h, L, S))
-    options = sdpa_options(scale, attn_mask=mask, causal=is_causal, dropout_p=dropout_p, seed=seed)
+    extra = variant_options(h, dtype, **variants)
+    options = sdpa_options(scale, attn_mask=mask, causal=is_causal, dropout_p=dropout_p, seed=seed, variants=extra)
     return blas_ready(q), blas_ready(k), blas_ready(v), layout, options, mask_arg
 
 
@@ -171,11 +189,14 @@ def _backward(saved, cotangents):
     dq, dk, dv = np.empty_like(q, order="C"), np.empty_like(k, order="C"), np.empty_like(v, order="C")
     float_mask = mask_arg is not None and mask_arg.dtype != np.bool_
     dmask = np.zeros(lse.shape + (k.shape[-2],), q.dtype) if float_mask else None
+    dsinks, dslopes = (np.empty(q.shape[-3], q.dtype) if n in options else None for n in ("sinks", "alibi_slopes"))
     _core.sdpa_backward(
         dquery=dq,
         dkey=dk,
         dvalue=dv,
         dmask=dmask,
+        dsinks=dsinks,
+        dalibi_slopes=dslopes,
         doutput=blas_ready(dout),
         dweights=dweights,
         query=q,
@@ -188,6 +209,7 @@ def _backward(saved, cotangents):
     grads = _argument_grads((dq, dk, dv), layout)
     if float_mask:
         grads["attn_mask"] = unbroadcast(dmask, mask_arg.shape)
+    grads.update({n: g for n, g in (("sinks", dsinks), ("alibi_slopes", dslopes)) if g is not None})
     return grads
 
 
@@ -204,6 +226,10 @@ def scaled_dot_product_attention(
     *,
     return_weights: Literal[False] = ...,
     seed: int | None = ...,
+    alibi_slopes: ArrayLike | None = ...,
+    window: tuple[int | None, int | None] | None = ...,
+    softcap: float | None = ...,
+    sinks: ArrayLike | None = ...,
 ) -> Array: ...
 @overload
 def scaled_dot_product_attention(
@@ -218,6 +244,10 @@ def scaled_dot_product_attention(
     *,
     return_weights: Literal[True],
     seed: int | None = ...,
+    alibi_slopes: ArrayLike | None = ...,
+    window: tuple[int | None, int | None] | None = ...,
+    softcap: float | None = ...,
+    sinks: ArrayLike | None = ...,
 ) -> tuple[Array, Array]: ...
 @overload
 def scaled_dot_product_attention(
@@ -232,6 +262,10 @@ def scaled_dot_product_attention(
     *,
     return_weights: bool = ...,
     seed: int | None = ...,
+    alibi_slopes: ArrayLike | None = ...,
+    window: tuple[int | None, int | None] | None = ...,
+    softcap: float | None = ...,
+    sinks: ArrayLike | None = ...,
 ) -> Array | tuple[Array, Array]: ...
 def scaled_dot_product_attention(
     query: ArrayLike,
@@ -245,6 +279,10 @@ def scaled_dot_product_attention(
     *,
     return_weights: bool = False,
     seed: int | None = None,
+    alibi_slopes: ArrayLike | None = None,
+    window: tuple[int | None, int | None] | None = None,
+    softcap: float | None = None,
+    sinks: ArrayLike | None = None,
 ) -> Array | tuple[Array, Array]:
     """Fused scaled-dot-product attention, as ``torch.nn.functional.scaled_dot_product_attention``.
 
@@ -276,6 +314,27 @@ def scaled_dot_product_attention(
         log-sum-exp. Calls that don't ask pay nothing.
     seed : int or None, the dropout seed (same seed, same bits).
 
+    Options of today's models (keyword only, each None = off; they compose
+    with each other and with everything above, forward and backward). Query i
+    sits at key position i, as for is_causal (top-left aligned when L != S).
+    The score s = scale * q.k goes through, in this order:
+
+    softcap : float > 0, s <- softcap * tanh(s / softcap) (Gemma 2), with its
+        gradient.
+    alibi_slopes : array (H,), the call's dtype, finite: s += slope_h * (j - i)
+        for query i, key j (ALiBi, Press et al. 2022, as attention-gym's
+        alibi score_mod; the paper's slopes: attnc.alibi_slopes(H)). No
+        gradient for the slopes.
+    attn_mask, is_causal : as above.
+    window : (left, right), each an int >= 0 or None (unbounded): query i
+        attends only keys i - left <= j <= i + right ((None, 0) is is_causal;
+        (W, 0) a causal sliding window of W + 1 keys). Tiles outside the band
+        are skipped: the cost grows as L * W, not L * S.
+    sinks : array (H,), the call's dtype, finite: a logit per head that joins
+        each row's softmax normaliser only, p_ij = exp(s_ij) / (exp(sinks[h])
+        + sum_j exp(s_ij)) (gpt-oss); rows of the weights then sum to less
+        than 1. attnc.vjp returns its gradient as ``"sinks"``.
+
     Returns
     -------
     output : array (..., H, L, Ev), the input dtype, or ``(output, weights)``
@@ -295,10 +354,67 @@ def scaled_dot_product_attention(
     >>> out, w = attnc.scaled_dot_product_attention(q[:, :, :3], kv, kv, enable_gqa=True, return_weights=True)
     >>> out.shape, w.shape, round(float(w.sum(axis=-1).min()), 5)
     ((2, 4, 3, 64), (2, 4, 3, 10), 1.0)
+    >>> out, w = attnc.scaled_dot_product_attention(     # a causal window of 16 keys, ALiBi, sinks
+    ...     q, q, q, window=(15, 0), alibi_slopes=attnc.alibi_slopes(4).astype(np.float32),
+    ...     sinks=np.zeros(4, np.float32), return_weights=True)
+    >>> int((w[0, 0, 100] > 0).sum()), bool(w.sum(axis=-1).max() < 1)
+    (16, True)
     """
     return _forward(
-        query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, return_weights=return_weights, seed=seed
+        query,
+        key,
+        value,
+        attn_mask,
+        dropout_p,
+        is_causal,
+        scale,
+        enable_gqa,
+        return_weights=return_weights,
+        seed=seed,
+        alibi_slopes=alibi_slopes,
+        window=window,
+        softcap=softcap,
+        sinks=sinks,
     )[0]
+
+
+def alibi_slopes(heads: int, dtype: type = np.float64) -> Array:
+    """ALiBi's slopes for ``heads`` heads (Press et al. 2022, "Train Short,
+    Test Long"), as its reference implementation makes them: for n a power of
+    two the geometric sequence 2^(-8/n), 2^(-16/n), ..., 2^(-8); otherwise
+    the n' = 2^floor(log2 n) slopes of n' heads followed by every other slope
+    of 2n' heads (the odd powers 2^(-4/n'), 2^(-12/n'), ...) until there are n.
+
+    Parameters
+    ----------
+    heads : int >= 0
+    dtype : float32 or float64 (default)
+
+    Returns
+    -------
+    array (heads,) of positive slopes, decreasing for a power of two; pass it
+    as ``alibi_slopes`` to attnc.scaled_dot_product_attention.
+
+    Example
+    -------
+    >>> attnc.alibi_slopes(4)
+    array([0.25      , 0.0625    , 0.015625  , 0.00390625])
+    >>> attnc.alibi_slopes(6)                 # 4 heads' slopes, then 8 heads' 1st and 3rd
+    array([0.25      , 0.0625    , 0.015625  , 0.00390625, 0.5       , 0.125     ])
+    """
+    if isinstance(heads, bool) or not isinstance(heads, numbers.Integral) or heads < 0:
+        raise ValueError(f"heads must be an int >= 0, got {heads!r}")
+    if np.dtype(dtype) not in (np.float32, np.float64):
+        raise TypeError(f"dtype must be float32 or float64, got {np.dtype(dtype)}")
+    return np.array(_slopes(int(heads)), dtype)
+
+
+def _slopes(n: int) -> list[float]:
+    if n == 0:
+        return []
+    power = 1 << (n.bit_length() - 1)  # the largest power of two <= n
+    geometric = [2.0 ** (-8.0 * (i + 1) / power) for i in range(power)]
+    return geometric if n == power else geometric + _slopes(2 * power)[0::2][: n - power]
 
 
 register(scaled_dot_product_attention, _forward, _backward)

@@ -260,6 +260,20 @@ typedef struct {
                                (seed, b, h, i, j)                           */
     int average_heads;     /* forward: weights averaged over the H heads,
                                shape (..., L, S)                            */
+    /* Options of today's models, applied tile by tile (zero: none). Query i
+     * sits at key position i + causal_offset, as for causal. The score
+     * s = scale * q.k becomes softcap * tanh(s / softcap) (softcap > 0),
+     * then slope_h * (j - i - causal_offset) is added (alibi_slopes (H,)),
+     * then the masks; with window, key j takes part only if
+     * i + causal_offset - window_left <= j <= i + causal_offset + window_right
+     * (a side of -1: unbounded), and the kernel skips the tiles outside.
+     * sinks (H,): a logit per head joining each row's normaliser only,
+     * p_ij = exp(s_ij) / (exp(sink_h) + sum_j exp(s_ij)). */
+    attnc_tensor alibi_slopes; /* (H,) of the call's dtype, finite, or absent */
+    int window;
+    int64_t window_left, window_right;
+    double softcap;
+    attnc_tensor sinks; /* (H,) of the call's dtype, finite, or absent     */
 } attnc_sdpa_options;
 
 /* output (..., H, L, Ev), lse (..., H, L), weights (..., H, L, S), or
@@ -271,12 +285,14 @@ attnc_status attnc_sdpa_forward(attnc_tensor *output, attnc_tensor *lse, attnc_t
                                 const attnc_sdpa_options *options);
 /* dquery, dkey, dvalue (each optional), dmask (optional: the gradient of a
  * FLOAT masks[0], as a full contiguous (..., H, L, S) array, zero-filled by
- * the caller) <- doutput, dweights (optional: the cotangent of the returned
+ * the caller), dsinks and dalibi_slopes (optional, (H,): the gradients of
+ * options->sinks and ->alibi_slopes) <- doutput, dweights (optional: the cotangent of the returned
  * weights) and the forward's inputs, output and lse. */
 attnc_status attnc_sdpa_backward(attnc_tensor *dquery, attnc_tensor *dkey, attnc_tensor *dvalue, attnc_tensor *dmask,
-                                 const attnc_tensor *doutput, const attnc_tensor *dweights, const attnc_tensor *query,
-                                 const attnc_tensor *key, const attnc_tensor *value, const attnc_tensor *output,
-                                 const attnc_tensor *lse, const attnc_sdpa_options *options);
+                                 attnc_tensor *dsinks, attnc_tensor *dalibi_slopes, const attnc_tensor *doutput,
+                                 const attnc_tensor *dweights, const attnc_tensor *query, const attnc_tensor *key,
+                                 const attnc_tensor *value, const attnc_tensor *output, const attnc_tensor *lse,
+                                 const attnc_sdpa_options *options);
 
 /* ---- nn: linear ------------------------------------------------------- */
 

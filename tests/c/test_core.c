@@ -516,8 +516,8 @@ static void test_sdpa(void) {
     double *cot = randn(H * L * EV, 25), *dk = malloc(HKV * S * E * sizeof(double));
     attnc_tensor tcot = view(cot, ATTNC_FLOAT64, 3, os), tdk = view(dk, ATTNC_FLOAT64, 3, ks);
     attnc_sdpa_forward(&to, &tl, NULL, &tq, &tk, &tv, &o);
-    CHECK(attnc_sdpa_backward(NULL, &tdk, NULL, NULL, &tcot, NULL, &tq, &tk, &tv, &to, &tl, &o) == ATTNC_OK, "%s",
-          attnc_last_error());
+    CHECK(attnc_sdpa_backward(NULL, &tdk, NULL, NULL, NULL, NULL, &tcot, NULL, &tq, &tk, &tv, &to, &tl, &o) == ATTNC_OK,
+          "%s", attnc_last_error());
     double worst = 0;
     for (int x = 0; x < HKV * S * E; x += 37) {
         double old = k[x], lp = 0, lm = 0;
@@ -547,8 +547,8 @@ static void test_sdpa(void) {
         attnc_tensor tdv1 = view(dv1, ATTNC_FLOAT64, 3, v1s);
         attnc_sdpa_options o1o = {.scale = 0.4};
         CHECK(attnc_sdpa_forward(&to1, &tl1, NULL, &tq1, &tk1, &tv1, &o1o) == ATTNC_OK, "%s", attnc_last_error());
-        CHECK(attnc_sdpa_backward(&tdq1, &tdk1, &tdv1, NULL, &tc1, NULL, &tq1, &tk1, &tv1, &to1, &tl1, &o1o) ==
-                  ATTNC_OK,
+        CHECK(attnc_sdpa_backward(&tdq1, &tdk1, &tdv1, NULL, NULL, NULL, &tc1, NULL, &tq1, &tk1, &tv1, &to1, &tl1,
+                                  &o1o) == ATTNC_OK,
               "%s", attnc_last_error());
         double worst1 = 0;
         for (int x = 0; x < H1 * L1 * E; x += 7) {
@@ -570,6 +570,118 @@ static void test_sdpa(void) {
     attnc_tensor tbad = view(q, ATTNC_FLOAT64, 3, bad);
     CHECK(attnc_sdpa_forward(&to, &tl, NULL, &tbad, &tk, &tv, &o) != ATTNC_OK, "3 / 2 heads accepted");
     free(q), free(k), free(v), free(mask), free(out), free(ref), free(cot), free(dk);
+}
+
+/* The options of today's models (attnc_sdpa_options' window, alibi_slopes,
+ * softcap, sinks) against plain loops of their definitions: several tiles,
+ * GQA, rows the window leaves without keys; the gradients of the sinks and
+ * slopes and some of dQ against central differences of sum(out * cot). */
+typedef struct {
+    int H, HKV, L, S, E, EV, left, right;
+    double scale, cap;
+    const double *slopes, *sinks;
+} sdpa_opts_case;
+
+static void sdpa_opts_reference(const sdpa_opts_case *c, const double *q, const double *k, const double *v,
+                                double *out) {
+    double *s = malloc((size_t)c->S * sizeof *s);
+    for (int h = 0; h < c->H; h++)
+        for (int i = 0; i < c->L; i++) {
+            int hk = h / (c->H / c->HKV);
+            double mx = c->sinks[h], sum = 0;
+            for (int j = 0; j < c->S; j++) {
+                double x = 0;
+                for (int e = 0; e < c->E; e++) x += q[(h * c->L + i) * c->E + e] * k[(hk * c->S + j) * c->E + e];
+                x = c->cap * tanh(x * c->scale / c->cap) + c->slopes[h] * (j - i);
+                s[j] = j < i - c->left || j > i + c->right ? -INFINITY : x;
+                mx = fmax(mx, s[j]);
+            }
+            for (int j = 0; j < c->S; j++) sum += s[j] = exp(s[j] - mx);
+            sum += exp(c->sinks[h] - mx);
+            for (int e = 0; e < c->EV; e++) {
+                double acc = 0;
+                for (int j = 0; j < c->S; j++) acc += s[j] / sum * v[(hk * c->S + j) * c->EV + e];
+                out[(h * c->L + i) * c->EV + e] = acc;
+            }
+        }
+    free(s);
+}
+
+static double sdpa_opts_loss(const sdpa_opts_case *c, const double *q, const double *k, const double *v,
+                             const double *cot, double *scratch) {
+    sdpa_opts_reference(c, q, k, v, scratch);
+    double loss = 0;
+    for (int y = 0; y < c->H * c->L * c->EV; y++) loss += scratch[y] * cot[y];
+    return loss;
+}
+
+/* The central difference of the loss along entry x of p (restored after). */
+static double sdpa_opts_fd(const sdpa_opts_case *c, double *p, int x, const double *q, const double *k, const double *v,
+                           const double *cot, double *scratch) {
+    double old = p[x], lp, lm;
+    p[x] = old + 1e-6;
+    lp = sdpa_opts_loss(c, q, k, v, cot, scratch);
+    p[x] = old - 1e-6;
+    lm = sdpa_opts_loss(c, q, k, v, cot, scratch);
+    p[x] = old;
+    return (lp - lm) / 2e-6;
+}
+
+static void test_sdpa_options(void) {
+    enum { H = 2, HKV = 1, L = 300, S = 280, E = 4, EV = 3 };
+    double slopes[H] = {0.3, 0.05}, sinks[H] = {0.5, -1.0}, lse[H * L], dsinks[H], dslopes[H];
+    sdpa_opts_case c = {H, HKV, L, S, E, EV, 40, 10, 0.6, 2.0, slopes, sinks};
+    double *q = randn(H * L * E, 41), *k = randn(HKV * S * E, 42), *v = randn(HKV * S * EV, 43);
+    double *out = malloc(H * L * EV * sizeof(double)), *ref = malloc(H * L * EV * sizeof(double));
+    double *cot = randn(H * L * EV, 44), *dq = malloc(H * L * E * sizeof(double));
+    double *dk = malloc(HKV * S * E * sizeof(double)), *dv = malloc(HKV * S * EV * sizeof(double));
+    int64_t qs[3] = {H, L, E}, ks[3] = {HKV, S, E}, vs[3] = {HKV, S, EV}, os[3] = {H, L, EV}, ls[2] = {H, L},
+            hs[1] = {H};
+    attnc_tensor tq = view(q, ATTNC_FLOAT64, 3, qs), tk = view(k, ATTNC_FLOAT64, 3, ks);
+    attnc_tensor tv = view(v, ATTNC_FLOAT64, 3, vs), to = view(out, ATTNC_FLOAT64, 3, os);
+    attnc_tensor tl = view(lse, ATTNC_FLOAT64, 2, ls), tc = view(cot, ATTNC_FLOAT64, 3, os);
+    attnc_tensor tdq = view(dq, ATTNC_FLOAT64, 3, qs), tdk = view(dk, ATTNC_FLOAT64, 3, ks);
+    attnc_tensor tdv = view(dv, ATTNC_FLOAT64, 3, vs), tds = view(dsinks, ATTNC_FLOAT64, 1, hs);
+    attnc_tensor tdsl = view(dslopes, ATTNC_FLOAT64, 1, hs);
+    attnc_sdpa_options o = {.scale = 0.6,
+                            .alibi_slopes = view(slopes, ATTNC_FLOAT64, 1, hs),
+                            .window = 1,
+                            .window_left = 40,
+                            .window_right = 10,
+                            .softcap = 2.0,
+                            .sinks = view(sinks, ATTNC_FLOAT64, 1, hs)};
+    CHECK(attnc_sdpa_forward(&to, &tl, NULL, &tq, &tk, &tv, &o) == ATTNC_OK, "%s", attnc_last_error());
+    sdpa_opts_reference(&c, q, k, v, ref);
+    CHECK(max_abs_diff(out, ref, H * L * EV) < 1e-12, "sdpa options differ by %g", max_abs_diff(out, ref, H * L * EV));
+    int dead = 1; /* queries i > S - 1 + 40 see no key: zeros */
+    for (int h = 0; h < H; h++)
+        for (int i = S + 40; i < L; i++)
+            for (int e = 0; e < EV; e++) dead &= out[(h * L + i) * EV + e] == 0;
+    CHECK(dead, "rows the window leaves without keys are not zero");
+    CHECK(attnc_sdpa_backward(&tdq, &tdk, &tdv, NULL, &tds, &tdsl, &tc, NULL, &tq, &tk, &tv, &to, &tl, &o) == ATTNC_OK,
+          "%s", attnc_last_error());
+    double worst = 0;
+    for (int h = 0; h < H; h++) {
+        worst = fmax(worst, fabs(sdpa_opts_fd(&c, sinks, h, q, k, v, cot, ref) - dsinks[h]));
+        worst = fmax(worst, fabs(sdpa_opts_fd(&c, slopes, h, q, k, v, cot, ref) - dslopes[h]));
+    }
+    for (int x = 0; x < H * L * E; x += 61)
+        worst = fmax(worst, fabs(sdpa_opts_fd(&c, q, x, q, k, v, cot, ref) - dq[x]));
+    CHECK(worst < 1e-6, "sdpa options' gradients differ from finite differences by %g", worst);
+    /* Bad options, each named. */
+    attnc_sdpa_options bad = o;
+    bad.window_left = -2;
+    CHECK(attnc_sdpa_forward(&to, &tl, NULL, &tq, &tk, &tv, &bad) != ATTNC_OK && strstr(attnc_last_error(), "window"),
+          "window_left -2 accepted");
+    bad = o;
+    bad.softcap = -1;
+    CHECK(attnc_sdpa_forward(&to, &tl, NULL, &tq, &tk, &tv, &bad) != ATTNC_OK && strstr(attnc_last_error(), "softcap"),
+          "softcap -1 accepted");
+    slopes[1] = NAN;
+    CHECK(attnc_sdpa_forward(&to, &tl, NULL, &tq, &tk, &tv, &o) != ATTNC_OK &&
+              strstr(attnc_last_error(), "alibi_slopes"),
+          "a NaN slope accepted");
+    free(q), free(k), free(v), free(out), free(ref), free(cot), free(dq), free(dk), free(dv);
 }
 
 /* Linear: y = x W^T + b against loops; gradients of W and b. */
@@ -1178,6 +1290,7 @@ int main(void) {
     test_blas_chunks();
     test_fingerprint();
     test_sdpa();
+    test_sdpa_options();
     test_linear();
     test_token_layers();
     test_pointwise();

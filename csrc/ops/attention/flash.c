@@ -41,7 +41,13 @@ typedef struct {
     const attnc_tensor *q, *k, *v, *o, *lse, *dout, *dw;
     attnc_tensor *out, *lse_out, *weights, *dq, *dk, *dv, *dmask;
     attnc_tensor *dq_part; /* two-part backward: dQ of the second part  */
-    int64_t split_kb;      /* two-part backward: its first key block    */
+    attnc_tensor *dsinks, *dslopes;
+    void *slope_part; /* dalibi_slopes: a partial sum per (batch, head, key
+                       * block), each made by one task, added in order */
+    int64_t lo, hi;   /* the band: key j takes part for query i only if
+                     * i + lo <= j <= i + hi (causal, window); NO_LO, NO_HI:
+                     * unbounded                                 */
+    int64_t split_kb; /* two-part backward: its first key block    */
     const attnc_sdpa_options *opt;
     void *scratch, *dvec;
     size_t per_worker;
@@ -63,8 +69,13 @@ typedef struct {
  * 32 even, with 64 20% faster. */
 enum { BQ = 128, BK = 256, KEEP_MAX = 1 << 20, PACK_MIN_ROWS = 32 };
 
-/* The causal band of the tile of query rows i0.. and keys j0.. (key j0 + j
- * is visible to query i0 + i when j <= i + i0 + offset - j0) for the tile
+/* An unbounded side of the band: far enough that i + lo and i + hi cannot
+ * overflow for any length a tensor may have. */
+#define NO_LO (-(INT64_MAX / 4))
+#define NO_HI (INT64_MAX / 4)
+
+/* The band's upper side in the tile of query rows i0.. and keys j0.. (key
+ * j0 + j is visible to query i0 + i only if j <= i + i0 + hi - j0) for the tile
  * products (core/tile_gemm.h), in the three shapes they take: rows of
  * queries with keys as columns (Q K^T, dO V^T) or as terms (P V, dS K), and
  * rows of keys with queries as terms (P^T dO, dS^T Q). */
@@ -72,12 +83,43 @@ enum band_kind { KEY_COLUMNS, KEY_TERMS, QUERY_TERMS };
 
 static attnc_tile_band causal_band(const flash_ctx *c, enum band_kind kind, int64_t i0, int64_t j0) {
     attnc_tile_band band = ATTNC_TILE_DENSE;
-    if (!c->opt->causal) return band;
-    int64_t d = i0 + c->opt->causal_offset - j0 + 1;
+    if (c->hi == NO_HI) return band;
+    int64_t d = i0 + c->hi - j0 + 1;
     if (kind == KEY_COLUMNS) band.n_hi = d;
     if (kind == KEY_TERMS) band.k_hi = d;
     if (kind == QUERY_TERMS) band.k_lo = 1 - d;
     return band;
+}
+
+/* The end of the keys a row range may need: keys beyond the band's upper
+ * side for its last row never take part. */
+static int64_t key_end(const flash_ctx *c, int64_t last_row) {
+    if (c->hi == NO_HI) return c->S;
+    int64_t end = last_row + c->hi + 1;
+    return end < 0 ? 0 : end > c->S ? c->S : end;
+}
+
+/* The first key block a row range starting at first_row needs: blocks wholly
+ * below the band's lower side for that row are skipped. */
+static int64_t key_begin(const flash_ctx *c, int64_t first_row) {
+    int64_t first = first_row + c->lo;
+    return first <= 0 ? 0 : first >= c->S ? c->S : first / c->bk * c->bk;
+}
+
+/* The keys of the tile of query rows i0.. (nq) and key block j0: up to the
+ * block's end or key_end, whichever comes first (<= 0: the rows see none of
+ * the block). Every pass (forward, weights, backward) takes its tiles from
+ * here and key_begin, so a score is always made by the same product call,
+ * whatever the path, and BLAS, whose rounding depends on a call's shape,
+ * gives the same bits on every path the thread count may choose. */
+static int64_t tile_keys(const flash_ctx *c, int64_t i0, int64_t nq, int64_t j0) {
+    int64_t end = key_end(c, i0 + nq - 1);
+    return (end - j0 < c->bk ? end : j0 + c->bk) - j0;
+}
+
+/* Whether the passes over the query rows i0.. (nq) take key block j0. */
+static bool visits(const flash_ctx *c, int64_t i0, int64_t nq, int64_t j0) {
+    return key_begin(c, i0) <= j0 && tile_keys(c, i0, nq, j0) > 0;
 }
 
 #define ATTNC_F64 0
@@ -101,6 +143,49 @@ static attnc_status check_grad(const flash_ctx *c, const attnc_tensor *t, const 
     if (cols > 1 && (t->strides[n - 1] != 1 || t->strides[n - 2] < cols))
         return attnc_fail(ATTNC_ERR_LAYOUT, "%s needs unit-stride rows", name);
     return ATTNC_OK;
+}
+
+/* An optional (H,) vector of the call's dtype with finite entries. */
+static attnc_status check_head_vector(const flash_ctx *c, const attnc_tensor *t, const char *name) {
+    if (!attnc_present(t)) return ATTNC_OK;
+    int64_t h = c->H;
+    TRY(attnc_check_dims(t, name, c->q->dtype, 1, &h, false));
+    for (int64_t x = 0; x < h; x++) {
+        const void *p = attnc_at(t, x * t->strides[0]);
+        double value = t->dtype == ATTNC_FLOAT32 ? *(const float *)p : *(const double *)p;
+        if (!isfinite(value))
+            return attnc_fail(ATTNC_ERR_VALUE, "%s[%lld] is %g: must be finite", name, (long long)x, value);
+    }
+    return ATTNC_OK;
+}
+
+/* The band from causal and window, both relative to query i's position
+ * i + causal_offset among the keys. */
+static attnc_status set_band(flash_ctx *c) {
+    const attnc_sdpa_options *o = c->opt;
+    c->lo = NO_LO;
+    c->hi = o->causal ? o->causal_offset : NO_HI;
+    if (!o->window) return ATTNC_OK;
+    if (o->window_left < -1 || o->window_right < -1)
+        return attnc_fail(ATTNC_ERR_VALUE, "window sides must be >= 0 (or -1: unbounded), got (%lld, %lld)",
+                          (long long)o->window_left, (long long)o->window_right);
+    if (o->causal_offset <= NO_LO / 2 || o->causal_offset >= NO_HI / 2)
+        return attnc_fail(ATTNC_ERR_VALUE, "causal_offset %lld is out of range", (long long)o->causal_offset);
+    if (o->window_left >= 0) c->lo = o->causal_offset - (o->window_left < NO_HI / 2 ? o->window_left : NO_HI / 2);
+    if (o->window_right >= 0) {
+        int64_t right = o->causal_offset + (o->window_right < NO_HI / 2 ? o->window_right : NO_HI / 2);
+        if (right < c->hi) c->hi = right;
+    }
+    return ATTNC_OK;
+}
+
+/* The gradient of an (H,) option: only with the option, (H,), contiguous. */
+static attnc_status check_head_grad(const flash_ctx *c, const attnc_tensor *g, const char *name,
+                                    const attnc_tensor *option) {
+    if (!attnc_present(g)) return ATTNC_OK;
+    if (!attnc_present(option)) return attnc_fail(ATTNC_ERR_VALUE, "%s needs %s", name, name + 1);
+    int64_t h = c->H;
+    return attnc_check_dims(g, name, c->q->dtype, 1, &h, true);
 }
 
 static attnc_status setup(flash_ctx *c, const attnc_tensor *q, const attnc_tensor *k, const attnc_tensor *v,
@@ -139,6 +224,11 @@ static attnc_status setup(flash_ctx *c, const attnc_tensor *q, const attnc_tenso
     }
     if (!(opt->dropout_p >= 0 && opt->dropout_p <= 1))
         return attnc_fail(ATTNC_ERR_VALUE, "dropout_p must be in [0, 1], got %g", opt->dropout_p);
+    TRY(check_head_vector(c, &opt->alibi_slopes, "alibi_slopes"));
+    TRY(check_head_vector(c, &opt->sinks, "sinks"));
+    if (!(opt->softcap >= 0) || !isfinite(opt->softcap))
+        return attnc_fail(ATTNC_ERR_VALUE, "softcap must be a finite number > 0 (0: none), got %g", opt->softcap);
+    TRY(set_band(c));
     /* Tiles no larger than the problem (a decoding step has L = 1): the
      * blocks, and so the results, are the same; the scratch is smaller. */
     c->bq = c->L < BQ ? (c->L > 0 ? c->L : 1) : BQ;
@@ -244,10 +334,14 @@ static attnc_status compact(flash_ctx *c, const attnc_tensor **t) {
     return ATTNC_OK;
 }
 
-/* Query rows that see key block kb (under causal attention, fewer for later blocks). */
+/* Query rows the backward visits for key block kb (fewer under a band). */
 static int64_t rows_seeing(const flash_ctx *c, int64_t kb) {
-    int64_t first = c->opt->causal ? kb * c->bk - c->opt->causal_offset : 0;
-    return c->L - (first < 0 ? 0 : first > c->L ? c->L : first);
+    int64_t rows = 0;
+    for (int64_t i0 = 0; i0 < c->L; i0 += c->bq) {
+        int64_t nq = c->L - i0 < c->bq ? c->L - i0 : c->bq;
+        if (visits(c, i0, nq, kb * c->bk)) rows += nq;
+    }
+    return rows;
 }
 
 /* The first key block of the second part (in [1, nkb - 1]): the split that
@@ -328,9 +422,10 @@ attnc_status attnc_sdpa_forward(attnc_tensor *output, attnc_tensor *lse, attnc_t
 }
 
 attnc_status attnc_sdpa_backward(attnc_tensor *dquery, attnc_tensor *dkey, attnc_tensor *dvalue, attnc_tensor *dmask,
-                                 const attnc_tensor *doutput, const attnc_tensor *dweights, const attnc_tensor *query,
-                                 const attnc_tensor *key, const attnc_tensor *value, const attnc_tensor *output,
-                                 const attnc_tensor *lse, const attnc_sdpa_options *options) {
+                                 attnc_tensor *dsinks, attnc_tensor *dalibi_slopes, const attnc_tensor *doutput,
+                                 const attnc_tensor *dweights, const attnc_tensor *query, const attnc_tensor *key,
+                                 const attnc_tensor *value, const attnc_tensor *output, const attnc_tensor *lse,
+                                 const attnc_sdpa_options *options) {
     flash_ctx c;
     TRY(setup(&c, query, key, value, options));
     attnc_dtype dt = query->dtype;
@@ -351,6 +446,8 @@ attnc_status attnc_sdpa_backward(attnc_tensor *dquery, attnc_tensor *dkey, attnc
         TRY(check_head_tensor(&c, dmask, "dmask", dt, c.H, c.L, c.S));
         TRY(attnc_check_out(dmask, "dmask"));
     }
+    TRY(check_head_grad(&c, dsinks, "dsinks", &options->sinks));
+    TRY(check_head_grad(&c, dalibi_slopes, "dalibi_slopes", &options->alibi_slopes));
     c.o = output;
     c.lse = lse;
     c.dout = doutput;
@@ -359,21 +456,28 @@ attnc_status attnc_sdpa_backward(attnc_tensor *dquery, attnc_tensor *dkey, attnc
     c.dk = dkey;
     c.dv = dvalue;
     c.dmask = dmask;
+    c.dsinks = attnc_present(dsinks) ? dsinks : NULL;
+    c.dslopes = attnc_present(dalibi_slopes) ? dalibi_slopes : NULL;
     size_t size = attnc_dtype_size(dt);
     TRY(attnc_calloc(&c.dvec, (size_t)(c.batch.count * c.H * c.L), size, "row dots"));
-    attnc_status st = pack_keys(&c, true);
+    attnc_status st = ATTNC_OK;
+    if (c.dslopes) st = attnc_calloc(&c.slope_part, (size_t)(c.batch.count * c.H * c.nkb), size, "slope sums");
+    if (st == ATTNC_OK) st = pack_keys(&c, true);
     if (st == ATTNC_OK) st = compact(&c, &c.dout);
     if (st == ATTNC_OK) st = compact(&c, &c.q);
     if (st == ATTNC_OK) st = compact(&c, &c.k);
     if (st != ATTNC_OK) {
         free(c.dvec);
+        free(c.slope_part);
         free_packed(&c);
         return st;
     }
     attnc_parallel_for(c.batch.count * c.H, attnc_workers(), ATTNC_TYPED(dt, rowdot_task), &c);
-    size_t per = (size_t)(2 * c.bq * c.bk);
+    /* P and dP per tile, and with softcap the tile's tanh(s / softcap) */
+    size_t per = (size_t)((options->softcap > 0 ? 3 : 2) * c.bq * c.bk);
     if (c.dw) /* D += rowsum(P o dweights): the weights' own softmax backward */
         st = run(&c, c.batch.count * c.H * c.nqb, ATTNC_TYPED(dt, weights_rowdot_task), (size_t)(c.bq * c.bk));
+    if (st == ATTNC_OK && c.dsinks) ATTNC_TYPED(dt, sink_grads)(&c);
     int64_t groups = c.batch.count * c.hkv;
     bool all = attnc_present(dquery) && attnc_present(dkey) && attnc_present(dvalue);
     if (st == ATTNC_OK && all && groups == 1 && c.nkb >= 2) {
@@ -381,12 +485,14 @@ attnc_status attnc_sdpa_backward(attnc_tensor *dquery, attnc_tensor *dkey, attnc
     } else if (st == ATTNC_OK && all && groups >= attnc_workers()) {
         st = run(&c, groups, ATTNC_TYPED(dt, fused_task), per);
     } else {
-        if (st == ATTNC_OK && (attnc_present(dkey) || attnc_present(dvalue) || attnc_present(dmask)))
+        if (st == ATTNC_OK && (attnc_present(dkey) || attnc_present(dvalue) || attnc_present(dmask) || c.dslopes))
             st = run(&c, groups * c.nkb, ATTNC_TYPED(dt, dkv_task), per);
         if (st == ATTNC_OK && attnc_present(dquery))
             st = run(&c, c.batch.count * c.H * c.nqb, ATTNC_TYPED(dt, dq_task), per);
     }
+    if (st == ATTNC_OK && c.dslopes) ATTNC_TYPED(dt, slope_grads)(&c);
     free(c.dvec);
+    free(c.slope_part);
     free_packed(&c);
     return st;
 }

@@ -88,13 +88,59 @@ static REAL FN(row_exp)(REAL *x, int64_t n, REAL shift) {
 #endif
 }
 
-/* s (nq, nk) <- scale * Q_i K_j^T, then the masks: excluded keys -inf,
- * float masks added. */
+/* Entry h of an (H,) option vector. */
+static REAL FN(head_entry)(const attnc_tensor *t, int64_t h) { return *(const REAL *)attnc_at(t, h * t->strides[0]); }
+
+/* s <- softcap tanh(s / softcap); with tanh_out, the tanh kept there (the
+ * backward's chain rule). tanh(y) = 1 - 2 / (exp(2y) + 1) through EXPV,
+ * which the compiler vectorises (tanhf, a call per score, made the capped
+ * forward 2.3 times the plain one); exp's overflow to inf gives 1. */
+static void FN(cap_scores)(REAL cap, int64_t n, REAL *s, REAL *tanh_out) {
+    REAL twice_inv = 2 / cap;
+    for (int64_t x = 0; x < n; x++) s[x] = 1 - 2 / (EXPV(s[x] * twice_inv) + 1);
+    if (tanh_out)
+        for (int64_t x = 0; x < n; x++) tanh_out[x] = s[x];
+    for (int64_t x = 0; x < n; x++) s[x] *= cap;
+}
+
+/* ds <- ds (1 - tanh^2): through the soft cap (masked entries, whose
+ * tanh the products may have left unspecified, stay 0). */
+static void FN(cap_grad)(int64_t n, REAL *ds, const REAL *t) {
+    for (int64_t x = 0; x < n; x++)
+        if (ds[x] != 0) ds[x] *= 1 - t[x] * t[x];
+}
+
+/* s += slope_h (j - i - causal_offset) over the tile (ALiBi). */
+static void FN(add_alibi)(const flash_ctx *c, int64_t h, int64_t i0, int64_t nq, int64_t j0, int64_t nk, REAL *s) {
+    REAL slope = FN(head_entry)(&c->opt->alibi_slopes, h);
+    int64_t d0 = j0 - i0 - c->opt->causal_offset;
+    for (int64_t i = 0; i < nq; i++)
+        for (int64_t j = 0; j < nk; j++) s[i * nk + j] += slope * (REAL)(d0 + j - i);
+}
+
+/* -inf outside the band (causal, window) where the tile crosses its sides. */
+static void FN(band_mask)(const flash_ctx *c, int64_t i0, int64_t nq, int64_t j0, int64_t nk, REAL *s) {
+    if (c->hi != NO_HI && j0 + nk - 1 > i0 + c->hi) /* the tile crosses the upper side */
+        for (int64_t i = 0; i < nq; i++)
+            for (int64_t j = i0 + i + c->hi + 1 - j0; j < nk; j++)
+                if (j >= 0) s[i * nk + j] = -INFINITY;
+    if (c->lo != NO_LO && j0 < i0 + nq - 1 + c->lo) /* the lower side */
+        for (int64_t i = 0; i < nq; i++) {
+            int64_t first = i0 + i + c->lo - j0; /* the row's first key in the tile */
+            for (int64_t j = 0; j < nk && j < first; j++) s[i * nk + j] = -INFINITY;
+        }
+}
+
+/* s (nq, nk) <- scale * Q_i K_j^T, soft-capped, ALiBi added, then the
+ * masks: excluded keys -inf, float masks added. With softcap and tanh_out,
+ * tanh(s / softcap) kept there. */
 static void FN(scores)(const flash_ctx *c, int64_t b, int64_t h, int64_t i0, int64_t nq, int64_t j0, int64_t nk,
-                       REAL *s) {
+                       REAL *s, REAL *tanh_out) {
     const attnc_sdpa_options *o = c->opt;
     FN(times_block_t)(c, 0, (REAL)o->scale, FN(head_rows)(c, c->q, b, h, i0, nq), b, h / c->group, i0, j0, nk,
                       FN(tile)(s, nq, nk));
+    if (o->softcap > 0) FN(cap_scores)((REAL)o->softcap, nq * nk, s, tanh_out);
+    if (attnc_present(&o->alibi_slopes)) FN(add_alibi)(c, h, i0, nq, j0, nk, s);
     for (int m = 0; m < 2; m++) {
         const attnc_tensor *mk = &o->masks[m];
         if (!attnc_present(mk)) continue;
@@ -112,10 +158,7 @@ static void FN(scores)(const flash_ctx *c, int64_t b, int64_t h, int64_t i0, int
                 for (int64_t j = 0; j < nk; j++) s[i * nk + j] += p[i * rs + j * cs];
         }
     }
-    if (o->causal && j0 + nk - 1 > i0 + o->causal_offset) /* the tile crosses the diagonal */
-        for (int64_t i = 0; i < nq; i++)
-            for (int64_t j = i0 + i + o->causal_offset + 1 - j0; j < nk; j++)
-                if (j >= 0) s[i * nk + j] = -INFINITY;
+    FN(band_mask)(c, i0, nq, j0, nk, s);
 }
 
 /* Multiply probabilities (nq, nk) by the dropout keep mask / (1 - p). */
@@ -138,25 +181,6 @@ static void FN(dropout)(const flash_ctx *c, int64_t b, int64_t h, int64_t i0, in
     }
 }
 
-/* The first key block end a row range may need: keys beyond the causal
- * bound of the last row never take part. */
-static int64_t FN(key_end)(const flash_ctx *c, int64_t last_row) {
-    if (!c->opt->causal) return c->S;
-    int64_t end = last_row + c->opt->causal_offset + 1;
-    return end < 0 ? 0 : end > c->S ? c->S : end;
-}
-
-/* The keys of the tile of query rows i0.. (nq) and key block j0: up to the
- * block's end or key_end, whichever comes first (<= 0: the rows see none of
- * the block). Every pass (forward, weights, backward) takes its tiles from
- * here, so a score is always made by the same product call, whatever the
- * path, and BLAS, whose rounding depends on a call's shape, gives the same
- * bits on every path the thread count may choose. */
-static int64_t FN(tile_keys)(const flash_ctx *c, int64_t i0, int64_t nq, int64_t j0) {
-    int64_t end = FN(key_end)(c, i0 + nq - 1);
-    return (end - j0 < c->bk ? end : j0 + c->bk) - j0;
-}
-
 /* The forward of query block qb of (batch b, head h): online softmax over
  * key blocks, then output = acc / l and lse = m + log(l). With keep (nq, S;
  * row stride S), each tile's scores are also kept there before the softmax
@@ -168,8 +192,8 @@ static void FN(forward_block)(const flash_ctx *c, int64_t b, int64_t h, int64_t 
     for (int64_t i = 0; i < nq; i++) m[i] = -INFINITY, l[i] = 0;
     for (int64_t x = 0; x < nq * c->ev; x++) acc[x] = 0;
     int64_t nk;
-    for (int64_t j0 = 0; (nk = FN(tile_keys)(c, i0, nq, j0)) > 0; j0 += c->bk) {
-        FN(scores)(c, b, h, i0, nq, j0, nk, s);
+    for (int64_t j0 = key_begin(c, i0); (nk = tile_keys(c, i0, nq, j0)) > 0; j0 += c->bk) {
+        FN(scores)(c, b, h, i0, nq, j0, nk, s, NULL);
         if (keep)
             for (int64_t i = 0; i < nq; i++)
                 for (int64_t j = 0; j < nk; j++) keep[i * c->S + j0 + j] = s[i * nk + j];
@@ -194,11 +218,22 @@ static void FN(forward_block)(const flash_ctx *c, int64_t b, int64_t h, int64_t 
     }
     attnc_mat out = FN(head_rows)(c, c->out, b, h, i0, nq);
     REAL *lse = (REAL *)c->lse_out->data + bh * c->L + i0;
+    bool sinks = attnc_present(&c->opt->sinks);
+    REAL sink = sinks ? FN(head_entry)(&c->opt->sinks, h) : -INFINITY;
     for (int64_t i = 0; i < nq; i++) {
-        bool empty = !(l[i] > 0) && l[i] == l[i]; /* NaN propagates */
-        REAL inv = empty ? 0 : 1 / l[i];
+        /* the sink joins the normaliser: a term exp(sink) (with max m) */
+        REAL mi = m[i], li = l[i], alpha = 1;
+        if (sink > mi) {
+            alpha = EXP(mi - sink);
+            li = li * alpha + 1;
+            mi = sink;
+        } else if (sinks) {
+            li += EXP(sink - mi);
+        }
+        bool empty = !(li > 0) && li == li; /* NaN propagates */
+        REAL inv = empty ? 0 : alpha / li;
         for (int64_t e = 0; e < c->ev; e++) ((REAL *)out.p)[i * out.rs + e * out.cs] = acc[i * c->ev + e] * inv;
-        lse[i] = empty ? -INFINITY : m[i] + LOG(l[i]);
+        lse[i] = empty ? -INFINITY : mi + LOG(li);
     }
 }
 
@@ -228,12 +263,13 @@ static void FN(head_weights)(const flash_ctx *c, int64_t b, int64_t h, int64_t i
                              bool average) {
     const REAL *lse = (const REAL *)c->lse_out->data + (b * c->H + h) * c->L + i0;
     REAL share = (REAL)1 / (REAL)c->H;
-    int64_t kend = FN(key_end)(c, i0 + nq - 1), nk;
+    int64_t kend = key_end(c, i0 + nq - 1), kbegin = key_begin(c, i0), nk;
     if (!average)
         for (int64_t i = 0; i < nq; i++)
-            for (int64_t j = kend; j < c->S; j++) w[i * c->S + j] = 0;
-    for (int64_t j0 = 0; (nk = FN(tile_keys)(c, i0, nq, j0)) > 0; j0 += c->bk) {
-        FN(scores)(c, b, h, i0, nq, j0, nk, s);
+            for (int64_t j = 0; j < c->S; j++)
+                if (j < kbegin || j >= kend) w[i * c->S + j] = 0;
+    for (int64_t j0 = kbegin; (nk = tile_keys(c, i0, nq, j0)) > 0; j0 += c->bk) {
+        FN(scores)(c, b, h, i0, nq, j0, nk, s, NULL);
         FN(probabilities)(lse, nq, nk, nk, s);
         for (int64_t i = 0; i < nq; i++)
             for (int64_t j = 0; j < nk; j++) {
@@ -276,19 +312,21 @@ static void FN(forward_weights_task)(void *arg, int64_t task, int worker) {
     int64_t h0 = average ? 0 : task / c->nqb % c->H, h1 = average ? c->H : h0 + 1;
     REAL share = (REAL)1 / (REAL)c->H;
     REAL *w = (REAL *)c->weights->data + ((average ? b : b * c->H + h0) * c->L + i0) * c->S;
-    int64_t kend = FN(key_end)(c, i0 + nq - 1);
+    int64_t kend = key_end(c, i0 + nq - 1), kbegin = key_begin(c, i0);
+    if (kbegin > kend) kbegin = kend; /* no key block at all */
     if (average)
         for (int64_t x = 0; x < nq * c->S; x++) w[x] = 0;
-    for (int64_t h = h0; h < h1; h++) {
+    for (int64_t h = h0; h < h1; h++) { /* the kept scores: the visited key blocks [kbegin, kend) */
         FN(forward_block)(c, b, h, qb, s, keep);
-        FN(probabilities)((const REAL *)c->lse_out->data + (b * c->H + h) * c->L + i0, nq, kend, c->S, keep);
+        FN(probabilities)((const REAL *)c->lse_out->data + (b * c->H + h) * c->L + i0, nq, kend - kbegin, c->S,
+                          keep + kbegin);
         for (int64_t i = 0; i < nq; i++) {
             const REAL *row = keep + i * c->S;
             REAL *wr = w + i * c->S;
             if (average)
-                for (int64_t j = 0; j < kend; j++) wr[j] += row[j] * share;
+                for (int64_t j = kbegin; j < kend; j++) wr[j] += row[j] * share;
             else
-                for (int64_t j = 0; j < c->S; j++) wr[j] = j < kend ? row[j] : 0;
+                for (int64_t j = 0; j < c->S; j++) wr[j] = j >= kbegin && j < kend ? row[j] : 0;
         }
     }
 }
@@ -324,8 +362,8 @@ static void FN(weights_rowdot_task)(void *arg, int64_t task, int worker) {
     REAL *s = (REAL *)c->scratch + (size_t)worker * c->per_worker;
     REAL *d = (REAL *)c->dvec + bh * c->L + i0;
     int64_t nk;
-    for (int64_t j0 = 0; (nk = FN(tile_keys)(c, i0, nq, j0)) > 0; j0 += c->bk) {
-        FN(scores)(c, b, h, i0, nq, j0, nk, s);
+    for (int64_t j0 = key_begin(c, i0); (nk = tile_keys(c, i0, nq, j0)) > 0; j0 += c->bk) {
+        FN(scores)(c, b, h, i0, nq, j0, nk, s, NULL);
         FN(probabilities)((const REAL *)c->lse->data + bh * c->L + i0, nq, nk, nk, s);
         for (int64_t i = 0; i < nq; i++)
             for (int64_t j = 0; j < nk; j++)
@@ -356,6 +394,45 @@ static void FN(score_grad)(const flash_ctx *c, int64_t b, int64_t h, int64_t i0,
     FN(softmax_grad_tile)(s, dp, (const REAL *)c->dvec + (b * c->H + h) * c->L + i0, nq, nk);
 }
 
+/* dsinks[h] = -sum over batch and rows of p_sink D, p_sink = exp(sink_h -
+ * lse) the sink's share of the normaliser (its value is zero, so its dP is
+ * zero). Serial, in a fixed order: H B L terms. */
+static void FN(sink_grads)(const flash_ctx *c) {
+    const REAL *lse = c->lse->data, *d = c->dvec;
+    for (int64_t h = 0; h < c->H; h++) {
+        REAL sink = FN(head_entry)(&c->opt->sinks, h), acc = 0;
+        for (int64_t b = 0; b < c->batch.count; b++)
+            for (int64_t i = 0; i < c->L; i++) {
+                int64_t x = (b * c->H + h) * c->L + i;
+                acc -= EXP(sink - lse[x]) * d[x];
+            }
+        *(REAL *)attnc_at(c->dsinks, h * c->dsinks->strides[0]) = acc;
+    }
+}
+
+/* dalibi_slopes[h] = the sum over batch and key blocks of the partial sums
+ * of dS (j - i - causal_offset) the key blocks' tasks made (add_slope_part). */
+static void FN(slope_grads)(const flash_ctx *c) {
+    const REAL *part = c->slope_part;
+    for (int64_t h = 0; h < c->H; h++) {
+        REAL acc = 0;
+        for (int64_t b = 0; b < c->batch.count; b++)
+            for (int64_t kb = 0; kb < c->nkb; kb++) acc += part[(b * c->H + h) * c->nkb + kb];
+        *(REAL *)attnc_at(c->dslopes, h * c->dslopes->strides[0]) = acc;
+    }
+}
+
+/* The tile's share of dalibi_slopes[h]: sum of dS_ij (j - i - causal_offset),
+ * dS the gradient of the scores the slope's bias is added to. */
+static void FN(add_slope_part)(const flash_ctx *c, int64_t b, int64_t h, int64_t i0, int64_t nq, int64_t j0, int64_t nk,
+                               const REAL *ds) {
+    int64_t d0 = j0 - i0 - c->opt->causal_offset;
+    REAL acc = 0;
+    for (int64_t i = 0; i < nq; i++)
+        for (int64_t j = 0; j < nk; j++) acc += ds[i * nk + j] * (REAL)(d0 + j - i);
+    ((REAL *)c->slope_part)[(b * c->H + h) * c->nkb + j0 / c->bk] += acc;
+}
+
 /* Zero rows [row0, row0 + n) of head h of a contiguous gradient. */
 static void FN(zero_rows)(const flash_ctx *c, attnc_tensor *t, int64_t b, int64_t h, int64_t row0, int64_t n) {
     attnc_mat m = FN(head_rows)(c, t, b, h, row0, n);
@@ -372,12 +449,15 @@ static void FN(key_block)(const flash_ctx *c, int64_t b, int64_t hk, int64_t j0,
     bool want_k = attnc_present(c->dk), want_v = attnc_present(c->dv);
     if (want_k) FN(zero_rows)(c, c->dk, b, hk, j0, block);
     if (want_v) FN(zero_rows)(c, c->dv, b, hk, j0, block);
-    int64_t first = c->opt->causal ? j0 - c->opt->causal_offset : 0; /* first row that sees j0 */
+    REAL *t = c->opt->softcap > 0 ? dp + c->bq * c->bk : NULL;
+    int64_t first = c->hi == NO_HI ? 0 : j0 - c->hi; /* the first row that sees j0 */
     if (first < 0) first = 0;
     for (int64_t h = hk * c->group; h < (hk + 1) * c->group; h++)
         for (int64_t i0 = (first / c->bq) * c->bq; i0 < c->L; i0 += c->bq) {
-            int64_t nq = c->L - i0 < c->bq ? c->L - i0 : c->bq, nk = FN(tile_keys)(c, i0, nq, j0);
-            FN(scores)(c, b, h, i0, nq, j0, nk, s);
+            int64_t nq = c->L - i0 < c->bq ? c->L - i0 : c->bq, nk = tile_keys(c, i0, nq, j0);
+            if (c->lo != NO_LO && i0 + c->lo >= j0 + block) break; /* later rows start past the block */
+            if (!visits(c, i0, nq, j0)) continue;                  /* as the forward's tiles */
+            FN(scores)(c, b, h, i0, nq, j0, nk, s, t);
             FN(probabilities)((const REAL *)c->lse->data + (b * c->H + h) * c->L + i0, nq, nk, nk, s);
             if (want_v) { /* dV_j += P'^T dO_i, P' = dropout(P) (P itself without dropout) */
                 REAL *pd = s;
@@ -389,13 +469,15 @@ static void FN(key_block)(const flash_ctx *c, int64_t b, int64_t hk, int64_t j0,
                 FN(product)(c, true, 1, FN(tile)(pd, nq, nk), FN(head_rows)(c, c->dout, b, h, i0, nq), 1,
                             FN(head_rows)(c, c->dv, b, hk, j0, nk), causal_band(c, QUERY_TERMS, i0, j0));
             }
-            if (!want_k && !dq && !attnc_present(c->dmask)) continue;
+            if (!want_k && !dq && !attnc_present(c->dmask) && !c->slope_part) continue;
             FN(score_grad)(c, b, h, i0, nq, j0, nk, s, dp);
             if (attnc_present(c->dmask)) {
                 REAL *dm = (REAL *)c->dmask->data + ((b * c->H + h) * c->L + i0) * c->S + j0;
                 for (int64_t i = 0; i < nq; i++)
                     for (int64_t j = 0; j < nk; j++) dm[i * c->S + j] = s[i * nk + j];
             }
+            if (c->slope_part) FN(add_slope_part)(c, b, h, i0, nq, j0, nk, s);
+            if (t) FN(cap_grad)(nq * nk, s, t);
             if (want_k)
                 FN(product)(c, true, (REAL)c->opt->scale, FN(tile)(s, nq, nk), FN(head_rows)(c, c->q, b, h, i0, nq), 1,
                             FN(head_rows)(c, c->dk, b, hk, j0, nk), causal_band(c, QUERY_TERMS, i0, j0));
@@ -453,12 +535,14 @@ static void FN(dq_task)(void *arg, int64_t task, int worker) {
     int64_t qb = task % c->nqb, bh = task / c->nqb, b = bh / c->H, h = bh % c->H;
     int64_t i0 = qb * c->bq, nq = c->L - i0 < c->bq ? c->L - i0 : c->bq;
     REAL *s = (REAL *)c->scratch + (size_t)worker * c->per_worker, *dp = s + c->bq * c->bk;
+    REAL *t = c->opt->softcap > 0 ? dp + c->bq * c->bk : NULL;
     FN(zero_rows)(c, c->dq, b, h, i0, nq);
     int64_t nk;
-    for (int64_t j0 = 0; (nk = FN(tile_keys)(c, i0, nq, j0)) > 0; j0 += c->bk) {
-        FN(scores)(c, b, h, i0, nq, j0, nk, s);
+    for (int64_t j0 = key_begin(c, i0); (nk = tile_keys(c, i0, nq, j0)) > 0; j0 += c->bk) {
+        FN(scores)(c, b, h, i0, nq, j0, nk, s, t);
         FN(probabilities)((const REAL *)c->lse->data + bh * c->L + i0, nq, nk, nk, s);
         FN(score_grad)(c, b, h, i0, nq, j0, nk, s, dp);
+        if (t) FN(cap_grad)(nq * nk, s, t);
         FN(product)(c, false, (REAL)c->opt->scale, FN(tile)(s, nq, nk), FN(head_rows)(c, c->k, b, h / c->group, j0, nk),
                     1, FN(head_rows)(c, c->dq, b, h, i0, nq), causal_band(c, KEY_TERMS, i0, j0));
     }

@@ -297,7 +297,7 @@ static attnc_status branch_backward(const layer_run *r, int k, const attnc_tenso
     if (k == SELF) {
         attnc_tensor hq, hk, hv;
         qkv_heads(d, dq, &hq, &hk, &hv);
-        TRY(attnc_sdpa_backward(&hq, &hk, &hv, NULL, &dout_h, NULL, &v.q, &v.k, &v.v, &v.out, &v.lse, &o));
+        TRY(attnc_sdpa_backward(&hq, &hk, &hv, NULL, NULL, NULL, &dout_h, NULL, &v.q, &v.k, &v.v, &v.out, &v.lse, &o));
         TRY(rope_heads(r, &hq, &hk, -1.0));
         attnc_tensor dqkv = mat_of(dq, d->dt, d->N, d->E + 2 * d->Ekv);
         return attnc_linear_backward(da, &gm->in_weight, &gm->in_bias, &dqkv, a, &m->in_weight);
@@ -306,7 +306,7 @@ static attnc_status branch_backward(const layer_run *r, int k, const attnc_tenso
     attnc_tensor hq = attnc_heads(dq, d->dt, d->B, d->H, d->L, d->E, d->E);
     attnc_tensor hk = attnc_heads(dkv, d->dt, d->B, d->Hkv, d->S, d->Ekv, 2 * d->Ekv);
     attnc_tensor hv = attnc_heads(dkv + d->Ekv * es, d->dt, d->B, d->Hkv, d->S, d->Ekv, 2 * d->Ekv);
-    TRY(attnc_sdpa_backward(&hq, &hk, &hv, NULL, &dout_h, NULL, &v.q, &v.k, &v.v, &v.out, &v.lse, &o));
+    TRY(attnc_sdpa_backward(&hq, &hk, &hv, NULL, NULL, NULL, &dout_h, NULL, &v.q, &v.k, &v.v, &v.out, &v.lse, &o));
     attnc_tensor dq2 = mat_of(dq, d->dt, d->N, d->E), dkv2 = mat_of(dkv, d->dt, d->M, 2 * d->Ekv);
     attnc_tensor wq = attnc_rows(&m->in_weight, 0, d->E), wkv = attnc_rows(&m->in_weight, d->E, 2 * d->Ekv);
     attnc_tensor gwq = attnc_rows(&gm->in_weight, 0, d->E), gbq = attnc_rows(&gm->in_bias, 0, d->E);

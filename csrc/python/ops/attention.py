@@ -55,6 +55,12 @@ SDPA = struct(
     real("dropout_p", 0.0),
     u64("seed"),
     flag("average_heads"),
+    arr("alibi_slopes", ranks=1),
+    flag("window"),
+    i64("window_left", -1),
+    i64("window_right", -1),
+    real("softcap", 0.0),
+    arr("sinks", ranks=1),
     name="options",
 )
 
@@ -154,6 +160,8 @@ OPS = [
         "sdpa_backward",
         "attnc_sdpa_backward",
         *(out(n, ranks="3+") for n in ("dquery", "dkey", "dvalue", "dmask")),
+        out("dsinks", ranks=1),
+        out("dalibi_slopes", ranks=1),
         *(arr(n, ranks="3+") for n in ("doutput", "dweights", "query", "key", "value", "output")),
         arr("lse", ranks="2+"),
         SDPA,
