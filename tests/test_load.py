@@ -33,12 +33,14 @@ for _info in pkgutil.walk_packages(attnc.__path__, "attnc."):  # every class att
         importlib.import_module(_info.name)
 
 nn, models = attnc.nn, attnc.models
+from attnc.experiments.attention_attribution import CLSClassifier  # noqa: E402
 from attnc.experiments.attention_pooling import MarkerClassifier  # noqa: E402
 from attnc.experiments.lstmn_recall import RecallClassifier  # noqa: E402
 from attnc.experiments.sagan_shapes import ShapeClassifier  # noqa: E402
 from attnc.models.captioner import _Attention as CaptionerAttention  # noqa: E402
 from attnc.models.rnn_seq2seq import _Attention as Seq2SeqAttention  # noqa: E402
 from attnc.models.rnn_seq2seq import _Position  # noqa: E402
+from attnc.nn.normalization import _RMSWeight  # noqa: E402
 
 MiB = 2**20
 
@@ -55,6 +57,18 @@ def _decoder(seed):
 # One small instance of every module class attnc defines, with non-default
 # arguments where there are some; a class missing here fails the test below.
 FACTORIES = {
+    "attnc.experiments.attention_attribution.CLSClassifier": lambda: CLSClassifier(11, 7, 3, 8, 2, 2, 12, seed=9),
+    "attnc.nn.differential.DifferentialAttention": lambda: nn.DifferentialAttention(
+        8, 2, 3, num_kv_heads=1, bias=True, rotary=nn.RotaryEmbedding(2, interleaved=True), seed=10
+    ),
+    "attnc.nn.latent.MultiheadLatentAttention": lambda: nn.MultiheadLatentAttention(
+        16, 2, kv_lora_rank=4, q_lora_rank=6, qk_rope_head_dim=2, seed=11
+    ),
+    "attnc.nn.linear_attention.LinearAttention": lambda: nn.LinearAttention(
+        8, 2, "favor+", num_features=6, kdim=5, seed=12, projection_seed=3
+    ),
+    "attnc.nn.normalization._RMSWeight": lambda: _RMSWeight(5, np.float64),
+    "attnc.nn.rotary.RotaryEmbedding": lambda: nn.RotaryEmbedding(8, base=500.0, rotary_dim=4, interleaved=True),
     "attnc.nn.activation.ReLU": lambda: nn.ReLU(dtype=np.float64),
     "attnc.nn.activation.GELU": lambda: nn.GELU(approximate="tanh"),
     "attnc.nn.conv.Conv1d": lambda: nn.Conv1d(3, 4, 3, stride=2, padding=1, dilation=1, seed=1),

@@ -124,6 +124,7 @@ NO_FLOAT_ARGUMENT = {
     "attnc.save",
     "attnc.nn.sinusoidal_encoding",
     "attnc.performer_projection",  # sizes and a seed
+    "attnc.alibi_slopes",  # a number of heads
     "attnc.nn.Embedding",
     "attnc.models.DecomposableAttention",
     "attnc.models.DecomposableAttention.align",
@@ -169,7 +170,14 @@ def test_the_fix_names_what_to_call(torch):
 def test_another_device_is_refused(case):
     fn, args, kwargs = case.call(Dims(np.float32))
     assert has_arrays((args, kwargs)) == (
-        case.name not in ("attnc.KVCache", "attnc.save", "attnc.nn.sinusoidal_encoding", "attnc.performer_projection")
+        case.name
+        not in (
+            "attnc.KVCache",
+            "attnc.save",
+            "attnc.nn.sinusoidal_encoding",
+            "attnc.performer_projection",
+            "attnc.alibi_slopes",
+        )
     )
     if has_arrays((args, kwargs)):
         cuda = lambda a: DLPackOnly(a, device=(2, 0))  # noqa: E731

@@ -196,16 +196,20 @@ class RotaryEmbedding(Module):
         self.rotary_dim = _rotary_dim(rotary_dim, self.dim)
         self.interleaved = bool(interleaved)
 
-    def _options(self, x):
-        if np.shape(x)[-1:] != (self.dim,):
-            raise ValueError(f"x has shape {shape_str(np.shape(x))}: its last dim must be dim = {self.dim}")
-        return dict(base=self.base, rotary_dim=self.rotary_dim, interleaved=self.interleaved)
+    def _checked(self, x):
+        """x as an array whose last dim is the module's, and the options."""
+        a = float_array(x, "x")
+        if a.shape[-1:] != (self.dim,):
+            raise ValueError(f"x has shape {shape_str(a.shape)}: its last dim must be dim = {self.dim}")
+        return a, dict(base=self.base, rotary_dim=self.rotary_dim, interleaved=self.interleaved)
 
     def forward(self, x: ArrayLike, positions: Positions = None) -> Array:
-        return rotary_embedding(x, positions, **self._options(x))
+        a, options = self._checked(x)
+        return rotary_embedding(a, positions, **options)
 
     def _vjp_forward(self, x, positions=None):
-        return _forward(x, positions, **self._options(x))
+        a, options = self._checked(x)
+        return _forward(a, positions, **options)
 
     _vjp_backward = staticmethod(_backward)
 
