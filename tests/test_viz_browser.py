@@ -28,8 +28,9 @@ import attnc.viz as viz
 NETWORK = ["http://*", "https://*", "ws://*", "wss://*", "ftp://*"]
 
 
-@pytest.fixture(scope="module")
-def browser():
+def start_chromium(width: int) -> webdriver.Chrome:
+    """Debian's chromium, headless, width x 900, logging the console and the
+    network (tests/test_viz_jupyter.py starts one too)."""
     chromium, driver_path = shutil.which("chromium"), shutil.which("chromedriver")
     if not chromium or not driver_path:
         pytest.fail(
@@ -37,10 +38,21 @@ def browser():
         )
     options = webdriver.ChromeOptions()
     options.binary_location = chromium
-    for arg in ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1000,900"]:
+    for arg in [
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        f"--window-size={width},900",
+    ]:
         options.add_argument(arg)
     options.set_capability("goog:loggingPrefs", {"browser": "ALL", "performance": "ALL"})
-    driver = webdriver.Chrome(options=options, service=webdriver.ChromeService(executable_path=driver_path))
+    return webdriver.Chrome(options=options, service=webdriver.ChromeService(executable_path=driver_path))
+
+
+@pytest.fixture(scope="module")
+def browser():
+    driver = start_chromium(1000)
     driver.execute_cdp_cmd("Network.enable", {})
     driver.execute_cdp_cmd("Network.setBlockedURLs", {"urls": NETWORK})
     yield driver

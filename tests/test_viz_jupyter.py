@@ -10,7 +10,6 @@ console shows no error. About half a minute, most of it Lab starting.
 
 import json
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -20,12 +19,12 @@ import urllib.request
 import nbformat
 import numpy as np
 import pytest
-from selenium import webdriver
 from selenium.common.exceptions import TimeoutException
 from selenium.webdriver.common.action_chains import ActionChains
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.support.ui import WebDriverWait
+from test_viz_browser import start_chromium
 
 import attnc
 
@@ -80,17 +79,7 @@ def lab(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def chromium():
-    chromium, driver_path = shutil.which("chromium"), shutil.which("chromedriver")
-    if not chromium or not driver_path:
-        pytest.fail(
-            "the Jupyter test needs Debian's chromium and chromium-driver (apt-get install chromium chromium-driver)"
-        )
-    options = webdriver.ChromeOptions()
-    options.binary_location = chromium
-    for arg in ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1200,900"]:
-        options.add_argument(arg)
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL", "performance": "ALL"})
-    driver = webdriver.Chrome(options=options, service=webdriver.ChromeService(executable_path=driver_path))
+    driver = start_chromium(1200)  # no network blocking: Lab itself is served over http
     yield driver
     driver.quit()
 

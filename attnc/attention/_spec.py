@@ -303,6 +303,13 @@ def variant_options(heads: int, dtype, *, alibi_slopes=None, window=None, softca
     return options
 
 
+def variant_grads(options: dict, heads: int, dtype) -> dict:
+    """The buffers sdpa_backward fills with the gradients of the options that
+    have one, by their argument names ("sinks", "alibi_slopes"): (H,) each,
+    for the options a call has (none: an empty dict)."""
+    return {name: np.empty(heads, dtype) for name in ("sinks", "alibi_slopes") if name in options}
+
+
 def sdpa_options(
     scale: float,
     *,

@@ -11,7 +11,7 @@ from .. import _core
 from .._args import FLOAT_DTYPES, blas_ready, default_scale, float_array, heads_share, same_dtype, shape_str
 from .._typing import Array, ArrayLike, DTypeLike
 from ..grad import register
-from ._spec import sdpa_options, variant_options
+from ._spec import sdpa_options, variant_grads, variant_options
 
 
 class KVCache:
@@ -242,13 +242,13 @@ def _attend_backward(saved, cotangents):
     if dout is None:
         dout = np.zeros(out.shape, out.dtype)
     dq, dk, dv = np.empty_like(q), np.empty_like(k), np.empty_like(v)
-    dsinks, dslopes = (np.empty(q.shape[1], q.dtype) if n in options else None for n in ("sinks", "alibi_slopes"))
+    extra = variant_grads(options, q.shape[1], q.dtype)
     _core.sdpa_backward(
         dquery=dq,
         dkey=dk,
         dvalue=dv,
-        dsinks=dsinks,
-        dalibi_slopes=dslopes,
+        dsinks=extra.get("sinks"),
+        dalibi_slopes=extra.get("alibi_slopes"),
         doutput=blas_ready(dout),
         dweights=dweights,
         query=q,
@@ -258,9 +258,7 @@ def _attend_backward(saved, cotangents):
         lse=lse,
         options=options,
     )
-    grads = {"query": dq, "keys": dk, "values": dv}
-    grads.update({n: g for n, g in (("sinks", dsinks), ("alibi_slopes", dslopes)) if g is not None})
-    return grads
+    return {"query": dq, "keys": dk, "values": dv, **extra}
 
 
 register(KVCache.attend, _attend_forward, _attend_backward)

@@ -23,7 +23,7 @@ from .._args import (
 )
 from .._typing import Array, ArrayLike
 from ..grad import register
-from ._spec import sdpa_options, variant_options
+from ._spec import sdpa_options, variant_grads, variant_options
 
 
 def _attn_mask(attn_mask, dtype, shape):
@@ -189,14 +189,14 @@ def _backward(saved, cotangents):
     dq, dk, dv = np.empty_like(q, order="C"), np.empty_like(k, order="C"), np.empty_like(v, order="C")
     float_mask = mask_arg is not None and mask_arg.dtype != np.bool_
     dmask = np.zeros(lse.shape + (k.shape[-2],), q.dtype) if float_mask else None
-    dsinks, dslopes = (np.empty(q.shape[-3], q.dtype) if n in options else None for n in ("sinks", "alibi_slopes"))
+    extra = variant_grads(options, q.shape[-3], q.dtype)
     _core.sdpa_backward(
         dquery=dq,
         dkey=dk,
         dvalue=dv,
         dmask=dmask,
-        dsinks=dsinks,
-        dalibi_slopes=dslopes,
+        dsinks=extra.get("sinks"),
+        dalibi_slopes=extra.get("alibi_slopes"),
         doutput=blas_ready(dout),
         dweights=dweights,
         query=q,
@@ -209,7 +209,7 @@ def _backward(saved, cotangents):
     grads = _argument_grads((dq, dk, dv), layout)
     if float_mask:
         grads["attn_mask"] = unbroadcast(dmask, mask_arg.shape)
-    grads.update({n: g for n, g in (("sinks", dsinks), ("alibi_slopes", dslopes)) if g is not None})
+    grads.update(extra)
     return grads
 
 

@@ -201,7 +201,7 @@ def tokenized(inputs: Any, tokenizer: Any, decode: Callable[[int], object] | Non
         )
     if isinstance(inputs, str):
         inputs = np.asarray([tokenizer(inputs)["input_ids"]], dtype=np.int64)
-    return inputs, lambda i: tokenizer.convert_ids_to_tokens(i)
+    return inputs, tokenizer.convert_ids_to_tokens
 
 
 def is_model(x: Any) -> bool:
