@@ -187,3 +187,16 @@ def test_linear_attention_benchmark_quick(tmp_path, torch):
     for row in data["rows"]:
         assert row["max_abs_diff_vs_torch"] < 1e-5
         assert set(row["median_s"]) == {"linear", "linear_fwd_bwd", "sdpa", "torch_linear"}
+
+
+def test_variants_benchmark_quick(tmp_path, torch):
+    out = tmp_path / "variants.json"
+    p = _run("variants.py", "--quick", "--repeats", "1", "--json", str(out))
+    assert p.returncode == 0, f"stdout:\n{p.stdout}\nstderr:\n{p.stderr}"
+    for title in ("CPU:", "options against the plain kernel", "against torch", "decoding 4 tokens"):
+        assert title in p.stdout
+    data = json.loads(out.read_text())
+    assert data["config"]["quick"] is True and data["machine"]["attnc_simd"]
+    t = data["median_s"]
+    assert t["L256 torch flex_attention max_abs_diff"] < 1e-5 and t["L256 torch SDPA dense mask max_abs_diff"] < 1e-5
+    assert t["decode P64 MLA cache_bytes"] / t["decode P64 MHA cache_bytes"] == 0.28125  # (256 + 32) / (2 * 512)

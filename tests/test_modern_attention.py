@@ -313,6 +313,34 @@ def test_mla_cache_generation_equals_full_forward(rng, absorbed):
     assert cache.latent.shape == (2, 9, 8) and cache.rope_key.shape == (2, 9, 4)
 
 
+def test_mla_cache_grows_past_its_buffer_and_keeps_every_token(rng):
+    """The cache's buffer doubles (16, 32, 64 tokens): decoding 40 tokens one at
+    a time still equals the full forward, and the cache's views are read-only."""
+    m = _mla(12, seed=2)
+    x = rng.standard_normal((1, 43, 32))
+    cache = nn.LatentCache()
+    parts = [m(x[:, :3], cache=cache, absorbed=True)] + [
+        m(x[:, t : t + 1], cache=cache, absorbed=True) for t in range(3, 43)
+    ]
+    np.testing.assert_allclose(np.concatenate(parts, axis=1), m(x), rtol=0, atol=1e-11)
+    assert cache.length == 43 and cache.nbytes == 43 * (8 + 4) * 8
+    with pytest.raises(ValueError, match="read-only"):
+        cache.latent[0, 0, 0] = 1.0
+
+
+def test_mla_absorbed_weights_follow_the_weights(rng):
+    """absorbed_weights() folds once, and again when kv_b_proj or o_proj change
+    (in place or replaced): the absorbed form stays the naive one."""
+    m = _mla(12, seed=3)
+    x = rng.standard_normal((2, 5, 32))
+    w_uk, w_out = m.absorbed_weights()
+    assert m.absorbed_weights()[1] is w_out and not w_out.flags.writeable
+    m.kv_b_proj.weight *= 1.5  # in place
+    np.testing.assert_allclose(m(x, absorbed=True), m(x), rtol=0, atol=1e-10)
+    m.o_proj.weight = rng.standard_normal(m.o_proj.weight.shape)  # replaced
+    np.testing.assert_allclose(m(x, absorbed=True), m(x), rtol=0, atol=1e-10)
+
+
 def test_mla_cache_is_smaller_than_mha():
     """At the same model size (E = 512, H = 8 heads of 64), standard MHA caches 2 E values per token
     and layer; MLA caches d_c + d_h^R (DeepSeek-V2's 4 d_h + d_h / 2 = 288)."""

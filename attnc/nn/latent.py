@@ -8,6 +8,7 @@ import numbers
 
 import numpy as np
 
+from .. import _core
 from .._args import float_array, int_arg, shape_str
 from .._typing import Array, ArrayLike, DTypeLike
 from ..attention.sdpa import scaled_dot_product_attention
@@ -24,7 +25,9 @@ class LatentCache:
     (qk_rope_head_dim), not every head's keys and values.
 
     ``latent`` (B, T, kv_lora_rank) and ``rope_key`` (B, T, qk_rope_head_dim)
-    (None before the first call), ``length`` T, ``nbytes`` the bytes held.
+    (read-only views; None before the first call), ``length`` T, ``nbytes``
+    the bytes of the T cached tokens. Both live side by side in one buffer
+    that doubles when full, so a decoding step copies nothing already cached.
 
     Example
     -------
@@ -37,34 +40,57 @@ class LatentCache:
     """
 
     def __init__(self) -> None:
-        self.latent: Array | None = None
-        self.rope_key: Array | None = None
+        self._buffer: Array | None = None  # (B, capacity, kv_lora_rank + qk_rope_head_dim)
+        self._width = 0  # kv_lora_rank: where the RoPE keys start
+        self.length = 0
+
+    def _joint(self) -> Array | None:
+        """The cached tokens' [latent, RoPE key] rows, (B, T, d_c + d_h^R), read-only."""
+        if self._buffer is None:
+            return None
+        view = self._buffer[:, : self.length]
+        view.flags.writeable = False
+        return view
 
     @property
-    def length(self) -> int:
-        return 0 if self.latent is None else self.latent.shape[1]
+    def latent(self) -> Array | None:
+        joint = self._joint()
+        return None if joint is None else joint[..., : self._width]
+
+    @property
+    def rope_key(self) -> Array | None:
+        joint = self._joint()
+        return None if joint is None else joint[..., self._width :]
 
     @property
     def nbytes(self) -> int:
-        return 0 if self.latent is None or self.rope_key is None else self.latent.nbytes + self.rope_key.nbytes
+        joint = self._joint()
+        return 0 if joint is None else joint.nbytes
 
-    def _append(self, latent, rope_key):
-        if self.latent is not None and (
-            self.latent.shape[0] != latent.shape[0]
-            or self.latent.shape[2] != latent.shape[2]
-            or self.rope_key.shape[2] != rope_key.shape[2]
-            or self.latent.dtype != latent.dtype
+    def _append(self, latent, rope_key) -> Array:
+        """Cache t more tokens' latents (B, t, d_c) and RoPE keys (B, t, d_h^R);
+        -> every cached token's [latent, RoPE key], (B, T, d_c + d_h^R)."""
+        B, t, dc = latent.shape
+        width = dc + rope_key.shape[2]
+        buf = self._buffer
+        if buf is not None and (
+            buf.shape[0] != B or self._width != dc or buf.shape[2] != width or buf.dtype != latent.dtype
         ):
+            rope = buf.shape[2] - self._width
+            held = f"({buf.shape[0]}, T, {self._width}) {buf.dtype} latents with {rope}-wide RoPE keys"
             raise ValueError(
-                f"cache holds {shape_str(self.latent.shape)} {self.latent.dtype} latents: this call's are "
-                f"{shape_str(latent.shape)} {latent.dtype} (a cache serves one layer and one batch)"
+                f"cache holds {held}: this call's are {shape_str(latent.shape)} {latent.dtype} with "
+                f"{rope_key.shape[2]}-wide RoPE keys (a cache serves one layer and one batch)"
             )
-        if self.latent is None:
-            self.latent, self.rope_key = latent.copy(), rope_key.copy()
-        else:
-            self.latent = np.concatenate([self.latent, latent], axis=1)
-            self.rope_key = np.concatenate([self.rope_key, rope_key], axis=1)
-        return self.latent, self.rope_key
+        if buf is None or self.length + t > buf.shape[1]:
+            grown = np.empty((B, max(2 * self.length, self.length + t, 16), width), latent.dtype)
+            if buf is not None:
+                grown[:, : self.length] = buf[:, : self.length]
+            self._buffer, self._width = grown, dc
+        self._buffer[:, self.length : self.length + t, :dc] = latent
+        self._buffer[:, self.length : self.length + t, dc:] = rope_key
+        self.length += t
+        return self._joint()
 
     def __repr__(self) -> str:
         return f"LatentCache(length={self.length}, nbytes={self.nbytes})"
@@ -226,20 +252,30 @@ class MultiheadLatentAttention(Module):
 
     def absorbed_weights(self) -> tuple[Array, Array]:
         """The absorbed form's matrices: W_UK (H, d_h, d_c), the query side's
-        per-head fold, and the output projection with W_UV folded in (E, H d_c)."""
-        H, dn, dc = self.num_heads, self.qk_nope_head_dim, self.kv_lora_rank
-        w = self.kv_b_proj.weight.reshape(H, dn + self.v_head_dim, dc)
-        wo = self.o_proj.weight.reshape(self.embed_dim, H, self.v_head_dim)
-        return w[:, :dn], np.einsum("ehv,hvc->ehc", wo, w[:, dn:]).reshape(self.embed_dim, H * dc)
+        per-head fold, and the output projection with W_UV folded in (E, H d_c).
+        Read-only; folded once and again only when kv_b_proj's or o_proj's
+        weights change (a decoding step would otherwise fold them each time)."""
+        weights = [self.kv_b_proj.weight, self.o_proj.weight]
+        stamp = _core.fingerprints(weights) + tuple(w.shape for w in weights)
+        folded = self.__dict__.get("_folded")
+        if folded is None or folded[0] != stamp:
+            H, dn, dc, E = self.num_heads, self.qk_nope_head_dim, self.kv_lora_rank, self.embed_dim
+            w = weights[0].reshape(H, dn + self.v_head_dim, dc)
+            wo = weights[1].reshape(E, H, self.v_head_dim).transpose(1, 0, 2)
+            w_uk, w_out = w[:, :dn].copy(), np.matmul(wo, w[:, dn:]).transpose(1, 0, 2).reshape(E, H * dc)
+            w_uk.flags.writeable = w_out.flags.writeable = False
+            folded = self._folded = (stamp, w_uk, w_out)
+        return folded[1], folded[2]
 
-    def _absorbed(self, q_nope, q_pe, c, k_pe, mask):
-        """Attention on the latent itself (one key/value head): (B, L, E)."""
+    def _absorbed(self, q_nope, q_pe, ck, mask):
+        """Attention on the latent itself (one key/value head): (B, L, E);
+        ck (B, S, d_c + d_h^R) the tokens' [latent, RoPE key]."""
         B, H, L, _ = q_nope.shape
         w_uk, w_out = self.absorbed_weights()
-        q = np.concatenate([np.einsum("bhld,hdc->bhlc", q_nope, w_uk), q_pe], axis=-1)
-        k = np.concatenate([c, k_pe], axis=-1)[:, None]
+        q = np.concatenate([np.matmul(q_nope, w_uk), q_pe], axis=-1)
         scale = 1.0 / np.sqrt(self.qk_nope_head_dim + self.qk_rope_head_dim)
-        o = scaled_dot_product_attention(q, k, c[:, None], mask, scale=scale, enable_gqa=True)
+        k, v = ck[:, None], ck[:, None, :, : self.kv_lora_rank]
+        o = scaled_dot_product_attention(q, k, v, mask, scale=scale, enable_gqa=True)
         return linear(o.transpose(0, 2, 1, 3).reshape(B, L, H * self.kv_lora_rank), w_out)
 
     def _run(self, x, cache, absorbed, is_causal, pb):
@@ -259,14 +295,15 @@ class MultiheadLatentAttention(Module):
 
         offset = 0 if cache is None else cache.length
         q_nope, q_pe, c, k_pe, norms = self._latents(a, call, offset)
-        if cache is not None:
-            c, k_pe = cache._append(c, k_pe)
+        ck = None if cache is None else cache._append(c, k_pe)
+        if ck is not None:
+            c, k_pe = ck[..., : self.kv_lora_rank], ck[..., self.kv_lora_rank :]
         L, S = a.shape[1], c.shape[1]
-        mask = _causal(L, S) if is_causal else None
-        out = (
-            self._absorbed(q_nope, q_pe, c, k_pe, mask) if absorbed else self._naive(q_nope, q_pe, c, k_pe, mask, call)
-        )
-        return out, norms
+        mask = _causal(L, S) if is_causal and L > 1 else None  # one new query: it sees every cached token
+        if not absorbed:
+            return self._naive(q_nope, q_pe, c, k_pe, mask, call), norms
+        ck = np.concatenate([c, k_pe], axis=-1) if ck is None else ck
+        return self._absorbed(q_nope, q_pe, ck, mask), norms
 
     def forward(
         self, x: ArrayLike, *, cache: LatentCache | None = None, absorbed: bool = False, is_causal: bool = True
