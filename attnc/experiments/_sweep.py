@@ -375,7 +375,8 @@ def plan(name: str, seeds, grid, config: dict, root: Path) -> list:
         if key in grid:
             raise ValueError(f"{key!r} is both a grid option and a flag of every run")
     root = root.absolute()
-    tasks, folders = [], {}
+    tasks: list[_Task] = []
+    folders: dict[Path, tuple] = {}
     for values in itertools.product(*grid.values()):
         for seed in seeds:
             given = {**config, **dict(zip(grid, values))}
