@@ -66,6 +66,7 @@ OTHER_TESTS = [
     "test_binding_structs.py",
     "test_optim_state.py",
     "test_experiment_runs.py",
+    "test_sweep.py",
     "test_docs_pages.py",
     "test_packaging.py",
     "test_module_print.py",

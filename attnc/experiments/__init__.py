@@ -34,7 +34,10 @@ and the task's own measure: "exact_match", "bits_per_sequence", "gap", ...).
 ``python -m attnc.experiments`` lists them. From Python, ``run(name,
 **flags)`` runs one and returns its Result (metrics, history, model,
 run_dir); ``compare(run_dirs)`` tabulates runs and ``plot_losses(run_dirs)``
-draws their loss curves.
+draws their loss curves. ``sweep(name, seeds, grid)`` (or ``python -m
+attnc.experiments sweep NAME --seeds 0,1,2 --grid FLAG=V1,V2``) runs one over
+seeds and a grid of its flags in parallel processes or on a Dask cluster,
+and tables the results with medians and spreads over the seeds.
 
 Every run writes a folder (``--run-dir``, default a new one under runs/):
 config.json (every setting, the seed, versions, threads, SIMD path),
@@ -57,8 +60,20 @@ from typing import Any
 
 from . import _common, _compare
 from ._common import Result
+from ._sweep import SweepError, SweepTable, aggregate, sweep
 
-__all__ = ["EXPERIMENTS", "Result", "compare", "describe", "plot_losses", "run"]
+__all__ = [
+    "EXPERIMENTS",
+    "Result",
+    "SweepError",
+    "SweepTable",
+    "aggregate",
+    "compare",
+    "describe",
+    "plot_losses",
+    "run",
+    "sweep",
+]
 
 EXPERIMENTS = (
     "transformer_reverse",
