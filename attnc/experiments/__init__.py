@@ -68,6 +68,7 @@ EXPERIMENTS = (
     "ntm_copy",
     "ntm_repeat_copy",
     "ntm_recall",
+    "ntm_generalisation",
     "pointer_sort",
     "pointer_tsp",
     "pointer_hull",
