@@ -316,8 +316,8 @@ def run_task(name, args, cfg, models):
 def summarise(results):
     """The median, min and max over runs (several seeds) of every array of
     their metrics, element by element: {"KEY_median": [...], "KEY_min":
-    [...], "KEY_max": [...]} for each list of numbers KEY, and the x axes
-    as they are.
+    [...], "KEY_max": [...]} for each list of numbers KEY that every run
+    has, and the x axes as they are.
 
     Parameters
     ----------
@@ -333,7 +333,7 @@ def summarise(results):
     results = list(results)
     out: dict = {}
     for key, value in results[0].items():
-        if not isinstance(value, list):
+        if not isinstance(value, list) or any(key not in r for r in results):
             continue
         if key in X_AXIS.values():
             out[key] = value
