@@ -54,6 +54,7 @@ OTHER_TESTS = [
     "test_layout.py",
     "test_load.py",
     "test_ntm_datasets.py",
+    "test_ntm_generalisation.py",
     "test_plot.py",
     "test_pointer_datasets.py",
     "test_torch_fused.py",

@@ -250,6 +250,7 @@ def test_every_experiment_lists_its_flags(tmp_path):
         "dates": ["--attention", "--epochs"],
         "captions": ["--attention"],
         "ntm_copy": ["--memory-init"],
+        "ntm_generalisation": ["--task", "--model", "--eval-memory"],
         "pointer_sort": ["--n"],
         "pointer_tsp": ["--n"],
         "pointer_hull": ["--n"],

@@ -12,6 +12,7 @@ from .ntm_tasks import (
     NTMBatch,
     RepeatCopyTask,
     bits_per_sequence,
+    cost_per_sequence,
 )
 from .pointer_tasks import (
     ConvexHullTask,
@@ -84,6 +85,7 @@ __all__ = [
     "caption_of",
     "caption_split",
     "captions",
+    "cost_per_sequence",
     "date_split",
     "dates",
     "format_date",

@@ -14,6 +14,9 @@ and the task's own measure: "exact_match", "bits_per_sequence", "gap", ...).
   coloured shapes.
 - ``ntm_copy``, ``ntm_repeat_copy``, ``ntm_recall``: a Neural Turing Machine
   learns Graves et al.'s copy, repeat-copy and associative-recall tasks.
+- ``ntm_generalisation`` (``--task``, ``--model``, ``--eval-memory``): an NTM
+  against an LSTM of about its size beyond the training range (longer copies,
+  more repeats, more items): the cost curves of Graves et al.'s figures.
 - ``pointer_sort``, ``pointer_tsp --n N``, ``pointer_hull``: pointer networks
   (Vinyals et al. 2015) sort numbers, find planar TSP tours and convex hulls.
 - ``attention_pooling``: attention pooling (Raffel & Ellis 2015) finds the marker
@@ -83,6 +86,7 @@ EXPERIMENTS = (
     "ntm_copy",
     "ntm_repeat_copy",
     "ntm_recall",
+    "ntm_generalisation",
     "pointer_sort",
     "pointer_tsp",
     "pointer_hull",

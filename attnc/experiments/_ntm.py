@@ -91,20 +91,20 @@ def train_ntm(name, args, task, steps, model_kw=None, check=None):
 
 
 def score(model, batches, chunk=50):
-    """Mean wrong bits per sequence over held-out batches (each scored in
-    chunks of rows; every logit is checked to be finite)."""
-    total, rows = 0.0, 0
-    for b in batches:
-        for start in range(0, len(b), chunk):
-            part = type(b)(
-                b.inputs[start : start + chunk], b.targets[start : start + chunk], b.mask[start : start + chunk]
-            )
-            logits = model(part.inputs)
-            if not np.all(np.isfinite(logits)):
-                raise FloatingPointError("non-finite logits on held-out data")
-            total += bits_per_sequence(logits, part) * len(part)
-            rows += len(part)
-    return total / rows
+    """Mean wrong bits per sequence over held-out batches."""
+    total = sum(bits_per_sequence(predict(model, b, chunk), b) * len(b) for b in batches)
+    return total / sum(len(b) for b in batches)
+
+
+def predict(model, batch, chunk=50):
+    """model's logits of a batch, run in chunks of rows (every logit checked finite)."""
+    parts = []
+    for start in range(0, len(batch), chunk):
+        logits = model(batch.inputs[start : start + chunk])
+        if not np.all(np.isfinite(logits)):
+            raise FloatingPointError("non-finite logits on held-out data")
+        parts.append(logits)
+    return np.concatenate(parts)
 
 
 def finish(name, args, model, result, metrics_fn, **extra):

@@ -23,6 +23,28 @@ _MEMORY_INITS = ("constant", "learned", "random")
 CONSTANT_MEMORY = 1e-6
 
 
+def masked_bce(logits: Array, batch: Any) -> tuple[float, Array]:
+    """(the mean binary cross-entropy with logits over every channel of the
+    scored steps, its gradient with respect to the logits in their dtype):
+    the loss of a batch with ``targets`` (B, T, O) and ``mask`` (B, T) bool
+    for logits (B, T, O) (NTM.loss_and_grad's, and its baselines')."""
+    B, T, O = logits.shape
+    targets = as_array(batch.targets, "targets").astype(np.float64, copy=False)
+    mask = as_array(batch.mask, "mask")
+    if targets.shape != (B, T, O):
+        raise ValueError(f"targets has shape {shape_str(targets.shape)}, expected {shape_str((B, T, O))}")
+    if mask.shape != (B, T) or mask.dtype != bool:
+        raise ValueError(
+            f"mask must be a bool array of shape {shape_str((B, T))}, got {mask.dtype} {shape_str(mask.shape)}"
+        )
+    y = logits.astype(np.float64)
+    m = mask[:, :, None]
+    count = max(int(mask.sum()) * O, 1)
+    # BCE with logits, stable: max(y, 0) − y t + log(1 + e^{−|y|})
+    loss = float((m * (np.maximum(y, 0) - y * targets + np.log1p(np.exp(-np.abs(y))))).sum()) / count
+    return loss, (m * (1.0 / (1.0 + np.exp(-y)) - targets) / count).astype(logits.dtype)
+
+
 class NTMTrace(NamedTuple):
     """What an NTM did at every step of a forward (``return_trace=True``): a named tuple.
 
@@ -309,21 +331,7 @@ class NTM(nn.Module):
         steps), such as ``attnc.datasets.CopyTask().batch(...)``: the mean
         binary cross-entropy with logits over every channel of the scored steps."""
         logits, _, state = self._run(batch.inputs, keep=True, trace=False)
-        B, T, O = logits.shape
-        targets = as_array(batch.targets, "targets").astype(np.float64, copy=False)
-        mask = as_array(batch.mask, "mask")
-        if targets.shape != (B, T, O):
-            raise ValueError(f"targets has shape {shape_str(targets.shape)}, expected {shape_str((B, T, O))}")
-        if mask.shape != (B, T) or mask.dtype != bool:
-            raise ValueError(
-                f"mask must be a bool array of shape {shape_str((B, T))}, got {mask.dtype} {shape_str(mask.shape)}"
-            )
-        y = logits.astype(np.float64)
-        m = mask[:, :, None]
-        count = max(int(mask.sum()) * O, 1)
-        # BCE with logits, stable: max(y, 0) − y t + log(1 + e^{−|y|})
-        loss = float((m * (np.maximum(y, 0) - y * targets + np.log1p(np.exp(-np.abs(y))))).sum()) / count
-        dlogits = (m * (1.0 / (1.0 + np.exp(-y)) - targets) / count).astype(self.dtype)
+        loss, dlogits = masked_bce(logits, batch)
         grads = self._backward_call(state, dlogits)
         grads.pop("inputs")
         return loss, grads
