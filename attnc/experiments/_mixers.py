@@ -98,7 +98,9 @@ class MixerAttention(nn.Module):
         self._init_parameter("sinks", (num_heads,), np.zeros if sink_logits else None)
         head_dim = d_model // num_heads
         self._projection = (
-            attnc.performer_projection(default_num_features(head_dim), head_dim, seed=projection_seed) if mixer == "performer" else None
+            attnc.performer_projection(default_num_features(head_dim), head_dim, seed=projection_seed)
+            if mixer == "performer"
+            else None
         )
 
     def project(self, x, tape=None):
@@ -107,9 +109,10 @@ class MixerAttention(nn.Module):
         qkv = tape("qkv", nn.linear, x, self.qkv.weight, self.qkv.bias)
         return tuple(_heads(part, self.num_heads) for part in np.split(qkv, 3, axis=-1))
 
-    def attend(self, q, k, v, q_start=0, k_positions=None, tape=None, causal=True):
+    def attend(self, q, k, v, q_start=0, k_positions=None, tape=None, causal=True, weights=False):
         """The kernel: RoPE at q_start.. and k_positions (default q_start..),
-        then the mixer; causal=False: every key is in every query's past (a cache)."""
+        then the mixer; causal=False: every key is in every query's past (a
+        cache); weights: (output, weights) of a softmax-type mixer."""
         tape = tape or _Tape(False)
         if self.positions == "rope":
             q = tape("rope_q", nn.rotary_embedding, q, q_start)
@@ -117,8 +120,9 @@ class MixerAttention(nn.Module):
         if self.mixer in ("linear", "performer"):
             projection = None if self._projection is None else self._projection.astype(self.dtype)
             feature_map = "elu" if self.mixer == "linear" else "favor+"
-            return tape("kernel", attnc.linear_attention, q, k, v, causal=causal, feature_map=feature_map,
-                        projection=projection)  # fmt: skip
+            return tape(
+                "kernel", attnc.linear_attention, q, k, v, causal=causal, feature_map=feature_map, projection=projection
+            )
         options = {}
         if self.positions == "alibi":
             options["alibi_slopes"] = attnc.alibi_slopes(self.num_heads, self.dtype)
@@ -128,7 +132,28 @@ class MixerAttention(nn.Module):
             options["activation"] = "sigmoid"
         if self.sinks is not None:
             options["sinks"] = self.sinks
-        return tape("kernel", attnc.scaled_dot_product_attention, q, k, v, is_causal=causal, **options)
+        return tape(
+            "kernel", attnc.scaled_dot_product_attention, q, k, v, is_causal=causal, return_weights=weights, **options
+        )
+
+    def weights(self, x, start=0):
+        """(B, H, L, L) float64: each query's weights over the keys. For
+        linear and performer the kernel's implied ones, phi(q_i) . phi(k_j)
+        over the row's sum (computed in float64 from the features; eps
+        left out); sigmoid's need not sum to 1, nor sink_logits' rows."""
+        q, k, v = self.project(x)
+        if self.mixer in _SDPA:
+            return self.attend(q, k, v, start, weights=True)[1].astype(np.float64)
+        if self.positions == "rope":
+            q, k = nn.rotary_embedding(q, start), nn.rotary_embedding(k, start)
+        q, k = q.astype(np.float64), k.astype(np.float64)
+        if self.mixer == "linear":
+            phi_q, phi_k = (np.where(t > 0, t + 1, np.exp(t)) for t in (q, k))
+        else:
+            w, scale = self._projection, q.shape[-1] ** -0.25
+            phi_q, phi_k = (np.exp((t * scale) @ w.T - ((t * scale) ** 2).sum(-1, keepdims=True) / 2) for t in (q, k))
+        a = np.tril(phi_q @ phi_k.swapaxes(-1, -2))
+        return a / a.sum(-1, keepdims=True)
 
     def _run(self, grad, x, start):
         tape = _Tape(grad)
@@ -168,6 +193,8 @@ class MixerBlock(nn.Module):
     >>> MixerBlock(8, 2, "differential", "rope", seed=0)(np.ones((1, 4, 8), np.float32)).shape
     (1, 4, 8)
     """
+
+    attn: MixerAttention | nn.DifferentialAttention
 
     def __init__(
         self,
@@ -307,8 +334,19 @@ class MixerLM(nn.Module):
             self.pos = nn.Embedding(max_len, d_model, dtype=dtype, seed=seeds[1])
         self.blocks = ModuleList(
             [
-                MixerBlock(d_model, num_heads, mixer, positions, window, sink_logits, dim_feedforward, i + 1,
-                           projection_seed, dtype=dtype, seed=seeds[3 + i])  # fmt: skip
+                MixerBlock(
+                    d_model,
+                    num_heads,
+                    mixer,
+                    positions,
+                    window,
+                    sink_logits,
+                    dim_feedforward,
+                    i + 1,
+                    projection_seed,
+                    dtype=dtype,
+                    seed=seeds[3 + i],
+                )
                 for i in range(num_layers)
             ],
             dtype=dtype,
@@ -366,6 +404,20 @@ class MixerLM(nn.Module):
         loss, ce = attnc.vjp(nn.cross_entropy, logits.reshape(-1, V), targets.reshape(-1))
         dlogits = ce(np.ones((), self.dtype))["input"].reshape(logits.shape)
         return float(loss), pullback(dlogits)
+
+    def attention_maps(self, ids, start=0):
+        """[(B, H, L, L) float64 per layer]: every query's weights over the
+        keys (MixerAttention.weights; differential: its map A, rows summing to 1 - lambda)."""
+        x, maps = self.embed(np.asarray(ids), start), []
+        for block in self.blocks:
+            n = block.norm1
+            h = nn.layer_norm(x, n.normalized_shape, n.weight, n.bias, n.eps)
+            if self.mixer == "differential":
+                maps.append(block.attn(h, is_causal=True, need_weights=True)[1].astype(np.float64))
+            else:
+                maps.append(block.attn.weights(h, start))
+            x = block(x, start)
+        return maps
 
     def token_losses(self, inputs, targets, start=0):
         """(B, L) float64: each target's cross-entropy (nan where it is -100)."""
