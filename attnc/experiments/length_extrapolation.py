@@ -130,7 +130,7 @@ def main(argv=None):
     print(f"{'positions':<12}" + "".join(f"{f'L={n}':>9}" for n in lengths))
     for scheme, row in [*loss.items(), ("optimal", optimal)]:
         print(f"{scheme:<12}" + "".join(f"{v:>9.4f}" if v is not None else f"{'-':>9}" for v in row))
-    summary = dict(result, steps=result["steps"], train_seconds=round(seconds, 3))
+    summary = dict(result, train_seconds=round(seconds, 3))
     return _common.report(
         "length_extrapolation",
         args,

@@ -4,15 +4,15 @@ with a sliding-window cache, with and without the first tokens kept.
     python -m attnc.experiments.streaming [--seed N] [--quick] [--threads N] [--steps N]
 
 Data: Guo et al. 2024's bigram-backcopy task ("Active-dormant attention
-heads"), in which attention sinks are known to form: every sequence opens
+heads"), on which they report a sink forming on BOS: every sequence opens
 with a BOS token, then follows a random Markov chain of order 1 over 16
 tokens (Dirichlet(0.1) rows, the chain fixed), except after each of the 2
 trigger tokens (0 and 1), where the next token copies the one before the
 trigger. A head that does the copying has work only after a trigger; for
-the rest it must attend somewhere harmless, and in trained models that is
-the first token (on a pure Markov chain, tried first, no sink forms: every
-head has its previous tokens to read, the mean weight on token 0 was 0.001,
-and a window alone decoded as well as the sinks). The chain's own loss per
+the rest it must attend somewhere harmless, which in their models is the
+first token (on a pure Markov chain, tried first, every head has its
+previous tokens to read: after 600 steps the mean weight on token 0 was
+0.001, and a window alone decoded as well as with sinks). The chain's own loss per
 position is known (0 on a copy). Two RoPE models as length_extrapolation's
 (two pre-norm softmax layers, d 32, 2 heads, the same schedule), trained at
 length 64: "vanilla", and "sink_logits" with a learned sink logit per head
