@@ -14,6 +14,7 @@ from attnc.experiments import _mixers, mqar, streaming
 from attnc.experiments._mixers import MixerAttention, MixerLM
 
 # (mixer, positions, sink_logits): each mixer kind that runs now, each position scheme, sinks
+# (once sdpa takes activation="sigmoid" and mqar.TRAINED has it, add ("sigmoid", "rope", False))
 CASES = [
     ("softmax", "rope", True),
     ("softmax", "alibi", False),
@@ -60,6 +61,10 @@ def _attention_reference(m, x):
         if m.positions == "alibi":
             s = s + 2.0 ** (-8 * np.arange(1, H + 1) / H)[:, None, None] * (j - i)  # the paper's slopes, H a power of 2
         allowed = (j <= i) & ((i - j < m.window) if m.mixer == "window" else True)
+        if m.mixer == "sigmoid":  # p = sigmoid(s - log S), unnormalised (Ramapuram et al. 2024)
+            return (np.where(allowed, 1 / (1 + np.exp(np.log(L) - s)), 0) @ v).transpose(0, 2, 1, 3).reshape(
+                B, L, D
+            ) @ m.out.weight.T + m.out.bias
         s = np.where(allowed, s, -np.inf)
         top = s.max(-1, keepdims=True)
         e = np.exp(s - top)
