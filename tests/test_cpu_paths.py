@@ -50,6 +50,7 @@ OTHER_TESTS = [
     "test_translation.py",
     "test_docs.py",
     "test_experiments.py",
+    "test_modern_experiments.py",
     "test_install.py",
     "test_layout.py",
     "test_load.py",

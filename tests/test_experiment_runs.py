@@ -256,6 +256,7 @@ def test_every_experiment_lists_its_flags(tmp_path):
         "pointer_hull": ["--n"],
         "snail_fewshot": ["--shots"],
         "sagan_shapes": ["--no-attention", "--attention-only", "--coords"],
+        "mqar": ["--mixers"],
     }
     common = [
         "--seed",

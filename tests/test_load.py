@@ -33,6 +33,7 @@ for _info in pkgutil.walk_packages(attnc.__path__, "attnc."):  # every class att
         importlib.import_module(_info.name)
 
 nn, models = attnc.nn, attnc.models
+from attnc.experiments._mixers import MixerAttention, MixerBlock, MixerLM  # noqa: E402
 from attnc.experiments.attention_attribution import CLSClassifier  # noqa: E402
 from attnc.experiments.attention_pooling import MarkerClassifier  # noqa: E402
 from attnc.experiments.lstmn_recall import RecallClassifier  # noqa: E402
@@ -123,6 +124,11 @@ FACTORIES = {
     "attnc.experiments.attention_pooling.MarkerClassifier": lambda: MarkerClassifier(9, 3, 4, 5, 3, seed=35),
     "attnc.experiments.lstmn_recall.RecallClassifier": lambda: RecallClassifier((5, 6), 4, 3, 5, 4, seed=36),
     "attnc.experiments.sagan_shapes.ShapeClassifier": lambda: ShapeClassifier(8, 4, reduction=2, seed=37),
+    "attnc.experiments._mixers.MixerAttention": lambda: MixerAttention(8, 2, "window", "alibi", 3, True, seed=38),
+    "attnc.experiments._mixers.MixerBlock": lambda: MixerBlock(8, 2, "performer", "rope", projection_seed=4, seed=39),
+    "attnc.experiments._mixers.MixerLM": lambda: MixerLM(
+        9, 6, 8, 2, 1, "differential", "learned", dim_feedforward=12, dtype=np.float64, seed=40
+    ),
 }
 
 

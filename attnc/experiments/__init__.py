@@ -33,6 +33,13 @@ and the task's own measure: "exact_match", "bits_per_sequence", "gap", ...).
   gradient-weighted relevance against raw attention, scored by their
   Spearman correlation with blank-out importance on a [CLS] classifier whose
   deciding word is known (Abnar & Zuidema 2020's setting).
+- ``mqar`` (``--mixers a,b``): multi-query associative recall (Zoology) with
+  softmax, sliding-window, linear, Performer, differential (and sigmoid)
+  attention at two widths.
+- ``length_extrapolation``: a causal LM trained at length 64 and evaluated
+  up to 512 with sinusoidal, learned, RoPE and ALiBi positions.
+- ``streaming``: decoding 8x past the training length with a sliding-window
+  cache, with and without attention sinks (StreamingLLM).
 
 ``python -m attnc.experiments`` lists them. From Python, ``run(name,
 **flags)`` runs one and returns its Result (metrics, history, model,
@@ -96,6 +103,9 @@ EXPERIMENTS = (
     "snail_fewshot",
     "lstmn_recall",
     "attention_attribution",
+    "mqar",
+    "length_extrapolation",
+    "streaming",
 )
 
 

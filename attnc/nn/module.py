@@ -444,6 +444,7 @@ def _copies(module: Module, n: int) -> list[Module]:
 # (and nothing else) when a file names a class not imported yet.
 _MODULE_SOURCES = (
     "attnc.models",
+    "attnc.experiments._mixers",
     "attnc.experiments.attention_attribution",
     "attnc.experiments.attention_pooling",
     "attnc.experiments.lstmn_recall",

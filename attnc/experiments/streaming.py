@@ -1,0 +1,237 @@
+"""Attention sinks (StreamingLLM, Xiao et al. 2024): decoding 8x past the training length
+with a sliding-window cache, with and without the first tokens kept.
+
+    python -m attnc.experiments.streaming [--seed N] [--quick] [--threads N] [--steps N]
+
+Data: Guo et al. 2024's bigram-backcopy task ("Active-dormant attention
+heads"), on which they report a sink forming on BOS: every sequence opens
+with a BOS token, then follows a random Markov chain of order 1 over 16
+tokens (Dirichlet(0.1) rows, the chain fixed), except after each of the 2
+trigger tokens (0 and 1), where the next token copies the one before the
+trigger. A head that does the copying has work only after a trigger; for
+the rest it must attend somewhere harmless, which in their models is the
+first token (on a pure Markov chain, tried first, every head has its
+previous tokens to read: after 600 steps the mean weight on token 0 was
+0.001, and a window alone decoded as well as with sinks). The chain's own loss per
+position is known (0 on a copy). Two RoPE models as length_extrapolation's
+(two pre-norm softmax layers, d 32, 2 heads, the same schedule), trained at
+length 64: "vanilla", and "sink_logits" with a learned sink logit per head
+and layer (sdpa's ``sinks=``: a logit that joins each row's softmax
+normaliser, as gpt-oss; a learnable place to put attention, which
+StreamingLLM's section 3.3 proposes as a sink token).
+Each then decodes 32 held-out streams of 512 tokens (8x the training
+length) token by token, under the paper's cache policies:
+
+- "dense": every past token cached, at its true position (RoPE past 64:
+  what the model never saw);
+- "window": the last 32 tokens only;
+- "sinks_window": the first 4 tokens (the attention sinks) and the last 28;
+- "recompute": the last 32 tokens re-encoded from scratch for every new
+  token (the paper's "sliding window with re-computation", quadratic in
+  the window, the quality reference).
+
+As StreamingLLM, positions are assigned within the cache: its keys are
+cached before RoPE and turned by their rank in the cache at every step,
+the new query by the cache's length. The kept keys and values are gathered
+and attended with attnc.scaled_dot_product_attention directly (the cache
+changes its positions, which attnc.KVCache's fixed positions do not allow).
+
+Metrics: "loss_by_position" {model: {policy: [mean loss over the streams
+at each position 0 .. 511]}} with "optimal_by_position" (the chain's own);
+"loss" {model: {policy: mean loss over positions 64 .. 511}} (past the
+training length) and "loss_evicted" (over positions 32 .. 511, once the
+window has evicted the first tokens); "first_token_attention" {model: [per
+layer, the mean attention weight on token 0 of queries 16 .. 63 of
+length-64 sequences]} (the sink the paper measures); and the paper's
+finding as booleans: "window_breaks" (the vanilla window's loss_evicted
+above sinks_window's by more than 0.05 nats) and "sinks_flat" (vanilla
+sinks_window within 0.05 nats of recompute). Budget: about 12 minutes on
+2 busy cores; --quick (5 steps, streams of 48 over a window of 8) seconds.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+import attnc
+from attnc import nn
+
+from . import _common
+from ._mixers import _merge, token_losses
+from .length_extrapolation import FULL as LE_FULL
+from .length_extrapolation import QUICK as LE_QUICK
+from .length_extrapolation import position_curve, train_lm_on
+
+MODELS = {"vanilla": False, "sink_logits": True}  # name: sink_logits
+POLICIES = ("dense", "window", "sinks_window", "recompute")
+TOLERANCE = 0.05
+
+FULL = dict(LE_FULL, stream=512, heldout=32, cache=32, sinks=4, sink_probe=(16, 64), triggers=2, concentration=0.1)
+QUICK = dict(LE_QUICK, stream=48, heldout=4, cache=8, sinks=2, sink_probe=(4, 16), triggers=2, concentration=0.1)
+HELDOUT_SEED = 20261130
+
+
+def backcopy_rows(cfg, n, length, seed, nll=False):
+    """n rows of the bigram-backcopy task: (inputs, targets) (n, length)
+    int64, token cfg["vocab_size"] the BOS that opens each row; with nll,
+    also the chain's own loss of each target (n, length) float64 (log V for
+    the first, drawn uniformly; 0 for a copy)."""
+    V = cfg["vocab_size"]
+    chain = np.random.default_rng(cfg["chain_seed"]).dirichlet(np.full(V, float(cfg["concentration"])), V)
+    cdf = np.cumsum(chain, axis=1)
+    cdf[:, -1] = 1.0  # rounding: a uniform draw always lands in some bin
+    rng = np.random.default_rng(seed)
+    x = np.empty((n, length + 1), np.int64)
+    x[:, 0], x[:, 1] = V, rng.integers(0, V, n)
+    u = rng.random((n, length + 1))
+    copy = np.zeros(x.shape, bool)
+    for t in range(2, length + 1):
+        copy[:, t] = (t >= 3) & (x[:, t - 1] < cfg["triggers"])  # the token before a trigger is never BOS
+        x[:, t] = np.where(copy[:, t], x[:, t - 2], (u[:, t, None] > cdf[x[:, t - 1]]).sum(axis=1))
+    if not nll:
+        return x[:, :-1], x[:, 1:]
+    chain_nll = np.where(copy[:, 2:], 0.0, -np.log(chain[x[:, 1:-1], x[:, 2:]]))
+    return x[:, :-1], x[:, 1:], np.concatenate([np.full((n, 1), np.log(V)), chain_nll], axis=1)
+
+
+def heldout_rows(cfg, length, salt):
+    """Held-out rows with their chain loss, the same for every --seed."""
+    seed = int(np.random.SeedSequence([HELDOUT_SEED, length, salt]).generate_state(1)[0])
+    return backcopy_rows(cfg, cfg["heldout"], length, seed, nll=True)
+
+
+def kept(t: int, policy: str, cache: int, sinks: int) -> np.ndarray:
+    """The positions cached when token t is decoded (t included)."""
+    if policy == "dense" or t < cache:
+        return np.arange(t + 1)
+    if policy == "window":
+        return np.arange(t - cache + 1, t + 1)
+    return np.concatenate([np.arange(sinks), np.arange(t - cache + sinks + 1, t + 1)])
+
+
+def decode(lm, ids, policy, cache, sinks):
+    """(B, N) logits' token losses of decoding ids token by token under a
+    cache policy (not "recompute"), positions within the cache."""
+    B, N = ids.shape
+    L = len(lm.blocks)
+    keys = [None] * L  # (B, H, N, E) per layer: every token's key before RoPE, and its value
+    values = [None] * L
+    logits = []
+    for t in range(N):
+        x = lm.embed(ids[:, t : t + 1])
+        idx = kept(t, policy, cache, sinks)
+        for i, block in enumerate(lm.blocks):
+            n = block.norm1
+            h = nn.layer_norm(x, n.normalized_shape, n.weight, n.bias, n.eps)
+            q, k, v = block.attn.project(h)
+            if keys[i] is None:
+                keys[i] = np.zeros(k.shape[:2] + (N, k.shape[3]), k.dtype)
+                values[i] = np.zeros(keys[i].shape, v.dtype)
+            keys[i][:, :, t], values[i][:, :, t] = k[:, :, 0], v[:, :, 0]
+            o = block.attn.attend(
+                q, keys[i][:, :, idx], values[i][:, :, idx], len(idx) - 1, np.arange(len(idx)), causal=False
+            )
+            x = x + nn.linear(_merge(o), block.attn.out.weight, block.attn.out.bias)
+            x = x + block.mlp(x)
+        n = lm.norm
+        logits.append(
+            nn.linear(nn.layer_norm(x, n.normalized_shape, n.weight, n.bias, n.eps), lm.head.weight, lm.head.bias)
+        )
+    return np.concatenate(logits, axis=1)
+
+
+def recompute(lm, ids, cache):
+    """(B, N) logits of re-encoding the last `cache` tokens for every token."""
+    N = ids.shape[1]
+    return np.concatenate([lm(ids[:, max(0, t - cache + 1) : t + 1])[:, -1:] for t in range(N)], axis=1)
+
+
+def first_token_attention(lm, ids, lo, hi):
+    """Per layer, the mean weight (over heads and queries lo .. hi - 1) on token 0."""
+    out, x = [], lm.embed(ids)
+    for block in lm.blocks:
+        n = block.norm1
+        h = nn.layer_norm(x, n.normalized_shape, n.weight, n.bias, n.eps)
+        q, k, v = block.attn.project(h)
+        q, k = nn.rotary_embedding(q), nn.rotary_embedding(k)
+        sinks = {} if block.attn.sinks is None else {"sinks": block.attn.sinks}
+        o, w = attnc.scaled_dot_product_attention(q, k, v, is_causal=True, return_weights=True, **sinks)
+        out.append(round(float(w[:, :, lo:hi, 0].mean()), 4))
+        x = block(x)
+    return out
+
+
+def main(argv=None):
+    args = _common.parse_args(__name__, argv)
+    cfg = _common.config(FULL, QUICK, args)
+    ids, targets, chain_nll = heldout_rows(cfg, cfg["stream"], 1)
+    probe = heldout_rows(cfg, cfg["length"], 2)[0]
+    seeds = np.random.SeedSequence(args.seed).spawn(len(MODELS))
+    curves, loss, evicted, sink_mass, finals = {}, {}, {}, {}, {}
+    seconds, eval_seconds, lm, result = 0.0, 0.0, None, None
+    past, gone = cfg["length"], cfg["cache"]
+    for (name, sink_logits), seed in zip(MODELS.items(), seeds):
+        lm, result = train_lm_on(
+            cfg,
+            args,
+            f"streaming_{name}",
+            seed,
+            backcopy_rows,
+            cfg["vocab_size"] + 1,
+            positions="rope",
+            sink_logits=sink_logits,
+        )
+        seconds += result["train_seconds"]
+        finals[name] = result["final_loss"]
+        start = time.perf_counter()
+        curves[name], loss[name], evicted[name] = {}, {}, {}
+        for policy in POLICIES:
+            logits = (
+                recompute(lm, ids, cfg["cache"])
+                if policy == "recompute"
+                else decode(lm, ids, policy, cfg["cache"], cfg["sinks"])
+            )
+            tl = token_losses(logits, targets)
+            curves[name][policy] = position_curve(tl)
+            loss[name][policy] = round(float(tl[:, past:].mean()), 5)
+            evicted[name][policy] = round(float(tl[:, gone:].mean()), 5)
+        sink_mass[name] = first_token_attention(lm, probe, *cfg["sink_probe"])
+        eval_seconds += time.perf_counter() - start
+    floor = chain_nll.mean(axis=0)
+    print(f"loss at positions {past} .. {cfg['stream'] - 1} (cache {cfg['cache']}, {cfg['sinks']} sinks)")
+    print(f"{'model':<13}" + "".join(f"{p:>14}" for p in POLICIES))
+    for name, row in loss.items():
+        print(f"{name:<13}" + "".join(f"{row[p]:>14.4f}" for p in POLICIES))
+    print(f"optimal {float(floor[past:].mean()):.4f}; weight on token 0 per layer: {sink_mass}")
+    vanilla = evicted["vanilla"]
+    summary = dict(result, train_seconds=round(seconds, 3))
+    return _common.report(
+        "streaming",
+        args,
+        lm,
+        summary,
+        cfg["batch_size"],
+        eval_seconds,
+        train_length=cfg["length"],
+        stream_length=cfg["stream"],
+        cache=cfg["cache"],
+        sink_tokens=cfg["sinks"],
+        policies=list(POLICIES),
+        loss=loss,
+        loss_evicted=evicted,
+        optimal_loss=round(float(floor[past:].mean()), 5),
+        loss_by_position=curves,
+        optimal_by_position=[round(float(v), 5) for v in floor],
+        first_token_attention=sink_mass,
+        final_losses=finals,
+        window_breaks=bool(vanilla["window"] - vanilla["sinks_window"] > TOLERANCE),
+        sinks_flat=bool(abs(vanilla["sinks_window"] - vanilla["recompute"]) < TOLERANCE),
+    )
+
+
+if __name__ == "__main__":
+    from attnc.experiments.streaming import main as _main
+
+    _main()
