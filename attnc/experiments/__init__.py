@@ -30,6 +30,12 @@ and the task's own measure: "exact_match", "bits_per_sequence", "gap", ...).
   gradient-weighted relevance against raw attention, scored by their
   Spearman correlation with blank-out importance on a [CLS] classifier whose
   deciding word is known (Abnar & Zuidema 2020's setting).
+- ``bahdanau_length`` (``--train-max-len 30,50``): BLEU, exact match and token
+  accuracy against source length for encoder-decoders with and without
+  attention on a synthetic language pair (Bahdanau et al. 2015, Figure 2).
+- ``luong_comparison`` (``--variants``): Luong et al.'s global dot, general,
+  concat, local-m and local-p attention, with and without input feeding,
+  under one budget (Luong et al. 2015, Table 4).
 
 ``python -m attnc.experiments`` lists them. From Python, ``run(name,
 **flags)`` runs one and returns its Result (metrics, history, model,
@@ -77,6 +83,8 @@ EXPERIMENTS = (
     "snail_fewshot",
     "lstmn_recall",
     "attention_attribution",
+    "bahdanau_length",
+    "luong_comparison",
 )
 
 
