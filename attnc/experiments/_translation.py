@@ -15,11 +15,27 @@ import numpy as np
 import attnc
 import attnc.models
 from attnc.datasets import TranslationTask, translation_task
+from attnc.models.rnn_seq2seq import AttentionKind
 
 from . import _common
 
 HELDOUT_SEED = 20150901  # the held-out sentences are the same for every --seed
 EDGES = tuple(range(6, 62, 5))  # length buckets 6-10, 11-15, ..., 56-60 (a sentence has 6 words or more)
+# what both experiments train with (each adds its steps and held-out size): 40,000 sentences,
+# batches of 64, Adam at 3e-3 with 100 warm-up steps and a cosine decay to 5%, gradients
+# clipped to norm 1, embeddings 32, hidden (and attention) size 64, local window D = 10
+FULL = dict(
+    train_size=40000,
+    batch_size=64,
+    lr=3e-3,
+    warmup=100,
+    final_lr=0.05,
+    clip=1.0,
+    embed_size=32,
+    hidden_size=64,
+    window=10.0,
+)
+QUICK = dict(FULL, train_size=400, steps=12, batch_size=16, warmup=3, embed_size=8, hidden_size=16)
 
 
 def cpu_name() -> str:
@@ -56,7 +72,7 @@ def bucket_labels(edges=EDGES) -> dict:
     return {"lengths": ((lo + hi) / 2).tolist(), "length_lo": lo.tolist(), "length_hi": hi.tolist()}
 
 
-def build(kind: str, task: TranslationTask, cfg: dict, seed: int, input_feeding: bool = True):
+def build(kind: AttentionKind, task: TranslationTask, cfg: dict, seed: int, input_feeding: bool = True):
     """A Seq2Seq of the run's sizes for the task."""
     return attnc.models.Seq2Seq(
         len(task.src_vocab),
@@ -75,17 +91,8 @@ def train(model, train_set: TranslationTask, cfg: dict, order_seed: int, args, d
     """Train on train_set (reshuffled every epoch from order_seed: models given
     the same seed see the same sentences in the same order); _common.train's
     result with "train_cpu_seconds" (the process's CPU time, every thread)."""
-    bs, steps = cfg["batch_size"], cfg["steps"]
-    per_epoch = len(train_set) // bs
-    order: dict = {}
-
-    def batches(step):
-        epoch, i = divmod(step, per_epoch)
-        if epoch not in order:
-            order.clear()
-            order[epoch] = np.random.default_rng([order_seed, epoch]).permutation(len(train_set))
-        return train_set.batch(order[epoch][i * bs : (i + 1) * bs])
-
+    steps = cfg["steps"]
+    batches = _common.epoch_batches(train_set, cfg["batch_size"], order_seed)
     opt, sched = _common.adam_warmup_cosine(model, cfg["lr"], cfg["warmup"], steps, cfg["final_lr"])
     cpu = time.process_time()
     result = _common.train(
@@ -141,13 +148,14 @@ def token_nll(model, task: TranslationTask, batch_size: int = 256):
 
 def bleu(hypotheses: list, references: list) -> float:
     """Corpus BLEU (0-100) by sacrebleu: 4-grams, its default exponential
-    smoothing, the words as they are (tokenize="none"). Needs the sacrebleu
+    smoothing, the words as they are (tokenize="none"; force=True: no warning
+    about the final "." left as a word). Needs the sacrebleu
     package (``pip install attnc[experiments]``)."""
     try:
         from sacrebleu.metrics import BLEU
     except ImportError as err:
         raise ImportError("BLEU needs the sacrebleu package: pip install 'attnc[experiments]'") from err
-    return float(BLEU(tokenize="none").corpus_score(hypotheses, [references]).score)
+    return float(BLEU(tokenize="none", force=True).corpus_score(hypotheses, [references]).score)
 
 
 def scores(model, task: TranslationTask, edges=None) -> dict:

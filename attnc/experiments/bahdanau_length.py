@@ -54,20 +54,8 @@ from attnc.datasets import translation_task
 
 from . import _common, _translation
 
-FULL = dict(
-    train_size=40000,
-    steps=2000,
-    batch_size=64,
-    lr=3e-3,
-    warmup=100,
-    final_lr=0.05,
-    clip=1.0,
-    embed_size=32,
-    hidden_size=64,
-    window=10.0,
-    per_bucket=100,
-)
-QUICK = dict(FULL, train_size=400, steps=12, batch_size=16, warmup=3, embed_size=8, hidden_size=16, per_bucket=3)
+FULL = dict(_translation.FULL, steps=2000, per_bucket=100)
+QUICK = dict(_translation.QUICK, per_bucket=3)
 MODELS = {"none": "RNNencdec", "bahdanau": "RNNsearch"}
 KEYS = {"none": "none", "bahdanau": "attention"}
 

@@ -58,21 +58,8 @@ VARIANTS = {
 }
 ALL = tuple(f"{v}{tail}" for v in VARIANTS for tail in ("", "-no-feed"))
 HELDOUT_SEED = 20150902
-FULL = dict(
-    train_size=40000,
-    max_len=30,
-    steps=1200,
-    batch_size=64,
-    lr=3e-3,
-    warmup=100,
-    final_lr=0.05,
-    clip=1.0,
-    embed_size=32,
-    hidden_size=64,
-    window=10.0,
-    heldout=1000,
-)
-QUICK = dict(FULL, train_size=400, steps=12, batch_size=16, warmup=3, embed_size=8, hidden_size=16, heldout=24)
+FULL = dict(_translation.FULL, max_len=30, steps=1200, heldout=1000)
+QUICK = dict(_translation.QUICK, max_len=30, heldout=24)
 PAPER = {
     "paper": "Luong, Pham & Manning 2015, Table 4 (WMT'14 English-German, perplexity and BLEU)",
     "paper_claim": "local-p with the general score (and input feeding) is best; dot works well for global "
