@@ -48,6 +48,7 @@ OTHER_TESTS = [
     "test_mqar.py",
     "test_markov.py",
     "test_translation.py",
+    "test_seq2seq_experiments.py",  # bahdanau_length, luong_comparison: the models' arithmetic is test_seq2seq_rnn's
     "test_docs.py",
     "test_experiments.py",
     "test_modern_experiments.py",

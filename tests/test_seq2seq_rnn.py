@@ -14,7 +14,7 @@ import pytest
 
 import attnc
 import attnc.models
-from attnc.models.rnn_seq2seq import KINDS
+from attnc.models.rnn_seq2seq import _LUONG, KINDS
 from helpers import close, same_bits
 from reference import decoding
 from reference import seq2seq_ref as ref
@@ -26,6 +26,9 @@ REL = {np.float32: 1e-5, np.float64: 1e-12}  # forward vs torch
 GREL = {np.float32: 1e-4, np.float64: 1e-9}  # gradients vs torch autograd
 VS, VT, E, H, A, S, T = 9, 7, 4, 5, 3, 6, 4
 LENGTHS = np.array([6, 2, 4, 1, 5])  # unsorted, with a full row and a length-1 row
+# every kind, and the Luong kinds also without input feeding
+VARIANTS = [(kind, True) for kind in KINDS] + [(kind, False) for kind in _LUONG]
+VARIANT_IDS = [kind if feeding else f"{kind}-no-feeding" for kind, feeding in VARIANTS]
 
 
 def make(kind, dtype=np.float64, seed=0, **kw):
@@ -52,16 +55,18 @@ class Batch:
 
 def oracle(model, dtype):
     tdt = torch.float32 if dtype == np.float32 else torch.float64
-    return ref.TorchSeq2Seq(model.state_dict(), model.attention_kind, window=model.window, dtype=tdt)
+    return ref.TorchSeq2Seq(
+        model.state_dict(), model.attention_kind, window=model.window, input_feeding=model.input_feeding, dtype=tdt
+    )
 
 
 # --------------------------------------------------------------------------- forward and gradients vs torch
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=DT_IDS)
-@pytest.mark.parametrize("kind", KINDS)
-def test_forward_matches_torch(kind, dtype):
-    m = make(kind, dtype)
+@pytest.mark.parametrize("kind,feeding", VARIANTS, ids=VARIANT_IDS)
+def test_forward_matches_torch(kind, feeding, dtype):
+    m = make(kind, dtype, input_feeding=feeding)
     src, lens, tgt_in, _ = data()
     logits, align = m(src, tgt_in, lens, return_alignments=True)
     tl, ta = oracle(m, dtype)(src, lens, tgt_in, return_alignments=True)
@@ -72,9 +77,9 @@ def test_forward_matches_torch(kind, dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=DT_IDS)
-@pytest.mark.parametrize("kind", KINDS)
-def test_loss_and_grad_match_torch(kind, dtype):
-    m = make(kind, dtype)
+@pytest.mark.parametrize("kind,feeding", VARIANTS, ids=VARIANT_IDS)
+def test_loss_and_grad_match_torch(kind, feeding, dtype):
+    m = make(kind, dtype, input_feeding=feeding)
     batch = Batch(*data(1))
     loss, grads = m.loss_and_grad(batch)
     tloss, tgrads = oracle(m, dtype).loss_and_grad(batch.src, batch.src_lengths, batch.tgt_in, batch.tgt_out)
@@ -98,11 +103,11 @@ def test_vjp_of_logits_matches_torch(kind):
         close(grads[name], p.grad.numpy(), GREL[np.float64], name)
 
 
-@pytest.mark.parametrize("kind", KINDS)
-def test_free_running_scheduled_sampling_matches_torch(kind):
+@pytest.mark.parametrize("kind,feeding", VARIANTS, ids=VARIANT_IDS)
+def test_free_running_scheduled_sampling_matches_torch(kind, feeding):
     """sampling=1 feeds every step t >= 1 the previous step's argmax: the reference with an
     all-True sample mask."""
-    m = make(kind)
+    m = make(kind, input_feeding=feeding)
     batch = Batch(*data(4))
     loss, grads = m.loss_and_grad(batch, sampling=1.0, seed=0)
     mask = np.ones((5, T), bool)
@@ -138,9 +143,9 @@ def test_scheduled_sampling_is_seeded_and_mixes():
 # --------------------------------------------------------------------------- finite differences
 
 
-@pytest.mark.parametrize("kind", KINDS)
-def test_gradients_match_finite_differences(kind):
-    m = make(kind, seed=1)
+@pytest.mark.parametrize("kind,feeding", VARIANTS, ids=VARIANT_IDS)
+def test_gradients_match_finite_differences(kind, feeding):
+    m = make(kind, seed=1, input_feeding=feeding)
     src, lens, tgt_in, _ = data(6)
     cot = np.random.default_rng(7).standard_normal((5, T, VT))
     _, pullback = attnc.vjp(m, src, tgt_in, lens)
@@ -164,9 +169,9 @@ def test_gradients_match_finite_differences(kind):
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=DT_IDS)
-@pytest.mark.parametrize("kind", KINDS)
-def test_greedy_matches_torch_step_loop(kind, dtype):
-    m = make(kind, dtype, seed=2)
+@pytest.mark.parametrize("kind,feeding", VARIANTS, ids=VARIANT_IDS)
+def test_greedy_matches_torch_step_loop(kind, feeding, dtype):
+    m = make(kind, dtype, seed=2, input_feeding=feeding)
     src, lens, _, _ = data(9)
     tokens, align = m.generate(src, lens, max_len=6, bos=1, eos=2)
     ttok, talign = oracle(m, dtype).greedy(src, lens, max_len=6, bos=1, eos=2)
@@ -174,10 +179,10 @@ def test_greedy_matches_torch_step_loop(kind, dtype):
     close(align, talign, REL[dtype], "alignments")
 
 
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind,feeding", VARIANTS, ids=VARIANT_IDS)
 @pytest.mark.parametrize("beam,penalty", [(1, 0.0), (3, 0.0), (4, 1.0), (7, -0.5)])
-def test_decoding_matches_python_oracle(kind, beam, penalty):
-    m = make(kind, seed=3)
+def test_decoding_matches_python_oracle(kind, feeding, beam, penalty):
+    m = make(kind, seed=3, input_feeding=feeding)
     src, lens, _, _ = data(10)
     tokens, _ = m.generate(src, lens, max_len=5, beam_size=beam, length_penalty=penalty)
     np.testing.assert_array_equal(
@@ -231,9 +236,9 @@ def test_generate_stops_rows_at_eos():
 # --------------------------------------------------------------------------- threads, seeds, save / load
 
 
-@pytest.mark.parametrize("kind", ["bahdanau", "luong-location", "local-p"])
-def test_results_do_not_depend_on_the_thread_count(kind, restore_threads):
-    m = make(kind, dtype=np.float32)
+@pytest.mark.parametrize("kind,feeding", [("bahdanau", True), ("luong-location", True), ("local-p", False)])
+def test_results_do_not_depend_on_the_thread_count(kind, feeding, restore_threads):
+    m = make(kind, dtype=np.float32, input_feeding=feeding)
     rng = np.random.default_rng(14)
     lens = rng.integers(1, S + 1, 40)
     src, lens, tgt_in, tgt_out = data(14, B=40, lengths=lens)
@@ -273,15 +278,20 @@ def test_seeded_initialisation_and_state_dict_names():
         "combine.weight",
     }
     assert "encoder.weight_ih_l0_reverse" not in make("luong-dot").state_dict()
+    # without input feeding the decoder's LSTM reads the embedded token alone
+    assert make("local-p").state_dict()["decoder.weight_ih"].shape == (4 * H, E + H)
+    assert make("local-p", input_feeding=False).state_dict()["decoder.weight_ih"].shape == (4 * H, E)
+    assert "input_feeding=False" in repr(make("luong-dot", input_feeding=False))
 
 
-def test_save_and_load_round_trip(tmp_path):
-    m = make("local-m", seed=3)
+@pytest.mark.parametrize("feeding", [True, False])
+def test_save_and_load_round_trip(tmp_path, feeding):
+    m = make("local-m", seed=3, input_feeding=feeding)
     attnc.save(tmp_path / "m.npz", m)
     back = attnc.load(tmp_path / "m.npz")
     src, lens, tgt_in, _ = data(15)
     same_bits(back(src, tgt_in, lens), m(src, tgt_in, lens), "logits")
-    assert back.window == m.window and back.attention_kind == "local-m"
+    assert back.window == m.window and back.attention_kind == "local-m" and back.input_feeding is feeding
 
 
 # --------------------------------------------------------------------------- errors and inputs
@@ -296,6 +306,10 @@ def test_argument_errors_name_the_argument():
         attnc.models.Seq2Seq(VS, VT, attention="luong-location")
     with pytest.raises(ValueError, match="window"):
         make("local-p", window=0.5)
+    with pytest.raises(ValueError, match="input_feeding=False is for the Luong kinds"):
+        make("bahdanau", input_feeding=False)
+    with pytest.raises(TypeError, match="input_feeding must be True or False"):
+        make("luong-general", input_feeding="no")
     m = make("bahdanau")
     src, lens, tgt_in, _ = data()
     with pytest.raises(ValueError, match="src holds ids"):

@@ -40,6 +40,12 @@ and the task's own measure: "exact_match", "bits_per_sequence", "gap", ...).
   up to 512 with sinusoidal, learned, RoPE and ALiBi positions.
 - ``streaming``: decoding 8x past the training length with a sliding-window
   cache, with and without attention sinks (StreamingLLM).
+- ``bahdanau_length`` (``--train-max-len 30,50``): BLEU, exact match and token
+  accuracy against source length for encoder-decoders with and without
+  attention on a synthetic language pair (Bahdanau et al. 2015, Figure 2).
+- ``luong_comparison`` (``--variants``): Luong et al.'s global dot, general,
+  concat, local-m and local-p attention, with and without input feeding,
+  under one budget (Luong et al. 2015, Table 4).
 
 ``python -m attnc.experiments`` lists them. From Python, ``run(name,
 **flags)`` runs one and returns its Result (metrics, history, model,
@@ -106,6 +112,8 @@ EXPERIMENTS = (
     "mqar",
     "length_extrapolation",
     "streaming",
+    "bahdanau_length",
+    "luong_comparison",
 )
 
 

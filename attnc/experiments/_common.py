@@ -259,6 +259,23 @@ def record(args, settings: dict) -> None:
         args.run.record(settings)
 
 
+def epoch_batches(train_set, batch_size: int, order_seed: int):
+    """batches(step) -> the step's batch of train_set (``train_set.batch(indices)``):
+    passes over it in a new order each (drawn from [order_seed, pass]), the
+    last incomplete batch of a pass left out."""
+    per_epoch = len(train_set) // batch_size
+    order: dict = {}
+
+    def batches(step):
+        epoch, i = divmod(step, per_epoch)
+        if epoch not in order:
+            order.clear()
+            order[epoch] = np.random.default_rng([order_seed, epoch]).permutation(len(train_set))
+        return train_set.batch(order[epoch][i * batch_size : (i + 1) * batch_size])
+
+    return batches
+
+
 def adam_warmup_cosine(model, lr: float, warmup: int, total: int, final: float = 0.0):
     """(Adam on model's parameters at lr, a LambdaLR with warmup_cosine's
     factor): the optimiser most experiments train with."""

@@ -134,14 +134,7 @@ def run(kind, args, cfg, heldout, train_set, disable_progress, long_set):
     per_epoch = len(train_set) // bs
     steps = cfg["steps"] if cfg.get("steps") else per_epoch * cfg["epochs"]
     opt, sched = _common.adam_warmup_cosine(model, cfg["lr"], cfg["warmup"], steps, cfg["final_lr"])
-    order = {}
-
-    def batches(step):
-        epoch, i = divmod(step, per_epoch)
-        if epoch not in order:
-            order.clear()
-            order[epoch] = np.random.default_rng([order_seed, epoch]).permutation(len(train_set))
-        return train_set.batch(order[epoch][i * bs : (i + 1) * bs])
+    batches = _common.epoch_batches(train_set, bs, order_seed)
 
     interim = DatesTask(heldout.sources[:INTERIM], heldout.dates[:INTERIM], heldout.formats[:INTERIM], "test")
 

@@ -84,6 +84,8 @@ class Seq2Seq(Module):
     bidirectional : bool or None, a bidirectional encoder (None: only for "bahdanau")
     attention_size : int or None, A, the additive scores' width (None: H)
     window : float, local attention's half-width D
+    input_feeding : bool, Luong kinds: feed h̃_{t-1} to the decoder's LSTM (Luong
+        et al.'s input feeding, the default); False: the LSTM reads y_t alone
     max_source_len : int or None, the source length "luong-location" scores (required for it)
     dtype : float32 or float64, the parameters' dtype
     seed : int or None, for the initialisation and scheduled sampling
@@ -101,7 +103,8 @@ class Seq2Seq(Module):
     - ``"bahdanau"``: e_s = vᵀ tanh(W_q h_{t-1} + W_k h̄_s), α = softmax(e),
       c_t = Σ_s α_s h̄_s, h_t = LSTM([y_t; c_t], h_{t-1}), o_t = [h_t; c_t];
     - Luong (``"luong-*"``, ``"local-*"``): h_t = LSTM([y_t; h̃_{t-1}], h_{t-1})
-      (input feeding, h̃_{-1} = 0), scores on h_t: dot h_tᵀh̄_s, general
+      (input feeding, h̃_{-1} = 0; with input_feeding=False h_t = LSTM(y_t,
+      h_{t-1})), scores on h_t: dot h_tᵀh̄_s, general
       h_tᵀ W h̄_s, concat vᵀ tanh(W_q h_t + W_k h̄_s), location (W h_t + b)_s;
       c_t = Σ_s α_s h̄_s, h̃_t = tanh(W_c [c_t; h_t]), o_t = h̃_t.
       local-m: the general score over the window |s - t| <= window; local-p:
@@ -123,7 +126,7 @@ class Seq2Seq(Module):
     ``state_dict()``: ``src_embedding.weight``,
     ``tgt_embedding.weight``, ``encoder.*`` (torch's nn.LSTM names),
     ``bridge.weight/bias``, ``decoder.weight_ih/weight_hh/bias_ih/bias_hh``
-    (torch's nn.LSTMCell; input [y_t; feed]), the attention's
+    (torch's nn.LSTMCell; input [y_t; feed], or y_t without input feeding), the attention's
     (``attention.query.weight``, ``attention.key.weight``, ``attention.v``;
     ``attention.weight`` (H, He) for general/local, (max_source_len, H) and
     ``attention.bias`` for location; ``attention.position.weight/v`` for
@@ -154,6 +157,7 @@ class Seq2Seq(Module):
         bidirectional: bool | None = None,
         attention_size: int | None = None,
         window: float = 5,
+        input_feeding: bool = True,
         max_source_len: int | None = None,
         dtype: DTypeLike = np.float32,
         seed: int | None = None,
@@ -172,9 +176,15 @@ class Seq2Seq(Module):
                 raise TypeError("attention='luong-location' needs max_source_len")
             max_source_len = int_arg("max_source_len", max_source_len)
         window = float(window)
+        if not isinstance(input_feeding, (bool, np.bool_)):
+            raise TypeError(f"input_feeding must be True or False, got {input_feeding!r}")
+        input_feeding = bool(input_feeding)
+        if not input_feeding and kind not in _LUONG:
+            raise ValueError(f"input_feeding=False is for the Luong kinds ({', '.join(_LUONG)}), not {kind!r}")
         if kind.startswith("local") and not window >= (1 if kind == "local-p" else 0):
             raise ValueError(f"window must be >= {1 if kind == 'local-p' else 0} for {kind}, got {window}")
         self.attention_kind, self.bidirectional, self.window = kind, bidirectional, window
+        self.input_feeding = input_feeding
         self.hidden_size, self.embed_size, self.max_source_len = H, E, max_source_len
         s = _spawn(seed, 9)
         self._rng = np.random.default_rng(s[8])  # the scheduled-sampling seeds of calls given none
@@ -183,7 +193,8 @@ class Seq2Seq(Module):
         self.tgt_embedding = Embedding(tgt_vocab, E, dtype=dtype, seed=s[1])
         self.encoder = LSTM(E, H, bidirectional=bidirectional, dtype=dtype, seed=s[2])
         self.bridge = Linear(He, H, dtype=dtype, seed=s[3])
-        self.decoder = LSTMCell(E + (H if luong else He), H, dtype=dtype, seed=s[4])
+        feed = (H if input_feeding else 0) if luong else He  # what the LSTM reads beside y_t
+        self.decoder = LSTMCell(E + feed, H, dtype=dtype, seed=s[4])
         if kind != "none":
             self.attention = _Attention(kind, H, He, A, max_source_len, dtype=dtype, seed=s[5])
         if luong:
@@ -229,6 +240,7 @@ class Seq2Seq(Module):
             "window": self.window,
             "sampling": float(sampling),
             "seed": seed,
+            "input_feeding": self.input_feeding,
         }
 
     def _inputs(self, src, tgt_in, src_lengths):
@@ -441,7 +453,11 @@ class Seq2Seq(Module):
         return tokens[:, :L], align[:, :L]
 
     def extra_repr(self) -> str:
-        return f"attention={self.attention_kind!r}, hidden_size={self.hidden_size}, bidirectional={self.bidirectional}"
+        feeding = "" if self.input_feeding else ", input_feeding=False"
+        return (
+            f"attention={self.attention_kind!r}, hidden_size={self.hidden_size}, "
+            f"bidirectional={self.bidirectional}{feeding}"
+        )
 
 
 def _spawn(seed, n):

@@ -569,7 +569,8 @@ typedef enum {
 } attnc_s2s_attention;
 
 /* Weights (torch layouts, (out, in)); absent when the kind has no use for
- * them. Fin = He (none, bahdanau) or H (Luong kinds). */
+ * them. Fin = He (none, bahdanau), H (Luong kinds) or 0 (Luong kinds without
+ * input feeding). */
 typedef struct {
     attnc_tensor embedding;                              /* (Vt, E)                     */
     attnc_tensor weight_ih, weight_hh, bias_ih, bias_hh; /* (4H, E+Fin), (4H, H), (4H) */
@@ -585,9 +586,12 @@ typedef struct {
 
 typedef struct {
     attnc_s2s_attention attention;
-    double window;   /* local kinds: D                                           */
-    double sampling; /* scheduled sampling: probability of feeding the argmax     */
-    uint64_t seed;   /* of the sampling decisions                                */
+    double window;     /* local kinds: D                                           */
+    double sampling;   /* scheduled sampling: probability of feeding the argmax     */
+    uint64_t seed;     /* of the sampling decisions                                */
+    int input_feeding; /* Luong kinds: 1 feeds h~_{t-1} with the input (Fin = H);
+                          0 (Luong's "without input feeding") feeds nothing (Fin =
+                          0, weight_ih (4H, E)); ignored by none and bahdanau       */
 } attnc_s2s_config;
 
 /* Elements (of the float dtype) of the forward's saved buffer; -1 if the

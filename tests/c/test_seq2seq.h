@@ -1,7 +1,7 @@
 /* test_seq2seq.h: C unit tests of csrc/models/seq2seq (included by test_core.c):
  * the recurrent attention decoder's gradients against central finite
- * differences in float64 for an additive, a location and a predictive-local
- * kind, its argument checks, and greedy decoding against the teacher-forced
+ * differences in float64 for every kind (the Luong kinds with and without
+ * input feeding), its argument checks, and greedy decoding against the teacher-forced
  * forward fed its own tokens. */
 
 #include <stdbool.h>
@@ -21,10 +21,17 @@ static void s2_fill(double *p, size_t n, uint64_t seed) {
     free(r);
 }
 
-/* The weights struct over p (grads: the same layout over g) for kind k. */
-static attnc_s2s_weights s2_weights(s2_params *p, attnc_s2s_attention k) {
+/* The config of kind k (feed: Luong's input feeding). */
+static attnc_s2s_config s2_config(attnc_s2s_attention k, bool feed) {
+    attnc_s2s_config cfg = {.attention = k, .window = 1.5, .input_feeding = feed};
+    return cfg;
+}
+
+/* The weights struct over p (grads: the same layout over g) for kind k
+ * (feed: with input feeding; weight_ih (4H, E) without it for Luong kinds). */
+static attnc_s2s_weights s2_weights(s2_params *p, attnc_s2s_attention k, bool feed) {
     bool luong = k >= ATTNC_S2S_DOT, additive = k == ATTNC_S2S_BAHDANAU || k == ATTNC_S2S_CONCAT;
-    int64_t fin = S2_H, F = luong || k == ATTNC_S2S_NONE ? S2_H : 2 * S2_H;
+    int64_t fin = luong && !feed ? 0 : S2_H, F = luong || k == ATTNC_S2S_NONE ? S2_H : 2 * S2_H;
     attnc_s2s_weights w = {0};
     w.embedding = view(p->emb, ATTNC_FLOAT64, 2, (int64_t[]){S2_V, S2_E});
     w.weight_ih = view(p->wih, ATTNC_FLOAT64, 2, (int64_t[]){4 * S2_H, S2_E + fin});
@@ -73,9 +80,10 @@ static void s2_inputs_init(s2_inputs *in) {
 
 /* sum(features * r) of a forward; *saved_out (if not NULL) gets the saved
  * buffer (caller frees) and fed the tokens. */
-static double s2_objective(s2_params *p, s2_inputs *in, attnc_s2s_attention k, double **saved_out, int64_t *fed) {
-    attnc_s2s_weights w = s2_weights(p, k);
-    attnc_s2s_config cfg = {.attention = k, .window = 1.5};
+static double s2_objective(s2_params *p, s2_inputs *in, attnc_s2s_attention k, bool feed, double **saved_out,
+                           int64_t *fed) {
+    attnc_s2s_weights w = s2_weights(p, k, feed);
+    attnc_s2s_config cfg = s2_config(k, feed);
     int64_t F = w.out_weight.shape[1], n = attnc_s2s_saved_size(&cfg, &w, S2_B, S2_S, S2_T);
     double *saved = calloc((size_t)n, sizeof *saved), feat[S2_B * S2_T * 2 * S2_H];
     int64_t fed_local[S2_B * S2_T];
@@ -97,17 +105,17 @@ static double s2_objective(s2_params *p, s2_inputs *in, attnc_s2s_attention k, d
     return obj;
 }
 
-static void test_s2s_gradients(attnc_s2s_attention k) {
+static void test_s2s_gradients(attnc_s2s_attention k, bool feed) {
     s2_params p, g;
     s2_fill((double *)&p, sizeof p / sizeof(double), 30 + (uint64_t)k);
     s2_inputs in;
     s2_inputs_init(&in);
     double *saved = NULL, dmem[S2_B * S2_S * S2_H], dfin[S2_B * S2_H];
     int64_t fed[S2_B * S2_T];
-    s2_objective(&p, &in, k, &saved, fed);
-    attnc_s2s_weights w = s2_weights(&p, k), gw = s2_weights(&g, k);
+    s2_objective(&p, &in, k, feed, &saved, fed);
+    attnc_s2s_weights w = s2_weights(&p, k, feed), gw = s2_weights(&g, k, feed);
     gw.out_weight.data = gw.out_bias.data = NULL;
-    attnc_s2s_config cfg = {.attention = k, .window = 1.5};
+    attnc_s2s_config cfg = s2_config(k, feed);
     int64_t F = w.out_weight.shape[1], n = attnc_s2s_saved_size(&cfg, &w, S2_B, S2_S, S2_T);
     attnc_tensor tdf = view(in.r, ATTNC_FLOAT64, 3, (int64_t[]){S2_B, S2_T, F});
     attnc_tensor ts = view(saved, ATTNC_FLOAT64, 1, &n), tfed = view(fed, ATTNC_INT64, 2, (int64_t[]){S2_B, S2_T});
@@ -117,7 +125,7 @@ static void test_s2s_gradients(attnc_s2s_attention k) {
     attnc_tensor tdm = view(dmem, ATTNC_FLOAT64, 3, (int64_t[]){S2_B, S2_S, S2_H});
     attnc_tensor tdfin = view(dfin, ATTNC_FLOAT64, 2, (int64_t[]){S2_B, S2_H});
     attnc_status st = attnc_s2s_backward(&tdm, &tdfin, &gw, &tdf, &ts, &tfed, &tm, &tfin, &tl, &w, &cfg);
-    CHECK(st == ATTNC_OK, "s2s backward (kind %d): %s", (int)k, attnc_last_error());
+    CHECK(st == ATTNC_OK, "s2s backward (kind %d, feed %d): %s", (int)k, (int)feed, attnc_last_error());
     free(saved);
     /* every present weight, the memory and final: central differences */
     attnc_tensor *ws[] = {&w.embedding,       &w.weight_ih,    &w.weight_hh,  &w.bias_ih, &w.bias_hh, &w.bridge_weight,
@@ -135,15 +143,15 @@ static void test_s2s_gradients(attnc_s2s_attention k) {
             if (a == 15 && in.mem[i] == 0) continue; /* padding: its gradient is not defined by the objective */
             double old = x[i], eps = 1e-6;
             x[i] = old + eps;
-            double up = s2_objective(&p, &in, k, NULL, NULL);
+            double up = s2_objective(&p, &in, k, feed, NULL, NULL);
             x[i] = old - eps;
-            double down = s2_objective(&p, &in, k, NULL, NULL);
+            double down = s2_objective(&p, &in, k, feed, NULL, NULL);
             x[i] = old;
             double fd = (up - down) / (2 * eps);
             worst = fmax(worst, fabs(fd - gx[i]) / fmax(1, fabs(fd)));
         }
     }
-    CHECK(worst < 1e-6, "s2s gradients (kind %d) vs finite differences: worst %g", (int)k, worst);
+    CHECK(worst < 1e-6, "s2s gradients (kind %d, feed %d) vs finite differences: worst %g", (int)k, (int)feed, worst);
 }
 
 /* Greedy tokens fed back by teacher forcing reproduce the decoder's choice. */
@@ -152,8 +160,8 @@ static void test_s2s_greedy(void) {
     s2_fill((double *)&p, sizeof p / sizeof(double), 40);
     s2_inputs in;
     s2_inputs_init(&in);
-    attnc_s2s_weights w = s2_weights(&p, ATTNC_S2S_GENERAL);
-    attnc_s2s_config cfg = {.attention = ATTNC_S2S_GENERAL};
+    attnc_s2s_weights w = s2_weights(&p, ATTNC_S2S_GENERAL, true);
+    attnc_s2s_config cfg = s2_config(ATTNC_S2S_GENERAL, true);
     int64_t tok[S2_B * S2_T], olen[S2_B];
     double align[S2_B * S2_T * S2_S];
     attnc_tensor tt = view(tok, ATTNC_INT64, 2, (int64_t[]){S2_B, S2_T}),
@@ -170,7 +178,7 @@ static void test_s2s_greedy(void) {
     }
     double *saved = NULL, feat[S2_B * S2_T * S2_H];
     int64_t fed[S2_B * S2_T], n = attnc_s2s_saved_size(&cfg, &w, S2_B, S2_S, S2_T);
-    s2_objective(&p, &in, ATTNC_S2S_GENERAL, &saved, fed);
+    s2_objective(&p, &in, ATTNC_S2S_GENERAL, true, &saved, fed);
     free(saved);
     saved = calloc((size_t)n, sizeof *saved);
     attnc_tensor tf = view(feat, ATTNC_FLOAT64, 3, (int64_t[]){S2_B, S2_T, S2_H}),
@@ -199,8 +207,8 @@ static void test_s2s_errors(void) {
     s2_fill((double *)&p, sizeof p / sizeof(double), 50);
     s2_inputs in;
     s2_inputs_init(&in);
-    attnc_s2s_weights w = s2_weights(&p, ATTNC_S2S_BAHDANAU);
-    attnc_s2s_config cfg = {.attention = ATTNC_S2S_BAHDANAU};
+    attnc_s2s_weights w = s2_weights(&p, ATTNC_S2S_BAHDANAU, false); /* bahdanau ignores input_feeding */
+    attnc_s2s_config cfg = s2_config(ATTNC_S2S_BAHDANAU, false);
     double feat[S2_B * S2_T * 2 * S2_H], saved[1];
     int64_t fed[S2_B * S2_T], n = 1;
     attnc_tensor tf = view(feat, ATTNC_FLOAT64, 3, (int64_t[]){S2_B, S2_T, 2 * S2_H}),
@@ -226,12 +234,21 @@ static void test_s2s_errors(void) {
     CHECK(attnc_s2s_forward(&tf, &none, &tfed, &ts, &tm, &tfin, &tl, &tt, &w, &cfg) == ATTNC_ERR_TYPE &&
               strstr(attnc_last_error(), "v"),
           "a missing weight is refused: %s", attnc_last_error());
+    attnc_s2s_weights fed_weights = s2_weights(&p, ATTNC_S2S_GENERAL, true);
+    attnc_s2s_config no_feed = s2_config(ATTNC_S2S_GENERAL, false);
+    tf = view(feat, ATTNC_FLOAT64, 3, (int64_t[]){S2_B, S2_T, S2_H});
+    CHECK(attnc_s2s_forward(&tf, &none, &tfed, &ts, &tm, &tfin, &tl, &tt, &fed_weights, &no_feed) == ATTNC_ERR_VALUE &&
+              strstr(attnc_last_error(), "weight_ih"),
+          "input feeding's weight_ih without input feeding is refused: %s", attnc_last_error());
 }
 
 static void test_seq2seq(void) {
     attnc_s2s_attention kinds[] = {ATTNC_S2S_NONE,   ATTNC_S2S_BAHDANAU, ATTNC_S2S_DOT,     ATTNC_S2S_GENERAL,
                                    ATTNC_S2S_CONCAT, ATTNC_S2S_LOCATION, ATTNC_S2S_LOCAL_M, ATTNC_S2S_LOCAL_P};
-    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) test_s2s_gradients(kinds[i]);
+    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
+        test_s2s_gradients(kinds[i], true);
+        if (kinds[i] >= ATTNC_S2S_DOT) test_s2s_gradients(kinds[i], false);
+    }
     test_s2s_greedy();
     test_s2s_errors();
 }

@@ -14,7 +14,8 @@ A attention size, D_w the local window half-width, S source steps, T target step
     "none":     h_t = LSTMCell([y_t ; final]);                     o_t = h_t
     "bahdanau": e = v·tanh(W_q h_{t-1} + K_s), K = enc W_kᵀ;  α = softmax over s < len
                 h_t = LSTMCell([y_t ; ctx_t]);                     o_t = [h_t ; ctx_t]
-    Luong:      h_t = LSTMCell([y_t ; h̃_{t-1}]), h̃_{-1} = 0; scores on h_t
+    Luong:      h_t = LSTMCell([y_t ; h̃_{t-1}]), h̃_{-1} = 0 (input feeding; without it
+                h_t = LSTMCell(y_t), decoder.weight_ih (4H, E)); scores on h_t
                 dot h_t·enc_s, general / local h_t·(W enc_s), concat v·tanh(W_q h_t + K_s),
                 location (W h_t + b)[s];  ctx_t = Σ α enc;  h̃_t = tanh(C [ctx_t ; h_t]); o_t = h̃_t
     local-m:    p_t = t;  local-p: p_t = len_b · σ(v_p·tanh(W_p h_t))
@@ -65,6 +66,7 @@ def state_shapes(
     bidirectional=None,
     attention_size=None,
     max_source_len=None,
+    input_feeding=True,
 ):
     """{state_dict key: shape} of the spec's model (the spec's defaults)."""
     if attention not in KINDS:
@@ -88,7 +90,7 @@ def state_shapes(
             }
         )
     shapes.update({"bridge.weight": (H, He), "bridge.bias": (H,)})
-    fin = He if attention in ("none", "bahdanau") else H
+    fin = He if attention in ("none", "bahdanau") else H if input_feeding else 0
     shapes.update(
         {
             "decoder.weight_ih": (4 * H, E + fin),
@@ -157,19 +159,20 @@ def _long(x):
 class TorchSeq2Seq(nn.Module):
     """The spec's model in torch, built from an attnc state dict.
 
-    TorchSeq2Seq(state, attention, window=5, dtype=torch.float64): sizes, D and
-    max_source_len are read from the state dict's shapes. Parameters require grad.
+    TorchSeq2Seq(state, attention, window=5, input_feeding=True, dtype=torch.float64):
+    sizes, D and max_source_len are read from the state dict's shapes. Parameters require grad.
     forward(src, src_lengths, tgt_in, return_alignments=False, sample_mask=None)
         -> logits (B, T, Vt) [, alignments (B, T, S)]
     sample_mask (B, T) bool, optional: scheduled sampling with a given choice — where
     True (t >= 1) the input token is argmax(logits_{t-1}) instead of tgt_in[:, t].
     """
 
-    def __init__(self, state, attention="bahdanau", *, window=5, dtype=torch.float64):
+    def __init__(self, state, attention="bahdanau", *, window=5, input_feeding=True, dtype=torch.float64):
         super().__init__()
         if attention not in KINDS:
             raise ValueError(f"unknown attention {attention!r}")
         self.kind = attention
+        self.input_feeding = input_feeding
         self.window = float(window)
         sd = {k: np.asarray(v) for k, v in state.items()}
         Vs, E = sd["src_embedding.weight"].shape
@@ -182,7 +185,7 @@ class TorchSeq2Seq(nn.Module):
         self.tgt_embedding = nn.Embedding(Vt, E)
         self.encoder = nn.LSTM(E, H, batch_first=True, bidirectional=D == 2)
         self.bridge = nn.Linear(He, H)
-        fin = He if attention in ("none", "bahdanau") else H
+        fin = He if attention in ("none", "bahdanau") else H if input_feeding else 0
         self.decoder = nn.LSTMCell(E + fin, H)
         if attention in ("bahdanau", "luong-concat"):
             A = sd["attention.v"].shape[0]
@@ -289,7 +292,7 @@ class TorchSeq2Seq(nn.Module):
             h, c = self.decoder(torch.cat([y, ctx], -1), (h, c))
             o = torch.cat([h, ctx], -1)
         else:
-            h, c = self.decoder(torch.cat([y, st["feed"]], -1), (h, c))
+            h, c = self.decoder(torch.cat([y, st["feed"]], -1) if self.input_feeding else y, (h, c))
             alpha, ctx, p = self._attend(st, h, t)
             o = torch.tanh(F.linear(torch.cat([ctx, h], -1), self.combine.weight))
             st["feed"] = o

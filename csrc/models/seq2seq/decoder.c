@@ -101,12 +101,12 @@ static attnc_status need(const attnc_tensor *t, const char *name, attnc_dtype dt
     return attnc_check_array(t, name, dt, ndim, sizes, false);
 }
 
-/* What follows from the kind and the sizes H, He and E: the Luong and
- * additive flags, the feed Fin, the LSTM input U, the features F. */
-static void kind_sizes(s2s_run *x) {
+/* What follows from the kind, input feeding and the sizes H, He and E: the
+ * Luong and additive flags, the feed Fin, the LSTM input U, the features F. */
+static void kind_sizes(s2s_run *x, bool input_feeding) {
     x->luong = x->kind >= ATTNC_S2S_DOT;
     x->additive = x->kind == ATTNC_S2S_BAHDANAU || x->kind == ATTNC_S2S_CONCAT;
-    x->Fin = x->luong ? x->H : x->He;
+    x->Fin = x->luong ? (input_feeding ? x->H : 0) : x->He;
     x->U = x->E + x->Fin + x->H;
     x->F = x->luong || x->kind == ATTNC_S2S_NONE ? x->H : x->H + x->He;
 }
@@ -190,7 +190,7 @@ attnc_status s2s_setup(s2s_run *x, const attnc_s2s_weights *w, const attnc_s2s_c
     if (w->weight_hh.shape[0] != 4 * x->H)
         return attnc_fail(ATTNC_ERR_VALUE, "weight_hh has shape (%lld, %lld); it needs (4 H, H)",
                           (long long)w->weight_hh.shape[0], (long long)x->H);
-    kind_sizes(x);
+    kind_sizes(x, cfg->input_feeding != 0);
     TRY(need(&w->weight_ih, "weight_ih", x->dt, 2, 4 * x->H, x->E + x->Fin));
     TRY(need(&w->bias_ih, "bias_ih", x->dt, 1, 4 * x->H, 0));
     TRY(need(&w->bias_hh, "bias_hh", x->dt, 1, 4 * x->H, 0));
@@ -277,7 +277,7 @@ int64_t attnc_s2s_saved_size(const attnc_s2s_config *cfg, const attnc_s2s_weight
     bool additive = x.kind == ATTNC_S2S_BAHDANAU || x.kind == ATTNC_S2S_CONCAT;
     const attnc_tensor *a = additive ? &w->query_weight : &w->position_weight;
     x.A = attnc_present(a) && a->ndim == 2 ? a->shape[0] : 0;
-    kind_sizes(&x);
+    kind_sizes(&x, cfg->input_feeding != 0);
     x.Kw = key_width(&x);
     return saved_elements(&x, T);
 }

@@ -126,7 +126,7 @@ void FN(s2s_step_forward)(const s2s_run *x, const s2s_slot *prev, const s2s_slot
         memcpy(u + i * U, ROW(x->emb, tok[i], E), (size_t)E * es);
         memcpy(u + i * U + E + x->Fin, ROW(prev->h, r, H), (size_t)H * es);
         if (x->kind == ATTNC_S2S_NONE) memcpy(u + i * U + E, ROW(x->final, FN(src)(x, r), He), (size_t)He * es);
-        if (x->luong) memcpy(u + i * U + E, ROW(prev->ht, r, H), (size_t)H * es);
+        if (x->luong && x->Fin) memcpy(u + i * U + E, ROW(prev->ht, r, H), (size_t)H * es); /* input feeding */
     }
     if (x->kind == ATTNC_S2S_BAHDANAU) /* attend on h_{t-1}: the context is the feed */
         FN(attend)(x, cur, t, r0, n, u + E + x->Fin, U, u + E, U, scratch);
@@ -297,8 +297,11 @@ static void FN(step_backward)(const s2s_run *x, const s2s_slot *prev, const s2s_
         if (x->kind == ATTNC_S2S_NONE) {
             REAL *dfi = dfinal + FN(src)(x, r0 + i) * He;
             for (int64_t j = 0; j < He; j++) dfi[j] += du[E + j];
-        } else if (x->luong) {
-            memcpy(k->dht + i * H, du + E, (size_t)H * sizeof(REAL));
+        } else if (x->luong) { /* h~_{t-1}'s gradient: through the input feeding, or none */
+            if (x->Fin)
+                memcpy(k->dht + i * H, du + E, (size_t)H * sizeof(REAL));
+            else
+                memset(k->dht + i * H, 0, (size_t)H * sizeof(REAL));
         } else {
             for (int64_t j = 0; j < He; j++) k->dctx[i * He + j] += du[E + j];
         }

@@ -38,6 +38,7 @@ def config():
         real("window"),
         real("sampling", 0.0),
         u64("seed"),
+        flag("input_feeding", True),
     )
 
 
