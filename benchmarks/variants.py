@@ -1,5 +1,6 @@
 """The cost of the fused kernel's options (issue 30): ALiBi, soft-capping,
-sinks against the plain kernel, and a sliding window against full attention.
+sinks, segment ids, a block mask and the sigmoid activation against the plain
+kernel, and a sliding window against full attention.
 
     python benchmarks/variants.py [--threads 1] [--repeats 7] [--quick]
 
@@ -77,6 +78,11 @@ def main(argv=None):
         "softcap": {"softcap": 30.0},
         "sinks": {"sinks": np.zeros(H, np.float32)},
         "alibi+softcap+sinks": {"alibi_slopes": slopes, "softcap": 30.0, "sinks": np.zeros(H, np.float32)},
+        # the masks' own cost (one segment, every block True: nothing skipped), then what skipping saves
+        "segments (1 sequence)": {"segment_ids": np.zeros((1, L), np.int64)},
+        "segments (8 packed)": {"segment_ids": np.repeat(np.arange(8), L // 8)[None]},
+        "block_mask (all True)": {"block_mask": np.ones((1, 1, L // 128, L // 128), bool), "block_size": 128},
+        "sigmoid": {"activation": "sigmoid"},
     }
     got = compare(L, options, args.repeats)
     print(f"options against the plain kernel, L = S = {L}, E = {E}, H = {H}, float32, {args.threads} thread(s)")

@@ -684,6 +684,116 @@ static void test_sdpa_options(void) {
     free(q), free(k), free(v), free(out), free(ref), free(cot), free(dq), free(dk), free(dv);
 }
 
+/* The block masks and sigmoid (issue 30), read through strided and
+ * broadcast views: B = 2, H = 2 heads on 1 kv head, causal. */
+enum { MB = 2, MH = 2, ML = 300, MS = 280, ME = 4, MEV = 3, MBQ = 37, MBK = 19 };
+enum { MNQ = (ML + MBQ - 1) / MBQ, MNK = (MS + MBK - 1) / MBK };
+
+typedef struct {
+    int64_t qseg[MB][ML][2], kseg[MS], prefix[MB];
+    uint8_t blocks[MH][MNQ][MNK];
+    int sigmoid;
+} masks_case;
+
+static int mask_ok(const masks_case *m, int b, int h, int i, int j) {
+    return (j <= i || j < m->prefix[b]) && m->qseg[b][i][0] == m->kseg[j] && m->blocks[h][i / MBQ][j / MBK];
+}
+
+/* out (MB, MH, ML, MEV) by loops; returns sum(out * cot). */
+static double masks_reference(const masks_case *m, const double *q, const double *k, const double *v,
+                              const double *cot, double *out) {
+    double total = 0, p[MS];
+    for (int b = 0; b < MB; b++)
+        for (int h = 0; h < MH; h++)
+            for (int i = 0; i < ML; i++) {
+                double mx = -INFINITY, sum = 0;
+                for (int j = 0; j < MS; j++) {
+                    double s = 0;
+                    for (int e = 0; e < ME; e++) s += q[((b * MH + h) * ML + i) * ME + e] * k[(b * MS + j) * ME + e];
+                    p[j] = mask_ok(m, b, h, i, j) ? 0.5 * s : -INFINITY;
+                    mx = fmax(mx, p[j]);
+                }
+                for (int j = 0; j < MS; j++) {
+                    p[j] = m->sigmoid ? 1 / (1 + exp(-(p[j] - 1))) : (mx == -INFINITY ? 0 : exp(p[j] - mx));
+                    sum += p[j];
+                }
+                for (int e = 0; e < MEV; e++) {
+                    double acc = 0;
+                    for (int j = 0; j < MS; j++) acc += p[j] * v[(b * MS + j) * MEV + e];
+                    double *o = &out[((b * MH + h) * ML + i) * MEV + e];
+                    *o = m->sigmoid ? acc : (sum > 0 ? acc / sum : 0);
+                    total += *o * cot[((b * MH + h) * ML + i) * MEV + e];
+                }
+            }
+    return total;
+}
+
+static void test_sdpa_masks(void) {
+    static masks_case m;
+    for (int b = 0; b < MB; b++) {
+        for (int i = 0; i < ML; i++) m.qseg[b][i][0] = i < 130 ? 0 : i < 200 ? 1 : 3, m.qseg[b][i][1] = -9;
+        m.prefix[b] = b ? 0 : 50;
+    }
+    for (int j = 0; j < MS; j++) m.kseg[j] = j < 130 ? 0 : j < 220 ? 1 : 2; /* queries 200.. see no key */
+    for (int x = 0; x < MH * MNQ * MNK; x++) (&m.blocks[0][0][0])[x] = attnc_uniform(9, 1, (uint64_t)x) < 0.8;
+    size_t nq = MB * MH * ML * ME, no = MB * MH * ML * MEV;
+    double *q = randn(nq, 61), *k = randn(MB * MS * ME, 62), *v = randn(MB * MS * MEV, 63), *cot = randn(no, 64);
+    double *out = malloc(no * sizeof(double)), *ref = malloc(no * sizeof(double)), *dq = malloc(nq * sizeof(double));
+    double *dk = malloc(MB * MS * ME * sizeof(double)), *dv = malloc(MB * MS * MEV * sizeof(double));
+    double lse[MB * MH * ML];
+    int64_t qs[4] = {MB, MH, ML, ME}, ks[4] = {MB, 1, MS, ME}, vs[4] = {MB, 1, MS, MEV}, os[4] = {MB, MH, ML, MEV};
+    int64_t ls[3] = {MB, MH, ML}, sq[2] = {MB, ML}, sk[2] = {MB, MS}, bs[4] = {MB, MH, MNQ, MNK}, pb[1] = {MB};
+    attnc_tensor tq = view(q, ATTNC_FLOAT64, 4, qs), tk = view(k, ATTNC_FLOAT64, 4, ks);
+    attnc_tensor tv = view(v, ATTNC_FLOAT64, 4, vs), to = view(out, ATTNC_FLOAT64, 4, os);
+    attnc_tensor tl = view(lse, ATTNC_FLOAT64, 3, ls), tc = view(cot, ATTNC_FLOAT64, 4, os);
+    attnc_tensor tdq = view(dq, ATTNC_FLOAT64, 4, qs), tdk = view(dk, ATTNC_FLOAT64, 4, ks);
+    attnc_tensor tdv = view(dv, ATTNC_FLOAT64, 4, vs);
+    attnc_sdpa_options o = {.scale = 0.5,
+                            .causal = 1,
+                            .query_segments = view(m.qseg, ATTNC_INT64, 2, sq),
+                            .key_segments = view(m.kseg, ATTNC_INT64, 2, sk),
+                            .prefix_lengths = view(m.prefix, ATTNC_INT64, 1, pb),
+                            .block_mask = view(m.blocks, ATTNC_BOOL, 4, bs),
+                            .block_q = MBQ,
+                            .block_k = MBK,
+                            .sigmoid_bias = -1};
+    o.query_segments.strides[0] = 2 * ML, o.query_segments.strides[1] = 2; /* every other entry */
+    o.key_segments.strides[0] = 0;                                         /* broadcast over the batch */
+    o.block_mask.strides[0] = 0;
+    for (m.sigmoid = 0; m.sigmoid < 2; m.sigmoid++) {
+        o.activation = m.sigmoid ? ATTNC_SIGMOID : ATTNC_SOFTMAX;
+        CHECK(attnc_sdpa_forward(&to, &tl, NULL, &tq, &tk, &tv, &o) == ATTNC_OK, "%s", attnc_last_error());
+        masks_reference(&m, q, k, v, cot, ref);
+        CHECK(max_abs_diff(out, ref, no) < 1e-12, "masks (sigmoid %d) differ by %g", m.sigmoid,
+              max_abs_diff(out, ref, no));
+        CHECK(attnc_sdpa_backward(&tdq, &tdk, &tdv, NULL, NULL, NULL, &tc, NULL, &tq, &tk, &tv, &to, &tl, &o) ==
+                  ATTNC_OK,
+              "%s", attnc_last_error());
+        double worst = 0;
+        for (size_t x = 0; x < nq; x += 97) {
+            double keep = q[x];
+            q[x] = keep + 1e-6;
+            double up = masks_reference(&m, q, k, v, cot, ref);
+            q[x] = keep - 1e-6;
+            double down = masks_reference(&m, q, k, v, cot, ref);
+            q[x] = keep;
+            worst = fmax(worst, fabs((up - down) / 2e-6 - dq[x]));
+        }
+        CHECK(worst < 1e-6, "masks' dquery (sigmoid %d) differs from finite differences by %g", m.sigmoid, worst);
+    }
+    attnc_sdpa_options bad = o;
+    m.prefix[1] = -1;
+    CHECK(attnc_sdpa_forward(&to, &tl, NULL, &tq, &tk, &tv, &bad) != ATTNC_OK &&
+              strstr(attnc_last_error(), "prefix_lengths"),
+          "a negative prefix accepted");
+    m.prefix[1] = 0;
+    bad.block_k = 20;
+    CHECK(attnc_sdpa_forward(&to, &tl, NULL, &tq, &tk, &tv, &bad) != ATTNC_OK &&
+              strstr(attnc_last_error(), "block_mask"),
+          "a block mask of the wrong shape accepted");
+    free(q), free(k), free(v), free(cot), free(out), free(ref), free(dq), free(dk), free(dv);
+}
+
 /* Linear: y = x W^T + b against loops; gradients of W and b. */
 static void test_linear(void) {
     enum { N = 300, IN = 7, OUT = 5 };
@@ -1291,6 +1401,7 @@ int main(void) {
     test_fingerprint();
     test_sdpa();
     test_sdpa_options();
+    test_sdpa_masks();
     test_linear();
     test_token_layers();
     test_pointwise();
