@@ -23,8 +23,7 @@ DTYPES = [np.float32, np.float64]
 REL = {np.float32: 1e-5, np.float64: 1e-12}
 
 
-def sdpa(*args, **kwargs):
-    return attnc.scaled_dot_product_attention(*args, **kwargs)
+sdpa = attnc.scaled_dot_product_attention
 
 
 def _qkv(rng, b, h, hkv, L, S, E, Ev, dtype=np.float64):
