@@ -276,8 +276,8 @@ static attnc_status check_block_masks(flash_ctx *c) {
     }
     if (!attnc_present(&o->block_mask)) return ATTNC_OK;
     if (!(o->block_q > 0 && o->block_q <= NO_HI && o->block_k > 0 && o->block_k <= NO_HI))
-        return attnc_fail(ATTNC_ERR_VALUE, "block sizes must be in [1, 2^61], got (%lld, %lld)",
-                          (long long)o->block_q, (long long)o->block_k);
+        return attnc_fail(ATTNC_ERR_VALUE, "block sizes must be in [1, 2^61], got (%lld, %lld)", (long long)o->block_q,
+                          (long long)o->block_k);
     return check_head_tensor(c, &o->block_mask, "block_mask", ATTNC_BOOL, c->H, blocks_of(c->L, o->block_q),
                              blocks_of(c->S, o->block_k));
 }
