@@ -192,15 +192,20 @@ def bool_mask(mask, shape: tuple, name: str = "mask") -> np.ndarray:
     return _broadcast(m, shape, name, f"(..., Tq, Tk) = {shape_str(shape)}")
 
 
+def integer_array(x, name: str, shape: tuple, to: str) -> np.ndarray:
+    """x, integers, as int64 broadcast (without copying, where it is int64
+    already) to shape; `to` says what shape means in the error."""
+    a = as_array(x, name)
+    if a.dtype.kind not in "iu":
+        raise TypeError(f"{name} must be an integer array, got dtype {a.dtype}")
+    if a.dtype.kind == "u" and a.size and a.max() > np.iinfo(np.int64).max:
+        raise ValueError(f"{name} does not fit in int64")
+    return _broadcast(a.astype(np.int64, copy=False), shape, name, to)
+
+
 def lengths(key_lengths, batch_shape: tuple) -> np.ndarray:
     """key_lengths as int64, broadcast to the leading (batch) dims (C checks they are >= 0)."""
-    kl = as_array(key_lengths, "key_lengths")
-    if kl.dtype.kind not in "iu":
-        raise TypeError(f"key_lengths must be an integer array, got dtype {kl.dtype}")
-    if kl.dtype.kind == "u" and kl.size and kl.max() > np.iinfo(np.int64).max:
-        raise ValueError("key_lengths does not fit in int64")
-    kl = kl.astype(np.int64, copy=False)
-    return _broadcast(kl, batch_shape, "key_lengths", f"the leading dims {shape_str(batch_shape)}")
+    return integer_array(key_lengths, "key_lengths", batch_shape, f"the leading dims {shape_str(batch_shape)}")
 
 
 def _broadcast(a: np.ndarray, shape: tuple, name: str, to: str) -> np.ndarray:

@@ -1,7 +1,8 @@
 """The kernel's options and today's attention variants (issue 30), in one run:
 
 1. the cost of each option of the fused kernel (ALiBi, soft-capping, sinks,
-   ...) against the plain kernel, forward and forward+backward;
+   segment ids, a block mask, the sigmoid activation) against the plain
+   kernel, forward and forward+backward;
 2. a sliding window (W = 256) against full and causal attention as L grows:
    the time per query stays flat;
 3. the same window in torch, forward: SDPA given the band as a dense boolean
@@ -93,6 +94,11 @@ def option_costs(L, repeats, results):
         "softcap": {"softcap": 30.0},
         "sinks": {"sinks": sinks},
         "alibi+softcap+sinks": {"alibi_slopes": slopes, "softcap": 30.0, "sinks": sinks},
+        # the masks' own cost (one segment, every block True: nothing skipped), then what skipping saves
+        "segments (1 sequence)": {"segment_ids": np.zeros((1, L), np.int64)},
+        "segments (8 packed)": {"segment_ids": np.repeat(np.arange(8), L // 8)[None]},
+        "block_mask (all True)": {"block_mask": np.ones((1, 1, L // 128, L // 128), bool), "block_size": 128},
+        "sigmoid": {"activation": "sigmoid"},
     }
     got = compare(L, options, repeats)
     print(f"options against the plain kernel, L = S = {L}, E = {E}, H = {H}, float32")

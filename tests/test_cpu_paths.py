@@ -98,6 +98,7 @@ KERNEL_TESTS = [
     "test_softmax.py",
     "test_sdpa.py",
     "test_sdpa_variants.py",
+    "test_sdpa_masks.py",
     "test_multihead.py",
     "test_kv_cache.py",
     "test_hard_local.py",

@@ -13,11 +13,13 @@ from typing import Literal
 import numpy as np
 
 from .._args import (
+    as_array,
     blas_ready,
     choice,
     default_scale,
     elementwise_ready,
     float_array,
+    integer_array,
     is_constant,
     same_dtype,
     seed_bits,
@@ -279,10 +281,98 @@ def _window_side(x, which: str) -> int:
     return min(int(x), 2**62)  # past every key: the same as unbounded, and fits C's int64
 
 
-def variant_options(heads: int, dtype, *, alibi_slopes=None, window=None, softcap=None, sinks=None) -> dict:
+def _segments(segment_ids, batch: tuple, L: int, S: int) -> dict:
+    """segment_ids, one (..., L) array when L == S or a pair (query's (...,
+    L), keys' (..., S)), as int64 broadcast to the kernel's batch dims."""
+    if isinstance(segment_ids, tuple):
+        if len(segment_ids) != 2:
+            raise TypeError(
+                f"segment_ids must be an integer array or a pair (query_segments, key_segments), "
+                f"got a tuple of {len(segment_ids)}"
+            )
+        pairs = zip(("query_segments", "key_segments"), segment_ids, (L, S))
+    else:
+        if L != S:
+            raise ValueError(
+                f"segment_ids: with {L} queries and {S} keys pass a pair (query_segments, key_segments), "
+                "shaped (..., L) and (..., S)"
+            )
+        pairs = zip(("query_segments", "key_segments"), (segment_ids, segment_ids), (L, S))
+    options = {}
+    for member, ids, n in pairs:
+        name = "segment_ids" if not isinstance(segment_ids, tuple) else f"segment_ids[{member == 'key_segments':d}]"
+        a = as_array(ids, name)
+        if a.ndim < 1 or a.shape[-1] != n:
+            raise ValueError(f"{name} has shape {shape_str(a.shape)}, expected (..., {n}): one id per position")
+        options[member] = integer_array(a, name, batch + (n,), f"(..., {n}) = {shape_str(batch + (n,))}")
+    return options
+
+
+def _block_mask(block_mask, block_size, heads: int, batch: tuple, L: int, S: int) -> dict:
+    """block_mask broadcast to (..., H, ceil(L / bq), ceil(S / bk)) with the
+    block sizes (bq, bk) from block_size (an int or a pair)."""
+    if block_size is None:
+        raise TypeError("block_mask needs block_size: an int, or a pair (query block, key block)")
+    sizes = tuple(block_size) if isinstance(block_size, (tuple, list)) else (block_size, block_size)
+    if len(sizes) != 2:
+        raise TypeError(f"block_size must be an int or a pair of ints, got {block_size!r}")
+    for n in sizes:
+        if isinstance(n, bool) or not isinstance(n, numbers.Integral):
+            raise TypeError(f"block_size must be an int or a pair of ints, got {block_size!r}")
+        if n <= 0:
+            raise ValueError(f"block_size must be > 0, got {block_size!r}")
+    bq, bk = (min(int(n), 2**40) for n in sizes)  # past every length: one block, as the size given
+    m = as_array(block_mask, "block_mask")
+    if m.dtype != np.bool_:
+        raise TypeError(f"block_mask must be a boolean array (True = computed), got dtype {m.dtype}")
+    blocks = (-(-L // bq), -(-S // bk))
+    if m.ndim < 2 or m.shape[-2:] != blocks:
+        raise ValueError(
+            f"block_mask has shape {shape_str(m.shape)}; with block_size ({bq}, {bk}), L = {L} and S = {S} it "
+            f"needs (..., H or 1, ceil(L / {bq}), ceil(S / {bk})) = (..., {blocks[0]}, {blocks[1]})"
+        )
+    want = batch + (heads,) + blocks
+    try:
+        view = elementwise_ready(np.broadcast_to(m, want))
+    except ValueError:
+        raise ValueError(
+            f"block_mask with shape {shape_str(m.shape)} does not broadcast to {shape_str(want)}"
+        ) from None
+    return {"block_mask": view, "block_q": bq, "block_k": bk}
+
+
+def _sigmoid_bias(sigmoid_bias, S: int) -> float:
+    """sigmoid's bias: default -log S (0 without keys), else a finite float."""
+    if sigmoid_bias is None:
+        return -math.log(S) if S > 0 else 0.0
+    if isinstance(sigmoid_bias, bool) or not isinstance(sigmoid_bias, numbers.Real):
+        raise TypeError(f"sigmoid_bias must be a float or None, got {type(sigmoid_bias).__name__}")
+    if not math.isfinite(sigmoid_bias):
+        raise ValueError(f"sigmoid_bias must be finite, got {sigmoid_bias!r}")
+    return float(sigmoid_bias)
+
+
+def variant_options(
+    heads: int,
+    dtype,
+    *,
+    kernel: tuple | None = None,
+    alibi_slopes=None,
+    window=None,
+    softcap=None,
+    sinks=None,
+    segment_ids=None,
+    prefix_lengths=None,
+    block_mask=None,
+    block_size=None,
+    activation: str = "softmax",
+    sigmoid_bias=None,
+) -> dict:
     """The options of today's models checked, as attnc_sdpa_options members
     (none given: an empty dict). heads: the query heads H of the kernel's
-    call; dtype: the call's."""
+    call; dtype: the call's; kernel: (batch dims, L, S) of the kernel's call,
+    which segment_ids, prefix_lengths, block_mask and sigmoid's default
+    bias need."""
     options: dict = {}
     if alibi_slopes is not None:
         options["alibi_slopes"] = _head_vector(alibi_slopes, "alibi_slopes", heads, dtype)
@@ -300,6 +390,24 @@ def variant_options(heads: int, dtype, *, alibi_slopes=None, window=None, softca
         options["softcap"] = cap
     if sinks is not None:
         options["sinks"] = _head_vector(sinks, "sinks", heads, dtype)
+    if block_size is not None and block_mask is None:
+        raise TypeError("block_size is the size of block_mask's blocks: pass it with block_mask")
+    if choice(activation, ("softmax", "sigmoid"), "activation") == "softmax" and sigmoid_bias is not None:
+        raise ValueError("sigmoid_bias is the bias of activation='sigmoid': pass it with that activation")
+    if segment_ids is None and prefix_lengths is None and block_mask is None and activation == "softmax":
+        return options
+    if kernel is None:
+        raise TypeError("segment_ids, prefix_lengths, block_mask and activation need the kernel's shape (kernel=)")
+    batch, L, S = kernel
+    if segment_ids is not None:
+        options.update(_segments(segment_ids, batch, L, S))
+    if prefix_lengths is not None:
+        to = f"the batch dims {shape_str(batch)}"
+        options["prefix_lengths"] = integer_array(prefix_lengths, "prefix_lengths", batch, to)  # C: >= 0
+    if block_mask is not None:
+        options.update(_block_mask(block_mask, block_size, heads, batch, L, S))
+    if activation == "sigmoid":
+        options.update(activation=1, sigmoid_bias=_sigmoid_bias(sigmoid_bias, S))
     return options
 
 

@@ -142,6 +142,12 @@ class KVCache:
         window: tuple[int | None, int | None] | None = ...,
         softcap: float | None = ...,
         sinks: ArrayLike | None = ...,
+        segment_ids: ArrayLike | tuple[ArrayLike, ArrayLike] | None = ...,
+        prefix_lengths: ArrayLike | int | None = ...,
+        block_mask: ArrayLike | None = ...,
+        block_size: int | tuple[int, int] | None = ...,
+        activation: Literal["softmax", "sigmoid"] = ...,
+        sigmoid_bias: float | None = ...,
     ) -> Array: ...
     @overload
     def attend(
@@ -154,6 +160,12 @@ class KVCache:
         window: tuple[int | None, int | None] | None = ...,
         softcap: float | None = ...,
         sinks: ArrayLike | None = ...,
+        segment_ids: ArrayLike | tuple[ArrayLike, ArrayLike] | None = ...,
+        prefix_lengths: ArrayLike | int | None = ...,
+        block_mask: ArrayLike | None = ...,
+        block_size: int | tuple[int, int] | None = ...,
+        activation: Literal["softmax", "sigmoid"] = ...,
+        sigmoid_bias: float | None = ...,
     ) -> tuple[Array, Array]: ...
     @overload
     def attend(
@@ -166,6 +178,12 @@ class KVCache:
         window: tuple[int | None, int | None] | None = ...,
         softcap: float | None = ...,
         sinks: ArrayLike | None = ...,
+        segment_ids: ArrayLike | tuple[ArrayLike, ArrayLike] | None = ...,
+        prefix_lengths: ArrayLike | int | None = ...,
+        block_mask: ArrayLike | None = ...,
+        block_size: int | tuple[int, int] | None = ...,
+        activation: Literal["softmax", "sigmoid"] = ...,
+        sigmoid_bias: float | None = ...,
     ) -> Array | tuple[Array, Array]: ...
     def attend(
         self,
@@ -177,6 +195,12 @@ class KVCache:
         window: tuple[int | None, int | None] | None = None,
         softcap: float | None = None,
         sinks: ArrayLike | None = None,
+        segment_ids: ArrayLike | tuple[ArrayLike, ArrayLike] | None = None,
+        prefix_lengths: ArrayLike | int | None = None,
+        block_mask: ArrayLike | None = None,
+        block_size: int | tuple[int, int] | None = None,
+        activation: Literal["softmax", "sigmoid"] = "softmax",
+        sigmoid_bias: float | None = None,
     ) -> Array | tuple[Array, Array]:
         """Attention of t new queries (batch, H, t, head_dim) on the cache; the
         last t cached positions are the queries' own (causal among them).
@@ -191,6 +215,16 @@ class KVCache:
         is moot under causal attention). Decoding step by step gives what one
         call over the whole sequence gives.
 
+        segment_ids, prefix_lengths, block_mask (with block_size),
+        activation, sigmoid_bias: as in attnc.scaled_dot_product_attention,
+        over the cache's positions: segment_ids is a pair (query_segments
+        (batch, t), key_segments (batch, length)), or one (batch, length)
+        array when t == length; prefix_lengths (batch,) or an int counts
+        cache positions (query i, at position length - t + i, may attend key
+        j if j <= length - t + i or j < prefix); block_mask is (batch or 1,
+        H or 1, ceil(t / bq), ceil(length / bk)), its query blocks counted
+        from the first new query; sigmoid_bias defaults to -log length.
+
         Example
         -------
         >>> cache = attnc.KVCache(1, 2, capacity=16, head_dim=4)
@@ -198,6 +232,10 @@ class KVCache:
         >>> cache.append(x, x)
         >>> cache.attend(x[:, :, -1:], window=(3, 0), sinks=np.zeros(2, np.float32)).shape
         (1, 2, 1, 4)
+        >>> ids = np.array([[0, 0, 0, 0, 1, 1, 1, 1, 1, 1]])            # the last 6 positions: a new document
+        >>> _, w = cache.attend(x[:, :, -1:], segment_ids=(ids[:, -1:], ids), return_weights=True)
+        >>> int((w[0, 0, 0] > 0).sum())
+        6
         """
         return _attend_forward(
             self,
@@ -208,6 +246,12 @@ class KVCache:
             window=window,
             softcap=softcap,
             sinks=sinks,
+            segment_ids=segment_ids,
+            prefix_lengths=prefix_lengths,
+            block_mask=block_mask,
+            block_size=block_size,
+            activation=activation,
+            sigmoid_bias=sigmoid_bias,
         )[0]
 
 
@@ -220,7 +264,7 @@ def _attend_forward(cache: KVCache, query, *, scale=None, return_weights=False, 
     h, t, length = q.shape[1], q.shape[2], cache.length
     if t > length:
         raise ValueError(f"{t} queries but only {length} cached positions: append their keys and values first")
-    extra = variant_options(h, q.dtype, **variants)
+    extra = variant_options(h, q.dtype, kernel=((b,), t, length), **variants)
     options = sdpa_options(
         default_scale(e) if scale is None else scale, causal=True, causal_offset=length - t, variants=extra
     )

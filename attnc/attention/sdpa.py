@@ -121,25 +121,10 @@ def _forward(
     *,
     return_weights=False,
     seed=None,
-    alibi_slopes=None,
-    window=None,
-    softcap=None,
-    sinks=None,
+    **variants,
 ):
     q, k, v, layout, options, mask_arg = _prepare(
-        query,
-        key,
-        value,
-        attn_mask,
-        dropout_p,
-        is_causal,
-        scale,
-        enable_gqa,
-        seed,
-        alibi_slopes=alibi_slopes,
-        window=window,
-        softcap=softcap,
-        sinks=sinks,
+        query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, seed, **variants
     )
     dtype = q.dtype
     batch, (h, L), Ev = q.shape[:-3], q.shape[-3:-1], v.shape[-1]
@@ -157,7 +142,9 @@ def _prepare(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_g
     """The arguments checked, as the kernel takes them: (q, k, v, layout,
     options, mask_arg). The same arguments (and an int seed) give the same
     options again: attnc.torch's backward rebuilds a forward's state here.
-    variants: alibi_slopes, window, softcap, sinks (_spec.variant_options)."""
+    variants: alibi_slopes, window, softcap, sinks, segment_ids,
+    prefix_lengths, block_mask, block_size, activation, sigmoid_bias
+    (_spec.variant_options)."""
     q, k, v, layout = _check(query, key, value, enable_gqa)
     dtype = q.dtype
     batch, (h, L, E), S = q.shape[:-3], q.shape[-3:], v.shape[-2]
@@ -172,7 +159,7 @@ def _prepare(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_g
     mask, mask_arg = None, None
     if attn_mask is not None:
         mask_arg, mask = _attn_mask(attn_mask, dtype, batch + (h, L, S))
-    extra = variant_options(h, dtype, **variants)
+    extra = variant_options(h, dtype, kernel=(batch, L, S), **variants)
     options = sdpa_options(scale, attn_mask=mask, causal=is_causal, dropout_p=dropout_p, seed=seed, variants=extra)
     return blas_ready(q), blas_ready(k), blas_ready(v), layout, options, mask_arg
 
@@ -230,6 +217,12 @@ def scaled_dot_product_attention(
     window: tuple[int | None, int | None] | None = ...,
     softcap: float | None = ...,
     sinks: ArrayLike | None = ...,
+    segment_ids: ArrayLike | tuple[ArrayLike, ArrayLike] | None = ...,
+    prefix_lengths: ArrayLike | int | None = ...,
+    block_mask: ArrayLike | None = ...,
+    block_size: int | tuple[int, int] | None = ...,
+    activation: Literal["softmax", "sigmoid"] = ...,
+    sigmoid_bias: float | None = ...,
 ) -> Array: ...
 @overload
 def scaled_dot_product_attention(
@@ -248,6 +241,12 @@ def scaled_dot_product_attention(
     window: tuple[int | None, int | None] | None = ...,
     softcap: float | None = ...,
     sinks: ArrayLike | None = ...,
+    segment_ids: ArrayLike | tuple[ArrayLike, ArrayLike] | None = ...,
+    prefix_lengths: ArrayLike | int | None = ...,
+    block_mask: ArrayLike | None = ...,
+    block_size: int | tuple[int, int] | None = ...,
+    activation: Literal["softmax", "sigmoid"] = ...,
+    sigmoid_bias: float | None = ...,
 ) -> tuple[Array, Array]: ...
 @overload
 def scaled_dot_product_attention(
@@ -266,6 +265,12 @@ def scaled_dot_product_attention(
     window: tuple[int | None, int | None] | None = ...,
     softcap: float | None = ...,
     sinks: ArrayLike | None = ...,
+    segment_ids: ArrayLike | tuple[ArrayLike, ArrayLike] | None = ...,
+    prefix_lengths: ArrayLike | int | None = ...,
+    block_mask: ArrayLike | None = ...,
+    block_size: int | tuple[int, int] | None = ...,
+    activation: Literal["softmax", "sigmoid"] = ...,
+    sigmoid_bias: float | None = ...,
 ) -> Array | tuple[Array, Array]: ...
 def scaled_dot_product_attention(
     query: ArrayLike,
@@ -283,6 +288,12 @@ def scaled_dot_product_attention(
     window: tuple[int | None, int | None] | None = None,
     softcap: float | None = None,
     sinks: ArrayLike | None = None,
+    segment_ids: ArrayLike | tuple[ArrayLike, ArrayLike] | None = None,
+    prefix_lengths: ArrayLike | int | None = None,
+    block_mask: ArrayLike | None = None,
+    block_size: int | tuple[int, int] | None = None,
+    activation: Literal["softmax", "sigmoid"] = "softmax",
+    sigmoid_bias: float | None = None,
 ) -> Array | tuple[Array, Array]:
     """Fused scaled-dot-product attention, as ``torch.nn.functional.scaled_dot_product_attention``.
 
@@ -333,7 +344,39 @@ def scaled_dot_product_attention(
     sinks : array (H,), the call's dtype, finite: a logit per head that joins
         each row's softmax normaliser only, p_ij = exp(s_ij) / (exp(sinks[h])
         + sum_j exp(s_ij)) (gpt-oss); rows of the weights then sum to less
-        than 1. attnc.vjp returns its gradient as ``"sinks"``.
+        than 1. attnc.vjp returns its gradient as ``"sinks"``. Not with
+        activation="sigmoid" (which has no normaliser).
+
+    Block masks (keyword only, None = off): a key one of them excludes takes
+    no part, as under a False attn_mask, and the tiles they exclude wholly
+    are skipped (no arithmetic). They compose with everything above.
+
+    segment_ids : integer array shaped like the query without its head and
+        feature dims ((B, L) for a (B, H, L, E) query; broadcast as the
+        query's leading dims), or a pair (query_segments (..., L),
+        key_segments (..., S)), required when L != S: query i attends only
+        keys j of its own segment, key_segments[j] == query_segments[i]
+        (packed sequences; with is_causal, the causal side stays where it
+        is: pack each sequence's queries and keys alike). Tiles whose
+        queries' and keys' id ranges do not overlap are skipped, so sorted
+        (nondecreasing) ids cost about the sum of the sequences' squares.
+    prefix_lengths : int or integer array broadcastable to the batch dims
+        ((B,) for a (B, H, L, E) query), each >= 0; needs is_causal=True.
+        A prefix LM: query i may attend key j if j <= i or j < prefix (the
+        prefix attends bidirectionally, the rest causally); window, masks
+        and segments still apply.
+    block_mask : boolean array (..., H or 1, ceil(L / bq), ceil(S / bk)),
+        broadcast as attn_mask, with block_size : int or (bq, bk), > 0:
+        query i and key j take part only if block_mask[..., i // bq,
+        j // bk]; False blocks are skipped whatever the kernel's own tile
+        size, True blocks computed with the other masks applied.
+
+    activation : "softmax" (default) or "sigmoid": p_ij = sigmoid(s_ij +
+        sigmoid_bias) with no normalisation (Ramapuram et al. 2024, "Theory,
+        Analysis, and Best Practices for Sigmoid Self-Attention"); excluded
+        keys get p = 0; return_weights returns p (rows need not sum to 1).
+    sigmoid_bias : float, default -log S (S the number of keys), the bias b
+        of activation="sigmoid".
 
     Returns
     -------
@@ -359,6 +402,20 @@ def scaled_dot_product_attention(
     ...     sinks=np.zeros(4, np.float32), return_weights=True)
     >>> int((w[0, 0, 100] > 0).sum()), bool(w.sum(axis=-1).max() < 1)
     (16, True)
+    >>> ids = np.repeat([[0, 1], [0, 0]], [100, 28], axis=1)   # two packed sequences in row 0
+    >>> out, w = attnc.scaled_dot_product_attention(q, q, q, is_causal=True, segment_ids=ids, return_weights=True)
+    >>> int((w[0, 0, 110] > 0).sum()), int((w[1, 0, 110] > 0).sum())   # keys 100..110; 0..110
+    (11, 111)
+    >>> _, w = attnc.scaled_dot_product_attention(q, q, q, is_causal=True, prefix_lengths=[10, 0], return_weights=True)
+    >>> int((w[0, 0, 3] > 0).sum()), int((w[1, 0, 3] > 0).sum())       # a 10-key prefix; plain causal
+    (10, 4)
+    >>> blocks = np.tril(np.ones((2, 2), bool))                     # 64 x 64 blocks: causal by blocks
+    >>> _, w = attnc.scaled_dot_product_attention(q, q, q, block_mask=blocks, block_size=64, return_weights=True)
+    >>> int((w[0, 0, 0] > 0).sum()), int((w[0, 0, 64] > 0).sum())
+    (64, 128)
+    >>> _, w = attnc.scaled_dot_product_attention(q, q, q, activation="sigmoid", return_weights=True)
+    >>> bool(((w > 0) & (w < 1)).all()), w.shape                    # each weight in (0, 1), unnormalised
+    (True, (2, 4, 128, 128))
     """
     return _forward(
         query,
@@ -375,6 +432,12 @@ def scaled_dot_product_attention(
         window=window,
         softcap=softcap,
         sinks=sinks,
+        segment_ids=segment_ids,
+        prefix_lengths=prefix_lengths,
+        block_mask=block_mask,
+        block_size=block_size,
+        activation=activation,
+        sigmoid_bias=sigmoid_bias,
     )[0]
 
 

@@ -240,6 +240,12 @@ attnc_status attnc_local_attention_backward(attnc_tensor *dquery, attnc_tensor *
 
 /* ---- fused scaled-dot-product attention (FlashAttention-style) --------- */
 
+/* How the scores become weights. */
+typedef enum {
+    ATTNC_SOFTMAX = 0, /* p_ij = exp(s_ij - lse_i), rows summing to 1      */
+    ATTNC_SIGMOID = 1  /* p_ij = 1 / (1 + exp(-(s_ij + sigmoid_bias)))     */
+} attnc_sdpa_activation;
+
 /* Shapes: query (..., H, L, E), key (..., Hkv, S, E), value (..., Hkv, S, Ev),
  * output (..., H, L, Ev); H a multiple of Hkv, query head h reads kv head
  * h / (H / Hkv) (grouped-query attention, nothing copied). The L x S matrix
@@ -274,6 +280,24 @@ typedef struct {
     int64_t window_left, window_right;
     double softcap;
     attnc_tensor sinks; /* (H,) of the call's dtype, finite, or absent     */
+    /* Block masks, each absent (or 0) for none; a key excluded by one takes
+     * no part, as under a BOOL mask, and the kernel skips the tiles they
+     * exclude wholly. query_segments (..., L) and key_segments (..., S),
+     * INT64, both or neither: query i attends only keys j with
+     * key_segments[j] == query_segments[i] (packed sequences; a tile is
+     * skipped when its queries' and keys' id ranges do not overlap).
+     * prefix_lengths (...,) INT64 >= 0, with causal only: the causal side
+     * becomes j <= i + causal_offset or j < prefix_lengths[b] (a prefix LM;
+     * the window's sides still apply). block_mask (..., H, ceil(L /
+     * block_q), ceil(S / block_k)) BOOL: query i and key j take part only if
+     * block_mask[i / block_q, j / block_k] (block_q, block_k > 0). */
+    attnc_tensor query_segments, key_segments, prefix_lengths, block_mask;
+    int64_t block_q, block_k;
+    /* ATTNC_SIGMOID: p_ij = sigmoid(s_ij + sigmoid_bias) with no normaliser
+     * (Ramapuram et al. 2024; excluded keys p = 0; not with sinks); lse then
+     * holds log(sum_j p_ij). */
+    attnc_sdpa_activation activation;
+    double sigmoid_bias;
 } attnc_sdpa_options;
 
 /* output (..., H, L, Ev), lse (..., H, L), weights (..., H, L, S), or

@@ -684,6 +684,120 @@ static void test_sdpa_options(void) {
     free(q), free(k), free(v), free(out), free(ref), free(cot), free(dq), free(dk), free(dv);
 }
 
+/* The block masks and sigmoid (issue 30), read through strided and
+ * broadcast views: B = 2, H = 2 heads on 1 kv head, causal. */
+enum { SM_B = 2, SM_H = 2, SM_L = 300, SM_S = 280, SM_E = 4, SM_EV = 3, SM_BQ = 37, SM_BK = 19 };
+enum { SM_NQ = (SM_L + SM_BQ - 1) / SM_BQ, SM_NK = (SM_S + SM_BK - 1) / SM_BK };
+
+typedef struct {
+    int64_t qseg[SM_B][SM_L][2], kseg[SM_S], prefix[SM_B];
+    uint8_t blocks[SM_H][SM_NQ][SM_NK];
+    int sigmoid;
+} masks_case;
+
+static int mask_ok(const masks_case *m, int b, int h, int i, int j) {
+    return (j <= i || j < m->prefix[b]) && m->qseg[b][i][0] == m->kseg[j] && m->blocks[h][i / SM_BQ][j / SM_BK];
+}
+
+/* out (SM_B, SM_H, SM_L, SM_EV) by loops; returns sum(out * cot). */
+static double masks_reference(const masks_case *m, const double *q, const double *k, const double *v, const double *cot,
+                              double *out) {
+    double total = 0, p[SM_S];
+    for (int b = 0; b < SM_B; b++)
+        for (int h = 0; h < SM_H; h++)
+            for (int i = 0; i < SM_L; i++) {
+                double mx = -INFINITY, sum = 0;
+                for (int j = 0; j < SM_S; j++) {
+                    double s = 0;
+                    for (int e = 0; e < SM_E; e++)
+                        s += q[((b * SM_H + h) * SM_L + i) * SM_E + e] * k[(b * SM_S + j) * SM_E + e];
+                    p[j] = mask_ok(m, b, h, i, j) ? 0.5 * s : -INFINITY;
+                    mx = fmax(mx, p[j]);
+                }
+                for (int j = 0; j < SM_S; j++) {
+                    p[j] = m->sigmoid ? 1 / (1 + exp(-(p[j] - 1))) : (mx == -INFINITY ? 0 : exp(p[j] - mx));
+                    sum += p[j];
+                }
+                for (int e = 0; e < SM_EV; e++) {
+                    double acc = 0;
+                    for (int j = 0; j < SM_S; j++) acc += p[j] * v[(b * SM_S + j) * SM_EV + e];
+                    double *o = &out[((b * SM_H + h) * SM_L + i) * SM_EV + e];
+                    *o = m->sigmoid ? acc : (sum > 0 ? acc / sum : 0);
+                    total += *o * cot[((b * SM_H + h) * SM_L + i) * SM_EV + e];
+                }
+            }
+    return total;
+}
+
+static void test_sdpa_masks(void) {
+    static masks_case m;
+    for (int b = 0; b < SM_B; b++) {
+        for (int i = 0; i < SM_L; i++) m.qseg[b][i][0] = i < 130 ? 0 : i < 200 ? 1 : 3, m.qseg[b][i][1] = -9;
+        m.prefix[b] = b ? 0 : 50;
+    }
+    for (int j = 0; j < SM_S; j++) m.kseg[j] = j < 130 ? 0 : j < 220 ? 1 : 2; /* queries 200.. see no key */
+    for (int x = 0; x < SM_H * SM_NQ * SM_NK; x++) (&m.blocks[0][0][0])[x] = attnc_uniform(9, 1, (uint64_t)x) < 0.8;
+    size_t nq = SM_B * SM_H * SM_L * SM_E, no = SM_B * SM_H * SM_L * SM_EV;
+    double *q = randn(nq, 61), *k = randn(SM_B * SM_S * SM_E, 62), *v = randn(SM_B * SM_S * SM_EV, 63),
+           *cot = randn(no, 64);
+    double *out = malloc(no * sizeof(double)), *ref = malloc(no * sizeof(double)), *dq = malloc(nq * sizeof(double));
+    double *dk = malloc(SM_B * SM_S * SM_E * sizeof(double)), *dv = malloc(SM_B * SM_S * SM_EV * sizeof(double));
+    double lse[SM_B * SM_H * SM_L];
+    int64_t qs[4] = {SM_B, SM_H, SM_L, SM_E}, ks[4] = {SM_B, 1, SM_S, SM_E}, vs[4] = {SM_B, 1, SM_S, SM_EV},
+            os[4] = {SM_B, SM_H, SM_L, SM_EV};
+    int64_t ls[3] = {SM_B, SM_H, SM_L}, sq[2] = {SM_B, SM_L}, sk[2] = {SM_B, SM_S}, bs[4] = {SM_B, SM_H, SM_NQ, SM_NK},
+            pb[1] = {SM_B};
+    attnc_tensor tq = view(q, ATTNC_FLOAT64, 4, qs), tk = view(k, ATTNC_FLOAT64, 4, ks);
+    attnc_tensor tv = view(v, ATTNC_FLOAT64, 4, vs), to = view(out, ATTNC_FLOAT64, 4, os);
+    attnc_tensor tl = view(lse, ATTNC_FLOAT64, 3, ls), tc = view(cot, ATTNC_FLOAT64, 4, os);
+    attnc_tensor tdq = view(dq, ATTNC_FLOAT64, 4, qs), tdk = view(dk, ATTNC_FLOAT64, 4, ks);
+    attnc_tensor tdv = view(dv, ATTNC_FLOAT64, 4, vs);
+    attnc_sdpa_options o = {.scale = 0.5,
+                            .causal = 1,
+                            .query_segments = view(m.qseg, ATTNC_INT64, 2, sq),
+                            .key_segments = view(m.kseg, ATTNC_INT64, 2, sk),
+                            .prefix_lengths = view(m.prefix, ATTNC_INT64, 1, pb),
+                            .block_mask = view(m.blocks, ATTNC_BOOL, 4, bs),
+                            .block_q = SM_BQ,
+                            .block_k = SM_BK,
+                            .sigmoid_bias = -1};
+    o.query_segments.strides[0] = 2 * SM_L, o.query_segments.strides[1] = 2; /* every other entry */
+    o.key_segments.strides[0] = 0;                                           /* broadcast over the batch */
+    o.block_mask.strides[0] = 0;
+    for (m.sigmoid = 0; m.sigmoid < 2; m.sigmoid++) {
+        o.activation = m.sigmoid ? ATTNC_SIGMOID : ATTNC_SOFTMAX;
+        CHECK(attnc_sdpa_forward(&to, &tl, NULL, &tq, &tk, &tv, &o) == ATTNC_OK, "%s", attnc_last_error());
+        masks_reference(&m, q, k, v, cot, ref);
+        CHECK(max_abs_diff(out, ref, no) < 1e-12, "masks (sigmoid %d) differ by %g", m.sigmoid,
+              max_abs_diff(out, ref, no));
+        CHECK(attnc_sdpa_backward(&tdq, &tdk, &tdv, NULL, NULL, NULL, &tc, NULL, &tq, &tk, &tv, &to, &tl, &o) ==
+                  ATTNC_OK,
+              "%s", attnc_last_error());
+        double worst = 0;
+        for (size_t x = 0; x < nq; x += 97) {
+            double keep = q[x];
+            q[x] = keep + 1e-6;
+            double up = masks_reference(&m, q, k, v, cot, ref);
+            q[x] = keep - 1e-6;
+            double down = masks_reference(&m, q, k, v, cot, ref);
+            q[x] = keep;
+            worst = fmax(worst, fabs((up - down) / 2e-6 - dq[x]));
+        }
+        CHECK(worst < 1e-6, "masks' dquery (sigmoid %d) differs from finite differences by %g", m.sigmoid, worst);
+    }
+    attnc_sdpa_options bad = o;
+    m.prefix[1] = -1;
+    CHECK(attnc_sdpa_forward(&to, &tl, NULL, &tq, &tk, &tv, &bad) != ATTNC_OK &&
+              strstr(attnc_last_error(), "prefix_lengths"),
+          "a negative prefix accepted");
+    m.prefix[1] = 0;
+    bad.block_k = 20;
+    CHECK(attnc_sdpa_forward(&to, &tl, NULL, &tq, &tk, &tv, &bad) != ATTNC_OK &&
+              strstr(attnc_last_error(), "block_mask"),
+          "a block mask of the wrong shape accepted");
+    free(q), free(k), free(v), free(cot), free(out), free(ref), free(dq), free(dk), free(dv);
+}
+
 /* Linear: y = x W^T + b against loops; gradients of W and b. */
 static void test_linear(void) {
     enum { N = 300, IN = 7, OUT = 5 };
@@ -1291,6 +1405,7 @@ int main(void) {
     test_fingerprint();
     test_sdpa();
     test_sdpa_options();
+    test_sdpa_masks();
     test_linear();
     test_token_layers();
     test_pointwise();

@@ -11,6 +11,13 @@ It materialises the full (..., H, L, S) score matrix. Conventions:
   Queries sit at key position i (top-left), as attnc's is_causal.
   A row with no key it may attend to has zero weights and output.
   Dropout: an explicit keep mask (True = kept), kept weights scaled by 1/(1-p).
+Block masks: segment_ids ((..., L) when L == S, or a pair ((..., L), (..., S))):
+  key j takes part for query i only if their ids are equal; prefix_lengths
+  (with is_causal; broadcast to the batch dims): the causal rule becomes
+  j <= i or j < prefix; block_mask (..., H or 1, ceil(L/bq), ceil(S/bk)) with
+  block_size bq or (bq, bk): only if block_mask[..., i // bq, j // bk].
+activation="sigmoid": p_ij = 1 / (1 + exp(-(s_ij + sigmoid_bias))) where key j
+  takes part, else 0 (no normalisation); sigmoid_bias defaults to -log S.
 """
 
 import numpy as np
@@ -46,6 +53,29 @@ def allowed_keys(L, S, is_causal=False, window=None):
     return ok
 
 
+def block_masks(shape, is_causal, segment_ids=None, prefix_lengths=None, block_mask=None, block_size=None):
+    """(..., H, L, S) bool: what the block masks allow (True where none is
+    given), and the causal rule under a prefix (prefix_lengths given)."""
+    *batch, h, L, S = shape
+    i = np.arange(L)[:, None]
+    j = np.arange(S)[None, :]
+    ok = np.ones(shape, bool)
+    if segment_ids is not None:
+        qs, ks = segment_ids if isinstance(segment_ids, tuple) else (segment_ids, segment_ids)
+        qs = np.broadcast_to(np.asarray(qs), tuple(batch) + (L,))
+        ks = np.broadcast_to(np.asarray(ks), tuple(batch) + (S,))
+        ok &= qs[..., None, :, None] == ks[..., None, None, :]
+    if prefix_lengths is not None:
+        assert is_causal
+        p = np.broadcast_to(np.asarray(prefix_lengths), tuple(batch))[..., None, None, None]
+        ok &= (j <= i) | (j < p)
+    if block_mask is not None:
+        bq, bk = block_size if isinstance(block_size, tuple) else (block_size, block_size)
+        m = np.asarray(block_mask)
+        ok &= np.broadcast_to(m[..., i[:, 0] // bq, :][..., j[0] // bk], shape)
+    return ok
+
+
 def weights(
     query,
     key,
@@ -58,6 +88,12 @@ def weights(
     window=None,
     softcap=None,
     sinks=None,
+    segment_ids=None,
+    prefix_lengths=None,
+    block_mask=None,
+    block_size=None,
+    activation="softmax",
+    sigmoid_bias=None,
 ):
     """(probs (..., H, L, S), value expanded to H heads), float64."""
     q, k, v = (np.asarray(a, np.float64) for a in (query, key, value))
@@ -72,7 +108,8 @@ def weights(
     if alibi_slopes is not None:
         dist = np.arange(S)[None, :] - np.arange(L)[:, None]
         s = s + np.asarray(alibi_slopes, np.float64)[:, None, None] * dist
-    ok = np.broadcast_to(allowed_keys(L, S, is_causal, window), s.shape).copy()
+    ok = np.broadcast_to(allowed_keys(L, S, is_causal and prefix_lengths is None, window), s.shape).copy()
+    ok &= block_masks(s.shape, is_causal, segment_ids, prefix_lengths, block_mask, block_size)
     if attn_mask is not None:
         m = np.asarray(attn_mask)
         if m.dtype == bool:
@@ -81,6 +118,10 @@ def weights(
             s = s + m.astype(np.float64)
     ok &= s > -np.inf
     s = np.where(ok, s, -np.inf)
+    if activation == "sigmoid":
+        assert sinks is None
+        bias = (-np.log(S) if S else 0.0) if sigmoid_bias is None else sigmoid_bias
+        return np.where(ok, 1 / (1 + np.exp(-(np.where(ok, s, 0) + bias))), 0.0), v
     sink = -np.inf if sinks is None else np.asarray(sinks, np.float64)[:, None, None]
     mx = np.maximum(np.max(s, axis=-1, keepdims=True, initial=-np.inf), sink)
     mx = np.where(np.isfinite(mx), mx, 0.0)
@@ -102,24 +143,11 @@ def scaled_dot_product_attention(
     *,
     return_weights=False,
     keep_mask=None,
-    alibi_slopes=None,
-    window=None,
-    softcap=None,
-    sinks=None,
+    **options,
 ):
-    """attnc's signature, with an explicit keep_mask in place of the seed."""
-    probs, v = weights(
-        query,
-        key,
-        value,
-        attn_mask,
-        is_causal,
-        scale,
-        alibi_slopes=alibi_slopes,
-        window=window,
-        softcap=softcap,
-        sinks=sinks,
-    )
+    """attnc's signature, with an explicit keep_mask in place of the seed;
+    options: weights' keyword arguments."""
+    probs, v = weights(query, key, value, attn_mask, is_causal, scale, **options)
     used = probs
     if dropout_p >= 1:
         used = np.zeros_like(probs)

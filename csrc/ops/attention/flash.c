@@ -48,6 +48,8 @@ typedef struct {
                      * i + lo <= j <= i + hi (causal, window); NO_LO, NO_HI:
                      * unbounded                                 */
     int64_t split_kb; /* two-part backward: its first key block    */
+    bool prefix;      /* a prefix LM: causal with prefix_lengths, whose
+                       * causal side is not in the band but a mask   */
     const attnc_sdpa_options *opt;
     void *scratch, *dvec;
     size_t per_worker;
@@ -122,6 +124,61 @@ static bool visits(const flash_ctx *c, int64_t i0, int64_t nq, int64_t j0) {
     return key_begin(c, i0) <= j0 && tile_keys(c, i0, nq, j0) > 0;
 }
 
+/* Entry x of the (..., n) INT64 row of batch element b of t. */
+static const int64_t *batch_row(const flash_ctx *c, const attnc_tensor *t, int64_t b, int64_t x) {
+    return (const int64_t *)attnc_at(t, attnc_batch_offset(t, &c->batch, b) + x * t->strides[t->ndim - 1]);
+}
+
+/* prefix_lengths of batch element b. */
+static int64_t prefix_of(const flash_ctx *c, int64_t b) {
+    const attnc_tensor *t = &c->opt->prefix_lengths;
+    return *(const int64_t *)attnc_at(t, attnc_batch_offset(t, &c->batch, b));
+}
+
+/* block_mask's entry (query block r, key block k) of batch b, head h. */
+static bool block_on(const flash_ctx *c, int64_t b, int64_t h, int64_t r, int64_t k) {
+    const attnc_tensor *t = &c->opt->block_mask;
+    int n = t->ndim;
+    int64_t off = attnc_batch_offset(t, &c->batch, b) + h * t->strides[n - 3] + r * t->strides[n - 2];
+    return *(const uint8_t *)attnc_at(t, off + k * t->strides[n - 1]) != 0;
+}
+
+/* The least and greatest segment id of entries x0.. (n > 0) of t's row b. */
+static void segment_range(const flash_ctx *c, const attnc_tensor *t, int64_t b, int64_t x0, int64_t n, int64_t *lo,
+                          int64_t *hi) {
+    const int64_t *p = batch_row(c, t, b, x0);
+    int64_t stride = t->strides[t->ndim - 1];
+    *lo = *hi = p[0];
+    for (int64_t x = 1; x < n; x++) {
+        int64_t id = p[x * stride];
+        *lo = id < *lo ? id : *lo;
+        *hi = id > *hi ? id : *hi;
+    }
+}
+
+/* Whether the tile of query rows i0.. (nq) and keys j0.. (nk) of batch b,
+ * head h may hold a pair that takes part, as far as the block masks tell
+ * cheaply: not when every key is past the diagonal and the prefix, when
+ * the queries' and keys' segment id ranges do not overlap (packed,
+ * nondecreasing ids: every tile between two sequences), or when no block
+ * of block_mask the tile meets is True. Every pass skips the tiles this
+ * rejects, whose pairs would all have been excluded. */
+static bool tile_live(const flash_ctx *c, int64_t b, int64_t h, int64_t i0, int64_t nq, int64_t j0, int64_t nk) {
+    const attnc_sdpa_options *o = c->opt;
+    if (c->prefix && j0 > i0 + nq - 1 + o->causal_offset && j0 >= prefix_of(c, b)) return false;
+    if (attnc_present(&o->query_segments)) {
+        int64_t qlo, qhi, klo, khi;
+        segment_range(c, &o->query_segments, b, i0, nq, &qlo, &qhi);
+        segment_range(c, &o->key_segments, b, j0, nk, &klo, &khi);
+        if (qhi < klo || khi < qlo) return false;
+    }
+    if (!attnc_present(&o->block_mask)) return true;
+    for (int64_t r = i0 / o->block_q; r <= (i0 + nq - 1) / o->block_q; r++)
+        for (int64_t k = j0 / o->block_k; k <= (j0 + nk - 1) / o->block_k; k++)
+            if (block_on(c, b, h, r, k)) return true;
+    return false;
+}
+
 #define ATTNC_F64 0
 #include "flash_impl.h"
 #define ATTNC_F64 1
@@ -160,17 +217,18 @@ static attnc_status check_head_vector(const flash_ctx *c, const attnc_tensor *t,
 }
 
 /* The band from causal and window, both relative to query i's position
- * i + causal_offset among the keys. */
+ * i + causal_offset among the keys (a prefix LM's causal side is a mask). */
 static attnc_status set_band(flash_ctx *c) {
     const attnc_sdpa_options *o = c->opt;
     c->lo = NO_LO;
-    c->hi = o->causal ? o->causal_offset : NO_HI;
+    c->hi = o->causal && !c->prefix ? o->causal_offset : NO_HI;
+    if (!o->window && !c->prefix) return ATTNC_OK;
+    if (o->causal_offset <= NO_LO / 2 || o->causal_offset >= NO_HI / 2)
+        return attnc_fail(ATTNC_ERR_VALUE, "causal_offset %lld is out of range", (long long)o->causal_offset);
     if (!o->window) return ATTNC_OK;
     if (o->window_left < -1 || o->window_right < -1)
         return attnc_fail(ATTNC_ERR_VALUE, "window sides must be >= 0 (or -1: unbounded), got (%lld, %lld)",
                           (long long)o->window_left, (long long)o->window_right);
-    if (o->causal_offset <= NO_LO / 2 || o->causal_offset >= NO_HI / 2)
-        return attnc_fail(ATTNC_ERR_VALUE, "causal_offset %lld is out of range", (long long)o->causal_offset);
     if (o->window_left >= 0) c->lo = o->causal_offset - (o->window_left < NO_HI / 2 ? o->window_left : NO_HI / 2);
     if (o->window_right >= 0) {
         int64_t right = o->causal_offset + (o->window_right < NO_HI / 2 ? o->window_right : NO_HI / 2);
@@ -186,6 +244,55 @@ static attnc_status check_head_grad(const flash_ctx *c, const attnc_tensor *g, c
     if (!attnc_present(option)) return attnc_fail(ATTNC_ERR_VALUE, "%s needs %s", name, name + 1);
     int64_t h = c->H;
     return attnc_check_dims(g, name, c->q->dtype, 1, &h, true);
+}
+
+/* Blocks of `size` covering n. */
+static int64_t blocks_of(int64_t n, int64_t size) { return n == 0 ? 0 : (n - 1) / size + 1; }
+
+/* The segment ids (both or neither, INT64, (..., L) and (..., S)), the
+ * prefix lengths (INT64 >= 0, the batch dims, causal only) and the block
+ * mask with its block sizes. */
+static attnc_status check_block_masks(flash_ctx *c) {
+    const attnc_sdpa_options *o = c->opt;
+    bool qs = attnc_present(&o->query_segments);
+    if (qs != attnc_present(&o->key_segments))
+        return attnc_fail(ATTNC_ERR_VALUE, "query_segments and key_segments go together: pass both or neither");
+    int64_t l = c->L, s = c->S;
+    if (qs) {
+        TRY(attnc_check_dtype(&o->query_segments, "query_segments", ATTNC_INT64));
+        TRY(attnc_check_shape(&o->query_segments, "query_segments", &c->batch, 1, &l));
+        TRY(attnc_check_dtype(&o->key_segments, "key_segments", ATTNC_INT64));
+        TRY(attnc_check_shape(&o->key_segments, "key_segments", &c->batch, 1, &s));
+    }
+    if (attnc_present(&o->prefix_lengths)) {
+        if (!o->causal) return attnc_fail(ATTNC_ERR_VALUE, "prefix_lengths needs causal attention (is_causal=True)");
+        TRY(attnc_check_dtype(&o->prefix_lengths, "prefix_lengths", ATTNC_INT64));
+        TRY(attnc_check_shape(&o->prefix_lengths, "prefix_lengths", &c->batch, 0, NULL));
+        c->prefix = true;
+        for (int64_t b = 0; b < c->batch.count; b++)
+            if (prefix_of(c, b) < 0)
+                return attnc_fail(ATTNC_ERR_VALUE, "prefix_lengths must be >= 0, got %lld for batch element %lld",
+                                  (long long)prefix_of(c, b), (long long)b);
+    }
+    if (!attnc_present(&o->block_mask)) return ATTNC_OK;
+    if (!(o->block_q > 0 && o->block_q <= NO_HI && o->block_k > 0 && o->block_k <= NO_HI))
+        return attnc_fail(ATTNC_ERR_VALUE, "block sizes must be in [1, 2^61], got (%lld, %lld)", (long long)o->block_q,
+                          (long long)o->block_k);
+    return check_head_tensor(c, &o->block_mask, "block_mask", ATTNC_BOOL, c->H, blocks_of(c->L, o->block_q),
+                             blocks_of(c->S, o->block_k));
+}
+
+/* The activation and its bias: sigmoid has no normaliser for sinks to join. */
+static attnc_status check_activation(const attnc_sdpa_options *o) {
+    if (o->activation != ATTNC_SOFTMAX && o->activation != ATTNC_SIGMOID)
+        return attnc_fail(ATTNC_ERR_VALUE, "activation must be softmax (0) or sigmoid (1), got %d", (int)o->activation);
+    if (o->activation == ATTNC_SOFTMAX) return ATTNC_OK;
+    if (!isfinite(o->sigmoid_bias))
+        return attnc_fail(ATTNC_ERR_VALUE, "sigmoid_bias must be finite, got %g", o->sigmoid_bias);
+    if (attnc_present(&o->sinks))
+        return attnc_fail(ATTNC_ERR_VALUE,
+                          "sinks join a softmax's normaliser; activation sigmoid has none: pass one or the other");
+    return ATTNC_OK;
 }
 
 static attnc_status setup(flash_ctx *c, const attnc_tensor *q, const attnc_tensor *k, const attnc_tensor *v,
@@ -228,6 +335,8 @@ static attnc_status setup(flash_ctx *c, const attnc_tensor *q, const attnc_tenso
     TRY(check_head_vector(c, &opt->sinks, "sinks"));
     if (!(opt->softcap >= 0) || !isfinite(opt->softcap))
         return attnc_fail(ATTNC_ERR_VALUE, "softcap must be a finite number > 0 (0: none), got %g", opt->softcap);
+    TRY(check_block_masks(c));
+    TRY(check_activation(opt));
     TRY(set_band(c));
     /* Tiles no larger than the problem (a decoding step has L = 1): the
      * blocks, and so the results, are the same; the scratch is smaller. */
@@ -472,10 +581,11 @@ attnc_status attnc_sdpa_backward(attnc_tensor *dquery, attnc_tensor *dkey, attnc
         free_packed(&c);
         return st;
     }
-    attnc_parallel_for(c.batch.count * c.H, attnc_workers(), ATTNC_TYPED(dt, rowdot_task), &c);
+    bool softmax = options->activation == ATTNC_SOFTMAX; /* sigmoid's score gradient needs no row dots */
+    if (softmax) attnc_parallel_for(c.batch.count * c.H, attnc_workers(), ATTNC_TYPED(dt, rowdot_task), &c);
     /* P and dP per tile, and with softcap the tile's tanh(s / softcap) */
     size_t per = (size_t)((options->softcap > 0 ? 3 : 2) * c.bq * c.bk);
-    if (c.dw) /* D += rowsum(P o dweights): the weights' own softmax backward */
+    if (c.dw && softmax) /* D += rowsum(P o dweights): the weights' own softmax backward */
         st = run(&c, c.batch.count * c.H * c.nqb, ATTNC_TYPED(dt, weights_rowdot_task), (size_t)(c.bq * c.bk));
     if (st == ATTNC_OK && c.dsinks) ATTNC_TYPED(dt, sink_grads)(&c);
     int64_t groups = c.batch.count * c.hkv;

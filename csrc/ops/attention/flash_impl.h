@@ -88,6 +88,19 @@ static REAL FN(row_exp)(REAL *x, int64_t n, REAL shift) {
 #endif
 }
 
+/* x[j] <- sigmoid(x[j] + bias) = 1 / (1 + exp(-(x[j] + bias))) (0 for an
+ * excluded key's -inf); returns the sum. */
+static REAL FN(row_sigmoid)(REAL *x, int64_t n, REAL bias) {
+    REAL lane[LANES], sum = 0;
+    for (int k = 0; k < LANES; k++) lane[k] = 0;
+    int64_t j = 0;
+    for (; j + LANES <= n; j += LANES)
+        for (int k = 0; k < LANES; k++) lane[k] += x[j + k] = 1 / (1 + EXPV(-(x[j + k] + bias)));
+    for (int k = 0; k < LANES; k++) sum += lane[k];
+    for (; j < n; j++) sum += x[j] = 1 / (1 + EXPV(-(x[j] + bias)));
+    return sum;
+}
+
 /* Entry h of an (H,) option vector. */
 static REAL FN(head_entry)(const attnc_tensor *t, int64_t h) { return *(const REAL *)attnc_at(t, h * t->strides[0]); }
 
@@ -131,6 +144,39 @@ static void FN(band_mask)(const flash_ctx *c, int64_t i0, int64_t nq, int64_t j0
         }
 }
 
+/* -inf where the block masks exclude a key: past the diagonal and the
+ * prefix (prefix LM), another segment, a False block of block_mask. */
+static void FN(block_masks)(const flash_ctx *c, int64_t b, int64_t h, int64_t i0, int64_t nq, int64_t j0, int64_t nk,
+                            REAL *s) {
+    const attnc_sdpa_options *o = c->opt;
+    if (c->prefix) {
+        int64_t prefix = prefix_of(c, b);
+        for (int64_t i = 0; i < nq; i++) {
+            int64_t first = i0 + i + o->causal_offset + 1; /* the first key past the diagonal */
+            first = (first > prefix ? first : prefix) - j0;
+            for (int64_t j = first > 0 ? first : 0; j < nk; j++) s[i * nk + j] = -INFINITY;
+        }
+    }
+    if (attnc_present(&o->query_segments)) {
+        const int64_t *qs = batch_row(c, &o->query_segments, b, i0), *ks = batch_row(c, &o->key_segments, b, j0);
+        int64_t qst = o->query_segments.strides[o->query_segments.ndim - 1];
+        int64_t kst = o->key_segments.strides[o->key_segments.ndim - 1];
+        for (int64_t i = 0; i < nq; i++)
+            for (int64_t j = 0; j < nk; j++)
+                if (ks[j * kst] != qs[i * qst]) s[i * nk + j] = -INFINITY;
+    }
+    if (!attnc_present(&o->block_mask)) return;
+    for (int64_t i = 0; i < nq; i++) {
+        int64_t r = (i0 + i) / o->block_q;
+        for (int64_t j = 0; j < nk;) { /* a run of keys in one block */
+            int64_t k = (j0 + j) / o->block_k, end = (k + 1) * o->block_k - j0;
+            end = end < nk ? end : nk;
+            if (block_on(c, b, h, r, k)) j = end;
+            for (; j < end; j++) s[i * nk + j] = -INFINITY;
+        }
+    }
+}
+
 /* s (nq, nk) <- scale * Q_i K_j^T, soft-capped, ALiBi added, then the
  * masks: excluded keys -inf, float masks added. With softcap and tanh_out,
  * tanh(s / softcap) kept there. */
@@ -159,6 +205,7 @@ static void FN(scores)(const flash_ctx *c, int64_t b, int64_t h, int64_t i0, int
         }
     }
     FN(band_mask)(c, i0, nq, j0, nk, s);
+    FN(block_masks)(c, b, h, i0, nq, j0, nk, s);
 }
 
 /* Multiply probabilities (nq, nk) by the dropout keep mask / (1 - p). */
@@ -186,38 +233,57 @@ static void FN(dropout)(const flash_ctx *c, int64_t b, int64_t h, int64_t i0, in
  * row stride S), each tile's scores are also kept there before the softmax
  * (the weights' pass then needs no second product). s: the worker's
  * scratch. */
+/* The online softmax's step over a tile's scores s (nq, nk): the running
+ * max m and sum l updated, the accumulator acc rescaled, s <- exp(s - m). */
+static void FN(online_softmax)(const flash_ctx *c, int64_t nq, int64_t nk, REAL *s, REAL *m, REAL *l, REAL *acc) {
+    for (int64_t i = 0; i < nq; i++) {
+        REAL *row = s + i * nk, mx = FN(row_max)(row, nk, m[i]);
+        if (mx == -INFINITY) { /* nothing allowed yet: no contribution */
+            for (int64_t j = 0; j < nk; j++) {
+                if (row[j] != row[j]) l[i] = NAN; /* but a NaN score propagates */
+                row[j] = 0;
+            }
+            continue;
+        }
+        REAL alpha = EXP(m[i] - mx);
+        l[i] = l[i] * alpha + FN(row_exp)(row, nk, mx);
+        m[i] = mx;
+        if (alpha != 1)
+            for (int64_t e = 0; e < c->ev; e++) acc[i * c->ev + e] *= alpha;
+    }
+}
+
 static void FN(forward_block)(const flash_ctx *c, int64_t b, int64_t h, int64_t qb, REAL *s, REAL *keep) {
     int64_t bh = b * c->H + h, i0 = qb * c->bq, nq = c->L - i0 < c->bq ? c->L - i0 : c->bq;
     REAL *acc = s + c->bq * c->bk, *m = acc + c->bq * c->ev, *l = m + c->bq;
+    bool sigmoid = c->opt->activation == ATTNC_SIGMOID;
     for (int64_t i = 0; i < nq; i++) m[i] = -INFINITY, l[i] = 0;
     for (int64_t x = 0; x < nq * c->ev; x++) acc[x] = 0;
     int64_t nk;
     for (int64_t j0 = key_begin(c, i0); (nk = tile_keys(c, i0, nq, j0)) > 0; j0 += c->bk) {
-        FN(scores)(c, b, h, i0, nq, j0, nk, s, NULL);
-        if (keep)
+        bool live = tile_live(c, b, h, i0, nq, j0, nk);
+        if (live) FN(scores)(c, b, h, i0, nq, j0, nk, s, NULL);
+        if (keep) /* a skipped tile's keys: excluded */
             for (int64_t i = 0; i < nq; i++)
-                for (int64_t j = 0; j < nk; j++) keep[i * c->S + j0 + j] = s[i * nk + j];
-        for (int64_t i = 0; i < nq; i++) {
-            REAL *row = s + i * nk, mx = FN(row_max)(row, nk, m[i]);
-            if (mx == -INFINITY) { /* nothing allowed yet: no contribution */
-                for (int64_t j = 0; j < nk; j++) {
-                    if (row[j] != row[j]) l[i] = NAN; /* but a NaN score propagates */
-                    row[j] = 0;
-                }
-                continue;
-            }
-            REAL alpha = EXP(m[i] - mx);
-            l[i] = l[i] * alpha + FN(row_exp)(row, nk, mx);
-            m[i] = mx;
-            if (alpha != 1)
-                for (int64_t e = 0; e < c->ev; e++) acc[i * c->ev + e] *= alpha;
-        }
+                for (int64_t j = 0; j < nk; j++) keep[i * c->S + j0 + j] = live ? s[i * nk + j] : -INFINITY;
+        if (!live) continue;
+        if (sigmoid)
+            for (int64_t i = 0; i < nq; i++) l[i] += FN(row_sigmoid)(s + i * nk, nk, (REAL)c->opt->sigmoid_bias);
+        else
+            FN(online_softmax)(c, nq, nk, s, m, l, acc);
         FN(dropout)(c, b, h, i0, nq, j0, nk, s);
         FN(product)(c, false, 1, FN(tile)(s, nq, nk), FN(head_rows)(c, c->v, b, h / c->group, j0, nk), 1,
                     FN(tile)(acc, nq, c->ev), causal_band(c, KEY_TERMS, i0, j0));
     }
     attnc_mat out = FN(head_rows)(c, c->out, b, h, i0, nq);
     REAL *lse = (REAL *)c->lse_out->data + bh * c->L + i0;
+    if (sigmoid) { /* no normaliser: the output is the accumulator */
+        for (int64_t i = 0; i < nq; i++) {
+            for (int64_t e = 0; e < c->ev; e++) ((REAL *)out.p)[i * out.rs + e * out.cs] = acc[i * c->ev + e];
+            lse[i] = LOG(l[i]);
+        }
+        return;
+    }
     bool sinks = attnc_present(&c->opt->sinks);
     REAL sink = sinks ? FN(head_entry)(&c->opt->sinks, h) : -INFINITY;
     for (int64_t i = 0; i < nq; i++) {
@@ -245,8 +311,13 @@ static void FN(forward_task)(void *arg, int64_t task, int worker) {
     FN(forward_block)(c, bh / c->H, bh % c->H, qb, (REAL *)c->scratch + (size_t)worker * c->per_worker, NULL);
 }
 
-/* P (nq, nk; row stride ld) <- exp(s - lse_i), 0 for rows with nothing allowed. */
-static void FN(probabilities)(const REAL *lse, int64_t nq, int64_t nk, int64_t ld, REAL *s) {
+/* P (nq, nk; row stride ld) <- exp(s - lse_i), 0 for rows with nothing
+ * allowed; with activation sigmoid, sigmoid(s + sigmoid_bias). */
+static void FN(probabilities)(const flash_ctx *c, const REAL *lse, int64_t nq, int64_t nk, int64_t ld, REAL *s) {
+    if (c->opt->activation == ATTNC_SIGMOID) {
+        for (int64_t i = 0; i < nq; i++) FN(row_sigmoid)(s + i * ld, nk, (REAL)c->opt->sigmoid_bias);
+        return;
+    }
     for (int64_t i = 0; i < nq; i++) {
         REAL *row = s + i * ld;
         if (lse[i] == -INFINITY) {
@@ -269,14 +340,17 @@ static void FN(head_weights)(const flash_ctx *c, int64_t b, int64_t h, int64_t i
             for (int64_t j = 0; j < c->S; j++)
                 if (j < kbegin || j >= kend) w[i * c->S + j] = 0;
     for (int64_t j0 = kbegin; (nk = tile_keys(c, i0, nq, j0)) > 0; j0 += c->bk) {
-        FN(scores)(c, b, h, i0, nq, j0, nk, s, NULL);
-        FN(probabilities)(lse, nq, nk, nk, s);
+        bool live = tile_live(c, b, h, i0, nq, j0, nk);
+        if (live) {
+            FN(scores)(c, b, h, i0, nq, j0, nk, s, NULL);
+            FN(probabilities)(c, lse, nq, nk, nk, s);
+        }
         for (int64_t i = 0; i < nq; i++)
             for (int64_t j = 0; j < nk; j++) {
                 if (average)
-                    w[i * c->S + j0 + j] += s[i * nk + j] * share;
+                    w[i * c->S + j0 + j] += live ? s[i * nk + j] * share : 0;
                 else
-                    w[i * c->S + j0 + j] = s[i * nk + j];
+                    w[i * c->S + j0 + j] = live ? s[i * nk + j] : 0;
             }
     }
 }
@@ -318,7 +392,7 @@ static void FN(forward_weights_task)(void *arg, int64_t task, int worker) {
         for (int64_t x = 0; x < nq * c->S; x++) w[x] = 0;
     for (int64_t h = h0; h < h1; h++) { /* the kept scores: the visited key blocks [kbegin, kend) */
         FN(forward_block)(c, b, h, qb, s, keep);
-        FN(probabilities)((const REAL *)c->lse_out->data + (b * c->H + h) * c->L + i0, nq, kend - kbegin, c->S,
+        FN(probabilities)(c, (const REAL *)c->lse_out->data + (b * c->H + h) * c->L + i0, nq, kend - kbegin, c->S,
                           keep + kbegin);
         for (int64_t i = 0; i < nq; i++) {
             const REAL *row = keep + i * c->S;
@@ -363,8 +437,9 @@ static void FN(weights_rowdot_task)(void *arg, int64_t task, int worker) {
     REAL *d = (REAL *)c->dvec + bh * c->L + i0;
     int64_t nk;
     for (int64_t j0 = key_begin(c, i0); (nk = tile_keys(c, i0, nq, j0)) > 0; j0 += c->bk) {
+        if (!tile_live(c, b, h, i0, nq, j0, nk)) continue;
         FN(scores)(c, b, h, i0, nq, j0, nk, s, NULL);
-        FN(probabilities)((const REAL *)c->lse->data + bh * c->L + i0, nq, nk, nk, s);
+        FN(probabilities)(c, (const REAL *)c->lse->data + bh * c->L + i0, nq, nk, nk, s);
         for (int64_t i = 0; i < nq; i++)
             for (int64_t j = 0; j < nk; j++)
                 if (s[i * nk + j] != 0) d[i] += s[i * nk + j] * DW_AT(c, b, h, i0, j0, i, j);
@@ -380,7 +455,12 @@ static void FN(softmax_grad_tile)(REAL *s, const REAL *dp, const REAL *d, int64_
         }
 }
 
-/* dS (in s) <- P o (dP' + dW - D), where P is in s, dP' = dropout(dO V^T)
+/* s <- s (1 - s) dp, sigmoid's gradient (0 where s is 0). */
+static void FN(sigmoid_grad_tile)(REAL *s, const REAL *dp, int64_t n) {
+    for (int64_t x = 0; x < n; x++) s[x] = s[x] == 0 ? 0 : s[x] * (1 - s[x]) * dp[x];
+}
+
+/* dS (in s) <- P o (dP' + dW - D) (sigmoid: P o (1 - P) o (dP' + dW)), where P is in s, dP' = dropout(dO V^T)
  * in dp, dW the weights' cotangent (if any) and D = rowsum(dO o O) (+
  * rowsum(P o dW)). */
 static void FN(score_grad)(const flash_ctx *c, int64_t b, int64_t h, int64_t i0, int64_t nq, int64_t j0, int64_t nk,
@@ -391,7 +471,10 @@ static void FN(score_grad)(const flash_ctx *c, int64_t b, int64_t h, int64_t i0,
     if (c->dw)
         for (int64_t i = 0; i < nq; i++)
             for (int64_t j = 0; j < nk; j++) dp[i * nk + j] += DW_AT(c, b, h, i0, j0, i, j);
-    FN(softmax_grad_tile)(s, dp, (const REAL *)c->dvec + (b * c->H + h) * c->L + i0, nq, nk);
+    if (c->opt->activation == ATTNC_SIGMOID)
+        FN(sigmoid_grad_tile)(s, dp, nq * nk);
+    else
+        FN(softmax_grad_tile)(s, dp, (const REAL *)c->dvec + (b * c->H + h) * c->L + i0, nq, nk);
 }
 
 /* dsinks[h] = -sum over batch and rows of p_sink D, p_sink = exp(sink_h -
@@ -456,9 +539,9 @@ static void FN(key_block)(const flash_ctx *c, int64_t b, int64_t hk, int64_t j0,
         for (int64_t i0 = (first / c->bq) * c->bq; i0 < c->L; i0 += c->bq) {
             int64_t nq = c->L - i0 < c->bq ? c->L - i0 : c->bq, nk = tile_keys(c, i0, nq, j0);
             if (c->lo != NO_LO && i0 + c->lo >= j0 + block) break; /* later rows start past the block */
-            if (!visits(c, i0, nq, j0)) continue;                  /* as the forward's tiles */
+            if (!visits(c, i0, nq, j0) || !tile_live(c, b, h, i0, nq, j0, nk)) continue; /* as the forward's */
             FN(scores)(c, b, h, i0, nq, j0, nk, s, t);
-            FN(probabilities)((const REAL *)c->lse->data + (b * c->H + h) * c->L + i0, nq, nk, nk, s);
+            FN(probabilities)(c, (const REAL *)c->lse->data + (b * c->H + h) * c->L + i0, nq, nk, nk, s);
             if (want_v) { /* dV_j += P'^T dO_i, P' = dropout(P) (P itself without dropout) */
                 REAL *pd = s;
                 if (c->opt->dropout_p > 0) {
@@ -539,8 +622,9 @@ static void FN(dq_task)(void *arg, int64_t task, int worker) {
     FN(zero_rows)(c, c->dq, b, h, i0, nq);
     int64_t nk;
     for (int64_t j0 = key_begin(c, i0); (nk = tile_keys(c, i0, nq, j0)) > 0; j0 += c->bk) {
+        if (!tile_live(c, b, h, i0, nq, j0, nk)) continue;
         FN(scores)(c, b, h, i0, nq, j0, nk, s, t);
-        FN(probabilities)((const REAL *)c->lse->data + bh * c->L + i0, nq, nk, nk, s);
+        FN(probabilities)(c, (const REAL *)c->lse->data + bh * c->L + i0, nq, nk, nk, s);
         FN(score_grad)(c, b, h, i0, nq, j0, nk, s, dp);
         if (t) FN(cap_grad)(nq * nk, s, t);
         FN(product)(c, false, (REAL)c->opt->scale, FN(tile)(s, nq, nk), FN(head_rows)(c, c->k, b, h / c->group, j0, nk),

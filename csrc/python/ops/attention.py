@@ -61,6 +61,14 @@ SDPA = struct(
     i64("window_right", -1),
     real("softcap", 0.0),
     arr("sinks", ranks=1),
+    arr("query_segments", ranks="1+"),
+    arr("key_segments", ranks="1+"),
+    arr("prefix_lengths", ranks="0+"),
+    arr("block_mask", ranks="3+"),
+    i64("block_q", 0),
+    i64("block_k", 0),
+    enum("activation", "attnc_sdpa_activation", 2, 0),
+    real("sigmoid_bias", 0.0),
     name="options",
 )
 
