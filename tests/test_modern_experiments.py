@@ -13,8 +13,7 @@ from test_experiments import TIMING, run_experiment
 from attnc.experiments import _mixers, mqar, streaming
 from attnc.experiments._mixers import MixerAttention, MixerLM
 
-# (mixer, positions, sink_logits): each mixer kind that runs now, each position scheme, sinks
-# (once sdpa takes activation="sigmoid" and mqar.TRAINED has it, add ("sigmoid", "rope", False))
+# (mixer, positions, sink_logits): each mixer kind, each position scheme, sinks
 CASES = [
     ("softmax", "rope", True),
     ("softmax", "alibi", False),
@@ -26,8 +25,10 @@ CASES = [
     ("performer", "rope", False),
     ("differential", "rope", False),
     ("differential", "learned", False),
+    ("sigmoid", "rope", False),
+    ("sigmoid", "alibi", False),
 ]
-assert {c[0] for c in CASES} == set(mqar.TRAINED) and {c[1] for c in CASES} == set(_mixers.POSITIONS)
+assert {c[0] for c in CASES} == set(mqar.MIXERS) and {c[1] for c in CASES} == set(_mixers.POSITIONS)
 
 
 def _rope(x, start=0):
@@ -177,8 +178,8 @@ def _same_bits(name, *args):
 
 def test_mqar_quick_run():
     res = _same_bits("mqar")
-    assert res["mixers"] == list(mqar.TRAINED) and res["num_kv_pairs"] == [2, 4, 8] and res["widths"] == [16, 32]
-    for mixer in mqar.TRAINED:
+    assert res["mixers"] == list(mqar.MIXERS) and res["num_kv_pairs"] == [2, 4, 8] and res["widths"] == [16, 32]
+    for mixer in mqar.MIXERS:
         assert set(res["accuracy"][mixer]) == {"16", "32"}
         for accs in res["accuracy"][mixer].values():
             assert len(accs) == 3 and all(0 <= a <= 1 for a in accs)
@@ -218,7 +219,7 @@ def test_streaming_quick_run():
     assert isinstance(res["window_breaks"], bool) and isinstance(res["sinks_flat"], bool)
 
 
-@pytest.mark.parametrize("mixer", [m for m in mqar.TRAINED if m != "differential"])
+@pytest.mark.parametrize("mixer", [m for m in mqar.MIXERS if m != "differential"])
 def test_attention_maps_give_the_mixers_output(mixer, rng):
     """Each layer's map times its values is the kernel's output (linear and
     performer: up to the eps the kernel adds to its denominators)."""
