@@ -1,7 +1,7 @@
 """Issue 30's kernel options (alibi_slopes, window, softcap, sinks) in
 attnc.multi_head_attention and attnc.nn.MultiheadAttention: against a NumPy
-float64 multi-head attention written here around the options' reference
-(tests/reference/sdpa_variants_ref.py), against Hugging Face's gpt-oss
+float64 multi-head attention around the options' reference
+(tests/reference/mha_variants_ref.py), against Hugging Face's gpt-oss
 attention (sinks and a sliding window) loaded with the same weights, finite
 differences for the new gradients (sinks, ALiBi's slopes), thread-count
 independence, and the errors."""
@@ -11,6 +11,7 @@ import pytest
 
 import attnc
 from helpers import close, same_bits
+from reference import mha_variants_ref
 from reference import sdpa_variants_ref as ref
 
 B, L, E, H = 2, 7, 12, 3
@@ -35,20 +36,8 @@ def _params(rng, kv_heads=H):
 
 
 def mha_ref(x, p, kv_heads, options):
-    """NumPy float64 multi-head self-attention with the options applied by the
-    variants' reference: (output (B, L, E), weights (B, H, L, L))."""
-    ekv, hd = kv_heads * (E // H), E // H
-    qkv = x @ p["in_proj_weight"].T + p["in_proj_bias"]
-    q, k, v = qkv[..., :E], qkv[..., E : E + ekv], qkv[..., E + ekv :]
-
-    def heads(a, n):
-        return a.reshape(B, L, n, hd).transpose(0, 2, 1, 3)
-
-    out, w = ref.scaled_dot_product_attention(
-        heads(q, H), heads(k, kv_heads), heads(v, kv_heads), return_weights=True, **options
-    )
-    out = out.transpose(0, 2, 1, 3).reshape(B, L, E)
-    return out @ p["out_proj_weight"].T + p["out_proj_bias"], w
+    """The NumPy float64 reference: (output (B, L, E), weights (B, H, L, L))."""
+    return mha_variants_ref.mha(x, *p.values(), H, kv_heads, **options)
 
 
 def _call(x, p, kv_heads, dtype, **kw):

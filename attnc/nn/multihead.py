@@ -150,9 +150,14 @@ class MultiheadAttention(Module):
         self._init_parameter("sinks", (num_heads,), np.zeros if sinks else None)
         # Fixed options, checked here once (and again, cheaply, by each call).
         self.alibi, self.window, self.softcap = bool(alibi), window, softcap
-        self._fixed = {"alibi_slopes": alibi_slopes(num_heads, self.dtype) if alibi else None}
-        self._fixed.update(window=window, softcap=softcap)
         variant_options(num_heads, self.dtype, **self._fixed)
+
+    @property
+    def _fixed(self) -> dict:
+        """The fixed options by attnc's argument names (None: off), ALiBi's
+        slopes in the module's dtype (it may change: .to)."""
+        slopes = alibi_slopes(self.num_heads, self.dtype) if self.alibi else None
+        return {"alibi_slopes": slopes, "window": self.window, "softcap": self.softcap}
 
     def _variants(self, options: dict) -> dict:
         """The kernel's options of a call: the module's (its sinks parameter,

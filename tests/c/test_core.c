@@ -12,6 +12,7 @@
 #include "../../csrc/ops/attention/common.h"
 #include "../../csrc/core/rng.h"
 #include "../../csrc/core/threads.h"
+#include "../../csrc/ops/nn/rotary.h"
 #include "attnc.h"
 
 static int passed, failed;
@@ -1207,6 +1208,7 @@ static void test_rnn_fused(void) {
 #include "test_attribution.h"
 #include "test_conv.h"
 #include "test_gated.h"
+#include "test_rotary.h"
 #include "test_linear_attention.h"
 #include "test_lstm_cell.h"
 #include "test_tile.h"
@@ -1309,6 +1311,7 @@ int main(void) {
     test_attribution();
     test_conv();
     test_gated();
+    test_rotary();
     test_linear_attention();
     test_lstm_cell();
     test_adam();

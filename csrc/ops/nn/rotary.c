@@ -19,6 +19,7 @@
 #include "rotary.h"
 
 enum { ROWS = 64 }; /* rows of x (or positions) per block */
+enum { UNIT = 16 }; /* pairs turned at a time in unit-stride rows */
 
 typedef struct {
     const attnc_tensor *x, *pos;
