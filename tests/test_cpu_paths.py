@@ -42,6 +42,7 @@ HERE = Path(__file__).resolve().parent
 # only repeat it at length (experiments, benchmarks, notebooks).
 OTHER_TESTS = [
     "test_benchmarks_smoke.py",
+    "test_torch_variants.py",
     "test_mha_variants.py",
     "test_c_core.py",
     "test_cpu_paths.py",

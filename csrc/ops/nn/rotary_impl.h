@@ -2,7 +2,7 @@
 #include "../../core/real.h"
 
 /* Rows of the table: position p's cosines and sines (times sign), pair i at
- * the frequency base^(-2i / R), all in double, then rounded. */
+ * the frequency j->freq[i] = base^(-2i / R), all in double, then rounded. */
 static void FN(rope_table_task)(void *arg, int64_t block, int worker) {
     (void)worker;
     const rope_job *j = arg;
@@ -11,7 +11,7 @@ static void FN(rope_table_task)(void *arg, int64_t block, int worker) {
         double pos = ((const double *)j->pos->data)[offset_of(j->pos, j->pos->ndim, p)];
         REAL *restrict c = (REAL *)j->table + p * j->R, *restrict s = c + h;
         for (int64_t i = 0; i < h; i++) {
-            double angle = pos * pow(j->base, -(double)(2 * i) / (double)j->R);
+            double angle = pos * j->freq[i];
             c[i] = (REAL)cos(angle);
             s[i] = (REAL)(j->sign * sin(angle));
         }
