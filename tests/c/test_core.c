@@ -927,8 +927,10 @@ typedef struct {
 static attnc_layer_params layer_params(layer_data *d, int decoder) {
     int64_t w3[2] = {3 * LE, LE}, b3 = 3 * LE, we[2] = {LE, LE}, be = LE, w1[2] = {LF, LE}, b1 = LF;
     int64_t w2[2] = {LE, LF};
-    attnc_layer_params p = {.self_attn = {view(d->in_w, ATTNC_FLOAT64, 2, w3), view(d->in_b, ATTNC_FLOAT64, 1, &b3),
-                                          view(d->out_w, ATTNC_FLOAT64, 2, we), view(d->out_b, ATTNC_FLOAT64, 1, &be)},
+    attnc_layer_params p = {.self_attn = {.in_weight = view(d->in_w, ATTNC_FLOAT64, 2, w3),
+                                          .in_bias = view(d->in_b, ATTNC_FLOAT64, 1, &b3),
+                                          .out_weight = view(d->out_w, ATTNC_FLOAT64, 2, we),
+                                          .out_bias = view(d->out_b, ATTNC_FLOAT64, 1, &be)},
                             .linear1_weight = view(d->w1, ATTNC_FLOAT64, 2, w1),
                             .linear1_bias = view(d->b1, ATTNC_FLOAT64, 1, &b1),
                             .linear2_weight = view(d->w2, ATTNC_FLOAT64, 2, w2),
@@ -936,9 +938,10 @@ static attnc_layer_params layer_params(layer_data *d, int decoder) {
                             .norm_self = {view(d->nw[0], ATTNC_FLOAT64, 1, &be), view(d->nb[0], ATTNC_FLOAT64, 1, &be)},
                             .norm_ff = {view(d->nw[2], ATTNC_FLOAT64, 1, &be), view(d->nb[2], ATTNC_FLOAT64, 1, &be)}};
     if (decoder) {
-        p.cross_attn = (attnc_mha_params){view(d->x_in_w, ATTNC_FLOAT64, 2, w3), view(d->x_in_b, ATTNC_FLOAT64, 1, &b3),
-                                          view(d->x_out_w, ATTNC_FLOAT64, 2, we),
-                                          view(d->x_out_b, ATTNC_FLOAT64, 1, &be)};
+        p.cross_attn = (attnc_mha_params){.in_weight = view(d->x_in_w, ATTNC_FLOAT64, 2, w3),
+                                          .in_bias = view(d->x_in_b, ATTNC_FLOAT64, 1, &b3),
+                                          .out_weight = view(d->x_out_w, ATTNC_FLOAT64, 2, we),
+                                          .out_bias = view(d->x_out_b, ATTNC_FLOAT64, 1, &be)};
         p.norm_cross = (attnc_norm_params){view(d->nw[1], ATTNC_FLOAT64, 1, &be),
                                            view(d->nb[1], ATTNC_FLOAT64, 1, &be)};
     }
