@@ -42,6 +42,8 @@ HERE = Path(__file__).resolve().parent
 # only repeat it at length (experiments, benchmarks, notebooks).
 OTHER_TESTS = [
     "test_benchmarks_smoke.py",
+    "test_torch_variants.py",
+    "test_mha_variants.py",
     "test_c_core.py",
     "test_cpu_paths.py",
     "test_datasets.py",
@@ -89,6 +91,7 @@ OTHER_TESTS = [
 ]
 KERNEL_TESTS = [
     "test_models.py",
+    "test_layer_variants.py",
     "test_errors.py",
     "test_nn_module.py",
     "test_optim.py",

@@ -81,7 +81,7 @@ FACTORIES = {
         [nn.Linear(2, 3, seed=6), nn.ReLU(), nn.LayerNorm((3,), eps=1e-3)]
     ),
     "attnc.nn.multihead.MultiheadAttention": lambda: nn.MultiheadAttention(
-        6, 2, add_bias_kv=True, kdim=4, vdim=5, seed=7
+        6, 2, add_bias_kv=True, kdim=4, vdim=5, seed=7, sinks=True, alibi=True, window=(3, None), softcap=9.0
     ),
     "attnc.nn.normalization.LayerNorm": lambda: nn.LayerNorm((2, 3), bias=False, dtype=np.float64),
     "attnc.nn.pooling.AttentionPooling": lambda: nn.AttentionPooling(5, 4, bias=False, seed=8),

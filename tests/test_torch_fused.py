@@ -292,28 +292,36 @@ def test_opcheck_every_op(torch, at, rng):
 
     q, k, v, m, _ = _sdpa_inputs(torch, rng, "float64", "gqa")
     ops = torch.ops.attnc
+    off = ("[]", [None, None])  # no option of today's models (their text, then alibi_slopes and sinks)
+    slopes, sinks = torch.tensor([0.5, 0.25, 0.125, 0.1], dtype=torch.float64, requires_grad=True), q.new_zeros(4)
+    on = ("[('softcap', 2.0), ('window', (1, 0))]", [slopes, sinks.requires_grad_()])
     torch.library.opcheck(
-        ops.scaled_dot_product_attention, (q, k, v, m, 0.2, False, None, True, True, _seed_tensor(1, 0.2))
+        ops.scaled_dot_product_attention, (q, k, v, m, 0.2, False, None, True, True, _seed_tensor(1, 0.2), *off)
     )
     torch.library.opcheck(
-        ops.scaled_dot_product_attention, (q[0], k[0, :1], v[0, :1], None, 0.0, True, 0.5, False, False, None)
+        ops.scaled_dot_product_attention, (q[0], k[0, :1], v[0, :1], None, 0.0, True, 0.5, False, False, None, *off)
     )
+    torch.library.opcheck(ops.scaled_dot_product_attention, (q, k, v, m, 0.0, False, None, True, True, None, *on))
     # the backward ops have no backward (no double backward): checked on tensors without grad
     q, k, v, m = (t.detach() for t in (q, k, v, m))
-    out, w, lse = ops.scaled_dot_product_attention(q, k, v, m, 0.0, False, None, True, True, None)
-    args = (torch.randn_like(out), torch.randn_like(w), q, k, v, m, out, lse, 0.0, False, None, True, None)
-    torch.library.opcheck(ops.scaled_dot_product_attention_backward, args)
+    for text, tensors in (off, (on[0], [t.detach() for t in on[1]])):
+        out, w, lse = ops.scaled_dot_product_attention(q, k, v, m, 0.0, False, None, True, True, None, text, tensors)
+        args = (torch.randn_like(out), torch.randn_like(w), q, k, v, m, out, lse, 0.0, False, None, True, None)
+        torch.library.opcheck(ops.scaled_dot_product_attention_backward, args + (text, tensors))
     x, kv, params, kpm, am = _mha_inputs(torch, rng, "float64")
     mha_args = (x, kv, kv, 2, *params.values(), kpm, am, True, False, False, None, None, None, None, None, False)
-    torch.library.opcheck(ops.multi_head_attention, mha_args + (0.1, _seed_tensor(4, 0.1)))
+    torch.library.opcheck(ops.multi_head_attention, mha_args + (0.1, _seed_tensor(4, 0.1), *off))
+    on = ("[('window', (2, 1))]", [slopes[:2].detach().requires_grad_(), x.new_zeros(2, requires_grad=True)])
+    torch.library.opcheck(ops.multi_head_attention, mha_args + (0.0, None, *on))
     x, kv, am = x.detach(), kv.detach(), am.detach()
     params = {n: t.detach() for n, t in params.items()}
-    out, w, *saved = ops.multi_head_attention(x, kv, kv, 2, *params.values(), *mha_args[8:], 0.0, None)
-    tensors = [x, kv, kv, *params.values(), kpm, am, None, None, None, None, None]
-    torch.library.opcheck(
-        ops.multi_head_attention_backward,
-        (torch.randn_like(out), torch.randn_like(w), tensors, saved, 2, True, False, False, False, 0.0, None),
-    )
+    for text, variants in (off, (on[0], [t.detach() for t in on[1]])):
+        out, w, *saved = ops.multi_head_attention(
+            x, kv, kv, 2, *params.values(), *mha_args[8:], 0.0, None, text, variants
+        )
+        tensors = [x, kv, kv, *params.values(), kpm, am, None, None, None, None, None]
+        grads = (torch.randn_like(out), torch.randn_like(w), tensors, saved, 2, True, False, False, False, 0.0, None)
+        torch.library.opcheck(ops.multi_head_attention_backward, grads + (text, variants))
 
 
 def _loss_and_grads(torch, f, inputs):

@@ -26,7 +26,7 @@ from .._args import (
 from .._typing import Array, ArrayLike
 from ..grad import register
 from ..nn.linear import linear_rows, linear_rows_backward
-from ._spec import sdpa_options
+from ._spec import sdpa_options, variant_grads, variant_options
 
 
 def _param(x, name, shape, dtype, required=True):
@@ -83,10 +83,14 @@ def _prepare(
     dropout_p=0.0,
     seed=None,
     num_kv_heads=None,
+    **variants,
 ):
     """The arguments checked: the state of a call (its backward's `saved`)
     before any arithmetic. The same arguments (and an int seed) give the
-    same state again: attnc.torch's backward rebuilds a forward's here."""
+    same state again: attnc.torch's backward rebuilds a forward's here.
+    variants: the kernel's options of today's models, as
+    _spec.variant_options takes them (passed through by name, so an option
+    added there reaches multi_head_attention without a change here)."""
     q_in, k_in, v_in = (float_array(a, n) for a, n in ((query, "query"), (key, "key"), (value, "value")))
     dtype = q_in.dtype
     same_dtype(dtype, key=k_in, value=v_in)
@@ -169,6 +173,7 @@ def _prepare(
         dropout_p=dropout_p,
         seed=seed,
         average_heads=average,
+        variants=variant_options(H, dtype, **variants),
     )
     return dict(
         options=options,
@@ -300,11 +305,14 @@ def _backward(s, cotangents):
     dq, dk, dv = np.empty((B, L, E), dtype), np.empty((B, S2, Ekv), dtype), np.empty((B, S2, Ekv), dtype)
     float_masks = [n for n, (m, _) in s["mask_args"].items() if np.asarray(m).dtype != np.bool_]
     dmask = np.zeros((B, H, L, S2), dtype) if float_masks else None
+    dvariants = variant_grads(s["options"], H, dtype)
     _core.sdpa_backward(
         dquery=heads(dq),
         dkey=_heads(dk, Hkv),
         dvalue=_heads(dv, Hkv),
         dmask=dmask,
+        dsinks=dvariants.get("sinks"),
+        dalibi_slopes=dvariants.get("alibi_slopes"),
         doutput=heads(dattn2.reshape(B, L, E)),
         dweights=dweights,
         query=s["qh"],
@@ -322,6 +330,7 @@ def _backward(s, cotangents):
         elif np.asarray(orig).ndim == 3 and len(shape) == 4:  # given as (B*H, L, S)
             g = g.reshape(B * H, L, S)
         grads[name] = unbroadcast(g, np.shape(orig)) if name == "attn_mask" else (g if s["batched"] else g[0])
+    grads.update(dvariants)
     if s["bias_kv"]:  # in the caller's shape of each
         grads["bias_k"] = dk[:, S].sum(axis=0).reshape(s["bias_shapes"][0])
         grads["bias_v"] = dv[:, S].sum(axis=0).reshape(s["bias_shapes"][1])
@@ -364,6 +373,10 @@ def multi_head_attention(
     dropout_p: float = 0.0,
     seed: int | None = None,
     num_kv_heads: int | None = None,
+    alibi_slopes: ArrayLike | None = None,
+    window: tuple[int | None, int | None] | None = None,
+    softcap: float | None = None,
+    sinks: ArrayLike | None = None,
 ) -> tuple[Array, Array | None]:
     """Multi-head attention, as ``torch.nn.MultiheadAttention(batch_first=True)``.
 
@@ -394,6 +407,13 @@ def multi_head_attention(
         h // (H / num_kv_heads); in_proj_weight is then (E + 2 E_kv, E)
         (query, key, value rows), k_proj_weight (E_kv, kdim), v_proj_weight
         (E_kv, vdim), in_proj_bias (E + 2 E_kv,), bias_k/bias_v (1, 1, E_kv)
+    alibi_slopes : (H,), window : (left, right), softcap : float > 0,
+        sinks : (H,): the options of today's models, applied by the fused
+        kernel to every head exactly as attnc.scaled_dot_product_attention
+        applies them (there: their order and meanings); query i sits at key
+        position i, and keys appended by bias_k/add_zero_attn at positions
+        S, S + 1. attnc.vjp gives the gradients of ``sinks`` and
+        ``alibi_slopes`` by those names.
 
     Masks here keep PyTorch's meaning (True = ignore), because the argument
     names are PyTorch's. The returned weights are the probabilities before
@@ -421,6 +441,11 @@ def multi_head_attention(
     >>> w_mqa = np.random.rand(E + 2 * 4, E).astype(np.float32)     # one key/value head of width E / H
     >>> attnc.multi_head_attention(x, x, x, H, w_mqa, None, w_out, None, num_kv_heads=1)[0].shape
     (2, 5, 16)
+    >>> out, w = attnc.multi_head_attention(      # a causal window of 3 keys, ALiBi, a sink per head
+    ...     x, x, x, H, w_in, None, w_out, None, window=(2, 0), alibi_slopes=attnc.alibi_slopes(H, np.float32),
+    ...     sinks=np.zeros(H, np.float32), average_attn_weights=False)
+    >>> int((w[0, 0, 4] > 0).sum()), bool(w.sum(-1).min() < 1)
+    (3, True)
     """
     return _forward(
         query,
@@ -445,6 +470,10 @@ def multi_head_attention(
         dropout_p=dropout_p,
         seed=seed,
         num_kv_heads=num_kv_heads,
+        alibi_slopes=alibi_slopes,
+        window=window,
+        softcap=softcap,
+        sinks=sinks,
     )[0]
 
 

@@ -35,10 +35,20 @@ class GPT(nn.Module):
         "relu", or attnc.nn.GELU(approximate="tanh") (GPT-2's)
     n_inner : int or None, the feed-forward width (None: 4 n_embd)
     layer_norm_epsilon : float, every LayerNorm's eps
-    positional : "learned" (the position table ``wpe``, GPT-2's) or "rope":
+    positional : "learned" (the position table ``wpe``, GPT-2's), "rope":
         rotary position embeddings (attnc.nn.RotaryEmbedding, the half-split
         layout of GPT-NeoX and Llama) on every layer's queries and keys,
-        no ``wpe``
+        no ``wpe``; "alibi": ALiBi (Press et al. 2022), the slopes
+        attnc.alibi_slopes(n_head) in every layer, no ``wpe``; or
+        "sinusoidal": the fixed table of Vaswani et al. 2017
+        (attnc.nn.sinusoidal_encoding, not a parameter) added to the
+        token embeddings
+    window : (left, right) or None: a sliding window in every layer
+        (attnc.nn.MultiheadAttention's ``window``; the model is causal, so
+        ``(W - 1, 0)`` lets each token see the last W tokens, itself included)
+    sinks : bool, a learned attention sink per head in every layer
+        (``encoder.layers.{i}.self_attn.sinks``, gpt-oss's)
+    softcap : float > 0 or None, every layer's scores capped (Gemma 2)
     rope_base, rotary_dim : RoPE's base and the features of each head that
         turn (None: all), with positional="rope"
     num_kv_heads : int dividing n_head, or None: grouped-query attention in
@@ -93,6 +103,9 @@ class GPT(nn.Module):
     ((5, 8), (11, 8))
     >>> m.generate(idx[:, :2], 3).shape
     (4, 3)
+    >>> streaming = attnc.models.GPT(5, 11, 2, 2, 8, positional="alibi", window=(3, 0), sinks=True, seed=0)
+    >>> streaming.generate(idx[:, :2], 3).shape, "wpe.weight" in streaming.state_dict()
+    ((4, 3), False)
     """
 
     def __init__(
@@ -112,6 +125,9 @@ class GPT(nn.Module):
         rope_base: float = 10000.0,
         rotary_dim: int | None = None,
         num_kv_heads: int | None = None,
+        window: tuple[int | None, int | None] | None = None,
+        sinks: bool = False,
+        softcap: float | None = None,
         dtype: DTypeLike = np.float32,
         seed: int | None = None,
     ) -> None:
@@ -126,7 +142,7 @@ class GPT(nn.Module):
                 raise ValueError(f"{name} must be an int >= 1, got {v!r}")
         if not 0 <= dropout < 1:
             raise ValueError(f"dropout must be in [0, 1), got {dropout}")
-        self.positional = choice(positional, ("learned", "rope"), "positional")
+        self.positional = choice(positional, ("learned", "rope", "alibi", "sinusoidal"), "positional")
         rng = np.random.default_rng(seed)
         self.vocab_size, self.block_size, self.n_layer = int(vocab_size), int(block_size), int(n_layer)
         self.n_embd, self.dropout = int(n_embd), float(dropout)
@@ -135,7 +151,9 @@ class GPT(nn.Module):
         rotary = None
         if self.positional == "learned":
             self.wpe = nn.Embedding(block_size, n_embd, dtype=dtype, seed=wpe_seed)
-        else:
+        elif self.positional == "sinusoidal":  # computed in float64 once, rounded to the model's dtype
+            self._sinusoids = nn.sinusoidal_encoding(block_size, n_embd, np.float64)
+        elif self.positional == "rope":
             if isinstance(n_head, bool) or not isinstance(n_head, numbers.Integral) or n_head < 1 or n_embd % n_head:
                 raise ValueError(f"n_head must be an int >= 1 dividing n_embd ({n_embd}), got {n_head!r}")
             rotary = nn.RotaryEmbedding(n_embd // n_head, rope_base, rotary_dim, dtype=dtype)
@@ -152,6 +170,10 @@ class GPT(nn.Module):
             seed=int(rng.integers(2**63)),
             num_kv_heads=num_kv_heads,
             rotary=rotary,
+            alibi=self.positional == "alibi",
+            window=window,
+            sinks=sinks,
+            softcap=softcap,
         )
         self.encoder = nn.TransformerEncoder(layer, n_layer, enable_nested_tensor=False)
         self.ln_f = nn.LayerNorm(n_embd, eps=layer_norm_epsilon, dtype=dtype)
@@ -184,6 +206,8 @@ class GPT(nn.Module):
         x = tape("wte", nn.embedding, idx, self.wte.weight)
         if self.positional == "learned":
             x = x + tape("wpe", nn.embedding, np.arange(T, dtype=np.int64), self.wpe.weight)
+        elif self.positional == "sinusoidal":
+            x = x + self._positions()[:T]
         x, drop = _dropout(x, self.dropout, self._rng, self.training)
         h = tape("encoder", self.encoder, x, mask=_causal_mask(T), is_causal=True, need_weights=need_weights)
         weights = None
@@ -193,6 +217,15 @@ class GPT(nn.Module):
         logits = tape("lm_head", nn.linear, h, self._out_weight())
         saved = (tape.pullbacks, drop, need_weights, self.tie_word_embeddings)
         return ((logits, weights) if need_weights else logits), saved
+
+    def _positions(self):
+        """The (block_size, E) table added to the token embeddings: wpe's,
+        the sinusoidal one, or zeros (RoPE and ALiBi act inside the layers)."""
+        if self.positional == "learned":
+            return self.wpe.weight
+        if self.positional == "sinusoidal":
+            return self._sinusoids.astype(self.dtype, copy=False)
+        return np.zeros((self.block_size, self.n_embd), self.dtype)
 
     def _out_weight(self):
         """The output layer's weight (V, E): lm_head's, or wte's when tied."""
@@ -271,14 +304,10 @@ class GPT(nn.Module):
                 "and does not crop the context"
             )
         _in_range(idx, "idx", self.vocab_size)
-        # RoPE turns the queries and keys inside the layers: no position is added to the input
-        positions = (
-            self.wpe.weight if self.positional == "learned" else np.zeros((self.block_size, self.n_embd), self.dtype)
-        )
         return nn.decode(
             list(self.encoder.layers),
             self.wte.weight,
-            positions,
+            self._positions(),
             self._out_weight(),
             idx,
             max_new_tokens,
@@ -293,5 +322,5 @@ class GPT(nn.Module):
             f"vocab_size={self.vocab_size}, block_size={self.block_size}, n_layer={self.n_layer}, "
             f"n_embd={self.n_embd}, dropout={self.dropout}"
             + (", tie_word_embeddings=True" if self.tie_word_embeddings else "")
-            + (", positional='rope'" if self.positional == "rope" else "")
+            + (f", positional={self.positional!r}" if self.positional != "learned" else "")
         )

@@ -121,13 +121,15 @@ def decode(
         raise TypeError("layers must all be attnc.nn.TransformerDecoderLayer or all TransformerEncoderLayer")
     first = layers[0]
 
-    def key(layer):
+    def key(layer):  # (an array, ALiBi's slopes, as a tuple: comparable)
         config = layer._layer_config(training=False)
-        return (layer.d_model,) + tuple(config[k] for k in sorted(config) if k != "seed")
+        values = (config[k] for k in sorted(config) if k != "seed")
+        return (layer.d_model,) + tuple(tuple(v.tolist()) if isinstance(v, np.ndarray) else v for v in values)
 
     if any(key(layer) != key(first) for layer in layers):
         raise ValueError(
-            "layers must share nhead, activation, layer_norm_eps, norm_first, d_model, num_kv_heads and rotary"
+            "layers must share nhead, activation, layer_norm_eps, norm_first, d_model, num_kv_heads, rotary, "
+            "alibi, window and softcap"
         )
     dtype = first.dtype
     arrays = {}

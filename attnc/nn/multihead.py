@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
 from .._args import int_arg
 from .._typing import Array, ArrayLike, DTypeLike
 from ..attention import multihead
+from ..attention._spec import variant_options
 from ..attention.multihead import kv_heads
+from ..attention.sdpa import alibi_slopes
 from .linear import Linear
 from .module import Module
 
@@ -33,6 +36,16 @@ class MultiheadAttention(Module):
         attention (1: multi-query attention), as attnc.multi_head_attention
         takes it: num_kv_heads key and value heads of width E / H, E_kv =
         num_kv_heads E / H
+    sinks : bool, a learned attention sink per head (gpt-oss's ``sinks``):
+        the parameter ``sinks`` (H,), initialised to 0, joins each row's
+        softmax normaliser (attnc.scaled_dot_product_attention's ``sinks``)
+    alibi : bool, ALiBi (Press et al. 2022): the fixed slopes
+        attnc.alibi_slopes(H) (not a parameter) as ``alibi_slopes``
+    window : (left, right) or None, a sliding window: query i attends keys
+        i - left <= j <= i + right (either side None: unbounded); Gemma 2's
+        ``sliding_window`` W with causal attention is ``window=(W - 1, 0)``
+    softcap : float > 0 or None, the scores capped to softcap tanh(s / softcap)
+        (Gemma 2's ``attn_logit_softcapping``)
 
     ``state_dict()`` (torch's names): ``in_proj_weight``
     (3E, E) or ``q_proj_weight``/``k_proj_weight``/``v_proj_weight`` when kdim
@@ -47,11 +60,13 @@ class MultiheadAttention(Module):
     generator, so a seeded module replays the same dropout masks.
 
     ``forward(query, key, value, key_padding_mask=None, need_weights=True,
-    attn_mask=None, average_attn_weights=True, is_causal=False)``: query
+    attn_mask=None, average_attn_weights=True, is_causal=False, **options)``: query
     (B, L, E), key (B, S, kdim), value (B, S, vdim), float32 or float64 (or
     unbatched, without B) -> ``(output (B, L, E), weights or None)``, the
     weights (B, L, S) averaged over heads or (B, H, L, S), with torch's
-    meanings (boolean masks: True = ignore). ``attnc.vjp(module, query, key, value, ...)`` gives the gradients
+    meanings (boolean masks: True = ignore); options: further keyword
+    options of attnc.multi_head_attention's fused kernel for this call, other
+    than those the module sets. ``attnc.vjp(module, query, key, value, ...)`` gives the gradients
     of the inputs and of every parameter, keyed by state_dict name.
 
     Example
@@ -66,6 +81,13 @@ class MultiheadAttention(Module):
     >>> mqa = attnc.nn.MultiheadAttention(16, 4, num_kv_heads=1, seed=0)    # multi-query attention
     >>> mqa(x, x, x)[0].shape, mqa.state_dict()["k_proj_weight"].shape
     ((2, 5, 16), (4, 16))
+    >>> oss = attnc.nn.MultiheadAttention(16, 4, sinks=True, window=(2, 0), softcap=30.0, seed=0)
+    >>> out, w = oss(x, x, x, average_attn_weights=False)
+    >>> oss.state_dict()["sinks"].shape, int((w[0, 0, 4] > 0).sum())
+    ((4,), 3)
+    >>> grads = attnc.vjp(oss, x, x, x, need_weights=False)[1](np.ones_like(out), None)
+    >>> grads["sinks"].shape
+    (4,)
     """
 
     def __init__(
@@ -83,6 +105,10 @@ class MultiheadAttention(Module):
         dtype: DTypeLike = np.float32,
         seed: int | None = None,
         num_kv_heads: int | None = None,
+        sinks: bool = False,
+        alibi: bool = False,
+        window: tuple[int | None, int | None] | None = None,
+        softcap: float | None = None,
     ) -> None:
         super().__init__(dtype)
         if not batch_first:
@@ -121,8 +147,30 @@ class MultiheadAttention(Module):
         self.out_proj = Linear(E, E, bias=bias, dtype=dtype, seed=rng.integers(2**63))
         self.out_proj._initialise(lambda name, p: np.zeros(p.shape) if name == "bias" else None)
         self._rng = rng
+        self._init_parameter("sinks", (num_heads,), np.zeros if sinks else None)
+        # Fixed options, checked here once (and again, cheaply, by each call).
+        self.alibi, self.window, self.softcap = bool(alibi), window, softcap
+        variant_options(num_heads, self.dtype, **self._fixed)
 
-    def _kwargs(self, key_padding_mask, need_weights, attn_mask, average_attn_weights, is_causal):
+    @property
+    def _fixed(self) -> dict:
+        """The fixed options by attnc's argument names (None: off), ALiBi's
+        slopes in the module's dtype (it may change: .to)."""
+        slopes = alibi_slopes(self.num_heads, self.dtype) if self.alibi else None
+        return {"alibi_slopes": slopes, "window": self.window, "softcap": self.softcap}
+
+    def _variants(self, options: dict) -> dict:
+        """The kernel's options of a call: the module's (its sinks parameter,
+        ALiBi's slopes, window, softcap) and the call's own, which may not
+        repeat one the module sets."""
+        mine = {n: v for n, v in self._fixed.items() if v is not None}
+        if self._parameters["sinks"] is not None:
+            mine["sinks"] = self._parameters["sinks"]
+        for name in options.keys() & mine.keys():
+            raise TypeError(f"{name} is set by the module (its constructor); do not pass it to forward")
+        return {**mine, **options}
+
+    def _kwargs(self, key_padding_mask, need_weights, attn_mask, average_attn_weights, is_causal, options):
         p = self._parameters
         dropout = self.dropout if self.training else 0.0
         return dict(
@@ -140,6 +188,7 @@ class MultiheadAttention(Module):
             dropout_p=dropout,
             seed=int(self._rng.integers(2**63)) if dropout else None,
             num_kv_heads=self.num_kv_heads,
+            **self._variants(options),
         )
 
     def _args(self, query, key, value):
@@ -165,10 +214,11 @@ class MultiheadAttention(Module):
         attn_mask: ArrayLike | None = None,
         average_attn_weights: bool = True,
         is_causal: bool = False,
+        **options: Any,
     ) -> tuple[Array, Array | None]:
         return multihead.multi_head_attention(
             *self._args(query, key, value),
-            **self._kwargs(key_padding_mask, need_weights, attn_mask, average_attn_weights, is_causal),
+            **self._kwargs(key_padding_mask, need_weights, attn_mask, average_attn_weights, is_causal, options),
         )
 
     def _vjp_forward(
@@ -181,15 +231,17 @@ class MultiheadAttention(Module):
         attn_mask=None,
         average_attn_weights=True,
         is_causal=False,
+        **options,
     ):
         return multihead._forward(
             *self._args(query, key, value),
-            **self._kwargs(key_padding_mask, need_weights, attn_mask, average_attn_weights, is_causal),
+            **self._kwargs(key_padding_mask, need_weights, attn_mask, average_attn_weights, is_causal, options),
         )
 
     @staticmethod
     def _vjp_backward(saved, cotangents):
         grads = multihead._backward(saved, cotangents)
+        grads.pop("alibi_slopes", None)  # fixed slopes: not a parameter
         for name in ("weight", "bias"):
             if f"out_proj_{name}" in grads:
                 grads[f"out_proj.{name}"] = grads.pop(f"out_proj_{name}")

@@ -24,6 +24,7 @@ import numpy as np
 from .. import _core
 from .._args import as_array, elementwise_ready, float_array, int_arg, same_dtype, shape_str, torch_mask
 from .._typing import Array, ArrayLike, DTypeLike
+from ..attention._spec import variant_options
 from .linear import Linear
 from .module import Module, ModuleList, _copies
 from .multihead import MultiheadAttention
@@ -136,6 +137,7 @@ def _layer_param_names(decoder):
         "in_bias": "in_proj_bias",
         "out_weight": "out_proj.weight",
         "out_bias": "out_proj.bias",
+        "sinks": "sinks",
     }
     blocks = (("self_attn", "self_attn"),) + ((("cross_attn", "multihead_attn"),) if decoder else ())
     names = {f"{member}.{k}": f"{name}.{v}" for member, name in blocks for k, v in attn.items()}
@@ -166,7 +168,10 @@ class _Layer(Module, abstract=True):
         seed,
         num_kv_heads,
         rotary,
+        variants,
     ):
+        """variants: the self-attention's options of today's models, as
+        attnc.nn.MultiheadAttention's constructor takes them."""
         d_model, nhead = int_arg("d_model", d_model), int_arg("nhead", nhead)
         dim_feedforward = int_arg("dim_feedforward", dim_feedforward)
         if d_model % nhead:
@@ -183,7 +188,9 @@ class _Layer(Module, abstract=True):
         rng = np.random.default_rng(seed)
         sub = lambda: int(rng.integers(2**63))  # noqa: E731
         gqa = dict(num_kv_heads=num_kv_heads) if num_kv_heads is not None else {}
-        self.self_attn = MultiheadAttention(d_model, nhead, dropout, bias=bias, dtype=dtype, seed=sub(), **gqa)
+        self.self_attn = MultiheadAttention(
+            d_model, nhead, dropout, bias=bias, dtype=dtype, seed=sub(), **gqa, **variants
+        )
         self.num_kv_heads = self.self_attn.num_kv_heads
         if rotary is not None and not isinstance(rotary, RotaryEmbedding):
             raise TypeError(f"rotary must be an attnc.nn.RotaryEmbedding or None, got {type(rotary).__name__}")
@@ -245,6 +252,8 @@ class _Layer(Module, abstract=True):
             rotary_dim=0 if rope is None else rope.rotary_dim,
             rope_base=10000.0 if rope is None else rope.base,
             rope_interleaved=False if rope is None else rope.interleaved,
+            # the self-attention's fixed options (its sinks are a parameter), by attnc_sdpa_options' names
+            **variant_options(self.nhead, self.dtype, **self.self_attn._fixed),
         )
 
     def _run(self, x, memory, self_masks, cross_masks, need_weights, keep):
@@ -423,6 +432,12 @@ class TransformerEncoderLayer(_Layer):
     rotary : attnc.nn.RotaryEmbedding of dim d_model / nhead, or None: RoPE
         on the self-attention's queries and keys (each head's), at positions
         0 .. L - 1, in the C layer (forward and backward)
+    sinks, alibi, window, softcap : the self-attention's options of today's
+        models, as attnc.nn.MultiheadAttention takes them (sinks=True: a
+        learned ``self_attn.sinks`` (nhead,); alibi=True: the fixed
+        attnc.alibi_slopes(nhead); window=(left, right); softcap), applied by
+        the C layer in the forward, the backward (the sinks' gradient) and
+        cached decoding (attnc.nn.decode; query i at absolute position i)
 
     ``forward(src, src_mask=None, src_key_padding_mask=None, is_causal=False,
     *, need_weights=False)``: src (B, L, E) or (L, E), the module's dtype;
@@ -447,6 +462,13 @@ class TransformerEncoderLayer(_Layer):
     ((2, 5, 16), dtype('float32'), (2, 4, 5, 5))
     >>> len(layer.state_dict()), layer.state_dict()["linear1.weight"].shape
     (12, (32, 16))
+    >>> oss = attnc.nn.TransformerEncoderLayer(16, 4, 32, sinks=True, alibi=True, window=(3, 0), seed=0).eval()
+    >>> x = np.random.rand(2, 9, 16).astype(np.float32)
+    >>> out, w = oss(x, need_weights=True)        # window (3, 0): causal, each query sees 4 keys
+    >>> int((w[0, 0, 8] > 0).sum()), oss.state_dict()["self_attn.sinks"].shape
+    (4, (4,))
+    >>> attnc.vjp(oss, x)[1](np.ones_like(out))["self_attn.sinks"].shape
+    (4,)
     """
 
     def __init__(
@@ -465,6 +487,10 @@ class TransformerEncoderLayer(_Layer):
         seed: int | None = None,
         num_kv_heads: int | None = None,
         rotary: RotaryEmbedding | None = None,
+        sinks: bool = False,
+        alibi: bool = False,
+        window: tuple[int | None, int | None] | None = None,
+        softcap: float | None = None,
     ) -> None:
         super().__init__(dtype)
         self._build(
@@ -481,6 +507,7 @@ class TransformerEncoderLayer(_Layer):
             seed,
             num_kv_heads,
             rotary,
+            dict(sinks=sinks, alibi=alibi, window=window, softcap=softcap),
         )
 
     def _prepare(self, src, src_mask, src_key_padding_mask, is_causal):
@@ -574,6 +601,12 @@ class TransformerDecoderLayer(_Layer):
     rotary : attnc.nn.RotaryEmbedding of dim d_model / nhead, or None: RoPE
         on the self-attention's queries and keys (each head's), at positions
         0 .. L - 1, in the C layer (forward and backward)
+    sinks, alibi, window, softcap : the self-attention's options of today's
+        models, as attnc.nn.MultiheadAttention takes them (sinks=True: a
+        learned ``self_attn.sinks`` (nhead,); alibi=True: the fixed
+        attnc.alibi_slopes(nhead); window=(left, right); softcap), applied by
+        the C layer in the forward, the backward (the sinks' gradient) and
+        cached decoding (attnc.nn.decode; query i at absolute position i)
 
     ``forward(tgt, memory, tgt_mask=None, memory_mask=None,
     tgt_key_padding_mask=None, memory_key_padding_mask=None,
@@ -622,6 +655,10 @@ class TransformerDecoderLayer(_Layer):
         seed: int | None = None,
         num_kv_heads: int | None = None,
         rotary: RotaryEmbedding | None = None,
+        sinks: bool = False,
+        alibi: bool = False,
+        window: tuple[int | None, int | None] | None = None,
+        softcap: float | None = None,
     ) -> None:
         super().__init__(dtype)
         self._build(
@@ -638,6 +675,7 @@ class TransformerDecoderLayer(_Layer):
             seed,
             num_kv_heads,
             rotary,
+            dict(sinks=sinks, alibi=alibi, window=window, softcap=softcap),
         )
 
     def _prepare(

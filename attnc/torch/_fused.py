@@ -13,6 +13,7 @@ compiled graph draws a fresh one each call and torch.manual_seed governs it.
 
 from __future__ import annotations
 
+import ast
 from typing import cast
 
 import numpy as np
@@ -55,6 +56,60 @@ def _check_args(named: dict, masks: dict) -> None:
             check_tensor(t, name, floats_only=False)
 
 
+# --------------------------------------------------------------------------- the options of today's models
+
+# The kernel's options (attnc.attention._spec.variant_options) that are
+# tensors, in the order the ops carry them (a list of optional tensors; the
+# ones with a gradient get it). Every other option crosses the ops as one
+# string (the repr of their sorted (name, value) pairs: a constant to
+# torch.compile, which traces repr but not json). A new option is one entry
+# here if it is a tensor, none otherwise.
+VARIANT_TENSORS = ("alibi_slopes", "sinks")
+
+
+def _split_variants(variants: dict) -> tuple[str, list[torch.Tensor | None]]:
+    """The options given (None: off) as the ops take them: (the text of the
+    non-tensor ones, the tensor ones in VARIANT_TENSORS' order)."""
+    for name in VARIANT_TENSORS:
+        if variants.get(name) is not None:
+            check_tensor(variants[name], name)
+    scalars = sorted((n, v) for n, v in variants.items() if n not in VARIANT_TENSORS and v is not None)
+    return repr(scalars), [variants.get(n) for n in VARIANT_TENSORS]
+
+
+def _variant_arrays(text: str, tensors) -> dict:
+    """The ops' form of the options back as attnc's keyword arguments."""
+    out = {n: _array(t, n) for n, t in zip(VARIANT_TENSORS, tensors) if t is not None}
+    return {**_scalars(text), **out}
+
+
+def _scalars(text: str) -> dict:
+    """_split_variants' text back as a dict; a value that is not a literal
+    (a number, a string, None or a tuple of them) is refused by name."""
+    try:
+        return dict(ast.literal_eval(text))
+    except (ValueError, SyntaxError):
+        raise TypeError(f"the options {text} must be numbers, strings, None or tuples of them") from None
+
+
+def _variant_grads(grads: dict, tensors, like: torch.Tensor) -> list[torch.Tensor]:
+    """The gradients of the tensor options (empty placeholders where none)."""
+    return [_tensor(grads.get(n) if t is not None else None, like) for n, t in zip(VARIANT_TENSORS, tensors)]
+
+
+def _list_grads(grads, tensors):
+    """The gradient of the ops' list of tensor options, as torch's autograd
+    wants it: one per tensor (None for an absent one), or None when the list
+    holds no tensor (torch then takes it for a list of constants)."""
+    if all(t is None for t in tensors):
+        return None
+    return [g if t is not None else None for g, t in zip(grads, tensors)]
+
+
+def _variant_fakes(tensors, like: torch.Tensor) -> list[torch.Tensor]:
+    return [like.new_empty(_EMPTY if t is None else t.shape) for t in tensors]
+
+
 # --------------------------------------------------------------------------- scaled_dot_product_attention
 
 
@@ -70,6 +125,8 @@ def _sdpa_op(
     enable_gqa: bool,
     return_weights: bool,
     seed: torch.Tensor | None,
+    variants: str,
+    variant_tensors: list[torch.Tensor | None],
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(output, weights or an empty placeholder, the kernel's log-sum-exp)."""
     outputs, saved = _sdpa._forward(
@@ -83,6 +140,7 @@ def _sdpa_op(
         enable_gqa,
         return_weights=return_weights,
         seed=_seed(seed),
+        **_variant_arrays(variants, variant_tensors),
     )
     out, weights = outputs if return_weights else (outputs, None)
     return _tensor(out, query), _tensor(weights, query), _tensor(saved[5], query)
@@ -102,7 +160,7 @@ def _sdpa_shapes(query, key, value, enable_gqa):
 
 
 @_sdpa_op.register_fake
-def _(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, return_weights, seed):
+def _(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, return_weights, seed, *_):
     out, weights, lse = _sdpa_shapes(query, key, value, enable_gqa)
     return query.new_empty(out), query.new_empty(weights if return_weights else _EMPTY), query.new_empty(lse)
 
@@ -122,8 +180,11 @@ def _sdpa_backward_op(
     scale: float | None,
     enable_gqa: bool,
     seed: torch.Tensor | None,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(dquery, dkey, dvalue, dattn_mask or an empty placeholder) by attnc's C backward."""
+    variants: str,
+    variant_tensors: list[torch.Tensor | None],
+) -> list[torch.Tensor]:
+    """[dquery, dkey, dvalue, dattn_mask or an empty placeholder, then the
+    gradients of the tensor options] by attnc's C backward."""
     q, k, v, layout, options, mask_arg = _sdpa._prepare(
         from_tensor(query, "query"),
         from_tensor(key, "key"),
@@ -134,28 +195,30 @@ def _sdpa_backward_op(
         scale,
         enable_gqa,
         _seed(seed),
+        **_variant_arrays(variants, variant_tensors),
     )
     out = from_tensor(output, "output")
     saved = (options, q, k, v, out[None] if layout[2] else out, from_tensor(lse, "lse"), layout, mask_arg)
     cotangents = (_array(grad_output, "grad_output"), _array(grad_weights, "grad_weights"))
     grads = _sdpa._backward(saved, cotangents)
     dq, dk, dv, dmask = (_tensor(grads.get(n), query) for n in ("query", "key", "value", "attn_mask"))
-    return dq, dk, dv, dmask
+    return [dq, dk, dv, dmask, *_variant_grads(grads, variant_tensors, query)]
 
 
 @_sdpa_backward_op.register_fake
-def _(
-    grad_output, grad_weights, query, key, value, attn_mask, output, lse, dropout_p, is_causal, scale, enable_gqa, seed
-):
+def _(grad_output, grad_weights, query, key, value, attn_mask, *rest):
+    variant_tensors = rest[-1]
     float_mask = attn_mask is not None and attn_mask.dtype != torch.bool
     dmask = query.new_empty(attn_mask.shape) if float_mask else query.new_empty(_EMPTY)
-    return query.new_empty(query.shape), key.new_empty(key.shape), value.new_empty(value.shape), dmask
+    grads = [query.new_empty(query.shape), key.new_empty(key.shape), value.new_empty(value.shape), dmask]
+    return grads + _variant_fakes(variant_tensors, query)
 
 
 def _sdpa_setup(ctx, inputs, output):
-    query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, return_weights, seed = inputs
-    ctx.save_for_backward(query, key, value, attn_mask, output[0], output[2], seed)
+    query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, return_weights, seed, text, tensors = inputs
+    ctx.save_for_backward(query, key, value, attn_mask, output[0], output[2], seed, *tensors)
     ctx.options = (dropout_p, is_causal, scale, enable_gqa)
+    ctx.variants = text
     ctx.return_weights = return_weights
     ctx.float_mask = attn_mask is not None and attn_mask.dtype != torch.bool
     ctx.mark_non_differentiable(output[2])
@@ -163,13 +226,13 @@ def _sdpa_setup(ctx, inputs, output):
 
 
 def _sdpa_grad(ctx, grad_output, grad_weights, _):
-    query, key, value, attn_mask, output, lse, seed = ctx.saved_tensors
+    query, key, value, attn_mask, output, lse, seed, *tensors = ctx.saved_tensors
     if not ctx.return_weights:  # the placeholder's cotangent (zeros, under torch.compile)
         grad_weights = None
-    dq, dk, dv, dmask = _sdpa_backward_op(
-        grad_output, grad_weights, query, key, value, attn_mask, output, lse, *ctx.options, seed
+    dq, dk, dv, dmask, *dvariants = _sdpa_backward_op(
+        grad_output, grad_weights, query, key, value, attn_mask, output, lse, *ctx.options, seed, ctx.variants, tensors
     )
-    return dq, dk, dv, dmask if ctx.float_mask else None, None, None, None, None, None, None
+    return dq, dk, dv, dmask if ctx.float_mask else None, *[None] * 7, _list_grads(dvariants, tensors)
 
 
 _sdpa_op.register_autograd(_sdpa_grad, setup_context=_sdpa_setup)
@@ -187,6 +250,10 @@ def scaled_dot_product_attention(
     *,
     return_weights: bool = False,
     seed: int | None = None,
+    alibi_slopes: torch.Tensor | None = None,
+    window: tuple[int | None, int | None] | None = None,
+    softcap: float | None = None,
+    sinks: torch.Tensor | None = None,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """attnc.scaled_dot_product_attention on tensors, differentiable by torch
     autograd (the custom op ``torch.ops.attnc.scaled_dot_product_attention``,
@@ -206,6 +273,11 @@ def scaled_dot_product_attention(
     seed : int or None, the dropout seed (the same seed gives the NumPy call's
         bits); None draws one from torch's generator (torch.manual_seed
         makes it reproducible).
+    alibi_slopes : tensor (H,), window : (left, right), softcap : float > 0,
+        sinks : tensor (H,): the options of today's models, with
+        attnc.scaled_dot_product_attention's meanings (the tensors of the
+        call's dtype); torch autograd gives the gradients of ``sinks`` and
+        ``alibi_slopes`` too (attnc's C backward).
 
     Returns
     -------
@@ -226,21 +298,33 @@ def scaled_dot_product_attention(
     >>> (out.sum() + w[..., 0].sum()).backward()
     >>> q.grad.shape
     torch.Size([2, 4, 6, 8])
+    >>> sinks = torch.zeros(4, dtype=torch.float64, requires_grad=True)     # gpt-oss's sinks, a window of 3
+    >>> out = attnc.torch.scaled_dot_product_attention(q, q, q, window=(2, 0), sinks=sinks, softcap=20.0)
+    >>> out.sum().backward()
+    >>> sinks.grad.shape
+    torch.Size([4])
     """
     _check_args({"query": query, "key": key, "value": value}, {"attn_mask": attn_mask})
+    text, tensors = _split_variants(dict(alibi_slopes=alibi_slopes, window=window, softcap=softcap, sinks=sinks))
     args = (query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, return_weights)
     seed_t = _seed_tensor(seed, dropout_p)
-    if eager(query, key, value, attn_mask, seed_t):
-        out, *weights = _sdpa_eager(*args, seed_t)
+    if eager(query, key, value, attn_mask, seed_t, *tensors):
+        out, *weights = _sdpa_eager(*args, seed_t, text, tensors)
     else:
-        out, *weights, _ = _sdpa_op(*args, seed_t)
+        out, *weights, _ = _sdpa_op(*args, seed_t, text, tensors)
     return (out, weights[0]) if return_weights else out
 
 
-def _sdpa_eager(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, return_weights, seed):
+def _sdpa_eager(
+    query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, return_weights, seed, text, tensors
+):
     """The op's outputs (without the log-sum-exp) on the eager path."""
     float_mask = attn_mask is not None and attn_mask.dtype != torch.bool
-    inputs = (query, key, value) + ((attn_mask,) if float_mask else ())
+    names = ["query", "key", "value"] + ["attn_mask"] * float_mask
+    names += [n for n, t in zip(VARIANT_TENSORS, tensors) if t is not None]
+    given = {"query": query, "key": key, "value": value, "attn_mask": attn_mask, **dict(zip(VARIANT_TENSORS, tensors))}
+    inputs = [given[n] for n in names]
+    variants = {**_scalars(text), **{n: view(t) for n, t in zip(VARIANT_TENSORS, tensors) if t is not None}}
 
     def call(differentiable):
         outputs, saved = _sdpa._forward(
@@ -254,14 +338,14 @@ def _sdpa_eager(query, key, value, attn_mask, dropout_p, is_causal, scale, enabl
             enable_gqa,
             return_weights=return_weights,
             seed=_seed(seed),
+            **variants,
         )
 
         def pullback(cotangents, needs):
             # a float mask that needs no gradient (a causal mask buffer) is a constant: no dmask pass
-            kept = saved if needs[3:] == (True,) else saved[:-1] + (None,)
+            kept = saved if float_mask and needs[3] else saved[:-1] + (None,)
             grads = _sdpa._backward(kept, [_array(c, "cotangent") for c in cotangents])
-            names = ("query", "key", "value", "attn_mask")[: len(inputs)]
-            return [_tensor(grads[n], query) if n in grads else None for n in names]
+            return [_tensor(grads[n], query) if n in grads and need else None for n, need in zip(names, needs)]
 
         return [_tensor(a, query) for a in (outputs if return_weights else (outputs,))], (), pullback
 
@@ -279,11 +363,21 @@ _MHA_GRADS = ("query", "key", "value") + _MHA_PARAMS + _MHA_MASKS + _MHA_SEPARAT
 
 
 def _mha_state(
-    tensors: tuple, num_heads, need_weights, average_attn_weights, is_causal, add_zero_attn, dropout_p, seed
+    tensors: tuple,
+    num_heads,
+    need_weights,
+    average_attn_weights,
+    is_causal,
+    add_zero_attn,
+    dropout_p,
+    seed,
+    variants: dict | None = None,
 ):
     """attnc's multi_head_attention call checked, before its arithmetic
-    (tensors: the op's tensor arguments in _MHA_GRADS's order)."""
+    (tensors: the op's tensor arguments in _MHA_GRADS's order; variants:
+    the kernel's options as attnc takes them)."""
     arrays = {n: _array(t, n) for n, t in zip(_MHA_GRADS, tensors)}
+    arrays.update(variants or {})
     return _mha._prepare(
         arrays.pop("query"),
         arrays.pop("key"),
@@ -323,6 +417,8 @@ def _mha_op(
     add_zero_attn: bool,
     dropout_p: float,
     seed: torch.Tensor | None,
+    variants: str,
+    variant_tensors: list[torch.Tensor | None],
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """(output, weights or an empty placeholder, and for the backward: the
     projections q, k, v, the attention before the output projection and the
@@ -336,7 +432,8 @@ def _mha_op(
         bias_k,
         bias_v,
     )
-    s = _mha_state(tensors, num_heads, need_weights, average_attn_weights, is_causal, add_zero_attn, dropout_p, seed)
+    options = (num_heads, need_weights, average_attn_weights, is_causal, add_zero_attn, dropout_p)
+    s = _mha_state(tensors, *options, seed, _variant_arrays(variants, variant_tensors))
     q, k, v = _mha._project(s)
     out, weights = _mha._attend(s, q, k, v)
     out_t, weights_t, q_t, k_t, v_t, attn_t, lse_t = (
@@ -348,6 +445,7 @@ def _mha_op(
 _MHA_TENSOR_ARGS = (0, 1, 2, 4, 5, 6, 7, 8, 9, 13, 14, 15, 16, 17)  # the op's arguments in _MHA_GRADS
 # num_heads, need_weights, average_attn_weights, is_causal, add_zero_attn, dropout_p: the op's arguments
 _MHA_OPTIONS = (3, 10, 11, 12, 18, 19)
+_MHA_NARGS = 23  # the op's arguments: the seed (20), then the options of today's models (21: their text, 22: tensors)
 
 
 @_mha_op.register_fake
@@ -376,18 +474,19 @@ def _mha_backward_op(
     add_zero_attn: bool,
     dropout_p: float,
     seed: torch.Tensor | None,
+    variants: str,
+    variant_tensors: list[torch.Tensor | None],
 ) -> list[torch.Tensor]:
     """The gradients of the tensors (in _MHA_GRADS's order; empty placeholders
-    for absent or bool ones) by attnc's C backward, from the forward's
-    saved q, k, v, attention and log-sum-exp."""
-    s = _mha_state(
-        tuple(tensors), num_heads, need_weights, average_attn_weights, is_causal, add_zero_attn, dropout_p, seed
-    )
+    for absent or bool ones), then of the tensor options, by attnc's C
+    backward, from the forward's saved q, k, v, attention and log-sum-exp."""
+    options = (num_heads, need_weights, average_attn_weights, is_causal, add_zero_attn, dropout_p)
+    s = _mha_state(tuple(tensors), *options, seed, _variant_arrays(variants, variant_tensors))
     _mha._keep(s, *(from_tensor(t, "saved") for t in saved))
     cotangents = (_array(grad_output, "grad_output"), _array(grad_weights, "grad_weights"))
     grads = _mha._backward(s, cotangents)
     query = cast(torch.Tensor, tensors[0])  # always given
-    return [_tensor(grads.get(n), query) for n in _MHA_GRADS]
+    return [_tensor(grads.get(n), query) for n in _MHA_GRADS] + _variant_grads(grads, variant_tensors, query)
 
 
 def _differentiable(t: torch.Tensor | None) -> bool:
@@ -395,27 +494,34 @@ def _differentiable(t: torch.Tensor | None) -> bool:
 
 
 @_mha_backward_op.register_fake
-def _(grad_output, grad_weights, tensors, *_):
-    return [tensors[0].new_empty(t.shape if _differentiable(t) else _EMPTY) for t in tensors]
+def _(grad_output, grad_weights, tensors, *rest):
+    grads = [tensors[0].new_empty(t.shape if _differentiable(t) else _EMPTY) for t in tensors]
+    return grads + _variant_fakes(rest[-1], tensors[0])
 
 
 def _mha_setup(ctx, inputs, output):
-    ctx.save_for_backward(*(inputs[i] for i in _MHA_TENSOR_ARGS), *output[2:], inputs[20])
+    n, variants = len(VARIANT_TENSORS), inputs[22]
+    ctx.save_for_backward(*(inputs[i] for i in _MHA_TENSOR_ARGS), *output[2:], *variants, inputs[20])
     ctx.options = tuple(inputs[i] for i in _MHA_OPTIONS)
-    ctx.differentiable = [_differentiable(inputs[i]) for i in _MHA_TENSOR_ARGS]
+    ctx.variants = inputs[21]
+    ctx.differentiable = [_differentiable(inputs[i]) for i in _MHA_TENSOR_ARGS] + [t is not None for t in variants]
+    ctx.saved_counts = (len(_MHA_TENSOR_ARGS), len(output) - 2, n)
     ctx.mark_non_differentiable(*output[2:])
     ctx.set_materialize_grads(False)  # weights only logged: no zero cotangent for the C backward to go through
 
 
 def _mha_grad(ctx, grad_output, grad_weights, *_):
     *saved, seed = ctx.saved_tensors
-    tensors, saved = saved[: len(_MHA_TENSOR_ARGS)], saved[len(_MHA_TENSOR_ARGS) :]
+    n_tensors, n_saved, _ = ctx.saved_counts
+    tensors, kept, variants = saved[:n_tensors], saved[n_tensors : n_tensors + n_saved], saved[n_tensors + n_saved :]
     if not ctx.options[1]:  # need_weights=False: the placeholder's cotangent
         grad_weights = None
-    grads = _mha_backward_op(grad_output, grad_weights, tensors, saved, *ctx.options, seed)
-    out: list = [None] * 21
-    for i, g, keep in zip(_MHA_TENSOR_ARGS, grads, ctx.differentiable):
-        out[i] = g if keep else None
+    grads = _mha_backward_op(grad_output, grad_weights, tensors, kept, *ctx.options, seed, ctx.variants, variants)
+    grads = [g if keep else None for g, keep in zip(grads, ctx.differentiable)]
+    out: list = [None] * _MHA_NARGS
+    for i, g in zip(_MHA_TENSOR_ARGS, grads):
+        out[i] = g
+    out[22] = _list_grads(grads[len(_MHA_TENSOR_ARGS) :], variants)
     return tuple(out)
 
 
@@ -445,6 +551,10 @@ def multi_head_attention(
     add_zero_attn: bool = False,
     dropout_p: float = 0.0,
     seed: int | None = None,
+    alibi_slopes: torch.Tensor | None = None,
+    window: tuple[int | None, int | None] | None = None,
+    softcap: float | None = None,
+    sinks: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """attnc.multi_head_attention on tensors (batch first, as
     ``torch.nn.MultiheadAttention(batch_first=True)``), differentiable by
@@ -459,7 +569,9 @@ def multi_head_attention(
     (bool True = ignore, or float added). The weights (averaged over heads
     unless ``average_attn_weights=False``) come from the fused kernel and are
     differentiable. seed : the dropout seed; None draws one from torch's
-    generator.
+    generator. alibi_slopes (H,), window (left, right), softcap, sinks (H,):
+    the options of today's models, as attnc.multi_head_attention takes them
+    (``sinks`` and ``alibi_slopes`` get their gradients).
 
     Returns
     -------
@@ -477,6 +589,11 @@ def multi_head_attention(
     >>> (out.sum() + w[:, :, 0].sum()).backward()
     >>> x.grad.shape, w_in.grad.shape
     (torch.Size([2, 5, 8]), torch.Size([24, 8]))
+    >>> sinks = torch.zeros(H, requires_grad=True)
+    >>> out, _ = attnc.torch.multi_head_attention(x, x, x, H, w_in, None, w_out, None, sinks=sinks, window=(1, 0))
+    >>> out.sum().backward()
+    >>> sinks.grad.shape
+    torch.Size([2])
     """
     tensors = (query, key, value, in_proj_weight, in_proj_bias, out_proj_weight, out_proj_bias) + (
         key_padding_mask,
@@ -490,30 +607,34 @@ def multi_head_attention(
     named = dict(zip(_MHA_GRADS, tensors))
     masks = {n: named.pop(n) for n in _MHA_MASKS}
     _check_args({n: t for n, t in named.items() if t is not None}, masks)
+    text, vtensors = _split_variants(dict(alibi_slopes=alibi_slopes, window=window, softcap=softcap, sinks=sinks))
     options = (num_heads, need_weights, average_attn_weights, is_causal, add_zero_attn, dropout_p)
     seed_t = _seed_tensor(seed, dropout_p)
-    if eager(*tensors, seed_t):
-        out, *weights = _mha_eager(tensors, options, seed_t)
+    if eager(*tensors, seed_t, *vtensors):
+        out, *weights = _mha_eager(tensors, options, seed_t, text, vtensors)
         return out, (weights[0] if need_weights else None)
-    args: list = [None] * 21  # the op's arguments, in its order
+    args: list = [None] * _MHA_NARGS  # the op's arguments, in its order
     for i, t in zip(_MHA_TENSOR_ARGS, tensors):
         args[i] = t
     for i, o in zip(_MHA_OPTIONS, options):
         args[i] = o
-    args[20] = seed_t
+    args[20:] = seed_t, text, vtensors
     out, weights, *_ = _mha_op(*args)
     return out, (weights if need_weights else None)
 
 
-def _mha_eager(tensors: tuple, options: tuple, seed: torch.Tensor | None) -> list[torch.Tensor]:
+def _mha_eager(tensors: tuple, options: tuple, seed: torch.Tensor | None, text: str, vtensors) -> list[torch.Tensor]:
     """(output, and the weights with need_weights) on the eager path
-    (tensors: in _MHA_GRADS's order; options: in _MHA_OPTIONS's)."""
+    (tensors: in _MHA_GRADS's order; options: in _MHA_OPTIONS's; text,
+    vtensors: the options of today's models as the ops carry them)."""
     query = tensors[0]
-    names = [n for n, t in zip(_MHA_GRADS, tensors) if _differentiable(t)]
-    inputs = [t for t in tensors if _differentiable(t)]
+    every = list(zip(_MHA_GRADS, tensors)) + list(zip(VARIANT_TENSORS, vtensors))
+    names = [n for n, t in every if _differentiable(t)]
+    inputs = [t for _, t in every if _differentiable(t)]
+    variants = {**_scalars(text), **{n: view(t) for n, t in zip(VARIANT_TENSORS, vtensors) if t is not None}}
 
     def call(differentiable):
-        s = _mha_state(tensors, *options, seed)
+        s = _mha_state(tensors, *options, seed, variants)
         out, weights = _mha._attend(s, *_mha._project(s))
 
         def pullback(cotangents, needs):

@@ -21,6 +21,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from ..attention._spec import variant_options
+from ..attention.sdpa import alibi_slopes
 from ._fused import multi_head_attention
 
 __all__ = ["MultiheadAttention", "TransformerEncoderLayer", "TransformerDecoderLayer", "Transformer"]
@@ -33,7 +35,11 @@ class MultiheadAttention(torch.nn.MultiheadAttention):
     add_bias_kv=False, add_zero_attn=False, kdim=None, vdim=None,
     batch_first=False, device=None, dtype=None), parameters and state_dict
     keys (in_proj_weight or q/k/v_proj_weight, in_proj_bias,
-    out_proj.weight, out_proj.bias, bias_k, bias_v) are torch's.
+    out_proj.weight, out_proj.bias, bias_k, bias_v) are torch's. Keyword-only
+    options of today's models, as attnc.nn.MultiheadAttention takes them:
+    sinks=True (a learned ``sinks`` parameter (num_heads,), initialised to 0,
+    gpt-oss's; in state_dict), alibi=True (the fixed attnc.alibi_slopes(H),
+    a buffer outside state_dict), window=(left, right), softcap.
 
     forward(query, key, value, key_padding_mask=None, need_weights=True,
     attn_mask=None, average_attn_weights=True, is_causal=False): query
@@ -53,6 +59,10 @@ class MultiheadAttention(torch.nn.MultiheadAttention):
     (torch.Size([2, 5, 16]), torch.Size([2, 5, 5]))
     >>> sorted(mha.state_dict()) == sorted(torch.nn.MultiheadAttention(16, 4).state_dict())
     True
+    >>> oss = attnc.torch.nn.MultiheadAttention(16, 4, batch_first=True, sinks=True, window=(2, 0))
+    >>> oss(x, x, x)[0].sum().backward()
+    >>> oss.sinks.grad.shape
+    torch.Size([4])
     """
 
     def __init__(
@@ -68,10 +78,27 @@ class MultiheadAttention(torch.nn.MultiheadAttention):
         batch_first: bool = False,
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
+        *,
+        sinks: bool = False,
+        alibi: bool = False,
+        window: tuple[int | None, int | None] | None = None,
+        softcap: float | None = None,
     ) -> None:
         super().__init__(
             embed_dim, num_heads, dropout, bias, add_bias_kv, add_zero_attn, kdim, vdim, batch_first, device, dtype
         )
+        self._set_variants(sinks=sinks, alibi=alibi, window=window, softcap=softcap)
+
+    def _set_variants(self, *, sinks=False, alibi=False, window=None, softcap=None) -> None:
+        """The options of today's models (also given to a module torch built,
+        whose class _attnc_attention changed): window and softcap checked as
+        attnc checks them."""
+        variant_options(self.num_heads, None, window=window, softcap=softcap)
+        like = self.out_proj.weight
+        self.sinks = torch.nn.Parameter(like.new_zeros(self.num_heads)) if sinks else None
+        slopes = torch.from_numpy(alibi_slopes(self.num_heads)).to(like) if alibi else None
+        self.register_buffer("alibi_slopes", slopes, persistent=False)
+        self.window, self.softcap = window, softcap
 
     def forward(
         self,
@@ -108,8 +135,23 @@ class MultiheadAttention(torch.nn.MultiheadAttention):
             bias_v=self.bias_v,
             add_zero_attn=self.add_zero_attn,
             dropout_p=self.dropout if self.training else 0.0,
+            **self._variants(),
         )
         return (out.transpose(0, 1) if sequence_first else out), weights
+
+    def _variants(self) -> dict:
+        """The options of today's models, as multi_head_attention takes them
+        (none on a module torch built and _attnc_attention gave this class)."""
+        return {
+            "sinks": getattr(self, "sinks", None),
+            "alibi_slopes": getattr(self, "alibi_slopes", None),
+            "window": getattr(self, "window", None),
+            "softcap": getattr(self, "softcap", None),
+        }
+
+
+# The constructor settings of the options of today's models (MultiheadAttention._set_variants').
+_VARIANT_SETTINGS = ("sinks", "alibi", "window", "softcap")
 
 
 def _attnc_attention(layer: torch.nn.Module) -> None:
@@ -131,18 +173,25 @@ class TransformerEncoderLayer(torch.nn.TransformerEncoderLayer):
     state_dict keys are torch's; forward(src, src_mask=None,
     src_key_padding_mask=None, is_causal=False) is torch's path without its
     fused fast path. src (S, B, E) ((B, S, E) with batch_first), float32 or
-    float64; returns a tensor like src.
+    float64; returns a tensor like src. Keyword-only sinks, alibi, window,
+    softcap: the self-attention's options, as attnc.torch.nn.MultiheadAttention
+    takes them (``self_attn.sinks`` a parameter with sinks=True).
 
     Example
     -------
     >>> layer = attnc.torch.nn.TransformerEncoderLayer(16, 4, dim_feedforward=32, batch_first=True)
     >>> layer(torch.randn(2, 5, 16)).shape
     torch.Size([2, 5, 16])
+    >>> alibi = attnc.torch.nn.TransformerEncoderLayer(16, 4, 32, batch_first=True, alibi=True, window=(3, 0))
+    >>> alibi(torch.randn(2, 5, 16)).shape
+    torch.Size([2, 5, 16])
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
+        variants = {n: kwargs.pop(n) for n in _VARIANT_SETTINGS if n in kwargs}
         super().__init__(*args, **kwargs)
         _attnc_attention(self)
+        self.self_attn._set_variants(**variants)
 
     def forward(
         self,
@@ -170,7 +219,8 @@ class TransformerDecoderLayer(torch.nn.TransformerDecoderLayer):
     tgt_key_padding_mask=None, memory_key_padding_mask=None,
     tgt_is_causal=False, memory_is_causal=False) are torch's. tgt (T, B, E),
     memory (S, B, E) (batch first with batch_first), float32 or float64;
-    returns a tensor like tgt.
+    returns a tensor like tgt. Keyword-only sinks, alibi, window, softcap:
+    the self-attention's options, as in attnc.torch.nn.TransformerEncoderLayer.
 
     Example
     -------
@@ -180,8 +230,10 @@ class TransformerDecoderLayer(torch.nn.TransformerDecoderLayer):
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
+        variants = {n: kwargs.pop(n) for n in _VARIANT_SETTINGS if n in kwargs}
         super().__init__(*args, **kwargs)
         _attnc_attention(self)
+        self.self_attn._set_variants(**variants)
 
 
 class Transformer(torch.nn.Transformer):

@@ -420,9 +420,10 @@ attnc_status attnc_pointwise_backward(attnc_tensor *dx, const attnc_tensor *dy, 
 /* Multi-head attention parameters, torch's layout: in_weight (E + 2 E_kv, E)
  * stacks the query, key and value projections (E_kv = E unless the layer's
  * config has fewer kv_heads); in_bias (E + 2 E_kv), out_bias (E) optional;
- * out_weight (E, E). */
+ * out_weight (E, E); sinks (H) optional: a learned logit per head joining
+ * each row's softmax normaliser (attnc_sdpa_options' sinks; gpt-oss). */
 typedef struct {
-    attnc_tensor in_weight, in_bias, out_weight, out_bias;
+    attnc_tensor in_weight, in_bias, out_weight, out_bias, sinks;
 } attnc_mha_params;
 
 /* Layer norm parameters: weight and bias (E), each optional. */
@@ -459,6 +460,16 @@ typedef struct {
                                     0 .. L - 1 (decoding: the token's position) */
     double rope_base;            /* > 0 when rotary_dim is                     */
     int rope_interleaved;        /* pairs (2i, 2i + 1), else (i, i + rotary_dim / 2) */
+    /* The self-attention's options of today's models, as attnc_sdpa_options
+     * takes them, with query i at position i (decoding: the token's absolute
+     * position, so ALiBi's distance and the window count from it):
+     * alibi_slopes (nhead) of the layer's dtype or absent; with window, key j
+     * takes part only if i - window_left <= j <= i + window_right (-1:
+     * unbounded); softcap > 0 caps the scores (0: off). */
+    attnc_tensor alibi_slopes;
+    int window;
+    int64_t window_left, window_right;
+    double softcap;
 } attnc_layer_config;
 
 /* Which keys each query sees in one attention sublayer, as in

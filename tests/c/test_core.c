@@ -12,6 +12,7 @@
 #include "../../csrc/ops/attention/common.h"
 #include "../../csrc/core/rng.h"
 #include "../../csrc/core/threads.h"
+#include "../../csrc/ops/nn/rotary.h"
 #include "attnc.h"
 
 static int passed, failed;
@@ -1040,8 +1041,10 @@ typedef struct {
 static attnc_layer_params layer_params(layer_data *d, int decoder) {
     int64_t w3[2] = {3 * LE, LE}, b3 = 3 * LE, we[2] = {LE, LE}, be = LE, w1[2] = {LF, LE}, b1 = LF;
     int64_t w2[2] = {LE, LF};
-    attnc_layer_params p = {.self_attn = {view(d->in_w, ATTNC_FLOAT64, 2, w3), view(d->in_b, ATTNC_FLOAT64, 1, &b3),
-                                          view(d->out_w, ATTNC_FLOAT64, 2, we), view(d->out_b, ATTNC_FLOAT64, 1, &be)},
+    attnc_layer_params p = {.self_attn = {.in_weight = view(d->in_w, ATTNC_FLOAT64, 2, w3),
+                                          .in_bias = view(d->in_b, ATTNC_FLOAT64, 1, &b3),
+                                          .out_weight = view(d->out_w, ATTNC_FLOAT64, 2, we),
+                                          .out_bias = view(d->out_b, ATTNC_FLOAT64, 1, &be)},
                             .linear1_weight = view(d->w1, ATTNC_FLOAT64, 2, w1),
                             .linear1_bias = view(d->b1, ATTNC_FLOAT64, 1, &b1),
                             .linear2_weight = view(d->w2, ATTNC_FLOAT64, 2, w2),
@@ -1049,9 +1052,10 @@ static attnc_layer_params layer_params(layer_data *d, int decoder) {
                             .norm_self = {view(d->nw[0], ATTNC_FLOAT64, 1, &be), view(d->nb[0], ATTNC_FLOAT64, 1, &be)},
                             .norm_ff = {view(d->nw[2], ATTNC_FLOAT64, 1, &be), view(d->nb[2], ATTNC_FLOAT64, 1, &be)}};
     if (decoder) {
-        p.cross_attn = (attnc_mha_params){view(d->x_in_w, ATTNC_FLOAT64, 2, w3), view(d->x_in_b, ATTNC_FLOAT64, 1, &b3),
-                                          view(d->x_out_w, ATTNC_FLOAT64, 2, we),
-                                          view(d->x_out_b, ATTNC_FLOAT64, 1, &be)};
+        p.cross_attn = (attnc_mha_params){.in_weight = view(d->x_in_w, ATTNC_FLOAT64, 2, w3),
+                                          .in_bias = view(d->x_in_b, ATTNC_FLOAT64, 1, &b3),
+                                          .out_weight = view(d->x_out_w, ATTNC_FLOAT64, 2, we),
+                                          .out_bias = view(d->x_out_b, ATTNC_FLOAT64, 1, &be)};
         p.norm_cross = (attnc_norm_params){view(d->nw[1], ATTNC_FLOAT64, 1, &be),
                                            view(d->nb[1], ATTNC_FLOAT64, 1, &be)};
     }
@@ -1321,6 +1325,7 @@ static void test_rnn_fused(void) {
 #include "test_attribution.h"
 #include "test_conv.h"
 #include "test_gated.h"
+#include "test_rotary.h"
 #include "test_linear_attention.h"
 #include "test_lstm_cell.h"
 #include "test_tile.h"
@@ -1424,6 +1429,7 @@ int main(void) {
     test_attribution();
     test_conv();
     test_gated();
+    test_rotary();
     test_linear_attention();
     test_lstm_cell();
     test_adam();

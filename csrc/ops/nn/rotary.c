@@ -19,11 +19,13 @@
 #include "rotary.h"
 
 enum { ROWS = 64 }; /* rows of x (or positions) per block */
+enum { UNIT = 16 }; /* pairs turned at a time in unit-stride rows */
 
 typedef struct {
     const attnc_tensor *x, *pos;
     attnc_tensor *y;
     void *table;  /* (P, 2, R / 2) of x's dtype: the cosines, then the sines */
+    double *freq; /* (R / 2): base^(-2i / R), computed once, not once per position */
     int64_t rows; /* of x: numel / D */
     int64_t P;    /* positions' element count */
     int64_t R, D; /* rotary and feature widths */
@@ -113,10 +115,17 @@ attnc_status attnc_rotary_apply(attnc_tensor *y, const attnc_tensor *x, const at
                     .interleaved = interleaved};
     if (n == 0) return ATTNC_OK;
     TRY(attnc_calloc(&job.table, (size_t)(job.P * R), attnc_dtype_size(dt), "the rotary angle table"));
+    attnc_status st = attnc_calloc((void **)&job.freq, (size_t)(R / 2 + 1), sizeof *job.freq, "the rotary frequencies");
+    if (st != ATTNC_OK) {
+        free(job.table);
+        return st;
+    }
+    for (int64_t i = 0; i < R / 2; i++) job.freq[i] = pow(base, -(double)(2 * i) / (double)R);
     int workers = attnc_workers_for(n * 4);
     if (R) attnc_parallel_for((job.P + ROWS - 1) / ROWS, workers, ATTNC_TYPED(dt, rope_table_task), &job);
     attnc_parallel_for((job.rows + ROWS - 1) / ROWS, workers, ATTNC_TYPED(dt, rope_rows_task), &job);
     free(job.table);
+    free(job.freq);
     return ATTNC_OK;
 }
 

@@ -16,6 +16,15 @@
 #include "../nn/rotary.h"
 #include "layer.h"
 
+/* The options of today's models for one head of one query row (see
+ * attnc_layer_config): softcap (0: off), ALiBi's slope (0: off) and the
+ * query's position pos, the first key that takes part (the window's left
+ * edge; 0: all), the sink's logit (-inf: none). */
+typedef struct {
+    double softcap, slope, sink;
+    int64_t pos, first;
+} head_variant;
+
 #define ATTNC_F64 0
 #include "decode_impl.h"
 #define ATTNC_F64 1
@@ -101,10 +110,29 @@ static attnc_status residual(decode_run *d, int64_t n, const attnc_norm_params *
 /* One head of one query row over n cached keys (see decode_impl.h): kt the
  * head's transposed keys (hd rows of ktstride), v its first value row. */
 static void attend(const decode_run *d, const char *q, const char *kt, int64_t ktstride, const char *v, int64_t vstride,
-                   int64_t n, const uint8_t *allowed, int64_t mstride, char *out) {
+                   int64_t n, const uint8_t *allowed, int64_t mstride, const head_variant *var, char *out) {
     int64_t hd = d->E / d->H;
     double scale = 1.0 / sqrt((double)hd);
-    ATTNC_TYPED(d->dt, attend_one)(q, kt, ktstride, v, vstride, n, hd, scale, allowed, mstride, d->scores, out);
+    ATTNC_TYPED(d->dt, attend_one)(q, kt, ktstride, v, vstride, n, hd, scale, allowed, mstride, var, d->scores, out);
+}
+
+/* Element h of an optional (H,) tensor of the run's dtype, or `absent`. */
+static double head_value(const decode_run *d, const attnc_tensor *t, int64_t h, double absent) {
+    if (!attnc_present(t)) return absent;
+    const char *at = (const char *)t->data + h * t->strides[0] * (int64_t)d->es;
+    return d->dt == ATTNC_FLOAT32 ? (double)*(const float *)at : *(const double *)at;
+}
+
+/* Head h's options for a query at position pos: the self-attention's
+ * (self) or the cross-attention's (its sinks only) of the layer p. */
+static head_variant variant_of(const decode_run *d, const attnc_mha_params *p, int64_t h, int64_t pos, bool self) {
+    const attnc_layer_config *c = &d->m->config;
+    head_variant v = {.sink = head_value(d, &p->sinks, h, -INFINITY), .pos = pos};
+    if (!self) return v;
+    v.softcap = c->softcap;
+    v.slope = head_value(d, &c->alibi_slopes, h, 0.0);
+    v.first = c->window && c->window_left >= 0 && pos > c->window_left ? pos - c->window_left : 0;
+    return v;
 }
 
 /* dst[c ld + r] <- src[r rs + c cs] for rows r, columns c: a transposed
@@ -153,8 +181,9 @@ static attnc_status self_attention(decode_run *d, int64_t l, int64_t t, int64_t 
         for (int64_t i = 0; i < n; i++) /* causal: position t + i sees keys 0 .. t + i */
             for (int64_t h = 0; h < d->H; h++) {
                 int64_t hk = h / group;
+                head_variant var = variant_of(d, p, h, t + i, true);
                 attend(d, d->qkv + ((r * n + i) * W + h * hd) * es, d->kcache[l] + (r * Ekv + hk * hd) * Tpad * es,
-                       Tpad, d->vcache[l] + (r * Tmax * Ekv + hk * hd) * es, Ekv, t + i + 1, NULL, 0,
+                       Tpad, d->vcache[l] + (r * Tmax * Ekv + hk * hd) * es, Ekv, t + i + 1, NULL, 0, &var,
                        d->attn + ((r * n + i) * E + h * hd) * es);
             }
     attnc_tensor attn = mat(d, d->attn, rows, E), out = mat(d, d->tmp, rows, E);
@@ -174,11 +203,14 @@ static attnc_status cross_attention(decode_run *d, int64_t l, int64_t n, const a
         int64_t b = r / d->K; /* the K beams of batch b share its memory */
         const uint8_t *allowed = attnc_present(mm) ? (const uint8_t *)mm->data + b * mm->strides[0] : NULL;
         for (int64_t i = 0; i < n; i++)
-            for (int64_t h = 0; h < d->H; h++)
+            for (int64_t h = 0; h < d->H; h++) {
+                head_variant var = variant_of(d, p, h, 0, false);
                 attend(d, d->qkv + ((r * n + i) * E + h * hd) * (int64_t)d->es,
                        d->cross_kt[l] + (b * Ekv + h / group * hd) * d->Spad * (int64_t)d->es, d->Spad,
                        d->cross_kv[l] + (b * S * 2 * Ekv + Ekv + h / group * hd) * (int64_t)d->es, 2 * Ekv, S, allowed,
-                       attnc_present(mm) ? mm->strides[1] : 0, d->attn + ((r * n + i) * E + h * hd) * (int64_t)d->es);
+                       attnc_present(mm) ? mm->strides[1] : 0, &var,
+                       d->attn + ((r * n + i) * E + h * hd) * (int64_t)d->es);
+            }
     }
     attnc_tensor attn = mat(d, d->attn, rows, E), out = mat(d, d->tmp, rows, E);
     return linear(d, l * PACKED_PER_LAYER + CROSS_OUT, &out, &attn, &p->out_weight, &p->out_bias);

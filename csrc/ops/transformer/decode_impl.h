@@ -6,14 +6,16 @@
 
 /* One head of one query row over n keys: scores_j = scale q . k_j over the
  * allowed keys (allowed[j * mstride] != 0, or all when allowed is NULL),
- * out = softmax(scores) . v. The keys sit transposed, kt[e * ktstride + j]
+ * with var's options applied as attnc_sdpa_forward applies them (softcap,
+ * then ALiBi's slope (j - pos), then the keys before var->first out; the
+ * sink joins the normaliser), out = softmax(scores) . v. The keys sit transposed, kt[e * ktstride + j]
  * (element e of key j; ktstride a multiple of 16 that is >= n), so that
  * one vector holds the partial scores of 16 keys: a head dim of 16 or 32
  * is too short to fill vectors along it. The values are rows, v_j = v + j
  * vstride, hd contiguous. scores: scratch of n. No allowed key: out = 0. */
 static void FN(attend_one)(const void *q_, const void *kt_, int64_t ktstride, const void *v_, int64_t vstride,
-                           int64_t n, int64_t hd, double scale_, const uint8_t *allowed, int64_t mstride, void *scores_,
-                           void *out_) {
+                           int64_t n, int64_t hd, double scale_, const uint8_t *allowed, int64_t mstride,
+                           const head_variant *var, void *scores_, void *out_) {
     const REAL *restrict q = q_, *restrict kt = kt_, *restrict v = v_;
     REAL *restrict scores = scores_, *restrict out = out_;
     const REAL scale = (REAL)scale_;
@@ -31,10 +33,15 @@ static void FN(attend_one)(const void *q_, const void *kt_, int64_t ktstride, co
             for (int u = 0; u < 16; u++) acc[0][u] += q[e] * kt[e * ktstride + j + u];
         for (int u = 0; u < 16 && j + u < n; u++) scores[j + u] = (acc[0][u] + acc[1][u]) * scale;
     }
+    if (var->softcap > 0)
+        for (int64_t j = 0; j < n; j++) scores[j] = (REAL)(var->softcap * tanh(scores[j] / var->softcap));
+    if (var->slope != 0)
+        for (int64_t j = 0; j < n; j++) scores[j] += (REAL)(var->slope * (double)(j - var->pos));
+    for (int64_t j = 0; j < var->first && j < n; j++) scores[j] = -INFINITY;
     if (allowed)
         for (int64_t j = 0; j < n; j++)
             if (!allowed[j * mstride]) scores[j] = -INFINITY;
-    REAL mx = -INFINITY, lanes[16];
+    REAL mx = (REAL)var->sink, lanes[16];
     for (int u = 0; u < 16; u++) lanes[u] = -INFINITY;
     int64_t j = 0;
     for (; j + 16 <= n; j += 16) /* a maximum is exact in any order */
@@ -44,7 +51,7 @@ static void FN(attend_one)(const void *q_, const void *kt_, int64_t ktstride, co
     for (int64_t e = 0; e < hd; e++) out[e] = 0;
     if (mx == -INFINITY) return;
     for (j = 0; j < n; j++) scores[j] = EXPV(scores[j] - mx); /* exp(-inf) is exactly 0 */
-    REAL sum = 0;
+    REAL sum = EXPV((REAL)var->sink - mx);                    /* the sink's share of the normaliser (0 without one) */
     for (j = 0; j < n; j++) sum += scores[j];
     REAL inv = 1 / sum;
     /* out = sum_j p_j v_j: even and odd keys in separate registers */

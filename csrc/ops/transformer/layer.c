@@ -147,6 +147,8 @@ static uint64_t mix(uint64_t x) {
     return x ^ (x >> 31);
 }
 
+static const attnc_mha_params *mha_of(const attnc_layer_params *p, int k);
+
 static attnc_sdpa_options sdpa_options(const layer_run *r, int k) {
     attnc_sdpa_options o = {.scale = 1.0 / sqrt((double)(r->d.E / r->d.H)),
                             .dropout_p = r->cfg->dropout,
@@ -155,6 +157,14 @@ static attnc_sdpa_options sdpa_options(const layer_run *r, int k) {
         o.masks[0] = r->masks[k]->masks[0];
         o.masks[1] = r->masks[k]->masks[1];
         o.causal = r->masks[k]->causal;
+    }
+    o.sinks = mha_of(r->p, k)->sinks;
+    if (k == SELF) { /* the options of today's models: the self-attention's */
+        o.alibi_slopes = r->cfg->alibi_slopes;
+        o.window = r->cfg->window;
+        o.window_left = r->cfg->window_left;
+        o.window_right = r->cfg->window_right;
+        o.softcap = r->cfg->softcap;
     }
     return o;
 }
@@ -297,7 +307,8 @@ static attnc_status branch_backward(const layer_run *r, int k, const attnc_tenso
     if (k == SELF) {
         attnc_tensor hq, hk, hv;
         qkv_heads(d, dq, &hq, &hk, &hv);
-        TRY(attnc_sdpa_backward(&hq, &hk, &hv, NULL, NULL, NULL, &dout_h, NULL, &v.q, &v.k, &v.v, &v.out, &v.lse, &o));
+        TRY(attnc_sdpa_backward(&hq, &hk, &hv, NULL, &gm->sinks, NULL, &dout_h, NULL, &v.q, &v.k, &v.v, &v.out, &v.lse,
+                                &o));
         TRY(rope_heads(r, &hq, &hk, -1.0));
         attnc_tensor dqkv = mat_of(dq, d->dt, d->N, d->E + 2 * d->Ekv);
         return attnc_linear_backward(da, &gm->in_weight, &gm->in_bias, &dqkv, a, &m->in_weight);
@@ -306,7 +317,8 @@ static attnc_status branch_backward(const layer_run *r, int k, const attnc_tenso
     attnc_tensor hq = attnc_heads(dq, d->dt, d->B, d->H, d->L, d->E, d->E);
     attnc_tensor hk = attnc_heads(dkv, d->dt, d->B, d->Hkv, d->S, d->Ekv, 2 * d->Ekv);
     attnc_tensor hv = attnc_heads(dkv + d->Ekv * es, d->dt, d->B, d->Hkv, d->S, d->Ekv, 2 * d->Ekv);
-    TRY(attnc_sdpa_backward(&hq, &hk, &hv, NULL, NULL, NULL, &dout_h, NULL, &v.q, &v.k, &v.v, &v.out, &v.lse, &o));
+    TRY(attnc_sdpa_backward(&hq, &hk, &hv, NULL, &gm->sinks, NULL, &dout_h, NULL, &v.q, &v.k, &v.v, &v.out, &v.lse,
+                            &o));
     attnc_tensor dq2 = mat_of(dq, d->dt, d->N, d->E), dkv2 = mat_of(dkv, d->dt, d->M, 2 * d->Ekv);
     attnc_tensor wq = attnc_rows(&m->in_weight, 0, d->E), wkv = attnc_rows(&m->in_weight, d->E, 2 * d->Ekv);
     attnc_tensor gwq = attnc_rows(&gm->in_weight, 0, d->E), gbq = attnc_rows(&gm->in_bias, 0, d->E);
@@ -410,6 +422,9 @@ attnc_status attnc_check_layer_params(const attnc_layer_params *p, const attnc_l
         return attnc_fail(ATTNC_ERR_VALUE, "rope_base must be positive and finite, got %g", cfg->rope_base);
     TRY(check_mha(&p->self_attn, "self_attn", dt, E, Hkv * hd));
     if (decoder) TRY(check_mha(&p->cross_attn, "multihead_attn", dt, E, Hkv * hd));
+    TRY(check_param(&p->self_attn.sinks, "self_attn.sinks", dt, 1, cfg->nhead, 0, false));
+    TRY(check_param(&p->cross_attn.sinks, "multihead_attn.sinks", dt, 1, cfg->nhead, 0, false));
+    TRY(check_param(&cfg->alibi_slopes, "alibi_slopes", dt, 1, cfg->nhead, 0, false));
     if (!attnc_present(&p->linear1_weight)) return attnc_fail(ATTNC_ERR_TYPE, "linear1.weight is required");
     *F = p->linear1_weight.shape[0];
     TRY(check_param(&p->linear1_weight, "linear1.weight", dt, 2, *F, E, true));
@@ -544,6 +559,8 @@ static attnc_status check_grads(const layer_run *r, const attnc_layer_params *g)
         {&g->norm_cross.bias, &p->norm_cross.bias},
         {&g->norm_ff.weight, &p->norm_ff.weight},
         {&g->norm_ff.bias, &p->norm_ff.bias},
+        {&g->self_attn.sinks, &p->self_attn.sinks},
+        {&g->cross_attn.sinks, &p->cross_attn.sinks},
     };
     static const char *names[] = {"self_attn.in_proj_weight",
                                   "self_attn.in_proj_bias",
@@ -562,12 +579,14 @@ static attnc_status check_grads(const layer_run *r, const attnc_layer_params *g)
                                   "norm_cross.weight",
                                   "norm_cross.bias",
                                   "norm_ff.weight",
-                                  "norm_ff.bias"};
+                                  "norm_ff.bias",
+                                  "self_attn.sinks",
+                                  "multihead_attn.sinks"};
     for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++) {
         const attnc_tensor *gt = pairs[i][0], *pt = pairs[i][1];
         if (!attnc_present(gt)) continue;
         bool cross = pt == &p->cross_attn.in_weight || pt == &p->cross_attn.in_bias ||
-                     pt == &p->cross_attn.out_weight || pt == &p->cross_attn.out_bias;
+                     pt == &p->cross_attn.out_weight || pt == &p->cross_attn.out_bias || pt == &p->cross_attn.sinks;
         if (!attnc_present(pt) || (cross && !r->d.decoder))
             return attnc_fail(ATTNC_ERR_VALUE, "a gradient of %s is asked for, but the layer has no such parameter",
                               names[i]);

@@ -4,7 +4,11 @@ sizes of their buffers, and greedy / beam-search decoding over a stack."""
 # attnc_layer_params' members by their C paths (attnc.nn.transformer maps them
 # to torch's state_dict names): the dict of a layer's weights and of its gradients.
 LAYER_PARAMS = (
-    tuple(f"{m}.{t}" for m in ("self_attn", "cross_attn") for t in ("in_weight", "in_bias", "out_weight", "out_bias"))
+    tuple(
+        f"{m}.{t}"
+        for m in ("self_attn", "cross_attn")
+        for t in ("in_weight", "in_bias", "out_weight", "out_bias", "sinks")
+    )
     + ("linear1_weight", "linear1_bias", "linear2_weight", "linear2_bias")
     + tuple(f"{n}.{t}" for n in ("norm_self", "norm_cross", "norm_ff") for t in ("weight", "bias"))
 )
@@ -29,6 +33,12 @@ def layer_config(into=""):
         i64("rotary_dim", 0, lo=0, field=into + "rotary_dim"),
         real("rope_base", 10000.0, field=into + "rope_base"),
         flag("rope_interleaved", field=into + "rope_interleaved"),
+        # the self-attention's options of today's models, as attnc_sdpa_options has them
+        arr("alibi_slopes", field=into + "alibi_slopes", ranks=1),
+        flag("window", field=into + "window"),
+        i64("window_left", -1, lo=-1, field=into + "window_left"),
+        i64("window_right", -1, lo=-1, field=into + "window_right"),
+        real("softcap", 0.0, lo=0, field=into + "softcap"),
     )
 
 
