@@ -37,6 +37,7 @@ from attnc.experiments._mixers import MixerAttention, MixerBlock, MixerLM  # noq
 from attnc.experiments.attention_attribution import CLSClassifier  # noqa: E402
 from attnc.experiments.attention_pooling import MarkerClassifier  # noqa: E402
 from attnc.experiments.lstmn_recall import RecallClassifier  # noqa: E402
+from attnc.experiments.ntm_generalisation import LSTMBaseline  # noqa: E402
 from attnc.experiments.sagan_shapes import ShapeClassifier  # noqa: E402
 from attnc.models.captioner import _Attention as CaptionerAttention  # noqa: E402
 from attnc.models.rnn_seq2seq import _Attention as Seq2SeqAttention  # noqa: E402
@@ -59,6 +60,7 @@ def _decoder(seed):
 # arguments where there are some; a class missing here fails the test below.
 FACTORIES = {
     "attnc.experiments.attention_attribution.CLSClassifier": lambda: CLSClassifier(11, 7, 3, 8, 2, 2, 12, seed=9),
+    "attnc.experiments.ntm_generalisation.LSTMBaseline": lambda: LSTMBaseline(5, 4, 6, 2, seed=3),
     "attnc.nn.differential.DifferentialAttention": lambda: nn.DifferentialAttention(
         8, 2, 3, num_kv_heads=1, bias=True, rotary=nn.RotaryEmbedding(2, interleaved=True), seed=10
     ),

@@ -46,11 +46,7 @@ class LatentCache:
 
     def _joint(self) -> Array | None:
         """The cached tokens' [latent, RoPE key] rows, (B, T, d_c + d_h^R), read-only."""
-        if self._buffer is None:
-            return None
-        view = self._buffer[:, : self.length]
-        view.flags.writeable = False
-        return view
+        return None if self._buffer is None else _read_only(self._buffer[:, : self.length])
 
     @property
     def latent(self) -> Array | None:
@@ -86,14 +82,20 @@ class LatentCache:
             grown = np.empty((B, max(2 * self.length, self.length + t, 16), width), latent.dtype)
             if buf is not None:
                 grown[:, : self.length] = buf[:, : self.length]
-            self._buffer, self._width = grown, dc
-        self._buffer[:, self.length : self.length + t, :dc] = latent
-        self._buffer[:, self.length : self.length + t, dc:] = rope_key
+            buf = self._buffer = grown
+            self._width = dc
+        buf[:, self.length : self.length + t, :dc] = latent
+        buf[:, self.length : self.length + t, dc:] = rope_key
         self.length += t
-        return self._joint()
+        return _read_only(buf[:, : self.length])
 
     def __repr__(self) -> str:
         return f"LatentCache(length={self.length}, nbytes={self.nbytes})"
+
+
+def _read_only(view: Array) -> Array:
+    view.flags.writeable = False
+    return view
 
 
 def _causal(L, S):

@@ -448,6 +448,7 @@ _MODULE_SOURCES = (
     "attnc.experiments.attention_attribution",
     "attnc.experiments.attention_pooling",
     "attnc.experiments.lstmn_recall",
+    "attnc.experiments.ntm_generalisation",
     "attnc.experiments.sagan_shapes",
 )
 _HEADER = "__attnc__"

@@ -16,7 +16,7 @@ tensors, float32 or float64; the fused fast paths of torch's encoder
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import Tensor
@@ -191,7 +191,7 @@ class TransformerEncoderLayer(torch.nn.TransformerEncoderLayer):
         variants = {n: kwargs.pop(n) for n in _VARIANT_SETTINGS if n in kwargs}
         super().__init__(*args, **kwargs)
         _attnc_attention(self)
-        self.self_attn._set_variants(**variants)
+        cast(MultiheadAttention, self.self_attn)._set_variants(**variants)
 
     def forward(
         self,
@@ -233,7 +233,7 @@ class TransformerDecoderLayer(torch.nn.TransformerDecoderLayer):
         variants = {n: kwargs.pop(n) for n in _VARIANT_SETTINGS if n in kwargs}
         super().__init__(*args, **kwargs)
         _attnc_attention(self)
-        self.self_attn._set_variants(**variants)
+        cast(MultiheadAttention, self.self_attn)._set_variants(**variants)
 
 
 class Transformer(torch.nn.Transformer):
