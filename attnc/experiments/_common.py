@@ -28,6 +28,7 @@ import argparse
 import json
 import math
 import os
+import platform
 import sys
 import time
 from pathlib import Path
@@ -444,3 +445,16 @@ def save_beside(path, tag: str, model) -> None:
     if path:
         root, ext = os.path.splitext(path)
         save_model(f"{root}_{tag}{ext or '.npz'}", model)
+
+
+def cpu_name() -> str:
+    """The CPU's model name, which experiments record beside their timings
+    (/proc/cpuinfo on Linux, where platform.processor() is empty; else platform's)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()

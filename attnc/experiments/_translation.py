@@ -7,7 +7,6 @@ perplexity) and the machine the run timed."""
 from __future__ import annotations
 
 import itertools
-import platform
 import time
 
 import numpy as np
@@ -36,18 +35,6 @@ FULL = dict(
     window=10.0,
 )
 QUICK = dict(FULL, train_size=400, steps=12, batch_size=16, warmup=3, embed_size=8, hidden_size=16)
-
-
-def cpu_name() -> str:
-    """The CPU's model name (/proc/cpuinfo on Linux, else platform's)."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def stratified(per_bucket: int, edges=EDGES, seed: int = HELDOUT_SEED) -> TranslationTask:
@@ -190,4 +177,4 @@ def scores(model, task: TranslationTask, edges=None) -> dict:
 
 def machine() -> dict:
     """What the timings were measured on."""
-    return {"threads": attnc.get_num_threads(), "cpu": cpu_name()}
+    return {"threads": attnc.get_num_threads(), "cpu": _common.cpu_name()}

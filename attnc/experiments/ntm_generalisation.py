@@ -363,7 +363,7 @@ def main(argv=None):
         raise ValueError(f"--eval-memory {args.eval_memory} is below the {_ntm.MODEL['memory_slots']} training slots")
     tasks = TASKS if args.task == "all" else (args.task,)
     models = MODELS if args.model == "both" else (args.model,)
-    metrics: dict = {"tasks": args.task, "models": args.model, "cpu": _cpu()}
+    metrics: dict = {"tasks": args.task, "models": args.model, "cpu": _common.cpu_name()}
     trained = {}
     for name in tasks:
         out, models_of = run_task(name, args, cfg, models)
@@ -375,20 +375,6 @@ def main(argv=None):
     train_seconds = sum(r["train_seconds"] for _, r in trained.values())
     result = dict(result, train_seconds=round(train_seconds, 3))
     return _common.report("ntm_generalisation", args, model, result, 1, 0.0, **metrics)
-
-
-def _cpu():
-    """The processor's name (platform.processor() is empty on Linux)."""
-    import platform
-
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 if __name__ == "__main__":
