@@ -336,3 +336,14 @@ def test_compare_and_plot(tmp_path, monkeypatch):
     )
     with pytest.raises(ValueError, match="not a run folder"):
         E.compare([tmp_path])
+
+
+def test_a_resumed_run_counts_the_cpu_time_before_it(tmp_path):
+    """train_cpu_seconds, like train_seconds, includes the time before a resume (it is kept in the checkpoints)."""
+    kw = dict(quick=True, seed=0, variants="global-dot", eval_every=5)
+    first = quiet_run("luong_comparison", steps=7, schedule_steps=20, run_dir=tmp_path / "r", **kw)
+    (cpu,) = first.metrics["train_cpu_seconds_by_variant"]
+    state = json.loads(next((tmp_path / "r" / "checkpoints").glob("global-dot-*/state.json")).read_text())
+    assert cpu > 0 and state["cpu_seconds"] == pytest.approx(cpu, abs=1e-3)
+    again = quiet_run("luong_comparison", resume=tmp_path / "r", steps=7)  # nothing left to train
+    assert again.metrics["train_cpu_seconds_by_variant"][0] == pytest.approx(cpu, abs=0.05)

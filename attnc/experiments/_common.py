@@ -316,8 +316,10 @@ def train(
 
     Returns {"steps" (trained), "final_loss" (mean of the last 5% of steps),
     "first_loss", "losses", "evaluations" ([{"step", measures...}]),
-    "train_seconds"} (the time of the loop, data included, evaluations and
-    checkpoints not; a resumed run's includes the time before it)."""
+    "train_seconds", "train_cpu_seconds"} (the time of the loop, data included,
+    evaluations and checkpoints not, in wall-clock and in the process's CPU
+    time over every thread; a resumed run's includes the time before it, and
+    its CPU time is None if its checkpoint did not record it)."""
     loop = _Loop(model, optimizer, scheduler, rngs)
     phase, stop = (run.phase(desc), run.stop(steps)) if run is not None else (None, steps)
     every = (run.args.eval_every if run is not None else None) or eval_every or max(1, steps // 10)
@@ -328,10 +330,13 @@ def train(
             raise ValueError(f"{phase}: the run has trained {loop.step} steps already, more than --steps {stop}")
     model.train()
     start = time.perf_counter() - loop.seconds
+    cpu_start = time.process_time() - (loop.cpu_seconds or 0.0)
     with progress(stop, desc, disable_progress, initial=loop.step) as bar:
         while loop.step < stop:
             _one_step(loop, loss_and_grads, batches, clip, after_step)
             loop.seconds = time.perf_counter() - start
+            if loop.cpu_seconds is not None:
+                loop.cpu_seconds = time.process_time() - cpu_start
             if run is not None:
                 run.log(
                     {
@@ -342,7 +347,8 @@ def train(
                         "seconds": round(loop.seconds, 3),
                     }
                 )
-            aside = time.perf_counter()  # evaluations and checkpoints are not training time
+            # evaluations and checkpoints are not training time
+            aside, cpu_aside = time.perf_counter(), time.process_time()
             if evaluate is not None and loop.step % every == 0:
                 model.eval()
                 measures = evaluate()
@@ -353,6 +359,7 @@ def train(
             if run is not None and phase is not None and (loop.step % every == 0 or loop.step == stop):
                 run.checkpoint(phase, loop)
             start += time.perf_counter() - aside
+            cpu_start += time.process_time() - cpu_aside
             bar.update(1)
             if loop.step % 20 == 1 or loop.step == stop:
                 bar.set_postfix(loss=f"{np.mean(loop.losses[-20:]):.4f}", lr=f"{loop.lr:.2e}", refresh=False)
@@ -366,6 +373,7 @@ def train(
         "losses": losses,
         "evaluations": loop.evaluations,
         "train_seconds": round(time.perf_counter() - start, 3),
+        "train_cpu_seconds": None if loop.cpu_seconds is None else round(time.process_time() - cpu_start, 3),
     }
 
 

@@ -199,6 +199,7 @@ class _Loop:
                 if isinstance(value, np.random.Generator):
                     self.rngs[f"module{i}.{attr}"] = value
         self.step, self.losses, self.evaluations, self.seconds = 0, [], [], 0.0
+        self.cpu_seconds: float | None = 0.0  # the process's CPU time in the loop, every thread
         self.lr = optimizer.lr
 
     def state(self) -> dict:
@@ -215,6 +216,7 @@ class _Loop:
             "step": self.step,
             "evaluations": self.evaluations,
             "seconds": self.seconds,
+            "cpu_seconds": self.cpu_seconds,
             "optimizer": {"param_groups": opt["param_groups"], "steps": opt["steps"], "scalars": scalars},
             "scheduler": self.scheduler.state_dict() if self.scheduler is not None else None,
             "rngs": {k: g.bit_generator.state for k, g in self.rngs.items()},
@@ -244,6 +246,7 @@ class _Loop:
             state["evaluations"],
             state["seconds"],
         )
+        self.cpu_seconds = state.get("cpu_seconds")  # None: a checkpoint from before it was kept
 
 
 def _checkpoints(root: Path, phase: str) -> list:

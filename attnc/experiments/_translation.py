@@ -7,7 +7,6 @@ perplexity) and the machine the run timed."""
 from __future__ import annotations
 
 import itertools
-import time
 
 import numpy as np
 
@@ -77,12 +76,11 @@ def build(kind: AttentionKind, task: TranslationTask, cfg: dict, seed: int, inpu
 def train(model, train_set: TranslationTask, cfg: dict, order_seed: int, args, desc: str) -> dict:
     """Train on train_set (reshuffled every epoch from order_seed: models given
     the same seed see the same sentences in the same order); _common.train's
-    result with "train_cpu_seconds" (the process's CPU time, every thread)."""
+    result."""
     steps = cfg["steps"]
     batches = _common.epoch_batches(train_set, cfg["batch_size"], order_seed)
     opt, sched = _common.adam_warmup_cosine(model, cfg["lr"], cfg["warmup"], steps, cfg["final_lr"])
-    cpu = time.process_time()
-    result = _common.train(
+    return _common.train(
         model,
         opt,
         model.loss_and_grad,
@@ -94,8 +92,6 @@ def train(model, train_set: TranslationTask, cfg: dict, order_seed: int, args, d
         disable_progress=args.no_progress,
         run=args.run,
     )
-    result["train_cpu_seconds"] = round(time.process_time() - cpu, 3)
-    return result
 
 
 def decode(model, task: TranslationTask, batch_size: int = 256):
