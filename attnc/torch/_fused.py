@@ -58,22 +58,24 @@ def _check_args(named: dict, masks: dict) -> None:
 
 # --------------------------------------------------------------------------- the options of today's models
 
-# The kernel's options (attnc.attention._spec.variant_options) that are
-# tensors, in the order the ops carry them (a list of optional tensors): the
-# _DIFFERENTIABLE first, which get their gradients, then the integer and
-# boolean masks, which get none (segment_ids' pair crosses as segment_ids
-# and key_segment_ids). Every other option crosses the ops as one string
-# (the repr of their sorted (name, value) pairs: a constant to
-# torch.compile, which traces repr but not json), and so does an int
-# prefix_lengths. A new option is one entry here if it is a tensor, none
-# otherwise.
+# The kernel's options (attnc.attention._spec.variant_options) that may be
+# tensors: the floating-point ones get their gradients, the integer and
+# boolean masks none (segment_ids' pair crosses as segment_ids and
+# key_segment_ids). The ops carry the tensors given, in this order, as a
+# list without None (torch's autograd takes a list holding a None for a
+# constant, and would drop the gradients of the others under torch.compile),
+# and their names under "tensors" in one string with every other option
+# (the repr of the sorted (name, value) pairs: a constant to torch.compile,
+# which traces repr but not json); an int prefix_lengths is in the string.
+# A new option is one entry here if it may be a tensor, none otherwise.
 VARIANT_TENSORS = ("alibi_slopes", "sinks", "segment_ids", "key_segment_ids", "prefix_lengths", "block_mask")
-_DIFFERENTIABLE = 2  # alibi_slopes, sinks
+_FLOAT_TENSORS = ("alibi_slopes", "sinks")
 
 
-def _split_variants(variants: dict) -> tuple[str, list[torch.Tensor | None]]:
+def _split_variants(variants: dict) -> tuple[str, list[torch.Tensor]]:
     """The options given (None: off) as the ops take them: (the text of the
-    non-tensor ones, the tensor ones in VARIANT_TENSORS' order)."""
+    others and of the tensors' names, the tensors in VARIANT_TENSORS'
+    order)."""
     variants = dict(variants)
     labels = dict(zip(VARIANT_TENSORS, VARIANT_TENSORS))
     segments = variants.get("segment_ids")
@@ -84,17 +86,15 @@ def _split_variants(variants: dict) -> tuple[str, list[torch.Tensor | None]]:
             )
         variants["segment_ids"], variants["key_segment_ids"] = segments
         labels.update(segment_ids="segment_ids[0]", key_segment_ids="segment_ids[1]")
-    tensors: list[torch.Tensor | None] = []
-    for i, name in enumerate(VARIANT_TENSORS):
-        t = variants.pop(name, None)
+    names = []
+    for name in VARIANT_TENSORS:
+        t = variants.get(name)
         if t is not None and not (name == "prefix_lengths" and _is_int(t)):
-            check_tensor(t, labels[name], floats_only=i < _DIFFERENTIABLE)
-            tensors.append(t)
-        else:
-            tensors.append(None)
-            variants[name] = t  # None, or an int prefix_lengths: in the text
+            check_tensor(t, labels[name], floats_only=name in _FLOAT_TENSORS)
+            names.append(name)
+    tensors = [variants.pop(n) for n in names]
     scalars = sorted((n, v) for n, v in variants.items() if v is not None)
-    return repr(scalars), tensors
+    return repr(scalars + [("tensors", tuple(names))] * bool(names)), tensors
 
 
 def _is_int(x) -> bool:
@@ -103,8 +103,9 @@ def _is_int(x) -> bool:
 
 def _variant_kwargs(text: str, tensors, convert) -> dict:
     """The ops' form of the options back as attnc's keyword arguments, the
-    tensors through convert (a tensor -> its array)."""
-    out = {**_scalars(text), **{n: convert(t, n) for n, t in zip(VARIANT_TENSORS, tensors) if t is not None}}
+    tensors through convert (a tensor, its name -> its array)."""
+    out = _scalars(text)
+    out.update((n, convert(t, n)) for n, t in zip(out.pop("tensors", ()), tensors))
     if "key_segment_ids" in out:
         out["segment_ids"] = (out["segment_ids"], out.pop("key_segment_ids"))
     return out
@@ -124,27 +125,23 @@ def _scalars(text: str) -> dict:
         raise TypeError(f"the options {text} must be numbers, strings, None or tuples of them") from None
 
 
-def _variant_grads(grads: dict, tensors, like: torch.Tensor) -> list[torch.Tensor]:
-    """The gradients of the differentiable tensor options (empty placeholders
-    where none)."""
-    named = zip(VARIANT_TENSORS[:_DIFFERENTIABLE], tensors)
-    return [_tensor(grads.get(n) if t is not None else None, like) for n, t in named]
+def _tensor_names(text: str) -> tuple:
+    return _scalars(text).get("tensors", ())
+
+
+def _variant_grads(grads: dict, text: str, like: torch.Tensor) -> list[torch.Tensor]:
+    """One gradient per tensor option (empty placeholders for the masks)."""
+    return [_tensor(grads.get(n), like) for n in _tensor_names(text)]
 
 
 def _list_grads(grads, tensors):
     """The gradient of the ops' list of tensor options, as torch's autograd
-    wants it: one per tensor (None for an absent one and for the masks), or
-    None when the list holds no differentiable tensor (torch then takes it
-    for a list of constants)."""
-    if all(t is None for t in tensors[:_DIFFERENTIABLE]):
-        return None
-    return [g if t is not None else None for g, t in zip(grads, tensors[:_DIFFERENTIABLE])] + [None] * (
-        len(tensors) - _DIFFERENTIABLE
-    )
+    wants it: one per tensor, None for the masks."""
+    return [g if t.is_floating_point() else None for g, t in zip(grads, tensors)]
 
 
 def _variant_fakes(tensors, like: torch.Tensor) -> list[torch.Tensor]:
-    return [like.new_empty(_EMPTY if t is None else t.shape) for t in tensors[:_DIFFERENTIABLE]]
+    return [like.new_empty(t.shape if t.is_floating_point() else _EMPTY) for t in tensors]
 
 
 # --------------------------------------------------------------------------- scaled_dot_product_attention
@@ -163,7 +160,7 @@ def _sdpa_op(
     return_weights: bool,
     seed: torch.Tensor | None,
     variants: str,
-    variant_tensors: list[torch.Tensor | None],
+    variant_tensors: list[torch.Tensor],
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(output, weights or an empty placeholder, the kernel's log-sum-exp)."""
     outputs, saved = _sdpa._forward(
@@ -218,7 +215,7 @@ def _sdpa_backward_op(
     enable_gqa: bool,
     seed: torch.Tensor | None,
     variants: str,
-    variant_tensors: list[torch.Tensor | None],
+    variant_tensors: list[torch.Tensor],
 ) -> list[torch.Tensor]:
     """[dquery, dkey, dvalue, dattn_mask or an empty placeholder, then the
     gradients of the tensor options] by attnc's C backward."""
@@ -239,7 +236,7 @@ def _sdpa_backward_op(
     cotangents = (_array(grad_output, "grad_output"), _array(grad_weights, "grad_weights"))
     grads = _sdpa._backward(saved, cotangents)
     dq, dk, dv, dmask = (_tensor(grads.get(n), query) for n in ("query", "key", "value", "attn_mask"))
-    return [dq, dk, dv, dmask, *_variant_grads(grads, variant_tensors, query)]
+    return [dq, dk, dv, dmask, *_variant_grads(grads, variants, query)]
 
 
 @_sdpa_backward_op.register_fake
@@ -391,8 +388,9 @@ def _sdpa_eager(
     """The op's outputs (without the log-sum-exp) on the eager path."""
     float_mask = attn_mask is not None and attn_mask.dtype != torch.bool
     names = ["query", "key", "value"] + ["attn_mask"] * float_mask
-    names += [n for n, t in zip(VARIANT_TENSORS[:_DIFFERENTIABLE], tensors) if t is not None]
-    given = {"query": query, "key": key, "value": value, "attn_mask": attn_mask, **dict(zip(VARIANT_TENSORS, tensors))}
+    named = list(zip(_tensor_names(text), tensors))
+    names += [n for n, t in named if t.is_floating_point()]
+    given = {"query": query, "key": key, "value": value, "attn_mask": attn_mask, **dict(named)}
     inputs = [given[n] for n in names]
     variants = _variant_kwargs(text, tensors, lambda t, _: view(t))
 
@@ -488,7 +486,7 @@ def _mha_op(
     dropout_p: float,
     seed: torch.Tensor | None,
     variants: str,
-    variant_tensors: list[torch.Tensor | None],
+    variant_tensors: list[torch.Tensor],
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """(output, weights or an empty placeholder, and for the backward: the
     projections q, k, v, the attention before the output projection and the
@@ -545,7 +543,7 @@ def _mha_backward_op(
     dropout_p: float,
     seed: torch.Tensor | None,
     variants: str,
-    variant_tensors: list[torch.Tensor | None],
+    variant_tensors: list[torch.Tensor],
 ) -> list[torch.Tensor]:
     """The gradients of the tensors (in _MHA_GRADS's order; empty placeholders
     for absent or bool ones), then of the tensor options, by attnc's C
@@ -556,7 +554,7 @@ def _mha_backward_op(
     cotangents = (_array(grad_output, "grad_output"), _array(grad_weights, "grad_weights"))
     grads = _mha._backward(s, cotangents)
     query = cast(torch.Tensor, tensors[0])  # always given
-    return [_tensor(grads.get(n), query) for n in _MHA_GRADS] + _variant_grads(grads, variant_tensors, query)
+    return [_tensor(grads.get(n), query) for n in _MHA_GRADS] + _variant_grads(grads, variants, query)
 
 
 def _differentiable(t: torch.Tensor | None) -> bool:
@@ -570,20 +568,20 @@ def _(grad_output, grad_weights, tensors, *rest):
 
 
 def _mha_setup(ctx, inputs, output):
-    n, variants = len(VARIANT_TENSORS), inputs[22]
+    variants = inputs[22]
     ctx.save_for_backward(*(inputs[i] for i in _MHA_TENSOR_ARGS), *output[2:], *variants, inputs[20])
     ctx.options = tuple(inputs[i] for i in _MHA_OPTIONS)
     ctx.variants = inputs[21]
     ctx.differentiable = [_differentiable(inputs[i]) for i in _MHA_TENSOR_ARGS]
-    ctx.differentiable += [t is not None for t in variants[:_DIFFERENTIABLE]]
-    ctx.saved_counts = (len(_MHA_TENSOR_ARGS), len(output) - 2, n)
+    ctx.differentiable += [t.is_floating_point() for t in variants]
+    ctx.saved_counts = (len(_MHA_TENSOR_ARGS), len(output) - 2)
     ctx.mark_non_differentiable(*output[2:])
     ctx.set_materialize_grads(False)  # weights only logged: no zero cotangent for the C backward to go through
 
 
 def _mha_grad(ctx, grad_output, grad_weights, *_):
     *saved, seed = ctx.saved_tensors
-    n_tensors, n_saved, _ = ctx.saved_counts
+    n_tensors, n_saved = ctx.saved_counts
     tensors, kept, variants = saved[:n_tensors], saved[n_tensors : n_tensors + n_saved], saved[n_tensors + n_saved :]
     if not ctx.options[1]:  # need_weights=False: the placeholder's cotangent
         grad_weights = None
@@ -728,7 +726,8 @@ def _mha_eager(tensors: tuple, options: tuple, seed: torch.Tensor | None, text: 
     (tensors: in _MHA_GRADS's order; options: in _MHA_OPTIONS's; text,
     vtensors: the options of today's models as the ops carry them)."""
     query = tensors[0]
-    every = list(zip(_MHA_GRADS, tensors)) + list(zip(VARIANT_TENSORS[:_DIFFERENTIABLE], vtensors))
+    floats = [(n, t) for n, t in zip(_tensor_names(text), vtensors) if t.is_floating_point()]
+    every = list(zip(_MHA_GRADS, tensors)) + floats
     names = [n for n, t in every if _differentiable(t)]
     inputs = [t for _, t in every if _differentiable(t)]
     variants = _variant_kwargs(text, vtensors, lambda t, _: view(t))
