@@ -79,16 +79,14 @@ def _no_key_masks(variants: dict, appended: str) -> None:
 
 def _check_causal(is_causal, attn_mask, prefix_lengths) -> None:
     """is_causal is torch's hint that attn_mask is the causal mask, which it
-    needs (as torch); with prefix_lengths it is the kernel's causal rule that
-    the prefix widens, needing no attn_mask and refusing one (the causal
-    mask would hide the prefix's later keys again)."""
+    needs (as torch); with prefix_lengths (which the kernel refuses without
+    is_causal) it is the kernel's causal rule that the prefix widens, needing
+    no attn_mask and refusing one (the causal mask would hide the prefix's
+    later keys again)."""
     if prefix_lengths is None:
         if is_causal and attn_mask is None:
             raise ValueError("is_causal is a hint that attn_mask is the causal mask: pass attn_mask too (as torch)")
-        return
-    if not is_causal:
-        raise ValueError("prefix_lengths widens the causal rule: pass is_causal=True with it")
-    if attn_mask is not None:
+    elif is_causal and attn_mask is not None:
         raise ValueError(
             "prefix_lengths with is_causal=True is the causal rule with a bidirectional prefix; an attn_mask "
             "with is_causal is the causal mask, which would hide the prefix's later keys: pass no attn_mask"
