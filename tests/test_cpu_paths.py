@@ -43,6 +43,7 @@ HERE = Path(__file__).resolve().parent
 OTHER_TESTS = [
     "test_benchmarks_smoke.py",
     "test_torch_variants.py",
+    "test_torch_masks.py",
     "test_mha_variants.py",
     "test_c_core.py",
     "test_cpu_paths.py",
@@ -102,6 +103,7 @@ KERNEL_TESTS = [
     "test_sdpa.py",
     "test_sdpa_variants.py",
     "test_sdpa_masks.py",
+    "test_mha_masks.py",
     "test_multihead.py",
     "test_kv_cache.py",
     "test_hard_local.py",

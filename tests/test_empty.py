@@ -131,7 +131,11 @@ def t_attention(torch, q, k, v=None, *, score="dot", mask=None):
     return w @ (k if v is None else v), w
 
 
-ATTNC_ONLY = ("num_kv_heads", "rotary", "sinks", "alibi", "window", "softcap")
+# attnc's own constructor settings, by the values that leave them off
+ATTNC_ONLY: dict[str, tuple] = dict.fromkeys(
+    ("num_kv_heads", "rotary", "sinks", "alibi", "window", "softcap", "sigmoid_bias"), (None, False)
+)
+ATTNC_ONLY["activation"] = ("softmax",)  # MultiheadAttention's (the layers' activation is torch's feed-forward one)
 
 
 def t_torch_module(name):
@@ -139,7 +143,7 @@ def t_torch_module(name):
 
     def make(torch, m):
         # (attnc's own options left at their defaults: torch has no such arguments)
-        config = {k: v for k, v in m._config.items() if k != "dtype" and not (k in ATTNC_ONLY and v in (None, False))}
+        config = {k: v for k, v in m._config.items() if k != "dtype" and v not in ATTNC_ONLY.get(k, ())}
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # "Initializing zero-element tensors is a no-op"
             return getattr(torch.nn, name)(**config)

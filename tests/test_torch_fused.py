@@ -292,9 +292,10 @@ def test_opcheck_every_op(torch, at, rng):
 
     q, k, v, m, _ = _sdpa_inputs(torch, rng, "float64", "gqa")
     ops = torch.ops.attnc
-    off = ("[]", [None, None])  # no option of today's models (their text, then alibi_slopes and sinks)
+    off = ("[]", [])  # no option of today's models (their text, then their tensors)
     slopes, sinks = torch.tensor([0.5, 0.25, 0.125, 0.1], dtype=torch.float64, requires_grad=True), q.new_zeros(4)
-    on = ("[('softcap', 2.0), ('window', (1, 0))]", [slopes, sinks.requires_grad_()])
+    text = "[('softcap', 2.0), ('tensors', ('alibi_slopes', 'sinks')), ('window', (1, 0))]"
+    on = (text, [slopes, sinks.requires_grad_()])
     torch.library.opcheck(
         ops.scaled_dot_product_attention, (q, k, v, m, 0.2, False, None, True, True, _seed_tensor(1, 0.2), *off)
     )
@@ -311,7 +312,10 @@ def test_opcheck_every_op(torch, at, rng):
     x, kv, params, kpm, am = _mha_inputs(torch, rng, "float64")
     mha_args = (x, kv, kv, 2, *params.values(), kpm, am, True, False, False, None, None, None, None, None, False)
     torch.library.opcheck(ops.multi_head_attention, mha_args + (0.1, _seed_tensor(4, 0.1), *off))
-    on = ("[('window', (2, 1))]", [slopes[:2].detach().requires_grad_(), x.new_zeros(2, requires_grad=True)])
+    on = (
+        "[('tensors', ('alibi_slopes', 'sinks')), ('window', (2, 1))]",
+        [slopes[:2].detach().requires_grad_(), x.new_zeros(2, requires_grad=True)],
+    )
     torch.library.opcheck(ops.multi_head_attention, mha_args + (0.0, None, *on))
     x, kv, am = x.detach(), kv.detach(), am.detach()
     params = {n: t.detach() for n, t in params.items()}

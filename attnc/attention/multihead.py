@@ -59,6 +59,40 @@ def _pad_keys(view, extra):
     return np.concatenate([view, pad(view.shape[:-1] + (extra,), view.dtype)], axis=-1)
 
 
+# The options that mask keys by their positions 0..S - 1 (segments, the
+# prefix's causal rule, key blocks).
+_KEY_MASKS = ("segment_ids", "prefix_lengths", "block_mask")
+
+
+def _no_key_masks(variants: dict, appended: str) -> None:
+    """Refuse the key masks with appended keys (bias_k/bias_v, add_zero_attn):
+    the appended keys have no segment id, sit past every query under the
+    prefix's causal rule and would fall into the last key block (or a block
+    the mask does not have), so any meaning given to them would be a guess."""
+    for name in _KEY_MASKS:
+        if variants.get(name) is not None:
+            raise ValueError(
+                f"{name} masks the keys by their positions and ids, which the keys {appended} appends lack: "
+                f"pass {name} without {appended}"
+            )
+
+
+def _check_causal(is_causal, attn_mask, prefix_lengths) -> None:
+    """is_causal is torch's hint that attn_mask is the causal mask, which it
+    needs (as torch); with prefix_lengths (which the kernel refuses without
+    is_causal) it is the kernel's causal rule that the prefix widens, needing
+    no attn_mask and refusing one (the causal mask would hide the prefix's
+    later keys again)."""
+    if prefix_lengths is None:
+        if is_causal and attn_mask is None:
+            raise ValueError("is_causal is a hint that attn_mask is the causal mask: pass attn_mask too (as torch)")
+    elif is_causal and attn_mask is not None:
+        raise ValueError(
+            "prefix_lengths with is_causal=True is the causal rule with a bidirectional prefix; an attn_mask "
+            "with is_causal is the causal mask, which would hide the prefix's later keys: pass no attn_mask"
+        )
+
+
 def _prepare(
     query,
     key,
@@ -138,13 +172,14 @@ def _prepare(
     bias_shapes = (np.shape(bias_k), np.shape(bias_v))
     if bias_kv:
         bias_k, bias_v = _key_bias(bias_k, "bias_k", Ekv, dtype), _key_bias(bias_v, "bias_v", Ekv, dtype)
-    if is_causal and attn_mask is None:
-        raise ValueError("is_causal is a hint that attn_mask is the causal mask: pass attn_mask too (as torch)")
+    _check_causal(is_causal, attn_mask, variants.get("prefix_lengths"))
     if not 0 <= dropout_p <= 1:
         raise ValueError(f"dropout_p must be in [0, 1], got {dropout_p}")
 
     x = {n: blas_ready(a.reshape(B * a.shape[1], a.shape[2])) for n, a in (("q", q_in), ("k", k_in), ("v", v_in))}
     extra = int(bias_kv) + int(bool(add_zero_attn))
+    if extra:
+        _no_key_masks(variants, "bias_k/bias_v" if bias_kv else "add_zero_attn")
 
     masks, mask_args = [None, None], {}
     if attn_mask is not None:
@@ -173,7 +208,7 @@ def _prepare(
         dropout_p=dropout_p,
         seed=seed,
         average_heads=average,
-        variants=variant_options(H, dtype, **variants),
+        variants=variant_options(H, dtype, kernel=((B,), L, S + extra), **variants),
     )
     return dict(
         options=options,
@@ -377,6 +412,12 @@ def multi_head_attention(
     window: tuple[int | None, int | None] | None = None,
     softcap: float | None = None,
     sinks: ArrayLike | None = None,
+    segment_ids: ArrayLike | tuple[ArrayLike, ArrayLike] | None = None,
+    prefix_lengths: ArrayLike | int | None = None,
+    block_mask: ArrayLike | None = None,
+    block_size: int | tuple[int, int] | None = None,
+    activation: str = "softmax",
+    sigmoid_bias: float | None = None,
 ) -> tuple[Array, Array | None]:
     """Multi-head attention, as ``torch.nn.MultiheadAttention(batch_first=True)``.
 
@@ -414,6 +455,27 @@ def multi_head_attention(
         position i, and keys appended by bias_k/add_zero_attn at positions
         S, S + 1. attnc.vjp gives the gradients of ``sinks`` and
         ``alibi_slopes`` by those names.
+    segment_ids : integer array (B, L), or a pair (query_segments (B, L),
+        key_segments (B, S)), required when L != S: query i attends only
+        keys of its own segment (packed sequences)
+    prefix_lengths : int or integer array (B,), each >= 0, with
+        is_causal=True: a prefix LM, query i attends key j if j <= i or
+        j < prefix. is_causal is then the kernel's causal rule, which
+        needs no attn_mask and refuses one (the causal mask would hide the
+        prefix's later keys again)
+    block_mask : bool array (B or 1, H or 1, ceil(L / bq), ceil(S / bk))
+        with block_size : int or (bq, bk): query i and key j take part only
+        if block_mask[b, h, i // bq, j // bk] (True = computed, the kernel's
+        meaning, not attn_mask's); False blocks are skipped
+    activation : "softmax" or "sigmoid", sigmoid_bias : float (default
+        -log S, S counting appended keys): p = sigmoid(s + sigmoid_bias),
+        not normalised (Ramapuram et al. 2024); not with sinks.
+        The block masks and sigmoid are attnc.scaled_dot_product_attention's
+        (there: their meanings in full), shaped like the query without its
+        features (unbatched input: without B); they compose with the masks
+        above, is_causal, num_kv_heads and dropout, and take no gradient.
+        segment_ids, prefix_lengths and block_mask refuse bias_k/bias_v and
+        add_zero_attn: the keys those append have no position or segment.
 
     Masks here keep PyTorch's meaning (True = ignore), because the argument
     names are PyTorch's. The returned weights are the probabilities before
@@ -446,6 +508,20 @@ def multi_head_attention(
     ...     sinks=np.zeros(H, np.float32), average_attn_weights=False)
     >>> int((w[0, 0, 4] > 0).sum()), bool(w.sum(-1).min() < 1)
     (3, True)
+    >>> ids = np.array([[0, 0, 1, 1, 1], [0, 0, 0, 0, 0]])        # row 0 packs two sequences
+    >>> _, w = attnc.multi_head_attention(x, x, x, H, w_in, None, w_out, None, segment_ids=ids)
+    >>> int((w[0, 3] > 0).sum()), int((w[1, 3] > 0).sum())
+    (3, 5)
+    >>> _, w = attnc.multi_head_attention(x, x, x, H, w_in, None, w_out, None, is_causal=True, prefix_lengths=[3, 0])
+    >>> int((w[0, 1] > 0).sum()), int((w[1, 1] > 0).sum())       # a 3-key prefix; plain causal
+    (3, 2)
+    >>> blocks = np.array([[True, False], [True, True], [False, True]])   # 2 x 4 blocks
+    >>> _, w = attnc.multi_head_attention(x, x, x, H, w_in, None, w_out, None, block_mask=blocks, block_size=(2, 4))
+    >>> (w[0, 0] > 0).astype(int).tolist(), (w[0, 4] > 0).astype(int).tolist()
+    ([1, 1, 1, 1, 0], [0, 0, 0, 0, 1])
+    >>> _, w = attnc.multi_head_attention(x, x, x, H, w_in, None, w_out, None, activation="sigmoid")
+    >>> bool((w > 0).all()), bool(w.sum(-1).max() > 1)         # sigmoid(s - log 5): rows not normalised
+    (True, True)
     """
     return _forward(
         query,
@@ -474,6 +550,12 @@ def multi_head_attention(
         window=window,
         softcap=softcap,
         sinks=sinks,
+        segment_ids=segment_ids,
+        prefix_lengths=prefix_lengths,
+        block_mask=block_mask,
+        block_size=block_size,
+        activation=activation,
+        sigmoid_bias=sigmoid_bias,
     )[0]
 
 

@@ -46,6 +46,9 @@ class MultiheadAttention(Module):
         ``sliding_window`` W with causal attention is ``window=(W - 1, 0)``
     softcap : float > 0 or None, the scores capped to softcap tanh(s / softcap)
         (Gemma 2's ``attn_logit_softcapping``)
+    activation : "softmax" or "sigmoid", sigmoid_bias : float or None (-log S
+        for S keys): sigmoid attention, p = sigmoid(s + sigmoid_bias) without
+        normalisation (Ramapuram et al. 2024); not with sinks
 
     ``state_dict()`` (torch's names): ``in_proj_weight``
     (3E, E) or ``q_proj_weight``/``k_proj_weight``/``v_proj_weight`` when kdim
@@ -66,7 +69,11 @@ class MultiheadAttention(Module):
     weights (B, L, S) averaged over heads or (B, H, L, S), with torch's
     meanings (boolean masks: True = ignore); options: further keyword
     options of attnc.multi_head_attention's fused kernel for this call, other
-    than those the module sets. ``attnc.vjp(module, query, key, value, ...)`` gives the gradients
+    than those the module sets: the block masks ``segment_ids`` (B, L) or a
+    pair ((B, L), (B, S)), ``prefix_lengths`` (B,) (with is_causal=True and
+    no attn_mask), ``block_mask`` (B or 1, H or 1, ceil(L / bq), ceil(S / bk))
+    with ``block_size`` (without B for unbatched input), as
+    attnc.multi_head_attention takes them. ``attnc.vjp(module, query, key, value, ...)`` gives the gradients
     of the inputs and of every parameter, keyed by state_dict name.
 
     Example
@@ -88,6 +95,10 @@ class MultiheadAttention(Module):
     >>> grads = attnc.vjp(oss, x, x, x, need_weights=False)[1](np.ones_like(out), None)
     >>> grads["sinks"].shape
     (4,)
+    >>> sig = attnc.nn.MultiheadAttention(16, 4, activation="sigmoid", sigmoid_bias=-2.0, seed=0)
+    >>> out, w = sig(x, x, x, segment_ids=np.array([0, 0, 1, 1, 1]))      # two packed sequences
+    >>> int((w[0, 0] > 0).sum()), int((w[0, 4] > 0).sum())                 # keys 0, 1; keys 2..4
+    (2, 3)
     """
 
     def __init__(
@@ -109,6 +120,8 @@ class MultiheadAttention(Module):
         alibi: bool = False,
         window: tuple[int | None, int | None] | None = None,
         softcap: float | None = None,
+        activation: str = "softmax",
+        sigmoid_bias: float | None = None,
     ) -> None:
         super().__init__(dtype)
         if not batch_first:
@@ -150,19 +163,26 @@ class MultiheadAttention(Module):
         self._init_parameter("sinks", (num_heads,), np.zeros if sinks else None)
         # Fixed options, checked here once (and again, cheaply, by each call).
         self.alibi, self.window, self.softcap = bool(alibi), window, softcap
-        variant_options(num_heads, self.dtype, **self._fixed)
+        self.activation, self.sigmoid_bias = activation, sigmoid_bias
+        variant_options(num_heads, self.dtype, kernel=((), 0, 0), **self._fixed)
 
     @property
     def _fixed(self) -> dict:
         """The fixed options by attnc's argument names (None: off), ALiBi's
         slopes in the module's dtype (it may change: .to)."""
         slopes = alibi_slopes(self.num_heads, self.dtype) if self.alibi else None
-        return {"alibi_slopes": slopes, "window": self.window, "softcap": self.softcap}
+        return {
+            "alibi_slopes": slopes,
+            "window": self.window,
+            "softcap": self.softcap,
+            "activation": self.activation,
+            "sigmoid_bias": self.sigmoid_bias,
+        }
 
     def _variants(self, options: dict) -> dict:
         """The kernel's options of a call: the module's (its sinks parameter,
-        ALiBi's slopes, window, softcap) and the call's own, which may not
-        repeat one the module sets."""
+        ALiBi's slopes, window, softcap, activation, sigmoid_bias) and the
+        call's own, which may not repeat one the module sets."""
         mine = {n: v for n, v in self._fixed.items() if v is not None}
         if self._parameters["sinks"] is not None:
             mine["sinks"] = self._parameters["sinks"]

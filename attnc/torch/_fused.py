@@ -58,29 +58,62 @@ def _check_args(named: dict, masks: dict) -> None:
 
 # --------------------------------------------------------------------------- the options of today's models
 
-# The kernel's options (attnc.attention._spec.variant_options) that are
-# tensors, in the order the ops carry them (a list of optional tensors; the
-# ones with a gradient get it). Every other option crosses the ops as one
-# string (the repr of their sorted (name, value) pairs: a constant to
-# torch.compile, which traces repr but not json). A new option is one entry
-# here if it is a tensor, none otherwise.
-VARIANT_TENSORS = ("alibi_slopes", "sinks")
+# The kernel's options (attnc.attention._spec.variant_options) that may be
+# tensors: the floating-point ones get their gradients, the integer and
+# boolean masks none (segment_ids' pair crosses as segment_ids and
+# key_segment_ids). The ops carry the tensors given, in this order, as a
+# list without None (torch's autograd takes a list holding a None for a
+# constant, and would drop the gradients of the others under torch.compile),
+# and their names under "tensors" in one string with every other option
+# (the repr of the sorted (name, value) pairs: a constant to torch.compile,
+# which traces repr but not json); an int prefix_lengths is in the string.
+# A new option is one entry here if it may be a tensor, none otherwise.
+VARIANT_TENSORS = ("alibi_slopes", "sinks", "segment_ids", "key_segment_ids", "prefix_lengths", "block_mask")
+_FLOAT_TENSORS = ("alibi_slopes", "sinks")
 
 
-def _split_variants(variants: dict) -> tuple[str, list[torch.Tensor | None]]:
+def _split_variants(variants: dict) -> tuple[str, list[torch.Tensor]]:
     """The options given (None: off) as the ops take them: (the text of the
-    non-tensor ones, the tensor ones in VARIANT_TENSORS' order)."""
+    others and of the tensors' names, the tensors in VARIANT_TENSORS'
+    order)."""
+    variants = dict(variants)
+    labels = dict(zip(VARIANT_TENSORS, VARIANT_TENSORS))
+    segments = variants.get("segment_ids")
+    if isinstance(segments, (tuple, list)):
+        if len(segments) != 2:
+            raise TypeError(
+                f"segment_ids must be a tensor or a pair (query_segments, key_segments), got {len(segments)} items"
+            )
+        variants["segment_ids"], variants["key_segment_ids"] = segments
+        labels.update(segment_ids="segment_ids[0]", key_segment_ids="segment_ids[1]")
+    names = []
     for name in VARIANT_TENSORS:
-        if variants.get(name) is not None:
-            check_tensor(variants[name], name)
-    scalars = sorted((n, v) for n, v in variants.items() if n not in VARIANT_TENSORS and v is not None)
-    return repr(scalars), [variants.get(n) for n in VARIANT_TENSORS]
+        t = variants.get(name)
+        if t is not None and not (name == "prefix_lengths" and _is_int(t)):
+            check_tensor(t, labels[name], floats_only=name in _FLOAT_TENSORS)
+            names.append(name)
+    tensors = [variants.pop(n) for n in names]
+    scalars = sorted((n, v) for n, v in variants.items() if v is not None)
+    return repr(scalars + [("tensors", tuple(names))] * bool(names)), tensors
+
+
+def _is_int(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _variant_kwargs(text: str, tensors, convert) -> dict:
+    """The ops' form of the options back as attnc's keyword arguments, the
+    tensors through convert (a tensor, its name -> its array)."""
+    out = _scalars(text)
+    out.update((n, convert(t, n)) for n, t in zip(out.pop("tensors", ()), tensors))
+    if "key_segment_ids" in out:
+        out["segment_ids"] = (out["segment_ids"], out.pop("key_segment_ids"))
+    return out
 
 
 def _variant_arrays(text: str, tensors) -> dict:
     """The ops' form of the options back as attnc's keyword arguments."""
-    out = {n: _array(t, n) for n, t in zip(VARIANT_TENSORS, tensors) if t is not None}
-    return {**_scalars(text), **out}
+    return _variant_kwargs(text, tensors, _array)
 
 
 def _scalars(text: str) -> dict:
@@ -92,22 +125,23 @@ def _scalars(text: str) -> dict:
         raise TypeError(f"the options {text} must be numbers, strings, None or tuples of them") from None
 
 
-def _variant_grads(grads: dict, tensors, like: torch.Tensor) -> list[torch.Tensor]:
-    """The gradients of the tensor options (empty placeholders where none)."""
-    return [_tensor(grads.get(n) if t is not None else None, like) for n, t in zip(VARIANT_TENSORS, tensors)]
+def _tensor_names(text: str) -> tuple:
+    return _scalars(text).get("tensors", ())
+
+
+def _variant_grads(grads: dict, text: str, like: torch.Tensor) -> list[torch.Tensor]:
+    """One gradient per tensor option (empty placeholders for the masks)."""
+    return [_tensor(grads.get(n), like) for n in _tensor_names(text)]
 
 
 def _list_grads(grads, tensors):
     """The gradient of the ops' list of tensor options, as torch's autograd
-    wants it: one per tensor (None for an absent one), or None when the list
-    holds no tensor (torch then takes it for a list of constants)."""
-    if all(t is None for t in tensors):
-        return None
-    return [g if t is not None else None for g, t in zip(grads, tensors)]
+    wants it: one per tensor, None for the masks."""
+    return [g if t.is_floating_point() else None for g, t in zip(grads, tensors)]
 
 
 def _variant_fakes(tensors, like: torch.Tensor) -> list[torch.Tensor]:
-    return [like.new_empty(_EMPTY if t is None else t.shape) for t in tensors]
+    return [like.new_empty(t.shape if t.is_floating_point() else _EMPTY) for t in tensors]
 
 
 # --------------------------------------------------------------------------- scaled_dot_product_attention
@@ -126,7 +160,7 @@ def _sdpa_op(
     return_weights: bool,
     seed: torch.Tensor | None,
     variants: str,
-    variant_tensors: list[torch.Tensor | None],
+    variant_tensors: list[torch.Tensor],
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(output, weights or an empty placeholder, the kernel's log-sum-exp)."""
     outputs, saved = _sdpa._forward(
@@ -181,7 +215,7 @@ def _sdpa_backward_op(
     enable_gqa: bool,
     seed: torch.Tensor | None,
     variants: str,
-    variant_tensors: list[torch.Tensor | None],
+    variant_tensors: list[torch.Tensor],
 ) -> list[torch.Tensor]:
     """[dquery, dkey, dvalue, dattn_mask or an empty placeholder, then the
     gradients of the tensor options] by attnc's C backward."""
@@ -202,7 +236,7 @@ def _sdpa_backward_op(
     cotangents = (_array(grad_output, "grad_output"), _array(grad_weights, "grad_weights"))
     grads = _sdpa._backward(saved, cotangents)
     dq, dk, dv, dmask = (_tensor(grads.get(n), query) for n in ("query", "key", "value", "attn_mask"))
-    return [dq, dk, dv, dmask, *_variant_grads(grads, variant_tensors, query)]
+    return [dq, dk, dv, dmask, *_variant_grads(grads, variants, query)]
 
 
 @_sdpa_backward_op.register_fake
@@ -254,6 +288,12 @@ def scaled_dot_product_attention(
     window: tuple[int | None, int | None] | None = None,
     softcap: float | None = None,
     sinks: torch.Tensor | None = None,
+    segment_ids: torch.Tensor | tuple[torch.Tensor, torch.Tensor] | None = None,
+    prefix_lengths: torch.Tensor | int | None = None,
+    block_mask: torch.Tensor | None = None,
+    block_size: int | tuple[int, int] | None = None,
+    activation: str = "softmax",
+    sigmoid_bias: float | None = None,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """attnc.scaled_dot_product_attention on tensors, differentiable by torch
     autograd (the custom op ``torch.ops.attnc.scaled_dot_product_attention``,
@@ -278,6 +318,13 @@ def scaled_dot_product_attention(
         attnc.scaled_dot_product_attention's meanings (the tensors of the
         call's dtype); torch autograd gives the gradients of ``sinks`` and
         ``alibi_slopes`` too (attnc's C backward).
+    segment_ids : integer tensor (..., L) or a pair of them ((..., L),
+        (..., S)); prefix_lengths : int or integer tensor (...,) (with
+        is_causal=True); block_mask : bool tensor (..., H or 1, ceil(L / bq),
+        ceil(S / bk)) with block_size : int or (bq, bk); activation :
+        "softmax" or "sigmoid" with sigmoid_bias : float: the block masks and
+        sigmoid attention, with attnc.scaled_dot_product_attention's shapes
+        and meanings (the masks take no gradient).
 
     Returns
     -------
@@ -303,9 +350,29 @@ def scaled_dot_product_attention(
     >>> out.sum().backward()
     >>> sinks.grad.shape
     torch.Size([4])
+    >>> ids = torch.tensor([[0, 0, 0, 1, 1, 1], [0] * 6])                   # row 0: two packed sequences
+    >>> out, w = attnc.torch.scaled_dot_product_attention(q, q, q, segment_ids=ids, return_weights=True)
+    >>> (w[0, 0, 4] > 0).tolist(), (w[1, 0, 4] > 0).sum().item()
+    ([False, False, False, True, True, True], 6)
+    >>> out = attnc.torch.scaled_dot_product_attention(q, q, q, is_causal=True, prefix_lengths=torch.tensor([2, 0]),
+    ...                                                activation="sigmoid", sigmoid_bias=-1.0)
+    >>> out.sum().backward()
     """
     _check_args({"query": query, "key": key, "value": value}, {"attn_mask": attn_mask})
-    text, tensors = _split_variants(dict(alibi_slopes=alibi_slopes, window=window, softcap=softcap, sinks=sinks))
+    text, tensors = _split_variants(
+        dict(
+            alibi_slopes=alibi_slopes,
+            window=window,
+            softcap=softcap,
+            sinks=sinks,
+            segment_ids=segment_ids,
+            prefix_lengths=prefix_lengths,
+            block_mask=block_mask,
+            block_size=block_size,
+            activation=activation,
+            sigmoid_bias=sigmoid_bias,
+        )
+    )
     args = (query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, return_weights)
     seed_t = _seed_tensor(seed, dropout_p)
     if eager(query, key, value, attn_mask, seed_t, *tensors):
@@ -321,10 +388,11 @@ def _sdpa_eager(
     """The op's outputs (without the log-sum-exp) on the eager path."""
     float_mask = attn_mask is not None and attn_mask.dtype != torch.bool
     names = ["query", "key", "value"] + ["attn_mask"] * float_mask
-    names += [n for n, t in zip(VARIANT_TENSORS, tensors) if t is not None]
-    given = {"query": query, "key": key, "value": value, "attn_mask": attn_mask, **dict(zip(VARIANT_TENSORS, tensors))}
+    named = list(zip(_tensor_names(text), tensors))
+    names += [n for n, t in named if t.is_floating_point()]
+    given = {"query": query, "key": key, "value": value, "attn_mask": attn_mask, **dict(named)}
     inputs = [given[n] for n in names]
-    variants = {**_scalars(text), **{n: view(t) for n, t in zip(VARIANT_TENSORS, tensors) if t is not None}}
+    variants = _variant_kwargs(text, tensors, lambda t, _: view(t))
 
     def call(differentiable):
         outputs, saved = _sdpa._forward(
@@ -418,7 +486,7 @@ def _mha_op(
     dropout_p: float,
     seed: torch.Tensor | None,
     variants: str,
-    variant_tensors: list[torch.Tensor | None],
+    variant_tensors: list[torch.Tensor],
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """(output, weights or an empty placeholder, and for the backward: the
     projections q, k, v, the attention before the output projection and the
@@ -475,7 +543,7 @@ def _mha_backward_op(
     dropout_p: float,
     seed: torch.Tensor | None,
     variants: str,
-    variant_tensors: list[torch.Tensor | None],
+    variant_tensors: list[torch.Tensor],
 ) -> list[torch.Tensor]:
     """The gradients of the tensors (in _MHA_GRADS's order; empty placeholders
     for absent or bool ones), then of the tensor options, by attnc's C
@@ -486,7 +554,7 @@ def _mha_backward_op(
     cotangents = (_array(grad_output, "grad_output"), _array(grad_weights, "grad_weights"))
     grads = _mha._backward(s, cotangents)
     query = cast(torch.Tensor, tensors[0])  # always given
-    return [_tensor(grads.get(n), query) for n in _MHA_GRADS] + _variant_grads(grads, variant_tensors, query)
+    return [_tensor(grads.get(n), query) for n in _MHA_GRADS] + _variant_grads(grads, variants, query)
 
 
 def _differentiable(t: torch.Tensor | None) -> bool:
@@ -500,19 +568,20 @@ def _(grad_output, grad_weights, tensors, *rest):
 
 
 def _mha_setup(ctx, inputs, output):
-    n, variants = len(VARIANT_TENSORS), inputs[22]
+    variants = inputs[22]
     ctx.save_for_backward(*(inputs[i] for i in _MHA_TENSOR_ARGS), *output[2:], *variants, inputs[20])
     ctx.options = tuple(inputs[i] for i in _MHA_OPTIONS)
     ctx.variants = inputs[21]
-    ctx.differentiable = [_differentiable(inputs[i]) for i in _MHA_TENSOR_ARGS] + [t is not None for t in variants]
-    ctx.saved_counts = (len(_MHA_TENSOR_ARGS), len(output) - 2, n)
+    ctx.differentiable = [_differentiable(inputs[i]) for i in _MHA_TENSOR_ARGS]
+    ctx.differentiable += [t.is_floating_point() for t in variants]
+    ctx.saved_counts = (len(_MHA_TENSOR_ARGS), len(output) - 2)
     ctx.mark_non_differentiable(*output[2:])
     ctx.set_materialize_grads(False)  # weights only logged: no zero cotangent for the C backward to go through
 
 
 def _mha_grad(ctx, grad_output, grad_weights, *_):
     *saved, seed = ctx.saved_tensors
-    n_tensors, n_saved, _ = ctx.saved_counts
+    n_tensors, n_saved = ctx.saved_counts
     tensors, kept, variants = saved[:n_tensors], saved[n_tensors : n_tensors + n_saved], saved[n_tensors + n_saved :]
     if not ctx.options[1]:  # need_weights=False: the placeholder's cotangent
         grad_weights = None
@@ -555,6 +624,12 @@ def multi_head_attention(
     window: tuple[int | None, int | None] | None = None,
     softcap: float | None = None,
     sinks: torch.Tensor | None = None,
+    segment_ids: torch.Tensor | tuple[torch.Tensor, torch.Tensor] | None = None,
+    prefix_lengths: torch.Tensor | int | None = None,
+    block_mask: torch.Tensor | None = None,
+    block_size: int | tuple[int, int] | None = None,
+    activation: str = "softmax",
+    sigmoid_bias: float | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """attnc.multi_head_attention on tensors (batch first, as
     ``torch.nn.MultiheadAttention(batch_first=True)``), differentiable by
@@ -571,7 +646,12 @@ def multi_head_attention(
     differentiable. seed : the dropout seed; None draws one from torch's
     generator. alibi_slopes (H,), window (left, right), softcap, sinks (H,):
     the options of today's models, as attnc.multi_head_attention takes them
-    (``sinks`` and ``alibi_slopes`` get their gradients).
+    (``sinks`` and ``alibi_slopes`` get their gradients); so are the block
+    masks segment_ids (integer tensor (B, L), or a pair (B, L), (B, S)),
+    prefix_lengths (int or integer tensor (B,), with is_causal=True and no
+    attn_mask), block_mask (bool tensor (B or 1, H or 1, ceil(L / bq),
+    ceil(S / bk))) with block_size, and activation="sigmoid" with
+    sigmoid_bias (the masks take no gradient).
 
     Returns
     -------
@@ -594,6 +674,11 @@ def multi_head_attention(
     >>> out.sum().backward()
     >>> sinks.grad.shape
     torch.Size([2])
+    >>> ids = torch.tensor([[0, 0, 1, 1, 1], [0, 0, 0, 0, 0]])
+    >>> out, w = attnc.torch.multi_head_attention(x, x, x, H, w_in, None, w_out, None, segment_ids=ids,
+    ...                                           activation="sigmoid")
+    >>> (w[0, 0] > 0).tolist()
+    [True, True, False, False, False]
     """
     tensors = (query, key, value, in_proj_weight, in_proj_bias, out_proj_weight, out_proj_bias) + (
         key_padding_mask,
@@ -607,7 +692,20 @@ def multi_head_attention(
     named = dict(zip(_MHA_GRADS, tensors))
     masks = {n: named.pop(n) for n in _MHA_MASKS}
     _check_args({n: t for n, t in named.items() if t is not None}, masks)
-    text, vtensors = _split_variants(dict(alibi_slopes=alibi_slopes, window=window, softcap=softcap, sinks=sinks))
+    text, vtensors = _split_variants(
+        dict(
+            alibi_slopes=alibi_slopes,
+            window=window,
+            softcap=softcap,
+            sinks=sinks,
+            segment_ids=segment_ids,
+            prefix_lengths=prefix_lengths,
+            block_mask=block_mask,
+            block_size=block_size,
+            activation=activation,
+            sigmoid_bias=sigmoid_bias,
+        )
+    )
     options = (num_heads, need_weights, average_attn_weights, is_causal, add_zero_attn, dropout_p)
     seed_t = _seed_tensor(seed, dropout_p)
     if eager(*tensors, seed_t, *vtensors):
@@ -628,10 +726,11 @@ def _mha_eager(tensors: tuple, options: tuple, seed: torch.Tensor | None, text: 
     (tensors: in _MHA_GRADS's order; options: in _MHA_OPTIONS's; text,
     vtensors: the options of today's models as the ops carry them)."""
     query = tensors[0]
-    every = list(zip(_MHA_GRADS, tensors)) + list(zip(VARIANT_TENSORS, vtensors))
+    floats = [(n, t) for n, t in zip(_tensor_names(text), vtensors) if t.is_floating_point()]
+    every = list(zip(_MHA_GRADS, tensors)) + floats
     names = [n for n, t in every if _differentiable(t)]
     inputs = [t for _, t in every if _differentiable(t)]
-    variants = {**_scalars(text), **{n: view(t) for n, t in zip(VARIANT_TENSORS, vtensors) if t is not None}}
+    variants = _variant_kwargs(text, vtensors, lambda t, _: view(t))
 
     def call(differentiable):
         s = _mha_state(tensors, *options, seed, variants)

@@ -39,16 +39,23 @@ class MultiheadAttention(torch.nn.MultiheadAttention):
     options of today's models, as attnc.nn.MultiheadAttention takes them:
     sinks=True (a learned ``sinks`` parameter (num_heads,), initialised to 0,
     gpt-oss's; in state_dict), alibi=True (the fixed attnc.alibi_slopes(H),
-    a buffer outside state_dict), window=(left, right), softcap.
+    a buffer outside state_dict), window=(left, right), softcap,
+    activation="sigmoid" with sigmoid_bias (sigmoid attention).
 
     forward(query, key, value, key_padding_mask=None, need_weights=True,
-    attn_mask=None, average_attn_weights=True, is_causal=False): query
+    attn_mask=None, average_attn_weights=True, is_causal=False, *,
+    segment_ids=None, prefix_lengths=None, block_mask=None, block_size=None): query
     (L, B, E) ((B, L, E) with batch_first, (L, E) unbatched), key (S, B,
     kdim), value (S, B, vdim), float32 or float64 CPU tensors; masks as torch
     takes them (bool True = ignore, or float added). Returns (output like
     query, weights (B, L, S) averaged over heads or (B, H, L, S), or None
     without need_weights), both differentiable. Dropout (in training mode)
-    draws its seed from torch's generator.
+    draws its seed from torch's generator. The block masks are per call,
+    batch first whatever batch_first says, as attnc.torch.multi_head_attention
+    takes them: segment_ids an integer tensor (B, L) or a pair ((B, L),
+    (B, S)), prefix_lengths an int or integer tensor (B,) (with
+    is_causal=True and no attn_mask), block_mask a bool tensor (B or 1, H or
+    1, ceil(L / bq), ceil(S / bk)) with block_size (without B unbatched).
 
     Example
     -------
@@ -63,6 +70,10 @@ class MultiheadAttention(torch.nn.MultiheadAttention):
     >>> oss(x, x, x)[0].sum().backward()
     >>> oss.sinks.grad.shape
     torch.Size([4])
+    >>> sig = attnc.torch.nn.MultiheadAttention(16, 4, batch_first=True, activation="sigmoid")
+    >>> out, w = sig(x, x, x, segment_ids=torch.tensor([[0, 0, 1, 1, 1]] * 2))
+    >>> (w[0, 3] > 0).tolist()
+    [False, False, True, True, True]
     """
 
     def __init__(
@@ -83,22 +94,30 @@ class MultiheadAttention(torch.nn.MultiheadAttention):
         alibi: bool = False,
         window: tuple[int | None, int | None] | None = None,
         softcap: float | None = None,
+        activation: str = "softmax",
+        sigmoid_bias: float | None = None,
     ) -> None:
         super().__init__(
             embed_dim, num_heads, dropout, bias, add_bias_kv, add_zero_attn, kdim, vdim, batch_first, device, dtype
         )
-        self._set_variants(sinks=sinks, alibi=alibi, window=window, softcap=softcap)
+        self._set_variants(
+            sinks=sinks, alibi=alibi, window=window, softcap=softcap, activation=activation, sigmoid_bias=sigmoid_bias
+        )
 
-    def _set_variants(self, *, sinks=False, alibi=False, window=None, softcap=None) -> None:
+    def _set_variants(
+        self, *, sinks=False, alibi=False, window=None, softcap=None, activation="softmax", sigmoid_bias=None
+    ) -> None:
         """The options of today's models (also given to a module torch built,
-        whose class _attnc_attention changed): window and softcap checked as
-        attnc checks them."""
-        variant_options(self.num_heads, None, window=window, softcap=softcap)
+        whose class _attnc_attention changed): window, softcap, activation
+        and sigmoid_bias checked as attnc checks them."""
+        fixed = dict(window=window, softcap=softcap, activation=activation, sigmoid_bias=sigmoid_bias)
+        variant_options(self.num_heads, None, kernel=((), 0, 0), **fixed)
         like = self.out_proj.weight
         self.sinks = torch.nn.Parameter(like.new_zeros(self.num_heads)) if sinks else None
         slopes = torch.from_numpy(alibi_slopes(self.num_heads)).to(like) if alibi else None
         self.register_buffer("alibi_slopes", slopes, persistent=False)
         self.window, self.softcap = window, softcap
+        self.activation, self.sigmoid_bias = activation, sigmoid_bias
 
     def forward(
         self,
@@ -110,6 +129,11 @@ class MultiheadAttention(torch.nn.MultiheadAttention):
         attn_mask: Tensor | None = None,
         average_attn_weights: bool = True,
         is_causal: bool = False,
+        *,
+        segment_ids: Tensor | tuple[Tensor, Tensor] | None = None,
+        prefix_lengths: Tensor | int | None = None,
+        block_mask: Tensor | None = None,
+        block_size: int | tuple[int, int] | None = None,
     ) -> tuple[Tensor, Tensor | None]:
         sequence_first = not self.batch_first and query.dim() == 3
         if sequence_first:  # attnc's op is batch first: (L, B, E) viewed as (B, L, E)
@@ -135,6 +159,10 @@ class MultiheadAttention(torch.nn.MultiheadAttention):
             bias_v=self.bias_v,
             add_zero_attn=self.add_zero_attn,
             dropout_p=self.dropout if self.training else 0.0,
+            segment_ids=segment_ids,
+            prefix_lengths=prefix_lengths,
+            block_mask=block_mask,
+            block_size=block_size,
             **self._variants(),
         )
         return (out.transpose(0, 1) if sequence_first else out), weights
@@ -147,6 +175,8 @@ class MultiheadAttention(torch.nn.MultiheadAttention):
             "alibi_slopes": getattr(self, "alibi_slopes", None),
             "window": getattr(self, "window", None),
             "softcap": getattr(self, "softcap", None),
+            "activation": getattr(self, "activation", "softmax"),
+            "sigmoid_bias": getattr(self, "sigmoid_bias", None),
         }
 
 
