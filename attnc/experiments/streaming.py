@@ -68,8 +68,10 @@ MODELS = {"vanilla": False, "sink_logits": True}  # name: sink_logits
 POLICIES = ("dense", "window", "sinks_window", "recompute")
 TOLERANCE = 0.05
 
-FULL = dict(LE_FULL, stream=512, heldout=32, cache=32, sinks=4, sink_probe=(16, 64), triggers=2, concentration=0.1)
-QUICK = dict(LE_QUICK, stream=48, heldout=4, cache=8, sinks=2, sink_probe=(4, 16), triggers=2, concentration=0.1)
+# the data, cache and the model's shape (the schedule is length_extrapolation's, its learning rate 5x)
+TASK = dict(triggers=2, concentration=1.0, bos=True, lr=1e-2, num_heads=1, mlp=False)
+FULL = dict(LE_FULL, **TASK, steps=1500, stream=512, heldout=32, cache=32, sinks=4, sink_probe=(16, 64))
+QUICK = dict(LE_QUICK, **TASK, stream=48, heldout=4, cache=8, sinks=2, sink_probe=(4, 16))
 HELDOUT_SEED = 20261130
 
 
@@ -84,7 +86,8 @@ def backcopy_rows(cfg, n, length, seed, nll=False):
     cdf[:, -1] = 1.0  # rounding: a uniform draw always lands in some bin
     rng = np.random.default_rng(seed)
     x = np.empty((n, length + 1), np.int64)
-    x[:, 0], x[:, 1] = V, rng.integers(0, V, n)
+    x[:, 0] = V if cfg["bos"] else rng.integers(0, V, n)
+    x[:, 1] = rng.integers(0, V, n)
     u = rng.random((n, length + 1))
     copy = np.zeros(x.shape, bool)
     for t in range(2, length + 1):
@@ -149,7 +152,7 @@ def recompute(lm, ids, cache):
 
 
 def first_token_attention(lm, ids, lo, hi):
-    """Per layer, the mean weight (over heads and queries lo .. hi - 1) on token 0."""
+    """[per layer [per head, the mean weight (over the rows and queries lo .. hi - 1) on token 0]]."""
     out, x = [], lm.embed(ids)
     for block in lm.blocks:
         n = block.norm1
@@ -158,9 +161,55 @@ def first_token_attention(lm, ids, lo, hi):
         q, k = nn.rotary_embedding(q), nn.rotary_embedding(k)
         sinks = {} if block.attn.sinks is None else {"sinks": block.attn.sinks}
         o, w = attnc.scaled_dot_product_attention(q, k, v, is_causal=True, return_weights=True, **sinks)
-        out.append(round(float(w[:, :, lo:hi, 0].mean()), 4))
+        out.append([round(float(v), 4) for v in w[:, :, lo:hi, 0].mean(axis=(0, 2))])
         x = block(x)
     return out
+
+
+def finding(evicted: dict) -> dict:
+    """The paper's finding as booleans, from "loss_evicted" {model: {policy:
+    loss}}: the vanilla model's window above its sinks_window by more than
+    TOLERANCE ("window_breaks"), its sinks_window within TOLERANCE of
+    recompute ("sinks_flat"), and the sink_logits model's window within
+    TOLERANCE of its recompute ("sink_logits_window_flat": it needs no first
+    tokens)."""
+    vanilla, learned = evicted["vanilla"], evicted["sink_logits"]
+    return {
+        "window_breaks": bool(vanilla["window"] - vanilla["sinks_window"] > TOLERANCE),
+        "sinks_flat": bool(abs(vanilla["sinks_window"] - vanilla["recompute"]) < TOLERANCE),
+        "sink_logits_window_flat": bool(abs(learned["window"] - learned["recompute"]) < TOLERANCE),
+    }
+
+
+def plot(curves: dict, floor, cfg: dict, args):
+    """The loss against position, one panel per model and a line per policy
+    (with the chain's own), saved as streaming.png in the run folder (its
+    name; None without a folder or matplotlib)."""
+    run = getattr(args, "run", None)
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    if run is None:
+        return None
+    fig, axes = plt.subplots(1, len(curves), figsize=(6 * len(curves), 4), sharey=True, squeeze=False)
+    smooth = np.ones(8) / 8  # a running mean over 8 positions: 32 streams leave each position noisy
+    for ax, (name, by_policy) in zip(axes[0], curves.items()):
+        for policy, curve in [*by_policy.items(), ("chain's own", floor)]:
+            ax.plot(np.convolve(curve, smooth, mode="valid"), label=policy, lw=1.2 if policy in POLICIES else 0.8)
+        ax.axvline(cfg["cache"], color="grey", lw=0.8, ls=":")
+        ax.axvline(cfg["length"], color="grey", lw=0.8, ls="--")
+        ax.set(title=name, xlabel="position (running mean of 8)", ylabel="loss (nats)")
+        ax.grid(alpha=0.3)
+    axes[0][0].legend()
+    fig.suptitle("attnc.experiments.streaming (cf. Xiao et al. 2024, Figure 3)")
+    fig.tight_layout()
+    fig.savefig(run.dir / "streaming.png", dpi=120)
+    plt.close(fig)
+    return "streaming.png"
 
 
 def main(argv=None):
@@ -182,6 +231,7 @@ def main(argv=None):
             cfg["vocab_size"] + 1,
             positions="rope",
             sink_logits=sink_logits,
+            mlp=cfg["mlp"],
         )
         seconds += result["train_seconds"]
         finals[name] = result["final_loss"]
@@ -204,8 +254,8 @@ def main(argv=None):
     print(f"{'model':<13}" + "".join(f"{p:>14}" for p in POLICIES))
     for name, row in loss.items():
         print(f"{name:<13}" + "".join(f"{row[p]:>14.4f}" for p in POLICIES))
-    print(f"optimal {float(floor[past:].mean()):.4f}; weight on token 0 per layer: {sink_mass}")
-    vanilla = evicted["vanilla"]
+    mean_mass = {name: [round(float(np.mean(heads)), 4) for heads in layers] for name, layers in sink_mass.items()}
+    print(f"optimal {float(floor[past:].mean()):.4f}; weight on token 0 per layer and head: {sink_mass}")
     summary = dict(result, train_seconds=round(seconds, 3))
     return _common.report(
         "streaming",
@@ -224,10 +274,12 @@ def main(argv=None):
         optimal_loss=round(float(floor[past:].mean()), 5),
         loss_by_position=curves,
         optimal_by_position=[round(float(v), 5) for v in floor],
-        first_token_attention=sink_mass,
+        first_token_attention=mean_mass,
+        first_token_attention_by_head=sink_mass,
         final_losses=finals,
-        window_breaks=bool(vanilla["window"] - vanilla["sinks_window"] > TOLERANCE),
-        sinks_flat=bool(abs(vanilla["sinks_window"] - vanilla["recompute"]) < TOLERANCE),
+        **finding(evicted),
+        plot=plot(curves, floor, cfg, args),
+        cpu=_common.cpu_name(),
     )
 
 
