@@ -85,13 +85,10 @@ def test_mixer_attention_against_numpy(mixer, positions, sinks, rng):
     np.testing.assert_allclose(m(x), _attention_reference(m, x), rtol=1e-9, atol=1e-11)
 
 
-@pytest.mark.parametrize("mixer,positions,sinks", CASES)
-def test_mixer_lm_gradients_against_finite_differences(mixer, positions, sinks, rng):
-    lm = MixerLM(11, 9, 8, 2, 2, mixer, positions, 3, sinks, 12, dtype=np.float64, seed=3)
-    if sinks:
-        for block, values in zip(lm.blocks, ([0.3, -0.2], [0.1, 0.5])):
-            block.attn.sinks = np.array(values)
-    inputs, targets = rng.integers(0, 11, (3, 9)), rng.integers(0, 11, (3, 9))
+def _check_gradients(lm, rng, vocab=11, length=9):
+    """loss_and_grads: the loss is the mean token loss; two entries of each
+    parameter's gradient against central differences."""
+    inputs, targets = rng.integers(0, vocab, (3, length)), rng.integers(0, vocab, (3, length))
     targets[0, :2] = -100  # ignored targets get no gradient
     batch = (inputs, targets)
     loss, grads = lm.loss_and_grads(batch)
@@ -106,6 +103,34 @@ def test_mixer_lm_gradients_against_finite_differences(mixer, positions, sinks, 
                 f.append(lm.loss_and_grads(batch)[0])
             p[i] = old
             assert abs(grads[name][i] - (f[0] - f[1]) / (2 * h)) < 1e-7, (name, i)
+
+
+@pytest.mark.parametrize("mixer,positions,sinks", CASES)
+def test_mixer_lm_gradients_against_finite_differences(mixer, positions, sinks, rng):
+    lm = MixerLM(11, 9, 8, 2, 2, mixer, positions, 3, sinks, 12, dtype=np.float64, seed=3)
+    if sinks:
+        for block, values in zip(lm.blocks, ([0.3, -0.2], [0.1, 0.5])):
+            block.attn.sinks = np.array(values)
+    _check_gradients(lm, rng)
+
+
+def test_attention_only_lm_against_numpy(rng):
+    """mlp=False: blocks x + attn(norm1(x)) only (no norm2 or MLP
+    parameters), the forward against NumPy and the gradients against
+    central differences."""
+    lm = MixerLM(11, 9, 8, 2, 2, "softmax", "rope", sink_logits=True, mlp=False, dtype=np.float64, seed=4)
+    assert not any(".fc" in name or "norm2" in name for name, _ in lm.named_parameters())
+
+    def norm(x, n):
+        return (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + n.eps) * n.weight + n.bias
+
+    ids = rng.integers(0, 11, (2, 9))
+    x = lm.tokens.weight[ids]
+    for block in lm.blocks:
+        x = x + _attention_reference(block.attn, norm(x, block.norm1))
+    want = norm(x, lm.norm) @ lm.head.weight.T + lm.head.bias
+    np.testing.assert_allclose(lm(ids), want, rtol=1e-9, atol=1e-11)
+    _check_gradients(lm, rng)
 
 
 def test_mixer_lm_refuses_what_it_cannot_do():
@@ -153,7 +178,7 @@ def test_decoding_against_whole_sequence_forwards(rng):
 def test_first_token_attention_against_the_weights(rng):
     lm = MixerLM(7, 16, 8, 1, 2, "softmax", "rope", dtype=np.float64, seed=2)
     ids = rng.integers(0, 7, (3, 10))
-    (got,) = streaming.first_token_attention(lm, ids, 4, 10)
+    (got,) = streaming.first_token_attention(lm, ids, 4, 10)  # one layer: its heads' weights
     block = lm.blocks[0]
     x = lm.embed(ids)
     n = block.norm1
@@ -163,7 +188,7 @@ def test_first_token_attention_against_the_weights(rng):
     s = np.where(np.tri(10, dtype=bool), s, -np.inf)
     w = np.exp(s - s.max(-1, keepdims=True))
     w /= w.sum(-1, keepdims=True)
-    assert abs(got - w[:, :, 4:10, 0].mean()) < 1e-4  # rounded to 4 places
+    np.testing.assert_allclose(got, w[:, :, 4:10, 0].mean(axis=(0, 2)), rtol=0, atol=1e-4)  # rounded to 4 places
 
 
 # --------------------------------------------------------------------------- the quick runs
@@ -206,19 +231,49 @@ def test_length_extrapolation_quick_run():
     assert isinstance(res["alibi_flat"], bool) and isinstance(res["sinusoidal_degrades"], bool)
 
 
+def test_streaming_finding_booleans():
+    """Each boolean on either side of its threshold (0.05 nats), on synthetic excess losses."""
+    within = {"vanilla": 0.02, "sink_logits": 0.03}
+
+    def found(window, sinks_window, learned_window):
+        excess = {
+            "vanilla": {"window": window, "sinks_window": sinks_window},
+            "sink_logits": {"window": learned_window},
+        }
+        return streaming.finding(excess, within)
+
+    assert found(0.30, 0.04, 0.05) == {"window_breaks": True, "sinks_flat": True, "sink_logits_window_flat": True}
+    assert found(0.08, 0.04, 0.05)["window_breaks"] is False  # 0.04 above sinks_window: within tolerance
+    assert found(0.10, 0.04, 0.05)["window_breaks"] is True
+    assert found(0.30, 0.08, 0.05)["sinks_flat"] is False  # 0.06 above the vanilla model within training
+    assert found(0.30, -0.5, 0.05)["sinks_flat"] is True  # below it is flat too
+    assert found(0.30, 0.04, 0.09)["sink_logits_window_flat"] is False  # 0.06 above its own within training
+    assert found(0.30, 0.04, 0.07)["sink_logits_window_flat"] is True
+
+
 def test_streaming_quick_run():
     res = _same_bits("streaming")
     assert res["policies"] == list(streaming.POLICIES) and res["stream_length"] == 48 and res["cache"] == 8
+    optimal = np.array(res["optimal_by_position"])
     for model in streaming.MODELS:
         for policy in streaming.POLICIES:
             curve = res["loss_by_position"][model][policy]
             assert len(curve) == 48 and all(0 < v < 6 for v in curve)
             # before the cache is full every policy keeps every token
             np.testing.assert_allclose(curve[:8], res["loss_by_position"][model]["dense"][:8], rtol=1e-5)
-        assert len(res["first_token_attention"][model]) == 2
-        assert all(0 <= w <= 1 for w in res["first_token_attention"][model])
+            # the excess over the chain's own loss, from the curves (rounding: 1e-4)
+            want = np.mean(np.array(curve[8:]) - optimal[8:])
+            assert abs(res["excess_evicted"][model][policy] - want) < 1e-4
+        dense = np.array(res["loss_by_position"][model]["dense"])
+        assert abs(res["excess_within_training"][model] - np.mean(dense[8:16] - optimal[8:16])) < 1e-4
+        by_head = res["first_token_attention_by_head"][model]
+        layers, heads = streaming.QUICK["num_layers"], streaming.QUICK["num_heads"]
+        assert len(by_head) == layers and all(len(row) == heads and 0 <= min(row) <= max(row) <= 1 for row in by_head)
+        np.testing.assert_allclose(res["first_token_attention"][model], np.mean(by_head, axis=1), atol=1e-4)
     assert res["optimal_loss"] < min(res["loss"]["vanilla"].values())
-    assert isinstance(res["window_breaks"], bool) and isinstance(res["sinks_flat"], bool)
+    found = streaming.finding(res["excess_evicted"], res["excess_within_training"])
+    assert {k: res[k] for k in found} == found and all(isinstance(v, bool) for v in found.values())
+    assert res["cpu"] and res["plot"] == "streaming.png"
 
 
 @pytest.mark.parametrize("mixer", [m for m in mqar.MIXERS if m != "differential"])
@@ -247,7 +302,7 @@ def test_backcopy_rows_follow_their_rule():
     token before it; the chain's loss recomputed token by token."""
     cfg = dict(streaming.FULL, vocab_size=6, triggers=2)
     inputs, targets, nll = streaming.backcopy_rows(cfg, 50, 30, seed=4, nll=True)
-    chain = np.random.default_rng(cfg["chain_seed"]).dirichlet(np.full(6, 0.1), 6)
+    chain = np.random.default_rng(cfg["chain_seed"]).dirichlet(np.full(6, float(cfg["concentration"])), 6)
     assert np.all(inputs[:, 0] == 6) and np.array_equal(inputs[:, 1:], targets[:, :-1]) and targets.max() < 6
     copies = 0
     for row, target, loss in zip(inputs, targets, nll):
@@ -261,3 +316,5 @@ def test_backcopy_rows_follow_their_rule():
     assert copies > 50
     again = streaming.backcopy_rows(cfg, 50, 30, seed=4)
     assert np.array_equal(again[0], inputs) and np.array_equal(again[1], targets)
+    no_bos = streaming.backcopy_rows(dict(cfg, bos=False), 50, 30, seed=4)[0]
+    assert no_bos[:, 0].max() < 6 and len(set(no_bos[:, 0])) > 1  # a chain token opens each row

@@ -455,6 +455,21 @@ def save_beside(path, tag: str, model) -> None:
         save_model(f"{root}_{tag}{ext or '.npz'}", model)
 
 
+def pyplot(args):
+    """matplotlib.pyplot (the Agg backend) for a figure saved in the run's
+    folder; None without a folder or without matplotlib."""
+    if getattr(args, "run", None) is None:
+        return None
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    return plt
+
+
 def cpu_name() -> str:
     """The CPU's model name, which experiments record beside their timings
     (/proc/cpuinfo on Linux, where platform.processor() is empty; else platform's)."""

@@ -207,13 +207,14 @@ class MixerBlock(nn.Module):
         dim_feedforward: int | None = None,
         layer_index: int = 1,
         projection_seed: int = 0,
+        mlp: bool = True,
         *,
         dtype=np.float32,
         seed=None,
     ):
         super().__init__(dtype)
         seeds = child_seeds(seed, 3)
-        self.mixer, self.positions = mixer, positions
+        self.mixer, self.positions, self.has_mlp = mixer, positions, bool(mlp)
         self.norm1 = nn.LayerNorm(d_model, dtype=dtype)
         if mixer == "differential":
             if positions == "alibi" or sink_logits:
@@ -226,10 +227,11 @@ class MixerBlock(nn.Module):
             self.attn = MixerAttention(
                 d_model, num_heads, mixer, positions, window, sink_logits, projection_seed, dtype=dtype, seed=seeds[0]
             )
-        self.norm2 = nn.LayerNorm(d_model, dtype=dtype)
-        ff = dim_feedforward or 4 * d_model
-        self.fc1 = nn.Linear(d_model, ff, dtype=dtype, seed=seeds[1])
-        self.fc2 = nn.Linear(ff, d_model, dtype=dtype, seed=seeds[2])
+        if self.has_mlp:
+            self.norm2 = nn.LayerNorm(d_model, dtype=dtype)
+            ff = dim_feedforward or 4 * d_model
+            self.fc1 = nn.Linear(d_model, ff, dtype=dtype, seed=seeds[1])
+            self.fc2 = nn.Linear(ff, d_model, dtype=dtype, seed=seeds[2])
 
     def _run(self, grad, x, start):
         tape = _Tape(grad)
@@ -244,7 +246,9 @@ class MixerBlock(nn.Module):
         return h + self.mlp(h, tape), tape.pullbacks
 
     def mlp(self, h, tape=None):
-        """fc2(relu(fc1(norm2(h)))), without the residual."""
+        """fc2(relu(fc1(norm2(h)))), without the residual (zeros without an MLP)."""
+        if not self.has_mlp:
+            return np.zeros_like(h)
         tape = tape or _Tape(False)
         n = self.norm2
         y = tape("norm2", nn.layer_norm, h, n.normalized_shape, n.weight, n.bias, n.eps)
@@ -260,13 +264,14 @@ class MixerBlock(nn.Module):
     def _vjp_backward(self, pullbacks, cotangents):
         dh = cotangents[0]
         grads: dict = {}
-        g = pullbacks["fc2"](dh)
-        grads.update({"fc2.weight": g["weight"], "fc2.bias": g["bias"]})
-        g = pullbacks["fc1"](pullbacks["relu"](g["input"])["input"])
-        grads.update({"fc1.weight": g["weight"], "fc1.bias": g["bias"]})
-        g = pullbacks["norm2"](g["input"])
-        grads.update({"norm2.weight": g["weight"], "norm2.bias": g["bias"]})
-        dh = dh + g["input"]
+        if self.has_mlp:
+            g = pullbacks["fc2"](dh)
+            grads.update({"fc2.weight": g["weight"], "fc2.bias": g["bias"]})
+            g = pullbacks["fc1"](pullbacks["relu"](g["input"])["input"])
+            grads.update({"fc1.weight": g["weight"], "fc1.bias": g["bias"]})
+            g = pullbacks["norm2"](g["input"])
+            grads.update({"norm2.weight": g["weight"], "norm2.bias": g["bias"]})
+            dh = dh + g["input"]
         g = pullbacks["attn"](dh)
         dattn = g.pop("x")
         grads.update({f"attn.{k}": v for k, v in g.items()})
@@ -291,6 +296,7 @@ class MixerLM(nn.Module):
     sink_logits : bool, a learned sink logit per head and layer
     dim_feedforward : int, the MLP's width (default 4 d_model)
     projection_seed : int, Performer's random projection
+    mlp : bool, False for attention-only blocks (no norm2 -> MLP -> residual)
     dtype, seed : the parameters' dtype and initialisation
 
     ``forward(ids, start=0)``: ids (B, L) int -> logits (B, L, V); positions
@@ -318,6 +324,7 @@ class MixerLM(nn.Module):
         sink_logits: bool = False,
         dim_feedforward: int | None = None,
         projection_seed: int = 0,
+        mlp: bool = True,
         *,
         dtype=np.float32,
         seed=None,
@@ -344,6 +351,7 @@ class MixerLM(nn.Module):
                     dim_feedforward,
                     i + 1,
                     projection_seed,
+                    mlp,
                     dtype=dtype,
                     seed=seeds[3 + i],
                 )

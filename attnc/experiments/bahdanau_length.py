@@ -164,15 +164,8 @@ def plot(m: dict, lengths: tuple, args):
     """BLEU and exact match against the source length, one line per model,
     saved as bahdanau_length.png in the run folder (its name; None without a
     folder or matplotlib)."""
-    run = getattr(args, "run", None)
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return None
-    if run is None:
+    plt = _common.pyplot(args)
+    if plt is None:
         return None
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
     for max_len in lengths:
@@ -190,7 +183,7 @@ def plot(m: dict, lengths: tuple, args):
     axes[0].legend()
     fig.suptitle("attnc.experiments.bahdanau_length (cf. Bahdanau et al. 2015, Figure 2)")
     fig.tight_layout()
-    fig.savefig(run.dir / "bahdanau_length.png", dpi=120)
+    fig.savefig(args.run.dir / "bahdanau_length.png", dpi=120)
     plt.close(fig)
     return "bahdanau_length.png"
 

@@ -4,22 +4,63 @@ with a sliding-window cache, with and without the first tokens kept.
     python -m attnc.experiments.streaming [--seed N] [--quick] [--threads N] [--steps N]
 
 Data: Guo et al. 2024's bigram-backcopy task ("Active-dormant attention
-heads"), on which they report a sink forming on BOS: every sequence opens
-with a BOS token, then follows a random Markov chain of order 1 over 16
-tokens (Dirichlet(0.1) rows, the chain fixed), except after each of the 2
-trigger tokens (0 and 1), where the next token copies the one before the
-trigger. A head that does the copying has work only after a trigger; for
-the rest it must attend somewhere harmless, which in their models is the
-first token (on a pure Markov chain, tried first, every head has its
-previous tokens to read: after 600 steps the mean weight on token 0 was
-0.001, and a window alone decoded as well as with sinks). The chain's own loss per
-position is known (0 on a copy). Two RoPE models as length_extrapolation's
-(two pre-norm softmax layers, d 32, 2 heads, the same schedule), trained at
-length 64: "vanilla", and "sink_logits" with a learned sink logit per head
-and layer (sdpa's ``sinks=``: a logit that joins each row's softmax
-normaliser, as gpt-oss; a learnable place to put attention, which
-StreamingLLM's section 3.3 proposes as a sink token).
-Each then decodes 32 held-out streams of 512 tokens (8x the training
+heads", arXiv 2410.13835), on which they report a sink forming on BOS in
+transformers of one to three layers: every sequence opens with a BOS token,
+then follows a random Markov chain of order 1 over 16 tokens (Dirichlet(1)
+rows, the chain fixed), except after each of the 2 trigger tokens (0 and
+1), where the next token copies the one before the trigger. The head that
+copies has work only at a trigger; at every other query it must add
+nothing, and the one place it can always find that holds nothing is BOS
+(the "dormant" head, whose weight the sink takes). The chain's own loss
+per position is known (0 on a copy).
+
+Models: Guo et al.'s one-layer form, attention only (MixerLM with
+``mlp=False``, one layer, one RoPE softmax head, d 32), trained at length
+64 for 1500 steps of length_extrapolation's schedule at a learning rate of
+1e-2: "vanilla", and "sink_logits" with a learned sink logit per head
+(sdpa's ``sinks=``: a logit that joins each row's softmax normaliser, as
+gpt-oss; a learnable place to put attention, the remedy StreamingLLM's
+section 3.3 proposes as a sink token).
+
+What makes the sink form, and matter, measured on 600-step probes (the
+same task, 8 streams of 160 tokens, cache 32; the weight on token 0 of
+queries 16 .. 63, per head; those of non-trigger queries where said):
+
+- length_extrapolation's model (two layers of 2 heads with MLPs,
+  Dirichlet(0.1) rows, learning rate 2e-3): 0.02 to 0.04 in every head, what
+  uniform attention gives, and the window cost nothing (the previous full
+  run: 1.085 nats with and without sinks). One head per layer: 0.02 to 0.03;
+  1e-2: at most 0.04; 4 heads, 64 tokens with 3 triggers, a 32-wide MLP: at
+  most 0.10; no MLP: at most 0.05 (0.10 at 1e-2; 0.19 with 4 heads). Gu et
+  al. 2024 ("When attention sink emerges in language models", arXiv
+  2410.10781) find sinks after enough optimisation (steps, learning rate):
+  1e-2 helped here, more steps little.
+- A less predictable chain (Dirichlet(1)): a stray output costs more where
+  the prediction is uncertain. Attention only, two layers of 2 heads: the
+  first layer's heads 0.27 and 0.31 on non-trigger queries, the second's
+  at most 0.06, and the window cost nothing.
+- One head per layer, as Guo et al.: the head that copies puts 0.79 of the
+  non-trigger queries' weight on BOS (one layer), 0.85 in the second of two
+  layers (1500 steps).
+- The sink matters only if nothing cleans up after its eviction: with an
+  MLP (one layer, one head, 0.75 on BOS) the window cost 0.002 nats; two
+  attention-only layers: 0.021 nats at 600 steps, 0.006 at 1500 (the full
+  run, 0.66 on token 0 in the second layer: 0.005); one attention-only
+  layer: 0.13 on the probe's streams, 0.03 on the full run's.
+- Without BOS (a chain token first) no sink formed on the first token (0.01).
+
+The full run (seed 0, 1 thread; 410 s of training for both models and 56
+s of evaluation on a shared AMD EPYC): the vanilla model puts 0.74 of its
+weight on token 0 (the sink_logits model 0.005); past the eviction the
+window decodes 0.032 nats above the chain's own, sinks_window 0.003, the
+vanilla model within its training length 0.002; the sink_logits model's
+window 0.007, as its sinks_window and as within its training length. The
+window's cost, ten times the sinks', stays below the 0.05 nats that
+"window_breaks" asks (at 600 steps, seeds 0 and 1: 0.027 and 0.028; with a
+cache of 16: 0.032 and 0.035): the finding's direction, not its size
+(StreamingLLM's windows lose orders of magnitude in perplexity).
+
+Each model then decodes 32 held-out streams of 512 tokens (8x the training
 length) token by token, under the paper's cache policies:
 
 - "dense": every past token cached, at its true position (RoPE past 64:
@@ -27,8 +68,10 @@ length) token by token, under the paper's cache policies:
 - "window": the last 32 tokens only;
 - "sinks_window": the first 4 tokens (the attention sinks) and the last 28;
 - "recompute": the last 32 tokens re-encoded from scratch for every new
-  token (the paper's "sliding window with re-computation", quadratic in
-  the window, the quality reference).
+  token (the paper's "sliding window with re-computation"). The paper's
+  quality reference, it is not one here: the sink is BOS's content, which a
+  re-encoded window lacks (in LLMs any first token serves), and with one
+  layer, whose keys depend on their tokens only, it is the window exactly.
 
 As StreamingLLM, positions are assigned within the cache: its keys are
 cached before RoPE and turned by their rank in the cache at every step,
@@ -40,13 +83,17 @@ Metrics: "loss_by_position" {model: {policy: [mean loss over the streams
 at each position 0 .. 511]}} with "optimal_by_position" (the chain's own);
 "loss" {model: {policy: mean loss over positions 64 .. 511}} (past the
 training length) and "loss_evicted" (over positions 32 .. 511, once the
-window has evicted the first tokens); "first_token_attention" {model: [per
-layer, the mean attention weight on token 0 of queries 16 .. 63 of
-length-64 sequences]} (the sink the paper measures); and the paper's
-finding as booleans: "window_breaks" (the vanilla window's loss_evicted
-above sinks_window's by more than 0.05 nats) and "sinks_flat" (vanilla
-sinks_window within 0.05 nats of recompute). Budget: about 12 minutes on
-2 busy cores; --quick (5 steps, streams of 48 over a window of 8) seconds.
+window has evicted the first tokens), "excess_evicted" (the same above the
+chain's own loss of the same tokens) and "excess_within_training" {model:
+dense decoding's excess over positions 32 .. 63, the model within its
+training length}; "first_token_attention" {model: [per layer, the mean
+attention weight on token 0 of queries 16 .. 63 of length-64 sequences]}
+(the sink the paper measures; "first_token_attention_by_head" per head);
+and the paper's finding as booleans (finding()): "window_breaks",
+"sinks_flat" and "sink_logits_window_flat". The plot (streaming.png in the
+run folder): the loss above the chain's own against position. Budget:
+about 8 minutes on 2 busy cores; --quick (5 steps, streams of 48 over a
+window of 8) seconds.
 """
 
 from __future__ import annotations
@@ -68,8 +115,10 @@ MODELS = {"vanilla": False, "sink_logits": True}  # name: sink_logits
 POLICIES = ("dense", "window", "sinks_window", "recompute")
 TOLERANCE = 0.05
 
-FULL = dict(LE_FULL, stream=512, heldout=32, cache=32, sinks=4, sink_probe=(16, 64), triggers=2, concentration=0.1)
-QUICK = dict(LE_QUICK, stream=48, heldout=4, cache=8, sinks=2, sink_probe=(4, 16), triggers=2, concentration=0.1)
+# the data, cache and the model's shape (the schedule is length_extrapolation's, its learning rate 5x)
+TASK = dict(triggers=2, concentration=1.0, bos=True, lr=1e-2, num_layers=1, num_heads=1, mlp=False)
+FULL = dict(LE_FULL, **TASK, steps=1500, stream=512, heldout=32, cache=32, sinks=4, sink_probe=(16, 64))
+QUICK = dict(LE_QUICK, **TASK, stream=48, heldout=4, cache=8, sinks=2, sink_probe=(4, 16))
 HELDOUT_SEED = 20261130
 
 
@@ -84,7 +133,8 @@ def backcopy_rows(cfg, n, length, seed, nll=False):
     cdf[:, -1] = 1.0  # rounding: a uniform draw always lands in some bin
     rng = np.random.default_rng(seed)
     x = np.empty((n, length + 1), np.int64)
-    x[:, 0], x[:, 1] = V, rng.integers(0, V, n)
+    x[:, 0] = V if cfg["bos"] else rng.integers(0, V, n)
+    x[:, 1] = rng.integers(0, V, n)
     u = rng.random((n, length + 1))
     copy = np.zeros(x.shape, bool)
     for t in range(2, length + 1):
@@ -149,7 +199,7 @@ def recompute(lm, ids, cache):
 
 
 def first_token_attention(lm, ids, lo, hi):
-    """Per layer, the mean weight (over heads and queries lo .. hi - 1) on token 0."""
+    """[per layer [per head, the mean weight (over the rows and queries lo .. hi - 1) on token 0]]."""
     out, x = [], lm.embed(ids)
     for block in lm.blocks:
         n = block.norm1
@@ -158,9 +208,58 @@ def first_token_attention(lm, ids, lo, hi):
         q, k = nn.rotary_embedding(q), nn.rotary_embedding(k)
         sinks = {} if block.attn.sinks is None else {"sinks": block.attn.sinks}
         o, w = attnc.scaled_dot_product_attention(q, k, v, is_causal=True, return_weights=True, **sinks)
-        out.append(round(float(w[:, :, lo:hi, 0].mean()), 4))
+        out.append([round(float(v), 4) for v in w[:, :, lo:hi, 0].mean(axis=(0, 2))])
         x = block(x)
     return out
+
+
+def finding(excess: dict, within: dict) -> dict:
+    """The paper's finding as booleans, from each model's loss above the
+    chain's own once the window has evicted the first tokens, ``excess``
+    {model: {policy: nats}}, and within the training length under the dense
+    cache, ``within`` {model: nats}: the vanilla model's window above its
+    sinks_window by more than TOLERANCE ("window_breaks"); its sinks_window
+    no more than TOLERANCE above its loss within the training length
+    ("sinks_flat"); the sink_logits model's window no more than TOLERANCE
+    above its own ("sink_logits_window_flat": it needs no first tokens).
+
+    >>> finding({"vanilla": {"window": 0.2, "sinks_window": 0.03},
+    ...          "sink_logits": {"window": 0.04}}, {"vanilla": 0.01, "sink_logits": 0.02})
+    {'window_breaks': True, 'sinks_flat': True, 'sink_logits_window_flat': True}
+    """
+    vanilla, learned = excess["vanilla"], excess["sink_logits"]
+    return {
+        "window_breaks": bool(vanilla["window"] - vanilla["sinks_window"] > TOLERANCE),
+        "sinks_flat": bool(vanilla["sinks_window"] - within["vanilla"] <= TOLERANCE),
+        "sink_logits_window_flat": bool(learned["window"] - within["sink_logits"] <= TOLERANCE),
+    }
+
+
+def plot(curves: dict, floor, cfg: dict, args):
+    """The loss above the chain's own against position (a running mean over
+    16 positions: the chain's own varies more from one position to the next
+    than the policies differ), one panel per model and a line per policy,
+    saved as streaming.png in the run folder (its name; None without a
+    folder or matplotlib)."""
+    plt = _common.pyplot(args)
+    if plt is None:
+        return None
+    fig, axes = plt.subplots(1, len(curves), figsize=(6 * len(curves), 4), sharey=True, squeeze=False)
+    smooth = np.ones(16) / 16
+    for ax, (name, by_policy) in zip(axes[0], curves.items()):
+        for policy, curve in by_policy.items():
+            style = "--" if policy == "recompute" else "-"  # with one layer it is the window exactly
+            ax.plot(np.convolve(np.subtract(curve, floor), smooth, mode="valid"), style, label=policy)
+        ax.axvline(cfg["cache"], color="grey", lw=0.8, ls=":")
+        ax.axvline(cfg["length"], color="grey", lw=0.8, ls="--")
+        ax.set(title=name, xlabel="position (running mean of 16)", ylabel="loss above the chain's own (nats)")
+        ax.grid(alpha=0.3)
+    axes[0][0].legend()
+    fig.suptitle("attnc.experiments.streaming (cf. Xiao et al. 2024, Figure 3)")
+    fig.tight_layout()
+    fig.savefig(args.run.dir / "streaming.png", dpi=120)
+    plt.close(fig)
+    return "streaming.png"
 
 
 def main(argv=None):
@@ -169,7 +268,7 @@ def main(argv=None):
     ids, targets, chain_nll = heldout_rows(cfg, cfg["stream"], 1)
     probe = heldout_rows(cfg, cfg["length"], 2)[0]
     seeds = np.random.SeedSequence(args.seed).spawn(len(MODELS))
-    curves, loss, evicted, sink_mass, finals = {}, {}, {}, {}, {}
+    curves, loss, evicted, excess, within, sink_mass, finals = {}, {}, {}, {}, {}, {}, {}
     seconds, eval_seconds, lm, result = 0.0, 0.0, None, None
     past, gone = cfg["length"], cfg["cache"]
     for (name, sink_logits), seed in zip(MODELS.items(), seeds):
@@ -182,11 +281,12 @@ def main(argv=None):
             cfg["vocab_size"] + 1,
             positions="rope",
             sink_logits=sink_logits,
+            mlp=cfg["mlp"],
         )
         seconds += result["train_seconds"]
         finals[name] = result["final_loss"]
         start = time.perf_counter()
-        curves[name], loss[name], evicted[name] = {}, {}, {}
+        curves[name], loss[name], evicted[name], excess[name] = {}, {}, {}, {}
         for policy in POLICIES:
             logits = (
                 recompute(lm, ids, cfg["cache"])
@@ -197,6 +297,9 @@ def main(argv=None):
             curves[name][policy] = position_curve(tl)
             loss[name][policy] = round(float(tl[:, past:].mean()), 5)
             evicted[name][policy] = round(float(tl[:, gone:].mean()), 5)
+            excess[name][policy] = round(float((tl - chain_nll)[:, gone:].mean()), 5)
+            if policy == "dense":  # within the training length: what the model was trained to do
+                within[name] = round(float((tl - chain_nll)[:, gone:past].mean()), 5)
         sink_mass[name] = first_token_attention(lm, probe, *cfg["sink_probe"])
         eval_seconds += time.perf_counter() - start
     floor = chain_nll.mean(axis=0)
@@ -204,8 +307,8 @@ def main(argv=None):
     print(f"{'model':<13}" + "".join(f"{p:>14}" for p in POLICIES))
     for name, row in loss.items():
         print(f"{name:<13}" + "".join(f"{row[p]:>14.4f}" for p in POLICIES))
-    print(f"optimal {float(floor[past:].mean()):.4f}; weight on token 0 per layer: {sink_mass}")
-    vanilla = evicted["vanilla"]
+    mean_mass = {name: [round(float(np.mean(heads)), 4) for heads in layers] for name, layers in sink_mass.items()}
+    print(f"optimal {float(floor[past:].mean()):.4f}; weight on token 0 per layer and head: {sink_mass}")
     summary = dict(result, train_seconds=round(seconds, 3))
     return _common.report(
         "streaming",
@@ -221,13 +324,17 @@ def main(argv=None):
         policies=list(POLICIES),
         loss=loss,
         loss_evicted=evicted,
+        excess_evicted=excess,
+        excess_within_training=within,
         optimal_loss=round(float(floor[past:].mean()), 5),
         loss_by_position=curves,
         optimal_by_position=[round(float(v), 5) for v in floor],
-        first_token_attention=sink_mass,
+        first_token_attention=mean_mass,
+        first_token_attention_by_head=sink_mass,
         final_losses=finals,
-        window_breaks=bool(vanilla["window"] - vanilla["sinks_window"] > TOLERANCE),
-        sinks_flat=bool(abs(vanilla["sinks_window"] - vanilla["recompute"]) < TOLERANCE),
+        **finding(excess, within),
+        plot=plot(curves, floor, cfg, args),
+        cpu=_common.cpu_name(),
     )
 
 
