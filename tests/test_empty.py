@@ -131,7 +131,17 @@ def t_attention(torch, q, k, v=None, *, score="dot", mask=None):
     return w @ (k if v is None else v), w
 
 
-ATTNC_ONLY = ("num_kv_heads", "rotary", "sinks", "alibi", "window", "softcap")
+# attnc's own settings and their defaults (torch has no such arguments)
+ATTNC_ONLY = {
+    "num_kv_heads": None,
+    "rotary": None,
+    "sinks": False,
+    "alibi": False,
+    "window": None,
+    "softcap": None,
+    "attention": "softmax",
+    "sigmoid_bias": None,
+}
 
 
 def t_torch_module(name):
@@ -139,7 +149,7 @@ def t_torch_module(name):
 
     def make(torch, m):
         # (attnc's own options left at their defaults: torch has no such arguments)
-        config = {k: v for k, v in m._config.items() if k != "dtype" and not (k in ATTNC_ONLY and v in (None, False))}
+        config = {k: v for k, v in m._config.items() if k != "dtype" and not (k in ATTNC_ONLY and v == ATTNC_ONLY[k])}
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # "Initializing zero-element tensors is a no-op"
             return getattr(torch.nn, name)(**config)
