@@ -108,7 +108,7 @@ class GPT(nn.Module):
     ((5, 8), (11, 8))
     >>> m.generate(idx[:, :2], 3).shape
     (4, 3)
-    >>> packed = m(idx, segment_ids=[0, 0, 0, 1, 1, 1])  # two documents of 3 tokens in every row
+    >>> packed = m.eval()(idx, segment_ids=[0, 0, 0, 1, 1, 1])  # two documents of 3 tokens in every row
     >>> bool(np.allclose(packed[:, 3:], m(idx[:, 3:]), atol=1e-5))
     True
     >>> streaming = attnc.models.GPT(5, 11, 2, 2, 8, positional="alibi", window=(3, 0), sinks=True, seed=0)
