@@ -771,16 +771,9 @@ class TransformerDecoderLayer(_Layer):
         attnc.alibi_slopes(nhead); window=(left, right); softcap), applied by
         the C layer in the forward, the backward (the sinks' gradient) and
         cached decoding (attnc.nn.decode; query i at absolute position i)
-    attention : "softmax" (default) or "sigmoid": how every attention block
-        of the layer turns scores into weights; sigmoid is p_ij = sigmoid(s_ij
-        + sigmoid_bias) with no normalisation (Ramapuram et al. 2024; not
-        with sinks). Named so because ``activation`` is the feed-forward
-        block's, as in torch.
-    sigmoid_bias : float or None, sigmoid's bias b; None: -log of each
-        attention's number of keys per call (the paper's -log n). Decoding
-        token by token (attnc.nn.decode) needs it fixed, e.g. -log of the
-        training length: the default would make a position's output depend
-        on the length of the whole sequence.
+    attention, sigmoid_bias : "softmax" or "sigmoid" in the self- and the
+        cross-attention, as in TransformerEncoderLayer (sigmoid_bias None:
+        -log T in the self-attention, -log S in the cross-attention)
 
     ``forward(tgt, memory, tgt_mask=None, memory_mask=None,
     tgt_key_padding_mask=None, memory_key_padding_mask=None,
