@@ -93,6 +93,7 @@ OTHER_TESTS = [
 KERNEL_TESTS = [
     "test_models.py",
     "test_layer_variants.py",
+    "test_layer_masks.py",
     "test_errors.py",
     "test_nn_module.py",
     "test_optim.py",

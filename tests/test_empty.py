@@ -136,6 +136,7 @@ ATTNC_ONLY: dict[str, tuple] = dict.fromkeys(
     ("num_kv_heads", "rotary", "sinks", "alibi", "window", "softcap", "sigmoid_bias"), (None, False)
 )
 ATTNC_ONLY["activation"] = ("softmax",)  # MultiheadAttention's (the layers' activation is torch's feed-forward one)
+ATTNC_ONLY["attention"] = ("softmax",)  # the layers' attention activation
 
 
 def t_torch_module(name):

@@ -98,7 +98,9 @@ FACTORIES = {
     "attnc.nn.sparse.Embedding": lambda: nn.Embedding(7, 3, padding_idx=-1, seed=17),
     "attnc.nn.transformer.Transformer": lambda: nn.Transformer(8, 2, 1, 2, 12, custom_encoder=_encoder(18), seed=18),
     "attnc.nn.transformer.TransformerDecoder": lambda: _decoder(19),
-    "attnc.nn.transformer.TransformerDecoderLayer": lambda: nn.TransformerDecoderLayer(8, 4, 16, bias=False, seed=20),
+    "attnc.nn.transformer.TransformerDecoderLayer": lambda: nn.TransformerDecoderLayer(
+        8, 4, 16, bias=False, seed=20, attention="sigmoid", sigmoid_bias=-1.5
+    ),
     "attnc.nn.transformer.TransformerEncoder": lambda: _encoder(21),
     "attnc.nn.transformer.TransformerEncoderLayer": lambda: nn.TransformerEncoderLayer(8, 2, 16, seed=22),
     "attnc.models.bert.BERT": lambda: models.BERT(

@@ -308,11 +308,12 @@ def _segments(segment_ids, batch: tuple, L: int, S: int) -> dict:
     return options
 
 
-def _block_mask(block_mask, block_size, heads: int, batch: tuple, L: int, S: int) -> dict:
+def _block_mask(block_mask, block_size, heads: int, batch: tuple, L: int, S: int, name: str = "block_mask") -> dict:
     """block_mask broadcast to (..., H, ceil(L / bq), ceil(S / bk)) with the
-    block sizes (bq, bk) from block_size (an int or a pair)."""
+    block sizes (bq, bk) from block_size (an int or a pair); name: the
+    caller's name of block_mask, for errors."""
     if block_size is None:
-        raise TypeError("block_mask needs block_size: an int, or a pair (query block, key block)")
+        raise TypeError(f"{name} needs block_size: an int, or a pair (query block, key block)")
     sizes = tuple(block_size) if isinstance(block_size, (tuple, list)) else (block_size, block_size)
     if len(sizes) != 2:
         raise TypeError(f"block_size must be an int or a pair of ints, got {block_size!r}")
@@ -322,22 +323,20 @@ def _block_mask(block_mask, block_size, heads: int, batch: tuple, L: int, S: int
         if n <= 0:
             raise ValueError(f"block_size must be > 0, got {block_size!r}")
     bq, bk = (min(int(n), 2**40) for n in sizes)  # past every length: one block, as the size given
-    m = as_array(block_mask, "block_mask")
+    m = as_array(block_mask, name)
     if m.dtype != np.bool_:
-        raise TypeError(f"block_mask must be a boolean array (True = computed), got dtype {m.dtype}")
+        raise TypeError(f"{name} must be a boolean array (True = computed), got dtype {m.dtype}")
     blocks = (-(-L // bq), -(-S // bk))
     if m.ndim < 2 or m.shape[-2:] != blocks:
         raise ValueError(
-            f"block_mask has shape {shape_str(m.shape)}; with block_size ({bq}, {bk}), L = {L} and S = {S} it "
+            f"{name} has shape {shape_str(m.shape)}; with block_size ({bq}, {bk}), L = {L} and S = {S} it "
             f"needs (..., H or 1, ceil(L / {bq}), ceil(S / {bk})) = (..., {blocks[0]}, {blocks[1]})"
         )
     want = batch + (heads,) + blocks
     try:
         view = elementwise_ready(np.broadcast_to(m, want))
     except ValueError:
-        raise ValueError(
-            f"block_mask with shape {shape_str(m.shape)} does not broadcast to {shape_str(want)}"
-        ) from None
+        raise ValueError(f"{name} with shape {shape_str(m.shape)} does not broadcast to {shape_str(want)}") from None
     return {"block_mask": view, "block_q": bq, "block_k": bk}
 
 

@@ -9,7 +9,7 @@ import numbers
 import numpy as np
 
 from .. import nn
-from .._args import as_array, choice
+from .._args import as_array, choice, integer_array
 from .._typing import Array, ArrayLike, DTypeLike
 from ..grad import internal, vjp
 from ..nn.decoding import _decoding_ints
@@ -75,9 +75,14 @@ class GPT(nn.Module):
     projections into the residual stream (``self_attn.out_proj.weight``,
     ``linear2.weight``) N(0, 0.02 / sqrt(2 n_layer)), biases 0, LayerNorms 1 and 0.
 
-    ``forward(idx, *, need_weights=False)``: idx (B, T) int, T <= block_size ->
-    logits (B, T, vocab_size), the model's dtype, or (logits, [weights (B,
-    n_head, T, T) per layer]).
+    ``forward(idx, *, need_weights=False, segment_ids=None)``: idx (B, T)
+    int, T <= block_size -> logits (B, T, vocab_size), the model's dtype, or
+    (logits, [weights (B, n_head, T, T) per layer]). Packed training:
+    segment_ids (B, T) int, documents as runs of equal ids in a row; a token
+    attends only its own document (the layers' src_segment_ids) and
+    positions restart at 0 at each run's start (as Hugging Face's packed
+    training does with position_ids), so each document gets the logits it
+    would get alone (RoPE and ALiBi see only distances).
     ``attnc.vjp(model, idx)``: pullback(dlogits) -> gradients by state_dict name;
     with ``need_weights=True``, pullback(dlogits, None) also gives
     ``"attn_weights"``: per layer, the gradient with respect to its attention
@@ -103,6 +108,9 @@ class GPT(nn.Module):
     ((5, 8), (11, 8))
     >>> m.generate(idx[:, :2], 3).shape
     (4, 3)
+    >>> packed = m.eval()(idx, segment_ids=[0, 0, 0, 1, 1, 1])  # two documents of 3 tokens in every row
+    >>> bool(np.allclose(packed[:, 3:], m(idx[:, 3:]), atol=1e-5))
+    True
     >>> streaming = attnc.models.GPT(5, 11, 2, 2, 8, positional="alibi", window=(3, 0), sinks=True, seed=0)
     >>> streaming.generate(idx[:, :2], 3).shape, "wpe.weight" in streaming.state_dict()
     ((4, 3), False)
@@ -196,26 +204,35 @@ class GPT(nn.Module):
         self._initialise(init)
         self._rng = rng
 
-    def _run(self, grad, idx, need_weights=False):
+    def _run(self, grad, idx, need_weights=False, segment_ids=None):
         idx = _ids(idx, "idx")
         T = idx.shape[1]
         if T > self.block_size:
             raise ValueError(f"idx has length {T}, longer than block_size={self.block_size}")
         _in_range(idx, "idx", self.vocab_size)
+        pos = _positions_in_segments(segment_ids, idx.shape)
         tape = _Tape(grad)
         x = tape("wte", nn.embedding, idx, self.wte.weight)
         if self.positional == "learned":
-            x = x + tape("wpe", nn.embedding, np.arange(T, dtype=np.int64), self.wpe.weight)
+            x = x + tape("wpe", nn.embedding, pos, self.wpe.weight)
         elif self.positional == "sinusoidal":
-            x = x + self._positions()[:T]
+            x = x + self._positions()[pos]
         x, drop = _dropout(x, self.dropout, self._rng, self.training)
-        h = tape("encoder", self.encoder, x, mask=_causal_mask(T), is_causal=True, need_weights=need_weights)
+        h = tape(
+            "encoder",
+            self.encoder,
+            x,
+            mask=_causal_mask(T),
+            is_causal=True,
+            need_weights=need_weights,
+            src_segment_ids=segment_ids,
+        )
         weights = None
         if need_weights:
             h, weights = h
         h = tape("ln_f", self.ln_f, h)
         logits = tape("lm_head", nn.linear, h, self._out_weight())
-        saved = (tape.pullbacks, drop, need_weights, self.tie_word_embeddings)
+        saved = (tape.pullbacks, drop, need_weights, self.tie_word_embeddings, pos.ndim)
         return ((logits, weights) if need_weights else logits), saved
 
     def _positions(self):
@@ -231,15 +248,17 @@ class GPT(nn.Module):
         """The output layer's weight (V, E): lm_head's, or wte's when tied."""
         return self.wte.weight if self.tie_word_embeddings else self.lm_head.weight
 
-    def forward(self, idx: ArrayLike, *, need_weights: bool = False) -> Array | tuple[Array, list[Array]]:
-        return self._run(False, idx, need_weights)[0]
+    def forward(
+        self, idx: ArrayLike, *, need_weights: bool = False, segment_ids: ArrayLike | None = None
+    ) -> Array | tuple[Array, list[Array]]:
+        return self._run(False, idx, need_weights, segment_ids)[0]
 
-    def _vjp_forward(self, idx, *, need_weights=False):
-        return self._run(True, idx, need_weights)
+    def _vjp_forward(self, idx, *, need_weights=False, segment_ids=None):
+        return self._run(True, idx, need_weights, segment_ids)
 
     @staticmethod
     def _vjp_backward(saved, cotangents):
-        pullbacks, drop, need_weights, tied = saved
+        pullbacks, drop, need_weights, tied, pos_ndim = saved
         grads = {}
         g = pullbacks["lm_head"](cotangents[0])
         head = g["weight"]
@@ -258,16 +277,24 @@ class GPT(nn.Module):
         if tied:
             grads["wte.weight"] += head
         if "wpe" in pullbacks:
-            grads["wpe.weight"] = pullbacks["wpe"](np.ascontiguousarray(dx.sum(axis=0)))["weight"]
+            dpos = dx.sum(axis=0) if pos_ndim == 1 else dx  # one position row for the batch, or one per row
+            grads["wpe.weight"] = pullbacks["wpe"](np.ascontiguousarray(dpos))["weight"]
         return grads
 
     @internal()
     def loss_and_grads(
-        self, idx: ArrayLike, targets: ArrayLike, *, ignore_index: int = -100, label_smoothing: float = 0.0
+        self,
+        idx: ArrayLike,
+        targets: ArrayLike,
+        *,
+        ignore_index: int = -100,
+        label_smoothing: float = 0.0,
+        segment_ids: ArrayLike | None = None,
     ) -> tuple[float, dict[str, Array]]:
         """Mean cross-entropy of the logits against targets (B, T) (ignore_index
-        counts for nothing) and its gradients: (loss, grads by state_dict name)."""
-        logits, pullback = vjp(self, idx)
+        counts for nothing) and its gradients: (loss, grads by state_dict name);
+        segment_ids as forward's (packed training)."""
+        logits, pullback = vjp(self, idx, segment_ids=segment_ids)
         V = logits.shape[-1]
         loss, ce_pullback = vjp(
             nn.cross_entropy,
@@ -324,3 +351,17 @@ class GPT(nn.Module):
             + (", tie_word_embeddings=True" if self.tie_word_embeddings else "")
             + (f", positional={self.positional!r}" if self.positional != "learned" else "")
         )
+
+
+def _positions_in_segments(segment_ids, shape):
+    """The positions of idx's tokens: 0 .. T - 1 ((T,), shared by the rows)
+    without segment_ids, else (B, T), restarting at 0 where a row's id
+    changes (a run of equal ids is one packed document)."""
+    B, T = shape
+    t = np.arange(T, dtype=np.int64)
+    if segment_ids is None:
+        return t
+    ids = integer_array(segment_ids, "segment_ids", (B, T), f"idx's shape ({B}, {T})")
+    start = np.ones((B, T), bool)
+    start[:, 1:] = ids[:, 1:] != ids[:, :-1]
+    return t - np.maximum.accumulate(np.where(start, t, 0), axis=1)

@@ -87,6 +87,12 @@ def decode(
     beam_size : int, 1 for greedy (lowest id on ties)
     length_penalty : float alpha, beam scores are sum(log p) / length ** alpha
 
+    Layers built with ``attention="sigmoid"`` need a fixed ``sigmoid_bias``
+    (the default, -log of the whole length, would change with every new
+    token); their cross-attention's default bias is -log S, as in the full
+    forward. Block masks (segment ids, prefix lengths, block_mask) are
+    training-time packing and are not taken here: each row is one sequence.
+
     Returns
     -------
     tokens : int64 (B, L), L <= max_new_tokens the longest row: each row's
@@ -129,7 +135,7 @@ def decode(
     if any(key(layer) != key(first) for layer in layers):
         raise ValueError(
             "layers must share nhead, activation, layer_norm_eps, norm_first, d_model, num_kv_heads, rotary, "
-            "alibi, window and softcap"
+            "alibi, window, softcap, attention and sigmoid_bias"
         )
     dtype = first.dtype
     arrays = {}

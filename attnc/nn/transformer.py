@@ -22,9 +22,19 @@ from typing import Any, Literal, Union
 import numpy as np
 
 from .. import _core
-from .._args import as_array, elementwise_ready, float_array, int_arg, same_dtype, shape_str, torch_mask
+from .._args import (
+    as_array,
+    choice,
+    elementwise_ready,
+    float_array,
+    int_arg,
+    integer_array,
+    same_dtype,
+    shape_str,
+    torch_mask,
+)
 from .._typing import Array, ArrayLike, DTypeLike
-from ..attention._spec import variant_options
+from ..attention._spec import _block_mask, _sigmoid_bias, variant_options
 from .linear import Linear
 from .module import Module, ModuleList, _copies
 from .multihead import MultiheadAttention
@@ -54,6 +64,25 @@ def _activation(activation):
         "activation must be 'relu' or 'gelu', torch's or attnc's relu / gelu, or a GELU module "
         f"(approximate 'none' or 'tanh'): the layers run in C; got {activation!r}"
     )
+
+
+def _attention(attention, sigmoid_bias, sinks):
+    """The layers' attention setting, checked: ("softmax" or "sigmoid", the
+    sigmoid's bias or None). Named `attention`, not `activation`, which is
+    the feed-forward block's in torch's layers. sigmoid_bias None: -log of
+    each attention's key count per call (L for self-attention, S for
+    cross-attention; attnc.scaled_dot_product_attention's default, the
+    paper's b = -log n); a model that decodes token by token (attnc.nn.decode)
+    fixes it (say -log of the training length), or each position's output
+    would depend on the length of the whole sequence."""
+    choice(attention, ("softmax", "sigmoid"), "attention")
+    if attention == "softmax":
+        if sigmoid_bias is not None:
+            raise ValueError("sigmoid_bias is the bias of attention='sigmoid': pass it with that attention")
+        return attention, None
+    if sinks:
+        raise ValueError("sinks join a softmax's normaliser; attention='sigmoid' has none: pass one or the other")
+    return attention, None if sigmoid_bias is None else _sigmoid_bias(sigmoid_bias, 0)
 
 
 def _rows(x, name, dtype, d_model, length="T"):
@@ -129,6 +158,34 @@ def _masks(attn_mask, key_padding_mask, is_causal, B, H, L, S, dtype, names, bat
     return dict(zip(keys, (m0, m1, bool(is_causal))))
 
 
+def _segments(ids, name, B, n):
+    """segment ids (B, n) (or (n,), shared by the batch) as int64."""
+    a = as_array(ids, name)
+    if a.ndim not in (1, 2) or a.shape[-1] != n:
+        raise ValueError(f"{name} has shape {shape_str(a.shape)}, expected (B, {n}) = ({B}, {n}): one id per position")
+    return integer_array(a, name, (B, n), f"(B, {n}) = ({B}, {n})")
+
+
+def _blocks(prefix, B, H, L, S, blocks, names):
+    """One attention's block masks as the C layer's keywords (prefix + an
+    attnc_attn_masks member; prefix "self_" or "cross_"). blocks: the
+    call's (query segments, key segments, prefix_lengths, block_mask,
+    block_size), each None when not given; names: the caller's names of the
+    first four, for errors. Segments go in pairs: self-attention passes its
+    ids as both."""
+    q_ids, k_ids, prefix_lengths, block_mask, block_size = blocks
+    out = {}
+    if q_ids is not None:
+        out[prefix + "query_segments"] = _segments(q_ids, names[0], B, L)
+        out[prefix + "key_segments"] = _segments(k_ids, names[1], B, S)
+    if prefix_lengths is not None:
+        out[prefix + "prefix_lengths"] = integer_array(prefix_lengths, names[2], (B,), f"(B,) = ({B},)")
+    if block_mask is not None:
+        m = _block_mask(block_mask, block_size, H, (B,), L, S, name=names[3])
+        out.update({prefix + k: v for k, v in m.items()})
+    return out
+
+
 def _layer_param_names(decoder):
     """The C layer's parameter keys (attnc_layer_params' members) -> the
     layer's state_dict names."""
@@ -169,9 +226,12 @@ class _Layer(Module, abstract=True):
         num_kv_heads,
         rotary,
         variants,
+        attention="softmax",
+        sigmoid_bias=None,
     ):
         """variants: the self-attention's options of today's models, as
-        attnc.nn.MultiheadAttention's constructor takes them."""
+        attnc.nn.MultiheadAttention's constructor takes them; attention,
+        sigmoid_bias: every attention block's activation (_attention)."""
         d_model, nhead = int_arg("d_model", d_model), int_arg("nhead", nhead)
         dim_feedforward = int_arg("dim_feedforward", dim_feedforward)
         if d_model % nhead:
@@ -197,6 +257,7 @@ class _Layer(Module, abstract=True):
         if rotary is not None and rotary.dim != d_model // nhead:
             raise ValueError(f"rotary.dim ({rotary.dim}) must be the heads' width d_model / nhead = {d_model // nhead}")
         self.rotary = rotary
+        self.attention, self.sigmoid_bias = _attention(attention, sigmoid_bias, variants["sinks"])
         if self._decoder:
             self.multihead_attn = MultiheadAttention(d_model, nhead, dropout, bias=bias, dtype=dtype, seed=sub(), **gqa)
         self.linear1 = Linear(d_model, dim_feedforward, bias=bias, dtype=dtype, seed=sub())
@@ -254,6 +315,9 @@ class _Layer(Module, abstract=True):
             rope_interleaved=False if rope is None else rope.interleaved,
             # the self-attention's fixed options (its sinks are a parameter), by attnc_sdpa_options' names
             **variant_options(self.nhead, self.dtype, **self.self_attn._fixed),
+            attention=int(self.attention == "sigmoid"),
+            sigmoid_bias_set=self.sigmoid_bias is not None,
+            sigmoid_bias=self.sigmoid_bias or 0.0,
         )
 
     def _run(self, x, memory, self_masks, cross_masks, need_weights, keep):
@@ -381,26 +445,85 @@ def _give_back(spare, array):
         spare.append(array)
 
 
-def _self_masks(layer, x, attn_mask, key_padding_mask, is_causal, batched, names):
-    B, L, _ = x.shape
-    return _masks(attn_mask, key_padding_mask, is_causal, B, layer.nhead, L, L, x.dtype, names, batched, _SELF_MASKS)
+# No block masks: _blocks' tuple of (query segments, key segments,
+# prefix_lengths, block_mask, block_size), and the names the encoder's and
+# the decoder's arguments have (for errors).
+_NO_BLOCKS = (None,) * 5
+_SRC_BLOCKS = ("src_segment_ids", "src_segment_ids", "prefix_lengths", "src_block_mask")
+_TGT_BLOCKS = ("tgt_segment_ids", "tgt_segment_ids", "prefix_lengths", "tgt_block_mask")
+_MEMORY_BLOCKS = ("tgt_segment_ids", "memory_segment_ids", "prefix_lengths", "memory_block_mask")
 
 
-def _cross_masks(layer, x, memory, memory_mask, memory_key_padding_mask, memory_is_causal, batched):
+def _encoder_blocks(src_segment_ids, prefix_lengths, src_block_mask, block_size):
+    """An encoder's block masks, as _self_masks takes them."""
+    if block_size is not None and src_block_mask is None:
+        raise TypeError("block_size is the size of src_block_mask's blocks: pass it with src_block_mask")
+    return (src_segment_ids, src_segment_ids, prefix_lengths, src_block_mask, block_size)
+
+
+def _decoder_blocks(tgt_segment_ids, memory_segment_ids, tgt_block_mask, memory_block_mask, block_size):
+    """A decoder's block masks: (the self-attention's, the cross-attention's).
+    Packed pairs: target segment k reads memory segment k (ids compared)."""
+    if block_size is not None and tgt_block_mask is None and memory_block_mask is None:
+        raise TypeError("block_size is the size of tgt_block_mask's / memory_block_mask's blocks: pass it with one")
+    if memory_segment_ids is not None and tgt_segment_ids is None:
+        raise TypeError(
+            "memory_segment_ids needs tgt_segment_ids: a target position reads the memory of its own segment"
+        )
+    cross_q = tgt_segment_ids if memory_segment_ids is not None else None
+    return (
+        (tgt_segment_ids, tgt_segment_ids, None, tgt_block_mask, block_size),
+        (cross_q, memory_segment_ids, None, memory_block_mask, block_size),
+    )
+
+
+def _self_masks(layer, x, attn_mask, key_padding_mask, is_causal, batched, names, blocks=_NO_BLOCKS, block_names=()):
+    """The self-attention's masks as the C layer's keywords. With
+    prefix_lengths (blocks[2]) the attention is causal but for the prefix
+    (the kernel's causal flag on); a causal mask would hide the prefix."""
     B, L, _ = x.shape
-    return _masks(
+    masks = _masks(attn_mask, key_padding_mask, is_causal, B, layer.nhead, L, L, x.dtype, names, batched, _SELF_MASKS)
+    if blocks[2] is not None:
+        if is_causal:
+            raise ValueError(
+                f"prefix_lengths makes the self-attention causal outside the prefix; {names[2]}=True "
+                f"(and the causal {names[0]}) would hide the prefix: pass neither"
+            )
+        masks["is_causal"] = True
+    masks.update(_blocks("self_", B, layer.nhead, L, L, blocks, block_names))
+    return masks
+
+
+def _cross_masks(layer, x, memory, memory_mask, memory_key_padding_mask, memory_is_causal, batched, blocks=_NO_BLOCKS):
+    B, L, _ = x.shape
+    S = memory.shape[1]
+    masks = _masks(
         memory_mask,
         memory_key_padding_mask,
         memory_is_causal,
         B,
         layer.nhead,
         L,
-        memory.shape[1],
+        S,
         x.dtype,
         _CROSS_MASKS,
         batched,
         _CROSS_MASKS,
     )
+    masks.update(_blocks("cross_", B, layer.nhead, L, S, blocks, _MEMORY_BLOCKS))
+    return masks
+
+
+def _decoder_masks(layer, x, mem, masks, batched, blocks):
+    """A decoder layer's (self masks, cross masks) as the C layer's keywords;
+    masks: torch's six (tgt_mask, memory_mask, tgt_key_padding_mask,
+    memory_key_padding_mask, tgt_is_causal, memory_is_causal); blocks:
+    _decoder_blocks'."""
+    tgt_mask, memory_mask, tgt_kpm, memory_kpm, tgt_is_causal, memory_is_causal = masks
+    names = ("tgt_mask", "tgt_key_padding_mask", "tgt_is_causal")
+    sm = _self_masks(layer, x, tgt_mask, tgt_kpm, tgt_is_causal, batched, names, blocks[0], _TGT_BLOCKS)
+    cm = _cross_masks(layer, x, mem, memory_mask, memory_kpm, memory_is_causal, batched, blocks[1])
+    return sm, cm
 
 
 def _unbatch(a, batched):
@@ -438,14 +561,33 @@ class TransformerEncoderLayer(_Layer):
         attnc.alibi_slopes(nhead); window=(left, right); softcap), applied by
         the C layer in the forward, the backward (the sinks' gradient) and
         cached decoding (attnc.nn.decode; query i at absolute position i)
+    attention : "softmax" (default) or "sigmoid": how every attention block
+        of the layer turns scores into weights; sigmoid is p_ij = sigmoid(s_ij
+        + sigmoid_bias) with no normalisation (Ramapuram et al. 2024; not
+        with sinks). Named so because ``activation`` is the feed-forward
+        block's, as in torch.
+    sigmoid_bias : float or None, sigmoid's bias b; None: -log of each
+        attention's number of keys per call (the paper's -log n). Decoding
+        token by token (attnc.nn.decode) needs it fixed, e.g. -log of the
+        training length: the default would make a position's output depend
+        on the length of the whole sequence.
 
     ``forward(src, src_mask=None, src_key_padding_mask=None, is_causal=False,
-    *, need_weights=False)``: src (B, L, E) or (L, E), the module's dtype;
-    src_mask (L, L) or (B nhead, L, L), bool (True = not allowed) or float
-    (added); src_key_padding_mask (B, L) bool (True = padding) -> the output
-    (B, L, E), and with need_weights also the self-attention weights per head
-    (B, nhead, L, L). ``attnc.vjp(layer, src, ...)`` gives the gradients of
-    ``src`` and of every parameter, keyed by state_dict name.
+    *, need_weights=False, src_segment_ids=None, prefix_lengths=None,
+    src_block_mask=None, block_size=None)``: src (B, L, E) or (L, E), the
+    module's dtype; src_mask (L, L) or (B nhead, L, L), bool (True = not
+    allowed) or float (added); src_key_padding_mask (B, L) bool (True =
+    padding) -> the output (B, L, E), and with need_weights also the
+    self-attention weights per head (B, nhead, L, L). The block masks, which
+    the C kernel applies tile by tile (skipping the tiles they exclude):
+    src_segment_ids (B, L) or (L,) integers, packed sequences (position i
+    attends only positions of its own id; with is_causal, causally within
+    it); prefix_lengths (B,) or an int >= 0, a prefix LM (causal, but every
+    position sees the first prefix_lengths[b]; it makes the attention causal
+    itself: pass no is_causal or causal mask); src_block_mask (B or 1, nhead
+    or 1, ceil(L / bq), ceil(L / bk)) bool, True = the block is computed, with
+    block_size bq or (bq, bk). ``attnc.vjp(layer, src, ...)`` gives the
+    gradients of ``src`` and of every parameter, keyed by state_dict name.
 
     ``state_dict()`` (torch's names): ``self_attn.in_proj_weight`` (3E, E),
     ``self_attn.in_proj_bias`` (3E,), ``self_attn.out_proj.weight`` (E, E),
@@ -469,6 +611,17 @@ class TransformerEncoderLayer(_Layer):
     (4, (4,))
     >>> attnc.vjp(oss, x)[1](np.ones_like(out))["self_attn.sinks"].shape
     (4,)
+    >>> packed = np.array([[0, 0, 0, 1, 1, 1, 1, 1, 1]] * 2)  # two sequences in each row
+    >>> w = layer(x, src_segment_ids=packed, need_weights=True)[1]
+    >>> bool(np.all(w[:, :, :3, 3:] == 0)), bool(np.all(w[:, :, 3:, :3] == 0))
+    (True, True)
+    >>> w = layer(x, prefix_lengths=3, need_weights=True)[1]  # prefix LM: the first 3 seen by all, causal after
+    >>> bool(np.all(w[:, :, 0, :3] > 0)), bool(np.all(w[:, :, 4, 5:] == 0))
+    (True, True)
+    >>> sig = attnc.nn.TransformerEncoderLayer(16, 4, 32, attention="sigmoid", sigmoid_bias=-2.0, seed=0).eval()
+    >>> w = sig(x, need_weights=True)[1]  # not normalised: rows need not sum to 1
+    >>> bool(np.all((w > 0) & (w < 1)))
+    True
     """
 
     def __init__(
@@ -491,6 +644,8 @@ class TransformerEncoderLayer(_Layer):
         alibi: bool = False,
         window: tuple[int | None, int | None] | None = None,
         softcap: float | None = None,
+        attention: Literal["softmax", "sigmoid"] = "softmax",
+        sigmoid_bias: float | None = None,
     ) -> None:
         super().__init__(dtype)
         self._build(
@@ -508,23 +663,14 @@ class TransformerEncoderLayer(_Layer):
             num_kv_heads,
             rotary,
             dict(sinks=sinks, alibi=alibi, window=window, softcap=softcap),
+            attention,
+            sigmoid_bias,
         )
 
-    def _prepare(self, src, src_mask, src_key_padding_mask, is_causal):
+    def _call(self, src, src_mask, src_key_padding_mask, is_causal, need_weights, keep, blocks):
         x, batched = _rows(src, "src", self.dtype, self.d_model)
-        masks = _self_masks(
-            self,
-            x,
-            src_mask,
-            src_key_padding_mask,
-            is_causal,
-            batched,
-            ("src_mask", "src_key_padding_mask", "is_causal"),
-        )
-        return x, masks, batched
-
-    def _call(self, src, src_mask, src_key_padding_mask, is_causal, need_weights, keep):
-        x, masks, batched = self._prepare(src, src_mask, src_key_padding_mask, is_causal)
+        names = ("src_mask", "src_key_padding_mask", "is_causal")
+        masks = _self_masks(self, x, src_mask, src_key_padding_mask, is_causal, batched, names, blocks, _SRC_BLOCKS)
         out, (w, _), state = self._run(x, None, masks, None, need_weights, keep)
         outputs = (_unbatch(out, batched), _unbatch(w, batched)) if need_weights else _unbatch(out, batched)
         return outputs, (self, state, batched, need_weights)
@@ -537,11 +683,29 @@ class TransformerEncoderLayer(_Layer):
         is_causal: bool = False,
         *,
         need_weights: bool = False,
+        src_segment_ids: ArrayLike | None = None,
+        prefix_lengths: ArrayLike | None = None,
+        src_block_mask: ArrayLike | None = None,
+        block_size: int | tuple[int, int] | None = None,
     ) -> Array | tuple[Array, Array]:
-        return self._call(src, src_mask, src_key_padding_mask, is_causal, need_weights, keep=False)[0]
+        blocks = _encoder_blocks(src_segment_ids, prefix_lengths, src_block_mask, block_size)
+        return self._call(src, src_mask, src_key_padding_mask, is_causal, need_weights, False, blocks)[0]
 
-    def _vjp_forward(self, src, src_mask=None, src_key_padding_mask=None, is_causal=False, *, need_weights=False):
-        return self._call(src, src_mask, src_key_padding_mask, is_causal, need_weights, keep=True)
+    def _vjp_forward(
+        self,
+        src,
+        src_mask=None,
+        src_key_padding_mask=None,
+        is_causal=False,
+        *,
+        need_weights=False,
+        src_segment_ids=None,
+        prefix_lengths=None,
+        src_block_mask=None,
+        block_size=None,
+    ):
+        blocks = _encoder_blocks(src_segment_ids, prefix_lengths, src_block_mask, block_size)
+        return self._call(src, src_mask, src_key_padding_mask, is_causal, need_weights, True, blocks)
 
     @staticmethod
     def _vjp_backward(saved, cotangents):
@@ -607,16 +771,28 @@ class TransformerDecoderLayer(_Layer):
         attnc.alibi_slopes(nhead); window=(left, right); softcap), applied by
         the C layer in the forward, the backward (the sinks' gradient) and
         cached decoding (attnc.nn.decode; query i at absolute position i)
+    attention, sigmoid_bias : "softmax" or "sigmoid" in the self- and the
+        cross-attention, as in TransformerEncoderLayer (sigmoid_bias None:
+        -log T in the self-attention, -log S in the cross-attention)
 
     ``forward(tgt, memory, tgt_mask=None, memory_mask=None,
     tgt_key_padding_mask=None, memory_key_padding_mask=None,
-    tgt_is_causal=False, memory_is_causal=False, *, need_weights=False)``:
-    tgt (B, T, E) and memory (B, S, E) (or both unbatched), the module's
-    dtype; masks with torch's meanings (tgt_mask (T, T), memory_mask (T, S),
-    bool True = not allowed or float added; key padding masks (B, T), (B, S)
-    bool, True = padding) -> the output (B, T, E), and with need_weights also
-    ``(self_weights (B, nhead, T, T), cross_weights (B, nhead, T, S))``.
-    ``attnc.vjp`` gives the gradients of ``tgt``, ``memory`` and every parameter.
+    tgt_is_causal=False, memory_is_causal=False, *, need_weights=False,
+    tgt_segment_ids=None, memory_segment_ids=None, tgt_block_mask=None,
+    memory_block_mask=None, block_size=None)``: tgt (B, T, E) and memory (B,
+    S, E) (or both unbatched), the module's dtype; masks with torch's
+    meanings (tgt_mask (T, T), memory_mask (T, S), bool True = not allowed or
+    float added; key padding masks (B, T), (B, S) bool, True = padding) ->
+    the output (B, T, E), and with need_weights also ``(self_weights (B,
+    nhead, T, T), cross_weights (B, nhead, T, S))``. Packed pairs: with
+    tgt_segment_ids (B, T) integers a target position attends only targets
+    of its own id (causally with tgt_is_causal); with memory_segment_ids (B,
+    S) too (it needs tgt_segment_ids) it reads only the memory positions of
+    its id, so several (source, target) pairs share a row. tgt_block_mask
+    (B or 1, nhead or 1, ceil(T / bq), ceil(T / bk)) and memory_block_mask
+    (..., ceil(T / bq), ceil(S / bk)), bool (True = computed), with
+    block_size bq or (bq, bk). ``attnc.vjp`` gives the gradients of ``tgt``,
+    ``memory`` and every parameter.
 
     ``state_dict()`` (torch's names): ``self_attn.*`` and ``multihead_attn.*``
     (each ``in_proj_weight`` (3E, E), ``in_proj_bias`` (3E,),
@@ -634,6 +810,10 @@ class TransformerDecoderLayer(_Layer):
     ((2, 5, 16), (2, 4, 5, 5), (2, 4, 5, 7), True)
     >>> len(layer.state_dict()), layer.state_dict()["multihead_attn.in_proj_weight"].shape
     (18, (48, 16))
+    >>> tgt_ids, mem_ids = np.array([[0, 0, 1, 1, 1]] * 2), np.array([[0, 0, 0, 1, 1, 1, 1]] * 2)
+    >>> _, (ws, wc) = layer(tgt, memory, tgt_segment_ids=tgt_ids, memory_segment_ids=mem_ids, need_weights=True)
+    >>> bool(np.all(wc[:, :, :2, 3:] == 0)), bool(np.all(wc[:, :, 2:, :3] == 0))
+    (True, True)
     """
 
     _decoder = True
@@ -659,6 +839,8 @@ class TransformerDecoderLayer(_Layer):
         alibi: bool = False,
         window: tuple[int | None, int | None] | None = None,
         softcap: float | None = None,
+        attention: Literal["softmax", "sigmoid"] = "softmax",
+        sigmoid_bias: float | None = None,
     ) -> None:
         super().__init__(dtype)
         self._build(
@@ -676,55 +858,13 @@ class TransformerDecoderLayer(_Layer):
             num_kv_heads,
             rotary,
             dict(sinks=sinks, alibi=alibi, window=window, softcap=softcap),
+            attention,
+            sigmoid_bias,
         )
 
-    def _prepare(
-        self,
-        tgt,
-        memory,
-        tgt_mask,
-        memory_mask,
-        tgt_key_padding_mask,
-        memory_key_padding_mask,
-        tgt_is_causal,
-        memory_is_causal,
-    ):
+    def _call(self, tgt, memory, masks, need_weights, keep, blocks):
         x, mem, batched = _tgt_and_memory(tgt, memory, self.dtype, self.d_model)
-        sm = _self_masks(
-            self,
-            x,
-            tgt_mask,
-            tgt_key_padding_mask,
-            tgt_is_causal,
-            batched,
-            ("tgt_mask", "tgt_key_padding_mask", "tgt_is_causal"),
-        )
-        cm = _cross_masks(self, x, mem, memory_mask, memory_key_padding_mask, memory_is_causal, batched)
-        return x, mem, sm, cm, batched
-
-    def _call(
-        self,
-        tgt,
-        memory,
-        tgt_mask,
-        memory_mask,
-        tgt_key_padding_mask,
-        memory_key_padding_mask,
-        tgt_is_causal,
-        memory_is_causal,
-        need_weights,
-        keep,
-    ):
-        x, mem, sm, cm, batched = self._prepare(
-            tgt,
-            memory,
-            tgt_mask,
-            memory_mask,
-            tgt_key_padding_mask,
-            memory_key_padding_mask,
-            tgt_is_causal,
-            memory_is_causal,
-        )
+        sm, cm = _decoder_masks(self, x, mem, masks, batched, blocks)
         out, (ws, wc), state = self._run(x, mem, sm, cm, need_weights, keep)
         if need_weights:
             outputs = (_unbatch(out, batched), (_unbatch(ws, batched), _unbatch(wc, batched)))
@@ -744,19 +884,15 @@ class TransformerDecoderLayer(_Layer):
         memory_is_causal: bool = False,
         *,
         need_weights: bool = False,
+        tgt_segment_ids: ArrayLike | None = None,
+        memory_segment_ids: ArrayLike | None = None,
+        tgt_block_mask: ArrayLike | None = None,
+        memory_block_mask: ArrayLike | None = None,
+        block_size: int | tuple[int, int] | None = None,
     ) -> Array | tuple[Array, tuple[Array, Array]]:
-        return self._call(
-            tgt,
-            memory,
-            tgt_mask,
-            memory_mask,
-            tgt_key_padding_mask,
-            memory_key_padding_mask,
-            tgt_is_causal,
-            memory_is_causal,
-            need_weights,
-            keep=False,
-        )[0]
+        masks = (tgt_mask, memory_mask, tgt_key_padding_mask, memory_key_padding_mask, tgt_is_causal, memory_is_causal)
+        blocks = _decoder_blocks(tgt_segment_ids, memory_segment_ids, tgt_block_mask, memory_block_mask, block_size)
+        return self._call(tgt, memory, masks, need_weights, False, blocks)[0]
 
     def _vjp_forward(
         self,
@@ -770,19 +906,15 @@ class TransformerDecoderLayer(_Layer):
         memory_is_causal=False,
         *,
         need_weights=False,
+        tgt_segment_ids=None,
+        memory_segment_ids=None,
+        tgt_block_mask=None,
+        memory_block_mask=None,
+        block_size=None,
     ):
-        return self._call(
-            tgt,
-            memory,
-            tgt_mask,
-            memory_mask,
-            tgt_key_padding_mask,
-            memory_key_padding_mask,
-            tgt_is_causal,
-            memory_is_causal,
-            need_weights,
-            keep=True,
-        )
+        masks = (tgt_mask, memory_mask, tgt_key_padding_mask, memory_key_padding_mask, tgt_is_causal, memory_is_causal)
+        blocks = _decoder_blocks(tgt_segment_ids, memory_segment_ids, tgt_block_mask, memory_block_mask, block_size)
+        return self._call(tgt, memory, masks, need_weights, True, blocks)
 
     @staticmethod
     def _vjp_backward(saved, cotangents):
@@ -852,8 +984,10 @@ class TransformerEncoder(Module):
     The dtype (float32 or float64) is the layer's.
 
     ``forward(src, mask=None, src_key_padding_mask=None, is_causal=None, *,
-    need_weights=False)``: src (B, L, E) or (L, E); masks as
-    ``TransformerEncoderLayer``'s -> the output (B, L, E), and with
+    need_weights=False, src_segment_ids=None, prefix_lengths=None,
+    src_block_mask=None, block_size=None)``: src (B, L, E) or (L, E); masks
+    and block masks as ``TransformerEncoderLayer``'s (the same in every
+    layer) -> the output (B, L, E), and with
     need_weights also the list of every layer's self-attention weights (B,
     nhead, L, L). With is_causal None, a mask equal to the causal mask is
     detected (as torch) and its masked tiles are skipped.
@@ -898,8 +1032,10 @@ class TransformerEncoder(Module):
         need_weights,
         keep,
         names=("mask", "src_key_padding_mask", "is_causal"),
+        blocks=_NO_BLOCKS,
     ):
-        """(outputs, saved for _vjp_backward); names: the caller's argument names, for errors."""
+        """(outputs, saved for _vjp_backward); names: the caller's argument
+        names, for errors; blocks: _encoder_blocks'."""
         first = self.layers[0] if self.num_layers else None
         d_model = first.d_model if first else np.shape(src)[-1]
         x, batched = _rows(src, "src", self.dtype, d_model)
@@ -907,7 +1043,7 @@ class TransformerEncoder(Module):
             is_causal = mask is not None and _is_causal_mask(mask, x.shape[1])
         states, weights = [], []
         if first is not None:
-            masks = _self_masks(first, x, mask, src_key_padding_mask, is_causal, batched, names)
+            masks = _self_masks(first, x, mask, src_key_padding_mask, is_causal, batched, names, blocks, _SRC_BLOCKS)
             for layer in self.layers:
                 x_in = x
                 x, (w, _), state = layer._run(x_in, None, masks, None, need_weights, keep)
@@ -932,11 +1068,29 @@ class TransformerEncoder(Module):
         is_causal: bool | None = None,
         *,
         need_weights: bool = False,
+        src_segment_ids: ArrayLike | None = None,
+        prefix_lengths: ArrayLike | None = None,
+        src_block_mask: ArrayLike | None = None,
+        block_size: int | tuple[int, int] | None = None,
     ) -> Array | tuple[Array, list[Array]]:
-        return self._forward(src, mask, src_key_padding_mask, is_causal, need_weights, keep=False)[0]
+        blocks = _encoder_blocks(src_segment_ids, prefix_lengths, src_block_mask, block_size)
+        return self._forward(src, mask, src_key_padding_mask, is_causal, need_weights, False, blocks=blocks)[0]
 
-    def _vjp_forward(self, src, mask=None, src_key_padding_mask=None, is_causal=None, *, need_weights=False):
-        return self._forward(src, mask, src_key_padding_mask, is_causal, need_weights, keep=True)
+    def _vjp_forward(
+        self,
+        src,
+        mask=None,
+        src_key_padding_mask=None,
+        is_causal=None,
+        *,
+        need_weights=False,
+        src_segment_ids=None,
+        prefix_lengths=None,
+        src_block_mask=None,
+        block_size=None,
+    ):
+        blocks = _encoder_blocks(src_segment_ids, prefix_lengths, src_block_mask, block_size)
+        return self._forward(src, mask, src_key_padding_mask, is_causal, need_weights, True, blocks=blocks)
 
     @staticmethod
     def _vjp_backward(saved, cotangents):
@@ -973,9 +1127,11 @@ class TransformerDecoder(Module):
 
     ``forward(tgt, memory, tgt_mask=None, memory_mask=None,
     tgt_key_padding_mask=None, memory_key_padding_mask=None,
-    tgt_is_causal=None, memory_is_causal=False, *, need_weights=False)``:
-    tgt (B, T, E), memory (B, S, E); masks as ``TransformerDecoderLayer``'s
-    -> the output (B, T, E), and with need_weights also ``{"self": [(B,
+    tgt_is_causal=None, memory_is_causal=False, *, need_weights=False,
+    tgt_segment_ids=None, memory_segment_ids=None, tgt_block_mask=None,
+    memory_block_mask=None, block_size=None)``: tgt (B, T, E), memory (B, S,
+    E); masks and block masks as ``TransformerDecoderLayer``'s (the same in
+    every layer) -> the output (B, T, E), and with need_weights also ``{"self": [(B,
     nhead, T, T), ...], "cross": [(B, nhead, T, S), ...]}``, every layer's
     weights per head.
 
@@ -997,36 +1153,18 @@ class TransformerDecoder(Module):
     def __init__(self, decoder_layer: TransformerDecoderLayer, num_layers: int, norm: LayerNorm | None = None) -> None:
         _stack(self, decoder_layer, TransformerDecoderLayer, num_layers, norm, "decoder_layer")
 
-    def _forward(
-        self,
-        tgt,
-        memory,
-        tgt_mask,
-        memory_mask,
-        tgt_key_padding_mask,
-        memory_key_padding_mask,
-        tgt_is_causal,
-        memory_is_causal,
-        need_weights,
-        keep,
-    ):
+    def _forward(self, tgt, memory, masks, need_weights, keep, blocks=_NO_BLOCKS):
+        """masks: torch's six, as _decoder_masks takes them; blocks: _decoder_blocks'."""
         first = self.layers[0] if self.num_layers else None
         d_model = first.d_model if first else np.shape(tgt)[-1]
         x, mem, batched = _tgt_and_memory(tgt, memory, self.dtype, d_model)
+        tgt_mask, tgt_is_causal = masks[0], masks[4]
         if tgt_is_causal is None:
             tgt_is_causal = tgt_mask is not None and _is_causal_mask(tgt_mask, x.shape[1])
+            masks = masks[:4] + (tgt_is_causal,) + masks[5:]
         states, ws, wc = [], [], []
         if first is not None:
-            sm = _self_masks(
-                first,
-                x,
-                tgt_mask,
-                tgt_key_padding_mask,
-                tgt_is_causal,
-                batched,
-                ("tgt_mask", "tgt_key_padding_mask", "tgt_is_causal"),
-            )
-            cm = _cross_masks(first, x, mem, memory_mask, memory_key_padding_mask, memory_is_causal, batched)
+            sm, cm = _decoder_masks(first, x, mem, masks, batched, blocks)
             for layer in self.layers:
                 x, (w_self, w_cross), state = layer._run(x, mem, sm, cm, need_weights, keep)
                 states.append(state)
@@ -1049,19 +1187,15 @@ class TransformerDecoder(Module):
         memory_is_causal: bool = False,
         *,
         need_weights: bool = False,
+        tgt_segment_ids: ArrayLike | None = None,
+        memory_segment_ids: ArrayLike | None = None,
+        tgt_block_mask: ArrayLike | None = None,
+        memory_block_mask: ArrayLike | None = None,
+        block_size: int | tuple[int, int] | None = None,
     ) -> Array | tuple[Array, dict[str, list[Array]]]:
-        return self._forward(
-            tgt,
-            memory,
-            tgt_mask,
-            memory_mask,
-            tgt_key_padding_mask,
-            memory_key_padding_mask,
-            tgt_is_causal,
-            memory_is_causal,
-            need_weights,
-            keep=False,
-        )[0]
+        masks = (tgt_mask, memory_mask, tgt_key_padding_mask, memory_key_padding_mask, tgt_is_causal, memory_is_causal)
+        blocks = _decoder_blocks(tgt_segment_ids, memory_segment_ids, tgt_block_mask, memory_block_mask, block_size)
+        return self._forward(tgt, memory, masks, need_weights, False, blocks)[0]
 
     def _vjp_forward(
         self,
@@ -1075,19 +1209,15 @@ class TransformerDecoder(Module):
         memory_is_causal=False,
         *,
         need_weights=False,
+        tgt_segment_ids=None,
+        memory_segment_ids=None,
+        tgt_block_mask=None,
+        memory_block_mask=None,
+        block_size=None,
     ):
-        return self._forward(
-            tgt,
-            memory,
-            tgt_mask,
-            memory_mask,
-            tgt_key_padding_mask,
-            memory_key_padding_mask,
-            tgt_is_causal,
-            memory_is_causal,
-            need_weights,
-            keep=True,
-        )
+        masks = (tgt_mask, memory_mask, tgt_key_padding_mask, memory_key_padding_mask, tgt_is_causal, memory_is_causal)
+        blocks = _decoder_blocks(tgt_segment_ids, memory_segment_ids, tgt_block_mask, memory_block_mask, block_size)
+        return self._forward(tgt, memory, masks, need_weights, True, blocks)
 
     @staticmethod
     def _vjp_backward(saved, cotangents):
@@ -1131,10 +1261,16 @@ class Transformer(Module):
     ``forward(src, tgt, src_mask=None, tgt_mask=None, memory_mask=None,
     src_key_padding_mask=None, tgt_key_padding_mask=None,
     memory_key_padding_mask=None, src_is_causal=None, tgt_is_causal=None,
-    memory_is_causal=False, *, need_weights=False)``: src (B, S, E) and tgt
-    (B, T, E), the module's dtype; masks as the layers' -> the decoder's
-    output (B, T, E), and with need_weights also ``{"encoder": [...],
+    memory_is_causal=False, *, need_weights=False, src_segment_ids=None,
+    tgt_segment_ids=None, src_block_mask=None, tgt_block_mask=None,
+    memory_block_mask=None, block_size=None)``: src (B, S, E) and tgt (B, T,
+    E), the module's dtype; masks as the layers' -> the decoder's output (B,
+    T, E), and with need_weights also ``{"encoder": [...],
     "decoder_self": [...], "decoder_cross": [...]}`` (per layer, per head).
+    Packed (source, target) pairs: src_segment_ids (B, S) and
+    tgt_segment_ids (B, T) (src's need tgt's), the encoder's segments, the
+    decoder's and the memory's (the source's), so target segment k reads
+    source segment k only; block masks as the encoder's and decoder's.
     ``attnc.vjp(model, src, tgt, ...)`` gives the gradients of src, tgt and
     every parameter.
 
@@ -1237,7 +1373,18 @@ class Transformer(Module):
         memory_is_causal,
         need_weights,
         keep,
+        packing=(None,) * 6,
     ):
+        """packing: (src_segment_ids, tgt_segment_ids, src_block_mask,
+        tgt_block_mask, memory_block_mask, block_size), as forward takes them."""
+        src_ids, tgt_ids, src_block_mask, tgt_block_mask, memory_block_mask, block_size = packing
+        if src_ids is not None and tgt_ids is None:
+            raise TypeError("src_segment_ids needs tgt_segment_ids: target segment k reads source segment k")
+        if block_size is not None and src_block_mask is None and tgt_block_mask is None and memory_block_mask is None:
+            raise TypeError("block_size is the size of a block mask's blocks: pass it with one")
+        enc_blocks = (src_ids, src_ids, None, src_block_mask, block_size)
+        dec_size = block_size if tgt_block_mask is not None or memory_block_mask is not None else None
+        dec_blocks = _decoder_blocks(tgt_ids, src_ids, tgt_block_mask, memory_block_mask, dec_size)
         s, t = np.shape(src), np.shape(tgt)
         if len(s) != len(t) or (len(s) == 3 and s[0] != t[0]):
             raise ValueError(f"src {shape_str(s)} and tgt {shape_str(t)} need the same batch size")
@@ -1249,20 +1396,11 @@ class Transformer(Module):
             need_weights,
             keep,
             ("src_mask", "src_key_padding_mask", "src_is_causal"),
+            enc_blocks,
         )
         memory, enc_w = enc_out if need_weights else (enc_out, None)
-        dec_out, dec_state = self.decoder._forward(
-            tgt,
-            memory,
-            tgt_mask,
-            memory_mask,
-            tgt_key_padding_mask,
-            memory_key_padding_mask,
-            tgt_is_causal,
-            memory_is_causal,
-            need_weights,
-            keep,
-        )
+        masks = (tgt_mask, memory_mask, tgt_key_padding_mask, memory_key_padding_mask, tgt_is_causal, memory_is_causal)
+        dec_out, dec_state = self.decoder._forward(tgt, memory, masks, need_weights, keep, dec_blocks)
         if not need_weights:
             return dec_out, (enc_state, dec_state)
         out, dec_w = dec_out
@@ -1284,7 +1422,14 @@ class Transformer(Module):
         memory_is_causal: bool = False,
         *,
         need_weights: bool = False,
+        src_segment_ids: ArrayLike | None = None,
+        tgt_segment_ids: ArrayLike | None = None,
+        src_block_mask: ArrayLike | None = None,
+        tgt_block_mask: ArrayLike | None = None,
+        memory_block_mask: ArrayLike | None = None,
+        block_size: int | tuple[int, int] | None = None,
     ) -> Array | tuple[Array, dict[str, list[Array]]]:
+        packing = (src_segment_ids, tgt_segment_ids, src_block_mask, tgt_block_mask, memory_block_mask, block_size)
         return self._forward(
             src,
             tgt,
@@ -1298,7 +1443,8 @@ class Transformer(Module):
             tgt_is_causal,
             memory_is_causal,
             need_weights,
-            keep=False,
+            False,
+            packing,
         )[0]
 
     def _vjp_forward(
@@ -1316,7 +1462,14 @@ class Transformer(Module):
         memory_is_causal=False,
         *,
         need_weights=False,
+        src_segment_ids=None,
+        tgt_segment_ids=None,
+        src_block_mask=None,
+        tgt_block_mask=None,
+        memory_block_mask=None,
+        block_size=None,
     ):
+        packing = (src_segment_ids, tgt_segment_ids, src_block_mask, tgt_block_mask, memory_block_mask, block_size)
         outputs, states = self._forward(
             src,
             tgt,
@@ -1330,7 +1483,8 @@ class Transformer(Module):
             tgt_is_causal,
             memory_is_causal,
             need_weights,
-            keep=True,
+            True,
+            packing,
         )
         return outputs, (self, states, need_weights)
 

@@ -470,6 +470,15 @@ typedef struct {
     int window;
     int64_t window_left, window_right;
     double softcap;
+    /* How every attention of the layer turns scores into weights
+     * (attnc_sdpa_options' activation): ATTNC_SIGMOID with the bias
+     * sigmoid_bias when sigmoid_bias_set, else -log of the attention's key
+     * count (self: L, cross: S; 0 without keys). Cached decoding needs the
+     * bias set: -log of the whole length would make a position's output
+     * depend on how many come after it. */
+    attnc_sdpa_activation attention;
+    int sigmoid_bias_set;
+    double sigmoid_bias;
 } attnc_layer_config;
 
 /* Which keys each query sees in one attention sublayer, as in
@@ -478,6 +487,12 @@ typedef struct {
 typedef struct {
     attnc_tensor masks[2];
     int causal;
+    /* The block masks, as attnc_sdpa_options takes them (absent or 0: none):
+     * query_segments (B, L) and key_segments (B, S) INT64, both or neither;
+     * prefix_lengths (B) INT64 >= 0 with causal; block_mask (B or 1, H or 1,
+     * ceil(L / block_q), ceil(S / block_k)) BOOL. */
+    attnc_tensor query_segments, key_segments, prefix_lengths, block_mask;
+    int64_t block_q, block_k;
 } attnc_attn_masks;
 
 /* Elements of the `saved` buffer a layer's forward fills for its backward:

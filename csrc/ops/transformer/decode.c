@@ -23,6 +23,8 @@
 typedef struct {
     double softcap, slope, sink;
     int64_t pos, first;
+    bool sigmoid; /* p_j = sigmoid(s_j + bias), no normaliser (and no sink) */
+    double bias;
 } head_variant;
 
 #define ATTNC_F64 0
@@ -124,10 +126,14 @@ static double head_value(const decode_run *d, const attnc_tensor *t, int64_t h, 
 }
 
 /* Head h's options for a query at position pos: the self-attention's
- * (self) or the cross-attention's (its sinks only) of the layer p. */
+ * (self) or the cross-attention's (its sinks and the activation) of the
+ * layer p. */
 static head_variant variant_of(const decode_run *d, const attnc_mha_params *p, int64_t h, int64_t pos, bool self) {
     const attnc_layer_config *c = &d->m->config;
     head_variant v = {.sink = head_value(d, &p->sinks, h, -INFINITY), .pos = pos};
+    v.sigmoid = c->attention == ATTNC_SIGMOID;
+    /* the self-attention's bias is set (check_decoder); the cross-attention's defaults to -log S, as the layer's */
+    v.bias = c->sigmoid_bias_set ? c->sigmoid_bias : d->S > 0 ? -log((double)d->S) : 0.0;
     if (!self) return v;
     v.softcap = c->softcap;
     v.slope = head_value(d, &c->alibi_slopes, h, 0.0);
@@ -337,6 +343,9 @@ static attnc_status check_decoder(decode_run *d, const attnc_decoder *m) {
         }
         d->F = F > d->F ? F : d->F;
     }
+    if (m->config.attention == ATTNC_SIGMOID && !m->config.sigmoid_bias_set)
+        return attnc_fail(ATTNC_ERR_VALUE, "cached decoding with attention sigmoid needs a fixed sigmoid_bias (the "
+                                           "default, -log of the length, would change with every new token)");
     if (m->config.nhead < 1 || d->E % m->config.nhead)
         return attnc_fail(ATTNC_ERR_VALUE, "d_model (%lld) must be divisible by nhead", (long long)d->E);
     d->H = m->config.nhead;

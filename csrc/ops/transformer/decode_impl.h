@@ -8,7 +8,8 @@
  * allowed keys (allowed[j * mstride] != 0, or all when allowed is NULL),
  * with var's options applied as attnc_sdpa_forward applies them (softcap,
  * then ALiBi's slope (j - pos), then the keys before var->first out; the
- * sink joins the normaliser), out = softmax(scores) . v. The keys sit transposed, kt[e * ktstride + j]
+ * sink joins the normaliser), out = softmax(scores) . v, or with
+ * var->sigmoid sigmoid(scores + var->bias) . v. The keys sit transposed, kt[e * ktstride + j]
  * (element e of key j; ktstride a multiple of 16 that is >= n), so that
  * one vector holds the partial scores of 16 keys: a head dim of 16 or 32
  * is too short to fill vectors along it. The values are rows, v_j = v + j
@@ -50,10 +51,16 @@ static void FN(attend_one)(const void *q_, const void *kt_, int64_t ktstride, co
     for (int u = 0; u < 16; u++) mx = lanes[u] > mx ? lanes[u] : mx;
     for (int64_t e = 0; e < hd; e++) out[e] = 0;
     if (mx == -INFINITY) return;
-    for (j = 0; j < n; j++) scores[j] = EXPV(scores[j] - mx); /* exp(-inf) is exactly 0 */
-    REAL sum = EXPV((REAL)var->sink - mx);                    /* the sink's share of the normaliser (0 without one) */
-    for (j = 0; j < n; j++) sum += scores[j];
-    REAL inv = 1 / sum;
+    REAL inv = 1;
+    if (var->sigmoid) { /* as the kernel's row_sigmoid; an excluded key's -inf gives exactly 0 */
+        const REAL bias = (REAL)var->bias;
+        for (j = 0; j < n; j++) scores[j] = 1 / (1 + EXPV(-(scores[j] + bias)));
+    } else {
+        for (j = 0; j < n; j++) scores[j] = EXPV(scores[j] - mx); /* exp(-inf) is exactly 0 */
+        REAL sum = EXPV((REAL)var->sink - mx); /* the sink's share of the normaliser (0 without one) */
+        for (j = 0; j < n; j++) sum += scores[j];
+        inv = 1 / sum;
+    }
     /* out = sum_j p_j v_j: even and odd keys in separate registers */
     int64_t e = 0;
     for (; e + 16 <= hd; e += 16) {

@@ -153,12 +153,24 @@ static attnc_sdpa_options sdpa_options(const layer_run *r, int k) {
     attnc_sdpa_options o = {.scale = 1.0 / sqrt((double)(r->d.E / r->d.H)),
                             .dropout_p = r->cfg->dropout,
                             .seed = mix(r->cfg->seed ^ (uint64_t)k)};
-    if (r->masks[k]) {
-        o.masks[0] = r->masks[k]->masks[0];
-        o.masks[1] = r->masks[k]->masks[1];
-        o.causal = r->masks[k]->causal;
+    const attnc_attn_masks *m = r->masks[k];
+    if (m) {
+        o.masks[0] = m->masks[0];
+        o.masks[1] = m->masks[1];
+        o.causal = m->causal;
+        o.query_segments = m->query_segments;
+        o.key_segments = m->key_segments;
+        o.prefix_lengths = m->prefix_lengths;
+        o.block_mask = m->block_mask;
+        o.block_q = m->block_q;
+        o.block_k = m->block_k;
     }
     o.sinks = mha_of(r->p, k)->sinks;
+    o.activation = r->cfg->attention;
+    if (o.activation == ATTNC_SIGMOID) {
+        int64_t keys = k == SELF ? r->d.L : r->d.S;
+        o.sigmoid_bias = r->cfg->sigmoid_bias_set ? r->cfg->sigmoid_bias : keys > 0 ? -log((double)keys) : 0.0;
+    }
     if (k == SELF) { /* the options of today's models: the self-attention's */
         o.alibi_slopes = r->cfg->alibi_slopes;
         o.window = r->cfg->window;
@@ -418,6 +430,10 @@ attnc_status attnc_check_layer_params(const attnc_layer_params *p, const attnc_l
     if (cfg->rotary_dim < 0 || cfg->rotary_dim > hd || cfg->rotary_dim % 2)
         return attnc_fail(ATTNC_ERR_VALUE, "rotary_dim must be even and in [0, d_model / nhead = %lld], got %lld",
                           (long long)hd, (long long)cfg->rotary_dim);
+    if (cfg->attention != ATTNC_SOFTMAX && cfg->attention != ATTNC_SIGMOID)
+        return attnc_fail(ATTNC_ERR_VALUE, "attention must be softmax (0) or sigmoid (1), got %d", (int)cfg->attention);
+    if (cfg->attention == ATTNC_SIGMOID && cfg->sigmoid_bias_set && !isfinite(cfg->sigmoid_bias))
+        return attnc_fail(ATTNC_ERR_VALUE, "sigmoid_bias must be finite, got %g", cfg->sigmoid_bias);
     if (cfg->rotary_dim && !(cfg->rope_base > 0 && isfinite(cfg->rope_base)))
         return attnc_fail(ATTNC_ERR_VALUE, "rope_base must be positive and finite, got %g", cfg->rope_base);
     TRY(check_mha(&p->self_attn, "self_attn", dt, E, Hkv * hd));
@@ -425,6 +441,8 @@ attnc_status attnc_check_layer_params(const attnc_layer_params *p, const attnc_l
     TRY(check_param(&p->self_attn.sinks, "self_attn.sinks", dt, 1, cfg->nhead, 0, false));
     TRY(check_param(&p->cross_attn.sinks, "multihead_attn.sinks", dt, 1, cfg->nhead, 0, false));
     TRY(check_param(&cfg->alibi_slopes, "alibi_slopes", dt, 1, cfg->nhead, 0, false));
+    if (cfg->attention == ATTNC_SIGMOID && (attnc_present(&p->self_attn.sinks) || attnc_present(&p->cross_attn.sinks)))
+        return attnc_fail(ATTNC_ERR_VALUE, "sinks join a softmax's normaliser; attention sigmoid has none");
     if (!attnc_present(&p->linear1_weight)) return attnc_fail(ATTNC_ERR_TYPE, "linear1.weight is required");
     *F = p->linear1_weight.shape[0];
     TRY(check_param(&p->linear1_weight, "linear1.weight", dt, 2, *F, E, true));

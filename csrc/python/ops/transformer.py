@@ -39,24 +39,44 @@ def layer_config(into=""):
         i64("window_left", -1, lo=-1, field=into + "window_left"),
         i64("window_right", -1, lo=-1, field=into + "window_right"),
         real("softcap", 0.0, lo=0, field=into + "softcap"),
+        # every attention's activation (attnc_sdpa_activation) and sigmoid's bias
+        enum("attention", "attnc_sdpa_activation", 2, 0, field=into + "attention"),
+        flag("sigmoid_bias_set", field=into + "sigmoid_bias_set"),
+        real("sigmoid_bias", 0.0, field=into + "sigmoid_bias"),
     )
 
 
 CONFIG = struct("attnc_layer_config", *layer_config())
+
+
+def block_masks(prefix):
+    """attnc_attn_masks' block masks as keywords named prefix + member."""
+    return (
+        arr(prefix + "query_segments", field="query_segments", ranks=2),
+        arr(prefix + "key_segments", field="key_segments", ranks=2),
+        arr(prefix + "prefix_lengths", field="prefix_lengths", ranks=1),
+        arr(prefix + "block_mask", field="block_mask", ranks=4),
+        i64(prefix + "block_q", 0, lo=0, field="block_q"),
+        i64(prefix + "block_k", 0, lo=0, field="block_k"),
+    )
+
+
 # Which keys each query sees: a torch-style attention mask and key padding
-# mask (as the kernels take them: broadcast to (B, H, L, S)) and a causal
-# flag, in self- and in cross-attention.
+# mask (as the kernels take them: broadcast to (B, H, L, S)), a causal
+# flag and the block masks, in self- and in cross-attention.
 SELF_MASKS = struct(
     "attnc_attn_masks",
     arr("attn_mask", field="masks[0]", ranks=4),
     arr("key_padding_mask", field="masks[1]", ranks=4),
     flag("is_causal", field="causal"),
+    *block_masks("self_"),
 )
 CROSS_MASKS = struct(
     "attnc_attn_masks",
     arr("memory_mask", field="masks[0]", ranks=4),
     arr("memory_key_padding_mask", field="masks[1]", ranks=4),
     flag("memory_is_causal", field="causal"),
+    *block_masks("cross_"),
 )
 
 OPS = [
