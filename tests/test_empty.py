@@ -139,12 +139,17 @@ ATTNC_ONLY["activation"] = ("softmax",)  # MultiheadAttention's (the layers' act
 ATTNC_ONLY["attention"] = ("softmax",)  # the layers' attention activation
 
 
+def _off(key, value):
+    """Whether value leaves attnc's own setting key off (by identity for None / False, so 0.0 is a setting)."""
+    return any(value is off or (isinstance(off, str) and value == off) for off in ATTNC_ONLY.get(key, ()))
+
+
 def t_torch_module(name):
     """torch.nn.<name> built with the attnc module's constructor arguments."""
 
     def make(torch, m):
         # (attnc's own options left at their defaults: torch has no such arguments)
-        config = {k: v for k, v in m._config.items() if k != "dtype" and v not in ATTNC_ONLY.get(k, ())}
+        config = {k: v for k, v in m._config.items() if k != "dtype" and not _off(k, v)}
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # "Initializing zero-element tensors is a no-op"
             return getattr(torch.nn, name)(**config)
