@@ -237,6 +237,13 @@ def add_flags(parser):
     )
 
 
+def check_flags(args):
+    """What is wrong with the flags together (None: nothing)."""
+    if args.penalties is not None and not args.compare:
+        return "--penalties sets the λ values of --compare: give --compare too"
+    return None
+
+
 def configurations(lams: tuple) -> list:
     """[(name, attention, λ)] of --compare: soft and hard, λ = 0 then each of lams."""
     return [(kind if lam == 0 else f"{kind}+ds{lam:g}", kind, lam) for kind in ("soft", "hard") for lam in (0.0, *lams)]
@@ -435,8 +442,6 @@ def plot_compare(m: dict, path=None):
 
 def main(argv=None):
     args = _common.parse_args(__name__, argv)
-    if args.penalties is not None and not args.compare:
-        raise ValueError("--penalties sets the λ values of --compare: give --compare too")
     if args.compare:
         return compare(args)
     hard = args.attention == "hard" and not args.quick
