@@ -213,3 +213,10 @@ def test_argument_errors(config, match, tmp_path):
     with pytest.raises(ValueError, match=match):
         quiet_run(quick=True, steps=1, run_dir=tmp_path / "x", **config)
     assert not (tmp_path / "x").exists()  # refused before the run's folder is made
+
+
+def test_the_modules_examples_run():
+    import doctest
+
+    failures, tried = doctest.testmod(C, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    assert tried >= 5 and failures == 0

@@ -412,13 +412,15 @@ def plot_compare(m: dict, path=None):
     """Held-out exact match and attention entropy over training, one line per
     configuration (with the min-max band over seeds for summarise()'s
     output); saved to path if given. Returns the matplotlib axes."""
-    import matplotlib
+    if path is None:  # pyplot's figure: shown in a notebook
+        import matplotlib.pyplot as plt
 
-    if path is not None:
-        matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt
+        fig = plt.figure(figsize=(14, 4), layout="constrained")
+    else:  # a figure of its own, whatever pyplot's backend
+        from matplotlib.figure import Figure
 
-    fig, axes = plt.subplots(1, 3, figsize=(14, 4), layout="constrained")
+        fig = Figure(figsize=(14, 4), layout="constrained")
+    axes = fig.subplots(1, 3)
     panels = [
         ("exact_match", "held-out exact match"),
         ("attention_entropy", "attention entropy per word (nats)"),
@@ -436,7 +438,6 @@ def plot_compare(m: dict, path=None):
     axes[1].legend(fontsize=8)
     if path is not None:
         fig.savefig(path, dpi=110)
-        plt.close(fig)
     return axes
 
 
