@@ -116,7 +116,8 @@ def build_parser(module, raising: bool = False) -> argparse.ArgumentParser:
 def parse(parser: argparse.ArgumentParser, argv) -> argparse.Namespace:
     """Parse and check argv; with --resume, the resumed run's settings."""
     args = parser.parse_args(argv)
-    wrong = parser.check(args) if getattr(parser, "check", None) else None
+    check = getattr(parser, "check", None)  # build_parser's: the module's check_flags
+    wrong = check(args) if check is not None else None
     if wrong:
         parser.error(wrong)
     if args.schedule_steps is not None and args.steps is not None and args.steps > args.schedule_steps:
