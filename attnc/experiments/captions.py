@@ -433,9 +433,11 @@ def plot_compare(m: dict, path=None):
             if f"{key}_low" in c:
                 ax.fill_between(c["steps"], c[f"{key}_low"], c[f"{key}_high"], color=line.get_color(), alpha=0.15)
         ax.set(xlabel="training step", ylabel=label)
-    axes[1].axhline(np.log(9), color="0.5", lw=0.8, ls=":", label="uniform over 9 cells")
+    axes[1].axhline(np.log(9), color="0.5", lw=0.8, ls=":")
+    axes[1].annotate(
+        "uniform over the 9 cells", (0.02, np.log(9)), xycoords=("axes fraction", "data"), va="top", fontsize=8
+    )
     axes[0].legend(fontsize=8)
-    axes[1].legend(fontsize=8)
     if path is not None:
         fig.savefig(path, dpi=110)
     return axes
