@@ -34,6 +34,19 @@ al.'s claims and Table 1). ``summarise(results)`` gives medians over
 several seeds' runs (a sweep: ``python -m attnc.experiments sweep captions
 --seeds 0,1,2 --compare``) and ``plot_compare`` draws the curves
 (compare.png in the run folder).
+
+Measured (``--compare --penalties 1,0.01``, seeds 0-2, medians; one thread
+a run, 8 to 16 minutes of training per seed on 2 cores shared with other
+jobs, about 2 minutes of CPU time): without the penalty soft and hard
+attention both reach 100% exact match (soft from step 300, hard from 900);
+the entropy of α per word is 0.31 nats for soft, 0.73 for hard (hard feeds
+one sampled cell, but the distribution it samples from is wider);
+attention accuracy 1.00 and 0.87. The penalty hurts: λ = 1 leaves 58%
+(soft) and 16% (hard) exact match with near-uniform weights (1.76 and 2.20
+nats); λ = 0.01 keeps soft at 100% (from step 900) but its attention
+leaves the named object after the colour word (attention accuracy 0.00 on
+shape words), and hard at 45%. Xu et al. report hard attention a little
+ahead in BLEU and the penalty improving BLEU (PAPER); neither shows here.
 """
 
 from __future__ import annotations
@@ -56,8 +69,9 @@ HELDOUT_SEED = 20240602  # the held-out images are the same for every --seed
 
 # No doubly stochastic penalty: a caption here looks at 1 or 2 of the 9 cells,
 # and λ = 1 (Xu et al.'s value, which asks every cell to get about one unit of
-# attention over the caption) keeps the model from learning the relations
-# (after 1,000 steps: 22% exact match with λ = 1, 82% with λ = 0.1, 100% with 0).
+# attention over the caption) keeps the model from learning the relations;
+# --compare measures it (λ = 1: 58% exact match after 2,000 steps; λ = 0.01:
+# 100%, later, with the attention off the named objects; λ = 0: 100% from step 300).
 FULL = dict(
     steps=1000,
     batch_size=64,
