@@ -164,8 +164,17 @@ def test_the_quick_comparison(tmp_path):
     assert untimed({**one.metrics, "threads": 2}) == untimed(m)
 
 
-def test_penalties_add_configurations(tmp_path):
-    m = quiet_run(compare=True, penalties="0.5,2", quick=True, steps=2, run_dir=tmp_path / "a").metrics
+def test_penalties_add_configurations_and_save_saves_each_model(tmp_path):
+    save = tmp_path / "cap.npz"
+    res = quiet_run(compare=True, penalties="0.5,2", quick=True, steps=2, run_dir=tmp_path / "a", save=str(save))
+    m = res.metrics
+    for name in m["configurations"]:
+        path = save if name == "soft" else tmp_path / f"cap_{name}.npz"
+        model = attnc.load(path)
+        assert model.attention_kind == name[:4] and model.doubly_stochastic == m["results"][name]["doubly_stochastic"]
+        last = sorted((tmp_path / "a" / "checkpoints").glob(f"{name.replace('+', '_')}-*"))[-1]
+        for k, v in attnc.load(last / "model.npz").state_dict().items():
+            np.testing.assert_array_equal(model.state_dict()[k], v)
     assert m["configurations"] == ["soft", "soft+ds0.5", "soft+ds2", "hard", "hard+ds0.5", "hard+ds2"]
     assert [m["results"][n]["doubly_stochastic"] for n in m["configurations"]] == [0, 0.5, 2, 0, 0.5, 2]
 

@@ -33,7 +33,8 @@ term Σ_i (1 − Σ_t α_ti)² (mean per image). The JSON (``compare``) holds
 al.'s claims and Table 1). ``summarise(results)`` gives medians over
 several seeds' runs (a sweep: ``python -m attnc.experiments sweep captions
 --seeds 0,1,2 --compare``) and ``plot_compare`` draws the curves
-(compare.png in the run folder).
+(compare.png in the run folder). ``--save PATH`` saves the soft model
+there and each other one beside it (ROOT_hard+ds1.npz for PATH = ROOT.npz).
 
 Measured (``--compare --penalties 1,0.01``, seeds 0-2, medians; one thread
 a run, 8 to 16 minutes of training per seed on 2 cores shared with other
@@ -268,9 +269,9 @@ def compare(args):
     cfg = _common.config(COMPARE, COMPARE_QUICK, args)
     heldout, train_set, model_seed = _data(cfg, args.seed)
     configs = configurations(penalties(args.penalties or "1"))
-    results, curves, model = {}, {}, None
+    results, curves, models = {}, {}, {}
     for name, kind, lam in configs:
-        model = _model(train_set, cfg, kind, lam, model_seed)  # the same initial weights for every one
+        model = models[name] = _model(train_set, cfg, kind, lam, model_seed)  # the same initial weights for all
         result = _train(model, train_set, cfg, args, name, evaluate=lambda m=model: scores(m, heldout))
         results[name] = {
             "attention": kind,
@@ -302,7 +303,10 @@ def compare(args):
     if args.run is not None:
         (args.run.dir / "table.md").write_text(table(metrics), encoding="utf-8")
         plot_compare(metrics, args.run.dir / "compare.png")
-    return _common.conclude(args, model, metrics)
+    first, *others = configs  # --save PATH: the first model there, the others as PATH's ROOT_NAME.npz
+    for name, _, _ in others:
+        _common.save_beside(args.save, name, models[name])
+    return _common.conclude(args, models[first[0]], metrics)
 
 
 def _data(cfg, seed):
