@@ -51,6 +51,7 @@ OTHER_TESTS = [
     "test_mqar.py",
     "test_markov.py",
     "test_translation.py",
+    "test_captions_compare.py",  # captions --compare: the Captioner's arithmetic is test_captioner's
     "test_seq2seq_experiments.py",  # bahdanau_length, luong_comparison: the models' arithmetic is test_seq2seq_rnn's
     "test_docs.py",
     "test_experiments.py",

@@ -146,6 +146,17 @@ def test_every_experiment_resumes_in_quick_mode(name, tmp_path):
     assert_same_run(tmp_path / "resumed", tmp_path / "reference")
 
 
+def test_the_captions_comparison_resumes_to_the_same_bits(tmp_path):
+    """captions --compare trains its models one after the other (a phase each, evaluated
+    on the way): cut short in its first model and resumed, it ends with the uninterrupted run's bits."""
+    kw = dict(quick=True, seed=1, eval_every=2, schedule_steps=4, compare=True)
+    quiet_run("captions", steps=4, run_dir=tmp_path / "reference", **kw)
+    quiet_run("captions", steps=2, run_dir=tmp_path / "resumed", **kw)
+    resumed = quiet_run("captions", resume=tmp_path / "resumed")
+    assert_same_run(tmp_path / "resumed", tmp_path / "reference")
+    assert resumed.metrics["curves"]["soft"]["steps"] == [2, 4]
+
+
 def test_a_run_killed_between_its_phases_resumes(tmp_path):
     """sagan_shapes trains with attention, then without: killed in the second
     training after its lines reached metrics.jsonl but before its first
@@ -248,7 +259,7 @@ def test_every_experiment_lists_its_flags(tmp_path):
         assert f"  {name}" in out and line in out and len(line) > 20
     own = {
         "dates": ["--attention", "--epochs"],
-        "captions": ["--attention"],
+        "captions": ["--attention", "--compare", "--penalties"],
         "ntm_copy": ["--memory-init"],
         "ntm_generalisation": ["--task", "--model", "--eval-memory"],
         "pointer_sort": ["--n"],

@@ -31,6 +31,7 @@ import os
 import platform
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -47,6 +48,7 @@ class _Parser(argparse.ArgumentParser):
     """argparse, raising ValueError instead of exiting when used by run()."""
 
     raising = False
+    check: Callable[[argparse.Namespace], str | None] | None = None  # the module's check_flags
 
     def error(self, message):
         if self.raising:
@@ -107,12 +109,17 @@ def build_parser(module, raising: bool = False) -> argparse.ArgumentParser:
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     if hasattr(module, "add_flags"):
         module.add_flags(parser)
+    parser.check = getattr(module, "check_flags", None)  # check_flags(args) -> what is wrong, or None
     return parser
 
 
 def parse(parser: argparse.ArgumentParser, argv) -> argparse.Namespace:
     """Parse and check argv; with --resume, the resumed run's settings."""
     args = parser.parse_args(argv)
+    check = getattr(parser, "check", None)  # build_parser's: the module's check_flags
+    wrong = check(args) if check is not None else None
+    if wrong:
+        parser.error(wrong)
     if args.schedule_steps is not None and args.steps is not None and args.steps > args.schedule_steps:
         parser.error(f"--steps {args.steps} exceeds --schedule-steps {args.schedule_steps}")
     if args.resume is not None:
