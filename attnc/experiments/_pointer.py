@@ -36,6 +36,16 @@ def n_flag(default):
     return add_flags
 
 
+def heldout_flag(parser) -> None:
+    """Add --heldout N: the held-out instances per size (default: the configuration's)."""
+    parser.add_argument(
+        "--heldout",
+        type=_common.at_least(1),
+        default=None,
+        help="held-out instances per size (default: the experiment's; fewer evaluate sooner)",
+    )
+
+
 def size_range(text) -> str:
     """An argparse type: "N" or "LO-HI" (3 <= LO <= HI), normalised."""
     lo, hi = parse_range(text)

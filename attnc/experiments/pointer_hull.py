@@ -14,7 +14,7 @@ know it; at 5,000 steps the bidirectional model scores 81% against 76%).
 Training: fresh batches of 128, Adam 3e-3 with a warm-up and a cosine
 decay, gradients clipped to norm 1. Scored on 500 held-out point sets of
 each size of --eval-n (default: the training sizes; 200 when trained on
-5-50, scored up to n = 200 with beam 10 too): "accuracy" (the exact
+5-50, scored up to n = 200 with beam 10 too; --heldout N: N): "accuracy" (the exact
 vertices in the exact order) and "area_coverage" (the predicted polygon's
 area over the true hull's; 0 for a polygon that is not simple), of greedy
 decoding (beam 1, the default) and of beam 10 ("beam10").
@@ -93,12 +93,13 @@ def add_flags(parser):
         default=None,
         help="the held-out sizes, N,N,... (default: the training sizes)",
     )
+    _pointer.heldout_flag(parser)
 
 
 def main(argv=None):
     args = _common.parse_args(__name__, argv)
     lo, hi = _pointer.parse_range(args.n or "5-10")
-    cfg = _common.config(FULL.get((lo, hi), BASE), QUICK, args)
+    cfg = _common.config(FULL.get((lo, hi), BASE), QUICK, args, heldout=args.heldout)
     ns = _pointer.parse_list(args.eval_n) if args.eval_n else list(range(lo, hi + 1))
     task = ConvexHullTask(min_n=lo, max_n=hi)
     model, result = _pointer.train("pointer_hull", args, task, cfg, "hull")

@@ -10,7 +10,7 @@ optimal tour costs about 0.2 s at n = 20, too slow for fresh batches of
 128). Model: PointerNet, hidden size 128, inputs embedded to 128, "tour"
 decoding (a permutation closed back to its start). Training: fresh batches
 of 128, Adam with a warm-up and a cosine decay, gradients clipped to norm 1.
-Scored on 1,000 held-out instances (500 at n = 20) against their optimal
+Scored on 1,000 held-out instances (500 at n = 20; --heldout N: N) against their optimal
 tours (Held-Karp, n <= 20; the heuristic's above, "exact_optimum" False):
 the mean tour length of greedy decoding (beam 1, the default:
 "tour_length", "gap" = tour_length / optimal_tour_length - 1) and of beam
@@ -50,12 +50,15 @@ QUICK = dict(BASE, steps=30, batch_size=32, hidden_size=32, lr=1e-3, heldout=50)
 PAPER = {5: (2.12, 2.12), 10: (2.88, 2.87), 20: (3.88, 3.82)}
 
 
-add_flags = _pointer.n_flag(5)
+def add_flags(parser):
+    """This experiment's own flags: --n, --heldout."""
+    _pointer.n_flag(5)(parser)
+    _pointer.heldout_flag(parser)
 
 
 def main(argv=None):
     args = _common.parse_args(__name__, argv)
-    cfg = _common.config(dict(BASE, **FULL.get(args.n, FULL[10])), QUICK, args)
+    cfg = _common.config(dict(BASE, **FULL.get(args.n, FULL[10])), QUICK, args, heldout=args.heldout)
     heuristic = args.n > EXACT_BY_DEFAULT_MAX_N
     task = TSPTask(n=args.n, or_opt=heuristic)
     model, result = _pointer.train("pointer_tsp", args, task, cfg, "tour")
