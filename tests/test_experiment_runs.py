@@ -263,8 +263,8 @@ def test_every_experiment_lists_its_flags(tmp_path):
         "ntm_copy": ["--memory-init"],
         "ntm_generalisation": ["--task", "--model", "--eval-memory"],
         "pointer_sort": ["--n"],
-        "pointer_tsp": ["--n"],
-        "pointer_hull": ["--n"],
+        "pointer_tsp": ["--n", "--heldout"],
+        "pointer_hull": ["--n", "--eval-n", "--heldout"],
         "snail_fewshot": ["--shots"],
         "sagan_shapes": ["--no-attention", "--attention-only", "--coords"],
         "mqar": ["--mixers"],
@@ -358,3 +358,45 @@ def test_a_resumed_run_counts_the_cpu_time_before_it(tmp_path):
     assert cpu > 0 and state["cpu_seconds"] == pytest.approx(cpu, abs=1e-3)
     again = quiet_run("luong_comparison", resume=tmp_path / "r", steps=7)  # nothing left to train
     assert again.metrics["train_cpu_seconds_by_variant"][0] == pytest.approx(cpu, abs=0.05)
+
+
+def test_pointer_hull_curve_and_tsp_against_held_karp(tmp_path):
+    """pointer_hull --n LO-HI --eval-n: the curve's arrays are the per-size
+    scores (one recomputed here from the saved model), beside the paper's
+    rows; pointer_tsp above n = 12: Or-opt training tours, scored against
+    Held-Karp's optimum (both recomputed here); the plots saved."""
+    from attnc.datasets import ConvexHullTask, TSPTask, hull_accuracy, tsp_tours
+    from attnc.experiments import _pointer
+
+    res = quiet_run("pointer_hull", quick=True, steps=3, n="5-8", eval_n="5,12", run_dir=tmp_path / "hull")
+    m = res.metrics
+    assert m["train_n"] == "5-8" and m["n"] == [5, 12] and m["heldout_size"] == 40
+    assert m["accuracy_greedy"] == [m["accuracy_by_n"]["5"], m["accuracy_by_n"]["12"]]
+    assert m["accuracy"] == pytest.approx(np.mean(m["accuracy_greedy"]))
+    assert m["beam10"]["area_coverage"] == pytest.approx(np.mean(m["area_coverage_beam10"]))
+    assert m["paper_accuracy"] == [0.92, None] and m["paper_area_coverage"] == [0.999, None]
+    held = ConvexHullTask(5, 8).batch(20, n=12, seed=_pointer.HELDOUT_SEED + 12)
+    assert hull_accuracy(_pointer.decode(res.model, held, "hull"), held) == m["accuracy_greedy"][1]
+    assert (tmp_path / "hull" / "hull_curve.png").stat().st_size > 0
+    for flags, message in [
+        ({"n": "8-5"}, "LO <= HI"),
+        ({"n": "2"}, "3 <= LO"),
+        ({"n": "5-x"}, "N or LO-HI"),
+        ({"eval_n": "5,5"}, "increasing"),
+        ({"eval_n": "5,2000"}, "from 3 to 1000"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            E.run("pointer_hull", quick=True, run_dir=tmp_path / "bad", **flags)
+
+    res = quiet_run("pointer_tsp", quick=True, steps=2, n=14, run_dir=tmp_path / "tsp")
+    m = res.metrics
+    held = TSPTask(14).batch(50, seed=_pointer.HELDOUT_SEED + 14)
+    assert m["exact_optimum"] and m["optimal_tour_length"] == tsp_tours(held.inputs, exact=True)[1].mean()
+    heuristic = tsp_tours(held.inputs, or_opt=True)[1].mean()
+    assert m["training_tour_length"] == heuristic >= m["optimal_tour_length"]
+    assert m["training_tour_gap"] == pytest.approx(heuristic / m["optimal_tour_length"] - 1)
+    assert m["tour_length_greedy"] == m["tour_length"] >= m["optimal_tour_length"]
+    assert m["tour_length_beam10"] == m["beam10"]["tour_length"] and m["paper_tour_length"] is None
+    assert (tmp_path / "tsp" / "tsp_tours.png").stat().st_size > 0
+    m = quiet_run("pointer_tsp", quick=True, steps=2, n=5, run_dir=tmp_path / "tsp5").metrics
+    assert m["training_tour_length"] is None and (m["paper_tour_length"], m["paper_optimal"]) == (2.12, 2.12)

@@ -1,7 +1,8 @@
 """attnc.datasets.pointer_tasks: the Pointer Networks tasks (sort, convex
 hull, TSP) and their scores. Held-Karp tours against brute force over all
-permutations, 2-opt tours against the optimum and against 2-opt optimality
-checked here, hull targets against a brute-force vertex test and an angular
+permutations (and against a NumPy Held-Karp to n = 15), 2-opt tours against
+the optimum and against 2-opt optimality checked here, 2-opt + Or-opt tours
+against the same heuristic written here in plain Python, hull targets against a brute-force vertex test and an angular
 order written here, the metrics on hand-made cases, seeding and errors.
 Well under a few seconds."""
 
@@ -390,8 +391,8 @@ def test_errors():
         PointerSortTask().batch(2, dtype=np.int32)
     with pytest.raises(TypeError, match="seed"):
         PointerSortTask().batch(2, seed="0")
-    with pytest.raises(ValueError, match="n <= 12"):
-        tsp_tours(np.zeros((1, 13, 2)), exact=True)
+    with pytest.raises(ValueError, match="n <= 20"):
+        tsp_tours(np.zeros((1, 21, 2)), exact=True)
     with pytest.raises(TypeError, match="exact"):
         tsp_tours(np.zeros((1, 4, 2)), exact=1)
     with pytest.raises(ValueError, match=r"points must have shape \(B, n, 2\)"):
@@ -435,3 +436,174 @@ def test_exported():
         "tsp_tours",
     ):
         assert name in datasets.__all__ and hasattr(datasets, name)
+
+
+# --------------------------------------------------------------------------- Held-Karp to n = 20, Or-opt
+
+
+def np_held_karp(points):
+    """Length of the shortest closed tour, by Held-Karp written here in NumPy:
+    cost[S, j] over subsets S of cities 1..n-1 (bit j-1) ending at j, filled
+    by subset size, each layer vectorised over its subsets."""
+    p = np.asarray(points, np.float64)
+    n = len(p)
+    d = np.sqrt(((p[:, None] - p[None]) ** 2).sum(-1))
+    m = n - 1
+    cost = np.full((1 << m, m), np.inf)
+    for j in range(m):
+        cost[1 << j, j] = d[0, j + 1]
+    subsets = np.arange(1 << m)
+    sizes = np.array([bin(s).count("1") for s in subsets])
+    for size in range(2, m + 1):
+        S = subsets[sizes == size]
+        for j in range(m):
+            has = S[(S >> j) & 1 == 1]
+            prev = has ^ (1 << j)
+            cost[has, j] = (cost[prev] + d[1:, j + 1][None]).min(axis=1)
+    return float((cost[(1 << m) - 1] + d[1:, 0]).min())
+
+
+def py_local_search(points, or_opt=True, eps=1e-12):
+    """The heuristic of tsp_tours(exact=False, or_opt=...) written here in
+    plain Python from its description: the nearest-neighbour tour from city 0
+    (ties: the lowest index), first-improvement 2-opt until no move gains
+    more than eps, then (or_opt) the first Or-opt move that gains (segments
+    of 1, 2, 3 cities from position 1 on, each between t[k] and t[k+1] for
+    k = 0, 1, ..., forwards then reversed), 2-opt again, until no Or-opt
+    move gains; canonical direction."""
+    import math
+
+    pts = [tuple(map(float, q)) for q in points]
+    n = len(pts)
+
+    def dist(i, j):
+        dx, dy = pts[i][0] - pts[j][0], pts[i][1] - pts[j][1]
+        return math.sqrt(dx * dx + dy * dy)
+
+    t, left = [0], set(range(1, n))
+    while left:
+        t.append(min(left, key=lambda c: (dist(t[-1], c), c)))
+        left.remove(t[-1])
+
+    def two_opt():
+        improved = True
+        while improved:
+            improved = False
+            for i in range(n - 2):
+                for j in range(i + 2, n):
+                    if i == 0 and j == n - 1:
+                        continue
+                    a, b, c, e = t[i], t[i + 1], t[j], t[(j + 1) % n]
+                    if (dist(a, b) + dist(c, e)) - (dist(a, c) + dist(b, e)) > eps:
+                        t[i + 1 : j + 1] = t[i + 1 : j + 1][::-1]
+                        improved = True
+
+    def or_move():
+        for L in (1, 2, 3):
+            for s in range(1, n - L + 1):
+                p, f, last, q = t[s - 1], t[s], t[s + L - 1], t[(s + L) % n]
+                removed = (dist(p, f) + dist(last, q)) - dist(p, q)
+                for k in range(n):
+                    if s - 1 <= k <= s + L - 1:
+                        continue
+                    u, v = t[k], t[(k + 1) % n]
+                    fwd = (dist(u, f) + dist(last, v)) - dist(u, v)
+                    rev = (dist(u, last) + dist(f, v)) - dist(u, v)
+                    if removed - fwd > eps or removed - rev > eps:
+                        seg = t[s : s + L] if removed - fwd > eps else t[s : s + L][::-1]
+                        rest = t[:s] + t[s + L :]
+                        at = rest.index(u) + 1
+                        t[:] = rest[:at] + seg + rest[at:]
+                        return True
+        return False
+
+    two_opt()
+    while or_opt and or_move():
+        two_opt()
+    if n >= 3 and t[1] > t[-1]:
+        t[1:] = t[1:][::-1]
+    return t
+
+
+def or_opt_move_exists(points, tour, eps=1e-9):
+    """Whether moving a segment of 1-3 cities elsewhere (either way round)
+    shortens the closed tour: every such tour measured whole, in NumPy."""
+    n, base = len(tour), np_tour_length(points, tour)
+    for L in (1, 2, 3):
+        for s in range(n):
+            seg = [tour[(s + q) % n] for q in range(L)]
+            rest = [c for c in tour if c not in seg]
+            if len(rest) < 2:
+                continue
+            for at in range(1, len(rest) + 1):
+                for piece in (seg, seg[::-1]):
+                    if np_tour_length(points, rest[:at] + piece + rest[at:]) < base - eps:
+                        return True
+    return False
+
+
+@pytest.mark.parametrize("n", [13, 15])
+def test_held_karp_beyond_12_equals_numpy_held_karp(n):
+    points = np.random.default_rng(n).random((3, n, 2))
+    tours, lengths = tsp_tours(points, exact=True)
+    for b in range(3):
+        assert sorted(tours[b]) == list(range(n)) and tours[b, 0] == 0 and tours[b, 1] < tours[b, -1]
+        assert lengths[b] == pytest.approx(np_held_karp(points[b]), rel=1e-12)
+        assert lengths[b] == pytest.approx(np_tour_length(points[b], tours[b]), rel=1e-13)
+
+
+def test_held_karp_at_20_beats_every_heuristic():
+    points = np.random.default_rng(20).random((2, 20, 2))
+    tours, optimal = tsp_tours(points, exact=True)
+    _, two = tsp_tours(points, exact=False)
+    _, orr = tsp_tours(points, exact=False, or_opt=True)
+    assert (sorted(tours[0]) == np.arange(20)).all() and (tours[:, 0] == 0).all()
+    np.testing.assert_allclose(optimal, [np_tour_length(p, t) for p, t in zip(points, tours)], rtol=1e-13)
+    assert (optimal <= orr + 1e-12).all() and (orr <= two + 1e-12).all()
+    for p, t in zip(points, tours):  # no local move improves the optimum
+        assert not two_opt_move_exists(p, t) and not or_opt_move_exists(p, list(t))
+
+
+@pytest.mark.parametrize("n", [5, 8, 12, 20, 30])
+def test_or_opt_equals_the_python_heuristic(n):
+    points = np.random.default_rng(100 + n).random((6, n, 2))
+    tours, lengths = tsp_tours(points, exact=False, or_opt=True)
+    for b in range(6):
+        assert tours[b].tolist() == py_local_search(points[b])
+        assert lengths[b] == pytest.approx(np_tour_length(points[b], tours[b]), rel=1e-13)
+    two, _ = tsp_tours(points, exact=False)
+    assert [t.tolist() for t in two] == [py_local_search(p, or_opt=False) for p in points]
+
+
+def test_or_opt_is_locally_optimal_and_near_the_optimum():
+    rng = np.random.default_rng(7)
+    for n in (4, 6, 8):
+        points = rng.random((10, n, 2))
+        tours, lengths = tsp_tours(points, exact=False, or_opt=True)
+        _, two = tsp_tours(points, exact=False)
+        for b in range(10):
+            best, _ = brute_force_tsp(points[b])
+            assert best - 1e-12 <= lengths[b] <= two[b] + 1e-12
+            assert not two_opt_move_exists(points[b], tours[b])
+            assert not or_opt_move_exists(points[b], list(tours[b]))
+
+
+def test_tsp_task_or_opt_and_the_new_limits(restore_threads):
+    b = TSPTask(n=16, or_opt=True).batch(4, seed=3, dtype=np.float64)
+    tours, lengths = tsp_tours(b.inputs, or_opt=True)
+    np.testing.assert_array_equal(b.targets, tours)
+    np.testing.assert_array_equal(b.tour_lengths, lengths)
+    assert repr(TSPTask(7, or_opt=True)) == "TSPTask(n=7, or_opt=True)"
+    points = np.random.default_rng(5).random((40, 20, 2))
+    attnc.set_num_threads(1)
+    one = tsp_tours(points, exact=False, or_opt=True)
+    attnc.set_num_threads(2)
+    two = tsp_tours(points, exact=False, or_opt=True)
+    np.testing.assert_array_equal(one[0], two[0])
+    np.testing.assert_array_equal(one[1], two[1])
+    with pytest.raises(ValueError, match=r"n <= 20 .* got n = 21"):
+        tsp_tours(np.zeros((1, 21, 2)), exact=True)
+    with pytest.raises(TypeError, match="or_opt"):
+        tsp_tours(points, or_opt=1)
+    with pytest.raises(TypeError, match="or_opt"):
+        TSPTask(20, or_opt="yes")

@@ -10,6 +10,8 @@ norm 1) and batched decoding of held-out sets.
 
 from __future__ import annotations
 
+import argparse
+
 import numpy as np
 
 from attnc.models import PointerNet
@@ -17,6 +19,7 @@ from attnc.models import PointerNet
 from . import _common
 
 HELDOUT_SEED = 20151122  # the held-out instances are the same for every --seed
+MAX_N = 1000  # the largest size --n and --eval-n take (the paper's largest: 500)
 
 
 def n_flag(default):
@@ -31,6 +34,50 @@ def n_flag(default):
         )
 
     return add_flags
+
+
+def heldout_flag(parser) -> None:
+    """Add --heldout N: the held-out instances per size (default: the configuration's)."""
+    parser.add_argument(
+        "--heldout",
+        type=_common.at_least(1),
+        default=None,
+        help="held-out instances per size (default: the experiment's; fewer evaluate sooner)",
+    )
+
+
+def size_range(text) -> str:
+    """An argparse type: "N" or "LO-HI" (3 <= LO <= HI), normalised."""
+    lo, hi = parse_range(text)
+    return str(lo) if lo == hi else f"{lo}-{hi}"
+
+
+def parse_range(text) -> tuple:
+    """(LO, HI) of "N" (N, N) or "LO-HI"; argparse's error when neither."""
+    parts = str(text).split("-")
+    try:
+        lo, hi = int(parts[0]), int(parts[-1])
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected N or LO-HI, got {text!r}") from None
+    if len(parts) > 2 or not 3 <= lo <= hi <= MAX_N:
+        raise argparse.ArgumentTypeError(f"expected N or LO-HI with 3 <= LO <= HI <= {MAX_N}, got {text!r}")
+    return lo, hi
+
+
+def size_list(text) -> str:
+    """An argparse type: sizes N,N,... (each >= 3, increasing), normalised."""
+    return ",".join(map(str, parse_list(text)))
+
+
+def parse_list(text) -> list:
+    """[N, ...] of "N,N,..." (each >= 3, increasing); argparse's error else."""
+    try:
+        ns = [int(part) for part in str(text).split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected sizes N,N,..., got {text!r}") from None
+    if ns != sorted(set(ns)) or not 3 <= ns[0] <= ns[-1] <= MAX_N:
+        raise argparse.ArgumentTypeError(f"expected increasing sizes from 3 to {MAX_N}, got {text!r}")
+    return ns
 
 
 def sizes(args, lo=5, hi=10):

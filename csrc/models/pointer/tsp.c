@@ -1,4 +1,4 @@
-/* tsp.c: exact (Held-Karp) and heuristic (nearest neighbour + 2-opt) planar
+/* tsp.c: exact (Held-Karp) and heuristic (nearest neighbour + 2-opt, and Or-opt) planar
  * TSP tours, and closed tour lengths (shapes in tsp.h).
  *
  * Each instance is solved on its own in one worker, over a fixed number of
@@ -21,6 +21,8 @@
 #define TSP_TABLE_MAX_N 512
 /* A 2-opt move must shorten the tour by more than this. */
 #define TSP_TWO_OPT_EPS 1e-12
+/* Or-opt moves segments of up to this many cities. */
+#define TSP_OR_OPT_MAX_L 3
 
 /* ---- shared ----------------------------------------------------------------- */
 
@@ -33,7 +35,8 @@ typedef struct {
     double *work;         /* per-worker doubles, `wsize` each               */
     unsigned char *bytes; /* per-worker bytes, `bsize` each                 */
     size_t wsize, bsize;
-    bool table; /* 2-opt: keep the distance table                 */
+    bool table;  /* 2-opt: keep the distance table                 */
+    bool or_opt; /* 2-opt: add Or-opt moves                         */
 } tsp_job;
 
 static inline double dist_xy(const double *xy, int64_t i, int64_t j) {
@@ -127,6 +130,7 @@ static attnc_status run(tsp_job *job, attnc_task_fn task, int64_t cost_per_row) 
     job->rows = cost_per_row >= 65536 ? 1 : 65536 / cost_per_row;
     int64_t blocks = (job->B + job->rows - 1) / job->rows;
     int workers = attnc_workers_for(job->B * cost_per_row);
+    if (workers > blocks) workers = (int)blocks; /* no scratch for idle workers (Held-Karp's is 90 MB at n = 20) */
     void *work = NULL, *bytes = NULL;
     TRY(attnc_calloc(&work, (size_t)workers * job->wsize, sizeof(double), "TSP scratch"));
     attnc_status st = attnc_calloc(&bytes, (size_t)workers * job->bsize, 1, "TSP scratch");
@@ -252,9 +256,9 @@ static inline double two_opt_dist(const two_opt_ws *w, int64_t i, int64_t j) {
     return w->d ? w->d[i * w->n + j] : dist_xy(w->xy, i, j);
 }
 
-static void two_opt_one(const two_opt_ws *w, unsigned char *visited, int64_t *t) {
+/* t <- the nearest-neighbour tour from city 0 (ties: the lowest index). */
+static void nearest_neighbour(const two_opt_ws *w, unsigned char *visited, int64_t *t) {
     const int64_t n = w->n;
-    /* nearest neighbour from city 0, the lowest index on ties */
     for (int64_t i = 0; i < n; i++) visited[i] = 0;
     t[0] = 0;
     visited[0] = 1;
@@ -272,8 +276,13 @@ static void two_opt_one(const two_opt_ws *w, unsigned char *visited, int64_t *t)
         t[pos] = next;
         visited[next] = 1;
     }
-    /* first-improvement 2-opt: replace edges (t[i], t[i+1]) and (t[j], t[j+1])
-     * by (t[i], t[j]) and (t[i+1], t[j+1]), reversing t[i+1..j]; city 0 stays first. */
+}
+
+/* First-improvement 2-opt until no move gains: replace edges (t[i], t[i+1])
+ * and (t[j], t[j+1]) by (t[i], t[j]) and (t[i+1], t[j+1]), reversing
+ * t[i+1..j]; city 0 stays first. */
+static void two_opt_converge(const two_opt_ws *w, int64_t *t) {
+    const int64_t n = w->n;
     bool improved = true;
     while (improved) {
         improved = false;
@@ -290,7 +299,57 @@ static void two_opt_one(const two_opt_ws *w, unsigned char *visited, int64_t *t)
             }
         }
     }
-    canonicalise(t, n);
+}
+
+/* Move the segment t[s..s+L-1] (1 <= s, s+L <= n) between t[k] and t[k+1]
+ * (k outside [s-1, s+L-1]), reversed if `flip`; city 0 stays first. */
+static void or_opt_apply(int64_t *t, int64_t s, int64_t L, int64_t k, bool flip) {
+    int64_t seg[TSP_OR_OPT_MAX_L];
+    for (int64_t q = 0; q < L; q++) seg[q] = t[flip ? s + L - 1 - q : s + q];
+    int64_t at;
+    if (k > s) { /* later in the tour: shift t[s+L..k] left by L */
+        for (int64_t q = s; q + L <= k; q++) t[q] = t[q + L];
+        at = k - L + 1;
+    } else { /* earlier: shift t[k+1..s-1] right by L */
+        for (int64_t q = s - 1; q > k; q--) t[q + L] = t[q];
+        at = k + 1;
+    }
+    for (int64_t q = 0; q < L; q++) t[at + q] = seg[q];
+}
+
+/* The first Or-opt move that shortens the tour by more than the threshold,
+ * applied: segments of L = 1, 2, 3 cities (in that order) from position s =
+ * 1, 2, ... (never city 0), each tried between t[k] and t[k+1] for k = 0,
+ * 1, ..., forwards then reversed. Returns whether a move was made. */
+static bool or_opt_move(const two_opt_ws *w, int64_t *t) {
+    const int64_t n = w->n;
+    for (int64_t L = 1; L <= TSP_OR_OPT_MAX_L; L++) {
+        for (int64_t s = 1; s + L <= n; s++) {
+            const int64_t p = t[s - 1], f = t[s], l = t[s + L - 1], q = t[s + L < n ? s + L : 0];
+            const double removed = (two_opt_dist(w, p, f) + two_opt_dist(w, l, q)) - two_opt_dist(w, p, q);
+            for (int64_t k = 0; k < n; k++) {
+                if (k >= s - 1 && k <= s + L - 1) continue; /* an edge of the segment or beside it */
+                const int64_t u = t[k], v = t[k + 1 < n ? k + 1 : 0];
+                const double uv = two_opt_dist(w, u, v);
+                const double fwd = (two_opt_dist(w, u, f) + two_opt_dist(w, l, v)) - uv;
+                const double rev = (two_opt_dist(w, u, l) + two_opt_dist(w, f, v)) - uv;
+                if (removed - fwd > TSP_TWO_OPT_EPS || removed - rev > TSP_TWO_OPT_EPS) {
+                    or_opt_apply(t, s, L, k, !(removed - fwd > TSP_TWO_OPT_EPS));
+                    return true;
+                }
+            }
+        }
+    }
+    return false;
+}
+
+/* t <- the nearest-neighbour tour improved by 2-opt, then (or_opt) by Or-opt
+ * moves, each followed by 2-opt again, until neither gains; canonical. */
+static void local_search_one(const two_opt_ws *w, unsigned char *visited, int64_t *t, bool or_opt) {
+    nearest_neighbour(w, visited, t);
+    do two_opt_converge(w, t);
+    while (or_opt && or_opt_move(w, t));
+    canonicalise(t, w->n);
 }
 
 static void two_opt_task(void *ctx, int64_t block, int worker) {
@@ -305,19 +364,28 @@ static void two_opt_task(void *ctx, int64_t block, int worker) {
         int64_t *t = job->tours + b * n;
         load_points(job, b, xy);
         if (d) fill_table(d, xy, n);
-        two_opt_one(&w, visited, t);
+        local_search_one(&w, visited, t, job->or_opt);
         job->lengths[b] = closed_length(xy, t, n);
     }
 }
 
-attnc_status attnc_tsp_two_opt(attnc_tensor *tours, attnc_tensor *lengths, const attnc_tensor *points) {
+static attnc_status local_search(attnc_tensor *tours, attnc_tensor *lengths, const attnc_tensor *points, bool or_opt) {
     tsp_job job;
     TRY(solver_dims(&job, tours, lengths, points));
     const int64_t n = job.n;
     job.table = n <= TSP_TABLE_MAX_N;
+    job.or_opt = or_opt;
     job.wsize = (size_t)(2 * n) + (job.table ? (size_t)(n * n) : 0);
     job.bsize = (size_t)n;
-    return run(&job, two_opt_task, 4 * n * n + n);
+    return run(&job, two_opt_task, (or_opt ? 16 : 4) * n * n + n);
+}
+
+attnc_status attnc_tsp_two_opt(attnc_tensor *tours, attnc_tensor *lengths, const attnc_tensor *points) {
+    return local_search(tours, lengths, points, false);
+}
+
+attnc_status attnc_tsp_or_opt(attnc_tensor *tours, attnc_tensor *lengths, const attnc_tensor *points) {
+    return local_search(tours, lengths, points, true);
 }
 
 /* ---- tour lengths ------------------------------------------------------------------ */

@@ -11,7 +11,7 @@ OPS = [
         out("tours", ranks=2),
         out("lengths", ranks=1),
         arr("points", ranks=3),
-        doc="tsp_held_karp(*, tours, lengths, points): optimal closed tours (n <= 12), in place.",
+        doc="tsp_held_karp(*, tours, lengths, points): optimal closed tours (n <= 20), in place.",
     ),
     op(
         "tsp_two_opt",
@@ -20,6 +20,14 @@ OPS = [
         out("lengths", ranks=1),
         arr("points", ranks=3),
         doc="tsp_two_opt(*, tours, lengths, points): nearest-neighbour + 2-opt tours, in place.",
+    ),
+    op(
+        "tsp_or_opt",
+        "attnc_tsp_or_opt",
+        out("tours", ranks=2),
+        out("lengths", ranks=1),
+        arr("points", ranks=3),
+        doc="tsp_or_opt(*, tours, lengths, points): nearest-neighbour + 2-opt + Or-opt tours, in place.",
     ),
     op(
         "tsp_tour_length",
