@@ -13,12 +13,13 @@
    size: tokens per second and the cache's bytes.
 
     python benchmarks/variants.py [--threads 1] [--repeats 7] [--quick] [--json PATH]
+                                  [--only options|window|torch|mla]
 
 float32, B = 1, H = 4, E = 64 for 1-3; calls alternate between the
 configurations of one comparison and the median of --repeats is kept (one
 repeat for torch's dense mask at L >= 16,384: a call takes seconds). Prints
 the machine, the tables, and writes the medians (seconds) and the machine as
-JSON.
+JSON (--only: that part alone, printed, the JSON left as it is).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ import attnc
 import attnc.nn as nn
 
 H, E = 4, 64
+PARTS = ("options", "window", "torch", "mla")  # the run's parts, in order
 
 
 def _inputs(L, seed=0):
@@ -245,6 +247,7 @@ def main(argv=None):
     p.add_argument("--repeats", type=int, default=7)
     p.add_argument("--quick", action="store_true", help="small sizes (CI)")
     p.add_argument("--json", type=Path, default=Path(__file__).parent / "results" / "variants.json")
+    p.add_argument("--only", choices=PARTS, help="run one part, print it, write no JSON")
     args = p.parse_args(argv)
     import torch
 
@@ -252,12 +255,25 @@ def main(argv=None):
     torch.set_num_threads(args.threads)
     print(machine.line(attnc))
     results: dict = {}
-    option_costs(256 if args.quick else 2048, args.repeats, results)
     W = 64 if args.quick else 256
-    window_against_full((512,) if args.quick else (2048, 8192), W, args.repeats, results)
-    lengths = (256,) if args.quick else (2048, 4096, 8192, 16384, 32768)
-    window_against_torch(torch, lengths, W, 1 if args.quick else max(3, args.repeats // 2), results)
-    mla_decoding((64,) if args.quick else (1024, 4096), 4 if args.quick else 64, 1 if args.quick else 3, results)
+    parts = {
+        "options": lambda: option_costs(256 if args.quick else 2048, args.repeats, results),
+        "window": lambda: window_against_full((512,) if args.quick else (2048, 8192), W, args.repeats, results),
+        "torch": lambda: window_against_torch(
+            torch,
+            (256,) if args.quick else (2048, 4096, 8192, 16384, 32768),
+            W,
+            1 if args.quick else max(3, args.repeats // 2),
+            results,
+        ),
+        "mla": lambda: mla_decoding(
+            (64,) if args.quick else (1024, 4096), 4 if args.quick else 64, 1 if args.quick else 3, results
+        ),
+    }
+    for name in [args.only] if args.only else PARTS:
+        parts[name]()
+    if args.only:  # a part alone is no full run: the committed results stay
+        return
     data = {
         "benchmark": "the fused kernel's options, sliding windows against torch, MLA decoding",
         "torch": torch.__version__,

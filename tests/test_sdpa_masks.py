@@ -446,6 +446,26 @@ def test_errors_name_the_argument(case):
         attnc.vjp(sdpa, *args, **kw)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_sigmoid_lse_is_zero(rng, dtype):
+    """With activation sigmoid the kernel writes 0 into lse: nothing reads a
+    normaliser then (the backward and the weights take p = sigmoid(s + b)),
+    so the forward no longer sums each row for one. Several tiles, segments."""
+    from attnc import _core
+    from attnc.attention import sdpa as impl
+
+    q, k, v = _qkv(rng, 2, 2, 2, 300, 270, 5, 3, dtype)
+    segs = (np.repeat([0, 1, 2], 100)[None], np.repeat([0, 1, 2], 90)[None])
+    q, k, v, _, options, _ = impl._prepare(
+        q, k, v, None, 0.0, False, None, False, None, activation="sigmoid", segment_ids=segs
+    )
+    out, lse = np.empty((2, 2, 300, 3), dtype), np.full((2, 2, 300), np.nan, dtype)
+    _core.sdpa_forward(output=out, lse=lse, query=q, key=k, value=v, options=options)
+    assert (lse == 0).all()
+    want = ref.scaled_dot_product_attention(q, k, v, activation="sigmoid", segment_ids=segs)
+    close(out, want, 1e-5 if dtype == np.float32 else 1e-12, "output")
+
+
 def test_c_checks_the_options(rng):
     """The kernel's own checks, past the Python ones."""
     from attnc import _core

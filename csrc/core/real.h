@@ -11,7 +11,8 @@
 #define FN(name) name##_f64
 #define GEMM attnc_gemm_f64
 #define EXP exp
-#define EXPV exp /* the exp the vectorised tile loops use */
+#define EXPV exp   /* the exp the vectorised tile loops use */
+#define TANHV tanh /* and their tanh */
 #define LOG log
 #define ERF erf
 #define TANH tanh
@@ -23,6 +24,7 @@
 #define GEMM attnc_gemm_f32
 #define EXP expf
 #define EXPV attnc_expf
+#define TANHV attnc_tanhf
 #define LOG logf
 #define ERF erff
 #define TANH tanhf

@@ -4,6 +4,7 @@
 #undef GEMM
 #undef EXP
 #undef EXPV
+#undef TANHV
 #undef LOG
 #undef ERF
 #undef TANH

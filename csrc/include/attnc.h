@@ -294,8 +294,8 @@ typedef struct {
     attnc_tensor query_segments, key_segments, prefix_lengths, block_mask;
     int64_t block_q, block_k;
     /* ATTNC_SIGMOID: p_ij = sigmoid(s_ij + sigmoid_bias) with no normaliser
-     * (Ramapuram et al. 2024; excluded keys p = 0; not with sinks); lse then
-     * holds log(sum_j p_ij). */
+     * (Ramapuram et al. 2024; excluded keys p = 0; not with sinks); lse is
+     * then 0 (the backward reads no normaliser). */
     attnc_sdpa_activation activation;
     double sigmoid_bias;
 } attnc_sdpa_options;

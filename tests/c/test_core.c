@@ -1405,6 +1405,7 @@ int main(void) {
     test_tile_gemm();
     test_tile_band();
     test_rows_f32();
+    test_tanhf();
     test_blas_shim();
     test_blas_chunks();
     test_fingerprint();

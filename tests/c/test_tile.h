@@ -1,7 +1,8 @@
-/* test_tile.h: the float32 tile products (core/tile_gemm.c) and the AVX-512
- * row maximum and exp (core/rows_f32.h), against plain double loops.
- * Included by test_core.c. */
+/* test_tile.h: the float32 tile products (core/tile_gemm.c), the AVX-512
+ * row maximum and exp (core/rows_f32.h) and the tile loops' tanh
+ * (core/simd.h), against plain double loops. Included by test_core.c. */
 #include "../../csrc/core/rows_f32.h"
+#include "../../csrc/core/simd.h"
 #include "../../csrc/core/tile_gemm.h"
 
 /* C (m, n) = alpha A B + beta C in double, A with strides (ars, acs), B (k, n) row stride ldb. */
@@ -129,6 +130,33 @@ static void test_tile_band(void) {
         free(a), free(b), free(c), free(c0), free(ref), free(r), free(bt), free(c2), free(panels);
     }
     CHECK(ok, "banded tile products differ from the dense product within their band");
+}
+
+/* attnc_tanhf against tanh: within 3.5e-7 absolute and relative on a dense
+ * sweep of [-12, 12] and on small arguments down to 1e-30, never past +-1
+ * (the softcap's scores stay within the cap), odd; +-inf give +-1, NaN
+ * stays NaN, -0 stays -0. */
+static void test_tanhf(void) {
+    double worst = 0, worst_x = 0;
+    int bounded = 1, odd = 1;
+    for (int64_t i = -2000000; i <= 2000000; i++) {
+        float x = (float)((double)i * 6e-6);
+        double y = attnc_tanhf(x), want = tanh((double)x), err = fabs(y - want) / fmax(1e-30, fmin(1, fabs(want)));
+        if (err > worst) worst = err, worst_x = x;
+        bounded &= fabs(y) <= 1;
+        odd &= attnc_tanhf(-x) == -attnc_tanhf(x);
+    }
+    for (float x = 1e-30f; x < 0.1f; x *= 1.01f) {
+        double err = fabs(attnc_tanhf(x) / tanh((double)x) - 1);
+        if (err > worst) worst = err, worst_x = x;
+    }
+    CHECK(worst <= 3.5e-7, "attnc_tanhf differs from tanh by %g at %g", worst, worst_x);
+    CHECK(bounded, "attnc_tanhf leaves [-1, 1]");
+    CHECK(odd, "attnc_tanhf is not odd");
+    float nz = attnc_tanhf(-0.0f);
+    CHECK(attnc_tanhf(INFINITY) == 1 && attnc_tanhf(-INFINITY) == -1 && isnan(attnc_tanhf(NAN)) && nz == 0 &&
+              signbit(nz),
+          "attnc_tanhf edges: %g %g %g %g", attnc_tanhf(INFINITY), attnc_tanhf(-INFINITY), attnc_tanhf(NAN), nz);
 }
 
 static void test_rows_f32(void) {

@@ -583,7 +583,7 @@ attnc_status attnc_sdpa_backward(attnc_tensor *dquery, attnc_tensor *dkey, attnc
     }
     bool softmax = options->activation == ATTNC_SOFTMAX; /* sigmoid's score gradient needs no row dots */
     if (softmax) attnc_parallel_for(c.batch.count * c.H, attnc_workers(), ATTNC_TYPED(dt, rowdot_task), &c);
-    /* P and dP per tile, and with softcap the tile's tanh(s / softcap) */
+    /* P and dP per tile, and with softcap the cap's derivative (cap_scores) */
     size_t per = (size_t)((options->softcap > 0 ? 3 : 2) * c.bq * c.bk);
     if (c.dw && softmax) /* D += rowsum(P o dweights): the weights' own softmax backward */
         st = run(&c, c.batch.count * c.H * c.nqb, ATTNC_TYPED(dt, weights_rowdot_task), (size_t)(c.bq * c.bk));

@@ -89,46 +89,53 @@ static REAL FN(row_exp)(REAL *x, int64_t n, REAL shift) {
 }
 
 /* x[j] <- sigmoid(x[j] + bias) = 1 / (1 + exp(-(x[j] + bias))) (0 for an
- * excluded key's -inf); returns the sum. */
-static REAL FN(row_sigmoid)(REAL *x, int64_t n, REAL bias) {
-    REAL lane[LANES], sum = 0;
-    for (int k = 0; k < LANES; k++) lane[k] = 0;
-    int64_t j = 0;
-    for (; j + LANES <= n; j += LANES)
-        for (int k = 0; k < LANES; k++) lane[k] += x[j + k] = 1 / (1 + EXPV(-(x[j + k] + bias)));
-    for (int k = 0; k < LANES; k++) sum += lane[k];
-    for (; j < n; j++) sum += x[j] = 1 / (1 + EXPV(-(x[j] + bias)));
-    return sum;
+ * excluded key's -inf). No row sum: sigmoid has no normaliser. */
+static void FN(row_sigmoid)(REAL *x, int64_t n, REAL bias) {
+    for (int64_t j = 0; j < n; j++) x[j] = 1 / (1 + EXPV(-(x[j] + bias)));
 }
 
 /* Entry h of an (H,) option vector. */
 static REAL FN(head_entry)(const attnc_tensor *t, int64_t h) { return *(const REAL *)attnc_at(t, h * t->strides[0]); }
 
-/* s <- softcap tanh(s / softcap); with tanh_out, the tanh kept there (the
- * backward's chain rule). tanh(y) = 1 - 2 / (exp(2y) + 1) through EXPV,
- * which the compiler vectorises (tanhf, a call per score, made the capped
- * forward 2.3 times the plain one); exp's overflow to inf gives 1. */
-static void FN(cap_scores)(REAL cap, int64_t n, REAL *s, REAL *tanh_out) {
-    REAL twice_inv = 2 / cap;
-    for (int64_t x = 0; x < n; x++) s[x] = 1 - 2 / (EXPV(s[x] * twice_inv) + 1);
-    if (tanh_out)
-        for (int64_t x = 0; x < n; x++) tanh_out[x] = s[x];
-    for (int64_t x = 0; x < n; x++) s[x] *= cap;
+/* s <- softcap tanh(s / softcap) in one pass; with dcap, the derivative
+ * 1 - tanh^2 kept there (the backward's chain rule). TANHV: float's is a
+ * rational function (core/simd.h), which the compiler vectorises; the
+ * earlier 1 - 2 / (exp(2y) + 1) cost 1.6 times as much, tanhf (a call per
+ * score) 2.3 times the plain forward. */
+static void FN(cap_scores)(REAL cap, int64_t n, REAL *s, REAL *dcap) {
+    REAL inv = 1 / cap;
+    if (!dcap) {
+        for (int64_t x = 0; x < n; x++) s[x] = cap * TANHV(s[x] * inv);
+        return;
+    }
+    for (int64_t x = 0; x < n; x++) {
+        REAL t = TANHV(s[x] * inv);
+        s[x] = cap * t;
+        dcap[x] = 1 - t * t;
+    }
 }
 
-/* ds <- ds (1 - tanh^2): through the soft cap (masked entries, whose
- * tanh the products may have left unspecified, stay 0). */
-static void FN(cap_grad)(int64_t n, REAL *ds, const REAL *t) {
-    for (int64_t x = 0; x < n; x++)
-        if (ds[x] != 0) ds[x] *= 1 - t[x] * t[x];
+/* ds <- ds dcap: through the soft cap. Masked entries (ds 0), whose dcap
+ * the products may have left unspecified (NaN, say), stay 0: a select,
+ * not a branch, so the loop is a blend (the branch became AVX2's masked
+ * store, a fifth of the capped backward's extra time). */
+static void FN(cap_grad)(int64_t n, REAL *ds, const REAL *dcap) {
+    for (int64_t x = 0; x < n; x++) ds[x] = ds[x] != 0 ? ds[x] * dcap[x] : ds[x];
 }
 
-/* s += slope_h (j - i - causal_offset) over the tile (ALiBi). */
+/* s += slope_h (j - i - causal_offset) over the tile (ALiBi). The distance
+ * as a row's base plus the key's int j (nk <= BK): AVX2 converts 32-bit
+ * integers to floats a vector at a time but not 64-bit ones (the int64 form
+ * was scalar, 0.6 ns a score). Both terms and their sum are integers, exact
+ * below 2^24 (float) and 2^53 (double), so the bits are those of
+ * (REAL)(j - i - causal_offset) up to those distances. */
 static void FN(add_alibi)(const flash_ctx *c, int64_t h, int64_t i0, int64_t nq, int64_t j0, int64_t nk, REAL *s) {
     REAL slope = FN(head_entry)(&c->opt->alibi_slopes, h);
     int64_t d0 = j0 - i0 - c->opt->causal_offset;
-    for (int64_t i = 0; i < nq; i++)
-        for (int64_t j = 0; j < nk; j++) s[i * nk + j] += slope * (REAL)(d0 + j - i);
+    for (int64_t i = 0; i < nq; i++) {
+        REAL base = (REAL)(d0 - i), *row = s + i * nk;
+        for (int j = 0; j < (int)nk; j++) row[j] += slope * (base + (REAL)j);
+    }
 }
 
 /* -inf outside the band (causal, window) where the tile crosses its sides. */
@@ -178,14 +185,14 @@ static void FN(block_masks)(const flash_ctx *c, int64_t b, int64_t h, int64_t i0
 }
 
 /* s (nq, nk) <- scale * Q_i K_j^T, soft-capped, ALiBi added, then the
- * masks: excluded keys -inf, float masks added. With softcap and tanh_out,
- * tanh(s / softcap) kept there. */
+ * masks: excluded keys -inf, float masks added. With softcap and dcap, the
+ * cap's derivative kept there (cap_scores). */
 static void FN(scores)(const flash_ctx *c, int64_t b, int64_t h, int64_t i0, int64_t nq, int64_t j0, int64_t nk,
-                       REAL *s, REAL *tanh_out) {
+                       REAL *s, REAL *dcap) {
     const attnc_sdpa_options *o = c->opt;
     FN(times_block_t)(c, 0, (REAL)o->scale, FN(head_rows)(c, c->q, b, h, i0, nq), b, h / c->group, i0, j0, nk,
                       FN(tile)(s, nq, nk));
-    if (o->softcap > 0) FN(cap_scores)((REAL)o->softcap, nq * nk, s, tanh_out);
+    if (o->softcap > 0) FN(cap_scores)((REAL)o->softcap, nq * nk, s, dcap);
     if (attnc_present(&o->alibi_slopes)) FN(add_alibi)(c, h, i0, nq, j0, nk, s);
     for (int m = 0; m < 2; m++) {
         const attnc_tensor *mk = &o->masks[m];
@@ -268,7 +275,7 @@ static void FN(forward_block)(const flash_ctx *c, int64_t b, int64_t h, int64_t 
                 for (int64_t j = 0; j < nk; j++) keep[i * c->S + j0 + j] = live ? s[i * nk + j] : -INFINITY;
         if (!live) continue;
         if (sigmoid)
-            for (int64_t i = 0; i < nq; i++) l[i] += FN(row_sigmoid)(s + i * nk, nk, (REAL)c->opt->sigmoid_bias);
+            for (int64_t i = 0; i < nq; i++) FN(row_sigmoid)(s + i * nk, nk, (REAL)c->opt->sigmoid_bias);
         else
             FN(online_softmax)(c, nq, nk, s, m, l, acc);
         FN(dropout)(c, b, h, i0, nq, j0, nk, s);
@@ -277,10 +284,12 @@ static void FN(forward_block)(const flash_ctx *c, int64_t b, int64_t h, int64_t 
     }
     attnc_mat out = FN(head_rows)(c, c->out, b, h, i0, nq);
     REAL *lse = (REAL *)c->lse_out->data + bh * c->L + i0;
-    if (sigmoid) { /* no normaliser: the output is the accumulator */
+    if (sigmoid) { /* no normaliser: the output is the accumulator. lse, which
+                    * the backward and the weights (probabilities) do not read
+                    * then, is 0: log sum_j p_ij had cost a row sum per tile. */
         for (int64_t i = 0; i < nq; i++) {
             for (int64_t e = 0; e < c->ev; e++) ((REAL *)out.p)[i * out.rs + e * out.cs] = acc[i * c->ev + e];
-            lse[i] = LOG(l[i]);
+            lse[i] = 0;
         }
         return;
     }
@@ -505,14 +514,30 @@ static void FN(slope_grads)(const flash_ctx *c) {
     }
 }
 
+/* sum_j x[j] (base + ramp[j]) in LANES partial sums, as row_max's (one
+ * running sum was a chain of dependent adds: 1 ns a score). ramp[j] = j:
+ * with j converted inside the loop, GCC's vector code shuffled more than it
+ * added (0.75 ns a score; 0.1 with the table). */
+static REAL FN(ramp_dot)(const REAL *x, int64_t n, REAL base, const REAL *ramp) {
+    REAL lane[LANES], sum = 0;
+    for (int k = 0; k < LANES; k++) lane[k] = 0;
+    int64_t j = 0;
+    for (; j + LANES <= n; j += LANES)
+        for (int k = 0; k < LANES; k++) lane[k] += x[j + k] * (base + ramp[j + k]);
+    for (int k = 0; k < LANES; k++) sum += lane[k];
+    for (; j < n; j++) sum += x[j] * (base + ramp[j]);
+    return sum;
+}
+
 /* The tile's share of dalibi_slopes[h]: sum of dS_ij (j - i - causal_offset),
- * dS the gradient of the scores the slope's bias is added to. */
+ * dS the gradient of the scores the slope's bias is added to; the distance
+ * as add_alibi makes it. */
 static void FN(add_slope_part)(const flash_ctx *c, int64_t b, int64_t h, int64_t i0, int64_t nq, int64_t j0, int64_t nk,
                                const REAL *ds) {
     int64_t d0 = j0 - i0 - c->opt->causal_offset;
-    REAL acc = 0;
-    for (int64_t i = 0; i < nq; i++)
-        for (int64_t j = 0; j < nk; j++) acc += ds[i * nk + j] * (REAL)(d0 + j - i);
+    REAL ramp[BK], acc = 0;
+    for (int j = 0; j < (int)nk; j++) ramp[j] = (REAL)j;
+    for (int64_t i = 0; i < nq; i++) acc += FN(ramp_dot)(ds + i * nk, nk, (REAL)(d0 - i), ramp);
     ((REAL *)c->slope_part)[(b * c->H + h) * c->nkb + j0 / c->bk] += acc;
 }
 
@@ -532,7 +557,7 @@ static void FN(key_block)(const flash_ctx *c, int64_t b, int64_t hk, int64_t j0,
     bool want_k = attnc_present(c->dk), want_v = attnc_present(c->dv);
     if (want_k) FN(zero_rows)(c, c->dk, b, hk, j0, block);
     if (want_v) FN(zero_rows)(c, c->dv, b, hk, j0, block);
-    REAL *t = c->opt->softcap > 0 ? dp + c->bq * c->bk : NULL;
+    REAL *dcap = c->opt->softcap > 0 ? dp + c->bq * c->bk : NULL;
     int64_t first = c->hi == NO_HI ? 0 : j0 - c->hi; /* the first row that sees j0 */
     if (first < 0) first = 0;
     for (int64_t h = hk * c->group; h < (hk + 1) * c->group; h++)
@@ -540,7 +565,7 @@ static void FN(key_block)(const flash_ctx *c, int64_t b, int64_t hk, int64_t j0,
             int64_t nq = c->L - i0 < c->bq ? c->L - i0 : c->bq, nk = tile_keys(c, i0, nq, j0);
             if (c->lo != NO_LO && i0 + c->lo >= j0 + block) break; /* later rows start past the block */
             if (!visits(c, i0, nq, j0) || !tile_live(c, b, h, i0, nq, j0, nk)) continue; /* as the forward's */
-            FN(scores)(c, b, h, i0, nq, j0, nk, s, t);
+            FN(scores)(c, b, h, i0, nq, j0, nk, s, dcap);
             FN(probabilities)(c, (const REAL *)c->lse->data + (b * c->H + h) * c->L + i0, nq, nk, nk, s);
             if (want_v) { /* dV_j += P'^T dO_i, P' = dropout(P) (P itself without dropout) */
                 REAL *pd = s;
@@ -560,7 +585,7 @@ static void FN(key_block)(const flash_ctx *c, int64_t b, int64_t hk, int64_t j0,
                     for (int64_t j = 0; j < nk; j++) dm[i * c->S + j] = s[i * nk + j];
             }
             if (c->slope_part) FN(add_slope_part)(c, b, h, i0, nq, j0, nk, s);
-            if (t) FN(cap_grad)(nq * nk, s, t);
+            if (dcap) FN(cap_grad)(nq * nk, s, dcap);
             if (want_k)
                 FN(product)(c, true, (REAL)c->opt->scale, FN(tile)(s, nq, nk), FN(head_rows)(c, c->q, b, h, i0, nq), 1,
                             FN(head_rows)(c, c->dk, b, hk, j0, nk), causal_band(c, QUERY_TERMS, i0, j0));
@@ -618,15 +643,15 @@ static void FN(dq_task)(void *arg, int64_t task, int worker) {
     int64_t qb = task % c->nqb, bh = task / c->nqb, b = bh / c->H, h = bh % c->H;
     int64_t i0 = qb * c->bq, nq = c->L - i0 < c->bq ? c->L - i0 : c->bq;
     REAL *s = (REAL *)c->scratch + (size_t)worker * c->per_worker, *dp = s + c->bq * c->bk;
-    REAL *t = c->opt->softcap > 0 ? dp + c->bq * c->bk : NULL;
+    REAL *dcap = c->opt->softcap > 0 ? dp + c->bq * c->bk : NULL;
     FN(zero_rows)(c, c->dq, b, h, i0, nq);
     int64_t nk;
     for (int64_t j0 = key_begin(c, i0); (nk = tile_keys(c, i0, nq, j0)) > 0; j0 += c->bk) {
         if (!tile_live(c, b, h, i0, nq, j0, nk)) continue;
-        FN(scores)(c, b, h, i0, nq, j0, nk, s, t);
+        FN(scores)(c, b, h, i0, nq, j0, nk, s, dcap);
         FN(probabilities)(c, (const REAL *)c->lse->data + bh * c->L + i0, nq, nk, nk, s);
         FN(score_grad)(c, b, h, i0, nq, j0, nk, s, dp);
-        if (t) FN(cap_grad)(nq * nk, s, t);
+        if (dcap) FN(cap_grad)(nq * nk, s, dcap);
         FN(product)(c, false, (REAL)c->opt->scale, FN(tile)(s, nq, nk), FN(head_rows)(c, c->k, b, h / c->group, j0, nk),
                     1, FN(head_rows)(c, c->dq, b, h, i0, nq), causal_band(c, KEY_TERMS, i0, j0));
     }
