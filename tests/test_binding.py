@@ -134,6 +134,7 @@ def _extra_calls():
     points = rng.random((2, 5, 2))
     for exact in (True, False):
         tours, _ = attnc.datasets.tsp_tours(points, exact=exact)
+    attnc.datasets.tsp_tours(points, exact=False, or_opt=True)
     attnc.datasets.tour_length(points, tours)
     attnc.datasets.ConvexHullTask().batch(2, seed=0)
 

@@ -355,7 +355,7 @@ def test_a_resumed_run_counts_the_cpu_time_before_it(tmp_path):
     first = quiet_run("luong_comparison", steps=7, schedule_steps=20, run_dir=tmp_path / "r", **kw)
     (cpu,) = first.metrics["train_cpu_seconds_by_variant"]
     state = json.loads(next((tmp_path / "r" / "checkpoints").glob("global-dot-*/state.json")).read_text())
-    assert cpu > 0 and state["cpu_seconds"] == pytest.approx(cpu, abs=1e-3)
+    assert cpu > 0 and state["cpu_seconds"] == pytest.approx(cpu, abs=0.02)  # the checkpoint's is the last step's
     again = quiet_run("luong_comparison", resume=tmp_path / "r", steps=7)  # nothing left to train
     assert again.metrics["train_cpu_seconds_by_variant"][0] == pytest.approx(cpu, abs=0.05)
 
