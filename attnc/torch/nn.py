@@ -23,6 +23,7 @@ from torch import Tensor
 
 from ..attention._spec import variant_options
 from ..attention.sdpa import alibi_slopes
+from ..nn.transformer import _attention
 from ._fused import multi_head_attention
 
 __all__ = ["MultiheadAttention", "TransformerEncoderLayer", "TransformerDecoderLayer", "Transformer"]
@@ -193,6 +194,80 @@ def _attnc_attention(layer: torch.nn.Module) -> None:
             module.__class__ = MultiheadAttention
 
 
+def _set_attention(layer: torch.nn.Module, kwargs: dict) -> None:
+    """A layer's settings popped from its constructor's kwargs: the
+    self-attention's options of today's models (_VARIANT_SETTINGS) and
+    attention="softmax" | "sigmoid" with sigmoid_bias, every attention
+    block's (checked as attnc.nn's layers check them: sigmoid refuses sinks)."""
+    _attnc_attention(layer)
+    variants = {n: kwargs.pop(n) for n in _VARIANT_SETTINGS if n in kwargs}
+    attention, bias = _attention(
+        kwargs.pop("attention", "softmax"), kwargs.pop("sigmoid_bias", None), variants.get("sinks")
+    )
+    cast(MultiheadAttention, layer.self_attn)._set_variants(**variants, activation=attention, sigmoid_bias=bias)
+    if hasattr(layer, "multihead_attn"):
+        cast(MultiheadAttention, layer.multihead_attn)._set_variants(activation=attention, sigmoid_bias=bias)
+
+
+def _block_masks(segment_ids, key_segment_ids, block_mask, block_size) -> dict:
+    """One attention's block masks as MultiheadAttention.forward takes them
+    (block_size only with the block mask it sizes)."""
+    if key_segment_ids is not None:
+        segment_ids = (segment_ids, key_segment_ids)
+    sized = block_mask is not None
+    return dict(segment_ids=segment_ids, block_mask=block_mask, block_size=block_size if sized else None)
+
+
+def _attend(attn, dropout, x, mem, attn_mask, key_padding_mask, is_causal, blocks) -> Tensor:
+    """torch's _sa_block / _mha_block with the block masks (blocks, keywords
+    of MultiheadAttention.forward)."""
+    out = attn(
+        x,
+        mem,
+        mem,
+        attn_mask=attn_mask,
+        key_padding_mask=key_padding_mask,
+        is_causal=is_causal,
+        need_weights=False,
+        **blocks,
+    )[0]
+    return dropout(out)
+
+
+def _encoder_blocks(src_mask, is_causal, src_segment_ids, prefix_lengths, src_block_mask, block_size):
+    """An encoder's per-call block masks, checked as attnc.nn's encoder checks
+    them: (is_causal for the self-attention, its block-mask keywords).
+    prefix_lengths makes the attention causal (the kernel's causal rule,
+    which the prefix widens), refusing is_causal and a mask."""
+    if block_size is not None and src_block_mask is None:
+        raise TypeError("block_size is the size of src_block_mask's blocks: pass it with src_block_mask")
+    blocks = _block_masks(src_segment_ids, None, src_block_mask, block_size)
+    if prefix_lengths is None:
+        return is_causal, blocks
+    if is_causal or src_mask is not None:
+        raise ValueError(
+            "prefix_lengths makes the self-attention causal outside the prefix; is_causal=True (and the causal "
+            "src_mask) would hide the prefix: pass neither (attnc.torch.nn takes no src_mask with prefix_lengths)"
+        )
+    return True, dict(blocks, prefix_lengths=prefix_lengths)
+
+
+def _decoder_blocks(tgt_segment_ids, memory_segment_ids, tgt_block_mask, memory_block_mask, block_size):
+    """A decoder's per-call block masks: (the self-attention's, the
+    cross-attention's) keywords; target segment k reads memory segment k."""
+    if block_size is not None and tgt_block_mask is None and memory_block_mask is None:
+        raise TypeError("block_size is the size of tgt_block_mask's / memory_block_mask's blocks: pass it with one")
+    if memory_segment_ids is not None and tgt_segment_ids is None:
+        raise TypeError(
+            "memory_segment_ids needs tgt_segment_ids: a target position reads the memory of its own segment"
+        )
+    cross_q = tgt_segment_ids if memory_segment_ids is not None else None
+    return (
+        _block_masks(tgt_segment_ids, None, tgt_block_mask, block_size),
+        _block_masks(cross_q, memory_segment_ids, memory_block_mask, block_size),
+    )
+
+
 class TransformerEncoderLayer(torch.nn.TransformerEncoderLayer):
     """``torch.nn.TransformerEncoderLayer`` whose self-attention is
     attnc.torch.nn.MultiheadAttention.
@@ -205,7 +280,20 @@ class TransformerEncoderLayer(torch.nn.TransformerEncoderLayer):
     fused fast path. src (S, B, E) ((B, S, E) with batch_first), float32 or
     float64; returns a tensor like src. Keyword-only sinks, alibi, window,
     softcap: the self-attention's options, as attnc.torch.nn.MultiheadAttention
-    takes them (``self_attn.sinks`` a parameter with sinks=True).
+    takes them (``self_attn.sinks`` a parameter with sinks=True);
+    attention="softmax" (default) or "sigmoid" with sigmoid_bias (None: -log
+    of the key count per call), as attnc.nn.TransformerEncoderLayer takes
+    them (sigmoid refuses sinks).
+
+    forward's keyword-only block masks, as attnc.nn.TransformerEncoderLayer
+    takes them, batch first whatever batch_first says: src_segment_ids
+    (B, S) integers (packed sequences: a position attends only positions of
+    its id; causally with is_causal and the causal src_mask); prefix_lengths
+    an int or (B,) integers (a prefix LM: causal, but every position sees the
+    first prefix_lengths[b]; it makes the attention causal itself: pass no
+    is_causal and no src_mask); src_block_mask a bool tensor (B or 1, nhead
+    or 1, ceil(S / bq), ceil(S / bk)) with block_size bq or (bq, bk). They
+    take no gradient.
 
     Example
     -------
@@ -215,13 +303,16 @@ class TransformerEncoderLayer(torch.nn.TransformerEncoderLayer):
     >>> alibi = attnc.torch.nn.TransformerEncoderLayer(16, 4, 32, batch_first=True, alibi=True, window=(3, 0))
     >>> alibi(torch.randn(2, 5, 16)).shape
     torch.Size([2, 5, 16])
+    >>> sig = attnc.torch.nn.TransformerEncoderLayer(16, 4, 32, batch_first=True, attention="sigmoid")
+    >>> ids = torch.tensor([[0, 0, 1, 1, 1], [0, 0, 0, 0, 1]])
+    >>> sig(torch.randn(2, 5, 16), src_segment_ids=ids, prefix_lengths=2).shape
+    torch.Size([2, 5, 16])
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        variants = {n: kwargs.pop(n) for n in _VARIANT_SETTINGS if n in kwargs}
+        settings = {n: kwargs.pop(n) for n in (*_VARIANT_SETTINGS, "attention", "sigmoid_bias") if n in kwargs}
         super().__init__(*args, **kwargs)
-        _attnc_attention(self)
-        cast(MultiheadAttention, self.self_attn)._set_variants(**variants)
+        _set_attention(self, settings)
 
     def forward(
         self,
@@ -229,12 +320,24 @@ class TransformerEncoderLayer(torch.nn.TransformerEncoderLayer):
         src_mask: Tensor | None = None,
         src_key_padding_mask: Tensor | None = None,
         is_causal: bool = False,
+        *,
+        src_segment_ids: Tensor | None = None,
+        prefix_lengths: Tensor | int | None = None,
+        src_block_mask: Tensor | None = None,
+        block_size: int | tuple[int, int] | None = None,
     ) -> Tensor:
+        causal, blocks = _encoder_blocks(
+            src_mask, is_causal, src_segment_ids, prefix_lengths, src_block_mask, block_size
+        )
+
+        def sa(x):
+            return _attend(self.self_attn, self.dropout1, x, x, src_mask, src_key_padding_mask, causal, blocks)
+
         x = src
         if self.norm_first:
-            x = x + self._sa_block(self.norm1(x), src_mask, src_key_padding_mask, is_causal=is_causal)
+            x = x + sa(self.norm1(x))
             return x + self._ff_block(self.norm2(x))
-        x = self.norm1(x + self._sa_block(x, src_mask, src_key_padding_mask, is_causal=is_causal))
+        x = self.norm1(x + sa(x))
         return self.norm2(x + self._ff_block(x))
 
 
@@ -250,20 +353,71 @@ class TransformerDecoderLayer(torch.nn.TransformerDecoderLayer):
     tgt_is_causal=False, memory_is_causal=False) are torch's. tgt (T, B, E),
     memory (S, B, E) (batch first with batch_first), float32 or float64;
     returns a tensor like tgt. Keyword-only sinks, alibi, window, softcap:
-    the self-attention's options, as in attnc.torch.nn.TransformerEncoderLayer.
+    the self-attention's options, as in attnc.torch.nn.TransformerEncoderLayer;
+    attention="softmax" or "sigmoid" with sigmoid_bias: both attentions'.
+
+    forward's keyword-only block masks, as attnc.nn.TransformerDecoderLayer
+    takes them, batch first: tgt_segment_ids (B, T) integers (a target
+    position attends only targets of its id, causally with tgt_is_causal);
+    with memory_segment_ids (B, S) too (it needs tgt_segment_ids) it reads
+    only the memory positions of its id, so several (source, target) pairs
+    share a row; tgt_block_mask (B or 1, nhead or 1, ceil(T / bq), ceil(T /
+    bk)) and memory_block_mask (..., ceil(T / bq), ceil(S / bk)) with
+    block_size bq or (bq, bk).
 
     Example
     -------
     >>> layer = attnc.torch.nn.TransformerDecoderLayer(16, 4, dim_feedforward=32, batch_first=True)
     >>> layer(torch.randn(2, 3, 16), torch.randn(2, 5, 16)).shape
     torch.Size([2, 3, 16])
+    >>> tgt_ids, mem_ids = torch.tensor([[0, 1, 1]] * 2), torch.tensor([[0, 0, 1, 1, 1]] * 2)
+    >>> layer(torch.randn(2, 3, 16), torch.randn(2, 5, 16), tgt_segment_ids=tgt_ids, memory_segment_ids=mem_ids).shape
+    torch.Size([2, 3, 16])
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        variants = {n: kwargs.pop(n) for n in _VARIANT_SETTINGS if n in kwargs}
+        settings = {n: kwargs.pop(n) for n in (*_VARIANT_SETTINGS, "attention", "sigmoid_bias") if n in kwargs}
         super().__init__(*args, **kwargs)
-        _attnc_attention(self)
-        cast(MultiheadAttention, self.self_attn)._set_variants(**variants)
+        _set_attention(self, settings)
+
+    def forward(
+        self,
+        tgt: Tensor,
+        memory: Tensor,
+        tgt_mask: Tensor | None = None,
+        memory_mask: Tensor | None = None,
+        tgt_key_padding_mask: Tensor | None = None,
+        memory_key_padding_mask: Tensor | None = None,
+        tgt_is_causal: bool = False,
+        memory_is_causal: bool = False,
+        *,
+        tgt_segment_ids: Tensor | None = None,
+        memory_segment_ids: Tensor | None = None,
+        tgt_block_mask: Tensor | None = None,
+        memory_block_mask: Tensor | None = None,
+        block_size: int | tuple[int, int] | None = None,
+    ) -> Tensor:
+        self_blocks, cross_blocks = _decoder_blocks(
+            tgt_segment_ids, memory_segment_ids, tgt_block_mask, memory_block_mask, block_size
+        )
+
+        def sa(x):
+            return _attend(
+                self.self_attn, self.dropout1, x, x, tgt_mask, tgt_key_padding_mask, tgt_is_causal, self_blocks
+            )
+
+        def ca(x):
+            mask, kpm = memory_mask, memory_key_padding_mask
+            return _attend(self.multihead_attn, self.dropout2, x, memory, mask, kpm, memory_is_causal, cross_blocks)
+
+        x = tgt
+        if self.norm_first:
+            x = x + sa(self.norm1(x))
+            x = x + ca(self.norm2(x))
+            return x + self._ff_block(self.norm3(x))
+        x = self.norm1(x + sa(x))
+        x = self.norm2(x + ca(x))
+        return self.norm3(x + self._ff_block(x))
 
 
 class Transformer(torch.nn.Transformer):
