@@ -71,7 +71,7 @@ DECODER_CALL = {
 }
 
 
-def _check_against_c(torch, layer, c, inputs, call, norm_first=False):
+def _check_against_c(torch, layer, c, inputs, call, names=None):
     """The twin's output and the gradients of its inputs and parameters
     equal the C layer's (attnc.vjp) for a random cotangent."""
     args = [torch.tensor(a, requires_grad=True) for a in inputs]
@@ -82,7 +82,7 @@ def _check_against_c(torch, layer, c, inputs, call, norm_first=False):
     grads = pullback(cot)
     params = dict(layer.named_parameters())
     got = torch.autograd.grad(out, [*args, *params.values()], torch.from_numpy(cot))
-    names = ["tgt", "memory"] if len(inputs) == 2 else ["src"]
+    names = names or (["tgt", "memory"] if len(inputs) == 2 else ["src"])
     for name, g in zip([*names, *params], got):
         close(g.numpy(), grads[name], 1e-11, name)
 
@@ -184,3 +184,26 @@ def test_decoder_and_setting_errors(torch, at, rng):
         cls(E, H, F, sigmoid_bias=-1.0)
     with pytest.raises(ValueError, match="sinks join a softmax's normaliser"):
         at.nn.TransformerDecoderLayer(E, H, F, attention="sigmoid", sinks=True)
+
+
+def test_transformer_with_packed_pairs_equals_the_c_transformer(torch, at, rng):
+    """Packed (source, target) pairs and block masks through the stacks."""
+    torch.manual_seed(2)
+    model = at.nn.Transformer(E, H, 2, 2, F, dropout=0.0, batch_first=True, dtype=torch.float64)
+    c = attnc.nn.Transformer(E, H, 2, 2, F, dropout=0.0, dtype=np.float64).eval()
+    c.load_state_dict({n: p.detach().numpy().copy() for n, p in model.state_dict().items()})
+    src, tgt = rng.standard_normal((2, 5, E)), rng.standard_normal((2, 7, E))
+    call = dict(
+        src_segment_ids=MEM_SEGMENTS,
+        tgt_segment_ids=SEGMENTS,
+        tgt_mask=CAUSAL,
+        tgt_is_causal=True,
+        src_block_mask=np.array([[True, False], [True, True]]),
+        memory_block_mask=DECODER_CALL["memory_block_mask"],
+        block_size=4,
+    )
+    _check_against_c(torch, model, c, [src, tgt], call, names=["src", "tgt"])
+    with pytest.raises(TypeError, match="src_segment_ids needs tgt_segment_ids"):
+        model(torch.tensor(src), torch.tensor(tgt), src_segment_ids=torch.from_numpy(MEM_SEGMENTS))
+    with pytest.raises(TypeError, match="pass it with one"):
+        model(torch.tensor(src), torch.tensor(tgt), block_size=2)

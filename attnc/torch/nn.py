@@ -20,6 +20,7 @@ from typing import Any, cast
 
 import torch
 from torch import Tensor
+from torch.nn.modules.transformer import _detect_is_causal_mask, _get_seq_len
 
 from ..attention._spec import variant_options
 from ..attention.sdpa import alibi_slopes
@@ -420,6 +421,73 @@ class TransformerDecoderLayer(torch.nn.TransformerDecoderLayer):
         return self.norm3(x + self._ff_block(x))
 
 
+class _TransformerEncoder(torch.nn.TransformerEncoder):
+    """torch's encoder stack (without its nested-tensor fast path) passing
+    the block masks (TransformerEncoderLayer.forward's keywords) to its layers."""
+
+    def forward(self, src, mask=None, src_key_padding_mask=None, is_causal=None, **blocks):  # type: ignore[override]
+        is_causal = _detect_is_causal_mask(mask, is_causal, _get_seq_len(src, self.layers[0].self_attn.batch_first))
+        out = src
+        for layer in self.layers:
+            out = layer(out, src_mask=mask, src_key_padding_mask=src_key_padding_mask, is_causal=is_causal, **blocks)
+        return out if self.norm is None else self.norm(out)
+
+
+class _TransformerDecoder(torch.nn.TransformerDecoder):
+    """torch's decoder stack passing the block masks to its layers."""
+
+    def forward(
+        self,
+        tgt,
+        memory,
+        tgt_mask=None,
+        memory_mask=None,
+        tgt_key_padding_mask=None,  # type: ignore[override]
+        memory_key_padding_mask=None,
+        tgt_is_causal=None,
+        memory_is_causal=False,
+        **blocks,
+    ):
+        batch_first = self.layers[0].self_attn.batch_first
+        tgt_is_causal = _detect_is_causal_mask(tgt_mask, tgt_is_causal, _get_seq_len(tgt, batch_first))
+        masks = dict(
+            tgt_mask=tgt_mask,
+            memory_mask=memory_mask,
+            tgt_key_padding_mask=tgt_key_padding_mask,
+            memory_key_padding_mask=memory_key_padding_mask,
+            memory_is_causal=memory_is_causal,
+        )
+        out = tgt
+        for layer in self.layers:
+            out = layer(out, memory, tgt_is_causal=tgt_is_causal, **masks, **blocks)
+        return out if self.norm is None else self.norm(out)
+
+
+# torch's classes inside a torch.nn.Transformer and attnc.torch.nn's twins of them.
+_TWINS = {
+    torch.nn.TransformerEncoderLayer: TransformerEncoderLayer,
+    torch.nn.TransformerDecoderLayer: TransformerDecoderLayer,
+    torch.nn.TransformerEncoder: _TransformerEncoder,
+    torch.nn.TransformerDecoder: _TransformerDecoder,
+}
+
+
+def _packing(src_segment_ids, tgt_segment_ids, src_block_mask, tgt_block_mask, memory_block_mask, block_size):
+    """Transformer.forward's block masks as (the encoder's, the decoder's)
+    keywords, checked as attnc.nn.Transformer checks them: the memory's
+    segments are the source's, so target segment k reads source segment k."""
+    if src_segment_ids is not None and tgt_segment_ids is None:
+        raise TypeError("src_segment_ids needs tgt_segment_ids: target segment k reads source segment k")
+    if block_size is not None and src_block_mask is None and tgt_block_mask is None and memory_block_mask is None:
+        raise TypeError("block_size is the size of a block mask's blocks: pass it with one")
+    encoder = dict(src_segment_ids=src_segment_ids, src_block_mask=src_block_mask)
+    encoder["block_size"] = block_size if src_block_mask is not None else None
+    decoder = dict(tgt_segment_ids=tgt_segment_ids, memory_segment_ids=src_segment_ids, tgt_block_mask=tgt_block_mask)
+    decoder.update(memory_block_mask=memory_block_mask)
+    decoder["block_size"] = block_size if tgt_block_mask is not None or memory_block_mask is not None else None
+    return encoder, decoder
+
+
 class Transformer(torch.nn.Transformer):
     """``torch.nn.Transformer`` whose attention modules are
     attnc.torch.nn.MultiheadAttention (its encoder never takes torch's
@@ -436,17 +504,75 @@ class Transformer(torch.nn.Transformer):
     torch's. src (S, B, E), tgt (T, B, E) (batch first with batch_first),
     float32 or float64; returns (T, B, E).
 
+    forward's keyword-only block masks, as attnc.nn.Transformer takes them,
+    batch first: packed (source, target) pairs with src_segment_ids (B, S)
+    and tgt_segment_ids (B, T) integers (src's need tgt's): the encoder's
+    segments, the decoder's and the memory's (the source's), so target
+    segment k reads source segment k only; src_block_mask (B or 1, nhead or
+    1, ceil(S / bq), ceil(S / bk)), tgt_block_mask (..., ceil(T / bq),
+    ceil(T / bk)), memory_block_mask (..., ceil(T / bq), ceil(S / bk)) with
+    block_size bq or (bq, bk). A custom_encoder / custom_decoder gets them
+    only if given.
+
     Example
     -------
     >>> model = attnc.torch.nn.Transformer(16, 4, 1, 1, dim_feedforward=32, batch_first=True)
     >>> model(torch.randn(2, 5, 16), torch.randn(2, 3, 16)).shape
+    torch.Size([2, 3, 16])
+    >>> src_ids, tgt_ids = torch.tensor([[0, 0, 1, 1, 1]] * 2), torch.tensor([[0, 1, 1]] * 2)
+    >>> model(torch.randn(2, 5, 16), torch.randn(2, 3, 16), src_segment_ids=src_ids, tgt_segment_ids=tgt_ids).shape
     torch.Size([2, 3, 16])
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         _attnc_attention(self)
-        for layer in getattr(self.encoder, "layers", ()):
-            if type(layer) is torch.nn.TransformerEncoderLayer:
-                layer.__class__ = TransformerEncoderLayer  # its forward: no fused fast path
+        for module in self.modules():  # the layers' forward: no fused fast path, the block masks
+            if type(module) in _TWINS:
+                module.__class__ = _TWINS[type(module)]
         self.encoder.use_nested_tensor = False
+
+    def forward(
+        self,
+        src: Tensor,
+        tgt: Tensor,
+        src_mask: Tensor | None = None,
+        tgt_mask: Tensor | None = None,
+        memory_mask: Tensor | None = None,
+        src_key_padding_mask: Tensor | None = None,
+        tgt_key_padding_mask: Tensor | None = None,
+        memory_key_padding_mask: Tensor | None = None,
+        src_is_causal: bool | None = None,
+        tgt_is_causal: bool | None = None,
+        memory_is_causal: bool = False,
+        *,
+        src_segment_ids: Tensor | None = None,
+        tgt_segment_ids: Tensor | None = None,
+        src_block_mask: Tensor | None = None,
+        tgt_block_mask: Tensor | None = None,
+        memory_block_mask: Tensor | None = None,
+        block_size: int | tuple[int, int] | None = None,
+    ) -> Tensor:
+        packing = (src_segment_ids, tgt_segment_ids, src_block_mask, tgt_block_mask, memory_block_mask, block_size)
+        enc_blocks, dec_blocks = (
+            {n: v for n, v in blocks.items() if v is not None} for blocks in _packing(*packing)
+        )  # none given: torch's stacks' own forward for a custom encoder / decoder
+        batch = 0 if self.batch_first else 1
+        if src.dim() == 3 and src.size(batch) != tgt.size(batch):
+            raise RuntimeError("the batch number of src and tgt must be equal")
+        if src.size(-1) != self.d_model or tgt.size(-1) != self.d_model:
+            raise RuntimeError("the feature number of src and tgt must be equal to d_model")
+        memory = self.encoder(
+            src, mask=src_mask, src_key_padding_mask=src_key_padding_mask, is_causal=src_is_causal, **enc_blocks
+        )
+        return self.decoder(
+            tgt,
+            memory,
+            tgt_mask=tgt_mask,
+            memory_mask=memory_mask,
+            tgt_key_padding_mask=tgt_key_padding_mask,
+            memory_key_padding_mask=memory_key_padding_mask,
+            tgt_is_causal=tgt_is_causal,
+            memory_is_causal=memory_is_causal,
+            **dec_blocks,
+        )
