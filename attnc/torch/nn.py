@@ -24,7 +24,7 @@ from torch.nn.modules.transformer import _detect_is_causal_mask, _get_seq_len
 
 from ..attention._spec import variant_options
 from ..attention.sdpa import alibi_slopes
-from ..nn.transformer import _attention
+from ..nn import transformer as _c
 from ._fused import multi_head_attention
 
 __all__ = ["MultiheadAttention", "TransformerEncoderLayer", "TransformerDecoderLayer", "Transformer"]
@@ -184,6 +184,8 @@ class MultiheadAttention(torch.nn.MultiheadAttention):
 
 # The constructor settings of the options of today's models (MultiheadAttention._set_variants').
 _VARIANT_SETTINGS = ("sinks", "alibi", "window", "softcap")
+# A layer's: those of its self-attention, and every attention block's activation.
+_LAYER_SETTINGS = (*_VARIANT_SETTINGS, "attention", "sigmoid_bias")
 
 
 def _attnc_attention(layer: torch.nn.Module) -> None:
@@ -196,13 +198,13 @@ def _attnc_attention(layer: torch.nn.Module) -> None:
 
 
 def _set_attention(layer: torch.nn.Module, kwargs: dict) -> None:
-    """A layer's settings popped from its constructor's kwargs: the
-    self-attention's options of today's models (_VARIANT_SETTINGS) and
+    """A layer's settings (kwargs: those of _LAYER_SETTINGS its constructor
+    was given) on its attention modules: the self-attention's options of today's models (_VARIANT_SETTINGS) and
     attention="softmax" | "sigmoid" with sigmoid_bias, every attention
     block's (checked as attnc.nn's layers check them: sigmoid refuses sinks)."""
     _attnc_attention(layer)
     variants = {n: kwargs.pop(n) for n in _VARIANT_SETTINGS if n in kwargs}
-    attention, bias = _attention(
+    attention, bias = _c._attention(
         kwargs.pop("attention", "softmax"), kwargs.pop("sigmoid_bias", None), variants.get("sinks")
     )
     cast(MultiheadAttention, layer.self_attn)._set_variants(**variants, activation=attention, sigmoid_bias=bias)
@@ -210,13 +212,20 @@ def _set_attention(layer: torch.nn.Module, kwargs: dict) -> None:
         cast(MultiheadAttention, layer.multihead_attn)._set_variants(activation=attention, sigmoid_bias=bias)
 
 
-def _block_masks(segment_ids, key_segment_ids, block_mask, block_size) -> dict:
-    """One attention's block masks as MultiheadAttention.forward takes them
-    (block_size only with the block mask it sizes)."""
-    if key_segment_ids is not None:
-        segment_ids = (segment_ids, key_segment_ids)
+def _mha_blocks(blocks: tuple) -> dict:
+    """One attention's block masks as attnc.nn's layers check them
+    (_c._encoder_blocks' / _c._decoder_blocks' (query segments, key segments,
+    prefix_lengths, block_mask, block_size)) as MultiheadAttention.forward's
+    keywords (block_size only with the block mask it sizes)."""
+    q_ids, k_ids, prefix_lengths, block_mask, block_size = blocks
+    segment_ids = q_ids if k_ids is q_ids else (q_ids, k_ids)
     sized = block_mask is not None
-    return dict(segment_ids=segment_ids, block_mask=block_mask, block_size=block_size if sized else None)
+    return dict(
+        segment_ids=segment_ids,
+        prefix_lengths=prefix_lengths,
+        block_mask=block_mask,
+        block_size=block_size if sized else None,
+    )
 
 
 def _attend(attn, dropout, x, mem, attn_mask, key_padding_mask, is_causal, blocks) -> Tensor:
@@ -235,38 +244,19 @@ def _attend(attn, dropout, x, mem, attn_mask, key_padding_mask, is_causal, block
     return dropout(out)
 
 
-def _encoder_blocks(src_mask, is_causal, src_segment_ids, prefix_lengths, src_block_mask, block_size):
-    """An encoder's per-call block masks, checked as attnc.nn's encoder checks
-    them: (is_causal for the self-attention, its block-mask keywords).
-    prefix_lengths makes the attention causal (the kernel's causal rule,
-    which the prefix widens), refusing is_causal and a mask."""
-    if block_size is not None and src_block_mask is None:
-        raise TypeError("block_size is the size of src_block_mask's blocks: pass it with src_block_mask")
-    blocks = _block_masks(src_segment_ids, None, src_block_mask, block_size)
+def _self_causal(src_mask, is_causal, prefix_lengths) -> bool:
+    """The encoder's self-attention's is_causal: prefix_lengths makes it
+    causal (the kernel's causal rule, which the prefix widens), refusing
+    is_causal (as attnc.nn's layers) and any src_mask (which
+    MultiheadAttention refuses with the prefix's causal rule)."""
     if prefix_lengths is None:
-        return is_causal, blocks
+        return is_causal
     if is_causal or src_mask is not None:
         raise ValueError(
             "prefix_lengths makes the self-attention causal outside the prefix; is_causal=True (and the causal "
             "src_mask) would hide the prefix: pass neither (attnc.torch.nn takes no src_mask with prefix_lengths)"
         )
-    return True, dict(blocks, prefix_lengths=prefix_lengths)
-
-
-def _decoder_blocks(tgt_segment_ids, memory_segment_ids, tgt_block_mask, memory_block_mask, block_size):
-    """A decoder's per-call block masks: (the self-attention's, the
-    cross-attention's) keywords; target segment k reads memory segment k."""
-    if block_size is not None and tgt_block_mask is None and memory_block_mask is None:
-        raise TypeError("block_size is the size of tgt_block_mask's / memory_block_mask's blocks: pass it with one")
-    if memory_segment_ids is not None and tgt_segment_ids is None:
-        raise TypeError(
-            "memory_segment_ids needs tgt_segment_ids: a target position reads the memory of its own segment"
-        )
-    cross_q = tgt_segment_ids if memory_segment_ids is not None else None
-    return (
-        _block_masks(tgt_segment_ids, None, tgt_block_mask, block_size),
-        _block_masks(cross_q, memory_segment_ids, memory_block_mask, block_size),
-    )
+    return True
 
 
 class TransformerEncoderLayer(torch.nn.TransformerEncoderLayer):
@@ -311,7 +301,7 @@ class TransformerEncoderLayer(torch.nn.TransformerEncoderLayer):
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        settings = {n: kwargs.pop(n) for n in (*_VARIANT_SETTINGS, "attention", "sigmoid_bias") if n in kwargs}
+        settings = {n: kwargs.pop(n) for n in _LAYER_SETTINGS if n in kwargs}
         super().__init__(*args, **kwargs)
         _set_attention(self, settings)
 
@@ -327,9 +317,8 @@ class TransformerEncoderLayer(torch.nn.TransformerEncoderLayer):
         src_block_mask: Tensor | None = None,
         block_size: int | tuple[int, int] | None = None,
     ) -> Tensor:
-        causal, blocks = _encoder_blocks(
-            src_mask, is_causal, src_segment_ids, prefix_lengths, src_block_mask, block_size
-        )
+        blocks = _mha_blocks(_c._encoder_blocks(src_segment_ids, prefix_lengths, src_block_mask, block_size))
+        causal = _self_causal(src_mask, is_causal, prefix_lengths)
 
         def sa(x):
             return _attend(self.self_attn, self.dropout1, x, x, src_mask, src_key_padding_mask, causal, blocks)
@@ -377,7 +366,7 @@ class TransformerDecoderLayer(torch.nn.TransformerDecoderLayer):
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        settings = {n: kwargs.pop(n) for n in (*_VARIANT_SETTINGS, "attention", "sigmoid_bias") if n in kwargs}
+        settings = {n: kwargs.pop(n) for n in _LAYER_SETTINGS if n in kwargs}
         super().__init__(*args, **kwargs)
         _set_attention(self, settings)
 
@@ -398,9 +387,8 @@ class TransformerDecoderLayer(torch.nn.TransformerDecoderLayer):
         memory_block_mask: Tensor | None = None,
         block_size: int | tuple[int, int] | None = None,
     ) -> Tensor:
-        self_blocks, cross_blocks = _decoder_blocks(
-            tgt_segment_ids, memory_segment_ids, tgt_block_mask, memory_block_mask, block_size
-        )
+        blocks = _c._decoder_blocks(tgt_segment_ids, memory_segment_ids, tgt_block_mask, memory_block_mask, block_size)
+        self_blocks, cross_blocks = (_mha_blocks(b) for b in blocks)
 
         def sa(x):
             return _attend(
@@ -425,7 +413,7 @@ class _TransformerEncoder(torch.nn.TransformerEncoder):
     """torch's encoder stack (without its nested-tensor fast path) passing
     the block masks (TransformerEncoderLayer.forward's keywords) to its layers."""
 
-    def forward(self, src, mask=None, src_key_padding_mask=None, is_causal=None, **blocks):  # type: ignore[override]
+    def forward(self, src, mask=None, src_key_padding_mask=None, is_causal=None, **blocks):
         is_causal = _detect_is_causal_mask(mask, is_causal, _get_seq_len(src, self.layers[0].self_attn.batch_first))
         out = src
         for layer in self.layers:
@@ -442,7 +430,7 @@ class _TransformerDecoder(torch.nn.TransformerDecoder):
         memory,
         tgt_mask=None,
         memory_mask=None,
-        tgt_key_padding_mask=None,  # type: ignore[override]
+        tgt_key_padding_mask=None,
         memory_key_padding_mask=None,
         tgt_is_causal=None,
         memory_is_causal=False,
@@ -473,19 +461,18 @@ _TWINS = {
 
 
 def _packing(src_segment_ids, tgt_segment_ids, src_block_mask, tgt_block_mask, memory_block_mask, block_size):
-    """Transformer.forward's block masks as (the encoder's, the decoder's)
-    keywords, checked as attnc.nn.Transformer checks them: the memory's
-    segments are the source's, so target segment k reads source segment k."""
-    if src_segment_ids is not None and tgt_segment_ids is None:
-        raise TypeError("src_segment_ids needs tgt_segment_ids: target segment k reads source segment k")
-    if block_size is not None and src_block_mask is None and tgt_block_mask is None and memory_block_mask is None:
-        raise TypeError("block_size is the size of a block mask's blocks: pass it with one")
+    """Transformer.forward's block masks, checked as attnc.nn.Transformer
+    checks them, as (the encoder's, the decoder's) keywords, only those
+    given: the memory's segments are the source's, so target segment k
+    reads source segment k."""
+    _c._check_packing(src_segment_ids, tgt_segment_ids, src_block_mask, tgt_block_mask, memory_block_mask, block_size)
     encoder = dict(src_segment_ids=src_segment_ids, src_block_mask=src_block_mask)
-    encoder["block_size"] = block_size if src_block_mask is not None else None
-    decoder = dict(tgt_segment_ids=tgt_segment_ids, memory_segment_ids=src_segment_ids, tgt_block_mask=tgt_block_mask)
-    decoder.update(memory_block_mask=memory_block_mask)
-    decoder["block_size"] = block_size if tgt_block_mask is not None or memory_block_mask is not None else None
-    return encoder, decoder
+    decoder = dict(tgt_segment_ids=tgt_segment_ids, memory_segment_ids=src_segment_ids)
+    decoder.update(tgt_block_mask=tgt_block_mask, memory_block_mask=memory_block_mask)
+    for blocks in (encoder, decoder):
+        if any(n.endswith("block_mask") and v is not None for n, v in blocks.items()):
+            blocks["block_size"] = block_size
+    return ({n: v for n, v in blocks.items() if v is not None} for blocks in (encoder, decoder))
 
 
 class Transformer(torch.nn.Transformer):
@@ -554,9 +541,7 @@ class Transformer(torch.nn.Transformer):
         block_size: int | tuple[int, int] | None = None,
     ) -> Tensor:
         packing = (src_segment_ids, tgt_segment_ids, src_block_mask, tgt_block_mask, memory_block_mask, block_size)
-        enc_blocks, dec_blocks = (
-            {n: v for n, v in blocks.items() if v is not None} for blocks in _packing(*packing)
-        )  # none given: torch's stacks' own forward for a custom encoder / decoder
+        enc_blocks, dec_blocks = _packing(*packing)  # only those given: a custom encoder / decoder may take none
         batch = 0 if self.batch_first else 1
         if src.dim() == 3 and src.size(batch) != tgt.size(batch):
             raise RuntimeError("the batch number of src and tgt must be equal")
