@@ -157,6 +157,7 @@ def test_state_dict_keys_are_torchs(torch, at):
 ENCODER_ERRORS = [
     ({"prefix_lengths": 1, "src_mask": CAUSAL, "is_causal": True}, ValueError, "hide the prefix"),
     ({"prefix_lengths": 1, "src_mask": CAUSAL}, ValueError, "no src_mask with prefix_lengths"),
+    ({"prefix_lengths": 1, "is_causal": True}, ValueError, "prefix_lengths makes .* is_causal=True"),
     ({"block_size": 2}, TypeError, "pass it with src_block_mask"),
     ({"src_block_mask": BLOCKS}, TypeError, "block_mask needs block_size"),
     ({"src_segment_ids": SEGMENTS[:, :5]}, ValueError, "segment_ids"),
