@@ -44,6 +44,7 @@ OTHER_TESTS = [
     "test_benchmarks_smoke.py",
     "test_torch_variants.py",
     "test_torch_masks.py",
+    "test_torch_layer_masks.py",
     "test_mha_variants.py",
     "test_c_core.py",
     "test_cpu_paths.py",

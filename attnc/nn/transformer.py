@@ -477,6 +477,16 @@ def _decoder_blocks(tgt_segment_ids, memory_segment_ids, tgt_block_mask, memory_
     )
 
 
+def _check_packing(src_ids, tgt_ids, src_block_mask, tgt_block_mask, memory_block_mask, block_size):
+    """A Transformer's block masks (forward's src_segment_ids,
+    tgt_segment_ids, src_block_mask, tgt_block_mask, memory_block_mask,
+    block_size) checked: the memory's segments are the source's."""
+    if src_ids is not None and tgt_ids is None:
+        raise TypeError("src_segment_ids needs tgt_segment_ids: target segment k reads source segment k")
+    if block_size is not None and src_block_mask is None and tgt_block_mask is None and memory_block_mask is None:
+        raise TypeError("block_size is the size of a block mask's blocks: pass it with one")
+
+
 def _self_masks(layer, x, attn_mask, key_padding_mask, is_causal, batched, names, blocks=_NO_BLOCKS, block_names=()):
     """The self-attention's masks as the C layer's keywords. With
     prefix_lengths (blocks[2]) the attention is causal but for the prefix
@@ -1377,11 +1387,8 @@ class Transformer(Module):
     ):
         """packing: (src_segment_ids, tgt_segment_ids, src_block_mask,
         tgt_block_mask, memory_block_mask, block_size), as forward takes them."""
+        _check_packing(*packing)
         src_ids, tgt_ids, src_block_mask, tgt_block_mask, memory_block_mask, block_size = packing
-        if src_ids is not None and tgt_ids is None:
-            raise TypeError("src_segment_ids needs tgt_segment_ids: target segment k reads source segment k")
-        if block_size is not None and src_block_mask is None and tgt_block_mask is None and memory_block_mask is None:
-            raise TypeError("block_size is the size of a block mask's blocks: pass it with one")
         enc_blocks = (src_ids, src_ids, None, src_block_mask, block_size)
         dec_size = block_size if tgt_block_mask is not None or memory_block_mask is not None else None
         dec_blocks = _decoder_blocks(tgt_ids, src_ids, tgt_block_mask, memory_block_mask, dec_size)

@@ -20,9 +20,11 @@ from typing import Any, cast
 
 import torch
 from torch import Tensor
+from torch.nn.modules.transformer import _detect_is_causal_mask, _get_seq_len
 
 from ..attention._spec import variant_options
 from ..attention.sdpa import alibi_slopes
+from ..nn import transformer as _c
 from ._fused import multi_head_attention
 
 __all__ = ["MultiheadAttention", "TransformerEncoderLayer", "TransformerDecoderLayer", "Transformer"]
@@ -182,6 +184,8 @@ class MultiheadAttention(torch.nn.MultiheadAttention):
 
 # The constructor settings of the options of today's models (MultiheadAttention._set_variants').
 _VARIANT_SETTINGS = ("sinks", "alibi", "window", "softcap")
+# A layer's: those of its self-attention, and every attention block's activation.
+_LAYER_SETTINGS = (*_VARIANT_SETTINGS, "attention", "sigmoid_bias")
 
 
 def _attnc_attention(layer: torch.nn.Module) -> None:
@@ -191,6 +195,68 @@ def _attnc_attention(layer: torch.nn.Module) -> None:
     for module in layer.modules():
         if type(module) is torch.nn.MultiheadAttention:
             module.__class__ = MultiheadAttention
+
+
+def _set_attention(layer: torch.nn.Module, kwargs: dict) -> None:
+    """A layer's settings (kwargs: those of _LAYER_SETTINGS its constructor
+    was given) on its attention modules: the self-attention's options of today's models (_VARIANT_SETTINGS) and
+    attention="softmax" | "sigmoid" with sigmoid_bias, every attention
+    block's (checked as attnc.nn's layers check them: sigmoid refuses sinks)."""
+    _attnc_attention(layer)
+    variants = {n: kwargs.pop(n) for n in _VARIANT_SETTINGS if n in kwargs}
+    attention, bias = _c._attention(
+        kwargs.pop("attention", "softmax"), kwargs.pop("sigmoid_bias", None), variants.get("sinks")
+    )
+    cast(MultiheadAttention, layer.self_attn)._set_variants(**variants, activation=attention, sigmoid_bias=bias)
+    if hasattr(layer, "multihead_attn"):
+        cast(MultiheadAttention, layer.multihead_attn)._set_variants(activation=attention, sigmoid_bias=bias)
+
+
+def _mha_blocks(blocks: tuple) -> dict:
+    """One attention's block masks as attnc.nn's layers check them
+    (_c._encoder_blocks' / _c._decoder_blocks' (query segments, key segments,
+    prefix_lengths, block_mask, block_size)) as MultiheadAttention.forward's
+    keywords (block_size only with the block mask it sizes)."""
+    q_ids, k_ids, prefix_lengths, block_mask, block_size = blocks
+    segment_ids = q_ids if k_ids is q_ids else (q_ids, k_ids)
+    sized = block_mask is not None
+    return dict(
+        segment_ids=segment_ids,
+        prefix_lengths=prefix_lengths,
+        block_mask=block_mask,
+        block_size=block_size if sized else None,
+    )
+
+
+def _attend(attn, dropout, x, mem, attn_mask, key_padding_mask, is_causal, blocks) -> Tensor:
+    """torch's _sa_block / _mha_block with the block masks (blocks, keywords
+    of MultiheadAttention.forward)."""
+    out = attn(
+        x,
+        mem,
+        mem,
+        attn_mask=attn_mask,
+        key_padding_mask=key_padding_mask,
+        is_causal=is_causal,
+        need_weights=False,
+        **blocks,
+    )[0]
+    return dropout(out)
+
+
+def _self_causal(src_mask, is_causal, prefix_lengths) -> bool:
+    """The encoder's self-attention's is_causal: prefix_lengths makes it
+    causal (the kernel's causal rule, which the prefix widens), refusing
+    is_causal (as attnc.nn's layers) and any src_mask (which
+    MultiheadAttention refuses with the prefix's causal rule)."""
+    if prefix_lengths is None:
+        return is_causal
+    if is_causal or src_mask is not None:
+        raise ValueError(
+            "prefix_lengths makes the self-attention causal outside the prefix; is_causal=True (and the causal "
+            "src_mask) would hide the prefix: pass neither (attnc.torch.nn takes no src_mask with prefix_lengths)"
+        )
+    return True
 
 
 class TransformerEncoderLayer(torch.nn.TransformerEncoderLayer):
@@ -205,7 +271,20 @@ class TransformerEncoderLayer(torch.nn.TransformerEncoderLayer):
     fused fast path. src (S, B, E) ((B, S, E) with batch_first), float32 or
     float64; returns a tensor like src. Keyword-only sinks, alibi, window,
     softcap: the self-attention's options, as attnc.torch.nn.MultiheadAttention
-    takes them (``self_attn.sinks`` a parameter with sinks=True).
+    takes them (``self_attn.sinks`` a parameter with sinks=True);
+    attention="softmax" (default) or "sigmoid" with sigmoid_bias (None: -log
+    of the key count per call), as attnc.nn.TransformerEncoderLayer takes
+    them (sigmoid refuses sinks).
+
+    forward's keyword-only block masks, as attnc.nn.TransformerEncoderLayer
+    takes them, batch first whatever batch_first says: src_segment_ids
+    (B, S) integers (packed sequences: a position attends only positions of
+    its id; causally with is_causal and the causal src_mask); prefix_lengths
+    an int or (B,) integers (a prefix LM: causal, but every position sees the
+    first prefix_lengths[b]; it makes the attention causal itself: pass no
+    is_causal and no src_mask); src_block_mask a bool tensor (B or 1, nhead
+    or 1, ceil(S / bq), ceil(S / bk)) with block_size bq or (bq, bk). They
+    take no gradient.
 
     Example
     -------
@@ -215,13 +294,16 @@ class TransformerEncoderLayer(torch.nn.TransformerEncoderLayer):
     >>> alibi = attnc.torch.nn.TransformerEncoderLayer(16, 4, 32, batch_first=True, alibi=True, window=(3, 0))
     >>> alibi(torch.randn(2, 5, 16)).shape
     torch.Size([2, 5, 16])
+    >>> sig = attnc.torch.nn.TransformerEncoderLayer(16, 4, 32, batch_first=True, attention="sigmoid")
+    >>> ids = torch.tensor([[0, 0, 1, 1, 1], [0, 0, 0, 0, 1]])
+    >>> sig(torch.randn(2, 5, 16), src_segment_ids=ids, prefix_lengths=2).shape
+    torch.Size([2, 5, 16])
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        variants = {n: kwargs.pop(n) for n in _VARIANT_SETTINGS if n in kwargs}
+        settings = {n: kwargs.pop(n) for n in _LAYER_SETTINGS if n in kwargs}
         super().__init__(*args, **kwargs)
-        _attnc_attention(self)
-        cast(MultiheadAttention, self.self_attn)._set_variants(**variants)
+        _set_attention(self, settings)
 
     def forward(
         self,
@@ -229,12 +311,23 @@ class TransformerEncoderLayer(torch.nn.TransformerEncoderLayer):
         src_mask: Tensor | None = None,
         src_key_padding_mask: Tensor | None = None,
         is_causal: bool = False,
+        *,
+        src_segment_ids: Tensor | None = None,
+        prefix_lengths: Tensor | int | None = None,
+        src_block_mask: Tensor | None = None,
+        block_size: int | tuple[int, int] | None = None,
     ) -> Tensor:
+        blocks = _mha_blocks(_c._encoder_blocks(src_segment_ids, prefix_lengths, src_block_mask, block_size))
+        causal = _self_causal(src_mask, is_causal, prefix_lengths)
+
+        def sa(x):
+            return _attend(self.self_attn, self.dropout1, x, x, src_mask, src_key_padding_mask, causal, blocks)
+
         x = src
         if self.norm_first:
-            x = x + self._sa_block(self.norm1(x), src_mask, src_key_padding_mask, is_causal=is_causal)
+            x = x + sa(self.norm1(x))
             return x + self._ff_block(self.norm2(x))
-        x = self.norm1(x + self._sa_block(x, src_mask, src_key_padding_mask, is_causal=is_causal))
+        x = self.norm1(x + sa(x))
         return self.norm2(x + self._ff_block(x))
 
 
@@ -250,20 +343,136 @@ class TransformerDecoderLayer(torch.nn.TransformerDecoderLayer):
     tgt_is_causal=False, memory_is_causal=False) are torch's. tgt (T, B, E),
     memory (S, B, E) (batch first with batch_first), float32 or float64;
     returns a tensor like tgt. Keyword-only sinks, alibi, window, softcap:
-    the self-attention's options, as in attnc.torch.nn.TransformerEncoderLayer.
+    the self-attention's options, as in attnc.torch.nn.TransformerEncoderLayer;
+    attention="softmax" or "sigmoid" with sigmoid_bias: both attentions'.
+
+    forward's keyword-only block masks, as attnc.nn.TransformerDecoderLayer
+    takes them, batch first: tgt_segment_ids (B, T) integers (a target
+    position attends only targets of its id, causally with tgt_is_causal);
+    with memory_segment_ids (B, S) too (it needs tgt_segment_ids) it reads
+    only the memory positions of its id, so several (source, target) pairs
+    share a row; tgt_block_mask (B or 1, nhead or 1, ceil(T / bq), ceil(T /
+    bk)) and memory_block_mask (..., ceil(T / bq), ceil(S / bk)) with
+    block_size bq or (bq, bk).
 
     Example
     -------
     >>> layer = attnc.torch.nn.TransformerDecoderLayer(16, 4, dim_feedforward=32, batch_first=True)
     >>> layer(torch.randn(2, 3, 16), torch.randn(2, 5, 16)).shape
     torch.Size([2, 3, 16])
+    >>> tgt_ids, mem_ids = torch.tensor([[0, 1, 1]] * 2), torch.tensor([[0, 0, 1, 1, 1]] * 2)
+    >>> layer(torch.randn(2, 3, 16), torch.randn(2, 5, 16), tgt_segment_ids=tgt_ids, memory_segment_ids=mem_ids).shape
+    torch.Size([2, 3, 16])
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        variants = {n: kwargs.pop(n) for n in _VARIANT_SETTINGS if n in kwargs}
+        settings = {n: kwargs.pop(n) for n in _LAYER_SETTINGS if n in kwargs}
         super().__init__(*args, **kwargs)
-        _attnc_attention(self)
-        cast(MultiheadAttention, self.self_attn)._set_variants(**variants)
+        _set_attention(self, settings)
+
+    def forward(
+        self,
+        tgt: Tensor,
+        memory: Tensor,
+        tgt_mask: Tensor | None = None,
+        memory_mask: Tensor | None = None,
+        tgt_key_padding_mask: Tensor | None = None,
+        memory_key_padding_mask: Tensor | None = None,
+        tgt_is_causal: bool = False,
+        memory_is_causal: bool = False,
+        *,
+        tgt_segment_ids: Tensor | None = None,
+        memory_segment_ids: Tensor | None = None,
+        tgt_block_mask: Tensor | None = None,
+        memory_block_mask: Tensor | None = None,
+        block_size: int | tuple[int, int] | None = None,
+    ) -> Tensor:
+        blocks = _c._decoder_blocks(tgt_segment_ids, memory_segment_ids, tgt_block_mask, memory_block_mask, block_size)
+        self_blocks, cross_blocks = (_mha_blocks(b) for b in blocks)
+
+        def sa(x):
+            return _attend(
+                self.self_attn, self.dropout1, x, x, tgt_mask, tgt_key_padding_mask, tgt_is_causal, self_blocks
+            )
+
+        def ca(x):
+            mask, kpm = memory_mask, memory_key_padding_mask
+            return _attend(self.multihead_attn, self.dropout2, x, memory, mask, kpm, memory_is_causal, cross_blocks)
+
+        x = tgt
+        if self.norm_first:
+            x = x + sa(self.norm1(x))
+            x = x + ca(self.norm2(x))
+            return x + self._ff_block(self.norm3(x))
+        x = self.norm1(x + sa(x))
+        x = self.norm2(x + ca(x))
+        return self.norm3(x + self._ff_block(x))
+
+
+class _TransformerEncoder(torch.nn.TransformerEncoder):
+    """torch's encoder stack (without its nested-tensor fast path) passing
+    the block masks (TransformerEncoderLayer.forward's keywords) to its layers."""
+
+    def forward(self, src, mask=None, src_key_padding_mask=None, is_causal=None, **blocks):
+        is_causal = _detect_is_causal_mask(mask, is_causal, _get_seq_len(src, self.layers[0].self_attn.batch_first))
+        out = src
+        for layer in self.layers:
+            out = layer(out, src_mask=mask, src_key_padding_mask=src_key_padding_mask, is_causal=is_causal, **blocks)
+        return out if self.norm is None else self.norm(out)
+
+
+class _TransformerDecoder(torch.nn.TransformerDecoder):
+    """torch's decoder stack passing the block masks to its layers."""
+
+    def forward(
+        self,
+        tgt,
+        memory,
+        tgt_mask=None,
+        memory_mask=None,
+        tgt_key_padding_mask=None,
+        memory_key_padding_mask=None,
+        tgt_is_causal=None,
+        memory_is_causal=False,
+        **blocks,
+    ):
+        batch_first = self.layers[0].self_attn.batch_first
+        tgt_is_causal = _detect_is_causal_mask(tgt_mask, tgt_is_causal, _get_seq_len(tgt, batch_first))
+        masks = dict(
+            tgt_mask=tgt_mask,
+            memory_mask=memory_mask,
+            tgt_key_padding_mask=tgt_key_padding_mask,
+            memory_key_padding_mask=memory_key_padding_mask,
+            memory_is_causal=memory_is_causal,
+        )
+        out = tgt
+        for layer in self.layers:
+            out = layer(out, memory, tgt_is_causal=tgt_is_causal, **masks, **blocks)
+        return out if self.norm is None else self.norm(out)
+
+
+# torch's classes inside a torch.nn.Transformer and attnc.torch.nn's twins of them.
+_TWINS = {
+    torch.nn.TransformerEncoderLayer: TransformerEncoderLayer,
+    torch.nn.TransformerDecoderLayer: TransformerDecoderLayer,
+    torch.nn.TransformerEncoder: _TransformerEncoder,
+    torch.nn.TransformerDecoder: _TransformerDecoder,
+}
+
+
+def _packing(src_segment_ids, tgt_segment_ids, src_block_mask, tgt_block_mask, memory_block_mask, block_size):
+    """Transformer.forward's block masks, checked as attnc.nn.Transformer
+    checks them, as (the encoder's, the decoder's) keywords, only those
+    given: the memory's segments are the source's, so target segment k
+    reads source segment k."""
+    _c._check_packing(src_segment_ids, tgt_segment_ids, src_block_mask, tgt_block_mask, memory_block_mask, block_size)
+    encoder = dict(src_segment_ids=src_segment_ids, src_block_mask=src_block_mask)
+    decoder = dict(tgt_segment_ids=tgt_segment_ids, memory_segment_ids=src_segment_ids)
+    decoder.update(tgt_block_mask=tgt_block_mask, memory_block_mask=memory_block_mask)
+    for blocks in (encoder, decoder):
+        if any(n.endswith("block_mask") and v is not None for n, v in blocks.items()):
+            blocks["block_size"] = block_size
+    return ({n: v for n, v in blocks.items() if v is not None} for blocks in (encoder, decoder))
 
 
 class Transformer(torch.nn.Transformer):
@@ -282,17 +491,73 @@ class Transformer(torch.nn.Transformer):
     torch's. src (S, B, E), tgt (T, B, E) (batch first with batch_first),
     float32 or float64; returns (T, B, E).
 
+    forward's keyword-only block masks, as attnc.nn.Transformer takes them,
+    batch first: packed (source, target) pairs with src_segment_ids (B, S)
+    and tgt_segment_ids (B, T) integers (src's need tgt's): the encoder's
+    segments, the decoder's and the memory's (the source's), so target
+    segment k reads source segment k only; src_block_mask (B or 1, nhead or
+    1, ceil(S / bq), ceil(S / bk)), tgt_block_mask (..., ceil(T / bq),
+    ceil(T / bk)), memory_block_mask (..., ceil(T / bq), ceil(S / bk)) with
+    block_size bq or (bq, bk). A custom_encoder / custom_decoder gets them
+    only if given.
+
     Example
     -------
     >>> model = attnc.torch.nn.Transformer(16, 4, 1, 1, dim_feedforward=32, batch_first=True)
     >>> model(torch.randn(2, 5, 16), torch.randn(2, 3, 16)).shape
+    torch.Size([2, 3, 16])
+    >>> src_ids, tgt_ids = torch.tensor([[0, 0, 1, 1, 1]] * 2), torch.tensor([[0, 1, 1]] * 2)
+    >>> model(torch.randn(2, 5, 16), torch.randn(2, 3, 16), src_segment_ids=src_ids, tgt_segment_ids=tgt_ids).shape
     torch.Size([2, 3, 16])
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         _attnc_attention(self)
-        for layer in getattr(self.encoder, "layers", ()):
-            if type(layer) is torch.nn.TransformerEncoderLayer:
-                layer.__class__ = TransformerEncoderLayer  # its forward: no fused fast path
+        for module in self.modules():  # the layers' forward: no fused fast path, the block masks
+            if type(module) in _TWINS:
+                module.__class__ = _TWINS[type(module)]
         self.encoder.use_nested_tensor = False
+
+    def forward(
+        self,
+        src: Tensor,
+        tgt: Tensor,
+        src_mask: Tensor | None = None,
+        tgt_mask: Tensor | None = None,
+        memory_mask: Tensor | None = None,
+        src_key_padding_mask: Tensor | None = None,
+        tgt_key_padding_mask: Tensor | None = None,
+        memory_key_padding_mask: Tensor | None = None,
+        src_is_causal: bool | None = None,
+        tgt_is_causal: bool | None = None,
+        memory_is_causal: bool = False,
+        *,
+        src_segment_ids: Tensor | None = None,
+        tgt_segment_ids: Tensor | None = None,
+        src_block_mask: Tensor | None = None,
+        tgt_block_mask: Tensor | None = None,
+        memory_block_mask: Tensor | None = None,
+        block_size: int | tuple[int, int] | None = None,
+    ) -> Tensor:
+        packing = (src_segment_ids, tgt_segment_ids, src_block_mask, tgt_block_mask, memory_block_mask, block_size)
+        enc_blocks, dec_blocks = _packing(*packing)  # only those given: a custom encoder / decoder may take none
+        batch = 0 if self.batch_first else 1
+        if src.dim() == 3 and src.size(batch) != tgt.size(batch):
+            raise RuntimeError("the batch number of src and tgt must be equal")
+        if src.size(-1) != self.d_model or tgt.size(-1) != self.d_model:
+            raise RuntimeError("the feature number of src and tgt must be equal to d_model")
+        memory = self.encoder(
+            src, mask=src_mask, src_key_padding_mask=src_key_padding_mask, is_causal=src_is_causal, **enc_blocks
+        )
+        return self.decoder(
+            tgt,
+            memory,
+            tgt_mask=tgt_mask,
+            memory_mask=memory_mask,
+            tgt_key_padding_mask=tgt_key_padding_mask,
+            memory_key_padding_mask=memory_key_padding_mask,
+            tgt_is_causal=tgt_is_causal,
+            memory_is_causal=memory_is_causal,
+            **dec_blocks,
+        )
