@@ -79,7 +79,15 @@ def test_scores_against_independent_computations():
 
 
 def test_bahdanau_length_quick_run(tmp_path, restore_threads):
-    runs = [quiet_run("bahdanau_length", quick=True, seed=3, threads=t, run_dir=tmp_path / f"t{t}") for t in (1, 2)]
+    import matplotlib
+
+    backend = matplotlib.get_backend()
+    matplotlib.use("svg")  # the experiment saves its plot without touching pyplot's backend (a notebook's inline one)
+    try:
+        runs = [quiet_run("bahdanau_length", quick=True, seed=3, threads=t, run_dir=tmp_path / f"t{t}") for t in (1, 2)]
+        assert matplotlib.get_backend() == "svg"
+    finally:
+        matplotlib.use(backend)
     m = runs[0].metrics
     n = len(_translation.EDGES) - 1
     assert len(m["lengths"]) == n and m["train_max_len"] == [30, 50]

@@ -462,19 +462,18 @@ def save_beside(path, tag: str, model) -> None:
         save_model(f"{root}_{tag}{ext or '.npz'}", model)
 
 
-def pyplot(args):
-    """matplotlib.pyplot (the Agg backend) for a figure saved in the run's
-    folder; None without a folder or without matplotlib."""
+def run_figure(args, **kwargs):
+    """A matplotlib Figure (Figure(**kwargs)) for a plot saved in the run's
+    folder; None without a folder or without matplotlib. A Figure of its
+    own, not pyplot's: drawing it neither shows it nor changes the pyplot
+    backend of the notebook or script that ran the experiment."""
     if getattr(args, "run", None) is None:
         return None
     try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        from matplotlib.figure import Figure
     except ImportError:
         return None
-    return plt
+    return Figure(**kwargs)
 
 
 def cpu_name() -> str:

@@ -164,10 +164,10 @@ def plot(m: dict, lengths: tuple, args):
     """BLEU and exact match against the source length, one line per model,
     saved as bahdanau_length.png in the run folder (its name; None without a
     folder or matplotlib)."""
-    plt = _common.pyplot(args)
-    if plt is None:
+    fig = _common.run_figure(args, figsize=(10, 4))
+    if fig is None:
         return None
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    axes = fig.subplots(1, 2)
     for max_len in lengths:
         for kind, key in KEYS.items():
             style = dict(marker="o" if kind == "bahdanau" else "x", ls="-" if max_len == lengths[-1] else "--")
@@ -184,7 +184,6 @@ def plot(m: dict, lengths: tuple, args):
     fig.suptitle("attnc.experiments.bahdanau_length (cf. Bahdanau et al. 2015, Figure 2)")
     fig.tight_layout()
     fig.savefig(args.run.dir / "bahdanau_length.png", dpi=120)
-    plt.close(fig)
     return "bahdanau_length.png"
 
 

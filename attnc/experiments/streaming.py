@@ -241,10 +241,10 @@ def plot(curves: dict, floor, cfg: dict, args):
     than the policies differ), one panel per model and a line per policy,
     saved as streaming.png in the run folder (its name; None without a
     folder or matplotlib)."""
-    plt = _common.pyplot(args)
-    if plt is None:
+    fig = _common.run_figure(args, figsize=(6 * len(curves), 4))
+    if fig is None:
         return None
-    fig, axes = plt.subplots(1, len(curves), figsize=(6 * len(curves), 4), sharey=True, squeeze=False)
+    axes = fig.subplots(1, len(curves), sharey=True, squeeze=False)
     smooth = np.ones(16) / 16
     for ax, (name, by_policy) in zip(axes[0], curves.items()):
         for policy, curve in by_policy.items():
@@ -258,7 +258,6 @@ def plot(curves: dict, floor, cfg: dict, args):
     fig.suptitle("attnc.experiments.streaming (cf. Xiao et al. 2024, Figure 3)")
     fig.tight_layout()
     fig.savefig(args.run.dir / "streaming.png", dpi=120)
-    plt.close(fig)
     return "streaming.png"
 
 
