@@ -27,16 +27,16 @@ Three recipes, by the training sizes (Vinyals et al. 2015, Table 1):
   with an earlier build, and a peak rate of 4e-3 or 6e-3 scores less.
   Targets (issue 7): accuracy >= 90% and area coverage >= 99% (the paper:
   92.0% at n = 5), trained within 10 minutes on 2 cores.
-* ``--n 50``: 30,000 steps (the paper's trained-on-50 model: 72.6% and
+* ``--n 50``: 10,000 steps (the paper's trained-on-50 model: 72.6% and
   99.9% at n = 50).
-* ``--n 5-50 --eval-n 5,10,50,100,200``: 50,000 steps (the paper's 5-50
+* ``--n 5-50 --eval-n 5,10,50,100,200``: 17,000 steps (the paper's 5-50
   model: 92.0%, 87.0%, 69.6%, 50.3%, 22.1% accuracy, 99.9% area coverage
   but 99.8% at n = 10).
 
-The step counts of the last two are chosen to train in about 20 minutes on
-2 quiet cores, from step times measured on a loaded machine (n = 50 costs
-about 4 times a 5-10 step, 5-50 about 2.3 times): see
-docs/experiments/pointer.md for what was run.
+The step counts of the last two fit about 25 minutes on 2 quiet threads:
+a 50-point step takes 150 ms there and a 5-50 step 87 ms (AMD EPYC Zen 3,
+measured over 100 steps), against 8.9 ms for a 5-10 step;
+docs/experiments/pointer.md says what was run.
 
 JSON: the means over the evaluated sizes ("accuracy", "area_coverage",
 "beam10"), the per-size dictionaries "accuracy_by_n" and
@@ -62,7 +62,7 @@ from . import _common, _pointer
 BASE = dict(
     steps=45000, batch_size=128, hidden_size=128, bidirectional=True, lr=3e-3, warmup=100, final_lr=0.02, heldout=500
 )
-FULL = {(5, 10): BASE, (50, 50): dict(BASE, steps=30000), (5, 50): dict(BASE, steps=50000, heldout=200)}
+FULL = {(5, 10): BASE, (50, 50): dict(BASE, steps=10000), (5, 50): dict(BASE, steps=17000, heldout=200)}
 QUICK = dict(BASE, steps=150, batch_size=32, hidden_size=32, heldout=20)
 BEAMS = (1, 10)
 # Vinyals et al. 2015, Table 1: {training sizes: {n: (accuracy, area coverage)}}

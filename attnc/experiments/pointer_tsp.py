@@ -19,9 +19,9 @@ held-out instances and its gap to the optimum ("training_tour_length",
 "training_tour_gap"). Targets (issue 7): n = 5 within 1% of the optimum,
 n = 10 within 3% (Vinyals et al. 2015, Table 2: 2.12 / 2.12 and 2.87 /
 2.88), each trained within 10 minutes on 2 cores; n = 20 (issue 31; the
-paper: 3.88 against the optimum's 3.82) 50,000 steps, chosen to train in
-about 20 minutes on 2 quiet cores from step times measured on a loaded
-machine (docs/experiments/pointer.md says what was run).
+paper: 3.88 against the optimum's 3.82) 23,000 steps, about 25 minutes
+on 2 quiet threads (64 ms a step there, AMD EPYC Zen 3, measured over 100
+steps; docs/experiments/pointer.md says what was run).
 
 JSON: "n", "tour_length", "optimal_tour_length", "gap", "beam10"
 ({"tour_length", "gap"}), "tour_length_greedy", "tour_length_beam10",
@@ -43,7 +43,7 @@ from attnc.datasets.pointer_tasks import EXACT_BY_DEFAULT_MAX_N, HELD_KARP_MAX_N
 
 from . import _common, _pointer
 
-FULL = {5: dict(steps=5000, lr=1e-3), 10: dict(steps=10000, lr=1e-3), 20: dict(steps=50000, lr=1e-3, heldout=500)}
+FULL = {5: dict(steps=5000, lr=1e-3), 10: dict(steps=10000, lr=1e-3), 20: dict(steps=23000, lr=1e-3, heldout=500)}
 BASE = dict(batch_size=128, hidden_size=128, warmup=100, final_lr=0.02, heldout=1000)
 QUICK = dict(BASE, steps=30, batch_size=32, hidden_size=32, lr=1e-3, heldout=50)
 # Vinyals et al. 2015, Table 2 (trained and tested on n): {n: (Ptr-Net's mean tour, the optimum's)}
