@@ -364,10 +364,14 @@ def test_pointer_hull_curve_and_tsp_against_held_karp(tmp_path):
     """pointer_hull --n LO-HI --eval-n: the curve's arrays are the per-size
     scores (one recomputed here from the saved model), beside the paper's
     rows; pointer_tsp above n = 12: Or-opt training tours, scored against
-    Held-Karp's optimum (both recomputed here); the plots saved."""
+    Held-Karp's optimum (both recomputed here); the plots saved, on Figures
+    of their own (none left open in pyplot, where a notebook would show them)."""
+    import matplotlib.pyplot as plt
+
     from attnc.datasets import ConvexHullTask, TSPTask, hull_accuracy, tsp_tours
     from attnc.experiments import _pointer
 
+    open_figures = plt.get_fignums()
     res = quiet_run("pointer_hull", quick=True, steps=3, n="5-8", eval_n="5,12", run_dir=tmp_path / "hull")
     m = res.metrics
     assert m["train_n"] == "5-8" and m["n"] == [5, 12] and m["heldout_size"] == 40
@@ -398,5 +402,6 @@ def test_pointer_hull_curve_and_tsp_against_held_karp(tmp_path):
     assert m["tour_length_greedy"] == m["tour_length"] >= m["optimal_tour_length"]
     assert m["tour_length_beam10"] == m["beam10"]["tour_length"] and m["paper_tour_length"] is None
     assert (tmp_path / "tsp" / "tsp_tours.png").stat().st_size > 0
+    assert plt.get_fignums() == open_figures
     m = quiet_run("pointer_tsp", quick=True, steps=2, n=5, run_dir=tmp_path / "tsp5").metrics
     assert m["training_tour_length"] is None and (m["paper_tour_length"], m["paper_optimal"]) == (2.12, 2.12)

@@ -33,7 +33,11 @@ def untimed(metrics):
 
 
 def test_quick_run_curves_are_sane_and_reproducible(tmp_path):
+    import matplotlib.pyplot as plt
+
+    open_figures = plt.get_fignums()
     first = quick(tmp_path, "a", seed=3, threads=1)
+    assert plt.get_fignums() == open_figures  # Figure 6 saved on a Figure of its own, not shown by pyplot
     m = first.metrics
     expect = {"copy": ("lengths", G.FULL["lengths"]), "repeat_copy": ("repeats", G.FULL["repeats"]),
               "recall": ("items", G.FULL["items"])}  # fmt: skip

@@ -462,18 +462,22 @@ def save_beside(path, tag: str, model) -> None:
         save_model(f"{root}_{tag}{ext or '.npz'}", model)
 
 
-def run_figure(args, **kwargs):
-    """A matplotlib Figure (Figure(**kwargs)) for a plot saved in the run's
-    folder; None without a folder or without matplotlib. A Figure of its
-    own, not pyplot's: drawing it neither shows it nor changes the pyplot
-    backend of the notebook or script that ran the experiment."""
-    if getattr(args, "run", None) is None:
-        return None
+def figure(**kwargs):
+    """A matplotlib Figure (Figure(**kwargs)) for a plot an experiment saves;
+    None without matplotlib. A Figure of its own, not pyplot's: drawing it
+    neither shows it nor changes the pyplot backend of the notebook or script
+    that ran the experiment, and it is freed with its last reference."""
     try:
         from matplotlib.figure import Figure
     except ImportError:
         return None
     return Figure(**kwargs)
+
+
+def run_figure(args, **kwargs):
+    """figure(**kwargs) for a plot saved in the run's folder; None without a
+    folder or without matplotlib."""
+    return None if getattr(args, "run", None) is None else figure(**kwargs)
 
 
 def cpu_name() -> str:

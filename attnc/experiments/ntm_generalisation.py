@@ -249,7 +249,10 @@ def weightings_figure(model, length, folder):
     }
     if folder is not None:
         np.savez(Path(folder) / "copy_weightings.npz", **arrays)
-        draw_weightings(arrays)[0].figure.savefig(Path(folder) / "copy_weightings.png", dpi=120, bbox_inches="tight")
+        fig = _common.figure(figsize=(10, 8), layout="constrained")
+        if fig is not None:
+            draw_weightings(arrays, fig.subplots(4, 1, sharex=True))
+            fig.savefig(Path(folder) / "copy_weightings.png", dpi=120)
     return arrays
 
 

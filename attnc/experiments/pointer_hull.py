@@ -121,8 +121,10 @@ def main(argv=None):
         "paper_accuracy": [paper[n][0] if n in paper else None for n in ns],
         "paper_area_coverage": [paper[n][1] if n in paper else None for n in ns],
     }
-    if args.run is not None:
-        draw_curve(curve).figure.savefig(Path(args.run.dir) / "hull_curve.png", dpi=120, bbox_inches="tight")
+    fig = _common.run_figure(args, figsize=(6, 4), layout="constrained")
+    if fig is not None:
+        draw_curve(curve, fig.subplots())
+        fig.savefig(Path(args.run.dir) / "hull_curve.png", dpi=120)
     return _common.report(
         "pointer_hull",
         args,

@@ -73,10 +73,12 @@ def main(argv=None):
         length = float(tour_length(held.inputs, tours[beam]).mean())
         scores[beam] = {"tour_length": length, "gap": length / optimal - 1}
     training = float(held.tour_lengths.mean()) if heuristic else None
-    if args.run is not None:
-        optimal_tours = tsp_tours(held.inputs[:4], exact=exact)[0]
-        fig = draw_tours(held.inputs[:4], tours[1][:4], optimal_tours).flat[0].figure
-        fig.savefig(Path(args.run.dir) / "tsp_tours.png", dpi=120, bbox_inches="tight")
+    shown = held.inputs[:4]
+    fig = _common.run_figure(args, figsize=(3 * len(shown), 3.2), layout="constrained")
+    if fig is not None:
+        optimal_tours = tsp_tours(shown, exact=exact)[0]
+        draw_tours(shown, tours[1][: len(shown)], optimal_tours, fig.subplots(1, len(shown), squeeze=False))
+        fig.savefig(Path(args.run.dir) / "tsp_tours.png", dpi=120)
     paper = PAPER.get(args.n, (None, None))
     return _common.report(
         "pointer_tsp",
