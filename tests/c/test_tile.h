@@ -134,8 +134,8 @@ static void test_tile_band(void) {
 
 /* attnc_tanhf against tanh: within 3.5e-7 absolute and relative on a dense
  * sweep of [-12, 12] and on small arguments down to 1e-30, never past +-1
- * (the softcap's scores stay within the cap), odd; +-inf give +-1, NaN
- * stays NaN, -0 stays -0. */
+ * (the softcap's scores stay within the cap), odd; +-inf and the largest
+ * floats give +-1, NaN of either sign stays NaN, -0 stays -0. */
 static void test_tanhf(void) {
     double worst = 0, worst_x = 0;
     int bounded = 1, odd = 1;
@@ -154,7 +154,8 @@ static void test_tanhf(void) {
     CHECK(bounded, "attnc_tanhf leaves [-1, 1]");
     CHECK(odd, "attnc_tanhf is not odd");
     float nz = attnc_tanhf(-0.0f);
-    CHECK(attnc_tanhf(INFINITY) == 1 && attnc_tanhf(-INFINITY) == -1 && isnan(attnc_tanhf(NAN)) && nz == 0 &&
+    CHECK(attnc_tanhf(INFINITY) == 1 && attnc_tanhf(-INFINITY) == -1 && attnc_tanhf(3.4e38f) == 1 &&
+              attnc_tanhf(-3.4e38f) == -1 && isnan(attnc_tanhf(NAN)) && isnan(attnc_tanhf(-NAN)) && nz == 0 &&
               signbit(nz),
           "attnc_tanhf edges: %g %g %g %g", attnc_tanhf(INFINITY), attnc_tanhf(-INFINITY), attnc_tanhf(NAN), nz);
 }
